@@ -1,0 +1,395 @@
+/**
+ * The vouch chain format, version 1 (DESIGN 1.2–1.6): types and strict parsers.
+ *
+ * A chain is a list of blocks. Block 0 is the authority block: it names the
+ * signer id and the ed25519 public key every later block is signed with.
+ * Each block holds a signed `payload` and links to its predecessor:
+ *
+ *   signature   = base64(ed25519_sign(key, UTF8(JCS(payload))))
+ *   record_hash = hex(sha256(UTF8(JCS(block without record_hash))))
+ *   prev_hash   = record_hash of block index-1 (64 zeros for block 0)
+ *
+ * JCS is RFC 8785 canonical JSON (`chain/jcs.ts`). Worked example — block 1
+ * of `shared/vectors/chain-v1.json`, signed with seed
+ * 10b966b805f342e4b3f32b0f46939b1f26f165b5463d869454598fc1150f7683
+ * (public key hvDlFny040Jdtl6L3Vq3jYgQ5mDtkbSfsNF2F1P3LNU=); test/spec-example.test.ts
+ * rebuilds it from these lines and checks every value:
+ *
+ *   EXAMPLE posted: 2026-11-02T12:00:00Z
+ *   EXAMPLE prev_hash: 79c5a494ac654376348fc8fb402169ccaa85457ab846f0897af4f80ec757d8bc
+ *   EXAMPLE comment: acme/widget 1.0.0
+ *   EXAMPLE artifact: console.log("hello from widget 1.0.0");\n
+ *   EXAMPLE artifact_hash: sha256:634c324298a4d070bb798d935c104bfe9eab09ce119bba1ffe71660c9fb27eaa
+ *   EXAMPLE payload JCS: {"effective_date":"2026-11-02","endorsements":[{"artifact_hash":"sha256:634c324298a4d070bb798d935c104bfe9eab09ce119bba1ffe71660c9fb27eaa","artifact_url":"https://artifacts.example.org/acme/widget/widget-1.0.0.js","comment":"release build","endorsement":"provenance","license":"MIT","name":"acme/widget","semver":"1.0.0","signature_algorithm":"ed25519"}],"grammar":{"hash":"9e6bc86ca2b2f7e2772cdc61eeb3f1a600a7794b43e1c83a9f1a81e2bcf6ee81","version":"1.0"},"intent":"endorse","semver":"1.0.0","tags":{"release":true},"target_hash":"self","uns":"acme/widget","vibecode":{"endorsement":"provenance","intent":"endorse","license":"MIT","semver":"1.0.0","signer":"vouch-test-authority","uns":"acme/widget"}}
+ *   EXAMPLE signature: 8o8OhWJ/xeREZZUVui8LEL5csHvpN0/54yJfuiY3aMvEOz4UsPHuL6sKyEWv0/gLjv4Xzh777nNkF3qu1o7bBA==
+ *   EXAMPLE record_hash: 7986d553a95cdba3f797ab4932a75baff19d2a6173f8692e3739746d675ee707
+ *
+ * Parsing is strict and bounded: exact member sets (no extra members, no
+ * nulls, integers only where an integer belongs), date and time forms that
+ * are real calendar values, SemVer 2.0.0, absolute http(s) URLs, a URL at
+ * most once per block, caps on string lengths and list sizes. Anything else
+ * is `malformed` at the block's position. The `artifact_hash` form is *not*
+ * checked here: DESIGN 1.7 checks it last, as `bad_artifact_hash`.
+ */
+import { VouchError } from './errors.ts';
+import { base64Decode } from './encoding.ts';
+
+export type Intent = 'authority' | 'endorse' | 'revoke';
+
+export interface Endorsement {
+  endorsement: 'provenance';
+  artifact_url: string;
+  artifact_hash: string;
+  signature_algorithm: 'ed25519';
+  name: string;
+  semver: string;
+  license: string;
+  comment: string;
+}
+
+export interface Grammar { hash: string; version: string }
+
+export interface Vibecode {
+  endorsement: string;
+  intent: string;
+  license: string;
+  signer: string;
+  uns: string;
+  semver: string;
+}
+
+export interface AuthorityInfo {
+  signer: string;
+  public_key: string;
+  signature_algorithm: 'ed25519';
+}
+
+export interface Payload {
+  intent: Intent;
+  effective_date: string;
+  endorsements: Endorsement[];
+  grammar: Grammar;
+  tags: Record<string, boolean>;
+  target_hash: string;
+  uns: string;
+  semver: string;
+  vibecode: Vibecode;
+  authority?: AuthorityInfo;
+}
+
+export interface Block {
+  comment: string;
+  index: number;
+  prev_hash: string;
+  posted: string;
+  signer: string;
+  payload: Payload;
+  signature: string;
+  record_hash: string;
+}
+
+export type UnhashedBlock = Omit<Block, 'record_hash'>;
+
+export interface Checkpoint {
+  size: number;
+  head: string;
+  signer: string;
+  timestamp: string;
+  signature: string;
+}
+
+export const GRAMMAR_VERSIONS: readonly string[] = ['1.0'];
+export const ZERO_HASH = '0'.repeat(64);
+export const SIGNATURE_ALGORITHM = 'ed25519';
+
+/** Bounds on untrusted input. */
+export const LIMITS = {
+  blockFileBytes: 16 * 1024 * 1024,
+  comment: 64 * 1024,
+  shortText: 256,
+  url: 8 * 1024,
+  endorsements: 10_000,
+  tags: 1_000,
+} as const;
+
+// ---------------------------------------------------------------- value forms
+
+const SEMVER_RE =
+  /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$/;
+const UNIT_NAME_RE = /^[A-Za-z0-9@_][A-Za-z0-9._@+-]{0,127}\/[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}$/;
+const LICENSE_RE = /^[A-Za-z0-9][A-Za-z0-9.+:()\- ]{0,127}$/;
+const HEX64_RE = /^[0-9a-f]{64}$/;
+const DATE_RE = /^(\d{4})-(\d{2})-(\d{2})$/;
+const DATETIME_RE = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})Z$/;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+// eslint-disable-next-line no-control-regex
+const CONTROL_RE = /[\u0000-\u001f\u007f]/;
+
+function realDate(y: number, m: number, d: number): boolean {
+  if (m < 1 || m > 12 || d < 1) return false;
+  const days = [31, (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0 ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+  return d <= days[m - 1]!;
+}
+
+export function isSemver(s: string): boolean {
+  return s.length <= LIMITS.shortText && SEMVER_RE.test(s);
+}
+
+export function isUnitName(s: string): boolean {
+  return UNIT_NAME_RE.test(s);
+}
+
+export function isLicenseId(s: string): boolean {
+  return LICENSE_RE.test(s);
+}
+
+/** `YYYY-MM-DD`, a real calendar date. */
+export function isDate(s: string): boolean {
+  const m = DATE_RE.exec(s);
+  return m !== null && realDate(Number(m[1]), Number(m[2]), Number(m[3]));
+}
+
+/** `YYYY-MM-DDTHH:MM:SSZ`, a real UTC time (no leap seconds). */
+export function isDateTime(s: string): boolean {
+  const m = DATETIME_RE.exec(s);
+  return (
+    m !== null &&
+    realDate(Number(m[1]), Number(m[2]), Number(m[3])) &&
+    Number(m[4]) < 24 &&
+    Number(m[5]) < 60 &&
+    Number(m[6]) < 60
+  );
+}
+
+/** Formats a time as `YYYY-MM-DDTHH:MM:SSZ` (seconds precision, UTC). */
+export function formatDateTime(ms: number): string {
+  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+}
+
+export function isHex64(s: string): boolean {
+  return HEX64_RE.test(s);
+}
+
+/** An absolute http: or https: URL with a host, no whitespace or controls. */
+export function isArtifactUrl(s: string): boolean {
+  if (s.length === 0 || s.length > LIMITS.url || /\s/.test(s) || CONTROL_RE.test(s)) return false;
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    return false;
+  }
+  return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname.length > 0 && /^https?:\/\//i.test(s);
+}
+
+// ---------------------------------------------------------------- strict parsing
+
+class Malformed extends Error {}
+
+type Obj = Record<string, unknown>;
+
+function fail(path: string, what: string): never {
+  throw new Malformed(`${path}: ${what}`);
+}
+
+function object(v: unknown, path: string, keys: readonly string[], optional: readonly string[] = []): Obj {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) fail(path, 'must be an object');
+  const o = v as Obj;
+  for (const k of Object.keys(o)) {
+    if (!keys.includes(k) && !optional.includes(k)) fail(path, `unknown member ${JSON.stringify(k)}`);
+  }
+  for (const k of keys) if (!Object.prototype.hasOwnProperty.call(o, k)) fail(path, `missing member ${JSON.stringify(k)}`);
+  return o;
+}
+
+function text(v: unknown, path: string, max: number = LIMITS.shortText): string {
+  if (typeof v !== 'string') fail(path, 'must be a string');
+  if (v.length > max) fail(path, `longer than ${max} characters`);
+  if (LONE_SURROGATE.test(v)) fail(path, 'holds a lone surrogate');
+  return v;
+}
+
+function label(v: unknown, path: string): string {
+  const s = text(v, path);
+  if (s.length === 0 || CONTROL_RE.test(s)) fail(path, 'must be a non-empty single-line string');
+  return s;
+}
+
+function formed(v: unknown, path: string, test: (s: string) => boolean, form: string, max?: number): string {
+  const s = text(v, path, max);
+  if (!test(s)) fail(path, `must be ${form}`);
+  return s;
+}
+
+function exactly<T extends string>(v: unknown, path: string, want: T): T {
+  if (v !== want) fail(path, `must be ${JSON.stringify(want)}`);
+  return want;
+}
+
+function parseEndorsement(v: unknown, path: string): Endorsement {
+  const o = object(v, path, [
+    'endorsement', 'artifact_url', 'artifact_hash', 'signature_algorithm', 'name', 'semver', 'license', 'comment',
+  ]);
+  return {
+    endorsement: exactly(o.endorsement, `${path}.endorsement`, 'provenance'),
+    artifact_url: formed(o.artifact_url, `${path}.artifact_url`, isArtifactUrl, 'an absolute http(s) URL', LIMITS.url),
+    artifact_hash: text(o.artifact_hash, `${path}.artifact_hash`),
+    signature_algorithm: exactly(o.signature_algorithm, `${path}.signature_algorithm`, SIGNATURE_ALGORITHM),
+    name: formed(o.name, `${path}.name`, isUnitName, '<owner>/<name>'),
+    semver: formed(o.semver, `${path}.semver`, isSemver, 'a SemVer 2.0.0 version'),
+    license: formed(o.license, `${path}.license`, isLicenseId, 'an SPDX-style license id'),
+    comment: text(o.comment, `${path}.comment`, LIMITS.comment),
+  };
+}
+
+function parsePayload(v: unknown, position: number): Payload {
+  const path = 'payload';
+  const o = object(v, path, [
+    'intent', 'effective_date', 'endorsements', 'grammar', 'tags', 'target_hash', 'uns', 'semver', 'vibecode',
+  ], ['authority']);
+  const intent = o.intent;
+  if (intent !== 'authority' && intent !== 'endorse' && intent !== 'revoke') fail(`${path}.intent`, `unknown intent ${JSON.stringify(intent)}`);
+  if (intent === 'authority' && position !== 0) fail(`${path}.intent`, '"authority" is allowed only in block 0');
+  if (intent !== 'authority' && position === 0) fail(`${path}.intent`, 'block 0 must be the authority block');
+
+  const g = object(o.grammar, `${path}.grammar`, ['hash', 'version']);
+  const grammar: Grammar = {
+    hash: formed(g.hash, `${path}.grammar.hash`, isHex64, '64 lowercase hex digits'),
+    version: formed(g.version, `${path}.grammar.version`, (s) => GRAMMAR_VERSIONS.includes(s), `a known grammar version (${GRAMMAR_VERSIONS.join(', ')})`),
+  };
+
+  if (typeof o.tags !== 'object' || o.tags === null || Array.isArray(o.tags)) fail(`${path}.tags`, 'must be an object');
+  const t = o.tags as Obj;
+  const tagNames = Object.keys(t);
+  if (tagNames.length > LIMITS.tags) fail(`${path}.tags`, `more than ${LIMITS.tags} tags`);
+  const tags: Record<string, boolean> = {};
+  for (const k of tagNames) {
+    label(k, `${path}.tags name`);
+    if (typeof t[k] !== 'boolean') fail(`${path}.tags.${k}`, 'must be a boolean');
+    tags[k] = t[k] as boolean;
+  }
+
+  if (!Array.isArray(o.endorsements)) fail(`${path}.endorsements`, 'must be an array');
+  if (o.endorsements.length > LIMITS.endorsements) fail(`${path}.endorsements`, `more than ${LIMITS.endorsements} entries`);
+  const endorsements = o.endorsements.map((e, i) => parseEndorsement(e, `${path}.endorsements[${i}]`));
+  if (intent === 'endorse' && endorsements.length === 0) fail(`${path}.endorsements`, 'an endorse block needs at least one entry');
+  if (intent !== 'endorse' && endorsements.length !== 0) fail(`${path}.endorsements`, `must be empty for intent ${intent}`);
+  const seen = new Set<string>();
+  for (const e of endorsements) {
+    if (seen.has(e.artifact_url)) fail(`${path}.endorsements`, `URL endorsed twice in one block: ${e.artifact_url}`);
+    seen.add(e.artifact_url);
+  }
+
+  const target_hash = text(o.target_hash, `${path}.target_hash`);
+  if (intent === 'revoke' ? !isHex64(target_hash) : target_hash !== 'self') {
+    fail(`${path}.target_hash`, intent === 'revoke' ? 'must be the record_hash of the revoked block' : 'must be "self"');
+  }
+
+  const vc = object(o.vibecode, `${path}.vibecode`, ['endorsement', 'intent', 'license', 'signer', 'uns', 'semver']);
+  const vibecode: Vibecode = {
+    endorsement: text(vc.endorsement, `${path}.vibecode.endorsement`),
+    intent: text(vc.intent, `${path}.vibecode.intent`),
+    license: text(vc.license, `${path}.vibecode.license`),
+    signer: text(vc.signer, `${path}.vibecode.signer`),
+    uns: text(vc.uns, `${path}.vibecode.uns`),
+    semver: text(vc.semver, `${path}.vibecode.semver`),
+  };
+
+  const payload: Payload = {
+    intent,
+    effective_date: formed(o.effective_date, `${path}.effective_date`, isDate, 'a date YYYY-MM-DD'),
+    endorsements,
+    grammar,
+    tags,
+    target_hash,
+    uns: formed(o.uns, `${path}.uns`, isUnitName, '<owner>/<name>'),
+    semver: formed(o.semver, `${path}.semver`, isSemver, 'a SemVer 2.0.0 version'),
+    vibecode,
+  };
+  if (intent === 'authority') {
+    if (!('authority' in o)) fail(`${path}.authority`, 'missing on the authority block');
+    const a = object(o.authority, `${path}.authority`, ['signer', 'public_key', 'signature_algorithm']);
+    const public_key = text(a.public_key, `${path}.authority.public_key`);
+    const raw = base64Decode(public_key);
+    if (raw === null || raw.length !== 32) fail(`${path}.authority.public_key`, 'must be base64 of a raw 32-byte ed25519 key');
+    payload.authority = {
+      signer: label(a.signer, `${path}.authority.signer`),
+      public_key,
+      signature_algorithm: exactly(a.signature_algorithm, `${path}.authority.signature_algorithm`, SIGNATURE_ALGORITHM),
+    };
+  } else if ('authority' in o) {
+    fail(`${path}.authority`, 'allowed only on the authority block');
+  }
+  return payload;
+}
+
+/**
+ * Strictly parses one block found at `position` of a chain.
+ * @throws VouchError `malformed` with `index: position`.
+ */
+export function parseBlock(value: unknown, position: number): Block {
+  try {
+    const o = object(value, 'block', ['comment', 'index', 'prev_hash', 'posted', 'signer', 'payload', 'signature', 'record_hash']);
+    if (typeof o.index !== 'number' || !Number.isSafeInteger(o.index) || o.index < 0) fail('index', 'must be a non-negative integer');
+    return {
+      comment: text(o.comment, 'comment', LIMITS.comment),
+      index: o.index,
+      prev_hash: formed(o.prev_hash, 'prev_hash', isHex64, '64 lowercase hex digits'),
+      posted: formed(o.posted, 'posted', isDateTime, 'a UTC time YYYY-MM-DDTHH:MM:SSZ'),
+      signer: label(o.signer, 'signer'),
+      payload: parsePayload(o.payload, position),
+      signature: text(o.signature, 'signature'),
+      record_hash: formed(o.record_hash, 'record_hash', isHex64, '64 lowercase hex digits'),
+    };
+  } catch (e) {
+    if (e instanceof Malformed) throw new VouchError('malformed', `block ${position}: ${e.message}`, { index: position });
+    throw e;
+  }
+}
+
+/**
+ * Parses a block file's text (bounded, strict JSON).
+ * @throws VouchError `malformed` with `index: position`.
+ */
+export function parseBlockText(text: string, position: number): Block {
+  if (text.length > LIMITS.blockFileBytes) {
+    throw new VouchError('malformed', `block ${position}: file larger than ${LIMITS.blockFileBytes} bytes`, { index: position });
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new VouchError('malformed', `block ${position}: not JSON (${(e as Error).message})`, { index: position });
+  }
+  return parseBlock(value, position);
+}
+
+/**
+ * Strictly parses a checkpoint.
+ * @throws VouchError `checkpoint_mismatch` (index null) when it is not one.
+ */
+export function parseCheckpoint(value: unknown): Checkpoint {
+  try {
+    const o = object(value, 'checkpoint', ['size', 'head', 'signer', 'timestamp', 'signature']);
+    if (typeof o.size !== 'number' || !Number.isSafeInteger(o.size) || o.size < 1) fail('checkpoint.size', 'must be a positive integer');
+    return {
+      size: o.size,
+      head: formed(o.head, 'checkpoint.head', isHex64, '64 lowercase hex digits'),
+      signer: label(o.signer, 'checkpoint.signer'),
+      timestamp: formed(o.timestamp, 'checkpoint.timestamp', isDateTime, 'a UTC time YYYY-MM-DDTHH:MM:SSZ'),
+      signature: text(o.signature, 'checkpoint.signature'),
+    };
+  } catch (e) {
+    if (e instanceof Malformed) throw new VouchError('checkpoint_mismatch', `malformed checkpoint: ${e.message}`, { index: null });
+    throw e;
+  }
+}
+
+/** The block file form: pretty-printed JSON (2 spaces) and a final newline. */
+export function formatBlockFile(block: Block): string {
+  return JSON.stringify(block, null, 2) + '\n';
+}
+
+export function formatCheckpointFile(checkpoint: Checkpoint): string {
+  return JSON.stringify(checkpoint, null, 2) + '\n';
+}

@@ -1,0 +1,182 @@
+/**
+ * Building and signing blocks and checkpoints (DESIGN 1.2–1.6), and the two
+ * digests every check recomputes: the signed message and the record hash.
+ *
+ * Trusts: the `Signer` it is handed (the authority key) and the caller's
+ * clock (`posted` is a parameter; `chain/` never reads the time).
+ * Must hold: everything built here parses with `parseBlock` and verifies
+ * with `ChainVerifier`; `posted` never goes back in time (a clock behind the
+ * previous block is clamped to the previous block's time).
+ */
+import type { CryptoBackend, HashAlgorithm, Signer } from './crypto-backend.ts';
+import { hashBytes } from './crypto-backend.ts';
+import { canonicalize } from './jcs.ts';
+import { base64Encode, hexEncode, utf8 } from './encoding.ts';
+import { grammarHash } from './schema.ts';
+import { formatArtifactHash } from './hash-algorithms.ts';
+import {
+  type Block, type Checkpoint, type Endorsement, type Payload, type UnhashedBlock,
+  GRAMMAR_VERSIONS, SIGNATURE_ALGORITHM, ZERO_HASH, formatDateTime, parseBlock,
+} from './block.ts';
+
+/** The bytes an authority signs for a block: UTF-8 of JCS(payload). */
+export function payloadMessage(payload: Payload): Uint8Array {
+  return utf8(canonicalize(payload));
+}
+
+/** sha256(JCS(block without record_hash)), lowercase hex. */
+export function computeRecordHash(block: UnhashedBlock | Block, backend: CryptoBackend): string {
+  const { record_hash: _drop, ...rest } = block as Block;
+  return hexEncode(hashBytes(backend, 'sha256', utf8(canonicalize(rest))));
+}
+
+/** The bytes an authority signs for a checkpoint: JCS of it without `signature`. */
+export function checkpointMessage(checkpoint: Omit<Checkpoint, 'signature'> | Checkpoint): Uint8Array {
+  const { signature: _drop, ...rest } = checkpoint as Checkpoint;
+  return utf8(canonicalize(rest));
+}
+
+/** Hex digest of bytes under an artifact hash algorithm, as `<alg>:<hex>`. */
+export function artifactHashOf(backend: CryptoBackend, algorithm: HashAlgorithm, bytes: Uint8Array): string {
+  return formatArtifactHash(algorithm, hexEncode(hashBytes(backend, algorithm, bytes)));
+}
+
+export interface EndorsementInput {
+  url: string;
+  /** `<algorithm>:<hex>` of the artifact bytes. */
+  artifactHash: string;
+  name: string;
+  semver: string;
+  license: string;
+  comment?: string;
+}
+
+interface CommonInput {
+  signer: Signer;
+  backend: CryptoBackend;
+  /** Milliseconds since the epoch: the caller's clock. */
+  now: number;
+  comment?: string;
+  /** `YYYY-MM-DD`; default: the UTC date of `posted`. */
+  effectiveDate?: string;
+  tags?: Record<string, boolean>;
+}
+
+function postedAfter(prev: Block | null, now: number): string {
+  const posted = formatDateTime(now);
+  return prev !== null && posted < prev.posted ? prev.posted : posted;
+}
+
+function seal(unsigned: Omit<UnhashedBlock, 'signature'>, signer: Signer, backend: CryptoBackend): Block {
+  const signature = base64Encode(signer.sign(payloadMessage(unsigned.payload)));
+  const body: UnhashedBlock = { ...unsigned, signature };
+  const block: Block = { ...body, record_hash: computeRecordHash(body, backend) };
+  // Whatever we sign must pass our own strict parser.
+  return parseBlock(block, block.index);
+}
+
+/** Block 0: names the signer id and public key of the authority. */
+export function buildAuthorityBlock(input: CommonInput & { uns: string; semver?: string; license?: string }): Block {
+  const posted = postedAfter(null, input.now);
+  const semver = input.semver ?? '1.0.0';
+  const license = input.license ?? 'CC0-1.0';
+  return seal({
+    comment: input.comment ?? 'authority block',
+    index: 0,
+    prev_hash: ZERO_HASH,
+    posted,
+    signer: input.signer.id,
+    payload: {
+      authority: { public_key: base64Encode(input.signer.publicKey), signature_algorithm: SIGNATURE_ALGORITHM, signer: input.signer.id },
+      effective_date: input.effectiveDate ?? posted.slice(0, 10),
+      endorsements: [],
+      grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
+      intent: 'authority',
+      semver,
+      tags: input.tags ?? {},
+      target_hash: 'self',
+      uns: input.uns,
+      vibecode: { endorsement: 'authority', intent: 'authority', license, signer: input.signer.id, uns: input.uns, semver },
+    },
+  }, input.signer, input.backend);
+}
+
+/**
+ * An `endorse` block after `prev` (the current head) binding each URL to its
+ * artifact hash. `uns`/`semver` name the published unit (default: the
+ * first entry's name and semver).
+ */
+export function buildEndorseBlock(input: CommonInput & {
+  prev: Block;
+  entries: EndorsementInput[];
+  uns?: string;
+  semver?: string;
+}): Block {
+  const first = input.entries[0];
+  if (first === undefined) throw new TypeError('an endorse block needs at least one entry');
+  const uns = input.uns ?? first.name;
+  const semver = input.semver ?? first.semver;
+  const posted = postedAfter(input.prev, input.now);
+  const endorsements: Endorsement[] = input.entries.map((e) => ({
+    artifact_hash: e.artifactHash,
+    artifact_url: e.url,
+    comment: e.comment ?? '',
+    endorsement: 'provenance',
+    license: e.license,
+    name: e.name,
+    semver: e.semver,
+    signature_algorithm: SIGNATURE_ALGORITHM,
+  }));
+  return seal({
+    comment: input.comment ?? `${uns} ${semver}`,
+    index: input.prev.index + 1,
+    prev_hash: input.prev.record_hash,
+    posted,
+    signer: input.signer.id,
+    payload: {
+      effective_date: input.effectiveDate ?? posted.slice(0, 10),
+      endorsements,
+      grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
+      intent: 'endorse',
+      semver,
+      tags: input.tags ?? {},
+      target_hash: 'self',
+      uns,
+      vibecode: { endorsement: 'provenance', intent: 'endorse', license: first.license, signer: input.signer.id, uns, semver },
+    },
+  }, input.signer, input.backend);
+}
+
+/** A `revoke` block after `prev` naming the endorse block `target`. */
+export function buildRevokeBlock(input: CommonInput & { prev: Block; target: Block }): Block {
+  const { target } = input;
+  const posted = postedAfter(input.prev, input.now);
+  return seal({
+    comment: input.comment ?? `revoke block ${target.index}`,
+    index: input.prev.index + 1,
+    prev_hash: input.prev.record_hash,
+    posted,
+    signer: input.signer.id,
+    payload: {
+      effective_date: input.effectiveDate ?? posted.slice(0, 10),
+      endorsements: [],
+      grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
+      intent: 'revoke',
+      semver: target.payload.semver,
+      tags: input.tags ?? {},
+      target_hash: target.record_hash,
+      uns: target.payload.uns,
+      vibecode: {
+        endorsement: 'provenance', intent: 'revoke', license: target.payload.vibecode.license,
+        signer: input.signer.id, uns: target.payload.uns, semver: target.payload.semver,
+      },
+    },
+  }, input.signer, input.backend);
+}
+
+/** The signed statement of the chain head (DESIGN 1.6). */
+export function buildCheckpoint(input: { head: Block; signer: Signer; now: number }): Checkpoint {
+  const timestamp = postedAfter(input.head, input.now);
+  const unsigned = { head: input.head.record_hash, signer: input.signer.id, size: input.head.index + 1, timestamp };
+  return { ...unsigned, signature: base64Encode(input.signer.sign(checkpointMessage(unsigned))) };
+}

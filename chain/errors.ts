@@ -1,0 +1,149 @@
+/**
+ * The one error type of vouch, and the one catalogue of its codes.
+ *
+ * Owns: every stable error code, what kind of failure it is, the HTTP status
+ * it maps to and the CLI exit status it maps to. Nothing else in the project
+ * decides a status: handlers and commands throw `VouchError` and ask this
+ * catalogue. A test keeps the catalogue and the README's status table in step.
+ *
+ * Kinds:
+ * - `integrity`: the chain or an artifact is not what was signed (DESIGN 1.7,
+ *   hash mismatches). Logged with evidence; CLI exit 1.
+ * - `request`: the caller asked for something wrong or absent; CLI exit 2.
+ * - `environment`: files, keys, git, network; CLI exit 2.
+ *
+ * Must hold: codes are never renamed (clients and auditors match on them).
+ */
+
+export type IntegrityCode =
+  | 'malformed'
+  | 'index_gap'
+  | 'prev_hash_mismatch'
+  | 'record_hash_mismatch'
+  | 'weak_key'
+  | 'untrusted_authority'
+  | 'signer_mismatch'
+  | 'bad_signature'
+  | 'time_regression'
+  | 'bad_artifact_hash'
+  | 'checkpoint_mismatch'
+  | 'history_rewritten'
+  | 'hash_mismatch';
+
+export type RequestCode =
+  | 'bad_request'
+  | 'unauthorized'
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'not_acceptable'
+  | 'semver_conflict'
+  | 'too_large'
+  | 'unsupported_media_type'
+  | 'revoked'
+  | 'usage';
+
+export type EnvironmentCode =
+  | 'origin_error'
+  | 'origin_timeout'
+  | 'not_ready'
+  | 'internal_error'
+  | 'not_a_chain'
+  | 'chain_exists'
+  | 'key_error'
+  | 'io_error';
+
+export type ErrorCode = IntegrityCode | RequestCode | EnvironmentCode;
+
+export type ErrorKind = 'integrity' | 'request' | 'environment';
+
+interface CatalogueEntry {
+  kind: ErrorKind;
+  /** HTTP status of JSON endpoints (and of empty-bodied download failures). */
+  http: number;
+  /** `vouch` exit status. */
+  exit: 1 | 2;
+  /** What the code means, for docs and default messages. */
+  summary: string;
+}
+
+const integrity = (summary: string, http = 500): CatalogueEntry => ({ kind: 'integrity', http, exit: 1, summary });
+const request = (http: number, summary: string): CatalogueEntry => ({ kind: 'request', http, exit: 2, summary });
+const environment = (http: number, summary: string): CatalogueEntry => ({ kind: 'environment', http, exit: 2, summary });
+
+export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
+  malformed: integrity('a block or checkpoint does not have the chain format'),
+  index_gap: integrity('a block index differs from its position in the chain'),
+  prev_hash_mismatch: integrity('prev_hash does not name the previous block'),
+  record_hash_mismatch: integrity('record_hash does not match the block content'),
+  weak_key: integrity('the authority public key is not a full-order ed25519 key'),
+  untrusted_authority: integrity('the authority key differs from the pinned key'),
+  signer_mismatch: integrity('the block signer is not the authority in force'),
+  bad_signature: integrity('the signature does not verify with the authority key'),
+  time_regression: integrity('posted is earlier than the previous block'),
+  bad_artifact_hash: integrity('artifact_hash is not <algorithm>:<hex> of a known algorithm'),
+  checkpoint_mismatch: integrity('the checkpoint does not sign this chain head'),
+  history_rewritten: integrity('the remote does not extend the last verified head'),
+  hash_mismatch: integrity('the artifact bytes hash differently from what was signed', 409),
+
+  bad_request: request(400, 'missing or invalid parameters'),
+  unauthorized: request(401, 'missing or wrong credentials'),
+  not_found: request(404, 'no provenance block is on file'),
+  method_not_allowed: request(405, 'method not allowed on this path'),
+  not_acceptable: request(406, 'the Accept header rules out JSON'),
+  semver_conflict: request(409, 'this URL and semver are signed with different bytes'),
+  too_large: request(413, 'request body or artifact too large'),
+  unsupported_media_type: request(415, 'request body is not JSON'),
+  revoked: request(410, 'the selected version is revoked'),
+  usage: request(400, 'bad command line'),
+
+  origin_error: environment(502, 'the origin failed or sent a bad response'),
+  origin_timeout: environment(504, 'the origin was too slow'),
+  not_ready: environment(503, 'the chain is not loaded yet'),
+  internal_error: environment(500, 'internal error'),
+  not_a_chain: environment(500, 'the directory is not a vouch chain repository'),
+  chain_exists: environment(500, 'a chain already exists there'),
+  key_error: environment(500, 'the key file is missing, unreadable or insecure'),
+  io_error: environment(500, 'a file could not be read or written'),
+};
+
+export interface VouchErrorOptions {
+  /** Block position the failure concerns (verification); null = the checkpoint. */
+  index?: number | null;
+  /** The artifact URL or path the failure concerns. */
+  resource?: string;
+  /** Evidence for auditors (expected/actual hashes, heads...). Never secrets. */
+  evidence?: Record<string, unknown>;
+  cause?: unknown;
+}
+
+export class VouchError extends Error {
+  readonly code: ErrorCode;
+  readonly index: number | null | undefined;
+  readonly resource: string | undefined;
+  readonly evidence: Record<string, unknown> | undefined;
+
+  constructor(code: ErrorCode, message?: string, options: VouchErrorOptions = {}) {
+    super(message ?? ERROR_CATALOGUE[code].summary, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'VouchError';
+    this.code = code;
+    this.index = options.index;
+    this.resource = options.resource;
+    this.evidence = options.evidence;
+  }
+
+  get kind(): ErrorKind {
+    return ERROR_CATALOGUE[this.code].kind;
+  }
+
+  get httpStatus(): number {
+    return ERROR_CATALOGUE[this.code].http;
+  }
+
+  get exitCode(): 1 | 2 {
+    return ERROR_CATALOGUE[this.code].exit;
+  }
+}
+
+export function isVouchError(e: unknown): e is VouchError {
+  return e instanceof VouchError;
+}

@@ -1,0 +1,16 @@
+/**
+ * Public surface of `chain/`: the pure, portable chain core (formats, JCS,
+ * hashing and signature interfaces, building, verification, selection).
+ * No fs, no network, no clock: it runs unchanged in a browser.
+ */
+export * from './errors.ts';
+export * from './encoding.ts';
+export * from './jcs.ts';
+export * from './crypto-backend.ts';
+export * from './hash-algorithms.ts';
+export * from './block.ts';
+export * from './schema.ts';
+export * from './build.ts';
+export * from './verify.ts';
+export * from './select.ts';
+export { isFullOrderPublicKey } from './weak-key.ts';

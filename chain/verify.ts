@@ -1,0 +1,256 @@
+/**
+ * Chain verification (DESIGN 1.7): offline, and by every gateway before it
+ * serves.
+ *
+ * Two layers, so signature checks can be spread over threads:
+ * - `examineBlock` does every check that needs only the block itself and the
+ *   authority key: strict parsing, the record hash, the signature, the
+ *   artifact hash forms. Its result (`BlockFacts`) is plain data.
+ * - `ChainVerifier` walks facts in chain order and does the checks that link
+ *   blocks (index, prev_hash, signer, time), reporting the first failure with
+ *   its position and stable code, in the order DESIGN 1.7 fixes:
+ *   malformed, index_gap, prev_hash_mismatch, record_hash_mismatch,
+ *   weak_key + untrusted_authority (block 0), signer_mismatch,
+ *   bad_signature, time_regression, bad_artifact_hash.
+ *   Then `verifyCheckpoint` (checkpoint_mismatch).
+ *
+ * Trusts: the injected `CryptoBackend`, and a pinned key when one is given
+ * (otherwise block 0's key is trusted on first use and reported).
+ * Must hold: a chain is accepted only if every block passes every check;
+ * the verifier's state after N blocks is enough to resume at block N
+ * (a warm restart or a mirror sync verifies only the newer blocks).
+ */
+import { VouchError, type IntegrityCode } from './errors.ts';
+import type { CryptoBackend } from './crypto-backend.ts';
+import { base64Decode, base64Encode, bytesEqual } from './encoding.ts';
+import { type Block, type Checkpoint, ZERO_HASH, parseBlock, parseCheckpoint } from './block.ts';
+import { checkpointMessage, computeRecordHash, payloadMessage } from './build.ts';
+import { parseArtifactHash } from './hash-algorithms.ts';
+import { isFullOrderPublicKey } from './weak-key.ts';
+
+/** The authority in force: signer id and raw public key. */
+export interface TrustedAuthority {
+  signer: string;
+  publicKey: string;
+}
+
+/** What `examineBlock` found; plain data (structured-clone safe). */
+export type BlockFacts =
+  | { position: number; malformed: string }
+  | {
+      position: number;
+      malformed: null;
+      index: number;
+      prevHash: string;
+      recordHash: string;
+      computedRecordHash: string;
+      posted: string;
+      signer: string;
+      /** null: not checked (no authority known yet). */
+      signatureOk: boolean | null;
+      artifactHashError: string | null;
+      /** Block 0 only: the authority it declares. */
+      authority: TrustedAuthority | null;
+    };
+
+function decodeKey(b64: string): Uint8Array | null {
+  const raw = base64Decode(b64);
+  return raw !== null && raw.length === 32 ? raw : null;
+}
+
+function signatureValid(backend: CryptoBackend, publicKey: Uint8Array, message: Uint8Array, signature: string): boolean {
+  const sig = base64Decode(signature);
+  return sig !== null && sig.length === 64 && backend.verify(publicKey, message, sig);
+}
+
+/**
+ * Checks a block on its own. `authority` is the authority in force (null
+ * for block 0, which is checked against the key it declares).
+ */
+export function examineBlock(
+  value: unknown,
+  position: number,
+  authority: TrustedAuthority | null,
+  backend: CryptoBackend,
+): { facts: BlockFacts; block: Block | null } {
+  let block: Block;
+  try {
+    block = parseBlock(value, position);
+  } catch (e) {
+    if (e instanceof VouchError && e.code === 'malformed') return { facts: { position, malformed: e.message }, block: null };
+    throw e;
+  }
+  const declared = position === 0 && block.payload.authority
+    ? { signer: block.payload.authority.signer, publicKey: block.payload.authority.public_key }
+    : null;
+  const keyB64 = position === 0 ? declared?.publicKey : authority?.publicKey;
+  const key = keyB64 === undefined ? null : decodeKey(keyB64);
+  let artifactHashError: string | null = null;
+  for (const e of block.payload.endorsements) {
+    const parsed = parseArtifactHash(e.artifact_hash);
+    if (typeof parsed === 'string') {
+      artifactHashError = `${e.artifact_url}: ${parsed}`;
+      break;
+    }
+  }
+  return {
+    block,
+    facts: {
+      position,
+      malformed: null,
+      index: block.index,
+      prevHash: block.prev_hash,
+      recordHash: block.record_hash,
+      computedRecordHash: computeRecordHash(block, backend),
+      posted: block.posted,
+      signer: block.signer,
+      signatureOk: key === null ? null : signatureValid(backend, key, payloadMessage(block.payload), block.signature),
+      artifactHashError,
+      authority: declared,
+    },
+  };
+}
+
+/** Enough to resume verification after `size` blocks. */
+export interface VerifierState {
+  size: number;
+  /** record_hash of block size-1 (ZERO_HASH when size is 0). */
+  head: string;
+  /** `posted` of block size-1 ('' when size is 0). */
+  lastPosted: string;
+  authority: TrustedAuthority | null;
+}
+
+export const EMPTY_STATE: VerifierState = { size: 0, head: ZERO_HASH, lastPosted: '', authority: null };
+
+export interface VerifierOptions {
+  backend: CryptoBackend;
+  /** Pinned authority public key (base64 or raw). */
+  pinnedPublicKey?: string | Uint8Array | null;
+  /** Resume after an already verified prefix. */
+  state?: VerifierState;
+}
+
+export class ChainVerifier {
+  readonly backend: CryptoBackend;
+  private readonly pinned: Uint8Array | null;
+  private s: VerifierState;
+
+  constructor(options: VerifierOptions) {
+    this.backend = options.backend;
+    const p = options.pinnedPublicKey;
+    if (p === undefined || p === null) this.pinned = null;
+    else if (typeof p === 'string') {
+      const raw = decodeKey(p);
+      if (raw === null) throw new VouchError('key_error', 'the pinned public key is not base64 of a 32-byte ed25519 key');
+      this.pinned = raw;
+    } else this.pinned = p;
+    this.s = { ...(options.state ?? EMPTY_STATE) };
+    if (this.pinned && this.s.authority && !bytesEqual(decodeKey(this.s.authority.publicKey) ?? new Uint8Array(), this.pinned)) {
+      throw new VouchError('untrusted_authority', 'the verified chain was signed by a different authority than the pinned key', {
+        index: 0, evidence: { pinned: base64Encode(this.pinned), chain: this.s.authority.publicKey },
+      });
+    }
+  }
+
+  get state(): VerifierState {
+    return { ...this.s };
+  }
+
+  get size(): number {
+    return this.s.size;
+  }
+
+  get authority(): TrustedAuthority | null {
+    return this.s.authority;
+  }
+
+  /** Parses, checks and appends the next block; returns it parsed. */
+  add(value: unknown): Block {
+    const { facts, block } = examineBlock(value, this.s.size, this.s.authority, this.backend);
+    this.addFacts(facts);
+    return block!;
+  }
+
+  /** Appends the next block from facts computed elsewhere (e.g. a worker). */
+  addFacts(f: BlockFacts): void {
+    const p = this.s.size;
+    const fail = (code: IntegrityCode, message: string, evidence?: Record<string, unknown>): never => {
+      throw new VouchError(code, `${code} at block ${p}: ${message}`, { index: p, ...(evidence ? { evidence } : {}) });
+    };
+    if (f.position !== p) throw new TypeError(`facts for position ${f.position} given at position ${p}`);
+    // 1. malformed
+    if (f.malformed !== null) return fail('malformed', f.malformed.replace(/^block \d+: /, ''));
+    // 2. index_gap
+    if (f.index !== p) fail('index_gap', `block at position ${p} has index ${f.index}`, { expected: p, actual: f.index });
+    // 3. prev_hash_mismatch
+    if (f.prevHash !== this.s.head) fail('prev_hash_mismatch', 'prev_hash does not name the previous block', { expected: this.s.head, actual: f.prevHash });
+    // 4. record_hash_mismatch
+    if (f.recordHash !== f.computedRecordHash) {
+      fail('record_hash_mismatch', 'record_hash does not match the block content', { stored: f.recordHash, computed: f.computedRecordHash });
+    }
+    let authority = this.s.authority;
+    if (p === 0) {
+      // 5. weak_key, then untrusted_authority
+      const declared = f.authority!;
+      const raw = decodeKey(declared.publicKey)!;
+      if (!isFullOrderPublicKey(raw)) fail('weak_key', 'the authority public key is not a full-order ed25519 key', { public_key: declared.publicKey });
+      if (this.pinned && !bytesEqual(raw, this.pinned)) {
+        fail('untrusted_authority', 'the authority key differs from the pinned key', { pinned: base64Encode(this.pinned), chain: declared.publicKey });
+      }
+      authority = declared;
+    }
+    // 6. signer_mismatch
+    if (f.signer !== authority!.signer) fail('signer_mismatch', `signed by ${JSON.stringify(f.signer)}, the authority is ${JSON.stringify(authority!.signer)}`);
+    // 7. bad_signature
+    if (f.signatureOk === null) throw new TypeError(`signature of block ${p} was not checked`);
+    if (!f.signatureOk) fail('bad_signature', 'the signature does not verify with the authority key', { public_key: authority!.publicKey });
+    // 8. time_regression
+    if (f.posted < this.s.lastPosted) fail('time_regression', `posted ${f.posted} is earlier than the previous block's ${this.s.lastPosted}`);
+    // 9. bad_artifact_hash
+    if (f.artifactHashError !== null) fail('bad_artifact_hash', f.artifactHashError);
+    this.s = { size: p + 1, head: f.recordHash, lastPosted: f.posted, authority };
+  }
+
+  /**
+   * Checks a checkpoint against the verified chain: signer, signature, size, head.
+   * @throws VouchError `checkpoint_mismatch` with index null.
+   */
+  verifyCheckpoint(value: unknown): Checkpoint {
+    const cp = parseCheckpoint(value);
+    const a = this.s.authority;
+    const fail = (message: string, evidence?: Record<string, unknown>): never => {
+      throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${message}`, { index: null, ...(evidence ? { evidence } : {}) });
+    };
+    if (a === null) fail('no verified chain to compare the checkpoint with');
+    if (cp.signer !== a!.signer) fail(`signed by ${JSON.stringify(cp.signer)}, the authority is ${JSON.stringify(a!.signer)}`);
+    if (!signatureValid(this.backend, decodeKey(a!.publicKey)!, checkpointMessage(cp), cp.signature)) fail('the checkpoint signature does not verify');
+    if (cp.size !== this.s.size) fail(`checkpoint says ${cp.size} blocks, the chain has ${this.s.size}`, { checkpoint_size: cp.size, chain_size: this.s.size });
+    if (cp.head !== this.s.head) fail('checkpoint head is not the chain head', { checkpoint_head: cp.head, chain_head: this.s.head });
+    return cp;
+  }
+}
+
+export type VerifyResult =
+  | { ok: true; size: number; head: string; authority: TrustedAuthority; checkpoint: Checkpoint | null }
+  | { ok: false; code: IntegrityCode; index: number | null; message: string; error: VouchError };
+
+/** Verifies a whole chain held in memory (blocks as parsed JSON values). */
+export function verifyChain(
+  blocks: readonly unknown[],
+  options: VerifierOptions & { checkpoint?: unknown },
+): VerifyResult {
+  try {
+    const v = new ChainVerifier(options);
+    if (blocks.length === 0 && v.size === 0) throw new VouchError('malformed', 'malformed at block 0: the chain has no blocks', { index: 0 });
+    for (const b of blocks) v.add(b);
+    const checkpoint = options.checkpoint === undefined || options.checkpoint === null ? null : v.verifyCheckpoint(options.checkpoint);
+    const s = v.state;
+    return { ok: true, size: s.size, head: s.head, authority: s.authority!, checkpoint };
+  } catch (e) {
+    if (e instanceof VouchError && e.kind === 'integrity') {
+      return { ok: false, code: e.code as IntegrityCode, index: e.index ?? null, message: e.message, error: e };
+    }
+    throw e;
+  }
+}

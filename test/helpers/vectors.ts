@@ -1,0 +1,39 @@
+/** Loads the shared test vectors (../shared/vectors) beside the repository. */
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
+export const sharedDir = process.env.VOUCH_SHARED_DIR ?? join(repoRoot, '..', 'shared');
+export const vectorsDir = join(sharedDir, 'vectors');
+
+export interface InvalidCase {
+  name: string;
+  description: string;
+  expect: { ok: false; code: string; index: number | null };
+  blocks: any[];
+  pinned_public_key?: string;
+  checkpoint?: any;
+}
+
+export interface ChainVectors {
+  key: { seed_hex: string; public_key: string; signer: string };
+  artifacts: Record<string, string>;
+  valid: { blocks: any[]; checkpoint: any; payload_jcs: Record<string, string>; record_jcs: Record<string, string> };
+  invalid: InvalidCase[];
+}
+
+export function loadChainVectors(): ChainVectors {
+  return JSON.parse(readFileSync(join(vectorsDir, 'chain-v1.json'), 'utf8'));
+}
+
+export function loadJcsVectors(): { name: string; input: string; output: Buffer }[] {
+  const dir = join(vectorsDir, 'jcs');
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.input.json'))
+    .sort()
+    .map((f) => {
+      const name = f.replace('.input.json', '');
+      return { name, input: readFileSync(join(dir, f), 'utf8'), output: readFileSync(join(dir, `${name}.output.json`)) };
+    });
+}
