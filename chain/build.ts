@@ -30,6 +30,18 @@ export function computeRecordHash(block: UnhashedBlock | Block, backend: CryptoB
   return hexEncode(hashBytes(backend, 'sha256', utf8(canonicalize(rest))));
 }
 
+/**
+ * JCS of a *parsed* block without record_hash, reusing the payload's JCS
+ * (verification computes it anyway for the signature). Valid only for
+ * blocks from `parseBlock`, whose member set is exact; members in JCS order:
+ * comment, index, payload, posted, prev_hash, signature, signer.
+ */
+export function recordJcs(block: Block, payloadJcs: string): string {
+  const s = JSON.stringify;
+  return `{"comment":${s(block.comment)},"index":${block.index},"payload":${payloadJcs},"posted":${s(block.posted)},` +
+    `"prev_hash":${s(block.prev_hash)},"signature":${s(block.signature)},"signer":${s(block.signer)}}`;
+}
+
 /** The bytes an authority signs for a checkpoint: JCS of it without `signature`. */
 export function checkpointMessage(checkpoint: Omit<Checkpoint, 'signature'> | Checkpoint): Uint8Array {
   const { signature: _drop, ...rest } = checkpoint as Checkpoint;

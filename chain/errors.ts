@@ -67,7 +67,7 @@ interface CatalogueEntry {
 }
 
 const integrity = (summary: string, http = 500): CatalogueEntry => ({ kind: 'integrity', http, exit: 1, summary });
-const request = (http: number, summary: string): CatalogueEntry => ({ kind: 'request', http, exit: 2, summary });
+const request = (http: number, summary: string, exit: 1 | 2 = 2): CatalogueEntry => ({ kind: 'request', http, exit, summary });
 const environment = (http: number, summary: string): CatalogueEntry => ({ kind: 'environment', http, exit: 2, summary });
 
 export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
@@ -90,10 +90,10 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   not_found: request(404, 'no provenance block is on file'),
   method_not_allowed: request(405, 'method not allowed on this path'),
   not_acceptable: request(406, 'the Accept header rules out JSON'),
-  semver_conflict: request(409, 'this URL and semver are signed with different bytes'),
+  semver_conflict: request(409, 'this URL and semver are signed with different bytes', 1),
   too_large: request(413, 'request body or artifact too large'),
   unsupported_media_type: request(415, 'request body is not JSON'),
-  revoked: request(410, 'the selected version is revoked'),
+  revoked: request(410, 'the selected version is revoked', 1),
   usage: request(400, 'bad command line'),
 
   origin_error: environment(502, 'the origin failed or sent a bad response'),

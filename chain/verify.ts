@@ -24,7 +24,10 @@ import { VouchError, type IntegrityCode } from './errors.ts';
 import type { CryptoBackend } from './crypto-backend.ts';
 import { base64Decode, base64Encode, bytesEqual } from './encoding.ts';
 import { type Block, type Checkpoint, ZERO_HASH, parseBlock, parseCheckpoint } from './block.ts';
-import { checkpointMessage, computeRecordHash, payloadMessage } from './build.ts';
+import { checkpointMessage, recordJcs } from './build.ts';
+import { canonicalize } from './jcs.ts';
+import { hashBytes } from './crypto-backend.ts';
+import { hexEncode, utf8 } from './encoding.ts';
 import { parseArtifactHash } from './hash-algorithms.ts';
 import { isFullOrderPublicKey } from './weak-key.ts';
 
@@ -93,6 +96,7 @@ export function examineBlock(
       break;
     }
   }
+  const payloadJcs = canonicalize(block.payload);
   return {
     block,
     facts: {
@@ -101,10 +105,10 @@ export function examineBlock(
       index: block.index,
       prevHash: block.prev_hash,
       recordHash: block.record_hash,
-      computedRecordHash: computeRecordHash(block, backend),
+      computedRecordHash: hexEncode(hashBytes(backend, 'sha256', utf8(recordJcs(block, payloadJcs)))),
       posted: block.posted,
       signer: block.signer,
-      signatureOk: key === null ? null : signatureValid(backend, key, payloadMessage(block.payload), block.signature),
+      signatureOk: key === null ? null : signatureValid(backend, key, utf8(payloadJcs), block.signature),
       artifactHashError,
       authority: declared,
     },
