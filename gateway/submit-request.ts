@@ -1,0 +1,198 @@
+/**
+ * Strict, bounded parsing of the `POST /v1/submit` body (DESIGN 3.5).
+ *
+ * Owns: the two accepted body forms and every rule on their members:
+ *   single: {url, name, semver, license, comment?, effective_date?, tags?, algorithm?}
+ *   multi:  {uns, semver, comment?, effective_date?, tags?, algorithm?,
+ *            endorsements: [{url, name, semver, license, comment?}, ...]}
+ * A body with `uns` or `endorsements` is the multi form, else the single one.
+ *
+ * Trusts: nothing in the body. The HTTP layer has already enforced the
+ * content type, the body size and JSON syntax, and checked the token.
+ *
+ * Must always hold: whatever this accepts builds a block that passes the
+ * strict block parser (`chain/block.ts`) unchanged — same value forms, same
+ * bounds, no lone surrogates, no tag name the parser would drop — and the
+ * block file stays under `LIMITS.blockFileBytes`. Every refusal is
+ * `VouchError('bad_request')` with one line naming the offending field.
+ */
+import { VouchError } from '../chain/errors.ts';
+import { LIMITS, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName } from '../chain/block.ts';
+import type { HashAlgorithm } from '../chain/crypto-backend.ts';
+import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm } from '../chain/hash-algorithms.ts';
+
+/** Most artifacts one submit may endorse (one block). */
+export const MAX_SUBMIT_ENDORSEMENTS = 1000;
+
+export interface SubmitEntry {
+  url: string;
+  name: string;
+  semver: string;
+  license: string;
+  /** Entry comment ('' when absent). */
+  comment: string;
+}
+
+export interface SubmitRequest {
+  form: 'single' | 'multi';
+  /** The published unit (`owner/name`): `uns`, or `name` in the single form. */
+  uns: string;
+  semver: string;
+  /** Block comment; undefined = the builder's default (`<uns> <semver>`). */
+  comment: string | undefined;
+  /** `YYYY-MM-DD`; undefined = today (UTC) at signing time. */
+  effectiveDate: string | undefined;
+  tags: Record<string, boolean>;
+  algorithm: HashAlgorithm;
+  /** At least one; URLs distinct, in request order. */
+  entries: SubmitEntry[];
+}
+
+const SINGLE_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'effective_date', 'tags', 'algorithm'] as const;
+const MULTI_KEYS = ['uns', 'semver', 'comment', 'effective_date', 'tags', 'algorithm', 'endorsements'] as const;
+const ENTRY_KEYS = ['url', 'name', 'semver', 'license', 'comment'] as const;
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+// eslint-disable-next-line no-control-regex
+const CONTROL_RE = /[\u0000-\u001f\u007f]/;
+/** Names a plain-object assignment would not store (the block parser builds tags that way). */
+const RESERVED_TAG_NAMES = new Set(['__proto__']);
+/** Generous per-entry and per-block overhead of the pretty-printed block file. */
+const ENTRY_OVERHEAD = 1024;
+const BLOCK_OVERHEAD = 4096;
+
+function bad(message: string): never {
+  throw new VouchError('bad_request', message);
+}
+
+type Obj = Record<string, unknown>;
+
+function isObject(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function has(o: Obj, k: string): boolean {
+  return Object.prototype.hasOwnProperty.call(o, k);
+}
+
+function checkMembers(o: Obj, where: string, allowed: readonly string[], hint: string): void {
+  for (const k of Object.keys(o)) {
+    if (!allowed.includes(k)) bad(`${where}unknown member ${JSON.stringify(k.slice(0, 64))}${hint}`);
+  }
+}
+
+function str(o: Obj, key: string, field: string, max: number): string {
+  if (!has(o, key)) bad(`missing ${field}`);
+  const v = o[key];
+  if (typeof v !== 'string') bad(`${field} must be a string`);
+  if (v.length > max) bad(`${field} is longer than ${max} characters`);
+  if (LONE_SURROGATE.test(v)) bad(`${field} holds a lone surrogate`);
+  return v;
+}
+
+function optStr(o: Obj, key: string, field: string, max: number): string | undefined {
+  return has(o, key) ? str(o, key, field, max) : undefined;
+}
+
+function formed(o: Obj, key: string, field: string, test: (s: string) => boolean, form: string, max: number = LIMITS.shortText): string {
+  const s = str(o, key, field, max);
+  if (!test(s)) bad(`${field} must be ${form}, got ${JSON.stringify(s.slice(0, 100))}`);
+  return s;
+}
+
+const url = (o: Obj, field: string) => formed(o, 'url', field, isArtifactUrl, 'an absolute http(s) URL', LIMITS.url);
+const unit = (o: Obj, key: string, field: string) => formed(o, key, field, isUnitName, '<owner>/<name>');
+const semver = (o: Obj, field: string) => formed(o, 'semver', field, isSemver, 'a SemVer 2.0.0 version');
+const license = (o: Obj, field: string) => formed(o, 'license', field, isLicenseId, 'an SPDX-style license id');
+
+function tags(o: Obj): Record<string, boolean> {
+  if (!has(o, 'tags')) return {};
+  const t = o.tags;
+  if (!isObject(t)) bad('tags must be an object of tag name -> boolean');
+  const names = Object.keys(t);
+  if (names.length > LIMITS.tags) bad(`tags has more than ${LIMITS.tags} entries`);
+  const out: [string, boolean][] = [];
+  for (const k of names) {
+    const shown = JSON.stringify(k.slice(0, 64));
+    if (k.length === 0 || k.length > LIMITS.shortText || CONTROL_RE.test(k) || LONE_SURROGATE.test(k)) {
+      bad(`tags name ${shown} must be a non-empty single-line string of at most ${LIMITS.shortText} characters`);
+    }
+    if (RESERVED_TAG_NAMES.has(k)) bad(`tags name ${shown} is reserved`);
+    if (typeof t[k] !== 'boolean') bad(`tags.${k.slice(0, 64)} must be a boolean`);
+    out.push([k, t[k] as boolean]);
+  }
+  // fromEntries defines own data properties (no setter is ever invoked).
+  return Object.fromEntries(out);
+}
+
+function common(o: Obj): Pick<SubmitRequest, 'comment' | 'effectiveDate' | 'tags' | 'algorithm'> {
+  const comment = optStr(o, 'comment', 'comment', LIMITS.comment);
+  const effectiveDate = has(o, 'effective_date') ? formed(o, 'effective_date', 'effective_date', isDate, 'a date YYYY-MM-DD') : undefined;
+  const t = tags(o);
+  let algorithm: HashAlgorithm = DEFAULT_HASH_ALGORITHM;
+  if (has(o, 'algorithm')) {
+    const a = str(o, 'algorithm', 'algorithm', LIMITS.shortText);
+    if (!isHashAlgorithm(a)) bad(`algorithm must be one of ${Object.keys(HASH_ALGORITHMS).join(', ')}, got ${JSON.stringify(a.slice(0, 64))}`);
+    algorithm = a;
+  }
+  return { comment, effectiveDate, tags: t, algorithm };
+}
+
+/** Rough upper bound of the block file's length, from the request's strings. */
+function estimatedBlockChars(req: SubmitRequest): number {
+  const s = (x: string) => JSON.stringify(x).length;
+  let n = BLOCK_OVERHEAD + s(req.uns) * 2 + s(req.semver) * 2 + s(req.comment ?? `${req.uns} ${req.semver}`);
+  for (const [k] of Object.entries(req.tags)) n += s(k) + 16;
+  for (const e of req.entries) n += ENTRY_OVERHEAD + s(e.url) + s(e.name) + s(e.semver) + s(e.license) + s(e.comment);
+  return n;
+}
+
+/**
+ * Validates a submit body (already JSON-parsed).
+ * @throws VouchError `bad_request` naming the first offending field.
+ */
+export function parseSubmitRequest(body: unknown): SubmitRequest {
+  if (!isObject(body)) bad('the body must be a JSON object');
+  let req: SubmitRequest;
+  if (has(body, 'uns') || has(body, 'endorsements')) {
+    checkMembers(body, '', MULTI_KEYS, ' (the multi-artifact form takes uns, semver, endorsements, comment, effective_date, tags, algorithm)');
+    const uns = unit(body, 'uns', 'uns');
+    const sv = semver(body, 'semver');
+    const c = common(body);
+    if (!has(body, 'endorsements')) bad('missing endorsements');
+    const list = body.endorsements;
+    if (!Array.isArray(list)) bad('endorsements must be an array');
+    if (list.length === 0) bad('endorsements must hold at least one entry');
+    if (list.length > MAX_SUBMIT_ENDORSEMENTS) bad(`endorsements has more than ${MAX_SUBMIT_ENDORSEMENTS} entries`);
+    const entries: SubmitEntry[] = [];
+    const seen = new Set<string>();
+    list.forEach((item: unknown, i: number) => {
+      const where = `endorsements[${i}]`;
+      if (!isObject(item)) bad(`${where} must be an object`);
+      checkMembers(item, `${where}: `, ENTRY_KEYS, ' (an entry takes url, name, semver, license, comment)');
+      const e: SubmitEntry = {
+        url: url(item, `${where}.url`),
+        name: unit(item, 'name', `${where}.name`),
+        semver: semver(item, `${where}.semver`),
+        license: license(item, `${where}.license`),
+        comment: optStr(item, 'comment', `${where}.comment`, LIMITS.comment) ?? '',
+      };
+      if (seen.has(e.url)) bad(`${where}.url repeats ${JSON.stringify(e.url.slice(0, 200))}: a URL appears at most once per block`);
+      seen.add(e.url);
+      entries.push(e);
+    });
+    req = { form: 'multi', uns, semver: sv, ...c, entries };
+  } else {
+    checkMembers(body, '', SINGLE_KEYS, ' (the body takes url, name, semver, license, comment, effective_date, tags, algorithm; or uns, semver, endorsements)');
+    const u = url(body, 'url');
+    const name = unit(body, 'name', 'name');
+    const sv = semver(body, 'semver');
+    const lic = license(body, 'license');
+    const c = common(body);
+    req = { form: 'single', uns: name, semver: sv, ...c, entries: [{ url: u, name, semver: sv, license: lic, comment: c.comment ?? '' }] };
+  }
+  if (estimatedBlockChars(req) > LIMITS.blockFileBytes) {
+    bad(`endorsements: the block would be larger than ${LIMITS.blockFileBytes} bytes (shorten comments or split the release)`);
+  }
+  return req;
+}

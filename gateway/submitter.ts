@@ -1,0 +1,462 @@
+/**
+ * Submit (DESIGN 3.5): fetch and hash the artifacts of a request, decide
+ * posted / unchanged / semver_conflict, sign the block and append it to the
+ * chain repository, with appends serialised through one writer loop that
+ * folds every waiting submit into one commit (group commit).
+ *
+ * Owns: the append order of the authority gateway, and the counters of what
+ * submits became (`stats()`).
+ * Trusts: `index` and `head()` describe the verified chain exactly as on the
+ * branch (checked against `repo.size` before every round); `repo.append`
+ * either puts the whole commit on the branch or nothing (lib/chain-repo.ts);
+ * `digest` hashes what the origin served and refuses what the configuration
+ * forbids (private addresses, sizes, timeouts).
+ *
+ * Must always hold:
+ * - An answer (201, or 200/409 that depends on a block of the same round) is
+ *   given only after the commit holding that block is on the branch.
+ * - The index (and so `head()`) gains a block only after `append` resolved:
+ *   a failed append leaves no phantom block, and every waiter of that round
+ *   gets an error.
+ * - Within one round each block's prev is the block before it; idempotency
+ *   and conflicts are checked against the index and the blocks earlier in the
+ *   same round, so two submits of one URL+semver never both get signed.
+ * - Bytes are compared under the algorithm of the stored hash (a URL signed
+ *   with sha256 and resubmitted with sha512 is still recognised).
+ * Group commit: the writer yields one event-loop turn (or `lingerMs`) before
+ * taking everything queued, because the commit itself blocks the loop and the
+ * first ready submit would otherwise always commit alone.
+ */
+import { VouchError } from '../chain/errors.ts';
+import { type Block, formatDateTime } from '../chain/block.ts';
+import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../chain/build.ts';
+import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backend.ts';
+import { parseArtifactHash } from '../chain/hash-algorithms.ts';
+import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
+import type { ChainRepo } from '../lib/chain-repo.ts';
+import { appendSigned } from '../lib/chain-store.ts';
+import { parseSubmitRequest, type SubmitRequest } from './submit-request.ts';
+
+export interface SubmitterDeps {
+  repo: ChainRepo;
+  signer: Signer;
+  backend: CryptoBackend;
+  /** The live in-memory index of the verified chain; the submitter adds what it appends. */
+  index: ChainIndex;
+  /** The current head block (must follow the index). */
+  head: () => Block;
+  /** Called once per commit, after the index has the new blocks. Must not throw (errors are logged). */
+  onAppended?: (blocks: Block[]) => void;
+  /** Fetches and hashes an artifact; returns `<algorithm>:<hex>`. */
+  digest: (url: string, algorithm: HashAlgorithm, signal?: AbortSignal) => Promise<{ artifactHash: string }>;
+  /** Milliseconds since the epoch. */
+  now: () => number;
+}
+
+export interface SubmitterOptions {
+  /** Origin fetches in flight at once, over all submits (default 8). */
+  fetchConcurrency?: number;
+  /** Most submits folded into one commit (default 256). */
+  maxBatchSubmits?: number;
+  /** Most endorsement entries in one commit (default 10,000; a single larger submit still goes alone). */
+  maxBatchEntries?: number;
+  /**
+   * How long the writer waits before taking a batch, so that submits whose
+   * fetch completes meanwhile join the commit. 0 (default) = one event-loop
+   * turn: the commit itself blocks the loop for a while, and without this
+   * the first ready submit would always commit alone.
+   */
+  lingerMs?: number;
+  /** Where problems after a commit point are reported (default console.error). */
+  log?: (message: string) => void;
+}
+
+export interface SubmitResult {
+  httpStatus: 200 | 201;
+  body: Record<string, unknown>;
+}
+
+export interface SubmitterStats {
+  /** Submits answered 201. */
+  posted: number;
+  /** Submits answered 200 unchanged. */
+  unchanged: number;
+  /** Submits answered 409 semver_conflict. */
+  conflict: number;
+  /** Submits refused as bad_request. */
+  invalid: number;
+  /** Every other failure (origin, append, internal). */
+  failed: number;
+  /** Commits written (each holds >= 1 block). */
+  commits: number;
+  /** Blocks written over all commits (blocks / commits = mean blocks per commit). */
+  blocks: number;
+  maxBlocksPerCommit: number;
+  lastBlocksPerCommit: number;
+  /** Rounds whose append failed (nothing written). */
+  commitFailures: number;
+  /** Submits waiting for the writer right now. */
+  queued: number;
+}
+
+/** URL -> algorithm -> `<algorithm>:<hex>` of the bytes this submit fetched. */
+type Digests = Map<string, Map<HashAlgorithm, string>>;
+
+type Decision =
+  | { kind: 'post' }
+  | { kind: 'unchanged'; version: IndexedVersion; fromRound: boolean }
+  | { kind: 'conflict'; error: VouchError; fromRound: boolean }
+  /** A stored hash uses an algorithm this submit has not hashed with yet. */
+  | { kind: 'rehash' };
+
+const REHASH = Symbol('rehash');
+type Outcome = SubmitResult | typeof REHASH;
+
+interface Pending {
+  req: SubmitRequest;
+  digests: Digests;
+  resolve: (o: Outcome) => void;
+  reject: (e: unknown) => void;
+}
+
+const MAX_ATTEMPTS = 4;
+
+class Limiter {
+  private active = 0;
+  private readonly waiting: (() => void)[] = [];
+  constructor(private readonly max: number) {}
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.active >= this.max) await new Promise<void>((r) => this.waiting.push(r));
+    this.active++;
+    try {
+      return await fn();
+    } finally {
+      this.active--;
+      this.waiting.shift()?.();
+    }
+  }
+}
+
+function internal(message: string, cause?: unknown): VouchError {
+  return new VouchError('internal_error', message, cause === undefined ? {} : { cause });
+}
+
+export class Submitter {
+  private readonly deps: SubmitterDeps;
+  private readonly limiter: Limiter;
+  private readonly maxBatchSubmits: number;
+  private readonly maxBatchEntries: number;
+  private readonly lingerMs: number;
+  private readonly log: (message: string) => void;
+  private queue: Pending[] = [];
+  private writing = false;
+  /** Set when the index could not take a committed block: no further appends. */
+  private broken: VouchError | null = null;
+  private readonly counters: Omit<SubmitterStats, 'queued'> = {
+    posted: 0, unchanged: 0, conflict: 0, invalid: 0, failed: 0,
+    commits: 0, blocks: 0, maxBlocksPerCommit: 0, lastBlocksPerCommit: 0, commitFailures: 0,
+  };
+
+  constructor(deps: SubmitterDeps, options: SubmitterOptions = {}) {
+    this.deps = deps;
+    this.limiter = new Limiter(Math.max(1, options.fetchConcurrency ?? 8));
+    this.maxBatchSubmits = Math.max(1, options.maxBatchSubmits ?? 256);
+    this.maxBatchEntries = Math.max(1, options.maxBatchEntries ?? 10_000);
+    this.lingerMs = Math.max(0, options.lingerMs ?? 0);
+    this.log = options.log ?? ((m) => console.error(m));
+  }
+
+  stats(): SubmitterStats {
+    return { ...this.counters, queued: this.queue.length };
+  }
+
+  /**
+   * Handles one submit body (already JSON-parsed).
+   * @throws VouchError bad_request, semver_conflict, origin_error,
+   *   origin_timeout, too_large, io_error or internal_error.
+   */
+  async submit(body: unknown): Promise<SubmitResult> {
+    try {
+      const result = await this.process(parseSubmitRequest(body));
+      if (result.httpStatus === 201) this.counters.posted++;
+      else this.counters.unchanged++;
+      return result;
+    } catch (e) {
+      const err = e instanceof VouchError ? e : internal(`submit failed: ${(e as Error)?.message ?? String(e)}`, e);
+      if (err.code === 'semver_conflict') this.counters.conflict++;
+      else if (err.code === 'bad_request') this.counters.invalid++;
+      else this.counters.failed++;
+      throw err;
+    }
+  }
+
+  private async process(req: SubmitRequest): Promise<SubmitResult> {
+    const digests: Digests = new Map();
+    for (let attempt = 1; ; attempt++) {
+      if (this.broken) throw this.broken;
+      // Fetch and hash outside the writer, under every algorithm a comparison needs.
+      await this.hash(req, digests);
+      // Fast path against the committed chain: no need to wait for the writer.
+      const d = this.decide(req, digests, null);
+      if (d.kind === 'unchanged') return this.answer(req, 200, d.version.block);
+      if (d.kind === 'conflict') throw d.error;
+      if (d.kind === 'post') {
+        const outcome = await new Promise<Outcome>((resolve, reject) => {
+          this.queue.push({ req, digests, resolve, reject });
+          void this.pump();
+        });
+        if (outcome !== REHASH) return outcome;
+      }
+      if (attempt >= MAX_ATTEMPTS) throw internal('submit: the chain kept changing under this request; try again');
+    }
+  }
+
+  // ------------------------------------------------------------------ hashing
+
+  /** Algorithms each URL must be hashed with: the requested one and those of the stored versions it is compared with. */
+  private needs(req: SubmitRequest): Map<string, Set<HashAlgorithm>> {
+    const out = new Map<string, Set<HashAlgorithm>>();
+    for (const e of req.entries) {
+      const algs = new Set<HashAlgorithm>([req.algorithm]);
+      const versions = this.deps.index.versions(e.url);
+      const newest = versions[versions.length - 1];
+      for (const v of versions) {
+        if (v.entry.semver !== e.semver && v !== newest) continue;
+        const h = parseArtifactHash(v.entry.artifact_hash);
+        if (typeof h !== 'string') algs.add(h.algorithm);
+      }
+      out.set(e.url, algs);
+    }
+    return out;
+  }
+
+  private async hash(req: SubmitRequest, digests: Digests): Promise<void> {
+    const jobs: { url: string; algorithm: HashAlgorithm }[] = [];
+    for (const [url, algs] of this.needs(req)) {
+      for (const algorithm of algs) if (!digests.get(url)?.has(algorithm)) jobs.push({ url, algorithm });
+    }
+    if (jobs.length === 0) return;
+    const ac = new AbortController();
+    let first: unknown;
+    let firstUrl = '';
+    let failed = false;
+    await Promise.all(jobs.map((job) => this.limiter.run(async () => {
+      if (ac.signal.aborted) return;
+      try {
+        const { artifactHash } = await this.deps.digest(job.url, job.algorithm, ac.signal);
+        const parsed = parseArtifactHash(artifactHash);
+        if (typeof parsed === 'string' || parsed.algorithm !== job.algorithm) {
+          throw internal(`digest of ${job.url} returned ${JSON.stringify(artifactHash)}, not a ${job.algorithm} artifact hash`);
+        }
+        let m = digests.get(job.url);
+        if (m === undefined) digests.set(job.url, (m = new Map()));
+        m.set(job.algorithm, artifactHash);
+      } catch (e) {
+        if (!failed) { failed = true; first = e; firstUrl = job.url; }
+        ac.abort();
+      }
+    })));
+    if (failed) {
+      if (first instanceof VouchError) throw first;
+      throw new VouchError('origin_error', `${firstUrl}: cannot fetch the artifact: ${(first as Error)?.message ?? String(first)}`, { resource: firstUrl, cause: first });
+    }
+  }
+
+  // ------------------------------------------------------------------ decisions
+
+  /**
+   * posted / unchanged / conflict for a request, against the committed index
+   * and (inside a round) the blocks built earlier in that round.
+   */
+  private decide(req: SubmitRequest, digests: Digests, round: Map<string, IndexedVersion[]> | null): Decision {
+    let unchangedAll = true;
+    let firstNewest: { version: IndexedVersion; fromRound: boolean } | null = null;
+    let newestFromRound = false;
+    for (const e of req.entries) {
+      const committed = this.deps.index.versions(e.url);
+      const pending = round?.get(e.url) ?? [];
+      const mine = digests.get(e.url);
+      const compare = (stored: string): 'same' | 'different' | 'unknown' => {
+        const h = parseArtifactHash(stored);
+        if (typeof h === 'string') return 'different';
+        const got = mine?.get(h.algorithm);
+        return got === undefined ? 'unknown' : got === stored ? 'same' : 'different';
+      };
+      // Idempotency: the newest version under the URL has these bytes and this semver.
+      const newest = pending[pending.length - 1] ?? committed[committed.length - 1];
+      const fromRound = pending.length > 0;
+      let same = false;
+      if (newest !== undefined && newest.entry.semver === e.semver) {
+        const c = compare(newest.entry.artifact_hash);
+        if (c === 'unknown') return { kind: 'rehash' };
+        same = c === 'same';
+      }
+      if (!same) unchangedAll = false;
+      else {
+        if (firstNewest === null) firstNewest = { version: newest!, fromRound };
+        if (fromRound) newestFromRound = true;
+      }
+    }
+    if (unchangedAll && firstNewest !== null) return { kind: 'unchanged', version: firstNewest.version, fromRound: newestFromRound };
+    // Conflicts: the same URL + semver signed with other bytes.
+    for (const e of req.entries) {
+      const mine = digests.get(e.url);
+      const lists: [readonly IndexedVersion[], boolean][] = [[this.deps.index.versions(e.url), false], [round?.get(e.url) ?? [], true]];
+      for (const [list, fromRound] of lists) {
+        for (const v of list) {
+          if (v.entry.semver !== e.semver) continue;
+          const h = parseArtifactHash(v.entry.artifact_hash);
+          const got = typeof h === 'string' ? undefined : mine?.get(h.algorithm);
+          if (typeof h !== 'string' && got === undefined) return { kind: 'rehash' };
+          if (got === v.entry.artifact_hash) continue;
+          const error = new VouchError('semver_conflict',
+            `${e.url} ${e.semver} is already signed in block ${v.block.index} with ${v.entry.artifact_hash}, not ${got ?? mine?.get(req.algorithm) ?? '?'}`,
+            { resource: e.url, evidence: { block: v.block.index, record_hash: v.block.record_hash, signed: v.entry.artifact_hash, fetched: got ?? null } });
+          return { kind: 'conflict', error, fromRound };
+        }
+      }
+    }
+    return { kind: 'post' };
+  }
+
+  private answer(req: SubmitRequest, httpStatus: 200 | 201, block: Block): SubmitResult {
+    const body: Record<string, unknown> = {
+      success: true,
+      status: httpStatus === 201 ? 'posted' : 'unchanged',
+      url: req.entries[0]!.url,
+      index: block.index,
+      record_hash: block.record_hash,
+    };
+    if (req.form === 'multi') body.urls = req.entries.map((e) => e.url);
+    return { httpStatus, body };
+  }
+
+  // ------------------------------------------------------------------ the writer
+
+  private async pump(): Promise<void> {
+    if (this.writing) return;
+    this.writing = true;
+    try {
+      while (this.queue.length > 0) {
+        await new Promise<void>((r) => (this.lingerMs > 0 ? setTimeout(r, this.lingerMs) : setImmediate(r)));
+        let entries = 0;
+        let n = 0;
+        while (n < this.queue.length && n < this.maxBatchSubmits) {
+          const size = this.queue[n]!.req.entries.length;
+          if (n > 0 && entries + size > this.maxBatchEntries) break;
+          entries += size;
+          n++;
+        }
+        const batch = this.queue.splice(0, n);
+        try {
+          await this.round(batch);
+        } catch (e) {
+          // round() settles its waiters itself; this is a last resort.
+          const err = e instanceof VouchError ? e : internal(`submit round failed: ${(e as Error)?.message ?? String(e)}`, e);
+          for (const p of batch) p.reject(err);
+        }
+      }
+    } finally {
+      this.writing = false;
+    }
+  }
+
+  /** One group commit: decide, build, append once, then index and answer. */
+  private async round(batch: Pending[]): Promise<void> {
+    const { repo, index, signer, backend } = this.deps;
+    if (this.broken) { for (const p of batch) p.reject(this.broken); return; }
+    const head = this.deps.head();
+    if (index.size !== head.index + 1 || index.head?.record_hash !== head.record_hash || repo.size !== head.index + 1) {
+      const err = internal(`the served chain (head ${head.index}, index ${index.size} blocks) and the repository (${repo.size} blocks) disagree; nothing appended`);
+      for (const p of batch) p.reject(err);
+      return;
+    }
+    const now = this.deps.now();
+    const today = formatDateTime(now).slice(0, 10);
+    const roundVersions = new Map<string, IndexedVersion[]>();
+    const blocks: Block[] = [];
+    /** Settled after the commit (or with its error). */
+    const after: { p: Pending; done: (block?: Block) => void }[] = [];
+    let prev = head;
+
+    for (const p of batch) {
+      const d = this.decide(p.req, p.digests, roundVersions);
+      if (d.kind === 'rehash') {
+        // Answered after this round's commit, so the retry sees its blocks in the index.
+        after.push({ p, done: () => p.resolve(REHASH) });
+        continue;
+      }
+      if (d.kind === 'unchanged') {
+        const result = this.answer(p.req, 200, d.version.block);
+        if (d.fromRound) after.push({ p, done: () => p.resolve(result) });
+        else p.resolve(result);
+        continue;
+      }
+      if (d.kind === 'conflict') {
+        if (d.fromRound) after.push({ p, done: () => p.reject(d.error) });
+        else p.reject(d.error);
+        continue;
+      }
+      let block: Block;
+      try {
+        const entries: EndorsementInput[] = p.req.entries.map((e) => ({
+          url: e.url, artifactHash: p.digests.get(e.url)!.get(p.req.algorithm)!, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
+        }));
+        block = buildEndorseBlock({
+          prev, signer, backend, now, entries, uns: p.req.uns, semver: p.req.semver,
+          effectiveDate: p.req.effectiveDate ?? today, tags: p.req.tags,
+          ...(p.req.comment !== undefined ? { comment: p.req.comment } : {}),
+        });
+      } catch (e) {
+        p.reject(internal(`cannot build the block: ${(e as Error)?.message ?? String(e)}`, e));
+        continue;
+      }
+      blocks.push(block);
+      prev = block;
+      for (const entry of block.payload.endorsements) {
+        let list = roundVersions.get(entry.artifact_url);
+        if (list === undefined) roundVersions.set(entry.artifact_url, (list = []));
+        list.push({ block, entry });
+      }
+      after.push({ p, done: () => p.resolve(this.answer(p.req, 201, block)) });
+    }
+
+    if (blocks.length === 0) {
+      for (const a of after) a.done();
+      return;
+    }
+
+    try {
+      const checkpoint = buildCheckpoint({ head: prev, signer, now });
+      await appendSigned(repo, blocks, checkpoint, now);
+    } catch (e) {
+      this.counters.commitFailures++;
+      const err = e instanceof VouchError && e.code === 'io_error'
+        ? e
+        : internal(`the append failed, nothing was posted: ${(e as Error)?.message ?? String(e)}`, e);
+      for (const a of after) a.p.reject(err);
+      return;
+    }
+
+    // The commit is on the branch: now, and only now, the blocks exist.
+    this.counters.commits++;
+    this.counters.blocks += blocks.length;
+    this.counters.lastBlocksPerCommit = blocks.length;
+    this.counters.maxBlocksPerCommit = Math.max(this.counters.maxBlocksPerCommit, blocks.length);
+    try {
+      for (const b of blocks) index.add(b);
+    } catch (e) {
+      this.broken = internal(`blocks ${blocks[0]!.index}-${prev.index} are committed but the index refused them; restart the gateway`, e);
+      this.log(this.broken.message);
+    }
+    if (!this.broken) {
+      try {
+        this.deps.onAppended?.(blocks);
+      } catch (e) {
+        this.log(`submit: onAppended failed after blocks ${blocks[0]!.index}-${prev.index}: ${(e as Error)?.message ?? String(e)}`);
+      }
+    }
+    for (const a of after) a.done();
+  }
+}
