@@ -262,12 +262,12 @@ function parsePayload(v: unknown, position: number): Payload {
   const t = o.tags as Obj;
   const tagNames = Object.keys(t);
   if (tagNames.length > LIMITS.tags) fail(`${path}.tags`, `more than ${LIMITS.tags} tags`);
-  const tags: Record<string, boolean> = {};
   for (const k of tagNames) {
     label(k, `${path}.tags name`);
     if (typeof t[k] !== 'boolean') fail(`${path}.tags.${k}`, 'must be a boolean');
-    tags[k] = t[k] as boolean;
   }
+  // fromEntries defines own members, so a tag named "__proto__" survives (plain assignment would drop it).
+  const tags: Record<string, boolean> = Object.fromEntries(tagNames.map((k) => [k, t[k] as boolean]));
 
   if (!Array.isArray(o.endorsements)) fail(`${path}.endorsements`, 'must be an array');
   if (o.endorsements.length > LIMITS.endorsements) fail(`${path}.endorsements`, `more than ${LIMITS.endorsements} entries`);

@@ -78,4 +78,13 @@ test('the index answers blocks by hash and by unit name', () => {
   void b2; void b4;
 });
 
+test('a tag named __proto__ survives parsing, so its block still verifies', () => {
+  const b = buildEndorseBlock({
+    prev: blocks[0]!, signer, backend: nodeBackend, now: T0 + 1000, tags: JSON.parse('{"__proto__": true, "x": false}'),
+    entries: [{ url: U, artifactHash: 'sha256:' + 'a'.repeat(64), name: 'acme/lib', semver: '1.0.0', license: 'MIT' }],
+  });
+  assert.equal(Object.keys(b.payload.tags).sort(), ['__proto__', 'x']);
+  assert.ok(verifyChain([blocks[0], b], { backend: nodeBackend }).ok);
+});
+
 test.run();
