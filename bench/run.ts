@@ -1,0 +1,30 @@
+/**
+ * Benchmark runner: `npm run bench -- NAME [--quick]`. Each benchmark prints
+ * its figures and rewrites its own section of bench/RESULTS.md, with the
+ * machine it ran on. Figures are medians of several runs, measured as ratios
+ * against a baseline run side by side where the target is a ratio.
+ */
+import { readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { fileURLToPath } from 'node:url';
+
+const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>> = {
+  chain: async () => (await import('./chain-bench.ts')).runChainBench(process.argv.includes('--quick')),
+};
+
+const name = process.argv[2];
+const bench = name ? BENCHES[name] : undefined;
+if (!bench) {
+  console.error(`usage: npm run bench -- <${Object.keys(BENCHES).join('|')}> [--quick]`);
+  process.exit(2);
+}
+
+const { title, markdown } = await bench();
+const machine = `${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM, Node ${process.version}, ${process.platform}/${process.arch}`;
+const section = `<!-- bench:${name} -->\n## ${title}\n\nRun: \`npm run bench -- ${name}\` on ${new Date().toISOString().slice(0, 10)}; machine: ${machine}.\n\n${markdown.trim()}\n<!-- /bench:${name} -->`;
+const path = fileURLToPath(new URL('./RESULTS.md', import.meta.url));
+let doc = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmark results\n\nWritten by `npm run bench -- NAME`; each section is replaced by its latest run.\n';
+const re = new RegExp(`<!-- bench:${name} -->[\\s\\S]*?<!-- /bench:${name} -->`);
+doc = re.test(doc) ? doc.replace(re, section) : doc.trimEnd() + '\n\n' + section + '\n';
+if (!process.argv.includes('--quick')) writeFileSync(path, doc);
+console.log('\n' + section);

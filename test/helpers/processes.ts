@@ -1,0 +1,36 @@
+/** Runs the real `vouch` CLI and the real git CLI as child processes, bounded in time. */
+import { spawn, spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { repoRoot } from './vectors.ts';
+
+export interface Run { status: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }
+
+export function vouch(args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Run {
+  const r = spawnSync(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), ...args], {
+    cwd: repoRoot, encoding: 'utf8', timeout: timeoutMs, env: { ...process.env, ...env },
+  });
+  return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
+}
+
+export function git(args: string[], timeoutMs = 60_000): Run {
+  const r = spawnSync('git', args, { encoding: 'utf8', timeout: timeoutMs, env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1' } });
+  return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Like `vouch` but without blocking this process's event loop (needed when this process serves an origin). */
+export function vouchAsync(args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), ...args], {
+      cwd: repoRoot, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => { stdout += d; });
+    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', (status, signal) => {
+      clearTimeout(timer);
+      resolve({ status, signal, stdout, stderr });
+    });
+  });
+}

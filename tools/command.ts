@@ -1,0 +1,123 @@
+/**
+ * The frame every `vouch` command runs in: option parsing (node:util
+ * parseArgs, strict), `--help`, and the one-line error contract of DESIGN 7:
+ * exit 0 success, 1 a verification or check failed, 2 usage or environment
+ * error, with one clear line on stderr — never a stack trace.
+ */
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { VouchError, isVouchError } from '../chain/errors.ts';
+
+export type OptionSpec = {
+  type: 'string' | 'boolean';
+  multiple?: boolean;
+  short?: string;
+  /** Shown in --help, e.g. `--url URL  artifact URL`. */
+  help: string;
+  value?: string;
+  required?: boolean;
+};
+
+export interface Command {
+  name: string;
+  summary: string;
+  /** Usage line after `vouch <name>`. */
+  usage: string;
+  options: Record<string, OptionSpec>;
+  positionals?: { name: string; required: boolean }[];
+  details?: string;
+  run(values: Record<string, any>, positionals: string[]): Promise<number>;
+}
+
+export class UsageError extends VouchError {
+  constructor(message: string) {
+    super('usage', message);
+  }
+}
+
+export function helpText(cmd: Command): string {
+  const lines = [`usage: vouch ${cmd.name} ${cmd.usage}`, '', cmd.summary, '', 'options:'];
+  const rows = Object.entries(cmd.options).map(([name, o]) => [
+    `  --${name}${o.type === 'string' ? ' ' + (o.value ?? name.toUpperCase().replace(/-/g, '_')) : ''}`,
+    o.help + (o.required ? ' (required)' : ''),
+  ]);
+  rows.push(['  -h, --help', 'show this help']);
+  const w = Math.max(...rows.map((r) => r[0]!.length)) + 2;
+  for (const [a, b] of rows) lines.push(a!.padEnd(w) + b);
+  if (cmd.details) lines.push('', cmd.details);
+  return lines.join('\n') + '\n';
+}
+
+/** Runs a command with its argv; returns the exit status. */
+export async function runCommand(cmd: Command, argv: string[]): Promise<number> {
+  try {
+    const config: ParseArgsConfig = {
+      args: argv,
+      strict: true,
+      allowPositionals: (cmd.positionals?.length ?? 0) > 0,
+      options: {
+        help: { type: 'boolean', short: 'h' },
+        ...Object.fromEntries(Object.entries(cmd.options).map(([k, o]) => [k, {
+          type: o.type, ...(o.multiple ? { multiple: true } : {}), ...(o.short ? { short: o.short } : {}),
+        }])),
+      },
+    };
+    let parsed;
+    try {
+      parsed = parseArgs(config);
+    } catch (e) {
+      throw new UsageError(`${(e as Error).message.split('\n')[0]} (see vouch ${cmd.name} --help)`);
+    }
+    const values = parsed.values as Record<string, any>;
+    if (values.help) {
+      process.stdout.write(helpText(cmd));
+      return 0;
+    }
+    for (const [k, o] of Object.entries(cmd.options)) {
+      if (o.required && (values[k] === undefined || (Array.isArray(values[k]) && values[k].length === 0))) {
+        throw new UsageError(`missing --${k} (see vouch ${cmd.name} --help)`);
+      }
+    }
+    const specs = cmd.positionals ?? [];
+    const pos = parsed.positionals;
+    if (pos.length > specs.length) throw new UsageError(`unexpected argument ${JSON.stringify(pos[specs.length])} (see vouch ${cmd.name} --help)`);
+    const missing = specs.slice(pos.length).find((s) => s.required);
+    if (missing) throw new UsageError(`missing ${missing.name} (see vouch ${cmd.name} --help)`);
+    return await cmd.run(values, pos);
+  } catch (e) {
+    return reportError(cmd.name, e);
+  }
+}
+
+export function reportError(commandName: string, e: unknown): number {
+  if (isVouchError(e)) {
+    process.stderr.write(`vouch ${commandName}: ${e.message.split('\n')[0]}\n`);
+    return e.exitCode;
+  }
+  const err = e as NodeJS.ErrnoException;
+  process.stderr.write(`vouch ${commandName}: internal error: ${(err?.message ?? String(e)).split('\n')[0]}\n`);
+  if (process.env.VOUCH_DEBUG) console.error(e);
+  return 2;
+}
+
+/** A progress line on a terminal (stderr), nothing on a pipe. */
+export function progressReporter(label: string): { update(done: number, total: number): void; done(): void } {
+  const tty = process.stderr.isTTY === true;
+  let last = 0;
+  const started = Date.now();
+  return {
+    update(done, total) {
+      if (!tty) return;
+      const now = Date.now();
+      if (now - last < 100 && done < total) return;
+      last = now;
+      const width = 30;
+      const frac = total === 0 ? 1 : done / total;
+      const filled = Math.round(frac * width);
+      const rate = done / Math.max(0.001, (now - started) / 1000);
+      process.stderr.write(`\r${label} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total} ${Math.round(rate)}/s `);
+    },
+    done() {
+      if (tty) process.stderr.write('\r\x1b[K');
+    },
+  };
+}
