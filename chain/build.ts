@@ -83,8 +83,9 @@ function seal(unsigned: Omit<UnhashedBlock, 'signature'>, signer: Signer, backen
   const signature = base64Encode(signer.sign(payloadMessage(unsigned.payload)));
   const body: UnhashedBlock = { ...unsigned, signature };
   const block: Block = { ...body, record_hash: computeRecordHash(body, backend) };
-  // Whatever we sign must pass our own strict parser.
-  return parseBlock(block, block.index);
+  // Whatever we sign must pass our own strict parser (which throws otherwise).
+  parseBlock(block, block.index);
+  return block;
 }
 
 /** Block 0: names the signer id and public key of the authority. */
