@@ -386,6 +386,16 @@ export class ChainRepo {
     return this._head;
   }
 
+  /**
+   * True when the working tree and `.git/index` reflect the branch head
+   * (always after `open()` with repair and after a clean append). False after
+   * `open({ repair: false })` of a repository an append was interrupted in:
+   * the newest block files may then be missing from the working tree.
+   */
+  get inSync(): boolean {
+    return this.consistent;
+  }
+
   /** Diagnostics of the split index (tests, benches): shared indexes written by this instance, split-part size, shared index name. */
   indexStats(): { sharedWrites: number; splitSize: number; shared: string | null } {
     return { sharedWrites: this.index.sharedWrites, splitSize: this.index.splitSize, shared: this.index.baseName };
@@ -877,7 +887,8 @@ export class ChainRepo {
     try {
       return fs.readFileSync(join(this.dir, p), 'utf8');
     } catch (e) {
-      throw ioError(`cannot read ${p}`, e);
+      const lag = this.consistent ? '' : ' (the working tree lags behind branch main: open with repair)';
+      throw ioError(`cannot read ${p}${lag}`, e);
     }
   }
 

@@ -460,11 +460,15 @@ test('open without repair writes nothing and refuses to append while behind the 
   const snap = snapshot(dir);
   const ro = await ChainRepo.open(dir, { repair: false });
   assert.is(ro.size, 5);
+  assert.not.ok(ro.inSync);
+  const lag = await expectVouchError(() => ro.readBlockFile(4), 'io_error');
+  assert.match(lag.message, /lags behind branch main/);
   assert.is(snapshot(dir), snap, 'nothing written');
   await expectVouchError(() => ro.append([block(5)], checkpoint(6), info(5)), 'io_error');
   assert.is(await ro.readBlockFromGit(4), block(4).content);
   assert.ok(repo);
   const rw = await ChainRepo.open(dir);
+  assert.ok(rw.inSync);
   assertGitClean(dir, 6, 'after repair');
   assert.is(rw.readBlockFile(4), block(4).content);
 });
