@@ -1,0 +1,367 @@
+/**
+ * Fetching artifact bytes from origins (DESIGN 3.4): one shared undici 7
+ * Agent with keep-alive, GET only, redirects followed here hop by hop.
+ *
+ * Owns: the origin limits (connect timeout, headers timeout, one total
+ * deadline that covers redirects and the whole body, a size cap, a redirect
+ * cap), cancellation by the caller's signal, and turning every network
+ * failure into one `VouchError` with a one-line message.
+ *
+ * Trusts: undici for HTTP framing; `AddressGuard` for what may be connected
+ * to when `guardPrivate` is set (the fetcher then connects to the checked IP
+ * with the Host header and TLS server name of the URL, so the address checked
+ * is the address used).
+ *
+ * Must hold: a response is handed over only for a 2xx final status; its body
+ * stream yields at most `maxBytes` bytes and ends only when the body is
+ * complete (exactly Content-Length bytes when one is declared), else it errors
+ * with a VouchError (`too_large`, `origin_error`, `origin_timeout`); no error
+ * carries undici's stack or cause. When the caller's signal aborts, the origin
+ * socket is destroyed and the promise (or the body) fails with the signal's
+ * reason. Nothing here writes an HTTP response or decides a status.
+ */
+import { Readable } from 'node:stream';
+import { Agent, type Dispatcher } from 'undici';
+import { VouchError } from '../chain/errors.ts';
+import { AddressGuard, type AddressGuardOptions } from './address-guard.ts';
+
+export interface OriginLimits {
+  /** Total deadline of one fetch: connect, redirects, headers and the whole body. */
+  timeoutMs: number;
+  connectTimeoutMs: number;
+  /** Wait for the response headers of one hop; default = timeoutMs. */
+  headersTimeoutMs: number;
+  /** Largest accepted body, declared or streamed. */
+  maxBytes: number;
+  /** Redirects followed at most (0: none). */
+  maxRedirects: number;
+}
+
+export const DEFAULT_ORIGIN_LIMITS: Readonly<OriginLimits> = {
+  timeoutMs: 30_000,
+  connectTimeoutMs: 10_000,
+  headersTimeoutMs: 30_000,
+  maxBytes: 2 * 1024 ** 3,
+  maxRedirects: 5,
+};
+
+export interface OriginFetcherOptions extends Partial<OriginLimits> {
+  /** The guard used when a fetch asks for `guardPrivate` (or its options). */
+  guard?: AddressGuard | AddressGuardOptions;
+  /** Sent as User-Agent. */
+  userAgent?: string;
+  /** Idle keep-alive sockets are closed after this long (default 4 s). */
+  keepAliveTimeoutMs?: number;
+}
+
+export interface OriginFetchOptions {
+  /** Aborting cancels the origin request (socket destroyed), before or during the body. */
+  signal?: AbortSignal;
+  /** Refuse loopback, private and other non-public addresses at every hop (submit). */
+  guardPrivate?: boolean;
+}
+
+export interface OriginResponse {
+  status: number;
+  /** The URL that answered, after redirects. */
+  finalUrl: string;
+  /** The origin's Content-Type, or `application/octet-stream` when it sent none. */
+  contentType: string;
+  /** Declared Content-Length, or null when none was declared. */
+  contentLength: number | null;
+  /** Response headers, lower-case names, repeated headers joined with ", ". */
+  headers: Record<string, string>;
+  /**
+   * The body. Ends only when complete; errors with a VouchError when it is
+   * cut short, too large or too slow, or with the caller's abort reason.
+   * Destroying it cancels the origin request.
+   */
+  body: Readable;
+}
+
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+const DUMP_LIMIT = 64 * 1024;
+
+/** Lifecycle of one fetch: the deadline timer and the caller's abort signal. */
+class FetchState {
+  readonly controller = new AbortController();
+  timedOut = false;
+  private timer: NodeJS.Timeout;
+  private readonly onAbort: () => void;
+
+  constructor(readonly resource: string, readonly limits: OriginLimits, readonly signal: AbortSignal | undefined) {
+    this.timer = setTimeout(() => {
+      this.timedOut = true;
+      this.controller.abort(new Error('origin deadline'));
+    }, limits.timeoutMs);
+    this.timer.unref();
+    this.onAbort = () => this.controller.abort(signal?.reason);
+    signal?.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  /** The caller aborted (its reason wins over every other failure). */
+  get callerAborted(): boolean {
+    return this.signal?.aborted === true;
+  }
+
+  done(): void {
+    clearTimeout(this.timer);
+    this.signal?.removeEventListener('abort', this.onAbort);
+  }
+
+  /** The error to surface for `e`, given what happened to this fetch. */
+  failure(e: unknown, current: string): unknown {
+    if (this.callerAborted) return this.signal!.reason;
+    if (this.timedOut) {
+      return new VouchError('origin_timeout', `origin ${this.resource}: no complete answer within ${this.limits.timeoutMs} ms`, { resource: this.resource });
+    }
+    if (e instanceof VouchError) return e;
+    return networkError(e, current, this.resource, this.limits);
+  }
+}
+
+/** One line for an undici or socket error; never its stack or cause. */
+function networkError(e: unknown, url: string, resource: string, limits: OriginLimits): VouchError {
+  const err = (e ?? {}) as { code?: unknown; message?: unknown; name?: unknown };
+  const code = typeof err.code === 'string' ? err.code : '';
+  const at = `origin ${url}`;
+  const opts = { resource };
+  switch (code) {
+    case 'UND_ERR_CONNECT_TIMEOUT':
+      return new VouchError('origin_timeout', `${at}: could not connect within ${limits.connectTimeoutMs} ms`, opts);
+    case 'UND_ERR_HEADERS_TIMEOUT':
+      return new VouchError('origin_timeout', `${at}: no response headers within ${limits.headersTimeoutMs} ms`, opts);
+    case 'UND_ERR_BODY_TIMEOUT':
+      return new VouchError('origin_timeout', `${at}: the body stalled for ${limits.timeoutMs} ms`, opts);
+    case 'ECONNREFUSED':
+      return new VouchError('origin_error', `${at}: connection refused`, opts);
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+    case 'EAI_NONAME':
+      return new VouchError('origin_error', `${at}: host not found (${code})`, opts);
+    case 'ECONNRESET':
+    case 'EPIPE':
+    case 'UND_ERR_SOCKET':
+    case 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH':
+      return new VouchError('origin_error', `${at}: the connection closed before the response was complete`, opts);
+    case 'ETIMEDOUT':
+      return new VouchError('origin_timeout', `${at}: the connection timed out`, opts);
+    case 'UND_ERR_HEADERS_OVERFLOW':
+      return new VouchError('origin_error', `${at}: response headers too large`, opts);
+    default: {
+      if (/^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO|SELF_SIGNED|HOSTNAME_MISMATCH)/.test(code)) {
+        return new VouchError('origin_error', `${at}: TLS failure (${code})`, opts);
+      }
+      const message = typeof err.message === 'string' ? err.message.split('\n')[0]!.slice(0, 200) : 'request failed';
+      return new VouchError('origin_error', `${at}: ${message}${code ? ` (${code})` : ''}`, opts);
+    }
+  }
+}
+
+function parseHttpUrl(text: string, resource: string, what: string): URL {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new VouchError('bad_request', `${what} is not an absolute URL: ${JSON.stringify(text.slice(0, 200))}`, { resource });
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new VouchError('bad_request', `${what} is not http or https: ${url.protocol}`, { resource });
+  }
+  if (url.username !== '' || url.password !== '') {
+    throw new VouchError('bad_request', `${what} must not carry credentials`, { resource });
+  }
+  return url;
+}
+
+function flattenHeaders(raw: Record<string, string | string[] | undefined>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(raw)) {
+    if (v === undefined) continue;
+    out[k.toLowerCase()] = Array.isArray(v) ? v.join(', ') : v;
+  }
+  return out;
+}
+
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.dump({ limit: DUMP_LIMIT }).catch(() => { /* the socket is gone either way */ });
+}
+
+export class OriginFetcher {
+  readonly limits: Readonly<OriginLimits>;
+  private readonly agent: Agent;
+  private readonly guard: AddressGuard;
+  private readonly userAgent: string;
+
+  constructor(options: OriginFetcherOptions = {}) {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_ORIGIN_LIMITS.timeoutMs;
+    this.limits = Object.freeze({
+      timeoutMs,
+      connectTimeoutMs: options.connectTimeoutMs ?? Math.min(DEFAULT_ORIGIN_LIMITS.connectTimeoutMs, timeoutMs),
+      headersTimeoutMs: options.headersTimeoutMs ?? timeoutMs,
+      maxBytes: options.maxBytes ?? DEFAULT_ORIGIN_LIMITS.maxBytes,
+      maxRedirects: options.maxRedirects ?? DEFAULT_ORIGIN_LIMITS.maxRedirects,
+    });
+    for (const [k, v] of Object.entries(this.limits)) {
+      if (!Number.isInteger(v) || v < 0) throw new TypeError(`origin fetcher: ${k} must be a non-negative integer`);
+    }
+    this.guard = options.guard instanceof AddressGuard ? options.guard : new AddressGuard(options.guard);
+    this.userAgent = options.userAgent ?? 'vouch';
+    this.agent = new Agent({
+      connect: { timeout: this.limits.connectTimeoutMs },
+      headersTimeout: this.limits.headersTimeoutMs,
+      bodyTimeout: timeoutMs,
+      keepAliveTimeout: options.keepAliveTimeoutMs ?? 4_000,
+    });
+  }
+
+  /**
+   * GETs `url`, following redirects (each hop re-checked when guarded).
+   * Resolves once a 2xx final response's headers arrived; the body is
+   * streamed. Rejects with VouchError: `bad_request` (not an absolute http(s)
+   * URL, or a guarded address), `origin_error` (unreachable, non-2xx, too
+   * many redirects, cut short), `origin_timeout`, `too_large` (declared
+   * Content-Length over the cap); or with `signal.reason` when aborted.
+   */
+  async fetch(url: string | URL, options: OriginFetchOptions = {}): Promise<OriginResponse> {
+    const resource = typeof url === 'string' ? url : url.href;
+    let current = parseHttpUrl(resource, resource, 'artifact URL');
+    if (options.signal?.aborted) throw options.signal.reason;
+    const state = new FetchState(resource, this.limits, options.signal);
+    try {
+      for (let hop = 0; ; hop++) {
+        const res = await this.request(current, resource, options.guardPrivate === true, state);
+        const location = res.headers['location'];
+        if (REDIRECTS.has(res.statusCode) && typeof location === 'string' && location !== '') {
+          discard(res.body);
+          if (hop >= this.limits.maxRedirects) {
+            throw new VouchError('origin_error', `origin ${resource}: more than ${this.limits.maxRedirects} redirects`, { resource });
+          }
+          let next: URL;
+          try {
+            next = new URL(location, current);
+          } catch {
+            throw new VouchError('origin_error', `origin ${current.href}: bad redirect location`, { resource });
+          }
+          if (next.protocol !== 'http:' && next.protocol !== 'https:') {
+            throw new VouchError('origin_error', `origin ${current.href}: redirect to a non-http(s) URL`, { resource });
+          }
+          next.username = '';
+          next.password = '';
+          current = next;
+          continue;
+        }
+        if (res.statusCode < 200 || res.statusCode > 299) {
+          discard(res.body);
+          throw new VouchError('origin_error', `origin ${current.href}: HTTP ${res.statusCode}`, { resource, evidence: { status: res.statusCode } });
+        }
+        const headers = flattenHeaders(res.headers);
+        const declared = headers['content-length'];
+        const contentLength = declared !== undefined && /^\d{1,16}$/.test(declared) ? Number(declared) : null;
+        if (contentLength !== null && contentLength > this.limits.maxBytes) {
+          res.body.destroy();
+          throw new VouchError('too_large', `origin ${current.href}: declares ${contentLength} bytes, over the ${this.limits.maxBytes}-byte limit`, { resource });
+        }
+        return {
+          status: res.statusCode,
+          finalUrl: current.href,
+          contentType: headers['content-type'] || 'application/octet-stream',
+          contentLength,
+          headers,
+          body: limitBody(res.body, contentLength, current.href, state),
+        };
+      }
+    } catch (e) {
+      const failure = state.failure(e, current.href);
+      state.done();
+      throw failure;
+    }
+  }
+
+  private async request(url: URL, resource: string, guarded: boolean, state: FetchState): Promise<Dispatcher.ResponseData> {
+    let origin = url.origin;
+    const headers: Record<string, string> = { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: '*/*' };
+    if (guarded) {
+      const target = await this.guard.check(url, resource);
+      if (state.controller.signal.aborted) throw state.controller.signal.reason;
+      const host = target.family === 6 ? `[${target.address}]` : target.address;
+      origin = `${url.protocol}//${host}${url.port ? `:${url.port}` : ''}`;
+      // Host header (and from it the TLS server name) stay the URL's own.
+      headers['host'] = url.host;
+    }
+    return await this.agent.request({
+      origin,
+      path: `${url.pathname}${url.search}`,
+      method: 'GET',
+      headers,
+      signal: state.controller.signal,
+    });
+  }
+
+  /** Closes idle keep-alive sockets and refuses further fetches. */
+  async close(): Promise<void> {
+    await this.agent.close();
+  }
+
+  /** Destroys every socket, in flight or idle. */
+  async destroy(): Promise<void> {
+    await this.agent.destroy();
+  }
+}
+
+/**
+ * Wraps undici's body: counts bytes against the cap, checks the declared
+ * length at the end, maps every error, and ends the fetch's deadline and
+ * abort listener when the body is done either way.
+ */
+function limitBody(src: Readable, declared: number | null, url: string, state: FetchState): Readable {
+  const { maxBytes } = state.limits;
+  let received = 0;
+  let settled = false;
+  const out = new Readable({
+    highWaterMark: 64 * 1024,
+    read() {
+      src.resume();
+    },
+    destroy(err, callback) {
+      settled = true;
+      state.done();
+      if (!src.destroyed) src.destroy();
+      callback(err);
+    },
+  });
+  // A body nobody reads may still fail (its deadline): that must not be an
+  // unhandled 'error' event. Readers still see the error (iteration, pipeline).
+  out.on('error', () => {});
+  const fail = (e: unknown) => {
+    if (settled) return;
+    out.destroy(state.failure(e, url) as Error);
+  };
+  src.on('data', (chunk: Buffer) => {
+    if (settled) return;
+    received += chunk.length;
+    if (received > maxBytes) {
+      fail(new VouchError('too_large', `origin ${url}: sent more than the ${maxBytes}-byte limit`, { resource: state.resource }));
+      return;
+    }
+    if (declared !== null && received > declared) {
+      fail(new VouchError('origin_error', `origin ${url}: sent more than its declared ${declared} bytes`, { resource: state.resource }));
+      return;
+    }
+    if (!out.push(chunk)) src.pause();
+  });
+  src.on('end', () => {
+    if (settled) return;
+    if (declared !== null && received !== declared) {
+      fail(new VouchError('origin_error', `origin ${url}: body cut short (${received} of ${declared} bytes)`, { resource: state.resource }));
+      return;
+    }
+    settled = true;
+    state.done();
+    out.push(null);
+  });
+  src.on('error', fail);
+  // The deadline or the caller's abort while the body streams.
+  state.controller.signal.addEventListener('abort', () => fail(state.controller.signal.reason), { once: true });
+  return out;
+}

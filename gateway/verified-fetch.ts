@@ -1,0 +1,334 @@
+/**
+ * Verified bytes for a signed `artifact_hash` (DESIGN 3.2 and 3.4): the
+ * mirror first; on a miss, the origin, hashed while it streams, compared with
+ * the signed hash, and only on equality stored in the mirror and handed out.
+ *
+ * Owns: the hash check of origin bytes, single flight (concurrent `obtain`
+ * calls for one artifact_hash share one origin fetch), the reference count of
+ * waiters that decides when an origin fetch is cancelled (only when every
+ * waiter has aborted), the bound on concurrent distinct origin fetches, and
+ * the temp files of fetches in progress.
+ *
+ * Trusts: `OriginFetcher` for limits and for a body that ends only when it
+ * is complete; `Mirror` to return only verified bytes; the caller (a verified
+ * block) for which hash is the signed one.
+ *
+ * Must hold: `obtain` resolves only after the bytes hashed to `artifactHash`;
+ * nothing unverified enters the mirror; memory per fetch stays bounded by the
+ * mirror's spool threshold (larger bodies go to a spool file as they arrive);
+ * every temp file is removed on every failure path. Nothing here writes an
+ * HTTP response.
+ */
+import { open, unlink, type FileHandle } from 'node:fs/promises';
+import { VouchError } from '../chain/errors.ts';
+import type { CryptoBackend } from '../chain/crypto-backend.ts';
+import { hexEncode } from '../chain/encoding.ts';
+import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
+import { nodeBackend } from '../lib/node-crypto.ts';
+import type { Mirror, StoredArtifact } from './mirror.ts';
+import type { OriginFetcher } from './origin-fetcher.ts';
+
+export interface VerifiedFetcherOptions {
+  fetcher: Pick<OriginFetcher, 'fetch'>;
+  mirror: Mirror;
+  /** Distinct origin fetches at once; more wait for a slot (default 64). */
+  maxConcurrent?: number;
+  /** Apply the address guard to origin fetches (default false: signed URLs are the authority's). */
+  guardPrivate?: boolean;
+  backend?: CryptoBackend;
+}
+
+export interface Obtained {
+  /** Verified bytes; `release()` it when done reading. */
+  artifact: StoredArtifact;
+  source: 'memory' | 'disk' | 'origin';
+  /** The origin's response headers when fetched now; empty for mirror hits. */
+  originHeaders: Record<string, string>;
+}
+
+export interface VerifiedFetcherStats {
+  /** Artifacts being obtained now (each one origin fetch at most). */
+  inflight: number;
+  /** Origin fetches running / waiting for a slot. */
+  active: number;
+  queued: number;
+  originFetches: number;
+  originBytes: number;
+  mismatches: number;
+  /** Calls that joined a fetch already in flight. */
+  joined: number;
+}
+
+const WRITE_BATCH = 1024 * 1024;
+
+interface Waiter {
+  resolve: (o: Obtained) => void;
+  reject: (e: unknown) => void;
+  done: boolean;
+  detach: () => void;
+}
+
+interface Flight {
+  key: string;
+  waiters: Set<Waiter>;
+  controller: AbortController;
+  settled: boolean;
+}
+
+/** A counting semaphore whose waiters can give up. */
+class Slots {
+  active = 0;
+  private readonly queue: Array<{ go: () => void }> = [];
+  constructor(private readonly max: number) {}
+
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  acquire(signal: AbortSignal): Promise<void> {
+    if (signal.aborted) return Promise.reject(signal.reason);
+    if (this.active < this.max) {
+      this.active++;
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve, reject) => {
+      const item = { go: () => { signal.removeEventListener('abort', onAbort); this.active++; resolve(); } };
+      const onAbort = () => {
+        const i = this.queue.indexOf(item);
+        if (i >= 0) this.queue.splice(i, 1);
+        reject(signal.reason);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.queue.push(item);
+    });
+  }
+
+  release(): void {
+    this.active--;
+    const next = this.queue.shift();
+    if (next !== undefined) next.go();
+  }
+}
+
+async function writeAll(fh: FileHandle, buffers: Buffer[], total: number): Promise<void> {
+  const buf = buffers.length === 1 ? buffers[0]! : Buffer.concat(buffers, total);
+  for (let off = 0; off < buf.length;) {
+    const { bytesWritten } = await fh.write(buf, off, buf.length - off);
+    off += bytesWritten;
+  }
+}
+
+function ioError(e: unknown, what: string): VouchError {
+  return new VouchError('io_error', `${what}: ${(e as NodeJS.ErrnoException).code ?? 'error'}`);
+}
+
+export class VerifiedFetcher {
+  private readonly fetcher: Pick<OriginFetcher, 'fetch'>;
+  private readonly mirror: Mirror;
+  private readonly guardPrivate: boolean;
+  private readonly backend: CryptoBackend;
+  private readonly slots: Slots;
+  private readonly flights = new Map<string, Flight>();
+  private readonly counters = { originFetches: 0, originBytes: 0, mismatches: 0, joined: 0 };
+
+  constructor(options: VerifiedFetcherOptions) {
+    this.fetcher = options.fetcher;
+    this.mirror = options.mirror;
+    this.guardPrivate = options.guardPrivate ?? false;
+    this.backend = options.backend ?? nodeBackend;
+    const max = options.maxConcurrent ?? 64;
+    if (!Number.isInteger(max) || max < 1) throw new TypeError('verified fetcher: maxConcurrent must be a positive integer');
+    this.slots = new Slots(max);
+  }
+
+  /**
+   * Verified bytes of `artifactHash`, fetched from `url` on a mirror miss.
+   * Rejects with `hash_mismatch` (evidence: expected, actual; nothing
+   * cached), the origin fetcher's VouchError, `io_error` (spool file),
+   * `bad_artifact_hash`, or — when `signal` aborts — with its reason. The
+   * shared origin fetch is cancelled only when every waiting caller aborted.
+   */
+  async obtain(url: string, artifactHash: string, options: { signal?: AbortSignal } = {}): Promise<Obtained> {
+    const parsed = parseArtifactHash(artifactHash);
+    if (typeof parsed === 'string') throw new VouchError('bad_artifact_hash', parsed, { resource: url });
+    const { signal } = options;
+    if (signal?.aborted) throw signal.reason;
+    let flight = this.flights.get(artifactHash);
+    if (flight === undefined) {
+      const hit = await this.mirror.get(artifactHash);
+      if (hit !== null) {
+        if (signal?.aborted) { hit.release(); throw signal.reason; }
+        return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: {} };
+      }
+      if (signal?.aborted) throw signal.reason;
+      flight = this.flights.get(artifactHash); // another caller may have started it meanwhile
+    }
+    if (flight !== undefined) {
+      this.counters.joined++;
+    } else {
+      flight = { key: artifactHash, waiters: new Set(), controller: new AbortController(), settled: false };
+      this.flights.set(artifactHash, flight);
+      this.run(flight, url, parsed);
+    }
+    return this.join(flight, signal);
+  }
+
+  stats(): VerifiedFetcherStats {
+    return { inflight: this.flights.size, active: this.slots.active, queued: this.slots.queued, ...this.counters };
+  }
+
+  // -------------------------------------------------------------------------
+
+  private join(flight: Flight, signal: AbortSignal | undefined): Promise<Obtained> {
+    return new Promise<Obtained>((resolve, reject) => {
+      const waiter: Waiter = { resolve, reject, done: false, detach: () => {} };
+      if (signal !== undefined) {
+        const onAbort = () => this.leave(flight, waiter, signal.reason);
+        signal.addEventListener('abort', onAbort, { once: true });
+        waiter.detach = () => signal.removeEventListener('abort', onAbort);
+      }
+      flight.waiters.add(waiter);
+    });
+  }
+
+  /** A waiter gave up; the last one to leave cancels the origin fetch. */
+  private leave(flight: Flight, waiter: Waiter, reason: unknown): void {
+    if (waiter.done) return;
+    waiter.done = true;
+    waiter.detach();
+    flight.waiters.delete(waiter);
+    waiter.reject(reason);
+    if (flight.waiters.size === 0 && !flight.settled) {
+      flight.settled = true;
+      if (this.flights.get(flight.key) === flight) this.flights.delete(flight.key);
+      flight.controller.abort(reason);
+    }
+  }
+
+  private run(flight: Flight, url: string, h: ArtifactHash): void {
+    this.work(flight, url, h).then(
+      (result) => {
+        // Stored in the mirror by now: later callers find it there.
+        if (this.flights.get(flight.key) === flight) this.flights.delete(flight.key);
+        flight.settled = true;
+        for (const w of flight.waiters) {
+          w.done = true;
+          w.detach();
+          w.resolve({ artifact: result.artifact.retain(), source: result.source, originHeaders: { ...result.originHeaders } });
+        }
+        flight.waiters.clear();
+        result.artifact.release();
+      },
+      (e: unknown) => {
+        if (this.flights.get(flight.key) === flight) this.flights.delete(flight.key);
+        flight.settled = true;
+        for (const w of flight.waiters) {
+          w.done = true;
+          w.detach();
+          w.reject(e);
+        }
+        flight.waiters.clear();
+      },
+    );
+  }
+
+  private async work(flight: Flight, url: string, h: ArtifactHash): Promise<Obtained> {
+    const signal = flight.controller.signal;
+    await this.slots.acquire(signal);
+    try {
+      // A flight that finished just before this one started may have stored it.
+      if (this.mirror.has(flight.key)) {
+        const hit = await this.mirror.get(flight.key);
+        if (hit !== null) return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: {} };
+      }
+      return await this.fetchVerified(url, flight.key, h, signal);
+    } finally {
+      this.slots.release();
+    }
+  }
+
+  /** One origin fetch: hash while streaming, memory up to the spool threshold, then a spool file. */
+  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal): Promise<Obtained> {
+    this.counters.originFetches++;
+    const res = await this.fetcher.fetch(url, { signal, guardPrivate: this.guardPrivate });
+    const threshold = this.mirror.spoolThreshold;
+    const hash = this.backend.createHash(h.algorithm);
+    let size = 0;
+    let chunks: Buffer[] = [];
+    let spoolPath: string | null = null;
+    let fh: FileHandle | null = null;
+    let pending: Buffer[] = [];
+    let pendingBytes = 0;
+
+    const openSpool = async () => {
+      spoolPath = await this.mirror.newSpoolPath();
+      try {
+        fh = await open(spoolPath, 'wx', 0o600);
+      } catch (e) {
+        spoolPath = null;
+        throw ioError(e, 'cannot create a spool file');
+      }
+    };
+    const flush = async () => {
+      if (pendingBytes === 0) return;
+      const batch = pending;
+      const bytes = pendingBytes;
+      pending = [];
+      pendingBytes = 0;
+      try {
+        await writeAll(fh!, batch, bytes);
+      } catch (e) {
+        throw ioError(e, 'cannot write the spool file');
+      }
+    };
+
+    try {
+      if (res.contentLength !== null && res.contentLength > threshold) await openSpool();
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        hash.update(chunk);
+        size += chunk.length;
+        this.counters.originBytes += chunk.length;
+        if (fh === null) {
+          chunks.push(chunk);
+          if (size <= threshold) continue;
+          await openSpool(); // over the threshold: what is held so far goes to the file
+          pending = chunks;
+          pendingBytes = size;
+          chunks = [];
+        } else {
+          pending.push(chunk);
+          pendingBytes += chunk.length;
+        }
+        if (pendingBytes >= WRITE_BATCH) await flush();
+      }
+      if (fh !== null) {
+        await flush();
+        const handle: FileHandle = fh;
+        fh = null;
+        await handle.close().catch((e: unknown) => { throw ioError(e, 'cannot write the spool file'); });
+      }
+      const actual = `${h.algorithm}:${hexEncode(hash.digest())}`;
+      if (actual !== artifactHash) {
+        this.counters.mismatches++;
+        throw new VouchError('hash_mismatch', `${url}: the origin's bytes hash to ${actual}, not to the signed ${artifactHash}`, {
+          resource: url,
+          evidence: { expected: artifactHash, actual },
+        });
+      }
+      if (spoolPath !== null) {
+        const path: string = spoolPath;
+        spoolPath = null; // the mirror owns it now, also if putFile fails
+        const artifact = await this.mirror.putFile(artifactHash, path, size, res.contentType);
+        return { artifact, source: 'origin', originHeaders: res.headers };
+      }
+      const artifact = await this.mirror.putBytes(artifactHash, Buffer.concat(chunks, size), res.contentType);
+      return { artifact, source: 'origin', originHeaders: res.headers };
+    } catch (e) {
+      res.body.destroy();
+      if (fh !== null) await (fh as FileHandle).close().catch(() => {});
+      if (spoolPath !== null) await unlink(spoolPath).catch(() => {});
+      if (signal.aborted) throw signal.reason;
+      throw e;
+    }
+  }
+}
