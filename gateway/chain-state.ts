@@ -1,0 +1,232 @@
+/**
+ * The gateway's verified, in-memory chain: loading at start, the index the
+ * lookups and downloads read, and applying appended blocks.
+ *
+ * Loading:
+ * - cold: every block is verified (signatures on all cores, DESIGN 1.7),
+ *   then read into the index;
+ * - warm: a snapshot written after the last verification names the verified
+ *   size, head and verifier state, plus a hash chain over the raw bytes of
+ *   every verified block file (D_i = sha256(D_{i-1} || sha256(file_i))). If
+ *   the files still hash to it, they are byte-identical to what was verified,
+ *   so only newer blocks are verified; anything else falls back to cold.
+ * The snapshot lives in `.git/vouch-snapshot.json` of the chain directory:
+ * never in the working tree, never committed.
+ *
+ * Trusts: the local disk as much as the chain directory itself.
+ * Must hold: only verified blocks are ever in the index; the index, the
+ * verifier state and the checkpoint always describe the same head.
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { VouchError } from '../chain/errors.ts';
+import type { Block, Checkpoint } from '../chain/block.ts';
+import { ChainIndex } from '../chain/select.ts';
+import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
+import { nodeBackend } from '../lib/node-crypto.ts';
+import { verifyDirectory } from '../lib/parallel-verify.ts';
+import type { ChainRepo } from '../lib/chain-repo.ts';
+
+const SNAPSHOT_VERSION = 1;
+const ZERO = Buffer.alloc(32);
+
+interface Snapshot {
+  version: number;
+  state: VerifierState;
+  files_digest: string;
+  pinned_public_key: string | null;
+}
+
+function stepDigest(prev: Buffer<ArrayBufferLike>, fileText: string): Buffer<ArrayBufferLike> {
+  const inner = createHash('sha256').update(fileText).digest();
+  return createHash('sha256').update(prev).update(inner).digest();
+}
+
+export interface LoadReport {
+  mode: 'cold' | 'warm';
+  blocks: number;
+  /** Blocks whose signatures were checked in this load. */
+  verified: number;
+  ms: number;
+}
+
+export class ChainState {
+  readonly index = new ChainIndex();
+  private verifier!: ChainVerifier;
+  private digest: Buffer<ArrayBufferLike> = ZERO;
+  private cp: Checkpoint | null = null;
+  private cpJson: Record<string, unknown> | null = null;
+
+  private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {}
+
+  get size(): number {
+    return this.index.size;
+  }
+
+  get head(): Block {
+    return this.index.head!;
+  }
+
+  get authority(): Block {
+    return this.index.authority!;
+  }
+
+  get checkpoint(): Checkpoint | null {
+    return this.cp;
+  }
+
+  get verifierState(): VerifierState {
+    return this.verifier.state;
+  }
+
+  private get snapshotPath(): string {
+    return join(this.repo.dir, '.git', 'vouch-snapshot.json');
+  }
+
+  /** Loads and verifies the chain in `repo` (warm when a valid snapshot allows). */
+  static async load(repo: ChainRepo, options: { pinnedPublicKey?: string | null } = {}): Promise<{ state: ChainState; report: LoadReport }> {
+    const t0 = performance.now();
+    const s = new ChainState(repo, options.pinnedPublicKey ?? null);
+    const warm = s.tryWarm();
+    let verified: number;
+    if (warm !== null) verified = warm;
+    else {
+      await s.loadCold();
+      verified = s.size;
+    }
+    s.writeSnapshot();
+    return { state: s, report: { mode: warm !== null ? 'warm' : 'cold', blocks: s.size, verified, ms: performance.now() - t0 } };
+  }
+
+  private readSnapshot(): Snapshot | null {
+    try {
+      const snap = JSON.parse(readFileSync(this.snapshotPath, 'utf8')) as Snapshot;
+      if (snap.version !== SNAPSHOT_VERSION || typeof snap.files_digest !== 'string' || !snap.state?.authority) return null;
+      if ((snap.pinned_public_key ?? null) !== this.pinnedPublicKey && this.pinnedPublicKey !== null) return null;
+      return snap;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Warm path; returns the number of blocks verified, or null to go cold. */
+  private tryWarm(): number | null {
+    const snap = this.readSnapshot();
+    const total = this.repo.size;
+    if (snap === null || snap.state.size > total || snap.state.size === 0) return null;
+    let digest: Buffer<ArrayBufferLike> = ZERO;
+    const blocks: Block[] = [];
+    try {
+      for (let i = 0; i < snap.state.size; i++) {
+        const text = this.repo.readBlockFile(i);
+        digest = stepDigest(digest, text);
+        blocks.push(JSON.parse(text) as Block); // byte-identical to a strictly parsed, verified file
+      }
+    } catch {
+      return null;
+    }
+    if (digest.toString('hex') !== snap.files_digest || blocks[blocks.length - 1]!.record_hash !== snap.state.head) return null;
+    try {
+      this.verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: snap.state });
+    } catch {
+      return null; // the pinned key changed: verify from scratch (and report there)
+    }
+    for (const b of blocks) this.index.add(b);
+    this.digest = digest;
+    for (let i = snap.state.size; i < total; i++) {
+      const text = this.repo.readBlockFile(i);
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch (e) {
+        throw new VouchError('malformed', `malformed at block ${i}: not JSON (${(e as Error).message})`, { index: i });
+      }
+      this.index.add(this.verifier.add(value));
+      this.digest = stepDigest(this.digest, text);
+    }
+    this.loadCheckpoint();
+    return total - snap.state.size;
+  }
+
+  private async loadCold(): Promise<void> {
+    const result = await verifyDirectory(this.repo, { pinnedPublicKey: this.pinnedPublicKey });
+    this.verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: result.state });
+    let digest: Buffer<ArrayBufferLike> = ZERO;
+    for (let i = 0; i < result.state.size; i++) {
+      const text = this.repo.readBlockFile(i);
+      digest = stepDigest(digest, text);
+      this.index.add(JSON.parse(text) as Block);
+    }
+    if (this.index.head?.record_hash !== result.state.head) {
+      throw new VouchError('history_rewritten', 'the chain changed on disk while it was being verified', { index: null });
+    }
+    this.digest = digest;
+    this.loadCheckpoint();
+  }
+
+  private loadCheckpoint(): void {
+    const text = this.repo.readCheckpoint();
+    if (text === null) {
+      this.cp = null;
+      this.cpJson = null;
+      return;
+    }
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: checkpoint.json is not JSON', { index: null });
+    }
+    this.cp = this.verifier.verifyCheckpoint(value);
+    this.cpJson = value as Record<string, unknown>;
+  }
+
+  private writeSnapshot(): void {
+    const snap: Snapshot = {
+      version: SNAPSHOT_VERSION,
+      state: this.verifier.state,
+      files_digest: this.digest.toString('hex'),
+      pinned_public_key: this.pinnedPublicKey,
+    };
+    const tmp = `${this.snapshotPath}.${process.pid}.tmp`;
+    try {
+      writeFileSync(tmp, JSON.stringify(snap));
+      renameSync(tmp, this.snapshotPath);
+    } catch {
+      // A snapshot is an optimisation only: a read-only chain directory still serves.
+    }
+  }
+
+  /** The checkpoint exactly as stored (for GET /v1/checkpoint). */
+  checkpointJson(): Record<string, unknown> | null {
+    return this.cpJson;
+  }
+
+  /**
+   * Takes in blocks that were appended and committed after the current head
+   * (by the submitter, or a sync), with the committed checkpoint text. They
+   * are verified like any other; blocks the writer already put in the index
+   * are not added twice.
+   * @throws VouchError when they do not verify (state left unchanged).
+   */
+  applyCommitted(blocks: readonly Block[], checkpointText: string | null): void {
+    const probe = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: this.verifier.state });
+    const parsed = blocks.map((b) => probe.add(structuredClone(b)));
+    let cpJson: Record<string, unknown> | null = null;
+    let cp: Checkpoint | null = null;
+    if (checkpointText !== null) {
+      cpJson = JSON.parse(checkpointText) as Record<string, unknown>;
+      cp = probe.verifyCheckpoint(cpJson);
+    }
+    this.verifier = probe;
+    parsed.forEach((b, i) => {
+      if (this.index.size === b.index) this.index.add(blocks[i]!);
+      // The snapshot hashes the files as they are on disk, byte for byte.
+      this.digest = stepDigest(this.digest, this.repo.readBlockFile(b.index));
+    });
+    this.cp = cp;
+    this.cpJson = cpJson;
+    this.writeSnapshot();
+  }
+}

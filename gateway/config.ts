@@ -1,0 +1,207 @@
+/**
+ * Gateway configuration (DESIGN 5): one YAML file, every key optional,
+ * snake_case; unknown keys and wrong types are refused at start with a
+ * message naming the key. Sizes in bytes, durations in seconds.
+ *
+ * Owns: the defaults, the strict validation, and the resolved `Config` the
+ * rest of the gateway reads. Relative paths resolve against the directory
+ * of the configuration file (or the working directory for the embedded
+ * default).
+ * Must hold: secrets are referenced by file path only; their contents never
+ * enter the Config object.
+ */
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { VouchError } from '../chain/errors.ts';
+import { base64Decode } from '../chain/encoding.ts';
+
+export interface RouteConfig {
+  prefix: string | null;
+  host: string | null;
+  origin: string;
+  unendorsed: 'deny' | 'pass';
+  mode: 'enforce' | 'audit';
+}
+
+export interface Config {
+  listen: { host: string; port: number };
+  public_url: string;
+  service_name: string;
+  chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number };
+  authority: { key_file: string; signer: string; submit_token_file: string } | null;
+  mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number };
+  origin: { timeout: number; max_bytes: number; max_redirects: number; allow_private: boolean };
+  proxy: { routes: RouteConfig[] };
+  /** Where the file came from (null: embedded default). */
+  source: string | null;
+}
+
+type Kind =
+  | { t: 'string'; nullable?: boolean; check?: (s: string) => string | null }
+  | { t: 'int'; min: number; max: number }
+  | { t: 'number'; min: number; max: number }
+  | { t: 'bool' }
+  | { t: 'object'; keys: Record<string, Kind>; nullable?: boolean }
+  | { t: 'routes' };
+
+const httpUrl = (s: string) => (/^https?:\/\/[^\s/]+/.test(s) && URL.canParse(s) ? null : 'must be an absolute http(s) URL');
+const SCHEMA: Record<string, Kind> = {
+  listen: { t: 'object', keys: { host: { t: 'string' }, port: { t: 'int', min: 0, max: 65535 } } },
+  public_url: { t: 'string', check: httpUrl },
+  service_name: { t: 'string', check: (s) => (/^[A-Za-z0-9._-]{1,64}$/.test(s) ? null : 'must be 1-64 letters, digits, . _ -') },
+  chain: {
+    t: 'object',
+    keys: {
+      dir: { t: 'string' },
+      remote: { t: 'string', nullable: true, check: httpUrl },
+      public_key: { t: 'string', nullable: true, check: (s) => (base64Decode(s)?.length === 32 ? null : 'must be base64 of a 32-byte ed25519 public key') },
+      sync_interval: { t: 'number', min: 0.1, max: 86_400 },
+    },
+  },
+  authority: {
+    t: 'object',
+    nullable: true,
+    keys: {
+      key_file: { t: 'string' },
+      signer: { t: 'string', check: (s) => (/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(s) ? null : 'must be 1-128 letters, digits, . _ @ -') },
+      submit_token_file: { t: 'string' },
+    },
+  },
+  mirror: {
+    t: 'object',
+    keys: {
+      memory_bytes: { t: 'int', min: 0, max: 2 ** 50 },
+      disk_dir: { t: 'string', nullable: true },
+      disk_bytes: { t: 'int', min: 0, max: 2 ** 53 - 1 },
+    },
+  },
+  origin: {
+    t: 'object',
+    keys: {
+      timeout: { t: 'number', min: 0.1, max: 86_400 },
+      max_bytes: { t: 'int', min: 1, max: 2 ** 53 - 1 },
+      max_redirects: { t: 'int', min: 0, max: 20 },
+      allow_private: { t: 'bool' },
+    },
+  },
+  proxy: { t: 'object', keys: { routes: { t: 'routes' } } },
+};
+
+export const DEFAULTS = {
+  listen: { host: '127.0.0.1', port: 8080 },
+  service_name: 'vouch',
+  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30 },
+  authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token' },
+  mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240 },
+  origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
+} as const;
+
+function bad(path: string, what: string): never {
+  throw new VouchError('usage', `config: ${path} ${what}`);
+}
+
+function checkValue(v: unknown, kind: Kind, path: string): unknown {
+  if (v === null && (('nullable' in kind && kind.nullable) || false)) return null;
+  switch (kind.t) {
+    case 'string': {
+      if (typeof v !== 'string') bad(path, 'must be a string');
+      const problem = kind.check?.(v);
+      if (problem) bad(path, problem);
+      return v;
+    }
+    case 'int':
+      if (typeof v !== 'number' || !Number.isInteger(v)) bad(path, 'must be an integer');
+      if (v < kind.min || v > kind.max) bad(path, `must be from ${kind.min} to ${kind.max}`);
+      return v;
+    case 'number':
+      if (typeof v !== 'number' || !Number.isFinite(v)) bad(path, 'must be a number');
+      if (v < kind.min || v > kind.max) bad(path, `must be from ${kind.min} to ${kind.max}`);
+      return v;
+    case 'bool':
+      if (typeof v !== 'boolean') bad(path, 'must be true or false');
+      return v;
+    case 'object': {
+      if (typeof v !== 'object' || v === null || Array.isArray(v)) bad(path, 'must be a mapping');
+      const out: Record<string, unknown> = {};
+      for (const [k, x] of Object.entries(v)) {
+        const sub = kind.keys[k];
+        if (!sub) bad(`${path}.${k}`, `is not a known key (known: ${Object.keys(kind.keys).join(', ')})`);
+        out[k] = checkValue(x, sub, `${path}.${k}`);
+      }
+      return out;
+    }
+    case 'routes': {
+      if (!Array.isArray(v)) bad(path, 'must be a list');
+      return v.map((r, i) => checkRoute(r, `${path}[${i}]`));
+    }
+  }
+}
+
+function checkRoute(r: unknown, path: string): RouteConfig {
+  const kinds: Record<string, Kind> = {
+    prefix: { t: 'string', nullable: true, check: (s) => (/^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*\/$/.test(s) && !s.includes('/../') && !s.includes('/./') ? null : 'must be a path starting and ending with /') },
+    host: { t: 'string', nullable: true, check: (s) => (/^[A-Za-z0-9.-]+(:\d+)?$/.test(s) ? null : 'must be a host name') },
+    origin: { t: 'string', check: httpUrl },
+    unendorsed: { t: 'string', check: (s) => (s === 'deny' || s === 'pass' ? null : 'must be deny or pass') },
+    mode: { t: 'string', check: (s) => (s === 'enforce' || s === 'audit' ? null : 'must be enforce or audit') },
+  };
+  const o = checkValue(r, { t: 'object', keys: kinds }, path) as Record<string, unknown>;
+  if (o.origin === undefined) bad(`${path}.origin`, 'is required');
+  if (o.prefix == null && o.host == null) bad(path, 'needs a prefix or a host');
+  return {
+    prefix: (o.prefix as string | undefined) ?? null,
+    host: (o.host as string | undefined) ?? null,
+    origin: o.origin as string,
+    unendorsed: (o.unendorsed as RouteConfig['unendorsed'] | undefined) ?? 'deny',
+    mode: (o.mode as RouteConfig['mode'] | undefined) ?? 'enforce',
+  };
+}
+
+/** Validates a parsed YAML document and fills in the defaults. */
+export function resolveConfig(doc: unknown, baseDir: string, source: string | null): Config {
+  const raw = (doc === null || doc === undefined ? {} : checkValue(doc, { t: 'object', keys: SCHEMA }, 'config')) as Record<string, any>;
+  const path = (p: string) => resolve(baseDir, p);
+  const listen = { ...DEFAULTS.listen, ...(raw.listen ?? {}) };
+  const chain = { ...DEFAULTS.chain, ...(raw.chain ?? {}) };
+  const authority = raw.authority === undefined || raw.authority === null ? null : { ...DEFAULTS.authority, ...raw.authority };
+  const mirror = { ...DEFAULTS.mirror, ...(raw.mirror ?? {}) };
+  const hostForUrl = listen.host.includes(':') ? `[${listen.host}]` : listen.host;
+  return {
+    listen,
+    public_url: (raw.public_url ?? `http://${hostForUrl}:${listen.port}`).replace(/\/+$/, ''),
+    service_name: raw.service_name ?? DEFAULTS.service_name,
+    chain: { ...chain, dir: path(chain.dir) },
+    authority: authority && {
+      key_file: path(authority.key_file),
+      signer: authority.signer,
+      submit_token_file: path(authority.submit_token_file),
+    },
+    mirror: { ...mirror, disk_dir: mirror.disk_dir === null ? null : path(mirror.disk_dir) },
+    origin: { ...DEFAULTS.origin, ...(raw.origin ?? {}) },
+    proxy: { routes: raw.proxy?.routes ?? [] },
+    source,
+  };
+}
+
+/** Reads and validates a configuration file. */
+export function loadConfigFile(file: string): Config {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new VouchError('io_error', `cannot read config ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text, { uniqueKeys: true, maxAliasCount: 100 });
+  } catch (e) {
+    throw new VouchError('usage', `config: ${file} is not valid YAML: ${(e as Error).message.split('\n')[0]}`);
+  }
+  return resolveConfig(doc, dirname(resolve(file)), resolve(file));
+}
+
+/** The embedded default of DESIGN 6 (authority mode on ./var). */
+export function defaultConfig(cwd = process.cwd()): Config {
+  return resolveConfig({ authority: { ...DEFAULTS.authority } }, cwd, null);
+}

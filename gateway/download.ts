@@ -1,0 +1,131 @@
+/**
+ * GET|HEAD /v1/download (DESIGN 3.2): select the block (3.3) -> get bytes
+ * from the mirror or the origin -> hash with the block's algorithm ->
+ * compare with artifact_hash -> serve only on equality.
+ *
+ * Trusts: the verified index, and `ArtifactSource.obtain`, which resolves
+ * only with bytes that hashed to the artifact_hash it was given.
+ * Must hold: no byte of an artifact reaches the client before the check
+ * passed; failures have an empty body and the status of the table in 3.2;
+ * memory per download stays bounded (large artifacts stream from a file).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createReadStream } from 'node:fs';
+import { pipeline } from 'node:stream/promises';
+import { isVouchError } from '../chain/errors.ts';
+import type { Block } from '../chain/block.ts';
+import type { Selection } from '../chain/select.ts';
+import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from './http-util.ts';
+import type { GatewayContext } from './context.ts';
+
+export interface StoredArtifactLike {
+  contentType: string;
+  size: number;
+  bytes?: Buffer;
+  path?: string;
+  release(): void;
+}
+
+/** Where verified bytes come from (the mirror, else the origin). */
+export interface ArtifactSource {
+  obtain(url: string, artifactHash: string, opts: { signal?: AbortSignal }): Promise<{
+    artifact: StoredArtifactLike;
+    source: string;
+    originHeaders: Record<string, string>;
+  }>;
+}
+
+/** The UNS header value: `{"<service>":{"endorsement":<block>}}`, pure ASCII. */
+export function unsHeader(serviceName: string, block: Block): string {
+  return asciiJson({ [serviceName]: { endorsement: block } });
+}
+
+export function vibecodeHeader(ctx: GatewayContext): string {
+  return asciiJson(ctx.vibecode);
+}
+
+function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
+  if (!ifNoneMatch) return false;
+  return ifNoneMatch.split(',').some((t) => {
+    const v = t.trim().replace(/^W\//, '');
+    return v === '*' || v === etag;
+  });
+}
+
+/** Selects what /v1/download would serve; null when nothing is signed. */
+export function selectForDownload(ctx: GatewayContext, q: SelectionQuery): Selection | null {
+  return ctx.state!.index.select(q.url, { semver: q.semver, at: q.at, today: ctx.today() });
+}
+
+export async function handleDownload(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, search: string): Promise<void> {
+  let q: SelectionQuery;
+  try {
+    q = parseSelectionQuery(search);
+  } catch {
+    return sendEmpty(res, 400);
+  }
+  if (ctx.state === null) return sendEmpty(res, 503, { 'retry-after': '1' });
+  const sel = selectForDownload(ctx, q);
+  if (sel === null) return sendEmpty(res, 404);
+  if (sel.revokedBy) return sendEmpty(res, 410);
+  await serveVerified(ctx, req, res, sel, {});
+}
+
+/**
+ * Serves the selected version's bytes after the hash check, with the
+ * download headers of DESIGN 3.2 (plus `extraHeaders`, e.g. an origin's
+ * headers on proxy routes).
+ */
+export async function serveVerified(
+  ctx: GatewayContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  sel: Selection,
+  extraHeaders: Record<string, string>,
+): Promise<void> {
+  const etag = `"${sel.entry.artifact_hash}"`;
+  const uns = unsHeader(ctx.config.service_name, sel.block);
+  const common = { etag, uns, vibecode: vibecodeHeader(ctx), 'x-content-type-options': 'nosniff', 'content-security-policy': 'sandbox' };
+  if (etagMatches(req.headers['if-none-match'], etag)) {
+    res.writeHead(304, common);
+    res.end();
+    return;
+  }
+  const abort = new AbortController();
+  const onClose = () => {
+    if (!res.writableFinished) abort.abort();
+  };
+  res.on('close', onClose);
+  let obtained;
+  try {
+    obtained = await ctx.artifacts.obtain(sel.entry.artifact_url, sel.entry.artifact_hash, { signal: abort.signal });
+  } catch (e) {
+    res.off('close', onClose);
+    if (abort.signal.aborted) {
+      res.destroy();
+      return;
+    }
+    if (isVouchError(e) && e.kind === 'integrity') ctx.log.warn('hash mismatch: refused to serve', { url: sel.entry.artifact_url, expected: sel.entry.artifact_hash, ...(e.evidence ?? {}) });
+    const status = isVouchError(e) && e.code === 'too_large' ? 502 : statusOf(e);
+    return sendEmpty(res, status);
+  }
+  res.off('close', onClose);
+  const { artifact } = obtained;
+  try {
+    res.writeHead(200, {
+      ...extraHeaders,
+      'content-type': artifact.contentType || 'application/octet-stream',
+      'content-length': String(artifact.size),
+      ...common,
+    });
+    if (req.method === 'HEAD') {
+      res.end();
+    } else if (artifact.bytes !== undefined) {
+      res.end(artifact.bytes);
+    } else {
+      await pipeline(createReadStream(artifact.path!), res).catch(() => res.destroy());
+    }
+  } finally {
+    artifact.release();
+  }
+}

@@ -1,0 +1,224 @@
+/**
+ * The gateway's lifecycle: prepares the authority's key, token and chain
+ * (creating them on the embedded default's first start), listens at once
+ * (answering 503 `not_ready`), loads and verifies the chain, then serves.
+ *
+ * Owns: wiring the parts together — config, chain state, origin fetcher,
+ * mirror, submitter, request handler — and shutting them down.
+ * Must hold: the submit token and the key never reach a log line or a
+ * response; they are announced once, only when first generated.
+ */
+import { createServer, type Server } from 'node:http';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { VouchError } from '../chain/errors.ts';
+import { base64Encode, hexEncode } from '../chain/encoding.ts';
+import { buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
+import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
+import type { HashAlgorithm, Signer } from '../chain/crypto-backend.ts';
+import { formatArtifactHash } from '../chain/hash-algorithms.ts';
+import { createKeyFile, readKeyFile } from '../lib/key-file.ts';
+import { nodeBackend, nodeSigner } from '../lib/node-crypto.ts';
+import { ChainRepo } from '../lib/chain-repo.ts';
+import { commitFor, trustedHead } from '../lib/chain-store.ts';
+import type { Config } from './config.ts';
+import { ChainState } from './chain-state.ts';
+import { createRequestHandler } from './server.ts';
+import { createLogger, type Logger } from './log.ts';
+import type { GatewayContext } from './context.ts';
+import { SKILL_PATH } from './openapi.ts';
+import { OriginFetcher } from './origin-fetcher.ts';
+import { Mirror } from './mirror.ts';
+import { VerifiedFetcher } from './verified-fetch.ts';
+import { Submitter } from './submitter.ts';
+
+export interface StartOptions {
+  log?: Logger;
+  /** Lines for the operator (stdout): where it listens, generated secrets, a curl line. */
+  announce?: (line: string) => void;
+  /** The embedded default run: create key, token and chain when missing. */
+  embeddedDefault?: boolean;
+  /** Override the clock (tests). */
+  now?: () => number;
+}
+
+export interface RunningGateway {
+  url: string;
+  server: Server;
+  ctx: GatewayContext;
+  /** Resolves when the chain is loaded and verified; rejects if it is not valid. */
+  ready: Promise<void>;
+  close(): Promise<void>;
+}
+
+function isEmptyDir(dir: string): boolean {
+  return !existsSync(dir) || (statSync(dir).isDirectory() && readdirSync(dir).length === 0);
+}
+
+function readSecretFile(path: string, what: string): string {
+  let st;
+  try {
+    st = statSync(path);
+  } catch {
+    throw new VouchError('key_error', `${what} ${path} does not exist`);
+  }
+  if ((st.mode & 0o077) !== 0) throw new VouchError('key_error', `${what} ${path} is accessible by group or others; run: chmod 600 ${path}`);
+  const text = readFileSync(path, 'utf8').trim();
+  if (text.length < 16) throw new VouchError('key_error', `${what} ${path} holds fewer than 16 characters`);
+  return text;
+}
+
+interface AuthorityParts { signer: Signer; tokenHash: Buffer }
+
+function prepareAuthority(config: Config, options: StartOptions, say: (l: string) => void, log: Logger): AuthorityParts {
+  const a = config.authority!;
+  let key;
+  if (!existsSync(a.key_file) && options.embeddedDefault) {
+    mkdirSync(dirname(a.key_file), { recursive: true });
+    const created = createKeyFile(a.key_file);
+    key = created.privateKey;
+    say(`created a development authority key at ${a.key_file} (mode 0600)`);
+  } else key = readKeyFile(a.key_file);
+  const signer = nodeSigner(a.signer, key);
+  say(`authority public key: ${base64Encode(signer.publicKey)}`);
+
+  let token: string;
+  if (!existsSync(a.submit_token_file) && options.embeddedDefault) {
+    mkdirSync(dirname(a.submit_token_file), { recursive: true });
+    token = randomBytes(32).toString('base64url');
+    writeFileSync(a.submit_token_file, token + '\n', { mode: 0o600, flag: 'wx' });
+    say(`submit token (shown once; kept in ${a.submit_token_file}): ${token}`);
+  } else token = readSecretFile(a.submit_token_file, 'submit token file');
+  const tokenHash = createHash('sha256').update(token).digest();
+  token = '';
+
+  if (isEmptyDir(config.chain.dir)) {
+    log.info('creating a new chain', { dir: config.chain.dir, signer: a.signer });
+    say(`created a new chain at ${config.chain.dir}`);
+  }
+  return { signer, tokenHash };
+}
+
+async function openChain(config: Config, authority: AuthorityParts | null, now: () => number): Promise<ChainRepo> {
+  if (authority && isEmptyDir(config.chain.dir)) {
+    const t = now();
+    const block = buildAuthorityBlock({ signer: authority.signer, backend: nodeBackend, now: t, uns: 'vouch/provenance-chain' });
+    const cp = buildCheckpoint({ head: block, signer: authority.signer, now: t });
+    return ChainRepo.init(config.chain.dir, [{ index: 0, content: formatBlockFile(block) }], formatCheckpointFile(cp), commitFor([block], t));
+  }
+  if (!existsSync(config.chain.dir)) throw new VouchError('not_a_chain', `chain.dir ${config.chain.dir} does not exist (create one with vouch init, or clone one)`);
+  return ChainRepo.open(config.chain.dir, { repair: authority !== null });
+}
+
+/** Streams a URL through the origin fetcher and hashes it (for submit). */
+function makeDigest(fetcher: OriginFetcher, guardPrivate: boolean) {
+  return async (url: string, algorithm: HashAlgorithm, signal?: AbortSignal): Promise<{ artifactHash: string }> => {
+    const res = await fetcher.fetch(url, { guardPrivate, ...(signal ? { signal } : {}) });
+    const h = nodeBackend.createHash(algorithm);
+    for await (const chunk of res.body) h.update(chunk as Uint8Array);
+    return { artifactHash: formatArtifactHash(algorithm, hexEncode(h.digest())) };
+  };
+}
+
+export async function startGateway(config: Config, options: StartOptions = {}): Promise<RunningGateway> {
+  const log = options.log ?? createLogger();
+  const say = options.announce ?? ((l: string) => process.stdout.write(l + '\n'));
+  const now = options.now ?? Date.now;
+  if (config.chain.remote !== null && config.authority === null) {
+    throw new VouchError('usage', 'config: chain.remote without authority (mirror mode) is not supported by this version yet');
+  }
+  const authority = config.authority ? prepareAuthority(config, options, say, log) : null;
+
+  const fetcher = new OriginFetcher({
+    timeoutMs: config.origin.timeout * 1000,
+    connectTimeoutMs: Math.min(10_000, config.origin.timeout * 1000),
+    maxBytes: config.origin.max_bytes,
+    maxRedirects: config.origin.max_redirects,
+  });
+  const mirror = new Mirror({
+    memoryBytes: config.mirror.memory_bytes,
+    diskDir: config.mirror.disk_dir,
+    diskBytes: config.mirror.disk_bytes,
+  });
+  const ctx: GatewayContext = {
+    config,
+    state: null,
+    artifacts: new VerifiedFetcher({ fetcher, mirror }),
+    submitter: null,
+    submitTokenHash: authority?.tokenHash ?? null,
+    vibecode: { spec: `${config.public_url}/v1/openapi.json`, skills: [`${config.public_url}${SKILL_PATH}`] },
+    today: () => new Date(now()).toISOString().slice(0, 10),
+    log,
+  };
+
+  const server = createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, createRequestHandler(ctx));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (e: NodeJS.ErrnoException) => reject(new VouchError('io_error', `cannot listen on ${config.listen.host}:${config.listen.port}: ${e.code ?? e.message}`)));
+    server.listen(config.listen.port, config.listen.host, resolve);
+  });
+  const addr = server.address() as AddressInfo;
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  const url = `http://${host}:${addr.port}`;
+  if (config.listen.port === 0 && config.public_url.endsWith(':0')) {
+    config.public_url = url;
+    ctx.vibecode = { spec: `${url}/v1/openapi.json`, skills: [`${url}${SKILL_PATH}`] };
+  }
+  say(`listening on ${url}`);
+
+  const ready = (async () => {
+    // Test hook: hold the not-ready phase open so tests can observe 503 answers.
+    const delay = Number(process.env.VOUCH_TEST_READY_DELAY_MS ?? 0);
+    if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+    const repo = await openChain(config, authority, now);
+    for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
+    if (authority) trustedHead(repo, authority.signer);
+    const pinned = config.chain.public_key ?? (authority ? base64Encode(authority.signer.publicKey) : null);
+    if (pinned === null) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
+    const { state, report } = await ChainState.load(repo, { pinnedPublicKey: pinned });
+    log.info('chain loaded', { ...report, head: state.head.record_hash, dir: config.chain.dir });
+    if (authority) {
+      ctx.submitter = new Submitter({
+        repo,
+        signer: authority.signer,
+        backend: nodeBackend,
+        index: state.index,
+        head: () => state.head,
+        digest: makeDigest(fetcher, !config.origin.allow_private),
+        now,
+        onAppended: (blocks) => {
+          try {
+            state.applyCommitted(blocks, repo.readCheckpoint());
+            log.info('appended', { blocks: blocks.map((b) => b.index), head: blocks[blocks.length - 1]!.record_hash });
+          } catch (e) {
+            log.error('an appended block did not verify', { error: (e as Error).message, blocks: blocks.map((b) => b.index) });
+          }
+        },
+      }, { log: (m) => log.error(m) });
+    }
+    ctx.state = state;
+    say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
+    if (authority) {
+      say(`try: curl -s -H "Authorization: Bearer $(cat ${config.authority!.submit_token_file})" -H 'content-type: application/json' ` +
+        `-d '{"url":"https://example.org/file.tgz","name":"acme/file","semver":"1.0.0","license":"MIT"}' ${url}/v1/submit`);
+    }
+    say(`try: curl -s '${url}/v1/authority'`);
+  })();
+  ready.catch(() => {});
+
+  return {
+    url,
+    server,
+    ctx,
+    ready,
+    async close() {
+      await new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      });
+      await fetcher.close();
+      await mirror.close?.();
+    },
+  };
+}

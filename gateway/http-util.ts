@@ -1,0 +1,182 @@
+/**
+ * HTTP plumbing shared by the gateway's handlers: JSON answers and errors
+ * (DESIGN 3.1), the Accept rule (406), strict query parsing, bounded JSON
+ * request bodies, and the empty-bodied failures of downloads (3.2).
+ *
+ * Must hold: every JSON answer carries a boolean `success`; error bodies
+ * carry `status` (a catalogue code), `message` and, when one applies,
+ * `resource`; statuses come only from the error catalogue; no stack trace
+ * or internal detail ever reaches a client.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { VouchError, isVouchError, ERROR_CATALOGUE, type ErrorCode } from '../chain/errors.ts';
+import { isArtifactUrl, isDate, isSemver } from '../chain/block.ts';
+
+export const JSON_TYPE = 'application/json; charset=utf-8';
+
+export function sendJson(res: ServerResponse, status: number, body: Record<string, unknown>, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    'content-type': JSON_TYPE,
+    'content-length': Buffer.byteLength(text),
+    'x-content-type-options': 'nosniff',
+    'cache-control': 'no-cache',
+    ...headers,
+  });
+  res.end(text);
+}
+
+/** HTTP status of an error (the catalogue's). Unknown errors are 500. */
+export function statusOf(e: unknown): number {
+  return isVouchError(e) ? ERROR_CATALOGUE[publicCode(e)].http : 500;
+}
+
+/** The `status` codes clients can see (README's table; a test keeps them in step). */
+export const PUBLIC_CODES: readonly ErrorCode[] = [
+  'bad_request', 'unauthorized', 'not_found', 'method_not_allowed', 'not_acceptable', 'semver_conflict',
+  'too_large', 'unsupported_media_type', 'origin_error', 'origin_timeout', 'not_ready', 'internal_error',
+  'hash_mismatch', 'revoked',
+];
+
+/** Error code exposed to clients; server-side failures (files, keys, a broken chain) are internal. */
+export function publicCode(e: VouchError): ErrorCode {
+  if (e.code === 'usage') return 'bad_request';
+  return PUBLIC_CODES.includes(e.code) ? e.code : 'internal_error';
+}
+
+export function sendError(res: ServerResponse, e: unknown, resource?: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const err = isVouchError(e) ? e : new VouchError('internal_error', 'internal error');
+  const code = publicCode(err);
+  const message = code === err.code ? err.message.split('\n')[0] : 'internal error';
+  const body: Record<string, unknown> = { success: false, status: code, message };
+  const r = err.resource ?? resource;
+  if (r !== undefined) body.resource = r;
+  const headers: Record<string, string> = {};
+  if (code === 'method_not_allowed' && err.evidence?.allow) headers.allow = String(err.evidence.allow);
+  if (code === 'unauthorized') headers['www-authenticate'] = 'Bearer realm="vouch"';
+  sendJson(res, ERROR_CATALOGUE[code].http, body, headers);
+}
+
+/** Failure of a byte endpoint: status code only, empty body. */
+export function sendEmpty(res: ServerResponse, status: number, headers: Record<string, string> = {}): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(status, { 'content-length': '0', 'cache-control': 'no-store', ...headers });
+  res.end();
+}
+
+/**
+ * True when the Accept header admits JSON (absent, `*\/*`, `application/*`,
+ * `application/json`, `+json` types), honouring q=0 exclusions.
+ */
+export function acceptsJson(accept: string | undefined): boolean {
+  if (accept === undefined || accept.trim() === '') return true;
+  // The most specific media range matching JSON decides, by its q value.
+  let match: { specificity: number; q: number } | null = null;
+  for (const part of accept.split(',')) {
+    const [rawType, ...params] = part.trim().split(';');
+    const type = rawType!.trim().toLowerCase();
+    const specificity = type === 'application/json' || /^application\/[a-z0-9.+-]*\+json$/.test(type) ? 3
+      : type === 'application/*' ? 2 : type === '*/*' ? 1 : 0;
+    if (specificity === 0 || (match !== null && specificity <= match.specificity)) continue;
+    let q = 1;
+    for (const p of params) {
+      const [k, v] = p.trim().split('=');
+      if (k?.trim().toLowerCase() === 'q') q = Number(v);
+    }
+    match = { specificity, q: Number.isFinite(q) ? q : 0 };
+  }
+  return match !== null && match.q > 0;
+}
+
+export interface SelectionQuery {
+  url: string;
+  semver: string | undefined;
+  at: string | undefined;
+}
+
+const MAX_QUERY = 16 * 1024;
+
+/**
+ * `url` (required, absolute http(s)), `semver` (SemVer 2.0.0), `at`
+ * (YYYY-MM-DD). Repeated or empty parameters are refused.
+ * @throws VouchError bad_request naming the parameter.
+ */
+export function parseSelectionQuery(search: string): SelectionQuery {
+  if (search.length > MAX_QUERY) throw new VouchError('bad_request', `query string longer than ${MAX_QUERY} bytes`);
+  let params: URLSearchParams;
+  try {
+    // URLSearchParams never throws, but replaces invalid percent-encoding; check it first.
+    decodeURIComponent(search.replace(/\+/g, ' '));
+    params = new URLSearchParams(search);
+  } catch {
+    throw new VouchError('bad_request', 'query string has invalid percent-encoding');
+  }
+  const one = (name: string): string | undefined => {
+    const all = params.getAll(name);
+    if (all.length > 1) throw new VouchError('bad_request', `parameter ${name} given ${all.length} times`);
+    return all[0];
+  };
+  const url = one('url');
+  const semver = one('semver');
+  const at = one('at');
+  if (url === undefined || url === '') throw new VouchError('bad_request', 'missing url parameter');
+  if (!isArtifactUrl(url)) throw new VouchError('bad_request', 'url must be an absolute http or https URL', { resource: url });
+  if (semver !== undefined && !isSemver(semver)) throw new VouchError('bad_request', 'semver must be a SemVer 2.0.0 version', { resource: url });
+  if (at !== undefined && !isDate(at)) throw new VouchError('bad_request', 'at must be a date YYYY-MM-DD', { resource: url });
+  return { url, semver, at };
+}
+
+/** Reads a request body up to `limit` bytes. @throws VouchError too_large */
+export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length'] ?? NaN);
+  if (declared > limit) {
+    req.resume();
+    throw new VouchError('too_large', `request body over ${limit} bytes`);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) {
+      req.resume();
+      throw new VouchError('too_large', `request body over ${limit} bytes`);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** JSON.parse with a nesting bound. @throws VouchError bad_request */
+export function parseJsonBody(buf: Buffer, maxDepth = 32): unknown {
+  const text = buf.toString('utf8');
+  let depth = 0;
+  let max = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92) i++;
+      else if (c === 34) inString = false;
+    } else if (c === 34) inString = true;
+    else if (c === 123 || c === 91) max = Math.max(max, ++depth);
+    else if (c === 125 || c === 93) depth--;
+  }
+  if (max > maxDepth) throw new VouchError('bad_request', `JSON nested deeper than ${maxDepth} levels`);
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new VouchError('bad_request', `body is not JSON: ${(e as Error).message.split('\n')[0]}`);
+  }
+}
+
+/** Minified JSON with every non-ASCII character escaped (\\uXXXX): safe in an HTTP header. */
+export function asciiJson(value: unknown): string {
+  return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
+}

@@ -1,0 +1,261 @@
+/**
+ * The OpenAPI 3.1 document of the gateway's whole HTTP interface (served at
+ * /v1/openapi.json; the VIBECODE header's `spec` points to it), and the
+ * onboarding document for clients under /v1/skills/.
+ *
+ * Must hold: it describes what the handlers do — statuses from the error
+ * catalogue, the download headers of DESIGN 3.2. A test compares it with
+ * real responses.
+ */
+import { ERROR_CATALOGUE } from '../chain/errors.ts';
+import { PAYLOAD_SCHEMA } from '../chain/schema.ts';
+
+export const SKILL_PATH = '/v1/skills/verify.md';
+
+const selectionParams = [
+  { name: 'url', in: 'query', required: true, description: 'The artifact URL exactly as endorsed (absolute http or https).', schema: { type: 'string', format: 'uri' } },
+  { name: 'semver', in: 'query', required: false, description: 'Exact SemVer 2.0.0 version.', schema: { type: 'string' } },
+  { name: 'at', in: 'query', required: false, description: 'Date YYYY-MM-DD: the version with the greatest effective_date on or before it (ties: highest index).', schema: { type: 'string', format: 'date' } },
+];
+
+const errorRef = { $ref: '#/components/schemas/Error' };
+const jsonError = (description: string) => ({ description, content: { 'application/json': { schema: errorRef } } });
+const emptyBody = (description: string) => ({ description: `${description} (empty body)` });
+
+export function openApiDocument(publicUrl: string, serviceName: string, authority: boolean): Record<string, unknown> {
+  const lookup = (summary: string) => ({
+    get: {
+      summary,
+      parameters: selectionParams,
+      responses: {
+        200: { description: 'The selected signed block, with `success: true` added.', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+        400: jsonError('Missing url, url not absolute http(s), invalid semver or date (`bad_request`).'),
+        404: jsonError('No provenance block is on file for the URL (`not_found`); `resource` is the URL.'),
+        406: jsonError('The Accept header rules out JSON (`not_acceptable`).'),
+        503: jsonError('The chain is not loaded yet (`not_ready`).'),
+      },
+    },
+  });
+  const paths: Record<string, unknown> = {
+    '/v1/endorsement': lookup('The block selected for an artifact URL'),
+    '/v1/object': lookup('Same as /v1/endorsement (historical name, kept)'),
+    '/v1/authority': {
+      get: {
+        summary: 'The authority block in force (block 0)',
+        responses: {
+          200: { description: 'Block 0 with `success: true` added.', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
+    '/v1/checkpoint': {
+      get: {
+        summary: 'The signed checkpoint of the chain head',
+        responses: {
+          200: { description: 'The checkpoint with `success: true` added.', content: { 'application/json': { schema: { $ref: '#/components/schemas/CheckpointResponse' } } } },
+          404: jsonError('The chain has no checkpoint.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
+    '/v1/download': {
+      get: {
+        summary: 'The artifact bytes, served only after they hash to the signed artifact_hash',
+        description: 'Select the block (as /v1/endorsement), get the bytes from the mirror or the origin, hash them with the block\'s algorithm, compare, serve only on equality. No byte reaches the client before the check passes. Failures have an empty body.',
+        parameters: selectionParams,
+        responses: {
+          200: {
+            description: 'The verified bytes.',
+            headers: {
+              'Content-Type': { schema: { type: 'string' }, description: "The artifact's own type (application/octet-stream if the origin gave none)." },
+              'Content-Length': { schema: { type: 'integer' } },
+              UNS: { schema: { type: 'string' }, description: `Minified single-line JSON {"${serviceName}":{"endorsement":<block served>}}, non-ASCII escaped as \\uXXXX.` },
+              VIBECODE: { schema: { type: 'string' }, description: 'Minified JSON {"spec": <this document>, "skills": [<URL>, ...]}.' },
+              ETag: { schema: { type: 'string' }, description: 'The quoted artifact_hash; If-None-Match answers 304.' },
+              'X-Content-Type-Options': { schema: { type: 'string', const: 'nosniff' } },
+              'Content-Security-Policy': { schema: { type: 'string', const: 'sandbox' } },
+            },
+            content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+          },
+          304: emptyBody('If-None-Match matched the artifact_hash'),
+          400: emptyBody('Missing or invalid parameters'),
+          404: emptyBody('No signed block for the URL / version'),
+          409: emptyBody('The bytes hash differently from the signed artifact_hash'),
+          410: emptyBody('The selected version is revoked'),
+          502: emptyBody('Origin unreachable, non-2xx, truncated body, or larger than the limit'),
+          503: emptyBody('Chain not loaded yet'),
+          504: emptyBody('Origin too slow'),
+        },
+      },
+    },
+    '/v1/openapi.json': { get: { summary: 'This document', responses: { 200: { description: 'OpenAPI 3.1 document.' } } } },
+    [SKILL_PATH]: {
+      get: { summary: 'Onboarding for clients: how to verify a block and a download', responses: { 200: { description: 'Markdown.', content: { 'text/markdown': {} } } } },
+    },
+  };
+  if (authority) {
+    paths['/v1/submit'] = {
+      post: {
+        summary: 'Fetch, hash, sign and append (authority mode)',
+        security: [{ bearer: [] }],
+        requestBody: {
+          required: true,
+          content: { 'application/json': { schema: { $ref: '#/components/schemas/SubmitRequest' } } },
+        },
+        responses: {
+          201: { description: 'Posted: the block is committed.', content: { 'application/json': { schema: { $ref: '#/components/schemas/SubmitResponse' } } } },
+          200: { description: 'Unchanged: the bytes equal the newest version under the URL; nothing posted.', content: { 'application/json': { schema: { $ref: '#/components/schemas/SubmitResponse' } } } },
+          400: jsonError('Invalid body, or a URL whose address is not allowed.'),
+          401: jsonError('Missing or wrong bearer token.'),
+          409: jsonError('The same URL and semver are signed with different bytes (`semver_conflict`).'),
+          413: jsonError('Body too large.'),
+          415: jsonError('Body is not application/json.'),
+          502: jsonError('The origin failed.'),
+          504: jsonError('The origin was too slow.'),
+        },
+      },
+    };
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: `${serviceName} — vouch artifact provenance gateway`,
+      version: '1.0.0',
+      description: 'Signed endorsement blocks (artifact URL -> hash, name, semver, license) in an append-only hash chain kept in git; downloads served only after the bytes hash to what was signed. Every JSON response has a boolean `success`; errors carry `status`, `message` and `resource`.',
+    },
+    servers: [{ url: publicUrl }],
+    paths,
+    components: {
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+      schemas: {
+        Error: {
+          type: 'object',
+          required: ['success', 'status', 'message'],
+          properties: {
+            success: { const: false },
+            status: { enum: Object.keys(ERROR_CATALOGUE).filter((c) => c !== 'usage') },
+            message: { type: 'string' },
+            resource: { type: 'string' },
+          },
+        },
+        Payload: PAYLOAD_SCHEMA,
+        LookupResponse: {
+          type: 'object',
+          required: ['success', 'comment', 'index', 'prev_hash', 'posted', 'signer', 'payload', 'signature', 'record_hash'],
+          properties: {
+            success: { const: true },
+            comment: { type: 'string' },
+            index: { type: 'integer', minimum: 0 },
+            prev_hash: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+            posted: { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}Z$' },
+            signer: { type: 'string' },
+            payload: { $ref: '#/components/schemas/Payload' },
+            signature: { type: 'string' },
+            record_hash: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+            revoked_by: {
+              type: 'object',
+              description: 'Present when the block is revoked (returned only when asked by exact semver).',
+              properties: { index: { type: 'integer' }, record_hash: { type: 'string' }, effective_date: { type: 'string' } },
+            },
+          },
+        },
+        CheckpointResponse: {
+          type: 'object',
+          required: ['success', 'size', 'head', 'signer', 'timestamp', 'signature'],
+          properties: {
+            success: { const: true },
+            size: { type: 'integer', minimum: 1 },
+            head: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+            signer: { type: 'string' },
+            timestamp: { type: 'string' },
+            signature: { type: 'string' },
+          },
+        },
+        SubmitRequest: {
+          oneOf: [
+            {
+              type: 'object',
+              required: ['url', 'name', 'semver', 'license'],
+              properties: {
+                url: { type: 'string' }, name: { type: 'string' }, semver: { type: 'string' }, license: { type: 'string' },
+                comment: { type: 'string' }, effective_date: { type: 'string' }, tags: { type: 'object', additionalProperties: { type: 'boolean' } },
+                algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'] },
+              },
+            },
+            {
+              type: 'object',
+              required: ['uns', 'semver', 'endorsements'],
+              properties: {
+                uns: { type: 'string' }, semver: { type: 'string' }, comment: { type: 'string' }, effective_date: { type: 'string' },
+                tags: { type: 'object', additionalProperties: { type: 'boolean' } }, algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'] },
+                endorsements: {
+                  type: 'array',
+                  items: {
+                    type: 'object', required: ['url', 'name', 'semver', 'license'],
+                    properties: { url: { type: 'string' }, name: { type: 'string' }, semver: { type: 'string' }, license: { type: 'string' }, comment: { type: 'string' } },
+                  },
+                },
+              },
+            },
+          ],
+        },
+        SubmitResponse: {
+          type: 'object',
+          required: ['success', 'status', 'url', 'index', 'record_hash'],
+          properties: {
+            success: { const: true }, status: { enum: ['posted', 'unchanged'] }, url: { type: 'string' },
+            urls: { type: 'array', items: { type: 'string' } }, index: { type: 'integer' }, record_hash: { type: 'string' },
+          },
+        },
+      },
+    },
+  };
+}
+
+export function skillDocument(publicUrl: string, serviceName: string): string {
+  return `# Verifying what ${serviceName} serves
+
+This gateway serves artifacts only after their bytes hash to what an
+authority signed. You do not have to trust the gateway: every answer carries
+what you need to check it yourself with the authority's public key.
+
+## 1. Pin the authority key
+\`GET ${publicUrl}/v1/authority\` returns block 0. Its
+\`payload.authority.public_key\` (base64, raw 32-byte ed25519) is the key that
+signs every block. Compare it once, out of band, with the key the authority
+publishes, and keep it.
+
+## 2. Verify a block
+\`GET ${publicUrl}/v1/endorsement?url=<artifact URL>[&semver=X][&at=YYYY-MM-DD]\`
+returns the block with \`success: true\` added. Remove \`success\` (and
+\`revoked_by\` if present), then:
+
+1. \`signature\` must be a valid ed25519 signature (RFC 8032), by the pinned
+   key, over the UTF-8 bytes of the RFC 8785 canonical JSON (JCS) of \`payload\`.
+2. \`record_hash\` must equal lowercase hex sha256 of JCS of the block without
+   \`record_hash\`.
+3. \`payload.endorsements\` must hold an entry whose \`artifact_url\` is your URL;
+   its \`artifact_hash\` is \`<algorithm>:<hex>\` with algorithm sha256, sha512,
+   sha3-256 or blake3.
+
+## 3. Verify a download
+\`GET ${publicUrl}/v1/download?url=<artifact URL>\` answers 200 with the bytes
+and a \`UNS\` header: minified JSON \`{"${serviceName}":{"endorsement":<block>}}\`
+(non-ASCII escaped as \\uXXXX). Verify that block as in step 2, hash the body
+with the entry's algorithm and compare with its \`artifact_hash\`. Any failure
+has an empty body and a status: 400 bad parameters, 404 nothing signed, 409
+bytes differ from what was signed, 410 revoked, 502 origin failed, 503 not
+ready, 504 origin too slow.
+
+The \`vouch get\` command does all of this:
+
+    npx vouch get --gateway ${publicUrl} --url <artifact URL> --public-key <pinned key> -o FILE
+
+## 4. Audit the whole chain
+The chain is a git repository: clone it and run \`npx vouch verify --chain DIR
+--public-key <pinned key>\`. \`GET ${publicUrl}/v1/checkpoint\` returns the signed
+statement of the head (\`size\`, \`head\`) to compare with your clone.
+
+The full interface: ${publicUrl}/v1/openapi.json
+`;
+}

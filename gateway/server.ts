@@ -1,0 +1,146 @@
+/**
+ * The gateway's request handler on node:http: routing, method and Accept
+ * rules, readiness, and the lookup, authority, checkpoint, document and
+ * submit endpoints (DESIGN 3.1, 3.5). Downloads are in `download.ts`.
+ *
+ * Must hold: every JSON path answers JSON with `success` — 400, 404 (also
+ * unknown paths), 405, 406, 500 and 503 included; an exception in a
+ * handler becomes a 500 JSON answer (or an empty 500 on byte paths), never
+ * a crash, a stack trace or HTML.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { VouchError } from '../chain/errors.ts';
+import type { Block } from '../chain/block.ts';
+import { acceptsJson, parseJsonBody, parseSelectionQuery, readBody, sendEmpty, sendError, sendJson, statusOf } from './http-util.ts';
+import { handleDownload } from './download.ts';
+import { openApiDocument, skillDocument, SKILL_PATH } from './openapi.ts';
+import type { GatewayContext } from './context.ts';
+
+export const SUBMIT_BODY_LIMIT = 1024 * 1024;
+
+type Handler = (ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, search: string) => Promise<void> | void;
+
+interface Route {
+  methods: string[];
+  /** JSON endpoint (Accept rule, JSON errors) or byte endpoint (empty-bodied errors). */
+  kind: 'json' | 'bytes' | 'document';
+  handler: Handler;
+}
+
+function lookupBody(block: Block, revokedBy: Block | null): Record<string, unknown> {
+  const body: Record<string, unknown> = { success: true, ...block };
+  if (revokedBy) body.revoked_by = { index: revokedBy.index, record_hash: revokedBy.record_hash, effective_date: revokedBy.payload.effective_date };
+  return body;
+}
+
+function ready(ctx: GatewayContext): NonNullable<GatewayContext['state']> {
+  if (ctx.state === null) throw new VouchError('not_ready', 'the chain is not loaded yet; retry shortly');
+  return ctx.state;
+}
+
+const lookup: Handler = (ctx, _req, res, search) => {
+  const q = parseSelectionQuery(search);
+  const state = ready(ctx);
+  const sel = state.index.select(q.url, { semver: q.semver, at: q.at, today: ctx.today() });
+  const what = `${q.url}${q.semver ? ` version ${q.semver}` : ''}${q.at ? ` at ${q.at}` : ''}`;
+  if (sel === null) throw new VouchError('not_found', `no provenance block is on file for ${what}`, { resource: q.url });
+  if (sel.revokedBy && q.semver === undefined) {
+    throw new VouchError('not_found', `no provenance block is on file for ${what}: every endorsement in force is revoked`, { resource: q.url });
+  }
+  sendJson(res, 200, lookupBody(sel.block, sel.revokedBy), { etag: `"${sel.block.record_hash}"` });
+};
+
+const authority: Handler = (ctx, _req, res) => {
+  sendJson(res, 200, lookupBody(ready(ctx).authority, null));
+};
+
+const checkpoint: Handler = (ctx, _req, res) => {
+  const cp = ready(ctx).checkpointJson();
+  if (cp === null) throw new VouchError('not_found', 'this chain has no checkpoint', { resource: '/v1/checkpoint' });
+  sendJson(res, 200, { success: true, ...cp });
+};
+
+const openapi: Handler = (ctx, _req, res) => {
+  sendJson(res, 200, { success: true, ...openApiDocument(ctx.config.public_url, ctx.config.service_name, ctx.submitter !== null) });
+};
+
+const skill: Handler = (ctx, _req, res) => {
+  const text = skillDocument(ctx.config.public_url, ctx.config.service_name);
+  res.writeHead(200, { 'content-type': 'text/markdown; charset=utf-8', 'content-length': Buffer.byteLength(text), 'x-content-type-options': 'nosniff' });
+  res.end(text);
+};
+
+function bearerMatches(header: string | undefined, expected: Buffer): boolean {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
+  // Hashing both sides makes the comparison constant-time whatever the lengths.
+  const given = createHash('sha256').update(m?.[1] ?? '').digest();
+  return timingSafeEqual(given, expected) && m !== null;
+}
+
+const submit: Handler = async (ctx, req, res) => {
+  if (ctx.submitter === null || ctx.submitTokenHash === null) {
+    throw new VouchError('not_found', 'submit is disabled: this gateway is not an authority', { resource: '/v1/submit' });
+  }
+  if (!bearerMatches(req.headers.authorization, ctx.submitTokenHash)) {
+    req.resume();
+    throw new VouchError('unauthorized', 'a valid Authorization: Bearer <submit token> header is required');
+  }
+  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/json') {
+    req.resume();
+    throw new VouchError('unsupported_media_type', 'the body must be application/json');
+  }
+  const body = parseJsonBody(await readBody(req, SUBMIT_BODY_LIMIT));
+  ready(ctx);
+  const result = await ctx.submitter.submit(body);
+  sendJson(res, result.httpStatus, result.body);
+};
+
+export const ROUTES: Record<string, Route> = {
+  '/v1/endorsement': { methods: ['GET', 'HEAD'], kind: 'json', handler: lookup },
+  '/v1/object': { methods: ['GET', 'HEAD'], kind: 'json', handler: lookup },
+  '/v1/authority': { methods: ['GET', 'HEAD'], kind: 'json', handler: authority },
+  '/v1/checkpoint': { methods: ['GET', 'HEAD'], kind: 'json', handler: checkpoint },
+  '/v1/openapi.json': { methods: ['GET', 'HEAD'], kind: 'json', handler: openapi },
+  [SKILL_PATH]: { methods: ['GET', 'HEAD'], kind: 'document', handler: skill },
+  '/v1/submit': { methods: ['POST'], kind: 'json', handler: submit },
+  '/v1/download': { methods: ['GET', 'HEAD'], kind: 'bytes', handler: handleDownload },
+};
+
+/** The node:http request listener of the gateway. */
+export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    const target = req.url ?? '/';
+    const q = target.indexOf('?');
+    const path = q === -1 ? target : target.slice(0, q);
+    const search = q === -1 ? '' : target.slice(q + 1);
+    const route = Object.prototype.hasOwnProperty.call(ROUTES, path) ? ROUTES[path]! : undefined;
+    const fail = (e: unknown) => {
+      if (!(e instanceof VouchError)) ctx.log.error('request failed', { method: req.method, path, error: (e as Error)?.message ?? String(e) });
+      if (route?.kind === 'bytes') {
+        sendEmpty(res, statusOf(e));
+      } else sendError(res, e);
+    };
+    try {
+      if (route === undefined) {
+        req.resume();
+        throw new VouchError('not_found', `no such path: ${path.slice(0, 200)}`, { resource: path.slice(0, 200) });
+      }
+      if (!route.methods.includes(req.method ?? '')) {
+        req.resume();
+        throw new VouchError('method_not_allowed', `${req.method} is not allowed on ${path}; use ${route.methods.join(' or ')}`, {
+          resource: path, evidence: { allow: route.methods.join(', ') },
+        });
+      }
+      if (route.kind === 'json' && !acceptsJson(req.headers.accept)) {
+        req.resume();
+        throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
+      }
+      const done = route.handler(ctx, req, res, search);
+      if (done instanceof Promise) done.catch(fail);
+    } catch (e) {
+      fail(e);
+    }
+  };
+}
