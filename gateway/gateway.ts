@@ -14,15 +14,15 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { dirname } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { VouchError } from '../chain/errors.ts';
-import { base64Encode, hexEncode } from '../chain/encoding.ts';
+import { base64Encode } from '../chain/encoding.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
-import type { HashAlgorithm, Signer } from '../chain/crypto-backend.ts';
-import { formatArtifactHash } from '../chain/hash-algorithms.ts';
+import type { Signer } from '../chain/crypto-backend.ts';
 import { createKeyFile, readKeyFile } from '../lib/key-file.ts';
 import { nodeBackend, nodeSigner } from '../lib/node-crypto.ts';
 import { ChainRepo } from '../lib/chain-repo.ts';
 import { commitFor, trustedHead } from '../lib/chain-store.ts';
+import { digestUrl } from '../lib/artifact-digest.ts';
 import type { Config } from './config.ts';
 import { ChainState } from './chain-state.ts';
 import { createRequestHandler } from './server.ts';
@@ -112,16 +112,6 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
   return ChainRepo.open(config.chain.dir, { repair: authority !== null });
 }
 
-/** Streams a URL through the origin fetcher and hashes it (for submit). */
-function makeDigest(fetcher: OriginFetcher, guardPrivate: boolean) {
-  return async (url: string, algorithm: HashAlgorithm, signal?: AbortSignal): Promise<{ artifactHash: string }> => {
-    const res = await fetcher.fetch(url, { guardPrivate, ...(signal ? { signal } : {}) });
-    const h = nodeBackend.createHash(algorithm);
-    for await (const chunk of res.body) h.update(chunk as Uint8Array);
-    return { artifactHash: formatArtifactHash(algorithm, hexEncode(h.digest())) };
-  };
-}
-
 export async function startGateway(config: Config, options: StartOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger();
   const say = options.announce ?? ((l: string) => process.stdout.write(l + '\n'));
@@ -185,7 +175,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         backend: nodeBackend,
         index: state.index,
         head: () => state.head,
-        digest: makeDigest(fetcher, !config.origin.allow_private),
+        digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
         now,
         onAppended: (blocks) => {
           try {

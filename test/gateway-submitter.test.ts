@@ -147,7 +147,7 @@ test.before(async () => {
     backend: nodeBackend,
     index,
     head: () => index.head!,
-    digest: (url, algorithm) => digestUrl(url, algorithm, { timeoutMs: 5_000, maxBytes: 1 << 20, maxRedirects: 2 }),
+    digest: (url, algorithm) => digestUrl(url, algorithm, { limits: { timeoutMs: 5_000, maxBytes: 1 << 20, maxRedirects: 2 } }),
     now: () => (clock += 1000),
   }, { log: () => {} });
 });
