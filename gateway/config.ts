@@ -28,7 +28,7 @@ export interface Config {
   listen: { host: string; port: number };
   public_url: string;
   service_name: string;
-  chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number };
+  chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number };
   authority: { key_file: string; signer: string; submit_token_file: string } | null;
   mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number };
   origin: { timeout: number; max_bytes: number; max_redirects: number; allow_private: boolean };
@@ -57,6 +57,7 @@ const SCHEMA: Record<string, Kind> = {
       remote: { t: 'string', nullable: true, check: httpUrl },
       public_key: { t: 'string', nullable: true, check: (s) => (base64Decode(s)?.length === 32 ? null : 'must be base64 of a 32-byte ed25519 public key') },
       sync_interval: { t: 'number', min: 0.1, max: 86_400 },
+      max_staleness: { t: 'number', min: 1, max: 31_536_000 },
     },
   },
   authority: {
@@ -91,7 +92,7 @@ const SCHEMA: Record<string, Kind> = {
 export const DEFAULTS = {
   listen: { host: '127.0.0.1', port: 8080 },
   service_name: 'vouch',
-  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30 },
+  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined },
   authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token' },
   mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240 },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
@@ -164,6 +165,8 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
   const path = (p: string) => resolve(baseDir, p);
   const listen = { ...DEFAULTS.listen, ...(raw.listen ?? {}) };
   const chain = { ...DEFAULTS.chain, ...(raw.chain ?? {}) };
+  // A mirror is "stale" (not ready) after missing several syncs in a row.
+  chain.max_staleness ??= Math.max(120, 4 * chain.sync_interval);
   const authority = raw.authority === undefined || raw.authority === null ? null : { ...DEFAULTS.authority, ...raw.authority };
   const mirror = { ...DEFAULTS.mirror, ...(raw.mirror ?? {}) };
   const hostForUrl = listen.host.includes(':') ? `[${listen.host}]` : listen.host;

@@ -7,6 +7,7 @@ import type { Config } from './config.ts';
 import type { ChainState } from './chain-state.ts';
 import type { ArtifactSource } from './download.ts';
 import type { Logger } from './log.ts';
+import type { PushReport, SyncReport } from './health.ts';
 
 export interface SubmitHandler {
   submit(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
@@ -22,4 +23,10 @@ export interface GatewayContext {
   vibecode: { spec: string; skills: string[] };
   today(): string;
   log: Logger;
+  /** Epoch ms of the process start (for /healthz). */
+  startedAt: number;
+  /** Mirror mode: the sync loop's report. */
+  syncReport?: (() => SyncReport) | null;
+  /** Authority with a remote: the pusher's report. */
+  pushReport?: (() => PushReport) | null;
 }

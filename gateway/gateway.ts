@@ -141,6 +141,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     vibecode: { spec: `${config.public_url}/v1/openapi.json`, skills: [`${config.public_url}${SKILL_PATH}`] },
     today: () => new Date(now()).toISOString().slice(0, 10),
     log,
+    startedAt: Date.now(),
   };
 
   const server = createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, createRequestHandler(ctx));

@@ -45,6 +45,7 @@ const ctx: GatewayContext = {
   vibecode: { spec: 'x', skills: [] },
   today: () => '2026-01-01',
   log: createLogger('debug', (l) => logged.push(l)),
+  startedAt: Date.now(),
 };
 
 test.before(async () => {

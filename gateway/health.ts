@@ -1,0 +1,62 @@
+/**
+ * Health probes: `/healthz` (the process is alive and answering) and
+ * `/readyz` (the chain is loaded and verified, and — for a mirror — not
+ * staler than `chain.max_staleness`). Both answer JSON with `success`;
+ * `/readyz` answers 503 `not_ready` with the same details when not ready, so
+ * a load balancer can take the instance out and an operator can see why.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { sendJson } from './http-util.ts';
+import type { GatewayContext } from './context.ts';
+
+/** What a mirror's sync loop reports (snake_case: it is served as is). */
+export interface SyncReport {
+  remote: string;
+  last_success: string | null;
+  last_attempt: string | null;
+  last_error: { code: string; message: string } | null;
+  consecutive_failures: number;
+  stale_seconds: number | null;
+  remote_head: string | null;
+}
+
+/** What the authority's pusher reports. */
+export interface PushReport {
+  remote: string;
+  remote_head: string | null;
+  backlog: number;
+  last_push: string | null;
+  last_error: { code: string; message: string } | null;
+  consecutive_failures: number;
+}
+
+export function handleHealthz(ctx: GatewayContext, _req: IncomingMessage, res: ServerResponse): void {
+  sendJson(res, 200, { success: true, status: 'alive', uptime_seconds: Math.round((Date.now() - ctx.startedAt) / 1000) });
+}
+
+export function readiness(ctx: GatewayContext): { ready: boolean; body: Record<string, unknown> } {
+  const state = ctx.state;
+  const sync = ctx.syncReport?.() ?? null;
+  const push = ctx.pushReport?.() ?? null;
+  const mode = ctx.submitter ? 'authority' : sync ? 'mirror' : 'read-only';
+  const chain = state === null ? null : {
+    size: state.size,
+    head: state.head.record_hash,
+    checkpoint_timestamp: state.checkpoint?.timestamp ?? null,
+  };
+  let problem: string | null = null;
+  if (state === null) problem = 'the chain is not loaded and verified yet';
+  else if (sync !== null && (sync.stale_seconds === null || sync.stale_seconds > ctx.config.chain.max_staleness)) {
+    problem = `the mirror has not synced for ${sync.stale_seconds ?? 'ever'} s (limit ${ctx.config.chain.max_staleness} s)` +
+      (sync.last_error ? `: ${sync.last_error.code}: ${sync.last_error.message}` : '');
+  }
+  const details = { mode, chain, sync, push };
+  return problem === null
+    ? { ready: true, body: { success: true, status: 'ready', ...details } }
+    : { ready: false, body: { success: false, status: 'not_ready', message: problem, ...details } };
+}
+
+export function handleReadyz(ctx: GatewayContext, _req: IncomingMessage, res: ServerResponse): void {
+  const r = readiness(ctx);
+  sendJson(res, r.ready ? 200 : 503, r.body);
+}
