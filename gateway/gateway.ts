@@ -145,6 +145,22 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   };
 
   const server = createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, createRequestHandler(ctx));
+  // Requests node:http cannot even parse still get a JSON answer, never its plain-text default.
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable || (err as { bytesParsed?: number }).bytesParsed === 0 && err.code === 'ECONNRESET') {
+      socket.destroy();
+      return;
+    }
+    const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+    const status = tooLarge ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+    const body = JSON.stringify({
+      success: false,
+      status: 'bad_request',
+      message: tooLarge ? 'request headers too large' : status === 408 ? 'request timed out' : 'malformed HTTP request',
+    });
+    const reason = tooLarge ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request';
+    socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) => reject(new VouchError('io_error', `cannot listen on ${config.listen.host}:${config.listen.port}: ${e.code ?? e.message}`)));
     server.listen(config.listen.port, config.listen.host, resolve);
