@@ -1,0 +1,106 @@
+/**
+ * The baseline and origin servers of `npm run bench -- gateway`, each run as
+ * its own process (`node --import tsx bench/gateway-servers.ts MODE ...`) so
+ * that it competes for the CPU like the gateway does. Each prints
+ * `listening http://127.0.0.1:PORT` once it accepts connections and stops on
+ * SIGTERM. Loopback only.
+ *
+ * - `origin ROUTES_JSON`: the test helper's origin server; ROUTES_JSON maps
+ *   a path to `{size, seed}`, served as `pattern(size, seed)` bytes (streamed,
+ *   never held whole in memory).
+ * - `proxy ORIGIN`: a minimal unverified streaming pass-through proxy: every
+ *   request goes to ORIGIN + the same path over a keep-alive agent and the
+ *   origin's answer is piped to the client as it arrives.
+ * - `bare BODY_FILE ETAG`: a bare node:http server answering every request
+ *   with the same JSON body (read once from BODY_FILE) and the headers the
+ *   gateway's lookups carry.
+ */
+import { createServer, request as httpRequest, Agent, type Server } from 'node:http';
+import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { OriginServer, pattern } from '../test/helpers/origin-server.ts';
+
+const HOST = '127.0.0.1';
+
+async function listen(server: Server): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, HOST, () => resolve());
+  });
+  return `http://${HOST}:${(server.address() as AddressInfo).port}`;
+}
+
+function onStop(stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = () => {
+    if (stopping) return;
+    stopping = true;
+    stop().finally(() => process.exit(0));
+    setTimeout(() => process.exit(0), 3_000).unref();
+  };
+  process.on('SIGTERM', handler);
+  process.on('SIGINT', handler);
+}
+
+async function origin(routesJson: string): Promise<void> {
+  const routes = JSON.parse(routesJson) as Record<string, { size: number; seed: number }>;
+  const server = await OriginServer.start({ host: HOST });
+  for (const [path, r] of Object.entries(routes)) server.route(path, { body: pattern(r.size, r.seed) });
+  // The helper keeps a record per request; a long benchmark makes thousands, which is fine.
+  onStop(() => server.close());
+  console.log(`listening ${server.origin}`);
+}
+
+async function proxy(originBase: string): Promise<void> {
+  const target = new URL(originBase);
+  if (target.hostname !== HOST) throw new Error(`proxy: origin ${originBase} is not ${HOST}`);
+  const agent = new Agent({ keepAlive: true, maxSockets: 256 });
+  const server = createServer((req, res) => {
+    const headers = { ...req.headers, host: target.host };
+    delete headers.connection;
+    const up = httpRequest({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers, agent }, (ures) => {
+      const out = { ...ures.headers };
+      delete out.connection;
+      delete out['keep-alive'];
+      res.writeHead(ures.statusCode ?? 502, out);
+      ures.pipe(res);
+      ures.on('error', () => res.destroy());
+    });
+    up.on('error', () => { if (!res.headersSent) res.writeHead(502, { 'content-length': '0' }).end(); else res.destroy(); });
+    res.on('close', () => { if (!res.writableFinished) up.destroy(); });
+    req.pipe(up);
+  });
+  server.keepAliveTimeout = 5_000;
+  const url = await listen(server);
+  onStop(async () => { server.closeAllConnections(); server.close(); agent.destroy(); });
+  console.log(`listening ${url}`);
+}
+
+async function bare(bodyFile: string, etag: string): Promise<void> {
+  const body = readFileSync(bodyFile);
+  const server = createServer((req, res) => {
+    req.resume();
+    // The same header set as the gateway's lookup answer (http-util sendJson + ETag).
+    res.writeHead(200, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': body.length,
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-cache',
+      etag,
+    });
+    res.end(body);
+  });
+  server.keepAliveTimeout = 5_000;
+  const url = await listen(server);
+  onStop(async () => { server.closeAllConnections(); server.close(); });
+  console.log(`listening ${url}`);
+}
+
+const [mode, ...args] = process.argv.slice(2);
+if (mode === 'origin') await origin(args[0]!);
+else if (mode === 'proxy') await proxy(args[0]!);
+else if (mode === 'bare') await bare(args[0]!, args[1]!);
+else {
+  console.error('usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG');
+  process.exit(2);
+}
