@@ -15,7 +15,11 @@ import { isArtifactUrl, isDate, isSemver } from '../chain/block.ts';
 export const JSON_TYPE = 'application/json; charset=utf-8';
 
 export function sendJson(res: ServerResponse, status: number, body: Record<string, unknown>, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body);
+  sendJsonText(res, status, JSON.stringify(body), headers);
+}
+
+/** `sendJson` of an already serialized JSON object (it must carry `success`). */
+export function sendJsonText(res: ServerResponse, status: number, text: string | Buffer, headers: Record<string, string> = {}): void {
   res.writeHead(status, {
     'content-type': JSON_TYPE,
     'content-length': Buffer.byteLength(text),

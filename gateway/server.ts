@@ -12,7 +12,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { acceptsJson, parseJsonBody, parseSelectionQuery, readBody, sendEmpty, sendError, sendJson, statusOf } from './http-util.ts';
+import { LRUCache } from 'lru-cache';
+import { acceptsJson, parseJsonBody, parseSelectionQuery, readBody, sendEmpty, sendError, sendJson, sendJsonText, statusOf } from './http-util.ts';
 import { handleDownload } from './download.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './openapi.ts';
 import type { GatewayContext } from './context.ts';
@@ -26,6 +27,21 @@ interface Route {
   /** JSON endpoint (Accept rule, JSON errors) or byte endpoint (empty-bodied errors). */
   kind: 'json' | 'bytes' | 'document';
   handler: Handler;
+}
+
+/**
+ * Serialized lookup answers of blocks that are not revoked, by block object
+ * (blocks in the index never change), bounded in bytes.
+ */
+const lookupTexts = new LRUCache<Block, Buffer>({ maxSize: 16 * 1024 * 1024, sizeCalculation: (t) => Math.max(1, t.length) });
+
+function lookupText(block: Block): Buffer {
+  let text = lookupTexts.get(block);
+  if (text === undefined) {
+    text = Buffer.from(JSON.stringify(lookupBody(block, null)));
+    lookupTexts.set(block, text);
+  }
+  return text;
 }
 
 function lookupBody(block: Block, revokedBy: Block | null): Record<string, unknown> {
@@ -48,7 +64,9 @@ const lookup: Handler = (ctx, _req, res, search) => {
   if (sel.revokedBy && q.semver === undefined) {
     throw new VouchError('not_found', `no provenance block is on file for ${what}: every endorsement in force is revoked`, { resource: q.url });
   }
-  sendJson(res, 200, lookupBody(sel.block, sel.revokedBy), { etag: `"${sel.block.record_hash}"` });
+  const etag = `"${sel.block.record_hash}"`;
+  if (sel.revokedBy) sendJson(res, 200, lookupBody(sel.block, sel.revokedBy), { etag });
+  else sendJsonText(res, 200, lookupText(sel.block), { etag });
 };
 
 const authority: Handler = (ctx, _req, res) => {
