@@ -1,0 +1,162 @@
+/// <reference lib="dom" />
+/**
+ * The chain explorer, running in the browser: browse the newest blocks,
+ * search by artifact URL, owner/name, index or record hash, show a block's
+ * endorsements and version history, and verify a block's signature and
+ * record hash right here with the same pure `chain/` code the server uses
+ * (on @noble, no server trust needed beyond the authority key it shows).
+ *
+ * Loaded only from the gateway itself (no CDN). Bundled by esbuild at
+ * gateway start (gateway/explorer.ts).
+ */
+import { parseBlock, computeRecordHash, payloadMessage, base64Decode, isFullOrderPublicKey, type Block } from '../../chain/index.ts';
+import { nobleBackend } from '../../chain/backend-noble.ts';
+
+type Json = Record<string, any>;
+const $ = (sel: string) => document.querySelector(sel) as HTMLElement;
+
+function el(tag: string, attrs: Record<string, string> = {}, ...children: (Node | string | null)[]): HTMLElement {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  for (const c of children) if (c !== null) e.append(c);
+  return e;
+}
+
+async function api(path: string): Promise<Json> {
+  const r = await fetch(path, { headers: { accept: 'application/json' } });
+  const j = await r.json();
+  if (!j.success) throw new Error(`${j.status}: ${j.message}`);
+  return j;
+}
+
+let authority: { signer: string; key: string } | null = null;
+
+export interface Verdict { ok: boolean; reason: string }
+
+/** Verifies a block (as served, with `success` etc.) against the authority key, in the browser. */
+export function verifyBlock(served: Json, authorityKey: string, authoritySigner: string): Verdict {
+  const { success: _s, revoked_by: _r, ...block } = served;
+  let parsed: Block;
+  try {
+    parsed = parseBlock(block, typeof block.index === 'number' ? block.index : -1);
+  } catch (e) {
+    return { ok: false, reason: (e as Error).message };
+  }
+  if (computeRecordHash(parsed, nobleBackend) !== parsed.record_hash) return { ok: false, reason: 'record_hash does not match the block content' };
+  if (parsed.signer !== authoritySigner) return { ok: false, reason: `signed by ${parsed.signer}, not ${authoritySigner}` };
+  const key = base64Decode(authorityKey);
+  const sig = base64Decode(parsed.signature);
+  if (key === null || sig === null || !nobleBackend.verify(key, payloadMessage(parsed.payload), sig)) {
+    return { ok: false, reason: 'the signature does not verify with the authority key' };
+  }
+  return { ok: true, reason: `ed25519 signature by ${authoritySigner} and record hash checked in this browser` };
+}
+
+function link(text: string, hash: string): HTMLElement {
+  return el('a', { href: hash }, text);
+}
+
+function blocksTable(blocks: Json[]): HTMLElement {
+  const rows = blocks.map((b) => el('tr', { 'data-index': String(b.index) },
+    el('td', {}, link(String(b.index), `#/block/${b.index}`)),
+    el('td', {}, b.posted),
+    el('td', {}, b.intent),
+    el('td', {}, link(b.uns, `#/search/${encodeURIComponent(b.uns)}`)),
+    el('td', {}, b.semver + (b.revoked_by !== undefined ? ' (revoked)' : '')),
+    el('td', {}, String(b.endorsements)),
+    el('td', { class: 'comment' }, b.comment),
+  ));
+  return el('table', { class: 'blocks' },
+    el('thead', {}, el('tr', {}, ...['#', 'posted', 'intent', 'unit', 'version', 'files', 'comment'].map((h) => el('th', {}, h)))),
+    el('tbody', {}, ...rows));
+}
+
+async function showHome(before?: number): Promise<void> {
+  const list = await api(`/v1/blocks?limit=20${before !== undefined ? `&before=${before}` : ''}`);
+  const main = $('#main');
+  main.replaceChildren(el('h2', {}, 'Newest blocks'), blocksTable(list.blocks));
+  const last = list.blocks[list.blocks.length - 1];
+  if (last && last.index > 0) {
+    const more = el('button', { id: 'older' }, 'Older blocks');
+    more.onclick = () => { void showHome(last.index); };
+    main.append(more);
+  }
+}
+
+async function showBlock(ref: string): Promise<void> {
+  const json = await api(/^[0-9a-f]{64}$/.test(ref) ? `/v1/block?hash=${ref}` : `/v1/block?index=${encodeURIComponent(ref)}`);
+  const main = $('#main');
+  const verdict = authority ? verifyBlock(json, authority.key, authority.signer) : { ok: false, reason: 'no authority key' };
+  const result = el('div', { id: 'verify-result', class: verdict.ok ? 'valid' : 'invalid' },
+    verdict.ok ? 'signature valid' : 'signature invalid', el('small', {}, ' — ' + verdict.reason));
+  const p = json.payload;
+  const fields = el('dl', {},
+    ...[
+      ['index', String(json.index)], ['posted', json.posted], ['signer', json.signer], ['intent', p.intent],
+      ['unit', `${p.uns} ${p.semver}`], ['effective date', p.effective_date], ['comment', json.comment],
+      ['prev_hash', json.prev_hash], ['record_hash', json.record_hash], ['signature', json.signature],
+      ...(p.intent === 'revoke' ? [['revokes', p.target_hash]] : []),
+      ...(json.revoked_by ? [['revoked by', `block ${json.revoked_by.index} from ${json.revoked_by.effective_date}`]] : []),
+    ].flatMap(([k, v]) => [el('dt', {}, k!), el('dd', {}, v!)]));
+  const entries = (p.endorsements as Json[]).map((e) => el('tr', {},
+    el('td', {}, link(e.artifact_url, `#/search/${encodeURIComponent(e.artifact_url)}`)),
+    el('td', {}, e.name), el('td', {}, e.semver), el('td', {}, e.license), el('td', { class: 'hash' }, e.artifact_hash),
+    el('td', {}, el('a', { href: `/v1/download?url=${encodeURIComponent(e.artifact_url)}&semver=${encodeURIComponent(e.semver)}` }, 'download'))));
+  main.replaceChildren(
+    el('h2', {}, `Block ${json.index}`), result, fields,
+    el('h3', {}, 'Endorsements'),
+    entries.length ? el('table', { class: 'entries' }, el('tbody', {}, ...entries)) : el('p', {}, 'none'),
+    el('h3', {}, 'Raw'), el('pre', {}, JSON.stringify((({ success, ...b }) => b)(json), null, 2)),
+  );
+}
+
+async function showSearch(q: string): Promise<void> {
+  const main = $('#main');
+  if (/^\d+$/.test(q) || /^[0-9a-f]{64}$/.test(q)) return showBlock(q);
+  if (/^https?:\/\//i.test(q)) {
+    const v = await api(`/v1/versions?url=${encodeURIComponent(q)}`);
+    const rows = (v.versions as Json[]).map((x) => el('tr', {},
+      el('td', {}, link(String(x.index), `#/block/${x.index}`)), el('td', {}, x.semver + (x.revoked_by !== undefined ? ' (revoked)' : '')),
+      el('td', {}, x.effective_date), el('td', {}, x.license), el('td', { class: 'hash' }, x.artifact_hash)));
+    main.replaceChildren(el('h2', {}, 'Version history'), el('p', { class: 'url' }, q),
+      el('table', { class: 'versions' }, el('thead', {}, el('tr', {}, ...['block', 'version', 'effective', 'license', 'hash'].map((h) => el('th', {}, h)))), el('tbody', {}, ...rows)));
+    return;
+  }
+  const u = await api(`/v1/units?name=${encodeURIComponent(q)}`);
+  main.replaceChildren(el('h2', {}, `Blocks of ${q}`), blocksTable(u.blocks));
+}
+
+async function route(): Promise<void> {
+  const h = decodeURIComponent(location.hash.slice(1));
+  try {
+    if (h.startsWith('/block/')) await showBlock(h.slice(7));
+    else if (h.startsWith('/search/')) await showSearch(h.slice(8));
+    else await showHome();
+  } catch (e) {
+    $('#main').replaceChildren(el('p', { class: 'error', id: 'error' }, (e as Error).message));
+  }
+}
+
+async function start(): Promise<void> {
+  const a = await api('/v1/authority');
+  const cp = await api('/v1/checkpoint').catch(() => null);
+  const key = a.payload.authority.public_key as string;
+  const selfCheck = verifyBlock(a, key, a.payload.authority.signer);
+  const strong = (() => { const raw = base64Decode(key); return raw !== null && isFullOrderPublicKey(raw); })();
+  authority = { signer: a.payload.authority.signer, key };
+  $('#authority').replaceChildren(
+    el('span', {}, 'Authority '), el('strong', {}, authority.signer), el('code', { id: 'authority-key' }, key),
+    el('span', { class: selfCheck.ok && strong ? 'valid' : 'invalid' }, selfCheck.ok && strong ? ' authority block valid' : ' authority block INVALID'),
+    el('span', {}, cp ? ` · ${cp.size} blocks · head ${String(cp.head).slice(0, 16)}…` : ''),
+  );
+  const form = $('#search') as HTMLFormElement;
+  form.onsubmit = (ev) => {
+    ev.preventDefault();
+    const q = (form.querySelector('input') as HTMLInputElement).value.trim();
+    if (q) location.hash = `/search/${encodeURIComponent(q)}`;
+  };
+  window.onhashchange = () => { void route(); };
+  await route();
+}
+
+void start().catch((e) => { $('#main').replaceChildren(el('p', { class: 'error', id: 'error' }, (e as Error).message)); });
