@@ -4,12 +4,13 @@
  *
  * Owns three places bytes can live:
  * - memory: an lru-cache bounded in bytes, holding artifacts up to
- *   `spoolThreshold` bytes as `{ bytes, contentType }`;
+ *   `spoolThreshold` bytes as `{ bytes, contentType, headers }`;
  * - disk (optional, `diskDir`, bounded by `diskBytes`, LRU by access time,
  *   survives restarts): `<diskDir>/<alg>/<hex[0:2]>/<hex>` plus
- *   `<hex>.meta` (JSON content type and size), written atomically (temp file
- *   in `<diskDir>/tmp`, then rename; the data file last, so a data file always
- *   has its metadata), re-hashed every time it is read back;
+ *   `<hex>.meta` (JSON: content type, size and the kept origin headers),
+ *   written atomically (temp file in `<diskDir>/tmp`, then rename; the data
+ *   file last, so a data file always has its metadata), re-hashed every time
+ *   it is read back;
  * - spool files: large artifacts (over `spoolThreshold`) are written to a file
  *   in `spoolDir` while they are hashed (by the verified fetcher) and served
  *   from it; without a disk tier the file is deleted after its last reader.
@@ -40,6 +41,27 @@ import { nodeBackend } from '../lib/node-crypto.ts';
 
 const MiB = 1024 * 1024;
 
+/**
+ * Origin response headers kept with the bytes (besides Content-Type) and
+ * served with them on every later hit, so a mirror hit answers like the
+ * origin fetch did. Only descriptive headers that are the same for every
+ * client: never Set-Cookie, Vary, validators (the gateway sets its own
+ * ETag), lengths or encodings (the signed bytes are the identity encoding).
+ */
+export const KEPT_ORIGIN_HEADERS: readonly string[] = ['content-disposition', 'last-modified', 'cache-control', 'content-language'];
+const MAX_KEPT_HEADER = 1024;
+
+/** The kept subset of origin response headers (lower-case names; overlong values dropped). */
+export function keptOriginHeaders(headers: Readonly<Record<string, unknown>> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (headers === undefined || headers === null || typeof headers !== 'object') return out;
+  for (const name of KEPT_ORIGIN_HEADERS) {
+    const v = Object.prototype.hasOwnProperty.call(headers, name) ? headers[name] : undefined;
+    if (typeof v === 'string' && v.length <= MAX_KEPT_HEADER && /^[\t\x20-\x7e\x80-\xff]*$/.test(v)) out[name] = v;
+  }
+  return out;
+}
+
 export interface MirrorOptions {
   /** Memory tier capacity in bytes (default 256 MiB; 0 disables it). */
   memoryBytes?: number;
@@ -59,6 +81,8 @@ export interface MirrorOptions {
 export interface StoredArtifact {
   readonly artifactHash: string;
   readonly contentType: string;
+  /** The kept origin headers stored with the bytes (`KEPT_ORIGIN_HEADERS`); absent when none were stored. */
+  readonly headers?: Readonly<Record<string, string>>;
   readonly size: number;
   /** The bytes, when they are in memory. */
   readonly bytes?: Buffer;
@@ -85,13 +109,14 @@ export interface MirrorStats {
   spool: { files: number; bytes: number };
 }
 
-interface MemoryEntry { bytes: Buffer; contentType: string }
+interface MemoryEntry { bytes: Buffer; contentType: string; headers: Record<string, string> }
 
 interface DiskEntry {
   key: string;
   path: string;
   size: number;
   contentType: string;
+  headers: Record<string, string>;
   refs: number;
   /** Out of the index; the files go when the last reference is released. */
   doomed: boolean;
@@ -116,18 +141,18 @@ class FileRefs {
 
 function memoryArtifact(artifactHash: string, entry: MemoryEntry, tier: 'memory' | 'disk' | 'spool'): StoredArtifact {
   const a: StoredArtifact = {
-    artifactHash, contentType: entry.contentType, size: entry.bytes.length, bytes: entry.bytes, tier,
+    artifactHash, contentType: entry.contentType, headers: entry.headers, size: entry.bytes.length, bytes: entry.bytes, tier,
     release() { /* nothing held */ },
     retain: () => a,
   };
   return a;
 }
 
-function fileArtifact(artifactHash: string, path: string, size: number, contentType: string, tier: 'disk' | 'spool', refs: FileRefs): StoredArtifact {
+function fileArtifact(artifactHash: string, path: string, size: number, contentType: string, headers: Record<string, string>, tier: 'disk' | 'spool', refs: FileRefs): StoredArtifact {
   const release = refs.acquire();
   return {
-    artifactHash, contentType, size, path, tier, release,
-    retain: () => fileArtifact(artifactHash, path, size, contentType, tier, refs),
+    artifactHash, contentType, headers, size, path, tier, release,
+    retain: () => fileArtifact(artifactHash, path, size, contentType, headers, tier, refs),
   };
 }
 
@@ -226,11 +251,13 @@ export class Mirror {
   /**
    * Stores verified bytes (at most `spoolThreshold` of them): memory tier,
    * and the disk tier when there is one (awaited; a disk failure is counted,
-   * not thrown). Returns them as an artifact.
+   * not thrown). Returns them as an artifact. `headers`: origin response
+   * headers; only their kept subset (`KEPT_ORIGIN_HEADERS`) is stored.
    */
-  async putBytes(artifactHash: string, bytes: Buffer, contentType: string): Promise<StoredArtifact> {
+  async putBytes(artifactHash: string, bytes: Buffer, contentType: string, headers: Readonly<Record<string, string>> = {}): Promise<StoredArtifact> {
     this.parse(artifactHash);
-    const entry: MemoryEntry = { bytes, contentType };
+    const kept = keptOriginHeaders(headers);
+    const entry: MemoryEntry = { bytes, contentType, headers: kept };
     if (this.memory !== null && bytes.length <= this.spoolThreshold) this.memory.set(artifactHash, entry);
     await this.ready;
     if (this.diskEnabled && bytes.length <= this.diskCapacity && !this.disk.has(artifactHash)) {
@@ -239,7 +266,7 @@ export class Mirror {
         const dir = await this.spoolDirectory(true);
         temp = join(dir, tempName('put'));
         await writeFile(temp, bytes, { flag: 'wx' });
-        await this.adoptIntoDisk(artifactHash, temp, bytes.length, contentType);
+        await this.adoptIntoDisk(artifactHash, temp, bytes.length, contentType, kept);
         temp = null;
       } catch {
         this.counters.diskWriteErrors++;
@@ -255,8 +282,10 @@ export class Mirror {
    * bytes: moves it into the disk tier when there is one and it fits, else
    * serves it as it is and deletes it after the last reader's `release()`.
    * The temp path is gone from the caller's point of view either way.
+   * `headers` as for `putBytes`.
    */
-  async putFile(artifactHash: string, tempPath: string, size: number, contentType: string): Promise<StoredArtifact> {
+  async putFile(artifactHash: string, tempPath: string, size: number, contentType: string, headers: Readonly<Record<string, string>> = {}): Promise<StoredArtifact> {
+    const kept = keptOriginHeaders(headers);
     try {
       this.parse(artifactHash);
     } catch (e) {
@@ -266,7 +295,7 @@ export class Mirror {
     await this.ready;
     if (this.diskEnabled && size <= this.diskCapacity) {
       try {
-        const entry = await this.adoptIntoDisk(artifactHash, tempPath, size, contentType);
+        const entry = await this.adoptIntoDisk(artifactHash, tempPath, size, contentType, kept);
         return this.diskArtifact(entry, 'spool');
       } catch {
         this.counters.diskWriteErrors++;
@@ -277,7 +306,7 @@ export class Mirror {
       this.spoolFiles.delete(tempPath);
       unlink(tempPath).catch(ignore);
     });
-    return fileArtifact(artifactHash, tempPath, size, contentType, 'spool', refs);
+    return fileArtifact(artifactHash, tempPath, size, contentType, kept, 'spool', refs);
   }
 
   /** A fresh path in the spool directory for the fetcher to write to (created with `wx`). */
@@ -381,7 +410,7 @@ export class Mirror {
             continue;
           }
           const key = `${algorithm}:${name}`;
-          found.push({ entry: { key, path, size: meta.size, contentType: meta.contentType, refs: 0, doomed: false, checking: null }, at: Math.max(st.atimeMs, st.mtimeMs) });
+          found.push({ entry: { key, path, size: meta.size, contentType: meta.contentType, headers: meta.headers, refs: 0, doomed: false, checking: null }, at: Math.max(st.atimeMs, st.mtimeMs) });
         }
       }
     }
@@ -394,13 +423,13 @@ export class Mirror {
   }
 
   /** Moves a verified temp file into the disk tier (metadata first, then the data file). */
-  private async adoptIntoDisk(artifactHash: string, tempPath: string, size: number, contentType: string): Promise<DiskEntry> {
+  private async adoptIntoDisk(artifactHash: string, tempPath: string, size: number, contentType: string, headers: Record<string, string>): Promise<DiskEntry> {
     const h = this.parse(artifactHash);
     const path = this.dataPath(h);
     await mkdir(join(this.diskDir!, h.algorithm, h.hex.slice(0, 2)), { recursive: true });
     const tmpDir = await this.spoolDirectory(true);
     const metaTemp = join(tmpDir, tempName('meta'));
-    await writeFile(metaTemp, JSON.stringify({ contentType, size }), { flag: 'wx' });
+    await writeFile(metaTemp, JSON.stringify({ contentType, size, headers }), { flag: 'wx' });
     try {
       await rename(metaTemp, `${path}.meta`);
     } catch (e) {
@@ -429,8 +458,9 @@ export class Mirror {
       this.diskTotal -= entry.size;
       entry.size = size;
       entry.contentType = contentType;
+      entry.headers = headers;
     } else {
-      entry = { key: artifactHash, path, size, contentType, refs: 0, doomed: false, checking: null };
+      entry = { key: artifactHash, path, size, contentType, headers, refs: 0, doomed: false, checking: null };
     }
     this.disk.set(artifactHash, entry);
     this.diskTotal += size;
@@ -471,7 +501,7 @@ export class Mirror {
     entry.refs++;
     let released = false;
     return {
-      artifactHash: entry.key, contentType: entry.contentType, size: entry.size, path: entry.path, tier,
+      artifactHash: entry.key, contentType: entry.contentType, headers: entry.headers, size: entry.size, path: entry.path, tier,
       release: () => {
         if (released) return;
         released = true;
@@ -512,7 +542,7 @@ export class Mirror {
     }
     if (result instanceof Buffer) {
       held.release();
-      const m: MemoryEntry = { bytes: result, contentType: entry.contentType };
+      const m: MemoryEntry = { bytes: result, contentType: entry.contentType, headers: entry.headers };
       this.memory!.set(entry.key, m);
       return memoryArtifact(entry.key, m, 'disk');
     }
@@ -520,11 +550,12 @@ export class Mirror {
   }
 }
 
-async function readMeta(path: string): Promise<{ contentType: string; size: number } | null> {
+/** A disk entry's metadata; `headers` is optional (older files have none) and filtered to the kept set. */
+async function readMeta(path: string): Promise<{ contentType: string; size: number; headers: Record<string, string> } | null> {
   try {
-    const m = JSON.parse(await readFile(path, 'utf8')) as { contentType?: unknown; size?: unknown };
+    const m = JSON.parse(await readFile(path, 'utf8')) as { contentType?: unknown; size?: unknown; headers?: unknown };
     if (typeof m.contentType !== 'string' || typeof m.size !== 'number' || !Number.isSafeInteger(m.size) || m.size < 0) return null;
-    return { contentType: m.contentType, size: m.size };
+    return { contentType: m.contentType, size: m.size, headers: keptOriginHeaders(m.headers as Record<string, unknown> | undefined) };
   } catch {
     return null;
   }

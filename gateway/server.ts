@@ -1,7 +1,9 @@
 /**
  * The gateway's request handler on node:http: routing, method and Accept
  * rules, readiness, and the lookup, authority, checkpoint, document and
- * submit endpoints (DESIGN 3.1, 3.5). Downloads are in `download.ts`.
+ * submit endpoints (DESIGN 3.1, 3.5). Downloads are in `download.ts`;
+ * a path no endpoint claims goes to the proxy routes (`proxy.ts`, 3.6) when
+ * one applies, else 404 JSON.
  *
  * Must hold: every JSON path answers JSON with `success` — 400, 404 (also
  * unknown paths), 405, 406, 500 and 503 included; an exception in a
@@ -15,6 +17,7 @@ import type { Block } from '../chain/block.ts';
 import { LRUCache } from 'lru-cache';
 import { acceptsJson, parseJsonBody, parseSelectionQuery, readBody, sendEmpty, sendError, sendJson, sendJsonText, statusOf } from './http-util.ts';
 import { handleDownload } from './download.ts';
+import { proxyFor } from './proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './openapi.ts';
 import type { GatewayContext } from './context.ts';
 
@@ -128,6 +131,8 @@ export const ROUTES: Record<string, Route> = {
 
 /** The node:http request listener of the gateway. */
 export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage, res: ServerResponse) => void {
+  // Proxy routes (DESIGN 3.6) get what no endpoint above claims; bad routes fail the start here.
+  const proxy = proxyFor(ctx);
   return (req, res) => {
     const target = req.url ?? '/';
     const q = target.indexOf('?');
@@ -142,6 +147,11 @@ export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage
     };
     try {
       if (route === undefined) {
+        const routed = proxy.match(req.headers.host, target);
+        if (routed !== null) {
+          void proxy.handle(req, res, routed); // answers every failure itself, empty-bodied
+          return;
+        }
         req.resume();
         throw new VouchError('not_found', `no such path: ${path.slice(0, 200)}`, { resource: path.slice(0, 200) });
       }

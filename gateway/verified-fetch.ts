@@ -42,7 +42,10 @@ export interface Obtained {
   /** Verified bytes; `release()` it when done reading. */
   artifact: StoredArtifact;
   source: 'memory' | 'disk' | 'origin';
-  /** The origin's response headers when fetched now; empty for mirror hits. */
+  /**
+   * The origin's response headers when fetched now (all of them); on mirror
+   * hits, the kept subset stored with the bytes (`KEPT_ORIGIN_HEADERS`).
+   */
   originHeaders: Record<string, string>;
 }
 
@@ -158,7 +161,7 @@ export class VerifiedFetcher {
       const hit = await this.mirror.get(artifactHash);
       if (hit !== null) {
         if (signal?.aborted) { hit.release(); throw signal.reason; }
-        return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: {} };
+        return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
       if (signal?.aborted) throw signal.reason;
       flight = this.flights.get(artifactHash); // another caller may have started it meanwhile
@@ -239,7 +242,7 @@ export class VerifiedFetcher {
       // A flight that finished just before this one started may have stored it.
       if (this.mirror.has(flight.key)) {
         const hit = await this.mirror.get(flight.key);
-        if (hit !== null) return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: {} };
+        if (hit !== null) return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
       return await this.fetchVerified(url, flight.key, h, signal);
     } finally {
@@ -318,10 +321,10 @@ export class VerifiedFetcher {
       if (spoolPath !== null) {
         const path: string = spoolPath;
         spoolPath = null; // the mirror owns it now, also if putFile fails
-        const artifact = await this.mirror.putFile(artifactHash, path, size, res.contentType);
+        const artifact = await this.mirror.putFile(artifactHash, path, size, res.contentType, res.headers);
         return { artifact, source: 'origin', originHeaders: res.headers };
       }
-      const artifact = await this.mirror.putBytes(artifactHash, Buffer.concat(chunks, size), res.contentType);
+      const artifact = await this.mirror.putBytes(artifactHash, Buffer.concat(chunks, size), res.contentType, res.headers);
       return { artifact, source: 'origin', originHeaders: res.headers };
     } catch (e) {
       res.body.destroy();
