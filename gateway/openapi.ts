@@ -88,6 +88,74 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
       },
     },
+    '/v1/blocks': {
+      get: {
+        summary: 'Newest blocks first (summaries), for browsing',
+        parameters: [
+          { name: 'before', in: 'query', required: false, description: 'List blocks with an index below this (default: the chain size).', schema: { type: 'integer', minimum: 0 } },
+          { name: 'limit', in: 'query', required: false, description: 'At most this many (1-200, default 20).', schema: { type: 'integer', minimum: 1, maximum: 200 } },
+        ],
+        responses: {
+          200: { description: 'Block summaries.', content: { 'application/json': { schema: { $ref: '#/components/schemas/BlockList' } } } },
+          400: jsonError('Bad parameters.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
+    '/v1/block': {
+      get: {
+        summary: 'One block as stored, by index or record hash',
+        parameters: [
+          { name: 'index', in: 'query', required: false, schema: { type: 'integer', minimum: 0 } },
+          { name: 'hash', in: 'query', required: false, description: 'record_hash', schema: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
+        ],
+        responses: {
+          200: { description: 'The block with `success: true` (and `revoked_by` when revoked).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          400: jsonError('Neither index nor hash, or a malformed one.'),
+          404: jsonError('No such block.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
+    '/v1/versions': {
+      get: {
+        summary: 'Every endorsement of an artifact URL, newest first',
+        parameters: [selectionParams[0]],
+        responses: {
+          200: { description: 'Version history.', content: { 'application/json': { schema: { $ref: '#/components/schemas/VersionList' } } } },
+          400: jsonError('Missing or invalid url.'),
+          404: jsonError('No provenance block is on file for the URL.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
+    '/v1/units': {
+      get: {
+        summary: 'The blocks of a unit (owner/name), newest first',
+        parameters: [{ name: 'name', in: 'query', required: true, schema: { type: 'string' } }],
+        responses: {
+          200: { description: 'Block summaries.', content: { 'application/json': { schema: { $ref: '#/components/schemas/BlockList' } } } },
+          400: jsonError('Missing or invalid name.'),
+          404: jsonError('No blocks for that unit.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
+    '/healthz': {
+      get: {
+        summary: 'Liveness: the process answers',
+        responses: { 200: { description: 'Alive.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Health' } } } } },
+      },
+    },
+    '/readyz': {
+      get: {
+        summary: 'Readiness: the chain is loaded and verified, and a mirror is not staler than chain.max_staleness',
+        responses: {
+          200: { description: 'Ready, with chain, sync and push details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
+          503: { description: 'Not ready, with the reason and the same details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
+        },
+      },
+    },
     '/v1/openapi.json': { get: { summary: 'This document', responses: { 200: { description: 'OpenAPI 3.1 document.' } } } },
     [SKILL_PATH]: {
       get: { summary: 'Onboarding for clients: how to verify a block and a download', responses: { 200: { description: 'Markdown.', content: { 'text/markdown': {} } } } },
@@ -169,6 +237,46 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             signer: { type: 'string' },
             timestamp: { type: 'string' },
             signature: { type: 'string' },
+          },
+        },
+        BlockSummary: {
+          type: 'object',
+          required: ['index', 'record_hash', 'posted', 'intent', 'uns', 'semver', 'effective_date', 'endorsements', 'comment'],
+          properties: {
+            index: { type: 'integer' }, record_hash: { type: 'string' }, posted: { type: 'string' }, intent: { type: 'string' },
+            uns: { type: 'string' }, semver: { type: 'string' }, effective_date: { type: 'string' }, endorsements: { type: 'integer' },
+            comment: { type: 'string' }, target_hash: { type: 'string' }, revoked_by: { type: 'integer' },
+          },
+        },
+        BlockList: {
+          type: 'object',
+          required: ['success', 'blocks'],
+          properties: { success: { const: true }, size: { type: 'integer' }, before: { type: 'integer' }, name: { type: 'string' }, total: { type: 'integer' }, blocks: { type: 'array', items: { $ref: '#/components/schemas/BlockSummary' } } },
+        },
+        VersionList: {
+          type: 'object',
+          required: ['success', 'url', 'total', 'versions'],
+          properties: {
+            success: { const: true }, url: { type: 'string' }, total: { type: 'integer' },
+            versions: {
+              type: 'array',
+              items: {
+                type: 'object', required: ['index', 'record_hash', 'semver', 'effective_date', 'artifact_hash'],
+                properties: { index: { type: 'integer' }, record_hash: { type: 'string' }, semver: { type: 'string' }, effective_date: { type: 'string' }, posted: { type: 'string' }, artifact_hash: { type: 'string' }, license: { type: 'string' }, revoked_by: { type: 'integer' } },
+              },
+            },
+          },
+        },
+        Health: { type: 'object', required: ['success', 'status'], properties: { success: { const: true }, status: { const: 'alive' }, uptime_seconds: { type: 'integer' } } },
+        Readiness: {
+          type: 'object',
+          required: ['success', 'status', 'mode', 'chain'],
+          properties: {
+            success: { type: 'boolean' }, status: { enum: ['ready', 'not_ready'] }, message: { type: 'string' },
+            mode: { enum: ['authority', 'mirror', 'read-only'] },
+            chain: { oneOf: [{ type: 'null' }, { type: 'object', required: ['size', 'head'], properties: { size: { type: 'integer' }, head: { type: 'string' }, checkpoint_timestamp: { type: ['string', 'null'] } } }] },
+            sync: { type: ['object', 'null'] },
+            push: { type: ['object', 'null'] },
           },
         },
         SubmitRequest: {

@@ -17,6 +17,9 @@ import type { Block } from '../chain/block.ts';
 import { LRUCache } from 'lru-cache';
 import { acceptsJson, parseJsonBody, parseSelectionQuery, readBody, sendEmpty, sendError, sendJson, sendJsonText, statusOf } from './http-util.ts';
 import { handleDownload } from './download.ts';
+import { handleHealthz, handleReadyz } from './health.ts';
+import { handleBlock, handleBlocks, handleUnits, handleVersions } from './browse.ts';
+import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { proxyFor } from './proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './openapi.ts';
 import type { GatewayContext } from './context.ts';
@@ -127,6 +130,13 @@ export const ROUTES: Record<string, Route> = {
   [SKILL_PATH]: { methods: ['GET', 'HEAD'], kind: 'document', handler: skill },
   '/v1/submit': { methods: ['POST'], kind: 'json', handler: submit },
   '/v1/download': { methods: ['GET', 'HEAD'], kind: 'bytes', handler: handleDownload },
+  '/v1/blocks': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlocks },
+  '/v1/block': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlock },
+  '/v1/versions': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleVersions },
+  '/v1/units': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleUnits },
+  '/healthz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleHealthz },
+  '/readyz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleReadyz },
+  ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
 
 /** The node:http request listener of the gateway. */
@@ -146,12 +156,15 @@ export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage
       } else sendError(res, e);
     };
     try {
-      if (route === undefined) {
+      // The explorer's paths yield to a proxy route (a Host route may proxy a whole site, "/" included).
+      if (route === undefined || route.handler === handleExplorer) {
         const routed = proxy.match(req.headers.host, target);
         if (routed !== null) {
           void proxy.handle(req, res, routed); // answers every failure itself, empty-bodied
           return;
         }
+      }
+      if (route === undefined) {
         req.resume();
         throw new VouchError('not_found', `no such path: ${path.slice(0, 200)}`, { resource: path.slice(0, 200) });
       }

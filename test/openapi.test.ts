@@ -117,6 +117,23 @@ test('lookup, authority, checkpoint, download and documents match the document',
   assert.is((await call('GET', `/v1/download?url=${u}&semver=1.0.0`, { headers: { 'cache-control': 'no-cache' } })).status, 200); // mirror hit: still the verified bytes
 });
 
+test('browse endpoints and health probes match the document', async () => {
+  const u = enc(origin.url('/doc.tgz'));
+  assert.is((await call('GET', '/v1/blocks?limit=5')).status, 200);
+  assert.is((await call('GET', '/v1/blocks?limit=0')).status, 400);
+  assert.is((await call('GET', '/v1/block?index=1')).status, 200);
+  assert.is((await call('GET', '/v1/block?index=999')).status, 404);
+  assert.is((await call('GET', '/v1/block')).status, 400);
+  assert.is((await call('GET', `/v1/versions?url=${u}`)).status, 200);
+  assert.is((await call('GET', `/v1/versions?url=${enc('https://none.example/x')}`)).status, 404);
+  assert.is((await call('GET', '/v1/versions')).status, 400);
+  assert.is((await call('GET', '/v1/units?name=acme/doc')).status, 200);
+  assert.is((await call('GET', '/v1/units?name=nobody/here')).status, 404);
+  assert.is((await call('GET', '/v1/units?name=x')).status, 400);
+  assert.is((await call('GET', '/healthz')).status, 200);
+  assert.is((await call('GET', '/readyz')).status, 200);
+});
+
 test('every documented path was exercised', () => {
   for (const [path, ops] of Object.entries<any>(doc.paths)) {
     for (const method of Object.keys(ops)) {

@@ -1,0 +1,115 @@
+/**
+ * The chain explorer in a real headless Chromium (Debian's `chromium`,
+ * driven by playwright-core): load, browse, search, open a block, see
+ * "signature valid" computed in the browser, and "signature invalid" for a
+ * block the test serves tampered. A screenshot is kept for the record.
+ * Chromium missing is a failure, never a silent skip (.ci/run installs it).
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { Agent, request } from 'undici';
+import { createKeyFile } from '../lib/key-file.ts';
+import { OriginServer } from './helpers/origin-server.ts';
+import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { repoRoot } from './helpers/vectors.ts';
+
+const CHROMIUM = process.env.VOUCH_CHROMIUM ?? '/usr/bin/chromium';
+const work = mkdtempSync(join(tmpdir(), 'vouch-explorer-'));
+const token = 'explorer-token-' + 'e'.repeat(30);
+const agent = new Agent();
+let gw: GatewayProcess;
+let origin: OriginServer;
+let browser: Browser;
+let page: Page;
+let pub = '';
+
+test.before(async () => {
+  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)`);
+  pub = createKeyFile(join(work, 'authority.pem')).publicKeyB64;
+  writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
+  origin = await OriginServer.start();
+  gw = await startGatewayProcess(['--config', writeConfig(work, {
+    listen: { port: 0 },
+    chain: { dir: join(work, 'chain') },
+    authority: { key_file: join(work, 'authority.pem'), signer: 'explorer-test', submit_token_file: join(work, 'submit.token') },
+    origin: { allow_private: true },
+  })]);
+  const submit = async (path: string, body: string, name: string, semver: string) => {
+    origin.route(path, { body });
+    const r = await request(gw.url + '/v1/submit', {
+      method: 'POST', dispatcher: agent,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ url: origin.url(path), name, semver, license: 'MIT', comment: `release ${semver} — “Grüße”` }),
+    });
+    assert.is(r.statusCode, 201, await r.body.text());
+  };
+  await submit('/a-1.tgz', 'artifact 1', 'acme/widget', '1.0.0');     // block 1
+  await submit('/a-1.tgz', 'artifact 1 v2', 'acme/widget', '2.0.0');  // block 2: same URL, new version
+  await submit('/a-3.tgz', 'artifact 3', 'beta/tool', '3.0.0');       // block 3
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  page = await browser.newPage();
+  page.setDefaultTimeout(15_000);
+});
+
+test.after(async () => {
+  await browser?.close();
+  await gw?.stop();
+  await origin?.close();
+  await agent.close();
+  rmSync(work, { recursive: true, force: true });
+});
+
+test('the page loads from the gateway alone, shows the authority and the newest blocks', async () => {
+  const external: string[] = [];
+  page.on('request', (r) => { if (!r.url().startsWith(gw.url)) external.push(r.url()); });
+  await page.goto(gw.url + '/');
+  await page.waitForSelector('table.blocks tbody tr');
+  assert.is(await page.textContent('#authority-key'), pub);
+  assert.match(await page.textContent('#authority') ?? '', /authority block valid/);
+  const rows = await page.$$eval('table.blocks tbody tr', (trs) => trs.map((t) => t.getAttribute('data-index')));
+  assert.equal(rows.slice(0, 4), ['3', '2', '1', '0']);
+  assert.equal(external, [], 'the page fetched something from elsewhere');
+});
+
+test('search by URL shows the version history; by owner/name the unit; open a block: "signature valid"', async () => {
+  await page.fill('#search input', origin.url('/a-1.tgz'));
+  await page.click('#search button');
+  await page.waitForSelector('table.versions tbody tr');
+  const versions = await page.$$eval('table.versions tbody tr td:nth-child(2)', (tds) => tds.map((t) => t.textContent));
+  assert.equal(versions, ['2.0.0', '1.0.0']);
+  await page.fill('#search input', 'beta/tool');
+  await page.click('#search button');
+  await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Blocks of beta/tool');
+  await page.click('table.blocks tbody tr td a');
+  await page.waitForSelector('#verify-result');
+  assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
+  assert.match(await page.textContent('#main') ?? '', /release 3\.0\.0 — “Grüße”/);
+  mkdirSync(join(repoRoot, 'test', 'out'), { recursive: true });
+  await page.screenshot({ path: join(repoRoot, 'test', 'out', 'explorer-block.png'), fullPage: true });
+});
+
+test('a block served tampered is shown as "signature invalid"', async () => {
+  await page.route('**/v1/block?index=2', async (route) => {
+    const res = await route.fetch();
+    const json = await res.json();
+    json.payload.endorsements[0].artifact_hash = 'sha256:' + 'e'.repeat(64);
+    await route.fulfill({ response: res, json });
+  });
+  await page.goto(gw.url + '/#/block/2');
+  await page.waitForSelector('#verify-result');
+  assert.match(await page.textContent('#verify-result') ?? '', /^signature invalid/);
+  await page.screenshot({ path: join(repoRoot, 'test', 'out', 'explorer-tampered.png'), fullPage: true });
+  await page.unroute('**/v1/block?index=2');
+  await page.goto(gw.url + '/#/block/1');
+  await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 1');
+  assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
+});
+
+test.run();
