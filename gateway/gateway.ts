@@ -26,6 +26,7 @@ import { digestUrl } from '../lib/artifact-digest.ts';
 import type { Config } from './config.ts';
 import { ChainState } from './chain-state.ts';
 import { createRequestHandler } from './server.ts';
+import { proxyFor } from './proxy.ts';
 import { createLogger, type Logger } from './log.ts';
 import type { GatewayContext } from './context.ts';
 import { SKILL_PATH } from './openapi.ts';
@@ -225,6 +226,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         server.closeAllConnections();
       });
       await fetcher.close();
+      await proxyFor(ctx).close();
       await mirror.close?.();
     },
   };
