@@ -119,7 +119,7 @@ const ratioRange = (a: WrkResult[], b: WrkResult[], f: (r: WrkResult) => number)
 export async function runGatewayBench(quick: boolean): Promise<{ title: string; markdown: string }> {
   const p: Params = quick
     ? { chainBlocks: 5_000, runs: 2, seconds: 2, warmupSeconds: 1, restarts: 2, bigBytes: 256 * MiB, lookupLoad: { threads: 1, connections: 16 }, downloadLoad: { threads: 1, connections: 1 } }
-    : { chainBlocks: 50_000, runs: 5, seconds: 8, warmupSeconds: 2, restarts: 5, bigBytes: 1024 * MiB, lookupLoad: { threads: 1, connections: 16 }, downloadLoad: { threads: 1, connections: 1 } };
+    : { chainBlocks: 50_000, runs: 7, seconds: 6, warmupSeconds: 2, restarts: 5, bigBytes: 1024 * MiB, lookupLoad: { threads: 1, connections: 16 }, downloadLoad: { threads: 1, connections: 1 } };
   ensureWrk();
   const work = mkdtempSync(join(tmpdir(), 'vouch-gwbench-'));
   // Gateways put their spool directories under TMPDIR: keep them inside `work`, removed at the end whatever happens.
