@@ -1,0 +1,464 @@
+/**
+ * chain-sync: the mirror side of the gateway (DESIGN 4 "mirror", 1.7
+ * `history_rewritten`). Bootstraps a mirror's chain directory from the
+ * remote (`prepareMirror`) and then pulls on an interval (`ChainSync`):
+ * fetch the remote's `main` into `refs/remotes/origin/main`, read the new
+ * blocks and the checkpoint from the fetched commit's git objects, verify
+ * them from the last verified state, and only then fast-forward the local
+ * branch and hand the blocks to the served chain state.
+ *
+ * Owns: the sync schedule (interval, exponential backoff while the remote
+ * fails), the decision to accept or refuse a remote head, the evidence
+ * logged when it refuses, and the status `/readyz` reports.
+ *
+ * Trusts: the served state's verifier state (what was verified, from block 0,
+ * against the pinned key) and `lib/chain-repo.ts` for git. Nothing from the
+ * remote: git history, the remote's working tree and its checkpoint are
+ * checked like any block.
+ *
+ * Must always hold:
+ * - The local branch, the working tree and the served state only ever move
+ *   to a remote head that extends the last verified head and whose every new
+ *   block and checkpoint verify; otherwise nothing local changes and the
+ *   last verified head keeps being served.
+ * - A refused head is logged with the evidence an auditor needs: our size,
+ *   head and commit, the remote's commit, size, head and checkpoint, the
+ *   code and the block index.
+ * - Never two syncs at once; `stop()` leaves no timer and no fetch behind.
+ */
+import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { VouchError } from '../chain/errors.ts';
+import { type Block, parseBlockText } from '../chain/block.ts';
+import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
+import { base64Decode, bytesEqual } from '../chain/encoding.ts';
+import { nodeBackend } from '../lib/node-crypto.ts';
+import { ChainRepo, type ChainSnapshot, type FetchOptions, blockPath, parseBlockPath } from '../lib/chain-repo.ts';
+import type { Logger } from './log.ts';
+
+/** What the sync needs of the served chain (ChainState implements it). */
+export interface SyncTarget {
+  readonly verifierState: VerifierState;
+  /** Verifies and takes in blocks appended after the head, with the new checkpoint text; throws (state unchanged) if they do not verify. */
+  applyCommitted(blocks: readonly Block[], checkpointText: string | null): void;
+}
+
+export interface ChainSyncOptions {
+  repo: ChainRepo;
+  /** git smart-HTTP URL of the authority's chain. */
+  remote: string;
+  state: SyncTarget;
+  /** The pinned authority key (base64); the verified state already fixes the authority, this double-checks it. */
+  pinnedPublicKey?: string | null;
+  intervalSeconds: number;
+  log: Logger;
+  now?: () => number;
+  /** First retry delay after a failed attempt (default 1000 ms); doubles with each failure. */
+  backoffInitialMs?: number;
+  /** Longest retry delay (default: min(60 s, the interval)). */
+  backoffMaxMs?: number;
+  /** HTTP client, per-exchange timeout, extra headers for the remote. */
+  fetch?: Omit<FetchOptions, 'signal'>;
+}
+
+export interface SyncStatus {
+  /** The remote URL, credentials removed. */
+  remote: string;
+  /** Epoch ms of the last sync that ended up to date with a verified remote head. */
+  lastSuccess: number | null;
+  lastAttempt: number | null;
+  lastError: { code: string; message: string } | null;
+  /** The remote's `main` commit as last fetched (accepted or not). */
+  remoteHead: string | null;
+  /** Blocks in that commit. */
+  remoteSize: number | null;
+  /** Blocks verified and served here. */
+  localSize: number;
+  /** record_hash of the newest block served here. */
+  localHead: string;
+  consecutiveFailures: number;
+  /** Seconds since the last success (since this sync was created when there was none). */
+  staleSeconds: number;
+  syncing: boolean;
+  /** Delay before the next attempt while failing (0 when healthy). */
+  backoffMs: number;
+  /** Epoch ms of the next scheduled attempt, null when not started. */
+  nextAttempt: number | null;
+}
+
+export type SyncOutcome =
+  | { result: 'up_to_date'; commit: string; size: number }
+  | { result: 'updated'; commit: string; from: number; size: number }
+  | { result: 'refused'; code: string; message: string; commit: string | null }
+  | { result: 'failed'; code: string; message: string }
+  | { result: 'cancelled' };
+
+const CHECKPOINT = 'checkpoint.json';
+
+function shownUrl(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, '//');
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function rewritten(message: string, evidence: Record<string, unknown> = {}): VouchError {
+  return new VouchError('history_rewritten', `history_rewritten: ${message}`, { index: null, evidence });
+}
+
+export class ChainSync {
+  private readonly repo: ChainRepo;
+  private readonly remote: string;
+  private readonly state: SyncTarget;
+  private readonly pinned: string | null;
+  private readonly intervalMs: number;
+  private readonly log: Logger;
+  private readonly now: () => number;
+  private readonly backoffInitialMs: number;
+  private readonly backoffMaxMs: number;
+  private readonly fetchOpts: Omit<FetchOptions, 'signal'>;
+  private readonly createdAt: number;
+
+  private lastSuccess: number | null = null;
+  private lastAttempt: number | null = null;
+  private lastError: { code: string; message: string } | null = null;
+  private remoteHead: string | null = null;
+  private remoteSize: number | null = null;
+  private failures = 0;
+  /** Failures of the transport kind (remote down, I/O): they drive the backoff. */
+  private transportFailures = 0;
+  /** The last refused remote commit, against which verified head, and why. */
+  private refused: { commit: string; localHead: string; error: VouchError } | null = null;
+
+  private started = false;
+  /** Set by stop(): a sync queued behind the running one does not start. */
+  private stopping = false;
+  private timer: NodeJS.Timeout | null = null;
+  private nextAt: number | null = null;
+  private inflight: Promise<SyncOutcome> | null = null;
+  private queued: Promise<SyncOutcome> | null = null;
+  private abort: AbortController | null = null;
+
+  constructor(options: ChainSyncOptions) {
+    if (!(options.intervalSeconds > 0)) throw new VouchError('usage', 'sync interval must be a positive number of seconds');
+    this.repo = options.repo;
+    this.remote = options.remote;
+    this.state = options.state;
+    this.pinned = options.pinnedPublicKey ?? null;
+    this.intervalMs = options.intervalSeconds * 1000;
+    this.log = options.log;
+    this.now = options.now ?? Date.now;
+    this.backoffInitialMs = options.backoffInitialMs ?? 1000;
+    this.backoffMaxMs = options.backoffMaxMs ?? Math.max(this.backoffInitialMs, Math.min(60_000, this.intervalMs));
+    this.fetchOpts = options.fetch ?? {};
+    this.createdAt = this.now();
+  }
+
+  /** Current retry delay while the remote fails, 0 when healthy. */
+  private get backoffMs(): number {
+    if (this.transportFailures === 0) return 0;
+    return Math.min(this.backoffMaxMs, this.backoffInitialMs * 2 ** Math.min(30, this.transportFailures - 1));
+  }
+
+  status(): SyncStatus {
+    const vs = this.state.verifierState;
+    const now = this.now();
+    return {
+      remote: shownUrl(this.remote),
+      lastSuccess: this.lastSuccess,
+      lastAttempt: this.lastAttempt,
+      lastError: this.lastError,
+      remoteHead: this.remoteHead,
+      remoteSize: this.remoteSize,
+      localSize: vs.size,
+      localHead: vs.head,
+      consecutiveFailures: this.failures,
+      staleSeconds: Math.max(0, Math.floor((now - (this.lastSuccess ?? this.createdAt)) / 1000)),
+      syncing: this.inflight !== null,
+      backoffMs: this.backoffMs,
+      nextAttempt: this.nextAt,
+    };
+  }
+
+  /** Sync now and then every interval (sooner, with backoff, while the remote fails). */
+  start(): void {
+    if (this.started) return;
+    this.started = true;
+    this.stopping = false;
+    this.schedule(0);
+  }
+
+  /** Stop the schedule, cancel a fetch in progress and wait for the sync to wind down. */
+  async stop(): Promise<void> {
+    this.started = false;
+    this.stopping = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.nextAt = null;
+    this.abort?.abort(new Error('the mirror sync was stopped'));
+    await Promise.allSettled([this.inflight, this.queued].filter((p) => p !== null));
+  }
+
+  /**
+   * Run a sync now. While one runs, the call waits for it and runs one more
+   * (callers that ask at the same time share it): never two at once, and a
+   * push made before the call is always seen.
+   */
+  syncNow(): Promise<SyncOutcome> {
+    if (!this.inflight) return this.launch();
+    if (!this.queued) {
+      this.queued = this.inflight.then(() => {
+        this.queued = null;
+        return this.stopping ? { result: 'cancelled' as const } : this.launch();
+      });
+    }
+    return this.queued;
+  }
+
+  private launch(): Promise<SyncOutcome> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.nextAt = null;
+    const run = this.runOnce().then((outcome) => {
+      this.inflight = null;
+      if (!this.queued) {
+        this.schedule(outcome.result === 'failed' ? this.backoffMs : this.intervalMs);
+      }
+      return outcome;
+    });
+    this.inflight = run;
+    return run;
+  }
+
+  private schedule(ms: number): void {
+    if (!this.started) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.nextAt = this.now() + ms;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.syncNow();
+    }, ms);
+    this.timer.unref();
+  }
+
+  private async runOnce(): Promise<SyncOutcome> {
+    this.lastAttempt = this.now();
+    const ac = new AbortController();
+    this.abort = ac;
+    const ctx: Record<string, unknown> = {};
+    try {
+      const outcome = await this.attempt(ac.signal, ctx);
+      this.lastSuccess = this.now();
+      this.lastError = null;
+      this.failures = 0;
+      this.transportFailures = 0;
+      this.refused = null;
+      return outcome;
+    } catch (e) {
+      if (ac.signal.aborted) return { result: 'cancelled' };
+      const err = e instanceof VouchError ? e : new VouchError('internal_error', `mirror sync failed: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+      this.lastError = { code: err.code, message: err.message };
+      this.failures++;
+      const vs = this.state.verifierState;
+      if (err.kind === 'integrity') {
+        this.transportFailures = 0;
+        const commit = typeof ctx.remote_commit === 'string' ? ctx.remote_commit : null;
+        const again = this.refused !== null && this.refused.commit === commit && this.refused.localHead === vs.head;
+        if (commit !== null) this.refused = { commit, localHead: vs.head, error: err };
+        if (again) {
+          this.log.warn('mirror sync: the remote is still at a refused head; serving the last verified head', { code: err.code, remote: shownUrl(this.remote), remote_commit: commit });
+        } else {
+          this.log.error('mirror sync refused the remote head; serving the last verified head', {
+            code: err.code,
+            message: err.message,
+            index: err.index ?? null,
+            remote: shownUrl(this.remote),
+            ...ctx,
+            local_size: vs.size,
+            local_head: vs.head,
+            local_commit: this.repo.head,
+            ...(err.evidence ? { evidence: err.evidence } : {}),
+            ...(err.resource ? { resource: err.resource } : {}),
+          });
+        }
+        return { result: 'refused', code: err.code, message: err.message, commit };
+      }
+      this.transportFailures++;
+      this.log.warn('mirror sync failed; serving the last verified head', {
+        code: err.code,
+        message: err.message,
+        remote: shownUrl(this.remote),
+        consecutive_failures: this.failures,
+        retry_in_ms: this.backoffMs,
+        local_size: vs.size,
+      });
+      return { result: 'failed', code: err.code, message: err.message };
+    } finally {
+      this.abort = null;
+      this.repo.dropFetched();
+    }
+  }
+
+  private async attempt(signal: AbortSignal, ctx: Record<string, unknown>): Promise<SyncOutcome> {
+    const local = this.state.verifierState;
+    const n = local.size;
+    const { commit } = await this.repo.fetch(this.remote, { ...this.fetchOpts, signal });
+    ctx.remote_commit = commit;
+    this.remoteHead = commit;
+    if (commit === this.repo.head && this.repo.size === n) {
+      this.remoteSize = n;
+      return { result: 'up_to_date', commit, size: n };
+    }
+    // The same remote head as last time, against the same verified head: same answer, no second verification.
+    if (this.refused && this.refused.commit === commit && this.refused.localHead === local.head) throw this.refused.error;
+
+    // 1. Does the remote extend what we verified? (read from the fetched commit's objects only)
+    let snap: ChainSnapshot;
+    try {
+      snap = await this.repo.snapshotAt(commit);
+    } catch (e) {
+      if (e instanceof VouchError && e.code === 'not_a_chain') throw rewritten(`the remote's main (${commit}) holds no chain: ${e.message}`);
+      throw e;
+    }
+    this.remoteSize = snap.size;
+    ctx.remote_size = snap.size;
+    ctx.remote_head = await this.recordHashAt(snap, snap.size - 1);
+    const cpText = await snap.readFile(CHECKPOINT);
+    let cp: unknown = null;
+    if (cpText !== null) {
+      try {
+        cp = JSON.parse(cpText);
+      } catch { /* reported below as checkpoint_mismatch */ }
+    }
+    const cpSize = isRecord(cp) && typeof cp.size === 'number' ? cp.size : null;
+    const cpHead = isRecord(cp) && typeof cp.head === 'string' ? cp.head : null;
+    ctx.remote_checkpoint = cpText === null ? null : { size: cpSize, head: cpHead };
+    if (snap.size < n) throw rewritten(`the remote has ${snap.size} blocks, ${n} are verified here`);
+    if (cpSize !== null && cpSize < n) throw rewritten(`the remote's checkpoint says ${cpSize} blocks, ${n} are verified here`);
+    const atHead = await this.recordHashAt(snap, n - 1);
+    if (atHead !== local.head) {
+      throw rewritten(`block ${n - 1} on the remote is not the verified head`, { index: n - 1, verified: local.head, remote: atHead });
+    }
+    if (cpSize === n && cpHead !== null && cpHead !== local.head) {
+      throw rewritten(`the remote's checkpoint names another head at size ${n}`, { verified: local.head, checkpoint_head: cpHead });
+    }
+    const changes = await this.repo.changesTo(commit);
+    const lost = changes.filter((c) => c.path.startsWith('blocks/') && c.change !== 'added');
+    if (lost.length > 0) {
+      throw rewritten(`the remote changes or removes ${lost.length} existing file(s) under blocks/, first ${lost[0]!.path}`, {
+        paths: lost.slice(0, 10).map((c) => `${c.change} ${c.path}`),
+      });
+    }
+    const stray = changes.find((c) => c.path.startsWith('blocks/') && parseBlockPath(c.path) === null);
+    if (stray) throw new VouchError('malformed', `malformed: unexpected file ${stray.path} in the remote's blocks/ directory`, { index: null, resource: stray.path });
+
+    // 2. Verify every new block from the verified state, then the checkpoint.
+    const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinned, state: local });
+    const blocks: Block[] = [];
+    for (let i = n; i < snap.size; i++) {
+      let text: string;
+      try {
+        text = await snap.readBlock(i);
+      } catch (e) {
+        if (e instanceof VouchError && e.code === 'not_found') throw new VouchError('index_gap', `index_gap at block ${i}: the remote has no ${blockPath(i)}`, { index: i });
+        throw e;
+      }
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch (e) {
+        throw new VouchError('malformed', `malformed at block ${i}: not JSON (${(e as Error).message})`, { index: i });
+      }
+      blocks.push(verifier.add(value));
+    }
+    if (cpText === null) throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the remote has no checkpoint.json', { index: null });
+    if (cp === null) throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the remote checkpoint.json is not JSON', { index: null });
+    verifier.verifyCheckpoint(cp);
+    if (signal.aborted) throw new VouchError('io_error', 'fetch cancelled');
+
+    // 3. Adopt: branch, working tree and index first (the commit point is the ref move), then the served state.
+    await this.repo.fastForward(commit); // also catches the working tree up if an earlier one was interrupted
+    for (const w of this.repo.warnings.splice(0)) this.log.warn('chain repository', { warning: w });
+    this.state.applyCommitted(blocks, cpText);
+    const size = this.state.verifierState.size;
+    this.log.info('mirror sync: accepted the remote head', {
+      remote: shownUrl(this.remote), remote_commit: commit, from: n, size, blocks: blocks.length, head: this.state.verifierState.head,
+    });
+    return { result: 'updated', commit, from: n, size };
+  }
+
+  /** record_hash of block `index` at the snapshot, or null when it is missing or unreadable. */
+  private async recordHashAt(snap: ChainSnapshot, index: number): Promise<string | null> {
+    if (index < 0 || index >= snap.size) return null;
+    try {
+      const v = JSON.parse(await snap.readBlock(index)) as unknown;
+      return isRecord(v) && typeof v.record_hash === 'string' ? v.record_hash : null;
+    } catch {
+      return null;
+    }
+  }
+}
+
+export interface MirrorOptions {
+  /** Pinned authority key (base64): block 0 must declare it. */
+  pinnedPublicKey?: string | null;
+  log?: Logger;
+  fetch?: FetchOptions;
+}
+
+/**
+ * The mirror's chain directory at startup: clone `remote` into a missing or
+ * empty `dir` (or one holding an interrupted clone), open an existing chain
+ * (the sync brings it up to date later; what `open()` repaired is in
+ * `repo.repairs` for the caller to log).
+ * @throws VouchError `not_a_chain` when `dir` holds something else;
+ *   `untrusted_authority` when block 0 declares another key than the pinned
+ *   one (the clone is kept: fix the pinned key or empty the directory).
+ */
+export async function prepareMirror(dir: string, remote: string, options: MirrorOptions = {}): Promise<{ repo: ChainRepo; cloned: boolean }> {
+  const abs = resolve(dir);
+  const log = options.log;
+  let st;
+  try {
+    st = statSync(abs);
+  } catch {
+    st = null;
+  }
+  if (st && !st.isDirectory()) throw new VouchError('not_a_chain', `chain.dir ${abs} is not a directory`);
+  if (st && ChainRepo.isInterruptedClone(abs)) {
+    log?.warn('removing an interrupted clone of the chain', { dir: abs });
+    for (const name of readdirSync(abs)) rmSync(join(abs, name), { recursive: true, force: true });
+  }
+  let repo: ChainRepo;
+  let cloned = false;
+  if (!st || readdirSync(abs).length === 0) {
+    log?.info('cloning the chain', { dir: abs, remote: shownUrl(remote) });
+    const t0 = performance.now();
+    repo = await ChainRepo.clone(remote, abs, options.fetch ?? {});
+    cloned = true;
+    log?.info('cloned the chain', { dir: abs, blocks: repo.size, commit: repo.head, ms: Math.round(performance.now() - t0) });
+  } else {
+    try {
+      repo = await ChainRepo.open(abs);
+    } catch (e) {
+      if (e instanceof VouchError && e.code === 'not_a_chain') {
+        const what = existsSync(join(abs, '.git')) ? 'a git repository that is not a vouch chain' : 'files that are not a vouch chain';
+        throw new VouchError('not_a_chain', `chain.dir ${abs} holds ${what} (${e.message}); point chain.dir at an empty directory to mirror ${shownUrl(remote)}`, { cause: e });
+      }
+      throw e;
+    }
+  }
+  if (options.pinnedPublicKey) {
+    const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority;
+    const pinned = base64Decode(options.pinnedPublicKey);
+    const declared = authority ? base64Decode(authority.public_key) : null;
+    if (pinned === null || pinned.length !== 32) throw new VouchError('key_error', 'the pinned public key is not base64 of a 32-byte ed25519 key');
+    if (declared === null || !bytesEqual(pinned, declared)) {
+      throw new VouchError('untrusted_authority', `untrusted_authority at block 0: the chain at ${shownUrl(remote)} is signed by key ${authority?.public_key ?? '(none)'}, not the pinned key`, {
+        index: 0, evidence: { pinned: options.pinnedPublicKey, chain: authority?.public_key ?? null, dir: abs },
+      });
+    }
+  }
+  return { repo, cloned };
+}
