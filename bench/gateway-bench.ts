@@ -23,7 +23,7 @@
  * asserted.
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
 import { base64Encode } from '../chain/encoding.ts';
@@ -121,6 +121,7 @@ export async function runGatewayBench(quick: boolean): Promise<{ title: string; 
     ? { chainBlocks: 5_000, runs: 2, seconds: 2, warmupSeconds: 1, restarts: 2, bigBytes: 256 * MiB, lookupLoad: { threads: 1, connections: 16 }, downloadLoad: { threads: 1, connections: 1 } }
     : { chainBlocks: 50_000, runs: 7, seconds: 6, warmupSeconds: 2, restarts: 5, bigBytes: 1024 * MiB, lookupLoad: { threads: 1, connections: 16 }, downloadLoad: { threads: 1, connections: 1 } };
   ensureWrk();
+  const loadBefore = loadavg()[0]!;
   const work = mkdtempSync(join(tmpdir(), 'vouch-gwbench-'));
   // Gateways put their spool directories under TMPDIR: keep them inside `work`, removed at the end whatever happens.
   const childTmp = join(work, 'tmp');
@@ -309,6 +310,7 @@ export async function runGatewayBench(quick: boolean): Promise<{ title: string; 
       `Load: Debian wrk, lookups \`-t${p.lookupLoad.threads} -c${p.lookupLoad.connections}\`, downloads \`-t${p.downloadLoad.threads} -c${p.downloadLoad.connections}\` (one download at a time), ${p.seconds} s per run after a ${p.warmupSeconds} s warm-up per target, ${p.runs} runs per target interleaved (order rotated each run); values are medians, ratio = median / median, "runs" = the range of per-run ratios. Throughput = requests/s × 16 MiB.`,
       `Every server is its own process on 127.0.0.1: the gateway (\`vouch serve --config\`), the bare server, the proxy (node:http, keep-alive agent, pipes the origin's answer) and the origin (the test origin server streaming a generated pattern). Artifacts are endorsed through an authority gateway's \`POST /v1/submit\`; the measured gateways are read-only on that chain with the key pinned. Each download path was checked once (status, length, sha256) before it was measured.`,
     );
+    notes.push(`Load average (1 min) of the machine: ${fmt(loadBefore, 2)} at the start, ${fmt(loadavg()[0]!, 2)} at the end (anything above ~0.1 is other work sharing the 2 cores).`);
     if (quick) notes.push(`**--quick**: ${Nfmt}-block chain, ${bigLabel} artifact, short runs; a smoke test, not the figures.`);
   } finally {
     await stopAll();
