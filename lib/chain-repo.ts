@@ -323,13 +323,9 @@ class DiskPacks {
     }
     const out = base ? { type: base.type, body: applyDelta(data, base.body) } : { type: OBJ_TYPES[kind]!, body: data };
     if (out.body.length < 1 << 20) {
+      if (this.cacheBytes + out.body.length > 16 << 20) this.resetCache(); // bounded; delta bases are usually near
       this.cache.set(key, out);
       this.cacheBytes += out.body.length;
-      while (this.cacheBytes > 16 << 20) {
-        const [k, v] = this.cache.entries().next().value as [string, { type: string; body: Buffer }];
-        this.cache.delete(k);
-        this.cacheBytes -= v.body.length;
-      }
     }
     return out;
   }
@@ -582,6 +578,9 @@ class PackData {
   private readonly byOffset = new Map<number, PackEntry>();
   private cache = new Map<number, Buffer>();
   private cacheBytes = 0;
+  /** Cached offsets in insertion order (first in, first out); `fifoHead` is the oldest. */
+  private fifo: number[] = [];
+  private fifoHead = 0;
   /** Delta bases found outside the pack (a thin pack): such a pack cannot be stored as it is. */
   private readonly externals = new Map<string, { type: string; body: Buffer }>();
 
@@ -612,7 +611,7 @@ class PackData {
    * Parse and index `pack`. `external` resolves REF_DELTA bases that are not
    * in the pack (objects we already have).
    */
-  static async index(pack: Buffer, external: (oid: string) => Promise<{ type: string; body: Buffer } | null>, cacheLimit = 16 << 20): Promise<PackData> {
+  static async index(pack: Buffer, external: (oid: string) => Promise<{ type: string; body: Buffer } | null>, cacheLimit = 32 << 20): Promise<PackData> {
     const bad = (why: string): never => { throw new VouchError('io_error', `the remote sent a bad pack: ${why}`); };
     if (pack.length < 32 || pack.toString('latin1', 0, 4) !== 'PACK') bad('no PACK header');
     const version = pack.readUInt32BE(4);
@@ -715,13 +714,18 @@ class PackData {
   }
 
   private remember(offset: number, body: Buffer): void {
-    if (body.length > this.cacheLimit / 4) return;
+    if (body.length > this.cacheLimit / 4 || this.cache.has(offset)) return;
     this.cache.set(offset, body);
+    this.fifo.push(offset);
     this.cacheBytes += body.length;
     while (this.cacheBytes > this.cacheLimit) {
-      const [k, v] = this.cache.entries().next().value as [number, Buffer];
+      const k = this.fifo[this.fifoHead++]!;
+      this.cacheBytes -= this.cache.get(k)!.length;
       this.cache.delete(k);
-      this.cacheBytes -= v.length;
+    }
+    if (this.fifoHead > 4096 && this.fifoHead * 2 > this.fifo.length) {
+      this.fifo = this.fifo.slice(this.fifoHead);
+      this.fifoHead = 0;
     }
   }
 
