@@ -220,7 +220,11 @@ export class ChainSync {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     this.nextAt = null;
-    const run = this.runOnce().then((outcome) => {
+    const run = this.runOnce().catch((e: unknown): SyncOutcome => {
+      // runOnce reports every failure as an outcome; this only guards the schedule.
+      this.log.error('mirror sync: unexpected failure', { message: (e as Error)?.message ?? String(e) });
+      return { result: 'failed', code: 'internal_error', message: 'unexpected failure' };
+    }).then((outcome) => {
       this.inflight = null;
       if (!this.queued) {
         this.schedule(outcome.result === 'failed' ? this.backoffMs : this.intervalMs);
