@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>> = {
   chain: async () => (await import('./chain-bench.ts')).runChainBench(process.argv.includes('--quick')),
   gateway: async () => (await import('./gateway-bench.ts')).runGatewayBench(process.argv.includes('--quick')),
+  mirror: async () => (await import('./mirror-bench.ts')).runMirrorBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];

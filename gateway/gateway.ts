@@ -27,6 +27,9 @@ import type { Config } from './config.ts';
 import { ChainState } from './chain-state.ts';
 import { createRequestHandler } from './server.ts';
 import { proxyFor } from './proxy.ts';
+import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
+import { ChainPusher, type PushStatus } from '../lib/chain-push.ts';
+import type { PushReport, SyncReport } from './health.ts';
 import { createLogger, type Logger } from './log.ts';
 import type { GatewayContext } from './context.ts';
 import { SKILL_PATH } from './openapi.ts';
@@ -113,12 +116,38 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
   return ChainRepo.open(config.chain.dir, { repair: authority !== null });
 }
 
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+function syncReport(s: SyncStatus): SyncReport {
+  return {
+    remote: s.remote,
+    last_success: iso(s.lastSuccess),
+    last_attempt: iso(s.lastAttempt),
+    last_error: s.lastError,
+    consecutive_failures: s.consecutiveFailures,
+    stale_seconds: Math.round(s.staleSeconds),
+    remote_head: s.remoteHead,
+  };
+}
+
+function pushReport(s: PushStatus): PushReport {
+  return {
+    remote: s.remote,
+    remote_head: s.remoteHead,
+    backlog: s.backlog ?? 0,
+    last_push: s.lastPush?.at ?? null,
+    last_error: s.lastError ? { code: s.lastError.code, message: s.lastError.message } : null,
+    consecutive_failures: s.consecutiveFailures,
+  };
+}
+
 export async function startGateway(config: Config, options: StartOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger();
   const say = options.announce ?? ((l: string) => process.stdout.write(l + '\n'));
   const now = options.now ?? Date.now;
-  if (config.chain.remote !== null && config.authority === null) {
-    throw new VouchError('usage', 'config: chain.remote without authority (mirror mode) is not supported by this version yet');
+  const mirrorMode = config.chain.remote !== null && config.authority === null;
+  if (mirrorMode && config.chain.public_key === null) {
+    throw new VouchError('usage', 'config: a mirror (chain.remote without authority) needs chain.public_key, the pinned authority key it verifies every block against');
   }
   const authority = config.authority ? prepareAuthority(config, options, say, log) : null;
 
@@ -175,11 +204,15 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   }
   say(`listening on ${url}`);
 
+  let pusher: ChainPusher | null = null;
+  let sync: ChainSync | null = null;
   const ready = (async () => {
     // Test hook: hold the not-ready phase open so tests can observe 503 answers.
     const delay = Number(process.env.VOUCH_TEST_READY_DELAY_MS ?? 0);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
-    const repo = await openChain(config, authority, now);
+    const repo = mirrorMode
+      ? (await prepareMirror(config.chain.dir, config.chain.remote!, { pinnedPublicKey: config.chain.public_key, log })).repo
+      : await openChain(config, authority, now);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
     if (authority) trustedHead(repo, authority.signer);
     const pinned = config.chain.public_key ?? (authority ? base64Encode(authority.signer.publicKey) : null);
@@ -199,11 +232,25 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
           try {
             state.applyCommitted(blocks, repo.readCheckpoint());
             log.info('appended', { blocks: blocks.map((b) => b.index), head: blocks[blocks.length - 1]!.record_hash });
+            pusher?.notify(repo.head);
           } catch (e) {
             log.error('an appended block did not verify', { error: (e as Error).message, blocks: blocks.map((b) => b.index) });
           }
         },
       }, { log: (m) => log.error(m) });
+    }
+    if (authority && config.chain.remote !== null) {
+      pusher = new ChainPusher({ dir: config.chain.dir, remote: config.chain.remote, log });
+      ctx.pushReport = () => pushReport(pusher!.status());
+      pusher.notify(repo.head); // sends anything appended while the remote was unreachable
+    }
+    if (mirrorMode) {
+      sync = new ChainSync({
+        repo, remote: config.chain.remote!, state, pinnedPublicKey: config.chain.public_key,
+        intervalSeconds: config.chain.sync_interval, log,
+      });
+      ctx.syncReport = () => syncReport(sync!.status());
+      sync.start();
     }
     ctx.state = state;
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
@@ -225,6 +272,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         server.close(() => r());
         server.closeAllConnections();
       });
+      await sync?.stop();
+      await pusher?.stop();
       await fetcher.close();
       await proxyFor(ctx).close();
       await mirror.close?.();

@@ -34,3 +34,19 @@ export function vouchAsync(args: string[], env: Record<string, string> = {}, tim
     });
   });
 }
+
+/** The git CLI without blocking this process's event loop (needed when this process serves the remote). */
+export function gitAsync(args: string[], timeoutMs = 60_000): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn('git', args, { env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => { stdout += d; });
+    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', (status, signal) => {
+      clearTimeout(timer);
+      resolve({ status, signal, stdout, stderr });
+    });
+  });
+}
