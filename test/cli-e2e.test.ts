@@ -276,6 +276,29 @@ test('bad input: one line on stderr, documented exit code, chain untouched', () 
   assert.is(git(['-C', chain, 'status', '--porcelain']).stdout, '');
 });
 
+test('--json gives one JSON object (results and failures), --quiet prints nothing on success', () => {
+  let r = vouch(['verify', '--chain', chain, '--quiet']);
+  assert.is(r.status, 0);
+  assert.is(r.stdout + r.stderr, '');
+  r = vouch(['check', '--chain', chain, '--url', 'https://cdn.example/widget.js', '--json', join(work, 'w2.js')]);
+  assert.is(r.status, 0, r.stderr);
+  const ok = JSON.parse(r.stdout);
+  assert.equal([ok.ok, ok.semver, ok.index], [true, '2.0.0', 3]);
+  r = vouch(['check', '--chain', chain, '--url', 'https://cdn.example/widget.js', '--json', join(work, 'w1.js')]);
+  assert.is(r.status, 1);
+  const bad = JSON.parse(r.stdout);
+  assert.equal([bad.ok, bad.code], [false, 'hash_mismatch']);
+  assert.match(bad.expected, /^blake3:/);
+  r = vouch(['endorse', '--chain', chain, '--key', key, '--url', 'https://cdn.example/json.js', '--file', file('json.js', 'json'),
+    '--name', 'acme/json', '--semver', '1.0.0', '--license', 'MIT', '--json']);
+  assert.is(r.status, 0, r.stderr);
+  assert.equal(Object.keys(JSON.parse(r.stdout)).sort(), ['artifact_hashes', 'index', 'ok', 'record_hash', 'status', 'urls']);
+  r = vouch(['verify', '--chain', join(work, 'nope'), '--json']);
+  assert.is(r.status, 2);
+  assert.equal(Object.keys(JSON.parse(r.stdout)).sort(), ['code', 'message', 'ok']);
+  assert.is(r.stderr.trim().split('\n').length, 1);
+});
+
 test('every command has --help (exit 0) and the bare command lists them', () => {
   for (const c of ['keygen', 'init', 'endorse', 'verify', 'check']) {
     const r = vouch([c, '--help']);

@@ -25,7 +25,31 @@ export interface Command {
   options: Record<string, OptionSpec>;
   positionals?: { name: string; required: boolean }[];
   details?: string;
+  /** Set for commands without a result to print (serve): no --json/--quiet. */
+  noResultOptions?: boolean;
   run(values: Record<string, any>, positionals: string[]): Promise<number>;
+}
+
+const RESULT_OPTIONS: Record<string, OptionSpec> = {
+  json: { type: 'boolean', help: 'print the result (or the failure) as one JSON object on stdout' },
+  quiet: { type: 'boolean', short: 'q', help: 'print nothing on success (failures still get one line on stderr)' },
+};
+
+function optionsOf(cmd: Command): Record<string, OptionSpec> {
+  return cmd.noResultOptions ? cmd.options : { ...cmd.options, ...RESULT_OPTIONS };
+}
+
+/** Prints a command's result: `text` normally, `json` with --json, nothing with --quiet. */
+export function emit(values: Record<string, any>, text: string, json: Record<string, unknown>): void {
+  if (values.json) process.stdout.write(JSON.stringify({ ok: true, ...json }) + '\n');
+  else if (!values.quiet) process.stdout.write(text.endsWith('\n') ? text : text + '\n');
+}
+
+/** Reports a failed check: one line on stderr, plus a JSON object on stdout with --json. Returns `exit`. */
+export function refuse(values: Record<string, any>, code: string, line: string, extra: Record<string, unknown> = {}, exit: 1 | 2 = 1): number {
+  if (values.json) process.stdout.write(JSON.stringify({ ok: false, code, message: line, ...extra }) + '\n');
+  process.stderr.write(`${code}: ${line}\n`);
+  return exit;
 }
 
 export class UsageError extends VouchError {
@@ -36,7 +60,7 @@ export class UsageError extends VouchError {
 
 export function helpText(cmd: Command): string {
   const lines = [`usage: vouch ${cmd.name} ${cmd.usage}`, '', cmd.summary, '', 'options:'];
-  const rows = Object.entries(cmd.options).map(([name, o]) => [
+  const rows = Object.entries(optionsOf(cmd)).map(([name, o]) => [
     `  --${name}${o.type === 'string' ? ' ' + (o.value ?? name.toUpperCase().replace(/-/g, '_')) : ''}`,
     o.help + (o.required ? ' (required)' : ''),
   ]);
@@ -56,7 +80,7 @@ export async function runCommand(cmd: Command, argv: string[]): Promise<number> 
       allowPositionals: (cmd.positionals?.length ?? 0) > 0,
       options: {
         help: { type: 'boolean', short: 'h' },
-        ...Object.fromEntries(Object.entries(cmd.options).map(([k, o]) => [k, {
+        ...Object.fromEntries(Object.entries(optionsOf(cmd)).map(([k, o]) => [k, {
           type: o.type, ...(o.multiple ? { multiple: true } : {}), ...(o.short ? { short: o.short } : {}),
         }])),
       },
@@ -82,13 +106,21 @@ export async function runCommand(cmd: Command, argv: string[]): Promise<number> 
     if (pos.length > specs.length) throw new UsageError(`unexpected argument ${JSON.stringify(pos[specs.length])} (see vouch ${cmd.name} --help)`);
     const missing = specs.slice(pos.length).find((s) => s.required);
     if (missing) throw new UsageError(`missing ${missing.name} (see vouch ${cmd.name} --help)`);
+    jsonErrors = values.json === true;
     return await cmd.run(values, pos);
   } catch (e) {
     return reportError(cmd.name, e);
   }
 }
 
+let jsonErrors = false;
+
 export function reportError(commandName: string, e: unknown): number {
+  if (jsonErrors) {
+    const code = isVouchError(e) ? e.code : 'internal_error';
+    const message = isVouchError(e) ? e.message.split('\n')[0] : String((e as Error)?.message ?? e).split('\n')[0];
+    process.stdout.write(JSON.stringify({ ok: false, code, message }) + '\n');
+  }
   if (isVouchError(e)) {
     process.stderr.write(`vouch ${commandName}: ${e.message.split('\n')[0]}\n`);
     return e.exitCode;

@@ -4,7 +4,7 @@
  * selects the version (DESIGN 3.3) and compares the file's hash.
  */
 import type { Command } from '../command.ts';
-import { UsageError } from '../command.ts';
+import { UsageError, emit, refuse } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { isDate, isSemver, parseBlockText } from '../../chain/block.ts';
 import { ChainIndex } from '../../chain/select.ts';
@@ -33,8 +33,7 @@ export const check: Command = {
       await verifyDirectory(repo, { pinnedPublicKey: v['public-key'] ?? null });
     } catch (e) {
       if (e instanceof VouchError && e.kind === 'integrity') {
-        process.stderr.write(`chain invalid: ${e.message}\n`);
-        return 1;
+        return refuse(v, e.code, `the chain does not verify: ${e.message}`, { index: e.index ?? null });
       }
       throw e;
     }
@@ -43,22 +42,22 @@ export const check: Command = {
     const today = new Date().toISOString().slice(0, 10);
     const sel = index.select(v.url, { semver: v.semver, at: v.at, today });
     if (sel === null) {
-      process.stderr.write(`not_found: no provenance block is on file for ${v.url}${v.semver ? ` ${v.semver}` : ''}${v.at ? ` at ${v.at}` : ''}\n`);
-      return 1;
+      return refuse(v, 'not_found', `no provenance block is on file for ${v.url}${v.semver ? ` ${v.semver}` : ''}${v.at ? ` at ${v.at}` : ''}`);
     }
     const signed = parseArtifactHash(sel.entry.artifact_hash);
     if (typeof signed === 'string') throw new VouchError('bad_artifact_hash', signed);
     const { artifactHash } = await digestFile(file!, signed.algorithm);
     const what = `${sel.entry.name} ${sel.entry.semver} (block ${sel.block.index})`;
     if (sel.revokedBy) {
-      process.stderr.write(`revoked: ${what} was revoked by block ${sel.revokedBy.index} from ${sel.revokedBy.payload.effective_date}\n`);
-      return 1;
+      return refuse(v, 'revoked', `${what} was revoked by block ${sel.revokedBy.index} from ${sel.revokedBy.payload.effective_date}`, { index: sel.block.index });
     }
     if (artifactHash !== sel.entry.artifact_hash) {
-      process.stderr.write(`hash_mismatch: ${file} hashes to ${artifactHash}, the chain signed ${sel.entry.artifact_hash} for ${v.url} ${what}\n`);
-      return 1;
+      return refuse(v, 'hash_mismatch', `${file} hashes to ${artifactHash}, the chain signed ${sel.entry.artifact_hash} for ${v.url} ${what}`,
+        { expected: sel.entry.artifact_hash, actual: artifactHash, index: sel.block.index });
     }
-    process.stdout.write(`match: ${file} is ${v.url} ${what}, ${artifactHash}\n`);
+    emit(v, `match: ${file} is ${v.url} ${what}, ${artifactHash}`, {
+      file, url: v.url, name: sel.entry.name, semver: sel.entry.semver, index: sel.block.index, record_hash: sel.block.record_hash, artifact_hash: artifactHash,
+    });
     return 0;
   },
 };

@@ -4,7 +4,7 @@
  * make one block endorsing several artifacts of one release.
  */
 import type { Command } from '../command.ts';
-import { UsageError } from '../command.ts';
+import { UsageError, emit } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../../chain/build.ts';
 import { parseBlockText, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName, LIMITS } from '../../chain/block.ts';
@@ -75,7 +75,8 @@ export const endorse: Command = {
     }
     if (unchanged === urls.length) {
       const newest = history.get(urls[0]!)!.at(-1)!;
-      process.stdout.write(`unchanged: ${urls.length === 1 ? urls[0] : `all ${urls.length} URLs`} already signed with these bytes in block ${newest.block.index} ${newest.block.record_hash}\n`);
+      emit(v, `unchanged: ${urls.length === 1 ? urls[0] : `all ${urls.length} URLs`} already signed with these bytes in block ${newest.block.index} ${newest.block.record_hash}`,
+        { status: 'unchanged', index: newest.block.index, record_hash: newest.block.record_hash, urls });
       return 0;
     }
     const entries: EndorsementInput[] = urls.map((url, i) => ({
@@ -89,7 +90,9 @@ export const endorse: Command = {
     });
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
     await appendSigned(repo, [block], checkpoint, now);
-    process.stdout.write(`${block.index} ${block.record_hash}\n`);
+    emit(v, `${block.index} ${block.record_hash}`, {
+      status: 'posted', index: block.index, record_hash: block.record_hash, urls, artifact_hashes: digests.map((d) => d.artifactHash),
+    });
     return 0;
   },
 };

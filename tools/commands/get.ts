@@ -8,7 +8,7 @@ import { createWriteStream, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
 import { Agent, request } from 'undici';
 import type { Command } from '../command.ts';
-import { UsageError } from '../command.ts';
+import { UsageError, emit, refuse } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl, isDate, isSemver, parseBlock, type Block } from '../../chain/block.ts';
 import { computeRecordHash, payloadMessage } from '../../chain/build.ts';
@@ -88,8 +88,7 @@ export const get: Command = {
       if (res.statusCode !== 200) {
         await res.body.dump();
         const [text, exit] = STATUS_TEXT[res.statusCode] ?? [`unexpected HTTP ${res.statusCode}`, 2];
-        process.stderr.write(`vouch get: HTTP ${res.statusCode}: ${text}\n`);
-        return exit;
+        return refuse(v, `http_${res.statusCode}`, `HTTP ${res.statusCode}: ${text}`, { status: res.statusCode }, exit);
       }
       const uns = res.headers['uns'];
       if (typeof uns !== 'string') {
@@ -119,13 +118,14 @@ export const get: Command = {
         throw new VouchError('hash_mismatch', `the bytes hash to ${got}; the signed block says ${entry.artifact_hash}`);
       }
       renameSync(tmp, v.output);
-      process.stdout.write(`ok: ${v.output} ${bytes} bytes, ${entry.name} ${entry.semver}, block ${block.index} ${block.record_hash}, ${entry.artifact_hash}\n`);
+      emit(v, `ok: ${v.output} ${bytes} bytes, ${entry.name} ${entry.semver}, block ${block.index} ${block.record_hash}, ${entry.artifact_hash}`, {
+        file: v.output, bytes, name: entry.name, semver: entry.semver, index: block.index, record_hash: block.record_hash, artifact_hash: entry.artifact_hash,
+      });
       return 0;
     } catch (e) {
       if (e instanceof VouchError && e.kind === 'integrity') {
         rmSync(tmp, { force: true });
-        process.stderr.write(`vouch get: ${e.code}: ${e.message}\n`);
-        return 1;
+        return refuse(v, e.code, e.message, {});
       }
       if ((e as Error).name === 'TimeoutError' || (e as Error).name === 'AbortError') throw new VouchError('origin_timeout', `no complete answer within ${timeoutMs / 1000} s`);
       throw e;

@@ -1,6 +1,6 @@
 /** `vouch init`: a new chain repository with its authority block and checkpoint. */
 import type { Command } from '../command.ts';
-import { UsageError } from '../command.ts';
+import { UsageError, emit } from '../command.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, isUnitName } from '../../chain/block.ts';
 import { base64Encode } from '../../chain/encoding.ts';
@@ -28,7 +28,8 @@ export const init: Command = {
     const block = buildAuthorityBlock({ signer, backend: nodeBackend, now, uns });
     const checkpoint = buildCheckpoint({ head: block, signer, now });
     await ChainRepo.init(v.chain, [{ index: 0, content: formatBlockFile(block) }], formatCheckpointFile(checkpoint), commitFor([block], now));
-    process.stdout.write(`initialized ${v.chain}: authority ${v.signer} ${base64Encode(signer.publicKey)}, head ${block.record_hash}\n`);
+    emit(v, `initialized ${v.chain}: authority ${v.signer} ${base64Encode(signer.publicKey)}, head ${block.record_hash}`,
+      { chain: v.chain, signer: v.signer, public_key: base64Encode(signer.publicKey), head: block.record_hash });
     return 0;
   },
 };

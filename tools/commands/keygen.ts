@@ -1,5 +1,5 @@
 /** `vouch keygen --out FILE`: a new ed25519 authority key (PKCS#8 PEM, mode 0600). */
-import type { Command } from '../command.ts';
+import { emit, type Command } from '../command.ts';
 import { createKeyFile } from '../../lib/key-file.ts';
 
 export const keygen: Command = {
@@ -9,7 +9,7 @@ export const keygen: Command = {
   options: { out: { type: 'string', value: 'FILE', help: 'where to write the private key', required: true } },
   async run(v) {
     const { publicKeyB64 } = createKeyFile(v.out);
-    process.stdout.write(publicKeyB64 + '\n');
+    emit(v, publicKeyB64, { public_key: publicKeyB64, key_file: v.out });
     return 0;
   },
 };

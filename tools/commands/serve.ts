@@ -12,6 +12,7 @@ export const serve: Command = {
     'Stops cleanly on SIGINT or SIGTERM.',
   ].join('\n'),
   options: { config: { type: 'string', value: 'FILE', help: 'YAML configuration (DESIGN 5)' } },
+  noResultOptions: true,
   async run(v) {
     // Loaded here so the other commands do not pay for the gateway's modules.
     const { defaultConfig, loadConfigFile } = await import('../../gateway/config.ts');

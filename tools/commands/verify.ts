@@ -12,13 +12,12 @@ import { ChainRepo } from '../../lib/chain-repo.ts';
 
 export const verify: Command = {
   name: 'verify',
-  usage: '--chain DIR [--public-key B64] [--json] [--threads N]',
+  usage: '--chain DIR [--public-key B64] [--json | --quiet] [--threads N]',
   summary: 'Verifies every block of the chain in DIR and its checkpoint (DESIGN 1.7). Exit 0 valid, 1 invalid, 2 usage or environment error.',
   details: 'Without --public-key the key of block 0 is trusted on first use; pin it to detect a substituted authority.',
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain directory (a clone is enough)', required: true },
     'public-key': { type: 'string', value: 'B64', help: 'pinned authority public key (base64)' },
-    json: { type: 'boolean', help: 'print the result as one JSON object on stdout' },
     threads: { type: 'string', value: 'N', help: 'worker threads for signature checks (default: all cores)' },
   },
   async run(v) {
@@ -27,7 +26,7 @@ export const verify: Command = {
     if (threads !== undefined && (!Number.isInteger(threads) || threads < 0 || threads > 256)) {
       throw new VouchError('usage', '--threads must be an integer from 0 to 256');
     }
-    const bar = v.json ? null : progressReporter('verifying');
+    const bar = v.json || v.quiet ? null : progressReporter('verifying');
     try {
       const repo = await ChainRepo.open(v.chain, { repair: false });
       const result = await verifyDirectory(repo, {
@@ -48,7 +47,7 @@ export const verify: Command = {
         blocks_per_second: Math.round(s.size / seconds),
       };
       if (v.json) process.stdout.write(JSON.stringify(summary) + '\n');
-      else {
+      else if (!v.quiet) {
         process.stdout.write(
           `ok: ${s.size} blocks, authority ${s.authority!.signer} ${s.authority!.publicKey}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, ` +
           `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
