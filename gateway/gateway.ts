@@ -46,6 +46,8 @@ export interface StartOptions {
   embeddedDefault?: boolean;
   /** Override the clock (tests). */
   now?: () => number;
+  /** How long `close()` lets requests in flight finish (default 10 s). */
+  drainMs?: number;
 }
 
 export interface RunningGateway {
@@ -268,9 +270,11 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     ctx,
     ready,
     async close() {
+      // Stop accepting, let requests in flight finish (bounded), then cut what is left.
       await new Promise<void>((r) => {
-        server.close(() => r());
-        server.closeAllConnections();
+        const force = setTimeout(() => server.closeAllConnections(), options.drainMs ?? 10_000);
+        server.close(() => { clearTimeout(force); r(); });
+        server.closeIdleConnections();
       });
       await sync?.stop();
       await pusher?.stop();

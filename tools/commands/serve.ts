@@ -25,7 +25,7 @@ export const serve: Command = {
       stopping = true;
       gw.ctx.log.info('stopping', { signal });
       gw.close().then(() => process.exit(0), () => process.exit(0));
-      setTimeout(() => process.exit(0), 5_000).unref();
+      setTimeout(() => process.exit(0), 12_000).unref();
     };
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
