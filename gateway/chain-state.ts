@@ -10,15 +10,17 @@
  *   every verified block file (D_i = sha256(D_{i-1} || sha256(file_i))). If
  *   the files still hash to it, they are byte-identical to what was verified,
  *   so only newer blocks are verified; anything else falls back to cold.
- * The snapshot lives in `.git/vouch-snapshot.json` of the chain directory:
- * never in the working tree, never committed.
+ * The snapshot lives in `.git/vouch-snapshot.json` of the chain directory,
+ * with the verified texts in one file (`.git/vouch-blocks.cache`) so a warm
+ * start need not open every block file: never in the working tree, never
+ * committed, and used only when it hashes to the snapshot's digest.
  *
  * Trusts: the local disk as much as the chain directory itself.
  * Must hold: only verified blocks are ever in the index; the index, the
  * verifier state and the checkpoint always describe the same head.
  */
 import { createHash } from 'node:crypto';
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { appendFileSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import type { Block, Checkpoint } from '../chain/block.ts';
@@ -26,7 +28,7 @@ import { ChainIndex } from '../chain/select.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
 import { verifyDirectory } from '../lib/parallel-verify.ts';
-import type { ChainRepo } from '../lib/chain-repo.ts';
+import { blockPath, type ChainRepo } from '../lib/chain-repo.ts';
 
 const SNAPSHOT_VERSION = 1;
 const ZERO = Buffer.alloc(32);
@@ -41,6 +43,72 @@ interface Snapshot {
 function stepDigest(prev: Buffer<ArrayBufferLike>, fileText: string): Buffer<ArrayBufferLike> {
   const inner = createHash('sha256').update(fileText).digest();
   return createHash('sha256').update(prev).update(inner).digest();
+}
+
+/**
+ * The texts of the verified block files, in order, in one append-only file
+ * (`.git/vouch-blocks.cache`: records of a 4-byte big-endian length and the
+ * UTF-8 text). A warm start reads it in one go instead of opening every block
+ * file; what it holds counts only if it hashes to the snapshot's digest.
+ */
+class BlockTextCache {
+  /** Byte length of the records known to be good (what appends follow). */
+  private goodBytes = 0;
+
+  constructor(private readonly path: string) {}
+
+  /** The first `count` texts, or null when the file is missing or short. */
+  read(count: number): string[] | null {
+    let buf: Buffer;
+    try {
+      buf = readFileSync(this.path);
+    } catch {
+      return null;
+    }
+    const texts: string[] = [];
+    let off = 0;
+    while (texts.length < count && off + 4 <= buf.length) {
+      const len = buf.readUInt32BE(off);
+      if (off + 4 + len > buf.length) break;
+      texts.push(buf.toString('utf8', off + 4, off + 4 + len));
+      off += 4 + len;
+    }
+    if (texts.length < count) return null;
+    this.goodBytes = off;
+    return texts;
+  }
+
+  private static encode(texts: readonly string[]): Buffer {
+    const parts: Buffer[] = [];
+    for (const t of texts) {
+      const b = Buffer.from(t, 'utf8');
+      const len = Buffer.alloc(4);
+      len.writeUInt32BE(b.length);
+      parts.push(len, b);
+    }
+    return Buffer.concat(parts);
+  }
+
+  /** Replaces the whole cache. */
+  rewrite(texts: readonly string[]): void {
+    const tmp = `${this.path}.${process.pid}.tmp`;
+    const data = BlockTextCache.encode(texts);
+    writeFileSync(tmp, data);
+    renameSync(tmp, this.path);
+    this.goodBytes = data.length;
+  }
+
+  /** Appends texts after the good records (dropping anything a crash left after them). */
+  append(texts: readonly string[]): void {
+    try {
+      truncateSync(this.path, this.goodBytes);
+    } catch {
+      return; // no cache yet: the next cold load writes it
+    }
+    const data = BlockTextCache.encode(texts);
+    appendFileSync(this.path, data);
+    this.goodBytes += data.length;
+  }
 }
 
 export interface LoadReport {
@@ -58,7 +126,11 @@ export class ChainState {
   private cp: Checkpoint | null = null;
   private cpJson: Record<string, unknown> | null = null;
 
-  private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {}
+  private readonly cache: BlockTextCache;
+
+  private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {
+    this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'));
+  }
 
   get size(): number {
     return this.index.size;
@@ -117,12 +189,18 @@ export class ChainState {
     if (snap === null || snap.state.size > total || snap.state.size === 0) return null;
     let digest: Buffer<ArrayBufferLike> = ZERO;
     const blocks: Block[] = [];
+    const n = snap.state.size;
     try {
-      for (let i = 0; i < snap.state.size; i++) {
-        const text = this.repo.readBlockFile(i);
+      // The one-file cache when it is there and whole; else the block files one by one.
+      let texts = this.cache.read(n);
+      if (texts !== null && texts[n - 1] !== this.repo.readBlockFile(n - 1)) texts = null;
+      const cached = texts !== null;
+      texts ??= Array.from({ length: n }, (_, i) => this.repo.readBlockFile(i));
+      for (const text of texts) {
         digest = stepDigest(digest, text);
         blocks.push(JSON.parse(text) as Block); // byte-identical to a strictly parsed, verified file
       }
+      if (!cached && digest.toString('hex') === snap.files_digest) this.cache.rewrite(texts);
     } catch {
       return null;
     }
@@ -134,8 +212,10 @@ export class ChainState {
     }
     for (const b of blocks) this.index.add(b);
     this.digest = digest;
+    const newer: string[] = [];
     for (let i = snap.state.size; i < total; i++) {
       const text = this.repo.readBlockFile(i);
+      newer.push(text);
       let value: unknown;
       try {
         value = JSON.parse(text);
@@ -146,6 +226,7 @@ export class ChainState {
       this.digest = stepDigest(this.digest, text);
     }
     this.loadCheckpoint();
+    if (newer.length) this.cache.append(newer);
     return total - snap.state.size;
   }
 
@@ -153,8 +234,10 @@ export class ChainState {
     const result = await verifyDirectory(this.repo, { pinnedPublicKey: this.pinnedPublicKey });
     this.verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: result.state });
     let digest: Buffer<ArrayBufferLike> = ZERO;
+    const texts: string[] = [];
     for (let i = 0; i < result.state.size; i++) {
       const text = this.repo.readBlockFile(i);
+      texts.push(text);
       digest = stepDigest(digest, text);
       this.index.add(JSON.parse(text) as Block);
     }
@@ -163,6 +246,11 @@ export class ChainState {
     }
     this.digest = digest;
     this.loadCheckpoint();
+    try {
+      this.cache.rewrite(texts);
+    } catch {
+      // An optimisation only: a read-only chain directory still serves.
+    }
   }
 
   private loadCheckpoint(): void {
@@ -198,6 +286,30 @@ export class ChainState {
     }
   }
 
+  /**
+   * Re-reads every block file in the background and compares it with the
+   * verified text served (after a warm start from the cache, nothing else
+   * looked at them). Resolves with the first index whose file differs, or null.
+   */
+  async recheckFiles(): Promise<number | null> {
+    const { readFile } = await import('node:fs/promises');
+    const n = this.size;
+    const verified = this.cache.read(n);
+    if (verified === null) return null; // nothing cached: the load itself read the files
+    const BATCH = 256;
+    for (let start = 0; start < n; start += BATCH) {
+      const ids = Array.from({ length: Math.min(BATCH, n - start) }, (_, k) => start + k);
+      const texts = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i)), 'utf8').catch(() => null)));
+      for (let k = 0; k < ids.length; k++) {
+        const b = this.index.block(ids[k]!)!;
+        const t = texts[k];
+        // Cheap first: the record hash must appear; then the exact text the index was built from.
+        if (t === null || t === undefined || !t.includes(b.record_hash) || t !== verified[ids[k]!]) return ids[k]!;
+      }
+    }
+    return null;
+  }
+
   /** The checkpoint exactly as stored (for GET /v1/checkpoint). */
   checkpointJson(): Record<string, unknown> | null {
     return this.cpJson;
@@ -220,11 +332,19 @@ export class ChainState {
       cp = probe.verifyCheckpoint(cpJson);
     }
     this.verifier = probe;
+    const texts: string[] = [];
     parsed.forEach((b, i) => {
       if (this.index.size === b.index) this.index.add(blocks[i]!);
       // The snapshot hashes the files as they are on disk, byte for byte.
-      this.digest = stepDigest(this.digest, this.repo.readBlockFile(b.index));
+      const text = this.repo.readBlockFile(b.index);
+      texts.push(text);
+      this.digest = stepDigest(this.digest, text);
     });
+    try {
+      this.cache.append(texts);
+    } catch {
+      // An optimisation only.
+    }
     this.cp = cp;
     this.cpJson = cpJson;
     this.writeSnapshot();

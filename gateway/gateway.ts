@@ -255,6 +255,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       sync.start();
     }
     ctx.state = state;
+    if (report.mode === 'warm') {
+      // A warm start served the verified texts without reading every block file: compare them now, in the background.
+      state.recheckFiles().then((i) => {
+        if (i !== null) log.error('a block file in the chain directory differs from the verified chain being served; run vouch verify', { index: i, dir: config.chain.dir });
+      }, (e) => log.warn('could not re-check the block files', { error: (e as Error).message }));
+    }
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
     if (authority) {
       say(`try: curl -s -H "Authorization: Bearer $(cat ${config.authority!.submit_token_file})" -H 'content-type: application/json' ` +
