@@ -156,6 +156,17 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
       },
     },
+    '/metrics': {
+      get: {
+        summary: 'Prometheus metrics: requests by route and status, latencies, origin fetches, hash mismatches, mirror, chain, sync and push, submits, proxy, process',
+        responses: {
+          200: {
+            description: 'Prometheus text exposition format 0.0.4 (not JSON; no Accept rule).',
+            content: { 'text/plain; version=0.0.4; charset=utf-8': { schema: { type: 'string' } } },
+          },
+        },
+      },
+    },
     '/v1/openapi.json': { get: { summary: 'This document', responses: { 200: { description: 'OpenAPI 3.1 document.' } } } },
     [SKILL_PATH]: {
       get: { summary: 'Onboarding for clients: how to verify a block and a download', responses: { 200: { description: 'Markdown.', content: { 'text/markdown': {} } } } },

@@ -5,10 +5,17 @@
  * a path no endpoint claims goes to the proxy routes (`proxy.ts`, 3.6) when
  * one applies, else 404 JSON.
  *
+ * Every request, whatever answers it, is logged once at info when its
+ * answer ends (`request`: method, path without the query, the `url`
+ * parameter, route, status, ms, bytes, remote) and counted in the metrics
+ * (`metrics.ts`, served at /metrics).
+ *
  * Must hold: every JSON path answers JSON with `success` — 400, 404 (also
  * unknown paths), 405, 406, 500 and 503 included; an exception in a
  * handler becomes a 500 JSON answer (or an empty 500 on byte paths), never
- * a crash, a stack trace or HTML.
+ * a crash, a stack trace or HTML. The request line and the metric labels
+ * never carry a header or a query value other than `url`, and route labels
+ * are route templates (or `proxy`, `explorer`, `unknown`), never raw paths.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createHash, timingSafeEqual } from 'node:crypto';
@@ -22,6 +29,7 @@ import { handleBlock, handleBlocks, handleUnits, handleVersions } from './browse
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { proxyFor } from './proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './openapi.ts';
+import { handleMetrics, metricsFor, type GatewayMetrics } from './metrics.ts';
 import type { GatewayContext } from './context.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
@@ -30,7 +38,10 @@ type Handler = (ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, 
 
 interface Route {
   methods: string[];
-  /** JSON endpoint (Accept rule, JSON errors) or byte endpoint (empty-bodied errors). */
+  /**
+   * JSON endpoint (Accept rule, JSON errors), byte endpoint (empty-bodied
+   * errors), or a document of another type (no Accept rule, JSON errors).
+   */
   kind: 'json' | 'bytes' | 'document';
   handler: Handler;
 }
@@ -136,19 +147,65 @@ export const ROUTES: Record<string, Route> = {
   '/v1/units': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleUnits },
   '/healthz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleHealthz },
   '/readyz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleReadyz },
+  '/metrics': { methods: ['GET', 'HEAD'], kind: 'document', handler: handleMetrics },
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
+
+/** At most this many characters of a path or `url` parameter go into a log line. */
+const LOGGED_CHARS = 1024;
+
+/** The `url` query parameter, decoded (null when absent or undecodable). */
+function urlParam(search: string): string | null {
+  if (search === '' || !search.includes('url=')) return null;
+  for (const pair of search.split('&')) {
+    if (!pair.startsWith('url=')) continue;
+    try {
+      return decodeURIComponent(pair.slice(4).replace(/\+/g, ' ')).slice(0, LOGGED_CHARS);
+    } catch {
+      return null;
+    }
+  }
+  return null;
+}
+
+/**
+ * Logs and counts one request when its answer ends (or the client leaves:
+ * status 499 when no answer was started). `label()` is read then, so the
+ * dispatch can settle the route label first.
+ */
+function observeRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: IncomingMessage, res: ServerResponse, path: string, search: string, label: () => string): void {
+  const started = performance.now();
+  const socket = req.socket;
+  const sentBefore = socket.bytesWritten;
+  res.once('close', () => {
+    const seconds = (performance.now() - started) / 1000;
+    const status = res.headersSent ? res.statusCode : 499;
+    const bytes = Math.max(0, socket.bytesWritten - sentBefore);
+    const route = label();
+    const method = req.method ?? '';
+    metrics.observe(route, method, status, seconds, bytes);
+    if (ctx.log.enabled?.('info') === false) return;
+    const fields: Record<string, unknown> = { method, path: path.slice(0, LOGGED_CHARS), route, status, ms: Math.round(seconds * 1e5) / 100, bytes, remote: socket.remoteAddress ?? null };
+    const url = urlParam(search);
+    if (url !== null) fields.url = url;
+    if (!res.writableFinished) fields.aborted = true;
+    ctx.log.info('request', fields);
+  });
+}
 
 /** The node:http request listener of the gateway. */
 export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage, res: ServerResponse) => void {
   // Proxy routes (DESIGN 3.6) get what no endpoint above claims; bad routes fail the start here.
   const proxy = proxyFor(ctx);
+  const metrics = metricsFor(ctx);
   return (req, res) => {
     const target = req.url ?? '/';
     const q = target.indexOf('?');
     const path = q === -1 ? target : target.slice(0, q);
     const search = q === -1 ? '' : target.slice(q + 1);
     const route = Object.prototype.hasOwnProperty.call(ROUTES, path) ? ROUTES[path]! : undefined;
+    let label = route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : path;
+    observeRequest(ctx, metrics, req, res, path, search, () => label);
     const fail = (e: unknown) => {
       if (!(e instanceof VouchError)) ctx.log.error('request failed', { method: req.method, path, error: (e as Error)?.message ?? String(e) });
       if (route?.kind === 'bytes') {
@@ -160,6 +217,7 @@ export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage
       if (route === undefined || route.handler === handleExplorer) {
         const routed = proxy.match(req.headers.host, target);
         if (routed !== null) {
+          label = 'proxy';
           void proxy.handle(req, res, routed); // answers every failure itself, empty-bodied
           return;
         }

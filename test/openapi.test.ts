@@ -132,6 +132,9 @@ test('browse endpoints and health probes match the document', async () => {
   assert.is((await call('GET', '/v1/units?name=x')).status, 400);
   assert.is((await call('GET', '/healthz')).status, 200);
   assert.is((await call('GET', '/readyz')).status, 200);
+  const metrics = await call('GET', '/metrics');
+  assert.is(metrics.status, 200);
+  assert.match(metrics.raw.toString('utf8'), /^vouch_http_requests_total\{/m);
 });
 
 test('every documented path was exercised', () => {

@@ -1,0 +1,279 @@
+/**
+ * Prometheus metrics of one gateway (`GET /metrics`, text format 0.0.4): a
+ * prom-client registry per gateway context with the default process
+ * metrics, the HTTP request counter and latency histogram the request
+ * handler feeds, and collect-time metrics read from the other modules'
+ * counters when scraped (verified fetcher, mirror, chain state, sync and push
+ * reports, submitter, proxy), so those modules know nothing of Prometheus.
+ *
+ * Owns: metric names, help texts and label sets.
+ * Trusts: the `stats()`/report functions of the other modules to be cheap,
+ * synchronous and monotonic where exposed as counters. The context's types
+ * do not promise `stats()` on `artifacts` or `submitter`, so they are looked
+ * up at scrape time; the mirror's counters come from `observeMirror`, else
+ * from the verified fetcher's `mirror` field.
+ * Must hold: every label value is bounded (route templates, a fixed method
+ * list, status codes, fixed outcome and tier names) — never a raw path, URL
+ * or header; a scrape never fails because one source throws (that metric is
+ * left out); observing a request costs two map lookups, two additions and
+ * one histogram observation (about half a microsecond).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { GatewayContext } from './context.ts';
+import type { VerifiedFetcherStats } from './verified-fetch.ts';
+import type { MirrorStats } from './mirror.ts';
+import type { SubmitterStats } from './submitter.ts';
+import { proxyStats } from './proxy.ts';
+
+/** Latency buckets in seconds: lookups answer in well under a millisecond, cold downloads take seconds. */
+export const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS']);
+
+type Sample = [labels: Record<string, string>, value: number];
+
+interface RequestCount { labels: { route: string; method: string; status: string }; n: number }
+interface RouteEntry { duration: { observe(v: number): void }; bytes: number }
+
+export class GatewayMetrics {
+  readonly registry = new Registry();
+  /**
+   * Requests by "route method status" and bytes by route, counted in plain
+   * objects (a map lookup and an addition per request) and handed to
+   * prom-client when scraped; only the histogram is fed per request.
+   */
+  private readonly requestCounts = new Map<string, RequestCount>();
+  private readonly routes = new Map<string, RouteEntry>();
+  private readonly duration: Histogram<'route'>;
+  /** Where the mirror's counters come from (see `observeMirror`). */
+  private mirrorSource: (() => MirrorStats) | null = null;
+
+  constructor(private readonly ctx: GatewayContext) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    const requestCounts = this.requestCounts;
+    const routes = this.routes;
+    new Counter({
+      name: 'vouch_http_requests_total', help: 'HTTP requests answered, by route template, method and status (499: the client left before an answer).',
+      labelNames: ['route', 'method', 'status'], registers,
+      collect() {
+        this.reset();
+        for (const c of requestCounts.values()) this.inc(c.labels, c.n);
+      },
+    });
+    this.duration = new Histogram({
+      name: 'vouch_http_request_duration_seconds', help: 'Time from a request\'s arrival to the end of its answer, by route template.',
+      labelNames: ['route'], buckets: DURATION_BUCKETS, registers,
+    });
+    new Counter({
+      name: 'vouch_http_response_bytes_total', help: 'Bytes written to connections for answers (headers included), by route template.',
+      labelNames: ['route'], registers,
+      collect() {
+        this.reset();
+        for (const [route, r] of routes) this.inc({ route }, r.bytes);
+      },
+    });
+    this.defineSourced();
+  }
+
+  /** Counts one answered request. */
+  observe(route: string, method: string, status: number, seconds: number, bytes: number): void {
+    const m = METHODS.has(method) ? method : 'other';
+    const key = `${route} ${m} ${status}`;
+    let c = this.requestCounts.get(key);
+    if (c === undefined) {
+      c = { labels: { route, method: m, status: String(status) }, n: 0 };
+      this.requestCounts.set(key, c);
+    }
+    c.n++;
+    let r = this.routes.get(route);
+    if (r === undefined) {
+      r = { duration: this.duration.labels(route), bytes: 0 };
+      this.routes.set(route, r);
+    }
+    r.duration.observe(seconds);
+    r.bytes += bytes;
+  }
+
+  /** Reads the mirror's counters from `stats` from now on. */
+  useMirror(stats: () => MirrorStats): void {
+    this.mirrorSource = stats;
+  }
+
+  /** The exposition text of every metric. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  // -------------------------------------------------------------------------
+
+  private defineSourced(): void {
+    const ctx = this.ctx;
+    const fetcher = (): VerifiedFetcherStats | null => statsOf<VerifiedFetcherStats>(ctx.artifacts);
+    const mirror = (): MirrorStats | null => this.mirrorSource?.() ?? statsOf<MirrorStats>((ctx.artifacts as { mirror?: unknown }).mirror);
+    const submitter = (): SubmitterStats | null => statsOf<SubmitterStats>(ctx.submitter);
+
+    // Verified fetches from origins (DESIGN 3.4).
+    this.counter('vouch_origin_fetches_total', 'Origin fetches started for downloads (each shared by every request that joined it).', () => num(fetcher()?.originFetches));
+    this.counter('vouch_origin_fetch_bytes_total', 'Bytes received from origins for downloads.', () => num(fetcher()?.originBytes));
+    this.counter('vouch_origin_fetches_joined_total', 'Download requests that joined an origin fetch already in flight (single flight).', () => num(fetcher()?.joined));
+    this.counter('vouch_hash_mismatches_total', 'Origin bytes that hashed differently from the signed artifact_hash (refused, never cached).', () => num(fetcher()?.mismatches));
+    this.gauge('vouch_origin_fetches_in_flight', 'Artifacts being obtained from origins now.', () => num(fetcher()?.inflight));
+    this.gauge('vouch_origin_fetches_active', 'Origin fetches running now.', () => num(fetcher()?.active));
+    this.gauge('vouch_origin_fetches_queued', 'Origin fetches waiting for a slot.', () => num(fetcher()?.queued));
+
+    // Mirror (content-addressed cache).
+    this.counter('vouch_mirror_hits_total', 'Verified bytes served from the mirror, by tier.', () => {
+      const s = mirror();
+      return s && [[{ tier: 'memory' }, s.hits.memory], [{ tier: 'disk' }, s.hits.disk]];
+    }, ['tier']);
+    this.counter('vouch_mirror_misses_total', 'Mirror lookups that found nothing (the origin is asked).', () => num(mirror()?.misses));
+    this.counter('vouch_mirror_evictions_total', 'Artifacts evicted from the mirror, by tier.', () => {
+      const s = mirror();
+      return s && [[{ tier: 'memory' }, s.evictions.memory], [{ tier: 'disk' }, s.evictions.disk]];
+    }, ['tier']);
+    this.counter('vouch_mirror_corrupt_total', 'Disk-tier files whose bytes no longer hashed to their name (deleted).', () => num(mirror()?.corrupt));
+    this.counter('vouch_mirror_disk_write_errors_total', 'Failed writes to the disk tier.', () => num(mirror()?.diskWriteErrors));
+    this.gauge('vouch_mirror_bytes', 'Bytes held by the mirror, by tier (spool: large artifacts being read outside the disk tier).', () => {
+      const s = mirror();
+      return s && [[{ tier: 'memory' }, s.memory.bytes], ...(s.disk.enabled ? [[{ tier: 'disk' }, s.disk.bytes] as Sample] : []), [{ tier: 'spool' }, s.spool.bytes]];
+    }, ['tier']);
+    this.gauge('vouch_mirror_entries', 'Artifacts held by the mirror, by tier.', () => {
+      const s = mirror();
+      return s && [[{ tier: 'memory' }, s.memory.entries], ...(s.disk.enabled ? [[{ tier: 'disk' }, s.disk.entries] as Sample] : []), [{ tier: 'spool' }, s.spool.files]];
+    }, ['tier']);
+    this.gauge('vouch_mirror_capacity_bytes', 'Configured capacity of each mirror tier.', () => {
+      const s = mirror();
+      return s && [[{ tier: 'memory' }, s.memory.capacity], ...(s.disk.enabled ? [[{ tier: 'disk' }, s.disk.capacity] as Sample] : [])];
+    }, ['tier']);
+
+    // Chain.
+    this.gauge('vouch_chain_ready', '1 when the chain is loaded and verified, else 0.', () => (ctx.state === null ? 0 : 1));
+    this.gauge('vouch_chain_size', 'Blocks in the verified chain (absent until it is loaded).', () => ctx.state?.size ?? null);
+    this.gauge('vouch_chain_head_index', 'Index of the head block (absent until the chain is loaded).', () => ctx.state?.head.index ?? null);
+    this.gauge('vouch_chain_checkpoint_timestamp_seconds', 'The signed checkpoint\'s timestamp (absent without a checkpoint).', () => {
+      const t = ctx.state?.checkpoint?.timestamp;
+      const ms = t === undefined ? NaN : Date.parse(t);
+      return Number.isFinite(ms) ? ms / 1000 : null;
+    });
+
+    // Mirror mode: the sync loop; authority with a remote: the pusher.
+    this.gauge('vouch_chain_sync_stale_seconds', 'Seconds since the last successful sync with the remote (+Inf: never; absent: not a mirror).', () => {
+      const r = ctx.syncReport?.();
+      return r ? (r.stale_seconds ?? Infinity) : null;
+    });
+    this.gauge('vouch_chain_sync_consecutive_failures', 'Sync attempts failed in a row (absent: not a mirror).', () => ctx.syncReport?.()?.consecutive_failures ?? null);
+    this.gauge('vouch_chain_push_backlog_blocks', 'Committed blocks not yet on the remote (absent: no push remote).', () => ctx.pushReport?.()?.backlog ?? null);
+    this.gauge('vouch_chain_push_consecutive_failures', 'Pushes failed in a row (absent: no push remote).', () => ctx.pushReport?.()?.consecutive_failures ?? null);
+
+    // Submits (authority mode).
+    this.counter('vouch_submits_total', 'Submits answered, by outcome (absent: not an authority).', () => {
+      const s = submitter();
+      return s && [
+        [{ outcome: 'posted' }, s.posted], [{ outcome: 'unchanged' }, s.unchanged], [{ outcome: 'conflict' }, s.conflict],
+        [{ outcome: 'invalid' }, s.invalid], [{ outcome: 'failed' }, s.failed],
+      ];
+    }, ['outcome']);
+    this.counter('vouch_submit_commits_total', 'Commits written by submits (each holds one block or more).', () => num(submitter()?.commits));
+    this.counter('vouch_submit_blocks_total', 'Blocks written by submits.', () => num(submitter()?.blocks));
+    this.counter('vouch_submit_commit_failures_total', 'Submit rounds whose append failed (nothing written).', () => num(submitter()?.commitFailures));
+    this.gauge('vouch_submits_queued', 'Submits waiting for the writer now.', () => num(submitter()?.queued));
+
+    // Proxy routes (DESIGN 3.6).
+    this.counter('vouch_proxy_requests_total', 'Requests under proxy routes, by outcome.', () => {
+      const s = proxyStats(ctx);
+      return [
+        [{ outcome: 'verified' }, s.verified], [{ outcome: 'denied' }, s.denied], [{ outcome: 'passed' }, s.passed],
+        [{ outcome: 'refused' }, s.refused], [{ outcome: 'mismatch' }, s.mismatches], [{ outcome: 'audit_mismatch' }, s.auditMismatches],
+        [{ outcome: 'revoked' }, s.revoked], [{ outcome: 'audit_revoked' }, s.auditRevoked], [{ outcome: 'failed' }, s.failed],
+      ];
+    }, ['outcome']);
+  }
+
+  /**
+   * A counter whose value is read at scrape time: `read` gives a number, or
+   * samples by label, or null (no sample).
+   */
+  private counter(name: string, help: string, read: () => number | Sample[] | null, labelNames: string[] = []): void {
+    new Counter({
+      name, help, labelNames, registers: [this.registry],
+      collect() {
+        this.reset();
+        try {
+          const v = read();
+          if (v === null) {
+            if (labelNames.length === 0) this.remove(); // an unlabelled metric keeps a 0 sample after reset()
+          } else if (typeof v === 'number') this.inc(Math.max(0, v));
+          else for (const [labels, value] of v) this.inc(labels, Math.max(0, value));
+        } catch {
+          this.reset();
+          if (labelNames.length === 0) this.remove();
+        }
+      },
+    });
+  }
+
+  /** A gauge read at scrape time (as `counter`). */
+  private gauge(name: string, help: string, read: () => number | Sample[] | null, labelNames: string[] = []): void {
+    new Gauge({
+      name, help, labelNames, registers: [this.registry],
+      collect() {
+        this.reset();
+        try {
+          const v = read();
+          if (v === null) {
+            if (labelNames.length === 0) this.remove();
+          } else if (typeof v === 'number') this.set(v);
+          else for (const [labels, value] of v) this.set(labels, value);
+        } catch {
+          this.reset();
+          if (labelNames.length === 0) this.remove();
+        }
+      },
+    });
+  }
+}
+
+function num(v: number | undefined): number | null {
+  return typeof v === 'number' && !Number.isNaN(v) ? v : null;
+}
+
+/** `x.stats()` when `x` has one (the context's types do not promise it). */
+function statsOf<T>(x: unknown): T | null {
+  const f = (x as { stats?: unknown } | null | undefined)?.stats;
+  return typeof f === 'function' ? (f.call(x) as T) : null;
+}
+
+const registries = new WeakMap<GatewayContext, GatewayMetrics>();
+
+/** The metrics of a gateway context (made once per context). */
+export function metricsFor(ctx: GatewayContext): GatewayMetrics {
+  let m = registries.get(ctx);
+  if (m === undefined) {
+    m = new GatewayMetrics(ctx);
+    registries.set(ctx, m);
+  }
+  return m;
+}
+
+/**
+ * Tells the metrics where the mirror's counters are. Optional: without it
+ * they are read from the verified fetcher's mirror (`ctx.artifacts.mirror`).
+ */
+export function observeMirror(ctx: GatewayContext, mirror: { stats(): MirrorStats }): void {
+  metricsFor(ctx).useMirror(() => mirror.stats());
+}
+
+/** `GET|HEAD /metrics`: the Prometheus text exposition. */
+export async function handleMetrics(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const m = metricsFor(ctx);
+  const text = await m.text();
+  res.writeHead(200, {
+    'content-type': m.registry.contentType,
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
+  });
+  res.end(req.method === 'HEAD' ? undefined : text);
+}
