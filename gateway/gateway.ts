@@ -27,6 +27,7 @@ import type { Config } from './config.ts';
 import { ChainState } from './chain-state.ts';
 import { createRequestHandler } from './server.ts';
 import { proxyFor } from './proxy.ts';
+import { observeMirror } from './metrics.ts';
 import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
 import { ChainPusher, type PushStatus } from '../lib/chain-push.ts';
 import type { PushReport, SyncReport } from './health.ts';
@@ -175,6 +176,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     log,
     startedAt: Date.now(),
   };
+  observeMirror(ctx, mirror);
 
   const server = createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, createRequestHandler(ctx));
   // Requests node:http cannot even parse still get a JSON answer, never its plain-text default.
