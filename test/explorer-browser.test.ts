@@ -103,7 +103,8 @@ test('a block served tampered is shown as "signature invalid"', async () => {
     await route.fulfill({ response: res, json });
   });
   await page.goto(gw.url + '/#/block/2');
-  await page.waitForSelector('#verify-result');
+  // Only a hash change: wait for the new view, not the previous one's result.
+  await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 2' && document.querySelector('#verify-result'));
   assert.match(await page.textContent('#verify-result') ?? '', /^signature invalid/);
   await page.screenshot({ path: join(repoRoot, 'test', 'out', 'explorer-tampered.png'), fullPage: true });
   await page.unroute('**/v1/block?index=2');
