@@ -157,14 +157,14 @@ export class ChainState {
   }
 
   /** Loads and verifies the chain in `repo` (warm when a valid snapshot allows). */
-  static async load(repo: ChainRepo, options: { pinnedPublicKey?: string | null } = {}): Promise<{ state: ChainState; report: LoadReport }> {
+  static async load(repo: ChainRepo, options: { pinnedPublicKey?: string | null; onProgress?: (done: number, total: number) => void } = {}): Promise<{ state: ChainState; report: LoadReport }> {
     const t0 = performance.now();
     const s = new ChainState(repo, options.pinnedPublicKey ?? null);
     const warm = s.tryWarm();
     let verified: number;
     if (warm !== null) verified = warm;
     else {
-      await s.loadCold();
+      await s.loadCold(options.onProgress);
       verified = s.size;
     }
     s.writeSnapshot();
@@ -230,8 +230,8 @@ export class ChainState {
     return total - snap.state.size;
   }
 
-  private async loadCold(): Promise<void> {
-    const result = await verifyDirectory(this.repo, { pinnedPublicKey: this.pinnedPublicKey });
+  private async loadCold(onProgress?: (done: number, total: number) => void): Promise<void> {
+    const result = await verifyDirectory(this.repo, { pinnedPublicKey: this.pinnedPublicKey, ...(onProgress ? { onProgress } : {}) });
     this.verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: result.state });
     let digest: Buffer<ArrayBufferLike> = ZERO;
     const texts: string[] = [];

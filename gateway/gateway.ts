@@ -49,6 +49,8 @@ export interface StartOptions {
   now?: () => number;
   /** How long `close()` lets requests in flight finish (default 10 s). */
   drainMs?: number;
+  /** Progress of long start-up work (cold verification), e.g. a bar on a terminal. */
+  onProgress?: (done: number, total: number) => void;
 }
 
 export interface RunningGateway {
@@ -221,7 +223,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     if (authority) trustedHead(repo, authority.signer);
     const pinned = config.chain.public_key ?? (authority ? base64Encode(authority.signer.publicKey) : null);
     if (pinned === null) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
-    const { state, report } = await ChainState.load(repo, { pinnedPublicKey: pinned });
+    const { state, report } = await ChainState.load(repo, { pinnedPublicKey: pinned, ...(options.onProgress ? { onProgress: options.onProgress } : {}) });
     log.info('chain loaded', { ...report, head: state.head.record_hash, dir: config.chain.dir });
     if (authority) {
       ctx.submitter = new Submitter({

@@ -1,5 +1,5 @@
 /** `vouch serve [--config FILE]`: the gateway (DESIGN 3-6). */
-import type { Command } from '../command.ts';
+import { progressReporter, type Command } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 
 export const serve: Command = {
@@ -18,7 +18,8 @@ export const serve: Command = {
     const { defaultConfig, loadConfigFile } = await import('../../gateway/config.ts');
     const { startGateway } = await import('../../gateway/gateway.ts');
     const config = v.config ? loadConfigFile(v.config) : defaultConfig();
-    const gw = await startGateway(config, { embeddedDefault: !v.config });
+    const bar = progressReporter('verifying the chain');
+    const gw = await startGateway(config, { embeddedDefault: !v.config, onProgress: bar.update });
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) return;
@@ -30,7 +31,7 @@ export const serve: Command = {
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
     try {
-      await gw.ready;
+      await gw.ready.finally(() => bar.done());
     } catch (e) {
       await gw.close().catch(() => {});
       if (e instanceof VouchError && e.kind === 'integrity') {
