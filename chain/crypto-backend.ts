@@ -23,6 +23,8 @@ export interface IncrementalHash {
 export interface CryptoBackend {
   readonly name: string;
   createHash(algorithm: HashAlgorithm): IncrementalHash;
+  /** One-shot digest, when the backend has a faster path than createHash. */
+  digest?(algorithm: HashAlgorithm, data: Uint8Array): Uint8Array;
   /** ed25519 verify; false for any malformed key or signature. */
   verify(publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array): boolean;
 }
@@ -37,6 +39,7 @@ export interface Signer {
 }
 
 export function hashBytes(backend: CryptoBackend, algorithm: HashAlgorithm, data: Uint8Array): Uint8Array {
+  if (backend.digest) return backend.digest(algorithm, data);
   const h = backend.createHash(algorithm);
   h.update(data);
   return h.digest();

@@ -37,7 +37,12 @@ export function hexDecode(s: string): Uint8Array | null {
 }
 
 const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
-const B64_INDEX = new Map([...B64].map((c, i) => [c, i]));
+/** Char code -> 6-bit value; 255 for anything else (including '='). */
+const B64_CODE = (() => {
+  const t = new Uint8Array(256).fill(255);
+  for (let i = 0; i < 64; i++) t[B64.charCodeAt(i)] = i;
+  return t;
+})();
 
 export function base64Encode(b: Uint8Array): string {
   let s = '';
@@ -59,25 +64,26 @@ export function base64Encode(b: Uint8Array): string {
 
 /** Strict, canonical standard base64 with padding; null when not. */
 export function base64Decode(s: string): Uint8Array | null {
-  if (s.length % 4 !== 0) return null;
-  const pad = s.endsWith('==') ? 2 : s.endsWith('=') ? 1 : 0;
-  const out = new Uint8Array((s.length / 4) * 3 - pad);
+  const len = s.length;
+  if (len % 4 !== 0) return null;
+  const pad = len > 0 && s.charCodeAt(len - 1) === 61 ? (s.charCodeAt(len - 2) === 61 ? 2 : 1) : 0;
+  const out = new Uint8Array((len / 4) * 3 - pad);
   let o = 0;
-  for (let i = 0; i < s.length; i += 4) {
-    let n = 0;
-    for (let j = 0; j < 4; j++) {
-      const c = s[i + j]!;
-      if (c === '=' && i + 4 === s.length && j >= 4 - pad) { n <<= 6; continue; }
-      const v = B64_INDEX.get(c);
-      if (v === undefined) return null;
-      n = (n << 6) | v;
-    }
-    if (o < out.length) out[o++] = (n >> 16) & 255;
+  for (let i = 0; i < len; i += 4) {
+    const last = i + 4 === len;
+    const a = B64_CODE[s.charCodeAt(i)] ?? 255;
+    const b = B64_CODE[s.charCodeAt(i + 1)] ?? 255;
+    const c = last && pad === 2 ? 0 : B64_CODE[s.charCodeAt(i + 2)] ?? 255;
+    const d = last && pad >= 1 ? 0 : B64_CODE[s.charCodeAt(i + 3)] ?? 255;
+    if ((a | b | c | d) > 63) return null;
+    const n = (a << 18) | (b << 12) | (c << 6) | d;
+    out[o++] = (n >> 16) & 255;
     if (o < out.length) out[o++] = (n >> 8) & 255;
     if (o < out.length) out[o++] = n & 255;
+    // Canonical: the bits padding drops must be zero.
+    if (last && ((pad === 2 && (b & 15) !== 0) || (pad === 1 && (c & 3) !== 0))) return null;
   }
-  // Canonical: re-encoding must give the same text (no stray bits in padding).
-  return base64Encode(out) === s ? out : null;
+  return out;
 }
 
 export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {

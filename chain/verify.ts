@@ -25,7 +25,7 @@ import type { CryptoBackend } from './crypto-backend.ts';
 import { base64Decode, base64Encode, bytesEqual } from './encoding.ts';
 import { type Block, type Checkpoint, ZERO_HASH, parseBlock, parseCheckpoint } from './block.ts';
 import { checkpointMessage, recordJcs } from './build.ts';
-import { canonicalize } from './jcs.ts';
+import { canonicalizeValidated } from './jcs.ts';
 import { hashBytes } from './crypto-backend.ts';
 import { hexEncode, utf8 } from './encoding.ts';
 import { parseArtifactHash } from './hash-algorithms.ts';
@@ -96,7 +96,7 @@ export function examineBlock(
       break;
     }
   }
-  const payloadJcs = canonicalize(block.payload);
+  const payloadJcs = canonicalizeValidated(block.payload);
   return {
     block,
     facts: {

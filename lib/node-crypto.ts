@@ -7,7 +7,7 @@
  * ed25519 accepts small-order keys, which is why `chain/` refuses weak
  * authority keys before any signature is checked (DESIGN 1.7 step 5).
  */
-import { createHash, createPrivateKey, createPublicKey, sign as nodeSign, verify as nodeVerify, type KeyObject } from 'node:crypto';
+import { createHash, hash as oneShotHash, createPrivateKey, createPublicKey, sign as nodeSign, verify as nodeVerify, type KeyObject } from 'node:crypto';
 import { blake3 } from '@noble/hashes/blake3.js';
 import type { CryptoBackend, HashAlgorithm, IncrementalHash, Signer } from '../chain/crypto-backend.ts';
 
@@ -39,6 +39,10 @@ export const nodeBackend: CryptoBackend = {
     }
     const h = createHash(algorithm);
     return { update: (d) => void h.update(d), digest: () => new Uint8Array(h.digest()) };
+  },
+  digest(algorithm, data) {
+    if (algorithm === 'blake3') return blake3(data);
+    return new Uint8Array(oneShotHash(algorithm, data, 'buffer') as Buffer);
   },
   verify(publicKey, message, signature) {
     if (signature.length !== 64) return false;
