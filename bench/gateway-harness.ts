@@ -144,15 +144,15 @@ const ms = (v: string, u: string) => Number(v) * TIME[u]!;
 export function parseWrk(text: string): WrkResult {
   const num = (re: RegExp) => { const m = re.exec(text); if (!m) throw new Error(`bench: unexpected wrk output (${re}):\n${text}`); return m; };
   const lat = num(/^\s+Latency\s+([\d.]+)(us|ms|s|m)\s/m);
-  const p50 = num(/^\s+50%\s+([\d.]+)(us|ms|s|m)$/m);
-  const p99 = num(/^\s+99%\s+([\d.]+)(us|ms|s|m)$/m);
+  const p50 = num(/^\s+50%\s+([\d.]+)(us|ms|s|m)[ \t]*$/m);
+  const p99 = num(/^\s+99%\s+([\d.]+)(us|ms|s|m)[ \t]*$/m);
   const total = num(/^\s+(\d+) requests in ([\d.]+)(us|ms|s|m),/m);
-  const tr = num(/^Transfer\/sec:\s+([\d.]+)(B|KB|MB|GB|TB)$/m);
+  const tr = num(/^Transfer\/sec:\s+([\d.]+)(B|KB|MB|GB|TB)[ \t]*$/m);
   const sock = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(text);
   return {
     requests: Number(total[1]),
     seconds: ms(total[2]!, total[3]!) / 1000,
-    rps: Number(num(/^Requests\/sec:\s+([\d.]+)$/m)[1]),
+    rps: Number(num(/^Requests\/sec:\s+([\d.]+)[ \t]*$/m)[1]),
     transferBps: Number(tr[1]) * SIZE[tr[2]!]!,
     latencyAvgMs: ms(lat[1]!, lat[2]!),
     p50Ms: ms(p50[1]!, p50[2]!),
