@@ -49,8 +49,8 @@ export interface StartOptions {
   now?: () => number;
   /** How long `close()` lets requests in flight finish (default 10 s). */
   drainMs?: number;
-  /** Progress of long start-up work (cold verification), e.g. a bar on a terminal. */
-  onProgress?: (done: number, total: number) => void;
+  /** Progress of long start-up work (a mirror's first clone, cold verification), e.g. a bar on a terminal. */
+  onProgress?: (done: number, total: number, what: string) => void;
 }
 
 export interface RunningGateway {
@@ -217,13 +217,18 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const delay = Number(process.env.VOUCH_TEST_READY_DELAY_MS ?? 0);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     const repo = mirrorMode
-      ? (await prepareMirror(config.chain.dir, config.chain.remote!, { pinnedPublicKey: config.chain.public_key, log })).repo
+      ? (await prepareMirror(config.chain.dir, config.chain.remote!, {
+        pinnedPublicKey: config.chain.public_key, log,
+        ...(options.onProgress ? { fetch: { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'cloning the chain') } } : {}),
+      })).repo
       : await openChain(config, authority, now);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
     if (authority) trustedHead(repo, authority.signer);
     const pinned = config.chain.public_key ?? (authority ? base64Encode(authority.signer.publicKey) : null);
     if (pinned === null) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
-    const { state, report } = await ChainState.load(repo, { pinnedPublicKey: pinned, ...(options.onProgress ? { onProgress: options.onProgress } : {}) });
+    const { state, report } = await ChainState.load(repo, {
+      pinnedPublicKey: pinned, ...(options.onProgress ? { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'verifying the chain') } : {}),
+    });
     log.info('chain loaded', { ...report, head: state.head.record_hash, dir: config.chain.dir });
     if (authority) {
       ctx.submitter = new Submitter({

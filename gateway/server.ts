@@ -72,10 +72,36 @@ function ready(ctx: GatewayContext): NonNullable<GatewayContext['state']> {
   return ctx.state;
 }
 
+/**
+ * Whole lookup answers by query string, per gateway: valid while the chain
+ * has the same size and the date is the same (revocations take effect by
+ * date), so repeated lookups skip parsing, selection and serialisation.
+ * Bounded in bytes; answers showing a revocation are not kept.
+ */
+interface CachedAnswer { size: number; today: string; etag: string; text: Buffer }
+const answerCaches = new WeakMap<GatewayContext, LRUCache<string, CachedAnswer>>();
+
+function answersFor(ctx: GatewayContext): LRUCache<string, CachedAnswer> {
+  let c = answerCaches.get(ctx);
+  if (c === undefined) {
+    c = new LRUCache<string, CachedAnswer>({ maxSize: 16 * 1024 * 1024, sizeCalculation: (a, k) => a.text.length + k.length + 64 });
+    answerCaches.set(ctx, c);
+  }
+  return c;
+}
+
 const lookup: Handler = (ctx, _req, res, search) => {
+  const today = ctx.today();
+  if (ctx.state !== null) {
+    const hit = answersFor(ctx).get(search);
+    if (hit !== undefined && hit.size === ctx.state.size && hit.today === today) {
+      sendJsonText(res, 200, hit.text, { etag: hit.etag });
+      return;
+    }
+  }
   const q = parseSelectionQuery(search);
   const state = ready(ctx);
-  const sel = state.index.select(q.url, { semver: q.semver, at: q.at, today: ctx.today() });
+  const sel = state.index.select(q.url, { semver: q.semver, at: q.at, today });
   const what = `${q.url}${q.semver ? ` version ${q.semver}` : ''}${q.at ? ` at ${q.at}` : ''}`;
   if (sel === null) throw new VouchError('not_found', `no provenance block is on file for ${what}`, { resource: q.url });
   if (sel.revokedBy && q.semver === undefined) {
@@ -83,7 +109,11 @@ const lookup: Handler = (ctx, _req, res, search) => {
   }
   const etag = `"${sel.block.record_hash}"`;
   if (sel.revokedBy) sendJson(res, 200, lookupBody(sel.block, sel.revokedBy), { etag });
-  else sendJsonText(res, 200, lookupText(sel.block), { etag });
+  else {
+    const text = lookupText(sel.block);
+    if (search.length <= 4096) answersFor(ctx).set(search, { size: state.size, today, etag, text });
+    sendJsonText(res, 200, text, { etag });
+  }
 };
 
 const authority: Handler = (ctx, _req, res) => {

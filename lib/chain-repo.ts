@@ -483,6 +483,8 @@ export interface FetchOptions {
   headers?: Record<string, string>;
   /** Largest response accepted (default 2 GiB). */
   maxBytes?: number;
+  /** Clone only: files written so far while checking out (for a progress bar). */
+  onProgress?: (done: number, total: number) => void;
 }
 
 /** What a fetch brought in. */
@@ -1409,7 +1411,7 @@ export class ChainRepo {
       await repo.updateShallow(got.shallow, got.unshallow);
       repo.writeRemoteRef(want);
       await repo.loadBranch(want);
-      await repo.checkoutAll(pack);
+      await repo.checkoutAll(pack, opts.onProgress);
       await repo.moveBranch(want, null);
       repo.writeState();
       repo.consistent = true;
@@ -1432,11 +1434,13 @@ export class ChainRepo {
   }
 
   /** Write every file of the branch into an empty working tree (in pack order, for the delta cache), then the whole index. */
-  private async checkoutAll(pack: PackData): Promise<void> {
+  private async checkoutAll(pack: PackData, onProgress?: (done: number, total: number) => void): Promise<void> {
     const files = [...(await this.walkBranch())].map(([path, f]) => ({ path, ...f, at: pack.offsetOf(f.oid) ?? Number.MAX_SAFE_INTEGER }));
     files.sort((a, b) => a.at - b.at);
     const entries: IndexEntry[] = [];
+    let done = 0;
     for (const f of files) {
+      if (onProgress && ++done % 500 === 0) onProgress(done, files.length);
       if (f.mode === '120000' || f.mode === '160000') {
         this.warnings.push(`${f.path}: symlinks and submodules are not checked out`);
         continue;
@@ -1450,6 +1454,7 @@ export class ChainRepo {
       fs.writeFileSync(abs, await this.objects.readBlob(f.oid), { mode: f.mode === '100755' ? 0o755 : 0o644 });
       entries.push(entryFromStat(f.path, f.oid, fs.lstatSync(abs, { bigint: true })));
     }
+    onProgress?.(files.length, files.length);
     await this.index.update((idx) => idx.replaceAll(entries), (p) => this.noteStaleLock(p), { reload: false });
   }
 

@@ -132,13 +132,17 @@ export function reportError(commandName: string, e: unknown): number {
 }
 
 /** A progress line on a terminal (stderr), nothing on a pipe. */
-export function progressReporter(label: string): { update(done: number, total: number): void; done(): void } {
+export function progressReporter(label: string): { update(done: number, total: number, what?: string): void; done(): void } {
   const tty = process.stderr.isTTY === true;
   let last = 0;
   const started = Date.now();
   return {
-    update(done, total) {
+    update(done, total, what) {
       if (!tty) return;
+      if (what !== undefined && what !== label) {
+        label = what;
+        last = 0;
+      }
       const now = Date.now();
       if (now - last < 100 && done < total) return;
       last = now;
