@@ -22,16 +22,15 @@
  * Load: Debian's wrk. Figures are printed and written by the runner, never
  * asserted.
  */
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
 import { base64Encode } from '../chain/encoding.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
 import { createKeyFile } from '../lib/key-file.ts';
-import { buildLongChain, testSigner } from '../test/helpers/chain-fixture.ts';
+import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { digestOf, pattern } from '../test/helpers/origin-server.ts';
+import { benchChainDir } from './chain-dir.ts';
 import {
   download, ensureWrk, median, memoryOf, root, rotationScript, sleep, spawnGateway, spawnServer, stopAll, wrk,
   type Proc, type WrkResult,
@@ -58,19 +57,7 @@ const ARTIFACT = 16 * MiB;
 /** Distinct 16 MiB artifacts for the cold runs: more than the default 256 MiB memory tier holds (16), so round-robin always misses. */
 const COLD_ARTIFACTS = 24;
 
-/** The cached chain directory of `n` blocks (bench/out is git-ignored; chain-bench uses the same one). */
-async function chainDirectory(n: number): Promise<string> {
-  const dir = join(root, 'bench', 'out', `chain-${n}`);
-  if (!existsSync(join(dir, 'checkpoint.json'))) {
-    console.log(`building a ${n}-block chain at ${dir}...`);
-    const { blocks, checkpoint } = buildLongChain(n);
-    rmSync(dir, { recursive: true, force: true });
-    mkdirSync(join(root, 'bench', 'out'), { recursive: true });
-    await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-      { message: `bench chain of ${n} blocks\n`, authorName: 'bench', authorEmail: 'bench@vouch.invalid', timestamp: 1_790_000_000 });
-  }
-  return dir;
-}
+const chainDirectory = benchChainDir;
 
 function blockFile(dir: string, i: number): { payload: { endorsements?: { artifact_url: string }[] } } {
   const d = String(i).padStart(9, '0');

@@ -14,17 +14,16 @@
  * `npx tsx bench/mirror-bootstrap.ts [blocks] [runs]` prints the figures.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, readdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, statSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import { base64Encode } from '../chain/encoding.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
 import { ChainState } from '../gateway/chain-state.ts';
 import { prepareMirror } from '../gateway/chain-sync.ts';
 import { GitServer } from '../test/helpers/git-server.ts';
-import { buildLongChain, testSigner } from '../test/helpers/chain-fixture.ts';
+import { testSigner } from '../test/helpers/chain-fixture.ts';
+import { benchChainDir } from './chain-dir.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const self = fileURLToPath(import.meta.url);
@@ -65,19 +64,7 @@ function run(cmd: string, args: string[]): Promise<{ status: number | null; stdo
   });
 }
 
-/** The authority's chain of `n` blocks (built once, kept in bench/out). */
-async function authorityChain(n: number): Promise<string> {
-  const dir = join(root, 'bench', 'out', `chain-${n}`);
-  if (!existsSync(join(dir, 'checkpoint.json'))) {
-    console.log(`building a ${n}-block chain at ${dir}...`);
-    const { blocks, checkpoint } = buildLongChain(n);
-    rmSync(dir, { recursive: true, force: true });
-    mkdirSync(join(root, 'bench', 'out'), { recursive: true });
-    await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-      { message: `bench chain of ${n} blocks\n`, authorName: 'bench', authorEmail: 'bench@vouch.invalid', timestamp: 1_790_000_000 });
-  }
-  return dir;
-}
+const authorityChain = benchChainDir;
 
 export async function benchMirrorBootstrap(opts: { blocks: number; runs: number }): Promise<BootstrapFigures> {
   const chain = await authorityChain(opts.blocks);

@@ -17,12 +17,10 @@ export function git(args: string[], timeoutMs = 60_000): Run {
   return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
 }
 
-/** Like `vouch` but without blocking this process's event loop (needed when this process serves an origin). */
-export function vouchAsync(args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Promise<Run> {
+/** Runs a command without blocking this process's event loop, collecting its output (bounded in time). */
+function spawnCollect(cmd: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs: number, cwd?: string): Promise<Run> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), ...args], {
-      cwd: repoRoot, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(cmd, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => { stdout += d; });
@@ -35,18 +33,12 @@ export function vouchAsync(args: string[], env: Record<string, string> = {}, tim
   });
 }
 
+/** Like `vouch` but without blocking this process's event loop (needed when this process serves an origin). */
+export function vouchAsync(args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Promise<Run> {
+  return spawnCollect(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), ...args], { ...process.env, ...env }, timeoutMs, repoRoot);
+}
+
 /** The git CLI without blocking this process's event loop (needed when this process serves the remote). */
 export function gitAsync(args: string[], timeoutMs = 60_000): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = spawn('git', args, { env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (status, signal) => {
-      clearTimeout(timer);
-      resolve({ status, signal, stdout, stderr });
-    });
-  });
+  return spawnCollect('git', args, { ...process.env, GIT_CONFIG_NOSYSTEM: '1' }, timeoutMs);
 }
