@@ -33,6 +33,7 @@ import { nodeBackend } from '../lib/node-crypto.ts';
 import { ChainPusher, type PushLog, lsRemote, makeDelta, pushNew } from '../lib/chain-push.ts';
 import { GitServer } from './helpers/git-server.ts';
 import { T0, testSigner } from './helpers/chain-fixture.ts';
+import { refusal } from './helpers/refusal.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const work = mkdtempSync(join(tmpdir(), 'vouch-push-test-'));
@@ -59,15 +60,6 @@ async function until(cond: () => boolean, what: string, ms = 15_000): Promise<vo
   }
 }
 
-async function refusal(p: Promise<unknown>): Promise<VouchError> {
-  try {
-    await p;
-  } catch (e) {
-    if (e instanceof VouchError) return e;
-    throw e;
-  }
-  throw new Error('expected a VouchError');
-}
 
 /** A chain built with the real builder and appended with appendSigned, one commit per block. */
 class Chain {

@@ -25,6 +25,7 @@ import { nodeBackend } from '../lib/node-crypto.ts';
 import { digestUrl } from '../lib/artifact-digest.ts';
 import { Submitter, type SubmitResult } from '../gateway/submitter.ts';
 import { T0, testSigner } from './helpers/chain-fixture.ts';
+import { refusal } from './helpers/refusal.ts';
 
 const signer = testSigner();
 const work = mkdtempSync(join(tmpdir(), 'vouch-submit-'));
@@ -106,15 +107,6 @@ function assertSound(): void {
   assert.is(git('status', '--porcelain'), '', 'git status is not clean');
 }
 
-async function refusal(p: Promise<unknown>): Promise<VouchError> {
-  try {
-    await p;
-  } catch (e) {
-    if (e instanceof VouchError) return e;
-    throw e;
-  }
-  throw new Error('expected a VouchError');
-}
 
 const hashOf = (text: string, alg: 'sha256' | 'sha512' = 'sha256') => artifactHashOf(nodeBackend, alg, utf8(text));
 const single = (url: string, semver = '1.0.0', extra: Record<string, unknown> = {}) =>
