@@ -118,17 +118,43 @@ const SEMVER_RE =
   /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$/;
 const UNIT_NAME_RE = /^[A-Za-z0-9@_][A-Za-z0-9._@+-]{0,127}\/[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}$/;
 const LICENSE_RE = /^[A-Za-z0-9][A-Za-z0-9.+:()\- ]{0,127}$/;
-const HEX64_RE = /^[0-9a-f]{64}$/;
-const DATE_RE = /^(\d{4})-(\d{2})-(\d{2})$/;
-const DATETIME_RE = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})Z$/;
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const nativeWellFormed = (String.prototype as { isWellFormed?: () => boolean }).isWellFormed;
+/** No lone surrogate (native `isWellFormed` where the runtime has it). */
+const wellFormed: (s: string) => boolean = nativeWellFormed
+  ? (s) => nativeWellFormed.call(s)
+  : (s) => !LONE_SURROGATE.test(s);
 // eslint-disable-next-line no-control-regex
 const CONTROL_RE = /[\u0000-\u001f\u007f]/;
 
+const MONTH_DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
 function realDate(y: number, m: number, d: number): boolean {
   if (m < 1 || m > 12 || d < 1) return false;
-  const days = [31, (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0 ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-  return d <= days[m - 1]!;
+  return d <= (m === 2 && ((y % 4 === 0 && y % 100 !== 0) || y % 400 === 0) ? 29 : MONTH_DAYS[m - 1]!);
+}
+
+// The value forms below run several times per block on every verification:
+// they read characters directly instead of running a regular expression.
+
+/** The number written by the ASCII digits s[from..to), or -1. */
+function digitsAt(s: string, from: number, to: number): number {
+  let n = 0;
+  for (let i = from; i < to; i++) {
+    const c = s.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return -1;
+    n = n * 10 + c;
+  }
+  return n;
+}
+
+/** `YYYY-MM-DD` at s[0..10): a real calendar date. */
+function dateAt(s: string): boolean {
+  if (s.charCodeAt(4) !== 45 || s.charCodeAt(7) !== 45) return false;
+  const y = digitsAt(s, 0, 4);
+  const m = digitsAt(s, 5, 7);
+  const d = digitsAt(s, 8, 10);
+  return y >= 0 && m >= 0 && d >= 0 && realDate(y, m, d);
 }
 
 export function isSemver(s: string): boolean {
@@ -145,20 +171,16 @@ export function isLicenseId(s: string): boolean {
 
 /** `YYYY-MM-DD`, a real calendar date. */
 export function isDate(s: string): boolean {
-  const m = DATE_RE.exec(s);
-  return m !== null && realDate(Number(m[1]), Number(m[2]), Number(m[3]));
+  return s.length === 10 && dateAt(s);
 }
 
 /** `YYYY-MM-DDTHH:MM:SSZ`, a real UTC time (no leap seconds). */
 export function isDateTime(s: string): boolean {
-  const m = DATETIME_RE.exec(s);
-  return (
-    m !== null &&
-    realDate(Number(m[1]), Number(m[2]), Number(m[3])) &&
-    Number(m[4]) < 24 &&
-    Number(m[5]) < 60 &&
-    Number(m[6]) < 60
-  );
+  if (s.length !== 20 || s.charCodeAt(10) !== 84 /* T */ || s.charCodeAt(13) !== 58 || s.charCodeAt(16) !== 58 || s.charCodeAt(19) !== 90 /* Z */) return false;
+  const hh = digitsAt(s, 11, 13);
+  const mm = digitsAt(s, 14, 16);
+  const ss = digitsAt(s, 17, 19);
+  return dateAt(s) && hh >= 0 && hh < 24 && mm >= 0 && mm < 60 && ss >= 0 && ss < 60;
 }
 
 /** Formats a time as `YYYY-MM-DDTHH:MM:SSZ` (seconds precision, UTC). */
@@ -167,7 +189,12 @@ export function formatDateTime(ms: number): string {
 }
 
 export function isHex64(s: string): boolean {
-  return HEX64_RE.test(s);
+  if (s.length !== 64) return false;
+  for (let i = 0; i < 64; i++) {
+    const c = s.charCodeAt(i);
+    if (!((c >= 48 && c <= 57) || (c >= 97 && c <= 102))) return false;
+  }
+  return true;
 }
 
 /** An absolute http: or https: URL with a host, no whitespace or controls. */
@@ -192,20 +219,28 @@ function fail(path: string, what: string): never {
   throw new Malformed(`${path}: ${what}`);
 }
 
+const hasOwn = Object.prototype.hasOwnProperty;
+
 function object(v: unknown, path: string, keys: readonly string[], optional: readonly string[] = []): Obj {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) fail(path, 'must be an object');
   const o = v as Obj;
-  for (const k of Object.keys(o)) {
+  const names = Object.keys(o);
+  // Every required member present and no more names than required + optional present: exact.
+  let allowed = keys.length;
+  for (let i = 0; i < keys.length; i++) if (!hasOwn.call(o, keys[i]!)) allowed = -1;
+  for (let i = 0; i < optional.length; i++) if (hasOwn.call(o, optional[i]!)) allowed++;
+  if (allowed === names.length) return o;
+  for (const k of names) {
     if (!keys.includes(k) && !optional.includes(k)) fail(path, `unknown member ${JSON.stringify(k)}`);
   }
-  for (const k of keys) if (!Object.prototype.hasOwnProperty.call(o, k)) fail(path, `missing member ${JSON.stringify(k)}`);
+  for (const k of keys) if (!hasOwn.call(o, k)) fail(path, `missing member ${JSON.stringify(k)}`);
   return o;
 }
 
 function text(v: unknown, path: string, max: number = LIMITS.shortText): string {
   if (typeof v !== 'string') fail(path, 'must be a string');
   if (v.length > max) fail(path, `longer than ${max} characters`);
-  if (LONE_SURROGATE.test(v)) fail(path, 'holds a lone surrogate');
+  if (!wellFormed(v)) fail(path, 'holds a lone surrogate');
   return v;
 }
 

@@ -31,6 +31,42 @@ export function computeRecordHash(block: UnhashedBlock | Block, backend: CryptoB
 }
 
 /**
+ * JCS of a *parsed* payload (from `parseBlock`), written from the schema
+ * instead of sorting member names at run time: the verifier's hot path.
+ * Valid only because the parser fixes the member set and rejects lone
+ * surrogates (so `JSON.stringify` of a string is its JCS form); values whose
+ * parsed form admits no character JSON escapes (hex, dates, SemVer, unit
+ * names, license ids, enumerations, base64) are quoted without it. Equal to
+ * `canonicalize(payload)` byte for byte (test/fuzz-parsers.test.ts checks it
+ * on real and generated payloads, test/chain-vectors.test.ts on the vectors).
+ * Members in UTF-16 order.
+ */
+export function parsedPayloadJcs(p: Payload): string {
+  const s = JSON.stringify;
+  let out = '{';
+  if (p.authority) {
+    const a = p.authority;
+    out += `"authority":{"public_key":"${a.public_key}","signature_algorithm":"${a.signature_algorithm}","signer":${s(a.signer)}},`;
+  }
+  out += `"effective_date":"${p.effective_date}","endorsements":[`;
+  for (let i = 0; i < p.endorsements.length; i++) {
+    const e = p.endorsements[i]!;
+    out += (i ? ',' : '') +
+      `{"artifact_hash":${s(e.artifact_hash)},"artifact_url":${s(e.artifact_url)},"comment":${s(e.comment)},` +
+      `"endorsement":"${e.endorsement}","license":"${e.license}","name":"${e.name}","semver":"${e.semver}",` +
+      `"signature_algorithm":"${e.signature_algorithm}"}`;
+  }
+  const g = p.grammar;
+  out += `],"grammar":{"hash":"${g.hash}","version":"${g.version}"},"intent":"${p.intent}","semver":"${p.semver}","tags":{`;
+  const names = Object.keys(p.tags);
+  if (names.length > 1) names.sort();
+  for (let i = 0; i < names.length; i++) out += (i ? ',' : '') + s(names[i]) + ':' + (p.tags[names[i]!] ? 'true' : 'false');
+  const v = p.vibecode;
+  return out + `},"target_hash":"${p.target_hash}","uns":"${p.uns}","vibecode":{"endorsement":${s(v.endorsement)},` +
+    `"intent":${s(v.intent)},"license":${s(v.license)},"semver":${s(v.semver)},"signer":${s(v.signer)},"uns":${s(v.uns)}}}`;
+}
+
+/**
  * JCS of a *parsed* block without record_hash, reusing the payload's JCS
  * (verification computes it anyway for the signature). Valid only for
  * blocks from `parseBlock`, whose member set is exact; members in JCS order:
@@ -38,8 +74,9 @@ export function computeRecordHash(block: UnhashedBlock | Block, backend: CryptoB
  */
 export function recordJcs(block: Block, payloadJcs: string): string {
   const s = JSON.stringify;
-  return `{"comment":${s(block.comment)},"index":${block.index},"payload":${payloadJcs},"posted":${s(block.posted)},` +
-    `"prev_hash":${s(block.prev_hash)},"signature":${s(block.signature)},"signer":${s(block.signer)}}`;
+  // posted and prev_hash are parsed forms without characters JSON escapes.
+  return `{"comment":${s(block.comment)},"index":${block.index},"payload":${payloadJcs},"posted":"${block.posted}",` +
+    `"prev_hash":"${block.prev_hash}","signature":${s(block.signature)},"signer":${s(block.signer)}}`;
 }
 
 /** The bytes an authority signs for a checkpoint: JCS of it without `signature`. */

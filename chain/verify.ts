@@ -24,10 +24,9 @@ import { VouchError, type IntegrityCode } from './errors.ts';
 import type { CryptoBackend } from './crypto-backend.ts';
 import { base64Decode, base64Encode, bytesEqual } from './encoding.ts';
 import { type Block, type Checkpoint, ZERO_HASH, parseBlock, parseCheckpoint } from './block.ts';
-import { checkpointMessage, recordJcs } from './build.ts';
-import { canonicalizeValidated } from './jcs.ts';
-import { hashBytes } from './crypto-backend.ts';
-import { hexEncode, utf8 } from './encoding.ts';
+import { checkpointMessage, parsedPayloadJcs, recordJcs } from './build.ts';
+import { hashTextHex } from './crypto-backend.ts';
+import { utf8 } from './encoding.ts';
 import { parseArtifactHash } from './hash-algorithms.ts';
 import { isFullOrderPublicKey } from './weak-key.ts';
 
@@ -56,9 +55,16 @@ export type BlockFacts =
       authority: TrustedAuthority | null;
     };
 
+// The key decoded last (a chain has one authority key): strings are immutable, so the memo is exact.
+let lastKeyB64: string | null = null;
+let lastKeyRaw: Uint8Array | null = null;
+
 function decodeKey(b64: string): Uint8Array | null {
+  if (b64 === lastKeyB64) return lastKeyRaw === null ? null : lastKeyRaw.slice();
   const raw = base64Decode(b64);
-  return raw !== null && raw.length === 32 ? raw : null;
+  lastKeyB64 = b64;
+  lastKeyRaw = raw !== null && raw.length === 32 ? raw : null;
+  return lastKeyRaw === null ? null : lastKeyRaw.slice();
 }
 
 function signatureValid(backend: CryptoBackend, publicKey: Uint8Array, message: Uint8Array, signature: string): boolean {
@@ -96,7 +102,7 @@ export function examineBlock(
       break;
     }
   }
-  const payloadJcs = canonicalizeValidated(block.payload);
+  const payloadJcs = parsedPayloadJcs(block.payload);
   return {
     block,
     facts: {
@@ -105,7 +111,7 @@ export function examineBlock(
       index: block.index,
       prevHash: block.prev_hash,
       recordHash: block.record_hash,
-      computedRecordHash: hexEncode(hashBytes(backend, 'sha256', utf8(recordJcs(block, payloadJcs)))),
+      computedRecordHash: hashTextHex(backend, 'sha256', recordJcs(block, payloadJcs)),
       posted: block.posted,
       signer: block.signer,
       signatureOk: key === null ? null : signatureValid(backend, key, utf8(payloadJcs), block.signature),
@@ -174,6 +180,19 @@ export class ChainVerifier {
     const { facts, block } = examineBlock(value, this.s.size, this.s.authority, this.backend);
     this.addFacts(facts);
     return block!;
+  }
+
+  /**
+   * Takes over a state another verifier reached by walking on from this
+   * one's current state (a worker that checked a batch): same authority,
+   * further along. The caller vouches that the walk started from `state`.
+   */
+  advanceTo(state: VerifierState): void {
+    const a = this.s.authority;
+    if (a === null || state.authority === null || state.authority.publicKey !== a.publicKey || state.authority.signer !== a.signer || state.size < this.s.size) {
+      throw new TypeError(`cannot advance from block ${this.s.size} to a state of another authority or an earlier block`);
+    }
+    this.s = { ...state };
   }
 
   /** Appends the next block from facts computed elsewhere (e.g. a worker). */

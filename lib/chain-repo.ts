@@ -104,7 +104,6 @@ const TMP_SUFFIX = '.vouch-tmp';
 const STATE_FILE = 'vouch-state.json';
 const CHECKPOINT = 'checkpoint.json';
 const OID_RE = /^[0-9a-f]{40}$/;
-const BLOCK_PATH_RE = /^blocks\/(\d{3})\/(\d{3})\/(\d{9})\.json$/;
 const SHARD_RE = /^\d{3}$/;
 
 /** Repository path of block `index`: `blocks/000/000/000000042.json`. */
@@ -118,9 +117,19 @@ export function blockPath(index: number): string {
 
 /** The block index a repository path names, or null when it is not a well-formed block path. */
 export function parseBlockPath(path: string): number | null {
-  const m = BLOCK_PATH_RE.exec(path);
-  if (!m || m[3]!.slice(0, 3) !== m[1] || m[3]!.slice(3, 6) !== m[2]) return null;
-  return Number(m[3]);
+  // `blocks/DDD/DDD/DDDDDDDDD.json`, the shard directories repeating the first six digits.
+  // Character by character: it runs once per block file on every listing.
+  if (path.length !== 29 || !path.startsWith('blocks/') || path.charCodeAt(10) !== 47 || path.charCodeAt(14) !== 47 || !path.endsWith('.json')) return null;
+  let n = 0;
+  for (let i = 15; i < 24; i++) {
+    const c = path.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return null;
+    n = n * 10 + c;
+  }
+  for (let i = 0; i < 3; i++) {
+    if (path.charCodeAt(7 + i) !== path.charCodeAt(15 + i) || path.charCodeAt(11 + i) !== path.charCodeAt(18 + i)) return null;
+  }
+  return n;
 }
 
 // ---------------------------------------------------------------------------
@@ -1890,6 +1899,7 @@ export class ChainRepo {
   /** Every file under blocks/ in the working tree, sorted by path; index null when the path is not a well-formed block path. */
   listBlockFiles(): { index: number | null; path: string }[] {
     const out: { index: number | null; path: string }[] = [];
+    let strays = false;
     const walk = (abs: string, rel: string): void => {
       let entries: fs.Dirent[];
       try {
@@ -1898,14 +1908,32 @@ export class ChainRepo {
         if (rel === 'blocks' && (e as NodeJS.ErrnoException).code === 'ENOENT') return;
         throw ioError(`cannot list ${rel}`, e);
       }
+      // Block files of one leaf directory sort by index; a slot per index puts them in order.
+      const slots: ({ index: number; path: string } | undefined)[] = [];
+      let base = -1;
+      const dirs: string[] = [];
       for (const e of entries) {
         const r = `${rel}/${e.name}`;
-        if (e.isDirectory()) walk(join(abs, e.name), r);
-        else out.push({ index: parseBlockPath(r), path: r });
+        if (e.isDirectory()) {
+          dirs.push(e.name);
+          continue;
+        }
+        const index = parseBlockPath(r);
+        if (index === null) {
+          strays = true;
+          out.push({ index, path: r });
+          continue;
+        }
+        if (base < 0) base = index - (index % 1000);
+        slots[index - base] = { index, path: r };
       }
+      for (const f of slots) if (f) out.push(f);
+      for (const d of dirs.sort()) walk(`${abs}/${d}`, `${rel}/${d}`);
     };
     walk(join(this.dir, 'blocks'), 'blocks');
-    return out.sort((a, b) => comparePaths(a.path, b.path));
+    // Without stray files every path is `blocks/DDD/DDD/DDDDDDDDD.json`, and the walk
+    // above already produced path order; strays (any name) need the general sort.
+    return strays ? out.sort((a, b) => comparePaths(a.path, b.path)) : out;
   }
 
   private checkRange(index: number): string {

@@ -15,7 +15,12 @@ const SPKI_ED25519_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
 const keyCache = new Map<string, KeyObject | null>();
 const KEY_CACHE_MAX = 1024;
 
+// The key verified last (a chain has one authority): compared byte by byte, no encoding.
+let lastRaw: Buffer | null = null;
+let lastKey: KeyObject | null = null;
+
 export function publicKeyObject(raw: Uint8Array): KeyObject | null {
+  if (lastRaw !== null && lastRaw.equals(raw)) return lastKey;
   const id = Buffer.from(raw).toString('base64');
   let key = keyCache.get(id);
   if (key === undefined) {
@@ -27,6 +32,8 @@ export function publicKeyObject(raw: Uint8Array): KeyObject | null {
     if (keyCache.size >= KEY_CACHE_MAX) keyCache.clear();
     keyCache.set(id, key);
   }
+  lastRaw = Buffer.from(raw);
+  lastKey = key;
   return key;
 }
 
@@ -43,6 +50,10 @@ export const nodeBackend: CryptoBackend = {
   digest(algorithm, data) {
     if (algorithm === 'blake3') return blake3(data);
     return new Uint8Array(oneShotHash(algorithm, data, 'buffer') as Buffer);
+  },
+  digestTextHex(algorithm, text) {
+    if (algorithm === 'blake3') return Buffer.from(blake3(Buffer.from(text, 'utf8'))).toString('hex');
+    return oneShotHash(algorithm, text, 'hex');
   },
   verify(publicKey, message, signature) {
     if (signature.length !== 64) return false;

@@ -1,4 +1,5 @@
-// Worker entry for parallel chain verification: loads the TypeScript
+// Fallback worker entry for parallel chain verification, used only when no
+// plain-JS bundle can be had (lib/worker-bundle.ts): loads the TypeScript
 // implementation through tsx's loader (workers do not inherit it).
 import { register } from 'tsx/esm/api';
 register();

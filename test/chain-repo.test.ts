@@ -109,6 +109,12 @@ test('blockPath shards by the padded index and parseBlockPath inverts it', () =>
   assert.is(parseBlockPath('blocks/000/000/000001000.json'), null, 'wrong shard');
   assert.is(parseBlockPath('blocks/000/000/42.json'), null);
   assert.is(parseBlockPath('blocks/000/000/000000042.json.vouch-tmp'), null);
+  assert.is(parseBlockPath('blocks/001/000/000001000.json'), null, 'wrong top shard');
+  assert.is(parseBlockPath('blocks/000/001/00000100a.json'), null, 'not a digit');
+  assert.is(parseBlockPath('blocks/000/001/000001000.jsox'), null);
+  assert.is(parseBlockPath('blockz/000/001/000001000.json'), null);
+  assert.is(parseBlockPath('blocks/000-001/000001000.json'), null);
+  for (const i of [0, 7, 999, 1000, 123_456, 999_999_999]) assert.is(parseBlockPath(blockPath(i)), i);
   assert.throws(() => blockPath(-1));
   assert.throws(() => blockPath(1.5));
   assert.throws(() => blockPath(1_000_000_000));

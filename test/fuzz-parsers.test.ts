@@ -9,6 +9,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import { parseBlock, parseBlockText, parseCheckpoint, verifyChain, canonicalize, VouchError } from '../chain/index.ts';
+import { isDate, isDateTime, isHex64 } from '../chain/block.ts';
+import { parsedPayloadJcs, recordJcs } from '../chain/build.ts';
 import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../gateway/http-util.ts';
 import { parseSubmitRequest } from '../gateway/submit-request.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
@@ -68,6 +70,64 @@ test('a real block with one member replaced by an arbitrary value never verifies
     const r = verifyChain(chain, { backend: nodeBackend, checkpoint });
     assert.is(r.ok, false, `accepted ${path.join('.')} = ${JSON.stringify(value)}`);
   }), { seed: SEED, numRuns: RUNS });
+});
+
+test('parsedPayloadJcs (the verifier\'s schema-driven JCS) equals canonicalize on every payload parseBlock accepts', () => {
+  for (const b of blocks) assert.is(parsedPayloadJcs(parseBlock(b, b.index).payload), canonicalize(b.payload));
+  let accepted = 0;
+  // Member names JCS orders differently from insertion and from V8's own order (integer-like names first).
+  const tagName = fc.oneof(fc.string({ minLength: 1, maxLength: 6 }), fc.constantFrom('10', '9', '0', '__proto__', 'Z', 'a', '\u00e9', '\ud83d\ude00', '\uffff'));
+  const text = fc.oneof(fc.string({ maxLength: 12 }), fc.string({ unit: 'binary', maxLength: 12 }), fc.constantFrom('"', '\\', '\u2028', '</script>', '\u0000'));
+  const url = fc.tuple(fc.constantFrom('https://a.example/', 'http://b.example:8080/x/'), text).map(([u, t]) => u + t);
+  fc.assert(fc.property(fc.dictionary(tagName, fc.boolean(), { maxKeys: 6 }), text, text, text, url, (tags, comment, entryComment, vc, artifactUrl) => {
+    const b = structuredClone(blocks[2]) as any;
+    b.payload.tags = tags;
+    b.payload.endorsements[0].artifact_url = artifactUrl;
+    b.payload.endorsements[0].artifact_hash = `sha256:"${comment}`;
+    b.signature = `x"\\${entryComment}`;
+    b.comment = comment;
+    b.payload.endorsements[0].comment = entryComment;
+    b.payload.vibecode.license = vc;
+    let parsed;
+    try { parsed = parseBlock(b, 2); } catch { return; }
+    accepted++;
+    assert.is(parsedPayloadJcs(parsed.payload), canonicalize(b.payload));
+    const { record_hash: _r, ...unhashed } = b;
+    assert.is(recordJcs(parsed, parsedPayloadJcs(parsed.payload)), canonicalize(unhashed));
+  }), { seed: SEED, numRuns: RUNS });
+  assert.ok(accepted > RUNS / 4, `only ${accepted} generated blocks parsed: the property says little`);
+});
+
+test('the hand-written date, time and hex checks agree with their regular-expression definitions', () => {
+  // Days in the month from the platform's calendar (setUTCFullYear: Date.UTC maps years 0-99 to 19xx).
+  const daysIn = (y: number, m: number) => { const t = new Date(0); t.setUTCFullYear(y, m, 0); return t.getUTCDate(); };
+  const realDate = (y: number, m: number, d: number) => m >= 1 && m <= 12 && d >= 1 && d <= daysIn(y, m);
+  const refDate = (s: string) => { const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s); return !!m && realDate(+m[1]!, +m[2]!, +m[3]!); };
+  const refTime = (s: string) => {
+    const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})Z$/.exec(s);
+    return !!m && realDate(+m[1]!, +m[2]!, +m[3]!) && +m[4]! < 24 && +m[5]! < 60 && +m[6]! < 60;
+  };
+  const digit = fc.constantFrom('0', '1', '2', '3', '5', '9', 'a', '/', ':', '-', ' ');
+  const two = fc.tuple(digit, digit).map((a) => a.join(''));
+  const year = fc.oneof(fc.constantFrom('2000', '1900', '2024', '2023', '0000', '9999', '2026'), fc.tuple(digit, digit, digit, digit).map((a) => a.join('')));
+  const month = fc.oneof(fc.constantFrom('01', '02', '12', '13', '00'), two);
+  const day = fc.oneof(fc.constantFrom('01', '28', '29', '30', '31', '00', '32'), two);
+  const hms = fc.oneof(fc.constantFrom('00', '23', '24', '59', '60'), two);
+  const sepd = fc.constantFrom('-', '-', '-', '/', '');
+  const date = fc.tuple(year, sepd, month, sepd, day).map((a) => a.join(''));
+  const time = fc.tuple(date, fc.constantFrom('T', 'T', 't', ' '), hms, fc.constantFrom(':', ':', '-'), hms, fc.constantFrom(':', ':'), hms, fc.constantFrom('Z', 'Z', 'z', '', 'ZZ')).map((a) => a.join(''));
+  fc.assert(fc.property(fc.oneof(date, time, fc.string({ maxLength: 22 })), (s) => {
+    assert.is(isDate(s), refDate(s), `isDate(${JSON.stringify(s)})`);
+    assert.is(isDateTime(s), refTime(s), `isDateTime(${JSON.stringify(s)})`);
+  }), { seed: SEED, numRuns: 4 * RUNS });
+  const hexChar = fc.constantFrom(...'0123456789abcdefABCDEFg/:`@G');
+  fc.assert(fc.property(fc.oneof(fc.array(hexChar, { minLength: 62, maxLength: 66 }).map((a) => a.join('')), fc.string()), (s) => {
+    assert.is(isHex64(s), /^[0-9a-f]{64}$/.test(s), `isHex64(${JSON.stringify(s)})`);
+  }), { seed: SEED, numRuns: 4 * RUNS });
+  for (const s of ['2024-02-29', '2023-02-29', '1900-02-29', '2000-02-29', '2026-04-31', '2026-12-31T23:59:59Z', '2026-12-31T24:00:00Z']) {
+    assert.is(isDate(s.slice(0, 10)), refDate(s.slice(0, 10)), s);
+    assert.is(isDateTime(s), refTime(s), s);
+  }
 });
 
 function canonicalSafe(v: unknown): string {

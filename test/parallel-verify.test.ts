@@ -25,9 +25,9 @@ test.before(async () => {
 });
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
-async function outcome(threads: number): Promise<string> {
+async function outcome(threads: number, batchSize = 1_000): Promise<string> {
   try {
-    const r = await verifyDirectory(repo, { threads, pinnedPublicKey: Buffer.from(signer.publicKey).toString('base64') });
+    const r = await verifyDirectory(repo, { threads, batchSize, pinnedPublicKey: Buffer.from(signer.publicKey).toString('base64') });
     return `ok ${r.state.size} ${r.state.head} ${r.checkpoint?.size}`;
   } catch (e) {
     if (e instanceof VouchError) return `${e.code}@${e.index}`;
@@ -63,6 +63,43 @@ test('a forged block deep in the chain: the same first failure whatever the thre
   assert.is(await outcome(0), 'bad_signature@3500');
   assert.is(await outcome(2), 'bad_signature@3500');
   assert.is(await outcome(1), 'bad_signature@3500');
+});
+
+test('failures at the first, last and middle block of a worker batch: the same code and index as inline', async () => {
+  // batchSize 500: batches start at blocks 1, 501, 1001, ... The workers walk each batch
+  // themselves and report one failure; the main thread checks each batch's first block.
+  const file = (i: number) => join(repo.dir, blockPath(i));
+  const write = (b: any) => writeFileSync(file(b.index), formatBlockFile(b as Block));
+  const resealed = (i: number, mutate: (b: any) => void) => {
+    const b: any = structuredClone(blocks[i]!);
+    mutate(b);
+    b.record_hash = computeRecordHash(b, nodeBackend);
+    return b;
+  };
+  const cases: { want: string; at: number[]; apply: () => void }[] = [
+    { want: 'bad_signature@1001', at: [1001], apply: () => write(resealed(1001, (b) => { b.payload.semver = '9.9.9'; })) },
+    { want: 'time_regression@1500', at: [1500, 1501], apply: () => {
+      const b = resealed(1500, (x) => { x.posted = '2020-01-01T00:00:00Z'; });
+      write(b);
+      write(resealed(1501, (x) => { x.prev_hash = b.record_hash; }));
+    } },
+    { want: 'malformed@2222', at: [2222], apply: () => writeFileSync(file(2222), 'not json\n') },
+    { want: 'record_hash_mismatch@2750', at: [2750], apply: () => write({ ...structuredClone(blocks[2750]!), comment: 'edited' }) },
+    { want: 'prev_hash_mismatch@3001', at: [3001], apply: () => write(resealed(3001, (b) => { b.prev_hash = 'f'.repeat(64); })) },
+    { want: 'malformed@4001', at: [4001], apply: () => writeFileSync(file(4001), '{}\n') },
+    { want: 'index_gap@4500', at: [4500], apply: () => rmSync(file(4500)) },
+  ];
+  // Restore the pristine files the earlier test forged.
+  for (const i of [3_500, 3_501, 4_200, 4_201]) write(blocks[i]!);
+  assert.match(await outcome(2, 500), /^ok 5000 /);
+  for (const c of cases) {
+    c.apply();
+    assert.is(await outcome(0), c.want, `inline: ${c.want}`);
+    assert.is(await outcome(2, 500), c.want, `2 threads: ${c.want}`);
+    assert.is(await outcome(2, 499), c.want, `2 threads, other batch bounds: ${c.want}`);
+    for (const i of c.at) write(blocks[i]!);
+  }
+  assert.match(await outcome(2, 500), /^ok 5000 /);
 });
 
 test.run();
