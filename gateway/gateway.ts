@@ -146,6 +146,24 @@ function pushReport(s: PushStatus): PushReport {
   };
 }
 
+/**
+ * Today's UTC date (YYYY-MM-DD) by `now`, formatted once per day rather than
+ * on every lookup (revocations take effect by date).
+ */
+export function utcDay(now: () => number): () => string {
+  const DAY = 86_400_000;
+  let start = NaN;
+  let text = '';
+  return () => {
+    const t = now();
+    if (!(t >= start && t < start + DAY)) {
+      start = t - (((t % DAY) + DAY) % DAY);
+      text = new Date(start).toISOString().slice(0, 10);
+    }
+    return text;
+  };
+}
+
 export async function startGateway(config: Config, options: StartOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger();
   const say = options.announce ?? ((l: string) => process.stdout.write(l + '\n'));
@@ -174,7 +192,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     submitter: null,
     submitTokenHash: authority?.tokenHash ?? null,
     vibecode: { spec: `${config.public_url}/v1/openapi.json`, skills: [`${config.public_url}${SKILL_PATH}`] },
-    today: () => new Date(now()).toISOString().slice(0, 10),
+    today: utcDay(now),
     log,
     startedAt: Date.now(),
   };

@@ -79,6 +79,22 @@ export function sendEmpty(res: ServerResponse, status: number, headers: Record<s
  * True when the Accept header admits JSON (absent, `*\/*`, `application/*`,
  * `application/json`, `+json` types), honouring q=0 exclusions.
  */
+/**
+ * A request header's value read from `rawHeaders` (several fields joined
+ * with ", ", as `req.headers` would); undefined when absent. Reading
+ * `req.headers` builds the whole header object, a cost on every lookup.
+ * `name` must be lower case.
+ */
+export function rawHeader(req: IncomingMessage, name: string): string | undefined {
+  const raw = req.rawHeaders;
+  let value: string | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const k = raw[i]!;
+    if (k.length === name.length && k.toLowerCase() === name) value = value === undefined ? raw[i + 1]! : `${value}, ${raw[i + 1]!}`;
+  }
+  return value;
+}
+
 export function acceptsJson(accept: string | undefined): boolean {
   if (accept === undefined || accept.trim() === '') return true;
   // The most specific media range matching JSON decides, by its q value.

@@ -15,11 +15,11 @@
  * Must hold: every label value is bounded (route templates, a fixed method
  * list, status codes, fixed outcome and tier names) — never a raw path, URL
  * or header; a scrape never fails because one source throws (that metric is
- * left out); observing a request costs two map lookups, two additions and
- * one histogram observation (about half a microsecond).
+ * left out); observing a request costs two map lookups and a few additions
+ * (no label objects, no string keys), all in `observe`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { GatewayContext } from './context.ts';
 import type { VerifiedFetcherStats } from './verified-fetch.ts';
 import type { MirrorStats } from './mirror.ts';
@@ -29,43 +29,79 @@ import { proxyStats } from './proxy.ts';
 /** Latency buckets in seconds: lookups answer in well under a millisecond, cold downloads take seconds. */
 export const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
-const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS']);
-
 type Sample = [labels: Record<string, string>, value: number];
 
-interface RequestCount { labels: { route: string; method: string; status: string }; n: number }
-interface RouteEntry { duration: { observe(v: number): void }; bytes: number }
+const METHOD_LIST = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'other'] as const;
+const METHOD_INDEX = new Map<string, number>(METHOD_LIST.map((m, i) => [m, i]));
+const OTHER_METHOD = METHOD_LIST.length - 1;
+
+/**
+ * One route's request figures, counted with plain numbers on every request
+ * (a map lookup by route, one by a numeric method+status key, a bucket
+ * search) and turned into samples only when scraped.
+ */
+class RouteStats {
+  /** Requests by `method index * 1000 + status`. */
+  readonly counts = new Map<number, number>();
+  bytes = 0;
+  /** Per-bucket (non-cumulative) counts of DURATION_BUCKETS, then +Inf. */
+  readonly buckets = new Float64Array(DURATION_BUCKETS.length + 1);
+  sum = 0;
+  count = 0;
+  constructor(readonly route: string) {}
+}
+
+/**
+ * `vouch_http_request_duration_seconds` as a prom-client metric whose
+ * samples are made from the routes' own bucket counts at scrape time (the
+ * Histogram class hashes its label object on every observation).
+ */
+class DurationHistogram {
+  readonly name = 'vouch_http_request_duration_seconds';
+  readonly help = 'Time from a request\'s arrival to the end of its answer, by route template.';
+  readonly type = 'histogram';
+  readonly aggregator = 'sum';
+  constructor(private readonly routes: Map<string, RouteStats>) {}
+  get() {
+    const values: { labels: Record<string, string | number>; value: number; metricName: string }[] = [];
+    for (const r of this.routes.values()) {
+      let cumulative = 0;
+      for (let i = 0; i <= DURATION_BUCKETS.length; i++) {
+        cumulative += r.buckets[i]!;
+        values.push({ labels: { le: i < DURATION_BUCKETS.length ? DURATION_BUCKETS[i]! : '+Inf', route: r.route }, value: cumulative, metricName: `${this.name}_bucket` });
+      }
+      values.push({ labels: { route: r.route }, value: r.sum, metricName: `${this.name}_sum` });
+      values.push({ labels: { route: r.route }, value: r.count, metricName: `${this.name}_count` });
+    }
+    return { name: this.name, help: this.help, type: this.type, values, aggregator: this.aggregator };
+  }
+  reset(): void {}
+}
 
 export class GatewayMetrics {
   readonly registry = new Registry();
-  /**
-   * Requests by "route method status" and bytes by route, counted in plain
-   * objects (a map lookup and an addition per request) and handed to
-   * prom-client when scraped; only the histogram is fed per request.
-   */
-  private readonly requestCounts = new Map<string, RequestCount>();
-  private readonly routes = new Map<string, RouteEntry>();
-  private readonly duration: Histogram<'route'>;
+  /** Request figures by route label (see `RouteStats`), handed to prom-client when scraped. */
+  private readonly routes = new Map<string, RouteStats>();
   /** Where the mirror's counters come from (see `observeMirror`). */
   private mirrorSource: (() => MirrorStats) | null = null;
 
   constructor(private readonly ctx: GatewayContext) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
-    const requestCounts = this.requestCounts;
     const routes = this.routes;
     new Counter({
       name: 'vouch_http_requests_total', help: 'HTTP requests answered, by route template, method and status (499: the client left before an answer).',
       labelNames: ['route', 'method', 'status'], registers,
       collect() {
         this.reset();
-        for (const c of requestCounts.values()) this.inc(c.labels, c.n);
+        for (const r of routes.values()) {
+          for (const [key, n] of r.counts) {
+            this.inc({ route: r.route, method: METHOD_LIST[Math.floor(key / 1000)]!, status: String(key % 1000) }, n);
+          }
+        }
       },
     });
-    this.duration = new Histogram({
-      name: 'vouch_http_request_duration_seconds', help: 'Time from a request\'s arrival to the end of its answer, by route template.',
-      labelNames: ['route'], buckets: DURATION_BUCKETS, registers,
-    });
+    this.registry.registerMetric(new DurationHistogram(routes) as unknown as Parameters<Registry['registerMetric']>[0]);
     new Counter({
       name: 'vouch_http_response_bytes_total', help: 'Bytes written to connections for answers (headers included), by route template.',
       labelNames: ['route'], registers,
@@ -79,21 +115,19 @@ export class GatewayMetrics {
 
   /** Counts one answered request. */
   observe(route: string, method: string, status: number, seconds: number, bytes: number): void {
-    const m = METHODS.has(method) ? method : 'other';
-    const key = `${route} ${m} ${status}`;
-    let c = this.requestCounts.get(key);
-    if (c === undefined) {
-      c = { labels: { route, method: m, status: String(status) }, n: 0 };
-      this.requestCounts.set(key, c);
-    }
-    c.n++;
     let r = this.routes.get(route);
     if (r === undefined) {
-      r = { duration: this.duration.labels(route), bytes: 0 };
+      r = new RouteStats(route);
       this.routes.set(route, r);
     }
-    r.duration.observe(seconds);
+    const key = (METHOD_INDEX.get(method) ?? OTHER_METHOD) * 1000 + status;
+    r.counts.set(key, (r.counts.get(key) ?? 0) + 1);
     r.bytes += bytes;
+    let b = 0;
+    while (b < DURATION_BUCKETS.length && seconds > DURATION_BUCKETS[b]!) b++;
+    r.buckets[b]!++;
+    r.sum += seconds;
+    r.count++;
   }
 
   /** Reads the mirror's counters from `stats` from now on. */

@@ -22,7 +22,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
 import { LRUCache } from 'lru-cache';
-import { acceptsJson, parseJsonBody, parseSelectionQuery, readBody, sendEmpty, sendError, sendJson, sendJsonText, statusOf } from './http-util.ts';
+import { acceptsJson, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonText, statusOf } from './http-util.ts';
 import { handleDownload } from './download.ts';
 import { handleHealthz, handleReadyz } from './health.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './browse.ts';
@@ -207,7 +207,7 @@ function observeRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incom
   const started = performance.now();
   const socket = req.socket;
   const sentBefore = socket.bytesWritten;
-  res.once('close', () => {
+  res.on('close', () => { // a response closes once: `on` spares the `once` wrapper
     const seconds = (performance.now() - started) / 1000;
     const status = res.headersSent ? res.statusCode : 499;
     const bytes = Math.max(0, socket.bytesWritten - sentBefore);
@@ -262,7 +262,7 @@ export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage
           resource: path, evidence: { allow: route.methods.join(', ') },
         });
       }
-      if (route.kind === 'json' && !acceptsJson(req.headers.accept)) {
+      if (route.kind === 'json' && !acceptsJson(rawHeader(req, 'accept'))) {
         req.resume();
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }

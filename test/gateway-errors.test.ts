@@ -11,7 +11,9 @@ import { join } from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ERROR_CATALOGUE, VouchError, type ErrorCode } from '../chain/errors.ts';
-import { PUBLIC_CODES, acceptsJson } from '../gateway/http-util.ts';
+import { PUBLIC_CODES, acceptsJson, rawHeader } from '../gateway/http-util.ts';
+import { utcDay } from '../gateway/gateway.ts';
+import { request as httpRequest } from 'node:http';
 import { createRequestHandler } from '../gateway/server.ts';
 import { createLogger } from '../gateway/log.ts';
 import { defaultConfig } from '../gateway/config.ts';
@@ -81,6 +83,45 @@ test('Accept: the most specific matching range decides', () => {
   const no = ['text/html', 'text/*', 'application/json;q=0', 'application/json;q=0, */*', 'image/png, text/plain', '*/*;q=0'];
   for (const a of yes) assert.ok(acceptsJson(a), `should accept ${a}`);
   for (const a of no) assert.not.ok(acceptsJson(a), `should refuse ${a}`);
+});
+
+test('rawHeader reads a header as req.headers would: any case, repeated fields joined', async () => {
+  const seen: { raw: (string | undefined)[]; parsed: (string | undefined)[] }[] = [];
+  const server = createServer((req, res) => {
+    seen.push({ raw: [rawHeader(req, 'accept'), rawHeader(req, 'x-none')], parsed: [req.headers.accept, req.headers['x-none'] as string | undefined] });
+    res.end();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const port = (server.address() as AddressInfo).port;
+  const send = (headers: string[]) => new Promise<void>((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path: '/', headers: ['Host', `127.0.0.1:${port}`, ...headers] }, (res) => { res.resume(); res.on('end', () => resolve()); });
+    req.on('error', reject);
+    req.end();
+  });
+  try {
+    await send(['ACCEPT', 'text/html', 'Accept', 'application/json;q=0.5']);
+    await send(['accept', '*/*']);
+    await send([]);
+  } finally {
+    server.close();
+  }
+  assert.is(seen.length, 3, 'every request reached the handler');
+  assert.equal(seen.map((x) => x.raw), [['text/html, application/json;q=0.5', undefined], ['*/*', undefined], [undefined, undefined]]);
+  for (const x of seen) assert.equal(x.raw, x.parsed);
+});
+
+test('utcDay: the UTC date by the clock, recomputed when the day changes (also before 1970)', () => {
+  let t = Date.UTC(2026, 10, 22, 23, 59, 59, 999);
+  const today = utcDay(() => t);
+  assert.is(today(), '2026-11-22');
+  t += 1;
+  assert.is(today(), '2026-11-23');
+  t = Date.UTC(2026, 10, 22, 0, 0, 0);
+  assert.is(today(), '2026-11-22', 'the clock going back is followed too');
+  t = Date.UTC(1969, 11, 31, 12);
+  assert.is(today(), '1969-12-31');
+  t = Date.UTC(2028, 1, 29, 5);
+  assert.is(today(), '2028-02-29');
 });
 
 test.run();
