@@ -44,10 +44,10 @@ export interface DirVerifyResult {
 
 const INLINE_BELOW = 2_000;
 
-/** Block count the checkpoint claims (a hint only: it is verified at the end), 0 when unknown. */
-function sizeHint(source: BlockSource): number {
+/** Block count a checkpoint's text claims (a hint only: it is verified at the end), 0 when unknown. */
+function sizeHint(cpText: string | null): number {
   try {
-    const size = (JSON.parse(source.readCheckpoint() ?? 'null') as { size?: unknown } | null)?.size;
+    const size = (JSON.parse(cpText ?? 'null') as { size?: unknown } | null)?.size;
     return typeof size === 'number' ? size : 0;
   } catch {
     return 0;
@@ -177,6 +177,15 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     pool = null;
     if (p) await Promise.all((await p.catch(() => [] as Worker[])).map((w) => w.terminate()));
   };
+  // checkpoint.json is read once: its size plans the work, its text is checked at the end
+  // (a read error is reported there, after the blocks, as before).
+  let cpText: string | null = null;
+  let cpError: unknown = null;
+  try {
+    cpText = source.readCheckpoint();
+  } catch (e) {
+    cpError = e;
+  }
   try {
     // A large chain starts before its directory is listed: the checkpoint's
     // size (a hint here; it is verified at the end) plans the batches over
@@ -184,7 +193,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // listing, made meanwhile, must then show exactly those files. If it does
     // not (only a broken chain), the speculative run is dropped and the
     // chain verified from the listing, so every outcome is the listing's.
-    const hint = threads > 0 ? sizeHint(source) : 0;
+    const hint = threads > 0 ? sizeHint(cpText) : 0;
     let speculative: { size: number; facts0: BlockFacts; run: Promise<VerifyTaskResult[]> } | null = null;
     if (hint >= INLINE_BELOW) {
       pool = startWorkers(threads);
@@ -224,14 +233,14 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       }
     }
     progress(total, total);
-    return { state: verifier.state, checkpoint: checkCheckpoint(source, verifier) };
+    if (cpError !== null) throw cpError;
+    return { state: verifier.state, checkpoint: checkCheckpoint(cpText, verifier) };
   } finally {
     await stopPool();
   }
 }
 
-function checkCheckpoint(source: BlockSource, verifier: ChainVerifier): Checkpoint | null {
-  const cpText = source.readCheckpoint();
+function checkCheckpoint(cpText: string | null, verifier: ChainVerifier): Checkpoint | null {
   if (cpText === null) return null;
   let value: unknown;
   try {
