@@ -11,6 +11,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createReadStream } from 'node:fs';
+import { finished } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { isVouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
@@ -111,6 +112,7 @@ export async function serveVerified(
   }
   res.off('close', onClose);
   const { artifact } = obtained;
+  let inFlight = false;
   try {
     res.writeHead(200, {
       ...extraHeaders,
@@ -121,11 +123,14 @@ export async function serveVerified(
     if (req.method === 'HEAD') {
       res.end();
     } else if (artifact.bytes !== undefined) {
+      // The socket reads the bytes until the response is done (or torn down): released then, not before.
+      inFlight = true;
+      finished(res, () => artifact.release());
       res.end(artifact.bytes);
     } else {
       await pipeline(createReadStream(artifact.path!), res).catch(() => res.destroy());
     }
   } finally {
-    artifact.release();
+    if (!inFlight) artifact.release();
   }
 }

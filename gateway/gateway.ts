@@ -37,6 +37,7 @@ import { SKILL_PATH } from './openapi.ts';
 import { OriginFetcher } from './origin-fetcher.ts';
 import { Mirror } from './mirror.ts';
 import { VerifiedFetcher } from './verified-fetch.ts';
+import { HashWorkers } from './hash-workers.ts';
 import { Submitter } from './submitter.ts';
 
 export interface StartOptions {
@@ -185,10 +186,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     diskDir: config.mirror.disk_dir,
     diskBytes: config.mirror.disk_bytes,
   });
+  // Started by the first large origin body; unref'd, stopped by close().
+  const hashWorkers = new HashWorkers();
   const ctx: GatewayContext = {
     config,
     state: null,
-    artifacts: new VerifiedFetcher({ fetcher, mirror }),
+    artifacts: new VerifiedFetcher({ fetcher, mirror, hashWorkers }),
     submitter: null,
     submitTokenHash: authority?.tokenHash ?? null,
     vibecode: { spec: `${config.public_url}/v1/openapi.json`, skills: [`${config.public_url}${SKILL_PATH}`] },
@@ -314,6 +317,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       await fetcher.close();
       await proxyFor(ctx).close();
       await mirror.close?.();
+      await hashWorkers.close();
     },
   };
 }

@@ -177,6 +177,11 @@ export class GatewayMetrics {
       const s = mirror();
       return s && [[{ tier: 'memory' }, s.memory.entries], ...(s.disk.enabled ? [[{ tier: 'disk' }, s.disk.entries] as Sample] : []), [{ tier: 'spool' }, s.spool.files]];
     }, ['tier']);
+    this.counter('vouch_mirror_pool_buffers_total', 'Buffers for large memory-tier artifacts, by how they were had (reused: recycled from an evicted artifact; dropped: not kept for reuse, the pool was full).', () => {
+      const s = mirror();
+      return s && [[{ outcome: 'reused' }, s.pool.reused], [{ outcome: 'allocated' }, s.pool.allocated], [{ outcome: 'dropped' }, s.pool.dropped]];
+    }, ['outcome']);
+    this.gauge('vouch_mirror_pool_free_bytes', 'Bytes of recycled buffers waiting for reuse (beside the memory tier).', () => num(mirror()?.pool.freeBytes));
     this.gauge('vouch_mirror_capacity_bytes', 'Configured capacity of each mirror tier.', () => {
       const s = mirror();
       return s && [[{ tier: 'memory' }, s.memory.capacity], ...(s.disk.enabled ? [[{ tier: 'disk' }, s.disk.capacity] as Sample] : [])];

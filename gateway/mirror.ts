@@ -4,7 +4,9 @@
  *
  * Owns three places bytes can live:
  * - memory: an lru-cache bounded in bytes, holding artifacts up to
- *   `spoolThreshold` bytes as `{ bytes, contentType, headers }`;
+ *   `spoolThreshold` bytes as `{ bytes, contentType, headers }`; large
+ *   ones sit in `BytePool` buffers (`buffer()`), which go back to the pool
+ *   when they have left the cache and the last reader released them;
  * - disk (optional, `diskDir`, bounded by `diskBytes`, LRU by access time,
  *   survives restarts): `<diskDir>/<alg>/<hex[0:2]>/<hex>` plus
  *   `<hex>.meta` (JSON: content type, size and the kept origin headers),
@@ -21,7 +23,9 @@
  * back from disk: those bytes are hashed again and a mismatching file is
  * deleted and reported as a miss.
  *
- * Must hold: only verified bytes are returned; a file handed out as
+ * Must hold: only verified bytes are returned; memory bytes handed out
+ * are not reused for another artifact before every holder called
+ * `release()` (the server releases when the response is done); a file handed out as
  * `StoredArtifact.path` is not deleted (evicted, replaced by a corrupt-file
  * purge, or cleaned up) before every holder called `release()`; large
  * artifacts never sit in the heap; one process owns a `diskDir` (its `tmp`
@@ -38,6 +42,7 @@ import type { CryptoBackend, HashAlgorithm } from '../chain/crypto-backend.ts';
 import { hexEncode } from '../chain/encoding.ts';
 import { HASH_ALGORITHMS, parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
+import { BytePool, sizeClass, type BytePoolStats } from './byte-pool.ts';
 
 const MiB = 1024 * 1024;
 
@@ -75,7 +80,12 @@ export interface MirrorOptions {
   diskBytes?: number;
   /** Hashing of disk read-backs (default node:crypto). */
   backend?: CryptoBackend;
+  /** Bytes of recycled buffers kept for reuse (default min(64 MiB, memoryBytes / 4)). */
+  poolBytes?: number;
 }
+
+/** Bodies at least this large are received into pooled buffers (`Mirror.buffer`). */
+export const POOLED_MIN = 1024 * 1024;
 
 /** One verified artifact handed to a reader. */
 export interface StoredArtifact {
@@ -90,7 +100,7 @@ export interface StoredArtifact {
   readonly path?: string;
   /** Where the mirror had it: `memory`, `disk`, or a `spool` file of a fresh fetch. */
   readonly tier: 'memory' | 'disk' | 'spool';
-  /** Done reading; the file may go. Idempotent. Every artifact handed out must be released. */
+  /** Done reading (also done sending: a socket may still read `bytes`); the bytes or file may go. Idempotent. Every artifact handed out must be released. */
   release(): void;
   /** Another reference for another reader (released separately). */
   retain(): StoredArtifact;
@@ -107,9 +117,21 @@ export interface MirrorStats {
   disk: { enabled: boolean; bytes: number; entries: number; capacity: number; error: string | null };
   /** Spool files currently held by readers (large artifacts outside the disk tier). */
   spool: { files: number; bytes: number };
+  /** Recycled buffers of large memory-tier artifacts. */
+  pool: BytePoolStats;
 }
 
-interface MemoryEntry { bytes: Buffer; contentType: string; headers: Record<string, string> }
+interface MemoryEntry {
+  bytes: Buffer;
+  contentType: string;
+  headers: Record<string, string>;
+  /** The bytes are a `BytePool` buffer: given back once out of the cache and unread. */
+  pooled: boolean;
+  /** Readers holding the bytes (artifacts handed out and not yet released). */
+  refs: number;
+  /** In the memory tier's LRU. */
+  cached: boolean;
+}
 
 interface DiskEntry {
   key: string;
@@ -139,14 +161,6 @@ class FileRefs {
   }
 }
 
-function memoryArtifact(artifactHash: string, entry: MemoryEntry, tier: 'memory' | 'disk' | 'spool'): StoredArtifact {
-  const a: StoredArtifact = {
-    artifactHash, contentType: entry.contentType, headers: entry.headers, size: entry.bytes.length, bytes: entry.bytes, tier,
-    release() { /* nothing held */ },
-    retain: () => a,
-  };
-  return a;
-}
 
 function fileArtifact(artifactHash: string, path: string, size: number, contentType: string, headers: Record<string, string>, tier: 'disk' | 'spool', refs: FileRefs): StoredArtifact {
   const release = refs.acquire();
@@ -185,6 +199,7 @@ export class Mirror {
   readonly ready: Promise<void>;
   private readonly memory: LRUCache<string, MemoryEntry> | null;
   private readonly memoryCapacity: number;
+  private readonly pool: BytePool;
   private readonly backend: CryptoBackend;
   private readonly diskDir: string | null;
   private readonly diskCapacity: number;
@@ -206,11 +221,17 @@ export class Mirror {
     this.memory = memoryBytes > 0 && this.spoolThreshold > 0
       ? new LRUCache<string, MemoryEntry>({
         maxSize: memoryBytes,
-        maxEntrySize: Math.min(memoryBytes, this.spoolThreshold),
-        sizeCalculation: (e) => Math.max(1, e.bytes.length),
-        dispose: (_v, _k, reason) => { if (reason === 'evict') this.counters.memoryEvictions++; },
+        maxEntrySize: Math.min(memoryBytes, sizeClass(this.spoolThreshold)),
+        // Pooled bytes occupy their whole size class.
+        sizeCalculation: (e) => Math.max(1, e.pooled ? BytePool.capacity(e.bytes) : e.bytes.length),
+        dispose: (e, _k, reason) => {
+          if (reason === 'evict') this.counters.memoryEvictions++;
+          e.cached = false;
+          this.recycle(e);
+        },
       })
       : null;
+    this.pool = new BytePool(this.memory === null ? 0 : Math.max(0, options.poolBytes ?? Math.min(64 * MiB, Math.floor(memoryBytes / 4))));
     this.diskDir = options.diskDir ?? null;
     this.diskCapacity = options.diskBytes ?? 10 * 1024 * MiB;
     this.diskEnabled = this.diskDir !== null && this.diskCapacity > 0;
@@ -228,7 +249,7 @@ export class Mirror {
     const hit = this.memory?.get(artifactHash);
     if (hit !== undefined) {
       this.counters.memoryHits++;
-      return memoryArtifact(artifactHash, hit, 'memory');
+      return this.memoryArtifact(artifactHash, hit, 'memory');
     }
     await this.ready;
     const entry = this.diskEnabled ? this.disk.get(artifactHash) : undefined;
@@ -254,11 +275,21 @@ export class Mirror {
    * not thrown). Returns them as an artifact. `headers`: origin response
    * headers; only their kept subset (`KEPT_ORIGIN_HEADERS`) is stored.
    */
-  async putBytes(artifactHash: string, bytes: Buffer, contentType: string, headers: Readonly<Record<string, string>> = {}): Promise<StoredArtifact> {
-    this.parse(artifactHash);
+  async putBytes(artifactHash: string, bytes: Buffer, contentType: string, headers: Readonly<Record<string, string>> = {}, pooled = false): Promise<StoredArtifact> {
+    try {
+      this.parse(artifactHash);
+    } catch (e) {
+      if (pooled) this.pool.give(bytes);
+      throw e;
+    }
     const kept = keptOriginHeaders(headers);
-    const entry: MemoryEntry = { bytes, contentType, headers: kept };
-    if (this.memory !== null && bytes.length <= this.spoolThreshold) this.memory.set(artifactHash, entry);
+    const entry: MemoryEntry = { bytes, contentType, headers: kept, pooled, refs: 0, cached: false };
+    // Held from here on: a disk write below still reads the bytes if the entry is evicted meanwhile.
+    const artifact = this.memoryArtifact(artifactHash, entry, 'memory');
+    if (this.memory !== null && bytes.length <= this.spoolThreshold) {
+      this.memory.set(artifactHash, entry);
+      entry.cached = this.memory.peek(artifactHash) === entry;
+    }
     await this.ready;
     if (this.diskEnabled && bytes.length <= this.diskCapacity && !this.disk.has(artifactHash)) {
       let temp: string | null = null;
@@ -274,7 +305,24 @@ export class Mirror {
         if (temp !== null) await unlink(temp).catch(ignore);
       }
     }
-    return memoryArtifact(artifactHash, entry, 'memory');
+    return artifact;
+  }
+
+  /**
+   * A buffer of exactly `size` bytes (contents undefined) to receive a body
+   * the memory tier will keep, or null when it would not keep one that large
+   * (or it is too small to be worth pooling). Hand it to `putBytes(...,
+   * pooled = true)` once verified, or back to `recycle` — never both, and not
+   * used afterwards either way.
+   */
+  buffer(size: number): Buffer | null {
+    if (this.memory === null || size > this.spoolThreshold || size < POOLED_MIN || sizeClass(size) > this.memoryCapacity) return null;
+    return this.pool.take(size);
+  }
+
+  /** Gives back an unused buffer from `buffer()` (a failed fetch). */
+  giveBack(buf: Buffer): void {
+    this.pool.give(buf);
   }
 
   /**
@@ -327,16 +375,41 @@ export class Mirror {
       memory: { bytes: this.memory?.calculatedSize ?? 0, entries: this.memory?.size ?? 0, capacity: this.memoryCapacity },
       disk: { enabled: this.diskEnabled, bytes: this.diskTotal, entries: this.disk.size, capacity: this.diskCapacity, error: this.diskError },
       spool: { files: this.spoolFiles.size, bytes: spoolBytes },
+      pool: this.pool.stats(),
     };
   }
 
   /** Empties the memory tier and removes the private spool directory (if the mirror made one). Disk files stay. */
   async close(): Promise<void> {
     this.memory?.clear();
+    this.pool.clear();
     if (this.privateSpoolDir !== null) await rm(this.privateSpoolDir, { recursive: true, force: true }).catch(ignore);
   }
 
   // -------------------------------------------------------------------------
+
+  /** A reader's handle on memory bytes; the bytes stay theirs until `release()`. */
+  private memoryArtifact(artifactHash: string, entry: MemoryEntry, tier: 'memory' | 'disk' | 'spool'): StoredArtifact {
+    entry.refs++;
+    let released = false;
+    return {
+      artifactHash, contentType: entry.contentType, headers: entry.headers, size: entry.bytes.length, bytes: entry.bytes, tier,
+      release: () => {
+        if (released) return;
+        released = true;
+        entry.refs--;
+        this.recycle(entry);
+      },
+      retain: () => this.memoryArtifact(artifactHash, entry, tier),
+    };
+  }
+
+  /** Pooled bytes that left the cache and have no reader go back to the pool (once). */
+  private recycle(entry: MemoryEntry): void {
+    if (!entry.pooled || entry.cached || entry.refs > 0) return;
+    entry.pooled = false;
+    this.pool.give(entry.bytes);
+  }
 
   private parse(artifactHash: string): ArtifactHash {
     const parsed = parseArtifactHash(artifactHash);
@@ -542,9 +615,9 @@ export class Mirror {
     }
     if (result instanceof Buffer) {
       held.release();
-      const m: MemoryEntry = { bytes: result, contentType: entry.contentType, headers: entry.headers };
+      const m: MemoryEntry = { bytes: result, contentType: entry.contentType, headers: entry.headers, pooled: false, refs: 0, cached: false };
       this.memory!.set(entry.key, m);
-      return memoryArtifact(entry.key, m, 'disk');
+      return this.memoryArtifact(entry.key, m, 'disk');
     }
     return held;
   }

@@ -26,7 +26,8 @@ import { hexEncode } from '../chain/encoding.ts';
 import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
 import type { Mirror, StoredArtifact } from './mirror.ts';
-import type { OriginFetcher } from './origin-fetcher.ts';
+import type { OriginFetcher, OriginResponse } from './origin-fetcher.ts';
+import type { HashWorkers, SharedHash } from './hash-workers.ts';
 
 export interface VerifiedFetcherOptions {
   fetcher: Pick<OriginFetcher, 'fetch'>;
@@ -36,6 +37,11 @@ export interface VerifiedFetcherOptions {
   /** Apply the address guard to origin fetches (default false: signed URLs are the authority's). */
   guardPrivate?: boolean;
   backend?: CryptoBackend;
+  /**
+   * Hash workers for bodies received into pooled buffers (hashed beside the
+   * receiving); without them, or when none is idle, this thread hashes.
+   */
+  hashWorkers?: HashWorkers | null;
 }
 
 export interface Obtained {
@@ -130,6 +136,7 @@ export class VerifiedFetcher {
   private readonly mirror: Mirror;
   private readonly guardPrivate: boolean;
   private readonly backend: CryptoBackend;
+  private readonly hashWorkers: HashWorkers | null;
   private readonly slots: Slots;
   private readonly flights = new Map<string, Flight>();
   private readonly counters = { originFetches: 0, originBytes: 0, mismatches: 0, joined: 0 };
@@ -139,6 +146,7 @@ export class VerifiedFetcher {
     this.mirror = options.mirror;
     this.guardPrivate = options.guardPrivate ?? false;
     this.backend = options.backend ?? nodeBackend;
+    this.hashWorkers = options.hashWorkers ?? null;
     const max = options.maxConcurrent ?? 64;
     if (!Number.isInteger(max) || max < 1) throw new TypeError('verified fetcher: maxConcurrent must be a positive integer');
     this.slots = new Slots(max);
@@ -250,10 +258,16 @@ export class VerifiedFetcher {
     }
   }
 
-  /** One origin fetch: hash while streaming, memory up to the spool threshold, then a spool file. */
+  /**
+   * One origin fetch: hash while streaming; a body of declared length that
+   * the memory tier keeps goes into one pooled buffer, others into memory up
+   * to the spool threshold, then a spool file.
+   */
   private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal): Promise<Obtained> {
     this.counters.originFetches++;
     const res = await this.fetcher.fetch(url, { signal, guardPrivate: this.guardPrivate });
+    const into = res.contentLength !== null ? this.mirror.buffer(res.contentLength) : null;
+    if (into !== null) return this.receivePooled(url, artifactHash, h, signal, res, into);
     const threshold = this.mirror.spoolThreshold;
     const hash = this.backend.createHash(h.algorithm);
     let size = 0;
@@ -330,6 +344,48 @@ export class VerifiedFetcher {
       res.body.destroy();
       if (fh !== null) await (fh as FileHandle).close().catch(() => {});
       if (spoolPath !== null) await unlink(spoolPath).catch(() => {});
+      if (signal.aborted) throw signal.reason;
+      throw e;
+    }
+  }
+
+  /**
+   * Receives a body of declared length into `into` (a pooled buffer of that
+   * length), hashed by a worker as it arrives when one is idle. The buffer
+   * goes to the mirror when the hash matches, else back to the pool.
+   */
+  private async receivePooled(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, res: OriginResponse, into: Buffer): Promise<Obtained> {
+    const job: SharedHash | null = this.hashWorkers?.start(h.algorithm, into) ?? null;
+    const hash = job === null ? this.backend.createHash(h.algorithm) : null;
+    let size = 0;
+    let owned = true; // `into` is still ours to give back
+    try {
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        // The fetcher ends a body only at its declared length and fails one that runs over.
+        if (size + chunk.length > into.length) throw new VouchError('origin_error', `origin ${url}: sent more than its declared ${into.length} bytes`, { resource: url });
+        chunk.copy(into, size);
+        size += chunk.length;
+        this.counters.originBytes += chunk.length;
+        if (job !== null) job.advance(size);
+        else hash!.update(chunk);
+      }
+      if (size !== into.length) throw new VouchError('origin_error', `origin ${url}: body cut short (${size} of ${into.length} bytes)`, { resource: url });
+      const digest = job !== null ? await job.finish() : hash!.digest();
+      const actual = `${h.algorithm}:${hexEncode(digest)}`;
+      if (actual !== artifactHash) {
+        this.counters.mismatches++;
+        throw new VouchError('hash_mismatch', `${url}: the origin's bytes hash to ${actual}, not to the signed ${artifactHash}`, {
+          resource: url,
+          evidence: { expected: artifactHash, actual },
+        });
+      }
+      owned = false; // the mirror's now, also if putBytes fails
+      const artifact = await this.mirror.putBytes(artifactHash, into, res.contentType, res.headers, true);
+      return { artifact, source: 'origin', originHeaders: res.headers };
+    } catch (e) {
+      job?.abandon();
+      res.body.destroy();
+      if (owned) this.mirror.giveBack(into);
       if (signal.aborted) throw signal.reason;
       throw e;
     }

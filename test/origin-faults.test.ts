@@ -112,9 +112,11 @@ test('every origin fault: the documented status, an empty body, nothing cached, 
   origin.route('/hop-3', { redirect: '/hop-4', status: 308 });
   origin.route('/hop-4', { status: 500, body: 'end of chain' });
   for (const [path, good] of faults) await submit(path, good);
-  // Warm up one good download so pools and lazy modules exist before the baseline.
+  // Warm up good downloads so pools, lazy modules and the hash workers (started by the first body of 1 MiB or more) exist before the baseline.
   await submit('/good.bin', 'good');
   assert.is((await download('/good.bin')).status, 200);
+  await submit('/good-large.bin', pattern(2 * 1024 * 1024, 7));
+  assert.is((await download('/good-large.bin')).status, 200);
   await new Promise((r) => setTimeout(r, 500));
   const before = fds(gw.child.pid!);
 
