@@ -324,14 +324,7 @@ export class VerifiedFetcher {
         fh = null;
         await handle.close().catch((e: unknown) => { throw ioError(e, 'cannot write the spool file'); });
       }
-      const actual = `${h.algorithm}:${hexEncode(hash.digest())}`;
-      if (actual !== artifactHash) {
-        this.counters.mismatches++;
-        throw new VouchError('hash_mismatch', `${url}: the origin's bytes hash to ${actual}, not to the signed ${artifactHash}`, {
-          resource: url,
-          evidence: { expected: artifactHash, actual },
-        });
-      }
+      this.check(url, artifactHash, `${h.algorithm}:${hexEncode(hash.digest())}`);
       if (spoolPath !== null) {
         const path: string = spoolPath;
         spoolPath = null; // the mirror owns it now, also if putFile fails
@@ -370,15 +363,13 @@ export class VerifiedFetcher {
         else hash!.update(chunk);
       }
       if (size !== into.length) throw new VouchError('origin_error', `origin ${url}: body cut short (${size} of ${into.length} bytes)`, { resource: url });
-      const digest = job !== null ? await job.finish() : hash!.digest();
-      const actual = `${h.algorithm}:${hexEncode(digest)}`;
-      if (actual !== artifactHash) {
-        this.counters.mismatches++;
-        throw new VouchError('hash_mismatch', `${url}: the origin's bytes hash to ${actual}, not to the signed ${artifactHash}`, {
-          resource: url,
-          evidence: { expected: artifactHash, actual },
-        });
-      }
+      // A worker that died leaves the bytes complete here: hashed on this thread instead.
+      const digest = job === null ? hash!.digest() : await job.finish().catch(() => {
+        const again = this.backend.createHash(h.algorithm);
+        again.update(into);
+        return again.digest();
+      });
+      this.check(url, artifactHash, `${h.algorithm}:${hexEncode(digest)}`);
       owned = false; // the mirror's now, also if putBytes fails
       const artifact = await this.mirror.putBytes(artifactHash, into, res.contentType, res.headers, true);
       return { artifact, source: 'origin', originHeaders: res.headers };
@@ -389,5 +380,15 @@ export class VerifiedFetcher {
       if (signal.aborted) throw signal.reason;
       throw e;
     }
+  }
+
+  /** Throws `hash_mismatch` (with the evidence) unless `actual` is the signed hash. */
+  private check(url: string, artifactHash: string, actual: string): void {
+    if (actual === artifactHash) return;
+    this.counters.mismatches++;
+    throw new VouchError('hash_mismatch', `${url}: the origin's bytes hash to ${actual}, not to the signed ${artifactHash}`, {
+      resource: url,
+      evidence: { expected: artifactHash, actual },
+    });
   }
 }

@@ -256,6 +256,32 @@ test('without workers (or with none idle) the fetcher hashes on its own thread: 
   assert.is(mirror.stats().pool.reused, 1, 'the refused body\'s buffer was reused');
 });
 
+test('a hash worker that dies mid-body: the fetcher hashes the received bytes itself, same verdicts', async () => {
+  const own = new HashWorkers(1);
+  await own.warm();
+  const slots = (own as unknown as { slots: { worker: { terminate(): Promise<number> } }[] }).slots;
+  const start = own.start.bind(own);
+  let killed = 0;
+  own.start = (alg, data) => {
+    const job = start(alg, data);
+    if (job !== null) { killed++; void slots[0]!.worker.terminate(); }
+    return job;
+  };
+  const mirror = new Mirror({ memoryBytes: 16 * MiB, spoolDir: mkdtempSync(join(work, 'spool-')) });
+  const vf = new VerifiedFetcher({ fetcher, mirror, hashWorkers: own });
+  const body = pattern(2 * MiB, 41);
+  origin.route('/dying-bad.bin', { body, tamper: true });
+  const e = await vf.obtain(origin.url('/dying-bad.bin'), digestOf(body)).catch((x: unknown) => x);
+  assert.ok(isVouchError(e) && e.code === 'hash_mismatch', String(e));
+  assert.is(killed, 1);
+  origin.route('/dying.bin', { body });
+  const got = await vf.obtain(origin.url('/dying.bin'), digestOf(body));
+  assert.ok(got.artifact.bytes!.equals(patternBytes(body)));
+  got.artifact.release();
+  assert.is(own.workers, 0, 'the dead worker is gone; the second body was hashed on this thread');
+  await own.close();
+});
+
 // ---------------------------------------------------------------------------- a real gateway
 
 test('gateway: a slow client gets intact bytes while its artifact is evicted and its neighbours recycle buffers', async () => {
