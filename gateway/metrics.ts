@@ -232,46 +232,41 @@ export class GatewayMetrics {
 
   /**
    * A counter whose value is read at scrape time: `read` gives a number, or
-   * samples by label, or null (no sample).
+   * samples by label, or null (no sample). Negative counts read as 0.
    */
   private counter(name: string, help: string, read: () => number | Sample[] | null, labelNames: string[] = []): void {
-    new Counter({
-      name, help, labelNames, registers: [this.registry],
-      collect() {
-        this.reset();
-        try {
-          const v = read();
-          if (v === null) {
-            if (labelNames.length === 0) this.remove(); // an unlabelled metric keeps a 0 sample after reset()
-          } else if (typeof v === 'number') this.inc(Math.max(0, v));
-          else for (const [labels, value] of v) this.inc(labels, Math.max(0, value));
-        } catch {
-          this.reset();
-          if (labelNames.length === 0) this.remove();
-        }
-      },
-    });
+    new Counter({ name, help, labelNames, registers: [this.registry], collect: scrapedCollect(read, labelNames) });
   }
 
   /** A gauge read at scrape time (as `counter`). */
   private gauge(name: string, help: string, read: () => number | Sample[] | null, labelNames: string[] = []): void {
-    new Gauge({
-      name, help, labelNames, registers: [this.registry],
-      collect() {
-        this.reset();
-        try {
-          const v = read();
-          if (v === null) {
-            if (labelNames.length === 0) this.remove();
-          } else if (typeof v === 'number') this.set(v);
-          else for (const [labels, value] of v) this.set(labels, value);
-        } catch {
-          this.reset();
-          if (labelNames.length === 0) this.remove();
-        }
-      },
-    });
+    new Gauge({ name, help, labelNames, registers: [this.registry], collect: scrapedCollect(read, labelNames) });
   }
+}
+
+/** The collect step of `counter`/`gauge`: replaces the metric's samples by what `read` gives. */
+function scrapedCollect(read: () => number | Sample[] | null, labelNames: string[]): (this: Counter | Gauge) => void {
+  return function (this: Counter | Gauge) {
+    const put = (labels: Sample[0] | null, v: number): void => {
+      if (this instanceof Counter) {
+        if (labels === null) this.inc(Math.max(0, v));
+        else this.inc(labels, Math.max(0, v));
+      } else if (labels === null) this.set(v);
+      else this.set(labels, v);
+    };
+    this.reset();
+    try {
+      const v = read();
+      if (v !== null) {
+        if (typeof v === 'number') put(null, v);
+        else for (const [labels, value] of v) put(labels, value);
+        return;
+      }
+    } catch {
+      this.reset();
+    }
+    if (labelNames.length === 0) this.remove(); // an unlabelled metric keeps a 0 sample after reset()
+  };
 }
 
 function num(v: number | undefined): number | null {
