@@ -1,59 +1,94 @@
 /**
  * Worker side of `hash-workers.ts`: hashes an artifact's bytes while the
- * gateway's main thread is still receiving them into shared memory.
+ * gateway's main thread is still receiving them, from one of two sources:
+ * - `memory`: the SharedArrayBuffer the main thread writes the body into;
+ * - `file`: the spool file the main thread appends the body to (read back
+ *   here from the page cache).
  *
- * Protocol (one job at a time): a message `{ id, algorithm, data, control }`,
- * `data` the SharedArrayBuffer the bytes are written to, `control` an
- * Int32Array over shared memory: [0] bytes written so far, [1] state
- * (0 receiving, 1 complete, 2 abandoned), [2] 1 while the worker sleeps (the
- * writer wakes it only then: no futex call per chunk while it is busy). The
- * worker hashes each new range, sleeps on control[0] while nothing new is
- * there, and answers
- * `{ id, digest }` once the state is complete and every written byte is
- * hashed, or `{ id, abandoned: true }`.
+ * Protocol (one job at a time): a message `{ id, algorithm, control, source }`,
+ * `control` a BigInt64Array over shared memory: [0] bytes written so far
+ * (into the buffer, or flushed to the file), [1] state (0 receiving,
+ * 1 complete, 2 abandoned), [2] 1 while the worker sleeps (the writer wakes
+ * it only then: no futex call per chunk while it is busy). The worker hashes
+ * each new range, sleeps on control[0] while nothing new is there, and
+ * answers `{ id, digest }` once the state is complete and every written byte
+ * is hashed, `{ id, abandoned: true }`, or `{ id, error }`.
  * Must hold: the digest covers exactly bytes [0, control[0]) as they were
  * when the state became complete (the writer writes nothing after that).
- * The worker only reads `data`.
+ * The worker only reads the buffer or the file.
  */
+import { closeSync, openSync, readSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
 
-export interface HashJob { id: number; algorithm: HashAlgorithm; data: SharedArrayBuffer; control: Int32Array }
+export type HashSource = { kind: 'memory'; data: SharedArrayBuffer } | { kind: 'file'; path: string };
+export interface HashJob { id: number; algorithm: HashAlgorithm; control: BigInt64Array; source: HashSource }
 export type HashAnswer = { id: number; digest: Uint8Array } | { id: number; abandoned: true } | { id: number; error: string };
 
 export const WRITTEN = 0;
 export const STATE = 1;
 export const SLEEPING = 2;
 export const CONTROL_WORDS = 3;
-export const COMPLETE = 1;
-export const ABANDONED = 2;
+export const RECEIVING = 0n;
+export const COMPLETE = 1n;
+export const ABANDONED = 2n;
+
+const READ_CHUNK = 1024 * 1024;
+let readBuffer: Buffer | null = null;
+
+/** Feeds bytes [from, to) of the source to `update`. */
+type Reader = (from: number, to: number, update: (b: Uint8Array) => void) => void;
+
+function memoryReader(data: SharedArrayBuffer): Reader {
+  const bytes = new Uint8Array(data);
+  return (from, to, update) => update(bytes.subarray(from, to));
+}
+
+function fileReader(fd: number): Reader {
+  readBuffer ??= Buffer.allocUnsafe(READ_CHUNK);
+  const buf = readBuffer;
+  return (from, to, update) => {
+    for (let at = from; at < to;) {
+      const n = readSync(fd, buf, 0, Math.min(buf.length, to - at), at);
+      if (n === 0) throw new Error(`the spool file ends at ${at} bytes, ${to} were written`);
+      update(buf.subarray(0, n));
+      at += n;
+    }
+  };
+}
 
 export function runHashJob(job: HashJob): HashAnswer {
-  const h = nodeBackend.createHash(job.algorithm);
-  const bytes = new Uint8Array(job.data);
-  const c = job.control;
-  let done = 0;
-  for (;;) {
-    const written = Atomics.load(c, WRITTEN);
-    if (written > done) {
-      h.update(bytes.subarray(done, written));
-      done = written;
-      continue;
+  const fd = job.source.kind === 'file' ? openSync(job.source.path, 'r') : null;
+  try {
+    const read = fd === null ? memoryReader((job.source as { data: SharedArrayBuffer }).data) : fileReader(fd);
+    const h = nodeBackend.createHash(job.algorithm);
+    const update = (b: Uint8Array) => h.update(b);
+    const c = job.control;
+    let done = 0;
+    for (;;) {
+      const written = Number(Atomics.load(c, WRITTEN));
+      if (written > done) {
+        read(done, written, update);
+        done = written;
+        continue;
+      }
+      const state = Atomics.load(c, STATE);
+      if (state === ABANDONED) return { id: job.id, abandoned: true };
+      if (state === COMPLETE) {
+        if (Number(Atomics.load(c, WRITTEN)) === done) return { id: job.id, digest: h.digest() };
+        continue;
+      }
+      // Say so before sleeping, then look once more: a write between the two is seen either way.
+      Atomics.store(c, SLEEPING, 1n);
+      if (Number(Atomics.load(c, WRITTEN)) === written && Atomics.load(c, STATE) === RECEIVING) {
+        // Woken by the writer's notify; the timeout only bounds a missed wake-up.
+        Atomics.wait(c, WRITTEN, BigInt(written), 200);
+      }
+      Atomics.store(c, SLEEPING, 0n);
     }
-    const state = Atomics.load(c, STATE);
-    if (state === ABANDONED) return { id: job.id, abandoned: true };
-    if (state === COMPLETE) {
-      if (Atomics.load(c, WRITTEN) === done) return { id: job.id, digest: h.digest() };
-      continue;
-    }
-    // Say so before sleeping, then look once more: a write between the two is seen either way.
-    Atomics.store(c, SLEEPING, 1);
-    if (Atomics.load(c, WRITTEN) === written && Atomics.load(c, STATE) === 0) {
-      // Woken by the writer's notify; the timeout only bounds a missed wake-up.
-      Atomics.wait(c, WRITTEN, written, 200);
-    }
-    Atomics.store(c, SLEEPING, 0);
+  } finally {
+    if (fd !== null) closeSync(fd);
   }
 }
 

@@ -1,17 +1,18 @@
 /**
  * Hashing beside the receiving: while the main thread writes an origin's
- * body into a shared buffer (`byte-pool.ts`) as it arrives, a worker thread
- * hashes what is already there. sha256 runs at ~1.4 GB/s on one core here,
- * about as fast as a loopback body arrives, so doing both in turn on the
- * main thread nearly doubled the time before the first byte could be served.
+ * body into a shared buffer (`byte-pool.ts`), or appends it to a spool file,
+ * as it arrives, a worker thread hashes what is already there. sha256 runs
+ * at ~1.4 GB/s on one core here, about as fast as a loopback body arrives,
+ * so doing both in turn on the main thread nearly doubled the time before
+ * the first byte could be served, and held the event loop ~0.7 s per GiB.
  *
  * Owns: a few hash workers (plain-JS bundles from `lib/worker-bundle.ts`;
  * started on first use, unref'd so they never keep a process alive), at
  * most one job per worker, and the control words of each job.
  * When no worker is idle, or no bundle can be had, `start` answers null and
  * the caller hashes on its own thread: the result is the same, only slower.
- * Must hold: a digest covers exactly the bytes [0, n) of the job's buffer for
- * the last `advance(n)` before `finish`; a worker whose job was abandoned is
+ * Must hold: a digest covers exactly the bytes [0, n) of the job's buffer or
+ * file for the last `advance(n)` before `finish`; a worker whose job was abandoned is
  * busy until it has said so; a worker that dies fails its job (never a
  * wrong digest) and is not used again.
  */
@@ -19,7 +20,7 @@ import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
 import { workerBundle } from '../lib/worker-bundle.ts';
-import { ABANDONED, COMPLETE, CONTROL_WORDS, SLEEPING, STATE, WRITTEN, type HashAnswer } from './hash-worker.ts';
+import { ABANDONED, COMPLETE, CONTROL_WORDS, SLEEPING, STATE, WRITTEN, type HashAnswer, type HashJob, type HashSource } from './hash-worker.ts';
 
 interface Slot {
   worker: Worker;
@@ -30,10 +31,10 @@ interface Slot {
 
 /** One body being hashed by a worker while it is written. */
 export class SharedHash {
-  private readonly control = new Int32Array(new SharedArrayBuffer(4 * CONTROL_WORDS));
+  private readonly control = new BigInt64Array(new SharedArrayBuffer(8 * CONTROL_WORDS));
   private ended = false;
 
-  /** @internal made by `HashWorkers.start` */
+  /** @internal made by `HashWorkers.start` / `startFile` */
   constructor(
     readonly id: number,
     private readonly capacity: number,
@@ -41,16 +42,16 @@ export class SharedHash {
   ) {}
 
   /** The control words the worker is sent. */
-  get controlWords(): Int32Array {
+  get controlWords(): BigInt64Array {
     return this.control;
   }
 
-  /** Bytes [0, length) of the buffer are written and will not change. */
+  /** Bytes [0, length) of the buffer (or file) are written and will not change. */
   advance(length: number): void {
     if (this.ended) throw new Error('shared hash: advance after the end');
     if (length > this.capacity) throw new RangeError('shared hash: past the buffer');
-    Atomics.store(this.control, WRITTEN, length);
-    if (Atomics.load(this.control, SLEEPING) === 1) Atomics.notify(this.control, WRITTEN);
+    Atomics.store(this.control, WRITTEN, BigInt(length));
+    if (Atomics.load(this.control, SLEEPING) === 1n) Atomics.notify(this.control, WRITTEN);
   }
 
   /** The digest of the bytes [0, n) of the last `advance(n)`. */
@@ -67,7 +68,7 @@ export class SharedHash {
     this.end(ABANDONED);
   }
 
-  private end(state: number): void {
+  private end(state: bigint): void {
     if (this.ended) return;
     this.ended = true;
     Atomics.store(this.control, STATE, state);
@@ -108,7 +109,21 @@ export class HashWorkers {
    * none can run). The first call starts the workers and answers null.
    */
   start(algorithm: HashAlgorithm, data: Buffer): SharedHash | null {
-    if (this.unavailable || !(data.buffer instanceof SharedArrayBuffer) || data.byteOffset !== 0) return null;
+    if (!(data.buffer instanceof SharedArrayBuffer) || data.byteOffset !== 0) return null;
+    return this.begin(algorithm, { kind: 'memory', data: data.buffer }, data.length);
+  }
+
+  /**
+   * A job hashing the file at `path` as it is appended to (`advance(n)`
+   * once bytes [0, n) are written to it, e.g. after each awaited write), or
+   * null as for `start`. The file must not change below what was advanced.
+   */
+  startFile(algorithm: HashAlgorithm, path: string): SharedHash | null {
+    return this.begin(algorithm, { kind: 'file', path }, Number.MAX_SAFE_INTEGER);
+  }
+
+  private begin(algorithm: HashAlgorithm, source: HashSource, capacity: number): SharedHash | null {
+    if (this.unavailable) return null;
     if (this.starting === null) {
       void this.warm();
       return null;
@@ -125,8 +140,8 @@ export class HashWorkers {
         resolve(a);
       };
     });
-    const job = new SharedHash(id, data.length, result);
-    slot.worker.postMessage({ id, algorithm, data: data.buffer, control: job.controlWords });
+    const job = new SharedHash(id, capacity, result);
+    slot.worker.postMessage({ id, algorithm, control: job.controlWords, source } satisfies HashJob);
     return job;
   }
 

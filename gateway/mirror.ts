@@ -171,7 +171,7 @@ function fileArtifact(artifactHash: string, path: string, size: number, contentT
 }
 
 /** Hashes a file by streaming it; the file's bytes too when `keep` (small files). */
-async function hashFile(path: string, algorithm: HashAlgorithm, backend: CryptoBackend, keep: boolean): Promise<{ hex: string; size: number; bytes: Buffer | null }> {
+export async function hashFile(path: string, algorithm: HashAlgorithm, backend: CryptoBackend, keep: boolean): Promise<{ hex: string; size: number; bytes: Buffer | null }> {
   if (keep) {
     const bytes = await readFile(path);
     const h = backend.createHash(algorithm);

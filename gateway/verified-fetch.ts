@@ -22,10 +22,10 @@
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { VouchError } from '../chain/errors.ts';
 import type { CryptoBackend } from '../chain/crypto-backend.ts';
-import { hexEncode } from '../chain/encoding.ts';
+import { hexDecode, hexEncode } from '../chain/encoding.ts';
 import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
-import type { Mirror, StoredArtifact } from './mirror.ts';
+import { hashFile, type Mirror, type StoredArtifact } from './mirror.ts';
 import type { OriginFetcher, OriginResponse } from './origin-fetcher.ts';
 import type { HashWorkers, SharedHash } from './hash-workers.ts';
 
@@ -276,6 +276,9 @@ export class VerifiedFetcher {
     let fh: FileHandle | null = null;
     let pending: Buffer[] = [];
     let pendingBytes = 0;
+    let flushed = 0;
+    // A body declared too large for memory goes to a spool file from its first byte; a hash worker then reads it back as it is written.
+    let job: SharedHash | null = null;
 
     const openSpool = async () => {
       spoolPath = await this.mirror.newSpoolPath();
@@ -297,12 +300,17 @@ export class VerifiedFetcher {
       } catch (e) {
         throw ioError(e, 'cannot write the spool file');
       }
+      flushed += bytes;
+      job?.advance(flushed);
     };
 
     try {
-      if (res.contentLength !== null && res.contentLength > threshold) await openSpool();
+      if (res.contentLength !== null && res.contentLength > threshold) {
+        await openSpool();
+        job = this.hashWorkers?.startFile(h.algorithm, spoolPath!) ?? null;
+      }
       for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        hash.update(chunk);
+        if (job === null) hash.update(chunk);
         size += chunk.length;
         this.counters.originBytes += chunk.length;
         if (fh === null) {
@@ -324,7 +332,12 @@ export class VerifiedFetcher {
         fh = null;
         await handle.close().catch((e: unknown) => { throw ioError(e, 'cannot write the spool file'); });
       }
-      this.check(url, artifactHash, `${h.algorithm}:${hexEncode(hash.digest())}`);
+      // A worker that died (or could not read the file): the file is hashed here instead.
+      const digest = job === null ? hash.digest() : await job.finish().catch(async () => {
+        const r = await hashFile(spoolPath!, h.algorithm, this.backend, false);
+        return hexDecode(r.hex)!;
+      });
+      this.check(url, artifactHash, `${h.algorithm}:${hexEncode(digest)}`);
       if (spoolPath !== null) {
         const path: string = spoolPath;
         spoolPath = null; // the mirror owns it now, also if putFile fails
@@ -334,6 +347,7 @@ export class VerifiedFetcher {
       const artifact = await this.mirror.putBytes(artifactHash, Buffer.concat(chunks, size), res.contentType, res.headers);
       return { artifact, source: 'origin', originHeaders: res.headers };
     } catch (e) {
+      job?.abandon();
       res.body.destroy();
       if (fh !== null) await (fh as FileHandle).close().catch(() => {});
       if (spoolPath !== null) await unlink(spoolPath).catch(() => {});

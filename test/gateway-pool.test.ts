@@ -15,7 +15,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -164,6 +164,27 @@ test('a worker that dies fails its job and is not used again; close stops the re
   assert.is(own.start('sha256', new BytePool(0).take(MiB)), null);
 });
 
+test('file jobs: a worker hashes a file as it is appended to, exactly up to the last advance', async () => {
+  const path = join(work, 'appended.bin');
+  const data = randomBytes(5 * MiB + 3);
+  writeFileSync(path, '');
+  const job = workers.startFile('sha256', path)!;
+  assert.ok(job !== null);
+  let at = 0;
+  while (at < data.length) {
+    const n = Math.min(data.length - at, 1 + Math.floor(Math.random() * 700_000));
+    appendFileSync(path, data.subarray(at, at + n));
+    at += n;
+    job.advance(at);
+    if (Math.random() < 0.2) await new Promise((r) => setImmediate(r));
+  }
+  appendFileSync(path, 'bytes after the last advance are not hashed');
+  assert.is(Buffer.from(await job.finish()).toString('hex'), hex('sha256', data));
+  const missing = workers.startFile('sha256', join(work, 'no-such-file'))!;
+  missing.advance(10);
+  await rejects(missing.finish(), /ENOENT/);
+});
+
 // ---------------------------------------------------------------------------- verified fetcher, pooled path
 
 function setup(memoryBytes = 16 * MiB, poolBytes?: number) {
@@ -279,6 +300,44 @@ test('a hash worker that dies mid-body: the fetcher hashes the received bytes it
   assert.ok(got.artifact.bytes!.equals(patternBytes(body)));
   got.artifact.release();
   assert.is(own.workers, 0, 'the dead worker is gone; the second body was hashed on this thread');
+  await own.close();
+});
+
+test('spooled bodies (declared over the spool threshold) are hashed by a worker reading the spool file', async () => {
+  const spoolDir = mkdtempSync(join(work, 'spool-'));
+  const mirror = new Mirror({ memoryBytes: 4 * MiB, spoolDir }); // spool threshold 1 MiB
+  const vf = new VerifiedFetcher({ fetcher, mirror, hashWorkers: workers });
+  const body = pattern(6 * MiB + 11, 50);
+  origin.route('/spooled-bad.bin', { body, tamper: true });
+  const e = await vf.obtain(origin.url('/spooled-bad.bin'), digestOf(body)).catch((x: unknown) => x);
+  assert.ok(isVouchError(e) && e.code === 'hash_mismatch', String(e));
+  assert.equal(readdirSync(spoolDir), [], 'the refused spool file is removed');
+  origin.route('/spooled.bin', { body });
+  const got = await vf.obtain(origin.url('/spooled.bin'), digestOf(body, 'sha512'));
+  assert.is(got.artifact.tier, 'spool');
+  assert.ok(readFileSync(got.artifact.path!).equals(patternBytes(body)));
+  got.artifact.release();
+  assert.equal(readdirSync(spoolDir), [], 'released: the spool file is gone');
+});
+
+test('a hash worker that dies on a spooled body: the file is hashed on this thread instead', async () => {
+  const own = new HashWorkers(1);
+  await own.warm();
+  const slots = (own as unknown as { slots: { worker: { terminate(): Promise<number> } }[] }).slots;
+  const startFile = own.startFile.bind(own);
+  own.startFile = (alg, path) => {
+    const job = startFile(alg, path);
+    if (job !== null) void slots[0]!.worker.terminate();
+    return job;
+  };
+  const mirror = new Mirror({ memoryBytes: 4 * MiB, spoolDir: mkdtempSync(join(work, 'spool-')) });
+  const vf = new VerifiedFetcher({ fetcher, mirror, hashWorkers: own });
+  const body = pattern(3 * MiB, 51);
+  origin.route('/spooled-dying.bin', { body });
+  const got = await vf.obtain(origin.url('/spooled-dying.bin'), digestOf(body));
+  assert.ok(readFileSync(got.artifact.path!).equals(patternBytes(body)));
+  got.artifact.release();
+  assert.is(own.workers, 0);
   await own.close();
 });
 
