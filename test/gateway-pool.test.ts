@@ -299,6 +299,7 @@ test('a hash worker that dies mid-body: the fetcher hashes the received bytes it
   const got = await vf.obtain(origin.url('/dying.bin'), digestOf(body));
   assert.ok(got.artifact.bytes!.equals(patternBytes(body)));
   got.artifact.release();
+  for (let t = 0; t < 50 && own.workers > 0; t++) await new Promise((r) => setTimeout(r, 20)); // its exit event may come after the fetch
   assert.is(own.workers, 0, 'the dead worker is gone; the second body was hashed on this thread');
   await own.close();
 });
@@ -317,6 +318,8 @@ test('spooled bodies (declared over the spool threshold) are hashed by a worker 
   assert.is(got.artifact.tier, 'spool');
   assert.ok(readFileSync(got.artifact.path!).equals(patternBytes(body)));
   got.artifact.release();
+  // The file is unlinked asynchronously after the last release.
+  for (let t = 0; t < 100 && readdirSync(spoolDir).length > 0; t++) await new Promise((r) => setTimeout(r, 20));
   assert.equal(readdirSync(spoolDir), [], 'released: the spool file is gone');
 });
 
@@ -337,6 +340,7 @@ test('a hash worker that dies on a spooled body: the file is hashed on this thre
   const got = await vf.obtain(origin.url('/spooled-dying.bin'), digestOf(body));
   assert.ok(readFileSync(got.artifact.path!).equals(patternBytes(body)));
   got.artifact.release();
+  for (let t = 0; t < 50 && own.workers > 0; t++) await new Promise((r) => setTimeout(r, 20));
   assert.is(own.workers, 0);
   await own.close();
 });
