@@ -262,6 +262,23 @@ test('a held buffer is never recycled under its reader, however many artifacts p
   next.artifact.release();
 });
 
+test('a pooled artifact is written through to the disk tier and read back intact by a new mirror', async () => {
+  const diskDir = mkdtempSync(join(work, 'disk-'));
+  const mirror = new Mirror({ memoryBytes: 16 * MiB, diskDir });
+  const vf = new VerifiedFetcher({ fetcher, mirror, hashWorkers: workers });
+  const body = pattern(2 * MiB + 7, 60);
+  origin.route('/pooled-disk.bin', { body });
+  const got = await vf.obtain(origin.url('/pooled-disk.bin'), digestOf(body));
+  assert.ok(got.artifact.bytes!.buffer instanceof SharedArrayBuffer);
+  got.artifact.release();
+  assert.is(mirror.stats().disk.entries, 1);
+  const again = new Mirror({ memoryBytes: 16 * MiB, diskDir });
+  const hit = await again.get(digestOf(body));
+  assert.is(hit?.tier, 'disk');
+  assert.ok(hit!.bytes!.equals(patternBytes(body)));
+  hit!.release();
+});
+
 test('without workers (or with none idle) the fetcher hashes on its own thread: same answers', async () => {
   const mirror = new Mirror({ memoryBytes: 16 * MiB, spoolDir: mkdtempSync(join(work, 'spool-')) });
   const vf = new VerifiedFetcher({ fetcher, mirror });
