@@ -14,8 +14,12 @@
  * - `bare BODY_FILE ETAG`: a bare node:http server answering every request
  *   with the same JSON body (read once from BODY_FILE) and the headers the
  *   gateway's lookups carry.
+ * - `blob SIZE`: a bare node:http server answering every request with the
+ *   same SIZE distinct random bytes held in memory, in one `res.end()` (what
+ *   a mirror hit does, minus everything else the gateway does).
  */
 import { createServer, request as httpRequest, Agent, type Server } from 'node:http';
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { OriginServer, pattern } from '../test/helpers/origin-server.ts';
@@ -96,11 +100,25 @@ async function bare(bodyFile: string, etag: string): Promise<void> {
   console.log(`listening ${url}`);
 }
 
+async function blob(size: number): Promise<void> {
+  const body = randomBytes(size);
+  const server = createServer((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length });
+    res.end(body);
+  });
+  server.keepAliveTimeout = 5_000;
+  const url = await listen(server);
+  onStop(async () => { server.closeAllConnections(); server.close(); });
+  console.log(`listening ${url}`);
+}
+
 const [mode, ...args] = process.argv.slice(2);
 if (mode === 'origin') await origin(args[0]!);
 else if (mode === 'proxy') await proxy(args[0]!);
 else if (mode === 'bare') await bare(args[0]!, args[1]!);
+else if (mode === 'blob') await blob(Number(args[0]));
 else {
-  console.error('usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG');
+  console.error('usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG | blob SIZE');
   process.exit(2);
 }
