@@ -254,7 +254,7 @@ export async function runGatewayBench(quick: boolean): Promise<{ title: string; 
       { name: 'proxy', url: proxy.url, script: coldDirect },
       { name: 'default', url: gwMem.url, script: coldGw },
     ], concurrent, p);
-    const smallMajors = await gcStats(gwMem.url);
+    const smallGc = await gcStats(gwMem.url);
     await Promise.all([gwMem.stop(), gwSpool.stop()]);
 
     // The same cold downloads through a gateway whose chain is the long chain of row 1 plus the
@@ -306,7 +306,7 @@ export async function runGatewayBench(quick: boolean): Promise<{ title: string; 
     const clcP = med(clc.proxy!, mibps);
     const clcL = med(clc.long!, mibps);
     rows.push(`| 2rc. row 2c through the gateway of row 2r | ${fmt(clcL)} MiB/s | the proxy with ${concurrent.connections} clients, same runs: ${fmt(clcP)} MiB/s | **${fmt(clcL / clcP, 2)}** (runs ${ratioRange(clc.long!, clc.proxy!, mibps)}) | ≥ 0.7 | ${ok(clcL / clcP >= 0.7)} |`);
-    notes.push(`Rows 2 and 2c ran on a gateway holding only the artifacts' two-block chain: JS heap ${fmt(smallMajors.heapBytes / MiB, 0)} MiB, ${fmt(smallMajors.majors, 0)} major GCs over its ${int(smallDownloads)}+ measured downloads (and warm-ups). With a heap that small, V8 sets the next old-generation limit barely above the live size, and the 16 MiB of socket buffers each download allocates keep starting incremental marking: a major GC every download or two. Rows 2r and 2rc are the same downloads on a heap the size of a real deployment's.`);
+    notes.push(`Rows 2 and 2c ran on a gateway holding only the artifacts' two-block chain: JS heap ${fmt(smallGc.heapBytes / MiB, 0)} MiB, ${fmt(smallGc.majors, 0)} major GCs over its ${int(smallDownloads)}+ measured downloads (and warm-ups). With a heap that small, V8 sets the next old-generation limit barely above the live size, and the 16 MiB of socket buffers each download allocates keep starting incremental marking: a major GC every download or two. Rows 2r and 2rc are the same downloads on a heap the size of a real deployment's.`);
 
     // ------------------------------------------------------------------ 3: mirror hits
     const gwHit = await spawnGateway('gateway (hits)', readOnly('hit.yaml', {}), gwEnv);

@@ -59,9 +59,10 @@ function fileReader(fd: number): Reader {
 }
 
 export function runHashJob(job: HashJob): HashAnswer {
-  const fd = job.source.kind === 'file' ? openSync(job.source.path, 'r') : null;
+  const { source } = job;
+  const fd = source.kind === 'file' ? openSync(source.path, 'r') : null;
   try {
-    const read = fd === null ? memoryReader((job.source as { data: SharedArrayBuffer }).data) : fileReader(fd);
+    const read = source.kind === 'memory' ? memoryReader(source.data) : fileReader(fd!);
     const h = nodeBackend.createHash(job.algorithm);
     const update = (b: Uint8Array) => h.update(b);
     const c = job.control;

@@ -161,7 +161,6 @@ class FileRefs {
   }
 }
 
-
 function fileArtifact(artifactHash: string, path: string, size: number, contentType: string, headers: Record<string, string>, tier: 'disk' | 'spool', refs: FileRefs): StoredArtifact {
   const release = refs.acquire();
   return {

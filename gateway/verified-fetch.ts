@@ -21,7 +21,7 @@
  */
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { VouchError } from '../chain/errors.ts';
-import type { CryptoBackend } from '../chain/crypto-backend.ts';
+import { hashBytes, type CryptoBackend } from '../chain/crypto-backend.ts';
 import { hexDecode, hexEncode } from '../chain/encoding.ts';
 import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
@@ -378,11 +378,7 @@ export class VerifiedFetcher {
       }
       if (size !== into.length) throw new VouchError('origin_error', `origin ${url}: body cut short (${size} of ${into.length} bytes)`, { resource: url });
       // A worker that died leaves the bytes complete here: hashed on this thread instead.
-      const digest = job === null ? hash!.digest() : await job.finish().catch(() => {
-        const again = this.backend.createHash(h.algorithm);
-        again.update(into);
-        return again.digest();
-      });
+      const digest = job === null ? hash!.digest() : await job.finish().catch(() => hashBytes(this.backend, h.algorithm, into));
       this.check(url, artifactHash, `${h.algorithm}:${hexEncode(digest)}`);
       owned = false; // the mirror's now, also if putBytes fails
       const artifact = await this.mirror.putBytes(artifactHash, into, res.contentType, res.headers, true);
