@@ -1,29 +1,32 @@
 /**
- * Fetching artifact bytes from origins (DESIGN 3.4): one shared undici 7
- * Agent with keep-alive, GET only, redirects followed here hop by hop.
+ * Fetching artifact bytes from origins (DESIGN 3.4): GET only, keep-alive,
+ * redirects followed here hop by hop, over the HTTP/1.1 client of
+ * `origin-h1.ts` (which can receive a body straight into a caller's buffer).
  *
  * Owns: the origin limits (connect timeout, headers timeout, one total
  * deadline that covers redirects and the whole body, a size cap, a redirect
  * cap), cancellation by the caller's signal, and turning every network
  * failure into one `VouchError` with a one-line message.
  *
- * Trusts: undici for HTTP framing; `AddressGuard` for what may be connected
- * to when `guardPrivate` is set (the fetcher then connects to the checked IP
- * with the Host header and TLS server name of the URL, so the address checked
- * is the address used).
+ * Trusts: `origin-h1.ts` for HTTP framing; `AddressGuard` for what may be
+ * connected to when `guardPrivate` is set (the fetcher then connects to the
+ * checked IP with the Host header and TLS server name of the URL, so the
+ * address checked is the address used).
  *
  * Must hold: a response is handed over only for a 2xx final status; its body
- * stream yields at most `maxBytes` bytes and ends only when the body is
- * complete (exactly Content-Length bytes when one is declared), else it errors
- * with a VouchError (`too_large`, `origin_error`, `origin_timeout`); no error
- * carries undici's stack or cause. When the caller's signal aborts, the origin
- * socket is destroyed and the promise (or the body) fails with the signal's
- * reason. Nothing here writes an HTTP response or decides a status.
+ * (streamed, or received into a buffer) is at most `maxBytes` bytes and
+ * complete only when the framing says so (exactly Content-Length bytes when
+ * one is declared), else it fails with a VouchError (`too_large`,
+ * `origin_error`, `origin_timeout`); no error carries a stack or cause of the
+ * transport. When the caller's signal aborts, the origin socket is destroyed
+ * and the promise (or the body) fails with the signal's reason. Nothing here
+ * writes an HTTP response or decides a status.
  */
+import { isIP } from 'node:net';
 import { Readable } from 'node:stream';
-import { Agent, type Dispatcher } from 'undici';
 import { VouchError } from '../chain/errors.ts';
 import { AddressGuard, type AddressGuardOptions } from './address-guard.ts';
+import { H1Client, type H1ClientOptions, type H1Response } from './origin-h1.ts';
 
 export interface OriginLimits {
   /** Total deadline of one fetch: connect, redirects, headers and the whole body. */
@@ -52,6 +55,8 @@ export interface OriginFetcherOptions extends Partial<OriginLimits> {
   userAgent?: string;
   /** Idle keep-alive sockets are closed after this long (default 4 s). */
   keepAliveTimeoutMs?: number;
+  /** Extra TLS options for https origins (a private CA). */
+  tls?: H1ClientOptions['tls'];
 }
 
 export interface OriginFetchOptions {
@@ -72,15 +77,24 @@ export interface OriginResponse {
   /** Response headers, lower-case names, repeated headers joined with ", ". */
   headers: Record<string, string>;
   /**
-   * The body. Ends only when complete; errors with a VouchError when it is
+   * The body as a stream (taken on first access; then `receiveInto` is not
+   * available). Ends only when complete; errors with a VouchError when it is
    * cut short, too large or too slow, or with the caller's abort reason.
    * Destroying it cancels the origin request.
    */
-  body: Readable;
+  readonly body: Readable;
+  /**
+   * Instead of `body`: receives the whole body into `dest`, which must be
+   * exactly the declared Content-Length (TypeError otherwise); `progress` is
+   * told the bytes received so far, in order. Rejects as the body would fail;
+   * once it settles, nothing more is written into `dest`.
+   */
+  receiveInto(dest: Buffer, progress: (received: number) => void): Promise<void>;
+  /** Closes the origin connection without reading (more of) the body. */
+  cancel(): void;
 }
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
-const DUMP_LIMIT = 64 * 1024;
 
 /** Lifecycle of one fetch: the deadline timer and the caller's abort signal. */
 class FetchState {
@@ -120,19 +134,17 @@ class FetchState {
   }
 }
 
-/** One line for an undici or socket error; never its stack or cause. */
+/** One line for a transport or socket error; never its stack or cause. */
 function networkError(e: unknown, url: string, resource: string, limits: OriginLimits): VouchError {
   const err = (e ?? {}) as { code?: unknown; message?: unknown; name?: unknown };
   const code = typeof err.code === 'string' ? err.code : '';
   const at = `origin ${url}`;
   const opts = { resource };
   switch (code) {
-    case 'UND_ERR_CONNECT_TIMEOUT':
+    case 'CONNECT_TIMEOUT':
       return new VouchError('origin_timeout', `${at}: could not connect within ${limits.connectTimeoutMs} ms`, opts);
-    case 'UND_ERR_HEADERS_TIMEOUT':
+    case 'HEADERS_TIMEOUT':
       return new VouchError('origin_timeout', `${at}: no response headers within ${limits.headersTimeoutMs} ms`, opts);
-    case 'UND_ERR_BODY_TIMEOUT':
-      return new VouchError('origin_timeout', `${at}: the body stalled for ${limits.timeoutMs} ms`, opts);
     case 'ECONNREFUSED':
       return new VouchError('origin_error', `${at}: connection refused`, opts);
     case 'ENOTFOUND':
@@ -141,13 +153,14 @@ function networkError(e: unknown, url: string, resource: string, limits: OriginL
       return new VouchError('origin_error', `${at}: host not found (${code})`, opts);
     case 'ECONNRESET':
     case 'EPIPE':
-    case 'UND_ERR_SOCKET':
-    case 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH':
+    case 'CLOSED':
       return new VouchError('origin_error', `${at}: the connection closed before the response was complete`, opts);
     case 'ETIMEDOUT':
       return new VouchError('origin_timeout', `${at}: the connection timed out`, opts);
-    case 'UND_ERR_HEADERS_OVERFLOW':
+    case 'HEADERS_OVERFLOW':
       return new VouchError('origin_error', `${at}: response headers too large`, opts);
+    case 'BAD_RESPONSE':
+      return new VouchError('origin_error', `${at}: malformed response (${String(err.message).slice(0, 200)})`, opts);
     default: {
       if (/^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO|SELF_SIGNED|HOSTNAME_MISMATCH)/.test(code)) {
         return new VouchError('origin_error', `${at}: TLS failure (${code})`, opts);
@@ -174,22 +187,9 @@ function parseHttpUrl(text: string, resource: string, what: string): URL {
   return url;
 }
 
-function flattenHeaders(raw: Record<string, string | string[] | undefined>): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(raw)) {
-    if (v === undefined) continue;
-    out[k.toLowerCase()] = Array.isArray(v) ? v.join(', ') : v;
-  }
-  return out;
-}
-
-function discard(body: Dispatcher.ResponseData['body']): void {
-  body.dump({ limit: DUMP_LIMIT }).catch(() => { /* the socket is gone either way */ });
-}
-
 export class OriginFetcher {
   readonly limits: Readonly<OriginLimits>;
-  private readonly agent: Agent;
+  private readonly client: H1Client;
   private readonly guard: AddressGuard;
   private readonly userAgent: string;
 
@@ -207,11 +207,12 @@ export class OriginFetcher {
     }
     this.guard = options.guard instanceof AddressGuard ? options.guard : new AddressGuard(options.guard);
     this.userAgent = options.userAgent ?? 'vouch';
-    this.agent = new Agent({
-      connect: { timeout: this.limits.connectTimeoutMs },
-      headersTimeout: this.limits.headersTimeoutMs,
-      bodyTimeout: timeoutMs,
-      keepAliveTimeout: options.keepAliveTimeoutMs ?? 4_000,
+    if (!/^[\x20-\x7e]*$/.test(this.userAgent)) throw new TypeError('origin fetcher: userAgent must be printable ASCII');
+    this.client = new H1Client({
+      connectTimeoutMs: this.limits.connectTimeoutMs,
+      headersTimeoutMs: this.limits.headersTimeoutMs,
+      keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 4_000,
+      ...(options.tls ? { tls: options.tls } : {}),
     });
   }
 
@@ -233,7 +234,7 @@ export class OriginFetcher {
         const res = await this.request(current, resource, options.guardPrivate === true, state);
         const location = res.headers['location'];
         if (REDIRECTS.has(res.statusCode) && typeof location === 'string' && location !== '') {
-          discard(res.body);
+          res.discard();
           if (hop >= this.limits.maxRedirects) {
             throw new VouchError('origin_error', `origin ${resource}: more than ${this.limits.maxRedirects} redirects`, { resource });
           }
@@ -252,24 +253,15 @@ export class OriginFetcher {
           continue;
         }
         if (res.statusCode < 200 || res.statusCode > 299) {
-          discard(res.body);
+          res.discard();
           throw new VouchError('origin_error', `origin ${current.href}: HTTP ${res.statusCode}`, { resource, evidence: { status: res.statusCode } });
         }
-        const headers = flattenHeaders(res.headers);
-        const declared = headers['content-length'];
-        const contentLength = declared !== undefined && /^\d{1,16}$/.test(declared) ? Number(declared) : null;
+        const contentLength = res.contentLength;
         if (contentLength !== null && contentLength > this.limits.maxBytes) {
-          res.body.destroy();
+          res.abort();
           throw new VouchError('too_large', `origin ${current.href}: declares ${contentLength} bytes, over the ${this.limits.maxBytes}-byte limit`, { resource });
         }
-        return {
-          status: res.statusCode,
-          finalUrl: current.href,
-          contentType: headers['content-type'] || 'application/octet-stream',
-          contentLength,
-          headers,
-          body: limitBody(res.body, contentLength, current.href, state),
-        };
+        return new FetchedResponse(res, current.href, state);
       }
     } catch (e) {
       const failure = state.failure(e, current.href);
@@ -278,39 +270,91 @@ export class OriginFetcher {
     }
   }
 
-  private async request(url: URL, resource: string, guarded: boolean, state: FetchState): Promise<Dispatcher.ResponseData> {
-    let origin = url.origin;
-    const headers: Record<string, string> = { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: '*/*' };
+  private async request(url: URL, resource: string, guarded: boolean, state: FetchState): Promise<H1Response> {
+    const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
+    let host = hostname;
     if (guarded) {
       const target = await this.guard.check(url, resource);
       if (state.controller.signal.aborted) throw state.controller.signal.reason;
-      const host = target.family === 6 ? `[${target.address}]` : target.address;
-      origin = `${url.protocol}//${host}${url.port ? `:${url.port}` : ''}`;
-      // Host header (and from it the TLS server name) stay the URL's own.
-      headers['host'] = url.host;
+      host = target.address; // Host header and TLS server name stay the URL's own
     }
-    return await this.agent.request({
-      origin,
+    const secure = url.protocol === 'https:';
+    return await this.client.request({
+      secure,
+      host,
+      port: url.port ? Number(url.port) : secure ? 443 : 80,
+      servername: isIP(hostname) === 0 ? hostname : undefined,
+      hostHeader: url.host,
       path: `${url.pathname}${url.search}`,
-      method: 'GET',
-      headers,
+      headers: { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: '*/*' },
       signal: state.controller.signal,
     });
   }
 
   /** Closes idle keep-alive sockets and refuses further fetches. */
   async close(): Promise<void> {
-    await this.agent.close();
+    this.client.close();
   }
 
   /** Destroys every socket, in flight or idle. */
   async destroy(): Promise<void> {
-    await this.agent.destroy();
+    this.client.destroy();
+  }
+}
+
+/** A 2xx final response: its head, and its body read exactly one way. */
+class FetchedResponse implements OriginResponse {
+  readonly status: number;
+  readonly contentType: string;
+  readonly contentLength: number | null;
+  readonly headers: Record<string, string>;
+  private stream: Readable | null = null;
+  private taken = false;
+
+  constructor(private readonly res: H1Response, readonly finalUrl: string, private readonly state: FetchState) {
+    this.status = res.statusCode;
+    this.headers = res.headers;
+    this.contentLength = res.contentLength;
+    this.contentType = res.headers['content-type'] || 'application/octet-stream';
+  }
+
+  get body(): Readable {
+    if (this.stream === null) {
+      if (this.taken) throw new TypeError('the body was already received');
+      this.taken = true;
+      this.stream = limitBody(this.res.stream(), this.contentLength, this.finalUrl, this.state);
+    }
+    return this.stream;
+  }
+
+  async receiveInto(dest: Buffer, progress: (received: number) => void): Promise<void> {
+    if (this.taken) throw new TypeError('the body was already taken');
+    if (this.contentLength === null || dest.length !== this.contentLength) {
+      throw new TypeError(`receiveInto needs a buffer of the declared length (${this.contentLength})`);
+    }
+    this.taken = true;
+    try {
+      await this.res.receiveInto(dest, progress);
+    } catch (e) {
+      throw this.state.failure(e, this.finalUrl);
+    } finally {
+      this.state.done();
+    }
+  }
+
+  cancel(): void {
+    if (this.stream !== null) {
+      this.stream.destroy();
+      return;
+    }
+    this.taken = true;
+    this.res.abort();
+    this.state.done();
   }
 }
 
 /**
- * Wraps undici's body: counts bytes against the cap, checks the declared
+ * Wraps the transport's body stream: counts bytes against the cap, checks the declared
  * length at the end, maps every error, and ends the fetch's deadline and
  * abort listener when the body is done either way.
  */

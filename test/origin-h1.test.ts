@@ -1,0 +1,361 @@
+/**
+ * The origin HTTP/1.1 client (`gateway/origin-h1.ts`) against scripted raw
+ * TCP servers on 127.0.0.1, so every framing case is exactly the bytes
+ * written: heads and bodies split across reads, Content-Length, chunked
+ * (extensions, trailers) and close-delimited bodies, interim 1xx responses,
+ * strict refusals (status line, field syntax, obs-fold, conflicting lengths,
+ * bad chunks, oversized heads), bodies cut short, extra bytes, keep-alive
+ * reuse and its limits, the retry of a reused connection the origin closed,
+ * timeouts and aborts; `receiveInto` lands bytes in a shared buffer intact;
+ * and the same over TLS through the OriginFetcher with a throwaway CA.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { execFile } from 'node:child_process';
+import { createServer as createHttpsServer } from 'node:https';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { isVouchError } from '../chain/errors.ts';
+import { H1Client, H1Error, type H1Request, type H1Response } from '../gateway/origin-h1.ts';
+import { OriginFetcher } from '../gateway/origin-fetcher.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A raw TCP server; `script` answers each request (by its number on that connection). */
+class RawServer {
+  connections = 0;
+  requests: string[] = [];
+  closedByClient = 0;
+  private sockets = new Set<Socket>();
+  private constructor(private server: Server) {}
+
+  static async start(script: (socket: Socket, request: string, nth: number) => void | Promise<void>): Promise<RawServer> {
+    let self!: RawServer;
+    const server = createServer((socket) => {
+      self.connections++;
+      self.sockets.add(socket);
+      let buffered = '';
+      let nth = 0;
+      let ended = false;
+      socket.on('end', () => { ended = true; });
+      socket.on('close', () => { self.sockets.delete(socket); if (ended) self.closedByClient++; });
+      socket.on('error', () => {});
+      socket.on('data', (d) => {
+        buffered += d.toString('latin1');
+        let end: number;
+        while ((end = buffered.indexOf('\r\n\r\n')) >= 0) {
+          const req = buffered.slice(0, end);
+          buffered = buffered.slice(end + 4);
+          self.requests.push(req);
+          void script(socket, req, nth++);
+        }
+      });
+    });
+    self = new RawServer(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    return self;
+  }
+
+  get port(): number {
+    return (this.server.address() as AddressInfo).port;
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise((r) => this.server.close(r));
+  }
+}
+
+let client: H1Client;
+test.before.each(() => {
+  client = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 1_000, keepAliveTimeoutMs: 2_000 });
+});
+test.after.each(() => client.destroy());
+
+function req(port: number, path = '/x', signal: AbortSignal = new AbortController().signal): H1Request {
+  return { secure: false, host: '127.0.0.1', port, servername: undefined, hostHeader: `127.0.0.1:${port}`, path, headers: { 'user-agent': 'test' }, signal };
+}
+
+async function readStream(res: H1Response): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const c of res.stream()) parts.push(c as Buffer);
+  return Buffer.concat(parts);
+}
+
+async function rejection(p: Promise<unknown>): Promise<Error & { code?: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as Error & { code?: string };
+  }
+  throw new Error('expected a rejection');
+}
+
+/** Writes `parts` with pauses between them, so each arrives in its own read. */
+async function trickle(socket: Socket, parts: (string | Buffer)[], gapMs = 15): Promise<void> {
+  for (const p of parts) {
+    if (socket.destroyed) return;
+    socket.write(p);
+    await sleep(gapMs);
+  }
+}
+
+const body = Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 7 + (i >> 11)) & 0xff));
+
+test('Content-Length body split anywhere, also inside the head end; the request head is exact', async () => {
+  const head = `HTTP/1.1 200 OK\r\nContent-Type: application/x-test\r\nX-Twice: a\r\nx-twice: b\r\nContent-Length: ${body.length}\r\n\r\n`;
+  const whole = Buffer.concat([Buffer.from(head, 'latin1'), body]);
+  const cut = head.length - 2; // between the two CRLFs
+  const srv = await RawServer.start((s) => trickle(s, [whole.subarray(0, 5), whole.subarray(5, cut), whole.subarray(cut, head.length + 10), whole.subarray(head.length + 10)]));
+  const res = await client.request(req(srv.port, '/a/b?c=d'));
+  assert.is(res.statusCode, 200);
+  assert.is(res.contentLength, body.length);
+  assert.is(res.headers['content-type'], 'application/x-test');
+  assert.is(res.headers['x-twice'], 'a, b');
+  assert.ok((await readStream(res)).equals(body));
+  assert.is(srv.requests[0], `GET /a/b?c=d HTTP/1.1\r\nhost: 127.0.0.1:${srv.port}\r\nuser-agent: test`);
+  await srv.close();
+});
+
+test('receiveInto: bytes land in a shared buffer intact, progress is monotonic, the connection is reused', async () => {
+  const srv = await RawServer.start((s) => trickle(s, [`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`, body.subarray(0, 1000), body.subarray(1000, 70_000), body.subarray(70_000)], 10));
+  for (let round = 0; round < 2; round++) {
+    const res = await client.request(req(srv.port));
+    const dest = Buffer.from(new SharedArrayBuffer(body.length));
+    const seen: number[] = [];
+    await res.receiveInto(dest, (n) => seen.push(n));
+    assert.ok(dest.equals(body), 'bytes intact');
+    assert.ok(seen.every((n, i) => i === 0 || n > seen[i - 1]!), 'monotonic');
+    assert.is(seen.at(-1), body.length);
+  }
+  assert.is(srv.connections, 1, 'one keep-alive connection for both');
+  await srv.close();
+});
+
+test('receiveInto refuses a buffer of another length, and a body taken twice', async () => {
+  const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nabcd'); });
+  const res = await client.request(req(srv.port));
+  assert.throws(() => res.receiveInto(Buffer.alloc(3), () => {}), /declared length/);
+  const dest = Buffer.alloc(4);
+  await res.receiveInto(dest, () => {});
+  assert.is(dest.toString(), 'abcd');
+  assert.throws(() => res.stream(), /already taken/);
+  await srv.close();
+});
+
+test('chunked: extensions, a chunk split across reads, trailers; the connection stays reusable', async () => {
+  const srv = await RawServer.start((s) => trickle(s, [
+    'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;name=va',
+    'lue\r\nhel',
+    'lo\r\n1',
+    '0\r\n', Buffer.alloc(16, 0x61), '\r\n',
+    '0\r\nX-Trailer: 1\r\n',
+    '\r\n',
+  ]));
+  for (let i = 0; i < 2; i++) {
+    const res = await client.request(req(srv.port));
+    assert.is(res.contentLength, null);
+    assert.is((await readStream(res)).toString(), `hello${'a'.repeat(16)}`);
+  }
+  assert.is(srv.connections, 1);
+  await srv.close();
+});
+
+test('close-delimited body: read to the end, connection not reused; HTTP/1.0 without keep-alive too', async () => {
+  const srv = await RawServer.start(async (s) => {
+    await trickle(s, ['HTTP/1.0 200 OK\r\n\r\nsome ', 'bytes']);
+    s.end();
+  });
+  for (let i = 0; i < 2; i++) {
+    const res = await client.request(req(srv.port));
+    assert.is((await readStream(res)).toString(), 'some bytes');
+  }
+  assert.is(srv.connections, 2);
+  await srv.close();
+});
+
+test('interim 1xx responses are skipped', async () => {
+  const srv = await RawServer.start((s) => trickle(s, ['HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n', 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok']));
+  const res = await client.request(req(srv.port));
+  assert.is(res.statusCode, 200);
+  assert.is(res.headers['link'], undefined);
+  assert.is((await readStream(res)).toString(), 'ok');
+  await srv.close();
+  // A long interim head split before its end, then a short final head in the same read as that end.
+  const split = await RawServer.start((s) => trickle(s, [`HTTP/1.1 103 Early Hints\r\nLink: <${'a'.repeat(200)}>\r\n`, '\r\nHTTP/1.1 204 No Content\r\n\r\n']));
+  const empty = await client.request(req(split.port));
+  assert.is(empty.statusCode, 204);
+  assert.is(empty.contentLength, 0);
+  assert.is((await readStream(empty)).length, 0);
+  await split.close();
+});
+
+test('strict parsing: malformed heads and chunks fail with BAD_RESPONSE or HEADERS_OVERFLOW', async () => {
+  const cases: [string, string | Buffer, string][] = [
+    ['status line', 'HTTP/2 200 OK\r\n\r\n', 'BAD_RESPONSE'],
+    ['status code', 'HTTP/1.1 20 OK\r\n\r\n', 'BAD_RESPONSE'],
+    ['obs-fold', 'HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\ncontent-length: 0\r\n\r\n', 'BAD_RESPONSE'],
+    ['field name', 'HTTP/1.1 200 OK\r\nBad Name: 1\r\ncontent-length: 0\r\n\r\n', 'BAD_RESPONSE'],
+    ['bare LF in a field', 'HTTP/1.1 200 OK\r\nX-A: 1\nX-B: 2\r\ncontent-length: 0\r\n\r\n', 'BAD_RESPONSE'],
+    ['conflicting lengths', 'HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello', 'BAD_RESPONSE'],
+    ['length not a number', 'HTTP/1.1 200 OK\r\ncontent-length: 5x\r\n\r\nhello', 'BAD_RESPONSE'],
+    ['protocol switch', 'HTTP/1.1 101 Switching Protocols\r\n\r\n', 'BAD_RESPONSE'],
+    ['head over 64 KiB', `HTTP/1.1 200 OK\r\nX-Big: ${'a'.repeat(70_000)}\r\n\r\n`, 'HEADERS_OVERFLOW'],
+  ];
+  for (const [what, bytes, code] of cases) {
+    const srv = await RawServer.start((s) => { s.write(bytes); });
+    const e = await rejection(client.request(req(srv.port)));
+    assert.ok(e instanceof H1Error, `${what}: ${String(e)}`);
+    assert.is(e.code, code, what);
+    await srv.close();
+  }
+  const chunks: [string, string][] = [
+    ['size not hex', 'zz\r\n'],
+    ['data longer than its size', '2\r\nabc\r\n0\r\n\r\n'],
+    ['size line without CR', '2\nab\r\n0\r\n\r\n'],
+    ['size line too long', `${'0'.repeat(5000)}1\r\n`],
+  ];
+  for (const [what, tail] of chunks) {
+    const srv = await RawServer.start((s) => { s.write(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${tail}`); });
+    const res = await client.request(req(srv.port));
+    const e = await rejection(readStream(res));
+    assert.is(e.code, 'BAD_RESPONSE', what);
+    await srv.close();
+  }
+});
+
+test('a body cut short fails (stream and receiveInto) and the connection is closed', async () => {
+  const srv = await RawServer.start((s) => { s.end('HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n' + 'x'.repeat(60)); });
+  const e1 = await rejection(readStream(await client.request(req(srv.port))));
+  assert.is(e1.code, 'CLOSED');
+  const res = await client.request(req(srv.port));
+  const dest = Buffer.alloc(100);
+  const e2 = await rejection(res.receiveInto(dest, () => {}));
+  assert.is(e2.code, 'CLOSED');
+  assert.is(dest.subarray(0, 60).toString(), 'x'.repeat(60));
+  assert.is(client.idleCount(), 0);
+  await srv.close();
+});
+
+test('bytes beyond the declared length: the body is exact and the connection is not reused', async () => {
+  const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabcEXTRA'); });
+  assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'abc');
+  const dest = Buffer.alloc(3);
+  await (await client.request(req(srv.port))).receiveInto(dest, () => {});
+  assert.is(dest.toString(), 'abc');
+  assert.is(srv.connections, 2);
+  await srv.close();
+});
+
+test('Connection: close and HTTP/1.0 keep-alive are honoured', async () => {
+  const close = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\na'); });
+  for (let i = 0; i < 2; i++) await readStream(await client.request(req(close.port)));
+  assert.is(close.connections, 2);
+  await close.close();
+  const keep = await RawServer.start((s) => { s.write('HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\na'); });
+  for (let i = 0; i < 2; i++) await readStream(await client.request(req(keep.port)));
+  assert.is(keep.connections, 1);
+  await keep.close();
+});
+
+test('a reused connection the origin drops without answering is retried once on a new one', async () => {
+  const srv = await RawServer.start((s) => {
+    const n = srv.requests.length;
+    if (n === 1) s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+    else if (n === 2) s.destroy(); // the reused connection's next request: dropped unanswered
+    else s.write('HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nagain');
+  });
+  assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'ok');
+  assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'again');
+  assert.is(srv.connections, 2);
+  await srv.close();
+});
+
+test('idle connections close after the keep-alive timeout (or the origin\'s shorter one)', async () => {
+  const c = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 1_000, keepAliveTimeoutMs: 150 });
+  const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na'); });
+  await readStream(await c.request(req(srv.port)));
+  assert.is(c.idleCount(), 1);
+  await sleep(400);
+  assert.is(c.idleCount(), 0);
+  assert.is(srv.closedByClient, 1);
+  c.destroy();
+  await srv.close();
+  const hinted = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 1_000, keepAliveTimeoutMs: 60_000 });
+  const srv2 = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\nkeep-alive: timeout=1\r\ncontent-length: 1\r\n\r\na'); });
+  await readStream(await hinted.request(req(srv2.port)));
+  assert.is(hinted.idleCount(), 1);
+  await sleep(900);
+  assert.is(hinted.idleCount(), 0, 'closed half a second before the origin would');
+  hinted.destroy();
+  await srv2.close();
+});
+
+test('headers timeout, abort during the body, and a large body discarded close the connection', async () => {
+  const silent = await RawServer.start(() => {});
+  const e = await rejection(client.request(req(silent.port)));
+  assert.is(e.code, 'HEADERS_TIMEOUT');
+  await silent.close();
+
+  const slow = await RawServer.start((s) => trickle(s, ['HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n', 'partial'], 50));
+  const ac = new AbortController();
+  const res = await client.request(req(slow.port, '/x', ac.signal));
+  const dest = Buffer.alloc(1_000_000);
+  const p = res.receiveInto(dest, () => {});
+  await sleep(120);
+  ac.abort(new Error('client went away'));
+  assert.is((await rejection(p)).message, 'client went away');
+  await sleep(50);
+  assert.is(slow.closedByClient, 1, 'the origin saw the connection close');
+  await slow.close();
+
+  const big = await RawServer.start((s) => { s.write(`HTTP/1.1 302 Found\r\nlocation: /y\r\ncontent-length: 1000000\r\n\r\n${'z'.repeat(1000)}`); });
+  (await client.request(req(big.port))).discard();
+  await sleep(50);
+  assert.is(big.closedByClient, 1);
+  assert.is(client.idleCount(), 0);
+  await big.close();
+
+  const small = await RawServer.start((s) => trickle(s, ['HTTP/1.1 302 Found\r\nlocation: /y\r\ncontent-length: 10\r\n\r\n12345', '67890']));
+  (await client.request(req(small.port))).discard();
+  await sleep(80);
+  assert.is(client.idleCount(), 1, 'a small body is read to keep the connection');
+  await small.close();
+});
+
+test('TLS: an https origin through the OriginFetcher (stream and receiveInto); an unknown CA is refused', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vouch-tls-'));
+  try {
+    await promisify(execFile)('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'), '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost']);
+    const cert = readFileSync(join(dir, 'cert.pem'));
+    const server = createHttpsServer({ key: readFileSync(join(dir, 'key.pem')), cert }, (q, r) => {
+      r.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length });
+      r.end(body);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as AddressInfo).port;
+    const url = `https://localhost:${port}/artifact.bin`;
+    const f = new OriginFetcher({ timeoutMs: 5_000, tls: { ca: cert } });
+    const streamed: Buffer[] = [];
+    for await (const c of (await f.fetch(url)).body) streamed.push(c as Buffer);
+    assert.ok(Buffer.concat(streamed).equals(body));
+    const res = await f.fetch(url);
+    const dest = Buffer.from(new SharedArrayBuffer(body.length));
+    await res.receiveInto(dest, () => {});
+    assert.ok(dest.equals(body));
+    await f.destroy();
+    const untrusting = new OriginFetcher({ timeoutMs: 5_000 });
+    const e = await rejection(untrusting.fetch(url));
+    assert.ok(isVouchError(e) && e.code === 'origin_error' && /TLS failure/.test(e.message), String(e));
+    await untrusting.destroy();
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test.run();
