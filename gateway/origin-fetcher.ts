@@ -90,6 +90,13 @@ export interface OriginResponse {
    * once it settles, nothing more is written into `dest`.
    */
   receiveInto(dest: Buffer, progress: (received: number) => void): Promise<void>;
+  /**
+   * Instead of `body`, for a declared Content-Length: fills `window` from the
+   * socket and hands it to `onFull` each time it is full and at the end (a
+   * shorter view); reading waits for its promise, then refills the window.
+   * Rejects as the body would fail, or with `onFull`'s rejection.
+   */
+  receiveWindows(window: Buffer, onFull: (filled: Buffer) => Promise<void>): Promise<void>;
   /** Closes the origin connection without reading (more of) the body. */
   cancel(): void;
 }
@@ -328,13 +335,29 @@ class FetchedResponse implements OriginResponse {
   }
 
   async receiveInto(dest: Buffer, progress: (received: number) => void): Promise<void> {
-    if (this.taken) throw new TypeError('the body was already taken');
     if (this.contentLength === null || dest.length !== this.contentLength) {
       throw new TypeError(`receiveInto needs a buffer of the declared length (${this.contentLength})`);
     }
+    await this.direct(() => this.res.receiveInto(dest, progress));
+  }
+
+  async receiveWindows(window: Buffer, onFull: (filled: Buffer) => Promise<void>): Promise<void> {
+    if (this.contentLength === null) throw new TypeError('receiveWindows needs a declared Content-Length');
+    const own: unknown[] = []; // onFull's own failure passes through unchanged
+    await this.direct(() => this.res.receiveWindows(window, (filled) => onFull(filled).catch((e: unknown) => {
+      own.push(e);
+      throw e;
+    }))).catch((e: unknown) => {
+      throw own.length > 0 ? own[0] : e;
+    });
+  }
+
+  /** Runs a direct receive under this fetch's deadline, mapping its failure. */
+  private async direct(receive: () => Promise<void>): Promise<void> {
+    if (this.taken) throw new TypeError('the body was already taken');
     this.taken = true;
     try {
-      await this.res.receiveInto(dest, progress);
+      await receive();
     } catch (e) {
       throw this.state.failure(e, this.finalUrl);
     } finally {

@@ -24,7 +24,9 @@
  * and bounded (status line, field syntax, no obs-fold, one Content-Length
  * value, head ≤ 64 KiB, chunk lines ≤ 4 KiB); a connection is reused only
  * after a complete response whose framing allows it and with no byte beyond
- * it; a buffer given to `receiveInto` is never written after the promise
+ * it seen, and only for the same Host (bytes past a body read exactly in
+ * place surface in the next exchange, which fails to parse and is retried
+ * once on a new connection); a buffer given to `receiveInto` is never written after the promise
  * settles (on failure the socket is destroyed before the rejection).
  */
 import net from 'node:net';
@@ -86,6 +88,24 @@ interface Sink {
   data(view: Buffer): boolean;
   end(): void;
   fail(e: Error): void;
+}
+
+/** A body being received into the caller's buffer: the whole of it, or window after window. */
+interface Direct {
+  /** The buffer (or the current window) bytes land in. */
+  dest: Buffer;
+  /** Bytes in `dest`. */
+  got: number;
+  /** Body bytes received so far. */
+  total: number;
+  /** The window is with `onFull`: nothing may land in it. */
+  busy: boolean;
+  /** Bytes that arrived while the window was full or busy, next in order. */
+  extra: Buffer | null;
+  onFull: ((filled: Buffer) => Promise<void>) | null;
+  progress: (received: number) => void;
+  resolve: () => void;
+  reject: (e: Error) => void;
 }
 
 /** One socket and the exchange (if any) it is carrying. */
@@ -154,7 +174,7 @@ class Exchange {
   private line = '';
   private trailerBytes = 0;
   private sink: Sink | null = null;
-  private direct: { dest: Buffer; got: number; progress: (received: number) => void; resolve: () => void; reject: (e: Error) => void } | null = null;
+  private direct: Direct | null = null;
   private failure: Error | null = null;
   private readonly onAbort: () => void;
   response: H1Response | null = null;
@@ -187,16 +207,17 @@ class Exchange {
     this.responded = true;
     const d = this.direct;
     if (d !== null) {
-      if (buf.buffer === d.dest.buffer && buf.byteOffset === d.dest.byteOffset + d.got) {
-        d.got += n; // read straight into place
-        this.remaining -= n;
+      if (!d.busy && buf.buffer === d.dest.buffer && buf.byteOffset === d.dest.byteOffset + d.got) {
+        // Read straight into place (a window's free part may be longer than the body's rest).
+        const body = Math.min(n, this.remaining);
+        if (n > body) this.reusable = false;
+        d.got += body;
+        d.total += body;
+        this.remaining -= body;
       } else {
-        this.directCopy(Buffer.from(buf.buffer, buf.byteOffset, n));
+        this.directTake(Buffer.from(buf.buffer, buf.byteOffset, n));
       }
-      this.conn.next = this.remaining > 0 ? d.dest.subarray(d.got) : this.conn.scratch;
-      d.progress(d.got);
-      if (this.remaining === 0) this.complete();
-      return true;
+      return this.directStep();
     }
     const view = Buffer.from(buf.buffer, buf.byteOffset, n);
     if (this.phase === 'wait') {
@@ -382,35 +403,76 @@ class Exchange {
     this.resume();
   }
 
-  /** The caller takes the body into `dest` (exactly the declared length). */
-  startDirect(dest: Buffer, progress: (received: number) => void): Promise<void> {
+  /**
+   * The caller takes the body into `dest`: the whole body (exactly the
+   * declared length, `onFull` null), or window after window of it, each
+   * handed to `onFull` when full or when the body ends (reading pauses until
+   * its promise settles, then the window is filled again from its start).
+   */
+  startDirect(dest: Buffer, progress: (received: number) => void, onFull: ((filled: Buffer) => Promise<void>) | null): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       if (this.failure !== null) return reject(this.failure);
-      this.direct = { dest, got: 0, progress, resolve, reject };
+      const d: Direct = { dest, got: 0, total: 0, busy: false, extra: null, onFull, progress, resolve, reject };
+      this.direct = d;
       this.phase = 'body';
       const stash = this.stash;
       this.stash = null;
-      if (stash !== null) this.directCopy(stash);
-      if (this.remaining === 0) {
-        progress(dest.length);
-        this.complete();
-        return;
-      }
-      if (this.direct.got > 0) progress(this.direct.got);
-      this.conn.next = dest.subarray(this.direct.got);
-      this.resume();
+      if (stash !== null) this.directTake(stash);
+      if (this.directStep()) this.resume();
     });
   }
 
-  private directCopy(bytes: Buffer): void {
+  /** Copies body bytes that did not land in place: into the window's free part, the rest kept (in order) for the next window. */
+  private directTake(bytes: Buffer): void {
     const d = this.direct!;
-    const take = Math.min(bytes.length, this.remaining);
-    if (bytes.length > take) this.reusable = false;
-    bytes.copy(d.dest, d.got, 0, take);
-    d.got += take;
-    this.remaining -= take;
+    const body = Math.min(bytes.length, this.remaining);
+    if (bytes.length > body) this.reusable = false;
+    this.remaining -= body;
+    d.total += body;
+    const room = d.busy || d.extra !== null ? 0 : d.dest.length - d.got;
+    const now = Math.min(body, room);
+    bytes.copy(d.dest, d.got, 0, now);
+    d.got += now;
+    if (body > now) {
+      const rest = bytes.subarray(now, body);
+      d.extra = d.extra === null ? Buffer.from(rest) : Buffer.concat([d.extra, rest]);
+    }
   }
 
+  /** After bytes arrived: progress, the window handed out when full, the end. Returns whether to keep reading. */
+  private directStep(): boolean {
+    const d = this.direct!;
+    if (d.busy) return false;
+    d.progress(d.total);
+    const full = d.got === d.dest.length;
+    if (this.remaining === 0) {
+      this.conn.next = this.conn.scratch;
+      if (d.onFull === null || (d.got === 0 && d.extra === null)) {
+        this.complete();
+        return true;
+      }
+    } else if (!full || d.onFull === null) {
+      this.conn.next = d.dest.subarray(d.got);
+      return true;
+    }
+    // Hand the window out; nothing lands in it until its promise settles.
+    d.busy = true;
+    this.conn.next = this.conn.scratch;
+    const filled = d.dest.subarray(0, d.got);
+    d.onFull!(filled).then(() => {
+      if (this.phase === 'done') return;
+      d.busy = false;
+      d.got = 0;
+      const extra = d.extra;
+      if (extra !== null) {
+        d.got = Math.min(extra.length, d.dest.length);
+        extra.copy(d.dest, 0, 0, d.got);
+        d.extra = d.got < extra.length ? extra.subarray(d.got) : null;
+      }
+      if (this.directStep()) this.resume();
+    }, (e: Error) => this.fail(e));
+    return false;
+  }
   /** Reads (and drops) a small rest of body to keep the connection, or closes it. */
   discard(): void {
     if (this.phase === 'done') return;
@@ -467,7 +529,10 @@ class Exchange {
     this.failure = e;
     this.conn.destroy(); // before anyone hears of it: nothing more lands in a caller's buffer
     if (before) {
-      this.onHeadError(e, !this.responded && this.conn.exchanges > 1 && !this.signal.aborted);
+      // A reused connection that closed unanswered, or whose answer does not parse (bytes an origin
+      // sent past its last response arrive only now): the request is tried once more on a new one.
+      const stale = !this.responded || (e instanceof H1Error && e.code === 'BAD_RESPONSE');
+      this.onHeadError(e, stale && this.conn.exchanges > 1 && !this.signal.aborted);
       return;
     }
     if (this.direct !== null) this.direct.reject(e);
@@ -523,7 +588,21 @@ export class H1Response {
       throw new TypeError(`receiveInto needs a buffer of the declared length (${this.contentLength})`);
     }
     this.take();
-    return this.exchange.startDirect(dest, progress);
+    return this.exchange.startDirect(dest, progress, null);
+  }
+
+  /**
+   * Receives a body of declared length window by window: `window` is filled
+   * from the socket and handed to `onFull` when full or when the body ends
+   * (a last, shorter view); reading waits for its promise. Resolves once the
+   * last window's promise did; rejects (connection destroyed) as the body
+   * fails or when `onFull` rejects.
+   */
+  receiveWindows(window: Buffer, onFull: (filled: Buffer) => Promise<void>): Promise<void> {
+    if (this.contentLength === null) throw new TypeError('receiveWindows needs a declared Content-Length');
+    if (window.length === 0) throw new TypeError('receiveWindows needs a non-empty window');
+    this.take();
+    return this.exchange.startDirect(window, () => {}, onFull);
   }
 
   /** Drops the body (a small one is read to keep the connection). */
@@ -569,7 +648,8 @@ export class H1Client {
   }
 
   private key(req: H1Request): string {
-    return `${req.secure ? 's' : 'p'}|${req.host}|${req.port}|${req.servername ?? ''}`;
+    // Per site, not only per address: a connection is never shared between two Host names.
+    return `${req.secure ? 's' : 'p'}|${req.host}|${req.port}|${req.servername ?? ''}|${req.hostHeader}`;
   }
 
   private takeIdle(req: H1Request): Conn | null {

@@ -69,6 +69,8 @@ export interface VerifiedFetcherStats {
 }
 
 const WRITE_BATCH = 1024 * 1024;
+/** A body declared over the spool threshold is received into a window this large and written out window by window. */
+const SPOOL_WINDOW = 2 * 1024 * 1024;
 
 interface Waiter {
   resolve: (o: Obtained) => void;
@@ -308,8 +310,17 @@ export class VerifiedFetcher {
       if (res.contentLength !== null && res.contentLength > threshold) {
         await openSpool();
         job = this.hashWorkers?.startFile(h.algorithm, spoolPath!) ?? null;
-      }
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        // Straight from the socket into one window, written out each time it fills.
+        const window = Buffer.allocUnsafeSlow(Math.min(SPOOL_WINDOW, res.contentLength));
+        await res.receiveWindows(window, async (filled) => {
+          if (job === null) hash.update(filled);
+          size += filled.length;
+          this.counters.originBytes += filled.length;
+          pending = [filled];
+          pendingBytes = filled.length;
+          await flush();
+        });
+      } else for await (const chunk of res.body as AsyncIterable<Buffer>) {
         if (job === null) hash.update(chunk);
         size += chunk.length;
         this.counters.originBytes += chunk.length;

@@ -135,6 +135,36 @@ test('receiveInto: bytes land in a shared buffer intact, progress is monotonic, 
   await srv.close();
 });
 
+test('receiveWindows: window after window in order, the last one shorter, reading waits for each; extra bytes never land', async () => {
+  const tail = Buffer.from('EXTRA BYTES BEYOND THE BODY');
+  const srv = await RawServer.start((s) => trickle(s, [Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`), body.subarray(0, 5000)]), body.subarray(5000, 150_000), Buffer.concat([body.subarray(150_000), tail])], 10));
+  for (const size of [4096, 65_536, 100_000, body.length + 10]) {
+    const res = await client.request(req(srv.port));
+    const window = Buffer.alloc(size);
+    const got: Buffer[] = [];
+    let writing = false;
+    await res.receiveWindows(window, async (filled) => {
+      assert.not.ok(writing, 'one window at a time');
+      writing = true;
+      assert.ok(filled.buffer === window.buffer && filled.byteOffset === window.byteOffset, 'a view of the window');
+      assert.ok(filled.length === size || got.reduce((n, b) => n + b.length, 0) + filled.length === body.length, 'only the last is short');
+      const copy = Buffer.from(filled);
+      await sleep(2);
+      assert.ok(filled.equals(copy), 'nothing landed in the window while it was handed out');
+      got.push(copy);
+      writing = false;
+    });
+    assert.ok(Buffer.concat(got).equals(body), `window ${size}: bytes intact and in order`);
+  }
+  assert.is(srv.connections, 4, 'bytes beyond the body: no reuse');
+  // onFull's failure ends the receive and closes the connection.
+  const res = await client.request(req(srv.port));
+  const e = await rejection(res.receiveWindows(Buffer.alloc(4096), async () => { throw new Error('disk full'); }));
+  assert.is(e.message, 'disk full');
+  assert.is(client.idleCount(), 0);
+  await srv.close();
+});
+
 test('receiveInto refuses a buffer of another length, and a body taken twice', async () => {
   const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nabcd'); });
   const res = await client.request(req(srv.port));
@@ -271,6 +301,36 @@ test('a reused connection the origin drops without answering is retried once on 
   assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'ok');
   assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'again');
   assert.is(srv.connections, 2);
+  await srv.close();
+});
+
+test('a reused connection answering garbage (bytes past an earlier body) is retried once on a new one', async () => {
+  const srv = await RawServer.start((s) => {
+    const n = srv.requests.length;
+    if (n === 2) s.write('LEFTOVER BYTES\r\n\r\n');
+    else s.write(`HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nreq ${n} `);
+  });
+  const first = await client.request(req(srv.port));
+  const dest = Buffer.alloc(6);
+  await first.receiveInto(dest, () => {});
+  assert.is(dest.toString(), 'req 1 ');
+  assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'req 3 ');
+  assert.is(srv.connections, 2);
+  // On a fresh connection the same garbage is an error, not retried.
+  const bad = await RawServer.start((s) => { s.write('LEFTOVER BYTES\r\n\r\n'); });
+  assert.is((await rejection(client.request(req(bad.port)))).code, 'BAD_RESPONSE');
+  assert.is(bad.connections, 1);
+  await bad.close();
+  await srv.close();
+});
+
+test('connections are not shared between Host names on one address', async () => {
+  const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na'); });
+  await readStream(await client.request({ ...req(srv.port), hostHeader: 'one.test' }));
+  await readStream(await client.request({ ...req(srv.port), hostHeader: 'two.test' }));
+  await readStream(await client.request({ ...req(srv.port), hostHeader: 'one.test' }));
+  assert.is(srv.connections, 2);
+  assert.equal(srv.requests.map((r) => /host: (\S+)/.exec(r)![1]), ['one.test', 'two.test', 'one.test']);
   await srv.close();
 });
 
