@@ -167,7 +167,7 @@ class Exchange {
   private headTimer: NodeJS.Timeout | null = null;
   /** Body bytes that came with the head, copied out of the scratch buffer. */
   private stash: Buffer | null = null;
-  mode: BodyMode = 'none';
+  private mode: BodyMode = 'none';
   private remaining = 0;
   private reusable = false;
   private chunkPhase: ChunkPhase = 'size';
@@ -177,7 +177,6 @@ class Exchange {
   private direct: Direct | null = null;
   private failure: Error | null = null;
   private readonly onAbort: () => void;
-  response: H1Response | null = null;
 
   constructor(
     readonly conn: Conn,
@@ -257,7 +256,6 @@ class Exchange {
         continue;
       }
       if (this.headTimer !== null) clearTimeout(this.headTimer);
-      this.response = res;
       this.phase = 'wait';
       this.head = Buffer.alloc(0);
       if (this.mode === 'none') {
@@ -632,16 +630,20 @@ export class H1Client {
     for (let attempt = 0; ; attempt++) {
       req.signal.throwIfAborted();
       const conn = attempt === 0 ? this.takeIdle(req) ?? (await this.connect(req)) : await this.connect(req);
+      let retry = false;
       try {
         return await new Promise<H1Response>((resolve, reject) => {
-          const ex = new Exchange(conn, this, req.signal, resolve, (e, retryable) => reject(retryable ? Object.assign(e, { [RETRY]: true }) : e));
+          const ex = new Exchange(conn, this, req.signal, resolve, (e, retryable) => {
+            retry = retryable;
+            reject(e);
+          });
           conn.exchange = ex;
           conn.exchanges++;
           if (conn.dead) return ex.fail(new H1Error('CLOSED', 'the connection closed before the request was sent'));
           ex.start(req, this.options.headersTimeoutMs);
         });
       } catch (e) {
-        if (attempt === 0 && (e as { [RETRY]?: boolean })[RETRY] === true) continue;
+        if (attempt === 0 && retry) continue;
         throw e;
       }
     }
@@ -742,5 +744,3 @@ export class H1Client {
     for (const conn of [...this.live]) conn.destroy(new H1Error('CLOSED', 'the origin client was destroyed'));
   }
 }
-
-const RETRY = Symbol('retryable');
