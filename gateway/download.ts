@@ -53,6 +53,42 @@ function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
   });
 }
 
+/**
+ * Bytes handed to the socket per write when serving from memory. A write of
+ * the whole body lets the kernel copy many MiB into the socket at once, and
+ * the client then reads them back from further out in the memory hierarchy;
+ * pieces that each wait for the previous one to drain keep what is in flight
+ * close to the L2 size. Measured (mirror hits of one 16 MiB artifact, wrk -c1
+ * on loopback, gateway / the test origin, medians of 3-6 interleaved 4 s
+ * runs): whole body 0.95, 4 MiB 0.95, 2 MiB 1.14, 1 MiB 1.17, 512 KiB 1.01.
+ */
+const SEND_PIECE = 1024 * 1024;
+
+/** Writes `bytes` as the whole body in SEND_PIECE pieces, each after the previous one drained; stops if the response is torn down. */
+function sendPaced(res: ServerResponse, bytes: Buffer): void {
+  if (bytes.length <= SEND_PIECE) {
+    res.end(bytes);
+    return;
+  }
+  let offset = 0;
+  const next = (): void => {
+    while (!res.destroyed) {
+      const end = Math.min(offset + SEND_PIECE, bytes.length);
+      const piece = bytes.subarray(offset, end);
+      offset = end;
+      if (offset === bytes.length) {
+        res.end(piece);
+        return;
+      }
+      if (!res.write(piece)) {
+        res.once('drain', next);
+        return;
+      }
+    }
+  };
+  next();
+}
+
 /** Selects what /v1/download would serve; null when nothing is signed. */
 export function selectForDownload(ctx: GatewayContext, q: SelectionQuery): Selection | null {
   return ctx.state!.index.select(q.url, { semver: q.semver, at: q.at, today: ctx.today() });
@@ -126,7 +162,7 @@ export async function serveVerified(
       // The socket reads the bytes until the response is done (or torn down): released then, not before.
       inFlight = true;
       finished(res, () => artifact.release());
-      res.end(artifact.bytes);
+      sendPaced(res, artifact.bytes);
     } else {
       await pipeline(createReadStream(artifact.path!), res).catch(() => res.destroy());
     }

@@ -279,6 +279,49 @@ test('a 64 MiB artifact downloads intact', async () => {
   assert.is(`sha256:${h.digest('hex')}`, digestOf(T.big));
 });
 
+test('a memory-tier hit of several MiB arrives intact at a slow reader; a client leaving mid-body does not disturb the next', async () => {
+  const p = pattern(5 * 1024 * 1024 + 12_345, 21); // not a whole number of send pieces
+  origin.route('/hit.bin', { body: p });
+  assert.is((await submit({ url: origin.url('/hit.bin'), name: 'acme/hit', semver: '1.0.0', license: 'MIT' })).status, 201);
+  const path = `/v1/download?url=${enc(origin.url('/hit.bin'))}`;
+  const memoryHits = async () => Number(/^vouch_mirror_hits_total\{tier="memory"\} (\d+)$/m.exec((await get('/metrics')).body.toString())?.[1] ?? NaN);
+  const first = await get(path);
+  assert.is(first.status, 200);
+  const hitsBefore = await memoryHits();
+  // A reader that takes 64 KiB every few ms keeps the socket full, so the gateway waits for drain between pieces.
+  const slow = await new Promise<{ n: number; digest: string }>((resolve, reject) => {
+    const req = httpRequest(gw.url + path, (res) => {
+      const h = createHash('sha256');
+      let n = 0;
+      res.on('readable', function read() {
+        const chunk = res.read(64 * 1024) ?? res.read();
+        if (chunk === null) return;
+        h.update(chunk); n += chunk.length;
+        setTimeout(read, 2);
+      });
+      res.on('end', () => resolve({ n, digest: `sha256:${h.digest('hex')}` }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+  assert.is(slow.n, p.size);
+  assert.is(slow.digest, digestOf(p));
+  // Leave after the first bytes, mid-body.
+  await new Promise<void>((resolve, reject) => {
+    const req = httpRequest(gw.url + path, (res) => {
+      res.once('data', () => { req.destroy(); resolve(); });
+    });
+    req.on('error', () => resolve());
+    req.end();
+    setTimeout(() => reject(new Error('no body byte within 5 s')), 5000).unref();
+  });
+  const again = await get(path);
+  assert.is(again.status, 200);
+  assert.is(`sha256:${createHash('sha256').update(again.body).digest('hex')}`, digestOf(p));
+  assert.is(await memoryHits() - hitsBefore, 3, 'all three later downloads were memory-tier hits');
+});
+
 test('50 concurrent downloads of one cold artifact cause one origin fetch', async () => {
   origin.route('/cold.bin', { body: pattern(2 * 1024 * 1024, 3), delayMs: 200 });
   assert.is((await submit({ url: origin.url('/cold.bin'), name: 'acme/cold', semver: '1.0.0', license: 'MIT' })).status, 201);
