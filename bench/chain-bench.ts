@@ -86,7 +86,8 @@ export async function runChainBench(quick: boolean): Promise<{ title: string; ma
   out.push(`| ratio ${N.toLocaleString('en')} / 1,000 (median) | **${fmt(aN.medianMs / a1.medianMs, 2)}×** | ≤ 1.5× ${aN.medianMs / a1.medianMs <= 1.5 ? '✅' : '❌'} |`);
   out.push(`| raw \`crypto.verify\`, one thread | ${Math.round(raw)} /s | |`);
   out.push(`| \`vouch verify\` on ${N.toLocaleString('en')} blocks (${cores} cores, median of ${runs}) | ${Math.round(vr)} blocks/s (${fmt(median(verifySeconds), 2)} s) | ≥ 0.75 × raw × cores = ${Math.round(target)} /s ${vr >= target ? '✅' : '❌'} |`);
-  out.push(`| ratio verify / (raw × cores) | **${fmt(vr / (raw * cores), 2)}** | ≥ 0.75 |`);
+  const perRun = verifyRates.map((v, i) => v / (rawRates[i]! * cores));
+  out.push(`| ratio verify / (raw × cores) | **${fmt(vr / (raw * cores), 2)}** (runs ${fmt(Math.min(...perRun), 3)}–${fmt(Math.max(...perRun), 3)}, each against its own raw rate) | ≥ 0.75 |`);
   out.push(`| read + parse + index ${N.toLocaleString('en')} blocks | ${fmt(median(reads.map((r) => r.ms)) / 1000, 2)} s, peak RSS ${Math.round(median(reads.map((r) => r.maxRssMiB)))} MiB | |`);
   out.push('', `Runs: append ${quick ? 20 : 100} samples per size; verify and read+index ${runs} runs each (medians).`);
   return { title: 'Chain core (issue 2)', markdown: out.join('\n') };

@@ -73,10 +73,18 @@ export function parsedPayloadJcs(p: Payload): string {
  * comment, index, payload, posted, prev_hash, signature, signer.
  */
 export function recordJcs(block: Block, payloadJcs: string): string {
+  const [before, after] = recordJcsAround(block);
+  return before + payloadJcs + after;
+}
+
+/** `recordJcs(block, p)` is `before + p + after`: the two strings around the payload's JCS. */
+export function recordJcsAround(block: Block): [before: string, after: string] {
   const s = JSON.stringify;
   // posted and prev_hash are parsed forms without characters JSON escapes.
-  return `{"comment":${s(block.comment)},"index":${block.index},"payload":${payloadJcs},"posted":"${block.posted}",` +
-    `"prev_hash":"${block.prev_hash}","signature":${s(block.signature)},"signer":${s(block.signer)}}`;
+  return [
+    `{"comment":${s(block.comment)},"index":${block.index},"payload":`,
+    `,"posted":"${block.posted}","prev_hash":"${block.prev_hash}","signature":${s(block.signature)},"signer":${s(block.signer)}}`,
+  ];
 }
 
 /** The bytes an authority signs for a checkpoint: JCS of it without `signature`. */

@@ -11,7 +11,7 @@
  * returns a boolean — it never throws for a bad key or signature. Low-level
  * crypto answers yes/no; the verifier above turns a no into a coded error.
  */
-import { hexEncode, utf8 } from './encoding.ts';
+import { hexEncode } from './encoding.ts';
 
 export type HashAlgorithm = 'sha256' | 'sha512' | 'sha3-256' | 'blake3';
 
@@ -26,8 +26,8 @@ export interface CryptoBackend {
   createHash(algorithm: HashAlgorithm): IncrementalHash;
   /** One-shot digest, when the backend has a faster path than createHash. */
   digest?(algorithm: HashAlgorithm, data: Uint8Array): Uint8Array;
-  /** One-shot lowercase hex digest of UTF-8 `text`, when the backend can skip the encoding round trips. */
-  digestTextHex?(algorithm: HashAlgorithm, text: string): string;
+  /** One-shot lowercase hex digest, when the backend can skip the round trip through bytes. */
+  digestHex?(algorithm: HashAlgorithm, data: Uint8Array): string;
   /** ed25519 verify; false for any malformed key or signature. */
   verify(publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array): boolean;
 }
@@ -42,9 +42,9 @@ export interface Signer {
 }
 
 /** Lowercase hex digest of the UTF-8 bytes of `text`. */
-export function hashTextHex(backend: CryptoBackend, algorithm: HashAlgorithm, text: string): string {
-  if (backend.digestTextHex) return backend.digestTextHex(algorithm, text);
-  return hexEncode(hashBytes(backend, algorithm, utf8(text)));
+export function hashHex(backend: CryptoBackend, algorithm: HashAlgorithm, data: Uint8Array): string {
+  if (backend.digestHex) return backend.digestHex(algorithm, data);
+  return hexEncode(hashBytes(backend, algorithm, data));
 }
 
 export function hashBytes(backend: CryptoBackend, algorithm: HashAlgorithm, data: Uint8Array): Uint8Array {

@@ -24,9 +24,8 @@ import { VouchError, type IntegrityCode } from './errors.ts';
 import type { CryptoBackend } from './crypto-backend.ts';
 import { base64Decode, base64Encode, bytesEqual } from './encoding.ts';
 import { type Block, type Checkpoint, ZERO_HASH, parseBlock, parseCheckpoint } from './block.ts';
-import { checkpointMessage, parsedPayloadJcs, recordJcs } from './build.ts';
-import { hashTextHex } from './crypto-backend.ts';
-import { utf8 } from './encoding.ts';
+import { checkpointMessage, parsedPayloadJcs, recordJcsAround } from './build.ts';
+import { hashHex } from './crypto-backend.ts';
 import { parseArtifactHash } from './hash-algorithms.ts';
 import { isFullOrderPublicKey } from './weak-key.ts';
 
@@ -67,6 +66,21 @@ function decodeKey(b64: string): Uint8Array | null {
   return lastKeyRaw === null ? null : lastKeyRaw.slice();
 }
 
+// One UTF-8 encoding per examined block, into a reused buffer: the record's
+// JCS (hashed for record_hash), whose middle is the payload's JCS (the
+// signed message). Valid until the next call; nothing keeps a view of it.
+const encoder = new TextEncoder();
+let scratch = new Uint8Array(64 * 1024);
+
+function encodeRecord(before: string, payloadJcs: string, after: string): { record: Uint8Array; payload: Uint8Array } {
+  const most = 3 * (before.length + payloadJcs.length + after.length); // UTF-8 bytes per UTF-16 unit: at most 3
+  if (scratch.length < most) scratch = new Uint8Array(most);
+  const a = encoder.encodeInto(before, scratch).written;
+  const b = a + encoder.encodeInto(payloadJcs, scratch.subarray(a)).written;
+  const c = b + encoder.encodeInto(after, scratch.subarray(b)).written;
+  return { record: scratch.subarray(0, c), payload: scratch.subarray(a, b) };
+}
+
 function signatureValid(backend: CryptoBackend, publicKey: Uint8Array, message: Uint8Array, signature: string): boolean {
   const sig = base64Decode(signature);
   return sig !== null && sig.length === 64 && backend.verify(publicKey, message, sig);
@@ -102,7 +116,8 @@ export function examineBlock(
       break;
     }
   }
-  const payloadJcs = parsedPayloadJcs(block.payload);
+  const [before, after] = recordJcsAround(block);
+  const { record, payload } = encodeRecord(before, parsedPayloadJcs(block.payload), after);
   return {
     block,
     facts: {
@@ -111,10 +126,10 @@ export function examineBlock(
       index: block.index,
       prevHash: block.prev_hash,
       recordHash: block.record_hash,
-      computedRecordHash: hashTextHex(backend, 'sha256', recordJcs(block, payloadJcs)),
+      computedRecordHash: hashHex(backend, 'sha256', record),
       posted: block.posted,
       signer: block.signer,
-      signatureOk: key === null ? null : signatureValid(backend, key, utf8(payloadJcs), block.signature),
+      signatureOk: key === null ? null : signatureValid(backend, key, payload, block.signature),
       artifactHashError,
       authority: declared,
     },

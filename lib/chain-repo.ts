@@ -115,6 +115,17 @@ export function blockPath(index: number): string {
   return `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`;
 }
 
+/** The number the ASCII digits s[from..to) write, or -1. */
+function digitsOf(s: string, from: number, to: number): number {
+  let n = 0;
+  for (let i = from; i < to; i++) {
+    const c = s.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return -1;
+    n = n * 10 + c;
+  }
+  return n;
+}
+
 /** The block index a repository path names, or null when it is not a well-formed block path. */
 export function parseBlockPath(path: string): number | null {
   // `blocks/DDD/DDD/DDDDDDDDD.json`, the shard directories repeating the first six digits.
@@ -1895,6 +1906,59 @@ export class ChainRepo {
 
   // -------------------------------------------------------------------------
   // Reads
+
+  /**
+   * Whether `blocks/` holds exactly the block files 0..size-1 and nothing
+   * else: what `listBlockFiles()` showing exactly those files means, checked
+   * from the names alone (no per-file objects; about half its cost). False
+   * for anything else, including errors: the caller then lists.
+   */
+  hasExactlyBlocks(size: number): boolean {
+    if (!Number.isSafeInteger(size) || size < 1 || size - 1 > MAX_INDEX) return false;
+    const last = size - 1;
+    const list = (d: string): fs.Dirent[] | null => {
+      try {
+        return fs.readdirSync(d, { withFileTypes: true });
+      } catch {
+        return null;
+      }
+    };
+    // Exactly the directories `000`, `001`, ... up to `count - 1`.
+    const shardDirs = (d: string, count: number): boolean => {
+      const entries = list(d);
+      if (entries === null || entries.length !== count) return false;
+      const seen = new Uint8Array(count);
+      for (const e of entries) {
+        const n = e.name.length === 3 ? digitsOf(e.name, 0, 3) : -1;
+        if (!e.isDirectory() || n < 0 || n >= count || seen[n]) return false;
+        seen[n] = 1;
+      }
+      return true;
+    };
+    const blocksDir = join(this.dir, 'blocks');
+    const lastTop = Math.floor(last / 1_000_000);
+    if (!shardDirs(blocksDir, lastTop + 1)) return false;
+    for (let top = 0; top <= lastTop; top++) {
+      const topName = String(top).padStart(3, '0');
+      const lastMid = top < lastTop ? 999 : Math.floor((last % 1_000_000) / 1000);
+      if (!shardDirs(`${blocksDir}/${topName}`, lastMid + 1)) return false;
+      for (let mid = 0; mid <= lastMid; mid++) {
+        const midName = String(mid).padStart(3, '0');
+        const base = top * 1_000_000 + mid * 1000;
+        const count = Math.min(1000, size - base);
+        const entries = list(`${blocksDir}/${topName}/${midName}`);
+        if (entries === null || entries.length !== count) return false;
+        // Names are unique in a directory: `count` names each naming a distinct index in range is the exact set.
+        for (const e of entries) {
+          const name = e.name;
+          if (e.isDirectory() || name.length !== 14 || !name.endsWith('.json')) return false;
+          const n = digitsOf(name, 0, 9);
+          if (n < base || n >= base + count) return false;
+        }
+      }
+    }
+    return true;
+  }
 
   /** Every file under blocks/ in the working tree, sorted by path; index null when the path is not a well-formed block path. */
   listBlockFiles(): { index: number | null; path: string }[] {

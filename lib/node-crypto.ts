@@ -51,9 +51,9 @@ export const nodeBackend: CryptoBackend = {
     if (algorithm === 'blake3') return blake3(data);
     return new Uint8Array(oneShotHash(algorithm, data, 'buffer') as Buffer);
   },
-  digestTextHex(algorithm, text) {
-    if (algorithm === 'blake3') return Buffer.from(blake3(Buffer.from(text, 'utf8'))).toString('hex');
-    return oneShotHash(algorithm, text, 'hex');
+  digestHex(algorithm, data) {
+    if (algorithm === 'blake3') return Buffer.from(blake3(data)).toString('hex');
+    return oneShotHash(algorithm, data, 'hex');
   },
   verify(publicKey, message, signature) {
     if (signature.length !== 64) return false;

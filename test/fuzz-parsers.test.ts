@@ -158,4 +158,46 @@ test('acceptsJson never throws', () => {
   fc.assert(fc.property(fc.string(), (a) => { acceptsJson(a); }), { seed: SEED, numRuns: RUNS });
 });
 
+test('exact member sets: once blocks were accepted, the same names in another order pass and a renamed, extra or missing member at any level is refused', () => {
+  const b = blocks[1]!;
+  for (let k = 0; k < 3; k++) parseBlock(structuredClone(b), 1); // the usual member order, accepted (and remembered)
+  const reversed = (o: Record<string, unknown>) => Object.fromEntries(Object.entries(o).reverse());
+  const r = structuredClone(b) as any;
+  r.payload.endorsements[0] = reversed(r.payload.endorsements[0]);
+  r.payload.vibecode = reversed(r.payload.vibecode);
+  r.payload.grammar = reversed(r.payload.grammar);
+  assert.equal(parseBlock(reversed({ ...r, payload: reversed(r.payload) }), 1), parseBlock(structuredClone(b), 1));
+  const at: [string, (x: any) => Record<string, unknown>][] = [
+    ['block', (x) => x], ['payload', (x) => x.payload], ['endorsement', (x) => x.payload.endorsements[0]],
+    ['grammar', (x) => x.payload.grammar], ['vibecode', (x) => x.payload.vibecode],
+  ];
+  for (const [where, pick] of at) {
+    const names = Object.keys(pick(b as any));
+    for (const name of names) {
+      const renamed = structuredClone(b) as any;
+      const o = pick(renamed);
+      const v = o[name];
+      delete o[name];
+      assert.throws(() => parseBlock(renamed, 1), /missing member/, `${where}: ${name} missing`);
+      o[name + '_'] = v;
+      assert.throws(() => parseBlock(renamed, 1), /unknown member/, `${where}: ${name} renamed`);
+      parseBlock(structuredClone(b), 1);
+    }
+    const extra = structuredClone(b) as any;
+    pick(extra).zz = 1;
+    assert.throws(() => parseBlock(extra, 1), /unknown member "zz"/, `${where}: extra member`);
+  }
+});
+
+test('isHex64: exactly 64 characters of 0-9a-f', () => {
+  const ok = '0123456789abcdef'.repeat(4);
+  assert.ok(isHex64(ok));
+  for (const bad of ['A', 'g', '/', ':', '`', 'G', '\u00e9', '\u0130', ' ']) {
+    for (const at of [0, 31, 63]) assert.not.ok(isHex64(ok.slice(0, at) + JSON.parse(`"${bad}"`) + ok.slice(at + 1)), `${bad} at ${at}`);
+  }
+  assert.not.ok(isHex64(ok.slice(1)));
+  assert.not.ok(isHex64(ok + '0'));
+  assert.not.ok(isHex64(''));
+});
+
 test.run();

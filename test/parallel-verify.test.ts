@@ -5,7 +5,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { formatBlockFile, formatCheckpointFile, computeRecordHash, VouchError, type Block } from '../chain/index.ts';
@@ -100,6 +100,36 @@ test('failures at the first, last and middle block of a worker batch: the same c
     for (const i of c.at) write(blocks[i]!);
   }
   assert.match(await outcome(2, 500), /^ok 5000 /);
+});
+
+test('the names-only check agrees with the listing; strays, a directory for a block and extra shards are caught with threads as inline', async () => {
+  const file = (i: number) => join(repo.dir, blockPath(i));
+  const listed = () => { const f = repo.listBlockFiles(); return f.length === N && f.every((x, i) => x.index === i); };
+  assert.ok(repo.hasExactlyBlocks(N) && listed());
+  assert.not.ok(repo.hasExactlyBlocks(N - 1));
+  assert.not.ok(repo.hasExactlyBlocks(N + 1));
+  assert.not.ok(repo.hasExactlyBlocks(0));
+  // `accepted`: empty directories hold no file (git does not even record them): the names-only
+  // check still says no, and the listing it falls back to accepts the chain.
+  const cases: { name: string; apply: () => void; undo: () => void; accepted?: true }[] = [
+    { name: 'a stray file in a leaf directory', apply: () => writeFileSync(join(repo.dir, 'blocks/000/002/notes.txt'), 'x'), undo: () => rmSync(join(repo.dir, 'blocks/000/002/notes.txt')) },
+    { name: 'a stray file in blocks/', apply: () => writeFileSync(join(repo.dir, 'blocks/README'), 'x'), undo: () => rmSync(join(repo.dir, 'blocks/README')) },
+    { name: 'an extra block file past the end (a new shard)', apply: () => { mkdirSync(join(repo.dir, 'blocks/000/005')); writeFileSync(file(N), formatBlockFile(blocks[1]!)); }, undo: () => rmSync(join(repo.dir, 'blocks/000/005'), { recursive: true }) },
+    { name: 'a missing block file', apply: () => rmSync(file(4999)), undo: () => writeFileSync(file(4999), formatBlockFile(blocks[4999]!)) },
+    { name: 'an extra shard directory', apply: () => mkdirSync(join(repo.dir, 'blocks/000/900/sub'), { recursive: true }), undo: () => rmSync(join(repo.dir, 'blocks/000/900'), { recursive: true }), accepted: true },
+    { name: 'a directory in place of a block file', apply: () => { rmSync(file(2345)); mkdirSync(file(2345)); }, undo: () => { rmSync(file(2345), { recursive: true }); writeFileSync(file(2345), formatBlockFile(blocks[2345]!)); } },
+  ];
+  for (const c of cases) {
+    c.apply();
+    assert.not.ok(repo.hasExactlyBlocks(N), c.name);
+    const inline = await outcome(0);
+    if (c.accepted) assert.match(inline, /^ok 5000 /, `inline refused ${c.name}`);
+    else assert.not.match(inline, /^ok /, `inline accepted ${c.name}`);
+    assert.is(await outcome(2), inline, `2 threads: ${c.name}`);
+    c.undo();
+  }
+  assert.ok(repo.hasExactlyBlocks(N) && listed());
+  assert.match(await outcome(2), /^ok 5000 /);
 });
 
 test.run();
