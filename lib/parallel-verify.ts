@@ -192,9 +192,11 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // A large chain starts before its directory is listed: the checkpoint's
     // size (a hint here; it is verified at the end) plans the batches over
     // the paths the blocks must have, the workers start on them, and the
-    // listing, made meanwhile, must then show exactly those files. If it does
-    // not (only a broken chain), the speculative run is dropped and the
-    // chain verified from the listing, so every outcome is the listing's.
+    // listing, made meanwhile, must then show exactly those files (checked
+    // from the names first, `hasExactlyBlocks`; the full listing only when
+    // that says no). If it does not (only a broken chain, or empty extra
+    // directories), the speculative run is dropped and the chain verified
+    // from the listing, so every outcome is the listing's.
     const hint = threads > 0 ? sizeHint(cpText) : 0;
     let speculative: { size: number; facts0: BlockFacts; run: Promise<VerifyTaskResult[]> } | null = null;
     if (hint >= INLINE_BELOW) {
