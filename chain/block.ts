@@ -138,7 +138,7 @@ function realDate(y: number, m: number, d: number): boolean {
 // they read characters directly instead of running a regular expression.
 
 /** The number written by the ASCII digits s[from..to), or -1. */
-function digitsAt(s: string, from: number, to: number): number {
+export function digitsAt(s: string, from: number, to: number): number {
   let n = 0;
   for (let i = from; i < to; i++) {
     const c = s.charCodeAt(i) - 48;

@@ -46,6 +46,7 @@ import { crc32, deflateSync, inflateSync } from 'node:zlib';
 import git from 'isomorphic-git';
 import nodeHttp, { type GitHttpRequest, type GitHttpResponse, type HttpClient } from 'isomorphic-git/http/node';
 import { VouchError } from '../chain/errors.ts';
+import { digitsAt } from '../chain/block.ts';
 import {
   type IndexEntry,
   type IndexHint,
@@ -113,17 +114,6 @@ export function blockPath(index: number): string {
   }
   const d = String(index).padStart(9, '0');
   return `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`;
-}
-
-/** The number the ASCII digits s[from..to) write, or -1. */
-function digitsOf(s: string, from: number, to: number): number {
-  let n = 0;
-  for (let i = from; i < to; i++) {
-    const c = s.charCodeAt(i) - 48;
-    if (c < 0 || c > 9) return -1;
-    n = n * 10 + c;
-  }
-  return n;
 }
 
 /** The block index a repository path names, or null when it is not a well-formed block path. */
@@ -1929,7 +1919,7 @@ export class ChainRepo {
       if (entries === null || entries.length !== count) return false;
       const seen = new Uint8Array(count);
       for (const e of entries) {
-        const n = e.name.length === 3 ? digitsOf(e.name, 0, 3) : -1;
+        const n = e.name.length === 3 ? digitsAt(e.name, 0, 3) : -1;
         if (!e.isDirectory() || n < 0 || n >= count || seen[n]) return false;
         seen[n] = 1;
       }
@@ -1952,7 +1942,7 @@ export class ChainRepo {
         for (const e of entries) {
           const name = e.name;
           if (e.isDirectory() || name.length !== 14 || !name.endsWith('.json')) return false;
-          const n = digitsOf(name, 0, 9);
+          const n = digitsAt(name, 0, 9);
           if (n < base || n >= base + count) return false;
         }
       }
