@@ -69,16 +69,17 @@ function decodeKey(b64: string): Uint8Array | null {
 // One UTF-8 encoding per examined block, into a reused buffer: the record's
 // JCS (hashed for record_hash), whose middle is the payload's JCS (the
 // signed message). Valid until the next call; nothing keeps a view of it.
+// A rare larger block gets a buffer of its own, so none stays held after it.
 const encoder = new TextEncoder();
-let scratch = new Uint8Array(64 * 1024);
+const scratch = new Uint8Array(64 * 1024);
 
 function encodeRecord(before: string, payloadJcs: string, after: string): { record: Uint8Array; payload: Uint8Array } {
   const most = 3 * (before.length + payloadJcs.length + after.length); // UTF-8 bytes per UTF-16 unit: at most 3
-  if (scratch.length < most) scratch = new Uint8Array(most);
-  const a = encoder.encodeInto(before, scratch).written;
-  const b = a + encoder.encodeInto(payloadJcs, scratch.subarray(a)).written;
-  const c = b + encoder.encodeInto(after, scratch.subarray(b)).written;
-  return { record: scratch.subarray(0, c), payload: scratch.subarray(a, b) };
+  const buf = most <= scratch.length ? scratch : new Uint8Array(most);
+  const a = encoder.encodeInto(before, buf).written;
+  const b = a + encoder.encodeInto(payloadJcs, buf.subarray(a)).written;
+  const c = b + encoder.encodeInto(after, buf.subarray(b)).written;
+  return { record: buf.subarray(0, c), payload: buf.subarray(a, b) };
 }
 
 function signatureValid(backend: CryptoBackend, publicKey: Uint8Array, message: Uint8Array, signature: string): boolean {

@@ -8,7 +8,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { verifyChain, computeRecordHash, buildEndorseBlock, buildCheckpoint, type Block } from '../chain/index.ts';
+import { verifyChain, computeRecordHash, buildEndorseBlock, buildCheckpoint, payloadMessage, type Block } from '../chain/index.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
 import { buildFeatureChain, T0 } from './helpers/chain-fixture.ts';
 
@@ -141,6 +141,33 @@ test('the unmutated chain verifies, with its checkpoint, and a stale checkpoint 
 test('the sweeps did real work', () => {
   assert.ok(plain > 300, `only ${plain} plain mutations`);
   assert.ok(resealed > 300, `only ${resealed} re-sealed mutations`);
+});
+
+test('a block larger than the reused encoding buffer (300 entries, multi-byte comments) verifies, so does the next; a change inside it is caught', () => {
+  const { blocks, signer } = buildFeatureChain();
+  const last = blocks[blocks.length - 1]!;
+  const big = buildEndorseBlock({
+    prev: last, signer, backend: nodeBackend, now: T0 + 10 * 86_400_000,
+    entries: Array.from({ length: 300 }, (_, i) => ({
+      url: `https://big.example/pkg/${i}.tgz`, artifactHash: 'sha256:' + String(i % 10).repeat(64), name: 'acme/big', semver: `1.0.${i}`,
+      license: 'MIT', comment: `Grüße 世界 🎉 entry ${i} `.repeat(4),
+    })),
+  });
+  assert.ok(payloadMessage(big.payload).length > 64 * 1024, 'the payload needs more than the 64 KiB scratch buffer');
+  const after = buildEndorseBlock({
+    prev: big, signer, backend: nodeBackend, now: T0 + 11 * 86_400_000,
+    entries: [{ url: 'https://big.example/after.tgz', artifactHash: 'sha256:' + 'a'.repeat(64), name: 'acme/big', semver: '2.0.0', license: 'MIT', comment: 'é' }],
+  });
+  const chain = [...blocks, big, after];
+  const ok = verifyChain(chain, { backend: nodeBackend });
+  assert.ok(ok.ok, ok.ok ? '' : ok.message);
+  const edited = structuredClone(big) as any;
+  edited.payload.endorsements[250].comment = edited.payload.endorsements[250].comment.replace('世界', '世間');
+  const unsealed = verifyChain([...blocks, edited, after], { backend: nodeBackend });
+  assert.equal(unsealed.ok ? null : [unsealed.code, unsealed.index], ['record_hash_mismatch', blocks.length]);
+  edited.record_hash = computeRecordHash(edited, nodeBackend);
+  const resealed = verifyChain([...blocks, edited], { backend: nodeBackend });
+  assert.equal(resealed.ok ? null : [resealed.code, resealed.index], ['bad_signature', blocks.length]);
 });
 
 test.run();
