@@ -67,17 +67,12 @@ export function parsedPayloadJcs(p: Payload): string {
 }
 
 /**
- * JCS of a *parsed* block without record_hash, reusing the payload's JCS
- * (verification computes it anyway for the signature). Valid only for
- * blocks from `parseBlock`, whose member set is exact; members in JCS order:
- * comment, index, payload, posted, prev_hash, signature, signer.
+ * JCS of a *parsed* block without record_hash is `before + payloadJcs +
+ * after`: the two strings around the payload's JCS (verification computes
+ * that anyway for the signature). Valid only for blocks from `parseBlock`,
+ * whose member set is exact; members in JCS order: comment, index, payload,
+ * posted, prev_hash, signature, signer.
  */
-export function recordJcs(block: Block, payloadJcs: string): string {
-  const [before, after] = recordJcsAround(block);
-  return before + payloadJcs + after;
-}
-
-/** `recordJcs(block, p)` is `before + p + after`: the two strings around the payload's JCS. */
 export function recordJcsAround(block: Block): [before: string, after: string] {
   const s = JSON.stringify;
   // posted and prev_hash are parsed forms without characters JSON escapes.

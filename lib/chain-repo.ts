@@ -116,6 +116,15 @@ export function blockPath(index: number): string {
   return `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`;
 }
 
+/** A directory's entries, or null when it cannot be listed (missing, not a directory, no access). */
+function direntsOf(dir: string): fs.Dirent[] | null {
+  try {
+    return fs.readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return null;
+  }
+}
+
 /** The block index a repository path names, or null when it is not a well-formed block path. */
 export function parseBlockPath(path: string): number | null {
   // `blocks/DDD/DDD/DDDDDDDDD.json`, the shard directories repeating the first six digits.
@@ -1861,13 +1870,7 @@ export class ChainRepo {
     const top = last.slice(7, 10);
     const mid = last.slice(11, 14);
     const blocksDir = join(this.dir, 'blocks');
-    const list = (d: string): fs.Dirent[] => {
-      try {
-        return fs.readdirSync(d, { withFileTypes: true });
-      } catch {
-        return [];
-      }
-    };
+    const list = (d: string): fs.Dirent[] => direntsOf(d) ?? [];
     const purge = (absDir: string, rel: string): void => {
       for (const e of list(absDir)) {
         const abs = join(absDir, e.name);
@@ -1906,13 +1909,7 @@ export class ChainRepo {
   hasExactlyBlocks(size: number): boolean {
     if (!Number.isSafeInteger(size) || size < 1 || size - 1 > MAX_INDEX) return false;
     const last = size - 1;
-    const list = (d: string): fs.Dirent[] | null => {
-      try {
-        return fs.readdirSync(d, { withFileTypes: true });
-      } catch {
-        return null;
-      }
-    };
+    const list = direntsOf;
     // Exactly the directories `000`, `001`, ... up to `count - 1`.
     const shardDirs = (d: string, count: number): boolean => {
       const entries = list(d);
