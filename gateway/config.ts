@@ -16,12 +16,23 @@ import { parse as parseYaml } from 'yaml';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode } from '../chain/encoding.ts';
 
+export type RouteKind = 'plain' | 'npm' | 'pypi' | 'goproxy';
+
 export interface RouteConfig {
   prefix: string | null;
   host: string | null;
+  /** Where bytes and metadata are fetched from. */
   origin: string;
+  /** The public base the chain endorses URLs under (null: the origin itself). */
+  canonical: string | null;
+  /** `plain`: artifacts only; `npm`, `pypi`, `goproxy`: the package manager's metadata is rewritten too. */
+  kind: RouteKind;
   unendorsed: 'deny' | 'pass';
   mode: 'enforce' | 'audit';
+  /** Seconds a metadata answer of the origin is reused without asking it again (ecosystem routes). */
+  metadata_ttl: number;
+  /** Seconds a metadata answer may still be served while the origin fails (ecosystem routes). */
+  metadata_max_stale: number;
 }
 
 export interface Config {
@@ -139,11 +150,18 @@ function checkValue(v: unknown, kind: Kind, path: string): unknown {
   }
 }
 
+const ROUTE_KINDS: readonly RouteKind[] = ['plain', 'npm', 'pypi', 'goproxy'];
+export const ROUTE_DEFAULTS = { metadata_ttl: 60, metadata_max_stale: 86_400 } as const;
+
 function checkRoute(r: unknown, path: string): RouteConfig {
   const kinds: Record<string, Kind> = {
     prefix: { t: 'string', nullable: true, check: (s) => (/^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*\/$/.test(s) && !s.includes('/../') && !s.includes('/./') ? null : 'must be a path starting and ending with /') },
     host: { t: 'string', nullable: true, check: (s) => (/^[A-Za-z0-9.-]+(:\d+)?$/.test(s) ? null : 'must be a host name') },
     origin: { t: 'string', check: httpUrl },
+    canonical: { t: 'string', nullable: true, check: httpUrl },
+    kind: { t: 'string', check: (s) => (ROUTE_KINDS.includes(s as RouteKind) ? null : `must be one of ${ROUTE_KINDS.join(', ')}`) },
+    metadata_ttl: { t: 'number', min: 0, max: 86_400 },
+    metadata_max_stale: { t: 'number', min: 0, max: 31_536_000 },
     unendorsed: { t: 'string', check: (s) => (s === 'deny' || s === 'pass' ? null : 'must be deny or pass') },
     mode: { t: 'string', check: (s) => (s === 'enforce' || s === 'audit' ? null : 'must be enforce or audit') },
   };
@@ -154,6 +172,10 @@ function checkRoute(r: unknown, path: string): RouteConfig {
     prefix: (o.prefix as string | undefined) ?? null,
     host: (o.host as string | undefined) ?? null,
     origin: o.origin as string,
+    canonical: (o.canonical as string | null | undefined) ?? null,
+    kind: (o.kind as RouteKind | undefined) ?? 'plain',
+    metadata_ttl: (o.metadata_ttl as number | undefined) ?? ROUTE_DEFAULTS.metadata_ttl,
+    metadata_max_stale: (o.metadata_max_stale as number | undefined) ?? ROUTE_DEFAULTS.metadata_max_stale,
     unendorsed: (o.unendorsed as RouteConfig['unendorsed'] | undefined) ?? 'deny',
     mode: (o.mode as RouteConfig['mode'] | undefined) ?? 'enforce',
   };

@@ -17,9 +17,18 @@
  * mismatch (from the origin, `X-Vouch-Audit: mismatch`) or a revoked version
  * (`X-Vouch-Audit: revoked`), logged and counted, instead of 409 / 410.
  *
+ * A route may name a `canonical` base: the chain then endorses
+ * `canonical + rest` while the bytes are fetched from `origin + rest`, so a
+ * registry can move without invalidating endorsements. A route of `kind`
+ * npm, pypi or goproxy also answers the package manager's metadata through
+ * its module in `ecosystems/` (links rewritten to the gateway, unendorsed
+ * versions removed on deny routes), and its failures carry a short reason
+ * in the form the client prints instead of an empty body.
+ *
  * Owns: route matching, the URL mapping and the refusal (400) of targets
  * that could climb out of a route, the route policies, the pass-through
- * stream (its own undici Agent), and the proxy's counters.
+ * stream (its own undici Agent), the metadata fetches and their cache, the
+ * URL maps ecosystem modules rewrite links with, and the proxy's counters.
  * Trusts: the verified chain index; `ArtifactSource.obtain`, which resolves
  * only with bytes that hashed to the signed artifact_hash; `serveVerified`
  * for the verified response; the configured origins (the operator's).
@@ -36,7 +45,10 @@ import { pipeline } from 'node:stream/promises';
 import { Agent, type Dispatcher } from 'undici';
 import { VouchError, isVouchError } from '../chain/errors.ts';
 import type { Selection } from '../chain/select.ts';
-import type { RouteConfig } from './config.ts';
+import type { RouteConfig, RouteKind } from './config.ts';
+import type { EcosystemHandler, MetadataIO } from './ecosystems/ecosystem.ts';
+import { ecosystemFor } from './ecosystems/index.ts';
+import { MetadataCache, type OriginAnswer } from './ecosystems/metadata-cache.ts';
 import type { GatewayContext } from './context.ts';
 import { serveVerified, type ArtifactSource } from './download.ts';
 import { sendEmpty, statusOf } from './http-util.ts';
@@ -52,14 +64,21 @@ export interface ProxyRoute {
   port: string | null;
   /** Path prefix, starting and ending with `/` (`/` for a bare host route). */
   prefix: string;
-  /** The configured origin, ending with `/`: the artifact URL is `origin + rest`. */
+  /** The configured origin, ending with `/`: bytes are fetched from `origin + rest`. */
   origin: string;
+  /** The base the chain endorses, ending with `/` (the origin unless `canonical` is set): the artifact URL is `canonical + rest`. */
+  canonical: string;
   /** Scheme and authority of the origin (`https://registry.example`). */
   originAuthority: string;
   /** The origin's path, normalized, ending with `/`. */
   originPath: string;
   unendorsed: 'deny' | 'pass';
   mode: 'enforce' | 'audit';
+  kind: RouteKind;
+  /** The package manager's module (null for a plain route). */
+  ecosystem: EcosystemHandler | null;
+  metadataTtlMs: number;
+  metadataMaxStaleMs: number;
   /** `prefix /npm/`, `host registry.example`, ... */
   label: string;
 }
@@ -88,8 +107,24 @@ export interface ProxyStats {
 
 /** A request that falls under a route: mapped to `url`, or refused with `refusal`. */
 export type ProxyMatch =
-  | { route: ProxyRoute; url: string; upstreamPath: string; refusal: null }
-  | { route: ProxyRoute; url: null; upstreamPath: null; refusal: string };
+  | {
+    route: ProxyRoute;
+    /** The artifact URL: canonical base + rest, query included. */
+    url: string;
+    /** Where its bytes are fetched: origin + rest, query included. */
+    fetchUrl: string;
+    /** The origin's path for the request (origin path + rest, query included). */
+    upstreamPath: string;
+    /** The path after the prefix, as sent, and the query without `?`. */
+    rest: string;
+    query: string;
+    refusal: null;
+  }
+  | { route: ProxyRoute; url: null; fetchUrl: null; upstreamPath: null; rest: null; query: null; refusal: string };
+
+/** Largest metadata answer read from an origin (npm's largest packuments are tens of MiB). */
+export const MAX_METADATA_BYTES = 48 * 1024 * 1024;
+const KEPT_METADATA_HEADERS = ['content-type', 'location', 'etag', 'last-modified', 'cache-control'] as const;
 
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
@@ -123,6 +158,11 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
     if (url.protocol !== 'http:' && url.protocol !== 'https:') usage(`${at}.origin`, 'must be an absolute http(s) URL');
     if (url.username !== '' || url.password !== '') usage(`${at}.origin`, 'must not carry credentials');
     if (r.origin.includes('?') || r.origin.includes('#')) usage(`${at}.origin`, 'must not have a query or a fragment');
+    if (r.canonical !== null) {
+      const c = new URL(r.canonical);
+      if (c.username !== '' || c.password !== '') usage(`${at}.canonical`, 'must not carry credentials');
+      if (r.canonical.includes('?') || r.canonical.includes('#')) usage(`${at}.canonical`, 'must not have a query or a fragment');
+    }
     const prefix = r.prefix ?? '/';
     if (!prefix.startsWith('/') || !prefix.endsWith('/')) usage(`${at}.prefix`, 'must start and end with /');
     if (prefix.includes('//') || prefix.includes('%') || prefix.split('/').some((s) => s === '.' || s === '..')) {
@@ -142,12 +182,19 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
     seen.add(key);
     const originPath = url.pathname.endsWith('/') ? url.pathname : `${url.pathname}/`;
     const label = [r.host !== null ? `host ${r.host}` : '', r.prefix !== null ? `prefix ${r.prefix}` : ''].filter(Boolean).join(' ');
+    const withSlash = (u: string) => (u.endsWith('/') ? u : `${u}/`);
     out.push({
       index, host, port, prefix,
-      origin: r.origin.endsWith('/') ? r.origin : `${r.origin}/`,
+      origin: withSlash(r.origin),
+      canonical: withSlash(r.canonical ?? r.origin),
       originAuthority: `${url.protocol}//${url.host}`,
       originPath,
-      unendorsed: r.unendorsed, mode: r.mode, label,
+      unendorsed: r.unendorsed, mode: r.mode,
+      kind: r.kind,
+      ecosystem: ecosystemFor(r.kind),
+      metadataTtlMs: Math.round(r.metadata_ttl * 1000),
+      metadataMaxStaleMs: Math.round(r.metadata_max_stale * 1000),
+      label: label + (r.kind === 'plain' ? '' : ` (${r.kind})`),
     });
   });
   return out;
@@ -253,6 +300,7 @@ export class ProxyRoutes {
     verified: 0, denied: 0, passed: 0, refused: 0, mismatches: 0, auditMismatches: 0, revoked: 0, auditRevoked: 0, failed: 0,
   };
   private agent: Agent | null = null;
+  private readonly metadata = new MetadataCache();
 
   /** @throws VouchError usage when a route is not usable (see `compileRoutes`). */
   constructor(private readonly ctx: GatewayContext) {
@@ -276,27 +324,31 @@ export class ProxyRoutes {
       if (m === null) return null;
       const path = m[2] ?? '/';
       const route = findRoute(this.routes, m[1], path) ?? findRoute(this.routes, hostHeader, path);
-      return route === null ? null : { route, url: null, upstreamPath: null, refusal: 'absolute-form request target' };
+      return route === null ? null : { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal: 'absolute-form request target' };
     }
     const q = target.indexOf('?');
     const path = q === -1 ? target : target.slice(0, q);
     const route = findRoute(this.routes, hostHeader, path);
     if (route === null) return null;
     const rest = path.slice(route.prefix.length);
-    const refusal = pathRefusal(path, rest);
-    if (refusal !== null) return { route, url: null, upstreamPath: null, refusal };
+    const checked = route.ecosystem?.checkedPath?.(rest) ?? rest;
+    const refusal = pathRefusal(route.prefix + checked, checked);
+    if (refusal !== null) return { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal };
     const tail = target.slice(route.prefix.length); // rest of the path and the query, exactly as sent
-    return { route, url: route.origin + tail, upstreamPath: route.originPath + tail, refusal: null };
+    return {
+      route, url: route.canonical + tail, fetchUrl: route.origin + tail, upstreamPath: route.originPath + tail,
+      rest, query: q === -1 ? '' : target.slice(q + 1), refusal: null,
+    };
   }
 
-  /** Answers a matched request. Never rejects: failures become empty-bodied statuses. */
+  /** Answers a matched request. Never rejects: failures become statuses (empty-bodied, or in the client's form on ecosystem routes). */
   async handle(req: IncomingMessage, res: ServerResponse, m: ProxyMatch): Promise<void> {
     try {
       await this.answer(req, res, m);
     } catch (e) {
       this.counters.failed++;
       this.ctx.log.error('proxy request failed', { route: m.route.label, url: m.url, error: (e as Error)?.message ?? String(e) });
-      sendEmpty(res, 500);
+      this.fail(res, m.route, 500, 'vouch: internal error');
     }
   }
 
@@ -309,36 +361,84 @@ export class ProxyRoutes {
 
   // -------------------------------------------------------------------------
 
+  /**
+   * A failure: empty-bodied on a plain route (the download contract); on an
+   * ecosystem route with the short reason in the form its client prints.
+   */
+  private fail(res: ServerResponse, route: ProxyRoute, status: number, message: string, headers: Record<string, string> = {}): void {
+    if (route.ecosystem === null) return sendEmpty(res, status, headers);
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const { contentType, body } = route.ecosystem.errorBody(message);
+    res.writeHead(status, {
+      'content-type': contentType,
+      'content-length': Buffer.byteLength(body),
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-store',
+      ...headers,
+    });
+    res.end(res.req?.method === 'HEAD' ? undefined : body);
+  }
+
   private async answer(req: IncomingMessage, res: ServerResponse, m: ProxyMatch): Promise<void> {
     const { route } = m;
     req.resume(); // a GET or HEAD has no body worth reading; nothing is forwarded
     if (m.refusal !== null) {
       this.counters.refused++;
       this.ctx.log.debug('proxy: refused a request target', { route: route.label, reason: m.refusal });
-      return sendEmpty(res, 400);
+      return this.fail(res, route, 400, `vouch: refused request path (${m.refusal})`);
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       this.counters.failed++;
-      return sendEmpty(res, 405, { allow: 'GET, HEAD' });
+      return this.fail(res, route, 405, `vouch: ${req.method} is not served through vouch (GET and HEAD only)`, { allow: 'GET, HEAD' });
     }
     if (this.ctx.state === null) {
       this.counters.failed++;
-      return sendEmpty(res, 503, { 'retry-after': '1' });
+      return this.fail(res, route, 503, 'vouch: the chain is not loaded and verified yet; retry shortly', { 'retry-after': '1' });
+    }
+    if (route.ecosystem !== null) {
+      const c = route.ecosystem.classify(m.rest, m.query);
+      if (c.type === 'metadata') {
+        try {
+          return await c.answer(this.metadataIO(req, res, m));
+        } catch (e) {
+          if (!isVouchError(e)) throw e;
+          // The origin failed and nothing usable was cached (or a module refused the metadata).
+          this.counters.failed++;
+          this.ctx.log.warn('proxy: metadata unavailable', { route: route.label, url: m.fetchUrl, code: e.code, error: e.message.split('\n')[0] });
+          const status = e.code === 'too_large' ? 502 : statusOf(e);
+          return this.fail(res, route, status, `vouch: cannot read ${route.kind} metadata for ${m.url}: ${e.message.split('\n')[0]}`);
+        }
+      }
+      if (c.type === 'other') {
+        if (route.unendorsed === 'pass') {
+          this.counters.passed++;
+          return this.passThrough(req, res, m, {});
+        }
+        this.counters.denied++;
+        return this.fail(res, route, 404, `vouch: ${m.url} is not served through vouch (not a ${route.kind} package or artifact path)`);
+      }
     }
     const sel = this.ctx.state.index.select(m.url, { today: this.ctx.today() });
     if (sel === null) {
       if (route.unendorsed === 'deny') {
         this.counters.denied++;
-        return sendEmpty(res, 404);
+        return this.fail(res, route, 404, `vouch: ${m.url} is not endorsed by the authority, refused`);
       }
       this.counters.passed++;
+      if (route.ecosystem !== null) {
+        this.ctx.log.warn('proxy: passing an unendorsed artifact through unverified', { route: route.label, url: m.url });
+        return this.passThrough(req, res, m, { 'x-vouch-unendorsed': 'passed unverified' });
+      }
       return this.passThrough(req, res, m, {});
     }
     const audit: string[] = [];
     if (sel.revokedBy !== null) {
       if (route.mode === 'enforce') {
         this.counters.revoked++;
-        return sendEmpty(res, 410);
+        return this.fail(res, route, 410, `vouch: ${m.url} (${sel.entry.semver}) is revoked by the authority, refused`);
       }
       this.counters.auditRevoked++;
       audit.push('revoked');
@@ -364,7 +464,7 @@ export class ProxyRoutes {
     res.on('close', onClose);
     let obtained;
     try {
-      obtained = await this.ctx.artifacts.obtain(sel.entry.artifact_url, sel.entry.artifact_hash, { signal: abort.signal });
+      obtained = await this.ctx.artifacts.obtain(m.fetchUrl, sel.entry.artifact_hash, { signal: abort.signal });
     } catch (e) {
       res.off('close', onClose);
       if (abort.signal.aborted) {
@@ -372,7 +472,10 @@ export class ProxyRoutes {
         return;
       }
       if (isVouchError(e) && e.code === 'hash_mismatch') {
-        const evidence = { route: route.label, url: sel.entry.artifact_url, expected: sel.entry.artifact_hash, actual: e.evidence?.actual ?? null };
+        const evidence = {
+          route: route.label, url: sel.entry.artifact_url, ...(m.fetchUrl !== m.url ? { fetched_from: m.fetchUrl } : {}),
+          expected: sel.entry.artifact_hash, actual: e.evidence?.actual ?? null,
+        };
         if (route.mode === 'audit') {
           this.counters.auditMismatches++;
           this.ctx.log.warn('proxy audit: hash mismatch; serving the origin\'s bytes', { ...evidence, audit_mismatches: this.counters.auditMismatches });
@@ -380,11 +483,13 @@ export class ProxyRoutes {
         }
         this.counters.mismatches++;
         this.ctx.log.warn('proxy: hash mismatch: refused to serve', evidence);
-        return sendEmpty(res, 409);
+        return this.fail(res, route, 409, `vouch: hash mismatch for ${sel.entry.artifact_url}, refused (signed ${sel.entry.artifact_hash})`);
       }
       this.counters.failed++;
       if (isVouchError(e) && e.kind === 'integrity') this.ctx.log.warn('proxy: cannot verify', { route: route.label, url: sel.entry.artifact_url, code: e.code });
-      return sendEmpty(res, isVouchError(e) && e.code === 'too_large' ? 502 : statusOf(e));
+      const status = isVouchError(e) && e.code === 'too_large' ? 502 : statusOf(e);
+      const what = status === 504 ? 'origin timeout' : status === 502 ? 'origin error' : 'cannot serve';
+      return this.fail(res, route, status, `vouch: ${what} for ${sel.entry.artifact_url}${isVouchError(e) ? `: ${e.message.split('\n')[0]}` : ''}`);
     }
     res.off('close', onClose);
     this.counters.verified++;
@@ -394,6 +499,121 @@ export class ProxyRoutes {
     } finally {
       if (!source.used) obtained.artifact.release();
     }
+  }
+
+  /** The request-scoped view an ecosystem module answers metadata through. */
+  private metadataIO(req: IncomingMessage, res: ServerResponse, m: ProxyMatch & { refusal: null }): MetadataIO {
+    const { route } = m;
+    const base = this.requestBase(req);
+    return {
+      req, res,
+      unendorsed: route.unendorsed,
+      rest: m.rest,
+      query: m.query,
+      log: this.ctx.log,
+      fetch: (rest, opts) => this.metadata.get(
+        `${route.index} ${opts.form} ${rest}`, route.metadataTtlMs, route.metadataMaxStaleMs,
+        () => this.fetchMetadata(route, rest, opts.accept),
+      ),
+      originUrl: (rest) => route.origin + rest,
+      endorsed: (url) => {
+        const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
+        return sel === null || sel.revokedBy !== null ? null : sel;
+      },
+      artifactUrlOf: (url) => this.artifactUrlOf(route, url),
+      gatewayUrlOf: (url) => this.gatewayUrlOf(route, base, url),
+      send: (status, contentType, body, headers = {}) => {
+        res.writeHead(status, {
+          'content-type': contentType,
+          'content-length': Buffer.byteLength(body),
+          'x-content-type-options': 'nosniff',
+          'cache-control': 'no-cache',
+          ...headers,
+        });
+        res.end(req.method === 'HEAD' ? undefined : body);
+      },
+      fail: (status, message) => {
+        this.counters.failed++;
+        this.fail(res, route, status, message);
+      },
+      passThrough: () => this.passThrough(req, res, m, {}),
+    };
+  }
+
+  /** Scheme (of public_url) and authority (the request's Host, when it is a host name) that clients reach the gateway at. */
+  private requestBase(req: IncomingMessage): string {
+    const pub = new URL(this.ctx.config.public_url);
+    const host = req.headers.host;
+    if (host !== undefined && parseHost(host) !== null) return `${pub.protocol}//${host.trim()}`;
+    return `${pub.protocol}//${pub.host}`;
+  }
+
+  /** Routes to try for a URL found under `route`'s metadata: that route first. */
+  private routesFrom(route: ProxyRoute): ProxyRoute[] {
+    return [route, ...this.routes.filter((r) => r !== route)];
+  }
+
+  private artifactUrlOf(route: ProxyRoute, url: string): string | null {
+    for (const r of this.routesFrom(route)) {
+      if (url.startsWith(r.canonical)) return url;
+      if (url.startsWith(r.origin)) return r.canonical + url.slice(r.origin.length);
+    }
+    return null;
+  }
+
+  private gatewayUrlOf(route: ProxyRoute, base: string, artifactUrl: string): string | null {
+    for (const r of this.routesFrom(route)) {
+      if (!artifactUrl.startsWith(r.canonical)) continue;
+      const tail = artifactUrl.slice(r.canonical.length);
+      const hostBase = r.host === null ? base : `${new URL(base).protocol}//${r.host}${r.port === null ? '' : `:${r.port}`}`;
+      return hostBase + r.prefix + tail;
+    }
+    return null;
+  }
+
+  /** One origin request for metadata: only `accept` is sent; the body is read whole, up to MAX_METADATA_BYTES. */
+  private async fetchMetadata(route: ProxyRoute, rest: string, accept: string): Promise<OriginAnswer> {
+    const url = route.origin + rest;
+    let up: Dispatcher.ResponseData;
+    try {
+      up = await this.passAgent().request({
+        origin: route.originAuthority,
+        path: route.originPath + rest,
+        method: 'GET',
+        headers: { accept, 'accept-encoding': 'identity', 'user-agent': 'vouch-gateway' },
+      });
+    } catch (e) {
+      throw new VouchError(isTimeout(e) ? 'origin_timeout' : 'origin_error', `${url}: ${(e as { code?: string }).code ?? (e as Error).message}`, { resource: url });
+    }
+    const declared = Number(up.headers['content-length']);
+    if (declared > MAX_METADATA_BYTES) {
+      up.body.destroy();
+      throw new VouchError('too_large', `${url}: metadata larger than ${MAX_METADATA_BYTES} bytes`, { resource: url });
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    try {
+      for await (const chunk of up.body) {
+        size += (chunk as Buffer).length;
+        if (size > MAX_METADATA_BYTES) {
+          up.body.destroy();
+          throw new VouchError('too_large', `${url}: metadata larger than ${MAX_METADATA_BYTES} bytes`, { resource: url });
+        }
+        chunks.push(chunk as Buffer);
+      }
+    } catch (e) {
+      if (isVouchError(e)) throw e;
+      throw new VouchError(isTimeout(e) ? 'origin_timeout' : 'origin_error', `${url}: the body broke off`, { resource: url });
+    }
+    const headers: Record<string, string> = {};
+    for (const name of KEPT_METADATA_HEADERS) {
+      const v = up.headers[name];
+      if (typeof v === 'string') headers[name] = v;
+    }
+    if (typeof up.headers['content-encoding'] === 'string' && up.headers['content-encoding'] !== 'identity') {
+      throw new VouchError('origin_error', `${url}: the origin sent encoded metadata (${up.headers['content-encoding']}) although asked for identity`, { resource: url });
+    }
+    return { status: up.statusCode, headers, body: Buffer.concat(chunks, size) };
   }
 
   private passAgent(): Agent {

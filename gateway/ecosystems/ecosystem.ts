@@ -1,0 +1,98 @@
+/**
+ * What an ecosystem route (`kind: npm | pypi | goproxy`) adds to a plain
+ * proxy route: it tells metadata requests (an npm packument, a PyPI simple
+ * page, a Go `@v/list`) from artifact requests, and answers metadata itself,
+ * rewritten so that the client asks the gateway — and only for what the
+ * chain endorses — for every artifact it downloads.
+ *
+ * Owns: the contract between `proxy.ts` (routing, the verified artifact path,
+ * the origin connection, the metadata cache) and one module per package
+ * manager (`npm.ts`, `pypi.ts`, `goproxy.ts`), which only parse and rewrite.
+ * Trusts: nothing of what the origin sends (metadata is parsed strictly and
+ * bounded by the cache's size cap); the verified chain index behind
+ * `MetadataIO.endorsed`.
+ * Must hold: an ecosystem module never fetches an artifact and never sends
+ * an artifact's bytes; every artifact link it hands out points at the gateway
+ * (or is removed), so the client's bytes go through the hash check; on a
+ * deny route, a version with no endorsement in force is never offered.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Selection } from '../../chain/select.ts';
+import type { Logger } from '../log.ts';
+
+/** What a request under an ecosystem route is. */
+export type Classified =
+  /** An artifact: served like a plain route (verified bytes), failures in the client's form. */
+  | { type: 'artifact' }
+  /** Metadata the ecosystem module answers (`answer` never rejects for origin trouble: it calls `io.fail`). */
+  | { type: 'metadata'; answer: (io: MetadataIO) => Promise<void> }
+  /** Anything else: passed through on a `pass` route, 404 in the client's form on a `deny` route. */
+  | { type: 'other' };
+
+export interface EcosystemHandler {
+  kind: 'npm' | 'pypi' | 'goproxy';
+  /**
+   * The form of the path (after the route's prefix, no query) that the
+   * climb-out check sees, for a spelling the ecosystem needs and the check
+   * would refuse (npm's `@scope%2fname` -> `@scope/name`); null: as it is.
+   */
+  checkedPath?(rest: string): string | null;
+  /** Sorts a request by the path after the prefix (as sent, percent-encoding kept) and its query (without `?`). */
+  classify(rest: string, query: string): Classified;
+  /** The body of a failure the client shows its user: npm prints `{"error": ...}`, pip and go a text line. */
+  errorBody(message: string): { contentType: string; body: string };
+}
+
+/** One origin answer for metadata (from the cache or just fetched). */
+export interface MetadataResponse {
+  status: number;
+  /** Lower-case names; only content-type, location, etag, last-modified and cache-control are kept. */
+  headers: Record<string, string>;
+  body: Buffer;
+  /** Seconds since the origin sent it (0: just now). */
+  age: number;
+  /** True when served from the cache past its lifetime because the origin failed. */
+  stale: boolean;
+}
+
+/** What a metadata answer may use: the origin (cached), the chain, the URL maps, the response. */
+export interface MetadataIO {
+  req: IncomingMessage;
+  res: ServerResponse;
+  /** The route's policy for unendorsed artifacts. */
+  unendorsed: 'deny' | 'pass';
+  /** The path after the prefix, as sent (no query). */
+  rest: string;
+  /** The query without `?` ('' when none). */
+  query: string;
+  /**
+   * The origin's answer for `rest` (path after the prefix, query included when
+   * wanted) under this route, through the metadata cache: fresh for the
+   * route's `metadata_ttl`, then served stale for up to `metadata_max_stale`
+   * while the origin fails. Only the client's `accept` is sent (as `accept`),
+   * no other client header. `form` separates cache entries of one path
+   * (e.g. npm's abbreviated and full packuments).
+   * @throws VouchError origin_error / origin_timeout / too_large when the
+   * origin fails and nothing usable is cached.
+   */
+  fetch(rest: string, opts: { accept: string; form: string }): Promise<MetadataResponse>;
+  /** The origin URL of `rest` under this route (to resolve relative links against). */
+  originUrl(rest: string): string;
+  /** The selection in force for an artifact URL (newest version, not revoked), or null. */
+  endorsed(artifactUrl: string): Selection | null;
+  /**
+   * The artifact URL (canonical form) of an absolute URL found in metadata: a
+   * URL under this route's (or another route's) origin or canonical base maps
+   * to that route's canonical base; null when no route serves it.
+   */
+  artifactUrlOf(url: string): string | null;
+  /** The absolute gateway URL that serves an artifact URL, for this request's host; null when no route serves it. */
+  gatewayUrlOf(artifactUrl: string): string | null;
+  /** Sends a metadata answer (200 unless given); adds nosniff and `cache-control: no-cache` unless set. */
+  send(status: number, contentType: string, body: string | Buffer, headers?: Record<string, string>): void;
+  /** Sends a failure in the client's form (`errorBody`), counted as failed. */
+  fail(status: number, message: string): void;
+  /** Streams the origin's answer for the request through (as a pass route does). */
+  passThrough(): Promise<void>;
+  log: Logger;
+}

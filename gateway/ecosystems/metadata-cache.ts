@@ -1,0 +1,95 @@
+/**
+ * The metadata cache of ecosystem routes: origin answers for packuments,
+ * simple-index pages and module version lists, kept so that a package
+ * manager keeps installing endorsed packages while its registry is down.
+ *
+ * An entry is fresh for the route's `metadata_ttl` (the origin is not asked
+ * again); after that the origin is asked, and when it fails (unreachable,
+ * timeout, 5xx) the entry is served stale for up to `metadata_max_stale`
+ * more. Concurrent misses of one key share one origin request. What is kept
+ * is the origin's answer, never a rewritten one: rewriting happens per
+ * request, against the chain as it is then.
+ *
+ * Owns: the entries (lru-cache bounded in bytes: MAX_CACHE_BYTES), the
+ * single flight, the fresh / stale decision.
+ * Trusts: the `load` function for bounded bodies and for VouchErrors.
+ * Must hold: only 200 and 404/410 answers are kept (a 404 so that a
+ * missing package does not cost an origin request per client request); a
+ * failure never replaces a kept answer; memory stays under MAX_CACHE_BYTES.
+ */
+import { LRUCache } from 'lru-cache';
+import { VouchError } from '../../chain/errors.ts';
+import type { MetadataResponse } from './ecosystem.ts';
+
+/** Bytes of origin metadata kept across all ecosystem routes. */
+export const MAX_CACHE_BYTES = 64 * 1024 * 1024;
+
+export interface OriginAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+interface Entry extends OriginAnswer {
+  /** Epoch ms the origin answered. */
+  at: number;
+}
+
+/** Whether an origin failure lets a stale entry be served (not: a definite answer such as 404). */
+function originFailed(status: number): boolean {
+  return status >= 500;
+}
+
+export class MetadataCache {
+  private readonly entries = new LRUCache<string, Entry>({
+    maxSize: MAX_CACHE_BYTES,
+    sizeCalculation: (e, k) => Math.max(1, e.body.length + k.length + 256),
+  });
+  private readonly flights = new Map<string, Promise<Entry>>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  /**
+   * The answer for `key`: the kept one while fresh (`ttlMs`), else `load()`'s;
+   * when `load` fails (rejects, or answers 5xx) and a kept answer is younger
+   * than `ttlMs + maxStaleMs`, that one, marked stale.
+   * @throws what `load` threw, or VouchError origin_error for a 5xx, when nothing usable is kept.
+   */
+  async get(key: string, ttlMs: number, maxStaleMs: number, load: () => Promise<OriginAnswer>): Promise<MetadataResponse> {
+    const kept = this.entries.get(key);
+    const now = this.now();
+    if (kept !== undefined && now - kept.at < ttlMs) return this.response(kept, false);
+    let flight = this.flights.get(key);
+    if (flight === undefined) {
+      flight = this.load(key, load);
+      this.flights.set(key, flight);
+      flight.then(() => this.flights.delete(key), () => this.flights.delete(key));
+    }
+    try {
+      return this.response(await flight, false);
+    } catch (e) {
+      const usable = kept !== undefined && this.now() - kept.at < ttlMs + maxStaleMs;
+      if (usable) return this.response(kept, true);
+      throw e;
+    }
+  }
+
+  /** Entries and bytes held (for tests and metrics). */
+  stats(): { entries: number; bytes: number } {
+    return { entries: this.entries.size, bytes: this.entries.calculatedSize };
+  }
+
+  private async load(key: string, load: () => Promise<OriginAnswer>): Promise<Entry> {
+    const a = await load();
+    if (originFailed(a.status)) {
+      throw new VouchError('origin_error', `the origin answered ${a.status}`);
+    }
+    const entry: Entry = { ...a, at: this.now() };
+    if (a.status === 200 || a.status === 404 || a.status === 410) this.entries.set(key, entry);
+    return entry;
+  }
+
+  private response(e: Entry, stale: boolean): MetadataResponse {
+    return { status: e.status, headers: e.headers, body: e.body, age: Math.max(0, Math.round((this.now() - e.at) / 1000)), stale };
+  }
+}
