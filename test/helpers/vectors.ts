@@ -1,11 +1,21 @@
-/** Loads the shared test vectors (../shared/vectors) beside the repository. */
+/**
+ * Loads the test vectors vendored in `test/vectors/` (see its README): the
+ * chain vectors of an independent implementation and the RFC 8785
+ * reference data. Tests need nothing beside the repository.
+ *
+ * Owns: where the vendored vectors are (`vectorsDir`) and where the
+ * developers' shared copy would be (`sharedVectorsDir`, `../shared/vectors`
+ * or `$VOUCH_SHARED_DIR/vectors`), which test/vendored-vectors.test.ts
+ * compares byte for byte when it exists.
+ * Must hold: the vendored files are never edited by hand; they are copies.
+ */
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
-export const sharedDir = process.env.VOUCH_SHARED_DIR ?? join(repoRoot, '..', 'shared');
-export const vectorsDir = join(sharedDir, 'vectors');
+export const vectorsDir = join(repoRoot, 'test', 'vectors');
+export const sharedVectorsDir = join(process.env.VOUCH_SHARED_DIR ?? join(repoRoot, '..', 'shared'), 'vectors');
 
 export interface InvalidCase {
   name: string;
