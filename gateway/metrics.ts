@@ -24,7 +24,7 @@ import type { GatewayContext } from './context.ts';
 import type { VerifiedFetcherStats } from './verified-fetch.ts';
 import type { MirrorStats } from './mirror.ts';
 import type { SubmitterStats } from './submitter.ts';
-import { proxyStats } from './proxy.ts';
+import { proxyFor, proxyStats } from './proxy.ts';
 
 /** Latency buckets in seconds: lookups answer in well under a millisecond, cold downloads take seconds. */
 export const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
@@ -226,8 +226,11 @@ export class GatewayMetrics {
         [{ outcome: 'verified' }, s.verified], [{ outcome: 'denied' }, s.denied], [{ outcome: 'passed' }, s.passed],
         [{ outcome: 'refused' }, s.refused], [{ outcome: 'mismatch' }, s.mismatches], [{ outcome: 'audit_mismatch' }, s.auditMismatches],
         [{ outcome: 'revoked' }, s.revoked], [{ outcome: 'audit_revoked' }, s.auditRevoked], [{ outcome: 'failed' }, s.failed],
+        [{ outcome: 'metadata' }, s.metadata],
       ];
     }, ['outcome']);
+    this.counter('vouch_proxy_metadata_stale_total', 'Origin metadata served from the cache past its lifetime because the origin failed.', () => proxyStats(ctx).metadataStale);
+    this.gauge('vouch_proxy_metadata_cache_bytes', 'Bytes of origin metadata held by the ecosystem routes\' cache.', () => proxyFor(ctx).metadataCacheStats().bytes);
   }
 
   /**

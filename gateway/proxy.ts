@@ -103,6 +103,10 @@ export interface ProxyStats {
   auditRevoked: number;
   /** Other failures: origin errors and timeouts, not ready, methods. */
   failed: number;
+  /** Metadata answers of ecosystem routes (packuments, simple pages, version lists) sent. */
+  metadata: number;
+  /** Origin metadata served stale from the cache because the origin failed. */
+  metadataStale: number;
 }
 
 /** A request that falls under a route: mapped to `url`, or refused with `refusal`. */
@@ -298,6 +302,7 @@ export class ProxyRoutes {
   readonly routes: readonly ProxyRoute[];
   private readonly counters: ProxyStats = {
     verified: 0, denied: 0, passed: 0, refused: 0, mismatches: 0, auditMismatches: 0, revoked: 0, auditRevoked: 0, failed: 0,
+    metadata: 0, metadataStale: 0,
   };
   private agent: Agent | null = null;
   private readonly metadata = new MetadataCache();
@@ -309,6 +314,11 @@ export class ProxyRoutes {
 
   stats(): ProxyStats {
     return { ...this.counters };
+  }
+
+  /** What the metadata cache holds. */
+  metadataCacheStats(): { entries: number; bytes: number } {
+    return this.metadata.stats();
   }
 
   /**
@@ -511,10 +521,17 @@ export class ProxyRoutes {
       rest: m.rest,
       query: m.query,
       log: this.ctx.log,
-      fetch: (rest, opts) => this.metadata.get(
-        `${route.index} ${opts.form} ${rest}`, route.metadataTtlMs, route.metadataMaxStaleMs,
-        () => this.fetchMetadata(route, rest, opts.accept),
-      ),
+      fetch: async (rest, opts) => {
+        const got = await this.metadata.get(
+          `${route.index} ${opts.form} ${rest}`, route.metadataTtlMs, route.metadataMaxStaleMs,
+          () => this.fetchMetadata(route, rest, opts.accept),
+        );
+        if (got.stale) {
+          this.counters.metadataStale++;
+          this.ctx.log.warn('proxy: the origin failed; serving metadata from the cache', { route: route.label, url: route.origin + rest, age: got.age });
+        }
+        return got;
+      },
       originUrl: (rest) => route.origin + rest,
       endorsed: (url) => {
         const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
@@ -523,6 +540,7 @@ export class ProxyRoutes {
       artifactUrlOf: (url) => this.artifactUrlOf(route, url),
       gatewayUrlOf: (url) => this.gatewayUrlOf(route, base, url),
       send: (status, contentType, body, headers = {}) => {
+        this.counters.metadata++;
         res.writeHead(status, {
           'content-type': contentType,
           'content-length': Buffer.byteLength(body),
