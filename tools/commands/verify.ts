@@ -10,11 +10,33 @@ import { VouchError, isVouchError } from '../../chain/errors.ts';
 import { verifyDirectory } from '../../lib/parallel-verify.ts';
 import { ChainRepo } from '../../lib/chain-repo.ts';
 
+/** The verification codes of a block, in the order they are checked (chain/verify.ts), for --help. */
+const BLOCK_CHECKS: [string, string][] = [
+  ['malformed', 'not a block of this format (types, dates, intent, a URL twice in a block, an unexpected file)'],
+  ['index_gap', 'the block\'s index differs from its position (a missing or extra block)'],
+  ['prev_hash_mismatch', 'prev_hash does not name the previous block'],
+  ['record_hash_mismatch', 'the block was edited after it was hashed'],
+  ['weak_key', 'block 0\'s key is not a full-order ed25519 key (small-order keys accept forged signatures)'],
+  ['untrusted_authority', 'block 0\'s key differs from --public-key'],
+  ['signer_mismatch', 'the block names another signer than the authority'],
+  ['bad_signature', 'the payload signature does not verify with the authority key'],
+  ['time_regression', 'posted is earlier than the previous block\'s'],
+  ['bad_artifact_hash', 'an artifact_hash is not <algorithm>:<hex> of a known algorithm and length'],
+];
+
 export const verify: Command = {
   name: 'verify',
   usage: '--chain DIR [--public-key B64] [--json | --quiet] [--threads N]',
-  summary: 'Verifies every block of the chain in DIR and its checkpoint (DESIGN 1.7). Exit 0 valid, 1 invalid, 2 usage or environment error.',
-  details: 'Without --public-key the key of block 0 is trusted on first use; pin it to detect a substituted authority.',
+  summary: 'Verifies every block of the chain in DIR and its checkpoint, offline. Exit 0 valid, 1 invalid, 2 usage or environment error.',
+  details: [
+    'Each block is checked in this order; the first failure is reported as `<code> at block <index>` (exit 1):',
+    ...BLOCK_CHECKS.map(([code, what]) => `  ${code.padEnd(22)}${what}`),
+    'Then the checkpoint (`checkpoint_mismatch at checkpoint`): checkpoint.json must be signed by the authority',
+    'and name this chain\'s size and head block. Without checkpoint.json a warning says a dropped newest block',
+    'would go unnoticed.',
+    '',
+    'Without --public-key the key of block 0 is trusted on first use; pin it to detect a substituted authority.',
+  ].join('\n'),
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain directory (a clone is enough)', required: true },
     'public-key': { type: 'string', value: 'B64', help: 'pinned authority public key (base64)' },
