@@ -16,7 +16,9 @@
  * Must hold: a host is resolved once per hop and every address it resolves
  * to is checked; the caller connects to the checked address it gets back and
  * never resolves the name again (no DNS rebinding window). A refusal is a
- * `VouchError('bad_request')` raised before any packet is sent to the host.
+ * `VouchError('bad_request')` raised before any packet is sent to the host,
+ * and its message names the setting that allows the address
+ * (`origin.allow_private`), since the gateway guards only when it is off.
  */
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
@@ -225,6 +227,9 @@ const DESCRIBE: Record<AddressClass | 'not an IP address', string> = {
   'not an IP address': 'not an IP address',
 };
 
+/** Every refusal names the setting that lifts it: the guard runs only because it is off. */
+export const ALLOW_HINT = ' (to allow loopback and private origins, set origin.allow_private: true in the gateway config)';
+
 export class AddressGuard {
   private readonly resolver: Resolver;
   private readonly allow: readonly AllowEntry[];
@@ -269,7 +274,7 @@ export class AddressGuard {
       const why = this.refusal(a.address);
       if (why !== null) {
         const named = family !== 0 ? a.address : `${host} (${a.address})`;
-        throw new VouchError('bad_request', `origin address not allowed: ${named} is ${DESCRIBE[why]}`, { resource });
+        throw new VouchError('bad_request', `origin address not allowed: ${named} is ${DESCRIBE[why]}${ALLOW_HINT}`, { resource });
       }
     }
     return addresses[0]!;
