@@ -181,7 +181,14 @@ function checkRoute(r: unknown, path: string): RouteConfig {
   };
 }
 
-/** Validates a parsed YAML document and fills in the defaults. */
+/**
+ * Validates a parsed YAML document and fills in the defaults. A file is
+ * complete on its own, not laid over the embedded default (`defaultConfig`):
+ * a key it leaves out takes its default, but `authority` has none, so a file
+ * without it runs read-only; relative paths resolve against `baseDir` (the
+ * file's directory: mirrors and services rely on it). The gateway prints the
+ * resulting mode and chain directory at start (`modeLine` in gateway.ts).
+ */
 export function resolveConfig(doc: unknown, baseDir: string, source: string | null): Config {
   const raw = (doc === null || doc === undefined ? {} : checkValue(doc, { t: 'object', keys: SCHEMA }, 'config')) as Record<string, any>;
   const path = (p: string) => resolve(baseDir, p);

@@ -4,7 +4,9 @@
  * (answering 503 `not_ready`), loads and verifies the chain, then serves.
  *
  * Owns: wiring the parts together — config, chain state, origin fetcher,
- * mirror, submitter, request handler — and shutting them down.
+ * mirror, submitter, request handler — and shutting them down; the lines
+ * printed at start (the mode and chain directory first, a `try:` line that
+ * answers with no network last).
  * Must hold: the submit token and the key never reach a log line or a
  * response; they are announced once, only when first generated.
  */
@@ -165,6 +167,22 @@ export function utcDay(now: () => number): () => string {
   };
 }
 
+/**
+ * The start line naming the mode and the chain directory. A config file is
+ * complete on its own (see `resolveConfig`): it says so when a file without
+ * an `authority` section makes the gateway read-only.
+ */
+export function modeLine(config: Config): string {
+  const chain = `chain: ${config.chain.dir}`;
+  if (config.authority !== null) {
+    const from = config.source === null ? 'the embedded default, used without --config' : 'the config file\'s authority section';
+    return `mode: authority (submit enabled, signer ${config.authority.signer}; ${from}); ${chain}`;
+  }
+  const why = config.source === null ? 'no authority section' : 'the config file has no authority section; the embedded default applies only without --config';
+  if (config.chain.remote !== null) return `mode: mirror of ${config.chain.remote} (read-only: ${why}); ${chain}`;
+  return `mode: read-only (${why}); ${chain}`;
+}
+
 export async function startGateway(config: Config, options: StartOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger();
   const say = options.announce ?? ((l: string) => process.stdout.write(l + '\n'));
@@ -173,6 +191,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   if (mirrorMode && config.chain.public_key === null) {
     throw new VouchError('usage', 'config: a mirror (chain.remote without authority) needs chain.public_key, the pinned authority key it verifies every block against');
   }
+  say(modeLine(config));
   const authority = config.authority ? prepareAuthority(config, options, say, log) : null;
 
   const fetcher = new OriginFetcher({
@@ -292,11 +311,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       }, (e) => log.warn('could not re-check the block files', { error: (e as Error).message }));
     }
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
-    if (authority) {
-      say(`try: curl -s -H "Authorization: Bearer $(cat ${config.authority!.submit_token_file})" -H 'content-type: application/json' ` +
-        `-d '{"url":"https://example.org/file.tgz","name":"acme/file","semver":"1.0.0","license":"MIT"}' ${url}/v1/submit`);
-    }
+    // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
     say(`try: curl -s '${url}/v1/authority'`);
+    if (authority) {
+      say(`to submit an artifact (the gateway fetches its URL, hashes and signs it): curl -s -H "Authorization: Bearer $(cat ${config.authority!.submit_token_file})" ` +
+        `-H 'content-type: application/json' -d '{"url":"https://<host>/<file>","name":"<owner>/<name>","semver":"1.0.0","license":"MIT"}' ${url}/v1/submit`);
+    }
   })();
   ready.catch(() => {});
 

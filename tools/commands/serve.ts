@@ -9,9 +9,12 @@ export const serve: Command = {
   details: [
     'Without --config it runs the embedded default: listens on 127.0.0.1:8080, chain in ./var/chain,',
     'a development authority key and submit token created on first start (mode 0600) and printed once.',
+    'A --config file stands on its own: it is not merged with the embedded default. Keys it leaves out',
+    'take their defaults, but without an authority section the gateway is read-only (no submit), and',
+    'relative paths are relative to the file. The gateway prints the mode and the chain directory at start.',
     'Stops cleanly on SIGINT or SIGTERM.',
   ].join('\n'),
-  options: { config: { type: 'string', value: 'FILE', help: 'YAML configuration (DESIGN 5)' } },
+  options: { config: { type: 'string', value: 'FILE', help: 'YAML configuration file (its keys: README.md, Configuration)' } },
   noResultOptions: true,
   async run(v) {
     // Loaded here so the other commands do not pay for the gateway's modules.
