@@ -8,12 +8,15 @@
  * printed at start (the mode and chain directory first, a `try:` line that
  * answers with no network last).
  * Must hold: the submit token and the key never reach a log line or a
- * response; they are announced once, only when first generated.
+ * response; they are announced once, only when first generated. An
+ * authority holds its chain's lock (lib/chain-lock.ts) from start to
+ * `close()`: a second authority on the directory refuses to start, and
+ * other writers are refused while it runs.
  */
 import { createServer, type Server } from 'node:http';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { VouchError } from '../chain/errors.ts';
 import { base64Encode } from '../chain/encoding.ts';
@@ -23,6 +26,7 @@ import type { Signer } from '../chain/crypto-backend.ts';
 import { createKeyFile, readKeyFile } from '../lib/key-file.ts';
 import { nodeBackend, nodeSigner } from '../lib/node-crypto.ts';
 import { ChainRepo } from '../lib/chain-repo.ts';
+import { acquireChainLock, type ChainLock } from '../lib/chain-lock.ts';
 import { commitFor, trustedHead } from '../lib/chain-store.ts';
 import { digestUrl } from '../lib/artifact-digest.ts';
 import type { Config } from './config.ts';
@@ -192,7 +196,17 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     throw new VouchError('usage', 'config: a mirror (chain.remote without authority) needs chain.public_key, the pinned authority key it verifies every block against');
   }
   say(modeLine(config));
-  const authority = config.authority ? prepareAuthority(config, options, say, log) : null;
+  // An authority is the chain's one writer while it runs (a new chain is locked once created, below).
+  let chainLock: ChainLock | null = config.authority && existsSync(join(config.chain.dir, '.git'))
+    ? acquireChainLock(config.chain.dir)
+    : null;
+  let authority: AuthorityParts | null;
+  try {
+    authority = config.authority ? prepareAuthority(config, options, say, log) : null;
+  } catch (e) {
+    chainLock?.release();
+    throw e;
+  }
 
   const fetcher = new OriginFetcher({
     timeoutMs: config.origin.timeout * 1000,
@@ -240,6 +254,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) => reject(new VouchError('io_error', `cannot listen on ${config.listen.host}:${config.listen.port}: ${e.code ?? e.message}`)));
     server.listen(config.listen.port, config.listen.host, resolve);
+  }).catch((e) => {
+    chainLock?.release();
+    throw e;
   });
   const addr = server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
@@ -262,6 +279,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         ...(options.onProgress ? { fetch: { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'cloning the chain') } } : {}),
       })).repo
       : await openChain(config, authority, now);
+    if (authority && chainLock === null) chainLock = acquireChainLock(config.chain.dir);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
     if (authority) trustedHead(repo, authority.signer);
     const pinned = config.chain.public_key ?? (authority ? base64Encode(authority.signer.publicKey) : null);
@@ -338,6 +356,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       await proxyFor(ctx).close();
       await mirror.close?.();
       await hashWorkers.close();
+      chainLock?.release();
     },
   };
 }

@@ -12,8 +12,10 @@
  * `refs/remotes/origin/main`, the clone and the fast-forward.
  *
  * Trusts: callers to hand over block texts in order and to be the single
- * writer of the repository; git objects already on disk (they are only ever
- * written whole, through a temporary file and a rename); nothing a remote
+ * writer of the repository (an append, and the repair of `open()`, check
+ * the chain lock of ./chain-lock.ts: they are refused while a running
+ * authority gateway of another process holds it); git objects already on
+ * disk (they are only ever written whole, through a temporary file and a rename); nothing a remote
  * sends (object ids are recomputed from the bytes, the pack checksum is
  * checked, sizes are bounded; the chain code verifies the blocks).
  *
@@ -58,6 +60,7 @@ import {
   releaseLock,
   statMatches,
 } from './git-index.ts';
+import { assertChainWritable } from './chain-lock.ts';
 
 export interface BlockFile {
   index: number;
@@ -1226,8 +1229,10 @@ export class ChainRepo {
     const repo = new ChainRepo(abs, state?.index ?? null);
     await repo.loadBranch(head);
     repo.canRepair = opts.repair ?? true;
-    if (repo.canRepair) await repo.repair(state);
-    else repo.consistent = state?.commit === head && fs.existsSync(join(gitdir, 'index'));
+    if (repo.canRepair) {
+      assertChainWritable(abs); // repair writes: refused while a running gateway owns the chain
+      await repo.repair(state);
+    } else repo.consistent = state?.commit === head && fs.existsSync(join(gitdir, 'index'));
     return repo;
   }
 
@@ -1298,6 +1303,7 @@ export class ChainRepo {
     return this.serialize(async () => {
       checkBlocks(blocks, this._size, checkpoint);
       checkCommitInfo(commit);
+      assertChainWritable(this.dir); // refused while another process (a running authority gateway) owns the chain
       if (!this.consistent) {
         if (!this.canRepair) {
           throw new VouchError('io_error', `${this.dir}: working tree or index lags behind branch main; open with repair to append`);
