@@ -1,4 +1,8 @@
-/** `vouch serve [--config FILE]`: the gateway (DESIGN 3-6). */
+/**
+ * `vouch serve [--config FILE]`: the gateway (DESIGN 3-6), stopped cleanly
+ * by SIGINT, SIGTERM, SIGHUP, or (run by npm) its parent's exit, so that
+ * stopping `npm start` never leaves a gateway holding the port.
+ */
 import { progressReporter, type Command } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 
@@ -12,7 +16,7 @@ export const serve: Command = {
     'A --config file stands on its own: it is not merged with the embedded default. Keys it leaves out',
     'take their defaults, but without an authority section the gateway is read-only (no submit), and',
     'relative paths are relative to the file. The gateway prints the mode and the chain directory at start.',
-    'Stops cleanly on SIGINT or SIGTERM.',
+    'Stops cleanly on SIGINT, SIGTERM or SIGHUP; run by npm (npm start, npx), also when npm exits.',
   ].join('\n'),
   options: { config: { type: 'string', value: 'FILE', help: 'YAML configuration file (its keys: README.md, Configuration)' } },
   noResultOptions: true,
@@ -31,8 +35,13 @@ export const serve: Command = {
       gw.close().then(() => process.exit(0), () => process.exit(0));
       setTimeout(() => process.exit(0), 12_000).unref();
     };
-    process.on('SIGINT', () => stop('SIGINT'));
-    process.on('SIGTERM', () => stop('SIGTERM'));
+    for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
+    // Run by npm (`npm start`, `npx vouch serve`): npm forwards SIGINT and SIGTERM, but a shell between
+    // it and us may not, and a killed npm forwards nothing. Stop when the process that started us is gone.
+    if (process.env.npm_lifecycle_event !== undefined) {
+      const parent = process.ppid;
+      setInterval(() => { if (process.ppid !== parent) stop('parent exited'); }, 500).unref();
+    }
     try {
       await gw.ready.finally(() => bar.done());
     } catch (e) {
