@@ -344,7 +344,13 @@ export class ProxyRoutes {
     const checked = route.ecosystem?.checkedPath?.(rest) ?? rest;
     const refusal = pathRefusal(route.prefix + checked, checked);
     if (refusal !== null) return { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal };
-    const tail = target.slice(route.prefix.length); // rest of the path and the query, exactly as sent
+    const sent = target.slice(route.prefix.length); // rest of the path and the query, exactly as sent
+    const tail = route.ecosystem?.artifactTarget?.(sent) ?? sent; // Go: `%21` spelled `!`
+    if (tail !== sent) {
+      const tailPath = tail.split('?')[0]!;
+      const again = pathRefusal(route.prefix + tailPath, tailPath);
+      if (again !== null) return { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal: again };
+    }
     return {
       route, url: route.canonical + tail, fetchUrl: route.origin + tail, upstreamPath: route.originPath + tail,
       rest, query: q === -1 ? '' : target.slice(q + 1), refusal: null,
@@ -431,7 +437,13 @@ export class ProxyRoutes {
         return this.fail(res, route, 404, `vouch: ${m.url} is not served through vouch (not a ${route.kind} package or artifact path)`);
       }
     }
-    const sel = this.ctx.state.index.select(m.url, { today: this.ctx.today() });
+    return this.serveArtifact(req, res, m);
+  }
+
+  /** An artifact request: the verified bytes of an endorsed URL, else the route's policy for unendorsed ones. */
+  private async serveArtifact(req: IncomingMessage, res: ServerResponse, m: ProxyMatch & { refusal: null }): Promise<void> {
+    const { route } = m;
+    const sel = this.ctx.state?.index.select(m.url, { today: this.ctx.today() }) ?? null;
     if (sel === null) {
       if (route.unendorsed === 'deny') {
         this.counters.denied++;
@@ -555,6 +567,11 @@ export class ProxyRoutes {
         this.fail(res, route, status, message);
       },
       passThrough: () => this.passThrough(req, res, m, {}),
+      serveArtifact: async () => {
+        if ((this.ctx.state?.index.select(m.url, { today: this.ctx.today() }) ?? null) === null) return false;
+        await this.serveArtifact(req, res, m);
+        return true;
+      },
     };
   }
 

@@ -37,6 +37,14 @@ export interface EcosystemHandler {
    * would refuse (npm's `@scope%2fname` -> `@scope/name`); null: as it is.
    */
   checkedPath?(rest: string): string | null;
+  /**
+   * The target after the prefix (path and query, as sent) in the spelling
+   * the artifact URL and the origin request are built from, for a client
+   * that percent-encodes what the ecosystem's URLs spell plainly (go sends
+   * the case-encoding `!` as `%21`); null: as sent. The framework checks
+   * the result for climbing out of the route again.
+   */
+  artifactTarget?(tail: string): string | null;
   /** Sorts a request by the path after the prefix (as sent, percent-encoding kept) and its query (without `?`). */
   classify(rest: string, query: string): Classified;
   /** The body of a failure the client shows its user: npm prints `{"error": ...}`, pip and go a text line. */
@@ -94,5 +102,12 @@ export interface MetadataIO {
   fail(status: number, message: string): void;
   /** Streams the origin's answer for the request through (as a pass route does). */
   passThrough(): Promise<void>;
+  /**
+   * When the request's own URL has an endorsement (in force or revoked),
+   * answers it as an `artifact` request is answered (verified bytes, 409 /
+   * 410, audit) and resolves true; otherwise sends nothing and resolves
+   * false (Go's `.mod`, endorsed by a lockfile endorser, is an artifact).
+   */
+  serveArtifact(): Promise<boolean>;
   log: Logger;
 }
