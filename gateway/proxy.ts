@@ -387,7 +387,8 @@ export class ProxyRoutes {
       res.destroy();
       return;
     }
-    const { contentType, body } = route.ecosystem.errorBody(message);
+    const { contentType, body, reason } = route.ecosystem.errorBody(message);
+    if (reason !== undefined) res.statusMessage = reason.replace(/[^\x20-\x7e]/g, '?'); // pip prints the status line, not the body
     res.writeHead(status, {
       'content-type': contentType,
       'content-length': Buffer.byteLength(body),

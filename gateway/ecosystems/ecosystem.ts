@@ -48,7 +48,12 @@ export interface EcosystemHandler {
   /** Sorts a request by the path after the prefix (as sent, percent-encoding kept) and its query (without `?`). */
   classify(rest: string, query: string): Classified;
   /** The body of a failure the client shows its user: npm prints `{"error": ...}`, pip and go a text line. */
-  errorBody(message: string): { contentType: string; body: string };
+  errorBody(message: string): {
+    contentType: string;
+    body: string;
+    /** The status line's reason phrase instead of the standard one (printable ASCII), for a client that prints it and not the body (pip). */
+    reason?: string;
+  };
 }
 
 /** One origin answer for metadata (from the cache or just fetched). */

@@ -1,8 +1,527 @@
-/** PLACEHOLDER while the pypi module is written: every request is an artifact. */
-import type { EcosystemHandler } from './ecosystem.ts';
+/**
+ * The PyPI route kind (`kind: pypi`): pip's simple repository API (PEP 503
+ * HTML, PEP 691 JSON) through the gateway. README "PyPI (pip)" is the user's
+ * reference. One route serves the index, one more each files host:
+ *
+ *   {prefix: /pypi/,       kind: pypi, origin: https://pypi.org/}
+ *   {prefix: /pypi-files/, kind: pypi, origin: https://files.pythonhosted.org/}
+ *
+ *   GET /pypi/simple/<project>/          -> a project page of our own (below)
+ *   GET /pypi/simple/                    -> other: passed on a pass route, else 404
+ *   GET /pypi-files/packages/.../x.whl   -> an artifact: verified bytes (proxy.ts)
+ *
+ * A project page is fetched through the metadata cache in the form the
+ * client negotiated (JSON or HTML, by Accept; one cache form each), parsed
+ * (HTML with htmlparser2, JSON strictly) into a list of files, and answered as
+ * a fresh page: every file link is resolved against the page's origin URL,
+ * its fragment dropped, and mapped to its artifact URL (the canonical base of
+ * whichever route serves it + the path); a link no route serves is removed
+ * (logged), an unendorsed one is removed on a deny route and kept on a pass
+ * route; kept links point at the gateway with the signed hash as the
+ * fragment pip checks (sha256 / sha512; none for other algorithms). Side
+ * files (core metadata, GPG signatures) are never offered: they are not
+ * endorsed. A redirect of the index (PyPI's 301 for a non-normalized name)
+ * is answered with its Location mapped to the gateway.
+ *
+ * Owns: the classification of pip's paths, the Accept negotiation, the
+ * parsing of both page forms, the rewrite and the rendering of our pages,
+ * the form of a failure pip shows (a text body; the reason in the status
+ * line, since pip prints the status line and never the body).
+ * Trusts: nothing of the index's answer (bad shapes are a 502 with the
+ * reason; attribute values are re-escaped; the index's hashes never replace
+ * signed ones); `MetadataIO` for the URL maps and the chain.
+ * Must hold: every link on a page we send is a gateway URL; on a deny route
+ * no link of an unendorsed (or revoked) file is offered, and a project with
+ * none left is a 404 with the reason; a fragment on an endorsed link is
+ * exactly the signed hash; nothing of the origin's markup is sent.
+ */
+import { Parser } from 'htmlparser2';
+import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse } from './ecosystem.ts';
+
+export const JSON_TYPE = 'application/vnd.pypi.simple.v1+json';
+export const HTML_TYPE = 'application/vnd.pypi.simple.v1+html';
+
+export type Form = 'json' | 'html';
+
+/** What a client gets: the page form and the content type we answer with. */
+export interface Negotiated { form: Form; contentType: string }
+
+const OFFERS: Record<string, Negotiated> = {
+  [JSON_TYPE]: { form: 'json', contentType: JSON_TYPE },
+  'application/vnd.pypi.simple.latest+json': { form: 'json', contentType: JSON_TYPE },
+  [HTML_TYPE]: { form: 'html', contentType: `${HTML_TYPE}; charset=utf-8` },
+  'application/vnd.pypi.simple.latest+html': { form: 'html', contentType: `${HTML_TYPE}; charset=utf-8` },
+  'text/html': { form: 'html', contentType: 'text/html; charset=utf-8' },
+  'text/*': { form: 'html', contentType: 'text/html; charset=utf-8' },
+  '*/*': { form: 'html', contentType: 'text/html; charset=utf-8' },
+};
+
+/** The normalized Accept sent to the index per form (a JSON ask falls back to HTML, which we convert). */
+export const ORIGIN_ACCEPT: Record<Form, string> = {
+  json: `${JSON_TYPE}, ${HTML_TYPE};q=0.2, text/html;q=0.01`,
+  html: `${HTML_TYPE}, text/html;q=0.01`,
+};
+
+/**
+ * The page form for a client's Accept header (PEP 691): the offer with the
+ * highest q, the earlier one on a tie; HTML when there is no header; null
+ * when nothing we serve is acceptable.
+ */
+export function negotiate(accept: string | undefined): Negotiated | null {
+  if (accept === undefined || accept.trim() === '') return OFFERS['text/html']!;
+  let best: { n: Negotiated; q: number } | null = null;
+  for (const part of accept.split(',')) {
+    const [type = '', ...params] = part.split(';').map((s) => s.trim());
+    const offer = OFFERS[type.toLowerCase()];
+    if (offer === undefined) continue;
+    let q = 1;
+    for (const p of params) {
+      const m = /^q\s*=\s*([0-9.]+)$/i.exec(p);
+      if (m !== null) q = Number(m[1]);
+    }
+    if (!(q > 0 && q <= 1)) continue;
+    if (best === null || q > best.q) best = { n: offer, q };
+  }
+  return best?.n ?? null;
+}
+
+// ---------------------------------------------------------------------------
+// The index's page, parsed
+
+/** One file link of an index page, as the index gave it. */
+export interface IndexFile {
+  /** The link as written (relative or absolute, fragment included). */
+  href: string;
+  /** The index's hashes (JSON `hashes`, or the HTML fragment `#<alg>=<hex>`). */
+  hashes: Record<string, string>;
+  requiresPython: string | null;
+  /** false: not yanked; true or a reason: yanked. */
+  yanked: boolean | string;
+  /** PEP 700 (JSON only). */
+  size: number | null;
+  uploadTime: string | null;
+}
+
+export interface IndexPage {
+  /** The project's name (JSON `name`; for HTML, the one in the request path). */
+  name: string;
+  /** `meta.api-version` (JSON); `1.0` for HTML. */
+  apiVersion: string;
+  /** The URL links are relative to (the page's origin URL, or its `<base href>`). */
+  base: string;
+  files: IndexFile[];
+  /** PEP 700 `versions`, or null when the index sent none. */
+  versions: string[] | null;
+}
+
+/** A page of the index we cannot read (the reason is shown to the client). */
+export class PageError extends Error {}
+
+function fragmentHashes(href: string): Record<string, string> {
+  const at = href.indexOf('#');
+  if (at === -1) return {};
+  const m = /^([A-Za-z0-9_]+)=([0-9A-Fa-f]+)$/.exec(href.slice(at + 1));
+  return m === null ? {} : { [m[1]!.toLowerCase()]: m[2]!.toLowerCase() };
+}
+
+/** A PEP 503 page, read with htmlparser2 (entities decoded, first `<base href>` honoured as pip does). */
+export function parseHtmlPage(html: string, pageUrl: string, name: string): IndexPage {
+  const anchors: Array<Record<string, string>> = [];
+  let base: string | null = null;
+  const parser = new Parser({
+    onopentag(tag, attribs) {
+      if (tag === 'base' && base === null && attribs.href !== undefined) base = attribs.href;
+      else if (tag === 'a') anchors.push(attribs);
+    },
+  }, { decodeEntities: true, lowerCaseTags: true, lowerCaseAttributeNames: true });
+  parser.write(html);
+  parser.end();
+  let resolvedBase = pageUrl;
+  if (base !== null) {
+    try {
+      resolvedBase = new URL(base, pageUrl).href;
+    } catch {
+      throw new PageError(`the page's <base href> is not a URL`);
+    }
+  }
+  const files: IndexFile[] = [];
+  for (const a of anchors) {
+    const href = a.href;
+    if (href === undefined || href.trim() === '') continue;
+    const yanked = a['data-yanked'];
+    files.push({
+      href: href.trim(),
+      hashes: fragmentHashes(href.trim()),
+      requiresPython: a['data-requires-python'] ?? null,
+      yanked: yanked === undefined ? false : yanked === '' ? true : yanked,
+      size: null,
+      uploadTime: null,
+    });
+  }
+  return { name, apiVersion: '1.0', base: resolvedBase, files, versions: null };
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** A PEP 691 page, parsed strictly. @throws PageError naming what is wrong. */
+export function parseJsonPage(text: string, pageUrl: string): IndexPage {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    throw new PageError('the JSON does not parse');
+  }
+  if (!isObject(doc)) throw new PageError('the JSON is not an object');
+  const meta = doc.meta;
+  if (!isObject(meta) || typeof meta['api-version'] !== 'string') throw new PageError('meta.api-version is missing');
+  const apiVersion = meta['api-version'];
+  if (!/^1\.\d{1,4}$/.test(apiVersion)) throw new PageError(`unsupported api-version ${JSON.stringify(apiVersion.slice(0, 20))} (1.x is served)`);
+  if (typeof doc.name !== 'string' || doc.name === '') throw new PageError('name is missing');
+  if (!Array.isArray(doc.files)) throw new PageError('files is not an array');
+  const files: IndexFile[] = doc.files.map((f: unknown, i: number): IndexFile => {
+    const at = `files[${i}]`;
+    if (!isObject(f)) throw new PageError(`${at} is not an object`);
+    if (typeof f.url !== 'string' || f.url === '') throw new PageError(`${at}.url is missing`);
+    if (typeof f.filename !== 'string' || f.filename === '') throw new PageError(`${at}.filename is missing`);
+    if (!isObject(f.hashes)) throw new PageError(`${at}.hashes is not an object`);
+    const hashes: Record<string, string> = {};
+    for (const [alg, hex] of Object.entries(f.hashes)) {
+      if (typeof hex !== 'string') throw new PageError(`${at}.hashes.${alg} is not a string`);
+      hashes[alg.toLowerCase()] = hex.toLowerCase();
+    }
+    const rp = f['requires-python'];
+    if (rp !== undefined && rp !== null && typeof rp !== 'string') throw new PageError(`${at}.requires-python is not a string`);
+    const yanked = f.yanked;
+    if (yanked !== undefined && typeof yanked !== 'boolean' && typeof yanked !== 'string') throw new PageError(`${at}.yanked is not a boolean or a string`);
+    const size = f.size;
+    if (size !== undefined && !(typeof size === 'number' && Number.isSafeInteger(size) && size >= 0)) throw new PageError(`${at}.size is not a size`);
+    const up = f['upload-time'];
+    if (up !== undefined && up !== null && typeof up !== 'string') throw new PageError(`${at}.upload-time is not a string`);
+    return {
+      href: f.url, hashes,
+      requiresPython: typeof rp === 'string' ? rp : null,
+      yanked: yanked === undefined ? false : yanked,
+      size: size ?? null,
+      uploadTime: typeof up === 'string' ? up : null,
+    };
+  });
+  let versions: string[] | null = null;
+  if (doc.versions !== undefined) {
+    if (!Array.isArray(doc.versions) || !doc.versions.every((v) => typeof v === 'string')) throw new PageError('versions is not an array of strings');
+    versions = doc.versions as string[];
+  }
+  return { name: doc.name, apiVersion, base: pageUrl, files, versions };
+}
+
+// ---------------------------------------------------------------------------
+// The rewrite
+
+/** What the rewrite needs (a `MetadataIO` is one). */
+export interface RewriteIO {
+  unendorsed: 'deny' | 'pass';
+  endorsed(artifactUrl: string): { entry: { artifact_hash: string } } | null;
+  artifactUrlOf(url: string): string | null;
+  gatewayUrlOf(artifactUrl: string): string | null;
+}
+
+/** A file link we offer. */
+export interface KeptFile {
+  /** The gateway URL (no fragment). */
+  url: string;
+  /** The artifact URL the chain endorses (or would). */
+  artifactUrl: string;
+  /** The last path segment of the URL, decoded (what pip calls the file). */
+  filename: string;
+  /** The hash pip checks: the signed one when endorsed (sha256/sha512 only), else the index's. */
+  hashes: Record<string, string>;
+  endorsed: boolean;
+  requiresPython: string | null;
+  yanked: boolean | string;
+  size: number | null;
+  uploadTime: string | null;
+}
+
+export interface RewrittenPage {
+  name: string;
+  apiVersion: string;
+  files: KeptFile[];
+  versions: string[] | null;
+  /** Links no route serves (removed), as resolved. */
+  noRoute: string[];
+  /** Unendorsed artifact URLs removed (deny route). */
+  unendorsed: string[];
+  /** Endorsed files for which the index states another hash of the same algorithm. */
+  disagreements: Array<{ url: string; index: string; signed: string }>;
+}
+
+/** Hash names pip checks (pip's `_SUPPORTED_HASHES`). */
+const PIP_HASHES = new Set(['sha512', 'sha384', 'sha256', 'sha224', 'sha1', 'md5']);
+
+/** The `hashes` a page states for a signed `<alg>:<hex>`: sha256 and sha512 only (pip checks no other the chain uses). */
+export function signedHashes(artifactHash: string): Record<string, string> {
+  const at = artifactHash.indexOf(':');
+  const alg = artifactHash.slice(0, at);
+  const hex = artifactHash.slice(at + 1).toLowerCase();
+  return alg === 'sha256' || alg === 'sha512' ? { [alg]: hex } : {};
+}
+
+function filenameOf(url: URL): string {
+  const last = url.pathname.slice(url.pathname.lastIndexOf('/') + 1);
+  try {
+    return decodeURIComponent(last);
+  } catch {
+    return last;
+  }
+}
+
+/** PEP 503 name normalization. */
+export function normalizeName(name: string): string {
+  return name.replace(/[-_.]+/g, '-').toLowerCase();
+}
+
+const SDIST_SUFFIXES = ['.tar.gz', '.tar.bz2', '.tar.xz', '.tar.zst', '.tgz', '.tbz', '.txz', '.tar', '.zip'];
+
+/** The version in a distribution's file name (wheel, egg or sdist), or null. */
+export function versionOfFile(filename: string, project: string): string | null {
+  const lower = filename.toLowerCase();
+  if (lower.endsWith('.whl') || lower.endsWith('.egg')) {
+    const parts = filename.slice(0, -4).split('-');
+    return parts.length >= 2 ? parts[1]! : null;
+  }
+  const suffix = SDIST_SUFFIXES.find((s) => lower.endsWith(s));
+  if (suffix === undefined) return null;
+  const stem = filename.slice(0, -suffix.length);
+  const wanted = normalizeName(project);
+  for (let i = stem.indexOf('-'); i !== -1; i = stem.indexOf('-', i + 1)) {
+    if (normalizeName(stem.slice(0, i)) === wanted) return stem.slice(i + 1);
+  }
+  const last = stem.lastIndexOf('-');
+  return last === -1 ? null : stem.slice(last + 1);
+}
+
+const versionKey = (v: string) => v.toLowerCase().replace(/_/g, '-');
+
+/**
+ * The page we answer with: each link resolved against the page's base,
+ * fragment dropped, mapped to its artifact URL; removed when no route serves
+ * it or (deny) nothing endorses it; linked to the gateway with the signed
+ * hash. PEP 700 `versions` keeps only versions with a kept file.
+ */
+export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
+  const out: RewrittenPage = { name: page.name, apiVersion: page.apiVersion, files: [], versions: null, noRoute: [], unendorsed: [], disagreements: [] };
+  for (const f of page.files) {
+    let resolved: URL;
+    try {
+      resolved = new URL(f.href, page.base);
+    } catch {
+      out.noRoute.push(f.href);
+      continue;
+    }
+    resolved.hash = '';
+    const artifactUrl = resolved.protocol === 'http:' || resolved.protocol === 'https:' ? io.artifactUrlOf(resolved.href) : null;
+    const url = artifactUrl === null ? null : io.gatewayUrlOf(artifactUrl);
+    if (artifactUrl === null || url === null) {
+      out.noRoute.push(resolved.href);
+      continue;
+    }
+    const sel = io.endorsed(artifactUrl);
+    if (sel === null && io.unendorsed === 'deny') {
+      out.unendorsed.push(artifactUrl);
+      continue;
+    }
+    let hashes: Record<string, string>;
+    if (sel !== null) {
+      hashes = signedHashes(sel.entry.artifact_hash);
+      const [alg, hex] = sel.entry.artifact_hash.split(':') as [string, string];
+      const stated = f.hashes[alg];
+      if (stated !== undefined && stated !== hex.toLowerCase()) out.disagreements.push({ url: artifactUrl, index: `${alg}:${stated}`, signed: sel.entry.artifact_hash });
+    } else {
+      // Pass route, not endorsed: the bytes pass through unverified; pip checks the index's own hashes.
+      hashes = {};
+      for (const [alg, hex] of Object.entries(f.hashes)) if (PIP_HASHES.has(alg) && /^[0-9a-f]+$/.test(hex)) hashes[alg] = hex;
+    }
+    out.files.push({
+      url, artifactUrl, filename: filenameOf(resolved), hashes, endorsed: sel !== null,
+      requiresPython: f.requiresPython, yanked: f.yanked, size: f.size, uploadTime: f.uploadTime,
+    });
+  }
+  if (page.versions !== null) {
+    const kept = new Set<string>();
+    for (const f of out.files) {
+      const v = versionOfFile(f.filename, page.name);
+      if (v !== null) kept.add(versionKey(v));
+    }
+    out.versions = page.versions.filter((v) => kept.has(versionKey(v)));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Our pages
+
+const escapeText = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+const escapeAttr = (s: string) => escapeText(s).replace(/"/g, '&quot;').replace(/'/g, '&#39;');
+
+/** The fragment pip checks: the first of sha256, sha512, ... the page states, or none. */
+function fragmentOf(hashes: Record<string, string>): string {
+  for (const alg of ['sha256', 'sha512', 'sha384', 'sha224', 'sha1', 'md5']) {
+    const hex = hashes[alg];
+    if (hex !== undefined) return `#${alg}=${hex}`;
+  }
+  return '';
+}
+
+/** A minimal PEP 503 page of the kept links (every value escaped). */
+export function renderHtml(page: RewrittenPage): string {
+  const name = escapeText(page.name);
+  const lines = [
+    '<!DOCTYPE html>',
+    '<html>',
+    '<head>',
+    '<meta name="pypi:repository-version" content="1.0">',
+    `<title>Links for ${name}</title>`,
+    '</head>',
+    '<body>',
+    `<h1>Links for ${name}</h1>`,
+  ];
+  for (const f of page.files) {
+    let attrs = `href="${escapeAttr(f.url + fragmentOf(f.hashes))}"`;
+    if (f.requiresPython !== null) attrs += ` data-requires-python="${escapeAttr(f.requiresPython)}"`;
+    if (f.yanked !== false) attrs += ` data-yanked="${f.yanked === true ? '' : escapeAttr(f.yanked)}"`;
+    lines.push(`<a ${attrs}>${escapeText(f.filename)}</a><br>`);
+  }
+  lines.push('</body>', '</html>', '');
+  return lines.join('\n');
+}
+
+/** A PEP 691 page of the kept links (only the keys we know). */
+export function renderJson(page: RewrittenPage): string {
+  const doc: Record<string, unknown> = {
+    meta: { 'api-version': page.apiVersion },
+    name: page.name,
+    files: page.files.map((f) => ({
+      filename: f.filename,
+      url: f.url,
+      hashes: f.hashes,
+      ...(f.requiresPython !== null ? { 'requires-python': f.requiresPython } : {}),
+      ...(f.yanked !== false ? { yanked: f.yanked } : {}),
+      ...(f.size !== null ? { size: f.size } : {}),
+      ...(f.uploadTime !== null ? { 'upload-time': f.uploadTime } : {}),
+    })),
+  };
+  if (page.versions !== null) doc.versions = page.versions;
+  return JSON.stringify(doc);
+}
+
+// ---------------------------------------------------------------------------
+// The answer
+
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+
+function decodeBody(r: MetadataResponse): string {
+  const charset = /;\s*charset\s*=\s*"?([A-Za-z0-9_.:-]+)"?/i.exec(r.headers['content-type'] ?? '')?.[1] ?? 'utf-8';
+  let decoder: TextDecoder;
+  try {
+    decoder = new TextDecoder(charset);
+  } catch {
+    decoder = new TextDecoder('utf-8');
+  }
+  return decoder.decode(r.body);
+}
+
+/** Our reading of the index's 200 answer. @throws PageError */
+function parsePage(r: MetadataResponse, pageUrl: string, project: string): IndexPage {
+  const type = (r.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type === JSON_TYPE || type === 'application/vnd.pypi.simple.latest+json') {
+    let text: string;
+    try {
+      text = new TextDecoder('utf-8', { fatal: true }).decode(r.body);
+    } catch {
+      throw new PageError('the JSON is not UTF-8');
+    }
+    return parseJsonPage(text, pageUrl);
+  }
+  if (type === HTML_TYPE || type === 'application/vnd.pypi.simple.latest+html' || type === 'text/html') {
+    return parseHtmlPage(decodeBody(r), pageUrl, project);
+  }
+  throw new PageError(`the index answered with content type ${JSON.stringify(type || '(none)')}, not a simple repository page`);
+}
+
+function displayName(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+async function answerProject(io: MetadataIO, segment: string): Promise<void> {
+  const project = displayName(segment);
+  const want = negotiate(io.req.headers.accept);
+  if (want === null) {
+    return io.fail(406, `vouch: the Accept header rules out every form of this page (${JSON_TYPE}, ${HTML_TYPE}, text/html)`);
+  }
+  const pageUrl = io.originUrl(io.rest);
+  const r = await io.fetch(io.rest, { accept: ORIGIN_ACCEPT[want.form], form: want.form });
+  if (REDIRECTS.has(r.status)) {
+    const location = r.headers.location;
+    let target: URL | null = null;
+    try {
+      if (location !== undefined) target = new URL(location, pageUrl);
+    } catch { /* not a URL */ }
+    if (target === null) return io.fail(502, `vouch: the index answered ${r.status} for ${project} without a usable Location`);
+    target.hash = '';
+    const artifactUrl = io.artifactUrlOf(target.href);
+    const gateway = artifactUrl === null ? null : io.gatewayUrlOf(artifactUrl);
+    if (gateway === null) return io.fail(502, `vouch: the index redirected ${project} to ${target.href}, which no route serves`);
+    return io.send(r.status, 'text/plain; charset=utf-8', '', { location: gateway });
+  }
+  if (r.status === 404 || r.status === 410) return io.fail(404, `vouch: the index has no project ${project} (it answered ${r.status})`);
+  if (r.status !== 200) return io.fail(502, `vouch: the index answered ${r.status} for ${project}`);
+  let page: IndexPage;
+  try {
+    page = parsePage(r, pageUrl, project);
+  } catch (e) {
+    if (!(e instanceof PageError)) throw e;
+    io.log.warn('pypi: unreadable index page', { url: pageUrl, reason: e.message });
+    return io.fail(502, `vouch: cannot read the index page of ${project}: ${e.message}`);
+  }
+  const out = rewritePage(page, io);
+  if (out.noRoute.length > 0) {
+    io.log.warn('pypi: removed links that no route serves', { page: pageUrl, count: out.noRoute.length, urls: out.noRoute.slice(0, 5) });
+  }
+  for (const d of out.disagreements) io.log.warn('pypi: the index states another hash than the signed one', { page: pageUrl, ...d });
+  if (out.unendorsed.length > 0) io.log.debug('pypi: removed unendorsed links', { page: pageUrl, count: out.unendorsed.length });
+  if (out.files.length === 0 && io.unendorsed === 'deny' && page.files.length > 0) {
+    const why = [
+      out.unendorsed.length > 0 ? `${out.unendorsed.length} not endorsed by the authority` : '',
+      out.noRoute.length > 0 ? `${out.noRoute.length} on hosts no route serves` : '',
+    ].filter(Boolean).join(', ');
+    return io.fail(404, `vouch: no file of ${page.name} is served through vouch (${page.files.length} on the index: ${why})`);
+  }
+  if (out.files.length === 0 && io.unendorsed === 'deny') return io.fail(404, `vouch: the index lists no file of ${page.name}`);
+  const body = want.form === 'json' ? renderJson(out) : renderHtml(out);
+  io.send(200, want.contentType, body, { vary: 'Accept' });
+}
+
+/** The route's failures: pip prints the status line (`409 Client Error: <reason> for url: ...`), never the body. */
+function reasonPhrase(message: string): string {
+  const ascii = message.replace(/[^\x20-\x7e]/g, '?');
+  return ascii.length > 300 ? `${ascii.slice(0, 297)}...` : ascii;
+}
 
 export const pypi: EcosystemHandler = {
   kind: 'pypi',
-  classify: () => ({ type: 'artifact' }),
-  errorBody: (message) => ({ contentType: 'text/plain; charset=utf-8', body: `${message}\n` }),
+  classify(rest: string): Classified {
+    const m = /^simple\/([^/]+)\/?$/.exec(rest);
+    if (m !== null) {
+      const segment = m[1]!;
+      return { type: 'metadata', answer: (io) => answerProject(io, segment) };
+    }
+    if (rest === '' || rest === 'simple' || rest === 'simple/') return { type: 'other' };
+    return { type: 'artifact' };
+  },
+  errorBody: (message) => ({ contentType: 'text/plain; charset=utf-8', body: `${message}\n`, reason: reasonPhrase(message) }),
 };
