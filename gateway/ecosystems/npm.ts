@@ -1,8 +1,273 @@
-/** PLACEHOLDER while the npm module is written: every request is an artifact. */
-import type { EcosystemHandler } from './ecosystem.ts';
+/**
+ * The npm ecosystem route (`kind: npm`): the gateway as the registry npm is
+ * configured with (`npm config set registry http://<gateway>/npm/`).
+ *
+ *   GET <prefix>leftpad, <prefix>@scope/name, <prefix>@scope%2fname   packument (metadata, answered here)
+ *   GET <prefix>leftpad/-/leftpad-1.0.0.tgz                            tarball (artifact: verified bytes)
+ *   GET <prefix>@scope/name/-/name-1.0.0.tgz                           scoped tarball (artifact)
+ *   anything else (-/v1/search, -/npm/v1/security/..., name/1.0.0)     other (404 on deny, passed on pass)
+ *
+ * A packument is fetched from the origin (always as `@scope%2fname`; the
+ * abbreviated form `application/vnd.npm.install-v1+json` when the client asks
+ * for it, cached apart from the full form), parsed strictly and rewritten in
+ * one pass: each version's `dist.tarball` is mapped to its artifact URL (the
+ * route's canonical base); a version is kept when an endorsement is in force
+ * for that URL and its entry's `semver` is exactly the version (a registry
+ * listing 9.9.9 with the endorsed 1.0.0 tarball gets nothing) and the URL
+ * names the package (`/<name>/-/`, so another package's endorsed tarball
+ * cannot be listed under this name). On a `pass` route an unendorsed version
+ * is kept, marked `deprecated` (npm prints it). A tarball no route serves is
+ * removed. Kept versions point at the gateway; a `sha512` signed hash becomes
+ * `dist.integrity` (npm then checks the signed hash itself). `time` and
+ * `dist-tags` lose removed versions; a missing `latest` is recomputed.
+ *
+ * Owns: npm package-name syntax, the classification of paths, the packument
+ * rewrite, npm's error body (`{"error": ...}`, which npm prints).
+ * Trusts: `MetadataIO` (the chain index, the URL maps, the metadata cache);
+ * nothing of the origin's packument (parsed strictly, shapes checked, its
+ * tarball URLs only used through `artifactUrlOf`).
+ * Must hold: on a deny route no version without an endorsement in force for
+ * its exact semver is offered; every tarball link handed out points at the
+ * gateway; the origin's content type is passed only when it is a JSON type.
+ */
+import { SemVer } from 'semver';
+import type { Selection } from '../../chain/select.ts';
+import type { Classified, EcosystemHandler, MetadataIO } from './ecosystem.ts';
+
+/** npm's limit on a package name (scope included). */
+export const MAX_NAME_LENGTH = 214;
+/** What npm asks for when it installs (the abbreviated packument), sent upstream for that form. */
+export const ABBREVIATED_TYPE = 'application/vnd.npm.install-v1+json';
+const ABBREVIATED_ACCEPT = `${ABBREVIATED_TYPE}; q=1.0, application/json; q=0.8, */*`;
+const FULL_ACCEPT = 'application/json';
+/** The `deprecated` text of an unendorsed version kept on a pass route. */
+export const PASS_MARK = 'vouch: not endorsed by the authority; installed unverified (route policy pass)';
+
+/** One part of a name (the scope or the package): URL-safe, not starting with `.` or `_`; capitals allowed (older packages have them). */
+const PART = '[A-Za-z0-9~-][A-Za-z0-9._~-]*';
+const UNSCOPED = new RegExp(`^${PART}$`);
+const SCOPED = new RegExp(`^@(${PART})(?:/|%2[fF])(${PART})$`);
+const TARBALL = new RegExp(`^((?:@${PART}/)?${PART})/-/[A-Za-z0-9._~+-]*[A-Za-z0-9]\\.tgz$`);
+const SCOPED_ENCODED = /^@([^/%]+)%2f([^/%]+)$/i;
+const RESERVED = new Set(['node_modules', 'favicon.ico']);
+/** SemVer 2.0.0 as semver.org gives it (no `v` or `=` prefix: a version key must be written canonically). */
+const SEMVER = /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?(?:\+[0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*)?$/;
+
+/** Whether `v` is a version as the semver library writes it (what it parses and prints back the same). */
+export function isCanonicalSemver(v: string): boolean {
+  if (v.length > 256) return false;
+  const m = SEMVER.exec(v);
+  return m !== null && Number(m[1]) <= Number.MAX_SAFE_INTEGER && Number(m[2]) <= Number.MAX_SAFE_INTEGER && Number(m[3]) <= Number.MAX_SAFE_INTEGER;
+}
+
+/** Whether an artifact URL's path (before any query) has `owns` (`/<name>/-/`) in it. */
+function pathHas(url: string, owns: string): boolean {
+  const end = url.search(/[?#]/);
+  return (end === -1 ? url : url.slice(0, end)).includes(owns);
+}
+
+/** A package name as npm spells it (`@scope/name`) and as it is asked for upstream (`@scope%2fname`). */
+export interface PackageName { name: string; upstream: string }
+
+function nameOk(name: string, part: string): boolean {
+  return name.length <= MAX_NAME_LENGTH && !RESERVED.has(part.toLowerCase());
+}
+
+/** The package whose packument `rest` asks for, or null when `rest` is not a packument path. */
+export function packumentName(rest: string): PackageName | null {
+  if (UNSCOPED.test(rest)) return nameOk(rest, rest) ? { name: rest, upstream: rest } : null;
+  const m = SCOPED.exec(rest);
+  if (m === null) return null;
+  const name = `@${m[1]}/${m[2]}`;
+  return nameOk(name, m[2]!) ? { name, upstream: `@${m[1]}%2f${m[2]}` } : null;
+}
+
+/** Whether `rest` is a tarball path (`<name>/-/<file>.tgz`, the name scoped or not). */
+export function isTarballPath(rest: string): boolean {
+  const m = TARBALL.exec(rest);
+  if (m === null) return false;
+  const name = m[1]!;
+  return nameOk(name, name.slice(name.indexOf('/') + 1));
+}
+
+/** Whether an Accept header asks for the abbreviated packument (listed with a q above 0). */
+export function wantsAbbreviated(accept: string | undefined): boolean {
+  if (accept === undefined) return false;
+  for (const range of accept.split(',')) {
+    const [type, ...params] = range.split(';');
+    if (type!.trim().toLowerCase() !== ABBREVIATED_TYPE) continue;
+    const q = params.map((p) => p.trim()).find((p) => /^q=/i.test(p));
+    return q === undefined || Number(q.slice(2)) > 0;
+  }
+  return false;
+}
+
+/** The content type answered: the origin's when it is a JSON type npm reads, else application/json. */
+function answerType(origin: string | undefined, abbreviated: boolean): string {
+  const t = origin?.split(';')[0]!.trim().toLowerCase();
+  if (t === 'application/json' || (abbreviated && t === ABBREVIATED_TYPE)) return origin!;
+  return 'application/json';
+}
+
+/** The packument is not one npm could use: answered 502 with this reason. */
+export class BadPackument extends Error {}
+
+/** What a rewrite needs from the request (a subset of MetadataIO, so tests can drive it alone). */
+export type RewriteIO = Pick<MetadataIO, 'unendorsed' | 'artifactUrlOf' | 'endorsed' | 'gatewayUrlOf'>;
+
+export interface RewriteResult {
+  /** Versions offered (endorsed, or marked on a pass route). */
+  kept: number;
+  /** Of those, marked unendorsed (pass routes). */
+  marked: number;
+  /** Versions removed: not endorsed (or for another semver or package) on a deny route. */
+  unendorsed: number;
+  /** Versions removed: their tarball is under no route. */
+  unrouted: number;
+  /** Versions removed: not a usable entry (not an object, no dist.tarball, version not the key, not semver). */
+  malformed: number;
+  /** One tarball URL no route serves (for the log), or null. */
+  unroutedExample: string | null;
+}
+
+type Json = Record<string, unknown>;
+
+function isObject(v: unknown): v is Json {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** `sha512-<base64>` of a signed `sha512:<hex>` hash, or null for another algorithm. */
+export function integrityOf(artifactHash: string): string | null {
+  const m = /^sha512:([0-9a-f]{128})$/.exec(artifactHash);
+  return m === null ? null : `sha512-${Buffer.from(m[1]!, 'hex').toString('base64')}`;
+}
+
+/**
+ * Rewrites a parsed packument (full or abbreviated) of `name` in place for
+ * this request: see the header. One pass over the versions; per version one
+ * map, one index lookup, one gateway URL.
+ * @throws BadPackument when the document is not a packument of `name`.
+ */
+export function rewritePackument(doc: unknown, name: string, io: RewriteIO): RewriteResult {
+  if (!isObject(doc)) throw new BadPackument('the packument is not a JSON object');
+  if (doc.name !== undefined && doc.name !== name) throw new BadPackument(`the registry answered the packument of another package (${JSON.stringify(doc.name).slice(0, 100)})`);
+  if (doc.versions !== undefined && !isObject(doc.versions)) throw new BadPackument('"versions" is not an object');
+  if (doc['dist-tags'] !== undefined && !isObject(doc['dist-tags'])) throw new BadPackument('"dist-tags" is not an object');
+  if (doc.time !== undefined && !isObject(doc.time)) throw new BadPackument('"time" is not an object');
+  const versions = (doc.versions ?? {}) as Json;
+  const r: RewriteResult = { kept: 0, marked: 0, unendorsed: 0, unrouted: 0, malformed: 0, unroutedExample: null };
+  const keptVersions = new Set<string>();
+  const removed: string[] = [];
+  const owns = `/${name}/-/`;
+  for (const version of Object.keys(versions)) {
+    const v = versions[version];
+    const dist = isObject(v) ? v.dist : undefined;
+    if (!isObject(v) || v.version !== version || !isCanonicalSemver(version) || !isObject(dist) || typeof dist.tarball !== 'string') {
+      r.malformed++;
+      removed.push(version);
+      continue;
+    }
+    const artifactUrl = io.artifactUrlOf(dist.tarball);
+    const gatewayUrl = artifactUrl === null ? null : io.gatewayUrlOf(artifactUrl);
+    if (artifactUrl === null || gatewayUrl === null) {
+      r.unrouted++;
+      r.unroutedExample ??= dist.tarball;
+      removed.push(version);
+      continue;
+    }
+    const sel: Selection | null = io.endorsed(artifactUrl);
+    const endorsed = sel !== null && sel.entry.semver === version && pathHas(artifactUrl, owns);
+    if (!endorsed) {
+      if (io.unendorsed === 'deny') {
+        r.unendorsed++;
+        removed.push(version);
+        continue;
+      }
+      v.deprecated = PASS_MARK;
+      r.marked++;
+    } else {
+      const integrity = integrityOf(sel.entry.artifact_hash);
+      if (integrity !== null && dist.integrity !== integrity) {
+        dist.integrity = integrity;
+        delete dist.shasum; // of the origin's bytes, which may not be the signed ones
+        delete dist.signatures; // the registry's signatures cover its integrity, not this one
+        delete dist['npm-signature'];
+      }
+    }
+    dist.tarball = gatewayUrl;
+    keptVersions.add(version);
+    r.kept++;
+  }
+  for (const version of removed) delete versions[version];
+  if (isObject(doc.time)) for (const version of removed) delete doc.time[version];
+  const tags = (doc['dist-tags'] ?? {}) as Json;
+  for (const tag of Object.keys(tags)) {
+    const to = tags[tag];
+    if (typeof to !== 'string' || !keptVersions.has(to)) delete tags[tag];
+  }
+  if (tags.latest === undefined && keptVersions.size > 0) tags.latest = latestOf(keptVersions);
+  if (doc['dist-tags'] !== undefined || tags.latest !== undefined) doc['dist-tags'] = tags;
+  return r;
+}
+
+/** The highest version that is not a prerelease, else the highest (as written: build metadata kept). */
+function latestOf(versions: Iterable<string>): string {
+  let release: { v: string; s: SemVer } | null = null;
+  let any: { v: string; s: SemVer } | null = null;
+  for (const v of versions) {
+    const s = new SemVer(v);
+    if (any === null || s.compare(any.s) > 0) any = { v, s };
+    if (s.prerelease.length === 0 && (release === null || s.compare(release.s) > 0)) release = { v, s };
+  }
+  return (release ?? any)!.v;
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Answers a packument request: the origin's packument (cached), rewritten for this request. */
+async function answerPackument(io: MetadataIO, pkg: PackageName): Promise<void> {
+  const abbreviated = wantsAbbreviated(io.req.headers.accept);
+  const up = await io.fetch(pkg.upstream, { accept: abbreviated ? ABBREVIATED_ACCEPT : FULL_ACCEPT, form: abbreviated ? 'abbreviated' : 'full' });
+  if (up.status === 404 || up.status === 410) {
+    return io.fail(404, `vouch: ${pkg.name} is not in the registry (it answered ${up.status})`);
+  }
+  if (up.status !== 200) return io.fail(502, `vouch: the registry answered ${up.status} for the packument of ${pkg.name}`);
+  let doc: unknown;
+  let result: RewriteResult;
+  try {
+    try {
+      doc = JSON.parse(utf8.decode(up.body));
+    } catch (e) {
+      throw new BadPackument(`not JSON (${(e as Error).message.slice(0, 120)})`);
+    }
+    result = rewritePackument(doc, pkg.name, io);
+  } catch (e) {
+    if (!(e instanceof BadPackument)) throw e;
+    io.log.warn('npm: unusable packument from the registry', { package: pkg.name, error: e.message });
+    return io.fail(502, `vouch: the registry's packument of ${pkg.name} is unusable: ${e.message}`);
+  }
+  if (result.unrouted > 0) {
+    io.log.warn('npm: removed versions whose tarball no route serves', { package: pkg.name, versions: result.unrouted, example: result.unroutedExample });
+  }
+  io.log.debug('npm: packument rewritten', {
+    package: pkg.name, form: abbreviated ? 'abbreviated' : 'full', kept: result.kept, marked: result.marked,
+    unendorsed: result.unendorsed, malformed: result.malformed, stale: up.stale,
+  });
+  if (result.kept === 0 && io.unendorsed === 'deny') return io.fail(404, `vouch: no endorsed version of ${pkg.name}`);
+  io.send(200, answerType(up.headers['content-type'], abbreviated), JSON.stringify(doc), { vary: 'accept' });
+}
 
 export const npm: EcosystemHandler = {
   kind: 'npm',
-  classify: () => ({ type: 'artifact' }),
-  errorBody: (message) => ({ contentType: 'text/plain; charset=utf-8', body: `${message}\n` }),
+  checkedPath(rest: string): string | null {
+    const m = SCOPED_ENCODED.exec(rest);
+    return m === null ? null : `@${m[1]}/${m[2]}`;
+  },
+  classify(rest: string): Classified {
+    const pkg = packumentName(rest);
+    if (pkg !== null) return { type: 'metadata', answer: (io) => answerPackument(io, pkg) };
+    if (isTarballPath(rest)) return { type: 'artifact' };
+    return { type: 'other' };
+  },
+  errorBody: (message) => ({ contentType: 'application/json', body: JSON.stringify({ error: message }) }),
 };
