@@ -1,7 +1,10 @@
 /**
  * `vouch endorse`: appends one endorsement block. Hashes `--file` when given,
  * else fetches the URL. Several `--url` (each with its `--file`, in order)
- * make one block endorsing several artifacts of one release.
+ * make one block endorsing several artifacts of one release. `--lockfile`
+ * endorses every artifact a lockfile pins instead (endorse-lockfile.ts).
+ * Licences are SPDX expressions (tools/lockfiles/licenses.ts) unless
+ * `--license-unchecked`.
  */
 import type { Command } from '../command.ts';
 import { UsageError, emit } from '../command.ts';
@@ -14,10 +17,14 @@ import { nodeBackend, nodeSigner } from '../../lib/node-crypto.ts';
 import { ChainRepo } from '../../lib/chain-repo.ts';
 import { appendSigned, findEndorsements, trustedHead } from '../../lib/chain-store.ts';
 import { digestFile, digestUrl } from '../../lib/artifact-digest.ts';
+import { checkLicense } from '../lockfiles/licenses.ts';
+import { endorseLockfile, LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from './endorse-lockfile.ts';
 
 export const endorse: Command = {
   name: 'endorse',
-  usage: '--chain DIR --key FILE --url URL --name OWNER/NAME --semver V --license ID [--file PATH] [--comment T] [--effective-date D] [--algorithm A]',
+  usage: '--chain DIR --key FILE --url URL --name OWNER/NAME --semver V --license ID [--file PATH] [--comment T] [--effective-date D] [--algorithm A] [--license-unchecked]\n' +
+    '       vouch endorse --chain DIR --key FILE --lockfile FILE [--lockfile-type npm|pip|go] [--index-url URL] [--goproxy URL] [--origin CANONICAL=FETCH]... ' +
+    '[--license ID] [--name OWNER/NAME] [--semver V] [--comment T] [--effective-date D] [--license-unchecked]',
   summary: 'Appends one endorsement block binding URL to the hash of its bytes, signed by the authority key; prints the block index and record_hash.',
   details: [
     'The bytes are read from --file when given, otherwise fetched from the URL.',
@@ -25,20 +32,38 @@ export const endorse: Command = {
     `Algorithms: ${Object.keys(HASH_ALGORITHMS).join(', ')} (default ${DEFAULT_HASH_ALGORITHM}).`,
     'Refuses (exit 1, semver_conflict) a URL already signed under the same semver with other bytes;',
     'bytes identical to the newest version of the URL are reported as unchanged and nothing is appended.',
+    'Licences must be SPDX license expressions (LicenseRef-<id> for others) unless --license-unchecked.',
+    '',
+    'With --lockfile: fetches every artifact a package-lock.json / npm-shrinkwrap.json, pip requirements file',
+    '(--hash mode) or go.sum pins, checks it against the lockfile\'s hash, and endorses them all in as few blocks',
+    'as the format allows (one commit). Entry names: npm/<name>, @scope/<name>, pypi/<PEP 503 name>,',
+    'go/<module path with / as +>. Exit 1 on a mismatch or semver_conflict, and nothing is appended.',
+    'See README, "Endorsing what a project already pins".',
   ].join('\n'),
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain repository', required: true },
     key: { type: 'string', value: 'FILE', help: 'the authority private key', required: true },
-    url: { type: 'string', multiple: true, value: 'URL', help: 'absolute http(s) URL of the artifact', required: true },
-    name: { type: 'string', value: 'OWNER/NAME', help: 'the unit the artifact belongs to', required: true },
-    semver: { type: 'string', value: 'V', help: 'its SemVer 2.0.0 version', required: true },
-    license: { type: 'string', value: 'ID', help: 'SPDX license id', required: true },
+    url: { type: 'string', multiple: true, value: 'URL', help: 'absolute http(s) URL of the artifact (required without --lockfile)' },
+    name: { type: 'string', value: 'OWNER/NAME', help: 'the unit the artifact belongs to (required without --lockfile; with it, the blocks\' uns)' },
+    semver: { type: 'string', value: 'V', help: 'its SemVer 2.0.0 version (required without --lockfile; with it, the blocks\' semver)' },
+    license: { type: 'string', value: 'ID', help: 'SPDX license expression (required without --lockfile; with it, for entries that name none)' },
+    'license-unchecked': { type: 'boolean', help: 'accept a licence that is not an SPDX expression (it must still be a chain licence id)' },
     file: { type: 'string', multiple: true, value: 'PATH', help: 'local copy of the artifact bytes (else the URL is fetched)' },
     comment: { type: 'string', value: 'T', help: 'free text for the block and its entries' },
     'effective-date': { type: 'string', value: 'D', help: 'YYYY-MM-DD used by at= selection (default: today, UTC)' },
     algorithm: { type: 'string', value: 'A', help: `hash algorithm (default ${DEFAULT_HASH_ALGORITHM})` },
+    lockfile: { type: 'string', value: 'FILE', help: 'endorse every artifact this lockfile pins (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum)' },
+    'lockfile-type': { type: 'string', value: 'npm|pip|go', help: 'the lockfile\'s type when its name does not tell' },
+    'index-url': { type: 'string', value: 'URL', help: `pip: the PEP 503 simple index (default ${DEFAULT_INDEX_URL})` },
+    goproxy: { type: 'string', value: 'URL', help: `go: the module proxy (default ${DEFAULT_GOPROXY})` },
+    origin: { type: 'string', multiple: true, value: 'CANONICAL=FETCH', help: 'with --lockfile: fetch URLs under CANONICAL from FETCH instead, endorsing the canonical URL' },
   },
   async run(v) {
+    if (v.lockfile !== undefined) return endorseLockfile(v);
+    for (const o of LOCKFILE_ONLY) if (v[o] !== undefined) throw new UsageError(`--${o} applies only with --lockfile`);
+    for (const o of ['url', 'name', 'semver', 'license']) {
+      if (v[o] === undefined) throw new UsageError(`missing --${o} (see vouch endorse --help)`);
+    }
     const urls: string[] = v.url;
     const files: string[] = v.file ?? [];
     if (files.length !== 0 && files.length !== urls.length) throw new UsageError(`give one --file per --url (${urls.length} URLs, ${files.length} files)`);
@@ -47,6 +72,7 @@ export const endorse: Command = {
     if (!isUnitName(v.name)) throw new UsageError(`--name must be OWNER/NAME, got ${JSON.stringify(v.name)}`);
     if (!isSemver(v.semver)) throw new UsageError(`--semver must be a SemVer 2.0.0 version, got ${JSON.stringify(v.semver)}`);
     if (!isLicenseId(v.license)) throw new UsageError(`--license must be an SPDX-style id, got ${JSON.stringify(v.license)}`);
+    checkLicense(v.license, v['license-unchecked'] === true, { option: '--license' });
     if (v['effective-date'] !== undefined && !isDate(v['effective-date'])) throw new UsageError('--effective-date must be a date YYYY-MM-DD');
     if (v.comment !== undefined && v.comment.length > LIMITS.comment) throw new UsageError(`--comment is longer than ${LIMITS.comment} characters`);
     const algorithm = v.algorithm ?? DEFAULT_HASH_ALGORITHM;

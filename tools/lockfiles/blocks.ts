@@ -1,0 +1,81 @@
+/**
+ * Packing many endorsements into as few blocks as the format allows.
+ *
+ * Owns: the split. A block holds at most `maxEntries` entries (the format's
+ * LIMITS.endorsements) and its file (formatBlockFile, UTF-8) at most
+ * `maxBytes` bytes (LIMITS.blockFileBytes); entries keep their order; the
+ * caller guarantees a URL appears once in the whole list, so once per block.
+ * Chunks are first cut by an estimate (each entry's share of the file, plus
+ * the rest of a block measured on a probe block built with the first entry),
+ * then every block is built and measured; a block over the limit is split
+ * in two and the run rebuilt, so the limit holds by measurement.
+ *
+ * Trusts: `build` to make the block that will be appended (signed, after
+ * the previous one). Must hold: blocks chain (each built after the one
+ * before it); a single entry too large for a block is an error.
+ */
+import { type Block, formatBlockFile } from '../../chain/block.ts';
+import { VouchError } from '../../chain/errors.ts';
+import type { EndorsementInput } from '../../chain/build.ts';
+
+/** Bytes an entry adds to a block file: its pretty-printed form at the depth of payload.endorsements[i]. */
+export function entryBytes(e: EndorsementInput): number {
+  const shape = {
+    artifact_hash: e.artifactHash, artifact_url: e.url, comment: e.comment ?? '', endorsement: 'provenance',
+    license: e.license, name: e.name, semver: e.semver, signature_algorithm: 'ed25519',
+  };
+  const text = JSON.stringify(shape, null, 2);
+  const lines = text.split('\n').length;
+  return Buffer.byteLength(text) + lines * 6 + 2;
+}
+
+/**
+ * Builds the blocks for `entries`. `build(chunk, prev, part, parts)` makes
+ * block `part` (1-based) of `parts` after `prev` (null for the first).
+ */
+export function packBlocks(
+  entries: readonly EndorsementInput[],
+  limits: { maxEntries: number; maxBytes: number },
+  build: (chunk: EndorsementInput[], prev: Block | null, part: number, parts: number) => Block,
+): Block[] {
+  if (entries.length === 0) return [];
+  // The block around the entries, measured (comments saying "part k of K" may grow a little: 256 bytes spare).
+  const probe = build([entries[0]!], null, 1, 1);
+  const overhead = Buffer.byteLength(formatBlockFile(probe)) - entryBytes(entries[0]!) + 256;
+  // Cut by estimate.
+  const cuts: number[] = [0];
+  let size = overhead;
+  let count = 0;
+  entries.forEach((e, i) => {
+    const b = entryBytes(e);
+    if (overhead + b > limits.maxBytes) {
+      throw new VouchError('bad_request', `the endorsement of ${e.url} alone would make a block larger than ${limits.maxBytes} bytes`);
+    }
+    if (count > 0 && (count >= limits.maxEntries || size + b > limits.maxBytes)) {
+      cuts.push(i);
+      size = overhead;
+      count = 0;
+    }
+    size += b;
+    count++;
+  });
+  cuts.push(entries.length);
+  // Build and measure; split what is over and rebuild.
+  for (;;) {
+    const blocks: Block[] = [];
+    let over = -1;
+    for (let k = 0; k + 1 < cuts.length; k++) {
+      const block = build(entries.slice(cuts[k], cuts[k + 1]), blocks.at(-1) ?? null, k + 1, cuts.length - 1);
+      if (Buffer.byteLength(formatBlockFile(block)) > limits.maxBytes) {
+        over = k;
+        break;
+      }
+      blocks.push(block);
+    }
+    if (over < 0) return blocks;
+    const from = cuts[over]!;
+    const to = cuts[over + 1]!;
+    if (to - from < 2) throw new VouchError('bad_request', `the endorsement of ${entries[from]!.url} alone would make a block larger than ${limits.maxBytes} bytes`);
+    cuts.splice(over + 1, 0, from + Math.floor((to - from) / 2));
+  }
+}

@@ -1,0 +1,196 @@
+/**
+ * Reading a `go.sum` and checking a GOPROXY's files against it.
+ *
+ * Owns:
+ * - the go.sum lines read: `<module> <version> h1:<base64>` (the module
+ *   zip) and `<module> <version>/go.mod h1:<base64>` (its go.mod);
+ * - the GOPROXY URLs: `<proxy>/<escaped module>/@v/<escaped version>.zip`
+ *   and `.mod`, where escaping writes each upper-case letter as `!` and its
+ *   lower case (golang.org/x/mod/module EscapePath / EscapeVersion);
+ * - Go's `h1:` hash (golang.org/x/mod/sumdb/dirhash Hash1, read in Go's own
+ *   source): sha256 over the lines `<hex sha256 of the file>  <name>\n`, one
+ *   per file, sorted by name bytewise, base64 (standard, padded). For a zip
+ *   the names are the zip's (every entry, as HashZip does), for a go.mod the
+ *   one name `go.mod` (cmd/go goModSum);
+ * - the checks the go command makes before hashing a zip: every name starts
+ *   with `<module>@<version>/`; plus bounds: zip ≤ 500 MiB and the same cap
+ *   on the total uncompressed size (Go's modzip limits), ≤ 1,000,000
+ *   entries, no name twice, none with a newline; go.mod ≤ 16 MiB.
+ *
+ * Trusts: yauzl for the zip's structure (its central directory, entry sizes
+ * it checks against what it inflates). Must hold: a zip is spooled to a
+ * private temporary file (never held in memory) and removed afterwards.
+ */
+import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { once } from 'node:events';
+import yauzl, { type ZipFile } from 'yauzl';
+import { VouchError } from '../../chain/errors.ts';
+import { goSemver, goUnitName, isGoModulePath } from '../../chain/unit-names.ts';
+import { checkLicense } from './licenses.ts';
+import { MultiHash, type DigestName } from './digests.ts';
+import { MiB, type Http } from './http.ts';
+import type { Fetched, Options, Pinned } from './types.ts';
+
+export const MAX_ZIP_BYTES = 500 * MiB;
+export const MAX_GO_MOD_BYTES = 16 * MiB;
+export const MAX_ZIP_ENTRIES = 1_000_000;
+
+function bad(msg: string): never {
+  throw new VouchError('bad_request', msg);
+}
+
+/** Module path or version escaping of the module proxy protocol: `A` -> `!a`. */
+export function goEscape(s: string): string {
+  return s.replace(/[A-Z]/g, (c) => '!' + c.toLowerCase());
+}
+
+/** `h1:` of files given as (name bytes, sha256 hex). */
+export function hash1(files: { name: Buffer; sha256: string }[]): string {
+  const sorted = [...files].sort((a, b) => Buffer.compare(a.name, b.name));
+  const h = createHash('sha256');
+  for (const f of sorted) {
+    h.update(`${f.sha256}  `);
+    h.update(f.name);
+    h.update('\n');
+  }
+  return 'h1:' + h.digest('base64');
+}
+
+/** `h1:` of a go.mod's bytes, as go.sum records it for `<version>/go.mod`. */
+export function goModH1(bytes: Uint8Array): string {
+  return hash1([{ name: Buffer.from('go.mod'), sha256: createHash('sha256').update(bytes).digest('hex') }]);
+}
+
+/**
+ * `h1:` of a module zip file (dirhash HashZip), after the go command's
+ * prefix check.
+ * @throws VouchError `bad_request` for a zip the go command would refuse or that breaks a bound.
+ */
+export async function zipH1(path: string, module: string, version: string, label: string): Promise<string> {
+  const prefix = Buffer.from(`${module}@${version}/`);
+  let zip: ZipFile;
+  try {
+    zip = await yauzl.openPromise(path, { lazyEntries: true, decodeStrings: false, validateEntrySizes: true, autoClose: false });
+  } catch (e) {
+    return bad(`${label}: the module zip is not a zip file (${String((e as Error).message).split('\n')[0]})`);
+  }
+  try {
+    if (zip.entryCount > MAX_ZIP_ENTRIES) bad(`${label}: the module zip has ${zip.entryCount} entries, more than ${MAX_ZIP_ENTRIES}`);
+    const files: { name: Buffer; sha256: string }[] = [];
+    const seen = new Set<string>();
+    let total = 0;
+    for await (const entry of zip.eachEntry()) {
+      const name = Buffer.from(entry.fileNameRaw);
+      const shown = JSON.stringify(name.toString('utf8').slice(0, 200));
+      if (name.includes(0x0a)) bad(`${label}: the module zip has a file name with a newline`);
+      if (name.length < prefix.length || !name.subarray(0, prefix.length).equals(prefix)) bad(`${label}: the module zip has ${shown}, outside ${prefix.toString()}`);
+      const key = name.toString('latin1');
+      if (seen.has(key)) bad(`${label}: the module zip holds ${shown} twice`);
+      seen.add(key);
+      total += entry.uncompressedSize;
+      if (total > MAX_ZIP_BYTES) bad(`${label}: the module zip holds more than ${MAX_ZIP_BYTES} bytes uncompressed`);
+      const h = createHash('sha256');
+      const stream = await zip.openReadStreamPromise(entry);
+      for await (const chunk of stream) h.update(chunk as Buffer);
+      files.push({ name, sha256: h.digest('hex') });
+    }
+    return hash1(files);
+  } catch (e) {
+    if (e instanceof VouchError) throw e;
+    return bad(`${label}: the module zip cannot be read (${String((e as Error).message).split('\n')[0]})`);
+  } finally {
+    zip.close();
+  }
+}
+
+export interface GoSumLine {
+  line: number;
+  module: string;
+  version: string;
+  goMod: boolean;
+  h1: string;
+}
+
+/**
+ * Parses a go.sum and makes the artifacts to endorse (the .zip and .mod URLs of `proxy`).
+ * @throws VouchError `bad_request` naming the line or module.
+ */
+export function readGoSum(text: string, proxy: string, options: Options, fileName: string): Pinned[] {
+  const base = proxy.replace(/\/+$/, '');
+  const seen = new Map<string, GoSumLine>();
+  const pinned: Pinned[] = [];
+  let license: string | undefined;
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const at = `${fileName} line ${i + 1}`;
+    const line = raw.trim();
+    if (line === '') return;
+    const f = line.split(/\s+/);
+    if (f.length !== 3) bad(`${at}: not "<module> <version> <hash>"`);
+    const [module, v, hash] = f as [string, string, string];
+    const goMod = v.endsWith('/go.mod');
+    const version = goMod ? v.slice(0, -'/go.mod'.length) : v;
+    if (!isGoModulePath(module)) bad(`${at}: ${JSON.stringify(module.slice(0, 200))} is not a module path`);
+    if (!/^h1:[A-Za-z0-9+/]{43}=$/.test(hash)) bad(`${at}: ${module} ${v}: only h1: hashes (base64 of 32 bytes) are read, got ${JSON.stringify(hash.slice(0, 100))}`);
+    const key = `${module} ${v}`;
+    const earlier = seen.get(key);
+    if (earlier) {
+      if (earlier.h1 !== hash) bad(`${at}: ${key} has two different hashes (line ${earlier.line})`);
+      return;
+    }
+    seen.set(key, { line: i + 1, module, version, goMod, h1: hash });
+    const label = `${module} ${v}`;
+    const name = goUnitName(module);
+    if (!name.ok) bad(`${at}: ${name.reason}`);
+    const semver = goSemver(version);
+    if (!semver.ok) bad(`${at}: ${label}: ${semver.reason}`);
+    if (options.license === undefined) bad(`${label}: a go.sum names no licences: pass --license`);
+    license ??= checkLicense(options.license!, options.licenseUnchecked, { option: '--license' });
+    const url = `${base}/${goEscape(module)}/@v/${goEscape(version)}.${goMod ? 'mod' : 'zip'}`;
+    pinned.push({
+      label, url, name: (name as { value: string }).value, semver: (semver as { value: string }).value, license: license!,
+      comment: options.comment ?? `go ${label}`,
+      endorseAlgorithm: 'sha256',
+      check: { kind: goMod ? 'go-mod' : 'go-zip', h1: hash, module, version },
+    });
+  });
+  return pinned;
+}
+
+/** Fetches a .zip or .mod and checks its h1 against go.sum. */
+export async function fetchGo(http: Http, p: Pinned, algorithms: Set<DigestName>, signal: AbortSignal): Promise<Fetched> {
+  const check = p.check;
+  if (check.kind !== 'go-zip' && check.kind !== 'go-mod') throw new TypeError('not a Go artifact');
+  const hashes = new MultiHash(algorithms);
+  let h1: string;
+  if (check.kind === 'go-mod') {
+    const { bytes } = await http.bytes(p.url, { maxBytes: MAX_GO_MOD_BYTES, signal });
+    hashes.update(bytes);
+    h1 = goModH1(bytes);
+  } else {
+    const dir = mkdtempSync(join(tmpdir(), 'vouch-gozip-'));
+    const file = join(dir, 'module.zip');
+    const out = createWriteStream(file, { mode: 0o600 });
+    try {
+      const failed = once(out, 'error').then(([e]) => { throw new VouchError('io_error', `cannot write a temporary file: ${(e as Error).message}`); });
+      failed.catch(() => {});
+      const answer = await http.get(p.url, { maxBytes: MAX_ZIP_BYTES, signal });
+      for await (const chunk of answer.body) {
+        hashes.update(chunk);
+        if (!out.write(chunk)) await Promise.race([once(out, 'drain'), failed]);
+      }
+      out.end();
+      await Promise.race([once(out, 'close'), failed]);
+      h1 = await zipH1(file, check.module, check.version, p.label);
+    } finally {
+      out.destroy();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  if (h1 !== check.h1) {
+    throw new VouchError('hash_mismatch', `go.sum mismatch: ${p.label} (${p.url}): go.sum ${check.h1}, fetched ${h1}`, { resource: p.url });
+  }
+  return { pinned: p, digests: hashes.digests(), bytes: hashes.bytes, matched: true };
+}

@@ -1,0 +1,205 @@
+/**
+ * HTTP for `vouch endorse --lockfile`: bounded GETs over undici, with the
+ * `--origin CANONICAL=FETCH` mapping (fetch a canonical URL's bytes from a
+ * mirror while the canonical URL is what gets endorsed).
+ *
+ * Owns: the origin map; per request a connect timeout, a headers timeout,
+ * an idle-body timeout and a byte cap (declared Content-Length and streamed
+ * bytes both); following at most 5 redirects, each hop mapped again; turning
+ * every failure into one VouchError line naming the canonical URL (and the
+ * URL actually asked when they differ).
+ *
+ * Does not reuse lib/artifact-digest.ts: that goes through the gateway's
+ * origin fetcher, which sends no Accept header (PEP 691 needs one), knows
+ * no origin map and hashes with one algorithm; this module imports only
+ * chain/ and undici.
+ *
+ * Trusts: nothing it receives. Must hold: a body is handed over only for a
+ * 2xx final answer and never yields more than `maxBytes` bytes; a caller
+ * that stops reading early (or whose signal aborts) has the socket closed.
+ */
+import { Agent, request, type Dispatcher } from 'undici';
+import { VouchError } from '../../chain/errors.ts';
+import { isArtifactUrl } from '../../chain/block.ts';
+
+export const MiB = 1024 * 1024;
+
+/** A URL with a user name or password in it (never endorsed: the chain is public). */
+export function hasCredentials(url: string): boolean {
+  try {
+    const u = new URL(url);
+    return u.username !== '' || u.password !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** `--origin CANONICAL=FETCH` pairs; the longest matching canonical prefix wins. */
+export class OriginMap {
+  private readonly pairs: { canonical: string; fetch: string }[] = [];
+
+  /**
+   * Parses the option values. Both sides must be absolute http(s) URLs; a
+   * missing final `/` is added, so a prefix is always whole path segments.
+   * @throws VouchError `usage`.
+   */
+  static parse(values: readonly string[]): OriginMap {
+    const map = new OriginMap();
+    for (const value of values) {
+      const cut = value.search(/=https?:\/\//i);
+      if (cut <= 0) throw new VouchError('usage', `--origin must be CANONICAL=FETCH (two http(s) URL prefixes), got ${JSON.stringify(value.slice(0, 200))}`);
+      const slash = (s: string) => (s.endsWith('/') ? s : s + '/');
+      const canonical = slash(value.slice(0, cut));
+      const fetch = slash(value.slice(cut + 1));
+      for (const u of [canonical, fetch]) {
+        if (!isArtifactUrl(u) || /[?#]/.test(u)) throw new VouchError('usage', `--origin: ${JSON.stringify(u.slice(0, 200))} is not an absolute http(s) URL prefix without query or fragment`);
+      }
+      if (hasCredentials(canonical)) throw new VouchError('usage', '--origin: the canonical prefix may not carry a user name or password');
+      if (map.pairs.some((p) => p.canonical === canonical)) throw new VouchError('usage', `--origin: ${canonical} is mapped twice`);
+      map.pairs.push({ canonical, fetch });
+    }
+    map.pairs.sort((a, b) => b.canonical.length - a.canonical.length);
+    return map;
+  }
+
+  /** The URL to ask for `url`'s bytes. */
+  fetchUrl(url: string): string {
+    for (const p of this.pairs) if (url.startsWith(p.canonical)) return p.fetch + url.slice(p.canonical.length);
+    return url;
+  }
+
+  /** The canonical form of a URL that was fetched (a redirect target on a mirror maps back). */
+  canonicalUrl(fetched: string): string {
+    for (const p of this.pairs) if (fetched.startsWith(p.fetch)) return p.canonical + fetched.slice(p.fetch.length);
+    return fetched;
+  }
+
+  get size(): number {
+    return this.pairs.length;
+  }
+}
+
+export interface GetOptions {
+  maxBytes: number;
+  accept?: string;
+  signal?: AbortSignal;
+}
+
+export interface Answer {
+  /** The canonical URL asked for. */
+  url: string;
+  /** The canonical form of the URL that answered (differs after a redirect). */
+  finalUrl: string;
+  contentType: string;
+  /** The body, at most `maxBytes` bytes; iterate it once, to the end or not. */
+  body: AsyncIterable<Uint8Array>;
+}
+
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+const MAX_REDIRECTS = 5;
+
+export class Http {
+  private readonly agent: Agent;
+
+  constructor(private readonly origins: OriginMap, private readonly limits = { connectTimeoutMs: 10_000, headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 30_000 }) {
+    this.agent = new Agent({
+      connect: { timeout: limits.connectTimeoutMs },
+      headersTimeout: limits.headersTimeoutMs,
+      bodyTimeout: limits.bodyIdleTimeoutMs,
+      keepAliveTimeout: 4_000,
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close();
+  }
+
+  /** GET `url` (canonical), following redirects; fails unless the final answer is 2xx. */
+  async get(url: string, options: GetOptions): Promise<Answer> {
+    let current = url;
+    for (let hop = 0; ; hop++) {
+      const asked = this.origins.fetchUrl(current);
+      const where = () => (asked === url ? url : `${url} (from ${asked})`);
+      let res: Dispatcher.ResponseData;
+      try {
+        res = await request(asked, {
+          method: 'GET',
+          dispatcher: this.agent,
+          headers: { 'user-agent': 'vouch-endorse-lockfile', ...(options.accept ? { accept: options.accept } : {}) },
+          ...(options.signal ? { signal: options.signal } : {}),
+        });
+      } catch (e) {
+        throw transportError(e, where(), options.signal);
+      }
+      const location = header(res.headers, 'location');
+      if (REDIRECTS.has(res.statusCode) && location !== undefined) {
+        res.body.destroy();
+        if (hop >= MAX_REDIRECTS) throw new VouchError('origin_error', `GET ${where()}: more than ${MAX_REDIRECTS} redirects`, { resource: url });
+        let next: string;
+        try {
+          next = new URL(location, asked).href;
+        } catch {
+          throw new VouchError('origin_error', `GET ${where()}: bad redirect Location ${JSON.stringify(location.slice(0, 200))}`, { resource: url });
+        }
+        if (!isArtifactUrl(next)) throw new VouchError('origin_error', `GET ${where()}: redirect to a non-http(s) URL`, { resource: url });
+        current = this.origins.canonicalUrl(next);
+        continue;
+      }
+      if (res.statusCode < 200 || res.statusCode > 299) {
+        res.body.destroy();
+        throw new VouchError('origin_error', `GET ${where()}: HTTP ${res.statusCode}`, { resource: url });
+      }
+      const declared = Number(header(res.headers, 'content-length') ?? NaN);
+      if (Number.isFinite(declared) && declared > options.maxBytes) {
+        res.body.destroy();
+        throw new VouchError('too_large', `GET ${where()}: ${declared} bytes, more than the limit of ${options.maxBytes}`, { resource: url });
+      }
+      return {
+        url,
+        finalUrl: current,
+        contentType: (header(res.headers, 'content-type') ?? '').toLowerCase(),
+        body: bounded(res.body, options.maxBytes, where(), url, options.signal),
+      };
+    }
+  }
+
+  /** GET `url` and collect the body (at most `maxBytes` bytes). */
+  async bytes(url: string, options: GetOptions): Promise<{ bytes: Buffer; answer: Answer }> {
+    const answer = await this.get(url, options);
+    const parts: Buffer[] = [];
+    for await (const chunk of answer.body) parts.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+    return { bytes: Buffer.concat(parts), answer };
+  }
+}
+
+function header(headers: Record<string, string | string[] | undefined>, name: string): string | undefined {
+  const v = headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+async function* bounded(body: Dispatcher.ResponseData['body'], maxBytes: number, where: string, url: string, signal?: AbortSignal): AsyncGenerator<Uint8Array> {
+  let seen = 0;
+  try {
+    for await (const chunk of body as AsyncIterable<Buffer>) {
+      seen += chunk.length;
+      if (seen > maxBytes) throw new VouchError('too_large', `GET ${where}: more than the limit of ${maxBytes} bytes`, { resource: url });
+      yield chunk;
+    }
+  } catch (e) {
+    if (e instanceof VouchError) throw e;
+    throw transportError(e, where, signal);
+  } finally {
+    if (!body.destroyed) body.destroy();
+  }
+}
+
+function transportError(e: unknown, where: string, signal?: AbortSignal): unknown {
+  if (signal?.aborted) return signal.reason ?? e;
+  const err = e as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+  const code = err?.code ?? '';
+  if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
+    return new VouchError('origin_timeout', `GET ${where}: ${code === 'UND_ERR_CONNECT_TIMEOUT' ? 'connect' : code === 'UND_ERR_HEADERS_TIMEOUT' ? 'response headers' : 'body'} timed out`);
+  }
+  const detail = err?.cause?.code ?? err?.cause?.message ?? (code || err?.message || String(e));
+  return new VouchError('origin_error', `GET ${where}: ${String(detail).split('\n')[0]}`);
+}

@@ -1,0 +1,336 @@
+/**
+ * Reading a pip `requirements.txt` in hash-checking mode and finding, on a
+ * PEP 503 / PEP 691 simple index, the files it pins.
+ *
+ * Owns: the requirements subset understood and the index rules.
+ * - A requirement is `name[extras]==version` (or `===`) with one or more
+ *   `--hash=<sha256|sha384|sha512>:<hex>`; `\` continues a line; `#`
+ *   starts a comment (at the start or after whitespace); an environment
+ *   marker (`; python_version < "3.8"`) is dropped, not evaluated: the pinned
+ *   files are endorsed whatever the marker says.
+ * - `-r`/`--requirement`, `-c`/`--constraint` and `-e`/`--editable` lines
+ *   are refused (endorse each file on its own); other option lines
+ *   (`--index-url`, `--find-links`, ...) are ignored with a note
+ *   (`--require-hashes` silently: it is what this reads anyway). A
+ *   requirement that is not pinned with `==`, has no `--hash`, or is a
+ *   direct URL is refused naming its line.
+ * - The index page is `<index>/<PEP 503 name>/`, asked for with
+ *   `Accept: application/vnd.pypi.simple.v1+json, text/html;q=0.1`: a PEP
+ *   691 JSON answer is read as JSON, anything else as HTML (anchors through
+ *   htmlparser2, `<base href>` honoured). Links resolve against the page's
+ *   URL (the canonical one after redirects).
+ * - A file is a candidate when its name (wheel or sdist) carries the pinned
+ *   version (PEP 440 equality; `===` compares the text) and the hash the
+ *   index gives for it (URL `#<alg>=` fragment or JSON `hashes`) is pinned;
+ *   a file the index gives no hash of a pinned algorithm for is fetched too,
+ *   and kept only if its bytes match. The fetched bytes of every endorsed
+ *   file match a pinned hash; a requirement with no such file fails.
+ * - The endorsed URL is the file's URL without its fragment; the algorithm
+ *   is the pins' one when they all use one vouch has (sha256, sha512), else
+ *   sha256.
+ *
+ * Must hold: nothing here trusts the index: its hashes only choose what to
+ * fetch; bytes decide.
+ */
+import { Parser } from 'htmlparser2';
+import { VouchError } from '../../chain/errors.ts';
+import { isArtifactUrl } from '../../chain/block.ts';
+import { parsePep440, pep440Equal, pep440ToSemver, pypiNormalizeName, pypiUnitName, isPypiName } from '../../chain/unit-names.ts';
+import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
+import { isHashAlgorithm, DEFAULT_HASH_ALGORITHM } from '../../chain/hash-algorithms.ts';
+import { parsePipHash, type DigestName } from './digests.ts';
+import { checkLicense } from './licenses.ts';
+import { MiB, hasCredentials, type Http } from './http.ts';
+import { mapLimit } from './pool.ts';
+import type { Options, Pinned } from './types.ts';
+
+export const INDEX_PAGE_MAX_BYTES = 32 * MiB;
+export const SIMPLE_ACCEPT = 'application/vnd.pypi.simple.v1+json, text/html;q=0.1';
+
+export interface Requirement {
+  line: number;
+  project: string;
+  normalized: string;
+  version: string;
+  /** `===` (arbitrary equality) instead of `==`. */
+  arbitrary: boolean;
+  hashes: Map<'sha256' | 'sha384' | 'sha512', Set<string>>;
+  label: string;
+  name: string;
+  semver: string;
+  license: string;
+}
+
+export interface PipLock {
+  requirements: Requirement[];
+  notes: string[];
+}
+
+function bad(msg: string): never {
+  throw new VouchError('bad_request', msg);
+}
+
+const REFUSED_OPTIONS: Record<string, string> = {
+  '-r': 'is not followed: endorse each requirements file on its own',
+  '--requirement': 'is not followed: endorse each requirements file on its own',
+  '-c': 'is not followed: a constraints file pins nothing to endorse here',
+  '--constraint': 'is not followed: a constraints file pins nothing to endorse here',
+  '-e': 'is refused: an editable requirement has no pinned file',
+  '--editable': 'is refused: an editable requirement has no pinned file',
+};
+
+/** Logical lines: continuations joined, comments dropped, with the number of their first physical line. */
+function logicalLines(text: string): { n: number; text: string }[] {
+  const physical = text.split(/\r?\n/);
+  const out: { n: number; text: string }[] = [];
+  let acc: string | null = null;
+  let start = 0;
+  physical.forEach((line, i) => {
+    if (acc === null) start = i + 1;
+    const joined: string = (acc ?? '') + line;
+    if (joined.endsWith('\\')) {
+      acc = joined.slice(0, -1);
+      return;
+    }
+    acc = null;
+    out.push({ n: start, text: joined });
+  });
+  if (acc !== null) out.push({ n: start, text: acc });
+  return out
+    .map((l) => ({ n: l.n, text: l.text.replace(/(^|\s)#.*$/, '').trim() }))
+    .filter((l) => l.text !== '');
+}
+
+/**
+ * Parses a requirements file.
+ * @throws VouchError `bad_request` naming the line.
+ */
+export function readRequirements(text: string, options: Options, fileName: string): PipLock {
+  const notes: string[] = [];
+  const byName = new Map<string, Requirement>();
+  const requirements: Requirement[] = [];
+  for (const { n, text: line } of logicalLines(text)) {
+    const at = `${fileName} line ${n}`;
+    if (line.startsWith('-')) {
+      const option = line.split(/[\s=]/, 1)[0]!;
+      const refusal = REFUSED_OPTIONS[option];
+      if (refusal) bad(`${at}: ${option} ${refusal}`);
+      if (option !== '--require-hashes') notes.push(`${at}: ${option} ignored${option === '-i' || option === '--index-url' || option === '--extra-index-url' ? ' (pass --index-url to vouch)' : ''}`);
+      continue;
+    }
+    // The requirement, then its per-requirement options from the first " --".
+    const cut = line.search(/\s--/);
+    const spec = (cut < 0 ? line : line.slice(0, cut)).trim();
+    const opts = cut < 0 ? [] : line.slice(cut).trim().split(/\s+/);
+    const hashes = new Map<'sha256' | 'sha384' | 'sha512', Set<string>>();
+    for (let i = 0; i < opts.length; i++) {
+      let o = opts[i]!;
+      let value: string | undefined;
+      const eq = o.indexOf('=');
+      if (eq > 0) { value = o.slice(eq + 1); o = o.slice(0, eq); }
+      if (o !== '--hash') {
+        notes.push(`${at}: ${o} ignored`);
+        if (value === undefined && i + 1 < opts.length && !opts[i + 1]!.startsWith('--')) i++;
+        continue;
+      }
+      if (value === undefined) value = opts[++i];
+      const h = value === undefined ? null : parsePipHash(value);
+      if (h === null) bad(`${at}: --hash ${JSON.stringify((value ?? '').slice(0, 200))} is not sha256:, sha384: or sha512: with its hex digest`);
+      const set = hashes.get(h!.algorithm) ?? new Set<string>();
+      set.add(h!.hex);
+      hashes.set(h!.algorithm, set);
+    }
+    // Markers are kept out: everything after an unquoted ";".
+    const semi = spec.indexOf(';');
+    const req = (semi < 0 ? spec : spec.slice(0, semi)).trim();
+    if (/\s@\s|^[^=<>!~]*@/.test(req) || /:\/\//.test(req)) bad(`${at}: ${JSON.stringify(req.slice(0, 200))} is a direct URL requirement: only name==version with --hash is read`);
+    const m = /^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(===|==)\s*([^\s,;*]+)$/.exec(req);
+    if (!m) bad(`${at}: ${JSON.stringify(req.slice(0, 200))} is not pinned as name==version`);
+    const [, project, op, version] = m!;
+    if (!isPypiName(project!)) bad(`${at}: ${JSON.stringify(project)} is not a project name`);
+    const label = `${project}${op}${version}`;
+    if (hashes.size === 0) bad(`${at}: ${label} has no --hash (pip's hash-checking mode needs one for every requirement)`);
+    if (op === '==' && parsePep440(version!) === null) bad(`${at}: ${label}: ${JSON.stringify(version)} is not a PEP 440 version`);
+    const normalized = pypiNormalizeName(project!);
+    const earlier = byName.get(normalized);
+    if (earlier) bad(`${at}: ${project} is pinned again (first on line ${earlier.line})`);
+    const name = pypiUnitName(project!);
+    if (!name.ok) bad(`${at}: ${name.reason}`);
+    const semver = pep440ToSemver(version!);
+    if (!semver.ok) bad(`${at}: ${label}: ${semver.reason}`);
+    if (options.license === undefined) bad(`${label}: a requirements file names no licences: pass --license`);
+    const license = checkLicense(options.license!, options.licenseUnchecked, { option: '--license' });
+    const r: Requirement = {
+      line: n, project: project!, normalized, version: version!, arbitrary: op === '===', hashes, label,
+      name: (name as { value: string }).value, semver: (semver as { value: string }).value, license,
+    };
+    byName.set(normalized, r);
+    requirements.push(r);
+  }
+  return { requirements, notes };
+}
+
+// ---------------------------------------------------------------- the index
+
+export interface IndexFile {
+  filename: string;
+  /** Absolute, canonical, without fragment. */
+  url: string;
+  /** What the index says the file hashes to (lowercase hex per algorithm). */
+  hashes: Record<string, string>;
+}
+
+/** The files an index page lists (PEP 691 JSON or PEP 503 HTML). */
+export function parseIndexPage(body: Buffer, contentType: string, pageUrl: string, label: string): IndexFile[] {
+  const text = body.toString('utf8');
+  const out: IndexFile[] = [];
+  const add = (filename: string, href: string, base: string, hashes: Record<string, string>) => {
+    let u: URL;
+    try {
+      u = new URL(href, base);
+    } catch {
+      return;
+    }
+    const fragment = u.hash.slice(1);
+    u.hash = '';
+    const fm = /^([a-z0-9-]+)=([0-9a-fA-F]+)$/i.exec(fragment);
+    const all = { ...(fm ? { [fm[1]!.toLowerCase()]: fm[2]!.toLowerCase() } : {}), ...hashes };
+    if (!isArtifactUrl(u.href)) return;
+    if (hasCredentials(u.href)) bad(`${label}: the index page ${pageUrl} links to a URL with a user name or password: refusing to publish it in the chain`);
+    const name = filename.trim() || decodeURIComponent(u.pathname.slice(u.pathname.lastIndexOf('/') + 1));
+    out.push({ filename: name, url: u.href, hashes: all });
+  };
+  if (contentType.startsWith('application/vnd.pypi.simple.v1+json') || contentType.startsWith('application/json')) {
+    let doc: unknown;
+    try {
+      doc = JSON.parse(text);
+    } catch {
+      return bad(`${label}: the index page ${pageUrl} is not JSON`);
+    }
+    const files = (doc as { files?: unknown })?.files;
+    if (!Array.isArray(files)) return bad(`${label}: the index page ${pageUrl} has no files list`);
+    for (const f of files) {
+      if (typeof f !== 'object' || f === null) continue;
+      const { filename, url, hashes } = f as { filename?: unknown; url?: unknown; hashes?: unknown };
+      if (typeof filename !== 'string' || typeof url !== 'string') continue;
+      const h: Record<string, string> = {};
+      if (typeof hashes === 'object' && hashes !== null) {
+        for (const [k, v] of Object.entries(hashes)) if (typeof v === 'string' && /^[0-9a-fA-F]+$/.test(v)) h[k.toLowerCase()] = v.toLowerCase();
+      }
+      add(filename, url, pageUrl, h);
+    }
+    return out;
+  }
+  const anchors: { href: string; text: string }[] = [];
+  let base: string | undefined;
+  let current: { href: string; text: string } | null = null;
+  const parser = new Parser({
+    onopentag(name, attrs) {
+      if (name === 'base' && base === undefined && attrs.href !== undefined) base = attrs.href;
+      if (name === 'a') current = attrs.href === undefined ? null : { href: attrs.href, text: '' };
+    },
+    ontext(t) {
+      if (current) current.text += t;
+    },
+    onclosetag(name) {
+      if (name === 'a' && current) {
+        anchors.push(current);
+        current = null;
+      }
+    },
+  }, { decodeEntities: true });
+  parser.write(text);
+  parser.end();
+  let baseUrl = pageUrl;
+  if (base !== undefined) {
+    try {
+      baseUrl = new URL(base, pageUrl).href;
+    } catch { /* an unusable <base>: the page URL */ }
+  }
+  for (const a of anchors) add(a.text, a.href, baseUrl, {});
+  return out;
+}
+
+const SDIST = ['.tar.gz', '.zip', '.tar.bz2', '.tar.xz', '.tgz', '.tbz', '.tar'];
+
+/** The version in a wheel or sdist file name of `normalized` (PEP 503 name), or null. */
+export function fileVersion(filename: string, normalized: string): string | null {
+  if (filename.endsWith('.whl')) {
+    const parts = filename.slice(0, -4).split('-');
+    if ((parts.length === 5 || parts.length === 6) && pypiNormalizeName(parts[0]!) === normalized) return parts[1]!;
+    return null;
+  }
+  const ext = SDIST.find((e) => filename.toLowerCase().endsWith(e));
+  if (ext === undefined) return null;
+  const stem = filename.slice(0, -ext.length);
+  for (let i = stem.indexOf('-'); i > 0; i = stem.indexOf('-', i + 1)) {
+    if (pypiNormalizeName(stem.slice(0, i)) === normalized) return stem.slice(i + 1);
+  }
+  return null;
+}
+
+function sameVersion(r: Requirement, fileVer: string): boolean {
+  if (r.arbitrary) return fileVer === r.version;
+  const a = parsePep440(r.version);
+  const b = parsePep440(fileVer);
+  return a !== null && b !== null && pep440Equal(a, b);
+}
+
+function endorseAlgorithmOf(r: Requirement): HashAlgorithm {
+  const algs = [...r.hashes.keys()];
+  return algs.length === 1 && isHashAlgorithm(algs[0]!) ? algs[0]! : DEFAULT_HASH_ALGORITHM;
+}
+
+/**
+ * Reads the index page of every requirement and returns the files to fetch.
+ * `onPage` reports progress over the pages.
+ */
+export async function resolveRequirements(
+  reqs: readonly Requirement[], http: Http, indexUrl: string, options: Options, concurrency: number,
+  onPage?: (done: number, total: number) => void,
+): Promise<{ pinned: Pinned[]; candidatesOf: Map<Requirement, Pinned[]> }> {
+  const index = indexUrl.endsWith('/') ? indexUrl : indexUrl + '/';
+  const pages = await mapLimit(reqs, concurrency, async (r, signal) => {
+    const pageUrl = `${index}${r.normalized}/`;
+    const { bytes, answer } = await http.bytes(pageUrl, { maxBytes: INDEX_PAGE_MAX_BYTES, accept: SIMPLE_ACCEPT, signal });
+    return { r, pageUrl, files: parseIndexPage(bytes, answer.contentType, answer.finalUrl, r.label) };
+  }, onPage);
+  const pinned: Pinned[] = [];
+  const candidatesOf = new Map<Requirement, Pinned[]>();
+  for (const { r, pageUrl, files } of pages) {
+    const ofVersion = files.filter((f) => {
+      const v = fileVersion(f.filename, r.normalized);
+      return v !== null && sameVersion(r, v);
+    });
+    if (ofVersion.length === 0) throw new VouchError('not_found', `${r.label}: the index page ${pageUrl} lists no file of version ${r.version}`);
+    const want: Partial<Record<DigestName, string[]>> = {};
+    for (const [alg, set] of r.hashes) want[alg] = [...set];
+    const pins = [...r.hashes].map(([alg, set]) => [...set].map((h) => `${alg}:${h}`).join(' ')).join(' ');
+    const list: Pinned[] = [];
+    const seen = new Set<string>();
+    for (const f of ofVersion) {
+      if (seen.has(f.url)) continue;
+      const advertised = [...r.hashes.keys()].filter((alg) => f.hashes[alg] !== undefined);
+      const pinnedHere = advertised.some((alg) => r.hashes.get(alg)!.has(f.hashes[alg]!));
+      if (advertised.length > 0 && !pinnedHere) continue; // another file of this version, not pinned
+      seen.add(f.url);
+      const label = `${r.label} (${f.filename})`;
+      const url = f.url;
+      list.push({
+        label, url, name: r.name, semver: r.semver, license: r.license,
+        comment: options.comment ?? `pypi ${r.label}`,
+        endorseAlgorithm: endorseAlgorithmOf(r),
+        check: {
+          kind: 'digest', want, strict: pinnedHere,
+          mismatch: (got) => `hash mismatch: ${label} (${url}): requirements ${pins}, fetched ${[...r.hashes.keys()].map((a) => `${a}:${got.get(a)}`).join(' ')}`,
+        },
+      });
+    }
+    if (list.length === 0) {
+      throw new VouchError('hash_mismatch', `${r.label}: none of the ${ofVersion.length} files of version ${r.version} at ${pageUrl} has a pinned hash`, { resource: pageUrl });
+    }
+    candidatesOf.set(r, list);
+    pinned.push(...list);
+  }
+  return { pinned, candidatesOf };
+}
