@@ -376,11 +376,16 @@ test('pip: requirements.txt against an HTML simple index with absolute links to 
       <a href="${f('zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl')}">zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl</a>
     </body></html>`,
   });
+  // A local version: pip requests the file with its path re-quoted (+ -> %2B), and that is the URL endorsed.
+  const torch = Buffer.from('torch 2.0.0+cpu wheel');
+  files.route('/h/torch-2.0.0%2Bcpu-cp311-cp311-linux_x86_64.whl', { body: torch });
+  reg.route('/simple-html/torch/', { contentType: 'text/html', body: `<a href="${f('torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl')}#sha256=${hex('sha256', torch)}">torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl</a>` });
+  const req = requirements() + `torch==2.0.0+cpu --hash=sha256:${hex('sha256', torch)}\n`;
   const before = size();
-  const r = await endorse(['--lockfile', write('py/requirements.txt', requirements()), '--index-url', reg.url('/simple-html/'), '--license', 'Apache-2.0', '--json']);
+  const r = await endorse(['--lockfile', write('py/requirements.txt', req), '--index-url', reg.url('/simple-html/'), '--license', 'Apache-2.0', '--json']);
   assert.is(r.status, 0, r.stderr + r.stdout);
   const out = JSON.parse(r.stdout);
-  assert.is(out.entries, 3);
+  assert.is(out.entries, 4);
   assert.equal(out.notes, ['requirements.txt line 2: --index-url ignored (pass --index-url to vouch)']);
   assert.ok(reg.records('/simple-html/requests/')[0]!.headers.accept!.startsWith('application/vnd.pypi.simple.v1+json'), 'PEP 691 Accept header');
   assert.is(files.requests('/h/requests-2.31.0.tar.gz'), 0, 'an unpinned file was fetched');
@@ -400,6 +405,10 @@ test('pip: requirements.txt against an HTML simple index with absolute links to 
   assert.is(zs.name, 'pypi/zope-interface');
   assert.is(zs.semver, '6.0.0');
   assert.ok(byUrl[f('zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl')], 'a link without a hash is fetched and kept when its bytes are pinned');
+  const t = byUrl[f('torch-2.0.0%2Bcpu-cp311-cp311-linux_x86_64.whl')];
+  assert.ok(t, `endorsed: ${Object.keys(byUrl).join(' ')}`);
+  assert.is(t.name, 'pypi/torch');
+  assert.is(t.semver, '2.0.0+local.cpu');
 });
 
 test('pip: the same against a PEP 691 JSON index; a tampered file and a package without a pinned file fail naming them', async () => {

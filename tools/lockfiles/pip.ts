@@ -25,7 +25,10 @@
  *   a file the index gives no hash of a pinned algorithm for is fetched too,
  *   and kept only if its bytes match. The fetched bytes of every endorsed
  *   file match a pinned hash; a requirement with no such file fails.
- * - The endorsed URL is the file's URL without its fragment; the algorithm
+ * - The endorsed URL is the file's URL without its fragment, its path
+ *   spelled as pip requests it (pip re-quotes each path part: `+` becomes
+ *   `%2B`, `!` `%21`; `@` and `%2F` stay), so the gateway's pypi route
+ *   checks the same string; the algorithm
  *   is the pins' one when they all use one vouch has (sha256, sha512), else
  *   sha256.
  *
@@ -172,9 +175,39 @@ export function readRequirements(text: string, options: Options, fileName: strin
 
 // ---------------------------------------------------------------- the index
 
+const QUOTE_SAFE = /^[A-Za-z0-9_.\-~/]$/;
+
+/** Python's `quote(unquote(part))` (safe `/`): percent-escapes decoded as UTF-8 (invalid bytes -> U+FFFD), then re-encoded. */
+function pyRequote(part: string): string {
+  const bytes: number[] = [];
+  for (let i = 0; i < part.length; i++) {
+    if (part[i] === '%' && /^[0-9A-Fa-f]{2}$/.test(part.slice(i + 1, i + 3))) {
+      bytes.push(parseInt(part.slice(i + 1, i + 3), 16));
+      i += 2;
+    } else {
+      bytes.push(...Buffer.from(part[i]!, 'utf8'));
+    }
+  }
+  // Lone surrogates cannot occur: `part` is a URL path, already encoded by WHATWG URL.
+  const text = Buffer.from(bytes).toString('utf8');
+  let out = '';
+  for (const b of Buffer.from(text, 'utf8')) {
+    const c = String.fromCharCode(b);
+    out += QUOTE_SAFE.test(c) ? c : `%${b.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  return out;
+}
+
+/** The URL as pip requests it (pip's `_ensure_quoted_url`: the path re-quoted part by part between `@` and `%2F`). */
+export function pipRequestUrl(url: string): string {
+  const u = new URL(url);
+  const path = u.pathname.split(/(@|%2F)/i).map((p, i) => (i % 2 === 1 ? p.toUpperCase() : pyRequote(p))).join('');
+  return `${u.protocol}//${u.host}${path}${u.search}`;
+}
+
 export interface IndexFile {
   filename: string;
-  /** Absolute, canonical, without fragment. */
+  /** Absolute, canonical, without fragment, spelled as pip requests it. */
   url: string;
   /** What the index says the file hashes to (lowercase hex per algorithm). */
   hashes: Record<string, string>;
@@ -197,8 +230,15 @@ export function parseIndexPage(body: Buffer, contentType: string, pageUrl: strin
     const all = { ...(fm ? { [fm[1]!.toLowerCase()]: fm[2]!.toLowerCase() } : {}), ...hashes };
     if (!isArtifactUrl(u.href)) return;
     if (hasCredentials(u.href)) bad(`${label}: the index page ${pageUrl} links to a URL with a user name or password: refusing to publish it in the chain`);
-    const name = filename.trim() || decodeURIComponent(u.pathname.slice(u.pathname.lastIndexOf('/') + 1));
-    out.push({ filename: name, url: u.href, hashes: all });
+    let name = filename.trim();
+    if (name === '') {
+      try {
+        name = decodeURIComponent(u.pathname.slice(u.pathname.lastIndexOf('/') + 1));
+      } catch {
+        return;
+      }
+    }
+    out.push({ filename: name, url: pipRequestUrl(u.href), hashes: all });
   };
   if (contentType.startsWith('application/vnd.pypi.simple.v1+json') || contentType.startsWith('application/json')) {
     let doc: unknown;
