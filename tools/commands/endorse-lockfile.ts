@@ -194,7 +194,15 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
   const { head } = trustedHead(repo, keyed);
 
   const http = new Http(origins);
-  const bar = quiet ? null : progressReporter('fetching');
+  const progress = quiet ? null : progressReporter('fetching');
+  let barShown = progress !== null;
+  const bar = progress && {
+    update: progress.update,
+    done: () => {
+      if (barShown) progress.done();
+      barShown = false;
+    },
+  };
   let fetched: Fetched[];
   try {
     let candidatesOf = new Map<Requirement, Pinned[]>();
