@@ -168,7 +168,7 @@ export function parseWrk(text: string): WrkResult {
  * given after `--`, and prints where it stopped (one thread).
  */
 export function rotationScript(paths: string[]): string {
-  for (const p of paths) if (!/^\/[A-Za-z0-9%._~\/?=&-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
+  for (const p of paths) if (!/^\/[A-Za-z0-9%._~\/?=&@-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
   return [
     'local paths = {',
     ...paths.map((p) => `  "${p}",`),

@@ -12,6 +12,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   chain: async () => (await import('./chain-bench.ts')).runChainBench(process.argv.includes('--quick')),
   gateway: async () => (await import('./gateway-bench.ts')).runGatewayBench(process.argv.includes('--quick')),
   mirror: async () => (await import('./mirror-bench.ts')).runMirrorBench(process.argv.includes('--quick')),
+  ecosystem: async () => (await import('./ecosystem-bench.ts')).runEcosystemBench(process.argv.includes('--quick')),
   soak: async () => (await import('./soak-bench.ts')).runSoakBench(process.argv.includes('--quick')),
 };
 
