@@ -45,7 +45,8 @@ export function vibecodeHeader(ctx: GatewayContext): string {
   return asciiJson(ctx.vibecode);
 }
 
-function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
+/** Whether an If-None-Match value names `etag` (weak or strong) or is `*`. */
+export function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
   if (!ifNoneMatch) return false;
   return ifNoneMatch.split(',').some((t) => {
     const v = t.trim().replace(/^W\//, '');

@@ -6,12 +6,9 @@
  *   {prefix: /npm/, origin: https://registry.example/}
  *     GET /npm/a/b.tgz?x=1  ->  artifact URL https://registry.example/a/b.tgz?x=1
  *
- * The artifact URL is the configured origin as written (`/` appended when
- * missing) followed by the request target after the prefix, byte for byte,
- * query included (a bare host route has the prefix `/`). Route choice: routes
- * whose host matches the Host header (case-insensitive; a configured port
- * must match, none matches any), else host-less routes; then the longest
- * prefix. Endorsed URL (newest version): the verified bytes via
+ * The artifact URL is `canonical` (else the origin) + the request target
+ * after the prefix; matching, mapping and the climb-out refusal live in
+ * `proxy-routes.ts`. Endorsed URL (newest version): the verified bytes via
  * `serveVerified`, plus the kept origin headers. Not endorsed: `deny` -> 404,
  * `pass` -> the origin's response streamed through. `mode: audit` serves a
  * mismatch (from the origin, `X-Vouch-Audit: mismatch`) or a revoked version
@@ -25,63 +22,31 @@
  * versions removed on deny routes), and its failures carry a short reason
  * in the form the client prints instead of an empty body.
  *
- * Owns: route matching, the URL mapping and the refusal (400) of targets
- * that could climb out of a route, the route policies, the pass-through
- * stream (its own undici Agent), the metadata fetches and their cache, the
- * URL maps ecosystem modules rewrite links with, and the proxy's counters.
+ * Owns: the route policies, the pass-through stream (its own undici
+ * Agent), the metadata fetches and their cache, the request-scoped
+ * `MetadataIO` ecosystem modules answer through, failures in the client's
+ * form, and the proxy's counters.
  * Trusts: the verified chain index; `ArtifactSource.obtain`, which resolves
  * only with bytes that hashed to the signed artifact_hash; `serveVerified`
  * for the verified response; the configured origins (the operator's).
  * Must hold: on an enforce route an endorsed URL is answered only with bytes
  * that passed the hash check, or an empty failure; nothing of an unendorsed
- * URL is fetched or served on a deny route; a mapped URL is the route's
- * origin followed by a path that cannot leave it (checked before any lookup
- * or origin request); a client that leaves cancels the origin request;
- * failures have empty bodies and nothing here throws into the request
- * handler.
+ * URL is fetched or served on a deny route; a client that leaves cancels
+ * the origin request; failures on plain routes have empty bodies; nothing
+ * here throws into the request handler.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { Agent, type Dispatcher } from 'undici';
 import { VouchError, isVouchError } from '../chain/errors.ts';
 import type { Selection } from '../chain/select.ts';
-import type { RouteConfig, RouteKind } from './config.ts';
-import type { EcosystemHandler, MetadataIO } from './ecosystems/ecosystem.ts';
-import { ecosystemFor } from './ecosystems/index.ts';
+import type { MetadataIO } from './ecosystems/ecosystem.ts';
+import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-routes.ts';
 import { MetadataCache, type OriginAnswer } from './ecosystems/metadata-cache.ts';
 import type { GatewayContext } from './context.ts';
-import { serveVerified, type ArtifactSource } from './download.ts';
+import { etagMatches, serveVerified, type ArtifactSource } from './download.ts';
 import { sendEmpty, statusOf } from './http-util.ts';
 import { keptOriginHeaders } from './mirror.ts';
-
-/** A configured route, checked and ready to match. */
-export interface ProxyRoute {
-  /** Position in `proxy.routes` (for logs). */
-  index: number;
-  /** Lower-case host name, or null: any host. */
-  host: string | null;
-  /** Port the Host header must carry, or null: any (or none). */
-  port: string | null;
-  /** Path prefix, starting and ending with `/` (`/` for a bare host route). */
-  prefix: string;
-  /** The configured origin, ending with `/`: bytes are fetched from `origin + rest`. */
-  origin: string;
-  /** The base the chain endorses, ending with `/` (the origin unless `canonical` is set): the artifact URL is `canonical + rest`. */
-  canonical: string;
-  /** Scheme and authority of the origin (`https://registry.example`). */
-  originAuthority: string;
-  /** The origin's path, normalized, ending with `/`. */
-  originPath: string;
-  unendorsed: 'deny' | 'pass';
-  mode: 'enforce' | 'audit';
-  kind: RouteKind;
-  /** The package manager's module (null for a plain route). */
-  ecosystem: EcosystemHandler | null;
-  metadataTtlMs: number;
-  metadataMaxStaleMs: number;
-  /** `prefix /npm/`, `host registry.example`, ... */
-  label: string;
-}
 
 /** What the proxy did, since the start (for metrics). */
 export interface ProxyStats {
@@ -109,23 +74,6 @@ export interface ProxyStats {
   metadataStale: number;
 }
 
-/** A request that falls under a route: mapped to `url`, or refused with `refusal`. */
-export type ProxyMatch =
-  | {
-    route: ProxyRoute;
-    /** The artifact URL: canonical base + rest, query included. */
-    url: string;
-    /** Where its bytes are fetched: origin + rest, query included. */
-    fetchUrl: string;
-    /** The origin's path for the request (origin path + rest, query included). */
-    upstreamPath: string;
-    /** The path after the prefix, as sent, and the query without `?`. */
-    rest: string;
-    query: string;
-    refusal: null;
-  }
-  | { route: ProxyRoute; url: null; fetchUrl: null; upstreamPath: null; rest: null; query: null; refusal: string };
-
 /** Largest metadata answer read from an origin (npm's largest packuments are tens of MiB). */
 export const MAX_METADATA_BYTES = 48 * 1024 * 1024;
 const KEPT_METADATA_HEADERS = ['content-type', 'location', 'etag', 'last-modified', 'cache-control'] as const;
@@ -136,139 +84,6 @@ const HOP_BY_HOP = new Set([
 ]);
 /** Request headers never forwarded on pass-through (besides hop-by-hop). */
 const NOT_FORWARDED = new Set(['host', 'content-length', 'expect']);
-
-function usage(path: string, what: string): never {
-  throw new VouchError('usage', `config: ${path} ${what}`);
-}
-
-/**
- * Checks the configured routes and prepares them for matching.
- * @throws VouchError usage naming the route: an origin with credentials, a
- * query or a fragment; a prefix with `//`, a dot segment or
- * percent-encoding, or under `/v1/` (the gateway's own paths); two routes
- * for the same host and prefix.
- */
-export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
-  const out: ProxyRoute[] = [];
-  const seen = new Set<string>();
-  routes.forEach((r, index) => {
-    const at = `proxy.routes[${index}]`;
-    let url: URL;
-    try {
-      url = new URL(r.origin);
-    } catch {
-      usage(`${at}.origin`, 'must be an absolute http(s) URL');
-    }
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') usage(`${at}.origin`, 'must be an absolute http(s) URL');
-    if (url.username !== '' || url.password !== '') usage(`${at}.origin`, 'must not carry credentials');
-    if (r.origin.includes('?') || r.origin.includes('#')) usage(`${at}.origin`, 'must not have a query or a fragment');
-    if (r.canonical !== null) {
-      const c = new URL(r.canonical);
-      if (c.username !== '' || c.password !== '') usage(`${at}.canonical`, 'must not carry credentials');
-      if (r.canonical.includes('?') || r.canonical.includes('#')) usage(`${at}.canonical`, 'must not have a query or a fragment');
-    }
-    const prefix = r.prefix ?? '/';
-    if (!prefix.startsWith('/') || !prefix.endsWith('/')) usage(`${at}.prefix`, 'must start and end with /');
-    if (prefix.includes('//') || prefix.includes('%') || prefix.split('/').some((s) => s === '.' || s === '..')) {
-      usage(`${at}.prefix`, 'must not contain //, dot segments or percent-encoding');
-    }
-    if (prefix === '/v1/' || prefix.startsWith('/v1/')) usage(`${at}.prefix`, 'must not be under /v1/ (the gateway\'s own paths)');
-    let host: string | null = null;
-    let port: string | null = null;
-    if (r.host !== null) {
-      const m = /^([A-Za-z0-9.-]+?)\.?(?::(\d{1,5}))?$/.exec(r.host);
-      if (m === null) usage(`${at}.host`, 'must be a host name, optionally with :port');
-      host = m[1]!.toLowerCase();
-      port = m[2] === undefined ? null : String(Number(m[2]));
-    }
-    const key = `${host ?? '*'}:${port ?? '*'} ${prefix}`;
-    if (seen.has(key)) usage(at, `repeats the host and prefix of an earlier route (${key})`);
-    seen.add(key);
-    const originPath = url.pathname.endsWith('/') ? url.pathname : `${url.pathname}/`;
-    const label = [r.host !== null ? `host ${r.host}` : '', r.prefix !== null ? `prefix ${r.prefix}` : ''].filter(Boolean).join(' ');
-    const withSlash = (u: string) => (u.endsWith('/') ? u : `${u}/`);
-    out.push({
-      index, host, port, prefix,
-      origin: withSlash(r.origin),
-      canonical: withSlash(r.canonical ?? r.origin),
-      originAuthority: `${url.protocol}//${url.host}`,
-      originPath,
-      unendorsed: r.unendorsed, mode: r.mode,
-      kind: r.kind,
-      ecosystem: ecosystemFor(r.kind),
-      metadataTtlMs: Math.round(r.metadata_ttl * 1000),
-      metadataMaxStaleMs: Math.round(r.metadata_max_stale * 1000),
-      label: label + (r.kind === 'plain' ? '' : ` (${r.kind})`),
-    });
-  });
-  return out;
-}
-
-/** `name` and `port` of a Host header value (lower-case, one trailing dot dropped); null when it is not a host name. */
-function parseHost(value: string | undefined): { name: string; port: string | null } | null {
-  if (value === undefined) return null;
-  const m = /^([A-Za-z0-9.-]+?)\.?(?::(\d{1,5}))?$/.exec(value.trim());
-  if (m === null) return null;
-  return { name: m[1]!.toLowerCase(), port: m[2] === undefined ? null : String(Number(m[2])) };
-}
-
-/** The route a request falls under: Host routes first, then the rest; longest prefix, then configuration order. */
-export function findRoute(routes: readonly ProxyRoute[], hostHeader: string | undefined, path: string): ProxyRoute | null {
-  const host = parseHost(hostHeader);
-  const longest = (candidates: ProxyRoute[]): ProxyRoute | null => {
-    let best: ProxyRoute | null = null;
-    for (const r of candidates) if (path.startsWith(r.prefix) && (best === null || r.prefix.length > best.prefix.length)) best = r;
-    return best;
-  };
-  if (host !== null) {
-    const byHost = longest(routes.filter((r) => r.host === host.name && (r.port === null || r.port === host.port)));
-    if (byHost !== null) return byHost;
-  }
-  return longest(routes.filter((r) => r.host === null));
-}
-
-/** Percent-decodes to a binary string (one char per byte), so no encoding can fail. */
-function decodeBytes(segment: string): string {
-  return segment.replace(/%([0-9A-Fa-f]{2})/g, (_m, h: string) => String.fromCharCode(parseInt(h, 16)));
-}
-
-/**
- * Why the path of a request target cannot be mapped under a route (a short
- * reason), or null when it can. `path` is the whole path (no query), `rest`
- * the part after the route's prefix.
- */
-export function pathRefusal(path: string, rest: string): string | null {
-  if (/[\x00-\x20\x7f]/.test(path)) return 'control character or space in the path';
-  if (path.includes('\\')) return 'backslash in the path';
-  if (path.includes('#')) return 'fragment in the path';
-  if (/%(?![0-9A-Fa-f]{2})/.test(path)) return 'malformed percent-encoding';
-  const segments = path.split('/');
-  for (let i = 1; i < segments.length; i++) {
-    const raw = segments[i]!;
-    if (raw === '') {
-      if (i !== segments.length - 1) return 'empty path segment (//)';
-      continue;
-    }
-    const decoded = decodeBytes(raw);
-    if (decoded === '.' || decoded === '..') return 'dot segment';
-    if (decoded.includes('/') || decoded.includes('\\')) return 'encoded slash or backslash';
-    if (/[\x00-\x1f\x7f]/.test(decoded)) return 'encoded control character';
-    if (/%(?:2e|2f|5c|00|25)/i.test(decoded)) return 'double percent-encoding';
-  }
-  const first = decodeBytes(rest.split('/')[0] ?? '');
-  if (/^[A-Za-z][A-Za-z0-9+.-]*:/.test(first)) return 'absolute URL in the path';
-  return null;
-}
-
-const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/([^/?#]*)(\/[^?#]*)?/;
-
-function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
-  if (!ifNoneMatch) return false;
-  return ifNoneMatch.split(',').some((t) => {
-    const v = t.trim().replace(/^W\//, '');
-    return v === '*' || v === etag;
-  });
-}
 
 /** Connection-named and hop-by-hop headers of a message. */
 function hopHeaders(connection: string | string[] | undefined): Set<string> {
@@ -327,34 +142,7 @@ export class ProxyRoutes {
    * `target` is the raw request target (`req.url`).
    */
   match(hostHeader: string | undefined, target: string): ProxyMatch | null {
-    if (this.routes.length === 0) return null;
-    if (!target.startsWith('/')) {
-      // Absolute-form (`GET http://host/path`): refused when it would fall under a route.
-      const m = ABSOLUTE_FORM.exec(target);
-      if (m === null) return null;
-      const path = m[2] ?? '/';
-      const route = findRoute(this.routes, m[1], path) ?? findRoute(this.routes, hostHeader, path);
-      return route === null ? null : { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal: 'absolute-form request target' };
-    }
-    const q = target.indexOf('?');
-    const path = q === -1 ? target : target.slice(0, q);
-    const route = findRoute(this.routes, hostHeader, path);
-    if (route === null) return null;
-    const rest = path.slice(route.prefix.length);
-    const checked = route.ecosystem?.checkedPath?.(rest) ?? rest;
-    const refusal = pathRefusal(route.prefix + checked, checked);
-    if (refusal !== null) return { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal };
-    const sent = target.slice(route.prefix.length); // rest of the path and the query, exactly as sent
-    const tail = route.ecosystem?.artifactTarget?.(sent) ?? sent; // Go: `%21` spelled `!`
-    if (tail !== sent) {
-      const tailPath = tail.split('?')[0]!;
-      const again = pathRefusal(route.prefix + tailPath, tailPath);
-      if (again !== null) return { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal: again };
-    }
-    return {
-      route, url: route.canonical + tail, fetchUrl: route.origin + tail, upstreamPath: route.originPath + tail,
-      rest, query: q === -1 ? '' : target.slice(q + 1), refusal: null,
-    };
+    return matchRoute(this.routes, hostHeader, target);
   }
 
   /** Answers a matched request. Never rejects: failures become statuses (empty-bodied, or in the client's form on ecosystem routes). */
@@ -550,8 +338,8 @@ export class ProxyRoutes {
         const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
         return sel === null || sel.revokedBy !== null ? null : sel;
       },
-      artifactUrlOf: (url) => this.artifactUrlOf(route, url),
-      gatewayUrlOf: (url) => this.gatewayUrlOf(route, base, url),
+      artifactUrlOf: (url) => artifactUrlOf(this.routes, route, url),
+      gatewayUrlOf: (url) => gatewayUrlOf(this.routes, route, base, url),
       send: (status, contentType, body, headers = {}) => {
         this.counters.metadata++;
         res.writeHead(status, {
@@ -582,29 +370,6 @@ export class ProxyRoutes {
     const host = req.headers.host;
     if (host !== undefined && parseHost(host) !== null) return `${pub.protocol}//${host.trim()}`;
     return `${pub.protocol}//${pub.host}`;
-  }
-
-  /** Routes to try for a URL found under `route`'s metadata: that route first. */
-  private routesFrom(route: ProxyRoute): ProxyRoute[] {
-    return [route, ...this.routes.filter((r) => r !== route)];
-  }
-
-  private artifactUrlOf(route: ProxyRoute, url: string): string | null {
-    for (const r of this.routesFrom(route)) {
-      if (url.startsWith(r.canonical)) return url;
-      if (url.startsWith(r.origin)) return r.canonical + url.slice(r.origin.length);
-    }
-    return null;
-  }
-
-  private gatewayUrlOf(route: ProxyRoute, base: string, artifactUrl: string): string | null {
-    for (const r of this.routesFrom(route)) {
-      if (!artifactUrl.startsWith(r.canonical)) continue;
-      const tail = artifactUrl.slice(r.canonical.length);
-      const hostBase = r.host === null ? base : `${new URL(base).protocol}//${r.host}${r.port === null ? '' : `:${r.port}`}`;
-      return hostBase + r.prefix + tail;
-    }
-    return null;
   }
 
   /** One origin request for metadata: only `accept` is sent; the body is read whole, up to MAX_METADATA_BYTES. */

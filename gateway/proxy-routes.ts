@@ -1,0 +1,253 @@
+/**
+ * The route table of the proxy (README "Proxy routes"): configured routes
+ * checked and compiled, a request target matched to its route (Host routes
+ * first, then the longest prefix) and mapped to its artifact URL
+ * (`canonical + rest`) and origin URL (`origin + rest`), targets that could
+ * climb out of a route refused, and the URL maps ecosystem modules rewrite
+ * metadata links with. Pure: no I/O.
+ *
+ * Owns: route compilation and its refusals (usage errors naming the key),
+ * matching, the climb-out refusal, the artifact / gateway URL maps.
+ * Trusts: the configuration's shape (config.ts validated it); an ecosystem
+ * module's `checkedPath` / `artifactTarget` spellings, which are checked
+ * again here.
+ * Must hold: a mapped URL is the route's base followed by a path that
+ * cannot leave it, checked before any lookup or origin request; a URL maps
+ * to a gateway path only under a route that serves it.
+ */
+import { VouchError } from '../chain/errors.ts';
+import type { RouteConfig, RouteKind } from './config.ts';
+import type { EcosystemHandler } from './ecosystems/ecosystem.ts';
+import { ecosystemFor } from './ecosystems/index.ts';
+
+/** A configured route, checked and ready to match. */
+export interface ProxyRoute {
+  /** Position in `proxy.routes` (for logs). */
+  index: number;
+  /** Lower-case host name, or null: any host. */
+  host: string | null;
+  /** Port the Host header must carry, or null: any (or none). */
+  port: string | null;
+  /** Path prefix, starting and ending with `/` (`/` for a bare host route). */
+  prefix: string;
+  /** The configured origin, ending with `/`: bytes are fetched from `origin + rest`. */
+  origin: string;
+  /** The base the chain endorses, ending with `/` (the origin unless `canonical` is set): the artifact URL is `canonical + rest`. */
+  canonical: string;
+  /** Scheme and authority of the origin (`https://registry.example`). */
+  originAuthority: string;
+  /** The origin's path, normalized, ending with `/`. */
+  originPath: string;
+  unendorsed: 'deny' | 'pass';
+  mode: 'enforce' | 'audit';
+  kind: RouteKind;
+  /** The package manager's module (null for a plain route). */
+  ecosystem: EcosystemHandler | null;
+  metadataTtlMs: number;
+  metadataMaxStaleMs: number;
+  /** `prefix /npm/`, `host registry.example`, ... */
+  label: string;
+}
+
+/** A request that falls under a route: mapped to `url`, or refused with `refusal`. */
+export type ProxyMatch =
+  | {
+    route: ProxyRoute;
+    /** The artifact URL: canonical base + rest, query included. */
+    url: string;
+    /** Where its bytes are fetched: origin + rest, query included. */
+    fetchUrl: string;
+    /** The origin's path for the request (origin path + rest, query included). */
+    upstreamPath: string;
+    /** The path after the prefix, as sent, and the query without `?`. */
+    rest: string;
+    query: string;
+    refusal: null;
+  }
+  | { route: ProxyRoute; url: null; fetchUrl: null; upstreamPath: null; rest: null; query: null; refusal: string };
+
+function usage(path: string, what: string): never {
+  throw new VouchError('usage', `config: ${path} ${what}`);
+}
+
+/**
+ * Checks the configured routes and prepares them for matching.
+ * @throws VouchError usage naming the route: an origin with credentials, a
+ * query or a fragment; a prefix with `//`, a dot segment or
+ * percent-encoding, or under `/v1/` (the gateway's own paths); two routes
+ * for the same host and prefix.
+ */
+export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
+  const out: ProxyRoute[] = [];
+  const seen = new Set<string>();
+  routes.forEach((r, index) => {
+    const at = `proxy.routes[${index}]`;
+    let url: URL;
+    try {
+      url = new URL(r.origin);
+    } catch {
+      usage(`${at}.origin`, 'must be an absolute http(s) URL');
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') usage(`${at}.origin`, 'must be an absolute http(s) URL');
+    if (url.username !== '' || url.password !== '') usage(`${at}.origin`, 'must not carry credentials');
+    if (r.origin.includes('?') || r.origin.includes('#')) usage(`${at}.origin`, 'must not have a query or a fragment');
+    if (r.canonical !== null) {
+      const c = new URL(r.canonical);
+      if (c.username !== '' || c.password !== '') usage(`${at}.canonical`, 'must not carry credentials');
+      if (r.canonical.includes('?') || r.canonical.includes('#')) usage(`${at}.canonical`, 'must not have a query or a fragment');
+    }
+    const prefix = r.prefix ?? '/';
+    if (!prefix.startsWith('/') || !prefix.endsWith('/')) usage(`${at}.prefix`, 'must start and end with /');
+    if (prefix.includes('//') || prefix.includes('%') || prefix.split('/').some((s) => s === '.' || s === '..')) {
+      usage(`${at}.prefix`, 'must not contain //, dot segments or percent-encoding');
+    }
+    if (prefix === '/v1/' || prefix.startsWith('/v1/')) usage(`${at}.prefix`, 'must not be under /v1/ (the gateway\'s own paths)');
+    let host: string | null = null;
+    let port: string | null = null;
+    if (r.host !== null) {
+      const m = /^([A-Za-z0-9.-]+?)\.?(?::(\d{1,5}))?$/.exec(r.host);
+      if (m === null) usage(`${at}.host`, 'must be a host name, optionally with :port');
+      host = m[1]!.toLowerCase();
+      port = m[2] === undefined ? null : String(Number(m[2]));
+    }
+    const key = `${host ?? '*'}:${port ?? '*'} ${prefix}`;
+    if (seen.has(key)) usage(at, `repeats the host and prefix of an earlier route (${key})`);
+    seen.add(key);
+    const originPath = url.pathname.endsWith('/') ? url.pathname : `${url.pathname}/`;
+    const label = [r.host !== null ? `host ${r.host}` : '', r.prefix !== null ? `prefix ${r.prefix}` : ''].filter(Boolean).join(' ');
+    const withSlash = (u: string) => (u.endsWith('/') ? u : `${u}/`);
+    out.push({
+      index, host, port, prefix,
+      origin: withSlash(r.origin),
+      canonical: withSlash(r.canonical ?? r.origin),
+      originAuthority: `${url.protocol}//${url.host}`,
+      originPath,
+      unendorsed: r.unendorsed, mode: r.mode,
+      kind: r.kind,
+      ecosystem: ecosystemFor(r.kind),
+      metadataTtlMs: Math.round(r.metadata_ttl * 1000),
+      metadataMaxStaleMs: Math.round(r.metadata_max_stale * 1000),
+      label: label + (r.kind === 'plain' ? '' : ` (${r.kind})`),
+    });
+  });
+  return out;
+}
+
+/** `name` and `port` of a Host header value (lower-case, one trailing dot dropped); null when it is not a host name. */
+export function parseHost(value: string | undefined): { name: string; port: string | null } | null {
+  if (value === undefined) return null;
+  const m = /^([A-Za-z0-9.-]+?)\.?(?::(\d{1,5}))?$/.exec(value.trim());
+  if (m === null) return null;
+  return { name: m[1]!.toLowerCase(), port: m[2] === undefined ? null : String(Number(m[2])) };
+}
+
+/** The route a request falls under: Host routes first, then the rest; longest prefix, then configuration order. */
+export function findRoute(routes: readonly ProxyRoute[], hostHeader: string | undefined, path: string): ProxyRoute | null {
+  const host = parseHost(hostHeader);
+  const longest = (candidates: ProxyRoute[]): ProxyRoute | null => {
+    let best: ProxyRoute | null = null;
+    for (const r of candidates) if (path.startsWith(r.prefix) && (best === null || r.prefix.length > best.prefix.length)) best = r;
+    return best;
+  };
+  if (host !== null) {
+    const byHost = longest(routes.filter((r) => r.host === host.name && (r.port === null || r.port === host.port)));
+    if (byHost !== null) return byHost;
+  }
+  return longest(routes.filter((r) => r.host === null));
+}
+
+/** Percent-decodes to a binary string (one char per byte), so no encoding can fail. */
+function decodeBytes(segment: string): string {
+  return segment.replace(/%([0-9A-Fa-f]{2})/g, (_m, h: string) => String.fromCharCode(parseInt(h, 16)));
+}
+
+/**
+ * Why the path of a request target cannot be mapped under a route (a short
+ * reason), or null when it can. `path` is the whole path (no query), `rest`
+ * the part after the route's prefix.
+ */
+export function pathRefusal(path: string, rest: string): string | null {
+  if (/[\x00-\x20\x7f]/.test(path)) return 'control character or space in the path';
+  if (path.includes('\\')) return 'backslash in the path';
+  if (path.includes('#')) return 'fragment in the path';
+  if (/%(?![0-9A-Fa-f]{2})/.test(path)) return 'malformed percent-encoding';
+  const segments = path.split('/');
+  for (let i = 1; i < segments.length; i++) {
+    const raw = segments[i]!;
+    if (raw === '') {
+      if (i !== segments.length - 1) return 'empty path segment (//)';
+      continue;
+    }
+    const decoded = decodeBytes(raw);
+    if (decoded === '.' || decoded === '..') return 'dot segment';
+    if (decoded.includes('/') || decoded.includes('\\')) return 'encoded slash or backslash';
+    if (/[\x00-\x1f\x7f]/.test(decoded)) return 'encoded control character';
+    if (/%(?:2e|2f|5c|00|25)/i.test(decoded)) return 'double percent-encoding';
+  }
+  const first = decodeBytes(rest.split('/')[0] ?? '');
+  if (/^[A-Za-z][A-Za-z0-9+.-]*:/.test(first)) return 'absolute URL in the path';
+  return null;
+}
+
+const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/([^/?#]*)(\/[^?#]*)?/;
+
+/**
+ * The route a request falls under, with its artifact URL or the reason it
+ * is refused; null when no route applies (the caller answers 404 JSON).
+ * `target` is the raw request target (`req.url`).
+ */
+export function matchRoute(routes: readonly ProxyRoute[], hostHeader: string | undefined, target: string): ProxyMatch | null {
+  if (routes.length === 0) return null;
+  if (!target.startsWith('/')) {
+    // Absolute-form (`GET http://host/path`): refused when it would fall under a route.
+    const m = ABSOLUTE_FORM.exec(target);
+    if (m === null) return null;
+    const path = m[2] ?? '/';
+    const route = findRoute(routes, m[1], path) ?? findRoute(routes, hostHeader, path);
+    return route === null ? null : { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal: 'absolute-form request target' };
+  }
+  const q = target.indexOf('?');
+  const path = q === -1 ? target : target.slice(0, q);
+  const route = findRoute(routes, hostHeader, path);
+  if (route === null) return null;
+  const rest = path.slice(route.prefix.length);
+  const checked = route.ecosystem?.checkedPath?.(rest) ?? rest;
+  const refusal = pathRefusal(route.prefix + checked, checked);
+  if (refusal !== null) return { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal };
+  const sent = target.slice(route.prefix.length); // rest of the path and the query, exactly as sent
+  const tail = route.ecosystem?.artifactTarget?.(sent) ?? sent; // Go: `%21` spelled `!`
+  if (tail !== sent) {
+    const tailPath = tail.split('?')[0]!;
+    const again = pathRefusal(route.prefix + tailPath, tailPath);
+    if (again !== null) return { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal: again };
+  }
+  return {
+    route, url: route.canonical + tail, fetchUrl: route.origin + tail, upstreamPath: route.originPath + tail,
+    rest, query: q === -1 ? '' : target.slice(q + 1), refusal: null,
+  };
+}
+
+/** Routes to try for a URL found under `route`'s metadata: that route first. */
+function routesFrom(routes: readonly ProxyRoute[], route: ProxyRoute): ProxyRoute[] {
+  return [route, ...routes.filter((r) => r !== route)];
+}
+
+/** The artifact URL (canonical form) of a URL under any route's origin or canonical base (`route` tried first); null when no route serves it. */
+export function artifactUrlOf(routes: readonly ProxyRoute[], route: ProxyRoute, url: string): string | null {
+  for (const r of routesFrom(routes, route)) {
+    if (url.startsWith(r.canonical)) return url;
+    if (url.startsWith(r.origin)) return r.canonical + url.slice(r.origin.length);
+  }
+  return null;
+}
+
+/** The gateway URL (on `base`, or a Host route's own host) that serves an artifact URL; null when no route serves it. */
+export function gatewayUrlOf(routes: readonly ProxyRoute[], route: ProxyRoute, base: string, artifactUrl: string): string | null {
+  for (const r of routesFrom(routes, route)) {
+    if (!artifactUrl.startsWith(r.canonical)) continue;
+    const tail = artifactUrl.slice(r.canonical.length);
+    const hostBase = r.host === null ? base : `${new URL(base).protocol}//${r.host}${r.port === null ? '' : `:${r.port}`}`;
+    return hostBase + r.prefix + tail;
+  }
+  return null;
+}
