@@ -30,9 +30,8 @@ import { base64Encode, formatBlockFile, formatCheckpointFile, type Block } from 
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
 import { ChainRepo } from '../lib/chain-repo.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
-import {
-  negotiate, parseHtmlPage, parseJsonPage, PageError, renderHtml, renderJson, rewritePage, versionOfFile, type RewriteIO,
-} from '../gateway/ecosystems/pypi.ts';
+import { negotiate, renderHtml, renderJson, rewritePage, type RewriteIO } from '../gateway/ecosystems/pypi.ts';
+import { parseHtmlPage, parseJsonPage, PageError, versionOfFile } from '../lib/pypi-simple.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { buildDists, distFilename, PypiHost, sha256Hex, SYSTEM_PYTHON, type DistSpec } from './helpers/pypi-fixture.ts';

@@ -31,6 +31,7 @@
  * gateway; the origin's content type is passed only when it is a JSON type.
  */
 import { SemVer } from 'semver';
+import { isSemver } from '../../chain/block.ts';
 import type { Selection } from '../../chain/select.ts';
 import type { Classified, EcosystemHandler, MetadataIO } from './ecosystem.ts';
 
@@ -50,14 +51,15 @@ const SCOPED = new RegExp(`^@(${PART})(?:/|%2[fF])(${PART})$`);
 const TARBALL = new RegExp(`^((?:@${PART}/)?${PART})/-/[A-Za-z0-9._~+-]*[A-Za-z0-9]\\.tgz$`);
 const SCOPED_ENCODED = /^@([^/%]+)%2f([^/%]+)$/i;
 const RESERVED = new Set(['node_modules', 'favicon.ico']);
-/** SemVer 2.0.0 as semver.org gives it (no `v` or `=` prefix: a version key must be written canonically). */
-const SEMVER = /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?(?:\+[0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*)?$/;
-
-/** Whether `v` is a version as the semver library writes it (what it parses and prints back the same). */
+/**
+ * Whether `v` is a version as the semver library writes it (what it parses
+ * and prints back the same): SemVer 2.0.0 as the chain takes it (`isSemver`:
+ * no `v` or `=` prefix, at most 256 characters), each of major, minor and
+ * patch at most `Number.MAX_SAFE_INTEGER`.
+ */
 export function isCanonicalSemver(v: string): boolean {
-  if (v.length > 256) return false;
-  const m = SEMVER.exec(v);
-  return m !== null && Number(m[1]) <= Number.MAX_SAFE_INTEGER && Number(m[2]) <= Number.MAX_SAFE_INTEGER && Number(m[3]) <= Number.MAX_SAFE_INTEGER;
+  if (!isSemver(v)) return false;
+  return v.split(/[-+]/, 1)[0]!.split('.').every((n) => Number(n) <= Number.MAX_SAFE_INTEGER);
 }
 
 /** Whether an artifact URL's path (before any query) has `owns` (`/<name>/-/`) in it. */

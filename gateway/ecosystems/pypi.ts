@@ -12,7 +12,7 @@
  *
  * A project page is fetched through the metadata cache in the form the
  * client negotiated (JSON or HTML, by Accept; one cache form each), parsed
- * (HTML with htmlparser2, JSON strictly) into a list of files, and answered as
+ * (lib/pypi-simple.ts; JSON strictly) into a list of files, and answered as
  * a fresh page: every file link is resolved against the page's origin URL,
  * its fragment dropped, and mapped to its artifact URL (the canonical base of
  * whichever route serves it + the path); a link no route serves is removed
@@ -23,8 +23,9 @@
  * endorsed. A redirect of the index (PyPI's 301 for a non-normalized name)
  * is answered with its Location mapped to the gateway.
  *
- * Owns: the classification of pip's paths, the Accept negotiation, the
- * parsing of both page forms, the rewrite and the rendering of our pages,
+ * Owns: the classification of pip's paths, the Accept negotiation, which
+ * page form an answer is read as (by content type; JSON as strict UTF-8,
+ * HTML by its charset), the rewrite and the rendering of our pages,
  * the form of a failure pip shows (a text body; the reason in the status
  * line, since pip prints the status line and never the body).
  * Trusts: nothing of the index's answer (bad shapes are a 502 with the
@@ -35,7 +36,7 @@
  * none left is a 404 with the reason; a fragment on an endorsed link is
  * exactly the signed hash; nothing of the origin's markup is sent.
  */
-import { Parser } from 'htmlparser2';
+import { PageError, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../lib/pypi-simple.ts';
 import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse } from './ecosystem.ts';
 
 export const JSON_TYPE = 'application/vnd.pypi.simple.v1+json';
@@ -83,136 +84,6 @@ export function negotiate(accept: string | undefined): Negotiated | null {
     if (best === null || q > best.q) best = { n: offer, q };
   }
   return best?.n ?? null;
-}
-
-// ---------------------------------------------------------------------------
-// The index's page, parsed
-
-/** One file link of an index page, as the index gave it. */
-export interface IndexFile {
-  /** The link as written (relative or absolute, fragment included). */
-  href: string;
-  /** The index's hashes (JSON `hashes`, or the HTML fragment `#<alg>=<hex>`). */
-  hashes: Record<string, string>;
-  requiresPython: string | null;
-  /** false: not yanked; true or a reason: yanked. */
-  yanked: boolean | string;
-  /** PEP 700 (JSON only). */
-  size: number | null;
-  uploadTime: string | null;
-}
-
-export interface IndexPage {
-  /** The project's name (JSON `name`; for HTML, the one in the request path). */
-  name: string;
-  /** `meta.api-version` (JSON); `1.0` for HTML. */
-  apiVersion: string;
-  /** The URL links are relative to (the page's origin URL, or its `<base href>`). */
-  base: string;
-  files: IndexFile[];
-  /** PEP 700 `versions`, or null when the index sent none. */
-  versions: string[] | null;
-}
-
-/** A page of the index we cannot read (the reason is shown to the client). */
-export class PageError extends Error {}
-
-function fragmentHashes(href: string): Record<string, string> {
-  const at = href.indexOf('#');
-  if (at === -1) return {};
-  const m = /^([A-Za-z0-9_]+)=([0-9A-Fa-f]+)$/.exec(href.slice(at + 1));
-  return m === null ? {} : { [m[1]!.toLowerCase()]: m[2]!.toLowerCase() };
-}
-
-/** A PEP 503 page, read with htmlparser2 (entities decoded, first `<base href>` honoured as pip does). */
-export function parseHtmlPage(html: string, pageUrl: string, name: string): IndexPage {
-  const anchors: Array<Record<string, string>> = [];
-  let base: string | null = null;
-  const parser = new Parser({
-    onopentag(tag, attribs) {
-      if (tag === 'base' && base === null && attribs.href !== undefined) base = attribs.href;
-      else if (tag === 'a') anchors.push(attribs);
-    },
-  }, { decodeEntities: true, lowerCaseTags: true, lowerCaseAttributeNames: true });
-  parser.write(html);
-  parser.end();
-  let resolvedBase = pageUrl;
-  if (base !== null) {
-    try {
-      resolvedBase = new URL(base, pageUrl).href;
-    } catch {
-      throw new PageError(`the page's <base href> is not a URL`);
-    }
-  }
-  const files: IndexFile[] = [];
-  for (const a of anchors) {
-    const href = a.href;
-    if (href === undefined || href.trim() === '') continue;
-    const yanked = a['data-yanked'];
-    files.push({
-      href: href.trim(),
-      hashes: fragmentHashes(href.trim()),
-      requiresPython: a['data-requires-python'] ?? null,
-      yanked: yanked === undefined ? false : yanked === '' ? true : yanked,
-      size: null,
-      uploadTime: null,
-    });
-  }
-  return { name, apiVersion: '1.0', base: resolvedBase, files, versions: null };
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-/** A PEP 691 page, parsed strictly. @throws PageError naming what is wrong. */
-export function parseJsonPage(text: string, pageUrl: string): IndexPage {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(text);
-  } catch {
-    throw new PageError('the JSON does not parse');
-  }
-  if (!isObject(doc)) throw new PageError('the JSON is not an object');
-  const meta = doc.meta;
-  if (!isObject(meta) || typeof meta['api-version'] !== 'string') throw new PageError('meta.api-version is missing');
-  const apiVersion = meta['api-version'];
-  if (!/^1\.\d{1,4}$/.test(apiVersion)) throw new PageError(`unsupported api-version ${JSON.stringify(apiVersion.slice(0, 20))} (1.x is served)`);
-  if (typeof doc.name !== 'string' || doc.name === '') throw new PageError('name is missing');
-  if (!Array.isArray(doc.files)) throw new PageError('files is not an array');
-  const files: IndexFile[] = doc.files.map((f: unknown, i: number): IndexFile => {
-    const at = `files[${i}]`;
-    if (!isObject(f)) throw new PageError(`${at} is not an object`);
-    if (typeof f.url !== 'string' || f.url === '') throw new PageError(`${at}.url is missing`);
-    if (typeof f.filename !== 'string' || f.filename === '') throw new PageError(`${at}.filename is missing`);
-    if (!isObject(f.hashes)) throw new PageError(`${at}.hashes is not an object`);
-    const hashes: Record<string, string> = {};
-    for (const [alg, hex] of Object.entries(f.hashes)) {
-      if (typeof hex !== 'string') throw new PageError(`${at}.hashes.${alg} is not a string`);
-      hashes[alg.toLowerCase()] = hex.toLowerCase();
-    }
-    const rp = f['requires-python'];
-    if (rp !== undefined && rp !== null && typeof rp !== 'string') throw new PageError(`${at}.requires-python is not a string`);
-    const yanked = f.yanked;
-    if (yanked !== undefined && typeof yanked !== 'boolean' && typeof yanked !== 'string') throw new PageError(`${at}.yanked is not a boolean or a string`);
-    const size = f.size;
-    if (size !== undefined && !(typeof size === 'number' && Number.isSafeInteger(size) && size >= 0)) throw new PageError(`${at}.size is not a size`);
-    const up = f['upload-time'];
-    if (up !== undefined && up !== null && typeof up !== 'string') throw new PageError(`${at}.upload-time is not a string`);
-    return {
-      href: f.url, hashes,
-      requiresPython: typeof rp === 'string' ? rp : null,
-      yanked: yanked === undefined ? false : yanked,
-      size: size ?? null,
-      uploadTime: typeof up === 'string' ? up : null,
-    };
-  });
-  let versions: string[] | null = null;
-  if (doc.versions !== undefined) {
-    if (!Array.isArray(doc.versions) || !doc.versions.every((v) => typeof v === 'string')) throw new PageError('versions is not an array of strings');
-    versions = doc.versions as string[];
-  }
-  return { name: doc.name, apiVersion, base: pageUrl, files, versions };
 }
 
 // ---------------------------------------------------------------------------
@@ -274,31 +145,6 @@ function filenameOf(url: URL): string {
   } catch {
     return last;
   }
-}
-
-/** PEP 503 name normalization. */
-export function normalizeName(name: string): string {
-  return name.replace(/[-_.]+/g, '-').toLowerCase();
-}
-
-const SDIST_SUFFIXES = ['.tar.gz', '.tar.bz2', '.tar.xz', '.tar.zst', '.tgz', '.tbz', '.txz', '.tar', '.zip'];
-
-/** The version in a distribution's file name (wheel, egg or sdist), or null. */
-export function versionOfFile(filename: string, project: string): string | null {
-  const lower = filename.toLowerCase();
-  if (lower.endsWith('.whl') || lower.endsWith('.egg')) {
-    const parts = filename.slice(0, -4).split('-');
-    return parts.length >= 2 ? parts[1]! : null;
-  }
-  const suffix = SDIST_SUFFIXES.find((s) => lower.endsWith(s));
-  if (suffix === undefined) return null;
-  const stem = filename.slice(0, -suffix.length);
-  const wanted = normalizeName(project);
-  for (let i = stem.indexOf('-'); i !== -1; i = stem.indexOf('-', i + 1)) {
-    if (normalizeName(stem.slice(0, i)) === wanted) return stem.slice(i + 1);
-  }
-  const last = stem.lastIndexOf('-');
-  return last === -1 ? null : stem.slice(last + 1);
 }
 
 const versionKey = (v: string) => v.toLowerCase().replace(/_/g, '-');

@@ -16,9 +16,11 @@
  *   direct URL is refused naming its line.
  * - The index page is `<index>/<PEP 503 name>/`, asked for with
  *   `Accept: application/vnd.pypi.simple.v1+json, text/html;q=0.1`: a PEP
- *   691 JSON answer is read as JSON, anything else as HTML (anchors through
- *   htmlparser2, `<base href>` honoured). Links resolve against the page's
- *   URL (the canonical one after redirects).
+ *   691 JSON answer is read as JSON, anything else as HTML (both by
+ *   lib/pypi-simple.ts: anchors through htmlparser2, `<base href>`
+ *   honoured, the anchor text as the file name; JSON shapes checked, a page
+ *   it refuses fails naming why). Links resolve against the page's URL (the
+ *   canonical one after redirects).
  * - A file is a candidate when its name (wheel or sdist) carries the pinned
  *   version (PEP 440 equality; `===` compares the text) and the hash the
  *   index gives for it (URL `#<alg>=` fragment or JSON `hashes`) is pinned;
@@ -35,12 +37,12 @@
  * Must hold: nothing here trusts the index: its hashes only choose what to
  * fetch; bytes decide.
  */
-import { Parser } from 'htmlparser2';
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl } from '../../chain/block.ts';
 import { parsePep440, pep440Equal, pep440ToSemver, pypiNormalizeName, pypiUnitName, isPypiName } from '../../chain/unit-names.ts';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { isHashAlgorithm, DEFAULT_HASH_ALGORITHM } from '../../chain/hash-algorithms.ts';
+import { PageError, fragmentHashes, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../lib/pypi-simple.ts';
 import { parsePipHash, type DigestName } from './digests.ts';
 import { checkLicense } from './licenses.ts';
 import { MiB, hasCredentials, type Http } from './http.ts';
@@ -205,7 +207,8 @@ export function pipRequestUrl(url: string): string {
   return `${u.protocol}//${u.host}${path}${u.search}`;
 }
 
-export interface IndexFile {
+/** A file an index page lists, as the lockfile reader uses it. */
+export interface LinkedFile {
   filename: string;
   /** Absolute, canonical, without fragment, spelled as pip requests it. */
   url: string;
@@ -213,100 +216,49 @@ export interface IndexFile {
   hashes: Record<string, string>;
 }
 
-/** The files an index page lists (PEP 691 JSON or PEP 503 HTML). */
-export function parseIndexPage(body: Buffer, contentType: string, pageUrl: string, label: string): IndexFile[] {
+/** Only the hashes given in hex (another value counts as no hash stated). */
+function hexHashes(hashes: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(hashes).filter(([, hex]) => /^[0-9a-f]+$/.test(hex)));
+}
+
+/**
+ * The files an index page of `project` lists (PEP 691 JSON or PEP 503 HTML,
+ * read by lib/pypi-simple.ts).
+ * @throws VouchError `bad_request` when the page cannot be read (naming why)
+ * or links to a URL with credentials.
+ */
+export function parseIndexPage(body: Buffer, contentType: string, pageUrl: string, project: string, label: string): LinkedFile[] {
   const text = body.toString('utf8');
-  const out: IndexFile[] = [];
-  const add = (filename: string, href: string, base: string, hashes: Record<string, string>) => {
+  const json = contentType.startsWith('application/vnd.pypi.simple.v1+json') || contentType.startsWith('application/json');
+  let page: IndexPage;
+  try {
+    page = json ? parseJsonPage(text, pageUrl) : parseHtmlPage(text, pageUrl, project);
+  } catch (e) {
+    if (!(e instanceof PageError)) throw e;
+    return bad(`${label}: cannot read the index page ${pageUrl}: ${e.message}`);
+  }
+  const out: LinkedFile[] = [];
+  for (const f of page.files) {
     let u: URL;
     try {
-      u = new URL(href, base);
+      u = new URL(f.href, page.base);
     } catch {
-      return;
+      continue;
     }
-    const fragment = u.hash.slice(1);
     u.hash = '';
-    const fm = /^([a-z0-9-]+)=([0-9a-fA-F]+)$/i.exec(fragment);
-    const all = { ...(fm ? { [fm[1]!.toLowerCase()]: fm[2]!.toLowerCase() } : {}), ...hashes };
-    if (!isArtifactUrl(u.href)) return;
+    if (!isArtifactUrl(u.href)) continue;
     if (hasCredentials(u.href)) bad(`${label}: the index page ${pageUrl} links to a URL with a user name or password: refusing to publish it in the chain`);
-    let name = filename.trim();
+    let name = f.filename.trim();
     if (name === '') {
       try {
         name = decodeURIComponent(u.pathname.slice(u.pathname.lastIndexOf('/') + 1));
       } catch {
-        return;
+        continue;
       }
     }
-    out.push({ filename: name, url: pipRequestUrl(u.href), hashes: all });
-  };
-  if (contentType.startsWith('application/vnd.pypi.simple.v1+json') || contentType.startsWith('application/json')) {
-    let doc: unknown;
-    try {
-      doc = JSON.parse(text);
-    } catch {
-      return bad(`${label}: the index page ${pageUrl} is not JSON`);
-    }
-    const files = (doc as { files?: unknown })?.files;
-    if (!Array.isArray(files)) return bad(`${label}: the index page ${pageUrl} has no files list`);
-    for (const f of files) {
-      if (typeof f !== 'object' || f === null) continue;
-      const { filename, url, hashes } = f as { filename?: unknown; url?: unknown; hashes?: unknown };
-      if (typeof filename !== 'string' || typeof url !== 'string') continue;
-      const h: Record<string, string> = {};
-      if (typeof hashes === 'object' && hashes !== null) {
-        for (const [k, v] of Object.entries(hashes)) if (typeof v === 'string' && /^[0-9a-fA-F]+$/.test(v)) h[k.toLowerCase()] = v.toLowerCase();
-      }
-      add(filename, url, pageUrl, h);
-    }
-    return out;
+    out.push({ filename: name, url: pipRequestUrl(u.href), hashes: { ...fragmentHashes(f.href), ...hexHashes(f.hashes) } });
   }
-  const anchors: { href: string; text: string }[] = [];
-  let base: string | undefined;
-  let current: { href: string; text: string } | null = null;
-  const parser = new Parser({
-    onopentag(name, attrs) {
-      if (name === 'base' && base === undefined && attrs.href !== undefined) base = attrs.href;
-      if (name === 'a') current = attrs.href === undefined ? null : { href: attrs.href, text: '' };
-    },
-    ontext(t) {
-      if (current) current.text += t;
-    },
-    onclosetag(name) {
-      if (name === 'a' && current) {
-        anchors.push(current);
-        current = null;
-      }
-    },
-  }, { decodeEntities: true });
-  parser.write(text);
-  parser.end();
-  let baseUrl = pageUrl;
-  if (base !== undefined) {
-    try {
-      baseUrl = new URL(base, pageUrl).href;
-    } catch { /* an unusable <base>: the page URL */ }
-  }
-  for (const a of anchors) add(a.text, a.href, baseUrl, {});
   return out;
-}
-
-const SDIST = ['.tar.gz', '.zip', '.tar.bz2', '.tar.xz', '.tgz', '.tbz', '.tar'];
-
-/** The version in a wheel or sdist file name of `normalized` (PEP 503 name), or null. */
-export function fileVersion(filename: string, normalized: string): string | null {
-  if (filename.endsWith('.whl')) {
-    const parts = filename.slice(0, -4).split('-');
-    if ((parts.length === 5 || parts.length === 6) && pypiNormalizeName(parts[0]!) === normalized) return parts[1]!;
-    return null;
-  }
-  const ext = SDIST.find((e) => filename.toLowerCase().endsWith(e));
-  if (ext === undefined) return null;
-  const stem = filename.slice(0, -ext.length);
-  for (let i = stem.indexOf('-'); i > 0; i = stem.indexOf('-', i + 1)) {
-    if (pypiNormalizeName(stem.slice(0, i)) === normalized) return stem.slice(i + 1);
-  }
-  return null;
 }
 
 function sameVersion(r: Requirement, fileVer: string): boolean {
@@ -333,13 +285,13 @@ export async function resolveRequirements(
   const pages = await mapLimit(reqs, concurrency, async (r, signal) => {
     const pageUrl = `${index}${r.normalized}/`;
     const { bytes, answer } = await http.bytes(pageUrl, { maxBytes: INDEX_PAGE_MAX_BYTES, accept: SIMPLE_ACCEPT, signal });
-    return { r, pageUrl, files: parseIndexPage(bytes, answer.contentType, answer.finalUrl, r.label) };
+    return { r, pageUrl, files: parseIndexPage(bytes, answer.contentType, answer.finalUrl, r.normalized, r.label) };
   }, onPage);
   const pinned: Pinned[] = [];
   const candidatesOf = new Map<Requirement, Pinned[]>();
   for (const { r, pageUrl, files } of pages) {
     const ofVersion = files.filter((f) => {
-      const v = fileVersion(f.filename, r.normalized);
+      const v = versionOfFile(f.filename, r.normalized, { strict: true });
       return v !== null && sameVersion(r, v);
     });
     if (ofVersion.length === 0) throw new VouchError('not_found', `${r.label}: the index page ${pageUrl} lists no file of version ${r.version}`);
