@@ -56,6 +56,7 @@ import {
   acquireLock,
   commitLock,
   comparePaths,
+  fsyncDir,
   entryFromStat,
   releaseLock,
   statMatches,
@@ -368,6 +369,8 @@ class ObjectStore {
   /** The head commit and the trees on the path to its last block, so a sync's diff from the head never opens a big pack. */
   private pinned = new Map<string, { type: string; body: Buffer }>();
   private seq = 0;
+  /** Directories that got new entries since the last `syncDirs()` (object fan-out dirs, and `objects/` for a new one). */
+  private unsynced = new Set<string>();
   readonly disk: DiskPacks;
 
   constructor(readonly gitdir: string) {
@@ -386,13 +389,29 @@ class ObjectStore {
     if (fs.existsSync(file)) return oid;
     const dir = dirname(file);
     if (!this.knownDirs.has(dir)) {
-      fs.mkdirSync(dir, { recursive: true });
+      if (!fs.existsSync(dir)) {
+        fs.mkdirSync(dir, { recursive: true });
+        this.unsynced.add(dirname(dir)); // the new fan-out directory's own entry
+      }
       this.knownDirs.add(dir);
     }
     const tmp = join(dir, `tmp_obj_vouch_${process.pid}_${this.seq++}`);
-    fs.writeFileSync(tmp, deflateSync(Buffer.concat([header, body]), { level: 1 }), { mode: 0o444 });
+    // Durable before it is named: the file's bytes reach the disk before the rename that makes
+    // it the object, so a power loss never leaves an object file that comes back empty.
+    writeDurably(tmp, deflateSync(Buffer.concat([header, body]), { level: 1 }), 0o444);
     fs.renameSync(tmp, file);
+    this.unsynced.add(dir);
     return oid;
+  }
+
+  /**
+   * fsyncs every directory an object was added to since the last call, so
+   * the objects' names survive a power loss; called once per commit, before
+   * the branch moves (the cost is per commit, not per object or submit).
+   */
+  syncDirs(): void {
+    for (const dir of this.unsynced) fsyncDir(dir);
+    this.unsynced.clear();
   }
 
   async read(oid: string): Promise<{ type: string; body: Buffer }> {
@@ -1013,6 +1032,17 @@ function readRef(gitdir: string, ref: string): string | null {
   }
 }
 
+/** Writes a new file whole and fsyncs it before returning (the caller renames it into place). */
+function writeDurably(path: string, data: Buffer, mode: number): void {
+  const fd = fs.openSync(path, 'w', mode);
+  try {
+    for (let off = 0; off < data.length;) off += fs.writeSync(fd, data, off, data.length - off);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 function writeFileAtomic(path: string, data: Buffer | string, mode?: number): void {
   const tmp = `${path}.vouch-${process.pid}.tmp`;
   fs.writeFileSync(tmp, data, mode === undefined ? undefined : { mode });
@@ -1359,6 +1389,7 @@ export class ChainRepo {
       }
       const rootOid = this.objects.write('tree', treeBody(modified.get('')!));
       commitOid = this.objects.write('commit', commitBody(rootOid, parent, info));
+      this.objects.syncDirs();
     } catch (e) {
       throw e instanceof VouchError ? e : ioError('cannot write git objects', e);
     }
@@ -1674,7 +1705,7 @@ export class ChainRepo {
       releaseLock(fd, lock);
       throw new VouchError('io_error', `branch main moved outside vouch (expected ${expected ?? 'no commit'}, found ${current ?? 'none'}); reopen the chain`);
     }
-    commitLock(fd, lock, ref, `${oid}\n`);
+    commitLock(fd, lock, ref, `${oid}\n`, { durable: true });
   }
 
   /** Write a working-tree file whole (temporary file + rename) and return its stat. */

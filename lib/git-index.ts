@@ -32,7 +32,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import type { BigIntStats } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 
 // ---------------------------------------------------------------------------
@@ -422,13 +422,30 @@ export async function acquireLock(lockPath: string, onStale?: (path: string) => 
   }
 }
 
-/** Write `data` to the lock (descriptor `fd` at `lockPath`) and rename it onto `target`. */
-export function commitLock(fd: number, lockPath: string, target: string, data: Buffer | string): void {
+/** fsyncs a directory, so the names created, renamed or removed in it survive a power loss. */
+export function fsyncDir(dir: string): void {
+  const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * Write `data` to the lock (descriptor `fd` at `lockPath`) and rename it onto
+ * `target`. `durable`: the lock file is fsynced before the rename and the
+ * directory after it, so the new content is what a power loss leaves (the
+ * branch ref: the commit point of an acknowledged append).
+ */
+export function commitLock(fd: number, lockPath: string, target: string, data: Buffer | string, opts: { durable?: boolean } = {}): void {
   try {
     if (typeof data === 'string') fs.writeSync(fd, data);
     else fs.writeSync(fd, data);
+    if (opts.durable) fs.fsyncSync(fd);
     fs.closeSync(fd);
     fs.renameSync(lockPath, target);
+    if (opts.durable) fsyncDir(dirname(target));
   } catch (e) {
     try { fs.closeSync(fd); } catch { /* already closed */ }
     try { fs.unlinkSync(lockPath); } catch { /* gone */ }
