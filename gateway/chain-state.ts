@@ -319,10 +319,12 @@ export class ChainState {
    * Takes in blocks that were appended and committed after the current head
    * (by the submitter, or a sync), with the committed checkpoint text. They
    * are verified like any other; blocks the writer already put in the index
-   * are not added twice.
+   * are not added twice. `blockTexts`: the blocks' files as committed (the
+   * writer's own, so a working tree that lags behind the branch does not
+   * matter); without them the files are read from the working tree.
    * @throws VouchError when they do not verify (state left unchanged).
    */
-  applyCommitted(blocks: readonly Block[], checkpointText: string | null): void {
+  applyCommitted(blocks: readonly Block[], checkpointText: string | null, blockTexts?: readonly string[]): void {
     const probe = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: this.verifier.state });
     const parsed = blocks.map((b) => probe.add(structuredClone(b)));
     let cpJson: Record<string, unknown> | null = null;
@@ -335,8 +337,8 @@ export class ChainState {
     const texts: string[] = [];
     parsed.forEach((b, i) => {
       if (this.index.size === b.index) this.index.add(blocks[i]!);
-      // The snapshot hashes the files as they are on disk, byte for byte.
-      const text = this.repo.readBlockFile(b.index);
+      // The snapshot hashes the files as they are committed, byte for byte.
+      const text = blockTexts?.[i] ?? this.repo.readBlockFile(b.index);
       texts.push(text);
       this.digest = stepDigest(this.digest, text);
     });

@@ -297,9 +297,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         head: () => state.head,
         digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
         now,
-        onAppended: (blocks) => {
+        onAppended: (blocks, committed) => {
           try {
-            state.applyCommitted(blocks, repo.readCheckpoint());
+            // From what the branch holds, not the working tree (which may lag after a failed write).
+            state.applyCommitted(blocks, committed.checkpointText, committed.blockTexts);
             log.info('appended', { blocks: blocks.map((b) => b.index), head: blocks[blocks.length - 1]!.record_hash });
             pusher?.notify(repo.head);
           } catch (e) {

@@ -34,7 +34,7 @@ import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backe
 import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainRepo } from '../lib/chain-repo.ts';
-import { appendSigned } from '../lib/chain-store.ts';
+import { appendSigned, type Committed } from '../lib/chain-store.ts';
 import { parseSubmitRequest, type SubmitRequest } from './submit-request.ts';
 
 export interface SubmitterDeps {
@@ -46,7 +46,8 @@ export interface SubmitterDeps {
   /** The current head block (must follow the index). */
   head: () => Block;
   /** Called once per commit, after the index has the new blocks. Must not throw (errors are logged). */
-  onAppended?: (blocks: Block[]) => void;
+  /** The blocks just committed, with their texts and the checkpoint's as the branch holds them. */
+  onAppended?: (blocks: Block[], committed: Committed) => void;
   /** Fetches and hashes an artifact; returns `<algorithm>:<hex>`. */
   digest: (url: string, algorithm: HashAlgorithm, signal?: AbortSignal) => Promise<{ artifactHash: string }>;
   /** Milliseconds since the epoch. */
@@ -427,9 +428,10 @@ export class Submitter {
       return;
     }
 
+    let committed: Committed;
     try {
       const checkpoint = buildCheckpoint({ head: prev, signer, now });
-      await appendSigned(repo, blocks, checkpoint, now);
+      committed = await appendSigned(repo, blocks, checkpoint, now);
     } catch (e) {
       this.counters.commitFailures++;
       const err = e instanceof VouchError && e.code === 'io_error'
@@ -452,7 +454,7 @@ export class Submitter {
     }
     if (!this.broken) {
       try {
-        this.deps.onAppended?.(blocks);
+        this.deps.onAppended?.(blocks, committed);
       } catch (e) {
         this.log(`submit: onAppended failed after blocks ${blocks[0]!.index}-${prev.index}: ${(e as Error)?.message ?? String(e)}`);
       }

@@ -1118,6 +1118,15 @@ function crashPoint(name: 'after-objects' | 'after-ref' | 'after-files' | 'after
   if (process.env.VOUCH_CRASH_POINT === name) process.kill(process.pid, 'SIGKILL');
 }
 
+let failPointUsed = false;
+/** Fault tests: `VOUCH_FAIL_POINT=working-tree` fails the working-tree write of one append (after its commit point), as a full disk would. */
+function failPoint(name: 'working-tree'): void {
+  if (process.env.VOUCH_FAIL_POINT === name && !failPointUsed) {
+    failPointUsed = true;
+    throw Object.assign(new Error('ENOSPC: no space left on device (VOUCH_FAIL_POINT)'), { code: 'ENOSPC' });
+  }
+}
+
 function checkCommitInfo(c: CommitInfo): void {
   if (!c || typeof c !== 'object') throw new VouchError('bad_request', 'commit info is missing');
   if (typeof c.message !== 'string' || c.message.includes('\0')) throw new VouchError('bad_request', 'commit message must be a string without NUL');
@@ -1406,6 +1415,7 @@ export class ChainRepo {
 
     // 3-5. Working tree, index, state: a failure here leaves them to catch up.
     try {
+      failPoint('working-tree');
       const entries: IndexEntry[] = [];
       for (let k = 0; k < blocks.length; k++) {
         entries.push(entryFromStat(paths[k]!, oids[k]!, this.writeWorkFile(paths[k]!, bytes[k]!)));

@@ -78,13 +78,23 @@ export function trustedHead(repo: ChainRepo, signer: Signer): TrustedHead {
   return { head, authority, checkpoint: cp };
 }
 
-/** Appends signed blocks and the checkpoint of the new head in one commit. */
-export async function appendSigned(repo: ChainRepo, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number): Promise<{ commit: string }> {
-  return repo.append(
-    blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(checkpoint),
-    commitFor(blocks, nowMs),
-  );
+/** What one append committed: the commit, and the block and checkpoint texts exactly as they are on the branch. */
+export interface Committed {
+  commit: string;
+  blockTexts: string[];
+  checkpointText: string;
+}
+
+/**
+ * Appends signed blocks and the checkpoint of the new head in one commit.
+ * Resolves with the texts committed, so a caller can take in the new state
+ * from what the branch holds even when the working tree lags behind it.
+ */
+export async function appendSigned(repo: ChainRepo, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number): Promise<Committed> {
+  const files = blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) }));
+  const checkpointText = formatCheckpointFile(checkpoint);
+  const { commit } = await repo.append(files, checkpointText, commitFor(blocks, nowMs));
+  return { commit, blockTexts: files.map((f) => f.content), checkpointText };
 }
 
 /**
