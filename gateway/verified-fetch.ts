@@ -4,7 +4,9 @@
  * the signed hash, and only on equality stored in the mirror and handed out.
  *
  * Owns: the hash check of origin bytes, single flight (concurrent `obtain`
- * calls for one artifact_hash share one origin fetch), the reference count of
+ * calls for one URL and artifact_hash share one origin fetch; calls for the
+ * same hash from another URL fetch on their own, so one tampered or broken
+ * origin fails only its own URL's downloads), the reference count of
  * waiters that decides when an origin fetch is cancelled (only when every
  * waiter has aborted), the bound on concurrent distinct origin fetches, and
  * the temp files of fetches in progress.
@@ -56,7 +58,7 @@ export interface Obtained {
 }
 
 export interface VerifiedFetcherStats {
-  /** Artifacts being obtained now (each one origin fetch at most). */
+  /** Artifacts being obtained now, by URL and hash (each one origin fetch at most). */
   inflight: number;
   /** Origin fetches running / waiting for a slot. */
   active: number;
@@ -80,7 +82,10 @@ interface Waiter {
 }
 
 interface Flight {
+  /** The flight's key in `flights`: the artifact hash and the URL fetched. */
   key: string;
+  /** The signed artifact_hash (the mirror's key). */
+  hash: string;
   waiters: Set<Waiter>;
   controller: AbortController;
   settled: boolean;
@@ -166,7 +171,9 @@ export class VerifiedFetcher {
     if (typeof parsed === 'string') throw new VouchError('bad_artifact_hash', parsed, { resource: url });
     const { signal } = options;
     if (signal?.aborted) throw signal.reason;
-    let flight = this.flights.get(artifactHash);
+    // Joined per URL: the mirror shares verified bytes by hash, but an origin's failure is its URL's alone.
+    const key = `${artifactHash} ${url}`;
+    let flight = this.flights.get(key);
     if (flight === undefined) {
       const hit = await this.mirror.get(artifactHash);
       if (hit !== null) {
@@ -174,13 +181,13 @@ export class VerifiedFetcher {
         return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
       if (signal?.aborted) throw signal.reason;
-      flight = this.flights.get(artifactHash); // another caller may have started it meanwhile
+      flight = this.flights.get(key); // another caller may have started it meanwhile
     }
     if (flight !== undefined) {
       this.counters.joined++;
     } else {
-      flight = { key: artifactHash, waiters: new Set(), controller: new AbortController(), settled: false };
-      this.flights.set(artifactHash, flight);
+      flight = { key, hash: artifactHash, waiters: new Set(), controller: new AbortController(), settled: false };
+      this.flights.set(key, flight);
       this.run(flight, url, parsed);
     }
     return this.join(flight, signal);
@@ -250,11 +257,11 @@ export class VerifiedFetcher {
     await this.slots.acquire(signal);
     try {
       // A flight that finished just before this one started may have stored it.
-      if (this.mirror.has(flight.key)) {
-        const hit = await this.mirror.get(flight.key);
+      if (this.mirror.has(flight.hash)) {
+        const hit = await this.mirror.get(flight.hash);
         if (hit !== null) return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
-      return await this.fetchVerified(url, flight.key, h, signal);
+      return await this.fetchVerified(url, flight.hash, h, signal);
     } finally {
       this.slots.release();
     }
