@@ -22,7 +22,10 @@
  * Must hold: a body ends only when its framing says it is complete, else it
  * fails with an `H1Error` (or the socket's own error code); parsing is strict
  * and bounded (status line, field syntax, no obs-fold, one Content-Length
- * value, head ≤ 64 KiB, chunk lines ≤ 4 KiB); a connection is reused only
+ * value, head ≤ 64 KiB, chunk lines ≤ 4 KiB; no control character but HTAB
+ * in the reason phrase, header and trailer fields or chunk extensions;
+ * Transfer-Encoding exactly `chunked` and only in HTTP/1.1, so what is
+ * handed over is never transfer-coded); a connection is reused only
  * after a complete response whose framing allows it and with no byte beyond
  * it seen, and only for the same Host (bytes past a body read exactly in
  * place surface in the next exchange, which fails to parse and is retried
@@ -76,9 +79,19 @@ const MAX_IDLE_PER_TARGET = 32;
 /** A redirect's or an error page's body up to this size is read to keep the connection. */
 const DRAIN_LIMIT = 64 * 1024;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [^\r\n]*)?$/;
+/** RFC 9112 4: the reason phrase is HTAB, SP, VCHAR or obs-text (no NUL or other control character). */
+const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [\t\x20-\x7e\x80-\xff]*)?$/;
 const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+/** A chunk size line: hex size, then extensions without control characters (HTAB aside). */
+const CHUNK_SIZE_LINE = /^([0-9A-Fa-f]{1,12})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 const CRLF2 = Buffer.from('\r\n\r\n', 'latin1');
+
+/** A field line (header or trailer) of valid syntax: token name, colon, value of visible characters, SP, HTAB and obs-text. */
+function validField(line: string): boolean {
+  const colon = line.indexOf(':');
+  if (colon <= 0 || !TOKEN.test(line.slice(0, colon))) return false;
+  return FIELD_VALUE.test(line.slice(colon + 1));
+}
 
 type BodyMode = 'none' | 'length' | 'chunked' | 'close';
 type ChunkPhase = 'size' | 'data' | 'data-end' | 'trailer';
@@ -297,10 +310,15 @@ class Exchange {
     const te = headers['transfer-encoding'];
     let contentLength: number | null = null;
     if (te !== undefined) {
+      // Only `chunked`, once, in HTTP/1.1: the bytes hashed must be the body itself. An HTTP/1.0
+      // answer with Transfer-Encoding (RFC 9112 6.1 would read it to the close, chunk framing
+      // and all), `chunked, chunked`, or another coding (`gzip, chunked`, `identity`: not
+      // undone here) would hand over transfer-coded bytes, so they are refused.
+      if (minor !== 1) throw new H1Error('BAD_RESPONSE', 'Transfer-Encoding in an HTTP/1.0 response');
+      if (te.trim().toLowerCase() !== 'chunked') throw new H1Error('BAD_RESPONSE', `unsupported Transfer-Encoding ${JSON.stringify(te.slice(0, 80))} (only chunked)`);
       // Transfer-Encoding wins over Content-Length (RFC 9112 6.3); such a message ends the connection.
-      const codings = te.toLowerCase().split(',').map((t) => t.trim());
-      this.mode = codings[codings.length - 1] === 'chunked' && minor === 1 ? 'chunked' : 'close';
-      if (lengths.length > 0 || this.mode === 'close') this.reusable = false;
+      this.mode = 'chunked';
+      if (lengths.length > 0) this.reusable = false;
     } else if (lengths.length > 0) {
       if (!lengths.every((v) => /^\d{1,16}$/.test(v) && v === lengths[0])) throw new H1Error('BAD_RESPONSE', `bad Content-Length ${JSON.stringify(headers['content-length']!.slice(0, 80))}`);
       contentLength = Number(lengths[0]);
@@ -365,13 +383,14 @@ class Exchange {
         if (text !== '') return this.badChunk('chunk data longer than its size');
         this.chunkPhase = 'size';
       } else if (this.chunkPhase === 'size') {
-        const size = /^([0-9A-Fa-f]{1,12})[ \t]*(?:;.*)?$/.exec(text);
+        const size = CHUNK_SIZE_LINE.exec(text);
         if (size === null) return this.badChunk(`bad chunk size line ${JSON.stringify(text.slice(0, 40))}`);
         this.remaining = parseInt(size[1]!, 16);
         this.chunkPhase = this.remaining === 0 ? 'trailer' : 'data';
       } else {
         this.trailerBytes += line.length;
         if (this.trailerBytes > MAX_TRAILER_BYTES) return this.badChunk('trailer section too large');
+        if (text !== '' && !validField(text)) return this.badChunk(`malformed trailer field ${JSON.stringify(text.slice(0, 40))}`);
         if (text === '') {
           if (i < view.length) this.reusable = false;
           this.complete();

@@ -4,7 +4,9 @@
  * written: heads and bodies split across reads, Content-Length, chunked
  * (extensions, trailers) and close-delimited bodies, interim 1xx responses,
  * strict refusals (status line, field syntax, obs-fold, conflicting lengths,
- * bad chunks, oversized heads), bodies cut short, extra bytes, keep-alive
+ * bad chunks, oversized heads, transfer codings other than one chunked in
+ * HTTP/1.1, control characters in the reason phrase, chunk extensions and
+ * trailers), bodies cut short, extra bytes, keep-alive
  * reuse and its limits, the retry of a reused connection the origin closed,
  * timeouts and aborts; `receiveInto` lands bytes in a shared buffer intact;
  * and the same over TLS through the OriginFetcher with a throwaway CA.
@@ -255,6 +257,46 @@ test('strict parsing: malformed heads and chunks fail with BAD_RESPONSE or HEADE
     assert.is(e.code, 'BAD_RESPONSE', what);
     await srv.close();
   }
+});
+
+test('framing a signer must not accept: Transfer-Encoding other than one chunked in HTTP/1.1; control characters in the reason phrase, chunk extensions and trailers', async () => {
+  const heads: [string, string][] = [
+    ['HTTP/1.0 with chunked', 'HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'],
+    ['chunked, chunked', 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, chunked\r\n\r\n0\r\n\r\n'],
+    ['chunked twice in two fields', 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'],
+    ['gzip, chunked', 'HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n'],
+    ['gzip alone (close-delimited)', 'HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nxyz'],
+    ['identity', 'HTTP/1.1 200 OK\r\ntransfer-encoding: identity\r\ncontent-length: 3\r\n\r\nxyz'],
+    ['NUL in the reason phrase', 'HTTP/1.1 200 O\u0000K\r\ncontent-length: 0\r\n\r\n'],
+    ['ESC in the reason phrase', 'HTTP/1.1 200 \u001b[2JOK\r\ncontent-length: 0\r\n\r\n'],
+    ['DEL in the reason phrase', 'HTTP/1.1 404 Not\u007fFound\r\ncontent-length: 0\r\n\r\n'],
+  ];
+  for (const [what, bytes] of heads) {
+    const srv = await RawServer.start((s) => { s.write(Buffer.from(bytes, 'latin1')); });
+    const e = await rejection(client.request(req(srv.port)));
+    assert.ok(e instanceof H1Error, `${what}: ${String(e)}`);
+    assert.is(e.code, 'BAD_RESPONSE', what);
+    await srv.close();
+  }
+  const chunks: [string, string][] = [
+    ['NUL in a chunk extension', '5;a=\u0000\r\nhello\r\n0\r\n\r\n'],
+    ['ESC in a chunk extension', '5;a="\u001b[2J"\r\nhello\r\n0\r\n\r\n'],
+    ['CR in a chunk extension', '5;a\rb\r\nhello\r\n0\r\n\r\n'],
+    ['NUL in the last chunk\'s extension', '5\r\nhello\r\n0;\u0000\r\n\r\n'],
+    ['NUL in a trailer field', '5\r\nhello\r\n0\r\nx-t: a\u0000b\r\n\r\n'],
+    ['a trailer line that is no field', '5\r\nhello\r\n0\r\nnot a field\r\n\r\n'],
+  ];
+  for (const [what, tail] of chunks) {
+    const srv = await RawServer.start((s) => { s.write(Buffer.from(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${tail}`, 'latin1')); });
+    const res = await client.request(req(srv.port));
+    const e = await rejection(readStream(res));
+    assert.is(e.code, 'BAD_RESPONSE', what);
+    await srv.close();
+  }
+  // Still accepted: any case of `chunked`, HTAB and quoted strings in extensions, obs-text, an empty reason phrase.
+  const fine = await RawServer.start((s) => { s.write(Buffer.from('HTTP/1.1 200 \r\nTransfer-Encoding:  Chunked \r\n\r\n5;\tname="v a\u00e9l"\r\nhello\r\n0\r\nx-t:\ta\r\n\r\n', 'latin1')); });
+  assert.is((await readStream(await client.request(req(fine.port)))).toString(), 'hello');
+  await fine.close();
 });
 
 test('a body cut short fails (stream and receiveInto) and the connection is closed', async () => {
