@@ -7,7 +7,9 @@
  * metadata links with. Pure: no I/O.
  *
  * Owns: route compilation and its refusals (usage errors naming the key),
- * matching, the climb-out refusal, the artifact / gateway URL maps.
+ * matching, the climb-out refusal (an allow-list of characters per path
+ * segment, raw and decoded: README "Refused with 400"), the artifact /
+ * gateway URL maps.
  * Trusts: the configuration's shape (config.ts validated it); an ecosystem
  * module's `checkedPath` / `artifactTarget` spellings, which are checked
  * again here.
@@ -73,8 +75,9 @@ function usage(path: string, what: string): never {
 /**
  * Checks the configured routes and prepares them for matching.
  * @throws VouchError usage naming the route: an origin with credentials, a
- * query or a fragment; a prefix with `//`, a dot segment or
- * percent-encoding, or under `/v1/` (the gateway's own paths); two routes
+ * query or a fragment; a prefix with `//`, a dot segment, percent-encoding
+ * or anything `pathRefusal` refuses, or under `/v1/` (the gateway's own
+ * paths); two routes
  * for the same host and prefix.
  */
 export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
@@ -98,8 +101,8 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
     }
     const prefix = r.prefix ?? '/';
     if (!prefix.startsWith('/') || !prefix.endsWith('/')) usage(`${at}.prefix`, 'must start and end with /');
-    if (prefix.includes('//') || prefix.includes('%') || prefix.split('/').some((s) => s === '.' || s === '..')) {
-      usage(`${at}.prefix`, 'must not contain //, dot segments or percent-encoding');
+    if (prefix.includes('//') || prefix.includes('%') || prefix.split('/').some((s) => s === '.' || s === '..') || pathRefusal(prefix, '') !== null) {
+      usage(`${at}.prefix`, 'must not contain //, dot segments, percent-encoding or what a request path may not (`;`, ...)');
     }
     if (prefix === '/v1/' || prefix.startsWith('/v1/')) usage(`${at}.prefix`, 'must not be under /v1/ (the gateway\'s own paths)');
     let host: string | null = null;
@@ -162,15 +165,67 @@ function decodeBytes(segment: string): string {
 }
 
 /**
+ * What a path segment may hold, as sent: RFC 3986's unreserved characters,
+ * the sub-delimiters but `;` (a path parameter: Tomcat, Jetty and Spring read
+ * `..;` as `..`), `:` and `@`, and percent-escapes.
+ */
+const SEGMENT_AS_SENT = /^(?:[A-Za-z0-9\-._~!$&'()*+,=:@]|%[0-9A-Fa-f]{2})*$/;
+/** The ASCII a segment may hold once percent-decoded: the same set, and space (sent as `%20`). */
+const SEGMENT_ASCII = /^[A-Za-z0-9\-._~!$&'()*+,=:@ ]*$/;
+/**
+ * Code points refused in a decoded segment: controls, format characters
+ * (bidi overrides, zero-width), separators and other white space, private use,
+ * noncharacters.
+ */
+const UNSAFE_CODE_POINT = /[\p{Cc}\p{Cf}\p{Z}\p{White_Space}\p{Co}\p{Noncharacter_Code_Point}]/u;
+
+/**
+ * The code points of a decoded segment's non-ASCII bytes, or a reason: each
+ * must be well-formed UTF-8 (no overlong forms such as `%c0%ae`, no
+ * surrogates, nothing past U+10FFFF), not an unsafe code point, and not one
+ * that Unicode compatibility normalization (NFKC, which some origins apply)
+ * turns into ASCII — a full-width dot `%ef%bc%8e` is `.` to them.
+ */
+function utf8Refusal(bytes: string): string | null {
+  for (let i = 0; i < bytes.length;) {
+    const b0 = bytes.charCodeAt(i);
+    if (b0 < 0x80) { i++; continue; }
+    const n = b0 >= 0xc2 && b0 <= 0xdf ? 1 : b0 >= 0xe0 && b0 <= 0xef ? 2 : b0 >= 0xf0 && b0 <= 0xf4 ? 3 : -1;
+    if (n < 0) return 'invalid or overlong UTF-8'; // a continuation byte, an overlong lead (c0, c1) or f5-ff
+    if (i + n >= bytes.length) return 'truncated UTF-8';
+    let cp = b0 & (n === 1 ? 0x1f : n === 2 ? 0x0f : 0x07);
+    for (let k = 1; k <= n; k++) {
+      const b = bytes.charCodeAt(i + k);
+      if ((b & 0xc0) !== 0x80) return 'invalid UTF-8';
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    const min = n === 1 ? 0x80 : n === 2 ? 0x800 : 0x10000;
+    if (cp < min) return 'overlong UTF-8';
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 'invalid UTF-8 (surrogate or past U+10FFFF)';
+    const ch = String.fromCodePoint(cp);
+    if (UNSAFE_CODE_POINT.test(ch)) return 'encoded control, format or space character';
+    if (/[\x00-\x7f]/.test(ch.normalize('NFKC'))) return 'a character Unicode normalization turns into ASCII (full-width dot, slash, ...)';
+    i += n + 1;
+  }
+  return null;
+}
+
+/**
  * Why the path of a request target cannot be mapped under a route (a short
  * reason), or null when it can. `path` is the whole path (no query), `rest`
- * the part after the route's prefix.
+ * the part after the route's prefix. An allow-list per segment (README
+ * "Proxy routes", "Refused with 400"): as sent, `SEGMENT_AS_SENT`; decoded,
+ * ASCII from `SEGMENT_ASCII` and well-formed UTF-8 that normalizes to no
+ * ASCII; and no segment made only of dots and spaces (`.`, `..`, `...`,
+ * `..%20`: Windows origins drop trailing dots and spaces). The query string
+ * is not looked at.
  */
 export function pathRefusal(path: string, rest: string): string | null {
   if (/[\x00-\x20\x7f]/.test(path)) return 'control character or space in the path';
   if (path.includes('\\')) return 'backslash in the path';
   if (path.includes('#')) return 'fragment in the path';
   if (/%(?![0-9A-Fa-f]{2})/.test(path)) return 'malformed percent-encoding';
+  if (path.includes(';')) return 'path parameter (;) in the path';
   const segments = path.split('/');
   for (let i = 1; i < segments.length; i++) {
     const raw = segments[i]!;
@@ -178,11 +233,21 @@ export function pathRefusal(path: string, rest: string): string | null {
       if (i !== segments.length - 1) return 'empty path segment (//)';
       continue;
     }
+    if (!SEGMENT_AS_SENT.test(raw)) return 'character outside the allowed set (percent-encode it)';
     const decoded = decodeBytes(raw);
-    if (decoded === '.' || decoded === '..') return 'dot segment';
-    if (decoded.includes('/') || decoded.includes('\\')) return 'encoded slash or backslash';
-    if (/[\x00-\x1f\x7f]/.test(decoded)) return 'encoded control character';
-    if (/%(?:2e|2f|5c|00|25)/i.test(decoded)) return 'double percent-encoding';
+    if (/^[. ]+$/.test(decoded) && decoded.includes('.')) return 'dot segment';
+    const ascii = decoded.replace(/[\x80-\xff]/g, '');
+    if (!SEGMENT_ASCII.test(ascii)) {
+      if (/[/\\]/.test(ascii)) return 'encoded slash or backslash';
+      if (/[\x00-\x1f\x7f]/.test(ascii)) return 'encoded control character';
+      if (ascii.includes('%')) return 'double percent-encoding';
+      if (ascii.includes(';')) return 'path parameter (encoded ;)';
+      return 'encoded character outside the allowed set';
+    }
+    if (ascii.length !== decoded.length) {
+      const bad = utf8Refusal(decoded);
+      if (bad !== null) return bad;
+    }
   }
   const first = decodeBytes(rest.split('/')[0] ?? '');
   if (/^[A-Za-z][A-Za-z0-9+.-]*:/.test(first)) return 'absolute URL in the path';

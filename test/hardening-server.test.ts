@@ -2,6 +2,10 @@
  * Attacks on the gateway's HTTP server, through real `vouch serve` processes
  * on 127.0.0.1 and real loopback origins (issue 14):
  *
+ * - climbs out of a pass route in the spellings origin servers honour
+ *   (`;` path parameters, overlong UTF-8, full-width dots, dot segments with
+ *   trailing spaces or extra dots) answer 400 and never reach the origin,
+ *   while the spellings package managers send still do;
  * - a slow tampered origin for one URL does not fail a download of the same
  *   bytes from another URL;
  *
@@ -177,6 +181,66 @@ test('a slow tampered origin for one URL does not fail a download of the same by
     .filter((l) => l.msg === 'hash mismatch: refused to serve');
   assert.equal(mismatches.map((l) => l.url), [urlA], 'the mismatch log names another URL than the tampered one');
   originA.route('/pkg/same.bin', { body: SAME });
+});
+
+// ---------------------------------------------------------------------------
+// Item 5: climbs out of a pass route
+
+test('pass routes refuse every spelling of a climb out of the route, before the origin sees it', async () => {
+  const attempts = [
+    // `;` path parameters (Tomcat, Jetty, Spring: `..;` is `..`)
+    '/pass/..;/secret', '/pass/a/..;/..;/secret', '/pass/%2e%2e;/secret', '/pass/.;/unsigned.bin', '/pass/..%3b/secret',
+    '/pass/..%3B/secret', '/pass/a;b', '/pass/a%3bb', '/pass/a;jsessionid=1/x',
+    // overlong UTF-8 for `.` and `/` (and invalid UTF-8 generally)
+    '/pass/%c0%ae%c0%ae/secret', '/pass/%C0%AE%C0%AE/secret', '/pass/%e0%80%ae%e0%80%ae/secret', '/pass/%f0%80%80%ae%f0%80%80%ae/secret',
+    '/pass/a%c0%afb', '/pass/%c0%2e%c0%2e/secret', '/pass/%c1%9c', '/pass/%ed%a0%80', '/pass/%f4%90%80%80', '/pass/%ff', '/pass/%e2%82',
+    // full-width and other dots and slashes that Unicode normalization folds into ASCII
+    '/pass/%ef%bc%8e%ef%bc%8e/secret', '/pass/%EF%BC%8E%EF%BC%8E/secret', '/pass/a%ef%bc%8fb', '/pass/a%ef%bc%bcb',
+    '/pass/%e2%80%a5/secret', '/pass/%e2%80%a4%e2%80%a4/secret', '/pass/%ef%b9%92%ef%b9%92/secret', '/pass/%ef%bc%9b',
+    // dot segments with trailing spaces or extra dots (Windows, IIS)
+    '/pass/..%20/secret', '/pass/..%20%20/secret', '/pass/.%20/unsigned.bin', '/pass/%20../secret', '/pass/.../secret',
+    '/pass/..../secret', '/pass/%2e%2e%2e/secret', '/pass/..%2e/secret', '/pass/.%20./secret',
+    // other characters origins treat specially, encoded
+    '/pass/a%3fb', '/pass/a%23b', '/pass/a%22b', '/pass/a%3cb', '/pass/a%7cb', '/pass/a%c2%85b', '/pass/a%e2%80%aeb', '/pass/a%c2%a0b',
+  ];
+  const before = originA.log.length;
+  for (const path of attempts) {
+    const r = await get(gw.url, path);
+    assert.is(r.status, 400, `${path}: ${r.status}`);
+    assert.is(r.body.length, 0, `${path}: a body`);
+    const h = await get(gw.url, path.slice('/pass'.length), { host: 'registry.test' });
+    assert.is(h.status, 400, `host route ${path}: ${h.status}`);
+  }
+  for (const line of ['GET /pass/a|b HTTP/1.1', 'GET /pass/a^b HTTP/1.1', 'GET /pass/a\u00e9b HTTP/1.1']) {
+    const answer = await rawExchange(gw.url, `${line}\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
+    assert.is(statusOf(answer), 400, JSON.stringify(line));
+  }
+  assert.is(originA.log.length, before, `the origin saw: ${originA.log.slice(before).map((r) => r.path).join(', ')}`);
+});
+
+test('a route prefix must pass the same check', () => {
+  const route = { host: null, origin: 'https://r.example/', canonical: null, kind: 'plain' as const, unendorsed: 'deny' as const, mode: 'enforce' as const, metadata_ttl: 60, metadata_max_stale: 60 };
+  for (const prefix of ['/a;b/', '/..;/', '/a|b/', '/.../']) {
+    assert.throws(() => compileRoutes([{ ...route, prefix }]), /prefix must not contain/, prefix);
+  }
+  assert.is(compileRoutes([{ ...route, prefix: '/@scope/x+y/' }]).length, 1);
+});
+
+test('the spellings package managers send still pass: scoped npm paths, pip\'s %2B, Go\'s !, queries, UTF-8 names', async () => {
+  const ok = [
+    '/pass/@acme/util/-/util-1.0.0.tgz', '/pass/leftpad/-/leftpad-1.0.0.tgz',
+    '/pass/packages/ab/cd/x-1.0%2Blocal-py3-none-any.whl', '/pass/packages/x-1.0+local.tar.gz',
+    '/pass/github.com/!azure/azure-sdk/@v/v1.0.0+incompatible.zip', '/pass/example.com/m/@v/v1.0.0.info',
+    '/pass/a.tgz?x=../..;%2e%2e&y=%c0%ae', '/pass/release%20notes.txt', '/pass/Gr%C3%BC%C3%9Fe-%E4%B8%96%E7%95%8C.zip',
+    '/pass/a~b_c.d-e!$&\'()*+,=:@', '/pass/dir/', '/pass/1.0/..x/x..', '/pass/.well-known/x', '/pass/a..b',
+  ];
+  for (const path of ok) {
+    const before = originA.log.length;
+    const r = await get(gw.url, path);
+    assert.is(r.status, 404, `${path}: ${r.status} (the origin answers 404 for what it does not have)`);
+    assert.is(r.body.toString(), 'not found', path);
+    assert.is(originA.log.length, before + 1, `${path} did not reach the origin`);
+  }
 });
 
 test.run();
