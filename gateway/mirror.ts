@@ -51,9 +51,12 @@ const MiB = 1024 * 1024;
  * served with them on every later hit, so a mirror hit answers like the
  * origin fetch did. Only descriptive headers that are the same for every
  * client: never Set-Cookie, Vary, validators (the gateway sets its own
- * ETag), lengths or encodings (the signed bytes are the identity encoding).
+ * ETag) or lengths. Content-Encoding is kept: the signed hash is over the
+ * bytes as the origin sent them, so an origin that answers `gzip` despite
+ * `accept-encoding: identity` has its encoded bytes hashed and served, and
+ * the client needs the header to decode them.
  */
-export const KEPT_ORIGIN_HEADERS: readonly string[] = ['content-disposition', 'last-modified', 'cache-control', 'content-language'];
+export const KEPT_ORIGIN_HEADERS: readonly string[] = ['content-disposition', 'last-modified', 'cache-control', 'content-language', 'content-encoding'];
 const MAX_KEPT_HEADER = 1024;
 
 /** The kept subset of origin response headers (lower-case names; overlong values dropped). */

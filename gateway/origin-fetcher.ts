@@ -13,7 +13,7 @@
  * checked IP with the Host header and TLS server name of the URL, so the
  * address checked is the address used).
  *
- * Must hold: a response is handed over only for a 2xx final status; its body
+ * Must hold: a response is handed over only for a final status of 200; its body
  * (streamed, or received into a buffer) is at most `maxBytes` bytes and
  * complete only when the framing says so (exactly Content-Length bytes when
  * one is declared), else it fails with a VouchError (`too_large`,
@@ -225,9 +225,9 @@ export class OriginFetcher {
 
   /**
    * GETs `url`, following redirects (each hop re-checked when guarded).
-   * Resolves once a 2xx final response's headers arrived; the body is
-   * streamed. Rejects with VouchError: `bad_request` (not an absolute http(s)
-   * URL, or a guarded address), `origin_error` (unreachable, non-2xx, too
+   * Resolves once a final 200's headers arrived; the body is streamed.
+   * Rejects with VouchError: `bad_request` (not an absolute http(s) URL, or
+   * a guarded address), `origin_error` (unreachable, any status but 200, too
    * many redirects, cut short), `origin_timeout`, `too_large` (declared
    * Content-Length over the cap); or with `signal.reason` when aborted.
    */
@@ -259,9 +259,10 @@ export class OriginFetcher {
           current = next;
           continue;
         }
-        if (res.statusCode < 200 || res.statusCode > 299) {
+        if (res.statusCode !== 200) {
+          // Only a 200 carries the artifact: a 204 is no body, a 206 part of one, a 202 a promise.
           res.discard();
-          throw new VouchError('origin_error', `origin ${current.href}: HTTP ${res.statusCode}`, { resource, evidence: { status: res.statusCode } });
+          throw new VouchError('origin_error', `origin ${current.href}: HTTP ${res.statusCode}${res.statusCode < 300 ? ' (only 200 is accepted)' : ''}`, { resource, evidence: { status: res.statusCode } });
         }
         const contentLength = res.contentLength;
         if (contentLength !== null && contentLength > this.limits.maxBytes) {
@@ -309,7 +310,7 @@ export class OriginFetcher {
   }
 }
 
-/** A 2xx final response: its head, and its body read exactly one way. */
+/** A final 200: its head, and its body read exactly one way. */
 class FetchedResponse implements OriginResponse {
   readonly status: number;
   readonly contentType: string;

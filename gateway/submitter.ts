@@ -9,8 +9,9 @@
  * Trusts: `index` and `head()` describe the verified chain exactly as on the
  * branch (checked against `repo.size` before every round); `repo.append`
  * either puts the whole commit on the branch or nothing (lib/chain-repo.ts);
- * `digest` hashes what the origin served and refuses what the configuration
- * forbids (private addresses, sizes, timeouts).
+ * `digest` hashes what the origin served — only the complete body of a 200,
+ * anything else is an `origin_error` and nothing is signed — and refuses
+ * what the configuration forbids (private addresses, sizes, timeouts).
  *
  * Must always hold:
  * - An answer (201, or 200/409 that depends on a block of the same round) is
