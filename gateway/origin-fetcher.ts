@@ -9,9 +9,17 @@
  * failure into one `VouchError` with a one-line message.
  *
  * Trusts: `origin-h1.ts` for HTTP framing; `AddressGuard` for what may be
- * connected to when `guardPrivate` is set (the fetcher then connects to the
+ * connected to when a hop is guarded (the fetcher then connects to the
  * checked IP with the Host header and TLS server name of the URL, so the
  * address checked is the address used).
+ *
+ * Guarded hops: with `guardPrivate` (submit) every hop, a refusal being
+ * `bad_request`; otherwise (downloads: the first URL is the signed one, the
+ * operator's or the authority's choice) every redirect hop to a host other
+ * than the first URL's own (host and port as the URL spells them) or one of
+ * the fetch's `trustedHosts`, unless `allowPrivate` (`origin.allow_private`).
+ * A refused redirect hop is `origin_error` naming neither the address it
+ * resolved to nor anything of the target port (nothing was sent to it).
  *
  * Must hold: a response is handed over only for a final status of 200; its body
  * (streamed, or received into a buffer) is at most `maxBytes` bytes and
@@ -49,8 +57,14 @@ export const DEFAULT_ORIGIN_LIMITS: Readonly<OriginLimits> = {
 };
 
 export interface OriginFetcherOptions extends Partial<OriginLimits> {
-  /** The guard used when a fetch asks for `guardPrivate` (or its options). */
+  /** The guard of guarded hops (or its options). */
   guard?: AddressGuard | AddressGuardOptions;
+  /**
+   * `origin.allow_private`: redirect hops of unguarded fetches may reach
+   * loopback and private addresses on any host. Default false: a hop that
+   * leaves the first URL's host (and `trustedHosts`) is checked by the guard.
+   */
+  allowPrivate?: boolean;
   /** Sent as User-Agent. */
   userAgent?: string;
   /** Idle keep-alive sockets are closed after this long (default 4 s). */
@@ -64,6 +78,12 @@ export interface OriginFetchOptions {
   signal?: AbortSignal;
   /** Refuse loopback, private and other non-public addresses at every hop (submit). */
   guardPrivate?: boolean;
+  /**
+   * Hosts (as `URL.host` spells them: name or IP, and a port unless the
+   * scheme's default) that redirect hops may reach unguarded besides the
+   * first URL's own — a proxy route's canonical host.
+   */
+  trustedHosts?: readonly string[];
 }
 
 export interface OriginResponse {
@@ -102,6 +122,7 @@ export interface OriginResponse {
 }
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+const REDIRECT_HINT = ' (a redirect reaches loopback and private addresses only on the host of the URL itself, or with origin.allow_private: true in the gateway config)';
 
 /** Lifecycle of one fetch: the deadline timer and the caller's abort signal. */
 class FetchState {
@@ -198,6 +219,7 @@ export class OriginFetcher {
   readonly limits: Readonly<OriginLimits>;
   private readonly client: H1Client;
   private readonly guard: AddressGuard;
+  private readonly allowPrivate: boolean;
   private readonly userAgent: string;
 
   constructor(options: OriginFetcherOptions = {}) {
@@ -213,6 +235,7 @@ export class OriginFetcher {
       if (!Number.isInteger(v) || v < 0) throw new TypeError(`origin fetcher: ${k} must be a non-negative integer`);
     }
     this.guard = options.guard instanceof AddressGuard ? options.guard : new AddressGuard(options.guard);
+    this.allowPrivate = options.allowPrivate ?? false;
     this.userAgent = options.userAgent ?? 'vouch';
     if (!/^[\x20-\x7e]*$/.test(this.userAgent)) throw new TypeError('origin fetcher: userAgent must be printable ASCII');
     this.client = new H1Client({
@@ -224,11 +247,12 @@ export class OriginFetcher {
   }
 
   /**
-   * GETs `url`, following redirects (each hop re-checked when guarded).
-   * Resolves once a final 200's headers arrived; the body is streamed.
-   * Rejects with VouchError: `bad_request` (not an absolute http(s) URL, or
-   * a guarded address), `origin_error` (unreachable, any status but 200, too
-   * many redirects, cut short), `origin_timeout`, `too_large` (declared
+   * GETs `url`, following redirects (each hop checked when guarded: see the
+   * header). Resolves once a final 200's headers arrived; the body is
+   * streamed. Rejects with VouchError: `bad_request` (not an absolute http(s)
+   * URL, or an address refused under `guardPrivate`), `origin_error`
+   * (unreachable, any status but 200, too many redirects, a redirect hop
+   * refused, cut short), `origin_timeout`, `too_large` (declared
    * Content-Length over the cap); or with `signal.reason` when aborted.
    */
   async fetch(url: string | URL, options: OriginFetchOptions = {}): Promise<OriginResponse> {
@@ -236,9 +260,12 @@ export class OriginFetcher {
     let current = parseHttpUrl(resource, resource, 'artifact URL');
     if (options.signal?.aborted) throw options.signal.reason;
     const state = new FetchState(resource, this.limits, options.signal);
+    const guardAll = options.guardPrivate === true;
+    const trusted = new Set([current.host, ...(options.trustedHosts ?? [])]);
     try {
       for (let hop = 0; ; hop++) {
-        const res = await this.request(current, resource, options.guardPrivate === true, state);
+        const guard = guardAll ? 'all' : hop > 0 && !this.allowPrivate && !trusted.has(current.host) ? 'redirect' : 'none';
+        const res = await this.request(current, resource, guard, state);
         const location = res.headers['location'];
         if (REDIRECTS.has(res.statusCode) && typeof location === 'string' && location !== '') {
           res.discard();
@@ -278,11 +305,20 @@ export class OriginFetcher {
     }
   }
 
-  private async request(url: URL, resource: string, guarded: boolean, state: FetchState): Promise<H1Response> {
+  private async request(url: URL, resource: string, guard: 'all' | 'redirect' | 'none', state: FetchState): Promise<H1Response> {
     const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
     let host = hostname;
-    if (guarded) {
-      const target = await this.guard.check(url, resource);
+    if (guard !== 'none') {
+      let target;
+      try {
+        target = await this.guard.check(url, resource);
+      } catch (e) {
+        if (guard === 'redirect' && e instanceof VouchError && e.code === 'bad_request') {
+          // Refused before anything was sent to it: the same answer whether its port is open or not.
+          throw new VouchError('origin_error', `origin ${resource}: redirect to ${url.host} refused: not a public address${REDIRECT_HINT}`, { resource });
+        }
+        throw e;
+      }
       if (state.controller.signal.aborted) throw state.controller.signal.reason;
       host = target.address; // Host header and TLS server name stay the URL's own
     }

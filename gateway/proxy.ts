@@ -33,7 +33,12 @@
  * that passed the hash check, or an empty failure; nothing of an unendorsed
  * URL is fetched or served on a deny route; a client that leaves cancels
  * the origin request; failures on plain routes have empty bodies; nothing
- * here throws into the request handler.
+ * here throws into the request handler. Pass-through and metadata requests
+ * go only to the route's origin and never follow a redirect (undici's Agent
+ * does not): a 3xx goes to the client, or to the ecosystem module, which
+ * maps its Location to the gateway — so no Location can point the gateway
+ * itself at an internal host (verified fetches follow redirects in the
+ * origin fetcher, which guards every hop that leaves the route's origin).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
@@ -417,6 +422,7 @@ export class ProxyRoutes {
     return { status: up.statusCode, headers, body: Buffer.concat(chunks, size) };
   }
 
+  /** The Agent of pass-through and metadata requests: no redirect interceptor, so a redirect is never followed here. */
   private passAgent(): Agent {
     if (this.agent === null) {
       const timeoutMs = Math.round(this.ctx.config.origin.timeout * 1000);

@@ -5,7 +5,13 @@
  * end. Every packet goes to 127.0.0.1 (a name that stands for an internal
  * host is answered by an injected resolver, never by DNS).
  *
- * - Pass-through and metadata fetches never follow a redirect at all.
+ * - Redirect hops of download fetches are guarded: an endorsed origin that
+ *   answers `302 Location: http://127.0.0.1:<port>/admin` (another port, so
+ *   another host) is refused before anything reaches that port — the same
+ *   502 for an open and a closed port — on /v1/download and proxy routes;
+ *   a hop on the signed URL's own host, a trusted host or with allowPrivate
+ *   is followed; a guarded hop connects to the address it checked;
+ *   pass-through and metadata fetches never follow a redirect at all.
  * - Only a complete 200 is an artifact: 202, 203, 204, 205 and an unsolicited
  *   206 are refused by submit (nothing signed, the version not burned) and by
  *   downloads.
@@ -245,6 +251,91 @@ async function chainSize(): Promise<number> {
 
 // ---------------------------------------------------------------------------
 // Item 2: redirect hops cannot reach internal hosts
+
+test('fetcher: a redirect to another loopback port is refused unreached, open or closed, with one answer; same host, trusted host and allowPrivate are followed', async () => {
+  const f = new OriginFetcher({ timeoutMs: 2_000 });
+  const allowing = new OriginFetcher({ timeoutMs: 2_000, allowPrivate: true });
+  const reached = inner.connections;
+  try {
+    const open = await failure(f.fetch(origin.url('/d/to-open')));
+    const shut = await failure(f.fetch(origin.url('/d/to-closed')));
+    for (const e of [open, shut]) {
+      assert.is(e.code, 'origin_error', e.message);
+      assert.match(e.message, /redirect to 127\.0\.0\.1:\d+ refused: not a public address/);
+      assert.match(e.message, /origin\.allow_private/);
+    }
+    const sameAnswer = (e: VouchError) => e.message.replace(/:\d+/g, ':PORT').replace('/d/to-closed', '/d/to-X').replace('/d/to-open', '/d/to-X');
+    assert.is(sameAnswer(open), sameAnswer(shut), 'an open and a closed port answer alike');
+    assert.is(inner.connections, reached, 'nothing reached the internal port');
+    // The signed URL's own host (and port) is the operator's choice: followed.
+    assert.is((await readAll(await f.fetch(origin.url('/d/same')))).toString(), FINAL);
+    // A host the caller trusts (a proxy route's canonical host), and origin.allow_private: followed.
+    const trusted = await f.fetch(origin.url('/d/to-open'), { trustedHosts: [`127.0.0.1:${inner.port}`] });
+    assert.is((await readAll(trusted)).toString(), 'internal admin page');
+    assert.is((await readAll(await allowing.fetch(origin.url('/d/to-open')))).toString(), 'internal admin page');
+    // Without the guard a closed port is a different answer (that is what the guard hides).
+    assert.match((await failure(allowing.fetch(origin.url('/d/to-closed')))).message, /connection refused/);
+    // guardPrivate (submit) still refuses the first hop itself, as bad_request.
+    assert.is((await failure(f.fetch(origin.url('/d/same'), { guardPrivate: true }))).code, 'bad_request');
+  } finally {
+    await f.destroy();
+    await allowing.destroy();
+  }
+});
+
+test('fetcher: a guarded hop to a name is resolved once and connects to the address it checked', async () => {
+  const asked: string[] = [];
+  const resolver: Resolver = async (name) => {
+    asked.push(name);
+    // A rebinding resolver: the first answer is the allowed address, any later one is not.
+    return [{ address: asked.length === 1 ? '127.0.0.1' : '10.0.0.1', family: 4 }];
+  };
+  origin.route('/d/to-name', { redirect: `http://internal.test:${inner.port}/admin` });
+  const refusing = new OriginFetcher({ timeoutMs: 2_000, guard: { resolver: async () => [{ address: '127.0.0.1', family: 4 }] } });
+  const f = new OriginFetcher({ timeoutMs: 2_000, guard: { resolver, allow: ['127.0.0.1'] } });
+  const reached = inner.connections;
+  try {
+    // An IP literal first: a fetcher that does not guard redirect hops fails here, before the
+    // system resolver could be asked for the name below.
+    assert.is((await failure(refusing.fetch(origin.url('/d/to-open')))).code, 'origin_error');
+    const e = await failure(refusing.fetch(origin.url('/d/to-name')));
+    assert.is(e.code, 'origin_error');
+    assert.match(e.message, /redirect to internal\.test:\d+ refused/);
+    assert.not.match(e.message.replace(origin.origin, ''), /127\.0\.0\.1/, 'the address a name resolved to is not told');
+    assert.is(inner.connections, reached);
+    const res = await f.fetch(origin.url('/d/to-name'));
+    assert.is((await readAll(res)).toString(), 'internal admin page');
+    assert.equal(asked, ['internal.test'], 'resolved once');
+    assert.is(inner.records('/admin').at(-1)!.headers.host, `internal.test:${inner.port}`);
+  } finally {
+    await refusing.destroy();
+    await f.destroy();
+  }
+});
+
+test('gateway (allow_private off): downloads and proxy routes refuse redirect hops to another port alike, open or closed; same-host redirects still serve', async () => {
+  const O = origin.origin;
+  const reached = inner.connections;
+  for (const path of [`/v1/download?url=${enc(`${O}/d/to-open`)}`, `/v1/download?url=${enc(`${O}/d/to-closed`)}`, '/r/to-open', '/r/to-closed']) {
+    const r = await get(guarded.url, path);
+    assert.is(r.status, 502, path);
+    assert.is(r.body.length, 0, path);
+  }
+  // On an ecosystem route the reason is in the body: the same for an open and a closed port.
+  const open = await get(guarded.url, '/npm/leftpad/-/leftpad-1.0.0.tgz');
+  const shut = await get(guarded.url, '/npm/rightpad/-/rightpad-1.0.0.tgz');
+  assert.is(open.status, 502);
+  assert.is(shut.status, 502);
+  const reason = (a: Answer) => String(JSON.parse(a.body.toString()).error).replace(/:\d+/g, ':PORT').replace(/[lr]\w+pad/g, 'PKG');
+  assert.is(reason(open), reason(shut));
+  assert.match(reason(open), /refused: not a public address/);
+  assert.is(inner.connections, reached, 'the internal port was never reached');
+  // Same host as the signed URL: followed.
+  const same = await get(guarded.url, `/v1/download?url=${enc(`${O}/d/same`)}`);
+  assert.is(same.status, 200);
+  assert.is(same.body.toString(), FINAL);
+  assert.is((await get(guarded.url, '/r/same')).body.toString(), FINAL);
+});
 
 test('gateway: pass-through and metadata fetches never follow a redirect (the 3xx goes to the client)', async () => {
   const reached = inner.connections;
