@@ -44,6 +44,8 @@ export interface Config {
   mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number };
   origin: { timeout: number; max_bytes: number; max_redirects: number; allow_private: boolean };
   proxy: { routes: RouteConfig[] };
+  /** Bounds on client connections: seconds to receive a whole request (line, headers, body); open connections. */
+  clients: { request_timeout: number; max_connections: number };
   /** Where the file came from (null: embedded default). */
   source: string | null;
 }
@@ -98,6 +100,13 @@ const SCHEMA: Record<string, Kind> = {
     },
   },
   proxy: { t: 'object', keys: { routes: { t: 'routes' } } },
+  clients: {
+    t: 'object',
+    keys: {
+      request_timeout: { t: 'number', min: 0.1, max: 3_600 },
+      max_connections: { t: 'int', min: 1, max: 1_000_000 },
+    },
+  },
 };
 
 export const DEFAULTS = {
@@ -107,6 +116,7 @@ export const DEFAULTS = {
   authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token' },
   mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240 },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
+  clients: { request_timeout: 30, max_connections: 4096 },
 } as const;
 
 function bad(path: string, what: string): never {
@@ -212,6 +222,7 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
     mirror: { ...mirror, disk_dir: mirror.disk_dir === null ? null : path(mirror.disk_dir) },
     origin: { ...DEFAULTS.origin, ...(raw.origin ?? {}) },
     proxy: { routes: raw.proxy?.routes ?? [] },
+    clients: { ...DEFAULTS.clients, ...(raw.clients ?? {}) },
     source,
   };
 }

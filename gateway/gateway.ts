@@ -6,18 +6,26 @@
  * Owns: wiring the parts together — config, chain state, origin fetcher,
  * mirror, submitter, request handler — and shutting them down; the lines
  * printed at start (the mode and chain directory first, a `try:` line that
- * answers with no network last).
+ * answers with no network last); the HTTP server's bounds on clients
+ * (`clients.request_timeout` on receiving each request, headers and body;
+ * `clients.max_connections`) and the JSON answers to requests node:http
+ * refuses itself.
  * Must hold: the submit token and the key never reach a log line or a
  * response; they are announced once, only when first generated. An
  * authority holds its chain's lock (lib/chain-lock.ts) from start to
  * `close()`: a second authority on the directory refuses to start, and
- * other writers are refused while it runs.
+ * other writers are refused while it runs; on a chain directory it cannot
+ * write it refuses to start (exit 2, one line naming the directory). A
+ * connection whose request has not fully arrived within the request timeout
+ * is closed (408 when nothing was answered yet), and never more than
+ * `max_connections` are open; the timeout never cuts a response (a long
+ * download) once its request has arrived.
  */
 import { createServer, type Server } from 'node:http';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import type { AddressInfo } from 'node:net';
+import { accessSync, constants as fsConstants, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import type { AddressInfo, Socket } from 'node:net';
 import { VouchError } from '../chain/errors.ts';
 import { base64Encode } from '../chain/encoding.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
@@ -31,7 +39,7 @@ import { commitFor, trustedHead } from '../lib/chain-store.ts';
 import { digestUrl } from '../lib/artifact-digest.ts';
 import type { Config } from './config.ts';
 import { ChainState } from './chain-state.ts';
-import { createRequestHandler } from './server.ts';
+import { answeredBeforeBody, createRequestHandler, LINGER_MS } from './server.ts';
 import { proxyFor } from './proxy.ts';
 import { observeMirror } from './metrics.ts';
 import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
@@ -85,6 +93,47 @@ function readSecretFile(path: string, what: string): string {
   if (text.length < 16) throw new VouchError('key_error', `${what} ${path} holds fewer than 16 characters`);
   return text;
 }
+
+/**
+ * An authority writes its chain (block files, checkpoint, `.git`): refused at
+ * start, naming the directory, when it cannot — a read-only mount, an
+ * immutable or foreign directory — instead of failing at its first write.
+ * A directory still to be created needs its nearest existing parent writable.
+ */
+function checkChainWritable(dir: string): void {
+  const probes: string[] = [];
+  if (existsSync(dir)) {
+    probes.push(dir);
+    if (existsSync(join(dir, '.git'))) probes.push(join(dir, '.git'));
+  } else {
+    let parent = resolve(dir);
+    while (!existsSync(parent) && dirname(parent) !== parent) parent = dirname(parent);
+    probes.push(parent);
+  }
+  for (const p of probes) {
+    try {
+      accessSync(p, fsConstants.W_OK);
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code ?? 'error';
+      const why = code === 'EROFS' ? 'a read-only file system' : code === 'EACCES' || code === 'EPERM' ? `permission denied, ${code}` : code;
+      throw new VouchError('io_error', `chain.dir ${dir} is not writable (${why}${p === dir ? '' : ` at ${p}`}): an authority gateway appends to its chain there; ` +
+        'make it writable, or run without an authority section to serve it read-only', { resource: dir });
+    }
+  }
+}
+
+/** The soft limit on this process's open files (Linux), or null when unknown or unlimited. */
+function openFileLimit(): number | null {
+  try {
+    const m = /^Max open files\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+    return m === null ? null : Number(m[1]);
+  } catch {
+    return null;
+  }
+}
+
+/** Files kept for the rest of the process (origin fetches, mirror and spool files, git, workers) when bounding connections. */
+const FILES_RESERVED = 256;
 
 interface AuthorityParts { signer: Signer; tokenHash: Buffer }
 
@@ -187,6 +236,18 @@ export function modeLine(config: Config): string {
   return `mode: read-only (${why}); ${chain}`;
 }
 
+/**
+ * `server.maxConnections`: `clients.max_connections`, lowered (with a warning)
+ * when the process may not open that many files besides the ones it needs.
+ */
+function connectionBound(max: number, log: Logger): number {
+  const files = openFileLimit();
+  if (files === null || max + FILES_RESERVED <= files) return max;
+  const bound = Math.max(16, files - FILES_RESERVED);
+  log.warn('clients.max_connections lowered: the process may not open that many files (ulimit -n)', { max_connections: max, open_files: files, bound });
+  return bound;
+}
+
 export async function startGateway(config: Config, options: StartOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger();
   const say = options.announce ?? ((l: string) => process.stdout.write(l + '\n'));
@@ -196,6 +257,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     throw new VouchError('usage', 'config: a mirror (chain.remote without authority) needs chain.public_key, the pinned authority key it verifies every block against');
   }
   say(modeLine(config));
+  if (config.authority !== null) checkChainWritable(config.chain.dir);
   // An authority is the chain's one writer while it runs (a new chain is locked once created, below).
   let chainLock: ChainLock | null = config.authority && existsSync(join(config.chain.dir, '.git'))
     ? acquireChainLock(config.chain.dir)
@@ -234,10 +296,30 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   };
   observeMirror(ctx, mirror);
 
-  const server = createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, createRequestHandler(ctx));
-  // Requests node:http cannot even parse still get a JSON answer, never its plain-text default.
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (!socket.writable || (err as { bytesParsed?: number }).bytesParsed === 0 && err.code === 'ECONNRESET') {
+  // The whole request (line, headers, body) must arrive within clients.request_timeout; the answer
+  // (a download of any length) is not bounded by it. node:http checks at connectionsCheckingInterval.
+  const requestMs = Math.round(config.clients.request_timeout * 1000);
+  const server = createServer({
+    requestTimeout: requestMs,
+    headersTimeout: Math.min(30_000, requestMs),
+    connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(requestMs / 4))),
+    keepAliveTimeout: 5_000,
+  }, createRequestHandler(ctx));
+  server.maxConnections = connectionBound(config.clients.max_connections, log);
+  let dropped = 0;
+  let droppedLogged = 0;
+  server.on('drop', () => {
+    dropped++;
+    if (Date.now() - droppedLogged < 60_000) return;
+    droppedLogged = Date.now();
+    log.warn('connections over clients.max_connections closed on arrival', { max_connections: server.maxConnections, dropped });
+  });
+  // Requests node:http cannot even parse (or that ran out of time) still get a JSON answer, never its plain-text default.
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    // An answer already started or sent for this request (a download under way, an early 401 whose body still trickles): nothing more to say.
+    const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+    if (!socket.writable || answering?.headersSent === true || answeredBeforeBody(socket) ||
+      (err as { bytesParsed?: number }).bytesParsed === 0 && err.code === 'ECONNRESET') {
       socket.destroy();
       return;
     }
@@ -250,6 +332,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     });
     const reason = tooLarge ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request';
     socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    // node:http keeps sockets half-open: a client that never closes its side is closed after a short linger.
+    setTimeout(() => socket.destroy(), LINGER_MS).unref();
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) => reject(new VouchError('io_error', `cannot listen on ${config.listen.host}:${config.listen.port}: ${e.code ?? e.message}`)));

@@ -16,8 +16,14 @@
  * a crash, a stack trace or HTML. The request line and the metric labels
  * never carry a header or a query value other than `url`, and route labels
  * are route templates (or `proxy`, `explorer`, `unknown`), never raw paths.
+ * A request with more than one Host header is answered 400 on every path
+ * (RFC 9112 3.2; empty on byte and proxy paths) and its connection closed,
+ * before any route sees it. A request answered before its body arrived
+ * (401, 413, 404, a proxy answer, ...) keeps its connection at most
+ * LINGER_MS longer for the rest of the body, then the connection is closed.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
@@ -181,6 +187,47 @@ export const ROUTES: Record<string, Route> = {
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
 
+/**
+ * How long a connection may go on sending the body of a request that was
+ * answered before its body arrived (the rest is read and dropped, then the
+ * connection serves its next request); past it the connection is closed.
+ * Long enough for the client to have read the answer (no reset discards it).
+ */
+export const LINGER_MS = 2_000;
+
+/** Connections whose request was answered while its body still arrives. */
+const lingering = new WeakSet<Socket>();
+
+/** Whether the request on `socket` was answered before its body arrived (node:http's request timeout then has nothing to answer). */
+export function answeredBeforeBody(socket: Socket): boolean {
+  return lingering.has(socket);
+}
+
+/** Bounds the rest of the body of a request whose answer has been sent. */
+function lingerOnBody(req: IncomingMessage, ms: number): void {
+  const socket = req.socket;
+  if (socket.destroyed) return;
+  lingering.add(socket);
+  const timer = setTimeout(() => socket.destroy(), ms);
+  const done = () => {
+    clearTimeout(timer);
+    lingering.delete(socket);
+  };
+  req.once('end', done); // node:http drops the rest of an unread body; 'end' when it is all in
+  socket.once('close', done);
+}
+
+/** How many Host fields the request has (node:http keeps only the first in `req.headers`). */
+function hostFields(req: IncomingMessage): number {
+  const raw = req.rawHeaders;
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const k = raw[i]!;
+    if (k.length === 4 && k.toLowerCase() === 'host') n++;
+  }
+  return n;
+}
+
 /** At most this many characters of a path or `url` parameter go into a log line. */
 const LOGGED_CHARS = 1024;
 
@@ -208,6 +255,7 @@ function observeRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incom
   const socket = req.socket;
   const sentBefore = socket.bytesWritten;
   res.on('close', () => { // a response closes once: `on` spares the `once` wrapper
+    if (!req.complete && res.writableFinished) lingerOnBody(req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
     const seconds = (performance.now() - started) / 1000;
     const status = res.headersSent ? res.statusCode : 499;
     const bytes = Math.max(0, socket.bytesWritten - sentBefore);
@@ -243,6 +291,15 @@ export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage
       } else sendError(res, e);
     };
     try {
+      if (hostFields(req) > 1) {
+        // Which host is meant is ambiguous (and so is the framing of such a request): refused, and the connection closed.
+        req.resume();
+        res.setHeader('connection', 'close');
+        const proxied = (route === undefined || route.handler === handleExplorer) && proxy.match(req.headers.host, target) !== null;
+        if (proxied) label = 'proxy';
+        if (proxied || route?.kind === 'bytes') return sendEmpty(res, 400);
+        throw new VouchError('bad_request', 'the request has more than one Host header (RFC 9112, section 3.2)');
+      }
       // The explorer's paths yield to a proxy route (a Host route may proxy a whole site, "/" included).
       if (route === undefined || route.handler === handleExplorer) {
         const routed = proxy.match(req.headers.host, target);

@@ -2,12 +2,20 @@
  * Attacks on the gateway's HTTP server, through real `vouch serve` processes
  * on 127.0.0.1 and real loopback origins (issue 14):
  *
+ * - slow clients: bodies and headers trickled a byte at a time are cut after
+ *   `clients.request_timeout` (408, or closed after an early 401), while the
+ *   gateway keeps answering others; long downloads and pass-through streams
+ *   (responses) are not cut; at most `clients.max_connections` connections
+ *   are held, more are closed on arrival;
  * - climbs out of a pass route in the spellings origin servers honour
  *   (`;` path parameters, overlong UTF-8, full-width dots, dot segments with
  *   trailing spaces or extra dots) answer 400 and never reach the origin,
  *   while the spellings package managers send still do;
  * - a slow tampered origin for one URL does not fail a download of the same
  *   bytes from another URL;
+ * - duplicate `Host` headers answer 400 on every path;
+ * - an authority gateway on a read-only chain directory exits 2 with one
+ *   line naming the directory.
  *
  * Every connection is to 127.0.0.1; every wait is bounded; processes,
  * sockets, mounts and files are cleaned up.
@@ -241,6 +249,195 @@ test('the spellings package managers send still pass: scoped npm paths, pip\'s %
     assert.is(r.body.toString(), 'not found', path);
     assert.is(originA.log.length, before + 1, `${path} did not reach the origin`);
   }
+});
+
+// ---------------------------------------------------------------------------
+// Item 8: duplicate Host headers, read-only chain directory
+
+test('duplicate Host headers answer 400 on every path, and the connection is closed', async () => {
+  const dl = `/v1/download?url=${encodeURIComponent(originA.url('/pkg/same.bin'))}`;
+  const before = originA.log.length;
+  for (const [path, method] of [['/v1/authority', 'GET'], [dl, 'GET'], ['/v1/submit', 'POST'], ['/pass/unsigned.bin', 'GET'], ['/unsigned.bin', 'GET'],
+    ['/nope', 'GET'], ['/healthz', 'GET'], ['/', 'GET']] as const) {
+    for (const hosts of [['127.0.0.1', 'evil.example'], ['registry.test', 'registry.test'], ['a', 'A']]) {
+      const what = `${method} ${path} with Host ${hosts.join(' + ')}`;
+      const head = `${method} ${path} HTTP/1.1\r\nHost: ${hosts[0]}\r\nX-Between: 1\r\nhost: ${hosts[1]}\r\n`;
+      const answer = await rawExchange(gw.url, head + (method === 'POST' ? 'Content-Length: 2\r\n\r\n{}' : '\r\n'));
+      assert.is(statusOf(answer), 400, `${what}: ${JSON.stringify(answer.slice(0, 120))}`);
+      assert.match(answer, /\r\nconnection: close\r\n/i, what);
+      const body = answer.slice(answer.indexOf('\r\n\r\n') + 4);
+      const proxied = path.startsWith('/pass/') || (hosts[0] === 'registry.test' && !path.startsWith('/v1/') && path !== '/healthz');
+      if (path === dl || proxied) assert.is(body, '', `${what}: a body`);
+      else assert.is(JSON.parse(body).status, 'bad_request', what);
+    }
+  }
+  assert.is(originA.log.length, before, 'a request with two Host headers reached the origin');
+  // One Host is fine, in any case.
+  assert.is(statusOf(await rawExchange(gw.url, 'GET /v1/authority HTTP/1.1\r\nhOsT: 127.0.0.1\r\nConnection: close\r\n\r\n')), 200);
+});
+
+/**
+ * Makes `dir` read-only for this test's gateway, as honestly as the machine
+ * allows: a read-only bind mount in a private mount namespace (EROFS, as a
+ * read-only volume gives; root ignores mode bits), else the immutable
+ * attribute (EPERM), else (not root) mode 0555 (EACCES).
+ */
+function readOnlyRunner(dir: string): { how: string; command: (args: string[]) => [string, string[]]; undo: () => void } | null {
+  const node = process.execPath;
+  const cli = join(repoRoot, 'tools', 'vouch.js');
+  if (process.getuid?.() !== 0) {
+    spawnSync('chmod', ['0555', dir]);
+    return { how: 'mode 0555', command: (args) => [node, [cli, ...args]], undo: () => { spawnSync('chmod', ['0755', dir]); } };
+  }
+  const script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"';
+  const probe = spawnSync('unshare', ['-m', 'sh', '-c', script, 'sh', dir, 'sh', '-c', '! touch "$0/.probe" 2>/dev/null', dir], { timeout: 10_000 });
+  if (probe.status === 0) {
+    return { how: 'read-only bind mount', command: (args) => ['unshare', ['-m', 'sh', '-c', script, 'sh', dir, node, cli, ...args]], undo: () => {} };
+  }
+  if (spawnSync('chattr', ['+i', dir]).status === 0) {
+    return { how: 'chattr +i', command: (args) => [node, [cli, ...args]], undo: () => { spawnSync('chattr', ['-i', dir]); } };
+  }
+  return null;
+}
+
+function runBounded(cmd: string, args: string[], timeoutMs: number): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(cmd, args, { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => { stdout += d; });
+    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', (status) => { clearTimeout(timer); resolve({ status, stdout, stderr }); });
+  });
+}
+
+test('an authority gateway on a read-only chain directory exits 2 with one line naming the directory', async () => {
+  const existing = join(work, 'ro-existing');
+  mkdirSync(existing);
+  const init = vouch(['init', '--chain', join(existing, 'chain'), '--key', keyFile, '--signer', 'harden']);
+  assert.is(init.status, 0, init.stderr);
+  const fresh = join(work, 'ro-fresh');
+  mkdirSync(join(fresh, 'chain'), { recursive: true });
+  for (const dir of [existing, fresh]) {
+    const chain = join(dir, 'chain');
+    const cfg = writeConfig(dir, {
+      listen: { host: '127.0.0.1', port: 0 }, chain: { dir: chain },
+      authority: { key_file: keyFile, signer: 'harden', submit_token_file: tokenFile },
+    });
+    const ro = readOnlyRunner(chain);
+    if (ro === null) throw new Error('no way to make a directory read-only here (no mount namespace, no chattr, root)');
+    try {
+      const [cmd, args] = ro.command(['serve', '--config', cfg]);
+      const r = await runBounded(cmd, args, 30_000);
+      const what = `${dir === existing ? 'existing chain' : 'new chain'} (${ro.how})`;
+      assert.is(r.status, 2, `${what}: exit ${r.status}\n${r.stdout}\n${r.stderr}`);
+      const lines = r.stderr.split('\n').filter((l) => l !== '' && !l.startsWith('{'));
+      assert.is(lines.length, 1, `${what}: ${JSON.stringify(lines)}`);
+      assert.match(lines[0]!, new RegExp(`^vouch serve: chain\\.dir ${chain.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} is not writable`), what);
+      assert.not.match(lines[0]!, /internal error/, what);
+      assert.not.match(r.stdout, /listening on|created a new chain/, `${what}: went on after finding it read-only`);
+    } finally {
+      ro.undo();
+    }
+  }
+});
+
+// ---------------------------------------------------------------------------
+// Item 3: slow clients, long responses, the number of connections
+
+test('clients: request_timeout 30 s and max_connections 4096 by default; checked like every key', () => {
+  assert.equal(resolveConfig(null, '/x', null).clients, { request_timeout: 30, max_connections: 4096 });
+  assert.equal(resolveConfig({ clients: { request_timeout: 2.5 } }, '/x', null).clients, { request_timeout: 2.5, max_connections: 4096 });
+  assert.throws(() => resolveConfig({ clients: { request_timeout: 0 } }, '/x', null), /clients\.request_timeout must be from 0\.1/);
+  assert.throws(() => resolveConfig({ clients: { max_connections: 1.5 } }, '/x', null), /clients\.max_connections must be an integer/);
+  assert.throws(() => resolveConfig({ clients: { max_conections: 5 } }, '/x', null), /clients\.max_conections is not a known key/);
+});
+
+async function startTight(): Promise<GatewayProcess> {
+  if (tight !== null) return tight;
+  const dir = join(work, 'tight');
+  tight = await startGatewayProcess(['--config', writeConfig(dir, {
+    ...baseConfig(dir),
+    clients: { request_timeout: REQUEST_TIMEOUT_S, max_connections: MAX_CONNECTIONS },
+  })]);
+  return tight;
+}
+
+test('slow bodies and headers are cut after clients.request_timeout, also after an early 401; others are answered throughout', async () => {
+  const g = await startTight();
+  const bound = REQUEST_TIMEOUT_S * 1000;
+  const submitHead = (auth: boolean) => 'POST /v1/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n' +
+    `${auth ? `Authorization: Bearer ${token}\r\n` : ''}Content-Length: 100000\r\n\r\n{`;
+  const authed = Array.from({ length: 8 }, () => rawClient(g.url));
+  const unauthed = Array.from({ length: 8 }, () => rawClient(g.url));
+  const proxied = Array.from({ length: 4 }, () => rawClient(g.url));
+  const slowHeaders = Array.from({ length: 4 }, () => rawClient(g.url));
+  const silent = Array.from({ length: 4 }, () => rawClient(g.url));
+  for (const c of authed) { c.socket.write(submitHead(true)); trickle(c, 300, ' '); }
+  for (const c of unauthed) { c.socket.write(submitHead(false)); trickle(c, 300, ' '); }
+  for (const c of proxied) { c.socket.write('GET /pass/unsigned.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n'); trickle(c, 300); }
+  for (const c of slowHeaders) { c.socket.write('GET /v1/authority HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: '); trickle(c, 300); }
+  const slow = [...authed, ...unauthed, ...proxied, ...slowHeaders, ...silent];
+  // Others are answered promptly while the slow ones hold their connections.
+  const until = Date.now() + bound + 2_500;
+  let answered = 0;
+  while (slow.some((c) => c.closedAfter() === null) && Date.now() < until) {
+    const t = Date.now();
+    const r = await get(g.url, '/v1/authority');
+    assert.is(r.status, 200);
+    assert.ok(Date.now() - t < 1_000, `a normal request took ${Date.now() - t} ms`);
+    answered++;
+    await sleep(200);
+  }
+  assert.ok(answered >= 3, `only ${answered} normal requests ran`);
+  for (const c of slow) c.socket.destroy(); // those still open fail below
+  const still = slow.filter((c) => c.closedAfter() === null || c.closedAfter()! > bound + 2_500);
+  assert.is(still.length, 0, `${still.length} of ${slow.length} slow connections outlived the ${bound} ms bound`);
+  for (const c of authed) {
+    assert.is(statusOf(c.received()), 408, `authed slow body: ${JSON.stringify(c.received().slice(0, 80))}`);
+    assert.is(JSON.parse(c.received().slice(c.received().indexOf('\r\n\r\n') + 4)).success, false);
+  }
+  for (const c of unauthed) {
+    assert.is(statusOf(c.received()), 401, JSON.stringify(c.received().slice(0, 80)));
+    assert.is(c.received().match(/HTTP\/1\.1 \d{3}/g)!.length, 1, `a second answer after the 401: ${JSON.stringify(c.received())}`);
+  }
+  for (const c of proxied) assert.is(c.received().match(/HTTP\/1\.1 \d{3}/g)?.length ?? 0, 1, `proxied: ${JSON.stringify(c.received().slice(0, 200))}`);
+  for (const c of slowHeaders) assert.is(statusOf(c.received()), 408, JSON.stringify(c.received().slice(0, 80)));
+  assert.is((await get(g.url, '/v1/authority')).status, 200);
+  assert.is(g.child.exitCode, null);
+});
+
+test('long downloads and pass-through streams (responses) are not cut by the request timeout', async () => {
+  const g = await startTight();
+  const url = originA.url('/pkg/slow.bin');
+  await submit(g.url, url, 'acme/slow'); // the submit's own fetch takes over 3 s too
+  const t = Date.now();
+  const dl = await get(g.url, `/v1/download?url=${encodeURIComponent(url)}`);
+  assert.is(dl.status, 200);
+  assert.is(dl.body.length, SLOW_BODY.size);
+  const pass = await get(g.url, '/pass/stream.bin');
+  assert.is(pass.status, 200);
+  assert.is(pass.body.length, SLOW_BODY.size);
+  assert.ok(Date.now() - t > 2 * REQUEST_TIMEOUT_S * 1000, `the slow origin was fast (${Date.now() - t} ms): nothing was tested`);
+});
+
+test('at most clients.max_connections connections are held; more are closed on arrival, and served again once slots free', async () => {
+  const g = await startTight();
+  await sleep(300); // connections of earlier tests are gone
+  const held = Array.from({ length: MAX_CONNECTIONS }, () => rawClient(g.url));
+  await sleep(300);
+  const extra = Array.from({ length: 5 }, () => rawClient(g.url));
+  await Promise.race([Promise.all(extra.map((c) => c.closed)), sleep(1_500)]);
+  const dropped = extra.filter((c) => c.closedAfter() !== null && c.received() === '');
+  assert.is(dropped.length, 5, `${dropped.length} of 5 connections over the bound were closed`);
+  assert.is(held.filter((c) => c.closedAfter() !== null).length, 0, 'a held connection was closed early');
+  // The held connections send nothing: cut by the header bound, then there is room again.
+  await Promise.race([Promise.all(held.map((c) => c.closed)), sleep(REQUEST_TIMEOUT_S * 1000 + 3_000)]);
+  assert.is(held.filter((c) => c.closedAfter() === null).length, 0, 'idle connections were not cut');
+  assert.is((await get(g.url, '/v1/authority')).status, 200);
+  assert.match(g.stderr(), /clients\.max_connections/);
+  for (const c of [...held, ...extra]) c.socket.destroy();
 });
 
 test.run();
