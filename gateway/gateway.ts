@@ -275,6 +275,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     connectTimeoutMs: Math.min(10_000, config.origin.timeout * 1000),
     maxBytes: config.origin.max_bytes,
     maxRedirects: config.origin.max_redirects,
+    // Redirect hops of downloads to loopback/private addresses on another host need origin.allow_private.
+    allowPrivate: config.origin.allow_private,
   });
   const mirror = new Mirror({
     memoryBytes: config.mirror.memory_bytes,

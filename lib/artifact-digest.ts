@@ -45,7 +45,8 @@ export async function digestUrl(
   algorithm: HashAlgorithm,
   options: { fetcher?: OriginFetcher; limits?: Partial<OriginLimits>; guardPrivate?: boolean; signal?: AbortSignal } = {},
 ): Promise<DigestResult> {
-  const fetcher = options.fetcher ?? new OriginFetcher(options.limits ?? {});
+  // The command line fetches for its operator (no server-side request forgery to guard against): redirect hops may go anywhere.
+  const fetcher = options.fetcher ?? new OriginFetcher({ allowPrivate: true, ...(options.limits ?? {}) });
   try {
     const res = await fetcher.fetch(url, { guardPrivate: options.guardPrivate ?? false, ...(options.signal ? { signal: options.signal } : {}) });
     return await digestStream(res.body, algorithm);

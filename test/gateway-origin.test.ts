@@ -386,7 +386,7 @@ test('guard: redirects are re-checked at every hop (127.0.0.1 allowed, 127.0.0.2
   const port2 = second?.port ?? 9;
   second?.route('/inner', { body: 'internal' });
   const resolver: Resolver = async (name) => [{ address: name === 'inner.test' ? '127.0.0.2' : '127.0.0.1', family: 4 }];
-  const guarded = new OriginFetcher({ timeoutMs: 2_000, guard: { resolver, allow: ['127.0.0.1'] } });
+  const guarded = new OriginFetcher({ timeoutMs: 2_000, guard: { resolver, allow: ['127.0.0.1'] }, allowPrivate: true }); // unguarded fetches follow hops to private space (origin.allow_private)
   try {
     origin.route('/hop-ip', { redirect: `http://127.0.0.2:${port2}/inner` });
     origin.route('/hop-name', { redirect: `http://inner.test:${port2}/inner`, status: 307 });
