@@ -14,11 +14,17 @@
  * (`hash-workers.ts`) can read the bytes while they arrive.
  *
  * Owns: the free lists, per size class (a power of two times 1, 1.25, 1.5 or
- * 1.75: at most 25 % slack), and their bound in bytes.
+ * 1.75: at most 25 % slack), and their bound in bytes; and `MemoryBudget`,
+ * the one count of artifact bytes in memory (in flight from origins, held
+ * for readers after leaving the memory tier, in the memory tier) against
+ * one limit (`mirror.budget_bytes`), which the mirror charges and the
+ * verified fetcher asks before it receives a body into memory.
  * Must hold: a buffer is given back only by its one owner, once, after the
  * last reader is done (the mirror's reference count decides); the free lists
- * never hold more than `maxFreeBytes`; `take` never hands out a buffer that
- * is in use.
+ * never hold more than `maxFreeBytes`, nor more than the room a `give` is
+ * told of; `take` never hands out a buffer that is in use; a budget's uses
+ * never go negative, and `reserve` never takes the sum of its uses past
+ * the limit (only `force`, for bytes already in memory, may).
  */
 
 const MIN_CLASS = 64 * 1024;
@@ -69,13 +75,17 @@ export class BytePool {
     return Buffer.from(new SharedArrayBuffer(cls), 0, size);
   }
 
-  /** The shared memory under a buffer from `take`, which must not be read or written by its owner any more. */
-  give(buf: Buffer): void {
+  /**
+   * The shared memory under a buffer from `take`, which must not be read or
+   * written by its owner any more. Kept for reuse only while the free lists
+   * stay within `maxFreeBytes` and within `room` (the memory budget's spare).
+   */
+  give(buf: Buffer, room = Infinity): void {
     const sab = buf.buffer;
     if (!(sab instanceof SharedArrayBuffer) || buf.byteOffset !== 0 || sab.byteLength !== sizeClass(buf.length)) {
       throw new TypeError('byte pool: not a buffer of this pool');
     }
-    if (this.freeBytes + sab.byteLength > this.maxFreeBytes) {
+    if (this.freeBytes + sab.byteLength > Math.min(this.maxFreeBytes, room)) {
       this.counters.dropped++;
       return;
     }
@@ -94,9 +104,91 @@ export class BytePool {
     return { ...this.counters, freeBytes: this.freeBytes };
   }
 
+  /** Drops free buffers until at most `bytes` remain in the free lists. */
+  trim(bytes: number): void {
+    for (const [cls, list] of this.free) {
+      while (this.freeBytes > bytes && list.length > 0) {
+        list.pop();
+        this.freeBytes -= cls;
+        this.counters.dropped++;
+      }
+      if (list.length === 0) this.free.delete(cls);
+      if (this.freeBytes <= bytes) return;
+    }
+  }
+
   /** Drops every free buffer. */
   clear(): void {
     this.free.clear();
     this.freeBytes = 0;
+  }
+}
+
+/** What artifact bytes in memory are for (`vouch_memory_budget_bytes{use}`). */
+export type BudgetUse = 'in_flight' | 'held' | 'tier';
+
+export interface MemoryBudgetStats {
+  limit: number;
+  in_flight: number;
+  held: number;
+  tier: number;
+  /** Reservations refused (the body went to a spool file instead). */
+  refused: number;
+}
+
+/**
+ * One limit on the artifact bytes a gateway keeps in memory, whatever holds
+ * them: `in_flight` (bodies being received from origins, reserved before the
+ * first byte), `held` (bytes out of the memory tier that a response is still
+ * sending) and `tier` (the memory tier). A body whose reservation is refused
+ * is received into a spool file instead; nothing waits.
+ */
+export class MemoryBudget {
+  private readonly used: Record<BudgetUse, number> = { in_flight: 0, held: 0, tier: 0 };
+  private refusedCount = 0;
+
+  constructor(readonly limit: number) {
+    if (!Number.isSafeInteger(limit) || limit < 0) throw new TypeError('memory budget: limit must be a non-negative integer');
+  }
+
+  /** Bytes counted now (every use). */
+  get total(): number {
+    return this.used.in_flight + this.used.held + this.used.tier;
+  }
+
+  /** Bytes left under the limit (0 when over it). */
+  get spare(): number {
+    return Math.max(0, this.limit - this.total);
+  }
+
+  /** Counts `n` bytes as in flight if they fit under the limit; false (and counted as refused) if not. */
+  reserve(n: number): boolean {
+    if (this.total + n > this.limit) {
+      this.refusedCount++;
+      return false;
+    }
+    this.used.in_flight += n;
+    return true;
+  }
+
+  /** Counts `n` bytes already in memory under `use`, even past the limit. */
+  force(use: BudgetUse, n: number): void {
+    this.used[use] += n;
+  }
+
+  /** `n` bytes counted under `from` now count under `to`. */
+  move(from: BudgetUse, to: BudgetUse, n: number): void {
+    if (from === to) return;
+    this.release(from, n);
+    this.used[to] += n;
+  }
+
+  /** `n` bytes counted under `use` are no longer in memory (or no longer the budget's). */
+  release(use: BudgetUse, n: number): void {
+    this.used[use] = Math.max(0, this.used[use] - n);
+  }
+
+  stats(): MemoryBudgetStats {
+    return { limit: this.limit, ...this.used, refused: this.refusedCount };
   }
 }

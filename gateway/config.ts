@@ -41,7 +41,8 @@ export interface Config {
   service_name: string;
   chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number };
   authority: { key_file: string; signer: string; submit_token_file: string } | null;
-  mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number };
+  /** budget_bytes: artifact bytes in memory at once (in flight, held for readers, memory tier); null: 2 × memory_bytes. */
+  mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number; budget_bytes: number | null };
   origin: { timeout: number; max_bytes: number; max_redirects: number; allow_private: boolean };
   proxy: { routes: RouteConfig[] };
   /** Bounds on client connections: seconds to receive a whole request (line, headers, body); open connections. */
@@ -52,7 +53,7 @@ export interface Config {
 
 type Kind =
   | { t: 'string'; nullable?: boolean; check?: (s: string) => string | null }
-  | { t: 'int'; min: number; max: number }
+  | { t: 'int'; min: number; max: number; nullable?: boolean }
   | { t: 'number'; min: number; max: number }
   | { t: 'bool' }
   | { t: 'object'; keys: Record<string, Kind>; nullable?: boolean }
@@ -88,6 +89,7 @@ const SCHEMA: Record<string, Kind> = {
       memory_bytes: { t: 'int', min: 0, max: 2 ** 50 },
       disk_dir: { t: 'string', nullable: true },
       disk_bytes: { t: 'int', min: 0, max: 2 ** 53 - 1 },
+      budget_bytes: { t: 'int', min: 0, max: 2 ** 51, nullable: true },
     },
   },
   origin: {
@@ -114,7 +116,7 @@ export const DEFAULTS = {
   service_name: 'vouch',
   chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined },
   authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token' },
-  mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240 },
+  mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
   clients: { request_timeout: 30, max_connections: 4096 },
 } as const;

@@ -7,7 +7,10 @@
  * only with bytes that hashed to the artifact_hash it was given.
  * Must hold: no byte of an artifact reaches the client before the check
  * passed; failures have an empty body and the status of the table in 3.2;
- * memory per download stays bounded (large artifacts stream from a file).
+ * memory per download stays bounded (large artifacts stream from a file);
+ * an answer whose client takes no piece (at most SEND_PIECE bytes) for
+ * `origin.timeout` is torn down and its artifact released, so a client that
+ * stops reading cannot hold memory (or a spool file) longer than that.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createReadStream } from 'node:fs';
@@ -68,14 +71,28 @@ export function etagMatches(ifNoneMatch: string | undefined, etag: string): bool
  */
 const SEND_PIECE = 1024 * 1024;
 
+/**
+ * Tears `res` down when `progress()` is not called for `ms` (the client
+ * takes nothing); stops watching when the response is done either way.
+ */
+function stallGuard(res: ServerResponse, ms: number): () => void {
+  const timer = setTimeout(() => {
+    if (!res.writableFinished) res.destroy();
+  }, ms);
+  timer.unref();
+  finished(res, () => clearTimeout(timer));
+  return () => { timer.refresh(); };
+}
+
 /** Writes `bytes` as the whole body in SEND_PIECE pieces, each after the previous one drained; stops if the response is torn down. */
-function sendPaced(res: ServerResponse, bytes: Buffer): void {
+function sendPaced(res: ServerResponse, bytes: Buffer, progress: () => void): void {
   if (bytes.length <= SEND_PIECE) {
     res.end(bytes);
     return;
   }
   let offset = 0;
   const next = (): void => {
+    progress();
     while (!res.destroyed) {
       const end = Math.min(offset + SEND_PIECE, bytes.length);
       const piece = bytes.subarray(offset, end);
@@ -166,9 +183,13 @@ export async function serveVerified(
       // The socket reads the bytes until the response is done (or torn down): released then, not before.
       inFlight = true;
       finished(res, () => artifact.release());
-      sendPaced(res, artifact.bytes);
+      sendPaced(res, artifact.bytes, stallGuard(res, ctx.config.origin.timeout * 1000));
     } else {
-      await pipeline(createReadStream(artifact.path!, { highWaterMark: SEND_PIECE }), res).catch(() => res.destroy());
+      const progress = stallGuard(res, ctx.config.origin.timeout * 1000);
+      const file = createReadStream(artifact.path!, { highWaterMark: SEND_PIECE });
+      const piped = pipeline(file, res);
+      file.on('data', progress); // read only as the socket takes the previous piece (added once piped: no mode change)
+      await piped.catch(() => res.destroy());
     }
   } finally {
     if (!inFlight) artifact.release();

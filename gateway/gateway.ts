@@ -282,6 +282,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     memoryBytes: config.mirror.memory_bytes,
     diskDir: config.mirror.disk_dir,
     diskBytes: config.mirror.disk_bytes,
+    // One memory budget for artifact bytes in flight, held for readers and in the memory tier (2 × memory_bytes unless set).
+    budgetBytes: config.mirror.budget_bytes,
   });
   // Started by the first large origin body; unref'd, stopped by close().
   const hashWorkers = new HashWorkers();

@@ -182,6 +182,12 @@ export class GatewayMetrics {
       return s && [[{ outcome: 'reused' }, s.pool.reused], [{ outcome: 'allocated' }, s.pool.allocated], [{ outcome: 'dropped' }, s.pool.dropped]];
     }, ['outcome']);
     this.gauge('vouch_mirror_pool_free_bytes', 'Bytes of recycled buffers waiting for reuse (beside the memory tier).', () => num(mirror()?.pool.freeBytes));
+    this.gauge('vouch_memory_budget_bytes', 'Artifact bytes in memory charged to the memory budget, by use (in_flight: being received from origins; held: out of the memory tier, still being sent; tier: in the memory tier).', () => {
+      const b = mirror()?.budget;
+      return b ? [[{ use: 'in_flight' }, b.in_flight], [{ use: 'held' }, b.held], [{ use: 'tier' }, b.tier]] : null;
+    }, ['use']);
+    this.gauge('vouch_memory_budget_limit_bytes', 'The memory budget (mirror.budget_bytes, default 2 x mirror.memory_bytes).', () => num(mirror()?.budget?.limit));
+    this.counter('vouch_memory_budget_refused_total', 'Bodies not received into memory because the memory budget was spent (spooled to a file instead).', () => num(mirror()?.budget?.refused));
     this.gauge('vouch_mirror_capacity_bytes', 'Configured capacity of each mirror tier.', () => {
       const s = mirror();
       return s && [[{ tier: 'memory' }, s.memory.capacity], ...(s.disk.enabled ? [[{ tier: 'disk' }, s.disk.capacity] as Sample] : [])];

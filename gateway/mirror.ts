@@ -7,6 +7,11 @@
  *   `spoolThreshold` bytes as `{ bytes, contentType, headers }`; large
  *   ones sit in `BytePool` buffers (`buffer()`), which go back to the pool
  *   when they have left the cache and the last reader released them;
+ * - the memory budget (`MemoryBudget`, `budgetBytes`): every artifact byte in
+ *   memory is charged to it — reserved as `in_flight` before a body is
+ *   received into memory (`buffer()`, `reserve()`), `tier` while in the
+ *   memory tier, `held` while out of it and still being sent — and a
+ *   reservation past the limit is refused (the fetcher spools instead);
  * - disk (optional, `diskDir`, bounded by `diskBytes`, LRU by access time,
  *   survives restarts): `<diskDir>/<alg>/<hex[0:2]>/<hex>` plus
  *   `<hex>.meta` (JSON: content type, size and the kept origin headers),
@@ -28,8 +33,10 @@
  * `release()` (the server releases when the response is done); a file handed out as
  * `StoredArtifact.path` is not deleted (evicted, replaced by a corrupt-file
  * purge, or cleaned up) before every holder called `release()`; large
- * artifacts never sit in the heap; one process owns a `diskDir` (its `tmp`
- * is emptied at start).
+ * artifacts never sit in the heap; memory entries are charged to the budget
+ * from the reservation that received them until their bytes are dropped
+ * (once, under the use that matches their state); one process owns a
+ * `diskDir` (its `tmp` is emptied at start).
  */
 import { createReadStream } from 'node:fs';
 import { copyFile, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, unlink, utimes, writeFile } from 'node:fs/promises';
@@ -42,7 +49,7 @@ import type { CryptoBackend, HashAlgorithm } from '../chain/crypto-backend.ts';
 import { hexEncode } from '../chain/encoding.ts';
 import { HASH_ALGORITHMS, parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
-import { BytePool, sizeClass, type BytePoolStats } from './byte-pool.ts';
+import { BytePool, MemoryBudget, sizeClass, type BudgetUse, type BytePoolStats, type MemoryBudgetStats } from './byte-pool.ts';
 
 const MiB = 1024 * 1024;
 
@@ -85,6 +92,11 @@ export interface MirrorOptions {
   backend?: CryptoBackend;
   /** Bytes of recycled buffers kept for reuse (default min(64 MiB, memoryBytes / 4)). */
   poolBytes?: number;
+  /**
+   * The memory budget: artifact bytes in memory at once, in flight, held for
+   * readers and in the memory tier together (default 2 × memoryBytes).
+   */
+  budgetBytes?: number | null;
 }
 
 /** Bodies at least this large are received into pooled buffers (`Mirror.buffer`). */
@@ -122,6 +134,8 @@ export interface MirrorStats {
   spool: { files: number; bytes: number };
   /** Recycled buffers of large memory-tier artifacts. */
   pool: BytePoolStats;
+  /** The memory budget: its limit and what is charged to it, by use. */
+  budget: MemoryBudgetStats;
 }
 
 interface MemoryEntry {
@@ -134,6 +148,9 @@ interface MemoryEntry {
   refs: number;
   /** In the memory tier's LRU. */
   cached: boolean;
+  /** Bytes charged to the memory budget for this entry, and under which use (null: not, or no longer). */
+  charge: number;
+  use: BudgetUse | null;
 }
 
 interface DiskEntry {
@@ -202,6 +219,7 @@ export class Mirror {
   private readonly memory: LRUCache<string, MemoryEntry> | null;
   private readonly memoryCapacity: number;
   private readonly pool: BytePool;
+  private readonly budget: MemoryBudget;
   private readonly backend: CryptoBackend;
   private readonly diskDir: string | null;
   private readonly diskCapacity: number;
@@ -229,10 +247,12 @@ export class Mirror {
         dispose: (e, _k, reason) => {
           if (reason === 'evict') this.counters.memoryEvictions++;
           e.cached = false;
+          this.account(e);
           this.recycle(e);
         },
       })
       : null;
+    this.budget = new MemoryBudget(options.budgetBytes ?? 2 * memoryBytes);
     this.pool = new BytePool(this.memory === null ? 0 : Math.max(0, options.poolBytes ?? Math.min(64 * MiB, Math.floor(memoryBytes / 4))));
     this.diskDir = options.diskDir ?? null;
     this.diskCapacity = options.diskBytes ?? 10 * 1024 * MiB;
@@ -276,22 +296,32 @@ export class Mirror {
    * and the disk tier when there is one (awaited; a disk failure is counted,
    * not thrown). Returns them as an artifact. `headers`: origin response
    * headers; only their kept subset (`KEPT_ORIGIN_HEADERS`) is stored.
+   * The bytes are charged to the memory budget until they leave memory:
+   * `reserved` bytes the caller reserved (`reserve()`) are taken over (a
+   * pooled buffer's reservation always is); bytes beyond it are counted too.
    */
-  async putBytes(artifactHash: string, bytes: Buffer, contentType: string, headers: Readonly<Record<string, string>> = {}, pooled = false): Promise<StoredArtifact> {
+  async putBytes(artifactHash: string, bytes: Buffer, contentType: string, headers: Readonly<Record<string, string>> = {}, pooled = false, reserved = 0): Promise<StoredArtifact> {
     try {
       this.parse(artifactHash);
     } catch (e) {
-      if (pooled) this.pool.give(bytes);
+      if (pooled) this.giveBack(bytes);
+      else this.unreserve(reserved);
       throw e;
     }
     const kept = keptOriginHeaders(headers);
-    const entry: MemoryEntry = { bytes, contentType, headers: kept, pooled, refs: 0, cached: false };
+    // Charged from the caller's reservation (what the bytes really occupy; bytes beyond it are counted anyway: they exist).
+    const charge = pooled ? BytePool.capacity(bytes) : bytes.length;
+    if (pooled) reserved = charge; // `buffer()` reserved it whole
+    if (charge > reserved) this.budget.force('in_flight', charge - reserved);
+    else this.budget.release('in_flight', reserved - charge);
+    const entry: MemoryEntry = { bytes, contentType, headers: kept, pooled, refs: 0, cached: false, charge, use: 'in_flight' };
     // Held from here on: a disk write below still reads the bytes if the entry is evicted meanwhile.
     const artifact = this.memoryArtifact(artifactHash, entry, 'memory');
     if (this.memory !== null && bytes.length <= this.spoolThreshold) {
       this.memory.set(artifactHash, entry);
       entry.cached = this.memory.peek(artifactHash) === entry;
     }
+    this.account(entry);
     await this.ready;
     if (this.diskEnabled && bytes.length <= this.diskCapacity && !this.disk.has(artifactHash)) {
       let temp: string | null = null;
@@ -319,12 +349,32 @@ export class Mirror {
    */
   buffer(size: number): Buffer | null {
     if (this.memory === null || size > this.spoolThreshold || size < POOLED_MIN || sizeClass(size) > this.memoryCapacity) return null;
-    return this.pool.take(size);
+    // Charged to the memory budget whole (its size class) until the bytes leave memory; refused past the limit.
+    if (!this.budget.reserve(sizeClass(size))) return null;
+    const buf = this.pool.take(size);
+    this.pool.trim(this.budget.spare); // free buffers count against the budget's spare too
+    return buf;
   }
 
-  /** Gives back an unused buffer from `buffer()` (a failed fetch). */
+  /** Gives back an unused buffer from `buffer()` (a failed fetch), and its reservation. */
   giveBack(buf: Buffer): void {
-    this.pool.give(buf);
+    this.budget.release('in_flight', BytePool.capacity(buf));
+    this.pool.give(buf, this.budget.spare);
+  }
+
+  /**
+   * Reserves `n` bytes of the memory budget for a body received into memory
+   * outside `buffer()` (chunks of unknown total length); false past the
+   * limit (receive into a spool file instead). Hand the reservation to
+   * `putBytes(..., reserved)` or back to `unreserve`.
+   */
+  reserve(n: number): boolean {
+    return this.budget.reserve(n);
+  }
+
+  /** Gives back `n` reserved bytes that were not handed to `putBytes`. */
+  unreserve(n: number): void {
+    this.budget.release('in_flight', n);
   }
 
   /**
@@ -378,6 +428,7 @@ export class Mirror {
       disk: { enabled: this.diskEnabled, bytes: this.diskTotal, entries: this.disk.size, capacity: this.diskCapacity, error: this.diskError },
       spool: { files: this.spoolFiles.size, bytes: spoolBytes },
       pool: this.pool.stats(),
+      budget: this.budget.stats(),
     };
   }
 
@@ -400,17 +451,28 @@ export class Mirror {
         if (released) return;
         released = true;
         entry.refs--;
+        this.account(entry);
         this.recycle(entry);
       },
       retain: () => this.memoryArtifact(artifactHash, entry, tier),
     };
   }
 
-  /** Pooled bytes that left the cache and have no reader go back to the pool (once). */
+  /** Moves an entry's charge to the use its state calls for: `tier` when cached, `held` while read, released when neither. */
+  private account(entry: MemoryEntry): void {
+    if (entry.use === null) return;
+    const want: BudgetUse | null = entry.cached ? 'tier' : entry.refs > 0 ? 'held' : null;
+    if (want === entry.use) return;
+    if (want === null) this.budget.release(entry.use, entry.charge);
+    else this.budget.move(entry.use, want, entry.charge);
+    entry.use = want;
+  }
+
+  /** Pooled bytes that left the cache and have no reader go back to the pool (once), if the budget has room for them. */
   private recycle(entry: MemoryEntry): void {
     if (!entry.pooled || entry.cached || entry.refs > 0) return;
     entry.pooled = false;
-    this.pool.give(entry.bytes);
+    this.pool.give(entry.bytes, this.budget.spare);
   }
 
   private parse(artifactHash: string): ArtifactHash {
@@ -589,7 +651,9 @@ export class Mirror {
   /** Re-hashes a disk entry; the artifact when it is intact, null (and the files deleted) when not. */
   private async readBack(entry: DiskEntry, h: ArtifactHash): Promise<StoredArtifact | null> {
     const held = this.diskArtifact(entry, 'disk'); // nothing deletes it while it is checked
-    const small = this.memory !== null && entry.size <= this.spoolThreshold;
+    // Read into memory only what the memory tier keeps and the budget has room for; else checked and served from the file.
+    const reserved = this.memory !== null && entry.size <= this.spoolThreshold && this.budget.reserve(entry.size) ? entry.size : 0;
+    const small = reserved > 0;
     entry.checking ??= (async () => {
       try {
         const r = await hashFile(entry.path, h.algorithm, this.backend, small);
@@ -602,6 +666,7 @@ export class Mirror {
       }
     })();
     const result = await entry.checking;
+    if (!(result instanceof Buffer && reserved > 0)) this.unreserve(reserved);
     if (result === false) {
       if (!entry.doomed) this.counters.corrupt++;
       held.release();
@@ -615,11 +680,14 @@ export class Mirror {
       const now = new Date();
       utimes(entry.path, now, now).catch(ignore);
     }
-    if (result instanceof Buffer) {
+    if (result instanceof Buffer && reserved > 0) {
       held.release();
-      const m: MemoryEntry = { bytes: result, contentType: entry.contentType, headers: entry.headers, pooled: false, refs: 0, cached: false };
+      const m: MemoryEntry = { bytes: result, contentType: entry.contentType, headers: entry.headers, pooled: false, refs: 0, cached: false, charge: reserved, use: 'in_flight' };
+      const artifact = this.memoryArtifact(entry.key, m, 'disk');
       this.memory!.set(entry.key, m);
-      return this.memoryArtifact(entry.key, m, 'disk');
+      m.cached = this.memory!.peek(entry.key) === m;
+      this.account(m);
+      return artifact;
     }
     return held;
   }

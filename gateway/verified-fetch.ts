@@ -16,8 +16,13 @@
  * block) for which hash is the signed one.
  *
  * Must hold: `obtain` resolves only after the bytes hashed to `artifactHash`;
- * nothing unverified enters the mirror; memory per fetch stays bounded by the
- * mirror's spool threshold (larger bodies go to a spool file as they arrive);
+ * nothing unverified enters the mirror; a body is received into memory only
+ * under a reservation of the mirror's memory budget (a pooled buffer, or
+ * chunk by chunk up to the spool threshold) and otherwise goes to a spool
+ * file as it arrives, so the memory of all fetches together is bounded by
+ * configuration (the budget, plus one spool window per running fetch), not
+ * by how many clients ask; every reservation is handed to the mirror or
+ * given back;
  * every temp file is removed on every failure path. Nothing here writes an
  * HTTP response.
  */
@@ -27,7 +32,7 @@ import { hashBytes, type CryptoBackend } from '../chain/crypto-backend.ts';
 import { hexDecode, hexEncode } from '../chain/encoding.ts';
 import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
-import { hashFile, type Mirror, type StoredArtifact } from './mirror.ts';
+import { hashFile, POOLED_MIN, type Mirror, type StoredArtifact } from './mirror.ts';
 import type { OriginFetcher, OriginResponse } from './origin-fetcher.ts';
 import type { HashWorkers, SharedHash } from './hash-workers.ts';
 
@@ -269,8 +274,11 @@ export class VerifiedFetcher {
 
   /**
    * One origin fetch: hash while streaming; a body of declared length that
-   * the memory tier keeps goes into one pooled buffer, others into memory up
-   * to the spool threshold, then a spool file.
+   * the memory tier keeps goes into one pooled buffer when the memory budget
+   * has room for it, else (like any declared body of 1 MiB or more the
+   * memory tier does not take) into a spool file from its first byte; a
+   * smaller or undeclared body into memory chunk by chunk while the budget
+   * and the spool threshold allow, then a spool file.
    */
   private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal): Promise<Obtained> {
     this.counters.originFetches++;
@@ -286,6 +294,7 @@ export class VerifiedFetcher {
     let pending: Buffer[] = [];
     let pendingBytes = 0;
     let flushed = 0;
+    let reserved = 0; // budget bytes reserved for `chunks`
     // A body declared too large for memory goes to a spool file from its first byte; a hash worker then reads it back as it is written.
     let job: SharedHash | null = null;
 
@@ -314,7 +323,7 @@ export class VerifiedFetcher {
     };
 
     try {
-      if (res.contentLength !== null && res.contentLength > threshold) {
+      if (res.contentLength !== null && (res.contentLength > threshold || res.contentLength >= POOLED_MIN)) {
         await openSpool();
         job = this.hashWorkers?.startFile(h.algorithm, spoolPath!) ?? null;
         // Straight from the socket into one window, written out each time it fills.
@@ -333,8 +342,13 @@ export class VerifiedFetcher {
         this.counters.originBytes += chunk.length;
         if (fh === null) {
           chunks.push(chunk);
-          if (size <= threshold) continue;
-          await openSpool(); // over the threshold: what is held so far goes to the file
+          if (size <= threshold && this.mirror.reserve(chunk.length)) {
+            reserved += chunk.length;
+            continue;
+          }
+          await openSpool(); // over the threshold or the memory budget: what is held so far goes to the file
+          this.mirror.unreserve(reserved);
+          reserved = 0;
           pending = chunks;
           pendingBytes = size;
           chunks = [];
@@ -362,9 +376,12 @@ export class VerifiedFetcher {
         const artifact = await this.mirror.putFile(artifactHash, path, size, res.contentType, res.headers);
         return { artifact, source: 'origin', originHeaders: res.headers };
       }
-      const artifact = await this.mirror.putBytes(artifactHash, Buffer.concat(chunks, size), res.contentType, res.headers);
+      const held = reserved;
+      reserved = 0; // the mirror's now, also if putBytes fails
+      const artifact = await this.mirror.putBytes(artifactHash, Buffer.concat(chunks, size), res.contentType, res.headers, false, held);
       return { artifact, source: 'origin', originHeaders: res.headers };
     } catch (e) {
+      if (reserved > 0) this.mirror.unreserve(reserved);
       job?.abandon();
       res.cancel();
       if (fh !== null) await (fh as FileHandle).close().catch(() => {});
