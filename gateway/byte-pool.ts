@@ -161,10 +161,10 @@ export class MemoryBudget {
     return Math.max(0, this.limit - this.total);
   }
 
-  /** Counts `n` bytes as in flight if they fit under the limit; false (and counted as refused) if not. */
-  reserve(n: number): boolean {
+  /** Counts `n` bytes as in flight if they fit under the limit; false (counted as refused when `counted`) if not. */
+  reserve(n: number, counted = true): boolean {
     if (this.total + n > this.limit) {
-      this.refusedCount++;
+      if (counted) this.refusedCount++;
       return false;
     }
     this.used.in_flight += n;

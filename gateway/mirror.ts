@@ -365,11 +365,12 @@ export class Mirror {
   /**
    * Reserves `n` bytes of the memory budget for a body received into memory
    * outside `buffer()` (chunks of unknown total length); false past the
-   * limit (receive into a spool file instead). Hand the reservation to
-   * `putBytes(..., reserved)` or back to `unreserve`.
+   * limit (receive into a spool file instead; counted as refused unless
+   * `optional`, a reservation the caller can do without). Hand the
+   * reservation to `putBytes(..., reserved)` or back to `unreserve`.
    */
-  reserve(n: number): boolean {
-    return this.budget.reserve(n);
+  reserve(n: number, optional = false): boolean {
+    return this.budget.reserve(n, !optional);
   }
 
   /** Gives back `n` reserved bytes that were not handed to `putBytes`. */

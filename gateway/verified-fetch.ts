@@ -78,6 +78,8 @@ export interface VerifiedFetcherStats {
 const WRITE_BATCH = 1024 * 1024;
 /** A body declared over the spool threshold is received into a window this large and written out window by window. */
 const SPOOL_WINDOW = 2 * 1024 * 1024;
+/** The window when the memory budget has no room for SPOOL_WINDOW (a fetch that spools because memory is spent takes little). */
+const SMALL_WINDOW = 128 * 1024;
 
 interface Waiter {
   resolve: (o: Obtained) => void;
@@ -295,6 +297,7 @@ export class VerifiedFetcher {
     let pendingBytes = 0;
     let flushed = 0;
     let reserved = 0; // budget bytes reserved for `chunks`
+    let windowReserved = 0; // budget bytes reserved for the spool window
     // A body declared too large for memory goes to a spool file from its first byte; a hash worker then reads it back as it is written.
     let job: SharedHash | null = null;
 
@@ -326,8 +329,10 @@ export class VerifiedFetcher {
       if (res.contentLength !== null && (res.contentLength > threshold || res.contentLength >= POOLED_MIN)) {
         await openSpool();
         job = this.hashWorkers?.startFile(h.algorithm, spoolPath!) ?? null;
-        // Straight from the socket into one window, written out each time it fills.
-        const window = Buffer.allocUnsafeSlow(Math.min(SPOOL_WINDOW, res.contentLength));
+        // Straight from the socket into one window, written out each time it fills; charged to the memory budget when it has room.
+        const want = Math.min(SPOOL_WINDOW, res.contentLength);
+        windowReserved = this.mirror.reserve(want, true) ? want : 0;
+        const window = Buffer.allocUnsafeSlow(windowReserved > 0 ? want : Math.min(SMALL_WINDOW, want));
         await res.receiveWindows(window, async (filled) => {
           if (job === null) hash.update(filled);
           size += filled.length;
@@ -388,6 +393,8 @@ export class VerifiedFetcher {
       if (spoolPath !== null) await unlink(spoolPath).catch(() => {});
       if (signal.aborted) throw signal.reason;
       throw e;
+    } finally {
+      if (windowReserved > 0) this.mirror.unreserve(windowReserved);
     }
   }
 
