@@ -18,11 +18,19 @@
  * parsing (status line, header fields, 1xx skipped, bodies framed by
  * Content-Length, chunked transfer coding or connection close), and the
  * connect and headers timeouts. The caller's signal destroys the connection.
+ * Fairness to everyone else on the event loop: at most 16 interim (1xx)
+ * responses per exchange; a chunked body's small pieces are gathered into
+ * one 64 KiB buffer, handed on when it fills and once a read is parsed (never
+ * per chunk); at most 4096 framing lines are parsed per turn of the event
+ * loop, the rest of that read parsed after a setImmediate, reading paused
+ * meanwhile. There is no byte-rate floor: a slow body is the fetcher's
+ * deadline's to cut.
  *
  * Must hold: a body ends only when its framing says it is complete, else it
  * fails with an `H1Error` (or the socket's own error code); parsing is strict
  * and bounded (status line, field syntax, no obs-fold, one Content-Length
- * value, head ≤ 64 KiB, chunk lines ≤ 4 KiB; no control character but HTAB
+ * value, all heads of one exchange together ≤ 64 KiB, ≤ 16 interim
+ * responses, chunk lines ≤ 4 KiB; no control character but HTAB
  * in the reason phrase, header and trailer fields or chunk extensions;
  * Transfer-Encoding exactly `chunked` and only in HTTP/1.1, so what is
  * handed over is never transfer-coded); a connection is reused only
@@ -30,7 +38,9 @@
  * it seen, and only for the same Host (bytes past a body read exactly in
  * place surface in the next exchange, which fails to parse and is retried
  * once on a new connection); a buffer given to `receiveInto` is never written after the promise
- * settles (on failure the socket is destroyed before the rejection).
+ * settles (on failure the socket is destroyed before the rejection); body
+ * bytes reach the sink in order, also across a deferred slice (the socket
+ * stays paused and an end of the connection waits until the slice is parsed).
  */
 import net from 'node:net';
 import { Readable } from 'node:stream';
@@ -76,6 +86,14 @@ const MAX_HEAD_BYTES = 64 * 1024;
 const MAX_LINE_BYTES = 4 * 1024;
 const MAX_TRAILER_BYTES = 16 * 1024;
 const MAX_IDLE_PER_TARGET = 32;
+/** Interim (1xx) responses skipped before the final one at most; all heads together stay within MAX_HEAD_BYTES. */
+const MAX_INTERIM = 16;
+/** Small pieces of a chunked body are gathered into one buffer of this size before they are handed over. */
+const GATHER_BYTES = 64 * 1024;
+/** A piece at least this long is handed over as it is (after what was gathered before it). */
+const GATHER_DIRECT = 16 * 1024;
+/** Framing lines (chunk sizes, CRLFs after data, trailers) parsed in one turn; the rest of the read is parsed in later turns. */
+const CHUNK_LINES_PER_SLICE = 4096;
 /** A redirect's or an error page's body up to this size is read to keep the connection. */
 const DRAIN_LIMIT = 64 * 1024;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
@@ -85,6 +103,12 @@ const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 /** A chunk size line: hex size, then extensions without control characters (HTAB aside). */
 const CHUNK_SIZE_LINE = /^([0-9A-Fa-f]{1,12})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 const CRLF2 = Buffer.from('\r\n\r\n', 'latin1');
+/** Value of a hex digit by byte, -1 for any other byte. */
+const HEX = new Int8Array(256).fill(-1);
+for (let c = 0; c < 16; c++) {
+  HEX['0123456789abcdef'.charCodeAt(c)] = c;
+  HEX['0123456789ABCDEF'.charCodeAt(c)] = c;
+}
 
 /** A field line (header or trailer) of valid syntax: token name, colon, value of visible characters, SP, HTAB and obs-text. */
 function validField(line: string): boolean {
@@ -177,6 +201,9 @@ class Exchange {
   /** Any response byte seen (a failure before that on a reused connection may be retried). */
   responded = false;
   private head: Buffer = Buffer.alloc(0);
+  /** Interim responses skipped, and the bytes of their heads. */
+  private interim = 0;
+  private interimBytes = 0;
   private headTimer: NodeJS.Timeout | null = null;
   /** Body bytes that came with the head, copied out of the scratch buffer. */
   private stash: Buffer | null = null;
@@ -186,6 +213,12 @@ class Exchange {
   private chunkPhase: ChunkPhase = 'size';
   private line = '';
   private trailerBytes = 0;
+  /** Small body pieces gathered for the sink (`GATHER_BYTES`), and how many bytes of it are used. */
+  private gather: Buffer | null = null;
+  private gathered = 0;
+  /** The rest of a read left for a later turn of the event loop (many tiny chunks), and an end of the connection seen meanwhile. */
+  private deferred: Buffer | null = null;
+  private deferredEof: { e: Error | null } | null = null;
   private sink: Sink | null = null;
   private direct: Direct | null = null;
   private failure: Error | null = null;
@@ -232,6 +265,11 @@ class Exchange {
       return this.directStep();
     }
     const view = Buffer.from(buf.buffer, buf.byteOffset, n);
+    if (this.deferred !== null) {
+      // Bytes a TLS layer had already decrypted when reading paused: after the rest still to parse.
+      this.deferred = Buffer.concat([this.deferred, view]);
+      return false;
+    }
     if (this.phase === 'wait') {
       // Bytes a TLS layer had already decrypted when reading paused: kept for the body.
       this.stash = this.stash === null ? Buffer.from(view) : Buffer.concat([this.stash, view]);
@@ -247,10 +285,10 @@ class Exchange {
     for (;;) {
       const end = this.head.indexOf(CRLF2, from);
       if (end < 0) {
-        if (this.head.length > MAX_HEAD_BYTES) this.fail(new H1Error('HEADERS_OVERFLOW', `response head over ${MAX_HEAD_BYTES} bytes`));
+        if (this.interimBytes + this.head.length > MAX_HEAD_BYTES) this.fail(new H1Error('HEADERS_OVERFLOW', `response head over ${MAX_HEAD_BYTES} bytes`));
         return true;
       }
-      if (end > MAX_HEAD_BYTES) {
+      if (this.interimBytes + end > MAX_HEAD_BYTES) {
         this.fail(new H1Error('HEADERS_OVERFLOW', `response head over ${MAX_HEAD_BYTES} bytes`));
         return false;
       }
@@ -263,7 +301,15 @@ class Exchange {
         return false;
       }
       if (res.statusCode >= 100 && res.statusCode < 200) {
-        this.head = Buffer.from(rest); // an interim response: the real one follows
+        // An interim response: the real one follows. A flood of them is refused (each is parsed and
+        // its rest copied, so an unbounded number would hold the event loop for the whole fetch).
+        this.interim++;
+        this.interimBytes += end + 4;
+        if (this.interim > MAX_INTERIM) {
+          this.fail(new H1Error('BAD_RESPONSE', `more than ${MAX_INTERIM} interim (1xx) responses`));
+          return false;
+        }
+        this.head = rest; // a view of this exchange's own copy (never of the read buffer)
         from = 0;
         if (this.head.length === 0) return true;
         continue;
@@ -357,17 +403,48 @@ class Exchange {
     }
   }
 
+  /**
+   * Parses chunked framing. Data is handed to the sink gathered (small pieces
+   * into one buffer, handed over when it fills and once the whole read is
+   * parsed), so a body of 1-byte chunks costs no work per chunk downstream; at
+   * most `CHUNK_LINES_PER_SLICE` framing lines are parsed per turn of the
+   * event loop, the rest of the read waiting (socket paused) for the next.
+   */
   private readChunked(view: Buffer): boolean {
     let more = true;
     let i = 0;
+    let lines = 0;
     while (i < view.length && !this.finished) {
       if (this.chunkPhase === 'data') {
         const take = Math.min(view.length - i, this.remaining);
-        more = this.sink!.data(view.subarray(i, i + take)) && more;
+        more = this.emit(view.subarray(i, i + take)) && more;
         this.remaining -= take;
         i += take;
         if (this.remaining === 0) this.chunkPhase = 'data-end';
         continue;
+      }
+      if (++lines > CHUNK_LINES_PER_SLICE) {
+        this.defer(view.subarray(i)); // what is gathered so far waits for the end of this read
+        return false;
+      }
+      if (this.line === '') {
+        // The common lines whole within this read: CRLF after data, and a bare hex size.
+        if (this.chunkPhase === 'data-end' && view[i] === 13 && view[i + 1] === 10) {
+          this.chunkPhase = 'size';
+          i += 2;
+          continue;
+        }
+        if (this.chunkPhase === 'size') {
+          let j = i;
+          let size = 0;
+          for (; j < view.length && j - i < 12 && HEX[view[j]!]! >= 0; j++) size = size * 16 + HEX[view[j]!]!;
+          if (j > i && view[j] === 13 && view[j + 1] === 10) {
+            this.remaining = size;
+            this.chunkPhase = size === 0 ? 'trailer' : 'data';
+            i = j + 2;
+            continue;
+          }
+        }
       }
       const nl = view.indexOf(10, i);
       const stop = nl < 0 ? view.length : nl + 1;
@@ -393,11 +470,50 @@ class Exchange {
         if (text !== '' && !validField(text)) return this.badChunk(`malformed trailer field ${JSON.stringify(text.slice(0, 40))}`);
         if (text === '') {
           if (i < view.length) this.reusable = false;
+          more = this.flushGather() && more;
           this.complete();
         }
       }
     }
+    if (!this.finished) more = this.flushGather() && more;
     return more;
+  }
+
+  /** Hands body bytes to the sink: small pieces gathered, long ones as they are (after the gathered ones). */
+  private emit(view: Buffer): boolean {
+    if (view.length >= GATHER_DIRECT) {
+      const more = this.flushGather();
+      return this.sink!.data(view) && more;
+    }
+    let more = true;
+    if (this.gathered + view.length > GATHER_BYTES) more = this.flushGather();
+    this.gather ??= Buffer.allocUnsafe(GATHER_BYTES);
+    view.copy(this.gather, this.gathered);
+    this.gathered += view.length;
+    return more;
+  }
+
+  private flushGather(): boolean {
+    if (this.gathered === 0) return true;
+    const n = this.gathered;
+    this.gathered = 0;
+    return this.sink!.data(this.gather!.subarray(0, n)); // the sink copies: the buffer is reused
+  }
+
+  /** Parses `rest` (copied: the read buffer is reused) in the next turn of the event loop; reading stays paused until then. */
+  private defer(rest: Buffer): void {
+    this.deferred = Buffer.from(rest);
+    setImmediate(() => {
+      const bytes = this.deferred;
+      this.deferred = null;
+      if (bytes === null || this.finished) return;
+      const more = this.readChunked(bytes);
+      if (this.deferred !== null || this.finished) return;
+      const end = this.deferredEof;
+      this.deferredEof = null;
+      if (end !== null) this.eof(end.e);
+      else if (more) this.resume();
+    });
   }
 
   private badChunk(why: string): boolean {
@@ -503,12 +619,16 @@ class Exchange {
 
   /** Restarts reading after the onread callback returned false (net.Socket#resume does that for onread sockets). */
   resume(): void {
-    if (this.phase !== 'done') this.conn.socket.resume();
+    if (this.phase !== 'done' && this.deferred === null) this.conn.socket.resume();
   }
 
   /** The socket ended, closed or failed. */
   eof(e: Error | null): void {
     if (this.phase === 'done') return;
+    if (this.deferred !== null) {
+      this.deferredEof = { e }; // the bytes before it are parsed first
+      return;
+    }
     if (e === null && this.phase === 'body' && this.mode === 'close') {
       this.reusable = false;
       this.complete();

@@ -2,7 +2,8 @@
  * The origin HTTP/1.1 client (`gateway/origin-h1.ts`) against scripted raw
  * TCP servers on 127.0.0.1, so every framing case is exactly the bytes
  * written: heads and bodies split across reads, Content-Length, chunked
- * (extensions, trailers) and close-delimited bodies, interim 1xx responses,
+ * (extensions, trailers; tiny chunks gathered and parsed in slices) and
+ * close-delimited bodies, interim 1xx responses (and their bound),
  * strict refusals (status line, field syntax, obs-fold, conflicting lengths,
  * bad chunks, oversized heads, transfer codings other than one chunked in
  * HTTP/1.1, control characters in the reason phrase, chunk extensions and
@@ -28,6 +29,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A raw TCP server; `script` answers each request (by its number on that connection). */
 class RawServer {
+  /** Servers not closed yet (a failed test leaves its own; they are closed after each test). */
+  static readonly open = new Set<RawServer>();
   connections = 0;
   requests: string[] = [];
   closedByClient = 0;
@@ -57,6 +60,7 @@ class RawServer {
       });
     });
     self = new RawServer(server);
+    RawServer.open.add(self);
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     return self;
   }
@@ -66,6 +70,7 @@ class RawServer {
   }
 
   async close(): Promise<void> {
+    if (!RawServer.open.delete(this)) return;
     for (const s of this.sockets) s.destroy();
     await new Promise((r) => this.server.close(r));
   }
@@ -75,7 +80,10 @@ let client: H1Client;
 test.before.each(() => {
   client = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 1_000, keepAliveTimeoutMs: 2_000 });
 });
-test.after.each(() => client.destroy());
+test.after.each(async () => {
+  client.destroy();
+  for (const srv of [...RawServer.open]) await srv.close();
+});
 
 function req(port: number, path = '/x', signal: AbortSignal = new AbortController().signal): H1Request {
   return { secure: false, host: '127.0.0.1', port, servername: undefined, hostHeader: `127.0.0.1:${port}`, path, headers: { 'user-agent': 'test' }, signal };
@@ -223,6 +231,82 @@ test('interim 1xx responses are skipped', async () => {
   assert.is(empty.contentLength, 0);
   assert.is((await readStream(empty)).length, 0);
   await split.close();
+});
+
+test('interim responses are bounded: 16 are skipped, a 17th or 64 KiB of them fails, an endless flood fails at once', async () => {
+  const interim = 'HTTP/1.1 100 Continue\r\n\r\n';
+  const final = 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok';
+  const sixteen = await RawServer.start((s) => trickle(s, [interim.repeat(10), interim.repeat(6) + final]));
+  assert.is((await readStream(await client.request(req(sixteen.port)))).toString(), 'ok');
+  await sixteen.close();
+  const seventeen = await RawServer.start((s) => { s.write(interim.repeat(17) + final); });
+  const e = await rejection(client.request(req(seventeen.port)));
+  assert.is(e.code, 'BAD_RESPONSE');
+  assert.match(e.message, /more than 16 interim/);
+  await seventeen.close();
+  // Few interim heads, but large ones: all heads together are bounded like one.
+  const big = `HTTP/1.1 103 Early Hints\r\nLink: <${'a'.repeat(9_000)}>\r\n\r\n`;
+  const large = await RawServer.start((s) => trickle(s, [big, big, big, big, big, big, big, big, final]));
+  assert.is((await rejection(client.request(req(large.port)))).code, 'HEADERS_OVERFLOW');
+  await large.close();
+  // An origin that never stops sending 100 Continue: refused at once, not at the headers timeout.
+  let writes = 0;
+  const flood = await RawServer.start((s) => {
+    const chunk = Buffer.from(interim.repeat(256));
+    const go = () => {
+      while (!s.destroyed && writes < 100_000) {
+        writes++;
+        if (!s.write(chunk)) return void s.once('drain', go);
+      }
+    };
+    go();
+  });
+  const slow = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 30_000, keepAliveTimeoutMs: 1_000 });
+  const t0 = Date.now();
+  try {
+    assert.is((await rejection(slow.request(req(flood.port)))).code, 'BAD_RESPONSE');
+    assert.ok(Date.now() - t0 < 2_000, `refused after ${Date.now() - t0} ms`);
+  } finally {
+    slow.destroy();
+  }
+  await flood.close();
+});
+
+test('tiny chunks are gathered and parsed in slices: 1 MiB of 1-byte chunks arrives intact in few pieces, the event loop keeps turning, the connection is reused', async () => {
+  const size = 1024 * 1024;
+  const expected = Buffer.alloc(size);
+  for (let i = 0; i < size; i++) expected[i] = 0x41 + (i % 26);
+  // 1-byte chunks, with a few larger chunks and an extension among them.
+  let wire = '';
+  for (let i = 0; i < size;) {
+    const n = i % 100_003 === 0 ? Math.min(20_000, size - i) : 1;
+    wire += `${n.toString(16)}${i % 77_777 === 5 ? ';x=y' : ''}\r\n${expected.toString('latin1', i, i + n)}\r\n`;
+    i += n;
+  }
+  const wireBytes = Buffer.from(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${wire}0\r\n\r\n`, 'latin1');
+  const srv = await RawServer.start((s) => { s.write(wireBytes); });
+  let turns = 0;
+  let ticking = true;
+  const tick = () => { turns++; if (ticking) setImmediate(tick); };
+  for (let round = 0; round < 2; round++) {
+    const res = await client.request(req(srv.port));
+    const pieces: Buffer[] = [];
+    turns = 0;
+    ticking = true;
+    setImmediate(tick);
+    for await (const c of res.stream()) pieces.push(c as Buffer);
+    ticking = false;
+    assert.ok(Buffer.concat(pieces).equals(expected), 'bytes intact, in order');
+    assert.ok(pieces.length <= size / 1024, `${pieces.length} pieces for ${size} 1-byte chunks`);
+    assert.ok(turns >= size / 4096, `the event loop turned ${turns} times while parsing`); // at least once per 4096 chunks
+  }
+  assert.is(srv.connections, 1, 'the connection is reused after a sliced body');
+  await srv.close();
+  // Cut short in the middle of many tiny chunks: fails, never hangs.
+  const cut = await RawServer.start((s) => { s.end(wireBytes.subarray(0, wireBytes.length >> 1)); });
+  const res = await client.request(req(cut.port));
+  assert.is((await rejection(readStream(res))).code, 'CLOSED');
+  await cut.close();
 });
 
 test('strict parsing: malformed heads and chunks fail with BAD_RESPONSE or HEADERS_OVERFLOW', async () => {
