@@ -166,6 +166,9 @@ async function measure(path: string): Promise<{ idle: number; busy: number; answ
       } catch {
         if (!stop.signal.aborted) answers.push(0);
       }
+      // A download refused at once is restarted after a short pause: what is measured is the
+      // origin's misbehaviour, not the load of a client hammering the gateway itself.
+      await new Promise((r) => setTimeout(r, 10));
     }
   })();
   let busy: number;
