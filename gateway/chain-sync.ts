@@ -25,6 +25,10 @@
  *   head and commit, the remote's commit, size, head and checkpoint, the
  *   code and the block index.
  * - Never two syncs at once; `stop()` leaves no timer and no fetch behind.
+ * - A hostile or broken remote (malformed, oversized, endless or slow
+ *   answers) costs one failed attempt, bounded by lib/chain-repo.ts
+ *   `FETCH_LIMITS`, reported in `status()` as a transport failure (backoff),
+ *   and changes nothing local (test/hostile-remote.test.ts).
  */
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';

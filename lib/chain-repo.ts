@@ -17,7 +17,9 @@
  * authority gateway of another process holds it); git objects already on
  * disk (they are only ever written whole, through a temporary file and a rename); nothing a remote
  * sends (object ids are recomputed from the bytes, the pack checksum is
- * checked, sizes are bounded; the chain code verifies the blocks).
+ * checked; the chain code verifies the blocks) and nothing about how it
+ * sends it: bytes, pkt-lines, refs, objects, object sizes, delta depth,
+ * bytes inflated and time are bounded by `FETCH_LIMITS`.
  *
  * Must always hold:
  * - A block exists only once its commit is on the branch. An append writes
@@ -35,6 +37,10 @@
  *   wrong.
  * - A fetch never touches the branch, the working tree or the index; a
  *   fast-forward never changes or removes a block file of the current head.
+ *   A clone or fetch refused for what the remote sent (a bad pack, a bound
+ *   of `FETCH_LIMITS`) leaves the repository as it was: a fetch stores
+ *   objects only once the whole pack is indexed, a clone removes what it
+ *   made.
  * - Reads of blocks go to the working tree with plain `fs` (fast path); reads
  *   from git objects are for audits, repair and sync, and read packs on disk
  *   object by object (a fetched pack stays in memory only until
@@ -518,11 +524,13 @@ export interface FetchOptions {
   http?: HttpClient;
   /** Cancels the network part (discovery, download). */
   signal?: AbortSignal;
-  /** Bound on each HTTP exchange, headers and body (default 120 s). */
+  /** Bound on each HTTP exchange, headers and body (default 120 s; the ref advertisement: at most 20 s, FETCH_LIMITS). */
   timeoutMs?: number;
+  /** Longest wait for the next byte of an answer, headers included (default 30 s; git servers send a keep-alive every 5 s). */
+  stallMs?: number;
   /** Extra request headers (e.g. authorization); never logged. */
   headers?: Record<string, string>;
-  /** Largest response accepted (default 2 GiB). */
+  /** Largest upload-pack answer accepted, the pack and its framing (default 64 MiB, FETCH_LIMITS.packBytes). */
   maxBytes?: number;
   /** Clone only: files written so far while checking out (for a progress bar). */
   onProgress?: (done: number, total: number) => void;
@@ -546,8 +554,55 @@ const CLONE_MARKER = 'vouch-clone-incomplete';
 /** Packs with fewer objects are stored as loose objects, like git's transfer.unpackLimit. */
 const UNPACK_LIMIT = 100;
 const AGENT = 'vouch/0.1';
+/**
+ * What a remote may send in one clone or fetch, so that a hostile or broken
+ * git server costs bounded memory, CPU and time (README "Limits",
+ * SECURITY.md). A chain's pack takes ~420 bytes per block (50,000 blocks:
+ * 20 MiB), so an honest remote stays inside them up to ~150,000 blocks in
+ * one clone or fetch; a bigger chain is seeded with a plain `git clone` and
+ * then fetched incrementally. Past any of them the clone or fetch fails with
+ * `io_error`, having written nothing. A fetch holds at most about twice
+ * `packBytes` (the pack, and what the sockets delivered until it is
+ * collected), plus ~250 bytes per object.
+ */
+export const FETCH_LIMITS = Object.freeze({
+  /** Largest pkt-line, its 4-byte length included (git's LARGE_PACKET_MAX). */
+  pktLineBytes: 65520,
+  /** The ref advertisement (`info/refs`): most bytes, most pkt-lines (refs), longest it may take. */
+  advertisementBytes: 16 << 20,
+  refs: 100_000,
+  advertisementMs: 20_000,
+  /** One upload-pack answer: most bytes (FetchOptions.maxBytes), pkt-lines, `shallow`/`unshallow` lines. */
+  packBytes: 64 << 20,
+  resultPktLines: 1_000_000,
+  shallowLines: 1000,
+  /** Delta bases a pack may name that are neither in it nor here (an honest thin pack: none). */
+  missingBases: 1000,
+  /** Most objects in a pack; the largest object, inflated (a block file is at most 16 MiB, a tree ~41 KiB). */
+  objects: 200_000,
+  objectBytes: 32 << 20,
+  /** Deepest delta chain (git's own maximum). */
+  deltaDepth: 4095,
+  /** Bytes a pack may make the reader inflate or rebuild from deltas: 1 GiB plus 16 per pack byte (an honest pack needs ~5). */
+  resolveBase: 1 << 30,
+  resolvePerPackByte: 16,
+  /** Each HTTP exchange in all (FetchOptions.timeoutMs), and the longest silence (FetchOptions.stallMs). */
+  exchangeMs: 120_000,
+  stallMs: 30_000,
+});
 /** Largest object accepted from a remote (a block file is a few KiB). */
-const MAX_OBJECT_BYTES = 256 << 20;
+const MAX_OBJECT_BYTES = FETCH_LIMITS.objectBytes;
+/** What a cached object costs beyond its bytes (map entry, buffer object): a pack of empty objects fills the cache too. */
+const CACHE_ENTRY_COST = 256;
+
+/**
+ * zlib options for an object of `size` bytes: never more output, and an
+ * output buffer of its size (zlib's default 16 KiB chunk would stay behind
+ * every small object kept in a cache: 16 KiB for a 1.5 KiB block).
+ */
+function inflateBounds(size: number): { maxOutputLength: number; chunkSize: number } {
+  return { maxOutputLength: Math.max(1, size), chunkSize: Math.max(64, size) };
+}
 
 interface PackEntry {
   offset: number;
@@ -561,6 +616,8 @@ interface PackEntry {
   baseOffset: number;
   oid: string;
   crc: number;
+  /** Deltas between this object and a whole one (0: whole). */
+  depth: number;
 }
 
 function applyDelta(delta: Buffer, base: Buffer): Buffer {
@@ -613,7 +670,10 @@ function applyDelta(delta: Buffer, base: Buffer): Buffer {
 /**
  * A received packfile, indexed in one pass: every object's id, type and
  * offset, with a byte-bounded cache of resolved objects (delta bases, and
- * the checkout right after).
+ * the checkout right after). Bounded (FETCH_LIMITS): objects, object size,
+ * delta depth, and the bytes it may ever inflate or rebuild from deltas, so
+ * a delta chain that would be rebuilt again and again (objects too big for
+ * the cache) fails instead of running for hours.
  */
 class PackData {
   readonly entries: PackEntry[] = [];
@@ -627,7 +687,20 @@ class PackData {
   /** Delta bases found outside the pack (a thin pack): such a pack cannot be stored as it is. */
   private readonly externals = new Map<string, { type: string; body: Buffer }>();
 
-  private constructor(readonly pack: Buffer, private readonly cacheLimit: number) {}
+  /** Bytes inflated or rebuilt from deltas so far, and the most allowed. */
+  private work = 0;
+  private readonly budget: number;
+
+  private constructor(readonly pack: Buffer, private readonly cacheLimit: number) {
+    this.budget = FETCH_LIMITS.resolveBase + FETCH_LIMITS.resolvePerPackByte * pack.length;
+  }
+
+  private spend(bytes: number): void {
+    this.work += bytes;
+    if (this.work > this.budget) {
+      throw new VouchError('io_error', `the remote sent a bad pack: it needs more than ${this.budget} bytes of objects to resolve (a delta bomb?)`);
+    }
+  }
 
   get thin(): boolean {
     return this.externals.size > 0;
@@ -660,10 +733,13 @@ class PackData {
     const version = pack.readUInt32BE(4);
     if (version !== 2 && version !== 3) bad(`version ${version}`);
     const count = pack.readUInt32BE(8);
+    if (count > FETCH_LIMITS.objects) bad(`the pack declares ${count} objects, more than ${FETCH_LIMITS.objects}`);
     const end = pack.length - 20;
     if (createHash('sha1').update(pack.subarray(0, end)).digest('hex') !== pack.toString('hex', end)) bad('checksum mismatch');
     const p = new PackData(pack, cacheLimit);
     const pendingRef: { e: PackEntry; base: string; delta: Buffer }[] = [];
+    /** External bases looked up and not found (each asked once). */
+    const missing = new Set<string>();
     let pos = 12;
     for (let k = 0; k < count; k++) {
       if (pos >= end) bad('truncated');
@@ -673,6 +749,7 @@ class PackData {
       let size = c & 15;
       let shift = 4;
       while (c & 0x80) {
+        if (shift > 53) bad(`object at ${offset} has an overlong size`);
         c = pack[pos++]!;
         size += (c & 0x7f) * 2 ** shift;
         shift += 7;
@@ -683,6 +760,7 @@ class PackData {
         c = pack[pos++]!;
         let rel = c & 0x7f;
         while (c & 0x80) {
+          if (rel > end) bad(`object at ${offset} has an overlong base offset`);
           c = pack[pos++]!;
           rel = (rel + 1) * 128 + (c & 0x7f);
         }
@@ -696,14 +774,15 @@ class PackData {
       if (size > MAX_OBJECT_BYTES) bad(`object at ${offset} has ${size} bytes, more than ${MAX_OBJECT_BYTES}`);
       let data: Buffer;
       try {
-        const r = inflateSync(pack.subarray(pos, end), { info: true, maxOutputLength: Math.max(1, size) }) as unknown as { buffer: Buffer; engine: { bytesWritten: number } };
+        const r = inflateSync(pack.subarray(pos, end), { info: true, ...inflateBounds(size) }) as unknown as { buffer: Buffer; engine: { bytesWritten: number } };
         data = r.buffer;
         pos += r.engine.bytesWritten;
       } catch (e) {
         return bad(`object at ${offset} does not inflate (${(e as Error).message})`);
       }
       if (data.length !== size) bad(`object at ${offset} has ${data.length} bytes, its header says ${size}`);
-      const e: PackEntry = { offset, kind, type: '', dataAt, size, baseOffset, oid: '', crc: crc32(pack.subarray(offset, pos)) };
+      p.spend(size);
+      const e: PackEntry = { offset, kind, type: '', dataAt, size, baseOffset, oid: '', crc: crc32(pack.subarray(offset, pos)), depth: 0 };
       p.entries.push(e);
       p.byOffset.set(offset, e);
       let body: Buffer | null = null;
@@ -714,17 +793,21 @@ class PackData {
         } else if (kind === OFS_DELTA) {
           const base = p.byOffset.get(baseOffset)!;
           e.type = base.type;
-          body = applyDelta(data, p.resolve(base));
+          e.depth = p.deeper(base);
+          body = p.rebuild(data, p.resolve(base));
         } else {
           const inPack = p.byOid.get(baseOid);
           let base = inPack ? { type: inPack.type, body: p.resolve(inPack) } : p.externals.get(baseOid) ?? null;
-          if (!base) {
+          if (!base && !missing.has(baseOid)) {
+            if (missing.size >= FETCH_LIMITS.missingBases) bad(`more than ${FETCH_LIMITS.missingBases} delta bases are neither in the pack nor here`);
             base = await external(baseOid);
             if (base) p.externals.set(baseOid, base);
+            else missing.add(baseOid);
           }
           if (base) {
             e.type = base.type;
-            body = applyDelta(data, base.body);
+            e.depth = inPack ? p.deeper(inPack) : 1;
+            body = p.rebuild(data, base.body);
           } else pendingRef.push({ e, base: baseOid, delta: data });
         }
       } catch (err) {
@@ -734,20 +817,49 @@ class PackData {
       if (body) p.settle(e, body);
     }
     if (pos !== end) bad('trailing bytes after the last object');
-    // REF_DELTA objects whose base came later in the pack.
-    while (pendingRef.length > 0) {
-      const before = pendingRef.length;
-      for (let i = pendingRef.length - 1; i >= 0; i--) {
-        const r = pendingRef[i]!;
-        const base = p.byOid.get(r.base);
-        if (!base) continue;
-        r.e.type = base.type;
-        p.settle(r.e, applyDelta(r.delta, p.resolve(base)));
-        pendingRef.splice(i, 1);
-      }
-      if (pendingRef.length === before) bad(`delta base ${pendingRef[0]!.base} is missing`);
+    // REF_DELTA objects whose base came later in the pack: each resolved once its base is (linear, whatever the order).
+    const waiting = new Map<string, typeof pendingRef>();
+    for (const r of pendingRef) {
+      const list = waiting.get(r.base);
+      if (list) list.push(r);
+      else waiting.set(r.base, [r]);
     }
+    const ready = [...waiting.keys()].filter((oid) => p.byOid.has(oid));
+    while (ready.length > 0) {
+      const oid = ready.pop()!;
+      const list = waiting.get(oid);
+      if (!list) continue;
+      waiting.delete(oid);
+      const base = p.byOid.get(oid)!;
+      for (const r of list) {
+        r.e.type = base.type;
+        r.e.depth = p.deeper(base);
+        try {
+          p.settle(r.e, p.rebuild(r.delta, p.resolve(base)));
+        } catch (err) {
+          if (err instanceof VouchError) throw err;
+          bad(`object at ${r.e.offset}: ${(err as Error).message}`);
+        }
+        if (waiting.has(r.e.oid)) ready.push(r.e.oid);
+      }
+    }
+    for (const [oid] of waiting) bad(`delta base ${oid} is missing`);
     return p;
+  }
+
+  /** Depth of a delta on `base`; refuses chains deeper than git makes them. */
+  private deeper(base: PackEntry): number {
+    if (base.depth >= FETCH_LIMITS.deltaDepth) {
+      throw new VouchError('io_error', `the remote sent a bad pack: a delta chain deeper than ${FETCH_LIMITS.deltaDepth}`);
+    }
+    return base.depth + 1;
+  }
+
+  /** A delta applied to its base, counted against the pack's budget. */
+  private rebuild(delta: Buffer, base: Buffer): Buffer {
+    const out = applyDelta(delta, base);
+    this.spend(out.length);
+    return out;
   }
 
   private settle(e: PackEntry, body: Buffer): void {
@@ -760,10 +872,10 @@ class PackData {
     if (body.length > this.cacheLimit / 4 || this.cache.has(offset)) return;
     this.cache.set(offset, body);
     this.fifo.push(offset);
-    this.cacheBytes += body.length;
+    this.cacheBytes += body.length + CACHE_ENTRY_COST;
     while (this.cacheBytes > this.cacheLimit) {
       const k = this.fifo[this.fifoHead++]!;
-      this.cacheBytes -= this.cache.get(k)!.length;
+      this.cacheBytes -= this.cache.get(k)!.length + CACHE_ENTRY_COST;
       this.cache.delete(k);
     }
     if (this.fifoHead > 4096 && this.fifoHead * 2 > this.fifo.length) {
@@ -776,16 +888,17 @@ class PackData {
   resolve(e: PackEntry): Buffer {
     const hit = this.cache.get(e.offset);
     if (hit) return hit;
-    const data = inflateSync(this.pack.subarray(e.dataAt, this.pack.length - 20), { maxOutputLength: Math.max(1, e.size) });
+    this.spend(e.size);
+    const data = inflateSync(this.pack.subarray(e.dataAt, this.pack.length - 20), inflateBounds(e.size));
     let body: Buffer;
     if (e.kind <= 4) body = data;
-    else if (e.kind === OFS_DELTA) body = applyDelta(data, this.resolve(this.byOffset.get(e.baseOffset)!));
+    else if (e.kind === OFS_DELTA) body = this.rebuild(data, this.resolve(this.byOffset.get(e.baseOffset)!));
     else {
       const baseOid = this.pack.toString('hex', e.dataAt - 20, e.dataAt);
       const base = this.byOid.get(baseOid);
       const ext = base ? null : this.externals.get(baseOid);
       if (!base && !ext) throw new VouchError('io_error', `delta base ${baseOid} is not in the pack`);
-      body = applyDelta(data, base ? this.resolve(base) : ext!.body);
+      body = this.rebuild(data, base ? this.resolve(base) : ext!.body);
     }
     this.remember(e.offset, body);
     return body;
@@ -858,31 +971,46 @@ function gitUrl(base: string, rest: string): string {
   return `${base.replace(/\/+$/, '')}/${rest}`;
 }
 
-function abortError(signal: AbortSignal): VouchError {
+/** Text from the remote for an error message: one line, at most 200 characters. */
+function remoteText(text: string): string {
+  const t = text.replace(/[\x00-\x1f\x7f]+/g, ' ').trim();
+  return t.length > 200 ? `${t.slice(0, 200)}...` : t;
+}
+
+function abortError(signal: AbortSignal, shown: string, timeoutMs: number): VouchError {
   const r = signal.reason as unknown;
+  if (r instanceof Error && r.name === 'StallError') return new VouchError('io_error', r.message, { cause: r });
   const timeout = r instanceof Error && r.name === 'TimeoutError';
-  return new VouchError('io_error', timeout ? 'the remote did not answer in time' : 'fetch cancelled', { cause: r });
+  return new VouchError('io_error', timeout ? `${shown} did not answer in time (${timeoutMs / 1000} s)` : 'fetch cancelled', { cause: r });
 }
 
 /**
- * One HTTP exchange with the remote, bounded in time (headers and body) and
- * cancellable; the body goes to `sink` chunk by chunk.
+ * One HTTP exchange with the remote, bounded in time (`timeoutMs` for
+ * headers and body together, `opts.stallMs` between two chunks), in bytes
+ * (`maxBytes`), and cancellable; the body goes to `sink` chunk by chunk.
  */
 async function httpExchange(
-  opts: FetchOptions, url: string, method: 'GET' | 'POST', headers: Record<string, string>, body: Buffer | null, expectType: string,
+  opts: FetchOptions, bounds: { timeoutMs: number; maxBytes: number }, url: string, method: 'GET' | 'POST', headers: Record<string, string>, body: Buffer | null, expectType: string,
   sink: (chunk: Buffer) => void,
 ): Promise<void> {
-  const signal = AbortSignal.any([AbortSignal.timeout(opts.timeoutMs ?? 120_000), ...(opts.signal ? [opts.signal] : [])]);
-  if (signal.aborted) throw abortError(signal);
+  const shown = url.replace(/\/\/[^@/]*@/, '//');
+  const { timeoutMs, maxBytes: limit } = bounds;
+  const stallMs = opts.stallMs ?? FETCH_LIMITS.stallMs;
+  const stall = new AbortController();
+  // Only a silence shorter than the whole exchange's bound needs a timer of its own.
+  const stallTimer = setTimeout(() => {
+    stall.abort(Object.assign(new Error(`${shown} sent nothing for ${stallMs / 1000} s`), { name: 'StallError' }));
+  }, stallMs < timeoutMs ? stallMs : 2 ** 31 - 1);
+  const signal = AbortSignal.any([AbortSignal.timeout(timeoutMs), stall.signal, ...(opts.signal ? [opts.signal] : [])]);
   const client = opts.http ?? nodeHttp;
   let onAbort = (): void => {};
   const aborted = new Promise<never>((_, reject) => {
-    onAbort = () => reject(abortError(signal));
+    onAbort = () => reject(abortError(signal, shown, timeoutMs));
     signal.addEventListener('abort', onAbort, { once: true });
   });
   aborted.catch(() => {});
-  const shown = url.replace(/\/\/[^@/]*@/, '//');
   try {
+    if (signal.aborted) throw abortError(signal, shown, timeoutMs);
     const req: GitHttpRequest = { url, method, headers: { 'user-agent': `git/${AGENT}`, ...opts.headers, ...headers }, signal } as GitHttpRequest;
     if (body) (req as unknown as { body: Buffer[] }).body = [body];
     let res: GitHttpResponse;
@@ -890,6 +1018,7 @@ async function httpExchange(
       res = await Promise.race([client.request(req), aborted]);
     } catch (e) {
       if (e instanceof VouchError) throw e;
+      if (signal.aborted) throw abortError(signal, shown, timeoutMs);
       throw new VouchError('io_error', `cannot reach ${shown}: ${(e as Error).message}`, { cause: e });
     }
     const iter = res.body ? (res.body as AsyncIterableIterator<Uint8Array>)[Symbol.asyncIterator]() : null;
@@ -901,10 +1030,10 @@ async function httpExchange(
       if (!String(type).startsWith(expectType)) {
         throw new VouchError('io_error', `${shown} is not a git smart-HTTP server (content-type ${JSON.stringify(type)})`);
       }
-      const limit = opts.maxBytes ?? 2 ** 31;
       let total = 0;
       while (iter) {
         const r = await Promise.race([iter.next(), aborted]);
+        stallTimer.refresh();
         if (r.value) {
           total += r.value.byteLength;
           if (total > limit) throw new VouchError('io_error', `${shown} sent more than ${limit} bytes`);
@@ -917,32 +1046,80 @@ async function httpExchange(
         await iter?.return?.();
       } catch { /* closing anyway */ }
       if (e instanceof VouchError) throw e;
+      if (signal.aborted) throw abortError(signal, shown, timeoutMs);
       throw new VouchError('io_error', `the connection to ${shown} failed: ${(e as Error).message}`, { cause: e });
     }
   } finally {
+    clearTimeout(stallTimer);
     signal.removeEventListener('abort', onAbort);
   }
 }
 
-/** Splits a pkt-line stream that arrives in chunks; `onLine` gets each line (null for a flush-pkt). */
+/** Bytes received in pieces, copied into 1 MiB slabs (so a flood of tiny pieces holds no more than its bytes). */
+class ByteSink {
+  private readonly slabs: Buffer[] = [];
+  private slab = Buffer.allocUnsafe(0);
+  private used = 0;
+  length = 0;
+
+  push(piece: Buffer): void {
+    for (let at = 0; at < piece.length;) {
+      if (this.used === this.slab.length) {
+        if (this.used > 0) this.slabs.push(this.slab);
+        this.slab = Buffer.allocUnsafe(1 << 20);
+        this.used = 0;
+      }
+      const n = piece.copy(this.slab, this.used, at);
+      this.used += n;
+      at += n;
+    }
+    this.length += piece.length;
+  }
+
+  /** Everything received, as one buffer. */
+  take(): Buffer {
+    const last = this.slab.subarray(0, this.used);
+    return this.slabs.length === 0 ? last : Buffer.concat([...this.slabs, last], this.length);
+  }
+}
+
+/** The 4 hex digits of a pkt-line length at `pos`, or -1. */
+function pktLength(buf: Buffer, pos: number): number {
+  let n = 0;
+  for (let i = pos; i < pos + 4; i++) {
+    const c = buf[i]!;
+    const v = c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : c >= 65 && c <= 70 ? c - 55 : -1;
+    if (v < 0) return -1;
+    n = n * 16 + v;
+  }
+  return n;
+}
+
+/**
+ * Splits a pkt-line stream that arrives in chunks; `onLine` gets each line
+ * (null for a flush-pkt). At most `maxLines` pkt-lines (flushes included),
+ * each at most FETCH_LIMITS.pktLineBytes; past that, `tooMany` says why.
+ */
 class PktReader {
   private rest: Buffer = Buffer.alloc(0);
+  private lines = 0;
 
-  constructor(private readonly onLine: (line: Buffer | null) => void) {}
+  constructor(private readonly onLine: (line: Buffer | null) => void, private readonly maxLines: number, private readonly tooMany = `sent more than ${maxLines} pkt-lines`) {}
 
   push(chunk: Buffer): void {
     let buf = this.rest.length > 0 ? Buffer.concat([this.rest, chunk]) : chunk;
     let pos = 0;
     while (buf.length - pos >= 4) {
-      const hex = buf.toString('latin1', pos, pos + 4);
-      const len = /^[0-9a-f]{4}$/i.test(hex) ? parseInt(hex, 16) : -1;
+      const len = pktLength(buf, pos);
       if (len < 0 || len === 3) throw new VouchError('io_error', 'the remote sent a bad pkt-line');
+      if (len > FETCH_LIMITS.pktLineBytes) throw new VouchError('io_error', `the remote sent a pkt-line of ${len} bytes (git's limit is ${FETCH_LIMITS.pktLineBytes})`);
+      if (len >= 4 && buf.length - pos < len) break;
+      if (++this.lines > this.maxLines) throw new VouchError('io_error', `the remote ${this.tooMany}`);
       if (len < 4) { // flush, delim, response-end
         pos += 4;
         this.onLine(null);
         continue;
       }
-      if (buf.length - pos < len) break;
       this.onLine(buf.subarray(pos + 4, pos + len));
       pos += len;
     }
@@ -957,6 +1134,7 @@ class PktReader {
 
 /** The remote's refs and capabilities (`info/refs?service=git-upload-pack`). */
 async function discoverRefs(url: string, opts: FetchOptions): Promise<{ refs: Map<string, string>; caps: Set<string> }> {
+  /** Only the branch a chain lives on is kept: other refs are counted, not stored. */
   const refs = new Map<string, string>();
   const caps = new Set<string>();
   let first = true;
@@ -964,7 +1142,7 @@ async function discoverRefs(url: string, opts: FetchOptions): Promise<{ refs: Ma
     if (line === null) return;
     let text = line.toString('utf8').replace(/\n$/, '');
     if (text.startsWith('# service=')) return;
-    if (text.startsWith('ERR ')) throw new VouchError('io_error', `the remote refused: ${text.slice(4)}`);
+    if (text.startsWith('ERR ')) throw new VouchError('io_error', `the remote refused: ${remoteText(text.slice(4))}`);
     const nul = text.indexOf('\0');
     if (nul >= 0) {
       if (first) for (const c of text.slice(nul + 1).split(' ')) if (c) caps.add(c);
@@ -972,9 +1150,13 @@ async function discoverRefs(url: string, opts: FetchOptions): Promise<{ refs: Ma
     }
     first = false;
     const [oid, name] = text.split(' ');
-    if (oid && name && OID_RE.test(oid) && name !== 'capabilities^{}') refs.set(name, oid);
-  });
-  await httpExchange(opts, gitUrl(url, 'info/refs?service=git-upload-pack'), 'GET', { accept: '*/*' }, null, 'application/x-git-upload-pack-advertisement', (c) => reader.push(c));
+    if (oid && name === BRANCH_REF && OID_RE.test(oid)) refs.set(name, oid);
+  }, FETCH_LIMITS.refs + 8, `advertised more than ${FETCH_LIMITS.refs} refs`);
+  const bounds = {
+    timeoutMs: Math.min(opts.timeoutMs ?? FETCH_LIMITS.exchangeMs, FETCH_LIMITS.advertisementMs),
+    maxBytes: Math.min(opts.maxBytes ?? Infinity, FETCH_LIMITS.advertisementBytes),
+  };
+  await httpExchange(opts, bounds, gitUrl(url, 'info/refs?service=git-upload-pack'), 'GET', { accept: '*/*' }, null, 'application/x-git-upload-pack-advertisement', (c) => reader.push(c));
   reader.end();
   return { refs, caps };
 }
@@ -988,7 +1170,7 @@ async function uploadPack(url: string, opts: FetchOptions, caps: Set<string>, wa
   const parts = [pktLine(`want ${want} ${ask.join(' ')}\n`), ...shallows.map((s) => pktLine(`shallow ${s}\n`)), pktLine('deepen 1\n'), FLUSH];
   for (const h of haves) parts.push(pktLine(`have ${h}\n`));
   parts.push(pktLine('done\n'));
-  const pack: Buffer[] = [];
+  const pack = new ByteSink();
   const shallow: string[] = [];
   const unshallow: string[] = [];
   const reader = new PktReader((line) => {
@@ -996,22 +1178,25 @@ async function uploadPack(url: string, opts: FetchOptions, caps: Set<string>, wa
     const b = line[0]!;
     if (b === 1) pack.push(line.subarray(1));
     else if (b === 2) return; // progress
-    else if (b === 3) throw new VouchError('io_error', `the remote failed: ${line.toString('utf8', 1).trim()}`);
+    else if (b === 3) throw new VouchError('io_error', `the remote failed: ${remoteText(line.toString('utf8', 1))}`);
     else {
       const text = line.toString('utf8').trim();
-      if (text.startsWith('shallow ')) shallow.push(text.slice(8));
-      else if (text.startsWith('unshallow ')) unshallow.push(text.slice(10));
-      else if (text.startsWith('ERR ')) throw new VouchError('io_error', `the remote refused: ${text.slice(4)}`);
+      if (text.startsWith('shallow ') || text.startsWith('unshallow ')) {
+        if (shallow.length + unshallow.length >= FETCH_LIMITS.shallowLines) throw new VouchError('io_error', `the remote sent more than ${FETCH_LIMITS.shallowLines} shallow lines`);
+        if (text.startsWith('shallow ')) shallow.push(text.slice(8));
+        else unshallow.push(text.slice(10));
+      } else if (text.startsWith('ERR ')) throw new VouchError('io_error', `the remote refused: ${remoteText(text.slice(4))}`);
       // NAK / ACK: nothing to do
     }
-  });
-  await httpExchange(opts, gitUrl(url, 'git-upload-pack'), 'POST', {
+  }, FETCH_LIMITS.resultPktLines);
+  const bounds = { timeoutMs: opts.timeoutMs ?? FETCH_LIMITS.exchangeMs, maxBytes: opts.maxBytes ?? FETCH_LIMITS.packBytes };
+  await httpExchange(opts, bounds, gitUrl(url, 'git-upload-pack'), 'POST', {
     'content-type': 'application/x-git-upload-pack-request',
     accept: 'application/x-git-upload-pack-result',
   }, Buffer.concat(parts), 'application/x-git-upload-pack-result', (c) => reader.push(c));
   reader.end();
   if (pack.length === 0) throw new VouchError('io_error', 'the remote sent no pack');
-  return { pack: Buffer.concat(pack), shallow: shallow.filter((o) => OID_RE.test(o)), unshallow: unshallow.filter((o) => OID_RE.test(o)) };
+  return { pack: pack.take(), shallow: shallow.filter((o) => OID_RE.test(o)), unshallow: unshallow.filter((o) => OID_RE.test(o)) };
 }
 
 function readShallow(gitdir: string): string[] {
