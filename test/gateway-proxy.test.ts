@@ -11,7 +11,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,6 +23,7 @@ import { appendSigned } from '../lib/chain-store.ts';
 import { OriginServer, digestOf, pattern } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { vouchAsync } from './helpers/processes.ts';
+import { rawRequest, type RawAnswer } from './helpers/raw-http.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-proxy-'));
 const keyFile = join(work, 'authority.pem');
@@ -67,25 +68,11 @@ function config() {
   };
 }
 
-interface Answer { status: number; headers: IncomingHttpHeaders; body: Buffer }
+type Answer = RawAnswer;
 
 /** A request with the path sent exactly as given (no URL normalization) and an optional Host. */
 function raw(path: string, opts: { method?: string; host?: string; headers?: Record<string, string> } = {}): Promise<Answer> {
-  const u = new URL(gw.url);
-  return new Promise((resolve, reject) => {
-    const req = httpRequest({
-      host: u.hostname, port: u.port, path, method: opts.method ?? 'GET', agent: false,
-      headers: { ...(opts.host !== undefined ? { host: opts.host } : {}), ...opts.headers },
-    });
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end();
-  });
+  return rawRequest(gw.url, path, opts);
 }
 
 /** Bytes written on a plain socket (for request lines an HTTP client refuses to send); the status code answered. */

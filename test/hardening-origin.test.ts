@@ -24,7 +24,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -41,6 +40,7 @@ import type { Resolver } from '../gateway/address-guard.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
 import { OriginServer, digestOf } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { rawRequest, type RawAnswer } from './helpers/raw-http.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-hardening-'));
 const token = 'hardening-token-' + 'h'.repeat(30);
@@ -113,21 +113,11 @@ async function readAll(res: { body: AsyncIterable<unknown> }): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
-interface Answer { status: number; headers: IncomingHttpHeaders; body: Buffer }
+type Answer = RawAnswer;
 
 /** A GET that decodes nothing and follows nothing: the bytes and headers exactly as the gateway sent them. */
 function get(base: string, path: string): Promise<Answer> {
-  const u = new URL(base);
-  return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: u.hostname, port: u.port, path, agent: false }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end();
-  });
+  return rawRequest(base, path);
 }
 
 const enc = encodeURIComponent;

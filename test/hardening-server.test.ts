@@ -23,7 +23,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -35,6 +34,7 @@ import { repoRoot } from './helpers/vectors.ts';
 import { vouch } from './helpers/processes.ts';
 import { resolveConfig } from '../gateway/config.ts';
 import { compileRoutes } from '../gateway/proxy-routes.ts';
+import { rawRequest, type RawAnswer, type RawOptions } from './helpers/raw-http.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-harden-'));
 const keyFile = join(work, 'authority.pem');
@@ -69,26 +69,11 @@ function baseConfig(dir: string): Record<string, unknown> {
   };
 }
 
-interface Answer { status: number; headers: IncomingHttpHeaders; body: Buffer }
+type Answer = RawAnswer;
 
 /** One request on its own connection (no keep-alive: connection counts stay exact), the path sent as given. */
-function get(base: string, path: string, opts: { method?: string; host?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Answer> {
-  const u = new URL(base);
-  return new Promise((resolve, reject) => {
-    const req = httpRequest({
-      host: u.hostname, port: u.port, path, method: opts.method ?? 'GET', agent: false,
-      headers: { connection: 'close', ...(opts.host !== undefined ? { host: opts.host } : {}), ...opts.headers },
-    });
-    req.setTimeout(20_000, () => req.destroy(new Error(`no answer to ${path} in 20 s`)));
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(opts.body);
-  });
+function get(base: string, path: string, opts: RawOptions = {}): Promise<Answer> {
+  return rawRequest(base, path, { ...opts, headers: { connection: 'close', ...opts.headers }, timeoutMs: 20_000 });
 }
 
 async function submit(base: string, url: string, name: string): Promise<void> {
