@@ -416,20 +416,171 @@ export function parseBlock(value: unknown, position: number): Block {
 }
 
 /**
- * Parses a block file's text (bounded, strict JSON).
+ * Parses a block file's text (bounded, strict JSON: `readJson`).
  * @throws VouchError `malformed` with `index: position`.
  */
 export function parseBlockText(text: string, position: number): Block {
   if (text.length > LIMITS.blockFileBytes) {
     throw new VouchError('malformed', `block ${position}: file larger than ${LIMITS.blockFileBytes} bytes`, { index: position });
   }
+  const json = readJson(text);
+  if (json.error !== null) throw new VouchError('malformed', `block ${position}: ${json.error}`, { index: position });
+  return parseBlock(json.value, position);
+}
+
+// ---------------------------------------------------------------- reading files
+
+// Strict: invalid UTF-8 (bad bytes, overlong forms, surrogates) is refused, never
+// replaced by U+FFFD; a byte order mark is kept, so it makes the text not JSON.
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** The text of a chain file's bytes, decoded strictly as UTF-8; null when they are not valid UTF-8. */
+export function utf8Text(bytes: Uint8Array): string | null {
+  try {
+    return strictUtf8.decode(bytes);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * JSON text as I-JSON (RFC 7493) requires, which RFC 8785 assumes: what
+ * `JSON.parse` accepts, except that an object must not repeat a member name
+ * (`JSON.parse` silently keeps the last one, so a name written twice would
+ * pass unseen: the hashes and the signature cover the parsed value only).
+ * `error` says why not (never quoting the text), else `value` is the result.
+ *
+ * The check is exact, and costs a count over the text and a walk of the
+ * value: in text `JSON.parse` accepted, a `:` outside string literals occurs
+ * exactly once per object member (RFC 8259 `member = string name-separator
+ * value`; numbers, literals and whitespace hold none), and `JSON.parse` makes
+ * one new object per object literal with one own enumerable property per
+ * distinct name (CreateDataProperty: even `"__proto__"` is an own property).
+ * So the own keys of every object of the result add up to the number of
+ * members exactly when no object repeats a name, at any depth.
+ * Members are counted as all the text's colons less those inside string
+ * literals. With no backslash in the text (no escapes, the usual case), a
+ * literal's characters are its string's, so the colons inside literals are
+ * at least those of the strings in the result (names and values; a literal
+ * the parse dropped with a repeated member only adds to the text's side):
+ * the count is then at least the members, and equals the keys only when
+ * nothing repeats. Otherwise the literals are skipped one by one.
+ */
+export function readJson(text: string): { value: unknown; error: null } | { value: undefined; error: string } {
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (e) {
-    throw new VouchError('malformed', `block ${position}: not JSON (${(e as Error).message})`, { index: position });
+    return { value: undefined, error: `not JSON (${jsonErrorText(e)})` };
   }
-  return parseBlock(value, position);
+  if (typeof value !== 'object' || value === null) return { value, error: null };
+  const plain = text.indexOf('\\') < 0;
+  const shape = ownKeyCount(value, plain);
+  const members = plain ? colonCount(text) - shape.colons : memberCount(text);
+  if (members !== shape.keys) {
+    return { value: undefined, error: `an object repeats the member name ${JSON.stringify(repeatedName(text) ?? '?')}` };
+  }
+  return { value, error: null };
+}
+
+/** Every `:` in the text. */
+function colonCount(text: string): number {
+  let n = 0;
+  for (let k = text.indexOf(':'); k >= 0; k = text.indexOf(':', k + 1)) n++;
+  return n;
+}
+
+/** Colons in a string (most strings have none: one search). */
+function colonsIn(s: string): number {
+  let n = 0;
+  for (let k = s.indexOf(':'); k >= 0; k = s.indexOf(':', k + 1)) n++;
+  return n;
+}
+
+/** JSON.parse's message without the excerpt of the text V8 quotes in it (file content stays out of errors). */
+function jsonErrorText(e: unknown): string {
+  const m = e instanceof Error ? e.message : String(e);
+  return m.replace(/^Unexpected token [\s\S]* is not valid JSON$/, 'unexpected token').slice(0, 200);
+}
+
+/** Colons outside string literals of valid JSON text: its number of object members. */
+function memberCount(text: string): number {
+  let members = 0;
+  let i = 0;
+  for (;;) {
+    const q = text.indexOf('"', i);
+    const end = q < 0 ? text.length : q;
+    for (let k = text.indexOf(':', i); k >= 0 && k < end; k = text.indexOf(':', k + 1)) members++;
+    if (q < 0) return members;
+    // The closing quote: the next one not escaped by an odd run of backslashes.
+    let j = q + 1;
+    for (;;) {
+      j = text.indexOf('"', j);
+      let b = j - 1;
+      while (text.charCodeAt(b) === 92) b--;
+      if (((j - 1 - b) & 1) === 0) break;
+      j++;
+    }
+    i = j + 1;
+  }
+}
+
+/**
+ * Own keys of every object in a parsed JSON value, walked without recursion
+ * (any depth); with `strings`, also the colons in every name and string value.
+ */
+function ownKeyCount(root: object, strings: boolean): { keys: number; colons: number } {
+  let keys = 0;
+  let colons = 0;
+  const stack: object[] = [root];
+  while (stack.length > 0) {
+    const x = stack.pop()!;
+    if (Array.isArray(x)) {
+      for (let i = 0; i < x.length; i++) {
+        const v: unknown = x[i];
+        if (typeof v === 'object' && v !== null) stack.push(v);
+        else if (strings && typeof v === 'string') colons += colonsIn(v);
+      }
+    } else {
+      const o = x as Obj;
+      for (const k in o) {
+        keys++;
+        const v = o[k];
+        if (typeof v === 'object' && v !== null) stack.push(v);
+        else if (strings && typeof v === 'string') colons += colonsIn(v);
+        if (strings) colons += colonsIn(k);
+      }
+    }
+  }
+  return { keys, colons };
+}
+
+/**
+ * The first member name repeated in an object of valid JSON text (for the
+ * error message only; `readJson` decides by counting).
+ */
+function repeatedName(text: string): string | null {
+  const objects: (Set<string> | null)[] = []; // null: an array
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 34) {
+      let j = i + 1;
+      while (text.charCodeAt(j) !== 34) j += text.charCodeAt(j) === 92 ? 2 : 1;
+      const top = objects[objects.length - 1];
+      // A string right after `{` or `,` inside an object is a member name.
+      let p = i - 1;
+      while (p >= 0 && /\s/.test(text[p]!)) p--;
+      if (top && (text[p] === '{' || text[p] === ',')) {
+        const name = JSON.parse(text.slice(i, j + 1)) as string;
+        if (top.has(name)) return name;
+        top.add(name);
+      }
+      i = j;
+    } else if (c === 123) objects.push(new Set());
+    else if (c === 91) objects.push(null);
+    else if (c === 125 || c === 93) objects.pop();
+  }
+  return null;
 }
 
 /**

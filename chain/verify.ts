@@ -7,15 +7,20 @@
  *   authority key: strict parsing, the record hash, the signature, the
  *   artifact hash forms. Its result (`BlockFacts`) is plain data.
  * - `ChainVerifier` walks facts in chain order and does the checks that link
- *   blocks (index, prev_hash, signer, time), reporting the first failure with
- *   its position and stable code, in the order DESIGN 1.7 fixes:
- *   malformed, index_gap, prev_hash_mismatch, record_hash_mismatch,
+ *   blocks (index, prev_hash, signer, time, revoke targets), reporting the
+ *   first failure with its position and stable code, in the order DESIGN 1.7
+ *   fixes: malformed (a revoke must name an earlier endorse block: checked
+ *   with it), index_gap, prev_hash_mismatch, record_hash_mismatch,
  *   weak_key + untrusted_authority (block 0), signer_mismatch,
- *   bad_signature, time_regression, bad_artifact_hash.
+ *   bad_signature, time_regression, bad_artifact_hash; last, `malformed`
+ *   again when the reader found the file is not what the chain's branch
+ *   commits (`BlockFacts.fileError`: DESIGN 1.7 "Reading a chain").
  *   Then `verifyCheckpoint` (checkpoint_mismatch).
  *
  * Trusts: the injected `CryptoBackend`, and a pinned key when one is given
- * (otherwise block 0's key is trusted on first use and reported).
+ * (otherwise block 0's key is trusted on first use and reported); a
+ * verifier resumed from a state, the caller's `endorsedBefore` for revoke
+ * targets before that state (without it they are deferred to the caller).
  * Must hold: a chain is accepted only if every block passes every check;
  * the verifier's state after N blocks is enough to resume at block N
  * (a warm restart or a mirror sync verifies only the newer blocks).
@@ -42,6 +47,16 @@ export type BlockFacts =
       position: number;
       malformed: null;
       index: number;
+      /** The record_hash a revoke block names (null for other intents). */
+      revokes: string | null;
+      /** An endorse block (a revoke may name it). */
+      endorse: boolean;
+      /**
+       * Set by the file reader: the file is not what the chain's branch
+       * commits (checked last, reported as `malformed`). Null: it is, or
+       * the reader has no branch to compare with.
+       */
+      fileError: string | null;
       prevHash: string;
       recordHash: string;
       computedRecordHash: string;
@@ -125,6 +140,9 @@ export function examineBlock(
       position,
       malformed: null,
       index: block.index,
+      revokes: block.payload.intent === 'revoke' ? block.payload.target_hash : null,
+      endorse: block.payload.intent === 'endorse',
+      fileError: null,
       prevHash: block.prev_hash,
       recordHash: block.record_hash,
       computedRecordHash: hashHex(backend, 'sha256', record),
@@ -155,12 +173,38 @@ export interface VerifierOptions {
   pinnedPublicKey?: string | Uint8Array | null;
   /** Resume after an already verified prefix. */
   state?: VerifierState;
+  /**
+   * With `state`: whether a block before it is an endorse block with this
+   * record_hash (a revoke must name one). Without it, a resumed verifier
+   * defers a revoke whose target it has not seen itself (`deferredRevokes`,
+   * for the caller to check); one that starts at block 0 has seen every
+   * earlier block and refuses it.
+   */
+  endorsedBefore?: (recordHash: string) => boolean;
+}
+
+/** A revoke a resumed verifier could not check: its target would be before the state it started from. */
+export interface DeferredRevoke { position: number; target: string }
+
+/** What a verifier walking a stretch of the chain learned that the one adopting its state needs (`advanceTo`). */
+export interface WalkRecord {
+  /** record_hashes of the endorse blocks it accepted. */
+  endorsed: readonly string[];
+  /** Revokes whose targets it could not check, in chain order. */
+  deferred: readonly DeferredRevoke[];
 }
 
 export class ChainVerifier {
   readonly backend: CryptoBackend;
   private readonly pinned: Uint8Array | null;
   private s: VerifierState;
+  /** The state size it started from (0: it sees every block a revoke can name). */
+  private readonly startedAt: number;
+  private readonly endorsedBefore: ((recordHash: string) => boolean) | null;
+  /** record_hashes of the endorse blocks it knows: accepted, learned, or adopted with a walk. */
+  private readonly endorsed = new Set<string>();
+  private readonly acceptedEndorse: string[] = [];
+  private readonly deferred: DeferredRevoke[] = [];
 
   constructor(options: VerifierOptions) {
     this.backend = options.backend;
@@ -172,6 +216,8 @@ export class ChainVerifier {
       this.pinned = raw;
     } else this.pinned = p;
     this.s = { ...(options.state ?? EMPTY_STATE) };
+    this.startedAt = this.s.size;
+    this.endorsedBefore = options.endorsedBefore ?? null;
     if (this.pinned && this.s.authority && !bytesEqual(decodeKey(this.s.authority.publicKey) ?? new Uint8Array(), this.pinned)) {
       throw new VouchError('untrusted_authority', 'the verified chain was signed by a different authority than the pinned key', {
         index: 0, evidence: { pinned: base64Encode(this.pinned), chain: this.s.authority.publicKey },
@@ -198,17 +244,57 @@ export class ChainVerifier {
     return block!;
   }
 
+  /** What this verifier's walk learned, for the one that adopts its state (`advanceTo`). */
+  get walk(): WalkRecord {
+    return { endorsed: this.acceptedEndorse, deferred: this.deferred };
+  }
+
+  /** Revokes it could not check (resumed without `endorsedBefore`), in chain order. */
+  get deferredRevokes(): readonly DeferredRevoke[] {
+    return this.deferred;
+  }
+
+  /** Endorse blocks before its state that a revoke it checks may name (a worker's batch start). */
+  learnEndorsed(recordHashes: Iterable<string>): void {
+    for (const h of recordHashes) this.endorsed.add(h);
+  }
+
   /**
    * Takes over a state another verifier reached by walking on from this
    * one's current state (a worker that checked a batch): same authority,
    * further along. The caller vouches that the walk started from `state`.
+   * `walk`: what that verifier learned (`ChainVerifier.walk`); the revokes it
+   * deferred are checked here first, against the blocks before the walk.
+   * @throws VouchError `malformed` at the first deferred revoke that names no earlier endorse block.
    */
-  advanceTo(state: VerifierState): void {
+  advanceTo(state: VerifierState, walk?: WalkRecord): void {
     const a = this.s.authority;
     if (a === null || state.authority === null || state.authority.publicKey !== a.publicKey || state.authority.signer !== a.signer || state.size < this.s.size) {
       throw new TypeError(`cannot advance from block ${this.s.size} to a state of another authority or an earlier block`);
     }
+    if (walk) {
+      for (const d of walk.deferred) {
+        if (d.position < this.s.size || d.position >= state.size) throw new TypeError(`a deferred revoke at block ${d.position} is outside the walk`);
+        const known = this.targetKnown(d.target);
+        if (known === false) throw badRevoke(d.position, d.target);
+        if (known === null) this.deferred.push(d); // this verifier was resumed too: its caller checks
+      }
+      for (const h of walk.endorsed) this.remember(h);
+    }
     this.s = { ...state };
+  }
+
+  /** Whether `target` names an endorse block before the current state: null when this verifier cannot tell. */
+  private targetKnown(target: string): boolean | null {
+    if (this.endorsed.has(target)) return true;
+    if (this.endorsedBefore !== null) return this.endorsedBefore(target);
+    return this.startedAt === 0 ? false : null;
+  }
+
+  private remember(recordHash: string): void {
+    if (this.endorsed.has(recordHash)) return;
+    this.endorsed.add(recordHash);
+    this.acceptedEndorse.push(recordHash);
   }
 
   /** Appends the next block from facts computed elsewhere (e.g. a worker). */
@@ -220,6 +306,9 @@ export class ChainVerifier {
     if (f.position !== p) throw new TypeError(`facts for position ${f.position} given at position ${p}`);
     // 1. malformed
     if (f.malformed !== null) return fail('malformed', f.malformed.replace(/^block \d+: /, ''));
+    // ... including a revoke that names no earlier endorse block (the authority block, another revoke, nothing)
+    const target = f.revokes === null ? true : this.targetKnown(f.revokes);
+    if (target === false) throw badRevoke(p, f.revokes!);
     // 2. index_gap
     if (f.index !== p) fail('index_gap', `block at position ${p} has index ${f.index}`, { expected: p, actual: f.index });
     // 3. prev_hash_mismatch
@@ -248,6 +337,10 @@ export class ChainVerifier {
     if (f.posted < this.s.lastPosted) fail('time_regression', `posted ${f.posted} is earlier than the previous block's ${this.s.lastPosted}`);
     // 9. bad_artifact_hash
     if (f.artifactHashError !== null) fail('bad_artifact_hash', f.artifactHashError);
+    // Last: the file the block was read from is not what the branch commits.
+    if (f.fileError !== null) fail('malformed', f.fileError);
+    if (target === null) this.deferred.push({ position: p, target: f.revokes! });
+    if (f.endorse) this.remember(f.recordHash);
     this.s = { size: p + 1, head: f.recordHash, lastPosted: f.posted, authority };
   }
 
@@ -268,6 +361,12 @@ export class ChainVerifier {
     if (cp.head !== this.s.head) fail('checkpoint head is not the chain head', { checkpoint_head: cp.head, chain_head: this.s.head });
     return cp;
   }
+}
+
+function badRevoke(position: number, target: string): VouchError {
+  return new VouchError('malformed', `malformed at block ${position}: payload.target_hash: revokes ${target}, which is not an earlier endorse block of this chain`, {
+    index: position, evidence: { target_hash: target },
+  });
 }
 
 export type VerifyResult =

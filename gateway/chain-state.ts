@@ -17,13 +17,16 @@
  *
  * Trusts: the local disk as much as the chain directory itself.
  * Must hold: only verified blocks are ever in the index; the index, the
- * verifier state and the checkpoint always describe the same head.
+ * verifier state and the checkpoint always describe the same head; a
+ * verifier resumed from a state checks revoke targets against the index
+ * (`endorsedBefore`), and texts are parsed as I-JSON (`readJson`), as a
+ * cold verification does.
  */
 import { createHash } from 'node:crypto';
 import { appendFileSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
-import type { Block, Checkpoint } from '../chain/block.ts';
+import { readJson, utf8Text, type Block, type Checkpoint } from '../chain/block.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
@@ -152,6 +155,14 @@ export class ChainState {
     return this.verifier.state;
   }
 
+  /** A verifier resumed from `state`, checking revoke targets against the blocks already indexed. */
+  private resumed(state: VerifierState): ChainVerifier {
+    return new ChainVerifier({
+      backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state,
+      endorsedBefore: (h) => this.index.blockByHash(h)?.payload.intent === 'endorse',
+    });
+  }
+
   private get snapshotPath(): string {
     return join(this.repo.dir, '.git', 'vouch-snapshot.json');
   }
@@ -206,7 +217,7 @@ export class ChainState {
     }
     if (digest.toString('hex') !== snap.files_digest || blocks[blocks.length - 1]!.record_hash !== snap.state.head) return null;
     try {
-      this.verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: snap.state });
+      this.verifier = this.resumed(snap.state);
     } catch {
       return null; // the pinned key changed: verify from scratch (and report there)
     }
@@ -216,13 +227,9 @@ export class ChainState {
     for (let i = snap.state.size; i < total; i++) {
       const text = this.repo.readBlockFile(i);
       newer.push(text);
-      let value: unknown;
-      try {
-        value = JSON.parse(text);
-      } catch (e) {
-        throw new VouchError('malformed', `malformed at block ${i}: not JSON (${(e as Error).message})`, { index: i });
-      }
-      this.index.add(this.verifier.add(value));
+      const json = readJson(text);
+      if (json.error !== null) throw new VouchError('malformed', `malformed at block ${i}: ${json.error}`, { index: i });
+      this.index.add(this.verifier.add(json.value));
       this.digest = stepDigest(this.digest, text);
     }
     this.loadCheckpoint();
@@ -232,7 +239,7 @@ export class ChainState {
 
   private async loadCold(onProgress?: (done: number, total: number) => void): Promise<void> {
     const result = await verifyDirectory(this.repo, { pinnedPublicKey: this.pinnedPublicKey, ...(onProgress ? { onProgress } : {}) });
-    this.verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: result.state });
+    this.verifier = this.resumed(result.state);
     let digest: Buffer<ArrayBufferLike> = ZERO;
     const texts: string[] = [];
     for (let i = 0; i < result.state.size; i++) {
@@ -260,14 +267,10 @@ export class ChainState {
       this.cpJson = null;
       return;
     }
-    let value: unknown;
-    try {
-      value = JSON.parse(text);
-    } catch {
-      throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: checkpoint.json is not JSON', { index: null });
-    }
-    this.cp = this.verifier.verifyCheckpoint(value);
-    this.cpJson = value as Record<string, unknown>;
+    const json = readJson(text);
+    if (json.error !== null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: malformed checkpoint: ${json.error}`, { index: null });
+    this.cp = this.verifier.verifyCheckpoint(json.value);
+    this.cpJson = json.value as Record<string, unknown>;
   }
 
   private writeSnapshot(): void {
@@ -299,7 +302,8 @@ export class ChainState {
     const BATCH = 256;
     for (let start = 0; start < n; start += BATCH) {
       const ids = Array.from({ length: Math.min(BATCH, n - start) }, (_, k) => start + k);
-      const texts = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i)), 'utf8').catch(() => null)));
+      // Decoded strictly: a byte changed into an invalid one must not read back as the U+FFFD verified.
+      const texts = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i))).then((b) => utf8Text(b), () => null)));
       for (let k = 0; k < ids.length; k++) {
         const b = this.index.block(ids[k]!)!;
         const t = texts[k];
@@ -325,7 +329,7 @@ export class ChainState {
    * @throws VouchError when they do not verify (state left unchanged).
    */
   applyCommitted(blocks: readonly Block[], checkpointText: string | null, blockTexts?: readonly string[]): void {
-    const probe = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state: this.verifier.state });
+    const probe = this.resumed(this.verifier.state);
     const parsed = blocks.map((b) => probe.add(structuredClone(b)));
     let cpJson: Record<string, unknown> | null = null;
     let cp: Checkpoint | null = null;

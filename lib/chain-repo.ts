@@ -41,8 +41,12 @@
  *   of `FETCH_LIMITS`) leaves the repository as it was: a fetch stores
  *   objects only once the whole pack is indexed, a clone removes what it
  *   made.
- * - Reads of blocks go to the working tree with plain `fs` (fast path); reads
- *   from git objects are for audits, repair and sync, and read packs on disk
+ * - Reads of blocks go to the working tree (fast path), through the bounded
+ *   reader of ./verify-worker-impl.ts: a regular file only (no symbolic
+ *   link, directory, FIFO or device), at most 16 MiB, decoded strictly as
+ *   UTF-8 (DESIGN 1.7 "Reading a chain"); what the branch commits
+ *   (`committedFiles()`) is what a verifier checks them against. Reads from
+ *   git objects are for audits, repair and sync, and read packs on disk
  *   object by object (a fetched pack stays in memory only until
  *   `dropFetched()`).
  */
@@ -54,7 +58,8 @@ import { crc32, deflateSync, inflateSync } from 'node:zlib';
 import git from 'isomorphic-git';
 import nodeHttp, { type GitHttpRequest, type GitHttpResponse, type HttpClient } from 'isomorphic-git/http/node';
 import { VouchError } from '../chain/errors.ts';
-import { digitsAt } from '../chain/block.ts';
+import { LIMITS, digitsAt, readJson, utf8Text } from '../chain/block.ts';
+import { bytesOf, readChainFile } from './verify-worker-impl.ts';
 import {
   type IndexEntry,
   type IndexHint,
@@ -95,6 +100,23 @@ export interface ChainSnapshot {
   readBlock(index: number): Promise<string>;
 }
 
+/**
+ * What branch main commits under `blocks/` and as `checkpoint.json`, from git
+ * objects (`ChainRepo.committedFiles`): the input a verifier checks the
+ * working tree against.
+ */
+export interface CommittedFiles {
+  commit: string;
+  /** Number of block files (regular files at well-formed block paths). */
+  count: number;
+  /** Git blob id (hex) of block `index`'s file, or null when the branch has none. */
+  oidOf(index: number): string | null;
+  /** Git blob id of checkpoint.json; a description when it is not a regular file; null when there is none. */
+  checkpoint: string | null;
+  /** Everything else under blocks/: other names, and links, submodules or directories at block paths. */
+  strays: { path: string; why: string }[];
+}
+
 /** One file-level difference between the branch head and another commit. */
 export interface FileChange {
   path: string;
@@ -124,6 +146,12 @@ export function blockPath(index: number): string {
   }
   const d = String(index).padStart(9, '0');
   return `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`;
+}
+
+/** What a directory entry that is not a regular file is, for messages. */
+function direntKind(e: fs.Dirent): string {
+  return e.isSymbolicLink() ? 'a symbolic link' : e.isDirectory() ? 'a directory' : e.isFIFO() ? 'a FIFO'
+    : e.isCharacterDevice() || e.isBlockDevice() ? 'a device' : e.isSocket() ? 'a socket' : 'of an unknown type';
 }
 
 /** A directory's entries, or null when it cannot be listed (missing, not a directory, no access). */
@@ -163,6 +191,14 @@ interface TreeEntry {
 
 const TREE_MODE = '40000';
 const FILE_MODE = '100644';
+
+function isRegularMode(mode: string): boolean {
+  return mode === FILE_MODE || mode === '100755';
+}
+
+function modeName(mode: string): string {
+  return mode === TREE_MODE ? 'a directory' : mode === '120000' ? 'a symbolic link' : mode === '160000' ? 'a submodule' : `an entry of mode ${mode}`;
+}
 
 function treeKey(e: TreeEntry): string {
   return e.mode === TREE_MODE ? `${e.name}/` : e.name;
@@ -1820,12 +1856,25 @@ export class ChainRepo {
     return {
       commit,
       size: found.size,
-      readFile: async (path) => (await readPath(path))?.toString('utf8') ?? null,
+      readFile: async (path) => {
+        const b = await readPath(path);
+        if (b === null) return null;
+        const text = b.length > LIMITS.blockFileBytes ? null : utf8Text(b);
+        if (text === null) {
+          const why = `${path} at commit ${commit} is ${b.length > LIMITS.blockFileBytes ? `larger than ${LIMITS.blockFileBytes} bytes` : 'not valid UTF-8'}`;
+          throw path === CHECKPOINT ? new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${why}`, { index: null }) : new VouchError('malformed', `malformed: ${why}`, { index: null, resource: path });
+        }
+        return text;
+      },
       readBlock: async (index) => {
         const p = blockPath(index);
         const b = index < found.size ? await readPath(p) : null;
         if (!b) throw new VouchError('not_found', `${p} is not in commit ${commit}`, { index });
-        return b.toString('utf8');
+        const text = strictBlockText(b, index, p);
+        // I-JSON: a repeated member name is malformed (JSON.parse, which readers use, keeps the last silently).
+        const json = readJson(text);
+        if (json.error !== null) throw new VouchError('malformed', `malformed at block ${index}: ${json.error}`, { index, resource: p });
+        return text;
       },
     };
   }
@@ -2133,6 +2182,97 @@ export class ChainRepo {
   // Reads
 
   /**
+   * What branch main commits under `blocks/` and as `checkpoint.json`, read
+   * from git objects (the trees of the head commit; no blob is read): what
+   * `vouch verify` and the gateway's cold start check the working tree's
+   * files against, blob id by blob id.
+   */
+  async committedFiles(): Promise<CommittedFiles> {
+    const root = this.dirs.get('')!;
+    // Block files by leaf shard (index / 1000): per slot, the bytes holding its blob id and where.
+    const leaves = new Map<number, { src: (Buffer | undefined)[]; at: Int32Array }>();
+    let count = 0;
+    const strays: { path: string; why: string }[] = [];
+    const cp = root.find((e) => e.name === CHECKPOINT);
+    const checkpoint = cp === undefined ? null : isRegularMode(cp.mode) ? cp.oid : modeName(cp.mode);
+    const add = (index: number, body: Buffer, at: number): void => {
+      const shard = Math.floor(index / 1000);
+      let l = leaves.get(shard);
+      if (!l) leaves.set(shard, (l = { src: new Array<Buffer | undefined>(1000), at: new Int32Array(1000) }));
+      const k = index % 1000;
+      if (l.src[k] !== undefined) {
+        strays.push({ path: blockPath(index), why: 'is in its tree twice on branch main' });
+        return;
+      }
+      count++;
+      l.src[k] = body;
+      l.at[k] = at;
+    };
+    const walk = async (entries: TreeEntry[], rel: string): Promise<void> => {
+      for (const e of entries) {
+        const path = `${rel}/${e.name}`;
+        const index = parseBlockPath(path);
+        if (index !== null) {
+          if (isRegularMode(e.mode)) add(index, Buffer.from(e.oid, 'hex'), 0);
+          else strays.push({ path, why: `is ${modeName(e.mode)} on branch main, not a regular file` });
+        } else if (e.mode === TREE_MODE) {
+          if (rel.length === 10 && SHARD_RE.test(e.name)) await leaf(e.oid, path);
+          else await walk(this.dirs.get(path) ?? await this.objects.readTree(e.oid), path);
+        } else {
+          strays.push({ path, why: `is not a block file's path (on branch main${isRegularMode(e.mode) ? '' : `, ${modeName(e.mode)}`})` });
+        }
+      }
+    };
+    // A leaf shard `blocks/TTT/MMM` read straight from the tree's bytes, byte by byte in JS (its
+    // ~1000 entries are nearly all blocks: no entry objects, strings or calls per entry); anything
+    // unusual goes through `walk`.
+    const leaf = async (oid: string, path: string): Promise<void> => {
+      const o = await this.objects.read(oid);
+      if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);
+      const body = o.body;
+      const end = body.length;
+      const base = Number(path.slice(7, 10)) * 1_000_000 + Number(path.slice(11, 14)) * 1000;
+      const p0 = path.charCodeAt(7), p1 = path.charCodeAt(8), p2 = path.charCodeAt(9);
+      const p3 = path.charCodeAt(11), p4 = path.charCodeAt(12), p5 = path.charCodeAt(13);
+      const others: TreeEntry[] = [];
+      let off = 0;
+      while (off < end) {
+        let sp = off;
+        while (sp < end && body[sp] !== 0x20) sp++;
+        let nul = sp + 1;
+        while (nul < end && body[nul] !== 0) nul++;
+        if (nul + 21 > end) throw ioError(`tree ${oid} is corrupt`, new Error('truncated entry'));
+        // `100644 DDDDDDDDD.json` (or 100755): a regular file whose name's first six digits are the shard's.
+        let n = -1;
+        if (sp - off === 6 && nul - sp === 15 && body[off] === 0x31 && body[off + 1] === 0x30 && body[off + 2] === 0x30 &&
+          ((body[off + 3] === 0x36 && body[off + 4] === 0x34 && body[off + 5] === 0x34) || (body[off + 3] === 0x37 && body[off + 4] === 0x35 && body[off + 5] === 0x35)) &&
+          body[sp + 1] === p0 && body[sp + 2] === p1 && body[sp + 3] === p2 && body[sp + 4] === p3 && body[sp + 5] === p4 && body[sp + 6] === p5 &&
+          body[sp + 10] === 0x2e && body[sp + 11] === 0x6a && body[sp + 12] === 0x73 && body[sp + 13] === 0x6f && body[sp + 14] === 0x6e) {
+          const a = body[sp + 7]! - 48, b = body[sp + 8]! - 48, c = body[sp + 9]! - 48;
+          if (a >= 0 && a <= 9 && b >= 0 && b <= 9 && c >= 0 && c <= 9) n = a * 100 + b * 10 + c;
+        }
+        if (n >= 0) add(base + n, body, nul + 1);
+        else others.push({ mode: body.toString('latin1', off, sp), name: body.toString('utf8', sp + 1, nul), oid: body.toString('hex', nul + 1, nul + 21) });
+        off = nul + 21;
+      }
+      if (others.length > 0) await walk(others, path);
+    };
+    const top = root.find((e) => e.name === 'blocks');
+    if (top && top.mode === TREE_MODE) await walk(this.dirs.get('blocks') ?? await this.objects.readTree(top.oid), 'blocks');
+    else if (top) strays.push({ path: 'blocks', why: `is ${modeName(top.mode)} on branch main, not a directory` });
+    return {
+      commit: this._head, count, checkpoint, strays,
+      oidOf: (index) => {
+        const l = leaves.get(Math.floor(index / 1000));
+        const src = l?.src[index % 1000];
+        if (src === undefined) return null;
+        const at = l!.at[index % 1000]!;
+        return src.toString('hex', at, at + 20);
+      },
+    };
+  }
+
+  /**
    * Whether `blocks/` holds exactly the block files 0..size-1 and nothing
    * else: what `listBlockFiles()` showing exactly those files means, checked
    * from the names alone (no per-file objects; about half its cost). False
@@ -2170,7 +2310,7 @@ export class ChainRepo {
         // Names are unique in a directory: `count` names each naming a distinct index in range is the exact set.
         for (const e of entries) {
           const name = e.name;
-          if (e.isDirectory() || name.length !== 14 || !name.endsWith('.json')) return false;
+          if (!e.isFile() || name.length !== 14 || !name.endsWith('.json')) return false;
           const n = digitsAt(name, 0, 9);
           if (n < base || n >= base + count) return false;
         }
@@ -2179,9 +2319,15 @@ export class ChainRepo {
     return true;
   }
 
-  /** Every file under blocks/ in the working tree, sorted by path; index null when the path is not a well-formed block path. */
-  listBlockFiles(): { index: number | null; path: string }[] {
-    const out: { index: number | null; path: string }[] = [];
+  /**
+   * Every file under blocks/ in the working tree, sorted by path; index null
+   * when the path is not a well-formed block path. An entry at a block path
+   * is listed whatever it is, never walked into; `why` says what is wrong
+   * with one that is not a regular file (a symbolic link, a directory, a
+   * FIFO, a device: the type readdir reports, as lstat would).
+   */
+  listBlockFiles(): { index: number | null; path: string; why?: string }[] {
+    const out: { index: number | null; path: string; why?: string }[] = [];
     let strays = false;
     const walk = (abs: string, rel: string): void => {
       let entries: fs.Dirent[];
@@ -2192,23 +2338,23 @@ export class ChainRepo {
         throw ioError(`cannot list ${rel}`, e);
       }
       // Block files of one leaf directory sort by index; a slot per index puts them in order.
-      const slots: ({ index: number; path: string } | undefined)[] = [];
+      const slots: ({ index: number; path: string; why?: string } | undefined)[] = [];
       let base = -1;
       const dirs: string[] = [];
       for (const e of entries) {
         const r = `${rel}/${e.name}`;
-        if (e.isDirectory()) {
+        const index = parseBlockPath(r);
+        if (index === null && e.isDirectory()) {
           dirs.push(e.name);
           continue;
         }
-        const index = parseBlockPath(r);
         if (index === null) {
           strays = true;
           out.push({ index, path: r });
           continue;
         }
         if (base < 0) base = index - (index % 1000);
-        slots[index - base] = { index, path: r };
+        slots[index - base] = e.isFile() ? { index, path: r } : { index, path: r, why: `is ${direntKind(e)}, not a regular file` };
       }
       for (const f of slots) if (f) out.push(f);
       for (const d of dirs.sort()) walk(`${abs}/${d}`, `${rel}/${d}`);
@@ -2225,25 +2371,39 @@ export class ChainRepo {
     return p;
   }
 
-  /** The working-tree text of block `index` (plain fs read). */
+  /**
+   * The working-tree text of block `index`: a regular file of at most 16 MiB,
+   * valid UTF-8 (else `malformed` at `index`); `io_error` when it is missing
+   * or unreadable.
+   */
   readBlockFile(index: number): string {
     const p = this.checkRange(index);
-    try {
-      return fs.readFileSync(join(this.dir, p), 'utf8');
-    } catch (e) {
+    const read = readChainFile(join(this.dir, p), LIMITS.blockFileBytes);
+    if (read.error !== null) {
+      if (read.kind === 'refused') throw new VouchError('malformed', `malformed at block ${index}: ${p} ${read.why}`, { index, resource: p });
       const lag = this.consistent ? '' : ' (the working tree lags behind branch main: open with repair)';
-      throw ioError(`cannot read ${p}${lag}`, e);
+      throw new VouchError('io_error', `cannot read ${p}${lag}: it ${read.why}`, { resource: p });
     }
+    const text = utf8Text(bytesOf(read));
+    if (text === null) throw new VouchError('malformed', `malformed at block ${index}: ${p} is not valid UTF-8`, { index, resource: p });
+    return text;
   }
 
-  /** The working-tree checkpoint text, or null when there is none. */
+  /**
+   * The working-tree checkpoint text, or null when there is none; a link, a
+   * file that is not regular or larger than 16 MiB, or not valid UTF-8 is
+   * `checkpoint_mismatch`.
+   */
   readCheckpoint(): string | null {
-    try {
-      return fs.readFileSync(join(this.dir, CHECKPOINT), 'utf8');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw ioError(`cannot read ${CHECKPOINT}`, e);
+    const read = readChainFile(join(this.dir, CHECKPOINT), LIMITS.blockFileBytes);
+    if (read.error !== null) {
+      if (read.kind === 'missing') return null;
+      if (read.kind === 'refused') throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} ${read.why}`, { index: null, resource: CHECKPOINT });
+      throw new VouchError('io_error', `cannot read ${CHECKPOINT}: it ${read.why}`, { resource: CHECKPOINT });
     }
+    const text = utf8Text(bytesOf(read));
+    if (text === null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} is not valid UTF-8`, { index: null, resource: CHECKPOINT });
+    return text;
   }
 
   /** The text of block `index` from the branch's objects (audits, repair). */
@@ -2255,11 +2415,20 @@ export class ChainRepo {
       const dirPath = parts.slice(0, k + 1).join('/');
       const e = entries.find((x) => x.name === parts[k]);
       if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
-      if (k === parts.length - 1) return (await this.objects.readBlob(e.oid)).toString('utf8');
+      if (k === parts.length - 1) return strictBlockText(await this.objects.readBlob(e.oid), index, p);
       entries = this.dirs.get(dirPath) ?? await this.objects.readTree(e.oid);
     }
     throw new VouchError('not_found', `${p} is not on branch main`, { index });
   }
+}
+
+/** A block file's bytes from git as text: at most 16 MiB, strictly UTF-8, else `malformed` at `index`. */
+function strictBlockText(bytes: Buffer, index: number, path: string): string {
+  const text = bytes.length > LIMITS.blockFileBytes ? null : utf8Text(bytes);
+  if (text === null) {
+    throw new VouchError('malformed', `malformed at block ${index}: ${path} is ${bytes.length > LIMITS.blockFileBytes ? `larger than ${LIMITS.blockFileBytes} bytes` : 'not valid UTF-8'}`, { index, resource: path });
+  }
+  return text;
 }
 
 function readState(gitdir: string): State | null {

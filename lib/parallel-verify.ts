@@ -9,15 +9,31 @@
  * failing block replayed), so the first failure and its code are exactly
  * those of a sequential check (DESIGN 1.7). Small chains are checked inline.
  *
- * Must hold: the outcome never depends on the number of threads.
+ * What is verified is what the chain's branch commits (DESIGN 1.7 "Reading a
+ * chain"): the block files are read from the working tree (fast, and in
+ * parallel), and each must be the very blob the branch commits at its path
+ * (its git blob id, computed from the bytes read, equals the tree's), as
+ * must checkpoint.json; the working tree must hold no other file under
+ * blocks/ and lack none the branch has. A difference is a failure naming the
+ * file: verifying a working tree that is not what every clone gets would
+ * vouch for something nobody else receives.
+ *
+ * Trusts: nothing in the chain directory. The checkpoint's `size` plans the
+ * work only when it is exactly the number of block files the branch commits
+ * (read from git objects first), so a forged size (1e12, 1e400) costs nothing.
+ *
+ * Must hold: the outcome never depends on the number of threads; every
+ * failure about a block names its index (a file that is not a block's names
+ * the index it would hold).
  */
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import { sep } from 'node:path';
 import { ChainVerifier, type BlockFacts, type TrustedAuthority, type VerifierState } from '../chain/verify.ts';
-import { blockPath } from './chain-repo.ts';
+import { hash } from 'node:crypto';
+import { blockPath, type CommittedFiles } from './chain-repo.ts';
 import { VouchError } from '../chain/errors.ts';
-import type { Checkpoint } from '../chain/block.ts';
+import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from './node-crypto.ts';
 import { examineFile, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
 import { workerBundle } from './worker-bundle.ts';
@@ -25,10 +41,19 @@ import { workerBundle } from './worker-bundle.ts';
 /** What a chain directory offers to the verifier (ChainRepo implements it). */
 export interface BlockSource {
   readonly dir: string;
-  listBlockFiles(): { index: number | null; path: string }[];
+  /**
+   * Every entry under blocks/ of the working tree, sorted by path; index null
+   * when the path is not a block's; `why` set when it is not a regular file.
+   */
+  listBlockFiles(): { index: number | null; path: string; why?: string }[];
   /** True only if the listing would show exactly the block files 0..size-1 (a cheaper check; optional). */
   hasExactlyBlocks?(size: number): boolean;
   readCheckpoint(): string | null;
+  /**
+   * What the branch commits (read from git objects). Without it the working
+   * tree is verified as it is, and the checkpoint's size plans nothing.
+   */
+  committedFiles?(): Promise<CommittedFiles>;
 }
 
 export interface DirVerifyOptions {
@@ -45,15 +70,27 @@ export interface DirVerifyResult {
 }
 
 const INLINE_BELOW = 2_000;
+/** Largest block count a chain can have (block paths have 9 digits). */
+const MAX_BLOCKS = 1_000_000_000;
 
-/** Block count a checkpoint's text claims (a hint only: it is verified at the end), 0 when unknown. */
+/**
+ * Block count a checkpoint's text claims (a hint only: it is verified at the
+ * end), 0 when it is not a plausible count. The caller uses it only when it
+ * equals what git holds.
+ */
 function sizeHint(cpText: string | null): number {
   try {
     const size = (JSON.parse(cpText ?? 'null') as { size?: unknown } | null)?.size;
-    return typeof size === 'number' ? size : 0;
+    return typeof size === 'number' && Number.isSafeInteger(size) && size > 0 && size <= MAX_BLOCKS ? size : 0;
   } catch {
     return 0;
   }
+}
+
+/** The git blob id of a file with this text (strictly decoded text re-encodes to the same bytes). */
+function blobIdOfText(text: string): string {
+  const body = Buffer.from(text, 'utf8');
+  return hash('sha1', Buffer.concat([Buffer.from(`blob ${body.length}\0`, 'latin1'), body]), 'hex');
 }
 
 /** An error a worker raised before its batches were handed out (reported when they are). */
@@ -62,7 +99,7 @@ const startErrors = new WeakMap<Worker, Error>();
 async function startWorkers(count: number): Promise<Worker[]> {
   const entry = (await workerBundle(new URL('./verify-worker-impl.ts', import.meta.url))) ?? new URL('./verify-worker.js', import.meta.url);
   return Array.from({ length: count }, () => {
-    const w = new Worker(entry);
+    const w = new Worker(entry, { workerData: { vouch: 'verify-worker' } });
     w.once('error', (e) => startErrors.set(w, e));
     return w;
   });
@@ -95,7 +132,7 @@ function planBatches(total: number, batch: number, threads: number): Batch[] {
  */
 function runBatches(
   workers: Worker[], batches: Batch[], authority: TrustedAuthority, pathOf: (index: number) => string,
-  onBlocks: (done: number) => void,
+  oidOf: ((index: number) => string | null) | null, onBlocks: (done: number) => void,
 ): Promise<VerifyTaskResult[]> {
   const results: VerifyTaskResult[] = new Array(batches.length);
   let next = 0;
@@ -114,7 +151,12 @@ function runBatches(
       const b = batches[next++]!;
       const paths = new Array<string>(b.count);
       for (let i = 0; i < b.count; i++) paths[i] = pathOf(b.start + i);
-      w.postMessage({ id: b.id, start: b.start, paths, authority } satisfies VerifyTask);
+      const task: VerifyTask = { id: b.id, start: b.start, paths, authority };
+      if (oidOf) {
+        task.oids = new Array<string | null>(b.count);
+        for (let i = 0; i < b.count; i++) task.oids[i] = oidOf(b.start + i);
+      }
+      w.postMessage(task);
     };
     for (const w of workers) {
       w.on('message', (r: VerifyTaskResult) => {
@@ -141,7 +183,7 @@ function runBatches(
 function linkBatches(verifier: ChainVerifier, results: VerifyTaskResult[]): void {
   for (const r of results) {
     verifier.addFacts(r.first);
-    if (r.walked) verifier.advanceTo(r.walked);
+    if (r.walked) verifier.advanceTo(r.walked, r.walk ?? undefined);
     if (r.failure) verifier.addFacts(r.failure);
   }
 }
@@ -158,10 +200,32 @@ function acceptable(facts0: BlockFacts, pinned: string | null | undefined): fact
 }
 
 /** The listing shows exactly the block files 0..size-1 and nothing else. */
-function exactly(files: { index: number | null }[], size: number): boolean {
+function exactly(files: { index: number | null; why?: string }[], size: number): boolean {
   if (files.length !== size) return false;
-  for (let i = 0; i < size; i++) if (files[i]!.index !== i) return false;
+  for (let i = 0; i < size; i++) if (files[i]!.index !== i || files[i]!.why !== undefined) return false;
   return true;
+}
+
+/** Something under blocks/ that is no block file, with the index it would hold. */
+interface Stray { index: number; path: string; why: string }
+
+/**
+ * The index a file that is not a block's would hold: the one its name claims
+ * (`000000042.json` in the wrong directory), else its place among the block
+ * files in path order (what a reader taking the listing as it is would make
+ * of it).
+ */
+function wouldHold(path: string, blockPaths: readonly string[]): number {
+  const name = path.slice(path.lastIndexOf('/') + 1);
+  if (/^\d{9}\.json$/.test(name)) return Number(name.slice(0, 9));
+  let lo = 0;
+  let hi = blockPaths.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (blockPaths[mid]! < path) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /**
@@ -174,9 +238,11 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
   const progress = options.onProgress ?? (() => {});
   const base = source.dir.endsWith(sep) ? source.dir : source.dir + sep;
   let pool: Promise<Worker[]> | null = null;
+  let poolUsed = false;
   const stopPool = async () => {
     const p = pool;
     pool = null;
+    poolUsed = false;
     if (p) await Promise.all((await p.catch(() => [] as Worker[])).map((w) => w.terminate()));
   };
   // checkpoint.json is read once: its size plans the work, its text is checked at the end
@@ -190,20 +256,25 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
   }
   try {
     // A large chain starts before its directory is listed: the checkpoint's
-    // size (a hint here; it is verified at the end) plans the batches over
-    // the paths the blocks must have, the workers start on them, and the
+    // size (a hint here; it is verified at the end), when it is exactly the
+    // number of block files the branch commits, plans the batches over the
+    // paths the blocks must have, the workers start on them, and the
     // listing, made meanwhile, must then show exactly those files (checked
     // from the names first, `hasExactlyBlocks`; the full listing only when
     // that says no). If it does not (only a broken chain, or empty extra
     // directories), the speculative run is dropped and the chain verified
     // from the listing, so every outcome is the listing's.
-    const hint = threads > 0 ? sizeHint(cpText) : 0;
+    const claimed = threads > 0 ? sizeHint(cpText) : 0;
+    if (claimed >= INLINE_BELOW) pool = startWorkers(threads); // they start while git's trees are read
+    const committed = source.committedFiles ? await source.committedFiles() : null;
+    const oidOf = committed ? (i: number) => committed.oidOf(i) : null;
+    const hint = committed !== null && committed.strays.length === 0 && claimed === committed.count ? claimed : 0;
     let speculative: { size: number; facts0: BlockFacts; run: Promise<VerifyTaskResult[]> } | null = null;
-    if (hint >= INLINE_BELOW) {
-      pool = startWorkers(threads);
-      const facts0 = examineFile(base + blockPath(0), 0, null);
+    if (hint >= INLINE_BELOW && pool !== null) {
+      const facts0 = examineFile(base + blockPath(0), 0, null, oidOf!(0));
       if (acceptable(facts0, options.pinnedPublicKey)) {
-        const run = runBatches(await pool, planBatches(hint, batch, threads), facts0.authority, (i) => base + blockPath(i), (done) => progress(done, hint));
+        poolUsed = true;
+        const run = runBatches(await pool, planBatches(hint, batch, threads), facts0.authority, (i) => base + blockPath(i), oidOf, (done) => progress(done, hint));
         run.catch(() => {}); // awaited below, or dropped with the pool
         speculative = { size: hint, facts0, run };
       }
@@ -212,49 +283,97 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // The cheap names-only check first; the full listing only when it fails (and for every error message).
     const confirmed = speculative !== null && source.hasExactlyBlocks?.(speculative.size) === true;
     const files = confirmed ? [] : source.listBlockFiles();
-    const stray = files.find((f) => f.index === null);
-    if (stray) throw new VouchError('malformed', `malformed: unexpected file ${stray.path} in the chain's blocks/ directory`, { index: null, resource: stray.path });
-    if (!confirmed && files.length === 0) throw new VouchError('malformed', 'malformed at block 0: the chain has no blocks', { index: 0 });
-    const total = confirmed ? speculative!.size : files.length;
     const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: options.pinnedPublicKey ?? null });
+    let total: number;
 
     if (speculative && (confirmed || exactly(files, speculative.size))) {
+      total = speculative.size;
       verifier.addFacts(speculative.facts0);
       linkBatches(verifier, await speculative.run);
     } else {
-      if (speculative) await stopPool();
-      // Plain concatenation: path.join costs ~2 µs a call, 100 ms on 50,000 blocks.
-      const paths = files.map((f) => base + f.path);
-      verifier.addFacts(examineFile(paths[0]!, 0, null));
-      const authority = verifier.authority!;
-      if (threads === 0 || total < INLINE_BELOW) {
-        for (let p = 1; p < total; p++) {
-          verifier.addFacts(examineFile(paths[p]!, p, authority));
-          if (p % 1000 === 0) progress(p, total);
+      if (poolUsed) await stopPool();
+      // Block files by position; anything else under blocks/ (working tree or branch) is a stray.
+      const blockFiles = files.filter((f): f is { index: number; path: string } => f.index !== null && f.why === undefined);
+      const blockPaths = blockFiles.map((f) => f.path);
+      const strays: Stray[] = [];
+      for (const f of files) {
+        if (f.index === null) strays.push({ index: wouldHold(f.path, blockPaths), path: f.path, why: 'is not a block file\'s path' });
+        else if (f.why !== undefined) strays.push({ index: f.index, path: f.path, why: f.why });
+      }
+      for (const f of committed?.strays ?? []) {
+        if (!strays.some((x) => x.path === f.path)) strays.push({ index: wouldHold(f.path, blockPaths), path: f.path, why: f.why });
+      }
+      strays.sort((a, b) => a.index - b.index || (a.path < b.path ? -1 : 1));
+      const stray = strays[0];
+      // The first position whose file is missing (the listing then jumps past it).
+      let gapAt = 0;
+      while (gapAt < blockFiles.length && blockFiles[gapAt]!.index === gapAt) gapAt++;
+      if (blockFiles.length === 0 && !stray) throw new VouchError('malformed', 'malformed at block 0: the chain has no blocks', { index: 0 });
+      // Blocks before the first stray or gap are verified first: a failure among them comes first in chain order.
+      total = Math.min(gapAt, stray ? stray.index : Infinity);
+      if (total > 0) {
+        // Plain concatenation: path.join costs ~2 µs a call, 100 ms on 50,000 blocks.
+        const paths = blockFiles.map((f) => base + f.path);
+        const expect = (p: number): string | null | undefined => (oidOf ? oidOf(p) : undefined);
+        verifier.addFacts(examineFile(paths[0]!, 0, null, expect(0)));
+        const authority = verifier.authority!;
+        if (threads === 0 || total < INLINE_BELOW) {
+          for (let p = 1; p < total; p++) {
+            verifier.addFacts(examineFile(paths[p]!, p, authority, expect(p)));
+            if (p % 1000 === 0) progress(p, total);
+          }
+        } else {
+          const batches = planBatches(total, batch, threads);
+          if (pool === null) pool = startWorkers(Math.min(threads, batches.length));
+          poolUsed = true;
+          linkBatches(verifier, await runBatches(await pool, batches, authority, (i) => paths[i]!, oidOf, (done) => progress(done, total)));
         }
-      } else {
-        const batches = planBatches(total, batch, threads);
-        pool = startWorkers(Math.min(threads, batches.length));
-        linkBatches(verifier, await runBatches(await pool, batches, authority, (i) => paths[i]!, (done) => progress(done, total)));
+      }
+      if (stray && stray.index <= gapAt) {
+        const own = blockPath(Math.min(stray.index, 999_999_999));
+        const what = stray.path === own ? `${stray.path} ${stray.why}`
+          : `unexpected file ${stray.path} in the chain's blocks/ directory: it ${stray.why} (block ${stray.index} is the index it would hold; that block's file is ${own})`;
+        throw new VouchError('malformed', `malformed at block ${stray.index}: ${what}`, {
+          index: stray.index, resource: stray.path,
+        });
+      }
+      if (gapAt < blockFiles.length) {
+        throw new VouchError('index_gap', `index_gap at block ${gapAt}: there is no ${blockPath(gapAt)} (the next block file is ${blockFiles[gapAt]!.path})`, {
+          index: gapAt, resource: blockPath(gapAt), evidence: { missing: blockPath(gapAt), next: blockFiles[gapAt]!.path },
+        });
+      }
+      if (committed && committed.count > total) {
+        throw new VouchError('index_gap', `index_gap at block ${total}: branch main commits ${committed.count} block files, the working tree holds ${total} (${blockPath(total)} is missing): verify a clean checkout (git status, git checkout -- blocks)`, {
+          index: total, resource: blockPath(total),
+        });
       }
     }
     progress(total, total);
     // The workers' work is done: they are told to stop, not waited for (about 10 ms).
     void stopPool().catch(() => {});
     if (cpError !== null) throw cpError;
-    return { state: verifier.state, checkpoint: checkCheckpoint(cpText, verifier) };
+    return { state: verifier.state, checkpoint: checkCheckpoint(cpText, verifier, committed) };
   } finally {
     await stopPool();
   }
 }
 
-function checkCheckpoint(cpText: string | null, verifier: ChainVerifier): Checkpoint | null {
-  if (cpText === null) return null;
-  let value: unknown;
-  try {
-    value = JSON.parse(cpText);
-  } catch {
-    throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: checkpoint.json is not JSON', { index: null });
+function checkCheckpoint(cpText: string | null, verifier: ChainVerifier, committed: CommittedFiles | null): Checkpoint | null {
+  const fail = (message: string): never => {
+    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${message}`, { index: null });
+  };
+  if (committed) {
+    const here = cpText === null ? null : blobIdOfText(cpText);
+    const there = committed.checkpoint;
+    if (here !== there) {
+      if (there === null) fail('checkpoint.json is not on branch main (an untracked file: clones do not get it)');
+      else if (!/^[0-9a-f]{40}$/.test(there)) fail(`branch main commits checkpoint.json as ${there}, not a regular file`);
+      else if (here === null) fail('branch main commits a checkpoint.json the working tree does not have: verify a clean checkout (git status)');
+      else fail(`checkpoint.json is not what branch main commits (git blob ${there}; the file is blob ${here}): verify a clean checkout (git status)`);
+    }
   }
-  return verifier.verifyCheckpoint(value);
+  if (cpText === null) return null;
+  const json = readJson(cpText);
+  if (json.error !== null) fail(`malformed checkpoint: ${json.error}`);
+  return verifier.verifyCheckpoint(json.value);
 }

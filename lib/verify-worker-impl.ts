@@ -4,75 +4,192 @@
  * with the node:crypto backend, then walks the batch with its own
  * `ChainVerifier`, starting from the state the batch's first block leads to.
  * It answers per batch, not per block: the first block's facts, the state
- * after the last block it accepted, and the facts of the block that failed
- * (if one did), so the main thread does no per-block work.
+ * after the last block it accepted (with what the walk learned: the endorse
+ * blocks it accepted, the revokes whose targets lie before the batch), and
+ * the facts of the block that failed (if one did), so the main thread does no
+ * per-block work.
+ *
+ * Owns: how a chain file is read (`readChainFile`, also used by
+ * `chain-repo.ts` for every block and checkpoint read from the working
+ * tree): a regular file only (opened with O_NOFOLLOW and O_NONBLOCK, so a
+ * symbolic link is refused and a FIFO never blocks, then checked with
+ * fstat — for a file the caller's directory listing already showed as
+ * regular, only when one read does not end it within the reused 64 KiB
+ * buffer), read with a bounded read (never more than the limit + 1 bytes,
+ * whatever the file claims or becomes), decoded strictly as UTF-8, parsed as
+ * I-JSON (no repeated member names) — DESIGN 1.7 "Reading a chain".
  *
  * Trusts: the authority handed over by the main thread (block 0 was checked
- * there first). Never decides acceptance: the main thread checks the first
- * block against the real chain state, adopts the walked state, and replays
- * the failing block's facts, so the first failure and its code are exactly
- * those of a sequential check.
+ * there first), and the git blob ids of what the branch commits (read from
+ * git objects there). Never decides acceptance: the main thread checks the
+ * first block against the real chain state, adopts the walked state (checking
+ * the deferred revokes), and replays the failing block's facts, so the first
+ * failure and its code are exactly those of a sequential check.
  */
-import { parentPort } from 'node:worker_threads';
-import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
-import { ChainVerifier, examineBlock, type BlockFacts, type TrustedAuthority, type VerifierState } from '../chain/verify.ts';
+import { parentPort, workerData } from 'node:worker_threads';
+import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';
+import { hash } from 'node:crypto';
+import { ChainVerifier, examineBlock, type BlockFacts, type TrustedAuthority, type VerifierState, type WalkRecord } from '../chain/verify.ts';
 import { isVouchError } from '../chain/errors.ts';
-import { LIMITS } from '../chain/block.ts';
+import { LIMITS, readJson, utf8Text } from '../chain/block.ts';
 import { nodeBackend } from './node-crypto.ts';
 
-export interface VerifyTask { id: number; start: number; paths: string[]; authority: TrustedAuthority }
+export interface VerifyTask {
+  id: number;
+  start: number;
+  paths: string[];
+  authority: TrustedAuthority;
+  /**
+   * Per path, the git blob id the branch commits at it (null: nothing
+   * there); absent when there is no branch to compare with.
+   */
+  oids?: (string | null)[];
+}
 export interface VerifyTaskResult {
   id: number;
   /** Facts of the batch's first block (checked by the main thread against the chain so far). */
   first: BlockFacts;
   /** State after the last block of the batch accepted by the worker's walk (null: only the first was examined). */
   walked: VerifierState | null;
+  /** What the walk learned (with `walked`): its endorse blocks, and revokes it left to the main thread. */
+  walk: WalkRecord | null;
   /** Facts of the first block the walk refused, replayed by the main thread for the exact error. */
   failure: BlockFacts | null;
 }
 
-const scratch = Buffer.allocUnsafe(64 * 1024);
+/** Room kept before the bytes read, for the git blob header (`blob <size>\0`). */
+const HEAD = 32;
+const scratch = Buffer.allocUnsafe(HEAD + 64 * 1024);
+const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
-/** Reads a (usually small) file into a reused buffer: no fstat, no allocation per file. */
-function readText(path: string): string {
-  const fd = openSync(path, 'r');
+/**
+ * A read, or why there is none: `missing` (no such file), `unreadable` (an
+ * environment problem: permissions, I/O), `refused` (a file the chain's
+ * format does not allow: a link, not a regular file, too large, changing).
+ */
+export type ChainFileRead =
+  | { buf: Buffer; size: number; error: null }
+  | { buf: null; size: 0; error: string; why: string; kind: 'missing' | 'unreadable' | 'refused' };
+
+/** `error` is `why` after the path. */
+function failed(path: string, kind: 'missing' | 'unreadable' | 'refused', why: string): ChainFileRead {
+  return { buf: null, size: 0, error: `${path} ${why}`, why, kind };
+}
+
+function kindOf(st: Stats): string {
+  return st.isDirectory() ? 'a directory' : st.isFIFO() ? 'a FIFO' : st.isCharacterDevice() ? 'a character device'
+    : st.isBlockDevice() ? 'a block device' : st.isSocket() ? 'a socket' : 'not a regular file';
+}
+
+/**
+ * Reads a chain file: a regular file (not a symbolic link, directory, FIFO
+ * or device) of at most `limit` bytes, or the reason it is not one (naming
+ * `path`, never quoting content). The bytes are `buf[HEAD, HEAD + size)`, in
+ * a buffer reused by the next call when they fit it (about 64 KiB).
+ * `listed`: the caller's listing (readdir: lstat semantics) showed a regular
+ * file at `path`, and refuses anything else there itself; the fstat is then
+ * skipped when a first read ends the file inside the buffer (block files
+ * are a few KiB: nearly always), which bounds it, and made for anything else
+ * (a read that fills the buffer, fails, or finds nothing).
+ */
+export function readChainFile(path: string, limit: number, listed = false): ChainFileRead {
+  let fd: number;
   try {
-    const n = readSync(fd, scratch, 0, scratch.length, 0);
-    if (n < scratch.length) return scratch.toString('utf8', 0, n);
+    fd = openSync(path, OPEN_FLAGS);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP') return failed(path, 'refused', 'is a symbolic link, not a regular file');
+    if (code === 'ENOENT' || code === 'ENOTDIR') return failed(path, 'missing', 'does not exist');
+    return failed(path, 'unreadable', `cannot be read (${code ?? (e as Error).message})`);
+  }
+  try {
+    if (listed && limit >= scratch.length - HEAD) {
+      let r = 0;
+      try {
+        r = readSync(fd, scratch, HEAD, scratch.length - HEAD, 0);
+      } catch { /* a directory, a FIFO without data...: described after the fstat below */ }
+      // A short read of a regular file is its end.
+      if (r > 0 && HEAD + r < scratch.length) return { buf: scratch, size: r, error: null };
+    }
+    const st = fstatSync(fd);
+    if (!st.isFile()) return failed(path, 'refused', `is ${kindOf(st)}, not a regular file`);
+    if (st.size > limit) return failed(path, 'refused', `is larger than ${limit} bytes`);
+    // One byte more than fstat said, to see a file that grew since; never more than limit + 1.
+    const room = st.size + 1;
+    const buf = HEAD + room <= scratch.length ? scratch : Buffer.allocUnsafe(HEAD + room);
+    let n = 0;
+    while (n < room) {
+      const r = readSync(fd, buf, HEAD + n, room - n, n);
+      n += r;
+      if (r === 0 || n < room) break; // a short read of a regular file is its end
+    }
+    if (n > st.size) return failed(path, 'refused', n > limit ? `is larger than ${limit} bytes` : 'changed while it was read');
+    return { buf, size: n, error: null };
+  } catch (e) {
+    return failed(path, 'unreadable', `cannot be read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
   } finally {
     closeSync(fd);
   }
-  return readFileSync(path, 'utf8'); // larger than the scratch buffer
 }
 
-export function examineFile(path: string, position: number, authority: TrustedAuthority | null): BlockFacts {
-  let text: string;
-  try {
-    text = readText(path);
-  } catch (e) {
-    return { position, malformed: `cannot read ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}` };
+/** The git blob id of the bytes `readChainFile` returned (writes the header into the room before them). */
+export function blobIdOf(read: { buf: Buffer; size: number }): string {
+  // `blob <size>\0` written backwards from HEAD (ASCII digits; no string, no write call).
+  const buf = read.buf;
+  let at = HEAD - 1;
+  buf[at] = 0;
+  let n = read.size;
+  do {
+    buf[--at] = 48 + (n % 10);
+    n = Math.floor(n / 10);
+  } while (n > 0);
+  buf[--at] = 0x20;
+  buf[--at] = 0x62; // b
+  buf[--at] = 0x6f; // o
+  buf[--at] = 0x6c; // l
+  buf[--at] = 0x62; // b
+  return hash('sha1', buf.subarray(at, HEAD + read.size), 'hex');
+}
+
+/** The bytes `readChainFile` returned. */
+export function bytesOf(read: { buf: Buffer; size: number }): Buffer {
+  return read.buf.subarray(HEAD, HEAD + read.size);
+}
+
+/**
+ * Reads and examines the block file at `path` for `position`. `committed`:
+ * the git blob id the branch commits at that path (null: none), compared
+ * with the file's; undefined: no comparison.
+ */
+export function examineFile(path: string, position: number, authority: TrustedAuthority | null, committed?: string | null): BlockFacts {
+  const read = readChainFile(path, LIMITS.blockFileBytes, true); // block paths come from a listing that refuses non-regular files
+  if (read.error !== null) return { position, malformed: read.error };
+  const oid = committed === undefined ? null : blobIdOf(read);
+  const text = utf8Text(bytesOf(read));
+  if (text === null) return { position, malformed: `${path} is not valid UTF-8` };
+  const json = readJson(text);
+  if (json.error !== null) return { position, malformed: json.error };
+  const facts = examineBlock(json.value, position, authority, nodeBackend).facts;
+  if (committed !== undefined && oid !== committed && facts.malformed === null) {
+    facts.fileError = committed === null
+      ? `${path} is not on branch main (an untracked file: clones do not get it)`
+      : `${path} is not what branch main commits (git blob ${committed}; the file is blob ${oid}): verify a clean checkout (git status, git checkout -- blocks)`;
   }
-  if (text.length > LIMITS.blockFileBytes) return { position, malformed: `file larger than ${LIMITS.blockFileBytes} bytes` };
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (e) {
-    return { position, malformed: `not JSON (${(e as Error).message})` };
-  }
-  return examineBlock(value, position, authority, nodeBackend).facts;
+  return facts;
 }
 
 /** Examines and walks one batch (see the header). */
 export function runTask(task: VerifyTask): VerifyTaskResult {
-  const first = examineFile(task.paths[0]!, task.start, task.authority);
-  const result: VerifyTaskResult = { id: task.id, first, walked: null, failure: null };
+  const first = examineFile(task.paths[0]!, task.start, task.authority, task.oids?.[0]);
+  const result: VerifyTaskResult = { id: task.id, first, walked: null, walk: null, failure: null };
   if (first.malformed !== null) return result; // the main thread stops at it
   const walker = new ChainVerifier({
     backend: nodeBackend,
     state: { size: task.start + 1, head: first.recordHash, lastPosted: first.posted, authority: task.authority },
   });
+  if (first.endorse) walker.learnEndorsed([first.recordHash]);
   for (let i = 1; i < task.paths.length; i++) {
-    const facts = examineFile(task.paths[i]!, task.start + i, task.authority);
+    const facts = examineFile(task.paths[i]!, task.start + i, task.authority, task.oids?.[i]);
     try {
       walker.addFacts(facts);
     } catch (e) {
@@ -82,9 +199,14 @@ export function runTask(task: VerifyTask): VerifyTaskResult {
     }
   }
   result.walked = walker.state;
+  result.walk = walker.walk;
   return result;
 }
 
-parentPort?.on('message', (task: VerifyTask) => {
-  parentPort!.postMessage(runTask(task));
-});
+// Only in a verification worker (parallel-verify.ts starts it with this workerData): the module
+// is also imported on the main thread, and by chain-repo.ts for `readChainFile`.
+if ((workerData as { vouch?: string } | null)?.vouch === 'verify-worker') {
+  parentPort?.on('message', (task: VerifyTask) => {
+    parentPort!.postMessage(runTask(task));
+  });
+}

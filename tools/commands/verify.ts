@@ -3,6 +3,11 @@
  * `git clone` is enough). Signature checks run on all cores; a progress bar
  * shows on a terminal, nothing on a pipe; one summary line at the end, or
  * the first failure as `<code> at block <index>` (exit 1).
+ *
+ * What is verified is what branch main commits (lib/parallel-verify.ts): the
+ * working tree's files must be exactly those blobs. Safe on an untrusted
+ * clone: nothing in the directory makes it read more than 16 MiB per file,
+ * follow a link, wait on a FIFO or plan work from an unverified size.
  */
 import type { Command } from '../command.ts';
 import { progressReporter } from '../command.ts';
@@ -12,7 +17,7 @@ import { ChainRepo } from '../../lib/chain-repo.ts';
 
 /** The verification codes of a block, in the order they are checked (chain/verify.ts), for --help. */
 const BLOCK_CHECKS: [string, string][] = [
-  ['malformed', 'not a block of this format (types, dates, intent, a URL twice in a block, an unexpected file)'],
+  ['malformed', 'not a block of this format (types, dates, intent, a URL twice in a block, a member name twice in an object, invalid UTF-8, a revoke of no earlier endorse block), not a regular file of at most 16 MiB, a file under blocks/ that is no block\'s (at the index it would hold), or a file that is not what branch main commits'],
   ['index_gap', 'the block\'s index differs from its position (a missing or extra block)'],
   ['prev_hash_mismatch', 'prev_hash does not name the previous block'],
   ['record_hash_mismatch', 'the block was edited after it was hashed'],
@@ -34,6 +39,9 @@ export const verify: Command = {
     'Then the checkpoint (`checkpoint_mismatch at checkpoint`): checkpoint.json must be signed by the authority',
     'and name this chain\'s size and head block. Without checkpoint.json a warning says a dropped newest block',
     'would go unnoticed.',
+    '',
+    'What is verified is what branch main commits: every block file and checkpoint.json in DIR must be the',
+    'blob the branch holds (a file that differs, or is untracked, fails naming it), so verify a clean checkout.',
     '',
     'Without --public-key the key of block 0 is trusted on first use; pin it to detect a substituted authority.',
   ].join('\n'),
