@@ -49,6 +49,9 @@
  *   git objects are for audits, repair and sync, and read packs on disk
  *   object by object (a fetched pack stays in memory only until
  *   `dropFetched()`).
+ * - Opening for writing removes what interrupted object writes left behind
+ *   (`tmp_obj_*` of a full disk or a crash), except files a live writer may
+ *   still be writing.
  */
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -1491,9 +1494,68 @@ export class ChainRepo {
     repo.canRepair = opts.repair ?? true;
     if (repo.canRepair) {
       assertChainWritable(abs); // repair writes: refused while a running gateway owns the chain
+      repo.removeObjectTemps();
       await repo.repair(state);
     } else repo.consistent = state?.commit === head && fs.existsSync(join(gitdir, 'index'));
     return repo;
+  }
+
+  /**
+   * Removes what interrupted object writes left under `.git/objects` (a full
+   * disk, a crash): `tmp_obj_*` files, and the temporary pack files of a
+   * fetch. Nothing reuses them, and nothing else removes them. Run at open
+   * for writing, when no other vouch process may write (the chain lock of an
+   * authority gateway is held by this process or by none): still kept are
+   * the files of another live vouch process (named with its pid) and git's
+   * own younger than ten minutes (a git command run by hand meanwhile).
+   */
+  private removeObjectTemps(): void {
+    const objects = join(this.gitdir, 'objects');
+    const now = Date.now();
+    const alive = new Map<number, boolean>();
+    const writerGone = (pid: number): boolean => {
+      if (pid === process.pid) return true; // a previous process with this pid: this one has written nothing yet
+      let a = alive.get(pid);
+      if (a === undefined) {
+        try {
+          process.kill(pid, 0);
+          a = true;
+        } catch (e) {
+          a = (e as NodeJS.ErrnoException).code === 'EPERM';
+        }
+        alive.set(pid, a);
+      }
+      return !a;
+    };
+    const sweep = (dir: string, rel: string, match: (name: string) => boolean): void => {
+      let names: string[];
+      try {
+        names = fs.readdirSync(dir);
+      } catch {
+        return;
+      }
+      for (const name of names) {
+        if (!match(name)) continue;
+        const ours = /^tmp_obj_vouch_(\d+)_\d+$|\.vouch-(\d+)\.tmp$/.exec(name);
+        if (ours) {
+          if (!writerGone(Number(ours[1] ?? ours[2]))) continue;
+        } else {
+          const st = lstatOrNull(join(dir, name));
+          if (!st || now - Number(st.mtimeMs) < 10 * 60_000) continue;
+        }
+        try {
+          fs.unlinkSync(join(dir, name));
+          this.repairs.push({ action: 'removed', path: `.git/objects/${rel}${name}`, reason: 'temporary file of an interrupted object write (a full disk or a crash)' });
+        } catch { /* gone meanwhile, or not ours to remove */ }
+      }
+    };
+    const tmpObj = (name: string) => name.startsWith('tmp_obj_');
+    sweep(objects, '', tmpObj);
+    for (let b = 0; b < 256; b++) {
+      const fan = b.toString(16).padStart(2, '0');
+      sweep(join(objects, fan), `${fan}/`, tmpObj);
+    }
+    sweep(join(objects, 'pack'), 'pack/', (name) => name.startsWith('tmp_') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name));
   }
 
   /** Read the branch head: the trees on the path to its last well-formed block file, and the chain size. */

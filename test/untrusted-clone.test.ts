@@ -8,6 +8,8 @@
  * revoke of anything but an earlier endorse block, and names a block index
  * in every failure. Each attack runs inline and with worker threads (batches
  * of 250, so a failure sits inside a worker's batch), where the paths differ.
+ * Plus item 13's part: partial `tmp_obj_*` files are removed when a writer
+ * opens the chain.
  *
  * Owns: nothing outside its temporary directory.
  * Trusts: the installed git CLI (commits and checkouts as a forger would
@@ -16,7 +18,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -332,6 +334,29 @@ test('a misplaced block file and stray files under blocks/ are malformed at the 
   reset();
   unlinkSync(file(K));
   assert.match(await expectBoth(`index_gap@${K}`, 'a missing block file'), new RegExp(`there is no ${blockPath(K)}`));
+});
+
+// --- item 13: partial object files after a full disk
+
+test('opening the chain to write removes the tmp_obj_* files interrupted writes left (not those of a live writer, nor a fresh one of git), opening to read removes none', async () => {
+  reset();
+  const fan = join(dir, '.git', 'objects', 'ab');
+  mkdirSync(fan, { recursive: true });
+  const dead = join(fan, 'tmp_obj_vouch_999999999_3'); // a process that is gone
+  const live = join(fan, `tmp_obj_vouch_${process.ppid}_0`); // a live process
+  const oldGit = join(fan, 'tmp_obj_Xy12Ab');
+  const freshGit = join(dir, '.git', 'objects', 'tmp_obj_Zz99Qq');
+  for (const p of [dead, live, oldGit, freshGit]) writeFileSync(p, 'partial');
+  const hourAgo = new Date(Date.now() - 3_600_000);
+  utimesSync(oldGit, hourAgo, hourAgo);
+  await ChainRepo.open(dir, { repair: false });
+  assert.ok([dead, live, oldGit, freshGit].every((p) => existsSync(p)), 'a read-only open removed something');
+  const repo = await ChainRepo.open(dir);
+  assert.not.ok(existsSync(dead), 'the dead writer\'s file stayed');
+  assert.not.ok(existsSync(oldGit), 'git\'s old file stayed');
+  assert.ok(existsSync(live) && existsSync(freshGit), 'a file that may still be written was removed');
+  assert.ok(repo.repairs.some((r) => r.path === '.git/objects/ab/tmp_obj_vouch_999999999_3' && r.action === 'removed'));
+  for (const p of [live, freshGit]) rmSync(p);
 });
 
 // --- the gateway's cold start is the same code
