@@ -334,17 +334,22 @@ export class ChainState {
     let cpJson: Record<string, unknown> | null = null;
     let cp: Checkpoint | null = null;
     if (checkpointText !== null) {
-      cpJson = JSON.parse(checkpointText) as Record<string, unknown>;
+      const json = readJson(checkpointText);
+      if (json.error !== null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: malformed checkpoint: ${json.error}`, { index: null });
+      cpJson = json.value as Record<string, unknown>;
       cp = probe.verifyCheckpoint(cpJson);
     }
+    // The snapshot hashes the files as they are committed, byte for byte; they are I-JSON too
+    // (a sync's caller may have parsed them with JSON.parse, which hides a repeated member name).
+    const texts = parsed.map((b, i) => blockTexts?.[i] ?? this.repo.readBlockFile(b.index));
+    texts.forEach((text, i) => {
+      const json = readJson(text);
+      if (json.error !== null) throw new VouchError('malformed', `malformed at block ${parsed[i]!.index}: ${json.error}`, { index: parsed[i]!.index });
+    });
     this.verifier = probe;
-    const texts: string[] = [];
     parsed.forEach((b, i) => {
       if (this.index.size === b.index) this.index.add(blocks[i]!);
-      // The snapshot hashes the files as they are committed, byte for byte.
-      const text = blockTexts?.[i] ?? this.repo.readBlockFile(b.index);
-      texts.push(text);
-      this.digest = stepDigest(this.digest, text);
+      this.digest = stepDigest(this.digest, texts[i]!);
     });
     try {
       this.cache.append(texts);

@@ -382,4 +382,29 @@ test('the gateway\'s cold start (ChainState.load) with a checkpoint size of 1e12
   assert.is(await load(), `malformed@${K}`);
 });
 
+test('the gateway takes in no block or checkpoint text a sync hands over that repeats a member name (applyCommitted), and stays at its head', async () => {
+  reset();
+  const { state } = await ChainState.load(await ChainRepo.open(dir, { repair: false }), { pinnedPublicKey: Buffer.from(signer.publicKey).toString('base64') });
+  const next = buildEndorseBlock({
+    prev: blocks[N - 1]!, signer, backend: b, now: T0 + (N + 1) * 1000,
+    entries: [{ url: 'https://a.example/next.tgz', artifactHash: artifactHashOf(b, 'sha256', utf8('n')), name: 'acme/pkg', semver: '9.9.9', license: 'MIT' }],
+  });
+  const cpText = formatCheckpointFile(buildCheckpoint({ head: next, signer, now: T0 + (N + 1) * 1000 }));
+  const outcomeOf = (f: () => void) => {
+    try {
+      f();
+      return 'ok';
+    } catch (e) {
+      if (e instanceof VouchError) return `${e.code}@${e.index ?? 'null'}`;
+      throw e;
+    }
+  };
+  const dupBlock = formatBlockFile(next).replace('{\n', '{\n  "comment": "FORGED",\n');
+  assert.is(outcomeOf(() => state.applyCommitted([next], cpText, [dupBlock])), `malformed@${N}`);
+  assert.is(outcomeOf(() => state.applyCommitted([next], cpText.replace('{\n', '{\n  "size": 1,\n'), [formatBlockFile(next)])), 'checkpoint_mismatch@null');
+  assert.is(state.size, N, 'a refused block was taken in');
+  assert.is(outcomeOf(() => state.applyCommitted([next], cpText, [formatBlockFile(next)])), 'ok');
+  assert.is(state.size, N + 1);
+});
+
 test.run();
