@@ -30,6 +30,10 @@
  * most once per block, caps on string lengths and list sizes. Anything else
  * is `malformed` at the block's position. The `artifact_hash` form is *not*
  * checked here: DESIGN 1.7 checks it last, as `bad_artifact_hash`.
+ * Reading a file (DESIGN 1.7 "Reading a chain"): its bytes are decoded
+ * strictly as UTF-8 (`utf8Text`) and parsed as I-JSON (`readJson`: an object
+ * that repeats a member name is refused, since `JSON.parse` keeps the last
+ * one silently and the signed value would not be the one a reader sees).
  */
 import { VouchError } from './errors.ts';
 import { base64Decode } from './encoding.ts';
