@@ -1,6 +1,7 @@
 /**
- * Byte encodings used by the chain format: UTF-8, lowercase hex, standard
- * base64 with padding. Portable (no Buffer): runs in Node and in browsers.
+ * Byte encodings used by the chain format: UTF-8 (encoding only: strict
+ * decoding is `utf8Text` in block.ts), lowercase hex, standard base64 with
+ * padding. Portable (no Buffer): runs in Node and in browsers.
  *
  * Must hold: decoders are strict. `base64Decode` accepts only canonical
  * standard base64 with padding (what `base64Encode` writes), `hexDecode`
@@ -8,15 +9,9 @@
  */
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder('utf-8', { fatal: true });
 
 export function utf8(s: string): Uint8Array {
   return encoder.encode(s);
-}
-
-/** Decodes UTF-8 strictly; throws TypeError on invalid bytes. */
-export function fromUtf8(b: Uint8Array): string {
-  return decoder.decode(b);
 }
 
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));

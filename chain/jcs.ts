@@ -57,39 +57,3 @@ function serialize(value: unknown, stack: unknown[]): string {
 export function canonicalize(value: unknown): string {
   return serialize(value, []);
 }
-
-function serializeValidated(value: unknown): string {
-  switch (typeof value) {
-    case 'string':
-      return JSON.stringify(value);
-    case 'number':
-      return JSON.stringify(value);
-    case 'boolean':
-      return value ? 'true' : 'false';
-    default: {
-      if (value === null) return 'null';
-      if (Array.isArray(value)) {
-        let out = '[';
-        for (let i = 0; i < value.length; i++) out += (i ? ',' : '') + serializeValidated(value[i]);
-        return out + ']';
-      }
-      const obj = value as Record<string, unknown>;
-      const keys = Object.keys(obj).sort();
-      let out = '{';
-      for (let i = 0; i < keys.length; i++) {
-        const k = keys[i]!;
-        out += (i ? ',' : '') + JSON.stringify(k) + ':' + serializeValidated(obj[k]);
-      }
-      return out + '}';
-    }
-  }
-}
-
-/**
- * `canonicalize` for values a strict parser has already vetted (`parseBlock`):
- * acyclic, strings without lone surrogates, only JSON types. Same output,
- * without the checks, for the verifier's hot path.
- */
-export function canonicalizeValidated(value: unknown): string {
-  return serializeValidated(value);
-}
