@@ -161,13 +161,13 @@ export class MemoryBudget {
     return Math.max(0, this.limit - this.total);
   }
 
-  /** Counts `n` bytes as in flight if they fit under the limit; false (counted as refused when `counted`) if not. */
-  reserve(n: number, counted = true): boolean {
+  /** Counts `n` bytes under `use` (in flight unless told) if they fit under the limit; false (counted as refused when `counted`) if not. */
+  reserve(n: number, counted = true, use: BudgetUse = 'in_flight'): boolean {
     if (this.total + n > this.limit) {
       if (counted) this.refusedCount++;
       return false;
     }
-    this.used.in_flight += n;
+    this.used[use] += n;
     return true;
   }
 

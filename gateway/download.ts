@@ -8,14 +8,15 @@
  * Must hold: no byte of an artifact reaches the client before the check
  * passed; failures have an empty body and the status of the table in 3.2;
  * memory per download stays bounded (large artifacts stream from a file);
- * an answer whose client takes no piece (at most SEND_PIECE bytes) for
- * `origin.timeout` is torn down and its artifact released, so a client that
- * stops reading cannot hold memory (or a spool file) longer than that.
+ * an answer whose client takes no piece (at most SEND_PIECE bytes; in
+ * practice the kernel takes a third of the socket's send buffer at a time)
+ * for `origin.timeout` is torn down and its artifact released, so a client that
+ * stops reading cannot hold memory (or a spool file) longer than that; the
+ * buffer a file is sent through comes out of the memory budget.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createReadStream } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { finished } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import { isVouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
 import type { Selection } from '../chain/select.ts';
@@ -32,11 +33,17 @@ export interface StoredArtifactLike {
 
 /** Where verified bytes come from (the mirror, else the origin). */
 export interface ArtifactSource {
-  obtain(url: string, artifactHash: string, opts: { signal?: AbortSignal }): Promise<{
+  obtain(url: string, artifactHash: string, opts: { signal?: AbortSignal; trustedHosts?: readonly string[] }): Promise<{
     artifact: StoredArtifactLike;
     source: string;
     originHeaders: Record<string, string>;
   }>;
+  /**
+   * A buffer to read a file artifact into for sending: `want` bytes when the
+   * memory budget has room for them (charged until `release`), else `small`.
+   * Absent: `small`.
+   */
+  sendBuffer?(want: number, small: number): { buffer: Buffer; release(): void };
 }
 
 /** The UNS header value: `{"<service>":{"endorsement":<block>}}`, pure ASCII. */
@@ -58,18 +65,21 @@ export function etagMatches(ifNoneMatch: string | undefined, etag: string): bool
 }
 
 /**
- * Bytes handed to the socket per write when serving from memory. A write of
- * the whole body lets the kernel copy many MiB into the socket at once, and
- * the client then reads them back from further out in the memory hierarchy;
- * pieces that each wait for the previous one to drain keep what is in flight
- * close to the L2 size. Measured (mirror hits of one 16 MiB artifact, wrk -c1
- * on loopback, gateway / the test origin, medians of 3-6 interleaved 4 s
- * runs): whole body 0.95, 4 MiB 0.95, 2 MiB 1.14, 1 MiB 1.17, 512 KiB 1.01.
- * Spool files are read in pieces of the same size (the 64 KiB default:
- * spooled cold downloads 0.28 of the proxy in `npm run bench -- gateway
- * --quick`; 1 MiB: 0.44).
+ * Most bytes handed to the socket per write. A write of the whole body lets
+ * the kernel copy many MiB into the socket at once, and the client then
+ * reads them back from further out in the memory hierarchy; pieces that each
+ * wait for the previous one to drain keep what is in flight close to the L2
+ * size. Measured (mirror hits of one 16 MiB artifact, wrk -c1 on loopback,
+ * gateway / the test origin, medians of 3-6 interleaved 4 s runs): whole
+ * body 0.95, 4 MiB 0.95, 2 MiB 1.14, 1 MiB 1.17, 512 KiB 1.01. Spool and
+ * disk files are read into two buffers of the same size when the memory
+ * budget has room for them (the 64 KiB default of a read stream: spooled cold
+ * downloads 0.28 of the proxy in `npm run bench -- gateway --quick`; 1 MiB:
+ * 0.44), else of MIN_PIECE.
  */
 const SEND_PIECE = 1024 * 1024;
+/** The piece a file is sent in when the memory budget has no room for two SEND_PIECE buffers. */
+const MIN_PIECE = 64 * 1024;
 
 /**
  * Tears `res` down when `progress()` is not called for `ms` (the client
@@ -108,6 +118,54 @@ function sendPaced(res: ServerResponse, bytes: Buffer, progress: () => void): vo
     }
   };
   next();
+}
+
+/** Resolves once `piece` is handed to the socket (or the response is gone), so its buffer may be reused. */
+function written(res: ServerResponse, piece: Buffer, last: boolean): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (res.destroyed) return resolve(false);
+    const gone = () => resolve(false);
+    res.once('close', gone);
+    const done = (e?: Error | null) => {
+      res.off('close', gone);
+      resolve(!e && !res.destroyed);
+    };
+    if (last) res.end(piece, () => done());
+    else res.write(piece, done);
+  });
+}
+
+/**
+ * Sends the file at `path` (`size` bytes) as the whole body through the two
+ * halves of `buffer`: each piece is read while the one before it goes out,
+ * and a half is read into again only once its piece was handed to the
+ * socket; stops if the response is torn down.
+ */
+async function sendFile(res: ServerResponse, path: string, size: number, buffer: Buffer, progress: () => void): Promise<void> {
+  if (size === 0) {
+    res.end();
+    return;
+  }
+  const half = buffer.length >> 1;
+  const halves = [buffer.subarray(0, half), buffer.subarray(half, 2 * half)];
+  const fh = await open(path, 'r');
+  try {
+    let at = 0;
+    let sending: Promise<boolean> = Promise.resolve(true);
+    for (let i = 0; at < size; i ^= 1) {
+      const into = halves[i]!;
+      const { bytesRead } = await fh.read(into, 0, Math.min(half, size - at), at);
+      if (bytesRead === 0) throw new Error('the file is shorter than its artifact');
+      at += bytesRead;
+      if (!await sending) return; // the piece before is out (its half free again), or the response is gone
+      if (at > bytesRead) progress();
+      sending = written(res, into.subarray(0, bytesRead), at === size);
+    }
+    await sending;
+    progress();
+  } finally {
+    await fh.close();
+  }
 }
 
 /** Selects what /v1/download would serve; null when nothing is signed. */
@@ -186,10 +244,13 @@ export async function serveVerified(
       sendPaced(res, artifact.bytes, stallGuard(res, ctx.config.origin.timeout * 1000));
     } else {
       const progress = stallGuard(res, ctx.config.origin.timeout * 1000);
-      const file = createReadStream(artifact.path!, { highWaterMark: SEND_PIECE });
-      const piped = pipeline(file, res);
-      file.on('data', progress); // read only as the socket takes the previous piece (added once piped: no mode change)
-      await piped.catch(() => res.destroy());
+      // The read buffer is charged to the memory budget while it has room; else the file goes out in small pieces.
+      const window = ctx.artifacts.sendBuffer?.(2 * SEND_PIECE, 2 * MIN_PIECE) ?? { buffer: Buffer.allocUnsafeSlow(2 * MIN_PIECE), release: () => {} };
+      try {
+        await sendFile(res, artifact.path!, artifact.size, window.buffer, progress).catch(() => res.destroy());
+      } finally {
+        window.release();
+      }
     }
   } finally {
     if (!inFlight) artifact.release();

@@ -370,7 +370,26 @@ export class Mirror {
    * reservation to `putBytes(..., reserved)` or back to `unreserve`.
    */
   reserve(n: number, optional = false): boolean {
-    return this.budget.reserve(n, !optional);
+    if (!this.budget.reserve(n, !optional)) return false;
+    this.pool.trim(this.budget.spare); // free buffers count against the budget's spare too
+    return true;
+  }
+
+  /**
+   * Charges `n` bytes a response holds to send a file (its read buffer) to
+   * the memory budget as `held`, if it has room; false (not counted as
+   * refused: the response sends in small pieces instead) if not. Give them
+   * back with `unhold`.
+   */
+  hold(n: number): boolean {
+    if (!this.budget.reserve(n, false, 'held')) return false;
+    this.pool.trim(this.budget.spare);
+    return true;
+  }
+
+  /** Gives back `n` bytes charged by `hold`. */
+  unhold(n: number): void {
+    this.budget.release('held', n);
   }
 
   /** Gives back `n` reserved bytes that were not handed to `putBytes`. */

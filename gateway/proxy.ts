@@ -38,7 +38,8 @@
  * does not): a 3xx goes to the client, or to the ecosystem module, which
  * maps its Location to the gateway — so no Location can point the gateway
  * itself at an internal host (verified fetches follow redirects in the
- * origin fetcher, which guards every hop that leaves the route's origin).
+ * origin fetcher, which guards every hop that leaves the route's origin
+ * and its canonical host).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
@@ -106,9 +107,10 @@ function isTimeout(e: unknown): boolean {
 }
 
 /** An artifact source that hands out one already obtained result (so `serveVerified` serves it). */
-function onceSource(obtained: Awaited<ReturnType<ArtifactSource['obtain']>>): ArtifactSource & { used: boolean } {
+function onceSource(base: ArtifactSource, obtained: Awaited<ReturnType<ArtifactSource['obtain']>>): ArtifactSource & { used: boolean } {
   const source = {
     used: false,
+    sendBuffer: base.sendBuffer?.bind(base),
     obtain: async () => {
       if (source.used) throw new VouchError('internal_error', 'proxy: an obtained artifact was asked for twice');
       source.used = true;
@@ -280,7 +282,8 @@ export class ProxyRoutes {
     res.on('close', onClose);
     let obtained;
     try {
-      obtained = await this.ctx.artifacts.obtain(m.fetchUrl, sel.entry.artifact_hash, { signal: abort.signal });
+      // The route's canonical host is the operator's too: a redirect from the origin to it is not guarded.
+      obtained = await this.ctx.artifacts.obtain(m.fetchUrl, sel.entry.artifact_hash, { signal: abort.signal, trustedHosts: [new URL(m.route.canonical).host] });
     } catch (e) {
       res.off('close', onClose);
       if (abort.signal.aborted) {
@@ -309,7 +312,7 @@ export class ProxyRoutes {
     }
     res.off('close', onClose);
     this.counters.verified++;
-    const source = onceSource(obtained);
+    const source = onceSource(this.ctx.artifacts, obtained);
     try {
       await serveVerified({ ...this.ctx, artifacts: source }, req, res, sel, { ...keptOriginHeaders(obtained.originHeaders), ...extra });
     } finally {

@@ -94,6 +94,8 @@ interface Flight {
   /** The signed artifact_hash (the mirror's key). */
   hash: string;
   waiters: Set<Waiter>;
+  /** Hosts a redirect hop may reach unguarded besides the URL's own (a proxy route's canonical host). */
+  trustedHosts: readonly string[];
   controller: AbortController;
   settled: boolean;
 }
@@ -173,13 +175,14 @@ export class VerifiedFetcher {
    * `bad_artifact_hash`, or — when `signal` aborts — with its reason. The
    * shared origin fetch is cancelled only when every waiting caller aborted.
    */
-  async obtain(url: string, artifactHash: string, options: { signal?: AbortSignal } = {}): Promise<Obtained> {
+  async obtain(url: string, artifactHash: string, options: { signal?: AbortSignal; trustedHosts?: readonly string[] } = {}): Promise<Obtained> {
     const parsed = parseArtifactHash(artifactHash);
     if (typeof parsed === 'string') throw new VouchError('bad_artifact_hash', parsed, { resource: url });
     const { signal } = options;
     if (signal?.aborted) throw signal.reason;
     // Joined per URL: the mirror shares verified bytes by hash, but an origin's failure is its URL's alone.
-    const key = `${artifactHash} ${url}`;
+    const trustedHosts = options.trustedHosts ?? [];
+    const key = `${artifactHash} ${url} ${trustedHosts.join(' ')}`;
     let flight = this.flights.get(key);
     if (flight === undefined) {
       const hit = await this.mirror.get(artifactHash);
@@ -193,11 +196,25 @@ export class VerifiedFetcher {
     if (flight !== undefined) {
       this.counters.joined++;
     } else {
-      flight = { key, hash: artifactHash, waiters: new Set(), controller: new AbortController(), settled: false };
+      flight = { key, hash: artifactHash, waiters: new Set(), trustedHosts, controller: new AbortController(), settled: false };
       this.flights.set(key, flight);
       this.run(flight, url, parsed);
     }
     return this.join(flight, signal);
+  }
+
+  /** A buffer to send a file through: `want` bytes charged to the memory budget (as held) while it has room, else `small` ones. */
+  sendBuffer(want: number, small: number): { buffer: Buffer; release(): void } {
+    const held = this.mirror.hold(want);
+    let released = !held;
+    return {
+      buffer: Buffer.allocUnsafeSlow(held ? want : small),
+      release: () => {
+        if (released) return;
+        released = true;
+        this.mirror.unhold(want);
+      },
+    };
   }
 
   stats(): VerifiedFetcherStats {
@@ -268,7 +285,7 @@ export class VerifiedFetcher {
         const hit = await this.mirror.get(flight.hash);
         if (hit !== null) return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
-      return await this.fetchVerified(url, flight.hash, h, signal);
+      return await this.fetchVerified(url, flight.hash, h, signal, flight.trustedHosts);
     } finally {
       this.slots.release();
     }
@@ -282,9 +299,9 @@ export class VerifiedFetcher {
    * smaller or undeclared body into memory chunk by chunk while the budget
    * and the spool threshold allow, then a spool file.
    */
-  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal): Promise<Obtained> {
+  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, trustedHosts: readonly string[]): Promise<Obtained> {
     this.counters.originFetches++;
-    const res = await this.fetcher.fetch(url, { signal, guardPrivate: this.guardPrivate });
+    const res = await this.fetcher.fetch(url, { signal, guardPrivate: this.guardPrivate, trustedHosts });
     const into = res.contentLength !== null ? this.mirror.buffer(res.contentLength) : null;
     if (into !== null) return this.receivePooled(url, artifactHash, h, signal, res, into);
     const threshold = this.mirror.spoolThreshold;

@@ -172,6 +172,7 @@ test.before(async () => {
   origin.route('/npm/leftpad/-/leftpad-1.0.0.tgz', { redirect: toOpen });
   origin.route('/npm/rightpad/-/rightpad-1.0.0.tgz', { redirect: toClosed });
   origin.route('/npm/moved', { redirect: toOpen });
+  origin.route('/c/admin', { redirect: toOpen }); // the origin of a route whose canonical host is the inner server
 
   // The guarded gateway serves a chain made here (no submit: allow_private is off).
   const signer = testSigner('hardening');
@@ -189,6 +190,7 @@ test.before(async () => {
   endorse(`${O}/d/partial`, sha256(WHOLE));
   endorse(`${O}/npm/leftpad/-/leftpad-1.0.0.tgz`, sha256('internal admin page'), 'npm/leftpad');
   endorse(`${O}/npm/rightpad/-/rightpad-1.0.0.tgz`, sha256('internal admin page'), 'npm/rightpad');
+  endorse(`http://127.0.0.1:${inner.port}/admin`, sha256('internal admin page'));
   const chainDir = join(work, 'guarded-chain');
   await ChainRepo.init(chainDir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
     formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length })),
@@ -206,6 +208,7 @@ test.before(async () => {
           { prefix: '/r/', origin: `${O}/d/`, unendorsed: 'deny' },
           { prefix: '/p/', origin: `${O}/d/`, unendorsed: 'pass' },
           { prefix: '/npm/', kind: 'npm', origin: `${O}/npm/`, unendorsed: 'deny' },
+          { prefix: '/c/', origin: `${O}/c/`, canonical: `http://127.0.0.1:${inner.port}/`, unendorsed: 'deny' },
         ],
       },
     })]),
@@ -325,6 +328,15 @@ test('gateway (allow_private off): downloads and proxy routes refuse redirect ho
   assert.is(same.status, 200);
   assert.is(same.body.toString(), FINAL);
   assert.is((await get(guarded.url, '/r/same')).body.toString(), FINAL);
+});
+
+test('gateway (allow_private off): a proxy route\'s canonical host is the operator\'s: its origin\'s redirect there is followed', async () => {
+  const reached = inner.connections;
+  const viaCanonical = await get(guarded.url, '/c/admin');
+  assert.is(viaCanonical.status, 200);
+  assert.is(viaCanonical.body.toString(), 'internal admin page');
+  assert.ok(inner.connections > reached, 'the canonical host was reached');
+  // (The same hop from the /r/ route's origin was refused in the test before; now the mirror holds these bytes, verified.)
 });
 
 test('gateway: pass-through and metadata fetches never follow a redirect (the 3xx goes to the client)', async () => {
