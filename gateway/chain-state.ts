@@ -155,11 +155,16 @@ export class ChainState {
     return this.verifier.state;
   }
 
+  /** Whether a served block is an endorse block with this record_hash (what a new revoke must name). */
+  endorsedBefore(recordHash: string): boolean {
+    return this.index.blockByHash(recordHash)?.payload.intent === 'endorse';
+  }
+
   /** A verifier resumed from `state`, checking revoke targets against the blocks already indexed. */
   private resumed(state: VerifierState): ChainVerifier {
     return new ChainVerifier({
       backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state,
-      endorsedBefore: (h) => this.index.blockByHash(h)?.payload.intent === 'endorse',
+      endorsedBefore: (h) => this.endorsedBefore(h),
     });
   }
 

@@ -33,7 +33,7 @@
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
-import { type Block, parseBlockText } from '../chain/block.ts';
+import { type Block, parseBlockText, readJson } from '../chain/block.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
 import { base64Decode, bytesEqual } from '../chain/encoding.ts';
 import { nodeBackend } from '../lib/node-crypto.ts';
@@ -43,6 +43,8 @@ import type { Logger } from './log.ts';
 /** What the sync needs of the served chain (ChainState implements it). */
 export interface SyncTarget {
   readonly verifierState: VerifierState;
+  /** Whether a verified block is an endorse block with this record_hash (a new revoke must name one). */
+  endorsedBefore(recordHash: string): boolean;
   /** Verifies and takes in blocks appended after the head, with the new checkpoint text; throws (state unchanged) if they do not verify. */
   applyCommitted(blocks: readonly Block[], checkpointText: string | null): void;
 }
@@ -333,12 +335,8 @@ export class ChainSync {
     ctx.remote_size = snap.size;
     ctx.remote_head = await this.recordHashAt(snap, snap.size - 1);
     const cpText = await snap.readFile(CHECKPOINT);
-    let cp: unknown = null;
-    if (cpText !== null) {
-      try {
-        cp = JSON.parse(cpText);
-      } catch { /* reported below as checkpoint_mismatch */ }
-    }
+    const cpRead = cpText === null ? null : readJson(cpText);
+    const cp: unknown = cpRead === null || cpRead.error !== null ? null : cpRead.value;
     const cpSize = isRecord(cp) && typeof cp.size === 'number' ? cp.size : null;
     const cpHead = isRecord(cp) && typeof cp.head === 'string' ? cp.head : null;
     ctx.remote_checkpoint = cpText === null ? null : { size: cpSize, head: cpHead };
@@ -362,7 +360,8 @@ export class ChainSync {
     if (stray) throw new VouchError('malformed', `malformed: unexpected file ${stray.path} in the remote's blocks/ directory`, { index: null, resource: stray.path });
 
     // 2. Verify every new block from the verified state, then the checkpoint.
-    const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinned, state: local });
+    // Revokes are checked against the verified blocks before anything moves (I-JSON and revoke targets as applyCommitted checks them).
+    const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinned, state: local, endorsedBefore: (h) => this.state.endorsedBefore(h) });
     const blocks: Block[] = [];
     for (let i = n; i < snap.size; i++) {
       let text: string;
@@ -372,16 +371,12 @@ export class ChainSync {
         if (e instanceof VouchError && e.code === 'not_found') throw new VouchError('index_gap', `index_gap at block ${i}: the remote has no ${blockPath(i)}`, { index: i });
         throw e;
       }
-      let value: unknown;
-      try {
-        value = JSON.parse(text);
-      } catch (e) {
-        throw new VouchError('malformed', `malformed at block ${i}: not JSON (${(e as Error).message})`, { index: i });
-      }
+      const { value, error } = readJson(text);
+      if (error !== null) throw new VouchError('malformed', `malformed at block ${i}: ${error}`, { index: i });
       blocks.push(verifier.add(value));
     }
     if (cpText === null) throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the remote has no checkpoint.json', { index: null });
-    if (cp === null) throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the remote checkpoint.json is not JSON', { index: null });
+    if (cpRead?.error) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: the remote checkpoint.json: ${cpRead.error}`, { index: null });
     verifier.verifyCheckpoint(cp);
     if (signal.aborted) throw new VouchError('io_error', 'fetch cancelled');
 

@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GitServer } from './helpers/git-server.ts';
 import { buildLongChain, testSigner, T0 } from './helpers/chain-fixture.ts';
-import { buildCheckpoint, buildEndorseBlock, artifactHashOf, computeRecordHash } from '../chain/build.ts';
+import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf, computeRecordHash } from '../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../chain/block.ts';
 import { base64Encode, utf8 } from '../chain/encoding.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../lib/node-crypto.ts';
@@ -396,6 +396,21 @@ test('sync refuses rewritten history (re-sealed block, dropped newest block), a 
   const next = endorse(a.head, 'cp');
   await a.append([next], { checkpointFor: a.head });
   await assertRefused(m, 'checkpoint_mismatch', size, head, m.repo.head);
+
+  // 5b. a revoke naming no endorse block (the authority block), signed and sealed correctly: refused before the branch moves
+  await a.rewrite(base);
+  const badRevoke = buildRevokeBlock({ prev: a.head, target: a.blocks[0]!, signer, backend: nodeBackend, now: T0 + 40_000_000 });
+  await a.append([badRevoke]);
+  await assertRefused(m, 'malformed', size, head, m.repo.head, /^malformed at block 12: payload\.target_hash/);
+
+  // 5c. an honest block whose file repeats a member name ("comment" before the signed one): not I-JSON, refused before the branch moves
+  await a.rewrite(base);
+  const dup = endorse(a.head, 'dup');
+  const dupText = formatBlockFile(dup).replace('{', '{"comment":"FORGED",');
+  const cpDup = buildCheckpoint({ head: dup, signer, now: T0 + 10_000_000 });
+  await a.repo.append([{ index: dup.index, content: dupText }], formatCheckpointFile(cpDup), commitFor([dup], T0 + 10_000_000));
+  await push(a.dir, a.url);
+  await assertRefused(m, 'malformed', size, head, m.repo.head, /^malformed at block 12: an object repeats the member name "comment"/);
 
   // 6. an honest continuation is accepted again
   await a.rewrite(base);
