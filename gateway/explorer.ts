@@ -1,9 +1,15 @@
 /**
  * Serves the chain explorer at `/`: the HTML page, its stylesheet, and its
  * script — `gateway/explorer/app.ts` with the pure `chain/` code and @noble,
- * bundled by esbuild once, on first request, and kept in memory. Everything
- * comes from the gateway itself (no CDN); a strict Content-Security-Policy
- * allows nothing else.
+ * bundled for the browser. Everything comes from the gateway itself (no
+ * CDN); a strict Content-Security-Policy allows nothing else.
+ *
+ * Owns: the script, had once, on its first request, and kept in memory (the
+ * page and stylesheet are read per request), from the directory `explorer/`
+ * beside this code. The built code (dist/, `npm run build`) reads the bundle
+ * the build wrote there, `dist/explorer/explorer.js` (beside copies of the
+ * page and stylesheet); code run from sources (under tsx) bundles app.ts
+ * with esbuild (a dev dependency), with the same options as tools/build.mjs.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { readFileSync } from 'node:fs';
@@ -11,6 +17,7 @@ import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { VouchError } from '../chain/errors.ts';
 import type { GatewayContext } from './context.ts';
+import { BUILT } from '../lib/worker-bundle.ts';
 
 const dir = fileURLToPath(new URL('./explorer/', import.meta.url));
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -23,6 +30,7 @@ function asset(body: Buffer | string, type: string): Asset {
   return { body: b, type, etag: `"${createHash('sha256').update(b).digest('hex').slice(0, 32)}"` };
 }
 
+/** app.ts bundled now (running from sources); tools/build.mjs uses the same options. */
 async function buildBundle(): Promise<Asset> {
   const { build } = await import('esbuild');
   const out = await build({
@@ -39,10 +47,15 @@ async function buildBundle(): Promise<Asset> {
   return asset(Buffer.from(out.outputFiles[0]!.contents), 'text/javascript; charset=utf-8');
 }
 
+/** The bundle `npm run build` wrote (running from dist/). */
+async function builtBundle(): Promise<Asset> {
+  return asset(readFileSync(`${dir}explorer.js`), 'text/javascript; charset=utf-8');
+}
+
 const statics: Record<string, () => Promise<Asset>> = {
   '/': async () => asset(readFileSync(`${dir}index.html`), 'text/html; charset=utf-8'),
   '/explorer.css': async () => asset(readFileSync(`${dir}explorer.css`), 'text/css; charset=utf-8'),
-  '/explorer.js': () => (bundle ??= buildBundle().catch((e) => { bundle = null; throw e; })),
+  '/explorer.js': () => (bundle ??= (BUILT ? builtBundle() : buildBundle()).catch((e) => { bundle = null; throw e; })),
 };
 
 export const EXPLORER_PATHS = Object.keys(statics);

@@ -3,6 +3,12 @@
  * in tens of milliseconds instead of loading the TypeScript loader and
  * transpiling every module again (about 180 ms per worker here).
  *
+ * The built code (dist/, `npm run build`: tools/build.mjs, which defines
+ * `__VOUCH_BUILT__`) uses the worker bundles the build wrote beside it and
+ * never bundles anything; what follows is the path of code run from sources
+ * (under tsx: the tests, `vouch` before a build), where esbuild, a dev
+ * dependency, is imported only when a bundle must be made.
+ *
  * Owns: the bundle cache in `node_modules/.cache/vouch/` (one `.mjs` per
  * entry plus a manifest of the files that went into it and their sha256).
  * Must hold: a bundle is used only while every input file still has the
@@ -12,8 +18,13 @@
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+
+/** Defined (true) by esbuild only in the built code in dist/ (tools/build.mjs). */
+declare const __VOUCH_BUILT__: boolean | undefined;
+/** True when this code runs from dist/, built by `npm run build`. */
+export const BUILT = typeof __VOUCH_BUILT__ !== 'undefined' && __VOUCH_BUILT__ === true;
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const CACHE_DIR = join(ROOT, 'node_modules', '.cache', 'vouch');
@@ -72,10 +83,13 @@ async function build(entry: string, name: string): Promise<URL> {
 /**
  * URL of a plain-JS bundle of the TypeScript module `entry` (a file URL),
  * built on first use and rebuilt when any input changed; null when no bundle
- * can be had (the caller then uses its loader-based entry).
+ * can be had (the caller then uses its loader-based entry). In the built
+ * code, the build's own bundle beside it: `dist/<entry's base name>.mjs`
+ * (`entry`, made from the bundle's `import.meta.url`, names dist/ there).
  */
 export async function workerBundle(entry: URL): Promise<URL | null> {
   const path = fileURLToPath(entry);
+  if (BUILT) return pathToFileURL(join(dirname(path), basename(path).replace(/\.[cm]?ts$/, '.mjs')));
   const name = path.slice(ROOT.length + 1).replace(/\.[cm]?ts$/, '').replace(/[^A-Za-z0-9_-]+/g, '_');
   const url = fresh(name);
   if (url !== null) return url;

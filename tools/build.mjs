@@ -1,0 +1,167 @@
+#!/usr/bin/env node
+/**
+ * `npm run build`: bundles the TypeScript sources into plain JavaScript in
+ * dist/ with esbuild, so `vouch` runs without a TypeScript loader (a `vouch
+ * serve` under tsx idled at 112 MiB RSS, the bundle at 92 MiB). `npm ci`
+ * runs it (`prepare`), as do `npm start`, `npm test` and `npm run bench`
+ * before they run anything.
+ *
+ * Owns dist/ (git-ignored; everything in it is made here):
+ * - `cli.mjs` (tools/cli.ts, the whole command line and gateway), and the
+ *   worker entries `hash-worker.mjs` (gateway/hash-worker.ts) and
+ *   `verify-worker-impl.mjs` (lib/verify-worker-impl.ts), each with a
+ *   `.map` (`node --enable-source-maps` uses them). Node bundles: packages
+ *   stay imports from node_modules; `__VOUCH_BUILT__` is defined true, which
+ *   tells the code it runs from dist/ (lib/worker-bundle.ts `BUILT`).
+ * - `explorer/`: `explorer.js`, the browser bundle of gateway/explorer/app.ts
+ *   (the options of gateway/explorer.ts `buildBundle`, which builds it on
+ *   demand when running from sources), beside copies of `index.html` and
+ *   `explorer.css`.
+ * - `manifest.json`, written last: every input file (relative to the
+ *   repository) and the sha256 over their contents.
+ *
+ * Must hold: dist/ counts as built (`distState`, used by tools/vouch.js) only
+ * while every input still has the content it was built from and every output
+ * is there, so an edited source never runs stale. Each file is replaced by a
+ * rename (and only when its content changes), so a process starting during a
+ * build (tests run several at once) reads whole files.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative, sep } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+export const DIST = join(ROOT, 'dist');
+const MANIFEST = 'manifest.json';
+
+/** Node entry points: output name in dist/ (the source's base name, .mjs) → source. */
+const NODE_ENTRIES = {
+  cli: 'tools/cli.ts',
+  'hash-worker': 'gateway/hash-worker.ts',
+  'verify-worker-impl': 'lib/verify-worker-impl.ts',
+};
+/** Files copied as they are: dist/ path → source. */
+const COPIES = {
+  'explorer/index.html': 'gateway/explorer/index.html',
+  'explorer/explorer.css': 'gateway/explorer/explorer.css',
+};
+
+/** sha256 over the inputs' names and contents; null when one cannot be read. */
+function digestOf(inputs) {
+  const h = createHash('sha256');
+  try {
+    for (const f of inputs) h.update(f).update('\0').update(readFileSync(join(ROOT, f))).update('\0');
+  } catch {
+    return null;
+  }
+  return h.digest('hex');
+}
+
+/**
+ * 'fresh' when dist/ holds a complete build of the sources as they are now;
+ * 'missing' when there is no build; 'stale' when an input changed (or an
+ * output is gone) since.
+ */
+export function distState() {
+  let m;
+  try {
+    m = JSON.parse(readFileSync(join(DIST, MANIFEST), 'utf8'));
+  } catch {
+    return 'missing';
+  }
+  if (!Array.isArray(m?.inputs) || !Array.isArray(m?.outputs)) return 'stale';
+  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(join(DIST, f)))) return 'stale';
+  return digestOf(m.inputs) === m.digest ? 'fresh' : 'stale';
+}
+
+/** Writes `path` by a rename, unless it already holds exactly `contents`. */
+function put(path, contents) {
+  try {
+    if (readFileSync(path).equals(Buffer.from(contents))) return;
+  } catch { /* absent */ }
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = `${path}.${process.pid}.tmp`;
+  writeFileSync(tmp, contents);
+  renameSync(tmp, path);
+}
+
+/** Paths of the files under dir, relative to it, with '/' separators. */
+function filesUnder(dir) {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { recursive: true })
+    .map((f) => String(f))
+    .filter((f) => statSync(join(dir, f)).isFile())
+    .map((f) => f.split(sep).join('/'));
+}
+
+export async function build() {
+  const { build: esbuild } = await import('esbuild');
+  const common = { bundle: true, write: false, metafile: true, logLevel: 'warning', absWorkingDir: ROOT };
+  const node = await esbuild({
+    ...common,
+    entryPoints: Object.entries(NODE_ENTRIES).map(([out, src]) => ({ in: src, out })),
+    outdir: DIST,
+    outExtension: { '.js': '.mjs' },
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    packages: 'external',
+    sourcemap: 'linked',
+    define: { __VOUCH_BUILT__: 'true' },
+  });
+  // Same options as gateway/explorer.ts buildBundle.
+  const browser = await esbuild({
+    ...common,
+    entryPoints: [{ in: 'gateway/explorer/app.ts', out: 'explorer/explorer' }],
+    outdir: DIST,
+    format: 'esm',
+    platform: 'browser',
+    target: 'es2022',
+    minify: true,
+    legalComments: 'none',
+  });
+  const inputs = new Set(['tools/build.mjs', ...Object.values(COPIES)]);
+  for (const r of [node, browser]) for (const f of Object.keys(r.metafile.inputs)) inputs.add(f);
+  const sorted = [...inputs].sort();
+  const digest = digestOf(sorted);
+  if (digest === null) throw new Error('an input vanished while building');
+
+  const outputs = [];
+  for (const r of [node, browser]) {
+    for (const f of r.outputFiles) {
+      put(f.path, f.contents);
+      outputs.push(relative(DIST, f.path).split(sep).join('/'));
+    }
+  }
+  for (const [out, src] of Object.entries(COPIES)) {
+    put(join(DIST, out), readFileSync(join(ROOT, src)));
+    outputs.push(out);
+  }
+  // Left over from an older layout of dist/ (a build never makes them now).
+  const keep = new Set([...outputs, MANIFEST]);
+  for (const f of filesUnder(DIST)) if (!keep.has(f) && !f.endsWith('.tmp')) rmSync(join(DIST, f), { force: true });
+  put(join(DIST, MANIFEST), JSON.stringify({ inputs: sorted, digest, outputs: outputs.sort() }, null, 1) + '\n');
+  return outputs;
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  try {
+    await import('esbuild');
+  } catch {
+    // `npm ci --omit=dev` runs `prepare` too, without esbuild (a dev dependency).
+    if (distState() === 'fresh') {
+      process.stderr.write('vouch build: esbuild is not installed; dist/ is up to date, kept as it is\n');
+      process.exit(0);
+    }
+    process.stderr.write('vouch build: esbuild is not installed (a dev dependency): run `npm ci` with the dev dependencies, then `npm run build`\n');
+    process.exit(1);
+  }
+  try {
+    const outputs = await build();
+    process.stderr.write(`vouch build: dist/ holds ${outputs.filter((f) => !f.endsWith('.map')).join(', ')}\n`);
+  } catch (e) {
+    process.stderr.write(`vouch build: ${e instanceof Error ? e.message : String(e)}\n`);
+    process.exit(1);
+  }
+}
