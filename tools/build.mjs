@@ -4,7 +4,9 @@
  * dist/ with esbuild, so `vouch` runs without a TypeScript loader (a `vouch
  * serve` under tsx idled at 112 MiB RSS, the bundle at 92 MiB). `npm ci`
  * runs it (`prepare`), as do `npm start`, `npm test` and `npm run bench`
- * before they run anything.
+ * before they run anything. Without esbuild, a dev dependency (`npm ci
+ * --omit=dev`), it keeps a dist/ that is up to date and otherwise fails,
+ * telling to install with the dev dependencies and prune them after.
  *
  * Owns dist/ (git-ignored; everything in it is made here):
  * - `cli.mjs` (tools/cli.ts, the whole command line and gateway), and the
@@ -149,12 +151,13 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.a
   try {
     await import('esbuild');
   } catch {
-    // `npm ci --omit=dev` runs `prepare` too, without esbuild (a dev dependency).
+    // `npm ci --omit=dev` runs `prepare` too, without esbuild (a dev dependency):
+    // it fails here unless dist/ came built (a copied checkout).
     if (distState() === 'fresh') {
       process.stderr.write('vouch build: esbuild is not installed; dist/ is up to date, kept as it is\n');
       process.exit(0);
     }
-    process.stderr.write('vouch build: esbuild is not installed (a dev dependency): run `npm ci` with the dev dependencies, then `npm run build`\n');
+    process.stderr.write('vouch build: esbuild is not installed (a dev dependency): install with the dev dependencies (`npm ci`, which builds), then `npm prune --omit=dev` if they must not stay\n');
     process.exit(1);
   }
   try {
