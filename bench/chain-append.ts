@@ -1,5 +1,5 @@
 /**
- * Append latency of the chain repository (lib/chain-repo.ts) at given chain
+ * Append latency of the chain repository (store/chain-repo.ts) at given chain
  * sizes: builds each chain in a temporary directory with one group commit of
  * synthetic blocks, then times single-block appends.
  *
@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { ChainRepo, type BlockFile, type CommitInfo } from '../lib/chain-repo.ts';
+import { ChainRepo, type BlockFile, type CommitInfo } from '../store/chain-repo.ts';
 
 export interface AppendFigures {
   size: number;

@@ -14,8 +14,8 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBlockFile, formatCheckpointFile, payloadMessage, base64Decode } from '../chain/index.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
 import { buildLongChain } from '../test/helpers/chain-fixture.ts';
 import { benchAppend } from './chain-append.ts';
 

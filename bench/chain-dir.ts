@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
 import { buildLongChain } from '../test/helpers/chain-fixture.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));

@@ -1,6 +1,6 @@
 /**
  * Authority push time for one append at given history lengths
- * (lib/chain-push.ts): the cost must not grow with the history.
+ * (store/chain-push.ts): the cost must not grow with the history.
  *
  * For each size N: a chain of N real signed blocks, one commit per block
  * (each with its own signed checkpoint), is written as git history by `git
@@ -27,10 +27,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Agent } from 'undici';
-import { blockPath, ChainRepo } from '../lib/chain-repo.ts';
-import { appendSigned, commitFor } from '../lib/chain-store.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { pushNew, type PushResult } from '../lib/chain-push.ts';
+import { blockPath, ChainRepo } from '../store/chain-repo.ts';
+import { appendSigned, commitFor } from '../store/chain-store.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { pushNew, type PushResult } from '../store/chain-push.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../chain/block.ts';
 import { artifactHashOf, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
 import { utf8 } from '../chain/encoding.ts';

@@ -26,9 +26,9 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, write
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Encode } from '../chain/encoding.ts';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { TEST_SEED, testSigner } from '../test/helpers/chain-fixture.ts';
-import { privateKeyFromSeed } from '../lib/node-crypto.ts';
+import { privateKeyFromSeed } from '../platform/node-crypto.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { digestOf, pattern } from '../test/helpers/origin-server.ts';
 import { benchChainDir } from './chain-dir.ts';

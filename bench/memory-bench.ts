@@ -23,7 +23,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { OriginServer, pattern } from '../test/helpers/origin-server.ts';
 import { assertLoopback, memoryOf, sleep, spawnGateway, stopAll } from './gateway-harness.ts';

@@ -13,7 +13,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { GitServer } from '../test/helpers/git-server.ts';
 import { OriginServer } from '../test/helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig } from '../test/helpers/gateway-process.ts';

@@ -5,7 +5,7 @@
  */
 import { parseBlockText } from '../chain/block.ts';
 import { ChainIndex } from '../chain/select.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
 
 const dir = process.argv[2]!;
 const t0 = performance.now();

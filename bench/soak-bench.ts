@@ -21,7 +21,7 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { digestOf, pattern } from '../test/helpers/origin-server.ts';
 import { assertLoopback, download, ensureWrk, median, memoryOf, root, sleep, spawnGateway, spawnNode, stopAll, type Proc } from './gateway-harness.ts';

@@ -3,7 +3,7 @@
  *
  * Trusts: @noble/ed25519 and @noble/hashes. Verification is RFC 8032 strict
  * (`zip215: false`): non-canonical encodings are refused. About 18x slower
- * than node:crypto for verify, so the server uses `lib/node-crypto.ts`.
+ * than node:crypto for verify, so the server uses `platform/node-crypto.ts`.
  */
 import * as ed from '@noble/ed25519';
 import { sha256, sha512 } from '@noble/hashes/sha2.js';

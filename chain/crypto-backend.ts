@@ -3,7 +3,7 @@
  *
  * Owns: the two narrow interfaces `chain/` computes with. `chain/` never
  * imports a crypto implementation itself; callers pass a `CryptoBackend`:
- * `lib/node-crypto.ts` (node:crypto, fast) on the server and in the CLI,
+ * `platform/node-crypto.ts` (node:crypto, fast) on the server and in the CLI,
  * `chain/backend-noble.ts` (@noble, portable) in the browser and as the
  * reference in tests.
  *

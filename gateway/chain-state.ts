@@ -29,9 +29,9 @@ import { VouchError } from '../chain/errors.ts';
 import { readJson, utf8Text, type Block, type Checkpoint } from '../chain/block.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { verifyDirectory } from '../lib/parallel-verify.ts';
-import { blockPath, type ChainRepo } from '../lib/chain-repo.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { verifyDirectory } from '../store/parallel-verify.ts';
+import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
 
 const SNAPSHOT_VERSION = 1;
 const ZERO = Buffer.alloc(32);

@@ -12,7 +12,7 @@
  * logged when it refuses, and the status `/readyz` reports.
  *
  * Trusts: the served state's verifier state (what was verified, from block 0,
- * against the pinned key) and `lib/chain-repo.ts` for git. Nothing from the
+ * against the pinned key) and `store/chain-repo.ts` for git. Nothing from the
  * remote: git history, the remote's working tree and its checkpoint are
  * checked like any block.
  *
@@ -26,7 +26,7 @@
  *   code and the block index.
  * - Never two syncs at once; `stop()` leaves no timer and no fetch behind.
  * - A hostile or broken remote (malformed, oversized, endless or slow
- *   answers) costs one failed attempt, bounded by lib/chain-repo.ts
+ *   answers) costs one failed attempt, bounded by store/chain-repo.ts
  *   `FETCH_LIMITS`, reported in `status()` as a transport failure (backoff),
  *   and changes nothing local (test/hostile-remote.test.ts).
  */
@@ -36,8 +36,8 @@ import { VouchError } from '../chain/errors.ts';
 import { type Block, parseBlockText, readJson } from '../chain/block.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
 import { base64Decode, bytesEqual } from '../chain/encoding.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { ChainRepo, type ChainSnapshot, type FetchOptions, blockPath, parseBlockPath } from '../lib/chain-repo.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { ChainRepo, type ChainSnapshot, type FetchOptions, blockPath, parseBlockPath } from '../store/chain-repo.ts';
 import type { Logger } from './log.ts';
 
 /** What the sync needs of the served chain (ChainState implements it). */

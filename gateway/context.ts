@@ -1,13 +1,13 @@
 /**
  * What the request handlers share: configuration, the verified chain state
  * (null until loaded), the artifact source, the submitter (authority mode
- * only), the hashed submit token, the clock and the logger.
+ * only), the hashed submit token, the clock and the logger — and the shapes
+ * of what they are handed (artifact source, sync and push reports), defined
+ * here so that handlers import this module and it imports none of them.
  */
 import type { Config } from './config.ts';
 import type { ChainState } from './chain-state.ts';
-import type { ArtifactSource } from './download.ts';
 import type { Logger } from './log.ts';
-import type { PushReport, SyncReport } from './health.ts';
 
 export interface SubmitHandler {
   submit(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
@@ -29,4 +29,48 @@ export interface GatewayContext {
   syncReport?: (() => SyncReport) | null;
   /** Authority with a remote: the pusher's report. */
   pushReport?: (() => PushReport) | null;
+}
+
+export interface StoredArtifactLike {
+  contentType: string;
+  size: number;
+  bytes?: Buffer;
+  path?: string;
+  release(): void;
+}
+
+/** Where verified bytes come from (the mirror, else the origin). */
+export interface ArtifactSource {
+  obtain(url: string, artifactHash: string, opts: { signal?: AbortSignal; trustedHosts?: readonly string[] }): Promise<{
+    artifact: StoredArtifactLike;
+    source: string;
+    originHeaders: Record<string, string>;
+  }>;
+  /**
+   * A buffer to read a file artifact into for sending: `want` bytes when the
+   * memory budget has room for them (charged until `release`), else `small`.
+   * Absent: `small`.
+   */
+  sendBuffer?(want: number, small: number): { buffer: Buffer; release(): void };
+}
+
+/** What a mirror's sync loop reports (snake_case: it is served as is). */
+export interface SyncReport {
+  remote: string;
+  last_success: string | null;
+  last_attempt: string | null;
+  last_error: { code: string; message: string } | null;
+  consecutive_failures: number;
+  stale_seconds: number | null;
+  remote_head: string | null;
+}
+
+/** What the authority's pusher reports. */
+export interface PushReport {
+  remote: string;
+  remote_head: string | null;
+  backlog: number;
+  last_push: string | null;
+  last_error: { code: string; message: string } | null;
+  consecutive_failures: number;
 }

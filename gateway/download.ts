@@ -21,30 +21,7 @@ import { isVouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
 import type { Selection } from '../chain/select.ts';
 import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from './http-util.ts';
-import type { GatewayContext } from './context.ts';
-
-export interface StoredArtifactLike {
-  contentType: string;
-  size: number;
-  bytes?: Buffer;
-  path?: string;
-  release(): void;
-}
-
-/** Where verified bytes come from (the mirror, else the origin). */
-export interface ArtifactSource {
-  obtain(url: string, artifactHash: string, opts: { signal?: AbortSignal; trustedHosts?: readonly string[] }): Promise<{
-    artifact: StoredArtifactLike;
-    source: string;
-    originHeaders: Record<string, string>;
-  }>;
-  /**
-   * A buffer to read a file artifact into for sending: `want` bytes when the
-   * memory budget has room for them (charged until `release`), else `small`.
-   * Absent: `small`.
-   */
-  sendBuffer?(want: number, small: number): { buffer: Buffer; release(): void };
-}
+import type { ArtifactSource, GatewayContext } from './context.ts';
 
 /** The UNS header value: `{"<service>":{"endorsement":<block>}}`, pure ASCII. */
 export function unsHeader(serviceName: string, block: Block): string {

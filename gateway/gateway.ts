@@ -12,7 +12,7 @@
  * refuses itself.
  * Must hold: the submit token and the key never reach a log line or a
  * response; they are announced once, only when first generated. An
- * authority holds its chain's lock (lib/chain-lock.ts) from start to
+ * authority holds its chain's lock (store/chain-lock.ts) from start to
  * `close()`: a second authority on the directory refuses to start, and
  * other writers are refused while it runs; on a chain directory it cannot
  * write it refuses to start (exit 2, one line naming the directory). A
@@ -31,27 +31,26 @@ import { base64Encode } from '../chain/encoding.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
-import { createKeyFile, readKeyFile } from '../lib/key-file.ts';
-import { nodeBackend, nodeSigner } from '../lib/node-crypto.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
-import { acquireChainLock, type ChainLock } from '../lib/chain-lock.ts';
-import { commitFor, trustedHead } from '../lib/chain-store.ts';
-import { digestUrl } from '../lib/artifact-digest.ts';
+import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
+import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
+import { commitFor, trustedHead } from '../store/chain-store.ts';
+import { digestUrl } from '../artifacts/artifact-digest.ts';
 import type { Config } from './config.ts';
 import { ChainState } from './chain-state.ts';
 import { answeredBeforeBody, createRequestHandler, LINGER_MS } from './server.ts';
 import { proxyFor } from './proxy.ts';
 import { observeMirror } from './metrics.ts';
 import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
-import { ChainPusher, type PushStatus } from '../lib/chain-push.ts';
-import type { PushReport, SyncReport } from './health.ts';
+import { ChainPusher, type PushStatus } from '../store/chain-push.ts';
 import { createLogger, type Logger } from './log.ts';
-import type { GatewayContext } from './context.ts';
+import type { GatewayContext, PushReport, SyncReport } from './context.ts';
 import { SKILL_PATH } from './openapi.ts';
-import { OriginFetcher } from './origin-fetcher.ts';
-import { Mirror } from './mirror.ts';
-import { VerifiedFetcher } from './verified-fetch.ts';
-import { HashWorkers } from './hash-workers.ts';
+import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
+import { Mirror } from '../artifacts/mirror.ts';
+import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
+import { HashWorkers } from '../artifacts/hash-workers.ts';
 import { Submitter } from './submitter.ts';
 
 export interface StartOptions {

@@ -9,27 +9,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sendJson } from './http-util.ts';
 import type { GatewayContext } from './context.ts';
 
-/** What a mirror's sync loop reports (snake_case: it is served as is). */
-export interface SyncReport {
-  remote: string;
-  last_success: string | null;
-  last_attempt: string | null;
-  last_error: { code: string; message: string } | null;
-  consecutive_failures: number;
-  stale_seconds: number | null;
-  remote_head: string | null;
-}
-
-/** What the authority's pusher reports. */
-export interface PushReport {
-  remote: string;
-  remote_head: string | null;
-  backlog: number;
-  last_push: string | null;
-  last_error: { code: string; message: string } | null;
-  consecutive_failures: number;
-}
-
 export function handleHealthz(ctx: GatewayContext, _req: IncomingMessage, res: ServerResponse): void {
   sendJson(res, 200, { success: true, status: 'alive', uptime_seconds: Math.round((Date.now() - ctx.startedAt) / 1000) });
 }

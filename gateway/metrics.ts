@@ -21,8 +21,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { GatewayContext } from './context.ts';
-import type { VerifiedFetcherStats } from './verified-fetch.ts';
-import type { MirrorStats } from './mirror.ts';
+import type { VerifiedFetcherStats } from '../artifacts/verified-fetch.ts';
+import type { MirrorStats } from '../artifacts/mirror.ts';
 import type { SubmitterStats } from './submitter.ts';
 import { proxyFor, proxyStats } from './proxy.ts';
 

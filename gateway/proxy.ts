@@ -49,10 +49,10 @@ import type { Selection } from '../chain/select.ts';
 import type { MetadataIO } from './ecosystems/ecosystem.ts';
 import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-routes.ts';
 import { MetadataCache, type OriginAnswer } from './ecosystems/metadata-cache.ts';
-import type { GatewayContext } from './context.ts';
-import { etagMatches, serveVerified, type ArtifactSource } from './download.ts';
+import type { ArtifactSource, GatewayContext } from './context.ts';
+import { etagMatches, serveVerified } from './download.ts';
 import { sendEmpty, statusOf } from './http-util.ts';
-import { keptOriginHeaders } from './mirror.ts';
+import { keptOriginHeaders } from '../artifacts/mirror.ts';
 
 /** What the proxy did, since the start (for metrics). */
 export interface ProxyStats {

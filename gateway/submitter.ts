@@ -8,7 +8,7 @@
  * submits became (`stats()`).
  * Trusts: `index` and `head()` describe the verified chain exactly as on the
  * branch (checked against `repo.size` before every round); `repo.append`
- * either puts the whole commit on the branch or nothing (lib/chain-repo.ts);
+ * either puts the whole commit on the branch or nothing (store/chain-repo.ts);
  * `digest` hashes what the origin served — only the complete body of a 200,
  * anything else is an `origin_error` and nothing is signed — and refuses
  * what the configuration forbids (private addresses, sizes, timeouts).
@@ -34,8 +34,8 @@ import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../ch
 import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backend.ts';
 import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
-import type { ChainRepo } from '../lib/chain-repo.ts';
-import { appendSigned, type Committed } from '../lib/chain-store.ts';
+import type { ChainRepo } from '../store/chain-repo.ts';
+import { appendSigned, type Committed } from '../store/chain-store.ts';
 import { parseSubmitRequest, type SubmitRequest } from './submit-request.ts';
 
 export interface SubmitterDeps {

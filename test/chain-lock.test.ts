@@ -1,5 +1,5 @@
 /**
- * One writer per chain (lib/chain-lock.ts) with real processes: `vouch
+ * One writer per chain (store/chain-lock.ts) with real processes: `vouch
  * endorse` on the chain of a running authority gateway is refused with one
  * line (exit 2) and leaves the chain untouched, so the gateway's submits
  * keep working; a second authority gateway on the directory refuses to
@@ -13,9 +13,9 @@ import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileS
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { createKeyFile } from '../lib/key-file.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
-import { acquireChainLock, assertChainWritable, lockPathOf } from '../lib/chain-lock.ts';
+import { createKeyFile } from '../platform/key-file.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { acquireChainLock, assertChainWritable, lockPathOf } from '../store/chain-lock.ts';
 import { VouchError } from '../chain/errors.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';

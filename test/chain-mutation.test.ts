@@ -9,7 +9,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { verifyChain, computeRecordHash, buildEndorseBlock, buildCheckpoint, payloadMessage, type Block } from '../chain/index.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 import { buildFeatureChain, T0 } from './helpers/chain-fixture.ts';
 
 const { blocks, checkpoint, signer } = buildFeatureChain();

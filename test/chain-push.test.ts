@@ -1,5 +1,5 @@
 /**
- * Tests of lib/chain-push.ts against a real git smart-HTTP server (git
+ * Tests of store/chain-push.ts against a real git smart-HTTP server (git
  * http-backend, pushes enabled), the real git CLI as the judge of what landed
  * (rev-parse, fsck --strict, clone, log) and `vouch verify` on a plain clone.
  * Chains are built with the real pieces (ChainRepo, the block builder,
@@ -27,10 +27,10 @@ import { VouchError } from '../chain/errors.ts';
 import { type Block, formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
 import { utf8 } from '../chain/encoding.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
-import { appendSigned, commitFor } from '../lib/chain-store.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { ChainPusher, type PushLog, lsRemote, makeDelta, pushNew } from '../lib/chain-push.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { appendSigned, commitFor } from '../store/chain-store.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { ChainPusher, type PushLog, lsRemote, makeDelta, pushNew } from '../store/chain-push.ts';
 import { GitServer } from './helpers/git-server.ts';
 import { T0, testSigner } from './helpers/chain-fixture.ts';
 import { refusal } from './helpers/refusal.ts';

@@ -1,5 +1,5 @@
 /**
- * Tests of lib/chain-repo.ts and lib/git-index.ts against the real git CLI
+ * Tests of store/chain-repo.ts and store/git-index.ts against the real git CLI
  * and the real file system (temporary directories, removed afterwards).
  *
  * Owns: nothing outside its temporary directories.
@@ -20,8 +20,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ChainRepo, blockPath, parseBlockPath, type BlockFile, type CommitInfo } from '../lib/chain-repo.ts';
-import { ewahDecode, ewahEncode, parseIndex } from '../lib/git-index.ts';
+import { ChainRepo, blockPath, parseBlockPath, type BlockFile, type CommitInfo } from '../store/chain-repo.ts';
+import { ewahDecode, ewahEncode, parseIndex } from '../store/git-index.ts';
 import { VouchError } from '../chain/errors.ts';
 
 const PAD = 'x'.repeat(300);

@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ChainIndex, buildAuthorityBlock, buildEndorseBlock, buildRevokeBlock, verifyChain, type Block } from '../chain/index.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner, T0 } from './helpers/chain-fixture.ts';
 
 const signer = testSigner();

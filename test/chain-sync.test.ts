@@ -1,6 +1,6 @@
 /**
  * Tests of the mirror side: `ChainRepo.clone` / `fetch` / `fastForward`
- * (lib/chain-repo.ts) and `ChainSync` / `prepareMirror`
+ * (store/chain-repo.ts) and `ChainSync` / `prepareMirror`
  * (gateway/chain-sync.ts), against a real git smart-HTTP server
  * (git http-backend on 127.0.0.1), chains built with the real builder and
  * pushed with the git CLI, and the real `vouch verify`.
@@ -22,9 +22,9 @@ import { buildLongChain, testSigner, T0 } from './helpers/chain-fixture.ts';
 import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf, computeRecordHash } from '../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../chain/block.ts';
 import { base64Encode, utf8 } from '../chain/encoding.ts';
-import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../lib/node-crypto.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
-import { appendSigned, commitFor } from '../lib/chain-store.ts';
+import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-crypto.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { appendSigned, commitFor } from '../store/chain-store.ts';
 import { VouchError } from '../chain/errors.ts';
 import { ChainState } from '../gateway/chain-state.ts';
 import { ChainSync, prepareMirror } from '../gateway/chain-sync.ts';

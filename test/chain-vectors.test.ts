@@ -10,7 +10,7 @@ import {
   utf8, artifactHashOf, parseBlock, type CryptoBackend,
 } from '../chain/index.ts';
 import { nobleBackend, nobleSigner } from '../chain/backend-noble.ts';
-import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../lib/node-crypto.ts';
+import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-crypto.ts';
 import { loadChainVectors, loadJcsVectors } from './helpers/vectors.ts';
 
 const V = loadChainVectors();

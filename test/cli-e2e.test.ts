@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { git, vouch, vouchAsync, type Run } from './helpers/processes.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-e2e-'));
 const key = join(work, 'authority.pem');

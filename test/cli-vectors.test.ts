@@ -9,7 +9,7 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ChainRepo } from '../lib/chain-repo.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
 import { loadChainVectors } from './helpers/vectors.ts';
 import { vouch } from './helpers/processes.ts';
 

@@ -1,7 +1,7 @@
 /**
  * An acknowledged append survives power loss (issue 14, item 11), shown with
  * an injected fs layer: node:fs's own functions are wrapped (and the ESM
- * bindings re-synced, so `import * as fs` in lib/ sees the wrappers) to
+ * bindings re-synced, so `import * as fs` in store/ sees the wrappers) to
  * record every open, fsync and rename in order. For one real append:
  * every object file is fsynced before the rename that names it; every
  * directory an object was added to (and `objects/` for a new fan-out
@@ -17,8 +17,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
-import { commitFor } from '../lib/chain-store.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { commitFor } from '../store/chain-store.ts';
 import { buildLongChain } from './helpers/chain-fixture.ts';
 
 const require = createRequire(import.meta.url);

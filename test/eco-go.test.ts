@@ -23,8 +23,8 @@ import {
   artifactHashOf, base64Encode, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock,
   formatBlockFile, formatCheckpointFile, type Block,
 } from '../chain/index.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
 import type { MetadataIO } from '../gateway/ecosystems/ecosystem.ts';
 import {
   compareGoVersions, escapeGo, filterVersionList, formatVersionList, goproxy, isCanonicalVersion, latestOf,

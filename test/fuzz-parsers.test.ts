@@ -13,7 +13,7 @@ import { isDate, isDateTime, isHex64 } from '../chain/block.ts';
 import { parsedPayloadJcs, recordJcsAround } from '../chain/build.ts';
 import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../gateway/http-util.ts';
 import { parseSubmitRequest } from '../gateway/submit-request.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 import { buildFeatureChain } from './helpers/chain-fixture.ts';
 
 const SEED = 20261122;

@@ -14,9 +14,9 @@ import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { isVouchError, type VouchError } from '../chain/errors.ts';
-import { Mirror, type MirrorOptions } from '../gateway/mirror.ts';
-import { OriginFetcher } from '../gateway/origin-fetcher.ts';
-import { VerifiedFetcher } from '../gateway/verified-fetch.ts';
+import { Mirror, type MirrorOptions } from '../artifacts/mirror.ts';
+import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
+import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
 import { OriginServer, digestOf, pattern, patternBytes } from './helpers/origin-server.ts';
 
 setFlagsFromString('--expose-gc');

@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { createLogger } from '../gateway/log.ts';
 import { ROUTES } from '../gateway/server.ts';
 import { GatewayMetrics } from '../gateway/metrics.ts';

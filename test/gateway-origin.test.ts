@@ -8,8 +8,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { isVouchError, type VouchError } from '../chain/errors.ts';
-import { AddressGuard, classifyAddress, parseIp, type Resolver } from '../gateway/address-guard.ts';
-import { OriginFetcher, type OriginResponse } from '../gateway/origin-fetcher.ts';
+import { AddressGuard, classifyAddress, parseIp, type Resolver } from '../artifacts/address-guard.ts';
+import { OriginFetcher, type OriginResponse } from '../artifacts/origin-fetcher.ts';
 import { OriginServer, pattern, patternBytes } from './helpers/origin-server.ts';
 
 let origin: OriginServer;

@@ -19,10 +19,10 @@ import { artifactHashOf, buildAuthorityBlock, buildCheckpoint } from '../chain/b
 import { utf8 } from '../chain/encoding.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { verifyChain } from '../chain/verify.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
-import { commitFor } from '../lib/chain-store.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { digestUrl } from '../lib/artifact-digest.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { commitFor } from '../store/chain-store.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { digestUrl } from '../artifacts/artifact-digest.ts';
 import { Submitter, type SubmitResult } from '../gateway/submitter.ts';
 import { T0, testSigner } from './helpers/chain-fixture.ts';
 import { refusal } from './helpers/refusal.ts';

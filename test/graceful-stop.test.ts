@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig } from './helpers/gateway-process.ts';
 

@@ -32,11 +32,11 @@ import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock
 import type { Block } from '../chain/block.ts';
 import { base64Encode, formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
 import { isVouchError, type VouchError } from '../chain/errors.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
-import { createKeyFile } from '../lib/key-file.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { OriginFetcher } from '../gateway/origin-fetcher.ts';
-import type { Resolver } from '../gateway/address-guard.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { createKeyFile } from '../platform/key-file.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
+import type { Resolver } from '../artifacts/address-guard.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
 import { OriginServer, digestOf } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';

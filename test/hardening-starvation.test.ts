@@ -28,8 +28,8 @@ import { Worker } from 'node:worker_threads';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
 import type { Block } from '../chain/block.ts';
 import { base64Encode, formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
-import { ChainRepo } from '../lib/chain-repo.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 

@@ -49,9 +49,9 @@ import { artifactHashOf, buildCheckpoint, buildEndorseBlock } from '../chain/bui
 import { formatBlockFile, formatCheckpointFile, type Block } from '../chain/block.ts';
 import { base64Encode, utf8 } from '../chain/encoding.ts';
 import { VouchError } from '../chain/errors.ts';
-import { nodeBackend, privateKeyFromSeed } from '../lib/node-crypto.ts';
-import { ChainRepo, FETCH_LIMITS, type FetchOptions } from '../lib/chain-repo.ts';
-import { appendSigned, commitFor } from '../lib/chain-store.ts';
+import { nodeBackend, privateKeyFromSeed } from '../platform/node-crypto.ts';
+import { ChainRepo, FETCH_LIMITS, type FetchOptions } from '../store/chain-repo.ts';
+import { appendSigned, commitFor } from '../store/chain-store.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-hostile-'));
 const signer = testSigner();

@@ -12,7 +12,7 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync, readFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { GitServer } from './helpers/git-server.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';

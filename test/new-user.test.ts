@@ -13,7 +13,7 @@ import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { defaultConfig, loadConfigFile, resolveConfig } from '../gateway/config.ts';
 import { modeLine } from '../gateway/gateway.ts';
 import { OriginServer } from './helpers/origin-server.ts';

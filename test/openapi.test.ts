@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import Ajv2020 from 'ajv/dist/2020.js';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 

@@ -1,5 +1,5 @@
 /**
- * The origin HTTP/1.1 client (`gateway/origin-h1.ts`) against scripted raw
+ * The origin HTTP/1.1 client (`artifacts/origin-h1.ts`) against scripted raw
  * TCP servers on 127.0.0.1, so every framing case is exactly the bytes
  * written: heads and bodies split across reads, Content-Length, chunked
  * (extensions, trailers; tiny chunks gathered and parsed in slices) and
@@ -22,8 +22,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { isVouchError } from '../chain/errors.ts';
-import { H1Client, H1Error, type H1Request, type H1Response } from '../gateway/origin-h1.ts';
-import { OriginFetcher } from '../gateway/origin-fetcher.ts';
+import { H1Client, H1Error, type H1Request, type H1Response } from '../artifacts/origin-h1.ts';
+import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

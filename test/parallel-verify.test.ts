@@ -9,9 +9,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { formatBlockFile, formatCheckpointFile, computeRecordHash, VouchError, type Block } from '../chain/index.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { ChainRepo, blockPath } from '../lib/chain-repo.ts';
-import { verifyDirectory } from '../lib/parallel-verify.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { ChainRepo, blockPath } from '../store/chain-repo.ts';
+import { verifyDirectory } from '../store/parallel-verify.ts';
 import { buildLongChain } from './helpers/chain-fixture.ts';
 
 const N = 5_000;

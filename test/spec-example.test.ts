@@ -8,7 +8,7 @@ import * as assert from 'uvu/assert';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { canonicalize, computeRecordHash, payloadMessage, base64Encode, artifactHashOf, utf8, hexDecode, type Block } from '../chain/index.ts';
-import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../lib/node-crypto.ts';
+import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-crypto.ts';
 
 const source = readFileSync(fileURLToPath(new URL('../chain/block.ts', import.meta.url)), 'utf8');
 const ex: Record<string, string> = {};

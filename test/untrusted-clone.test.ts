@@ -28,9 +28,9 @@ import {
 import { utf8 } from '../chain/encoding.ts';
 import { readJson } from '../chain/block.ts';
 import fc from 'fast-check';
-import { nodeBackend } from '../lib/node-crypto.ts';
-import { ChainRepo, blockPath } from '../lib/chain-repo.ts';
-import { verifyDirectory } from '../lib/parallel-verify.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { ChainRepo, blockPath } from '../store/chain-repo.ts';
+import { verifyDirectory } from '../store/parallel-verify.ts';
 import { ChainState } from '../gateway/chain-state.ts';
 import { T0, testSigner } from './helpers/chain-fixture.ts';
 import { vouch } from './helpers/processes.ts';

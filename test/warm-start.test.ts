@@ -11,7 +11,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, truncateSync, unlinkSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { formatBlockFile, formatCheckpointFile, base64Encode } from '../chain/index.ts';
-import { ChainRepo, blockPath } from '../lib/chain-repo.ts';
+import { ChainRepo, blockPath } from '../store/chain-repo.ts';
 import { buildLongChain } from './helpers/chain-fixture.ts';
 import { startGatewayProcess, writeConfig } from './helpers/gateway-process.ts';
 import { vouchAsync } from './helpers/processes.ts';

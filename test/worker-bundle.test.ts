@@ -1,5 +1,5 @@
 /**
- * Worker bundles (lib/worker-bundle.ts): a worker runs a plain-JS bundle of
+ * Worker bundles (platform/worker-bundle.ts): a worker runs a plain-JS bundle of
  * its TypeScript entry, and an edit to any file that went into the bundle is
  * picked up on the next call, never run stale.
  */
@@ -9,7 +9,7 @@ import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { workerBundle } from '../lib/worker-bundle.ts';
+import { workerBundle } from '../platform/worker-bundle.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = join(root, 'test', 'out', `worker-bundle-${process.pid}`);
@@ -47,7 +47,7 @@ test('a bundle runs in a worker and is rebuilt when a file it was built from cha
 });
 
 test('the verify worker bundles, and a missing entry gives null (the caller falls back)', async () => {
-  const v = await workerBundle(new URL('../lib/verify-worker-impl.ts', import.meta.url));
+  const v = await workerBundle(new URL('../store/verify-worker-impl.ts', import.meta.url));
   assert.ok(v, 'the verify worker did not bundle');
   assert.is(await workerBundle(pathToFileURL(join(dir, 'missing.ts'))), null);
 });

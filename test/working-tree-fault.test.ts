@@ -13,7 +13,7 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createKeyFile } from '../lib/key-file.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { git, vouchAsync } from './helpers/processes.ts';

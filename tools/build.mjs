@@ -10,11 +10,11 @@
  *
  * Owns dist/ (git-ignored; everything in it is made here):
  * - `cli.mjs` (tools/cli.ts, the whole command line and gateway), and the
- *   worker entries `hash-worker.mjs` (gateway/hash-worker.ts) and
- *   `verify-worker-impl.mjs` (lib/verify-worker-impl.ts), each with a
+ *   worker entries `hash-worker.mjs` (artifacts/hash-worker.ts) and
+ *   `verify-worker-impl.mjs` (store/verify-worker-impl.ts), each with a
  *   `.map` (`node --enable-source-maps` uses them). Node bundles: packages
  *   stay imports from node_modules; `__VOUCH_BUILT__` is defined true, which
- *   tells the code it runs from dist/ (lib/worker-bundle.ts `BUILT`).
+ *   tells the code it runs from dist/ (platform/worker-bundle.ts `BUILT`).
  * - `explorer/`: `explorer.js`, the browser bundle of gateway/explorer/app.ts
  *   (the options of gateway/explorer.ts `buildBundle`, which builds it on
  *   demand when running from sources), beside copies of `index.html` and
@@ -40,8 +40,8 @@ const MANIFEST = 'manifest.json';
 /** Node entry points: output name in dist/ (the source's base name, .mjs) → source. */
 const NODE_ENTRIES = {
   cli: 'tools/cli.ts',
-  'hash-worker': 'gateway/hash-worker.ts',
-  'verify-worker-impl': 'lib/verify-worker-impl.ts',
+  'hash-worker': 'artifacts/hash-worker.ts',
+  'verify-worker-impl': 'store/verify-worker-impl.ts',
 };
 /** Files copied as they are: dist/ path → source. */
 const COPIES = {

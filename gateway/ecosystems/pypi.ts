@@ -12,7 +12,7 @@
  *
  * A project page is fetched through the metadata cache in the form the
  * client negotiated (JSON or HTML, by Accept; one cache form each), parsed
- * (lib/pypi-simple.ts; JSON strictly) into a list of files, and answered as
+ * (artifacts/pypi-simple.ts; JSON strictly) into a list of files, and answered as
  * a fresh page: every file link is resolved against the page's origin URL,
  * its fragment dropped, and mapped to its artifact URL (the canonical base of
  * whichever route serves it + the path); a link no route serves is removed
@@ -36,7 +36,7 @@
  * none left is a 404 with the reason; a fragment on an endorsed link is
  * exactly the signed hash; nothing of the origin's markup is sent.
  */
-import { PageError, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../lib/pypi-simple.ts';
+import { PageError, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
 import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse } from './ecosystem.ts';
 
 export const JSON_TYPE = 'application/vnd.pypi.simple.v1+json';

@@ -3,7 +3,7 @@ import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlo
 import type { Block, Checkpoint } from '../../chain/block.ts';
 import type { HashAlgorithm, Signer } from '../../chain/crypto-backend.ts';
 import { hexDecode, utf8 } from '../../chain/encoding.ts';
-import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../lib/node-crypto.ts';
+import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 
 export const TEST_SEED = hexDecode('4c0a8f7e2b9d16c3a5e4f7081b2c3d4e5f60718293a4b5c6d7e8f90123456789')!;
 export const T0 = Date.UTC(2026, 0, 1, 9, 0, 0);

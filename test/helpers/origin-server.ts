@@ -27,7 +27,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { hexEncode } from '../../chain/encoding.ts';
-import { nodeBackend } from '../../lib/node-crypto.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
 
 // ---------------------------------------------------------------------------
 // Deterministic pattern bodies

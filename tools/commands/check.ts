@@ -9,9 +9,9 @@ import { VouchError } from '../../chain/errors.ts';
 import { isDate, isSemver, parseBlockText } from '../../chain/block.ts';
 import { ChainIndex } from '../../chain/select.ts';
 import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
-import { verifyDirectory } from '../../lib/parallel-verify.ts';
-import { ChainRepo } from '../../lib/chain-repo.ts';
-import { digestFile } from '../../lib/artifact-digest.ts';
+import { verifyDirectory } from '../../store/parallel-verify.ts';
+import { ChainRepo } from '../../store/chain-repo.ts';
+import { digestFile } from '../../artifacts/artifact-digest.ts';
 
 export const check: Command = {
   name: 'check',

@@ -35,10 +35,10 @@ import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../..
 import { type Block, parseBlockText, isDate, isSemver, isUnitName, LIMITS } from '../../chain/block.ts';
 import { npmUnitName } from '../../chain/unit-names.ts';
 import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
-import { readKeyFile } from '../../lib/key-file.ts';
-import { nodeBackend, nodeSigner } from '../../lib/node-crypto.ts';
-import { ChainRepo } from '../../lib/chain-repo.ts';
-import { appendSigned, trustedHead } from '../../lib/chain-store.ts';
+import { readKeyFile } from '../../platform/key-file.ts';
+import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
+import { ChainRepo } from '../../store/chain-repo.ts';
+import { appendSigned, trustedHead } from '../../store/chain-store.ts';
 import { Http, MiB, OriginMap, hasCredentials } from '../lockfiles/http.ts';
 import { MultiHash, type DigestName } from '../lockfiles/digests.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';

@@ -12,11 +12,11 @@ import { VouchError } from '../../chain/errors.ts';
 import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../../chain/build.ts';
 import { parseBlockText, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName, LIMITS } from '../../chain/block.ts';
 import { isHashAlgorithm, DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS } from '../../chain/hash-algorithms.ts';
-import { readKeyFile } from '../../lib/key-file.ts';
-import { nodeBackend, nodeSigner } from '../../lib/node-crypto.ts';
-import { ChainRepo } from '../../lib/chain-repo.ts';
-import { appendSigned, findEndorsements, trustedHead } from '../../lib/chain-store.ts';
-import { digestFile, digestUrl } from '../../lib/artifact-digest.ts';
+import { readKeyFile } from '../../platform/key-file.ts';
+import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
+import { ChainRepo } from '../../store/chain-repo.ts';
+import { appendSigned, findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { digestFile, digestUrl } from '../../artifacts/artifact-digest.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';
 import { endorseLockfile, LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from './endorse-lockfile.ts';
 

@@ -14,7 +14,7 @@ import { isArtifactUrl, isDate, isSemver, parseBlock, type Block } from '../../c
 import { computeRecordHash, payloadMessage } from '../../chain/build.ts';
 import { base64Decode, hexEncode } from '../../chain/encoding.ts';
 import { parseArtifactHash, formatArtifactHash } from '../../chain/hash-algorithms.ts';
-import { nodeBackend } from '../../lib/node-crypto.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
 
 const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
   400: ['the gateway refused the parameters', 2],

@@ -4,10 +4,10 @@ import { UsageError, emit } from '../command.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, isUnitName } from '../../chain/block.ts';
 import { base64Encode } from '../../chain/encoding.ts';
-import { readKeyFile } from '../../lib/key-file.ts';
-import { nodeBackend, nodeSigner } from '../../lib/node-crypto.ts';
-import { ChainRepo } from '../../lib/chain-repo.ts';
-import { commitFor } from '../../lib/chain-store.ts';
+import { readKeyFile } from '../../platform/key-file.ts';
+import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
+import { ChainRepo } from '../../store/chain-repo.ts';
+import { commitFor } from '../../store/chain-store.ts';
 
 export const init: Command = {
   name: 'init',

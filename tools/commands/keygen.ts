@@ -1,6 +1,6 @@
 /** `vouch keygen --out FILE`: a new ed25519 authority key (PKCS#8 PEM, mode 0600). */
 import { emit, type Command } from '../command.ts';
-import { createKeyFile } from '../../lib/key-file.ts';
+import { createKeyFile } from '../../platform/key-file.ts';
 
 export const keygen: Command = {
   name: 'keygen',

@@ -4,7 +4,7 @@
  * shows on a terminal, nothing on a pipe; one summary line at the end, or
  * the first failure as `<code> at block <index>` (exit 1).
  *
- * What is verified is what branch main commits (lib/parallel-verify.ts): the
+ * What is verified is what branch main commits (store/parallel-verify.ts): the
  * working tree's files must be exactly those blobs. Safe on an untrusted
  * clone: nothing in the directory makes it read more than 16 MiB per file,
  * follow a link, wait on a FIFO or plan work from an unverified size.
@@ -12,8 +12,8 @@
 import type { Command } from '../command.ts';
 import { progressReporter } from '../command.ts';
 import { VouchError, isVouchError } from '../../chain/errors.ts';
-import { verifyDirectory } from '../../lib/parallel-verify.ts';
-import { ChainRepo } from '../../lib/chain-repo.ts';
+import { verifyDirectory } from '../../store/parallel-verify.ts';
+import { ChainRepo } from '../../store/chain-repo.ts';
 
 /** The verification codes of a block, in the order they are checked (chain/verify.ts), for --help. */
 const BLOCK_CHECKS: [string, string][] = [

@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { hexEncode } from '../../chain/encoding.ts';
 import { isHashAlgorithm, DEFAULT_HASH_ALGORITHM } from '../../chain/hash-algorithms.ts';
-import { nodeBackend } from '../../lib/node-crypto.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
 
 /** A vouch algorithm, or one a lockfile may check with. */
 export type DigestName = HashAlgorithm | 'sha1' | 'sha384';

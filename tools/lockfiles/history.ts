@@ -4,7 +4,7 @@
  *
  * Owns: one pass over the block files, each read once and JSON-parsed
  * once, looking its URLs up in a set: the cost grows with the chain, not
- * with chain x URLs (lib/chain-store.ts findEndorsements searches the text
+ * with chain x URLs (store/chain-store.ts findEndorsements searches the text
  * of each block for each URL, which suits one release's few URLs). A block
  * that names one of the URLs is then parsed strictly (parseBlockText).
  *
@@ -13,7 +13,7 @@
  * single-URL mode).
  */
 import { type Block, parseBlockText } from '../../chain/block.ts';
-import type { ChainRepo } from '../../lib/chain-repo.ts';
+import type { ChainRepo } from '../../store/chain-repo.ts';
 
 export interface Prior { block: Block; artifactHash: string; semver: string }
 

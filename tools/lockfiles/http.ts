@@ -9,7 +9,7 @@
  * every failure into one VouchError line naming the canonical URL (and the
  * URL actually asked when they differ).
  *
- * Does not reuse lib/artifact-digest.ts: that goes through the gateway's
+ * Does not reuse artifacts/artifact-digest.ts: that goes through the gateway's
  * origin fetcher, which sends no Accept header (PEP 691 needs one), knows
  * no origin map and hashes with one algorithm; this module imports only
  * chain/ and undici.

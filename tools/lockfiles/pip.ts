@@ -17,7 +17,7 @@
  * - The index page is `<index>/<PEP 503 name>/`, asked for with
  *   `Accept: application/vnd.pypi.simple.v1+json, text/html;q=0.1`: a PEP
  *   691 JSON answer is read as JSON, anything else as HTML (both by
- *   lib/pypi-simple.ts: anchors through htmlparser2, `<base href>`
+ *   artifacts/pypi-simple.ts: anchors through htmlparser2, `<base href>`
  *   honoured, the anchor text as the file name; JSON shapes checked, a page
  *   it refuses fails naming why). Links resolve against the page's URL (the
  *   canonical one after redirects).
@@ -42,7 +42,7 @@ import { isArtifactUrl } from '../../chain/block.ts';
 import { parsePep440, pep440Equal, pep440ToSemver, pypiNormalizeName, pypiUnitName, isPypiName } from '../../chain/unit-names.ts';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { isHashAlgorithm, DEFAULT_HASH_ALGORITHM } from '../../chain/hash-algorithms.ts';
-import { PageError, fragmentHashes, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../lib/pypi-simple.ts';
+import { PageError, fragmentHashes, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
 import { parsePipHash, type DigestName } from './digests.ts';
 import { checkLicense } from './licenses.ts';
 import { MiB, hasCredentials, type Http } from './http.ts';
@@ -223,7 +223,7 @@ function hexHashes(hashes: Record<string, string>): Record<string, string> {
 
 /**
  * The files an index page of `project` lists (PEP 691 JSON or PEP 503 HTML,
- * read by lib/pypi-simple.ts).
+ * read by artifacts/pypi-simple.ts).
  * @throws VouchError `bad_request` when the page cannot be read (naming why)
  * or links to a URL with credentials.
  */

@@ -11,8 +11,8 @@ import { VouchError } from '../chain/errors.ts';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
 import { hexEncode } from '../chain/encoding.ts';
 import { formatArtifactHash } from '../chain/hash-algorithms.ts';
-import { nodeBackend } from './node-crypto.ts';
-import { OriginFetcher, type OriginLimits } from '../gateway/origin-fetcher.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import { OriginFetcher, type OriginLimits } from './origin-fetcher.ts';
 
 export interface DigestResult { artifactHash: string; bytes: number }
 

@@ -1,5 +1,5 @@
 // Fallback worker entry for parallel chain verification, used only when no
-// plain-JS bundle can be had (lib/worker-bundle.ts): loads the TypeScript
+// plain-JS bundle can be had (platform/worker-bundle.ts): loads the TypeScript
 // implementation through tsx's loader (workers do not inherit it).
 import { register } from 'tsx/esm/api';
 register();

@@ -1,6 +1,6 @@
 /**
  * The authority's view of a chain repository: the glue between the pure
- * chain core (`chain/`) and the git module (`lib/chain-repo.ts`).
+ * chain core (`chain/`) and the git module (`store/chain-repo.ts`).
  *
  * Owns: commit messages (DESIGN 2), the cheap trusted-head check an append
  * starts from, and appending signed blocks with their checkpoint.
@@ -13,7 +13,7 @@ import { type Block, type Checkpoint, formatBlockFile, formatCheckpointFile, par
 import { checkpointMessage, computeRecordHash } from '../chain/build.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
-import { nodeBackend } from './node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 import { ChainRepo, type CommitInfo } from './chain-repo.ts';
 
 /** `block <i>: <intent> <uns> <semver>` with the URLs in the body (DESIGN 2). */

@@ -12,7 +12,7 @@
  * the gateway notifies after each append (coalescing, retries with
  * exponential backoff, status).
  *
- * Trusts: the local repository's objects (written by lib/chain-repo.ts or by
+ * Trusts: the local repository's objects (written by store/chain-repo.ts or by
  * git; loose objects are read here, packed ones through isomorphic-git);
  * git's connectivity guarantee on the remote (a remote that has commit X has
  * everything reachable from X); undici for HTTP framing.

@@ -48,7 +48,7 @@ import { VouchError } from '../chain/errors.ts';
 import type { CryptoBackend, HashAlgorithm } from '../chain/crypto-backend.ts';
 import { hexEncode } from '../chain/encoding.ts';
 import { HASH_ALGORITHMS, parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 import { BytePool, MemoryBudget, sizeClass, type BudgetUse, type BytePoolStats, type MemoryBudgetStats } from './byte-pool.ts';
 
 const MiB = 1024 * 1024;

@@ -6,7 +6,7 @@
  * so doing both in turn on the main thread nearly doubled the time before
  * the first byte could be served, and held the event loop ~0.7 s per GiB.
  *
- * Owns: a few hash workers (plain-JS bundles from `lib/worker-bundle.ts`;
+ * Owns: a few hash workers (plain-JS bundles from `platform/worker-bundle.ts`;
  * started on first use, unref'd so they never keep a process alive), at
  * most one job per worker, and the control words of each job.
  * When no worker is idle, or no bundle can be had, `start` answers null and
@@ -19,7 +19,7 @@
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
-import { workerBundle } from '../lib/worker-bundle.ts';
+import { workerBundle } from '../platform/worker-bundle.ts';
 import { ABANDONED, COMPLETE, CONTROL_WORDS, SLEEPING, STATE, WRITTEN, type HashAnswer, type HashJob, type HashSource } from './hash-worker.ts';
 
 interface Slot {

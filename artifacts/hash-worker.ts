@@ -20,7 +20,7 @@
 import { closeSync, openSync, readSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 
 export type HashSource = { kind: 'memory'; data: SharedArrayBuffer } | { kind: 'file'; path: string };
 export interface HashJob { id: number; algorithm: HashAlgorithm; control: BigInt64Array; source: HashSource }

@@ -34,9 +34,9 @@ import { hash } from 'node:crypto';
 import { blockPath, type CommittedFiles } from './chain-repo.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
-import { nodeBackend } from './node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 import { examineFile, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
-import { workerBundle } from './worker-bundle.ts';
+import { workerBundle } from '../platform/worker-bundle.ts';
 
 /** What a chain directory offers to the verifier (ChainRepo implements it). */
 export interface BlockSource {

@@ -32,7 +32,7 @@ import { hash } from 'node:crypto';
 import { ChainVerifier, examineBlock, type BlockFacts, type TrustedAuthority, type VerifierState, type WalkRecord } from '../chain/verify.ts';
 import { isVouchError } from '../chain/errors.ts';
 import { LIMITS, readJson, utf8Text } from '../chain/block.ts';
-import { nodeBackend } from './node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 
 export interface VerifyTask {
   id: number;

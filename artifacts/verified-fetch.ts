@@ -31,7 +31,7 @@ import { VouchError } from '../chain/errors.ts';
 import { hashBytes, type CryptoBackend } from '../chain/crypto-backend.ts';
 import { hexDecode, hexEncode } from '../chain/encoding.ts';
 import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
-import { nodeBackend } from '../lib/node-crypto.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
 import { hashFile, POOLED_MIN, type Mirror, type StoredArtifact } from './mirror.ts';
 import type { OriginFetcher, OriginResponse } from './origin-fetcher.ts';
 import type { HashWorkers, SharedHash } from './hash-workers.ts';
