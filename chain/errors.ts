@@ -1,16 +1,17 @@
 /**
  * The one error type of vouch, and the one catalogue of its codes.
  *
- * Owns: every stable error code, what kind of failure it is, the HTTP status
- * it maps to and the CLI exit status it maps to. Nothing else in the project
- * decides a status: handlers and commands throw `VouchError` and ask this
- * catalogue. A test keeps the catalogue and the README's status table in step.
+ * Owns: every stable error code, what kind of failure it is and what it
+ * means. It knows no transport: the layer that speaks HTTP maps codes to
+ * statuses (`gateway/status.ts`), the command line maps them to exit
+ * statuses (`tools/exit-codes.ts`); both maps are total over `ErrorCode`,
+ * so a new code must be given both before the project type-checks.
  *
  * Kinds:
  * - `integrity`: the chain or an artifact is not what was signed (DESIGN 1.7,
- *   hash mismatches). Logged with evidence; CLI exit 1.
- * - `request`: the caller asked for something wrong or absent; CLI exit 2.
- * - `environment`: files, keys, git, network; CLI exit 2.
+ *   hash mismatches). Logged with evidence.
+ * - `request`: the caller asked for something wrong or absent.
+ * - `environment`: files, keys, git, network.
  *
  * Must hold: codes are never renamed (clients and auditors match on them).
  */
@@ -58,17 +59,13 @@ export type ErrorKind = 'integrity' | 'request' | 'environment';
 
 interface CatalogueEntry {
   kind: ErrorKind;
-  /** HTTP status of JSON endpoints (and of empty-bodied download failures). */
-  http: number;
-  /** `vouch` exit status. */
-  exit: 1 | 2;
   /** What the code means, for docs and default messages. */
   summary: string;
 }
 
-const integrity = (summary: string, http = 500): CatalogueEntry => ({ kind: 'integrity', http, exit: 1, summary });
-const request = (http: number, summary: string, exit: 1 | 2 = 2): CatalogueEntry => ({ kind: 'request', http, exit, summary });
-const environment = (http: number, summary: string): CatalogueEntry => ({ kind: 'environment', http, exit: 2, summary });
+const integrity = (summary: string): CatalogueEntry => ({ kind: 'integrity', summary });
+const request = (summary: string): CatalogueEntry => ({ kind: 'request', summary });
+const environment = (summary: string): CatalogueEntry => ({ kind: 'environment', summary });
 
 export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   malformed: integrity('a block or checkpoint does not have the chain format'),
@@ -83,27 +80,27 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   bad_artifact_hash: integrity('artifact_hash is not <algorithm>:<hex> of a known algorithm'),
   checkpoint_mismatch: integrity('the checkpoint does not sign this chain head'),
   history_rewritten: integrity('the remote does not extend the last verified head'),
-  hash_mismatch: integrity('the artifact bytes hash differently from what was signed', 409),
+  hash_mismatch: integrity('the artifact bytes hash differently from what was signed'),
 
-  bad_request: request(400, 'missing or invalid parameters'),
-  unauthorized: request(401, 'missing or wrong credentials'),
-  not_found: request(404, 'no provenance block is on file'),
-  method_not_allowed: request(405, 'method not allowed on this path'),
-  not_acceptable: request(406, 'the Accept header rules out JSON'),
-  semver_conflict: request(409, 'this URL and semver are signed with different bytes', 1),
-  too_large: request(413, 'request body or artifact too large'),
-  unsupported_media_type: request(415, 'request body is not JSON'),
-  revoked: request(410, 'the selected version is revoked', 1),
-  usage: request(400, 'bad command line'),
+  bad_request: request('missing or invalid parameters'),
+  unauthorized: request('missing or wrong credentials'),
+  not_found: request('no provenance block is on file'),
+  method_not_allowed: request('method not allowed on this path'),
+  not_acceptable: request('the Accept header rules out JSON'),
+  semver_conflict: request('this URL and semver are signed with different bytes'),
+  too_large: request('request body or artifact too large'),
+  unsupported_media_type: request('request body is not JSON'),
+  revoked: request('the selected version is revoked'),
+  usage: request('bad command line'),
 
-  origin_error: environment(502, 'the origin failed or sent a bad response'),
-  origin_timeout: environment(504, 'the origin was too slow'),
-  not_ready: environment(503, 'the chain is not loaded yet'),
-  internal_error: environment(500, 'internal error'),
-  not_a_chain: environment(500, 'the directory is not a vouch chain repository'),
-  chain_exists: environment(500, 'a chain already exists there'),
-  key_error: environment(500, 'the key file is missing, unreadable or insecure'),
-  io_error: environment(500, 'a file could not be read or written'),
+  origin_error: environment('the origin failed or sent a bad response'),
+  origin_timeout: environment('the origin was too slow'),
+  not_ready: environment('the chain is not loaded yet'),
+  internal_error: environment('internal error'),
+  not_a_chain: environment('the directory is not a vouch chain repository'),
+  chain_exists: environment('a chain already exists there'),
+  key_error: environment('the key file is missing, unreadable or insecure'),
+  io_error: environment('a file could not be read or written'),
 };
 
 export interface VouchErrorOptions {
@@ -133,14 +130,6 @@ export class VouchError extends Error {
 
   get kind(): ErrorKind {
     return ERROR_CATALOGUE[this.code].kind;
-  }
-
-  get httpStatus(): number {
-    return ERROR_CATALOGUE[this.code].http;
-  }
-
-  get exitCode(): 1 | 2 {
-    return ERROR_CATALOGUE[this.code].exit;
   }
 }
 

@@ -5,11 +5,12 @@
  *
  * Must hold: every JSON answer carries a boolean `success`; error bodies
  * carry `status` (a catalogue code), `message` and, when one applies,
- * `resource`; statuses come only from the error catalogue; no stack trace
+ * `resource`; statuses come only from `status.ts`; no stack trace
  * or internal detail ever reaches a client.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { VouchError, isVouchError, ERROR_CATALOGUE, type ErrorCode } from '../chain/errors.ts';
+import { VouchError, isVouchError, type ErrorCode } from '../chain/errors.ts';
+import { HTTP_STATUS } from './status.ts';
 import { isArtifactUrl, isDate, isSemver } from '../chain/block.ts';
 
 export const JSON_TYPE = 'application/json; charset=utf-8';
@@ -30,9 +31,9 @@ export function sendJsonText(res: ServerResponse, status: number, text: string |
   res.end(text);
 }
 
-/** HTTP status of an error (the catalogue's). Unknown errors are 500. */
+/** HTTP status of an error (of its public code, from `HTTP_STATUS`). Unknown errors are 500. */
 export function statusOf(e: unknown): number {
-  return isVouchError(e) ? ERROR_CATALOGUE[publicCode(e)].http : 500;
+  return isVouchError(e) ? HTTP_STATUS[publicCode(e)] : 500;
 }
 
 /** The `status` codes clients can see (README's table; a test keeps them in step). */
@@ -62,7 +63,7 @@ export function sendError(res: ServerResponse, e: unknown, resource?: string): v
   const headers: Record<string, string> = {};
   if (code === 'method_not_allowed' && err.evidence?.allow) headers.allow = String(err.evidence.allow);
   if (code === 'unauthorized') headers['www-authenticate'] = 'Bearer realm="vouch"';
-  sendJson(res, ERROR_CATALOGUE[code].http, body, headers);
+  sendJson(res, HTTP_STATUS[code], body, headers);
 }
 
 /** Failure of a byte endpoint: status code only, empty body. */

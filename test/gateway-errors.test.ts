@@ -1,8 +1,8 @@
 /**
- * The error contract in one place: the catalogue's HTTP statuses match the
- * README's status table, server-side failures surface as 500
- * internal_error (JSON on JSON paths, empty on downloads) without any
- * internal detail, and the Accept rule.
+ * The error contract in one place: the gateway's HTTP statuses
+ * (gateway/status.ts) match the README's status table, server-side
+ * failures surface as 500 internal_error (JSON on JSON paths, empty on
+ * downloads) without any internal detail, and the Accept rule.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -12,6 +12,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ERROR_CATALOGUE, VouchError, type ErrorCode } from '../chain/errors.ts';
 import { PUBLIC_CODES, acceptsJson, rawHeader } from '../gateway/http-util.ts';
+import { HTTP_STATUS } from '../gateway/status.ts';
 import { utcDay } from '../gateway/gateway.ts';
 import { request as httpRequest } from 'node:http';
 import { createRequestHandler } from '../gateway/server.ts';
@@ -20,14 +21,14 @@ import { defaultConfig } from '../gateway/config.ts';
 import type { GatewayContext } from '../gateway/context.ts';
 import { repoRoot } from './helpers/vectors.ts';
 
-test('the README status table and the error catalogue agree, both ways', () => {
+test('the README status table, the error catalogue and the gateway\'s statuses agree, both ways', () => {
   const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
   const section = readme.slice(readme.indexOf('### Status codes'));
   const rows = [...section.matchAll(/^\| (\d{3}) \| `([a-z_]+)` \|/gm)].map((m) => [Number(m[1]), m[2] as ErrorCode] as const);
   assert.ok(rows.length >= 14, `only ${rows.length} rows found`);
   for (const [status, code] of rows) {
     assert.ok(code in ERROR_CATALOGUE, `README lists unknown code ${code}`);
-    assert.is(ERROR_CATALOGUE[code].http, status, `README says ${code} is ${status}`);
+    assert.is(HTTP_STATUS[code], status, `README says ${code} is ${status}`);
   }
   for (const code of PUBLIC_CODES) assert.ok(rows.some(([, c]) => c === code), `${code} is missing from the README table`);
 });

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { isVouchError, type VouchError } from '../chain/errors.ts';
+import { statusOf } from '../gateway/http-util.ts';
 import { Mirror, type MirrorOptions } from '../artifacts/mirror.ts';
 import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
 import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
@@ -126,7 +127,7 @@ test('tampered bytes -> hash_mismatch with evidence, nothing cached, the next ob
   const signed = digestOf('the real bytes');
   const e = await failure(vf.obtain(origin.url('/tampered.tgz'), signed));
   assert.is(e.code, 'hash_mismatch');
-  assert.is(e.httpStatus, 409);
+  assert.is(statusOf(e), 409);
   assert.is(e.resource, origin.url('/tampered.tgz'));
   const tamperedBytes = Buffer.from('the real bytes');
   tamperedBytes[0] = tamperedBytes[0]! ^ 0xff;

@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
+import { statusOf } from '../gateway/http-util.ts';
 import { type Block, formatBlockFile, formatCheckpointFile, formatDateTime, parseBlockText } from '../chain/block.ts';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
 import { utf8 } from '../chain/encoding.ts';
@@ -203,7 +204,7 @@ test('body validation: each bad field is a bad_request naming it', async () => {
   for (const [body, want] of cases) {
     const e = await refusal(submitter.submit(body));
     assert.is(e.code, 'bad_request', `${JSON.stringify(body)?.slice(0, 80)}: ${e.code} ${e.message}`);
-    assert.is(e.httpStatus, 400);
+    assert.is(statusOf(e), 400);
     assert.match(e.message, want, `${JSON.stringify(body)?.slice(0, 80)} -> ${e.message}`);
     assert.not.match(e.message, /\n/);
   }
@@ -260,7 +261,7 @@ test('409 semver_conflict: same URL + semver with other bytes; a new semver then
   for (const algorithm of ['sha256', 'sha512']) {
     const e = await refusal(submitter.submit(single(url, '1.0.0', { algorithm })));
     assert.is(e.code, 'semver_conflict');
-    assert.is(e.httpStatus, 409);
+    assert.is(statusOf(e), 409);
     assert.is(e.resource, url);
     assert.match(e.message, /already signed in block 1/);
   }
@@ -382,7 +383,7 @@ test('origin 404 (alone or inside a release): origin_error, nothing appended', a
   const missing = base + '/nope/missing.js';
   const e = await refusal(submitter.submit(single(missing)));
   assert.is(e.code, 'origin_error');
-  assert.is(e.httpStatus, 502);
+  assert.is(statusOf(e), 502);
   assert.is(e.resource, missing);
   const good = setArtifact('/nope/present.js', 'present');
   const e2 = await refusal(submitter.submit({
@@ -420,7 +421,7 @@ test('append failure: every waiter of the failed rounds gets an error, index and
   const errors = await Promise.all([a, b, c].map(refusal));
   for (const e of errors) {
     assert.is(e.code, 'internal_error');
-    assert.is(e.httpStatus, 500);
+    assert.is(statusOf(e), 500);
     assert.match(e.message, /append failed, nothing was posted/);
   }
   assert.is(submitter.stats().commitFailures - failuresBefore, 2, 'B and C failed together in one round');

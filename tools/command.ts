@@ -6,6 +6,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { VouchError, isVouchError } from '../chain/errors.ts';
+import { EXIT_CODE } from './exit-codes.ts';
 
 export type OptionSpec = {
   type: 'string' | 'boolean';
@@ -123,7 +124,7 @@ export function reportError(commandName: string, e: unknown): number {
   }
   if (isVouchError(e)) {
     process.stderr.write(`vouch ${commandName}: ${e.message.split('\n')[0]}\n`);
-    return e.exitCode;
+    return EXIT_CODE[e.code];
   }
   const err = e as NodeJS.ErrnoException;
   process.stderr.write(`vouch ${commandName}: internal error: ${(err?.message ?? String(e)).split('\n')[0]}\n`);

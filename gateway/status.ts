@@ -1,0 +1,51 @@
+/**
+ * The HTTP status of every error code: the one place the gateway decides a
+ * status (DESIGN 3.1). `chain/errors.ts` owns the codes and knows nothing of
+ * transports; this map is total over `ErrorCode`, so adding a code does not
+ * type-check until it has a status here.
+ *
+ * Must hold: the statuses of client-visible codes match README's status
+ * table (test/gateway-errors.test.ts keeps them in step); server-side codes
+ * (files, keys, a broken chain) are 500, as `publicCode` reports them as
+ * `internal_error`.
+ */
+import type { ErrorCode } from '../chain/errors.ts';
+
+export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
+  // integrity: the chain is broken (500), or the artifact bytes are not what was signed (409)
+  malformed: 500,
+  index_gap: 500,
+  prev_hash_mismatch: 500,
+  record_hash_mismatch: 500,
+  weak_key: 500,
+  untrusted_authority: 500,
+  signer_mismatch: 500,
+  bad_signature: 500,
+  time_regression: 500,
+  bad_artifact_hash: 500,
+  checkpoint_mismatch: 500,
+  history_rewritten: 500,
+  hash_mismatch: 409,
+
+  // request
+  bad_request: 400,
+  unauthorized: 401,
+  not_found: 404,
+  method_not_allowed: 405,
+  not_acceptable: 406,
+  semver_conflict: 409,
+  too_large: 413,
+  unsupported_media_type: 415,
+  revoked: 410,
+  usage: 400,
+
+  // environment
+  origin_error: 502,
+  origin_timeout: 504,
+  not_ready: 503,
+  internal_error: 500,
+  not_a_chain: 500,
+  chain_exists: 500,
+  key_error: 500,
+  io_error: 500,
+};
