@@ -19,7 +19,7 @@ import { VouchError } from '../chain/errors.ts';
 import type { GatewayContext } from './context.ts';
 import { BUILT } from '../platform/worker-bundle.ts';
 
-const dir = fileURLToPath(new URL('./explorer', import.meta.url));
+const dir = fileURLToPath(new URL('./explorer/', import.meta.url));
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 interface Asset { body: Buffer; type: string; etag: string }
