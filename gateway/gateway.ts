@@ -40,8 +40,8 @@ import { digestUrl } from '../artifacts/artifact-digest.ts';
 import type { Config } from './config.ts';
 import { ChainState } from './chain-state.ts';
 import { answeredBeforeBody, createRequestHandler, LINGER_MS } from './server.ts';
-import { proxyFor } from './proxy.ts';
-import { observeMirror } from './metrics.ts';
+import { ProxyRoutes } from './proxy.ts';
+import { GatewayMetrics } from './metrics.ts';
 import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
 import { ChainPusher, type PushStatus } from '../store/chain-push.ts';
 import { createLogger, type Logger } from './log.ts';
@@ -297,17 +297,19 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     log,
     startedAt: Date.now(),
   };
-  observeMirror(ctx, mirror);
 
   // The whole request (line, headers, body) must arrive within clients.request_timeout; the answer
   // (a download of any length) is not bounded by it. node:http checks at connectionsCheckingInterval.
   const requestMs = Math.round(config.clients.request_timeout * 1000);
+  // The proxy routes (bad routes fail the start here) and the metrics, which read the proxy's and the mirror's counters.
+  const proxy = new ProxyRoutes(ctx);
+  const metrics = new GatewayMetrics(ctx, { proxy, mirror: () => mirror.stats() });
   const server = createServer({
     requestTimeout: requestMs,
     headersTimeout: Math.min(30_000, requestMs),
     connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(requestMs / 4))),
     keepAliveTimeout: 5_000,
-  }, createRequestHandler(ctx));
+  }, createRequestHandler(ctx, { proxy, metrics }));
   server.maxConnections = connectionBound(config.clients.max_connections, log);
   let dropped = 0;
   let droppedLogged = 0;
@@ -441,7 +443,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       await sync?.stop();
       await pusher?.stop();
       await fetcher.close();
-      await proxyFor(ctx).close();
+      await proxy.close();
       await mirror.close?.();
       await hashWorkers.close();
       chainLock?.release();

@@ -1,6 +1,7 @@
 /**
  * Prometheus metrics of one gateway (`GET /metrics`, text format 0.0.4): a
- * prom-client registry per gateway context with the default process
+ * prom-client registry per `GatewayMetrics` (one per gateway, made where
+ * the gateway is assembled) with the default process
  * metrics, the HTTP request counter and latency histogram the request
  * handler feeds, and collect-time metrics read from the other modules'
  * counters when scraped (verified fetcher, mirror, chain state, sync and push
@@ -10,8 +11,8 @@
  * Trusts: the `stats()`/report functions of the other modules to be cheap,
  * synchronous and monotonic where exposed as counters. The context's types
  * do not promise `stats()` on `artifacts` or `submitter`, so they are looked
- * up at scrape time; the mirror's counters come from `observeMirror`, else
- * from the verified fetcher's `mirror` field.
+ * up at scrape time; the mirror's counters come from the `mirror` source
+ * the gateway hands over, else from the verified fetcher's `mirror` field.
  * Must hold: every label value is bounded (route templates, a fixed method
  * list, status codes, fixed outcome and tier names) — never a raw path, URL
  * or header; a scrape never fails because one source throws (that metric is
@@ -24,7 +25,7 @@ import type { GatewayContext } from './context.ts';
 import type { VerifiedFetcherStats } from '../artifacts/verified-fetch.ts';
 import type { MirrorStats } from '../artifacts/mirror.ts';
 import type { SubmitterStats } from './submitter.ts';
-import { proxyFor, proxyStats } from './proxy.ts';
+import type { ProxyRoutes } from './proxy.ts';
 
 /** Latency buckets in seconds: lookups answer in well under a millisecond, cold downloads take seconds. */
 export const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
@@ -82,10 +83,18 @@ export class GatewayMetrics {
   readonly registry = new Registry();
   /** Request figures by route label (see `RouteStats`), handed to prom-client when scraped. */
   private readonly routes = new Map<string, RouteStats>();
-  /** Where the mirror's counters come from (see `observeMirror`). */
-  private mirrorSource: (() => MirrorStats) | null = null;
+  /** Where the mirror's counters come from; absent: the verified fetcher's `mirror`. */
+  private readonly mirrorSource: (() => MirrorStats) | null;
+  /** The gateway's proxy routes, whose counters are read when scraped. */
+  private readonly proxy: ProxyRoutes;
 
-  constructor(private readonly ctx: GatewayContext) {
+  /**
+   * `proxy`: the gateway's proxy routes, whose counters are read when
+   * scraped; `mirror`: where the mirror's counters come from.
+   */
+  constructor(private readonly ctx: GatewayContext, parts: { proxy: ProxyRoutes; mirror?: () => MirrorStats }) {
+    this.mirrorSource = parts.mirror ?? null;
+    this.proxy = parts.proxy;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     const routes = this.routes;
@@ -130,11 +139,6 @@ export class GatewayMetrics {
     r.count++;
   }
 
-  /** Reads the mirror's counters from `stats` from now on. */
-  useMirror(stats: () => MirrorStats): void {
-    this.mirrorSource = stats;
-  }
-
   /** The exposition text of every metric. */
   text(): Promise<string> {
     return this.registry.metrics();
@@ -144,6 +148,7 @@ export class GatewayMetrics {
 
   private defineSourced(): void {
     const ctx = this.ctx;
+    const proxy = this.proxy;
     const fetcher = (): VerifiedFetcherStats | null => statsOf<VerifiedFetcherStats>(ctx.artifacts);
     const mirror = (): MirrorStats | null => this.mirrorSource?.() ?? statsOf<MirrorStats>((ctx.artifacts as { mirror?: unknown }).mirror);
     const submitter = (): SubmitterStats | null => statsOf<SubmitterStats>(ctx.submitter);
@@ -227,7 +232,7 @@ export class GatewayMetrics {
 
     // Proxy routes (DESIGN 3.6).
     this.counter('vouch_proxy_requests_total', 'Requests under proxy routes, by outcome.', () => {
-      const s = proxyStats(ctx);
+      const s = proxy.stats();
       return [
         [{ outcome: 'verified' }, s.verified], [{ outcome: 'denied' }, s.denied], [{ outcome: 'passed' }, s.passed],
         [{ outcome: 'refused' }, s.refused], [{ outcome: 'mismatch' }, s.mismatches], [{ outcome: 'audit_mismatch' }, s.auditMismatches],
@@ -235,8 +240,8 @@ export class GatewayMetrics {
         [{ outcome: 'metadata' }, s.metadata],
       ];
     }, ['outcome']);
-    this.counter('vouch_proxy_metadata_stale_total', 'Origin metadata served from the cache past its lifetime because the origin failed.', () => proxyStats(ctx).metadataStale);
-    this.gauge('vouch_proxy_metadata_cache_bytes', 'Bytes of origin metadata held by the ecosystem routes\' cache.', () => proxyFor(ctx).metadataCacheStats().bytes);
+    this.counter('vouch_proxy_metadata_stale_total', 'Origin metadata served from the cache past its lifetime because the origin failed.', () => proxy.stats().metadataStale);
+    this.gauge('vouch_proxy_metadata_cache_bytes', 'Bytes of origin metadata held by the ecosystem routes\' cache.', () => proxy.metadataCacheStats().bytes);
   }
 
   /**
@@ -288,29 +293,8 @@ function statsOf<T>(x: unknown): T | null {
   return typeof f === 'function' ? (f.call(x) as T) : null;
 }
 
-const registries = new WeakMap<GatewayContext, GatewayMetrics>();
-
-/** The metrics of a gateway context (made once per context). */
-export function metricsFor(ctx: GatewayContext): GatewayMetrics {
-  let m = registries.get(ctx);
-  if (m === undefined) {
-    m = new GatewayMetrics(ctx);
-    registries.set(ctx, m);
-  }
-  return m;
-}
-
-/**
- * Tells the metrics where the mirror's counters are. Optional: without it
- * they are read from the verified fetcher's mirror (`ctx.artifacts.mirror`).
- */
-export function observeMirror(ctx: GatewayContext, mirror: { stats(): MirrorStats }): void {
-  metricsFor(ctx).useMirror(() => mirror.stats());
-}
-
-/** `GET|HEAD /metrics`: the Prometheus text exposition. */
-export async function handleMetrics(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const m = metricsFor(ctx);
+/** `GET|HEAD /metrics`: the Prometheus text exposition of `m`. */
+export async function handleMetrics(m: GatewayMetrics, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const text = await m.text();
   res.writeHead(200, {
     'content-type': m.registry.contentType,

@@ -517,19 +517,3 @@ export class ProxyRoutes {
   }
 }
 
-const proxies = new WeakMap<GatewayContext, ProxyRoutes>();
-
-/** The proxy of a gateway context (made once per context). @throws VouchError usage on an unusable route. */
-export function proxyFor(ctx: GatewayContext): ProxyRoutes {
-  let p = proxies.get(ctx);
-  if (p === undefined) {
-    p = new ProxyRoutes(ctx);
-    proxies.set(ctx, p);
-  }
-  return p;
-}
-
-/** The proxy's counters for a gateway context (all zero when it has no routes). */
-export function proxyStats(ctx: GatewayContext): ProxyStats {
-  return proxyFor(ctx).stats();
-}

@@ -33,14 +33,20 @@ import { handleDownload } from './download.ts';
 import { handleHealthz, handleReadyz } from './health.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
-import { proxyFor } from './proxy.ts';
+import { ProxyRoutes } from './proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './openapi.ts';
-import { handleMetrics, metricsFor, type GatewayMetrics } from './metrics.ts';
+import { GatewayMetrics, handleMetrics } from './metrics.ts';
 import type { GatewayContext } from './context.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
-type Handler = (ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, search: string) => Promise<void> | void;
+/** What one request handler (one gateway) keeps besides the context: its lookup answer cache and its metrics. */
+interface HandlerState {
+  answers: LRUCache<string, CachedAnswer>;
+  metrics: GatewayMetrics;
+}
+
+type Handler = (ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, search: string, own: HandlerState) => Promise<void> | void;
 
 interface Route {
   methods: string[];
@@ -79,27 +85,22 @@ function ready(ctx: GatewayContext): NonNullable<GatewayContext['state']> {
 }
 
 /**
- * Whole lookup answers by query string, per gateway: valid while the chain
- * has the same size and the date is the same (revocations take effect by
- * date), so repeated lookups skip parsing, selection and serialisation.
- * Bounded in bytes; answers showing a revocation are not kept.
+ * Whole lookup answers by query string, per gateway (one cache per request
+ * handler): valid while the chain has the same size and the date is the
+ * same (revocations take effect by date), so repeated lookups skip parsing,
+ * selection and serialisation. Bounded in bytes; answers showing a
+ * revocation are not kept.
  */
 interface CachedAnswer { size: number; today: string; etag: string; text: Buffer }
-const answerCaches = new WeakMap<GatewayContext, LRUCache<string, CachedAnswer>>();
 
-function answersFor(ctx: GatewayContext): LRUCache<string, CachedAnswer> {
-  let c = answerCaches.get(ctx);
-  if (c === undefined) {
-    c = new LRUCache<string, CachedAnswer>({ maxSize: 16 * 1024 * 1024, sizeCalculation: (a, k) => a.text.length + k.length + 64 });
-    answerCaches.set(ctx, c);
-  }
-  return c;
+function answerCache(): LRUCache<string, CachedAnswer> {
+  return new LRUCache<string, CachedAnswer>({ maxSize: 16 * 1024 * 1024, sizeCalculation: (a, k) => a.text.length + k.length + 64 });
 }
 
-const lookup: Handler = (ctx, _req, res, search) => {
+const lookup: Handler = (ctx, _req, res, search, own) => {
   const today = ctx.today();
   if (ctx.state !== null) {
-    const hit = answersFor(ctx).get(search);
+    const hit = own.answers.get(search);
     if (hit !== undefined && hit.size === ctx.state.size && hit.today === today) {
       sendJsonText(res, 200, hit.text, { etag: hit.etag });
       return;
@@ -117,7 +118,7 @@ const lookup: Handler = (ctx, _req, res, search) => {
   if (sel.revokedBy) sendJson(res, 200, lookupBody(sel.block, sel.revokedBy), { etag });
   else {
     const text = lookupText(sel.block);
-    if (search.length <= 4096) answersFor(ctx).set(search, { size: state.size, today, etag, text });
+    if (search.length <= 4096) own.answers.set(search, { size: state.size, today, etag, text });
     sendJsonText(res, 200, text, { etag });
   }
 };
@@ -183,7 +184,7 @@ export const ROUTES: Record<string, Route> = {
   '/v1/units': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleUnits },
   '/healthz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleHealthz },
   '/readyz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleReadyz },
-  '/metrics': { methods: ['GET', 'HEAD'], kind: 'document', handler: handleMetrics },
+  '/metrics': { methods: ['GET', 'HEAD'], kind: 'document', handler: (_ctx, req, res, _search, own) => handleMetrics(own.metrics, req, res) },
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
 
@@ -271,11 +272,18 @@ function observeRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incom
   });
 }
 
-/** The node:http request listener of the gateway. */
-export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage, res: ServerResponse) => void {
-  // Proxy routes (DESIGN 3.6) get what no endpoint above claims; bad routes fail the start here.
-  const proxy = proxyFor(ctx);
-  const metrics = metricsFor(ctx);
+/**
+ * The node:http request listener of the gateway. `parts.proxy`: the proxy
+ * routes (DESIGN 3.6), which get what no endpoint above claims;
+ * `parts.metrics`: where requests are counted and `/metrics` reads. Either
+ * is made here when not given (the gateway gives both, to close the proxy
+ * and feed the metrics its mirror).
+ * @throws VouchError usage on an unusable proxy route (the start fails).
+ */
+export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: ProxyRoutes; metrics?: GatewayMetrics } = {}): (req: IncomingMessage, res: ServerResponse) => void {
+  const proxy = parts.proxy ?? new ProxyRoutes(ctx);
+  const metrics = parts.metrics ?? new GatewayMetrics(ctx, { proxy });
+  const own: HandlerState = { answers: answerCache(), metrics };
   return (req, res) => {
     const target = req.url ?? '/';
     const q = target.indexOf('?');
@@ -323,7 +331,7 @@ export function createRequestHandler(ctx: GatewayContext): (req: IncomingMessage
         req.resume();
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }
-      const done = route.handler(ctx, req, res, search);
+      const done = route.handler(ctx, req, res, search, own);
       if (done instanceof Promise) done.catch(fail);
     } catch (e) {
       fail(e);

@@ -17,6 +17,7 @@ import { createKeyFile } from '../platform/key-file.ts';
 import { createLogger } from '../gateway/log.ts';
 import { ROUTES } from '../gateway/server.ts';
 import { GatewayMetrics } from '../gateway/metrics.ts';
+import { ProxyRoutes } from '../gateway/proxy.ts';
 import type { GatewayContext } from '../gateway/context.ts';
 import { OriginServer, digestOf } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
@@ -192,7 +193,7 @@ test('collect-time metrics: absent sources give no sample, a throwing source doe
     syncReport: () => ({ remote: 'r', last_success: null, last_attempt: null, last_error: null, consecutive_failures: 2, stale_seconds: null, remote_head: null }),
     pushReport: () => ({ remote: 'r', remote_head: null, backlog: 5, last_push: null, last_error: null, consecutive_failures: 0 }),
   } as unknown as GatewayContext;
-  const m = new GatewayMetrics(ctx);
+  const m = new GatewayMetrics(ctx, { proxy: new ProxyRoutes(ctx) });
   m.observe('/v1/endorsement', 'GET', 200, 0.002, 100);
   m.observe('/v1/endorsement', 'BREW', 200, 0.002, 100);
   const { samples } = parseProm(await m.text());
