@@ -35,6 +35,7 @@ import { Readable } from 'node:stream';
 import { VouchError } from '../chain/errors.ts';
 import { AddressGuard, type AddressGuardOptions } from './address-guard.ts';
 import { H1Client, type H1ClientOptions, type H1Response } from './origin-h1.ts';
+import { UndiciOriginClient } from './origin-undici.ts';
 
 export interface OriginLimits {
   /** Total deadline of one fetch: connect, redirects, headers and the whole body. */
@@ -217,7 +218,7 @@ function parseHttpUrl(text: string, resource: string, what: string): URL {
 
 export class OriginFetcher {
   readonly limits: Readonly<OriginLimits>;
-  private readonly client: H1Client;
+  private readonly client: H1Client | UndiciOriginClient;
   private readonly guard: AddressGuard;
   private readonly allowPrivate: boolean;
   private readonly userAgent: string;
@@ -238,7 +239,8 @@ export class OriginFetcher {
     this.allowPrivate = options.allowPrivate ?? false;
     this.userAgent = options.userAgent ?? 'vouch';
     if (!/^[\x20-\x7e]*$/.test(this.userAgent)) throw new TypeError('origin fetcher: userAgent must be printable ASCII');
-    this.client = new H1Client({
+    // Temporary (issue 15, item 3): VOUCH_ORIGIN_CLIENT=undici measures undici side by side.
+    this.client = new (process.env['VOUCH_ORIGIN_CLIENT'] === 'undici' ? UndiciOriginClient : H1Client)({
       connectTimeoutMs: this.limits.connectTimeoutMs,
       headersTimeoutMs: this.limits.headersTimeoutMs,
       keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 4_000,
@@ -323,7 +325,7 @@ export class OriginFetcher {
       host = target.address; // Host header and TLS server name stay the URL's own
     }
     const secure = url.protocol === 'https:';
-    return await this.client.request({
+    return await (this.client as H1Client).request({
       secure,
       host,
       port: url.port ? Number(url.port) : secure ? 443 : 80,
