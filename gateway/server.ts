@@ -1,9 +1,9 @@
 /**
  * The gateway's request handler on node:http: routing, method and Accept
  * rules, readiness, and the lookup, authority, checkpoint, document and
- * submit endpoints (DESIGN 3.1, 3.5). Downloads are in `download.ts`;
- * a path no endpoint claims goes to the proxy routes (`proxy.ts`, 3.6) when
- * one applies, else 404 JSON.
+ * submit endpoints (DESIGN 3.1, 3.5). Downloads are in
+ * `routes/download.ts`; a path no endpoint claims goes to the proxy routes
+ * (`routes/proxy.ts`, 3.6) when one applies, else 404 JSON.
  *
  * Every request, whatever answers it, is logged once at info when its
  * answer ends (`request`: method, path without the query, the `url`
@@ -29,12 +29,12 @@ import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
 import { LRUCache } from 'lru-cache';
 import { acceptsJson, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonText, statusOf } from './http-util.ts';
-import { handleDownload } from './download.ts';
-import { handleHealthz, handleReadyz } from './health.ts';
-import { handleBlock, handleBlocks, handleUnits, handleVersions } from './browse.ts';
+import { handleDownload } from './routes/download.ts';
+import { handleHealthz, handleReadyz } from './routes/health.ts';
+import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
-import { ProxyRoutes } from './proxy.ts';
-import { openApiDocument, skillDocument, SKILL_PATH } from './openapi.ts';
+import { ProxyRoutes } from './routes/proxy.ts';
+import { openApiDocument, skillDocument, SKILL_PATH } from './routes/openapi.ts';
 import { GatewayMetrics, handleMetrics } from './metrics.ts';
 import type { GatewayContext } from './context.ts';
 

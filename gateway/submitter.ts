@@ -36,7 +36,7 @@ import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, type Committed } from '../store/chain-store.ts';
-import { parseSubmitRequest, type SubmitRequest } from './submit-request.ts';
+import { parseSubmitRequest, type SubmitRequest } from './routes/submit-request.ts';
 
 export interface SubmitterDeps {
   repo: ChainRepo;

@@ -12,7 +12,7 @@ import { parseBlock, parseBlockText, parseCheckpoint, verifyChain, canonicalize,
 import { isDate, isDateTime, isHex64 } from '../chain/block.ts';
 import { parsedPayloadJcs, recordJcsAround } from '../chain/build.ts';
 import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../gateway/http-util.ts';
-import { parseSubmitRequest } from '../gateway/submit-request.ts';
+import { parseSubmitRequest } from '../gateway/routes/submit-request.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { buildFeatureChain } from './helpers/chain-fixture.ts';
 

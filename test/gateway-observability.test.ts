@@ -17,7 +17,7 @@ import { createKeyFile } from '../platform/key-file.ts';
 import { createLogger } from '../gateway/log.ts';
 import { ROUTES } from '../gateway/server.ts';
 import { GatewayMetrics } from '../gateway/metrics.ts';
-import { ProxyRoutes } from '../gateway/proxy.ts';
+import { ProxyRoutes } from '../gateway/routes/proxy.ts';
 import type { GatewayContext } from '../gateway/context.ts';
 import { OriginServer, digestOf } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';

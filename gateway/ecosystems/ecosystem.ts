@@ -5,8 +5,8 @@
  * rewritten so that the client asks the gateway — and only for what the
  * chain endorses — for every artifact it downloads.
  *
- * Owns: the contract between `proxy.ts` (routing, the verified artifact path,
- * the origin connection, the metadata cache) and one module per package
+ * Owns: the contract between `routes/proxy.ts` (routing, the verified
+ * artifact path, the origin connection, the metadata cache) and one module per package
  * manager (`npm.ts`, `pypi.ts`, `goproxy.ts`), which only parse and rewrite.
  * Trusts: nothing of what the origin sends (metadata is parsed strictly and
  * bounded by the cache's size cap); the verified chain index behind

@@ -8,7 +8,7 @@
  *
  *   GET /pypi/simple/<project>/          -> a project page of our own (below)
  *   GET /pypi/simple/                    -> other: passed on a pass route, else 404
- *   GET /pypi-files/packages/.../x.whl   -> an artifact: verified bytes (proxy.ts)
+ *   GET /pypi-files/packages/.../x.whl   -> an artifact: verified bytes (routes/proxy.ts)
  *
  * A project page is fetched through the metadata cache in the form the
  * client negotiated (JSON or HTML, by Accept; one cache form each), parsed

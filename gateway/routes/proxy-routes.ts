@@ -17,10 +17,10 @@
  * cannot leave it, checked before any lookup or origin request; a URL maps
  * to a gateway path only under a route that serves it.
  */
-import { VouchError } from '../chain/errors.ts';
-import type { RouteConfig, RouteKind } from './config.ts';
-import type { EcosystemHandler } from './ecosystems/ecosystem.ts';
-import { ecosystemFor } from './ecosystems/index.ts';
+import { VouchError } from '../../chain/errors.ts';
+import type { RouteConfig, RouteKind } from '../config.ts';
+import type { EcosystemHandler } from '../ecosystems/ecosystem.ts';
+import { ecosystemFor } from '../ecosystems/index.ts';
 
 /** A configured route, checked and ready to match. */
 export interface ProxyRoute {

@@ -17,11 +17,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { open } from 'node:fs/promises';
 import { finished } from 'node:stream';
-import { isVouchError } from '../chain/errors.ts';
-import type { Block } from '../chain/block.ts';
-import type { Selection } from '../chain/select.ts';
-import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from './http-util.ts';
-import type { ArtifactSource, GatewayContext } from './context.ts';
+import { isVouchError } from '../../chain/errors.ts';
+import type { Block } from '../../chain/block.ts';
+import type { Selection } from '../../chain/select.ts';
+import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from '../http-util.ts';
+import type { ArtifactSource, GatewayContext } from '../context.ts';
 
 /** The UNS header value: `{"<service>":{"endorsement":<block>}}`, pure ASCII. */
 export function unsHeader(serviceName: string, block: Block): string {

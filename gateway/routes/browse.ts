@@ -9,10 +9,10 @@
  * capped; bad parameters are 400 `bad_request`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { VouchError } from '../chain/errors.ts';
-import { isArtifactUrl, isHex64, isUnitName, type Block } from '../chain/block.ts';
-import { sendJson } from './http-util.ts';
-import type { GatewayContext } from './context.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { isArtifactUrl, isHex64, isUnitName, type Block } from '../../chain/block.ts';
+import { sendJson } from '../http-util.ts';
+import type { GatewayContext } from '../context.ts';
 
 export const MAX_LIST = 200;
 

@@ -44,15 +44,15 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { Agent, type Dispatcher } from 'undici';
-import { VouchError, isVouchError } from '../chain/errors.ts';
-import type { Selection } from '../chain/select.ts';
-import type { MetadataIO } from './ecosystems/ecosystem.ts';
+import { VouchError, isVouchError } from '../../chain/errors.ts';
+import type { Selection } from '../../chain/select.ts';
+import type { MetadataIO } from '../ecosystems/ecosystem.ts';
 import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-routes.ts';
-import { MetadataCache, type OriginAnswer } from './ecosystems/metadata-cache.ts';
-import type { ArtifactSource, GatewayContext } from './context.ts';
+import { MetadataCache, type OriginAnswer } from '../ecosystems/metadata-cache.ts';
+import type { ArtifactSource, GatewayContext } from '../context.ts';
 import { etagMatches, serveVerified } from './download.ts';
-import { sendEmpty, statusOf } from './http-util.ts';
-import { keptOriginHeaders } from '../artifacts/mirror.ts';
+import { sendEmpty, statusOf } from '../http-util.ts';
+import { keptOriginHeaders } from '../../artifacts/mirror.ts';
 
 /** What the proxy did, since the start (for metrics). */
 export interface ProxyStats {

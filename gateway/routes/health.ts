@@ -6,8 +6,8 @@
  * a load balancer can take the instance out and an operator can see why.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { sendJson } from './http-util.ts';
-import type { GatewayContext } from './context.ts';
+import { sendJson } from '../http-util.ts';
+import type { GatewayContext } from '../context.ts';
 
 export function handleHealthz(ctx: GatewayContext, _req: IncomingMessage, res: ServerResponse): void {
   sendJson(res, 200, { success: true, status: 'alive', uptime_seconds: Math.round((Date.now() - ctx.startedAt) / 1000) });

@@ -16,10 +16,10 @@
  * block file stays under `LIMITS.blockFileBytes`. Every refusal is
  * `VouchError('bad_request')` with one line naming the offending field.
  */
-import { VouchError } from '../chain/errors.ts';
-import { LIMITS, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName } from '../chain/block.ts';
-import type { HashAlgorithm } from '../chain/crypto-backend.ts';
-import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm } from '../chain/hash-algorithms.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { LIMITS, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName } from '../../chain/block.ts';
+import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
+import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm } from '../../chain/hash-algorithms.ts';
 
 /** Most artifacts one submit may endorse (one block). */
 export const MAX_SUBMIT_ENDORSEMENTS = 1000;

@@ -7,8 +7,8 @@
  * catalogue, the download headers of DESIGN 3.2. A test compares it with
  * real responses.
  */
-import { ERROR_CATALOGUE } from '../chain/errors.ts';
-import { PAYLOAD_SCHEMA } from '../chain/schema.ts';
+import { ERROR_CATALOGUE } from '../../chain/errors.ts';
+import { PAYLOAD_SCHEMA } from '../../chain/schema.ts';
 
 export const SKILL_PATH = '/v1/skills/verify.md';
 
