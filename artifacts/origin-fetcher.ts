@@ -1,14 +1,14 @@
 /**
  * Fetching artifact bytes from origins (DESIGN 3.4): GET only, keep-alive,
  * redirects followed here hop by hop, over the HTTP/1.1 client of
- * `origin-h1.ts` (which can receive a body straight into a caller's buffer).
+ * `h1/pool.ts` (which can receive a body straight into a caller's buffer).
  *
  * Owns: the origin limits (connect timeout, headers timeout, one total
  * deadline that covers redirects and the whole body, a size cap, a redirect
  * cap), cancellation by the caller's signal, and turning every network
  * failure into one `VouchError` with a one-line message.
  *
- * Trusts: `origin-h1.ts` for HTTP framing; `AddressGuard` for what may be
+ * Trusts: `h1/` for HTTP framing; `AddressGuard` for what may be
  * connected to when a hop is guarded (the fetcher then connects to the
  * checked IP with the Host header and TLS server name of the URL, so the
  * address checked is the address used).
@@ -34,8 +34,7 @@ import { isIP } from 'node:net';
 import { Readable } from 'node:stream';
 import { VouchError } from '../chain/errors.ts';
 import { AddressGuard, type AddressGuardOptions } from './address-guard.ts';
-import { H1Client, type H1ClientOptions, type H1Response } from './origin-h1.ts';
-import { UndiciOriginClient } from './origin-undici.ts';
+import { H1Client, type H1ClientOptions, type H1Response } from './h1/pool.ts';
 
 export interface OriginLimits {
   /** Total deadline of one fetch: connect, redirects, headers and the whole body. */
@@ -158,22 +157,21 @@ class FetchState {
     if (this.timedOut) {
       return new VouchError('origin_timeout', `origin ${this.resource}: no complete answer within ${this.limits.timeoutMs} ms`, { resource: this.resource });
     }
-    if (e instanceof VouchError) return e;
-    return networkError(e, current, this.resource, this.limits);
+    if (e instanceof VouchError) {
+      // The transport's own errors name no URL: they get this fetch's.
+      return e.resource === undefined ? new VouchError(e.code, `origin ${current}: ${e.message}`, { resource: this.resource }) : e;
+    }
+    return networkError(e, current, this.resource);
   }
 }
 
-/** One line for a transport or socket error; never its stack or cause. */
-function networkError(e: unknown, url: string, resource: string, limits: OriginLimits): VouchError {
+/** One line for a socket error; never its stack or cause. */
+function networkError(e: unknown, url: string, resource: string): VouchError {
   const err = (e ?? {}) as { code?: unknown; message?: unknown; name?: unknown };
   const code = typeof err.code === 'string' ? err.code : '';
   const at = `origin ${url}`;
   const opts = { resource };
   switch (code) {
-    case 'CONNECT_TIMEOUT':
-      return new VouchError('origin_timeout', `${at}: could not connect within ${limits.connectTimeoutMs} ms`, opts);
-    case 'HEADERS_TIMEOUT':
-      return new VouchError('origin_timeout', `${at}: no response headers within ${limits.headersTimeoutMs} ms`, opts);
     case 'ECONNREFUSED':
       return new VouchError('origin_error', `${at}: connection refused`, opts);
     case 'ENOTFOUND':
@@ -182,14 +180,9 @@ function networkError(e: unknown, url: string, resource: string, limits: OriginL
       return new VouchError('origin_error', `${at}: host not found (${code})`, opts);
     case 'ECONNRESET':
     case 'EPIPE':
-    case 'CLOSED':
       return new VouchError('origin_error', `${at}: the connection closed before the response was complete`, opts);
     case 'ETIMEDOUT':
       return new VouchError('origin_timeout', `${at}: the connection timed out`, opts);
-    case 'HEADERS_OVERFLOW':
-      return new VouchError('origin_error', `${at}: response headers too large`, opts);
-    case 'BAD_RESPONSE':
-      return new VouchError('origin_error', `${at}: malformed response (${String(err.message).slice(0, 200)})`, opts);
     default: {
       if (/^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO|SELF_SIGNED|HOSTNAME_MISMATCH)/.test(code)) {
         return new VouchError('origin_error', `${at}: TLS failure (${code})`, opts);
@@ -218,7 +211,7 @@ function parseHttpUrl(text: string, resource: string, what: string): URL {
 
 export class OriginFetcher {
   readonly limits: Readonly<OriginLimits>;
-  private readonly client: H1Client | UndiciOriginClient;
+  private readonly client: H1Client;
   private readonly guard: AddressGuard;
   private readonly allowPrivate: boolean;
   private readonly userAgent: string;
@@ -239,8 +232,7 @@ export class OriginFetcher {
     this.allowPrivate = options.allowPrivate ?? false;
     this.userAgent = options.userAgent ?? 'vouch';
     if (!/^[\x20-\x7e]*$/.test(this.userAgent)) throw new TypeError('origin fetcher: userAgent must be printable ASCII');
-    // Temporary (issue 15, item 3): VOUCH_ORIGIN_CLIENT=undici measures undici side by side.
-    this.client = new (process.env['VOUCH_ORIGIN_CLIENT'] === 'undici' ? UndiciOriginClient : H1Client)({
+    this.client = new H1Client({
       connectTimeoutMs: this.limits.connectTimeoutMs,
       headersTimeoutMs: this.limits.headersTimeoutMs,
       keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 4_000,
@@ -325,7 +317,7 @@ export class OriginFetcher {
       host = target.address; // Host header and TLS server name stay the URL's own
     }
     const secure = url.protocol === 'https:';
-    return await (this.client as H1Client).request({
+    return await this.client.request({
       secure,
       host,
       port: url.port ? Number(url.port) : secure ? 443 : 80,
