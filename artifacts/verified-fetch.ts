@@ -32,7 +32,10 @@ import { hashBytes, type CryptoBackend } from '../chain/crypto-backend.ts';
 import { hexDecode, hexEncode } from '../chain/encoding.ts';
 import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { hashFile, POOLED_MIN, type Mirror, type StoredArtifact } from './mirror.ts';
+import type { Mirror } from './mirror.ts';
+import { hashFile } from './mirror-disk.ts';
+import { POOLED_MIN } from './mirror-memory.ts';
+import type { StoredArtifact } from './stored-artifact.ts';
 import type { OriginFetcher, OriginResponse } from './origin-fetcher.ts';
 import type { HashWorkers, SharedHash } from './hash-workers.ts';
 

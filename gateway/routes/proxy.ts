@@ -52,7 +52,7 @@ import { MetadataCache, type OriginAnswer } from '../ecosystems/metadata-cache.t
 import type { ArtifactSource, GatewayContext } from '../context.ts';
 import { etagMatches, serveVerified } from './download.ts';
 import { sendEmpty, statusOf } from '../http-util.ts';
-import { keptOriginHeaders } from '../../artifacts/mirror.ts';
+import { keptOriginHeaders } from '../../artifacts/stored-artifact.ts';
 
 /** What the proxy did, since the start (for metrics). */
 export interface ProxyStats {
