@@ -31,7 +31,8 @@ import { availableParallelism } from 'node:os';
 import { sep } from 'node:path';
 import { ChainVerifier, type BlockFacts, type TrustedAuthority, type VerifierState } from '../chain/verify.ts';
 import { hash } from 'node:crypto';
-import { blockPath, type CommittedFiles } from './chain-repo.ts';
+import { blockPath } from '../chain/layout.ts';
+import type { CommittedFiles } from './chain-repo-files.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
@@ -170,7 +171,7 @@ function runBatches(
         else feed(w);
       });
       w.on('error', (e) => finish(e));
-      w.on('exit', (code) => finish(new Error(`a verification worker stopped (exit code ${code})`)));
+      w.on('exit', (code) => finish(new VouchError('internal_error', `a verification worker stopped (exit code ${code})`)));
       const early = startErrors.get(w);
       if (early) return finish(early);
       feed(w);

@@ -20,8 +20,9 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ChainRepo, blockPath, parseBlockPath, type BlockFile, type CommitInfo } from '../store/chain-repo.ts';
-import { ewahDecode, ewahEncode, parseIndex } from '../store/git-index.ts';
+import { ChainRepo, type BlockFile, type CommitInfo } from '../store/chain-repo.ts';
+import { blockPath, parseBlockPath } from '../chain/layout.ts';
+import { ewahDecode, ewahEncode, parseIndex } from '../store/git-index-format.ts';
 import { VouchError } from '../chain/errors.ts';
 
 const PAD = 'x'.repeat(300);

@@ -1,0 +1,398 @@
+/**
+ * chain-repo-files: the chain repository's state and its reads: the block
+ * files of the working tree (the fast path), what branch main commits
+ * (`committedFiles`, for verifiers), and a block read from git objects
+ * (audits). The base of ./chain-repo-repair.ts and ./chain-repo.ts.
+ *
+ * Owns: the in-memory state of an open repository (head, size, the trees on
+ * the path to the last block, the split index), and the read API.
+ *
+ * Trusts: the working tree only through the bounded reader of
+ * ./verify-worker-impl.ts: a regular file only (no symbolic link,
+ * directory, FIFO or device), at most 16 MiB, decoded strictly as UTF-8
+ * (DESIGN 1.7 "Reading a chain"); what the branch commits is what a
+ * verifier checks those files against.
+ *
+ * Must hold: reads never write; a path that is not a block path of
+ * chain/layout.ts is reported, never read as a block.
+ */
+import * as fs from 'node:fs';
+import { join } from 'node:path';
+import { VouchError } from '../chain/errors.ts';
+import { LIMITS, digitsAt, utf8Text } from '../chain/block.ts';
+import { CHECKPOINT, MAX_INDEX, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
+import { bytesOf, readChainFile } from './verify-worker-impl.ts';
+import { type IndexHint, SplitIndex, comparePaths } from './git-index.ts';
+import { TREE_MODE, type TreeEntry, ioError, isRegularMode, modeName } from './git-objects.ts';
+import { ObjectStore } from './object-store.ts';
+
+export type { CommitInfo } from './git-objects.ts';
+
+export interface BlockFile {
+  index: number;
+  /** The exact file text (pretty JSON + trailing "\n"), written byte for byte (UTF-8). */
+  content: string;
+}
+
+
+/** The chain files at one commit, read from git objects (`ChainRepo.snapshotAt`). */
+export interface ChainSnapshot {
+  commit: string;
+  /** Blocks at that commit (last well-formed block path + 1). */
+  size: number;
+  /** Text of a file at a repository path, or null when there is none. */
+  readFile(path: string): Promise<string | null>;
+  /** Text of block `index`; throws `not_found` when its file is missing. */
+  readBlock(index: number): Promise<string>;
+}
+
+/**
+ * What branch main commits under `blocks/` and as `checkpoint.json`, from git
+ * objects (`ChainRepo.committedFiles`): the input a verifier checks the
+ * working tree against.
+ */
+export interface CommittedFiles {
+  commit: string;
+  /** Number of block files (regular files at well-formed block paths). */
+  count: number;
+  /** Git blob id (hex) of block `index`'s file, or null when the branch has none. */
+  oidOf(index: number): string | null;
+  /** Git blob id of checkpoint.json; a description when it is not a regular file; null when there is none. */
+  checkpoint: string | null;
+  /** Everything else under blocks/: other names, and links, submodules or directories at block paths. */
+  strays: { path: string; why: string }[];
+}
+
+/** One file-level difference between the branch head and another commit. */
+export interface FileChange {
+  path: string;
+  change: 'added' | 'modified' | 'deleted';
+}
+
+/** Something `open()` (or a later catch-up) changed to bring the working tree and index in line with the branch. */
+export interface RepairAction {
+  action: 'removed' | 'restored' | 'reindexed' | 'lock_removed';
+  /** Repository-relative path ('.git/index' for index rebuilds). */
+  path: string;
+  reason: string;
+}
+
+export class ChainRepoFiles {
+  readonly dir: string;
+  /** What `open()` and any later catch-up changed in the working tree and index, for callers to log. */
+  readonly repairs: RepairAction[] = [];
+  /** Problems after a commit point (the append succeeded, the working tree or index lags and is caught up next time). */
+  readonly warnings: string[] = [];
+
+  protected readonly gitdir: string;
+  protected readonly objects: ObjectStore;
+  protected _head = '';
+  protected _size = 0;
+  /** Trees on the path to the last block: '' (root), 'blocks', 'blocks/T', 'blocks/T/M'. */
+  protected dirs = new Map<string, TreeEntry[]>();
+  protected index: SplitIndex;
+  protected consistent = false;
+  protected canRepair = true;
+  protected knownDirs = new Set<string>();
+  protected queue: Promise<unknown> = Promise.resolve();
+
+  protected constructor(dir: string, hint: IndexHint | null = null) {
+    this.dir = dir;
+    this.gitdir = join(dir, '.git');
+    this.objects = new ObjectStore(this.gitdir);
+    this.index = new SplitIndex(this.gitdir, hint);
+  }
+
+  /** Number of blocks on the branch (last block index + 1). */
+  get size(): number {
+    return this._size;
+  }
+
+  /** Commit id `main` points at. */
+  get head(): string {
+    return this._head;
+  }
+
+  /**
+   * True when the working tree and `.git/index` reflect the branch head
+   * (always after `open()` with repair and after a clean append). False after
+   * `open({ repair: false })` of a repository an append was interrupted in:
+   * the newest block files may then be missing from the working tree.
+   */
+  get inSync(): boolean {
+    return this.consistent;
+  }
+
+  /** Diagnostics of the split index (tests, benches): shared indexes written by this instance, split-part size, shared index name. */
+  indexStats(): { sharedWrites: number; splitSize: number; shared: string | null } {
+    return { sharedWrites: this.index.sharedWrites, splitSize: this.index.splitSize, shared: this.index.baseName };
+  }
+
+  // -------------------------------------------------------------------------
+  // Reads
+
+  /**
+   * What branch main commits under `blocks/` and as `checkpoint.json`, read
+   * from git objects (the trees of the head commit; no blob is read): what
+   * `vouch verify` and the gateway's cold start check the working tree's
+   * files against, blob id by blob id.
+   */
+  async committedFiles(): Promise<CommittedFiles> {
+    const root = this.dirs.get('')!;
+    // Block files by leaf shard (index / 1000): per slot, the bytes holding its blob id and where.
+    const leaves = new Map<number, { src: (Buffer | undefined)[]; at: Int32Array }>();
+    let count = 0;
+    const strays: { path: string; why: string }[] = [];
+    const cp = root.find((e) => e.name === CHECKPOINT);
+    const checkpoint = cp === undefined ? null : isRegularMode(cp.mode) ? cp.oid : modeName(cp.mode);
+    const add = (index: number, body: Buffer, at: number): void => {
+      const shard = Math.floor(index / 1000);
+      let l = leaves.get(shard);
+      if (!l) leaves.set(shard, (l = { src: new Array<Buffer | undefined>(1000), at: new Int32Array(1000) }));
+      const k = index % 1000;
+      if (l.src[k] !== undefined) {
+        strays.push({ path: blockPath(index), why: 'is in its tree twice on branch main' });
+        return;
+      }
+      count++;
+      l.src[k] = body;
+      l.at[k] = at;
+    };
+    const walk = async (entries: TreeEntry[], rel: string): Promise<void> => {
+      for (const e of entries) {
+        const path = `${rel}/${e.name}`;
+        const index = parseBlockPath(path);
+        if (index !== null) {
+          if (isRegularMode(e.mode)) add(index, Buffer.from(e.oid, 'hex'), 0);
+          else strays.push({ path, why: `is ${modeName(e.mode)} on branch main, not a regular file` });
+        } else if (e.mode === TREE_MODE) {
+          if (rel.length === 10 && SHARD_RE.test(e.name)) await leaf(e.oid, path);
+          else await walk(this.dirs.get(path) ?? await this.objects.readTree(e.oid), path);
+        } else {
+          strays.push({ path, why: `is not a block file's path (on branch main${isRegularMode(e.mode) ? '' : `, ${modeName(e.mode)}`})` });
+        }
+      }
+    };
+    // A leaf shard `blocks/TTT/MMM` read straight from the tree's bytes, byte by byte in JS (its
+    // ~1000 entries are nearly all blocks: no entry objects, strings or calls per entry); anything
+    // unusual goes through `walk`.
+    const leaf = async (oid: string, path: string): Promise<void> => {
+      const o = await this.objects.read(oid);
+      if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);
+      const body = o.body;
+      const end = body.length;
+      const base = Number(path.slice(7, 10)) * 1_000_000 + Number(path.slice(11, 14)) * 1000;
+      const p0 = path.charCodeAt(7), p1 = path.charCodeAt(8), p2 = path.charCodeAt(9);
+      const p3 = path.charCodeAt(11), p4 = path.charCodeAt(12), p5 = path.charCodeAt(13);
+      const others: TreeEntry[] = [];
+      let off = 0;
+      while (off < end) {
+        let sp = off;
+        while (sp < end && body[sp] !== 0x20) sp++;
+        let nul = sp + 1;
+        while (nul < end && body[nul] !== 0) nul++;
+        if (nul + 21 > end) throw new VouchError('io_error', `tree ${oid} is corrupt: truncated entry`);
+        // `100644 DDDDDDDDD.json` (or 100755): a regular file whose name's first six digits are the shard's.
+        let n = -1;
+        if (sp - off === 6 && nul - sp === 15 && body[off] === 0x31 && body[off + 1] === 0x30 && body[off + 2] === 0x30 &&
+          ((body[off + 3] === 0x36 && body[off + 4] === 0x34 && body[off + 5] === 0x34) || (body[off + 3] === 0x37 && body[off + 4] === 0x35 && body[off + 5] === 0x35)) &&
+          body[sp + 1] === p0 && body[sp + 2] === p1 && body[sp + 3] === p2 && body[sp + 4] === p3 && body[sp + 5] === p4 && body[sp + 6] === p5 &&
+          body[sp + 10] === 0x2e && body[sp + 11] === 0x6a && body[sp + 12] === 0x73 && body[sp + 13] === 0x6f && body[sp + 14] === 0x6e) {
+          const a = body[sp + 7]! - 48, b = body[sp + 8]! - 48, c = body[sp + 9]! - 48;
+          if (a >= 0 && a <= 9 && b >= 0 && b <= 9 && c >= 0 && c <= 9) n = a * 100 + b * 10 + c;
+        }
+        if (n >= 0) add(base + n, body, nul + 1);
+        else others.push({ mode: body.toString('latin1', off, sp), name: body.toString('utf8', sp + 1, nul), oid: body.toString('hex', nul + 1, nul + 21) });
+        off = nul + 21;
+      }
+      if (others.length > 0) await walk(others, path);
+    };
+    const top = root.find((e) => e.name === 'blocks');
+    if (top && top.mode === TREE_MODE) await walk(this.dirs.get('blocks') ?? await this.objects.readTree(top.oid), 'blocks');
+    else if (top) strays.push({ path: 'blocks', why: `is ${modeName(top.mode)} on branch main, not a directory` });
+    return {
+      commit: this._head, count, checkpoint, strays,
+      oidOf: (index) => {
+        const l = leaves.get(Math.floor(index / 1000));
+        const src = l?.src[index % 1000];
+        if (src === undefined) return null;
+        const at = l!.at[index % 1000]!;
+        return src.toString('hex', at, at + 20);
+      },
+    };
+  }
+
+  /**
+   * Whether `blocks/` holds exactly the block files 0..size-1 and nothing
+   * else: what `listBlockFiles()` showing exactly those files means, checked
+   * from the names alone (no per-file objects; about half its cost). False
+   * for anything else, including errors: the caller then lists.
+   */
+  hasExactlyBlocks(size: number): boolean {
+    if (!Number.isSafeInteger(size) || size < 1 || size - 1 > MAX_INDEX) return false;
+    const last = size - 1;
+    const list = direntsOf;
+    // Exactly the directories `000`, `001`, ... up to `count - 1`.
+    const shardDirs = (d: string, count: number): boolean => {
+      const entries = list(d);
+      if (entries === null || entries.length !== count) return false;
+      const seen = new Uint8Array(count);
+      for (const e of entries) {
+        const n = e.name.length === 3 ? digitsAt(e.name, 0, 3) : -1;
+        if (!e.isDirectory() || n < 0 || n >= count || seen[n]) return false;
+        seen[n] = 1;
+      }
+      return true;
+    };
+    const blocksDir = join(this.dir, 'blocks');
+    const lastTop = Math.floor(last / 1_000_000);
+    if (!shardDirs(blocksDir, lastTop + 1)) return false;
+    for (let top = 0; top <= lastTop; top++) {
+      const topName = String(top).padStart(3, '0');
+      const lastMid = top < lastTop ? 999 : Math.floor((last % 1_000_000) / 1000);
+      if (!shardDirs(`${blocksDir}/${topName}`, lastMid + 1)) return false;
+      for (let mid = 0; mid <= lastMid; mid++) {
+        const midName = String(mid).padStart(3, '0');
+        const base = top * 1_000_000 + mid * 1000;
+        const count = Math.min(1000, size - base);
+        const entries = list(`${blocksDir}/${topName}/${midName}`);
+        if (entries === null || entries.length !== count) return false;
+        // Names are unique in a directory: `count` names each naming a distinct index in range is the exact set.
+        for (const e of entries) {
+          const name = e.name;
+          if (!e.isFile() || name.length !== 14 || !name.endsWith('.json')) return false;
+          const n = digitsAt(name, 0, 9);
+          if (n < base || n >= base + count) return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  /**
+   * Every file under blocks/ in the working tree, sorted by path; index null
+   * when the path is not a well-formed block path. An entry at a block path
+   * is listed whatever it is, never walked into; `why` says what is wrong
+   * with one that is not a regular file (a symbolic link, a directory, a
+   * FIFO, a device: the type readdir reports, as lstat would).
+   */
+  listBlockFiles(): { index: number | null; path: string; why?: string }[] {
+    const out: { index: number | null; path: string; why?: string }[] = [];
+    let strays = false;
+    const walk = (abs: string, rel: string): void => {
+      let entries: fs.Dirent[];
+      try {
+        entries = fs.readdirSync(abs, { withFileTypes: true });
+      } catch (e) {
+        if (rel === 'blocks' && (e as NodeJS.ErrnoException).code === 'ENOENT') return;
+        throw ioError(`cannot list ${rel}`, e);
+      }
+      // Block files of one leaf directory sort by index; a slot per index puts them in order.
+      const slots: ({ index: number; path: string; why?: string } | undefined)[] = [];
+      let base = -1;
+      const dirs: string[] = [];
+      for (const e of entries) {
+        const r = `${rel}/${e.name}`;
+        const index = parseBlockPath(r);
+        if (index === null && e.isDirectory()) {
+          dirs.push(e.name);
+          continue;
+        }
+        if (index === null) {
+          strays = true;
+          out.push({ index, path: r });
+          continue;
+        }
+        if (base < 0) base = index - (index % 1000);
+        slots[index - base] = e.isFile() ? { index, path: r } : { index, path: r, why: `is ${direntKind(e)}, not a regular file` };
+      }
+      for (const f of slots) if (f) out.push(f);
+      for (const d of dirs.sort()) walk(`${abs}/${d}`, `${rel}/${d}`);
+    };
+    walk(join(this.dir, 'blocks'), 'blocks');
+    // Without stray files every path is `blocks/DDD/DDD/DDDDDDDDD.json`, and the walk
+    // above already produced path order; strays (any name) need the general sort.
+    return strays ? out.sort((a, b) => comparePaths(a.path, b.path)) : out;
+  }
+
+  protected checkRange(index: number): string {
+    const p = blockPath(index);
+    if (index >= this._size) throw new VouchError('not_found', `block ${index} is not on the chain (size ${this._size})`, { index });
+    return p;
+  }
+
+  /**
+   * The working-tree text of block `index`: a regular file of at most 16 MiB,
+   * valid UTF-8 (else `malformed` at `index`); `io_error` when it is missing
+   * or unreadable.
+   */
+  readBlockFile(index: number): string {
+    const p = this.checkRange(index);
+    const read = readChainFile(join(this.dir, p), LIMITS.blockFileBytes);
+    if (read.error !== null) {
+      if (read.kind === 'refused') throw new VouchError('malformed', `malformed at block ${index}: ${p} ${read.why}`, { index, resource: p });
+      const lag = this.consistent ? '' : ' (the working tree lags behind branch main: open with repair)';
+      throw new VouchError('io_error', `cannot read ${p}${lag}: it ${read.why}`, { resource: p });
+    }
+    const text = utf8Text(bytesOf(read));
+    if (text === null) throw new VouchError('malformed', `malformed at block ${index}: ${p} is not valid UTF-8`, { index, resource: p });
+    return text;
+  }
+
+  /**
+   * The working-tree checkpoint text, or null when there is none; a link, a
+   * file that is not regular or larger than 16 MiB, or not valid UTF-8 is
+   * `checkpoint_mismatch`.
+   */
+  readCheckpoint(): string | null {
+    const read = readChainFile(join(this.dir, CHECKPOINT), LIMITS.blockFileBytes);
+    if (read.error !== null) {
+      if (read.kind === 'missing') return null;
+      if (read.kind === 'refused') throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} ${read.why}`, { index: null, resource: CHECKPOINT });
+      throw new VouchError('io_error', `cannot read ${CHECKPOINT}: it ${read.why}`, { resource: CHECKPOINT });
+    }
+    const text = utf8Text(bytesOf(read));
+    if (text === null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} is not valid UTF-8`, { index: null, resource: CHECKPOINT });
+    return text;
+  }
+
+  /** The text of block `index` from the branch's objects (audits, repair). */
+  async readBlockFromGit(index: number): Promise<string> {
+    const p = this.checkRange(index);
+    const parts = p.split('/');
+    let entries = this.dirs.get('')!;
+    for (let k = 0; k < parts.length; k++) {
+      const dirPath = parts.slice(0, k + 1).join('/');
+      const e = entries.find((x) => x.name === parts[k]);
+      if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
+      if (k === parts.length - 1) return strictBlockText(await this.objects.readBlob(e.oid), index, p);
+      entries = this.dirs.get(dirPath) ?? await this.objects.readTree(e.oid);
+    }
+    throw new VouchError('not_found', `${p} is not on branch main`, { index });
+  }
+}
+
+/** What a directory entry that is not a regular file is, for messages. */
+export function direntKind(e: fs.Dirent): string {
+  return e.isSymbolicLink() ? 'a symbolic link' : e.isDirectory() ? 'a directory' : e.isFIFO() ? 'a FIFO'
+    : e.isCharacterDevice() || e.isBlockDevice() ? 'a device' : e.isSocket() ? 'a socket' : 'of an unknown type';
+}
+
+/** A directory's entries, or null when it cannot be listed (missing, not a directory, no access). */
+export function direntsOf(dir: string): fs.Dirent[] | null {
+  try {
+    return fs.readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return null;
+  }
+}
+
+
+/** A block file's bytes from git as text: at most 16 MiB, strictly UTF-8, else `malformed` at `index`. */
+export function strictBlockText(bytes: Buffer, index: number, path: string): string {
+  const text = bytes.length > LIMITS.blockFileBytes ? null : utf8Text(bytes);
+  if (text === null) {
+    throw new VouchError('malformed', `malformed at block ${index}: ${path} is ${bytes.length > LIMITS.blockFileBytes ? `larger than ${LIMITS.blockFileBytes} bytes` : 'not valid UTF-8'}`, { index, resource: path });
+  }
+  return text;
+}

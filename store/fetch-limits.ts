@@ -1,0 +1,52 @@
+/**
+ * fetch-limits: every bound on what a git remote may make vouch do, in one
+ * place (README "Limits", SECURITY.md "hostile remote"). Read by the pkt-line
+ * reader, the transport, the upload-pack conversation and the pack indexer;
+ * test/hostile-remote.test.ts drives a remote past each of them.
+ *
+ * Owns: the numbers. Trusts: nothing. Must hold: each bound is checked as
+ * the bytes arrive (never after buffering past it), and passing one fails
+ * the clone or fetch with `io_error`, having written nothing.
+ */
+
+/**
+ * What a remote may send in one clone or fetch, so that a hostile or broken
+ * git server costs bounded memory, CPU and time (README "Limits",
+ * SECURITY.md). A chain's pack takes ~420 bytes per block (50,000 blocks:
+ * 20 MiB), so an honest remote stays inside them up to ~150,000 blocks in
+ * one clone or fetch; a bigger chain is seeded with a plain `git clone` and
+ * then fetched incrementally. Past any of them the clone or fetch fails with
+ * `io_error`, having written nothing. A fetch holds at most about twice
+ * `packBytes` (the pack, and what the sockets delivered until it is
+ * collected), plus ~250 bytes per object.
+ */
+export const FETCH_LIMITS = Object.freeze({
+  /** Largest pkt-line, its 4-byte length included (git's LARGE_PACKET_MAX). */
+  pktLineBytes: 65520,
+  /** The ref advertisement (`info/refs`): most bytes, most pkt-lines (refs), longest it may take. */
+  advertisementBytes: 16 << 20,
+  refs: 100_000,
+  advertisementMs: 20_000,
+  /** One upload-pack answer: most bytes (FetchOptions.maxBytes), pkt-lines, `shallow`/`unshallow` lines. */
+  packBytes: 64 << 20,
+  resultPktLines: 1_000_000,
+  shallowLines: 1000,
+  /** Delta bases a pack may name that are neither in it nor here (an honest thin pack: none). */
+  missingBases: 1000,
+  /** Most objects in a pack; the largest object, inflated (a block file is at most 16 MiB, a tree ~41 KiB). */
+  objects: 200_000,
+  objectBytes: 32 << 20,
+  /** Deepest delta chain (git's own maximum). */
+  deltaDepth: 4095,
+  /** Bytes a pack may make the reader inflate or rebuild from deltas: 1 GiB plus 16 per pack byte (an honest pack needs ~5). */
+  resolveBase: 1 << 30,
+  resolvePerPackByte: 16,
+  /** Each HTTP exchange in all (FetchOptions.timeoutMs), and the longest silence (FetchOptions.stallMs). */
+  exchangeMs: 120_000,
+  stallMs: 30_000,
+});
+/** Largest object accepted from a remote (a block file is a few KiB). */
+export const MAX_OBJECT_BYTES = FETCH_LIMITS.objectBytes;
+/** What a cached object costs beyond its bytes (map entry, buffer object): a pack of empty objects fills the cache too. */
+export const CACHE_ENTRY_COST = 256;
+

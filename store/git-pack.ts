@@ -1,0 +1,303 @@
+/**
+ * git-pack: packfiles (gitformat-pack: "PACK", version 2 or 3, object count,
+ * objects, SHA-1 trailer) as bytes: the one parser and the one writer of an
+ * object's header in a pack, the delta codec, and `DiskPacks`, the reader
+ * of the packs stored under `.git/objects/pack`.
+ *
+ * Owns: the object header (`type:3 size:4+7n` varint, then for OFS_DELTA
+ * the base's negative offset, for REF_DELTA the base's id), git's delta
+ * format (source size, target size, copy and insert opcodes), reads of a
+ * stored pack object by object through its version-2 `.idx`.
+ *
+ * Trusts: packs on disk to be whole (a pack is renamed into place only after
+ * its index; see ./chain-repo.ts); still, a read is bounded (object size at
+ * most FETCH_LIMITS.objectBytes, delta chains at most 5000 deep) and what
+ * does not parse is `io_error`.
+ *
+ * Must hold: `applyDelta` never writes outside its output, whose size the
+ * delta declares and which is checked to be exactly filled.
+ *
+ * Hand-written, not isomorphic-git's `readObject` on packs: isomorphic-git
+ * loads a whole packfile into memory to read one object (a 50,000-block
+ * mirror: a 20 MiB pack per read, bench/RESULTS.md "mirror bootstrap"
+ * rows); DiskPacks reads one object with a binary search in the `.idx` and
+ * a bounded read. Packs with a version-1 `.idx` still go to isomorphic-git.
+ */
+import * as fs from 'node:fs';
+import { join } from 'node:path';
+import { inflateSync } from 'node:zlib';
+import { VouchError } from '../chain/errors.ts';
+import { MAX_OBJECT_BYTES } from './fetch-limits.ts';
+
+export const OBJ_TYPES = ['', 'commit', 'tree', 'blob', 'tag'] as const;
+export const OFS_DELTA = 6;
+export const REF_DELTA = 7;
+
+/** An object's header in a pack, parsed: raw kind (1-4, OFS_DELTA, REF_DELTA), inflated size, base, where the zlib data starts. */
+export interface PackObjectHeader {
+  kind: number;
+  size: number;
+  /** OFS_DELTA: how far before this object its base starts. */
+  baseDistance: number;
+  /** REF_DELTA: the base's object id. */
+  baseOid: string;
+  /** Offset of the zlib stream. */
+  dataAt: number;
+}
+
+/**
+ * The header of the object at `offset` in `buf` (`buf` holds at least the
+ * header's bytes; `limit` bounds how far it may reach). Throws a plain
+ * message through `bad` for what git never writes: an overlong size or base
+ * distance, a type out of range, a header past `limit`, a size over
+ * FETCH_LIMITS.objectBytes.
+ */
+export function parseObjectHeader(buf: Buffer, offset: number, limit: number, bad: (why: string) => never): PackObjectHeader {
+  let pos = offset;
+  const next = (): number => {
+    if (pos >= limit) bad(`object at ${offset} has a truncated header`);
+    return buf[pos++]!;
+  };
+  let c = next();
+  const kind = (c >> 4) & 7;
+  let size = c & 15;
+  let shift = 4;
+  while (c & 0x80) {
+    if (shift > 53) bad(`object at ${offset} has an overlong size`);
+    c = next();
+    size += (c & 0x7f) * 2 ** shift;
+    shift += 7;
+  }
+  let baseDistance = 0;
+  let baseOid = '';
+  if (kind === OFS_DELTA) {
+    c = next();
+    baseDistance = c & 0x7f;
+    while (c & 0x80) {
+      if (baseDistance > limit) bad(`object at ${offset} has an overlong base offset`);
+      c = next();
+      baseDistance = (baseDistance + 1) * 128 + (c & 0x7f);
+    }
+  } else if (kind === REF_DELTA) {
+    if (pos + 20 > limit) bad(`object at ${offset} has a truncated header`);
+    baseOid = buf.toString('hex', pos, pos + 20);
+    pos += 20;
+  } else if (kind < 1 || kind > 4) bad(`object type ${kind} at ${offset}`);
+  if (size > MAX_OBJECT_BYTES) bad(`object at ${offset} has ${size} bytes, more than ${MAX_OBJECT_BYTES}`);
+  return { kind, size, baseDistance, baseOid, dataAt: pos };
+}
+
+/** The header of a whole object (`type` 1-4) or a delta (`kind` OFS_DELTA / REF_DELTA) of `size` bytes. */
+export function encodeObjectHeader(kind: number, size: number): Buffer {
+  const bytes: number[] = [];
+  let c = (kind << 4) | (size & 0x0f);
+  let rest = Math.floor(size / 16);
+  while (rest > 0) {
+    bytes.push(c | 0x80);
+    c = rest & 0x7f;
+    rest = Math.floor(rest / 128);
+  }
+  bytes.push(c);
+  return Buffer.from(bytes);
+}
+
+/**
+ * Packfiles on disk, read one object at a time through their version-2
+ * `.idx` (binary search, then a bounded read at the offset), so a read never
+ * loads a whole pack into memory. Other index versions are left to
+ * isomorphic-git.
+ */
+export class DiskPacks {
+  private packs: { name: string; idx: Buffer; n: number }[] | null = null;
+  private cache = new Map<string, { type: string; body: Buffer }>();
+  private cacheBytes = 0;
+
+  constructor(private readonly dir: string) {}
+
+  /** (Re)list the packs; a pack index is read once. */
+  private scan(): void {
+    const old = new Map((this.packs ?? []).map((p) => [p.name, p]));
+    const list: { name: string; idx: Buffer; n: number }[] = [];
+    let names: string[] = [];
+    try {
+      names = fs.readdirSync(this.dir);
+    } catch { /* no pack directory */ }
+    for (const file of names) {
+      if (!file.endsWith('.idx') || !file.startsWith('pack-')) continue;
+      const name = file.slice(0, -4);
+      const known = old.get(name);
+      if (known) {
+        list.push(known);
+        continue;
+      }
+      try {
+        const idx = fs.readFileSync(join(this.dir, file));
+        if (idx.length < 8 + 1024 + 40 || idx.readUInt32BE(0) !== 0xff744f63 || idx.readUInt32BE(4) !== 2) continue;
+        list.push({ name, idx, n: idx.readUInt32BE(8 + 255 * 4) });
+      } catch { /* unreadable: skipped */ }
+    }
+    this.packs = list;
+  }
+
+  private find(oid: string): { name: string; offset: number } | null {
+    const key = Buffer.from(oid, 'hex');
+    for (const p of this.packs ?? []) {
+      const b = key[0]!;
+      let lo = b === 0 ? 0 : p.idx.readUInt32BE(8 + (b - 1) * 4);
+      let hi = p.idx.readUInt32BE(8 + b * 4);
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1;
+        const at = 8 + 1024 + mid * 20;
+        const c = p.idx.compare(key, 0, 20, at, at + 20);
+        if (c === 0) {
+          const o = p.idx.readUInt32BE(8 + 1024 + p.n * 24 + mid * 4);
+          const offset = o & 0x80000000 ? Number(p.idx.readBigUInt64BE(8 + 1024 + p.n * 28 + (o & 0x7fffffff) * 8)) : o;
+          return { name: p.name, offset };
+        }
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+      }
+    }
+    return null;
+  }
+
+  private locate(oid: string): { name: string; offset: number } | null {
+    if (this.packs === null) this.scan();
+    const hit = this.find(oid);
+    if (hit) return hit;
+    this.scan(); // a pack written since (by a fetch, or by git)
+    return this.find(oid);
+  }
+
+  has(oid: string): boolean {
+    return this.locate(oid) !== null;
+  }
+
+  read(oid: string): { type: string; body: Buffer } | null {
+    let at = this.locate(oid);
+    if (!at) return null;
+    let fd: number;
+    try {
+      fd = fs.openSync(join(this.dir, `${at.name}.pack`), 'r');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      this.scan(); // git repacked meanwhile
+      at = this.find(oid);
+      if (!at) return null;
+      fd = fs.openSync(join(this.dir, `${at.name}.pack`), 'r');
+    }
+    try {
+      const end = fs.fstatSync(fd).size - 20;
+      return this.readAt(fd, end, at.name, at.offset, 0);
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
+  private readAt(fd: number, end: number, name: string, offset: number, depth: number): { type: string; body: Buffer } {
+    const key = `${name}:${offset}`;
+    const hit = this.cache.get(key);
+    if (hit) return hit;
+    if (depth > 5000) throw new VouchError('io_error', 'delta chain too deep');
+    const head = Buffer.alloc(64);
+    const got = fs.readSync(fd, head, 0, 64, offset);
+    const bad = (why: string): never => { throw new VouchError('io_error', `bad object header in ${name}.pack: ${why}`); };
+    const h = parseObjectHeader(head, 0, got, bad);
+    const size = h.size;
+    let base: { type: string; body: Buffer } | null = null;
+    if (h.kind === OFS_DELTA) {
+      base = this.readAt(fd, end, name, offset - h.baseDistance, depth + 1);
+    } else if (h.kind === REF_DELTA) {
+      const b = this.find(h.baseOid);
+      if (!b || b.name !== name) throw new VouchError('io_error', `delta base ${h.baseOid} is not in ${name}.pack`);
+      base = this.readAt(fd, end, name, b.offset, depth + 1);
+    }
+    const kind = h.kind;
+    const dataAt = offset + h.dataAt;
+    const inflateFrom = (len: number): Buffer => {
+      const buf = Buffer.allocUnsafe(Math.max(0, Math.min(len, end - dataAt)));
+      fs.readSync(fd, buf, 0, buf.length, dataAt);
+      return inflateSync(buf, { maxOutputLength: Math.max(1, size) });
+    };
+    let data: Buffer;
+    try {
+      data = inflateFrom(size + (size >> 10) + 64); // deflate never grows data by more than this
+    } catch {
+      data = inflateFrom(end - dataAt);
+    }
+    const out = base ? { type: base.type, body: applyDelta(data, base.body) } : { type: OBJ_TYPES[kind]!, body: data };
+    if (out.body.length < 1 << 20) {
+      if (this.cacheBytes + out.body.length > 16 << 20) this.resetCache(); // bounded; delta bases are usually near
+      this.cache.set(key, out);
+      this.cacheBytes += out.body.length;
+    }
+    return out;
+  }
+
+  resetCache(): void {
+    this.cache = new Map();
+    this.cacheBytes = 0;
+  }
+}
+
+/**
+ * zlib options for an object of `size` bytes: never more output, and an
+ * output buffer of its size (zlib's default 16 KiB chunk would stay behind
+ * every small object kept in a cache: 16 KiB for a 1.5 KiB block).
+ */
+export function inflateBounds(size: number): { maxOutputLength: number; chunkSize: number } {
+  return { maxOutputLength: Math.max(1, size), chunkSize: Math.max(64, size) };
+}
+
+/** A delta that does not apply (marked, so the pack indexer can name the object it came with). */
+function deltaError(why: string): VouchError {
+  return new VouchError('io_error', why, { evidence: { reason: 'bad_delta' } });
+}
+
+export function applyDelta(delta: Buffer, base: Buffer): Buffer {
+  let pos = 0;
+  const varint = (): number => {
+    let v = 0;
+    let shift = 0;
+    let c: number;
+    do {
+      if (pos >= delta.length) throw deltaError('truncated delta header');
+      c = delta[pos++]!;
+      v += (c & 0x7f) * 2 ** shift;
+      shift += 7;
+    } while (c & 0x80);
+    return v;
+  };
+  const srcSize = varint();
+  if (srcSize !== base.length) throw deltaError(`delta expects a base of ${srcSize} bytes, got ${base.length}`);
+  const dstSize = varint();
+  if (dstSize > MAX_OBJECT_BYTES) throw deltaError(`delta result of ${dstSize} bytes is too large`);
+  const out = Buffer.allocUnsafe(dstSize);
+  let o = 0;
+  while (pos < delta.length) {
+    const op = delta[pos++]!;
+    if (op & 0x80) {
+      let off = 0;
+      let len = 0;
+      if (op & 0x01) off += delta[pos++]!;
+      if (op & 0x02) off += delta[pos++]! * 0x100;
+      if (op & 0x04) off += delta[pos++]! * 0x10000;
+      if (op & 0x08) off += delta[pos++]! * 0x1000000;
+      if (op & 0x10) len += delta[pos++]!;
+      if (op & 0x20) len += delta[pos++]! * 0x100;
+      if (op & 0x40) len += delta[pos++]! * 0x10000;
+      if (len === 0) len = 0x10000;
+      if (off + len > base.length || o + len > out.length) throw deltaError('delta copy out of range');
+      base.copy(out, o, off, off + len);
+      o += len;
+    } else if (op > 0) {
+      if (pos + op > delta.length || o + op > out.length) throw deltaError('delta insert out of range');
+      delta.copy(out, o, pos, pos + op);
+      pos += op;
+      o += op;
+    } else throw deltaError('delta opcode 0');
+  }
+  if (o !== out.length) throw deltaError('delta result has the wrong size');
+  return out;
+}
+

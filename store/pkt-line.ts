@@ -1,0 +1,103 @@
+/**
+ * pkt-line: git's framing (gitprotocol-common "pkt-line Format"), the one
+ * encoder and the one reader for every git conversation vouch has (fetch's
+ * upload-pack, push's receive-pack).
+ *
+ *   pkt-line  = 4 hex digits of the length (the 4 included), then payload
+ *   flush-pkt = "0000"; delim-pkt "0001" and response-end "0002" are read as
+ *   flushes; "0003" does not exist; a length above 65520 (LARGE_PACKET_MAX)
+ *   is refused.
+ *
+ *   pktLine('# service=git-upload-pack\n') = '001e# service=git-upload-pack\n'
+ *
+ * Owns: the encoding, the streaming reader (`PktReader`, fed chunk by chunk)
+ * and the whole-buffer reader (`parsePktLines`), both with the same bounds.
+ *
+ * Trusts: nothing it reads: a bad length, a truncated line, more lines than
+ * the caller allows are `io_error` (evidence `reason: 'protocol'`).
+ *
+ * Must hold: the reader never holds more than one unfinished pkt-line
+ * (at most FETCH_LIMITS.pktLineBytes) besides what it was handed.
+ *
+ * Hand-written, not isomorphic-git's GitPktLine: that reader has no bound on
+ * a line or on the number of lines (test/hostile-remote.test.ts cases
+ * "endless pkt-lines", "one pkt-line longer than git allows").
+ */
+import { VouchError } from '../chain/errors.ts';
+import { FETCH_LIMITS } from './fetch-limits.ts';
+
+export const FLUSH = Buffer.from('0000', 'latin1');
+
+/** A git wire-protocol error: `io_error` with evidence `reason: 'protocol'`. */
+export function protocolError(message: string, evidence: Record<string, unknown> = {}): VouchError {
+  return new VouchError('io_error', message, { evidence: { reason: 'protocol', ...evidence } });
+}
+
+/** One pkt-line holding `payload` (a string is sent as UTF-8). */
+export function pktLine(payload: string | Buffer): Buffer {
+  const body = typeof payload === 'string' ? Buffer.from(payload, 'utf8') : payload;
+  if (body.length + 4 > FETCH_LIMITS.pktLineBytes) throw new VouchError('bad_request', 'pkt-line too long');
+  return Buffer.concat([Buffer.from((body.length + 4).toString(16).padStart(4, '0'), 'latin1'), body]);
+}
+
+/** The 4 hex digits of a pkt-line length at `pos`, or -1. */
+function pktLength(buf: Buffer, pos: number): number {
+  let n = 0;
+  for (let i = pos; i < pos + 4; i++) {
+    const c = buf[i]!;
+    const v = c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : c >= 65 && c <= 70 ? c - 55 : -1;
+    if (v < 0) return -1;
+    n = n * 16 + v;
+  }
+  return n;
+}
+
+/**
+ * Splits a pkt-line stream that arrives in chunks; `onLine` gets each line
+ * (null for a flush-pkt). At most `maxLines` pkt-lines (flushes included),
+ * each at most FETCH_LIMITS.pktLineBytes; past that, `tooMany` says why.
+ * `who` starts each error message ("the remote", "info/refs of <url>").
+ */
+export class PktReader {
+  private rest: Buffer = Buffer.alloc(0);
+  private lines = 0;
+
+  constructor(
+    private readonly onLine: (line: Buffer | null) => void, private readonly maxLines: number,
+    private readonly tooMany = `sent more than ${maxLines} pkt-lines`, private readonly who = 'the remote',
+  ) {}
+
+  push(chunk: Buffer): void {
+    let buf = this.rest.length > 0 ? Buffer.concat([this.rest, chunk]) : chunk;
+    let pos = 0;
+    while (buf.length - pos >= 4) {
+      const len = pktLength(buf, pos);
+      if (len < 0 || len === 3) throw protocolError(`${this.who} sent a bad pkt-line (starts ${JSON.stringify(buf.toString('latin1', pos, pos + 16))})`);
+      if (len > FETCH_LIMITS.pktLineBytes) throw protocolError(`${this.who} sent a pkt-line of ${len} bytes (git's limit is ${FETCH_LIMITS.pktLineBytes})`);
+      if (len >= 4 && buf.length - pos < len) break;
+      if (++this.lines > this.maxLines) throw protocolError(`${this.who} ${this.tooMany}`);
+      if (len < 4) { // flush, delim, response-end
+        pos += 4;
+        this.onLine(null);
+        continue;
+      }
+      this.onLine(buf.subarray(pos + 4, pos + len));
+      pos += len;
+    }
+    buf = buf.subarray(pos);
+    this.rest = buf.length > 0 ? Buffer.from(buf) : Buffer.alloc(0);
+  }
+
+  end(): void {
+    if (this.rest.length > 0) throw protocolError(`${this.who} sent a truncated pkt-line`);
+  }
+}
+
+/** Every pkt-line of a whole answer (null for a flush), read with the bounds of PktReader. */
+export function parsePktLines(buf: Buffer, who: string, maxLines: number = FETCH_LIMITS.resultPktLines): (Buffer | null)[] {
+  const out: (Buffer | null)[] = [];
+  const reader = new PktReader((line) => { out.push(line); }, maxLines, undefined, who);
+  reader.push(buf);
+  reader.end();
+  return out;
+}

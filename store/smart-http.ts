@@ -1,0 +1,198 @@
+/**
+ * smart-http: the one HTTP transport vouch speaks git over (git's smart
+ * HTTP, protocol v0, stateless RPC): the mirror's fetch (`info/refs` and
+ * `git-upload-pack`, ./upload-pack.ts) and the authority's push (`info/refs`
+ * and `git-receive-pack`, ./chain-push.ts) both go through `exchange()`.
+ *
+ * Owns: the HTTP client (undici, the project's pinned HTTP client, with one
+ * shared keep-alive agent), each exchange's bounds (total time, silence
+ * between two chunks, bytes of answer), gzip/deflate answers inflated before
+ * they are counted (what a remote makes us hold is what it inflates to),
+ * redirects (followed for fetches, up to 10; never for a push, whose pack
+ * body is streamed once), remote URLs with their credentials split off
+ * (`parseRemote`), and how a failed exchange is classified (`timeout`,
+ * `stall`, `cancelled`, `unreachable`, `broken`) for the caller to word.
+ *
+ * Trusts: undici for HTTP framing, TLS and connection reuse; nothing in an
+ * answer (the caller checks status and content type at the headers, before
+ * any body byte is taken).
+ *
+ * Must hold: an exchange ends, one way or the other, within `timeoutMs`; it
+ * never delivers more than `maxBytes` bytes to its sink; credentials never
+ * appear in a message.
+ *
+ * undici rather than isomorphic-git's `http/node`: the push streams a pack
+ * body of unknown length (chunked) and takes an injected `Dispatcher`; the
+ * fetch needs only a request and a streamed answer, which undici gives too.
+ */
+import { type Readable, pipeline } from 'node:stream';
+import { createGunzip, createInflate } from 'node:zlib';
+import { Agent, type Dispatcher, interceptors, request } from 'undici';
+import { VouchError } from '../chain/errors.ts';
+
+/** A git remote: its base URL (no credentials, query or fragment), the same for messages, Basic auth when the URL carried credentials. */
+export interface Remote { base: string; shown: string; auth: string | null }
+
+/** Splits credentials off a remote URL (sent as Basic auth, never shown). */
+export function parseRemote(url: string): Remote {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new VouchError('bad_request', 'chain remote is not a URL');
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new VouchError('bad_request', `chain remote must be an http(s) URL, not ${u.protocol}`);
+  const auth = u.username || u.password
+    ? `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}`
+    : null;
+  u.username = '';
+  u.password = '';
+  u.search = '';
+  u.hash = '';
+  const base = u.toString().replace(/\/+$/, '');
+  return { base, shown: base, auth };
+}
+
+/** A URL with its credentials cut out, for messages. */
+export function shownUrl(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, '//');
+}
+
+/** `base` + `/` + `rest`. */
+export function gitUrl(base: string, rest: string): string {
+  return `${base.replace(/\/+$/, '')}/${rest}`;
+}
+
+/** Text from the remote for an error message: one line, at most 200 characters. */
+export function remoteText(text: string): string {
+  const t = text.replace(/[\x00-\x1f\x7f]+/g, ' ').trim();
+  return t.length > 200 ? `${t.slice(0, 200)}...` : t;
+}
+
+let sharedAgent: Agent | null = null;
+/** The agent exchanges use unless given one: keep-alive, `connectMs` to connect (the first caller's). */
+export function defaultDispatcher(connectMs = 10_000): Dispatcher {
+  sharedAgent ??= new Agent({ connect: { timeout: connectMs }, keepAliveTimeout: 4_000 });
+  return sharedAgent;
+}
+
+/** Why an exchange failed, for the caller's message: `stall` carries the silence, `broken` a failure after the headers. */
+export type ExchangeFailure = 'timeout' | 'stall' | 'cancelled' | 'unreachable' | 'broken';
+
+export interface Exchange {
+  url: string;
+  method: 'GET' | 'POST';
+  headers: Record<string, string>;
+  body: Buffer | Readable | null;
+  /** Headers and body together. */
+  timeoutMs: number;
+  /** Longest silence: before the headers, and between two chunks of the answer. */
+  stallMs: number;
+  /** Most bytes of answer (after inflating) handed to the sink. */
+  maxBytes: number;
+  signal?: AbortSignal;
+  dispatcher?: Dispatcher;
+  /** Follow redirects and inflate gzip/deflate answers (the fetch, as git does; not a push). */
+  lenient?: boolean;
+  /** The answer's headers arrived: throw to refuse it, else return where its body goes. */
+  onHead: (status: number, contentType: string) => (chunk: Buffer) => void;
+  /** Words a failure (the exchange passes what happened and the underlying error). */
+  fail: (why: ExchangeFailure, cause: unknown) => VouchError;
+  /** Words an answer past `maxBytes`. */
+  tooLarge: (limit: number) => VouchError;
+}
+
+const followRedirects = interceptors.redirect({ maxRedirections: 10 });
+
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/**
+ * One HTTP exchange with a git remote, bounded in time, silence and bytes,
+ * and cancellable: `onHead` sees the status and content type first, then
+ * the body goes to the sink it returned, chunk by chunk. Errors of the
+ * callbacks are thrown as they are; anything else goes through `fail`.
+ */
+export async function exchange(x: Exchange): Promise<void> {
+  const stall = new AbortController();
+  let stalled: Error | null = null;
+  // Only a silence shorter than the whole exchange's bound needs a timer of its own.
+  let stallTimer: NodeJS.Timeout | null = null;
+  const arm = (): void => {
+    if (stallTimer) { stallTimer.refresh(); return; }
+    stallTimer = setTimeout(() => {
+      stalled = new VouchError('io_error', `sent nothing for ${x.stallMs / 1000} s`, { evidence: { reason: 'stall' } });
+      stall.abort(stalled);
+    }, x.stallMs < x.timeoutMs ? x.stallMs : 2 ** 31 - 1);
+  };
+  // A streamed request body (a push's pack) may take longer to send than a silence is allowed
+  // to last: until the answer starts, undici's headersTimeout watches that case instead.
+  if (!(x.body && typeof (x.body as Readable).pipe === 'function')) arm();
+  const timeout = AbortSignal.timeout(x.timeoutMs);
+  const signal = AbortSignal.any([timeout, stall.signal, ...(x.signal ? [x.signal] : [])]);
+  const classify = (e: unknown): VouchError => {
+    if (stalled) return x.fail('stall', stalled);
+    if (timeout.aborted) return x.fail('timeout', timeout.reason);
+    if (x.signal?.aborted) return x.fail('cancelled', x.signal.reason);
+    const code = (e as { code?: string } | null)?.code;
+    if (code && TIMEOUT_CODES.has(code)) return x.fail(code === 'UND_ERR_CONNECT_TIMEOUT' ? 'timeout' : 'stall', e);
+    return x.fail(gotHead ? 'broken' : 'unreachable', e);
+  };
+  let onAbort = (): void => {};
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(classify(signal.reason));
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  aborted.catch(() => {});
+  let gotHead = false;
+  let body: Readable | null = null;
+  let rawBody: Readable | null = null;
+  try {
+    if (signal.aborted) throw classify(signal.reason);
+    const base = x.dispatcher ?? defaultDispatcher();
+    const dispatcher = x.lenient ? base.compose(followRedirects) : base;
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await Promise.race([request(x.url, {
+        method: x.method, headers: x.lenient ? { 'accept-encoding': 'gzip, deflate', ...x.headers } : x.headers, body: x.body,
+        dispatcher, signal, headersTimeout: x.stallMs, bodyTimeout: x.stallMs,
+      }), aborted]);
+    } catch (e) {
+      if (e instanceof VouchError) throw e;
+      throw classify(e);
+    }
+    gotHead = true;
+    arm();
+    body = res.body;
+    rawBody = res.body;
+    const sink = x.onHead(res.statusCode, String(res.headers['content-type'] ?? ''));
+    const encoding = x.lenient ? String(res.headers['content-encoding'] ?? '').trim().toLowerCase() : '';
+    if (encoding === 'gzip' || encoding === 'x-gzip' || encoding === 'deflate') {
+      // Inflated as it arrives: what counts against maxBytes is what it inflates to.
+      const z = encoding === 'deflate' ? createInflate() : createGunzip();
+      body = pipeline(res.body, z, () => {});
+    }
+    const iter = body[Symbol.asyncIterator]();
+    let total = 0;
+    try {
+      for (;;) {
+        const r = await Promise.race([iter.next(), aborted]);
+        arm();
+        if (r.value) {
+          const chunk = r.value as Buffer;
+          total += chunk.byteLength;
+          if (total > x.maxBytes) throw x.tooLarge(x.maxBytes);
+          sink(chunk);
+        }
+        if (r.done) break;
+      }
+    } catch (e) {
+      if (e instanceof VouchError) throw e;
+      throw classify(e);
+    }
+  } finally {
+    if (stallTimer) clearTimeout(stallTimer);
+    signal.removeEventListener('abort', onAbort);
+    // Not read to its end (refused, failed, cancelled): let the connection go (errors of the discarded stream are moot).
+    for (const b of [body, rawBody]) if (b && !b.destroyed) b.on('error', () => {}).destroy();
+  }
+}
