@@ -1,6 +1,7 @@
 /**
  * The origin fetcher's HTTP/1.1 GET client: a keep-alive pool of `onread`
- * connections (`connection.ts`) speaking the strict framing of `parser.ts`.
+ * connections (`connection.ts`), each carrying one exchange at a time
+ * (`exchange.ts`) in the strict framing of `parser.ts`.
  *
  * Why by hand and not undici (issue 15, item 3, measured side by side): on
  * undici 7's dispatcher API (a handler copying undici's chunks into the
@@ -43,7 +44,8 @@ import net from 'node:net';
 import { Readable } from 'node:stream';
 import tls from 'node:tls';
 import { VouchError } from '../../chain/errors.ts';
-import { connectionClosed, Conn, Exchange, SCRATCH_BYTES, type ConnOwner } from './connection.ts';
+import { connectionClosed, Conn, SCRATCH_BYTES, type ConnOwner } from './connection.ts';
+import { Exchange } from './exchange.ts';
 import type { ResponseHead } from './parser.ts';
 
 export interface H1ClientOptions {
