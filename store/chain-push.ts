@@ -3,14 +3,15 @@
  * over smart HTTP (DESIGN 4, authority mode), with a cost that does not grow
  * with the length of the history.
  *
- * Owns: the object walk that decides what a push sends (first-parent commits
- * from the local head back to the remote's head, and for each only the tree
- * entries that differ from its parent's), the packfile it sends (v2; whole
- * objects, except trees sent as a delta of their previous version, the only
- * objects that grow with the chain), the receive-pack exchange (`GET info/refs`, `POST
- * git-receive-pack`, report-status), and `ChainPusher`, the background loop
- * the gateway notifies after each append (coalescing, retries with
- * exponential backoff, status).
+ * Owns: `pushNew` (where the remote really is, what to send, the POST and
+ * its report) and `ChainPusher`, the background loop the gateway notifies
+ * after each append (coalescing, retries with exponential backoff, status).
+ * The object walk is ./push-walk.ts (first-parent commits from the local
+ * head back to the remote's head, and for each only the tree entries that
+ * differ from its parent's); the pack (v2; whole objects, except trees sent
+ * as a delta of their previous version, the only objects that grow with the
+ * chain) is ./git-pack-writer.ts; the receive-pack exchange (`GET
+ * info/refs`, `POST git-receive-pack`, report-status) is ./receive-pack.ts.
  *
  * Trusts: the local repository's objects (written by store/chain-repo.ts or by
  * git; read through ./object-store.ts); git's connectivity guarantee on the
