@@ -46,14 +46,14 @@ export interface PackObjectHeader {
 }
 
 /**
- * The header of the object at `offset` in `buf` (`buf` holds at least the
- * header's bytes; `limit` bounds how far it may reach). Throws a plain
- * message through `bad` for what git never writes: an overlong size or base
- * distance, a type out of range, a header past `limit`, a size over
- * FETCH_LIMITS.objectBytes.
+ * The header of the object at `at` in `buf` (`limit`: how far in `buf` it
+ * may reach). `offset` is the object's offset in its pack (for messages, and
+ * the farthest back a base can be: the pack's start). Calls `bad` for what
+ * git never writes: an overlong size or base distance, a type out of range,
+ * a header past `limit`, a size over FETCH_LIMITS.objectBytes.
  */
-export function parseObjectHeader(buf: Buffer, offset: number, limit: number, bad: (why: string) => never): PackObjectHeader {
-  let pos = offset;
+export function parseObjectHeader(buf: Buffer, at: number, limit: number, bad: (why: string) => never, offset = at): PackObjectHeader {
+  let pos = at;
   const next = (): number => {
     if (pos >= limit) bad(`object at ${offset} has a truncated header`);
     return buf[pos++]!;
@@ -74,7 +74,7 @@ export function parseObjectHeader(buf: Buffer, offset: number, limit: number, ba
     c = next();
     baseDistance = c & 0x7f;
     while (c & 0x80) {
-      if (baseDistance > limit) bad(`object at ${offset} has an overlong base offset`);
+      if (baseDistance > Math.max(offset, limit)) bad(`object at ${offset} has an overlong base offset`);
       c = next();
       baseDistance = (baseDistance + 1) * 128 + (c & 0x7f);
     }
@@ -84,7 +84,7 @@ export function parseObjectHeader(buf: Buffer, offset: number, limit: number, ba
     pos += 20;
   } else if (kind < 1 || kind > 4) bad(`object type ${kind} at ${offset}`);
   if (size > MAX_OBJECT_BYTES) bad(`object at ${offset} has ${size} bytes, more than ${MAX_OBJECT_BYTES}`);
-  return { kind, size, baseDistance, baseOid, dataAt: pos };
+  return { kind, size, baseDistance, baseOid, dataAt: offset + (pos - at) };
 }
 
 /** The header of a whole object (`type` 1-4) or a delta (`kind` OFS_DELTA / REF_DELTA) of `size` bytes. */
@@ -202,7 +202,7 @@ export class DiskPacks {
     const head = Buffer.alloc(64);
     const got = fs.readSync(fd, head, 0, 64, offset);
     const bad = (why: string): never => { throw new VouchError('io_error', `bad object header in ${name}.pack: ${why}`); };
-    const h = parseObjectHeader(head, 0, got, bad);
+    const h = parseObjectHeader(head, 0, got, bad, offset);
     const size = h.size;
     let base: { type: string; body: Buffer } | null = null;
     if (h.kind === OFS_DELTA) {
@@ -213,7 +213,7 @@ export class DiskPacks {
       base = this.readAt(fd, end, name, b.offset, depth + 1);
     }
     const kind = h.kind;
-    const dataAt = offset + h.dataAt;
+    const dataAt = h.dataAt;
     const inflateFrom = (len: number): Buffer => {
       const buf = Buffer.allocUnsafe(Math.max(0, Math.min(len, end - dataAt)));
       fs.readSync(fd, buf, 0, buf.length, dataAt);

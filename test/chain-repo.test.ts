@@ -172,6 +172,20 @@ test('init, appends of one and several blocks, byte-for-byte reads, reopen', asy
   assert.equal(again.warnings, []);
 });
 
+test('a history git repacked into deltas (OFS_DELTA bases far back in the pack) reads back from git object by object', async () => {
+  const dir = fresh('repacked');
+  const repo = await ChainRepo.init(dir, blocks(0, 1), checkpoint(1), info(0));
+  for (let i = 1; i < 40; i++) await repo.append([block(i)], checkpoint(i + 1), info(i));
+  git(dir, 'repack', '-adfq', '--depth=50', '--window=50'); // every object packed, trees and blobs as deltas
+  assert.match(git(dir, 'verify-pack', '-v', ...readdirSync(join(dir, '.git/objects/pack')).filter((f) => f.endsWith('.idx')).map((f) => join(dir, '.git/objects/pack', f))), /chain length = [1-9]/);
+  const again = await ChainRepo.open(dir);
+  assert.is(again.size, 40);
+  for (let i = 0; i < 40; i++) assert.is(await again.readBlockFromGit(i), block(i).content, `git block ${i}`);
+  assert.is((await again.committedFiles()).count, 40);
+  await again.append([block(40)], checkpoint(41), info(40));
+  assertGitClean(dir, 42, 'after repack, reopen and append');
+});
+
 test('a plain git clone opens, reads the same files and takes appends', async () => {
   const dir = fresh('origin');
   const repo = await ChainRepo.init(dir, blocks(0, 5), checkpoint(5), info(0));
