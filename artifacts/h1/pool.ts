@@ -14,16 +14,19 @@
  * with `VOUCH_BENCH_ORIGIN_COMPARE=1 npm run bench -- gateway` (commit
  * 3b0a9f3), both clients in the same runs, interleaved, default logging:
  *
- *   row (target)               this client           undici 7
- *   2r  (≥ 0.7 of the proxy)   1.11 (0.75–1.51)      0.63 (0.25–1.00)
- *   2rc (≥ 0.7, 4 clients)     0.95 (0.73–1.23)      0.48 (0.34–0.69)
- *   4   (≤ 150 MiB, 1 GiB)     44.9 MiB (43–46)      102.0 MiB (94–106)
+ *   row (target)               this client              undici 7
+ *   2r  (≥ 0.7 of the proxy)   1.01 (1.11, 0.82, 1.01)  0.59 (0.63, 0.59, 0.50)
+ *   2rc (≥ 0.7, 4 clients)     0.95 (0.95, 0.55, 1.08)  0.37 (0.48, 0.23, 0.37)
+ *   4   (≤ 150 MiB, 1 GiB)     44.9 MiB (44.9, 43.4,    102.2 MiB (102.0, 102.2,
+ *                              45.9)                    104.1)
  *
- * (ratio of medians of 7 runs, per-run range; row 4 the median of 3 fresh
- * gateways each; 50,000-block chain, JS heap ~93 MiB; 2 shared cores with a
- * load average of 5–7, so single runs vary widely.) undici misses 2r and
- * 2rc; row 4 it meets, at twice this client's peak (it reads each socket
- * read into a fresh buffer, copied once more into the caller's window).
+ * (three bench runs, each figure a ratio of medians of 7 interleaved runs,
+ * row 4 the median of 3 fresh gateways; the median of the three first;
+ * 50,000-block chain, JS heap ~94 MiB; 2 shared cores with a load average
+ * of 4–10, the second run under other tests, so single runs vary widely.)
+ * undici misses 2r and 2rc; row 4 it meets, at twice this client's peak (it
+ * reads each socket read into a fresh buffer, copied once more into the
+ * caller's window).
  *
  * Owns: connections per connect target and Host (a keep-alive pool with an
  * idle timeout, idle sockets unref'd, at most 32 idle per target), connecting
