@@ -1,10 +1,13 @@
 /**
- * The in-memory index of a verified chain and version selection
- * (DESIGN 3.3, revocation 1.5).
+ * The index of a verified chain and version selection (DESIGN 3.3,
+ * revocation 1.5).
  *
  * Owns: URL -> versions (every endorsement of the URL, in chain order), and
- * which endorse blocks are revoked from which date. Pure: "today" is a
- * parameter.
+ * which endorse blocks are revoked from which date, over a `CompactIndex`
+ * (chain/compact-index.ts) that holds facts, not blocks. Blocks are read on
+ * demand through an injected reader, with a small cache of parsed blocks;
+ * without a reader every added block is kept (small chains, tools). Pure:
+ * no I/O of its own, "today" is a parameter.
  *
  * Selection for a URL:
  * - neither `semver` nor `at`: the newest block (highest index);
@@ -16,9 +19,16 @@
  * for by exact `semver`; when every candidate is revoked the best one is
  * returned flagged, so callers can answer 410 rather than 404.
  *
- * Must hold: only verified blocks are added, in chain order.
+ * Trusts: the reader to return the verified block of an index it was given
+ * the facts of.
+ * Must hold: only verified blocks are added, in chain order; a URL's
+ * versions are confirmed against the block's artifact_url (the compact
+ * index finds candidates by a hash of the URL); blocks added with `add` stay
+ * held until `settled()` says the reader can return them.
  */
 import type { Block, Endorsement } from './block.ts';
+import { CompactIndex, type UrlHash } from './compact-index.ts';
+import { indexFactsOf, type IndexFacts } from './index-facts.ts';
 
 export interface IndexedVersion {
   /** The block that endorses the URL. */
@@ -40,72 +50,141 @@ export interface SelectQuery {
   today: string;
 }
 
+export type BlockReader = (index: number) => Block;
+
+export interface ChainIndexOptions {
+  /** Reads verified block i (i < size); without one, added blocks are kept. */
+  reader?: BlockReader;
+  /** Parsed blocks kept (default 4,096). */
+  cacheBlocks?: number;
+  /** For tests: another URL hash (and its name, written into images). */
+  urlHash?: UrlHash;
+  urlHashId?: string;
+}
+
 export class ChainIndex {
-  private readonly byUrl = new Map<string, IndexedVersion[]>();
-  private readonly byHash = new Map<string, Block>();
-  private readonly revocations = new Map<string, Block[]>();
-  private readonly byName = new Map<string, Block[]>();
-  private blocks: Block[] = [];
+  private compact: CompactIndex;
+  private readonly reader: BlockReader | null;
+  /** Blocks added whole and not yet known to the reader. */
+  private readonly held = new Map<number, Block>();
+  private readonly cache = new Map<number, Block>();
+  private readonly cacheMax: number;
+  private authorityBlock: Block | undefined;
+  private headBlock: Block | undefined;
+
+  constructor(options: ChainIndexOptions = {}, compact?: CompactIndex) {
+    this.reader = options.reader ?? null;
+    this.cacheMax = options.cacheBlocks ?? 4096;
+    this.compact = compact ?? new CompactIndex(options.urlHash, options.urlHashId);
+  }
+
+  /** An index read back from `toImage` (throws TypeError when the image is not whole). */
+  static fromImage(image: Uint8Array, options: ChainIndexOptions & { reader: BlockReader }): ChainIndex {
+    return new ChainIndex(options, CompactIndex.fromImage(image, options.urlHash, options.urlHashId));
+  }
+
+  /** The facts of every block as one binary image. */
+  toImage(): Uint8Array {
+    return this.compact.toImage();
+  }
 
   get size(): number {
-    return this.blocks.length;
+    return this.compact.size;
   }
 
   get head(): Block | undefined {
-    return this.blocks[this.blocks.length - 1];
+    const n = this.compact.size;
+    if (n === 0) return undefined;
+    if (this.headBlock?.index !== n - 1) this.headBlock = this.block(n - 1);
+    return this.headBlock;
   }
 
   get authority(): Block | undefined {
-    return this.blocks[0];
+    if (this.compact.size === 0) return undefined;
+    return (this.authorityBlock ??= this.block(0));
   }
 
   /** Adds the next verified block. */
   add(block: Block): void {
-    if (block.index !== this.blocks.length) throw new TypeError(`index expects block ${this.blocks.length}, got ${block.index}`);
-    this.blocks.push(block);
-    this.byHash.set(block.record_hash, block);
-    const p = block.payload;
-    if (p.intent === 'endorse') {
-      for (const entry of p.endorsements) {
-        let list = this.byUrl.get(entry.artifact_url);
-        if (list === undefined) this.byUrl.set(entry.artifact_url, (list = []));
-        list.push({ block, entry });
-      }
-      let named = this.byName.get(p.uns);
-      if (named === undefined) this.byName.set(p.uns, (named = []));
-      named.push(block);
-    } else if (p.intent === 'revoke') {
-      const target = this.byHash.get(p.target_hash);
-      if (target !== undefined && target.payload.intent === 'endorse') {
-        let list = this.revocations.get(p.target_hash);
-        if (list === undefined) this.revocations.set(p.target_hash, (list = []));
-        list.push(block);
-      }
-    }
+    if (block.index !== this.size) throw new TypeError(`index expects block ${this.size}, got ${block.index}`);
+    this.compact.add(indexFactsOf(block));
+    this.held.set(block.index, block);
+  }
+
+  /** Adds the facts of the next verified block (the reader returns the block itself). */
+  addFacts(facts: IndexFacts): void {
+    if (this.reader === null) throw new TypeError('index: facts without a block reader');
+    this.compact.add(facts);
+  }
+
+  /** Every block added so far can now be read through the reader: stop holding them. */
+  settled(): void {
+    if (this.reader !== null) this.held.clear();
   }
 
   block(index: number): Block | undefined {
-    return this.blocks[index];
+    if (!Number.isInteger(index) || index < 0 || index >= this.size) return undefined;
+    const held = this.held.get(index);
+    if (held !== undefined) return held;
+    let b = this.cache.get(index);
+    if (b !== undefined) {
+      this.cache.delete(index);
+      this.cache.set(index, b);
+      return b;
+    }
+    if (this.reader === null) return undefined;
+    b = this.reader(index);
+    if (b.index !== index) throw new TypeError(`index: the reader returned block ${b.index} for ${index}`);
+    this.cache.set(index, b);
+    if (this.cache.size > this.cacheMax) this.cache.delete(this.cache.keys().next().value!);
+    return b;
+  }
+
+  /** The index of the block with this record_hash, or -1 (no block is read). */
+  indexOfHash(recordHash: string): number {
+    return this.compact.indexOfHash(recordHash);
+  }
+
+  /** The intent of block i (no block is read). */
+  intentOf(index: number): Block['payload']['intent'] {
+    return this.compact.intentOf(index);
   }
 
   blockByHash(recordHash: string): Block | undefined {
-    return this.byHash.get(recordHash);
+    const i = this.compact.indexOfHash(recordHash);
+    return i < 0 ? undefined : this.block(i);
   }
 
   /** Every endorsement of the URL, oldest first. */
   versions(url: string): readonly IndexedVersion[] {
-    return this.byUrl.get(url) ?? [];
+    const c = this.compact.urlCandidates(url);
+    if (c.length === 0) return [];
+    const out: IndexedVersion[] = [];
+    for (let k = 0; k < c.length; k += 2) {
+      const block = this.block(c[k]!)!;
+      const entry = block.payload.intent === 'endorse' ? block.payload.endorsements[c[k + 1]!] : undefined;
+      if (entry !== undefined && entry.artifact_url === url) out.push({ block, entry });
+    }
+    return out;
+  }
+
+  /** Indexes of the endorse blocks of a unit (`owner/name`), oldest first (no block is read). */
+  blockIndexesOf(uns: string): number[] {
+    return this.compact.blocksOfName(uns);
   }
 
   /** Endorse blocks of a unit (`owner/name`), oldest first. */
   blocksOf(uns: string): readonly Block[] {
-    return this.byName.get(uns) ?? [];
+    return this.compact.blocksOfName(uns).map((i) => this.block(i)!);
   }
 
   /** The earliest-effective revoke block of `block` in force on `date`, or null. */
   revocationOf(block: Block, date: string): Block | null {
+    const i = this.compact.indexOfHash(block.record_hash);
+    if (i < 0) return null;
     let best: Block | null = null;
-    for (const r of this.revocations.get(block.record_hash) ?? []) {
+    for (const ri of this.compact.revocationsOf(i)) {
+      const r = this.block(ri)!;
       if (r.payload.effective_date <= date && (best === null || r.payload.effective_date < best.payload.effective_date)) best = r;
     }
     return best;
