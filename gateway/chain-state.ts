@@ -1,117 +1,66 @@
 /**
- * The gateway's verified, in-memory chain: loading at start, the index the
- * lookups and downloads read, and applying appended blocks.
+ * The gateway's verified chain: loading at start, the index the lookups and
+ * downloads read, and applying appended blocks.
+ *
+ * The index (chain/select.ts) holds facts, not blocks: a block is read on
+ * demand from the verified texts in `.git/vouch-blocks.cache`
+ * (gateway/block-text-cache.ts), parsed, and kept in a small cache.
  *
  * Loading:
- * - cold: every block is verified (signatures on all cores, DESIGN 1.7),
- *   then read into the index;
- * - warm: a snapshot written after the last verification names the verified
- *   size, head and verifier state, plus a hash chain over the raw bytes of
- *   every verified block file (D_i = sha256(D_{i-1} || sha256(file_i))). If
- *   the files still hash to it, they are byte-identical to what was verified,
- *   so only newer blocks are verified; anything else falls back to cold.
- * The snapshot lives in `.git/vouch-snapshot.json` of the chain directory,
- * with the verified texts in one file (`.git/vouch-blocks.cache`) so a warm
- * start need not open every block file: never in the working tree, never
- * committed, and used only when it hashes to the snapshot's digest.
+ * - cold: every block is verified (signatures on all cores, DESIGN 1.7);
+ *   the verifier hands over each batch's texts and index facts in chain
+ *   order, which go to the text cache and the index (no block file is read
+ *   twice, no block kept);
+ * - warm: a snapshot (`.git/vouch-snapshot.json`) written after the last
+ *   verification names the verified size, head and verifier state, the text
+ *   cache's length and digest, and an index image (`.git/vouch-index.bin`,
+ *   with its sha256 and the size it was made at). If the cache hashes to the
+ *   digest, it holds exactly the texts that were verified: the image is
+ *   loaded (or, if it does not hash to what the snapshot says, the index is
+ *   rebuilt from the cache), blocks between the image and the verified size
+ *   are indexed from the cache, and only newer block files are verified. A
+ *   cache that does not hash is rebuilt from the block files and must hash
+ *   to the digest; anything else falls back to cold.
+ * The image is rewritten at the end of a load that indexed blocks, and
+ * after appends only occasionally (an image older than the verified size is
+ * fine: the gap is indexed from the cache at the next start).
  *
  * Trusts: the local disk as much as the chain directory itself.
  * Must hold: only verified blocks are ever in the index; the index, the
  * verifier state and the checkpoint always describe the same head; a
  * verifier resumed from a state checks revoke targets against the index
  * (`endorsedBefore`), and texts are parsed as I-JSON (`readJson`), as a
- * cold verification does.
+ * cold verification does; no file is used that does not hash to what the
+ * snapshot says.
  */
 import { createHash } from 'node:crypto';
-import { appendFileSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, utf8Text, type Block, type Checkpoint } from '../chain/block.ts';
+import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
+import { BlockTextCache } from './block-text-cache.ts';
 
-const SNAPSHOT_VERSION = 1;
-const ZERO = Buffer.alloc(32);
+const SNAPSHOT_VERSION = 2;
+/** An image is rewritten after appends once this many blocks are not in it... */
+const IMAGE_EVERY_BLOCKS = 10_000;
+/** ...or when it is this old and some are not. */
+const IMAGE_EVERY_MS = 10 * 60_000;
 
 interface Snapshot {
   version: number;
   state: VerifierState;
-  files_digest: string;
   pinned_public_key: string | null;
-}
-
-function stepDigest(prev: Buffer<ArrayBufferLike>, fileText: string): Buffer<ArrayBufferLike> {
-  const inner = createHash('sha256').update(fileText).digest();
-  return createHash('sha256').update(prev).update(inner).digest();
-}
-
-/**
- * The texts of the verified block files, in order, in one append-only file
- * (`.git/vouch-blocks.cache`: records of a 4-byte big-endian length and the
- * UTF-8 text). A warm start reads it in one go instead of opening every block
- * file; what it holds counts only if it hashes to the snapshot's digest.
- */
-class BlockTextCache {
-  /** Byte length of the records known to be good (what appends follow). */
-  private goodBytes = 0;
-
-  constructor(private readonly path: string) {}
-
-  /** The first `count` texts, or null when the file is missing or short. */
-  read(count: number): string[] | null {
-    let buf: Buffer;
-    try {
-      buf = readFileSync(this.path);
-    } catch {
-      return null;
-    }
-    const texts: string[] = [];
-    let off = 0;
-    while (texts.length < count && off + 4 <= buf.length) {
-      const len = buf.readUInt32BE(off);
-      if (off + 4 + len > buf.length) break;
-      texts.push(buf.toString('utf8', off + 4, off + 4 + len));
-      off += 4 + len;
-    }
-    if (texts.length < count) return null;
-    this.goodBytes = off;
-    return texts;
-  }
-
-  private static encode(texts: readonly string[]): Buffer {
-    const parts: Buffer[] = [];
-    for (const t of texts) {
-      const b = Buffer.from(t, 'utf8');
-      const len = Buffer.alloc(4);
-      len.writeUInt32BE(b.length);
-      parts.push(len, b);
-    }
-    return Buffer.concat(parts);
-  }
-
-  /** Replaces the whole cache. */
-  rewrite(texts: readonly string[]): void {
-    const tmp = `${this.path}.${process.pid}.tmp`;
-    const data = BlockTextCache.encode(texts);
-    writeFileSync(tmp, data);
-    renameSync(tmp, this.path);
-    this.goodBytes = data.length;
-  }
-
-  /** Appends texts after the good records (dropping anything a crash left after them). */
-  append(texts: readonly string[]): void {
-    try {
-      truncateSync(this.path, this.goodBytes);
-    } catch {
-      return; // no cache yet: the next cold load writes it
-    }
-    const data = BlockTextCache.encode(texts);
-    appendFileSync(this.path, data);
-    this.goodBytes += data.length;
-  }
+  /** The text cache: its first `length` bytes hold the `state.size` verified texts. */
+  cache: { length: number; digest: string };
+  /** The index image and the number of blocks it holds. */
+  image: { size: number; sha256: string } | null;
 }
 
 export interface LoadReport {
@@ -123,28 +72,44 @@ export interface LoadReport {
 }
 
 export class ChainState {
-  readonly index = new ChainIndex();
+  private _index: ChainIndex;
   private verifier!: ChainVerifier;
-  private digest: Buffer<ArrayBufferLike> = ZERO;
   private cp: Checkpoint | null = null;
   private cpJson: Record<string, unknown> | null = null;
-
   private readonly cache: BlockTextCache;
+  /** The image on disk (what the snapshot names). */
+  private image: { size: number; sha256: string } | null = null;
+  private imageAt = 0;
+  private imageWriting = false;
+  /** Set when the text cache could not take appended blocks: they stay in memory from then on. */
+  private cacheBroken = false;
 
   private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {
     this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'));
+    this._index = this.newIndex();
+  }
+
+  private readonly readBlock = (i: number): Block => JSON.parse(this.cache.text(i)) as Block;
+
+  private newIndex(image?: Uint8Array): ChainIndex {
+    return image ? ChainIndex.fromImage(image, { reader: this.readBlock }) : new ChainIndex({ reader: this.readBlock });
+  }
+
+  /** The index of the served chain (one object for the life of the state). */
+  get index(): ChainIndex {
+    return this._index;
   }
 
   get size(): number {
-    return this.index.size;
+    return this._index.size;
   }
 
   get head(): Block {
-    return this.index.head!;
+    return this._index.head!;
   }
 
   get authority(): Block {
-    return this.index.authority!;
+    return this._index.authority!;
   }
 
   get checkpoint(): Checkpoint | null {
@@ -157,7 +122,8 @@ export class ChainState {
 
   /** Whether a served block is an endorse block with this record_hash (what a new revoke must name). */
   endorsedBefore(recordHash: string): boolean {
-    return this.index.blockByHash(recordHash)?.payload.intent === 'endorse';
+    const i = this._index.indexOfHash(recordHash);
+    return i >= 0 && this._index.intentOf(i) === 'endorse';
   }
 
   /** A verifier resumed from `state`, checking revoke targets against the blocks already indexed. */
@@ -172,6 +138,10 @@ export class ChainState {
     return join(this.repo.dir, '.git', 'vouch-snapshot.json');
   }
 
+  private get imagePath(): string {
+    return join(this.repo.dir, '.git', 'vouch-index.bin');
+  }
+
   /** Loads and verifies the chain in `repo` (warm when a valid snapshot allows). */
   static async load(repo: ChainRepo, options: { pinnedPublicKey?: string | null; onProgress?: (done: number, total: number) => void } = {}): Promise<{ state: ChainState; report: LoadReport }> {
     const t0 = performance.now();
@@ -183,6 +153,7 @@ export class ChainState {
       await s.loadCold(options.onProgress);
       verified = s.size;
     }
+    if (s.image?.size !== s.size) s.writeImageNow();
     s.writeSnapshot();
     return { state: s, report: { mode: warm !== null ? 'warm' : 'cold', blocks: s.size, verified, ms: performance.now() - t0 } };
   }
@@ -190,7 +161,7 @@ export class ChainState {
   private readSnapshot(): Snapshot | null {
     try {
       const snap = JSON.parse(readFileSync(this.snapshotPath, 'utf8')) as Snapshot;
-      if (snap.version !== SNAPSHOT_VERSION || typeof snap.files_digest !== 'string' || !snap.state?.authority) return null;
+      if (snap.version !== SNAPSHOT_VERSION || !snap.state?.authority || typeof snap.cache?.digest !== 'string' || !Number.isSafeInteger(snap.cache.length)) return null;
       if ((snap.pinned_public_key ?? null) !== this.pinnedPublicKey && this.pinnedPublicKey !== null) return null;
       return snap;
     } catch {
@@ -198,70 +169,126 @@ export class ChainState {
     }
   }
 
+  /** The index image the snapshot names, when it hashes to what the snapshot says; else null. */
+  private readImage(snap: Snapshot): Uint8Array | null {
+    if (snap.image === null || !(snap.image.size > 0 && snap.image.size <= snap.state.size)) return null;
+    try {
+      const bytes = readFileSync(this.imagePath);
+      if (createHash('sha256').update(bytes).digest('hex') !== snap.image.sha256) return null;
+      return bytes;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Rebuilds the text cache from the block files; true when it hashes to the snapshot's digest. */
+  private rebuildCacheFromFiles(snap: Snapshot): boolean {
+    const n = snap.state.size;
+    this.cache.beginRewrite();
+    const BATCH = 1000;
+    for (let start = 0; start < n; start += BATCH) {
+      const texts: string[] = [];
+      for (let i = start; i < Math.min(n, start + BATCH); i++) texts.push(this.repo.readBlockFile(i));
+      this.cache.append(texts);
+    }
+    if (this.cache.length !== snap.cache.length || this.cache.digest() !== snap.cache.digest) return false;
+    this.cache.commitRewrite();
+    return true;
+  }
+
   /** Warm path; returns the number of blocks verified, or null to go cold. */
   private tryWarm(): number | null {
     const snap = this.readSnapshot();
     const total = this.repo.size;
     if (snap === null || snap.state.size > total || snap.state.size === 0) return null;
-    let digest: Buffer<ArrayBufferLike> = ZERO;
-    const blocks: Block[] = [];
     const n = snap.state.size;
     try {
-      // The one-file cache when it is there and whole; else the block files one by one.
-      let texts = this.cache.read(n);
-      if (texts !== null && texts[n - 1] !== this.repo.readBlockFile(n - 1)) texts = null;
-      const cached = texts !== null;
-      texts ??= Array.from({ length: n }, (_, i) => this.repo.readBlockFile(i));
-      for (const text of texts) {
-        digest = stepDigest(digest, text);
-        blocks.push(JSON.parse(text) as Block); // byte-identical to a strictly parsed, verified file
-      }
-      if (!cached && digest.toString('hex') === snap.files_digest) this.cache.rewrite(texts);
+      let ok = this.cache.scan(snap.cache.length, n) && this.cache.digest() === snap.cache.digest;
+      // The cache is what was verified only while the head block file still holds the same text.
+      if (ok && this.cache.text(n - 1) !== this.repo.readBlockFile(n - 1)) ok = false;
+      if (!ok && !this.rebuildCacheFromFiles(snap)) return null;
     } catch {
       return null;
     }
-    if (digest.toString('hex') !== snap.files_digest || blocks[blocks.length - 1]!.record_hash !== snap.state.head) return null;
     try {
       this.verifier = this.resumed(snap.state);
     } catch {
       return null; // the pinned key changed: verify from scratch (and report there)
     }
-    for (const b of blocks) this.index.add(b);
-    this.digest = digest;
+    const image = this.readImage(snap);
+    try {
+      this._index = this.newIndex(image ?? undefined);
+      this.image = image !== null ? snap.image : null;
+    } catch {
+      this._index = this.newIndex();
+      this.image = null;
+    }
+    try {
+      for (let i = this._index.size; i < n; i++) this._index.addFacts(indexFactsOf(JSON.parse(this.cache.text(i)) as Block));
+    } catch {
+      return null;
+    }
+    if (this._index.size !== n || this._index.indexOfHash(snap.state.head) !== n - 1) return null;
     const newer: string[] = [];
-    for (let i = snap.state.size; i < total; i++) {
+    for (let i = n; i < total; i++) {
       const text = this.repo.readBlockFile(i);
       newer.push(text);
       const json = readJson(text);
       if (json.error !== null) throw new VouchError('malformed', `malformed at block ${i}: ${json.error}`, { index: i });
-      this.index.add(this.verifier.add(json.value));
-      this.digest = stepDigest(this.digest, text);
+      this._index.add(this.verifier.add(json.value));
     }
     this.loadCheckpoint();
-    if (newer.length) this.cache.append(newer);
-    return total - snap.state.size;
+    this.appendTexts(newer);
+    return total - n;
   }
 
   private async loadCold(onProgress?: (done: number, total: number) => void): Promise<void> {
-    const result = await verifyDirectory(this.repo, { pinnedPublicKey: this.pinnedPublicKey, ...(onProgress ? { onProgress } : {}) });
+    this.image = null;
+    this._index = this.newIndex();
+    this.cache.beginRewrite();
+    let streamed = 0;
+    let outOfOrder = false;
+    const onVerified = (start: number, texts: string[], facts: IndexFacts[]): void => {
+      if (outOfOrder || start !== streamed || texts.length !== facts.length) { outOfOrder = true; return; }
+      this.cache.append(texts);
+      for (const f of facts) this._index.addFacts(f);
+      streamed += texts.length;
+    };
+    const result = await verifyDirectory(this.repo, { pinnedPublicKey: this.pinnedPublicKey, onVerified, ...(onProgress ? { onProgress } : {}) });
     this.verifier = this.resumed(result.state);
-    let digest: Buffer<ArrayBufferLike> = ZERO;
-    const texts: string[] = [];
-    for (let i = 0; i < result.state.size; i++) {
-      const text = this.repo.readBlockFile(i);
-      texts.push(text);
-      digest = stepDigest(digest, text);
-      this.index.add(JSON.parse(text) as Block);
+    if (outOfOrder) {
+      this._index = this.newIndex();
+      this.cache.beginRewrite();
+      streamed = 0;
     }
-    if (this.index.head?.record_hash !== result.state.head) {
+    // What the verifier did not hand over: read and parse as before.
+    const n = result.state.size;
+    const BATCH = 1000;
+    for (let start = this._index.size; start < n; start += BATCH) {
+      const texts: string[] = [];
+      for (let i = start; i < Math.min(n, start + BATCH); i++) texts.push(this.repo.readBlockFile(i));
+      this.cache.append(texts);
+      for (const t of texts) this._index.addFacts(indexFactsOf(JSON.parse(t) as Block));
+    }
+    if (this._index.size !== n || (n > 0 && this._index.indexOfHash(result.state.head) !== n - 1)) {
       throw new VouchError('history_rewritten', 'the chain changed on disk while it was being verified', { index: null });
     }
-    this.digest = digest;
+    this.cache.commitRewrite();
     this.loadCheckpoint();
+  }
+
+  /** Appends verified texts to the cache; the blocks held in the index are then read from it. */
+  private appendTexts(texts: readonly string[]): void {
+    if (texts.length === 0 || this.cacheBroken) return;
+    if (this.cache.count + texts.length !== this._index.size) {
+      this.cacheBroken = true; // blocks in the index without their texts: keep holding them
+      return;
+    }
     try {
-      this.cache.rewrite(texts);
+      this.cache.append(texts);
+      this._index.settled();
     } catch {
-      // An optimisation only: a read-only chain directory still serves.
+      this.cacheBroken = true; // the index keeps holding blocks added from now on
     }
   }
 
@@ -279,11 +306,13 @@ export class ChainState {
   }
 
   private writeSnapshot(): void {
+    if (!this.cache.persistent || this.cacheBroken || this.cache.count !== this.size) return;
     const snap: Snapshot = {
       version: SNAPSHOT_VERSION,
       state: this.verifier.state,
-      files_digest: this.digest.toString('hex'),
       pinned_public_key: this.pinnedPublicKey,
+      cache: { length: this.cache.length, digest: this.cache.digest() },
+      image: this.image,
     };
     const tmp = `${this.snapshotPath}.${process.pid}.tmp`;
     try {
@@ -294,26 +323,59 @@ export class ChainState {
     }
   }
 
+  /** Writes the index image now (end of a load). */
+  private writeImageNow(): void {
+    if (!this.cache.persistent) return;
+    const bytes = this._index.toImage();
+    const tmp = `${this.imagePath}.${process.pid}.tmp`;
+    try {
+      writeFileSync(tmp, bytes);
+      renameSync(tmp, this.imagePath);
+      this.image = { size: this.size, sha256: createHash('sha256').update(bytes).digest('hex') };
+      this.imageAt = Date.now();
+    } catch {
+      // An optimisation only.
+    }
+  }
+
+  /** After appends: a new image in the background, once enough blocks are not in the last one. */
+  private maybeWriteImage(): void {
+    const behind = this.size - (this.image?.size ?? 0);
+    if (this.imageWriting || !this.cache.persistent || behind <= 0) return;
+    if (behind < IMAGE_EVERY_BLOCKS && Date.now() - this.imageAt < IMAGE_EVERY_MS) return;
+    this.imageWriting = true;
+    setImmediate(() => {
+      const size = this.size;
+      const bytes = this._index.toImage();
+      const sha256 = createHash('sha256').update(bytes).digest('hex');
+      const tmp = `${this.imagePath}.${process.pid}.tmp`;
+      writeFile(tmp, bytes).then(() => {
+        // The rename and the snapshot naming the new image, in one step of the event loop.
+        renameSync(tmp, this.imagePath);
+        this.image = { size, sha256 };
+        this.imageAt = Date.now();
+        this.writeSnapshot();
+      }).catch(() => {}).finally(() => { this.imageWriting = false; });
+    });
+  }
+
   /**
    * Re-reads every block file in the background and compares it with the
    * verified text served (after a warm start from the cache, nothing else
-   * looked at them). Resolves with the first index whose file differs, or null.
+   * looked at them). Resolves with the first index whose file differs, or
+   * null. Reads in batches: memory stays bounded at any chain size.
    */
   async recheckFiles(): Promise<number | null> {
     const { readFile } = await import('node:fs/promises');
-    const n = this.size;
-    const verified = this.cache.read(n);
-    if (verified === null) return null; // nothing cached: the load itself read the files
+    const n = Math.min(this.size, this.cache.count);
     const BATCH = 256;
     for (let start = 0; start < n; start += BATCH) {
       const ids = Array.from({ length: Math.min(BATCH, n - start) }, (_, k) => start + k);
       // Decoded strictly: a byte changed into an invalid one must not read back as the U+FFFD verified.
       const texts = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i))).then((b) => utf8Text(b), () => null)));
       for (let k = 0; k < ids.length; k++) {
-        const b = this.index.block(ids[k]!)!;
         const t = texts[k];
-        // Cheap first: the record hash must appear; then the exact text the index was built from.
-        if (t === null || t === undefined || !t.includes(b.record_hash) || t !== verified[ids[k]!]) return ids[k]!;
+        if (t === null || t === undefined || t !== this.cache.text(ids[k]!)) return ids[k]!;
       }
     }
     return null;
@@ -353,16 +415,12 @@ export class ChainState {
     });
     this.verifier = probe;
     parsed.forEach((b, i) => {
-      if (this.index.size === b.index) this.index.add(blocks[i]!);
-      this.digest = stepDigest(this.digest, texts[i]!);
+      if (this._index.size === b.index) this._index.add(blocks[i]!);
     });
-    try {
-      this.cache.append(texts);
-    } catch {
-      // An optimisation only.
-    }
+    this.appendTexts(texts);
     this.cp = cp;
     this.cpJson = cpJson;
     this.writeSnapshot();
+    this.maybeWriteImage();
   }
 }

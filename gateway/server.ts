@@ -59,16 +59,16 @@ interface Route {
 }
 
 /**
- * Serialized lookup answers of blocks that are not revoked, by block object
+ * Serialized lookup answers of blocks that are not revoked, by record_hash
  * (blocks in the index never change), bounded in bytes.
  */
-const lookupTexts = new LRUCache<Block, Buffer>({ maxSize: 16 * 1024 * 1024, sizeCalculation: (t) => Math.max(1, t.length) });
+const lookupTexts = new LRUCache<string, Buffer>({ maxSize: 16 * 1024 * 1024, sizeCalculation: (t) => Math.max(1, t.length) });
 
 function lookupText(block: Block): Buffer {
-  let text = lookupTexts.get(block);
+  let text = lookupTexts.get(block.record_hash);
   if (text === undefined) {
     text = Buffer.from(JSON.stringify(lookupBody(block, null)));
-    lookupTexts.set(block, text);
+    lookupTexts.set(block.record_hash, text);
   }
   return text;
 }

@@ -35,6 +35,7 @@ import { blockPath } from '../chain/layout.ts';
 import type { CommittedFiles } from './chain-repo-files.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
+import type { IndexFacts } from '../chain/index-facts.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { examineFile, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
@@ -63,6 +64,12 @@ export interface DirVerifyOptions {
   threads?: number;
   batchSize?: number;
   onProgress?: (done: number, total: number) => void;
+  /**
+   * Each verified batch, in chain order (block 0 included): the texts as
+   * verified and the index facts of their blocks (issue 16: the caller never
+   * re-reads or re-parses a block file).
+   */
+  onVerified?: (start: number, texts: string[], facts: IndexFacts[]) => void;
 }
 
 export interface DirVerifyResult {

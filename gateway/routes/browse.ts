@@ -113,13 +113,13 @@ export function handleUnits(ctx: GatewayContext, _req: IncomingMessage, res: Ser
   const s = state(ctx);
   const { name } = params(search, ['name']);
   if (name === undefined || !isUnitName(name)) throw new VouchError('bad_request', 'name must be owner/name');
-  const blocks = s.index.blocksOf(name);
+  const blocks = s.index.blockIndexesOf(name); // indexes: only the blocks listed are read
   if (blocks.length === 0) throw new VouchError('not_found', `no blocks for ${name}`, { resource: name });
   const today = ctx.today();
   sendJson(res, 200, {
     success: true,
     name,
     total: blocks.length,
-    blocks: [...blocks].reverse().slice(0, MAX_LIST).map((b) => blockSummary(b, s.index.revocationOf(b, today))),
+    blocks: blocks.slice(-MAX_LIST).reverse().map((i) => { const b = s.index.block(i)!; return blockSummary(b, s.index.revocationOf(b, today)); }),
   });
 }
