@@ -68,6 +68,8 @@ export interface LoadReport {
   blocks: number;
   /** Blocks whose signatures were checked in this load. */
   verified: number;
+  /** Blocks of a warm start indexed from the text cache (not in the index image). */
+  indexed: number;
   ms: number;
 }
 
@@ -83,6 +85,7 @@ export class ChainState {
   private imageWriting = false;
   /** Set when the text cache could not take appended blocks: they stay in memory from then on. */
   private cacheBroken = false;
+  private indexedFromCache = 0;
 
   private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {
     this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'));
@@ -155,7 +158,7 @@ export class ChainState {
     }
     if (s.image?.size !== s.size) s.writeImageNow();
     s.writeSnapshot();
-    return { state: s, report: { mode: warm !== null ? 'warm' : 'cold', blocks: s.size, verified, ms: performance.now() - t0 } };
+    return { state: s, report: { mode: warm !== null ? 'warm' : 'cold', blocks: s.size, verified, indexed: s.indexedFromCache, ms: performance.now() - t0 } };
   }
 
   private readSnapshot(): Snapshot | null {
@@ -223,6 +226,7 @@ export class ChainState {
       this._index = this.newIndex();
       this.image = null;
     }
+    this.indexedFromCache = n - this._index.size;
     try {
       for (let i = this._index.size; i < n; i++) this._index.addFacts(indexFactsOf(JSON.parse(this.cache.text(i)) as Block));
     } catch {
