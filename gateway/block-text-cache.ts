@@ -5,235 +5,251 @@
  * time by offset (issue 16: the index does not hold the chain, it reads
  * blocks from here on demand).
  *
- * Owns: the file, the offsets of its records, and a digest of its bytes
- * that is cheap to extend: sha256 over the sha256 of each 1 MiB segment,
- * then of the partial last segment. An append hashes only the bytes it adds.
+ * Owns: the text file and its index file (`.git/vouch-blocks.idx`: per
+ * block, the text's byte length, 4 bytes big-endian, and the sha256 of the
+ * text, 32 bytes), the offsets and text hashes in memory, and a digest of
+ * the index file that is cheap to extend (a running sha256 over its
+ * records). A warm start hashes the index file (36 bytes a block), not the
+ * texts: every text is checked against its own sha256 when it is read.
  *
- * Trusts: its caller to append verified texts only, and to use a file read
- * back (`scan`) only when its digest is the one recorded after verification.
- * Must hold: `count`, `length`, the offsets and the digest always describe
- * the same records; bytes after `length` (a crash's leftovers) are never
- * read and are overwritten by the next append; a file with other hard links
- * (a copied chain directory) is never written in place.
+ * Trusts: its caller to append verified texts only, and to use files read
+ * back (`scan`) only when the digest is the one recorded after verification.
+ * Must hold: `text(i)` returns only a text whose sha256 is the one recorded
+ * for block i (else null); `count`, `length`, the offsets, the hashes and
+ * the digest always describe the same records; bytes after them (a crash's
+ * leftovers) are never read and are overwritten by the next append; a file
+ * with other hard links (a copied chain directory) is never written in place.
  */
 import { createHash, type Hash } from 'node:crypto';
 import {
-  closeSync, fstatSync, ftruncateSync, mkdtempSync, openSync, readSync, renameSync, unlinkSync, writeSync, constants,
+  closeSync, constants, fstatSync, ftruncateSync, mkdtempSync, openSync, readSync, renameSync, unlinkSync, writeSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-const SEGMENT = 1 << 20;
-const CHUNK = 16 << 20;
+const REC = 36;
+
+function sha256(b: Uint8Array): Buffer {
+  return createHash('sha256').update(b).digest();
+}
+
+function preadAll(fd: number, buf: Buffer, pos: number): boolean {
+  let off = 0;
+  while (off < buf.length) {
+    const got = readSync(fd, buf, off, buf.length - off, pos + off);
+    if (got <= 0) return false;
+    off += got;
+  }
+  return true;
+}
+
+function pwriteAll(fd: number, buf: Buffer, pos: number): void {
+  let off = 0;
+  while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off, pos + off);
+}
 
 export class BlockTextCache {
   private fd = -1;
+  private idxFd = -1;
   /** Records known good. */
   count = 0;
-  /** Bytes of those records. */
+  /** Bytes of those records in the text file. */
   length = 0;
   /** starts[i]: offset of record i; starts[count] = length. */
   private starts = new Float64Array(1024);
-  private segments: Hash = createHash('sha256');
-  private partial: Hash = createHash('sha256');
-  private partialLen = 0;
-  /** False when the file lives outside the chain directory (read-only directory): nothing to name in a snapshot. */
+  private hashes = new Uint8Array(1024 * 32);
+  private running: Hash = createHash('sha256');
+  /** False when the files live outside the chain directory (read-only directory): nothing to name in a snapshot. */
   persistent = true;
+  private pending: { text: string; idx: string } | null = null;
 
   constructor(readonly path: string) {}
 
-  /** Digest of the first `length` bytes (hex). */
+  private get idxPath(): string {
+    return this.path.replace(/\.cache$/, '') + '.idx';
+  }
+
+  /** Digest of the index records (hex): names every text by its sha256. */
   digest(): string {
-    return this.segments.copy().update(this.partial.copy().digest()).digest('hex');
+    return this.running.copy().digest('hex');
   }
 
   private resetState(): void {
     this.count = 0;
     this.length = 0;
     this.starts = new Float64Array(1024);
-    this.segments = createHash('sha256');
-    this.partial = createHash('sha256');
-    this.partialLen = 0;
+    this.hashes = new Uint8Array(1024 * 32);
+    this.running = createHash('sha256');
   }
 
-  private feed(buf: Uint8Array): void {
-    let off = 0;
-    while (off < buf.length) {
-      const take = Math.min(SEGMENT - this.partialLen, buf.length - off);
-      this.partial.update(buf.subarray(off, off + take));
-      this.partialLen += take;
-      off += take;
-      if (this.partialLen === SEGMENT) {
-        this.segments.update(this.partial.digest());
-        this.partial = createHash('sha256');
-        this.partialLen = 0;
-      }
-    }
-  }
-
-  private pushStart(at: number): void {
-    if (this.count + 1 >= this.starts.length) {
-      const next = new Float64Array(this.starts.length * 2);
-      next.set(this.starts);
-      this.starts = next;
-    }
-    this.starts[this.count + 1] = at;
+  private room(count: number): void {
+    if (count + 1 < this.starts.length) return;
+    const cap = Math.max(count + 2, this.starts.length * 2);
+    const s = new Float64Array(cap);
+    s.set(this.starts);
+    this.starts = s;
+    const h = new Uint8Array(cap * 32);
+    h.set(this.hashes);
+    this.hashes = h;
   }
 
   /**
-   * Opens the existing file and reads its first `length` bytes as `count`
-   * records, hashing them. False when the file is missing, short, or its
-   * records do not end exactly there (then the cache is empty).
+   * Opens the existing files and takes the first `count` records of the
+   * index file when they hash to `digest` and the text file is long enough.
+   * False otherwise (then the cache is empty). Reads 36 bytes a block.
    */
-  scan(length: number, count: number): boolean {
+  scan(count: number, digest: string): boolean {
     this.close();
     this.resetState();
     try {
       this.fd = openSync(this.path, constants.O_RDWR);
-    } catch {
-      return false;
-    }
-    const buf = Buffer.allocUnsafe(CHUNK);
-    let pos = 0;
-    /** Offset of the next record's length prefix. */
-    let next = 0;
-    const lenBuf = Buffer.alloc(4);
-    let lenHave = 0;
-    while (pos < length) {
-      const got = readSync(this.fd, buf, 0, Math.min(CHUNK, length - pos), pos);
-      if (got <= 0) break;
-      const chunk = buf.subarray(0, got);
-      this.feed(chunk);
-      // Walk the record boundaries that fall in this chunk.
-      while (next < pos + got) {
-        const at = next - pos;
-        if (lenHave > 0 || at + 4 > got) {
-          // A length prefix split across chunks.
-          while (lenHave < 4 && next + lenHave < pos + got) { lenBuf[lenHave] = chunk[next + lenHave - pos]!; lenHave++; }
-          if (lenHave < 4) break;
-          lenHave = 0;
-          next = next + 4 + lenBuf.readUInt32BE(0);
-        } else next = next + 4 + chunk.readUInt32BE(at);
-        if (this.count >= count) { this.close(); this.resetState(); return false; }
-        this.pushStart(next);
-        this.count++;
+      this.idxFd = openSync(this.idxPath, constants.O_RDWR);
+      const idx = Buffer.allocUnsafe(count * REC);
+      if (!preadAll(this.idxFd, idx, 0)) throw new Error('short');
+      this.running.update(idx);
+      if (this.digest() !== digest) throw new Error('digest');
+      this.room(count);
+      let at = 0;
+      for (let i = 0; i < count; i++) {
+        const o = i * REC;
+        at += 4 + idx.readUInt32BE(o);
+        this.starts[i + 1] = at;
+        this.hashes.set(idx.subarray(o + 4, o + REC), i * 32);
       }
-      pos += got;
-    }
-    // pushStart wrote starts[count] for each record's end; starts[0] = 0.
-    if (pos !== length || next !== length || this.count !== count || lenHave !== 0) {
+      if (fstatSync(this.fd).size < at) throw new Error('short');
+      this.count = count;
+      this.length = at;
+      return true;
+    } catch {
       this.close();
       this.resetState();
       return false;
     }
-    this.length = length;
-    return true;
   }
 
-  /** Starts an empty cache in a new file (renamed over the old one by `commitRewrite`). */
+  /** Starts an empty cache in new files (renamed over the old ones by `commitRewrite`). */
   beginRewrite(): void {
     this.close();
     this.resetState();
     this.persistent = true;
-    const tmp = `${this.path}.${process.pid}.tmp`;
+    const tmp = { text: `${this.path}.${process.pid}.tmp`, idx: `${this.idxPath}.${process.pid}.tmp` };
+    const flags = constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC;
     try {
-      this.fd = openSync(tmp, constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC, 0o644);
-      this.pendingRename = tmp;
+      this.fd = openSync(tmp.text, flags, 0o644);
+      this.idxFd = openSync(tmp.idx, flags, 0o644);
+      this.pending = tmp;
     } catch {
-      // A read-only chain directory: an unnamed file elsewhere, for this process only.
+      this.close();
+      // A read-only chain directory: unnamed files elsewhere, for this process only.
       const dir = mkdtempSync(join(tmpdir(), 'vouch-cache-'));
-      const p = join(dir, 'blocks.cache');
-      this.fd = openSync(p, constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC, 0o600);
-      unlinkSync(p);
+      for (const name of ['blocks.cache', 'blocks.idx']) {
+        const p = join(dir, name);
+        const fd = openSync(p, flags, 0o600);
+        unlinkSync(p);
+        if (name === 'blocks.cache') this.fd = fd;
+        else this.idxFd = fd;
+      }
       this.persistent = false;
-      this.pendingRename = null;
+      this.pending = null;
     }
   }
-
-  private pendingRename: string | null = null;
 
   commitRewrite(): void {
-    if (this.pendingRename === null) return;
+    if (this.pending === null) return;
     try {
-      renameSync(this.pendingRename, this.path);
+      renameSync(this.pending.idx, this.idxPath);
+      renameSync(this.pending.text, this.path);
     } catch {
       this.persistent = false;
     }
-    this.pendingRename = null;
+    this.pending = null;
   }
 
-  private static encode(texts: readonly string[]): Buffer {
-    let total = 0;
-    const bufs = texts.map((t) => { const b = Buffer.from(t, 'utf8'); total += 4 + b.length; return b; });
-    const out = Buffer.allocUnsafe(total);
-    let off = 0;
-    for (const b of bufs) {
-      out.writeUInt32BE(b.length, off);
-      b.copy(out, off + 4);
-      off += 4 + b.length;
-    }
-    return out;
-  }
-
-  /** Appends texts after the good records. */
+  /** Appends verified texts after the good records. */
   append(texts: readonly string[]): void {
     if (texts.length === 0) return;
     if (this.fd < 0) throw new Error('block cache is not open');
-    if (this.pendingRename === null && this.persistent && fstatSync(this.fd).nlink > 1) this.unshare();
-    const data = BlockTextCache.encode(texts);
+    if (this.pending === null && this.persistent) this.unshare();
+    const bufs = texts.map((t) => Buffer.from(t, 'utf8'));
+    let total = 0;
+    for (const b of bufs) total += 4 + b.length;
+    const data = Buffer.allocUnsafe(total);
+    const idx = Buffer.allocUnsafe(bufs.length * REC);
+    this.room(this.count + bufs.length);
     let off = 0;
-    while (off < data.length) off += writeSync(this.fd, data, off, data.length - off, this.length + off);
+    bufs.forEach((b, k) => {
+      data.writeUInt32BE(b.length, off);
+      b.copy(data, off + 4);
+      off += 4 + b.length;
+      idx.writeUInt32BE(b.length, k * REC);
+      sha256(b).copy(idx, k * REC + 4);
+    });
+    pwriteAll(this.fd, data, this.length);
+    pwriteAll(this.idxFd, idx, this.count * REC);
     let at = this.length;
-    for (const t of texts) {
-      at += 4 + Buffer.byteLength(t, 'utf8');
-      this.pushStart(at);
-      this.count++;
-    }
-    this.feed(data);
-    this.length += data.length;
+    bufs.forEach((b, k) => {
+      at += 4 + b.length;
+      this.starts[this.count + k + 1] = at;
+      this.hashes.set(idx.subarray(k * REC + 4, (k + 1) * REC), (this.count + k) * 32);
+    });
+    this.running.update(idx);
+    this.count += bufs.length;
+    this.length = at;
     try {
       ftruncateSync(this.fd, this.length);
+      ftruncateSync(this.idxFd, this.count * REC);
     } catch {
-      // Leftovers after `length` are never read.
+      // Leftovers after the records are never read.
     }
   }
 
   /** Copies a file that has other hard links, so appends never write into someone else's copy. */
   private unshare(): void {
-    const tmp = `${this.path}.${process.pid}.tmp`;
-    const out = openSync(tmp, constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC, 0o644);
-    const buf = Buffer.allocUnsafe(CHUNK);
-    for (let pos = 0; pos < this.length;) {
-      const got = readSync(this.fd, buf, 0, Math.min(CHUNK, this.length - pos), pos);
-      if (got <= 0) throw new Error('block cache: short read while copying');
-      let w = 0;
-      while (w < got) w += writeSync(out, buf, w, got - w, pos + w);
-      pos += got;
+    for (const which of ['text', 'idx'] as const) {
+      const fd = which === 'text' ? this.fd : this.idxFd;
+      if (fstatSync(fd).nlink <= 1) continue;
+      const path = which === 'text' ? this.path : this.idxPath;
+      const size = which === 'text' ? this.length : this.count * REC;
+      const tmp = `${path}.${process.pid}.tmp`;
+      const out = openSync(tmp, constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC, 0o644);
+      const buf = Buffer.allocUnsafe(16 << 20);
+      for (let pos = 0; pos < size;) {
+        const got = readSync(fd, buf, 0, Math.min(buf.length, size - pos), pos);
+        if (got <= 0) throw new Error('block cache: short read while copying');
+        pwriteAll(out, buf.subarray(0, got), pos);
+        pos += got;
+      }
+      renameSync(tmp, path);
+      closeSync(fd);
+      if (which === 'text') this.fd = out;
+      else this.idxFd = out;
     }
-    renameSync(tmp, this.path);
-    closeSync(this.fd);
-    this.fd = out;
   }
 
-  /** The verified text of block i (i < count). */
-  text(i: number): string {
+  /** Whether `text` is the verified text of block i. */
+  isText(i: number, text: string | Uint8Array): boolean {
+    if (!(i >= 0 && i < this.count)) return false;
+    const h = sha256(typeof text === 'string' ? Buffer.from(text, 'utf8') : text);
+    for (let k = 0; k < 32; k++) if (h[k] !== this.hashes[i * 32 + k]) return false;
+    return true;
+  }
+
+  /** The verified text of block i (i < count), or null when the file no longer holds it. */
+  text(i: number): string | null {
     if (!(i >= 0 && i < this.count)) throw new RangeError(`block cache: no block ${i}`);
     const start = this.starts[i]! + 4;
-    const end = this.starts[i + 1]!;
-    const buf = Buffer.allocUnsafe(end - start);
-    let off = 0;
-    while (off < buf.length) {
-      const got = readSync(this.fd, buf, off, buf.length - off, start + off);
-      if (got <= 0) throw new Error(`block cache: short read at block ${i}`);
-      off += got;
-    }
+    const buf = Buffer.allocUnsafe(this.starts[i + 1]! - start);
+    if (!preadAll(this.fd, buf, start) || !this.isText(i, buf)) return null;
     return buf.toString('utf8');
   }
 
   close(): void {
-    if (this.fd >= 0) {
-      try { closeSync(this.fd); } catch { /* already closed */ }
-      this.fd = -1;
+    for (const fd of [this.fd, this.idxFd]) {
+      if (fd >= 0) {
+        try { closeSync(fd); } catch { /* already closed */ }
+      }
     }
+    this.fd = -1;
+    this.idxFd = -1;
   }
 }

@@ -13,14 +13,17 @@
  *   twice, no block kept);
  * - warm: a snapshot (`.git/vouch-snapshot.json`) written after the last
  *   verification names the verified size, head and verifier state, the text
- *   cache's length and digest, and an index image (`.git/vouch-index.bin`,
- *   with its sha256 and the size it was made at). If the cache hashes to the
- *   digest, it holds exactly the texts that were verified: the image is
- *   loaded (or, if it does not hash to what the snapshot says, the index is
- *   rebuilt from the cache), blocks between the image and the verified size
- *   are indexed from the cache, and only newer block files are verified. A
- *   cache that does not hash is rebuilt from the block files and must hash
- *   to the digest; anything else falls back to cold.
+ *   cache (by the digest of its index file, which holds the sha256 of every
+ *   verified text: a warm start hashes 36 bytes a block, and every text is
+ *   checked against its sha256 when it is read), and an index image
+ *   (`.git/vouch-index.bin`, with its sha256 and the size it was made at).
+ *   The image is loaded (or, if it does not hash to what the snapshot says,
+ *   the index is rebuilt from the cache), blocks between the image and the
+ *   verified size are indexed from the cache, and only newer block files are
+ *   verified. A cache whose index file does not hash to the digest is
+ *   rebuilt from the block files and must then hash to it; anything else
+ *   falls back to cold. A text that fails its sha256 in the cache is read
+ *   from its block file, which must pass the same check.
  * The image is rewritten at the end of a load that indexed blocks, and
  * after appends only occasionally (an image older than the verified size is
  * fine: the gap is indexed from the cache at the next start).
@@ -38,7 +41,7 @@ import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
-import { readJson, utf8Text, type Block, type Checkpoint } from '../chain/block.ts';
+import { readJson, type Block, type Checkpoint } from '../chain/block.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
@@ -47,7 +50,7 @@ import { verifyDirectory } from '../store/parallel-verify.ts';
 import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
 import { BlockTextCache } from './block-text-cache.ts';
 
-const SNAPSHOT_VERSION = 2;
+const SNAPSHOT_VERSION = 3;
 /** An image is rewritten after appends once this many blocks are not in it... */
 const IMAGE_EVERY_BLOCKS = 10_000;
 /** ...or when it is this old and some are not. */
@@ -57,7 +60,7 @@ interface Snapshot {
   version: number;
   state: VerifierState;
   pinned_public_key: string | null;
-  /** The text cache: its first `length` bytes hold the `state.size` verified texts. */
+  /** The text cache: `state.size` verified texts in its first `length` bytes, named by the digest of its index file. */
   cache: { length: number; digest: string };
   /** The index image and the number of blocks it holds. */
   image: { size: number; sha256: string } | null;
@@ -92,7 +95,16 @@ export class ChainState {
     this._index = this.newIndex();
   }
 
-  private readonly readBlock = (i: number): Block => JSON.parse(this.cache.text(i)) as Block;
+  /** The verified text of block i: from the cache, else from its block file if that still hashes alike. */
+  private verifiedText(i: number): string {
+    const cached = this.cache.text(i);
+    if (cached !== null) return cached;
+    const file = (() => { try { return this.repo.readBlockFile(i); } catch { return null; } })();
+    if (file !== null && this.cache.isText(i, file)) return file;
+    throw new VouchError('io_error', `block ${i}: neither the text cache nor the block file holds the verified text; restart the gateway`, { index: i });
+  }
+
+  private readonly readBlock = (i: number): Block => JSON.parse(this.verifiedText(i)) as Block;
 
   private newIndex(image?: Uint8Array): ChainIndex {
     return image ? ChainIndex.fromImage(image, { reader: this.readBlock }) : new ChainIndex({ reader: this.readBlock });
@@ -206,9 +218,9 @@ export class ChainState {
     if (snap === null || snap.state.size > total || snap.state.size === 0) return null;
     const n = snap.state.size;
     try {
-      let ok = this.cache.scan(snap.cache.length, n) && this.cache.digest() === snap.cache.digest;
-      // The cache is what was verified only while the head block file still holds the same text.
-      if (ok && this.cache.text(n - 1) !== this.repo.readBlockFile(n - 1)) ok = false;
+      let ok = this.cache.scan(n, snap.cache.digest) && this.cache.length === snap.cache.length;
+      // The snapshot describes this chain only while the head block file still holds the verified text.
+      if (ok && (!this.cache.isText(n - 1, this.repo.readBlockFile(n - 1)) || this.cache.text(n - 1) === null)) ok = false;
       if (!ok && !this.rebuildCacheFromFiles(snap)) return null;
     } catch {
       return null;
@@ -228,7 +240,7 @@ export class ChainState {
     }
     this.indexedFromCache = n - this._index.size;
     try {
-      for (let i = this._index.size; i < n; i++) this._index.addFacts(indexFactsOf(JSON.parse(this.cache.text(i)) as Block));
+      for (let i = this._index.size; i < n; i++) this._index.addFacts(indexFactsOf(this.readBlock(i)));
     } catch {
       return null;
     }
@@ -375,11 +387,11 @@ export class ChainState {
     const BATCH = 256;
     for (let start = 0; start < n; start += BATCH) {
       const ids = Array.from({ length: Math.min(BATCH, n - start) }, (_, k) => start + k);
-      // Decoded strictly: a byte changed into an invalid one must not read back as the U+FFFD verified.
-      const texts = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i))).then((b) => utf8Text(b), () => null)));
+      // The raw bytes against the verified text's sha256: a byte changed into an invalid one differs too.
+      const files = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i))).catch(() => null)));
       for (let k = 0; k < ids.length; k++) {
-        const t = texts[k];
-        if (t === null || t === undefined || t !== this.cache.text(ids[k]!)) return ids[k]!;
+        const f = files[k];
+        if (f === null || f === undefined || !this.cache.isText(ids[k]!, f)) return ids[k]!;
       }
     }
     return null;

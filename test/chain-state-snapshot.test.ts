@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, formatBlockFile, formatCheckpointFile, base64Encode, type Block } from '../chain/index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
+import { ChainRepo, blockPath } from '../store/chain-repo.ts';
 import { appendSigned } from '../store/chain-store.ts';
 import { ChainState } from '../gateway/chain-state.ts';
 import { buildLongChain, T0 } from './helpers/chain-fixture.ts';
@@ -60,7 +60,7 @@ test('cold, then warm from the index image with nothing verified', async () => {
   assert.is(cold.report.mode, 'cold');
   served(cold.state, 200);
   const snap = snapshot();
-  assert.is(snap.version, 2);
+  assert.is(snap.version, 3);
   assert.equal(snap.image.size, 200);
   assert.is(snap.cache.length, statSync(git('vouch-blocks.cache')).size);
   const warm = await load();
@@ -83,17 +83,34 @@ test('a tampered index image is not used: the index is rebuilt from the cache, a
   assert.ok(readFileSync(git('vouch-index.bin')).equals(img), 'the image is written again from the verified texts');
 });
 
-test('a tampered cache is not trusted: rebuilt from the block files (warm only if they hash alike), answers unchanged', async () => {
+test('a tampered cache text is never served: read from its block file, which must hash alike; a damaged cache index is rebuilt', async () => {
   const cache = readFileSync(git('vouch-blocks.cache'));
   const bad = Buffer.from(cache);
   const at = bad.indexOf(Buffer.from('build 150'));
   bad.write('build 999', at);
   writeFileSync(git('vouch-blocks.cache'), bad);
-  const r = await load();
+  let r = await load();
   assert.is(r.report.mode, 'warm');
   served(r.state, 200);
   assert.is(r.state.index.block(150)!.payload.endorsements[0]!.comment, 'build 150');
-  assert.ok(readFileSync(git('vouch-blocks.cache')).equals(cache));
+  // Neither the cache nor the block file: refused, not served.
+  const file = join(dir, blockPath(150));
+  const good = readFileSync(file);
+  writeFileSync(file, good.toString().replace('build 150', 'build 998'));
+  r = await load();
+  assert.throws(() => r.state.index.block(150), /neither the text cache nor the block file/);
+  assert.is(await r.state.recheckFiles(), 150);
+  writeFileSync(file, good);
+  writeFileSync(git('vouch-blocks.cache'), cache);
+  // The cache's index file damaged: rebuilt from the block files, then warm.
+  const idx = readFileSync(git('vouch-blocks.idx'));
+  const badIdx = Buffer.from(idx);
+  badIdx.writeUInt8(badIdx.readUInt8(40) ^ 1, 40);
+  writeFileSync(git('vouch-blocks.idx'), badIdx);
+  r = await load();
+  assert.is(r.report.mode, 'warm');
+  served(r.state, 200);
+  assert.ok(readFileSync(git('vouch-blocks.idx')).equals(idx));
 });
 
 test('a tampered snapshot (cache digest, head, or image hash) goes cold or rebuilds, never serves what was not verified', async () => {
