@@ -51,10 +51,11 @@ import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
 import { BlockTextCache } from './block-text-cache.ts';
 
 const SNAPSHOT_VERSION = 3;
-/** An image is rewritten after appends once this many blocks are not in it... */
-const IMAGE_EVERY_BLOCKS = 10_000;
-/** ...or when it is this old and some are not. */
-const IMAGE_EVERY_MS = 10 * 60_000;
+/**
+ * An index image is rewritten after appends once `blocks` blocks are not in
+ * it, or when it is `ms` old and some are not (tests lower them).
+ */
+export const IMAGE_POLICY = { blocks: 10_000, ms: 10 * 60_000 };
 
 interface Snapshot {
   version: number;
@@ -358,7 +359,7 @@ export class ChainState {
   private maybeWriteImage(): void {
     const behind = this.size - (this.image?.size ?? 0);
     if (this.imageWriting || !this.cache.persistent || behind <= 0) return;
-    if (behind < IMAGE_EVERY_BLOCKS && Date.now() - this.imageAt < IMAGE_EVERY_MS) return;
+    if (behind < IMAGE_POLICY.blocks && Date.now() - this.imageAt < IMAGE_POLICY.ms) return;
     this.imageWriting = true;
     setImmediate(() => {
       const size = this.size;

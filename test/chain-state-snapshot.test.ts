@@ -14,7 +14,7 @@ import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, formatBlockFile, 
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../store/chain-repo.ts';
 import { appendSigned } from '../store/chain-store.ts';
-import { ChainState } from '../gateway/chain-state.ts';
+import { ChainState, IMAGE_POLICY } from '../gateway/chain-state.ts';
 import { buildLongChain, T0 } from './helpers/chain-fixture.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-snap-'));
@@ -179,6 +179,33 @@ test('applyCommitted after a warm start: served at once, in the cache, warm agai
   const last = await load();
   assert.equal(last.state.index.versions(url(3)).map((v) => [v.block.index, v.entry.semver]), [[3, '1.3.0'], [261, '9.9.9']]);
   assert.is(await last.state.recheckFiles(), null);
+});
+
+test('after appends, a new image only every IMAGE_POLICY.blocks blocks, written in the background', async () => {
+  const { state } = await load();
+  const before = snapshot().image.size;
+  assert.is(before, state.size);
+  IMAGE_POLICY.blocks = 3;
+  try {
+    let prev = state.head;
+    for (let k = 0; k < 4; k++) {
+      const b = buildEndorseBlock({
+        prev, signer, backend: nodeBackend, now: T0 + 500_000 + k * 1000,
+        entries: [{ url: `https://n.example/${k}.tgz`, artifactHash: 'sha256:' + 'a'.repeat(64), name: 'acme/n', semver: '1.0.0', license: 'MIT' }],
+      });
+      const c = await appendSigned(state.repo, [b], buildCheckpoint({ head: b, signer, now: T0 + 501_000 + k * 1000 }), T0 + 501_000 + k * 1000);
+      state.applyCommitted([b], c.checkpointText, c.blockTexts);
+      prev = b;
+      await new Promise((r) => setTimeout(r, 50));
+      const img = snapshot().image.size;
+      assert.is(img, k < 2 ? before : before + 3, `image after append ${k + 1}`);
+    }
+  } finally {
+    IMAGE_POLICY.blocks = 10_000;
+  }
+  const warm = await load();
+  assert.is(warm.report.indexed, 1);
+  assert.is(warm.state.index.select('https://n.example/3.tgz', { today: '2026-12-01' })?.block.index, before + 3);
 });
 
 test.run();
