@@ -20,7 +20,7 @@
  * leftovers) are never read and are overwritten by the next append; a file
  * with other hard links (a copied chain directory) is never written in place.
  */
-import { createHash, type Hash } from 'node:crypto';
+import { createHash, hash, type Hash } from 'node:crypto';
 import {
   closeSync, constants, fstatSync, ftruncateSync, mkdtempSync, openSync, readSync, renameSync, unlinkSync, writeSync,
 } from 'node:fs';
@@ -30,7 +30,7 @@ import { join } from 'node:path';
 const REC = 36;
 
 function sha256(b: Uint8Array): Buffer {
-  return createHash('sha256').update(b).digest();
+  return hash('sha256', b, 'buffer') as Buffer; // one-shot: a few us less a read than createHash
 }
 
 function preadAll(fd: number, buf: Buffer, pos: number): boolean {
