@@ -55,8 +55,14 @@ export type BlockReader = (index: number) => Block;
 export interface ChainIndexOptions {
   /** Reads verified block i (i < size); without one, added blocks are kept. */
   reader?: BlockReader;
-  /** Parsed blocks kept (default 4,096). */
+  /** Parsed blocks kept at most (default 65,536)... */
   cacheBlocks?: number;
+  /**
+   * ...and their estimated size at most (default 64 MiB; a parsed block of
+   * one endorsement takes ~1.2 KB of heap, counted as 1 KiB + 512 bytes an
+   * entry).
+   */
+  cacheBytes?: number;
   /** For tests: another URL hash (and its name, written into images). */
   urlHash?: UrlHash;
   urlHashId?: string;
@@ -69,12 +75,15 @@ export class ChainIndex {
   private readonly held = new Map<number, Block>();
   private readonly cache = new Map<number, Block>();
   private readonly cacheMax: number;
+  private readonly cacheBytesMax: number;
+  private cacheBytes = 0;
   private authorityBlock: Block | undefined;
   private headBlock: Block | undefined;
 
   constructor(options: ChainIndexOptions = {}, compact?: CompactIndex) {
     this.reader = options.reader ?? null;
-    this.cacheMax = options.cacheBlocks ?? 4096;
+    this.cacheMax = options.cacheBlocks ?? 65_536;
+    this.cacheBytesMax = options.cacheBytes ?? 64 * 1024 * 1024;
     this.compact = compact ?? new CompactIndex(options.urlHash, options.urlHashId);
   }
 
@@ -136,7 +145,12 @@ export class ChainIndex {
     b = this.reader(index);
     if (b.index !== index) throw new TypeError(`index: the reader returned block ${b.index} for ${index}`);
     this.cache.set(index, b);
-    if (this.cache.size > this.cacheMax) this.cache.delete(this.cache.keys().next().value!);
+    this.cacheBytes += weight(b);
+    while (this.cache.size > this.cacheMax || this.cacheBytes > this.cacheBytesMax) {
+      const [oldest, old] = this.cache.entries().next().value!;
+      this.cache.delete(oldest);
+      this.cacheBytes -= weight(old);
+    }
     return b;
   }
 
@@ -194,6 +208,11 @@ export class ChainIndex {
   select(url: string, q: SelectQuery): Selection | null {
     return selectVersion(this.versions(url), q, (b, d) => this.revocationOf(b, d));
   }
+}
+
+/** Estimated heap bytes of a parsed block. */
+function weight(b: Block): number {
+  return 1024 + (b.payload.intent === 'endorse' ? b.payload.endorsements.length * 512 : 0);
 }
 
 function better(a: IndexedVersion, b: IndexedVersion | null, byDate: boolean): boolean {

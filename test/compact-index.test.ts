@@ -102,6 +102,16 @@ test('the parsed-block cache stays bounded', () => {
   idx.versions(A);
   assert.ok(reads.length >= 80, 'a 4-block cache cannot hold 41 versions');
   assert.equal(answers(idx), expected);
+  const bySize = build({ cacheBytes: 4000 });
+  reads.length = 0;
+  bySize.versions(A);
+  bySize.versions(A);
+  assert.ok(reads.length >= 80, 'a 4,000-byte cache cannot hold 41 versions');
+  const roomy = build();
+  roomy.versions(A);
+  reads.length = 0;
+  roomy.versions(A);
+  assert.is(reads.length, 0, 'the default cache holds them');
 });
 
 test('add (whole blocks) holds them until settled; without a reader they stay', () => {
