@@ -59,7 +59,7 @@ export interface ChainIndexOptions {
   cacheBlocks?: number;
   /**
    * ...and their estimated size at most (default 64 MiB; a parsed block of
-   * one endorsement takes ~1.2 KB of heap, counted as 1 KiB + 512 bytes an
+   * one endorsement takes ~1.2 KB of heap, counted as 768 bytes + 512 an
    * entry).
    */
   cacheBytes?: number;
@@ -212,7 +212,7 @@ export class ChainIndex {
 
 /** Estimated heap bytes of a parsed block. */
 function weight(b: Block): number {
-  return 1024 + (b.payload.intent === 'endorse' ? b.payload.endorsements.length * 512 : 0);
+  return 768 + (b.payload.intent === 'endorse' ? b.payload.endorsements.length * 512 : 0);
 }
 
 function better(a: IndexedVersion, b: IndexedVersion | null, byDate: boolean): boolean {
