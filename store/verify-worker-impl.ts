@@ -150,13 +150,8 @@ export function readChainFile(path: string, limit: number, listed = false): Chai
   }
 }
 
-/** The git blob id (hex) of the bytes `readChainFile` returned. */
+/** The git blob id (hex) of the bytes `readChainFile` returned (writes the header into the room before them). */
 export function blobIdOf(read: { buf: Buffer; size: number }): string {
-  return blobIdBytes(read).toString('hex');
-}
-
-/** The git blob id (20 bytes) of the bytes `readChainFile` returned (writes the header into the room before them). */
-export function blobIdBytes(read: { buf: Buffer; size: number }): Buffer {
   // `blob <size>\0` written backwards from HEAD (ASCII digits; no string, no write call).
   const buf = read.buf;
   let at = HEAD - 1;
@@ -171,7 +166,7 @@ export function blobIdBytes(read: { buf: Buffer; size: number }): Buffer {
   buf[--at] = 0x6f; // o
   buf[--at] = 0x6c; // l
   buf[--at] = 0x62; // b
-  return hash('sha1', buf.subarray(at, HEAD + read.size), 'buffer') as Buffer;
+  return hash('sha1', buf.subarray(at, HEAD + read.size), 'hex');
 }
 
 /** The bytes `readChainFile` returned. */
@@ -195,16 +190,18 @@ export interface Examined {
 export function examineFile(path: string, position: number, authority: TrustedAuthority | null, committed?: Uint8Array | null): Examined {
   const read = readChainFile(path, LIMITS.blockFileBytes, true); // block paths come from a listing that refuses non-regular files
   if (read.error !== null) return { facts: { position, malformed: read.error }, text: null, block: null };
-  const oid = committed === undefined ? null : blobIdBytes(read);
+  // Compared as hex: node's one-shot hash writes hex faster than it allocates a Buffer.
+  const oid = committed === undefined ? null : blobIdOf(read);
   const text = utf8Text(bytesOf(read));
   if (text === null) return { facts: { position, malformed: `${path} is not valid UTF-8` }, text: null, block: null };
   const parsed = parseBlockFile(text, position);
   if (parsed.block === null) return { facts: { position, malformed: parsed.malformed }, text: null, block: null };
   const facts = examineParsed(parsed.block, position, authority, nodeBackend);
-  if (oid !== null && (committed === null || !oid.equals(committed!)) && facts.malformed === null) {
-    facts.fileError = committed === null
+  const expected = committed ? Buffer.from(committed.buffer, committed.byteOffset, 20).toString('hex') : null;
+  if (oid !== null && oid !== expected && facts.malformed === null) {
+    facts.fileError = expected === null
       ? `${path} is not on branch main (an untracked file: clones do not get it)`
-      : `${path} is not what branch main commits (git blob ${Buffer.from(committed!).toString('hex')}; the file is blob ${oid.toString('hex')}): verify a clean checkout (git status, git checkout -- blocks)`;
+      : `${path} is not what branch main commits (git blob ${expected}; the file is blob ${oid}): verify a clean checkout (git status, git checkout -- blocks)`;
   }
   return { facts, text, block: parsed.block };
 }
