@@ -487,6 +487,67 @@ export function readJson(text: string): { value: unknown; error: null } | { valu
   return { value, error: null };
 }
 
+/**
+ * A block file's text (already decoded) parsed as `readJson` then
+ * `parseBlock` parse it: the same block, or the same first failure, worded
+ * as a verifier's `BlockFacts.malformed` (`readJson`'s error, or
+ * `parseBlock`'s message). The verifier's hot path: it checks that no object
+ * repeats a member name without walking the parsed value. Once `parseBlock`
+ * has accepted the value, every object in it has an exact member set, so the
+ * own keys add up to a number read off the block (`blockMembers`), and the
+ * strings that may hold a `:` are a known few (`blockColons`); with no
+ * backslash in the text, `readJson`'s count (the text's colons less those
+ * of the strings) then equals that number exactly when nothing repeats
+ * (see `readJson`). Anything else (a text `JSON.parse` or `parseBlock`
+ * refuses, a backslash, a count that differs) takes `readJson`'s own path,
+ * which then words the failure.
+ */
+export function parseBlockFile(text: string, position: number): { block: Block; malformed: null } | { block: null; malformed: string } {
+  let block: Block | null = null;
+  if (text.indexOf('\\') < 0) {
+    try {
+      const value: unknown = JSON.parse(text);
+      if (typeof value === 'object' && value !== null) block = parseBlock(value, position);
+    } catch {
+      block = null; // worded below
+    }
+    if (block !== null && colonCount(text) - blockColons(block) === blockMembers(block)) return { block, malformed: null };
+  }
+  const json = readJson(text);
+  if (json.error !== null) return { block: null, malformed: json.error };
+  try {
+    return { block: parseBlock(json.value, position), malformed: null };
+  } catch (e) {
+    if (e instanceof VouchError && e.code === 'malformed') return { block: null, malformed: e.message };
+    throw e;
+  }
+}
+
+/** Own keys of every object of a block `parseBlock` accepted (its member sets are exact). */
+function blockMembers(b: Block): number {
+  const p = b.payload;
+  return 8 + 9 + 2 + 6 + Object.keys(p.tags).length + 8 * p.endorsements.length + (p.authority ? 1 + 3 : 0);
+}
+
+/**
+ * Colons in every member name and string of a block `parseBlock` accepted:
+ * only its free texts can hold one (member names are fixed, and hex, dates,
+ * SemVer, unit names and enumerations cannot), and `posted` holds two.
+ */
+function blockColons(b: Block): number {
+  const p = b.payload;
+  let n = 2 + colonsIn(b.comment) + colonsIn(b.signer) + colonsIn(b.signature) + colonsIn(p.grammar.version);
+  for (const k in p.tags) n += colonsIn(k);
+  for (let i = 0; i < p.endorsements.length; i++) {
+    const e = p.endorsements[i]!;
+    n += colonsIn(e.artifact_url) + colonsIn(e.artifact_hash) + colonsIn(e.comment) + colonsIn(e.license);
+  }
+  const v = p.vibecode;
+  n += colonsIn(v.endorsement) + colonsIn(v.intent) + colonsIn(v.license) + colonsIn(v.signer) + colonsIn(v.uns) + colonsIn(v.semver);
+  if (p.authority) n += colonsIn(p.authority.signer) + colonsIn(p.authority.public_key);
+  return n;
+}
+
 /** Every `:` in the text. */
 function colonCount(text: string): number {
   let n = 0;

@@ -33,6 +33,7 @@ import { checkpointMessage, parsedPayloadJcs, recordJcsAround } from './build.ts
 import { hashHex } from './crypto-backend.ts';
 import { parseArtifactHash } from './hash-algorithms.ts';
 import { isFullOrderPublicKey } from './weak-key.ts';
+import { DigestList, DigestSet, hexOf } from './digest-set.ts';
 
 /** The authority in force: signer id and raw public key. */
 export interface TrustedAuthority {
@@ -119,6 +120,11 @@ export function examineBlock(
     if (e instanceof VouchError && e.code === 'malformed') return { facts: { position, malformed: e.message }, block: null };
     throw e;
   }
+  return { facts: examineParsed(block, position, authority, backend), block };
+}
+
+/** `examineBlock` of a block `parseBlock` returned (a reader that parsed it itself: `parseBlockFile`). */
+export function examineParsed(block: Block, position: number, authority: TrustedAuthority | null, backend: CryptoBackend): BlockFacts {
   const declared = position === 0 && block.payload.authority
     ? { signer: block.payload.authority.signer, publicKey: block.payload.authority.public_key }
     : null;
@@ -135,23 +141,20 @@ export function examineBlock(
   const [before, after] = recordJcsAround(block);
   const { record, payload } = encodeRecord(before, parsedPayloadJcs(block.payload), after);
   return {
-    block,
-    facts: {
-      position,
-      malformed: null,
-      index: block.index,
-      revokes: block.payload.intent === 'revoke' ? block.payload.target_hash : null,
-      endorse: block.payload.intent === 'endorse',
-      fileError: null,
-      prevHash: block.prev_hash,
-      recordHash: block.record_hash,
-      computedRecordHash: hashHex(backend, 'sha256', record),
-      posted: block.posted,
-      signer: block.signer,
-      signatureOk: key === null ? null : signatureValid(backend, key, payload, block.signature),
-      artifactHashError,
-      authority: declared,
-    },
+    position,
+    malformed: null,
+    index: block.index,
+    revokes: block.payload.intent === 'revoke' ? block.payload.target_hash : null,
+    endorse: block.payload.intent === 'endorse',
+    fileError: null,
+    prevHash: block.prev_hash,
+    recordHash: block.record_hash,
+    computedRecordHash: hashHex(backend, 'sha256', record),
+    posted: block.posted,
+    signer: block.signer,
+    signatureOk: key === null ? null : signatureValid(backend, key, payload, block.signature),
+    artifactHashError,
+    authority: declared,
   };
 }
 
@@ -181,6 +184,11 @@ export interface VerifierOptions {
    * earlier block and refuses it.
    */
   endorsedBefore?: (recordHash: string) => boolean;
+  /**
+   * Record what the walk learns (`walk`), for a verifier that will adopt
+   * this one's state (`advanceTo`): a verification worker's walker.
+   */
+  recordWalk?: boolean;
 }
 
 /** A revoke a resumed verifier could not check: its target would be before the state it started from. */
@@ -188,8 +196,8 @@ export interface DeferredRevoke { position: number; target: string }
 
 /** What a verifier walking a stretch of the chain learned that the one adopting its state needs (`advanceTo`). */
 export interface WalkRecord {
-  /** record_hashes of the endorse blocks it accepted. */
-  endorsed: readonly string[];
+  /** record_hashes of the endorse blocks it accepted, as bytes, 32 each (`DigestList`: one buffer, not a string each). */
+  endorsed: Uint8Array;
   /** Revokes whose targets it could not check, in chain order. */
   deferred: readonly DeferredRevoke[];
 }
@@ -201,9 +209,10 @@ export class ChainVerifier {
   /** The state size it started from (0: it sees every block a revoke can name). */
   private readonly startedAt: number;
   private readonly endorsedBefore: ((recordHash: string) => boolean) | null;
-  /** record_hashes of the endorse blocks it knows: accepted, learned, or adopted with a walk. */
-  private readonly endorsed = new Set<string>();
-  private readonly acceptedEndorse: string[] = [];
+  /** record_hashes of the endorse blocks it knows: accepted, learned, or adopted with a walk (32 bytes each, not strings). */
+  private readonly endorsed = new DigestSet();
+  /** With `recordWalk`: the endorse blocks it accepted or adopted (`walk`). */
+  private readonly acceptedEndorse: DigestList | null;
   private readonly deferred: DeferredRevoke[] = [];
 
   constructor(options: VerifierOptions) {
@@ -218,6 +227,7 @@ export class ChainVerifier {
     this.s = { ...(options.state ?? EMPTY_STATE) };
     this.startedAt = this.s.size;
     this.endorsedBefore = options.endorsedBefore ?? null;
+    this.acceptedEndorse = options.recordWalk === true ? new DigestList() : null;
     if (this.pinned && this.s.authority && !bytesEqual(decodeKey(this.s.authority.publicKey) ?? new Uint8Array(), this.pinned)) {
       throw new VouchError('untrusted_authority', 'the verified chain was signed by a different authority than the pinned key', {
         index: 0, evidence: { pinned: base64Encode(this.pinned), chain: this.s.authority.publicKey },
@@ -244,9 +254,13 @@ export class ChainVerifier {
     return block!;
   }
 
-  /** What this verifier's walk learned, for the one that adopts its state (`advanceTo`). */
+  /**
+   * What this verifier's walk learned, for the one that adopts its state
+   * (`advanceTo`). Only with `recordWalk` (a TypeError otherwise).
+   */
   get walk(): WalkRecord {
-    return { endorsed: this.acceptedEndorse, deferred: this.deferred };
+    if (this.acceptedEndorse === null) throw new TypeError('this verifier does not record its walk (recordWalk)');
+    return { endorsed: this.acceptedEndorse.bytes, deferred: this.deferred };
   }
 
   /** Revokes it could not check (resumed without `endorsedBefore`), in chain order. */
@@ -256,7 +270,7 @@ export class ChainVerifier {
 
   /** Endorse blocks before its state that a revoke it checks may name (a worker's batch start). */
   learnEndorsed(recordHashes: Iterable<string>): void {
-    for (const h of recordHashes) this.endorsed.add(h);
+    for (const h of recordHashes) this.endorsed.addHex(h);
   }
 
   /**
@@ -279,22 +293,21 @@ export class ChainVerifier {
         if (known === false) throw badRevoke(d.position, d.target);
         if (known === null) this.deferred.push(d); // this verifier was resumed too: its caller checks
       }
-      for (const h of walk.endorsed) this.remember(h);
+      if (this.acceptedEndorse === null) this.endorsed.addAll(walk.endorsed);
+      else for (let at = 0; at < walk.endorsed.length; at += 32) this.remember(hexOf(walk.endorsed, at));
     }
     this.s = { ...state };
   }
 
   /** Whether `target` names an endorse block before the current state: null when this verifier cannot tell. */
   private targetKnown(target: string): boolean | null {
-    if (this.endorsed.has(target)) return true;
+    if (this.endorsed.hasHex(target)) return true;
     if (this.endorsedBefore !== null) return this.endorsedBefore(target);
     return this.startedAt === 0 ? false : null;
   }
 
   private remember(recordHash: string): void {
-    if (this.endorsed.has(recordHash)) return;
-    this.endorsed.add(recordHash);
-    this.acceptedEndorse.push(recordHash);
+    if (this.endorsed.addHex(recordHash)) this.acceptedEndorse?.pushHex(recordHash);
   }
 
   /** Appends the next block from facts computed elsewhere (e.g. a worker). */

@@ -57,6 +57,8 @@ export interface CommittedFiles {
   count: number;
   /** Git blob id (hex) of block `index`'s file, or null when the branch has none. */
   oidOf(index: number): string | null;
+  /** Copies block `index`'s 20-byte blob id into `out` at `at` (no string); false when the branch has none. */
+  copyOid(index: number, out: Uint8Array, at: number): boolean;
   /** Git blob id of checkpoint.json; a description when it is not a regular file; null when there is none. */
   checkpoint: string | null;
   /** Everything else under blocks/: other names, and links, submodules or directories at block paths. */
@@ -218,6 +220,14 @@ export class ChainRepoFiles {
         if (src === undefined) return null;
         const at = l!.at[index % 1000]!;
         return src.toString('hex', at, at + 20);
+      },
+      copyOid: (index, out, to) => {
+        const l = leaves.get(Math.floor(index / 1000));
+        const src = l?.src[index % 1000];
+        if (src === undefined) return false;
+        const at = l!.at[index % 1000]!;
+        out.set(src.subarray(at, at + 20), to);
+        return true;
       },
     };
   }

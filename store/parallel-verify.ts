@@ -9,6 +9,15 @@
  * failing block replayed), so the first failure and its code are exactly
  * those of a sequential check (DESIGN 1.7). Small chains are checked inline.
  *
+ * Flat as the chain grows (issue 16): per block, the calling thread builds
+ * no string and keeps nothing. A batch is handed out as its first index and
+ * count (the workers make the paths) with the branch's blob ids in one
+ * buffer; its result is linked as soon as every earlier batch is, then
+ * dropped; the endorse blocks a revoke may name are kept as 32-byte digests
+ * (`DigestSet`), not strings. With `onVerified`, the workers also hand back
+ * each block's text and index facts, passed on in chain order as they are
+ * linked (the gateway's cold start builds its index from them).
+ *
  * What is verified is what the chain's branch commits (DESIGN 1.7 "Reading a
  * chain"): the block files are read from the working tree (fast, and in
  * parallel), and each must be the very blob the branch commits at its path
@@ -35,10 +44,10 @@ import { blockPath } from '../chain/layout.ts';
 import type { CommittedFiles } from './chain-repo-files.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
-import type { IndexFacts } from '../chain/index-facts.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { examineFile, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
+import { examineFile, type Examined, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
+import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 
 /** What a chain directory offers to the verifier (ChainRepo implements it). */
 export interface BlockSource {
@@ -65,9 +74,13 @@ export interface DirVerifyOptions {
   batchSize?: number;
   onProgress?: (done: number, total: number) => void;
   /**
-   * Each verified batch, in chain order (block 0 included): the texts as
-   * verified and the index facts of their blocks (issue 16: the caller never
-   * re-reads or re-parses a block file).
+   * Called in chain order with the blocks that passed every check before
+   * them in chain order: `texts[i]` is the exact text of block `start + i`'s
+   * file, `facts[i]` its `indexFactsOf`. Block 0 comes first, then each
+   * batch as soon as it is linked; nothing is kept after the call (a caller
+   * building an index from them never re-reads a file). A failure later in
+   * the chain still makes `verifyDirectory` throw (the caller then discards
+   * what it got); nothing past the failing block is ever handed over.
    */
   onVerified?: (start: number, texts: string[], facts: IndexFacts[]) => void;
 }
@@ -132,68 +145,123 @@ function planBatches(total: number, batch: number, threads: number): Batch[] {
   return batches;
 }
 
+/** Hands a batch's result to the chain verifier (in chain order); throws the chain's first failure. */
+type Link = (r: VerifyTaskResult, b: Batch) => void;
+
+/** A run of batches on the workers (`runBatches`). */
+interface Run {
+  /** Settles when every batch needed is linked (or with the first failure, in chain order). */
+  done: Promise<void>;
+  /** Starts linking results (held until then: a speculative run is linked only once it is confirmed). */
+  begin(link: Link): void;
+}
+
 /**
  * Runs the batches on the workers (two in flight per worker, the next handed
- * out as one is answered) and collects their results by batch. Once a batch
- * reports a failure, later batches are not handed out: the earlier ones still
- * run, as the first failure in chain order is the one reported.
+ * out as one is answered, never more than `window` batches past the first
+ * one not yet linked, so results waiting for an earlier batch stay few) and
+ * links each result in chain order as soon as every batch before it is
+ * linked, then drops it: nothing is held until the end. Once a batch reports
+ * a failure, later batches are not handed out: the earlier ones still run,
+ * as the first failure in chain order is the one reported.
  */
-function runBatches(
-  workers: Worker[], batches: Batch[], authority: TrustedAuthority, pathOf: (index: number) => string,
-  oidOf: ((index: number) => string | null) | null, onBlocks: (done: number) => void,
-): Promise<VerifyTaskResult[]> {
-  const results: VerifyTaskResult[] = new Array(batches.length);
+function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { task: VerifyTask; transfer: ArrayBuffer[] }): Run {
+  const waiting = new Map<number, VerifyTaskResult>();
+  const window = 4 * workers.length + 2;
   let next = 0;
   let last = batches.length - 1; // the last batch still needed
-  let contiguous = 0;
-  return new Promise((resolve, reject) => {
+  let contiguous = 0; // batches linked
+  let link: Link | null = null;
+  const idle: Worker[] = [];
+  let settle!: (e?: unknown) => void;
+  const done = new Promise<void>((resolve, reject) => {
     let settled = false;
-    const finish = (e?: unknown) => {
+    settle = (e?: unknown) => {
       if (settled) return;
       settled = true;
       if (e) reject(e);
-      else resolve(results.slice(0, last + 1));
+      else resolve();
     };
-    const feed = (w: Worker) => {
-      if (next > last) return;
-      const b = batches[next++]!;
-      const paths = new Array<string>(b.count);
-      for (let i = 0; i < b.count; i++) paths[i] = pathOf(b.start + i);
-      const task: VerifyTask = { id: b.id, start: b.start, paths, authority };
-      if (oidOf) {
-        task.oids = new Array<string | null>(b.count);
-        for (let i = 0; i < b.count; i++) task.oids[i] = oidOf(b.start + i);
-      }
-      w.postMessage(task);
-    };
-    for (const w of workers) {
-      w.on('message', (r: VerifyTaskResult) => {
-        results[r.id] = r;
-        if ((r.first.malformed !== null || r.failure !== null) && r.id < last) last = r.id;
-        while (contiguous <= last && results[contiguous]) {
-          const b = batches[contiguous++]!;
-          onBlocks(b.start + b.count);
-        }
-        if (contiguous > last) finish();
-        else feed(w);
-      });
-      w.on('error', (e) => finish(e));
-      w.on('exit', (code) => finish(new VouchError('internal_error', `a verification worker stopped (exit code ${code})`)));
-      const early = startErrors.get(w);
-      if (early) return finish(early);
-      feed(w);
-      feed(w);
-    }
   });
+  const feed = (w: Worker): void => {
+    if (next > last || next >= contiguous + window) {
+      idle.push(w);
+      return;
+    }
+    const t = task(batches[next++]!);
+    w.postMessage(t.task, t.transfer);
+  };
+  const drain = (): void => {
+    if (link === null) return;
+    try {
+      while (contiguous <= last && waiting.has(contiguous)) {
+        const r = waiting.get(contiguous)!;
+        waiting.delete(contiguous);
+        link(r, batches[contiguous++]!);
+      }
+    } catch (e) {
+      return settle(e);
+    }
+    if (contiguous > last) return settle();
+    while (idle.length > 0 && next <= last && next < contiguous + window) feed(idle.pop()!);
+  };
+  for (const w of workers) {
+    w.on('message', (r: VerifyTaskResult) => {
+      waiting.set(r.id, r);
+      if ((r.first.malformed !== null || r.failure !== null) && r.id < last) last = r.id;
+      feed(w);
+      drain();
+    });
+    w.on('error', (e) => settle(e));
+    w.on('exit', (code) => settle(new VouchError('internal_error', `a verification worker stopped (exit code ${code})`)));
+    const early = startErrors.get(w);
+    if (early) {
+      settle(early);
+      break;
+    }
+    feed(w);
+    feed(w);
+  }
+  return {
+    done,
+    begin(l: Link) {
+      link = l;
+      drain();
+    },
+  };
 }
 
-/** Links the batches' results in chain order (see verify-worker-impl.ts); throws the first failure. */
-function linkBatches(verifier: ChainVerifier, results: VerifyTaskResult[]): void {
-  for (const r of results) {
-    verifier.addFacts(r.first);
-    if (r.walked) verifier.advanceTo(r.walked, r.walk ?? undefined);
-    if (r.failure) verifier.addFacts(r.failure);
+/**
+ * Links one batch's result into `verifier` (see verify-worker-impl.ts): its
+ * first block checked against the chain so far, the walked state adopted
+ * (its deferred revokes checked), the failing block replayed for the exact
+ * error; hands the blocks that passed to `onVerified` before throwing.
+ */
+function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified']): void {
+  verifier.addFacts(r.first);
+  let failed: unknown = null;
+  if (r.walked) {
+    try {
+      verifier.advanceTo(r.walked, r.walk ?? undefined);
+    } catch (e) {
+      failed = e;
+    }
   }
+  if (onVerified) {
+    const passed = verifier.size - b.start;
+    const texts = r.texts ?? [];
+    const facts = r.facts ?? [];
+    if (texts.length < passed || facts.length < passed) throw new VouchError('internal_error', `a verification worker returned ${texts.length} texts for ${passed} blocks`);
+    onVerified(b.start, passed === texts.length ? texts : texts.slice(0, passed), passed === facts.length ? facts : facts.slice(0, passed));
+  }
+  if (failed !== null) throw failed;
+  if (r.failure) verifier.addFacts(r.failure);
+}
+
+/** Hands examined blocks that passed to `onVerified` (block 0, and the inline path's blocks). */
+function deliver(onVerified: DirVerifyOptions['onVerified'], start: number, blocks: Examined[]): void {
+  if (!onVerified || blocks.length === 0) return;
+  onVerified(start, blocks.map((x) => x.text!), blocks.map((x) => indexFactsOf(x.block!)));
 }
 
 /** Block 0's facts pass the checks of block 0 (so a speculative run is worth starting). */
@@ -244,6 +312,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
   const threads = Math.max(0, options.threads ?? availableParallelism());
   const batch = options.batchSize ?? 1_000;
   const progress = options.onProgress ?? (() => {});
+  const onVerified = options.onVerified;
   const base = source.dir.endsWith(sep) ? source.dir : source.dir + sep;
   let pool: Promise<Worker[]> | null = null;
   let poolUsed = false;
@@ -269,26 +338,45 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // paths the blocks must have, the workers start on them, and the
     // listing, made meanwhile, must then show exactly those files (checked
     // from the names first, `hasExactlyBlocks`; the full listing only when
-    // that says no). If it does not (only a broken chain, or empty extra
-    // directories), the speculative run is dropped and the chain verified
-    // from the listing, so every outcome is the listing's.
+    // that says no). Their results are linked only once it does. If it does
+    // not (only a broken chain, or empty extra directories), the speculative
+    // run is dropped and the chain verified from the listing, so every
+    // outcome is the listing's.
     const claimed = threads > 0 ? sizeHint(cpText) : 0;
     if (claimed >= INLINE_BELOW) pool = startWorkers(threads); // they start while git's trees are read
     const committed = source.committedFiles ? await source.committedFiles() : null;
-    const oidOf = committed ? (i: number) => committed.oidOf(i) : null;
+    /** The blob id the branch commits for block `i` (null: none); undefined without a branch. */
+    const expect = (i: number): Uint8Array | null | undefined => {
+      if (committed === null) return undefined;
+      const oid = new Uint8Array(20);
+      return committed.copyOid(i, oid, 0) ? oid : null;
+    };
+    const taskOf = (authority: TrustedAuthority) => (b: Batch): { task: VerifyTask; transfer: ArrayBuffer[] } => {
+      const task: VerifyTask = { id: b.id, dir: base, start: b.start, count: b.count, authority };
+      if (onVerified) task.texts = true;
+      if (committed === null) return { task, transfer: [] };
+      // The batch's blob ids in one buffer (20 bytes a block), handed over, not copied.
+      const oids = new Uint8Array(20 * b.count);
+      const missing: number[] = [];
+      for (let i = 0; i < b.count; i++) if (!committed.copyOid(b.start + i, oids, 20 * i)) missing.push(i);
+      task.oids = oids;
+      if (missing.length > 0) task.missing = missing;
+      return { task, transfer: [oids.buffer] };
+    };
     const hint = committed !== null && committed.strays.length === 0 && claimed === committed.count ? claimed : 0;
-    let speculative: { size: number; facts0: BlockFacts; run: Promise<VerifyTaskResult[]> } | null = null;
+    let speculative: { size: number; head: Examined; run: Run } | null = null;
     if (hint >= INLINE_BELOW && pool !== null) {
-      const facts0 = examineFile(base + blockPath(0), 0, null, oidOf!(0));
-      if (acceptable(facts0, options.pinnedPublicKey)) {
+      const head = examineFile(base + blockPath(0), 0, null, expect(0));
+      if (acceptable(head.facts, options.pinnedPublicKey)) {
         poolUsed = true;
-        const run = runBatches(await pool, planBatches(hint, batch, threads), facts0.authority, (i) => base + blockPath(i), oidOf, (done) => progress(done, hint));
-        run.catch(() => {}); // awaited below, or dropped with the pool
-        speculative = { size: hint, facts0, run };
+        const run = runBatches(await pool, planBatches(hint, batch, threads), taskOf(head.facts.authority));
+        run.done.catch(() => {}); // awaited below, or dropped with the pool
+        speculative = { size: hint, head, run };
       }
     }
 
     // The cheap names-only check first; the full listing only when it fails (and for every error message).
+    // Both are synchronous: no worker's answer is looked at before they are done.
     const confirmed = speculative !== null && source.hasExactlyBlocks?.(speculative.size) === true;
     const files = confirmed ? [] : source.listBlockFiles();
     const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: options.pinnedPublicKey ?? null });
@@ -296,8 +384,13 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
 
     if (speculative && (confirmed || exactly(files, speculative.size))) {
       total = speculative.size;
-      verifier.addFacts(speculative.facts0);
-      linkBatches(verifier, await speculative.run);
+      verifier.addFacts(speculative.head.facts);
+      deliver(onVerified, 0, [speculative.head]);
+      speculative.run.begin((r, b) => {
+        linkBatch(verifier, r, b, onVerified);
+        progress(b.start + b.count, total);
+      });
+      await speculative.run.done;
     } else {
       if (poolUsed) await stopPool();
       // Block files by position; anything else under blocks/ (working tree or branch) is a stray.
@@ -318,23 +411,43 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       while (gapAt < blockFiles.length && blockFiles[gapAt]!.index === gapAt) gapAt++;
       if (blockFiles.length === 0 && !stray) throw new VouchError('malformed', 'malformed at block 0: the chain has no blocks', { index: 0 });
       // Blocks before the first stray or gap are verified first: a failure among them comes first in chain order.
+      // Block p's file is then at blockPath(p) (a listed path naming an index is that index's one spelling).
       total = Math.min(gapAt, stray ? stray.index : Infinity);
       if (total > 0) {
         // Plain concatenation: path.join costs ~2 µs a call, 100 ms on 50,000 blocks.
-        const paths = blockFiles.map((f) => base + f.path);
-        const expect = (p: number): string | null | undefined => (oidOf ? oidOf(p) : undefined);
-        verifier.addFacts(examineFile(paths[0]!, 0, null, expect(0)));
+        const head = examineFile(base + blockPath(0), 0, null, expect(0));
+        verifier.addFacts(head.facts);
+        deliver(onVerified, 0, [head]);
         const authority = verifier.authority!;
         if (threads === 0 || total < INLINE_BELOW) {
+          // Handed to onVerified a thousand at a time once they passed (those before a failure, then).
+          let passed: Examined[] = [];
           for (let p = 1; p < total; p++) {
-            verifier.addFacts(examineFile(paths[p]!, p, authority, expect(p)));
-            if (p % 1000 === 0) progress(p, total);
+            const x = examineFile(base + blockPath(p), p, authority, expect(p));
+            try {
+              verifier.addFacts(x.facts);
+            } catch (e) {
+              deliver(onVerified, p - passed.length, passed);
+              throw e;
+            }
+            if (onVerified) passed.push(x);
+            if (p % 1000 === 0) {
+              deliver(onVerified, p + 1 - passed.length, passed);
+              passed = [];
+              progress(p, total);
+            }
           }
+          deliver(onVerified, total - passed.length, passed);
         } else {
           const batches = planBatches(total, batch, threads);
           if (pool === null) pool = startWorkers(Math.min(threads, batches.length));
           poolUsed = true;
-          linkBatches(verifier, await runBatches(await pool, batches, authority, (i) => paths[i]!, oidOf, (done) => progress(done, total)));
+          const run = runBatches(await pool, batches, taskOf(authority));
+          run.begin((r, b) => {
+            linkBatch(verifier, r, b, onVerified);
+            progress(b.start + b.count, total);
+          });
+          await run.done;
         }
       }
       if (stray && stray.index <= gapAt) {

@@ -7,7 +7,9 @@
  * after the last block it accepted (with what the walk learned: the endorse
  * blocks it accepted, the revokes whose targets lie before the batch), and
  * the facts of the block that failed (if one did), so the main thread does no
- * per-block work.
+ * per-block work. A batch comes as its first index and count (paths are made
+ * here) and the branch's blob ids as one buffer; on request it also hands
+ * back each accepted block's text and `indexFactsOf` (the gateway's index).
  *
  * Owns: how a chain file is read (`readChainFile`, also used by
  * `chain-repo.ts` for every block and checkpoint read from the working
@@ -29,21 +31,31 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';
 import { hash } from 'node:crypto';
-import { ChainVerifier, examineBlock, type BlockFacts, type TrustedAuthority, type VerifierState, type WalkRecord } from '../chain/verify.ts';
+import { ChainVerifier, examineParsed, type BlockFacts, type TrustedAuthority, type VerifierState, type WalkRecord } from '../chain/verify.ts';
 import { isVouchError } from '../chain/errors.ts';
-import { LIMITS, readJson, utf8Text } from '../chain/block.ts';
+import { LIMITS, parseBlockFile, utf8Text, type Block } from '../chain/block.ts';
+import { blockPath } from '../chain/layout.ts';
+import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 
 export interface VerifyTask {
   id: number;
+  /** The chain directory, ending with a separator: block i's file is `dir + blockPath(i)`. */
+  dir: string;
+  /** The batch: blocks start..start+count-1. */
   start: number;
-  paths: string[];
+  count: number;
   authority: TrustedAuthority;
   /**
-   * Per path, the git blob id the branch commits at it (null: nothing
-   * there); absent when there is no branch to compare with.
+   * Per block of the batch, the git blob id the branch commits at its path,
+   * 20 bytes each, back to back (one buffer, not a string a block); absent
+   * when there is no branch to compare with.
    */
-  oids?: (string | null)[];
+  oids?: Uint8Array;
+  /** With `oids`: the blocks of the batch (0 = start) the branch commits nothing for. */
+  missing?: number[];
+  /** Also hand back each accepted block's text and index facts (`DirVerifyOptions.onVerified`). */
+  texts?: boolean;
 }
 export interface VerifyTaskResult {
   id: number;
@@ -55,6 +67,12 @@ export interface VerifyTaskResult {
   walk: WalkRecord | null;
   /** Facts of the first block the walk refused, replayed by the main thread for the exact error. */
   failure: BlockFacts | null;
+  /**
+   * With `VerifyTask.texts`: the text of each block the worker accepted, from
+   * the first on, in order (up to the failure), and its index facts.
+   */
+  texts?: string[];
+  facts?: IndexFacts[];
 }
 
 /** Room kept before the bytes read, for the git blob header (`blob <size>\0`). */
@@ -132,7 +150,7 @@ export function readChainFile(path: string, limit: number, listed = false): Chai
   }
 }
 
-/** The git blob id of the bytes `readChainFile` returned (writes the header into the room before them). */
+/** The git blob id (hex) of the bytes `readChainFile` returned (writes the header into the room before them). */
 export function blobIdOf(read: { buf: Buffer; size: number }): string {
   // `blob <size>\0` written backwards from HEAD (ASCII digits; no string, no write call).
   const buf = read.buf;
@@ -156,50 +174,87 @@ export function bytesOf(read: { buf: Buffer; size: number }): Buffer {
   return read.buf.subarray(HEAD, HEAD + read.size);
 }
 
+/** What examining a block file found: its facts, and its text and parsed block when it parsed. */
+export interface Examined {
+  facts: BlockFacts;
+  /** The file's text (its exact bytes, strictly decoded), null when it was not read or not a block. */
+  text: string | null;
+  block: Block | null;
+}
+
 /**
  * Reads and examines the block file at `path` for `position`. `committed`:
- * the git blob id the branch commits at that path (null: none), compared
- * with the file's; undefined: no comparison.
+ * the git blob id (20 bytes) the branch commits at that path (null: none),
+ * compared with the file's; undefined: no comparison.
  */
-export function examineFile(path: string, position: number, authority: TrustedAuthority | null, committed?: string | null): BlockFacts {
+export function examineFile(path: string, position: number, authority: TrustedAuthority | null, committed?: Uint8Array | null): Examined {
   const read = readChainFile(path, LIMITS.blockFileBytes, true); // block paths come from a listing that refuses non-regular files
-  if (read.error !== null) return { position, malformed: read.error };
+  if (read.error !== null) return { facts: { position, malformed: read.error }, text: null, block: null };
+  // Compared as hex: node's one-shot hash writes hex faster than it allocates a Buffer.
   const oid = committed === undefined ? null : blobIdOf(read);
   const text = utf8Text(bytesOf(read));
-  if (text === null) return { position, malformed: `${path} is not valid UTF-8` };
-  const json = readJson(text);
-  if (json.error !== null) return { position, malformed: json.error };
-  const facts = examineBlock(json.value, position, authority, nodeBackend).facts;
-  if (committed !== undefined && oid !== committed && facts.malformed === null) {
-    facts.fileError = committed === null
+  if (text === null) return { facts: { position, malformed: `${path} is not valid UTF-8` }, text: null, block: null };
+  const parsed = parseBlockFile(text, position);
+  if (parsed.block === null) return { facts: { position, malformed: parsed.malformed }, text: null, block: null };
+  const facts = examineParsed(parsed.block, position, authority, nodeBackend);
+  const expected = committed ? Buffer.from(committed.buffer, committed.byteOffset, 20).toString('hex') : null;
+  if (oid !== null && oid !== expected && facts.malformed === null) {
+    facts.fileError = expected === null
       ? `${path} is not on branch main (an untracked file: clones do not get it)`
-      : `${path} is not what branch main commits (git blob ${committed}; the file is blob ${oid}): verify a clean checkout (git status, git checkout -- blocks)`;
+      : `${path} is not what branch main commits (git blob ${expected}; the file is blob ${oid}): verify a clean checkout (git status, git checkout -- blocks)`;
   }
-  return facts;
+  return { facts, text, block: parsed.block };
+}
+
+/** The blob id the task says the branch commits for its block `i` (see `VerifyTask.oids`). */
+function committedOf(task: VerifyTask, i: number, missing: Set<number> | null): Uint8Array | null | undefined {
+  if (task.oids === undefined) return undefined;
+  if (missing !== null && missing.has(i)) return null;
+  return task.oids.subarray(20 * i, 20 * i + 20);
 }
 
 /** Examines and walks one batch (see the header). */
 export function runTask(task: VerifyTask): VerifyTaskResult {
-  const first = examineFile(task.paths[0]!, task.start, task.authority, task.oids?.[0]);
+  const missing = task.missing !== undefined && task.missing.length > 0 ? new Set(task.missing) : null;
+  const pathOf = (i: number) => task.dir + blockPath(task.start + i);
+  const keep = task.texts === true;
+  const texts: string[] = [];
+  const facts: IndexFacts[] = [];
+  const kept = (x: Examined) => {
+    if (keep) {
+      texts.push(x.text!);
+      facts.push(indexFactsOf(x.block!));
+    }
+  };
+  const head = examineFile(pathOf(0), task.start, task.authority, committedOf(task, 0, missing));
+  const first = head.facts;
   const result: VerifyTaskResult = { id: task.id, first, walked: null, walk: null, failure: null };
+  if (keep) {
+    result.texts = texts;
+    result.facts = facts;
+  }
   if (first.malformed !== null) return result; // the main thread stops at it
+  kept(head);
   const walker = new ChainVerifier({
     backend: nodeBackend,
     state: { size: task.start + 1, head: first.recordHash, lastPosted: first.posted, authority: task.authority },
+    recordWalk: true,
   });
   if (first.endorse) walker.learnEndorsed([first.recordHash]);
-  for (let i = 1; i < task.paths.length; i++) {
-    const facts = examineFile(task.paths[i]!, task.start + i, task.authority, task.oids?.[i]);
+  for (let i = 1; i < task.count; i++) {
+    const x = examineFile(pathOf(i), task.start + i, task.authority, committedOf(task, i, missing));
     try {
-      walker.addFacts(facts);
+      walker.addFacts(x.facts);
     } catch (e) {
       if (!isVouchError(e) || e.kind !== 'integrity') throw e;
-      result.failure = facts;
+      result.failure = x.facts;
       break;
     }
+    kept(x);
   }
   result.walked = walker.state;
-  result.walk = walker.walk;
+  const walk = walker.walk;
+  result.walk = { endorsed: walk.endorsed.slice(), deferred: walk.deferred }; // a copy of the view: only its bytes are sent
   return result;
 }
 
@@ -207,6 +262,7 @@ export function runTask(task: VerifyTask): VerifyTaskResult {
 // is also imported on the main thread, and by chain-repo.ts for `readChainFile`.
 if ((workerData as { vouch?: string } | null)?.vouch === 'verify-worker') {
   parentPort?.on('message', (task: VerifyTask) => {
-    parentPort!.postMessage(runTask(task));
+    const result = runTask(task);
+    parentPort!.postMessage(result, result.walk ? [result.walk.endorsed.buffer as ArrayBuffer] : []);
   });
 }

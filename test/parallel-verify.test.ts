@@ -1,14 +1,16 @@
 /**
  * Parallel verification (worker threads) agrees with inline verification on
  * a chain large enough to be split into batches: same state when valid, the
- * same first failure (code and index) when a block deep inside is forged.
+ * same first failure (code and index) when a block deep inside is forged,
+ * and the same blocks handed to `onVerified` (the gateway's cold start).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { formatBlockFile, formatCheckpointFile, computeRecordHash, VouchError, type Block } from '../chain/index.ts';
+import { formatBlockFile, formatCheckpointFile, computeRecordHash, parseBlock, VouchError, type Block } from '../chain/index.ts';
+import { indexFactsOf } from '../chain/index-facts.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../store/chain-repo.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
@@ -44,6 +46,58 @@ test('a valid 5,000-block chain: inline and 2 worker threads give the same state
   assert.is(seen[seen.length - 1], N);
   assert.is(await outcome(0), await outcome(2));
   assert.match(await outcome(2), /^ok 5000 /);
+});
+
+/**
+ * Verifies with `onVerified` and checks what it is handed as it comes: chain order (block 0
+ * first, nothing skipped or repeated), each text byte for byte the file, each facts
+ * `indexFactsOf` of the file parsed. Returns how many blocks were handed over and the outcome.
+ */
+async function handedOver(threads: number, batchSize = 500): Promise<{ upTo: number; outcome: string }> {
+  let upTo = 0;
+  let outcome = 'ok';
+  try {
+    await verifyDirectory(repo, {
+      threads, batchSize,
+      onVerified: (start, texts, facts) => {
+        assert.is(start, upTo, 'in chain order, nothing skipped or repeated');
+        assert.ok(texts.length > 0 && facts.length === texts.length);
+        for (let i = 0; i < texts.length; i++) {
+          const bytes = readFileSync(join(repo.dir, blockPath(start + i)));
+          assert.ok(Buffer.from(texts[i]!, 'utf8').equals(bytes), `text of block ${start + i}`);
+          assert.equal(facts[i], indexFactsOf(parseBlock(JSON.parse(bytes.toString('utf8')), start + i)), `facts of block ${start + i}`);
+        }
+        upTo += texts.length;
+      },
+    });
+  } catch (e) {
+    if (!(e instanceof VouchError)) throw e;
+    outcome = `${e.code}@${e.index}`;
+  }
+  return { upTo, outcome };
+}
+
+test('onVerified: every block in chain order, texts as the files, facts of the parsed files; nothing past a failing block; inline, 1 and 2 threads alike', async () => {
+  for (const threads of [0, 1, 2]) assert.equal(await handedOver(threads), { upTo: N, outcome: 'ok' }, `${threads} threads`);
+  const write = (b: any) => writeFileSync(join(repo.dir, blockPath(b.index)), formatBlockFile(b as Block));
+  const resealed = (i: number, mutate: (b: any) => void) => {
+    const b: any = structuredClone(blocks[i]!);
+    mutate(b);
+    b.record_hash = computeRecordHash(b, nodeBackend);
+    return b;
+  };
+  // Inside a batch (500: 3001..3500), at a batch's first block, and a file that is no block.
+  const cases: { at: number; want: string; apply: () => void }[] = [
+    { at: 3250, want: 'bad_signature@3250', apply: () => write(resealed(3250, (b) => { b.payload.semver = '9.9.9'; })) },
+    { at: 1001, want: 'prev_hash_mismatch@1001', apply: () => write(resealed(1001, (b) => { b.prev_hash = 'f'.repeat(64); })) },
+    { at: 2222, want: 'malformed@2222', apply: () => writeFileSync(join(repo.dir, blockPath(2222)), 'not json\n') },
+  ];
+  for (const c of cases) {
+    c.apply();
+    for (const threads of [0, 1, 2]) assert.equal(await handedOver(threads), { upTo: c.at, outcome: c.want }, `${threads} threads: ${c.want}`);
+    write(blocks[c.at]!);
+  }
+  assert.equal(await handedOver(2, 499), { upTo: N, outcome: 'ok' });
 });
 
 test('a forged block deep in the chain: the same first failure whatever the thread count', async () => {
