@@ -36,6 +36,7 @@ import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './routes/openapi.ts';
 import { GatewayMetrics, handleMetrics } from './metrics.ts';
+import { logRequest } from './log.ts';
 import type { GatewayContext } from './context.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
@@ -232,18 +233,24 @@ function hostFields(req: IncomingMessage): number {
 /** At most this many characters of a path or `url` parameter go into a log line. */
 const LOGGED_CHARS = 1024;
 
-/** The `url` query parameter, decoded (null when absent or undecodable). */
-function urlParam(search: string): string | null {
-  if (search === '' || !search.includes('url=')) return null;
-  for (const pair of search.split('&')) {
-    if (!pair.startsWith('url=')) continue;
-    try {
-      return decodeURIComponent(pair.slice(4).replace(/\+/g, ' ')).slice(0, LOGGED_CHARS);
-    } catch {
-      return null;
-    }
+/** The first `url` query parameter, decoded (null when absent or undecodable). */
+export function urlParam(search: string): string | null {
+  let at: number;
+  if (search.startsWith('url=')) at = 4;
+  else {
+    const i = search.indexOf('&url=');
+    if (i === -1) return null;
+    at = i + 5;
   }
-  return null;
+  const end = search.indexOf('&', at);
+  let value = end === -1 ? search.slice(at) : search.slice(at, end);
+  if (value.includes('+')) value = value.replace(/\+/g, ' ');
+  try {
+    const url = decodeURIComponent(value);
+    return url.length > LOGGED_CHARS ? url.slice(0, LOGGED_CHARS) : url;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -264,11 +271,10 @@ function observeRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incom
     const method = req.method ?? '';
     metrics.observe(route, method, status, seconds, bytes);
     if (ctx.log.enabled?.('info') === false) return;
-    const fields: Record<string, unknown> = { method, path: path.slice(0, LOGGED_CHARS), route, status, ms: Math.round(seconds * 1e5) / 100, bytes, remote: socket.remoteAddress ?? null };
-    const url = urlParam(search);
-    if (url !== null) fields.url = url;
-    if (!res.writableFinished) fields.aborted = true;
-    ctx.log.info('request', fields);
+    logRequest(ctx.log, {
+      method, path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path, route, status, ms: Math.round(seconds * 1e5) / 100, bytes,
+      remote: socket.remoteAddress ?? null, url: urlParam(search), aborted: !res.writableFinished,
+    });
   });
 }
 
