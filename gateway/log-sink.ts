@@ -11,7 +11,9 @@
  * not keep up.
  * Trusts: callers to hand it whole lines ending in "\n".
  * Must hold: a line handed in before the process exits (process.exit, the
- * end of the event loop, an uncaught exception; not SIGKILL) is written;
+ * end of the event loop, an uncaught exception, written before Node prints
+ * it) is written; lines of the last `flushMs` are lost only to what no
+ * handler sees (SIGKILL, an out-of-memory abort);
  * an urgent line is written before `write` returns; logging never throws
  * into its caller. When the descriptor refuses more (EAGAIN: a
  * non-blocking pipe whose reader stalls), ordinary lines wait in a backlog
@@ -173,6 +175,8 @@ export function stderrSink(): LineSink {
   if (stderr === null) {
     const sink = new LineSink(2);
     process.on('exit', () => sink.flush(true));
+    // Before Node prints an uncaught exception (then exits): the lines logged before it come first.
+    process.on('uncaughtExceptionMonitor', () => sink.flush(true));
     stderr = sink;
   }
   return stderr;
