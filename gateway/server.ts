@@ -28,7 +28,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
 import { LRUCache } from 'lru-cache';
-import { acceptsJson, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonText, statusOf } from './http-util.ts';
+import { acceptsJson, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
@@ -103,7 +103,7 @@ const lookup: Handler = (ctx, _req, res, search, own) => {
   if (ctx.state !== null) {
     const hit = own.answers.get(search);
     if (hit !== undefined && hit.size === ctx.state.size && hit.today === today) {
-      sendJsonText(res, 200, hit.text, { etag: hit.etag });
+      sendJsonTagged(res, hit.text, hit.etag);
       return;
     }
   }
@@ -120,7 +120,7 @@ const lookup: Handler = (ctx, _req, res, search, own) => {
   else {
     const text = lookupText(sel.block);
     if (search.length <= 4096) own.answers.set(search, { size: state.size, today, etag, text });
-    sendJsonText(res, 200, text, { etag });
+    sendJsonTagged(res, text, etag);
   }
 };
 
@@ -188,6 +188,9 @@ export const ROUTES: Record<string, Route> = {
   '/metrics': { methods: ['GET', 'HEAD'], kind: 'document', handler: (_ctx, req, res, _search, own) => handleMetrics(own.metrics, req, res) },
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
+
+/** `ROUTES` by path, for the one lookup every request makes. */
+const ROUTE_TABLE = new Map<string, Route>(Object.entries(ROUTES));
 
 /**
  * How long a connection may go on sending the body of a request that was
@@ -278,6 +281,14 @@ function observeRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incom
   });
 }
 
+/** Answers a request whose handler threw (or rejected); an unexpected exception is logged. */
+function failRequest(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, route: Route | undefined, path: string, e: unknown): void {
+  if (!(e instanceof VouchError)) ctx.log.error('request failed', { method: req.method, path, error: (e as Error)?.message ?? String(e) });
+  if (route?.kind === 'bytes') {
+    sendEmpty(res, statusOf(e));
+  } else sendError(res, e);
+}
+
 /**
  * The node:http request listener of the gateway. `parts.proxy`: the proxy
  * routes (DESIGN 3.6), which get what no endpoint above claims;
@@ -295,15 +306,9 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     const q = target.indexOf('?');
     const path = q === -1 ? target : target.slice(0, q);
     const search = q === -1 ? '' : target.slice(q + 1);
-    const route = Object.prototype.hasOwnProperty.call(ROUTES, path) ? ROUTES[path]! : undefined;
+    const route = ROUTE_TABLE.get(path);
     let label = route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : path;
     observeRequest(ctx, metrics, req, res, path, search, () => label);
-    const fail = (e: unknown) => {
-      if (!(e instanceof VouchError)) ctx.log.error('request failed', { method: req.method, path, error: (e as Error)?.message ?? String(e) });
-      if (route?.kind === 'bytes') {
-        sendEmpty(res, statusOf(e));
-      } else sendError(res, e);
-    };
     try {
       if (hostFields(req) > 1) {
         // Which host is meant is ambiguous (and so is the framing of such a request): refused, and the connection closed.
@@ -338,9 +343,9 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }
       const done = route.handler(ctx, req, res, search, own);
-      if (done instanceof Promise) done.catch(fail);
+      if (done instanceof Promise) done.catch((e: unknown) => failRequest(ctx, req, res, route, path, e));
     } catch (e) {
-      fail(e);
+      failRequest(ctx, req, res, route, path, e);
     }
   };
 }
