@@ -1,5 +1,5 @@
 /**
- * Where the gateway's JSON log lines go: a 64 KiB buffer in front of a file
+ * Where the gateway's JSON log lines go: a 64 KiB batch in front of a file
  * descriptor (stderr), written with write(2) when it fills, at most
  * `flushMs` after a line arrives, at once for urgent lines (warn, error),
  * and when the process exits. One write per some two hundred request lines
@@ -25,7 +25,7 @@
 import { writeSync } from 'node:fs';
 
 export interface LineSinkOptions {
-  /** Bytes buffered before a write (default 64 KiB). */
+  /** Characters (bytes, for ASCII) batched before a write (default 64 Ki). */
   bufferBytes?: number;
   /** The longest a line waits in the buffer, in ms (default 100). */
   flushMs?: number;
@@ -45,9 +45,11 @@ export class LineSink {
   dropped = 0;
   /** `dropped` when the last notice of dropped lines was written. */
   private reported = 0;
-  private readonly buf: Buffer;
-  private len = 0;
-  /** Bytes the descriptor refused for now, oldest first (copies: `buf` is reused). */
+  /** Lines not written yet, and their length in UTF-16 units (bytes, for ASCII lines). */
+  private lines: string[] = [];
+  private chars = 0;
+  private readonly bufferChars: number;
+  /** Bytes the descriptor refused for now, oldest first. */
   private backlog: Buffer[] = [];
   private backlogLen = 0;
   private timer: NodeJS.Timeout | null = null;
@@ -61,7 +63,7 @@ export class LineSink {
   };
 
   constructor(private readonly fd: number, o: LineSinkOptions = {}) {
-    this.buf = Buffer.allocUnsafe(o.bufferBytes ?? 64 * 1024);
+    this.bufferChars = o.bufferBytes ?? 64 * 1024;
     this.flushMs = o.flushMs ?? 100;
     this.backlogLimit = o.backlogBytes ?? 16 * 1024 * 1024;
     this.urgentWaitMs = o.urgentWaitMs ?? 5_000;
@@ -74,11 +76,11 @@ export class LineSink {
       this.dropped++;
       return;
     }
-    const most = line.length * 3; // UTF-8 bytes of a UTF-16 string, at most
-    if (this.len + most > this.buf.length) this.flush(false);
-    if (most > this.buf.length - this.len) this.send(Buffer.from(line, 'utf8'), false);
-    else this.len += this.buf.write(line, this.len, 'utf8');
+    // Kept as strings, encoded once per batch: a Buffer.write per line costs more than the line itself.
+    this.lines.push(line);
+    this.chars += line.length;
     if (urgent) this.flush(true);
+    else if (this.chars >= this.bufferChars) this.flush(false);
     else if (this.timer === null) {
       this.timer = setTimeout(this.onTimer, this.flushMs);
       this.timer.unref();
@@ -87,10 +89,11 @@ export class LineSink {
 
   /** Writes what is buffered; `wait`: waits (up to `urgentWaitMs`) for a reader that refuses more. */
   flush(wait = true): void {
-    if (this.len > 0) {
-      const chunk = this.buf.subarray(0, this.len);
-      this.len = 0;
-      this.send(chunk, wait);
+    if (this.lines.length > 0) {
+      const text = this.lines.length === 1 ? this.lines[0]! : this.lines.join('');
+      this.lines = [];
+      this.chars = 0;
+      this.send(Buffer.from(text, 'utf8'), wait);
     } else if (this.backlogLen > 0) this.send(null, wait);
   }
 
@@ -123,7 +126,7 @@ export class LineSink {
   }
 
   private keep(rest: Buffer): void {
-    this.backlog.push(Buffer.from(rest));
+    this.backlog.push(rest); // every chunk is a Buffer of its own: nothing reuses it
     this.backlogLen += rest.length;
   }
 
