@@ -4,7 +4,7 @@
  * hashing download client. Loopback only.
  */
 import { spawn, spawnSync, execFile, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync, fstatSync } from 'node:fs';
 import { get as httpGet } from 'node:http';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
@@ -44,17 +44,21 @@ const KEEP = 64 * 1024;
  * Spawns `node ARGS` and resolves when stdout matches `waitFor` (time-stamped
  * on the data event that completed the match).
  */
-export async function spawnNode(name: string, args: string[], opts: { waitFor: RegExp; env?: Record<string, string>; timeoutMs?: number }): Promise<Proc> {
+export async function spawnNode(name: string, args: string[], opts: { waitFor: RegExp; env?: Record<string, string>; timeoutMs?: number; stderrFile?: string }): Promise<Proc> {
   let out = '';
   let err = '';
   const spawnedAt = performance.now();
-  const child = spawn(process.execPath, args, { cwd: root, env: { ...process.env, ...(opts.env ?? {}) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  // A log file, as an operator keeps it (journald or a file), instead of a pipe this process would have to drain.
+  const errFd = opts.stderrFile === undefined ? null : openSync(opts.stderrFile, 'a');
+  const child = spawn(process.execPath, args, { cwd: root, env: { ...process.env, ...(opts.env ?? {}) }, stdio: ['ignore', 'pipe', errFd ?? 'pipe'] });
+  if (errFd !== null) closeSync(errFd); // the child holds its own copy
+  const stderrFile = opts.stderrFile;
   let exitCode: number | null | undefined;
   const exited = new Promise<void>((r) => child.on('exit', (code) => { exitCode = code; r(); }));
   let stopping: Promise<void> | null = null;
   const proc: Proc = {
     name, child, pid: child.pid!, spawnedAt, readyAt: NaN, match: null as unknown as RegExpExecArray, url: '',
-    out: () => out, err: () => err,
+    out: () => out, err: () => (stderrFile === undefined ? err : tail(stderrFile, KEEP)),
     stop() {
       stopping ??= (async () => {
         if (exitCode === undefined) {
@@ -70,7 +74,7 @@ export async function spawnNode(name: string, args: string[], opts: { waitFor: R
   };
   live.add(proc);
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => fail(new Error(`${name}: not ready within ${opts.timeoutMs ?? 120_000} ms\n${out}\n${err}`)), opts.timeoutMs ?? 120_000);
+    const timer = setTimeout(() => fail(new Error(`${name}: not ready within ${opts.timeoutMs ?? 120_000} ms\n${out}\n${proc.err()}`)), opts.timeoutMs ?? 120_000);
     const fail = (e: Error) => { clearTimeout(timer); child.stdout!.off('data', onOut); proc.stop().then(() => reject(e)); };
     const onOut = (d: Buffer) => {
       const t = performance.now();
@@ -87,16 +91,40 @@ export async function spawnNode(name: string, args: string[], opts: { waitFor: R
       }
     };
     child.stdout!.on('data', onOut);
-    child.stderr!.on('data', (d: Buffer) => { err = (err + d).slice(-KEEP); });
-    exited.then(() => { if (Number.isNaN(proc.readyAt)) fail(new Error(`${name}: exited ${exitCode} before ready\n${out}\n${err}`)); });
+    child.stderr?.on('data', (d: Buffer) => { err = (err + d).slice(-KEEP); });
+    exited.then(() => { if (Number.isNaN(proc.readyAt)) fail(new Error(`${name}: exited ${exitCode} before ready\n${out}\n${proc.err()}`)); });
   });
   if (proc.url) assertLoopback(proc.url);
   return proc;
 }
 
-/** `vouch serve --config FILE`, resolved at its `ready:` line. */
-export function spawnGateway(name: string, configFile: string, env: Record<string, string> = {}, timeoutMs = 600_000): Promise<Proc> {
-  return spawnNode(name, [join(root, 'tools', 'vouch.js'), 'serve', '--config', configFile], { waitFor: /^ready: .*$/m, env, timeoutMs });
+/** The last `bytes` bytes of a file, as text ('' when it cannot be read). */
+function tail(path: string, bytes: number): string {
+  let fd: number;
+  try {
+    fd = openSync(path, 'r');
+  } catch {
+    return '';
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const n = Math.min(size, bytes);
+    const buf = Buffer.alloc(n);
+    readSync(fd, buf, 0, n, size - n);
+    return buf.toString('utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * `vouch serve --config FILE`, resolved at its `ready:` line. With
+ * `stderrFile`, the gateway's log (stderr) is appended to that file, as an
+ * operator's would be, instead of a pipe drained by this process on the
+ * same cores.
+ */
+export function spawnGateway(name: string, configFile: string, env: Record<string, string> = {}, timeoutMs = 600_000, stderrFile?: string): Promise<Proc> {
+  return spawnNode(name, [join(root, 'tools', 'vouch.js'), 'serve', '--config', configFile], { waitFor: /^ready: .*$/m, env, timeoutMs, stderrFile });
 }
 
 /** One of bench/gateway-servers.ts's modes, resolved when it listens. */
@@ -165,7 +193,9 @@ export function parseWrk(text: string): WrkResult {
 
 /**
  * A wrk script that requests `paths` in rotation, starting at the offset
- * given after `--`, and prints where it stopped (one thread).
+ * given after `--`, and prints where the first thread stopped. With several
+ * threads (`wrk -t`), thread k starts k/threads of the way round, so the
+ * threads do not ask for the same path at the same moment.
  */
 export function rotationScript(paths: string[]): string {
   for (const p of paths) if (!/^\/[A-Za-z0-9%._~\/?=&@-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
@@ -175,11 +205,17 @@ export function rotationScript(paths: string[]): string {
     '}',
     'local reqs = {}',
     'local threads = {}',
-    'function setup(thread) table.insert(threads, thread) end',
+    '-- wrk runs setup(thread) then that thread\'s init(args) before the next thread is made.',
+    'function setup(thread)',
+    '  thread:set("id", #threads)',
+    '  table.insert(threads, thread)',
+    'end',
+    'id = 0',
     'n = 0',
     '-- wrk sets the Host header just before init(): format the requests here, not at load time.',
+    '-- args: the start offset, the number of threads.',
     'function init(args)',
-    '  n = tonumber(args[1] or "0")',
+    '  n = tonumber(args[1] or "0") + math.floor(id * #paths / tonumber(args[2] or "1"))',
     '  for i, p in ipairs(paths) do reqs[i] = wrk.format("GET", p) end',
     'end',
     'function request()',
@@ -198,7 +234,7 @@ export interface WrkOptions { threads: number; connections: number; seconds: num
 
 export function wrk(url: string, o: WrkOptions): Promise<WrkResult> {
   assertLoopback(url);
-  const args = ['-t', String(o.threads), '-c', String(o.connections), '-d', `${o.seconds}s`, '--latency', '--timeout', `${o.timeoutS ?? 10}s`, '-s', o.script, url, '--', String(o.offset ?? 0)];
+  const args = ['-t', String(o.threads), '-c', String(o.connections), '-d', `${o.seconds}s`, '--latency', '--timeout', `${o.timeoutS ?? 10}s`, '-s', o.script, url, '--', String(o.offset ?? 0), String(o.threads)];
   return new Promise((resolve, reject) => {
     execFile('wrk', args, { encoding: 'utf8', timeout: (o.seconds + 60) * 1000 }, (e, stdout, stderr) => {
       if (e) return reject(new Error(`wrk failed: ${e.message}\n${stdout}\n${stderr}`));
@@ -221,6 +257,28 @@ export function memoryOf(pid: number): { rss: number; hwm: number } {
   const s = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB$`, 'm').exec(s)?.[1] ?? NaN) * 1024;
   return { rss: kb('VmRSS'), hwm: kb('VmHWM') };
+}
+
+/** CPU time (user + system, all threads) a process has used so far, in ms. */
+export function cpuMsOf(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+}
+
+/**
+ * Resolves once the process has used under `share` of a core over a
+ * `windowMs` window (a gateway after a warm start re-reads every block file
+ * in the background: measure after it), or after `timeoutMs` whatever it does.
+ */
+export async function waitIdle(pid: number, o: { share?: number; windowMs?: number; timeoutMs?: number } = {}): Promise<boolean> {
+  const { share = 0.05, windowMs = 1000, timeoutMs = 120_000 } = o;
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    const c0 = cpuMsOf(pid);
+    await sleep(windowMs);
+    if (cpuMsOf(pid) - c0 < share * windowMs) return true;
+  }
+  return false;
 }
 
 /** GETs a URL, hashing (sha256) and discarding the body. */

@@ -150,7 +150,9 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
   const childTmp = join(work, 'tmp');
   mkdirSync(childTmp);
   const profDir = join(root, 'bench', 'out', 'soak-prof');
-  const gwEnv: Record<string, string> = { TMPDIR: childTmp, VOUCH_LOG_LEVEL: 'warn' };
+  // The default configuration, logging included (info: a JSON line per request), into a file as an operator keeps it.
+  const gwEnv: Record<string, string> = { TMPDIR: childTmp };
+  const gwLog = join(work, 'gateway.log');
   if (cpuProf) {
     mkdirSync(profDir, { recursive: true });
     gwEnv.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''} --cpu-prof --cpu-prof-dir=${profDir}`.trim();
@@ -190,7 +192,7 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
       origin: { allow_private: true },
       mirror: { memory_bytes: P.memoryBytes },
     }, 'authority.yaml');
-    const gw = await spawnGateway('authority gateway', config, gwEnv);
+    const gw = await spawnGateway('authority gateway', config, gwEnv, undefined, gwLog);
     const base = gw.url;
 
     // ------------------------------------------------------------------ endorse everything but the trickle's URLs, one URL per block
@@ -279,6 +281,10 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     const lastAcked = acked.length ? (await fetch(base + '/v1/endorsement?url=' + encodeURIComponent(acked[acked.length - 1]!.url))).status : NaN;
     await gw.stop();
     await origin.stop();
+    const logText = readFileSync(gwLog, 'utf8');
+    const requestLines = logText.split('\n').filter((l) => l.includes('"msg":"request"')).length;
+    const logLevels = new Map<string, number>();
+    for (const m of logText.matchAll(/^\{"level":"(\w+)"/gm)) logLevels.set(m[1]!, (logLevels.get(m[1]!) ?? 0) + 1);
 
     // ------------------------------------------------------------------ figures
     const soakRss = samples.filter((s) => s.phase === 'soak');
@@ -311,9 +317,10 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     rows.push(`| mix issued by the script | lookups ${mix('lookup')}, cached downloads ${mix('hot')}, cold downloads ${mix('cold')} | 70/20/10 | |`);
     rows.push(`| cold downloads that reached the origin | ${int(coldFetched)} fetches for ${int(coldIssued)} cold requests (**${fmt(coldFetched / Math.max(1, coldIssued) * 100, 0)} %** misses); hot-set fetches from the origin during the soak: ${fromOrigin.h ?? 0} | most miss | |`);
     rows.push(`| gateway CPU during the soak | ${fmt(cpuPct, 0)} % of one core (user + system) | | |`);
+    rows.push(`| log (default level, stderr to a file) | ${int(requestLines)} request lines for ${int(soak.requests)}+ requests (warm-up and setup included), ${fmt(Buffer.byteLength(logText) / MiB, 1)} MiB; lines by level: ${[...logLevels].map(([l, n]) => `${l} ${int(n)}`).join(', ')} | a line per request | ${ok(requestLines >= soak.requests)} |`);
 
     notes.push(
-      `Setup: one \`vouch serve\` process in authority mode (\`origin.allow_private: true\`, \`mirror.memory_bytes: ${P.memoryBytes / MiB} MiB\`, no disk tier), its own origin process (bench/soak-origin.ts, the test origin server), wrk and this process (the submit loop and the RSS sampler), all on 127.0.0.1 and sharing the machine's cores. Before the soak ${setupPaths.length} URLs were endorsed through \`POST /v1/submit\`, one URL per block: ${P.lookups} small ones for lookups, ${P.hot} hot artifacts (${fmt(hotBytes / MiB, 1)} MiB in all) and ${P.cold} cold ones of 64 KiB–1 MiB (${fmt(coldBytes / MiB)} MiB in all, ${fmt(coldBytes / P.memoryBytes, 1)}× the memory tier); one of each kind was checked (status, length, sha256).`,
+      `Setup: one \`vouch serve\` process in authority mode (\`origin.allow_private: true\`, \`mirror.memory_bytes: ${P.memoryBytes / MiB} MiB\`, no disk tier; default logging, \`VOUCH_LOG_LEVEL\` unset, stderr appended to a file), its own origin process (bench/soak-origin.ts, the test origin server), wrk and this process (the submit loop and the RSS sampler), all on 127.0.0.1 and sharing the machine's cores. Before the soak ${setupPaths.length} URLs were endorsed through \`POST /v1/submit\`, one URL per block: ${P.lookups} small ones for lookups, ${P.hot} hot artifacts (${fmt(hotBytes / MiB, 1)} MiB in all) and ${P.cold} cold ones of 64 KiB–1 MiB (${fmt(coldBytes / MiB)} MiB in all, ${fmt(coldBytes / P.memoryBytes, 1)}× the memory tier); one of each kind was checked (status, length, sha256).`,
       `Load: Debian wrk \`-t${P.threads} -c${P.connections} -d${seconds}s --latency --timeout ${P.wrkTimeoutS}s\`; the Lua script picks each request by weight ${P.weights.lookup}/${P.weights.hot}/${P.weights.cold}: a lookup of a random one of the ${P.lookups} URLs, a download of a random hot artifact, or the next cold artifact (each thread rotates over the cold set from its own offset, in a fixed shuffled order); \`response()\` counts statuses by class (json / bytes / other). A ${warmupSeconds} s warm-up of the same mix (and submits) ran first; "start" is the RSS right after it. Submits: one every ${fmt(1000 / P.submitsPerSecond, 0)} ms (open loop, at most ${P.submitCap} in flight), each a new ~3 KB artifact URL, timed from request to answer (the answer comes once the commit is on the branch).`,
       `After the soak the chain's checkpoint had ${sizeAfter} blocks, ${sizeBefore} before the warm-up + ${acked.length} acknowledged submits (warm-up and soak): ${chainOk ? 'consistent' : '**inconsistent**'}; a lookup of the last acknowledged URL answered ${lastAcked}.`,
       `RSS every 10 s of the soak (MiB): ${soakRss.filter((_, i) => i % 10 === 0 || i === soakRss.length - 1).map((s) => fmt(s.rss / MiB, 0)).join(', ')}.`,

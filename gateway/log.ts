@@ -1,21 +1,28 @@
 /**
- * Structured logging on pino: one JSON line per event on stderr
- * (`{"level":"info","time":"<ISO>","msg":...,<fields>}`), or pino-pretty's
+ * Structured logging: one JSON line per event on stderr
+ * (`{"level":"info","time":"<ISO>",<fields>,"msg":...}`), or pino-pretty's
  * readable lines when stderr is a terminal. The level comes from
  * `VOUCH_LOG_LEVEL` (debug, info, warn, error, silent; default info); the
  * format from `VOUCH_LOG_FORMAT` (json or pretty; default: pretty on a
- * terminal, json otherwise).
+ * terminal, json otherwise). Lines are made by pino, except the one line per
+ * request (`request`), which is written by hand here with the same fields,
+ * order and JSON escaping (about 1 µs instead of pino's 5).
  *
- * Owns: the `Logger` interface every module logs through, and where lines go.
+ * Owns: the `Logger` interface every module logs through, the request
+ * line's format, and where lines go.
  * Trusts: callers to pass no secrets (the key and the submit token are never
  * given to it); the redact paths below are a second line of defence only.
- * Must hold: one line per call, never a secret; info and debug lines go
- * through an asynchronous buffer (sonic-boom) so logging does not block the
- * hot path, flushed synchronously when the process exits; warn and error
- * lines, and every line of `write` (tests), are written synchronously.
+ * Must hold: one line per call, never a secret, never a raw control
+ * character, U+2028/U+2029 or lone surrogate inside a line (escaped, so a
+ * line is one line to any reader); JSON lines go through the process's
+ * stderr sink (`log-sink.ts`): buffered, written in order, warn and error
+ * lines written through at once (with every line before them), everything
+ * written when the process exits. With `write` (tests), every line is
+ * handed to it synchronously.
  */
 import { createRequire } from 'node:module';
 import pino, { type DestinationStream, type Logger as PinoLogger, type LoggerOptions } from 'pino';
+import { isoNow, stderrSink } from './log-sink.ts';
 
 export type Level = 'debug' | 'info' | 'warn' | 'error';
 type Threshold = Level | 'silent';
@@ -27,6 +34,66 @@ export interface Logger {
   error(msg: string, fields?: Record<string, unknown>): void;
   /** False when lines of `level` are dropped (callers may skip building fields). Optional: plain test loggers lack it. */
   enabled?(level: Level): boolean;
+  /** The info line of one answered request (`logRequest` falls back to `info('request', ...)` without it). */
+  request?(r: RequestRecord): void;
+}
+
+/** The fields of a request line, in the order they are written. */
+export interface RequestRecord {
+  method: string;
+  /** Without the query string. */
+  path: string;
+  route: string;
+  status: number;
+  ms: number;
+  bytes: number;
+  remote: string | null;
+  /** The decoded `url` query parameter; left out when null or absent. */
+  url?: string | null;
+  /** Present (true) when the answer did not finish. */
+  aborted?: boolean;
+}
+
+/** Logs `r` as the `request` line at info, through `log.request` when the logger has it. */
+export function logRequest(log: Logger, r: RequestRecord): void {
+  if (log.request !== undefined) log.request(r);
+  else log.info('request', requestFields(r));
+}
+
+function requestFields(r: RequestRecord): Record<string, unknown> {
+  const fields: Record<string, unknown> = { method: r.method, path: r.path, route: r.route, status: r.status, ms: r.ms, bytes: r.bytes, remote: r.remote };
+  if (r.url != null) fields.url = r.url;
+  if (r.aborted) fields.aborted = true;
+  return fields;
+}
+
+/** Characters JSON may carry raw that some line readers split or mangle: U+2028, U+2029, lone surrogates. */
+const UNSAFE_IN_LINE = /[\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+const escapeUnit = (c: string) => `\\u${c.charCodeAt(0).toString(16)}`;
+
+/** A JSON line (or string literal) with U+2028, U+2029 and lone surrogates escaped as \\uXXXX; the same JSON value. */
+export function lineSafe(json: string): string {
+  UNSAFE_IN_LINE.lastIndex = 0;
+  return UNSAFE_IN_LINE.test(json) ? json.replace(UNSAFE_IN_LINE, escapeUnit) : json;
+}
+
+/** A JSON string literal of `s`, printable ASCII as is, anything else escaped as JSON.stringify does, plus `lineSafe`. */
+export function jsonString(s: string): string {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x20 || c === 0x22 || c === 0x5c || c > 0x7e) return lineSafe(JSON.stringify(s));
+  }
+  return `"${s}"`;
+}
+
+const jsonNumber = (n: number) => (Number.isFinite(n) ? String(n) : 'null');
+
+/** The request line as pino would write it for `info(fields, 'request')` (same keys, same order), newline included. */
+export function requestLine(r: RequestRecord): string {
+  let line = `{"level":"info","time":"${isoNow()}","method":${jsonString(r.method)},"path":${jsonString(r.path)},"route":${jsonString(r.route)},"status":${jsonNumber(r.status)},"ms":${jsonNumber(r.ms)},"bytes":${jsonNumber(r.bytes)},"remote":${r.remote === null ? 'null' : jsonString(r.remote)}`;
+  if (r.url != null) line += `,"url":${jsonString(r.url)}`;
+  if (r.aborted) line += ',"aborted":true';
+  return line + ',"msg":"request"}\n';
 }
 
 const THRESHOLDS: readonly string[] = ['debug', 'info', 'warn', 'error', 'silent'];
@@ -49,7 +116,7 @@ function options(level: Threshold, labels: boolean): LoggerOptions {
     level,
     base: null, // no pid/hostname on every line
     messageKey: 'msg',
-    timestamp: pino.stdTimeFunctions.isoTime,
+    timestamp: () => `,"time":"${isoNow()}"`, // pino's isoTime, made once per millisecond
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     // JSON lines carry the level's name ("info"), as before pino; pino-pretty wants the numbers.
     ...(labels ? { formatters: { level: (label: string) => ({ level: label }) } } : {}),
@@ -64,22 +131,6 @@ function prettyStream(): DestinationStream {
 }
 
 /**
- * stderr for JSON lines: debug and info lines (one per request) through an
- * asynchronous buffer, so the hot path never waits for the pipe; warn and
- * error lines written at once, so they are on stderr before the answer that
- * follows them and survive a crash. (An info line may therefore appear after
- * a warn line logged just after it; `time` tells the order.)
- */
-function jsonStreams(): DestinationStream {
-  // A stalled stderr (a full pipe) drops buffered info lines past this instead of growing the heap.
-  const BUFFER_LIMIT = 16 * 1024 * 1024;
-  return pino.multistream([
-    { level: 'debug', stream: pino.destination({ dest: 2, sync: false, maxLength: BUFFER_LIMIT }) },
-    { level: 'warn', stream: pino.destination({ dest: 2, sync: true }) },
-  ], { dedupe: true });
-}
-
-/**
  * A logger at `minLevel` (default `VOUCH_LOG_LEVEL`, else info). With
  * `write`, every line (JSON, newline-terminated) goes to it synchronously
  * (tests); without, to stderr as described above.
@@ -87,22 +138,43 @@ function jsonStreams(): DestinationStream {
 export function createLogger(minLevel: Level | 'silent' = envThreshold(), write?: (line: string) => void): Logger {
   const level: Threshold = THRESHOLDS.includes(minLevel) ? minLevel : 'info';
   let p: PinoLogger;
+  /** Where hand-made lines go (null: pretty output, made by pino). */
+  let out: ((line: string) => void) | null;
+  /** Writes through what is buffered (after a warn or error line). */
+  let urgent: () => void = () => {};
   if (write !== undefined) {
-    p = pino(options(level, true), { write });
+    p = pino(options(level, true), { write: (line: string) => write(lineSafe(line)) });
+    out = write;
   } else {
     const format = (process.env.VOUCH_LOG_FORMAT ?? '').trim().toLowerCase();
     const pretty = format === 'pretty' || (format !== 'json' && process.stderr.isTTY === true);
-    p = pretty ? pino(options(level, false), prettyStream()) : pino(options(level, true), jsonStreams());
+    if (pretty) {
+      p = pino(options(level, false), prettyStream());
+      out = null;
+    } else {
+      const sink = stderrSink();
+      p = pino(options(level, true), { write: (line: string) => sink.write(lineSafe(line)) });
+      out = (line) => sink.write(line);
+      urgent = () => sink.flush();
+    }
   }
   const emit = (l: Level) => (msg: string, fields?: Record<string, unknown>) => {
     if (fields === undefined) p[l](msg);
     else p[l](fields, msg);
+    if (l === 'warn' || l === 'error') urgent();
   };
+  const info = emit('info');
+  const requests = p.isLevelEnabled('info');
   return {
     debug: emit('debug'),
-    info: emit('info'),
+    info,
     warn: emit('warn'),
     error: emit('error'),
     enabled: (l) => p.isLevelEnabled(l),
+    request: (r) => {
+      if (!requests) return;
+      if (out !== null) out(requestLine(r));
+      else info('request', requestFields(r));
+    },
   };
 }

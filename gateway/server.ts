@@ -28,7 +28,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
 import { LRUCache } from 'lru-cache';
-import { acceptsJson, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonText, statusOf } from './http-util.ts';
+import { acceptsJson, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
@@ -36,6 +36,7 @@ import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './routes/openapi.ts';
 import { GatewayMetrics, handleMetrics } from './metrics.ts';
+import { logRequest } from './log.ts';
 import type { GatewayContext } from './context.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
@@ -102,7 +103,7 @@ const lookup: Handler = (ctx, _req, res, search, own) => {
   if (ctx.state !== null) {
     const hit = own.answers.get(search);
     if (hit !== undefined && hit.size === ctx.state.size && hit.today === today) {
-      sendJsonText(res, 200, hit.text, { etag: hit.etag });
+      sendJsonTagged(res, hit.text, hit.etag);
       return;
     }
   }
@@ -119,7 +120,7 @@ const lookup: Handler = (ctx, _req, res, search, own) => {
   else {
     const text = lookupText(sel.block);
     if (search.length <= 4096) own.answers.set(search, { size: state.size, today, etag, text });
-    sendJsonText(res, 200, text, { etag });
+    sendJsonTagged(res, text, etag);
   }
 };
 
@@ -188,6 +189,9 @@ export const ROUTES: Record<string, Route> = {
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
 
+/** `ROUTES` by path, for the one lookup every request makes. */
+const ROUTE_TABLE = new Map<string, Route>(Object.entries(ROUTES));
+
 /**
  * How long a connection may go on sending the body of a request that was
  * answered before its body arrived (the rest is read and dropped, then the
@@ -232,18 +236,24 @@ function hostFields(req: IncomingMessage): number {
 /** At most this many characters of a path or `url` parameter go into a log line. */
 const LOGGED_CHARS = 1024;
 
-/** The `url` query parameter, decoded (null when absent or undecodable). */
-function urlParam(search: string): string | null {
-  if (search === '' || !search.includes('url=')) return null;
-  for (const pair of search.split('&')) {
-    if (!pair.startsWith('url=')) continue;
-    try {
-      return decodeURIComponent(pair.slice(4).replace(/\+/g, ' ')).slice(0, LOGGED_CHARS);
-    } catch {
-      return null;
-    }
+/** The first `url` query parameter, decoded (null when absent or undecodable). */
+export function urlParam(search: string): string | null {
+  let at: number;
+  if (search.startsWith('url=')) at = 4;
+  else {
+    const i = search.indexOf('&url=');
+    if (i === -1) return null;
+    at = i + 5;
   }
-  return null;
+  const end = search.indexOf('&', at);
+  let value = end === -1 ? search.slice(at) : search.slice(at, end);
+  if (value.includes('+')) value = value.replace(/\+/g, ' ');
+  try {
+    const url = decodeURIComponent(value);
+    return url.length > LOGGED_CHARS ? url.slice(0, LOGGED_CHARS) : url;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -264,12 +274,19 @@ function observeRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incom
     const method = req.method ?? '';
     metrics.observe(route, method, status, seconds, bytes);
     if (ctx.log.enabled?.('info') === false) return;
-    const fields: Record<string, unknown> = { method, path: path.slice(0, LOGGED_CHARS), route, status, ms: Math.round(seconds * 1e5) / 100, bytes, remote: socket.remoteAddress ?? null };
-    const url = urlParam(search);
-    if (url !== null) fields.url = url;
-    if (!res.writableFinished) fields.aborted = true;
-    ctx.log.info('request', fields);
+    logRequest(ctx.log, {
+      method, path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path, route, status, ms: Math.round(seconds * 1e5) / 100, bytes,
+      remote: socket.remoteAddress ?? null, url: urlParam(search), aborted: !res.writableFinished,
+    });
   });
+}
+
+/** Answers a request whose handler threw (or rejected); an unexpected exception is logged. */
+function failRequest(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, route: Route | undefined, path: string, e: unknown): void {
+  if (!(e instanceof VouchError)) ctx.log.error('request failed', { method: req.method, path, error: (e as Error)?.message ?? String(e) });
+  if (route?.kind === 'bytes') {
+    sendEmpty(res, statusOf(e));
+  } else sendError(res, e);
 }
 
 /**
@@ -289,15 +306,9 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     const q = target.indexOf('?');
     const path = q === -1 ? target : target.slice(0, q);
     const search = q === -1 ? '' : target.slice(q + 1);
-    const route = Object.prototype.hasOwnProperty.call(ROUTES, path) ? ROUTES[path]! : undefined;
+    const route = ROUTE_TABLE.get(path);
     let label = route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : path;
     observeRequest(ctx, metrics, req, res, path, search, () => label);
-    const fail = (e: unknown) => {
-      if (!(e instanceof VouchError)) ctx.log.error('request failed', { method: req.method, path, error: (e as Error)?.message ?? String(e) });
-      if (route?.kind === 'bytes') {
-        sendEmpty(res, statusOf(e));
-      } else sendError(res, e);
-    };
     try {
       if (hostFields(req) > 1) {
         // Which host is meant is ambiguous (and so is the framing of such a request): refused, and the connection closed.
@@ -332,9 +343,9 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }
       const done = route.handler(ctx, req, res, search, own);
-      if (done instanceof Promise) done.catch(fail);
+      if (done instanceof Promise) done.catch((e: unknown) => failRequest(ctx, req, res, route, path, e));
     } catch (e) {
-      fail(e);
+      failRequest(ctx, req, res, route, path, e);
     }
   };
 }

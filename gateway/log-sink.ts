@@ -1,0 +1,186 @@
+/**
+ * Where the gateway's JSON log lines go: a 64 KiB batch in front of a file
+ * descriptor (stderr), written with write(2) when it fills, at most
+ * `flushMs` after a line arrives, at once for urgent lines (warn, error),
+ * and when the process exits. One write per some two hundred request lines
+ * instead of one per line, on the thread that made them: no thread-pool
+ * hop, no wake-up per line.
+ *
+ * Owns: the buffer, the order of lines (they leave in the order they came,
+ * urgent or not), and what happens when the reader of the descriptor does
+ * not keep up.
+ * Trusts: callers to hand it whole lines ending in "\n".
+ * Must hold: a line handed in before the process exits (process.exit, the
+ * end of the event loop, an uncaught exception, written before Node prints
+ * it) is written; lines of the last `flushMs` are lost only to what no
+ * handler sees (SIGKILL, an out-of-memory abort);
+ * an urgent line is written before `write` returns; logging never throws
+ * into its caller. When the descriptor refuses more (EAGAIN: a
+ * non-blocking pipe whose reader stalls), ordinary lines wait in a backlog
+ * of at most `backlogBytes` and later ones are dropped and counted
+ * (`dropped`) rather than blocking the gateway or growing its heap without
+ * bound; an urgent write or the exit flush waits up to `urgentWaitMs` for
+ * the reader. Other write errors (EPIPE: nobody reads) drop the lines.
+ */
+import { writeSync } from 'node:fs';
+
+export interface LineSinkOptions {
+  /** Characters (bytes, for ASCII) batched before a write (default 64 Ki). */
+  bufferBytes?: number;
+  /** The longest a line waits in the buffer, in ms (default 100). */
+  flushMs?: number;
+  /** Bytes kept while the descriptor refuses writes before lines are dropped (default 16 MiB). */
+  backlogBytes?: number;
+  /** How long an urgent write or the exit flush waits for a stalled reader, in ms (default 5,000). */
+  urgentWaitMs?: number;
+  /** write(2) (tests inject one); returns the bytes written or throws like `fs.writeSync`. */
+  write?: (fd: number, buf: Buffer, offset: number, length: number) => number;
+}
+
+const pause = new Int32Array(new SharedArrayBuffer(4));
+const sleep = (ms: number) => Atomics.wait(pause, 0, 0, ms);
+
+export class LineSink {
+  /** Lines dropped because the backlog was full (or the descriptor failed). */
+  dropped = 0;
+  /** `dropped` when the last notice of dropped lines was written. */
+  private reported = 0;
+  /** Lines not written yet, and their length in UTF-16 units (bytes, for ASCII lines). */
+  private lines: string[] = [];
+  private chars = 0;
+  private readonly bufferChars: number;
+  /** Bytes the descriptor refused for now, oldest first. */
+  private backlog: Buffer[] = [];
+  private backlogLen = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private readonly flushMs: number;
+  private readonly backlogLimit: number;
+  private readonly urgentWaitMs: number;
+  private readonly writeFd: NonNullable<LineSinkOptions['write']>;
+  private readonly onTimer = () => {
+    this.timer = null;
+    this.flush(false);
+  };
+
+  constructor(private readonly fd: number, o: LineSinkOptions = {}) {
+    this.bufferChars = o.bufferBytes ?? 64 * 1024;
+    this.flushMs = o.flushMs ?? 100;
+    this.backlogLimit = o.backlogBytes ?? 16 * 1024 * 1024;
+    this.urgentWaitMs = o.urgentWaitMs ?? 5_000;
+    this.writeFd = o.write ?? writeSync;
+  }
+
+  /** Appends one line (ending in "\n"); `urgent`: written through before returning. */
+  write(line: string, urgent = false): void {
+    if (this.backlogLen > this.backlogLimit && !urgent) {
+      this.dropped++;
+      return;
+    }
+    // Kept as strings, encoded once per batch: a Buffer.write per line costs more than the line itself.
+    this.lines.push(line);
+    this.chars += line.length;
+    if (urgent) this.flush(true);
+    else if (this.chars >= this.bufferChars) this.flush(false);
+    else if (this.timer === null) {
+      this.timer = setTimeout(this.onTimer, this.flushMs);
+      this.timer.unref();
+    }
+  }
+
+  /** Writes what is buffered; `wait`: waits (up to `urgentWaitMs`) for a reader that refuses more. */
+  flush(wait = true): void {
+    if (this.lines.length > 0) {
+      const text = this.lines.length === 1 ? this.lines[0]! : this.lines.join('');
+      this.lines = [];
+      this.chars = 0;
+      this.send(Buffer.from(text, 'utf8'), wait);
+    } else if (this.backlogLen > 0) this.send(null, wait);
+  }
+
+  /** Writes the backlog, then `chunk`; what cannot be written now joins the backlog (copied). */
+  private send(chunk: Buffer | null, wait: boolean): void {
+    const deadline = wait ? performance.now() + this.urgentWaitMs : 0;
+    while (this.backlog.length > 0) {
+      const head = this.backlog[0]!;
+      const n = this.writeSome(head, deadline);
+      this.backlogLen -= n;
+      if (n < head.length) {
+        this.backlog[0] = head.subarray(n);
+        if (chunk !== null) this.keep(chunk);
+        return;
+      }
+      this.backlog.shift();
+    }
+    if (chunk !== null) {
+      const n = this.writeSome(chunk, deadline);
+      if (n < chunk.length) return this.keep(chunk.subarray(n));
+    }
+    if (this.dropped > this.reported) {
+      // The reader is back: say how many lines it missed (once per stall).
+      const line = `{"level":"warn","time":"${isoNow()}","dropped":${this.dropped - this.reported},"msg":"log lines dropped: the log's reader did not keep up"}\n`;
+      this.reported = this.dropped;
+      const b = Buffer.from(line, 'utf8');
+      const n = this.writeSome(b, deadline);
+      if (n < b.length) this.keep(b.subarray(n));
+    }
+  }
+
+  private keep(rest: Buffer): void {
+    this.backlog.push(rest); // every chunk is a Buffer of its own: nothing reuses it
+    this.backlogLen += rest.length;
+  }
+
+  /** Writes as much of `b` as the descriptor takes (retrying on EAGAIN until `deadline`); returns the bytes written. */
+  private writeSome(b: Buffer, deadline: number): number {
+    let off = 0;
+    while (off < b.length) {
+      try {
+        off += this.writeFd(this.fd, b, off, b.length - off);
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code === 'EAGAIN' || code === 'EWOULDBLOCK') {
+          if (performance.now() >= deadline) return off;
+          sleep(2);
+          continue;
+        }
+        // Nobody can read these lines (EPIPE, EBADF, ENOSPC...): drop them, never fail the request that logged.
+        this.dropped += countLines(b, off);
+        return b.length;
+      }
+    }
+    return off;
+  }
+}
+
+function countLines(b: Buffer, from: number): number {
+  let n = 0;
+  for (let i = b.indexOf(10, from); i !== -1; i = b.indexOf(10, i + 1)) n++;
+  return n;
+}
+
+let lastMs = -1;
+let lastIso = '';
+
+/** `new Date().toISOString()`, made once per millisecond. */
+export function isoNow(): string {
+  const now = Date.now();
+  if (now !== lastMs) {
+    lastMs = now;
+    lastIso = new Date(now).toISOString();
+  }
+  return lastIso;
+}
+
+let stderr: LineSink | null = null;
+
+/** The process's one sink on stderr (fd 2), flushed when the process exits. */
+export function stderrSink(): LineSink {
+  if (stderr === null) {
+    const sink = new LineSink(2);
+    process.on('exit', () => sink.flush(true));
+    // Before Node prints an uncaught exception (then exits): the lines logged before it come first.
+    process.on('uncaughtExceptionMonitor', () => sink.flush(true));
+    stderr = sink;
+  }
+  return stderr;
+}
