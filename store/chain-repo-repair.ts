@@ -74,7 +74,7 @@ export class ChainRepoRepair extends ChainRepoFiles {
       }
       for (const name of names) {
         if (!match(name)) continue;
-        const ours = /^tmp_obj_vouch_(\d+)_\d+$|\.vouch-(\d+)\.tmp$/.exec(name);
+        const ours = /^tmp_(?:obj|pack|idx)_vouch_(\d+)_\d+$|\.vouch-(\d+)\.tmp$/.exec(name);
         if (ours) {
           if (!writerGone(Number(ours[1] ?? ours[2]))) continue;
         } else {
@@ -93,7 +93,15 @@ export class ChainRepoRepair extends ChainRepoFiles {
       const fan = b.toString(16).padStart(2, '0');
       sweep(join(objects, fan), `${fan}/`, tmpObj);
     }
-    sweep(join(objects, 'pack'), 'pack/', (name) => name.startsWith('tmp_') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name));
+    let packNames: Set<string>;
+    try {
+      packNames = new Set(fs.readdirSync(join(objects, 'pack')));
+    } catch {
+      packNames = new Set();
+    }
+    // A pack without its index: a repack (./repack.ts names the pack first, its index last) or a git command interrupted in between.
+    const orphan = (name: string) => /^pack-[0-9a-f]{40}\.pack$/.test(name) && !packNames.has(`${name.slice(0, -5)}.idx`);
+    sweep(join(objects, 'pack'), 'pack/', (name) => name.startsWith('tmp_') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name) || orphan(name));
   }
 
   /** Read the branch head: the trees on the path to its last well-formed block file, and the chain size. */

@@ -77,6 +77,7 @@ import { type IndexEntry, entryFromStat } from './git-index.ts';
 import { crashPoint, failPoint, isDir, readBranch, readRef, readShallow, writeFileAtomic } from './git-files.ts';
 import { BRANCH_REF, type CommitInfo, FILE_MODE, OID_RE, TREE_MODE, type TreeEntry, commitBody, ioError, setTreeEntry, treeBody } from './git-objects.ts';
 import { PackData } from './git-pack-index.ts';
+import { scanLoose } from './repack.ts';
 import { type FetchOptions, type FetchResult, discoverRefs, uploadPack } from './upload-pack.ts';
 import { type BlockFile, type ChainSnapshot, type FileChange, strictBlockText } from './chain-repo-files.ts';
 import { ChainRepoRepair, TMP_SUFFIX, readState } from './chain-repo-repair.ts';
@@ -90,6 +91,16 @@ const REMOTE_REF = 'refs/remotes/origin/main';
 const CLONE_MARKER = 'vouch-clone-incomplete';
 /** Packs with fewer objects are stored as loose objects, like git's transfer.unpackLimit. */
 const UNPACK_LIMIT = 100;
+/**
+ * Loose objects that trigger a pack of them: ~290 single-block appends (7
+ * objects each: block, checkpoint, 4 trees, commit). Fewer than git's
+ * gc.auto (6700) because an append's loose leaf tree is up to ~35 KiB (a
+ * ~100-byte delta once packed): the loose objects stay under ~15 MiB, and a
+ * pack of them takes tens of milliseconds (bench figures in README).
+ */
+export const LOOSE_PACK_THRESHOLD = 2048;
+/** Most loose objects one pack takes (a repository with a backlog, e.g. from before packing, catches up over several appends). */
+const MAX_PACK_OBJECTS = 100_000;
 
 function checkCommitInfo(c: CommitInfo): void {
   if (!c || typeof c !== 'object') throw new VouchError('bad_request', 'commit info is missing');
@@ -116,6 +127,9 @@ function checkBlocks(blocks: BlockFile[], from: number, checkpoint: string): voi
 }
 
 export class ChainRepo extends ChainRepoRepair {
+  /** A pack of the loose objects is queued behind the current writer. */
+  private packQueued = false;
+
   /**
    * Create a chain repository in `dir` (created if missing) holding `blocks`
    * (indexes 0, 1, ...) and `checkpoint`, as one commit. Refuses with
@@ -141,7 +155,12 @@ export class ChainRepo extends ChainRepoRepair {
       const repo = new ChainRepo(abs);
       repo.dirs.set('', []);
       repo.consistent = true;
-      await repo.commitBlocks(blocks, checkpoint, commit, null);
+      repo.objects.startPack(); // one pack, written durably before the branch names the commit: no loose object
+      try {
+        await repo.commitBlocks(blocks, checkpoint, commit, null);
+      } finally {
+        repo.objects.abortPack();
+      }
       return repo;
     } catch (e) {
       // Leave nothing half-made behind: the directory was empty (or absent) before.
@@ -177,6 +196,7 @@ export class ChainRepo extends ChainRepoRepair {
     if (repo.canRepair) {
       assertChainWritable(abs); // repair writes: refused while a running gateway owns the chain
       repo.removeObjectTemps();
+      repo.objects.noteLoose(scanLoose(gitdir)); // packed with the appends' own once past the threshold
       await repo.repair(state);
     } else repo.consistent = state?.commit === head && fs.existsSync(join(gitdir, 'index'));
     return repo;
@@ -206,8 +226,49 @@ export class ChainRepo extends ChainRepoRepair {
         }
         await this.repair(readState(this.gitdir));
       }
-      return { commit: await this.commitBlocks(blocks, checkpoint, commit, this._head) };
+      const done = { commit: await this.commitBlocks(blocks, checkpoint, commit, this._head) };
+      this.schedulePack();
+      return done;
     });
+  }
+
+  /**
+   * Once LOOSE_PACK_THRESHOLD loose objects wait, queue a pack of them
+   * behind the current writer (so it runs after the append that crossed the
+   * threshold returned, and before the next writer): see `repack`.
+   */
+  protected schedulePack(): void {
+    if (this.packQueued || this.objects.pendingLoose < LOOSE_PACK_THRESHOLD) return;
+    this.packQueued = true;
+    void this.serialize(async () => {
+      this.packQueued = false;
+      try {
+        this.packNow(MAX_PACK_OBJECTS);
+      } catch (e) {
+        this.warnings.push(`packing loose objects failed (they stay loose, readable; retried after the next append): ${(e as Error).message}`);
+      }
+    });
+  }
+
+  private packNow(max: number): { pack: string | null; removed: number; merged: string[] } {
+    assertChainWritable(this.dir);
+    return this.objects.packPending(max);
+  }
+
+  /**
+   * Pack every loose object not packed yet into one pack (trees as deltas of
+   * their previous version), remove the loose files once it is durable, and
+   * merge packs so their sizes stay a geometric progression (O(log n) packs),
+   * as appends do on their own every LOOSE_PACK_THRESHOLD objects. Safe at
+   * any crash point (./repack.ts).
+   */
+  repack(): Promise<{ pack: string | null; removed: number; merged: string[] }> {
+    return this.serialize(async () => this.packNow(Infinity));
+  }
+
+  /** Loose objects waiting for the next pack (tests, benches). */
+  get pendingLoose(): number {
+    return this.objects.pendingLoose;
   }
 
   protected async commitBlocks(blocks: BlockFile[], checkpoint: string, info: CommitInfo, parent: string | null): Promise<string> {
@@ -248,12 +309,12 @@ export class ChainRepo extends ChainRepoRepair {
       const depth = (d: string) => (d === '' ? 0 : d.split('/').length);
       for (let level = 3; level >= 1; level--) {
         for (const d of [...modified.keys()].filter((k) => depth(k) === level)) {
-          const oid = this.objects.write('tree', treeBody(modified.get(d)!));
+          const oid = this.objects.write('tree', treeBody(modified.get(d)!), d);
           const cut = d.lastIndexOf('/');
           setTreeEntry(await entriesOf(cut < 0 ? '' : d.slice(0, cut)), { mode: TREE_MODE, name: d.slice(cut + 1), oid });
         }
       }
-      const rootOid = this.objects.write('tree', treeBody(modified.get('')!));
+      const rootOid = this.objects.write('tree', treeBody(modified.get('')!), '');
       commitOid = this.objects.write('commit', commitBody(rootOid, parent, info));
       this.objects.syncDirs();
     } catch (e) {
