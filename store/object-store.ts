@@ -35,7 +35,10 @@ import { type CommitHead, OID_RE, type TreeEntry, ioError, loosePath, objectId, 
 import { fsyncDir, writeDurably } from './git-files.ts';
 import { DiskPacks } from './git-pack.ts';
 import type { PackData } from './git-pack-index.ts';
-import { type LooseObject, PackFileWriter, consolidatePacks, packLoose } from './repack.ts';
+import { type LooseObject, PackFileWriter, consolidatePacks, packLoose, removeLoose } from './repack.ts';
+
+/** Most loose objects whose bodies are held for the next pack (~3 x its threshold; a leaf tree is up to ~35 KiB). */
+const HELD_BODIES = 6144;
 
 /** Loose-object writer and reader; packed objects are read through DiskPacks (isomorphic-git for old index versions). */
 export class ObjectStore {
@@ -91,7 +94,9 @@ export class ObjectStore {
     writeDurably(tmp, deflateSync(Buffer.concat([header, body]), { level: 1 }), 0o444);
     fs.renameSync(tmp, file);
     this.unsynced.add(dir);
-    this.loose.push(path === undefined ? { oid } : { oid, path });
+    // The body stays at hand for the pack (no read back), within a bound: a pack that keeps failing does not grow memory.
+    const keep = this.loose.length < HELD_BODIES;
+    this.loose.push({ oid, ...(path === undefined ? {} : { path }), ...(keep ? { type, body } : {}) });
     return oid;
   }
 
@@ -141,20 +146,21 @@ export class ObjectStore {
 
   /**
    * Pack up to `max` of the loose objects not packed yet (the oldest first)
-   * into one pack, remove their loose files once it is durable, then merge
-   * packs as ./repack.ts `consolidatePacks` decides. Cost: the objects
-   * packed, plus the packs merged (geometric: O(log n) copies of an object
-   * over the repository's life).
+   * into one pack, then merge packs as ./repack.ts `consolidatePacks`
+   * decides. Cost: the objects packed, plus the packs merged (geometric:
+   * O(log n) copies of an object over the repository's life). The loose
+   * files the pack made redundant are removed by the returned `removal`
+   * (asynchronous, a few files at a time: safe beside later writers).
    */
-  packPending(max = Infinity): { pack: string | null; removed: number; merged: string[] } {
+  packPending(max = Infinity): { pack: string | null; merged: string[]; removal: Promise<number> } {
     const batch = this.loose.slice(0, Math.min(this.loose.length, max));
     this.disk.refresh();
-    const r = batch.length > 0 ? packLoose(this.gitdir, batch, (oid) => this.disk.inPacks(oid)) : { pack: null, removed: 0 };
+    const r = batch.length > 0 ? packLoose(this.gitdir, batch, (oid) => this.disk.inPacks(oid)) : { pack: null, redundant: [] };
     this.loose = this.loose.slice(batch.length);
     const c = consolidatePacks(this.gitdir);
     this.disk.refresh();
     this.resetCache();
-    return { pack: r.pack, removed: r.removed, merged: c.merged };
+    return { pack: r.pack, merged: c.merged, removal: removeLoose(this.gitdir, r.redundant) };
   }
 
   async read(oid: string): Promise<{ type: string; body: Buffer }> {

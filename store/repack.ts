@@ -205,8 +205,12 @@ export class PackFileWriter {
   }
 }
 
-/** A loose object to pack; `path`: the tree's directory in the chain (its previous version is its delta base). */
-export interface LooseObject { oid: string; path?: string }
+/**
+ * A loose object to pack; `path`: the tree's directory in the chain (its
+ * previous version is its delta base); `type` and `body` when the writer
+ * still holds them (no read back from the loose file).
+ */
+export interface LooseObject { oid: string; path?: string; type?: string; body?: Buffer }
 
 /** Every loose object's id (a scan of the 256 fan-out directories). */
 export function scanLoose(gitdir: string): string[] {
@@ -230,56 +234,61 @@ export function scanLoose(gitdir: string): string[] {
  * version comes before it) into one pack: trees with a `path` as deltas of
  * the previous tree of the same path in this pack (chains of at most
  * MAX_DELTA_DEPTH), everything else whole. Objects already in a pack
- * (`packed`) or gone are left out. Once the pack and its index are durable,
- * the loose files are removed. Returns the pack's name (null: nothing to
- * pack) and how many loose files were removed.
+ * (`packed`) or gone are left out. Returns the pack's name (null: nothing
+ * to pack; the pack and its index are durable) and the loose objects now
+ * redundant, for `removeLoose`.
  */
-export function packLoose(gitdir: string, list: readonly LooseObject[], packed: (oid: string) => boolean): { pack: string | null; removed: number } {
+export function packLoose(gitdir: string, list: readonly LooseObject[], packed: (oid: string) => boolean): { pack: string | null; redundant: string[] } {
   const packDir = join(gitdir, 'objects', 'pack');
-  const take: { oid: string; type: string; body: Buffer; path?: string }[] = [];
+  const taken: string[] = [];
   const redundant: string[] = [];
-  const seen = new Set<string>();
-  for (const o of list) {
-    if (seen.has(o.oid)) continue;
-    seen.add(o.oid);
-    if (packed(o.oid)) {
-      redundant.push(o.oid);
-      continue;
-    }
-    const obj = readLoose(gitdir, o.oid);
-    if (!obj) continue; // gone meanwhile (packed by git)
-    take.push({ oid: o.oid, type: obj.type, body: obj.body, path: o.path });
-  }
+  // Streamed: one object in memory at a time, plus the last tree of each path (the next one's delta base).
+  const w = new PackFileWriter(packDir);
   let name: string | null = null;
-  if (take.length > 0) {
-    const w = new PackFileWriter(packDir, take.length);
-    try {
-      const last = new Map<string, { oid: string; body: Buffer; depth: number }>();
-      for (const o of take) {
-        const prev = o.type === 'tree' && o.path !== undefined ? last.get(o.path) : undefined;
-        const delta = prev && prev.depth < MAX_DELTA_DEPTH ? makeDelta(prev.body, o.body) : null;
-        if (delta) w.addDelta(o.oid, prev!.oid, delta);
-        else w.addWhole(o.oid, o.type, o.body);
-        if (o.type === 'tree' && o.path !== undefined) last.set(o.path, { oid: o.oid, body: o.body, depth: delta ? prev!.depth + 1 : 0 });
+  try {
+    const last = new Map<string, { oid: string; body: Buffer; depth: number }>();
+    for (const o of list) {
+      if (w.has(o.oid)) continue;
+      if (packed(o.oid)) {
+        redundant.push(o.oid);
+        continue;
       }
-      name = w.finish(() => repackCrashPoint('repack-pack-named'));
-    } catch (e) {
-      w.abort();
-      throw e;
+      const obj = o.body && o.type ? { type: o.type, body: o.body } : readLoose(gitdir, o.oid);
+      if (!obj) continue; // gone meanwhile (packed by git)
+      const tree = obj.type === 'tree' && o.path !== undefined;
+      const prev = tree ? last.get(o.path!) : undefined;
+      const delta = prev && prev.depth < MAX_DELTA_DEPTH ? makeDelta(prev.body, obj.body) : null;
+      if (delta) w.addDelta(o.oid, prev!.oid, delta);
+      else w.addWhole(o.oid, obj.type, obj.body);
+      if (tree) last.set(o.path!, { oid: o.oid, body: obj.body, depth: delta ? prev!.depth + 1 : 0 });
+      taken.push(o.oid);
     }
-    repackCrashPoint('repack-indexed');
+    if (w.objects > 0) name = w.finish(() => repackCrashPoint('repack-pack-named'));
+    else w.abort();
+  } catch (e) {
+    w.abort();
+    throw e;
   }
+  if (name) repackCrashPoint('repack-indexed');
   // The pack and its index are durable: the loose copies are redundant now.
-  const remove = [...take.map((o) => o.oid), ...redundant];
+  return { pack: name, redundant: [...taken, ...redundant] };
+}
+
+/**
+ * Remove loose files whose objects a durable pack holds (the list
+ * `packLoose` returns), a few at a time off the event loop: it need not
+ * finish before the next writer (an append finding such a file still
+ * there finds the object, and a later pack skips it). Returns how many
+ * files were removed.
+ */
+export async function removeLoose(gitdir: string, oids: readonly string[]): Promise<number> {
   let removed = 0;
-  for (const oid of remove) {
-    if (removed === Math.floor(remove.length / 2)) repackCrashPoint('repack-loose-half');
-    try {
-      fs.unlinkSync(loosePath(gitdir, oid));
-      removed++;
-    } catch { /* gone */ }
+  for (let at = 0; at < oids.length; at += 16) {
+    if (at > 0 && at >= oids.length / 2 && at - 16 < oids.length / 2) repackCrashPoint('repack-loose-half');
+    const done = await Promise.all(oids.slice(at, at + 16).map((oid) => fs.promises.unlink(loosePath(gitdir, oid)).then(() => 1, () => 0)));
+    removed += done.reduce((a: number, b: number) => a + b, 0);
   }
-  return { pack: name, removed };
+  return removed;
 }
 
 /** A stored pack's name and object count (version-2 index, no `.keep`). */
