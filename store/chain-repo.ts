@@ -83,7 +83,6 @@ import { type IndexEntry, entryFromStat } from './git-index.ts';
 import { crashPoint, failPoint, isDir, readBranch, readRef, readShallow, writeFileAtomic } from './git-files.ts';
 import { BRANCH_REF, type CommitInfo, FILE_MODE, OID_RE, TREE_MODE, type TreeEntry, commitBody, ioError, setTreeEntry, treeBody } from './git-objects.ts';
 import { PackData } from './git-pack-index.ts';
-import { scanLoose } from './repack.ts';
 import { type FetchOptions, type FetchResult, discoverRefs, uploadPack } from './upload-pack.ts';
 import { type BlockFile, type ChainSnapshot, type FileChange, strictBlockText } from './chain-repo-files.ts';
 import { ChainRepoRepair, TMP_SUFFIX, readState } from './chain-repo-repair.ts';
@@ -107,8 +106,13 @@ const UNPACK_LIMIT = 100;
  * thousand (README "Packs").
  */
 export const LOOSE_PACK_THRESHOLD = 2048;
-/** Most loose objects one pack takes (a repository with a backlog, e.g. from before packing, catches up over several appends). */
-const MAX_PACK_OBJECTS = 100_000;
+/**
+ * Most loose objects one pack after an append takes: a repository with a
+ * backlog (one written before packing: 1M loose objects at 1M blocks)
+ * catches up over many appends, each paying a pack of this size (~1 s) at
+ * most, or at once with `repack()`.
+ */
+const MAX_PACK_OBJECTS = 16_384;
 
 function checkCommitInfo(c: CommitInfo): void {
   if (!c || typeof c !== 'object') throw new VouchError('bad_request', 'commit info is missing');
@@ -206,8 +210,7 @@ export class ChainRepo extends ChainRepoRepair {
     repo.canRepair = opts.repair ?? true;
     if (repo.canRepair) {
       assertChainWritable(abs); // repair writes: refused while a running gateway owns the chain
-      repo.removeObjectTemps();
-      repo.objects.noteLoose(scanLoose(gitdir)); // packed with the appends' own once past the threshold
+      repo.objects.noteLoose(repo.removeObjectTemps()); // packed with the appends' own once past the threshold
       await repo.repair(state);
     } else repo.consistent = state?.commit === head && fs.existsSync(join(gitdir, 'index'));
     return repo;
