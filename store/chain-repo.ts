@@ -494,6 +494,7 @@ export class ChainRepo extends ChainRepoRepair {
       } catch (e) {
         throw e instanceof VouchError ? e : ioError('cannot store the fetched objects', e);
       }
+      this.schedulePack(); // a mirror stores small fetches as loose objects: packed as an authority's appends are
       return { commit: want, objects: pack.entries.length, bytes: got.pack.length };
     });
   }

@@ -51,6 +51,8 @@ import { makeDelta } from './git-pack-writer.ts';
 
 /** Longest delta chain an incremental pack makes (git's own default pack.depth). */
 const MAX_DELTA_DEPTH = 50;
+/** Trees of unknown path tried as delta bases of the next one (git's pack.window is 10). */
+const PATHLESS_WINDOW = 8;
 /** Packs merge when one holds fewer than GEOMETRIC_FACTOR times the objects of the next smaller ones together (git repack --geometric=2). */
 const GEOMETRIC_FACTOR = 2;
 const TYPE_CODE: Record<string, number> = { commit: 1, tree: 2, blob: 3, tag: 4 };
@@ -232,8 +234,9 @@ export function scanLoose(gitdir: string): string[] {
 /**
  * Pack the loose objects `list` (in the order written: a tree's previous
  * version comes before it) into one pack: trees with a `path` as deltas of
- * the previous tree of the same path in this pack (chains of at most
- * MAX_DELTA_DEPTH), everything else whole. Objects already in a pack
+ * the previous tree of the same path in this pack, trees without one as
+ * deltas of the best of the last PATHLESS_WINDOW such trees (chains of at
+ * most MAX_DELTA_DEPTH), everything else whole. Objects already in a pack
  * (`packed`) or gone are left out. Returns the pack's name (null: nothing
  * to pack; the pack and its index are durable) and the loose objects now
  * redundant, for `removeLoose`.
@@ -246,7 +249,10 @@ export function packLoose(gitdir: string, list: readonly LooseObject[], packed: 
   const w = new PackFileWriter(packDir);
   let name: string | null = null;
   try {
-    const last = new Map<string, { oid: string; body: Buffer; depth: number }>();
+    type Base = { oid: string; body: Buffer; depth: number };
+    const last = new Map<string, Base>();
+    /** Trees of unknown path (fetched, or found loose at open): the last few, tried as bases (an unrelated one fails within a few bytes). */
+    const recent: Base[] = [];
     for (const o of list) {
       if (w.has(o.oid)) continue;
       if (packed(o.oid)) {
@@ -255,12 +261,26 @@ export function packLoose(gitdir: string, list: readonly LooseObject[], packed: 
       }
       const obj = o.body && o.type ? { type: o.type, body: o.body } : readLoose(gitdir, o.oid);
       if (!obj) continue; // gone meanwhile (packed by git)
-      const tree = obj.type === 'tree' && o.path !== undefined;
-      const prev = tree ? last.get(o.path!) : undefined;
-      const delta = prev && prev.depth < MAX_DELTA_DEPTH ? makeDelta(prev.body, obj.body) : null;
-      if (delta) w.addDelta(o.oid, prev!.oid, delta);
+      let base: Base | undefined;
+      let delta: Buffer | null = null;
+      if (obj.type === 'tree') {
+        const candidates = o.path !== undefined ? [last.get(o.path)] : recent;
+        for (const c of candidates) {
+          if (!c || c.depth >= MAX_DELTA_DEPTH) continue;
+          const d = makeDelta(c.body, obj.body);
+          if (d && (!delta || d.length < delta.length)) { delta = d; base = c; }
+        }
+      }
+      if (delta) w.addDelta(o.oid, base!.oid, delta);
       else w.addWhole(o.oid, obj.type, obj.body);
-      if (tree) last.set(o.path!, { oid: o.oid, body: obj.body, depth: delta ? prev!.depth + 1 : 0 });
+      if (obj.type === 'tree') {
+        const mine = { oid: o.oid, body: obj.body, depth: delta ? base!.depth + 1 : 0 };
+        if (o.path !== undefined) last.set(o.path, mine);
+        else {
+          recent.push(mine);
+          if (recent.length > PATHLESS_WINDOW) recent.shift();
+        }
+      }
       taken.push(o.oid);
     }
     if (w.objects > 0) name = w.finish(() => repackCrashPoint('repack-pack-named'));
