@@ -144,6 +144,8 @@ export class ChainRepo extends ChainRepoRepair {
   /** The removal of the loose files the last pack made redundant (runs beside later writers). */
   private removal: Promise<number> = Promise.resolve(0);
   private lastPack: { pack: string | null; merged: string[] } = { pack: null, merged: [] };
+  /** Packs made by this instance and the time they held the writer queue (without the loose files' removal, which runs beside it). */
+  readonly packTimes = { count: 0, totalMs: 0, maxMs: 0, cpuMs: 0 };
 
   /**
    * Create a chain repository in `dir` (created if missing) holding `blocks`
@@ -267,7 +269,15 @@ export class ChainRepo extends ChainRepoRepair {
   /** Pack, merge, and start removing the loose files packed (awaited by `repack()` and the next pack, not by appends). */
   private packNow(max: number): Promise<number> {
     assertChainWritable(this.dir);
+    const t0 = performance.now();
+    const c0 = process.cpuUsage();
     const r = this.objects.packPending(max);
+    const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(c0);
+    this.packTimes.cpuMs += (cpu.user + cpu.system) / 1000;
+    this.packTimes.count++;
+    this.packTimes.totalMs += ms;
+    this.packTimes.maxMs = Math.max(this.packTimes.maxMs, ms);
     const removal = this.removal.then(() => r.removal).catch(() => 0);
     this.removal = removal;
     this.lastPack = { pack: r.pack, merged: r.merged };

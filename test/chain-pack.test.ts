@@ -171,6 +171,20 @@ test('loose objects wait under the threshold, and an automatic pack runs after t
   await assertBlocksInObjects(reopened, 'threshold');
 });
 
+test('loose trees found at open (their paths unknown) are still packed as deltas', async () => {
+  const dir = fresh('pathless');
+  const repo = await ChainRepo.init(dir, blocks(0, 900), checkpoint(900), info(0));
+  for (let k = 0; k < 250; k++) await appendOne(repo); // 250 leaf trees of 900-1000 entries (~40 KiB each): ~10 MB whole
+  const reopened = await ChainRepo.open(dir);
+  assert.is(reopened.pendingLoose, 250 * 7);
+  const r = await reopened.repack();
+  assert.ok(r.pack !== null && r.merged.length === 0, JSON.stringify(r));
+  const bytes = statSync(join(dir, '.git', 'objects', 'pack', `${r.pack}.pack`)).size;
+  assert.ok(bytes < 1_500_000, `pack of 250 appends: ${bytes} bytes`);
+  assertGitAccepts(dir, 251, 'pathless');
+  await assertBlocksInObjects(reopened, 'pathless');
+});
+
 test('packs git wrote (OFS_DELTA) are read and merged too', async () => {
   const dir = fresh('git-packs');
   const repo = await ChainRepo.init(dir, blocks(0, 50), checkpoint(50), info(0));
