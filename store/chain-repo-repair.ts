@@ -46,9 +46,12 @@ export class ChainRepoRepair extends ChainRepoFiles {
    * authority gateway is held by this process or by none): still kept are
    * the files of another live vouch process (named with its pid) and git's
    * own younger than ten minutes (a git command run by hand meanwhile).
+   * Returns the loose objects it saw (the same directory reads), for the
+   * next pack.
    */
-  protected removeObjectTemps(): void {
+  protected removeObjectTemps(): string[] {
     const objects = join(this.gitdir, 'objects');
+    const loose: string[] = [];
     const now = Date.now();
     const alive = new Map<number, boolean>();
     const writerGone = (pid: number): boolean => {
@@ -73,8 +76,9 @@ export class ChainRepoRepair extends ChainRepoFiles {
         return;
       }
       for (const name of names) {
+        if (rel.length === 3 && name.length === 38 && /^[0-9a-f]{38}$/.test(name)) loose.push(rel.slice(0, 2) + name);
         if (!match(name)) continue;
-        const ours = /^tmp_obj_vouch_(\d+)_\d+$|\.vouch-(\d+)\.tmp$/.exec(name);
+        const ours = /^tmp_(?:obj|pack|idx)_vouch_(\d+)_\d+$|\.vouch-(\d+)\.tmp$/.exec(name);
         if (ours) {
           if (!writerGone(Number(ours[1] ?? ours[2]))) continue;
         } else {
@@ -93,7 +97,16 @@ export class ChainRepoRepair extends ChainRepoFiles {
       const fan = b.toString(16).padStart(2, '0');
       sweep(join(objects, fan), `${fan}/`, tmpObj);
     }
-    sweep(join(objects, 'pack'), 'pack/', (name) => name.startsWith('tmp_') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name));
+    let packNames: Set<string>;
+    try {
+      packNames = new Set(fs.readdirSync(join(objects, 'pack')));
+    } catch {
+      packNames = new Set();
+    }
+    // A pack without its index: a repack (./repack.ts names the pack first, its index last) or a git command interrupted in between.
+    const orphan = (name: string) => /^pack-[0-9a-f]{40}\.pack$/.test(name) && !packNames.has(`${name.slice(0, -5)}.idx`);
+    sweep(join(objects, 'pack'), 'pack/', (name) => name.startsWith('tmp_') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name) || orphan(name));
+    return loose;
   }
 
   /** Read the branch head: the trees on the path to its last well-formed block file, and the chain size. */

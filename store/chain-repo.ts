@@ -35,6 +35,12 @@
  * - An append costs the same at any chain size: it rewrites the four trees on
  *   the path of its blocks (leaf shard, middle shard, `blocks`, root), kept
  *   in memory between appends, and a bounded split index.
+ * - The repository stays packed (./repack.ts): `init` writes one pack and
+ *   no loose object; an append writes loose objects, and once
+ *   LOOSE_PACK_THRESHOLD of them wait, a pack of them is made behind the
+ *   append that crossed it (trees as deltas of their previous version),
+ *   their loose files removed once it is durable, and packs merged so
+ *   there are O(log n) of them. An object is readable at every instant.
  * - No tree holds more than 1000 entries (sharding by the padded index).
  * - After every append, clone, fast-forward and `open()`,
  *   `git status --porcelain` is empty and `git fsck --strict` finds nothing
@@ -90,6 +96,23 @@ const REMOTE_REF = 'refs/remotes/origin/main';
 const CLONE_MARKER = 'vouch-clone-incomplete';
 /** Packs with fewer objects are stored as loose objects, like git's transfer.unpackLimit. */
 const UNPACK_LIMIT = 100;
+/**
+ * Loose objects that trigger a pack of them: ~290 single-block appends (7
+ * objects each: block, checkpoint, 4 trees, commit). Fewer than git's
+ * gc.auto (6700) because an append's loose leaf tree is up to ~35 KiB (a
+ * ~100-byte delta once packed): the loose objects stay under ~15 MiB. More
+ * than a few dozen appends because the pack's fixed costs (two fsyncs, the
+ * merge check) then fall on one append in ~290, outside the p99 of a
+ * thousand (README "Packs").
+ */
+export const LOOSE_PACK_THRESHOLD = 2048;
+/**
+ * Most loose objects one pack after an append takes: a repository with a
+ * backlog (one written before packing: 1M loose objects at 1M blocks)
+ * catches up over many appends, each paying a pack of this size (~1 s) at
+ * most, or at once with `repack()`.
+ */
+const MAX_PACK_OBJECTS = 16_384;
 
 function checkCommitInfo(c: CommitInfo): void {
   if (!c || typeof c !== 'object') throw new VouchError('bad_request', 'commit info is missing');
@@ -116,6 +139,14 @@ function checkBlocks(blocks: BlockFile[], from: number, checkpoint: string): voi
 }
 
 export class ChainRepo extends ChainRepoRepair {
+  /** A pack of the loose objects is queued behind the current writer. */
+  private packQueued = false;
+  /** The removal of the loose files the last pack made redundant (runs beside later writers). */
+  private removal: Promise<number> = Promise.resolve(0);
+  private lastPack: { pack: string | null; merged: string[] } = { pack: null, merged: [] };
+  /** Packs made by this instance and the time they held the writer queue (without the loose files' removal, which runs beside it). */
+  readonly packTimes = { count: 0, totalMs: 0, maxMs: 0, cpuMs: 0 };
+
   /**
    * Create a chain repository in `dir` (created if missing) holding `blocks`
    * (indexes 0, 1, ...) and `checkpoint`, as one commit. Refuses with
@@ -141,7 +172,12 @@ export class ChainRepo extends ChainRepoRepair {
       const repo = new ChainRepo(abs);
       repo.dirs.set('', []);
       repo.consistent = true;
-      await repo.commitBlocks(blocks, checkpoint, commit, null);
+      repo.objects.startPack(); // one pack, written durably before the branch names the commit: no loose object
+      try {
+        await repo.commitBlocks(blocks, checkpoint, commit, null);
+      } finally {
+        repo.objects.abortPack();
+      }
       return repo;
     } catch (e) {
       // Leave nothing half-made behind: the directory was empty (or absent) before.
@@ -176,7 +212,7 @@ export class ChainRepo extends ChainRepoRepair {
     repo.canRepair = opts.repair ?? true;
     if (repo.canRepair) {
       assertChainWritable(abs); // repair writes: refused while a running gateway owns the chain
-      repo.removeObjectTemps();
+      repo.objects.noteLoose(repo.removeObjectTemps()); // packed with the appends' own once past the threshold
       await repo.repair(state);
     } else repo.consistent = state?.commit === head && fs.existsSync(join(gitdir, 'index'));
     return repo;
@@ -206,8 +242,65 @@ export class ChainRepo extends ChainRepoRepair {
         }
         await this.repair(readState(this.gitdir));
       }
-      return { commit: await this.commitBlocks(blocks, checkpoint, commit, this._head) };
+      const done = { commit: await this.commitBlocks(blocks, checkpoint, commit, this._head) };
+      this.schedulePack();
+      return done;
     });
+  }
+
+  /**
+   * Once LOOSE_PACK_THRESHOLD loose objects wait, queue a pack of them
+   * behind the current writer (so it runs after the append that crossed the
+   * threshold returned, and before the next writer): see `repack`.
+   */
+  protected schedulePack(): void {
+    if (this.packQueued || this.objects.pendingLoose < LOOSE_PACK_THRESHOLD) return;
+    this.packQueued = true;
+    void this.serialize(async () => {
+      this.packQueued = false;
+      try {
+        this.packNow(MAX_PACK_OBJECTS);
+      } catch (e) {
+        this.warnings.push(`packing loose objects failed (they stay loose, readable; retried after the next append): ${(e as Error).message}`);
+      }
+    });
+  }
+
+  /** Pack, merge, and start removing the loose files packed (awaited by `repack()` and the next pack, not by appends). */
+  private packNow(max: number): Promise<number> {
+    assertChainWritable(this.dir);
+    const t0 = performance.now();
+    const c0 = process.cpuUsage();
+    const r = this.objects.packPending(max);
+    const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(c0);
+    this.packTimes.cpuMs += (cpu.user + cpu.system) / 1000;
+    this.packTimes.count++;
+    this.packTimes.totalMs += ms;
+    this.packTimes.maxMs = Math.max(this.packTimes.maxMs, ms);
+    const removal = this.removal.then(() => r.removal).catch(() => 0);
+    this.removal = removal;
+    this.lastPack = { pack: r.pack, merged: r.merged };
+    return removal;
+  }
+
+  /**
+   * Pack every loose object not packed yet into one pack (trees as deltas of
+   * their previous version), remove the loose files once it is durable, and
+   * merge packs so their sizes stay a geometric progression (O(log n) packs),
+   * as appends do on their own every LOOSE_PACK_THRESHOLD objects. Safe at
+   * any crash point (./repack.ts).
+   */
+  repack(): Promise<{ pack: string | null; removed: number; merged: string[] }> {
+    return this.serialize(async () => {
+      const removed = await this.packNow(Infinity);
+      return { ...this.lastPack, removed };
+    });
+  }
+
+  /** Loose objects waiting for the next pack (tests, benches). */
+  get pendingLoose(): number {
+    return this.objects.pendingLoose;
   }
 
   protected async commitBlocks(blocks: BlockFile[], checkpoint: string, info: CommitInfo, parent: string | null): Promise<string> {
@@ -248,12 +341,12 @@ export class ChainRepo extends ChainRepoRepair {
       const depth = (d: string) => (d === '' ? 0 : d.split('/').length);
       for (let level = 3; level >= 1; level--) {
         for (const d of [...modified.keys()].filter((k) => depth(k) === level)) {
-          const oid = this.objects.write('tree', treeBody(modified.get(d)!));
+          const oid = this.objects.write('tree', treeBody(modified.get(d)!), d);
           const cut = d.lastIndexOf('/');
           setTreeEntry(await entriesOf(cut < 0 ? '' : d.slice(0, cut)), { mode: TREE_MODE, name: d.slice(cut + 1), oid });
         }
       }
-      const rootOid = this.objects.write('tree', treeBody(modified.get('')!));
+      const rootOid = this.objects.write('tree', treeBody(modified.get('')!), '');
       commitOid = this.objects.write('commit', commitBody(rootOid, parent, info));
       this.objects.syncDirs();
     } catch (e) {
@@ -411,6 +504,7 @@ export class ChainRepo extends ChainRepoRepair {
       } catch (e) {
         throw e instanceof VouchError ? e : ioError('cannot store the fetched objects', e);
       }
+      this.schedulePack(); // a mirror stores small fetches as loose objects: packed as an authority's appends are
       return { commit: want, objects: pack.entries.length, bytes: got.pack.length };
     });
   }

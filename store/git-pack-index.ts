@@ -278,32 +278,47 @@ export class PackData {
 
   /** Pack index file, version 2 (as `git index-pack` writes it). */
   idxFile(): Buffer {
-    const sorted = this.entries.filter((e) => this.byOid.get(e.oid) === e).sort((a, b) => (a.oid < b.oid ? -1 : a.oid > b.oid ? 1 : 0));
-    const n = sorted.length;
-    const big = sorted.filter((e) => e.offset >= 0x80000000);
-    const buf = Buffer.alloc(8 + 1024 + n * 28 + big.length * 8 + 40);
-    buf.write('ff744f63', 0, 'hex');
-    buf.writeUInt32BE(2, 4);
-    const fan = new Array<number>(256).fill(0);
-    for (const e of sorted) fan[parseInt(e.oid.slice(0, 2), 16)]!++;
-    let acc = 0;
-    for (let i = 0; i < 256; i++) {
-      acc += fan[i]!;
-      buf.writeUInt32BE(acc, 8 + i * 4);
-    }
-    let o = 8 + 1024;
-    for (const e of sorted) { buf.write(e.oid, o, 'hex'); o += 20; }
-    for (const e of sorted) { buf.writeUInt32BE(e.crc >>> 0, o); o += 4; }
-    let bigIndex = 0;
-    for (const e of sorted) {
-      buf.writeUInt32BE(e.offset >= 0x80000000 ? (0x80000000 | bigIndex++) >>> 0 : e.offset, o);
-      o += 4;
-    }
-    for (const e of big) { buf.writeBigUInt64BE(BigInt(e.offset), o); o += 8; }
-    this.pack.copy(buf, o, this.pack.length - 20);
-    o += 20;
-    createHash('sha1').update(buf.subarray(0, o)).digest().copy(buf, o);
-    return buf;
+    const unique = this.entries.filter((e) => this.byOid.get(e.oid) === e);
+    return idxV2(unique, this.pack.subarray(this.pack.length - 20));
   }
 }
 
+
+/** One object of a pack as its index names it. */
+export interface IdxEntry { oid: string; offset: number; crc: number }
+
+/**
+ * The pack index file, version 2 (gitformat-pack "Version 2 pack-*.idx"),
+ * of a pack holding `entries` (each id once) with trailer `packSum`: fan-out
+ * table, sorted ids, CRC-32s, 31-bit offsets with a 64-bit table for offsets
+ * past 2 GiB, the pack's checksum and the index's own. Byte for byte what
+ * `git index-pack` writes for the same pack.
+ */
+export function idxV2(entries: readonly IdxEntry[], packSum: Buffer): Buffer {
+  const sorted = [...entries].sort((a, b) => (a.oid < b.oid ? -1 : a.oid > b.oid ? 1 : 0));
+  const n = sorted.length;
+  const big = sorted.filter((e) => e.offset >= 0x80000000);
+  const buf = Buffer.alloc(8 + 1024 + n * 28 + big.length * 8 + 40);
+  buf.write('ff744f63', 0, 'hex');
+  buf.writeUInt32BE(2, 4);
+  const fan = new Array<number>(256).fill(0);
+  for (const e of sorted) fan[parseInt(e.oid.slice(0, 2), 16)]!++;
+  let acc = 0;
+  for (let i = 0; i < 256; i++) {
+    acc += fan[i]!;
+    buf.writeUInt32BE(acc, 8 + i * 4);
+  }
+  let o = 8 + 1024;
+  for (const e of sorted) { buf.write(e.oid, o, 'hex'); o += 20; }
+  for (const e of sorted) { buf.writeUInt32BE(e.crc >>> 0, o); o += 4; }
+  let bigIndex = 0;
+  for (const e of sorted) {
+    buf.writeUInt32BE(e.offset >= 0x80000000 ? (0x80000000 | bigIndex++) >>> 0 : e.offset, o);
+    o += 4;
+  }
+  for (const e of big) { buf.writeBigUInt64BE(BigInt(e.offset), o); o += 8; }
+  packSum.copy(buf, o, 0, 20);
+  o += 20;
+  createHash('sha1').update(buf.subarray(0, o)).digest().copy(buf, o);
+  return buf;
+}

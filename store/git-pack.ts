@@ -101,23 +101,58 @@ export function encodeObjectHeader(kind: number, size: number): Buffer {
   return Buffer.from(bytes);
 }
 
+/** A stored pack as DiskPacks knows it: its `.idx` (version 2) in memory, object count, and the pack file's descriptor once opened. */
+interface StoredPack { name: string; idx: Buffer; n: number; fd: number | null; end: number }
+
+/** Index of `key` (20 bytes) in a version-2 `.idx` of `n` objects, or -1. */
+export function idxFind(idx: Buffer, n: number, key: Buffer): number {
+  const b = key[0]!;
+  let lo = b === 0 ? 0 : idx.readUInt32BE(8 + (b - 1) * 4);
+  let hi = idx.readUInt32BE(8 + b * 4);
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const at = 8 + 1024 + mid * 20;
+    const c = idx.compare(key, 0, 20, at, at + 20);
+    if (c === 0) return mid;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return -1;
+}
+
+/** The pack offset of the `k`-th object (in id order) of a version-2 `.idx` of `n` objects. */
+export function idxOffset(idx: Buffer, n: number, k: number): number {
+  const o = idx.readUInt32BE(8 + 1024 + n * 24 + k * 4);
+  return o & 0x80000000 ? Number(idx.readBigUInt64BE(8 + 1024 + n * 28 + (o & 0x7fffffff) * 8)) : o;
+}
+
+/** A version-2 `.idx` file's object count, or -1 when it is not one (too short, other magic or version). */
+export function idxCount(idx: Buffer): number {
+  if (idx.length < 8 + 1024 + 40 || idx.readUInt32BE(0) !== 0xff744f63 || idx.readUInt32BE(4) !== 2) return -1;
+  const n = idx.readUInt32BE(8 + 255 * 4);
+  return idx.length >= 8 + 1024 + n * 28 + 40 ? n : -1;
+}
+
 /**
  * Packfiles on disk, read one object at a time through their version-2
- * `.idx` (binary search, then a bounded read at the offset), so a read never
- * loads a whole pack into memory. Other index versions are left to
+ * `.idx` (held in memory; binary search, then a bounded read at the offset
+ * through a descriptor kept open), so a read never loads a whole pack into
+ * memory nor opens a file. Packs written or removed since (by a repack, a
+ * fetch, or git) are seen at the next miss: a removed pack stays readable
+ * through its open descriptor until then. Other index versions are left to
  * isomorphic-git.
  */
 export class DiskPacks {
-  private packs: { name: string; idx: Buffer; n: number }[] | null = null;
+  private packs: StoredPack[] | null = null;
   private cache = new Map<string, { type: string; body: Buffer }>();
   private cacheBytes = 0;
 
   constructor(private readonly dir: string) {}
 
-  /** (Re)list the packs; a pack index is read once. */
+  /** (Re)list the packs; a pack index is read once; descriptors of packs gone are closed. */
   private scan(): void {
     const old = new Map((this.packs ?? []).map((p) => [p.name, p]));
-    const list: { name: string; idx: Buffer; n: number }[] = [];
+    const list: StoredPack[] = [];
     let names: string[] = [];
     try {
       names = fs.readdirSync(this.dir);
@@ -128,77 +163,84 @@ export class DiskPacks {
       const known = old.get(name);
       if (known) {
         list.push(known);
+        old.delete(name);
         continue;
       }
       try {
         const idx = fs.readFileSync(join(this.dir, file));
-        if (idx.length < 8 + 1024 + 40 || idx.readUInt32BE(0) !== 0xff744f63 || idx.readUInt32BE(4) !== 2) continue;
-        list.push({ name, idx, n: idx.readUInt32BE(8 + 255 * 4) });
+        const n = idxCount(idx);
+        if (n >= 0) list.push({ name, idx, n, fd: null, end: 0 });
       } catch { /* unreadable: skipped */ }
     }
-    this.packs = list;
+    for (const gone of old.values()) if (gone.fd !== null) fs.closeSync(gone.fd);
+    // Largest first: most objects live there (a clone's pack, the consolidated packs).
+    this.packs = list.sort((a, b) => b.n - a.n);
   }
 
-  private find(oid: string): { name: string; offset: number } | null {
+  private find(oid: string): { pack: StoredPack; offset: number } | null {
     const key = Buffer.from(oid, 'hex');
     for (const p of this.packs ?? []) {
-      const b = key[0]!;
-      let lo = b === 0 ? 0 : p.idx.readUInt32BE(8 + (b - 1) * 4);
-      let hi = p.idx.readUInt32BE(8 + b * 4);
-      while (lo < hi) {
-        const mid = (lo + hi) >>> 1;
-        const at = 8 + 1024 + mid * 20;
-        const c = p.idx.compare(key, 0, 20, at, at + 20);
-        if (c === 0) {
-          const o = p.idx.readUInt32BE(8 + 1024 + p.n * 24 + mid * 4);
-          const offset = o & 0x80000000 ? Number(p.idx.readBigUInt64BE(8 + 1024 + p.n * 28 + (o & 0x7fffffff) * 8)) : o;
-          return { name: p.name, offset };
-        }
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
-      }
+      const k = idxFind(p.idx, p.n, key);
+      if (k >= 0) return { pack: p, offset: idxOffset(p.idx, p.n, k) };
     }
     return null;
   }
 
-  private locate(oid: string): { name: string; offset: number } | null {
+  private locate(oid: string): { pack: StoredPack; offset: number } | null {
     if (this.packs === null) this.scan();
     const hit = this.find(oid);
     if (hit) return hit;
-    this.scan(); // a pack written since (by a fetch, or by git)
+    this.scan(); // a pack written since (by a repack, a fetch, or git)
     return this.find(oid);
+  }
+
+  /** The pack's descriptor, opened once; null when the pack file is gone (removed by a repack since the scan). */
+  private open(p: StoredPack): number | null {
+    if (p.fd !== null) return p.fd;
+    try {
+      p.fd = fs.openSync(join(this.dir, `${p.name}.pack`), 'r');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      return null;
+    }
+    p.end = fs.fstatSync(p.fd).size - 20;
+    return p.fd;
   }
 
   has(oid: string): boolean {
     return this.locate(oid) !== null;
   }
 
+  /** List the packs again now (after a pack was written), so `inPacks` sees them. */
+  refresh(): void {
+    this.scan();
+  }
+
+  /** Whether a pack of the last scan holds `oid` (no directory read on a miss). */
+  inPacks(oid: string): boolean {
+    if (this.packs === null) this.scan();
+    return this.find(oid) !== null;
+  }
+
   read(oid: string): { type: string; body: Buffer } | null {
     let at = this.locate(oid);
     if (!at) return null;
-    let fd: number;
-    try {
-      fd = fs.openSync(join(this.dir, `${at.name}.pack`), 'r');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-      this.scan(); // git repacked meanwhile
+    if (this.open(at.pack) === null) {
+      this.scan(); // repacked meanwhile
       at = this.find(oid);
-      if (!at) return null;
-      fd = fs.openSync(join(this.dir, `${at.name}.pack`), 'r');
+      if (!at || this.open(at.pack) === null) return null;
     }
-    try {
-      const end = fs.fstatSync(fd).size - 20;
-      return this.readAt(fd, end, at.name, at.offset, 0);
-    } finally {
-      fs.closeSync(fd);
-    }
+    return this.readAt(at.pack, at.offset, 0);
   }
 
-  private readAt(fd: number, end: number, name: string, offset: number, depth: number): { type: string; body: Buffer } {
-    const key = `${name}:${offset}`;
+  private readAt(p: StoredPack, offset: number, depth: number): { type: string; body: Buffer } {
+    const key = `${p.name}:${offset}`;
     const hit = this.cache.get(key);
     if (hit) return hit;
     if (depth > 5000) throw new VouchError('io_error', 'delta chain too deep');
+    const fd = p.fd!;
+    const end = p.end;
+    const name = p.name;
     const head = Buffer.alloc(64);
     const got = fs.readSync(fd, head, 0, 64, offset);
     const bad = (why: string): never => { throw new VouchError('io_error', `bad object header in ${name}.pack: ${why}`); };
@@ -206,11 +248,11 @@ export class DiskPacks {
     const size = h.size;
     let base: { type: string; body: Buffer } | null = null;
     if (h.kind === OFS_DELTA) {
-      base = this.readAt(fd, end, name, offset - h.baseDistance, depth + 1);
+      base = this.readAt(p, offset - h.baseDistance, depth + 1);
     } else if (h.kind === REF_DELTA) {
-      const b = this.find(h.baseOid);
-      if (!b || b.name !== name) throw new VouchError('io_error', `delta base ${h.baseOid} is not in ${name}.pack`);
-      base = this.readAt(fd, end, name, b.offset, depth + 1);
+      const k = idxFind(p.idx, p.n, Buffer.from(h.baseOid, 'hex'));
+      if (k < 0) throw new VouchError('io_error', `delta base ${h.baseOid} is not in ${name}.pack`);
+      base = this.readAt(p, idxOffset(p.idx, p.n, k), depth + 1);
     }
     const kind = h.kind;
     const dataAt = h.dataAt;
@@ -237,6 +279,12 @@ export class DiskPacks {
   resetCache(): void {
     this.cache = new Map();
     this.cacheBytes = 0;
+  }
+
+  /** Close every pack descriptor and forget the list (the next read scans again). */
+  close(): void {
+    for (const p of this.packs ?? []) if (p.fd !== null) fs.closeSync(p.fd);
+    this.packs = null;
   }
 }
 

@@ -3,11 +3,15 @@
  * objects (written whole: temporary file, fsync, rename), the packs on disk
  * (./git-pack.ts), the pack of the last fetch while it is in memory, and a
  * few pinned objects (the head commit and the trees to its last block).
+ * Writes go either to loose files (an append) or, between `startPack()` and
+ * `syncDirs()`, into one new pack (`ChainRepo.init`: no loose object).
  *
  * Owns: the order objects are looked up in (pinned, fetched, loose, packed
- * with a version-2 index, then isomorphic-git for anything else), and the
- * fsync of the directories new objects were named in (`syncDirs`, once per
- * commit).
+ * with a version-2 index, then isomorphic-git for anything else), the fsync
+ * of the directories new objects were named in (`syncDirs`, once per
+ * commit), and the list of loose objects not packed yet (written by this
+ * instance, with the directory of each tree, or found by `noteLoose`), which
+ * `packPending` packs through ./repack.ts.
  *
  * Trusts: objects on disk to be what their name says (written whole, by this
  * module or by git); a read that fails or does not parse is `io_error`.
@@ -31,6 +35,10 @@ import { type CommitHead, OID_RE, type TreeEntry, ioError, loosePath, objectId, 
 import { fsyncDir, writeDurably } from './git-files.ts';
 import { DiskPacks } from './git-pack.ts';
 import type { PackData } from './git-pack-index.ts';
+import { type LooseObject, PackFileWriter, consolidatePacks, packLoose, removeLoose } from './repack.ts';
+
+/** Most loose objects whose bodies are held for the next pack (~3 x its threshold; a leaf tree is up to ~35 KiB). */
+const HELD_BODIES = 6144;
 
 /** Loose-object writer and reader; packed objects are read through DiskPacks (isomorphic-git for old index versions). */
 export class ObjectStore {
@@ -45,6 +53,10 @@ export class ObjectStore {
   /** Directories that got new entries since the last `syncDirs()` (object fan-out dirs, and `objects/` for a new one). */
   private unsynced = new Set<string>();
   readonly disk: DiskPacks;
+  /** Loose objects not packed yet, in the order written (a tree's previous version before it). */
+  private loose: LooseObject[] = [];
+  /** The pack `write` adds to between `startPack()` and `syncDirs()`. */
+  private packing: PackFileWriter | null = null;
 
   constructor(readonly gitdir: string) {
     this.disk = new DiskPacks(join(gitdir, 'objects', 'pack'));
@@ -54,10 +66,18 @@ export class ObjectStore {
     return loosePath(this.gitdir, oid);
   }
 
-  /** Write an object (whole: temporary file + rename) unless it already exists; returns its id. */
-  write(type: 'blob' | 'tree' | 'commit' | 'tag', body: Buffer): string {
+  /**
+   * Write an object (whole: temporary file + rename) unless it already
+   * exists; returns its id. `path`: a tree's directory in the chain (`''`
+   * for the root), so a pack can store it as a delta of its previous version.
+   */
+  write(type: 'blob' | 'tree' | 'commit' | 'tag', body: Buffer, path?: string): string {
     const header = Buffer.from(`${type} ${body.length}\0`, 'latin1');
     const oid = createHash('sha1').update(header).update(body).digest('hex');
+    if (this.packing) {
+      this.packing.addWhole(oid, type, body);
+      return oid;
+    }
     const file = this.path(oid);
     if (fs.existsSync(file)) return oid;
     const dir = dirname(file);
@@ -74,17 +94,73 @@ export class ObjectStore {
     writeDurably(tmp, deflateSync(Buffer.concat([header, body]), { level: 1 }), 0o444);
     fs.renameSync(tmp, file);
     this.unsynced.add(dir);
+    // The body stays at hand for the pack (no read back), within a bound: a pack that keeps failing does not grow memory.
+    const keep = this.loose.length < HELD_BODIES;
+    this.loose.push({ oid, ...(path === undefined ? {} : { path }), ...(keep ? { type, body } : {}) });
     return oid;
+  }
+
+  /** Until the next `syncDirs()`, `write` adds objects to one new pack (a temporary file until then) instead of loose files. */
+  startPack(): void {
+    this.packing ??= new PackFileWriter(join(this.gitdir, 'objects', 'pack'));
+  }
+
+  /** Drop the pack `startPack()` began, if any (its temporary file is removed). */
+  abortPack(): void {
+    this.packing?.abort();
+    this.packing = null;
   }
 
   /**
    * fsyncs every directory an object was added to since the last call, so
    * the objects' names survive a power loss; called once per commit, before
    * the branch moves (the cost is per commit, not per object or submit).
+   * After `startPack()`: writes the pack and its index, durably.
    */
   syncDirs(): void {
+    if (this.packing) {
+      const w = this.packing;
+      this.packing = null;
+      try {
+        w.finish();
+      } catch (e) {
+        w.abort();
+        throw e;
+      }
+      this.disk.refresh();
+    }
     for (const dir of this.unsynced) fsyncDir(dir);
     this.unsynced.clear();
+  }
+
+  /** Loose objects found on disk (e.g. by `scanLoose` at open) to pack with the next `packPending`. */
+  noteLoose(oids: readonly string[]): void {
+    const known = new Set(this.loose.map((o) => o.oid));
+    this.loose = [...oids.filter((oid) => !known.has(oid)).map((oid) => ({ oid })), ...this.loose];
+  }
+
+  /** How many loose objects wait to be packed. */
+  get pendingLoose(): number {
+    return this.loose.length;
+  }
+
+  /**
+   * Pack up to `max` of the loose objects not packed yet (the oldest first)
+   * into one pack, then merge packs as ./repack.ts `consolidatePacks`
+   * decides. Cost: the objects packed, plus the packs merged (geometric:
+   * O(log n) copies of an object over the repository's life). The loose
+   * files the pack made redundant are removed by the returned `removal`
+   * (asynchronous, a few files at a time: safe beside later writers).
+   */
+  packPending(max = Infinity): { pack: string | null; merged: string[]; removal: Promise<number> } {
+    const batch = this.loose.slice(0, Math.min(this.loose.length, max));
+    this.disk.refresh();
+    const r = batch.length > 0 ? packLoose(this.gitdir, batch, (oid) => this.disk.inPacks(oid)) : { pack: null, redundant: [] };
+    this.loose = this.loose.slice(batch.length);
+    const c = consolidatePacks(this.gitdir);
+    this.disk.refresh();
+    this.resetCache();
+    return { pack: r.pack, merged: c.merged, removal: removeLoose(this.gitdir, r.redundant) };
   }
 
   async read(oid: string): Promise<{ type: string; body: Buffer }> {

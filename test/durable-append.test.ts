@@ -8,7 +8,9 @@
  * directory) is fsynced after those renames and before the branch moves;
  * the branch's lock file is fsynced before it is renamed onto
  * `refs/heads/main`, and `refs/heads` after; all before `append` resolves
- * (the point where a submit is answered).
+ * (the point where a submit is answered). `init` writes one pack: the pack
+ * and its index are fsynced before they are named, `objects/pack` after,
+ * all before the branch moves.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -95,17 +97,42 @@ test('an append fsyncs its objects, their directories and the branch before it r
 });
 
 test('a new object fan-out directory is made durable in objects/ too', async () => {
-  // A fresh chain: every object lands in a new fan-out directory.
-  const chain = buildLongChain(2);
+  // A fresh chain (init writes a pack, no loose object): every object of the first append lands in a new fan-out directory.
+  const chain = buildLongChain(3);
   const dir = join(work, 'fresh');
+  const files = (from: number, to: number) => chain.blocks.slice(from, to).map((b) => ({ index: b.index, content: formatBlockFile(b) }));
+  const repo = await ChainRepo.init(dir, files(0, 2), formatCheckpointFile({ ...chain.checkpoint, size: 2, head: chain.blocks[1]!.record_hash }), commitFor(chain.blocks.slice(0, 2), Date.now()));
   const events = await recording(async () => {
-    await ChainRepo.init(dir, chain.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(chain.checkpoint), commitFor(chain.blocks, Date.now()));
+    await repo.append(files(2, 3), formatCheckpointFile(chain.checkpoint), commitFor(chain.blocks.slice(2, 3), Date.now()));
   });
   const objectsDir = join(dir, '.git', 'objects');
   const branch = join(dir, '.git', 'refs', 'heads', 'main');
   const refMove = events.findIndex((e) => e.op === 'rename' && e.to === branch);
   const objectsSynced = events.findIndex((e, k) => k < refMove && e.op === 'fsync' && e.path === objectsDir);
   assert.ok(refMove >= 0 && objectsSynced >= 0, 'objects/ was not fsynced after new fan-out directories were made');
+});
+
+test('init writes its objects as one pack, fsynced, with its index, before the branch names the commit', async () => {
+  const chain = buildLongChain(3);
+  const dir = join(work, 'init-pack');
+  const events = await recording(async () => {
+    await ChainRepo.init(dir, chain.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(chain.checkpoint), commitFor(chain.blocks, Date.now()));
+  });
+  const packDir = join(dir, '.git', 'objects', 'pack');
+  const branch = join(dir, '.git', 'refs', 'heads', 'main');
+  const refMove = events.findIndex((e) => e.op === 'rename' && e.to === branch);
+  const named = (ext: string) => events.findIndex((e) => e.op === 'rename' && e.to.startsWith(`${packDir}/pack-`) && e.to.endsWith(ext));
+  const pack = named('.pack');
+  const idx = named('.idx');
+  assert.ok(pack >= 0 && idx > pack && idx < refMove, `pack named, then its index, then the branch: ${pack} ${idx} ${refMove}`);
+  for (const k of [pack, idx]) {
+    const e = events[k] as Extract<Event, { op: 'rename' }>;
+    const synced = events.findIndex((x, j) => j < k && x.op === 'fsync' && x.path === e.from);
+    assert.ok(synced >= 0, `${e.from} was not fsynced before it was named ${e.to}`);
+  }
+  assert.ok(events.findIndex((e, k) => k > idx && k < refMove && e.op === 'fsync' && e.path === packDir) >= 0, 'objects/pack was not fsynced before the branch moved');
+  const objectRenames = events.filter((e) => e.op === 'rename' && e.to.startsWith(join(dir, '.git', 'objects')) && !e.to.startsWith(packDir));
+  assert.equal(objectRenames, [], 'no loose object');
 });
 
 test.run();
