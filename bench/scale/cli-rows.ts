@@ -11,9 +11,10 @@
  *   new URLs on a full (`cp -a`) copy, with the fixture's authority key
  *   (test/helpers/chain-fixture.ts TEST_SEED as a PKCS#8 PEM, mode 0600, the
  *   form `vouch keygen` writes): wall time per process;
- * - disk: `du -sb` of the chain directory as built, against the same
- *   repository packed by git (`git clone --bare --no-local`, `du -sb` of
- *   that);
+ * - disk: `du -sb` of the chain directory after the gateway rows (with the
+ *   snapshot and caches a gateway writes, as an operator's directory holds
+ *   them), against the same repository packed by git (`git clone --bare
+ *   --no-local`, `du -sb` of that);
  * - `git status` on the full copy, first and second run, wall time (the
  *   first after a copy also refreshes the index: every file's inode and
  *   ctime changed).
@@ -21,12 +22,12 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { writeFileSync } from 'node:fs';
+import { statSync, writeFileSync } from 'node:fs';
 import { buildLongChain, TEST_SEED } from '../../test/helpers/chain-fixture.ts';
 import { privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { median } from '../gateway-harness.ts';
 import { rawVerifyRate, signedMessages } from '../raw-verify.ts';
-import { countObjects, duBytes, packedClone } from './chains.ts';
+import { countObjects, duBytes, gatewayCaches, packedClone } from './chains.ts';
 import { say, timed, vouch } from './procs.ts';
 
 const MIN = 60_000;
@@ -90,17 +91,38 @@ export async function endorseRow(dir: string, blocks: number, work: string, runs
   return { ms, median: median(ms) };
 }
 
-export interface DiskFigures { chainBytes: number; packedBytes: number; ratio: number; loose: number; packs: number; packMs: number }
+export interface DiskFigures {
+  /** `du -sb` of the chain directory, and of its parts. */
+  chainBytes: number;
+  objectsBytes: number;
+  blocksBytes: number;
+  /** The gateway's `.git/vouch-*` snapshot and caches. */
+  cachesBytes: number;
+  loose: number;
+  packs: number;
+  packedBytes: number;
+  ratio: number;
+}
 
-/** The chain directory on disk vs the same repository packed by git, built at `packedDir`. */
-export async function diskRow(src: string, packedDir: string): Promise<DiskFigures> {
-  say(`disk: du -sb of the chain, and a packed bare clone (git clone --bare --no-local)...`);
-  const chainBytes = await duBytes(src);
-  const { loose, packs } = await countObjects(join(src, '.git'));
-  const { ms: packMs } = await packedClone(src, packedDir);
+/**
+ * The chain directory `dir` as a gateway's operator has it (after the
+ * gateway rows: with the snapshot and caches it wrote) vs the same
+ * repository packed by git, cloned from `src` to `packedDir`.
+ */
+export async function diskRow(dir: string, src: string, packedDir: string): Promise<DiskFigures> {
+  say(`disk: du -sb of the chain directory, and a packed bare clone (git clone --bare --no-local)...`);
+  // One walk: the total and the parts (-l: a file linked from the source still counts, as it would in a real chain).
+  const du = await timed('du', ['-bl', '--max-depth=2', dir], { timeoutMs: 3_600_000 });
+  const size = (sub: string) => Number(du.stdout.split('\n').find((l) => l.split('\t')[1] === join(dir, sub).replace(/\/$/, ''))?.split('\t')[0] ?? 0);
+  const chainBytes = size('');
+  const objectsBytes = size('.git/objects');
+  const blocksBytes = size('blocks');
+  const cachesBytes = gatewayCaches(dir).reduce((a, f) => a + statSync(f).size, 0);
+  const { loose, packs } = await countObjects(join(dir, '.git'));
+  await packedClone(src, packedDir);
   const packedBytes = await duBytes(packedDir);
-  say(`  chain ${(chainBytes / 2 ** 20).toFixed(0)} MiB (${loose.toLocaleString('en')} loose objects, ${packs} packs), packed ${(packedBytes / 2 ** 20).toFixed(1)} MiB (packed in ${(packMs / 1000).toFixed(0)} s)`);
-  return { chainBytes, packedBytes, ratio: chainBytes / packedBytes, loose, packs, packMs };
+  say(`  chain ${(chainBytes / 2 ** 20).toFixed(0)} MiB (objects ${(objectsBytes / 2 ** 20).toFixed(0)} MiB: ${loose.toLocaleString('en')} loose, ${packs} packs; blocks/ ${(blocksBytes / 2 ** 20).toFixed(0)} MiB; gateway caches ${(cachesBytes / 2 ** 20).toFixed(0)} MiB), packed ${(packedBytes / 2 ** 20).toFixed(1)} MiB`);
+  return { chainBytes, objectsBytes, blocksBytes, cachesBytes, loose, packs, packedBytes, ratio: chainBytes / packedBytes };
 }
 
 export interface GitStatusFigures { firstMs: number; secondMs: number }

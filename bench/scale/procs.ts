@@ -10,7 +10,7 @@
  * killed and the wait fails naming it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, openSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { assertLoopback, memoryOf, root } from '../gateway-harness.ts';
 
@@ -111,4 +111,30 @@ export async function timed(cmd: string, args: string[], opts: { timeoutMs: numb
 /** `node tools/vouch.js ARGS`, timed as a whole process. */
 export function vouch(args: string[], timeoutMs: number): Promise<Timed> {
   return timed(process.execPath, [join(root, 'tools', 'vouch.js'), ...args], { timeoutMs });
+}
+
+/** CPU seconds (user + system) a process has used so far (/proc/PID/stat; clock ticks of 1/100 s). */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/**
+ * Waits until `pid` has used under 5% of a core for two seconds in a row
+ * (a gateway just ready may still re-check block files or write its
+ * snapshot in the background); returns the ms waited. Bounded by `timeoutMs`.
+ */
+export async function waitIdle(pid: number, timeoutMs: number): Promise<number> {
+  const t0 = performance.now();
+  let quiet = 0;
+  let last = cpuSeconds(pid);
+  while (quiet < 2) {
+    if (performance.now() - t0 > timeoutMs) throw new Error(`bench: process ${pid} still busy after ${Math.round(timeoutMs / 1000)} s`);
+    await new Promise((r) => setTimeout(r, 1000));
+    const now = cpuSeconds(pid);
+    quiet = now - last < 0.05 ? quiet + 1 : 0;
+    last = now;
+  }
+  return performance.now() - t0;
 }
