@@ -86,9 +86,9 @@ export async function fullCopy(src: string, dst: string): Promise<void> {
   await timed('cp', ['-a', src, dst], { timeoutMs: 2 * HOUR });
 }
 
-/** The gateway's snapshot and caches (`.git/vouch-*`, not the store's `vouch-state.json` or a lock): deleted, the next start is cold. */
+/** The gateway's snapshot and caches (`.git/vouch-*`, not the store's `vouch-state.json` or a `.lock`): deleted, the next start is cold. */
 export function gatewayCaches(dir: string): string[] {
-  return readdirSync(join(dir, '.git')).filter((f) => f.startsWith('vouch-') && f !== 'vouch-state.json' && !f.includes('lock')).map((f) => join(dir, '.git', f));
+  return readdirSync(join(dir, '.git')).filter((f) => f.startsWith('vouch-') && f !== 'vouch-state.json' && !f.endsWith('.lock')).map((f) => join(dir, '.git', f));
 }
 
 /** `du -sb`: apparent bytes of everything under `dir`. */
