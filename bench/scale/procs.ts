@@ -61,6 +61,7 @@ export async function startGateway(name: string, configFile: string, logFile: st
       clearTimeout(t);
     }
   };
+  const beat = heartbeat(() => `  ${name}: starting for ${Math.round((performance.now() - t0) / 1000)} s, RSS ${rssText(child.pid!)}`);
   try {
     const { line, at } = await new Promise<{ line: string; at: number }>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`${name}: no ready line within ${Math.round(timeoutMs / 1000)} s (log: ${logFile})\n${out}`)), timeoutMs);
@@ -79,6 +80,21 @@ export async function startGateway(name: string, configFile: string, logFile: st
   } catch (e) {
     await stop();
     throw e;
+  } finally {
+    clearInterval(beat);
+  }
+}
+
+/** A progress line every minute while something long runs (cleared by the caller). */
+function heartbeat(line: () => string): NodeJS.Timeout {
+  return setInterval(() => say(line()), 60_000);
+}
+
+function rssText(pid: number): string {
+  try {
+    return `${(memoryOf(pid).rss / 2 ** 20).toFixed(0)} MiB`;
+  } catch {
+    return '?';
   }
 }
 
@@ -98,9 +114,11 @@ export async function timed(cmd: string, args: string[], opts: { timeoutMs: numb
   child.stderr!.on('data', (d: Buffer) => { stderr = (stderr + d).slice(-65_536); });
   let timedOut = false;
   const timer = setTimeout(() => { timedOut = true; child.kill('SIGKILL'); }, opts.timeoutMs);
+  const beat = heartbeat(() => `  still running (${Math.round((performance.now() - t0) / 1000)} s): ${cmd === process.execPath ? 'node' : cmd} ${args.slice(0, 3).join(' ')}...`);
   const status = await new Promise<number | null>((r) => child.on('close', (code) => r(code)));
   const ms = performance.now() - t0;
   clearTimeout(timer);
+  clearInterval(beat);
   live.delete(child);
   const what = `${cmd} ${args.join(' ')}`.slice(0, 300);
   if (timedOut) throw new Error(`${what}: killed after ${Math.round(opts.timeoutMs / 1000)} s`);
