@@ -29,9 +29,9 @@
  * the end, whatever happens.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { base64Encode } from '../chain/encoding.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { median, root, stopAll } from './gateway-harness.ts';
@@ -71,6 +71,8 @@ interface SizeFigures {
   mirror?: MirrorFigures;
   /** Row → why it was not measured. */
   failed: Record<string, string>;
+  /** Warn and error lines of the gateways' logs (counted; the first of each kept). */
+  logProblems: string[];
 }
 
 const flag = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -91,7 +93,7 @@ function params(quick: boolean): Params {
 
 /** The selected rows at one chain size. */
 async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> {
-  const f: SizeFigures = { n, failed: {} };
+  const f: SizeFigures = { n, failed: {}, logProblems: [] };
   const want = (...rs: RowName[]) => rs.some((r) => p.rows.has(r));
   const row = async <T>(name: string, fn: () => Promise<T>): Promise<T | undefined> => {
     try {
@@ -160,9 +162,20 @@ async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> 
     if (packed) f.mirror = await row('mirror', () => mirrorRow({ bare, blocks: n, publicKey, work, timeoutMs: p.startTimeout(n) }));
     else f.failed.mirror ??= 'no packed clone to serve (disk row failed)';
   }
+  for (const log of ['gateway.log', 'mirror.log']) f.logProblems.push(...logProblems(join(work, log)));
   await removeTree(join(tmp, `srv-${n}`));
   await removeTree(work);
   return f;
+}
+
+/** What a gateway's log says went wrong: the count of warn and error lines, and the first of each. */
+function logProblems(file: string): string[] {
+  if (!existsSync(file)) return [];
+  const lines = readFileSync(file, 'utf8').split('\n');
+  return (['warn', 'error'] as const).flatMap((level) => {
+    const hits = lines.filter((l) => l.includes(`"level":"${level}"`));
+    return hits.length ? [`${basename(file)}: ${hits.length} ${level} line(s), the first: \`${hits[0]!.slice(0, 300)}\``] : [];
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -267,6 +280,7 @@ export async function runScaleBench(quick: boolean): Promise<{ title: string; ma
     `\`vouch endorse --chain COPY --key KEY --url NEW --file 4KiB --name bench/scale --semver 1.0.k --license MIT\` ${p.endorses} times in a row on a \`cp -a\` copy (the fixture's authority key as a PKCS#8 PEM), after \`git status\` ran twice on that copy (the first run refreshes the index for the copy's new inodes and ctimes; the second is what a user meets, and the one judged). Disk: \`du -sb\` of the chain directory after the gateway rows (the chain as bench/chain-dir.ts built it, plus the snapshot and caches the gateway wrote in \`.git/\`) vs \`git clone --bare --no-local\` of it (one pack, every delta computed anew). Mirror: a gateway with \`chain.remote\` and the pinned key, from an empty directory, cloning that packed repository from \`git http-backend\` (test/helpers/git-server.ts); peak = its VmHWM at ready.`,
     `dist/ was ${dist} (vouch ran ${dist === 'fresh' ? 'the build' : 'from sources through tsx'}). Load average (1 min): ${loadBefore.toFixed(2)} at the start, ${loadavg()[0]!.toFixed(2)} at the end (2 cores shared with other work make every figure indicative). Total time ${(performance.now() - t0) / MIN < 1 ? s(performance.now() - t0) : `${((performance.now() - t0) / MIN).toFixed(0)} min`}.`,
   ];
+  for (const f of all) if (f.logProblems.length) notes.push(`At ${label(f.n)} blocks the gateways logged: ${f.logProblems.join('; ')}.`);
   if (p.rows.size < ROW_NAMES.length) notes.push(`Only these rows were measured (\`--rows=${[...p.rows].join(',')}\`).`);
   if (quick) notes.push(`**--quick**: ${p.sizes.map(label).join(' and ')} blocks, short runs: a smoke test of the harness, not figures.`);
   const markdown = [table(all), ...notes].join('\n\n');
