@@ -5,7 +5,8 @@
  * commands (`vouch verify`, `vouch endorse`, git, cp, du) with a time bound.
  *
  * Owns: every child it starts; `killAll()` ends those still running (the
- * bench calls it in `finally`, and an `exit` hook SIGKILLs any left).
+ * bench calls it in `finally`; an `exit` hook, also run on SIGINT and
+ * SIGTERM, SIGKILLs any left).
  * Must hold: every wait has a time bound; a process that overruns it is
  * killed and the wait fails naming it.
  */
@@ -16,6 +17,13 @@ import { assertLoopback, memoryOf, root } from '../gateway-harness.ts';
 
 const live = new Set<ChildProcess>();
 process.on('exit', () => { for (const c of live) c.kill('SIGKILL'); });
+// Interrupted (Ctrl-C, kill): end the children too (process.exit runs every 'exit' hook, the harness's as well).
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(sig, () => {
+    console.error(`\n[scale] ${sig}: stopping every process this bench started; bench/out/scale-tmp is left (the next run replaces it)`);
+    process.exit(130);
+  });
+}
 
 /** SIGKILLs every child still running (the bench's `finally`). */
 export function killAll(): void {
