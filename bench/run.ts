@@ -15,6 +15,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   ecosystem: async () => (await import('./ecosystem-bench.ts')).runEcosystemBench(process.argv.includes('--quick')),
   soak: async () => (await import('./soak-bench.ts')).runSoakBench(process.argv.includes('--quick')),
   memory: async () => (await import('./memory-bench.ts')).runMemoryBench(process.argv.includes('--quick')),
+  scale: async () => (await import('./scale-bench.ts')).runScaleBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];

@@ -1,0 +1,113 @@
+/**
+ * The chains `npm run bench -- scale` measures, and its copies of them.
+ *
+ * - `chainFor(n)`: the project's fixture chain of n blocks (bench/chain-dir.ts
+ *   `benchChainDir`, cached in bench/out/chain-<n>), built in a child process
+ *   with a large heap (a million blocks need ~8 GB while building); or the
+ *   directory named by `VOUCH_SCALE_CHAIN_<n>` (also `_1M`, `_50K`), e.g. a
+ *   1M chain built elsewhere. The source is only ever read.
+ * - `linkCopy`: a copy for READ-ONLY gateways and `vouch verify`. `blocks/`
+ *   and `.git/objects/` are hard links (`cp -al`), everything else is copied.
+ *   Verified in the code at c474e79: a read-only gateway writes only under
+ *   `.git/` outside `objects/` (`vouch-snapshot.json` and `vouch-blocks.cache`
+ *   by temp file + rename; the cache's in-place append runs only when the
+ *   chain grows, which a read-only gateway without a remote never does);
+ *   git objects are only ever created (store/object-store.ts: temp + rename;
+ *   git never rewrites an object file), and a repair of a block file
+ *   (store/chain-repo-repair.ts) also writes by temp + rename, which replaces
+ *   the link instead of writing through it. So nothing written through a
+ *   link copy reaches the source, and the rest is real copies anyway.
+ * - `fullCopy`: `cp -a`, for the writers (`vouch endorse`, `git status`,
+ *   which rewrites `.git/index`).
+ * - `packedClone`: `git clone --bare --no-local` of the chain: the chain as
+ *   one freshly packed repository (pack-objects computes every delta anew
+ *   from the loose objects; a `git repack -adf` after it gave the same size
+ *   within 1% at 20,000 blocks and costs as much again, so it is not run).
+ * All copies live under bench/out/scale-tmp (git-ignored).
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { root } from '../gateway-harness.ts';
+import { say, timed } from './procs.ts';
+
+const HOUR = 3_600_000;
+const ALIASES: Record<number, string> = { 1_000_000: '1M', 50_000: '50K' };
+
+/** The block count a chain directory's checkpoint names. */
+export function chainSize(dir: string): number {
+  return JSON.parse(readFileSync(join(dir, 'checkpoint.json'), 'utf8')).size;
+}
+
+export async function chainFor(n: number): Promise<string> {
+  const env = process.env[`VOUCH_SCALE_CHAIN_${n}`] ?? (ALIASES[n] ? process.env[`VOUCH_SCALE_CHAIN_${ALIASES[n]}`] : undefined);
+  let dir = env ?? join(root, 'bench', 'out', `chain-${n}`);
+  if (env === undefined && !existsSync(join(dir, 'checkpoint.json'))) {
+    say(`building the ${n.toLocaleString('en')}-block fixture chain (bench/chain-dir.ts, in a child with a 14 GB heap; a million blocks take a long time)...`);
+    const r = await timed(process.execPath, ['--max-old-space-size=14000', '--import', 'tsx', join(root, 'bench', 'scale', 'build-chain.ts'), String(n)], { timeoutMs: 6 * HOUR });
+    dir = r.stdout.trim().split('\n').pop()!;
+    say(`  built in ${(r.ms / 1000).toFixed(0)} s`);
+  }
+  if (!existsSync(join(dir, 'checkpoint.json'))) throw new Error(`bench: ${dir} is not a chain directory (no checkpoint.json)`);
+  const size = chainSize(dir);
+  if (size !== n) throw new Error(`bench: ${dir} holds ${size} blocks, not ${n}`);
+  return dir;
+}
+
+/** The scratch directory of this bench (removed by `cleanTmp`). */
+export function scaleTmp(): string {
+  const dir = join(root, 'bench', 'out', 'scale-tmp');
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+export async function removeTree(dir: string): Promise<void> {
+  if (!dir.includes(join('bench', 'out', 'scale-tmp'))) throw new Error(`bench: refusing to remove ${dir} (outside bench/out/scale-tmp)`);
+  await timed('rm', ['-rf', dir], { timeoutMs: HOUR });
+}
+
+/** A copy for read-only use: immutable parts hard-linked, the rest copied (see the header). */
+export async function linkCopy(src: string, dst: string): Promise<void> {
+  await removeTree(dst);
+  mkdirSync(dst, { recursive: true });
+  for (const e of readdirSync(src)) {
+    if (e === 'blocks') await timed('cp', ['-al', join(src, e), join(dst, e)], { timeoutMs: HOUR });
+    else if (e !== '.git') await timed('cp', ['-a', join(src, e), join(dst, e)], { timeoutMs: HOUR });
+  }
+  mkdirSync(join(dst, '.git'));
+  for (const e of readdirSync(join(src, '.git'))) {
+    const how = e === 'objects' ? '-al' : '-a';
+    await timed('cp', [how, join(src, '.git', e), join(dst, '.git', e)], { timeoutMs: HOUR });
+  }
+}
+
+/** An independent copy (`cp -a`): nothing shared with the source. */
+export async function fullCopy(src: string, dst: string): Promise<void> {
+  await removeTree(dst);
+  await timed('cp', ['-a', src, dst], { timeoutMs: 2 * HOUR });
+}
+
+/** The gateway's snapshot and caches (`.git/vouch-*`, not the store's `vouch-state.json` or a `.lock`): deleted, the next start is cold. */
+export function gatewayCaches(dir: string): string[] {
+  return readdirSync(join(dir, '.git')).filter((f) => f.startsWith('vouch-') && f !== 'vouch-state.json' && !f.endsWith('.lock')).map((f) => join(dir, '.git', f));
+}
+
+/** `du -sb`: apparent bytes of everything under `dir`. */
+export async function duBytes(dir: string): Promise<number> {
+  const r = await timed('du', ['-sb', dir], { timeoutMs: HOUR });
+  return Number(r.stdout.split(/\s/)[0]);
+}
+
+/** Loose objects and pack bytes of a repository (`git count-objects -v`). */
+export async function countObjects(gitDir: string): Promise<{ loose: number; packs: number; packBytes: number }> {
+  const r = await timed('git', ['--git-dir', gitDir, 'count-objects', '-v'], { timeoutMs: HOUR });
+  const f = (k: string) => Number(new RegExp(`^${k}: (\\d+)$`, 'm').exec(r.stdout)?.[1] ?? NaN);
+  return { loose: f('count'), packs: f('packs'), packBytes: f('size-pack') * 1024 };
+}
+
+/** The chain as one packed bare repository at `dst` (also what the mirror row's git server serves). */
+export async function packedClone(src: string, dst: string): Promise<{ ms: number }> {
+  await removeTree(dst);
+  const t0 = performance.now();
+  await timed('git', ['clone', '-q', '--bare', '--no-local', src, dst], { timeoutMs: 2 * HOUR });
+  return { ms: performance.now() - t0 };
+}

@@ -1,0 +1,137 @@
+/**
+ * The command-line and repository rows of `npm run bench -- scale`, each a
+ * whole process as a user runs it:
+ *
+ * - `vouch verify`: blocks/s as the command reports it, next to the raw
+ *   single-thread node:crypto ed25519 rate measured just before it in the
+ *   same run (bench/raw-verify.ts, as bench -- chain does); the ratio is
+ *   verify / (raw × cores); the process's wall time is kept for the cold
+ *   start's target (≤ 1.2 × verify);
+ * - `vouch endorse --file`: consecutive appends of a small local file under
+ *   new URLs on a full (`cp -a`) copy, with the fixture's authority key
+ *   (test/helpers/chain-fixture.ts TEST_SEED as a PKCS#8 PEM, mode 0600, the
+ *   form `vouch keygen` writes): wall time per process;
+ * - disk: `du -sb` of the chain directory after the gateway rows (with the
+ *   snapshot and caches a gateway writes, as an operator's directory holds
+ *   them), against the same repository packed by git (`git clone --bare
+ *   --no-local`, `du -sb` of that);
+ * - `git status` on the full copy, first and second run, wall time (the
+ *   first after a copy also refreshes the index: every file's inode and
+ *   ctime changed).
+ */
+import { randomBytes } from 'node:crypto';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { statSync, writeFileSync } from 'node:fs';
+import { buildLongChain, TEST_SEED } from '../../test/helpers/chain-fixture.ts';
+import { privateKeyFromSeed } from '../../platform/node-crypto.ts';
+import { median } from '../gateway-harness.ts';
+import { rawVerifyRate, signedMessages } from '../raw-verify.ts';
+import { countObjects, duBytes, gatewayCaches, packedClone } from './chains.ts';
+import { say, timed, vouch } from './procs.ts';
+
+const MIN = 60_000;
+
+export interface VerifyFigures {
+  blocksPerS: number;
+  /** Wall time of the `vouch verify` process, ms (median). */
+  wallMs: number;
+  raw: number;
+  cores: number;
+  ratio: number;
+  runs: number;
+}
+
+/** `vouch verify` against raw × cores; `runs` times, raw measured before each. */
+export async function verifyRow(dir: string, blocks: number, runs: number): Promise<VerifyFigures> {
+  const { blocks: sample, signer } = buildLongChain(Math.min(blocks, 20_001));
+  const msgs = signedMessages(sample);
+  const cores = availableParallelism();
+  const raw: number[] = [];
+  const rate: number[] = [];
+  const wall: number[] = [];
+  for (let r = 0; r < runs; r++) {
+    raw.push(rawVerifyRate(signer, msgs));
+    say(`vouch verify on ${blocks.toLocaleString('en')} blocks (run ${r + 1} of ${runs}; raw ${Math.round(raw[r]!)}/s per thread)...`);
+    const v = await vouch(['verify', '--chain', dir, '--json'], 60 * MIN);
+    const res = JSON.parse(v.stdout) as { blocks: number; blocks_per_second: number; seconds: number };
+    if (res.blocks !== blocks) throw new Error(`bench: vouch verify saw ${res.blocks} blocks, not ${blocks}`);
+    rate.push(res.blocks_per_second);
+    wall.push(v.ms);
+    say(`  ${res.blocks_per_second} blocks/s (${res.seconds} s; process ${(v.ms / 1000).toFixed(1)} s), ratio ${(res.blocks_per_second / (raw[r]! * cores)).toFixed(2)}`);
+  }
+  const blocksPerS = median(rate);
+  return { blocksPerS, wallMs: median(wall), raw: median(raw), cores, ratio: blocksPerS / (median(raw) * cores), runs };
+}
+
+/** The fixture's authority key as a key file (what `vouch keygen` writes: PKCS#8 PEM, 0600). */
+export function fixtureKeyFile(work: string): string {
+  const path = join(work, 'authority.pem');
+  writeFileSync(path, privateKeyFromSeed(TEST_SEED).export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+  return path;
+}
+
+export interface EndorseFigures { ms: number[]; median: number }
+
+/** `runs` consecutive `vouch endorse --file` on the writable copy `dir` of a `blocks`-block chain. */
+export async function endorseRow(dir: string, blocks: number, work: string, runs: number): Promise<EndorseFigures> {
+  const key = fixtureKeyFile(work);
+  const file = join(work, 'artifact.tgz');
+  writeFileSync(file, randomBytes(4096));
+  const tag = Date.now().toString(36);
+  const ms: number[] = [];
+  for (let k = 0; k < runs; k++) {
+    const url = `https://a.example/scale-bench/${tag}/artifact-${k}.tgz`;
+    const e = await vouch(['endorse', '--chain', dir, '--key', key, '--url', url, '--file', file, '--name', 'bench/scale', '--semver', `1.0.${k}`, '--license', 'MIT'], 20 * MIN);
+    const index = Number(e.stdout.trim().split(/\s/)[0]);
+    if (index !== blocks + k) throw new Error(`bench: vouch endorse appended block ${e.stdout.trim()}, expected index ${blocks + k}`);
+    ms.push(e.ms);
+    say(`  vouch endorse ${k + 1} of ${runs}: ${(e.ms / 1000).toFixed(2)} s (block ${index})`);
+  }
+  return { ms, median: median(ms) };
+}
+
+export interface DiskFigures {
+  /** `du -sb` of the chain directory, and of its parts. */
+  chainBytes: number;
+  objectsBytes: number;
+  blocksBytes: number;
+  /** The gateway's `.git/vouch-*` snapshot and caches. */
+  cachesBytes: number;
+  loose: number;
+  packs: number;
+  packedBytes: number;
+  ratio: number;
+}
+
+/**
+ * The chain directory `dir` as a gateway's operator has it (after the
+ * gateway rows: with the snapshot and caches it wrote) vs the same
+ * repository packed by git, cloned from `src` to `packedDir`.
+ */
+export async function diskRow(dir: string, src: string, packedDir: string): Promise<DiskFigures> {
+  say(`disk: du -sb of the chain directory, and a packed bare clone (git clone --bare --no-local)...`);
+  // One walk: the total and the parts (-l: a file linked from the source still counts, as it would in a real chain).
+  const du = await timed('du', ['-bl', '--max-depth=2', dir], { timeoutMs: 3_600_000 });
+  const size = (sub: string) => Number(du.stdout.split('\n').find((l) => l.split('\t')[1] === join(dir, sub).replace(/\/$/, ''))?.split('\t')[0] ?? 0);
+  const chainBytes = size('');
+  const objectsBytes = size('.git/objects');
+  const blocksBytes = size('blocks');
+  const cachesBytes = gatewayCaches(dir).reduce((a, f) => a + statSync(f).size, 0);
+  const { loose, packs } = await countObjects(join(dir, '.git'));
+  await packedClone(src, packedDir);
+  const packedBytes = await duBytes(packedDir);
+  say(`  chain ${(chainBytes / 2 ** 20).toFixed(0)} MiB (objects ${(objectsBytes / 2 ** 20).toFixed(0)} MiB: ${loose.toLocaleString('en')} loose, ${packs} packs; blocks/ ${(blocksBytes / 2 ** 20).toFixed(0)} MiB; gateway caches ${(cachesBytes / 2 ** 20).toFixed(0)} MiB), packed ${(packedBytes / 2 ** 20).toFixed(1)} MiB`);
+  return { chainBytes, objectsBytes, blocksBytes, cachesBytes, loose, packs, packedBytes, ratio: chainBytes / packedBytes };
+}
+
+export interface GitStatusFigures { firstMs: number; secondMs: number }
+
+/** `git status` twice on the writable copy. */
+export async function gitStatusRow(dir: string): Promise<GitStatusFigures> {
+  const first = await timed('git', ['-C', dir, 'status'], { timeoutMs: 30 * MIN });
+  const second = await timed('git', ['-C', dir, 'status'], { timeoutMs: 30 * MIN });
+  say(`  git status: ${(first.ms / 1000).toFixed(2)} s, then ${(second.ms / 1000).toFixed(2)} s`);
+  if (!/nothing to commit/.test(second.stdout)) throw new Error(`bench: the chain copy is not clean:\n${second.stdout.slice(0, 2000)}`);
+  return { firstMs: first.ms, secondMs: second.ms };
+}

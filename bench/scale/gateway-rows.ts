@@ -1,0 +1,194 @@
+/**
+ * The read-only gateway's rows of `npm run bench -- scale`, each a whole
+ * `vouch serve` process on a link copy of the chain (./chains.ts), default
+ * configuration (logging at info, to a file as an operator runs it):
+ *
+ * - cold start: the gateway's `.git/vouch-*` snapshot and caches deleted
+ *   first; spawn → `ready:` line; VmRSS and VmHWM read from /proc when the
+ *   line arrives (the RSS row: memory once ready, and the peak on the way);
+ * - warm restarts: the same directory with the snapshot the cold start
+ *   wrote, `runs` times, spawn → ready (median), RSS at ready;
+ * - lookups: `GET /v1/endorsement?url=` for URLs drawn at random from the
+ *   WHOLE chain (>= 10,000 distinct at full size), wrk `-t2 -c32`, each
+ *   thread choosing a random URL per request, against a bare node:http
+ *   server (bench/gateway-servers.ts `bare`) answering a typical answer's
+ *   body with the same headers; runs interleaved, order rotated, medians.
+ *   The runs start once the gateway is idle (what it does in the background
+ *   after `ready:`, such as re-checking block files after a warm start, is
+ *   start-up work, not the cost of a lookup); the wait is reported.
+ */
+import { rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { writeConfig } from '../../test/helpers/gateway-process.ts';
+import { ensureWrk, median, memoryOf, spawnServer, wrk, type WrkResult } from '../gateway-harness.ts';
+import { gatewayCaches } from './chains.ts';
+import { say, startGateway, waitIdle, type Gateway } from './procs.ts';
+
+export interface GatewaySetup {
+  /** Link copy of the chain, read-only use. */
+  dir: string;
+  blocks: number;
+  publicKey: string;
+  /** Where configs, logs, scripts and the gateways' TMPDIR go. */
+  work: string;
+  /** Bound on one start, ms. */
+  startTimeoutMs: number;
+}
+
+const cfgFile = (s: GatewaySetup) => writeConfig(s.work, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir: s.dir, public_key: s.publicKey } }, 'read-only.yaml');
+const env = (s: GatewaySetup) => ({ TMPDIR: s.work });
+const readyMode = (g: Gateway) => /\((cold|warm) start/.exec(g.readyLine)?.[1] ?? '?';
+
+export interface ColdFigures { ms: number; rss: number; hwm: number; readyLine: string }
+
+/** Cold start to ready, and the memory once ready (RSS row). */
+export async function coldStart(s: GatewaySetup): Promise<ColdFigures> {
+  for (const f of gatewayCaches(s.dir)) rmSync(f, { force: true });
+  say(`cold start of a read-only gateway on ${s.blocks.toLocaleString('en')} blocks (snapshot and caches removed)...`);
+  const g = await startGateway('gateway (cold)', cfgFile(s), join(s.work, 'gateway.log'), s.startTimeoutMs, env(s));
+  try {
+    if (readyMode(g) !== 'cold') throw new Error(`bench: the first start was not cold: ${g.readyLine}`);
+    say(`  ready in ${(g.readyMs / 1000).toFixed(1)} s, RSS ${mib(g.atReady.rss)} MiB, peak ${mib(g.atReady.hwm)} MiB — ${g.readyLine}`);
+    return { ms: g.readyMs, rss: g.atReady.rss, hwm: g.atReady.hwm, readyLine: g.readyLine };
+  } finally {
+    await g.stop();
+  }
+}
+
+export interface WarmFigures { ms: number[]; rss: number[]; hwm: number[]; readyLine: string }
+
+/**
+ * `runs` warm restarts on the directory the cold start left; the last
+ * gateway is handed to `then` (the lookups) before it is stopped.
+ */
+export async function warmRestarts<T>(s: GatewaySetup, runs: number, then: (g: Gateway) => Promise<T>): Promise<{ warm: WarmFigures; after: T }> {
+  const warm: WarmFigures = { ms: [], rss: [], hwm: [], readyLine: '' };
+  if (gatewayCaches(s.dir).length === 0) {
+    say('  no snapshot yet (the cold row did not run): one unmeasured start writes it...');
+    await withGateway(s, async () => undefined);
+  }
+  for (let r = 0; r < runs; r++) {
+    const g = await startGateway(`gateway (warm ${r + 1})`, cfgFile(s), join(s.work, 'gateway.log'), s.startTimeoutMs, env(s));
+    try {
+      if (readyMode(g) !== 'warm') throw new Error(`bench: restart ${r + 1} was not warm: ${g.readyLine}`);
+      warm.ms.push(g.readyMs);
+      warm.rss.push(g.atReady.rss);
+      warm.hwm.push(g.atReady.hwm);
+      warm.readyLine = g.readyLine;
+      say(`  warm restart ${r + 1}: ready in ${(g.readyMs / 1000).toFixed(2)} s, RSS ${mib(g.atReady.rss)} MiB — ${g.readyLine}`);
+      if (r === runs - 1) return { warm, after: await then(g) };
+    } finally {
+      await g.stop();
+    }
+  }
+  throw new Error('bench: no warm restart');
+}
+
+/** Runs `fn` on one read-only gateway (whichever start it makes), then stops it. */
+export async function withGateway<T>(s: GatewaySetup, fn: (g: Gateway) => Promise<T>): Promise<T> {
+  const g = await startGateway('gateway', cfgFile(s), join(s.work, 'gateway.log'), s.startTimeoutMs, env(s));
+  try {
+    return await fn(g);
+  } finally {
+    await g.stop();
+  }
+}
+
+export interface LookupFigures {
+  urls: number;
+  gateway: number;
+  bare: number;
+  ratio: number;
+  /** Per-run ratio range. */
+  range: [number, number];
+  bodyBytes: number;
+  /** The gateway's VmRSS after the runs. */
+  rssAfter: number;
+  /** ms from ready until the gateway was idle and the runs began. */
+  settledMs: number;
+}
+
+/** A deterministic PRNG (mulberry32): the same URLs every run. */
+function prng(seed: number): () => number {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** `count` distinct block indices in 1..blocks-1, drawn uniformly, in random order. */
+export function randomBlocks(blocks: number, count: number, seed = 16): number[] {
+  const rnd = prng(seed);
+  const picked = new Set<number>();
+  const want = Math.min(count, blocks - 1);
+  while (picked.size < want) picked.add(1 + Math.floor(rnd() * (blocks - 1)));
+  return [...picked];
+}
+
+/** The fixture's URL of block i (test/helpers/chain-fixture.ts buildLongChain). */
+export const fixtureUrl = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;
+
+/** A wrk script: every request a path chosen at random (each thread seeded differently). */
+function randomScript(paths: string[]): string {
+  for (const p of paths) if (!/^\/[A-Za-z0-9%._~\/?=&@-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
+  return [
+    'local paths = {', ...paths.map((p) => `  "${p}",`), '}',
+    'local reqs = {}',
+    'local count = 0',
+    'function setup(thread) count = count + 1; thread:set("id", count) end',
+    'function init(args)',
+    '  math.randomseed(1000 + (id or 0))',
+    '  for i, p in ipairs(paths) do reqs[i] = wrk.format("GET", p) end',
+    'end',
+    'function request() return reqs[math.random(#reqs)] end',
+    '',
+  ].join('\n');
+}
+
+/** Lookups/s on the running gateway `g` vs a bare node:http server, interleaved. */
+export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; runs: number; seconds: number; warmup: number }): Promise<LookupFigures> {
+  ensureWrk();
+  const settled = await waitIdle(g.pid, s.startTimeoutMs);
+  say(`  the gateway settled (idle) ${(settled / 1000).toFixed(0)} s after ready`);
+  const paths = randomBlocks(s.blocks, o.urls).map((i) => `/v1/endorsement?url=${encodeURIComponent(fixtureUrl(i))}`);
+  // Check a sample answers 200 (and pick a typical body for the bare server).
+  const samples: { text: string; etag: string }[] = [];
+  for (const p of paths.filter((_, k) => k % Math.max(1, Math.floor(paths.length / 25)) === 0)) {
+    const res = await fetch(g.url + p);
+    const text = await res.text();
+    if (res.status !== 200 || JSON.parse(text).success !== true) throw new Error(`bench: lookup ${p} answered ${res.status}: ${text.slice(0, 200)}`);
+    samples.push({ text, etag: res.headers.get('etag') ?? '' });
+  }
+  samples.sort((a, b) => a.text.length - b.text.length);
+  const typical = samples[Math.floor(samples.length / 2)]!;
+  const bodyFile = join(s.work, 'lookup-body.json');
+  writeFileSync(bodyFile, typical.text);
+  const script = join(s.work, 'lookups.lua');
+  writeFileSync(script, randomScript(paths));
+  const bare = await spawnServer('bare node:http', ['bare', bodyFile, typical.etag]);
+  try {
+    const load = { threads: 2, connections: 32, script };
+    const targets = [{ name: 'bare', url: bare.url }, { name: 'gateway', url: g.url }];
+    const res: Record<string, WrkResult[]> = { bare: [], gateway: [] };
+    say(`lookups over ${paths.length.toLocaleString('en')} random URLs of the whole chain: gateway vs bare node:http, wrk -t2 -c32 -d${o.seconds}s, ${o.runs} runs each (interleaved)...`);
+    for (const t of targets) await wrk(t.url, { ...load, seconds: o.warmup });
+    for (let r = 0; r < o.runs; r++) {
+      for (let k = 0; k < targets.length; k++) {
+        const t = targets[(k + r) % targets.length]!;
+        const x = await wrk(t.url, { ...load, seconds: o.seconds });
+        res[t.name]!.push(x);
+        say(`  run ${r + 1} ${t.name}: ${Math.round(x.rps)} req/s, p50 ${x.p50Ms.toFixed(2)} ms, p99 ${x.p99Ms.toFixed(2)} ms`);
+      }
+    }
+    const gw = median(res.gateway!.map((x) => x.rps));
+    const b = median(res.bare!.map((x) => x.rps));
+    const per = res.gateway!.map((x, i) => x.rps / res.bare![i]!.rps);
+    return { urls: paths.length, gateway: gw, bare: b, ratio: gw / b, range: [Math.min(...per), Math.max(...per)], bodyBytes: typical.text.length, rssAfter: memoryOf(g.pid).rss, settledMs: settled };
+  } finally {
+    await bare.stop();
+  }
+}
+
+export const mib = (bytes: number) => (bytes / 2 ** 20).toFixed(0);
