@@ -81,10 +81,14 @@ export class LineSink {
     this.chars += line.length;
     if (urgent) this.flush(true);
     else if (this.chars >= this.bufferChars) this.flush(false);
-    else if (this.timer === null) {
-      this.timer = setTimeout(this.onTimer, this.flushMs);
-      this.timer.unref();
-    }
+    else this.arm();
+  }
+
+  /** Makes sure a flush comes within `flushMs` (unref'd: it never keeps the process alive). */
+  private arm(): void {
+    if (this.timer !== null) return;
+    this.timer = setTimeout(this.onTimer, this.flushMs);
+    this.timer.unref();
   }
 
   /** Writes what is buffered; `wait`: waits (up to `urgentWaitMs`) for a reader that refuses more. */
@@ -95,6 +99,7 @@ export class LineSink {
       this.chars = 0;
       this.send(Buffer.from(text, 'utf8'), wait);
     } else if (this.backlogLen > 0) this.send(null, wait);
+    if (this.backlogLen > 0) this.arm(); // the reader refused some: try again, even if no line comes
   }
 
   /** Writes the backlog, then `chunk`; what cannot be written now joins the backlog (copied). */

@@ -188,6 +188,19 @@ test('sink: a stalled reader (EAGAIN) gets a bounded backlog, then drops are cou
   assert.is(state.out.split('\n').filter((l) => l.includes('"dropped"')).length, 1);
 });
 
+test('sink: what a stalled reader refused is written once it reads again, with no new line to prompt it', async () => {
+  const { state, write } = fakeFd();
+  const sink = new LineSink(99, { bufferBytes: 256, flushMs: 20, write });
+  state.refuse = 'EAGAIN';
+  for (let i = 0; i < 20; i++) sink.write(lineN(i));
+  await new Promise((r) => setTimeout(r, 60)); // the flush after flushMs is refused too
+  assert.is(state.out, '');
+  state.refuse = null;
+  await new Promise((r) => setTimeout(r, 120));
+  assert.is(state.out, Array.from({ length: 20 }, (_, i) => lineN(i)).join(''));
+  assert.is(sink.dropped, 0);
+});
+
 test('sink: a reader that is gone (EPIPE) costs lines, never an exception', () => {
   const { state, write } = fakeFd();
   const sink = new LineSink(99, { bufferBytes: 256, write });
