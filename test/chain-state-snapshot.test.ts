@@ -196,9 +196,11 @@ test('after appends, a new image only every IMAGE_POLICY.blocks blocks, written 
       const c = await appendSigned(state.repo, [b], buildCheckpoint({ head: b, signer, now: T0 + 501_000 + k * 1000 }), T0 + 501_000 + k * 1000);
       state.applyCommitted([b], c.checkpointText, c.blockTexts);
       prev = b;
+      // Written in the background: wait for it (bounded) where one is due.
+      const want = k < 2 ? before : before + 3;
+      for (let t = 0; t < 100 && snapshot().image.size !== want; t++) await new Promise((r) => setTimeout(r, 50));
       await new Promise((r) => setTimeout(r, 50));
-      const img = snapshot().image.size;
-      assert.is(img, k < 2 ? before : before + 3, `image after append ${k + 1}`);
+      assert.is(snapshot().image.size, want, `image after append ${k + 1}`);
     }
   } finally {
     IMAGE_POLICY.blocks = 10_000;
