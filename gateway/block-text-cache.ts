@@ -154,6 +154,17 @@ export class BlockTextCache {
     }
   }
 
+  /** Drops a rewrite that will not be committed (its files are removed). */
+  abandonRewrite(): void {
+    if (this.pending === null) return;
+    this.close();
+    for (const p of [this.pending.text, this.pending.idx]) {
+      try { unlinkSync(p); } catch { /* already gone */ }
+    }
+    this.pending = null;
+    this.resetState();
+  }
+
   commitRewrite(): void {
     if (this.pending === null) return;
     try {

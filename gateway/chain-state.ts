@@ -260,6 +260,15 @@ export class ChainState {
   }
 
   private async loadCold(onProgress?: (done: number, total: number) => void): Promise<void> {
+    try {
+      await this.loadColdInto(onProgress);
+    } catch (e) {
+      this.cache.abandonRewrite();
+      throw e;
+    }
+  }
+
+  private async loadColdInto(onProgress?: (done: number, total: number) => void): Promise<void> {
     this.image = null;
     this._index = this.newIndex();
     this.cache.beginRewrite();
@@ -267,9 +276,13 @@ export class ChainState {
     let outOfOrder = false;
     const onVerified = (start: number, texts: string[], facts: IndexFacts[]): void => {
       if (outOfOrder || start !== streamed || texts.length !== facts.length) { outOfOrder = true; return; }
-      this.cache.append(texts);
-      for (const f of facts) this._index.addFacts(f);
-      streamed += texts.length;
+      try {
+        this.cache.append(texts);
+        for (const f of facts) this._index.addFacts(f);
+        streamed += texts.length;
+      } catch {
+        outOfOrder = true; // taken up again below, where a failure is the load's
+      }
     };
     const result = await verifyDirectory(this.repo, { pinnedPublicKey: this.pinnedPublicKey, onVerified, ...(onProgress ? { onProgress } : {}) });
     this.verifier = this.resumed(result.state);

@@ -7,7 +7,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, formatBlockFile, formatCheckpointFile, base64Encode, type Block } from '../chain/index.ts';
@@ -196,9 +196,11 @@ test('after appends, a new image only every IMAGE_POLICY.blocks blocks, written 
       const c = await appendSigned(state.repo, [b], buildCheckpoint({ head: b, signer, now: T0 + 501_000 + k * 1000 }), T0 + 501_000 + k * 1000);
       state.applyCommitted([b], c.checkpointText, c.blockTexts);
       prev = b;
+      // Written in the background: wait for it (bounded) where one is due.
+      const want = k < 2 ? before : before + 3;
+      for (let t = 0; t < 100 && snapshot().image.size !== want; t++) await new Promise((r) => setTimeout(r, 50));
       await new Promise((r) => setTimeout(r, 50));
-      const img = snapshot().image.size;
-      assert.is(img, k < 2 ? before : before + 3, `image after append ${k + 1}`);
+      assert.is(snapshot().image.size, want, `image after append ${k + 1}`);
     }
   } finally {
     IMAGE_POLICY.blocks = 10_000;
@@ -206,6 +208,25 @@ test('after appends, a new image only every IMAGE_POLICY.blocks blocks, written 
   const warm = await load();
   assert.is(warm.report.indexed, 1);
   assert.is(warm.state.index.select('https://n.example/3.tgz', { today: '2026-12-01' })?.block.index, before + 3);
+});
+
+test('a cold start that refuses the chain leaves no half-written cache behind', async () => {
+  const file = join(dir, blockPath(20));
+  const good = readFileSync(file);
+  writeFileSync(file, good.toString().replace('build 20', 'build 21'));
+  unlinkSync(git('vouch-snapshot.json'));
+  try {
+    await load();
+    assert.unreachable('loaded a chain with an edited block');
+  } catch (e) {
+    assert.match(String((e as Error).message), /record_hash_mismatch at block 20/);
+  } finally {
+    writeFileSync(file, good);
+  }
+  assert.equal(readdirSync(join(dir, '.git')).filter((f) => f.endsWith('.tmp')), []);
+  const r = await load();
+  assert.is(r.report.mode, 'cold');
+  assert.is(r.state.index.block(20)!.payload.endorsements[0]!.comment, 'build 20');
 });
 
 test.run();

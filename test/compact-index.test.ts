@@ -169,8 +169,8 @@ test('200,000 synthetic facts: built, imaged and read back quickly, compact', ()
   const t1 = performance.now();
   const back = CompactIndex.fromImage(image);
   const loaded = performance.now() - t1;
-  assert.ok(built < 6000, `built in ${built} ms`); // ~1 s here; bounds leave room for a loaded machine
-  assert.ok(loaded < 600, `loaded in ${loaded} ms`); // ~40 ms: a copy, not a rebuild
+  assert.ok(built < 20_000, `built in ${built} ms`); // ~1 s here; room for a loaded machine
+  assert.ok(loaded < built / 5, `loaded in ${loaded} ms, built in ${built} ms`); // ~40 ms vs ~1 s: a copy, not a rebuild (a ratio holds under load)
   assert.ok(image.length < 200_000 * 120, `image of ${image.length} bytes`);
   for (const i of [1, 777, 123_456, 199_999]) {
     assert.equal(back.urlCandidates(`https://a.example/pkg/${i % 997}/artifact-${i}.tgz`), [i, 0]);
