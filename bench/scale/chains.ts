@@ -91,12 +91,6 @@ export function gatewayCaches(dir: string): string[] {
   return readdirSync(join(dir, '.git')).filter((f) => f.startsWith('vouch-') && f !== 'vouch-state.json' && !f.endsWith('.lock')).map((f) => join(dir, '.git', f));
 }
 
-/** `du -sb`: apparent bytes of everything under `dir`. */
-export async function duBytes(dir: string): Promise<number> {
-  const r = await timed('du', ['-sb', dir], { timeoutMs: HOUR });
-  return Number(r.stdout.split(/\s/)[0]);
-}
-
 /** Loose objects and pack bytes of a repository (`git count-objects -v`). */
 export async function countObjects(gitDir: string): Promise<{ loose: number; packs: number; packBytes: number }> {
   const r = await timed('git', ['--git-dir', gitDir, 'count-objects', '-v'], { timeoutMs: HOUR });
