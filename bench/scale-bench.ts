@@ -104,7 +104,11 @@ async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> 
       return undefined;
     }
   };
-  const src = await chainFor(n);
+  const src = await row('chain', () => chainFor(n));
+  if (src === undefined) {
+    for (const r of p.rows) f.failed[r] = `no ${n}-block chain: ${f.failed.chain}`;
+    return f;
+  }
   const work = join(tmp, `work-${n}`);
   const ro = join(tmp, `ro-${n}`);
   const rw = join(tmp, `rw-${n}`);
@@ -139,7 +143,7 @@ async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> 
   let packed = false;
   await Promise.all([
     (async () => {
-      if (want('disk') && f.failed.copy) f.failed.disk = 'the link copy failed';
+      if (want('disk') && f.failed.copy) f.failed.disk = `the link copy failed: ${f.failed.copy}`;
       else if (want('disk')) f.disk = await row('disk', () => diskRow(ro, src, bare));
       else if (want('mirror')) packed = (await row('mirror', () => packedClone(src, bare))) !== undefined;
       if (f.disk) packed = true;
@@ -147,6 +151,7 @@ async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> 
     })(),
     want('git', 'endorse') ? row('copy (cp -a)', () => fullCopy(src, rw)) : undefined,
   ]);
+  if (f.failed['copy (cp -a)']) for (const r of ['git', 'endorse'] as const) if (want(r)) f.failed[r] = `the full copy failed: ${f.failed['copy (cp -a)']}`;
   if (want('git', 'endorse') && !f.failed['copy (cp -a)']) {
     if (want('git')) {
       say('git status on the copy, twice...');
