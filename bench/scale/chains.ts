@@ -25,7 +25,7 @@
  *   within 1% at 20,000 blocks and costs as much again, so it is not run).
  * All copies live under bench/out/scale-tmp (git-ignored).
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { root } from '../gateway-harness.ts';
 import { say, timed } from './procs.ts';
@@ -50,7 +50,8 @@ export async function chainFor(n: number): Promise<string> {
   if (!existsSync(join(dir, 'checkpoint.json'))) throw new Error(`bench: ${dir} is not a chain directory (no checkpoint.json)`);
   const size = chainSize(dir);
   if (size !== n) throw new Error(`bench: ${dir} holds ${size} blocks, not ${n}`);
-  return dir;
+  // The real directory: `cp -a` of a symlink would copy the link, and the writers would write through it.
+  return realpathSync(dir);
 }
 
 /** The scratch directory of this bench (removed by `cleanTmp`). */
@@ -83,18 +84,15 @@ export async function linkCopy(src: string, dst: string): Promise<void> {
 /** An independent copy (`cp -a`): nothing shared with the source. */
 export async function fullCopy(src: string, dst: string): Promise<void> {
   await removeTree(dst);
-  await timed('cp', ['-a', src, dst], { timeoutMs: 2 * HOUR });
+  mkdirSync(dst, { recursive: true });
+  // `SRC/.`: the directory's content, even when SRC is a symlink.
+  await timed('cp', ['-a', `${src}/.`, dst], { timeoutMs: 2 * HOUR });
+  if (lstatSync(join(dst, '.git')).isSymbolicLink()) throw new Error(`bench: ${dst}/.git is a symlink`);
 }
 
 /** The gateway's snapshot and caches (`.git/vouch-*`, not the store's `vouch-state.json` or a `.lock`): deleted, the next start is cold. */
 export function gatewayCaches(dir: string): string[] {
   return readdirSync(join(dir, '.git')).filter((f) => f.startsWith('vouch-') && f !== 'vouch-state.json' && !f.endsWith('.lock')).map((f) => join(dir, '.git', f));
-}
-
-/** `du -sb`: apparent bytes of everything under `dir`. */
-export async function duBytes(dir: string): Promise<number> {
-  const r = await timed('du', ['-sb', dir], { timeoutMs: HOUR });
-  return Number(r.stdout.split(/\s/)[0]);
 }
 
 /** Loose objects and pack bytes of a repository (`git count-objects -v`). */
