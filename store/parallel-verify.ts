@@ -414,7 +414,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       // Block p's file is then at blockPath(p) (a listed path naming an index is that index's one spelling).
       total = Math.min(gapAt, stray ? stray.index : Infinity);
       if (total > 0) {
-        // Plain concatenation: path.join costs ~2 µs a call, 100 ms on 50,000 blocks.
+        // Paths by plain concatenation: path.join costs ~2 µs a call, 100 ms on 50,000 blocks.
         const head = examineFile(base + blockPath(0), 0, null, expect(0));
         verifier.addFacts(head.facts);
         deliver(onVerified, 0, [head]);
