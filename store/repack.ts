@@ -216,23 +216,6 @@ export class PackFileWriter {
  */
 export interface LooseObject { oid: string; path?: string; type?: string; body?: Buffer }
 
-/** Every loose object's id (a scan of the 256 fan-out directories). */
-export function scanLoose(gitdir: string): string[] {
-  const out: string[] = [];
-  const objects = join(gitdir, 'objects');
-  for (let b = 0; b < 256; b++) {
-    const fan = b.toString(16).padStart(2, '0');
-    let names: string[];
-    try {
-      names = fs.readdirSync(join(objects, fan));
-    } catch {
-      continue;
-    }
-    for (const n of names) if (n.length === 38 && /^[0-9a-f]{38}$/.test(n)) out.push(fan + n);
-  }
-  return out;
-}
-
 /**
  * Pack the loose objects `list` (in the order written: a tree's previous
  * version comes before it) into one pack: trees with a `path` as deltas of
