@@ -80,7 +80,7 @@ import { LIMITS, readJson, utf8Text } from '../chain/block.ts';
 import { CHECKPOINT, MAX_INDEX, blockPath } from '../chain/layout.ts';
 import { assertChainWritable } from './chain-lock.ts';
 import { type IndexEntry, entryFromStat } from './git-index.ts';
-import { crashPoint, failPoint, isDir, readBranch, readRef, readShallow, writeFileAtomic } from './git-files.ts';
+import { crashPoint, failPoint, fsyncDir, isDir, readBranch, readRef, readShallow, writeFileAtomic } from './git-files.ts';
 import { BRANCH_REF, type CommitInfo, FILE_MODE, OID_RE, TREE_MODE, type TreeEntry, commitBody, ioError, setTreeEntry, treeBody } from './git-objects.ts';
 import { PackData } from './git-pack-index.ts';
 import { type FetchOptions, type FetchResult, discoverRefs, uploadPack } from './upload-pack.ts';
@@ -172,6 +172,10 @@ export class ChainRepo extends ChainRepoRepair {
       const repo = new ChainRepo(abs);
       repo.dirs.set('', []);
       repo.consistent = true;
+      // The 256 object fan-out directories, made once: the appends' loose objects then never create one (a mkdir and
+      // an fsync of objects/ per append for the first ~200 appends otherwise). git's gc may remove them; appends recreate them.
+      for (let b = 0; b < 256; b++) fs.mkdirSync(join(gitdir, 'objects', b.toString(16).padStart(2, '0')));
+      fsyncDir(join(gitdir, 'objects'));
       repo.objects.startPack(); // one pack, written durably before the branch names the commit: no loose object
       try {
         await repo.commitBlocks(blocks, checkpoint, commit, null);

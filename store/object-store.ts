@@ -133,7 +133,7 @@ export class ObjectStore {
     this.unsynced.clear();
   }
 
-  /** Loose objects found on disk (e.g. by `scanLoose` at open) to pack with the next `packPending`. */
+  /** Loose objects found on disk (at open, by ChainRepo's sweep of the fan-out directories) to pack with the next `packPending`. */
   noteLoose(oids: readonly string[]): void {
     const known = new Set(this.loose.map((o) => o.oid));
     this.loose = [...oids.filter((oid) => !known.has(oid)).map((oid) => ({ oid })), ...this.loose];

@@ -53,6 +53,8 @@ import { makeDelta } from './git-pack-writer.ts';
 const MAX_DELTA_DEPTH = 50;
 /** Trees of unknown path tried as delta bases of the next one (git's pack.window is 10). */
 const PATHLESS_WINDOW = 8;
+/** Trees of unknown path held at once to be sorted by size before they are written (their order on disk is random). */
+const HELD_TREE_BYTES = 16 << 20;
 /** Packs merge when one holds fewer than GEOMETRIC_FACTOR times the objects of the next smaller ones together (git repack --geometric=2). */
 const GEOMETRIC_FACTOR = 2;
 const TYPE_CODE: Record<string, number> = { commit: 1, tree: 2, blob: 3, tag: 4 };
@@ -214,29 +216,13 @@ export class PackFileWriter {
  */
 export interface LooseObject { oid: string; path?: string; type?: string; body?: Buffer }
 
-/** Every loose object's id (a scan of the 256 fan-out directories). */
-export function scanLoose(gitdir: string): string[] {
-  const out: string[] = [];
-  const objects = join(gitdir, 'objects');
-  for (let b = 0; b < 256; b++) {
-    const fan = b.toString(16).padStart(2, '0');
-    let names: string[];
-    try {
-      names = fs.readdirSync(join(objects, fan));
-    } catch {
-      continue;
-    }
-    for (const n of names) if (n.length === 38 && /^[0-9a-f]{38}$/.test(n)) out.push(fan + n);
-  }
-  return out;
-}
-
 /**
  * Pack the loose objects `list` (in the order written: a tree's previous
  * version comes before it) into one pack: trees with a `path` as deltas of
- * the previous tree of the same path in this pack, trees without one as
- * deltas of the best of the last PATHLESS_WINDOW such trees (chains of at
- * most MAX_DELTA_DEPTH), everything else whole. Objects already in a pack
+ * the previous tree of the same path in this pack, trees without one
+ * (sorted by size, largest first, HELD_TREE_BYTES at a time) as deltas of
+ * the best of the last PATHLESS_WINDOW such trees (chains of at most
+ * MAX_DELTA_DEPTH), everything else whole. Objects already in a pack
  * (`packed`) or gone are left out. Returns the pack's name (null: nothing
  * to pack; the pack and its index are durable) and the loose objects now
  * redundant, for `removeLoose`.
@@ -251,38 +237,58 @@ export function packLoose(gitdir: string, list: readonly LooseObject[], packed: 
   try {
     type Base = { oid: string; body: Buffer; depth: number };
     const last = new Map<string, Base>();
-    /** Trees of unknown path (fetched, or found loose at open): the last few, tried as bases (an unrelated one fails within a few bytes). */
+    /** Trees of unknown path (fetched, or found loose at open): the last few written, tried as bases (an unrelated one fails within a few bytes). */
     const recent: Base[] = [];
+    /** Such trees waiting, to be written largest first (git's order: the smaller versions become copy-only deltas), a bounded number at a time. */
+    let held: { oid: string; body: Buffer }[] = [];
+    const heldIds = new Set<string>();
+    let heldBytes = 0;
+    const put = (oid: string, type: string, body: Buffer, path: string | undefined): void => {
+      let base: Base | undefined;
+      let delta: Buffer | null = null;
+      if (type === 'tree') {
+        const candidates = path !== undefined ? [last.get(path)] : recent;
+        for (const c of candidates) {
+          if (!c || c.depth >= MAX_DELTA_DEPTH) continue;
+          const d = makeDelta(c.body, body);
+          if (d && (!delta || d.length < delta.length)) { delta = d; base = c; }
+        }
+      }
+      if (delta) w.addDelta(oid, base!.oid, delta);
+      else w.addWhole(oid, type, body);
+      if (type === 'tree') {
+        const mine = { oid, body, depth: delta ? base!.depth + 1 : 0 };
+        if (path !== undefined) last.set(path, mine);
+        else {
+          recent.push(mine);
+          if (recent.length > PATHLESS_WINDOW) recent.shift();
+        }
+      }
+      taken.push(oid);
+    };
+    const flushHeld = (): void => {
+      held.sort((a, b) => b.body.length - a.body.length);
+      for (const t of held) put(t.oid, 'tree', t.body, undefined);
+      held = [];
+      heldIds.clear();
+      heldBytes = 0;
+    };
     for (const o of list) {
-      if (w.has(o.oid)) continue;
+      if (w.has(o.oid) || heldIds.has(o.oid)) continue;
       if (packed(o.oid)) {
         redundant.push(o.oid);
         continue;
       }
       const obj = o.body && o.type ? { type: o.type, body: o.body } : readLoose(gitdir, o.oid);
       if (!obj) continue; // gone meanwhile (packed by git)
-      let base: Base | undefined;
-      let delta: Buffer | null = null;
-      if (obj.type === 'tree') {
-        const candidates = o.path !== undefined ? [last.get(o.path)] : recent;
-        for (const c of candidates) {
-          if (!c || c.depth >= MAX_DELTA_DEPTH) continue;
-          const d = makeDelta(c.body, obj.body);
-          if (d && (!delta || d.length < delta.length)) { delta = d; base = c; }
-        }
-      }
-      if (delta) w.addDelta(o.oid, base!.oid, delta);
-      else w.addWhole(o.oid, obj.type, obj.body);
-      if (obj.type === 'tree') {
-        const mine = { oid: o.oid, body: obj.body, depth: delta ? base!.depth + 1 : 0 };
-        if (o.path !== undefined) last.set(o.path, mine);
-        else {
-          recent.push(mine);
-          if (recent.length > PATHLESS_WINDOW) recent.shift();
-        }
-      }
-      taken.push(o.oid);
+      if (obj.type === 'tree' && o.path === undefined) {
+        held.push({ oid: o.oid, body: obj.body });
+        heldIds.add(o.oid);
+        heldBytes += obj.body.length;
+        if (heldBytes > HELD_TREE_BYTES) flushHeld();
+      } else put(o.oid, obj.type, obj.body, o.path);
     }
+    flushHeld();
     if (w.objects > 0) name = w.finish(() => repackCrashPoint('repack-pack-named'));
     else w.abort();
   } catch (e) {
