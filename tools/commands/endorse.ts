@@ -4,7 +4,10 @@
  * make one block endorsing several artifacts of one release. `--lockfile`
  * endorses every artifact a lockfile pins instead (endorse-lockfile.ts).
  * Licences are SPDX expressions (tools/lockfiles/licenses.ts) unless
- * `--license-unchecked`.
+ * `--license-unchecked`. The head is checked against the checkpoint and the
+ * key every time; earlier endorsements of the URLs come from the last
+ * verified state when there is one (tools/endorse-history.ts), else from a
+ * scan of every block file.
  */
 import type { Command } from '../command.ts';
 import { UsageError, emit } from '../command.ts';
