@@ -20,7 +20,10 @@ import { ChainState } from '../gateway/chain-state.ts';
 import { priorEndorsements, type History } from '../tools/endorse-history.ts';
 import { endorsementsOf } from '../tools/lockfiles/history.ts';
 import { buildLongChain, T0, TEST_SEED } from './helpers/chain-fixture.ts';
-import { vouch } from './helpers/processes.ts';
+import { vouch, vouchAsync } from './helpers/processes.ts';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createHash } from 'node:crypto';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-endorse-history-'));
 const base = join(work, 'base');
@@ -186,6 +189,42 @@ test('vouch endorse: unchanged and semver_conflict from the image (timings show 
   const scan = run('https://b.example/posted.tgz', '1.0.0');
   assert.match(scan.stdout, /^unchanged: .* block 203 /);
   assert.match(scan.stderr, /history\(scan,/, scan.stderr);
+});
+
+test('the CLI never scans with a usable image: a garbled old block file that a scan would trip on goes unread (single and --lockfile)', async () => {
+  const dir = copy();
+  // Block 100's file garbled, naming the URLs: findEndorsements and the lockfile's scan both throw malformed on it.
+  const tarUrl = await new Promise<{ url: string; close: () => void; bytes: Buffer }>((resolve) => {
+    const bytes = Buffer.from('lockfile tarball bytes');
+    const server = createServer((req, res) => { res.writeHead(200, { 'content-length': bytes.length }).end(bytes); });
+    server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/x/-/x-1.0.0.tgz`, close: () => server.close(), bytes }));
+  });
+  try {
+    writeFileSync(join(dir, blockPath(100)), `{"garbled": ${JSON.stringify(url(7))}, ${JSON.stringify(tarUrl.url)}`);
+    const file = join(work, 'seven2.txt');
+    writeFileSync(file, 'seven again');
+    const same = vouch(['endorse', '--chain', dir, '--key', key, '--url', url(7), '--file', file, '--name', 'acme/again', '--semver', '3.0.0', '--license', 'MIT']);
+    assert.is(same.status, 0, same.stderr);
+    assert.match(same.stdout, /^unchanged: .* block 201 /);
+    const lock = join(work, 'package-lock.json');
+    writeFileSync(lock, JSON.stringify({
+      name: 'app', version: '1.0.0', lockfileVersion: 3,
+      packages: { '': { name: 'app', version: '1.0.0' }, 'node_modules/x': { version: '1.0.0', license: 'MIT', resolved: tarUrl.url, integrity: `sha512-${createHash('sha512').update(tarUrl.bytes).digest('base64')}` } },
+    }));
+    const first = await vouchAsync(['endorse', '--chain', dir, '--key', key, '--lockfile', lock, '--json']);
+    assert.is(first.status, 0, first.stderr + first.stdout);
+    assert.is(JSON.parse(first.stdout).status, 'posted');
+    const again = await vouchAsync(['endorse', '--chain', dir, '--key', key, '--lockfile', lock, '--json']);
+    assert.is(again.status, 0, again.stderr + again.stdout);
+    assert.is(JSON.parse(again.stdout).unchanged, 1, 'the block the first run appended (after the image) is found');
+    // Without the snapshot the scan reads the garbled file: proof the runs above did not.
+    unlinkSync(join(dir, '.git', 'vouch-snapshot.json'));
+    const scan = await vouchAsync(['endorse', '--chain', dir, '--key', key, '--lockfile', lock, '--json']);
+    assert.is(scan.status, 1, scan.stderr + scan.stdout);
+    assert.match(scan.stderr + scan.stdout, /malformed/);
+  } finally {
+    tarUrl.close();
+  }
 });
 
 test.run();
