@@ -13,11 +13,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, cpSync, unlinkSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { artifactHashOf, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, utf8, type Block } from '../chain/index.ts';
-import { nodeBackend, privateKeyFromSeed } from '../platform/node-crypto.ts';
+import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../store/chain-repo.ts';
 import { appendSigned, findEndorsements, trustedHead } from '../store/chain-store.ts';
 import { ChainState } from '../gateway/chain-state.ts';
-import { priorEndorsements, type History } from '../tools/endorse-history.ts';
+import { priorEndorsements, refreshIfBehind, type History } from '../tools/endorse-history.ts';
 import { endorsementsOf } from '../tools/lockfiles/history.ts';
 import { buildLongChain, T0, TEST_SEED } from './helpers/chain-fixture.ts';
 import { vouch, vouchAsync } from './helpers/processes.ts';
@@ -189,6 +189,46 @@ test('vouch endorse: unchanged and semver_conflict from the image (timings show 
   const scan = run('https://b.example/posted.tgz', '1.0.0');
   assert.match(scan.stdout, /^unchanged: .* block 203 /);
   assert.match(scan.stderr, /history\(scan,/, scan.stderr);
+});
+
+test('refreshIfBehind: once the gap reaches the limit, ChainState writes a new snapshot and image (warm: the gap verified); below it nothing', async () => {
+  const dir = copy();
+  const repo = await ChainRepo.open(dir, { repair: false });
+  const head = trustedHead(repo, signer).head;
+  const r = priorEndorsements(repo, URLS, head, noScan);
+  assert.is(r.scanned, 2);
+  const before = readFileSync(join(dir, '.git', 'vouch-snapshot.json'), 'utf8');
+  assert.is(await refreshIfBehind(repo, r, 1, 4), false);
+  assert.is(readFileSync(join(dir, '.git', 'vouch-snapshot.json'), 'utf8'), before, 'below the limit nothing is written');
+  assert.is(await refreshIfBehind(repo, r, 1, 3), true);
+  assert.is(JSON.parse(readFileSync(join(dir, '.git', 'vouch-snapshot.json'), 'utf8')).image.size, 203);
+  const after = priorEndorsements(repo, URLS, head, noScan);
+  assert.is(after.scanned, 0, 'the new image holds every block');
+  assert.equal(plain(after.history), plain(r.history));
+  // A gap block that does not verify (re-signed by another key, its record_hash recomputed) is never taken in.
+  const bad = copy();
+  const other = nodeSigner('vouch-test', privateKeyFromSeed(new Uint8Array(32).fill(7)));
+  const forged = buildEndorseBlock({
+    prev: JSON.parse(readFileSync(join(bad, blockPath(200)), 'utf8')) as Block, signer: other, backend: nodeBackend, now: T0 + 201 * 1000,
+    entries: [{ url: url(7), artifactHash: hashOf('seven again'), name: 'acme/again', semver: '3.0.0', license: 'MIT', comment: '' }],
+    uns: 'acme/again', semver: '3.0.0',
+  });
+  writeFileSync(join(bad, blockPath(201)), formatBlockFile(forged));
+  const next = JSON.parse(readFileSync(join(bad, blockPath(202)), 'utf8'));
+  next.prev_hash = forged.record_hash;
+  const relinked = buildEndorseBlock({
+    prev: forged, signer, backend: nodeBackend, now: T0 + 202 * 1000,
+    entries: next.payload.endorsements.map((e: any) => ({ url: e.artifact_url, artifactHash: e.artifact_hash, name: e.name, semver: e.semver, license: e.license, comment: e.comment })),
+    uns: next.payload.uns, semver: next.payload.semver,
+  });
+  writeFileSync(join(bad, blockPath(202)), formatBlockFile(relinked));
+  writeFileSync(join(bad, 'checkpoint.json'), formatCheckpointFile(buildCheckpoint({ head: relinked, signer, now: T0 + 202 * 1000 })));
+  const badRepo = await ChainRepo.open(bad, { repair: false });
+  const br = priorEndorsements(badRepo, URLS, trustedHead(badRepo, signer).head, noScan);
+  assert.is(br.source, 'image', 'the links hold: the history is read (signatures are the verifier\'s)');
+  const snapBefore = readFileSync(join(bad, '.git', 'vouch-snapshot.json'), 'utf8');
+  assert.is(await refreshIfBehind(badRepo, br, 1, 1), false);
+  assert.is(readFileSync(join(bad, '.git', 'vouch-snapshot.json'), 'utf8'), snapBefore, 'nothing unverified is written');
 });
 
 test('the CLI never scans with a usable image: a garbled old block file that a scan would trip on goes unread (single and --lockfile)', async () => {

@@ -23,8 +23,13 @@
  * a gap that does not reach the head, a confirmed block that is not the one
  * the image holds) falls back to the full scan of every block file (once a
  * note on stderr says a gateway start leaves the state that makes it fast).
- * Nothing here writes: an append leaves the image older (the gap grows by
- * the blocks appended; a gateway start or its image policy closes it).
+ * An append leaves the image older (the gap grows by the blocks appended)
+ * until the gap reaches the gateway's IMAGE_POLICY.blocks: then
+ * `refreshIfBehind` has gateway/chain-state.ts load the chain warm (it
+ * verifies the blocks after the snapshot's verified size from its verifier
+ * state, as a gateway's warm start does) and write its snapshot and a new
+ * image: ~1 of IMAGE_POLICY.blocks appends pays that, nothing is written
+ * that ChainState did not verify.
  *
  * Trusts: the local disk as much as the chain directory itself (the full
  * scan trusts the block files unchecked; this path trusts the image only
@@ -38,7 +43,7 @@ import { computeRecordHash } from '../chain/build.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
-import { lastVerifiedImage } from '../gateway/chain-state.ts';
+import { ChainState, IMAGE_POLICY, lastVerifiedImage } from '../gateway/chain-state.ts';
 
 export interface Prior { block: Block; artifactHash: string; semver: string }
 export type History = Map<string, Prior[]>;
@@ -108,6 +113,23 @@ function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { his
   }
   if (prev !== head.record_hash || repo.size !== head.index + 1) throw new Unusable('the blocks after the index image do not lead to the checkpoint\'s head');
   return { history: out, gap: repo.size - n };
+}
+
+/**
+ * After an append: when the image used was at least IMAGE_POLICY.blocks
+ * behind, loads the chain through ChainState (warm: only the blocks after
+ * the snapshot are verified), which writes the snapshot and image anew.
+ * Returns whether it did. Failures are ignored: the state is an
+ * optimisation only (a read-only .git, a snapshot gone meanwhile).
+ */
+export async function refreshIfBehind(repo: ChainRepo, report: HistoryReport, appended: number, limit = IMAGE_POLICY.blocks): Promise<boolean> {
+  if (report.source !== 'image' || report.scanned + appended < limit) return false;
+  try {
+    await ChainState.load(repo);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Says once on stderr that the full scan was taken and why, unless quiet. */

@@ -19,7 +19,7 @@ import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned, findEndorsements, trustedHead } from '../../store/chain-store.ts';
-import { noteScan, priorEndorsements } from '../endorse-history.ts';
+import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { digestFile, digestUrl } from '../../artifacts/artifact-digest.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';
 import { endorseLockfile, LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from './endorse-lockfile.ts';
@@ -146,6 +146,7 @@ export const endorse: Command = {
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
     await appendSigned(repo, [block], checkpoint, now);
     timings.mark('append');
+    if (await refreshIfBehind(repo, report, 1)) timings.mark('refresh');
     timings.done();
     emit(v, `${block.index} ${block.record_hash}`, {
       status: 'posted', index: block.index, record_hash: block.record_hash, urls, artifact_hashes: digests.map((d) => d.artifactHash),
