@@ -77,6 +77,46 @@ export interface LoadReport {
   ms: number;
 }
 
+const snapshotPathOf = (dir: string): string => join(dir, '.git', 'vouch-snapshot.json');
+const imagePathOf = (dir: string): string => join(dir, '.git', 'vouch-index.bin');
+
+/** The snapshot in `dir` when it is one of this format; else null (nothing checked against the chain). */
+function readSnapshotAt(dir: string): Snapshot | null {
+  try {
+    const snap = JSON.parse(readFileSync(snapshotPathOf(dir), 'utf8')) as Snapshot;
+    if (snap.version !== SNAPSHOT_VERSION || !snap.state?.authority || typeof snap.cache?.digest !== 'string' || !Number.isSafeInteger(snap.cache.length)) return null;
+    return snap;
+  } catch {
+    return null;
+  }
+}
+
+/** The index image the snapshot names, when it hashes to what the snapshot says; else null. */
+function readImageAt(dir: string, snap: Snapshot): Uint8Array | null {
+  if (snap.image === null || !(snap.image.size > 0 && snap.image.size <= snap.state.size)) return null;
+  try {
+    const bytes = readFileSync(imagePathOf(dir));
+    if (createHash('sha256').update(bytes).digest('hex') !== snap.image.sha256) return null;
+    return bytes;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * For a tool that reads the last verified state without loading it (`vouch
+ * endorse`, tools/endorse-history.ts): the index image the snapshot in `dir`
+ * names, with the number of blocks it holds, when the snapshot is of this
+ * format and the image hashes to the sha256 it names; else null. Nothing is
+ * checked against the chain here: the caller ties the image to its head.
+ */
+export function lastVerifiedImage(dir: string): { image: Uint8Array; size: number; verifiedSize: number } | null {
+  const snap = readSnapshotAt(dir);
+  if (snap === null || snap.image === null) return null;
+  const image = readImageAt(dir, snap);
+  return image === null ? null : { image, size: snap.image.size, verifiedSize: snap.state.size };
+}
+
 export class ChainState {
   private _index: ChainIndex;
   private verifier!: ChainVerifier;
@@ -151,11 +191,11 @@ export class ChainState {
   }
 
   private get snapshotPath(): string {
-    return join(this.repo.dir, '.git', 'vouch-snapshot.json');
+    return snapshotPathOf(this.repo.dir);
   }
 
   private get imagePath(): string {
-    return join(this.repo.dir, '.git', 'vouch-index.bin');
+    return imagePathOf(this.repo.dir);
   }
 
   /** Loads and verifies the chain in `repo` (warm when a valid snapshot allows). */
@@ -175,26 +215,15 @@ export class ChainState {
   }
 
   private readSnapshot(): Snapshot | null {
-    try {
-      const snap = JSON.parse(readFileSync(this.snapshotPath, 'utf8')) as Snapshot;
-      if (snap.version !== SNAPSHOT_VERSION || !snap.state?.authority || typeof snap.cache?.digest !== 'string' || !Number.isSafeInteger(snap.cache.length)) return null;
-      if ((snap.pinned_public_key ?? null) !== this.pinnedPublicKey && this.pinnedPublicKey !== null) return null;
-      return snap;
-    } catch {
-      return null;
-    }
+    const snap = readSnapshotAt(this.repo.dir);
+    if (snap === null) return null;
+    if ((snap.pinned_public_key ?? null) !== this.pinnedPublicKey && this.pinnedPublicKey !== null) return null;
+    return snap;
   }
 
   /** The index image the snapshot names, when it hashes to what the snapshot says; else null. */
   private readImage(snap: Snapshot): Uint8Array | null {
-    if (snap.image === null || !(snap.image.size > 0 && snap.image.size <= snap.state.size)) return null;
-    try {
-      const bytes = readFileSync(this.imagePath);
-      if (createHash('sha256').update(bytes).digest('hex') !== snap.image.sha256) return null;
-      return bytes;
-    } catch {
-      return null;
-    }
+    return readImageAt(this.repo.dir, snap);
   }
 
   /** Rebuilds the text cache from the block files; true when it hashes to the snapshot's digest. */

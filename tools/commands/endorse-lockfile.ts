@@ -46,6 +46,7 @@ import { readNpmLock } from '../lockfiles/npm.ts';
 import { readRequirements, resolveRequirements, type Requirement } from '../lockfiles/pip.ts';
 import { fetchGo, readGoSum } from '../lockfiles/go.ts';
 import { endorsementsOf } from '../lockfiles/history.ts';
+import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
 import { mapLimit } from '../lockfiles/pool.ts';
 import type { Fetched, Options, Pinned, SkipCounts } from '../lockfiles/types.ts';
@@ -220,7 +221,9 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
       if (!earlier) byUrl.set(p.url, p);
     }
     const unique = [...byUrl.values()];
-    const history = endorsementsOf(repo, byUrl.keys());
+    const report = priorEndorsements(repo, byUrl.keys(), head, endorsementsOf);
+    noteScan(report, quiet);
+    const history = report.history;
     const algorithmsOf = (p: Pinned) => {
       const set = new Set<DigestName>([...checkAlgorithms(p), p.endorseAlgorithm]);
       for (const prior of history.get(p.url) ?? []) {
@@ -293,6 +296,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     const last = blocks.at(-1)!;
     const checkpoint = buildCheckpoint({ head: last, signer: keyed, now });
     await appendSigned(repo, blocks, checkpoint, now);
+    await refreshIfBehind(repo, report, blocks.length);
     printNotes();
     const where = blocks.length === 1 ? `1 block (index ${last.index})` : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index})`;
     emit(v, `posted ${toPost.length} entries in ${where}; ${unchanged} unchanged, ${skippedText}`, {

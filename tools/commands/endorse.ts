@@ -4,7 +4,10 @@
  * make one block endorsing several artifacts of one release. `--lockfile`
  * endorses every artifact a lockfile pins instead (endorse-lockfile.ts).
  * Licences are SPDX expressions (tools/lockfiles/licenses.ts) unless
- * `--license-unchecked`.
+ * `--license-unchecked`. The head is checked against the checkpoint and the
+ * key every time; earlier endorsements of the URLs come from the last
+ * verified state when there is one (tools/endorse-history.ts), else from a
+ * scan of every block file.
  */
 import type { Command } from '../command.ts';
 import { UsageError, emit } from '../command.ts';
@@ -16,9 +19,28 @@ import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned, findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { digestFile, digestUrl } from '../../artifacts/artifact-digest.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';
 import { endorseLockfile, LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from './endorse-lockfile.ts';
+
+/** Phase timings on stderr when VOUCH_TIMINGS=1 (for benches). */
+function phaseTimer(): { mark(name: string): void; done(): void } {
+  const on = process.env.VOUCH_TIMINGS === '1';
+  const parts: string[] = [];
+  let t = performance.now();
+  return {
+    mark(name) {
+      if (!on) return;
+      const now = performance.now();
+      parts.push(`${name} ${(now - t).toFixed(0)}`);
+      t = now;
+    },
+    done() {
+      if (on) process.stderr.write(`timings ms: process ${performance.now().toFixed(0)}; ${parts.join(', ')}\n`);
+    },
+  };
+}
 
 export const endorse: Command = {
   name: 'endorse',
@@ -78,17 +100,23 @@ export const endorse: Command = {
     const algorithm = v.algorithm ?? DEFAULT_HASH_ALGORITHM;
     if (!isHashAlgorithm(algorithm)) throw new UsageError(`unknown --algorithm ${JSON.stringify(algorithm)} (${Object.keys(HASH_ALGORITHMS).join(', ')})`);
 
+    const timings = phaseTimer();
     const key = readKeyFile(v.key);
     const repo = await ChainRepo.open(v.chain);
+    timings.mark('open');
     const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
     const keyed = nodeSigner(authority.signer, key);
     const { head } = trustedHead(repo, keyed);
+    timings.mark('head');
 
     const digests: { artifactHash: string; bytes: number }[] = [];
     for (let i = 0; i < urls.length; i++) {
       digests.push(files.length ? await digestFile(files[i]!, algorithm) : await digestUrl(urls[i]!, algorithm));
     }
-    const history = findEndorsements(repo, urls);
+    const report = priorEndorsements(repo, urls, head, findEndorsements);
+    noteScan(report, v.quiet === true || v.json === true);
+    const history = report.history;
+    timings.mark(`history(${report.source},${report.scanned})`);
     let unchanged = 0;
     for (let i = 0; i < urls.length; i++) {
       const versions = history.get(urls[i]!)!;
@@ -103,6 +131,7 @@ export const endorse: Command = {
       const newest = history.get(urls[0]!)!.at(-1)!;
       emit(v, `unchanged: ${urls.length === 1 ? urls[0] : `all ${urls.length} URLs`} already signed with these bytes in block ${newest.block.index} ${newest.block.record_hash}`,
         { status: 'unchanged', index: newest.block.index, record_hash: newest.block.record_hash, urls });
+      timings.done();
       return 0;
     }
     const entries: EndorsementInput[] = urls.map((url, i) => ({
@@ -116,6 +145,9 @@ export const endorse: Command = {
     });
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
     await appendSigned(repo, [block], checkpoint, now);
+    timings.mark('append');
+    if (await refreshIfBehind(repo, report, 1)) timings.mark('refresh');
+    timings.done();
     emit(v, `${block.index} ${block.record_hash}`, {
       status: 'posted', index: block.index, record_hash: block.record_hash, urls, artifact_hashes: digests.map((d) => d.artifactHash),
     });

@@ -1,0 +1,140 @@
+/**
+ * What the chain already says about the URLs `vouch endorse` is about to
+ * sign (for `semver_conflict` and `unchanged`), in time that does not grow
+ * with the chain when the last verified state allows.
+ *
+ * What endorse checks itself, every time, in O(1): the head block against
+ * the signed checkpoint and the key (store/chain-store.ts `trustedHead`).
+ *
+ * What it takes from the last verified state: the gateway's snapshot
+ * (gateway/chain-state.ts, `.git/vouch-snapshot.json`) names an index image
+ * (`.git/vouch-index.bin`) of the first `size` blocks it verified, with its
+ * sha256. When the image hashes to that, it is used if it is tied to the
+ * trusted head: the image's last record_hash must be the one in that block's
+ * file, and every block file after the image (the gap: blocks appended since
+ * the image was written; the gateway rewrites it once IMAGE_POLICY.blocks
+ * are missing, a CLI append does not) must hash to its record_hash and name
+ * the previous one as prev_hash, up to the trusted head. The URL candidates
+ * come from the image; each is confirmed by reading its block file, which
+ * must hash to the record_hash the image holds for that block, and name the
+ * URL. The gap's blocks are searched as the full scan would.
+ *
+ * Anything else (no snapshot, an image that does not hash to what it says,
+ * a gap that does not reach the head, a confirmed block that is not the one
+ * the image holds) falls back to the full scan of every block file (once a
+ * note on stderr says a gateway start leaves the state that makes it fast).
+ * An append leaves the image older (the gap grows by the blocks appended)
+ * until the gap reaches the gateway's IMAGE_POLICY.blocks: then
+ * `refreshIfBehind` has gateway/chain-state.ts load the chain warm (it
+ * verifies the blocks after the snapshot's verified size from its verifier
+ * state, as a gateway's warm start does) and write its snapshot and a new
+ * image: ~1 of IMAGE_POLICY.blocks appends pays that, nothing is written
+ * that ChainState did not verify.
+ *
+ * Trusts: the local disk as much as the chain directory itself (the full
+ * scan trusts the block files unchecked; this path trusts the image only
+ * where it agrees with them).
+ * Must hold: the same answer as the full scan on a chain that verifies:
+ * every earlier endorsement of each URL, oldest first; revoke blocks are not
+ * consulted.
+ */
+import { type Block, parseBlockText } from '../chain/block.ts';
+import { computeRecordHash } from '../chain/build.ts';
+import { ChainIndex } from '../chain/select.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import type { ChainRepo } from '../store/chain-repo.ts';
+import { ChainState, IMAGE_POLICY, lastVerifiedImage } from '../gateway/chain-state.ts';
+
+export interface Prior { block: Block; artifactHash: string; semver: string }
+export type History = Map<string, Prior[]>;
+
+export interface HistoryReport {
+  history: History;
+  /** `image`: from the last verified state; `scan`: every block file was read. */
+  source: 'image' | 'scan';
+  /** Block files read in full (the gap, or the whole chain). */
+  scanned: number;
+  /** Why the image was not used (when source is `scan`). */
+  why?: string;
+}
+
+class Unusable extends Error {}
+
+/** Block i from its file, which must hash to its record_hash. */
+function readChecked(repo: ChainRepo, i: number): Block {
+  const block = parseBlockText(repo.readBlockFile(i), i);
+  if (computeRecordHash(block, nodeBackend) !== block.record_hash) throw new Unusable(`block ${i}'s file does not hash to its record_hash`);
+  return block;
+}
+
+/**
+ * The earlier endorsements of `urls`, from the last verified state when it
+ * is usable, else by `fullScan`. `head`: the trusted head (trustedHead).
+ */
+export function priorEndorsements(
+  repo: ChainRepo, urls: Iterable<string>, head: Block,
+  fullScan: (repo: ChainRepo, urls: readonly string[]) => History,
+): HistoryReport {
+  const list = [...new Set(urls)];
+  try {
+    const { history, gap } = fromImage(repo, list, head);
+    return { history, source: 'image', scanned: gap };
+  } catch (e) {
+    if (!(e instanceof Unusable) && !(e instanceof TypeError)) throw e;
+    return { history: fullScan(repo, list), source: 'scan', scanned: repo.size, why: e.message };
+  }
+}
+
+function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { history: History; gap: number } {
+  const found = lastVerifiedImage(repo.dir);
+  if (found === null) throw new Unusable('no verified index image (a gateway start over this directory writes one)');
+  const n = found.size;
+  if (n > repo.size || n > head.index + 1) throw new Unusable(`the index image holds ${n} blocks, the chain ${repo.size}`);
+  const index = ChainIndex.fromImage(found.image, { reader: (i) => readChecked(repo, i), cacheBlocks: 1024 });
+  if (index.size !== n) throw new Unusable('the index image is not of the size the snapshot names');
+  // Tie the image to the trusted head: its last block is that block file, and the gap links up to the head.
+  const last = parseBlockText(repo.readBlockFile(n - 1), n - 1);
+  if (index.indexOfHash(last.record_hash) !== n - 1) throw new Unusable(`block ${n - 1}'s file is not the block the index image holds`);
+  const out: History = new Map(urls.map((u) => [u, []]));
+  for (const url of urls) {
+    for (const v of index.versions(url)) {
+      // readChecked recomputed its record_hash; it must be the one the image holds at that index.
+      if (index.indexOfHash(v.block.record_hash) !== v.block.index) throw new Unusable(`block ${v.block.index}'s file is not the block the index image holds`);
+      out.get(url)!.push({ block: v.block, artifactHash: v.entry.artifact_hash, semver: v.entry.semver });
+    }
+  }
+  let prev = last.record_hash;
+  for (let i = n; i < repo.size; i++) {
+    const block = readChecked(repo, i);
+    if (block.prev_hash !== prev) throw new Unusable(`block ${i} does not follow block ${i - 1}`);
+    prev = block.record_hash;
+    if (block.payload.intent !== 'endorse') continue;
+    for (const e of block.payload.endorsements) out.get(e.artifact_url)?.push({ block, artifactHash: e.artifact_hash, semver: e.semver });
+  }
+  if (prev !== head.record_hash || repo.size !== head.index + 1) throw new Unusable('the blocks after the index image do not lead to the checkpoint\'s head');
+  return { history: out, gap: repo.size - n };
+}
+
+/**
+ * After an append: when the image used was at least IMAGE_POLICY.blocks
+ * behind, loads the chain through ChainState (warm: only the blocks after
+ * the snapshot are verified), which writes the snapshot and image anew.
+ * Returns whether it did. Failures are ignored: the state is an
+ * optimisation only (a read-only .git, a snapshot gone meanwhile).
+ */
+export async function refreshIfBehind(repo: ChainRepo, report: HistoryReport, appended: number, limit = IMAGE_POLICY.blocks): Promise<boolean> {
+  if (report.source !== 'image' || report.scanned + appended < limit) return false;
+  try {
+    await ChainState.load(repo);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Says once on stderr that the full scan was taken and why, unless quiet. */
+export function noteScan(report: HistoryReport, quiet: boolean): void {
+  if (report.source !== 'scan' || quiet || report.scanned < 10_000) return;
+  process.stderr.write(`note: searched all ${report.scanned} block files for earlier endorsements (${report.why}); ` +
+    'the verified state a gateway start (vouch serve) leaves in .git makes this constant time\n');
+}
