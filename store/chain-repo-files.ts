@@ -112,7 +112,7 @@ export class ChainRepoFiles {
   /** The sparse layout (./sparse-layout.ts): no block file in the working tree; blocks are read from git objects. */
   protected _sparse = false;
   /** Leaf trees read for block reads of the sparse layout, by shard path (a few, most recent). */
-  private leaves = new Map<string, { src: TreeEntry[]; byName: Map<string, TreeEntry> }>();
+  private leaves = new Map<string, Buffer>();
   protected queue: Promise<unknown> = Promise.resolve();
 
   protected constructor(dir: string, hint: IndexHint | null = null) {
@@ -410,23 +410,28 @@ export class ChainRepoFiles {
   protected readBlockObject(index: number, p: string): string {
     const leafPath = p.slice(0, 14);
     const current = this.dirs.get(leafPath); // the last shard: changes with every append
-    let kept = this.leaves.get(leafPath);
-    if (!kept || (current !== undefined && kept.src !== current)) {
-      let entries = current;
-      if (!entries) {
-        entries = this.dirs.get('')!;
+    let entry: TreeEntry | undefined;
+    if (current) entry = current.find((x) => x.name === p.slice(15));
+    else {
+      let body = this.leaves.get(leafPath);
+      if (!body) {
+        let entries = this.dirs.get('')!;
+        let oid = '';
         for (const [dirPath, name] of [['blocks', 'blocks'], [p.slice(0, 10), p.slice(7, 10)], [leafPath, p.slice(11, 14)]] as const) {
           const e: TreeEntry | undefined = entries.find((x) => x.name === name);
           if (!e || e.mode !== TREE_MODE) throw new VouchError('not_found', `${p} is not on branch main`, { index });
-          entries = this.dirs.get(dirPath) ?? this.treeSync(e.oid);
+          oid = e.oid;
+          if (dirPath !== leafPath) entries = this.dirs.get(dirPath) ?? this.treeSync(e.oid);
         }
+        const o = this.objects.readSync(oid);
+        if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);
+        body = o.body;
+        if (this.leaves.size >= 16) this.leaves.delete(this.leaves.keys().next().value!);
+        this.leaves.set(leafPath, body);
       }
-      kept = { src: entries, byName: new Map(entries.map((e) => [e.name, e])) };
-      if (this.leaves.size >= 8) this.leaves.delete(this.leaves.keys().next().value!);
-      this.leaves.set(leafPath, kept);
+      entry = leafEntry(body, p.slice(15), index % 1000) ?? parseTree(body, 'leaf').find((x) => x.name === p.slice(15));
     }
-    const leaf = kept.byName;
-    const e = leaf.get(p.slice(15));
+    const e = entry;
     if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
     if (!isRegularMode(e.mode)) throw new VouchError('malformed', `malformed at block ${index}: ${p} is ${modeName(e.mode)} on branch main, not a regular file`, { index, resource: p });
     const o = this.objects.readSync(e.oid);
@@ -468,6 +473,18 @@ export class ChainRepoFiles {
     }
     throw new VouchError('not_found', `${p} is not on branch main`, { index });
   }
+}
+
+/**
+ * The entry `name` (a block file's name) of a leaf tree's bytes, found where
+ * it is when the shard holds nothing but regular block files in order (each
+ * entry `100644 DDDDDDDDD.json\0` + 20 bytes: 42 bytes, the k-th block at
+ * k * 42); undefined otherwise (the caller parses the tree).
+ */
+function leafEntry(body: Buffer, name: string, k: number): TreeEntry | undefined {
+  const at = k * 42;
+  if (at + 42 > body.length || body.toString('latin1', at, at + 22) !== `100644 ${name}\0`) return undefined;
+  return { mode: '100644', name, oid: body.toString('hex', at + 22, at + 42) };
 }
 
 /** What a directory entry that is not a regular file is, for messages. */
