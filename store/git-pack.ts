@@ -149,7 +149,7 @@ export class DiskPacks {
   /** Packs opened by name for `readAtOffset` (their `.idx` read only when needed). */
   private byOffset = new Map<string, StoredPack>();
 
-  constructor(private readonly dir: string) {}
+  constructor(readonly dir: string) {}
 
   /** (Re)list the packs; a pack index is read once; descriptors of packs gone are closed. */
   private scan(): void {
@@ -323,6 +323,55 @@ export class DiskPacks {
     for (const p of [...this.packs ?? [], ...this.byOffset.values()]) if (p.fd !== null) fs.closeSync(p.fd);
     this.packs = null;
     this.byOffset.clear();
+  }
+}
+
+/**
+ * Whole objects of one pack read in pack order through a window (1 MiB,
+ * one read for many small objects): the verify workers' read of the sparse
+ * layout's blocks, which a pack holds one after another. `read` gives null
+ * for a delta (the caller reads it through DiskPacks, which resolves bases).
+ */
+export class PackWindow {
+  private fd: number | null = null;
+  private end = 0;
+  private buf = Buffer.allocUnsafe(1 << 20);
+  private from = 0;
+  private to = 0;
+
+  constructor(readonly path: string) {}
+
+  read(offset: number): { type: string; body: Buffer } | null {
+    if (this.fd === null) {
+      this.fd = fs.openSync(this.path, 'r');
+      this.end = fs.fstatSync(this.fd).size - 20;
+    }
+    const name = this.path;
+    const bad = (why: string): never => { throw new VouchError('io_error', `bad object header in ${name}: ${why}`); };
+    if (offset < 12 || offset >= this.end) bad(`offset ${offset} is outside the pack`);
+    this.fill(offset, 32);
+    const h = parseObjectHeader(this.buf, offset - this.from, this.to - this.from, bad, offset);
+    if (h.kind === OFS_DELTA || h.kind === REF_DELTA) return null;
+    const want = Math.min(h.size + (h.size >> 10) + 64, this.end - h.dataAt); // deflate never grows data by more than this
+    this.fill(h.dataAt, want);
+    const at = h.dataAt - this.from;
+    const body = inflateSync(this.buf.subarray(at, at + Math.min(want, this.to - h.dataAt)), { maxOutputLength: Math.max(1, h.size) });
+    if (body.length !== h.size) bad(`object at ${offset} inflates to ${body.length} bytes, not ${h.size}`);
+    return { type: OBJ_TYPES[h.kind]!, body };
+  }
+
+  /** Makes the window hold [at, at + len) (or up to the pack's end). */
+  private fill(at: number, len: number): void {
+    if (at >= this.from && at + len <= this.to) return;
+    if (len > this.buf.length) this.buf = Buffer.allocUnsafe(len);
+    const n = fs.readSync(this.fd!, this.buf, 0, Math.min(this.buf.length, this.end + 20 - at), at);
+    this.from = at;
+    this.to = at + n;
+  }
+
+  close(): void {
+    if (this.fd !== null) fs.closeSync(this.fd);
+    this.fd = null;
   }
 }
 

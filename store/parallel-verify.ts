@@ -45,8 +45,7 @@ import type { BlockObjects, CommittedFiles } from './chain-repo-files.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { examineFile, examineObject, type Examined, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
-import { DiskPacks } from './git-pack.ts';
+import { closeObjectRead, examineFile, examineObject, objectReadOf, type Examined, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 
@@ -330,6 +329,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
   const base = source.dir.endsWith(sep) ? source.dir : source.dir + sep;
   let pool: Promise<Worker[]> | null = null;
   let poolUsed = false;
+  let mainRead: ObjectRead | null = null;
   const stopPool = async () => {
     const p = pool;
     pool = null;
@@ -362,14 +362,13 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // The sparse layout: blocks read from git objects where the branch's trees name them (the listing is the branch's).
     const objects = source.sparse === true && source.blockObjects && committed !== null ? source.blockObjects() : null;
     const gitdir = base + '.git' + sep;
-    let mainRead: ObjectRead | null = null;
     /** Block `p`, read and examined on this thread (block 0, small chains). */
     const examineAt = (p: number, authority: TrustedAuthority | null): Examined => {
       if (objects === null) return examineFile(base + blockPath(p), p, authority, expect(p));
       const oid = expect(p);
       if (!oid) return { facts: { position: p, malformed: `${blockPath(p)} is not on branch main` }, text: null, block: null };
       const at = objects.where(oid);
-      mainRead ??= { gitdir, packs: new DiskPacks(objects.packDir) };
+      mainRead ??= objectReadOf(gitdir, objects.packDir);
       return examineObject(mainRead, p, authority, oid, at?.pack ?? null, at?.offset ?? -1);
     };
     /** The blob id the branch commits for block `i` (null: none); undefined without a branch. */
@@ -518,6 +517,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     if (cpError !== null) throw cpError;
     return { state: verifier.state, checkpoint: checkCheckpoint(cpText, verifier, committed) };
   } finally {
+    closeObjectRead(mainRead);
     await stopPool();
   }
 }

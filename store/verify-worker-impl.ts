@@ -30,14 +30,14 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';
-import { hash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { ChainVerifier, examineParsed, type BlockFacts, type TrustedAuthority, type VerifierState, type WalkRecord } from '../chain/verify.ts';
 import { isVouchError } from '../chain/errors.ts';
 import { LIMITS, parseBlockFile, utf8Text, type Block } from '../chain/block.ts';
 import { blockPath } from '../chain/layout.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { DiskPacks } from './git-pack.ts';
+import { DiskPacks, PackWindow } from './git-pack.ts';
 import { readLoose } from './git-objects.ts';
 
 export interface VerifyTask {
@@ -228,14 +228,18 @@ export function examineObject(read: ObjectRead, position: number, authority: Tru
   const want = Buffer.from(oid.buffer, oid.byteOffset, 20).toString('hex');
   let o: { type: string; body: Buffer } | null;
   try {
-    o = pack !== null ? read.packs.readAtOffset(pack, offset) : readLoose(read.gitdir, want);
+    if (pack !== null) {
+      let w = read.windows.get(pack);
+      if (!w) read.windows.set(pack, (w = new PackWindow(`${read.packs.dir}/${pack}.pack`)));
+      o = w.read(offset) ?? read.packs.readAtOffset(pack, offset); // a delta: its base resolved there
+    } else o = readLoose(read.gitdir, want);
   } catch (e) {
     return { facts: { position, malformed: `${label} (git object ${want}) cannot be read: ${(e as Error).message}` }, text: null, block: null };
   }
   if (o === null) return { facts: { position, malformed: `${label} (git object ${want}) is missing from the repository` }, text: null, block: null };
   if (o.type !== 'blob') return { facts: { position, malformed: `${label} (git object ${want}) is a ${o.type}, not a blob` }, text: null, block: null };
   if (o.body.length > LIMITS.blockFileBytes) return { facts: { position, malformed: `${label} is larger than ${LIMITS.blockFileBytes} bytes` }, text: null, block: null };
-  const got = hash('sha1', Buffer.concat([Buffer.from(`blob ${o.body.length}\0`, 'latin1'), o.body]), 'hex');
+  const got = createHash('sha1').update(`blob ${o.body.length}\0`, 'latin1').update(o.body).digest('hex');
   const text = utf8Text(o.body);
   if (text === null) return { facts: { position, malformed: `${label} is not valid UTF-8` }, text: null, block: null };
   const parsed = parseBlockFile(text, position);
@@ -248,16 +252,19 @@ export function examineObject(read: ObjectRead, position: number, authority: Tru
 }
 
 /** Where the sparse layout's objects are read: the packs by name (each opened once), and loose objects. */
-export interface ObjectRead { gitdir: string; packs: DiskPacks }
+export interface ObjectRead { gitdir: string; packs: DiskPacks; windows: Map<string, PackWindow> }
 
-let objectRead: ObjectRead | null = null;
-function objectReadFor(gitdir: string, packDir: string): ObjectRead {
-  if (objectRead === null || objectRead.gitdir !== gitdir) {
-    objectRead?.packs.close();
-    objectRead = { gitdir, packs: new DiskPacks(packDir) };
-  }
-  objectRead.packs.resetCache();
-  return objectRead;
+/** Opens nothing until a read; `closeObjectRead` closes what reads opened. */
+export function objectReadOf(gitdir: string, packDir: string): ObjectRead {
+  return { gitdir, packs: new DiskPacks(packDir), windows: new Map() };
+}
+
+/** Closes the descriptors of an ObjectRead (file descriptors are the process's: a worker ending closes none). */
+export function closeObjectRead(read: ObjectRead | null): void {
+  if (read === null) return;
+  for (const w of read.windows.values()) w.close();
+  read.windows.clear();
+  read.packs.close();
 }
 
 /** The blob id the task says the branch commits for its block `i` (see `VerifyTask.oids`). */
@@ -271,7 +278,15 @@ function committedOf(task: VerifyTask, i: number, missing: Set<number> | null): 
 export function runTask(task: VerifyTask): VerifyTaskResult {
   const missing = task.missing !== undefined && task.missing.length > 0 ? new Set(task.missing) : null;
   const objects = task.objects;
-  const read = objects ? objectReadFor(objects.gitdir, objects.packDir) : null;
+  const read = objects ? objectReadOf(objects.gitdir, objects.packDir) : null;
+  try {
+    return walkTask(task, missing, objects, read);
+  } finally {
+    closeObjectRead(read);
+  }
+}
+
+function walkTask(task: VerifyTask, missing: Set<number> | null, objects: VerifyTask['objects'], read: ObjectRead | null): VerifyTaskResult {
   const examine = (i: number): Examined => {
     if (objects && read) {
       const k = objects.where[2 * i]!;
