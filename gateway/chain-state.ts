@@ -132,7 +132,8 @@ export class ChainState {
   private indexedFromCache = 0;
 
   private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {
-    this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'));
+    // The sparse layout's texts are read from git objects: the cache keeps their lengths and hashes only.
+    this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'), repo.sparse ? (i) => repo.readBlockFile(i) : null);
     this._index = this.newIndex();
   }
 

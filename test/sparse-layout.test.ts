@@ -26,6 +26,8 @@ import { verifyDirectory } from '../store/parallel-verify.ts';
 import { isSparse } from '../store/sparse-layout.ts';
 import { buildLongChain, T0 } from './helpers/chain-fixture.ts';
 import { GitServer } from './helpers/git-server.ts';
+import { startGatewayProcess, writeConfig } from './helpers/gateway-process.ts';
+import { base64Encode } from '../chain/encoding.ts';
 
 const N = 2_600; // above parallel-verify's inline bound: the workers read the packs
 const chain = buildLongChain(N + 3);
@@ -170,6 +172,33 @@ test('a sparse clone over smart HTTP checks out no block file and verifies from 
   } finally {
     await server.stop();
   }
+});
+
+test('a gateway on a sparse chain: cold then warm start, lookups served from git objects, no second copy of the texts', async () => {
+  const { dir } = await makeSparse();
+  const config = writeConfig(root, { listen: { port: 0 }, chain: { dir, public_key: base64Encode(chain.signer.publicKey) } }, `sparse-${seq++}.yaml`);
+  const run = async (): Promise<{ stdout: string; block: any; lookup: any }> => {
+    const gw = await startGatewayProcess(['--config', config], { readyTimeoutMs: 120_000 });
+    try {
+      const block = await (await fetch(`${gw.url}/v1/block?index=1234`)).json();
+      const url = (chain.blocks[2_222]!.payload as any).endorsements[0].artifact_url as string;
+      const lookup = await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(url)}`)).json();
+      return { stdout: gw.stdout(), block, lookup };
+    } finally {
+      await gw.stop();
+    }
+  };
+  const cold = await run();
+  assert.match(cold.stdout, new RegExp(`cold start, ${N} verified`));
+  assert.is(cold.block.record_hash, chain.blocks[1_234]!.record_hash);
+  assert.is(cold.lookup.record_hash, chain.blocks[2_222]!.record_hash, JSON.stringify(cold.lookup).slice(0, 300));
+  assert.not.ok(existsSync(join(dir, '.git', 'vouch-blocks.cache')), 'the texts are not copied out of the pack');
+  assert.ok(statSync(join(dir, '.git', 'vouch-blocks.idx')).size === N * 36, 'each text is known by its length and sha256');
+  const warm = await run();
+  assert.match(warm.stdout, /warm start, 0 verified/);
+  assert.is(warm.block.record_hash, chain.blocks[1_234]!.record_hash);
+  assert.is(warm.lookup.record_hash, chain.blocks[2_222]!.record_hash);
+  assertSparseClean(dir, N);
 });
 
 test.run();
