@@ -15,7 +15,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync, writeSync, closeSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
@@ -27,6 +27,7 @@ import { isSparse } from '../store/sparse-layout.ts';
 import { buildLongChain, T0 } from './helpers/chain-fixture.ts';
 import { GitServer } from './helpers/git-server.ts';
 import { startGatewayProcess, writeConfig } from './helpers/gateway-process.ts';
+import { vouch } from './helpers/processes.ts';
 import { base64Encode } from '../chain/encoding.ts';
 
 const N = 2_600; // above parallel-verify's inline bound: the workers read the packs
@@ -169,6 +170,17 @@ test('a sparse clone over smart HTTP checks out no block file and verifies from 
     repo.dropFetched();
     assert.is((await verifyDirectory(repo)).state.size, N);
     assert.equal((await ChainRepo.open(mirror)).repairs, []);
+    // The authority appends; the mirror fetches and fast-forwards, still sparse and clean.
+    const source = await ChainRepo.open(dir);
+    for (let i = N; i < N + 2; i++) await source.append(files(i, i + 1), cpText(i + 1), info(i));
+    git(join(served, 'chain.git'), 'fetch', '-q', dir, '+main:main');
+    const got = await repo.fetch(server.url('chain.git'));
+    assert.is(got.commit, source.head);
+    await repo.fastForward(got.commit);
+    assert.is(repo.size, N + 2);
+    assertSparseClean(mirror, N + 2);
+    assert.is(repo.readBlockFile(N + 1), formatBlockFile(chain.blocks[N + 1]!));
+    assert.is((await verifyDirectory(repo)).state.size, N + 2);
   } finally {
     await server.stop();
   }
@@ -199,6 +211,31 @@ test('a gateway on a sparse chain: cold then warm start, lookups served from git
   assert.is(warm.block.record_hash, chain.blocks[1_234]!.record_hash);
   assert.is(warm.lookup.record_hash, chain.blocks[2_222]!.record_hash);
   assertSparseClean(dir, N);
+});
+
+test('vouch init --layout sparse, endorse and verify from the command line', () => {
+  const work = fresh('cli');
+  mkdirSync(work);
+  const key = join(work, 'authority.pem');
+  const c = join(work, 'chain');
+  assert.is(vouch(['keygen', '--out', key]).status, 0);
+  const init = vouch(['init', '--chain', c, '--key', key, '--signer', 'acme', '--layout', 'sparse']);
+  assert.is(init.status, 0, init.stderr);
+  assert.not.ok(existsSync(join(c, 'blocks')), 'no block file checked out');
+  const file = join(work, 'w.js');
+  writeFileSync(file, 'console.log(1);\n');
+  for (const v of ['1.0.0', '1.0.1']) {
+    const r = vouch(['endorse', '--chain', c, '--key', key, '--url', `https://cdn.example/w-${v}.js`, '--file', file, '--name', 'acme/w', '--semver', v, '--license', 'MIT']);
+    assert.is(r.status, 0, r.stderr);
+  }
+  const v = vouch(['verify', '--chain', c, '--json']);
+  assert.is(v.status, 0, v.stderr);
+  assert.is(JSON.parse(v.stdout).blocks, 3);
+  assert.is(git(c, 'status', '--porcelain'), '');
+  assert.match(git(c, 'show', 'HEAD:blocks/000/000/000000002.json'), /w-1\.0\.1\.js/);
+  const bad = vouch(['init', '--chain', join(work, 'other'), '--key', key, '--signer', 'acme', '--layout', 'thin']);
+  assert.is(bad.status, 2);
+  assert.match(bad.stderr, /--layout must be full or sparse/);
 });
 
 test.run();
