@@ -281,21 +281,9 @@ export class ChainRepoRepair extends ChainRepoFiles {
         continue;
       }
       if (e.mode === '120000' || e.mode === '160000') continue; // symlinks and submodules are not ours to write
-      const abs = join(this.dir, e.name);
-      const st = lstatOrNull(abs);
-      const known = current?.files.get(e.name);
-      if (st?.isFile() && known && known.oid === e.oid && statMatches(known, st)) {
-        entries.push(known);
-        continue;
-      }
-      changed = true;
-      if (!(st?.isFile() && hashFile(abs) === e.oid)) {
-        if (st?.isDirectory()) fs.rmSync(abs, { recursive: true, force: true });
-        this.writeWorkFile(e.name, await this.objects.readBlob(e.oid));
-        if (e.mode === '100755') fs.chmodSync(abs, 0o755);
-        note('restored', e.name, 'on branch main but missing or different in the working tree');
-      }
-      entries.push(entryFromStat(e.name, e.oid, fs.lstatSync(abs, { bigint: true })));
+      const r = await this.syncFile(e.name, e.oid, e.mode, current?.files.get(e.name), repairing);
+      entries.push(r.entry);
+      if (r.changed) changed = true;
     }
     for (const [name] of current?.files ?? []) {
       if (entries.some((e) => e.path === name)) continue;
@@ -308,6 +296,25 @@ export class ChainRepoRepair extends ChainRepoFiles {
     const fd = await acquireLock(lock, (p) => this.noteStaleLock(p));
     commitLock(fd, lock, join(this.gitdir, 'index'), sparseIndexBytes(dirs, entries));
     note('reindexed', '.git/index', current === null ? 'a sparse index written from branch main (the sparse layout)' : 'the sparse index caught up with branch main');
+  }
+
+  /**
+   * One working-tree file against the branch's blob `oid`: its index entry
+   * `known` kept when the stat data still matches, else the file hashed, and
+   * written from git objects when it differs (recorded in `repairs` when
+   * `repairing`). `changed`: the index needs the returned entry.
+   */
+  protected async syncFile(path: string, oid: string, mode: string, known: IndexEntry | undefined, repairing: boolean): Promise<{ entry: IndexEntry; changed: boolean }> {
+    const abs = join(this.dir, path);
+    const st = lstatOrNull(abs);
+    if (st?.isFile() && known && known.oid === oid && statMatches(known, st)) return { entry: known, changed: false };
+    if (!(st?.isFile() && hashFile(abs) === oid)) {
+      if (st?.isDirectory()) fs.rmSync(abs, { recursive: true, force: true });
+      this.writeWorkFile(path, await this.objects.readBlob(oid));
+      if (mode === '100755') fs.chmodSync(abs, 0o755);
+      if (repairing) this.repairs.push({ action: 'restored', path, reason: 'on branch main but missing or different in the working tree' });
+    }
+    return { entry: entryFromStat(path, oid, fs.lstatSync(abs, { bigint: true })), changed: true };
   }
 
   protected removeIfExists(abs: string, reason: string): boolean {
@@ -422,20 +429,9 @@ export class ChainRepoRepair extends ChainRepoFiles {
         if (e) entries.push(e);
         continue;
       }
-      const abs = join(this.dir, path);
-      const st = lstatOrNull(abs);
-      if (st?.isFile() && e && e.oid === f.oid && statMatches(e, st)) {
-        entries.push(e);
-        continue;
-      }
-      changed = true;
-      if (!(st?.isFile() && hashFile(abs) === f.oid)) {
-        if (st?.isDirectory()) fs.rmSync(abs, { recursive: true, force: true });
-        this.writeWorkFile(path, await this.objects.readBlob(f.oid));
-        if (f.mode === '100755') fs.chmodSync(abs, 0o755);
-        this.repairs.push({ action: 'restored', path, reason: 'on branch main but missing or different in the working tree' });
-      }
-      entries.push(entryFromStat(path, f.oid, fs.lstatSync(abs, { bigint: true })));
+      const r = await this.syncFile(path, f.oid, f.mode, e, true);
+      entries.push(r.entry);
+      if (r.changed) changed = true;
     }
     for (const path of current.keys()) if (!files.has(path)) changed = true;
     for (const f of this.listBlockFiles()) {

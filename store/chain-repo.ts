@@ -374,34 +374,25 @@ export class ChainRepo extends ChainRepoRepair {
     this.forgetLeaves();
 
     // 3-5. Working tree, index, state: a failure here leaves them to catch up.
-    if (this._sparse) {
-      // The sparse layout: checkpoint.json and a two-entry index (./sparse-layout.ts); the blocks stay in git objects.
-      try {
-        failPoint('working-tree');
+    try {
+      failPoint('working-tree');
+      if (this._sparse) {
+        // The sparse layout: checkpoint.json and a two-entry index (./sparse-layout.ts); the blocks stay in git objects.
         this.writeWorkFile(CHECKPOINT, cpBytes);
         crashPoint('after-files');
         await this.syncSparse(false, false);
-        crashPoint('after-index');
-        this.writeState();
-        this.consistent = true;
-      } catch (e) {
-        this.consistent = false;
-        this.warnings.push(`commit ${commitOid} is on branch main, but the working tree or index is not updated yet: ${(e as Error).message}`);
+      } else {
+        const entries: IndexEntry[] = [];
+        for (let k = 0; k < blocks.length; k++) {
+          entries.push(entryFromStat(paths[k]!, oids[k]!, this.writeWorkFile(paths[k]!, bytes[k]!)));
+        }
+        const cpEntry = entryFromStat(CHECKPOINT, cpOid, this.writeWorkFile(CHECKPOINT, cpBytes));
+        crashPoint('after-files');
+        await this.index.update((idx) => {
+          for (const e of entries) idx.addNew(e);
+          idx.upsert(cpEntry);
+        }, (p) => this.noteStaleLock(p));
       }
-      return commitOid;
-    }
-    try {
-      failPoint('working-tree');
-      const entries: IndexEntry[] = [];
-      for (let k = 0; k < blocks.length; k++) {
-        entries.push(entryFromStat(paths[k]!, oids[k]!, this.writeWorkFile(paths[k]!, bytes[k]!)));
-      }
-      const cpEntry = entryFromStat(CHECKPOINT, cpOid, this.writeWorkFile(CHECKPOINT, cpBytes));
-      crashPoint('after-files');
-      await this.index.update((idx) => {
-        for (const e of entries) idx.addNew(e);
-        idx.upsert(cpEntry);
-      }, (p) => this.noteStaleLock(p));
       crashPoint('after-index');
       this.writeState();
       this.consistent = true;
