@@ -1,10 +1,12 @@
 /**
- * `npm run bench -- scale [--quick] [--sizes=A,B] [--rows=R,...]` (issue 16,
+ * `npm run bench -- scale [--quick] [--sizes=A,B] [--rows=R,...] [--layout=sparse]` (issue 16,
  * "A million blocks"): every figure of the issue at 1,000,000 blocks, with
  * the same figure at 50,000 beside it so growth shows. `--quick` measures
  * the same rows at 5,000 and 20,000 blocks in a few minutes (a smoke test of
  * the harness, not figures); `--sizes` picks other chain sizes, `--rows`
- * some of the rows (a whole run at 1M takes the best part of an hour).
+ * some of the rows (a whole run at 1M takes the best part of an hour);
+ * `--layout=sparse` measures the sparse layout of the same chains (README
+ * "Layouts"), written to its own section.
  *
  * Everything runs as users run it: whole processes (`node tools/vouch.js
  * ...`, git), the default configuration (logging at info, the gateway's log
@@ -35,7 +37,7 @@ import { basename, join } from 'node:path';
 import { base64Encode } from '../chain/encoding.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { median, root, stopAll } from './gateway-harness.ts';
-import { chainFor, fullCopy, linkCopy, packedClone, removeTree, scaleTmp } from './scale/chains.ts';
+import { chainFor, fullCopy, linkCopy, packedClone, removeTree, scaleTmp, sparseSource } from './scale/chains.ts';
 import { diskRow, endorseRow, gitStatusRow, verifyRow, type DiskFigures, type EndorseFigures, type GitStatusFigures, type VerifyFigures } from './scale/cli-rows.ts';
 import { coldStart, lookups, mib, warmRestarts, withGateway, type ColdFigures, type LookupFigures, type WarmFigures } from './scale/gateway-rows.ts';
 import { mirrorRow, type MirrorFigures } from './scale/mirror-row.ts';
@@ -57,6 +59,8 @@ interface Params {
   lookups: { urls: number; runs: number; seconds: number; warmup: number };
   /** Bound on one gateway start (cold, warm, mirror), ms. */
   startTimeout: (n: number) => number;
+  /** `--layout=sparse`: every row on the sparse layout of the chain (README "Layouts"), the mirror cloning into it. */
+  sparse: boolean;
 }
 
 interface SizeFigures {
@@ -82,10 +86,13 @@ function params(quick: boolean): Params {
   if (sizes.some((n) => !Number.isInteger(n) || n < 100)) throw new Error(`bench: bad --sizes=${flag('sizes')}`);
   const rows = new Set((flag('rows')?.split(',') ?? ROW_NAMES) as RowName[]);
   for (const r of rows) if (!ROW_NAMES.includes(r)) throw new Error(`bench: unknown row ${r} (rows: ${ROW_NAMES.join(',')})`);
+  const layout = flag('layout') ?? 'full';
+  if (layout !== 'full' && layout !== 'sparse') throw new Error(`bench: --layout must be full or sparse, not ${layout}`);
+  const sparse = layout === 'sparse';
   return quick
-    ? { sizes, rows, verifyRuns: () => 1, restarts: 3, endorses: 3, lookups: { urls: 10_000, runs: 2, seconds: 3, warmup: 1 }, startTimeout: () => 10 * MIN }
+    ? { sparse, sizes, rows, verifyRuns: () => 1, restarts: 3, endorses: 3, lookups: { urls: 10_000, runs: 2, seconds: 3, warmup: 1 }, startTimeout: () => 10 * MIN }
     : {
-      sizes, rows, verifyRuns: (n) => (n <= 100_000 ? 3 : 1), restarts: 3, endorses: 3,
+      sparse, sizes, rows, verifyRuns: (n) => (n <= 100_000 ? 3 : 1), restarts: 3, endorses: 3,
       lookups: { urls: 20_000, runs: 5, seconds: 6, warmup: 2 },
       startTimeout: (n) => Math.max(10 * MIN, (n / 1_000_000) * 40 * MIN),
     };
@@ -104,7 +111,7 @@ async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> 
       return undefined;
     }
   };
-  const src = await row('chain', () => chainFor(n));
+  const src = await row('chain', async () => (p.sparse ? sparseSource(await chainFor(n), n) : chainFor(n)));
   if (src === undefined) {
     for (const r of p.rows) f.failed[r] = `no ${n}-block chain: ${f.failed.chain}`;
     return f;
@@ -164,7 +171,7 @@ async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> 
   }
 
   if (want('mirror')) {
-    if (packed) f.mirror = await row('mirror', () => mirrorRow({ bare, blocks: n, publicKey, work, timeoutMs: p.startTimeout(n) }));
+    if (packed) f.mirror = await row('mirror', () => mirrorRow({ bare, blocks: n, publicKey, work, timeoutMs: p.startTimeout(n), sparse: p.sparse }));
     else f.failed.mirror ??= 'no packed clone to serve (disk row failed)';
   }
   for (const log of ['gateway.log', 'mirror.log']) f.logProblems.push(...logProblems(join(work, log)));
@@ -293,5 +300,6 @@ export async function runScaleBench(quick: boolean): Promise<{ title: string; ma
   if (p.rows.size < ROW_NAMES.length) notes.push(`Only these rows were measured (\`--rows=${[...p.rows].join(',')}\`).`);
   if (quick) notes.push(`**--quick**: ${p.sizes.map(label).join(' and ')} blocks, short runs: a smoke test of the harness, not figures.`);
   const markdown = [table(all), ...notes].join('\n\n');
-  return { title: 'A million blocks (issue 16)', markdown };
+  if (p.sparse) notes.push('**--layout=sparse**: every row on the sparse layout of the same chain (README "Layouts": block files only in git objects, git\'s sparse checkout and sparse index; bench/scale/chains.ts `sparseSource`); the mirror clones with `chain.layout: sparse`.');
+  return { title: p.sparse ? 'A million blocks, sparse layout (issue 16)' : 'A million blocks (issue 16)', markdown };
 }

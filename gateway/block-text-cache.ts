@@ -14,6 +14,12 @@
  *
  * Trusts: its caller to append verified texts only, and to use files read
  * back (`scan`) only when the digest is the one recorded after verification.
+ * With a `source` (the sparse layout, README "Layouts": the blocks are
+ * already in git objects, compressed), the text file is not written: only
+ * the index file is, and `text(i)` reads the block from the source and
+ * checks it against its recorded sha256 all the same; the chain directory
+ * then holds the texts once (issue 16's disk target), not twice.
+ *
  * Must hold: `text(i)` returns only a text whose sha256 is the one recorded
  * for block i (else null); `count`, `length`, the offsets, the hashes and
  * the digest always describe the same records; bytes after them (a crash's
@@ -63,7 +69,8 @@ export class BlockTextCache {
   persistent = true;
   private pending: { text: string; idx: string } | null = null;
 
-  constructor(readonly path: string) {}
+  /** `source`: where texts are read when they are not kept here (see the header). */
+  constructor(readonly path: string, private readonly source: ((i: number) => string) | null = null) {}
 
   private get idxPath(): string {
     return this.path.replace(/\.cache$/, '') + '.idx';
@@ -102,7 +109,7 @@ export class BlockTextCache {
     this.close();
     this.resetState();
     try {
-      this.fd = openSync(this.path, constants.O_RDWR);
+      if (this.source === null) this.fd = openSync(this.path, constants.O_RDWR);
       this.idxFd = openSync(this.idxPath, constants.O_RDWR);
       const idx = Buffer.allocUnsafe(count * REC);
       if (!preadAll(this.idxFd, idx, 0)) throw new Error('short');
@@ -116,9 +123,12 @@ export class BlockTextCache {
         this.starts[i + 1] = at;
         this.hashes.set(idx.subarray(o + 4, o + REC), i * 32);
       }
-      if (fstatSync(this.fd).size < at) throw new Error('short');
+      if (this.source === null && fstatSync(this.fd).size < at) throw new Error('short');
       this.count = count;
       this.length = at;
+      if (this.source !== null) {
+        try { unlinkSync(this.path); } catch { /* none: texts a full layout kept, not needed with a source */ }
+      }
       return true;
     } catch {
       this.close();
@@ -135,7 +145,7 @@ export class BlockTextCache {
     const tmp = { text: `${this.path}.${process.pid}.tmp`, idx: `${this.idxPath}.${process.pid}.tmp` };
     const flags = constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC;
     try {
-      this.fd = openSync(tmp.text, flags, 0o644);
+      if (this.source === null) this.fd = openSync(tmp.text, flags, 0o644);
       this.idxFd = openSync(tmp.idx, flags, 0o644);
       this.pending = tmp;
     } catch {
@@ -144,6 +154,7 @@ export class BlockTextCache {
       const dir = mkdtempSync(join(tmpdir(), 'vouch-cache-'));
       for (const name of ['blocks.cache', 'blocks.idx']) {
         const p = join(dir, name);
+        if (name === 'blocks.cache' && this.source !== null) continue;
         const fd = openSync(p, flags, 0o600);
         unlinkSync(p);
         if (name === 'blocks.cache') this.fd = fd;
@@ -169,7 +180,10 @@ export class BlockTextCache {
     if (this.pending === null) return;
     try {
       renameSync(this.pending.idx, this.idxPath);
-      renameSync(this.pending.text, this.path);
+      if (this.source === null) renameSync(this.pending.text, this.path);
+      else {
+        try { unlinkSync(this.path); } catch { /* none: texts of the full layout, not needed any more */ }
+      }
     } catch {
       this.persistent = false;
     }
@@ -179,7 +193,7 @@ export class BlockTextCache {
   /** Appends verified texts after the good records. */
   append(texts: readonly string[]): void {
     if (texts.length === 0) return;
-    if (this.fd < 0) throw new Error('block cache is not open');
+    if (this.idxFd < 0 || (this.source === null && this.fd < 0)) throw new Error('block cache is not open');
     if (this.pending === null && this.persistent) this.unshare();
     const bufs = texts.map((t) => Buffer.from(t, 'utf8'));
     let total = 0;
@@ -195,7 +209,7 @@ export class BlockTextCache {
       idx.writeUInt32BE(b.length, k * REC);
       sha256(b).copy(idx, k * REC + 4);
     });
-    pwriteAll(this.fd, data, this.length);
+    if (this.source === null) pwriteAll(this.fd, data, this.length);
     pwriteAll(this.idxFd, idx, this.count * REC);
     let at = this.length;
     bufs.forEach((b, k) => {
@@ -207,7 +221,7 @@ export class BlockTextCache {
     this.count += bufs.length;
     this.length = at;
     try {
-      ftruncateSync(this.fd, this.length);
+      if (this.source === null) ftruncateSync(this.fd, this.length);
       ftruncateSync(this.idxFd, this.count * REC);
     } catch {
       // Leftovers after the records are never read.
@@ -218,6 +232,7 @@ export class BlockTextCache {
   private unshare(): void {
     for (const which of ['text', 'idx'] as const) {
       const fd = which === 'text' ? this.fd : this.idxFd;
+      if (fd < 0) continue; // no text file with a source
       if (fstatSync(fd).nlink <= 1) continue;
       const path = which === 'text' ? this.path : this.idxPath;
       const size = which === 'text' ? this.length : this.count * REC;
@@ -248,6 +263,15 @@ export class BlockTextCache {
   /** The verified text of block i (i < count), or null when the file no longer holds it. */
   text(i: number): string | null {
     if (!(i >= 0 && i < this.count)) throw new RangeError(`block cache: no block ${i}`);
+    if (this.source !== null) {
+      let t: string;
+      try {
+        t = this.source(i);
+      } catch {
+        return null;
+      }
+      return this.isText(i, t) ? t : null;
+    }
     const start = this.starts[i]! + 4;
     const buf = Buffer.allocUnsafe(this.starts[i + 1]! - start);
     if (!preadAll(this.fd, buf, start) || !this.isText(i, buf)) return null;

@@ -132,7 +132,8 @@ export class ChainState {
   private indexedFromCache = 0;
 
   private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {
-    this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'));
+    // The sparse layout's texts are read from git objects: the cache keeps their lengths and hashes only.
+    this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'), repo.sparse ? (i) => repo.readBlockFile(i) : null);
     this._index = this.newIndex();
   }
 
@@ -431,7 +432,10 @@ export class ChainState {
     for (let start = 0; start < n; start += BATCH) {
       const ids = Array.from({ length: Math.min(BATCH, n - start) }, (_, k) => start + k);
       // The raw bytes against the verified text's sha256: a byte changed into an invalid one differs too.
-      const files = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i))).catch(() => null)));
+      // The sparse layout has no files: the block's object is read (what a clone gets).
+      const files = this.repo.sparse
+        ? ids.map((i) => { try { return Buffer.from(this.repo.readBlockFile(i), 'utf8'); } catch { return null; } })
+        : await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i))).catch(() => null)));
       for (let k = 0; k < ids.length; k++) {
         const f = files[k];
         if (f === null || f === undefined || !this.cache.isText(ids[k]!, f)) return ids[k]!;

@@ -408,6 +408,8 @@ export interface MirrorOptions {
   pinnedPublicKey?: string | null;
   log?: Logger;
   fetch?: FetchOptions;
+  /** A new clone's layout (README "Layouts"); an existing chain keeps the one git's configuration gives it. */
+  sparse?: boolean;
 }
 
 /**
@@ -438,7 +440,7 @@ export async function prepareMirror(dir: string, remote: string, options: Mirror
   if (!st || readdirSync(abs).length === 0) {
     log?.info('cloning the chain', { dir: abs, remote: shownUrl(remote) });
     const t0 = performance.now();
-    repo = await ChainRepo.clone(remote, abs, options.fetch ?? {});
+    repo = await ChainRepo.clone(remote, abs, { ...options.fetch, sparse: options.sparse === true });
     cloned = true;
     log?.info('cloned the chain', { dir: abs, blocks: repo.size, commit: repo.head, ms: Math.round(performance.now() - t0) });
   } else {

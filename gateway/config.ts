@@ -39,7 +39,7 @@ export interface Config {
   listen: { host: string; port: number };
   public_url: string;
   service_name: string;
-  chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number };
+  chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse' };
   authority: { key_file: string; signer: string; submit_token_file: string } | null;
   /** budget_bytes: artifact bytes in memory at once (in flight, held for readers, memory tier); null: 2 × memory_bytes. */
   mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number; budget_bytes: number | null };
@@ -72,6 +72,7 @@ const SCHEMA: Record<string, Kind> = {
       public_key: { t: 'string', nullable: true, check: (s) => (base64Decode(s)?.length === 32 ? null : 'must be base64 of a 32-byte ed25519 public key') },
       sync_interval: { t: 'number', min: 0.1, max: 86_400 },
       max_staleness: { t: 'number', min: 1, max: 31_536_000 },
+      layout: { t: 'string', check: (s) => (s === 'full' || s === 'sparse' ? null : 'must be "full" or "sparse"') },
     },
   },
   authority: {
@@ -114,7 +115,7 @@ const SCHEMA: Record<string, Kind> = {
 export const DEFAULTS = {
   listen: { host: '127.0.0.1', port: 8080 },
   service_name: 'vouch',
-  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined },
+  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined, layout: 'full' as 'full' | 'sparse' },
   authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token' },
   mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },

@@ -170,7 +170,7 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
     const t = now();
     const block = buildAuthorityBlock({ signer: authority.signer, backend: nodeBackend, now: t, uns: 'vouch/provenance-chain' });
     const cp = buildCheckpoint({ head: block, signer: authority.signer, now: t });
-    return ChainRepo.init(config.chain.dir, [{ index: 0, content: formatBlockFile(block) }], formatCheckpointFile(cp), commitFor([block], t));
+    return ChainRepo.init(config.chain.dir, [{ index: 0, content: formatBlockFile(block) }], formatCheckpointFile(cp), commitFor([block], t), { sparse: config.chain.layout === 'sparse' });
   }
   if (!existsSync(config.chain.dir)) throw new VouchError('not_a_chain', `chain.dir ${config.chain.dir} does not exist (create one with vouch init, or clone one)`);
   return ChainRepo.open(config.chain.dir, { repair: authority !== null });
@@ -364,7 +364,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     const repo = mirrorMode
       ? (await prepareMirror(config.chain.dir, config.chain.remote!, {
-        pinnedPublicKey: config.chain.public_key, log,
+        pinnedPublicKey: config.chain.public_key, log, sparse: config.chain.layout === 'sparse',
         ...(options.onProgress ? { fetch: { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'cloning the chain') } } : {}),
       })).repo
       : await openChain(config, authority, now);

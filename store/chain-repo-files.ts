@@ -23,7 +23,7 @@ import { LIMITS, digitsAt, utf8Text } from '../chain/block.ts';
 import { CHECKPOINT, MAX_INDEX, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
 import { bytesOf, readChainFile } from './verify-worker-impl.ts';
 import { type IndexHint, SplitIndex, comparePaths } from './git-index.ts';
-import { TREE_MODE, type TreeEntry, ioError, isRegularMode, modeName } from './git-objects.ts';
+import { TREE_MODE, type TreeEntry, ioError, isRegularMode, modeName, parseTree } from './git-objects.ts';
 import { ObjectStore } from './object-store.ts';
 
 export type { CommitInfo } from './git-objects.ts';
@@ -63,6 +63,19 @@ export interface CommittedFiles {
   checkpoint: string | null;
   /** Everything else under blocks/: other names, and links, submodules or directories at block paths. */
   strays: { path: string; why: string }[];
+  /** The indexes of the block files, ascending (what a listing of them would show). */
+  indexes(): number[];
+}
+
+/**
+ * The objects of the sparse layout's blocks, for verifiers that read them
+ * where they are (`ChainRepo.blockObjects`): the pack directory, where a
+ * pack holds an object (by its 20-byte id), and a read of any object.
+ */
+export interface BlockObjects {
+  packDir: string;
+  where(key: Uint8Array): { pack: string; offset: number } | null;
+  read(oid: string): { type: string; body: Buffer };
 }
 
 /** One file-level difference between the branch head and another commit. */
@@ -96,6 +109,10 @@ export class ChainRepoFiles {
   protected consistent = false;
   protected canRepair = true;
   protected knownDirs = new Set<string>();
+  /** The sparse layout (./sparse-layout.ts): no block file in the working tree; blocks are read from git objects. */
+  protected _sparse = false;
+  /** Leaf trees read for block reads of the sparse layout, by shard path (a few, most recent). */
+  private leaves = new Map<string, Buffer>();
   protected queue: Promise<unknown> = Promise.resolve();
 
   protected constructor(dir: string, hint: IndexHint | null = null) {
@@ -108,6 +125,14 @@ export class ChainRepoFiles {
   /** Number of blocks on the branch (last block index + 1). */
   get size(): number {
     return this._size;
+  }
+
+  /**
+   * The sparse layout: the working tree holds checkpoint.json only, block
+   * files are read from git objects (README "Layouts").
+   */
+  get sparse(): boolean {
+    return this._sparse;
   }
 
   /** Commit id `main` points at. */
@@ -214,6 +239,14 @@ export class ChainRepoFiles {
     else if (top) strays.push({ path: 'blocks', why: `is ${modeName(top.mode)} on branch main, not a directory` });
     return {
       commit: this._head, count, checkpoint, strays,
+      indexes: () => {
+        const out: number[] = [];
+        for (const shard of [...leaves.keys()].sort((a, b) => a - b)) {
+          const src = leaves.get(shard)!.src;
+          for (let k = 0; k < 1000; k++) if (src[k] !== undefined) out.push(shard * 1000 + k);
+        }
+        return out;
+      },
       oidOf: (index) => {
         const l = leaves.get(Math.floor(index / 1000));
         const src = l?.src[index % 1000];
@@ -239,6 +272,7 @@ export class ChainRepoFiles {
    * for anything else, including errors: the caller then lists.
    */
   hasExactlyBlocks(size: number): boolean {
+    if (this._sparse) return false;
     if (!Number.isSafeInteger(size) || size < 1 || size - 1 > MAX_INDEX) return false;
     const last = size - 1;
     const list = direntsOf;
@@ -287,6 +321,7 @@ export class ChainRepoFiles {
    * FIFO, a device: the type readdir reports, as lstat would).
    */
   listBlockFiles(): { index: number | null; path: string; why?: string }[] {
+    if (this._sparse) throw new VouchError('internal_error', 'the sparse layout has no block files in the working tree: list what the branch commits (committedFiles)');
     const out: { index: number | null; path: string; why?: string }[] = [];
     let strays = false;
     const walk = (abs: string, rel: string): void => {
@@ -338,6 +373,7 @@ export class ChainRepoFiles {
    */
   readBlockFile(index: number): string {
     const p = this.checkRange(index);
+    if (this._sparse) return this.readBlockObject(index, p);
     const read = readChainFile(join(this.dir, p), LIMITS.blockFileBytes);
     if (read.error !== null) {
       if (read.kind === 'refused') throw new VouchError('malformed', `malformed at block ${index}: ${p} ${read.why}`, { index, resource: p });
@@ -366,6 +402,63 @@ export class ChainRepoFiles {
     return text;
   }
 
+  /**
+   * Block `index`'s text from git objects, synchronously (the sparse
+   * layout's `readBlockFile`): its leaf tree (kept for the next reads of the
+   * shard), then the blob, at most 16 MiB, strictly UTF-8.
+   */
+  protected readBlockObject(index: number, p: string): string {
+    const leafPath = p.slice(0, 14);
+    const current = this.dirs.get(leafPath); // the last shard: changes with every append
+    let entry: TreeEntry | undefined;
+    if (current) entry = current.find((x) => x.name === p.slice(15));
+    else {
+      let body = this.leaves.get(leafPath);
+      if (!body) {
+        let entries = this.dirs.get('')!;
+        let oid = '';
+        for (const [dirPath, name] of [['blocks', 'blocks'], [p.slice(0, 10), p.slice(7, 10)], [leafPath, p.slice(11, 14)]] as const) {
+          const e: TreeEntry | undefined = entries.find((x) => x.name === name);
+          if (!e || e.mode !== TREE_MODE) throw new VouchError('not_found', `${p} is not on branch main`, { index });
+          oid = e.oid;
+          if (dirPath !== leafPath) entries = this.dirs.get(dirPath) ?? this.treeSync(e.oid);
+        }
+        const o = this.objects.readSync(oid);
+        if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);
+        body = o.body;
+        if (this.leaves.size >= 16) this.leaves.delete(this.leaves.keys().next().value!);
+        this.leaves.set(leafPath, body);
+      }
+      entry = leafEntry(body, p.slice(15), index % 1000) ?? parseTree(body, 'leaf').find((x) => x.name === p.slice(15));
+    }
+    const e = entry;
+    if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
+    if (!isRegularMode(e.mode)) throw new VouchError('malformed', `malformed at block ${index}: ${p} is ${modeName(e.mode)} on branch main, not a regular file`, { index, resource: p });
+    const o = this.objects.readSync(e.oid);
+    if (o.type !== 'blob') throw new VouchError('io_error', `object ${e.oid} (${p}) is a ${o.type}, expected a blob`);
+    return strictBlockText(o.body, index, p);
+  }
+
+  private treeSync(oid: string): TreeEntry[] {
+    const o = this.objects.readSync(oid);
+    if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);
+    return parseTree(o.body, oid);
+  }
+
+  /** Forget the leaf trees kept for block reads (the branch moved: a shard that was the last one may have grown). */
+  protected forgetLeaves(): void {
+    this.leaves.clear();
+  }
+
+  /** Where the blocks' objects are, for a verifier reading them from the packs (the sparse layout). */
+  blockObjects(): BlockObjects {
+    return {
+      packDir: join(this.gitdir, 'objects', 'pack'),
+      where: (key) => this.objects.disk.where(key),
+      read: (oid) => this.objects.readSync(oid),
+    };
+  }
+
   /** The text of block `index` from the branch's objects (audits, repair). */
   async readBlockFromGit(index: number): Promise<string> {
     const p = this.checkRange(index);
@@ -380,6 +473,18 @@ export class ChainRepoFiles {
     }
     throw new VouchError('not_found', `${p} is not on branch main`, { index });
   }
+}
+
+/**
+ * The entry `name` (a block file's name) of a leaf tree's bytes, found where
+ * it is when the shard holds nothing but regular block files in order (each
+ * entry `100644 DDDDDDDDD.json\0` + 20 bytes: 42 bytes, the k-th block at
+ * k * 42); undefined otherwise (the caller parses the tree).
+ */
+function leafEntry(body: Buffer, name: string, k: number): TreeEntry | undefined {
+  const at = k * 42;
+  if (at + 42 > body.length || body.toString('latin1', at, at + 22) !== `100644 ${name}\0`) return undefined;
+  return { mode: '100644', name, oid: body.toString('hex', at + 22, at + 42) };
 }
 
 /** What a directory entry that is not a regular file is, for messages. */

@@ -23,7 +23,8 @@ import { CHECKPOINT, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout
 import { type IndexEntry, type IndexHint, entryFromStat, statMatches } from './git-index.ts';
 import { acquireLock, commitLock, hashFile, lstatOrNull, readBranch, releaseLock } from './git-files.ts';
 import { BRANCH_REF, OID_RE, TREE_MODE, type TreeEntry, treeBody } from './git-objects.ts';
-import { ChainRepoFiles, direntsOf } from './chain-repo-files.ts';
+import { ChainRepoFiles, type RepairAction, direntsOf } from './chain-repo-files.ts';
+import { ensurePatterns, readSparseIndex, sparseIndexBytes } from './sparse-layout.ts';
 
 export const TMP_SUFFIX = '.vouch-tmp';
 export const STATE_FILE = 'vouch-state.json';
@@ -115,6 +116,7 @@ export class ChainRepoRepair extends ChainRepoFiles {
     this._head = head;
     this._size = found.size;
     this.dirs = found.dirs;
+    this.forgetLeaves();
     await this.pinHead();
   }
 
@@ -215,6 +217,12 @@ export class ChainRepoRepair extends ChainRepoFiles {
    */
   protected async repair(state: State | null): Promise<void> {
     for (const p of [join(this.dir, CHECKPOINT + TMP_SUFFIX), join(this.gitdir, STATE_FILE + TMP_SUFFIX)]) this.removeIfExists(p, 'temporary file of an interrupted write');
+    if (this._sparse) {
+      await this.syncSparse(true);
+      this.writeState();
+      this.consistent = true;
+      return;
+    }
     for (const name of fs.readdirSync(this.gitdir)) {
       if (name.startsWith('sharedindex_vouch_')) fs.rmSync(join(this.gitdir, name), { force: true });
     }
@@ -236,6 +244,77 @@ export class ChainRepoRepair extends ChainRepoFiles {
     this.cleanTail();
     this.writeState();
     this.consistent = true;
+  }
+
+  /**
+   * The sparse layout's catch-up (./sparse-layout.ts), for a repair, a
+   * fast-forward and after an append: the root files of the branch in the
+   * working tree, and a sparse index naming the head's root trees; with
+   * `full`, also the pattern file, no `blocks/` in the working tree (a chain
+   * converted from the full layout) and no shared index of the full
+   * layout's split index. Each change is recorded in `repairs` when
+   * `repairing`. Cost: the root's few files, whatever the chain's size.
+   */
+  protected async syncSparse(repairing: boolean, full = true): Promise<void> {
+    const note = (action: RepairAction['action'], path: string, reason: string): void => {
+      if (repairing) this.repairs.push({ action, path, reason });
+    };
+    if (full) {
+      if (!ensurePatterns(this.gitdir)) note('restored', '.git/info/sparse-checkout', 'the sparse layout checks out the root files only');
+      for (const name of fs.readdirSync(this.gitdir)) {
+        if (name.startsWith('sharedindex.')) fs.rmSync(join(this.gitdir, name), { force: true });
+      }
+      for (const name of fs.readdirSync(this.dir)) {
+        if (name === '.git' || !lstatOrNull(join(this.dir, name))?.isDirectory()) continue;
+        fs.rmSync(join(this.dir, name), { recursive: true, force: true });
+        note('removed', name, 'the sparse layout keeps the chain\'s directories in git objects only (git show, git log; README "Layouts")');
+      }
+    }
+    const current = readSparseIndex(this.gitdir);
+    const dirs = new Map<string, string>();
+    const entries: IndexEntry[] = [];
+    let changed = current === null;
+    for (const e of this.dirs.get('')!) {
+      if (e.mode === TREE_MODE) {
+        dirs.set(e.name, e.oid);
+        if (current?.dirs.get(e.name) !== e.oid) changed = true;
+        continue;
+      }
+      if (e.mode === '120000' || e.mode === '160000') continue; // symlinks and submodules are not ours to write
+      const r = await this.syncFile(e.name, e.oid, e.mode, current?.files.get(e.name), repairing);
+      entries.push(r.entry);
+      if (r.changed) changed = true;
+    }
+    for (const [name] of current?.files ?? []) {
+      if (entries.some((e) => e.path === name)) continue;
+      changed = true;
+      this.removeIfExists(join(this.dir, name), 'not on branch main');
+    }
+    if (current && current.dirs.size !== dirs.size) changed = true;
+    if (!changed) return;
+    const lock = join(this.gitdir, 'index.lock');
+    const fd = await acquireLock(lock, (p) => this.noteStaleLock(p));
+    commitLock(fd, lock, join(this.gitdir, 'index'), sparseIndexBytes(dirs, entries));
+    note('reindexed', '.git/index', current === null ? 'a sparse index written from branch main (the sparse layout)' : 'the sparse index caught up with branch main');
+  }
+
+  /**
+   * One working-tree file against the branch's blob `oid`: its index entry
+   * `known` kept when the stat data still matches, else the file hashed, and
+   * written from git objects when it differs (recorded in `repairs` when
+   * `repairing`). `changed`: the index needs the returned entry.
+   */
+  protected async syncFile(path: string, oid: string, mode: string, known: IndexEntry | undefined, repairing: boolean): Promise<{ entry: IndexEntry; changed: boolean }> {
+    const abs = join(this.dir, path);
+    const st = lstatOrNull(abs);
+    if (st?.isFile() && known && known.oid === oid && statMatches(known, st)) return { entry: known, changed: false };
+    if (!(st?.isFile() && hashFile(abs) === oid)) {
+      if (st?.isDirectory()) fs.rmSync(abs, { recursive: true, force: true });
+      this.writeWorkFile(path, await this.objects.readBlob(oid));
+      if (mode === '100755') fs.chmodSync(abs, 0o755);
+      if (repairing) this.repairs.push({ action: 'restored', path, reason: 'on branch main but missing or different in the working tree' });
+    }
+    return { entry: entryFromStat(path, oid, fs.lstatSync(abs, { bigint: true })), changed: true };
   }
 
   protected removeIfExists(abs: string, reason: string): boolean {
@@ -350,20 +429,9 @@ export class ChainRepoRepair extends ChainRepoFiles {
         if (e) entries.push(e);
         continue;
       }
-      const abs = join(this.dir, path);
-      const st = lstatOrNull(abs);
-      if (st?.isFile() && e && e.oid === f.oid && statMatches(e, st)) {
-        entries.push(e);
-        continue;
-      }
-      changed = true;
-      if (!(st?.isFile() && hashFile(abs) === f.oid)) {
-        if (st?.isDirectory()) fs.rmSync(abs, { recursive: true, force: true });
-        this.writeWorkFile(path, await this.objects.readBlob(f.oid));
-        if (f.mode === '100755') fs.chmodSync(abs, 0o755);
-        this.repairs.push({ action: 'restored', path, reason: 'on branch main but missing or different in the working tree' });
-      }
-      entries.push(entryFromStat(path, f.oid, fs.lstatSync(abs, { bigint: true })));
+      const r = await this.syncFile(path, f.oid, f.mode, e, true);
+      entries.push(r.entry);
+      if (r.changed) changed = true;
     }
     for (const path of current.keys()) if (!files.has(path)) changed = true;
     for (const f of this.listBlockFiles()) {

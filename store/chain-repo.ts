@@ -86,6 +86,7 @@ import { PackData } from './git-pack-index.ts';
 import { type FetchOptions, type FetchResult, discoverRefs, uploadPack } from './upload-pack.ts';
 import { type BlockFile, type ChainSnapshot, type FileChange, strictBlockText } from './chain-repo-files.ts';
 import { ChainRepoRepair, TMP_SUFFIX, readState } from './chain-repo-repair.ts';
+import { SPARSE_CONFIG, SPARSE_INDEX_CONFIG, ensurePatterns, isSparse } from './sparse-layout.ts';
 
 export { blockPath, parseBlockPath } from '../chain/layout.ts';
 export { FETCH_LIMITS } from './fetch-limits.ts';
@@ -152,7 +153,7 @@ export class ChainRepo extends ChainRepoRepair {
    * (indexes 0, 1, ...) and `checkpoint`, as one commit. Refuses with
    * `chain_exists` if `dir` holds a git repository or anything else.
    */
-  static async init(dir: string, blocks: BlockFile[], checkpoint: string, commit: CommitInfo): Promise<ChainRepo> {
+  static async init(dir: string, blocks: BlockFile[], checkpoint: string, commit: CommitInfo, opts: { sparse?: boolean } = {}): Promise<ChainRepo> {
     const abs = resolve(dir);
     let created = false;
     if (fs.existsSync(abs)) {
@@ -167,9 +168,12 @@ export class ChainRepo extends ChainRepoRepair {
       const gitdir = join(abs, '.git');
       for (const d of ['objects/info', 'objects/pack', 'refs/heads', 'refs/tags']) fs.mkdirSync(join(gitdir, d), { recursive: true });
       fs.writeFileSync(join(gitdir, 'HEAD'), `ref: ${BRANCH_REF}\n`);
-      fs.writeFileSync(join(gitdir, 'config'), '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n');
+      fs.writeFileSync(join(gitdir, 'config'), '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
+        (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : ''));
       fs.writeFileSync(join(gitdir, 'description'), 'vouch chain repository\n');
+      if (opts.sparse) ensurePatterns(gitdir);
       const repo = new ChainRepo(abs);
+      repo._sparse = opts.sparse === true;
       repo.dirs.set('', []);
       repo.consistent = true;
       // The 256 object fan-out directories, made once: the appends' loose objects then never create one (a mkdir and
@@ -212,6 +216,7 @@ export class ChainRepo extends ChainRepoRepair {
     if (!head) throw new VouchError('not_a_chain', `${abs}: branch main has no commit`);
     const state = readState(gitdir);
     const repo = new ChainRepo(abs, state?.index ?? null);
+    repo._sparse = isSparse(gitdir);
     await repo.loadBranch(head);
     repo.canRepair = opts.repair ?? true;
     if (repo.canRepair) {
@@ -366,20 +371,28 @@ export class ChainRepo extends ChainRepoRepair {
     this._size = blocks[blocks.length - 1]!.index + 1;
     const keep = ['', 'blocks', last.slice(0, 10), last.slice(0, 14)];
     this.dirs = new Map(keep.map((d) => [d, modified.get(d) ?? this.dirs.get(d) ?? []]));
+    this.forgetLeaves();
 
     // 3-5. Working tree, index, state: a failure here leaves them to catch up.
     try {
       failPoint('working-tree');
-      const entries: IndexEntry[] = [];
-      for (let k = 0; k < blocks.length; k++) {
-        entries.push(entryFromStat(paths[k]!, oids[k]!, this.writeWorkFile(paths[k]!, bytes[k]!)));
+      if (this._sparse) {
+        // The sparse layout: checkpoint.json and a two-entry index (./sparse-layout.ts); the blocks stay in git objects.
+        this.writeWorkFile(CHECKPOINT, cpBytes);
+        crashPoint('after-files');
+        await this.syncSparse(false, false);
+      } else {
+        const entries: IndexEntry[] = [];
+        for (let k = 0; k < blocks.length; k++) {
+          entries.push(entryFromStat(paths[k]!, oids[k]!, this.writeWorkFile(paths[k]!, bytes[k]!)));
+        }
+        const cpEntry = entryFromStat(CHECKPOINT, cpOid, this.writeWorkFile(CHECKPOINT, cpBytes));
+        crashPoint('after-files');
+        await this.index.update((idx) => {
+          for (const e of entries) idx.addNew(e);
+          idx.upsert(cpEntry);
+        }, (p) => this.noteStaleLock(p));
       }
-      const cpEntry = entryFromStat(CHECKPOINT, cpOid, this.writeWorkFile(CHECKPOINT, cpBytes));
-      crashPoint('after-files');
-      await this.index.update((idx) => {
-        for (const e of entries) idx.addNew(e);
-        idx.upsert(cpEntry);
-      }, (p) => this.noteStaleLock(p));
       crashPoint('after-index');
       this.writeState();
       this.consistent = true;
@@ -403,7 +416,7 @@ export class ChainRepo extends ChainRepoRepair {
    * A failed clone leaves `dir` as it found it; a crashed one leaves
    * `.git/vouch-clone-incomplete`, which `open()` refuses.
    */
-  static async clone(url: string, dir: string, opts: FetchOptions = {}): Promise<ChainRepo> {
+  static async clone(url: string, dir: string, opts: FetchOptions & { sparse?: boolean } = {}): Promise<ChainRepo> {
     const abs = resolve(dir);
     const existed = fs.existsSync(abs);
     if (existed) {
@@ -421,17 +434,20 @@ export class ChainRepo extends ChainRepoRepair {
       fs.writeFileSync(join(gitdir, 'HEAD'), `ref: ${BRANCH_REF}\n`);
       fs.writeFileSync(join(gitdir, 'description'), 'vouch chain repository (mirror)\n');
       fs.writeFileSync(join(gitdir, 'config'), '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
+        (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : '') +
         `[remote "origin"]\n\turl = ${url.replace(/[\\"\n]/g, '')}\n\tfetch = +refs/heads/main:${REMOTE_REF}\n` +
         '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n');
       const got = await uploadPack(url, opts, caps, want, [], []);
       const pack = await PackData.index(got.pack, async () => null);
       if (!pack.has(want)) throw new VouchError('io_error', `the pack from ${shown} does not hold commit ${want}`);
       const repo = new ChainRepo(abs);
+      repo._sparse = opts.sparse === true;
       await repo.storePack(pack);
       await repo.updateShallow(got.shallow, got.unshallow);
       repo.writeRemoteRef(want);
       await repo.loadBranch(want);
-      await repo.checkoutAll(pack, opts.onProgress);
+      if (repo._sparse) await repo.syncSparse(false);
+      else await repo.checkoutAll(pack, opts.onProgress);
       await repo.moveBranch(want, null);
       repo.writeState();
       repo.consistent = true;
@@ -650,8 +666,10 @@ export class ChainRepo extends ChainRepoRepair {
       this._size = target.size;
       this.dirs = target.dirs;
       await this.pinHead();
+      this.forgetLeaves();
       try {
-        await this.applyChanges(changes, false);
+        if (this._sparse) await this.syncSparse(false, false);
+        else await this.applyChanges(changes, false);
         this.writeState();
         this.consistent = true;
       } catch (e) {

@@ -195,6 +195,8 @@ export interface ParsedIndex {
   link: LinkExtension | null;
   /** Trailing SHA-1 (hex); all zeros when git skipped the hash. */
   checksum: string;
+  /** The index is a sparse index (`sdir` extension): a directory entry may stand for a whole tree (./sparse-layout.ts). */
+  sparse: boolean;
 }
 
 function sha1(...parts: Buffer[]): Buffer {
@@ -280,6 +282,7 @@ export function parseIndex(buf: Buffer): ParsedIndex {
     });
   });
   let link: LinkExtension | null = null;
+  let sparse = false;
   let off = end;
   const limit = buf.length - 20;
   while (off + 8 <= limit) {
@@ -302,11 +305,11 @@ export function parseIndex(buf: Buffer): ParsedIndex {
       }
       link = { base, deleted, replaced };
     } else if (sig === 'sdir') {
-      corrupt('sparse index is not supported');
+      sparse = true;
     }
     off = data + size;
   }
-  return { version, entries, link, checksum };
+  return { version, entries, link, checksum, sparse };
 }
 
 /** Positions (in `buf`, an index file) of the entries whose path is in `wanted`; absent paths map to -1. */
@@ -345,14 +348,18 @@ export function serializeEntry(e: IndexEntry, stripName = false): Buffer {
   return b;
 }
 
-/** A complete index file: header, the given entry bytes, optional link extension, trailing SHA-1. */
-export function buildIndexFile(entryBufs: Buffer[], count: number, extended: boolean, link?: LinkExtension): Buffer {
+/** A complete index file: header, the given entry bytes, optional link extension (or the empty `sdir` of a sparse index), trailing SHA-1. */
+export function buildIndexFile(entryBufs: Buffer[], count: number, extended: boolean, link?: LinkExtension | 'sdir'): Buffer {
   const header = Buffer.alloc(12);
   header.write('DIRC', 0, 'latin1');
   header.writeUInt32BE(extended ? 3 : 2, 4);
   header.writeUInt32BE(count, 8);
   const parts = [header, ...entryBufs];
-  if (link) {
+  if (link === 'sdir') {
+    const h = Buffer.alloc(8);
+    h.write('sdir', 0, 'latin1');
+    parts.push(h);
+  } else if (link) {
     const del = ewahEncode(link.deleted);
     const rep = ewahEncode(link.replaced);
     const h = Buffer.alloc(8 + 20);

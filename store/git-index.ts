@@ -162,6 +162,7 @@ export class SplitIndex {
     }
     this.signature = fileSignature(this.indexPath);
     const parsed = parseIndex(buf);
+    if (parsed.sparse) corrupt('a sparse index (git sparse-checkout) where the chain keeps its block files checked out');
     if (parsed.link && parsed.link.base !== ZERO_OID) {
       const { base, deleted, replaced } = parsed.link;
       const count = readSharedCount(this.sharedPath(base));

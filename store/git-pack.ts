@@ -101,7 +101,7 @@ export function encodeObjectHeader(kind: number, size: number): Buffer {
   return Buffer.from(bytes);
 }
 
-/** A stored pack as DiskPacks knows it: its `.idx` (version 2) in memory, object count, and the pack file's descriptor once opened. */
+/** A stored pack as DiskPacks knows it: its `.idx` (version 2) in memory (n = -1: not read yet), object count, and the pack file's descriptor once opened. */
 interface StoredPack { name: string; idx: Buffer; n: number; fd: number | null; end: number }
 
 /** Index of `key` (20 bytes) in a version-2 `.idx` of `n` objects, or -1. */
@@ -146,8 +146,10 @@ export class DiskPacks {
   private packs: StoredPack[] | null = null;
   private cache = new Map<string, { type: string; body: Buffer }>();
   private cacheBytes = 0;
+  /** Packs opened by name for `readAtOffset` (their `.idx` read only when needed). */
+  private byOffset = new Map<string, StoredPack>();
 
-  constructor(private readonly dir: string) {}
+  constructor(readonly dir: string) {}
 
   /** (Re)list the packs; a pack index is read once; descriptors of packs gone are closed. */
   private scan(): void {
@@ -222,6 +224,36 @@ export class DiskPacks {
     return this.find(oid) !== null;
   }
 
+  /**
+   * Where a pack holds the object `key` (20 bytes): the pack's name and the
+   * offset (the verify workers read it there: `readAtOffset`); null when no
+   * pack of the last scan holds it.
+   */
+  where(key: Uint8Array): { pack: string; offset: number } | null {
+    if (this.packs === null) this.scan();
+    const k = Buffer.from(key.buffer, key.byteOffset, 20);
+    for (const p of this.packs ?? []) {
+      const at = idxFind(p.idx, p.n, k);
+      if (at >= 0) return { pack: p.name, offset: idxOffset(p.idx, p.n, at) };
+    }
+    return null;
+  }
+
+  /**
+   * The object at `offset` of pack `name` (as `where` gave it), without
+   * scanning the directory: the pack's `.idx` is read only if the object is
+   * a delta naming its base by id. Throws `io_error` when the pack is gone.
+   */
+  readAtOffset(name: string, offset: number): { type: string; body: Buffer } {
+    let p = (this.packs ?? []).find((x) => x.name === name) ?? this.byOffset.get(name);
+    if (!p) {
+      p = { name, idx: Buffer.alloc(0), n: -1, fd: null, end: 0 };
+      this.byOffset.set(name, p);
+    }
+    if (this.open(p) === null) throw new VouchError('io_error', `${name}.pack is gone (repacked meanwhile)`);
+    return this.readAt(p, offset, 0);
+  }
+
   read(oid: string): { type: string; body: Buffer } | null {
     let at = this.locate(oid);
     if (!at) return null;
@@ -250,6 +282,11 @@ export class DiskPacks {
     if (h.kind === OFS_DELTA) {
       base = this.readAt(p, offset - h.baseDistance, depth + 1);
     } else if (h.kind === REF_DELTA) {
+      if (p.n < 0) {
+        p.idx = fs.readFileSync(join(this.dir, `${name}.idx`));
+        p.n = idxCount(p.idx);
+        if (p.n < 0) throw new VouchError('io_error', `${name}.idx is not a version-2 pack index`);
+      }
       const k = idxFind(p.idx, p.n, Buffer.from(h.baseOid, 'hex'));
       if (k < 0) throw new VouchError('io_error', `delta base ${h.baseOid} is not in ${name}.pack`);
       base = this.readAt(p, idxOffset(p.idx, p.n, k), depth + 1);
@@ -283,8 +320,58 @@ export class DiskPacks {
 
   /** Close every pack descriptor and forget the list (the next read scans again). */
   close(): void {
-    for (const p of this.packs ?? []) if (p.fd !== null) fs.closeSync(p.fd);
+    for (const p of [...this.packs ?? [], ...this.byOffset.values()]) if (p.fd !== null) fs.closeSync(p.fd);
     this.packs = null;
+    this.byOffset.clear();
+  }
+}
+
+/**
+ * Whole objects of one pack read in pack order through a window (1 MiB,
+ * one read for many small objects): the verify workers' read of the sparse
+ * layout's blocks, which a pack holds one after another. `read` gives null
+ * for a delta (the caller reads it through DiskPacks, which resolves bases).
+ */
+export class PackWindow {
+  private fd: number | null = null;
+  private end = 0;
+  private buf = Buffer.allocUnsafe(1 << 20);
+  private from = 0;
+  private to = 0;
+
+  constructor(readonly path: string) {}
+
+  read(offset: number): { type: string; body: Buffer } | null {
+    if (this.fd === null) {
+      this.fd = fs.openSync(this.path, 'r');
+      this.end = fs.fstatSync(this.fd).size - 20;
+    }
+    const name = this.path;
+    const bad = (why: string): never => { throw new VouchError('io_error', `bad object header in ${name}: ${why}`); };
+    if (offset < 12 || offset >= this.end) bad(`offset ${offset} is outside the pack`);
+    this.fill(offset, 32);
+    const h = parseObjectHeader(this.buf, offset - this.from, this.to - this.from, bad, offset);
+    if (h.kind === OFS_DELTA || h.kind === REF_DELTA) return null;
+    const want = Math.min(h.size + (h.size >> 10) + 64, this.end - h.dataAt); // deflate never grows data by more than this
+    this.fill(h.dataAt, want);
+    const at = h.dataAt - this.from;
+    const body = inflateSync(this.buf.subarray(at, at + Math.min(want, this.to - h.dataAt)), { maxOutputLength: Math.max(1, h.size) });
+    if (body.length !== h.size) bad(`object at ${offset} inflates to ${body.length} bytes, not ${h.size}`);
+    return { type: OBJ_TYPES[h.kind]!, body };
+  }
+
+  /** Makes the window hold [at, at + len) (or up to the pack's end). */
+  private fill(at: number, len: number): void {
+    if (at >= this.from && at + len <= this.to) return;
+    if (len > this.buf.length) this.buf = Buffer.allocUnsafe(len);
+    const n = fs.readSync(this.fd!, this.buf, 0, Math.min(this.buf.length, this.end + 20 - at), at);
+    this.from = at;
+    this.to = at + n;
+  }
+
+  close(): void {
+    if (this.fd !== null) fs.closeSync(this.fd);
+    this.fd = null;
   }
 }
 

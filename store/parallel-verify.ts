@@ -41,11 +41,11 @@ import { sep } from 'node:path';
 import { ChainVerifier, type BlockFacts, type TrustedAuthority, type VerifierState } from '../chain/verify.ts';
 import { hash } from 'node:crypto';
 import { blockPath } from '../chain/layout.ts';
-import type { CommittedFiles } from './chain-repo-files.ts';
+import type { BlockObjects, CommittedFiles } from './chain-repo-files.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { examineFile, type Examined, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
+import { closeObjectRead, examineFile, examineObject, objectReadOf, type Examined, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 
@@ -65,6 +65,12 @@ export interface BlockSource {
    * tree is verified as it is, and the checkpoint's size plans nothing.
    */
   committedFiles?(): Promise<CommittedFiles>;
+  /**
+   * The sparse layout: no block file in the working tree; the blocks are
+   * what the branch commits, read from git objects (`blockObjects`).
+   */
+  readonly sparse?: boolean;
+  blockObjects?(): BlockObjects;
 }
 
 export interface DirVerifyOptions {
@@ -275,6 +281,13 @@ function acceptable(facts0: BlockFacts, pinned: string | null | undefined): fact
   }
 }
 
+/** The branch commits exactly the block files 0..size-1 and nothing else under blocks/ (the sparse layout's listing). */
+function exactIndexes(committed: CommittedFiles, size: number): boolean {
+  if (committed.count !== size || committed.strays.length > 0) return false;
+  const list = committed.indexes();
+  return list.length === size && list[size - 1] === size - 1;
+}
+
 /** The listing shows exactly the block files 0..size-1 and nothing else. */
 function exactly(files: { index: number | null; why?: string }[], size: number): boolean {
   if (files.length !== size) return false;
@@ -316,6 +329,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
   const base = source.dir.endsWith(sep) ? source.dir : source.dir + sep;
   let pool: Promise<Worker[]> | null = null;
   let poolUsed = false;
+  let mainRead: ObjectRead | null = null;
   const stopPool = async () => {
     const p = pool;
     pool = null;
@@ -345,6 +359,18 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     const claimed = threads > 0 ? sizeHint(cpText) : 0;
     if (claimed >= INLINE_BELOW) pool = startWorkers(threads); // they start while git's trees are read
     const committed = source.committedFiles ? await source.committedFiles() : null;
+    // The sparse layout: blocks read from git objects where the branch's trees name them (the listing is the branch's).
+    const objects = source.sparse === true && source.blockObjects && committed !== null ? source.blockObjects() : null;
+    const gitdir = base + '.git' + sep;
+    /** Block `p`, read and examined on this thread (block 0, small chains). */
+    const examineAt = (p: number, authority: TrustedAuthority | null): Examined => {
+      if (objects === null) return examineFile(base + blockPath(p), p, authority, expect(p));
+      const oid = expect(p);
+      if (!oid) return { facts: { position: p, malformed: `${blockPath(p)} is not on branch main` }, text: null, block: null };
+      const at = objects.where(oid);
+      mainRead ??= objectReadOf(gitdir, objects.packDir);
+      return examineObject(mainRead, p, authority, oid, at?.pack ?? null, at?.offset ?? -1);
+    };
     /** The blob id the branch commits for block `i` (null: none); undefined without a branch. */
     const expect = (i: number): Uint8Array | null | undefined => {
       if (committed === null) return undefined;
@@ -361,12 +387,27 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       for (let i = 0; i < b.count; i++) if (!committed.copyOid(b.start + i, oids, 20 * i)) missing.push(i);
       task.oids = oids;
       if (missing.length > 0) task.missing = missing;
-      return { task, transfer: [oids.buffer] };
+      if (objects === null) return { task, transfer: [oids.buffer] };
+      // The sparse layout: where each block's object is (pack number, offset), found here in the packs' indexes.
+      const where = new Float64Array(2 * b.count);
+      const packs: string[] = [];
+      for (let i = 0; i < b.count; i++) {
+        const at = objects.where(oids.subarray(20 * i, 20 * i + 20));
+        let k = -1;
+        if (at !== null) {
+          k = packs.indexOf(at.pack);
+          if (k < 0) k = packs.push(at.pack) - 1;
+        }
+        where[2 * i] = k;
+        where[2 * i + 1] = at?.offset ?? -1;
+      }
+      task.objects = { gitdir, packDir: objects.packDir, packs, where };
+      return { task, transfer: [oids.buffer, where.buffer] };
     };
     const hint = committed !== null && committed.strays.length === 0 && claimed === committed.count ? claimed : 0;
     let speculative: { size: number; head: Examined; run: Run } | null = null;
     if (hint >= INLINE_BELOW && pool !== null) {
-      const head = examineFile(base + blockPath(0), 0, null, expect(0));
+      const head = examineAt(0, null);
       if (acceptable(head.facts, options.pinnedPublicKey)) {
         poolUsed = true;
         const run = runBatches(await pool, planBatches(hint, batch, threads), taskOf(head.facts.authority));
@@ -377,8 +418,9 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
 
     // The cheap names-only check first; the full listing only when it fails (and for every error message).
     // Both are synchronous: no worker's answer is looked at before they are done.
-    const confirmed = speculative !== null && source.hasExactlyBlocks?.(speculative.size) === true;
-    const files = confirmed ? [] : source.listBlockFiles();
+    const committedList = (): { index: number | null; path: string; why?: string }[] => committed!.indexes().map((index) => ({ index, path: blockPath(index) }));
+    const confirmed = speculative !== null && (objects !== null ? exactIndexes(committed!, speculative.size) : source.hasExactlyBlocks?.(speculative.size) === true);
+    const files = confirmed ? [] : objects !== null ? committedList() : source.listBlockFiles();
     const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: options.pinnedPublicKey ?? null });
     let total: number;
 
@@ -415,7 +457,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       total = Math.min(gapAt, stray ? stray.index : Infinity);
       if (total > 0) {
         // Paths by plain concatenation: path.join costs ~2 µs a call, 100 ms on 50,000 blocks.
-        const head = examineFile(base + blockPath(0), 0, null, expect(0));
+        const head = examineAt(0, null);
         verifier.addFacts(head.facts);
         deliver(onVerified, 0, [head]);
         const authority = verifier.authority!;
@@ -423,7 +465,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
           // Handed to onVerified a thousand at a time once they passed (those before a failure, then).
           let passed: Examined[] = [];
           for (let p = 1; p < total; p++) {
-            const x = examineFile(base + blockPath(p), p, authority, expect(p));
+            const x = examineAt(p, authority);
             try {
               verifier.addFacts(x.facts);
             } catch (e) {
@@ -475,6 +517,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     if (cpError !== null) throw cpError;
     return { state: verifier.state, checkpoint: checkCheckpoint(cpText, verifier, committed) };
   } finally {
+    closeObjectRead(mainRead);
     await stopPool();
   }
 }

@@ -30,13 +30,15 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';
-import { hash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { ChainVerifier, examineParsed, type BlockFacts, type TrustedAuthority, type VerifierState, type WalkRecord } from '../chain/verify.ts';
 import { isVouchError } from '../chain/errors.ts';
 import { LIMITS, parseBlockFile, utf8Text, type Block } from '../chain/block.ts';
 import { blockPath } from '../chain/layout.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
+import { DiskPacks, PackWindow } from './git-pack.ts';
+import { readLoose } from './git-objects.ts';
 
 export interface VerifyTask {
   id: number;
@@ -56,6 +58,13 @@ export interface VerifyTask {
   missing?: number[];
   /** Also hand back each accepted block's text and index facts (`DirVerifyOptions.onVerified`). */
   texts?: boolean;
+  /**
+   * The sparse layout: the blocks are read from git objects, not from
+   * `dir`: per block (with `oids`), the number of the pack in `packs` that
+   * holds it and its offset there (-1, -1: not in a pack; read as a loose
+   * object of `gitdir`).
+   */
+  objects?: { gitdir: string; packDir: string; packs: string[]; where: Float64Array };
 }
 export interface VerifyTaskResult {
   id: number;
@@ -206,6 +215,58 @@ export function examineFile(path: string, position: number, authority: TrustedAu
   return { facts, text, block: parsed.block };
 }
 
+/**
+ * Examines block `position` read from git objects (the sparse layout): the
+ * object `oid` (20 bytes, what the branch's tree names), found in pack
+ * `pack` at `offset` (as the main thread's pack index says) or as a loose
+ * object. It must be a blob of at most 16 MiB whose bytes hash to `oid`
+ * (a damaged pack is a failure at that block, as a changed file is), then
+ * it is examined as a file's bytes are.
+ */
+export function examineObject(read: ObjectRead, position: number, authority: TrustedAuthority | null, oid: Uint8Array, pack: string | null, offset: number): Examined {
+  const label = blockPath(position);
+  const want = Buffer.from(oid.buffer, oid.byteOffset, 20).toString('hex');
+  let o: { type: string; body: Buffer } | null;
+  try {
+    if (pack !== null) {
+      let w = read.windows.get(pack);
+      if (!w) read.windows.set(pack, (w = new PackWindow(`${read.packs.dir}/${pack}.pack`)));
+      o = w.read(offset) ?? read.packs.readAtOffset(pack, offset); // a delta: its base resolved there
+    } else o = readLoose(read.gitdir, want);
+  } catch (e) {
+    return { facts: { position, malformed: `${label} (git object ${want}) cannot be read: ${(e as Error).message}` }, text: null, block: null };
+  }
+  if (o === null) return { facts: { position, malformed: `${label} (git object ${want}) is missing from the repository` }, text: null, block: null };
+  if (o.type !== 'blob') return { facts: { position, malformed: `${label} (git object ${want}) is a ${o.type}, not a blob` }, text: null, block: null };
+  if (o.body.length > LIMITS.blockFileBytes) return { facts: { position, malformed: `${label} is larger than ${LIMITS.blockFileBytes} bytes` }, text: null, block: null };
+  const got = createHash('sha1').update(`blob ${o.body.length}\0`, 'latin1').update(o.body).digest('hex');
+  const text = utf8Text(o.body);
+  if (text === null) return { facts: { position, malformed: `${label} is not valid UTF-8` }, text: null, block: null };
+  const parsed = parseBlockFile(text, position);
+  if (parsed.block === null) return { facts: { position, malformed: parsed.malformed }, text: null, block: null };
+  const facts = examineParsed(parsed.block, position, authority, nodeBackend);
+  if (got !== want && facts.malformed === null) {
+    facts.fileError = `${label}: git object ${want}${pack !== null ? ` in ${pack}.pack` : ''} holds other bytes (git blob ${got}): the repository is damaged (git fsck)`;
+  }
+  return { facts, text, block: parsed.block };
+}
+
+/** Where the sparse layout's objects are read: the packs by name (each opened once), and loose objects. */
+export interface ObjectRead { gitdir: string; packs: DiskPacks; windows: Map<string, PackWindow> }
+
+/** Opens nothing until a read; `closeObjectRead` closes what reads opened. */
+export function objectReadOf(gitdir: string, packDir: string): ObjectRead {
+  return { gitdir, packs: new DiskPacks(packDir), windows: new Map() };
+}
+
+/** Closes the descriptors of an ObjectRead (file descriptors are the process's: a worker ending closes none). */
+export function closeObjectRead(read: ObjectRead | null): void {
+  if (read === null) return;
+  for (const w of read.windows.values()) w.close();
+  read.windows.clear();
+  read.packs.close();
+}
+
 /** The blob id the task says the branch commits for its block `i` (see `VerifyTask.oids`). */
 function committedOf(task: VerifyTask, i: number, missing: Set<number> | null): Uint8Array | null | undefined {
   if (task.oids === undefined) return undefined;
@@ -216,7 +277,23 @@ function committedOf(task: VerifyTask, i: number, missing: Set<number> | null): 
 /** Examines and walks one batch (see the header). */
 export function runTask(task: VerifyTask): VerifyTaskResult {
   const missing = task.missing !== undefined && task.missing.length > 0 ? new Set(task.missing) : null;
-  const pathOf = (i: number) => task.dir + blockPath(task.start + i);
+  const objects = task.objects;
+  const read = objects ? objectReadOf(objects.gitdir, objects.packDir) : null;
+  try {
+    return walkTask(task, missing, objects, read);
+  } finally {
+    closeObjectRead(read);
+  }
+}
+
+function walkTask(task: VerifyTask, missing: Set<number> | null, objects: VerifyTask['objects'], read: ObjectRead | null): VerifyTaskResult {
+  const examine = (i: number): Examined => {
+    if (objects && read) {
+      const k = objects.where[2 * i]!;
+      return examineObject(read, task.start + i, task.authority, task.oids!.subarray(20 * i, 20 * i + 20), k >= 0 ? objects.packs[k]! : null, objects.where[2 * i + 1]!);
+    }
+    return examineFile(task.dir + blockPath(task.start + i), task.start + i, task.authority, committedOf(task, i, missing));
+  };
   const keep = task.texts === true;
   const texts: string[] = [];
   const facts: IndexFacts[] = [];
@@ -226,7 +303,7 @@ export function runTask(task: VerifyTask): VerifyTaskResult {
       facts.push(indexFactsOf(x.block!));
     }
   };
-  const head = examineFile(pathOf(0), task.start, task.authority, committedOf(task, 0, missing));
+  const head = examine(0);
   const first = head.facts;
   const result: VerifyTaskResult = { id: task.id, first, walked: null, walk: null, failure: null };
   if (keep) {
@@ -242,7 +319,7 @@ export function runTask(task: VerifyTask): VerifyTaskResult {
   });
   if (first.endorse) walker.learnEndorsed([first.recordHash]);
   for (let i = 1; i < task.count; i++) {
-    const x = examineFile(pathOf(i), task.start + i, task.authority, committedOf(task, i, missing));
+    const x = examine(i);
     try {
       walker.addFacts(x.facts);
     } catch (e) {

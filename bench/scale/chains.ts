@@ -25,7 +25,9 @@
  *   within 1% at 20,000 blocks and costs as much again, so it is not run).
  * All copies live under bench/out/scale-tmp (git-ignored).
  */
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
+import { ChainRepo } from '../../store/chain-repo.ts';
+import { SPARSE_CONFIG, SPARSE_INDEX_CONFIG } from '../../store/sparse-layout.ts';
 import { join } from 'node:path';
 import { root } from '../gateway-harness.ts';
 import { say, timed } from './procs.ts';
@@ -52,6 +54,29 @@ export async function chainFor(n: number): Promise<string> {
   if (size !== n) throw new Error(`bench: ${dir} holds ${size} blocks, not ${n}`);
   // The real directory: `cp -a` of a symlink would copy the link, and the writers would write through it.
   return realpathSync(dir);
+}
+
+/**
+ * The sparse layout of `src` (README "Layouts"), made once and cached in
+ * bench/out/chain-<n>-sparse: a copy of `.git` and the root files, git's
+ * sparse-checkout configuration written as `vouch init --layout sparse`
+ * writes it, then `ChainRepo.open`, which writes the sparse index (and
+ * drops the full layout's split index). The source is only read.
+ */
+export async function sparseSource(src: string, n: number): Promise<string> {
+  const dir = join(root, 'bench', 'out', `chain-${n}-sparse`);
+  if (existsSync(join(dir, '.git', 'vouch-state.json')) && existsSync(join(dir, 'checkpoint.json'))) return dir;
+  say(`making the sparse layout of the ${n.toLocaleString('en')}-block chain in ${dir} (a copy of .git)...`);
+  await timed('rm', ['-rf', dir], { timeoutMs: HOUR });
+  mkdirSync(dir, { recursive: true });
+  for (const e of readdirSync(src)) {
+    if (e !== 'blocks') await timed('cp', ['-a', join(src, e), join(dir, e)], { timeoutMs: HOUR });
+  }
+  const config = join(dir, '.git', 'config');
+  writeFileSync(config, readFileSync(config, 'utf8').replace('[core]\n', `[core]\n${SPARSE_CONFIG}`) + SPARSE_INDEX_CONFIG);
+  const repo = await ChainRepo.open(dir);
+  if (!repo.sparse) throw new Error(`bench: ${dir} did not open in the sparse layout`);
+  return dir;
 }
 
 /** The scratch directory of this bench (removed by `cleanTmp`). */

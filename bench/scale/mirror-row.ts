@@ -16,7 +16,7 @@ import { say, startGateway } from './procs.ts';
 
 export interface MirrorFigures { ms: number; hwm: number; rss: number; readyLine: string }
 
-export async function mirrorRow(o: { bare: string; blocks: number; publicKey: string; work: string; timeoutMs: number }): Promise<MirrorFigures> {
+export async function mirrorRow(o: { bare: string; blocks: number; publicKey: string; work: string; timeoutMs: number; sparse?: boolean }): Promise<MirrorFigures> {
   const server = await GitServer.start(dirname(o.bare));
   const dir = join(o.work, 'mirror-chain');
   try {
@@ -24,7 +24,7 @@ export async function mirrorRow(o: { bare: string; blocks: number; publicKey: st
     mkdirSync(join(o.work, 'mirror-tmp'), { recursive: true });
     const cfg = writeConfig(o.work, {
       listen: { host: '127.0.0.1', port: 0 },
-      chain: { dir, remote: server.url(basename(o.bare)), public_key: o.publicKey },
+      chain: { dir, remote: server.url(basename(o.bare)), public_key: o.publicKey, ...(o.sparse ? { layout: 'sparse' } : {}) },
     }, 'mirror.yaml');
     say(`mirror bootstrap of ${o.blocks.toLocaleString('en')} blocks from git http-backend on 127.0.0.1...`);
     const g = await startGateway('mirror gateway', cfg, join(o.work, 'mirror.log'), o.timeoutMs, { TMPDIR: join(o.work, 'mirror-tmp') });

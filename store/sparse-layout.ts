@@ -1,0 +1,133 @@
+/**
+ * sparse-layout: the chain repository without a working tree of block files
+ * (issue 16 item 5; README "Layouts"). It is git's own sparse checkout, in
+ * cone mode, with only the root's files checked out (`checkpoint.json`),
+ * and a sparse index: `.git/index` holds `checkpoint.json` and one entry
+ * `blocks/` standing for the whole `blocks` tree (git's "sparse directory
+ * entry": mode 040000, the tree's id, skip-worktree, the `sdir`
+ * extension). The blocks live only in git objects (packs), which is what
+ * every clone gets and every audit (`git log`, `git show`, `git clone`,
+ * `git fsck`) reads; `git status` has two entries to look at, however long
+ * the chain. A repository is in this layout when git's configuration says
+ * so (`core.sparseCheckout`, in `.git/config` or `.git/config.worktree`), so
+ * `git sparse-checkout set --cone --sparse-index` converts a chain and
+ * `git sparse-checkout disable` converts it back; vouch follows either on
+ * its next open.
+ *
+ * Owns: reading and writing that configuration and the pattern file, and
+ * the bytes of the sparse index (gitformat-index: version 3, extended flags).
+ *
+ * Trusts: nothing it reads: a configuration it cannot read is "not sparse",
+ * an index that is not exactly the expected one is rewritten by the caller.
+ *
+ * Must hold: the index written is one `git status` reads as clean when the
+ * root files match their entries' stat data and the branch's trees (tested
+ * with git itself: test/sparse-layout.test.ts).
+ */
+import * as fs from 'node:fs';
+import { join } from 'node:path';
+import { type IndexEntry, buildIndexFile, comparePaths, parseIndex, serializeEntry } from './git-index-format.ts';
+
+/** Cone mode with no directory: every file of the root, nothing below it. */
+export const SPARSE_PATTERNS = '/*\n!/*/\n';
+/** The skip-worktree bit of an entry's extended flags. */
+const SKIP_WORKTREE = 0x4000;
+const DIR_MODE = 0o40000;
+
+/** A git boolean value as `git config` reads it. */
+function truthy(v: string): boolean {
+  return /^(true|yes|on|1)$/i.test(v.trim());
+}
+
+/** `section.key` values of a git config file (lower-cased names; subsections ignored); later lines win. */
+function readConfig(path: string): Map<string, string> {
+  const out = new Map<string, string>();
+  let text: string;
+  try {
+    text = fs.readFileSync(path, 'utf8');
+  } catch {
+    return out;
+  }
+  let section = '';
+  for (const raw of text.split('\n')) {
+    const line = raw.replace(/[#;].*$/, '').trim();
+    if (line === '') continue;
+    const head = /^\[\s*([A-Za-z0-9.-]+)(?:\s+"[^"]*")?\s*\]$/.exec(line);
+    if (head) {
+      section = line.includes('"') ? '' : head[1]!.toLowerCase();
+      continue;
+    }
+    const kv = /^([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$/.exec(line);
+    if (kv && section !== '') out.set(`${section}.${kv[1]!.toLowerCase()}`, kv[2] === undefined ? 'true' : kv[2]);
+  }
+  return out;
+}
+
+/** Whether git's configuration puts the repository in a sparse checkout (then vouch keeps no block files in the working tree). */
+export function isSparse(gitdir: string): boolean {
+  const main = readConfig(join(gitdir, 'config'));
+  let v = main.get('core.sparsecheckout');
+  if (truthy(main.get('extensions.worktreeconfig') ?? 'false')) {
+    const wt = readConfig(join(gitdir, 'config.worktree')).get('core.sparsecheckout');
+    if (wt !== undefined) v = wt;
+  }
+  return v !== undefined && truthy(v);
+}
+
+/** The configuration lines of the layout, for a new repository's `.git/config`. */
+export const SPARSE_CONFIG = '\tsparseCheckout = true\n\tsparseCheckoutCone = true\n';
+export const SPARSE_INDEX_CONFIG = '[index]\n\tsparse = true\n';
+
+/** The pattern file: true when it was already right, else it is (re)written. */
+export function ensurePatterns(gitdir: string): boolean {
+  const file = join(gitdir, 'info', 'sparse-checkout');
+  try {
+    if (fs.readFileSync(file, 'utf8') === SPARSE_PATTERNS) return true;
+  } catch { /* missing */ }
+  fs.mkdirSync(join(gitdir, 'info'), { recursive: true });
+  fs.writeFileSync(`${file}.vouch-tmp`, SPARSE_PATTERNS);
+  fs.renameSync(`${file}.vouch-tmp`, file);
+  return false;
+}
+
+/**
+ * The sparse index for a head whose root directories (by name: `blocks`,
+ * and any other) have the given tree ids, with the root files' entries
+ * (their stat data from the working tree).
+ */
+export function sparseIndexBytes(dirs: ReadonlyMap<string, string>, rootFiles: readonly IndexEntry[]): Buffer {
+  const sparseDirs = [...dirs].map(([name, oid]): IndexEntry => ({
+    path: `${name}/`, oid, mode: DIR_MODE, ctimeSec: 0, ctimeNsec: 0, mtimeSec: 0, mtimeNsec: 0,
+    dev: 0, ino: 0, uid: 0, gid: 0, size: 0, flags: 0, extFlags: SKIP_WORKTREE,
+  }));
+  const entries = [...sparseDirs, ...rootFiles].sort((a, b) => comparePaths(a.path, b.path));
+  return buildIndexFile(entries.map((e) => serializeEntry(e)), entries.length, true, 'sdir');
+}
+
+/**
+ * The entries of `.git/index` when it is a sparse index of root files and
+ * sparse directories of the root (name → tree id); null for anything else
+ * (missing, corrupt, a full index, a path below the root, a merge stage):
+ * the caller then writes it anew.
+ */
+export function readSparseIndex(gitdir: string): { dirs: Map<string, string>; files: Map<string, IndexEntry> } | null {
+  let parsed;
+  try {
+    parsed = parseIndex(fs.readFileSync(join(gitdir, 'index')));
+  } catch {
+    return null;
+  }
+  if (!parsed.sparse || parsed.link !== null) return null;
+  const dirs = new Map<string, string>();
+  const files = new Map<string, IndexEntry>();
+  for (const e of parsed.entries) {
+    if (((e.flags >> 12) & 3) !== 0) return null; // a merge stage
+    if (e.mode === DIR_MODE) {
+      const name = e.path.slice(0, -1);
+      if (!e.path.endsWith('/') || name.includes('/') || (e.extFlags & SKIP_WORKTREE) === 0) return null;
+      dirs.set(name, e.oid);
+    } else if (e.path.includes('/') || e.extFlags !== 0) return null;
+    else files.set(e.path, e);
+  }
+  return { dirs, files };
+}
