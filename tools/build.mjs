@@ -78,19 +78,19 @@ function digestOf(inputs) {
 }
 
 /**
- * 'fresh' when dist/ holds a complete build of the sources as they are now;
- * 'missing' when there is no build; 'stale' when an input changed (or an
- * output is gone) since.
+ * 'fresh' when dist/ (or `dist`) holds a complete build of the sources as
+ * they are now; 'missing' when there is no build; 'stale' when an input
+ * changed (or an output is gone) since.
  */
-export function distState() {
+export function distState(dist = DIST) {
   let m;
   try {
-    m = JSON.parse(readFileSync(join(DIST, MANIFEST), 'utf8'));
+    m = JSON.parse(readFileSync(join(dist, MANIFEST), 'utf8'));
   } catch {
     return 'missing';
   }
   if (!Array.isArray(m?.inputs) || !Array.isArray(m?.outputs)) return 'stale';
-  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(join(DIST, f)))) return 'stale';
+  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(join(dist, f)))) return 'stale';
   return digestOf(m.inputs) === m.digest ? 'fresh' : 'stale';
 }
 
@@ -114,10 +114,10 @@ function filesUnder(dir) {
     .map((f) => f.split(sep).join('/'));
 }
 
-/** The outputs the manifest in dist/ lists (the last build's), or none. */
-function lastOutputs() {
+/** The outputs the manifest in `dist` lists (the last build's), or none. */
+function lastOutputs(dist) {
   try {
-    const m = JSON.parse(readFileSync(join(DIST, MANIFEST), 'utf8'));
+    const m = JSON.parse(readFileSync(join(dist, MANIFEST), 'utf8'));
     return new Set(Array.isArray(m?.outputs) ? m.outputs : []);
   } catch {
     return new Set();
@@ -126,7 +126,6 @@ function lastOutputs() {
 
 /** Options of the Node bundles (cli and workers). */
 const NODE_OPTIONS = {
-  outdir: DIST,
   outExtension: { '.js': '.mjs' },
   platform: 'node',
   format: 'esm',
@@ -138,22 +137,24 @@ const NODE_OPTIONS = {
 
 const entriesOf = (entries) => Object.entries(entries).map(([out, src]) => ({ in: src, out }));
 
-export async function build() {
+/** Builds into dist/ (or `dist`: the tests build elsewhere); returns the outputs, relative to it. */
+export async function build(dist = DIST) {
   const { build: esbuild } = await import('esbuild');
   const common = { bundle: true, write: false, metafile: true, logLevel: 'warning', absWorkingDir: ROOT };
   const cli = await esbuild({
     ...common,
     ...NODE_OPTIONS,
+    outdir: dist,
     entryPoints: entriesOf(CLI_ENTRIES),
     splitting: true,
     chunkNames: '[name]-[hash]',
   });
-  const workers = await esbuild({ ...common, ...NODE_OPTIONS, entryPoints: entriesOf(WORKER_ENTRIES) });
+  const workers = await esbuild({ ...common, ...NODE_OPTIONS, outdir: dist, entryPoints: entriesOf(WORKER_ENTRIES) });
   // Same options as gateway/explorer.ts buildBundle.
   const browser = await esbuild({
     ...common,
     entryPoints: [{ in: 'gateway/explorer/app.ts', out: 'explorer/explorer' }],
-    outdir: DIST,
+    outdir: dist,
     format: 'esm',
     platform: 'browser',
     target: 'es2022',
@@ -167,8 +168,8 @@ export async function build() {
   const digest = digestOf(sorted);
   if (digest === null) throw new Error('an input vanished while building');
 
-  const previous = lastOutputs();
-  const rel = (path) => relative(DIST, path).split(sep).join('/');
+  const previous = lastOutputs(dist);
+  const rel = (path) => relative(dist, path).split(sep).join('/');
   const entryNames = new Set([...Object.keys(CLI_ENTRIES), ...Object.keys(WORKER_ENTRIES)].flatMap((e) => [`${e}.mjs`, `${e}.mjs.map`]));
   const files = results.flatMap((r) => r.outputFiles);
   // Pieces (and maps) first, then the entries that import them.
@@ -179,17 +180,17 @@ export async function build() {
     outputs.push(rel(f.path));
   }
   for (const [out, src] of Object.entries(COPIES)) {
-    put(join(DIST, out), readFileSync(join(ROOT, src)));
+    put(join(dist, out), readFileSync(join(ROOT, src)));
     outputs.push(out);
   }
-  put(join(DIST, MANIFEST), JSON.stringify({ inputs: sorted, digest, outputs: outputs.sort() }, null, 1) + '\n');
+  put(join(dist, MANIFEST), JSON.stringify({ inputs: sorted, digest, outputs: outputs.sort() }, null, 1) + '\n');
   // Files this build did not make: pieces of the build before it (retired now: kept an hour from
   // now, for a process started from it that has yet to import them), and older ones.
   const keep = new Set([...outputs, MANIFEST]);
   const now = Date.now();
-  for (const f of filesUnder(DIST)) {
+  for (const f of filesUnder(dist)) {
     if (keep.has(f) || f.endsWith('.tmp')) continue;
-    const path = join(DIST, f);
+    const path = join(dist, f);
     try {
       if (previous.has(f)) utimesSync(path, new Date(now), new Date(now));
       else if (now - statSync(path).mtimeMs >= RETIRE_MS) rmSync(path, { force: true });
