@@ -83,7 +83,7 @@ import { type IndexEntry, entryFromStat } from './git-index.ts';
 import { crashPoint, failPoint, fsyncDir, isDir, readBranch, readRef, readShallow, writeFileAtomic } from './git-files.ts';
 import { BRANCH_REF, type CommitInfo, FILE_MODE, OID_RE, TREE_MODE, type TreeEntry, commitBody, ioError, setTreeEntry, treeBody } from './git-objects.ts';
 import { PackData } from './git-pack-index.ts';
-import { type FetchOptions, type FetchResult, discoverRefs, uploadPack } from './upload-pack.ts';
+import type { FetchOptions, FetchResult } from './upload-pack.ts';
 import { type BlockFile, type ChainSnapshot, type FileChange, strictBlockText } from './chain-repo-files.ts';
 import { ChainRepoRepair, TMP_SUFFIX, readState } from './chain-repo-repair.ts';
 import { SPARSE_CONFIG, SPARSE_INDEX_CONFIG, ensurePatterns, isSparse } from './sparse-layout.ts';
@@ -425,6 +425,7 @@ export class ChainRepo extends ChainRepoRepair {
     }
     const shown = url.replace(/\/\/[^@/]*@/, '//');
     try {
+      const { discoverRefs, uploadPack } = await import('./upload-pack.ts'); // with undici: only when fetching
       const { refs, caps } = await discoverRefs(url, opts);
       const want = refs.get(BRANCH_REF);
       if (!want) throw new VouchError('not_a_chain', `${shown} has no branch main`);
@@ -504,6 +505,7 @@ export class ChainRepo extends ChainRepoRepair {
   fetch(url: string, opts: FetchOptions = {}): Promise<FetchResult> {
     return this.serialize(async () => {
       const shown = url.replace(/\/\/[^@/]*@/, '//');
+      const { discoverRefs, uploadPack } = await import('./upload-pack.ts'); // with undici: only when fetching
       const { refs, caps } = await discoverRefs(url, opts);
       const want = refs.get(BRANCH_REF);
       if (!want) throw new VouchError('not_a_chain', `${shown} has no branch main`);

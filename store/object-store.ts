@@ -29,7 +29,6 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import { dirname, join } from 'node:path';
 import { deflateSync } from 'node:zlib';
-import git from 'isomorphic-git';
 import { VouchError } from '../chain/errors.ts';
 import { type CommitHead, OID_RE, type TreeEntry, ioError, loosePath, objectId, parseCommitHead, parseTree, readLoose } from './git-objects.ts';
 import { fsyncDir, writeDurably } from './git-files.ts';
@@ -175,6 +174,7 @@ export class ObjectStore {
       throw ioError(`cannot read object ${oid} from a pack`, e);
     }
     try {
+      const { default: git } = await import('isomorphic-git'); // the fallback: loaded only when used
       const r = await git.readObject({ fs, gitdir: this.gitdir, oid, format: 'content', cache: this.cache });
       if (r.format !== 'content') throw new VouchError('io_error', `unexpected format ${r.format}`);
       return { type: r.type, body: Buffer.from(r.object) };

@@ -9,27 +9,41 @@
  * telling to install with the dev dependencies and prune them after.
  *
  * Owns dist/ (git-ignored; everything in it is made here):
- * - `cli.mjs` (tools/cli.ts, the whole command line and gateway), and the
- *   worker entries `hash-worker.mjs` (artifacts/hash-worker.ts) and
- *   `verify-worker-impl.mjs` (store/verify-worker-impl.ts), each with a
- *   `.map` (`node --enable-source-maps` uses them). Node bundles: packages
- *   stay imports from node_modules; `__VOUCH_BUILT__` is defined true, which
- *   tells the code it runs from dist/ (platform/worker-bundle.ts `BUILT`).
+ * - `cli.mjs` (tools/cli.ts), split by esbuild (`splitting`) at every
+ *   dynamic `import()`: tools/cli.ts loads each command's module only when
+ *   that command runs, and `vouch serve` the gateway, so `vouch endorse`
+ *   never loads the gateway's HTTP server, its packages (pino, undici,
+ *   prom-client, ...) or the explorer (test/cli-startup.test.ts holds it).
+ *   The pieces are `<module>-<hash>.mjs` (a command's chunk) and
+ *   `chunk-<hash>.mjs` (code several share), content-hashed, in dist/
+ *   itself: code locating files beside it (`new URL('./x', import.meta.url)`:
+ *   the worker bundles, `explorer/`) finds them from any piece.
+ * - the worker entries `hash-worker.mjs` (artifacts/hash-worker.ts) and
+ *   `verify-worker-impl.mjs` (store/verify-worker-impl.ts), one
+ *   self-contained file each (a worker starts by reading one file).
+ *   Every `.mjs` has a `.map` (`node --enable-source-maps` uses them). Node
+ *   bundles: packages stay imports from node_modules; `__VOUCH_BUILT__` is
+ *   defined true, which tells the code it runs from dist/
+ *   (platform/worker-bundle.ts `BUILT`).
  * - `explorer/`: `explorer.js`, the browser bundle of gateway/explorer/app.ts
  *   (the options of gateway/explorer.ts `buildBundle`, which builds it on
  *   demand when running from sources), beside copies of `index.html` and
  *   `explorer.css`.
- * - `manifest.json`, written last: every input file (relative to the
- *   repository) and the sha256 over their contents.
+ * - `manifest.json`, written after every output: every input file
+ *   (relative to the repository), the sha256 over their contents, and
+ *   every output.
  *
  * Must hold: dist/ counts as built (`distState`, used by tools/vouch.js) only
  * while every input still has the content it was built from and every output
  * is there, so an edited source never runs stale. Each file is replaced by a
- * rename (and only when its content changes), so a process starting during a
- * build (tests run several at once) reads whole files.
+ * rename (and only when its content changes), pieces before the files that
+ * import them, so a process starting during a build (tests run several at
+ * once) reads whole files of one build. Pieces a new build no longer makes
+ * are deleted only an hour after they were last written (`RETIRE_MS`), so a
+ * process started from the previous build can still import them.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -37,12 +51,15 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const DIST = join(ROOT, 'dist');
 const MANIFEST = 'manifest.json';
 
-/** Node entry points: output name in dist/ (the source's base name, .mjs) → source. */
-const NODE_ENTRIES = {
-  cli: 'tools/cli.ts',
+/** The command line: output name in dist/ → source; split at its dynamic imports. */
+const CLI_ENTRIES = { cli: 'tools/cli.ts' };
+/** Worker entry points, one self-contained file each: output name in dist/ (the source's base name, .mjs) → source. */
+const WORKER_ENTRIES = {
   'hash-worker': 'artifacts/hash-worker.ts',
   'verify-worker-impl': 'store/verify-worker-impl.ts',
 };
+/** Pieces of an earlier build no longer made are deleted this long after they were retired. */
+const RETIRE_MS = 3_600_000;
 /** Files copied as they are: dist/ path → source. */
 const COPIES = {
   'explorer/index.html': 'gateway/explorer/index.html',
@@ -61,19 +78,19 @@ function digestOf(inputs) {
 }
 
 /**
- * 'fresh' when dist/ holds a complete build of the sources as they are now;
- * 'missing' when there is no build; 'stale' when an input changed (or an
- * output is gone) since.
+ * 'fresh' when dist/ (or `dist`) holds a complete build of the sources as
+ * they are now; 'missing' when there is no build; 'stale' when an input
+ * changed (or an output is gone) since.
  */
-export function distState() {
+export function distState(dist = DIST) {
   let m;
   try {
-    m = JSON.parse(readFileSync(join(DIST, MANIFEST), 'utf8'));
+    m = JSON.parse(readFileSync(join(dist, MANIFEST), 'utf8'));
   } catch {
     return 'missing';
   }
   if (!Array.isArray(m?.inputs) || !Array.isArray(m?.outputs)) return 'stale';
-  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(join(DIST, f)))) return 'stale';
+  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(join(dist, f)))) return 'stale';
   return digestOf(m.inputs) === m.digest ? 'fresh' : 'stale';
 }
 
@@ -97,53 +114,88 @@ function filesUnder(dir) {
     .map((f) => f.split(sep).join('/'));
 }
 
-export async function build() {
+/** The outputs the manifest in `dist` lists (the last build's), or none. */
+function lastOutputs(dist) {
+  try {
+    const m = JSON.parse(readFileSync(join(dist, MANIFEST), 'utf8'));
+    return new Set(Array.isArray(m?.outputs) ? m.outputs : []);
+  } catch {
+    return new Set();
+  }
+}
+
+/** Options of the Node bundles (cli and workers). */
+const NODE_OPTIONS = {
+  outExtension: { '.js': '.mjs' },
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  packages: 'external',
+  sourcemap: 'linked',
+  define: { __VOUCH_BUILT__: 'true' },
+};
+
+const entriesOf = (entries) => Object.entries(entries).map(([out, src]) => ({ in: src, out }));
+
+/** Builds into dist/ (or `dist`: the tests build elsewhere); returns the outputs, relative to it. */
+export async function build(dist = DIST) {
   const { build: esbuild } = await import('esbuild');
   const common = { bundle: true, write: false, metafile: true, logLevel: 'warning', absWorkingDir: ROOT };
-  const node = await esbuild({
+  const cli = await esbuild({
     ...common,
-    entryPoints: Object.entries(NODE_ENTRIES).map(([out, src]) => ({ in: src, out })),
-    outdir: DIST,
-    outExtension: { '.js': '.mjs' },
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    sourcemap: 'linked',
-    define: { __VOUCH_BUILT__: 'true' },
+    ...NODE_OPTIONS,
+    outdir: dist,
+    entryPoints: entriesOf(CLI_ENTRIES),
+    splitting: true,
+    chunkNames: '[name]-[hash]',
   });
+  const workers = await esbuild({ ...common, ...NODE_OPTIONS, outdir: dist, entryPoints: entriesOf(WORKER_ENTRIES) });
   // Same options as gateway/explorer.ts buildBundle.
   const browser = await esbuild({
     ...common,
     entryPoints: [{ in: 'gateway/explorer/app.ts', out: 'explorer/explorer' }],
-    outdir: DIST,
+    outdir: dist,
     format: 'esm',
     platform: 'browser',
     target: 'es2022',
     minify: true,
     legalComments: 'none',
   });
+  const results = [cli, workers, browser];
   const inputs = new Set(['tools/build.mjs', ...Object.values(COPIES)]);
-  for (const r of [node, browser]) for (const f of Object.keys(r.metafile.inputs)) inputs.add(f);
+  for (const r of results) for (const f of Object.keys(r.metafile.inputs)) inputs.add(f);
   const sorted = [...inputs].sort();
   const digest = digestOf(sorted);
   if (digest === null) throw new Error('an input vanished while building');
 
+  const previous = lastOutputs(dist);
+  const rel = (path) => relative(dist, path).split(sep).join('/');
+  const entryNames = new Set([...Object.keys(CLI_ENTRIES), ...Object.keys(WORKER_ENTRIES)].flatMap((e) => [`${e}.mjs`, `${e}.mjs.map`]));
+  const files = results.flatMap((r) => r.outputFiles);
+  // Pieces (and maps) first, then the entries that import them.
+  files.sort((a, b) => Number(entryNames.has(rel(a.path))) - Number(entryNames.has(rel(b.path))));
   const outputs = [];
-  for (const r of [node, browser]) {
-    for (const f of r.outputFiles) {
-      put(f.path, f.contents);
-      outputs.push(relative(DIST, f.path).split(sep).join('/'));
-    }
+  for (const f of files) {
+    put(f.path, f.contents);
+    outputs.push(rel(f.path));
   }
   for (const [out, src] of Object.entries(COPIES)) {
-    put(join(DIST, out), readFileSync(join(ROOT, src)));
+    put(join(dist, out), readFileSync(join(ROOT, src)));
     outputs.push(out);
   }
-  // Left over from an older layout of dist/ (a build never makes them now).
+  put(join(dist, MANIFEST), JSON.stringify({ inputs: sorted, digest, outputs: outputs.sort() }, null, 1) + '\n');
+  // Files this build did not make: pieces of the build before it (retired now: kept an hour from
+  // now, for a process started from it that has yet to import them), and older ones.
   const keep = new Set([...outputs, MANIFEST]);
-  for (const f of filesUnder(DIST)) if (!keep.has(f) && !f.endsWith('.tmp')) rmSync(join(DIST, f), { force: true });
-  put(join(DIST, MANIFEST), JSON.stringify({ inputs: sorted, digest, outputs: outputs.sort() }, null, 1) + '\n');
+  const now = Date.now();
+  for (const f of filesUnder(dist)) {
+    if (keep.has(f) || f.endsWith('.tmp')) continue;
+    const path = join(dist, f);
+    try {
+      if (previous.has(f)) utimesSync(path, new Date(now), new Date(now));
+      else if (now - statSync(path).mtimeMs >= RETIRE_MS) rmSync(path, { force: true });
+    } catch { /* another build removed it */ }
+  }
   return outputs;
 }
 
@@ -162,7 +214,9 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.a
   }
   try {
     const outputs = await build();
-    process.stderr.write(`vouch build: dist/ holds ${outputs.filter((f) => !f.endsWith('.map')).join(', ')}\n`);
+    const code = outputs.filter((f) => !f.endsWith('.map'));
+    const named = code.filter((f) => !/-[A-Z0-9]{8}\.mjs$/.test(f));
+    process.stderr.write(`vouch build: dist/ holds ${named.join(', ')}, and ${code.length - named.length} pieces of cli.mjs loaded on demand\n`);
   } catch (e) {
     process.stderr.write(`vouch build: ${e instanceof Error ? e.message : String(e)}\n`);
     process.exit(1);

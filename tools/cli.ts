@@ -1,18 +1,11 @@
 /**
- * The `vouch` command line (DESIGN 7): dispatches to one module per command.
+ * The `vouch` command line (DESIGN 7): dispatches to one module per command,
+ * loaded only when its command runs (tools/command-list.ts), so start-up
+ * costs what that command imports and nothing more.
  * Exit status: 0 success, 1 a verification or check failed, 2 usage or
  * environment error, with one clear line on stderr.
  */
-import { type Command, runCommand } from './command.ts';
-import { keygen } from './commands/keygen.ts';
-import { init } from './commands/init.ts';
-import { endorse } from './commands/endorse.ts';
-import { verify } from './commands/verify.ts';
-import { check } from './commands/check.ts';
-import { serve } from './commands/serve.ts';
-import { get } from './commands/get.ts';
-
-const COMMANDS: Command[] = [keygen, init, endorse, verify, check, serve, get];
+import { COMMANDS } from './command-list.ts';
 
 function usage(): string {
   const w = Math.max(...COMMANDS.map((c) => c.name.length)) + 2;
@@ -20,7 +13,7 @@ function usage(): string {
     'usage: vouch <command> [options]',
     '',
     'commands:',
-    ...COMMANDS.map((c) => `  ${c.name.padEnd(w)}${c.summary.split('. ')[0]!.replace(/\.$/, '')}`),
+    ...COMMANDS.map((c) => `  ${c.name.padEnd(w)}${c.short}`),
     '',
     'Run `vouch <command> --help` for the options of a command.',
     '',
@@ -33,11 +26,12 @@ if (name === undefined || name === '--help' || name === '-h' || name === 'help')
   process.stdout.write(usage());
   code = name === undefined ? 2 : 0;
 } else {
-  const cmd = COMMANDS.find((c) => c.name === name);
-  if (cmd === undefined) {
+  const entry = COMMANDS.find((c) => c.name === name);
+  if (entry === undefined) {
     process.stderr.write(`vouch: unknown command ${JSON.stringify(name)} (commands: ${COMMANDS.map((c) => c.name).join(', ')})\n`);
     code = 2;
   } else {
+    const [{ runCommand }, cmd] = await Promise.all([import('./command.ts'), entry.load()]);
     code = await runCommand(cmd, rest);
   }
 }

@@ -50,6 +50,7 @@ import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history
 import { packBlocks } from '../lockfiles/blocks.ts';
 import { mapLimit } from '../lockfiles/pool.ts';
 import type { Fetched, Options, Pinned, SkipCounts } from '../lockfiles/types.ts';
+import { DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
 
 export type LockfileType = 'npm' | 'pip' | 'go';
 
@@ -57,11 +58,6 @@ export const LOCKFILE_MAX_BYTES = 64 * MiB;
 /** npm tarballs and Python files are hashed as they stream, never held: the cap is generous. */
 export const ARTIFACT_MAX_BYTES = 4096 * MiB;
 export const CONCURRENCY = 8;
-export const DEFAULT_INDEX_URL = 'https://pypi.org/simple/';
-export const DEFAULT_GOPROXY = 'https://proxy.golang.org/';
-
-/** Options only the lockfile mode takes (the single-URL mode refuses them). */
-export const LOCKFILE_ONLY = ['lockfile-type', 'index-url', 'goproxy', 'origin'] as const;
 
 /** The lockfile type from `--lockfile-type` or the file's name. */
 export function lockfileType(file: string, given: string | undefined): LockfileType {

@@ -20,9 +20,8 @@ import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned, findEndorsements, trustedHead } from '../../store/chain-store.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
-import { digestFile, digestUrl } from '../../artifacts/artifact-digest.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';
-import { endorseLockfile, LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from './endorse-lockfile.ts';
+import { LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
 
 /** Phase timings on stderr when VOUCH_TIMINGS=1 (for benches). */
 function phaseTimer(): { mark(name: string): void; done(): void } {
@@ -81,7 +80,8 @@ export const endorse: Command = {
     origin: { type: 'string', multiple: true, value: 'CANONICAL=FETCH', help: 'with --lockfile: fetch URLs under CANONICAL from FETCH instead, endorsing the canonical URL' },
   },
   async run(v) {
-    if (v.lockfile !== undefined) return endorseLockfile(v);
+    // The lockfile mode and the artifact fetcher are loaded only when used (start-up: tools/command-list.ts).
+    if (v.lockfile !== undefined) return (await import('./endorse-lockfile.ts')).endorseLockfile(v);
     for (const o of LOCKFILE_ONLY) if (v[o] !== undefined) throw new UsageError(`--${o} applies only with --lockfile`);
     for (const o of ['url', 'name', 'semver', 'license']) {
       if (v[o] === undefined) throw new UsageError(`missing --${o} (see vouch endorse --help)`);
@@ -109,6 +109,7 @@ export const endorse: Command = {
     const { head } = trustedHead(repo, keyed);
     timings.mark('head');
 
+    const { digestFile, digestUrl } = await import('../../artifacts/artifact-digest.ts');
     const digests: { artifactHash: string; bytes: number }[] = [];
     for (let i = 0; i < urls.length; i++) {
       digests.push(files.length ? await digestFile(files[i]!, algorithm) : await digestUrl(urls[i]!, algorithm));

@@ -1,0 +1,61 @@
+/**
+ * The `vouch` commands as tools/cli.ts lists them: each one's name, the
+ * first sentence of its summary (for `vouch --help`), and how to load its
+ * module. A command's module, with everything it imports, is loaded only
+ * when that command runs (`import()`: the build splits dist/ there), so
+ * `vouch endorse` or `vouch --help` never loads the gateway and its packages.
+ *
+ * Must hold: this module imports nothing at run time; each `short` is the
+ * first sentence of the module's own `summary` (test/cli-startup.test.ts).
+ */
+import type { Command } from './command.ts';
+
+export interface CommandEntry {
+  name: string;
+  /** The first sentence of the command's summary, without its full stop. */
+  short: string;
+  load(): Promise<Command>;
+}
+
+export const COMMANDS: readonly CommandEntry[] = [
+  {
+    name: 'keygen',
+    short: 'Creates a new ed25519 key as PKCS#8 PEM with mode 0600 (never overwrites) and prints its public key (base64) on stdout',
+    load: async () => (await import('./commands/keygen.ts')).keygen,
+  },
+  {
+    name: 'init',
+    short: 'Creates a new chain repository in DIR (a git repository) holding the signed authority block and checkpoint',
+    load: async () => (await import('./commands/init.ts')).init,
+  },
+  {
+    name: 'endorse',
+    short: 'Appends one endorsement block binding URL to the hash of its bytes, signed by the authority key; prints the block index and record_hash',
+    load: async () => (await import('./commands/endorse.ts')).endorse,
+  },
+  {
+    name: 'verify',
+    short: 'Verifies every block of the chain in DIR and its checkpoint, offline',
+    load: async () => (await import('./commands/verify.ts')).verify,
+  },
+  {
+    name: 'check',
+    short: 'Verifies the chain, selects the block signed for URL and checks that FILE hashes to its artifact_hash',
+    load: async () => (await import('./commands/check.ts')).check,
+  },
+  {
+    name: 'serve',
+    short: 'Runs the gateway: JSON lookups, verified downloads and (with an authority key) submit',
+    load: async () => (await import('./commands/serve.ts')).serve,
+  },
+  {
+    name: 'get',
+    short: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature and the bytes\' hash itself before writing FILE',
+    load: async () => (await import('./commands/get.ts')).get,
+  },
+];
+
+/** The first sentence of a summary, without its full stop (what `short` holds). */
+export function firstSentence(summary: string): string {
+  return summary.split('. ')[0]!.replace(/\.$/, '');
+}
