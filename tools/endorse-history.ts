@@ -24,12 +24,14 @@
  * the image holds) falls back to the full scan of every block file (once a
  * note on stderr says a gateway start leaves the state that makes it fast).
  * An append leaves the image older (the gap grows by the blocks appended)
- * until the gap reaches the gateway's IMAGE_POLICY.blocks: then
- * `refreshIfBehind` has gateway/chain-state.ts load the chain warm (it
- * verifies the blocks after the snapshot's verified size from its verifier
- * state, as a gateway's warm start does) and write its snapshot and a new
- * image: ~1 of IMAGE_POLICY.blocks appends pays that, nothing is written
- * that ChainState did not verify.
+ * until the gap reaches CLI_REFRESH_BLOCKS (2,000; a gateway's own
+ * IMAGE_POLICY.blocks is 10,000, but every CLI append reads the whole gap,
+ * ~0.3-0.7 ms a block: 10,000 would cost several seconds an append near its
+ * end): then `refreshIfBehind` has gateway/chain-state.ts load the chain
+ * warm (it verifies the blocks after the snapshot's verified size from its
+ * verifier state, as a gateway's warm start does) and write its snapshot
+ * and a new image: ~1 of 2,000 appends pays that (a warm load: ~1.5 s at a
+ * million blocks), nothing is written that ChainState did not verify.
  *
  * Trusts: the local disk as much as the chain directory itself (the full
  * scan trusts the block files unchecked; this path trusts the image only
@@ -43,7 +45,7 @@ import { computeRecordHash } from '../chain/build.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
-import { ChainState, IMAGE_POLICY, lastVerifiedImage } from '../gateway/chain-state.ts';
+import { ChainState, lastVerifiedImage } from '../gateway/chain-state.ts';
 
 export interface Prior { block: Block; artifactHash: string; semver: string }
 export type History = Map<string, Prior[]>;
@@ -115,14 +117,17 @@ function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { his
   return { history: out, gap: repo.size - n };
 }
 
+/** Gap (blocks after the image) at which a CLI append refreshes the snapshot and image (see the header). */
+export const CLI_REFRESH_BLOCKS = 2_000;
+
 /**
- * After an append: when the image used was at least IMAGE_POLICY.blocks
+ * After an append: when the image used was at least CLI_REFRESH_BLOCKS
  * behind, loads the chain through ChainState (warm: only the blocks after
  * the snapshot are verified), which writes the snapshot and image anew.
  * Returns whether it did. Failures are ignored: the state is an
  * optimisation only (a read-only .git, a snapshot gone meanwhile).
  */
-export async function refreshIfBehind(repo: ChainRepo, report: HistoryReport, appended: number, limit = IMAGE_POLICY.blocks): Promise<boolean> {
+export async function refreshIfBehind(repo: ChainRepo, report: HistoryReport, appended: number, limit = CLI_REFRESH_BLOCKS): Promise<boolean> {
   if (report.source !== 'image' || report.scanned + appended < limit) return false;
   try {
     await ChainState.load(repo);
