@@ -114,7 +114,9 @@ export function rawHeader(req: IncomingMessage, name: string): string | undefine
 }
 
 export function acceptsJson(accept: string | undefined): boolean {
-  if (accept === undefined || accept.trim() === '') return true;
+  // What clients send most (curl, fetch, most libraries), answered without parsing.
+  if (accept === undefined || accept === '*/*' || accept === 'application/json') return true;
+  if (accept.trim() === '') return true;
   // The most specific media range matching JSON decides, by its q value.
   let match: { specificity: number; q: number } | null = null;
   for (const part of accept.split(',')) {
