@@ -224,7 +224,7 @@ export const ROUTES: Record<string, Route> = {
 };
 
 /** `ROUTES` by path, for the one lookup every request makes. */
-const ROUTE_TABLE = new Map<string, Route>(Object.entries(ROUTES));
+const ROUTE_TABLE = new Map<string, Route & { label: string }>(Object.entries(ROUTES).map(([p, r]) => [p, { ...r, label: p }]));
 
 /**
  * How long a connection may go on sending the body of a request that was
@@ -419,7 +419,8 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     const route = ROUTE_TABLE.get(path);
     const socket = req.socket;
     const obs: Observed = {
-      label: route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : path,
+      // The table's own string: its hash is kept, where the path is a new string each request (metrics and log look labels up).
+      label: route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : route.label,
       url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), started: performance.now(), sentBefore: socket.bytesWritten,
     };
     const facts = headerFacts(req);
