@@ -45,6 +45,7 @@ const INTENTS: readonly Intent[] = ['authority', 'endorse', 'revoke'];
 const MAGIC = 0x56494458; // "VIDX"
 const IMAGE_VERSION = 1;
 const HEADER_WORDS = 12;
+const NONE: readonly number[] = Object.freeze([]);
 
 function pow2AtLeast(n: number): number {
   let c = 16;
@@ -295,7 +296,7 @@ export class CompactIndex {
 
   /** Revoke blocks naming endorse block i, in chain order. */
   revocationsOf(i: number): readonly number[] {
-    return this.revocations.get(i) ?? [];
+    return this.revocations.get(i) ?? NONE;
   }
 
   // ------------------------------------------------------------------ image

@@ -195,9 +195,15 @@ export class ChainIndex {
   /** The earliest-effective revoke block of `block` in force on `date`, or null. */
   revocationOf(block: Block, date: string): Block | null {
     const i = this.compact.indexOfHash(block.record_hash);
-    if (i < 0) return null;
+    return i < 0 ? null : this.revocationAt(i, date);
+  }
+
+  /** `revocationOf` for a block of this index, by its index (no hash to look up; no block read unless it has revokes). */
+  private revocationAt(i: number, date: string): Block | null {
+    const revokes = this.compact.revocationsOf(i);
+    if (revokes.length === 0) return null;
     let best: Block | null = null;
-    for (const ri of this.compact.revocationsOf(i)) {
+    for (const ri of revokes) {
       const r = this.block(ri)!;
       if (r.payload.effective_date <= date && (best === null || r.payload.effective_date < best.payload.effective_date)) best = r;
     }
@@ -206,8 +212,11 @@ export class ChainIndex {
 
   /** Version selection (DESIGN 3.3 and 1.5). */
   select(url: string, q: SelectQuery): Selection | null {
-    return selectVersion(this.versions(url), q, (b, d) => this.revocationOf(b, d));
+    return selectVersion(this.versions(url), q, this.revokedOn);
   }
+
+  /** `revocationOf` for the blocks `versions` returns (read through this index, so `index` is theirs here). */
+  private readonly revokedOn = (b: Block, date: string): Block | null => this.revocationAt(b.index, date);
 }
 
 /** Estimated heap bytes of a parsed block. */
@@ -241,5 +250,6 @@ export function selectVersion(
   }
   const chosen = bestLive ?? best;
   if (chosen === null) return null;
-  return { ...chosen, revokedBy: revocationOf(chosen.block, ref) };
+  // Named fields, not a spread of `chosen`: the spread took microseconds per lookup.
+  return { block: chosen.block, entry: chosen.entry, revokedBy: revocationOf(chosen.block, ref) };
 }

@@ -165,13 +165,29 @@ function countLines(b: Buffer, from: number): number {
 
 let lastMs = -1;
 let lastIso = '';
+let lastSecond = NaN;
+/** `YYYY-MM-DDTHH:MM:SS.` of `lastSecond`. */
+let secondPrefix = '';
+const MILLIS = Array.from({ length: 1000 }, (_, i) => `${String(i).padStart(3, '0')}Z`);
+
+/** `new Date(ms).toISOString()` for a time in years 0 to 9999, made from its second's prefix (the Date formatted once a second). */
+export function isoOf(ms: number): string {
+  const second = Math.floor(ms / 1000);
+  if (second !== lastSecond) {
+    const iso = new Date(second * 1000).toISOString();
+    if (iso.length !== 24) return new Date(ms).toISOString(); // beyond year 9999 or before year 0
+    lastSecond = second;
+    secondPrefix = iso.slice(0, 20);
+  }
+  return secondPrefix + MILLIS[ms - second * 1000]!;
+}
 
 /** `new Date().toISOString()`, made once per millisecond. */
 export function isoNow(): string {
   const now = Date.now();
   if (now !== lastMs) {
     lastMs = now;
-    lastIso = new Date(now).toISOString();
+    lastIso = isoOf(now);
   }
   return lastIso;
 }

@@ -88,10 +88,40 @@ export function jsonString(s: string): string {
 
 const jsonNumber = (n: number) => (Number.isFinite(n) ? String(n) : 'null');
 
+/**
+ * `jsonNumber` of a number of hundredths (the line's `ms`), written digit by
+ * digit: what String() gives for such a number (the shortest decimal that
+ * reads back as it, here at most two decimals), without its slower general
+ * conversion. Anything else goes to `jsonNumber`.
+ */
+export function hundredthsNumber(n: number): string {
+  const h = Math.round(n * 100);
+  if (h / 100 !== n || !(h >= 0 && h < 1e15)) return jsonNumber(n);
+  const i = Math.floor(h / 100);
+  const f = h - i * 100;
+  return f === 0 ? `${i}` : f % 10 === 0 ? `${i}.${f / 10}` : f < 10 ? `${i}.0${f}` : `${i}.${f}`;
+}
+
+/** JSON literals of the few strings every line repeats (methods, route labels, remote addresses), made once each. */
+const literals = new Map<string, string>();
+const LITERALS_MAX = 1024;
+
+function literal(s: string): string {
+  let j = literals.get(s);
+  if (j === undefined) {
+    j = jsonString(s);
+    if (literals.size < LITERALS_MAX) literals.set(s, j);
+  }
+  return j;
+}
+
 /** The request line as pino would write it for `info(fields, 'request')` (same keys, same order), newline included. */
 export function requestLine(r: RequestRecord): string {
-  let line = `{"level":"info","time":"${isoNow()}","method":${jsonString(r.method)},"path":${jsonString(r.path)},"route":${jsonString(r.route)},"status":${jsonNumber(r.status)},"ms":${jsonNumber(r.ms)},"bytes":${jsonNumber(r.bytes)},"remote":${r.remote === null ? 'null' : jsonString(r.remote)}`;
-  if (r.url != null) line += `,"url":${jsonString(r.url)}`;
+  const route = literal(r.route);
+  let line = '{"level":"info","time":"' + isoNow() + '","method":' + literal(r.method) + ',"path":' + (r.path === r.route ? route : jsonString(r.path)) +
+    ',"route":' + route + ',"status":' + jsonNumber(r.status) + ',"ms":' + hundredthsNumber(r.ms) + ',"bytes":' + jsonNumber(r.bytes) +
+    ',"remote":' + (r.remote === null ? 'null' : literal(r.remote));
+  if (r.url != null) line += ',"url":' + jsonString(r.url);
   if (r.aborted) line += ',"aborted":true';
   return line + ',"msg":"request"}\n';
 }

@@ -8,7 +8,12 @@
  * Every request, whatever answers it, is logged once at info when its
  * answer ends (`request`: method, path without the query, the `url`
  * parameter, route, status, ms, bytes, remote) and counted in the metrics
- * (`metrics.ts`, served at /metrics).
+ * (`metrics.ts`, served at /metrics): at once when the handler returned
+ * having handed the whole answer to the socket and no request body is to
+ * come (a lookup), else when the response closes.
+ *
+ * Lookups keep whole answers by query string (`ClockCache`, 32 MiB): a
+ * repeated lookup is one map lookup and one write.
  *
  * Must hold: every JSON path answers JSON with `success` — 400, 404 (also
  * unknown paths), 405, 406, 500 and 503 included; an exception in a
@@ -27,8 +32,7 @@ import type { Socket } from 'node:net';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { LRUCache } from 'lru-cache';
-import { acceptsJson, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf } from './http-util.ts';
+import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
@@ -37,17 +41,33 @@ import { ProxyRoutes } from './routes/proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './routes/openapi.ts';
 import { GatewayMetrics, handleMetrics } from './metrics.ts';
 import { logRequest } from './log.ts';
+import { ClockCache } from './clock-cache.ts';
 import type { GatewayContext } from './context.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
-/** What one request handler (one gateway) keeps besides the context: its lookup answer cache and its metrics. */
+/** What one request handler (one gateway) keeps besides the context: its lookup answers and its metrics. */
 interface HandlerState {
-  answers: LRUCache<string, CachedAnswer>;
+  answers: ClockCache<CachedAnswer>;
   metrics: GatewayMetrics;
 }
 
-type Handler = (ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, search: string, own: HandlerState) => Promise<void> | void;
+/**
+ * What the request line and the metrics will say of one request, filled in
+ * while it is answered and read when its answer ends (`observeRequest`).
+ */
+interface Observed {
+  /** The route label (a route template, `proxy`, `explorer` or `unknown`). */
+  label: string;
+  /** The decoded `url` parameter when the handler parsed it (else the line decodes it from the query). */
+  url: string | undefined;
+  path: string;
+  search: string;
+  started: number;
+  sentBefore: number;
+}
+
+type Handler = (ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, search: string, own: HandlerState, obs: Observed) => Promise<void> | void;
 
 interface Route {
   methods: string[];
@@ -57,21 +77,6 @@ interface Route {
    */
   kind: 'json' | 'bytes' | 'document';
   handler: Handler;
-}
-
-/**
- * Serialized lookup answers of blocks that are not revoked, by record_hash
- * (blocks in the index never change), bounded in bytes.
- */
-const lookupTexts = new LRUCache<string, Buffer>({ maxSize: 16 * 1024 * 1024, sizeCalculation: (t) => Math.max(1, t.length) });
-
-function lookupText(block: Block): Buffer {
-  let text = lookupTexts.get(block.record_hash);
-  if (text === undefined) {
-    text = Buffer.from(JSON.stringify(lookupBody(block, null)));
-    lookupTexts.set(block.record_hash, text);
-  }
-  return text;
 }
 
 function lookupBody(block: Block, revokedBy: Block | null): Record<string, unknown> {
@@ -85,42 +90,71 @@ function ready(ctx: GatewayContext): NonNullable<GatewayContext['state']> {
   return ctx.state;
 }
 
+const asked = (q: SelectionQuery) => `${q.url}${q.semver ? ` version ${q.semver}` : ''}${q.at ? ` at ${q.at}` : ''}`;
+
 /**
  * Whole lookup answers by query string, per gateway (one cache per request
  * handler): valid while the chain has the same size and the date is the
- * same (revocations take effect by date), so repeated lookups skip parsing,
- * selection and serialisation. Bounded in bytes; answers showing a
- * revocation are not kept.
+ * same (revocations take effect by date), so a repeated lookup skips
+ * parsing, selection and serialization, and its log line the decoding of
+ * `url`. Bounded in bytes (32 MiB: some 25,000 answers of a one-endorsement
+ * block); answers showing a revocation are not kept.
  */
-interface CachedAnswer { size: number; today: string; etag: string; text: Buffer }
-
-function answerCache(): LRUCache<string, CachedAnswer> {
-  return new LRUCache<string, CachedAnswer>({ maxSize: 16 * 1024 * 1024, sizeCalculation: (a, k) => a.text.length + k.length + 64 });
+interface CachedAnswer {
+  size: number;
+  today: string;
+  etag: string;
+  /** The answer's JSON, and its length in UTF-8 bytes. */
+  text: string;
+  length: number;
+  url: string;
+  /** What the entry is counted for in the cache's budget. */
+  bytes: number;
+  used: boolean;
 }
 
-const lookup: Handler = (ctx, _req, res, search, own) => {
+export const ANSWER_CACHE_BYTES = 32 * 1024 * 1024;
+
+/** A bound on the heap bytes of a string of `utf8Bytes` UTF-8 bytes (one byte a character when ASCII, two otherwise). */
+const heapBytes = (s: string, utf8Bytes: number) => (utf8Bytes === s.length ? utf8Bytes : 2 * s.length);
+
+/**
+ * `GET /v1/endorsement` (and `/v1/object`). The URL's form is checked only
+ * when no block endorses it (a URL found in a verified block is well
+ * formed), with the same answers as checking it first.
+ */
+const lookup: Handler = (ctx, _req, res, search, own, obs) => {
   const today = ctx.today();
-  if (ctx.state !== null) {
+  const state = ctx.state;
+  if (state !== null) {
     const hit = own.answers.get(search);
-    if (hit !== undefined && hit.size === ctx.state.size && hit.today === today) {
-      sendJsonTagged(res, hit.text, hit.etag);
+    if (hit !== undefined && hit.size === state.size && hit.today === today) {
+      obs.url = hit.url;
+      sendJsonTagged(res, hit.text, hit.length, hit.etag);
       return;
     }
   }
-  const q = parseSelectionQuery(search);
-  const state = ready(ctx);
-  const sel = state.index.select(q.url, { semver: q.semver, at: q.at, today });
-  const what = `${q.url}${q.semver ? ` version ${q.semver}` : ''}${q.at ? ` at ${q.at}` : ''}`;
-  if (sel === null) throw new VouchError('not_found', `no provenance block is on file for ${what}`, { resource: q.url });
+  const q = parseSelectionQuery(search, { checkUrl: false });
+  obs.url = q.url;
+  if (state === null) {
+    checkArtifactUrl(q.url);
+    ready(ctx);
+  }
+  const sel = state!.index.select(q.url, { semver: q.semver, at: q.at, today });
+  if (sel === null) {
+    checkArtifactUrl(q.url);
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}`, { resource: q.url });
+  }
   if (sel.revokedBy && q.semver === undefined) {
-    throw new VouchError('not_found', `no provenance block is on file for ${what}: every endorsement in force is revoked`, { resource: q.url });
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url });
   }
   const etag = `"${sel.block.record_hash}"`;
   if (sel.revokedBy) sendJson(res, 200, lookupBody(sel.block, sel.revokedBy), { etag });
   else {
-    const text = lookupText(sel.block);
-    if (search.length <= 4096) own.answers.set(search, { size: state.size, today, etag, text });
-    sendJsonTagged(res, text, etag);
+    const text = JSON.stringify(lookupBody(sel.block, null));
+    const length = Buffer.byteLength(text);
+    if (search.length <= 4096) own.answers.set(search, { size: state!.size, today, etag, text, length, url: q.url, bytes: heapBytes(text, length) + search.length + q.url.length + 256, used: false });
+    sendJsonTagged(res, text, length, etag);
   }
 };
 
@@ -190,7 +224,7 @@ export const ROUTES: Record<string, Route> = {
 };
 
 /** `ROUTES` by path, for the one lookup every request makes. */
-const ROUTE_TABLE = new Map<string, Route>(Object.entries(ROUTES));
+const ROUTE_TABLE = new Map<string, Route & { label: string }>(Object.entries(ROUTES).map(([p, r]) => [p, { ...r, label: p }]));
 
 /**
  * How long a connection may go on sending the body of a request that was
@@ -222,15 +256,25 @@ function lingerOnBody(req: IncomingMessage, ms: number): void {
   socket.once('close', done);
 }
 
-/** How many Host fields the request has (node:http keeps only the first in `req.headers`). */
-function hostFields(req: IncomingMessage): number {
+/** `headerFacts`: more than one Host field (node:http keeps only the first in `req.headers`). */
+const MANY_HOSTS = 1;
+/** `headerFacts`: a body is announced (Content-Length other than 0, or Transfer-Encoding). */
+const HAS_BODY = 2;
+
+/** What the dispatch needs to know of the header fields, in one pass over `rawHeaders` (no `req.headers` object built). */
+function headerFacts(req: IncomingMessage): number {
   const raw = req.rawHeaders;
-  let n = 0;
+  let hosts = 0;
+  let facts = 0;
   for (let i = 0; i < raw.length; i += 2) {
     const k = raw[i]!;
-    if (k.length === 4 && k.toLowerCase() === 'host') n++;
+    if (k.length === 4) {
+      if (k.toLowerCase() === 'host' && ++hosts > 1) facts |= MANY_HOSTS;
+    } else if (k.length === 14) {
+      if (k.toLowerCase() === 'content-length' && raw[i + 1]!.trim() !== '0') facts |= HAS_BODY;
+    } else if (k.length === 17 && k.toLowerCase() === 'transfer-encoding') facts |= HAS_BODY;
   }
-  return n;
+  return facts;
 }
 
 /** At most this many characters of a path or `url` parameter go into a log line. */
@@ -256,29 +300,44 @@ export function urlParam(search: string): string | null {
   }
 }
 
+/** Where a response keeps its `Observed` (read by the 'close' listener). */
+const OBSERVED = Symbol('vouch.observed');
+type ObservedResponse = ServerResponse & { [OBSERVED]?: Observed };
+
 /**
- * Logs and counts one request when its answer ends (or the client leaves:
- * status 499 when no answer was started). `label()` is read then, so the
- * dispatch can settle the route label first.
+ * Logs and counts one request whose answer has ended (`finished`: it was
+ * written whole; else the client left, status 499 when no answer was
+ * started). The route label and the `url` are read now, so the dispatch can
+ * settle them first.
  */
-function observeRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: IncomingMessage, res: ServerResponse, path: string, search: string, label: () => string): void {
-  const started = performance.now();
+function recordRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: IncomingMessage, res: ServerResponse, obs: Observed, finished: boolean): void {
   const socket = req.socket;
-  const sentBefore = socket.bytesWritten;
-  res.on('close', () => { // a response closes once: `on` spares the `once` wrapper
-    if (!req.complete && res.writableFinished) lingerOnBody(req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
-    const seconds = (performance.now() - started) / 1000;
-    const status = res.headersSent ? res.statusCode : 499;
-    const bytes = Math.max(0, socket.bytesWritten - sentBefore);
-    const route = label();
-    const method = req.method ?? '';
-    metrics.observe(route, method, status, seconds, bytes);
-    if (ctx.log.enabled?.('info') === false) return;
-    logRequest(ctx.log, {
-      method, path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path, route, status, ms: Math.round(seconds * 1e5) / 100, bytes,
-      remote: socket.remoteAddress ?? null, url: urlParam(search), aborted: !res.writableFinished,
-    });
+  const seconds = (performance.now() - obs.started) / 1000;
+  const status = res.headersSent ? res.statusCode : 499;
+  const bytes = Math.max(0, socket.bytesWritten - obs.sentBefore);
+  const method = req.method ?? '';
+  metrics.observe(obs.label, method, status, seconds, bytes);
+  if (ctx.log.enabled?.('info') === false) return;
+  const path = obs.path;
+  const url = obs.url === undefined ? urlParam(obs.search) : obs.url.length > LOGGED_CHARS ? obs.url.slice(0, LOGGED_CHARS) : obs.url;
+  logRequest(ctx.log, {
+    method, path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path, route: obs.label, status, ms: Math.round(seconds * 1e5) / 100, bytes,
+    remote: socket.remoteAddress ?? null, url, aborted: !finished,
   });
+}
+
+/**
+ * The 'close' listener of the responses of one handler that were not
+ * recorded when their handler returned (see the dispatch): one function for
+ * all of them (a response is `this`), so such a request makes no closure.
+ */
+function closeObserver(ctx: GatewayContext, metrics: GatewayMetrics): (this: ObservedResponse) => void {
+  return function (this: ObservedResponse) {
+    const res = this;
+    const req = res.req;
+    if (!req.complete && res.writableFinished) lingerOnBody(req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
+    recordRequest(ctx, metrics, req, res, res[OBSERVED]!, res.writableFinished);
+  };
 }
 
 /** Answers a request whose handler threw (or rejected); an unexpected exception is logged. */
@@ -300,32 +359,32 @@ function failRequest(ctx: GatewayContext, req: IncomingMessage, res: ServerRespo
 export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: ProxyRoutes; metrics?: GatewayMetrics } = {}): (req: IncomingMessage, res: ServerResponse) => void {
   const proxy = parts.proxy ?? new ProxyRoutes(ctx);
   const metrics = parts.metrics ?? new GatewayMetrics(ctx, { proxy });
-  const own: HandlerState = { answers: answerCache(), metrics };
-  return (req, res) => {
-    const target = req.url ?? '/';
-    const q = target.indexOf('?');
-    const path = q === -1 ? target : target.slice(0, q);
-    const search = q === -1 ? '' : target.slice(q + 1);
-    const route = ROUTE_TABLE.get(path);
-    let label = route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : path;
-    observeRequest(ctx, metrics, req, res, path, search, () => label);
+  const own: HandlerState = { answers: new ClockCache<CachedAnswer>(ANSWER_CACHE_BYTES), metrics };
+  const observer = closeObserver(ctx, metrics);
+
+  /** Routes and answers one request; true when its handler returned without leaving work behind (no promise, no proxying). */
+  const dispatch = (req: IncomingMessage, res: ServerResponse, target: string, route: Route | undefined, facts: number, obs: Observed): boolean => {
+    const { path, search } = obs;
     try {
-      if (hostFields(req) > 1) {
+      if ((facts & MANY_HOSTS) !== 0) {
         // Which host is meant is ambiguous (and so is the framing of such a request): refused, and the connection closed.
         req.resume();
         res.setHeader('connection', 'close');
         const proxied = (route === undefined || route.handler === handleExplorer) && proxy.match(req.headers.host, target) !== null;
-        if (proxied) label = 'proxy';
-        if (proxied || route?.kind === 'bytes') return sendEmpty(res, 400);
+        if (proxied) obs.label = 'proxy';
+        if (proxied || route?.kind === 'bytes') {
+          sendEmpty(res, 400);
+          return true;
+        }
         throw new VouchError('bad_request', 'the request has more than one Host header (RFC 9112, section 3.2)');
       }
       // The explorer's paths yield to a proxy route (a Host route may proxy a whole site, "/" included).
       if (route === undefined || route.handler === handleExplorer) {
         const routed = proxy.match(req.headers.host, target);
         if (routed !== null) {
-          label = 'proxy';
+          obs.label = 'proxy';
           void proxy.handle(req, res, routed); // answers every failure itself, empty-bodied
-          return;
+          return false;
         }
       }
       if (route === undefined) {
@@ -342,10 +401,36 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
         req.resume();
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }
-      const done = route.handler(ctx, req, res, search, own);
-      if (done instanceof Promise) done.catch((e: unknown) => failRequest(ctx, req, res, route, path, e));
+      const done = route.handler(ctx, req, res, search, own, obs);
+      if (done instanceof Promise) {
+        done.catch((e: unknown) => failRequest(ctx, req, res, route, path, e));
+        return false;
+      }
     } catch (e) {
       failRequest(ctx, req, res, route, path, e);
+    }
+    return true;
+  };
+
+  return (req, res) => {
+    const target = req.url ?? '/';
+    const q = target.indexOf('?');
+    const path = q === -1 ? target : target.slice(0, q);
+    const route = ROUTE_TABLE.get(path);
+    const socket = req.socket;
+    const obs: Observed = {
+      // The table's own string: its hash is kept, where the path is a new string each request (metrics and log look labels up).
+      label: route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : route.label,
+      url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), started: performance.now(), sentBefore: socket.bytesWritten,
+    };
+    const facts = headerFacts(req);
+    // Answered in full before the handler returned (a lookup, an error...): every byte is with the
+    // socket and no body follows, so the request is recorded now. Else when the answer ends ('close').
+    if (dispatch(req, res, target, route, facts, obs) && (facts & HAS_BODY) === 0 && res.writableEnded && res.writableLength === 0 && !socket.destroyed) {
+      recordRequest(ctx, metrics, req, res, obs, true);
+    } else {
+      (res as ObservedResponse)[OBSERVED] = obs;
+      res.on('close', observer); // a response closes once: `on` spares the `once` wrapper
     }
   };
 }

@@ -149,6 +149,21 @@ test('parseSelectionQuery: arbitrary query strings give a query or bad_request',
   }), { seed: SEED, numRuns: RUNS * 2 });
 });
 
+test('parseSelectionQuery: the one-`url` fast path answers as URLSearchParams does (value or error), with or without the form check', () => {
+  const outcome = (q: string, checkUrl: boolean) => {
+    try {
+      return parseSelectionQuery(q, { checkUrl });
+    } catch (e) {
+      return `${(e as { code?: string }).code}: ${(e as Error).message}`;
+    }
+  };
+  const piece = fc.oneof(fc.string(), fc.string({ unit: 'binary' }), fc.constantFrom('%', '%zz', '%2', '%E0%A4%A', '%E2%82%AC', '%2B', '+', '=', '%26', 'https%3A%2F%2Fa.example%2Fx', 'ftp://x/y', 'https://a.example/a b'));
+  fc.assert(fc.property(fc.array(piece, { maxLength: 6 }).map((a) => a.join('').replace(/&/g, '')), fc.boolean(), (v, checkUrl) => {
+    // `url=V` takes the fast path; `url=V&` the general one (URLSearchParams ignores the empty pair).
+    assert.equal(outcome(`url=${v}`, checkUrl), outcome(`url=${v}&`, checkUrl), v);
+  }), { seed: SEED, numRuns: RUNS * 2 });
+});
+
 test('submit bodies: arbitrary JSON gives a request or bad_request; arbitrary bytes give bad_request', () => {
   fc.assert(fc.property(jsonValue, (v) => { onlyCoded(() => parseSubmitRequest(v), ['bad_request']); }), { seed: SEED, numRuns: RUNS });
   fc.assert(fc.property(fc.uint8Array({ maxLength: 200 }), (b) => { onlyCoded(() => parseJsonBody(Buffer.from(b)), ['bad_request']); }), { seed: SEED, numRuns: RUNS });

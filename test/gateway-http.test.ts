@@ -185,6 +185,10 @@ test('JSON errors: 400, 404 (with resource), 404 unknown path, 405, 406 — all 
   expectJsonError(await get(`/v1/endorsement?url=${enc(T.textUrl)}&semver=1.0`), 400, 'bad_request');
   expectJsonError(await get(`/v1/endorsement?url=${enc(T.textUrl)}&at=2026-13-01`), 400, 'bad_request');
   expectJsonError(await get(`/v1/endorsement?url=${enc(T.textUrl)}&url=${enc(T.binUrl)}`), 400, 'bad_request');
+  // The URL is looked up before its form is checked; the answers are those of checking it first.
+  assert.match(expectJsonError(await get(`/v1/endorsement?url=${enc('ftp://x.example/y')}&semver=1.0`), 400, 'bad_request').message, /^url must be/);
+  assert.match(expectJsonError(await get(`/v1/endorsement?semver=1.0.0&url=${enc('ftp://x.example/y')}&at=2026-01-01`), 400, 'bad_request').message, /^url must be/);
+  assert.match(expectJsonError(await get(`/v1/endorsement?url=${enc(T.textUrl)}&semver=1.0`), 400, 'bad_request').message, /^semver must be/);
   const nf = expectJsonError(await get(`/v1/endorsement?url=${enc('https://nothing.example/x.tgz')}`), 404, 'not_found');
   assert.is(nf.resource, 'https://nothing.example/x.tgz');
   assert.match(nf.message, /no provenance block is on file/);
@@ -436,6 +440,9 @@ test('not ready: JSON 503 and empty download 503; submit refuses loopback unless
   const cfg = writeConfig(dir2, { ...config(), chain: { dir: join(dir2, 'chain') }, origin: { allow_private: false, timeout: 2 } });
   const g2 = await startGatewayProcess(['--config', cfg], { env: { VOUCH_TEST_READY_DELAY_MS: '1500' }, waitFor: /listening on/ });
   try {
+    const r0 = await request(`${g2.url}/v1/endorsement?url=${enc('ftp://x.example/y')}`, { dispatcher: agent });
+    assert.is(r0.statusCode, 400, 'a malformed url is refused before readiness counts');
+    assert.is((await r0.body.json() as any).status, 'bad_request');
     const r1 = await request(`${g2.url}/v1/endorsement?url=${enc(T.textUrl)}`, { dispatcher: agent });
     assert.is(r1.statusCode, 503);
     const j = await r1.body.json() as any;

@@ -16,8 +16,8 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile } from '../platform/key-file.ts';
-import { createLogger, jsonString, lineSafe, logRequest, requestLine, type RequestRecord } from '../gateway/log.ts';
-import { LineSink } from '../gateway/log-sink.ts';
+import { createLogger, hundredthsNumber, jsonString, lineSafe, logRequest, requestLine, type RequestRecord } from '../gateway/log.ts';
+import { LineSink, isoNow, isoOf } from '../gateway/log-sink.ts';
 import { urlParam } from '../gateway/server.ts';
 import { writeConfig } from './helpers/gateway-process.ts';
 import { repoRoot } from './helpers/vectors.ts';
@@ -110,6 +110,29 @@ test('the url parameter: first one, decoded, cut at 1,024 characters (a cut pair
   const line = requestLine(record({ url: cut }));
   assertOneLine(line);
   assert.is(JSON.parse(line).url, cut);
+});
+
+test('ms: hundredths written as String() writes them; other numbers as JSON.stringify does', () => {
+  for (let h = 0; h <= 2_000_000; h++) {
+    const ms = Math.round(h) / 100;
+    if (hundredthsNumber(ms) !== String(ms)) assert.unreachable(`${ms}: ${hundredthsNumber(ms)}`);
+  }
+  for (const seconds of [0.000_012_34, 0.000_5, 0.123_456, 1.5, 61.007, 3_600.000_01]) {
+    const ms = Math.round(seconds * 1e5) / 100; // what the request handler logs
+    assert.is(hundredthsNumber(ms), String(ms));
+  }
+  for (const n of [0.125, 1 / 3, -1, -0.5, 1e21, 2 ** 60, NaN, Infinity, -Infinity]) assert.is(hundredthsNumber(n), JSON.stringify(n), String(n));
+  assert.is(JSON.parse(requestLine(record({ ms: 12.3 }))).ms, 12.3);
+  assert.is(JSON.parse(requestLine(record({ ms: NaN }))).ms, null);
+});
+
+test('time: isoOf is toISOString (made from the second\'s prefix), years 0 to 9999 and beyond', () => {
+  const cases = [0, 1, 999, 1000, 1001, -1, -999, -1000, -1001, 1_767_225_599_999, 1_767_225_600_000, 253_402_300_799_999, 253_402_300_800_000, -62_167_219_200_000, -62_167_219_200_001];
+  for (let k = 0; k < 20_000; k++) cases.push(Math.floor((k * 7_919_993_311) % 4e12) - 1e12, 1_767_225_600_000 + k * 37);
+  for (const ms of cases) if (isoOf(ms) !== new Date(ms).toISOString()) assert.unreachable(`${ms}: ${isoOf(ms)}`);
+  const before = Date.now();
+  const now = Date.parse(isoNow());
+  assert.ok(now >= before && now <= Date.now(), 'isoNow is now');
 });
 
 test('createLogger: request lines only at info and below', () => {
