@@ -80,10 +80,11 @@ import { LIMITS, readJson, utf8Text } from '../chain/block.ts';
 import { CHECKPOINT, MAX_INDEX, blockPath } from '../chain/layout.ts';
 import { assertChainWritable } from './chain-lock.ts';
 import { type IndexEntry, entryFromStat } from './git-index.ts';
-import { crashPoint, failPoint, fsyncDir, isDir, readBranch, readRef, readShallow, writeFileAtomic } from './git-files.ts';
+import { crashPoint, failPoint, fsyncDir, isDir, readBranch, readRef, readShallow, writeDurably, writeFileAtomic } from './git-files.ts';
 import { BRANCH_REF, type CommitInfo, FILE_MODE, OID_RE, TREE_MODE, type TreeEntry, commitBody, ioError, setTreeEntry, treeBody } from './git-objects.ts';
-import { PackData } from './git-pack-index.ts';
-import { type FetchOptions, type FetchResult, discoverRefs, uploadPack } from './upload-pack.ts';
+import type { PackData } from './git-pack-index.ts';
+import { PackFileWriter } from './repack.ts';
+import { type FetchOptions, type FetchResult, discoverRefs, fetchPack } from './upload-pack.ts';
 import { type BlockFile, type ChainSnapshot, type FileChange, strictBlockText } from './chain-repo-files.ts';
 import { ChainRepoRepair, TMP_SUFFIX, readState } from './chain-repo-repair.ts';
 
@@ -411,6 +412,7 @@ export class ChainRepo extends ChainRepoRepair {
       if (fs.readdirSync(abs).length > 0) throw new VouchError('chain_exists', `${abs} is not empty`);
     }
     const shown = url.replace(/\/\/[^@/]*@/, '//');
+    let repo: ChainRepo | null = null;
     try {
       const { refs, caps } = await discoverRefs(url, opts);
       const want = refs.get(BRANCH_REF);
@@ -423,10 +425,9 @@ export class ChainRepo extends ChainRepoRepair {
       fs.writeFileSync(join(gitdir, 'config'), '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
         `[remote "origin"]\n\turl = ${url.replace(/[\\"\n]/g, '')}\n\tfetch = +refs/heads/main:${REMOTE_REF}\n` +
         '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n');
-      const got = await uploadPack(url, opts, caps, want, [], []);
-      const pack = await PackData.index(got.pack, async () => null);
-      if (!pack.has(want)) throw new VouchError('io_error', `the pack from ${shown} does not hold commit ${want}`);
-      const repo = new ChainRepo(abs);
+      const got = await fetchPack(url, opts, caps, want, [], [], join(gitdir, 'objects', 'pack'));
+      const pack = got.pack;
+      repo = new ChainRepo(abs);
       await repo.storePack(pack);
       await repo.updateShallow(got.shallow, got.unshallow);
       repo.writeRemoteRef(want);
@@ -439,6 +440,7 @@ export class ChainRepo extends ChainRepoRepair {
       fs.rmSync(join(gitdir, CLONE_MARKER));
       return repo;
     } catch (e) {
+      if (repo) repo.objects.fetched = null; // closes the received pack's file
       // Leave nothing half-made behind: the directory was empty (or absent) before.
       try {
         if (existed) for (const n of fs.readdirSync(abs)) fs.rmSync(join(abs, n), { recursive: true, force: true });
@@ -498,9 +500,8 @@ export class ChainRepo extends ChainRepoRepair {
       const haves = [this._head];
       const tracked = readRef(this.gitdir, REMOTE_REF);
       if (tracked && tracked !== this._head && await this.objects.has(tracked)) haves.push(tracked);
-      const got = await uploadPack(url, opts, caps, want, haves, readShallow(this.gitdir));
-      const pack = await PackData.index(got.pack, (oid) => this.objects.read(oid).catch(() => null));
-      if (!pack.has(want)) throw new VouchError('io_error', `the pack from ${shown} does not hold commit ${want}`);
+      const got = await fetchPack(url, opts, caps, want, haves, readShallow(this.gitdir), join(this.gitdir, 'objects', 'pack'), (oid) => this.objects.read(oid).catch(() => null));
+      const pack = got.pack;
       try {
         await this.storePack(pack);
         await this.updateShallow(got.shallow, got.unshallow);
@@ -509,7 +510,7 @@ export class ChainRepo extends ChainRepoRepair {
         throw e instanceof VouchError ? e : ioError('cannot store the fetched objects', e);
       }
       this.schedulePack(); // a mirror stores small fetches as loose objects: packed as an authority's appends are
-      return { commit: want, objects: pack.entries.length, bytes: got.pack.length };
+      return { commit: want, objects: pack.count, bytes: got.bytes };
     });
   }
 
@@ -519,20 +520,41 @@ export class ChainRepo extends ChainRepoRepair {
     this.objects.resetCache();
   }
 
-  /** Keep a received pack: as a pack + index (as git stores it), or as loose objects when small. */
-  protected async storePack(received: PackData): Promise<void> {
-    const pack = received.thin && received.entries.length >= UNPACK_LIMIT ? await received.selfContained() : received;
-    if (pack.entries.length < UNPACK_LIMIT) {
-      // Commits last: a commit on disk means its trees and blobs are too.
-      const order = [...pack.entries].sort((a, b) => Number(a.type === 'commit') - Number(b.type === 'commit'));
-      for (const e of order) this.objects.write(e.type as 'blob' | 'tree' | 'commit' | 'tag', pack.resolve(e));
-    } else {
-      const base = join(this.gitdir, 'objects', 'pack', `pack-${pack.checksum}`);
-      fs.mkdirSync(dirname(base), { recursive: true });
-      if (!fs.existsSync(`${base}.idx`)) {
-        writeFileAtomic(`${base}.pack`, pack.pack, 0o444);
-        writeFileAtomic(`${base}.idx`, pack.idxFile(), 0o444);
+  /**
+   * Keep a received pack (its temporary file, indexed by fetchPack): named
+   * as a pack + index (as git stores it), rewritten whole when it came thin,
+   * or as loose objects when small (the file removed). It stays readable
+   * (`objects.fetched`) until dropped. On failure the file is removed.
+   */
+  protected async storePack(pack: PackData): Promise<void> {
+    const dir = join(this.gitdir, 'objects', 'pack');
+    try {
+      if (pack.unique < UNPACK_LIMIT) {
+        // Commits last: a commit on disk means its trees and blobs are too.
+        const order = [...pack.uniqueEntries()].sort((a, b) => Number(pack.typeOf(a) === 'commit') - Number(pack.typeOf(b) === 'commit'));
+        for (const k of order) this.objects.write(pack.typeOf(k) as 'blob' | 'tree' | 'commit' | 'tag', pack.resolve(k));
+        pack.discard();
+      } else if (pack.thin) {
+        const w = new PackFileWriter(dir, pack.unique);
+        try {
+          for (const k of pack.uniqueEntries()) w.addWhole(pack.oidOf(k), pack.typeOf(k), pack.resolve(k));
+          w.finish();
+        } catch (e) {
+          w.abort();
+          throw e;
+        }
+        pack.discard();
+      } else if (pack.keep(dir)) {
+        // The index last, durably: the pack is an object store's once its index is named.
+        const tmp = join(dir, `tmp_idx_vouch_${process.pid}_${Date.now()}`);
+        writeDurably(tmp, pack.idxFile(), 0o444);
+        fs.renameSync(tmp, join(dir, `pack-${pack.checksum}.idx`));
+        fsyncDir(dir);
       }
+    } catch (e) {
+      pack.discard();
+      pack.close();
+      throw e;
     }
     this.objects.fetched = pack;
   }
