@@ -43,8 +43,13 @@ export const FETCH_LIMITS = Object.freeze({
   /** Bytes a pack may make the reader inflate or rebuild from deltas: 1 GiB plus 16 per pack byte (an honest pack needs ~5). */
   resolveBase: 1 << 30,
   resolvePerPackByte: 16,
-  /** Each HTTP exchange in all (FetchOptions.timeoutMs), and the longest silence (FetchOptions.stallMs). */
+  /**
+   * Each HTTP exchange in all (FetchOptions.timeoutMs), and the longest silence (FetchOptions.stallMs);
+   * the pack's exchange gets `packMsPerMiB` more for each MiB received (the indexing runs as it arrives:
+   * a 1,000,000-block clone's 710 MB take ~1-2 min here; a remote must average 1 MiB/s past the first 120 s).
+   */
   exchangeMs: 120_000,
+  packMsPerMiB: 1000,
   stallMs: 30_000,
 });
 /** Largest object accepted from a remote (a block file is a few KiB). */

@@ -465,6 +465,7 @@ export class PackReceiver {
     }
     const p = this.data!;
     let pos = this.winAt === 0 ? 12 : 0; // the header, on the first pass
+    const from = pos;
     for (; this.k < this.declared; this.k++) {
       const rest = win.length - pos;
       if (rest < 64 && !atEnd) { this.need = rest + 64; break; }
@@ -491,7 +492,6 @@ export class PackReceiver {
       if (data.length !== h.size) bad(`object at ${offset} has ${data.length} bytes, its header says ${h.size}`);
       const end = at + used;
       const raw = win.subarray(pos, end);
-      this.hash.update(raw);
       p.record(this.k, offset, this.winAt + end, crc32(raw));
       p.spend(h.size);
       if (h.kind <= 4) {
@@ -501,6 +501,7 @@ export class PackReceiver {
       else this.wait(h.kind, offset - h.baseDistance, h.baseOid);
       pos = end;
     }
+    this.hash.update(win.subarray(from, pos)); // the objects parsed (the trailer is never hashed: it follows the last one)
     if (this.k === this.declared) {
       if (win.length - pos > 20) bad('trailing bytes after the last object');
       this.need = 21;

@@ -76,14 +76,14 @@ function fetchFailure(shown: string, timeoutMs: number, stallMs: number, why: Ex
 
 /** One bounded exchange of a fetch: status 200 and `expectType` required at the headers, the body to `sink`. */
 async function fetchExchange(
-  opts: FetchOptions, bounds: { timeoutMs: number; maxBytes: number }, url: string, method: 'GET' | 'POST', headers: Record<string, string>, body: Buffer | null, expectType: string,
+  opts: FetchOptions, bounds: { timeoutMs: number; maxBytes: number; msPerMiB?: number }, url: string, method: 'GET' | 'POST', headers: Record<string, string>, body: Buffer | null, expectType: string,
   sink: (chunk: Buffer) => void,
 ): Promise<void> {
   const shown = shownUrl(url);
   const stallMs = opts.stallMs ?? FETCH_LIMITS.stallMs;
   await exchange({
     url, method, body, headers: { 'user-agent': `git/${AGENT}`, ...opts.headers, ...headers },
-    timeoutMs: bounds.timeoutMs, stallMs, maxBytes: bounds.maxBytes,
+    timeoutMs: bounds.timeoutMs, msPerMiB: bounds.msPerMiB, stallMs, maxBytes: bounds.maxBytes,
     signal: opts.signal, dispatcher: opts.dispatcher, lenient: true,
     onHead: (status, type) => {
       if (status !== 200) throw new VouchError('io_error', `${shown} answered HTTP ${status}`);
@@ -161,7 +161,7 @@ export async function uploadPack(
       // NAK / ACK: nothing to do
     }
   }, FETCH_LIMITS.resultPktLines);
-  const bounds = { timeoutMs: opts.timeoutMs ?? FETCH_LIMITS.exchangeMs, maxBytes: opts.maxBytes ?? FETCH_LIMITS.packBytes };
+  const bounds = { timeoutMs: opts.timeoutMs ?? FETCH_LIMITS.exchangeMs, maxBytes: opts.maxBytes ?? FETCH_LIMITS.packBytes, msPerMiB: FETCH_LIMITS.packMsPerMiB };
   await fetchExchange(opts, bounds, gitUrl(url, 'git-upload-pack'), 'POST', {
     'content-type': 'application/x-git-upload-pack-request',
     accept: 'application/x-git-upload-pack-result',
