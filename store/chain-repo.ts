@@ -48,17 +48,18 @@
  * - A fetch never touches the branch, the working tree or the index; a
  *   fast-forward never changes or removes a block file of the current head.
  *   A clone or fetch refused for what the remote sent (a bad pack, a bound
- *   of `FETCH_LIMITS`) leaves the repository as it was: a fetch stores
- *   objects only once the whole pack is indexed, a clone removes what it
- *   made.
+ *   of `FETCH_LIMITS`) leaves the repository as it was: a fetch names its
+ *   pack (or writes objects) only once the whole pack is indexed and its
+ *   temporary file (`tmp_pack_vouch_*`) is removed on failure, a clone
+ *   removes what it made.
  * - Reads of blocks go to the working tree (fast path), through the bounded
  *   reader of ./verify-worker-impl.ts: a regular file only (no symbolic
  *   link, directory, FIFO or device), at most 16 MiB, decoded strictly as
  *   UTF-8 (DESIGN 1.7 "Reading a chain"); what the branch commits
  *   (`committedFiles()`) is what a verifier checks them against. Reads from
  *   git objects are for audits, repair and sync, and read packs on disk
- *   object by object (a fetched pack stays in memory only until
- *   `dropFetched()`).
+ *   object by object (a fetched pack stays indexed, its tables in memory
+ *   and its bytes read back from its file, until `dropFetched()`).
  * - Opening for writing removes what interrupted object writes left behind
  *   (`tmp_obj_*` of a full disk or a crash), except files a live writer may
  *   still be writing.

@@ -9,8 +9,10 @@
  * 200,000 refs, packs that declare 2^31 or one too many objects, are
  * truncated or carry a wrong checksum, zip bombs, deltas on a missing base
  * or on themselves, a quadratic delta chain, one-byte side-band packets,
- * endless shallow lines, silence, a trickle of one byte per second and
- * endless pack data. Each case is driven against
+ * endless shallow lines, silence, a trickle of one byte per second,
+ * endless pack data (junk: stopped at the first object, the pack being
+ * indexed as it arrives) and endless well-formed objects (stopped by the
+ * bound on bytes). Each case is driven against
  * `ChainRepo.clone` and `ChainRepo.fetch` directly, and the worst of them
  * against a running mirror gateway process. Then https origins whose
  * certificate is self-signed, for another name or expired (made with
