@@ -7,15 +7,22 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { deflateSync } from 'node:zlib';
+import { buildCheckpoint } from '../chain/build.ts';
+import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import { VouchError } from '../chain/errors.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { commitFor } from '../store/chain-store.ts';
+import { buildLongChain, testSigner, T0 } from './helpers/chain-fixture.ts';
+import { GitServer } from './helpers/git-server.ts';
 import { objectId } from '../store/git-objects.ts';
 import { OFS_DELTA, REF_DELTA, encodeObjectHeader } from '../store/git-pack.ts';
 import { PackReceiver } from '../store/git-pack-index.ts';
@@ -153,6 +160,34 @@ test('memory per object: the index of 200,000 objects holds < 64 bytes each (FET
   p.discard();
   p.close();
   assert.equal(readdirSync(dir), []);
+});
+
+test('a clone over git http-backend: the pack lands in objects/pack as pack-<sum>.pack + .idx (git verify-pack agrees), no temporary file (failures: test/hostile-remote.test.ts)', async () => {
+  const root = join(work, `srv-${seq++}`);
+  mkdirSync(root, { recursive: true });
+  const server = await GitServer.start(root);
+  try {
+    server.initBare('chain.git');
+    const blocks = buildLongChain(300).blocks;
+    const authority = join(work, `authority-${seq++}`);
+    await ChainRepo.init(authority, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+      formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer: testSigner(), now: T0 + 40_000 })), commitFor([blocks[0]!], T0));
+    // Asynchronously: the git server answers from this process's event loop.
+    await promisify(execFile)('git', ['-C', authority, 'push', '-q', server.url('chain.git'), 'main']);
+    const dir = join(work, `mirror-${seq++}`);
+    const repo = await ChainRepo.clone(server.url('chain.git'), dir);
+    assert.is(repo.size, 300);
+    const packDir = join(dir, '.git', 'objects', 'pack');
+    const names = readdirSync(packDir).sort();
+    assert.is(names.length, 2, names.join(' '));
+    assert.match(names[0]!, /^pack-[0-9a-f]{40}\.idx$/);
+    assert.is(names[1], names[0]!.replace(/\.idx$/, '.pack'));
+    const v = spawnSync('git', ['verify-pack', join(packDir, names[0]!)], { encoding: 'utf8' });
+    assert.is(v.status, 0, v.stderr);
+    repo.dropFetched();
+  } finally {
+    await server.stop();
+  }
 });
 
 test.after(() => rmSync(work, { recursive: true, force: true }));
