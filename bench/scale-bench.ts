@@ -40,7 +40,7 @@ import { median, root, stopAll } from './gateway-harness.ts';
 import { chainFor, fullCopy, linkCopy, packedClone, removeTree, scaleTmp, sparseSource } from './scale/chains.ts';
 import { diskRow, endorseRow, gitStatusRow, verifyRow, type DiskFigures, type EndorseFigures, type GitStatusFigures, type VerifyFigures } from './scale/cli-rows.ts';
 import { coldStart, lookups, mib, warmRestarts, withGateway, type ColdFigures, type LookupFigures, type WarmFigures } from './scale/gateway-rows.ts';
-import { mirrorRow, type MirrorFigures } from './scale/mirror-row.ts';
+import { mirrorRow, servedClone, type MirrorFigures } from './scale/mirror-row.ts';
 import { killAll, say, type Gateway } from './scale/procs.ts';
 
 const MIN = 60_000;
@@ -152,7 +152,8 @@ async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> 
     (async () => {
       if (want('disk') && f.failed.copy) f.failed.disk = `the link copy failed: ${f.failed.copy}`;
       else if (want('disk')) f.disk = await row('disk', () => diskRow(ro, src, bare));
-      else if (want('mirror')) packed = (await row('mirror', () => packedClone(src, bare))) !== undefined;
+      // The mirror row alone past 100,000 blocks: a hard-linked bare clone (`--no-local` would recompute every delta).
+      else if (want('mirror')) packed = (await row('mirror', () => (n > 100_000 ? servedClone(src, bare) : packedClone(src, bare)))) !== undefined;
       if (f.disk) packed = true;
       await removeTree(ro);
     })(),
@@ -261,7 +262,7 @@ const ROWS: Row[] = [
   },
   {
     name: 'mirror bootstrap from git http-backend: time to ready, peak RSS (VmHWM)', key: 'mirror', target: () => 'RSS ≤ 1.5 GiB',
-    cell: (f) => `${s(f.mirror!.ms)}, peak **${mib(f.mirror!.hwm)} MiB** (RSS at ready ${mib(f.mirror!.rss)} MiB)`,
+    cell: (f) => `${s(f.mirror!.ms)}, peak **${mib(f.mirror!.hwm)} MiB** (RSS at ready ${mib(f.mirror!.rss)} MiB; pack fetched and indexed at ${f.mirror!.packedMs === null ? '?' : s(f.mirror!.packedMs)}, cloned at ${f.mirror!.clonedMs === null ? '?' : s(f.mirror!.clonedMs)})`,
     met: (f) => f.mirror!.hwm <= 1.5 * GiB,
   },
 ];

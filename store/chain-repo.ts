@@ -48,17 +48,18 @@
  * - A fetch never touches the branch, the working tree or the index; a
  *   fast-forward never changes or removes a block file of the current head.
  *   A clone or fetch refused for what the remote sent (a bad pack, a bound
- *   of `FETCH_LIMITS`) leaves the repository as it was: a fetch stores
- *   objects only once the whole pack is indexed, a clone removes what it
- *   made.
+ *   of `FETCH_LIMITS`) leaves the repository as it was: a fetch names its
+ *   pack (or writes objects) only once the whole pack is indexed and its
+ *   temporary file (`tmp_pack_vouch_*`) is removed on failure, a clone
+ *   removes what it made.
  * - Reads of blocks go to the working tree (fast path), through the bounded
  *   reader of ./verify-worker-impl.ts: a regular file only (no symbolic
  *   link, directory, FIFO or device), at most 16 MiB, decoded strictly as
  *   UTF-8 (DESIGN 1.7 "Reading a chain"); what the branch commits
  *   (`committedFiles()`) is what a verifier checks them against. Reads from
  *   git objects are for audits, repair and sync, and read packs on disk
- *   object by object (a fetched pack stays in memory only until
- *   `dropFetched()`).
+ *   object by object (a fetched pack stays indexed, its tables in memory
+ *   and its bytes read back from its file, until `dropFetched()`).
  * - Opening for writing removes what interrupted object writes left behind
  *   (`tmp_obj_*` of a full disk or a crash), except files a live writer may
  *   still be writing.
@@ -80,9 +81,10 @@ import { LIMITS, readJson, utf8Text } from '../chain/block.ts';
 import { CHECKPOINT, MAX_INDEX, blockPath } from '../chain/layout.ts';
 import { assertChainWritable } from './chain-lock.ts';
 import { type IndexEntry, entryFromStat } from './git-index.ts';
-import { crashPoint, failPoint, fsyncDir, isDir, readBranch, readRef, readShallow, writeFileAtomic } from './git-files.ts';
+import { crashPoint, failPoint, fsyncDir, isDir, readBranch, readRef, readShallow, writeDurably, writeFileAtomic } from './git-files.ts';
 import { BRANCH_REF, type CommitInfo, FILE_MODE, OID_RE, TREE_MODE, type TreeEntry, commitBody, ioError, setTreeEntry, treeBody } from './git-objects.ts';
-import { PackData } from './git-pack-index.ts';
+import type { PackData } from './git-pack-index.ts';
+import { PackFileWriter } from './repack.ts';
 import type { FetchOptions, FetchResult } from './upload-pack.ts';
 import { type BlockFile, type ChainSnapshot, type FileChange, strictBlockText } from './chain-repo-files.ts';
 import { ChainRepoRepair, TMP_SUFFIX, readState } from './chain-repo-repair.ts';
@@ -424,8 +426,9 @@ export class ChainRepo extends ChainRepoRepair {
       if (fs.readdirSync(abs).length > 0) throw new VouchError('chain_exists', `${abs} is not empty`);
     }
     const shown = url.replace(/\/\/[^@/]*@/, '//');
+    let repo: ChainRepo | null = null;
     try {
-      const { discoverRefs, uploadPack } = await import('./upload-pack.ts'); // with undici: only when fetching
+      const { discoverRefs, fetchPack } = await import('./upload-pack.ts'); // with undici: only when fetching
       const { refs, caps } = await discoverRefs(url, opts);
       const want = refs.get(BRANCH_REF);
       if (!want) throw new VouchError('not_a_chain', `${shown} has no branch main`);
@@ -438,10 +441,9 @@ export class ChainRepo extends ChainRepoRepair {
         (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : '') +
         `[remote "origin"]\n\turl = ${url.replace(/[\\"\n]/g, '')}\n\tfetch = +refs/heads/main:${REMOTE_REF}\n` +
         '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n');
-      const got = await uploadPack(url, opts, caps, want, [], []);
-      const pack = await PackData.index(got.pack, async () => null);
-      if (!pack.has(want)) throw new VouchError('io_error', `the pack from ${shown} does not hold commit ${want}`);
-      const repo = new ChainRepo(abs);
+      const got = await fetchPack(url, opts, caps, want, [], [], join(gitdir, 'objects', 'pack'));
+      const pack = got.pack;
+      repo = new ChainRepo(abs);
       repo._sparse = opts.sparse === true;
       await repo.storePack(pack);
       await repo.updateShallow(got.shallow, got.unshallow);
@@ -456,6 +458,7 @@ export class ChainRepo extends ChainRepoRepair {
       fs.rmSync(join(gitdir, CLONE_MARKER));
       return repo;
     } catch (e) {
+      if (repo) repo.objects.fetched = null; // closes the received pack's file
       // Leave nothing half-made behind: the directory was empty (or absent) before.
       try {
         if (existed) for (const n of fs.readdirSync(abs)) fs.rmSync(join(abs, n), { recursive: true, force: true });
@@ -505,7 +508,7 @@ export class ChainRepo extends ChainRepoRepair {
   fetch(url: string, opts: FetchOptions = {}): Promise<FetchResult> {
     return this.serialize(async () => {
       const shown = url.replace(/\/\/[^@/]*@/, '//');
-      const { discoverRefs, uploadPack } = await import('./upload-pack.ts'); // with undici: only when fetching
+      const { discoverRefs, fetchPack } = await import('./upload-pack.ts'); // with undici: only when fetching
       const { refs, caps } = await discoverRefs(url, opts);
       const want = refs.get(BRANCH_REF);
       if (!want) throw new VouchError('not_a_chain', `${shown} has no branch main`);
@@ -516,9 +519,8 @@ export class ChainRepo extends ChainRepoRepair {
       const haves = [this._head];
       const tracked = readRef(this.gitdir, REMOTE_REF);
       if (tracked && tracked !== this._head && await this.objects.has(tracked)) haves.push(tracked);
-      const got = await uploadPack(url, opts, caps, want, haves, readShallow(this.gitdir));
-      const pack = await PackData.index(got.pack, (oid) => this.objects.read(oid).catch(() => null));
-      if (!pack.has(want)) throw new VouchError('io_error', `the pack from ${shown} does not hold commit ${want}`);
+      const got = await fetchPack(url, opts, caps, want, haves, readShallow(this.gitdir), join(this.gitdir, 'objects', 'pack'), (oid) => this.objects.read(oid).catch(() => null));
+      const pack = got.pack;
       try {
         await this.storePack(pack);
         await this.updateShallow(got.shallow, got.unshallow);
@@ -527,7 +529,7 @@ export class ChainRepo extends ChainRepoRepair {
         throw e instanceof VouchError ? e : ioError('cannot store the fetched objects', e);
       }
       this.schedulePack(); // a mirror stores small fetches as loose objects: packed as an authority's appends are
-      return { commit: want, objects: pack.entries.length, bytes: got.pack.length };
+      return { commit: want, objects: pack.count, bytes: got.bytes };
     });
   }
 
@@ -537,20 +539,41 @@ export class ChainRepo extends ChainRepoRepair {
     this.objects.resetCache();
   }
 
-  /** Keep a received pack: as a pack + index (as git stores it), or as loose objects when small. */
-  protected async storePack(received: PackData): Promise<void> {
-    const pack = received.thin && received.entries.length >= UNPACK_LIMIT ? await received.selfContained() : received;
-    if (pack.entries.length < UNPACK_LIMIT) {
-      // Commits last: a commit on disk means its trees and blobs are too.
-      const order = [...pack.entries].sort((a, b) => Number(a.type === 'commit') - Number(b.type === 'commit'));
-      for (const e of order) this.objects.write(e.type as 'blob' | 'tree' | 'commit' | 'tag', pack.resolve(e));
-    } else {
-      const base = join(this.gitdir, 'objects', 'pack', `pack-${pack.checksum}`);
-      fs.mkdirSync(dirname(base), { recursive: true });
-      if (!fs.existsSync(`${base}.idx`)) {
-        writeFileAtomic(`${base}.pack`, pack.pack, 0o444);
-        writeFileAtomic(`${base}.idx`, pack.idxFile(), 0o444);
+  /**
+   * Keep a received pack (its temporary file, indexed by fetchPack): named
+   * as a pack + index (as git stores it), rewritten whole when it came thin,
+   * or as loose objects when small (the file removed). It stays readable
+   * (`objects.fetched`) until dropped. On failure the file is removed.
+   */
+  protected async storePack(pack: PackData): Promise<void> {
+    const dir = join(this.gitdir, 'objects', 'pack');
+    try {
+      if (pack.unique < UNPACK_LIMIT) {
+        // Commits last: a commit on disk means its trees and blobs are too.
+        const order = [...pack.uniqueEntries()].sort((a, b) => Number(pack.typeOf(a) === 'commit') - Number(pack.typeOf(b) === 'commit'));
+        for (const k of order) this.objects.write(pack.typeOf(k) as 'blob' | 'tree' | 'commit' | 'tag', pack.resolve(k));
+        pack.discard();
+      } else if (pack.thin) {
+        const w = new PackFileWriter(dir, pack.unique);
+        try {
+          for (const k of pack.uniqueEntries()) w.addWhole(pack.oidOf(k), pack.typeOf(k), pack.resolve(k));
+          w.finish();
+        } catch (e) {
+          w.abort();
+          throw e;
+        }
+        pack.discard();
+      } else if (pack.keep(dir)) {
+        // The index last, durably: the pack is an object store's once its index is named.
+        const tmp = join(dir, `tmp_idx_vouch_${process.pid}_${Date.now()}`);
+        writeDurably(tmp, pack.idxFile(), 0o444);
+        fs.renameSync(tmp, join(dir, `pack-${pack.checksum}.idx`));
+        fsyncDir(dir);
       }
+    } catch (e) {
+      pack.discard();
+      pack.close();
+      throw e;
     }
     this.objects.fetched = pack;
   }

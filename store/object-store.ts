@@ -1,7 +1,8 @@
 /**
  * object-store: the objects of one repository, read and written: loose
  * objects (written whole: temporary file, fsync, rename), the packs on disk
- * (./git-pack.ts), the pack of the last fetch while it is in memory, and a
+ * (./git-pack.ts), the pack of the last fetch while it is indexed (its
+ * tables in memory, its bytes in its file), and a
  * few pinned objects (the head commit and the trees to its last block).
  * Writes go either to loose files (an append) or, between `startPack()` and
  * `syncDirs()`, into one new pack (`ChainRepo.init`: no loose object).
@@ -41,8 +42,7 @@ const HELD_BODIES = 6144;
 
 /** Loose-object writer and reader; packed objects are read through DiskPacks (isomorphic-git for old index versions). */
 export class ObjectStore {
-  /** The pack of the last fetch, indexed in memory: read from first (cheap) until dropped. */
-  fetched: PackData | null = null;
+  private _fetched: PackData | null = null;
   private knownDirs = new Set<string>();
   /** isomorphic-git's cache: holds whole packfiles once read; reset after each sync. */
   private cache = {};
@@ -59,6 +59,16 @@ export class ObjectStore {
 
   constructor(readonly gitdir: string) {
     this.disk = new DiskPacks(join(gitdir, 'objects', 'pack'));
+  }
+
+  /** The pack of the last fetch (indexed, read through its file): read from first (cheap) until dropped; replacing or dropping it closes its file. */
+  get fetched(): PackData | null {
+    return this._fetched;
+  }
+
+  set fetched(pack: PackData | null) {
+    if (this._fetched && this._fetched !== pack) this._fetched.close();
+    this._fetched = pack;
   }
 
   private path(oid: string): string {

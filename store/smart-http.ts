@@ -17,7 +17,9 @@
  * answer (the caller checks status and content type at the headers, before
  * any body byte is taken).
  *
- * Must hold: an exchange ends, one way or the other, within `timeoutMs`; it
+ * Must hold: an exchange ends, one way or the other, within `timeoutMs`
+ * (plus `msPerMiB` for each MiB of answer received, when given: a big pack
+ * from an honest remote that averages at least that rate); it
  * never delivers more than `maxBytes` bytes to its sink; credentials never
  * appear in a message.
  *
@@ -86,6 +88,8 @@ export interface Exchange {
   body: Buffer | Readable | null;
   /** Headers and body together. */
   timeoutMs: number;
+  /** Each MiB of answer received extends `timeoutMs` by this much (the pack of a big clone; default 0: a fixed bound). */
+  msPerMiB?: number;
   /** Longest silence: before the headers, and between two chunks of the answer. */
   stallMs: number;
   /** Most bytes of answer (after inflating) handed to the sink. */
@@ -127,22 +131,41 @@ export async function exchange(x: Exchange): Promise<void> {
   // A streamed request body (a push's pack) may take longer to send than a silence is allowed
   // to last: until the answer starts, undici's headersTimeout watches that case instead.
   if (!(x.body && typeof (x.body as Readable).pipe === 'function')) arm();
-  const timeout = AbortSignal.timeout(x.timeoutMs);
-  const signal = AbortSignal.any([timeout, stall.signal, ...(x.signal ? [x.signal] : [])]);
+  // The whole exchange's bound: fixed, or pushed back as the answer arrives (msPerMiB).
+  const timeout = new AbortController();
+  const start = performance.now();
+  let deadline = start + x.timeoutMs;
+  let deadlineTimer: NodeJS.Timeout;
+  const onDeadline = (): void => {
+    const left = deadline - performance.now();
+    if (left > 1) deadlineTimer = setTimeout(onDeadline, left);
+    else timeout.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError'));
+  };
+  deadlineTimer = setTimeout(onDeadline, x.timeoutMs);
+  const signal = AbortSignal.any([timeout.signal, stall.signal, ...(x.signal ? [x.signal] : [])]);
   const classify = (e: unknown): VouchError => {
     if (stalled) return x.fail('stall', stalled);
-    if (timeout.aborted) return x.fail('timeout', timeout.reason);
+    if (timeout.signal.aborted) return x.fail('timeout', timeout.signal.reason);
     if (x.signal?.aborted) return x.fail('cancelled', x.signal.reason);
     const code = (e as { code?: string } | null)?.code;
     if (code && TIMEOUT_CODES.has(code)) return x.fail(code === 'UND_ERR_CONNECT_TIMEOUT' ? 'timeout' : 'stall', e);
     return x.fail(gotHead ? 'broken' : 'unreachable', e);
   };
-  let onAbort = (): void => {};
-  const aborted = new Promise<never>((_, reject) => {
-    onAbort = () => reject(classify(signal.reason));
+  /**
+   * `p`, or the abort's error if the signal fires first. The listener is
+   * removed once `p` settles: racing every chunk against one long-lived
+   * promise (`Promise.race([next, aborted])`) would keep every chunk
+   * reachable from that promise's reactions until the exchange ends, i.e.
+   * hold the whole answer (a 710 MB pack at 1,000,000 blocks).
+   */
+  const orAbort = <T>(p: Promise<T>): Promise<T> => new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(classify(signal.reason));
     signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => { signal.removeEventListener('abort', onAbort); resolve(v); },
+      (e: unknown) => { signal.removeEventListener('abort', onAbort); reject(e); },
+    );
   });
-  aborted.catch(() => {});
   let gotHead = false;
   let body: Readable | null = null;
   let rawBody: Readable | null = null;
@@ -152,10 +175,10 @@ export async function exchange(x: Exchange): Promise<void> {
     const dispatcher = x.lenient ? base.compose(followRedirects) : base;
     let res: Dispatcher.ResponseData;
     try {
-      res = await Promise.race([request(x.url, {
+      res = await orAbort(request(x.url, {
         method: x.method, headers: x.lenient ? { 'accept-encoding': 'gzip, deflate', ...x.headers } : x.headers, body: x.body,
         dispatcher, signal, headersTimeout: x.stallMs, bodyTimeout: x.stallMs,
-      }), aborted]);
+      }));
     } catch (e) {
       if (e instanceof VouchError) throw e;
       throw classify(e);
@@ -175,12 +198,13 @@ export async function exchange(x: Exchange): Promise<void> {
     let total = 0;
     try {
       for (;;) {
-        const r = await Promise.race([iter.next(), aborted]);
+        const r = await orAbort(iter.next());
         arm();
         if (r.value) {
           const chunk = r.value as Buffer;
           total += chunk.byteLength;
           if (total > x.maxBytes) throw x.tooLarge(x.maxBytes);
+          if (x.msPerMiB) deadline = start + x.timeoutMs + (total / 2 ** 20) * x.msPerMiB;
           sink(chunk);
         }
         if (r.done) break;
@@ -190,8 +214,8 @@ export async function exchange(x: Exchange): Promise<void> {
       throw classify(e);
     }
   } finally {
+    clearTimeout(deadlineTimer);
     if (stallTimer) clearTimeout(stallTimer);
-    signal.removeEventListener('abort', onAbort);
     // Not read to its end (refused, failed, cancelled): let the connection go (errors of the discarded stream are moot).
     for (const b of [body, rawBody]) if (b && !b.destroyed) b.on('error', () => {}).destroy();
   }

@@ -13,8 +13,10 @@
  * by FETCH_LIMITS (./fetch-limits.ts); object ids are checked for form here
  * and the pack by ./git-pack-index.ts.
  *
- * Must hold: a fetch holds at most `maxBytes` of answer, and at most
- * FETCH_LIMITS.refs refs are looked at (none stored but main).
+ * Must hold: a fetch receives at most `maxBytes` of answer (to disk: what
+ * it holds in memory is one pkt-line, one object and the indexer's tables),
+ * at most FETCH_LIMITS.refs refs are looked at (none stored but main), and a
+ * failed fetch leaves no file behind.
  *
  * Hand-written, not isomorphic-git's `fetch`: it has no bound on refs,
  * pkt-lines, pack bytes or time (test/hostile-remote.test.ts), and it
@@ -25,6 +27,7 @@ import type { Dispatcher } from 'undici';
 import { VouchError } from '../chain/errors.ts';
 import { FETCH_LIMITS } from './fetch-limits.ts';
 import { BRANCH_REF, OID_RE } from './git-objects.ts';
+import { type ExternalBase, type PackData, PackReceiver } from './git-pack-index.ts';
 import { FLUSH, PktReader, pktLine } from './pkt-line.ts';
 import { type ExchangeFailure, exchange, gitUrl, remoteText, shownUrl } from './smart-http.ts';
 
@@ -42,7 +45,7 @@ export interface FetchOptions {
   stallMs?: number;
   /** Extra request headers (e.g. authorization); never logged. */
   headers?: Record<string, string>;
-  /** Largest upload-pack answer accepted, the pack and its framing (default 64 MiB, FETCH_LIMITS.packBytes). */
+  /** Largest upload-pack answer accepted, the pack and its framing (default FETCH_LIMITS.packBytes; written to disk, not held). */
   maxBytes?: number;
   /** Clone only: files written so far while checking out (for a progress bar). */
   onProgress?: (done: number, total: number) => void;
@@ -56,35 +59,6 @@ export interface FetchResult {
   objects: number;
   /** Pack bytes received. */
   bytes: number;
-}
-
-
-/** Bytes received in pieces, copied into 1 MiB slabs (so a flood of tiny pieces holds no more than its bytes). */
-class ByteSink {
-  private readonly slabs: Buffer[] = [];
-  private slab = Buffer.allocUnsafe(0);
-  private used = 0;
-  length = 0;
-
-  push(piece: Buffer): void {
-    for (let at = 0; at < piece.length;) {
-      if (this.used === this.slab.length) {
-        if (this.used > 0) this.slabs.push(this.slab);
-        this.slab = Buffer.allocUnsafe(1 << 20);
-        this.used = 0;
-      }
-      const n = piece.copy(this.slab, this.used, at);
-      this.used += n;
-      at += n;
-    }
-    this.length += piece.length;
-  }
-
-  /** Everything received, as one buffer. */
-  take(): Buffer {
-    const last = this.slab.subarray(0, this.used);
-    return this.slabs.length === 0 ? last : Buffer.concat([...this.slabs, last], this.length);
-  }
 }
 
 
@@ -102,14 +76,14 @@ function fetchFailure(shown: string, timeoutMs: number, stallMs: number, why: Ex
 
 /** One bounded exchange of a fetch: status 200 and `expectType` required at the headers, the body to `sink`. */
 async function fetchExchange(
-  opts: FetchOptions, bounds: { timeoutMs: number; maxBytes: number }, url: string, method: 'GET' | 'POST', headers: Record<string, string>, body: Buffer | null, expectType: string,
+  opts: FetchOptions, bounds: { timeoutMs: number; maxBytes: number; msPerMiB?: number }, url: string, method: 'GET' | 'POST', headers: Record<string, string>, body: Buffer | null, expectType: string,
   sink: (chunk: Buffer) => void,
 ): Promise<void> {
   const shown = shownUrl(url);
   const stallMs = opts.stallMs ?? FETCH_LIMITS.stallMs;
   await exchange({
     url, method, body, headers: { 'user-agent': `git/${AGENT}`, ...opts.headers, ...headers },
-    timeoutMs: bounds.timeoutMs, stallMs, maxBytes: bounds.maxBytes,
+    timeoutMs: bounds.timeoutMs, msPerMiB: bounds.msPerMiB, stallMs, maxBytes: bounds.maxBytes,
     signal: opts.signal, dispatcher: opts.dispatcher, lenient: true,
     onHead: (status, type) => {
       if (status !== 200) throw new VouchError('io_error', `${shown} answered HTTP ${status}`);
@@ -150,8 +124,14 @@ export async function discoverRefs(url: string, opts: FetchOptions): Promise<{ r
   return { refs, caps };
 }
 
-/** Ask upload-pack for `want` (depth 1), telling it what we have; returns the pack and the shallow updates. */
-export async function uploadPack(url: string, opts: FetchOptions, caps: Set<string>, want: string, haves: string[], shallows: string[]): Promise<{ pack: Buffer; shallow: string[]; unshallow: string[] }> {
+/**
+ * Ask upload-pack for `want` (depth 1), telling it what we have: the pack's
+ * bytes go to `pack` as they arrive (side-band channel 1); returns the
+ * shallow updates and the pack bytes received.
+ */
+export async function uploadPack(
+  url: string, opts: FetchOptions, caps: Set<string>, want: string, haves: string[], shallows: string[], pack: (bytes: Buffer) => void,
+): Promise<{ bytes: number; shallow: string[]; unshallow: string[] }> {
   const band = caps.has('side-band-64k') ? 'side-band-64k' : caps.has('side-band') ? 'side-band' : null;
   if (!band) throw new VouchError('io_error', 'the remote does not offer side-band: not supported');
   if (!caps.has('shallow')) throw new VouchError('io_error', 'the remote does not offer shallow fetches: not supported');
@@ -159,13 +139,16 @@ export async function uploadPack(url: string, opts: FetchOptions, caps: Set<stri
   const parts = [pktLine(`want ${want} ${ask.join(' ')}\n`), ...shallows.map((s) => pktLine(`shallow ${s}\n`)), pktLine('deepen 1\n'), FLUSH];
   for (const h of haves) parts.push(pktLine(`have ${h}\n`));
   parts.push(pktLine('done\n'));
-  const pack = new ByteSink();
+  let bytes = 0;
   const shallow: string[] = [];
   const unshallow: string[] = [];
   const reader = new PktReader((line) => {
     if (line === null || line.length === 0) return;
     const b = line[0]!;
-    if (b === 1) pack.push(line.subarray(1));
+    if (b === 1) {
+      bytes += line.length - 1;
+      pack(line.subarray(1));
+    }
     else if (b === 2) return; // progress
     else if (b === 3) throw new VouchError('io_error', `the remote failed: ${remoteText(line.toString('utf8', 1))}`);
     else {
@@ -178,12 +161,34 @@ export async function uploadPack(url: string, opts: FetchOptions, caps: Set<stri
       // NAK / ACK: nothing to do
     }
   }, FETCH_LIMITS.resultPktLines);
-  const bounds = { timeoutMs: opts.timeoutMs ?? FETCH_LIMITS.exchangeMs, maxBytes: opts.maxBytes ?? FETCH_LIMITS.packBytes };
+  const bounds = { timeoutMs: opts.timeoutMs ?? FETCH_LIMITS.exchangeMs, maxBytes: opts.maxBytes ?? FETCH_LIMITS.packBytes, msPerMiB: FETCH_LIMITS.packMsPerMiB };
   await fetchExchange(opts, bounds, gitUrl(url, 'git-upload-pack'), 'POST', {
     'content-type': 'application/x-git-upload-pack-request',
     accept: 'application/x-git-upload-pack-result',
   }, Buffer.concat(parts), 'application/x-git-upload-pack-result', (c) => reader.push(c));
   reader.end();
-  if (pack.length === 0) throw new VouchError('io_error', 'the remote sent no pack');
-  return { pack: pack.take(), shallow: shallow.filter((o) => OID_RE.test(o)), unshallow: unshallow.filter((o) => OID_RE.test(o)) };
+  if (bytes === 0) throw new VouchError('io_error', 'the remote sent no pack');
+  return { bytes, shallow: shallow.filter((o) => OID_RE.test(o)), unshallow: unshallow.filter((o) => OID_RE.test(o)) };
+}
+
+/**
+ * `uploadPack` into a PackReceiver in `packDir` (./git-pack-index.ts): the
+ * pack is written to a temporary file there and indexed as it arrives,
+ * its trailer checked, and it must hold `want`. On any failure the file is
+ * removed. The caller stores the pack (`PackData.keep` and its `.idx`, or
+ * loose objects) or discards it, and closes it once read.
+ */
+export async function fetchPack(
+  url: string, opts: FetchOptions, caps: Set<string>, want: string, haves: string[], shallows: string[], packDir: string, external?: ExternalBase,
+): Promise<{ pack: PackData; bytes: number; shallow: string[]; unshallow: string[] }> {
+  const rx = new PackReceiver(packDir);
+  try {
+    const got = await uploadPack(url, opts, caps, want, haves, shallows, (c) => rx.push(c));
+    const pack = await rx.finish(external);
+    if (!pack.has(want)) throw new VouchError('io_error', `the pack from ${shownUrl(url)} does not hold commit ${want}`);
+    return { pack, ...got };
+  } catch (e) {
+    rx.abort();
+    throw e;
+  }
 }
