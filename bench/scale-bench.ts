@@ -284,7 +284,7 @@ function table(all: SizeFigures[]): string {
   return lines.join('\n');
 }
 
-export async function runScaleBench(quick: boolean): Promise<{ title: string; markdown: string }> {
+export async function runScaleBench(quick: boolean): Promise<{ title: string; markdown: string; key: string }> {
   const p = params(quick);
   const dist = spawnSync(process.execPath, ['-e', "import('./tools/build.mjs').then((m) => console.log(m.distState()))"], { cwd: root, encoding: 'utf8' }).stdout.trim();
   if (dist !== 'fresh') say(`warning: dist/ is ${dist}: vouch runs from sources through tsx (heavier); run \`npm run build\` first`);
@@ -309,5 +309,5 @@ export async function runScaleBench(quick: boolean): Promise<{ title: string; ma
   if (quick) notes.push(`**--quick**: ${p.sizes.map(label).join(' and ')} blocks, short runs: a smoke test of the harness, not figures.`);
   const markdown = [table(all), ...notes].join('\n\n');
   if (p.sparse) notes.push('**--layout=sparse**: every row on the sparse layout of the same chain (README "Layouts": block files only in git objects, git\'s sparse checkout and sparse index; bench/scale/chains.ts `sparseSource`); the mirror clones with `chain.layout: sparse`.');
-  return { title: p.sparse ? 'A million blocks, sparse layout (issue 16)' : 'A million blocks (issue 16)', markdown };
+  return { title: p.sparse ? 'A million blocks, sparse layout (issue 16)' : 'A million blocks (issue 16)', markdown, key: p.sparse ? 'scale-sparse' : 'scale' };
 }
