@@ -24,6 +24,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ChainRepo, LOOSE_PACK_THRESHOLD, type BlockFile, type CommitInfo } from '../store/chain-repo.ts';
 import { geometricSplit } from '../store/repack.ts';
+import { gitIn } from './helpers/processes.ts';
 
 const block = (i: number): BlockFile => ({ index: i, content: `${JSON.stringify({ index: i, note: 'pack é' }, null, 2)}\n` });
 const blocks = (from: number, n: number): BlockFile[] => Array.from({ length: n }, (_, k) => block(from + k));
@@ -55,11 +56,7 @@ let seq = 0;
 const fresh = (name: string) => join(root, `${name}-${seq++}`);
 test.after(() => rmSync(root, { recursive: true, force: true }));
 
-function git(dir: string, ...args: string[]): string {
-  const r = spawnSync('git', ['-C', dir, ...args], { encoding: 'utf8', maxBuffer: 1 << 28 });
-  if (r.status !== 0) throw new Error(`git ${args.join(' ')} failed (${r.status}): ${r.stderr}`);
-  return r.stdout;
-}
+const git = gitIn;
 
 function looseObjects(dir: string): string[] {
   const objects = join(dir, '.git', 'objects');

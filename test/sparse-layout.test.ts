@@ -27,7 +27,7 @@ import { isSparse } from '../store/sparse-layout.ts';
 import { buildLongChain, T0 } from './helpers/chain-fixture.ts';
 import { GitServer } from './helpers/git-server.ts';
 import { startGatewayProcess, writeConfig } from './helpers/gateway-process.ts';
-import { vouch } from './helpers/processes.ts';
+import { gitIn, vouch } from './helpers/processes.ts';
 import { base64Encode } from '../chain/encoding.ts';
 
 const N = 2_600; // above parallel-verify's inline bound: the workers read the packs
@@ -41,11 +41,7 @@ let seq = 0;
 const fresh = (name: string) => join(root, `${name}-${seq++}`);
 test.after(() => rmSync(root, { recursive: true, force: true }));
 
-function git(dir: string, ...args: string[]): string {
-  const r = spawnSync('git', ['-C', dir, ...args], { encoding: 'utf8', maxBuffer: 1 << 28 });
-  if (r.status !== 0) throw new Error(`git ${args.join(' ')} failed (${r.status}): ${r.stderr}`);
-  return r.stdout;
-}
+const git = gitIn;
 
 /** What git says of a sparse chain: clean, two index entries, no blocks/ on disk, objects sound. */
 function assertSparseClean(dir: string, size: number): void {

@@ -17,6 +17,13 @@ export function git(args: string[], timeoutMs = 60_000): Run {
   return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
 }
 
+/** `git -C dir args...`'s stdout; throws with git's stderr when it fails (large outputs allowed). */
+export function gitIn(dir: string, ...args: string[]): string {
+  const r = spawnSync('git', ['-C', dir, ...args], { encoding: 'utf8', maxBuffer: 1 << 28, env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1' } });
+  if (r.status !== 0) throw new Error(`git ${args.join(' ')} failed (${r.status}): ${r.stderr}`);
+  return r.stdout;
+}
+
 /** Runs a command without blocking this process's event loop, collecting its output (bounded in time). */
 function spawnCollect(cmd: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs: number, cwd?: string): Promise<Run> {
   return new Promise((resolve) => {
