@@ -128,6 +128,12 @@ for (const [bname, c, mkSigner] of backends) {
     const huge = cos.bytes.slice();
     huge.set([0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], 0);
     assert.equal(verifyCosignature(c, { text: body, signatures: [{ ...cos, bytes: huge }] }, 'w', witness.publicKey), { ok: false });
+    // Notes built in code (not parsed) with two lines of one key: not verified, even when one line is good.
+    assert.equal(verifyCosignature(c, { text: body, signatures: [cos, { ...cos, bytes: other }] }, 'w', witness.publicKey), { ok: false });
+    const ns = signNote(c, body, 'w', witness);
+    const nsBad = { ...ns, bytes: ns.bytes.map((b, i) => (i === 0 ? b ^ 1 : b)) };
+    assert.ok(verifyNoteSignature(c, { text: body, signatures: [ns] }, 'w', witness.publicKey));
+    assert.not.ok(verifyNoteSignature(c, { text: body, signatures: [ns, nsBad] }, 'w', witness.publicKey));
     refuses(() => cosign(c, body, 'w', witness, -1), 'bad_request');
     refuses(() => cosign(c, body, 'w', witness, 1.5), 'bad_request');
     refuses(() => cosign(c, body, 'w', witness, 2 ** 53), 'bad_request');
