@@ -103,7 +103,7 @@ const CLONE_MARKER = 'vouch-clone-incomplete';
 const UNPACK_LIMIT = 100;
 /**
  * Loose objects that trigger a pack of them: ~290 single-block appends (7
- * objects each: block, checkpoint, 4 trees, commit). Fewer than git's
+ * objects each: block, checkpoint, 4 trees, commit; 8 with checkpoint.note). Fewer than git's
  * gc.auto (6700) because an append's loose leaf tree is up to ~35 KiB (a
  * ~100-byte delta once packed): the loose objects stay under ~15 MiB. More
  * than a few dozen appends because the pack's fixed costs (two fsyncs, the
