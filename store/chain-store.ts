@@ -227,12 +227,17 @@ export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<
  * Appends signed blocks after a trusted head with the checkpoint note of the
  * new size: origin as `noteOrigin` says (default `vouch/<signer>`), root from
  * the head's tree edge (`headEdge`: the kept edge file when it agrees with
- * the committed note, else every block file's record hash) plus the new
- * blocks' record hashes; the new edge is kept for the next append.
+ * the committed note, else `recordHashes`: by default every block file's
+ * record hash; `vouch endorse` hands over those of the verified index image
+ * it used) plus the new blocks' record hashes; the new edge is kept for the
+ * next append.
  */
-export async function appendWithNote(repo: ChainRepo, trusted: TrustedHead, signer: Signer, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number): Promise<Committed & { edgeSource: 'file' | 'scan' }> {
+export async function appendWithNote(
+  repo: ChainRepo, trusted: TrustedHead, signer: Signer, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number,
+  recordHashes: () => Iterable<string> = () => scanRecordHashes(repo),
+): Promise<Committed & { edgeSource: 'file' | 'scan' }> {
   const origin = noteOrigin(trusted.note, null, defaultOrigin(trusted.authority.signer));
-  const { edge, source } = headEdge(repo, trusted.note, () => scanRecordHashes(repo));
+  const { edge, source } = headEdge(repo, trusted.note, recordHashes);
   const next = edge.clone();
   for (const b of blocks) next.append(entryOf(b.record_hash));
   const committed = await appendSigned(repo, blocks, checkpoint, nowMs, { signer, origin, root: next.root() });
