@@ -256,11 +256,20 @@ export async function appendWithNote(
 export class HeadEdge {
   private edge: TreeEdge | null = null;
 
-  /** `note`: the committed checkpoint note of the chain as it is when the edge is first needed (verified), or null. */
-  constructor(private readonly repo: ChainRepo, private readonly note: () => LogCheckpoint | null) {}
+  /**
+   * `note`: the committed checkpoint note of the chain as it is when the
+   * edge is first needed (verified), or null. `recordHashes`: every block's
+   * record_hash from a verified source, or null when it has none of this
+   * size (then the block files are read).
+   */
+  constructor(
+    private readonly repo: ChainRepo,
+    private readonly note: () => LogCheckpoint | null,
+    private readonly recordHashes: (size: number) => (() => Iterable<string>) | null = () => null,
+  ) {}
 
   private get(): TreeEdge {
-    this.edge ??= headEdge(this.repo, this.note(), () => scanRecordHashes(this.repo)).edge;
+    this.edge ??= headEdge(this.repo, this.note(), this.recordHashes(this.repo.size) ?? (() => scanRecordHashes(this.repo))).edge;
     return this.edge;
   }
 

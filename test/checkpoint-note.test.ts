@@ -313,7 +313,11 @@ test('the gateway commits the note with every submit (group commits too), under 
     assert.is(other.status, 2, other.stdout + other.stderr);
     assert.match(other.stderr, /chain\.origin/);
     assert.match(other.stderr, /example\.org\/gw/);
-    // Restarted as it was, it appends from the kept edge, and the CLI after it too.
+    const readOnly = await vouchAsync(['serve', '--config', writeConfig(dir, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir: chain, origin: 'example.org/other' } }, 'ro.yaml')], {}, 60_000);
+    assert.is(readOnly.status, 2, readOnly.stdout + readOnly.stderr);
+    assert.match(readOnly.stderr, /chain\.origin/);
+    // Restarted as it was (without the kept edge: the verified index image gives the record hashes), it appends, and the CLI after it too.
+    rmSync(join(chain, '.git', 'vouch-tree-edge'));
     gw = await startGatewayProcess(['--config', writeConfig(dir, config('example.org/gw'))]);
     try {
       const again = await submit(6);
@@ -416,6 +420,35 @@ test('a mirror takes honest notes and refuses a remote whose note is unsigned, o
     await sync.stop();
   } finally {
     await server.stop();
+  }
+});
+
+test('open() repairs checkpoint.note like checkpoint.json: a crash between the ref move and the state file (full), any difference (sparse)', async () => {
+  for (const layout of ['full', 'sparse']) {
+    const chain = fresh(`repair-${layout}`);
+    assert.is(vouch(['init', '--chain', chain, '--key', keyFile, '--signer', 'acme-authority', '--layout', layout]).status, 0);
+    for (let i = 1; i <= 2; i++) assert.is((await endorse(chain, i)).status, 0);
+    const want = gitIn(chain, 'show', 'main:checkpoint.note');
+    // As if the last append crashed after moving the branch: the state names the commit before, the note is the old one.
+    const statePath = join(chain, '.git', 'vouch-state.json');
+    const state = JSON.parse(readFileSync(statePath, 'utf8'));
+    state.commit = gitIn(chain, 'rev-parse', 'main~1').trim();
+    writeFileSync(statePath, JSON.stringify(state));
+    writeFileSync(join(chain, 'checkpoint.note'), gitIn(chain, 'show', 'main~1:checkpoint.note'));
+    writeFileSync(join(chain, 'checkpoint.note.vouch-tmp'), 'half written');
+    const repo = await ChainRepo.open(chain);
+    assert.is(readFileSync(join(chain, 'checkpoint.note'), 'utf8'), want, layout);
+    assert.ok(repo.repairs.some((r) => r.path === 'checkpoint.note' && r.action === 'restored'), `${layout}: ${JSON.stringify(repo.repairs)}`);
+    assert.ok(!existsSync(join(chain, 'checkpoint.note.vouch-tmp')));
+    assert.is(repo.readCheckpointNote(), want);
+    assert.is(await repo.committedNote(), want);
+    assertClean(chain);
+    // Gone altogether: restored too.
+    rmSync(join(chain, 'checkpoint.note'));
+    writeFileSync(statePath, JSON.stringify(state));
+    await ChainRepo.open(chain);
+    assert.is(readFileSync(join(chain, 'checkpoint.note'), 'utf8'), want, layout);
+    assertClean(chain);
   }
 });
 
