@@ -179,7 +179,7 @@ export interface Committed {
   commit: string;
   blockTexts: string[];
   checkpointText: string;
-  /** The checkpoint.note committed (null: none was handed over, the branch keeps its earlier one if any). */
+  /** The checkpoint.note committed (null: none was handed over, and the branch has none now). */
   noteText: string | null;
 }
 
@@ -192,7 +192,8 @@ export interface NoteInput {
 
 /**
  * Appends signed blocks, the checkpoint of the new head and (given `note`)
- * the signed checkpoint note of the new size in one commit. Resolves with
+ * the signed checkpoint note of the new size in one commit (without `note`
+ * a committed checkpoint.note is removed: it would name an older size). Resolves with
  * the texts committed, so a caller can take in the new state from what the
  * branch holds even when the working tree lags behind it.
  */

@@ -406,8 +406,8 @@ test('a mirror takes honest notes and refuses a remote whose note is unsigned, o
     await refusedWith((t) => signNoteText(signer, 'vouch/acme-authority', t.size - 1, t.root(t.size - 1)), /names \d+ entries/);
     await refusedWith((t) => signNoteText(signer, 'vouch/acme-authority', t.size, t.root(t.size - 1)), /not the Merkle root/);
     await refusedWith((t) => signNoteText(signer, 'example.org/renamed', t.size, t.root()), /origin/);
-    // The note left as it was (size 3) while the chain grows to 4: another size.
-    await refusedWith(() => null, /names 3 entries/);
+    // An append without a note (it drops the committed one): refused once a note was verified.
+    await refusedWith(() => null, /the remote has no checkpoint\.note, the verified chain has one/);
 
     // The authority's honest history again (force-pushed back): accepted.
     for (let i = 3; i <= 4; i++) assert.is((await endorse(adir, i)).status, 0);
@@ -452,31 +452,38 @@ test('open() repairs checkpoint.note like checkpoint.json: a crash between the r
   }
 });
 
-test('appendSigned without a note keeps the committed one; ChainRepo refuses a note that is not a string', async () => {
-  const chain = fresh('keep');
-  assert.is(vouch(['init', '--chain', chain, '--key', keyFile, '--signer', 'acme-authority']).status, 0);
-  const repo = await ChainRepo.open(chain);
-  const before = gitIn(chain, 'show', 'main:checkpoint.note');
-  const signer = nodeSigner('acme-authority', readKeyFile(keyFile));
-  const head = JSON.parse(readFileSync(join(chain, 'blocks/000/000/000000000.json'), 'utf8')) as Block;
-  const b = buildEndorseBlock({
-    prev: head, signer, backend: nodeBackend, now: Date.now() + 1000,
-    entries: [{ url: 'https://a.example/keep.tgz', artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8('keep')), name: 'acme/keep', semver: '1.0.0', license: 'MIT' }],
-  });
-  await appendSigned(repo, [b], buildCheckpoint({ head: b, signer, now: Date.now() + 1000 }), Date.now());
-  assert.is(gitIn(chain, 'show', 'main:checkpoint.note'), before);
-  assertClean(chain);
-  try {
-    await repo.append([{ index: 2, content: '{}' }], { json: '{}', note: 42 as unknown as string }, commitFor([b], Date.now()));
-    assert.unreachable('a note that is not a string was accepted');
-  } catch (e) {
-    assert.instance(e, VouchError);
-    assert.is((e as VouchError).code, 'bad_request');
+test('an append without a note removes the committed one (it would name an older size); ChainRepo refuses a note that is not a string', async () => {
+  for (const layout of ['full', 'sparse']) {
+    const chain = fresh(`drop-${layout}`);
+    assert.is(vouch(['init', '--chain', chain, '--key', keyFile, '--signer', 'acme-authority', '--layout', layout]).status, 0);
+    const repo = await ChainRepo.open(chain);
+    const signer = nodeSigner('acme-authority', readKeyFile(keyFile));
+    const head = JSON.parse(repo.readBlockFile(0)) as Block;
+    const b = buildEndorseBlock({
+      prev: head, signer, backend: nodeBackend, now: Date.now() + 1000,
+      entries: [{ url: 'https://a.example/keep.tgz', artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8('keep')), name: 'acme/keep', semver: '1.0.0', license: 'MIT' }],
+    });
+    const committed = await appendSigned(repo, [b], buildCheckpoint({ head: b, signer, now: Date.now() + 1000 }), Date.now());
+    assert.is(committed.noteText, null);
+    assert.not.match(gitIn(chain, 'ls-tree', '--name-only', 'main'), /checkpoint\.note/, layout);
+    assert.ok(!existsSync(join(chain, 'checkpoint.note')), layout);
+    assertClean(chain);
+    try {
+      await repo.append([{ index: 2, content: '{}' }], { json: '{}', note: 42 as unknown as string }, commitFor([b], Date.now()));
+      assert.unreachable('a note that is not a string was accepted');
+    } catch (e) {
+      assert.instance(e, VouchError);
+      assert.is((e as VouchError).code, 'bad_request');
+    }
+    // Without a note it verifies (absence reported), and the next CLI append brings one back.
+    const r = vouch(['verify', '--chain', chain]);
+    assert.is(r.status, 0, r.stderr);
+    assert.match(r.stdout, /note absent/);
+    assert.is((await endorse(chain, 1)).status, 0);
+    assert.match(gitIn(chain, 'ls-tree', '--name-only', 'main'), /checkpoint\.note/);
+    assertClean(chain);
+    assert.is(verifyJson(chain).out.note, true);
   }
-  // The note that stayed (size 1) no longer names the chain's size: verify says so.
-  const r = vouch(['verify', '--chain', chain]);
-  assert.is(r.status, 1);
-  assert.match(r.stderr, /^checkpoint_mismatch at checkpoint: checkpoint\.note names 1 entries, the chain has 2 blocks/);
 });
 
 test.run();
