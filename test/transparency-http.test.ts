@@ -182,7 +182,7 @@ test('warm restart serves the same root from the tree image; a damaged image is 
   // Flip the image's top hash (the tree of the first 512 entries) and fix up the snapshot's sha256:
   // the note's root no longer matches, so the tree is rebuilt from the index.
   const image = readFileSync(treeImage);
-  image[image.length - 1] ^= 0xff;
+  image[image.length - 1] = image[image.length - 1]! ^ 0xff;
   writeFileSync(treeImage, image);
   snap.tree.sha256 = (await import('node:crypto')).createHash('sha256').update(image).digest('hex');
   writeFileSync(join(dir, '.git', 'vouch-snapshot.json'), JSON.stringify(snap));
