@@ -28,9 +28,21 @@
  * after appends only occasionally (an image older than the verified size is
  * fine: the gap is indexed from the cache at the next start).
  *
+ * Transparency (issue 17, gateway/log-tree.ts): a Merkle tree over the
+ * indexed blocks' record hashes follows the index (fed as a cold
+ * verification hands blocks over, from its image `.git/vouch-tree.bin` plus
+ * the blocks after it on a warm start, and on every append or sync); the
+ * committed `checkpoint.note` is served only when it opens with the
+ * authority key and its root is the tree's at its size. Routes read roots,
+ * proofs and tiles from `tree`; a writer signing a checkpoint before its
+ * commit asks `rootWith`; `proofFor` gives a block's proof in the served
+ * note (`servedCheckpointNote`, which witness cosignatures extend).
+ *
  * Trusts: the local disk as much as the chain directory itself.
- * Must hold: only verified blocks are ever in the index; the index, the
- * verifier state and the checkpoint always describe the same head; a
+ * Must hold: only verified blocks are ever in the index, and in the tree
+ * (never more than the index); the index, the verifier state and the
+ * checkpoint always describe the same head; a served note never names more
+ * blocks than the tree holds; a
  * verifier resumed from a state checks revoke targets against the index
  * (`endorsedBefore`), and texts are parsed as I-JSON (`readJson`), as a
  * cold verification does; no file is used that does not hash to what the

@@ -2,8 +2,12 @@
  * The gateway's request handler on node:http: routing, method and Accept
  * rules, readiness, and the lookup, authority, checkpoint, document and
  * submit endpoints (DESIGN 3.1, 3.5). Downloads are in
- * `routes/download.ts`; a path no endpoint claims goes to the proxy routes
- * (`routes/proxy.ts`, 3.6) when one applies, else 404 JSON.
+ * `routes/download.ts`, the transparency routes (`/checkpoint`, `/tile/...`
+ * by prefix, `/v1/proof/...`) in `routes/transparency.ts`; a path no
+ * endpoint claims goes to the proxy routes (`routes/proxy.ts`, 3.6) when
+ * one applies, else 404 JSON. A lookup with `proof=1` adds the block's
+ * inclusion proof in the served checkpoint; `/v1/authority` adds the note
+ * verifier key.
  *
  * Every request, whatever answers it, is logged once at info when its
  * answer ends (`request`: method, path without the query, the `url`
