@@ -36,10 +36,10 @@ import type { Socket } from 'node:net';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, type SelectionQuery } from './http-util.ts';
+import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, sendJsonText, statusOf, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
-import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey } from './routes/transparency.ts';
+import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson } from './routes/transparency.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -158,10 +158,11 @@ const lookup: Handler = (ctx, _req, res, search, own, obs) => {
   // proof=1: the block's inclusion proof in the served checkpoint, when that checkpoint covers it.
   const proof = q.proof ? state!.proofFor(sel.block.index) : null;
   const etag = proof === null ? `"${sel.block.record_hash}"` : `"${sel.block.record_hash}-${proof.size}"`;
-  const withProof = (body: Record<string, unknown>) => (proof === null ? body : { ...body, proof });
-  if (sel.revokedBy) sendJson(res, 200, withProof(lookupBody(sel.block, sel.revokedBy)), { etag });
+  // The proof's JSON is made once per proof (also the Vouch-Proof header) and put in as the last member.
+  const withProof = (text: string) => (proof === null ? text : `${text.slice(0, -1)},"proof":${proofJson(proof)}}`);
+  if (sel.revokedBy) sendJsonText(res, 200, withProof(JSON.stringify(lookupBody(sel.block, sel.revokedBy))), { etag });
   else {
-    const text = JSON.stringify(withProof(lookupBody(sel.block, null)));
+    const text = withProof(JSON.stringify(lookupBody(sel.block, null)));
     const length = Buffer.byteLength(text);
     const note = q.proof ? state!.servedCheckpointNote() : null;
     if (search.length <= 4096) own.answers.set(search, { size: state!.size, today, note, etag, text, length, url: q.url, bytes: heapBytes(text, length) + search.length + q.url.length + 256, used: false });
