@@ -164,6 +164,17 @@ test('proof=1 on a lookup carries the inclusion proof and the served note', asyn
   assert.ok(verifyInclusion(c, i, N, leafHash(c, entries[i]!), r.proof.proof.map(b64), tree.root(N)));
   const again = await (await get(`/v1/object?url=${url}&proof=1`)).json();
   assert.equal(again.proof, r.proof);
+  // Answers come from the lookup cache after the first time: with or without the proof, wherever proof=1 is.
+  for (const q of [`url=${url}`, `url=${url}&proof=1`, `proof=1&url=${url}`, `url=${url}&proof=0`]) {
+    for (let k = 0; k < 2; k++) {
+      const res = await get(`/v1/endorsement?${q}`);
+      const body = await res.json();
+      assert.is(body.index, i, q);
+      const wants = q.includes('proof=1');
+      assert.equal(body.proof, wants ? r.proof : undefined, q);
+      assert.is(res.headers.get('etag'), wants ? `"${fixture.blocks[i]!.record_hash}-${N}"` : `"${fixture.blocks[i]!.record_hash}"`, q);
+    }
+  }
   assert.is((await get(`/v1/endorsement?url=${url}&proof=yes`)).status, 400);
 });
 
