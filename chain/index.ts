@@ -1,6 +1,7 @@
 /**
  * Public surface of `chain/`: the pure, portable chain core (formats, JCS,
- * hashing and signature interfaces, building, verification, selection).
+ * hashing and signature interfaces, building, verification, selection, the
+ * RFC 6962 Merkle tree over the chain and its proofs).
  * No fs, no network, no clock: it runs unchanged in a browser.
  */
 export * from './errors.ts';
@@ -14,3 +15,5 @@ export * from './build.ts';
 export * from './verify.ts';
 export * from './select.ts';
 export { isFullOrderPublicKey } from './weak-key.ts';
+export * from './merkle.ts';
+export * from './merkle-tree.ts';
