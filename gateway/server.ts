@@ -2,8 +2,12 @@
  * The gateway's request handler on node:http: routing, method and Accept
  * rules, readiness, and the lookup, authority, checkpoint, document and
  * submit endpoints (DESIGN 3.1, 3.5). Downloads are in
- * `routes/download.ts`; a path no endpoint claims goes to the proxy routes
- * (`routes/proxy.ts`, 3.6) when one applies, else 404 JSON.
+ * `routes/download.ts`, the transparency routes (`/checkpoint`, `/tile/...`
+ * by prefix, `/v1/proof/...`) in `routes/transparency.ts`; a path no
+ * endpoint claims goes to the proxy routes (`routes/proxy.ts`, 3.6) when
+ * one applies, else 404 JSON. A lookup with `proof=1` adds the block's
+ * inclusion proof in the served checkpoint; `/v1/authority` adds the note
+ * verifier key.
  *
  * Every request, whatever answers it, is logged once at info when its
  * answer ends (`request`: method, path without the query, the `url`
@@ -35,6 +39,7 @@ import type { Block } from '../chain/block.ts';
 import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
+import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson } from './routes/transparency.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -43,6 +48,7 @@ import { GatewayMetrics, handleMetrics } from './metrics.ts';
 import { logRequest } from './log.ts';
 import { ClockCache } from './clock-cache.ts';
 import type { GatewayContext } from './context.ts';
+import type { BlockProof } from './chain-state.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
@@ -103,6 +109,10 @@ const asked = (q: SelectionQuery) => `${q.url}${q.semver ? ` version ${q.semver}
 interface CachedAnswer {
   size: number;
   today: string;
+  /** The selected block (a `proof=1` answer adds its proof in the checkpoint served at that moment). */
+  index: number;
+  /** Whether the key itself asks for a proof (`proof=1` not at the end of the query). */
+  proof: boolean;
   etag: string;
   /** The answer's JSON, and its length in UTF-8 bytes. */
   text: string;
@@ -126,11 +136,15 @@ const heapBytes = (s: string, utf8Bytes: number) => (utf8Bytes === s.length ? ut
 const lookup: Handler = (ctx, _req, res, search, own, obs) => {
   const today = ctx.today();
   const state = ctx.state;
+  // `...&proof=1` (as clients send it) shares the plain answer's entry; the proof is added to it per request.
+  const proofSuffix = search.endsWith(PROOF_SUFFIX);
+  const key = proofSuffix ? search.slice(0, -PROOF_SUFFIX.length) : search;
   if (state !== null) {
-    const hit = own.answers.get(search);
+    const hit = own.answers.get(key);
     if (hit !== undefined && hit.size === state.size && hit.today === today) {
       obs.url = hit.url;
-      sendJsonTagged(res, hit.text, hit.length, hit.etag);
+      if (proofSuffix || hit.proof) sendWithProof(res, hit.text, hit.length, hit.etag, state.proofFor(hit.index));
+      else sendJsonTagged(res, hit.text, hit.length, hit.etag);
       return;
     }
   }
@@ -148,18 +162,44 @@ const lookup: Handler = (ctx, _req, res, search, own, obs) => {
   if (sel.revokedBy && q.semver === undefined) {
     throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url });
   }
+  // proof=1: the block's inclusion proof in the served checkpoint, when that checkpoint covers it.
+  const proof = q.proof ? state!.proofFor(sel.block.index) : null;
   const etag = `"${sel.block.record_hash}"`;
-  if (sel.revokedBy) sendJson(res, 200, lookupBody(sel.block, sel.revokedBy), { etag });
-  else {
+  if (sel.revokedBy) {
+    const text = JSON.stringify(lookupBody(sel.block, sel.revokedBy));
+    sendWithProof(res, text, Buffer.byteLength(text), etag, proof);
+  } else {
     const text = JSON.stringify(lookupBody(sel.block, null));
     const length = Buffer.byteLength(text);
-    if (search.length <= 4096) own.answers.set(search, { size: state!.size, today, etag, text, length, url: q.url, bytes: heapBytes(text, length) + search.length + q.url.length + 256, used: false });
-    sendJsonTagged(res, text, length, etag);
+    if (key.length <= 4096) {
+      own.answers.set(key, {
+        size: state!.size, today, index: sel.block.index, proof: q.proof === true && !proofSuffix, etag, text, length, url: q.url,
+        bytes: heapBytes(text, length) + key.length + q.url.length + 256, used: false,
+      });
+    }
+    sendWithProof(res, text, length, etag, proof);
   }
 };
 
+/** A lookup's query ending in this asks for a proof (and shares the plain answer's cache entry). */
+const PROOF_SUFFIX = '&proof=1';
+
+/**
+ * Sends a lookup answer (`text`, a JSON object of `length` UTF-8 bytes),
+ * with member `proof` put in last when there is one (its JSON made once per
+ * proof, also the Vouch-Proof header's; pure ASCII) and the ETag naming the
+ * checkpoint's size then.
+ */
+function sendWithProof(res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
+  if (proof === null) return sendJsonTagged(res, text, length, etag);
+  const pj = proofJson(proof);
+  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proof.size}"`);
+}
+
 const authority: Handler = (ctx, _req, res) => {
-  sendJson(res, 200, lookupBody(ready(ctx).authority, null));
+  const state = ready(ctx);
+  const key = noteVerifierKey(ctx, state);
+  sendJson(res, 200, key === null ? lookupBody(state.authority, null) : { ...lookupBody(state.authority, null), verifier_key: key });
 };
 
 const checkpoint: Handler = (ctx, _req, res) => {
@@ -220,11 +260,21 @@ export const ROUTES: Record<string, Route> = {
   '/healthz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleHealthz },
   '/readyz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleReadyz },
   '/metrics': { methods: ['GET', 'HEAD'], kind: 'document', handler: (_ctx, req, res, _search, own) => handleMetrics(own.metrics, req, res) },
+  '/checkpoint': { methods: ['GET', 'HEAD'], kind: 'document', handler: (ctx, req, res) => handleCheckpointNote(ctx, req, res) },
+  '/v1/proof/inclusion': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleInclusionProof },
+  '/v1/proof/consistency': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleConsistencyProof },
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
 
 /** `ROUTES` by path, for the one lookup every request makes. */
 const ROUTE_TABLE = new Map<string, Route & { label: string }>(Object.entries(ROUTES).map(([p, r]) => [p, { ...r, label: p }]));
+
+/** Every path under `/tile/` (tlog-tiles: hash tiles and entry bundles), one route labelled by its template. */
+export const TILE_PREFIX = '/tile/';
+const TILE_ROUTE: Route & { label: string } = {
+  methods: ['GET', 'HEAD'], kind: 'bytes', label: '/tile/{path}',
+  handler: (ctx, req, res, _search, _own, obs) => handleTile(ctx, req, res, obs.path),
+};
 
 /**
  * How long a connection may go on sending the body of a request that was
@@ -416,7 +466,7 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     const target = req.url ?? '/';
     const q = target.indexOf('?');
     const path = q === -1 ? target : target.slice(0, q);
-    const route = ROUTE_TABLE.get(path);
+    const route = ROUTE_TABLE.get(path) ?? (path.startsWith(TILE_PREFIX) ? TILE_ROUTE : undefined);
     const socket = req.socket;
     const obs: Observed = {
       // The table's own string: its hash is kept, where the path is a new string each request (metrics and log look labels up).
