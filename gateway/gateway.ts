@@ -27,7 +27,7 @@ import { accessSync, constants as fsConstants, existsSync, mkdirSync, readdirSyn
 import { dirname, join, resolve } from 'node:path';
 import type { AddressInfo, Socket } from 'node:net';
 import { VouchError } from '../chain/errors.ts';
-import { base64Encode } from '../chain/encoding.ts';
+import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
@@ -52,6 +52,8 @@ import { Mirror } from '../artifacts/mirror.ts';
 import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
 import { HashWorkers } from '../artifacts/hash-workers.ts';
 import { Submitter } from './submitter.ts';
+import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
+import { openCosigner, type CheckpointSource } from './cosigner.ts';
 
 export interface StartOptions {
   log?: Logger;
@@ -176,6 +178,23 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
   return ChainRepo.open(config.chain.dir, { repair: authority !== null });
 }
 
+/** What the cosigner sends: the committed checkpoint note and consistency proofs of the chain's tree. */
+function checkpointSourceOf(state: ChainState): CheckpointSource {
+  return {
+    note: () => state.checkpointNote(),
+    consistencyProof: (from, to) => state.tree.consistencyProof(from, to),
+  };
+}
+
+/** The witness's view of this gateway's own chain: its origin (from the committed note) and the pinned authority key. */
+function ownChainLog(state: ChainState, pinned: string): WitnessedLog | null {
+  const note = state.checkpointNote();
+  const key = base64Decode(pinned);
+  if (note === null || key === null) return null;
+  const origin = note.slice(0, note.indexOf('\n'));
+  return { origin, name: origin, publicKey: key };
+}
+
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 function syncReport(s: SyncStatus): SyncReport {
@@ -262,8 +281,11 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     ? acquireChainLock(config.chain.dir)
     : null;
   let authority: AuthorityParts | null;
+  let witness: Witness | null;
   try {
     authority = config.authority ? prepareAuthority(config, options, say, log) : null;
+    witness = config.witness ? openWitness(config.witness, nodeBackend, log, now) : null;
+    if (witness) say(`witness: ${witness.vkey}`);
   } catch (e) {
     chainLock?.release();
     throw e;
@@ -296,6 +318,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     today: utcDay(now),
     log,
     startedAt: Date.now(),
+    witness,
   };
 
   // The whole request (line, headers, body) must arrive within clients.request_timeout; the answer
@@ -392,6 +415,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
             state.applyCommitted(blocks, committed.checkpointText, committed.blockTexts);
             log.info('appended', { blocks: blocks.map((b) => b.index), head: blocks[blocks.length - 1]!.record_hash });
             pusher?.notify(repo.head);
+            ctx.cosigner?.notify();
           } catch (e) {
             log.error('an appended block did not verify', { error: (e as Error).message, blocks: blocks.map((b) => b.index) });
           }
@@ -412,6 +436,11 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       sync.start();
     }
     ctx.state = state;
+    if (witness && pinned !== null) witness.ownLog = () => ownChainLog(state, pinned);
+    if (authority) {
+      ctx.cosigner = openCosigner(config.authority!, config.chain.dir, checkpointSourceOf(state), nodeBackend, log);
+      ctx.cosigner?.start();
+    }
     if (report.mode === 'warm') {
       // A warm start served the verified texts without reading every block file: compare them now, in the background.
       state.recheckFiles().then((i) => {
@@ -441,6 +470,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         server.closeIdleConnections();
       });
       await sync?.stop();
+      await ctx.cosigner?.close();
       await pusher?.stop();
       await fetcher.close();
       await proxy.close();

@@ -35,6 +35,7 @@ import type { Block } from '../chain/block.ts';
 import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
+import { handleAddCheckpoint } from './routes/witness.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -217,6 +218,7 @@ export const ROUTES: Record<string, Route> = {
   '/v1/block': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlock },
   '/v1/versions': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleVersions },
   '/v1/units': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleUnits },
+  '/add-checkpoint': { methods: ['POST'], kind: 'document', handler: handleAddCheckpoint },
   '/healthz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleHealthz },
   '/readyz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleReadyz },
   '/metrics': { methods: ['GET', 'HEAD'], kind: 'document', handler: (_ctx, req, res, _search, own) => handleMetrics(own.metrics, req, res) },
