@@ -2,6 +2,8 @@
  * Public surface of `chain/`: the pure, portable chain core (formats, JCS,
  * hashing and signature interfaces, building, verification, selection,
  * signed notes, tlog checkpoints and witness policies).
+ * hashing and signature interfaces, building, verification, selection, the
+ * RFC 6962 Merkle tree over the chain and its proofs).
  * No fs, no network, no clock: it runs unchanged in a browser.
  */
 export * from './errors.ts';
@@ -23,3 +25,5 @@ export {
   parseCheckpoint as parseTlogCheckpoint, type Checkpoint as TlogCheckpoint,
 } from './tlog-checkpoint.ts';
 export * from './tlog-policy.ts';
+export * from './merkle.ts';
+export * from './merkle-tree.ts';
