@@ -179,16 +179,19 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
 }
 
 /** What the cosigner sends: the committed checkpoint note and consistency proofs of the chain's tree. */
+// SEAM until the chain state's note and tree land (helpers tlog-store, tlog-gateway).
+type NoteState = { checkpointNote?: () => string | null; tree?: { consistencyProof(from: number, to: number): Uint8Array[] } };
 function checkpointSourceOf(state: ChainState): CheckpointSource {
+  const s = state as unknown as NoteState;
   return {
-    note: () => state.checkpointNote(),
-    consistencyProof: (from, to) => state.tree.consistencyProof(from, to),
+    note: () => s.checkpointNote?.() ?? null,
+    consistencyProof: (from, to) => s.tree!.consistencyProof(from, to),
   };
 }
 
 /** The witness's view of this gateway's own chain: its origin (from the committed note) and the pinned authority key. */
 function ownChainLog(state: ChainState, pinned: string): WitnessedLog | null {
-  const note = state.checkpointNote();
+  const note = (state as unknown as NoteState).checkpointNote?.() ?? null;
   const key = base64Decode(pinned);
   if (note === null || key === null) return null;
   const origin = note.slice(0, note.indexOf('\n'));

@@ -53,7 +53,7 @@ const witnesses: Witnessed[] = [];
 let origin: OriginServer;
 
 async function post(base: string, text: string | Buffer) {
-  const r = await fetch(`${base}/add-checkpoint`, { method: 'POST', body: text });
+  const r = await fetch(`${base}/add-checkpoint`, { method: 'POST', body: typeof text === 'string' ? text : new Uint8Array(text) });
   return { status: r.status, type: r.headers.get('content-type'), text: await r.text() };
 }
 
