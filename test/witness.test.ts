@@ -24,6 +24,8 @@ import { parseCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { checkQuorum, parsePolicy } from '../chain/tlog-policy.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
 import { formatAddCheckpoint } from '../gateway/witness.ts';
+import { resolveConfig } from '../gateway/config.ts';
+import { parse } from 'yaml';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { vouch } from './helpers/processes.ts';
@@ -92,6 +94,26 @@ test.after(async () => {
   for (const w of witnesses) await w.gw.stop();
   await origin?.close();
   rmSync(work, { recursive: true, force: true });
+});
+
+test('config: witness and authority.witnesses/policy_file, their defaults and refusals', () => {
+  const d = resolveConfig(parse(`public_url: https://w.example.org/\nwitness: {key_file: k.pem, logs: [{vkey: "${LOG_VKEY}"}]}`), '/etc/vouch', null);
+  assert.equal(d.witness, { key_file: '/etc/vouch/k.pem', name: 'w.example.org/witness', state_file: '/etc/vouch/var/witness-state.json', logs: [{ vkey: LOG_VKEY, origin: null }] });
+  const a = resolveConfig(parse('authority: {witnesses: [{url: "http://127.0.0.1:1/", vkey: "w+01234567+BAAA"}], policy_file: p.txt}'), '/etc/vouch', null);
+  assert.equal(a.authority?.witnesses, [{ url: 'http://127.0.0.1:1', vkey: 'w+01234567+BAAA' }]);
+  assert.is(a.authority?.policy_file, '/etc/vouch/p.txt');
+  assert.is(resolveConfig(parse('authority: {}'), '/x', null).authority?.policy_file, null);
+  assert.is(resolveConfig(null, '/x', null).witness, null);
+  for (const [yaml, re] of [
+    ['witness: {keyfile: x}', /witness\.keyfile is not a known key/],
+    ['witness: {logs: [{vkey: "no key"}]}', /witness\.logs\[0\]\.vkey must be a note verifier key/],
+    ['witness: {logs: {vkey: x}}', /witness\.logs must be a list/],
+    ['witness: {name: "a b"}', /witness\.name must be/],
+    ['authority: {witnesses: [{url: "ftp://x", vkey: "w+01234567+BAAA"}]}', /witnesses\[0\]\.url must be an absolute http/],
+    ['authority: {witnesses: [{url: "http://x"}], policy_file: 1}', /policy_file must be a string/],
+  ] as [string, RegExp][]) {
+    assert.throws(() => resolveConfig(parse(yaml), '/x', null), re, yaml);
+  }
 });
 
 test('a witness cosigns a consistent checkpoint and refuses everything else with the spec\'s status', async () => {
