@@ -1,9 +1,8 @@
 /**
  * Public surface of `chain/`: the pure, portable chain core (formats, JCS,
- * hashing and signature interfaces, building, verification, selection,
- * signed notes, tlog checkpoints and witness policies).
  * hashing and signature interfaces, building, verification, selection, the
- * RFC 6962 Merkle tree over the chain and its proofs).
+ * RFC 6962 Merkle tree over the chain and its proofs, signed notes, tlog
+ * checkpoints and witness policies).
  * No fs, no network, no clock: it runs unchanged in a browser.
  */
 export * from './errors.ts';

@@ -3,7 +3,8 @@
  * beside its bounds-checked parser (the tessera `api/layout` habit).
  *
  * Owns: `blocks/<d[0:3]>/<d[3:6]>/<d>.json` (d = the block index, 9 digits,
- * zero-padded), `checkpoint.json`, the shard directory names (`\d{3}`) and
+ * zero-padded), `checkpoint.json`, `checkpoint.note` (the C2SP signed
+ * tlog checkpoint committed beside it, issue 17), the shard directory names (`\d{3}`) and
  * the largest block index (999,999,999).
  *
  * Trusts: nothing; pure (no fs, no network), runs in the browser too.
@@ -21,6 +22,8 @@ import { VouchError } from './errors.ts';
 export const MAX_INDEX = 999_999_999;
 /** Path of the checkpoint file, at the root of the repository. */
 export const CHECKPOINT = 'checkpoint.json';
+/** Path of the signed tlog checkpoint note (origin, size, RFC 6962 root), at the root beside checkpoint.json. */
+export const CHECKPOINT_NOTE = 'checkpoint.note';
 /** A shard directory's name: three digits. */
 export const SHARD_RE = /^\d{3}$/;
 

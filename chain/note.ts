@@ -16,6 +16,18 @@
  * make silently). Signatures of unknown keys are kept in `signatures`
  * unverified: a verifier looks for its own (name, key ID) and ignores the rest.
  *
+ * Example (Go's sumdb/note vector; test/note.test.ts signs and opens it),
+ * signed by the verifier key `PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW`
+ * (key ID c74f20a3 = SHA-256("PeterNeumann" ‖ 0x0A ‖ 0x01 ‖ key)[:4]):
+ *
+ *     If you think cryptography is the answer to your problem,
+ *     then you don't know what your problem is.
+ *
+ *     — PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=
+ *
+ * A cosignature line has the same shape: base64(keyID4 ‖ uint64be time ‖
+ * sig64), the signature over `cosignature/v1\ntime <time>\n` ‖ note text.
+ *
  * Trusts: the injected `CryptoBackend` (sha256, ed25519 verify) and `Signer`.
  * Pure: no I/O, no clock (a cosignature's timestamp is the caller's).
  *

@@ -9,6 +9,14 @@
  * 2^53-1; root the padded standard base64 of exactly 32 bytes (canonical);
  * extension lines non-empty; every line ends in a newline.
  *
+ * Example (c2sp.org/tlog-checkpoint; test/tlog-checkpoint.test.ts parses it):
+ *
+ *     example.com/behind-the-sofa
+ *     20852163
+ *     CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=
+ *
+ *     — example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=
+ *
  * Trusts: chain/note.ts for the note format and signatures, the injected
  * `CryptoBackend` and `Signer`. Pure: no I/O.
  *

@@ -21,6 +21,12 @@
  *   to a remote head that extends the last verified head and whose every new
  *   block and checkpoint verify; otherwise nothing local changes and the
  *   last verified head keeps being served.
+ * - The remote's `checkpoint.note` (issue 17), when it has one, must open
+ *   with the authority key (key name = its origin), name the remote's size,
+ *   keep the origin of the note verified before (and `origin` when
+ *   configured), and carry the RFC 6962 root of the verified chain's record
+ *   hashes followed by the new blocks'; a remote that drops the note once
+ *   one was verified is refused too (`checkpoint_mismatch`).
  * - A refused head is logged with the evidence an auditor needs: our size,
  *   head and commit, the remote's commit, size, head and checkpoint, the
  *   code and the block index.
@@ -35,9 +41,12 @@ import { join, resolve } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import { type Block, parseBlockText, readJson } from '../chain/block.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
-import { base64Decode, bytesEqual } from '../chain/encoding.ts';
+import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
+import { CHECKPOINT_NOTE } from '../chain/layout.ts';
+import type { Checkpoint as LogCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { ChainRepo, type ChainSnapshot, type FetchOptions, blockPath, parseBlockPath } from '../store/chain-repo.ts';
+import { HeadEdge, entryOf, trustedNote } from '../store/chain-store.ts';
 import type { Logger } from './log.ts';
 
 /** What the sync needs of the served chain (ChainState implements it). */
@@ -65,6 +74,14 @@ export interface ChainSyncOptions {
   backoffMaxMs?: number;
   /** HTTP client, per-exchange timeout, extra headers for the remote. */
   fetch?: Omit<FetchOptions, 'signal'>;
+  /** The configured log origin (`chain.origin`): a remote note under another origin is refused. */
+  origin?: string | null;
+  /**
+   * RFC 6962 root of the verified chain's record hashes followed by
+   * `entries`, changing nothing (the gateway's Merkle tree); without it the
+   * sync keeps the chain's tree edge itself (store/chain-store.ts HeadEdge).
+   */
+  rootWith?: (entries: readonly Uint8Array[]) => Uint8Array;
 }
 
 export interface SyncStatus {
@@ -113,7 +130,15 @@ function rewritten(message: string, evidence: Record<string, unknown> = {}): Vou
   return new VouchError('history_rewritten', `history_rewritten: ${message}`, { index: null, evidence });
 }
 
+function noteMismatch(message: string, evidence: Record<string, unknown> = {}): VouchError {
+  return new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${message}`, { index: null, evidence });
+}
+
 export class ChainSync {
+  private readonly origin: string | null;
+  private readonly rootWith: (entries: readonly Uint8Array[]) => Uint8Array;
+  /** The sync's own tree edge when no rootWith is given (null otherwise). */
+  private readonly edge: HeadEdge | null;
   private readonly repo: ChainRepo;
   private readonly remote: string;
   private readonly state: SyncTarget;
@@ -159,6 +184,63 @@ export class ChainSync {
     this.backoffMaxMs = options.backoffMaxMs ?? Math.max(this.backoffInitialMs, Math.min(60_000, this.intervalMs));
     this.fetchOpts = options.fetch ?? {};
     this.createdAt = this.now();
+    this.origin = options.origin ?? null;
+    if (options.rootWith) {
+      this.edge = null;
+      this.rootWith = options.rootWith;
+    } else {
+      const edge = new HeadEdge(this.repo, () => this.localNote());
+      this.edge = edge;
+      this.rootWith = (e) => edge.rootWith(e);
+    }
+  }
+
+  /** The authority's raw key, from the verified state. */
+  private authorityKey(): Uint8Array {
+    const a = this.state.verifierState.authority;
+    const key = a ? base64Decode(a.publicKey) : null;
+    if (key === null || key.length !== 32) throw new VouchError('internal_error', 'mirror sync: the verified state has no authority key');
+    return key;
+  }
+
+  /** The verified chain's checkpoint.note, opened (null: none, or not one that opens: the remote's is then judged on its own). */
+  private localNote(): LogCheckpoint | null {
+    try {
+      return trustedNote(this.repo.readCheckpointNote(), this.authorityKey(), this.state.verifierState.size);
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * The remote's checkpoint.note against the verified chain plus `blocks`
+   * (verified already): see the header; throws checkpoint_mismatch.
+   */
+  private async checkNote(snap: ChainSnapshot, blocks: readonly Block[], ctx: Record<string, unknown>): Promise<void> {
+    let text: string | null;
+    try {
+      text = await snap.readFile(CHECKPOINT_NOTE);
+    } catch (e) {
+      throw noteMismatch(`the remote's ${CHECKPOINT_NOTE}: ${(e as Error).message}`);
+    }
+    const local = this.localNote();
+    if (text === null) {
+      ctx.remote_note = null;
+      if (local !== null) throw noteMismatch(`the remote has no ${CHECKPOINT_NOTE}, the verified chain has one (origin ${local.origin}, size ${local.size})`);
+      return;
+    }
+    const cp = trustedNote(text, this.authorityKey(), snap.size)!;
+    ctx.remote_note = { origin: cp.origin, size: cp.size, root: base64Encode(cp.root) };
+    const expected = this.origin ?? local?.origin ?? null;
+    if (expected !== null && cp.origin !== expected) {
+      throw noteMismatch(`the remote's ${CHECKPOINT_NOTE} names origin ${JSON.stringify(cp.origin)}, expected ${JSON.stringify(expected)}${this.origin !== null ? ' (chain.origin)' : ''}`, { origin: cp.origin, expected });
+    }
+    const root = this.rootWith(blocks.map((b) => entryOf(b.record_hash)));
+    if (!bytesEqual(root, cp.root)) {
+      throw noteMismatch(`the remote's ${CHECKPOINT_NOTE} root at size ${cp.size} is not the Merkle root of the verified chain's record hashes`, {
+        size: cp.size, note_root: base64Encode(cp.root), tree_root: base64Encode(root),
+      });
+    }
   }
 
   /** Current retry delay while the remote fails, 0 when healthy. */
@@ -378,12 +460,14 @@ export class ChainSync {
     if (cpText === null) throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the remote has no checkpoint.json', { index: null });
     if (cpRead?.error) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: the remote checkpoint.json: ${cpRead.error}`, { index: null });
     verifier.verifyCheckpoint(cp);
+    await this.checkNote(snap, blocks, ctx);
     if (signal.aborted) throw new VouchError('io_error', 'fetch cancelled');
 
     // 3. Adopt: branch, working tree and index first (the commit point is the ref move), then the served state.
     await this.repo.fastForward(commit); // also catches the working tree up if an earlier one was interrupted
     for (const w of this.repo.warnings.splice(0)) this.log.warn('chain repository', { warning: w });
     this.state.applyCommitted(blocks, cpText);
+    this.edge?.advance(blocks.map((b) => entryOf(b.record_hash)));
     const size = this.state.verifierState.size;
     this.log.info('mirror sync: accepted the remote head', {
       remote: shownUrl(this.remote), remote_commit: commit, from: n, size, blocks: blocks.length, head: this.state.verifierState.head,

@@ -39,7 +39,8 @@ export interface Config {
   listen: { host: string; port: number };
   public_url: string;
   service_name: string;
-  chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse' };
+  /** origin: the log's name (checkpoint.note line 1 and key name; null: derived from public_url, see `logOrigin`). */
+  chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse'; origin: string | null };
   /** witnesses: the C2SP tlog-witness endpoints asked to cosign each new checkpoint; policy_file: tlog-policy text (quorum). */
   authority: { key_file: string; signer: string; submit_token_file: string; witnesses: WitnessEndpoint[]; policy_file: string | null } | null;
   /** Present: this gateway is a C2SP tlog-witness (`POST /add-checkpoint`) for `logs` (and its own chain's log). */
@@ -93,6 +94,7 @@ const SCHEMA: Record<string, Kind> = {
       sync_interval: { t: 'number', min: 0.1, max: 86_400 },
       max_staleness: { t: 'number', min: 1, max: 31_536_000 },
       layout: { t: 'string', check: (s) => (s === 'full' || s === 'sparse' ? null : 'must be "full" or "sparse"') },
+      origin: { t: 'string', nullable: true, check: (s) => (s.length > 0 && !/[\s+\u0000-\u001f\u007f]/.test(s) ? null : 'must be a note key name (no spaces, "+" or control characters)') },
     },
   },
   authority: {
@@ -147,7 +149,7 @@ const SCHEMA: Record<string, Kind> = {
 export const DEFAULTS = {
   listen: { host: '127.0.0.1', port: 8080 },
   service_name: 'vouch',
-  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined, layout: 'full' as 'full' | 'sparse' },
+  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined, layout: 'full' as 'full' | 'sparse', origin: null as string | null },
   authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token' },
   mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
@@ -276,6 +278,14 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
     clients: { ...DEFAULTS.clients, ...(raw.clients ?? {}) },
     source,
   };
+}
+
+/**
+ * The log origin (issue 17): `chain.origin`, else `public_url` without its
+ * scheme and trailing slashes (`http://127.0.0.1:8080` → `127.0.0.1:8080`).
+ */
+export function logOrigin(config: Pick<Config, 'chain' | 'public_url'>): string {
+  return config.chain.origin ?? config.public_url.replace(/^[A-Za-z][A-Za-z0-9+.-]*:\/\//, '').replace(/\/+$/, '');
 }
 
 /** Reads and validates a configuration file. */

@@ -35,9 +35,10 @@ import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
-import { commitFor, trustedHead } from '../store/chain-store.ts';
+import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead } from '../store/chain-store.ts';
+import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
 import { digestUrl } from '../artifacts/artifact-digest.ts';
-import type { Config } from './config.ts';
+import { type Config, logOrigin } from './config.ts';
 import { ChainState } from './chain-state.ts';
 import { answeredBeforeBody, createRequestHandler, LINGER_MS } from './server.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -172,7 +173,12 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
     const t = now();
     const block = buildAuthorityBlock({ signer: authority.signer, backend: nodeBackend, now: t, uns: 'vouch/provenance-chain' });
     const cp = buildCheckpoint({ head: block, signer: authority.signer, now: t });
-    return ChainRepo.init(config.chain.dir, [{ index: 0, content: formatBlockFile(block) }], formatCheckpointFile(cp), commitFor([block], t), { sparse: config.chain.layout === 'sparse' });
+    const edge = TreeEdge.empty(nodeBackend);
+    edge.append(entryOf(block.record_hash));
+    const note = signNoteText(authority.signer, noteOrigin(null, config.chain.origin, logOrigin(config), 'config: chain.origin'), 1, edge.root());
+    const repo = await ChainRepo.init(config.chain.dir, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(cp), note }, commitFor([block], t), { sparse: config.chain.layout === 'sparse' });
+    writeEdgeFile(repo.dir, edge);
+    return repo;
   }
   if (!existsSync(config.chain.dir)) throw new VouchError('not_a_chain', `chain.dir ${config.chain.dir} does not exist (create one with vouch init, or clone one)`);
   return ChainRepo.open(config.chain.dir, { repair: authority !== null });
@@ -396,7 +402,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       : await openChain(config, authority, now);
     if (authority && chainLock === null) chainLock = acquireChainLock(config.chain.dir);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
-    if (authority) trustedHead(repo, authority.signer);
+    const trusted = authority ? trustedHead(repo, authority.signer) : null;
+    // The log's origin: the committed note's; a configured chain.origin must agree (refused at start, exit 2).
+    const origin = trusted ? noteOrigin(trusted.note, config.chain.origin, logOrigin(config), 'config: chain.origin') : null;
     const pinned = config.chain.public_key ?? (authority ? base64Encode(authority.signer.publicKey) : null);
     if (pinned === null) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
     const { state, report } = await ChainState.load(repo, {
@@ -412,6 +420,11 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         head: () => state.head,
         digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
         now,
+        // Seam (issue 17): the root comes from the tree edge kept beside the chain until the gateway's Merkle tree answers it.
+        note: (() => {
+          const edge = new HeadEdge(repo, () => trusted!.note);
+          return { origin: origin!, rootWith: (e: readonly Uint8Array[]) => edge.rootWith(e), committed: (e: readonly Uint8Array[]) => edge.advance(e) };
+        })(),
         onAppended: (blocks, committed) => {
           try {
             // From what the branch holds, not the working tree (which may lag after a failed write).
@@ -432,7 +445,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     if (mirrorMode) {
       sync = new ChainSync({
-        repo, remote: config.chain.remote!, state, pinnedPublicKey: config.chain.public_key,
+        repo, remote: config.chain.remote!, state, pinnedPublicKey: config.chain.public_key, origin: config.chain.origin,
         intervalSeconds: config.chain.sync_interval, log,
       });
       ctx.syncReport = () => syncReport(sync!.status());

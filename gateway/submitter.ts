@@ -24,6 +24,11 @@
  *   same round, so two submits of one URL+semver never both get signed.
  * - Bytes are compared under the algorithm of the stored hash (a URL signed
  *   with sha256 and resubmitted with sha512 is still recognised).
+ * - Every commit carries the signed checkpoint note of its new size (given
+ *   `note`): origin as configured, root from `note.rootWith` over the round's
+ *   record hashes (the tree of the committed chain is not changed before
+ *   the commit: a failed append leaves it as it was); `note.committed` is
+ *   told after the commit point.
  * Group commit: the writer yields one event-loop turn (or `lingerMs`) before
  * taking everything queued, because the commit itself blocks the loop and the
  * first ready submit would otherwise always commit alone.
@@ -35,7 +40,7 @@ import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backe
 import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
-import { appendSigned, type Committed } from '../store/chain-store.ts';
+import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
 import { parseSubmitRequest, type SubmitRequest } from './routes/submit-request.ts';
 
 export interface SubmitterDeps {
@@ -53,6 +58,18 @@ export interface SubmitterDeps {
   digest: (url: string, algorithm: HashAlgorithm, signal?: AbortSignal) => Promise<{ artifactHash: string }>;
   /** Milliseconds since the epoch. */
   now: () => number;
+  /** The checkpoint note every commit carries (issue 17); without it, commits carry none (tests of the submitter alone). */
+  note?: SubmitterNote;
+}
+
+/** What the submitter needs to sign the checkpoint note of a commit. */
+export interface SubmitterNote {
+  /** The log's origin (the committed note's, else the configured one). */
+  origin: string;
+  /** RFC 6962 root of the committed chain's record hashes followed by `entries` (a round's, in order); changes nothing. */
+  rootWith(entries: readonly Uint8Array[]): Uint8Array;
+  /** Told once the commit holding `entries` is on the branch. Must not throw. */
+  committed?(entries: readonly Uint8Array[]): void;
 }
 
 export interface SubmitterOptions {
@@ -432,7 +449,9 @@ export class Submitter {
     let committed: Committed;
     try {
       const checkpoint = buildCheckpoint({ head: prev, signer, now });
-      committed = await appendSigned(repo, blocks, checkpoint, now);
+      const note = this.deps.note;
+      const noteInput = note ? { signer, origin: note.origin, root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))) } : null;
+      committed = await appendSigned(repo, blocks, checkpoint, now, noteInput);
     } catch (e) {
       this.counters.commitFailures++;
       const err = e instanceof VouchError && e.code === 'io_error'
@@ -443,6 +462,11 @@ export class Submitter {
     }
 
     // The commit is on the branch: now, and only now, the blocks exist.
+    try {
+      this.deps.note?.committed?.(blocks.map((b) => entryOf(b.record_hash)));
+    } catch (e) {
+      this.log(`submit: the tree edge could not follow blocks ${blocks[0]!.index}-${prev.index}: ${(e as Error)?.message ?? String(e)}`);
+    }
     this.counters.commits++;
     this.counters.blocks += blocks.length;
     this.counters.lastBlocksPerCommit = blocks.length;

@@ -20,13 +20,16 @@ import * as fs from 'node:fs';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import { LIMITS, digitsAt, utf8Text } from '../chain/block.ts';
-import { CHECKPOINT, MAX_INDEX, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
+import { CHECKPOINT, CHECKPOINT_NOTE, MAX_INDEX, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
 import { bytesOf, readChainFile } from './verify-worker-impl.ts';
 import { type IndexHint, SplitIndex, comparePaths } from './git-index.ts';
 import { TREE_MODE, type TreeEntry, ioError, isRegularMode, modeName, parseTree } from './git-objects.ts';
 import { ObjectStore } from './object-store.ts';
 
 export type { CommitInfo } from './git-objects.ts';
+
+/** Largest checkpoint.note read (a signed note is at most 1 MiB: chain/note.ts MAX_NOTE_CHARS). */
+const MAX_NOTE_BYTES = 1 << 20;
 
 export interface BlockFile {
   index: number;
@@ -399,6 +402,42 @@ export class ChainRepoFiles {
     }
     const text = utf8Text(bytesOf(read));
     if (text === null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} is not valid UTF-8`, { index: null, resource: CHECKPOINT });
+    return text;
+  }
+
+  /**
+   * The working-tree `checkpoint.note` (the signed tlog checkpoint, issue
+   * 17), or null when there is none (older chains); read by the rules of
+   * `readCheckpoint`: a regular file of at most 1 MiB, valid UTF-8, else
+   * `checkpoint_mismatch`.
+   */
+  readCheckpointNote(): string | null {
+    const read = readChainFile(join(this.dir, CHECKPOINT_NOTE), MAX_NOTE_BYTES);
+    if (read.error !== null) {
+      if (read.kind === 'missing') return null;
+      if (read.kind === 'refused') throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} ${read.why}`, { index: null, resource: CHECKPOINT_NOTE });
+      throw new VouchError('io_error', `cannot read ${CHECKPOINT_NOTE}: it ${read.why}`, { resource: CHECKPOINT_NOTE });
+    }
+    const text = utf8Text(bytesOf(read));
+    if (text === null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} is not valid UTF-8`, { index: null, resource: CHECKPOINT_NOTE });
+    return text;
+  }
+
+  /**
+   * The `checkpoint.note` branch main commits (from git objects, not the
+   * working tree: what `vouch verify` checks), or null when the head has
+   * none; a note that is not a regular file, larger than 1 MiB or not
+   * valid UTF-8 is `checkpoint_mismatch`.
+   */
+  async committedNote(): Promise<string | null> {
+    const e = this.dirs.get('')!.find((x) => x.name === CHECKPOINT_NOTE);
+    if (e === undefined) return null;
+    const bad = (why: string) => new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} on branch main ${why}`, { index: null, resource: CHECKPOINT_NOTE });
+    if (!isRegularMode(e.mode)) throw bad(`is ${modeName(e.mode)}, not a regular file`);
+    const bytes = await this.objects.readBlob(e.oid);
+    if (bytes.length > MAX_NOTE_BYTES) throw bad(`is larger than ${MAX_NOTE_BYTES} bytes`);
+    const text = utf8Text(bytes);
+    if (text === null) throw bad('is not valid UTF-8');
     return text;
   }
 

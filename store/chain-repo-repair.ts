@@ -19,7 +19,7 @@ import * as fs from 'node:fs';
 import type { BigIntStats } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
-import { CHECKPOINT, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
+import { CHECKPOINT, CHECKPOINT_NOTE, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
 import { type IndexEntry, type IndexHint, entryFromStat, statMatches } from './git-index.ts';
 import { acquireLock, commitLock, hashFile, lstatOrNull, readBranch, releaseLock } from './git-files.ts';
 import { BRANCH_REF, OID_RE, TREE_MODE, type TreeEntry, treeBody } from './git-objects.ts';
@@ -216,7 +216,7 @@ export class ChainRepoRepair extends ChainRepoFiles {
    * branch otherwise (fresh clone, lost state, broken index).
    */
   protected async repair(state: State | null): Promise<void> {
-    for (const p of [join(this.dir, CHECKPOINT + TMP_SUFFIX), join(this.gitdir, STATE_FILE + TMP_SUFFIX)]) this.removeIfExists(p, 'temporary file of an interrupted write');
+    for (const p of [join(this.dir, CHECKPOINT + TMP_SUFFIX), join(this.dir, CHECKPOINT_NOTE + TMP_SUFFIX), join(this.gitdir, STATE_FILE + TMP_SUFFIX)]) this.removeIfExists(p, 'temporary file of an interrupted write');
     if (this._sparse) {
       await this.syncSparse(true);
       this.writeState();

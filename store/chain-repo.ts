@@ -3,7 +3,9 @@
  * gateway/ and tools/ use of git. It stores files; it never parses blocks.
  *
  * Owns: branch `main` (one commit per append), the tree layout of
- * chain/layout.ts (`blocks/<d[0:3]>/<d[3:6]>/<d>.json` + `checkpoint.json`),
+ * chain/layout.ts (`blocks/<d[0:3]>/<d[3:6]>/<d>.json` + `checkpoint.json`
+ * + `checkpoint.note`, the signed tlog checkpoint, rewritten by every append
+ * that hands one over: `RootFiles`),
  * `open` / `init` / `append`, and for mirrors (DESIGN 4) the clone, the
  * fetch (depth 1, through ./upload-pack.ts over ./smart-http.ts), the packs
  * it stores (indexed by ./git-pack-index.ts, `.idx` version 2),
@@ -78,7 +80,7 @@ import * as fs from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import { LIMITS, readJson, utf8Text } from '../chain/block.ts';
-import { CHECKPOINT, MAX_INDEX, blockPath } from '../chain/layout.ts';
+import { CHECKPOINT, CHECKPOINT_NOTE, MAX_INDEX, blockPath } from '../chain/layout.ts';
 import { assertChainWritable } from './chain-lock.ts';
 import { type IndexEntry, entryFromStat } from './git-index.ts';
 import { crashPoint, failPoint, fsyncDir, isDir, readBranch, readRef, readShallow, writeDurably, writeFileAtomic } from './git-files.ts';
@@ -128,6 +130,20 @@ function checkCommitInfo(c: CommitInfo): void {
   if (!Number.isSafeInteger(c.timestamp) || c.timestamp < 0) throw new VouchError('bad_request', 'commit timestamp must be non-negative unix seconds');
 }
 
+/**
+ * The root files an append rewrites: `checkpoint.json`'s text, or it and
+ * `checkpoint.note`'s (the signed tlog checkpoint of the new size; a chain
+ * without one gains it with its next append that hands one over).
+ */
+export type RootFiles = string | { json: string; note?: string | null };
+
+function rootFiles(r: RootFiles): { json: string; note: string | null } {
+  if (typeof r === 'string') return { json: r, note: null };
+  if (!r || typeof r !== 'object') throw new VouchError('bad_request', 'checkpoint text is not a string');
+  if (r.note !== undefined && r.note !== null && typeof r.note !== 'string') throw new VouchError('bad_request', 'checkpoint note is not a string');
+  return { json: r.json, note: r.note ?? null };
+}
+
 function checkBlocks(blocks: BlockFile[], from: number, checkpoint: string): void {
   if (!Array.isArray(blocks) || blocks.length === 0) throw new VouchError('bad_request', 'an append needs at least one block');
   blocks.forEach((b, k) => {
@@ -155,7 +171,7 @@ export class ChainRepo extends ChainRepoRepair {
    * (indexes 0, 1, ...) and `checkpoint`, as one commit. Refuses with
    * `chain_exists` if `dir` holds a git repository or anything else.
    */
-  static async init(dir: string, blocks: BlockFile[], checkpoint: string, commit: CommitInfo, opts: { sparse?: boolean } = {}): Promise<ChainRepo> {
+  static async init(dir: string, blocks: BlockFile[], checkpoint: RootFiles, commit: CommitInfo, opts: { sparse?: boolean } = {}): Promise<ChainRepo> {
     const abs = resolve(dir);
     let created = false;
     if (fs.existsSync(abs)) {
@@ -163,7 +179,8 @@ export class ChainRepo extends ChainRepoRepair {
       if (fs.existsSync(join(abs, '.git'))) throw new VouchError('chain_exists', `${abs} already holds a git repository`);
       if (fs.readdirSync(abs).length > 0) throw new VouchError('chain_exists', `${abs} is not empty`);
     }
-    checkBlocks(blocks, 0, checkpoint);
+    const root = rootFiles(checkpoint);
+    checkBlocks(blocks, 0, root.json);
     checkCommitInfo(commit);
     try {
       if (!fs.existsSync(abs)) { fs.mkdirSync(abs, { recursive: true }); created = true; }
@@ -184,14 +201,14 @@ export class ChainRepo extends ChainRepoRepair {
       fsyncDir(join(gitdir, 'objects'));
       repo.objects.startPack(); // one pack, written durably before the branch names the commit: no loose object
       try {
-        await repo.commitBlocks(blocks, checkpoint, commit, null);
+        await repo.commitBlocks(blocks, root, commit, null);
       } finally {
         repo.objects.abortPack();
       }
       return repo;
     } catch (e) {
       // Leave nothing half-made behind: the directory was empty (or absent) before.
-      for (const p of ['.git', 'blocks', CHECKPOINT, CHECKPOINT + TMP_SUFFIX]) fs.rmSync(join(abs, p), { recursive: true, force: true });
+      for (const p of ['.git', 'blocks', CHECKPOINT, CHECKPOINT + TMP_SUFFIX, CHECKPOINT_NOTE, CHECKPOINT_NOTE + TMP_SUFFIX]) fs.rmSync(join(abs, p), { recursive: true, force: true });
       if (created) fs.rmSync(abs, { recursive: true, force: true });
       throw e instanceof VouchError ? e : ioError(`cannot create chain in ${abs}`, e);
     }
@@ -237,14 +254,16 @@ export class ChainRepo extends ChainRepoRepair {
 
   /**
    * Append `blocks` (indexes size, size+1, ... in order) and the new
-   * checkpoint text as one commit. Throws `bad_request` (nothing written)
+   * checkpoint text (and the signed checkpoint note, when given) as one
+   * commit. Without a note, a committed `checkpoint.note` is left as it was. Throws `bad_request` (nothing written)
    * for wrong indexes or input. Once the commit is on the branch the append
    * has happened: later trouble with the working tree or index is recorded in
    * `warnings` and caught up before the next append (or by `open()`).
    */
-  append(blocks: BlockFile[], checkpoint: string, commit: CommitInfo): Promise<{ commit: string }> {
+  append(blocks: BlockFile[], checkpoint: RootFiles, commit: CommitInfo): Promise<{ commit: string }> {
     return this.serialize(async () => {
-      checkBlocks(blocks, this._size, checkpoint);
+      const root = rootFiles(checkpoint);
+      checkBlocks(blocks, this._size, root.json);
       checkCommitInfo(commit);
       assertChainWritable(this.dir); // refused while another process (a running authority gateway) owns the chain
       if (!this.consistent) {
@@ -253,7 +272,7 @@ export class ChainRepo extends ChainRepoRepair {
         }
         await this.repair(readState(this.gitdir));
       }
-      const done = { commit: await this.commitBlocks(blocks, checkpoint, commit, this._head) };
+      const done = { commit: await this.commitBlocks(blocks, root, commit, this._head) };
       this.schedulePack();
       return done;
     });
@@ -314,19 +333,25 @@ export class ChainRepo extends ChainRepoRepair {
     return this.objects.pendingLoose;
   }
 
-  protected async commitBlocks(blocks: BlockFile[], checkpoint: string, info: CommitInfo, parent: string | null): Promise<string> {
+  protected async commitBlocks(blocks: BlockFile[], root: { json: string; note: string | null }, info: CommitInfo, parent: string | null): Promise<string> {
     // 1. Objects: blobs, the changed trees (bottom up), the commit.
     const bytes = blocks.map((b) => Buffer.from(b.content, 'utf8'));
     const paths = blocks.map((b) => blockPath(b.index));
     let oids: string[];
     let cpBytes: Buffer;
     let cpOid: string;
+    let noteBytes: Buffer | null = null;
+    let noteOid: string | null = null;
     const modified = new Map<string, TreeEntry[]>();
     let commitOid: string;
     try {
       oids = bytes.map((b) => this.objects.write('blob', b));
-      cpBytes = Buffer.from(checkpoint, 'utf8');
+      cpBytes = Buffer.from(root.json, 'utf8');
       cpOid = this.objects.write('blob', cpBytes);
+      if (root.note !== null) {
+        noteBytes = Buffer.from(root.note, 'utf8');
+        noteOid = this.objects.write('blob', noteBytes);
+      }
       const entriesOf = async (dirPath: string): Promise<TreeEntry[]> => {
         const known = modified.get(dirPath);
         if (known) return known;
@@ -348,6 +373,7 @@ export class ChainRepo extends ChainRepoRepair {
         setTreeEntry(await entriesOf(p.slice(0, 14)), { mode: FILE_MODE, name: p.slice(15), oid: oids[k]! });
       }
       setTreeEntry(await entriesOf(''), { mode: FILE_MODE, name: CHECKPOINT, oid: cpOid });
+      if (noteOid !== null) setTreeEntry(await entriesOf(''), { mode: FILE_MODE, name: CHECKPOINT_NOTE, oid: noteOid });
       // Bottom up, level by level: writing a level marks its parents modified.
       const depth = (d: string) => (d === '' ? 0 : d.split('/').length);
       for (let level = 3; level >= 1; level--) {
@@ -379,8 +405,9 @@ export class ChainRepo extends ChainRepoRepair {
     try {
       failPoint('working-tree');
       if (this._sparse) {
-        // The sparse layout: checkpoint.json and a two-entry index (./sparse-layout.ts); the blocks stay in git objects.
+        // The sparse layout: the root files and a sparse index (./sparse-layout.ts); the blocks stay in git objects.
         this.writeWorkFile(CHECKPOINT, cpBytes);
+        if (noteBytes !== null) this.writeWorkFile(CHECKPOINT_NOTE, noteBytes);
         crashPoint('after-files');
         await this.syncSparse(false, false);
       } else {
@@ -389,10 +416,12 @@ export class ChainRepo extends ChainRepoRepair {
           entries.push(entryFromStat(paths[k]!, oids[k]!, this.writeWorkFile(paths[k]!, bytes[k]!)));
         }
         const cpEntry = entryFromStat(CHECKPOINT, cpOid, this.writeWorkFile(CHECKPOINT, cpBytes));
+        const noteEntry = noteBytes === null ? null : entryFromStat(CHECKPOINT_NOTE, noteOid!, this.writeWorkFile(CHECKPOINT_NOTE, noteBytes));
         crashPoint('after-files');
         await this.index.update((idx) => {
           for (const e of entries) idx.addNew(e);
           idx.upsert(cpEntry);
+          if (noteEntry !== null) idx.upsert(noteEntry);
         }, (p) => this.noteStaleLock(p));
       }
       crashPoint('after-index');

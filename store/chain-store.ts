@@ -3,18 +3,28 @@
  * chain core (`chain/`) and the git module (`store/chain-repo.ts`).
  *
  * Owns: commit messages (DESIGN 2), the cheap trusted-head check an append
- * starts from, and appending signed blocks with their checkpoint.
+ * starts from, and appending signed blocks with their checkpoint and the
+ * signed tlog checkpoint note (`checkpoint.note`, issue 17: origin, size,
+ * RFC 6962 root over every block's record hash, key name = origin); the
+ * origin an append signs under (`noteOrigin`) and the tree edge it starts
+ * from (`headEdge`, ./tree-edge.ts).
  * Must hold: nothing is appended after a head that does not check out: the
  * head block must hash to what the checkpoint signed, and the signing key
- * must be the chain's authority.
+ * must be the chain's authority; a committed note must open with that key
+ * and name the chain's size; a note is signed only over a root computed
+ * from an edge that agrees with the committed note (or from every record
+ * hash when there is no usable edge).
  */
 import { VouchError } from '../chain/errors.ts';
 import { type Block, type Checkpoint, formatBlockFile, formatCheckpointFile, parseBlockText, parseCheckpoint } from '../chain/block.ts';
 import { checkpointMessage, computeRecordHash } from '../chain/build.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
+import { isValidKeyName } from '../chain/note.ts';
+import { type Checkpoint as LogCheckpoint, openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { ChainRepo, type CommitInfo } from './chain-repo.ts';
+import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 
 /** `block <i>: <intent> <uns> <semver>` with the URLs in the body (DESIGN 2). */
 export function commitFor(blocks: readonly Block[], timestampMs: number): CommitInfo {
@@ -40,7 +50,13 @@ export function commitFor(blocks: readonly Block[], timestampMs: number): Commit
   };
 }
 
-export interface TrustedHead { head: Block; authority: Block; checkpoint: Checkpoint }
+export interface TrustedHead {
+  head: Block;
+  authority: Block;
+  checkpoint: Checkpoint;
+  /** The committed checkpoint.note, opened with the authority key; null when the chain has none yet (older chains). */
+  note: LogCheckpoint | null;
+}
 
 /**
  * The head block, checked in constant time against the signed checkpoint
@@ -75,26 +91,117 @@ export function trustedHead(repo: ChainRepo, signer: Signer): TrustedHead {
   if (head.record_hash !== cp.head || computeRecordHash(head, nodeBackend) !== cp.head) {
     throw new VouchError('record_hash_mismatch', `record_hash_mismatch at block ${head.index}: the head block is not the one the checkpoint signed`, { index: head.index });
   }
-  return { head, authority, checkpoint: cp };
+  return { head, authority, checkpoint: cp, note: trustedNote(repo.readCheckpointNote(), signer.publicKey, repo.size) };
 }
 
-/** What one append committed: the commit, and the block and checkpoint texts exactly as they are on the branch. */
+/**
+ * A committed checkpoint.note opened with the authority key (key name = its
+ * origin), naming `size` entries; null when there is none.
+ * @throws VouchError checkpoint_mismatch when it does not open or names another size.
+ */
+export function trustedNote(text: string | null, publicKey: Uint8Array, size: number): LogCheckpoint | null {
+  if (text === null) return null;
+  let cp: LogCheckpoint;
+  try {
+    cp = openCheckpoint(nodeBackend, text, { publicKey }).checkpoint;
+  } catch (e) {
+    const err = e as VouchError;
+    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note: ${err.message.replace(/^checkpoint_mismatch: /, '')}`, { index: null, ...(err.evidence ? { evidence: err.evidence } : {}) });
+  }
+  if (cp.size !== size) {
+    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note names ${cp.size} entries, the chain has ${size} blocks`, { index: null });
+  }
+  return cp;
+}
+
+/** The origin of a chain created by `vouch init` without --origin. */
+export function defaultOrigin(signerId: string): string {
+  return `vouch/${signerId}`;
+}
+
+/**
+ * The origin an append signs its note under: the committed note's (it never
+ * changes once committed); `wanted` (configured) must then agree. A chain
+ * without a note takes `wanted`, else `fallback`.
+ * @throws VouchError usage when `wanted` differs from the committed origin or is no note key name.
+ */
+export function noteOrigin(note: LogCheckpoint | null, wanted: string | null, fallback: string, what = 'origin'): string {
+  if (note !== null) {
+    if (wanted !== null && wanted !== note.origin) {
+      throw new VouchError('usage', `${what} ${JSON.stringify(wanted)} differs from the origin of the committed checkpoint.note, ${JSON.stringify(note.origin)} (a log's origin never changes)`);
+    }
+    return note.origin;
+  }
+  const origin = wanted ?? fallback;
+  if (!isValidKeyName(origin)) throw new VouchError('usage', `${what} ${JSON.stringify(origin)} cannot be a note key name (no spaces, "+" or control characters)`);
+  return origin;
+}
+
+/** Block i's record hash as the 32 bytes of tree entry i. */
+export function entryOf(recordHash: string): Uint8Array {
+  const b = Buffer.from(recordHash, 'hex');
+  if (b.length !== 32 || b.toString('hex') !== recordHash) throw new VouchError('malformed', `record_hash ${JSON.stringify(recordHash.slice(0, 80))} is not 64 lowercase hex digits`);
+  return new Uint8Array(b.buffer, b.byteOffset, 32);
+}
+
+/**
+ * The Merkle tree edge of the chain as it is (./tree-edge.ts): the one kept
+ * in `.git` when it agrees with the committed, verified note (same size and
+ * root), else recomputed from every block's record hash (`recordHashes`,
+ * O(n): an older chain, a lost or stale file), which must then agree with
+ * the note when there is one.
+ * @throws VouchError checkpoint_mismatch when the recomputed root is not the note's.
+ */
+export function headEdge(repo: ChainRepo, note: LogCheckpoint | null, recordHashes: () => Iterable<string>): { edge: TreeEdge; source: 'file' | 'scan' } {
+  const kept = readEdgeFile(nodeBackend, repo.dir);
+  if (note !== null && edgeMatches(kept, note.size, note.root)) return { edge: kept, source: 'file' };
+  const edge = TreeEdge.empty(nodeBackend);
+  for (const h of recordHashes()) edge.append(entryOf(h));
+  if (edge.size !== repo.size) throw new VouchError('internal_error', `tree edge: ${edge.size} record hashes for a chain of ${repo.size} blocks`);
+  if (note !== null && !edgeMatches(edge, note.size, note.root)) {
+    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note's root is not the Merkle root of the ${repo.size} block files' record hashes`, { index: null });
+  }
+  return { edge, source: 'scan' };
+}
+
+/** Every block file's record_hash, in order, read as the full scan reads them (trusting the files: see headEdge). */
+export function* scanRecordHashes(repo: ChainRepo): Iterable<string> {
+  for (let i = 0; i < repo.size; i++) yield parseBlockText(repo.readBlockFile(i), i).record_hash;
+}
+
+/** The signed checkpoint note of a tree: origin, size, root; key name = origin. */
+export function signNoteText(signer: Signer, origin: string, size: number, root: Uint8Array): string {
+  return signCheckpoint(nodeBackend, { origin, size, root, extensions: [] }, signer);
+}
+
+/** What one append committed: the commit, and the block, checkpoint and note texts exactly as they are on the branch. */
 export interface Committed {
   commit: string;
   blockTexts: string[];
   checkpointText: string;
+  /** The checkpoint.note committed (null: none was handed over, the branch keeps its earlier one if any). */
+  noteText: string | null;
+}
+
+/** What the note of an append signs: the origin, and the tree's root at the new size. */
+export interface NoteInput {
+  signer: Signer;
+  origin: string;
+  root: Uint8Array;
 }
 
 /**
- * Appends signed blocks and the checkpoint of the new head in one commit.
- * Resolves with the texts committed, so a caller can take in the new state
- * from what the branch holds even when the working tree lags behind it.
+ * Appends signed blocks, the checkpoint of the new head and (given `note`)
+ * the signed checkpoint note of the new size in one commit. Resolves with
+ * the texts committed, so a caller can take in the new state from what the
+ * branch holds even when the working tree lags behind it.
  */
-export async function appendSigned(repo: ChainRepo, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number): Promise<Committed> {
+export async function appendSigned(repo: ChainRepo, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number, note: NoteInput | null = null): Promise<Committed> {
   const files = blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) }));
   const checkpointText = formatCheckpointFile(checkpoint);
-  const { commit } = await repo.append(files, checkpointText, commitFor(blocks, nowMs));
-  return { commit, blockTexts: files.map((f) => f.content), checkpointText };
+  const noteText = note === null ? null : signNoteText(note.signer, note.origin, checkpoint.size, note.root);
+  const { commit } = await repo.append(files, { json: checkpointText, note: noteText }, commitFor(blocks, nowMs));
+  return { commit, blockTexts: files.map((f) => f.content), checkpointText, noteText };
 }
 
 /**
@@ -114,4 +221,58 @@ export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<
     }
   }
   return out;
+}
+
+/**
+ * Appends signed blocks after a trusted head with the checkpoint note of the
+ * new size: origin as `noteOrigin` says (default `vouch/<signer>`), root from
+ * the head's tree edge (`headEdge`: the kept edge file when it agrees with
+ * the committed note, else every block file's record hash) plus the new
+ * blocks' record hashes; the new edge is kept for the next append.
+ */
+export async function appendWithNote(repo: ChainRepo, trusted: TrustedHead, signer: Signer, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number): Promise<Committed & { edgeSource: 'file' | 'scan' }> {
+  const origin = noteOrigin(trusted.note, null, defaultOrigin(trusted.authority.signer));
+  const { edge, source } = headEdge(repo, trusted.note, () => scanRecordHashes(repo));
+  const next = edge.clone();
+  for (const b of blocks) next.append(entryOf(b.record_hash));
+  const committed = await appendSigned(repo, blocks, checkpoint, nowMs, { signer, origin, root: next.root() });
+  writeEdgeFile(repo.dir, next);
+  return { ...committed, edgeSource: source };
+}
+
+/**
+ * The tree edge of a chain that a long-running writer (the authority
+ * gateway's submitter, a mirror's sync) keeps in memory: built on first use
+ * by `headEdge` (the kept file when it agrees with the committed note, else
+ * every block file's record hash, once), advanced after each commit and
+ * kept in `.git` for the CLI. A seam: once the gateway's own Merkle tree
+ * answers `rootWith`, it is used instead (gateway/gateway.ts).
+ */
+export class HeadEdge {
+  private edge: TreeEdge | null = null;
+
+  /** `note`: the committed checkpoint note of the chain as it is when the edge is first needed (verified), or null. */
+  constructor(private readonly repo: ChainRepo, private readonly note: () => LogCheckpoint | null) {}
+
+  private get(): TreeEdge {
+    this.edge ??= headEdge(this.repo, this.note(), () => scanRecordHashes(this.repo)).edge;
+    return this.edge;
+  }
+
+  /** Root of the tree once `entries` (record hashes) follow the chain's; nothing changes. */
+  rootWith(entries: readonly Uint8Array[]): Uint8Array {
+    return this.get().rootWith(entries);
+  }
+
+  /** `entries` are committed: the edge follows (built first if it never was). */
+  advance(entries: readonly Uint8Array[]): void {
+    const e = this.edge;
+    if (e === null) return; // built from the chain (which holds them now) when first needed
+    if (e.size + entries.length !== this.repo.size) {
+      this.edge = null; // out of step (an append outside this writer): rebuilt when next needed
+      return;
+    }
+    for (const x of entries) e.append(x);
+    writeEdgeFile(this.repo.dir, e);
+  }
 }

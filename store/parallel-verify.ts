@@ -16,7 +16,10 @@
  * dropped; the endorse blocks a revoke may name are kept as 32-byte digests
  * (`DigestSet`), not strings. With `onVerified`, the workers also hand back
  * each block's text and index facts, passed on in chain order as they are
- * linked (the gateway's cold start builds its index from them).
+ * linked (the gateway's cold start builds its index from them). With
+ * `onLeaves`, they hand back each block's RFC 6962 leaf hash (32 bytes a
+ * block, hashed in the workers), passed on in chain order likewise: what
+ * `vouch verify` folds into the Merkle tree's edge (issue 17).
  *
  * What is verified is what the chain's branch commits (DESIGN 1.7 "Reading a
  * chain"): the block files are read from the working tree (fast, and in
@@ -45,7 +48,7 @@ import type { BlockObjects, CommittedFiles } from './chain-repo-files.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { closeObjectRead, examineFile, examineObject, objectReadOf, type Examined, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
+import { closeObjectRead, examineFile, examineObject, leafOfRecordHash, objectReadOf, type Examined, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 
@@ -89,6 +92,13 @@ export interface DirVerifyOptions {
    * what it got); nothing past the failing block is ever handed over.
    */
   onVerified?: (start: number, texts: string[], facts: IndexFacts[]) => void;
+  /**
+   * Called in chain order with the RFC 6962 leaf hashes (SHA-256(0x00 ‖
+   * record hash), 32 bytes each, back to back) of the blocks that passed
+   * every check before them, `start` being the first one's index; as
+   * `onVerified`, nothing past a failing block is handed over.
+   */
+  onLeaves?: (start: number, leaves: Uint8Array) => void;
 }
 
 export interface DirVerifyResult {
@@ -243,7 +253,7 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
  * (its deferred revokes checked), the failing block replayed for the exact
  * error; hands the blocks that passed to `onVerified` before throwing.
  */
-function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified']): void {
+function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified'], onLeaves?: DirVerifyOptions['onLeaves']): void {
   verifier.addFacts(r.first);
   let failed: unknown = null;
   if (r.walked) {
@@ -259,6 +269,12 @@ function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVer
     const facts = r.facts ?? [];
     if (texts.length < passed || facts.length < passed) throw new VouchError('internal_error', `a verification worker returned ${texts.length} texts for ${passed} blocks`);
     onVerified(b.start, passed === texts.length ? texts : texts.slice(0, passed), passed === facts.length ? facts : facts.slice(0, passed));
+  }
+  if (onLeaves) {
+    const passed = verifier.size - b.start;
+    const leaves = r.leaves ?? new Uint8Array(0);
+    if (leaves.length < 32 * passed) throw new VouchError('internal_error', `a verification worker returned ${leaves.length / 32} leaf hashes for ${passed} blocks`);
+    onLeaves(b.start, leaves.length === 32 * passed ? leaves : leaves.subarray(0, 32 * passed));
   }
   if (failed !== null) throw failed;
   if (r.failure) verifier.addFacts(r.failure);
@@ -326,6 +342,9 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
   const batch = options.batchSize ?? 1_000;
   const progress = options.onProgress ?? (() => {});
   const onVerified = options.onVerified;
+  const onLeaves = options.onLeaves;
+  /** A block checked on this thread passed: its leaf hash to onLeaves. */
+  const leafOf = onLeaves ? (p: number, x: Examined) => onLeaves(p, leafOfRecordHash((x.facts as { recordHash: string }).recordHash)) : null;
   const base = source.dir.endsWith(sep) ? source.dir : source.dir + sep;
   let pool: Promise<Worker[]> | null = null;
   let poolUsed = false;
@@ -380,6 +399,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     const taskOf = (authority: TrustedAuthority) => (b: Batch): { task: VerifyTask; transfer: ArrayBuffer[] } => {
       const task: VerifyTask = { id: b.id, dir: base, start: b.start, count: b.count, authority };
       if (onVerified) task.texts = true;
+      if (onLeaves) task.leaves = true;
       if (committed === null) return { task, transfer: [] };
       // The batch's blob ids in one buffer (20 bytes a block), handed over, not copied.
       const oids = new Uint8Array(20 * b.count);
@@ -428,8 +448,9 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       total = speculative.size;
       verifier.addFacts(speculative.head.facts);
       deliver(onVerified, 0, [speculative.head]);
+      leafOf?.(0, speculative.head);
       speculative.run.begin((r, b) => {
-        linkBatch(verifier, r, b, onVerified);
+        linkBatch(verifier, r, b, onVerified, onLeaves);
         progress(b.start + b.count, total);
       });
       await speculative.run.done;
@@ -460,6 +481,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
         const head = examineAt(0, null);
         verifier.addFacts(head.facts);
         deliver(onVerified, 0, [head]);
+        leafOf?.(0, head);
         const authority = verifier.authority!;
         if (threads === 0 || total < INLINE_BELOW) {
           // Handed to onVerified a thousand at a time once they passed (those before a failure, then).
@@ -473,6 +495,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
               throw e;
             }
             if (onVerified) passed.push(x);
+            leafOf?.(p, x);
             if (p % 1000 === 0) {
               deliver(onVerified, p + 1 - passed.length, passed);
               passed = [];
@@ -486,7 +509,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
           poolUsed = true;
           const run = runBatches(await pool, batches, taskOf(authority));
           run.begin((r, b) => {
-            linkBatch(verifier, r, b, onVerified);
+            linkBatch(verifier, r, b, onVerified, onLeaves);
             progress(b.start + b.count, total);
           });
           await run.done;

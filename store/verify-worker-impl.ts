@@ -36,6 +36,7 @@ import { isVouchError } from '../chain/errors.ts';
 import { LIMITS, parseBlockFile, utf8Text, type Block } from '../chain/block.ts';
 import { blockPath } from '../chain/layout.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
+import { leafHash } from '../chain/merkle.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { DiskPacks, PackWindow } from './git-pack.ts';
 import { readLoose } from './git-objects.ts';
@@ -58,6 +59,8 @@ export interface VerifyTask {
   missing?: number[];
   /** Also hand back each accepted block's text and index facts (`DirVerifyOptions.onVerified`). */
   texts?: boolean;
+  /** Also hand back each accepted block's Merkle leaf hash (`DirVerifyOptions.onLeaves`). */
+  leaves?: boolean;
   /**
    * The sparse layout: the blocks are read from git objects, not from
    * `dir`: per block (with `oids`), the number of the pack in `packs` that
@@ -82,6 +85,17 @@ export interface VerifyTaskResult {
    */
   texts?: string[];
   facts?: IndexFacts[];
+  /**
+   * With `VerifyTask.leaves`: the RFC 6962 leaf hash (SHA-256(0x00 ‖ record
+   * hash)) of each block the worker accepted, from the first on, 32 bytes
+   * each, back to back.
+   */
+  leaves?: Uint8Array;
+}
+
+/** RFC 6962 leaf hash of a block whose record_hash (64 hex digits) is `hex`: tree entry i is block i's record hash. */
+export function leafOfRecordHash(hex: string): Uint8Array {
+  return leafHash(nodeBackend, Buffer.from(hex, 'hex'));
 }
 
 /** Room kept before the bytes read, for the git blob header (`blob <size>\0`). */
@@ -297,11 +311,14 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
   const keep = task.texts === true;
   const texts: string[] = [];
   const facts: IndexFacts[] = [];
+  const leaves = task.leaves === true ? new Uint8Array(32 * task.count) : null;
+  let leafCount = 0;
   const kept = (x: Examined) => {
     if (keep) {
       texts.push(x.text!);
       facts.push(indexFactsOf(x.block!));
     }
+    if (leaves !== null) leaves.set(leafOfRecordHash((x.facts as { recordHash: string }).recordHash), 32 * leafCount++);
   };
   const head = examine(0);
   const first = head.facts;
@@ -330,6 +347,7 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
     kept(x);
   }
   result.walked = walker.state;
+  if (leaves !== null) result.leaves = leafCount === task.count ? leaves : leaves.slice(0, 32 * leafCount);
   const walk = walker.walk;
   result.walk = { endorsed: walk.endorsed.slice(), deferred: walk.deferred }; // a copy of the view: only its bytes are sent
   return result;
@@ -340,6 +358,8 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
 if ((workerData as { vouch?: string } | null)?.vouch === 'verify-worker') {
   parentPort?.on('message', (task: VerifyTask) => {
     const result = runTask(task);
-    parentPort!.postMessage(result, result.walk ? [result.walk.endorsed.buffer as ArrayBuffer] : []);
+    const transfer: ArrayBuffer[] = result.walk ? [result.walk.endorsed.buffer as ArrayBuffer] : [];
+    if (result.leaves) transfer.push(result.leaves.buffer as ArrayBuffer);
+    parentPort!.postMessage(result, transfer);
   });
 }

@@ -38,7 +38,7 @@ import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned, trustedHead } from '../../store/chain-store.ts';
+import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
 import { Http, MiB, OriginMap, hasCredentials } from '../lockfiles/http.ts';
 import { MultiHash, type DigestName } from '../lockfiles/digests.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';
@@ -188,7 +188,8 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
   const repo = await ChainRepo.open(v.chain);
   const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
   const keyed = nodeSigner(authority.signer, key);
-  const { head } = trustedHead(repo, keyed);
+  const trusted = trustedHead(repo, keyed);
+  const { head } = trusted;
 
   const http = new Http(origins);
   const progress = quiet ? null : progressReporter('fetching');
@@ -291,7 +292,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     }
     const last = blocks.at(-1)!;
     const checkpoint = buildCheckpoint({ head: last, signer: keyed, now });
-    await appendSigned(repo, blocks, checkpoint, now);
+    await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now);
     await refreshIfBehind(repo, report, blocks.length);
     printNotes();
     const where = blocks.length === 1 ? `1 block (index ${last.index})` : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index})`;

@@ -7,7 +7,10 @@
  * `--license-unchecked`. The head is checked against the checkpoint and the
  * key every time; earlier endorsements of the URLs come from the last
  * verified state when there is one (tools/endorse-history.ts), else from a
- * scan of every block file.
+ * scan of every block file. The commit carries the signed checkpoint note
+ * of the new size (store/chain-store.ts `appendWithNote`: the root from the
+ * tree edge kept in .git when it agrees with the committed note, else from
+ * every block's record hash).
  */
 import type { Command } from '../command.ts';
 import { UsageError, emit } from '../command.ts';
@@ -18,7 +21,7 @@ import { isHashAlgorithm, DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS } from '../../
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned, findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';
 import { LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
@@ -106,7 +109,8 @@ export const endorse: Command = {
     timings.mark('open');
     const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
     const keyed = nodeSigner(authority.signer, key);
-    const { head } = trustedHead(repo, keyed);
+    const trusted = trustedHead(repo, keyed);
+    const { head } = trusted;
     timings.mark('head');
 
     const { digestFile, digestUrl } = await import('../../artifacts/artifact-digest.ts');
@@ -145,8 +149,8 @@ export const endorse: Command = {
       ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
     });
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
-    await appendSigned(repo, [block], checkpoint, now);
-    timings.mark('append');
+    const { edgeSource } = await appendWithNote(repo, trusted, keyed, [block], checkpoint, now);
+    timings.mark(`append(edge ${edgeSource})`);
     if (await refreshIfBehind(repo, report, 1)) timings.mark('refresh');
     timings.done();
     emit(v, `${block.index} ${block.record_hash}`, {

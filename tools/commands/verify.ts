@@ -8,12 +8,42 @@
  * working tree's files must be exactly those blobs. Safe on an untrusted
  * clone: nothing in the directory makes it read more than 16 MiB per file,
  * follow a link, wait on a FIFO or plan work from an unverified size.
+ *
+ * The Merkle tree (issue 17): each verified block's leaf hash (hashed in the
+ * workers) is folded into the tree's right edge in chain order (one node
+ * hash a block, amortized; a few hundred bytes whatever the size), and the
+ * `checkpoint.note` branch main commits must open with the authority key
+ * (key name = its origin), name the chain's size and carry that root.
  */
 import type { Command } from '../command.ts';
 import { progressReporter } from '../command.ts';
 import { VouchError, isVouchError } from '../../chain/errors.ts';
+import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts';
+import { openCheckpoint, type Checkpoint as LogCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
+import { TreeEdge } from '../../store/tree-edge.ts';
+
+/**
+ * The committed checkpoint.note against the verified chain: signed by the
+ * authority under its origin, naming `size`, with the recomputed `root`.
+ * @throws VouchError checkpoint_mismatch
+ */
+function checkNote(text: string, publicKey: Uint8Array, size: number, root: Uint8Array): LogCheckpoint {
+  const bad = (why: string, evidence: Record<string, unknown> = {}) => new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note ${why}`, { index: null, evidence });
+  let cp: LogCheckpoint;
+  try {
+    cp = openCheckpoint(nodeBackend, text, { publicKey }).checkpoint;
+  } catch (e) {
+    throw bad(`does not open with the authority key: ${(e as Error).message.replace(/^checkpoint_mismatch: /, '')}`, (e as VouchError).evidence ?? {});
+  }
+  if (cp.size !== size) throw bad(`names ${cp.size} entries, the chain has ${size} blocks`, { origin: cp.origin, note_size: cp.size, size });
+  if (!bytesEqual(cp.root, root)) {
+    throw bad(`root ${base64Encode(cp.root)} is not the Merkle root of the chain's record hashes, ${base64Encode(root)}`, { origin: cp.origin, size, note_root: base64Encode(cp.root), root: base64Encode(root) });
+  }
+  return cp;
+}
 
 /** The verification codes of a block, in the order they are checked (chain/verify.ts), for --help. */
 const BLOCK_CHECKS: [string, string][] = [
@@ -38,7 +68,9 @@ export const verify: Command = {
     ...BLOCK_CHECKS.map(([code, what]) => `  ${code.padEnd(22)}${what}`),
     'Then the checkpoint (`checkpoint_mismatch at checkpoint`): checkpoint.json must be signed by the authority',
     'and name this chain\'s size and head block. Without checkpoint.json a warning says a dropped newest block',
-    'would go unnoticed.',
+    'would go unnoticed. The Merkle tree over every block\'s record_hash (RFC 6962) is recomputed, and the',
+    'checkpoint.note branch main commits must be signed by the authority under its origin (key name = origin),',
+    'name the chain\'s size and carry that root; a chain without one (made before notes) is reported, not refused.',
     '',
     'What is verified is what branch main commits: every block file and checkpoint.json in DIR must be the',
     'blob the branch holds (a file that differs, or is untracked, fails naming it), so verify a clean checkout.',
@@ -59,20 +91,31 @@ export const verify: Command = {
     const bar = v.json || v.quiet ? null : progressReporter('verifying');
     try {
       const repo = await ChainRepo.open(v.chain, { repair: false });
+      const edge = TreeEdge.empty(nodeBackend);
       const result = await verifyDirectory(repo, {
         pinnedPublicKey: v['public-key'] ?? null,
+        onLeaves: (_start, leaves) => {
+          for (let o = 0; o < leaves.length; o += 32) edge.appendLeafHash(leaves.subarray(o, o + 32));
+        },
         ...(threads !== undefined ? { threads } : {}),
         ...(bar ? { onProgress: bar.update } : {}),
       });
       bar?.done();
-      const seconds = (performance.now() - started) / 1000;
       const s = result.state;
+      if (edge.size !== s.size) throw new VouchError('internal_error', `verify: ${edge.size} leaf hashes for ${s.size} blocks`);
+      const root = edge.root();
+      const noteText = await repo.committedNote();
+      const note = noteText === null ? null : checkNote(noteText, base64Decode(s.authority!.publicKey)!, s.size, root);
+      const seconds = (performance.now() - started) / 1000;
       const summary = {
         ok: true,
         blocks: s.size,
         head: s.head,
         authority: { signer: s.authority!.signer, public_key: s.authority!.publicKey, pinned: v['public-key'] !== undefined },
         checkpoint: result.checkpoint ? { size: result.checkpoint.size, timestamp: result.checkpoint.timestamp } : null,
+        root: base64Encode(root),
+        origin: note?.origin ?? null,
+        note: note !== null,
         seconds: Number(seconds.toFixed(3)),
         blocks_per_second: Math.round(s.size / seconds),
       };
@@ -80,9 +123,11 @@ export const verify: Command = {
       else if (!v.quiet) {
         process.stdout.write(
           `ok: ${s.size} blocks, authority ${s.authority!.signer} ${s.authority!.publicKey}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, ` +
-          `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
+          `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ` +
+          `note ${note ? `ok (origin ${note.origin}, root ${base64Encode(root)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
         );
         if (!result.checkpoint) process.stderr.write('warning: no checkpoint.json: a dropped newest block would go unnoticed\n');
+        if (!note) process.stderr.write('note: no checkpoint.note (a chain from before signed tlog checkpoints): it gains one with its next append\n');
       }
       return 0;
     } catch (e) {
