@@ -128,6 +128,12 @@ export class CompactIndex {
     return s;
   }
 
+  /** record_hash of block i as its 32 bytes (a view into the index: copy it to keep it). */
+  recordHashBytes(i: number): Uint8Array {
+    if (!(i >= 0 && i < this.n)) throw new RangeError(`index: no block ${i}`);
+    return this.hashes.subarray(i * 32, i * 32 + 32);
+  }
+
   /** Adds the facts of the next verified block. */
   add(f: IndexFacts): void {
     const i = this.n;

@@ -113,6 +113,11 @@ export class ChainIndex {
     return (this.authorityBlock ??= this.block(0));
   }
 
+  /** Block i's record_hash as 32 bytes (a view: copy it to keep it); what entry i of the Merkle tree is. */
+  recordHashBytes(i: number): Uint8Array {
+    return this.compact.recordHashBytes(i);
+  }
+
   /** Adds the next verified block. */
   add(block: Block): void {
     if (block.index !== this.size) throw new TypeError(`index expects block ${this.size}, got ${block.index}`);

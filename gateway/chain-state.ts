@@ -28,9 +28,21 @@
  * after appends only occasionally (an image older than the verified size is
  * fine: the gap is indexed from the cache at the next start).
  *
+ * Transparency (issue 17, gateway/log-tree.ts): a Merkle tree over the
+ * indexed blocks' record hashes follows the index (fed as a cold
+ * verification hands blocks over, from its image `.git/vouch-tree.bin` plus
+ * the blocks after it on a warm start, and on every append or sync); the
+ * committed `checkpoint.note` is served only when it opens with the
+ * authority key and its root is the tree's at its size. Routes read roots,
+ * proofs and tiles from `tree`; a writer signing a checkpoint before its
+ * commit asks `rootWith`; `proofFor` gives a block's proof in the served
+ * note (`servedCheckpointNote`, which witness cosignatures extend).
+ *
  * Trusts: the local disk as much as the chain directory itself.
- * Must hold: only verified blocks are ever in the index; the index, the
- * verifier state and the checkpoint always describe the same head; a
+ * Must hold: only verified blocks are ever in the index, and in the tree
+ * (never more than the index); the index, the verifier state and the
+ * checkpoint always describe the same head; a served note never names more
+ * blocks than the tree holds; a
  * verifier resumed from a state checks revoke targets against the index
  * (`endorsedBefore`), and texts are parsed as I-JSON (`readJson`), as a
  * cold verification does; no file is used that does not hash to what the
@@ -49,6 +61,13 @@ import { nodeBackend } from '../platform/node-crypto.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
 import { BlockTextCache } from './block-text-cache.ts';
+import { base64Decode, base64Encode } from '../chain/encoding.ts';
+import { readNoteFile } from './note-file.ts';
+import { LogTree, type ServedNote, type TreeImageRef } from './log-tree.ts';
+import type { MerkleTree } from '../chain/merkle-tree.ts';
+
+/** What routes read of the tree (no appends: the state feeds it). */
+export type MerkleTreeView = Pick<MerkleTree, 'size' | 'root' | 'leafHashAt' | 'inclusionProof' | 'consistencyProof' | 'tile'>;
 
 const SNAPSHOT_VERSION = 3;
 /**
@@ -65,6 +84,18 @@ interface Snapshot {
   cache: { length: number; digest: string };
   /** The index image and the number of blocks it holds. */
   image: { size: number; sha256: string } | null;
+  /** The Merkle tree's image and the number of entries it holds (absent in snapshots before issue 17: the tree is rebuilt from the index). */
+  tree?: TreeImageRef | null;
+}
+
+/** The inclusion proof of one block against the served checkpoint (the `Vouch-Proof` header, `proof` of a lookup). */
+export interface BlockProof {
+  index: number;
+  size: number;
+  /** Base64 hashes, leaf upwards (RFC 9162 PATH). */
+  proof: string[];
+  /** The signed checkpoint note of `size`, as `/checkpoint` serves it. */
+  checkpoint: string;
 }
 
 export interface LoadReport {
@@ -79,6 +110,8 @@ export interface LoadReport {
 
 const snapshotPathOf = (dir: string): string => join(dir, '.git', 'vouch-snapshot.json');
 const imagePathOf = (dir: string): string => join(dir, '.git', 'vouch-index.bin');
+const treePathOf = (dir: string): string => join(dir, '.git', 'vouch-tree.bin');
+const hexBytes = (hex: string): Uint8Array => new Uint8Array(Buffer.from(hex, 'hex'));
 
 /** The snapshot in `dir` when it is one of this format; else null (nothing checked against the chain). */
 function readSnapshotAt(dir: string): Snapshot | null {
@@ -130,11 +163,17 @@ export class ChainState {
   /** Set when the text cache could not take appended blocks: they stay in memory from then on. */
   private cacheBroken = false;
   private indexedFromCache = 0;
+  /** The Merkle tree over the indexed blocks' record hashes, and the served checkpoint note. */
+  private readonly log: LogTree;
+  /** Inclusion proofs against the served note, by block index (cleared when the note changes). */
+  private proofs = new Map<number, BlockProof>();
+  private proofsOf: string | null = null;
 
   private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {
     // The sparse layout's texts are read from git objects: the cache keeps their lengths and hashes only.
     this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'), repo.sparse ? (i) => repo.readBlockFile(i) : null);
     this._index = this.newIndex();
+    this.log = new LogTree(nodeBackend, treePathOf(repo.dir));
   }
 
   /** The verified text of block i: from the cache, else from its block file if that still hashes alike. */
@@ -210,7 +249,7 @@ export class ChainState {
       await s.loadCold(options.onProgress);
       verified = s.size;
     }
-    if (s.image?.size !== s.size) s.writeImageNow();
+    if (s.image?.size !== s.size || s.log.image?.size !== s.size) s.writeImageNow();
     s.writeSnapshot();
     return { state: s, report: { mode: warm !== null ? 'warm' : 'cold', blocks: s.size, verified, indexed: s.indexedFromCache, ms: performance.now() - t0 } };
   }
@@ -284,6 +323,8 @@ export class ChainState {
       if (json.error !== null) throw new VouchError('malformed', `malformed at block ${i}: ${json.error}`, { index: i });
       this._index.add(this.verifier.add(json.value));
     }
+    this.log.loadImage(snap.tree, this._index.size);
+    this.log.catchUp(this._index);
     this.loadCheckpoint();
     this.appendTexts(newer);
     return total - n;
@@ -301,6 +342,7 @@ export class ChainState {
   private async loadColdInto(onProgress?: (done: number, total: number) => void): Promise<void> {
     this.image = null;
     this._index = this.newIndex();
+    this.log.reset();
     this.cache.beginRewrite();
     let streamed = 0;
     let outOfOrder = false;
@@ -309,6 +351,7 @@ export class ChainState {
       try {
         this.cache.append(texts);
         for (const f of facts) this._index.addFacts(f);
+        this.log.catchUp(this._index);
         streamed += texts.length;
       } catch {
         outOfOrder = true; // taken up again below, where a failure is the load's
@@ -333,6 +376,7 @@ export class ChainState {
     if (this._index.size !== n || (n > 0 && this._index.indexOfHash(result.state.head) !== n - 1)) {
       throw new VouchError('history_rewritten', 'the chain changed on disk while it was being verified', { index: null });
     }
+    this.log.catchUp(this._index);
     this.cache.commitRewrite();
     this.loadCheckpoint();
   }
@@ -363,6 +407,29 @@ export class ChainState {
     if (json.error !== null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: malformed checkpoint: ${json.error}`, { index: null });
     this.cp = this.verifier.verifyCheckpoint(json.value);
     this.cpJson = json.value as Record<string, unknown>;
+    this.loadNote(readNoteFile(this.repo.dir));
+  }
+
+  /** The authority's raw ed25519 public key (block 0). */
+  private authorityKey(): Uint8Array {
+    return base64Decode(this.authority.payload.authority!.public_key)!;
+  }
+
+  /**
+   * Takes a committed checkpoint.note at load. A note whose root is not the
+   * tree's may mean a damaged tree image: the tree is rebuilt from the index's
+   * record hashes and the note checked once more.
+   */
+  private loadNote(text: string | null): void {
+    if (text === null) return this.log.serve(null);
+    try {
+      this.log.serve(this.log.openNote(text, this.authorityKey()));
+    } catch (e) {
+      if (this.log.image === null || (e as VouchError).code !== 'checkpoint_mismatch') throw e;
+      this.log.loadImage(null, 0);
+      this.log.catchUp(this._index);
+      this.log.serve(this.log.openNote(text, this.authorityKey()));
+    }
   }
 
   private writeSnapshot(): void {
@@ -373,6 +440,7 @@ export class ChainState {
       pinned_public_key: this.pinnedPublicKey,
       cache: { length: this.cache.length, digest: this.cache.digest() },
       image: this.image,
+      tree: this.log.image,
     };
     const tmp = `${this.snapshotPath}.${process.pid}.tmp`;
     try {
@@ -396,10 +464,12 @@ export class ChainState {
     } catch {
       // An optimisation only.
     }
+    this.log.writeImageNow();
   }
 
   /** After appends: a new image in the background, once enough blocks are not in the last one. */
   private maybeWriteImage(): void {
+    if (this.cache.persistent) this.log.maybeWriteImage(IMAGE_POLICY, () => this.writeSnapshot());
     const behind = this.size - (this.image?.size ?? 0);
     if (this.imageWriting || !this.cache.persistent || behind <= 0) return;
     if (behind < IMAGE_POLICY.blocks && Date.now() - this.imageAt < IMAGE_POLICY.ms) return;
@@ -449,6 +519,62 @@ export class ChainState {
     return null;
   }
 
+  /** The Merkle tree over the served blocks' record hashes (entry i = block i's record_hash): roots, proofs, tiles. */
+  get tree(): MerkleTreeView {
+    return this.log.tree;
+  }
+
+  /** Root of the tree of the first `size` blocks (default: all). */
+  root(size?: number): Uint8Array {
+    return this.log.tree.root(size);
+  }
+
+  /**
+   * The root the tree will have once blocks with these record hashes (hex)
+   * follow the served head; the tree is left as it is. For a writer that
+   * signs the checkpoint of blocks it has yet to commit.
+   */
+  rootWith(recordHashes: readonly string[]): Uint8Array {
+    return this.log.rootWith(recordHashes.map(hexBytes));
+  }
+
+  /** The served checkpoint note and what it says (null when the chain has no checkpoint.note). */
+  get note(): ServedNote | null {
+    return this.log.note;
+  }
+
+  /**
+   * The text `GET /checkpoint` serves: the committed checkpoint.note (its
+   * size <= the served chain's, its root the tree's at that size), or null.
+   * Witness cosignature lines for that checkpoint belong here too.
+   */
+  servedCheckpointNote(): string | null {
+    return this.log.note?.text ?? null;
+  }
+
+  /**
+   * Block `index`'s inclusion proof against the served checkpoint, with that
+   * note; null when there is no note or it does not cover the block yet.
+   * Kept per note (the last 4,096 blocks asked).
+   */
+  proofFor(index: number): BlockProof | null {
+    const note = this.log.note;
+    const text = this.servedCheckpointNote();
+    if (note === null || text === null || !(index >= 0 && index < note.checkpoint.size)) return null;
+    if (this.proofsOf !== text) {
+      this.proofs.clear();
+      this.proofsOf = text;
+    }
+    let p = this.proofs.get(index);
+    if (p === undefined) {
+      const size = note.checkpoint.size;
+      p = { index, size, proof: this.log.tree.inclusionProof(index, size).map(base64Encode), checkpoint: text };
+      if (this.proofs.size >= 4096) this.proofs.clear();
+      this.proofs.set(index, p);
+    }
+    return p;
+  }
+
   /** The checkpoint exactly as stored (for GET /v1/checkpoint). */
   checkpointJson(): Record<string, unknown> | null {
     return this.cpJson;
@@ -463,7 +589,7 @@ export class ChainState {
    * matter); without them the files are read from the working tree.
    * @throws VouchError when they do not verify (state left unchanged).
    */
-  applyCommitted(blocks: readonly Block[], checkpointText: string | null, blockTexts?: readonly string[]): void {
+  applyCommitted(blocks: readonly Block[], checkpointText: string | null, blockTexts?: readonly string[], noteText?: string | null): void {
     const probe = this.resumed(this.verifier.state);
     const parsed = blocks.map((b) => probe.add(structuredClone(b)));
     let cpJson: Record<string, unknown> | null = null;
@@ -481,10 +607,16 @@ export class ChainState {
       const json = readJson(text);
       if (json.error !== null) throw new VouchError('malformed', `malformed at block ${parsed[i]!.index}: ${json.error}`, { index: parsed[i]!.index });
     });
+    // The committed note (read from the working tree when the caller has none), checked against the tree with the new entries.
+    const note = noteText === undefined ? readNoteFile(this.repo.dir) : noteText;
+    const pending = parsed.filter((b) => b.index >= this.log.size).map((b) => hexBytes(b.record_hash));
+    const served = note === null ? null : this.log.openNote(note, this.authorityKey(), pending);
     this.verifier = probe;
     parsed.forEach((b, i) => {
       if (this._index.size === b.index) this._index.add(blocks[i]!);
     });
+    this.log.catchUp(this._index);
+    this.log.serve(served);
     this.appendTexts(texts);
     this.cp = cp;
     this.cpJson = cpJson;

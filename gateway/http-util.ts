@@ -139,6 +139,8 @@ export interface SelectionQuery {
   url: string;
   semver: string | undefined;
   at: string | undefined;
+  /** `proof=1`: a lookup adds the block's inclusion proof in the served checkpoint (issue 17). */
+  proof?: boolean;
 }
 
 const MAX_QUERY = 16 * 1024;
@@ -156,6 +158,7 @@ export function parseSelectionQuery(search: string, o: { checkUrl?: boolean } = 
   let url: string | undefined;
   let semver: string | undefined;
   let at: string | undefined;
+  let proof: string | undefined;
   if (search.startsWith('url=') && !search.includes('&')) {
     // The usual query, one `url`: what URLSearchParams gives (`+` is a space), without building one.
     const value = search.slice(4);
@@ -181,6 +184,7 @@ export function parseSelectionQuery(search: string, o: { checkUrl?: boolean } = 
     url = one('url');
     semver = one('semver');
     at = one('at');
+    proof = one('proof');
   }
   if (url === undefined || url === '') throw new VouchError('bad_request', 'missing url parameter');
   const badSemver = semver !== undefined && !isSemver(semver);
@@ -189,7 +193,8 @@ export function parseSelectionQuery(search: string, o: { checkUrl?: boolean } = 
   if (o.checkUrl !== false || badSemver || badAt) checkArtifactUrl(url);
   if (badSemver) throw new VouchError('bad_request', 'semver must be a SemVer 2.0.0 version', { resource: url });
   if (badAt) throw new VouchError('bad_request', 'at must be a date YYYY-MM-DD', { resource: url });
-  return { url, semver, at };
+  if (proof !== undefined && proof !== '1' && proof !== '0') throw new VouchError('bad_request', 'proof must be 1 or 0', { resource: url });
+  return proof === '1' ? { url, semver, at, proof: true } : { url, semver, at };
 }
 
 /** @throws VouchError bad_request unless `url` is an absolute http(s) URL (the `url` parameter's rule). */

@@ -2,8 +2,12 @@
  * The gateway's request handler on node:http: routing, method and Accept
  * rules, readiness, and the lookup, authority, checkpoint, document and
  * submit endpoints (DESIGN 3.1, 3.5). Downloads are in
- * `routes/download.ts`; a path no endpoint claims goes to the proxy routes
- * (`routes/proxy.ts`, 3.6) when one applies, else 404 JSON.
+ * `routes/download.ts`, the transparency routes (`/checkpoint`, `/tile/...`
+ * by prefix, `/v1/proof/...`) in `routes/transparency.ts`; a path no
+ * endpoint claims goes to the proxy routes (`routes/proxy.ts`, 3.6) when
+ * one applies, else 404 JSON. A lookup with `proof=1` adds the block's
+ * inclusion proof in the served checkpoint; `/v1/authority` adds the note
+ * verifier key.
  *
  * Every request, whatever answers it, is logged once at info when its
  * answer ends (`request`: method, path without the query, the `url`
@@ -36,6 +40,7 @@ import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawH
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
+import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey } from './routes/transparency.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -104,6 +109,8 @@ const asked = (q: SelectionQuery) => `${q.url}${q.semver ? ` version ${q.semver}
 interface CachedAnswer {
   size: number;
   today: string;
+  /** The checkpoint note a `proof=1` answer carries (the answer is stale once another is served); null otherwise. */
+  note: string | null;
   etag: string;
   /** The answer's JSON, and its length in UTF-8 bytes. */
   text: string;
@@ -129,7 +136,7 @@ const lookup: Handler = (ctx, _req, res, search, own, obs) => {
   const state = ctx.state;
   if (state !== null) {
     const hit = own.answers.get(search);
-    if (hit !== undefined && hit.size === state.size && hit.today === today) {
+    if (hit !== undefined && hit.size === state.size && hit.today === today && (hit.note === null || hit.note === state.servedCheckpointNote())) {
       obs.url = hit.url;
       sendJsonTagged(res, hit.text, hit.length, hit.etag);
       return;
@@ -149,18 +156,24 @@ const lookup: Handler = (ctx, _req, res, search, own, obs) => {
   if (sel.revokedBy && q.semver === undefined) {
     throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url });
   }
-  const etag = `"${sel.block.record_hash}"`;
-  if (sel.revokedBy) sendJson(res, 200, lookupBody(sel.block, sel.revokedBy), { etag });
+  // proof=1: the block's inclusion proof in the served checkpoint, when that checkpoint covers it.
+  const proof = q.proof ? state!.proofFor(sel.block.index) : null;
+  const etag = proof === null ? `"${sel.block.record_hash}"` : `"${sel.block.record_hash}-${proof.size}"`;
+  const withProof = (body: Record<string, unknown>) => (proof === null ? body : { ...body, proof });
+  if (sel.revokedBy) sendJson(res, 200, withProof(lookupBody(sel.block, sel.revokedBy)), { etag });
   else {
-    const text = JSON.stringify(lookupBody(sel.block, null));
+    const text = JSON.stringify(withProof(lookupBody(sel.block, null)));
     const length = Buffer.byteLength(text);
-    if (search.length <= 4096) own.answers.set(search, { size: state!.size, today, etag, text, length, url: q.url, bytes: heapBytes(text, length) + search.length + q.url.length + 256, used: false });
+    const note = q.proof ? state!.servedCheckpointNote() : null;
+    if (search.length <= 4096) own.answers.set(search, { size: state!.size, today, note, etag, text, length, url: q.url, bytes: heapBytes(text, length) + search.length + q.url.length + 256, used: false });
     sendJsonTagged(res, text, length, etag);
   }
 };
 
 const authority: Handler = (ctx, _req, res) => {
-  sendJson(res, 200, lookupBody(ready(ctx).authority, null));
+  const state = ready(ctx);
+  const key = noteVerifierKey(ctx, state);
+  sendJson(res, 200, key === null ? lookupBody(state.authority, null) : { ...lookupBody(state.authority, null), verifier_key: key });
 };
 
 const checkpoint: Handler = (ctx, _req, res) => {
@@ -222,11 +235,21 @@ export const ROUTES: Record<string, Route> = {
   '/healthz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleHealthz },
   '/readyz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleReadyz },
   '/metrics': { methods: ['GET', 'HEAD'], kind: 'document', handler: (_ctx, req, res, _search, own) => handleMetrics(own.metrics, req, res) },
+  '/checkpoint': { methods: ['GET', 'HEAD'], kind: 'document', handler: (ctx, req, res) => handleCheckpointNote(ctx, req, res) },
+  '/v1/proof/inclusion': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleInclusionProof },
+  '/v1/proof/consistency': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleConsistencyProof },
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
 
 /** `ROUTES` by path, for the one lookup every request makes. */
 const ROUTE_TABLE = new Map<string, Route & { label: string }>(Object.entries(ROUTES).map(([p, r]) => [p, { ...r, label: p }]));
+
+/** Every path under `/tile/` (tlog-tiles: hash tiles and entry bundles), one route labelled by its template. */
+export const TILE_PREFIX = '/tile/';
+const TILE_ROUTE: Route & { label: string } = {
+  methods: ['GET', 'HEAD'], kind: 'bytes', label: '/tile/{path}',
+  handler: (ctx, req, res, _search, _own, obs) => handleTile(ctx, req, res, obs.path),
+};
 
 /**
  * How long a connection may go on sending the body of a request that was
@@ -418,7 +441,7 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     const target = req.url ?? '/';
     const q = target.indexOf('?');
     const path = q === -1 ? target : target.slice(0, q);
-    const route = ROUTE_TABLE.get(path);
+    const route = ROUTE_TABLE.get(path) ?? (path.startsWith(TILE_PREFIX) ? TILE_ROUTE : undefined);
     const socket = req.socket;
     const obs: Observed = {
       // The table's own string: its hash is kept, where the path is a new string each request (metrics and log look labels up).

@@ -53,7 +53,8 @@ test.after(async () => {
 async function call(method: string, path: string, opts: { headers?: Record<string, string>; body?: string } = {}) {
   const r = await request(gw.url + path, { method: method as 'GET', headers: opts.headers ?? {}, body: opts.body ?? null, dispatcher: agent });
   const raw = Buffer.from(await r.body.arrayBuffer());
-  const template = path.split('?')[0]!;
+  const bare = path.split('?')[0]!;
+  const template = bare.startsWith('/tile/entries/') ? '/tile/entries/{index}' : bare.startsWith('/tile/') ? '/tile/{level}/{index}' : bare;
   const op = doc.paths[template]?.[method.toLowerCase()];
   assert.ok(op, `${method} ${template} is not documented`);
   const spec = op.responses[String(r.statusCode)];
@@ -101,6 +102,8 @@ test('lookup, authority, checkpoint, download and documents match the document',
   const u = enc(origin.url('/doc.tgz'));
   for (const p of ['/v1/endorsement', '/v1/object']) {
     assert.is((await call('GET', `${p}?url=${u}`)).status, 200);
+    assert.is((await call('GET', `${p}?url=${u}&proof=1`)).status, 200);
+    assert.is((await call('GET', `${p}?url=${u}&proof=2`)).status, 400);
     assert.is((await call('GET', `${p}?url=${enc('https://none.example/x')}`)).status, 404);
     assert.is((await call('GET', `${p}?url=nope`)).status, 400);
     assert.is((await call('GET', `${p}?url=${u}`, { headers: { accept: 'text/html' } })).status, 406);
@@ -115,6 +118,26 @@ test('lookup, authority, checkpoint, download and documents match the document',
   assert.is((await call('GET', '/v1/download')).status, 400);
   origin.route('/doc.tgz', { body: 'documented', tamper: true });
   assert.is((await call('GET', `/v1/download?url=${u}&semver=1.0.0`, { headers: { 'cache-control': 'no-cache' } })).status, 200); // mirror hit: still the verified bytes
+});
+
+test('transparency routes match the document', async () => {
+  const cp = await call('GET', '/checkpoint');
+  assert.ok(cp.status === 200 || cp.status === 404, String(cp.status));
+  assert.is((await call('GET', '/v1/proof/inclusion?index=0&size=1')).status, 200);
+  assert.is((await call('GET', '/v1/proof/inclusion?index=abc')).status, 400);
+  assert.is((await call('GET', '/v1/proof/inclusion?index=0&size=99999')).status, 404);
+  assert.is((await call('GET', '/v1/proof/consistency?from=1&to=1')).status, 200);
+  assert.is((await call('GET', '/v1/proof/consistency?from=x')).status, 400);
+  assert.is((await call('GET', '/v1/proof/consistency?from=1&to=99999')).status, 404);
+  assert.is((await call('GET', '/tile/0/000.p/1')).status, 200);
+  assert.is((await call('GET', '/tile/0/999')).status, 404);
+  assert.is((await call('GET', '/tile/0/1')).status, 400);
+  assert.is((await call('GET', '/tile/entries/000.p/1')).status, 200);
+  assert.is((await call('GET', '/tile/entries/999')).status, 404);
+  assert.is((await call('GET', '/tile/entries/x')).status, 400);
+  const authority = await request(`${gw.url}/v1/authority`, { dispatcher: agent });
+  const a = await authority.body.json() as any;
+  if (cp.status === 200) assert.match(a.verifier_key, /^[^+\s]+\+[0-9a-f]{8}\+[A-Za-z0-9+/]+=*$/);
 });
 
 test('browse endpoints and health probes match the document', async () => {

@@ -5,6 +5,9 @@
  *
  * Trusts: the verified index, and `ArtifactSource.obtain`, which resolves
  * only with bytes that hashed to the artifact_hash it was given.
+ * Every verified answer (200, 304, also on the proxy routes, which answer
+ * through `serveVerified`) carries `Vouch-Proof`: the block's inclusion
+ * proof in the served checkpoint, with that signed note (issue 17).
  * Must hold: no byte of an artifact reaches the client before the check
  * passed; failures have an empty body and the status of the table in 3.2;
  * memory per download stays bounded (large artifacts stream from a file);
@@ -22,6 +25,7 @@ import type { Block } from '../../chain/block.ts';
 import type { Selection } from '../../chain/select.ts';
 import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from '../http-util.ts';
 import type { ArtifactSource, GatewayContext } from '../context.ts';
+import type { BlockProof } from '../chain-state.ts';
 
 /** The UNS header value: `{"<service>":{"endorsement":<block>}}`, pure ASCII. */
 export function unsHeader(serviceName: string, block: Block): string {
@@ -30,6 +34,27 @@ export function unsHeader(serviceName: string, block: Block): string {
 
 export function vibecodeHeader(ctx: GatewayContext): string {
   return asciiJson(ctx.vibecode);
+}
+
+/** `Vouch-Proof` values by the proof they carry (the chain state keeps the proofs per served checkpoint). */
+const proofHeaders = new WeakMap<BlockProof, string>();
+
+/**
+ * The `Vouch-Proof` header value for block `index`: minified, pure-ASCII JSON
+ * `{"index","size","proof":[b64...],"checkpoint":"<signed note>"}`, the
+ * block's inclusion proof in the checkpoint `/checkpoint` serves. Null when
+ * that checkpoint does not cover the block (no note yet, or the block is
+ * newer than it): no proof rather than a wrong one.
+ */
+export function proofHeader(ctx: GatewayContext, index: number): string | null {
+  const p = ctx.state?.proofFor(index) ?? null;
+  if (p === null) return null;
+  let h = proofHeaders.get(p);
+  if (h === undefined) {
+    h = asciiJson(p);
+    proofHeaders.set(p, h);
+  }
+  return h;
 }
 
 /** Whether an If-None-Match value names `etag` (weak or strong) or is `*`. */
@@ -178,7 +203,9 @@ export async function serveVerified(
 ): Promise<void> {
   const etag = `"${sel.entry.artifact_hash}"`;
   const uns = unsHeader(ctx.config.service_name, sel.block);
-  const common = { etag, uns, vibecode: vibecodeHeader(ctx), 'x-content-type-options': 'nosniff', 'content-security-policy': 'sandbox' };
+  const common: Record<string, string> = { etag, uns, vibecode: vibecodeHeader(ctx), 'x-content-type-options': 'nosniff', 'content-security-policy': 'sandbox' };
+  const proof = proofHeader(ctx, sel.block.index);
+  if (proof !== null) common['vouch-proof'] = proof;
   if (etagMatches(req.headers['if-none-match'], etag)) {
     res.writeHead(304, common);
     res.end();

@@ -18,6 +18,13 @@ const selectionParams = [
   { name: 'at', in: 'query', required: false, description: 'Date YYYY-MM-DD: the version with the greatest effective_date on or before it (ties: highest index).', schema: { type: 'string', format: 'date' } },
 ];
 
+/** `proof=1` on lookups (issue 17). */
+const proofParam = {
+  name: 'proof', in: 'query', required: false,
+  description: '1: add member `proof`, the selected block\'s inclusion proof in the checkpoint /checkpoint serves (absent while that checkpoint does not cover the block yet). 0 or absent: no proof.',
+  schema: { enum: ['0', '1'] },
+};
+
 const errorRef = { $ref: '#/components/schemas/Error' };
 const jsonError = (description: string) => ({ description, content: { 'application/json': { schema: errorRef } } });
 const emptyBody = (description: string) => ({ description: `${description} (empty body)` });
@@ -26,10 +33,10 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
   const lookup = (summary: string) => ({
     get: {
       summary,
-      parameters: selectionParams,
+      parameters: [...selectionParams, proofParam],
       responses: {
         200: { description: 'The selected signed block, with `success: true` added.', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
-        400: jsonError('Missing url, url not absolute http(s), invalid semver or date (`bad_request`).'),
+        400: jsonError('Missing url, url not absolute http(s), invalid semver or date, proof not 0 or 1 (`bad_request`).'),
         404: jsonError('No provenance block is on file for the URL (`not_found`); `resource` is the URL.'),
         406: jsonError('The Accept header rules out JSON (`not_acceptable`).'),
         503: jsonError('The chain is not loaded yet (`not_ready`).'),
@@ -43,7 +50,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
       get: {
         summary: 'The authority block in force (block 0)',
         responses: {
-          200: { description: 'Block 0 with `success: true` added.', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          200: { description: 'Block 0 with `success: true` added, and `verifier_key`: the authority\'s signed-note verifier key `<origin>+<hex8 key ID>+<base64(0x01 ‖ ed25519 key)>` (absent when no origin is known).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
           503: jsonError('Not ready.'),
         },
       },
@@ -58,6 +65,86 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
       },
     },
+    '/checkpoint': {
+      get: {
+        summary: 'The signed checkpoint note (C2SP tlog-checkpoint in a signed-note): origin, tree size, base64 Merkle root, the authority\'s signature, and any witness cosignatures',
+        responses: {
+          200: { description: 'The committed checkpoint.note (text, not JSON; no Accept rule).', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
+          404: jsonError('The chain has no checkpoint.note yet (`not_found`); it gains one with its next append.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
+    '/tile/{level}/{index}': {
+      get: {
+        summary: 'A Merkle tree tile (C2SP tlog-tiles): hashes of tree level 8·level, 256 a full tile',
+        description: 'The path is exactly tlog-tiles\': `/tile/<L>/<N>[.p/<W>]`, N in 3-digit groups, all but the last prefixed with `x` (`/tile/0/x001/234`), `.p/<W>` a partial tile of W (1-255) hashes. Entry i of the tree is block i\'s 32-byte record_hash; leaf hash SHA-256(0x00 ‖ entry), node SHA-256(0x01 ‖ left ‖ right) (RFC 6962).',
+        parameters: [
+          { name: 'level', in: 'path', required: true, schema: { type: 'integer', minimum: 0, maximum: 63 } },
+          { name: 'index', in: 'path', required: true, description: 'N in x-prefixed 3-digit groups, optionally followed by `.p/<W>` (several path segments).', schema: { type: 'string' } },
+        ],
+        responses: {
+          200: {
+            description: 'W×32 bytes of hashes. A full tile is immutable (`Cache-Control: public, max-age=31536000, immutable`), a partial one short-lived.',
+            headers: { 'Cache-Control': { schema: { type: 'string' } } },
+            content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+          },
+          400: emptyBody('Not a tile path'),
+          404: emptyBody('The tile is beyond the tree'),
+          503: emptyBody('Chain not loaded yet'),
+        },
+      },
+    },
+    '/tile/entries/{index}': {
+      get: {
+        summary: 'An entry bundle (C2SP tlog-tiles): the record hashes of blocks 256·N ... 256·N+W-1, each as uint16be length 32 ‖ 32 bytes',
+        parameters: [
+          { name: 'index', in: 'path', required: true, description: 'N in x-prefixed 3-digit groups, optionally followed by `.p/<W>`.', schema: { type: 'string' } },
+        ],
+        responses: {
+          200: {
+            description: 'W×34 bytes; caching as for tiles.',
+            headers: { 'Cache-Control': { schema: { type: 'string' } } },
+            content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+          },
+          400: emptyBody('Not an entry bundle path'),
+          404: emptyBody('The bundle is beyond the tree'),
+          503: emptyBody('Chain not loaded yet'),
+        },
+      },
+    },
+    '/v1/proof/inclusion': {
+      get: {
+        summary: 'Inclusion proof of block `index` in the tree of `size` blocks (RFC 9162 PATH, leaf upwards)',
+        parameters: [
+          { name: 'index', in: 'query', required: true, schema: { type: 'integer', minimum: 0 } },
+          { name: 'size', in: 'query', required: false, description: 'Tree size (default: the size of the checkpoint /checkpoint serves).', schema: { type: 'integer', minimum: 1 } },
+        ],
+        responses: {
+          200: { description: 'The proof.', content: { 'application/json': { schema: { $ref: '#/components/schemas/InclusionProof' } } } },
+          400: jsonError('Missing or non-integer parameters, or index >= size (`bad_request`).'),
+          404: jsonError('size (or index, without size) beyond the tree (`not_found`).'),
+          406: jsonError('The Accept header rules out JSON.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
+    '/v1/proof/consistency': {
+      get: {
+        summary: 'Consistency proof that the tree of `from` blocks is a prefix of the tree of `to` (RFC 9162 PROOF; empty when from is 0 or equals to)',
+        parameters: [
+          { name: 'from', in: 'query', required: true, schema: { type: 'integer', minimum: 0 } },
+          { name: 'to', in: 'query', required: false, description: 'Default: the size of the checkpoint /checkpoint serves.', schema: { type: 'integer', minimum: 0 } },
+        ],
+        responses: {
+          200: { description: 'The proof.', content: { 'application/json': { schema: { $ref: '#/components/schemas/ConsistencyProof' } } } },
+          400: jsonError('Missing or non-integer parameters, or from > to (`bad_request`).'),
+          404: jsonError('to (or from, without to) beyond the tree (`not_found`).'),
+          406: jsonError('The Accept header rules out JSON.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
     '/v1/download': {
       get: {
         summary: 'The artifact bytes, served only after they hash to the signed artifact_hash',
@@ -65,7 +152,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         parameters: selectionParams,
         responses: {
           200: {
-            description: 'The verified bytes.',
+            description: 'The verified bytes. Also header `Vouch-Proof` (when the served checkpoint covers the block): minified pure-ASCII JSON {"index","size","proof":[base64 hashes],"checkpoint":"<signed checkpoint note>"}, the block\'s inclusion proof in that checkpoint (as on 304 and on verified proxy answers).',
             headers: {
               'Content-Type': { schema: { type: 'string' }, description: "The artifact's own type (application/octet-stream if the origin gave none)." },
               'Content-Length': { schema: { type: 'integer' } },
@@ -251,6 +338,40 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
               description: 'Present when the block is revoked (returned only when asked by exact semver).',
               properties: { index: { type: 'integer' }, record_hash: { type: 'string' }, effective_date: { type: 'string' } },
             },
+            proof: { $ref: '#/components/schemas/BlockProof' },
+            verifier_key: { type: 'string', description: '/v1/authority only: the authority\'s note verifier key.' },
+          },
+        },
+        BlockProof: {
+          type: 'object',
+          description: 'Lookups with proof=1 (and the Vouch-Proof download header): the block\'s inclusion proof in the served signed checkpoint.',
+          required: ['index', 'size', 'proof', 'checkpoint'],
+          properties: {
+            index: { type: 'integer', minimum: 0 },
+            size: { type: 'integer', minimum: 1 },
+            proof: { type: 'array', items: { type: 'string' } },
+            checkpoint: { type: 'string' },
+          },
+        },
+        InclusionProof: {
+          type: 'object',
+          required: ['success', 'index', 'size', 'leaf_hash', 'proof'],
+          properties: {
+            success: { const: true },
+            index: { type: 'integer', minimum: 0 },
+            size: { type: 'integer', minimum: 1 },
+            leaf_hash: { type: 'string', description: 'base64 SHA-256(0x00 ‖ record_hash bytes)' },
+            proof: { type: 'array', items: { type: 'string' }, description: 'base64 hashes, leaf upwards' },
+          },
+        },
+        ConsistencyProof: {
+          type: 'object',
+          required: ['success', 'from', 'to', 'proof'],
+          properties: {
+            success: { const: true },
+            from: { type: 'integer', minimum: 0 },
+            to: { type: 'integer', minimum: 0 },
+            proof: { type: 'array', items: { type: 'string' } },
           },
         },
         CheckpointResponse: {
