@@ -72,6 +72,11 @@ export class Cosigner {
   private body: string | null = null;
   private lines = new Map<string, string>();
   private closed = false;
+  /** Bumped whenever the held lines change; `served` keeps its last answer per (note, version). */
+  private version = 0;
+  private servedIn = '';
+  private servedOut = '';
+  private servedVersion = -1;
   private readonly inflight = new Set<AbortController>();
 
   /** @throws VouchError usage on a witness vkey that is not an ed25519 cosignature key (type 0x04) */
@@ -112,6 +117,7 @@ export class Cosigner {
             const line = this.validLine(kept, p);
             if (line !== null) this.lines.set(p.name, line);
           }
+          this.version++;
         }
       } catch { /* none kept, or not for this checkpoint */ }
     }
@@ -135,6 +141,15 @@ export class Cosigner {
    */
   served(note: string): string {
     if (this.lines.size === 0 || this.body === null) return note;
+    if (note === this.servedIn && this.version === this.servedVersion) return this.servedOut;
+    const out = this.compose(note);
+    this.servedIn = note;
+    this.servedOut = out;
+    this.servedVersion = this.version;
+    return out;
+  }
+
+  private compose(note: string): string {
     let text: string;
     try {
       text = parseNote(note).text;
@@ -307,6 +322,7 @@ export class Cosigner {
       this.lines = new Map();
     }
     this.lines.set(p.name, line);
+    this.version++;
     try {
       const tmp = `${this.o.file}.${process.pid}.tmp`;
       writeDurably(tmp, Buffer.from(this.served(note)), 0o644);

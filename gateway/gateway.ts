@@ -185,23 +185,19 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
 }
 
 /** What the cosigner sends: the committed checkpoint note and consistency proofs of the chain's tree. */
-// SEAM until the chain state's note and tree land (helpers tlog-store, tlog-gateway).
-type NoteState = { checkpointNote?: () => string | null; tree?: { consistencyProof(from: number, to: number): Uint8Array[] } };
+/** What the cosigner sends: the committed checkpoint note (no cosignatures) and consistency proofs of the chain's tree. */
 function checkpointSourceOf(state: ChainState): CheckpointSource {
-  const s = state as unknown as NoteState;
   return {
-    note: () => s.checkpointNote?.() ?? null,
-    consistencyProof: (from, to) => s.tree!.consistencyProof(from, to),
+    note: () => state.note?.text ?? null,
+    consistencyProof: (from, to) => state.tree.consistencyProof(from, to),
   };
 }
 
 /** The witness's view of this gateway's own chain: its origin (from the committed note) and the pinned authority key. */
 function ownChainLog(state: ChainState, pinned: string): WitnessedLog | null {
-  const note = (state as unknown as NoteState).checkpointNote?.() ?? null;
+  const origin = state.note?.checkpoint.origin;
   const key = base64Decode(pinned);
-  if (note === null || key === null) return null;
-  const origin = note.slice(0, note.indexOf('\n'));
-  return { origin, name: origin, publicKey: key };
+  return origin === undefined || key === null ? null : { origin, name: origin, publicKey: key };
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -454,8 +450,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     ctx.state = state;
     if (witness && pinned !== null) witness.ownLog = () => ownChainLog(state, pinned);
     if (authority) {
-      ctx.cosigner = openCosigner(config.authority!, config.chain.dir, checkpointSourceOf(state), nodeBackend, log);
-      ctx.cosigner?.start();
+      const cosigner = openCosigner(config.authority!, config.chain.dir, checkpointSourceOf(state), nodeBackend, log);
+      if (cosigner !== null) {
+        ctx.cosigner = cosigner;
+        state.withCosignatures = (note) => cosigner.served(note);
+        cosigner.start();
+      }
     }
     if (report.mode === 'warm') {
       // A warm start served the verified texts without reading every block file: compare them now, in the background.
