@@ -290,7 +290,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   try {
     authority = config.authority ? prepareAuthority(config, options, say, log) : null;
     witness = config.witness ? openWitness(config.witness, nodeBackend, log, now) : null;
-    if (witness) say(`witness: ${witness.vkey}`);
+    if (witness) {
+      say(`witness: ${witness.vkey}`);
+      log.info('witness', { vkey: witness.vkey, state_file: config.witness!.state_file });
+    }
   } catch (e) {
     chainLock?.release();
     throw e;

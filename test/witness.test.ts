@@ -204,6 +204,19 @@ test('a witness cosigns a consistent checkpoint and refuses everything else with
   assert.match(metrics, /vouch_witness_requests_total\{outcome="too_large"\} 1/);
 });
 
+test('a gateway witnesses its own chain\'s log without configuring it (origin of its note, its pinned key)', async () => {
+  const w = witnesses[0]!;
+  const own = await (await fetch(`${w.gw.url}/checkpoint`)).text();
+  const cp = parseCheckpoint(parseNote(own).text);
+  assert.is.not(cp.origin, ORIGIN);
+  const r = await post(w.gw.url, formatAddCheckpoint(0, [], own));
+  assert.is(r.status, 200, r.text);
+  assert.ok(verifyCosignature(c, parseNote(own + r.text), w.name, rawPublicKey(readKeyFile(w.key))).ok);
+  // Signed by another key under that origin: 403.
+  const forgedOwn = signCheckpoint(c, { ...cp, size: cp.size + 1 }, nodeSigner(cp.origin, privateKeyFromSeed(new Uint8Array(32).fill(5))));
+  assert.is((await post(w.gw.url, formatAddCheckpoint(cp.size, [], forgedOwn))).status, 403);
+});
+
 test('a witness keeps its state across a restart and never goes back', async () => {
   const w = witnesses[0]!;
   await w.gw.stop();
@@ -320,6 +333,9 @@ test('an authority gets two cosignatures for each checkpoint; /checkpoint serves
   const metrics = await (await fetch(authority.url + '/metrics')).text();
   assert.match(metrics, /vouch_checkpoint_quorum_met 1/);
   assert.match(metrics, /vouch_cosign_requests_total\{witness="witness\.example\.test\/w2",outcome="cosigned"\} [1-9]/);
+  // A lookup with proof=1 carries the same cosigned checkpoint.
+  const looked = await (await fetch(`${authority.url}/v1/endorsement?url=${encodeURIComponent(origin.url('/a-3.tgz'))}&proof=1`)).json() as any;
+  assert.is(cosignatureLines(looked.proof.checkpoint).length, 2, looked.proof.checkpoint);
   // The witnesses recorded the chain's tree.
   for (const w of [w2, w3]) {
     assert.is(JSON.parse(readFileSync(join(w.dir, 'witness-state.json'), 'utf8')).logs[AUTH_ORIGIN].size, 4);
