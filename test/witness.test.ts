@@ -12,7 +12,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createServer, type Server, type Socket } from 'node:net';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
@@ -27,6 +27,7 @@ import { formatAddCheckpoint } from '../gateway/witness.ts';
 import { resolveConfig } from '../gateway/config.ts';
 import { parse } from 'yaml';
 import { OriginServer } from './helpers/origin-server.ts';
+import { GitServer } from './helpers/git-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { vouch } from './helpers/processes.ts';
 
@@ -369,6 +370,50 @@ test('quorum unmet: /checkpoint still serves the note, /healthz and /metrics say
   assert.is(health.witnesses.quorum, 'unmet');
   assert.match(await (await fetch(authority.url + '/metrics')).text(), /vouch_checkpoint_quorum_met 0/);
   w3.gw = await startGatewayProcess(['--config', w3.config]);
+});
+
+test('a mirror is a witness of the chain it mirrors: the authority gets its cosignature', async () => {
+  mkdirSync(join(work, 'git'), { recursive: true });
+  const gitServer = await GitServer.start(join(work, 'git'));
+  gitServer.initBare('chain.git');
+  const remote = gitServer.url('chain.git');
+  const akey = join(work, 'mirrored.pem');
+  const pub = createKeyFile(akey).publicKeyB64;
+  const authorityOf = (witnessed: { url: string; vkey: string }[]) => writeConfig(join(work, 'ma'), {
+    listen: { port: 0 },
+    chain: { dir: join(work, 'ma', 'chain'), remote, origin: 'mirrored.example.test/chain' },
+    authority: { key_file: akey, signer: 'mirrored', submit_token_file: join(work, 'submit.token'), witnesses: witnessed },
+    origin: { allow_private: true },
+  });
+  let a = await startGatewayProcess(['--config', authorityOf([])]);
+  const mkey = join(work, 'mirror-witness.pem');
+  createKeyFile(mkey);
+  const mname = 'mirror.example.test/witness';
+  let mirror: GatewayProcess | null = null;
+  try {
+    await submit(a, '/m-1.tgz', '1.0.0');
+    await until('the push', async () => (await fetch(`${a.url}/readyz`).then((r) => r.json()) as any).push?.backlog === 0);
+    mirror = await startGatewayProcess(['--config', writeConfig(join(work, 'mm'), {
+      listen: { port: 0 },
+      chain: { dir: join(work, 'mm', 'chain'), remote, public_key: pub, sync_interval: 0.5 },
+      witness: { key_file: mkey, name: mname, state_file: join(work, 'mm', 'witness-state.json') },
+    })]);
+    const mvkey = verifierKey(c, mname, 0x04, rawPublicKey(readKeyFile(mkey)));
+    assert.ok(mirror.stdout().includes(`witness: ${mvkey}`));
+    await a.stop();
+    a = await startGatewayProcess(['--config', authorityOf([{ url: mirror.url, vkey: mvkey }])]);
+    await submit(a, '/m-2.tgz', '2.0.0');
+    const text = await until('the mirror\'s cosignature', async () => {
+      const t = await (await fetch(a.url + '/checkpoint')).text();
+      return parseCheckpoint(parseNote(t).text).size === 3 && t.includes(`— ${mname} `) ? t : null;
+    });
+    assert.ok(verifyCosignature(c, parseNote(text), mname, rawPublicKey(readKeyFile(mkey))).ok);
+    assert.is(JSON.parse(readFileSync(join(work, 'mm', 'witness-state.json'), 'utf8')).logs['mirrored.example.test/chain'].size, 3);
+  } finally {
+    await mirror?.stop();
+    await a.stop();
+    await gitServer.stop();
+  }
 });
 
 test('a witness that hangs does not delay submits', async () => {
