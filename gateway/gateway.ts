@@ -4,7 +4,8 @@
  * (answering 503 `not_ready`), loads and verifies the chain, then serves.
  *
  * Owns: wiring the parts together — config, chain state, origin fetcher,
- * mirror, submitter, request handler — and shutting them down; the lines
+ * mirror, submitter, request handler, witness and the authority's
+ * cosigner — and shutting them down; the lines
  * printed at start (the mode and chain directory first, a `try:` line that
  * answers with no network last); the HTTP server's bounds on clients
  * (`clients.request_timeout` on receiving each request, headers and body;

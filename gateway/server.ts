@@ -3,7 +3,8 @@
  * rules, readiness, and the lookup, authority, checkpoint, document and
  * submit endpoints (DESIGN 3.1, 3.5). Downloads are in
  * `routes/download.ts`, the transparency routes (`/checkpoint`, `/tile/...`
- * by prefix, `/v1/proof/...`) in `routes/transparency.ts`; a path no
+ * by prefix, `/v1/proof/...`) in `routes/transparency.ts`, the witness's
+ * `POST /add-checkpoint` in `routes/witness.ts`; a path no
  * endpoint claims goes to the proxy routes (`routes/proxy.ts`, 3.6) when
  * one applies, else 404 JSON. A lookup with `proof=1` adds the block's
  * inclusion proof in the served checkpoint; `/v1/authority` adds the note
