@@ -23,6 +23,7 @@ import { readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import type { CryptoBackend } from '../chain/crypto-backend.ts';
+import { bytesEqual } from '../chain/encoding.ts';
 import { parseNote, parseVerifierKey, verifyCosignature, type Note, type NoteSignature } from '../chain/note.ts';
 import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { checkQuorum, parsePolicy, type Policy } from '../chain/tlog-policy.ts';
@@ -103,6 +104,11 @@ export class Cosigner {
         outcomes: { cosigned: 0, conflict: 0, rejected: 0, bad_cosignature: 0, unreachable: 0 },
       };
     });
+  }
+
+  /** Whether the witness (key name, key) is one this cosigner asks. */
+  asks(name: string, publicKey: Uint8Array): boolean {
+    return this.peers.some((p) => p.name === name && bytesEqual(p.publicKey, publicKey));
   }
 
   /** Takes back the cosignatures kept for the committed checkpoint (a restart), then asks the witnesses missing. */
@@ -360,5 +366,10 @@ export function openCosigner(a: { witnesses: readonly { url: string; vkey: strin
       throw new VouchError('usage', `config: authority.policy_file ${a.policy_file}: ${(e as Error).message.split('\n')[0]}`);
     }
   }
-  return new Cosigner({ backend, witnesses: a.witnesses, policy, file: join(chainDir, '.git', 'vouch-cosigned-checkpoint'), source, log });
+  const cosigner = new Cosigner({ backend, witnesses: a.witnesses, policy, file: join(chainDir, '.git', 'vouch-cosigned-checkpoint'), source, log });
+  // A policy witness no configured witness is asked for never cosigns: the quorum may be out of reach.
+  for (const [name, w] of policy?.witnesses ?? []) {
+    if (!cosigner.asks(w.keyName, w.publicKey)) log.warn('authority.policy_file names a witness that is not in authority.witnesses (it is never asked)', { witness: name, vkey: w.vkey });
+  }
+  return cosigner;
 }

@@ -416,6 +416,22 @@ test('a mirror is a witness of the chain it mirrors: the authority gets its cosi
   }
 });
 
+test('start refusals: a witness without its key file, a policy file that does not parse, a witness vkey of the wrong type', async () => {
+  const refused = async (name: string, config: Record<string, unknown>) => {
+    try {
+      await startGatewayProcess(['--config', writeConfig(join(work, name), { listen: { port: 0 }, ...config })], { readyTimeoutMs: 20_000 });
+    } catch (e) {
+      return (e as Error).message;
+    }
+    throw new Error(`${name} started`);
+  };
+  const authorityPart = { key_file: join(work, 'authority.pem'), signer: 'refused', submit_token_file: join(work, 'submit.token') };
+  assert.match(await refused('r1', { chain: { dir: join(work, 'r1', 'chain') }, authority: authorityPart, witness: { key_file: join(work, 'absent.pem') } }), /exited 2[\s\S]*absent\.pem/);
+  writeFileSync(join(work, 'bad-policy.txt'), 'quorum nobody\n');
+  assert.match(await refused('r2', { chain: { dir: join(work, 'r2', 'chain') }, authority: { ...authorityPart, policy_file: join(work, 'bad-policy.txt') } }), /exited 2[\s\S]*policy_file/);
+  assert.match(await refused('r3', { chain: { dir: join(work, 'r3', 'chain') }, authority: { ...authorityPart, witnesses: [{ url: 'http://127.0.0.1:9', vkey: LOG_VKEY }] } }), /exited 2[\s\S]*type 0x04/);
+});
+
 test('a witness that hangs does not delay submits', async () => {
   // Accepts connections and never answers.
   const held: Socket[] = [];
@@ -446,8 +462,8 @@ test('a witness that hangs does not delay submits', async () => {
     const without = await measure(plain, 'plain');
     const withHang = await measure(hung, 'hang');
     assert.ok(held.length >= 1, 'the authority did try the hanging witness');
-    // The witness timeout is 5 s: a submit waiting for it would take that long.
-    assert.ok(withHang < without * 3 + 100, `submit median with a hanging witness ${withHang.toFixed(1)} ms vs ${without.toFixed(1)} ms without`);
+    // The witness timeout is 5 s: a submit waiting for it would take that long (the machine is shared: a wide margin below it).
+    assert.ok(withHang < Math.max(without * 3, without + 1000), `submit median with a hanging witness ${withHang.toFixed(1)} ms vs ${without.toFixed(1)} ms without`);
     console.log(`submit median: ${without.toFixed(1)} ms without witnesses, ${withHang.toFixed(1)} ms with a hanging witness`);
   } finally {
     await plain.stop();
