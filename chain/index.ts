@@ -16,6 +16,8 @@ export * from './build.ts';
 export * from './verify.ts';
 export * from './select.ts';
 export { isFullOrderPublicKey } from './weak-key.ts';
+export * from './merkle.ts';
+export * from './merkle-tree.ts';
 export * from './note.ts';
 // block.ts already exports `Checkpoint`/`parseCheckpoint` (checkpoint.json): the tlog ones are aliased here;
 // import them from './tlog-checkpoint.ts' under their own names.
@@ -24,5 +26,3 @@ export {
   parseCheckpoint as parseTlogCheckpoint, type Checkpoint as TlogCheckpoint,
 } from './tlog-checkpoint.ts';
 export * from './tlog-policy.ts';
-export * from './merkle.ts';
-export * from './merkle-tree.ts';

@@ -58,6 +58,13 @@ export class MerkleTree {
   private readonly c: CryptoBackend;
   private levels: Level[] = [new Level(1024)];
   private n = 0;
+  /**
+   * Hashes of incomplete ranges [start, end) on the right border of the last
+   * size asked for (at most log2 n of them): proofs at one size — the
+   * current one, mostly — then cost lookups, no hashing. Append-only, so a
+   * range's hash never changes once its end is in the tree.
+   */
+  private border: { end: number; hashes: Map<number, Hash> } = { end: -1, hashes: new Map() };
 
   constructor(c: CryptoBackend) {
     this.c = c;
@@ -195,11 +202,15 @@ export class MerkleTree {
    * folded right to left.
    */
   private rangeHash(start: number, end: number): Hash {
-    const parts: Hash[] = [];
-    let pos = start;
     let rest = end - start;
     let k = 0;
     while (2 ** (k + 1) <= rest) k++;
+    if (2 ** k === rest) return this.complete(k, start);
+    if (this.border.end !== end) this.border = { end, hashes: new Map() };
+    const known = this.border.hashes.get(start);
+    if (known !== undefined) return known.slice();
+    const parts: Hash[] = [];
+    let pos = start;
     for (; k >= 0 && rest > 0; k--) {
       const w = 2 ** k;
       if (rest >= w) {
@@ -209,7 +220,9 @@ export class MerkleTree {
       }
     }
     let acc = parts[parts.length - 1]!;
+    if (parts.length === 1) return acc;
     for (let i = parts.length - 2; i >= 0; i--) acc = nodeHash(this.c, parts[i]!, acc);
+    this.border.hashes.set(start, acc.slice());
     return acc;
   }
 

@@ -5,9 +5,9 @@
  * chain/tlog-checkpoint.ts with the verifier key of chain/note.ts, and
  * refuses it with one byte changed or under another key. It also checks
  * inclusion proofs (tlog.CheckRecord) and consistency proofs (tlog.CheckTree);
- * the proofs fed here are of a hand-built three-leaf RFC 6962 tree, so the
- * Go side of that check is tested; proofs from chain/merkle-tree.ts are to
- * be fed once it is on main.
+ * it is fed the proofs of a hand-built three-leaf RFC 6962 tree, and a
+ * checkpoint with inclusion and consistency proofs of chain/merkle-tree.ts
+ * over 1,000 entries (sizes around powers of two), and refuses altered ones.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -21,6 +21,7 @@ import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-cr
 import { base64Encode } from '../chain/encoding.ts';
 import { cosign, SIG_ED25519, verifierKey } from '../chain/note.ts';
 import { formatCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
+import { MerkleTree } from '../chain/merkle-tree.ts';
 
 const GOPATH = '/usr/share/gocode';
 const program = fileURLToPath(new URL('./go-interop/checknote.go', import.meta.url));
@@ -109,6 +110,40 @@ test('Go checks inclusion and consistency proofs (hand-built three-leaf tree) an
   const badConsistency = check({ consistency: [{ ...good.consistency[0]!, proof: [b64(leaf[1]!)] }] });
   assert.is(badConsistency.status, 1, badConsistency.out);
   assert.match(badConsistency.out, /^FAIL consistency 2->3: /);
+});
+
+test('Go checks a checkpoint, inclusion and consistency proofs made by chain/merkle-tree.ts (1,000 entries)', () => {
+  const tree = new MerkleTree(c);
+  const recordHashes = Array.from({ length: 1000 }, (_, i) => sha(new TextEncoder().encode(`record ${i}`)));
+  for (const e of recordHashes) tree.append(e);
+  const size = tree.size;
+  const note = signCheckpoint(c, { origin, size, root: tree.root(), extensions: [] }, authority);
+  const sizes = [1, 2, 3, 7, 8, 9, 255, 256, 257, 511, 512, 513, 999, 1000];
+  const inclusion = [];
+  for (const s of sizes) {
+    for (const index of new Set([0, s >> 1, s - 1, Math.max(0, s - 2)])) {
+      inclusion.push({ index, size: s, leaf_entry_b64: b64(recordHashes[index]!), proof: tree.inclusionProof(index, s).map(b64), root_b64: b64(tree.root(s)) });
+    }
+  }
+  const consistency = [];
+  for (const to of sizes) {
+    for (const from of sizes) {
+      if (from > to) continue;
+      consistency.push({ from, to, old_root: b64(tree.root(from)), new_root: b64(tree.root(to)), proof: tree.consistencyProof(from, to).map(b64) });
+    }
+  }
+  const r = check({ vkey, note, inclusion, consistency });
+  assert.is(r.status, 0, r.out);
+  assert.ok(r.out.startsWith(`ok note ${origin} size=1000 root=${b64(tree.root())} sigs=1\n`), r.out);
+  assert.is(r.out.split('\n').filter((l) => l.startsWith('ok inclusion')).length, inclusion.length);
+  assert.is(r.out.split('\n').filter((l) => l.startsWith('ok consistency')).length, consistency.length);
+  // A proof of another index, and a consistency proof with one hash changed: refused by Go.
+  const wrongIndex = { ...inclusion[1]!, index: inclusion[1]!.index + 1 };
+  assert.is(check({ inclusion: [wrongIndex] }).status, 1);
+  const last = consistency[consistency.length - 2]!;
+  const flipped = last.proof.map((h, i) => (i === 0 ? b64(sha(new TextEncoder().encode(h))) : h));
+  assert.ok(last.proof.length > 0);
+  assert.is(check({ consistency: [{ ...last, proof: flipped }] }).status, 1);
 });
 
 test.run();

@@ -123,6 +123,32 @@ test('backends agree: a tree built on @noble equals one built on node:crypto', (
   assert.equal(leafHash(nobleBackend, es[3]!), a.leafHashAt(3));
 });
 
+test('appends interleaved with proofs and roots at random sizes answer as the naive tree (the border cache never goes stale)', () => {
+  const es = entries(400);
+  const leaves = es.map(naiveLeaf);
+  const t = new MerkleTree(nodeBackend);
+  let x = 12345;
+  const rand = (n: number): number => { x = (x * 1103515245 + 12345) % 2 ** 31; return x % n; };
+  for (const e of es) {
+    t.append(e);
+    for (let q = 0; q < 3; q++) {
+      const size = 1 + rand(t.size);
+      const i = rand(size);
+      const sub = leaves.slice(0, size);
+      const got = t.inclusionProof(i, size);
+      assert.equal(got, naivePath(sub, i), `${i}/${size} at ${t.size}`);
+      got[0]?.fill(0); // the caller owns what it gets: mutating it changes nothing inside
+      const from = 1 + rand(size);
+      assert.equal(t.consistencyProof(from, size), naiveProof(sub, from), `${from}->${size} at ${t.size}`);
+      const r = t.root(size);
+      assert.equal(r, naiveMth(sub));
+      r.fill(0);
+      assert.equal(t.root(size), naiveMth(sub));
+      assert.equal(t.root(), naiveMth(leaves, 0, t.size));
+    }
+  }
+});
+
 test('range errors outside the tree', () => {
   const t = new MerkleTree(nodeBackend);
   for (const e of entries(10)) t.append(e);
