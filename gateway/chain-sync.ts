@@ -82,6 +82,8 @@ export interface ChainSyncOptions {
    * sync keeps the chain's tree edge itself (store/chain-store.ts HeadEdge).
    */
   rootWith?: (entries: readonly Uint8Array[]) => Uint8Array;
+  /** Without rootWith: every verified block's record_hash at this size (the verified index image), or null (the block files are read). */
+  recordHashes?: (size: number) => (() => Iterable<string>) | null;
 }
 
 export interface SyncStatus {
@@ -189,7 +191,7 @@ export class ChainSync {
       this.edge = null;
       this.rootWith = options.rootWith;
     } else {
-      const edge = new HeadEdge(this.repo, () => this.localNote());
+      const edge = new HeadEdge(this.repo, () => this.localNote(), options.recordHashes);
       this.edge = edge;
       this.rootWith = (e) => edge.rootWith(e);
     }

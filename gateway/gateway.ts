@@ -30,17 +30,18 @@ import type { AddressInfo, Socket } from 'node:net';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
-import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
+import { formatBlockFile, formatCheckpointFile, parseBlockText } from '../chain/block.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
-import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead } from '../store/chain-store.ts';
+import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead, trustedNote } from '../store/chain-store.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
 import { digestUrl } from '../artifacts/artifact-digest.ts';
 import { type Config, logOrigin } from './config.ts';
-import { ChainState } from './chain-state.ts';
+import { ChainState, lastVerifiedImage } from './chain-state.ts';
+import { CompactIndex } from '../chain/compact-index.ts';
 import { answeredBeforeBody, createRequestHandler, LINGER_MS } from './server.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
 import { GatewayMetrics } from './metrics.ts';
@@ -185,7 +186,6 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
   return ChainRepo.open(config.chain.dir, { repair: authority !== null });
 }
 
-/** What the cosigner sends: the committed checkpoint note and consistency proofs of the chain's tree. */
 /** What the cosigner sends: the committed checkpoint note (no cosignatures) and consistency proofs of the chain's tree. */
 function checkpointSourceOf(state: ChainState): CheckpointSource {
   return {
@@ -199,6 +199,24 @@ function ownChainLog(state: ChainState, pinned: string): WitnessedLog | null {
   const origin = state.note?.checkpoint.origin;
   const key = base64Decode(pinned);
   return origin === undefined || key === null ? null : { origin, name: origin, publicKey: key };
+}
+
+/**
+ * Seam (issue 17), until the gateway's Merkle tree answers roots: the record
+ * hashes of the verified chain for the tree edge (store/chain-store.ts
+ * HeadEdge), from the index image ChainState.load leaves in .git (what it
+ * verified; no block file read), when it holds exactly `size` blocks.
+ */
+function verifiedRecordHashes(dir: string): (size: number) => (() => Iterable<string>) | null {
+  return (size) => {
+    const found = lastVerifiedImage(dir);
+    if (found === null || found.size !== size) return null;
+    const compact = CompactIndex.fromImage(found.image);
+    if (compact.size !== size) return null;
+    return function* () {
+      for (let i = 0; i < size; i++) yield compact.recordHashOf(i);
+    };
+  };
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -405,6 +423,11 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const trusted = authority ? trustedHead(repo, authority.signer) : null;
     // The log's origin: the committed note's; a configured chain.origin must agree (refused at start, exit 2).
     const origin = trusted ? noteOrigin(trusted.note, config.chain.origin, logOrigin(config), 'config: chain.origin') : null;
+    if (!trusted && config.chain.origin !== null) {
+      // A mirror (or read-only gateway) configured with an origin: the committed note must be under it too.
+      const key = base64Decode(parseBlockText(repo.readBlockFile(0), 0).payload.authority?.public_key ?? '');
+      if (key !== null && key.length === 32) noteOrigin(trustedNote(repo.readCheckpointNote(), key, repo.size), config.chain.origin, config.chain.origin, 'config: chain.origin');
+    }
     const pinned = config.chain.public_key ?? (authority ? base64Encode(authority.signer.publicKey) : null);
     if (pinned === null) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
     const { state, report } = await ChainState.load(repo, {
@@ -422,7 +445,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         now,
         // Seam (issue 17): the root comes from the tree edge kept beside the chain until the gateway's Merkle tree answers it.
         note: (() => {
-          const edge = new HeadEdge(repo, () => trusted!.note);
+          const edge = new HeadEdge(repo, () => trusted!.note, verifiedRecordHashes(repo.dir));
           return { origin: origin!, rootWith: (e: readonly Uint8Array[]) => edge.rootWith(e), committed: (e: readonly Uint8Array[]) => edge.advance(e) };
         })(),
         onAppended: (blocks, committed) => {
@@ -445,7 +468,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     if (mirrorMode) {
       sync = new ChainSync({
-        repo, remote: config.chain.remote!, state, pinnedPublicKey: config.chain.public_key, origin: config.chain.origin,
+        repo, remote: config.chain.remote!, state, pinnedPublicKey: config.chain.public_key, origin: config.chain.origin, recordHashes: verifiedRecordHashes(repo.dir),
         intervalSeconds: config.chain.sync_interval, log,
       });
       ctx.syncReport = () => syncReport(sync!.status());

@@ -103,7 +103,7 @@ const CLONE_MARKER = 'vouch-clone-incomplete';
 const UNPACK_LIMIT = 100;
 /**
  * Loose objects that trigger a pack of them: ~290 single-block appends (7
- * objects each: block, checkpoint, 4 trees, commit). Fewer than git's
+ * objects each: block, checkpoint, 4 trees, commit; 8 with checkpoint.note). Fewer than git's
  * gc.auto (6700) because an append's loose leaf tree is up to ~35 KiB (a
  * ~100-byte delta once packed): the loose objects stay under ~15 MiB. More
  * than a few dozen appends because the pack's fixed costs (two fsyncs, the
@@ -133,7 +133,9 @@ function checkCommitInfo(c: CommitInfo): void {
 /**
  * The root files an append rewrites: `checkpoint.json`'s text, or it and
  * `checkpoint.note`'s (the signed tlog checkpoint of the new size; a chain
- * without one gains it with its next append that hands one over).
+ * without one gains it with its next append that hands one over). An
+ * append without a note removes a committed one: it would name an older
+ * size (a committed note always names the chain's size, or there is none).
  */
 export type RootFiles = string | { json: string; note?: string | null };
 
@@ -255,7 +257,8 @@ export class ChainRepo extends ChainRepoRepair {
   /**
    * Append `blocks` (indexes size, size+1, ... in order) and the new
    * checkpoint text (and the signed checkpoint note, when given) as one
-   * commit. Without a note, a committed `checkpoint.note` is left as it was. Throws `bad_request` (nothing written)
+   * commit. Without a note, a committed `checkpoint.note` is removed (see
+   * `RootFiles`). Throws `bad_request` (nothing written)
    * for wrong indexes or input. Once the commit is on the branch the append
    * has happened: later trouble with the working tree or index is recorded in
    * `warnings` and caught up before the next append (or by `open()`).
@@ -342,6 +345,8 @@ export class ChainRepo extends ChainRepoRepair {
     let cpOid: string;
     let noteBytes: Buffer | null = null;
     let noteOid: string | null = null;
+    /** An append without a note removes the committed one (it would name an older size). */
+    let dropNote = false;
     const modified = new Map<string, TreeEntry[]>();
     let commitOid: string;
     try {
@@ -374,6 +379,14 @@ export class ChainRepo extends ChainRepoRepair {
       }
       setTreeEntry(await entriesOf(''), { mode: FILE_MODE, name: CHECKPOINT, oid: cpOid });
       if (noteOid !== null) setTreeEntry(await entriesOf(''), { mode: FILE_MODE, name: CHECKPOINT_NOTE, oid: noteOid });
+      else {
+        const root = await entriesOf('');
+        const at = root.findIndex((e) => e.name === CHECKPOINT_NOTE);
+        if (at >= 0) {
+          root.splice(at, 1);
+          dropNote = true;
+        }
+      }
       // Bottom up, level by level: writing a level marks its parents modified.
       const depth = (d: string) => (d === '' ? 0 : d.split('/').length);
       for (let level = 3; level >= 1; level--) {
@@ -408,6 +421,7 @@ export class ChainRepo extends ChainRepoRepair {
         // The sparse layout: the root files and a sparse index (./sparse-layout.ts); the blocks stay in git objects.
         this.writeWorkFile(CHECKPOINT, cpBytes);
         if (noteBytes !== null) this.writeWorkFile(CHECKPOINT_NOTE, noteBytes);
+        else if (dropNote) fs.rmSync(join(this.dir, CHECKPOINT_NOTE), { force: true });
         crashPoint('after-files');
         await this.syncSparse(false, false);
       } else {
@@ -417,11 +431,13 @@ export class ChainRepo extends ChainRepoRepair {
         }
         const cpEntry = entryFromStat(CHECKPOINT, cpOid, this.writeWorkFile(CHECKPOINT, cpBytes));
         const noteEntry = noteBytes === null ? null : entryFromStat(CHECKPOINT_NOTE, noteOid!, this.writeWorkFile(CHECKPOINT_NOTE, noteBytes));
+        if (dropNote) fs.rmSync(join(this.dir, CHECKPOINT_NOTE), { force: true });
         crashPoint('after-files');
         await this.index.update((idx) => {
           for (const e of entries) idx.addNew(e);
           idx.upsert(cpEntry);
           if (noteEntry !== null) idx.upsert(noteEntry);
+          else if (dropNote) idx.remove(CHECKPOINT_NOTE);
         }, (p) => this.noteStaleLock(p));
       }
       crashPoint('after-index');

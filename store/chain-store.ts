@@ -179,7 +179,7 @@ export interface Committed {
   commit: string;
   blockTexts: string[];
   checkpointText: string;
-  /** The checkpoint.note committed (null: none was handed over, the branch keeps its earlier one if any). */
+  /** The checkpoint.note committed (null: none was handed over, and the branch has none now). */
   noteText: string | null;
 }
 
@@ -192,7 +192,8 @@ export interface NoteInput {
 
 /**
  * Appends signed blocks, the checkpoint of the new head and (given `note`)
- * the signed checkpoint note of the new size in one commit. Resolves with
+ * the signed checkpoint note of the new size in one commit (without `note`
+ * a committed checkpoint.note is removed: it would name an older size). Resolves with
  * the texts committed, so a caller can take in the new state from what the
  * branch holds even when the working tree lags behind it.
  */
@@ -227,12 +228,17 @@ export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<
  * Appends signed blocks after a trusted head with the checkpoint note of the
  * new size: origin as `noteOrigin` says (default `vouch/<signer>`), root from
  * the head's tree edge (`headEdge`: the kept edge file when it agrees with
- * the committed note, else every block file's record hash) plus the new
- * blocks' record hashes; the new edge is kept for the next append.
+ * the committed note, else `recordHashes`: by default every block file's
+ * record hash; `vouch endorse` hands over those of the verified index image
+ * it used) plus the new blocks' record hashes; the new edge is kept for the
+ * next append.
  */
-export async function appendWithNote(repo: ChainRepo, trusted: TrustedHead, signer: Signer, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number): Promise<Committed & { edgeSource: 'file' | 'scan' }> {
+export async function appendWithNote(
+  repo: ChainRepo, trusted: TrustedHead, signer: Signer, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number,
+  recordHashes: () => Iterable<string> = () => scanRecordHashes(repo),
+): Promise<Committed & { edgeSource: 'file' | 'scan' }> {
   const origin = noteOrigin(trusted.note, null, defaultOrigin(trusted.authority.signer));
-  const { edge, source } = headEdge(repo, trusted.note, () => scanRecordHashes(repo));
+  const { edge, source } = headEdge(repo, trusted.note, recordHashes);
   const next = edge.clone();
   for (const b of blocks) next.append(entryOf(b.record_hash));
   const committed = await appendSigned(repo, blocks, checkpoint, nowMs, { signer, origin, root: next.root() });
@@ -251,11 +257,20 @@ export async function appendWithNote(repo: ChainRepo, trusted: TrustedHead, sign
 export class HeadEdge {
   private edge: TreeEdge | null = null;
 
-  /** `note`: the committed checkpoint note of the chain as it is when the edge is first needed (verified), or null. */
-  constructor(private readonly repo: ChainRepo, private readonly note: () => LogCheckpoint | null) {}
+  /**
+   * `note`: the committed checkpoint note of the chain as it is when the
+   * edge is first needed (verified), or null. `recordHashes`: every block's
+   * record_hash from a verified source, or null when it has none of this
+   * size (then the block files are read).
+   */
+  constructor(
+    private readonly repo: ChainRepo,
+    private readonly note: () => LogCheckpoint | null,
+    private readonly recordHashes: (size: number) => (() => Iterable<string>) | null = () => null,
+  ) {}
 
   private get(): TreeEdge {
-    this.edge ??= headEdge(this.repo, this.note(), () => scanRecordHashes(this.repo)).edge;
+    this.edge ??= headEdge(this.repo, this.note(), this.recordHashes(this.repo.size) ?? (() => scanRecordHashes(this.repo))).edge;
     return this.edge;
   }
 

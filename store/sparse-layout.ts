@@ -1,8 +1,8 @@
 /**
  * sparse-layout: the chain repository without a working tree of block files
  * (issue 16 item 5; README "Layouts"). It is git's own sparse checkout, in
- * cone mode, with only the root's files checked out (`checkpoint.json`),
- * and a sparse index: `.git/index` holds `checkpoint.json` and one entry
+ * cone mode, with only the root's files checked out (`checkpoint.json`,
+ * `checkpoint.note`), and a sparse index: `.git/index` holds those and one entry
  * `blocks/` standing for the whole `blocks` tree (git's "sparse directory
  * entry": mode 040000, the tree's id, skip-worktree, the `sdir`
  * extension). The blocks live only in git objects (packs), which is what

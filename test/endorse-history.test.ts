@@ -24,6 +24,8 @@ import { vouch, vouchAsync } from './helpers/processes.ts';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createHash } from 'node:crypto';
+import { MerkleTree } from '../chain/merkle-tree.ts';
+import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-endorse-history-'));
 const base = join(work, 'base');
@@ -254,6 +256,13 @@ test('the CLI never scans with a usable image: a garbled old block file that a s
     const first = await vouchAsync(['endorse', '--chain', dir, '--key', key, '--lockfile', lock, '--json']);
     assert.is(first.status, 0, first.stderr + first.stdout);
     assert.is(JSON.parse(first.stdout).status, 'posted');
+    // The note the append committed carries the Merkle root over every block's committed record_hash (from the image, not the garbled file).
+    const committed = await ChainRepo.open(dir, { repair: false });
+    const tree = new MerkleTree(nodeBackend);
+    for (let i = 0; i < committed.size; i++) tree.append(Buffer.from(JSON.parse(await committed.readBlockFromGit(i)).record_hash, 'hex'));
+    const note = openCheckpoint(nodeBackend, readFileSync(join(dir, 'checkpoint.note'), 'utf8'), { publicKey: signer.publicKey }).checkpoint;
+    assert.is(note.size, committed.size);
+    assert.is(Buffer.from(note.root).toString('base64'), Buffer.from(tree.root()).toString('base64'));
     const again = await vouchAsync(['endorse', '--chain', dir, '--key', key, '--lockfile', lock, '--json']);
     assert.is(again.status, 0, again.stderr + again.stdout);
     assert.is(JSON.parse(again.stdout).unchanged, 1, 'the block the first run appended (after the image) is found');

@@ -33,6 +33,12 @@
  * and a new image: ~1 of 2,000 appends pays that (a warm load: ~1.5 s at a
  * million blocks), nothing is written that ChainState did not verify.
  *
+ * The record hashes of the chain, for the Merkle root of the checkpoint
+ * note an append signs when the tree edge kept in .git is not usable
+ * (store/chain-store.ts `headEdge`): from the same image (its compact
+ * index holds every block's record_hash) and the gap's checked blocks,
+ * when the image is used; else the caller reads every block file.
+ *
  * Trusts: the local disk as much as the chain directory itself (the full
  * scan trusts the block files unchecked; this path trusts the image only
  * where it agrees with them).
@@ -43,6 +49,7 @@
 import { type Block, parseBlockText } from '../chain/block.ts';
 import { computeRecordHash } from '../chain/build.ts';
 import { ChainIndex } from '../chain/select.ts';
+import { CompactIndex } from '../chain/compact-index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { ChainState, lastVerifiedImage } from '../gateway/chain-state.ts';
@@ -58,6 +65,8 @@ export interface HistoryReport {
   scanned: number;
   /** Why the image was not used (when source is `scan`). */
   why?: string;
+  /** With source `image`: every block's record_hash in order (the image's, then the gap's), for the tree edge. */
+  recordHashes?: () => Iterable<string>;
 }
 
 class Unusable extends Error {}
@@ -79,20 +88,21 @@ export function priorEndorsements(
 ): HistoryReport {
   const list = [...new Set(urls)];
   try {
-    const { history, gap } = fromImage(repo, list, head);
-    return { history, source: 'image', scanned: gap };
+    const { history, gap, recordHashes } = fromImage(repo, list, head);
+    return { history, source: 'image', scanned: gap, recordHashes };
   } catch (e) {
     if (!(e instanceof Unusable) && !(e instanceof TypeError)) throw e;
     return { history: fullScan(repo, list), source: 'scan', scanned: repo.size, why: e.message };
   }
 }
 
-function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { history: History; gap: number } {
+function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { history: History; gap: number; recordHashes: () => Iterable<string> } {
   const found = lastVerifiedImage(repo.dir);
   if (found === null) throw new Unusable('no verified index image (a gateway start over this directory writes one)');
   const n = found.size;
   if (n > repo.size || n > head.index + 1) throw new Unusable(`the index image holds ${n} blocks, the chain ${repo.size}`);
-  const index = ChainIndex.fromImage(found.image, { reader: (i) => readChecked(repo, i), cacheBlocks: 1024 });
+  const compact = CompactIndex.fromImage(found.image);
+  const index = new ChainIndex({ reader: (i) => readChecked(repo, i), cacheBlocks: 1024 }, compact);
   if (index.size !== n) throw new Unusable('the index image is not of the size the snapshot names');
   // Tie the image to the trusted head: its last block is that block file, and the gap links up to the head.
   const last = parseBlockText(repo.readBlockFile(n - 1), n - 1);
@@ -106,15 +116,21 @@ function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { his
     }
   }
   let prev = last.record_hash;
+  const gapHashes: string[] = [];
   for (let i = n; i < repo.size; i++) {
     const block = readChecked(repo, i);
     if (block.prev_hash !== prev) throw new Unusable(`block ${i} does not follow block ${i - 1}`);
     prev = block.record_hash;
+    gapHashes.push(prev);
     if (block.payload.intent !== 'endorse') continue;
     for (const e of block.payload.endorsements) out.get(e.artifact_url)?.push({ block, artifactHash: e.artifact_hash, semver: e.semver });
   }
   if (prev !== head.record_hash || repo.size !== head.index + 1) throw new Unusable('the blocks after the index image do not lead to the checkpoint\'s head');
-  return { history: out, gap: repo.size - n };
+  const recordHashes = function* (): Iterable<string> {
+    for (let i = 0; i < n; i++) yield compact.recordHashOf(i);
+    yield* gapHashes;
+  };
+  return { history: out, gap: repo.size - n, recordHashes };
 }
 
 /** Gap (blocks after the image) at which a CLI append refreshes the snapshot and image (see the header). */

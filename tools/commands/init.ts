@@ -18,7 +18,7 @@ import { TreeEdge, writeEdgeFile } from '../../store/tree-edge.ts';
 export const init: Command = {
   name: 'init',
   usage: '--chain DIR --key FILE --signer ID [--uns OWNER/NAME] [--origin NAME] [--layout full|sparse]',
-  summary: 'Creates a new chain repository in DIR (a git repository) holding the signed authority block, checkpoint and checkpoint note; prints the note verifier key.',
+  summary: 'Creates a new chain repository in DIR (a git repository) holding the signed authority block and checkpoint. It commits the signed checkpoint note (checkpoint.note) too and prints its verifier key.',
   options: {
     chain: { type: 'string', value: 'DIR', help: 'directory of the new chain (must not exist or be empty)', required: true },
     key: { type: 'string', value: 'FILE', help: 'the authority private key (PKCS#8 PEM, mode 0600)', required: true },

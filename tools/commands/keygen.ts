@@ -13,7 +13,7 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 export const keygen: Command = {
   name: 'keygen',
   usage: '--out FILE [--origin NAME]',
-  summary: 'Creates a new ed25519 key as PKCS#8 PEM with mode 0600 (never overwrites) and prints its public key (base64) on stdout; with --origin, also the note verifier key.',
+  summary: 'Creates a new ed25519 key as PKCS#8 PEM with mode 0600 (never overwrites) and prints its public key (base64) on stdout. With --origin, a second line gives the note verifier key.',
   options: {
     out: { type: 'string', value: 'FILE', help: 'where to write the private key', required: true },
     origin: { type: 'string', value: 'NAME', help: 'the log origin the key will sign checkpoints under (vouch init --origin; default there vouch/<signer>): prints the verifier key too' },
