@@ -530,12 +530,14 @@ export class ChainState {
   }
 
   /**
-   * The root the tree will have once blocks with these record hashes (hex)
-   * follow the served head; the tree is left as it is. For a writer that
-   * signs the checkpoint of blocks it has yet to commit.
+   * The root the tree will have once blocks with these record hashes (32
+   * bytes each, the tree's entries) follow the served head; the tree is left
+   * as it is: O(log n + entries) hashes. For a writer that signs the
+   * checkpoint of blocks it has yet to commit (the submitter), and a sync
+   * checking the fetched note before it moves anything.
    */
-  rootWith(recordHashes: readonly string[]): Uint8Array {
-    return this.log.rootWith(recordHashes.map(hexBytes));
+  rootWith(entries: readonly Uint8Array[]): Uint8Array {
+    return this.log.rootWith(entries);
   }
 
   /** The served checkpoint note and what it says (null when the chain has no checkpoint.note). */

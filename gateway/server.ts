@@ -41,7 +41,7 @@ import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawH
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
-import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey } from './routes/transparency.ts';
+import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson } from './routes/transparency.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -50,6 +50,7 @@ import { GatewayMetrics, handleMetrics } from './metrics.ts';
 import { logRequest } from './log.ts';
 import { ClockCache } from './clock-cache.ts';
 import type { GatewayContext } from './context.ts';
+import type { BlockProof } from './chain-state.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
@@ -110,8 +111,10 @@ const asked = (q: SelectionQuery) => `${q.url}${q.semver ? ` version ${q.semver}
 interface CachedAnswer {
   size: number;
   today: string;
-  /** The checkpoint note a `proof=1` answer carries (the answer is stale once another is served); null otherwise. */
-  note: string | null;
+  /** The selected block (a `proof=1` answer adds its proof in the checkpoint served at that moment). */
+  index: number;
+  /** Whether the key itself asks for a proof (`proof=1` not at the end of the query). */
+  proof: boolean;
   etag: string;
   /** The answer's JSON, and its length in UTF-8 bytes. */
   text: string;
@@ -135,11 +138,15 @@ const heapBytes = (s: string, utf8Bytes: number) => (utf8Bytes === s.length ? ut
 const lookup: Handler = (ctx, _req, res, search, own, obs) => {
   const today = ctx.today();
   const state = ctx.state;
+  // `...&proof=1` (as clients send it) shares the plain answer's entry; the proof is added to it per request.
+  const proofSuffix = search.endsWith(PROOF_SUFFIX);
+  const key = proofSuffix ? search.slice(0, -PROOF_SUFFIX.length) : search;
   if (state !== null) {
-    const hit = own.answers.get(search);
-    if (hit !== undefined && hit.size === state.size && hit.today === today && (hit.note === null || hit.note === state.servedCheckpointNote())) {
+    const hit = own.answers.get(key);
+    if (hit !== undefined && hit.size === state.size && hit.today === today) {
       obs.url = hit.url;
-      sendJsonTagged(res, hit.text, hit.length, hit.etag);
+      if (proofSuffix || hit.proof) sendWithProof(res, hit.text, hit.length, hit.etag, state.proofFor(hit.index));
+      else sendJsonTagged(res, hit.text, hit.length, hit.etag);
       return;
     }
   }
@@ -159,17 +166,37 @@ const lookup: Handler = (ctx, _req, res, search, own, obs) => {
   }
   // proof=1: the block's inclusion proof in the served checkpoint, when that checkpoint covers it.
   const proof = q.proof ? state!.proofFor(sel.block.index) : null;
-  const etag = proof === null ? `"${sel.block.record_hash}"` : `"${sel.block.record_hash}-${proof.size}"`;
-  const withProof = (body: Record<string, unknown>) => (proof === null ? body : { ...body, proof });
-  if (sel.revokedBy) sendJson(res, 200, withProof(lookupBody(sel.block, sel.revokedBy)), { etag });
-  else {
-    const text = JSON.stringify(withProof(lookupBody(sel.block, null)));
+  const etag = `"${sel.block.record_hash}"`;
+  if (sel.revokedBy) {
+    const text = JSON.stringify(lookupBody(sel.block, sel.revokedBy));
+    sendWithProof(res, text, Buffer.byteLength(text), etag, proof);
+  } else {
+    const text = JSON.stringify(lookupBody(sel.block, null));
     const length = Buffer.byteLength(text);
-    const note = q.proof ? state!.servedCheckpointNote() : null;
-    if (search.length <= 4096) own.answers.set(search, { size: state!.size, today, note, etag, text, length, url: q.url, bytes: heapBytes(text, length) + search.length + q.url.length + 256, used: false });
-    sendJsonTagged(res, text, length, etag);
+    if (key.length <= 4096) {
+      own.answers.set(key, {
+        size: state!.size, today, index: sel.block.index, proof: q.proof === true && !proofSuffix, etag, text, length, url: q.url,
+        bytes: heapBytes(text, length) + key.length + q.url.length + 256, used: false,
+      });
+    }
+    sendWithProof(res, text, length, etag, proof);
   }
 };
+
+/** A lookup's query ending in this asks for a proof (and shares the plain answer's cache entry). */
+const PROOF_SUFFIX = '&proof=1';
+
+/**
+ * Sends a lookup answer (`text`, a JSON object of `length` UTF-8 bytes),
+ * with member `proof` put in last when there is one (its JSON made once per
+ * proof, also the Vouch-Proof header's; pure ASCII) and the ETag naming the
+ * checkpoint's size then.
+ */
+function sendWithProof(res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
+  if (proof === null) return sendJsonTagged(res, text, length, etag);
+  const pj = proofJson(proof);
+  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proof.size}"`);
+}
 
 const authority: Handler = (ctx, _req, res) => {
   const state = ready(ctx);

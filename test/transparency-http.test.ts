@@ -3,12 +3,15 @@
  * `/checkpoint`, tiles and entry bundles, JSON inclusion and consistency
  * proofs, `proof=1` on lookups and `verifier_key` on `/v1/authority`, checked
  * with chain/merkle.ts's verifiers against a Merkle tree recomputed here from
- * the chain's blocks; error statuses; a warm restart (from the tree image,
- * and from a damaged one) serving the same root.
+ * the chain's blocks, and by Go's golang.org/x/mod/sumdb/{note,tlog}
+ * (test/go-interop/checknote.go); error statuses; a warm restart (from the
+ * tree image, and from a damaged one) serving the same root.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Decode, base64Encode, formatBlockFile, formatCheckpointFile, hexDecode } from '../chain/index.ts';
@@ -164,7 +167,55 @@ test('proof=1 on a lookup carries the inclusion proof and the served note', asyn
   assert.ok(verifyInclusion(c, i, N, leafHash(c, entries[i]!), r.proof.proof.map(b64), tree.root(N)));
   const again = await (await get(`/v1/object?url=${url}&proof=1`)).json();
   assert.equal(again.proof, r.proof);
+  // Answers come from the lookup cache after the first time: with or without the proof, wherever proof=1 is.
+  for (const q of [`url=${url}`, `url=${url}&proof=1`, `proof=1&url=${url}`, `url=${url}&proof=0`]) {
+    for (let k = 0; k < 2; k++) {
+      const res = await get(`/v1/endorsement?${q}`);
+      const body = await res.json();
+      assert.is(body.index, i, q);
+      const wants = q.includes('proof=1');
+      assert.equal(body.proof, wants ? r.proof : undefined, q);
+      assert.is(res.headers.get('etag'), wants ? `"${fixture.blocks[i]!.record_hash}-${N}"` : `"${fixture.blocks[i]!.record_hash}"`, q);
+    }
+  }
   assert.is((await get(`/v1/endorsement?url=${url}&proof=yes`)).status, 400);
+});
+
+test('Go\'s sumdb/note and sumdb/tlog accept the served note and every proof fetched over HTTP, and refuse a flipped byte', async () => {
+  const GOPATH = '/usr/share/gocode';
+  const program = fileURLToPath(new URL('./go-interop/checknote.go', import.meta.url));
+  assert.ok(existsSync(join(GOPATH, 'src/golang.org/x/mod/sumdb/note')), 'golang-golang-x-mod-dev is not installed (apt-get install golang-golang-x-mod-dev)');
+  const binary = join(work, 'checknote');
+  const goEnv = { ...process.env, GO111MODULE: 'off', GOPATH, GOCACHE: join(work, 'gocache'), HOME: work, GOFLAGS: '', GOTOOLCHAIN: 'local' };
+  const built = spawnSync('go', ['build', '-o', binary, program], { env: goEnv, encoding: 'utf8', timeout: 180_000 });
+  assert.is(built.status, 0, built.stderr);
+  const served = await (await get('/checkpoint')).text();
+  const vkey = (await (await get('/v1/authority')).json()).verifier_key;
+  const root = base64Encode(tree.root(N));
+  const inclusion = [];
+  for (let i = 0; i < N; i++) {
+    const p = await (await get(`/v1/proof/inclusion?index=${i}`)).json();
+    inclusion.push({ index: i, size: p.size, leaf_entry_b64: base64Encode(entries[i]!), proof: p.proof, root_b64: root });
+  }
+  const consistency = [];
+  for (const from of [1, 2, 255, 256, 257, 300, 511, 512, 699]) {
+    const p = await (await get(`/v1/proof/consistency?from=${from}`)).json();
+    consistency.push({ from, to: p.to, old_root: base64Encode(tree.root(from)), new_root: root, proof: p.proof });
+  }
+  const run = (input: unknown) => spawnSync(binary, [], { input: JSON.stringify(input), encoding: 'utf8', timeout: 60_000 });
+  const input = { vkey, note: served, inclusion, consistency };
+  const ok = run(input);
+  assert.is(ok.status, 0, ok.stdout + ok.stderr);
+  assert.is(ok.stdout.split('\n').filter((l) => l.startsWith('ok ')).length, 1 + N + consistency.length);
+  const flip = (h: string) => { const raw = b64(h); raw[7] = raw[7]! ^ 0x40; return base64Encode(raw); };
+  const badNote = served.replace(`\n${N}\n`, `\n${N - 1}\n`);
+  assert.is(run({ ...input, note: badNote }).status, 1, 'a note with another size');
+  const badInclusion = structuredClone(inclusion);
+  badInclusion[321]!.proof[2] = flip(badInclusion[321]!.proof[2]!);
+  assert.is(run({ ...input, inclusion: badInclusion }).status, 1, 'an inclusion proof with a flipped byte');
+  const badConsistency = structuredClone(consistency);
+  badConsistency[5]!.proof[0] = flip(badConsistency[5]!.proof[0]!);
+  assert.is(run({ ...input, consistency: badConsistency }).status, 1, 'a consistency proof with a flipped byte');
 });
 
 test('warm restart serves the same root from the tree image; a damaged image is rebuilt from the index', async () => {

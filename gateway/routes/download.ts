@@ -25,7 +25,7 @@ import type { Block } from '../../chain/block.ts';
 import type { Selection } from '../../chain/select.ts';
 import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from '../http-util.ts';
 import type { ArtifactSource, GatewayContext } from '../context.ts';
-import type { BlockProof } from '../chain-state.ts';
+import { proofJson } from './transparency.ts';
 
 /** The UNS header value: `{"<service>":{"endorsement":<block>}}`, pure ASCII. */
 export function unsHeader(serviceName: string, block: Block): string {
@@ -36,9 +36,6 @@ export function vibecodeHeader(ctx: GatewayContext): string {
   return asciiJson(ctx.vibecode);
 }
 
-/** `Vouch-Proof` values by the proof they carry (the chain state keeps the proofs per served checkpoint). */
-const proofHeaders = new WeakMap<BlockProof, string>();
-
 /**
  * The `Vouch-Proof` header value for block `index`: minified, pure-ASCII JSON
  * `{"index","size","proof":[b64...],"checkpoint":"<signed note>"}`, the
@@ -48,13 +45,7 @@ const proofHeaders = new WeakMap<BlockProof, string>();
  */
 export function proofHeader(ctx: GatewayContext, index: number): string | null {
   const p = ctx.state?.proofFor(index) ?? null;
-  if (p === null) return null;
-  let h = proofHeaders.get(p);
-  if (h === undefined) {
-    h = asciiJson(p);
-    proofHeaders.set(p, h);
-  }
-  return h;
+  return p === null ? null : proofJson(p);
 }
 
 /** Whether an If-None-Match value names `etag` (weak or strong) or is `*`. */

@@ -24,7 +24,8 @@ import { base64Decode, base64Encode } from '../../chain/encoding.ts';
 import { isValidKeyName, SIG_ED25519, verifierKey } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { entryBundle, parseTilePath, TILE_WIDTH } from '../../chain/merkle-tree.ts';
-import { sendEmpty, sendJson } from '../http-util.ts';
+import { asciiJson, sendEmpty, sendJson } from '../http-util.ts';
+import type { BlockProof } from '../chain-state.ts';
 import type { GatewayContext } from '../context.ts';
 
 /** Cache-Control of a full tile or bundle (its bytes never change) and of a partial one. */
@@ -47,6 +48,23 @@ export function noteVerifierKey(ctx: GatewayContext, state: NonNullable<GatewayC
   const key = base64Decode(state.authority.payload.authority?.public_key ?? '');
   if (origin === null || key === null || key.length !== 32 || !isValidKeyName(origin)) return null;
   return verifierKey(nodeBackend, origin, SIG_ED25519, key);
+}
+
+/** Proofs' JSON by the proof (the chain state keeps a proof object per block and served note). */
+const proofTexts = new WeakMap<BlockProof, string>();
+
+/**
+ * A block's proof as minified pure-ASCII JSON (non-ASCII as \uXXXX: the
+ * note's em dash is \u2014): the `Vouch-Proof` header value, and member
+ * `proof` of a `proof=1` lookup. Made once per proof object.
+ */
+export function proofJson(p: BlockProof): string {
+  let text = proofTexts.get(p);
+  if (text === undefined) {
+    text = asciiJson(p);
+    proofTexts.set(p, text);
+  }
+  return text;
 }
 
 /** `GET /checkpoint`: the served checkpoint note, as text. */
