@@ -92,6 +92,7 @@ test.before(async () => {
 });
 
 test.after(async () => {
+  await authority?.stop();
   for (const w of witnesses) await w.gw.stop();
   await origin?.close();
   rmSync(work, { recursive: true, force: true });
