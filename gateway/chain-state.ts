@@ -546,12 +546,20 @@ export class ChainState {
   }
 
   /**
+   * An authority with witnesses (gateway/cosigner.ts): the committed note
+   * followed by the cosignature lines held for that exact checkpoint.
+   * Must be cheap (it is asked on every proof-carrying answer).
+   */
+  withCosignatures: ((note: string) => string) | null = null;
+
+  /**
    * The text `GET /checkpoint` serves: the committed checkpoint.note (its
-   * size <= the served chain's, its root the tree's at that size), or null.
-   * Witness cosignature lines for that checkpoint belong here too.
+   * size <= the served chain's, its root the tree's at that size), or null,
+   * with the witness cosignature lines held for it (`withCosignatures`).
    */
   servedCheckpointNote(): string | null {
-    return this.log.note?.text ?? null;
+    const text = this.log.note?.text ?? null;
+    return text === null || this.withCosignatures === null ? text : this.withCosignatures(text);
   }
 
   /**

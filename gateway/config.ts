@@ -41,7 +41,10 @@ export interface Config {
   service_name: string;
   /** origin: the log's name (checkpoint.note line 1 and key name; null: derived from public_url, see `logOrigin`). */
   chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse'; origin: string | null };
-  authority: { key_file: string; signer: string; submit_token_file: string } | null;
+  /** witnesses: the C2SP tlog-witness endpoints asked to cosign each new checkpoint; policy_file: tlog-policy text (quorum). */
+  authority: { key_file: string; signer: string; submit_token_file: string; witnesses: WitnessEndpoint[]; policy_file: string | null } | null;
+  /** Present: this gateway is a C2SP tlog-witness (`POST /add-checkpoint`) for `logs` (and its own chain's log). */
+  witness: WitnessConfig | null;
   /** budget_bytes: artifact bytes in memory at once (in flight, held for readers, memory tier); null: 2 × memory_bytes. */
   mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number; budget_bytes: number | null };
   origin: { timeout: number; max_bytes: number; max_redirects: number; allow_private: boolean };
@@ -52,15 +55,32 @@ export interface Config {
   source: string | null;
 }
 
+/** A witness the authority asks for cosignatures: its submission prefix and its verifier key (`name+hex8+base64`, type 0x04). */
+export interface WitnessEndpoint { url: string; vkey: string }
+
+export interface WitnessConfig {
+  /** PKCS#8 PEM ed25519 key the witness cosigns with (vouch keygen). */
+  key_file: string;
+  /** The witness's key name (default: public_url without its scheme, plus `/witness`). */
+  name: string;
+  /** JSON file of the latest cosigned (size, root) per log origin, replaced atomically. */
+  state_file: string;
+  /** Logs it witnesses: a note verifier key (type 0x01) and the origin (default: the key's name). */
+  logs: { vkey: string; origin: string | null }[];
+}
+
 type Kind =
   | { t: 'string'; nullable?: boolean; check?: (s: string) => string | null }
   | { t: 'int'; min: number; max: number; nullable?: boolean }
   | { t: 'number'; min: number; max: number }
   | { t: 'bool' }
   | { t: 'object'; keys: Record<string, Kind>; nullable?: boolean }
-  | { t: 'routes' };
+  | { t: 'routes' }
+  | { t: 'list'; item: Kind; max: number };
 
 const httpUrl = (s: string) => (/^https?:\/\/[^\s/]+/.test(s) && URL.canParse(s) ? null : 'must be an absolute http(s) URL');
+const vkeyText = (s: string) => (/^[^\s+]+\+[0-9a-f]{8}\+[A-Za-z0-9+/]+={0,2}$/.test(s) ? null : 'must be a note verifier key name+hex8+base64');
+const keyName = (s: string) => (/^[^\s+]{1,256}$/.test(s) ? null : 'must be 1-256 characters without spaces or +');
 const SCHEMA: Record<string, Kind> = {
   listen: { t: 'object', keys: { host: { t: 'string' }, port: { t: 'int', min: 0, max: 65535 } } },
   public_url: { t: 'string', check: httpUrl },
@@ -84,6 +104,18 @@ const SCHEMA: Record<string, Kind> = {
       key_file: { t: 'string' },
       signer: { t: 'string', check: (s) => (/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(s) ? null : 'must be 1-128 letters, digits, . _ @ -') },
       submit_token_file: { t: 'string' },
+      witnesses: { t: 'list', max: 64, item: { t: 'object', keys: { url: { t: 'string', check: httpUrl }, vkey: { t: 'string', check: vkeyText } } } },
+      policy_file: { t: 'string', nullable: true },
+    },
+  },
+  witness: {
+    t: 'object',
+    nullable: true,
+    keys: {
+      key_file: { t: 'string' },
+      name: { t: 'string', check: keyName },
+      state_file: { t: 'string' },
+      logs: { t: 'list', max: 1024, item: { t: 'object', keys: { vkey: { t: 'string', check: vkeyText }, origin: { t: 'string', nullable: true, check: keyName } } } },
     },
   },
   mirror: {
@@ -122,6 +154,7 @@ export const DEFAULTS = {
   mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
   clients: { request_timeout: 30, max_connections: 4096 },
+  witness: { key_file: './var/witness.pem', state_file: './var/witness-state.json' },
 } as const;
 
 function bad(path: string, what: string): never {
@@ -157,6 +190,11 @@ function checkValue(v: unknown, kind: Kind, path: string): unknown {
         out[k] = checkValue(x, sub, `${path}.${k}`);
       }
       return out;
+    }
+    case 'list': {
+      if (!Array.isArray(v)) bad(path, 'must be a list');
+      if (v.length > kind.max) bad(path, `must have at most ${kind.max} items`);
+      return v.map((x, i) => checkValue(x, kind.item, `${path}[${i}]`));
     }
     case 'routes': {
       if (!Array.isArray(v)) bad(path, 'must be a list');
@@ -214,15 +252,25 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
   const authority = raw.authority === undefined || raw.authority === null ? null : { ...DEFAULTS.authority, ...raw.authority };
   const mirror = { ...DEFAULTS.mirror, ...(raw.mirror ?? {}) };
   const hostForUrl = listen.host.includes(':') ? `[${listen.host}]` : listen.host;
+  const publicUrl = (raw.public_url ?? `http://${hostForUrl}:${listen.port}`).replace(/\/+$/, '');
+  const w = raw.witness ?? null;
   return {
     listen,
-    public_url: (raw.public_url ?? `http://${hostForUrl}:${listen.port}`).replace(/\/+$/, ''),
+    public_url: publicUrl,
     service_name: raw.service_name ?? DEFAULTS.service_name,
     chain: { ...chain, dir: path(chain.dir) },
     authority: authority && {
       key_file: path(authority.key_file),
       signer: authority.signer,
       submit_token_file: path(authority.submit_token_file),
+      witnesses: (authority.witnesses ?? []).map((x: WitnessEndpoint) => ({ url: x.url.replace(/\/+$/, ''), vkey: x.vkey })),
+      policy_file: authority.policy_file ? path(authority.policy_file) : null,
+    },
+    witness: w && {
+      key_file: path(w.key_file ?? DEFAULTS.witness.key_file),
+      name: w.name ?? `${publicUrl.replace(/^[a-z]+:\/\//i, '')}/witness`,
+      state_file: path(w.state_file ?? DEFAULTS.witness.state_file),
+      logs: (w.logs ?? []).map((l: { vkey: string; origin?: string | null }) => ({ vkey: l.vkey, origin: l.origin ?? null })),
     },
     mirror: { ...mirror, disk_dir: mirror.disk_dir === null ? null : path(mirror.disk_dir) },
     origin: { ...DEFAULTS.origin, ...(raw.origin ?? {}) },

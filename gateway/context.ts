@@ -1,13 +1,16 @@
 /**
  * What the request handlers share: configuration, the verified chain state
  * (null until loaded), the artifact source, the submitter (authority mode
- * only), the hashed submit token, the clock and the logger — and the shapes
+ * only), the hashed submit token, the clock and the logger, the witness and
+ * the authority's cosigner when configured — and the shapes
  * of what they are handed (artifact source, sync and push reports), defined
  * here so that handlers import this module and it imports none of them.
  */
 import type { Config } from './config.ts';
 import type { ChainState } from './chain-state.ts';
 import type { Logger } from './log.ts';
+import type { Witness } from './witness.ts';
+import type { Cosigner } from './cosigner.ts';
 
 export interface SubmitHandler {
   submit(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
@@ -29,6 +32,10 @@ export interface GatewayContext {
   syncReport?: (() => SyncReport) | null;
   /** Authority with a remote: the pusher's report. */
   pushReport?: (() => PushReport) | null;
+  /** A `witness` section: the tlog-witness behind `POST /add-checkpoint`. */
+  witness?: Witness | null;
+  /** Authority with witnesses: the cosignatures gathered for the committed checkpoint. */
+  cosigner?: Cosigner | null;
 }
 
 export interface StoredArtifactLike {

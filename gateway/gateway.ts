@@ -4,7 +4,8 @@
  * (answering 503 `not_ready`), loads and verifies the chain, then serves.
  *
  * Owns: wiring the parts together — config, chain state, origin fetcher,
- * mirror, submitter, request handler — and shutting them down; the lines
+ * mirror, submitter, request handler, witness and the authority's
+ * cosigner — and shutting them down; the lines
  * printed at start (the mode and chain directory first, a `try:` line that
  * answers with no network last); the HTTP server's bounds on clients
  * (`clients.request_timeout` on receiving each request, headers and body;
@@ -54,6 +55,8 @@ import { Mirror } from '../artifacts/mirror.ts';
 import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
 import { HashWorkers } from '../artifacts/hash-workers.ts';
 import { Submitter } from './submitter.ts';
+import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
+import { openCosigner, type CheckpointSource } from './cosigner.ts';
 
 export interface StartOptions {
   log?: Logger;
@@ -183,6 +186,21 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
   return ChainRepo.open(config.chain.dir, { repair: authority !== null });
 }
 
+/** What the cosigner sends: the committed checkpoint note (no cosignatures) and consistency proofs of the chain's tree. */
+function checkpointSourceOf(state: ChainState): CheckpointSource {
+  return {
+    note: () => state.note?.text ?? null,
+    consistencyProof: (from, to) => state.tree.consistencyProof(from, to),
+  };
+}
+
+/** The witness's view of this gateway's own chain: its origin (from the committed note) and the pinned authority key. */
+function ownChainLog(state: ChainState, pinned: string): WitnessedLog | null {
+  const origin = state.note?.checkpoint.origin;
+  const key = base64Decode(pinned);
+  return origin === undefined || key === null ? null : { origin, name: origin, publicKey: key };
+}
+
 /**
  * Seam (issue 17), until the gateway's Merkle tree answers roots: the record
  * hashes of the verified chain for the tree edge (store/chain-store.ts
@@ -287,8 +305,14 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     ? acquireChainLock(config.chain.dir)
     : null;
   let authority: AuthorityParts | null;
+  let witness: Witness | null;
   try {
     authority = config.authority ? prepareAuthority(config, options, say, log) : null;
+    witness = config.witness ? openWitness(config.witness, nodeBackend, log, now) : null;
+    if (witness) {
+      say(`witness: ${witness.vkey}`);
+      log.info('witness', { vkey: witness.vkey, state_file: config.witness!.state_file });
+    }
   } catch (e) {
     chainLock?.release();
     throw e;
@@ -321,6 +345,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     today: utcDay(now),
     log,
     startedAt: Date.now(),
+    witness,
   };
 
   // The whole request (line, headers, body) must arrive within clients.request_timeout; the answer
@@ -429,6 +454,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
             state.applyCommitted(blocks, committed.checkpointText, committed.blockTexts);
             log.info('appended', { blocks: blocks.map((b) => b.index), head: blocks[blocks.length - 1]!.record_hash });
             pusher?.notify(repo.head);
+            ctx.cosigner?.notify();
           } catch (e) {
             log.error('an appended block did not verify', { error: (e as Error).message, blocks: blocks.map((b) => b.index) });
           }
@@ -449,6 +475,15 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       sync.start();
     }
     ctx.state = state;
+    if (witness && pinned !== null) witness.ownLog = () => ownChainLog(state, pinned);
+    if (authority) {
+      const cosigner = openCosigner(config.authority!, config.chain.dir, checkpointSourceOf(state), nodeBackend, log);
+      if (cosigner !== null) {
+        ctx.cosigner = cosigner;
+        state.withCosignatures = (note) => cosigner.served(note);
+        cosigner.start();
+      }
+    }
     if (report.mode === 'warm') {
       // A warm start served the verified texts without reading every block file: compare them now, in the background.
       state.recheckFiles().then((i) => {
@@ -478,6 +513,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         server.closeIdleConnections();
       });
       await sync?.stop();
+      await ctx.cosigner?.close();
       await pusher?.stop();
       await fetcher.close();
       await proxy.close();

@@ -14,7 +14,8 @@
  * up at scrape time; the mirror's counters come from the `mirror` source
  * the gateway hands over, else from the verified fetcher's `mirror` field.
  * Must hold: every label value is bounded (route templates, a fixed method
- * list, status codes, fixed outcome and tier names) — never a raw path, URL
+ * list, status codes, fixed outcome and tier names, the configured
+ * witnesses' key names) — never a raw path, URL
  * or header; a scrape never fails because one source throws (that metric is
  * left out); observing a request costs two map lookups and a few additions
  * (no label objects, no string keys), all in `observe`.
@@ -229,6 +230,18 @@ export class GatewayMetrics {
     this.counter('vouch_submit_blocks_total', 'Blocks written by submits.', () => num(submitter()?.blocks));
     this.counter('vouch_submit_commit_failures_total', 'Submit rounds whose append failed (nothing written).', () => num(submitter()?.commitFailures));
     this.gauge('vouch_submits_queued', 'Submits waiting for the writer now.', () => num(submitter()?.queued));
+
+    // Witnessing: this gateway as a witness (add-checkpoint), and an authority's requests to its witnesses.
+    this.counter('vouch_witness_requests_total', 'add-checkpoint requests this gateway answered as a witness, by outcome (absent: not a witness).', () => {
+      const s = ctx.witness?.stats();
+      return s ? (Object.entries(s) as [string, number][]).map(([outcome, n]) => [{ outcome }, n]) : null;
+    }, ['outcome']);
+    this.counter('vouch_cosign_requests_total', 'add-checkpoint requests the authority sent, by witness key name and outcome (absent: no witnesses).', () => {
+      const s = ctx.cosigner?.stats();
+      return s ? s.requests.map((r) => [{ witness: r.witness, outcome: r.outcome }, r.count]) : null;
+    }, ['witness', 'outcome']);
+    this.gauge('vouch_checkpoint_cosignatures', 'Witness cosignatures held for the committed checkpoint (absent: no witnesses).', () => ctx.cosigner?.stats().cosignatures ?? null);
+    this.gauge('vouch_checkpoint_quorum_met', '1 when the cosignatures of the committed checkpoint meet authority.policy_file\'s quorum, else 0 (absent: no policy).', () => ctx.cosigner?.stats().quorum ?? null);
 
     // Proxy routes (DESIGN 3.6).
     this.counter('vouch_proxy_requests_total', 'Requests under proxy routes, by outcome.', () => {

@@ -3,7 +3,8 @@
  * rules, readiness, and the lookup, authority, checkpoint, document and
  * submit endpoints (DESIGN 3.1, 3.5). Downloads are in
  * `routes/download.ts`, the transparency routes (`/checkpoint`, `/tile/...`
- * by prefix, `/v1/proof/...`) in `routes/transparency.ts`; a path no
+ * by prefix, `/v1/proof/...`) in `routes/transparency.ts`, the witness's
+ * `POST /add-checkpoint` in `routes/witness.ts`; a path no
  * endpoint claims goes to the proxy routes (`routes/proxy.ts`, 3.6) when
  * one applies, else 404 JSON. A lookup with `proof=1` adds the block's
  * inclusion proof in the served checkpoint; `/v1/authority` adds the note
@@ -39,6 +40,7 @@ import type { Block } from '../chain/block.ts';
 import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
+import { handleAddCheckpoint } from './routes/witness.ts';
 import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson } from './routes/transparency.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
@@ -257,6 +259,7 @@ export const ROUTES: Record<string, Route> = {
   '/v1/block': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlock },
   '/v1/versions': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleVersions },
   '/v1/units': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleUnits },
+  '/add-checkpoint': { methods: ['POST'], kind: 'document', handler: handleAddCheckpoint },
   '/healthz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleHealthz },
   '/readyz': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleReadyz },
   '/metrics': { methods: ['GET', 'HEAD'], kind: 'document', handler: (_ctx, req, res, _search, own) => handleMetrics(own.metrics, req, res) },

@@ -53,6 +53,11 @@ export const COMMANDS: readonly CommandEntry[] = [
     short: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature and the bytes\' hash itself before writing FILE',
     load: async () => (await import('./commands/get.ts')).get,
   },
+  {
+    name: 'witness-key',
+    short: 'Prints the witness verifier key (name+hex8+base64, cosignature type 0x04) of the ed25519 key in FILE under NAME',
+    load: async () => (await import('./commands/witness-key.ts')).witnessKey,
+  },
 ];
 
 /** The first sentence of a summary, without its full stop (what `short` holds). */

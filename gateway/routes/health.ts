@@ -1,5 +1,7 @@
 /**
- * Health probes: `/healthz` (the process is alive and answering) and
+ * Health probes: `/healthz` (the process is alive and answering; an
+ * authority with witnesses adds `witnesses`: cosignatures held for its
+ * committed checkpoint and `quorum` met, unmet or none) and
  * `/readyz` (the chain is loaded and verified, and — for a mirror — not
  * staler than `chain.max_staleness`). Both answer JSON with `success`;
  * `/readyz` answers 503 `not_ready` with the same details when not ready, so
@@ -10,7 +12,10 @@ import { sendJson } from '../http-util.ts';
 import type { GatewayContext } from '../context.ts';
 
 export function handleHealthz(ctx: GatewayContext, _req: IncomingMessage, res: ServerResponse): void {
-  sendJson(res, 200, { success: true, status: 'alive', uptime_seconds: Math.round((Date.now() - ctx.startedAt) / 1000) });
+  const body: Record<string, unknown> = { success: true, status: 'alive', uptime_seconds: Math.round((Date.now() - ctx.startedAt) / 1000) };
+  // An authority with witnesses or a policy: the cosignatures of its committed checkpoint, and whether they meet the quorum.
+  if (ctx.cosigner) body.witnesses = ctx.cosigner.report();
+  sendJson(res, 200, body);
 }
 
 export function readiness(ctx: GatewayContext): { ready: boolean; body: Record<string, unknown> } {

@@ -254,6 +254,21 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
       },
     },
+    '/add-checkpoint': {
+      post: {
+        summary: 'C2SP tlog-witness add-checkpoint (a gateway with a witness section): cosigns a checkpoint consistent with the last one it cosigned for that log',
+        requestBody: { required: true, content: { 'text/plain': { schema: { type: 'string', description: '`old <size>`, up to 63 base64 consistency proof lines, an empty line, the signed checkpoint note' } } } },
+        responses: {
+          200: { description: 'The cosignature line(s) (tlog-cosignature v1).', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
+          400: { description: 'Malformed body, or old size larger than the checkpoint size.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
+          403: { description: 'No signature by a key trusted for the origin verifies.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
+          404: { description: 'Unknown log origin, or this gateway is not a witness.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
+          409: { description: 'The old size is not the size last cosigned (or a different root at that size): the body is that size and a newline.', content: { 'text/x.tlog.size': { schema: { type: 'string' } } } },
+          413: { description: 'Body over 64 KiB.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
+          422: { description: 'The consistency proof does not verify.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
+        },
+      },
+    },
     '/v1/openapi.json': { get: { summary: 'This document', responses: { 200: { description: 'OpenAPI 3.1 document.' } } } },
     [SKILL_PATH]: {
       get: { summary: 'Onboarding for clients: how to verify a block and a download', responses: { 200: { description: 'Markdown.', content: { 'text/markdown': {} } } } },
@@ -399,7 +414,16 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             },
           },
         },
-        Health: { type: 'object', required: ['success', 'status'], properties: { success: { const: true }, status: { const: 'alive' }, uptime_seconds: { type: 'integer' } } },
+        Health: {
+          type: 'object', required: ['success', 'status'],
+          properties: {
+            success: { const: true }, status: { const: 'alive' }, uptime_seconds: { type: 'integer' },
+            witnesses: {
+              type: 'object', description: 'An authority with witnesses or a policy: the cosignatures held for its committed checkpoint.',
+              properties: { witnesses: { type: 'integer' }, cosigned_size: { type: ['integer', 'null'] }, cosignatures: { type: 'integer' }, quorum: { enum: ['met', 'unmet', 'none'] }, quorum_why: { type: 'string' } },
+            },
+          },
+        },
         Readiness: {
           type: 'object',
           required: ['success', 'status', 'mode', 'chain'],

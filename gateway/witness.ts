@@ -1,0 +1,317 @@
+/**
+ * The witness of a gateway (C2SP tlog-witness, `add-checkpoint`): for each
+ * log it knows (an origin and the note key(s) it trusts for it), it keeps
+ * the latest checkpoint it cosigned — size and root — and cosigns a new
+ * checkpoint only when it is signed by a trusted key of its origin, its
+ * `old` size is the recorded size, and the consistency proof shows the
+ * recorded tree is a prefix of the new one (C2SP tlog-cosignature v1,
+ * ed25519, type 0x04). Also the request body's format (`parseAddCheckpoint`)
+ * and its inverse (`formatAddCheckpoint`, for the authority's side).
+ *
+ * Owns: the state file (`witness.state_file`): one JSON object, the record
+ * of every origin, replaced whole (temporary file fsynced, renamed over the
+ * old one, directory fsynced) before any cosignature for it is answered.
+ * Trusts: the configured log keys; the local disk; the clock for the
+ * cosignature timestamp.
+ * Must hold: the recorded size of an origin never decreases and a recorded
+ * root never changes at the same size; nothing is cosigned that is not
+ * consistent with the record; check, persist and cosign of one request run
+ * in one synchronous step, so concurrent requests (any origin) are
+ * serialized and no rollback race (tlog-witness, "atomically") exists; a
+ * state file that cannot be read as this format stops the start (a witness
+ * that forgot its state could be made to cosign a fork); the private key is
+ * never logged or answered.
+ */
+import { existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { VouchError } from '../chain/errors.ts';
+import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
+import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
+import { cosign, parseNote, parseVerifierKey, verifierKey, verifyNoteSignature } from '../chain/note.ts';
+import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
+import { verifyConsistency } from '../chain/merkle.ts';
+import { fsyncDir, writeDurably } from '../store/git-files.ts';
+import { readKeyFile } from '../platform/key-file.ts';
+import { nodeSigner } from '../platform/node-crypto.ts';
+import type { WitnessConfig } from './config.ts';
+import type { Logger } from './log.ts';
+
+/** tlog-witness: a client MUST NOT send more than 63 consistency proof lines. */
+export const MAX_PROOF_LINES = 63;
+const STATE_VERSION = 1;
+
+/** A log the witness cosigns for: the checkpoint origin and one key trusted to sign it. */
+export interface WitnessedLog {
+  origin: string;
+  /** The note key's name (the `— <name>` of its signature lines). */
+  name: string;
+  publicKey: Uint8Array;
+}
+
+interface Record_ { size: number; root: Uint8Array; time: number }
+
+export interface AddCheckpointRequest {
+  old: number;
+  proof: Uint8Array[];
+  /** The signed checkpoint note, as sent. */
+  note: string;
+}
+
+/** What `addCheckpoint` answers, by the status tlog-witness gives it. */
+export type WitnessAnswer =
+  | { status: 200; lines: string[] }
+  | { status: 409; size: number; message: string }
+  | { status: 400 | 403 | 404 | 422 | 500; message: string };
+
+export interface WitnessStats {
+  /** Requests by outcome. */
+  cosigned: number;
+  conflict: number;
+  inconsistent: number;
+  unknown_log: number;
+  bad_signature: number;
+  malformed: number;
+  too_large: number;
+  failed: number;
+}
+
+const malformed = (message: string): never => {
+  throw new VouchError('bad_request', message);
+};
+
+/**
+ * Parses an add-checkpoint body: `old <size>`, up to 63 base64 hashes, an
+ * empty line, the signed checkpoint note. Each line ends with a newline.
+ * @throws VouchError bad_request naming what is wrong
+ */
+export function parseAddCheckpoint(body: Uint8Array): AddCheckpointRequest {
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(body);
+  } catch {
+    return malformed('the body is not UTF-8');
+  }
+  let at = text.indexOf('\n');
+  if (at === -1) malformed('the body has no old size line');
+  const m = /^old (0|[1-9][0-9]{0,15})$/.exec(text.slice(0, at));
+  if (m === null || !Number.isSafeInteger(Number(m[1]))) malformed('the first line must be "old <size>" (decimal, no leading zeros)');
+  const old = Number(m![1]);
+  const proof: Uint8Array[] = [];
+  for (;;) {
+    const end = text.indexOf('\n', at + 1);
+    if (end === -1) malformed('the body has no empty line before the checkpoint');
+    const line = text.slice(at + 1, end);
+    at = end;
+    if (line === '') break;
+    if (proof.length === MAX_PROOF_LINES) malformed(`more than ${MAX_PROOF_LINES} consistency proof lines`);
+    const hash = /^[A-Za-z0-9+/]{43}=$/.test(line) ? base64Decode(line) : null;
+    if (hash === null || hash.length !== 32) malformed(`consistency proof line ${proof.length + 1} is not the base64 of a 32-byte hash`);
+    proof.push(hash!);
+  }
+  return { old, proof, note: text.slice(at + 1) };
+}
+
+/** The add-checkpoint body for `note` (a signed checkpoint) after size `old` with its consistency proof. */
+export function formatAddCheckpoint(old: number, proof: readonly Uint8Array[], note: string): string {
+  return `old ${old}\n${proof.map((h) => base64Encode(h) + '\n').join('')}\n${note}`;
+}
+
+export class Witness {
+  private readonly logs = new Map<string, WitnessedLog[]>();
+  private readonly records = new Map<string, Record_>();
+  private readonly counts: WitnessStats = { cosigned: 0, conflict: 0, inconsistent: 0, unknown_log: 0, bad_signature: 0, malformed: 0, too_large: 0, failed: 0 };
+  /** The witness's verifier key (`name+hex8+base64(0x04 ‖ key)`). */
+  readonly vkey: string;
+  /**
+   * The gateway's own chain as a log (its origin and pinned authority key),
+   * once its chain has a checkpoint note; asked when a request names an
+   * origin not configured.
+   */
+  ownLog: (() => WitnessedLog | null) | null = null;
+
+  /**
+   * Reads the state file (absent: a first start) and knows `logs`.
+   * @throws VouchError io_error when the state file exists but is not a witness state of this format
+   */
+  constructor(private readonly o: {
+    backend: CryptoBackend;
+    /** The witness key; cosignature lines carry `name`. */
+    signer: Signer;
+    name: string;
+    stateFile: string;
+    logs: readonly WitnessedLog[];
+    /** Epoch milliseconds. */
+    now: () => number;
+    log: Logger;
+  }) {
+    this.vkey = verifierKey(o.backend, o.name, 0x04, o.signer.publicKey);
+    for (const l of o.logs) this.addLog(l);
+    this.readState();
+  }
+
+  /** Adds a log key (the gateway's own chain's, once known). A key already known for the origin is not added twice. */
+  addLog(l: WitnessedLog): void {
+    const list = this.logs.get(l.origin) ?? [];
+    if (!list.some((k) => k.name === l.name && bytesEqual(k.publicKey, l.publicKey))) list.push(l);
+    this.logs.set(l.origin, list);
+  }
+
+  /** The latest cosigned size and root of `origin` (tests, health). */
+  recorded(origin: string): { size: number; root: string } | null {
+    const r = this.records.get(origin);
+    return r === undefined ? null : { size: r.size, root: base64Encode(r.root) };
+  }
+
+  stats(): WitnessStats {
+    return { ...this.counts };
+  }
+
+  /** Counts a body refused before parsing (over the size bound). */
+  countTooLarge(): void {
+    this.counts.too_large++;
+  }
+
+  /**
+   * Handles one add-checkpoint body. Synchronous from the check to the
+   * persisted record (see the header).
+   */
+  addCheckpoint(body: Uint8Array): WitnessAnswer {
+    let req: AddCheckpointRequest;
+    let note: ReturnType<typeof parseNote>;
+    let cp: ReturnType<typeof parseCheckpoint>;
+    try {
+      req = parseAddCheckpoint(body);
+      note = parseNote(req.note);
+      cp = parseCheckpoint(note.text);
+    } catch (e) {
+      this.counts.malformed++;
+      return { status: 400, message: firstLine(e) };
+    }
+    let keys = this.logs.get(cp.origin);
+    if (keys === undefined) {
+      const own = this.ownLog?.() ?? null;
+      if (own !== null && own.origin === cp.origin) {
+        this.addLog(own);
+        keys = this.logs.get(cp.origin);
+      }
+    }
+    if (keys === undefined) {
+      this.counts.unknown_log++;
+      return { status: 404, message: `unknown log origin ${JSON.stringify(cp.origin.slice(0, 200))}` };
+    }
+    if (!keys.some((k) => verifyNoteSignature(this.o.backend, note, k.name, k.publicKey))) {
+      this.counts.bad_signature++;
+      return { status: 403, message: `no signature of a key trusted for ${cp.origin} verifies` };
+    }
+    if (req.old > cp.size) {
+      this.counts.malformed++;
+      return { status: 400, message: `old size ${req.old} is larger than the checkpoint size ${cp.size}` };
+    }
+    const rec = this.records.get(cp.origin) ?? null;
+    const known = rec?.size ?? 0;
+    if (req.old !== known) {
+      this.counts.conflict++;
+      return { status: 409, size: known, message: `old size ${req.old} is not the size of the latest cosigned checkpoint` };
+    }
+    if (req.old === 0 && req.proof.length > 0) {
+      this.counts.malformed++;
+      return { status: 400, message: 'the consistency proof must be empty when the old size is 0' };
+    }
+    if (rec !== null && cp.size === rec.size) {
+      if (!bytesEqual(cp.root, rec.root)) {
+        this.counts.conflict++;
+        this.o.log.warn('witness: a checkpoint with the recorded size and another root (a fork of the log?)', {
+          origin: cp.origin, size: cp.size, recorded_root: base64Encode(rec.root), root: base64Encode(cp.root),
+        });
+        return { status: 409, size: rec.size, message: `a checkpoint of size ${cp.size} with another root was cosigned` };
+      }
+      if (req.proof.length > 0) {
+        this.counts.inconsistent++;
+        return { status: 422, message: 'the consistency proof between equal sizes must be empty' };
+      }
+    } else if (rec !== null && rec.size > 0 && !verifyConsistency(this.o.backend, rec.size, cp.size, rec.root, cp.root, req.proof)) {
+      this.counts.inconsistent++;
+      this.o.log.warn('witness: a signed checkpoint is not consistent with the one cosigned before', {
+        origin: cp.origin, recorded_size: rec.size, recorded_root: base64Encode(rec.root), size: cp.size, root: base64Encode(cp.root),
+      });
+      return { status: 422, message: `the consistency proof from size ${rec.size} to ${cp.size} does not verify` };
+    }
+    const time = Math.floor(this.o.now() / 1000);
+    const next: Record_ = { size: cp.size, root: cp.root, time };
+    try {
+      this.writeState(cp.origin, next);
+    } catch (e) {
+      this.counts.failed++;
+      this.o.log.error('witness: cannot persist the state file; nothing cosigned', { file: this.o.stateFile, error: firstLine(e) });
+      return { status: 500, message: 'the witness could not persist its state' };
+    }
+    this.records.set(cp.origin, next);
+    const sig = cosign(this.o.backend, note.text, this.o.name, this.o.signer, time);
+    this.counts.cosigned++;
+    return { status: 200, lines: [sig.line] };
+  }
+
+  private readState(): void {
+    const file = this.o.stateFile;
+    if (!existsSync(file)) return;
+    let doc: { version?: unknown; logs?: unknown };
+    try {
+      doc = JSON.parse(readFileSync(file, 'utf8'));
+    } catch (e) {
+      throw new VouchError('io_error', `witness.state_file ${file} cannot be read as JSON (${firstLine(e)}); a witness never starts without its state`);
+    }
+    const logs = doc?.logs;
+    if (doc?.version !== STATE_VERSION || typeof logs !== 'object' || logs === null || Array.isArray(logs)) {
+      throw new VouchError('io_error', `witness.state_file ${file} is not a vouch witness state (version ${STATE_VERSION})`);
+    }
+    for (const [origin, r] of Object.entries(logs as Record<string, { size?: unknown; root?: unknown; time?: unknown }>)) {
+      const root = typeof r?.root === 'string' ? base64Decode(r.root) : null;
+      if (!Number.isSafeInteger(r?.size) || (r.size as number) < 0 || root === null || root.length !== 32) {
+        throw new VouchError('io_error', `witness.state_file ${file}: the record of ${JSON.stringify(origin)} is malformed`);
+      }
+      this.records.set(origin, { size: r.size as number, root, time: Number.isSafeInteger(r.time) ? r.time as number : 0 });
+    }
+  }
+
+  /** Writes every record, `origin`'s replaced by `next`: temporary file fsynced, renamed, directory fsynced. */
+  private writeState(origin: string, next: Record_): void {
+    const logs: Record<string, { size: number; root: string; time: number }> = {};
+    for (const [o, r] of this.records) logs[o] = { size: r.size, root: base64Encode(r.root), time: r.time };
+    logs[origin] = { size: next.size, root: base64Encode(next.root), time: next.time };
+    const file = this.o.stateFile;
+    const dir = dirname(file);
+    mkdirSync(dir, { recursive: true });
+    const tmp = `${file}.${process.pid}.tmp`;
+    writeDurably(tmp, Buffer.from(JSON.stringify({ version: STATE_VERSION, witness: this.vkey, logs }, null, 1) + '\n'), 0o644);
+    renameSync(tmp, file);
+    fsyncDir(dir);
+  }
+}
+
+/** The logs of `witness.logs`: each verifier key (type 0x01), under its origin (default: the key's name). */
+export function configuredLogs(backend: CryptoBackend, logs: readonly { vkey: string; origin: string | null }[]): WitnessedLog[] {
+  return logs.map((l, i) => {
+    let k: ReturnType<typeof parseVerifierKey>;
+    try {
+      k = parseVerifierKey(backend, l.vkey);
+    } catch (e) {
+      throw new VouchError('usage', `config: witness.logs[${i}].vkey ${firstLine(e)}`);
+    }
+    if (k.type !== 0x01) throw new VouchError('usage', `config: witness.logs[${i}].vkey must be an ed25519 note key (type 0x01), not type ${k.type}`);
+    return { origin: l.origin ?? k.name, name: k.name, publicKey: k.publicKey };
+  });
+}
+
+function firstLine(e: unknown): string {
+  return ((e as Error)?.message ?? String(e)).split('\n')[0]!.slice(0, 300);
+}
+
+/**
+ * The witness of a `witness` config section: its key (`key_file`, never
+ * created here: a witness key is made on purpose, with `vouch keygen`), its
+ * state, and the configured logs. The gateway prints `witness: <vkey>`.
+ */
+export function openWitness(config: WitnessConfig, backend: CryptoBackend, log: Logger, now: () => number): Witness {
+  const signer = nodeSigner(config.name, readKeyFile(config.key_file));
+  return new Witness({ backend, signer, name: config.name, stateFile: config.state_file, logs: configuredLogs(backend, config.logs), now, log });
+}
