@@ -287,6 +287,27 @@ test('the honest path: exit 0, v2 written, the state records the checkpoint atom
   assert.is(JSON.parse(readFileSync(join(xdg, 'vouch', 'checkpoints.json'), 'utf8')).logs[LOG].size, sizeV2);
 });
 
+test('a state file that does not parse, or whose note the pinned key did not sign, is never taken for an empty one', async () => {
+  const broken = join(work, 'state-broken.json');
+  writeFileSync(broken, '{"version":1,"logs":{"x":');
+  const o = out();
+  let r = await get([A.url], broken, o);
+  assert.is(r.status, 2, r.stderr);
+  assert.match(r.stderr, /^vouch get: state file .*state-broken\.json is unusable \(not JSON\)/);
+  assert.not.ok(existsSync(o));
+  assert.is(readFileSync(broken, 'utf8'), '{"version":1,"logs":{"x":');
+  // The remembered note edited (a smaller size, to let a replay through): its signature no longer verifies.
+  const edited = join(work, 'state-edited.json');
+  const j = JSON.parse(readFileSync(v2State, 'utf8'));
+  j.logs[LOG].note = j.logs[LOG].note.replace(`\n${sizeV2}\n`, `\n${sizeV1}\n`);
+  j.logs[LOG].size = sizeV1;
+  writeFileSync(edited, JSON.stringify(j));
+  r = await get([A.url], edited, o);
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, /^bad_state: the state file's checkpoint for log\.vouch\.test does not verify with --public-key/);
+  assert.not.ok(existsSync(o));
+});
+
 test('the attack: a gateway replaying the saved v1 answer is refused by a client that saw v2, and nothing is written', async () => {
   const hostile = await replayer(v1Replay);
   const state = join(work, 'state-replay.json');

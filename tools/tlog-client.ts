@@ -185,6 +185,7 @@ export function securityError(o: {
       : 'what it means: both notes carry valid signatures by the authority key, but the newer tree was not shown to extend the older one. '
         + 'Either the log forked or rewrote its history (its key signed both), or the gateway sent a wrong proof. '
         + 'Ask another gateway for /v1/proof/consistency?from=' + o.older.size + '&to=' + o.newer.size + ': if no correct proof exists, the notes above are the evidence.',
+    '',
     `what to do: do not use artifacts from this log until it is explained. Keep this message; send it to the log's operator and to your security contact. `
       + `Nothing was written; the state file ${o.stateFile} is unchanged.`,
   ].join('\n');

@@ -91,7 +91,7 @@ function entryFor(block: Block, want: Want, source: string) {
   return entry;
 }
 
-const TRUST = `Transparency (issue 17): every answer must carry the log's signed checkpoint and the block's inclusion proof. \
+const TRUST = `Transparency: every answer must carry the log's signed checkpoint and the block's inclusion proof. \
 The client remembers, per log origin, the newest checkpoint it verified (--state) and refuses a checkpoint that is older \
 (a stale or replayed answer) or that is not proven to extend it (a fork or rollback: SECURITY ERROR with the evidence). \
 What this cannot show with one gateway: that the block is the newest for the URL. A gateway can answer with an older block \
