@@ -32,9 +32,14 @@ import { vouchAsync, type Run } from './helpers/processes.ts';
 import { repoRoot } from './helpers/vectors.ts';
 
 const LOG = 'log.vouch.test';
-/** Does the gateway serve the transparency routes itself? */
-const MODE: 'gateway' | 'front' = readdirSync(join(repoRoot, 'gateway'), { recursive: true })
-  .some((f) => String(f).endsWith('.ts') && readFileSync(join(repoRoot, 'gateway', String(f)), 'utf8').includes('/v1/proof/consistency')) ? 'gateway' : 'front';
+const sourcesHold = (dir: string, text: string) => readdirSync(join(repoRoot, dir), { recursive: true })
+  .some((f) => String(f).endsWith('.ts') && readFileSync(join(repoRoot, dir, String(f)), 'utf8').includes(text));
+/**
+ * Does the gateway serve the transparency routes itself, over a chain whose
+ * appends commit a signed checkpoint.note? (VOUCH_TEST_GET_FRONT=1 forces the front.)
+ */
+const MODE: 'gateway' | 'front' = process.env.VOUCH_TEST_GET_FRONT !== '1' && sourcesHold('gateway', '/v1/proof/consistency') && sourcesHold('store', 'signCheckpoint(')
+  ? 'gateway' : 'front';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-get-tlog-'));
 const keyFile = join(work, 'authority.pem');
