@@ -30,6 +30,7 @@ import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { vouchAsync, type Run } from './helpers/processes.ts';
 import { repoRoot } from './helpers/vectors.ts';
+import { loadState, saveCheckpoint } from '../tools/checkpoint-state.ts';
 
 const LOG = 'log.vouch.test';
 const sourcesHold = (dir: string, text: string) => readdirSync(join(repoRoot, dir), { recursive: true })
@@ -313,6 +314,22 @@ test('a state file that does not parse, or whose note the pinned key did not sig
   assert.not.ok(existsSync(o));
 });
 
+test('the state file: other origins kept, an origin\'s size never lowered by a later (concurrent) write', () => {
+  const p = join(work, 'state-unit', 'checkpoints.json');
+  const root = base64Encode(new Uint8Array(32));
+  saveCheckpoint(p, 'a.log', { size: 5, root, note: 'a5' });
+  saveCheckpoint(p, 'b.log', { size: 2, root, note: 'b2' });
+  saveCheckpoint(p, 'a.log', { size: 3, root, note: 'a3' }); // a run that read the state before size 5 was written
+  const st = loadState(p);
+  assert.equal([...st.keys()].sort(), ['a.log', 'b.log']);
+  assert.is(st.get('a.log')!.note, 'a5');
+  saveCheckpoint(p, 'a.log', { size: 6, root, note: 'a6' });
+  assert.is(loadState(p).get('a.log')!.size, 6);
+  assert.is(statSync(p).mode & 0o777, 0o600);
+  assert.is(statSync(join(work, 'state-unit')).mode & 0o777, 0o700);
+  assert.is(loadState(join(work, 'state-unit', 'none.json')).size, 0);
+});
+
 test('the attack: a gateway replaying the saved v1 answer is refused by a client that saw v2, and nothing is written', async () => {
   const hostile = await replayer(v1Replay);
   const state = join(work, 'state-replay.json');
@@ -336,6 +353,16 @@ test('several gateways: a stale one cannot make the client take v1; one proving 
   assert.is(r.status, 0, r.stderr);
   assert.match(r.stdout, /acme\/widget 2\.0\.0.*\(2 gateways agree\)/);
   assert.is(readFileSync(o, 'utf8'), V2);
+  // Every gateway asked is behind what this client saw: the newest of them is stale, refused.
+  const stale2 = await replayer(v1Replay);
+  const seen = join(work, 'state-multi-stale.json');
+  writeFileSync(seen, readFileSync(v2State));
+  o = out();
+  r = await get([stale, stale2], seen, o);
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, new RegExp(`^stale_checkpoint: .* answered with a checkpoint of size ${sizeV1}, older than the size ${sizeV2}`));
+  assert.not.ok(existsSync(o));
+  assert.equal(readFileSync(seen), readFileSync(v2State));
   // A smarter liar: the current checkpoint, and a valid inclusion proof of the v1 block in it.
   const v1Block = JSON.parse(v1Replay.get('/v1/endorsement')!.body.toString());
   const current = await fetchRaw(`${A.url}/v1/endorsement?url=${enc(U)}&proof=1`);
