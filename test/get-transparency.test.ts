@@ -254,7 +254,7 @@ async function before() {
   const r = await get([A.url], v2State, out());
   assert.is(r.status, 0, r.stderr);
   sizeV2 = stateOf(v2State).size;
-  console.log(`  (${MODE === 'gateway' ? 'gateways serve the proofs themselves' : 'proofs from the test front over real gateways: the gateway side of issue 17 is not merged'}; sizes v1 ${sizeV1}, v2 ${sizeV2})`);
+  console.log(`  (${MODE === 'gateway' ? 'gateways serve the proofs themselves' : `proofs from the test front over real gateways${process.env.VOUCH_TEST_GET_FRONT === '1' ? ' (VOUCH_TEST_GET_FRONT=1)' : ': the gateway\'s transparency routes or the store\'s checkpoint.note are not there'}`}; sizes v1 ${sizeV1}, v2 ${sizeV2})`);
 }
 
 

@@ -311,7 +311,7 @@ export const get: Command = {
       throw e;
     } finally {
       rmSync(tmp, { force: true });
-      await dispatcher.close().catch(() => {});
+      await dispatcher.destroy().catch(() => {}); // aborts what a refusal left unread (a large body, other gateways' answers)
     }
   },
 };
