@@ -20,8 +20,10 @@
  * when its record_hash is proven at its own index in that checkpoint's tree;
  * a checkpoint never replaces a remembered one unless it is at least as
  * large and proven consistent with it (same size: same root). A smaller
- * checkpoint than the remembered one is refused even when consistent: that
- * is how a stale (replayed) answer looks.
+ * checkpoint than the remembered one is refused even when consistent (that
+ * is how a stale, replayed answer looks) when it is the one that decides;
+ * among several gateways a smaller one only has to be a proven prefix of the
+ * largest, and its selection explained by `decide`.
  */
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode, base64Encode, bytesEqual, hexDecode, hexEncode } from '../chain/encoding.ts';
