@@ -461,6 +461,13 @@ test('a missing, unparseable or tampered proof or note is refused with one line'
     assert.not.ok(existsSync(o), what);
     assert.not.ok(existsSync(state), what);
   }
+  // The note verifier key works as --public-key and pins the origin.
+  const vkey = verifierKey(nodeBackend, LOG, SIG_ED25519, Buffer.from(pub, 'base64'));
+  let v = await vouchAsync(['get', '--gateway', A.url, '--url', U, '--public-key', vkey, '-o', out(), '--state', join(work, 'state-vkey.json')]);
+  assert.is(v.status, 0, v.stderr);
+  v = await vouchAsync(['get', '--gateway', A.url, '--url', U, '--public-key', verifierKey(nodeBackend, 'other.log', SIG_ED25519, Buffer.from(pub, 'base64')), '-o', out(), '--state', join(work, 'state-vkey.json')]);
+  assert.is(v.status, 1, v.stderr);
+  assert.match(v.stderr, /^bad_checkpoint: .*is not the expected "other\.log"/);
   // --origin pins the log's name.
   const r = await get([A.url], join(work, 'state-origin.json'), out(), ['--origin', 'other.log']);
   assert.is(r.status, 1);

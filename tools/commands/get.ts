@@ -34,6 +34,7 @@ import { computeRecordHash, payloadMessage } from '../../chain/build.ts';
 import { base64Decode, base64Encode, hexEncode } from '../../chain/encoding.ts';
 import { parseArtifactHash, formatArtifactHash } from '../../chain/hash-algorithms.ts';
 import { parsePolicy, type Policy } from '../../chain/tlog-policy.ts';
+import { parseVerifierKey, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { defaultStatePath, loadState, saveCheckpoint } from '../checkpoint-state.ts';
 import {
@@ -110,7 +111,7 @@ export const get: Command = {
     url: { type: 'string', value: 'URL', help: 'the artifact URL as endorsed', required: true },
     semver: { type: 'string', value: 'V', help: 'exact version' },
     at: { type: 'string', value: 'D', help: 'date YYYY-MM-DD' },
-    'public-key': { type: 'string', value: 'B64', help: 'the authority public key you trust (base64)', required: true },
+    'public-key': { type: 'string', value: 'B64', help: 'the authority public key you trust (base64), or its note verifier key ORIGIN+HEX8+B64 (also pins --origin)', required: true },
     output: { type: 'string', short: 'o', value: 'FILE', help: 'where to write the verified bytes', required: true },
     state: { type: 'string', value: 'FILE', help: 'checkpoints seen before (default $XDG_STATE_HOME/vouch/checkpoints.json, else ~/.local/state/vouch/checkpoints.json)' },
     origin: { type: 'string', value: 'NAME', help: 'the log origin the checkpoint must name (default: the one it names)' },
@@ -123,8 +124,21 @@ export const get: Command = {
     for (const g of gateways) if (!/^https?:\/\//.test(g) || !URL.canParse(g)) throw new UsageError(`--gateway must be an http(s) URL, got ${JSON.stringify(g)}`);
     if (v.semver !== undefined && !isSemver(v.semver)) throw new UsageError('--semver must be a SemVer 2.0.0 version');
     if (v.at !== undefined && !isDate(v.at)) throw new UsageError('--at must be a date YYYY-MM-DD');
-    const key = base64Decode(v['public-key']);
-    if (key === null || key.length !== 32) throw new UsageError('--public-key must be base64 of a 32-byte ed25519 key');
+    let key = base64Decode(v['public-key']);
+    if (key === null && v['public-key'].includes('+')) {
+      // A note verifier key (`/v1/authority` verifier_key, `vouch keygen --origin`): the key, and the origin it pins.
+      let vkey;
+      try {
+        vkey = parseVerifierKey(nodeBackend, v['public-key']);
+      } catch (e) {
+        throw new UsageError(`--public-key: ${(e as Error).message}`);
+      }
+      if (vkey.type !== SIG_ED25519) throw new UsageError('--public-key: a verifier key of type 0x01 (ed25519 note signatures) is needed, not a witness key');
+      if (v.origin !== undefined && v.origin !== vkey.name) throw new UsageError(`--origin ${v.origin} differs from the verifier key's name ${vkey.name}`);
+      key = vkey.publicKey;
+      v.origin = vkey.name;
+    }
+    if (key === null || key.length !== 32) throw new UsageError('--public-key must be base64 of a 32-byte ed25519 key, or a note verifier key NAME+HEX8+BASE64');
     const timeoutMs = Number(v.timeout ?? 300) * 1000;
     if (!(timeoutMs > 0)) throw new UsageError('--timeout must be a positive number of seconds');
     if (v.origin !== undefined && v.origin === '') throw new UsageError('--origin must not be empty');
