@@ -16,6 +16,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   soak: async () => (await import('./soak-bench.ts')).runSoakBench(process.argv.includes('--quick')),
   memory: async () => (await import('./memory-bench.ts')).runMemoryBench(process.argv.includes('--quick')),
   scale: async () => (await import('./scale-bench.ts')).runScaleBench(process.argv.includes('--quick')),
+  tlog: async () => (await import('./tlog-bench.ts')).runTlogBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];

@@ -1,0 +1,280 @@
+/**
+ * C2SP signed notes (c2sp.org/signed-note), their ed25519 signatures (type
+ * 0x01), verifier keys (`name+hex8+base64(type ‖ key)`) and the timestamped
+ * ed25519 witness cosignatures of c2sp.org/tlog-cosignature v1 (type 0x04).
+ *
+ * Owns: the byte format of a note and of its signature lines, key IDs, the
+ * signed messages of both signature types. Parsing follows Go's
+ * golang.org/x/mod/sumdb/note `Open`: valid UTF-8 (a JS string without lone
+ * surrogates), no control character but newline, the text is everything up
+ * to the last blank line and ends in a newline, one or more lines
+ * `— <name> <base64(keyID4 ‖ sig)>\n`, names non-empty without Unicode
+ * spaces or `+`, strict padded standard base64 of at least 5 bytes, at most
+ * 100 signatures. Unlike Go, two signature lines with the same name and key
+ * ID make the note malformed (Go keeps the first and drops the rest; no
+ * honest signer writes two, and keeping one of two is a choice we refuse to
+ * make silently). Signatures of unknown keys are kept in `signatures`
+ * unverified: a verifier looks for its own (name, key ID) and ignores the rest.
+ *
+ * Example (Go's sumdb/note vector; test/note.test.ts signs and opens it),
+ * signed by the verifier key `PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW`
+ * (key ID c74f20a3 = SHA-256("PeterNeumann" ‖ 0x0A ‖ 0x01 ‖ key)[:4]):
+ *
+ *     If you think cryptography is the answer to your problem,
+ *     then you don't know what your problem is.
+ *
+ *     — PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=
+ *
+ * A cosignature line has the same shape: base64(keyID4 ‖ uint64be time ‖
+ * sig64), the signature over `cosignature/v1\ntime <time>\n` ‖ note text.
+ *
+ * Trusts: the injected `CryptoBackend` (sha256, ed25519 verify) and `Signer`.
+ * Pure: no I/O, no clock (a cosignature's timestamp is the caller's).
+ *
+ * Must hold: `formatNote(parseNote(s)) === s` for every note `parseNote`
+ * accepts; a verify function answers false (never throws) for a note that
+ * does not carry a valid signature of the asked key; a cosignature (0x04)
+ * never passes as a note signature (0x01) nor the reverse (the key IDs
+ * differ by the type byte, the signed messages and lengths differ).
+ */
+import { VouchError } from './errors.ts';
+import { base64Decode, base64Encode, bytesEqual, hexDecode, hexEncode, utf8 } from './encoding.ts';
+import { hashBytes, type CryptoBackend, type Signer } from './crypto-backend.ts';
+
+export interface NoteSignature {
+  /** Key name. */
+  name: string;
+  /** The 4-byte key ID (first bytes of the decoded signature). */
+  keyId: Uint8Array;
+  /** The signature bytes after the key ID (ed25519: 64; cosignature v1: 8 + 64). */
+  bytes: Uint8Array;
+  /** The signature line without its final newline: `— <name> <base64>`. */
+  line: string;
+}
+
+export interface Note {
+  /** The signed text, ending in a newline (not the separating blank line). */
+  text: string;
+  signatures: NoteSignature[];
+}
+
+/** Signature type bytes of c2sp.org/signed-note. */
+export const SIG_ED25519 = 0x01;
+export const SIG_COSIGNATURE_V1 = 0x04;
+export type NoteSignatureType = typeof SIG_ED25519 | typeof SIG_COSIGNATURE_V1;
+
+/** Go's sumdb/note limit (the spec asks for at least 16). */
+export const MAX_NOTE_SIGNATURES = 100;
+/** Our limit on a whole note (the spec leaves the size to the verifier): 1 MiB of UTF-16 code units. */
+export const MAX_NOTE_CHARS = 1 << 20;
+
+const EM_DASH_PREFIX = '\u2014 ';
+const COSIGNATURE_HEADER = 'cosignature/v1\n';
+/** Unicode White_Space (what Go's unicode.IsSpace accepts beyond ASCII). */
+const UNICODE_SPACE = /[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/;
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** A JS string is valid UTF-8 once encoded iff it has no lone surrogate. */
+function wellFormed(s: string): boolean {
+  return !LONE_SURROGATE.test(s);
+}
+
+function malformed(message: string): VouchError {
+  return new VouchError('malformed', `signed note: ${message}`);
+}
+
+/** A key name as signed-note allows it: non-empty, no Unicode space, no `+`, well-formed. */
+export function isValidKeyName(name: string): boolean {
+  return name.length > 0 && !UNICODE_SPACE.test(name) && !name.includes('+') && wellFormed(name) && !hasControl(name);
+}
+
+/** true when `s` has an ASCII control character other than newline. */
+function hasControl(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const ch = s.charCodeAt(i);
+    if (ch < 0x20 && ch !== 0x0a) return true;
+  }
+  return false;
+}
+
+/** Checks the character rules of a whole note or note text; throws `malformed`. */
+function checkCharacters(s: string, what: string): void {
+  if (!wellFormed(s)) throw malformed(`${what} is not valid UTF-8 (lone surrogate)`);
+  for (let i = 0; i < s.length; i++) {
+    const ch = s.charCodeAt(i);
+    if (ch < 0x20 && ch !== 0x0a) throw malformed(`${what} has control character 0x${ch.toString(16).padStart(2, '0')} at ${i}`);
+  }
+}
+
+export function parseNote(note: string): Note {
+  if (note.length > MAX_NOTE_CHARS) throw malformed(`longer than ${MAX_NOTE_CHARS} characters`);
+  checkCharacters(note, 'note');
+  const split = note.lastIndexOf('\n\n');
+  if (split < 0) throw malformed('no blank line before the signatures');
+  const text = note.slice(0, split + 1);
+  const block = note.slice(split + 2);
+  if (block.length === 0) throw malformed('no signature lines');
+  if (!block.endsWith('\n')) throw malformed('does not end in a newline');
+  const lines = block.slice(0, -1).split('\n');
+  if (lines.length > MAX_NOTE_SIGNATURES) throw malformed(`more than ${MAX_NOTE_SIGNATURES} signatures`);
+  const seen = new Set<string>();
+  const signatures: NoteSignature[] = [];
+  for (const line of lines) {
+    if (!line.startsWith(EM_DASH_PREFIX)) throw malformed(`signature line does not start with "— ": ${JSON.stringify(line.slice(0, 80))}`);
+    const rest = line.slice(EM_DASH_PREFIX.length);
+    const space = rest.indexOf(' ');
+    const name = space < 0 ? rest : rest.slice(0, space);
+    const b64 = space < 0 ? '' : rest.slice(space + 1);
+    if (!isValidKeyName(name)) throw malformed(`bad key name ${JSON.stringify(name.slice(0, 80))}`);
+    const raw = b64 === '' ? null : base64Decode(b64);
+    if (raw === null) throw malformed(`signature of ${name} is not standard base64`);
+    if (raw.length < 5) throw malformed(`signature of ${name} is shorter than a key ID and one byte`);
+    const keyId = raw.slice(0, 4);
+    const id = `${name}+${hexEncode(keyId)}`;
+    if (seen.has(id)) throw malformed(`two signatures by the same key ${id}`);
+    seen.add(id);
+    signatures.push({ name, keyId, bytes: raw.slice(4), line });
+  }
+  return { text, signatures };
+}
+
+/** The note's bytes: text, blank line, one line per signature (rebuilt from name, key ID and bytes). */
+export function formatNote(n: Note): string {
+  if (!n.text.endsWith('\n')) throw malformed('text does not end in a newline');
+  if (n.signatures.length === 0) throw malformed('no signatures');
+  let out = n.text + '\n';
+  for (const s of n.signatures) out += signatureLine(s.name, s.keyId, s.bytes) + '\n';
+  return out;
+}
+
+function signatureLine(name: string, keyId: Uint8Array, bytes: Uint8Array): string {
+  const raw = new Uint8Array(4 + bytes.length);
+  raw.set(keyId, 0);
+  raw.set(bytes, 4);
+  return `${EM_DASH_PREFIX}${name} ${base64Encode(raw)}`;
+}
+
+/** SHA-256(name ‖ 0x0A ‖ type ‖ publicKey)[:4]. */
+export function noteKeyId(c: CryptoBackend, name: string, type: NoteSignatureType, publicKey: Uint8Array): Uint8Array {
+  const n = utf8(name);
+  const buf = new Uint8Array(n.length + 2 + publicKey.length);
+  buf.set(n, 0);
+  buf[n.length] = 0x0a;
+  buf[n.length + 1] = type;
+  buf.set(publicKey, n.length + 2);
+  return hashBytes(c, 'sha256', buf).slice(0, 4);
+}
+
+/** The key ID function of ed25519 note signatures (type 0x01) for `name`. */
+export function ed25519KeyId(c: CryptoBackend, name: string): (publicKey: Uint8Array) => Uint8Array {
+  return (publicKey) => noteKeyId(c, name, SIG_ED25519, publicKey);
+}
+
+function checkKeyInput(name: string, publicKey: Uint8Array): void {
+  if (!isValidKeyName(name)) throw new VouchError('bad_request', `note key name ${JSON.stringify(name)} is empty or has a space, "+" or a control character`);
+  if (publicKey.length !== 32) throw new VouchError('bad_request', `ed25519 public key must be 32 bytes, got ${publicKey.length}`);
+}
+
+/** The verifier key text `name+hex8+base64(type ‖ key)`. */
+export function verifierKey(c: CryptoBackend, name: string, type: NoteSignatureType, publicKey: Uint8Array): string {
+  checkKeyInput(name, publicKey);
+  const tk = new Uint8Array(33);
+  tk[0] = type;
+  tk.set(publicKey, 1);
+  return `${name}+${hexEncode(noteKeyId(c, name, type, publicKey))}+${base64Encode(tk)}`;
+}
+
+/**
+ * Parses a verifier key of type 0x01 or 0x04 (ed25519 key of 32 bytes).
+ * Throws `bad_request` when it is malformed, of another type, or its key ID
+ * is not the one its name and key give.
+ */
+export function parseVerifierKey(c: CryptoBackend, vkey: string): { name: string; type: NoteSignatureType; keyId: Uint8Array; publicKey: Uint8Array } {
+  const bad = (why: string) => new VouchError('bad_request', `verifier key ${JSON.stringify(vkey.slice(0, 120))}: ${why}`);
+  const p1 = vkey.indexOf('+');
+  const p2 = p1 < 0 ? -1 : vkey.indexOf('+', p1 + 1);
+  if (p2 < 0) throw bad('not <name>+<hex8>+<base64>');
+  const name = vkey.slice(0, p1);
+  const hex = vkey.slice(p1 + 1, p2);
+  const b64 = vkey.slice(p2 + 1);
+  if (!isValidKeyName(name)) throw bad('bad key name');
+  if (!/^[0-9a-fA-F]{8}$/.test(hex)) throw bad('key ID is not 8 hex digits');
+  const raw = base64Decode(b64);
+  if (raw === null || raw.length === 0) throw bad('key is not standard base64');
+  const type = raw[0]!;
+  if (type !== SIG_ED25519 && type !== SIG_COSIGNATURE_V1) throw bad(`signature type 0x${type.toString(16).padStart(2, '0')} is not supported (0x01 ed25519, 0x04 cosignature/v1)`);
+  const publicKey = raw.slice(1);
+  if (publicKey.length !== 32) throw bad(`ed25519 key must be 32 bytes, got ${publicKey.length}`);
+  const keyId = hexDecode(hex.toLowerCase())!;
+  if (!bytesEqual(keyId, noteKeyId(c, name, type, publicKey))) throw bad('key ID does not match the name and key');
+  return { name, type, keyId, publicKey };
+}
+
+/** Signs `text` (the note text, ending in a newline) with an ed25519 (0x01) note signature named `name`. */
+export function signNote(c: CryptoBackend, text: string, name: string, signer: Signer): NoteSignature {
+  checkKeyInput(name, signer.publicKey);
+  if (!text.endsWith('\n')) throw malformed('text does not end in a newline');
+  checkCharacters(text, 'text');
+  const keyId = noteKeyId(c, name, SIG_ED25519, signer.publicKey);
+  const bytes = signer.sign(utf8(text));
+  return { name, keyId, bytes, line: signatureLine(name, keyId, bytes) };
+}
+
+function signaturesOf(n: Note, name: string, keyId: Uint8Array): NoteSignature[] {
+  return n.signatures.filter((s) => s.name === name && bytesEqual(s.keyId, keyId));
+}
+
+/**
+ * Does `n` carry a valid ed25519 (0x01) signature by (name, publicKey)?
+ * Every line with that name and key ID must verify (parseNote admits one).
+ */
+export function verifyNoteSignature(c: CryptoBackend, n: Note, name: string, publicKey: Uint8Array): boolean {
+  if (publicKey.length !== 32 || !isValidKeyName(name)) return false;
+  const mine = signaturesOf(n, name, noteKeyId(c, name, SIG_ED25519, publicKey));
+  if (mine.length === 0) return false;
+  const msg = utf8(n.text);
+  return mine.every((s) => s.bytes.length === 64 && c.verify(publicKey, msg, s.bytes));
+}
+
+/** The message a v1 cosignature signs: `cosignature/v1\ntime <t>\n` ‖ checkpoint body. */
+export function cosignatureMessage(checkpointBody: string, timestamp: number): Uint8Array {
+  return utf8(`${COSIGNATURE_HEADER}time ${timestamp}\n${checkpointBody}`);
+}
+
+/**
+ * A tlog-cosignature/v1 (type 0x04) signature line by (name, signer) over
+ * `checkpointBody` at `timestamp` (POSIX seconds, an integer 0..2^53-1: the
+ * spec's bound is 2^63-1, JavaScript numbers stop being exact at 2^53).
+ */
+export function cosign(c: CryptoBackend, checkpointBody: string, name: string, signer: Signer, timestamp: number): NoteSignature {
+  checkKeyInput(name, signer.publicKey);
+  if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new VouchError('bad_request', `cosignature timestamp must be an integer of seconds >= 0, got ${timestamp}`);
+  if (!checkpointBody.endsWith('\n')) throw malformed('checkpoint body does not end in a newline');
+  checkCharacters(checkpointBody, 'checkpoint body');
+  const keyId = noteKeyId(c, name, SIG_COSIGNATURE_V1, signer.publicKey);
+  const sig = signer.sign(cosignatureMessage(checkpointBody, timestamp));
+  const bytes = new Uint8Array(8 + sig.length);
+  new DataView(bytes.buffer).setBigUint64(0, BigInt(timestamp));
+  bytes.set(sig, 8);
+  return { name, keyId, bytes, line: signatureLine(name, keyId, bytes) };
+}
+
+/**
+ * Does `n` carry a valid v1 cosignature by (name, publicKey) over its text?
+ * Returns its timestamp. A timestamp above 2^53-1 is refused (not exact in
+ * JavaScript; above 2^63-1 the spec refuses it anyway). The caller decides
+ * about timestamps in the future (no clock here).
+ */
+export function verifyCosignature(c: CryptoBackend, n: Note, name: string, publicKey: Uint8Array): { ok: true; timestamp: number } | { ok: false } {
+  if (publicKey.length !== 32 || !isValidKeyName(name)) return { ok: false };
+  const mine = signaturesOf(n, name, noteKeyId(c, name, SIG_COSIGNATURE_V1, publicKey));
+  if (mine.length !== 1) return { ok: false };
+  const s = mine[0]!;
+  if (s.bytes.length !== 72) return { ok: false };
+  const t = new DataView(s.bytes.buffer, s.bytes.byteOffset, 8).getBigUint64(0);
+  if (t > BigInt(Number.MAX_SAFE_INTEGER)) return { ok: false };
+  const timestamp = Number(t);
+  if (!c.verify(publicKey, cosignatureMessage(n.text, timestamp), s.bytes.slice(8))) return { ok: false };
+  return { ok: true, timestamp };
+}
