@@ -380,30 +380,31 @@ test('selection through the gateway: default, semver, at with ties, semver+at', 
 
 test('vouch get verifies the UNS block and the bytes itself; a wrong key or a lying gateway is refused', async () => {
   const out = join(work, 'got.js');
-  let r = await vouchAsync(['get', '--gateway', gw.url, '--url', T.textUrl, '--public-key', pub, '-o', out]);
+  const getState = join(work, 'get-state.json'); // never the user's own state file
+  let r = await vouchAsync(['get', '--gateway', gw.url, '--url', T.textUrl, '--public-key', pub, '-o', out, '--state', getState]);
   assert.is(r.status, 0, r.stderr);
   assert.match(r.stdout, /^ok: .* acme\/lib 1\.0\.0, block 1 /);
   assert.is(readFileSync(out, 'utf8'), T.text);
   const other = join(work, 'other.pem');
   const otherPub = createKeyFile(other).publicKeyB64;
   const out2 = join(work, 'got2.js');
-  r = await vouchAsync(['get', '--gateway', gw.url, '--url', T.textUrl, '--public-key', otherPub, '-o', out2]);
+  r = await vouchAsync(['get', '--gateway', gw.url, '--url', T.textUrl, '--public-key', otherPub, '-o', out2, '--state', getState]);
   assert.is(r.status, 1);
   assert.match(r.stderr, /bad_signature: the UNS block is not signed by the pinned authority key/);
   assert.not.ok(existsSync(out2), 'a refused download left a file');
-  r = await vouchAsync(['get', '--gateway', gw.url, '--url', origin.url('/nothing.bin'), '--public-key', pub, '-o', out2]);
+  r = await vouchAsync(['get', '--gateway', gw.url, '--url', origin.url('/nothing.bin'), '--public-key', pub, '-o', out2, '--state', getState]);
   assert.is(r.status, 1);
   assert.match(r.stderr, /HTTP 404/);
-  // A lying "gateway": the real UNS header with other bytes.
+  // A lying "gateway": the real UNS and Vouch-Proof headers with other bytes.
   const liar = createServer(async (_req, res) => {
     const real = await request(`${gw.url}/v1/download?url=${enc(T.textUrl)}`, { dispatcher: agent });
     await real.body.dump();
-    res.writeHead(200, { uns: String(real.headers['uns']), 'content-type': 'text/javascript' });
+    res.writeHead(200, { uns: String(real.headers['uns']), 'vouch-proof': String(real.headers['vouch-proof']), 'content-type': 'text/javascript' });
     res.end('console.log("evil");\n');
   });
   await new Promise<void>((ok) => liar.listen(0, '127.0.0.1', ok));
   try {
-    r = await vouchAsync(['get', '--gateway', `http://127.0.0.1:${(liar.address() as AddressInfo).port}`, '--url', T.textUrl, '--public-key', pub, '-o', out2]);
+    r = await vouchAsync(['get', '--gateway', `http://127.0.0.1:${(liar.address() as AddressInfo).port}`, '--url', T.textUrl, '--public-key', pub, '-o', out2, '--state', getState]);
     assert.is(r.status, 1);
     assert.match(r.stderr, /hash_mismatch/);
     assert.not.ok(existsSync(out2));

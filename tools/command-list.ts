@@ -50,7 +50,7 @@ export const COMMANDS: readonly CommandEntry[] = [
   },
   {
     name: 'get',
-    short: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature and the bytes\' hash itself before writing FILE',
+    short: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature, its inclusion in the log\'s signed checkpoint, the checkpoint\'s consistency with the last one seen, and the bytes\' hash itself before writing FILE',
     load: async () => (await import('./commands/get.ts')).get,
   },
   {

@@ -1,10 +1,29 @@
 /**
- * `vouch get`: the client that trusts no gateway. Downloads through a
- * gateway, then checks itself that the UNS block is signed by the pinned key,
- * endorses the URL (and the asked version), and that the bytes hash to its
- * artifact_hash — before FILE appears (written to a temp file, renamed last).
+ * `vouch get`: the client that trusts no single gateway. Downloads through a
+ * gateway, then checks itself, before FILE appears (written to a temp file,
+ * renamed last):
+ *   1. the UNS block is signed by the pinned key and endorses the URL (and
+ *      the asked version / date);
+ *   2. the `Vouch-Proof` checkpoint note is signed by the pinned key (note
+ *      key name = the log's origin; `--origin` pins it);
+ *   3. the block's record_hash is proven at its index in that checkpoint;
+ *   4. that checkpoint extends the newest one this client saw before for the
+ *      origin (state file; consistency proof from the gateway, verified), and
+ *      is not older than it (a stale answer can hide a newer version or a
+ *      revocation); with `--policy`, it carries the witness quorum;
+ *   5. the bytes hash to the block's artifact_hash.
+ * With several `--gateway`s it first asks each for the lookup with its proof,
+ * proves their checkpoints mutually consistent, requires the same selection
+ * on the same tree (tools/tlog-client.ts `decide`), and downloads from the
+ * gateway with the newest checkpoint. The state file is updated only when
+ * everything passed.
+ *
+ * Trusts: the `--public-key` (and `--origin`, `--policy`) the user gives,
+ * and the state file's past (it is re-verified against the key).
+ * Must hold: exit 0 only after every check above passed; a refusal exits 1
+ * and leaves FILE and the state file untouched.
  */
-import { createWriteStream, renameSync, rmSync } from 'node:fs';
+import { createWriteStream, readFileSync, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
 import { Agent, request } from 'undici';
 import type { Command } from '../command.ts';
@@ -12,9 +31,16 @@ import { UsageError, emit, refuse } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl, isDate, isSemver, parseBlock, type Block } from '../../chain/block.ts';
 import { computeRecordHash, payloadMessage } from '../../chain/build.ts';
-import { base64Decode, hexEncode } from '../../chain/encoding.ts';
+import { base64Decode, base64Encode, hexEncode } from '../../chain/encoding.ts';
 import { parseArtifactHash, formatArtifactHash } from '../../chain/hash-algorithms.ts';
+import { parsePolicy, type Policy } from '../../chain/tlog-policy.ts';
+import { parseVerifierKey, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
+import { defaultStatePath, loadState, saveCheckpoint } from '../checkpoint-state.ts';
+import {
+  Refusal, checkBlockProof, checkPolicy, decide, openVerified, parseConsistencyAnswer, parseProofObject, proveExtends, staleCheckpoint,
+  type Authority, type GatewayAnswer, type VerifiedCheckpoint,
+} from '../tlog-client.ts';
 
 const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
   400: ['the gateway refused the parameters', 2],
@@ -26,7 +52,22 @@ const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
   504: ['the origin was too slow', 2],
 };
 
-/** Checks a UNS block on its own: form, record hash, signature by the pinned key. */
+/** A lookup answer is a block plus a few members; bigger is not a gateway speaking the protocol. */
+const MAX_JSON_BYTES = 8 * 1024 * 1024;
+
+/** Checks a block on its own: form, record hash, signature by the pinned key. */
+export function checkBlockObject(raw: unknown, publicKey: Uint8Array, what: string): Block {
+  const index = typeof (raw as { index?: unknown })?.index === 'number' ? (raw as { index: number }).index : -1;
+  const block = parseBlock(raw, index);
+  if (computeRecordHash(block, nodeBackend) !== block.record_hash) throw new VouchError('record_hash_mismatch', `the ${what}'s record_hash does not match its content`);
+  const sig = base64Decode(block.signature);
+  if (sig === null || !nodeBackend.verify(publicKey, payloadMessage(block.payload), sig)) {
+    throw new VouchError('bad_signature', `the ${what} is not signed by the pinned authority key`);
+  }
+  return block;
+}
+
+/** Checks a UNS header on its own: `{"<service>":{"endorsement":<block>}}` with a block signed by the pinned key. */
 export function checkUnsBlock(uns: string, publicKey: Uint8Array): Block {
   let obj: unknown;
   try {
@@ -37,57 +78,197 @@ export function checkUnsBlock(uns: string, publicKey: Uint8Array): Block {
   const values = typeof obj === 'object' && obj !== null ? Object.values(obj) : [];
   const inner = values.length === 1 ? (values[0] as { endorsement?: unknown }) : null;
   if (!inner || typeof inner !== 'object' || !('endorsement' in inner)) throw new VouchError('malformed', 'the UNS header is not {"<service>":{"endorsement":<block>}}');
-  const raw = inner.endorsement as { index?: unknown };
-  const block = parseBlock(raw, typeof raw?.index === 'number' ? raw.index : -1);
-  if (computeRecordHash(block, nodeBackend) !== block.record_hash) throw new VouchError('record_hash_mismatch', 'the UNS block\'s record_hash does not match its content');
-  const sig = base64Decode(block.signature);
-  if (sig === null || !nodeBackend.verify(publicKey, payloadMessage(block.payload), sig)) {
-    throw new VouchError('bad_signature', 'the UNS block is not signed by the pinned authority key');
-  }
-  return block;
+  return checkBlockObject(inner.endorsement, publicKey, 'UNS block');
 }
+
+interface Want { url: string; semver?: string; at?: string }
+
+/** The endorsement of `want.url` in `block`, matching the asked version and date. */
+function entryFor(block: Block, want: Want, source: string) {
+  const entry = block.payload.endorsements.find((e) => e.artifact_url === want.url);
+  if (!entry) throw new VouchError('malformed', `${source}: the block does not endorse this URL`);
+  if (want.semver && entry.semver !== want.semver) throw new VouchError('malformed', `${source}: the block is version ${entry.semver}, not ${want.semver}`);
+  if (want.at && block.payload.effective_date > want.at) throw new VouchError('malformed', `${source}: the block takes effect ${block.payload.effective_date}, after ${want.at}`);
+  return entry;
+}
+
+const TRUST = `Transparency: every answer must carry the log's signed checkpoint and the block's inclusion proof. \
+The client remembers, per log origin, the newest checkpoint it verified (--state) and refuses a checkpoint that is older \
+(a stale or replayed answer) or that is not proven to extend it (a fork or rollback: SECURITY ERROR with the evidence). \
+What this cannot show with one gateway: that the block is the newest for the URL. A gateway can answer with an older block \
+that is really in the log (or hold back its newer checkpoints from a client that never saw one). Asking several independent \
+gateways (--gateway repeated: same tree, same block, or a newer tree that explains the difference) and requiring witness \
+cosignatures (--policy: the checkpoint was seen by witnesses, so it is the one everybody is shown) are the answers. \
+The first checkpoint seen for an origin is trusted on first use unless --policy or several gateways back it.`;
 
 export const get: Command = {
   name: 'get',
-  usage: '--gateway BASE --url URL [--semver V | --at D] --public-key B64 -o FILE',
-  summary: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature and the bytes\' hash itself before writing FILE.',
-  details: 'Exit 0 verified and written; 1 refused (nothing signed, revoked, bad signature, hash mismatch); 2 usage or network error. FILE is never left partial.',
+  usage: '--gateway BASE [--gateway BASE...] --url URL [--semver V | --at D] --public-key B64 -o FILE [--state FILE] [--origin NAME] [--policy FILE]',
+  summary: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature, its inclusion in the log\'s signed checkpoint, the checkpoint\'s consistency with the last one seen, and the bytes\' hash itself before writing FILE.',
+  details: `Exit 0 verified and written; 1 refused (nothing signed, revoked, bad signature or proof, stale or inconsistent checkpoint, gateways disagreeing, missing witness quorum, hash mismatch); 2 usage or network error. FILE is never left partial.\n\n${TRUST}`,
   options: {
-    gateway: { type: 'string', value: 'BASE', help: 'base URL of the gateway', required: true },
+    gateway: { type: 'string', multiple: true, value: 'BASE', help: 'base URL of a gateway; repeat to require several to agree', required: true },
     url: { type: 'string', value: 'URL', help: 'the artifact URL as endorsed', required: true },
     semver: { type: 'string', value: 'V', help: 'exact version' },
     at: { type: 'string', value: 'D', help: 'date YYYY-MM-DD' },
-    'public-key': { type: 'string', value: 'B64', help: 'the authority public key you trust (base64)', required: true },
+    'public-key': { type: 'string', value: 'B64', help: 'the authority public key you trust (base64), or its note verifier key ORIGIN+HEX8+B64 (also pins --origin)', required: true },
     output: { type: 'string', short: 'o', value: 'FILE', help: 'where to write the verified bytes', required: true },
+    state: { type: 'string', value: 'FILE', help: 'checkpoints seen before (default $XDG_STATE_HOME/vouch/checkpoints.json, else ~/.local/state/vouch/checkpoints.json)' },
+    origin: { type: 'string', value: 'NAME', help: 'the log origin the checkpoint must name (default: the one it names)' },
+    policy: { type: 'string', value: 'FILE', help: 'C2SP tlog-policy file: the checkpoint must carry its witness quorum' },
     timeout: { type: 'string', value: 'S', help: 'seconds before giving up (default 300)' },
   },
   async run(v) {
     if (!isArtifactUrl(v.url)) throw new UsageError(`--url must be an absolute http(s) URL, got ${JSON.stringify(v.url)}`);
-    if (!/^https?:\/\//.test(v.gateway) || !URL.canParse(v.gateway)) throw new UsageError('--gateway must be an http(s) URL');
+    const gateways = [...new Set((v.gateway as string[]).map((g) => g.replace(/\/+$/, '')))];
+    for (const g of gateways) if (!/^https?:\/\//.test(g) || !URL.canParse(g)) throw new UsageError(`--gateway must be an http(s) URL, got ${JSON.stringify(g)}`);
     if (v.semver !== undefined && !isSemver(v.semver)) throw new UsageError('--semver must be a SemVer 2.0.0 version');
     if (v.at !== undefined && !isDate(v.at)) throw new UsageError('--at must be a date YYYY-MM-DD');
-    const key = base64Decode(v['public-key']);
-    if (key === null || key.length !== 32) throw new UsageError('--public-key must be base64 of a 32-byte ed25519 key');
+    let key = base64Decode(v['public-key']);
+    if (key === null && v['public-key'].includes('+')) {
+      // A note verifier key (`/v1/authority` verifier_key, `vouch keygen --origin`): the key, and the origin it pins.
+      let vkey;
+      try {
+        vkey = parseVerifierKey(nodeBackend, v['public-key']);
+      } catch (e) {
+        throw new UsageError(`--public-key: ${(e as Error).message}`);
+      }
+      if (vkey.type !== SIG_ED25519) throw new UsageError('--public-key: a verifier key of type 0x01 (ed25519 note signatures) is needed, not a witness key');
+      if (v.origin !== undefined && v.origin !== vkey.name) throw new UsageError(`--origin ${v.origin} differs from the verifier key's name ${vkey.name}`);
+      key = vkey.publicKey;
+      v.origin = vkey.name;
+    }
+    if (key === null || key.length !== 32) throw new UsageError('--public-key must be base64 of a 32-byte ed25519 key, or a note verifier key NAME+HEX8+BASE64');
     const timeoutMs = Number(v.timeout ?? 300) * 1000;
     if (!(timeoutMs > 0)) throw new UsageError('--timeout must be a positive number of seconds');
-
+    if (v.origin !== undefined && v.origin === '') throw new UsageError('--origin must not be empty');
+    const authority: Authority = { publicKey: key, ...(v.origin !== undefined ? { origin: v.origin as string } : {}) };
+    let policy: Policy | null = null;
+    if (v.policy !== undefined) {
+      let text: string;
+      try {
+        text = readFileSync(v.policy, 'utf8');
+      } catch (e) {
+        throw new VouchError('io_error', `cannot read --policy ${v.policy}: ${(e as Error).message}`);
+      }
+      policy = parsePolicy(nodeBackend, text);
+    }
+    const statePath: string = v.state ?? defaultStatePath();
+    const state = loadState(statePath);
+    const want: Want = { url: v.url, ...(v.semver ? { semver: v.semver } : {}), ...(v.at ? { at: v.at } : {}) };
     const q = new URLSearchParams({ url: v.url });
     if (v.semver) q.set('semver', v.semver);
     if (v.at) q.set('at', v.at);
-    const target = `${v.gateway.replace(/\/+$/, '')}/v1/download?${q}`;
+
     const dispatcher = new Agent({ maxHeaderSize: 4 * 1024 * 1024, connectTimeout: Math.min(timeoutMs, 30_000) });
     const signal = AbortSignal.timeout(timeoutMs);
     const tmp = `${v.output}.vouch-${process.pid}.tmp`;
-    try {
-      let res;
+
+    const send = async (target: string, headers: Record<string, string> = {}) => {
       try {
-        res = await request(target, { dispatcher, signal, maxRedirections: 0 } as Parameters<typeof request>[1]);
+        return await request(target, { dispatcher, signal, maxRedirections: 0, headers } as Parameters<typeof request>[1]);
       } catch (e) {
-        throw new VouchError('origin_error', `cannot reach the gateway: ${(e as { code?: string }).code ?? (e as Error).message}`);
+        if ((e as Error).name === 'TimeoutError' || (e as Error).name === 'AbortError') throw e;
+        throw new VouchError('origin_error', `cannot reach the gateway ${new URL(target).origin}: ${(e as { code?: string }).code ?? (e as Error).message}`);
       }
+    };
+    const getJson = async (target: string): Promise<{ status: number; json: unknown }> => {
+      const res = await send(target, { accept: 'application/json' });
+      const chunks: Buffer[] = [];
+      let n = 0;
+      for await (const c of res.body) {
+        n += (c as Buffer).length;
+        if (n > MAX_JSON_BYTES) {
+          res.body.destroy();
+          throw new Refusal('bad_answer', `${target}: answer larger than ${MAX_JSON_BYTES} bytes`);
+        }
+        chunks.push(c as Buffer);
+      }
+      let json: unknown = null;
+      try {
+        json = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      } catch {
+        if (res.statusCode === 200) throw new Refusal('bad_answer', `${target}: the answer is not JSON`);
+      }
+      return { status: res.statusCode, json };
+    };
+    /** A consistency proof from `gateway` (untrusted: the caller verifies it). */
+    const consistencyFrom = (gateway: string) => async (from: number, to: number) => {
+      const r = await getJson(`${gateway}/v1/proof/consistency?from=${from}&to=${to}`);
+      if (r.status !== 200) {
+        throw new Refusal('bad_proof', `${gateway} gives no consistency proof from size ${from} to ${to} (HTTP ${r.status}): it cannot show that its checkpoint extends the one seen before`);
+      }
+      return { hashes: parseConsistencyAnswer(r.json, from, to, gateway), source: gateway };
+    };
+
+    let origin: string | null = authority.origin ?? null;
+    let seen: VerifiedCheckpoint | null | undefined; // undefined: not looked up yet
+    /** The remembered checkpoint for the origin, re-verified against the key. */
+    const remembered = (o: string): VerifiedCheckpoint | null => {
+      if (seen !== undefined) return seen;
+      const s = state.get(o);
+      if (s === undefined) return (seen = null);
+      try {
+        seen = openVerified(nodeBackend, s.note, { publicKey: key, origin: o }, `state file ${statePath}`);
+      } catch (e) {
+        if (e instanceof Refusal) throw new Refusal('bad_state', `the state file's checkpoint for ${o} does not verify with --public-key (${e.line}); a different key signs this origin now, or the state was edited: use another --state only if you know why`);
+        throw e;
+      }
+      if (seen.size !== s.size || base64Encode(seen.root) !== s.root) throw new Refusal('bad_state', `the state file's entry for ${o} does not match its own note`);
+      return seen;
+    };
+    /** Requires `cp` to be of the expected origin, to satisfy the policy, and to extend `current` (proof from `gateway`). */
+    const accept = async (cp: VerifiedCheckpoint, current: VerifiedCheckpoint | null, gateway: string) => {
+      if (origin === null) origin = cp.origin;
+      else if (cp.origin !== origin) throw new Refusal('bad_checkpoint', `${cp.source}: checkpoint of origin ${JSON.stringify(cp.origin)}, expected ${JSON.stringify(origin)}`);
+      if (policy) checkPolicy(nodeBackend, policy, cp, authority);
+      if (current === null) return;
+      if (cp.size < current.size) throw staleCheckpoint(current, cp);
+      await proveExtends(nodeBackend, current, cp, consistencyFrom(gateway), statePath);
+    };
+
+    try {
+      // Several gateways: each answers the lookup with its proof; their trees must agree.
+      let decided: GatewayAnswer | null = null;
+      if (gateways.length > 1) {
+        const lookup = `/v1/endorsement?${q}&proof=1`;
+        const answers = await Promise.all(gateways.map(async (g): Promise<GatewayAnswer | { gateway: string; status: number; message: string }> => {
+          const r = await getJson(`${g}${lookup}`);
+          if (r.status !== 200) return { gateway: g, status: r.status, message: String((r.json as { message?: unknown })?.message ?? '') };
+          const { success: _s, proof, revoked_by: revokedBy, ...raw } = r.json as Record<string, unknown>;
+          const block = checkBlockObject(raw, key, `block from ${g}`);
+          if (proof === undefined) throw new Refusal('no_proof', `${g} sent no proof with its lookup (proof=1): nothing shows its block is in the log everybody sees`);
+          const cp = checkBlockProof(nodeBackend, block, parseProofObject(proof, g), authority, g);
+          if (revokedBy !== undefined) throw new Refusal('revoked', `${g}: the selected version is revoked (block ${(revokedBy as { index?: unknown }).index})`);
+          entryFor(block, want, g);
+          return { gateway: g, block, cp };
+        }));
+        const failed = answers.filter((a): a is { gateway: string; status: number; message: string } => 'status' in a);
+        if (failed.length === answers.length && failed.every((f) => f.status === failed[0]!.status)) {
+          const [text, exit] = STATUS_TEXT[failed[0]!.status] ?? [`unexpected HTTP ${failed[0]!.status}`, 2];
+          return refuse(v, `http_${failed[0]!.status}`, `HTTP ${failed[0]!.status} from every gateway: ${text}`, { status: failed[0]!.status }, exit);
+        }
+        if (failed.length > 0) {
+          throw new Refusal('gateways_disagree', `the gateways disagree: ${answers.map((a) => 'status' in a ? `${a.gateway} answers HTTP ${a.status}` : `${a.gateway} selects block ${a.block.index} (checkpoint size ${a.cp.size})`).join('; ')}`);
+        }
+        const ok = answers as GatewayAnswer[];
+        for (const a of ok) {
+          if (origin === null) origin = a.cp.origin;
+          if (a.cp.origin !== origin) throw new Refusal('gateways_disagree', `${a.gateway} shows a checkpoint of origin ${JSON.stringify(a.cp.origin)}, ${ok[0]!.gateway} of ${JSON.stringify(origin)}`);
+          if (policy) checkPolicy(nodeBackend, policy, a.cp, authority);
+        }
+        const newest = ok.reduce((a, b) => (b.cp.size > a.cp.size ? b : a));
+        for (const a of ok) if (a !== newest) await proveExtends(nodeBackend, a.cp, newest.cp, consistencyFrom(newest.gateway), statePath);
+        decided = decide(ok);
+        await accept(decided.cp, remembered(origin!), decided.gateway);
+      }
+
+      const gateway = decided?.gateway ?? gateways[0]!;
+      const res = await send(`${gateway}/v1/download?${q}`);
       if (res.statusCode !== 200) {
         await res.body.dump();
         const [text, exit] = STATUS_TEXT[res.statusCode] ?? [`unexpected HTTP ${res.statusCode}`, 2];
+        if (decided) throw new Refusal('gateways_disagree', `${gateway} selected block ${decided.block.index} on lookup but its download answers HTTP ${res.statusCode}: ${text}`);
         return refuse(v, `http_${res.statusCode}`, `HTTP ${res.statusCode}: ${text}`, { status: res.statusCode }, exit);
       }
       const uns = res.headers['uns'];
@@ -96,10 +277,19 @@ export const get: Command = {
         throw new VouchError('malformed', 'the gateway sent no UNS header: nothing proves what these bytes are');
       }
       const block = checkUnsBlock(uns, key);
-      const entry = block.payload.endorsements.find((e) => e.artifact_url === v.url);
-      if (!entry) throw new VouchError('malformed', 'the UNS block does not endorse this URL');
-      if (v.semver && entry.semver !== v.semver) throw new VouchError('malformed', `the UNS block is version ${entry.semver}, not ${v.semver}`);
-      if (v.at && block.payload.effective_date > v.at) throw new VouchError('malformed', `the UNS block takes effect ${block.payload.effective_date}, after ${v.at}`);
+      const entry = entryFor(block, want, gateway);
+      const proofHeader = res.headers['vouch-proof'];
+      if (typeof proofHeader !== 'string') {
+        await res.body.dump();
+        throw new Refusal('no_proof', `${gateway} sent no Vouch-Proof header: nothing shows this block is in the log everybody sees (a gateway without transparency support, or one hiding its checkpoint)`);
+      }
+      const cp = checkBlockProof(nodeBackend, block, parseProofObject(proofHeader, gateway), authority, gateway);
+      const current = decided?.cp ?? remembered(authority.origin ?? cp.origin);
+      await accept(cp, current, gateway);
+      if (decided && block.record_hash !== decided.block.record_hash) {
+        await res.body.dump();
+        throw new Refusal('gateways_disagree', `${gateway} selected block ${decided.block.index} on lookup but downloads block ${block.index}`);
+      }
       const signed = parseArtifactHash(entry.artifact_hash);
       if (typeof signed === 'string') throw new VouchError('bad_artifact_hash', signed);
 
@@ -117,21 +307,25 @@ export const get: Command = {
       if (got !== entry.artifact_hash) {
         throw new VouchError('hash_mismatch', `the bytes hash to ${got}; the signed block says ${entry.artifact_hash}`);
       }
+      saveCheckpoint(statePath, cp.origin, { size: cp.size, root: base64Encode(cp.root), note: cp.text });
       renameSync(tmp, v.output);
-      emit(v, `ok: ${v.output} ${bytes} bytes, ${entry.name} ${entry.semver}, block ${block.index} ${block.record_hash}, ${entry.artifact_hash}`, {
+      emit(v, `ok: ${v.output} ${bytes} bytes, ${entry.name} ${entry.semver}, block ${block.index} ${block.record_hash}, ${entry.artifact_hash}; in ${cp.origin} size ${cp.size}${gateways.length > 1 ? ` (${gateways.length} gateways agree)` : ''}`, {
         file: v.output, bytes, name: entry.name, semver: entry.semver, index: block.index, record_hash: block.record_hash, artifact_hash: entry.artifact_hash,
+        origin: cp.origin, size: cp.size, root: base64Encode(cp.root), gateways: gateways.length,
       });
       return 0;
     } catch (e) {
-      if (e instanceof VouchError && e.kind === 'integrity') {
-        rmSync(tmp, { force: true });
-        return refuse(v, e.code, e.message, {});
+      rmSync(tmp, { force: true });
+      if (e instanceof Refusal) {
+        if (e.evidence) process.stderr.write(e.evidence + '\n');
+        return refuse(v, e.code, e.line, e.evidence ? { evidence: e.evidence } : {});
       }
+      if (e instanceof VouchError && e.kind === 'integrity') return refuse(v, e.code, e.message, {});
       if ((e as Error).name === 'TimeoutError' || (e as Error).name === 'AbortError') throw new VouchError('origin_timeout', `no complete answer within ${timeoutMs / 1000} s`);
       throw e;
     } finally {
       rmSync(tmp, { force: true });
-      await dispatcher.close().catch(() => {});
+      await dispatcher.destroy().catch(() => {}); // aborts what a refusal left unread (a large body, other gateways' answers)
     }
   },
 };
