@@ -62,7 +62,6 @@ import { verifyDirectory } from '../store/parallel-verify.ts';
 import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
 import { BlockTextCache } from './block-text-cache.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
-import { readNoteFile } from './note-file.ts';
 import { LogTree, type ServedNote, type TreeImageRef } from './log-tree.ts';
 import type { MerkleTree } from '../chain/merkle-tree.ts';
 
@@ -407,7 +406,7 @@ export class ChainState {
     if (json.error !== null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: malformed checkpoint: ${json.error}`, { index: null });
     this.cp = this.verifier.verifyCheckpoint(json.value);
     this.cpJson = json.value as Record<string, unknown>;
-    this.loadNote(readNoteFile(this.repo.dir));
+    this.loadNote(this.repo.readCheckpointNote());
   }
 
   /** The authority's raw ed25519 public key (block 0). */
@@ -618,7 +617,7 @@ export class ChainState {
       if (json.error !== null) throw new VouchError('malformed', `malformed at block ${parsed[i]!.index}: ${json.error}`, { index: parsed[i]!.index });
     });
     // The committed note (read from the working tree when the caller has none), checked against the tree with the new entries.
-    const note = noteText === undefined ? readNoteFile(this.repo.dir) : noteText;
+    const note = noteText === undefined ? this.repo.readCheckpointNote() : noteText;
     const pending = parsed.filter((b) => b.index >= this.log.size).map((b) => hexBytes(b.record_hash));
     const served = note === null ? null : this.log.openNote(note, this.authorityKey(), pending);
     this.verifier = probe;

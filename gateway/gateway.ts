@@ -443,7 +443,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         head: () => state.head,
         digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
         now,
-        // Seam (issue 17): the root comes from the tree edge kept beside the chain until the gateway's Merkle tree answers it.
+        // The root of each round's note from the tree edge kept beside the chain (.git/vouch-tree-edge, what
+        // `vouch endorse` reads too); applyCommitted checks every committed note against the gateway's own tree.
         note: (() => {
           const edge = new HeadEdge(repo, () => trusted!.note, verifiedRecordHashes(repo.dir));
           return { origin: origin!, rootWith: (e: readonly Uint8Array[]) => edge.rootWith(e), committed: (e: readonly Uint8Array[]) => edge.advance(e) };
@@ -451,7 +452,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         onAppended: (blocks, committed) => {
           try {
             // From what the branch holds, not the working tree (which may lag after a failed write).
-            state.applyCommitted(blocks, committed.checkpointText, committed.blockTexts);
+            state.applyCommitted(blocks, committed.checkpointText, committed.blockTexts, committed.noteText ?? undefined);
             log.info('appended', { blocks: blocks.map((b) => b.index), head: blocks[blocks.length - 1]!.record_hash });
             pusher?.notify(repo.head);
             ctx.cosigner?.notify();
@@ -468,7 +469,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     if (mirrorMode) {
       sync = new ChainSync({
-        repo, remote: config.chain.remote!, state, pinnedPublicKey: config.chain.public_key, origin: config.chain.origin, recordHashes: verifiedRecordHashes(repo.dir),
+        repo, remote: config.chain.remote!, state, pinnedPublicKey: config.chain.public_key, origin: config.chain.origin,
+        rootWith: (e) => state.rootWith(e),
         intervalSeconds: config.chain.sync_interval, log,
       });
       ctx.syncReport = () => syncReport(sync!.status());
