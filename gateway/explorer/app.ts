@@ -35,7 +35,7 @@ export interface Verdict { ok: boolean; reason: string }
 
 /** Verifies a block (as served, with `success` etc.) against the authority key, in the browser. */
 export function verifyBlock(served: Json, authorityKey: string, authoritySigner: string): Verdict {
-  const { success: _s, revoked_by: _r, ...block } = served;
+  const { success: _s, revoked_by: _r, verifier_key: _v, proof: _p, ...block } = served; // members the gateway adds beside the block
   let parsed: Block;
   try {
     parsed = parseBlock(block, typeof block.index === 'number' ? block.index : -1);
