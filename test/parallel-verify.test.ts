@@ -119,7 +119,7 @@ test('a forged block deep in the chain: the same first failure whatever the thre
   assert.is(await outcome(1), 'bad_signature@3500');
 });
 
-test('failures at the first, last and middle block of a worker batch: the same code and index as inline', async () => {
+test('failures at the first, last and middle block of a worker batch and at the edges of a run of signature checks: the same code and index as inline', async () => {
   // batchSize 500: batches start at blocks 1, 501, 1001, ... The workers walk each batch
   // themselves and report one failure; the main thread checks each batch's first block.
   const file = (i: number) => join(repo.dir, blockPath(i));
@@ -132,6 +132,13 @@ test('failures at the first, last and middle block of a worker batch: the same c
   };
   const cases: { want: string; at: number[]; apply: () => void }[] = [
     { want: 'bad_signature@1001', at: [1001], apply: () => write(resealed(1001, (b) => { b.payload.semver = '9.9.9'; })) },
+    // Signatures are checked in runs of 64 blocks examined first (batches from 501: runs 501-564, 565-628):
+    // a forged signature at the end of a run, and two in one run (the first is reported).
+    { want: 'bad_signature@564', at: [564], apply: () => write(resealed(564, (b) => { b.payload.semver = '9.9.9'; })) },
+    { want: 'bad_signature@565', at: [565, 600], apply: () => {
+      write(resealed(565, (b) => { b.payload.semver = '9.9.9'; }));
+      write(resealed(600, (b) => { b.payload.semver = '9.9.8'; }));
+    } },
     { want: 'time_regression@1500', at: [1500, 1501], apply: () => {
       const b = resealed(1500, (x) => { x.posted = '2020-01-01T00:00:00Z'; });
       write(b);
