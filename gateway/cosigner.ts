@@ -10,7 +10,8 @@
  *
  * Owns: `.git/vouch-cosigned-checkpoint` (the committed note plus the
  * cosignature lines held for it; not committed, replaced atomically), so a
- * restart serves them again; the per-witness request loop and its counters.
+ * restart serves them again and knows the size each of those witnesses
+ * cosigned; the per-witness request loop and its counters.
  * Trusts: the checkpoint source (the gateway's verified chain: its committed
  * note and its Merkle tree's consistency proofs); nothing a witness answers
  * beyond a cosignature that verifies with that witness's configured key.
@@ -111,21 +112,34 @@ export class Cosigner {
     return this.peers.some((p) => p.name === name && bytesEqual(p.publicKey, publicKey));
   }
 
-  /** Takes back the cosignatures kept for the committed checkpoint (a restart), then asks the witnesses missing. */
+  /**
+   * A restart: takes back the cosignatures kept for the committed
+   * checkpoint, and learns from the kept note (whichever checkpoint it is)
+   * the size each witness whose cosignature on it verifies last cosigned,
+   * so the next request carries a consistency proof from there instead of
+   * costing a 409 first. Then asks the witnesses missing.
+   */
   start(): void {
     const note = this.o.source.note();
     if (note !== null) {
       try {
         const kept = parseNote(readFileSync(this.o.file, 'utf8'));
-        if (kept.text === parseNote(note).text) {
+        const current = parseNote(note).text;
+        const keptSize = parseCheckpoint(kept.text).size;
+        const same = kept.text === current;
+        // A kept checkpoint larger than the chain (rolled back) teaches nothing: proofs go up to the chain's size.
+        const usable = keptSize <= parseCheckpoint(current).size;
+        for (const p of this.peers) {
+          const line = this.validLine(kept, p);
+          if (line === null) continue;
+          if (usable) p.size = keptSize;
+          if (same) this.lines.set(p.name, line);
+        }
+        if (same) {
           this.body = kept.text;
-          for (const p of this.peers) {
-            const line = this.validLine(kept, p);
-            if (line !== null) this.lines.set(p.name, line);
-          }
           this.version++;
         }
-      } catch { /* none kept, or not for this checkpoint */ }
+      } catch { /* none kept, or not a checkpoint note */ }
     }
     this.notify();
   }

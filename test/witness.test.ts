@@ -350,12 +350,17 @@ test('after a restart the authority serves the cosigned checkpoint again, and th
   const text = await (await fetch(authority.url + '/checkpoint')).text();
   assert.is(cosignatureLines(text).length, 2, text);
   assert.ok(checkQuorum(c, parsePolicy(c, policyText), parseNote(text)).ok);
-  // A new append after the restart: the authority starts from old 0, gets 409 with the witness's size, retries with a proof.
+  // A new append after the restart: the authority knows from the kept note the size each witness cosigned,
+  // so it sends a consistency proof from there at once (no 409 round trip first).
   await submit(authority, '/a-4.tgz', '1.4.0');
   await until('the cosigned size 5', async () => {
     const t = await (await fetch(authority.url + '/checkpoint')).text();
     return parseCheckpoint(parseNote(t).text).size === 5 && cosignatureLines(t).length === 2;
   });
+  const metrics = await (await fetch(authority.url + '/metrics')).text();
+  const count = (outcome: string) => [...metrics.matchAll(new RegExp(`^vouch_cosign_requests_total\\{[^}]*outcome="${outcome}"[^}]*\\} (\\d+)$`, 'gm'))].map((m) => Number(m[1]));
+  assert.equal(count('conflict'), [0, 0], metrics);
+  assert.equal(count('cosigned'), [1, 1], metrics);
 });
 
 test('quorum unmet: /checkpoint still serves the note, /healthz and /metrics say so', async () => {
