@@ -9,9 +9,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Decode, base64Encode, formatBlockFile, formatCheckpointFile, hexDecode } from '../chain/index.ts';
@@ -22,6 +20,7 @@ import { SIG_ED25519, verifierKey } from '../chain/note.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { buildLongChain } from './helpers/chain-fixture.ts';
+import { buildCheckNote } from './helpers/go-checknote.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 
 const c = nodeBackend;
@@ -182,13 +181,7 @@ test('proof=1 on a lookup carries the inclusion proof and the served note', asyn
 });
 
 test('Go\'s sumdb/note and sumdb/tlog accept the served note and every proof fetched over HTTP, and refuse a flipped byte', async () => {
-  const GOPATH = '/usr/share/gocode';
-  const program = fileURLToPath(new URL('./go-interop/checknote.go', import.meta.url));
-  assert.ok(existsSync(join(GOPATH, 'src/golang.org/x/mod/sumdb/note')), 'golang-golang-x-mod-dev is not installed (apt-get install golang-golang-x-mod-dev)');
-  const binary = join(work, 'checknote');
-  const goEnv = { ...process.env, GO111MODULE: 'off', GOPATH, GOCACHE: join(work, 'gocache'), HOME: work, GOFLAGS: '', GOTOOLCHAIN: 'local' };
-  const built = spawnSync('go', ['build', '-o', binary, program], { env: goEnv, encoding: 'utf8', timeout: 180_000 });
-  assert.is(built.status, 0, built.stderr);
+  const checkNote = buildCheckNote(work);
   const served = await (await get('/checkpoint')).text();
   const vkey = (await (await get('/v1/authority')).json()).verifier_key;
   const root = base64Encode(tree.root(N));
@@ -202,7 +195,7 @@ test('Go\'s sumdb/note and sumdb/tlog accept the served note and every proof fet
     const p = await (await get(`/v1/proof/consistency?from=${from}`)).json();
     consistency.push({ from, to: p.to, old_root: base64Encode(tree.root(from)), new_root: root, proof: p.proof });
   }
-  const run = (input: unknown) => spawnSync(binary, [], { input: JSON.stringify(input), encoding: 'utf8', timeout: 60_000 });
+  const run = (input: unknown) => checkNote(input, 60_000);
   const input = { vkey, note: served, inclusion, consistency };
   const ok = run(input);
   assert.is(ok.status, 0, ok.stdout + ok.stderr);

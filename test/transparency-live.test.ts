@@ -13,11 +13,9 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { base64Decode, base64Encode, hexDecode } from '../chain/encoding.ts';
 import { leafHash, verifyConsistency, verifyInclusion } from '../chain/merkle.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
@@ -25,6 +23,7 @@ import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { parseVerifierKey } from '../chain/note.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { OriginServer } from './helpers/origin-server.ts';
+import { buildCheckNote } from './helpers/go-checknote.ts';
 import { PushingAuthority, until, type GatewayProcess } from './helpers/gateway-process.ts';
 
 const c = nodeBackend;
@@ -107,16 +106,8 @@ test('the authority\'s checkpoints: every block proven included, and the older c
   assert.ok(verifyConsistency(c, first.size, second.size, first.root, second.root, cons.proof.map(b64)));
 });
 
-const GOPATH = '/usr/share/gocode';
-const program = fileURLToPath(new URL('./go-interop/checknote.go', import.meta.url));
-
 test('Go\'s sumdb/note and sumdb/tlog accept the note and every proof over HTTP, and refuse a flipped byte', async () => {
-  assert.ok(existsSync(program), 'test/go-interop/checknote.go');
-  assert.ok(existsSync(join(GOPATH, 'src/golang.org/x/mod/sumdb/note')), 'golang-golang-x-mod-dev is not installed');
-  const binary = join(work, 'checknote');
-  const goEnv = { ...process.env, GO111MODULE: 'off', GOPATH, GOCACHE: join(work, 'gocache'), HOME: work, GOFLAGS: '', GOTOOLCHAIN: 'local' };
-  const built = spawnSync('go', ['build', '-o', binary, program], { env: goEnv, encoding: 'utf8', timeout: 180_000 });
-  assert.is(built.status, 0, built.stderr);
+  const run = buildCheckNote(work);
   const { entries } = await recompute(authority.url, second!.size);
   const inclusion = [];
   for (let i = 0; i < second!.size; i++) {
@@ -129,7 +120,6 @@ test('Go\'s sumdb/note and sumdb/tlog accept the note and every proof over HTTP,
     const old = oldRoot ?? (await recompute(authority.url, from)).tree.root(from);
     consistency.push({ from, to, old_root: base64Encode(old), new_root: base64Encode(second!.root), proof: p.proof });
   }
-  const run = (input: unknown) => spawnSync(binary, [], { input: JSON.stringify(input), encoding: 'utf8', timeout: 30_000 });
   const input = { vkey, note: second!.note, inclusion, consistency };
   const ok = run(input);
   assert.is(ok.status, 0, ok.stdout + ok.stderr);
