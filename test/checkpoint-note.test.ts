@@ -33,9 +33,9 @@ import { TreeEdge, readEdgeFile } from '../store/tree-edge.ts';
 import { ChainState } from '../gateway/chain-state.ts';
 import { ChainSync } from '../gateway/chain-sync.ts';
 import { logOrigin, resolveConfig } from '../gateway/config.ts';
-import type { Logger } from '../gateway/log.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { GitServer } from './helpers/git-server.ts';
+import { memoryLog } from './helpers/memory-log.ts';
 import { startGatewayProcess, writeConfig } from './helpers/gateway-process.ts';
 import { gitAsync, gitIn, vouch, vouchAsync } from './helpers/processes.ts';
 
@@ -338,13 +338,6 @@ test('the gateway commits the note with every submit (group commits too), under 
 
 // ---------------------------------------------------------------------------
 // Mirrors
-
-interface LogLine { level: string; msg: string; fields: Record<string, unknown> }
-function memoryLog(): Logger & { lines: LogLine[] } {
-  const lines: LogLine[] = [];
-  const at = (level: string) => (msg: string, fields: Record<string, unknown> = {}) => { lines.push({ level, msg, fields }); };
-  return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
-}
 
 test('a mirror takes honest notes and refuses a remote whose note is unsigned, of another size or root, or dropped', async () => {
   mkdirSync(join(work, 'srv'), { recursive: true });
