@@ -12,14 +12,13 @@ import * as assert from 'uvu/assert';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { base64Decode, base64Encode, formatBlockFile, formatCheckpointFile, hexDecode } from '../chain/index.ts';
+import { base64Decode, base64Encode, hexDecode } from '../chain/index.ts';
 import { leafHash, rootOfEntries, verifyConsistency, verifyInclusion } from '../chain/merkle.ts';
 import { MerkleTree, entryBundle } from '../chain/merkle-tree.ts';
 import { signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { SIG_ED25519, verifierKey } from '../chain/note.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
-import { buildLongChain } from './helpers/chain-fixture.ts';
+import { buildLongChain, initChainRepo } from './helpers/chain-fixture.ts';
 import { buildCheckNote } from './helpers/go-checknote.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 
@@ -37,8 +36,7 @@ let config = '';
 let gw: GatewayProcess;
 
 test.before(async () => {
-  await ChainRepo.init(dir, fixture.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(fixture.checkpoint),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await initChainRepo(dir, fixture.blocks, fixture.checkpoint);
   writeFileSync(join(dir, 'checkpoint.note'), note);
   config = writeConfig(work, { listen: { port: 0 }, chain: { dir, public_key: base64Encode(fixture.signer.publicKey) } });
   gw = await startGatewayProcess(['--config', config]);
