@@ -10,12 +10,12 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, formatBlockFile, formatCheckpointFile, base64Encode, type Block } from '../chain/index.ts';
+import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, base64Encode, type Block } from '../chain/index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../store/chain-repo.ts';
 import { appendSigned } from '../store/chain-store.ts';
 import { ChainState, IMAGE_POLICY } from '../gateway/chain-state.ts';
-import { buildLongChain, T0 } from './helpers/chain-fixture.ts';
+import { buildLongChain, initChainRepo, T0 } from './helpers/chain-fixture.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-snap-'));
 const dir = join(work, 'chain');
@@ -28,9 +28,7 @@ const git = (f: string) => join(dir, '.git', f);
 const url = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;
 
 test.before(async () => {
-  await ChainRepo.init(dir, blocks.slice(0, 200).map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: blocks[199]!, signer, now: T0 + 200 * 1000 })),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await initChainRepo(dir, blocks.slice(0, 200), buildCheckpoint({ head: blocks[199]!, signer, now: T0 + 200 * 1000 }));
 });
 
 async function load() {

@@ -19,6 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GitServer } from './helpers/git-server.ts';
 import { buildLongChain, testSigner, T0 } from './helpers/chain-fixture.ts';
+import { memoryLog, type LogLine } from './helpers/memory-log.ts';
 import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf, computeRecordHash } from '../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../chain/block.ts';
 import { base64Encode, utf8 } from '../chain/encoding.ts';
@@ -28,7 +29,6 @@ import { appendSigned, commitFor } from '../store/chain-store.ts';
 import { VouchError } from '../chain/errors.ts';
 import { ChainState } from '../gateway/chain-state.ts';
 import { ChainSync, prepareMirror } from '../gateway/chain-sync.ts';
-import type { Logger } from '../gateway/log.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-chain-sync-'));
 const repoRoot = new URL('..', import.meta.url).pathname;
@@ -132,13 +132,6 @@ class Authority {
     this.blocks = [...blocks];
     (this as { dir: string }).dir = dir;
   }
-}
-
-interface LogLine { level: string; msg: string; fields: Record<string, unknown> }
-function memoryLog(): Logger & { lines: LogLine[] } {
-  const lines: LogLine[] = [];
-  const at = (level: string) => (msg: string, fields: Record<string, unknown> = {}) => { lines.push({ level, msg, fields }); };
-  return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }
 
 async function expectCode(p: Promise<unknown>, code: string): Promise<VouchError> {

@@ -26,13 +26,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Parser } from 'htmlparser2';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
-import { base64Encode, formatBlockFile, formatCheckpointFile, type Block } from '../chain/index.ts';
+import { base64Encode, type Block } from '../chain/index.ts';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { negotiate, renderHtml, renderJson, rewritePage, type RewriteIO } from '../gateway/ecosystems/pypi.ts';
 import { parseHtmlPage, parseJsonPage, PageError, versionOfFile } from '../artifacts/pypi-simple.ts';
-import { testSigner } from './helpers/chain-fixture.ts';
+import { initChainRepo, testSigner } from './helpers/chain-fixture.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { buildDists, distFilename, PypiHost, sha256Hex, SYSTEM_PYTHON, type DistSpec } from './helpers/pypi-fixture.ts';
 
@@ -204,9 +203,7 @@ test.before(async () => {
   endorse([dists.v110!]);
   endorse([dists.tamper!]);
   const chainDir = join(work, 'chain');
-  await ChainRepo.init(chainDir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: start + blocks.length * 60_000 })),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(start / 1000) });
+  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: start + blocks.length * 60_000 }), { timestamp: Math.floor(start / 1000) });
 
   gw = await startGatewayProcess(['--config', writeConfig(work, {
     listen: { host: '127.0.0.1', port: 0 },

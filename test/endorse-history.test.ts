@@ -19,7 +19,7 @@ import { appendSigned, findEndorsements, trustedHead } from '../store/chain-stor
 import { ChainState } from '../gateway/chain-state.ts';
 import { priorEndorsements, refreshIfBehind, type History } from '../tools/endorse-history.ts';
 import { endorsementsOf } from '../tools/lockfiles/history.ts';
-import { buildLongChain, T0, TEST_SEED } from './helpers/chain-fixture.ts';
+import { buildLongChain, initChainRepo, T0, TEST_SEED } from './helpers/chain-fixture.ts';
 import { vouch, vouchAsync } from './helpers/processes.ts';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -51,9 +51,7 @@ async function endorseIn(dir: string, u: string, text: string, semver: string): 
 }
 
 test.before(async () => {
-  await ChainRepo.init(base, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: blocks[199]!, signer, now: T0 + 200 * 1000 })),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await initChainRepo(base, blocks, buildCheckpoint({ head: blocks[199]!, signer, now: T0 + 200 * 1000 }));
   await endorseIn(base, url(5), 'five again', '2.0.0'); // block 200: url(5) twice, both in the image
   const repo = await ChainRepo.open(base, { repair: false });
   await ChainState.load(repo); // the gateway's snapshot and index image of 201 blocks
@@ -126,18 +124,14 @@ test('an image of another chain (its last block is not the file), or larger than
       entries: [{ url: url(i), artifactHash: hashOf(`other ${i}`), name: 'acme/other', semver: '1.0.0', license: 'MIT', comment: '' }],
     }));
   }
-  await ChainRepo.init(other, alt.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: alt[200]!, signer, now: T0 + 300 * 1000 })),
-    { message: 'other\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await initChainRepo(other, alt, buildCheckpoint({ head: alt[200]!, signer, now: T0 + 300 * 1000 }), { message: 'other\n' });
   await ChainState.load(await ChainRepo.open(other, { repair: false }));
   const d = copy();
   for (const f of ['vouch-snapshot.json', 'vouch-index.bin']) cpSync(join(other, '.git', f), join(d, '.git', f));
   await fallsBack(d, /is not the block the index image holds/);
   // The other chain's image on a chain shorter than it.
   const short = join(work, 'short');
-  await ChainRepo.init(short, blocks.slice(0, 50).map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: blocks[49]!, signer, now: T0 + 50 * 1000 })),
-    { message: 'short\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await initChainRepo(short, blocks.slice(0, 50), buildCheckpoint({ head: blocks[49]!, signer, now: T0 + 50 * 1000 }), { message: 'short\n' });
   for (const f of ['vouch-snapshot.json', 'vouch-index.bin']) cpSync(join(other, '.git', f), join(short, '.git', f));
   const r = await (async () => {
     const repo = await ChainRepo.open(short, { repair: false });

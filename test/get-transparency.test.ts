@@ -27,7 +27,7 @@ import { cosign, formatNote, parseNote, verifierKey, SIG_COSIGNATURE_V1, SIG_ED2
 import { nodeBackend, nodeSigner, rawPublicKey } from '../platform/node-crypto.ts';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { OriginServer } from './helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { vouchAsync, type Run } from './helpers/processes.ts';
 import { repoRoot } from './helpers/vectors.ts';
 import { loadState, saveCheckpoint } from '../tools/checkpoint-state.ts';
@@ -153,18 +153,9 @@ async function startFront(name: string): Promise<Front> {
   return { gw, url: MODE === 'gateway' ? gw.url : await proofFront(gw.url) };
 }
 
-async function submit(front: Front, body: Record<string, unknown>) {
-  const r = await request(front.gw.url + '/v1/submit', {
-    method: 'POST', dispatcher: agent, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
-  const j = await r.body.json() as { index: number };
-  assert.is(r.statusCode, 201, JSON.stringify(j));
-  return j.index;
-}
-
 async function endorse(front: Front, bytes: string, semver: string, path = '/widget.js') {
   origin.route(path, { body: bytes, contentType: 'text/javascript' });
-  return submit(front, { url: origin.url(path), name: 'acme/widget', semver, license: 'MIT' });
+  return (await submitEntry(front.gw.url, token, { url: origin.url(path), name: 'acme/widget', semver, license: 'MIT' })).index;
 }
 
 /** A hostile gateway: replays saved answers by path, and 404 for the rest (it cannot prove anything newer). */

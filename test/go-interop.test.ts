@@ -11,33 +11,27 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-crypto.ts';
 import { base64Encode } from '../chain/encoding.ts';
 import { cosign, SIG_ED25519, verifierKey } from '../chain/note.ts';
 import { formatCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
+import { buildCheckNote, type CheckNoteRun } from './helpers/go-checknote.ts';
 
-const GOPATH = '/usr/share/gocode';
-const program = fileURLToPath(new URL('./go-interop/checknote.go', import.meta.url));
 const work = mkdtempSync(join(tmpdir(), 'vouch-go-interop-'));
-const binary = join(work, 'checknote');
-const goEnv = { ...process.env, GO111MODULE: 'off', GOPATH, GOCACHE: join(work, 'gocache'), HOME: work, GOFLAGS: '', GOTOOLCHAIN: 'local' };
+let run: (input: unknown) => CheckNoteRun;
 
 test.before(() => {
-  assert.ok(existsSync(join(GOPATH, 'src/golang.org/x/mod/sumdb/note')), 'golang-golang-x-mod-dev is not installed (apt-get install golang-golang-x-mod-dev)');
-  const r = spawnSync('go', ['build', '-o', binary, program], { env: goEnv, encoding: 'utf8', timeout: 180_000 });
-  assert.is(r.status, 0, `go build failed: ${r.stderr}`);
+  run = buildCheckNote(work);
 });
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
 function check(input: unknown): { status: number | null; out: string } {
-  const r = spawnSync(binary, [], { input: JSON.stringify(input), encoding: 'utf8', timeout: 30_000 });
+  const r = run(input);
   return { status: r.status, out: r.stdout + r.stderr };
 }
 

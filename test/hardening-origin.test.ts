@@ -30,14 +30,13 @@ import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
 import type { Block } from '../chain/block.ts';
-import { base64Encode, formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
+import { base64Encode } from '../chain/index.ts';
 import { isVouchError, type VouchError } from '../chain/errors.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
 import { createKeyFile } from '../platform/key-file.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
 import type { Resolver } from '../artifacts/address-guard.ts';
-import { testSigner } from './helpers/chain-fixture.ts';
+import { initChainRepo, testSigner } from './helpers/chain-fixture.ts';
 import { OriginServer, digestOf } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { rawRequest, type RawAnswer } from './helpers/raw-http.ts';
@@ -192,9 +191,7 @@ test.before(async () => {
   endorse(`${O}/npm/rightpad/-/rightpad-1.0.0.tgz`, sha256('internal admin page'), 'npm/rightpad');
   endorse(`http://127.0.0.1:${inner.port}/admin`, sha256('internal admin page'));
   const chainDir = join(work, 'guarded-chain');
-  await ChainRepo.init(chainDir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length })),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(now / 1000) });
+  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length }), { timestamp: Math.floor(now / 1000) });
 
   createKeyFile(join(work, 'authority.pem'));
   writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });

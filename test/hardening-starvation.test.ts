@@ -27,10 +27,9 @@ import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
 import type { Block } from '../chain/block.ts';
-import { base64Encode, formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
+import { base64Encode } from '../chain/index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { testSigner } from './helpers/chain-fixture.ts';
+import { initChainRepo, testSigner } from './helpers/chain-fixture.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-starvation-'));
@@ -106,9 +105,7 @@ test.before(async () => {
     }));
   }
   const chainDir = join(work, 'chain');
-  await ChainRepo.init(chainDir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length })),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(now / 1000) });
+  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length }), { timestamp: Math.floor(now / 1000) });
   gw = await startGatewayProcess(['--config', writeConfig(join(work, 'gw'), {
     listen: { port: 0 },
     chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },

@@ -45,7 +45,7 @@ import { promisify } from 'node:util';
 import { constants as zc, deflateRawSync, deflateSync } from 'node:zlib';
 import { Agent, request } from 'undici';
 import { GitServer } from './helpers/git-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { startGatewayProcess, until, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { buildLongChain, testSigner, TEST_SEED, T0 } from './helpers/chain-fixture.ts';
 import { artifactHashOf, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../chain/block.ts';
@@ -654,16 +654,6 @@ let gatewayMirror: GatewayProcess | null = null;
 async function getJson(base: string, path: string): Promise<{ status: number; json: any }> {
   const r = await request(base + path, { dispatcher: agent });
   return { status: r.statusCode, json: await r.body.json() };
-}
-
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs: number): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
 }
 
 function procStatus(pid: number, field: 'VmRSS' | 'VmHWM'): number {

@@ -11,20 +11,19 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { MerkleTree, parseTilePath, tilePath, entryBundle } from '../chain/merkle-tree.ts';
 import { verifyConsistency, verifyInclusion, leafHash } from '../chain/merkle.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { nobleBackend } from '../chain/backend-noble.ts';
+import { loadReferenceTree, transparencyDevDir } from './helpers/vectors.ts';
 import { entries, naiveLeaf, naiveMth, naivePath, naiveProof } from './helpers/merkle-naive.ts';
 
-const VECTORS = fileURLToPath(new URL('./vectors/transparency-dev/', import.meta.url));
 const hex = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'hex'));
 const b64 = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'base64'));
 const toHex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
-const ref = JSON.parse(readFileSync(join(VECTORS, 'reference-tree.json'), 'utf8')) as { leafInputs: string[]; nodeHashes: string[][]; rootHashes: string[] };
+const ref = loadReferenceTree();
 const happy = (kind: string): Record<string, unknown>[] =>
-  readdirSync(join(VECTORS, 'testdata', kind)).filter((d) => /^[0-9]$/.test(d)).sort().map((d) => JSON.parse(readFileSync(join(VECTORS, 'testdata', kind, d, 'happy-path.json'), 'utf8')));
+  readdirSync(join(transparencyDevDir, 'testdata', kind)).filter((d) => /^[0-9]$/.test(d)).sort().map((d) => JSON.parse(readFileSync(join(transparencyDevDir, 'testdata', kind, d, 'happy-path.json'), 'utf8')));
 
 function referenceTree(c = nodeBackend): MerkleTree {
   const t = new MerkleTree(c);

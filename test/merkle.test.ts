@@ -10,18 +10,17 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { leafHash, nodeHash, rootOfEntries, verifyInclusion, verifyConsistency, type Hash } from '../chain/merkle.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { nobleBackend } from '../chain/backend-noble.ts';
 import type { CryptoBackend } from '../chain/crypto-backend.ts';
+import { loadReferenceTree, transparencyDevDir } from './helpers/vectors.ts';
 import { entries, naiveLeaf, naiveMth, naivePath, naiveProof, naivePathLength, naiveProofLength } from './helpers/merkle-naive.ts';
 
-const VECTORS = fileURLToPath(new URL('./vectors/transparency-dev/', import.meta.url));
 const hex = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'hex'));
 const b64 = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'base64'));
 const toHex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
-const ref = JSON.parse(readFileSync(join(VECTORS, 'reference-tree.json'), 'utf8')) as { leafInputs: string[]; nodeHashes: string[][]; rootHashes: string[] };
+const ref = loadReferenceTree();
 
 function probes(dir: string): { file: string; p: Record<string, unknown> }[] {
   const out: { file: string; p: Record<string, unknown> }[] = [];
@@ -29,10 +28,10 @@ function probes(dir: string): { file: string; p: Record<string, unknown> }[] {
     for (const name of readdirSync(d).sort()) {
       const f = join(d, name);
       if (statSync(f).isDirectory()) walk(f);
-      else if (name.endsWith('.json')) out.push({ file: f.slice(VECTORS.length), p: JSON.parse(readFileSync(f, 'utf8')) });
+      else if (name.endsWith('.json')) out.push({ file: f.slice(transparencyDevDir.length + 1), p: JSON.parse(readFileSync(f, 'utf8')) });
     }
   };
-  walk(join(VECTORS, 'testdata', dir));
+  walk(join(transparencyDevDir, 'testdata', dir));
   return out;
 }
 /**

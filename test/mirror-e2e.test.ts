@@ -8,20 +8,19 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { createKeyFile } from '../platform/key-file.ts';
-import { GitServer } from './helpers/git-server.ts';
 import { OriginServer } from './helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { PushingAuthority, until, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { git, gitAsync, vouch, vouchAsync } from './helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-mirror-'));
 const token = 'mirror-test-token-' + 'y'.repeat(24);
 const agent = new Agent({ maxHeaderSize: 1024 * 1024 });
-let gitServer: GitServer;
+let live: PushingAuthority;
 let origin: OriginServer;
 let authority: GatewayProcess;
 let mirror: GatewayProcess;
@@ -33,50 +32,19 @@ async function getJson(base: string, path: string) {
   const r = await request(base + path, { dispatcher: agent });
   return { status: r.statusCode, json: await r.body.json() as any };
 }
-async function submit(url: string, semver: string) {
-  const r = await request(authority.url + '/v1/submit', {
-    method: 'POST', dispatcher: agent,
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url, name: 'acme/mirrored', semver, license: 'MIT' }),
-  });
-  const j = await r.body.json() as any;
-  assert.is(r.statusCode, 201, JSON.stringify(j));
-  return j;
-}
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-const remoteHead = () => git(['-C', join(work, 'git', 'chain.git'), 'rev-parse', 'main']).stdout.trim();
+const submit = (url: string, semver: string) => live.submit({ url, name: 'acme/mirrored', semver, license: 'MIT' });
+const remoteHead = () => git(['-C', live.bareDir, 'rev-parse', 'main']).stdout.trim();
 
 test.before(async () => {
-  const keyFile = join(work, 'authority.pem');
-  pub = createKeyFile(keyFile).publicKeyB64;
-  writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
-  mkdirSync(join(work, 'git'), { recursive: true });
-  gitServer = await GitServer.start(join(work, 'git'));
-  gitServer.initBare('chain.git');
-  remote = gitServer.url('chain.git');
   origin = await OriginServer.start();
   for (let i = 1; i <= 3; i++) origin.route(`/m-${i}.tgz`, { body: `mirrored artifact ${i}` });
-  authority = await startGatewayProcess(['--config', writeConfig(join(work, 'a'), {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'a', 'chain'), remote },
-    authority: { key_file: keyFile, signer: 'mirror-test', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true },
-  })]);
+  live = await PushingAuthority.start(work, { signer: 'mirror-test', token });
+  ({ authority, pub, remote } = live);
 });
 
 test.after(async () => {
-  await mirror?.stop();
-  await authority?.stop();
+  await live?.stop(); // the mirror, the authority, the git server
   await origin?.close();
-  await gitServer?.stop();
   await agent.close();
   rmSync(work, { recursive: true, force: true });
 });
@@ -84,14 +52,14 @@ test.after(async () => {
 test('the authority pushes its appends; a plain git clone of the remote verifies', async () => {
   await submit(origin.url('/m-1.tgz'), '1.0.0');
   await submit(origin.url('/m-2.tgz'), '2.0.0');
-  const localHead = git(['-C', join(work, 'a', 'chain'), 'rev-parse', 'HEAD']).stdout.trim();
+  const localHead = git(['-C', live.chainDir, 'rev-parse', 'HEAD']).stdout.trim();
   await until('the push', async () => remoteHead() === localHead);
   const clone = join(work, 'audit-clone');
   assert.is((await gitAsync(['clone', '-q', remote, clone])).status, 0);
   const v = await vouchAsync(['verify', '--chain', clone, '--public-key', pub, '--json']);
   assert.is(v.status, 0, v.stderr);
   assert.is(JSON.parse(v.stdout).blocks, 3);
-  assert.is(git(['-C', join(work, 'git', 'chain.git'), 'fsck', '--strict']).status, 0);
+  assert.is(git(['-C', live.bareDir, 'fsck', '--strict']).status, 0);
 });
 
 test('a mirror without a pinned key, or with the wrong one, refuses to start', async () => {
@@ -108,11 +76,7 @@ test('a mirror without a pinned key, or with the wrong one, refuses to start', a
 });
 
 test('a mirror clones, verifies, serves the same lookups, and picks up a new submit within a sync interval', async () => {
-  mirror = await startGatewayProcess(['--config', writeConfig(join(work, 'm'), {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'm', 'chain'), remote, public_key: pub, sync_interval: 1 },
-    origin: { allow_private: true },
-  })]);
+  mirror = await live.startMirror(join(work, 'm'));
   for (const path of [`/v1/endorsement?url=${enc(origin.url('/m-1.tgz'))}`, '/v1/authority', '/v1/checkpoint']) {
     const a = await getJson(authority.url, path);
     const m = await getJson(mirror.url, path);
@@ -162,18 +126,18 @@ test('a force-pushed rewrite of the remote is refused; the mirror keeps serving 
 
 test('the remote going down and coming back is survived', async () => {
   // Restore the honest history on the remote (as the authority's next push would).
-  const honest = git(['-C', join(work, 'a', 'chain'), 'rev-parse', 'HEAD']).stdout.trim();
-  assert.is((await gitAsync(['-C', join(work, 'a', 'chain'), 'push', '-q', '--force', remote, 'main'])).status, 0);
+  const honest = git(['-C', live.chainDir, 'rev-parse', 'HEAD']).stdout.trim();
+  assert.is((await gitAsync(['-C', live.chainDir, 'push', '-q', '--force', remote, 'main'])).status, 0);
   assert.is(remoteHead(), honest);
-  gitServer.down = true;
-  gitServer.dropConnections();
+  live.gitServer.down = true;
+  live.gitServer.dropConnections();
   origin.route('/m-4.tgz', { body: 'mirrored artifact 4' });
   await submit(origin.url('/m-4.tgz'), '4.0.0'); // acknowledged while the remote is down: pushed later
   await new Promise((r) => setTimeout(r, 2500));
   const during = await getJson(mirror.url, '/readyz');
   assert.ok(during.json.sync.consecutive_failures >= 1, JSON.stringify(during.json));
   assert.is((await getJson(mirror.url, `/v1/endorsement?url=${enc(origin.url('/m-1.tgz'))}`)).status, 200, 'stopped serving while the remote was down');
-  gitServer.down = false;
+  live.gitServer.down = false;
   const last = await getJson(authority.url, '/v1/checkpoint');
   await until('the mirror to catch up', async () => {
     const r = await getJson(mirror.url, '/v1/checkpoint');

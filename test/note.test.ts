@@ -9,12 +9,12 @@ import * as assert from 'uvu/assert';
 import { nobleBackend, nobleSigner } from '../chain/backend-noble.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-crypto.ts';
 import { base64Decode, base64Encode, hexEncode } from '../chain/encoding.ts';
-import { VouchError } from '../chain/errors.ts';
 import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
 import {
   cosign, formatNote, MAX_NOTE_SIGNATURES, noteKeyId, parseNote, parseVerifierKey, signNote, verifierKey, verifyCosignature, verifyNoteSignature,
   SIG_COSIGNATURE_V1, SIG_ED25519,
 } from '../chain/note.ts';
+import { refuses } from './helpers/refusal.ts';
 
 // Vendored from golang.org/x/mod, sumdb/note/note_test.go (TestSign, TestOpen, TestNewVerifier), repository
 // golang/mod at commit 02c991387e35f9e4c0a9b7ce137717055f8d716d (identical in v0.7.0, Debian golang-golang-x-mod-dev 0.7.0-1).
@@ -30,18 +30,6 @@ const backends: [string, CryptoBackend, (seed: Uint8Array) => Signer][] = [
   ['node', nodeBackend, (seed) => nodeSigner('t', privateKeyFromSeed(seed))],
   ['noble', nobleBackend, (seed) => nobleSigner('t', seed)],
 ];
-
-function refuses(fn: () => unknown, code: string, pattern?: RegExp): void {
-  try {
-    fn();
-  } catch (e) {
-    assert.instance(e, VouchError);
-    assert.is((e as VouchError).code, code, (e as Error).message);
-    if (pattern) assert.match((e as Error).message, pattern);
-    return;
-  }
-  assert.unreachable(`expected VouchError ${code}`);
-}
 
 for (const [bname, c, mkSigner] of backends) {
   const peter = mkSigner(peterSeed);

@@ -9,26 +9,14 @@ import * as assert from 'uvu/assert';
 import { nobleBackend, nobleSigner } from '../chain/backend-noble.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-crypto.ts';
 import { base64Encode, hexEncode } from '../chain/encoding.ts';
-import { VouchError } from '../chain/errors.ts';
 import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
 import { cosign, formatNote, noteKeyId, parseNote, SIG_ED25519, signNote, verifierKey, verifyCosignature } from '../chain/note.ts';
 import { formatCheckpoint, openCheckpoint, parseCheckpoint, signCheckpoint, type Checkpoint } from '../chain/tlog-checkpoint.ts';
+import { refuses } from './helpers/refusal.ts';
 
 // c2sp.org/tlog-checkpoint, the example at the top (repository C2SP/C2SP, tlog-checkpoint.md, commit 2793893976c835db049c194d8f2c4f946dcb70ba).
 const SPEC_BODY = 'example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n';
 const SPEC_NOTE = SPEC_BODY + '\n— example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=\n';
-
-function refuses(fn: () => unknown, code: string, pattern?: RegExp): void {
-  try {
-    fn();
-  } catch (e) {
-    assert.instance(e, VouchError);
-    assert.is((e as VouchError).code, code, (e as Error).message);
-    if (pattern) assert.match((e as Error).message, pattern);
-    return;
-  }
-  assert.unreachable(`expected VouchError ${code}`);
-}
 
 test('the spec example: body parses and formats back byte for byte; the note parses', () => {
   const cp = parseCheckpoint(SPEC_BODY);

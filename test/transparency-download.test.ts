@@ -10,14 +10,13 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { base64Decode, base64Encode, formatBlockFile, formatCheckpointFile, hexDecode, utf8, type Block } from '../chain/index.ts';
+import { base64Decode, base64Encode, hexDecode, utf8, type Block } from '../chain/index.ts';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
 import { leafHash, verifyInclusion } from '../chain/merkle.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
 import { openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
-import { T0, testSigner } from './helpers/chain-fixture.ts';
+import { T0, initChainRepo, testSigner } from './helpers/chain-fixture.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 
@@ -49,9 +48,7 @@ test.before(async () => {
   }
   for (const b of blocks) tree.append(hexDecode(b.record_hash)!);
   for (const i of [5, 2995, N - 1]) origin.route(`/pkg/a-${i}.tgz`, { body: body(i), contentType: 'application/gzip' });
-  const cp = buildCheckpoint({ head: blocks[N - 1]!, signer, now: T0 + N * 1000 });
-  await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(cp),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await initChainRepo(dir, blocks, buildCheckpoint({ head: blocks[N - 1]!, signer, now: T0 + N * 1000 }));
   writeFileSync(join(dir, 'checkpoint.note'), noteOf(N));
   config = writeConfig(work, {
     listen: { host: '127.0.0.1', port: 0 }, service_name: 'vouch-test',

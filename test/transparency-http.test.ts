@@ -9,19 +9,17 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { base64Decode, base64Encode, formatBlockFile, formatCheckpointFile, hexDecode } from '../chain/index.ts';
+import { base64Decode, base64Encode, hexDecode } from '../chain/index.ts';
 import { leafHash, rootOfEntries, verifyConsistency, verifyInclusion } from '../chain/merkle.ts';
 import { MerkleTree, entryBundle } from '../chain/merkle-tree.ts';
 import { signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { SIG_ED25519, verifierKey } from '../chain/note.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
-import { buildLongChain } from './helpers/chain-fixture.ts';
+import { buildLongChain, initChainRepo } from './helpers/chain-fixture.ts';
+import { buildCheckNote } from './helpers/go-checknote.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 
 const c = nodeBackend;
@@ -38,8 +36,7 @@ let config = '';
 let gw: GatewayProcess;
 
 test.before(async () => {
-  await ChainRepo.init(dir, fixture.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(fixture.checkpoint),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await initChainRepo(dir, fixture.blocks, fixture.checkpoint);
   writeFileSync(join(dir, 'checkpoint.note'), note);
   config = writeConfig(work, { listen: { port: 0 }, chain: { dir, public_key: base64Encode(fixture.signer.publicKey) } });
   gw = await startGatewayProcess(['--config', config]);
@@ -182,13 +179,7 @@ test('proof=1 on a lookup carries the inclusion proof and the served note', asyn
 });
 
 test('Go\'s sumdb/note and sumdb/tlog accept the served note and every proof fetched over HTTP, and refuse a flipped byte', async () => {
-  const GOPATH = '/usr/share/gocode';
-  const program = fileURLToPath(new URL('./go-interop/checknote.go', import.meta.url));
-  assert.ok(existsSync(join(GOPATH, 'src/golang.org/x/mod/sumdb/note')), 'golang-golang-x-mod-dev is not installed (apt-get install golang-golang-x-mod-dev)');
-  const binary = join(work, 'checknote');
-  const goEnv = { ...process.env, GO111MODULE: 'off', GOPATH, GOCACHE: join(work, 'gocache'), HOME: work, GOFLAGS: '', GOTOOLCHAIN: 'local' };
-  const built = spawnSync('go', ['build', '-o', binary, program], { env: goEnv, encoding: 'utf8', timeout: 180_000 });
-  assert.is(built.status, 0, built.stderr);
+  const checkNote = buildCheckNote(work);
   const served = await (await get('/checkpoint')).text();
   const vkey = (await (await get('/v1/authority')).json()).verifier_key;
   const root = base64Encode(tree.root(N));
@@ -202,7 +193,7 @@ test('Go\'s sumdb/note and sumdb/tlog accept the served note and every proof fet
     const p = await (await get(`/v1/proof/consistency?from=${from}`)).json();
     consistency.push({ from, to: p.to, old_root: base64Encode(tree.root(from)), new_root: root, proof: p.proof });
   }
-  const run = (input: unknown) => spawnSync(binary, [], { input: JSON.stringify(input), encoding: 'utf8', timeout: 60_000 });
+  const run = (input: unknown) => checkNote(input, 60_000);
   const input = { vkey, note: served, inclusion, consistency };
   const ok = run(input);
   assert.is(ok.status, 0, ok.stdout + ok.stderr);

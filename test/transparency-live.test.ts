@@ -13,31 +13,27 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { base64Decode, base64Encode, hexDecode } from '../chain/encoding.ts';
 import { leafHash, verifyConsistency, verifyInclusion } from '../chain/merkle.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
 import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { parseVerifierKey } from '../chain/note.ts';
-import { createKeyFile } from '../platform/key-file.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { GitServer } from './helpers/git-server.ts';
 import { OriginServer } from './helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { buildCheckNote } from './helpers/go-checknote.ts';
+import { PushingAuthority, until, type GatewayProcess } from './helpers/gateway-process.ts';
 
 const c = nodeBackend;
 const work = mkdtempSync(join(tmpdir(), 'vouch-tlog-live-'));
 const token = 'tlog-live-token-' + 'z'.repeat(24);
-let gitServer: GitServer;
+let live: PushingAuthority;
 let origin: OriginServer;
 let authority: GatewayProcess;
 let mirror: GatewayProcess;
 let pub = '';
-let remote = '';
 const b64 = (s: string) => base64Decode(s)!;
 
 async function json(base: string, path: string): Promise<any> {
@@ -47,21 +43,7 @@ async function json(base: string, path: string): Promise<any> {
 
 async function submit(i: number): Promise<void> {
   origin.route(`/live-${i}.tgz`, { body: `live artifact ${i}` });
-  const r = await fetch(`${authority.url}/v1/submit`, {
-    method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url: origin.url(`/live-${i}.tgz`), name: 'acme/live', semver: `1.${i}.0`, license: 'MIT' }),
-  });
-  assert.is(r.status, 201, await r.text());
-}
-
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await live.submit({ url: origin.url(`/live-${i}.tgz`), name: 'acme/live', semver: `1.${i}.0`, license: 'MIT' });
 }
 
 /** The tree recomputed from the blocks a gateway serves (`/v1/block`), and the record hashes. */
@@ -77,27 +59,14 @@ async function recompute(base: string, size: number): Promise<{ tree: MerkleTree
 }
 
 test.before(async () => {
-  const keyFile = join(work, 'authority.pem');
-  pub = createKeyFile(keyFile).publicKeyB64;
-  writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
-  mkdirSync(join(work, 'git'), { recursive: true });
-  gitServer = await GitServer.start(join(work, 'git'));
-  gitServer.initBare('chain.git');
-  remote = gitServer.url('chain.git');
   origin = await OriginServer.start();
-  authority = await startGatewayProcess(['--config', writeConfig(join(work, 'a'), {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'a', 'chain'), remote },
-    authority: { key_file: keyFile, signer: 'tlog-live', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true },
-  })]);
+  live = await PushingAuthority.start(work, { signer: 'tlog-live', token });
+  ({ authority, pub } = live);
 });
 
 test.after(async () => {
-  await mirror?.stop();
-  await authority?.stop();
+  await live?.stop(); // the mirror, the authority, the git server
   await origin?.close();
-  await gitServer?.stop();
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -137,16 +106,8 @@ test('the authority\'s checkpoints: every block proven included, and the older c
   assert.ok(verifyConsistency(c, first.size, second.size, first.root, second.root, cons.proof.map(b64)));
 });
 
-const GOPATH = '/usr/share/gocode';
-const program = fileURLToPath(new URL('./go-interop/checknote.go', import.meta.url));
-
 test('Go\'s sumdb/note and sumdb/tlog accept the note and every proof over HTTP, and refuse a flipped byte', async () => {
-  assert.ok(existsSync(program), 'test/go-interop/checknote.go');
-  assert.ok(existsSync(join(GOPATH, 'src/golang.org/x/mod/sumdb/note')), 'golang-golang-x-mod-dev is not installed');
-  const binary = join(work, 'checknote');
-  const goEnv = { ...process.env, GO111MODULE: 'off', GOPATH, GOCACHE: join(work, 'gocache'), HOME: work, GOFLAGS: '', GOTOOLCHAIN: 'local' };
-  const built = spawnSync('go', ['build', '-o', binary, program], { env: goEnv, encoding: 'utf8', timeout: 180_000 });
-  assert.is(built.status, 0, built.stderr);
+  const run = buildCheckNote(work);
   const { entries } = await recompute(authority.url, second!.size);
   const inclusion = [];
   for (let i = 0; i < second!.size; i++) {
@@ -159,7 +120,6 @@ test('Go\'s sumdb/note and sumdb/tlog accept the note and every proof over HTTP,
     const old = oldRoot ?? (await recompute(authority.url, from)).tree.root(from);
     consistency.push({ from, to, old_root: base64Encode(old), new_root: base64Encode(second!.root), proof: p.proof });
   }
-  const run = (input: unknown) => spawnSync(binary, [], { input: JSON.stringify(input), encoding: 'utf8', timeout: 30_000 });
   const input = { vkey, note: second!.note, inclusion, consistency };
   const ok = run(input);
   assert.is(ok.status, 0, ok.stdout + ok.stderr);
@@ -181,11 +141,7 @@ test('Go\'s sumdb/note and sumdb/tlog accept the note and every proof over HTTP,
 });
 
 test('a mirror\'s tree follows its sync: same checkpoint, proofs and tiles as the authority\'s', async () => {
-  mirror = await startGatewayProcess(['--config', writeConfig(join(work, 'm'), {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'm', 'chain'), remote, public_key: pub, sync_interval: 1 },
-    origin: { allow_private: true },
-  })]);
+  mirror = await live.startMirror(join(work, 'm'));
   await until('the mirror at 10 blocks', async () => (await json(mirror.url, '/readyz')).chain?.size === 10);
   assert.is((await checkpointOf(mirror.url)).note, second!.note);
   await submit(10);

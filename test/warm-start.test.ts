@@ -10,9 +10,9 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, readFileSync, rmSync, statSync, truncateSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { formatBlockFile, formatCheckpointFile, base64Encode } from '../chain/index.ts';
-import { ChainRepo, blockPath } from '../store/chain-repo.ts';
-import { buildLongChain } from './helpers/chain-fixture.ts';
+import { base64Encode } from '../chain/index.ts';
+import { blockPath } from '../store/chain-repo.ts';
+import { buildLongChain, initChainRepo } from './helpers/chain-fixture.ts';
 import { startGatewayProcess, writeConfig } from './helpers/gateway-process.ts';
 import { vouchAsync } from './helpers/processes.ts';
 
@@ -23,8 +23,7 @@ test.after(() => rmSync(work, { recursive: true, force: true }));
 
 test.before(async () => {
   const { blocks, checkpoint, signer } = buildLongChain(60);
-  await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-    { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await initChainRepo(dir, blocks, checkpoint);
   config = writeConfig(work, { listen: { port: 0 }, chain: { dir, public_key: base64Encode(signer.publicKey) } });
 });
 

@@ -12,7 +12,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createServer, type Server, type Socket } from 'node:net';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
@@ -27,8 +27,7 @@ import { formatAddCheckpoint } from '../gateway/witness.ts';
 import { resolveConfig } from '../gateway/config.ts';
 import { parse } from 'yaml';
 import { OriginServer } from './helpers/origin-server.ts';
-import { GitServer } from './helpers/git-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { PushingAuthority, startGatewayProcess, submitEntry, until, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { vouch } from './helpers/processes.ts';
 
 const c = nodeBackend;
@@ -262,27 +261,12 @@ let authorityConfig = '';
 let authorityPub: Uint8Array;
 let policyText = '';
 
+/** Submits an artifact served at `path`; returns how long the submit took (ms, its small JSON answer read). */
 async function submit(gw: GatewayProcess, path: string, semver: string): Promise<number> {
   origin.route(path, { body: `artifact at ${path}` });
   const t0 = performance.now();
-  const r = await fetch(gw.url + '/v1/submit', {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url: origin.url(path), name: 'acme/witnessed', semver, license: 'MIT' }),
-  });
-  const ms = performance.now() - t0;
-  assert.is(r.status, 201, await r.text());
-  return ms;
-}
-
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await submitEntry(gw.url, token, { url: origin.url(path), name: 'acme/witnessed', semver, license: 'MIT' });
+  return performance.now() - t0;
 }
 
 const cosignatureLines = (note: string) => note.split('\n').filter((l) => l.startsWith('— witness.'));
@@ -379,35 +363,24 @@ test('quorum unmet: /checkpoint still serves the note, /healthz and /metrics say
 });
 
 test('a mirror is a witness of the chain it mirrors: the authority gets its cosignature', async () => {
-  mkdirSync(join(work, 'git'), { recursive: true });
-  const gitServer = await GitServer.start(join(work, 'git'));
-  gitServer.initBare('chain.git');
-  const remote = gitServer.url('chain.git');
-  const akey = join(work, 'mirrored.pem');
-  const pub = createKeyFile(akey).publicKeyB64;
-  const authorityOf = (witnessed: { url: string; vkey: string }[]) => writeConfig(join(work, 'ma'), {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'ma', 'chain'), remote, origin: 'mirrored.example.test/chain' },
-    authority: { key_file: akey, signer: 'mirrored', submit_token_file: join(work, 'submit.token'), witnesses: witnessed },
-    origin: { allow_private: true },
+  const live = await PushingAuthority.start(work, {
+    signer: 'mirrored', token, keyFile: join(work, 'mirrored.pem'), dir: join(work, 'ma'),
+    chain: { origin: 'mirrored.example.test/chain' }, authority: { witnesses: [] },
   });
-  let a = await startGatewayProcess(['--config', authorityOf([])]);
   const mkey = join(work, 'mirror-witness.pem');
   createKeyFile(mkey);
   const mname = 'mirror.example.test/witness';
-  let mirror: GatewayProcess | null = null;
   try {
-    await submit(a, '/m-1.tgz', '1.0.0');
-    await until('the push', async () => (await fetch(`${a.url}/readyz`).then((r) => r.json()) as any).push?.backlog === 0);
-    mirror = await startGatewayProcess(['--config', writeConfig(join(work, 'mm'), {
-      listen: { port: 0 },
-      chain: { dir: join(work, 'mm', 'chain'), remote, public_key: pub, sync_interval: 0.5 },
-      witness: { key_file: mkey, name: mname, state_file: join(work, 'mm', 'witness-state.json') },
-    })]);
+    await submit(live.authority, '/m-1.tgz', '1.0.0');
+    await until('the push', async () => (await fetch(`${live.authority.url}/readyz`).then((r) => r.json()) as any).push?.backlog === 0);
+    const mirror = await live.startMirror(join(work, 'mm'), {
+      syncInterval: 0.5,
+      privateOrigins: false,
+      more: { witness: { key_file: mkey, name: mname, state_file: join(work, 'mm', 'witness-state.json') } },
+    });
     const mvkey = verifierKey(c, mname, 0x04, rawPublicKey(readKeyFile(mkey)));
     assert.ok(mirror.stdout().includes(`witness: ${mvkey}`));
-    await a.stop();
-    a = await startGatewayProcess(['--config', authorityOf([{ url: mirror.url, vkey: mvkey }])]);
+    const a = await live.restart({ witnesses: [{ url: mirror.url, vkey: mvkey }] });
     await submit(a, '/m-2.tgz', '2.0.0');
     const text = await until('the mirror\'s cosignature', async () => {
       const t = await (await fetch(a.url + '/checkpoint')).text();
@@ -416,9 +389,7 @@ test('a mirror is a witness of the chain it mirrors: the authority gets its cosi
     assert.ok(verifyCosignature(c, parseNote(text), mname, rawPublicKey(readKeyFile(mkey))).ok);
     assert.is(JSON.parse(readFileSync(join(work, 'mm', 'witness-state.json'), 'utf8')).logs['mirrored.example.test/chain'].size, 3);
   } finally {
-    await mirror?.stop();
-    await a.stop();
-    await gitServer.stop();
+    await live.stop(); // the mirror, the authority, the git server
   }
 });
 

@@ -1,9 +1,13 @@
-/** Deterministic chains for tests and benchmarks, built with the real builder and node:crypto. */
+/**
+ * Deterministic chains for tests and benchmarks, built with the real builder
+ * and node:crypto, and written into a new chain repository (`initChainRepo`).
+ */
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf } from '../../chain/build.ts';
-import type { Block, Checkpoint } from '../../chain/block.ts';
+import { formatBlockFile, formatCheckpointFile, type Block, type Checkpoint } from '../../chain/block.ts';
 import type { HashAlgorithm, Signer } from '../../chain/crypto-backend.ts';
 import { hexDecode, utf8 } from '../../chain/encoding.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
+import { ChainRepo } from '../../store/chain-repo.ts';
 
 export const TEST_SEED = hexDecode('4c0a8f7e2b9d16c3a5e4f7081b2c3d4e5f60718293a4b5c6d7e8f90123456789')!;
 export const T0 = Date.UTC(2026, 0, 1, 9, 0, 0);
@@ -52,4 +56,14 @@ export function buildLongChain(n: number, signer = testSigner()): TestChain {
     }));
   }
   return { blocks, signer, checkpoint: buildCheckpoint({ head: blocks[n - 1]!, signer, now: T0 + n * 1000 }) };
+}
+
+/**
+ * Writes `blocks` (from index 0) and `checkpoint` into a new chain repository
+ * at `dir` (ChainRepo.init: one commit, `message`, by t <t@vouch.invalid> at
+ * `timestamp` seconds).
+ */
+export function initChainRepo(dir: string, blocks: Block[], checkpoint: Checkpoint, opts: { message?: string; timestamp?: number } = {}): Promise<ChainRepo> {
+  return ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
+    { message: opts.message ?? 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: opts.timestamp ?? 1_790_000_000 });
 }

@@ -1,7 +1,9 @@
 /**
  * Loads the test vectors vendored in `test/vectors/` (see its README): the
- * chain vectors of an independent implementation and the RFC 8785
- * reference data. Tests need nothing beside the repository.
+ * chain vectors of an independent implementation, the RFC 8785 reference
+ * data and transparency-dev/merkle's reference tree and proof probes
+ * (`test/vectors/transparency-dev/`). Tests need nothing beside the
+ * repository.
  *
  * Owns: where the vendored vectors are (`vectorsDir`) and where the
  * developers' shared copy would be (`sharedVectorsDir`, `../shared/vectors`
@@ -35,6 +37,16 @@ export interface ChainVectors {
 
 export function loadChainVectors(): ChainVectors {
   return JSON.parse(readFileSync(join(vectorsDir, 'chain-v1.json'), 'utf8'));
+}
+
+/** transparency-dev/merkle's test data (README there): `reference-tree.json`, `testdata/{inclusion,consistency}/`. */
+export const transparencyDevDir = join(vectorsDir, 'transparency-dev');
+
+/** transparency-dev/merkle's reference tree: its leaf inputs, the hashes of every level, the root of every size (hex). */
+export interface ReferenceTree { leafInputs: string[]; nodeHashes: string[][]; rootHashes: string[] }
+
+export function loadReferenceTree(): ReferenceTree {
+  return JSON.parse(readFileSync(join(transparencyDevDir, 'reference-tree.json'), 'utf8'));
 }
 
 export function loadJcsVectors(): { name: string; input: string; output: Buffer }[] {
