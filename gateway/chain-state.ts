@@ -109,7 +109,8 @@ export interface LoadReport {
 
 const snapshotPathOf = (dir: string): string => join(dir, '.git', 'vouch-snapshot.json');
 const imagePathOf = (dir: string): string => join(dir, '.git', 'vouch-index.bin');
-const treePathOf = (dir: string): string => join(dir, '.git', 'vouch-tree.bin');
+/** The gateway's Merkle tree image of the chain in `dir` (gateway/log-tree.ts; `vouch endorse` reads its edge). */
+export const treePathOf = (dir: string): string => join(dir, '.git', 'vouch-tree.bin');
 const hexBytes = (hex: string): Uint8Array => new Uint8Array(Buffer.from(hex, 'hex'));
 
 /** The snapshot in `dir` when it is one of this format; else null (nothing checked against the chain). */

@@ -145,16 +145,30 @@ export function entryOf(recordHash: string): Uint8Array {
 }
 
 /**
+ * A start for the edge that spares reading every record hash: the edge of
+ * a prefix of the chain (from the gateway's Merkle tree image, read in
+ * O(log n)) and the record hashes of the blocks after it, in order.
+ */
+export type EdgeSeed = () => { edge: TreeEdge; rest: Iterable<string> } | null;
+
+/**
  * The Merkle tree edge of the chain as it is (./tree-edge.ts): the one kept
  * in `.git` when it agrees with the committed, verified note (same size and
- * root), else recomputed from every block's record hash (`recordHashes`,
- * O(n): an older chain, a lost or stale file), which must then agree with
- * the note when there is one.
+ * root); else `seed`'s when, extended by the record hashes after it, it
+ * agrees with that note; else recomputed from every block's record hash
+ * (`recordHashes`, O(n): an older chain, a lost or stale file, no tree
+ * image), which must then agree with the note when there is one.
  * @throws VouchError checkpoint_mismatch when the recomputed root is not the note's.
  */
-export function headEdge(repo: ChainRepo, note: LogCheckpoint | null, recordHashes: () => Iterable<string>): { edge: TreeEdge; source: 'file' | 'scan' } {
+export function headEdge(repo: ChainRepo, note: LogCheckpoint | null, recordHashes: () => Iterable<string>, seed?: EdgeSeed): { edge: TreeEdge; source: EdgeSource } {
   const kept = readEdgeFile(nodeBackend, repo.dir);
   if (note !== null && edgeMatches(kept, note.size, note.root)) return { edge: kept, source: 'file' };
+  const start = note !== null && seed !== undefined ? seed() : null;
+  if (start !== null && start.edge.size <= repo.size) {
+    const edge = start.edge.clone();
+    for (const h of start.rest) edge.append(entryOf(h));
+    if (edgeMatches(edge, note!.size, note!.root)) return { edge, source: 'image' };
+  }
   const edge = TreeEdge.empty(nodeBackend);
   for (const h of recordHashes()) edge.append(entryOf(h));
   if (edge.size !== repo.size) throw new VouchError('internal_error', `tree edge: ${edge.size} record hashes for a chain of ${repo.size} blocks`);
@@ -163,6 +177,9 @@ export function headEdge(repo: ChainRepo, note: LogCheckpoint | null, recordHash
   }
   return { edge, source: 'scan' };
 }
+
+/** Where `headEdge` took the edge from: the kept file, a tree image plus the blocks after it, or every record hash. */
+export type EdgeSource = 'file' | 'image' | 'scan';
 
 /** Every block file's record_hash, in order, read as the full scan reads them (trusting the files: see headEdge). */
 export function* scanRecordHashes(repo: ChainRepo): Iterable<string> {
@@ -228,17 +245,18 @@ export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<
  * Appends signed blocks after a trusted head with the checkpoint note of the
  * new size: origin as `noteOrigin` says (default `vouch/<signer>`), root from
  * the head's tree edge (`headEdge`: the kept edge file when it agrees with
- * the committed note, else `recordHashes`: by default every block file's
- * record hash; `vouch endorse` hands over those of the verified index image
- * it used) plus the new blocks' record hashes; the new edge is kept for the
- * next append.
+ * the committed note, else `seed`'s (`vouch endorse` hands over the edge of
+ * the gateway's tree image and the record hashes after it), else
+ * `recordHashes`: by default every block file's record hash; `vouch
+ * endorse` hands over those of the verified index image it used) plus the
+ * new blocks' record hashes; the new edge is kept for the next append.
  */
 export async function appendWithNote(
   repo: ChainRepo, trusted: TrustedHead, signer: Signer, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number,
-  recordHashes: () => Iterable<string> = () => scanRecordHashes(repo),
-): Promise<Committed & { edgeSource: 'file' | 'scan' }> {
+  recordHashes: () => Iterable<string> = () => scanRecordHashes(repo), seed?: EdgeSeed,
+): Promise<Committed & { edgeSource: EdgeSource }> {
   const origin = noteOrigin(trusted.note, null, defaultOrigin(trusted.authority.signer));
-  const { edge, source } = headEdge(repo, trusted.note, recordHashes);
+  const { edge, source } = headEdge(repo, trusted.note, recordHashes, seed);
   const next = edge.clone();
   for (const b of blocks) next.append(entryOf(b.record_hash));
   const committed = await appendSigned(repo, blocks, checkpoint, nowMs, { signer, origin, root: next.root() });

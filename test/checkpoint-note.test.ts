@@ -13,7 +13,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, artifactHashOf } from '../chain/build.ts';
@@ -121,6 +121,38 @@ test('TreeEdge: root = MerkleTree root for sizes 0..300; fromTree, rootWith (edg
   }
   assert.is(TreeEdge.parse(nodeBackend, 'vouch-tree-edge v1\n3\n'), null, 'size 3 needs two hashes');
   assert.is(TreeEdge.parse(nodeBackend, 'nonsense\n'), null);
+});
+
+test('TreeEdge.fromImageFile: the edge of a tree image in O(log n) reads, for every size; null for what is not an image', () => {
+  const tree = new MerkleTree(nodeBackend);
+  const file = join(work, 'tree-image.bin');
+  const sizes = new Set([...Array.from({ length: 70 }, (_, i) => i + 1), 127, 128, 129, 255, 256, 257, 1023, 1024, 1025, 3000]);
+  for (let n = 1; n <= 3000; n++) {
+    tree.append(nodeBackend.digest!('sha256', utf8(`image entry ${n}`)));
+    if (!sizes.has(n)) continue;
+    writeFileSync(file, tree.toImage());
+    const edge = TreeEdge.fromImageFile(nodeBackend, file);
+    assert.ok(edge, `size ${n}`);
+    assert.is(edge!.size, n);
+    assert.is(base64Encode(edge!.root()), base64Encode(tree.root()), `size ${n}`);
+    assert.is(edge!.toText(), TreeEdge.fromTree(nodeBackend, tree).toText(), `size ${n}: the same hashes as the tree's edge`);
+  }
+  const image = tree.toImage();
+  writeFileSync(file, image.subarray(0, image.length - 1));
+  assert.is(TreeEdge.fromImageFile(nodeBackend, file), null, 'one byte short');
+  writeFileSync(file, Buffer.concat([image, Buffer.alloc(1)]));
+  assert.is(TreeEdge.fromImageFile(nodeBackend, file), null, 'one byte more');
+  const badMagic = Buffer.from(image);
+  badMagic[0] = badMagic[0]! ^ 1;
+  writeFileSync(file, badMagic);
+  assert.is(TreeEdge.fromImageFile(nodeBackend, file), null, 'not the magic');
+  writeFileSync(file, image.subarray(0, 10));
+  assert.is(TreeEdge.fromImageFile(nodeBackend, file), null, 'shorter than the header');
+  assert.is(TreeEdge.fromImageFile(nodeBackend, join(work, 'no-such-image.bin')), null, 'no file');
+  writeFileSync(file, image);
+  const link = join(work, 'tree-image-link.bin');
+  symlinkSync(file, link);
+  assert.is(TreeEdge.fromImageFile(nodeBackend, link), null, 'a symbolic link is not read');
 });
 
 test('config: chain.origin is checked; the default origin is public_url without its scheme', () => {
@@ -323,6 +355,25 @@ test('the gateway commits the note with every submit (group commits too), under 
       '--name', 'acme/gw', '--semver', '9.0.0', '--license', 'MIT'], { VOUCH_TIMINGS: '1' });
     assert.is(e.status, 0, e.stderr);
     assert.match(e.stderr, /append\(edge file\)/);
+    assertNote(chain, treeOf(chain), 'example.org/gw');
+    // Without the kept edge again: the gateway's Merkle tree image gives the edge (O(log n) reads), the record hashes after it the rest.
+    const cliEndorse = (k: number) => vouchAsync(['endorse', '--chain', chain, '--key', keyFile, '--url', `https://a.example/gw-cli-${k}.tgz`, '--file', tokenFile,
+      '--name', 'acme/gw', '--semver', `9.0.${k}`, '--license', 'MIT'], { VOUCH_TIMINGS: '1' });
+    const treeImage = join(chain, '.git', 'vouch-tree.bin');
+    assert.ok(existsSync(treeImage), 'the gateway wrote its tree image');
+    rmSync(join(chain, '.git', 'vouch-tree-edge'));
+    const e2 = await cliEndorse(1);
+    assert.is(e2.status, 0, e2.stderr);
+    assert.match(e2.stderr, /append\(edge image\)/);
+    assertNote(chain, treeOf(chain), 'example.org/gw');
+    // A damaged tree image is not trusted: its edge does not lead to the signed root, so the record hashes give it.
+    const damaged = readFileSync(treeImage);
+    for (let i = 16; i < damaged.length; i++) damaged[i] = damaged[i]! ^ 0x5a;
+    writeFileSync(treeImage, damaged);
+    rmSync(join(chain, '.git', 'vouch-tree-edge'));
+    const e3 = await cliEndorse(2);
+    assert.is(e3.status, 0, e3.stderr);
+    assert.match(e3.stderr, /append\(edge scan\)/);
     assertNote(chain, treeOf(chain), 'example.org/gw');
   } finally {
     await origin.close();

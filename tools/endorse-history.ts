@@ -35,9 +35,11 @@
  *
  * The record hashes of the chain, for the Merkle root of the checkpoint
  * note an append signs when the tree edge kept in .git is not usable
- * (store/chain-store.ts `headEdge`): from the same image (its compact
- * index holds every block's record_hash) and the gap's checked blocks,
- * when the image is used; else the caller reads every block file.
+ * (store/chain-store.ts `headEdge`): first the edge of the gateway's Merkle
+ * tree image (`.git/vouch-tree.bin`, O(log n) reads) extended by the record
+ * hashes after it; else from the same index image (its compact index holds
+ * every block's record_hash) and the gap's checked blocks, when the image
+ * is used; else the caller reads every block file.
  *
  * Trusts: the local disk as much as the chain directory itself (the full
  * scan trusts the block files unchecked; this path trusts the image only
@@ -52,7 +54,9 @@ import { ChainIndex } from '../chain/select.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
-import { ChainState, lastVerifiedImage } from '../gateway/chain-state.ts';
+import { ChainState, lastVerifiedImage, treePathOf } from '../gateway/chain-state.ts';
+import { TreeEdge } from '../store/tree-edge.ts';
+import type { EdgeSeed } from '../store/chain-store.ts';
 
 export interface Prior { block: Block; artifactHash: string; semver: string }
 export type History = Map<string, Prior[]>;
@@ -67,6 +71,14 @@ export interface HistoryReport {
   why?: string;
   /** With source `image`: every block's record_hash in order (the image's, then the gap's), for the tree edge. */
   recordHashes?: () => Iterable<string>;
+  /**
+   * With source `image`: the edge of the gateway's Merkle tree image (read
+   * in O(log n)) and the record hashes after it, when that image is not
+   * larger than the index image: the tree edge without the O(n) fold of
+   * `recordHashes` (store/chain-store.ts `headEdge` checks it against the
+   * signed note).
+   */
+  edgeSeed?: EdgeSeed;
 }
 
 class Unusable extends Error {}
@@ -88,15 +100,15 @@ export function priorEndorsements(
 ): HistoryReport {
   const list = [...new Set(urls)];
   try {
-    const { history, gap, recordHashes } = fromImage(repo, list, head);
-    return { history, source: 'image', scanned: gap, recordHashes };
+    const { history, gap, recordHashes, edgeSeed } = fromImage(repo, list, head);
+    return { history, source: 'image', scanned: gap, recordHashes, edgeSeed };
   } catch (e) {
     if (!(e instanceof Unusable) && !(e instanceof TypeError)) throw e;
     return { history: fullScan(repo, list), source: 'scan', scanned: repo.size, why: e.message };
   }
 }
 
-function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { history: History; gap: number; recordHashes: () => Iterable<string> } {
+function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { history: History; gap: number; recordHashes: () => Iterable<string>; edgeSeed: EdgeSeed } {
   const found = lastVerifiedImage(repo.dir);
   if (found === null) throw new Unusable('no verified index image (a gateway start over this directory writes one)');
   const n = found.size;
@@ -130,7 +142,16 @@ function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { his
     for (let i = 0; i < n; i++) yield compact.recordHashOf(i);
     yield* gapHashes;
   };
-  return { history: out, gap: repo.size - n, recordHashes };
+  const edgeSeed: EdgeSeed = () => {
+    const edge = TreeEdge.fromImageFile(nodeBackend, treePathOf(repo.dir));
+    if (edge === null || edge.size > n) return null;
+    const rest = function* (): Iterable<string> {
+      for (let i = edge.size; i < n; i++) yield compact.recordHashOf(i);
+      yield* gapHashes;
+    };
+    return { edge, rest: rest() };
+  };
+  return { history: out, gap: repo.size - n, recordHashes, edgeSeed };
 }
 
 /** Gap (blocks after the image) at which a CLI append refreshes the snapshot and image (see the header). */

@@ -292,7 +292,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     }
     const last = blocks.at(-1)!;
     const checkpoint = buildCheckpoint({ head: last, signer: keyed, now });
-    await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes);
+    await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes, report.edgeSeed);
     await refreshIfBehind(repo, report, blocks.length);
     printNotes();
     const where = blocks.length === 1 ? `1 block (index ${last.index})` : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index})`;
