@@ -30,40 +30,37 @@ import { HASH_SIZE, leafHash, nodeHash, nodeHashOfPair, splitPoint, type Hash } 
 const IMAGE_MAGIC = new Uint8Array([0x56, 0x4f, 0x55, 0x43, 0x48, 0x4d, 0x54, 0x01]); // "VOUCHMT\x01"
 const IMAGE_HEADER = IMAGE_MAGIC.length + 8;
 /**
- * Where the right edge of a tree of `size` entries lies in its image: the
- * byte offsets of the hashes of the complete subtrees [0, size) splits into
- * (one per set bit of size, largest first), and the image's whole length.
- * With them a reader takes the edge from an image file in O(log n) reads
- * (store/tree-edge.ts), without loading the tree.
+ * The right edge of the tree an image holds (see `toImage`): its size and
+ * the hashes of the complete subtrees [0, size) splits into, one per set
+ * bit of size, largest first; null when the bytes do not have an image's
+ * shape (magic, size, length). Read off the image in O(log n), without
+ * loading the tree (store/tree-edge.ts).
  */
-export function imageEdgeOffsets(size: number): { offsets: number[]; length: number } {
+export function imageEdge(image: Uint8Array): { size: number; hashes: Hash[] } | null {
+  if (image.length < IMAGE_HEADER) return null;
+  for (let i = 0; i < IMAGE_MAGIC.length; i++) if (image[i] !== IMAGE_MAGIC[i]) return null;
+  const big = new DataView(image.buffer, image.byteOffset, IMAGE_HEADER).getBigUint64(IMAGE_MAGIC.length);
+  if (big > BigInt(Number.MAX_SAFE_INTEGER)) return null;
+  const size = Number(big);
   const levelStart: number[] = [];
   let off = IMAGE_HEADER;
   for (let count = size; count > 0; count = Math.floor(count / 2)) {
     levelStart.push(off);
     off += count * HASH_SIZE;
   }
-  const offsets: number[] = [];
+  if (image.length !== off) return null;
+  const hashes: Hash[] = [];
   let start = 0;
   for (let k = levelStart.length - 1; k >= 0; k--) {
     const span = 2 ** k;
     if (Math.floor(size / span) % 2 === 1) {
-      offsets.push(levelStart[k]! + (start / span) * HASH_SIZE);
+      const at = levelStart[k]! + (start / span) * HASH_SIZE;
+      hashes.push(image.slice(at, at + HASH_SIZE));
       start += span;
     }
   }
-  return { offsets, length: off };
+  return { size, hashes };
 }
-
-/** The size an image's first IMAGE_HEADER bytes name, or null when they are not an image's header. */
-export function imageHeaderSize(header: Uint8Array): number | null {
-  if (header.length < IMAGE_HEADER) return null;
-  for (let i = 0; i < IMAGE_MAGIC.length; i++) if (header[i] !== IMAGE_MAGIC[i]) return null;
-  const big = new DataView(header.buffer, header.byteOffset, IMAGE_HEADER).getBigUint64(IMAGE_MAGIC.length);
-  return big > BigInt(Number.MAX_SAFE_INTEGER) ? null : Number(big);
-}
-
-export const TREE_IMAGE_HEADER = IMAGE_HEADER;
 
 /** Tile height of tlog-tiles: a tile spans 8 tree levels, 256 hashes wide. */
 export const TILE_HEIGHT = 8;

@@ -60,6 +60,7 @@ import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
+import { TreeEdge } from '../store/tree-edge.ts';
 import { BlockTextCache } from './block-text-cache.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { LogTree, type ServedNote, type TreeImageRef } from './log-tree.ts';
@@ -109,8 +110,7 @@ export interface LoadReport {
 
 const snapshotPathOf = (dir: string): string => join(dir, '.git', 'vouch-snapshot.json');
 const imagePathOf = (dir: string): string => join(dir, '.git', 'vouch-index.bin');
-/** The gateway's Merkle tree image of the chain in `dir` (gateway/log-tree.ts; `vouch endorse` reads its edge). */
-export const treePathOf = (dir: string): string => join(dir, '.git', 'vouch-tree.bin');
+const treePathOf = (dir: string): string => join(dir, '.git', 'vouch-tree.bin');
 const hexBytes = (hex: string): Uint8Array => new Uint8Array(Buffer.from(hex, 'hex'));
 
 /** The snapshot in `dir` when it is one of this format; else null (nothing checked against the chain). */
@@ -148,6 +148,27 @@ export function lastVerifiedImage(dir: string): { image: Uint8Array; size: numbe
   if (snap === null || snap.image === null) return null;
   const image = readImageAt(dir, snap);
   return image === null ? null : { image, size: snap.image.size, verifiedSize: snap.state.size };
+}
+
+/**
+ * The right edge of the Merkle tree the snapshot in `dir` names (its image
+ * `.git/vouch-tree.bin`, written by a gateway over the blocks it verified),
+ * when the image hashes to the sha256 and holds the size the snapshot names;
+ * else null. For `vouch endorse` (tools/endorse-history.ts): the Merkle root
+ * of its note without folding every record hash. Nothing is checked
+ * against the chain here: the caller ties it to its head.
+ */
+export function lastVerifiedTreeEdge(dir: string): TreeEdge | null {
+  const ref = readSnapshotAt(dir)?.tree;
+  if (!ref) return null;
+  try {
+    const bytes = readFileSync(treePathOf(dir));
+    if (createHash('sha256').update(bytes).digest('hex') !== ref.sha256) return null;
+    const edge = TreeEdge.fromImage(nodeBackend, bytes);
+    return edge !== null && edge.size === ref.size ? edge : null;
+  } catch {
+    return null;
+  }
 }
 
 export class ChainState {

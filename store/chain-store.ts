@@ -145,17 +145,18 @@ export function entryOf(recordHash: string): Uint8Array {
 }
 
 /**
- * A start for the edge that spares reading every record hash: the edge of
- * a prefix of the chain (from the gateway's Merkle tree image, read in
- * O(log n)) and the record hashes of the blocks after it, in order.
+ * A start for the edge that spares folding every record hash: the edge of
+ * a prefix of the chain from a source the caller trusts as much as
+ * `recordHashes` (the gateway's verified Merkle tree image), and the
+ * record hashes of the blocks after it, in order.
  */
 export type EdgeSeed = () => { edge: TreeEdge; rest: Iterable<string> } | null;
 
 /**
  * The Merkle tree edge of the chain as it is (./tree-edge.ts): the one kept
  * in `.git` when it agrees with the committed, verified note (same size and
- * root); else `seed`'s when, extended by the record hashes after it, it
- * agrees with that note; else recomputed from every block's record hash
+ * root); else `seed`'s, extended by the record hashes after it, when it
+ * then holds every block and agrees with that note (if any); else recomputed from every block's record hash
  * (`recordHashes`, O(n): an older chain, a lost or stale file, no tree
  * image), which must then agree with the note when there is one.
  * @throws VouchError checkpoint_mismatch when the recomputed root is not the note's.
@@ -163,11 +164,11 @@ export type EdgeSeed = () => { edge: TreeEdge; rest: Iterable<string> } | null;
 export function headEdge(repo: ChainRepo, note: LogCheckpoint | null, recordHashes: () => Iterable<string>, seed?: EdgeSeed): { edge: TreeEdge; source: EdgeSource } {
   const kept = readEdgeFile(nodeBackend, repo.dir);
   if (note !== null && edgeMatches(kept, note.size, note.root)) return { edge: kept, source: 'file' };
-  const start = note !== null && seed !== undefined ? seed() : null;
+  const start = seed !== undefined ? seed() : null;
   if (start !== null && start.edge.size <= repo.size) {
     const edge = start.edge.clone();
     for (const h of start.rest) edge.append(entryOf(h));
-    if (edgeMatches(edge, note!.size, note!.root)) return { edge, source: 'image' };
+    if (edge.size === repo.size && (note === null || edgeMatches(edge, note.size, note.root))) return { edge, source: 'image' };
   }
   const edge = TreeEdge.empty(nodeBackend);
   for (const h of recordHashes()) edge.append(entryOf(h));

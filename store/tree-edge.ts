@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import type { CryptoBackend } from '../chain/crypto-backend.ts';
 import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
 import { HASH_SIZE, type Hash, leafHash, nodeHash } from '../chain/merkle.ts';
-import { imageEdgeOffsets, imageHeaderSize, TREE_IMAGE_HEADER } from '../chain/merkle-tree.ts';
+import { imageEdge } from '../chain/merkle-tree.ts';
 
 /** Where the edge of the chain's head is kept (an optimisation: checked against the signed note before use). */
 export const EDGE_FILE = 'vouch-tree-edge';
@@ -64,38 +64,15 @@ export class TreeEdge {
   }
 
   /**
-   * The edge of the tree whose image (chain/merkle-tree.ts `toImage`) is the
-   * file at `path`, read in O(log n): its header, its length, then only the
-   * hashes of the edge. Null when there is no such file or its shape is not
-   * an image's. Nothing in it is trusted: an edge from it is used only once
-   * its root, extended, equals a signed note's (`headEdge`).
+   * The edge of the tree whose image (chain/merkle-tree.ts `toImage`) is
+   * `image`, read off it in O(log n); null when it does not have an
+   * image's shape. Trusted for its hashes as far as the caller trusts the
+   * image (gateway/chain-state.ts `lastVerifiedTreeEdge`: the one the
+   * gateway's snapshot names, by sha256).
    */
-  static fromImageFile(c: CryptoBackend, path: string): TreeEdge | null {
-    let fd: number;
-    try {
-      fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-    } catch {
-      return null;
-    }
-    try {
-      const header = Buffer.alloc(TREE_IMAGE_HEADER);
-      if (fs.readSync(fd, header, 0, header.length, 0) !== header.length) return null;
-      const n = imageHeaderSize(header);
-      if (n === null) return null;
-      const { offsets, length } = imageEdgeOffsets(n);
-      const st = fs.fstatSync(fd);
-      if (!st.isFile() || st.size !== length) return null;
-      const hashes = offsets.map((at) => {
-        const h = new Uint8Array(HASH_SIZE);
-        return fs.readSync(fd, h, 0, HASH_SIZE, at) === HASH_SIZE ? h : null;
-      });
-      if (hashes.some((h) => h === null)) return null;
-      return new TreeEdge(c, n, hashes as Hash[]);
-    } catch {
-      return null;
-    } finally {
-      fs.closeSync(fd);
-    }
+  static fromImage(c: CryptoBackend, image: Uint8Array): TreeEdge | null {
+    const e = imageEdge(image);
+    return e === null ? null : new TreeEdge(c, e.size, e.hashes);
   }
 
   /** Entries of the tree this is the edge of. */

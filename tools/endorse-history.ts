@@ -35,9 +35,9 @@
  *
  * The record hashes of the chain, for the Merkle root of the checkpoint
  * note an append signs when the tree edge kept in .git is not usable
- * (store/chain-store.ts `headEdge`): first the edge of the gateway's Merkle
- * tree image (`.git/vouch-tree.bin`, O(log n) reads) extended by the record
- * hashes after it; else from the same index image (its compact index holds
+ * (store/chain-store.ts `headEdge`): first the edge of the gateway's
+ * verified Merkle tree image (`.git/vouch-tree.bin`, as its snapshot names
+ * it) extended by the record hashes after it; else from the same index image (its compact index holds
  * every block's record_hash) and the gap's checked blocks, when the image
  * is used; else the caller reads every block file.
  *
@@ -54,8 +54,7 @@ import { ChainIndex } from '../chain/select.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
-import { ChainState, lastVerifiedImage, treePathOf } from '../gateway/chain-state.ts';
-import { TreeEdge } from '../store/tree-edge.ts';
+import { ChainState, lastVerifiedImage, lastVerifiedTreeEdge } from '../gateway/chain-state.ts';
 import type { EdgeSeed } from '../store/chain-store.ts';
 
 export interface Prior { block: Block; artifactHash: string; semver: string }
@@ -72,11 +71,10 @@ export interface HistoryReport {
   /** With source `image`: every block's record_hash in order (the image's, then the gap's), for the tree edge. */
   recordHashes?: () => Iterable<string>;
   /**
-   * With source `image`: the edge of the gateway's Merkle tree image (read
-   * in O(log n)) and the record hashes after it, when that image is not
-   * larger than the index image: the tree edge without the O(n) fold of
-   * `recordHashes` (store/chain-store.ts `headEdge` checks it against the
-   * signed note).
+   * With source `image`: the edge of the gateway's verified Merkle tree
+   * image (the one its snapshot names) and the record hashes after it, when
+   * that image is not larger than the index image: the tree edge without
+   * the O(n) fold of `recordHashes` (store/chain-store.ts `headEdge`).
    */
   edgeSeed?: EdgeSeed;
 }
@@ -143,7 +141,7 @@ function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { his
     yield* gapHashes;
   };
   const edgeSeed: EdgeSeed = () => {
-    const edge = TreeEdge.fromImageFile(nodeBackend, treePathOf(repo.dir));
+    const edge = lastVerifiedTreeEdge(repo.dir);
     if (edge === null || edge.size > n) return null;
     const rest = function* (): Iterable<string> {
       for (let i = edge.size; i < n; i++) yield compact.recordHashOf(i);
