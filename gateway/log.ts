@@ -202,7 +202,8 @@ export function createLogger(minLevel: Level | 'silent' = envThreshold(), write?
     info,
     warn: emit('warn'),
     error: emit('error'),
-    enabled: (l) => p.isLevelEnabled(l),
+    // The level is fixed when the logger is made: the answer for info (asked once per request) is kept.
+    enabled: (l) => (l === 'info' ? requests : p.isLevelEnabled(l)),
     request: (r) => {
       if (!requests) return;
       if (out !== null) out(requestLine(r));
