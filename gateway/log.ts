@@ -22,7 +22,7 @@
  */
 import { createRequire } from 'node:module';
 import pino, { type DestinationStream, type Logger as PinoLogger, type LoggerOptions } from 'pino';
-import { isoNow, stderrSink } from './log-sink.ts';
+import { isoNow, isoOf, stderrSink } from './log-sink.ts';
 
 export type Level = 'debug' | 'info' | 'warn' | 'error';
 type Threshold = Level | 'silent';
@@ -52,6 +52,8 @@ export interface RequestRecord {
   url?: string | null;
   /** Present (true) when the answer did not finish. */
   aborted?: boolean;
+  /** When the answer ended, ms since the epoch (`wallClock`); the line's `time` (else the clock is read). Not a field of the line. */
+  time?: number;
 }
 
 /** Logs `r` as the `request` line at info, through `log.request` when the logger has it. */
@@ -118,7 +120,7 @@ function literal(s: string): string {
 /** The request line as pino would write it for `info(fields, 'request')` (same keys, same order), newline included. */
 export function requestLine(r: RequestRecord): string {
   const route = literal(r.route);
-  let line = '{"level":"info","time":"' + isoNow() + '","method":' + literal(r.method) + ',"path":' + (r.path === r.route ? route : jsonString(r.path)) +
+  let line = '{"level":"info","time":"' + (r.time === undefined ? isoNow() : isoOf(r.time)) + '","method":' + literal(r.method) + ',"path":' + (r.path === r.route ? route : jsonString(r.path)) +
     ',"route":' + route + ',"status":' + jsonNumber(r.status) + ',"ms":' + hundredthsNumber(r.ms) + ',"bytes":' + jsonNumber(r.bytes) +
     ',"remote":' + (r.remote === null ? 'null' : literal(r.remote));
   if (r.url != null) line += ',"url":' + jsonString(r.url);
@@ -200,7 +202,8 @@ export function createLogger(minLevel: Level | 'silent' = envThreshold(), write?
     info,
     warn: emit('warn'),
     error: emit('error'),
-    enabled: (l) => p.isLevelEnabled(l),
+    // The level is fixed when the logger is made: the answer for info (asked once per request) is kept.
+    enabled: (l) => (l === 'info' ? requests : p.isLevelEnabled(l)),
     request: (r) => {
       if (!requests) return;
       if (out !== null) out(requestLine(r));

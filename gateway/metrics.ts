@@ -43,8 +43,8 @@ const OTHER_METHOD = METHOD_LIST.length - 1;
  * search) and turned into samples only when scraped.
  */
 class RouteStats {
-  /** Requests by `method index * 1000 + status`. */
-  readonly counts = new Map<number, number>();
+  /** Requests by `method index * 1000 + status`, each in a cell of its own (one map lookup a request, no set). */
+  readonly counts = new Map<number, { n: number }>();
   bytes = 0;
   /** Per-bucket (non-cumulative) counts of DURATION_BUCKETS, then +Inf. */
   readonly buckets = new Float64Array(DURATION_BUCKETS.length + 1);
@@ -105,8 +105,8 @@ export class GatewayMetrics {
       collect() {
         this.reset();
         for (const r of routes.values()) {
-          for (const [key, n] of r.counts) {
-            this.inc({ route: r.route, method: METHOD_LIST[Math.floor(key / 1000)]!, status: String(key % 1000) }, n);
+          for (const [key, c] of r.counts) {
+            this.inc({ route: r.route, method: METHOD_LIST[Math.floor(key / 1000)]!, status: String(key % 1000) }, c.n);
           }
         }
       },
@@ -131,7 +131,12 @@ export class GatewayMetrics {
       this.routes.set(route, r);
     }
     const key = (METHOD_INDEX.get(method) ?? OTHER_METHOD) * 1000 + status;
-    r.counts.set(key, (r.counts.get(key) ?? 0) + 1);
+    let c = r.counts.get(key);
+    if (c === undefined) {
+      c = { n: 0 };
+      r.counts.set(key, c);
+    }
+    c.n++;
     r.bytes += bytes;
     let b = 0;
     while (b < DURATION_BUCKETS.length && seconds > DURATION_BUCKETS[b]!) b++;

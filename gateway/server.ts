@@ -48,6 +48,7 @@ import { ProxyRoutes } from './routes/proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './routes/openapi.ts';
 import { GatewayMetrics, handleMetrics } from './metrics.ts';
 import { logRequest } from './log.ts';
+import { wallClock } from './log-sink.ts';
 import { ClockCache } from './clock-cache.ts';
 import type { GatewayContext } from './context.ts';
 import type { BlockProof } from './chain-state.ts';
@@ -135,7 +136,9 @@ const heapBytes = (s: string, utf8Bytes: number) => (utf8Bytes === s.length ? ut
  * when no block endorses it (a URL found in a verified block is well
  * formed), with the same answers as checking it first.
  */
-const lookup: Handler = (ctx, _req, res, search, own, obs) => {
+const lookup: Handler = (ctx, req, res, search, own, obs) => {
+  // No body is read: let the request end now (node:http would wait for its end with one more listener per request).
+  req.resume();
   const today = ctx.today();
   const state = ctx.state;
   // `...&proof=1` (as clients send it) shares the plain answer's entry; the proof is added to it per request.
@@ -174,7 +177,7 @@ const lookup: Handler = (ctx, _req, res, search, own, obs) => {
     const text = JSON.stringify(lookupBody(sel.block, null));
     const length = Buffer.byteLength(text);
     if (key.length <= 4096) {
-      own.answers.set(key, {
+      own.answers.set(flatCopy(key), {
         size: state!.size, today, index: sel.block.index, proof: q.proof === true && !proofSuffix, etag, text, length, url: q.url,
         bytes: heapBytes(text, length) + key.length + q.url.length + 256, used: false,
       });
@@ -182,6 +185,14 @@ const lookup: Handler = (ctx, _req, res, search, own, obs) => {
     sendWithProof(res, text, length, etag, proof);
   }
 };
+
+/**
+ * A copy of `s` in one piece of memory: `s` is a slice of the request's
+ * target (a view on the whole target string), which a cache key would keep
+ * alive and every comparison with it would read through. The target is
+ * latin1 (node:http's decoding), so latin1 copies it exactly.
+ */
+const flatCopy = (s: string) => Buffer.from(s, 'latin1').toString('latin1');
 
 /** A lookup's query ending in this asks for a proof (and shares the plain answer's cache entry). */
 const PROOF_SUFFIX = '&proof=1';
@@ -272,6 +283,14 @@ export const ROUTES: Record<string, Route> = {
 /** `ROUTES` by path, for the one lookup every request makes. */
 const ROUTE_TABLE = new Map<string, Route & { label: string }>(Object.entries(ROUTES).map(([p, r]) => [p, { ...r, label: p }]));
 
+/**
+ * The route most requests take, found by comparing the start of the
+ * target: a Map lookup by the path, a new string every request, first
+ * hashes it (some 0.5 us a lookup under load).
+ */
+const LOOKUP_PATH = '/v1/endorsement';
+const LOOKUP_ROUTE = ROUTE_TABLE.get(LOOKUP_PATH)!;
+
 /** Every path under `/tile/` (tlog-tiles: hash tiles and entry bundles), one route labelled by its template. */
 export const TILE_PREFIX = '/tile/';
 const TILE_ROUTE: Route & { label: string } = {
@@ -353,6 +372,17 @@ export function urlParam(search: string): string | null {
   }
 }
 
+/**
+ * What a connection had written (`bytesWritten`) when its last request was
+ * recorded: where the next request's bytes start, read without a second
+ * `bytesWritten` (a getter that copies the socket's write queue). Taken
+ * (and cleared) when a request starts, so a request that starts before the
+ * one before it is recorded (pipelined behind a slow answer) reads
+ * `bytesWritten` itself, as every request did before.
+ */
+const SENT = Symbol('vouch.sent');
+type CountedSocket = Socket & { [SENT]?: number | undefined };
+
 /** Where a response keeps its `Observed` (read by the 'close' listener). */
 const OBSERVED = Symbol('vouch.observed');
 type ObservedResponse = ServerResponse & { [OBSERVED]?: Observed };
@@ -364,10 +394,13 @@ type ObservedResponse = ServerResponse & { [OBSERVED]?: Observed };
  * settle them first.
  */
 function recordRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: IncomingMessage, res: ServerResponse, obs: Observed, finished: boolean): void {
-  const socket = req.socket;
-  const seconds = (performance.now() - obs.started) / 1000;
+  const socket = req.socket as CountedSocket;
+  const end = performance.now();
+  const seconds = (end - obs.started) / 1000;
   const status = res.headersSent ? res.statusCode : 499;
-  const bytes = Math.max(0, socket.bytesWritten - obs.sentBefore);
+  const written = socket.bytesWritten;
+  socket[SENT] = written;
+  const bytes = Math.max(0, written - obs.sentBefore);
   const method = req.method ?? '';
   metrics.observe(obs.label, method, status, seconds, bytes);
   if (ctx.log.enabled?.('info') === false) return;
@@ -375,7 +408,7 @@ function recordRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incomi
   const url = obs.url === undefined ? urlParam(obs.search) : obs.url.length > LOGGED_CHARS ? obs.url.slice(0, LOGGED_CHARS) : obs.url;
   logRequest(ctx.log, {
     method, path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path, route: obs.label, status, ms: Math.round(seconds * 1e5) / 100, bytes,
-    remote: socket.remoteAddress ?? null, url, aborted: !finished,
+    remote: socket.remoteAddress ?? null, url, aborted: !finished, time: wallClock(end),
   });
 }
 
@@ -468,13 +501,18 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
   return (req, res) => {
     const target = req.url ?? '/';
     const q = target.indexOf('?');
-    const path = q === -1 ? target : target.slice(0, q);
-    const route = ROUTE_TABLE.get(path) ?? (path.startsWith(TILE_PREFIX) ? TILE_ROUTE : undefined);
-    const socket = req.socket;
+    // A lookup's path is the constant itself (no slice made; the log line compares it with the route label by identity).
+    const lookupPath = q === LOOKUP_PATH.length && target.startsWith(LOOKUP_PATH);
+    const path = lookupPath ? LOOKUP_PATH : q === -1 ? target : target.slice(0, q);
+    const route = lookupPath ? LOOKUP_ROUTE : ROUTE_TABLE.get(path) ?? (path.startsWith(TILE_PREFIX) ? TILE_ROUTE : undefined);
+    const socket = req.socket as CountedSocket;
+    // What the connection had written when its last request was recorded (one `bytesWritten` a request, not two; see SENT).
+    const sent = socket[SENT];
+    socket[SENT] = undefined;
     const obs: Observed = {
       // The table's own string: its hash is kept, where the path is a new string each request (metrics and log look labels up).
       label: route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : route.label,
-      url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), started: performance.now(), sentBefore: socket.bytesWritten,
+      url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), started: performance.now(), sentBefore: sent ?? socket.bytesWritten,
     };
     const facts = headerFacts(req);
     // Answered in full before the handler returned (a lookup, an error...): every byte is with the

@@ -11,6 +11,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
+import { once } from 'node:events';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { createKeyFile } from '../platform/key-file.ts';
@@ -364,6 +366,51 @@ test('one JSON log line per request, with its fields; no token, no Authorization
   assert.is(mismatch!.expected, digestOf(B));
   assert.type(mismatch!.actual, 'string');
   assert.is.not(mismatch!.actual, mismatch!.expected);
+});
+
+/** Sends `targets` one after another on ONE keep-alive connection; the bytes of each whole answer (head and body) as they came. */
+async function onOneConnection(targets: string[]): Promise<number[]> {
+  const { hostname, port } = new URL(gw.url);
+  const socket = connect({ host: hostname, port: Number(port) });
+  await once(socket, 'connect');
+  let got = Buffer.alloc(0);
+  const sizes: number[] = [];
+  try {
+    for (const t of targets) {
+      socket.write(`GET ${t} HTTP/1.1\r\nHost: ${hostname}:${port}\r\n\r\n`);
+      for (;;) {
+        const end = got.indexOf('\r\n\r\n');
+        const length = end === -1 ? NaN : Number(/\r\ncontent-length: *(\d+)/i.exec(got.subarray(0, end).toString('latin1'))?.[1]);
+        if (end !== -1 && got.length >= end + 4 + length) {
+          sizes.push(end + 4 + length);
+          got = got.subarray(end + 4 + length);
+          break;
+        }
+        const [chunk] = (await once(socket, 'data')) as [Buffer];
+        got = Buffer.concat([got, chunk]);
+      }
+    }
+  } finally {
+    socket.destroy();
+  }
+  return sizes;
+}
+
+test('bytes: each request on a keep-alive connection logs the bytes of its own answer', async () => {
+  const targets = [
+    `/v1/endorsement?url=${enc('https://bytes.example/1.tgz')}`,
+    '/healthz',
+    `/v1/endorsement?url=${enc('https://bytes.example/1.tgz')}`,
+    '/nope-bytes',
+    `/v1/endorsement?url=${enc(origin.url('/a.tgz'))}`,
+    `/v1/endorsement?url=${enc(origin.url('/a.tgz'))}`,
+  ];
+  const before = (await requestLines(gw, 0)).length;
+  const sizes = await onOneConnection(targets);
+  const lines = (await requestLines(gw, before + targets.length)).slice(before);
+  assert.equal(lines.map((l) => `${l.method} ${l.path}`), targets.map((t) => `GET ${t.split('?')[0]}`));
+  assert.equal(lines.map((l) => l.bytes), sizes, 'bytes logged per request = bytes of that answer on the wire');
+  assert.ok(new Set(sizes).size > 1, 'answers of different sizes');
 });
 
 test('VOUCH_LOG_LEVEL=warn: no request lines, warnings still logged, metrics still counted', async () => {

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile } from '../platform/key-file.ts';
 import { createLogger, hundredthsNumber, jsonString, lineSafe, logRequest, requestLine, type RequestRecord } from '../gateway/log.ts';
-import { LineSink, isoNow, isoOf } from '../gateway/log-sink.ts';
+import { LineSink, isoNow, isoOf, wallClock } from '../gateway/log-sink.ts';
 import { urlParam } from '../gateway/server.ts';
 import { writeConfig } from './helpers/gateway-process.ts';
 import { repoRoot } from './helpers/vectors.ts';
@@ -133,6 +133,21 @@ test('time: isoOf is toISOString (made from the second\'s prefix), years 0 to 99
   const before = Date.now();
   const now = Date.parse(isoNow());
   assert.ok(now >= before && now <= Date.now(), 'isoNow is now');
+});
+
+test('time: a request line made with `time` carries that time; wallClock is Date.now() read from performance.now(), the wall clock read again past a second', () => {
+  const at = Date.UTC(2026, 0, 2, 3, 4, 5, 6);
+  const line = requestLine(record({ time: at }));
+  assert.is(JSON.parse(line).time, '2026-01-02T03:04:05.006Z');
+  assert.not.ok(/"time":.*"time":/.test(line), 'time is written once');
+  const p = performance.now();
+  const w = wallClock(p);
+  assert.ok(Math.abs(w - Date.now()) <= 2, `wallClock ${w} vs Date.now() ${Date.now()}`);
+  // Within the second: from the offset already read (the clock is not read again).
+  assert.ok(Math.abs(wallClock(p + 500) - (w + 500)) <= 1);
+  // Past it (or back in time): the wall clock is read again, here giving what Date.now() says now, not w + 1500.
+  assert.ok(Math.abs(wallClock(p + 1500) - Date.now()) <= 2, 'read again after a second');
+  assert.ok(Math.abs(wallClock(p) - Date.now()) <= 2, 'read again when the time goes back');
 });
 
 test('createLogger: request lines only at info and below', () => {
