@@ -39,7 +39,10 @@ export interface VerifyFigures {
   wallMs: number;
   raw: number;
   cores: number;
+  /** Median of the runs' ratios, each run against the raw rate measured just before it (the machine's pace drifts). */
   ratio: number;
+  /** Lowest and highest of the runs' ratios. */
+  range: [number, number];
   runs: number;
 }
 
@@ -61,8 +64,8 @@ export async function verifyRow(dir: string, blocks: number, runs: number): Prom
     wall.push(v.ms);
     say(`  ${res.blocks_per_second} blocks/s (${res.seconds} s; process ${(v.ms / 1000).toFixed(1)} s), ratio ${(res.blocks_per_second / (raw[r]! * cores)).toFixed(2)}`);
   }
-  const blocksPerS = median(rate);
-  return { blocksPerS, wallMs: median(wall), raw: median(raw), cores, ratio: blocksPerS / (median(raw) * cores), runs };
+  const ratios = rate.map((x, r) => x / (raw[r]! * cores));
+  return { blocksPerS: median(rate), wallMs: median(wall), raw: median(raw), cores, ratio: median(ratios), range: [Math.min(...ratios), Math.max(...ratios)], runs };
 }
 
 /** The fixture's authority key as a key file (what `vouch keygen` writes: PKCS#8 PEM, 0600). */
