@@ -41,7 +41,7 @@ import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawH
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
-import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson } from './routes/transparency.ts';
+import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson, proofTag } from './routes/transparency.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -201,12 +201,12 @@ const PROOF_SUFFIX = '&proof=1';
  * Sends a lookup answer (`text`, a JSON object of `length` UTF-8 bytes),
  * with member `proof` put in last when there is one (its JSON made once per
  * proof, also the Vouch-Proof header's; pure ASCII) and the ETag naming the
- * checkpoint's size then.
+ * note then (`proofTag`: its size and a digest of its text).
  */
 function sendWithProof(res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
   if (proof === null) return sendJsonTagged(res, text, length, etag);
   const pj = proofJson(proof);
-  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proof.size}"`);
+  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`);
 }
 
 const authority: Handler = (ctx, _req, res) => {

@@ -18,6 +18,7 @@
  * one is cached briefly; proof sizes beyond the tree are 404, malformed or
  * out-of-order parameters 400.
  */
+import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { VouchError } from '../../chain/errors.ts';
 import { base64Decode, base64Encode } from '../../chain/encoding.ts';
@@ -65,6 +66,24 @@ export function proofJson(p: BlockProof): string {
     proofTexts.set(p, text);
   }
   return text;
+}
+
+const proofTags = new WeakMap<BlockProof, string>();
+
+/**
+ * What a proof-carrying lookup's ETag adds to the block's: the note's size
+ * and the first 16 hex digits of the sha256 of the note text served (its
+ * cosignatures included), so the tag changes whenever the body does: a
+ * newer note, or cosignatures arriving for the same one. Made once per
+ * proof object.
+ */
+export function proofTag(p: BlockProof): string {
+  let tag = proofTags.get(p);
+  if (tag === undefined) {
+    tag = `${p.size}-${createHash('sha256').update(p.checkpoint, 'utf8').digest('hex').slice(0, 16)}`;
+    proofTags.set(p, tag);
+  }
+  return tag;
 }
 
 /** `GET /checkpoint`: the served checkpoint note, as text. */
