@@ -233,11 +233,12 @@ test('many appends past a shard boundary and a shared-index rewrite keep git cle
   git(dir, '-c', 'core.splitIndex=false', 'status', '--porcelain');
   await repo.append([block(1006)], checkpoint(1007), info(1006));
   assertGitClean(dir, 1008, 'after git status without split index');
-  // A file modified after the index is written is racily clean: git smudges it in the shared index and
-  // writes it again in the split part, a replaced entry. A future mtime makes that certain (otherwise it
-  // depends on the appends above falling in the same instant as git's write: not on a loaded machine).
-  const later = new Date(Date.now() + 5_000);
-  utimesSync(join(dir, 'blocks/000/000/000000005.json'), later, later);
+  // An entry whose file time is not older than the index's own is racily clean to git: git moves it out
+  // of the shared index into the split part, a replaced entry (to smudge it there). An index file dated a
+  // minute back makes every entry the appends above wrote such an entry, whatever the machine's pace
+  // (their times falling in the same clock tick as the index write was not certain under load).
+  const before = new Date(Date.now() - 60_000);
+  utimesSync(join(dir, '.git/index'), before, before);
   git(dir, 'update-index', '--split-index');
   const gitSplit = parseIndex(readFileSync(join(dir, '.git/index')));
   assert.ok(gitSplit.link && gitSplit.link.replaced.length > 0, 'git wrote a split index with replaced entries');
