@@ -233,7 +233,7 @@ const ROWS: Row[] = [
   },
   {
     name: '`vouch verify`: blocks/s; ratio to raw × cores', key: 'verify', target: () => '≥ 0.75',
-    cell: (f) => `${int(f.verify!.blocksPerS)}/s, **${f.verify!.ratio.toFixed(2)}** (raw ${int(f.verify!.raw)}/s × ${f.verify!.cores}; median of ${f.verify!.runs} runs' ratios, each against the raw rate measured before it: ${f.verify!.range.map((x) => x.toFixed(2)).join('–')})`,
+    cell: (f) => `${int(f.verify!.blocksPerS)}/s, **${f.verify!.ratio.toFixed(2)}** (raw node:crypto ${int(f.verify!.raw)}/s × ${f.verify!.cores}; median of ${f.verify!.runs} runs' ratios, each against the raw rate measured before it: ${f.verify!.range.map((x) => x.toFixed(2)).join('–')}); ${f.verify!.sodiumRatio.toFixed(2)} × libsodium's raw ${int(f.verify!.rawSodium)}/s × ${f.verify!.cores}; OpenSSL alone (\`VOUCH_ED25519=openssl\`): ${int(f.verify!.openssl.blocksPerS)}/s, ${f.verify!.openssl.ratio.toFixed(2)}`,
     met: (f) => f.verify!.ratio >= 0.75,
   },
   {

@@ -1,12 +1,30 @@
 /**
  * The server's crypto backend on node:crypto (OpenSSL): sha256, sha512 and
  * sha3-256 natively, blake3 through @noble/hashes; ed25519 verify with one
- * cached KeyObject per public key (about 18x the pure-JS rate here).
+ * cached KeyObject per public key (about 18x the pure-JS rate here), asked
+ * second: libsodium (sodium-native) is asked first.
+ *
+ * Why libsodium first (bench/RESULTS.md "vouch verify", row "raw
+ * ed25519 verify"): its verify takes 87 µs here against OpenSSL 3.0's 162
+ * (104 against 182 with both cores busy), and signatures are most of what
+ * `vouch verify` and a cold start cost. Its accepted set is a subset of
+ * OpenSSL's: both check s < L and the same cofactorless equation, R =
+ * encode([s]B − [SHA-512(R ‖ A ‖ M)]A) compared byte for byte, and libsodium
+ * also refuses small-order or non-canonical A and small-order R. So a
+ * signature libsodium accepts is one OpenSSL accepts, and one it refuses is
+ * handed to OpenSSL, whose answer stands: `verify` accepts exactly what
+ * OpenSSL accepts (test/ed25519-engines.test.ts holds it on the
+ * ed25519-speccheck cases, the chain vectors and mutated signatures), only a
+ * valid signature costs half as much and a refused one costs both checks.
+ * Without sodium-native (a platform without its prebuilt binary, or
+ * VOUCH_ED25519=openssl, which the benches use for the comparison),
+ * OpenSSL alone checks.
  *
  * Must hold: `verify` never throws; it returns false for bad input. OpenSSL's
  * ed25519 accepts small-order keys, which is why `chain/` refuses weak
  * authority keys before any signature is checked (DESIGN 1.7 step 5).
  */
+import { createRequire } from 'node:module';
 import { createHash, hash as oneShotHash, createPrivateKey, createPublicKey, sign as nodeSign, verify as nodeVerify, type KeyObject } from 'node:crypto';
 import { blake3 } from '@noble/hashes/blake3.js';
 import type { CryptoBackend, HashAlgorithm, IncrementalHash, Signer } from '../chain/crypto-backend.ts';
@@ -37,6 +55,51 @@ export function publicKeyObject(raw: Uint8Array): KeyObject | null {
   return key;
 }
 
+interface Sodium {
+  crypto_sign_verify_detached(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
+}
+
+function loadSodium(): Sodium | null {
+  if (process.env.VOUCH_ED25519 === 'openssl') return null;
+  try {
+    const sodium = createRequire(import.meta.url)('sodium-native') as Sodium;
+    return typeof sodium.crypto_sign_verify_detached === 'function' ? sodium : null;
+  } catch {
+    return null;
+  }
+}
+
+const sodium = loadSodium();
+
+/** Which code checks ed25519 signatures first: 'libsodium' (then OpenSSL for what it refuses) or 'openssl' alone. */
+export const ED25519_ENGINE: 'libsodium' | 'openssl' = sodium === null ? 'openssl' : 'libsodium';
+
+/** libsodium's answer alone (null: sodium-native is not loaded); tests and the raw-rate benches use it. */
+export function libsodiumVerify(publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array): boolean | null {
+  if (sodium === null) return null;
+  return signature.length === 64 && publicKey.length === 32 && sodiumVerify(sodium, publicKey, message, signature);
+}
+
+/** OpenSSL's answer alone (the reference `verify` must equal; tests compare the two). */
+export function opensslVerify(publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array): boolean {
+  if (signature.length !== 64) return false;
+  const key = publicKeyObject(publicKey);
+  if (key === null) return false;
+  try {
+    return nodeVerify(null, message, key, signature);
+  } catch {
+    return false;
+  }
+}
+
+function sodiumVerify(s: Sodium, publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array): boolean {
+  try {
+    return s.crypto_sign_verify_detached(signature, message, publicKey);
+  } catch {
+    return false;
+  }
+}
+
 export const nodeBackend: CryptoBackend = {
   name: 'node',
   createHash(algorithm: HashAlgorithm): IncrementalHash {
@@ -56,14 +119,9 @@ export const nodeBackend: CryptoBackend = {
     return oneShotHash(algorithm, data, 'hex');
   },
   verify(publicKey, message, signature) {
-    if (signature.length !== 64) return false;
-    const key = publicKeyObject(publicKey);
-    if (key === null) return false;
-    try {
-      return nodeVerify(null, message, key, signature);
-    } catch {
-      return false;
-    }
+    if (signature.length !== 64 || publicKey.length !== 32) return false;
+    if (sodium !== null && sodiumVerify(sodium, publicKey, message, signature)) return true;
+    return opensslVerify(publicKey, message, signature);
   },
 };
 

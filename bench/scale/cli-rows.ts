@@ -6,7 +6,9 @@
  *   single-thread node:crypto ed25519 rate measured just before it in the
  *   same run (bench/raw-verify.ts, as bench -- chain does); the ratio is
  *   verify / (raw × cores); the process's wall time is kept for the cold
- *   start's target (≤ 1.2 × verify);
+ *   start's target (≤ 1.2 × verify). Beside it, each run: the raw libsodium
+ *   rate (what `vouch` asks first) and the ratio to it × cores, and the same
+ *   command with OpenSSL alone (`VOUCH_ED25519=openssl`, not the default);
  * - `vouch endorse --file`: consecutive appends of a small local file under
  *   new URLs on a full (`cp -a`) copy, with the fixture's authority key
  *   (test/helpers/chain-fixture.ts TEST_SEED as a PKCS#8 PEM, mode 0600, the
@@ -38,6 +40,12 @@ export interface VerifyFigures {
   /** Wall time of the `vouch verify` process, ms (median). */
   wallMs: number;
   raw: number;
+  /** Raw libsodium verify rate, one thread (median; NaN without sodium-native). */
+  rawSodium: number;
+  /** Median ratio of blocks/s to rawSodium × cores. */
+  sodiumRatio: number;
+  /** `vouch verify` with OpenSSL alone (VOUCH_ED25519=openssl): blocks/s and ratio to raw × cores (medians). */
+  openssl: { blocksPerS: number; ratio: number };
   cores: number;
   /** Median of the runs' ratios, each run against the raw rate measured just before it (the machine's pace drifts). */
   ratio: number;
@@ -52,20 +60,35 @@ export async function verifyRow(dir: string, blocks: number, runs: number): Prom
   const msgs = signedMessages(sample);
   const cores = availableParallelism();
   const raw: number[] = [];
+  const rawSodium: number[] = [];
   const rate: number[] = [];
   const wall: number[] = [];
-  for (let r = 0; r < runs; r++) {
-    raw.push(rawVerifyRate(signer, msgs));
-    say(`vouch verify on ${blocks.toLocaleString('en')} blocks (run ${r + 1} of ${runs}; raw ${Math.round(raw[r]!)}/s per thread)...`);
-    const v = await vouch(['verify', '--chain', dir, '--json'], 60 * MIN);
+  const opensslRate: number[] = [];
+  const run = async (env?: Record<string, string>): Promise<{ blocks_per_second: number; seconds: number; ms: number }> => {
+    const v = await vouch(['verify', '--chain', dir, '--json'], 60 * MIN, env);
     const res = JSON.parse(v.stdout) as { blocks: number; blocks_per_second: number; seconds: number };
     if (res.blocks !== blocks) throw new Error(`bench: vouch verify saw ${res.blocks} blocks, not ${blocks}`);
+    return { ...res, ms: v.ms };
+  };
+  for (let r = 0; r < runs; r++) {
+    raw.push(rawVerifyRate(signer, msgs));
+    rawSodium.push(rawVerifyRate(signer, msgs, 2_000, 'libsodium'));
+    say(`vouch verify on ${blocks.toLocaleString('en')} blocks (run ${r + 1} of ${runs}; raw ${Math.round(raw[r]!)}/s per thread, libsodium ${Math.round(rawSodium[r]!)}/s)...`);
+    const res = await run();
     rate.push(res.blocks_per_second);
-    wall.push(v.ms);
-    say(`  ${res.blocks_per_second} blocks/s (${res.seconds} s; process ${(v.ms / 1000).toFixed(1)} s), ratio ${(res.blocks_per_second / (raw[r]! * cores)).toFixed(2)}`);
+    wall.push(res.ms);
+    say(`  ${res.blocks_per_second} blocks/s (${res.seconds} s; process ${(res.ms / 1000).toFixed(1)} s), ratio ${(res.blocks_per_second / (raw[r]! * cores)).toFixed(2)}`);
+    const o = await run({ VOUCH_ED25519: 'openssl' });
+    opensslRate.push(o.blocks_per_second);
+    say(`  OpenSSL alone: ${o.blocks_per_second} blocks/s, ratio ${(o.blocks_per_second / (raw[r]! * cores)).toFixed(2)}`);
   }
   const ratios = rate.map((x, r) => x / (raw[r]! * cores));
-  return { blocksPerS: median(rate), wallMs: median(wall), raw: median(raw), cores, ratio: median(ratios), range: [Math.min(...ratios), Math.max(...ratios)], runs };
+  return {
+    blocksPerS: median(rate), wallMs: median(wall), raw: median(raw), cores, ratio: median(ratios), range: [Math.min(...ratios), Math.max(...ratios)], runs,
+    rawSodium: median(rawSodium),
+    sodiumRatio: median(rate.map((x, r) => x / (rawSodium[r]! * cores))),
+    openssl: { blocksPerS: median(opensslRate), ratio: median(opensslRate.map((x, r) => x / (raw[r]! * cores))) },
+  };
 }
 
 /** The fixture's authority key as a key file (what `vouch keygen` writes: PKCS#8 PEM, 0600). */

@@ -112,9 +112,10 @@ export interface Timed { ms: number; status: number | null; stdout: string; stde
  * Runs `cmd args` to its end (killed after `timeoutMs`), timing it from
  * spawn to exit; throws unless it exits 0 (or `allowFail`).
  */
-export async function timed(cmd: string, args: string[], opts: { timeoutMs: number; cwd?: string; allowFail?: boolean }): Promise<Timed> {
+export async function timed(cmd: string, args: string[], opts: { timeoutMs: number; cwd?: string; allowFail?: boolean; env?: Record<string, string> }): Promise<Timed> {
   const t0 = performance.now();
-  const child = spawn(cmd, args, { cwd: opts.cwd ?? root, stdio: ['ignore', 'pipe', 'pipe'] });
+  const env = opts.env ? { ...process.env, ...opts.env } : process.env;
+  const child = spawn(cmd, args, { cwd: opts.cwd ?? root, stdio: ['ignore', 'pipe', 'pipe'], env });
   live.add(child);
   let stdout = '';
   let stderr = '';
@@ -134,9 +135,9 @@ export async function timed(cmd: string, args: string[], opts: { timeoutMs: numb
   return { ms, status, stdout, stderr };
 }
 
-/** `node tools/vouch.js ARGS`, timed as a whole process. */
-export function vouch(args: string[], timeoutMs: number): Promise<Timed> {
-  return timed(process.execPath, [join(root, 'tools', 'vouch.js'), ...args], { timeoutMs });
+/** `node tools/vouch.js ARGS`, timed as a whole process (`env`: variables added to the bench's own). */
+export function vouch(args: string[], timeoutMs: number, env?: Record<string, string>): Promise<Timed> {
+  return timed(process.execPath, [join(root, 'tools', 'vouch.js'), ...args], { timeoutMs, ...(env ? { env } : {}) });
 }
 
 /** CPU seconds (user + system) a process has used so far (/proc/PID/stat; clock ticks of 1/100 s). */
