@@ -3,7 +3,7 @@
  * empty directory to ready — clone over git smart HTTP (`prepareMirror`)
  * plus the cold verification of every block (`ChainState.load` with the
  * pinned key). Each run is a child process, so its own peak RSS
- * (`process.resourceUsage().maxRSS`) is the figure; medians over runs.
+ * (`peakRssMiB`: VmHWM) is the figure; medians over runs.
  *
  * Owns: its temporary directories and the git server it starts; the chain
  * it builds is kept in bench/out/chain-<N> (the same as `bench -- chain`).
@@ -24,6 +24,7 @@ import { prepareMirror } from '../gateway/chain-sync.ts';
 import { GitServer } from '../test/helpers/git-server.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { benchChainDir } from './chain-dir.ts';
+import { peakRssMiB } from './peak-rss.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const self = fileURLToPath(import.meta.url);
@@ -124,7 +125,7 @@ async function child(url: string, dir: string, pub: string): Promise<void> {
     seconds: (t2 - t0) / 1000,
     cloneSeconds: (t1 - t0) / 1000,
     loadSeconds: (t2 - t1) / 1000,
-    maxRssMiB: process.resourceUsage().maxRSS / 1024,
+    maxRssMiB: peakRssMiB(),
   }));
 }
 

@@ -1,0 +1,15 @@
+/**
+ * The peak RSS of this process, for bench children that report their own:
+ * VmHWM from /proc/self/status (Linux), not `resourceUsage().maxRSS`, which
+ * Linux carries over an exec from the forked parent (a bench parent holding
+ * 400 MiB made a 185 MiB child report 400 MiB). Elsewhere, maxRSS.
+ */
+import { readFileSync } from 'node:fs';
+
+export function peakRssMiB(): number {
+  try {
+    const hwm = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (hwm) return Number(hwm[1]) / 1024;
+  } catch { /* not Linux */ }
+  return process.resourceUsage().maxRSS / 1024;
+}
