@@ -133,6 +133,7 @@ test('a plain git clone verifies with vouch verify, pinned and unpinned; git fsc
   const s = JSON.parse(r.stdout);
   assert.is(s.ok, true);
   assert.is(s.blocks, 5);
+  assert.is(s.ed25519, 'libsodium+openssl'); // sodium-native's binary loaded: a missing one would halve the rate silently
   assert.is(s.authority.public_key, pub);
   assert.is(s.checkpoint.size, 5);
   const plain = vouch(['verify', '--chain', clone]);
