@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- scale [--quick] [--sizes=A,B] [--rows=R,...] [--layout=sparse]` (issue 16,
+ * `npm run bench -- scale [--quick] [--sizes=A,B] [--rows=R,...] [--layout=sparse] [--urls=N]` (issue 16,
  * "A million blocks"): every figure of the issue at 1,000,000 blocks, with
  * the same figure at 50,000 beside it so growth shows. `--quick` measures
  * the same rows at 5,000 and 20,000 blocks in a few minutes (a smoke test of
@@ -89,11 +89,14 @@ function params(quick: boolean): Params {
   const layout = flag('layout') ?? 'full';
   if (layout !== 'full' && layout !== 'sparse') throw new Error(`bench: --layout must be full or sparse, not ${layout}`);
   const sparse = layout === 'sparse';
+  // --urls=N: how many distinct URLs the lookups draw from (default 20,000; the issue asks for at least 10,000).
+  const urls = flag('urls') === undefined ? undefined : Number(flag('urls'));
+  if (urls !== undefined && !(Number.isInteger(urls) && urls >= 100)) throw new Error(`bench: bad --urls=${flag('urls')}`);
   return quick
-    ? { sparse, sizes, rows, verifyRuns: () => 1, restarts: 3, endorses: 3, lookups: { urls: 10_000, runs: 2, seconds: 3, warmup: 1 }, startTimeout: () => 10 * MIN }
+    ? { sparse, sizes, rows, verifyRuns: () => 1, restarts: 3, endorses: 3, lookups: { urls: urls ?? 10_000, runs: 2, seconds: 3, warmup: 1 }, startTimeout: () => 10 * MIN }
     : {
       sparse, sizes, rows, verifyRuns: (n) => (n <= 100_000 ? 3 : 1), restarts: 3, endorses: 3,
-      lookups: { urls: 20_000, runs: 5, seconds: 6, warmup: 2 },
+      lookups: { urls: urls ?? 20_000, runs: 5, seconds: 6, warmup: 2 },
       startTimeout: (n) => Math.max(10 * MIN, (n / 1_000_000) * 40 * MIN),
     };
 }
