@@ -4,9 +4,10 @@
  * cached KeyObject per public key (about 18x the pure-JS rate here), asked
  * second: libsodium (sodium-native) is asked first.
  *
- * Why libsodium first (bench/RESULTS.md "vouch verify", row "raw
- * ed25519 verify"): its verify takes 87 µs here against OpenSSL 3.0's 162
- * (104 against 182 with both cores busy), and signatures are most of what
+ * Why libsodium first (bench/RESULTS.md, "Chain core": the rows "raw
+ * `crypto.verify`" and "raw libsodium verify"): its verify takes 87 µs
+ * here against OpenSSL 3.0's 162 (104 against 182 with both cores busy),
+ * and signatures are most of what
  * `vouch verify` and a cold start cost. Its accepted set is a subset of
  * OpenSSL's: both check s < L and the same cofactorless equation, R =
  * encode([s]B − [SHA-512(R ‖ A ‖ M)]A) compared byte for byte, and libsodium
@@ -69,15 +70,28 @@ function loadSodium(): Sodium | null {
   }
 }
 
-const sodium = loadSodium();
+/**
+ * sodium-native, loaded on the first signature check (undefined: not yet;
+ * null: unavailable or turned off): loading it takes some 30 ms, which a
+ * command that checks no signature (`vouch endorse`, `--help`) does not pay.
+ */
+let sodiumLoaded: Sodium | null | undefined;
+
+function sodium(): Sodium | null {
+  if (sodiumLoaded === undefined) sodiumLoaded = loadSodium();
+  return sodiumLoaded;
+}
 
 /** Which code checks ed25519 signatures first: 'libsodium' (then OpenSSL for what it refuses) or 'openssl' alone. */
-export const ED25519_ENGINE: 'libsodium' | 'openssl' = sodium === null ? 'openssl' : 'libsodium';
+export function ed25519Engine(): 'libsodium' | 'openssl' {
+  return sodium() === null ? 'openssl' : 'libsodium';
+}
 
 /** libsodium's answer alone (null: sodium-native is not loaded); tests and the raw-rate benches use it. */
 export function libsodiumVerify(publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array): boolean | null {
-  if (sodium === null) return null;
-  return signature.length === 64 && publicKey.length === 32 && sodiumVerify(sodium, publicKey, message, signature);
+  const s = sodium();
+  if (s === null) return null;
+  return signature.length === 64 && publicKey.length === 32 && sodiumVerify(s, publicKey, message, signature);
 }
 
 /** OpenSSL's answer alone (the reference `verify` must equal; tests compare the two). */
@@ -120,7 +134,8 @@ export const nodeBackend: CryptoBackend = {
   },
   verify(publicKey, message, signature) {
     if (signature.length !== 64 || publicKey.length !== 32) return false;
-    if (sodium !== null && sodiumVerify(sodium, publicKey, message, signature)) return true;
+    const s = sodium();
+    if (s !== null && sodiumVerify(s, publicKey, message, signature)) return true;
     return opensslVerify(publicKey, message, signature);
   },
 };

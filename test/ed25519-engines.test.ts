@@ -13,7 +13,7 @@ import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { ED25519_ENGINE, libsodiumVerify, nodeBackend, opensslVerify, privateKeyFromSeed, nodeSigner } from '../platform/node-crypto.ts';
+import { ed25519Engine, libsodiumVerify, nodeBackend, opensslVerify, privateKeyFromSeed, nodeSigner } from '../platform/node-crypto.ts';
 import { base64Decode, payloadMessage, type Block } from '../chain/index.ts';
 import { buildLongChain } from './helpers/chain-fixture.ts';
 
@@ -32,8 +32,8 @@ function answers(pk: Uint8Array, m: Uint8Array, sig: Uint8Array): { backend: boo
 }
 
 test('libsodium is the engine asked first here; VOUCH_ED25519=openssl leaves OpenSSL alone', () => {
-  assert.is(ED25519_ENGINE, 'libsodium');
-  const code = "import('./platform/node-crypto.ts').then((m) => process.stdout.write(m.ED25519_ENGINE))";
+  assert.is(ed25519Engine(), 'libsodium');
+  const code = "import('./platform/node-crypto.ts').then((m) => process.stdout.write(m.ed25519Engine()))";
   const root = fileURLToPath(new URL('..', import.meta.url));
   const off = spawnSync(process.execPath, ['--import', 'tsx', '-e', code], { cwd: root, encoding: 'utf8', env: { ...process.env, VOUCH_ED25519: 'openssl' }, timeout: 60_000 });
   assert.is(off.stdout, 'openssl', off.stderr);

@@ -20,7 +20,7 @@ import { progressReporter } from '../command.ts';
 import { VouchError, isVouchError } from '../../chain/errors.ts';
 import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts';
 import { openCheckpoint, type Checkpoint as LogCheckpoint } from '../../chain/tlog-checkpoint.ts';
-import { ED25519_ENGINE, nodeBackend } from '../../platform/node-crypto.ts';
+import { ed25519Engine, nodeBackend } from '../../platform/node-crypto.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { TreeEdge } from '../../store/tree-edge.ts';
@@ -119,7 +119,7 @@ export const verify: Command = {
         seconds: Number(seconds.toFixed(3)),
         blocks_per_second: Math.round(s.size / seconds),
         // What checked the signatures: libsodium, then OpenSSL for what it refused (the same answers), or OpenSSL alone.
-        ed25519: ED25519_ENGINE === 'libsodium' ? 'libsodium+openssl' : 'openssl',
+        ed25519: ed25519Engine() === 'libsodium' ? 'libsodium+openssl' : 'openssl',
       };
       if (v.json) process.stdout.write(JSON.stringify(summary) + '\n');
       else if (!v.quiet) {
