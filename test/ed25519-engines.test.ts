@@ -60,7 +60,7 @@ test('the chain vectors: every signature of the valid chain verifies, and by lib
   }
 });
 
-// The eight small-order points' encodings (the identity, order 2, order 4 and order 8) and y = p - 1 + 2, a non-canonical one.
+// The eight small-order points' encodings (the identity, order 2, order 4 and order 8), and the identity again non-canonically (y = p + 1).
 const SMALL_ORDER = [
   '0100000000000000000000000000000000000000000000000000000000000000',
   'ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f',
