@@ -27,7 +27,8 @@ import type { CryptoBackend } from '../chain/crypto-backend.ts';
 import { bytesEqual } from '../chain/encoding.ts';
 import { parseNote, parseVerifierKey, verifyCosignature, type Note, type NoteSignature } from '../chain/note.ts';
 import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
-import { checkQuorum, parsePolicy, type Policy } from '../chain/tlog-policy.ts';
+import { checkQuorum, type Policy } from '../chain/tlog-policy.ts';
+import { readPolicyFile } from '../platform/policy-file.ts';
 import { writeDurably } from '../store/git-files.ts';
 import { formatAddCheckpoint } from './witness.ts';
 import type { Logger } from './log.ts';
@@ -366,20 +367,7 @@ function lineOf(sig: NoteSignature): string {
  */
 export function openCosigner(a: { witnesses: readonly { url: string; vkey: string }[]; policy_file: string | null }, chainDir: string, source: CheckpointSource, backend: CryptoBackend, log: Logger): Cosigner | null {
   if (a.witnesses.length === 0 && a.policy_file === null) return null;
-  let policy: Policy | null = null;
-  if (a.policy_file !== null) {
-    let text: string;
-    try {
-      text = readFileSync(a.policy_file, 'utf8');
-    } catch (e) {
-      throw new VouchError('io_error', `cannot read authority.policy_file ${a.policy_file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
-    }
-    try {
-      policy = parsePolicy(backend, text);
-    } catch (e) {
-      throw new VouchError('usage', `config: authority.policy_file ${a.policy_file}: ${(e as Error).message.split('\n')[0]}`);
-    }
-  }
+  const policy = a.policy_file === null ? null : readPolicyFile(backend, a.policy_file, 'config: authority.policy_file');
   const cosigner = new Cosigner({ backend, witnesses: a.witnesses, policy, file: join(chainDir, '.git', 'vouch-cosigned-checkpoint'), source, log });
   // A policy witness no configured witness is asked for never cosigns: the quorum may be out of reach.
   for (const [name, w] of policy?.witnesses ?? []) {

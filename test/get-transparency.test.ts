@@ -336,6 +336,22 @@ test('the attack: a gateway replaying the saved v1 answer is refused by a client
   assert.equal(readdirSync(work).filter((f) => f.includes('.tmp')), []);
 });
 
+test('--policy: a file that cannot be read, or does not parse, is one line naming it (exit 2), before any gateway is asked', async () => {
+  const o = out();
+  const absent = join(work, 'absent-policy.txt');
+  let r = await get([A.url], join(work, 'state-badpolicy.json'), o, ['--policy', absent]);
+  assert.is(r.status, 2, r.stderr);
+  assert.is(r.stderr.trim(), `vouch get: --policy ${absent}: cannot read it (ENOENT)`);
+  const bad = join(work, 'bad-policy.txt');
+  writeFileSync(bad, 'log  not-a-key\nquorum none\n');
+  r = await get([A.url], join(work, 'state-badpolicy.json'), o, ['--policy', bad]);
+  assert.is(r.status, 2, r.stderr);
+  assert.match(r.stderr.trim(), new RegExp(`^vouch get: --policy ${bad.replace(/[.]/g, '\\.')}: policy line 1: `));
+  assert.is(r.stderr.trim().split('\n').length, 1, 'more than one line');
+  assert.not.ok(existsSync(o));
+  assert.not.ok(existsSync(join(work, 'state-badpolicy.json')), 'a state file was written');
+});
+
 test('several gateways: a stale one cannot make the client take v1; one proving v1 in the current tree is named as disagreeing', async () => {
   const stale = await replayer(v1Replay);
   // Stale gateway + honest one, fresh client: the newest checkpoint decides, v1 is explained by the blocks after it.

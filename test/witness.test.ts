@@ -405,7 +405,8 @@ test('start refusals: a witness without its key file, a policy file that does no
   const authorityPart = { key_file: join(work, 'authority.pem'), signer: 'refused', submit_token_file: join(work, 'submit.token') };
   assert.match(await refused('r1', { chain: { dir: join(work, 'r1', 'chain') }, authority: authorityPart, witness: { key_file: join(work, 'absent.pem') } }), /exited 2[\s\S]*absent\.pem/);
   writeFileSync(join(work, 'bad-policy.txt'), 'quorum nobody\n');
-  assert.match(await refused('r2', { chain: { dir: join(work, 'r2', 'chain') }, authority: { ...authorityPart, policy_file: join(work, 'bad-policy.txt') } }), /exited 2[\s\S]*policy_file/);
+  assert.match(await refused('r2', { chain: { dir: join(work, 'r2', 'chain') }, authority: { ...authorityPart, policy_file: join(work, 'bad-policy.txt') } }), /exited 2[\s\S]*config: authority\.policy_file \S*bad-policy\.txt: policy line 1: /);
+  assert.match(await refused('r2b', { chain: { dir: join(work, 'r2b', 'chain') }, authority: { ...authorityPart, policy_file: join(work, 'absent-policy.txt') } }), /exited 2[\s\S]*config: authority\.policy_file \S*absent-policy\.txt: cannot read it \(ENOENT\)/);
   assert.match(await refused('r3', { chain: { dir: join(work, 'r3', 'chain') }, authority: { ...authorityPart, witnesses: [{ url: 'http://127.0.0.1:9', vkey: LOG_VKEY }] } }), /exited 2[\s\S]*type 0x04/);
 });
 

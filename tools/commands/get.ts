@@ -23,7 +23,7 @@
  * Must hold: exit 0 only after every check above passed; a refusal exits 1
  * and leaves FILE and the state file untouched.
  */
-import { createWriteStream, readFileSync, renameSync, rmSync } from 'node:fs';
+import { createWriteStream, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
 import { Agent, request } from 'undici';
 import type { Command } from '../command.ts';
@@ -33,7 +33,8 @@ import { isArtifactUrl, isDate, isSemver, parseBlock, type Block } from '../../c
 import { computeRecordHash, payloadMessage } from '../../chain/build.ts';
 import { base64Decode, base64Encode, hexEncode } from '../../chain/encoding.ts';
 import { parseArtifactHash, formatArtifactHash } from '../../chain/hash-algorithms.ts';
-import { parsePolicy, type Policy } from '../../chain/tlog-policy.ts';
+import type { Policy } from '../../chain/tlog-policy.ts';
+import { readPolicyFile } from '../../platform/policy-file.ts';
 import { parseVerifierKey, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { defaultStatePath, loadState, saveCheckpoint } from '../checkpoint-state.ts';
@@ -143,16 +144,7 @@ export const get: Command = {
     if (!(timeoutMs > 0)) throw new UsageError('--timeout must be a positive number of seconds');
     if (v.origin !== undefined && v.origin === '') throw new UsageError('--origin must not be empty');
     const authority: Authority = { publicKey: key, ...(v.origin !== undefined ? { origin: v.origin as string } : {}) };
-    let policy: Policy | null = null;
-    if (v.policy !== undefined) {
-      let text: string;
-      try {
-        text = readFileSync(v.policy, 'utf8');
-      } catch (e) {
-        throw new VouchError('io_error', `cannot read --policy ${v.policy}: ${(e as Error).message}`);
-      }
-      policy = parsePolicy(nodeBackend, text);
-    }
+    const policy: Policy | null = v.policy === undefined ? null : readPolicyFile(nodeBackend, v.policy, '--policy');
     const statePath: string = v.state ?? defaultStatePath();
     const state = loadState(statePath);
     const want: Want = { url: v.url, ...(v.semver ? { semver: v.semver } : {}), ...(v.at ? { at: v.at } : {}) };
