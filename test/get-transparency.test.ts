@@ -23,6 +23,9 @@ import { Agent, request } from 'undici';
 import { base64Encode, hexDecode, type Signer } from '../chain/index.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
 import { signCheckpoint } from '../chain/tlog-checkpoint.ts';
+import { buildCheckpoint, buildRevokeBlock, type Block } from '../chain/index.ts';
+import { ChainRepo } from '../store/chain-repo.ts';
+import { appendSigned } from '../store/chain-store.ts';
 import { cosign, formatNote, parseNote, verifierKey, SIG_COSIGNATURE_V1, SIG_ED25519 } from '../chain/note.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../platform/node-crypto.ts';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
@@ -521,6 +524,59 @@ test('--policy: the witness quorum is required, and the policy must name the pin
   assert.is(r.status, 1, r.stderr);
   assert.match(r.stderr, /^policy: the policy has no "log" line for log\.vouch\.test\+[0-9a-f]{8}/);
   assert.not.ok(existsSync(o));
+});
+
+test('several gateways: a revocation beyond the stale tree explains its newer selection; a newest gateway that does not show it is a disagreement', async () => {
+  // A gateway of its own (the others keep their blocks): gadget 1.0.0, then 2.0.0, which a stale gateway keeps showing.
+  const C = await startFront('c');
+  const path = '/gadget.js';
+  const G1 = 'console.log("gadget 1.0.0");\n';
+  const G2 = 'console.log("gadget 2.0.0, withdrawn");\n';
+  const i1 = await endorse(C, G1, '1.0.0', path);
+  const i2 = await endorse(C, G2, '2.0.0', path);
+  const U2 = origin.url(path);
+  const stale = await replayer(await snapshot(C.url, `url=${enc(U2)}`));
+  // The operator revokes 2.0.0 (appended offline, as revocations are) and restarts the gateway.
+  await C.gw.stop();
+  const repo = await ChainRepo.open(join(work, 'c', 'chain'));
+  const head = JSON.parse(repo.readBlockFile(repo.size - 1)) as Block;
+  const revoke = buildRevokeBlock({ prev: head, target: JSON.parse(repo.readBlockFile(i2)) as Block, signer, backend: nodeBackend, now: Date.now() });
+  const tree = new MerkleTree(nodeBackend);
+  for (let i = 0; i < repo.size; i++) tree.append(hexDecode((JSON.parse(repo.readBlockFile(i)) as Block).record_hash)!);
+  tree.append(hexDecode(revoke.record_hash)!);
+  await appendSigned(repo, [revoke], buildCheckpoint({ head: revoke, signer, now: Date.now() }), Date.now(), { signer, origin: LOG, root: tree.root() });
+  const C2 = await startFront('c');
+  origin.route(path, { body: G1, contentType: 'text/javascript' });
+  const getU2 = (gateways: string[], state: string, o: string) =>
+    vouchAsync(['get', ...gateways.flatMap((g) => ['--gateway', g]), '--url', U2, '--public-key', pub, '-o', o, '--state', state]);
+
+  let o = out();
+  let r = await getU2([stale, C2.url], join(work, 'state-revoked-1.json'), o);
+  assert.is(r.status, 0, r.stderr);
+  assert.is(readFileSync(o, 'utf8'), G1, 'the version in force, from the newest tree');
+  assert.match(r.stdout, new RegExp(`, acme/widget 1\\.0\\.0, block ${i1} [0-9a-f]{64}, .*\\(2 gateways agree\\)`));
+  assert.is(stateOf(join(work, 'state-revoked-1.json')).size, revoke.index + 1);
+
+  // The same newest gateway, fronted by one that drops revoked_by from /v1/block: nothing explains the stale selection.
+  const hiding = await listen(async (req, res) => {
+    const u = new URL(req.url!, 'http://x');
+    const f = await fetchRaw(C2.url + req.url);
+    const headers: Record<string, string> = {};
+    for (const k of ['content-type', 'uns', 'vouch-proof', 'etag']) if (f.headers[k] !== undefined) headers[k] = f.headers[k]!;
+    let body = f.body;
+    if (u.pathname === '/v1/block' && f.status === 200) {
+      const { revoked_by: _gone, ...rest } = JSON.parse(body.toString());
+      body = Buffer.from(JSON.stringify(rest));
+    }
+    res.writeHead(f.status, headers);
+    res.end(body);
+  });
+  o = out();
+  r = await getU2([stale, hiding], join(work, 'state-revoked-2.json'), o);
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, new RegExp(`^gateways_disagree: the gateways disagree: .* selects block ${i2} .*cannot explain: ${hiding.replace(/[.]/g, '\\.')} shows no revocation of block ${i2}$`, 'm'));
+  assert.not.ok(existsSync(o), 'bytes written');
+  assert.not.ok(existsSync(join(work, 'state-revoked-2.json')), 'a state file was written');
 });
 
 test.run();

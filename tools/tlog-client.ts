@@ -8,8 +8,9 @@
  *
  * Owns: the proof object's form (`{"index","size","proof":[b64...],
  * "checkpoint":"<note>"}`), the refusals and their wording, the SECURITY
- * ERROR evidence text. No HTTP here: consistency proofs are fetched by the
- * caller's callback and are untrusted input like everything a gateway says.
+ * ERROR evidence text. No HTTP here: consistency proofs and the evidence of
+ * a revocation are fetched by the caller's callbacks and are untrusted input
+ * like everything a gateway says.
  *
  * Trusts: the authority public key the user pinned (`--public-key`), the
  * optional `--origin` and `--policy`; chain/tlog-checkpoint.ts,
@@ -88,6 +89,13 @@ export function parseProofObject(value: unknown, where: string): ProofObject {
 export function parseConsistencyAnswer(value: unknown, from: number, to: number, where: string): Uint8Array[] {
   const o = (typeof value === 'object' && value !== null ? value : {}) as Record<string, unknown>;
   if (o.from !== from || o.to !== to) throw new Refusal('bad_proof', `${where}: the consistency answer is not for ${from}..${to}`);
+  return hashList(o.proof, where);
+}
+
+/** Parses `/v1/proof/inclusion` JSON; `index`/`size` must be the ones asked. */
+export function parseInclusionAnswer(value: unknown, index: number, size: number, where: string): Uint8Array[] {
+  const o = (typeof value === 'object' && value !== null ? value : {}) as Record<string, unknown>;
+  if (o.index !== index || o.size !== size) throw new Refusal('bad_proof', `${where}: the inclusion answer is not for index ${index} in size ${size}`);
   return hashList(o.proof, where);
 }
 
@@ -227,22 +235,65 @@ export interface GatewayAnswer {
 }
 
 /**
+ * What the deciding gateway shows for a block a smaller tree selects and it
+ * does not: the revoke block it names (its signature and record_hash
+ * already checked by the caller), and that block's inclusion proof in the
+ * deciding checkpoint. Untrusted until `checkRevocation` passes.
+ */
+export interface RevocationEvidence {
+  revoke: Block;
+  proof: Uint8Array[];
+}
+
+/**
+ * Requires `ev` to show `older`'s block revoked, on `date`, by a block
+ * `older`'s tree could not hold (at or past its size) and that is in
+ * `newest`'s tree. Returns why it does not, or null when it does.
+ */
+export function checkRevocation(c: CryptoBackend, older: GatewayAnswer, newest: GatewayAnswer, ev: RevocationEvidence, date: string): string | null {
+  const r = ev.revoke;
+  if (r.payload.intent !== 'revoke') return `block ${r.index}, named as its revocation, is not a revoke block`;
+  if (r.payload.target_hash !== older.block.record_hash) return `block ${r.index} revokes ${r.payload.target_hash}, not block ${older.block.index}`;
+  if (r.index < older.cp.size) return `its revocation, block ${r.index}, is inside the tree of size ${older.cp.size}, so that gateway should not select the block`;
+  if (r.index >= newest.cp.size) return `its revocation, block ${r.index}, is not in the tree of size ${newest.cp.size}`;
+  if (r.payload.effective_date > date) return `its revocation, block ${r.index}, takes effect ${r.payload.effective_date}, after ${date}`;
+  if (!verifyInclusion(c, r.index, newest.cp.size, leafHash(c, hexDecode(r.record_hash)!), ev.proof, newest.cp.root)) {
+    return `the inclusion proof of its revocation, block ${r.index}, does not verify against the checkpoint of size ${newest.cp.size}`;
+  }
+  return null;
+}
+
+/**
  * Which answer decides, among answers whose checkpoints are already proven
  * mutually consistent: the one with the largest checkpoint. Every gateway
- * with a checkpoint of that same size must select the same block; a gateway
- * with a smaller checkpoint may select another block only if its block is
- * older than the deciding one and the deciding one is beyond its tree (a
- * newer block it could not know yet). Anything else is a disagreement.
+ * with a checkpoint of that same size must select the same block. A gateway
+ * with a smaller checkpoint may select another block when the blocks
+ * between the two trees explain it: the deciding block is newer and beyond
+ * its tree (a version it could not know yet), or its own block is newer and
+ * the deciding gateway proves it revoked by a block beyond its tree on
+ * `date` (`explain` fetches that evidence from the deciding gateway; null
+ * when it shows none; `checkRevocation` judges it). Anything else is a
+ * disagreement.
  */
-export function decide(answers: readonly GatewayAnswer[]): GatewayAnswer {
+export async function decide(
+  answers: readonly GatewayAnswer[], date: string,
+  explain: (older: GatewayAnswer, newest: GatewayAnswer) => Promise<RevocationEvidence | null>,
+  c: CryptoBackend,
+): Promise<GatewayAnswer> {
   const newest = answers.reduce((a, b) => (b.cp.size > a.cp.size ? b : a));
   for (const a of answers) {
     if (a.block.index === newest.block.index) continue;
     const what = `${a.gateway} selects block ${a.block.index} (checkpoint size ${a.cp.size}) but ${newest.gateway} selects block ${newest.block.index} (checkpoint size ${newest.cp.size})`;
     if (a.cp.size === newest.cp.size) throw new Refusal('gateways_disagree', `the gateways disagree on the same tree: ${what}; one of them hides a newer block or shows a superseded one`);
-    if (!(a.block.index < newest.block.index && newest.block.index >= a.cp.size)) {
-      throw new Refusal('gateways_disagree', `the gateways disagree: ${what}, which the blocks between their checkpoints cannot explain`);
+    if (a.block.index < newest.block.index && newest.block.index >= a.cp.size) continue; // a newer version, beyond the smaller tree
+    if (a.block.index > newest.block.index) {
+      // The smaller tree's block is newer: only a revocation the smaller tree does not hold explains it.
+      const ev = await explain(a, newest);
+      const why = ev === null ? `${newest.gateway} shows no revocation of block ${a.block.index}` : checkRevocation(c, a, newest, ev, date);
+      if (why === null) continue;
+      throw new Refusal('gateways_disagree', `the gateways disagree: ${what}, which the blocks between their checkpoints cannot explain: ${why}`);
     }
+    throw new Refusal('gateways_disagree', `the gateways disagree: ${what}, which the blocks between their checkpoints cannot explain`);
   }
   return newest;
 }

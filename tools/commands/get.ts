@@ -14,9 +14,10 @@
  *   5. the bytes hash to the block's artifact_hash.
  * With several `--gateway`s it first asks each for the lookup with its proof,
  * proves their checkpoints mutually consistent, requires the same selection
- * on the same tree (tools/tlog-client.ts `decide`), and downloads from the
- * gateway with the newest checkpoint. The state file is updated only when
- * everything passed.
+ * on the same tree and an explanation of any other (tools/tlog-client.ts
+ * `decide`: a newer block beyond a smaller tree, or a revocation beyond it
+ * that the newest gateway proves), and downloads from the gateway with the
+ * newest checkpoint. The state file is updated only when everything passed.
  *
  * Trusts: the `--public-key` (and `--origin`, `--policy`) the user gives,
  * and the state file's past (it is re-verified against the key).
@@ -39,8 +40,8 @@ import { parseVerifierKey, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { defaultStatePath, loadState, saveCheckpoint } from '../checkpoint-state.ts';
 import {
-  Refusal, checkBlockProof, checkPolicy, decide, openVerified, parseConsistencyAnswer, parseProofObject, proveExtends, staleCheckpoint,
-  type Authority, type GatewayAnswer, type VerifiedCheckpoint,
+  Refusal, checkBlockProof, checkPolicy, decide, openVerified, parseConsistencyAnswer, parseInclusionAnswer, parseProofObject, proveExtends, staleCheckpoint,
+  type Authority, type GatewayAnswer, type RevocationEvidence, type VerifiedCheckpoint,
 } from '../tlog-client.ts';
 
 const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
@@ -193,6 +194,33 @@ export const get: Command = {
       return { hashes: parseConsistencyAnswer(r.json, from, to, gateway), source: gateway };
     };
 
+    /** A block's JSON from `/v1/block` of `gateway`, checked like any block (null when it answers no block). */
+    const blockFrom = async (gateway: string, index: number): Promise<{ block: Block; revokedBy: unknown } | null> => {
+      const r = await getJson(`${gateway}/v1/block?index=${index}`);
+      if (r.status !== 200) return null;
+      const { success: _s, revoked_by: revokedBy, ...raw } = r.json as Record<string, unknown>;
+      const block = checkBlockObject(raw, key, `block ${index} from ${gateway}`);
+      if (block.index !== index) throw new Refusal('bad_answer', `${gateway} answers block ${block.index} when asked for block ${index}`);
+      return { block, revokedBy };
+    };
+    /**
+     * `decide`'s evidence that `older`'s block is revoked in `newest`'s tree:
+     * the revoke block `newest` names for it, and its inclusion proof in
+     * `newest`'s checkpoint (null when `newest` names none).
+     */
+    const revocationFrom = async (older: GatewayAnswer, newest: GatewayAnswer): Promise<RevocationEvidence | null> => {
+      const g = newest.gateway;
+      const target = await blockFrom(g, older.block.index);
+      if (target === null || target.block.record_hash !== older.block.record_hash) return null;
+      const at = (target.revokedBy as { index?: unknown } | undefined)?.index;
+      if (typeof at !== 'number' || !Number.isSafeInteger(at) || at < 0) return null;
+      const revoke = await blockFrom(g, at);
+      if (revoke === null) return null;
+      const p = await getJson(`${g}/v1/proof/inclusion?index=${at}&size=${newest.cp.size}`);
+      if (p.status !== 200) throw new Refusal('bad_proof', `${g} gives no inclusion proof of block ${at} in size ${newest.cp.size} (HTTP ${p.status})`);
+      return { revoke: revoke.block, proof: parseInclusionAnswer(p.json, at, newest.cp.size, g) };
+    };
+
     let origin: string | null = authority.origin ?? null;
     let seen: VerifiedCheckpoint | null | undefined; // undefined: not looked up yet
     /** The remembered checkpoint for the origin, re-verified against the key. */
@@ -251,7 +279,7 @@ export const get: Command = {
         }
         const newest = ok.reduce((a, b) => (b.cp.size > a.cp.size ? b : a));
         for (const a of ok) if (a !== newest) await proveExtends(nodeBackend, a.cp, newest.cp, consistencyFrom(newest.gateway), statePath);
-        decided = decide(ok);
+        decided = await decide(ok, v.at ?? new Date().toISOString().slice(0, 10), revocationFrom, nodeBackend);
         await accept(decided.cp, remembered(origin!), decided.gateway);
       }
 
