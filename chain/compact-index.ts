@@ -60,6 +60,14 @@ function grow<T extends Int32Array | Uint32Array | Uint8Array>(a: T, need: numbe
   return next;
 }
 
+/** `a` with room for exactly `need` elements (itself when it has them): every array of a kind keeps the same capacity. */
+function fit<T extends Int32Array | Uint32Array | Uint8Array>(a: T, need: number): T {
+  if (need <= a.length) return a;
+  const next = new (a.constructor as new (n: number) => T)(need);
+  next.set(a);
+  return next;
+}
+
 function hexNibble(c: number): number {
   if (c >= 48 && c <= 57) return c - 48;
   if (c >= 97 && c <= 102) return c - 87;
@@ -132,6 +140,31 @@ export class CompactIndex {
   recordHashBytes(i: number): Uint8Array {
     if (!(i >= 0 && i < this.n)) throw new RangeError(`index: no block ${i}`);
     return this.hashes.subarray(i * 32, i * 32 + 32);
+  }
+
+  /**
+   * Makes room for `blocks` blocks (and as many URL entries, the least they
+   * hold) in one allocation per array: adding a known number of blocks (a
+   * cold start) then leaves no outgrown copies for the collector. The two
+   * hash tables still grow as they do without it: their sizes are part of
+   * the image, which stays a function of the blocks added.
+   */
+  reserve(blocks: number): void {
+    // All per-block arrays share one capacity (`add` grows them together when `intents` is full); so do the node arrays.
+    if (blocks > this.intents.length) {
+      this.intents = fit(this.intents, blocks);
+      this.dates = fit(this.dates, blocks);
+      this.hashes = fit(this.hashes, blocks * 32);
+      this.blockName = fit(this.blockName, blocks);
+      this.namePrev = fit(this.namePrev, blocks);
+    }
+    if (blocks > this.nodeHi.length) {
+      this.nodeHi = fit(this.nodeHi, blocks);
+      this.nodeLo = fit(this.nodeLo, blocks);
+      this.nodeBlock = fit(this.nodeBlock, blocks);
+      this.nodeEntry = fit(this.nodeEntry, blocks);
+      this.nodePrev = fit(this.nodePrev, blocks);
+    }
   }
 
   /** Adds the facts of the next verified block. */

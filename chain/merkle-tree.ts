@@ -88,12 +88,21 @@ class Level {
   at(i: number): Hash {
     return this.bytes.slice(i * HASH_SIZE, (i + 1) * HASH_SIZE);
   }
+  /** Makes room for `count` hashes in one allocation. */
+  reserve(count: number): void {
+    if (count * HASH_SIZE <= this.bytes.length) return;
+    const grown = new Uint8Array(count * HASH_SIZE);
+    grown.set(this.bytes.subarray(0, this.count * HASH_SIZE));
+    this.bytes = grown;
+  }
 }
 
 export class MerkleTree {
   private readonly c: CryptoBackend;
   private levels: Level[] = [new Level(1024)];
   private n = 0;
+  /** The size `reserve` made room for: a level made later is sized for it. */
+  private planned = 0;
   /**
    * Hashes of incomplete ranges [start, end) on the right border of the last
    * size asked for (at most log2 n of them): proofs at one size — the
@@ -108,6 +117,19 @@ export class MerkleTree {
 
   get size(): number {
     return this.n;
+  }
+
+  /**
+   * Makes room for a tree of `size` entries, each level in one allocation
+   * of its final length: appending a known number of entries (a cold start
+   * over a whole chain) then leaves no outgrown copies behind (growth by an
+   * eighth would allocate some eight times each level's final length on the
+   * way, garbage the collector reclaims late).
+   */
+  reserve(size: number): void {
+    if (!(size > this.planned)) return;
+    this.planned = size;
+    this.levels.forEach((level, l) => level.reserve(Math.floor(size / 2 ** l)));
   }
 
   /** Appends entry `size` (vouch: a 32-byte record hash). */
@@ -126,7 +148,7 @@ export class MerkleTree {
     while (i % 2 === 1) {
       const level = this.levels[l]!;
       const parent = nodeHashOfPair(this.c, level.bytes, (i - 1) * HASH_SIZE);
-      if (this.levels.length === l + 1) this.levels.push(new Level(Math.max(1, level.count >> 1)));
+      if (this.levels.length === l + 1) this.levels.push(new Level(Math.max(1, level.count >> 1, Math.floor(this.planned / 2 ** (l + 1)))));
       this.levels[l + 1]!.push(parent);
       i = (i - 1) / 2;
       l++;

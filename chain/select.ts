@@ -118,6 +118,11 @@ export class ChainIndex {
     return this.compact.recordHashBytes(i);
   }
 
+  /** Makes room for `blocks` blocks in one allocation (see `CompactIndex.reserve`). */
+  reserve(blocks: number): void {
+    this.compact.reserve(blocks);
+  }
+
   /** Adds the next verified block. */
   add(block: Block): void {
     if (block.index !== this.size) throw new TypeError(`index expects block ${this.size}, got ${block.index}`);

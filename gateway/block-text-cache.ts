@@ -35,7 +35,8 @@ import { join } from 'node:path';
 
 const REC = 36;
 
-function sha256(b: Uint8Array): Buffer {
+/** sha256 of bytes, or of a string's UTF-8 (encoded by node:crypto, no Buffer made). */
+function sha256(b: Uint8Array | string): Buffer {
   return hash('sha256', b, 'buffer') as Buffer; // one-shot: a few us less a read than createHash
 }
 
@@ -87,6 +88,17 @@ export class BlockTextCache {
     this.starts = new Float64Array(1024);
     this.hashes = new Uint8Array(1024 * 32);
     this.running = createHash('sha256');
+  }
+
+  /** Makes room for `count` records in one allocation (a rewrite of a chain of known size). */
+  reserve(count: number): void {
+    if (count + 1 < this.starts.length) return;
+    const s = new Float64Array(count + 2);
+    s.set(this.starts.subarray(0, this.count + 1));
+    this.starts = s;
+    const h = new Uint8Array((count + 2) * 32);
+    h.set(this.hashes.subarray(0, this.count * 32));
+    this.hashes = h;
   }
 
   private room(count: number): void {
@@ -195,30 +207,35 @@ export class BlockTextCache {
     if (texts.length === 0) return;
     if (this.idxFd < 0 || (this.source === null && this.fd < 0)) throw new Error('block cache is not open');
     if (this.pending === null && this.persistent) this.unshare();
-    const bufs = texts.map((t) => Buffer.from(t, 'utf8'));
+    // Encoded straight into the records written (a Buffer per text was garbage: some 2 GB of it over a
+    // cold start at 1M blocks, which the collector reclaims late); with a source, no text is written at all.
+    const lengths = texts.map((t) => Buffer.byteLength(t, 'utf8'));
     let total = 0;
-    for (const b of bufs) total += 4 + b.length;
-    const data = Buffer.allocUnsafe(total);
-    const idx = Buffer.allocUnsafe(bufs.length * REC);
-    this.room(this.count + bufs.length);
+    for (const n of lengths) total += 4 + n;
+    const data = this.source === null ? Buffer.allocUnsafe(total) : null;
+    const idx = Buffer.allocUnsafe(texts.length * REC);
+    this.room(this.count + texts.length);
     let off = 0;
-    bufs.forEach((b, k) => {
-      data.writeUInt32BE(b.length, off);
-      b.copy(data, off + 4);
-      off += 4 + b.length;
-      idx.writeUInt32BE(b.length, k * REC);
-      sha256(b).copy(idx, k * REC + 4);
+    texts.forEach((t, k) => {
+      const n = lengths[k]!;
+      idx.writeUInt32BE(n, k * REC);
+      if (data !== null) {
+        data.writeUInt32BE(n, off);
+        data.write(t, off + 4, n, 'utf8');
+        sha256(data.subarray(off + 4, off + 4 + n)).copy(idx, k * REC + 4);
+      } else sha256(t).copy(idx, k * REC + 4);
+      off += 4 + n;
     });
-    if (this.source === null) pwriteAll(this.fd, data, this.length);
+    if (data !== null) pwriteAll(this.fd, data, this.length);
     pwriteAll(this.idxFd, idx, this.count * REC);
     let at = this.length;
-    bufs.forEach((b, k) => {
-      at += 4 + b.length;
+    lengths.forEach((n, k) => {
+      at += 4 + n;
       this.starts[this.count + k + 1] = at;
       this.hashes.set(idx.subarray(k * REC + 4, (k + 1) * REC), (this.count + k) * 32);
     });
     this.running.update(idx);
-    this.count += bufs.length;
+    this.count += texts.length;
     this.length = at;
     try {
       if (this.source === null) ftruncateSync(this.fd, this.length);

@@ -365,6 +365,11 @@ export class ChainState {
     this._index = this.newIndex();
     this.log.reset();
     this.cache.beginRewrite();
+    // The chain's size is known before its blocks: every array is made at its final length, with no outgrown copies left for the collector.
+    const expected = this.repo.size;
+    this._index.reserve(expected);
+    this.log.reserve(expected);
+    this.cache.reserve(expected);
     let streamed = 0;
     let outOfOrder = false;
     const onVerified = (start: number, texts: string[], facts: IndexFacts[]): void => {

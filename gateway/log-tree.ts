@@ -68,6 +68,11 @@ export class LogTree {
     this._tree = new MerkleTree(this.c);
   }
 
+  /** Makes room for a tree of `size` entries (a cold start: the chain's size is known before its blocks are). */
+  reserve(size: number): void {
+    this._tree.reserve(size);
+  }
+
   /** Appends the record hashes of the blocks the index holds and the tree does not yet. */
   catchUp(index: ChainIndex): void {
     if (this._tree.size > index.size) this.reset();

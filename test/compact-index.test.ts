@@ -144,6 +144,19 @@ test('image: read back answers exactly alike, and takes appends after it', () =>
   assert.equal(answers(resumed), expected);
 });
 
+test('reserve: room made first (exact, fewer or more blocks than come) answers and images exactly as grown', () => {
+  const grown = build();
+  for (const n of [blocks.length, 3, 1000]) {
+    const idx = new ChainIndex({ reader });
+    idx.reserve(n);
+    for (const b of blocks.slice(0, 10)) idx.addFacts(indexFactsOf(b));
+    idx.reserve(n); // again, part filled: nothing lost
+    for (const b of blocks.slice(10)) idx.addFacts(indexFactsOf(b));
+    assert.equal(answers(idx), expected, `reserve(${n})`);
+    assert.equal(Buffer.from(idx.toImage()).equals(Buffer.from(grown.toImage())), true, `reserve(${n}): the image`);
+  }
+});
+
 test('image: a cut, changed-header or other-hash image is refused', () => {
   const image = build().toImage();
   assert.throws(() => ChainIndex.fromImage(image.subarray(0, image.length - 8), { reader }), /not whole/);

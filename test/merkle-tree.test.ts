@@ -113,6 +113,24 @@ for (const c of [nodeBackend, nobleBackend]) {
   });
 }
 
+test('reserve: a tree given room first (exact, short, long, again part-filled) has the same roots, proofs and image', () => {
+  const es = entries(300);
+  const grown = new MerkleTree(nodeBackend);
+  for (const e of es) grown.append(e);
+  for (const n of [300, 17, 5000]) {
+    const t = new MerkleTree(nodeBackend);
+    t.reserve(n);
+    for (const e of es.slice(0, 100)) t.append(e);
+    t.reserve(n + 1);
+    for (const e of es.slice(100)) t.append(e);
+    for (const size of [1, 2, 3, 64, 99, 100, 101, 255, 256, 257, 300]) {
+      assert.equal(t.root(size), grown.root(size), `reserve(${n}): root(${size})`);
+      assert.equal(t.inclusionProof(size - 1, size), grown.inclusionProof(size - 1, size), `reserve(${n}): inclusion at ${size}`);
+    }
+    assert.equal(Buffer.from(t.toImage()).equals(Buffer.from(grown.toImage())), true, `reserve(${n}): the image`);
+  }
+});
+
 test('backends agree: a tree built on @noble equals one built on node:crypto', () => {
   const es = entries(77);
   const a = new MerkleTree(nodeBackend);
