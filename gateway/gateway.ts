@@ -57,6 +57,7 @@ import { HashWorkers } from '../artifacts/hash-workers.ts';
 import { Submitter } from './submitter.ts';
 import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
 import { openCosigner, type CheckpointSource } from './cosigner.ts';
+import { collectGarbage } from '../platform/collect-garbage.ts';
 
 export interface StartOptions {
   log?: Logger;
@@ -138,6 +139,9 @@ function openFileLimit(): number | null {
 
 /** Files kept for the rest of the process (origin fetches, mirror and spool files, git, workers) when bounding connections. */
 const FILES_RESERVED = 256;
+
+/** A load that verified this many blocks or more is followed by full collections before the gateway says ready (`collectGarbage`). */
+const COLLECT_AFTER_BLOCKS = 10_000;
 
 interface AuthorityParts { signer: Signer; tokenHash: Buffer }
 
@@ -434,6 +438,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       pinnedPublicKey: pinned, ...(options.onProgress ? { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'verifying the chain') } : {}),
     });
     log.info('chain loaded', { ...report, head: state.head.record_hash, dir: config.chain.dir });
+    // A load that verified many blocks leaves far more garbage outside the heap than it keeps (RSS 724 MiB
+    // for 480 MiB held at 1M blocks): collected now, not whenever traffic first makes V8 collect.
+    if (report.verified >= COLLECT_AFTER_BLOCKS) await collectGarbage();
     if (authority) {
       ctx.submitter = new Submitter({
         repo,
