@@ -437,10 +437,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const { state, report } = await ChainState.load(repo, {
       pinnedPublicKey: pinned, ...(options.onProgress ? { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'verifying the chain') } : {}),
     });
-    log.info('chain loaded', { ...report, head: state.head.record_hash, dir: config.chain.dir });
     // A load that verified many blocks leaves far more garbage outside the heap than it keeps (RSS 724 MiB
     // for 480 MiB held at 1M blocks): collected now, not whenever traffic first makes V8 collect.
-    if (report.verified >= COLLECT_AFTER_BLOCKS) await collectGarbage();
+    const collected = report.verified >= COLLECT_AFTER_BLOCKS && (await collectGarbage());
+    log.info('chain loaded', { ...report, head: state.head.record_hash, dir: config.chain.dir, collected });
     if (authority) {
       ctx.submitter = new Submitter({
         repo,
