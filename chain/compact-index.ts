@@ -53,19 +53,17 @@ function pow2AtLeast(n: number): number {
   return c;
 }
 
-function grow<T extends Int32Array | Uint32Array | Uint8Array>(a: T, need: number): T {
-  if (need <= a.length) return a;
-  const next = new (a.constructor as new (n: number) => T)(Math.max(need, a.length * 2, 64));
-  next.set(a);
-  return next;
-}
-
 /** `a` with room for exactly `need` elements (itself when it has them): every array of a kind keeps the same capacity. */
 function fit<T extends Int32Array | Uint32Array | Uint8Array>(a: T, need: number): T {
   if (need <= a.length) return a;
   const next = new (a.constructor as new (n: number) => T)(need);
   next.set(a);
   return next;
+}
+
+/** `fit`, at least doubling. */
+function grow<T extends Int32Array | Uint32Array | Uint8Array>(a: T, need: number): T {
+  return need <= a.length ? a : fit(a, Math.max(need, a.length * 2, 64));
 }
 
 function hexNibble(c: number): number {

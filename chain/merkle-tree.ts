@@ -78,9 +78,8 @@ class Level {
       // Growth by an eighth (at least 4,096 hashes), not doubling: a level read back from an image is
       // exactly full, and the first append after a warm start would otherwise double it (~96 bytes an
       // entry at 1M instead of ~64; the gateway keeps the tree for the life of the process).
-      const grown = new Uint8Array(Math.max(end, this.bytes.length + Math.max(4096 * HASH_SIZE, Math.ceil(this.bytes.length / 8 / HASH_SIZE) * HASH_SIZE)));
-      grown.set(this.bytes.subarray(0, this.count * HASH_SIZE));
-      this.bytes = grown;
+      const held = this.bytes.length / HASH_SIZE;
+      this.reserve(Math.max(this.count + 1, held + Math.max(4096, Math.ceil(held / 8))));
     }
     this.bytes.set(h, this.count * HASH_SIZE);
     this.count++;

@@ -103,13 +103,7 @@ export class BlockTextCache {
 
   private room(count: number): void {
     if (count + 1 < this.starts.length) return;
-    const cap = Math.max(count + 2, this.starts.length * 2);
-    const s = new Float64Array(cap);
-    s.set(this.starts);
-    this.starts = s;
-    const h = new Uint8Array(cap * 32);
-    h.set(this.hashes);
-    this.hashes = h;
+    this.reserve(Math.max(count + 2, this.starts.length * 2) - 2);
   }
 
   /**
