@@ -14,6 +14,11 @@
  * - `bare BODY_FILE ETAG`: a bare node:http server answering every request
  *   with the same JSON body (read once from BODY_FILE) and the headers the
  *   gateway's lookups carry.
+ * - `answers ANSWERS_FILE`: a bare node:http server answering each lookup
+ *   with its own answer: ANSWERS_FILE maps a query string to `[body, etag]`
+ *   (the gateway's answers), held as Buffers in a Map by query string and
+ *   sent with the same headers (404 for any other query). What any server
+ *   answering these lookups does at least: find the answer, write it.
  * - `blob SIZE`: a bare node:http server answering every request with the
  *   same SIZE distinct random bytes held in memory, in one `res.end()` (what
  *   a mirror hit does, minus everything else the gateway does).
@@ -100,6 +105,34 @@ async function bare(bodyFile: string, etag: string): Promise<void> {
   console.log(`listening ${url}`);
 }
 
+async function answers(file: string): Promise<void> {
+  const byQuery = new Map<string, { body: Buffer; etag: string }>();
+  for (const [q, [text, etag]] of Object.entries(JSON.parse(readFileSync(file, 'utf8')) as Record<string, [string, string]>)) {
+    byQuery.set(q, { body: Buffer.from(text), etag });
+  }
+  const server = createServer((req, res) => {
+    req.resume();
+    const target = req.url ?? '';
+    const a = byQuery.get(target.slice(target.indexOf('?') + 1));
+    if (a === undefined) {
+      res.writeHead(404, { 'content-length': '0' }).end();
+      return;
+    }
+    res.writeHead(200, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': a.body.length,
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-cache',
+      etag: a.etag,
+    });
+    res.end(a.body);
+  });
+  server.keepAliveTimeout = 5_000;
+  const url = await listen(server);
+  onStop(async () => { server.closeAllConnections(); server.close(); });
+  console.log(`listening ${url}`);
+}
+
 async function blob(size: number): Promise<void> {
   const body = randomBytes(size);
   const server = createServer((req, res) => {
@@ -117,8 +150,9 @@ const [mode, ...args] = process.argv.slice(2);
 if (mode === 'origin') await origin(args[0]!);
 else if (mode === 'proxy') await proxy(args[0]!);
 else if (mode === 'bare') await bare(args[0]!, args[1]!);
+else if (mode === 'answers') await answers(args[0]!);
 else if (mode === 'blob') await blob(Number(args[0]));
 else {
-  console.error('usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG | blob SIZE');
+  console.error('usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG | answers ANSWERS_FILE | blob SIZE');
   process.exit(2);
 }

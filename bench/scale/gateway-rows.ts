@@ -13,6 +13,10 @@
  *   thread choosing a random URL per request, against a bare node:http
  *   server (bench/gateway-servers.ts `bare`) answering a typical answer's
  *   body with the same headers; runs interleaved, order rotated, medians.
+ *   Beside it (not judged), a second bare node:http server answering each
+ *   lookup with the gateway's own answer for it, found in a Map by query
+ *   string (`answers`): what serving 20,000 different answers costs any
+ *   server, apart from what the gateway does.
  *   The runs start once the gateway is idle, its CPU and its reads (what it
  *   does in the background after `ready:`, such as re-checking block files
  *   after a warm start, is start-up work, not the cost of a lookup); the
@@ -103,6 +107,10 @@ export interface LookupFigures {
   /** Per-run ratio range. */
   range: [number, number];
   bodyBytes: number;
+  /** Lookups/s of a bare node:http server answering each lookup with the gateway's own answer (`answers`), and the gateway's ratio to it (reported beside, not judged). */
+  sameAnswers: number;
+  sameRatio: number;
+  sameRange: [number, number];
   /** The gateway's VmRSS after the runs. */
   rssAfter: number;
   /** ms from ready until the gateway was idle and the runs began. */
@@ -181,26 +189,36 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
   const settled = await waitQuiet(g.pid, s.startTimeoutMs);
   say(`  the gateway settled (idle, no reads) ${(settled / 1000).toFixed(0)} s after ready`);
   const paths = randomBlocks(s.blocks, o.urls).map((i) => `/v1/endorsement?url=${encodeURIComponent(fixtureUrl(i))}`);
-  // Check a sample answers 200 (and pick a typical body for the bare server).
-  const samples: { text: string; etag: string }[] = [];
-  for (const p of paths.filter((_, k) => k % Math.max(1, Math.floor(paths.length / 25)) === 0)) {
-    const res = await fetch(g.url + p);
-    const text = await res.text();
-    if (res.status !== 200 || JSON.parse(text).success !== true) throw new Error(`bench: lookup ${p} answered ${res.status}: ${text.slice(0, 200)}`);
-    samples.push({ text, etag: res.headers.get('etag') ?? '' });
+  // Every answer, fetched once (which also fills the gateway's answer cache, as the warm-up would): a
+  // sample picks the typical body of the bare server; all of them are the second bare server's answers.
+  const answers: Record<string, [string, string]> = {};
+  for (let i = 0; i < paths.length; i += 64) {
+    await Promise.all(paths.slice(i, i + 64).map(async (p) => {
+      const res = await fetch(g.url + p);
+      const text = await res.text();
+      if (res.status !== 200 || JSON.parse(text).success !== true) throw new Error(`bench: lookup ${p} answered ${res.status}: ${text.slice(0, 200)}`);
+      answers[p.slice(p.indexOf('?') + 1)] = [text, res.headers.get('etag') ?? ''];
+    }));
   }
-  samples.sort((a, b) => a.text.length - b.text.length);
-  const typical = samples[Math.floor(samples.length / 2)]!;
+  const samples = paths.filter((_, k) => k % Math.max(1, Math.floor(paths.length / 25)) === 0).map((p) => answers[p.slice(p.indexOf('?') + 1)]!);
+  samples.sort((a, b) => a[0].length - b[0].length);
+  const [typicalText, typicalEtag] = samples[Math.floor(samples.length / 2)]!;
   const bodyFile = join(s.work, 'lookup-body.json');
-  writeFileSync(bodyFile, typical.text);
+  writeFileSync(bodyFile, typicalText);
+  const answersFile = join(s.work, 'lookup-answers.json');
+  writeFileSync(answersFile, JSON.stringify(answers));
   const script = join(s.work, 'lookups.lua');
   writeFileSync(script, randomScript(paths));
-  const bare = await spawnServer('bare node:http', ['bare', bodyFile, typical.etag]);
+  const bare = await spawnServer('bare node:http', ['bare', bodyFile, typicalEtag]);
+  const same = await spawnServer('bare node:http, the same answers', ['answers', answersFile]).catch(async (e: unknown) => {
+    await bare.stop();
+    throw e;
+  });
   try {
     const load = { threads: 2, connections: 32, script };
-    const targets = [{ name: 'bare', url: bare.url }, { name: 'gateway', url: g.url }];
-    const res: Record<string, WrkResult[]> = { bare: [], gateway: [] };
-    say(`lookups over ${paths.length.toLocaleString('en')} random URLs of the whole chain: gateway vs bare node:http, wrk -t2 -c32 -d${o.seconds}s, ${o.runs} runs each (interleaved)...`);
+    const targets = [{ name: 'bare', url: bare.url }, { name: 'answers', url: same.url }, { name: 'gateway', url: g.url }];
+    const res: Record<string, WrkResult[]> = { bare: [], answers: [], gateway: [] };
+    say(`lookups over ${paths.length.toLocaleString('en')} random URLs of the whole chain: gateway vs bare node:http (and, beside it, a bare server answering the same answers), wrk -t2 -c32 -d${o.seconds}s, ${o.runs} runs each (interleaved)...`);
     for (const t of targets) await wrk(t.url, { ...load, seconds: o.warmup });
     for (let r = 0; r < o.runs; r++) {
       for (let k = 0; k < targets.length; k++) {
@@ -212,9 +230,15 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
     }
     const gw = median(res.gateway!.map((x) => x.rps));
     const b = median(res.bare!.map((x) => x.rps));
+    const a = median(res.answers!.map((x) => x.rps));
     const per = res.gateway!.map((x, i) => x.rps / res.bare![i]!.rps);
-    return { urls: paths.length, gateway: gw, bare: b, ratio: gw / b, range: [Math.min(...per), Math.max(...per)], bodyBytes: typical.text.length, rssAfter: memoryOf(g.pid).rss, settledMs: settled };
+    const perSame = res.gateway!.map((x, i) => x.rps / res.answers![i]!.rps);
+    return {
+      urls: paths.length, gateway: gw, bare: b, ratio: gw / b, range: [Math.min(...per), Math.max(...per)], bodyBytes: typicalText.length,
+      sameAnswers: a, sameRatio: gw / a, sameRange: [Math.min(...perSame), Math.max(...perSame)], rssAfter: memoryOf(g.pid).rss, settledMs: settled,
+    };
   } finally {
+    await same.stop();
     await bare.stop();
   }
 }
