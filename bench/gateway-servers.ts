@@ -23,7 +23,7 @@
  *   same SIZE distinct random bytes held in memory, in one `res.end()` (what
  *   a mirror hit does, minus everything else the gateway does).
  */
-import { createServer, request as httpRequest, Agent, type Server } from 'node:http';
+import { createServer, request as httpRequest, Agent, type Server, type ServerResponse } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
@@ -85,24 +85,32 @@ async function proxy(originBase: string): Promise<void> {
   console.log(`listening ${url}`);
 }
 
-async function bare(bodyFile: string, etag: string): Promise<void> {
-  const body = readFileSync(bodyFile);
-  const server = createServer((req, res) => {
-    req.resume();
-    // The same header set as the gateway's lookup answer (http-util sendJson + ETag).
-    res.writeHead(200, {
-      'content-type': 'application/json; charset=utf-8',
-      'content-length': body.length,
-      'x-content-type-options': 'nosniff',
-      'cache-control': 'no-cache',
-      etag,
-    });
-    res.end(body);
+/** A lookup's answer with the same header set as the gateway's (http-util sendJsonTagged + ETag). */
+function sendAnswer(res: ServerResponse, body: Buffer, etag: string): void {
+  res.writeHead(200, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': body.length,
+    'x-content-type-options': 'nosniff',
+    'cache-control': 'no-cache',
+    etag,
   });
+  res.end(body);
+}
+
+/** Listens with the gateway's keep-alive timeout, says where, and closes every connection on SIGTERM. */
+async function serve(server: Server): Promise<void> {
   server.keepAliveTimeout = 5_000;
   const url = await listen(server);
   onStop(async () => { server.closeAllConnections(); server.close(); });
   console.log(`listening ${url}`);
+}
+
+async function bare(bodyFile: string, etag: string): Promise<void> {
+  const body = readFileSync(bodyFile);
+  await serve(createServer((req, res) => {
+    req.resume();
+    sendAnswer(res, body, etag);
+  }));
 }
 
 async function answers(file: string): Promise<void> {
@@ -110,40 +118,22 @@ async function answers(file: string): Promise<void> {
   for (const [q, [text, etag]] of Object.entries(JSON.parse(readFileSync(file, 'utf8')) as Record<string, [string, string]>)) {
     byQuery.set(q, { body: Buffer.from(text), etag });
   }
-  const server = createServer((req, res) => {
+  await serve(createServer((req, res) => {
     req.resume();
     const target = req.url ?? '';
     const a = byQuery.get(target.slice(target.indexOf('?') + 1));
-    if (a === undefined) {
-      res.writeHead(404, { 'content-length': '0' }).end();
-      return;
-    }
-    res.writeHead(200, {
-      'content-type': 'application/json; charset=utf-8',
-      'content-length': a.body.length,
-      'x-content-type-options': 'nosniff',
-      'cache-control': 'no-cache',
-      etag: a.etag,
-    });
-    res.end(a.body);
-  });
-  server.keepAliveTimeout = 5_000;
-  const url = await listen(server);
-  onStop(async () => { server.closeAllConnections(); server.close(); });
-  console.log(`listening ${url}`);
+    if (a === undefined) res.writeHead(404, { 'content-length': '0' }).end();
+    else sendAnswer(res, a.body, a.etag);
+  }));
 }
 
 async function blob(size: number): Promise<void> {
   const body = randomBytes(size);
-  const server = createServer((req, res) => {
+  await serve(createServer((req, res) => {
     req.resume();
     res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length });
     res.end(body);
-  });
-  server.keepAliveTimeout = 5_000;
-  const url = await listen(server);
-  onStop(async () => { server.closeAllConnections(); server.close(); });
-  console.log(`listening ${url}`);
+  }));
 }
 
 const [mode, ...args] = process.argv.slice(2);
