@@ -261,8 +261,10 @@ export function memoryOf(pid: number): { rss: number; hwm: number } {
 
 /** CPU time (user + system, all threads) a process has used so far, in ms. */
 export function cpuMsOf(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // After the command name's last ')': the name itself may hold ') '.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime, stime (fields 14, 15) in clock ticks (USER_HZ = 100)
 }
 
 /**

@@ -260,7 +260,7 @@ const ROWS: Row[] = [
   },
   {
     name: 'lookups/s, random URLs of the whole chain, vs bare node:http (wrk -t2 -c32)', key: 'lookups', target: (n) => (n > 50_000 ? '≥ 0.5 × bare' : '≥ 0.8 × bare'),
-    cell: (f) => `${int(f.lookups!.gateway)}/s vs ${int(f.lookups!.bare)}/s: **${f.lookups!.ratio.toFixed(2)}** (runs ${f.lookups!.range.map((x) => x.toFixed(2)).join('–')}; ${int(f.lookups!.urls)} URLs; began ${s(f.lookups!.settledMs)} after ready, once the gateway was idle); beside it, not judged: a bare node:http answering each lookup with the gateway's own answer (a Map by query string), ${int(f.lookups!.sameAnswers)}/s, the gateway at ${f.lookups!.sameRatio.toFixed(2)} of it (runs ${f.lookups!.sameRange.map((x) => x.toFixed(2)).join('–')})`,
+    cell: (f) => `${int(f.lookups!.gateway)}/s vs ${int(f.lookups!.bare)}/s: **${f.lookups!.ratio.toFixed(2)}** (runs ${f.lookups!.range.map((x) => x.toFixed(2)).join('–')}; ${int(f.lookups!.urls)} URLs; began ${s(f.lookups!.settledMs)} after ready, once the gateway was idle); beside it, not judged: a bare node:http answering each lookup with the gateway's own answer (a Map by query string), ${int(f.lookups!.sameAnswers)}/s, the gateway at ${f.lookups!.sameRatio.toFixed(2)} of it (runs ${f.lookups!.sameRange.map((x) => x.toFixed(2)).join('–')}); CPU a lookup (the server process, user + system, medians): gateway ${f.lookups!.cpuUs.gateway.toFixed(1)} µs, bare ${f.lookups!.cpuUs.bare.toFixed(1)} µs, the same-answers bare ${f.lookups!.cpuUs.answers.toFixed(1)} µs`,
     met: (f) => f.lookups!.ratio >= (f.n > 50_000 ? 0.5 : 0.8),
   },
   {

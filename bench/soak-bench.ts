@@ -24,7 +24,7 @@ import { join } from 'node:path';
 import { createKeyFile } from '../platform/key-file.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { digestOf, pattern } from '../test/helpers/origin-server.ts';
-import { assertLoopback, download, ensureWrk, median, memoryOf, root, sleep, spawnGateway, spawnNode, stopAll, type Proc } from './gateway-harness.ts';
+import { assertLoopback, cpuMsOf, download, ensureWrk, median, memoryOf, root, sleep, spawnGateway, spawnNode, stopAll, type Proc } from './gateway-harness.ts';
 import { mixScript, runMix, type MixResult } from './soak-wrk.ts';
 
 const KiB = 1024;
@@ -56,13 +56,6 @@ function pct(xs: number[], q: number): number {
   if (xs.length === 0) return NaN;
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
-}
-
-/** utime + stime of a process, in seconds. */
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) / 100; // fields 14 and 15; USER_HZ is 100 on Linux
 }
 
 /** A deterministic shuffle (xorshift). */
@@ -253,13 +246,13 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     phase = 'soak';
     trickle.phase = 'soak';
     const rssStart = memoryOf(gw.pid).rss;
-    const cpu0 = cpuSeconds(gw.pid);
+    const cpu0 = cpuMsOf(gw.pid) / 1000;
     const tSoak = performance.now();
     samples.push({ phase, t: (tSoak - tStart) / 1000, rss: rssStart });
     console.log(`soak: wrk -t${P.threads} -c${P.connections} -d${seconds}s --latency (+ ${P.submitsPerSecond} submits/s); RSS at start ${fmt(rssStart / MiB)} MiB...`);
     const soak: MixResult = await runMix(base, { ...load, seconds, offset: warm.nextOffset });
     const rssEnd = memoryOf(gw.pid).rss;
-    const cpu1 = cpuSeconds(gw.pid);
+    const cpu1 = cpuMsOf(gw.pid) / 1000;
     const soakWall = (performance.now() - tSoak) / 1000;
     samples.push({ phase, t: (performance.now() - tStart) / 1000, rss: rssEnd });
     phase = 'after';

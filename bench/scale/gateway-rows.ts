@@ -16,7 +16,8 @@
  *   Beside it (not judged), a second bare node:http server answering each
  *   lookup with the gateway's own answer for it, found in a Map by query
  *   string (`answers`): what serving 20,000 different answers costs any
- *   server, apart from what the gateway does.
+ *   server, apart from what the gateway does. Beside the rates, each
+ *   server's CPU time (user + system, /proc) per lookup answered.
  *   The runs start once the gateway is idle, its CPU and its reads (what it
  *   does in the background after `ready:`, such as re-checking block files
  *   after a warm start, is start-up work, not the cost of a lookup); the
@@ -25,7 +26,7 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeConfig } from '../../test/helpers/gateway-process.ts';
-import { ensureWrk, median, memoryOf, spawnServer, wrk, type WrkResult } from '../gateway-harness.ts';
+import { cpuMsOf, ensureWrk, median, memoryOf, spawnServer, wrk, type WrkResult } from '../gateway-harness.ts';
 import { gatewayCaches } from './chains.ts';
 import { say, startGateway, waitIdle, type Gateway } from './procs.ts';
 
@@ -111,6 +112,12 @@ export interface LookupFigures {
   sameAnswers: number;
   sameRatio: number;
   sameRange: [number, number];
+  /**
+   * CPU time of each server process (user + system, all its threads) per
+   * lookup answered, µs, median over the runs: what a lookup costs the
+   * server, steadier than requests/s on shared cores (reported beside).
+   */
+  cpuUs: { gateway: number; bare: number; answers: number };
   /** The gateway's VmRSS after the runs. */
   rssAfter: number;
   /** ms from ready until the gateway was idle and the runs began. */
@@ -216,16 +223,20 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
   });
   try {
     const load = { threads: 2, connections: 32, script };
-    const targets = [{ name: 'bare', url: bare.url }, { name: 'answers', url: same.url }, { name: 'gateway', url: g.url }];
+    const targets = [{ name: 'bare', url: bare.url, pid: bare.pid }, { name: 'answers', url: same.url, pid: same.pid }, { name: 'gateway', url: g.url, pid: g.pid }];
     const res: Record<string, WrkResult[]> = { bare: [], answers: [], gateway: [] };
+    const cpu: Record<string, number[]> = { bare: [], answers: [], gateway: [] };
     say(`lookups over ${paths.length.toLocaleString('en')} random URLs of the whole chain: gateway vs bare node:http (and, beside it, a bare server answering the same answers), wrk -t2 -c32 -d${o.seconds}s, ${o.runs} runs each (interleaved)...`);
     for (const t of targets) await wrk(t.url, { ...load, seconds: o.warmup });
     for (let r = 0; r < o.runs; r++) {
       for (let k = 0; k < targets.length; k++) {
         const t = targets[(k + r) % targets.length]!;
+        const cpu0 = cpuMsOf(t.pid);
         const x = await wrk(t.url, { ...load, seconds: o.seconds });
+        const us = ((cpuMsOf(t.pid) - cpu0) * 1000) / x.requests;
         res[t.name]!.push(x);
-        say(`  run ${r + 1} ${t.name}: ${Math.round(x.rps)} req/s, p50 ${x.p50Ms.toFixed(2)} ms, p99 ${x.p99Ms.toFixed(2)} ms`);
+        cpu[t.name]!.push(us);
+        say(`  run ${r + 1} ${t.name}: ${Math.round(x.rps)} req/s, p50 ${x.p50Ms.toFixed(2)} ms, p99 ${x.p99Ms.toFixed(2)} ms, ${us.toFixed(1)} µs CPU a lookup`);
       }
     }
     const gw = median(res.gateway!.map((x) => x.rps));
@@ -235,7 +246,8 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
     const perSame = res.gateway!.map((x, i) => x.rps / res.answers![i]!.rps);
     return {
       urls: paths.length, gateway: gw, bare: b, ratio: gw / b, range: [Math.min(...per), Math.max(...per)], bodyBytes: typicalText.length,
-      sameAnswers: a, sameRatio: gw / a, sameRange: [Math.min(...perSame), Math.max(...perSame)], rssAfter: memoryOf(g.pid).rss, settledMs: settled,
+      sameAnswers: a, sameRatio: gw / a, sameRange: [Math.min(...perSame), Math.max(...perSame)],
+      cpuUs: { gateway: median(cpu.gateway!), bare: median(cpu.bare!), answers: median(cpu.answers!) }, rssAfter: memoryOf(g.pid).rss, settledMs: settled,
     };
   } finally {
     await same.stop();

@@ -11,9 +11,9 @@
  * killed and the wait fails naming it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, openSync } from 'node:fs';
 import { join } from 'node:path';
-import { assertLoopback, memoryOf, root } from '../gateway-harness.ts';
+import { assertLoopback, cpuMsOf, memoryOf, root } from '../gateway-harness.ts';
 
 const live = new Set<ChildProcess>();
 process.on('exit', () => { for (const c of live) c.kill('SIGKILL'); });
@@ -140,13 +140,6 @@ export function vouch(args: string[], timeoutMs: number, env?: Record<string, st
   return timed(process.execPath, [join(root, 'tools', 'vouch.js'), ...args], { timeoutMs, ...(env ? { env } : {}) });
 }
 
-/** CPU seconds (user + system) a process has used so far (/proc/PID/stat; clock ticks of 1/100 s). */
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
 /**
  * Waits until `pid` has used under 5% of a core for two seconds in a row
  * (a gateway just ready may still re-check block files or write its
@@ -155,11 +148,11 @@ function cpuSeconds(pid: number): number {
 export async function waitIdle(pid: number, timeoutMs: number): Promise<number> {
   const t0 = performance.now();
   let quiet = 0;
-  let last = cpuSeconds(pid);
+  let last = cpuMsOf(pid) / 1000;
   while (quiet < 2) {
     if (performance.now() - t0 > timeoutMs) throw new Error(`bench: process ${pid} still busy after ${Math.round(timeoutMs / 1000)} s`);
     await new Promise((r) => setTimeout(r, 1000));
-    const now = cpuSeconds(pid);
+    const now = cpuMsOf(pid) / 1000;
     quiet = now - last < 0.05 ? quiet + 1 : 0;
     last = now;
   }
