@@ -190,6 +190,9 @@ async function waitQuiet(pid: number, timeoutMs: number): Promise<number> {
   return performance.now() - t0;
 }
 
+/** The query string of a request target (what the answer cache and the `answers` server key by). */
+const queryOf = (target: string) => target.slice(target.indexOf('?') + 1);
+
 /** Lookups/s on the running gateway `g` vs a bare node:http server, interleaved. */
 export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; runs: number; seconds: number; warmup: number }): Promise<LookupFigures> {
   ensureWrk();
@@ -204,10 +207,10 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
       const res = await fetch(g.url + p);
       const text = await res.text();
       if (res.status !== 200 || JSON.parse(text).success !== true) throw new Error(`bench: lookup ${p} answered ${res.status}: ${text.slice(0, 200)}`);
-      answers[p.slice(p.indexOf('?') + 1)] = [text, res.headers.get('etag') ?? ''];
+      answers[queryOf(p)] = [text, res.headers.get('etag') ?? ''];
     }));
   }
-  const samples = paths.filter((_, k) => k % Math.max(1, Math.floor(paths.length / 25)) === 0).map((p) => answers[p.slice(p.indexOf('?') + 1)]!);
+  const samples = paths.filter((_, k) => k % Math.max(1, Math.floor(paths.length / 25)) === 0).map((p) => answers[queryOf(p)]!);
   samples.sort((a, b) => a[0].length - b[0].length);
   const [typicalText, typicalEtag] = samples[Math.floor(samples.length / 2)]!;
   const bodyFile = join(s.work, 'lookup-body.json');
@@ -242,11 +245,14 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
     const gw = median(res.gateway!.map((x) => x.rps));
     const b = median(res.bare!.map((x) => x.rps));
     const a = median(res.answers!.map((x) => x.rps));
-    const per = res.gateway!.map((x, i) => x.rps / res.bare![i]!.rps);
-    const perSame = res.gateway!.map((x, i) => x.rps / res.answers![i]!.rps);
+    /** The lowest and highest per-run ratio of the gateway to `base`. */
+    const range = (base: WrkResult[]): [number, number] => {
+      const per = res.gateway!.map((x, i) => x.rps / base[i]!.rps);
+      return [Math.min(...per), Math.max(...per)];
+    };
     return {
-      urls: paths.length, gateway: gw, bare: b, ratio: gw / b, range: [Math.min(...per), Math.max(...per)], bodyBytes: typicalText.length,
-      sameAnswers: a, sameRatio: gw / a, sameRange: [Math.min(...perSame), Math.max(...perSame)],
+      urls: paths.length, gateway: gw, bare: b, ratio: gw / b, range: range(res.bare!), bodyBytes: typicalText.length,
+      sameAnswers: a, sameRatio: gw / a, sameRange: range(res.answers!),
       cpuUs: { gateway: median(cpu.gateway!), bare: median(cpu.bare!), answers: median(cpu.answers!) }, rssAfter: memoryOf(g.pid).rss, settledMs: settled,
     };
   } finally {
