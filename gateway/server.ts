@@ -13,12 +13,16 @@
  * Every request, whatever answers it, is logged once at info when its
  * answer ends (`request`: method, path without the query, the `url`
  * parameter, route, status, ms, bytes, remote) and counted in the metrics
- * (`metrics.ts`, served at /metrics): at once when the handler returned
- * having handed the whole answer to the socket and no request body is to
- * come (a lookup), else when the response closes.
+ * (`metrics.ts`, served at /metrics): as soon as the whole answer is
+ * with the socket and no request body is to come (an error, a lookup once
+ * its batch is written), else when the response finishes or closes. Its
+ * `bytes` are the connection's bytes since the request before it on that
+ * connection was recorded, pipelined requests included.
  *
  * Lookups keep whole answers by query string (`ClockCache`, 32 MiB): a
- * repeated lookup is one map lookup and one write.
+ * repeated lookup is one map lookup and one write. Their 200 answers are
+ * written at the end of the event loop's I/O phase, all of that turn's
+ * together (`AnswerBatch`), then recorded.
  *
  * Must hold: every JSON path answers JSON with `success` — 400, 404 (also
  * unknown paths), 405, 406, 500 and 503 included; an exception in a
@@ -52,20 +56,32 @@ import { GatewayMetrics, handleMetrics } from './metrics.ts';
 import { logRequest } from './log.ts';
 import { wallClock } from './log-sink.ts';
 import { ClockCache } from './clock-cache.ts';
+import { AnswerBatch } from './answer-batch.ts';
 import type { GatewayContext } from './context.ts';
 import type { BlockProof } from './chain-state.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
-/** What one request handler (one gateway) keeps besides the context: its lookup answers and its metrics. */
+/** What one request handler (one gateway) keeps besides the context: its lookup answers, the batch they are written in, and its metrics. */
 interface HandlerState {
   answers: ClockCache<CachedAnswer>;
+  batch: AnswerBatch<Answer>;
   metrics: GatewayMetrics;
+}
+
+/** A lookup's 200 answer waiting in the batch (see `sendWithProof` for the fields). */
+interface Answer {
+  res: ServerResponse;
+  obs: Observed;
+  text: string;
+  length: number;
+  etag: string;
+  proof: BlockProof | null;
 }
 
 /**
  * What the request line and the metrics will say of one request, filled in
- * while it is answered and read when its answer ends (`observeRequest`).
+ * while it is answered and read when its answer ends (`recordRequest`).
  */
 interface Observed {
   /** The route label (a route template, `proxy`, `explorer` or `unknown`). */
@@ -75,7 +91,12 @@ interface Observed {
   path: string;
   search: string;
   started: number;
-  sentBefore: number;
+  /** `headerFacts` of the request. */
+  facts: number;
+  /** The answer waits in the batch, which writes and records it (the dispatch does neither). */
+  batched: boolean;
+  /** Recorded already (by the 'finish' listener, so 'close' does not record it again). */
+  recorded: boolean;
 }
 
 type Handler = (ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, search: string, own: HandlerState, obs: Observed) => Promise<void> | void;
@@ -150,8 +171,7 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
     const hit = own.answers.get(key);
     if (hit !== undefined && hit.size === state.size && hit.today === today) {
       obs.url = hit.url;
-      if (proofSuffix || hit.proof) sendWithProof(res, hit.text, hit.length, hit.etag, state.proofFor(hit.index));
-      else sendJsonTagged(res, hit.text, hit.length, hit.etag);
+      answer(own, res, obs, hit.text, hit.length, hit.etag, proofSuffix || hit.proof ? state.proofFor(hit.index) : null);
       return;
     }
   }
@@ -174,7 +194,7 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
   const etag = `"${sel.block.record_hash}"`;
   if (sel.revokedBy) {
     const text = JSON.stringify(lookupBody(sel.block, sel.revokedBy));
-    sendWithProof(res, text, Buffer.byteLength(text), etag, proof);
+    answer(own, res, obs, text, Buffer.byteLength(text), etag, proof);
   } else {
     const text = JSON.stringify(lookupBody(sel.block, null));
     const length = Buffer.byteLength(text);
@@ -184,9 +204,15 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
         bytes: heapBytes(text, length) + key.length + q.url.length + 256, used: false,
       });
     }
-    sendWithProof(res, text, length, etag, proof);
+    answer(own, res, obs, text, length, etag, proof);
   }
 };
+
+/** Queues a lookup's 200 answer in the batch (`sendWithProof` then). */
+function answer(own: HandlerState, res: ServerResponse, obs: Observed, text: string, length: number, etag: string, proof: BlockProof | null): void {
+  obs.batched = true;
+  own.batch.add({ res, obs, text, length, etag, proof });
+}
 
 /**
  * A copy of `s` in one piece of memory: `s` is a slice of the request's
@@ -376,11 +402,14 @@ export function urlParam(search: string): string | null {
 
 /**
  * What a connection had written (`bytesWritten`) when its last request was
- * recorded: where the next request's bytes start, read without a second
- * `bytesWritten` (a getter that copies the socket's write queue). Taken
- * (and cleared) when a request starts, so a request that starts before the
- * one before it is recorded (pipelined behind a slow answer) reads
- * `bytesWritten` itself, as every request did before.
+ * recorded: where the next recorded request's bytes start (0 before the
+ * first). A request is recorded once its answer is all with the socket (or
+ * the answer was given up), and node:http writes a connection's answers in
+ * the order of its requests, so requests are recorded in that order too,
+ * pipelined ones and answers written later by the batch included: each
+ * request's bytes are what the connection wrote since the one before it was
+ * recorded. One `bytesWritten` (a getter that copies the socket's write
+ * queue) a request.
  */
 const SENT = Symbol('vouch.sent');
 type CountedSocket = Socket & { [SENT]?: number | undefined };
@@ -401,8 +430,8 @@ function recordRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incomi
   const seconds = (end - obs.started) / 1000;
   const status = res.headersSent ? res.statusCode : 499;
   const written = socket.bytesWritten;
+  const bytes = Math.max(0, written - (socket[SENT] ?? 0));
   socket[SENT] = written;
-  const bytes = Math.max(0, written - obs.sentBefore);
   const method = req.method ?? '';
   metrics.observe(obs.label, method, status, seconds, bytes);
   if (ctx.log.enabled?.('info') === false) return;
@@ -415,16 +444,31 @@ function recordRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incomi
 }
 
 /**
- * The 'close' listener of the responses of one handler that were not
- * recorded when their handler returned (see the dispatch): one function for
- * all of them (a response is `this`), so such a request makes no closure.
+ * The 'finish' and 'close' listeners of the responses of one handler that
+ * were not recorded when their handler returned (see `settle`): one
+ * function each for all of them (a response is `this`), so such a request
+ * makes no closure. A response is recorded when it finishes (its last byte
+ * is with the socket), by a listener put before node:http's own, which
+ * then starts writing the next answer on the connection (pipelined): the
+ * connection's `bytesWritten` is then this answer's end. A response that
+ * closes unfinished (the client left) is recorded on 'close'.
  */
-function closeObserver(ctx: GatewayContext, metrics: GatewayMetrics): (this: ObservedResponse) => void {
-  return function (this: ObservedResponse) {
-    const res = this;
-    const req = res.req;
-    if (!req.complete && res.writableFinished) lingerOnBody(req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
-    recordRequest(ctx, metrics, req, res, res[OBSERVED]!, res.writableFinished);
+function responseObservers(ctx: GatewayContext, metrics: GatewayMetrics): { finish: (this: ObservedResponse) => void; close: (this: ObservedResponse) => void } {
+  const record = (res: ObservedResponse, finished: boolean) => {
+    const obs = res[OBSERVED]!;
+    if (obs.recorded) return;
+    obs.recorded = true;
+    recordRequest(ctx, metrics, res.req, res, obs, finished);
+  };
+  return {
+    finish(this: ObservedResponse) {
+      record(this, true);
+    },
+    close(this: ObservedResponse) {
+      const res = this;
+      if (!res.req.complete && res.writableFinished) lingerOnBody(res.req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
+      record(res, res.writableFinished);
+    },
   };
 }
 
@@ -447,12 +491,42 @@ function failRequest(ctx: GatewayContext, req: IncomingMessage, res: ServerRespo
 export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: ProxyRoutes; metrics?: GatewayMetrics } = {}): (req: IncomingMessage, res: ServerResponse) => void {
   const proxy = parts.proxy ?? new ProxyRoutes(ctx);
   const metrics = parts.metrics ?? new GatewayMetrics(ctx, { proxy });
-  const own: HandlerState = { answers: new ClockCache<CachedAnswer>(ANSWER_CACHE_BYTES), metrics };
-  const observer = closeObserver(ctx, metrics);
+  const observers = responseObservers(ctx, metrics);
+
+  /**
+   * Records a request whose handler is done with it (`done`: it returned
+   * without leaving work behind): now when its answer was handed whole to
+   * the socket and no body is to come (a lookup, an error...), else when
+   * it finishes or closes (`responseObservers`).
+   */
+  const settle = (req: IncomingMessage, res: ServerResponse, obs: Observed, done: boolean): void => {
+    if (done && (obs.facts & HAS_BODY) === 0 && res.writableEnded && res.writableLength === 0 && !req.socket.destroyed) {
+      recordRequest(ctx, metrics, req, res, obs, true);
+    } else {
+      (res as ObservedResponse)[OBSERVED] = obs;
+      // Each is emitted once: `on` spares the `once` wrapper.
+      res.prependListener('finish', observers.finish);
+      res.on('close', observers.close);
+    }
+  };
+
+  const batch = new AnswerBatch<Answer>((a) => {
+    const { res, obs } = a;
+    const req = res.req;
+    const socket = req.socket as CountedSocket;
+    // The client left while the answer waited: recorded as such (499), nothing written.
+    if (res.destroyed || socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
+    sendWithProof(res, a.text, a.length, a.etag, a.proof);
+    settle(req, res, obs, true);
+  }, (a, e) => {
+    failRequest(ctx, a.res.req, a.res, LOOKUP_ROUTE, a.obs.path, e);
+    settle(a.res.req, a.res, a.obs, true);
+  });
+  const own: HandlerState = { answers: new ClockCache<CachedAnswer>(ANSWER_CACHE_BYTES), batch, metrics };
 
   /** Routes and answers one request; true when its handler returned without leaving work behind (no promise, no proxying). */
-  const dispatch = (req: IncomingMessage, res: ServerResponse, target: string, route: Route | undefined, facts: number, obs: Observed): boolean => {
-    const { path, search } = obs;
+  const dispatch = (req: IncomingMessage, res: ServerResponse, target: string, route: Route | undefined, obs: Observed): boolean => {
+    const { path, search, facts } = obs;
     try {
       if ((facts & MANY_HOSTS) !== 0) {
         // Which host is meant is ambiguous (and so is the framing of such a request): refused, and the connection closed.
@@ -507,23 +581,13 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     const lookupPath = q === LOOKUP_PATH.length && target.startsWith(LOOKUP_PATH);
     const path = lookupPath ? LOOKUP_PATH : q === -1 ? target : target.slice(0, q);
     const route = lookupPath ? LOOKUP_ROUTE : ROUTE_TABLE.get(path) ?? (path.startsWith(TILE_PREFIX) ? TILE_ROUTE : undefined);
-    const socket = req.socket as CountedSocket;
-    // What the connection had written when its last request was recorded (one `bytesWritten` a request, not two; see SENT).
-    const sent = socket[SENT];
-    socket[SENT] = undefined;
     const obs: Observed = {
       // The table's own string: its hash is kept, where the path is a new string each request (metrics and log look labels up).
       label: route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : route.label,
-      url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), started: performance.now(), sentBefore: sent ?? socket.bytesWritten,
+      url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), started: performance.now(),
+      facts: headerFacts(req), batched: false, recorded: false,
     };
-    const facts = headerFacts(req);
-    // Answered in full before the handler returned (a lookup, an error...): every byte is with the
-    // socket and no body follows, so the request is recorded now. Else when the answer ends ('close').
-    if (dispatch(req, res, target, route, facts, obs) && (facts & HAS_BODY) === 0 && res.writableEnded && res.writableLength === 0 && !socket.destroyed) {
-      recordRequest(ctx, metrics, req, res, obs, true);
-    } else {
-      (res as ObservedResponse)[OBSERVED] = obs;
-      res.on('close', observer); // a response closes once: `on` spares the `once` wrapper
-    }
+    const done = dispatch(req, res, target, route, obs);
+    if (!obs.batched) settle(req, res, obs, done);
   };
 }

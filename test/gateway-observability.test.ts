@@ -368,16 +368,22 @@ test('one JSON log line per request, with its fields; no token, no Authorization
   assert.is.not(mismatch!.actual, mismatch!.expected);
 });
 
-/** Sends `targets` one after another on ONE keep-alive connection; the bytes of each whole answer (head and body) as they came. */
-async function onOneConnection(targets: string[]): Promise<number[]> {
+/**
+ * Sends `targets` on ONE keep-alive connection, each after the answer to
+ * the one before (`pipelined`: all of them in one write, before any
+ * answer); the bytes of each whole answer (head and body) as they came.
+ */
+async function onOneConnection(targets: string[], pipelined = false): Promise<number[]> {
   const { hostname, port } = new URL(gw.url);
   const socket = connect({ host: hostname, port: Number(port) });
   await once(socket, 'connect');
   let got = Buffer.alloc(0);
   const sizes: number[] = [];
+  const requestOf = (t: string) => `GET ${t} HTTP/1.1\r\nHost: ${hostname}:${port}\r\n\r\n`;
   try {
+    if (pipelined) socket.write(targets.map(requestOf).join(''));
     for (const t of targets) {
-      socket.write(`GET ${t} HTTP/1.1\r\nHost: ${hostname}:${port}\r\n\r\n`);
+      if (!pipelined) socket.write(requestOf(t));
       for (;;) {
         const end = got.indexOf('\r\n\r\n');
         const length = end === -1 ? NaN : Number(/\r\ncontent-length: *(\d+)/i.exec(got.subarray(0, end).toString('latin1'))?.[1]);
@@ -411,6 +417,17 @@ test('bytes: each request on a keep-alive connection logs the bytes of its own a
   assert.equal(lines.map((l) => `${l.method} ${l.path}`), targets.map((t) => `GET ${t.split('?')[0]}`));
   assert.equal(lines.map((l) => l.bytes), sizes, 'bytes logged per request = bytes of that answer on the wire');
   assert.ok(new Set(sizes).size > 1, 'answers of different sizes');
+});
+
+test('bytes: pipelined requests, lookups (written by the end-of-turn batch) among others, each log their own answer, in order', async () => {
+  const lookupA = `/v1/endorsement?url=${enc(origin.url('/a.tgz'))}`;
+  const targets = [lookupA, '/healthz', lookupA, `/v1/endorsement?url=${enc('https://bytes.example/2.tgz')}`, lookupA, '/nope-pipelined', lookupA];
+  const before = (await requestLines(gw, 0)).length;
+  const sizes = await onOneConnection(targets, true);
+  const lines = (await requestLines(gw, before + targets.length)).slice(before);
+  assert.equal(lines.map((l) => `${l.method} ${l.path} ${l.status}`), targets.map((t, i) => `GET ${t.split('?')[0]} ${[200, 200, 200, 404, 200, 404, 200][i]}`));
+  assert.equal(lines.map((l) => l.bytes), sizes, 'bytes logged per request = bytes of that answer on the wire');
+  assert.ok(new Set(sizes).size > 2, 'answers of different sizes');
 });
 
 test('VOUCH_LOG_LEVEL=warn: no request lines, warnings still logged, metrics still counted', async () => {
