@@ -14,6 +14,9 @@
  * - `bare BODY_FILE ETAG`: a bare node:http server answering every request
  *   with the same JSON body (read once from BODY_FILE) and the headers the
  *   gateway's lookups carry.
+ * - `bare-batched BODY_FILE ETAG`: `bare`, its answers written the way the
+ *   gateway writes its lookups' answers: together at the end of the event
+ *   loop's I/O phase (gateway/answer-batch.ts, the same class).
  * - `answers ANSWERS_FILE`: a bare node:http server answering each lookup
  *   with its own answer: ANSWERS_FILE maps a query string to `[body, etag]`
  *   (the gateway's answers), held as Buffers in a Map by query string and
@@ -28,6 +31,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { OriginServer, pattern } from '../test/helpers/origin-server.ts';
+import { AnswerBatch } from '../gateway/answer-batch.ts';
 
 const HOST = '127.0.0.1';
 
@@ -113,6 +117,15 @@ async function bare(bodyFile: string, etag: string): Promise<void> {
   }));
 }
 
+async function bareBatched(bodyFile: string, etag: string): Promise<void> {
+  const body = readFileSync(bodyFile);
+  const batch = new AnswerBatch<ServerResponse>((res) => sendAnswer(res, body, etag), (res) => res.destroy());
+  await serve(createServer((req, res) => {
+    req.resume();
+    batch.add(res);
+  }));
+}
+
 async function answers(file: string): Promise<void> {
   const byQuery = new Map<string, { body: Buffer; etag: string }>();
   for (const [q, [text, etag]] of Object.entries(JSON.parse(readFileSync(file, 'utf8')) as Record<string, [string, string]>)) {
@@ -140,9 +153,10 @@ const [mode, ...args] = process.argv.slice(2);
 if (mode === 'origin') await origin(args[0]!);
 else if (mode === 'proxy') await proxy(args[0]!);
 else if (mode === 'bare') await bare(args[0]!, args[1]!);
+else if (mode === 'bare-batched') await bareBatched(args[0]!, args[1]!);
 else if (mode === 'answers') await answers(args[0]!);
 else if (mode === 'blob') await blob(Number(args[0]));
 else {
-  console.error('usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG | answers ANSWERS_FILE | blob SIZE');
+  console.error('usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG | bare-batched BODY_FILE ETAG | answers ANSWERS_FILE | blob SIZE');
   process.exit(2);
 }

@@ -16,7 +16,11 @@
  *   Beside it (not judged), a second bare node:http server answering each
  *   lookup with the gateway's own answer for it, found in a Map by query
  *   string (`answers`): what serving 20,000 different answers costs any
- *   server, apart from what the gateway does. Beside the rates, each
+ *   server, apart from what the gateway does. And a third, `bare` with
+ *   its answers written as the gateway writes them, together at the end of
+ *   each turn of the event loop's I/O phase (`bare-batched`): what that
+ *   way of writing gives any node:http server, so the gain the gateway
+ *   draws from it shows apart from its own cost. Beside the rates, each
  *   server's CPU time (user + system, /proc) per lookup answered.
  *   The runs start once the gateway is idle, its CPU and its reads (what it
  *   does in the background after `ready:`, such as re-checking block files
@@ -112,12 +116,16 @@ export interface LookupFigures {
   sameAnswers: number;
   sameRatio: number;
   sameRange: [number, number];
+  /** Lookups/s of bare node:http writing its answers in batches as the gateway does (`bare-batched`), and the gateway's ratio to it (reported beside, not judged). */
+  batched: number;
+  batchedRatio: number;
+  batchedRange: [number, number];
   /**
    * CPU time of each server process (user + system, all its threads) per
    * lookup answered, µs, median over the runs: what a lookup costs the
    * server, steadier than requests/s on shared cores (reported beside).
    */
-  cpuUs: { gateway: number; bare: number; answers: number };
+  cpuUs: { gateway: number; bare: number; answers: number; batched: number };
   /** The gateway's VmRSS after the runs. */
   rssAfter: number;
   /** ms from ready until the gateway was idle and the runs began. */
@@ -219,17 +227,24 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
   writeFileSync(answersFile, JSON.stringify(answers));
   const script = join(s.work, 'lookups.lua');
   writeFileSync(script, randomScript(paths));
-  const bare = await spawnServer('bare node:http', ['bare', bodyFile, typicalEtag]);
-  const same = await spawnServer('bare node:http, the same answers', ['answers', answersFile]).catch(async (e: unknown) => {
-    await bare.stop();
-    throw e;
-  });
+  /** The baselines: bare node:http with a typical body (judged), with the gateway's own answers, and batched as the gateway writes. */
+  const baselines: Array<[name: string, label: string, args: string[]]> = [
+    ['bare', 'bare node:http', ['bare', bodyFile, typicalEtag]],
+    ['answers', 'bare node:http, the same answers', ['answers', answersFile]],
+    ['batched', 'bare node:http, answers written in batches', ['bare-batched', bodyFile, typicalEtag]],
+  ];
+  const servers: Array<Awaited<ReturnType<typeof spawnServer>>> = [];
   try {
+    const targets = [{ name: 'gateway', url: g.url, pid: g.pid }];
+    for (const [name, label, args] of baselines) {
+      const server = await spawnServer(label, args);
+      servers.push(server);
+      targets.push({ name, url: server.url, pid: server.pid });
+    }
     const load = { threads: 2, connections: 32, script };
-    const targets = [{ name: 'bare', url: bare.url, pid: bare.pid }, { name: 'answers', url: same.url, pid: same.pid }, { name: 'gateway', url: g.url, pid: g.pid }];
-    const res: Record<string, WrkResult[]> = { bare: [], answers: [], gateway: [] };
-    const cpu: Record<string, number[]> = { bare: [], answers: [], gateway: [] };
-    say(`lookups over ${paths.length.toLocaleString('en')} random URLs of the whole chain: gateway vs bare node:http (and, beside it, a bare server answering the same answers), wrk -t2 -c32 -d${o.seconds}s, ${o.runs} runs each (interleaved)...`);
+    const res: Record<string, WrkResult[]> = Object.fromEntries(targets.map((t) => [t.name, []]));
+    const cpu: Record<string, number[]> = Object.fromEntries(targets.map((t) => [t.name, []]));
+    say(`lookups over ${paths.length.toLocaleString('en')} random URLs of the whole chain: gateway vs bare node:http (and, beside it, a bare server answering the same answers and one writing in batches), wrk -t2 -c32 -d${o.seconds}s, ${o.runs} runs each (interleaved)...`);
     for (const t of targets) await wrk(t.url, { ...load, seconds: o.warmup });
     for (let r = 0; r < o.runs; r++) {
       for (let k = 0; k < targets.length; k++) {
@@ -242,22 +257,22 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
         say(`  run ${r + 1} ${t.name}: ${Math.round(x.rps)} req/s, p50 ${x.p50Ms.toFixed(2)} ms, p99 ${x.p99Ms.toFixed(2)} ms, ${us.toFixed(1)} µs CPU a lookup`);
       }
     }
-    const gw = median(res.gateway!.map((x) => x.rps));
-    const b = median(res.bare!.map((x) => x.rps));
-    const a = median(res.answers!.map((x) => x.rps));
-    /** The lowest and highest per-run ratio of the gateway to `base`. */
-    const range = (base: WrkResult[]): [number, number] => {
-      const per = res.gateway!.map((x, i) => x.rps / base[i]!.rps);
+    const rate = (name: string) => median(res[name]!.map((x) => x.rps));
+    const gw = rate('gateway');
+    /** The lowest and highest per-run ratio of the gateway to the baseline `name`. */
+    const range = (name: string): [number, number] => {
+      const per = res.gateway!.map((x, i) => x.rps / res[name]![i]!.rps);
       return [Math.min(...per), Math.max(...per)];
     };
+    const cpuOf = (name: string) => median(cpu[name]!);
     return {
-      urls: paths.length, gateway: gw, bare: b, ratio: gw / b, range: range(res.bare!), bodyBytes: typicalText.length,
-      sameAnswers: a, sameRatio: gw / a, sameRange: range(res.answers!),
-      cpuUs: { gateway: median(cpu.gateway!), bare: median(cpu.bare!), answers: median(cpu.answers!) }, rssAfter: memoryOf(g.pid).rss, settledMs: settled,
+      urls: paths.length, gateway: gw, bare: rate('bare'), ratio: gw / rate('bare'), range: range('bare'), bodyBytes: typicalText.length,
+      sameAnswers: rate('answers'), sameRatio: gw / rate('answers'), sameRange: range('answers'),
+      batched: rate('batched'), batchedRatio: gw / rate('batched'), batchedRange: range('batched'),
+      cpuUs: { gateway: cpuOf('gateway'), bare: cpuOf('bare'), answers: cpuOf('answers'), batched: cpuOf('batched') }, rssAfter: memoryOf(g.pid).rss, settledMs: settled,
     };
   } finally {
-    await same.stop();
-    await bare.stop();
+    await Promise.all(servers.map((x) => x.stop()));
   }
 }
 
