@@ -8,13 +8,17 @@
  * on the same host (a reverse proxy, a CI runner, the benchmark's wrk) is
  * woken once for several answers rather than once per answer, and the
  * gateway runs its read path and its write path each as one stretch. On
- * 2 cores, lookups at 50,000 blocks went from some 0.7 to 0.8-0.9 of bare
- * node:http (bench/RESULTS.md, "lookups/s"); bare node:http batched the
- * same way gains as much, which RESULTS reports beside it. An answer waits
- * at most for the rest of that turn's reads; under light load the batch
- * is one answer and the wait is one `setImmediate`.
+ * 2 cores with wrk beside it, lookups at 50,000 blocks went from 0.62 to
+ * 0.85-0.91 of bare node:http (bench/RESULTS.md, "Lookups at 50k with
+ * answers written in batches"); bare node:http batched the same way gains
+ * more still (some 41,000/s against 33,000), which RESULTS reports beside
+ * it. For remote clients only the second half holds (their wake-ups are
+ * not the gateway's to pay). An answer waits at most for the rest of that
+ * turn's reads; under light load the batch is one answer and the wait is
+ * one `setImmediate`.
  *
  * Owns: the queue and when it is written.
+ * Trusts: `failed` not to throw.
  * Must hold: every added item is handed to `write` exactly once, in the
  * order added, within the turn of the event loop it was added in (the
  * `setImmediate` after it); an exception thrown by `write` for one item
