@@ -519,7 +519,11 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     sendWithProof(res, a.text, a.length, a.etag, a.proof);
     settle(req, res, obs, true);
   }, (a, e) => {
-    failRequest(ctx, a.res.req, a.res, LOOKUP_ROUTE, a.obs.path, e);
+    try {
+      failRequest(ctx, a.res.req, a.res, LOOKUP_ROUTE, a.obs.path, e);
+    } catch {
+      a.res.destroy(); // a head half made cannot be replaced by an error answer: the connection goes
+    }
     settle(a.res.req, a.res, a.obs, true);
   });
   const own: HandlerState = { answers: new ClockCache<CachedAnswer>(ANSWER_CACHE_BYTES), batch, metrics };
