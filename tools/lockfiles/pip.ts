@@ -28,7 +28,8 @@
  *   package when either name carries the pinned version, and ignored
  *   otherwise.
  * - The file is at most 32 MiB, 1,000,000 lines, and a line joined with its
- *   continuations at most 1 MiB (joined in linear time); past a bound, one
+ *   continuations at most 1 MiB (joined in linear time); a requirement has
+ *   at most 2,000 files of its version at the index; past a bound, one
  *   error naming it.
  * - A file is a candidate when its name (wheel or sdist) carries the pinned
  *   version (PEP 440 equality; `===` compares the text) and the hash the
@@ -60,6 +61,8 @@ import { pipFileNames, pipRequestUrl } from './pip-url.ts';
 import type { Options, Pinned } from './types.ts';
 
 export const INDEX_PAGE_MAX_BYTES = 32 * MiB;
+/** The most files of the pinned version one requirement may have at the index (each may be fetched). */
+export const FILES_PER_VERSION_MAX = 2000;
 export const SIMPLE_ACCEPT = 'application/vnd.pypi.simple.v1+json, text/html;q=0.1';
 
 export interface Requirement {
@@ -312,6 +315,9 @@ export async function resolveRequirements(
     }
     const ofVersion = files.filter((f) => ofPinned(f.filename));
     if (ofVersion.length === 0) throw new VouchError('not_found', `${r.label}: the index page ${pageUrl} lists no file of version ${r.version}`);
+    if (ofVersion.length > FILES_PER_VERSION_MAX) {
+      throw new VouchError('too_large', `${r.label}: the index page ${pageUrl} lists ${ofVersion.length} files of version ${r.version}, more than ${FILES_PER_VERSION_MAX}`);
+    }
     const want: Partial<Record<DigestName, string[]>> = {};
     for (const [alg, set] of r.hashes) want[alg] = [...set];
     const pins = [...r.hashes].map(([alg, set]) => [...set].map((h) => `${alg}:${h}`).join(' ')).join(' ');
