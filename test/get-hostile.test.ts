@@ -175,6 +175,16 @@ test('the honest relay passes: the hostile server itself changes nothing unless 
   }
 });
 
+test('FILE that cannot be written (a missing directory) is one line io_error, exit 2, not a crash', async () => {
+  mutate = (_p, a) => a;
+  const file = join(work, 'missing-dir', 'out.js');
+  const r = await vouchAsync(['get', '--gateway', H, '--url', U, '--public-key', pub, '-o', file, '--state', join(work, 'state-missing.json')], {}, 90_000);
+  assert.is(r.status, 2, r.stderr);
+  assert.is(r.stderr.trim().split('\n').length, 1, r.stderr);
+  assert.match(r.stderr, /^vouch get: cannot write .*out\.js\.vouch-\d+\.tmp: ENOENT\n$/);
+  assert.not.ok(existsSync(join(work, 'state-missing.json')));
+});
+
 type Case = [string, 'lookup' | 'download', Mutate, RegExp];
 
 const CASES: Case[] = [

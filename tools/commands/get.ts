@@ -33,6 +33,7 @@
  */
 import { createWriteStream, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
+import { finished } from 'node:stream/promises';
 import { Agent, request } from 'undici';
 import type { Command } from '../command.ts';
 import { UsageError, emit, refuse } from '../command.ts';
@@ -395,16 +396,21 @@ export const get: Command = {
 
       const h = nodeBackend.createHash(signed.algorithm);
       const out = createWriteStream(tmp, { mode: 0o644 });
+      // Settles once the file is closed or failed, whenever that happens (and observes its error: never an uncaught one).
+      const written = finished(out).then(() => null, (e: NodeJS.ErrnoException) => e);
       let bytes: number;
       try {
         bytes = await readBody(res, `${gateway}/v1/download`, Number.MAX_SAFE_INTEGER, async (chunk) => {
           h.update(chunk);
-          if (!out.write(chunk)) await once(out, 'drain');
+          if (out.write(chunk)) return;
+          const failed = await Promise.race([once(out, 'drain').then(() => null, (e: NodeJS.ErrnoException) => e), written]);
+          if (failed !== null) throw new VouchError('io_error', `cannot write ${tmp}: ${failed.code ?? failed.message}`);
         });
       } finally {
         out.end();
-        await once(out, 'close');
       }
+      const failed = await written;
+      if (failed !== null) throw new VouchError('io_error', `cannot write ${tmp}: ${failed.code ?? failed.message}`);
       const got = formatArtifactHash(signed.algorithm, hexEncode(h.digest()));
       if (got !== entry.artifact_hash) {
         throw new VouchError('hash_mismatch', `the bytes hash to ${got}; the signed block says ${entry.artifact_hash}`);

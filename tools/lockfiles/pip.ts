@@ -349,3 +349,4 @@ export async function resolveRequirements(
   }
   return { pinned, candidatesOf };
 }
+export { pipRequestUrl } from './pip-url.ts';
