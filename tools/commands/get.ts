@@ -144,7 +144,7 @@ export const get: Command = {
   name: 'get',
   usage: '--gateway BASE [--gateway BASE...] --url URL [--semver V | --at D] --public-key B64 -o FILE [--state FILE] [--origin NAME] [--policy FILE]',
   summary: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature, its inclusion in the log\'s signed checkpoint, the checkpoint\'s consistency with the last one seen, and the bytes\' hash itself before writing FILE.',
-  details: `Exit 0 verified and written; 1 refused (nothing signed, revoked, bad signature or proof, stale or inconsistent checkpoint, gateways disagreeing, missing witness quorum, hash mismatch); 2 usage or network error. FILE is never left partial.\n\n${TRUST}`,
+  details: `Exit 0 verified and written; 1 refused (nothing signed, revoked, bad signature or proof, stale or inconsistent checkpoint, gateways disagreeing, missing witness quorum, hash mismatch, an answer that is not the protocol's: bad_answer); 2 usage, file or network error. FILE is never left partial.\n\n${TRUST}`,
   options: {
     gateway: { type: 'string', multiple: true, value: 'BASE', help: 'base URL of a gateway; repeat to require several to agree', required: true },
     url: { type: 'string', value: 'URL', help: 'the artifact URL as endorsed', required: true },
