@@ -12,6 +12,9 @@
  *   hash mismatches). Logged with evidence.
  * - `request`: the caller asked for something wrong or absent.
  * - `environment`: files, keys, git, network.
+ * - `answer`: `vouch get` refuses what a gateway answered (tools/
+ *   tlog-client.ts, tools/commands/get.ts): malformed, unproven, stale,
+ *   inconsistent, or contradicted by another gateway. Never a gateway status.
  *
  * Must hold: codes are never renamed (clients and auditors match on them).
  */
@@ -53,9 +56,21 @@ export type EnvironmentCode =
   | 'key_error'
   | 'io_error';
 
-export type ErrorCode = IntegrityCode | RequestCode | EnvironmentCode;
+export type AnswerCode =
+  | 'bad_answer'
+  | 'no_proof'
+  | 'bad_proof'
+  | 'bad_checkpoint'
+  | 'bad_state'
+  | 'stale_checkpoint'
+  | 'security_error'
+  | 'gateways_disagree'
+  | 'policy'
+  | 'quorum';
 
-export type ErrorKind = 'integrity' | 'request' | 'environment';
+export type ErrorCode = IntegrityCode | RequestCode | EnvironmentCode | AnswerCode;
+
+export type ErrorKind = 'integrity' | 'request' | 'environment' | 'answer';
 
 interface CatalogueEntry {
   kind: ErrorKind;
@@ -66,6 +81,7 @@ interface CatalogueEntry {
 const integrity = (summary: string): CatalogueEntry => ({ kind: 'integrity', summary });
 const request = (summary: string): CatalogueEntry => ({ kind: 'request', summary });
 const environment = (summary: string): CatalogueEntry => ({ kind: 'environment', summary });
+const answer = (summary: string): CatalogueEntry => ({ kind: 'answer', summary });
 
 export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   malformed: integrity('a block or checkpoint does not have the chain format'),
@@ -101,6 +117,17 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   chain_exists: environment('a chain already exists there'),
   key_error: environment('the key file is missing, unreadable or insecure'),
   io_error: environment('a file could not be read or written'),
+
+  bad_answer: answer('a gateway\'s answer is malformed: not the protocol\'s status, type, shape or length (truncated, oversized, a redirect, JSON of the wrong shape, a header twice)'),
+  no_proof: answer('a gateway sent no inclusion proof with its block'),
+  bad_proof: answer('a gateway\'s inclusion or consistency proof is malformed or does not verify'),
+  bad_checkpoint: answer('a checkpoint note is not signed by the pinned key under the expected origin'),
+  bad_state: answer('the state file\'s checkpoint does not verify with the pinned key'),
+  stale_checkpoint: answer('a checkpoint older than the newest one seen for the log'),
+  security_error: answer('two signed checkpoints of the log that cannot both be true (a fork or rewritten history)'),
+  gateways_disagree: answer('gateways select different blocks that their trees do not explain'),
+  policy: answer('the policy names no log with the pinned key under the checkpoint\'s origin'),
+  quorum: answer('the checkpoint lacks the witness quorum of the policy'),
 };
 
 export interface VouchErrorOptions {

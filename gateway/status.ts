@@ -48,4 +48,16 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   chain_exists: 500,
   key_error: 500,
   io_error: 500,
+
+  // answer: vouch get's refusals of a gateway's answer; never a gateway's own status
+  bad_answer: 500,
+  no_proof: 500,
+  bad_proof: 500,
+  bad_checkpoint: 500,
+  bad_state: 500,
+  stale_checkpoint: 500,
+  security_error: 500,
+  gateways_disagree: 500,
+  policy: 500,
+  quorum: 500,
 };

@@ -138,7 +138,7 @@ export function ewahEncode(positions: readonly number[]): Buffer {
       w++;
     }
     words[rlwPos] = (BigInt(literals.length) << 33n) | (BigInt(run) << 1n);
-    words.push(...literals);
+    for (const l of literals) words.push(l); // not push(...literals): an argument list that long overflows the stack
     nextWord = w;
   }
   if (words.length === 0) words.push(0n);

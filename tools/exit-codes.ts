@@ -5,7 +5,8 @@
  * type-check until it has an exit status here.
  *
  * 1 = the chain or an artifact is not what was signed, or the question has a
- * definite "no" (a revoked version, a semver signed with other bytes);
+ * definite "no" (a revoked version, a semver signed with other bytes), or
+ * `vouch get` refuses a gateway's answer (every `answer` code);
  * 2 = the command could not do its job (bad usage, files, keys, git, network).
  * Anything that is not a `VouchError` is 2.
  */
@@ -50,5 +51,17 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   chain_exists: 2,
   key_error: 2,
   io_error: 2,
+
+  // answer (vouch get)
+  bad_answer: 1,
+  no_proof: 1,
+  bad_proof: 1,
+  bad_checkpoint: 1,
+  bad_state: 1,
+  stale_checkpoint: 1,
+  security_error: 1,
+  gateways_disagree: 1,
+  policy: 1,
+  quorum: 1,
 };
 

@@ -26,7 +26,7 @@
  * among several gateways a smaller one only has to be a proven prefix of the
  * largest, and its selection explained by `decide`.
  */
-import { VouchError } from '../chain/errors.ts';
+import { VouchError, type ErrorCode } from '../chain/errors.ts';
 import { base64Decode, base64Encode, bytesEqual, hexDecode, hexEncode } from '../chain/encoding.ts';
 import type { CryptoBackend } from '../chain/crypto-backend.ts';
 import type { Block } from '../chain/block.ts';
@@ -35,9 +35,13 @@ import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { noteKeyId, SIG_ED25519, type Note } from '../chain/note.ts';
 import { checkQuorum, type Policy } from '../chain/tlog-policy.ts';
 
-/** A refusal of `vouch get`: exit 1, `code: line` on stderr, `evidence` (multi-line) before it when set. */
+/**
+ * A refusal of `vouch get`: exit 1, `code: line` on stderr, `evidence`
+ * (multi-line) before it when set. The code is the catalogue's
+ * (chain/errors.ts, kind `answer`, or `revoked`).
+ */
 export class Refusal extends Error {
-  constructor(readonly code: string, readonly line: string, readonly evidence?: string) {
+  constructor(readonly code: ErrorCode, readonly line: string, readonly evidence?: string) {
     super(line);
   }
 }

@@ -22,10 +22,18 @@
  * Trusts: the `--public-key` (and `--origin`, `--policy`) the user gives,
  * and the state file's past (it is re-verified against the key).
  * Must hold: exit 0 only after every check above passed; a refusal exits 1
- * and leaves FILE and the state file untouched.
+ * and leaves FILE and the state file untouched. Any answer that is not the
+ * protocol's (a status other than 200 or a documented error, a redirect, a
+ * broken or mis-framed HTTP answer, a truncated or oversized body, a body
+ * whose length is not its Content-Length, JSON that does not parse or is
+ * not an object of the expected members, a header twice) is a refusal with
+ * a catalogue code (`bad_answer`, or the check's own), never an internal
+ * error; only reaching no gateway, its documented server-side statuses and
+ * the timeout exit 2.
  */
 import { createWriteStream, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
+import { finished } from 'node:stream/promises';
 import { Agent, request } from 'undici';
 import type { Command } from '../command.ts';
 import { UsageError, emit, refuse } from '../command.ts';
@@ -56,6 +64,35 @@ const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
 
 /** A lookup answer is a block plus a few members; bigger is not a gateway speaking the protocol. */
 const MAX_JSON_BYTES = 8 * 1024 * 1024;
+/** Headers undici accepts from a gateway (a UNS block can be large); more is `bad_answer`. */
+const MAX_HEADER_BYTES = 4 * 1024 * 1024;
+
+/**
+ * What an HTTP client error says of a gateway's answer: a description when
+ * the answer itself was broken (not HTTP/1.1, headers too large, a body
+ * shorter than its Content-Length, a connection closed mid-answer), null for
+ * a failure to reach the gateway at all.
+ */
+function brokenAnswer(e: unknown): string | null {
+  const err = e as { code?: unknown; name?: unknown; message?: unknown; socket?: { bytesRead?: unknown } } | null;
+  const code = typeof err?.code === 'string' ? err.code : '';
+  if (code.startsWith('HPE_') || err?.name === 'HTTPParserError') return `the answer is not HTTP/1.1 (${code || String(err?.message ?? '')})`;
+  if (code === 'UND_ERR_HEADERS_OVERFLOW') return `the answer's headers are larger than ${MAX_HEADER_BYTES} bytes`;
+  if (code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return 'the answer\'s body is not as long as its Content-Length';
+  if (code === 'UND_ERR_SOCKET' && typeof err?.socket?.bytesRead === 'number' && err.socket.bytesRead > 0) return 'the gateway closed the connection in the middle of its answer';
+  return null;
+}
+
+const isTimeout = (e: unknown) => (e as Error)?.name === 'TimeoutError' || (e as Error)?.name === 'AbortError';
+
+/** A single header value; a header sent twice is not one answer (`bad_answer`). */
+function oneHeader(headers: Record<string, string | string[] | undefined>, name: string, where: string): string | undefined {
+  const h = headers[name];
+  if (Array.isArray(h)) throw new Refusal('bad_answer', `${where} sent the ${name} header ${h.length} times`);
+  return h;
+}
+
+const jsonKind = (v: unknown) => (v === null ? 'null' : Array.isArray(v) ? 'an array' : `a ${typeof v}`);
 
 /** Checks a block on its own: form, record hash, signature by the pinned key. */
 export function checkBlockObject(raw: unknown, publicKey: Uint8Array, what: string): Block {
@@ -107,7 +144,7 @@ export const get: Command = {
   name: 'get',
   usage: '--gateway BASE [--gateway BASE...] --url URL [--semver V | --at D] --public-key B64 -o FILE [--state FILE] [--origin NAME] [--policy FILE]',
   summary: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature, its inclusion in the log\'s signed checkpoint, the checkpoint\'s consistency with the last one seen, and the bytes\' hash itself before writing FILE.',
-  details: `Exit 0 verified and written; 1 refused (nothing signed, revoked, bad signature or proof, stale or inconsistent checkpoint, gateways disagreeing, missing witness quorum, hash mismatch); 2 usage or network error. FILE is never left partial.\n\n${TRUST}`,
+  details: `Exit 0 verified and written; 1 refused (nothing signed, revoked, bad signature or proof, stale or inconsistent checkpoint, gateways disagreeing, missing witness quorum, hash mismatch, an answer that is not the protocol's: bad_answer); 2 usage, file or network error. FILE is never left partial.\n\n${TRUST}`,
   options: {
     gateway: { type: 'string', multiple: true, value: 'BASE', help: 'base URL of a gateway; repeat to require several to agree', required: true },
     url: { type: 'string', value: 'URL', help: 'the artifact URL as endorsed', required: true },
@@ -153,37 +190,80 @@ export const get: Command = {
     if (v.semver) q.set('semver', v.semver);
     if (v.at) q.set('at', v.at);
 
-    const dispatcher = new Agent({ maxHeaderSize: 4 * 1024 * 1024, connectTimeout: Math.min(timeoutMs, 30_000) });
+    const dispatcher = new Agent({ maxHeaderSize: MAX_HEADER_BYTES, connectTimeout: Math.min(timeoutMs, 30_000) });
     const signal = AbortSignal.timeout(timeoutMs);
     const tmp = `${v.output}.vouch-${process.pid}.tmp`;
 
     const send = async (target: string, headers: Record<string, string> = {}) => {
+      let res;
       try {
-        return await request(target, { dispatcher, signal, maxRedirections: 0, headers } as Parameters<typeof request>[1]);
+        res = await request(target, { dispatcher, signal, maxRedirections: 0, headers } as Parameters<typeof request>[1]);
       } catch (e) {
-        if ((e as Error).name === 'TimeoutError' || (e as Error).name === 'AbortError') throw e;
+        if (isTimeout(e)) throw e;
+        const broken = brokenAnswer(e);
+        if (broken !== null) throw new Refusal('bad_answer', `${target}: ${broken}`);
         throw new VouchError('origin_error', `cannot reach the gateway ${new URL(target).origin}: ${(e as { code?: string }).code ?? (e as Error).message}`);
       }
+      // 200 or a documented error status (README "Status codes"); anything else of 1xx-3xx is no answer of the protocol.
+      if (res.statusCode !== 200 && res.statusCode < 400) {
+        await res.body.dump().catch(() => {});
+        const location = typeof res.headers.location === 'string' ? ` to ${JSON.stringify(res.headers.location.slice(0, 200))}` : '';
+        throw new Refusal('bad_answer', res.statusCode >= 300 && res.statusCode < 400
+          ? `${target}: HTTP ${res.statusCode}, a redirect${location}: a gateway answers itself (vouch get follows no redirect)`
+          : `${target}: HTTP ${res.statusCode} is not an answer of the protocol (200 or an error status)`);
+      }
+      return res;
+    };
+    /** Reads a whole body (at most `max` bytes): a broken, oversized or mis-framed body is `bad_answer`. */
+    const readBody = async (res: Awaited<ReturnType<typeof send>>, target: string, max: number, sink: (chunk: Uint8Array) => void | Promise<void>): Promise<number> => {
+      const declared = oneHeader(res.headers, 'content-length', target);
+      if (declared !== undefined && !/^\d{1,15}$/.test(declared)) {
+        throw new Refusal('bad_answer', `${target}: Content-Length ${JSON.stringify(declared.slice(0, 40))} is not a length`);
+      }
+      if (declared !== undefined && Number(declared) > max) throw new Refusal('bad_answer', `${target}: answer of ${declared} bytes, more than ${max}`);
+      let n = 0;
+      try {
+        for await (const c of res.body) {
+          n += (c as Buffer).length;
+          if (n > max) throw new Refusal('bad_answer', `${target}: answer larger than ${max} bytes`);
+          await sink(c as Uint8Array);
+        }
+      } catch (e) {
+        if (e instanceof Refusal || isTimeout(e) || e instanceof VouchError) throw e;
+        if ((e as NodeJS.ErrnoException)?.syscall === 'write' || (e as NodeJS.ErrnoException)?.syscall === 'open') throw e; // our file, not the answer
+        throw new Refusal('bad_answer', `${target}: ${brokenAnswer(e) ?? `the answer broke off after ${n} bytes (${String((e as Error)?.message ?? e).split('\n')[0]})`}`);
+      }
+      if (declared !== undefined && n !== Number(declared)) throw new Refusal('bad_answer', `${target}: a body of ${n} bytes, not its Content-Length ${declared}`);
+      return n;
     };
     const getJson = async (target: string): Promise<{ status: number; json: unknown }> => {
       const res = await send(target, { accept: 'application/json' });
-      const chunks: Buffer[] = [];
-      let n = 0;
-      for await (const c of res.body) {
-        n += (c as Buffer).length;
-        if (n > MAX_JSON_BYTES) {
-          res.body.destroy();
-          throw new Refusal('bad_answer', `${target}: answer larger than ${MAX_JSON_BYTES} bytes`);
-        }
-        chunks.push(c as Buffer);
+      const type = oneHeader(res.headers, 'content-type', target);
+      if (res.statusCode === 200 && !/^application\/json\s*(;|$)/i.test(type ?? '')) {
+        await res.body.dump().catch(() => {});
+        throw new Refusal('bad_answer', `${target}: the answer is ${type === undefined ? 'of no content type' : `of type ${JSON.stringify(type.slice(0, 100))}`}, not application/json`);
       }
+      const chunks: Buffer[] = [];
+      await readBody(res, target, MAX_JSON_BYTES, (c) => void chunks.push(c as Buffer));
       let json: unknown = null;
       try {
         json = JSON.parse(Buffer.concat(chunks).toString('utf8'));
       } catch {
         if (res.statusCode === 200) throw new Refusal('bad_answer', `${target}: the answer is not JSON`);
       }
+      if (res.statusCode === 200 && (typeof json !== 'object' || json === null || Array.isArray(json))) {
+        throw new Refusal('bad_answer', `${target}: the answer is JSON ${jsonKind(json)}, not an object`);
+      }
       return { status: res.statusCode, json };
+    };
+    /** `revoked_by` of a lookup or block answer: absent, or `{"index": n, ...}`. */
+    const revokedIndex = (value: unknown, where: string): number | undefined => {
+      if (value === undefined) return undefined;
+      const at = (value as { index?: unknown } | null)?.index;
+      if (typeof value !== 'object' || value === null || Array.isArray(value) || typeof at !== 'number' || !Number.isSafeInteger(at) || at < 0) {
+        throw new Refusal('bad_answer', `${where}: "revoked_by" is not an object with a block index`);
+      }
+      return at;
     };
     /** A consistency proof from `gateway` (untrusted: the caller verifies it). */
     const consistencyFrom = (gateway: string) => async (from: number, to: number) => {
@@ -195,13 +275,13 @@ export const get: Command = {
     };
 
     /** A block's JSON from `/v1/block` of `gateway`, checked like any block (null when it answers no block). */
-    const blockFrom = async (gateway: string, index: number): Promise<{ block: Block; revokedBy: unknown } | null> => {
+    const blockFrom = async (gateway: string, index: number): Promise<{ block: Block; revokedBy: number | undefined } | null> => {
       const r = await getJson(`${gateway}/v1/block?index=${index}`);
       if (r.status !== 200) return null;
       const { success: _s, revoked_by: revokedBy, ...raw } = r.json as Record<string, unknown>;
       const block = checkBlockObject(raw, key, `block ${index} from ${gateway}`);
       if (block.index !== index) throw new Refusal('bad_answer', `${gateway} answers block ${block.index} when asked for block ${index}`);
-      return { block, revokedBy };
+      return { block, revokedBy: revokedIndex(revokedBy, `block ${index} from ${gateway}`) };
     };
     /**
      * `decide`'s evidence that `older`'s block is revoked in `newest`'s tree:
@@ -212,8 +292,8 @@ export const get: Command = {
       const g = newest.gateway;
       const target = await blockFrom(g, older.block.index);
       if (target === null || target.block.record_hash !== older.block.record_hash) return null;
-      const at = (target.revokedBy as { index?: unknown } | undefined)?.index;
-      if (typeof at !== 'number' || !Number.isSafeInteger(at) || at < 0) return null;
+      const at = target.revokedBy;
+      if (at === undefined) return null;
       const revoke = await blockFrom(g, at);
       if (revoke === null) return null;
       const p = await getJson(`${g}/v1/proof/inclusion?index=${at}&size=${newest.cp.size}`);
@@ -259,7 +339,8 @@ export const get: Command = {
           const block = checkBlockObject(raw, key, `block from ${g}`);
           if (proof === undefined) throw new Refusal('no_proof', `${g} sent no proof with its lookup (proof=1): nothing shows its block is in the log everybody sees`);
           const cp = checkBlockProof(nodeBackend, block, parseProofObject(proof, g), authority, g);
-          if (revokedBy !== undefined) throw new Refusal('revoked', `${g}: the selected version is revoked (block ${(revokedBy as { index?: unknown }).index})`);
+          const revokedAt = revokedIndex(revokedBy, `the lookup of ${g}`);
+          if (revokedAt !== undefined) throw new Refusal('revoked', `${g}: the selected version is revoked (block ${revokedAt})`);
           entryFor(block, want, g);
           return { gateway: g, block, cp };
         }));
@@ -291,14 +372,14 @@ export const get: Command = {
         if (decided) throw new Refusal('gateways_disagree', `${gateway} selected block ${decided.block.index} on lookup but its download answers HTTP ${res.statusCode}: ${text}`);
         return refuse(v, `http_${res.statusCode}`, `HTTP ${res.statusCode}: ${text}`, { status: res.statusCode }, exit);
       }
-      const uns = res.headers['uns'];
+      const uns = oneHeader(res.headers, 'uns', gateway);
       if (typeof uns !== 'string') {
         await res.body.dump();
         throw new VouchError('malformed', 'the gateway sent no UNS header: nothing proves what these bytes are');
       }
       const block = checkUnsBlock(uns, key);
       const entry = entryFor(block, want, gateway);
-      const proofHeader = res.headers['vouch-proof'];
+      const proofHeader = oneHeader(res.headers, 'vouch-proof', gateway);
       if (typeof proofHeader !== 'string') {
         await res.body.dump();
         throw new Refusal('no_proof', `${gateway} sent no Vouch-Proof header: nothing shows this block is in the log everybody sees (a gateway without transparency support, or one hiding its checkpoint)`);
@@ -315,14 +396,21 @@ export const get: Command = {
 
       const h = nodeBackend.createHash(signed.algorithm);
       const out = createWriteStream(tmp, { mode: 0o644 });
-      let bytes = 0;
-      for await (const chunk of res.body) {
-        h.update(chunk as Uint8Array);
-        bytes += (chunk as Uint8Array).length;
-        if (!out.write(chunk)) await once(out, 'drain');
+      // Settles once the file is closed or failed, whenever that happens (and observes its error: never an uncaught one).
+      const written = finished(out).then(() => null, (e: NodeJS.ErrnoException) => e);
+      let bytes: number;
+      try {
+        bytes = await readBody(res, `${gateway}/v1/download`, Number.MAX_SAFE_INTEGER, async (chunk) => {
+          h.update(chunk);
+          if (out.write(chunk)) return;
+          const failed = await Promise.race([once(out, 'drain').then(() => null, (e: NodeJS.ErrnoException) => e), written]);
+          if (failed !== null) throw new VouchError('io_error', `cannot write ${tmp}: ${failed.code ?? failed.message}`);
+        });
+      } finally {
+        out.end();
       }
-      out.end();
-      await once(out, 'close');
+      const failed = await written;
+      if (failed !== null) throw new VouchError('io_error', `cannot write ${tmp}: ${failed.code ?? failed.message}`);
       const got = formatArtifactHash(signed.algorithm, hexEncode(h.digest()));
       if (got !== entry.artifact_hash) {
         throw new VouchError('hash_mismatch', `the bytes hash to ${got}; the signed block says ${entry.artifact_hash}`);
@@ -341,7 +429,7 @@ export const get: Command = {
         return refuse(v, e.code, e.line, e.evidence ? { evidence: e.evidence } : {});
       }
       if (e instanceof VouchError && e.kind === 'integrity') return refuse(v, e.code, e.message, {});
-      if ((e as Error).name === 'TimeoutError' || (e as Error).name === 'AbortError') throw new VouchError('origin_timeout', `no complete answer within ${timeoutMs / 1000} s`);
+      if (isTimeout(e)) throw new VouchError('origin_timeout', `no complete answer within ${timeoutMs / 1000} s`);
       throw e;
     } finally {
       rmSync(tmp, { force: true });

@@ -6,7 +6,8 @@
  * Owns: which digest names are understood (the vouch algorithms of
  * chain/hash-algorithms.ts, plus sha1 and sha384 that lockfiles use only
  * for checking) and the choice of the algorithm an entry is endorsed with.
- * Must hold: a digest is lowercase hex; SRI parsing never throws.
+ * Must hold: a digest is lowercase hex; SRI parsing never throws and reads
+ * at most `SRI_MAX_TOKENS` tokens (a longer value is refused, not scanned).
  */
 import { createHash } from 'node:crypto';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
@@ -52,31 +53,39 @@ export interface SriHash { algorithm: 'sha1' | 'sha256' | 'sha384' | 'sha512'; h
 
 const SRI_STRENGTH = ['sha1', 'sha256', 'sha384', 'sha512'] as const;
 
+/** The most tokens an SRI value may have (npm writes one or two; a few algorithms with a few hashes each pass). */
+export const SRI_MAX_TOKENS = 64;
+
 /**
  * Parses an SRI string (`sha512-<base64> sha1-<base64>?opt ...`). Tokens of
- * other algorithms are ignored; null when a token of a known algorithm is
- * not base64 of the right length, or when no known token is left.
+ * other algorithms are ignored. Refused, with the reason: more than
+ * `SRI_MAX_TOKENS` tokens, a token of a known algorithm that is not base64
+ * of the right length, or no known token.
  */
-export function parseSri(value: string): SriHash[] | null {
+export function parseSri(value: string): { ok: true; hashes: SriHash[] } | { ok: false; reason: string } {
   const out: SriHash[] = [];
-  for (const token of value.trim().split(/\s+/)) {
+  const tokens = /\S+/g;
+  let count = 0;
+  for (let m = tokens.exec(value); m !== null; m = tokens.exec(value)) {
+    if (++count > SRI_MAX_TOKENS) return { ok: false, reason: `has more than ${SRI_MAX_TOKENS} hash tokens` };
+    const token = m[0];
     const dash = token.indexOf('-');
     if (dash <= 0) continue;
     const algorithm = token.slice(0, dash).toLowerCase();
     if (!(SRI_STRENGTH as readonly string[]).includes(algorithm)) continue;
     const b64 = token.slice(dash + 1).replace(/\?.*$/, '');
-    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(b64)) return null;
-    const hex = Buffer.from(b64, 'base64').toString('hex');
-    if (hex.length !== HEX_LENGTH[algorithm]) return null;
+    const hex = /^[A-Za-z0-9+/]+={0,2}$/.test(b64) ? Buffer.from(b64, 'base64').toString('hex') : '';
+    if (hex.length !== HEX_LENGTH[algorithm]) return { ok: false, reason: `has a ${algorithm} token that is not base64 of a ${algorithm} digest` };
     out.push({ algorithm: algorithm as SriHash['algorithm'], hex });
   }
-  return out.length ? out : null;
+  return out.length ? { ok: true, hashes: out } : { ok: false, reason: 'is not an SRI hash of sha1, sha256, sha384 or sha512' };
 }
 
 /** The hashes of the strongest algorithm listed: what npm (ssri) checks. */
-export function strongestSri(hashes: SriHash[]): SriHash[] {
+export function strongestSri(hashes: readonly SriHash[]): SriHash[] {
   const rank = (h: SriHash) => SRI_STRENGTH.indexOf(h.algorithm);
-  const best = Math.max(...hashes.map(rank));
+  let best = -1;
+  for (const h of hashes) best = Math.max(best, rank(h));
   return hashes.filter((h) => rank(h) === best);
 }
 

@@ -166,8 +166,9 @@ export function readNpmLock(text: string, options: Options, fileName: string): N
     const label = `${e.name}@${e.version}`;
     if (!isArtifactUrl(e.resolved)) return bad(`${label}: resolved ${JSON.stringify(e.resolved.slice(0, 200))} is not an absolute http(s) URL vouch can endorse`);
     if (hasCredentials(e.resolved)) return bad(`${label}: the resolved URL carries a user name or password: refusing to publish it in the chain`);
-    const sri = parseSri(e.integrity);
-    if (sri === null) return bad(`${label}: integrity ${JSON.stringify(e.integrity.slice(0, 200))} is not an SRI hash of sha1, sha256, sha384 or sha512`);
+    const parsed = parseSri(e.integrity);
+    if (!parsed.ok) return bad(`${label}: integrity ${JSON.stringify(e.integrity.slice(0, 200))}${e.integrity.length > 200 ? '...' : ''} ${parsed.reason}`);
+    const sri = parsed.hashes;
 
     const earlier = byUrl.get(e.resolved);
     if (earlier) {

@@ -21,6 +21,16 @@
  *   honoured, the anchor text as the file name; JSON shapes checked, a page
  *   it refuses fails naming why). Links resolve against the page's URL (the
  *   canonical one after redirects).
+ * - A file's name is the one pip reads from its link (tools/lockfiles/
+ *   pip-url.ts: the last path segment, percent-decoded), never the index's
+ *   word: a file the index names otherwise (JSON `filename`, anchor text),
+ *   or whose link pip versions read differently, is refused naming the
+ *   package when either name carries the pinned version, and ignored
+ *   otherwise.
+ * - The file is at most 32 MiB, 1,000,000 lines, and a line joined with its
+ *   continuations at most 1 MiB (joined in linear time); a requirement has
+ *   at most 2,000 files of its version at the index; past a bound, one
+ *   error naming it.
  * - A file is a candidate when its name (wheel or sdist) carries the pinned
  *   version (PEP 440 equality; `===` compares the text) and the hash the
  *   index gives for it (URL `#<alg>=` fragment or JSON `hashes`) is pinned;
@@ -47,9 +57,12 @@ import { parsePipHash, type DigestName } from './digests.ts';
 import { checkLicense } from './licenses.ts';
 import { MiB, hasCredentials, type Http } from './http.ts';
 import { mapLimit } from './pool.ts';
+import { pipFileNames, pipRequestUrl } from './pip-url.ts';
 import type { Options, Pinned } from './types.ts';
 
 export const INDEX_PAGE_MAX_BYTES = 32 * MiB;
+/** The most files of the pinned version one requirement may have at the index (each may be fetched). */
+export const FILES_PER_VERSION_MAX = 2000;
 export const SIMPLE_ACCEPT = 'application/vnd.pypi.simple.v1+json, text/html;q=0.1';
 
 export interface Requirement {
@@ -84,26 +97,49 @@ const REFUSED_OPTIONS: Record<string, string> = {
   '--editable': 'is refused: an editable requirement has no pinned file',
 };
 
-/** Logical lines: continuations joined, comments dropped, with the number of their first physical line. */
-function logicalLines(text: string): { n: number; text: string }[] {
+export const REQUIREMENTS_MAX_CHARS = 32 * MiB;
+export const REQUIREMENTS_MAX_LINES = 1_000_000;
+export const REQUIREMENTS_MAX_LINE_CHARS = MiB;
+
+/**
+ * Logical lines: continuations joined (a physical line ending in `\`
+ * continues on the next; each piece is kept once and joined once, so the
+ * work is linear), comments dropped, with the number of their first
+ * physical line. @throws VouchError `too_large` past a bound.
+ */
+export function logicalLines(text: string, fileName: string): { n: number; text: string }[] {
+  if (text.length > REQUIREMENTS_MAX_CHARS) throw new VouchError('too_large', `${fileName} is ${text.length} characters long, more than ${REQUIREMENTS_MAX_CHARS} (a requirements file is read whole)`);
+  let count = 1;
+  for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) {
+    if (++count > REQUIREMENTS_MAX_LINES) throw new VouchError('too_large', `${fileName} has more than ${REQUIREMENTS_MAX_LINES} lines`);
+  }
   const physical = text.split(/\r?\n/);
   const out: { n: number; text: string }[] = [];
-  let acc: string | null = null;
+  let parts: string[] = [];
+  let length = 0;
   let start = 0;
-  physical.forEach((line, i) => {
-    if (acc === null) start = i + 1;
-    const joined: string = (acc ?? '') + line;
-    if (joined.endsWith('\\')) {
-      acc = joined.slice(0, -1);
-      return;
+  for (let i = 0; i < physical.length; i++) {
+    const line = physical[i]!;
+    if (parts.length === 0) start = i + 1;
+    const continued = line.endsWith('\\');
+    const piece = continued ? line.slice(0, -1) : line;
+    length += piece.length;
+    if (length > REQUIREMENTS_MAX_LINE_CHARS) {
+      throw new VouchError('too_large', `${fileName} line ${start}: the line, joined with its \\ continuations, is longer than ${REQUIREMENTS_MAX_LINE_CHARS} characters`);
     }
-    acc = null;
-    out.push({ n: start, text: joined });
-  });
-  if (acc !== null) out.push({ n: start, text: acc });
-  return out
-    .map((l) => ({ n: l.n, text: l.text.replace(/(^|\s)#.*$/, '').trim() }))
-    .filter((l) => l.text !== '');
+    parts.push(piece);
+    if (continued) continue;
+    out.push({ n: start, text: parts.join('') });
+    parts = [];
+    length = 0;
+  }
+  if (parts.length > 0) out.push({ n: start, text: parts.join('') });
+  const kept: { n: number; text: string }[] = [];
+  for (const l of out) {
+    const t = l.text.replace(/(^|\s)#.*$/, '').trim();
+    if (t !== '') kept.push({ n: l.n, text: t });
+  }
+  return kept;
 }
 
 /**
@@ -114,7 +150,7 @@ export function readRequirements(text: string, options: Options, fileName: strin
   const notes: string[] = [];
   const byName = new Map<string, Requirement>();
   const requirements: Requirement[] = [];
-  for (const { n, text: line } of logicalLines(text)) {
+  for (const { n, text: line } of logicalLines(text, fileName)) {
     const at = `${fileName} line ${n}`;
     if (line.startsWith('-')) {
       const option = line.split(/[\s=]/, 1)[0]!;
@@ -177,39 +213,16 @@ export function readRequirements(text: string, options: Options, fileName: strin
 
 // ---------------------------------------------------------------- the index
 
-const QUOTE_SAFE = /^[A-Za-z0-9_.\-~/]$/;
-
-/** Python's `quote(unquote(part))` (safe `/`): percent-escapes decoded as UTF-8 (invalid bytes -> U+FFFD), then re-encoded. */
-function pyRequote(part: string): string {
-  const bytes: number[] = [];
-  for (let i = 0; i < part.length; i++) {
-    if (part[i] === '%' && /^[0-9A-Fa-f]{2}$/.test(part.slice(i + 1, i + 3))) {
-      bytes.push(parseInt(part.slice(i + 1, i + 3), 16));
-      i += 2;
-    } else {
-      bytes.push(...Buffer.from(part[i]!, 'utf8'));
-    }
-  }
-  // Lone surrogates cannot occur: `part` is a URL path, already encoded by WHATWG URL.
-  const text = Buffer.from(bytes).toString('utf8');
-  let out = '';
-  for (const b of Buffer.from(text, 'utf8')) {
-    const c = String.fromCharCode(b);
-    out += QUOTE_SAFE.test(c) ? c : `%${b.toString(16).toUpperCase().padStart(2, '0')}`;
-  }
-  return out;
-}
-
-/** The URL as pip requests it (pip's `_ensure_quoted_url`: the path re-quoted part by part between `@` and `%2F`). */
-export function pipRequestUrl(url: string): string {
-  const u = new URL(url);
-  const path = u.pathname.split(/(@|%2F)/i).map((p, i) => (i % 2 === 1 ? p.toUpperCase() : pyRequote(p))).join('');
-  return `${u.protocol}//${u.host}${path}${u.search}`;
-}
-
 /** A file an index page lists, as the lockfile reader uses it. */
 export interface LinkedFile {
+  /** The name pip reads from the link (tools/lockfiles/pip-url.ts). */
   filename: string;
+  /**
+   * Why the link's name is in doubt, or null: the index names the file
+   * otherwise, or pip versions read the link differently. `names` are all
+   * the names in play (a file is refused when one of them is of the pinned version).
+   */
+  doubt: { why: string; names: string[] } | null;
   /** Absolute, canonical, without fragment, spelled as pip requests it. */
   url: string;
   /** What the index says the file hashes to (lowercase hex per algorithm). */
@@ -248,15 +261,17 @@ export function parseIndexPage(body: Buffer, contentType: string, pageUrl: strin
     u.hash = '';
     if (!isArtifactUrl(u.href)) continue;
     if (hasCredentials(u.href)) bad(`${label}: the index page ${pageUrl} links to a URL with a user name or password: refusing to publish it in the chain`);
-    let name = f.filename.trim();
-    if (name === '') {
-      try {
-        name = decodeURIComponent(u.pathname.slice(u.pathname.lastIndexOf('/') + 1));
-      } catch {
-        continue;
-      }
+    const url = pipRequestUrl(u.href);
+    const pip = pipFileNames(url);
+    const stated = f.filename.trim();
+    const names = [...new Set([pip.current, pip.legacy, ...(stated === '' ? [] : [stated])])];
+    let doubt: LinkedFile['doubt'] = null;
+    if (stated !== '' && stated !== pip.current) {
+      doubt = { why: `the index names a file ${JSON.stringify(stated.slice(0, 200))} but links it at ${url}, which pip reads as ${JSON.stringify(pip.current.slice(0, 200))}`, names };
+    } else if (pip.legacy !== pip.current) {
+      doubt = { why: `pip reads the link ${url} as ${JSON.stringify(pip.current.slice(0, 200))} (pip 26.2 and later) or ${JSON.stringify(pip.legacy.slice(0, 200))} (earlier)`, names };
     }
-    out.push({ filename: name, url: pipRequestUrl(u.href), hashes: { ...fragmentHashes(f.href), ...hexHashes(f.hashes) } });
+    out.push({ filename: pip.current, doubt, url, hashes: { ...fragmentHashes(f.href), ...hexHashes(f.hashes) } });
   }
   return out;
 }
@@ -290,11 +305,19 @@ export async function resolveRequirements(
   const pinned: Pinned[] = [];
   const candidatesOf = new Map<Requirement, Pinned[]>();
   for (const { r, pageUrl, files } of pages) {
-    const ofVersion = files.filter((f) => {
-      const v = versionOfFile(f.filename, r.normalized, { strict: true });
+    const ofPinned = (name: string) => {
+      const v = versionOfFile(name, r.normalized, { strict: true });
       return v !== null && sameVersion(r, v);
-    });
+    };
+    const doubtful = files.find((f) => f.doubt !== null && f.doubt.names.some(ofPinned));
+    if (doubtful) {
+      throw new VouchError('bad_request', `${r.label}: refused: ${doubtful.doubt!.why} (index page ${pageUrl}); the file pip would fetch is not the one the index names`, { resource: doubtful.url });
+    }
+    const ofVersion = files.filter((f) => ofPinned(f.filename));
     if (ofVersion.length === 0) throw new VouchError('not_found', `${r.label}: the index page ${pageUrl} lists no file of version ${r.version}`);
+    if (ofVersion.length > FILES_PER_VERSION_MAX) {
+      throw new VouchError('too_large', `${r.label}: the index page ${pageUrl} lists ${ofVersion.length} files of version ${r.version}, more than ${FILES_PER_VERSION_MAX}`);
+    }
     const want: Partial<Record<DigestName, string[]>> = {};
     for (const [alg, set] of r.hashes) want[alg] = [...set];
     const pins = [...r.hashes].map(([alg, set]) => [...set].map((h) => `${alg}:${h}`).join(' ')).join(' ');
@@ -322,7 +345,8 @@ export async function resolveRequirements(
       throw new VouchError('hash_mismatch', `${r.label}: none of the ${ofVersion.length} files of version ${r.version} at ${pageUrl} has a pinned hash`, { resource: pageUrl });
     }
     candidatesOf.set(r, list);
-    pinned.push(...list);
+    for (const p of list) pinned.push(p);
   }
   return { pinned, candidatesOf };
 }
+export { pipRequestUrl } from './pip-url.ts';
