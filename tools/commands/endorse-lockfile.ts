@@ -299,9 +299,10 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes, report.edgeSeed);
     await refreshIfBehind(repo, report, blocks.length);
     printNotes();
-    const where = blocks.length === 1 ? `1 block (index ${last.index})` : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index})`;
-    const split = blocks.length > 1 ? `; split so that each block fits a gateway's UNS header (at most ${maxUnsBytes} bytes)` : '';
-    emit(v, `posted ${toPost.length} entries in ${where}${split}; ${unchanged} unchanged, ${skippedText}`, {
+    // Split blocks say so: each fits a gateway's UNS header whole (its full form at most maxUnsBytes).
+    const where = blocks.length === 1 ? `1 block (index ${last.index})`
+      : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index}, each within the ${maxUnsBytes}-byte UNS header bound)`;
+    emit(v, `posted ${toPost.length} entries in ${where}; ${unchanged} unchanged, ${skippedText}`, {
       status: 'posted', ...summary, uns_header_max: maxUnsBytes,
       blocks: blocks.map((b) => ({ index: b.index, record_hash: b.record_hash, entries: b.payload.endorsements.length })),
     });
