@@ -103,6 +103,7 @@ async function endorse(file: string, extra: string[], entries: number): Promise<
     const block = parseBlockText(readFileSync(join(chain, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'), b.index);
     assert.ok(unsBytes(block) <= UNS_FULL_MAX, `block ${b.index}: UNS of ${unsBytes(block)} bytes`);
   }
+  timings.push(`${file.split('/').at(-1)}: ${entries} entries in ${out.blocks.length} blocks`);
   return out.blocks.map((b) => b.index);
 }
 

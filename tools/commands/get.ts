@@ -3,7 +3,10 @@
  * gateway, then checks itself, before FILE appears (written to a temp file,
  * renamed last):
  *   1. the UNS block is signed by the pinned key and endorses the URL (and
- *      the asked version / date);
+ *      the asked version / date); a compact UNS (a block too large for a
+ *      header, chain/uns-header.ts) names the block by index and
+ *      record_hash: it is fetched from the same gateway's /v1/block and must
+ *      be that block, with the header's entry for the URL;
  *   2. the `Vouch-Proof` checkpoint note is signed by the pinned key (note
  *      key name = the log's origin; `--origin` pins it);
  *   3. the block's record_hash is proven at its index in that checkpoint;
