@@ -26,7 +26,8 @@ import { checkQuorum, parsePolicy } from '../chain/tlog-policy.ts';
 import { UNS_FULL_MAX, parseUns } from '../chain/uns-header.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { generateKeyPairSync } from 'node:crypto';
-import { boundedProofJson, PROOF_HEADER_MAX } from '../gateway/routes/download.ts';
+import { boundedProofJson, PROOF_HEADER_MAX, unsHeader } from '../gateway/routes/download.ts';
+import type { GatewayContext } from '../gateway/context.ts';
 import { packBlocks, unsBytes } from '../tools/lockfiles/blocks.ts';
 import { T0, initChainRepo, testSigner } from './helpers/chain-fixture.ts';
 import { OriginServer } from './helpers/origin-server.ts';
@@ -196,6 +197,20 @@ test('Vouch-Proof stays bounded on a large tree with 64 witness cosignatures, an
   // Small enough: unchanged, no extra member.
   const small = { index: 1, size: 3, proof: proof.slice(0, 2), checkpoint: committed };
   assert.equal(Object.keys(JSON.parse(boundedProofJson(small, committed))), ['index', 'size', 'proof', 'checkpoint']);
+});
+
+test('UNS values are made once per block (and per block and URL), not per answer', () => {
+  const ctx = { config: { service_name: 'vouch-test', public_url: 'http://gw.example' } } as unknown as GatewayContext;
+  for (const [b, n] of [[blocks[2]!, 1], [blocks[1]!, 1000]] as const) {
+    let made = 0;
+    // JSON.stringify asks toJSON of the block each time the header text is made.
+    const counted = { ...b, toJSON() { made++; const { toJSON: _t, ...plain } = this as Record<string, unknown>; return plain; } } as unknown as Block;
+    const sel = { block: counted, entry: b.payload.endorsements[n === 1 ? 0 : 500]!, revokedBy: null } as never;
+    const first = unsHeader(ctx, sel);
+    for (let i = 0; i < 100; i++) assert.is(unsHeader(ctx, sel), first);
+    assert.ok(made <= 1, `the block was serialized ${made} times for 101 answers`);
+    assert.is(first.length <= UNS_FULL_MAX, true);
+  }
 });
 
 test('the lockfile packer keeps every block\'s UNS within UNS_FULL_MAX; an entry too large for it alone gets its own block', () => {
