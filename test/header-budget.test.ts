@@ -78,11 +78,18 @@ test.before(async () => {
   blocks = [buildAuthorityBlock({ signer, backend: c, now: T0, uns: 'acme/chain' })];
   blocks.push(buildEndorseBlock({ prev: blocks[0]!, signer, backend: c, now: T0 + 1000, entries: Array.from({ length: 1000 }, (_, i) => entry(i)), uns: 'acme/big', semver: '1.0.0' }));
   blocks.push(buildEndorseBlock({ prev: blocks[1]!, signer, backend: c, now: T0 + 2000, entries: [entry(5000)] }));
-  for (const i of [0, 500, 999, 5000]) origin.route(`/pkg/p-${i}.tgz`, { body: body(i), contentType: 'application/gzip' });
+  blocks.push(buildEndorseBlock({ prev: blocks[2]!, signer, backend: c, now: T0 + 2500, entries: Array.from({ length: 9 }, (_, k) => entry(6000 + k)) }));
+  for (const i of [0, 500, 999, 5000, 6000]) origin.route(`/pkg/p-${i}.tgz`, { body: body(i), contentType: 'application/gzip' });
+  // An origin whose kept headers are long (each under the 1 KiB a kept header may have).
+  const long = (ch: string) => ch.repeat(1000);
+  origin.route('/pkg/p-6001.tgz', {
+    body: body(6001), contentType: 'application/gzip',
+    headers: { 'content-disposition': `attachment; filename="${long('d')}"`, 'cache-control': `max-age=60, ${long('c')}`, 'content-language': long('l'), 'last-modified': long('m') },
+  });
   const tree = new MerkleTree(c);
   for (const b of blocks) tree.append(hexDecode(b.record_hash)!);
-  await initChainRepo(dir, blocks, buildCheckpoint({ head: blocks[2]!, signer, now: T0 + 3000 }));
-  writeFileSync(join(dir, 'checkpoint.note'), signCheckpoint(c, { origin: ORIGIN, size: 3, root: tree.root(), extensions: [] }, signer));
+  await initChainRepo(dir, blocks, buildCheckpoint({ head: blocks[3]!, signer, now: T0 + 3000 }));
+  writeFileSync(join(dir, 'checkpoint.note'), signCheckpoint(c, { origin: ORIGIN, size: blocks.length, root: tree.root(), extensions: [] }, signer));
   gw = await startGatewayProcess(['--config', writeConfig(work, {
     listen: { host: '127.0.0.1', port: 0 }, service_name: 'vouch-test',
     chain: { dir, public_key: pub },
@@ -128,6 +135,17 @@ test('a small block still travels whole in UNS (the seed\'s form)', async () => 
   assert.is(r.status, 200);
   assert.equal(JSON.parse(r.headers.get('uns')!), { 'vouch-test': { endorsement: blocks[2] } });
   assert.ok(r.bytes < BUDGET);
+});
+
+test('a block that fits whole, behind an origin with long kept headers: the compact form keeps the head within 8 KiB', async () => {
+  const whole = await rawHead(gw.url, `/v1/download?url=${encodeURIComponent(url(6000))}`);
+  assert.equal(JSON.parse(whole.headers.get('uns')!), { 'vouch-test': { endorsement: blocks[3] } }, 'whole where it fits');
+  const r = await rawHead(gw.url, '/p/p-6001.tgz');
+  assert.is(r.status, 200);
+  assert.ok(r.bytes < BUDGET, `head of ${r.bytes} bytes`);
+  const uns = parseUns(r.headers.get('uns')!);
+  assert.ok(typeof uns !== 'string' && uns.form === 'compact' && uns.index === 3, `compact (head ${r.bytes} bytes, UNS ${r.headers.get('uns')!.length}, ${[...r.headers.keys()].join(' ')})`);
+  assert.ok((r.headers.get('content-disposition') ?? '').length > 1000, 'the origin\'s headers kept while they fit');
 });
 
 test('vouch get verifies the compact form, fetching the block', async () => {
