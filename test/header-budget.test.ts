@@ -23,7 +23,7 @@ import { MerkleTree } from '../chain/merkle-tree.ts';
 import { openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { cosign, parseNote, verifierKey, SIG_COSIGNATURE_V1, SIG_ED25519 } from '../chain/note.ts';
 import { checkQuorum, parsePolicy } from '../chain/tlog-policy.ts';
-import { UNS_FULL_MAX, parseUns } from '../chain/uns-header.ts';
+import { UNS_FULL_MAX, asciiJson, parseUns } from '../chain/uns-header.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { generateKeyPairSync } from 'node:crypto';
 import { boundedProofJson, PROOF_HEADER_MAX, unsHeader } from '../gateway/routes/download.ts';
@@ -187,6 +187,44 @@ test('vouch get refuses a compact UNS naming another block or another entry', as
     assert.is(r.status, 1, `${what}: ${r.stderr}`);
     assert.match(r.stderr, /bad_answer|bad_proof/, what);
     assert.not.ok(r.stderr.includes('internal error'), what);
+  }
+});
+
+test('vouch get --policy: a Vouch-Proof that left cosignatures out is completed from the lookup\'s proof=1', async () => {
+  const ws = [0, 1].map((i) => {
+    const { privateKey } = generateKeyPairSync('ed25519');
+    const w = nodeSigner(`witness-${i}.example.org`, privateKey);
+    return { w, vkey: verifierKey(c, w.id, SIG_COSIGNATURE_V1, w.publicKey) };
+  });
+  const policyFile = join(work, 'policy.txt');
+  writeFileSync(policyFile, [`log ${verifierKey(c, ORIGIN, SIG_ED25519, signer.publicKey)}`, ...ws.map((x, i) => `witness w${i} ${x.vkey}`), 'group both all w0 w1', 'quorum both', ''].join('\n'));
+  const cosigned = (note: string) => note + ws.map((x) => cosign(c, note.slice(0, note.indexOf('\n\n') + 1), x.w.id, x.w, 1_800_000_000).line + '\n').join('');
+  for (const lookupCarries of [true, false]) {
+    // A front: downloads say two cosignatures were left out; lookups with proof=1 carry them (or not).
+    const srv = createServer(async (req, res) => {
+      const up = await fetch(gw.url + req.url!, { headers: { accept: String(req.headers.accept ?? '*/*') } });
+      const headers: Record<string, string> = {};
+      up.headers.forEach((v, k) => { if (!['content-encoding', 'transfer-encoding', 'connection', 'keep-alive', 'content-length'].includes(k)) headers[k] = v; });
+      let b = Buffer.from(await up.arrayBuffer());
+      if (headers['vouch-proof']) headers['vouch-proof'] = asciiJson({ ...JSON.parse(headers['vouch-proof']), omitted_cosignatures: 2 });
+      if (lookupCarries && req.url!.startsWith('/v1/endorsement') && req.url!.includes('proof=1')) {
+        const o = JSON.parse(b.toString());
+        o.proof.checkpoint = cosigned(o.proof.checkpoint);
+        b = Buffer.from(JSON.stringify(o));
+      }
+      res.writeHead(up.status, { ...headers, 'content-length': String(b.length) });
+      res.end(b);
+    });
+    await new Promise<void>((ok) => srv.listen(0, '127.0.0.1', ok));
+    const front = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+    const r = await vouchAsync(['get', '--gateway', front, '--url', url(500), '--public-key', pub, '-o', join(work, 'policy.tgz'), '--state', join(work, `state-policy-${lookupCarries}.json`), '--policy', policyFile]);
+    srv.closeAllConnections();
+    await new Promise((ok) => srv.close(ok));
+    if (lookupCarries) assert.is(r.status, 0, r.stderr);
+    else {
+      assert.is(r.status, 1, r.stderr);
+      assert.match(r.stderr, /quorum|bad_proof/);
+    }
   }
 });
 
