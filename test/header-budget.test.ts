@@ -23,7 +23,8 @@ import { MerkleTree } from '../chain/merkle-tree.ts';
 import { openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { cosign, parseNote, verifierKey, SIG_COSIGNATURE_V1, SIG_ED25519 } from '../chain/note.ts';
 import { checkQuorum, parsePolicy } from '../chain/tlog-policy.ts';
-import { UNS_FULL_MAX, asciiJson, parseUns } from '../chain/uns-header.ts';
+import { UNS_COMPACT_MAX, UNS_FULL_MAX, asciiJson, compactUns, fullUns, parseUns } from '../chain/uns-header.ts';
+import fc from 'fast-check';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { generateKeyPairSync } from 'node:crypto';
 import { boundedProofJson, PROOF_HEADER_MAX, unsHeader } from '../gateway/routes/download.ts';
@@ -267,6 +268,27 @@ test('UNS values are made once per block (and per block and URL), not per answer
     assert.ok(made <= 1, `the block was serialized ${made} times for 101 answers`);
     assert.is(first.length <= UNS_FULL_MAX, true);
   }
+});
+
+test('UNS forms: made and read back; any header text is read without a throw (a form or a reason)', () => {
+  const big = blocks[1]!;
+  const entry500 = big.payload.endorsements[500]!;
+  const compact = parseUns(compactUns('svc', big, entry500, 'http://gw.example'));
+  assert.equal(compact, { form: 'compact', index: 1, recordHash: big.record_hash, url: 'http://gw.example/v1/block?index=1', entry: entry500 });
+  const bare = parseUns(compactUns('svc', big, { ...entry500, comment: 'c'.repeat(UNS_COMPACT_MAX) }, 'http://gw.example'));
+  assert.ok(typeof bare !== 'string' && bare.form === 'compact' && bare.entry === null, 'an entry too long for the compact bound is left out');
+  assert.is(fullUns('svc', big), null);
+  assert.equal(parseUns(fullUns('svc', blocks[2]!)!), { form: 'full', block: JSON.parse(JSON.stringify(blocks[2])) });
+  const header = fc.oneof(
+    fc.string({ maxLength: 300 }),
+    fc.json({ maxDepth: 4 }),
+    fc.record({ s: fc.record({ block: fc.record({ index: fc.oneof(fc.integer(), fc.double(), fc.string()), record_hash: fc.string(), url: fc.anything() }, { requiredKeys: [] }), entry: fc.anything() }, { requiredKeys: [] }) }).map((o) => JSON.stringify(o)),
+  );
+  fc.assert(fc.property(header, (text) => {
+    const r = parseUns(text);
+    if (typeof r === 'string') return true;
+    return r.form === 'full' || (Number.isSafeInteger(r.index) && r.index >= 0 && /^[0-9a-f]{64}$/.test(r.recordHash));
+  }), { numRuns: 2000 });
 });
 
 test('the lockfile packer keeps every block\'s UNS within UNS_FULL_MAX; an entry too large for it alone gets its own block', () => {
