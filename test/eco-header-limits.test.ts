@@ -196,6 +196,7 @@ test('every route\'s artifact answer, and /v1/download, has a head within 8 KiB'
     goMod: await rawHead(gw.url, `/go/${esc(mv, 'mod')}`),
     download: await rawHead(gw.url, `/v1/download?url=${encodeURIComponent(reg.tarballUrl(npmName(999), '1.0.0'))}`),
   };
+  timings.push(`heads: ${Object.entries(answers).map(([what, a]) => `${what} ${a.bytes} B`).join(', ')}`);
   for (const [what, a] of Object.entries(answers)) {
     assert.is(a.status, 200, what);
     assert.ok(a.bytes < BUDGET, `${what}: head of ${a.bytes} bytes`);

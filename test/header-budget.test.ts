@@ -123,6 +123,7 @@ test('a block of 1,000 endorsements: every verified answer\'s head fits 8 KiB, w
     const cached = await rawHead(gw.url, path, { 'if-none-match': r.headers.get('etag')! });
     assert.ok(cached.bytes < BUDGET && cached.status === 304, `304: ${cached.bytes} bytes`);
   }
+  console.log(`header-budget: a 1,000-entry block's download head ${(await rawHead(gw.url, `/v1/download?url=${encodeURIComponent(url(500))}`)).bytes} bytes`);
   const proxied = await rawHead(gw.url, '/p/p-500.tgz');
   assert.is(proxied.status, 200);
   assert.ok(proxied.bytes < BUDGET, `proxy route: head of ${proxied.bytes} bytes`);
