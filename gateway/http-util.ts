@@ -248,7 +248,5 @@ export function parseJsonBody(buf: Buffer, maxDepth = 32): unknown {
   }
 }
 
-/** Minified JSON with every non-ASCII character escaped (\\uXXXX): safe in an HTTP header. */
-export function asciiJson(value: unknown): string {
-  return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
-}
+/** Minified JSON with every non-ASCII character escaped (\\uXXXX): safe in an HTTP header (chain/uns-header.ts). */
+export { asciiJson } from '../chain/uns-header.ts';

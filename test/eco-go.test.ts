@@ -14,11 +14,9 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { crc32 } from 'node:zlib';
 import {
   artifactHashOf, base64Encode, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock,
   formatBlockFile, formatCheckpointFile, type Block,
@@ -31,6 +29,7 @@ import {
   modulePathProblem, parseGoproxyPath, parseVersionList, unescapeGo, versionFitsPath,
 } from '../gateway/ecosystems/goproxy.ts';
 import { OriginServer } from './helpers/origin-server.ts';
+import { hash1, modVersion, type ModVersion } from './helpers/go-modules.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
 
@@ -130,77 +129,6 @@ test('list filtering: canonical versions that fit the path; on deny only those w
 
 // ---------------------------------------------------------------------------
 // Fixture modules, the fixture module proxy, the chain
-
-interface ModVersion {
-  module: string;
-  version: string;
-  files: Record<string, string>;
-  mod: string;
-  zip: Buffer;
-  info: string;
-}
-
-/** A stored (uncompressed) zip, as Go's module zips may be. */
-function zipStore(files: { name: string; data: Buffer }[]): Buffer {
-  const parts: Buffer[] = [];
-  const central: Buffer[] = [];
-  let offset = 0;
-  for (const f of files) {
-    const name = Buffer.from(f.name, 'utf8');
-    const crc = crc32(f.data);
-    const local = Buffer.alloc(30);
-    local.writeUInt32LE(0x04034b50, 0);
-    local.writeUInt16LE(20, 4);
-    local.writeUInt16LE(0x0800, 6); // UTF-8 names
-    local.writeUInt16LE(0, 8); // stored
-    local.writeUInt16LE(0, 10);
-    local.writeUInt16LE(0x21, 12); // 1980-01-01
-    local.writeUInt32LE(crc, 14);
-    local.writeUInt32LE(f.data.length, 18);
-    local.writeUInt32LE(f.data.length, 22);
-    local.writeUInt16LE(name.length, 26);
-    local.writeUInt16LE(0, 28);
-    const c = Buffer.alloc(46);
-    c.writeUInt32LE(0x02014b50, 0);
-    c.writeUInt16LE(20, 4);
-    c.writeUInt16LE(20, 6);
-    c.writeUInt16LE(0x0800, 8);
-    c.writeUInt16LE(0, 10);
-    c.writeUInt16LE(0, 12);
-    c.writeUInt16LE(0x21, 14);
-    c.writeUInt32LE(crc, 16);
-    c.writeUInt32LE(f.data.length, 20);
-    c.writeUInt32LE(f.data.length, 24);
-    c.writeUInt16LE(name.length, 28);
-    c.writeUInt32LE(offset, 42);
-    parts.push(local, name, f.data);
-    central.push(c, name);
-    offset += 30 + name.length + f.data.length;
-  }
-  const cd = Buffer.concat(central);
-  const end = Buffer.alloc(22);
-  end.writeUInt32LE(0x06054b50, 0);
-  end.writeUInt16LE(files.length, 8);
-  end.writeUInt16LE(files.length, 10);
-  end.writeUInt32LE(cd.length, 12);
-  end.writeUInt32LE(offset, 16);
-  return Buffer.concat([...parts, cd, end]);
-}
-
-/** golang.org/x/mod/sumdb/dirhash.Hash1 of named files. */
-function hash1(files: Record<string, string>): string {
-  const h = createHash('sha256');
-  for (const name of Object.keys(files).sort()) h.update(`${createHash('sha256').update(files[name]!).digest('hex')}  ${name}\n`);
-  return `h1:${h.digest('base64')}`;
-}
-
-function modVersion(module: string, version: string, time = '2026-01-01T00:00:00Z'): ModVersion {
-  const mod = `module ${module}\n\ngo 1.19\n`;
-  const pkg = module.split('/').at(-1)!.toLowerCase().replace(/[^a-z]/g, '');
-  const files = { 'go.mod': mod, [`${pkg}.go`]: `package ${pkg}\n\n// Version is the release this file was built for.\nconst Version = "${version}"\n` };
-  const zip = zipStore(Object.entries(files).map(([name, text]) => ({ name: `${module}@${version}/${name}`, data: Buffer.from(text) })));
-  return { module, version, files, mod, zip, info: JSON.stringify({ Version: version, Time: time }) };
-}
 
 const M = {
   hello100: modVersion('example.com/hello', 'v1.0.0'),
@@ -380,7 +308,9 @@ test('go mod download of an endorsed module: verified zip, go\'s h1 sums and the
   assert.equal([mod110.status, mod110.body, mod110.uns], [200, M.hello110.mod, null]);
   const zip = await get('/go/example.com/hello/@v/v1.0.0.zip');
   assert.ok(zip.uns);
-  assert.is(JSON.parse(zip.uns!)['vouch'].endorsement.payload.endorsements[0].artifact_url, canonicalUrl(M.hello100, 'zip'));
+  // A package-manager route sends the compact UNS (issue 31): the entry served and the block's reference.
+  assert.is(JSON.parse(zip.uns!)['vouch'].entry.artifact_url, canonicalUrl(M.hello100, 'zip'));
+  assert.match(JSON.parse(zip.uns!)['vouch'].block.url, /\/v1\/block\?index=1$/);
 });
 
 test('case-encoded module paths: go sends %21, the artifact URL and the origin request spell it !', async () => {
@@ -393,7 +323,7 @@ test('case-encoded module paths: go sends %21, the artifact URL and the origin r
   const a = await get('/go/example.com/%21cased/@v/v1.0.0.zip');
   const b = await get('/go/example.com/!cased/@v/v1.0.0.zip');
   assert.equal([a.status, b.status], [200, 200]);
-  assert.is(JSON.parse(a.uns!)['vouch'].endorsement.payload.endorsements[0].artifact_url, 'https://goproxy.example.org/example.com/!cased/@v/v1.0.0.zip');
+  assert.is(JSON.parse(a.uns!)['vouch'].entry.artifact_url, 'https://goproxy.example.org/example.com/!cased/@v/v1.0.0.zip');
 });
 
 test('a tampered zip or endorsed .mod: go fails and prints vouch\'s reason', async () => {

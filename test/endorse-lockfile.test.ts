@@ -240,7 +240,7 @@ test('blocks are split at the entry limit and at the byte limit, appended in one
   const before = size();
   let r = await endorse(['--lockfile', write('many/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }))], { VOUCH_LOCKFILE_BLOCK_ENTRIES: '3' });
   assert.is(r.status, 0, r.stderr);
-  assert.is(r.stdout, `posted 7 entries in 3 blocks (indexes ${before}..${before + 2}); 0 unchanged, 0 skipped\n`);
+  assert.is(r.stdout, `posted 7 entries in 3 blocks (indexes ${before}..${before + 2}, each within the 4096-byte UNS header bound); 0 unchanged, 0 skipped\n`);
   assert.equal([0, 1, 2].map((k) => block(before + k).payload.endorsements.length), [3, 3, 1]);
   assert.is(block(before + 1).prev_hash, block(before).record_hash);
   assert.match(block(before).comment, /part 1 of 3/);

@@ -32,7 +32,7 @@ const chainDir = join(work, 'chain');
 let pub = '';
 let origin: OriginServer;
 let gw: GatewayProcess;
-const agent = new Agent({ maxHeaderSize: 1024 * 1024, keepAliveTimeout: 1000 });
+const agent = new Agent({ keepAliveTimeout: 1000 });
 
 function config(extra: Record<string, unknown> = {}) {
   return {

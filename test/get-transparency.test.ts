@@ -49,7 +49,7 @@ const work = mkdtempSync(join(tmpdir(), 'vouch-get-tlog-'));
 const keyFile = join(work, 'authority.pem');
 const tokenFile = join(work, 'submit.token');
 const token = 'test-token-' + 'y'.repeat(32);
-const agent = new Agent({ maxHeaderSize: 1024 * 1024, keepAliveTimeout: 1000 });
+const agent = new Agent({ keepAliveTimeout: 1000 });
 const enc = encodeURIComponent;
 let pub = '';
 let signer: Signer;

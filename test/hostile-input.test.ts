@@ -18,7 +18,7 @@ import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-hostile-'));
 const token = 'hostile-token-' + 'q'.repeat(30);
-const agent = new Agent({ maxHeaderSize: 1024 * 1024 });
+const agent = new Agent();
 let gw: GatewayProcess;
 let origin: OriginServer;
 let endorsed = '';

@@ -58,7 +58,7 @@ import { appendSigned, commitFor } from '../store/chain-store.ts';
 const work = mkdtempSync(join(tmpdir(), 'vouch-hostile-'));
 const signer = testSigner();
 const pub = base64Encode(signer.publicKey);
-const agent = new Agent({ maxHeaderSize: 1024 * 1024 });
+const agent = new Agent();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const MiB = 1 << 20;
 /** Peak RSS growth allowed over the baseline, for this process and for the mirror gateway. */

@@ -19,7 +19,7 @@ import { git, gitAsync, vouch, vouchAsync } from './helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-mirror-'));
 const token = 'mirror-test-token-' + 'y'.repeat(24);
-const agent = new Agent({ maxHeaderSize: 1024 * 1024 });
+const agent = new Agent();
 let live: PushingAuthority;
 let origin: OriginServer;
 let authority: GatewayProcess;

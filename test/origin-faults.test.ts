@@ -19,7 +19,7 @@ import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers
 const work = mkdtempSync(join(tmpdir(), 'vouch-faults-'));
 const gwTmp = join(work, 'gateway-tmp');
 const token = 'faults-token-' + 'f'.repeat(30);
-const agent = new Agent({ maxHeaderSize: 1024 * 1024 });
+const agent = new Agent();
 let gw: GatewayProcess;
 let origin: OriginServer;
 const enc = encodeURIComponent;

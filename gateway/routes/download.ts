@@ -8,6 +8,10 @@
  * Every verified answer (200, 304, also on the proxy routes, which answer
  * through `serveVerified`) carries `Vouch-Proof`: the block's inclusion
  * proof in the served checkpoint, with that signed note (issue 17).
+ * Every verified answer's head fits HEADER_BUDGET (8 KiB) whatever the
+ * block: UNS is the whole block only where it fits (chain/uns-header.ts),
+ * Vouch-Proof is bounded, and both are made once (per block, per block and
+ * URL, per proof), not per answer (issue 31).
  * Must hold: no byte of an artifact reaches the client before the check
  * passed; failures have an empty body and the status of the table in 3.2;
  * memory per download stays bounded (large artifacts stream from a file);
@@ -21,31 +25,113 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { open } from 'node:fs/promises';
 import { finished } from 'node:stream';
 import { isVouchError } from '../../chain/errors.ts';
-import type { Block } from '../../chain/block.ts';
 import type { Selection } from '../../chain/select.ts';
 import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from '../http-util.ts';
 import type { ArtifactSource, GatewayContext } from '../context.ts';
 import { proofJson } from './transparency.ts';
+import type { BlockProof } from '../chain-state.ts';
+import { LRUCache } from 'lru-cache';
+import { compactUns, fullUns } from '../../chain/uns-header.ts';
 
-/** The UNS header value: `{"<service>":{"endorsement":<block>}}`, pure ASCII. */
-export function unsHeader(serviceName: string, block: Block): string {
-  return asciiJson({ [serviceName]: { endorsement: block } });
+/** Every verified answer's head (status line, headers, and what node:http adds) stays within this. */
+export const HEADER_BUDGET = 8 * 1024;
+/** What node:http adds to a head (Date, Connection, Keep-Alive, the blank line), with room to spare. */
+const NODE_HEAD_BYTES = 256;
+/** Longest `Vouch-Proof` value: witness cosignature lines past it are left out (`omitted_cosignatures`). */
+export const PROOF_HEADER_MAX = 3 * 1024;
+
+/**
+ * Header values made once and kept (issue 31): the UNS forms by block and by
+ * block and URL, bounded in bytes. A block's record_hash fixes its content,
+ * so the key is that plus what else goes into the text (service name, base).
+ */
+const unsTexts = new LRUCache<string, string>({ maxSize: 8 * 1024 * 1024, sizeCalculation: (v, k) => v.length + k.length + 64 });
+const NO_FULL = ''; // cached: the full form is over UNS_FULL_MAX
+
+/**
+ * The UNS header value for the version `sel` serves (chain/uns-header.ts):
+ * the whole block where it fits UNS_FULL_MAX and `compact` is not asked,
+ * else the compact form for the URL served.
+ */
+export function unsHeader(ctx: GatewayContext, sel: Selection, compact = false): string {
+  const service = ctx.config.service_name;
+  const base = ctx.config.public_url;
+  const key = `${service} ${base} ${sel.block.record_hash}`;
+  if (!compact) {
+    let full = unsTexts.get(key);
+    if (full === undefined) {
+      full = fullUns(service, sel.block) ?? NO_FULL;
+      unsTexts.set(key, full);
+    }
+    if (full !== NO_FULL) return full;
+  }
+  const ckey = `${key} ${sel.entry.artifact_url}`;
+  let text = unsTexts.get(ckey);
+  if (text === undefined) {
+    text = compactUns(service, sel.block, sel.entry, base);
+    unsTexts.set(ckey, text);
+  }
+  return text;
 }
+
+const vibecodeTexts = new WeakMap<object, string>();
 
 export function vibecodeHeader(ctx: GatewayContext): string {
-  return asciiJson(ctx.vibecode);
+  let text = vibecodeTexts.get(ctx.vibecode);
+  if (text === undefined) {
+    text = asciiJson(ctx.vibecode);
+    vibecodeTexts.set(ctx.vibecode, text);
+  }
+  return text;
 }
+
+const proofHeaders = new WeakMap<BlockProof, string>();
 
 /**
  * The `Vouch-Proof` header value for block `index`: minified, pure-ASCII JSON
  * `{"index","size","proof":[b64...],"checkpoint":"<signed note>"}`, the
  * block's inclusion proof in the checkpoint `/checkpoint` serves. Null when
  * that checkpoint does not cover the block (no note yet, or the block is
- * newer than it): no proof rather than a wrong one.
+ * newer than it): no proof rather than a wrong one. Past PROOF_HEADER_MAX
+ * the note keeps the authority's signature and the witness cosignatures
+ * that fit, in the order served, and `"omitted_cosignatures":K` counts the
+ * others (the lookup's `proof=1` member carries them all). Made once per
+ * proof object (one per block and served note).
  */
 export function proofHeader(ctx: GatewayContext, index: number): string | null {
   const p = ctx.state?.proofFor(index) ?? null;
-  return p === null ? null : proofJson(p);
+  if (p === null) return null;
+  let text = proofHeaders.get(p);
+  if (text === undefined) {
+    text = boundedProofJson(p, ctx.state?.note?.text ?? null);
+    proofHeaders.set(p, text);
+  }
+  return text;
+}
+
+/** `proofJson(p)`, or, when longer than PROOF_HEADER_MAX, with the cosignature lines past `committed` that fit. */
+export function boundedProofJson(p: BlockProof, committed: string | null): string {
+  const whole = proofJson(p);
+  if (whole.length <= PROOF_HEADER_MAX || committed === null || !p.checkpoint.startsWith(committed)) return whole;
+  const lines = p.checkpoint.slice(committed.length).split('\n').filter((l) => l !== '');
+  const base = asciiJson({ ...p, checkpoint: committed, omitted_cosignatures: lines.length });
+  let room = PROOF_HEADER_MAX - base.length;
+  let kept = 0;
+  for (const line of lines) {
+    const cost = asciiJson(line + '\n').length - 2;
+    if (cost > room) break;
+    room -= cost;
+    kept++;
+  }
+  const note = committed + lines.slice(0, kept).map((l) => l + '\n').join('');
+  return asciiJson({ ...p, checkpoint: note, omitted_cosignatures: lines.length - kept });
+}
+
+/** Bytes a header adds to a head: `name: value` and CRLF. */
+function headBytes(headers: Record<string, string>): number {
+  let n = 0;
+  for (const k in headers) n += k.length + headers[k]!.length + 4;
+  return n;
 }
 
 /** Whether an If-None-Match value names `etag` (weak or strong) or is `*`. */
@@ -180,10 +266,31 @@ export async function handleDownload(ctx: GatewayContext, req: IncomingMessage, 
   await serveVerified(ctx, req, res, sel, {});
 }
 
+/** Longest origin content type passed on (a longer one is not a media type a client uses). */
+const MAX_CONTENT_TYPE = 256;
+
+/**
+ * Fits a verified answer's head in HEADER_BUDGET: a full UNS that does not
+ * fit becomes the compact form, then the kept origin headers (`extra`) go,
+ * longest first. `common` and `extra` are changed in place.
+ */
+function fitHead(ctx: GatewayContext, sel: Selection, common: Record<string, string>, extra: Record<string, string>, contentType: string | null): void {
+  const size = () => 17 + NODE_HEAD_BYTES + headBytes(common) + headBytes(extra) + (contentType === null ? 0 : 40 + contentType.length);
+  if (size() <= HEADER_BUDGET) return;
+  common.uns = unsHeader(ctx, sel, true);
+  const names = Object.keys(extra).filter((n) => !n.startsWith('x-vouch-')).sort((a, b) => extra[b]!.length - extra[a]!.length);
+  for (const name of names) {
+    if (size() <= HEADER_BUDGET) return;
+    delete extra[name];
+  }
+}
+
 /**
  * Serves the selected version's bytes after the hash check, with the
  * download headers of DESIGN 3.2 (plus `extraHeaders`, e.g. an origin's
- * headers on proxy routes).
+ * headers on proxy routes). The head stays within HEADER_BUDGET whatever
+ * the block (`fitHead`); `o.compactUns` sends the compact UNS form whatever
+ * the block's size (package-manager routes: their clients do not read it).
  */
 export async function serveVerified(
   ctx: GatewayContext,
@@ -191,13 +298,16 @@ export async function serveVerified(
   res: ServerResponse,
   sel: Selection,
   extraHeaders: Record<string, string>,
+  o: { compactUns?: boolean } = {},
 ): Promise<void> {
   const etag = `"${sel.entry.artifact_hash}"`;
-  const uns = unsHeader(ctx.config.service_name, sel.block);
-  const common: Record<string, string> = { etag, uns, vibecode: vibecodeHeader(ctx), 'x-content-type-options': 'nosniff', 'content-security-policy': 'sandbox' };
+  const common: Record<string, string> = {
+    etag, uns: unsHeader(ctx, sel, o.compactUns === true), vibecode: vibecodeHeader(ctx), 'x-content-type-options': 'nosniff', 'content-security-policy': 'sandbox',
+  };
   const proof = proofHeader(ctx, sel.block.index);
   if (proof !== null) common['vouch-proof'] = proof;
   if (etagMatches(req.headers['if-none-match'], etag)) {
+    fitHead(ctx, sel, common, {}, null);
     res.writeHead(304, common);
     res.end();
     return;
@@ -224,12 +334,10 @@ export async function serveVerified(
   const { artifact } = obtained;
   let inFlight = false;
   try {
-    res.writeHead(200, {
-      ...extraHeaders,
-      'content-type': artifact.contentType || 'application/octet-stream',
-      'content-length': String(artifact.size),
-      ...common,
-    });
+    const contentType = artifact.contentType && artifact.contentType.length <= MAX_CONTENT_TYPE ? artifact.contentType : 'application/octet-stream';
+    const extra = { ...extraHeaders };
+    fitHead(ctx, sel, common, extra, contentType);
+    res.writeHead(200, { ...extra, 'content-type': contentType, 'content-length': String(artifact.size), ...common });
     if (req.method === 'HEAD') {
       res.end();
     } else if (artifact.bytes !== undefined) {

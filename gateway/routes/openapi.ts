@@ -152,11 +152,17 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         parameters: selectionParams,
         responses: {
           200: {
-            description: 'The verified bytes. Also header `Vouch-Proof` (when the served checkpoint covers the block): minified pure-ASCII JSON {"index","size","proof":[base64 hashes],"checkpoint":"<signed checkpoint note>"}, the block\'s inclusion proof in that checkpoint (as on 304 and on verified proxy answers).',
+            description: 'The verified bytes. Also header `Vouch-Proof` (when the served checkpoint covers the block): minified pure-ASCII JSON {"index","size","proof":[base64 hashes],"checkpoint":"<signed checkpoint note>"}, the block\'s inclusion proof in that checkpoint (as on 304 and on verified proxy answers); at most 3,072 bytes: past that the note keeps the authority\'s signature and the witness cosignatures that fit, and "omitted_cosignatures":K counts the others (the lookup with proof=1 carries them all). The whole head (status line and headers) of every verified answer fits 8 KiB, whatever the block.',
             headers: {
               'Content-Type': { schema: { type: 'string' }, description: "The artifact's own type (application/octet-stream if the origin gave none)." },
               'Content-Length': { schema: { type: 'integer' } },
-              UNS: { schema: { type: 'string' }, description: `Minified single-line JSON {"${serviceName}":{"endorsement":<block served>}}, non-ASCII escaped as \\uXXXX.` },
+              UNS: {
+                schema: { type: 'string' },
+                description: `Minified single-line JSON, non-ASCII escaped as \\uXXXX, in one of two forms. Full, when it is at most 4,096 bytes: {"${serviceName}":{"endorsement":<block served>}}. `
+                  + `Compact, for a larger block (and on package-manager routes): {"${serviceName}":{"block":{"index":N,"record_hash":"<hex>","url":"<base>/v1/block?index=N"},"entry":<the endorsement entry of this URL, as signed>}} `
+                  + '("entry" left out when the value would pass 2,048 bytes). To verify the compact form, fetch block N (from "url" or /v1/block?index=N of any gateway of the chain), check it as any block, '
+                  + 'require its index and record_hash to be the header\'s and its entry for the URL to equal "entry" (canonical JSON); Vouch-Proof proves that record_hash in the log.',
+              },
               VIBECODE: { schema: { type: 'string' }, description: 'Minified JSON {"spec": <this document>, "skills": [<URL>, ...]}.' },
               ETag: { schema: { type: 'string' }, description: 'The quoted artifact_hash; If-None-Match answers 304.' },
               'X-Content-Type-Options': { schema: { type: 'string', const: 'nosniff' } },
@@ -506,7 +512,11 @@ returns the block with \`success: true\` added. Remove \`success\` (and
 \`GET ${publicUrl}/v1/download?url=<artifact URL>\` answers 200 with the bytes
 and a \`UNS\` header: minified JSON \`{"${serviceName}":{"endorsement":<block>}}\`
 (non-ASCII escaped as \\uXXXX). Verify that block as in step 2, hash the body
-with the entry's algorithm and compare with its \`artifact_hash\`. Any failure
+with the entry's algorithm and compare with its \`artifact_hash\`. A block too
+large for a header (over 4,096 bytes as UNS) comes as a reference instead:
+\`{"${serviceName}":{"block":{"index":N,"record_hash":H,"url":U},"entry":E}}\`;
+fetch block N (\`GET ${publicUrl}/v1/block?index=N\`), verify it as in step 2,
+require its record_hash to be H and its entry for your URL to equal E. Any failure
 has an empty body and a status: 400 bad parameters, 404 nothing signed, 409
 bytes differ from what was signed, 410 revoked, 502 origin failed, 503 not
 ready, 504 origin too slow.

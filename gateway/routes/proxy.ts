@@ -9,7 +9,8 @@
  * The artifact URL is `canonical` (else the origin) + the request target
  * after the prefix; matching, mapping and the climb-out refusal live in
  * `proxy-routes.ts`. Endorsed URL (newest version): the verified bytes via
- * `serveVerified`, plus the kept origin headers. Not endorsed: `deny` -> 404,
+ * `serveVerified`, plus the kept origin headers (on a package-manager
+ * route with the compact UNS form, which its client does not read). Not endorsed: `deny` -> 404,
  * `pass` -> the origin's response streamed through. `mode: audit` serves a
  * mismatch (from the origin, `X-Vouch-Audit: mismatch`) or a revoked version
  * (`X-Vouch-Audit: revoked`), logged and counted, instead of 409 / 410.
@@ -273,7 +274,7 @@ export class ProxyRoutes {
     const extra: Record<string, string> = audit.length > 0 ? { 'x-vouch-audit': audit.join(', ') } : {};
     if (etagMatches(req.headers['if-none-match'], `"${sel.entry.artifact_hash}"`)) {
       this.counters.verified++;
-      return serveVerified(this.ctx, req, res, sel, extra); // 304 without fetching
+      return serveVerified(this.ctx, req, res, sel, extra, { compactUns: route.ecosystem !== null }); // 304 without fetching
     }
     const abort = new AbortController();
     const onClose = () => {
@@ -314,7 +315,7 @@ export class ProxyRoutes {
     this.counters.verified++;
     const source = onceSource(this.ctx.artifacts, obtained);
     try {
-      await serveVerified({ ...this.ctx, artifacts: source }, req, res, sel, { ...keptOriginHeaders(obtained.originHeaders), ...extra });
+      await serveVerified({ ...this.ctx, artifacts: source }, req, res, sel, { ...keptOriginHeaders(obtained.originHeaders), ...extra }, { compactUns: route.ecosystem !== null });
     } finally {
       if (!source.used) obtained.artifact.release();
     }

@@ -27,6 +27,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { dirname, join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 
 export const ABBREVIATED = 'application/vnd.npm.install-v1+json';
 
@@ -75,6 +76,38 @@ export function runNpm(args: string[], opts: { cwd: string; env: NodeJS.ProcessE
       resolve({ status, stdout, stderr });
     });
   });
+}
+
+/**
+ * A package tarball made in this process, laid out as `npm pack` lays it out
+ * (ustar entries under `package/`, gzip), with a package.json for
+ * `name`@`version`: for tests that need many packages, where one `npm pack`
+ * each would take minutes.
+ */
+export function tinyTarball(name: string, version: string, files: Record<string, string>): Buffer {
+  const all = { 'package.json': JSON.stringify({ name, version, description: `${name} for tests`, main: 'index.js', license: 'MIT' }, null, 2), ...files };
+  const parts: Buffer[] = [];
+  for (const [path, text] of Object.entries(all)) {
+    const data = Buffer.from(text);
+    const h = Buffer.alloc(512);
+    const field = (value: string, at: number, len: number) => h.write(value.slice(0, len), at, len, 'latin1');
+    field(`package/${path}`, 0, 100);
+    field('0000644\0', 100, 8);
+    field('0000000\0', 108, 8);
+    field('0000000\0', 116, 8);
+    field(data.length.toString(8).padStart(11, '0') + '\0', 124, 12);
+    field('14707256500\0', 136, 12); // 1985-10-26, as npm pack writes
+    field('        ', 148, 8);
+    field('0', 156, 1);
+    field('ustar\0', 257, 6);
+    field('00', 263, 2);
+    let sum = 0;
+    for (const b of h) sum += b;
+    field(sum.toString(8).padStart(6, '0') + '\0 ', 148, 8);
+    parts.push(h, data, Buffer.alloc((512 - (data.length % 512)) % 512));
+  }
+  parts.push(Buffer.alloc(1024));
+  return gzipSync(Buffer.concat(parts));
 }
 
 export class NpmRegistry {
@@ -137,6 +170,13 @@ export class NpmRegistry {
     const manifest = { name, version, description: `${name} for tests`, main: 'index.js', license: 'MIT' };
     this.addVersion(name, version, manifest, file, opts.latest ?? true);
     return bytes;
+  }
+
+  /** Adds a version whose tarball is `bytes` (from `tinyTarball`); it becomes `latest` unless `latest: false`. */
+  publishBytes(name: string, version: string, bytes: Buffer, opts: { latest?: boolean } = {}): void {
+    const file = NpmRegistry.tarballPath(name, version);
+    this.files.set(file, bytes);
+    this.addVersion(name, version, { name, version, description: `${name} for tests`, main: 'index.js', license: 'MIT' }, file, opts.latest ?? true);
   }
 
   /** Lists `version` with the tarball (and integrity) of `of`: what a hostile registry could do. */

@@ -11,8 +11,10 @@
  * chain's earlier endorsements of the same URLs decide: same bytes and
  * semver as the newest is `unchanged` (skipped), the same URL and semver
  * with other bytes is `semver_conflict` (exit 1); the rest is packed into as
- * few blocks as the format allows (tools/lockfiles/blocks.ts) and appended
- * in one commit with one checkpoint for the new head.
+ * few blocks as the format allows whose UNS header form fits UNS_FULL_MAX
+ * (so a gateway's answer carries the whole block within its header budget,
+ * issue 31; tools/lockfiles/blocks.ts) and appended in one commit with one
+ * checkpoint for the new head.
  *
  * Trusts: the lockfile for what should be endorsed, never for bytes: bytes
  * are fetched and must match. Must hold: any failure (a mismatch, a
@@ -48,6 +50,7 @@ import { fetchGo, readGoSum } from '../lockfiles/go.ts';
 import { endorsementsOf } from '../lockfiles/history.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
+import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { mapLimit } from '../lockfiles/pool.ts';
 import type { Fetched, Options, Pinned, SkipCounts } from '../lockfiles/types.ts';
 import { DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
@@ -154,6 +157,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
   const origins = OriginMap.parse(v.origin ?? []);
   const maxEntries = envLimit('VOUCH_LOCKFILE_BLOCK_ENTRIES', LIMITS.endorsements);
   const maxBytes = envLimit('VOUCH_LOCKFILE_BLOCK_BYTES', LIMITS.blockFileBytes);
+  const maxUnsBytes = UNS_FULL_MAX;
   const options: Options = { license: v.license, licenseUnchecked: unchecked, comment: v.comment };
 
   // ---- the lockfile, whole, before the network
@@ -274,7 +278,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     const skippedTotal = Object.values(skipped).reduce((a, b) => a + b, 0);
     const skippedText = skippedTotal === 0 ? '0 skipped' : `${skippedTotal} skipped (${Object.entries(skipped).map(([k, n]) => `${n} ${k}`).join(', ')})`;
     const now = Date.now();
-    const blocks = packBlocks(toPost, { maxEntries, maxBytes }, (chunk, prev: Block | null, part, parts) => buildEndorseBlock({
+    const blocks = packBlocks(toPost, { maxEntries, maxBytes, maxUnsBytes }, (chunk, prev: Block | null, part, parts) => buildEndorseBlock({
       prev: prev ?? head, signer: keyed, backend: nodeBackend, now, entries: chunk, uns: uns!, semver: semver!,
       comment: v.comment ?? `${uns} ${semver} from ${fileName}${parts > 1 ? ` part ${part} of ${parts}` : ''}`,
       ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
@@ -295,9 +299,11 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes, report.edgeSeed);
     await refreshIfBehind(repo, report, blocks.length);
     printNotes();
-    const where = blocks.length === 1 ? `1 block (index ${last.index})` : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index})`;
+    // Split blocks say so: each fits a gateway's UNS header whole (its full form at most maxUnsBytes).
+    const where = blocks.length === 1 ? `1 block (index ${last.index})`
+      : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index}, each within the ${maxUnsBytes}-byte UNS header bound)`;
     emit(v, `posted ${toPost.length} entries in ${where}; ${unchanged} unchanged, ${skippedText}`, {
-      status: 'posted', ...summary,
+      status: 'posted', ...summary, uns_header_max: maxUnsBytes,
       blocks: blocks.map((b) => ({ index: b.index, record_hash: b.record_hash, entries: b.payload.endorsements.length })),
     });
     return 0;

@@ -3,7 +3,10 @@
  * gateway, then checks itself, before FILE appears (written to a temp file,
  * renamed last):
  *   1. the UNS block is signed by the pinned key and endorses the URL (and
- *      the asked version / date);
+ *      the asked version / date); a compact UNS (a block too large for a
+ *      header, chain/uns-header.ts) names the block by index and
+ *      record_hash: it is fetched from the same gateway's /v1/block and must
+ *      be that block, with the header's entry for the URL;
  *   2. the `Vouch-Proof` checkpoint note is signed by the pinned key (note
  *      key name = the log's origin; `--origin` pins it);
  *   3. the block's record_hash is proven at its index in that checkpoint;
@@ -42,6 +45,7 @@ import { isArtifactUrl, isDate, isSemver, parseBlock, type Block } from '../../c
 import { computeRecordHash, payloadMessage } from '../../chain/build.ts';
 import { base64Decode, base64Encode, hexEncode } from '../../chain/encoding.ts';
 import { parseArtifactHash, formatArtifactHash } from '../../chain/hash-algorithms.ts';
+import { parseUns, sameEntry } from '../../chain/uns-header.ts';
 import type { Policy } from '../../chain/tlog-policy.ts';
 import { readPolicyFile } from '../../platform/policy-file.ts';
 import { parseVerifierKey, SIG_ED25519 } from '../../chain/note.ts';
@@ -106,18 +110,16 @@ export function checkBlockObject(raw: unknown, publicKey: Uint8Array, what: stri
   return block;
 }
 
-/** Checks a UNS header on its own: `{"<service>":{"endorsement":<block>}}` with a block signed by the pinned key. */
+/**
+ * Checks a UNS header in its full form on its own: `{"<service>":{"endorsement":<block>}}`
+ * with a block signed by the pinned key. The compact form (a reference to
+ * the block) needs the block fetched: `vouch get` does that.
+ */
 export function checkUnsBlock(uns: string, publicKey: Uint8Array): Block {
-  let obj: unknown;
-  try {
-    obj = JSON.parse(uns);
-  } catch {
-    throw new VouchError('malformed', 'the UNS header is not JSON');
-  }
-  const values = typeof obj === 'object' && obj !== null ? Object.values(obj) : [];
-  const inner = values.length === 1 ? (values[0] as { endorsement?: unknown }) : null;
-  if (!inner || typeof inner !== 'object' || !('endorsement' in inner)) throw new VouchError('malformed', 'the UNS header is not {"<service>":{"endorsement":<block>}}');
-  return checkBlockObject(inner.endorsement, publicKey, 'UNS block');
+  const form = parseUns(uns);
+  if (typeof form === 'string') throw new VouchError('malformed', form);
+  if (form.form !== 'full') throw new VouchError('malformed', 'the UNS header is the compact form: the block must be fetched to check it');
+  return checkBlockObject(form.block, publicKey, 'UNS block');
 }
 
 interface Want { url: string; semver?: string; at?: string }
@@ -301,6 +303,48 @@ export const get: Command = {
       return { revoke: revoke.block, proof: parseInclusionAnswer(p.json, at, newest.cp.size, g) };
     };
 
+    /**
+     * The block a download's UNS header names, checked: the full form's
+     * block, or for the compact form block N from `/v1/block` of the same
+     * gateway (the header's own `url` is not followed), whose index and
+     * record_hash must be the header's and whose entry for the URL must be
+     * the header's `entry` when it gives one.
+     */
+    const unsBlock = async (uns: string, gateway: string): Promise<Block> => {
+      const form = parseUns(uns);
+      if (typeof form === 'string') throw new Refusal('bad_answer', `${gateway}: ${form}`);
+      if (form.form === 'full') return checkBlockObject(form.block, key, 'UNS block');
+      const got = await blockFrom(gateway, form.index);
+      if (got === null) throw new Refusal('bad_answer', `${gateway}: the UNS header names block ${form.index}, which /v1/block does not give`);
+      if (got.block.record_hash !== form.recordHash) {
+        throw new Refusal('bad_answer', `${gateway}: the UNS header names block ${form.index} with record_hash ${form.recordHash}, /v1/block gives ${got.block.record_hash}`);
+      }
+      if (form.entry !== null) {
+        const signed = got.block.payload.endorsements.find((e) => e.artifact_url === want.url);
+        if (signed === undefined || !sameEntry(form.entry, signed)) throw new Refusal('bad_answer', `${gateway}: the UNS header's entry is not block ${form.index}'s entry for this URL`);
+      }
+      return got.block;
+    };
+    /**
+     * The Vouch-Proof object; when the header left witness cosignatures out
+     * (`omitted_cosignatures`) and a policy needs them, the lookup's
+     * `proof=1` member for the same block, which carries them all.
+     */
+    const fullProof = async (header: string, block: Block, gateway: string) => {
+      const p = parseProofObject(header, gateway);
+      let omitted: unknown = 0;
+      try {
+        omitted = (JSON.parse(header) as { omitted_cosignatures?: unknown }).omitted_cosignatures ?? 0;
+      } catch { /* parseProofObject refused it already */ }
+      if (policy === null || !(typeof omitted === 'number' && omitted > 0)) return p;
+      const r = await getJson(`${gateway}/v1/endorsement?${q}&proof=1`);
+      const o = r.status === 200 && typeof r.json === 'object' && r.json !== null ? r.json as Record<string, unknown> : null;
+      if (o === null || o.record_hash !== block.record_hash || o.proof === undefined) {
+        throw new Refusal('bad_proof', `${gateway}: its Vouch-Proof leaves ${String(omitted)} cosignatures out and its lookup gives no proof of block ${block.index} with them`);
+      }
+      return parseProofObject(o.proof, gateway);
+    };
+
     let origin: string | null = authority.origin ?? null;
     let seen: VerifiedCheckpoint | null | undefined; // undefined: not looked up yet
     /** The remembered checkpoint for the origin, re-verified against the key. */
@@ -377,14 +421,14 @@ export const get: Command = {
         await res.body.dump();
         throw new VouchError('malformed', 'the gateway sent no UNS header: nothing proves what these bytes are');
       }
-      const block = checkUnsBlock(uns, key);
+      const block = await unsBlock(uns, gateway);
       const entry = entryFor(block, want, gateway);
       const proofHeader = oneHeader(res.headers, 'vouch-proof', gateway);
       if (typeof proofHeader !== 'string') {
         await res.body.dump();
         throw new Refusal('no_proof', `${gateway} sent no Vouch-Proof header: nothing shows this block is in the log everybody sees (a gateway without transparency support, or one hiding its checkpoint)`);
       }
-      const cp = checkBlockProof(nodeBackend, block, parseProofObject(proofHeader, gateway), authority, gateway);
+      const cp = checkBlockProof(nodeBackend, block, await fullProof(proofHeader, block, gateway), authority, gateway);
       const current = decided?.cp ?? remembered(authority.origin ?? cp.origin);
       await accept(cp, current, gateway);
       if (decided && block.record_hash !== decided.block.record_hash) {

@@ -3,7 +3,12 @@
  *
  * Owns: the split. A block holds at most `maxEntries` entries (the format's
  * LIMITS.endorsements) and its file (formatBlockFile, UTF-8) at most
- * `maxBytes` bytes (LIMITS.blockFileBytes); entries keep their order; the
+ * `maxBytes` bytes (LIMITS.blockFileBytes), and, when `maxUnsBytes` is
+ * given, its full UNS header form (chain/uns-header.ts, under the longest
+ * service name a gateway may have) at most that many bytes, so that every
+ * gateway answer carries the whole block within its header budget (issue
+ * 31; an entry too large for that alone gets a block of its own, which
+ * gateways answer with the compact form); entries keep their order; the
  * caller guarantees a URL appears once in the whole list, so once per block.
  * Chunks are first cut by an estimate (each entry's share of the file, plus
  * the rest of a block measured on a probe block built with the first entry),
@@ -17,6 +22,23 @@
 import { type Block, formatBlockFile } from '../../chain/block.ts';
 import { VouchError } from '../../chain/errors.ts';
 import type { EndorsementInput } from '../../chain/build.ts';
+import { asciiJson } from '../../chain/uns-header.ts';
+
+/** The longest gateway `service_name` (gateway/config.ts): the UNS key a block's header form is measured under. */
+const LONGEST_SERVICE = 'x'.repeat(64);
+
+/** Bytes of a block's full UNS header value under the longest service name. */
+export function unsBytes(block: Block): number {
+  return asciiJson({ [LONGEST_SERVICE]: { endorsement: block } }).length;
+}
+
+/** Bytes an entry adds to a block's UNS header value (its minified ASCII JSON and a comma). */
+export function entryUnsBytes(e: EndorsementInput): number {
+  return asciiJson({
+    artifact_hash: e.artifactHash, artifact_url: e.url, comment: e.comment ?? '', endorsement: 'provenance',
+    license: e.license, name: e.name, semver: e.semver, signature_algorithm: 'ed25519',
+  }).length + 1;
+}
 
 /** Bytes an entry adds to a block file: its pretty-printed form at the depth of payload.endorsements[i]. */
 export function entryBytes(e: EndorsementInput): number {
@@ -35,28 +57,33 @@ export function entryBytes(e: EndorsementInput): number {
  */
 export function packBlocks(
   entries: readonly EndorsementInput[],
-  limits: { maxEntries: number; maxBytes: number },
+  limits: { maxEntries: number; maxBytes: number; maxUnsBytes?: number },
   build: (chunk: EndorsementInput[], prev: Block | null, part: number, parts: number) => Block,
 ): Block[] {
   if (entries.length === 0) return [];
   // The block around the entries, measured (comments saying "part k of K" may grow a little: 256 bytes spare).
   const probe = build([entries[0]!], null, 1, 1);
   const overhead = Buffer.byteLength(formatBlockFile(probe)) - entryBytes(entries[0]!) + 256;
+  const maxUns = limits.maxUnsBytes ?? Infinity;
+  const unsOverhead = unsBytes(probe) - entryUnsBytes(entries[0]!) + 64;
+  const tooLarge = (e: EndorsementInput) => new VouchError('bad_request', `the endorsement of ${e.url} alone would make a block larger than ${limits.maxBytes} bytes`);
   // Cut by estimate.
   const cuts: number[] = [0];
   let size = overhead;
+  let uns = unsOverhead;
   let count = 0;
   entries.forEach((e, i) => {
     const b = entryBytes(e);
-    if (overhead + b > limits.maxBytes) {
-      throw new VouchError('bad_request', `the endorsement of ${e.url} alone would make a block larger than ${limits.maxBytes} bytes`);
-    }
-    if (count > 0 && (count >= limits.maxEntries || size + b > limits.maxBytes)) {
+    const u = entryUnsBytes(e);
+    if (overhead + b > limits.maxBytes) throw tooLarge(e);
+    if (count > 0 && (count >= limits.maxEntries || size + b > limits.maxBytes || uns + u > maxUns)) {
       cuts.push(i);
       size = overhead;
+      uns = unsOverhead;
       count = 0;
     }
     size += b;
+    uns += u;
     count++;
   });
   cuts.push(entries.length);
@@ -66,7 +93,8 @@ export function packBlocks(
     let over = -1;
     for (let k = 0; k + 1 < cuts.length; k++) {
       const block = build(entries.slice(cuts[k], cuts[k + 1]), blocks.at(-1) ?? null, k + 1, cuts.length - 1);
-      if (Buffer.byteLength(formatBlockFile(block)) > limits.maxBytes) {
+      const n = cuts[k + 1]! - cuts[k]!;
+      if (Buffer.byteLength(formatBlockFile(block)) > limits.maxBytes || (n > 1 && unsBytes(block) > maxUns)) {
         over = k;
         break;
       }
@@ -75,7 +103,7 @@ export function packBlocks(
     if (over < 0) return blocks;
     const from = cuts[over]!;
     const to = cuts[over + 1]!;
-    if (to - from < 2) throw new VouchError('bad_request', `the endorsement of ${entries[from]!.url} alone would make a block larger than ${limits.maxBytes} bytes`);
+    if (to - from < 2) throw tooLarge(entries[from]!);
     cuts.splice(over + 1, 0, from + Math.floor((to - from) / 2));
   }
 }
