@@ -136,12 +136,36 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
   return out;
 }
 
-/** `name` and `port` of a Host header value (lower-case, one trailing dot dropped); null when it is not a host name. */
+/**
+ * `name` and `port` of a Host header value (lower-case, one trailing dot
+ * dropped); null when it is not a host name, or its port is not a port
+ * (`hostIsValid`: the dispatch answers such a request 400 before any route).
+ */
 export function parseHost(value: string | undefined): { name: string; port: string | null } | null {
   if (value === undefined) return null;
   const m = /^([A-Za-z0-9.-]+?)\.?(?::(\d{1,5}))?$/.exec(value.trim());
   if (m === null) return null;
+  if (m[2] !== undefined && Number(m[2]) > 65535) return null;
   return { name: m[1]!.toLowerCase(), port: m[2] === undefined ? null : String(Number(m[2])) };
+}
+
+/** What most Host values are: a DNS name or IPv4 address, with a port of at most 5 digits. */
+const COMMON_HOST = /^[A-Za-z0-9.-]+(?::(\d{1,5}))?$/;
+/** RFC 3986 `host [ ":" port ]`: an IP literal (IPv6 or IPvFuture) or a reg-name (percent-escapes, sub-delims), then digits. */
+const RFC3986_HOST = /^(?:\[(?:[0-9A-Fa-f:.]+|v[0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+)\]|(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)(?::(\d*))?$/;
+
+/**
+ * Whether a Host field value is valid (RFC 9112 3.2, RFC 3986 3.2.2-3.2.3):
+ * `host [":" port]` with a port, when given, of at most 65535. An empty
+ * value is valid (a request target without an authority); a port out of
+ * range (`pkg.test:99999`), not a number (`pkg.test:x`), a second colon
+ * outside brackets or a character outside RFC 3986's is not.
+ */
+export function hostIsValid(value: string): boolean {
+  const m = COMMON_HOST.exec(value) ?? RFC3986_HOST.exec(value);
+  if (m === null) return false;
+  // Digits only (the patterns): Number never fails, a long run of digits is Infinity.
+  return m[1] === undefined || m[1].length < 5 || Number(m[1]) <= 65535;
 }
 
 /** The route a request falls under: Host routes first, then the rest; longest prefix, then configuration order. */
