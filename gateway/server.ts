@@ -655,7 +655,7 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
         if (routed !== null) {
           obs.label = 'proxy';
           // It answers every failure itself, empty-bodied; what escapes it still stays with this request.
-          (FAULT !== null && FAULT.stage === 'proxy' ? Promise.reject(faultOf('proxy')) : proxy.handle(req, res, routed))
+          (FAULT !== null && FAULT.stage === 'proxy' && FAULT.route === 'proxy' ? Promise.reject(faultOf('proxy')) : proxy.handle(req, res, routed))
             .catch((e: unknown) => failRequest(ctx, metrics, req, res, true, path, e, 'proxy'));
           return false;
         }
