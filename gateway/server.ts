@@ -377,6 +377,31 @@ function lingerOnBody(req: IncomingMessage, ms: number): void {
   socket.once('close', done);
 }
 
+/**
+ * An answer that ends a connection (`Connection: close`, or node:http's own
+ * choice) while the request's body still arrives: node:http would destroy
+ * the socket at once (`destroySoon`), and the client, still sending, gets a
+ * reset that can discard the answer it had not read yet. Instead the
+ * answer is followed by a FIN, the rest of the body is read and dropped,
+ * and the socket is destroyed when the body has ended, or after `ms`.
+ */
+function closeAfterBody(req: IncomingMessage, socket: Socket, ms: number): void {
+  (socket as Socket & { destroySoon: () => void }).destroySoon = function (this: Socket) {
+    lingering.add(this);
+    this.end();
+    const timer = setTimeout(() => this.destroy(), ms);
+    const done = () => {
+      clearTimeout(timer);
+      lingering.delete(this);
+      this.destroy();
+    };
+    if (req.complete) return done();
+    req.once('end', done);
+    req.once('close', done);
+    this.once('close', done);
+  };
+}
+
 /** `headerFacts`: more than one Host field (node:http keeps only the first in `req.headers`). */
 const MANY_HOSTS = 1;
 /** `headerFacts`: a body is announced (Content-Length other than 0, or Transfer-Encoding). */
@@ -523,6 +548,8 @@ function responseObservers(ctx: GatewayContext, metrics: GatewayMetrics): { fini
     finish(this: ObservedResponse) {
       try {
         if (FAULT !== null) injectFault('finish', this[OBSERVED]!.label);
+        // Before node:http's own 'finish' listener, which closes such a connection.
+        if (!this.req.complete && !this.shouldKeepAlive) closeAfterBody(this.req, this[OBSERVED]!.socket, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
         record(this, true);
       } catch (e) {
         reportUnexpected(ctx.log, metrics, 'finish', e, this.req, this[OBSERVED]?.path);
