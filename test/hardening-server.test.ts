@@ -286,7 +286,7 @@ test('a Host whose port is out of range, not a number or otherwise invalid answe
   for (const host of ['127.0.0.1', '127.0.0.1:65535', '[::1]:8080', 'localhost:1']) {
     assert.is(statusOf(await rawExchange(gw.url, `GET /v1/authority HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`)), 200, host);
   }
-  assert.is(statusOf(await rawExchange(gw.url, 'GET /unsigned.bin HTTP/1.1\r\nHost: registry.test:8080\r\nConnection: close\r\n\r\n')), 200);
+  assert.is(statusOf(await rawExchange(gw.url, 'GET /same.bin HTTP/1.1\r\nHost: registry.test:8080\r\nConnection: close\r\n\r\n')), 200, 'the host route with a valid port');
 });
 
 /**
