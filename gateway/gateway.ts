@@ -70,6 +70,7 @@ import { Submitter } from './submitter.ts';
 import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
 import { openCosigner, type CheckpointSource } from './cosigner.ts';
 import { collectGarbage } from '../platform/collect-garbage.ts';
+import { FAULT, injectFault } from './test-fault.ts';
 
 export interface StartOptions {
   log?: Logger;
@@ -399,6 +400,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
   });
   const answerClientError = (err: NodeJS.ErrnoException, socket: Socket): void => {
+    if (FAULT !== null) injectFault('client_error', 'client_error');
     // An answer already started or sent for this request (a download under way, an early 401 whose body still trickles): nothing more to say.
     const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
     if (!socket.writable || answering?.headersSent === true || answeredBeforeBody(socket) ||

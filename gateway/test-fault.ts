@@ -3,7 +3,8 @@
  * .test.ts), TEST-ONLY: `VOUCH_TEST_FAULT=<stage>@<route>` in the
  * environment a gateway process starts with makes the code at `<stage>`
  * throw for every request on the route labelled `<route>` (a route
- * template, e.g. `/v1/authority`), so the tests can see that what is
+ * template, e.g. `/v1/authority`; `client_error` for node:http's
+ * 'clientError' listener), so the tests can see that what is
  * thrown there stays with that request.
  *
  * Owns: reading the variable, once, when the module loads.
@@ -14,7 +15,7 @@
  */
 
 /** Where a fault may be injected (the stages of `vouch_http_unexpected_errors_total` that a request reaches). */
-export const FAULT_STAGES = ['handler', 'handler_async', 'body', 'finish', 'close', 'batch', 'log', 'metrics', 'proxy'] as const;
+export const FAULT_STAGES = ['handler', 'handler_async', 'body', 'finish', 'close', 'batch', 'log', 'metrics', 'proxy', 'client_error'] as const;
 export type FaultStage = (typeof FAULT_STAGES)[number];
 
 function read(): { stage: FaultStage; route: string } | null {

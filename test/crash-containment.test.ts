@@ -251,6 +251,22 @@ const wholeOpenapi = (a: RawAnswer) => {
   assert.is(json(a).success, true);
 };
 
+/** A request node:http cannot parse, on a raw connection: what came back before the connection closed (bounded). */
+async function malformed(base: string): Promise<RawAnswer> {
+  const u = new URL(base);
+  const s = connect(Number(u.port), u.hostname);
+  let got = '';
+  s.setEncoding('latin1');
+  s.on('data', (d: string) => { got += d; });
+  s.on('error', () => {});
+  const closed = new Promise<void>((r) => s.on('close', () => r()));
+  s.write('GET /v1/authority HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header Line\r\n\r\n');
+  const t = setTimeout(() => s.destroy(), 5_000);
+  await closed;
+  clearTimeout(t);
+  return { status: 0, headers: {}, body: Buffer.from(got, 'latin1') };
+}
+
 const STAGES: Stage[] = [
   { stage: 'handler', route: '/v1/authority', send: (b) => get(b, '/v1/authority'), check: internalJson, parallel: '/v1/openapi.json' },
   { stage: 'handler_async', route: '/v1/authority', send: (b) => get(b, '/v1/authority'), check: internalJson, parallel: '/v1/openapi.json' },
@@ -261,6 +277,12 @@ const STAGES: Stage[] = [
   { stage: 'close', route: '/metrics', send: (b) => get(b, '/metrics'), check: wholeMetrics, parallel: '/v1/authority' },
   { stage: 'log', route: '/v1/openapi.json', send: (b) => get(b, '/v1/openapi.json'), check: wholeOpenapi, parallel: '/v1/authority' },
   { stage: 'metrics', route: '/v1/openapi.json', send: (b) => get(b, '/v1/openapi.json'), check: wholeOpenapi, parallel: '/v1/authority' },
+  {
+    stage: 'handler', route: '/v1/download', send: (b) => get(b, `/v1/download?url=${encodeURIComponent(origin.url('/slow.bin'))}`),
+    check: (a) => { assert.is(a.status, 500); assert.is(a.body.length, 0); }, parallel: '/v1/authority',
+  },
+  // node:http's 'clientError' (a request it cannot parse): the listener that would answer 400 throws, the connection is closed.
+  { stage: 'client_error', route: 'client_error', send: (b) => malformed(b), check: (a) => assert.is(a.body.toString(), ''), parallel: '/v1/authority' },
   {
     stage: 'proxy', route: 'proxy', send: (b) => get(b, '/pass/hello.txt'),
     check: (a) => { assert.is(a.status, 500); assert.is(a.body.length, 0); }, parallel: '/v1/authority',
