@@ -43,15 +43,17 @@
  * shared state half-changed. A request is recorded from the socket it
  * arrived on (kept when it arrives: node:http may detach it, or a stream
  * helper null `req.socket`, before its answer ends). Tests inject a fault
- * at each stage (`test-fault.ts`, `VOUCH_TEST_FAULT`, tests only). The request line and the metric labels
- * never carry a header or a query value other than `url`, and route labels
- * are route templates (or `proxy`, `explorer`, `unknown`), never raw paths.
- * A request with more than one Host header, or a Host that is not `host
- * [":" port]` with a port of at most 65535 (`hostIsValid`), is answered 400
- * on every path (RFC 9112 3.2; empty on byte and proxy paths) and its
- * connection closed, before any route sees it. A request answered before its body arrived
- * (401, 413, 404, a proxy answer, ...) keeps its connection at most
- * LINGER_MS longer for the rest of the body, then the connection is closed.
+ * at each stage (`test-fault.ts`, `VOUCH_TEST_FAULT`, tests only).
+ * The request line and the metric labels never carry a header or a query
+ * value other than `url`, and route labels are route templates (or
+ * `proxy`, `explorer`, `unknown`), never raw paths. A request with more
+ * than one Host header, or a Host that is not `host [":" port]` with a port
+ * of at most 65535 (`hostIsValid`), is answered 400 on every path (RFC 9112
+ * 3.2; empty on byte and proxy paths) and its connection closed, before any
+ * route sees it. A request answered before its body arrived (401, 413,
+ * 404, a proxy answer, ...) keeps its connection at most LINGER_MS longer
+ * for the rest of the body, then the connection is closed (also when the
+ * answer closes the connection: `closeAfterBody`).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -585,9 +587,10 @@ function faultOf(stage: string): Error {
 /**
  * Answers a request whose handler threw (or rejected): its error answer, or
  * an empty one on byte paths (`bytes`); the connection closed when the
- * answer had started. An unexpected exception (not a `VouchError`) is
- * reported at `stage` (or the stage the error carries, `UNEXPECTED_STAGE`).
- * Never throws.
+ * answer had started; nothing more when it had ended (it is with the
+ * socket whole: destroying the socket could cut it). An unexpected
+ * exception (not a `VouchError`) is reported at `stage` (or the stage the
+ * error carries, `UNEXPECTED_STAGE`). Never throws.
  */
 function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: IncomingMessage, res: ServerResponse, bytes: boolean, path: string, e: unknown, stage: UnexpectedStage): void {
   if (!(e instanceof VouchError)) {
@@ -595,6 +598,7 @@ function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incoming
     reportUnexpected(ctx.log, metrics, carried ?? stage, e, req, path);
   }
   try {
+    if (res.writableEnded) return;
     if (bytes) sendEmpty(res, statusOf(e));
     else sendError(res, e);
   } catch (e2) {
