@@ -31,8 +31,8 @@
  * (the chain state, the mirror's budget, the witness record) may be half
  * changed; serving on from it could answer wrongly. The gateway logs it as
  * one JSON error line with its stack ('uncaughtExceptionMonitor', after the
- * lines before it) and Node ends the process (exit 1, or 7) for its
- * supervisor to restart.
+ * lines before it; an unhandled rejection too, origin `unhandledRejection`)
+ * and Node ends the process (exit 1) for its supervisor to restart.
  */
 import { createServer, type Server } from 'node:http';
 import { createHash, randomBytes } from 'node:crypto';

@@ -225,6 +225,8 @@ export function readBody(req: IncomingMessage, limit: number, route = ''): Promi
     req.resume();
     return Promise.reject(new VouchError('too_large', `request body over ${limit} bytes`));
   }
+  if (req.readableEnded) return Promise.resolve(Buffer.alloc(0)); // read already: nothing more comes
+  if (req.destroyed) return Promise.reject(new VouchError('bad_request', 'the client closed the connection before the body ended'));
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
