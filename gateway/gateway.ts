@@ -535,6 +535,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         if (i !== null) log.error('a block file in the chain directory differs from the verified chain being served; run vouch verify', { index: i, dir: config.chain.dir });
       }, (e) => log.warn('could not re-check the block files', { error: (e as Error).message }));
     }
+    if (FAULT !== null && FAULT.stage === 'uncaught') setTimeout(() => injectFault('uncaught', FAULT!.route), 200);
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
     // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
     say(`try: curl -s '${url}/v1/authority'`);

@@ -5,7 +5,9 @@
  * throw for every request on the route labelled `<route>` (a route
  * template, e.g. `/v1/authority`; `client_error` for node:http's
  * 'clientError' listener), so the tests can see that what is
- * thrown there stays with that request.
+ * thrown there stays with that request; `uncaught@ready` throws from a
+ * timer once the gateway is ready, outside every request (the process
+ * policy: one JSON error line, then the process exits).
  *
  * Owns: reading the variable, once, when the module loads.
  * Must hold: inert unless the variable is set when the process starts
@@ -15,7 +17,7 @@
  */
 
 /** Where a fault may be injected (the stages of `vouch_http_unexpected_errors_total` that a request reaches). */
-export const FAULT_STAGES = ['handler', 'handler_async', 'body', 'finish', 'close', 'batch', 'log', 'metrics', 'proxy', 'client_error'] as const;
+export const FAULT_STAGES = ['handler', 'handler_async', 'body', 'finish', 'close', 'batch', 'log', 'metrics', 'proxy', 'client_error', 'uncaught'] as const;
 export type FaultStage = (typeof FAULT_STAGES)[number];
 
 function read(): { stage: FaultStage; route: string } | null {

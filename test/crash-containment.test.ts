@@ -13,7 +13,9 @@
  *   `internal_error`, empty on proxy paths; its normal answer, whole, when
  *   the stage comes after the answer was sent), a slow download and a
  *   parallel request in flight complete, the error is logged once at error
- *   with its stack, and `vouch_http_unexpected_errors_total{stage}` counts it.
+ *   with its stack, and `vouch_http_unexpected_errors_total{stage}` counts it;
+ * - an exception outside every request is not swallowed (the process
+ *   policy, gateway/gateway.ts): one JSON error line, exit 1.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -332,6 +334,19 @@ for (const s of STAGES) {
     }
   });
 }
+
+test('an exception outside every request (a timer) is not swallowed: one JSON error line with its stack, then the process exits 1', async () => {
+  const gw = await start({ VOUCH_TEST_FAULT: 'uncaught@ready' });
+  const code = await Promise.race([gw.exited, sleep(20_000).then(() => 'still running')]);
+  if (code === 'still running') await gw.stop();
+  assert.is(code, 1, gw.stderr().slice(-2000));
+  const lines = gw.stderr().split('\n').filter((l) => l.includes('uncaught exception outside the request path'));
+  assert.is(lines.length, 1, gw.stderr().slice(-2000));
+  const line = JSON.parse(lines[0]!) as Record<string, unknown>;
+  assert.is(line.level, 'error');
+  assert.is(line.origin, 'uncaughtException');
+  assert.match(String(line.stack), /^Error: injected fault at uncaught /);
+});
 
 test('without VOUCH_TEST_FAULT nothing is injected, whatever the request carries', async () => {
   const gw = await start();
