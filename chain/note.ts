@@ -10,11 +10,15 @@
  * to the last blank line and ends in a newline, one or more lines
  * `— <name> <base64(keyID4 ‖ sig)>\n`, names non-empty without Unicode
  * spaces or `+`, strict padded standard base64 of at least 5 bytes, at most
- * 100 signatures. Unlike Go, two signature lines with the same name and key
- * ID make the note malformed (Go keeps the first and drops the rest; no
- * honest signer writes two, and keeping one of two is a choice we refuse to
- * make silently). Signatures of unknown keys are kept in `signatures`
- * unverified: a verifier looks for its own (name, key ID) and ignores the rest.
+ * 100 signature lines (repeated ones counted). Verifying follows `Open` too
+ * (`openNote`; `verifyNoteSignature` and `verifyCosignature` are `Open`
+ * with one known key): signature lines by unknown keys are ignored,
+ * repeated or not (C2SP signed-note: verifiers MUST ignore them); of the
+ * lines by a known key (name and key ID) only the FIRST is verified, the
+ * later ones are dropped unread, and a first one that does not verify
+ * refuses the note. `parseNote` keeps every line as it came (so a note
+ * round-trips); test/go-interop.test.ts gives Go and this code the same
+ * notes.
  *
  * Example (Go's sumdb/note vector; test/note.test.ts signs and opens it),
  * signed by the verifier key `PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW`
@@ -118,7 +122,6 @@ export function parseNote(note: string): Note {
   if (!block.endsWith('\n')) throw malformed('does not end in a newline');
   const lines = block.slice(0, -1).split('\n');
   if (lines.length > MAX_NOTE_SIGNATURES) throw malformed(`more than ${MAX_NOTE_SIGNATURES} signatures`);
-  const seen = new Set<string>();
   const signatures: NoteSignature[] = [];
   for (const line of lines) {
     if (!line.startsWith(EM_DASH_PREFIX)) throw malformed(`signature line does not start with "— ": ${JSON.stringify(line.slice(0, 80))}`);
@@ -130,11 +133,7 @@ export function parseNote(note: string): Note {
     const raw = b64 === '' ? null : base64Decode(b64);
     if (raw === null) throw malformed(`signature of ${name} is not standard base64`);
     if (raw.length < 5) throw malformed(`signature of ${name} is shorter than a key ID and one byte`);
-    const keyId = raw.slice(0, 4);
-    const id = `${name}+${hexEncode(keyId)}`;
-    if (seen.has(id)) throw malformed(`two signatures by the same key ${id}`);
-    seen.add(id);
-    signatures.push({ name, keyId, bytes: raw.slice(4), line });
+    signatures.push({ name, keyId: raw.slice(0, 4), bytes: raw.slice(4), line });
   }
   return { text, signatures };
 }
@@ -221,20 +220,70 @@ export function signNote(c: CryptoBackend, text: string, name: string, signer: S
   return { name, keyId, bytes, line: signatureLine(name, keyId, bytes) };
 }
 
-function signaturesOf(n: Note, name: string, keyId: Uint8Array): NoteSignature[] {
-  return n.signatures.filter((s) => s.name === name && bytesEqual(s.keyId, keyId));
+/** The first signature line by (name, key ID): the one Go's `Open` verifies (it drops the later ones). */
+function firstSignatureOf(n: Note, name: string, keyId: Uint8Array): NoteSignature | undefined {
+  return n.signatures.find((s) => s.name === name && bytesEqual(s.keyId, keyId));
 }
 
 /**
  * Does `n` carry a valid ed25519 (0x01) signature by (name, publicKey)?
- * Every line with that name and key ID must verify (parseNote admits one).
+ * Go's `Open` with that one key: the first line by its name and key ID
+ * must verify; later lines by it are not read.
  */
 export function verifyNoteSignature(c: CryptoBackend, n: Note, name: string, publicKey: Uint8Array): boolean {
   if (publicKey.length !== 32 || !isValidKeyName(name)) return false;
-  const mine = signaturesOf(n, name, noteKeyId(c, name, SIG_ED25519, publicKey));
-  if (mine.length === 0) return false;
+  const s = firstSignatureOf(n, name, noteKeyId(c, name, SIG_ED25519, publicKey));
+  return s !== undefined && s.bytes.length === 64 && c.verify(publicKey, utf8(n.text), s.bytes);
+}
+
+/** A key a note is opened with (Go's `note.Verifier`): an ed25519 note key (0x01) by name and public key. */
+export interface NoteKey {
+  name: string;
+  publicKey: Uint8Array;
+}
+
+/** What `openNote` found: the note's text, the lines of known keys that verified, and the unknown keys' lines (each distinct line once). */
+export type OpenedNote =
+  | { ok: true; text: string; verified: NoteSignature[]; unverified: NoteSignature[] }
+  /** A known key's first line does not verify (Go: `InvalidSignatureError`). */
+  | { ok: false; why: 'invalid'; signature: NoteSignature }
+  /** No line by a known key (Go: `UnverifiedNoteError`). */
+  | { ok: false; why: 'unverified'; unverified: NoteSignature[] };
+
+/**
+ * Go's `note.Open(note, VerifierList(known...))`: the note's format as
+ * `parseNote` (malformed: thrown), then each signature line in order: a
+ * line by an unknown (name, key ID) is set aside, repeated identical lines
+ * once; the first line by a known key is verified (one that fails refuses
+ * the whole note), its later lines are dropped. At least one known key
+ * must have signed.
+ * @throws VouchError malformed
+ */
+export function openNote(c: CryptoBackend, note: string, known: readonly NoteKey[]): OpenedNote {
+  const n = parseNote(note);
+  const keys = known.filter((k) => k.publicKey.length === 32 && isValidKeyName(k.name))
+    .map((k) => ({ ...k, id: `${k.name}+${hexEncode(noteKeyId(c, k.name, SIG_ED25519, k.publicKey))}` }));
   const msg = utf8(n.text);
-  return mine.every((s) => s.bytes.length === 64 && c.verify(publicKey, msg, s.bytes));
+  const seen = new Set<string>();
+  const seenUnverified = new Set<string>();
+  const verified: NoteSignature[] = [];
+  const unverified: NoteSignature[] = [];
+  for (const s of n.signatures) {
+    const id = `${s.name}+${hexEncode(s.keyId)}`;
+    const key = keys.find((k) => k.id === id);
+    if (key === undefined) {
+      if (!seenUnverified.has(s.line)) {
+        seenUnverified.add(s.line);
+        unverified.push(s);
+      }
+      continue;
+    }
+    if (seen.has(id)) continue;
+    seen.add(id);
+    if (!(s.bytes.length === 64 && c.verify(key.publicKey, msg, s.bytes))) return { ok: false, why: 'invalid', signature: s };
+    verified.push(s);
+  }
+  return verified.length === 0 ? { ok: false, why: 'unverified', unverified } : { ok: true, text: n.text, verified, unverified };
 }
 
 /** The message a v1 cosignature signs: `cosignature/v1\ntime <t>\n` ‖ checkpoint body. */
@@ -268,10 +317,9 @@ export function cosign(c: CryptoBackend, checkpointBody: string, name: string, s
  */
 export function verifyCosignature(c: CryptoBackend, n: Note, name: string, publicKey: Uint8Array): { ok: true; timestamp: number } | { ok: false } {
   if (publicKey.length !== 32 || !isValidKeyName(name)) return { ok: false };
-  const mine = signaturesOf(n, name, noteKeyId(c, name, SIG_COSIGNATURE_V1, publicKey));
-  if (mine.length !== 1) return { ok: false };
-  const s = mine[0]!;
-  if (s.bytes.length !== 72) return { ok: false };
+  // As Go's `Open` with this one key: its first line decides, later ones are dropped.
+  const s = firstSignatureOf(n, name, noteKeyId(c, name, SIG_COSIGNATURE_V1, publicKey));
+  if (s === undefined || s.bytes.length !== 72) return { ok: false };
   const t = new DataView(s.bytes.buffer, s.bytes.byteOffset, 8).getBigUint64(0);
   if (t > BigInt(Number.MAX_SAFE_INTEGER)) return { ok: false };
   const timestamp = Number(t);

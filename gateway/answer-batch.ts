@@ -18,12 +18,13 @@
  * one `setImmediate`.
  *
  * Owns: the queue and when it is written.
- * Trusts: `failed` not to throw.
+ * Trusts: `lost` not to throw.
  * Must hold: every added item is handed to `write` exactly once, in the
  * order added, within the turn of the event loop it was added in (the
  * `setImmediate` after it); an exception thrown by `write` for one item
- * goes to `failed` for that item and does not keep the others from being
- * written.
+ * goes to `failed` for that item, one thrown by `failed` to `lost`, and
+ * neither keeps the others from being written nor leaves the drain (it
+ * runs from `setImmediate`: an exception there would end the process).
  */
 export class AnswerBatch<T> {
   private items: T[] = [];
@@ -31,6 +32,7 @@ export class AnswerBatch<T> {
   constructor(
     private readonly write: (item: T) => void,
     private readonly failed: (item: T, e: unknown) => void,
+    private readonly lost: (item: T, e: unknown) => void = () => {},
   ) {}
 
   /** Queues `item` to be written at the end of this turn's I/O phase. */
@@ -51,7 +53,11 @@ export class AnswerBatch<T> {
       try {
         this.write(item);
       } catch (e) {
-        this.failed(item, e);
+        try {
+          this.failed(item, e);
+        } catch (e2) {
+          this.lost(item, e2);
+        }
       }
     }
   };

@@ -20,7 +20,19 @@
  * connection whose request has not fully arrived within the request timeout
  * is closed (408 when nothing was answered yet), and never more than
  * `max_connections` are open; the timeout never cuts a response (a long
- * download) once its request has arrived.
+ * download) once its request has arrived. The server's listeners ('request'
+ * in server.ts, 'clientError', 'drop') catch what they throw: an exception
+ * there closes that connection, is logged once with its stack and counted
+ * (`reportUnexpected`), and the gateway serves on.
+ * Process-level policy, chosen deliberately: no 'uncaughtException' or
+ * 'unhandledRejection' handler keeps the process alive. Every listener on
+ * the request path is guarded where it runs, so what still reaches the
+ * process was thrown outside them (a background task), where shared state
+ * (the chain state, the mirror's budget, the witness record) may be half
+ * changed; serving on from it could answer wrongly. The gateway logs it as
+ * one JSON error line with its stack ('uncaughtExceptionMonitor', after the
+ * lines before it; an unhandled rejection too, origin `unhandledRejection`)
+ * and Node ends the process (exit 1) for its supervisor to restart.
  */
 import { createServer, type Server } from 'node:http';
 import { createHash, randomBytes } from 'node:crypto';
@@ -42,7 +54,7 @@ import { digestUrl } from '../artifacts/artifact-digest.ts';
 import { type Config, logOrigin } from './config.ts';
 import { ChainState, lastVerifiedImage } from './chain-state.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
-import { answeredBeforeBody, createRequestHandler, LINGER_MS } from './server.ts';
+import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected } from './server.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
@@ -58,6 +70,7 @@ import { Submitter } from './submitter.ts';
 import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
 import { openCosigner, type CheckpointSource } from './cosigner.ts';
 import { collectGarbage } from '../platform/collect-garbage.ts';
+import { FAULT, injectFault } from './test-fault.ts';
 
 export interface StartOptions {
   log?: Logger;
@@ -371,10 +384,23 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     dropped++;
     if (Date.now() - droppedLogged < 60_000) return;
     droppedLogged = Date.now();
-    log.warn('connections over clients.max_connections closed on arrival', { max_connections: server.maxConnections, dropped });
+    try {
+      log.warn('connections over clients.max_connections closed on arrival', { max_connections: server.maxConnections, dropped });
+    } catch (e) {
+      reportUnexpected(log, metrics, 'server', e);
+    }
   });
   // Requests node:http cannot even parse (or that ran out of time) still get a JSON answer, never its plain-text default.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    try {
+      answerClientError(err, socket);
+    } catch (e) {
+      reportUnexpected(log, metrics, 'client_error', e);
+      socket.destroy();
+    }
+  });
+  const answerClientError = (err: NodeJS.ErrnoException, socket: Socket): void => {
+    if (FAULT !== null) injectFault('client_error', 'client_error');
     // An answer already started or sent for this request (a download under way, an early 401 whose body still trickles): nothing more to say.
     const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
     if (!socket.writable || answering?.headersSent === true || answeredBeforeBody(socket) ||
@@ -393,12 +419,22 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
     // node:http keeps sockets half-open: a client that never closes its side is closed after a short linger.
     setTimeout(() => socket.destroy(), LINGER_MS).unref();
-  });
+  };
+  // The last word on an exception that reached the process (see the header): one JSON line, then Node ends it.
+  const onUncaught = (e: unknown, origin: string) => {
+    try {
+      log.error('uncaught exception outside the request path: the gateway exits', { origin, error: (e as Error)?.message ?? String(e), stack: (e as Error)?.stack ?? null });
+    } catch {
+      // Node prints it anyway
+    }
+  };
+  process.on('uncaughtExceptionMonitor', onUncaught);
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) => reject(new VouchError('io_error', `cannot listen on ${config.listen.host}:${config.listen.port}: ${e.code ?? e.message}`)));
     server.listen(config.listen.port, config.listen.host, resolve);
   }).catch((e) => {
     chainLock?.release();
+    process.off('uncaughtExceptionMonitor', onUncaught);
     throw e;
   });
   const addr = server.address() as AddressInfo;
@@ -499,6 +535,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         if (i !== null) log.error('a block file in the chain directory differs from the verified chain being served; run vouch verify', { index: i, dir: config.chain.dir });
       }, (e) => log.warn('could not re-check the block files', { error: (e as Error).message }));
     }
+    if (FAULT !== null && FAULT.stage === 'uncaught') setTimeout(() => injectFault('uncaught', FAULT!.route), 200);
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
     // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
     say(`try: curl -s '${url}/v1/authority'`);
@@ -529,6 +566,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       await mirror.close?.();
       await hashWorkers.close();
       chainLock?.release();
+      process.off('uncaughtExceptionMonitor', onUncaught);
     },
   };
 }

@@ -12,6 +12,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { VouchError, isVouchError, type ErrorCode } from '../chain/errors.ts';
 import { HTTP_STATUS } from './status.ts';
 import { isArtifactUrl, isDate, isSemver } from '../chain/block.ts';
+import { FAULT, injectFault } from './test-fault.ts';
 
 export const JSON_TYPE = 'application/json; charset=utf-8';
 
@@ -205,24 +206,61 @@ export function checkArtifactUrl(url: string): void {
   if (!isArtifactUrl(url)) throw new VouchError('bad_request', 'url must be an absolute http or https URL', { resource: url });
 }
 
-/** Reads a request body up to `limit` bytes. @throws VouchError too_large */
-export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/** Where an exception that no handler expected came from, when not from the handler itself (the `stage` of the metric). */
+export const UNEXPECTED_STAGE = Symbol('vouch.unexpectedStage');
+
+/**
+ * Reads a request body up to `limit` bytes. Listens for 'data' and 'end'
+ * instead of iterating the request: leaving a `for await` early destroys
+ * the request and sets its `socket` to null (node's stream destroyer),
+ * while its answer is still to be written and recorded. Over the limit, the
+ * rest of the body is read and dropped (the dispatch bounds how long).
+ * An exception in a listener rejects the promise (its stage `body`), never
+ * escapes into node:http's parser.
+ * @throws VouchError too_large; bad_request when the client left before the body ended
+ */
+export function readBody(req: IncomingMessage, limit: number, route = ''): Promise<Buffer> {
   const declared = Number(req.headers['content-length'] ?? NaN);
   if (declared > limit) {
     req.resume();
-    throw new VouchError('too_large', `request body over ${limit} bytes`);
+    return Promise.reject(new VouchError('too_large', `request body over ${limit} bytes`));
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) {
-      req.resume();
-      throw new VouchError('too_large', `request body over ${limit} bytes`);
-    }
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
+  if (req.readableEnded) return Promise.resolve(Buffer.alloc(0)); // read already: nothing more comes
+  if (req.destroyed) return Promise.reject(new VouchError('bad_request', 'the client closed the connection before the body ended'));
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const stop = (e: unknown) => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('close', onClose);
+      req.resume(); // the rest is read and dropped
+      reject(e);
+    };
+    const guarded = (f: () => void) => {
+      try {
+        f();
+      } catch (e) {
+        if (e !== null && typeof e === 'object' && !isVouchError(e)) (e as { [UNEXPECTED_STAGE]?: string })[UNEXPECTED_STAGE] = 'body';
+        stop(e);
+      }
+    };
+    const onData = (chunk: Buffer) => guarded(() => {
+      if (FAULT !== null) injectFault('body', route);
+      size += chunk.length;
+      if (size > limit) stop(new VouchError('too_large', `request body over ${limit} bytes`));
+      else chunks.push(chunk);
+    });
+    const onEnd = () => guarded(() => {
+      req.off('data', onData);
+      req.off('close', onClose);
+      resolve(Buffer.concat(chunks, size));
+    });
+    const onClose = () => stop(new VouchError('bad_request', 'the client closed the connection before the body ended'));
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('close', onClose);
+  });
 }
 
 /** JSON.parse with a nesting bound. @throws VouchError bad_request */

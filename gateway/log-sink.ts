@@ -78,12 +78,19 @@ export class LineSink {
       this.dropped++;
       return;
     }
-    // Kept as strings, encoded once per batch: a Buffer.write per line costs more than the line itself.
-    this.lines.push(line);
-    this.chars += line.length;
-    if (urgent) this.flush(true);
-    else if (this.chars >= this.bufferChars) this.flush(false);
-    else this.arm();
+    try {
+      // Kept as strings, encoded once per batch: a Buffer.write per line costs more than the line itself.
+      this.lines.push(line);
+      this.chars += line.length;
+      if (urgent) this.flush(true);
+      else if (this.chars >= this.bufferChars) this.flush(false);
+      else this.arm();
+    } catch {
+      // What was buffered could not be encoded or written (writeSome catches the descriptor's errors): dropped, never thrown.
+      this.dropped += this.lines.length;
+      this.lines = [];
+      this.chars = 0;
+    }
   }
 
   /** Makes sure a flush comes within `flushMs` (unref'd: it never keeps the process alive). */

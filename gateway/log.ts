@@ -18,11 +18,13 @@
  * stderr sink (`log-sink.ts`): buffered, written in order, warn and error
  * lines written through at once (with every line before them), everything
  * written when the process exits. With `write` (tests), every line is
- * handed to it synchronously.
+ * handed to it synchronously. A logging call never throws (a line that
+ * cannot be made or written is dropped).
  */
 import { createRequire } from 'node:module';
 import pino, { type DestinationStream, type Logger as PinoLogger, type LoggerOptions } from 'pino';
 import { isoNow, isoOf, stderrSink } from './log-sink.ts';
+import { FAULT, injectFault } from './test-fault.ts';
 
 export type Level = 'debug' | 'info' | 'warn' | 'error';
 type Threshold = Level | 'silent';
@@ -58,6 +60,7 @@ export interface RequestRecord {
 
 /** Logs `r` as the `request` line at info, through `log.request` when the logger has it. */
 export function logRequest(log: Logger, r: RequestRecord): void {
+  if (FAULT !== null) injectFault('log', r.route);
   if (log.request !== undefined) log.request(r);
   else log.info('request', requestFields(r));
 }
@@ -190,10 +193,15 @@ export function createLogger(minLevel: Level | 'silent' = envThreshold(), write?
       urgent = () => sink.flush();
     }
   }
+  // Logging never throws into its caller (a request's listener, a handler's error path): a line that cannot be made is lost.
   const emit = (l: Level) => (msg: string, fields?: Record<string, unknown>) => {
-    if (fields === undefined) p[l](msg);
-    else p[l](fields, msg);
-    if (l === 'warn' || l === 'error') urgent();
+    try {
+      if (fields === undefined) p[l](msg);
+      else p[l](fields, msg);
+      if (l === 'warn' || l === 'error') urgent();
+    } catch {
+      // dropped: the sink counts what it could not write; a line pino could not make is not counted anywhere
+    }
   };
   const info = emit('info');
   const requests = p.isLevelEnabled('info');

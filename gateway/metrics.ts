@@ -14,7 +14,7 @@
  * up at scrape time; the mirror's counters come from the `mirror` source
  * the gateway hands over, else from the verified fetcher's `mirror` field.
  * Must hold: every label value is bounded (route templates, a fixed method
- * list, status codes, fixed outcome and tier names, the configured
+ * list, status codes, fixed outcome, stage and tier names, the configured
  * witnesses' key names) — never a raw path, URL
  * or header; a scrape never fails because one source throws (that metric is
  * left out); observing a request costs two map lookups and a few additions
@@ -27,11 +27,21 @@ import type { VerifiedFetcherStats } from '../artifacts/verified-fetch.ts';
 import type { MirrorStats } from '../artifacts/mirror.ts';
 import type { SubmitterStats } from './submitter.ts';
 import type { ProxyRoutes } from './routes/proxy.ts';
+import { FAULT, injectFault } from './test-fault.ts';
 
 /** Latency buckets in seconds: lookups answer in well under a millisecond, cold downloads take seconds. */
 export const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 type Sample = [labels: Record<string, string>, value: number];
+
+/**
+ * Where on the request path an unexpected exception was caught: the
+ * request listener, a handler (sync or its promise), a body reader, the
+ * response's 'finish' or 'close' listener, the answer batch, the request
+ * line, the request metrics, a proxy route's entry, node:http's
+ * 'clientError', or a listener of the server.
+ */
+export type UnexpectedStage = 'request' | 'handler' | 'handler_async' | 'body' | 'finish' | 'close' | 'batch' | 'log' | 'metrics' | 'proxy' | 'client_error' | 'server';
 
 const METHOD_LIST = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'other'] as const;
 const METHOD_INDEX = new Map<string, number>(METHOD_LIST.map((m, i) => [m, i]));
@@ -112,6 +122,16 @@ export class GatewayMetrics {
       },
     });
     this.registry.registerMetric(new DurationHistogram(routes) as unknown as Parameters<Registry['registerMetric']>[0]);
+    const unexpected = this.unexpectedCounts;
+    new Counter({
+      name: 'vouch_http_unexpected_errors_total',
+      help: 'Exceptions on the request path that no handler expected (each answered 500 or its connection closed, logged at error with its stack), by the stage that threw.',
+      labelNames: ['stage'], registers,
+      collect() {
+        this.reset();
+        for (const [stage, n] of unexpected) this.inc({ stage }, n);
+      },
+    });
     new Counter({
       name: 'vouch_http_response_bytes_total', help: 'Bytes written to connections for answers (headers included), by route template.',
       labelNames: ['route'], registers,
@@ -123,8 +143,17 @@ export class GatewayMetrics {
     this.defineSourced();
   }
 
+  /** Unexpected exceptions by stage (`unexpected`). */
+  private readonly unexpectedCounts = new Map<UnexpectedStage, number>();
+
+  /** Counts one unexpected exception on the request path at `stage` (a fixed name: the label stays bounded). */
+  unexpected(stage: UnexpectedStage): void {
+    this.unexpectedCounts.set(stage, (this.unexpectedCounts.get(stage) ?? 0) + 1);
+  }
+
   /** Counts one answered request. */
   observe(route: string, method: string, status: number, seconds: number, bytes: number): void {
+    if (FAULT !== null) injectFault('metrics', route);
     let r = this.routes.get(route);
     if (r === undefined) {
       r = new RouteStats(route);

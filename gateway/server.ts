@@ -25,16 +25,35 @@
  * together (`AnswerBatch`), then recorded.
  *
  * Must hold: every JSON path answers JSON with `success` — 400, 404 (also
- * unknown paths), 405, 406, 500 and 503 included; an exception in a
- * handler becomes a 500 JSON answer (or an empty 500 on byte paths), never
- * a crash, a stack trace or HTML. The request line and the metric labels
- * never carry a header or a query value other than `url`, and route labels
- * are route templates (or `proxy`, `explorer`, `unknown`), never raw paths.
- * A request with more than one Host header is answered 400 on every path
- * (RFC 9112 3.2; empty on byte and proxy paths) and its connection closed,
- * before any route sees it. A request answered before its body arrived
- * (401, 413, 404, a proxy answer, ...) keeps its connection at most
- * LINGER_MS longer for the rest of the body, then the connection is closed.
+ * unknown paths), 405, 406, 500 and 503 included. No request ends the
+ * process or another request: an exception that no handler expected,
+ * wherever on the request path it is thrown (the request listener, a
+ * handler or its promise, a body reader, the answer batch, the 'finish'
+ * and 'close' listeners, the request line, the metrics, a proxy route's
+ * entry; 'clientError' in gateway.ts), is caught where it is thrown and
+ * becomes a 500 for that request only (JSON `internal_error` where the
+ * contract is JSON, empty on byte and proxy paths; the connection closed
+ * when the answer had started; nothing more once the answer was sent
+ * whole), logged once at error with its stack (`reportUnexpected`) and
+ * counted (`vouch_http_unexpected_errors_total{stage}`) — never a crash, a
+ * stack trace to the client, or HTML. Nothing on the request path relies
+ * on a process-level handler: the gateway keeps Node's default for an
+ * exception that still reaches the process (it exits, after a JSON error
+ * line; gateway.ts), since what threw outside every guard may have left
+ * shared state half-changed. A request is recorded from the socket it
+ * arrived on (kept when it arrives: node:http may detach it, or a stream
+ * helper null `req.socket`, before its answer ends). Tests inject a fault
+ * at each stage (`test-fault.ts`, `VOUCH_TEST_FAULT`, tests only).
+ * The request line and the metric labels never carry a header or a query
+ * value other than `url`, and route labels are route templates (or
+ * `proxy`, `explorer`, `unknown`), never raw paths. A request with more
+ * than one Host header, or a Host that is not `host [":" port]` with a port
+ * of at most 65535 (`hostIsValid`), is answered 400 on every path (RFC 9112
+ * 3.2; empty on byte and proxy paths) and its connection closed, before any
+ * route sees it. A request answered before its body arrived (401, 413,
+ * 404, a proxy answer, ...) keeps its connection at most LINGER_MS longer
+ * for the rest of the body, then the connection is closed (also when the
+ * answer closes the connection: `closeAfterBody`).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -43,7 +62,7 @@ import { performance } from 'node:perf_hooks';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, type SelectionQuery } from './http-util.ts';
+import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
@@ -52,8 +71,10 @@ import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
 import { openApiDocument, skillDocument, SKILL_PATH } from './routes/openapi.ts';
-import { GatewayMetrics, handleMetrics } from './metrics.ts';
-import { logRequest } from './log.ts';
+import { GatewayMetrics, handleMetrics, type UnexpectedStage } from './metrics.ts';
+import { hostIsValid } from './routes/proxy-routes.ts';
+import { FAULT, injectFault } from './test-fault.ts';
+import { logRequest, type Logger } from './log.ts';
 import { wallClock } from './log-sink.ts';
 import { ClockCache } from './clock-cache.ts';
 import { AnswerBatch } from './answer-batch.ts';
@@ -90,6 +111,8 @@ interface Observed {
   url: string | undefined;
   path: string;
   search: string;
+  /** The connection the request arrived on (`req.socket` may be null by the time its answer ends). */
+  socket: CountedSocket;
   started: number;
   /** `headerFacts` of the request. */
   facts: number;
@@ -266,7 +289,7 @@ function bearerMatches(header: string | undefined, expected: Buffer): boolean {
   return timingSafeEqual(given, expected) && m !== null;
 }
 
-const submit: Handler = async (ctx, req, res) => {
+const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   if (ctx.submitter === null || ctx.submitTokenHash === null) {
     throw new VouchError('not_found', 'submit is disabled: this gateway is not an authority', { resource: '/v1/submit' });
   }
@@ -279,7 +302,7 @@ const submit: Handler = async (ctx, req, res) => {
     req.resume();
     throw new VouchError('unsupported_media_type', 'the body must be application/json');
   }
-  const body = parseJsonBody(await readBody(req, SUBMIT_BODY_LIMIT));
+  const body = parseJsonBody(await readBody(req, SUBMIT_BODY_LIMIT, obs.label));
   ready(ctx);
   const result = await ctx.submitter.submit(body);
   sendJson(res, result.httpStatus, result.body);
@@ -356,10 +379,37 @@ function lingerOnBody(req: IncomingMessage, ms: number): void {
   socket.once('close', done);
 }
 
+/**
+ * An answer that ends a connection (`Connection: close`, or node:http's own
+ * choice) while the request's body still arrives: node:http would destroy
+ * the socket at once (`destroySoon`), and the client, still sending, gets a
+ * reset that can discard the answer it had not read yet. Instead the
+ * answer is followed by a FIN, the rest of the body is read and dropped,
+ * and the socket is destroyed when the body has ended, or after `ms`.
+ */
+function closeAfterBody(req: IncomingMessage, socket: Socket, ms: number): void {
+  (socket as Socket & { destroySoon: () => void }).destroySoon = function (this: Socket) {
+    lingering.add(this);
+    this.end();
+    const timer = setTimeout(() => this.destroy(), ms);
+    const done = () => {
+      clearTimeout(timer);
+      lingering.delete(this);
+      this.destroy();
+    };
+    if (req.complete) return done();
+    req.once('end', done);
+    req.once('close', done);
+    this.once('close', done);
+  };
+}
+
 /** `headerFacts`: more than one Host field (node:http keeps only the first in `req.headers`). */
 const MANY_HOSTS = 1;
 /** `headerFacts`: a body is announced (Content-Length other than 0, or Transfer-Encoding). */
 const HAS_BODY = 2;
+/** `headerFacts`: a Host field whose value is not a host and port (`hostIsValid`). */
+const BAD_HOST = 4;
 
 /** What the dispatch needs to know of the header fields, in one pass over `rawHeaders` (no `req.headers` object built). */
 function headerFacts(req: IncomingMessage): number {
@@ -369,7 +419,10 @@ function headerFacts(req: IncomingMessage): number {
   for (let i = 0; i < raw.length; i += 2) {
     const k = raw[i]!;
     if (k.length === 4) {
-      if (k.toLowerCase() === 'host' && ++hosts > 1) facts |= MANY_HOSTS;
+      if (k.toLowerCase() === 'host') {
+        if (++hosts > 1) facts |= MANY_HOSTS;
+        if (!hostIsValid(raw[i + 1]!)) facts |= BAD_HOST;
+      }
     } else if (k.length === 14) {
       if (k.toLowerCase() === 'content-length' && raw[i + 1]!.trim() !== '0') facts |= HAS_BODY;
     } else if (k.length === 17 && k.toLowerCase() === 'transfer-encoding') facts |= HAS_BODY;
@@ -425,22 +478,53 @@ type ObservedResponse = ServerResponse & { [OBSERVED]?: Observed };
  * settle them first.
  */
 function recordRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: IncomingMessage, res: ServerResponse, obs: Observed, finished: boolean): void {
-  const socket = req.socket as CountedSocket;
+  const socket = obs.socket;
   const end = performance.now();
   const seconds = (end - obs.started) / 1000;
   const status = res.headersSent ? res.statusCode : 499;
-  const written = socket.bytesWritten;
+  // A destroyed socket still counts what it wrote (undefined only when it never had a write queue).
+  const written = socket.bytesWritten ?? socket[SENT] ?? 0;
   const bytes = Math.max(0, written - (socket[SENT] ?? 0));
   socket[SENT] = written;
   const method = req.method ?? '';
-  metrics.observe(obs.label, method, status, seconds, bytes);
+  try {
+    metrics.observe(obs.label, method, status, seconds, bytes);
+  } catch (e) {
+    reportUnexpected(ctx.log, metrics, 'metrics', e, req, obs.path);
+  }
   if (ctx.log.enabled?.('info') === false) return;
-  const path = obs.path;
-  const url = obs.url === undefined ? urlParam(obs.search) : obs.url.length > LOGGED_CHARS ? obs.url.slice(0, LOGGED_CHARS) : obs.url;
-  logRequest(ctx.log, {
-    method, path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path, route: obs.label, status, ms: Math.round(seconds * 1e5) / 100, bytes,
-    remote: socket.remoteAddress ?? null, url, aborted: !finished, time: wallClock(end),
-  });
+  try {
+    const path = obs.path;
+    const url = obs.url === undefined ? urlParam(obs.search) : obs.url.length > LOGGED_CHARS ? obs.url.slice(0, LOGGED_CHARS) : obs.url;
+    logRequest(ctx.log, {
+      method, path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path, route: obs.label, status, ms: Math.round(seconds * 1e5) / 100, bytes,
+      remote: socket.remoteAddress ?? null, url, aborted: !finished, time: wallClock(end),
+    });
+  } catch (e) {
+    reportUnexpected(ctx.log, metrics, 'log', e, req, obs.path);
+  }
+}
+
+/**
+ * Logs (once, at error, with its stack) and counts an exception that no
+ * handler expected, caught at `stage`. Never throws: a logger or a metric
+ * that fails too leaves the line or the count out.
+ */
+export function reportUnexpected(log: Logger, metrics: GatewayMetrics | null, stage: UnexpectedStage, e: unknown, req?: IncomingMessage | null, path?: string): void {
+  try {
+    metrics?.unexpected(stage);
+  } catch {
+    // the count is lost, not the request
+  }
+  try {
+    const err = e as { message?: unknown; stack?: unknown } | null;
+    const fields: Record<string, unknown> = { stage, error: typeof err?.message === 'string' ? err.message : String(e), stack: typeof err?.stack === 'string' ? err.stack : null };
+    if (req) fields.method = req.method;
+    if (path !== undefined) fields.path = path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path;
+    log.error('unexpected exception on the request path', fields);
+  } catch {
+    // the logger failed too: the count above says it happened
+  }
 }
 
 /**
@@ -460,24 +544,68 @@ function responseObservers(ctx: GatewayContext, metrics: GatewayMetrics): { fini
     obs.recorded = true;
     recordRequest(ctx, metrics, res.req, res, obs, finished);
   };
+  // Each listener catches what it throws: node:http's own 'finish' listener (after this one) must still run,
+  // and an exception here would otherwise reach the process. The answer was written whole: nothing to replace.
   return {
     finish(this: ObservedResponse) {
-      record(this, true);
+      try {
+        if (FAULT !== null) injectFault('finish', this[OBSERVED]!.label);
+        // Before node:http's own 'finish' listener, which closes such a connection.
+        if (!this.req.complete && !this.shouldKeepAlive) closeAfterBody(this.req, this[OBSERVED]!.socket, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
+        record(this, true);
+      } catch (e) {
+        reportUnexpected(ctx.log, metrics, 'finish', e, this.req, this[OBSERVED]?.path);
+      }
     },
     close(this: ObservedResponse) {
       const res = this;
-      if (!res.req.complete && res.writableFinished) lingerOnBody(res.req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
-      record(res, res.writableFinished);
+      try {
+        if (FAULT !== null) injectFault('close', res[OBSERVED]!.label);
+        if (!res.req.complete && res.writableFinished) lingerOnBody(res.req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
+        record(res, res.writableFinished);
+      } catch (e) {
+        reportUnexpected(ctx.log, metrics, 'close', e, res.req, res[OBSERVED]?.path);
+        if (!res.writableFinished) res.socket?.destroy();
+      }
     },
   };
 }
 
-/** Answers a request whose handler threw (or rejected); an unexpected exception is logged. */
-function failRequest(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, route: Route | undefined, path: string, e: unknown): void {
-  if (!(e instanceof VouchError)) ctx.log.error('request failed', { method: req.method, path, error: (e as Error)?.message ?? String(e) });
-  if (route?.kind === 'bytes') {
-    sendEmpty(res, statusOf(e));
-  } else sendError(res, e);
+/** The host name of a Host value without its port (`[...]` literals kept whole); '' when absent. */
+function hostName(value: string | undefined): string {
+  if (value === undefined) return '';
+  const close = value.lastIndexOf(']');
+  const colon = value.indexOf(':', close + 1);
+  return colon === -1 ? value : value.slice(0, colon);
+}
+
+/** The error of an injected fault at `stage` (`test-fault.ts`; tests only). */
+function faultOf(stage: string): Error {
+  return new Error(`injected fault at ${stage} (VOUCH_TEST_FAULT, tests only)`);
+}
+
+/**
+ * Answers a request whose handler threw (or rejected): its error answer, or
+ * an empty one on byte paths (`bytes`); the connection closed when the
+ * answer had started; nothing more when it had ended (it is with the
+ * socket whole: destroying the socket could cut it). An unexpected
+ * exception (not a `VouchError`) is reported at `stage` (or the stage the
+ * error carries, `UNEXPECTED_STAGE`). Never throws.
+ */
+function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: IncomingMessage, res: ServerResponse, bytes: boolean, path: string, e: unknown, stage: UnexpectedStage): void {
+  if (!(e instanceof VouchError)) {
+    const carried = (e as { [UNEXPECTED_STAGE]?: UnexpectedStage } | null)?.[UNEXPECTED_STAGE];
+    reportUnexpected(ctx.log, metrics, carried ?? stage, e, req, path);
+  }
+  try {
+    if (res.writableEnded) return;
+    if (bytes) sendEmpty(res, statusOf(e));
+    else sendError(res, e);
+  } catch (e2) {
+    // A head half made (or a response in a state node:http refuses) cannot carry an error answer: the connection goes.
+    res.destroy();
+    if (e instanceof VouchError) reportUnexpected(ctx.log, metrics, stage, e2, req, path);
+  }
 }
 
 /**
@@ -513,18 +641,23 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
   const batch = new AnswerBatch<Answer>((a) => {
     const { res, obs } = a;
     const req = res.req;
-    const socket = req.socket as CountedSocket;
     // The client left while the answer waited: recorded as such (499), nothing written.
-    if (res.destroyed || socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
+    if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
+    if (FAULT !== null) injectFault('batch', obs.label);
     sendWithProof(res, a.text, a.length, a.etag, a.proof);
     settle(req, res, obs, true);
   }, (a, e) => {
+    failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');
     try {
-      failRequest(ctx, a.res.req, a.res, LOOKUP_ROUTE, a.obs.path, e);
-    } catch {
-      a.res.destroy(); // a head half made cannot be replaced by an error answer: the connection goes
+      if (!a.obs.recorded) settle(a.res.req, a.res, a.obs, true);
+    } catch (e2) {
+      reportUnexpected(ctx.log, metrics, 'batch', e2, a.res.req, a.obs.path);
+      a.res.destroy();
     }
-    settle(a.res.req, a.res, a.obs, true);
+  }, (a, e) => {
+    // `failed` is built not to throw; should it, the connection goes and the batch goes on.
+    reportUnexpected(ctx.log, metrics, 'batch', e, null, a.obs.path);
+    a.res.destroy();
   });
   const own: HandlerState = { answers: new ClockCache<CachedAnswer>(ANSWER_CACHE_BYTES), batch, metrics };
 
@@ -532,24 +665,29 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
   const dispatch = (req: IncomingMessage, res: ServerResponse, target: string, route: Route | undefined, obs: Observed): boolean => {
     const { path, search, facts } = obs;
     try {
-      if ((facts & MANY_HOSTS) !== 0) {
-        // Which host is meant is ambiguous (and so is the framing of such a request): refused, and the connection closed.
+      if ((facts & (MANY_HOSTS | BAD_HOST)) !== 0) {
+        // Which host is meant is ambiguous or unusable (and so is the framing of such a request): refused, and the connection closed.
         req.resume();
         res.setHeader('connection', 'close');
-        const proxied = (route === undefined || route.handler === handleExplorer) && proxy.match(req.headers.host, target) !== null;
+        // Whether a proxy route would take it, by the host's name without its (bad) port.
+        const proxied = (route === undefined || route.handler === handleExplorer) && proxy.match(hostName(req.headers.host), target) !== null;
         if (proxied) obs.label = 'proxy';
         if (proxied || route?.kind === 'bytes') {
           sendEmpty(res, 400);
           return true;
         }
-        throw new VouchError('bad_request', 'the request has more than one Host header (RFC 9112, section 3.2)');
+        throw new VouchError('bad_request', (facts & MANY_HOSTS) !== 0
+          ? 'the request has more than one Host header (RFC 9112, section 3.2)'
+          : 'the Host header is not a host name with a port of at most 65535 (RFC 9112, section 3.2)');
       }
       // The explorer's paths yield to a proxy route (a Host route may proxy a whole site, "/" included).
       if (route === undefined || route.handler === handleExplorer) {
         const routed = proxy.match(req.headers.host, target);
         if (routed !== null) {
           obs.label = 'proxy';
-          void proxy.handle(req, res, routed); // answers every failure itself, empty-bodied
+          // It answers every failure itself, empty-bodied; what escapes it still stays with this request.
+          (FAULT !== null && FAULT.stage === 'proxy' && FAULT.route === 'proxy' ? Promise.reject(faultOf('proxy')) : proxy.handle(req, res, routed))
+            .catch((e: unknown) => failRequest(ctx, metrics, req, res, true, path, e, 'proxy'));
           return false;
         }
       }
@@ -567,18 +705,22 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
         req.resume();
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }
-      const done = route.handler(ctx, req, res, search, own, obs);
+      if (FAULT !== null) injectFault('handler', obs.label);
+      const done = FAULT !== null && FAULT.stage === 'handler_async' && FAULT.route === obs.label
+        ? new Promise<void>((_ok, fail) => setImmediate(() => fail(faultOf('handler_async'))))
+        : route.handler(ctx, req, res, search, own, obs);
       if (done instanceof Promise) {
-        done.catch((e: unknown) => failRequest(ctx, req, res, route, path, e));
+        done.catch((e: unknown) => failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async'));
         return false;
       }
     } catch (e) {
-      failRequest(ctx, req, res, route, path, e);
+      failRequest(ctx, metrics, req, res, route?.kind === 'bytes', path, e, 'handler');
     }
     return true;
   };
 
-  return (req, res) => {
+  /** What the request listener does for one request (`listener` catches what it throws). */
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const target = req.url ?? '/';
     const q = target.indexOf('?');
     // A lookup's path is the constant itself (no slice made; the log line compares it with the route label by identity).
@@ -588,10 +730,20 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     const obs: Observed = {
       // The table's own string: its hash is kept, where the path is a new string each request (metrics and log look labels up).
       label: route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : route.label,
-      url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), started: performance.now(),
+      url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), socket: req.socket as CountedSocket, started: performance.now(),
       facts: headerFacts(req), batched: false, recorded: false,
     };
     const done = dispatch(req, res, target, route, obs);
     if (!obs.batched) settle(req, res, obs, done);
+  };
+
+  return (req, res) => {
+    try {
+      onRequest(req, res);
+    } catch (e) {
+      // Outside every handler (routing, the header scan, settling): a 500 for this request, as its path's kind wants.
+      const path = (req.url ?? '/').split('?')[0]!;
+      failRequest(ctx, metrics, req, res, ROUTE_TABLE.get(path)?.kind === 'bytes' || path.startsWith(TILE_PREFIX), path, e, 'request');
+    }
   };
 }

@@ -2,7 +2,9 @@
  * The witness of a gateway (C2SP tlog-witness, `add-checkpoint`): for each
  * log it knows (an origin and the note key(s) it trusts for it), it keeps
  * the latest checkpoint it cosigned — size and root — and cosigns a new
- * checkpoint only when it is signed by a trusted key of its origin, its
+ * checkpoint only when it is signed by a trusted key of its origin (the
+ * note opened as Go's `note.Open` with those keys: `openNote`; signature
+ * lines of other keys, repeated or not, are ignored), its
  * `old` size is the recorded size, and the consistency proof shows the
  * recorded tree is a prefix of the new one (C2SP tlog-cosignature v1,
  * ed25519, type 0x04). Also the request body's format (`parseAddCheckpoint`)
@@ -27,7 +29,7 @@ import { dirname } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
 import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
-import { cosign, parseNote, parseVerifierKey, verifierKey, verifyNoteSignature } from '../chain/note.ts';
+import { cosign, openNote, parseNote, parseVerifierKey, verifierKey } from '../chain/note.ts';
 import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { verifyConsistency } from '../chain/merkle.ts';
 import { fsyncDir, writeDurably } from '../store/git-files.ts';
@@ -199,9 +201,16 @@ export class Witness {
       this.counts.unknown_log++;
       return { status: 404, message: `unknown log origin ${JSON.stringify(cp.origin.slice(0, 200))}` };
     }
-    if (!keys.some((k) => verifyNoteSignature(this.o.backend, note, k.name, k.publicKey))) {
+    // Go's note.Open with the log's keys: other keys' lines (cosignatures, unknown keys, repeated or not) are
+    // ignored, a trusted key's first line must verify (its later ones are dropped), and one must be there.
+    const opened = openNote(this.o.backend, req.note, keys);
+    if (!opened.ok) {
       this.counts.bad_signature++;
-      return { status: 403, message: `no signature of a key trusted for ${cp.origin} verifies` };
+      return {
+        status: 403, message: opened.why === 'invalid'
+          ? `the signature of ${opened.signature.name} (a key trusted for ${cp.origin}) does not verify`
+          : `no signature of a key trusted for ${cp.origin} verifies`,
+      };
     }
     if (req.old > cp.size) {
       this.counts.malformed++;

@@ -56,6 +56,29 @@ test('an item whose write throws goes to failed; the items after it are still wr
   assert.equal(failed, [[2, 'boom']]);
 });
 
+test('an item whose failed throws too goes to lost; the drain does not throw and the items after it are still written', async () => {
+  const written: number[] = [];
+  const lost: Array<[number, string]> = [];
+  const batch = new AnswerBatch<number>((n) => {
+    if (n === 2) throw new Error('boom');
+    written.push(n);
+  }, () => {
+    throw new Error('failed failed');
+  }, (n, e) => lost.push([n, (e as Error).message]));
+  let uncaught: unknown = null;
+  const onUncaught = (e: unknown) => { uncaught = e; };
+  process.prependListener('uncaughtException', onUncaught);
+  try {
+    for (const n of [1, 2, 3]) batch.add(n);
+    await turn();
+  } finally {
+    process.off('uncaughtException', onUncaught);
+  }
+  assert.is(uncaught, null);
+  assert.equal(written, [1, 3]);
+  assert.equal(lost, [[2, 'failed failed']]);
+});
+
 test('an item added while the batch is being written goes to the next batch, not lost', async () => {
   const written: string[] = [];
   const batch = new AnswerBatch<string>((s) => {

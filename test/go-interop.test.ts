@@ -8,6 +8,9 @@
  * it is fed the proofs of a hand-built three-leaf RFC 6962 tree, and a
  * checkpoint with inclusion and consistency proofs of chain/merkle-tree.ts
  * over 1,000 entries (sizes around powers of two), and refuses altered ones.
+ * Go's note.Open and chain/note.ts's openNote (and the checks built on it:
+ * verifyNoteSignature, openCheckpoint) are given the same notes with
+ * repeated, unknown, invalid and too many signature lines, and must agree.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -17,7 +20,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-crypto.ts';
 import { base64Encode } from '../chain/encoding.ts';
-import { cosign, SIG_ED25519, verifierKey } from '../chain/note.ts';
+import { cosign, openNote, parseNote, signNote, SIG_ED25519, verifierKey, verifyNoteSignature } from '../chain/note.ts';
+import { hexEncode } from '../chain/encoding.ts';
+import { isVouchError } from '../chain/errors.ts';
+import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { formatCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
 import { buildCheckNote, type CheckNoteRun } from './helpers/go-checknote.ts';
@@ -138,6 +144,79 @@ test('Go checks a checkpoint, inclusion and consistency proofs made by chain/mer
   const flipped = last.proof.map((h, i) => (i === 0 ? b64(sha(new TextEncoder().encode(h))) : h));
   assert.ok(last.proof.length > 0);
   assert.is(check({ consistency: [{ ...last, proof: flipped }] }).status, 1);
+});
+
+/** What Go's note.Open says of `note` with `vkeys`: accepted with its verified and unverified lines, or the kind of refusal. */
+function goOpen(vkeys: string[], note: string): string {
+  const r = check({ open: { vkeys, note } });
+  if (r.status === 0) return r.out.trim().replace(/^ok open /, 'ok ');
+  if (/malformed note/.test(r.out)) return 'malformed';
+  if (/invalid signature for key/.test(r.out)) return 'invalid';
+  if (/no verifiable signatures/.test(r.out)) return 'unverified';
+  throw new Error(`go: ${r.out}`);
+}
+
+/** The same in chain/note.ts's terms. */
+function ourOpen(keys: { name: string; publicKey: Uint8Array }[], note: string): string {
+  try {
+    const o = openNote(c, note, keys);
+    if (!o.ok) return o.why;
+    const ids = (sigs: { name: string; keyId: Uint8Array }[]) => sigs.map((s) => `${s.name}+${hexEncode(s.keyId)}`).join(',');
+    return `ok verified=${ids(o.verified)} unverified=${ids(o.unverified)}`;
+  } catch (e) {
+    if (isVouchError(e) && e.code === 'malformed') return 'malformed';
+    throw e;
+  }
+}
+
+test('Go\'s note.Open and openNote agree: unknown keys repeated, a known key twice (second invalid, or first), over 100 lines', () => {
+  const body = formatCheckpoint({ origin, size: 3, root: root3, extensions: [] });
+  const mine = signNote(c, body, origin, authority).line + '\n';
+  const badMine = signNote(c, body.replace('\n3\n', '\n4\n'), origin, authority).line + '\n'; // same key, a signature of other text
+  const stranger = nodeSigner('s', privateKeyFromSeed(new Uint8Array(32).fill(23)));
+  const unknown = signNote(c, body, 'stranger.example/k', stranger).line + '\n';
+  const unknown2 = signNote(c, body, 'stranger.example/k2', stranger).line + '\n';
+  const otherVkey = verifierKey(c, 'other.example/k', SIG_ED25519, other.publicKey);
+  const otherLine = signNote(c, body, 'other.example/k', other).line + '\n';
+  const badOther = signNote(c, 'other text\n', 'other.example/k', other).line + '\n';
+  const key = { name: origin, publicKey: authority.publicKey };
+  const otherKey = { name: 'other.example/k', publicKey: other.publicKey };
+  const cases: [string, string, boolean][] = [
+    ['unknown key twice', mine + unknown + unknown, false],
+    ['unknown key twice before the known one, another unknown between', unknown + unknown2 + unknown + mine, false],
+    ['known key twice, the second invalid', mine + badMine, false],
+    ['known key twice, the first invalid', badMine + mine, false],
+    ['known key twice, identical', mine + mine, false],
+    ['only unknown keys, repeated', unknown + unknown, false],
+    ['100 lines, repeats counted', mine + unknown.repeat(99), false],
+    ['101 lines, repeats counted', mine + unknown.repeat(100), false],
+    ['101 lines, all identical', mine.repeat(101), false],
+    ['two known keys, the second one invalid', mine + badOther, true],
+    ['two known keys, both valid, each twice', mine + otherLine + mine + otherLine, true],
+    ['two known keys, the first absent, the second valid then invalid', unknown + otherLine + badOther, true],
+  ];
+  for (const [what, lines, both] of cases) {
+    const note = body + '\n' + lines;
+    const vkeys = both ? [vkey, otherVkey] : [vkey];
+    const keys = both ? [key, otherKey] : [key];
+    const go = goOpen(vkeys, note);
+    assert.is(ourOpen(keys, note), go, `${what}: Go says ${go}`);
+    // With the authority's key alone, openCheckpoint / verifyNoteSignature accept exactly what Go's Open accepts.
+    const goAlone = both ? goOpen([vkey], note) : go;
+    let accepted: boolean;
+    try {
+      openCheckpoint(c, note, { publicKey: authority.publicKey, origin });
+      accepted = true;
+    } catch (e) {
+      if (!isVouchError(e)) throw e;
+      accepted = false;
+    }
+    assert.is(accepted, goAlone.startsWith('ok '), `${what}: openCheckpoint ${accepted}, Go ${goAlone}`);
+    if (goAlone !== 'malformed') assert.is(verifyNoteSignature(c, parseNote(note), origin, authority.publicKey), goAlone.startsWith('ok '), what);
+  }
+  // The cases above are not vacuous: Go accepts some and refuses others of each kind.
+  const outcomes = new Set(cases.map(([, lines, both]) => goOpen(both ? [vkey, otherVkey] : [vkey], body + '\n' + lines).split(' ')[0]));
+  assert.equal([...outcomes].sort(), ['invalid', 'malformed', 'ok', 'unverified']);
 });
 
 test.run();

@@ -13,7 +13,8 @@
  *   while the spellings package managers send still do;
  * - a slow tampered origin for one URL does not fail a download of the same
  *   bytes from another URL;
- * - duplicate `Host` headers answer 400 on every path;
+ * - duplicate `Host` headers, and a Host with an invalid port, answer 400 on
+ *   every path;
  * - an authority gateway on a read-only chain directory exits 2 with one
  *   line naming the directory.
  *
@@ -259,6 +260,33 @@ test('duplicate Host headers answer 400 on every path, and the connection is clo
   assert.is(originA.log.length, before, 'a request with two Host headers reached the origin');
   // One Host is fine, in any case.
   assert.is(statusOf(await rawExchange(gw.url, 'GET /v1/authority HTTP/1.1\r\nhOsT: 127.0.0.1\r\nConnection: close\r\n\r\n')), 200);
+});
+
+test('a Host whose port is out of range, not a number or otherwise invalid answers 400 on every path (empty on byte and proxy paths), before any route', async () => {
+  const dl = `/v1/download?url=${encodeURIComponent(originA.url('/pkg/same.bin'))}`;
+  const before = originA.log.length;
+  for (const [path, method] of [['/v1/authority', 'GET'], [dl, 'GET'], ['/v1/submit', 'POST'], ['/pass/unsigned.bin', 'GET'], ['/unsigned.bin', 'GET'],
+    ['/nope', 'GET'], ['/healthz', 'GET'], ['/tile/0/000', 'GET']] as const) {
+    for (const host of ['registry.test:99999', 'registry.test:65536', 'registry.test:http', 'registry.test:80:80', '127.0.0.1:1x', '[::1]:99999', 'reg istry.test', 'registry.test:0000099999']) {
+      const what = `${method} ${path} with Host ${host}`;
+      const answer = await rawExchange(gw.url, `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\n` + (method === 'POST' ? 'Content-Length: 2\r\n\r\n{}' : '\r\n'));
+      assert.is(statusOf(answer), 400, `${what}: ${JSON.stringify(answer.slice(0, 120))}`);
+      const body = answer.slice(answer.indexOf('\r\n\r\n') + 4);
+      // The host route registry.test takes every path but the gateway's own (and the prefix route /pass/): empty-bodied there.
+      const proxied = path.startsWith('/pass/') || (host.startsWith('registry.test') && !path.startsWith('/v1/') && path !== '/healthz' && !path.startsWith('/tile/'));
+      if (path === dl || path.startsWith('/tile/') || proxied) assert.is(body, '', `${what}: a body`);
+      else {
+        assert.is(JSON.parse(body).status, 'bad_request', what);
+        assert.match(JSON.parse(body).message, /Host header/, what);
+      }
+    }
+  }
+  assert.is(originA.log.length, before, 'a request with an invalid Host reached the origin');
+  // Valid ports, an IPv6 literal, no port: served as before (the host route still matches its name).
+  for (const host of ['127.0.0.1', '127.0.0.1:65535', '[::1]:8080', 'localhost:1']) {
+    assert.is(statusOf(await rawExchange(gw.url, `GET /v1/authority HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`)), 200, host);
+  }
+  assert.is(statusOf(await rawExchange(gw.url, 'GET /same.bin HTTP/1.1\r\nHost: registry.test:8080\r\nConnection: close\r\n\r\n')), 200, 'the host route with a valid port');
 });
 
 /**

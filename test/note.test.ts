@@ -11,7 +11,7 @@ import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-cr
 import { base64Decode, base64Encode, hexEncode } from '../chain/encoding.ts';
 import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
 import {
-  cosign, formatNote, MAX_NOTE_SIGNATURES, noteKeyId, parseNote, parseVerifierKey, signNote, verifierKey, verifyCosignature, verifyNoteSignature,
+  cosign, formatNote, MAX_NOTE_SIGNATURES, noteKeyId, openNote, parseNote, parseVerifierKey, signNote, verifierKey, verifyCosignature, verifyNoteSignature,
   SIG_COSIGNATURE_V1, SIG_ED25519,
 } from '../chain/note.ts';
 import { refuses } from './helpers/refusal.ts';
@@ -116,12 +116,14 @@ for (const [bname, c, mkSigner] of backends) {
     const huge = cos.bytes.slice();
     huge.set([0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], 0);
     assert.equal(verifyCosignature(c, { text: body, signatures: [{ ...cos, bytes: huge }] }, 'w', witness.publicKey), { ok: false });
-    // Notes built in code (not parsed) with two lines of one key: not verified, even when one line is good.
-    assert.equal(verifyCosignature(c, { text: body, signatures: [cos, { ...cos, bytes: other }] }, 'w', witness.publicKey), { ok: false });
+    // Two lines of one key (Go's Open): the first decides, the later ones are not read.
+    assert.equal(verifyCosignature(c, { text: body, signatures: [cos, { ...cos, bytes: other }] }, 'w', witness.publicKey), { ok: true, timestamp: 1679315147 });
+    assert.equal(verifyCosignature(c, { text: body, signatures: [{ ...cos, bytes: other }, cos] }, 'w', witness.publicKey), { ok: false });
     const ns = signNote(c, body, 'w', witness);
     const nsBad = { ...ns, bytes: ns.bytes.map((b, i) => (i === 0 ? b ^ 1 : b)) };
     assert.ok(verifyNoteSignature(c, { text: body, signatures: [ns] }, 'w', witness.publicKey));
-    assert.not.ok(verifyNoteSignature(c, { text: body, signatures: [ns, nsBad] }, 'w', witness.publicKey));
+    assert.ok(verifyNoteSignature(c, { text: body, signatures: [ns, nsBad] }, 'w', witness.publicKey));
+    assert.not.ok(verifyNoteSignature(c, { text: body, signatures: [nsBad, ns] }, 'w', witness.publicKey));
     refuses(() => cosign(c, body, 'w', witness, -1), 'bad_request');
     refuses(() => cosign(c, body, 'w', witness, 1.5), 'bad_request');
     refuses(() => cosign(c, body, 'w', witness, 2 ** 53), 'bad_request');
@@ -146,8 +148,6 @@ test('parseNote: Go\'s malformed notes are refused', () => {
 test('parseNote: every other refusal', () => {
   const sigB64 = PETER_SIG.slice('— PeterNeumann '.length, -1);
   const cases: [string, RegExp][] = [
-    [TEXT + '\n' + PETER_SIG + PETER_SIG, /two signatures by the same key PeterNeumann\+c74f20a3/],
-    [TEXT + '\n' + PETER_SIG + PETER_SIG.replace('x08go/ZJ', 'x08go/ZK'), /same key/],
     [TEXT + '\n' + '— PeterNeumann ' + sigB64.slice(0, -1) + '\n', /base64/], // bad padding
     [TEXT + '\n' + '— PeterNeumann ' + sigB64.replace('/', '_') + '\n', /base64/], // URL alphabet
     [TEXT + '\n' + '— PeterNeumann\n', /base64/],
@@ -161,6 +161,10 @@ test('parseNote: every other refusal', () => {
     ['x'.repeat((1 << 20) + 1) + '\n\n' + PETER_SIG, /longer/],
   ];
   for (const [m, why] of cases) refuses(() => parseNote(m), 'malformed', why);
+  // Repeated lines are kept as they came (openNote decides what they mean), so the note round-trips.
+  const twice = TEXT + '\n' + PETER_SIG + PETER_SIG;
+  assert.is(parseNote(twice).signatures.length, 2);
+  assert.is(formatNote(parseNote(twice)), twice);
   // 100 distinct signatures are fine (Go's limit), empty lines inside the text too.
   const many = Array.from({ length: MAX_NOTE_SIGNATURES }, (_, i) => `— k${i} ${sigB64}\n`).join('');
   assert.is(parseNote('a\n\nb\n\n' + many).signatures.length, 100);
@@ -199,6 +203,35 @@ test('signNote refuses a text without final newline, with control characters, an
   refuses(() => signNote(nobleBackend, 'a\rb\n', 'PeterNeumann', s), 'malformed');
   refuses(() => signNote(nobleBackend, TEXT, 'a+b', s), 'bad_request');
   refuses(() => signNote(nobleBackend, TEXT, '', s), 'bad_request');
+});
+
+test('openNote is Go\'s note.Open: unknown keys ignored (repeats once), a known key\'s first line decides, at most 100 lines', () => {
+  const c = nodeBackend;
+  const peter = parseVerifierKey(c, PETER_VKEY);
+  const enoch = parseVerifierKey(c, ENOCH_VKEY);
+  const P = { name: 'PeterNeumann', publicKey: peter.publicKey };
+  const E = { name: 'EnochRoot', publicKey: enoch.publicKey };
+  const badPeter = PETER_SIG.replace('x08go/ZJ', 'x08go/ZK');
+  // An unknown key's line, twice: ignored, kept once.
+  const r1 = openNote(c, TEXT + '\n' + PETER_SIG + ENOCH_SIG + ENOCH_SIG, [P]);
+  assert.ok(r1.ok);
+  if (r1.ok) {
+    assert.equal(r1.verified.map((s) => s.name), ['PeterNeumann']);
+    assert.equal(r1.unverified.map((s) => s.name), ['EnochRoot']);
+  }
+  // A known key twice: the first verifies, the second (invalid) is dropped unread; the reverse refuses.
+  assert.ok(openNote(c, TEXT + '\n' + PETER_SIG + badPeter, [P]).ok);
+  const r2 = openNote(c, TEXT + '\n' + badPeter + PETER_SIG, [P]);
+  assert.ok(!r2.ok && r2.why === 'invalid');
+  // An invalid line of a known key refuses the note even when another known key verified.
+  const r3 = openNote(c, TEXT + '\n' + PETER_SIG + ENOCH_SIG.replace('rwz+eBzm', 'rwz+eBzn'), [P, E]);
+  assert.ok(!r3.ok && r3.why === 'invalid');
+  // No known key: unverified.
+  const r4 = openNote(c, TEXT + '\n' + ENOCH_SIG, [P]);
+  assert.ok(!r4.ok && r4.why === 'unverified');
+  // 100 lines (repeats counted) are fine, 101 malformed.
+  assert.ok(openNote(c, TEXT + '\n' + PETER_SIG + ENOCH_SIG.repeat(99), [P]).ok);
+  refuses(() => openNote(c, TEXT + '\n' + PETER_SIG + ENOCH_SIG.repeat(100), [P]), 'malformed');
 });
 
 test.run();

@@ -19,7 +19,7 @@ import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed, rawPublicKey } from '../platform/node-crypto.ts';
 import { base64Decode, utf8 } from '../chain/encoding.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
-import { parseNote, verifierKey, verifyCosignature } from '../chain/note.ts';
+import { cosign, parseNote, signNote, verifierKey, verifyCosignature } from '../chain/note.ts';
 import { parseCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { checkQuorum, parsePolicy } from '../chain/tlog-policy.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
@@ -203,6 +203,35 @@ test('a witness cosigns a consistent checkpoint and refuses everything else with
   assert.match(metrics, /vouch_witness_requests_total\{outcome="cosigned"\} 3/);
   assert.match(metrics, /vouch_witness_requests_total\{outcome="inconsistent"\} 2/);
   assert.match(metrics, /vouch_witness_requests_total\{outcome="too_large"\} 1/);
+});
+
+test('signature lines of unknown keys are ignored, repeated or not; a trusted key\'s first line decides (Go\'s note.Open)', async () => {
+  const w = witnesses[0]!;
+  const note9 = noteOf(9);
+  const text9 = parseNote(note9).text;
+  const stranger = nodeSigner('stranger.test/k', privateKeyFromSeed(new Uint8Array(32).fill(44)));
+  const unknownLine = signNote(c, text9, 'stranger.test/k', stranger).line + '\n';
+  const cosLine = cosign(c, text9, 'other.witness/x', stranger, 1_700_000_000).line + '\n';
+  const mine = note9.slice(note9.indexOf('\n\n') + 2);
+  const badMine = mine.replace(/[A-Za-z0-9+/]{10}(=*)\n$/, 'AAAAAAAAAA$1\n');
+  const withLines = (lines: string) => formatAddCheckpoint(9, [], text9 + '\n' + lines);
+  const cases: [string, string, number][] = [
+    ['the same unknown-key line twice', mine + unknownLine + unknownLine, 200],
+    ['an unknown-key line three times, before the log\'s', unknownLine.repeat(3) + mine, 200],
+    ['another witness\'s cosignature line twice', mine + cosLine + cosLine, 200],
+    ['the log\'s line, then an invalid one of the same key (dropped unread)', mine + badMine, 200],
+    ['an invalid line of the log\'s key, then its valid one', badMine + mine, 403],
+    ['only unknown keys', unknownLine + unknownLine, 403],
+    ['100 lines, repeats counted', mine + unknownLine.repeat(99), 200],
+    ['101 lines, repeats counted', mine + unknownLine.repeat(100), 400],
+  ];
+  for (const [what, lines, status] of cases) {
+    const r = await post(w.gw.url, withLines(lines));
+    assert.is(r.status, status, `${what}: ${r.status} ${r.text}`);
+    if (status === 200) assert.ok(verifyCosignature(c, parseNote(note9 + r.text), w.name, rawPublicKey(readKeyFile(w.key))).ok, what);
+  }
+  const state = JSON.parse(readFileSync(join(w.dir, 'witness-state.json'), 'utf8'));
+  assert.is(state.logs[ORIGIN].size, 9);
 });
 
 test('a gateway witnesses its own chain\'s log without configuring it (origin of its note, its pinned key)', async () => {

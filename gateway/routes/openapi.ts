@@ -85,7 +85,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         ],
         responses: {
           200: {
-            description: 'W×32 bytes of hashes. A full tile is immutable (`Cache-Control: public, max-age=31536000, immutable`), a partial one short-lived.',
+            description: 'W×32 bytes of hashes. Every tile, full or partial, is immutable (`Cache-Control: public, max-age=31536000, immutable`): a tile of a given width never changes (tlog-tiles).',
             headers: { 'Cache-Control': { schema: { type: 'string' } } },
             content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
           },

@@ -136,12 +136,53 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
   return out;
 }
 
-/** `name` and `port` of a Host header value (lower-case, one trailing dot dropped); null when it is not a host name. */
+/**
+ * `name` and `port` of a Host header value (lower-case, one trailing dot
+ * dropped); null when it is not a host name, or its port is not a port
+ * (`hostIsValid`: the dispatch answers such a request 400 before any route).
+ */
 export function parseHost(value: string | undefined): { name: string; port: string | null } | null {
   if (value === undefined) return null;
   const m = /^([A-Za-z0-9.-]+?)\.?(?::(\d{1,5}))?$/.exec(value.trim());
   if (m === null) return null;
+  if (m[2] !== undefined && Number(m[2]) > 65535) return null;
   return { name: m[1]!.toLowerCase(), port: m[2] === undefined ? null : String(Number(m[2])) };
+}
+
+/** RFC 3986 `host [ ":" port ]`: an IP literal (IPv6 or IPvFuture) or a reg-name (percent-escapes, sub-delims), then digits. */
+const RFC3986_HOST = /^(?:\[(?:[0-9A-Fa-f:.]+|v[0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+)\]|(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)(?::(\d*))?$/;
+
+/** Whether the digits of `value` from `from` on are a port of at most 65535 (an empty port is no port); false on a non-digit. */
+function portFits(value: string, from: number): boolean {
+  let port = 0;
+  for (let i = from; i < value.length; i++) {
+    const d = value.charCodeAt(i) - 48;
+    if (d < 0 || d > 9) return false;
+    port = port * 10 + d;
+    if (port > 65535) return false;
+  }
+  return true;
+}
+
+/**
+ * Whether a Host field value is valid (RFC 9112 3.2, RFC 3986 3.2.2-3.2.3):
+ * `host [":" port]` with a port, when given, of at most 65535. An empty
+ * value is valid (a request target without an authority); a port out of
+ * range (`pkg.test:99999`), not a number (`pkg.test:x`), a second colon
+ * outside brackets or a character outside RFC 3986's is not. Every request
+ * asks it: a DNS name or IPv4 address with a port is checked by a scan of
+ * its characters (no regular expression, nothing allocated).
+ */
+export function hostIsValid(value: string): boolean {
+  let i = 0;
+  for (; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (!((c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c === 46 || c === 45)) break;
+  }
+  if (i === value.length) return true;
+  if (i > 0 && value.charCodeAt(i) === 58) return portFits(value, i + 1);
+  const m = RFC3986_HOST.exec(value);
+  return m !== null && (m[1] === undefined || portFits(m[1], 0));
 }
 
 /** The route a request falls under: Host routes first, then the rest; longest prefix, then configuration order. */

@@ -14,8 +14,9 @@
  * Must hold: every answer is bounded (a tile is at most 8 KiB, a proof
  * at most ~130 hashes) and costs O(log n) lookups, never a pass over the
  * chain; tiles and bundles name only entries the tree holds (404 beyond, 400
- * for a path that is not a tile path); a full tile is immutable, a partial
- * one is cached briefly; proof sizes beyond the tree are 404, malformed or
+ * for a path that is not a tile path); every tile and bundle is immutable,
+ * partial ones too (tlog-tiles: the tile of a given width never changes; a
+ * grown tree is served under another width); proof sizes beyond the tree are 404, malformed or
  * out-of-order parameters 400.
  */
 import { createHash } from 'node:crypto';
@@ -29,9 +30,12 @@ import { asciiJson, sendEmpty, sendJson } from '../http-util.ts';
 import type { BlockProof } from '../chain-state.ts';
 import type { GatewayContext } from '../context.ts';
 
-/** Cache-Control of a full tile or bundle (its bytes never change) and of a partial one. */
-export const FULL_TILE_CACHE = 'public, max-age=31536000, immutable';
-export const PARTIAL_TILE_CACHE = 'public, max-age=10';
+/**
+ * Cache-Control of every tile and bundle, full or partial: the bytes at a
+ * tile path never change (C2SP tlog-tiles: a partial tile of width W is
+ * the same W hashes forever; a grown tree is served under another width).
+ */
+export const TILE_CACHE = 'public, max-age=31536000, immutable';
 
 function ready(ctx: GatewayContext): NonNullable<GatewayContext['state']> {
   if (ctx.state === null) throw new VouchError('not_ready', 'the chain is not loaded yet; retry shortly');
@@ -119,7 +123,7 @@ export function handleTile(ctx: GatewayContext, req: IncomingMessage, res: Serve
   }
   res.writeHead(200, {
     'content-type': 'application/octet-stream', 'content-length': String(body.length),
-    'cache-control': ref.width === TILE_WIDTH ? FULL_TILE_CACHE : PARTIAL_TILE_CACHE, 'x-content-type-options': 'nosniff',
+    'cache-control': TILE_CACHE, 'x-content-type-options': 'nosniff',
   });
   res.end(req.method === 'HEAD' ? undefined : Buffer.from(body.buffer, body.byteOffset, body.length));
 }

@@ -37,7 +37,7 @@ export async function handleAddCheckpoint(ctx: GatewayContext, req: IncomingMess
   }
   let body: Buffer;
   try {
-    body = await readBody(req, WITNESS_BODY_LIMIT);
+    body = await readBody(req, WITNESS_BODY_LIMIT, '/add-checkpoint');
   } catch (e) {
     if (isVouchError(e) && e.code === 'too_large') {
       witness.countTooLarge();

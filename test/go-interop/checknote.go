@@ -9,8 +9,12 @@
 // Input (JSON on stdin):
 //
 //	{"vkey": "<name>+<hex8>+<base64>", "note": "<signed checkpoint note>",
+//	 "open": {"vkeys": ["<vkey>", ...], "note": "<any signed note>"},
 //	 "inclusion": [{"index": I, "size": N, "leaf_entry_b64": "...", "proof": ["<b64>", ...], "root_b64": "..."}],
 //	 "consistency": [{"from": A, "to": B, "old_root": "<b64>", "new_root": "<b64>", "proof": ["<b64>", ...]}]}
+//
+// `open`: note.Open of any note with those keys, nothing more; prints
+// "ok open verified=<name+hash,...> unverified=<name+hash,...>".
 //
 // Prints one line per check ("ok ..." or "FAIL ...") and exits 1 at the
 // first failure, 2 on bad input.
@@ -44,7 +48,13 @@ type consistency struct {
 	Proof   []string `json:"proof"`
 }
 
+type open struct {
+	Vkeys []string `json:"vkeys"`
+	Note  string   `json:"note"`
+}
+
 type input struct {
+	Open        *open         `json:"open"`
 	Vkey        string        `json:"vkey"`
 	Note        string        `json:"note"`
 	Inclusion   []inclusion   `json:"inclusion"`
@@ -86,6 +96,29 @@ func main() {
 	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
 		fmt.Printf("bad input: %v\n", err)
 		os.Exit(2)
+	}
+
+	if in.Open != nil {
+		var vs []note.Verifier
+		for _, k := range in.Open.Vkeys {
+			v, err := note.NewVerifier(k)
+			if err != nil {
+				fail("note.NewVerifier(%q): %v", k, err)
+			}
+			vs = append(vs, v)
+		}
+		n, err := note.Open([]byte(in.Open.Note), note.VerifierList(vs...))
+		if err != nil {
+			fail("note.Open: %v", err)
+		}
+		names := func(sigs []note.Signature) string {
+			out := make([]string, 0, len(sigs))
+			for _, s := range sigs {
+				out = append(out, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
+			}
+			return strings.Join(out, ",")
+		}
+		fmt.Printf("ok open verified=%s unverified=%s\n", names(n.Sigs), names(n.UnverifiedSigs))
 	}
 
 	if in.Note != "" {
