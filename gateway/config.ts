@@ -49,8 +49,8 @@ export interface Config {
   mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number; budget_bytes: number | null };
   origin: { timeout: number; max_bytes: number; max_redirects: number; allow_private: boolean };
   proxy: { routes: RouteConfig[] };
-  /** Bounds on client connections: seconds to receive a whole request (line, headers, body); open connections. */
-  clients: { request_timeout: number; max_connections: number };
+  /** Bounds on client connections: seconds to receive a whole request (line, headers, body); open connections; seconds an idle keep-alive connection is kept. */
+  clients: { request_timeout: number; max_connections: number; keep_alive_timeout: number };
   /** Where the file came from (null: embedded default). */
   source: string | null;
 }
@@ -142,6 +142,7 @@ const SCHEMA: Record<string, Kind> = {
     keys: {
       request_timeout: { t: 'number', min: 0.1, max: 3_600 },
       max_connections: { t: 'int', min: 1, max: 1_000_000 },
+      keep_alive_timeout: { t: 'number', min: 0.1, max: 3_600 },
     },
   },
 };
@@ -153,7 +154,7 @@ export const DEFAULTS = {
   authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token' },
   mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
-  clients: { request_timeout: 30, max_connections: 4096 },
+  clients: { request_timeout: 30, max_connections: 4096, keep_alive_timeout: 65 },
   witness: { key_file: './var/witness.pem', state_file: './var/witness-state.json' },
 } as const;
 

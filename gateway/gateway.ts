@@ -9,7 +9,7 @@
  * printed at start (the mode and chain directory first, a `try:` line that
  * answers with no network last); the HTTP server's bounds on clients
  * (`clients.request_timeout` on receiving each request, headers and body;
- * `clients.max_connections`) and the JSON answers to requests node:http
+ * `clients.max_connections`; `clients.keep_alive_timeout` for idle ones) and the JSON answers to requests node:http
  * refuses itself.
  * Must hold: the submit token and the key never reach a log line or a
  * response; they are announced once, only when first generated. An
@@ -375,7 +375,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     requestTimeout: requestMs,
     headersTimeout: Math.min(30_000, requestMs),
     connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(requestMs / 4))),
-    keepAliveTimeout: 5_000,
+    // Longer than the idle time of the clients' pools (npm's, pip's, go's; a reverse proxy's), so a client reusing an idle
+    // connection does not race its close (node's 5 s default: npm, busy resolving a large tree, met ECONNRESET on reuse).
+    keepAliveTimeout: Math.round(config.clients.keep_alive_timeout * 1000),
   }, createRequestHandler(ctx, { proxy, metrics }));
   server.maxConnections = connectionBound(config.clients.max_connections, log);
   let dropped = 0;

@@ -49,6 +49,7 @@ let gw: GatewayProcess;
 let tight = null as GatewayProcess | null;
 const REQUEST_TIMEOUT_S = 2;
 const MAX_CONNECTIONS = 40;
+const KEEP_ALIVE_S = 2;
 
 const SAME = 'the same bytes, published at two URLs\n'.repeat(200);
 const SLOW_BODY = pattern(512 * 1024, 9);
@@ -359,9 +360,10 @@ test('an authority gateway on a read-only chain directory exits 2 with one line 
 // ---------------------------------------------------------------------------
 // Item 3: slow clients, long responses, the number of connections
 
-test('clients: request_timeout 30 s and max_connections 4096 by default; checked like every key', () => {
-  assert.equal(resolveConfig(null, '/x', null).clients, { request_timeout: 30, max_connections: 4096 });
-  assert.equal(resolveConfig({ clients: { request_timeout: 2.5 } }, '/x', null).clients, { request_timeout: 2.5, max_connections: 4096 });
+test('clients: request_timeout 30 s, max_connections 4096 and keep_alive_timeout 65 s by default; checked like every key', () => {
+  assert.equal(resolveConfig(null, '/x', null).clients, { request_timeout: 30, max_connections: 4096, keep_alive_timeout: 65 });
+  assert.equal(resolveConfig({ clients: { request_timeout: 2.5 } }, '/x', null).clients, { request_timeout: 2.5, max_connections: 4096, keep_alive_timeout: 65 });
+  assert.throws(() => resolveConfig({ clients: { keep_alive_timeout: 0 } }, '/x', null), /clients\.keep_alive_timeout must be from 0\.1/);
   assert.throws(() => resolveConfig({ clients: { request_timeout: 0 } }, '/x', null), /clients\.request_timeout must be from 0\.1/);
   assert.throws(() => resolveConfig({ clients: { max_connections: 1.5 } }, '/x', null), /clients\.max_connections must be an integer/);
   assert.throws(() => resolveConfig({ clients: { max_conections: 5 } }, '/x', null), /clients\.max_conections is not a known key/);
@@ -372,10 +374,42 @@ async function startTight(): Promise<GatewayProcess> {
   const dir = join(work, 'tight');
   tight = await startGatewayProcess(['--config', writeConfig(dir, {
     ...baseConfig(dir),
-    clients: { request_timeout: REQUEST_TIMEOUT_S, max_connections: MAX_CONNECTIONS },
+    clients: { request_timeout: REQUEST_TIMEOUT_S, max_connections: MAX_CONNECTIONS, keep_alive_timeout: KEEP_ALIVE_S },
   })]);
   return tight;
 }
+
+/** Sends a GET on an open connection and resolves once the connection has received `answers` answers in all. */
+async function getOn(c: RawClient, path: string, answers: number): Promise<void> {
+  c.socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`);
+  const until = Date.now() + 5_000;
+  while ((c.received().match(/HTTP\/1\.1 \d{3}/g)?.length ?? 0) < answers && c.closedAfter() === null && Date.now() < until) await sleep(20);
+}
+
+test('an idle keep-alive connection is kept clients.keep_alive_timeout (65 s by default, past node\'s 5 s), announced, then closed', async () => {
+  // A client's pool reuses a connection it last used seconds ago (npm after resolving a large tree): a close
+  // racing that reuse is a reset request. Kept past node's 5 s default, the reuse is answered.
+  const c = rawClient(gw.url);
+  await getOn(c, '/healthz', 1);
+  assert.is(statusOf(c.received()), 200);
+  assert.match(c.received(), /\r\nKeep-Alive: timeout=65\r\n/i);
+  await sleep(6_000);
+  assert.is(c.closedAfter(), null, 'the idle connection was closed within 6 s');
+  await getOn(c, '/healthz', 2);
+  assert.is(c.received().match(/HTTP\/1\.1 200/g)?.length, 2, JSON.stringify(c.received().slice(-200)));
+  c.socket.destroy();
+  // A shorter configured bound closes an idle connection after it.
+  const g = await startTight();
+  const t = rawClient(g.url);
+  await getOn(t, '/healthz', 1);
+  assert.match(t.received(), new RegExp(`\\r\\nKeep-Alive: timeout=${KEEP_ALIVE_S}\\r\\n`, 'i'));
+  const answeredAt = Date.now() - t.opened;
+  await Promise.race([t.closed, sleep(KEEP_ALIVE_S * 1000 + 3_000)]);
+  const closedAfter = t.closedAfter();
+  t.socket.destroy();
+  assert.ok(closedAfter !== null, `an idle connection outlived keep_alive_timeout ${KEEP_ALIVE_S} s by 3 s`);
+  assert.ok(closedAfter - answeredAt >= KEEP_ALIVE_S * 1000 - 100, `closed ${closedAfter - answeredAt} ms after its answer`);
+});
 
 test('slow bodies and headers are cut after clients.request_timeout, also after an early 401; others are answered throughout', async () => {
   const g = await startTight();
