@@ -42,15 +42,17 @@
  * and its canonical host).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import { finished } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Agent, type Dispatcher } from 'undici';
 import { VouchError, isVouchError } from '../../chain/errors.ts';
 import type { Selection } from '../../chain/select.ts';
-import type { MetadataIO } from '../ecosystems/ecosystem.ts';
+import type { MetadataIO, Rendered, RenderView } from '../ecosystems/ecosystem.ts';
 import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-routes.ts';
 import { MetadataCache, type OriginAnswer } from '../ecosystems/metadata-cache.ts';
 import type { ArtifactSource, GatewayContext } from '../context.ts';
-import { etagMatches, serveVerified } from './download.ts';
+import { etagMatches, sendPaced, serveVerified, stallGuard } from './download.ts';
 import { sendEmpty, statusOf } from '../http-util.ts';
 import { keptOriginHeaders } from '../../artifacts/stored-artifact.ts';
 
@@ -88,6 +90,29 @@ const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
   'te', 'trailer', 'trailers', 'transfer-encoding', 'upgrade',
 ]);
+/**
+ * The host rendered metadata names the gateway by (random per process, so
+ * no origin can write it); replaced by the request's host when sent, so one
+ * rendering serves every host clients reach the gateway at.
+ */
+const HOST_MARK = `vouch-host-${randomBytes(12).toString('hex')}.invalid`;
+/** Metadata bodies smaller than this are sent without a charge to the memory budget (one write; bounded by connections). */
+const UNCHARGED_BODY = 64 * 1024;
+
+/** A rendered answer as kept: its body split at HOST_MARK (one part: no gateway link in it). */
+type Template =
+  | { ok: true; status: number; contentType: string; headers: Record<string, string>; parts: string[] | Buffer }
+  | { ok: false; status: number; message: string };
+
+/** A serial per chain state object (a new state after a reload is another chain). */
+const stateSerials = new WeakMap<object, number>();
+let nextStateSerial = 0;
+function stateSerial(state: object): number {
+  let n = stateSerials.get(state);
+  if (n === undefined) stateSerials.set(state, n = ++nextStateSerial);
+  return n;
+}
+
 /** Request headers never forwarded on pass-through (besides hop-by-hop). */
 const NOT_FORWARDED = new Set(['host', 'content-length', 'expect']);
 
@@ -128,6 +153,8 @@ export class ProxyRoutes {
   };
   private agent: Agent | null = null;
   private readonly metadata = new MetadataCache();
+  /** Metadata bodies being sent and charged to the memory budget, with the number of responses sending each. */
+  private readonly sending = new Map<Buffer, number>();
 
   /** @throws VouchError usage when a route is not usable (see `compileRoutes`). */
   constructor(private readonly ctx: GatewayContext) {
@@ -323,8 +350,34 @@ export class ProxyRoutes {
   /** The request-scoped view an ecosystem module answers metadata through. */
   private metadataIO(req: IncomingMessage, res: ServerResponse, m: ProxyMatch & { refusal: null }): MetadataIO {
     const { route } = m;
-    const base = this.requestBase(req);
-    return {
+    const { protocol, host } = this.requestBase(req);
+    const base = `${protocol}//${host}`;
+    const endorsed = (url: string) => {
+      const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
+      return sel === null || sel.revokedBy !== null ? null : sel;
+    };
+    const artifactUrlOfRoute = (url: string) => artifactUrlOf(this.routes, route, url);
+    // The route gatewayUrlOf picks (this one first, then the others in order): the tail is what it will classify.
+    const artifactTailOf = (url: string) => {
+      const r = [route, ...this.routes.filter((x) => x !== route)].find((x) => url.startsWith(x.canonical));
+      return r === undefined ? null : url.slice(r.canonical.length);
+    };
+    // What a kept answer depends on besides the origin body: the route, the client's form, the chain state, the day.
+    const keyOf = (form: string) => {
+      const state = this.ctx.state;
+      const chain = state === null ? '-' : `${stateSerial(state)}.${state.size}.${state.head.record_hash}`;
+      return `${route.index}\u0000${form}\u0000${chain}\u0000${this.ctx.today()}`;
+    };
+    const view: RenderView = {
+      unendorsed: route.unendorsed, endorsed, artifactUrlOf: artifactUrlOfRoute, artifactTailOf, log: this.ctx.log,
+      originUrl: (rest) => route.origin + rest,
+      gatewayUrlOf: (url) => gatewayUrlOf(this.routes, route, `${protocol}//${HOST_MARK}`, url),
+    };
+    const send = (status: number, contentType: string, body: string | Buffer, headers: Record<string, string> = {}, kept = false) => {
+      const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+      this.sendMetadata(req, res, route, status, { 'content-type': contentType, ...headers }, bytes, kept);
+    };
+    const io: MetadataIO = {
       req, res,
       unendorsed: route.unendorsed,
       rest: m.rest,
@@ -342,23 +395,32 @@ export class ProxyRoutes {
         return got;
       },
       originUrl: (rest) => route.origin + rest,
-      endorsed: (url) => {
-        const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
-        return sel === null || sel.revokedBy !== null ? null : sel;
-      },
-      artifactUrlOf: (url) => artifactUrlOf(this.routes, route, url),
+      endorsed,
+      artifactUrlOf: artifactUrlOfRoute,
       gatewayUrlOf: (url) => gatewayUrlOf(this.routes, route, base, url),
-      send: (status, contentType, body, headers = {}) => {
-        this.counters.metadata++;
-        res.writeHead(status, {
-          'content-type': contentType,
-          'content-length': Buffer.byteLength(body),
-          'x-content-type-options': 'nosniff',
-          'cache-control': 'no-cache',
-          ...headers,
-        });
-        res.end(req.method === 'HEAD' ? undefined : body);
+      artifactTailOf,
+      remember: (r, form, make) => this.metadata.derive(r.id, keyOf(form), () => make(view)),
+      answer: (r, form, make) => {
+        const key = keyOf(form);
+        const t = this.metadata.derive(r.id, key, () => this.render(route, view, make));
+        if (!t.ok) return io.fail(t.status, t.message);
+        let bytes: Buffer;
+        let hostKey = key;
+        if (Buffer.isBuffer(t.parts)) {
+          bytes = t.parts;
+        } else {
+          const parts = t.parts;
+          hostKey = `${key}\u0000${host}`;
+          bytes = this.metadata.derive(r.id, hostKey, () => {
+            const b = Buffer.from(parts.join(host));
+            return { value: b, bytes: b.length };
+          });
+        }
+        const headers: Record<string, string> = {};
+        for (const [k, v] of Object.entries(t.headers)) headers[k] = v.split(HOST_MARK).join(host);
+        send(t.status, t.contentType, bytes, headers, this.metadata.hasDerived(r.id, hostKey));
       },
+      send: (status, contentType, body, headers = {}) => send(status, contentType, body, headers),
       fail: (status, message) => {
         this.counters.failed++;
         this.fail(res, route, status, message);
@@ -370,14 +432,86 @@ export class ProxyRoutes {
         return true;
       },
     };
+    return io;
+  }
+
+  /**
+   * Makes an answer to keep: the module's rendering, its body split at the
+   * host mark. A RangeError (a document too deep or too large to write back)
+   * is a 502 with the reason, logged at warn: the origin's document, not a
+   * fault of the gateway.
+   */
+  private render(route: ProxyRoute, view: RenderView, make: (view: RenderView) => Rendered): { value: Template; bytes: number } {
+    let out: Rendered;
+    try {
+      out = make(view);
+    } catch (e) {
+      if (!(e instanceof RangeError)) throw e;
+      this.ctx.log.warn('proxy: origin metadata cannot be handled', { route: route.label, error: e.message });
+      out = { ok: false, status: 502, message: `vouch: the origin's ${route.kind} metadata cannot be handled (${e.message})` };
+    }
+    if (!out.ok) return { value: out, bytes: out.message.length };
+    const headers = out.headers ?? {};
+    if (Buffer.isBuffer(out.body)) return { value: { ...out, headers, parts: out.body }, bytes: out.body.length };
+    const parts = out.body.split(HOST_MARK);
+    const value: Template = { ok: true, status: out.status, contentType: out.contentType, headers, parts: parts.length === 1 ? Buffer.from(parts[0]!) : parts };
+    return { value, bytes: out.body.length };
+  }
+
+  /**
+   * Sends a metadata body: in pieces, each after the one before drained,
+   * under the stall guard (a client that takes nothing for origin.timeout is
+   * cut); a body of UNCHARGED_BODY or more is charged to the memory budget
+   * once however many responses send it, while any does. When the budget
+   * has no room: sent uncharged if a cache keeps the bytes anyway (`kept`),
+   * else 503.
+   */
+  private sendMetadata(req: IncomingMessage, res: ServerResponse, route: ProxyRoute, status: number, headers: Record<string, string>, bytes: Buffer, kept: boolean): void {
+    const head = {
+      'content-length': String(bytes.length),
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-cache',
+      ...headers,
+    };
+    if (req.method === 'HEAD' || bytes.length === 0) {
+      this.counters.metadata++;
+      res.writeHead(status, head);
+      res.end();
+      return;
+    }
+    let release = () => {};
+    if (bytes.length >= UNCHARGED_BODY) {
+      const refs = this.sending.get(bytes);
+      if (refs !== undefined) {
+        this.sending.set(bytes, refs + 1);
+      } else if (this.ctx.artifacts.holdBytes?.(bytes.length) ?? false) {
+        this.sending.set(bytes, 1);
+      } else if (!kept && this.ctx.artifacts.holdBytes !== undefined) {
+        this.counters.failed++;
+        this.ctx.log.warn('proxy: no room in the memory budget for a metadata answer', { route: route.label, bytes: bytes.length });
+        return this.fail(res, route, 503, 'vouch: the gateway has no memory to spare for this answer now; retry shortly', { 'retry-after': '1' });
+      }
+      if (this.sending.has(bytes)) {
+        release = () => {
+          const n = this.sending.get(bytes)!;
+          if (n > 1) return void this.sending.set(bytes, n - 1);
+          this.sending.delete(bytes);
+          this.ctx.artifacts.unholdBytes?.(bytes.length);
+        };
+      }
+    }
+    this.counters.metadata++;
+    res.writeHead(status, head);
+    finished(res, release);
+    sendPaced(res, bytes, stallGuard(res, this.ctx.config.origin.timeout * 1000));
   }
 
   /** Scheme (of public_url) and authority (the request's Host, when it is a host name) that clients reach the gateway at. */
-  private requestBase(req: IncomingMessage): string {
+  private requestBase(req: IncomingMessage): { protocol: string; host: string } {
     const pub = new URL(this.ctx.config.public_url);
     const host = req.headers.host;
-    if (host !== undefined && parseHost(host) !== null) return `${pub.protocol}//${host.trim()}`;
-    return `${pub.protocol}//${pub.host}`;
+    if (host !== undefined && parseHost(host) !== null) return { protocol: pub.protocol, host: host.trim() };
+    return { protocol: pub.protocol, host: pub.host };
   }
 
   /** One origin request for metadata: only `accept` is sent; the body is read whole, up to MAX_METADATA_BYTES. */
