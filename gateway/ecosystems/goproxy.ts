@@ -268,11 +268,12 @@ export interface ListLine { version: string; time: string | null }
  * else is dropped.
  * @throws ListTooLong when the list has more than MAX_LIST_LINES lines.
  */
-export function parseVersionList(body: string, module: string): ListLine[] {
+export function parseVersionList(body: string | Buffer, module: string): ListLine[] {
   let lines = 0;
   for (let at = body.indexOf('\n'); at !== -1 && at < body.length - 1; at = body.indexOf('\n', at + 1)) {
     if (++lines >= MAX_LIST_LINES) throw new ListTooLong(`the version list has more than ${MAX_LIST_LINES} lines`);
   }
+  if (typeof body !== 'string') body = body.toString('utf8'); // counted first: a list over the cap is never decoded
   const out: ListLine[] = [];
   const seen = new Set<string>();
   for (const line of body.split('\n')) {
@@ -337,7 +338,7 @@ function originRefused(io: MetadataIO, r: MetadataResponse, what: string): void 
 /** The list offered from an origin `@v/list` body, or the refusal of a list over the cap (logged at warn). */
 function offeredList(io: RenderView, module: string, body: Buffer): ListLine[] | Rendered {
   try {
-    return filterVersionList(io, module, parseVersionList(body.toString('utf8'), module));
+    return filterVersionList(io, module, parseVersionList(body, module));
   } catch (e) {
     if (!(e instanceof ListTooLong)) throw e;
     io.log.warn('goproxy: unusable version list from the origin', { module, error: e.message });

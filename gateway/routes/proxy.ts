@@ -84,6 +84,8 @@ export interface ProxyStats {
 
 /** Largest metadata answer read from an origin (npm's largest packuments are tens of MiB). */
 export const MAX_METADATA_BYTES = 48 * 1024 * 1024;
+/** Metadata coming in from an origin is charged to the memory budget in steps of this many bytes. */
+const CHARGE_STEP = 1024 * 1024;
 const KEPT_METADATA_HEADERS = ['content-type', 'location', 'etag', 'last-modified', 'cache-control'] as const;
 
 const HOP_BY_HOP = new Set([
@@ -99,10 +101,40 @@ const HOST_MARK = `vouch-host-${randomBytes(12).toString('hex')}.invalid`;
 /** Metadata bodies smaller than this are sent without a charge to the memory budget (one write; bounded by connections). */
 const UNCHARGED_BODY = 64 * 1024;
 
-/** A rendered answer as kept: its body split at HOST_MARK (one part: no gateway link in it). */
+/**
+ * A rendered answer as kept: its body for the host of the request that made
+ * it (`whole`; for every host when it has no gateway link, `host` null) and
+ * the pieces of it between the host's places (views of `whole`), to make
+ * the body for another host from.
+ */
 type Template =
-  | { ok: true; status: number; contentType: string; headers: Record<string, string>; parts: string[] | Buffer }
+  | { ok: true; status: number; contentType: string; headers: Record<string, string>; whole: Buffer; host: string | null; parts: Buffer[] }
   | { ok: false; status: number; message: string };
+const HOST_MARK_BYTES = Buffer.from(HOST_MARK);
+
+/** `bytes` split at every HOST_MARK (views, no copy). */
+function splitAtMark(bytes: Buffer): Buffer[] {
+  const parts: Buffer[] = [];
+  let from = 0;
+  for (let at = bytes.indexOf(HOST_MARK_BYTES); at !== -1; at = bytes.indexOf(HOST_MARK_BYTES, from)) {
+    parts.push(bytes.subarray(from, at));
+    from = at + HOST_MARK_BYTES.length;
+  }
+  parts.push(bytes.subarray(from));
+  return parts;
+}
+
+/** The parts joined with `host` between them, as one buffer. */
+function joinWith(parts: readonly Buffer[], host: string): Buffer {
+  const h = Buffer.from(host);
+  const out = Buffer.allocUnsafe(parts.reduce((n, p) => n + p.length, 0) + h.length * (parts.length - 1));
+  let at = 0;
+  parts.forEach((p, i) => {
+    if (i > 0) at += h.copy(out, at);
+    at += p.copy(out, at);
+  });
+  return out;
+}
 
 /** A serial per chain state object (a new state after a reload is another chain). */
 const stateSerials = new WeakMap<object, number>();
@@ -402,17 +434,15 @@ export class ProxyRoutes {
       remember: (r, form, make) => this.metadata.derive(r.id, keyOf(form), () => make(view)),
       answer: (r, form, make) => {
         const key = keyOf(form);
-        const t = this.metadata.derive(r.id, key, () => this.render(route, view, make));
+        const t = this.metadata.derive(r.id, key, () => this.render(route, view, make, host));
         if (!t.ok) return io.fail(t.status, t.message);
-        let bytes: Buffer;
+        let bytes = t.whole;
         let hostKey = key;
-        if (Buffer.isBuffer(t.parts)) {
-          bytes = t.parts;
-        } else {
+        if (t.host !== null && t.host !== host) {
           const parts = t.parts;
           hostKey = `${key}\u0000${host}`;
           bytes = this.metadata.derive(r.id, hostKey, () => {
-            const b = Buffer.from(parts.join(host));
+            const b = joinWith(parts, host);
             return { value: b, bytes: b.length };
           });
         }
@@ -441,7 +471,7 @@ export class ProxyRoutes {
    * is a 502 with the reason, logged at warn: the origin's document, not a
    * fault of the gateway.
    */
-  private render(route: ProxyRoute, view: RenderView, make: (view: RenderView) => Rendered): { value: Template; bytes: number } {
+  private render(route: ProxyRoute, view: RenderView, make: (view: RenderView) => Rendered, host: string): { value: Template; bytes: number } {
     let out: Rendered;
     try {
       out = make(view);
@@ -451,11 +481,19 @@ export class ProxyRoutes {
       out = { ok: false, status: 502, message: `vouch: the origin's ${route.kind} metadata cannot be handled (${e.message})` };
     }
     if (!out.ok) return { value: out, bytes: out.message.length };
-    const headers = out.headers ?? {};
-    if (Buffer.isBuffer(out.body)) return { value: { ...out, headers, parts: out.body }, bytes: out.body.length };
-    const parts = out.body.split(HOST_MARK);
-    const value: Template = { ok: true, status: out.status, contentType: out.contentType, headers, parts: parts.length === 1 ? Buffer.from(parts[0]!) : parts };
-    return { value, bytes: out.body.length };
+    const marked = Buffer.isBuffer(out.body) ? out.body : Buffer.from(out.body);
+    const split = splitAtMark(marked);
+    const head = { ok: true as const, status: out.status, contentType: out.contentType, headers: out.headers ?? {} };
+    if (split.length === 1) return { value: { ...head, whole: marked, host: null, parts: split }, bytes: marked.length };
+    const whole = joinWith(split, host);
+    const h = Buffer.byteLength(host);
+    const parts: Buffer[] = [];
+    let at = 0;
+    for (const p of split) {
+      parts.push(whole.subarray(at, at + p.length));
+      at += p.length + h;
+    }
+    return { value: { ...head, whole, host, parts }, bytes: whole.length };
   }
 
   /**
@@ -533,20 +571,38 @@ export class ProxyRoutes {
       up.body.destroy();
       throw new VouchError('too_large', `${url}: metadata larger than ${MAX_METADATA_BYTES} bytes`, { resource: url });
     }
+    // Received into one buffer of the declared length when there is one (no second copy), else in chunks;
+    // charged to the memory budget while it comes in (refused past it: 503, retry), given back once it is read.
+    const into = Number.isSafeInteger(declared) && declared >= 0 ? Buffer.allocUnsafe(declared) : null;
     const chunks: Buffer[] = [];
     let size = 0;
+    let charged = 0;
+    const charge = (upTo: number): void => {
+      if (upTo <= charged || this.ctx.artifacts.holdBytes === undefined) return;
+      const more = Math.max(upTo - charged, CHARGE_STEP);
+      if (!this.ctx.artifacts.holdBytes(more)) {
+        throw new VouchError('not_ready', `${url}: the gateway's memory budget has no room for this metadata now; retry shortly`, { resource: url });
+      }
+      charged += more;
+    };
     try {
+      charge(into?.length ?? 0);
       for await (const chunk of up.body) {
-        size += (chunk as Buffer).length;
-        if (size > MAX_METADATA_BYTES) {
-          up.body.destroy();
+        const c = chunk as Buffer;
+        if (size + c.length > MAX_METADATA_BYTES) {
           throw new VouchError('too_large', `${url}: metadata larger than ${MAX_METADATA_BYTES} bytes`, { resource: url });
         }
-        chunks.push(chunk as Buffer);
+        charge(size + c.length);
+        if (into !== null && size + c.length <= into.length) c.copy(into, size);
+        else chunks.push(c);
+        size += c.length;
       }
     } catch (e) {
+      up.body.destroy();
       if (isVouchError(e)) throw e;
       throw new VouchError(isTimeout(e) ? 'origin_timeout' : 'origin_error', `${url}: the body broke off`, { resource: url });
+    } finally {
+      if (charged > 0) this.ctx.artifacts.unholdBytes?.(charged);
     }
     const headers: Record<string, string> = {};
     for (const name of KEPT_METADATA_HEADERS) {
@@ -556,7 +612,8 @@ export class ProxyRoutes {
     if (typeof up.headers['content-encoding'] === 'string' && up.headers['content-encoding'] !== 'identity') {
       throw new VouchError('origin_error', `${url}: the origin sent encoded metadata (${up.headers['content-encoding']}) although asked for identity`, { resource: url });
     }
-    return { status: up.statusCode, headers, body: Buffer.concat(chunks, size) };
+    const body = into !== null && size === into.length && chunks.length === 0 ? into : Buffer.concat(into === null ? chunks : [into.subarray(0, Math.min(size, into.length)), ...chunks], size);
+    return { status: up.statusCode, headers, body };
   }
 
   /** The Agent of pass-through and metadata requests: no redirect interceptor, so a redirect is never followed here. */
