@@ -24,6 +24,7 @@ import { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, commitFor } from '../store/chain-store.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { MetadataIO, MetadataResponse, Rendered, RenderView } from '../gateway/ecosystems/ecosystem.ts';
+import { renderJob, type RenderJob } from '../gateway/ecosystems/render-job.ts';
 import { valid as semverValid } from 'semver';
 import { BadPackument, PASS_MARK, integrityOf, isCanonicalSemver, npm, packumentName, rewritePackument, wantsAbbreviated, type RewriteIO } from '../gateway/ecosystems/npm.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
@@ -295,6 +296,10 @@ test('packument answer: the form asked upstream, the scoped spelling, content ty
       const out = make(this);
       if (out.ok) this.send(out.status, out.contentType, out.body, out.headers);
       else this.fail(out.status, out.message);
+    },
+    answerJob(r: MetadataResponse, form: string, job: RenderJob) {
+      this.answer(r, form, (v) => renderJob(job, r.body, v));
+      return Promise.resolve();
     },
     remember: (_r: MetadataResponse, _form: string, make: (view: RenderView) => { value: unknown }) => make(io(accept)).value,
     req: { headers: { accept } } as MetadataIO['req'], res: {} as MetadataIO['res'], rest: '', query: '',

@@ -23,6 +23,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Selection } from '../../chain/select.ts';
 import type { Logger } from '../log.ts';
+import type { RenderJob } from './render-job.ts';
 
 /** What a request under an ecosystem route is. */
 export type Classified =
@@ -134,6 +135,13 @@ export interface MetadataIO {
    * answered 502 and logged at warn. `make` runs synchronously.
    */
   answer(r: MetadataResponse, form: string, make: (view: RenderView) => Rendered): void;
+  /**
+   * As `answer`, for a rendering that can leave the event loop: the body is
+   * parsed and the answer written in the render worker (render-job.ts),
+   * which asks this thread only about the URLs it found. Resolves once the
+   * answer is sent (or refused).
+   */
+  answerJob(r: MetadataResponse, form: string, job: RenderJob): Promise<void>;
   /** The value `make` derives from the origin body `r` under `form` and the chain state, made once and kept like `answer`'s (`bytes`: what it occupies). */
   remember<T>(r: MetadataResponse, form: string, make: (view: RenderView) => { value: T; bytes: number }): T;
   /**

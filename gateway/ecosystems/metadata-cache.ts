@@ -61,6 +61,7 @@ export class MetadataCache {
     maxSize: MAX_DERIVED_BYTES,
     sizeCalculation: (d, k) => Math.max(1, d.bytes + k.length + 64),
   });
+  private readonly deriving = new Map<string, Promise<Derived<unknown>>>();
   private serial = 0;
 
   constructor(private readonly now: () => number = Date.now) {}
@@ -102,6 +103,24 @@ export class MetadataCache {
     const d = make();
     this.derived.set(k, d);
     return d.value;
+  }
+
+  /** As `derive`, for a value made asynchronously: concurrent callers of one key share one `make`. */
+  async deriveAsync<T>(id: number, key: string, make: () => Promise<Derived<T>>): Promise<T> {
+    const k = `${id}\u0000${key}`;
+    const kept = this.derived.get(k);
+    if (kept !== undefined) return kept.value as T;
+    let flight = this.deriving.get(k) as Promise<Derived<T>> | undefined;
+    if (flight === undefined) {
+      flight = make().then((d) => {
+        this.derived.set(k, d);
+        return d;
+      });
+      this.deriving.set(k, flight);
+      const drop = () => this.deriving.delete(k);
+      flight.then(drop, drop);
+    }
+    return (await flight).value;
   }
 
   /** Whether the value derived from body `id` under `key` is kept now. */

@@ -253,10 +253,16 @@ function latestOf(versions: Iterable<string>): string {
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** The packument answer made from the origin's body: parsed under the caps, rewritten, written back (once per body, chain state and form). */
-export function renderPackument(body: Buffer, contentType: string | undefined, pkg: PackageName, abbreviated: boolean, io: RenderView): Rendered {
-  let doc: unknown;
-  let result: RewriteResult;
+/** What an npm rendering needs besides the origin body and the chain (also sent to the render worker). */
+export interface PackumentJob { kind: 'npm'; contentType: string | undefined; name: string; abbreviated: boolean }
+
+/**
+ * The origin's packument read under the caps (decoded, bounded in
+ * structure, parsed); a refusal (502 with the reason, logged at warn) when
+ * npm could not use it. Chain-independent: the part that may run off the
+ * event loop.
+ */
+export function preparePackument(body: Uint8Array, job: PackumentJob, log: RenderView['log']): { doc: unknown } | Rendered {
   try {
     let text: string;
     try {
@@ -271,28 +277,58 @@ export function renderPackument(body: Buffer, contentType: string | undefined, p
       throw e;
     }
     try {
-      doc = JSON.parse(text);
+      return { doc: JSON.parse(text) };
     } catch (e) {
       throw new BadPackument(`not JSON (${(e as Error).message.slice(0, 120)})`);
     }
-    result = rewritePackument(doc, pkg.name, io);
   } catch (e) {
     if (!(e instanceof BadPackument)) throw e;
-    io.log.warn('npm: unusable packument from the registry', { package: pkg.name, error: e.message });
-    return { ok: false, status: 502, message: `vouch: the registry's packument of ${pkg.name} is unusable: ${e.message}` };
+    return refusePackument(job, e, log);
+  }
+}
+
+function refusePackument(job: PackumentJob, e: BadPackument, log: RenderView['log']): Rendered {
+  log.warn('npm: unusable packument from the registry', { package: job.name, error: e.message });
+  return { ok: false, status: 502, message: `vouch: the registry's packument of ${job.name} is unusable: ${e.message}` };
+}
+
+/** The tarball URLs a parsed packument lists (what its rewrite asks the chain about). */
+export function tarballsOf(doc: unknown): string[] {
+  const out: string[] = [];
+  const versions = isObject(doc) && isObject(doc.versions) ? doc.versions : {};
+  for (const v of Object.values(versions)) {
+    if (isObject(v) && isObject(v.dist) && typeof v.dist.tarball === 'string') out.push(v.dist.tarball);
+  }
+  return out;
+}
+
+/** The answer from a parsed packument: rewritten against the chain (`io`), written back. */
+export function finishPackument(doc: unknown, job: PackumentJob, io: RenderView): Rendered {
+  let result: RewriteResult;
+  try {
+    result = rewritePackument(doc, job.name, io);
+  } catch (e) {
+    if (!(e instanceof BadPackument)) throw e;
+    return refusePackument(job, e, io.log);
   }
   if (result.unrouted > 0) {
-    io.log.warn('npm: removed versions whose tarball no route serves', { package: pkg.name, versions: result.unrouted, example: result.unroutedExample });
+    io.log.warn('npm: removed versions whose tarball no route serves', { package: job.name, versions: result.unrouted, example: result.unroutedExample });
   }
   if (result.misnamed > 0) {
-    io.log.warn('npm: removed versions listing an endorsed tarball of another package or version', { package: pkg.name, versions: result.misnamed, example: result.misnamedExample });
+    io.log.warn('npm: removed versions listing an endorsed tarball of another package or version', { package: job.name, versions: result.misnamed, example: result.misnamedExample });
   }
   io.log.debug('npm: packument rewritten', {
-    package: pkg.name, form: abbreviated ? 'abbreviated' : 'full', kept: result.kept, marked: result.marked,
+    package: job.name, form: job.abbreviated ? 'abbreviated' : 'full', kept: result.kept, marked: result.marked,
     unendorsed: result.unendorsed, malformed: result.malformed,
   });
-  if (result.kept === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: no endorsed version of ${pkg.name}` };
-  return { ok: true, status: 200, contentType: answerType(contentType, abbreviated), body: JSON.stringify(doc), headers: { vary: 'accept' } };
+  if (result.kept === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: no endorsed version of ${job.name}` };
+  return { ok: true, status: 200, contentType: answerType(job.contentType, job.abbreviated), body: JSON.stringify(doc), headers: { vary: 'accept' } };
+}
+
+/** The packument answer made from the origin's body on this thread: `preparePackument` then `finishPackument`. */
+export function renderPackument(body: Uint8Array, job: PackumentJob, io: RenderView): Rendered {
+  const p = preparePackument(body, job, io.log);
+  return 'ok' in p ? p : finishPackument(p.doc, job, io);
 }
 
 /** Answers a packument request: the origin's packument (cached), rewritten for the chain as it is (made once, see `renderPackument`). */
@@ -304,7 +340,7 @@ async function answerPackument(io: MetadataIO, pkg: PackageName): Promise<void> 
     return io.fail(404, `vouch: ${pkg.name} is not in the registry (it answered ${up.status})`);
   }
   if (up.status !== 200) return io.fail(502, `vouch: the registry answered ${up.status} for the packument of ${pkg.name}`);
-  io.answer(up, `npm ${form}`, (view) => renderPackument(up.body, up.headers['content-type'], pkg, abbreviated, view));
+  await io.answerJob(up, `npm ${form}`, { kind: 'npm', contentType: up.headers['content-type'], name: pkg.name, abbreviated });
 }
 
 export const npm: EcosystemHandler = {

@@ -43,7 +43,7 @@
  * exactly the signed hash; nothing of the origin's markup is sent.
  */
 import { PageError, parseHtmlPage, parseJsonPage, pipFileName, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
-import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse, Rendered, RenderView } from './ecosystem.ts';
+import type { Classified, EcosystemHandler, MetadataIO, Rendered, RenderView } from './ecosystem.ts';
 
 export const JSON_TYPE = 'application/vnd.pypi.simple.v1+json';
 export const HTML_TYPE = 'application/vnd.pypi.simple.v1+html';
@@ -270,31 +270,31 @@ export function renderJson(page: RewrittenPage): string {
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 
-function decodeBody(r: MetadataResponse): string {
-  const charset = /;\s*charset\s*=\s*"?([A-Za-z0-9_.:-]+)"?/i.exec(r.headers['content-type'] ?? '')?.[1] ?? 'utf-8';
+function decodeBody(contentType: string | undefined, body: Uint8Array): string {
+  const charset = /;\s*charset\s*=\s*"?([A-Za-z0-9_.:-]+)"?/i.exec(contentType ?? '')?.[1] ?? 'utf-8';
   let decoder: TextDecoder;
   try {
     decoder = new TextDecoder(charset);
   } catch {
     decoder = new TextDecoder('utf-8');
   }
-  return decoder.decode(r.body);
+  return decoder.decode(body);
 }
 
 /** Our reading of the index's 200 answer. @throws PageError */
-function parsePage(r: MetadataResponse, pageUrl: string, project: string): IndexPage {
-  const type = (r.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+function parsePage(contentType: string | undefined, body: Uint8Array, pageUrl: string, project: string): IndexPage {
+  const type = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
   if (type === JSON_TYPE || type === 'application/vnd.pypi.simple.latest+json') {
     let text: string;
     try {
-      text = new TextDecoder('utf-8', { fatal: true }).decode(r.body);
+      text = new TextDecoder('utf-8', { fatal: true }).decode(body);
     } catch {
       throw new PageError('the JSON is not UTF-8');
     }
     return parseJsonPage(text, pageUrl);
   }
   if (type === HTML_TYPE || type === 'application/vnd.pypi.simple.latest+html' || type === 'text/html') {
-    return parseHtmlPage(decodeBody(r), pageUrl, project);
+    return parseHtmlPage(decodeBody(contentType, body), pageUrl, project);
   }
   throw new PageError(`the index answered with content type ${JSON.stringify(type || '(none)')}, not a simple repository page`);
 }
@@ -330,19 +330,43 @@ async function answerProject(io: MetadataIO, segment: string): Promise<void> {
   }
   if (r.status === 404 || r.status === 410) return io.fail(404, `vouch: the index has no project ${project} (it answered ${r.status})`);
   if (r.status !== 200) return io.fail(502, `vouch: the index answered ${r.status} for ${project}`);
-  io.answer(r, `pypi ${want.form} ${want.contentType}`, (view) => renderProject(r, pageUrl, project, want, view));
+  await io.answerJob(r, `pypi ${want.form} ${want.contentType}`, { kind: 'pypi', contentType: r.headers['content-type'], pageUrl, project, want });
 }
 
-/** The page answered for the index's 200 answer: parsed under the caps, rewritten, rendered (once per body, chain state and form). */
-function renderProject(r: MetadataResponse, pageUrl: string, project: string, want: Negotiated, io: RenderView): Rendered {
-  let page: IndexPage;
+/** What a PyPI rendering needs besides the origin body and the chain (also sent to the render worker). */
+export interface PageJob { kind: 'pypi'; contentType: string | undefined; pageUrl: string; project: string; want: Negotiated }
+
+/**
+ * The index's page read under the caps; a refusal (502 with the reason,
+ * logged at warn) when it cannot be read. Chain-independent: the part that
+ * may run off the event loop.
+ */
+export function preparePage(body: Uint8Array, job: PageJob, log: RenderView['log']): { page: IndexPage } | Rendered {
   try {
-    page = parsePage(r, pageUrl, project);
+    return { page: parsePage(job.contentType, body, job.pageUrl, job.project) };
   } catch (e) {
     if (!(e instanceof PageError)) throw e;
-    io.log.warn('pypi: unreadable index page', { url: pageUrl, reason: e.message });
-    return { ok: false, status: 502, message: `vouch: cannot read the index page of ${project}: ${e.message}` };
+    log.warn('pypi: unreadable index page', { url: job.pageUrl, reason: e.message });
+    return { ok: false, status: 502, message: `vouch: cannot read the index page of ${job.project}: ${e.message}` };
   }
+}
+
+/** The URLs a page's rewrite asks the chain about: each link resolved, fragment dropped. */
+export function linksOf(page: IndexPage): string[] {
+  const out: string[] = [];
+  for (const f of page.files) {
+    try {
+      const u = new URL(f.href, page.base);
+      u.hash = '';
+      out.push(u.href);
+    } catch { /* removed by the rewrite */ }
+  }
+  return out;
+}
+
+/** The page answered from a parsed index page: rewritten against the chain (`io`), rendered in the client's form. */
+export function finishPage(page: IndexPage, job: PageJob, io: RenderView): Rendered {
+  const { pageUrl, want } = job;
   const out = rewritePage(page, io);
   if (out.noRoute.length > 0) {
     io.log.warn('pypi: removed links that no route serves', { page: pageUrl, count: out.noRoute.length, urls: out.noRoute.slice(0, 5) });
@@ -363,6 +387,12 @@ function renderProject(r: MetadataResponse, pageUrl: string, project: string, wa
   if (out.files.length === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: the index lists no file of ${page.name}` };
   const body = want.form === 'json' ? renderJson(out) : renderHtml(out);
   return { ok: true, status: 200, contentType: want.contentType, body, headers: { vary: 'Accept' } };
+}
+
+/** The page answered from the index's body on this thread: `preparePage` then `finishPage`. */
+export function renderPage(body: Uint8Array, job: PageJob, io: RenderView): Rendered {
+  const p = preparePage(body, job, io.log);
+  return 'ok' in p ? p : finishPage(p.page, job, io);
 }
 
 /** The route's failures: pip prints the status line (`409 Client Error: <reason> for url: ...`), never the body. */

@@ -48,7 +48,9 @@ import { pipeline } from 'node:stream/promises';
 import { Agent, type Dispatcher } from 'undici';
 import { VouchError, isVouchError } from '../../chain/errors.ts';
 import type { Selection } from '../../chain/select.ts';
-import type { MetadataIO, Rendered, RenderView } from '../ecosystems/ecosystem.ts';
+import type { MetadataIO, MetadataResponse, Rendered, RenderView } from '../ecosystems/ecosystem.ts';
+import { decide, renderJob, type RenderJob } from '../ecosystems/render-job.ts';
+import { RenderPool } from '../ecosystems/render-pool.ts';
 import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-routes.ts';
 import { MetadataCache, type OriginAnswer } from '../ecosystems/metadata-cache.ts';
 import type { ArtifactSource, GatewayContext } from '../context.ts';
@@ -185,6 +187,7 @@ export class ProxyRoutes {
   };
   private agent: Agent | null = null;
   private readonly metadata = new MetadataCache();
+  private readonly renderPool = new RenderPool();
   /** Metadata bodies being sent and charged to the memory budget, with the number of responses sending each. */
   private readonly sending = new Map<Buffer, number>();
 
@@ -226,7 +229,7 @@ export class ProxyRoutes {
   async close(): Promise<void> {
     const agent = this.agent;
     this.agent = null;
-    await agent?.close();
+    await Promise.all([agent?.close(), this.renderPool.close()]);
   }
 
   // -------------------------------------------------------------------------
@@ -409,6 +412,26 @@ export class ProxyRoutes {
       const bytes = typeof body === 'string' ? Buffer.from(body) : body;
       this.sendMetadata(req, res, route, status, { 'content-type': contentType, ...headers }, bytes, kept);
     };
+    /** Sends a kept answer: its body for this request's host (made once per host), or its refusal. */
+    const sendTemplate = (r: MetadataResponse, key: string, t: Template): void => {
+      if (!t.ok) {
+        this.counters.failed++;
+        return this.fail(res, route, t.status, t.message);
+      }
+      let bytes = t.whole;
+      let hostKey = key;
+      if (t.host !== null && t.host !== host) {
+        const parts = t.parts;
+        hostKey = `${key}\u0000${host}`;
+        bytes = this.metadata.derive(r.id, hostKey, () => {
+          const b = joinWith(parts, host);
+          return { value: b, bytes: b.length };
+        });
+      }
+      const headers: Record<string, string> = {};
+      for (const [k, v] of Object.entries(t.headers)) headers[k] = v.split(HOST_MARK).join(host);
+      send(t.status, t.contentType, bytes, headers, this.metadata.hasDerived(r.id, hostKey));
+    };
     const io: MetadataIO = {
       req, res,
       unendorsed: route.unendorsed,
@@ -434,21 +457,11 @@ export class ProxyRoutes {
       remember: (r, form, make) => this.metadata.derive(r.id, keyOf(form), () => make(view)),
       answer: (r, form, make) => {
         const key = keyOf(form);
-        const t = this.metadata.derive(r.id, key, () => this.render(route, view, make, host));
-        if (!t.ok) return io.fail(t.status, t.message);
-        let bytes = t.whole;
-        let hostKey = key;
-        if (t.host !== null && t.host !== host) {
-          const parts = t.parts;
-          hostKey = `${key}\u0000${host}`;
-          bytes = this.metadata.derive(r.id, hostKey, () => {
-            const b = joinWith(parts, host);
-            return { value: b, bytes: b.length };
-          });
-        }
-        const headers: Record<string, string> = {};
-        for (const [k, v] of Object.entries(t.headers)) headers[k] = v.split(HOST_MARK).join(host);
-        send(t.status, t.contentType, bytes, headers, this.metadata.hasDerived(r.id, hostKey));
+        sendTemplate(r, key, this.metadata.derive(r.id, key, () => this.render(route, view, make, host)));
+      },
+      answerJob: async (r, form, job) => {
+        const key = keyOf(form);
+        sendTemplate(r, key, await this.metadata.deriveAsync(r.id, key, () => this.renderJob(route, view, job, r.body, host)));
       },
       send: (status, contentType, body, headers = {}) => send(status, contentType, body, headers),
       fail: (status, message) => {
@@ -494,6 +507,18 @@ export class ProxyRoutes {
       at += p.length + h;
     }
     return { value: { ...head, whole, host, parts }, bytes: whole.length };
+  }
+
+  /**
+   * Makes an answer to keep from a render job in the render worker (this
+   * thread answers its questions about the chain and replays its log
+   * lines); on this thread when no worker can run.
+   */
+  private async renderJob(route: ProxyRoute, view: RenderView, job: RenderJob, body: Buffer, host: string): Promise<{ value: Template; bytes: number }> {
+    const done = await this.renderPool.render(job, body, route.unendorsed, (urls) => decide(urls, view));
+    if (done === null) return this.render(route, view, (v) => renderJob(job, body, v), host);
+    for (const l of done.logs) this.ctx.log[l.level](l.msg, { route: route.label, ...l.fields });
+    return this.render(route, view, () => done.rendered, host);
   }
 
   /**
