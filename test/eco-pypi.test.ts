@@ -322,7 +322,7 @@ test('HTML rewrite: links resolved, mapped to the gateway, fragments from the si
   assert.ok(passed.noRoute.length === 1 && passed.unendorsed.length === 0);
 
   // <base href> is honoured as pip honours it.
-  const based = parseHtmlPage('<base href="https://files.test/packages/"><a href="x-1.0.tar.gz">x</a>', 'https://idx.test/simple/x/', 'x');
+  const based = parseHtmlPage('<base href="https://files.test/packages/"><a href="x-1.0.tar.gz">x-1.0.tar.gz</a>', 'https://idx.test/simple/x/', 'x');
   assert.equal(rewritePage(based, unitIO('deny', SIGNED)).files.map((f) => f.url), ['http://gw.test/pypi-files/packages/x-1.0.tar.gz']);
 });
 
