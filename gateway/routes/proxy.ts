@@ -24,8 +24,10 @@
  *
  * Owns: the route policies, the pass-through stream (its own undici
  * Agent), the metadata fetches and their cache, the request-scoped
- * `MetadataIO` ecosystem modules answer through, failures in the client's
- * form, and the proxy's counters.
+ * `MetadataIO` ecosystem modules answer through (answers made once per
+ * origin body, chain state and form, in the render worker where the module
+ * allows; sent in pieces under the stall guard and charged to the memory
+ * budget), failures in the client's form, and the proxy's counters.
  * Trusts: the verified chain index; `ArtifactSource.obtain`, which resolves
  * only with bytes that hashed to the signed artifact_hash; `serveVerified`
  * for the verified response; the configured origins (the operator's).
