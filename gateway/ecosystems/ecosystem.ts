@@ -23,7 +23,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Selection } from '../../chain/select.ts';
 import type { Logger } from '../log.ts';
-import type { RenderJob } from './render-job.ts';
 
 /** What a request under an ecosystem route is. */
 export type Classified =
@@ -84,6 +83,13 @@ export interface MetadataResponse {
 export type Rendered =
   | { ok: true; status: number; contentType: string; body: string | Buffer; headers?: Record<string, string> }
   | { ok: false; status: number; message: string };
+
+/** What an npm rendering needs besides the origin body and the chain (also sent to the render worker). */
+export interface PackumentJob { kind: 'npm'; contentType: string | undefined; name: string; abbreviated: boolean }
+/** What a PyPI rendering needs besides the origin body and the chain (also sent to the render worker). */
+export interface PageJob { kind: 'pypi'; contentType: string | undefined; pageUrl: string; project: string; want: { form: 'json' | 'html'; contentType: string } }
+/** A rendering the render worker can do (render-job.ts). */
+export type RenderJob = PackumentJob | PageJob;
 
 /** What making a `Rendered` may use: nothing request-specific (the gateway's host is filled in when sent). */
 export type RenderView = Pick<MetadataIO, 'unendorsed' | 'endorsed' | 'artifactUrlOf' | 'artifactTailOf' | 'gatewayUrlOf' | 'originUrl' | 'log'>;

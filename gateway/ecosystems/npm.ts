@@ -40,7 +40,7 @@ import { SemVer } from 'semver';
 import { isSemver } from '../../chain/block.ts';
 import type { Selection } from '../../chain/select.ts';
 import { checkJsonShape, JsonShapeError, type JsonCaps } from '../../artifacts/json-shape.ts';
-import type { Classified, EcosystemHandler, MetadataIO, Rendered, RenderView } from './ecosystem.ts';
+import type { Classified, EcosystemHandler, MetadataIO, PackumentJob, Rendered, RenderView } from './ecosystem.ts';
 
 /** npm's limit on a package name (scope included). */
 export const MAX_NAME_LENGTH = 214;
@@ -253,8 +253,6 @@ function latestOf(versions: Iterable<string>): string {
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** What an npm rendering needs besides the origin body and the chain (also sent to the render worker). */
-export interface PackumentJob { kind: 'npm'; contentType: string | undefined; name: string; abbreviated: boolean }
 
 /**
  * The origin's packument read under the caps (decoded, bounded in

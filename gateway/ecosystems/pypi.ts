@@ -43,7 +43,7 @@
  * exactly the signed hash; nothing of the origin's markup is sent.
  */
 import { PageError, parseHtmlPage, parseJsonPage, pipFileName, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
-import type { Classified, EcosystemHandler, MetadataIO, Rendered, RenderView } from './ecosystem.ts';
+import type { Classified, EcosystemHandler, MetadataIO, PageJob, Rendered, RenderView } from './ecosystem.ts';
 
 export const JSON_TYPE = 'application/vnd.pypi.simple.v1+json';
 export const HTML_TYPE = 'application/vnd.pypi.simple.v1+html';
@@ -333,8 +333,6 @@ async function answerProject(io: MetadataIO, segment: string): Promise<void> {
   await io.answerJob(r, `pypi ${want.form} ${want.contentType}`, { kind: 'pypi', contentType: r.headers['content-type'], pageUrl, project, want });
 }
 
-/** What a PyPI rendering needs besides the origin body and the chain (also sent to the render worker). */
-export interface PageJob { kind: 'pypi'; contentType: string | undefined; pageUrl: string; project: string; want: Negotiated }
 
 /**
  * The index's page read under the caps; a refusal (502 with the reason,

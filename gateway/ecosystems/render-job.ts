@@ -15,11 +15,11 @@
  */
 import type { Selection } from '../../chain/select.ts';
 import type { IndexPage } from '../../artifacts/pypi-simple.ts';
-import type { Rendered, RenderView } from './ecosystem.ts';
-import { finishPackument, preparePackument, tarballsOf, type PackumentJob } from './npm.ts';
-import { finishPage, linksOf, preparePage, type PageJob } from './pypi.ts';
+import type { Rendered, RenderJob, RenderView } from './ecosystem.ts';
+import { finishPackument, preparePackument, tarballsOf } from './npm.ts';
+import { finishPage, linksOf, preparePage } from './pypi.ts';
 
-export type RenderJob = PackumentJob | PageJob;
+export type { RenderJob };
 export type Parsed = { kind: 'npm'; doc: unknown } | { kind: 'pypi'; page: IndexPage };
 
 /** What the main thread answers for one URL a rendering asks about. */
