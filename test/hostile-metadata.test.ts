@@ -172,9 +172,14 @@ async function healthzP50(forMs = 0): Promise<number> {
   const ms: number[] = [];
   const end = performance.now() + forMs;
   while (ms.length < SAMPLES || performance.now() < end) {
-    const r = await get('/healthz');
+    // A kept-alive connection the gateway closed while idle is reset on reuse: asked again on a new one (the wait counted).
+    const t0 = performance.now();
+    const r = await get('/healthz').catch((e: NodeJS.ErrnoException) => {
+      if (e.code !== 'ECONNRESET') throw e;
+      return get('/healthz', { useAgent: false });
+    });
     assert.is(r.status, 200);
-    ms.push(r.ms);
+    ms.push(performance.now() - t0);
     await new Promise((res) => setTimeout(res, 10));
   }
   ms.sort((a, b) => a - b);
