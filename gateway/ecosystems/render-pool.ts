@@ -2,7 +2,9 @@
  * The render worker from the main thread: hands it an origin body and a job,
  * answers its questions about the chain (`decide`, on this thread, where the
  * chain index is), and resolves with the answer it made. One worker, started
- * on first use and again after it died; jobs wait their turn in it.
+ * on first use and again after it died; jobs wait their turn in it. A
+ * worker idle for IDLE_MS is stopped, giving the heap a large document grew
+ * back to the system.
  *
  * Owns: the worker and the pending jobs.
  * Trusts: render-worker.ts for the protocol (see there).
@@ -17,6 +19,8 @@ import type { Decision, RenderJob } from './render-job.ts';
 
 /** Heap a worker may use; a document that needs more kills it and is answered 502. */
 const WORKER_HEAP_MB = 1024;
+/** A worker with no job this long is stopped. */
+const IDLE_MS = 2_000;
 
 export interface LogLine { level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields: Record<string, unknown> }
 export interface Rendering { rendered: Rendered; logs: LogLine[] }
@@ -34,6 +38,7 @@ export class RenderPool {
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
   private closed = false;
+  private idle: NodeJS.Timeout | null = null;
 
   /**
    * Renders `job` from `body` in the worker; `decide` answers its questions
@@ -44,14 +49,33 @@ export class RenderPool {
     const w = await this.start();
     if (w === null) return null;
     const id = ++this.nextId;
+    if (this.idle !== null) clearTimeout(this.idle);
+    this.idle = null;
+    const settled = () => {
+      if (this.pending.size > 0 || this.worker !== w) return;
+      this.idle = setTimeout(() => {
+        this.idle = null;
+        if (this.pending.size === 0 && this.worker === w) {
+          this.worker = null;
+          void w.terminate();
+        }
+      }, IDLE_MS);
+      this.idle.unref();
+    };
     return new Promise<Rendering>((resolve, reject) => {
-      this.pending.set(id, { decide, resolve, reject, logs: [] });
+      this.pending.set(id, {
+        decide,
+        resolve: (r) => { resolve(r); settled(); },
+        reject: (e) => { reject(e); settled(); },
+        logs: [],
+      });
       w.postMessage({ type: 'job', id, job, body, unendorsed });
     });
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    if (this.idle !== null) clearTimeout(this.idle);
     const w = this.worker;
     this.worker = null;
     await w?.terminate();
