@@ -21,17 +21,53 @@
  * Links are returned as written: resolving them against `base` is the
  * caller's; so is every decision on hashes (they are the index's word, never
  * a verified one).
+ * Bounded: a page of more than MAX_PAGE_FILES links, a link or file name
+ * longer than MAX_HREF / MAX_FILENAME, or JSON over JSON_PAGE_CAPS is
+ * refused (a PageError) as soon as the parser meets it.
+ * The name of a file is the one pip gives it (`pipFileName`: the URL's last
+ * path segment, percent-decoded); the index's own name for it (`filename`)
+ * is kept only to be compared with that.
  * Must hold: a page is either read whole or refused with a reason (never
  * half-read); nothing here fetches or resolves anything.
  */
 import { Parser } from 'htmlparser2';
 import { pypiNormalizeName } from '../chain/unit-names.ts';
+import { checkJsonShape, JsonShapeError, type JsonCaps } from './json-shape.ts';
+
+/** Most file links a page may hold (PyPI's largest projects list tens of thousands). */
+export const MAX_PAGE_FILES = 100_000;
+/** Longest link (href / url) accepted, in characters. */
+export const MAX_HREF = 16 * 1024;
+/** Longest file name (anchor text / JSON filename) accepted, in characters. */
+export const MAX_FILENAME = 1024;
+/** Caps on a PEP 691 page's structure, checked before it is parsed. */
+export const JSON_PAGE_CAPS: JsonCaps = { maxValues: 2_500_000, maxDepth: 32, maxString: MAX_HREF };
+
+/** Python's `urllib.parse.unquote`: each run of `%XX` decoded as UTF-8 (bad bytes as U+FFFD), a lone `%` kept. */
+function unquote(s: string): string {
+  if (!s.includes('%')) return s;
+  const utf8 = new TextDecoder('utf-8');
+  return s.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => utf8.decode(Buffer.from(run.replace(/%/g, ''), 'hex')));
+}
+
+/**
+ * The name pip gives the file at `url` (pip's `Link.filename`): the URL's
+ * path without query or fragment, percent-decoded, trailing `/` removed,
+ * its last segment, percent-decoded again; the host when that is empty.
+ * Both the gateway's pypi route and the lockfile endorser name files by it.
+ */
+export function pipFileName(url: string | URL): string {
+  const u = typeof url === 'string' ? new URL(url) : url;
+  const path = unquote(u.pathname).replace(/\/+$/, '');
+  const name = path.slice(path.lastIndexOf('/') + 1);
+  return name === '' ? u.host : unquote(name);
+}
 
 /** One file link of an index page, as the index gave it. */
 export interface IndexFile {
   /** The link as written (relative or absolute, fragment included). */
   href: string;
-  /** The index's file name: JSON `filename`, or the HTML anchor's text (as written, possibly blank). */
+  /** The index's file name: JSON `filename`, or the HTML anchor's text (trimmed, possibly blank). */
   filename: string;
   /** The index's hashes (JSON `hashes`, or the HTML fragment `#<alg>=<hex>`), names and hex lower case. */
   hashes: Record<string, string>;
@@ -78,10 +114,16 @@ export function parseHtmlPage(html: string, pageUrl: string, name: string): Inde
   const parser = new Parser({
     onopentag(tag, attribs) {
       if (tag === 'base' && base === null && attribs.href !== undefined) base = attribs.href;
-      else if (tag === 'a') anchors.push(current = { attribs, text: '' });
+      else if (tag === 'a') {
+        if (anchors.length >= MAX_PAGE_FILES) throw new PageError(`the page has more than ${MAX_PAGE_FILES} links`);
+        if ((attribs.href?.length ?? 0) > MAX_HREF) throw new PageError(`a link is longer than ${MAX_HREF} characters`);
+        anchors.push(current = { attribs, text: '' });
+      }
     },
     ontext(text) {
-      if (current !== null) current.text += text;
+      if (current === null) return;
+      current.text += text;
+      if (current.text.length > MAX_FILENAME && current.text.trim().length > MAX_FILENAME) throw new PageError(`a link's text is longer than ${MAX_FILENAME} characters`);
     },
     onclosetag(tag) {
       if (tag === 'a') current = null;
@@ -104,7 +146,7 @@ export function parseHtmlPage(html: string, pageUrl: string, name: string): Inde
     const yanked = a['data-yanked'];
     files.push({
       href: href.trim(),
-      filename: text,
+      filename: text.trim(),
       hashes: fragmentHashes(href.trim()),
       requiresPython: a['data-requires-python'] ?? null,
       yanked: yanked === undefined ? false : yanked === '' ? true : yanked,
@@ -121,6 +163,12 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 /** A PEP 691 page, parsed strictly. @throws PageError naming what is wrong. */
 export function parseJsonPage(text: string, pageUrl: string): IndexPage {
+  try {
+    checkJsonShape(text, JSON_PAGE_CAPS);
+  } catch (e) {
+    if (e instanceof JsonShapeError) throw new PageError(`the JSON exceeds a limit: ${e.message}`);
+    throw e;
+  }
   let doc: unknown;
   try {
     doc = JSON.parse(text);
@@ -134,11 +182,13 @@ export function parseJsonPage(text: string, pageUrl: string): IndexPage {
   if (!/^1\.\d{1,4}$/.test(apiVersion)) throw new PageError(`unsupported api-version ${JSON.stringify(apiVersion.slice(0, 20))} (1.x is served)`);
   if (typeof doc.name !== 'string' || doc.name === '') throw new PageError('name is missing');
   if (!Array.isArray(doc.files)) throw new PageError('files is not an array');
+  if (doc.files.length > MAX_PAGE_FILES) throw new PageError(`the page has more than ${MAX_PAGE_FILES} files`);
   const files: IndexFile[] = doc.files.map((f: unknown, i: number): IndexFile => {
     const at = `files[${i}]`;
     if (!isObject(f)) throw new PageError(`${at} is not an object`);
     if (typeof f.url !== 'string' || f.url === '') throw new PageError(`${at}.url is missing`);
     if (typeof f.filename !== 'string' || f.filename === '') throw new PageError(`${at}.filename is missing`);
+    if (f.filename.length > MAX_FILENAME) throw new PageError(`${at}.filename is longer than ${MAX_FILENAME} characters`);
     if (!isObject(f.hashes)) throw new PageError(`${at}.hashes is not an object`);
     const hashes: Record<string, string> = {};
     for (const [alg, hex] of Object.entries(f.hashes)) {

@@ -220,6 +220,16 @@ export class VerifiedFetcher {
     };
   }
 
+  /** Charges `n` bytes a response sends from memory to the memory budget (as held), if it has room. */
+  holdBytes(n: number): boolean {
+    return this.mirror.hold(n);
+  }
+
+  /** Gives back `n` bytes charged by `holdBytes`. */
+  unholdBytes(n: number): void {
+    this.mirror.unhold(n);
+  }
+
   stats(): VerifiedFetcherStats {
     return { inflight: this.flights.size, active: this.slots.active, queued: this.slots.queued, ...this.counters };
   }

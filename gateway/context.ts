@@ -59,6 +59,13 @@ export interface ArtifactSource {
    * Absent: `small`.
    */
   sendBuffer?(want: number, small: number): { buffer: Buffer; release(): void };
+  /**
+   * Charges `n` bytes a response sends from memory (a metadata answer) to the
+   * memory budget as held, if it has room; false if not. Absent: not charged.
+   */
+  holdBytes?(n: number): boolean;
+  /** Gives back `n` bytes charged by `holdBytes`. */
+  unholdBytes?(n: number): void;
 }
 
 /** What a mirror's sync loop reports (snake_case: it is served as is). */

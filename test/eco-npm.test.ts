@@ -23,7 +23,8 @@ import type { Selection } from '../chain/select.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, commitFor } from '../store/chain-store.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import type { MetadataIO, MetadataResponse } from '../gateway/ecosystems/ecosystem.ts';
+import type { MetadataIO, MetadataResponse, Rendered, RenderView } from '../gateway/ecosystems/ecosystem.ts';
+import { renderJob, type RenderJob } from '../gateway/ecosystems/render-job.ts';
 import { valid as semverValid } from 'semver';
 import { BadPackument, PASS_MARK, integrityOf, isCanonicalSemver, npm, packumentName, rewritePackument, wantsAbbreviated, type RewriteIO } from '../gateway/ecosystems/npm.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
@@ -150,6 +151,7 @@ function fakeIO(unendorsed: 'deny' | 'pass', endorsements: Record<string, Select
     unendorsed,
     artifactUrlOf: (u) => (u.startsWith(ORIGIN) ? CANON + u.slice(ORIGIN.length) : u.startsWith(CANON) ? u : null),
     gatewayUrlOf: (u) => (u.startsWith(CANON) ? GW + u.slice(CANON.length) : null),
+    artifactTailOf: (u) => (u.startsWith(CANON) ? u.slice(CANON.length) : null),
     endorsed: (u) => endorsements[u] ?? null,
   };
 }
@@ -183,7 +185,8 @@ test('packument rewrite: kept and removed versions, integrity, time, dist-tags',
     [`${CANON}pkg/-/pkg-5.0.0.tgz`]: sel('5.0.0', SHA256),
   };
   const r = rewritePackument(doc, 'pkg', fakeIO('deny', endorsements));
-  assert.equal(r, { kept: 3, marked: 0, unendorsed: 3, unrouted: 1, malformed: 1, unroutedExample: 'https://elsewhere.test/pkg-3.1.0-beta.1.tgz' });
+  // 3.0.0 and 4.0.0 list an endorsed tarball that is not pkg's of that version: removed as misnamed (on any route).
+  assert.equal(r, { kept: 3, marked: 0, unendorsed: 1, unrouted: 1, misnamed: 2, malformed: 1, unroutedExample: 'https://elsewhere.test/pkg-3.1.0-beta.1.tgz', misnamedExample: t('1.0.0') });
   assert.equal(Object.keys(doc.versions), ['1.0.0', '2.0.0', '2.1.0-rc.1']);
   const v = doc.versions as Record<string, any>;
   // sha512 signed: npm checks the signed hash; shasum and registry signatures of other bytes are gone.
@@ -285,12 +288,24 @@ test('packument answer: the form asked upstream, the scoped spelling, content ty
   const sent: Array<{ status: number; type: string; body: string; headers: Record<string, string> }> = [];
   const failed: Array<{ status: number; message: string }> = [];
   let answer: { status: number; type: string; body: string } = { status: 200, type: 'application/vnd.npm.install-v1+json', body: '' };
+  let serial = 0;
   const io = (accept: string): MetadataIO => ({
     ...fakeIO('deny', { [`${CANON}@acme/util/-/util-1.0.0.tgz`]: sel('1.0.0', SHA256) }),
+    // Made for each request here (no cache): what the gateway keeps and sends.
+    answer(r: MetadataResponse, _form: string, make: (view: RenderView) => Rendered) {
+      const out = make(this);
+      if (out.ok) this.send(out.status, out.contentType, out.body, out.headers);
+      else this.fail(out.status, out.message);
+    },
+    answerJob(r: MetadataResponse, form: string, job: RenderJob) {
+      this.answer(r, form, (v) => renderJob(job, r.body, v));
+      return Promise.resolve();
+    },
+    remember: (_r: MetadataResponse, _form: string, make: (view: RenderView) => { value: unknown }) => make(io(accept)).value,
     req: { headers: { accept } } as MetadataIO['req'], res: {} as MetadataIO['res'], rest: '', query: '',
     fetch: async (rest, opts): Promise<MetadataResponse> => {
       asked.push({ rest, ...opts });
-      return { status: answer.status, headers: { 'content-type': answer.type }, body: Buffer.from(answer.body), age: 0, stale: false };
+      return { id: ++serial, status: answer.status, headers: { 'content-type': answer.type }, body: Buffer.from(answer.body), age: 0, stale: false };
     },
     originUrl: (rest) => ORIGIN + rest,
     send: (status, type, body, headers = {}) => { sent.push({ status, type, body: String(body), headers }); },

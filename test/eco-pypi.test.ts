@@ -278,12 +278,15 @@ const SIGNED = {
   [`${CANON_FILES}packages/%3Cb%3Ex-1.2.tar.gz`]: `sha256:${H256}`,
 };
 const HOSTILE_HTML = `<!DOCTYPE html><html><head><title>Links for x</title></head><body>
-<a href="../../packages/rel/x-0.9-py3-none-any.whl#sha256=${'0'.repeat(64)}" data-requires-python="&gt;=3.8" data-dist-info-metadata="sha256=00" data-core-metadata="true" data-gpg-sig="true">x-0.9</a>
+<a href="../../packages/rel/x-0.9-py3-none-any.whl#sha256=${'0'.repeat(64)}" data-requires-python="&gt;=3.8" data-dist-info-metadata="sha256=00" data-core-metadata="true" data-gpg-sig="true">x-0.9-py3-none-any.whl</a>
 <a href="https://files.test/packages/x-1.0.tar.gz#md5=ffff" data-yanked="">x-1.0.tar.gz</a>
-<A HREF='https://files.test/packages/x-1.1-py3-none-any.whl' data-requires-python='"><script>alert(1)</script>' data-yanked="&quot;&gt;&lt;script&gt;alert(2)&lt;/script&gt;">evil<script>alert(3)</script></A>
-<a href="https://files.test/packages/%3Cb%3Ex-1.2.tar.gz">x</a>
+<A HREF='https://files.test/packages/x-1.1-py3-none-any.whl' data-requires-python='"><script>alert(1)</script>' data-yanked="&quot;&gt;&lt;script&gt;alert(2)&lt;/script&gt;"> x-1.1-py3-none-any.whl
+</A>
+<a href="https://files.test/packages/x-1.1-py3-none-any.whl">evil<script>alert(3)</script></a>
+<a href="https://files.test/packages/%3Cb%3Ex-1.2.tar.gz">&lt;b&gt;x-1.2.tar.gz</a>
+<a href="https://files.test/packages/x-1.0.tar.gz?x=1#sha256=${H256}">x-0.9.tar.gz</a>
 <a href="https://elsewhere.example/packages/x-9.0.tar.gz#sha256=${H256}">x-9.0.tar.gz</a>
-<a href="https://files.test/packages/x-2.0-py3-none-any.whl#sha256=${'d'.repeat(64)}">x-2.0</a>
+<a href="https://files.test/packages/x-2.0-py3-none-any.whl#sha256=${'d'.repeat(64)}">x-2.0-py3-none-any.whl</a>
 <a name="no-href">nothing</a>
 </body></html>`;
 
@@ -292,6 +295,11 @@ test('HTML rewrite: links resolved, mapped to the gateway, fragments from the si
   const out = rewritePage(page, unitIO('deny', SIGNED));
   assert.equal(out.noRoute, ['https://elsewhere.example/packages/x-9.0.tar.gz']);
   assert.equal(out.unendorsed, [`${CANON_FILES}packages/x-2.0-py3-none-any.whl`]);
+  // Named otherwise by the index than by the URL (pip goes by the URL): dropped, whatever the chain says of the URL.
+  assert.equal(out.misnamed, [
+    { url: 'https://files.test/packages/x-1.1-py3-none-any.whl', index: 'evilalert(3)', pip: 'x-1.1-py3-none-any.whl' },
+    { url: 'https://files.test/packages/x-1.0.tar.gz?x=1', index: 'x-0.9.tar.gz', pip: 'x-1.0.tar.gz' },
+  ]);
   assert.equal(out.disagreements, [{ url: `${CANON_INDEX}packages/rel/x-0.9-py3-none-any.whl`, index: `sha256:${'0'.repeat(64)}`, signed: `sha256:${H256}` }]);
   const html = renderHtml(out);
   assert.not.match(html, /<script|dist-info-metadata|core-metadata|gpg-sig|elsewhere|idx\.test|files\.test|x-2\.0/i);
@@ -314,7 +322,7 @@ test('HTML rewrite: links resolved, mapped to the gateway, fragments from the si
   assert.ok(passed.noRoute.length === 1 && passed.unendorsed.length === 0);
 
   // <base href> is honoured as pip honours it.
-  const based = parseHtmlPage('<base href="https://files.test/packages/"><a href="x-1.0.tar.gz">x</a>', 'https://idx.test/simple/x/', 'x');
+  const based = parseHtmlPage('<base href="https://files.test/packages/"><a href="x-1.0.tar.gz">x-1.0.tar.gz</a>', 'https://idx.test/simple/x/', 'x');
   assert.equal(rewritePage(based, unitIO('deny', SIGNED)).files.map((f) => f.url), ['http://gw.test/pypi-files/packages/x-1.0.tar.gz']);
 });
 
@@ -329,10 +337,13 @@ test('JSON rewrite: url and hashes from the chain, side files removed, versions 
       { filename: 'x-1.1-py3-none-any.whl', url: 'https://files.test/packages/x-1.1-py3-none-any.whl', hashes: {}, yanked: false },
       { filename: 'x-2.0-py3-none-any.whl', url: 'https://files.test/packages/x-2.0-py3-none-any.whl', hashes: {} },
       { filename: 'x-9.0.tar.gz', url: 'https://elsewhere.example/x-9.0.tar.gz', hashes: {} },
+      // The index names 0.9's file, the URL is 1.0's (endorsed): pip would install 1.0 as the file named x-1.0.tar.gz.
+      { filename: 'x-0.9.tar.gz', url: 'https://files.test/packages/x-1.0.tar.gz', hashes: {} },
     ],
   };
   const page = parseJsonPage(JSON.stringify(origin), 'https://idx.test/simple/x/');
   const out = rewritePage(page, unitIO('deny', SIGNED));
+  assert.equal(out.misnamed, [{ url: 'https://files.test/packages/x-1.0.tar.gz', index: 'x-0.9.tar.gz', pip: 'x-1.0.tar.gz' }]);
   assert.equal(JSON.parse(renderJson(out)), {
     meta: { 'api-version': '1.1' },
     name: 'x',

@@ -18,8 +18,9 @@
  *   `chunk-<hash>.mjs` (code several share), content-hashed, in dist/
  *   itself: code locating files beside it (`new URL('./x', import.meta.url)`:
  *   the worker bundles, `explorer/`) finds them from any piece.
- * - the worker entries `hash-worker.mjs` (artifacts/hash-worker.ts) and
- *   `verify-worker-impl.mjs` (store/verify-worker-impl.ts), one
+ * - the worker entries `hash-worker.mjs` (artifacts/hash-worker.ts),
+ *   `verify-worker-impl.mjs` (store/verify-worker-impl.ts) and
+ *   `render-worker.mjs` (gateway/ecosystems/render-worker.ts), one
  *   self-contained file each (a worker starts by reading one file).
  *   Every `.mjs` has a `.map` (`node --enable-source-maps` uses them). Node
  *   bundles: packages stay imports from node_modules; `__VOUCH_BUILT__` is
@@ -57,6 +58,7 @@ const CLI_ENTRIES = { cli: 'tools/cli.ts' };
 const WORKER_ENTRIES = {
   'hash-worker': 'artifacts/hash-worker.ts',
   'verify-worker-impl': 'store/verify-worker-impl.ts',
+  'render-worker': 'gateway/ecosystems/render-worker.ts',
 };
 /** Pieces of an earlier build no longer made are deleted this long after they were retired. */
 const RETIRE_MS = 3_600_000;

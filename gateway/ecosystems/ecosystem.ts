@@ -8,9 +8,13 @@
  * Owns: the contract between `routes/proxy.ts` (routing, the verified
  * artifact path, the origin connection, the metadata cache) and one module per package
  * manager (`npm.ts`, `pypi.ts`, `goproxy.ts`), which only parse and rewrite.
- * Trusts: nothing of what the origin sends (metadata is parsed strictly and
- * bounded by the cache's size cap); the verified chain index behind
- * `MetadataIO.endorsed`.
+ * Trusts: nothing of what the origin sends (metadata is parsed strictly,
+ * bounded in bytes by the cache's size cap and in structure by each
+ * module's caps); the verified chain index behind `MetadataIO.endorsed`.
+ * A module makes an answer from an origin body through `MetadataIO.answer`:
+ * made once per origin body, chain state and client form, kept, and sent
+ * to every client that asks alike (paced, under the stall guard, counted in
+ * the memory budget).
  * Must hold: an ecosystem module never fetches an artifact and never sends
  * an artifact's bytes; every artifact link it hands out points at the gateway
  * (or is removed), so the client's bytes go through the hash check; on a
@@ -58,6 +62,8 @@ export interface EcosystemHandler {
 
 /** One origin answer for metadata (from the cache or just fetched). */
 export interface MetadataResponse {
+  /** The origin body's serial in the metadata cache (equal for a byte-identical reload). */
+  id: number;
   status: number;
   /** Lower-case names; only content-type, location, etag, last-modified and cache-control are kept. */
   headers: Record<string, string>;
@@ -67,6 +73,26 @@ export interface MetadataResponse {
   /** True when served from the cache past its lifetime because the origin failed. */
   stale: boolean;
 }
+
+/**
+ * A metadata answer made from an origin body: a page to send (its gateway
+ * links made on `RenderView.gatewayUrlOf`) or a failure in the client's
+ * form. Kept and shared by every request with the same body, chain state
+ * and form, so it must not depend on anything else of the request.
+ */
+export type Rendered =
+  | { ok: true; status: number; contentType: string; body: string | Buffer; headers?: Record<string, string> }
+  | { ok: false; status: number; message: string };
+
+/** What an npm rendering needs besides the origin body and the chain (also sent to the render worker). */
+export interface PackumentJob { kind: 'npm'; contentType: string | undefined; name: string; abbreviated: boolean }
+/** What a PyPI rendering needs besides the origin body and the chain (also sent to the render worker). */
+export interface PageJob { kind: 'pypi'; contentType: string | undefined; pageUrl: string; project: string; want: { form: 'json' | 'html'; contentType: string } }
+/** A rendering the render worker can do (render-job.ts). */
+export type RenderJob = PackumentJob | PageJob;
+
+/** What making a `Rendered` may use: nothing request-specific (the gateway's host is filled in when sent). */
+export type RenderView = Pick<MetadataIO, 'unendorsed' | 'endorsed' | 'artifactUrlOf' | 'artifactTailOf' | 'gatewayUrlOf' | 'originUrl' | 'log'>;
 
 /** What a metadata answer may use: the origin (cached), the chain, the URL maps, the response. */
 export interface MetadataIO {
@@ -101,7 +127,35 @@ export interface MetadataIO {
   artifactUrlOf(url: string): string | null;
   /** The absolute gateway URL that serves an artifact URL, for this request's host; null when no route serves it. */
   gatewayUrlOf(artifactUrl: string): string | null;
-  /** Sends a metadata answer (200 unless given); adds nosniff and `cache-control: no-cache` unless set. */
+  /**
+   * The path (and query) after the prefix of the route that serves an
+   * artifact URL: what that route classifies when the client asks for the
+   * gateway URL; null when no route serves it.
+   */
+  artifactTailOf(artifactUrl: string): string | null;
+  /**
+   * Answers with what `make` renders from the origin body `r` in the client
+   * form `form` (a key: everything the answer depends on besides the body,
+   * the route and the chain state). Made once and kept; a throw of `make`
+   * other than a VouchError (a RangeError of a document too deep) is
+   * answered 502 and logged at warn. `make` runs synchronously.
+   */
+  answer(r: MetadataResponse, form: string, make: (view: RenderView) => Rendered): void;
+  /**
+   * As `answer`, for a rendering that can leave the event loop: the body is
+   * parsed and the answer written in the render worker (render-job.ts),
+   * which asks this thread only about the URLs it found. Resolves once the
+   * answer is sent (or refused).
+   */
+  answerJob(r: MetadataResponse, form: string, job: RenderJob): Promise<void>;
+  /** The value `make` derives from the origin body `r` under `form` and the chain state, made once and kept like `answer`'s (`bytes`: what it occupies). */
+  remember<T>(r: MetadataResponse, form: string, make: (view: RenderView) => { value: T; bytes: number }): T;
+  /**
+   * Sends a metadata answer (200 unless given); adds nosniff and
+   * `cache-control: no-cache` unless set. A body goes out in pieces under
+   * the stall guard, charged to the memory budget while it is sent (503
+   * when the budget has no room for it).
+   */
   send(status: number, contentType: string, body: string | Buffer, headers?: Record<string, string>): void;
   /** Sends a failure in the client's form (`errorBody`), counted as failed. */
   fail(status: number, message: string): void;

@@ -32,9 +32,12 @@
  * endorsed `.mod` or `.info` URL is only answered through the verified path;
  * only syntactically valid module paths and versions reach the origin;
  * origin metadata is checked (canonical versions, bounded lines, a `.info`
- * whose Version is the one asked for) before it is sent.
+ * whose Version is the one asked for) before it is sent; an `@v/list` of
+ * more than MAX_LIST_LINES lines is refused (502 with the reason), and the
+ * list answer (and `@latest`'s pick) is made once per origin body and chain
+ * state (`MetadataIO.answer`).
  */
-import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse } from './ecosystem.ts';
+import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse, Rendered, RenderView } from './ecosystem.ts';
 
 /** Longest module path accepted (bytes, unescaped). */
 export const MAX_MODULE_PATH = 300;
@@ -42,6 +45,11 @@ export const MAX_MODULE_PATH = 300;
 export const MAX_VERSION = 128;
 /** Lines of an origin `@v/list` longer than this are dropped. */
 const MAX_LIST_LINE = 512;
+/** Most lines an origin `@v/list` may have (modules with the most releases list a few thousand). */
+export const MAX_LIST_LINES = 100_000;
+
+/** An origin answer over one of the caps; the message names it. */
+export class ListTooLong extends Error {}
 /** Largest origin `.info` / `@latest` answer accepted. */
 const MAX_INFO_BYTES = 64 * 1024;
 
@@ -258,8 +266,14 @@ export interface ListLine { version: string; time: string | null }
  * The usable lines of an origin's `@v/list`: canonical versions that fit the
  * module path, each once, with an RFC 3339 time when one follows; anything
  * else is dropped.
+ * @throws ListTooLong when the list has more than MAX_LIST_LINES lines.
  */
-export function parseVersionList(body: string, module: string): ListLine[] {
+export function parseVersionList(body: string | Buffer, module: string): ListLine[] {
+  let lines = 0;
+  for (let at = body.indexOf('\n'); at !== -1 && at < body.length - 1; at = body.indexOf('\n', at + 1)) {
+    if (++lines >= MAX_LIST_LINES) throw new ListTooLong(`the version list has more than ${MAX_LIST_LINES} lines`);
+  }
+  if (typeof body !== 'string') body = body.toString('utf8'); // counted first: a list over the cap is never decoded
   const out: ListLine[] = [];
   const seen = new Set<string>();
   for (const line of body.split('\n')) {
@@ -321,11 +335,24 @@ function originRefused(io: MetadataIO, r: MetadataResponse, what: string): void 
   io.fail(status, `vouch: the origin has no ${what} (it answered ${r.status})`);
 }
 
+/** The list offered from an origin `@v/list` body, or the refusal of a list over the cap (logged at warn). */
+function offeredList(io: RenderView, module: string, body: Buffer): ListLine[] | Rendered {
+  try {
+    return filterVersionList(io, module, parseVersionList(body, module));
+  } catch (e) {
+    if (!(e instanceof ListTooLong)) throw e;
+    io.log.warn('goproxy: unusable version list from the origin', { module, error: e.message });
+    return { ok: false, status: 502, message: `vouch: the origin's version list for ${module} is unusable: ${e.message}` };
+  }
+}
+
 async function answerList(io: MetadataIO, module: string): Promise<void> {
   const r = await io.fetch(`${escapeGo(module)}/@v/list`, FETCH);
   if (r.status !== 200) return originRefused(io, r, `version list for ${module}`);
-  const lines = filterVersionList(io, module, parseVersionList(r.body.toString('utf8'), module));
-  io.send(200, TEXT, formatVersionList(lines));
+  io.answer(r, 'go list', (view): Rendered => {
+    const lines = offeredList(view, module, r.body);
+    return Array.isArray(lines) ? { ok: true, status: 200, contentType: TEXT, body: formatVersionList(lines) } : lines;
+  });
 }
 
 /** Sends the origin's `.info` of a version whose .zip is endorsed (or on a pass route), checked to describe exactly that version. */
@@ -364,7 +391,12 @@ async function answerLatest(io: MetadataIO, module: string): Promise<void> {
   if (io.unendorsed === 'pass') return io.passThrough();
   const list = await io.fetch(`${escapeGo(module)}/@v/list`, FETCH);
   if (list.status === 200) {
-    const best = latestOf(filterVersionList(io, module, parseVersionList(list.body.toString('utf8'), module)).map((l) => l.version));
+    // The pick is made once per list body and chain state, then its .info fetched.
+    const best = io.remember(list, 'go latest', (view) => {
+      const lines = offeredList(view, module, list.body);
+      return { value: Array.isArray(lines) ? latestOf(lines.map((l) => l.version)) : lines, bytes: 256 };
+    });
+    if (best !== null && typeof best === 'object') return io.fail(best.status, best.ok ? '' : best.message);
     if (best !== null) return sendInfo(io, module, best);
   }
   const r = await io.fetch(`${escapeGo(module)}/@latest`, FETCH);

@@ -6,12 +6,16 @@
  * An entry is fresh for the route's `metadata_ttl` (the origin is not asked
  * again); after that the origin is asked, and when it fails (unreachable,
  * timeout, 5xx) the entry is served stale for up to `metadata_max_stale`
- * more. Concurrent misses of one key share one origin request. What is kept
- * is the origin's answer, never a rewritten one: rewriting happens per
- * request, against the chain as it is then.
+ * more. Concurrent misses of one key share one origin request. Each origin
+ * body has a serial (`id`); a reload whose body is byte for byte the kept
+ * one keeps its serial. Answers derived from a body (parsed, rewritten,
+ * rendered: `derive`) are kept under that serial and a key the caller makes
+ * of whatever else they depend on (the chain state, the client's form), so
+ * a body is parsed once, not once per request.
  *
  * Owns: the entries (lru-cache bounded in bytes: MAX_CACHE_BYTES), the
- * single flight, the fresh / stale decision.
+ * derived answers (bounded apart: MAX_DERIVED_BYTES), the single flight,
+ * the fresh / stale decision.
  * Trusts: the `load` function for bounded bodies and for VouchErrors.
  * Must hold: only 200 and 404/410 answers are kept (a 404 so that a
  * missing package does not cost an origin request per client request); a
@@ -23,6 +27,8 @@ import type { MetadataResponse } from './ecosystem.ts';
 
 /** Bytes of origin metadata kept across all ecosystem routes. */
 export const MAX_CACHE_BYTES = 64 * 1024 * 1024;
+/** Bytes of answers derived from origin metadata (rendered pages, refusals) kept across all ecosystem routes. */
+export const MAX_DERIVED_BYTES = 64 * 1024 * 1024;
 
 export interface OriginAnswer {
   status: number;
@@ -33,7 +39,12 @@ export interface OriginAnswer {
 interface Entry extends OriginAnswer {
   /** Epoch ms the origin answered. */
   at: number;
+  /** The body's serial (kept by a reload with the same status, headers and body). */
+  id: number;
 }
+
+/** A value derived from an origin body, and what it occupies. */
+export interface Derived<T> { value: T; bytes: number }
 
 /** Whether an origin failure lets a stale entry be served (not: a definite answer such as 404). */
 function originFailed(status: number): boolean {
@@ -46,6 +57,12 @@ export class MetadataCache {
     sizeCalculation: (e, k) => Math.max(1, e.body.length + k.length + 256),
   });
   private readonly flights = new Map<string, Promise<Entry>>();
+  private readonly derived = new LRUCache<string, Derived<unknown>>({
+    maxSize: MAX_DERIVED_BYTES,
+    sizeCalculation: (d, k) => Math.max(1, d.bytes + k.length + 64),
+  });
+  private readonly deriving = new Map<string, Promise<Derived<unknown>>>();
+  private serial = 0;
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -74,6 +91,43 @@ export class MetadataCache {
     }
   }
 
+  /**
+   * The value `make` derives from the origin body `id` under `key`: made
+   * once and kept (bounded, least recently used first out) while that body
+   * is, so every request that needs the same thing shares it.
+   */
+  derive<T>(id: number, key: string, make: () => Derived<T>): T {
+    const k = `${id}\u0000${key}`;
+    const kept = this.derived.get(k);
+    if (kept !== undefined) return kept.value as T;
+    const d = make();
+    this.derived.set(k, d);
+    return d.value;
+  }
+
+  /** As `derive`, for a value made asynchronously: concurrent callers of one key share one `make`. */
+  async deriveAsync<T>(id: number, key: string, make: () => Promise<Derived<T>>): Promise<T> {
+    const k = `${id}\u0000${key}`;
+    const kept = this.derived.get(k);
+    if (kept !== undefined) return kept.value as T;
+    let flight = this.deriving.get(k) as Promise<Derived<T>> | undefined;
+    if (flight === undefined) {
+      flight = make().then((d) => {
+        this.derived.set(k, d);
+        return d;
+      });
+      this.deriving.set(k, flight);
+      const drop = () => this.deriving.delete(k);
+      flight.then(drop, drop);
+    }
+    return (await flight).value;
+  }
+
+  /** Whether the value derived from body `id` under `key` is kept now. */
+  hasDerived(id: number, key: string): boolean {
+    return this.derived.has(`${id}\u0000${key}`);
+  }
+
   /** Entries and bytes held (for tests and metrics). */
   stats(): { entries: number; bytes: number } {
     return { entries: this.entries.size, bytes: this.entries.calculatedSize };
@@ -84,12 +138,15 @@ export class MetadataCache {
     if (originFailed(a.status)) {
       throw new VouchError('origin_error', `the origin answered ${a.status}`);
     }
-    const entry: Entry = { ...a, at: this.now() };
+    const before = this.entries.peek(key);
+    const same = before !== undefined && before.status === a.status && before.body.equals(a.body)
+      && JSON.stringify(before.headers) === JSON.stringify(a.headers);
+    const entry: Entry = same ? { ...before, at: this.now() } : { ...a, at: this.now(), id: ++this.serial };
     if (a.status === 200 || a.status === 404 || a.status === 410) this.entries.set(key, entry);
     return entry;
   }
 
   private response(e: Entry, stale: boolean): MetadataResponse {
-    return { status: e.status, headers: e.headers, body: e.body, age: Math.max(0, Math.round((this.now() - e.at) / 1000)), stale };
+    return { id: e.id, status: e.status, headers: e.headers, body: e.body, age: Math.max(0, Math.round((this.now() - e.at) / 1000)), stale };
   }
 }

@@ -13,13 +13,19 @@
  * one pass: each version's `dist.tarball` is mapped to its artifact URL (the
  * route's canonical base); a version is kept when an endorsement is in force
  * for that URL and its entry's `semver` is exactly the version (a registry
- * listing 9.9.9 with the endorsed 1.0.0 tarball gets nothing) and the URL
- * names the package (`/<name>/-/`, so another package's endorsed tarball
- * cannot be listed under this name). On a `pass` route an unendorsed version
+ * listing 9.9.9 with the endorsed 1.0.0 tarball gets nothing) and the URL,
+ * after the base of the route that serves it, is exactly this package's
+ * tarball of this version (`<name>/-/<basename>-<version>.tgz`, scoped
+ * `@scope/name/-/name-<version>.tgz`): another package's endorsed tarball
+ * (`@x/foo`'s under `foo`, `@types/node`'s under `node`) is never offered,
+ * on any route. On a `pass` route an unendorsed version
  * is kept, marked `deprecated` (npm prints it). A tarball no route serves is
  * removed. Kept versions point at the gateway; a `sha512` signed hash becomes
  * `dist.integrity` (npm then checks the signed hash itself). `time` and
  * `dist-tags` lose removed versions; a missing `latest` is recomputed.
+ * The packument's structure is capped before it is parsed (PACKUMENT_CAPS,
+ * MAX_VERSIONS: 502 with the reason past them), and the rewritten answer
+ * is made once per origin body, chain state and form (`MetadataIO.answer`).
  *
  * Owns: npm package-name syntax, the classification of paths, the packument
  * rewrite, npm's error body (`{"error": ...}`, which npm prints).
@@ -33,7 +39,8 @@
 import { SemVer } from 'semver';
 import { isSemver } from '../../chain/block.ts';
 import type { Selection } from '../../chain/select.ts';
-import type { Classified, EcosystemHandler, MetadataIO } from './ecosystem.ts';
+import { checkJsonShape, JsonShapeError, type JsonCaps } from '../../artifacts/json-shape.ts';
+import type { Classified, EcosystemHandler, MetadataIO, PackumentJob, Rendered, RenderView } from './ecosystem.ts';
 
 /** npm's limit on a package name (scope included). */
 export const MAX_NAME_LENGTH = 214;
@@ -41,6 +48,14 @@ export const MAX_NAME_LENGTH = 214;
 export const ABBREVIATED_TYPE = 'application/vnd.npm.install-v1+json';
 const ABBREVIATED_ACCEPT = `${ABBREVIATED_TYPE}; q=1.0, application/json; q=0.8, */*`;
 const FULL_ACCEPT = 'application/json';
+/**
+ * Caps on a packument's structure, checked before it is parsed. The public
+ * registry's largest full packuments hold a few hundred thousand values,
+ * nest under 20 deep and keep readmes far below 4 MiB.
+ */
+export const PACKUMENT_CAPS: JsonCaps = { maxValues: 2_000_000, maxDepth: 64, maxString: 4 * 1024 * 1024 };
+/** Most versions a packument may list. */
+export const MAX_VERSIONS = 50_000;
 /** The `deprecated` text of an unendorsed version kept on a pass route. */
 export const PASS_MARK = 'vouch: not endorsed by the authority; installed unverified (route policy pass)';
 
@@ -62,10 +77,9 @@ export function isCanonicalSemver(v: string): boolean {
   return v.split(/[-+]/, 1)[0]!.split('.').every((n) => Number(n) <= Number.MAX_SAFE_INTEGER);
 }
 
-/** Whether an artifact URL's path (before any query) has `owns` (`/<name>/-/`) in it. */
-function pathHas(url: string, owns: string): boolean {
-  const end = url.search(/[?#]/);
-  return (end === -1 ? url : url.slice(0, end)).includes(owns);
+/** The tail (after its route's base) of the tarball of `name`@`version`: `<name>/-/<basename>-<version>.tgz`. */
+export function tarballTail(name: string, version: string): string {
+  return `${name}/-/${name.slice(name.indexOf('/') + 1)}-${version}.tgz`;
 }
 
 /** A package name as npm spells it (`@scope/name`) and as it is asked for upstream (`@scope%2fname`). */
@@ -115,7 +129,7 @@ function answerType(origin: string | undefined, abbreviated: boolean): string {
 export class BadPackument extends Error {}
 
 /** What a rewrite needs from the request (a subset of MetadataIO, so tests can drive it alone). */
-export type RewriteIO = Pick<MetadataIO, 'unendorsed' | 'artifactUrlOf' | 'endorsed' | 'gatewayUrlOf'>;
+export type RewriteIO = Pick<MetadataIO, 'unendorsed' | 'artifactUrlOf' | 'artifactTailOf' | 'endorsed' | 'gatewayUrlOf'>;
 
 export interface RewriteResult {
   /** Versions offered (endorsed, or marked on a pass route). */
@@ -126,6 +140,10 @@ export interface RewriteResult {
   unendorsed: number;
   /** Versions removed: their tarball is under no route. */
   unrouted: number;
+  /** Versions removed: their tarball is an endorsed one of another package or version (any route). */
+  misnamed: number;
+  /** One such tarball URL (for the log), or null. */
+  misnamedExample: string | null;
   /** Versions removed: not a usable entry (not an object, no dist.tarball, version not the key, not semver). */
   malformed: number;
   /** One tarball URL no route serves (for the log), or null. */
@@ -157,11 +175,12 @@ export function rewritePackument(doc: unknown, name: string, io: RewriteIO): Rew
   if (doc['dist-tags'] !== undefined && !isObject(doc['dist-tags'])) throw new BadPackument('"dist-tags" is not an object');
   if (doc.time !== undefined && !isObject(doc.time)) throw new BadPackument('"time" is not an object');
   const versions = (doc.versions ?? {}) as Json;
-  const r: RewriteResult = { kept: 0, marked: 0, unendorsed: 0, unrouted: 0, malformed: 0, unroutedExample: null };
+  const r: RewriteResult = { kept: 0, marked: 0, unendorsed: 0, unrouted: 0, misnamed: 0, malformed: 0, unroutedExample: null, misnamedExample: null };
   const keptVersions = new Set<string>();
   const removed: string[] = [];
-  const owns = `/${name}/-/`;
-  for (const version of Object.keys(versions)) {
+  const listed = Object.keys(versions);
+  if (listed.length > MAX_VERSIONS) throw new BadPackument(`more than ${MAX_VERSIONS} versions`);
+  for (const version of listed) {
     const v = versions[version];
     const dist = isObject(v) ? v.dist : undefined;
     if (!isObject(v) || v.version !== version || !isCanonicalSemver(version) || !isObject(dist) || typeof dist.tarball !== 'string') {
@@ -178,7 +197,15 @@ export function rewritePackument(doc: unknown, name: string, io: RewriteIO): Rew
       continue;
     }
     const sel: Selection | null = io.endorsed(artifactUrl);
-    const endorsed = sel !== null && sel.entry.semver === version && pathHas(artifactUrl, owns);
+    const named = io.artifactTailOf(artifactUrl) === tarballTail(name, version);
+    if (sel !== null && !named) {
+      // Another package's (or version's) endorsed tarball listed under this name: never offered.
+      r.misnamed++;
+      r.misnamedExample ??= dist.tarball;
+      removed.push(version);
+      continue;
+    }
+    const endorsed = sel !== null && sel.entry.semver === version;
     if (!endorsed) {
       if (io.unendorsed === 'deny') {
         r.unendorsed++;
@@ -226,37 +253,92 @@ function latestOf(versions: Iterable<string>): string {
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** Answers a packument request: the origin's packument (cached), rewritten for this request. */
+
+/**
+ * The origin's packument read under the caps (decoded, bounded in
+ * structure, parsed); a refusal (502 with the reason, logged at warn) when
+ * npm could not use it. Chain-independent: the part that may run off the
+ * event loop.
+ */
+export function preparePackument(body: Uint8Array, job: PackumentJob, log: RenderView['log']): { doc: unknown } | Rendered {
+  try {
+    let text: string;
+    try {
+      text = utf8.decode(body);
+    } catch {
+      throw new BadPackument('not UTF-8');
+    }
+    try {
+      checkJsonShape(text, PACKUMENT_CAPS);
+    } catch (e) {
+      if (e instanceof JsonShapeError) throw new BadPackument(e.message);
+      throw e;
+    }
+    try {
+      return { doc: JSON.parse(text) };
+    } catch (e) {
+      throw new BadPackument(`not JSON (${(e as Error).message.slice(0, 120)})`);
+    }
+  } catch (e) {
+    if (!(e instanceof BadPackument)) throw e;
+    return refusePackument(job, e, log);
+  }
+}
+
+function refusePackument(job: PackumentJob, e: BadPackument, log: RenderView['log']): Rendered {
+  log.warn('npm: unusable packument from the registry', { package: job.name, error: e.message });
+  return { ok: false, status: 502, message: `vouch: the registry's packument of ${job.name} is unusable: ${e.message}` };
+}
+
+/** The tarball URLs a parsed packument lists (what its rewrite asks the chain about). */
+export function tarballsOf(doc: unknown): string[] {
+  const out: string[] = [];
+  const versions = isObject(doc) && isObject(doc.versions) ? doc.versions : {};
+  for (const v of Object.values(versions)) {
+    if (isObject(v) && isObject(v.dist) && typeof v.dist.tarball === 'string') out.push(v.dist.tarball);
+  }
+  return out;
+}
+
+/** The answer from a parsed packument: rewritten against the chain (`io`), written back. */
+export function finishPackument(doc: unknown, job: PackumentJob, io: RenderView): Rendered {
+  let result: RewriteResult;
+  try {
+    result = rewritePackument(doc, job.name, io);
+  } catch (e) {
+    if (!(e instanceof BadPackument)) throw e;
+    return refusePackument(job, e, io.log);
+  }
+  if (result.unrouted > 0) {
+    io.log.warn('npm: removed versions whose tarball no route serves', { package: job.name, versions: result.unrouted, example: result.unroutedExample });
+  }
+  if (result.misnamed > 0) {
+    io.log.warn('npm: removed versions listing an endorsed tarball of another package or version', { package: job.name, versions: result.misnamed, example: result.misnamedExample });
+  }
+  io.log.debug('npm: packument rewritten', {
+    package: job.name, form: job.abbreviated ? 'abbreviated' : 'full', kept: result.kept, marked: result.marked,
+    unendorsed: result.unendorsed, malformed: result.malformed,
+  });
+  if (result.kept === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: no endorsed version of ${job.name}` };
+  return { ok: true, status: 200, contentType: answerType(job.contentType, job.abbreviated), body: JSON.stringify(doc), headers: { vary: 'accept' } };
+}
+
+/** The packument answer made from the origin's body on this thread: `preparePackument` then `finishPackument`. */
+export function renderPackument(body: Uint8Array, job: PackumentJob, io: RenderView): Rendered {
+  const p = preparePackument(body, job, io.log);
+  return 'ok' in p ? p : finishPackument(p.doc, job, io);
+}
+
+/** Answers a packument request: the origin's packument (cached), rewritten for the chain as it is (made once, see `renderPackument`). */
 async function answerPackument(io: MetadataIO, pkg: PackageName): Promise<void> {
   const abbreviated = wantsAbbreviated(io.req.headers.accept);
-  const up = await io.fetch(pkg.upstream, { accept: abbreviated ? ABBREVIATED_ACCEPT : FULL_ACCEPT, form: abbreviated ? 'abbreviated' : 'full' });
+  const form = abbreviated ? 'abbreviated' : 'full';
+  const up = await io.fetch(pkg.upstream, { accept: abbreviated ? ABBREVIATED_ACCEPT : FULL_ACCEPT, form });
   if (up.status === 404 || up.status === 410) {
     return io.fail(404, `vouch: ${pkg.name} is not in the registry (it answered ${up.status})`);
   }
   if (up.status !== 200) return io.fail(502, `vouch: the registry answered ${up.status} for the packument of ${pkg.name}`);
-  let doc: unknown;
-  let result: RewriteResult;
-  try {
-    try {
-      doc = JSON.parse(utf8.decode(up.body));
-    } catch (e) {
-      throw new BadPackument(`not JSON (${(e as Error).message.slice(0, 120)})`);
-    }
-    result = rewritePackument(doc, pkg.name, io);
-  } catch (e) {
-    if (!(e instanceof BadPackument)) throw e;
-    io.log.warn('npm: unusable packument from the registry', { package: pkg.name, error: e.message });
-    return io.fail(502, `vouch: the registry's packument of ${pkg.name} is unusable: ${e.message}`);
-  }
-  if (result.unrouted > 0) {
-    io.log.warn('npm: removed versions whose tarball no route serves', { package: pkg.name, versions: result.unrouted, example: result.unroutedExample });
-  }
-  io.log.debug('npm: packument rewritten', {
-    package: pkg.name, form: abbreviated ? 'abbreviated' : 'full', kept: result.kept, marked: result.marked,
-    unendorsed: result.unendorsed, malformed: result.malformed, stale: up.stale,
-  });
-  if (result.kept === 0 && io.unendorsed === 'deny') return io.fail(404, `vouch: no endorsed version of ${pkg.name}`);
-  io.send(200, answerType(up.headers['content-type'], abbreviated), JSON.stringify(doc), { vary: 'accept' });
+  await io.answerJob(up, `npm ${form}`, { kind: 'npm', contentType: up.headers['content-type'], name: pkg.name, abbreviated });
 }
 
 export const npm: EcosystemHandler = {

@@ -20,7 +20,13 @@
  * route; kept links point at the gateway with the signed hash as the
  * fragment pip checks (sha256 / sha512; none for other algorithms). Side
  * files (core metadata, GPG signatures) are never offered: they are not
- * endorsed. A redirect of the index (PyPI's 301 for a non-normalized name)
+ * endorsed. A file is named as pip names it, from its URL (`pipFileName`);
+ * a link whose index name (anchor text, JSON `filename`) is another name is
+ * dropped from the page with a warning (pip would install what the URL
+ * names, while the user and the lockfile endorser read the index's name;
+ * the other files of the project stay installable). The page is parsed
+ * once per origin body and rendered once per chain state and form
+ * (`MetadataIO.answer`). A redirect of the index (PyPI's 301 for a non-normalized name)
  * is answered with its Location mapped to the gateway.
  *
  * Owns: the classification of pip's paths, the Accept negotiation, which
@@ -36,8 +42,8 @@
  * none left is a 404 with the reason; a fragment on an endorsed link is
  * exactly the signed hash; nothing of the origin's markup is sent.
  */
-import { PageError, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
-import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse } from './ecosystem.ts';
+import { PageError, parseHtmlPage, parseJsonPage, pipFileName, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
+import type { Classified, EcosystemHandler, MetadataIO, PageJob, Rendered, RenderView } from './ecosystem.ts';
 
 export const JSON_TYPE = 'application/vnd.pypi.simple.v1+json';
 export const HTML_TYPE = 'application/vnd.pypi.simple.v1+html';
@@ -123,6 +129,8 @@ export interface RewrittenPage {
   noRoute: string[];
   /** Unendorsed artifact URLs removed (deny route). */
   unendorsed: string[];
+  /** Links removed because the index names the file otherwise than its URL does (pip goes by the URL). */
+  misnamed: Array<{ url: string; index: string; pip: string }>;
   /** Endorsed files for which the index states another hash of the same algorithm. */
   disagreements: Array<{ url: string; index: string; signed: string }>;
 }
@@ -138,15 +146,6 @@ export function signedHashes(artifactHash: string): Record<string, string> {
   return alg === 'sha256' || alg === 'sha512' ? { [alg]: hex } : {};
 }
 
-function filenameOf(url: URL): string {
-  const last = url.pathname.slice(url.pathname.lastIndexOf('/') + 1);
-  try {
-    return decodeURIComponent(last);
-  } catch {
-    return last;
-  }
-}
-
 const versionKey = (v: string) => v.toLowerCase().replace(/_/g, '-');
 
 /**
@@ -156,7 +155,7 @@ const versionKey = (v: string) => v.toLowerCase().replace(/_/g, '-');
  * hash. PEP 700 `versions` keeps only versions with a kept file.
  */
 export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
-  const out: RewrittenPage = { name: page.name, apiVersion: page.apiVersion, files: [], versions: null, noRoute: [], unendorsed: [], disagreements: [] };
+  const out: RewrittenPage = { name: page.name, apiVersion: page.apiVersion, files: [], versions: null, noRoute: [], unendorsed: [], misnamed: [], disagreements: [] };
   for (const f of page.files) {
     let resolved: URL;
     try {
@@ -166,6 +165,11 @@ export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
       continue;
     }
     resolved.hash = '';
+    const filename = pipFileName(resolved);
+    if (f.filename !== '' && f.filename !== filename) {
+      out.misnamed.push({ url: resolved.href, index: f.filename.slice(0, 200), pip: filename });
+      continue;
+    }
     const artifactUrl = resolved.protocol === 'http:' || resolved.protocol === 'https:' ? io.artifactUrlOf(resolved.href) : null;
     const url = artifactUrl === null ? null : io.gatewayUrlOf(artifactUrl);
     if (artifactUrl === null || url === null) {
@@ -189,7 +193,7 @@ export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
       for (const [alg, hex] of Object.entries(f.hashes)) if (PIP_HASHES.has(alg) && /^[0-9a-f]+$/.test(hex)) hashes[alg] = hex;
     }
     out.files.push({
-      url, artifactUrl, filename: filenameOf(resolved), hashes, endorsed: sel !== null,
+      url, artifactUrl, filename, hashes, endorsed: sel !== null,
       requiresPython: f.requiresPython, yanked: f.yanked, size: f.size, uploadTime: f.uploadTime,
     });
   }
@@ -266,31 +270,31 @@ export function renderJson(page: RewrittenPage): string {
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 
-function decodeBody(r: MetadataResponse): string {
-  const charset = /;\s*charset\s*=\s*"?([A-Za-z0-9_.:-]+)"?/i.exec(r.headers['content-type'] ?? '')?.[1] ?? 'utf-8';
+function decodeBody(contentType: string | undefined, body: Uint8Array): string {
+  const charset = /;\s*charset\s*=\s*"?([A-Za-z0-9_.:-]+)"?/i.exec(contentType ?? '')?.[1] ?? 'utf-8';
   let decoder: TextDecoder;
   try {
     decoder = new TextDecoder(charset);
   } catch {
     decoder = new TextDecoder('utf-8');
   }
-  return decoder.decode(r.body);
+  return decoder.decode(body);
 }
 
 /** Our reading of the index's 200 answer. @throws PageError */
-function parsePage(r: MetadataResponse, pageUrl: string, project: string): IndexPage {
-  const type = (r.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+function parsePage(contentType: string | undefined, body: Uint8Array, pageUrl: string, project: string): IndexPage {
+  const type = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
   if (type === JSON_TYPE || type === 'application/vnd.pypi.simple.latest+json') {
     let text: string;
     try {
-      text = new TextDecoder('utf-8', { fatal: true }).decode(r.body);
+      text = new TextDecoder('utf-8', { fatal: true }).decode(body);
     } catch {
       throw new PageError('the JSON is not UTF-8');
     }
     return parseJsonPage(text, pageUrl);
   }
   if (type === HTML_TYPE || type === 'application/vnd.pypi.simple.latest+html' || type === 'text/html') {
-    return parseHtmlPage(decodeBody(r), pageUrl, project);
+    return parseHtmlPage(decodeBody(contentType, body), pageUrl, project);
   }
   throw new PageError(`the index answered with content type ${JSON.stringify(type || '(none)')}, not a simple repository page`);
 }
@@ -326,30 +330,67 @@ async function answerProject(io: MetadataIO, segment: string): Promise<void> {
   }
   if (r.status === 404 || r.status === 410) return io.fail(404, `vouch: the index has no project ${project} (it answered ${r.status})`);
   if (r.status !== 200) return io.fail(502, `vouch: the index answered ${r.status} for ${project}`);
-  let page: IndexPage;
+  await io.answerJob(r, `pypi ${want.form} ${want.contentType}`, { kind: 'pypi', contentType: r.headers['content-type'], pageUrl, project, want });
+}
+
+
+/**
+ * The index's page read under the caps; a refusal (502 with the reason,
+ * logged at warn) when it cannot be read. Chain-independent: the part that
+ * may run off the event loop.
+ */
+export function preparePage(body: Uint8Array, job: PageJob, log: RenderView['log']): { page: IndexPage } | Rendered {
   try {
-    page = parsePage(r, pageUrl, project);
+    return { page: parsePage(job.contentType, body, job.pageUrl, job.project) };
   } catch (e) {
     if (!(e instanceof PageError)) throw e;
-    io.log.warn('pypi: unreadable index page', { url: pageUrl, reason: e.message });
-    return io.fail(502, `vouch: cannot read the index page of ${project}: ${e.message}`);
+    log.warn('pypi: unreadable index page', { url: job.pageUrl, reason: e.message });
+    return { ok: false, status: 502, message: `vouch: cannot read the index page of ${job.project}: ${e.message}` };
   }
+}
+
+/** The URLs a page's rewrite asks the chain about: each link resolved, fragment dropped. */
+export function linksOf(page: IndexPage): string[] {
+  const out: string[] = [];
+  for (const f of page.files) {
+    try {
+      const u = new URL(f.href, page.base);
+      u.hash = '';
+      out.push(u.href);
+    } catch { /* removed by the rewrite */ }
+  }
+  return out;
+}
+
+/** The page answered from a parsed index page: rewritten against the chain (`io`), rendered in the client's form. */
+export function finishPage(page: IndexPage, job: PageJob, io: RenderView): Rendered {
+  const { pageUrl, want } = job;
   const out = rewritePage(page, io);
   if (out.noRoute.length > 0) {
     io.log.warn('pypi: removed links that no route serves', { page: pageUrl, count: out.noRoute.length, urls: out.noRoute.slice(0, 5) });
   }
-  for (const d of out.disagreements) io.log.warn('pypi: the index states another hash than the signed one', { page: pageUrl, ...d });
+  if (out.misnamed.length > 0) {
+    io.log.warn('pypi: removed links the index names otherwise than their URL (pip goes by the URL)', { page: pageUrl, count: out.misnamed.length, links: out.misnamed.slice(0, 5) });
+  }
+  for (const d of out.disagreements.slice(0, 20)) io.log.warn('pypi: the index states another hash than the signed one', { page: pageUrl, ...d });
   if (out.unendorsed.length > 0) io.log.debug('pypi: removed unendorsed links', { page: pageUrl, count: out.unendorsed.length });
   if (out.files.length === 0 && io.unendorsed === 'deny' && page.files.length > 0) {
     const why = [
       out.unendorsed.length > 0 ? `${out.unendorsed.length} not endorsed by the authority` : '',
       out.noRoute.length > 0 ? `${out.noRoute.length} on hosts no route serves` : '',
+      out.misnamed.length > 0 ? `${out.misnamed.length} named otherwise by the index than by their URL` : '',
     ].filter(Boolean).join(', ');
-    return io.fail(404, `vouch: no file of ${page.name} is served through vouch (${page.files.length} on the index: ${why})`);
+    return { ok: false, status: 404, message: `vouch: no file of ${page.name} is served through vouch (${page.files.length} on the index: ${why})` };
   }
-  if (out.files.length === 0 && io.unendorsed === 'deny') return io.fail(404, `vouch: the index lists no file of ${page.name}`);
+  if (out.files.length === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: the index lists no file of ${page.name}` };
   const body = want.form === 'json' ? renderJson(out) : renderHtml(out);
-  io.send(200, want.contentType, body, { vary: 'Accept' });
+  return { ok: true, status: 200, contentType: want.contentType, body, headers: { vary: 'Accept' } };
+}
+
+/** The page answered from the index's body on this thread: `preparePage` then `finishPage`. */
+export function renderPage(body: Uint8Array, job: PageJob, io: RenderView): Rendered {
+  const p = preparePage(body, job, io.log);
+  return 'ok' in p ? p : finishPage(p.page, job, io);
 }
 
 /** The route's failures: pip prints the status line (`409 Client Error: <reason> for url: ...`), never the body. */

@@ -164,7 +164,7 @@ const MIN_PIECE = 64 * 1024;
  * Tears `res` down when `progress()` is not called for `ms` (the client
  * takes nothing); stops watching when the response is done either way.
  */
-function stallGuard(res: ServerResponse, ms: number): () => void {
+export function stallGuard(res: ServerResponse, ms: number): () => void {
   const timer = setTimeout(() => {
     if (!res.writableFinished) res.destroy();
   }, ms);
@@ -174,7 +174,7 @@ function stallGuard(res: ServerResponse, ms: number): () => void {
 }
 
 /** Writes `bytes` as the whole body in SEND_PIECE pieces, each after the previous one drained; stops if the response is torn down. */
-function sendPaced(res: ServerResponse, bytes: Buffer, progress: () => void): void {
+export function sendPaced(res: ServerResponse, bytes: Buffer, progress: () => void): void {
   if (bytes.length <= SEND_PIECE) {
     res.end(bytes);
     return;

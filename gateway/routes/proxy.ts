@@ -25,8 +25,10 @@
  *
  * Owns: the route policies, the pass-through stream (its own undici
  * Agent), the metadata fetches and their cache, the request-scoped
- * `MetadataIO` ecosystem modules answer through, failures in the client's
- * form, and the proxy's counters.
+ * `MetadataIO` ecosystem modules answer through (answers made once per
+ * origin body, chain state and form, in the render worker where the module
+ * allows; sent in pieces under the stall guard and charged to the memory
+ * budget), failures in the client's form, and the proxy's counters.
  * Trusts: the verified chain index; `ArtifactSource.obtain`, which resolves
  * only with bytes that hashed to the signed artifact_hash; `serveVerified`
  * for the verified response; the configured origins (the operator's).
@@ -43,15 +45,19 @@
  * and its canonical host).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import { finished } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Agent, type Dispatcher } from 'undici';
 import { VouchError, isVouchError } from '../../chain/errors.ts';
 import type { Selection } from '../../chain/select.ts';
-import type { MetadataIO } from '../ecosystems/ecosystem.ts';
+import type { MetadataIO, MetadataResponse, Rendered, RenderView } from '../ecosystems/ecosystem.ts';
+import { decide, renderJob, type RenderJob } from '../ecosystems/render-job.ts';
+import { RenderPool } from '../ecosystems/render-pool.ts';
 import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-routes.ts';
 import { MetadataCache, type OriginAnswer } from '../ecosystems/metadata-cache.ts';
 import type { ArtifactSource, GatewayContext } from '../context.ts';
-import { etagMatches, serveVerified } from './download.ts';
+import { etagMatches, sendPaced, serveVerified, stallGuard } from './download.ts';
 import { sendEmpty, statusOf } from '../http-util.ts';
 import { keptOriginHeaders } from '../../artifacts/stored-artifact.ts';
 
@@ -83,12 +89,67 @@ export interface ProxyStats {
 
 /** Largest metadata answer read from an origin (npm's largest packuments are tens of MiB). */
 export const MAX_METADATA_BYTES = 48 * 1024 * 1024;
+/** Metadata coming in from an origin is charged to the memory budget in steps of this many bytes. */
+const CHARGE_STEP = 1024 * 1024;
 const KEPT_METADATA_HEADERS = ['content-type', 'location', 'etag', 'last-modified', 'cache-control'] as const;
 
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
   'te', 'trailer', 'trailers', 'transfer-encoding', 'upgrade',
 ]);
+/**
+ * The host rendered metadata names the gateway by (random per process, so
+ * no origin can write it); replaced by the request's host when sent, so one
+ * rendering serves every host clients reach the gateway at.
+ */
+const HOST_MARK = `vouch-host-${randomBytes(12).toString('hex')}.invalid`;
+/** Metadata bodies smaller than this are sent without a charge to the memory budget (one write; bounded by connections). */
+const UNCHARGED_BODY = 64 * 1024;
+
+/**
+ * A rendered answer as kept: its body for the host of the request that made
+ * it (`whole`; for every host when it has no gateway link, `host` null) and
+ * the pieces of it between the host's places (views of `whole`), to make
+ * the body for another host from.
+ */
+type Template =
+  | { ok: true; status: number; contentType: string; headers: Record<string, string>; whole: Buffer; host: string | null; parts: Buffer[] }
+  | { ok: false; status: number; message: string };
+const HOST_MARK_BYTES = Buffer.from(HOST_MARK);
+
+/** `bytes` split at every HOST_MARK (views, no copy). */
+function splitAtMark(bytes: Buffer): Buffer[] {
+  const parts: Buffer[] = [];
+  let from = 0;
+  for (let at = bytes.indexOf(HOST_MARK_BYTES); at !== -1; at = bytes.indexOf(HOST_MARK_BYTES, from)) {
+    parts.push(bytes.subarray(from, at));
+    from = at + HOST_MARK_BYTES.length;
+  }
+  parts.push(bytes.subarray(from));
+  return parts;
+}
+
+/** The parts joined with `host` between them, as one buffer. */
+function joinWith(parts: readonly Buffer[], host: string): Buffer {
+  const h = Buffer.from(host);
+  const out = Buffer.allocUnsafe(parts.reduce((n, p) => n + p.length, 0) + h.length * (parts.length - 1));
+  let at = 0;
+  parts.forEach((p, i) => {
+    if (i > 0) at += h.copy(out, at);
+    at += p.copy(out, at);
+  });
+  return out;
+}
+
+/** A serial per chain state object (a new state after a reload is another chain). */
+const stateSerials = new WeakMap<object, number>();
+let nextStateSerial = 0;
+function stateSerial(state: object): number {
+  let n = stateSerials.get(state);
+  if (n === undefined) stateSerials.set(state, n = ++nextStateSerial);
+  return n;
+}
+
 /** Request headers never forwarded on pass-through (besides hop-by-hop). */
 const NOT_FORWARDED = new Set(['host', 'content-length', 'expect']);
 
@@ -129,6 +190,9 @@ export class ProxyRoutes {
   };
   private agent: Agent | null = null;
   private readonly metadata = new MetadataCache();
+  private readonly renderPool = new RenderPool();
+  /** Metadata bodies being sent and charged to the memory budget, with the number of responses sending each. */
+  private readonly sending = new Map<Buffer, number>();
 
   /** @throws VouchError usage when a route is not usable (see `compileRoutes`). */
   constructor(private readonly ctx: GatewayContext) {
@@ -168,7 +232,7 @@ export class ProxyRoutes {
   async close(): Promise<void> {
     const agent = this.agent;
     this.agent = null;
-    await agent?.close();
+    await Promise.all([agent?.close(), this.renderPool.close()]);
   }
 
   // -------------------------------------------------------------------------
@@ -324,8 +388,54 @@ export class ProxyRoutes {
   /** The request-scoped view an ecosystem module answers metadata through. */
   private metadataIO(req: IncomingMessage, res: ServerResponse, m: ProxyMatch & { refusal: null }): MetadataIO {
     const { route } = m;
-    const base = this.requestBase(req);
-    return {
+    const { protocol, host } = this.requestBase(req);
+    const base = `${protocol}//${host}`;
+    const endorsed = (url: string) => {
+      const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
+      return sel === null || sel.revokedBy !== null ? null : sel;
+    };
+    const artifactUrlOfRoute = (url: string) => artifactUrlOf(this.routes, route, url);
+    // The route gatewayUrlOf picks (this one first, then the others in order): the tail is what it will classify.
+    const artifactTailOf = (url: string) => {
+      const r = [route, ...this.routes.filter((x) => x !== route)].find((x) => url.startsWith(x.canonical));
+      return r === undefined ? null : url.slice(r.canonical.length);
+    };
+    // What a kept answer depends on besides the origin body: the route, the client's form, the chain state, the day.
+    const keyOf = (form: string) => {
+      const state = this.ctx.state;
+      const chain = state === null ? '-' : `${stateSerial(state)}.${state.size}.${state.head.record_hash}`;
+      return `${route.index}\u0000${form}\u0000${chain}\u0000${this.ctx.today()}`;
+    };
+    const view: RenderView = {
+      unendorsed: route.unendorsed, endorsed, artifactUrlOf: artifactUrlOfRoute, artifactTailOf, log: this.ctx.log,
+      originUrl: (rest) => route.origin + rest,
+      gatewayUrlOf: (url) => gatewayUrlOf(this.routes, route, `${protocol}//${HOST_MARK}`, url),
+    };
+    const send = (status: number, contentType: string, body: string | Buffer, headers: Record<string, string> = {}, kept = false) => {
+      const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+      this.sendMetadata(req, res, route, status, { 'content-type': contentType, ...headers }, bytes, kept);
+    };
+    /** Sends a kept answer: its body for this request's host (made once per host), or its refusal. */
+    const sendTemplate = (r: MetadataResponse, key: string, t: Template): void => {
+      if (!t.ok) {
+        this.counters.failed++;
+        return this.fail(res, route, t.status, t.message);
+      }
+      let bytes = t.whole;
+      let hostKey = key;
+      if (t.host !== null && t.host !== host) {
+        const parts = t.parts;
+        hostKey = `${key}\u0000${host}`;
+        bytes = this.metadata.derive(r.id, hostKey, () => {
+          const b = joinWith(parts, host);
+          return { value: b, bytes: b.length };
+        });
+      }
+      const headers: Record<string, string> = {};
+      for (const [k, v] of Object.entries(t.headers)) headers[k] = v.split(HOST_MARK).join(host);
+      send(t.status, t.contentType, bytes, headers, this.metadata.hasDerived(r.id, hostKey));
+    };
+    const io: MetadataIO = {
       req, res,
       unendorsed: route.unendorsed,
       rest: m.rest,
@@ -343,23 +453,20 @@ export class ProxyRoutes {
         return got;
       },
       originUrl: (rest) => route.origin + rest,
-      endorsed: (url) => {
-        const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
-        return sel === null || sel.revokedBy !== null ? null : sel;
-      },
-      artifactUrlOf: (url) => artifactUrlOf(this.routes, route, url),
+      endorsed,
+      artifactUrlOf: artifactUrlOfRoute,
       gatewayUrlOf: (url) => gatewayUrlOf(this.routes, route, base, url),
-      send: (status, contentType, body, headers = {}) => {
-        this.counters.metadata++;
-        res.writeHead(status, {
-          'content-type': contentType,
-          'content-length': Buffer.byteLength(body),
-          'x-content-type-options': 'nosniff',
-          'cache-control': 'no-cache',
-          ...headers,
-        });
-        res.end(req.method === 'HEAD' ? undefined : body);
+      artifactTailOf,
+      remember: (r, form, make) => this.metadata.derive(r.id, keyOf(form), () => make(view)),
+      answer: (r, form, make) => {
+        const key = keyOf(form);
+        sendTemplate(r, key, this.metadata.derive(r.id, key, () => this.render(route, view, make, host)));
       },
+      answerJob: async (r, form, job) => {
+        const key = keyOf(form);
+        sendTemplate(r, key, await this.metadata.deriveAsync(r.id, key, () => this.renderJob(route, view, job, r.body, host)));
+      },
+      send: (status, contentType, body, headers = {}) => send(status, contentType, body, headers),
       fail: (status, message) => {
         this.counters.failed++;
         this.fail(res, route, status, message);
@@ -371,14 +478,106 @@ export class ProxyRoutes {
         return true;
       },
     };
+    return io;
+  }
+
+  /**
+   * Makes an answer to keep: the module's rendering, its body split at the
+   * host mark. A RangeError (a document too deep or too large to write back)
+   * is a 502 with the reason, logged at warn: the origin's document, not a
+   * fault of the gateway.
+   */
+  private render(route: ProxyRoute, view: RenderView, make: (view: RenderView) => Rendered, host: string): { value: Template; bytes: number } {
+    let out: Rendered;
+    try {
+      out = make(view);
+    } catch (e) {
+      if (!(e instanceof RangeError)) throw e;
+      this.ctx.log.warn('proxy: origin metadata cannot be handled', { route: route.label, error: e.message });
+      out = { ok: false, status: 502, message: `vouch: the origin's ${route.kind} metadata cannot be handled (${e.message})` };
+    }
+    if (!out.ok) return { value: out, bytes: out.message.length };
+    const marked = Buffer.isBuffer(out.body) ? out.body : Buffer.from(out.body);
+    const split = splitAtMark(marked);
+    const head = { ok: true as const, status: out.status, contentType: out.contentType, headers: out.headers ?? {} };
+    if (split.length === 1) return { value: { ...head, whole: marked, host: null, parts: split }, bytes: marked.length };
+    const whole = joinWith(split, host);
+    const h = Buffer.byteLength(host);
+    const parts: Buffer[] = [];
+    let at = 0;
+    for (const p of split) {
+      parts.push(whole.subarray(at, at + p.length));
+      at += p.length + h;
+    }
+    return { value: { ...head, whole, host, parts }, bytes: whole.length };
+  }
+
+  /**
+   * Makes an answer to keep from a render job in the render worker (this
+   * thread answers its questions about the chain and replays its log
+   * lines); on this thread when no worker can run.
+   */
+  private async renderJob(route: ProxyRoute, view: RenderView, job: RenderJob, body: Buffer, host: string): Promise<{ value: Template; bytes: number }> {
+    const done = await this.renderPool.render(job, body, route.unendorsed, (urls) => decide(urls, view));
+    if (done === null) return this.render(route, view, (v) => renderJob(job, body, v), host);
+    for (const l of done.logs) this.ctx.log[l.level](l.msg, { route: route.label, ...l.fields });
+    return this.render(route, view, () => done.rendered, host);
+  }
+
+  /**
+   * Sends a metadata body: in pieces, each after the one before drained,
+   * under the stall guard (a client that takes nothing for origin.timeout is
+   * cut); a body of UNCHARGED_BODY or more is charged to the memory budget
+   * once however many responses send it, while any does. When the budget
+   * has no room: sent uncharged if a cache keeps the bytes anyway (`kept`),
+   * else 503.
+   */
+  private sendMetadata(req: IncomingMessage, res: ServerResponse, route: ProxyRoute, status: number, headers: Record<string, string>, bytes: Buffer, kept: boolean): void {
+    const head = {
+      'content-length': String(bytes.length),
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-cache',
+      ...headers,
+    };
+    if (req.method === 'HEAD' || bytes.length === 0) {
+      this.counters.metadata++;
+      res.writeHead(status, head);
+      res.end();
+      return;
+    }
+    let release = () => {};
+    if (bytes.length >= UNCHARGED_BODY) {
+      const refs = this.sending.get(bytes);
+      if (refs !== undefined) {
+        this.sending.set(bytes, refs + 1);
+      } else if (this.ctx.artifacts.holdBytes?.(bytes.length) ?? false) {
+        this.sending.set(bytes, 1);
+      } else if (!kept && this.ctx.artifacts.holdBytes !== undefined) {
+        this.counters.failed++;
+        this.ctx.log.warn('proxy: no room in the memory budget for a metadata answer', { route: route.label, bytes: bytes.length });
+        return this.fail(res, route, 503, 'vouch: the gateway has no memory to spare for this answer now; retry shortly', { 'retry-after': '1' });
+      }
+      if (this.sending.has(bytes)) {
+        release = () => {
+          const n = this.sending.get(bytes)!;
+          if (n > 1) return void this.sending.set(bytes, n - 1);
+          this.sending.delete(bytes);
+          this.ctx.artifacts.unholdBytes?.(bytes.length);
+        };
+      }
+    }
+    this.counters.metadata++;
+    res.writeHead(status, head);
+    finished(res, release);
+    sendPaced(res, bytes, stallGuard(res, this.ctx.config.origin.timeout * 1000));
   }
 
   /** Scheme (of public_url) and authority (the request's Host, when it is a host name) that clients reach the gateway at. */
-  private requestBase(req: IncomingMessage): string {
+  private requestBase(req: IncomingMessage): { protocol: string; host: string } {
     const pub = new URL(this.ctx.config.public_url);
     const host = req.headers.host;
-    if (host !== undefined && parseHost(host) !== null) return `${pub.protocol}//${host.trim()}`;
-    return `${pub.protocol}//${pub.host}`;
+    if (host !== undefined && parseHost(host) !== null) return { protocol: pub.protocol, host: host.trim() };
+    return { protocol: pub.protocol, host: pub.host };
   }
 
   /** One origin request for metadata: only `accept` is sent; the body is read whole, up to MAX_METADATA_BYTES. */
@@ -400,20 +599,38 @@ export class ProxyRoutes {
       up.body.destroy();
       throw new VouchError('too_large', `${url}: metadata larger than ${MAX_METADATA_BYTES} bytes`, { resource: url });
     }
+    // Received into one buffer of the declared length when there is one (no second copy), else in chunks;
+    // charged to the memory budget while it comes in (refused past it: 503, retry), given back once it is read.
+    const into = Number.isSafeInteger(declared) && declared >= 0 ? Buffer.allocUnsafe(declared) : null;
     const chunks: Buffer[] = [];
     let size = 0;
+    let charged = 0;
+    const charge = (upTo: number): void => {
+      if (upTo <= charged || this.ctx.artifacts.holdBytes === undefined) return;
+      const more = Math.max(upTo - charged, CHARGE_STEP);
+      if (!this.ctx.artifacts.holdBytes(more)) {
+        throw new VouchError('not_ready', `${url}: the gateway's memory budget has no room for this metadata now; retry shortly`, { resource: url });
+      }
+      charged += more;
+    };
     try {
+      charge(into?.length ?? 0);
       for await (const chunk of up.body) {
-        size += (chunk as Buffer).length;
-        if (size > MAX_METADATA_BYTES) {
-          up.body.destroy();
+        const c = chunk as Buffer;
+        if (size + c.length > MAX_METADATA_BYTES) {
           throw new VouchError('too_large', `${url}: metadata larger than ${MAX_METADATA_BYTES} bytes`, { resource: url });
         }
-        chunks.push(chunk as Buffer);
+        charge(size + c.length);
+        if (into !== null && size + c.length <= into.length) c.copy(into, size);
+        else chunks.push(c);
+        size += c.length;
       }
     } catch (e) {
+      up.body.destroy();
       if (isVouchError(e)) throw e;
       throw new VouchError(isTimeout(e) ? 'origin_timeout' : 'origin_error', `${url}: the body broke off`, { resource: url });
+    } finally {
+      if (charged > 0) this.ctx.artifacts.unholdBytes?.(charged);
     }
     const headers: Record<string, string> = {};
     for (const name of KEPT_METADATA_HEADERS) {
@@ -423,7 +640,8 @@ export class ProxyRoutes {
     if (typeof up.headers['content-encoding'] === 'string' && up.headers['content-encoding'] !== 'identity') {
       throw new VouchError('origin_error', `${url}: the origin sent encoded metadata (${up.headers['content-encoding']}) although asked for identity`, { resource: url });
     }
-    return { status: up.statusCode, headers, body: Buffer.concat(chunks, size) };
+    const body = into !== null && size === into.length && chunks.length === 0 ? into : Buffer.concat(into === null ? chunks : [into.subarray(0, Math.min(size, into.length)), ...chunks], size);
+    return { status: up.statusCode, headers, body };
   }
 
   /** The Agent of pass-through and metadata requests: no redirect interceptor, so a redirect is never followed here. */

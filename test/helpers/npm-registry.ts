@@ -18,6 +18,7 @@
  *   const reg = await NpmRegistry.start(tmpDir);
  *   await reg.publish('leftpad', '1.0.0', { 'index.js': 'module.exports = 1\n' });
  *   reg.alias('leftpad', '9.9.9', '1.0.0');          // a version listing another version's tarball
+ *   reg.alias('foo', '1.0.0', '1.0.0', { from: '@x/foo' });  // ... or another package's
  *   await reg.tamper('leftpad', '1.0.0', { 'index.js': 'evil\n' });
  *   reg.tarballUrl('leftpad', '1.0.0');  reg.requests
  */
@@ -179,10 +180,13 @@ export class NpmRegistry {
     this.addVersion(name, version, { name, version, description: `${name} for tests`, main: 'index.js', license: 'MIT' }, file, opts.latest ?? true);
   }
 
-  /** Lists `version` with the tarball (and integrity) of `of`: what a hostile registry could do. */
-  alias(name: string, version: string, of: string, opts: { latest?: boolean } = {}): void {
-    const file = NpmRegistry.tarballPath(name, of);
-    if (!this.files.has(file)) throw new Error(`no tarball of ${name}@${of}`);
+  /**
+   * Lists `version` with the tarball (and integrity) of `of` (of package
+   * `from`, this one unless given): what a hostile registry could do.
+   */
+  alias(name: string, version: string, of: string, opts: { latest?: boolean; from?: string } = {}): void {
+    const file = NpmRegistry.tarballPath(opts.from ?? name, of);
+    if (!this.files.has(file)) throw new Error(`no tarball of ${opts.from ?? name}@${of}`);
     this.addVersion(name, version, { name, version, description: `${name} for tests`, main: 'index.js', license: 'MIT' }, file, opts.latest ?? false);
   }
 
