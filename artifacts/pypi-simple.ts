@@ -24,7 +24,7 @@
  * Bounded: a page of more than MAX_PAGE_FILES links, a link or file name
  * longer than MAX_HREF / MAX_FILENAME, or JSON over JSON_PAGE_CAPS is
  * refused (a PageError) as soon as the parser meets it.
- * The name of a file is the one pip gives it (`pipFileName`: the URL's last
+ * The name of a file is the one pip gives it (`pip-url.ts`: the URL's last
  * path segment, percent-decoded); the index's own name for it (`filename`)
  * is kept only to be compared with that.
  * Must hold: a page is either read whole or refused with a reason (never
@@ -42,26 +42,6 @@ export const MAX_HREF = 16 * 1024;
 export const MAX_FILENAME = 1024;
 /** Caps on a PEP 691 page's structure, checked before it is parsed. */
 export const JSON_PAGE_CAPS: JsonCaps = { maxValues: 2_500_000, maxDepth: 32, maxString: MAX_HREF };
-
-/** Python's `urllib.parse.unquote`: each run of `%XX` decoded as UTF-8 (bad bytes as U+FFFD), a lone `%` kept. */
-function unquote(s: string): string {
-  if (!s.includes('%')) return s;
-  const utf8 = new TextDecoder('utf-8');
-  return s.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => utf8.decode(Buffer.from(run.replace(/%/g, ''), 'hex')));
-}
-
-/**
- * The name pip gives the file at `url` (pip's `Link.filename`): the URL's
- * path without query or fragment, percent-decoded, trailing `/` removed,
- * its last segment, percent-decoded again; the host when that is empty.
- * Both the gateway's pypi route and the lockfile endorser name files by it.
- */
-export function pipFileName(url: string | URL): string {
-  const u = typeof url === 'string' ? new URL(url) : url;
-  const path = unquote(u.pathname).replace(/\/+$/, '');
-  const name = path.slice(path.lastIndexOf('/') + 1);
-  return name === '' ? u.host : unquote(name);
-}
 
 /** One file link of an index page, as the index gave it. */
 export interface IndexFile {

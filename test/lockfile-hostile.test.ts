@@ -16,7 +16,7 @@ import { spawnSync } from 'node:child_process';
 import { git, vouchAsync, type Run } from './helpers/processes.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { readRequirements, resolveRequirements, logicalLines, REQUIREMENTS_MAX_LINE_CHARS } from '../tools/lockfiles/pip.ts';
-import { pipFileNames, pipRequestUrl } from '../tools/lockfiles/pip-url.ts';
+import { pipFileNames, pipRequestUrl } from '../artifacts/pip-url.ts';
 import { parseSri, strongestSri, SRI_MAX_TOKENS } from '../tools/lockfiles/digests.ts';
 import { ewahDecode, ewahEncode } from '../store/git-index-format.ts';
 import { Http, OriginMap } from '../tools/lockfiles/http.ts';

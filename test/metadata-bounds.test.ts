@@ -7,7 +7,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { checkJsonShape, JsonShapeError } from '../artifacts/json-shape.ts';
-import { pipFileName } from '../artifacts/pypi-simple.ts';
+import { pipFileNames } from '../artifacts/pip-url.ts';
 import type { Rendered, RenderJob, RenderView } from '../gateway/ecosystems/ecosystem.ts';
 import { decide, renderJob } from '../gateway/ecosystems/render-job.ts';
 import { RenderPool } from '../gateway/ecosystems/render-pool.ts';
@@ -29,15 +29,16 @@ test('checkJsonShape: values, depth and string length bounded; strings and escap
   assert.throws(() => checkJsonShape(deep, { maxValues: 1e9, maxDepth: 64, maxString: 1e9 }), /nested deeper than 64/);
 });
 
-test('pipFileName: the last path segment, percent-decoded as pip does; query and fragment dropped', () => {
-  assert.is(pipFileName('https://f.test/p/widget-2.0.0.tar.gz?x=1#sha256=00'), 'widget-2.0.0.tar.gz');
-  assert.is(pipFileName('https://f.test/p/torch-2.0.0%2Bcpu-cp311-none-any.whl'), 'torch-2.0.0+cpu-cp311-none-any.whl');
-  assert.is(pipFileName('https://f.test/p/evil%2Fwidget-1.0.0.tar.gz'), 'widget-1.0.0.tar.gz'); // pip splits at an encoded slash
-  assert.is(pipFileName('https://f.test/p/w-1.0.tar.gz%252F'), 'w-1.0.tar.gz/'); // decoded twice, as pip's Link.filename
-  assert.is(pipFileName('https://f.test/p/w-1.0.tar.gz/'), 'w-1.0.tar.gz');
-  assert.is(pipFileName('https://f.test/p/%E2%82%AC-1.0.tar.gz'), '€-1.0.tar.gz');
-  assert.is(pipFileName('https://f.test/p/%ZZ-1.0.tar.gz'), '%ZZ-1.0.tar.gz');
-  assert.is(pipFileName('https://f.test:8443/'), 'f.test:8443');
+test('pipFileNames: the last path segment, percent-decoded as pip does (once since pip 26.2, twice before); query and fragment dropped', () => {
+  const both = (url: string, name: string) => assert.equal(pipFileNames(url), { current: name, legacy: name }, url);
+  both('https://f.test/p/widget-2.0.0.tar.gz?x=1#sha256=00', 'widget-2.0.0.tar.gz');
+  both('https://f.test/p/torch-2.0.0%2Bcpu-cp311-none-any.whl', 'torch-2.0.0+cpu-cp311-none-any.whl');
+  both('https://f.test/p/evil%2Fwidget-1.0.0.tar.gz', 'widget-1.0.0.tar.gz'); // pip splits at an encoded slash
+  assert.equal(pipFileNames('https://f.test/p/w-1.0.tar.gz%252F'), { current: 'w-1.0.tar.gz%2F', legacy: 'w-1.0.tar.gz/' });
+  both('https://f.test/p/w-1.0.tar.gz/', 'w-1.0.tar.gz');
+  both('https://f.test/p/%E2%82%AC-1.0.tar.gz', '€-1.0.tar.gz');
+  both('https://f.test/p/%ZZ-1.0.tar.gz', '%ZZ-1.0.tar.gz');
+  both('https://f.test:8443/', 'f.test:8443');
 });
 
 const CANON = 'https://reg.test/';

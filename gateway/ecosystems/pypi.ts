@@ -20,7 +20,7 @@
  * route; kept links point at the gateway with the signed hash as the
  * fragment pip checks (sha256 / sha512; none for other algorithms). Side
  * files (core metadata, GPG signatures) are never offered: they are not
- * endorsed. A file is named as pip names it, from its URL (`pipFileName`);
+ * endorsed. A file is named as pip names it, from its URL (`artifacts/pip-url.ts`);
  * a link whose index name (anchor text, JSON `filename`) is another name is
  * dropped from the page with a warning (pip would install what the URL
  * names, while the user and the lockfile endorser read the index's name;
@@ -42,7 +42,8 @@
  * none left is a 404 with the reason; a fragment on an endorsed link is
  * exactly the signed hash; nothing of the origin's markup is sent.
  */
-import { PageError, parseHtmlPage, parseJsonPage, pipFileName, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
+import { PageError, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
+import { pipFileNames } from '../../artifacts/pip-url.ts';
 import type { Classified, EcosystemHandler, MetadataIO, PageJob, Rendered, RenderView } from './ecosystem.ts';
 
 export const JSON_TYPE = 'application/vnd.pypi.simple.v1+json';
@@ -165,9 +166,11 @@ export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
       continue;
     }
     resolved.hash = '';
-    const filename = pipFileName(resolved);
-    if (f.filename !== '' && f.filename !== filename) {
-      out.misnamed.push({ url: resolved.href, index: f.filename.slice(0, 200), pip: filename });
+    // Named as pip names it; a link the index names otherwise, or that pips before and since 26.2 read differently, is dropped.
+    const pip = pipFileNames(resolved.href);
+    const filename = pip.current;
+    if ((f.filename !== '' && f.filename !== filename) || pip.legacy !== filename) {
+      out.misnamed.push({ url: resolved.href, index: f.filename.slice(0, 200), pip: pip.legacy === filename ? filename : `${filename} (pip before 26.2: ${pip.legacy})` });
       continue;
     }
     const artifactUrl = resolved.protocol === 'http:' || resolved.protocol === 'https:' ? io.artifactUrlOf(resolved.href) : null;

@@ -22,7 +22,7 @@
  *   it refuses fails naming why). Links resolve against the page's URL (the
  *   canonical one after redirects).
  * - A file's name is the one pip reads from its link (tools/lockfiles/
- *   pip-url.ts: the last path segment, percent-decoded), never the index's
+ *   artifacts/pip-url.ts: the last path segment, percent-decoded), never the index's
  *   word: a file the index names otherwise (JSON `filename`, anchor text),
  *   or whose link pip versions read differently, is refused naming the
  *   package when either name carries the pinned version, and ignored
@@ -57,7 +57,7 @@ import { parsePipHash, type DigestName } from './digests.ts';
 import { checkLicense } from './licenses.ts';
 import { MiB, hasCredentials, type Http } from './http.ts';
 import { mapLimit } from './pool.ts';
-import { pipFileNames, pipRequestUrl } from './pip-url.ts';
+import { pipFileNames, pipRequestUrl } from '../../artifacts/pip-url.ts';
 import type { Options, Pinned } from './types.ts';
 
 export const INDEX_PAGE_MAX_BYTES = 32 * MiB;
@@ -215,7 +215,7 @@ export function readRequirements(text: string, options: Options, fileName: strin
 
 /** A file an index page lists, as the lockfile reader uses it. */
 export interface LinkedFile {
-  /** The name pip reads from the link (tools/lockfiles/pip-url.ts). */
+  /** The name pip reads from the link (artifacts/pip-url.ts). */
   filename: string;
   /**
    * Why the link's name is in doubt, or null: the index names the file
@@ -349,4 +349,4 @@ export async function resolveRequirements(
   }
   return { pinned, candidatesOf };
 }
-export { pipRequestUrl } from './pip-url.ts';
+export { pipRequestUrl } from '../../artifacts/pip-url.ts';

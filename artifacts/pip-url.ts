@@ -4,8 +4,8 @@
  * (`Link.filename`), after pip's src/pip/_internal/models/link.py.
  *
  * Owns: Python's `unquote` / `quote` as pip applies them. Pure (no I/O, no
- * imports): it could move below tools/ unchanged, for the gateway's pypi
- * route to share.
+ * imports); the gateway's pypi route and the lockfile endorser both name
+ * files by it.
  * Must hold: the name is pip's, never the index's; both readings pip has
  * had (one percent-decoding since pip 26.2, two before) are given, so a
  * caller can refuse a link they disagree on.
