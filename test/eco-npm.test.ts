@@ -76,7 +76,7 @@ interface Project { dir: string; npm(args: string[]): Promise<NpmRun> }
 
 let projects = 0;
 /** A fresh project with its own npm user config (written by `npm config set registry ...`) and its own npm cache. */
-async function project(prefix = '/npm/'): Promise<Project> {
+async function project(prefix = '/npm/', base = gw.url): Promise<Project> {
   const dir = join(work, `project-${++projects}`);
   mkdirSync(dir);
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: `project-${projects}`, version: '1.0.0', private: true }));
@@ -88,9 +88,9 @@ async function project(prefix = '/npm/'): Promise<Project> {
     NPM_CONFIG_AUDIT: 'false',
   });
   // The README's client configuration, verbatim.
-  const set = await runNpm(['config', 'set', 'registry', `${gw.url}${prefix}`], { cwd: dir, env });
+  const set = await runNpm(['config', 'set', 'registry', `${base}${prefix}`], { cwd: dir, env });
   assert.is(set.status, 0, set.stderr);
-  assert.match(readFileSync(join(dir, '.npmrc'), 'utf8'), `registry=${gw.url}${prefix}`);
+  assert.match(readFileSync(join(dir, '.npmrc'), 'utf8'), `registry=${base}${prefix}`);
   return { dir, npm: (args) => runNpm(args, { cwd: dir, env }) };
 }
 
@@ -357,6 +357,28 @@ test('an endorsed package installs through the gateway; the lockfile points at t
   assert.is(lock.version, '1.0.0');
   assert.is(lock.resolved, `${gw.url}/npm/leftpad/-/leftpad-1.0.0.tgz`);
   assert.is(lock.integrity, integrityOf(signedHash['leftpad@1.0.0']!));
+});
+
+test('a gateway with no memory budget (mirror.memory_bytes: 0, artifacts spooled) still answers metadata, within its own reserve', async () => {
+  // Metadata cannot spool as artifacts do: it is charged to a reserve of its own when the budget has no room.
+  const dir = join(work, 'no-memory');
+  mkdirSync(dir);
+  const lean = await startGatewayProcess(['--config', writeConfig(dir, {
+    listen: { host: '127.0.0.1', port: 0 },
+    chain: { dir: chainDir },
+    origin: { timeout: 5 },
+    mirror: { memory_bytes: 0 },
+    proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON, metadata_ttl: 0 }] },
+  })]);
+  try {
+    const p = await project('/npm/', lean.url);
+    const r = await p.npm(['install', 'leftpad@1.0.0', '@acme/util@1.0.0']);
+    assert.is(r.status, 0, out(r));
+    assert.is(installed(p, 'leftpad'), SRC.left100);
+    assert.is(installed(p, '@acme/util'), SRC.util100);
+  } finally {
+    await lean.stop();
+  }
 });
 
 test('a tampered tarball (registry consistent with itself) fails npm install with the gateway\'s reason', async () => {

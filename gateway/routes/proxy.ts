@@ -105,6 +105,13 @@ const HOP_BY_HOP = new Set([
 const HOST_MARK = `vouch-host-${randomBytes(12).toString('hex')}.invalid`;
 /** Metadata bodies smaller than this are sent without a charge to the memory budget (one write; bounded by connections). */
 const UNCHARGED_BODY = 64 * 1024;
+/**
+ * Metadata bytes charged here when the memory budget has no room: metadata,
+ * unlike artifacts, cannot spool to disk, so a gateway whose budget is
+ * small or 0 (`mirror.memory_bytes: 0`) or taken by artifacts still answers
+ * it, within this bound.
+ */
+const METADATA_RESERVE = 64 * 1024 * 1024;
 
 /**
  * A rendered answer as kept: its body for the host of the request that made
@@ -191,8 +198,10 @@ export class ProxyRoutes {
   private agent: Agent | null = null;
   private readonly metadata = new MetadataCache();
   private readonly renderPool = new RenderPool();
-  /** Metadata bodies being sent and charged to the memory budget, with the number of responses sending each. */
-  private readonly sending = new Map<Buffer, number>();
+  /** Metadata bodies being sent and charged (`holdMetadata`), with the number of responses sending each and how to give the charge back. */
+  private readonly sending = new Map<Buffer, { refs: number; release: () => void }>();
+  /** Bytes of METADATA_RESERVE in use. */
+  private reserveUsed = 0;
 
   /** @throws VouchError usage when a route is not usable (see `compileRoutes`). */
   constructor(private readonly ctx: GatewayContext) {
@@ -547,22 +556,24 @@ export class ProxyRoutes {
     }
     let release = () => {};
     if (bytes.length >= UNCHARGED_BODY) {
-      const refs = this.sending.get(bytes);
-      if (refs !== undefined) {
-        this.sending.set(bytes, refs + 1);
-      } else if (this.ctx.artifacts.holdBytes?.(bytes.length) ?? false) {
-        this.sending.set(bytes, 1);
-      } else if (!kept && this.ctx.artifacts.holdBytes !== undefined) {
-        this.counters.failed++;
-        this.ctx.log.warn('proxy: no room in the memory budget for a metadata answer', { route: route.label, bytes: bytes.length });
-        return this.fail(res, route, 503, 'vouch: the gateway has no memory to spare for this answer now; retry shortly', { 'retry-after': '1' });
+      const sending = this.sending.get(bytes);
+      if (sending !== undefined) {
+        sending.refs++;
+      } else {
+        const charge = this.holdMetadata(bytes.length);
+        if (charge !== null) this.sending.set(bytes, { refs: 1, release: charge });
+        else if (!kept) {
+          this.counters.failed++;
+          this.ctx.log.warn('proxy: no room in the memory budget for a metadata answer', { route: route.label, bytes: bytes.length });
+          return this.fail(res, route, 503, 'vouch: the gateway has no memory to spare for this answer now; retry shortly', { 'retry-after': '1' });
+        }
       }
       if (this.sending.has(bytes)) {
         release = () => {
-          const n = this.sending.get(bytes)!;
-          if (n > 1) return void this.sending.set(bytes, n - 1);
+          const s = this.sending.get(bytes)!;
+          if (--s.refs > 0) return;
           this.sending.delete(bytes);
-          this.ctx.artifacts.unholdBytes?.(bytes.length);
+          s.release();
         };
       }
     }
@@ -570,6 +581,20 @@ export class ProxyRoutes {
     res.writeHead(status, head);
     finished(res, release);
     sendPaced(res, bytes, stallGuard(res, this.ctx.config.origin.timeout * 1000));
+  }
+
+  /**
+   * Charges `n` bytes of metadata to the memory budget, or when that has no
+   * room to METADATA_RESERVE; returns how to give them back, or null when
+   * neither has room.
+   */
+  private holdMetadata(n: number): (() => void) | null {
+    const artifacts = this.ctx.artifacts;
+    if (artifacts.holdBytes === undefined) return () => {};
+    if (artifacts.holdBytes(n)) return () => artifacts.unholdBytes?.(n);
+    if (this.reserveUsed + n > METADATA_RESERVE) return null;
+    this.reserveUsed += n;
+    return () => { this.reserveUsed -= n; };
   }
 
   /** Scheme (of public_url) and authority (the request's Host, when it is a host name) that clients reach the gateway at. */
@@ -605,12 +630,15 @@ export class ProxyRoutes {
     const chunks: Buffer[] = [];
     let size = 0;
     let charged = 0;
+    const releases: (() => void)[] = [];
     const charge = (upTo: number): void => {
-      if (upTo <= charged || this.ctx.artifacts.holdBytes === undefined) return;
+      if (upTo <= charged) return;
       const more = Math.max(upTo - charged, CHARGE_STEP);
-      if (!this.ctx.artifacts.holdBytes(more)) {
+      const release = this.holdMetadata(more);
+      if (release === null) {
         throw new VouchError('not_ready', `${url}: the gateway's memory budget has no room for this metadata now; retry shortly`, { resource: url });
       }
+      releases.push(release);
       charged += more;
     };
     try {
@@ -630,7 +658,7 @@ export class ProxyRoutes {
       if (isVouchError(e)) throw e;
       throw new VouchError(isTimeout(e) ? 'origin_timeout' : 'origin_error', `${url}: the body broke off`, { resource: url });
     } finally {
-      if (charged > 0) this.ctx.artifacts.unholdBytes?.(charged);
+      for (const release of releases) release();
     }
     const headers: Record<string, string> = {};
     for (const name of KEPT_METADATA_HEADERS) {
