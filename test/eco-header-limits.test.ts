@@ -16,7 +16,6 @@ import * as assert from 'uvu/assert';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseBlockText } from '../chain/block.ts';
@@ -28,6 +27,7 @@ import { hash1, modVersion, type ModVersion } from './helpers/go-modules.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { vouchAsync } from './helpers/processes.ts';
+import { rawHead } from './helpers/raw-http.ts';
 
 const NPM_PACKAGES = 1000;
 const PIP_FILES = 200;
@@ -55,26 +55,6 @@ const npmName = (i: number) => `hl-pkg-${i}`;
 const pySpecs: DistSpec[] = Array.from({ length: PIP_FILES }, (_, i) => ({ kind: 'wheel', name: `hl-py-${i}`, version: '1.0.0' }));
 const mods: ModVersion[] = Array.from({ length: GO_MODULES }, (_, i) => modVersion(`example.com/hl/m${i}`, 'v1.0.0'));
 const esc = (mv: ModVersion, ext: string) => `${mv.module}/@v/${mv.version}.${ext}`;
-
-/** One request on a connection of its own: the head's size in bytes off the socket, the status and headers. */
-function rawHead(base: string, path: string): Promise<{ bytes: number; status: number; headers: Map<string, string> }> {
-  const u = new URL(base);
-  return new Promise((resolve, reject) => {
-    const s = connect(Number(u.port), u.hostname);
-    let got = Buffer.alloc(0);
-    s.on('data', (d: Buffer) => {
-      got = Buffer.concat([got, d]);
-      const end = got.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      s.destroy();
-      const lines = got.subarray(0, end).toString('latin1').split('\r\n');
-      const headers = new Map(lines.slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()] as [string, string]));
-      resolve({ bytes: end + 4, status: Number(lines[0]!.split(' ')[1]), headers });
-    });
-    s.on('error', reject);
-    s.write(`GET ${path} HTTP/1.1\r\nHost: ${u.host}\r\nUser-Agent: test-client\r\nConnection: close\r\n\r\n`);
-  });
-}
 
 /** A spawned command, bounded in time, without blocking this process (it serves the fixtures). */
 function run(cmd: string, args: string[], opts: { cwd?: string; env: NodeJS.ProcessEnv; timeoutMs: number }): Promise<{ status: number | null; out: string }> {

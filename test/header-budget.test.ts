@@ -12,7 +12,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -34,6 +33,7 @@ import { T0, initChainRepo, testSigner } from './helpers/chain-fixture.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { vouchAsync } from './helpers/processes.ts';
+import { rawHead } from './helpers/raw-http.ts';
 
 const c = nodeBackend;
 const BUDGET = 8 * 1024;
@@ -52,27 +52,6 @@ const entry = (i: number): EndorsementInput => ({
   url: url(i), artifactHash: artifactHashOf(c, 'sha256', utf8(body(i))), name: `acme/p${i}`, semver: '1.0.0', license: 'MIT',
   comment: `package ${i}, an entry about as long as a lockfile's`,
 });
-
-/** One GET (or HEAD) on a connection of its own; the head's size in bytes as it came off the socket, and the headers. */
-function rawHead(base: string, path: string, headers: Record<string, string> = {}, method = 'GET'): Promise<{ bytes: number; status: number; headers: Map<string, string> }> {
-  const u = new URL(base);
-  return new Promise((resolve, reject) => {
-    const s = connect(Number(u.port), u.hostname);
-    let got = Buffer.alloc(0);
-    s.on('data', (d: Buffer) => {
-      got = Buffer.concat([got, d]);
-      const end = got.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      s.destroy();
-      const lines = got.subarray(0, end).toString('latin1').split('\r\n');
-      const map = new Map<string, string>();
-      for (const l of lines.slice(1)) map.set(l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim());
-      resolve({ bytes: end + 4, status: Number(lines[0]!.split(' ')[1]), headers: map });
-    });
-    s.on('error', reject);
-    s.write(`${method} ${path} HTTP/1.1\r\nHost: ${u.host}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}Connection: close\r\n\r\n`);
-  });
-}
 
 test.before(async () => {
   origin = await OriginServer.start();
