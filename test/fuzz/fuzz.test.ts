@@ -1,0 +1,45 @@
+/**
+ * The bounded fuzz pass of the suite: every target of ./targets/ for a fixed
+ * number of runs from a fixed seed, then every committed corpus entry and
+ * regression case of test/fuzz/corpus/. Prints each target's time; all of
+ * it stays well under 2 minutes on a 2-core machine.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { basename } from 'node:path';
+import { corpusOf, describe } from './target.ts';
+import { TARGETS } from './targets/index.ts';
+import { runTarget, timedCheck } from './run-target.ts';
+import { chunkedRoundTrip } from './targets/h1.ts';
+import fc from 'fast-check';
+
+const SEED = 20261129;
+/** `VOUCH_FUZZ_ONLY=a,b`: only these targets (when looking at one). */
+const only = process.env.VOUCH_FUZZ_ONLY?.split(',');
+
+for (const t of TARGETS.filter((x) => !only || only.includes(x.name))) {
+  test(`fuzz ${t.name}: ${t.about}`, async () => {
+    const r = await runTarget(t, { seed: SEED, slowMs: 5000 });
+    console.log(`  fuzz ${t.name.padEnd(16)} ${String(r.runs).padStart(5)} runs ${(r.ms / 1000).toFixed(2).padStart(6)} s`);
+    if (r.failure) {
+      assert.unreachable(`${t.name}: ${r.failure.message}\n  input (base64, ${r.failure.input.length} bytes): ${r.failure.input.toString("base64").slice(0, 400)}\n  again: npm run fuzz -- ${t.name} --seed ${r.failure.seed} --seconds 10 (saves it under test/fuzz/corpus/${t.name}/)`);
+    }
+  });
+  test(`corpus ${t.name}: every committed seed and regression case`, async () => {
+    const entries = corpusOf(t.name);
+    assert.ok(entries.length > 0, `no corpus for ${t.name}`);
+    for (const e of entries) {
+      try {
+        await timedCheck(t, e.bytes, 5000);
+      } catch (err) {
+        assert.unreachable(`${t.name} ${basename(e.file)}: ${describe(err)}`);
+      }
+    }
+  });
+}
+
+test('chunked coding: bodies written by the rules decode to their data, read in any pieces', () => {
+  fc.assert(chunkedRoundTrip, { seed: SEED, numRuns: 300 });
+});
+
+test.run();
