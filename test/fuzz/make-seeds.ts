@@ -97,6 +97,11 @@ const shared = fs.readdirSync(join(repo, '.git')).find((f) => f.startsWith('shar
 put('git-index', 'shared', fs.readFileSync(join(repo, '.git', shared)));
 put('pkt-line', 'advertisement', execFileSync('git', ['upload-pack', '--advertise-refs', '--stateless-rpc', repo]));
 put('pkt-line', 'receive-advertisement', execFileSync('git', ['receive-pack', '--advertise-refs', '--stateless-rpc', repo]));
+put('git-smart-http', 'upload-advertisement', Buffer.concat([pktLine('# service=git-upload-pack\n'), Buffer.from('0000'), execFileSync('git', ['upload-pack', '--advertise-refs', '--stateless-rpc', repo])]));
+const head = git(repo, 'rev-parse', 'HEAD').toString().trim();
+const ask = Buffer.concat([pktLine(`want ${head} side-band-64k shallow thin-pack ofs-delta no-progress\n`), pktLine('deepen 1\n'), Buffer.from('0000'), pktLine('done\n')]);
+put('git-smart-http', 'upload-pack-result', execFileSync('git', ['upload-pack', '--stateless-rpc', repo], { input: ask }));
+put('git-smart-http', 'receive-advertisement', Buffer.concat([pktLine('# service=git-receive-pack\n'), Buffer.from('0000'), execFileSync('git', ['receive-pack', '--advertise-refs', '--stateless-rpc', repo])]));
 put('pkt-line', 'report-status', Buffer.concat([pktLine('unpack ok\n'), pktLine('ok refs/heads/main\n'), Buffer.from('0000')]));
 put('pkt-line', 'report-refused', Buffer.concat([pktLine('unpack ok\n'), pktLine('ng refs/heads/main non-fast-forward\n'), Buffer.from('0000')]));
 put('git-ewah', 'sparse', ewahEncode([0, 3, 64, 65, 1000, 4097]));

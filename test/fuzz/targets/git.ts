@@ -12,7 +12,10 @@ import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VouchError } from '../../../chain/errors.ts';
-import { parseReport } from '../../../store/receive-pack.ts';
+import { createServer } from 'node:http';
+import { fetchRefs, parseReport, resolvedTimeouts } from '../../../store/receive-pack.ts';
+import { discoverRefs, uploadPack } from '../../../store/upload-pack.ts';
+import { defaultDispatcher, parseRemote } from '../../../store/smart-http.ts';
 import { PktReader, parsePktLines, pktLine } from '../../../store/pkt-line.ts';
 import { DiskPacks, applyDelta, idxCount } from '../../../store/git-pack.ts';
 import { PackReceiver } from '../../../store/git-pack-index.ts';
@@ -301,4 +304,50 @@ export const gitSplitIndexTarget: FuzzTarget = {
     if (entries) check(entries.every((e) => typeof e.path === 'string' && /^[0-9a-f]{40}$/.test(e.oid)), 'an entry without a path or id');
   },
   runs: 250,
+};
+
+// --- smart HTTP answers, from a loopback server ---------------------------------------
+
+let answer: Buffer = Buffer.alloc(0);
+let server: Promise<string> | null = null;
+/** A server on 127.0.0.1 answering every request with `answer` (the content type a git server gives for the path). */
+function smartServer(): Promise<string> {
+  server ??= new Promise((resolve) => {
+    const s = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const path = req.url ?? '';
+        const service = /service=(git-[a-z-]+)/.exec(path)?.[1];
+        res.writeHead(200, { 'content-type': service ? `application/x-${service}-advertisement` : 'application/x-git-upload-pack-result' });
+        res.end(answer);
+      });
+    });
+    s.listen(0, '127.0.0.1', () => {
+      s.unref();
+      resolve(`http://127.0.0.1:${(s.address() as { port: number }).port}/chain.git`);
+    });
+  });
+  return server;
+}
+
+const dispatcher = defaultDispatcher();
+const WANT = '1'.repeat(40);
+
+export const gitSmartHttpTarget: FuzzTarget = {
+  name: 'git-smart-http',
+  about: 'what a git server answers over smart HTTP (ref advertisements for fetch and push, the side-band upload-pack result): refs, a pack stream or io_error',
+  arbitrary: (seeds) => mix(mutatedBytes(seeds, { tokens: PKT_TOKENS }), mutatedBytes(seeds, { tokens: [...PKT_TOKENS, '0005\x01', '0005\x02', '0009\x03fail', 'shallow ', 'unshallow '] })),
+  async check(input) {
+    answer = input;
+    const url = await smartServer();
+    const opts = { dispatcher, timeoutMs: 5000, stallMs: 5000 };
+    const refs = await refusedOnlyAsync(() => discoverRefs(url, opts), ['io_error']);
+    if (refs) for (const [name, oid] of refs.refs) check(name === 'refs/heads/main' && /^[0-9a-f]{40}$/.test(oid), `ref ${name} ${oid}`);
+    const pushRefs = await refusedOnlyAsync(() => fetchRefs(parseRemote(url), resolvedTimeouts(), dispatcher), ['io_error']);
+    if (pushRefs?.main) check(/^[0-9a-f]{40}$/.test(pushRefs.main), `main ${pushRefs.main}`);
+    let packBytes = 0;
+    const got = await refusedOnlyAsync(() => uploadPack(url, opts, new Set(['side-band-64k', 'shallow']), WANT, [], [], (b) => { packBytes += b.length; }), ['io_error']);
+    if (got) check(got.bytes === packBytes && packBytes <= input.length, `pack bytes ${got.bytes} / ${packBytes}`);
+  },
+  runs: 150,
 };
