@@ -349,5 +349,5 @@ export const gitSmartHttpTarget: FuzzTarget = {
     const got = await refusedOnlyAsync(() => uploadPack(url, opts, new Set(['side-band-64k', 'shallow']), WANT, [], [], (b) => { packBytes += b.length; }), ['io_error']);
     if (got) check(got.bytes === packBytes && packBytes <= input.length, `pack bytes ${got.bytes} / ${packBytes}`);
   },
-  runs: 150,
+  runs: 80,
 };
