@@ -9,7 +9,7 @@ import * as assert from 'uvu/assert';
 import { basename } from 'node:path';
 import { corpusOf, describe } from './target.ts';
 import { TARGETS } from './targets/index.ts';
-import { runTarget, timedCheck } from './run-target.ts';
+import { growthCheck, runTarget, timedCheck } from './run-target.ts';
 import { chunkedRoundTrip } from './targets/h1.ts';
 import fc from 'fast-check';
 
@@ -26,6 +26,12 @@ for (const t of TARGETS.filter((x) => !only || only.includes(x.name))) {
     if (r.failure) {
       assert.unreachable(`${t.name}: ${r.failure.message}\n  input (base64, ${r.failure.input.length} bytes): ${r.failure.input.toString("base64").slice(0, 400)}\n  again: npm run fuzz -- ${t.name} --seed ${r.failure.seed} --seconds 10 (saves it under test/fuzz/corpus/${t.name}/)`);
     }
+  });
+  test(`growth ${t.name}: a repeated piece of a genuine input costs linear time`, async () => {
+    const start = performance.now();
+    const why = await growthCheck(t, SEED);
+    console.log(`  growth ${t.name.padEnd(16)} ${((performance.now() - start) / 1000).toFixed(2).padStart(6)} s`);
+    if (why !== null) assert.unreachable(why);
   });
   test(`corpus ${t.name}: every committed seed and regression case`, async () => {
     const entries = corpusOf(t.name);

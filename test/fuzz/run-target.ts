@@ -42,3 +42,39 @@ export async function runTarget(t: FuzzTarget, o: { seed: number; runs?: number;
     failure: { input: r.counterexample[0] as Buffer, message: describe(r.errorInstance), seed: r.seed, path: r.counterexamplePath ?? '' },
   };
 }
+
+/**
+ * Growth: a piece of a genuine seed repeated in place until the input is
+ * `small` then 8 × `small` bytes; the larger must not take more than 24
+ * times as long (linear work takes 8 times, quadratic 64) plus `slackMs`.
+ * Fuzzed inputs are small, so this is what finds a parser that is quadratic
+ * in some construct (a hang on a large hostile input). Returns a failure
+ * message, or null.
+ */
+export async function growthCheck(t: FuzzTarget, seed: number, o: { small?: number; pieces?: number; slackMs?: number } = {}): Promise<string | null> {
+  const seeds = corpusOf(t.name).filter((c) => !c.file.includes('/regress-')).map((c) => c.bytes).filter((b) => b.length > 0);
+  const small = o.small ?? 8 << 10;
+  const slackMs = o.slackMs ?? 100;
+  const rnd = fc.sample(fc.tuple(fc.nat(seeds.length - 1), fc.nat(), fc.integer({ min: 1, max: 48 })), { seed, numRuns: o.pieces ?? 4 });
+  for (const [i, at0, len0] of rnd) {
+    const s = seeds[i]!;
+    const at = at0 % s.length;
+    const piece = s.subarray(at, Math.min(s.length, at + len0));
+    const grown = (size: number) => Buffer.concat([s.subarray(0, at), ...Array<Buffer>(Math.ceil(size / piece.length)).fill(piece), s.subarray(at)]);
+    const time = async (b: Buffer) => {
+      let best = Infinity;
+      for (let k = 0; k < 3; k++) {
+        const start = performance.now();
+        try { await t.check(b); } catch { /* the property is checked elsewhere: only time here */ }
+        best = Math.min(best, performance.now() - start);
+      }
+      return best;
+    };
+    const t1 = await time(grown(small));
+    const t8 = await time(grown(8 * small));
+    if (t8 > 24 * t1 + slackMs) {
+      return `repeating ${JSON.stringify(piece.toString('latin1'))} of ${t.name} seed ${i}: ${small} bytes take ${t1.toFixed(1)} ms, ${8 * small} bytes ${t8.toFixed(1)} ms`;
+    }
+  }
+  return null;
+}
