@@ -1,8 +1,14 @@
-/** The child of ./run.ts: runs one target, writing each input where the watchdog finds it after a hang or a crash. */
+/**
+ * The child of ./run.ts: runs one target (then its growth check on more
+ * pieces than the suite's), writing each input where the watchdog finds it
+ * after a hang or a crash.
+ */
 import { writeFileSync } from 'node:fs';
 import { targetNamed } from './targets/index.ts';
-import { runTarget } from './run-target.ts';
+import { growthCheck, runTarget } from './run-target.ts';
 
 const [target, seed, seconds, current] = process.argv.slice(2) as [string, string, string, string];
-const r = await runTarget(targetNamed(target)!, { seed: Number(seed), seconds: Number(seconds), slowMs: 10_000, onInput: (b) => writeFileSync(current, b) });
-process.send!({ ...r, failure: r.failure && { ...r.failure, input: r.failure.input.toString('base64') } }, () => process.exit(0));
+const t = targetNamed(target)!;
+const r = await runTarget(t, { seed: Number(seed), seconds: Number(seconds), slowMs: 10_000, onInput: (b) => writeFileSync(current, b) });
+const growth = r.failure === null ? await growthCheck(t, Number(seed), { pieces: Math.max(8, Math.round(Number(seconds) / 2)) }) : null;
+process.send!({ ...r, growth, failure: r.failure && { ...r.failure, input: r.failure.input.toString('base64') } }, () => process.exit(0));

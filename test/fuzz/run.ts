@@ -1,10 +1,12 @@
 /**
  * `npm run fuzz -- NAME|all [--seconds N] [--seed S] [--replay FILE]`: a long
  * run of one target (or of each in turn), in a child process under a
- * watchdog. A property failure, an input that runs for 30 s without end, or
- * one that ends the process (a heap of 1 GiB exhausted, a V8 fatal error) is printed with the seed and
- * saved as test/fuzz/corpus/NAME/regress-<hash>, which the suite then runs
- * every time. `--replay FILE` runs one input and prints the outcome.
+ * watchdog. A property failure, an input that runs for 30 s without end,
+ * or one that ends the process (1 GiB of heap exhausted, a V8 fatal error)
+ * is printed with the seed and saved as test/fuzz/corpus/NAME/regress-<hash>,
+ * which the suite then runs every time; then the growth check on more
+ * pieces than the suite's (printed, not saved: its input is the piece).
+ * `--replay FILE` runs one input and prints the outcome.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -77,9 +79,12 @@ function runOne(target: string): Promise<boolean> {
       try { age = Date.now() - statSync(current).mtimeMs; } catch { return; }
       if (age >= HANG_MS) { report(`one input ran for ${HANG_MS / 1000} s`, lastInput()); finish(false); }
     }, 1000);
-    child.on('message', (m: { runs: number; ms: number; failure: { input: string; message: string; path: string } | null }) => {
+    child.on('message', (m: { runs: number; ms: number; growth: string | null; failure: { input: string; message: string; path: string } | null }) => {
       console.log(`fuzz ${target}: ${m.runs} runs in ${(m.ms / 1000).toFixed(1)} s`);
-      if (m.failure) {
+      if (m.growth !== null) {
+        console.log(`FAILED ${target} (seed ${seed}): super-linear: ${m.growth}`);
+        finish(false);
+      } else if (m.failure) {
         report(`${m.failure.message}\n  (fast-check path ${m.failure.path})`, Buffer.from(m.failure.input, 'base64'));
         finish(false);
       } else finish(true);
