@@ -15,13 +15,13 @@ import { tmpdir } from 'node:os';
 import { CORPUS_DIR } from './target.ts';
 import { buildFeatureChain, testSigner } from '../helpers/chain-fixture.ts';
 import { formatBlockFile, formatCheckpointFile } from '../../chain/block.ts';
-import { cosign, formatNote, parseNote } from '../../chain/note.ts';
+import { SIG_COSIGNATURE_V1, SIG_ED25519, cosign, formatNote, parseNote, verifierKey } from '../../chain/note.ts';
 import { formatCheckpoint, signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { MerkleTree, tilePath } from '../../chain/merkle-tree.ts';
 import { formatAddCheckpoint } from '../../gateway/witness.ts';
 import { pktLine } from '../../store/pkt-line.ts';
 import { ewahEncode } from '../../store/git-index-format.ts';
-import { nodeBackend } from '../../platform/node-crypto.ts';
+import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 
 const root = new URL('../../', import.meta.url).pathname;
 const put = (target: string, name: string, bytes: string | Buffer) => {
@@ -128,6 +128,11 @@ put('tlog-checkpoint', 'checkpoint.note', note);
 put('tlog-checkpoint', 'cosigned.note', cosigned);
 put('tlog-checkpoint', 'body', formatCheckpoint(body));
 put('tlog-checkpoint', 'checkpoint.json', formatCheckpointFile(checkpoint));
+put('tlog-policy', 'policy', `# a log and two witnesses, either one enough\nlog ${verifierKey(nodeBackend, 'fuzz.example/log', SIG_ED25519, signer.publicKey)} https://log.example/\nwitness w1 ${verifierKey(nodeBackend, 'witness.example/w', SIG_COSIGNATURE_V1, witness.publicKey)} https://w1.example/\nwitness w2 ${verifierKey(nodeBackend, 'other.example/w', SIG_COSIGNATURE_V1, nodeSigner('w2', privateKeyFromSeed(new Uint8Array(32).fill(2))).publicKey)}\ngroup g1 any w1 w2\nquorum g1\n`);
+const b64 = (h: Uint8Array) => Buffer.from(h).toString('base64');
+put('tlog-proof', 'vouch-proof.json', JSON.stringify({ index: 3, size: 5, proof: tree.inclusionProof(3, 5).map(b64), checkpoint: note }));
+put('tlog-proof', 'inclusion.json', JSON.stringify({ success: true, index: 3, size: 5, leaf_hash: b64(tree.leafHashAt(3)), proof: tree.inclusionProof(3, 5).map(b64) }));
+put('tlog-proof', 'consistency.json', JSON.stringify({ success: true, from: 3, to: 5, proof: tree.consistencyProof(3, 5).map(b64) }));
 put('add-checkpoint', 'from-0', formatAddCheckpoint(0, [], cosigned));
 put('add-checkpoint', 'from-3', formatAddCheckpoint(3, tree.consistencyProof(3, 5), note));
 put('tile-path', 'full', tilePath({ kind: 'hash', level: 0, index: 1234567, width: 256 }));

@@ -16,9 +16,11 @@ import { parseTilePath, tilePath } from '../../../chain/merkle-tree.ts';
 import { formatAddCheckpoint, parseAddCheckpoint } from '../../../gateway/witness.ts';
 import { intParams } from '../../../gateway/routes/transparency.ts';
 import { acceptsJson, parseJsonBody, parseSelectionQuery } from '../../../gateway/http-util.ts';
+import { checkQuorum, parsePolicy, policyLogFor } from '../../../chain/tlog-policy.ts';
+import { Refusal, parseConsistencyAnswer, parseInclusionAnswer, parseProofObject } from '../../../tools/tlog-client.ts';
 import { nodeBackend } from '../../../platform/node-crypto.ts';
 import { testSigner } from '../../helpers/chain-fixture.ts';
-import { check, mix, mutatedBytes, mutatedJson, mutatedLines, randomInput, refusedOnly, type FuzzTarget } from '../target.ts';
+import { check, corpusOf, mix, mutatedBytes, mutatedJson, mutatedLines, randomInput, refusedOnly, type FuzzTarget } from '../target.ts';
 
 const utf8 = (b: Buffer) => b.toString('utf8');
 
@@ -164,4 +166,45 @@ export const queryTarget: FuzzTarget = {
 export const genuineCheckpointNote = () => {
   // Used by make-seeds: a real signed checkpoint of this target's key.
   return { signer };
+};
+
+// --- what `vouch get` and the cosigner read ------------------------------------------
+
+const POLICY_TOKENS = ['log ', 'witness ', 'group ', 'quorum ', 'none', 'all', 'any', '1', '0', '257', '\n', ' ', '\t', '#', 'w1', 'g1', 'fuzz.example/log+', 'witness.example/w+'];
+
+export const tlogPolicyTarget: FuzzTarget = {
+  name: 'tlog-policy',
+  about: 'parsePolicy (c2sp tlog-policy files) and checkQuorum over a genuine cosigned note: a policy or bad_request; the quorum answers, never throws',
+  arbitrary: (seeds) => mix(randomInput(POLICY_TOKENS), mutatedBytes(seeds, { tokens: POLICY_TOKENS }), mutatedLines(seeds, ['group g2 2 w1 w1', 'group g3 any g3', 'quorum g1', 'quorum none', 'witness w1 x+00000000+AQ==', '# comment'])),
+  check(input) {
+    const policy = refusedOnly(() => parsePolicy(nodeBackend, utf8(input)), ['bad_request']);
+    if (policy === undefined) return;
+    const cosigned = corpusOf('signed-note').find((c) => c.file.endsWith('/cosigned.note'));
+    if (cosigned) {
+      const note = parseNote(cosigned.bytes.toString('utf8'));
+      const q = refusedOnly(() => checkQuorum(nodeBackend, policy, note), []);
+      check(q !== undefined && typeof q.ok === 'boolean', 'checkQuorum gave no answer');
+      refusedOnly(() => policyLogFor(nodeBackend, policy, note), []);
+    }
+  },
+  runs: 300,
+};
+
+const isRefusal = (e: unknown) => e instanceof Refusal;
+
+export const tlogProofTarget: FuzzTarget = {
+  name: 'tlog-proof',
+  about: 'what vouch get reads of a gateway\'s proofs (Vouch-Proof header, proof members, /v1/proof answers): a proof or a Refusal',
+  arbitrary: (seeds) => mix(randomInput(['{', '}', '"index"', '"size"', '"proof"', '"checkpoint"', '"from"', '"to"', '[', ']', '"AAAA"']), mutatedBytes(seeds), mutatedJson(seeds), mutatedJson(seeds)),
+  check(input) {
+    const text = utf8(input);
+    const p = refusedOnly(() => parseProofObject(text, 'fuzz'), [], isRefusal);
+    if (p) check(Number.isSafeInteger(p.index) && Number.isSafeInteger(p.size) && p.proof.every((h) => h.length === 32), 'a proof out of form');
+    let v: unknown;
+    try { v = JSON.parse(text); } catch { return; }
+    refusedOnly(() => parseProofObject(v, 'fuzz'), [], isRefusal);
+    refusedOnly(() => parseInclusionAnswer(v, 3, 5, 'fuzz'), [], isRefusal);
+    refusedOnly(() => parseConsistencyAnswer(v, 3, 5, 'fuzz'), [], isRefusal);
+  },
+  runs: 300,
 };

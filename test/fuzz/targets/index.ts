@@ -2,13 +2,13 @@
 import type { FuzzTarget } from '../target.ts';
 import { h1Chunked, h1Head } from './h1.ts';
 import { gitSmartHttpTarget, ewahTarget, gitDeltaTarget, gitIndexTarget, gitSplitIndexTarget, gitPackDiskTarget, gitPackTarget, pktLineTarget } from './git.ts';
-import { addCheckpointTarget, blockFileTarget, checkpointTarget, jcsTarget, noteTarget, queryTarget, tileTarget } from './chain.ts';
+import { tlogPolicyTarget, tlogProofTarget, addCheckpointTarget, blockFileTarget, checkpointTarget, jcsTarget, noteTarget, queryTarget, tileTarget } from './chain.ts';
 import { configTarget, goProxyTarget, goSumTarget, goZipTarget, npmLockTarget, npmPackumentTarget, pipIndexTarget, pipLockTarget, pypiHtmlTarget, pypiJsonTarget } from './ecosystems.ts';
 
 export const TARGETS: readonly FuzzTarget[] = [
   h1Head, h1Chunked,
   pktLineTarget, gitSmartHttpTarget, gitPackTarget, gitDeltaTarget, gitPackDiskTarget, gitIndexTarget, gitSplitIndexTarget, ewahTarget,
-  blockFileTarget, jcsTarget, noteTarget, checkpointTarget, addCheckpointTarget, tileTarget, queryTarget,
+  blockFileTarget, jcsTarget, noteTarget, checkpointTarget, addCheckpointTarget, tlogPolicyTarget, tlogProofTarget, tileTarget, queryTarget,
   pypiHtmlTarget, pypiJsonTarget, npmPackumentTarget, goProxyTarget, goZipTarget,
   npmLockTarget, pipLockTarget, pipIndexTarget, goSumTarget, configTarget,
 ];
