@@ -8,7 +8,7 @@
  * tilePath, canonicalize).
  */
 import fc from 'fast-check';
-import { parseBlockFile, parseCheckpoint as parseCheckpointJson } from '../../../chain/block.ts';
+import { isArtifactUrl, parseBlockFile, parseCheckpoint as parseCheckpointJson } from '../../../chain/block.ts';
 import { canonicalize } from '../../../chain/jcs.ts';
 import { formatNote, parseNote, verifyCosignature, verifyNoteSignature } from '../../../chain/note.ts';
 import { formatCheckpoint, openCheckpoint, parseCheckpoint } from '../../../chain/tlog-checkpoint.ts';
@@ -155,7 +155,7 @@ export const queryTarget: FuzzTarget = {
     const q = input.toString('utf8');
     for (const checkUrl of [true, false]) {
       const r = refusedOnly(() => parseSelectionQuery(q, { checkUrl }), ['bad_request']);
-      if (r && checkUrl) check(/^https?:\/\//.test(r.url), `url ${r.url}`);
+      if (r && checkUrl) check(isArtifactUrl(r.url), `url ${r.url}`);
     }
     refusedOnly(() => acceptsJson(q), []);
     refusedOnly(() => parseJsonBody(input), ['bad_request']);
