@@ -166,6 +166,11 @@ export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
       continue;
     }
     resolved.hash = '';
+    // A link to no file (href " " resolves to the page itself): nothing pip can install, and PEP 691 needs a file name.
+    if (filenameOf(resolved) === '') {
+      out.noRoute.push(resolved.href);
+      continue;
+    }
     const artifactUrl = resolved.protocol === 'http:' || resolved.protocol === 'https:' ? io.artifactUrlOf(resolved.href) : null;
     const url = artifactUrl === null ? null : io.gatewayUrlOf(artifactUrl);
     if (artifactUrl === null || url === null) {
