@@ -57,6 +57,15 @@ export async function refusedOnlyAsync<T>(fn: () => Promise<T>, codes: readonly 
   }
 }
 
+/** Runs `fn`, which must not throw at all (`what` says what failed if it does). */
+export function mustNotThrow<T>(fn: () => T, what: string): T {
+  try {
+    return fn();
+  } catch (e) {
+    throw new FuzzFailure(`${what}: ${describe(e)}`, { cause: e });
+  }
+}
+
 export function describe(e: unknown): string {
   if (e instanceof VouchError) return `VouchError ${e.code}: ${e.message}`;
   if (e instanceof Error) return `${e.constructor.name}: ${e.message}\n${e.stack?.split('\n').slice(1, 6).join('\n')}`;
