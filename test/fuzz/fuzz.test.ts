@@ -1,8 +1,10 @@
 /**
  * The bounded fuzz pass of the suite: every target of ./targets/ for a fixed
- * number of runs from a fixed seed, then every committed corpus entry and
- * regression case of test/fuzz/corpus/. Prints each target's time; all of
- * it stays well under 2 minutes on a 2-core machine.
+ * number of runs from a fixed seed, its growth check (a repeated piece of a
+ * genuine input must cost linear time), then every committed corpus entry
+ * and regression case of test/fuzz/corpus/. Prints each target's time; the
+ * file stays under a minute on the busy 2-core machine (`npm run fuzz` is
+ * for long runs).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
