@@ -17,7 +17,8 @@ import { fetchRefs, parseReport, resolvedTimeouts } from '../../../store/receive
 import { discoverRefs, uploadPack } from '../../../store/upload-pack.ts';
 import { defaultDispatcher, parseRemote } from '../../../store/smart-http.ts';
 import { PktReader, parsePktLines, pktLine } from '../../../store/pkt-line.ts';
-import { DiskPacks, applyDelta, idxCount } from '../../../store/git-pack.ts';
+import { DiskPacks, applyDelta, encodeObjectHeader, idxCount } from '../../../store/git-pack.ts';
+import { deflateSync } from 'node:zlib';
 import { PackReceiver } from '../../../store/git-pack-index.ts';
 import { ewahDecode, ewahEncode, parseIndex, serializeIndex } from '../../../store/git-index-format.ts';
 import { SplitIndex } from '../../../store/git-index.ts';
@@ -81,17 +82,75 @@ export function scratchDir(): string {
 
 const PACK_TOKENS = [Buffer.from('PACK\0\0\0\x02', 'latin1'), Buffer.from([0x78, 0x9c]), Buffer.from([0x78, 0x01]), Buffer.from([0x60]), Buffer.from([0x70]), Buffer.from([0xff, 0xff, 0xff, 0xff, 0x0f]), Buffer.from([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01])];
 
+/**
+ * Packs written here from generated objects: blobs, and deltas (OFS or REF)
+ * on an earlier object or on an id not in the pack (a thin pack), with the
+ * header's size, the delta's sizes or the base distance sometimes off by a
+ * little; valid zlib and trailer, so the parse reaches delta resolution.
+ */
+export const generatedPack = fc.array(fc.record({
+  kind: fc.constantFrom('blob', 'blob', 'ofs', 'ref', 'thin'),
+  data: fc.uint8Array({ maxLength: 120 }),
+  base: fc.nat(),
+  ops: fc.array(fc.oneof(fc.record({ off: fc.nat(), len: fc.integer({ min: 1, max: 200 }) }), fc.uint8Array({ minLength: 1, maxLength: 12 })), { maxLength: 5 }),
+  lie: fc.constantFrom(0, 0, 0, 0, 1, -1, 2),
+  where: fc.constantFrom('size', 'src', 'dst', 'distance'),
+}), { minLength: 1, maxLength: 8 }).map((objs) => {
+  const parts: Buffer[] = [];
+  const head = Buffer.from('PACK\0\0\0\x02\0\0\0\0', 'latin1');
+  head.writeUInt32BE(objs.length, 8);
+  parts.push(head);
+  const made: { at: number; body: Buffer; oid: string }[] = [];
+  let at = 12;
+  const varint = (v: number) => { const out: number[] = []; do { let c = v & 0x7f; v = Math.floor(v / 128); if (v > 0) c |= 0x80; out.push(c); } while (v > 0); return Buffer.from(out); };
+  for (const o of objs) {
+    const lie = (w: string) => (o.where === w ? o.lie : 0);
+    let entry: Buffer;
+    let body: Buffer;
+    if (o.kind === 'blob' || made.length === 0 && o.kind !== 'thin') {
+      body = Buffer.from(o.data);
+      entry = Buffer.concat([encodeObjectHeader(3, Math.max(0, body.length + lie('size'))), deflateSync(body)]);
+    } else {
+      const base = o.kind === 'thin' ? { at: 0, body: Buffer.from('thin base\n'), oid: 'ab'.repeat(20) } : made[o.base % made.length]!;
+      const out: Buffer[] = [];
+      const ins: Buffer[] = [];
+      for (const op of o.ops) {
+        if (op instanceof Uint8Array) { ins.push(Buffer.from([op.length]), Buffer.from(op)); out.push(Buffer.from(op)); continue; }
+        if (base.body.length === 0) continue;
+        const off = op.off % base.body.length;
+        const len = Math.min(op.len, base.body.length - off);
+        ins.push(Buffer.from([0x80 | 0x01 | 0x02 | 0x10 | 0x20, off & 0xff, (off >> 8) & 0xff, len & 0xff, (len >> 8) & 0xff]));
+        out.push(base.body.subarray(off, off + len));
+      }
+      body = Buffer.concat(out);
+      const delta = Buffer.concat([varint(Math.max(0, base.body.length + lie('src'))), varint(Math.max(0, body.length + lie('dst'))), ...ins]);
+      if (o.kind === 'ofs') {
+        let n = Math.max(1, at - base.at + lie('distance'));
+        const bytes = [n & 0x7f];
+        while ((n = Math.floor(n / 128)) > 0) { n--; bytes.unshift(0x80 | (n & 0x7f)); }
+        entry = Buffer.concat([encodeObjectHeader(6, delta.length + lie('size')), Buffer.from(bytes), deflateSync(delta)]);
+      } else {
+        entry = Buffer.concat([encodeObjectHeader(7, delta.length + lie('size')), Buffer.from(base.oid, 'hex'), deflateSync(delta)]);
+      }
+    }
+    made.push({ at, body, oid: objectId('blob', body) });
+    parts.push(entry);
+    at += entry.length;
+  }
+  return packTrailerFixed(Buffer.concat([...parts, Buffer.alloc(20)]));
+});
+
 export const gitPackTarget: FuzzTarget = {
   name: 'git-pack',
   about: 'PackReceiver (received packs, deltas resolved in and outside the pack): a PackData or io_error; each object is found under the id of its bytes; the .idx written reads back',
-  arbitrary: (seeds) => mix(randomInput(), mutatedBytes(seeds, { tokens: PACK_TOKENS, fixup: packTrailerFixed }), mutatedBytes(seeds, { tokens: PACK_TOKENS, fixup: packTrailerFixed })),
+  arbitrary: (seeds) => mix(randomInput(), mutatedBytes(seeds, { tokens: PACK_TOKENS, fixup: packTrailerFixed }), generatedPack, generatedPack.chain((p) => mutatedBytes([p], { fixup: packTrailerFixed }))),
   async check(input) {
     const dir = join(scratchDir(), 'pack');
     const rx = new PackReceiver(dir, 1 << 20);
     const data = await refusedOnlyAsync(async () => {
       try {
         for (let i = 0; i < input.length; i += 97) rx.push(input.subarray(i, i + 97));
-        return await rx.finish();
+        return await rx.finish(async (oid) => (oid === 'ab'.repeat(20) ? { type: 'blob', body: Buffer.from('thin base\n') } : null));
       } catch (e) {
         rx.abort();
         throw e;
