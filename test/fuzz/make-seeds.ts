@@ -54,9 +54,11 @@ for (const [name, path] of [['chunked', '/chunked'], ['length', '/length'], ['no
   const r = await raw(path);
   const end = r.indexOf('\r\n\r\n');
   put('h1-head', name, r.subarray(0, end + 4));
+  put('h1-client', name, r);
   if (name === 'chunked') put('h1-chunked', 'node-trailers', r.subarray(end + 4));
 }
 put('h1-head', 'interim', Buffer.concat([Buffer.from('HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n'), fs.readFileSync(join(CORPUS_DIR, 'h1-head', 'length'))]));
+put('h1-client', 'interim', Buffer.concat([Buffer.from('HTTP/1.1 100 Continue\r\n\r\n'), fs.readFileSync(join(CORPUS_DIR, 'h1-client', 'length'))]));
 server.close();
 put('h1-chunked', 'ext-upper', '1A;name=value\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n');
 

@@ -6,8 +6,11 @@
  * written here decode to their data (round trip).
  */
 import fc from 'fast-check';
+import { createServer as createNetServer } from 'node:net';
 import { ChunkedDecoder, HeadReader, type ResponseHead } from '../../../artifacts/h1/parser.ts';
-import { check, mix, mutatedBytes, mutatedLines, randomInput, refusedOnly, type FuzzTarget } from '../target.ts';
+import { H1Client } from '../../../artifacts/h1/pool.ts';
+import { VouchError } from '../../../chain/errors.ts';
+import { check, mix, mutatedBytes, mutatedLines, randomInput, refusedOnly, refusedOnlyAsync, type FuzzTarget } from '../target.ts';
 
 const HEAD_TOKENS = ['HTTP/1.1 ', 'HTTP/1.0 ', '200', '100', '101', '204', '304', ' OK', '\r\n', '\r\n\r\n', '\n', ':', ', ',
   'Content-Length: ', 'Transfer-Encoding: chunked', 'Connection: close', 'Connection: keep-alive', 'Keep-Alive: timeout=', '99999999999999999', '\x00', '\x7f', '\xff', ' \t'];
@@ -110,3 +113,51 @@ export const chunkedRoundTrip = fc.property(chunkedBody, fc.integer({ min: 1, ma
   const got = decodeAll(body, piece);
   check(got !== undefined && got.complete && got.data.equals(data), 'a chunked body written by the rules did not decode to its data');
 });
+
+// --- the whole origin client, against a raw loopback server --------------------------------
+
+let rawAnswer: Buffer = Buffer.alloc(0);
+let rawServer: Promise<number> | null = null;
+/** A TCP server on 127.0.0.1 that answers each request head with `rawAnswer`, in pieces, then closes. */
+function rawOrigin(): Promise<number> {
+  rawServer ??= new Promise((resolve) => {
+    const s = createNetServer((sock) => {
+      let got = '';
+      sock.on('error', () => {});
+      sock.on('data', (d) => {
+        got += d.toString('latin1');
+        if (!got.includes('\r\n\r\n')) return;
+        const a = rawAnswer;
+        for (let i = 0; i < a.length; i += 1000) sock.write(a.subarray(i, i + 1000));
+        sock.end();
+      });
+    });
+    s.listen(0, '127.0.0.1', () => {
+      s.unref();
+      resolve((s.address() as { port: number }).port);
+    });
+  });
+  return rawServer;
+}
+
+const client = new H1Client({ connectTimeoutMs: 5000, headersTimeoutMs: 5000, keepAliveTimeoutMs: 1000 });
+
+export const h1ClientTarget: FuzzTarget = {
+  name: 'h1-client',
+  about: 'the origin client (H1Client: head, framing, body stream, connection reuse) against a loopback server sending the input: a body or origin_error (or the socket\'s own error)',
+  arbitrary: (seeds) => mix(mutatedBytes(seeds, { tokens: [...HEAD_TOKENS, ...CHUNK_TOKENS] }), mutatedLines(seeds, ['Content-Length: 0', 'Content-Length: 100', 'Transfer-Encoding: chunked', '5\r', '0\r', 'HTTP/1.1 100 Continue\r'])),
+  async check(input) {
+    rawAnswer = input;
+    const port = await rawOrigin();
+    const body = await refusedOnlyAsync(async () => {
+      const res = await client.request({ secure: false, host: '127.0.0.1', port, servername: undefined, hostHeader: `127.0.0.1:${port}`, path: '/a', headers: {}, signal: AbortSignal.timeout(10_000) });
+      const parts: Buffer[] = [];
+      for await (const p of res.stream()) parts.push(p as Buffer);
+      return { res, data: Buffer.concat(parts) };
+    }, ['origin_error'], (e) => (e instanceof VouchError && e.code === 'origin_error') || /^E[A-Z]+$/.test(String((e as NodeJS.ErrnoException)?.code)));
+    if (body === undefined) return;
+    check(body.data.length <= input.length, 'a body longer than what was sent');
+    if (body.res.contentLength !== null && body.res.contentLength > 0) check(body.data.length === body.res.contentLength, `a body of ${body.data.length} bytes where ${body.res.contentLength} were declared`);
+  },
+  runs: 150,
+};

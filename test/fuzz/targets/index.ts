@@ -1,12 +1,12 @@
 /** Every fuzz target, by name (test/fuzz/fuzz.test.ts runs them all; `npm run fuzz -- NAME` one). */
 import type { FuzzTarget } from '../target.ts';
-import { h1Chunked, h1Head } from './h1.ts';
+import { h1Chunked, h1ClientTarget, h1Head } from './h1.ts';
 import { gitSmartHttpTarget, ewahTarget, gitDeltaTarget, gitIndexTarget, gitSplitIndexTarget, gitPackDiskTarget, gitPackTarget, pktLineTarget } from './git.ts';
 import { tlogPolicyTarget, tlogProofTarget, addCheckpointTarget, blockFileTarget, checkpointTarget, jcsTarget, noteTarget, queryTarget, tileTarget } from './chain.ts';
 import { configTarget, goProxyTarget, goSumTarget, goZipTarget, npmLockTarget, npmPackumentTarget, pipIndexTarget, pipLockTarget, pypiHtmlTarget, pypiJsonTarget } from './ecosystems.ts';
 
 export const TARGETS: readonly FuzzTarget[] = [
-  h1Head, h1Chunked,
+  h1Head, h1Chunked, h1ClientTarget,
   pktLineTarget, gitSmartHttpTarget, gitPackTarget, gitDeltaTarget, gitPackDiskTarget, gitIndexTarget, gitSplitIndexTarget, ewahTarget,
   blockFileTarget, jcsTarget, noteTarget, checkpointTarget, addCheckpointTarget, tlogPolicyTarget, tlogProofTarget, tileTarget, queryTarget,
   pypiHtmlTarget, pypiJsonTarget, npmPackumentTarget, goProxyTarget, goZipTarget,
