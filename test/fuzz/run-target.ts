@@ -52,7 +52,7 @@ export async function runTarget(t: FuzzTarget, o: { seed: number; runs?: number;
  * in some construct (a hang on a large hostile input). Returns a failure
  * message, or null.
  */
-export async function growthCheck(t: FuzzTarget, seed: number, o: { small?: number; pieces?: number; slackMs?: number } = {}): Promise<string | null> {
+export async function growthCheck(t: FuzzTarget, seed: number, o: { small?: number; pieces?: number; slackMs?: number; onInput?: (b: Buffer) => void } = {}): Promise<string | null> {
   const seeds = corpusOf(t.name).filter((c) => !c.file.includes('/regress-')).map((c) => c.bytes).filter((b) => b.length > 0);
   const small = o.small ?? 8 << 10;
   const slackMs = o.slackMs ?? 250;
@@ -63,6 +63,7 @@ export async function growthCheck(t: FuzzTarget, seed: number, o: { small?: numb
     const piece = s.subarray(at, Math.min(s.length, at + len0));
     const grown = (size: number) => Buffer.concat([s.subarray(0, at), ...Array<Buffer>(Math.ceil(size / piece.length)).fill(piece), s.subarray(at)]);
     const time = async (b: Buffer) => {
+      o.onInput?.(b);
       let best = Infinity;
       for (let k = 0; k < 3; k++) {
         const start = performance.now();
