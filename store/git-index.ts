@@ -167,7 +167,6 @@ export class SplitIndex {
       const { base, deleted, replaced } = parsed.link;
       const count = readSharedCount(this.sharedPath(base));
       if (replaced.length > parsed.entries.length) corrupt('more replacements than entries');
-      if (deleted.some((pos) => pos >= count) || replaced.some((pos) => pos >= count)) corrupt(`link extension names an entry past the ${count} of the shared index`);
       this.base = { name: base, count };
       replaced.forEach((pos, k) => this.replaced.set(pos, parsed.entries[k]!));
       for (const pos of deleted) this.deleted.add(pos);
