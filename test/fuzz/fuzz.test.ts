@@ -14,6 +14,8 @@ import { TARGETS } from './targets/index.ts';
 import { growthCheck, runTarget, timedCheck } from './run-target.ts';
 import { chunkedRoundTrip } from './targets/h1.ts';
 import fc from 'fast-check';
+import { HeadReader } from '../../artifacts/h1/parser.ts';
+import { PktReader, pktLine } from '../../store/pkt-line.ts';
 
 const SEED = 20261129;
 /** Runs of each target here: its own count times this (the whole file stays under a minute on a busy 2-core machine). */
@@ -47,6 +49,54 @@ for (const t of TARGETS.filter((x) => !only || only.includes(x.name))) {
     }
   });
 }
+
+/** Bytes copied by Buffer.concat and Buffer#copy while `run` runs: the work of a reader, counted rather than timed. */
+function bytesCopied(run: () => void): number {
+  let n = 0;
+  const concat = Buffer.concat;
+  const copy = Buffer.prototype.copy;
+  Buffer.concat = ((list: readonly Uint8Array[], total?: number) => {
+    const r = concat(list, total);
+    n += r.length;
+    return r;
+  }) as typeof Buffer.concat;
+  Buffer.prototype.copy = function (this: Buffer, ...a: Parameters<Buffer['copy']>) {
+    const r = copy.apply(this, a);
+    n += r;
+    return r;
+  };
+  try {
+    run();
+  } finally {
+    Buffer.concat = concat;
+    Buffer.prototype.copy = copy;
+  }
+  return n;
+}
+
+// What the growth check found: a reader fed one byte a read copied all it held at each read (quadratic).
+test('growth regression: HeadReader fed a 60 KiB head one byte a read copies linear bytes', () => {
+  const head = Buffer.from(`HTTP/1.1 200 OK\r\nX-Pad: ${'a'.repeat(60 << 10)}\r\nContent-Length: 0\r\n\r\n`, 'latin1');
+  let done = false;
+  const copied = bytesCopied(() => {
+    const r = new HeadReader();
+    for (let i = 0; i < head.length && !done; i++) done = r.push(head.subarray(i, i + 1)) !== null;
+  });
+  assert.ok(done, 'the head was not read');
+  assert.ok(copied < 8 * head.length, `copied ${copied} bytes for a head of ${head.length}`);
+});
+
+test('growth regression: PktReader fed the longest pkt-line one byte a read copies linear bytes', () => {
+  const line = pktLine(Buffer.alloc(65516, 0x61));
+  let lines = 0;
+  const copied = bytesCopied(() => {
+    const r = new PktReader(() => { lines++; }, 4);
+    for (let i = 0; i < line.length; i++) r.push(line.subarray(i, i + 1));
+    r.end();
+  });
+  assert.is(lines, 1);
+  assert.ok(copied < 8 * line.length, `copied ${copied} bytes for a pkt-line of ${line.length}`);
+});
 
 test('chunked coding: bodies written by the rules decode to their data, read in any pieces', () => {
   fc.assert(chunkedRoundTrip, { seed: SEED, numRuns: 300 });
