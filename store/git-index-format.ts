@@ -151,9 +151,18 @@ export function ewahEncode(positions: readonly number[]): Buffer {
   return buf;
 }
 
-/** Read a git EWAH bitmap at `offset`: its set bit positions and the offset after it. */
+/**
+ * Most bits a bitmap may span: an index of that many entries would be over
+ * 2 GiB. Bounds what a corrupt bitmap (one run word can claim 2^38 set bits)
+ * makes `ewahDecode` build.
+ */
+export const MAX_EWAH_BITS = 1 << 25;
+
+/** Read a git EWAH bitmap at `offset`: its set bit positions (each below its declared bit size) and the offset after it. */
 export function ewahDecode(buf: Buffer, offset: number): { positions: number[]; end: number } {
   if (offset + 8 > buf.length) throw new VouchError('io_error', 'corrupt ewah bitmap: truncated header');
+  const bitSize = buf.readUInt32BE(offset);
+  if (bitSize > MAX_EWAH_BITS) throw new VouchError('io_error', `corrupt ewah bitmap: ${bitSize} bits, more than ${MAX_EWAH_BITS}`);
   const count = buf.readUInt32BE(offset + 4);
   const end = offset + 8 + count * 8 + 4;
   if (end > buf.length) throw new VouchError('io_error', 'corrupt ewah bitmap: truncated words');
@@ -166,7 +175,10 @@ export function ewahDecode(buf: Buffer, offset: number): { positions: number[]; 
     const runBit = rlw & 1n;
     const runLen = Number((rlw >> 1n) & U32) * 64;
     const literals = Number(rlw >> 33n);
-    if (runBit) for (let j = 0; j < runLen; j++) positions.push(pos + j);
+    if (runBit) {
+      if (pos + runLen > bitSize) throw new VouchError('io_error', 'corrupt ewah bitmap: a run past its bit size');
+      for (let j = 0; j < runLen; j++) positions.push(pos + j);
+    }
     pos += runLen;
     for (let l = 0; l < literals && k < count; l++) {
       let w = word(k++);
@@ -174,6 +186,7 @@ export function ewahDecode(buf: Buffer, offset: number): { positions: number[]; 
       pos += 64;
     }
   }
+  if (positions.length > 0 && positions[positions.length - 1]! >= bitSize) throw new VouchError('io_error', 'corrupt ewah bitmap: a bit set past its bit size');
   return { positions, end };
 }
 

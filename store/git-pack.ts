@@ -107,8 +107,9 @@ interface StoredPack { name: string; idx: Buffer; n: number; fd: number | null; 
 /** Index of `key` (20 bytes) in a version-2 `.idx` of `n` objects, or -1. */
 export function idxFind(idx: Buffer, n: number, key: Buffer): number {
   const b = key[0]!;
-  let lo = b === 0 ? 0 : idx.readUInt32BE(8 + (b - 1) * 4);
-  let hi = idx.readUInt32BE(8 + b * 4);
+  // The fan-out is the file's word: a hostile or broken one must not send the search outside the n ids.
+  let lo = b === 0 ? 0 : Math.min(n, idx.readUInt32BE(8 + (b - 1) * 4));
+  let hi = Math.min(n, idx.readUInt32BE(8 + b * 4));
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
     const at = 8 + 1024 + mid * 20;
@@ -120,10 +121,12 @@ export function idxFind(idx: Buffer, n: number, key: Buffer): number {
   return -1;
 }
 
-/** The pack offset of the `k`-th object (in id order) of a version-2 `.idx` of `n` objects. */
+/** The pack offset of the `k`-th object (in id order) of a version-2 `.idx` of `n` objects; -1 when its 64-bit offset is not in the file. */
 export function idxOffset(idx: Buffer, n: number, k: number): number {
   const o = idx.readUInt32BE(8 + 1024 + n * 24 + k * 4);
-  return o & 0x80000000 ? Number(idx.readBigUInt64BE(8 + 1024 + n * 28 + (o & 0x7fffffff) * 8)) : o;
+  if (!(o & 0x80000000)) return o;
+  const at = 8 + 1024 + n * 28 + (o & 0x7fffffff) * 8;
+  return at + 8 + 40 <= idx.length ? Number(idx.readBigUInt64BE(at)) : -1;
 }
 
 /** A version-2 `.idx` file's object count, or -1 when it is not one (too short, other magic or version). */
@@ -273,13 +276,16 @@ export class DiskPacks {
     const fd = p.fd!;
     const end = p.end;
     const name = p.name;
+    // An offset the index or a delta names is checked before it is read: inside the objects of this pack.
+    if (!Number.isSafeInteger(offset) || offset < 12 || offset >= end) throw new VouchError('io_error', `bad object offset ${offset} in ${name}.pack`);
     const head = Buffer.alloc(64);
-    const got = fs.readSync(fd, head, 0, 64, offset);
+    const got = fs.readSync(fd, head, 0, Math.min(64, end - offset), offset);
     const bad = (why: string): never => { throw new VouchError('io_error', `bad object header in ${name}.pack: ${why}`); };
     const h = parseObjectHeader(head, 0, got, bad, offset);
     const size = h.size;
     let base: { type: string; body: Buffer } | null = null;
     if (h.kind === OFS_DELTA) {
+      if (h.baseDistance === 0) bad(`object at ${offset} is its own delta base`);
       base = this.readAt(p, offset - h.baseDistance, depth + 1);
     } else if (h.kind === REF_DELTA) {
       if (p.n < 0) {
@@ -302,8 +308,13 @@ export class DiskPacks {
     try {
       data = inflateFrom(size + (size >> 10) + 64); // deflate never grows data by more than this
     } catch {
-      data = inflateFrom(end - dataAt);
+      try {
+        data = inflateFrom(end - dataAt);
+      } catch (e) {
+        throw new VouchError('io_error', `object at ${offset} of ${name}.pack does not inflate: ${(e as Error).message}`);
+      }
     }
+    if (data.length !== size) bad(`object at ${offset} inflates to ${data.length} bytes, its header says ${size}`);
     const out = base ? { type: base.type, body: applyDelta(data, base.body) } : { type: OBJ_TYPES[kind]!, body: data };
     if (out.body.length < 1 << 20) {
       if (this.cacheBytes + out.body.length > 16 << 20) this.resetCache(); // bounded; delta bases are usually near
@@ -414,6 +425,10 @@ export function applyDelta(delta: Buffer, base: Buffer): Buffer {
     if (op & 0x80) {
       let off = 0;
       let len = 0;
+      // The argument bytes the opcode announces must be there (a missing one would read as NaN).
+      let args = 0;
+      for (let bit = 0; bit < 7; bit++) if (op & (1 << bit)) args++;
+      if (pos + args > delta.length) throw deltaError('truncated delta copy');
       if (op & 0x01) off += delta[pos++]!;
       if (op & 0x02) off += delta[pos++]! * 0x100;
       if (op & 0x04) off += delta[pos++]! * 0x10000;

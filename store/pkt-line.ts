@@ -59,7 +59,9 @@ function pktLength(buf: Buffer, pos: number): number {
  * `who` starts each error message ("the remote", "info/refs of <url>").
  */
 export class PktReader {
+  /** Bytes of an unfinished pkt-line: a view of `store`, which grows by doubling (a line sent a byte a read costs linear time). */
   private rest: Buffer = Buffer.alloc(0);
+  private store: Buffer = Buffer.alloc(0);
   private lines = 0;
 
   constructor(
@@ -68,7 +70,18 @@ export class PktReader {
   ) {}
 
   push(chunk: Buffer): void {
-    let buf = this.rest.length > 0 ? Buffer.concat([this.rest, chunk]) : chunk;
+    let buf = chunk;
+    const inStore = this.rest.length > 0;
+    if (inStore) {
+      const len = this.rest.length;
+      if (len + chunk.length > this.store.length) {
+        const grown = Buffer.allocUnsafe(Math.max(len + chunk.length, Math.min(2 * this.store.length, FETCH_LIMITS.pktLineBytes)));
+        this.rest.copy(grown);
+        this.store = grown;
+      }
+      chunk.copy(this.store, len);
+      buf = this.store.subarray(0, len + chunk.length);
+    }
     let pos = 0;
     while (buf.length - pos >= 4) {
       const len = pktLength(buf, pos);
@@ -85,7 +98,16 @@ export class PktReader {
       pos += len;
     }
     buf = buf.subarray(pos);
-    this.rest = buf.length > 0 ? Buffer.from(buf) : Buffer.alloc(0);
+    if (buf.length === 0) {
+      this.rest = Buffer.alloc(0);
+    } else if (inStore && pos === 0) {
+      this.rest = buf; // still in the store, where it is
+    } else {
+      // A new unfinished line: into a store of its own (lines handed on may be views of the old one).
+      this.store = Buffer.allocUnsafe(Math.max(buf.length, 256));
+      buf.copy(this.store);
+      this.rest = this.store.subarray(0, buf.length);
+    }
   }
 
   end(): void {

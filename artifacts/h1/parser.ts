@@ -139,9 +139,22 @@ export function parseHead(text: string): ResponseHead {
 export class HeadReader {
   /** The last refusal was the size bound (not a malformed head). */
   overflowed = false;
+  /** The bytes held (a view of `store`, which grows by doubling: a head sent a byte a read costs linear time). */
   private buf: Buffer = Buffer.alloc(0);
+  private store: Buffer = Buffer.alloc(0);
   private interim = 0;
   private interimBytes = 0;
+
+  private hold(view: Buffer): void {
+    const len = this.buf.length;
+    if (len + view.length > this.store.length) {
+      const grown = Buffer.allocUnsafe(Math.max(2 * this.store.length, len + view.length, 1024));
+      this.buf.copy(grown);
+      this.store = grown;
+    }
+    view.copy(this.store, len);
+    this.buf = this.store.subarray(0, len + view.length);
+  }
 
   /**
    * Adds a read (copied: read buffers are reused). Returns the final head and
@@ -150,7 +163,7 @@ export class HeadReader {
    */
   push(view: Buffer): { head: ResponseHead; rest: Buffer } | null {
     let from = Math.max(0, this.buf.length - 3);
-    this.buf = this.buf.length === 0 ? Buffer.from(view) : Buffer.concat([this.buf, view]);
+    this.hold(view);
     for (;;) {
       const end = this.buf.indexOf(CRLF2, from);
       if (this.interimBytes + (end < 0 ? this.buf.length : end) > MAX_HEAD_BYTES) {
@@ -162,6 +175,7 @@ export class HeadReader {
       const head = parseHead(this.buf.toString('latin1', 0, end));
       if (head.statusCode >= 200) {
         this.buf = Buffer.alloc(0);
+        this.store = Buffer.alloc(0); // `rest` is a view of it
         return { head, rest };
       }
       // An interim response: the real one follows. A flood of them is refused (each is parsed and
@@ -169,7 +183,8 @@ export class HeadReader {
       this.interim++;
       this.interimBytes += end + 4;
       if (this.interim > MAX_INTERIM) throw malformed(`more than ${MAX_INTERIM} interim (1xx) responses`);
-      this.buf = rest; // a view of this reader's own copy (never of the read buffer)
+      this.store = Buffer.from(rest); // this reader's own copy (never of the read buffer)
+      this.buf = this.store;
       from = 0;
       if (this.buf.length === 0) return null;
     }

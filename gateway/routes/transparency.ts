@@ -129,7 +129,7 @@ export function handleTile(ctx: GatewayContext, req: IncomingMessage, res: Serve
 }
 
 /** The non-negative integer parameters `names` of a query (undefined when absent); 400 when malformed or repeated. */
-function intParams(search: string, names: readonly string[]): Record<string, number | undefined> {
+export function intParams(search: string, names: readonly string[]): Record<string, number | undefined> {
   if (search.length > 1024) throw new VouchError('bad_request', 'query string longer than 1024 bytes');
   const params = new URLSearchParams(search);
   const out: Record<string, number | undefined> = {};

@@ -8,13 +8,13 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
-import { parseBlock, parseBlockText, parseCheckpoint, verifyChain, canonicalize, VouchError } from '../chain/index.ts';
-import { formatBlockFile, isDate, isDateTime, isHex64, parseBlockFile, readJson } from '../chain/block.ts';
-import { parsedPayloadJcs, recordJcsAround } from '../chain/build.ts';
-import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../gateway/http-util.ts';
-import { parseSubmitRequest } from '../gateway/routes/submit-request.ts';
-import { nodeBackend } from '../platform/node-crypto.ts';
-import { buildFeatureChain } from './helpers/chain-fixture.ts';
+import { parseBlock, parseBlockText, parseCheckpoint, verifyChain, canonicalize, VouchError } from '../../chain/index.ts';
+import { formatBlockFile, isDate, isDateTime, isHex64, parseBlockFile, readJson } from '../../chain/block.ts';
+import { parsedPayloadJcs, recordJcsAround } from '../../chain/build.ts';
+import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../../gateway/http-util.ts';
+import { parseSubmitRequest } from '../../gateway/routes/submit-request.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
+import { buildFeatureChain } from '../helpers/chain-fixture.ts';
 
 const SEED = 20261122;
 const RUNS = 400;

@@ -1,0 +1,18 @@
+/** Every fuzz target, by name (test/fuzz/fuzz.test.ts runs them all; `npm run fuzz -- NAME` one). */
+import type { FuzzTarget } from '../target.ts';
+import { h1Chunked, h1ClientTarget, h1Head } from './h1.ts';
+import { gitSmartHttpTarget, ewahTarget, gitDeltaTarget, gitIndexTarget, gitSplitIndexTarget, gitPackDiskTarget, gitPackTarget, pktLineTarget } from './git.ts';
+import { tlogPolicyTarget, tlogProofTarget, addCheckpointTarget, blockFileTarget, checkpointTarget, jcsTarget, noteTarget, queryTarget, tileTarget } from './chain.ts';
+import { configTarget, goProxyTarget, goSumTarget, goZipTarget, jsonShapeTarget, npmLockTarget, npmPackumentTarget, pipIndexTarget, pipLockTarget, pypiHtmlTarget, pypiJsonTarget } from './ecosystems.ts';
+
+export const TARGETS: readonly FuzzTarget[] = [
+  h1Head, h1Chunked, h1ClientTarget,
+  pktLineTarget, gitSmartHttpTarget, gitPackTarget, gitDeltaTarget, gitPackDiskTarget, gitIndexTarget, gitSplitIndexTarget, ewahTarget,
+  blockFileTarget, jcsTarget, noteTarget, checkpointTarget, addCheckpointTarget, tlogPolicyTarget, tlogProofTarget, tileTarget, queryTarget,
+  pypiHtmlTarget, pypiJsonTarget, npmPackumentTarget, jsonShapeTarget, goProxyTarget, goZipTarget,
+  npmLockTarget, pipLockTarget, pipIndexTarget, goSumTarget, configTarget,
+];
+
+export function targetNamed(name: string): FuzzTarget | undefined {
+  return TARGETS.find((t) => t.name === name);
+}
