@@ -9,15 +9,20 @@
  * process: every packument and tarball comes from the registry and is
  * verified) and a warm one (metadata cache and mirror filled by an earlier
  * install; the default `metadata_ttl` of 60 s).
+ * Row E3: tarball answers per second from the warm gateway (mirror hits)
+ * under wrk, every answer carrying the headers of the one block that
+ * endorses all PACKAGES, vs the registry serving the same tarballs.
  * Row E2: packument answers per second under wrk (default logging), PACKAGES
  * distinct packuments of VERSIONS versions each rotated, abbreviated form as
- * npm asks: the gateway (origin answer cached, rewritten per request against
- * the chain) vs the registry serving the same packuments itself.
+ * npm asks: the gateway (origin answer cached, rewritten against the chain
+ * once per origin body and chain state) vs the registry serving the same
+ * packuments itself.
  *
  * The registry is the tests' fixture (test/helpers/npm-registry.ts, real
  * `npm pack` tarballs); everything runs on 127.0.0.1.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, type Block, type EndorsementInput } from '../chain/index.ts';
@@ -50,6 +55,24 @@ async function buildChain(dir: string, reg: NpmRegistry, names: string[], versio
   now += 1000;
   const block: Block = buildEndorseBlock({ prev: authority, signer, backend: nodeBackend, now, entries, uns: 'bench/deps', semver: '1.0.0' });
   await appendSigned(repo, [block], buildCheckpoint({ head: block, signer, now }), now);
+}
+
+/** The size in bytes of the head of one GET answer (status line to the empty line), read off a connection of its own. */
+function headBytes(base: string, path: string): Promise<number> {
+  const u = new URL(base);
+  return new Promise((resolve, reject) => {
+    const s = connect(Number(u.port), u.hostname);
+    let got = Buffer.alloc(0);
+    s.on('data', (d: Buffer) => {
+      got = Buffer.concat([got, d]);
+      const end = got.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      s.destroy();
+      resolve(end + 4);
+    });
+    s.on('error', reject);
+    s.write(`GET ${path} HTTP/1.1\r\nHost: ${u.host}\r\nConnection: close\r\n\r\n`);
+  });
 }
 
 export async function runEcosystemBench(quick: boolean): Promise<{ title: string; markdown: string }> {
@@ -149,6 +172,29 @@ export async function runEcosystemBench(quick: boolean): Promise<{ title: string
       if (round % 2 === 1) order.reverse();
       for (const step of order) await step();
     }
+    // ---- E3: tarballs/s from the warm gateway (mirror hits): each answer carries the UNS header of the one 40-entry block
+    const tarballs = names.map((n) => NpmRegistry.tarballPath(n, '1.0.0'));
+    for (const t of tarballs) {
+      const r = await fetch(`${g.url}/npm${t}`);
+      await r.arrayBuffer();
+      if (r.status !== 200) throw new Error(`bench: warming ${t} answered ${r.status}`);
+    }
+    const head = await headBytes(g.url, `/npm${tarballs[0]}`);
+    const tarGw: number[] = [];
+    const tarReg: number[] = [];
+    const tarGwScript = join(work, 'tarballs-gateway.lua');
+    const tarRegScript = join(work, 'tarballs-registry.lua');
+    writeFileSync(tarGwScript, rotationScript(tarballs.map((t) => `/npm${t}`)));
+    writeFileSync(tarRegScript, rotationScript(tarballs));
+    for (let round = 0; round < ROUNDS; round++) {
+      process.stdout.write(`E3 round ${round + 1}/${ROUNDS}\n`);
+      const order = [
+        async () => tarGw.push(checked(await wrk(g.url, { threads: 1, connections: 8, seconds: SECONDS, script: tarGwScript }), 'gateway tarballs')),
+        async () => tarReg.push(checked(await wrk(reg.url, { threads: 1, connections: 8, seconds: SECONDS, script: tarRegScript }), 'registry tarballs')),
+      ];
+      if (round % 2 === 1) order.reverse();
+      for (const step of order) await step();
+    }
     const load1 = loadavg()[0]!;
     const fmt = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
     const rows = [
@@ -157,10 +203,12 @@ export async function runEcosystemBench(quick: boolean): Promise<{ title: string
       `| E1. \`npm install\` of ${PACKAGES} packages (${Math.ceil(PACKAGES / 5)} scoped), fresh npm cache, cold gateway (new process: every packument and tarball fetched, verified) | ${fmt(median(cold))} (runs ${cold.map(fmt).join(', ')}) | ${fmt(median(direct))} (runs ${direct.map(fmt).join(', ')}) | **${(median(direct) / median(cold)).toFixed(2)}** |`,
       `| E1w. the same install again on the warm gateway (metadata cache and mirror filled) | ${fmt(median(warm))} (runs ${warm.map(fmt).join(', ')}) | ${fmt(median(direct))} | **${(median(direct) / median(warm)).toFixed(2)}** |`,
       `| E2. abbreviated packuments/s, ${PACKAGES} packages × ${VERSIONS} versions rotated (wrk -t1 -c8, ${SECONDS} s) | ${Math.round(median(gwRates))} /s (runs ${gwRates.map(Math.round).join(', ')}) | ${Math.round(median(regRates))} /s | **${(median(gwRates) / median(regRates)).toFixed(2)}** |`,
+      `| E3. tarballs/s from the warm gateway (mirror hits), the ${PACKAGES} rotated (wrk -t1 -c8, ${SECONDS} s); the gateway's answer head: ${head} bytes | ${Math.round(median(tarGw))} /s (runs ${tarGw.map(Math.round).join(', ')}) | ${Math.round(median(tarReg))} /s | **${(median(tarGw) / median(tarReg)).toFixed(2)}** |`,
     ];
     const notes = [
       `Each E1 run is a whole \`npm install --no-audit --no-fund\` process (the npm that ships with Node, ${PACKAGES} direct dependencies, no lockfile, a fresh cache and project directory), ${ROUNDS} rounds, gateway and direct runs interleaved (order alternated per round); every round starts a new gateway process. The chain endorses each package's 1.0.0 tarball (sha512) under \`${CANON}\`; the ${VERSIONS - 1} other listed versions of each are unendorsed and removed from the packuments by the gateway.`,
-      `E2: the registry builds each packument per request; the gateway reads the registry's answer from its metadata cache (default \`metadata_ttl\` 60 s) and rewrites it per request against the chain (versions filtered, tarball links and integrity replaced), logging each request at \`info\` (the default).`,
+      `E2: the registry builds each packument per request; the gateway reads the registry's answer from its metadata cache (default \`metadata_ttl\` 60 s), rewrites it against the chain (versions filtered, tarball links and integrity replaced) once per origin body, chain state and client form, and serves that answer to every request until one of them changes, logging each request at \`info\` (the default).`,
+      `E3: the ${PACKAGES} endorsements are one block (as \`vouch endorse --lockfile\` made them before it packed blocks to fit a header); every tarball answer carries its \`UNS\` header, \`Vouch-Proof\` and \`VIBECODE\` (the head size is of one answer, status line to the empty line). The registry serves the tarballs from memory.`,
       `Load average (1 min): ${load0.toFixed(2)} at the start, ${load1.toFixed(2)} at the end.`,
     ];
     return { title: 'Package managers through an npm ecosystem route (issue 13)', markdown: `${rows.join('\n')}\n\n${notes.join('\n')}\n` };
