@@ -11,7 +11,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile } from '../platform/key-file.ts';
@@ -227,8 +227,8 @@ test('POST /v1/revoke: 201 once committed; lookup revoked_by, download 410, npm 
   const out = join(work, 'got.tgz');
   const g = await vouch('get', '--gateway', gw.url, '--url', url('1.1.0'), '--semver', '1.1.0', '--public-key', pub, '-o', out, '--state', join(work, 'state.json'));
   assert.is(g.status, 1, g.stderr);
-  assert.match(g.stderr, /revoked/);
-  assert.match(g.stderr, new RegExp(`block ${r.json.index}\\b`));
+  assert.is(g.stderr, `http_410: HTTP 410: ${url('1.1.0')} 1.1.0 (block ${s2.index}) is revoked by block ${r.json.index} from ${today}\n`);
+  assert.not.ok(existsSync(out), 'a revoked artifact was written');
 });
 
 test('POST /v1/revoke refusals: 401, 415, 400, 404, 409, with the JSON error contract and nothing appended', async () => {
@@ -288,7 +288,10 @@ test('POST /v1/revoke with a future effective_date: in force from then; at= befo
   const look = async (q: string) => await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(u)}${q}`)).json() as Record<string, any>;
   assert.is((await look('')).revoked_by, undefined);
   assert.is((await look('&at=2098-12-31')).revoked_by, undefined);
-  assert.is((await look('&at=2099-01-01')).revoked_by.index, r.json.index);
+  assert.is((await look('&semver=1.0.0&at=2098-12-31')).revoked_by, undefined);
+  assert.is((await look('&semver=1.0.0&at=2099-01-01')).revoked_by.index, r.json.index);
+  // Without semver, at= from the effective date on: nothing in force (404, saying why).
+  assert.match((await look('&at=2099-01-01')).message, /every endorsement in force is revoked/);
   assert.is((await fetch(`${gw.url}/v1/download?url=${encodeURIComponent(u)}`)).status, 200);
   // Already named by a revoke, whatever its date.
   assert.is((await revokeApi({ url: u })).status, 409);
