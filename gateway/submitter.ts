@@ -264,8 +264,8 @@ export class Submitter {
       return outcome;
     } catch (e) {
       const err = e instanceof VouchError ? e : internal(`revoke failed: ${(e as Error)?.message ?? String(e)}`, e);
-      if (err.code === 'bad_request') this.counters.invalid++;
-      else if (err.code !== 'not_found' && err.code !== 'already_revoked') this.counters.failed++;
+      if (err.code === 'bad_request' || err.code === 'not_found' || err.code === 'already_revoked') this.counters.invalid++;
+      else this.counters.failed++;
       throw err;
     }
   }
