@@ -321,6 +321,9 @@ test('revokes and submits racing through the one writer: every answer committed,
   assert.is(git(['clone', '-q', served, clone]).status, 0);
   const v = ok(await vouch('verify', '--chain', clone, '--public-key', pub, '--json'));
   assert.is(JSON.parse(v.stdout).blocks, size);
+  // Every 201 of POST /v1/revoke in this file is counted (3 before this test, 3 here).
+  const metrics = await (await fetch(`${gw.url}/metrics`)).text();
+  assert.match(metrics, /^vouch_submits_total\{outcome="revoked"\} 8$/m);
 });
 
 test('the openapi document names POST /v1/revoke', async () => {
