@@ -174,6 +174,19 @@ test('offline: a git clone of the chain verifies after the revocations, pinned',
   assert.is(JSON.parse(r.stdout).blocks, await size(offline));
 });
 
+test('offline: a chain that does not verify is refused (exit 1, the first broken block), nothing appended', async () => {
+  const bad = join(work, 'offline-tampered');
+  assert.is(git(['clone', '-q', offline, bad]).status, 0);
+  const f = join(bad, 'blocks', '000', '000', '000000001.json');
+  writeFileSync(f, readFileSync(f, 'utf8').replace('"comment": "acme/widget 1.0.0"', '"comment": "tampered"'));
+  assert.is(git(['-C', bad, '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qam', 'tamper']).status, 0);
+  const commits = git(['-C', bad, 'rev-list', '--count', 'HEAD']).stdout;
+  const r = await vouch('revoke', '--chain', bad, '--key', keyFile, '--block', '2');
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, /^vouch revoke: record_hash_mismatch at block 1: /);
+  assert.is(git(['-C', bad, 'rev-list', '--count', 'HEAD']).stdout, commits);
+});
+
 test('offline revoke is refused while the authority gateway holds the chain, pointing at POST /v1/revoke', async () => {
   const r = await vouch('revoke', '--chain', served, '--key', keyFile, '--block', '1');
   assert.is(r.status, 2, r.stderr);

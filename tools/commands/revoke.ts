@@ -6,22 +6,24 @@
  * chain/revoke.ts: the block a lookup selects for U today (with V: the
  * newest block with exactly V); never block 0, a revoke block, a block
  * already revoked, or a block of several artifacts named by one URL.
- * The whole chain is verified first (a revocation is decided on the chain
- * as signed); the commit carries the signed checkpoint note of the new size
+ * The chain is loaded verified first, as a gateway start loads it
+ * (gateway/chain-state.ts: warm from the last verified state in .git, only
+ * the blocks after it verified; else every block): a revocation is decided
+ * on the chain as signed. The commit carries the signed checkpoint note of the new size
  * as `vouch endorse`'s does. A refusal appends nothing.
  */
 import type { Command } from '../command.ts';
 import { UsageError, emit } from '../command.ts';
 import { buildCheckpoint, buildRevokeBlock } from '../../chain/build.ts';
 import { isArtifactUrl, isDate, isSemver, parseBlockText, formatDateTime, LIMITS } from '../../chain/block.ts';
-import { ChainIndex } from '../../chain/select.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { hexEncode } from '../../chain/encoding.ts';
 import { resolveRevokeTarget, type RevokeTarget } from '../../chain/revoke.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
-import { verifyDirectory } from '../../store/parallel-verify.ts';
 
 export const revoke: Command = {
   name: 'revoke',
@@ -67,14 +69,16 @@ export const revoke: Command = {
     const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
     const keyed = nodeSigner(authority.signer, key);
     const trusted = trustedHead(repo, keyed);
-    await verifyDirectory(repo, { pinnedPublicKey: authority.public_key });
-    const index = new ChainIndex();
-    const recordHashes: string[] = [];
-    for (let i = 0; i < repo.size; i++) {
-      const b = parseBlockText(repo.readBlockFile(i), i);
-      index.add(b);
-      recordHashes.push(b.record_hash);
+    // The verified chain, as a gateway start loads it: warm from the last verified state, else every block verified.
+    const { ChainState } = await import('../../gateway/chain-state.ts');
+    const { state } = await ChainState.load(repo);
+    const index = state.index;
+    if (index.size !== trusted.head.index + 1 || index.head?.record_hash !== trusted.head.record_hash) {
+      throw new VouchError('checkpoint_mismatch', `the verified chain (${index.size} blocks) is not the one the checkpoint signs (${trusted.head.index + 1} blocks); nothing appended`, { index: null });
     }
+    const recordHashes = function* (): Iterable<string> {
+      for (let i = 0; i < index.size; i++) yield hexEncode(index.recordHashBytes(i));
+    };
     const now = Date.now();
     const today = formatDateTime(now).slice(0, 10);
     const revoked = resolveRevokeTarget(index, target, today);
@@ -84,7 +88,7 @@ export const revoke: Command = {
       ...(v.comment !== undefined ? { comment: v.comment } : {}),
     });
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
-    await appendWithNote(repo, trusted, keyed, [block], checkpoint, now, () => recordHashes);
+    await appendWithNote(repo, trusted, keyed, [block], checkpoint, now, recordHashes);
     const urls = revoked.payload.endorsements.map((e) => e.artifact_url);
     emit(v, `${block.index} ${block.record_hash} revokes block ${revoked.index} (${revoked.payload.uns} ${revoked.payload.semver}, ${urls.length} artifact${urls.length === 1 ? '' : 's'}) from ${block.payload.effective_date}`, {
       status: 'revoked', index: block.index, record_hash: block.record_hash, effective_date: block.payload.effective_date,
