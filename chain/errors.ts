@@ -44,6 +44,7 @@ export type RequestCode =
   | 'too_large'
   | 'unsupported_media_type'
   | 'revoked'
+  | 'already_revoked'
   | 'usage';
 
 export type EnvironmentCode =
@@ -107,6 +108,7 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   too_large: request('request body or artifact too large'),
   unsupported_media_type: request('request body is not JSON'),
   revoked: request('the selected version is revoked'),
+  already_revoked: request('the block is already revoked'),
   usage: request('bad command line'),
 
   origin_error: environment('the origin failed or sent a bad response'),

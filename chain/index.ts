@@ -15,6 +15,7 @@ export * from './schema.ts';
 export * from './build.ts';
 export * from './verify.ts';
 export * from './select.ts';
+export * from './revoke.ts';
 export { isFullOrderPublicKey } from './weak-key.ts';
 export * from './merkle.ts';
 export * from './merkle-tree.ts';

@@ -14,6 +14,8 @@ import type { Cosigner } from './cosigner.ts';
 
 export interface SubmitHandler {
   submit(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
+  /** POST /v1/revoke: one revoke block through the same writer. */
+  revoke(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
 }
 
 export interface GatewayContext {

@@ -257,7 +257,7 @@ export class GatewayMetrics {
       const s = submitter();
       return s && [
         [{ outcome: 'posted' }, s.posted], [{ outcome: 'unchanged' }, s.unchanged], [{ outcome: 'conflict' }, s.conflict],
-        [{ outcome: 'invalid' }, s.invalid], [{ outcome: 'failed' }, s.failed],
+        [{ outcome: 'invalid' }, s.invalid], [{ outcome: 'failed' }, s.failed], [{ outcome: 'revoked' }, s.revoked],
       ];
     }, ['outcome']);
     this.counter('vouch_submit_commits_total', 'Commits written by submits (each holds one block or more).', () => num(submitter()?.commits));

@@ -289,6 +289,32 @@ function bearerMatches(header: string | undefined, expected: Buffer): boolean {
   return timingSafeEqual(given, expected) && m !== null;
 }
 
+/** The authority's writer, after the submit token and a JSON body are checked (POST /v1/submit, /v1/revoke). */
+async function authorityBody(ctx: GatewayContext, req: IncomingMessage, path: string, label: string): Promise<{ submitter: NonNullable<GatewayContext['submitter']>; body: unknown }> {
+  if (ctx.submitter === null || ctx.submitTokenHash === null) {
+    req.resume();
+    throw new VouchError('not_found', `${path === '/v1/submit' ? 'submit' : 'revoke'} is disabled: this gateway is not an authority`, { resource: path });
+  }
+  if (!bearerMatches(req.headers.authorization, ctx.submitTokenHash)) {
+    req.resume();
+    throw new VouchError('unauthorized', 'a valid Authorization: Bearer <submit token> header is required');
+  }
+  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/json') {
+    req.resume();
+    throw new VouchError('unsupported_media_type', 'the body must be application/json');
+  }
+  const body = parseJsonBody(await readBody(req, SUBMIT_BODY_LIMIT, label));
+  ready(ctx);
+  return { submitter: ctx.submitter, body };
+}
+
+const revoke: Handler = async (ctx, req, res, _search, _own, obs) => {
+  const { submitter, body } = await authorityBody(ctx, req, '/v1/revoke', obs.label);
+  const result = await submitter.revoke(body);
+  sendJson(res, result.httpStatus, result.body);
+};
+
 const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   if (ctx.submitter === null || ctx.submitTokenHash === null) {
     throw new VouchError('not_found', 'submit is disabled: this gateway is not an authority', { resource: '/v1/submit' });
@@ -316,6 +342,7 @@ export const ROUTES: Record<string, Route> = {
   '/v1/openapi.json': { methods: ['GET', 'HEAD'], kind: 'json', handler: openapi },
   [SKILL_PATH]: { methods: ['GET', 'HEAD'], kind: 'document', handler: skill },
   '/v1/submit': { methods: ['POST'], kind: 'json', handler: submit },
+  '/v1/revoke': { methods: ['POST'], kind: 'json', handler: revoke },
   '/v1/download': { methods: ['GET', 'HEAD'], kind: 'bytes', handler: handleDownload },
   '/v1/blocks': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlocks },
   '/v1/block': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlock },

@@ -37,6 +37,7 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   too_large: 413,
   unsupported_media_type: 415,
   revoked: 410,
+  already_revoked: 409,
   usage: 400,
 
   // environment

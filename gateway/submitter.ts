@@ -29,19 +29,23 @@
  *   record hashes (the tree of the committed chain is not changed before
  *   the commit: a failed append leaves it as it was); `note.committed` is
  *   told after the commit point.
+ * - A revoke (`revoke()`) goes through the same queue and writer: its target
+ *   is resolved again in its round (chain/revoke.ts), against the index and
+ *   the revokes earlier in the round, so one block is never revoked twice.
  * Group commit: the writer yields one event-loop turn (or `lingerMs`) before
  * taking everything queued, because the commit itself blocks the loop and the
  * first ready submit would otherwise always commit alone.
  */
 import { VouchError } from '../chain/errors.ts';
 import { type Block, formatDateTime } from '../chain/block.ts';
-import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../chain/build.ts';
+import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, type EndorsementInput } from '../chain/build.ts';
+import { resolveRevokeTarget } from '../chain/revoke.ts';
 import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backend.ts';
 import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
-import { parseSubmitRequest, type SubmitRequest } from './routes/submit-request.ts';
+import { parseRevokeRequest, parseSubmitRequest, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
 
 export interface SubmitterDeps {
   repo: ChainRepo;
@@ -98,6 +102,8 @@ export interface SubmitResult {
 export interface SubmitterStats {
   /** Submits answered 201. */
   posted: number;
+  /** Revokes answered 201. */
+  revoked: number;
   /** Submits answered 200 unchanged. */
   unchanged: number;
   /** Submits answered 409 semver_conflict. */
@@ -131,11 +137,27 @@ type Decision =
 const REHASH = Symbol('rehash');
 type Outcome = SubmitResult | typeof REHASH;
 
-interface Pending {
+interface PendingSubmit {
+  kind: 'submit';
   req: SubmitRequest;
   digests: Digests;
   resolve: (o: Outcome) => void;
   reject: (e: unknown) => void;
+}
+
+/** A revocation queued behind the submits (one block, resolved against the index and the round). */
+interface PendingRevoke {
+  kind: 'revoke';
+  req: RevokeRequest;
+  resolve: (o: Outcome) => void;
+  reject: (e: unknown) => void;
+}
+
+type Pending = PendingSubmit | PendingRevoke;
+
+/** Endorsement entries a queued request adds to a commit. */
+function weightOf(p: Pending): number {
+  return p.kind === 'submit' ? p.req.entries.length : 1;
 }
 
 const MAX_ATTEMPTS = 4;
@@ -157,6 +179,18 @@ class Limiter {
   }
 }
 
+/** The 201 body of a revoke: the new block, and the block it revokes. */
+function revokeAnswer(block: Block, target: Block): SubmitResult {
+  return {
+    httpStatus: 201,
+    body: {
+      success: true, status: 'revoked', index: block.index, record_hash: block.record_hash,
+      effective_date: block.payload.effective_date,
+      revokes: { index: target.index, record_hash: target.record_hash, urls: target.payload.endorsements.map((e) => e.artifact_url) },
+    },
+  };
+}
+
 function internal(message: string, cause?: unknown): VouchError {
   return new VouchError('internal_error', message, cause === undefined ? {} : { cause });
 }
@@ -173,7 +207,7 @@ export class Submitter {
   /** Set when the index could not take a committed block: no further appends. */
   private broken: VouchError | null = null;
   private readonly counters: Omit<SubmitterStats, 'queued'> = {
-    posted: 0, unchanged: 0, conflict: 0, invalid: 0, failed: 0,
+    posted: 0, revoked: 0, unchanged: 0, conflict: 0, invalid: 0, failed: 0,
     commits: 0, blocks: 0, maxBlocksPerCommit: 0, lastBlocksPerCommit: 0, commitFailures: 0,
   };
 
@@ -210,6 +244,32 @@ export class Submitter {
     }
   }
 
+  /**
+   * Handles one revoke body (already JSON-parsed): queued behind the submits
+   * through the same writer, answered 201 once the revoke block is committed.
+   * @throws VouchError bad_request, not_found, already_revoked, io_error or internal_error.
+   */
+  async revoke(body: unknown): Promise<SubmitResult> {
+    try {
+      const req = parseRevokeRequest(body);
+      if (this.broken) throw this.broken;
+      // Fast refusal against the committed chain; the writer decides again in its round.
+      resolveRevokeTarget(this.deps.index, req.target, formatDateTime(this.deps.now()).slice(0, 10));
+      const outcome = await new Promise<Outcome>((resolve, reject) => {
+        this.queue.push({ kind: 'revoke', req, resolve, reject });
+        void this.pump();
+      });
+      if (outcome === REHASH) throw internal('revoke: unexpected retry');
+      this.counters.revoked++;
+      return outcome;
+    } catch (e) {
+      const err = e instanceof VouchError ? e : internal(`revoke failed: ${(e as Error)?.message ?? String(e)}`, e);
+      if (err.code === 'bad_request' || err.code === 'not_found' || err.code === 'already_revoked') this.counters.invalid++;
+      else this.counters.failed++;
+      throw err;
+    }
+  }
+
   private async process(req: SubmitRequest): Promise<SubmitResult> {
     const digests: Digests = new Map();
     for (let attempt = 1; ; attempt++) {
@@ -222,7 +282,7 @@ export class Submitter {
       if (d.kind === 'conflict') throw d.error;
       if (d.kind === 'post') {
         const outcome = await new Promise<Outcome>((resolve, reject) => {
-          this.queue.push({ req, digests, resolve, reject });
+          this.queue.push({ kind: 'submit', req, digests, resolve, reject });
           void this.pump();
         });
         if (outcome !== REHASH) return outcome;
@@ -362,7 +422,7 @@ export class Submitter {
         let entries = 0;
         let n = 0;
         while (n < this.queue.length && n < this.maxBatchSubmits) {
-          const size = this.queue[n]!.req.entries.length;
+          const size = weightOf(this.queue[n]!);
           if (n > 0 && entries + size > this.maxBatchEntries) break;
           entries += size;
           n++;
@@ -398,8 +458,27 @@ export class Submitter {
     /** Settled after the commit (or with its error). */
     const after: { p: Pending; done: (block?: Block) => void }[] = [];
     let prev = head;
+    /** Blocks named by the revokes of this round. */
+    const roundRevoked = new Set<number>();
 
     for (const p of batch) {
+      if (p.kind === 'revoke') {
+        let block: Block;
+        try {
+          const target = resolveRevokeTarget(index, p.req.target, today, roundRevoked);
+          block = buildRevokeBlock({
+            prev, signer, backend, now, target, effectiveDate: p.req.effectiveDate ?? today,
+            ...(p.req.comment !== undefined ? { comment: p.req.comment } : {}),
+          });
+          roundRevoked.add(target.index);
+          blocks.push(block);
+          prev = block;
+          after.push({ p, done: () => p.resolve(revokeAnswer(block, target)) });
+        } catch (e) {
+          p.reject(e instanceof VouchError ? e : internal(`cannot build the revoke block: ${(e as Error)?.message ?? String(e)}`, e));
+        }
+        continue;
+      }
       const d = this.decide(p.req, p.digests, roundVersions);
       if (d.kind === 'rehash') {
         // Answered after this round's commit, so the retry sees its blocks in the index.

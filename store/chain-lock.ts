@@ -87,10 +87,10 @@ function holderAlive(r: LockRecord): boolean {
 }
 
 /** Who holds the lock, and what to do instead: for another gateway (`starting`), or for a writer. */
-function refusal(dir: string, path: string, holder: LockRecord | null, starting: boolean): VouchError {
+function refusal(dir: string, path: string, holder: LockRecord | null, starting: boolean, route = 'POST /v1/submit'): VouchError {
   const far = holder !== null && holder.host !== hostname();
   const who = holder === null ? `an unreadable lock ${path}` : `a running gateway (pid ${holder.pid}${far ? ` on ${holder.host}` : ''}, lock ${path})`;
-  let advice = starting ? 'stop it first, or give this gateway another chain.dir' : 'submit through it (POST /v1/submit) or stop it first';
+  let advice = starting ? 'stop it first, or give this gateway another chain.dir' : `${route === 'POST /v1/submit' ? 'submit' : route === 'POST /v1/revoke' ? 'revoke' : 'write'} through it (${route}) or stop it first`;
   if (holder === null || far) advice += `; if no such gateway runs, remove ${path}`;
   return new VouchError('io_error', `chain ${dir} is in use by ${who}: ${advice}`, { resource: dir, evidence: { lock: path, holder_pid: holder?.pid ?? null } });
 }
@@ -183,16 +183,16 @@ function release(path: string, record: LockRecord): ChainLock {
 }
 
 /**
- * Refuses (`io_error`, one line naming the gateway's pid and the lock) a
- * write to the chain in `dir` while another live process holds its lock.
+ * Refuses (`io_error`, one line naming the gateway's pid and the lock, and
+ * `route`: the gateway endpoint to write through instead) a write to the chain in `dir` while another live process holds its lock.
  * Costs one failed `open()` when there is no lock; a stale lock is left for
  * the next gateway to take over.
  */
-export function assertChainWritable(dir: string): void {
+export function assertChainWritable(dir: string, route?: string): void {
   const abs = resolve(dir);
   const path = lockPathOf(abs);
   if (held.has(path)) return;
   const r = readRecord(path);
   if (r === 'absent') return;
-  if (r === null || holderAlive(r)) throw refusal(abs, path, r, false);
+  if (r === null || holderAlive(r)) throw refusal(abs, path, r, false, route);
 }

@@ -2,7 +2,8 @@
  * The chain explorer in a real headless Chromium (Debian's `chromium`,
  * driven by playwright-core): load, browse, search, open a block, see
  * "signature valid" computed in the browser, and "signature invalid" for a
- * block the test serves tampered. A screenshot is kept for the record.
+ * block the test serves tampered, a version revoked through POST /v1/revoke
+ * marked. A screenshot is kept for the record.
  * Chromium missing is a failure, never a silent skip (.ci/run installs it).
  */
 import { test } from 'uvu';
@@ -110,6 +111,30 @@ test('a block served tampered is shown as "signature invalid"', async () => {
   await page.unroute('**/v1/block?index=2');
   await page.goto(gw.url + '/#/block/1');
   await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 1');
+  assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
+});
+
+test('a version revoked through POST /v1/revoke is marked: "(revoked)" in its history, "revoked by" on its block', async () => {
+  const r = await request(gw.url + '/v1/revoke', {
+    method: 'POST', dispatcher: agent,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ url: origin.url('/a-1.tgz'), semver: '2.0.0' }),
+  });
+  assert.is(r.statusCode, 201);
+  const revoke = await r.body.json() as { index: number; effective_date: string };
+  await page.goto(gw.url + '/');
+  await page.fill('#search input', origin.url('/a-1.tgz'));
+  await page.click('#search button');
+  await page.waitForFunction(() => document.querySelector('table.versions tbody tr td:nth-child(2)')?.textContent?.includes('(revoked)'));
+  const versions = await page.$$eval('table.versions tbody tr td:nth-child(2)', (tds) => tds.map((t) => t.textContent));
+  assert.equal(versions, ['2.0.0 (revoked)', '1.0.0']);
+  await page.goto(gw.url + '/#/block/2');
+  await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 2' && document.querySelector('#verify-result'));
+  assert.match(await page.textContent('#main') ?? '', `revoked byblock ${revoke.index} from ${revoke.effective_date}`);
+  assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
+  await page.goto(gw.url + `/#/block/${revoke.index}`);
+  await page.waitForFunction((i) => document.querySelector('h2')?.textContent === `Block ${i}` && document.querySelector('#verify-result'), revoke.index);
+  assert.match(await page.textContent('#main') ?? '', /intentrevoke/);
   assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
 });
 

@@ -98,6 +98,19 @@ test('submit responses match the document', async () => {
   assert.is((await call('POST', '/v1/submit', { headers: auth, body: JSON.stringify({ url: origin.url('/none'), name: 'a/b', semver: '1.0.0', license: 'MIT' }) })).status, 502);
 });
 
+test('revoke responses match the document', async () => {
+  origin.route('/doc-revoked.tgz', { body: 'to be revoked' });
+  const url = origin.url('/doc-revoked.tgz');
+  assert.is((await call('POST', '/v1/submit', { headers: auth, body: JSON.stringify({ url, name: 'acme/doc', semver: '0.1.0', license: 'MIT' }) })).status, 201);
+  assert.is((await call('POST', '/v1/revoke', { headers: auth, body: JSON.stringify({ url, semver: '0.1.0', comment: 'documented' }) })).status, 201);
+  assert.is((await call('POST', '/v1/revoke', { headers: auth, body: JSON.stringify({ url }) })).status, 409);
+  assert.is((await call('POST', '/v1/revoke', { headers: auth, body: JSON.stringify({ block: 0 }) })).status, 400);
+  assert.is((await call('POST', '/v1/revoke', { headers: auth, body: JSON.stringify({ url: origin.url('/never') }) })).status, 404);
+  assert.is((await call('POST', '/v1/revoke', { headers: { 'content-type': 'application/json' }, body: '{}' })).status, 401);
+  assert.is((await call('POST', '/v1/revoke', { headers: { ...auth, 'content-type': 'text/plain' }, body: '{}' })).status, 415);
+  assert.is((await call('POST', '/v1/revoke', { headers: auth, body: 'x'.repeat(2 * 1024 * 1024) })).status, 413);
+});
+
 test('lookup, authority, checkpoint, download and documents match the document', async () => {
   const u = enc(origin.url('/doc.tgz'));
   for (const p of ['/v1/endorsement', '/v1/object']) {

@@ -34,6 +34,11 @@ export const COMMANDS: readonly CommandEntry[] = [
     load: async () => (await import('./commands/endorse.ts')).endorse,
   },
   {
+    name: 'revoke',
+    short: 'Appends one revoke block naming the endorse block selected for URL (or block N), signed by the authority key; prints its index and record_hash',
+    load: async () => (await import('./commands/revoke.ts')).revoke,
+  },
+  {
     name: 'verify',
     short: 'Verifies every block of the chain in DIR and its checkpoint, offline',
     load: async () => (await import('./commands/verify.ts')).verify,

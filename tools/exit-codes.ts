@@ -40,6 +40,7 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   too_large: 2,
   unsupported_media_type: 2,
   revoked: 1,
+  already_revoked: 1,
   usage: 2,
 
   // environment

@@ -302,6 +302,25 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
       },
     };
+    paths['/v1/revoke'] = {
+      post: {
+        summary: 'Sign and append a revoke block naming an endorse block (authority mode): `{url, semver?}` names the block a lookup selects for the URL today (with semver: the newest block with exactly that version), `{block}` names one by index',
+        security: [{ bearer: [] }],
+        requestBody: {
+          required: true,
+          content: { 'application/json': { schema: { $ref: '#/components/schemas/RevokeRequest' } } },
+        },
+        responses: {
+          201: { description: 'Revoked: the revoke block is committed.', content: { 'application/json': { schema: { $ref: '#/components/schemas/RevokeResponse' } } } },
+          400: jsonError('Invalid body; block 0, a revoke block, or a URL whose block endorses other artifacts too (name that block by index).'),
+          401: jsonError('Missing or wrong bearer token.'),
+          404: jsonError('Nothing endorsed for the URL (and semver), or no such block.'),
+          409: jsonError('The block is already revoked (`already_revoked`), whatever the earlier revocation\'s effective date.'),
+          413: jsonError('Body too large.'),
+          415: jsonError('Body is not application/json.'),
+        },
+      },
+    };
   }
   return {
     openapi: '3.1.0',
@@ -468,6 +487,28 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
               },
             },
           ],
+        },
+        RevokeRequest: {
+          type: 'object',
+          properties: {
+            url: { type: 'string' }, semver: { type: 'string' }, block: { type: 'integer', minimum: 0 },
+            effective_date: { type: 'string', description: 'YYYY-MM-DD from which the revocation is in force (default: today, UTC)' },
+            comment: { type: 'string' },
+          },
+          oneOf: [{ required: ['url'], not: { required: ['block'] } }, { required: ['block'], not: { anyOf: [{ required: ['url'] }, { required: ['semver'] }] } }],
+          additionalProperties: false,
+        },
+        RevokeResponse: {
+          type: 'object',
+          required: ['success', 'status', 'index', 'record_hash', 'effective_date', 'revokes'],
+          properties: {
+            success: { const: true }, status: { const: 'revoked' }, index: { type: 'integer' }, record_hash: { type: 'string' },
+            effective_date: { type: 'string' },
+            revokes: {
+              type: 'object', required: ['index', 'record_hash', 'urls'],
+              properties: { index: { type: 'integer' }, record_hash: { type: 'string' }, urls: { type: 'array', items: { type: 'string' } } },
+            },
+          },
         },
         SubmitResponse: {
           type: 'object',

@@ -1,5 +1,6 @@
 /**
- * Strict, bounded parsing of the `POST /v1/submit` body (DESIGN 3.5).
+ * Strict, bounded parsing of the `POST /v1/submit` body (DESIGN 3.5), and
+ * of the `POST /v1/revoke` body (`parseRevokeRequest`, at the end).
  *
  * Owns: the two accepted body forms and every rule on their members:
  *   single: {url, name, semver, license, comment?, effective_date?, tags?, algorithm?}
@@ -195,4 +196,34 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
     bad(`endorsements: the block would be larger than ${LIMITS.blockFileBytes} bytes (shorten comments or split the release)`);
   }
   return req;
+}
+
+/** A `POST /v1/revoke` body: `{url, semver?}` or `{block}`, with optional effective_date and comment. */
+export interface RevokeRequest {
+  target: { url: string; semver?: string } | { block: number };
+  effectiveDate: string | undefined;
+  comment: string | undefined;
+}
+
+const REVOKE_KEYS = ['url', 'semver', 'block', 'effective_date', 'comment'] as const;
+
+/**
+ * Validates a revoke body (already JSON-parsed).
+ * @throws VouchError `bad_request` naming the first offending field.
+ */
+export function parseRevokeRequest(body: unknown): RevokeRequest {
+  if (!isObject(body)) bad('the body must be a JSON object');
+  checkMembers(body, '', REVOKE_KEYS, ' (the body takes url and semver, or block; and effective_date, comment)');
+  const effectiveDate = has(body, 'effective_date') ? formed(body, 'effective_date', 'effective_date', isDate, 'a date YYYY-MM-DD') : undefined;
+  const comment = optStr(body, 'comment', 'comment', LIMITS.comment);
+  if (has(body, 'block')) {
+    if (has(body, 'url') || has(body, 'semver')) bad('give either block or url (with semver), not both');
+    const n = body.block;
+    if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) bad('block must be a block index (an integer >= 0)');
+    return { target: { block: n }, effectiveDate, comment };
+  }
+  if (!has(body, 'url')) bad('missing url (or block)');
+  const u = url(body, 'url');
+  const sv = has(body, 'semver') ? semver(body, 'semver') : undefined;
+  return { target: sv === undefined ? { url: u } : { url: u, semver: sv }, effectiveDate, comment };
 }

@@ -12,7 +12,7 @@ import { parseBlock, parseBlockText, parseCheckpoint, verifyChain, canonicalize,
 import { formatBlockFile, isDate, isDateTime, isHex64, parseBlockFile, readJson } from '../../chain/block.ts';
 import { parsedPayloadJcs, recordJcsAround } from '../../chain/build.ts';
 import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../../gateway/http-util.ts';
-import { parseSubmitRequest } from '../../gateway/routes/submit-request.ts';
+import { parseRevokeRequest, parseSubmitRequest } from '../../gateway/routes/submit-request.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { buildFeatureChain } from '../helpers/chain-fixture.ts';
 
@@ -168,6 +168,23 @@ test('submit bodies: arbitrary JSON gives a request or bad_request; arbitrary by
   fc.assert(fc.property(jsonValue, (v) => { onlyCoded(() => parseSubmitRequest(v), ['bad_request']); }), { seed: SEED, numRuns: RUNS });
   fc.assert(fc.property(fc.uint8Array({ maxLength: 200 }), (b) => { onlyCoded(() => parseJsonBody(Buffer.from(b)), ['bad_request']); }), { seed: SEED, numRuns: RUNS });
   onlyCoded(() => parseJsonBody(Buffer.from('['.repeat(100_000))), ['bad_request']);
+});
+
+test('revoke bodies: arbitrary JSON, and objects of the right members with arbitrary values, give a request or bad_request', () => {
+  fc.assert(fc.property(jsonValue, (v) => { onlyCoded(() => parseRevokeRequest(v), ['bad_request']); }), { seed: SEED, numRuns: RUNS });
+  const member = fc.oneof(jsonValue, fc.string(), fc.integer(), fc.constantFrom('https://a.example/x.tgz', '1.0.0', '2026-11-29', 1, 0, -1, 2 ** 53));
+  const body = fc.dictionary(fc.constantFrom('url', 'semver', 'block', 'effective_date', 'comment'), member);
+  fc.assert(fc.property(body, (v) => {
+    let req;
+    try { req = parseRevokeRequest(v); } catch (e) {
+      if (!(e instanceof VouchError) || e.code !== 'bad_request') throw e;
+      return;
+    }
+    // Accepted: exactly one target, of the documented forms.
+    if ('block' in req.target) assert.ok(Number.isSafeInteger(req.target.block) && req.target.block >= 0 && !('url' in v));
+    else assert.ok(typeof req.target.url === 'string' && !('block' in v));
+    if (req.effectiveDate !== undefined) assert.ok(isDate(req.effectiveDate));
+  }), { seed: SEED, numRuns: RUNS });
 });
 
 test('acceptsJson never throws', () => {

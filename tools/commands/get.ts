@@ -267,6 +267,20 @@ export const get: Command = {
       }
       return at;
     };
+    /** The revocation a lookup at `gateway` names for the selected version, or null (no answer, none named, a malformed one). */
+    const revokedByOf = async (gateway: string): Promise<{ block: number; index: number; date: string | null } | null> => {
+      try {
+        const r = await getJson(`${gateway}/v1/endorsement?${q}`);
+        const j = r.json as { index?: unknown; revoked_by?: { effective_date?: unknown } } | null;
+        if (r.status !== 200 || typeof j?.index !== 'number') return null;
+        const index = revokedIndex(j.revoked_by, `the lookup of ${gateway}`);
+        if (index === undefined) return null;
+        const d = j.revoked_by?.effective_date;
+        return { block: j.index, index, date: typeof d === 'string' && /^\d{4}-\d{2}-\d{2}$/.test(d) ? d : null };
+      } catch {
+        return null;
+      }
+    };
     /** A consistency proof from `gateway` (untrusted: the caller verifies it). */
     const consistencyFrom = (gateway: string) => async (from: number, to: number) => {
       const r = await getJson(`${gateway}/v1/proof/consistency?from=${from}&to=${to}`);
@@ -414,6 +428,14 @@ export const get: Command = {
         await res.body.dump();
         const [text, exit] = STATUS_TEXT[res.statusCode] ?? [`unexpected HTTP ${res.statusCode}`, 2];
         if (decided) throw new Refusal('gateways_disagree', `${gateway} selected block ${decided.block.index} on lookup but its download answers HTTP ${res.statusCode}: ${text}`);
+        if (res.statusCode === 410) {
+          // Name the revocation: the lookup carries revoked_by (the gateway's word, as the 410 is; nothing is written either way).
+          const by = await revokedByOf(gateway);
+          if (by !== null) {
+            return refuse(v, 'http_410', `HTTP 410: ${v.url}${v.semver ? ` ${v.semver}` : ''} (block ${by.block}) is revoked by block ${by.index}${by.date ? ` from ${by.date}` : ''}`,
+              { status: 410, block: by.block, revoked_by: by.index }, exit);
+          }
+        }
         return refuse(v, `http_${res.statusCode}`, `HTTP ${res.statusCode}: ${text}`, { status: res.statusCode }, exit);
       }
       const uns = oneHeader(res.headers, 'uns', gateway);

@@ -1,0 +1,67 @@
+/**
+ * Which block a revocation names (DESIGN 1.5), shared by `vouch revoke`
+ * and `POST /v1/revoke`.
+ *
+ * Owns: the resolution of `{url, semver?}` or `{block}` to one endorse
+ * block, and every refusal: nothing endorsed (`not_found`), block 0 or a
+ * revoke block or a block past the head (`bad_request` / `not_found`), a
+ * block some revoke already names, whatever its effective date
+ * (`already_revoked`), and a URL whose block endorses other artifacts too
+ * (`bad_request`: revoking it revokes them all, so it must be named by
+ * `block`).
+ * A URL resolves to the block a lookup selects for it today: the newest
+ * version in force, or with `semver` the newest block with exactly that
+ * version. Pure: "today" is a parameter.
+ * Must hold: whatever this returns is an earlier endorse block of the chain
+ * no revoke names yet (`vouch verify` accepts the revoke that names it).
+ */
+import type { Block } from './block.ts';
+import { VouchError } from './errors.ts';
+import type { ChainIndex } from './select.ts';
+
+export type RevokeTarget = { url: string; semver?: string | undefined } | { block: number };
+
+/** The effective date no revoke can be later than (every revoke is "in force" by then). */
+const END_OF_TIME = '9999-12-31';
+
+/** The earliest-effective revoke block naming `target`, whatever its effective date, or null. */
+export function anyRevocationOf(index: ChainIndex, target: Block): Block | null {
+  return index.revocationOf(target, END_OF_TIME);
+}
+
+/**
+ * The endorse block a revocation of `what` names.
+ * `pending`: indexes of blocks already revoked by revokes not yet in `index`
+ * (the gateway's current round).
+ * @throws VouchError not_found, bad_request or already_revoked.
+ */
+export function resolveRevokeTarget(index: ChainIndex, what: RevokeTarget, today: string, pending: ReadonlySet<number> = new Set()): Block {
+  let target: Block;
+  if ('block' in what) {
+    const n = what.block;
+    if (n >= index.size) throw new VouchError('not_found', `block ${n} does not exist: the chain has ${index.size} blocks (0-${index.size - 1})`, { index: n });
+    if (n === 0) throw new VouchError('bad_request', 'block 0 is the authority block: it cannot be revoked', { index: 0 });
+    const b = index.block(n)!;
+    if (b.payload.intent !== 'endorse') throw new VouchError('bad_request', `block ${n} is a ${b.payload.intent} block: only endorse blocks can be revoked`, { index: n });
+    target = b;
+  } else {
+    const sel = index.select(what.url, { semver: what.semver, today });
+    const asked = `${what.url}${what.semver !== undefined ? ` ${what.semver}` : ''}`;
+    if (sel === null) throw new VouchError('not_found', `nothing is endorsed for ${asked}: nothing to revoke`, { resource: what.url });
+    target = sel.block;
+    const n = target.payload.endorsements.length;
+    if (n > 1) {
+      throw new VouchError('bad_request',
+        `${asked} is endorsed in block ${target.index} with ${n - 1} other artifact${n > 2 ? 's' : ''}; a revocation names a whole block: revoke block ${target.index} by its index to revoke all ${n}`,
+        { resource: what.url, index: target.index });
+    }
+  }
+  const earlier = anyRevocationOf(index, target);
+  if (earlier !== null) {
+    throw new VouchError('already_revoked', `block ${target.index} is already revoked by block ${earlier.index} (effective ${earlier.payload.effective_date})`, {
+      index: target.index, evidence: { revoked_by: earlier.index, record_hash: earlier.record_hash, effective_date: earlier.payload.effective_date },
+    });
+  }
+  if (pending.has(target.index)) throw new VouchError('already_revoked', `block ${target.index} is being revoked by another request`, { index: target.index });
+  return target;
+}
