@@ -62,7 +62,7 @@ import { performance } from 'node:perf_hooks';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
+import { acceptsJson, errorBody, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
@@ -304,8 +304,23 @@ const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   }
   const body = parseJsonBody(await readBody(req, SUBMIT_BODY_LIMIT, obs.label));
   ready(ctx);
-  const result = await ctx.submitter.submit(body);
-  sendJson(res, result.httpStatus, result.body);
+  if (!/(^|,)\s*application\/x-ndjson\s*(;|,|$)/i.test(req.headers.accept ?? '')) {
+    const result = await ctx.submitter.submit(body);
+    sendJson(res, result.httpStatus, result.body);
+    return;
+  }
+  // Progress as NDJSON (README "POST /v1/submit"): 200 at once, one line per entry fetched and hashed,
+  // then the result line carrying the status the plain answer would have had. A client that goes away
+  // does not stop the submit: its block is committed whole or not at all, as for any submit.
+  res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
+  const line = (o: Record<string, unknown>) => { if (!res.destroyed) res.write(JSON.stringify(o) + '\n'); };
+  try {
+    const result = await ctx.submitter.submit(body, (p) => line({ progress: p }));
+    line({ http_status: result.httpStatus, ...result.body });
+  } catch (e) {
+    line({ http_status: statusOf(e), ...errorBody(e) });
+  }
+  res.end();
 };
 
 export const ROUTES: Record<string, Route> = {

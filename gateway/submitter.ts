@@ -56,6 +56,8 @@ export interface SubmitterDeps {
   onAppended?: (blocks: Block[], committed: Committed) => void;
   /** Fetches and hashes an artifact; returns `<algorithm>:<hex>`. */
   digest: (url: string, algorithm: HashAlgorithm, signal?: AbortSignal) => Promise<{ artifactHash: string }>;
+  /** Fetches a Go module file and returns its `h1:` (a `.mod` URL: the go.mod's, else the module zip's); needed only for `h1:` claims. */
+  h1?: (url: string, signal?: AbortSignal) => Promise<string>;
   /** Milliseconds since the epoch. */
   now: () => number;
   /** The checkpoint note every commit carries (issue 17); without it, commits carry none (tests of the submitter alone). */
@@ -90,6 +92,9 @@ export interface SubmitterOptions {
   log?: (message: string) => void;
 }
 
+/** One entry of a submit fetched and hashed (the NDJSON progress of POST /v1/submit). */
+export interface SubmitProgress { done: number; total: number; url: string }
+
 export interface SubmitResult {
   httpStatus: 200 | 201;
   body: Record<string, unknown>;
@@ -119,7 +124,8 @@ export interface SubmitterStats {
 }
 
 /** URL -> algorithm -> `<algorithm>:<hex>` of the bytes this submit fetched. */
-type Digests = Map<string, Map<HashAlgorithm, string>>;
+/** Per URL: `<alg>:<hex>` under each algorithm hashed, and `h1` (Go's h1:) when a claim needed it. */
+type Digests = Map<string, Map<HashAlgorithm | 'h1', string>>;
 
 type Decision =
   | { kind: 'post' }
@@ -195,9 +201,9 @@ export class Submitter {
    * @throws VouchError bad_request, semver_conflict, origin_error,
    *   origin_timeout, too_large, io_error or internal_error.
    */
-  async submit(body: unknown): Promise<SubmitResult> {
+  async submit(body: unknown, onProgress?: (p: SubmitProgress) => void): Promise<SubmitResult> {
     try {
-      const result = await this.process(parseSubmitRequest(body));
+      const result = await this.process(parseSubmitRequest(body), onProgress);
       if (result.httpStatus === 201) this.counters.posted++;
       else this.counters.unchanged++;
       return result;
@@ -210,12 +216,13 @@ export class Submitter {
     }
   }
 
-  private async process(req: SubmitRequest): Promise<SubmitResult> {
+  private async process(req: SubmitRequest, onProgress?: (p: SubmitProgress) => void): Promise<SubmitResult> {
     const digests: Digests = new Map();
     for (let attempt = 1; ; attempt++) {
       if (this.broken) throw this.broken;
       // Fetch and hash outside the writer, under every algorithm a comparison needs.
-      await this.hash(req, digests);
+      await this.hash(req, digests, attempt === 1 ? onProgress : undefined);
+      if (attempt === 1) this.checkClaims(req, digests);
       // Fast path against the committed chain: no need to wait for the writer.
       const d = this.decide(req, digests, null);
       if (d.kind === 'unchanged') return this.answer(req, 200, d.version.block);
@@ -234,10 +241,14 @@ export class Submitter {
   // ------------------------------------------------------------------ hashing
 
   /** Algorithms each URL must be hashed with: the requested one and those of the stored versions it is compared with. */
-  private needs(req: SubmitRequest): Map<string, Set<HashAlgorithm>> {
-    const out = new Map<string, Set<HashAlgorithm>>();
+  private needs(req: SubmitRequest): Map<string, Set<HashAlgorithm | 'h1'>> {
+    const out = new Map<string, Set<HashAlgorithm | 'h1'>>();
     for (const e of req.entries) {
-      const algs = new Set<HashAlgorithm>([req.algorithm]);
+      const algs = new Set<HashAlgorithm | 'h1'>([req.algorithm]);
+      if (e.expect !== undefined) {
+        const x = parseArtifactHash(e.expect);
+        algs.add(typeof x === 'string' ? 'h1' : x.algorithm);
+      }
       const versions = this.deps.index.versions(e.url);
       const newest = versions[versions.length - 1];
       for (const v of versions) {
@@ -250,12 +261,23 @@ export class Submitter {
     return out;
   }
 
-  private async hash(req: SubmitRequest, digests: Digests): Promise<void> {
-    const jobs: { url: string; algorithm: HashAlgorithm }[] = [];
+  private async hash(req: SubmitRequest, digests: Digests, onProgress?: (p: SubmitProgress) => void): Promise<void> {
+    const jobs: { url: string; algorithm: HashAlgorithm | 'h1' }[] = [];
+    const left = new Map<string, number>();
     for (const [url, algs] of this.needs(req)) {
       for (const algorithm of algs) if (!digests.get(url)?.has(algorithm)) jobs.push({ url, algorithm });
+      left.set(url, jobs.filter((j) => j.url === url).length);
     }
     if (jobs.length === 0) return;
+    const total = req.entries.length;
+    let done = req.entries.filter((e) => left.get(e.url) === 0).length;
+    const finished = (url: string) => {
+      const n = left.get(url)! - 1;
+      left.set(url, n);
+      if (n === 0 && onProgress) {
+        try { onProgress({ done: ++done, total, url }); } catch { /* a progress sink never fails a submit */ }
+      }
+    };
     const ac = new AbortController();
     let first: unknown;
     let firstUrl = '';
@@ -263,6 +285,15 @@ export class Submitter {
     await Promise.all(jobs.map((job) => this.limiter.run(async () => {
       if (ac.signal.aborted) return;
       try {
+        if (job.algorithm === 'h1') {
+          if (!this.deps.h1) throw new VouchError('bad_request', `${job.url}: this authority cannot check h1: claims`, { resource: job.url });
+          const h1 = await this.deps.h1(job.url, ac.signal);
+          let m = digests.get(job.url);
+          if (m === undefined) digests.set(job.url, (m = new Map()));
+          m.set('h1', h1);
+          finished(job.url);
+          return;
+        }
         const { artifactHash } = await this.deps.digest(job.url, job.algorithm, ac.signal);
         const parsed = parseArtifactHash(artifactHash);
         if (typeof parsed === 'string' || parsed.algorithm !== job.algorithm) {
@@ -271,6 +302,7 @@ export class Submitter {
         let m = digests.get(job.url);
         if (m === undefined) digests.set(job.url, (m = new Map()));
         m.set(job.algorithm, artifactHash);
+        finished(job.url);
       } catch (e) {
         if (!failed) { failed = true; first = e; firstUrl = job.url; }
         ac.abort();
@@ -280,6 +312,26 @@ export class Submitter {
       if (first instanceof VouchError) throw first;
       throw new VouchError('origin_error', `${firstUrl}: cannot fetch the artifact: ${(first as Error)?.message ?? String(first)}`, { resource: firstUrl, cause: first });
     }
+  }
+
+  /**
+   * The client's claims (`expect`) against what was fetched: every entry
+   * whose bytes hash otherwise is refused, all of them named in one
+   * `hash_mismatch` (evidence.refused), and nothing of the block is signed.
+   */
+  private checkClaims(req: SubmitRequest, digests: Digests): void {
+    const refused: { url: string; name: string; semver: string; expected: string; fetched: string }[] = [];
+    for (const e of req.entries) {
+      if (e.expect === undefined) continue;
+      const x = parseArtifactHash(e.expect);
+      const got = digests.get(e.url)?.get(typeof x === 'string' ? 'h1' : x.algorithm);
+      if (got !== e.expect) refused.push({ url: e.url, name: e.name, semver: e.semver, expected: e.expect, fetched: got ?? '?' });
+    }
+    if (refused.length === 0) return;
+    const first = refused[0]!;
+    throw new VouchError('hash_mismatch',
+      `${refused.length} of ${req.entries.length} entries refused, nothing signed: ${first.name} ${first.semver} ${first.url} hashes ${first.fetched}, the claim is ${first.expected}${refused.length > 1 ? ` (and ${refused.length - 1} more)` : ''}`,
+      { resource: first.url, evidence: { refused } });
   }
 
   // ------------------------------------------------------------------ decisions

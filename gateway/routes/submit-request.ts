@@ -2,9 +2,12 @@
  * Strict, bounded parsing of the `POST /v1/submit` body (DESIGN 3.5).
  *
  * Owns: the two accepted body forms and every rule on their members:
- *   single: {url, name, semver, license, comment?, effective_date?, tags?, algorithm?}
+ *   single: {url, name, semver, license, comment?, expect?, effective_date?, tags?, algorithm?}
  *   multi:  {uns, semver, comment?, effective_date?, tags?, algorithm?,
- *            endorsements: [{url, name, semver, license, comment?}, ...]}
+ *            endorsements: [{url, name, semver, license, comment?, expect?}, ...]}
+ * `expect` is the client's claim of the bytes' hash (a lockfile's): an
+ * artifact hash `<sha1|sha256|sha384|sha512>:<hex>` or Go's `h1:<base64>`;
+ * the authority compares it with what it fetched, never signs it as given.
  * A body with `uns` or `endorsements` is the multi form, else the single one.
  *
  * Trusts: nothing in the body. The HTTP layer has already enforced the
@@ -19,7 +22,7 @@
 import { VouchError } from '../../chain/errors.ts';
 import { LIMITS, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName } from '../../chain/block.ts';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
-import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm } from '../../chain/hash-algorithms.ts';
+import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm, parseArtifactHash } from '../../chain/hash-algorithms.ts';
 
 /** Most artifacts one submit may endorse (one block). */
 export const MAX_SUBMIT_ENDORSEMENTS = 1000;
@@ -31,6 +34,8 @@ export interface SubmitEntry {
   license: string;
   /** Entry comment ('' when absent). */
   comment: string;
+  /** The claimed hash, checked against the fetched bytes (`<alg>:<hex>` or `h1:<base64>`). */
+  expect?: string;
 }
 
 export interface SubmitRequest {
@@ -48,9 +53,10 @@ export interface SubmitRequest {
   entries: SubmitEntry[];
 }
 
-const SINGLE_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'effective_date', 'tags', 'algorithm'] as const;
+const SINGLE_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect', 'effective_date', 'tags', 'algorithm'] as const;
 const MULTI_KEYS = ['uns', 'semver', 'comment', 'effective_date', 'tags', 'algorithm', 'endorsements'] as const;
-const ENTRY_KEYS = ['url', 'name', 'semver', 'license', 'comment'] as const;
+const ENTRY_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect'] as const;
+const H1_RE = /^h1:[A-Za-z0-9+/]{43}=$/;
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 // eslint-disable-next-line no-control-regex
@@ -104,6 +110,15 @@ const url = (o: Obj, field: string) => formed(o, 'url', field, isArtifactUrl, 'a
 const unit = (o: Obj, key: string, field: string) => formed(o, key, field, isUnitName, '<owner>/<name>');
 const semver = (o: Obj, field: string) => formed(o, 'semver', field, isSemver, 'a SemVer 2.0.0 version');
 const license = (o: Obj, field: string) => formed(o, 'license', field, isLicenseId, 'an SPDX-style license id');
+
+function expect(o: Obj, field: string): { expect?: string } {
+  if (!has(o, 'expect')) return {};
+  const v = str(o, 'expect', field, 200);
+  if (!H1_RE.test(v) && typeof parseArtifactHash(v) === 'string') {
+    bad(`${field} must be an artifact hash <${Object.keys(HASH_ALGORITHMS).join('|')}>:<lowercase hex> or h1:<base64>, got ${JSON.stringify(v.slice(0, 100))}`);
+  }
+  return { expect: v };
+}
 
 function tags(o: Obj): Record<string, boolean> {
   if (!has(o, 'tags')) return {};
@@ -169,13 +184,14 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
     list.forEach((item: unknown, i: number) => {
       const where = `endorsements[${i}]`;
       if (!isObject(item)) bad(`${where} must be an object`);
-      checkMembers(item, `${where}: `, ENTRY_KEYS, ' (an entry takes url, name, semver, license, comment)');
+      checkMembers(item, `${where}: `, ENTRY_KEYS, ' (an entry takes url, name, semver, license, comment, expect)');
       const e: SubmitEntry = {
         url: url(item, `${where}.url`),
         name: unit(item, 'name', `${where}.name`),
         semver: semver(item, `${where}.semver`),
         license: license(item, `${where}.license`),
         comment: optStr(item, 'comment', `${where}.comment`, LIMITS.comment) ?? '',
+        ...expect(item, `${where}.expect`),
       };
       if (seen.has(e.url)) bad(`${where}.url repeats ${JSON.stringify(e.url.slice(0, 200))}: a URL appears at most once per block`);
       seen.add(e.url);
@@ -183,13 +199,14 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
     });
     req = { form: 'multi', uns, semver: sv, ...c, entries };
   } else {
-    checkMembers(body, '', SINGLE_KEYS, ' (the body takes url, name, semver, license, comment, effective_date, tags, algorithm; or uns, semver, endorsements)');
+    checkMembers(body, '', SINGLE_KEYS, ' (the body takes url, name, semver, license, comment, expect, effective_date, tags, algorithm; or uns, semver, endorsements)');
     const u = url(body, 'url');
     const name = unit(body, 'name', 'name');
     const sv = semver(body, 'semver');
     const lic = license(body, 'license');
     const c = common(body);
-    req = { form: 'single', uns: name, semver: sv, ...c, entries: [{ url: u, name, semver: sv, license: lic, comment: c.comment ?? '' }] };
+    const x = expect(body, 'expect');
+    req = { form: 'single', uns: name, semver: sv, ...c, entries: [{ url: u, name, semver: sv, license: lic, comment: c.comment ?? '', ...x }] };
   }
   if (estimatedBlockChars(req) > LIMITS.blockFileBytes) {
     bad(`endorsements: the block would be larger than ${LIMITS.blockFileBytes} bytes (shorten comments or split the release)`);
