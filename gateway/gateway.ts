@@ -50,7 +50,7 @@ import { ChainRepo } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
 import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead, trustedNote } from '../store/chain-store.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
-import { digestUrl } from '../artifacts/artifact-digest.ts';
+import { digestUrl, legacyDigestUrl } from '../artifacts/artifact-digest.ts';
 import { goH1OfUrl } from '../artifacts/go-h1.ts';
 import { type Config, logOrigin } from './config.ts';
 import { ChainState, lastVerifiedImage } from './chain-state.ts';
@@ -488,7 +488,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         index: state.index,
         head: () => state.head,
         digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
-        h1: (url, signal) => goH1OfUrl(url, fetcher, { guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
+        claim: (url, kind, signal) => {
+          const o = { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) };
+          return kind === 'h1' ? goH1OfUrl(url, fetcher, o) : legacyDigestUrl(url, kind, o);
+        },
         now,
         // The root of each round's note from the tree edge kept beside the chain (.git/vouch-tree-edge, what
         // `vouch endorse` reads too); applyCommitted checks every committed note against the gateway's own tree.

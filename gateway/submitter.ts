@@ -41,7 +41,7 @@ import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
-import { parseSubmitRequest, type SubmitRequest } from './routes/submit-request.ts';
+import { claimKind, parseSubmitRequest, type ClaimKind, type SubmitRequest } from './routes/submit-request.ts';
 
 export interface SubmitterDeps {
   repo: ChainRepo;
@@ -56,8 +56,11 @@ export interface SubmitterDeps {
   onAppended?: (blocks: Block[], committed: Committed) => void;
   /** Fetches and hashes an artifact; returns `<algorithm>:<hex>`. */
   digest: (url: string, algorithm: HashAlgorithm, signal?: AbortSignal) => Promise<{ artifactHash: string }>;
-  /** Fetches a Go module file and returns its `h1:` (a `.mod` URL: the go.mod's, else the module zip's); needed only for `h1:` claims. */
-  h1?: (url: string, signal?: AbortSignal) => Promise<string>;
+  /**
+   * Fetches and hashes for a claim no artifact hash algorithm covers: `sha1:<hex>`, `sha384:<hex>`, or Go's
+   * `h1:` of a module proxy `.mod`/`.zip`. Without it such claims are refused.
+   */
+  claim?: (url: string, kind: 'sha1' | 'sha384' | 'h1', signal?: AbortSignal) => Promise<string>;
   /** Milliseconds since the epoch. */
   now: () => number;
   /** The checkpoint note every commit carries (issue 17); without it, commits carry none (tests of the submitter alone). */
@@ -124,8 +127,8 @@ export interface SubmitterStats {
 }
 
 /** URL -> algorithm -> `<algorithm>:<hex>` of the bytes this submit fetched. */
-/** Per URL: `<alg>:<hex>` under each algorithm hashed, and `h1` (Go's h1:) when a claim needed it. */
-type Digests = Map<string, Map<HashAlgorithm | 'h1', string>>;
+/** Per URL: `<alg>:<hex>` under each algorithm hashed, and `sha1:`/`sha384:`/`h1:` when a claim needed one. */
+type Digests = Map<string, Map<ClaimKind, string>>;
 
 type Decision =
   | { kind: 'post' }
@@ -241,14 +244,11 @@ export class Submitter {
   // ------------------------------------------------------------------ hashing
 
   /** Algorithms each URL must be hashed with: the requested one and those of the stored versions it is compared with. */
-  private needs(req: SubmitRequest): Map<string, Set<HashAlgorithm | 'h1'>> {
-    const out = new Map<string, Set<HashAlgorithm | 'h1'>>();
+  private needs(req: SubmitRequest): Map<string, Set<ClaimKind>> {
+    const out = new Map<string, Set<ClaimKind>>();
     for (const e of req.entries) {
-      const algs = new Set<HashAlgorithm | 'h1'>([req.algorithm]);
-      if (e.expect !== undefined) {
-        const x = parseArtifactHash(e.expect);
-        algs.add(typeof x === 'string' ? 'h1' : x.algorithm);
-      }
+      const algs = new Set<ClaimKind>([req.algorithm]);
+      for (const c of e.expect ?? []) algs.add(claimKind(c));
       const versions = this.deps.index.versions(e.url);
       const newest = versions[versions.length - 1];
       for (const v of versions) {
@@ -262,7 +262,7 @@ export class Submitter {
   }
 
   private async hash(req: SubmitRequest, digests: Digests, onProgress?: (p: SubmitProgress) => void): Promise<void> {
-    const jobs: { url: string; algorithm: HashAlgorithm | 'h1' }[] = [];
+    const jobs: { url: string; algorithm: ClaimKind }[] = [];
     const left = new Map<string, number>();
     for (const [url, algs] of this.needs(req)) {
       for (const algorithm of algs) if (!digests.get(url)?.has(algorithm)) jobs.push({ url, algorithm });
@@ -285,16 +285,17 @@ export class Submitter {
     await Promise.all(jobs.map((job) => this.limiter.run(async () => {
       if (ac.signal.aborted) return;
       try {
-        if (job.algorithm === 'h1') {
-          if (!this.deps.h1) throw new VouchError('bad_request', `${job.url}: this authority cannot check h1: claims`, { resource: job.url });
-          const h1 = await this.deps.h1(job.url, ac.signal);
+        const kind = job.algorithm;
+        if (kind === 'h1' || kind === 'sha1' || kind === 'sha384') {
+          if (!this.deps.claim) throw new VouchError('bad_request', `${job.url}: this authority cannot check ${kind}: claims`, { resource: job.url });
+          const got = await this.deps.claim(job.url, kind, ac.signal);
           let m = digests.get(job.url);
           if (m === undefined) digests.set(job.url, (m = new Map()));
-          m.set('h1', h1);
+          m.set(kind, got);
           finished(job.url);
           return;
         }
-        const { artifactHash } = await this.deps.digest(job.url, job.algorithm, ac.signal);
+        const { artifactHash } = await this.deps.digest(job.url, kind, ac.signal);
         const parsed = parseArtifactHash(artifactHash);
         if (typeof parsed === 'string' || parsed.algorithm !== job.algorithm) {
           throw internal(`digest of ${job.url} returned ${JSON.stringify(artifactHash)}, not a ${job.algorithm} artifact hash`);
@@ -320,17 +321,18 @@ export class Submitter {
    * `hash_mismatch` (evidence.refused), and nothing of the block is signed.
    */
   private checkClaims(req: SubmitRequest, digests: Digests): void {
-    const refused: { url: string; name: string; semver: string; expected: string; fetched: string }[] = [];
+    const refused: { url: string; name: string; semver: string; expected: string[]; fetched: string[] }[] = [];
     for (const e of req.entries) {
       if (e.expect === undefined) continue;
-      const x = parseArtifactHash(e.expect);
-      const got = digests.get(e.url)?.get(typeof x === 'string' ? 'h1' : x.algorithm);
-      if (got !== e.expect) refused.push({ url: e.url, name: e.name, semver: e.semver, expected: e.expect, fetched: got ?? '?' });
+      const mine = digests.get(e.url);
+      if (e.expect.some((c) => mine?.get(claimKind(c)) === c)) continue;
+      const fetched = [...new Set(e.expect.map((c) => mine?.get(claimKind(c)) ?? '?'))];
+      refused.push({ url: e.url, name: e.name, semver: e.semver, expected: e.expect, fetched });
     }
     if (refused.length === 0) return;
     const first = refused[0]!;
     throw new VouchError('hash_mismatch',
-      `${refused.length} of ${req.entries.length} entries refused, nothing signed: ${first.name} ${first.semver} ${first.url} hashes ${first.fetched}, the claim is ${first.expected}${refused.length > 1 ? ` (and ${refused.length - 1} more)` : ''}`,
+      `${refused.length} of ${req.entries.length} entries refused, nothing signed: ${first.name} ${first.semver} ${first.url} hashes ${first.fetched.join(' ')}, the claim is ${first.expected.join(' or ')}${refused.length > 1 ? ` (and ${refused.length - 1} more)` : ''}`,
       { resource: first.url, evidence: { refused } });
   }
 

@@ -5,9 +5,11 @@
  *   single: {url, name, semver, license, comment?, expect?, effective_date?, tags?, algorithm?}
  *   multi:  {uns, semver, comment?, effective_date?, tags?, algorithm?,
  *            endorsements: [{url, name, semver, license, comment?, expect?}, ...]}
- * `expect` is the client's claim of the bytes' hash (a lockfile's): an
- * artifact hash `<sha1|sha256|sha384|sha512>:<hex>` or Go's `h1:<base64>`;
- * the authority compares it with what it fetched, never signs it as given.
+ * `expect` is the client's claim of the bytes' hash (a lockfile's): one
+ * claim or an array of 1..16 (the bytes match when any one does), each an
+ * artifact hash `<alg>:<hex>` (sha1, sha256, sha384, sha512, sha3-256,
+ * blake3) or Go's `h1:<base64>`; the authority compares it with what it
+ * fetched and never signs it as given (gateway/submitter.ts).
  * A body with `uns` or `endorsements` is the multi form, else the single one.
  *
  * Trusts: nothing in the body. The HTTP layer has already enforced the
@@ -34,8 +36,8 @@ export interface SubmitEntry {
   license: string;
   /** Entry comment ('' when absent). */
   comment: string;
-  /** The claimed hash, checked against the fetched bytes (`<alg>:<hex>` or `h1:<base64>`). */
-  expect?: string;
+  /** The claimed hashes (any one must match the fetched bytes): `<alg>:<hex>` or `h1:<base64>`. */
+  expect?: string[];
 }
 
 export interface SubmitRequest {
@@ -57,6 +59,20 @@ const SINGLE_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect', 'e
 const MULTI_KEYS = ['uns', 'semver', 'comment', 'effective_date', 'tags', 'algorithm', 'endorsements'] as const;
 const ENTRY_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect'] as const;
 const H1_RE = /^h1:[A-Za-z0-9+/]{43}=$/;
+const EXTRA_CLAIM_RE = /^(sha1:[0-9a-f]{40}|sha384:[0-9a-f]{96})$/;
+/** Most claims one entry may carry. */
+export const MAX_CLAIMS = 16;
+/** What a claim is hashed under: an artifact hash algorithm, `sha1`, `sha384` or `h1`. */
+export type ClaimKind = HashAlgorithm | 'sha1' | 'sha384' | 'h1';
+
+export function claimKind(claim: string): ClaimKind {
+  if (claim.startsWith('h1:')) return 'h1';
+  return claim.slice(0, claim.indexOf(':')) as ClaimKind;
+}
+
+function isClaim(v: string): boolean {
+  return H1_RE.test(v) || EXTRA_CLAIM_RE.test(v) || typeof parseArtifactHash(v) !== 'string';
+}
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 // eslint-disable-next-line no-control-regex
@@ -111,13 +127,20 @@ const unit = (o: Obj, key: string, field: string) => formed(o, key, field, isUni
 const semver = (o: Obj, field: string) => formed(o, 'semver', field, isSemver, 'a SemVer 2.0.0 version');
 const license = (o: Obj, field: string) => formed(o, 'license', field, isLicenseId, 'an SPDX-style license id');
 
-function expect(o: Obj, field: string): { expect?: string } {
+function expect(o: Obj, field: string): { expect?: string[] } {
   if (!has(o, 'expect')) return {};
-  const v = str(o, 'expect', field, 200);
-  if (!H1_RE.test(v) && typeof parseArtifactHash(v) === 'string') {
-    bad(`${field} must be an artifact hash <${Object.keys(HASH_ALGORITHMS).join('|')}>:<lowercase hex> or h1:<base64>, got ${JSON.stringify(v.slice(0, 100))}`);
-  }
-  return { expect: v };
+  const raw = o.expect;
+  const list = Array.isArray(raw) ? raw : [raw];
+  if (list.length === 0 || list.length > MAX_CLAIMS) bad(`${field} must hold 1 to ${MAX_CLAIMS} claims`);
+  const out: string[] = [];
+  list.forEach((v: unknown, i: number) => {
+    const where = Array.isArray(raw) ? `${field}[${i}]` : field;
+    if (typeof v !== 'string' || v.length > 200 || !isClaim(v)) {
+      bad(`${where} must be <${['sha1', 'sha384', ...Object.keys(HASH_ALGORITHMS)].join('|')}>:<lowercase hex> or h1:<base64>, got ${JSON.stringify(String(v).slice(0, 100))}`);
+    }
+    if (!out.includes(v)) out.push(v);
+  });
+  return { expect: out };
 }
 
 function tags(o: Obj): Record<string, boolean> {
