@@ -247,7 +247,7 @@ export class Submitter {
   private needs(req: SubmitRequest): Map<string, Set<ClaimKind>> {
     const out = new Map<string, Set<ClaimKind>>();
     for (const e of req.entries) {
-      const algs = new Set<ClaimKind>([req.algorithm]);
+      const algs = new Set<ClaimKind>([e.algorithm ?? req.algorithm]);
       for (const c of e.expect ?? []) algs.add(claimKind(c));
       const versions = this.deps.index.versions(e.url);
       const newest = versions[versions.length - 1];
@@ -384,7 +384,7 @@ export class Submitter {
           if (typeof h !== 'string' && got === undefined) return { kind: 'rehash' };
           if (got === v.entry.artifact_hash) continue;
           const error = new VouchError('semver_conflict',
-            `${e.url} ${e.semver} is already signed in block ${v.block.index} with ${v.entry.artifact_hash}, not ${got ?? mine?.get(req.algorithm) ?? '?'}`,
+            `${e.url} ${e.semver} is already signed in block ${v.block.index} with ${v.entry.artifact_hash}, not ${got ?? mine?.get(e.algorithm ?? req.algorithm) ?? '?'}`,
             { resource: e.url, evidence: { block: v.block.index, record_hash: v.block.record_hash, signed: v.entry.artifact_hash, fetched: got ?? null } });
           return { kind: 'conflict', error, fromRound };
         }
@@ -474,7 +474,7 @@ export class Submitter {
       let block: Block;
       try {
         const entries: EndorsementInput[] = p.req.entries.map((e) => ({
-          url: e.url, artifactHash: p.digests.get(e.url)!.get(p.req.algorithm)!, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
+          url: e.url, artifactHash: p.digests.get(e.url)!.get(e.algorithm ?? p.req.algorithm)!, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
         }));
         block = buildEndorseBlock({
           prev, signer, backend, now, entries, uns: p.req.uns, semver: p.req.semver,

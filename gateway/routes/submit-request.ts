@@ -4,9 +4,10 @@
  * Owns: the two accepted body forms and every rule on their members:
  *   single: {url, name, semver, license, comment?, expect?, effective_date?, tags?, algorithm?}
  *   multi:  {uns, semver, comment?, effective_date?, tags?, algorithm?,
- *            endorsements: [{url, name, semver, license, comment?, expect?}, ...]}
+ *            endorsements: [{url, name, semver, license, comment?, expect?, algorithm?}, ...]}
+ * An entry's `algorithm` overrides the request's for that entry's artifact_hash.
  * `expect` is the client's claim of the bytes' hash (a lockfile's): one
- * claim or an array of 1..16 (the bytes match when any one does), each an
+ * claim or an array of 1..64 (the bytes match when any one does), each an
  * artifact hash `<alg>:<hex>` (sha1, sha256, sha384, sha512, sha3-256,
  * blake3) or Go's `h1:<base64>`; the authority compares it with what it
  * fetched and never signs it as given (gateway/submitter.ts).
@@ -38,6 +39,8 @@ export interface SubmitEntry {
   comment: string;
   /** The claimed hashes (any one must match the fetched bytes): `<alg>:<hex>` or `h1:<base64>`. */
   expect?: string[];
+  /** The algorithm of this entry's artifact_hash (the request's when absent). */
+  algorithm?: HashAlgorithm;
 }
 
 export interface SubmitRequest {
@@ -57,11 +60,11 @@ export interface SubmitRequest {
 
 const SINGLE_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect', 'effective_date', 'tags', 'algorithm'] as const;
 const MULTI_KEYS = ['uns', 'semver', 'comment', 'effective_date', 'tags', 'algorithm', 'endorsements'] as const;
-const ENTRY_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect'] as const;
+const ENTRY_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect', 'algorithm'] as const;
 const H1_RE = /^h1:[A-Za-z0-9+/]{43}=$/;
 const EXTRA_CLAIM_RE = /^(sha1:[0-9a-f]{40}|sha384:[0-9a-f]{96})$/;
 /** Most claims one entry may carry. */
-export const MAX_CLAIMS = 16;
+export const MAX_CLAIMS = 64;
 /** What a claim is hashed under: an artifact hash algorithm, `sha1`, `sha384` or `h1`. */
 export type ClaimKind = HashAlgorithm | 'sha1' | 'sha384' | 'h1';
 
@@ -163,16 +166,17 @@ function tags(o: Obj): Record<string, boolean> {
   return Object.fromEntries(out);
 }
 
+function algorithmOf(o: Obj, field: string): HashAlgorithm {
+  const a = str(o, 'algorithm', field, LIMITS.shortText);
+  if (!isHashAlgorithm(a)) bad(`${field} must be one of ${Object.keys(HASH_ALGORITHMS).join(', ')}, got ${JSON.stringify(a.slice(0, 64))}`);
+  return a;
+}
+
 function common(o: Obj): Pick<SubmitRequest, 'comment' | 'effectiveDate' | 'tags' | 'algorithm'> {
   const comment = optStr(o, 'comment', 'comment', LIMITS.comment);
   const effectiveDate = has(o, 'effective_date') ? formed(o, 'effective_date', 'effective_date', isDate, 'a date YYYY-MM-DD') : undefined;
   const t = tags(o);
-  let algorithm: HashAlgorithm = DEFAULT_HASH_ALGORITHM;
-  if (has(o, 'algorithm')) {
-    const a = str(o, 'algorithm', 'algorithm', LIMITS.shortText);
-    if (!isHashAlgorithm(a)) bad(`algorithm must be one of ${Object.keys(HASH_ALGORITHMS).join(', ')}, got ${JSON.stringify(a.slice(0, 64))}`);
-    algorithm = a;
-  }
+  const algorithm = has(o, 'algorithm') ? algorithmOf(o, 'algorithm') : DEFAULT_HASH_ALGORITHM;
   return { comment, effectiveDate, tags: t, algorithm };
 }
 
@@ -207,7 +211,7 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
     list.forEach((item: unknown, i: number) => {
       const where = `endorsements[${i}]`;
       if (!isObject(item)) bad(`${where} must be an object`);
-      checkMembers(item, `${where}: `, ENTRY_KEYS, ' (an entry takes url, name, semver, license, comment, expect)');
+      checkMembers(item, `${where}: `, ENTRY_KEYS, ' (an entry takes url, name, semver, license, comment, expect, algorithm)');
       const e: SubmitEntry = {
         url: url(item, `${where}.url`),
         name: unit(item, 'name', `${where}.name`),
@@ -215,6 +219,7 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
         license: license(item, `${where}.license`),
         comment: optStr(item, 'comment', `${where}.comment`, LIMITS.comment) ?? '',
         ...expect(item, `${where}.expect`),
+        ...(has(item, 'algorithm') ? { algorithm: algorithmOf(item, `${where}.algorithm`) } : {}),
       };
       if (seen.has(e.url)) bad(`${where}.url repeats ${JSON.stringify(e.url.slice(0, 200))}: a URL appears at most once per block`);
       seen.add(e.url);
