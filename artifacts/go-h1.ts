@@ -85,6 +85,22 @@ export async function zipH1(path: string, module: string, version: string, label
 }
 
 
+/** The first entry name of a zip file. */
+async function firstZipName(path: string, label: string): Promise<string> {
+  let zip: ZipFile;
+  try {
+    zip = await yauzl.openPromise(path, { lazyEntries: true, decodeStrings: false, autoClose: false });
+  } catch (e) {
+    return bad(`${label}: the module zip is not a zip file (${String((e as Error).message).split('\n')[0]})`);
+  }
+  try {
+    for await (const entry of zip.eachEntry()) return Buffer.from(entry.fileNameRaw).toString('utf8');
+    return bad(`${label}: the module zip is empty`);
+  } finally {
+    zip.close();
+  }
+}
+
 /** Module path or version from the module proxy's escaped form (`!a` -> `A`). */
 function goUnescape(s: string): string {
   return s.replace(/!([a-z])/g, (_, c: string) => c.toUpperCase());
@@ -97,7 +113,7 @@ function goUnescape(s: string): string {
  * @throws VouchError `bad_request` for another URL or a zip Go would refuse; the fetcher's errors.
  */
 export async function goH1OfUrl(url: string, fetcher: OriginFetcher, options: { guardPrivate: boolean; signal?: AbortSignal }): Promise<string> {
-  const m = /^https?:\/\/[^?#]+\/([^?#]+)\/@v\/([^/?#]+)\.(zip|mod)$/.exec(url);
+  const m = /^https?:\/\/[^?#]+?\/([^?#]+)\/@v\/([^/?#]+)\.(zip|mod)$/.exec(url);
   if (!m) bad(`${url}: an h1: claim applies to a module proxy .zip or .mod URL (<proxy>/<module>/@v/<version>.zip|.mod)`);
   const res = await fetcher.fetch(url, { guardPrivate: options.guardPrivate, ...(options.signal ? { signal: options.signal } : {}) });
   if (m[3] === 'mod') {
@@ -112,7 +128,18 @@ export async function goH1OfUrl(url: string, fetcher: OriginFetcher, options: { 
     for await (const chunk of res.body) if (!out.write(chunk)) await once(out, 'drain');
     out.end();
     await once(out, 'close');
-    return await zipH1(file, goUnescape(decodeURIComponent(m[1]!)), goUnescape(decodeURIComponent(m[2]!)), url);
+    // The proxy's base is not known here: the module path is the zip's (its first name up to `@<version>/`),
+    // and the URL must end with it (escaped) on a path boundary; zipH1 then checks every name against it.
+    const version = goUnescape(decodeURIComponent(m[2]!));
+    const first = await firstZipName(file, url);
+    const at = first.indexOf(`@${version}/`);
+    const module = at > 0 ? first.slice(0, at) : '';
+    const path = decodeURIComponent(m[1]!);
+    const escaped = module.replace(/[A-Z]/g, (c) => '!' + c.toLowerCase());
+    if (module === '' || !(path === escaped || path.endsWith('/' + escaped))) {
+      bad(`${url}: the module zip's first file ${JSON.stringify(first.slice(0, 200))} is not under <module>@${version}/ for the module this URL names`);
+    }
+    return await zipH1(file, module, version, url);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

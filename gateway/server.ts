@@ -289,6 +289,11 @@ function bearerMatches(header: string | undefined, expected: Buffer): boolean {
   return timingSafeEqual(given, expected) && m !== null;
 }
 
+/** The submit's client asks for NDJSON progress (`Accept: application/x-ndjson`, README "POST /v1/submit"). */
+function wantsNdjson(req: IncomingMessage): boolean {
+  return /(^|,)\s*application\/x-ndjson\s*(;|,|$)/i.test(rawHeader(req, 'accept') ?? '');
+}
+
 const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   if (ctx.submitter === null || ctx.submitTokenHash === null) {
     throw new VouchError('not_found', 'submit is disabled: this gateway is not an authority', { resource: '/v1/submit' });
@@ -304,7 +309,7 @@ const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   }
   const body = parseJsonBody(await readBody(req, SUBMIT_BODY_LIMIT, obs.label));
   ready(ctx);
-  if (!/(^|,)\s*application\/x-ndjson\s*(;|,|$)/i.test(req.headers.accept ?? '')) {
+  if (!wantsNdjson(req)) {
     const result = await ctx.submitter.submit(body);
     sendJson(res, result.httpStatus, result.body);
     return;
@@ -716,7 +721,7 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
           resource: path, evidence: { allow: route.methods.join(', ') },
         });
       }
-      if (route.kind === 'json' && !acceptsJson(rawHeader(req, 'accept'))) {
+      if (route.kind === 'json' && !acceptsJson(rawHeader(req, 'accept')) && !(route.handler === submit && wantsNdjson(req))) {
         req.resume();
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }
