@@ -367,6 +367,26 @@ test('a client killed mid-submit: the authority finishes the block and commits i
   assert.is(JSON.parse(again.stdout).unchanged, 4);
 });
 
+test('on a terminal: a progress bar on stderr while the authority works, no per-block lines', async () => {
+  const packages: Record<string, unknown> = { '': { name: 'tty-app', version: '1.0.0' } };
+  for (let i = 0; i < 3; i++) packages[`node_modules/t${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/tty/t${i}.tgz`, Buffer.from(`tty ${i}`)) };
+  const file = write('tty/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }));
+  const quote = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
+  const cmd = [process.execPath, join(repoRoot, 'tools', 'vouch.js'), 'endorse', '--gateway', gw.url, '--token-file', tokenFile, '--lockfile', file].map(quote).join(' ');
+  // script(1) gives the command a pseudo-terminal; what it wrote comes back on stdout.
+  const r = await new Promise<{ status: number | null; out: string }>((resolve) => {
+    const child = spawn('script', ['-qec', cmd, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { out += d; });
+    child.on('close', (status) => resolve({ status, out }));
+  });
+  assert.is(r.status, 0, r.out);
+  assert.match(r.out, /\rauthority hashing \[#+\.*\] 3\/3 /);
+  assert.not.match(r.out, /block 1 of 1/);
+  assert.match(r.out, /posted 3 entries in 1 block/);
+});
+
 test('offline endorse on the running authority\'s chain points at --gateway', async () => {
   const r = await vouchAsync(['endorse', '--chain', gwChain, '--key', key, '--url', reg.url('/u/a.tgz'), '--name', 'acme/a', '--semver', '1.0.0', '--license', 'MIT']);
   assert.is(r.status, 2, r.stderr);
