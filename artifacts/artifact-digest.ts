@@ -6,7 +6,6 @@
  * Must hold: memory stays bounded (bytes are hashed as they stream, never
  * collected); every failure is a VouchError with one clear line.
  */
-import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { VouchError } from '../chain/errors.ts';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
@@ -54,14 +53,4 @@ export async function digestUrl(
   } finally {
     if (!options.fetcher) await fetcher.close();
   }
-}
-
-/** `sha1:<hex>` or `sha384:<hex>` of a URL's bytes: the lockfile hashes no artifact hash algorithm covers (a claim to check, never signed). */
-export async function legacyDigestUrl(
-  url: string, algorithm: 'sha1' | 'sha384', options: { fetcher: OriginFetcher; guardPrivate: boolean; signal?: AbortSignal },
-): Promise<string> {
-  const res = await options.fetcher.fetch(url, { guardPrivate: options.guardPrivate, ...(options.signal ? { signal: options.signal } : {}) });
-  const h = createHash(algorithm);
-  for await (const chunk of res.body) h.update(chunk as Uint8Array);
-  return `${algorithm}:${h.digest('hex')}`;
 }

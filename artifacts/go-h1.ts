@@ -10,13 +10,9 @@
  * uncompressed, ≤ 1,000,000 entries, no name twice, none with a newline).
  */
 import { createHash } from 'node:crypto';
-import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
-import { once } from 'node:events';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { createReadStream } from 'node:fs';
 import yauzl, { type ZipFile } from 'yauzl';
 import { VouchError } from '../chain/errors.ts';
-import type { OriginFetcher } from './origin-fetcher.ts';
 
 export const MAX_ZIP_BYTES = 500 * 1024 * 1024;
 export const MAX_ZIP_ENTRIES = 1_000_000;
@@ -106,41 +102,37 @@ function goUnescape(s: string): string {
   return s.replace(/!([a-z])/g, (_, c: string) => c.toUpperCase());
 }
 
+/** The proxy form of a module file URL: `<proxy>/<escaped module>/@v/<escaped version>.zip|.mod`. */
+const PROXY_FILE_RE = /^https?:\/\/[^?#]+?\/([^?#]+)\/@v\/([^/?#]+)\.(zip|mod)$/;
+
+/** Whether `url` names a module proxy `.zip` or `.mod` file (what an `h1:` claim applies to). */
+export function isGoProxyFileUrl(url: string): boolean {
+  return PROXY_FILE_RE.test(url);
+}
+
 /**
- * `h1:` of a GOPROXY file fetched with `fetcher`: `<proxy>/<module>/@v/<version>.mod`
- * hashes as a go.mod, `.zip` as a module zip (spooled to a private temporary
- * file, removed afterwards).
- * @throws VouchError `bad_request` for another URL or a zip Go would refuse; the fetcher's errors.
+ * `h1:` of a GOPROXY file already spooled to `file` (fetched from `url`): a
+ * `.mod` hashes as a go.mod, a `.zip` as a module zip whose module path is
+ * the zip's own (its first name up to `@<version>/`), which the URL must
+ * name (escaped, on a path boundary): the proxy's base is not known here.
+ * @throws VouchError `bad_request` for another URL or a zip Go would refuse.
  */
-export async function goH1OfUrl(url: string, fetcher: OriginFetcher, options: { guardPrivate: boolean; signal?: AbortSignal }): Promise<string> {
-  const m = /^https?:\/\/[^?#]+?\/([^?#]+)\/@v\/([^/?#]+)\.(zip|mod)$/.exec(url);
+export async function goH1OfSpooled(file: string, url: string): Promise<string> {
+  const m = PROXY_FILE_RE.exec(url);
   if (!m) bad(`${url}: an h1: claim applies to a module proxy .zip or .mod URL (<proxy>/<module>/@v/<version>.zip|.mod)`);
-  const res = await fetcher.fetch(url, { guardPrivate: options.guardPrivate, ...(options.signal ? { signal: options.signal } : {}) });
   if (m[3] === 'mod') {
     const h = createHash('sha256');
-    for await (const chunk of res.body) h.update(chunk);
+    for await (const chunk of createReadStream(file)) h.update(chunk as Buffer);
     return hash1([{ name: Buffer.from('go.mod'), sha256: h.digest('hex') }]);
   }
-  const dir = mkdtempSync(join(tmpdir(), 'vouch-h1-'));
-  try {
-    const file = join(dir, 'module.zip');
-    const out = createWriteStream(file, { mode: 0o600 });
-    for await (const chunk of res.body) if (!out.write(chunk)) await once(out, 'drain');
-    out.end();
-    await once(out, 'close');
-    // The proxy's base is not known here: the module path is the zip's (its first name up to `@<version>/`),
-    // and the URL must end with it (escaped) on a path boundary; zipH1 then checks every name against it.
-    const version = goUnescape(decodeURIComponent(m[2]!));
-    const first = await firstZipName(file, url);
-    const at = first.indexOf(`@${version}/`);
-    const module = at > 0 ? first.slice(0, at) : '';
-    const path = decodeURIComponent(m[1]!);
-    const escaped = module.replace(/[A-Z]/g, (c) => '!' + c.toLowerCase());
-    if (module === '' || !(path === escaped || path.endsWith('/' + escaped))) {
-      bad(`${url}: the module zip's first file ${JSON.stringify(first.slice(0, 200))} is not under <module>@${version}/ for the module this URL names`);
-    }
-    return await zipH1(file, module, version, url);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
+  const version = goUnescape(decodeURIComponent(m[2]!));
+  const first = await firstZipName(file, url);
+  const at = first.indexOf(`@${version}/`);
+  const module = at > 0 ? first.slice(0, at) : '';
+  const path = decodeURIComponent(m[1]!);
+  const escaped = module.replace(/[A-Z]/g, (c) => '!' + c.toLowerCase());
+  if (module === '' || !(path === escaped || path.endsWith('/' + escaped))) {
+    bad(`${url}: the module zip's first file ${JSON.stringify(first.slice(0, 200))} is not under <module>@${version}/ for the module this URL names`);
   }
+  return zipH1(file, module, version, url);
 }

@@ -50,8 +50,8 @@ import { ChainRepo } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
 import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead, trustedNote } from '../store/chain-store.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
-import { digestUrl, legacyDigestUrl } from '../artifacts/artifact-digest.ts';
-import { goH1OfUrl } from '../artifacts/go-h1.ts';
+import { digestUrl } from '../artifacts/artifact-digest.ts';
+import { claimDigestsUrl } from '../artifacts/claim-digest.ts';
 import { type Config, logOrigin } from './config.ts';
 import { ChainState, lastVerifiedImage } from './chain-state.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
@@ -488,10 +488,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         index: state.index,
         head: () => state.head,
         digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
-        claim: (url, kind, signal) => {
-          const o = { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) };
-          return kind === 'h1' ? goH1OfUrl(url, fetcher, o) : legacyDigestUrl(url, kind, o);
-        },
+        claims: (url, kinds, signal) => claimDigestsUrl(url, kinds, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
         now,
         // The root of each round's note from the tree edge kept beside the chain (.git/vouch-tree-edge, what
         // `vouch endorse` reads too); applyCommitted checks every committed note against the gateway's own tree.

@@ -41,7 +41,8 @@ import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
-import { claimKind, parseSubmitRequest, type ClaimKind, type SubmitRequest } from './routes/submit-request.ts';
+import { claimKind, parseSubmitRequest, type SubmitRequest } from './routes/submit-request.ts';
+import type { ClaimKind } from '../artifacts/claim-digest.ts';
 
 export interface SubmitterDeps {
   repo: ChainRepo;
@@ -57,10 +58,11 @@ export interface SubmitterDeps {
   /** Fetches and hashes an artifact; returns `<algorithm>:<hex>`. */
   digest: (url: string, algorithm: HashAlgorithm, signal?: AbortSignal) => Promise<{ artifactHash: string }>;
   /**
-   * Fetches and hashes for a claim no artifact hash algorithm covers: `sha1:<hex>`, `sha384:<hex>`, or Go's
-   * `h1:` of a module proxy `.mod`/`.zip`. Without it such claims are refused.
+   * Fetches a URL ONCE and hashes it under every kind asked (artifact hash algorithms, `sha1`, `sha384`,
+   * Go's `h1:`): the entries with claims are hashed this way, so the claims are checked on the very bytes
+   * whose hash is signed. Without it a submit with claims is refused.
    */
-  claim?: (url: string, kind: 'sha1' | 'sha384' | 'h1', signal?: AbortSignal) => Promise<string>;
+  claims?: (url: string, kinds: ClaimKind[], signal?: AbortSignal) => Promise<Map<ClaimKind, string>>;
   /** Milliseconds since the epoch. */
   now: () => number;
   /** The checkpoint note every commit carries (issue 17); without it, commits carry none (tests of the submitter alone). */
@@ -262,11 +264,16 @@ export class Submitter {
   }
 
   private async hash(req: SubmitRequest, digests: Digests, onProgress?: (p: SubmitProgress) => void): Promise<void> {
-    const jobs: { url: string; algorithm: ClaimKind }[] = [];
+    const jobs: { url: string; algorithm: ClaimKind | ClaimKind[] }[] = [];
     const left = new Map<string, number>();
+    const claimed = new Set(req.entries.filter((e) => e.expect !== undefined).map((e) => e.url));
     for (const [url, algs] of this.needs(req)) {
-      for (const algorithm of algs) if (!digests.get(url)?.has(algorithm)) jobs.push({ url, algorithm });
-      left.set(url, jobs.filter((j) => j.url === url).length);
+      const missing = [...algs].filter((a) => !digests.get(url)?.has(a));
+      if (missing.length === 0) { left.set(url, 0); continue; }
+      // An entry with claims: one fetch for all its hashes. Others: a job per algorithm, as before.
+      if (claimed.has(url) && !digests.has(url)) jobs.push({ url, algorithm: missing });
+      else for (const algorithm of missing) jobs.push({ url, algorithm });
+      left.set(url, claimed.has(url) && !digests.has(url) ? 1 : missing.length);
     }
     if (jobs.length === 0) return;
     const total = req.entries.length;
@@ -286,15 +293,15 @@ export class Submitter {
       if (ac.signal.aborted) return;
       try {
         const kind = job.algorithm;
-        if (kind === 'h1' || kind === 'sha1' || kind === 'sha384') {
-          if (!this.deps.claim) throw new VouchError('bad_request', `${job.url}: this authority cannot check ${kind}: claims`, { resource: job.url });
-          const got = await this.deps.claim(job.url, kind, ac.signal);
-          let m = digests.get(job.url);
-          if (m === undefined) digests.set(job.url, (m = new Map()));
-          m.set(kind, got);
+        if (Array.isArray(kind)) {
+          if (!this.deps.claims) throw new VouchError('bad_request', `${job.url}: this authority cannot check claims (expect)`, { resource: job.url });
+          const got = await this.deps.claims(job.url, kind, ac.signal);
+          for (const k of kind) if (!got.has(k)) throw internal(`claims of ${job.url} returned no ${k}`);
+          digests.set(job.url, new Map(got));
           finished(job.url);
           return;
         }
+        if (kind === 'h1' || kind === 'sha1' || kind === 'sha384') throw internal(`${kind} hashed outside a claim`);
         const { artifactHash } = await this.deps.digest(job.url, kind, ac.signal);
         const parsed = parseArtifactHash(artifactHash);
         if (typeof parsed === 'string' || parsed.algorithm !== job.algorithm) {

@@ -178,6 +178,9 @@ test('npm lockfile (sha512 and a sha1-only integrity): the same block as offline
   const byName = Object.fromEntries(entries(b).map((e: any) => [e.name, e]));
   assert.is(byName['npm/leftpad'].hash, `sha512:${hex('sha512', left)}`);
   assert.is(byName['npm/old'].hash, `sha256:${hex('sha256', old)}`, 'a sha1 claim is checked, the entry endorsed with sha256');
+  // Once offline, once by the authority: the claim is checked on the very bytes whose sha256 is signed.
+  assert.is(reg.requests('/n/old-0.1.0.tgz'), 2, 'the authority fetched the artifact more than once');
+  assert.is(reg.requests('/n/leftpad-1.0.0.tgz'), 2);
 });
 
 test('pip requirements (HTML index with hashes, a files host): the same block as offline', async () => {
@@ -208,6 +211,8 @@ test('go.sum (zips and go.mod files, h1: claims checked by the authority): the s
   const [b] = await sameAsOffline(write('gomod/go.sum', sum), ['--goproxy', reg.url('/gp/'), '--license', 'BSD-3-Clause', '--name', 'acme/gosvc', '--semver', '1.0.0']);
   assert.is(entries(b).length, 4);
   assert.ok(entries(b).some((e: any) => e.url === reg.url('/gp/example.com/!gw/one/@v/v1.0.0.zip') && e.hash === `sha256:${hex('sha256', m1.zip)}`));
+  assert.is(reg.requests('/gp/example.com/!gw/one/@v/v1.0.0.zip'), 2, 'the h1: claim and the signed sha256 came from different fetches');
+  assert.is(reg.requests('/gp/example.com/gw/two/@v/v0.2.0.mod'), 2);
 });
 
 test('a lockfile split into several blocks: one submit per block, the same blocks as offline', async () => {

@@ -25,6 +25,7 @@
 import { VouchError } from '../../chain/errors.ts';
 import { LIMITS, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName } from '../../chain/block.ts';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
+import type { ClaimKind } from '../../artifacts/claim-digest.ts';
 import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm, parseArtifactHash } from '../../chain/hash-algorithms.ts';
 
 /** Most artifacts one submit may endorse (one block). */
@@ -65,8 +66,6 @@ const H1_RE = /^h1:[A-Za-z0-9+/]{43}=$/;
 const EXTRA_CLAIM_RE = /^(sha1:[0-9a-f]{40}|sha384:[0-9a-f]{96})$/;
 /** Most claims one entry may carry. */
 export const MAX_CLAIMS = 64;
-/** What a claim is hashed under: an artifact hash algorithm, `sha1`, `sha384` or `h1`. */
-export type ClaimKind = HashAlgorithm | 'sha1' | 'sha384' | 'h1';
 
 export function claimKind(claim: string): ClaimKind {
   if (claim.startsWith('h1:')) return 'h1';
