@@ -34,6 +34,12 @@ import { CONCURRENCY, readLockfileRun, skippedText } from './endorse-lockfile.ts
 /** Most entries the gateway takes in one submit (gateway/routes/submit-request.ts MAX_SUBMIT_ENDORSEMENTS). */
 const SUBMIT_MAX_ENTRIES = 1000;
 const TOKEN_MAX_BYTES = 4096;
+/**
+ * Blocks of one lockfile being hashed by the authority at once. 1: block k+1 is sent when block k is hashed,
+ * so it queues behind k and the blocks land in lockfile order, while its fetches overlap k's commit (4 was
+ * no faster here: the authority fetches 8 artifacts at a time over all submits).
+ */
+const IN_FLIGHT = 1;
 /** One NDJSON line of the answer at most (the result line names the block's URLs). */
 const LINE_MAX_BYTES = 4 * 1024 * 1024;
 
@@ -242,49 +248,88 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
   const progress = bar(quiet, unique.length);
   const posted: { index: number; record_hash: string; entries: number }[] = [];
   let unchanged = 0;
-  let first: VouchError | null = null;
-  let sent = 0;
-  try {
-    for (let k = 0; k < parts; k++) {
-      const chunk = probeBlocks[k]!.payload.endorsements.map((e) => byUrl.get(e.artifact_url)!);
-      const body: Record<string, unknown> = {
-        uns, semver, comment: commentOf(k + 1, parts),
-        ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
-        endorsements: chunk.map((p): SubmitEntryBody => ({
-          url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, expect: claimsOf(p), algorithm: p.endorseAlgorithm,
-        })),
-      };
-      const answer = await submit(base, token, body, (d) => progress.update(sent + d));
-      sent += chunk.length;
-      progress.update(sent);
-      const where = `block ${k + 1} of ${parts} (${chunk.length} entries)`;
-      if (answer.httpStatus === 201 || answer.httpStatus === 200) {
-        if (answer.httpStatus === 201) posted.push({ index: answer.body.index, record_hash: answer.body.record_hash, entries: chunk.length });
-        else unchanged += chunk.length;
-        if (!progress.tty && !quiet) {
-          process.stderr.write(`${where}: ${answer.httpStatus === 201 ? `posted at index ${answer.body.index}` : `unchanged (block ${answer.body.index})`}\n`);
-        }
-        continue;
-      }
-      const err = gatewayError(answer);
-      progress.done();
-      const labelOf = (url: string) => byUrl.get(url)?.label ?? url;
-      if (err.code === 'hash_mismatch' && Array.isArray(answer.body.refused)) {
-        for (const r of answer.body.refused as { url: string; expected: string[]; fetched: string[] }[]) {
-          process.stderr.write(`refused: ${labelOf(r.url)}: ${r.url} hashes ${r.fetched.join(' ')}, ${fileName} claims ${r.expected.join(' or ')}\n`);
-        }
-      } else if (err.code === 'semver_conflict' || err.code === 'origin_error' || err.code === 'origin_timeout' || err.code === 'too_large') {
-        const url = typeof answer.body.resource === 'string' ? answer.body.resource : '';
-        process.stderr.write(`refused: ${labelOf(url)}: ${answer.body.message}\n`);
-      } else {
-        throw err;
-      }
-      if (!quiet) process.stderr.write(`${where}: refused, nothing of it signed\n`);
-      first ??= err;
+  let first = null as VouchError | null;
+  let firstAt = parts;
+  let fatal: unknown = null;
+  const doneOf = new Array<number>(parts).fill(0);
+  const show = () => progress.update(doneOf.reduce((a, b) => a + b, 0));
+  const labelOf = (url: string) => byUrl.get(url)?.label ?? url;
+  // Each block's stderr lines, printed in block order as soon as the blocks before it are reported.
+  const report = new Array<string[] | null>(parts).fill(null);
+  let reported = 0;
+  const flush = () => {
+    while (reported < parts && report[reported] !== null) {
+      if (!quiet) for (const line of report[reported]!) process.stderr.write(line);
+      reported++;
     }
+  };
+  /**
+   * One block's submit. The next block is sent once this one is hashed (its last progress line): it then
+   * waits in the authority's queue behind this one, so the blocks land in lockfile order while the
+   * authority fetches the next block during this one's commit (and waiting blocks share a commit).
+   */
+  const one = async (k: number, hashed: () => void): Promise<void> => {
+    const chunk = probeBlocks[k]!.payload.endorsements.map((e) => byUrl.get(e.artifact_url)!);
+    const body: Record<string, unknown> = {
+      uns, semver, comment: commentOf(k + 1, parts),
+      ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
+      endorsements: chunk.map((p): SubmitEntryBody => ({
+        url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, expect: claimsOf(p), algorithm: p.endorseAlgorithm,
+      })),
+    };
+    let answer: Answer;
+    try {
+      answer = await submit(base, token, body, (d) => {
+        doneOf[k] = d;
+        show();
+        if (d >= chunk.length) hashed();
+      });
+    } finally {
+      hashed();
+    }
+    doneOf[k] = chunk.length;
+    show();
+    const where = `block ${k + 1} of ${parts} (${chunk.length} entries)`;
+    const lines: string[] = [];
+    if (answer.httpStatus === 201 || answer.httpStatus === 200) {
+      if (answer.httpStatus === 201) posted.push({ index: answer.body.index, record_hash: answer.body.record_hash, entries: chunk.length });
+      else unchanged += chunk.length;
+      if (!progress.tty) lines.push(`${where}: ${answer.httpStatus === 201 ? `posted at index ${answer.body.index}` : `unchanged (block ${answer.body.index})`}\n`);
+      report[k] = lines;
+      return;
+    }
+    const err = gatewayError(answer);
+    if (err.code === 'hash_mismatch' && Array.isArray(answer.body.refused)) {
+      for (const r of answer.body.refused as { url: string; expected: string[]; fetched: string[] }[]) {
+        lines.push(`refused: ${labelOf(r.url)}: ${r.url} hashes ${r.fetched.join(' ')}, ${fileName} claims ${r.expected.join(' or ')}\n`);
+      }
+    } else if (err.code === 'semver_conflict' || err.code === 'origin_error' || err.code === 'origin_timeout' || err.code === 'too_large') {
+      const url = typeof answer.body.resource === 'string' ? answer.body.resource : '';
+      lines.push(`refused: ${labelOf(url)}: ${answer.body.message}\n`);
+    } else {
+      throw err;
+    }
+    lines.push(`${where}: refused, nothing of it signed\n`);
+    report[k] = lines;
+    if (first === null || k < firstAt) { first = err; firstAt = k; }
+  };
+  const running: Promise<void>[] = [];
+  try {
+    const gates: Promise<void>[] = [];
+    for (let k = 0; k < parts && fatal === null; k++) {
+      // At most IN_FLIGHT blocks being hashed by the authority at once.
+      if (k >= IN_FLIGHT) await gates[k - IN_FLIGHT];
+      let hashed!: () => void;
+      gates.push(new Promise<void>((r) => { hashed = r; }));
+      running.push(one(k, hashed).then(() => { progress.done(); flush(); show(); }, (e) => { fatal ??= e; report[k] = []; }));
+    }
+    await Promise.all(running);
   } finally {
     progress.done();
   }
+  flush();
+  if (fatal !== null) throw fatal;
+  posted.sort((a, b) => a.index - b.index);
   if (!quiet) for (const n of notes) process.stderr.write(`note: ${n}\n`);
   const entries = posted.reduce((a, b) => a + b.entries, 0);
   if (first) {
