@@ -13,7 +13,7 @@ import type { Witness } from './witness.ts';
 import type { Cosigner } from './cosigner.ts';
 
 export interface SubmitHandler {
-  submit(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
+  submit(body: unknown, onProgress?: (p: { done: number; total: number; url: string }) => void): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
   /** POST /v1/revoke: one revoke block through the same writer. */
   revoke(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
 }

@@ -51,6 +51,7 @@ import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
 import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead, trustedNote } from '../store/chain-store.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
 import { digestUrl } from '../artifacts/artifact-digest.ts';
+import { claimDigestsUrl } from '../artifacts/claim-digest.ts';
 import { type Config, logOrigin } from './config.ts';
 import { ChainState, lastVerifiedImage } from './chain-state.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
@@ -487,6 +488,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         index: state.index,
         head: () => state.head,
         digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
+        claims: (url, kinds, signal) => claimDigestsUrl(url, kinds, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
         now,
         // The root of each round's note from the tree edge kept beside the chain (.git/vouch-tree-edge, what
         // `vouch endorse` reads too); applyCommitted checks every committed note against the gateway's own tree.

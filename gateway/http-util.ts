@@ -70,6 +70,19 @@ export function publicCode(e: VouchError): ErrorCode {
   return PUBLIC_CODES.includes(e.code) ? e.code : 'internal_error';
 }
 
+/** The JSON error body of `e`: {success: false, status, message, resource?, refused?}. */
+export function errorBody(e: unknown, resource?: string): Record<string, unknown> {
+  const err = isVouchError(e) ? e : new VouchError('internal_error', 'internal error');
+  const code = publicCode(err);
+  const message = code === err.code ? err.message.split('\n')[0] : 'internal error';
+  const body: Record<string, unknown> = { success: false, status: code, message };
+  const r = err.resource ?? resource;
+  if (r !== undefined) body.resource = r;
+  // A submit's refused claims (gateway/submitter.ts checkClaims): one record per entry.
+  if (code === 'hash_mismatch' && Array.isArray(err.evidence?.refused)) body.refused = err.evidence.refused;
+  return body;
+}
+
 export function sendError(res: ServerResponse, e: unknown, resource?: string): void {
   if (res.headersSent) {
     res.destroy();
@@ -77,10 +90,7 @@ export function sendError(res: ServerResponse, e: unknown, resource?: string): v
   }
   const err = isVouchError(e) ? e : new VouchError('internal_error', 'internal error');
   const code = publicCode(err);
-  const message = code === err.code ? err.message.split('\n')[0] : 'internal error';
-  const body: Record<string, unknown> = { success: false, status: code, message };
-  const r = err.resource ?? resource;
-  if (r !== undefined) body.resource = r;
+  const body = errorBody(err, resource);
   const headers: Record<string, string> = {};
   if (code === 'method_not_allowed' && err.evidence?.allow) headers.allow = String(err.evidence.allow);
   if (code === 'unauthorized') headers['www-authenticate'] = 'Bearer realm="vouch"';

@@ -62,7 +62,7 @@ import { performance } from 'node:perf_hooks';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { acceptsJson, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
+import { acceptsJson, errorBody, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
@@ -315,23 +315,30 @@ const revoke: Handler = async (ctx, req, res, _search, _own, obs) => {
   sendJson(res, result.httpStatus, result.body);
 };
 
+/** The submit's client asks for NDJSON progress (`Accept: application/x-ndjson`, README "POST /v1/submit"). */
+function wantsNdjson(req: IncomingMessage): boolean {
+  return /(^|,)\s*application\/x-ndjson\s*(;|,|$)/i.test(rawHeader(req, 'accept') ?? '');
+}
+
 const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
-  if (ctx.submitter === null || ctx.submitTokenHash === null) {
-    throw new VouchError('not_found', 'submit is disabled: this gateway is not an authority', { resource: '/v1/submit' });
+  const { submitter, body } = await authorityBody(ctx, req, '/v1/submit', obs.label);
+  if (!wantsNdjson(req)) {
+    const result = await submitter.submit(body);
+    sendJson(res, result.httpStatus, result.body);
+    return;
   }
-  if (!bearerMatches(req.headers.authorization, ctx.submitTokenHash)) {
-    req.resume();
-    throw new VouchError('unauthorized', 'a valid Authorization: Bearer <submit token> header is required');
+  // Progress as NDJSON (README "POST /v1/submit"): 200 at once, one line per entry fetched and hashed,
+  // then the result line carrying the status the plain answer would have had. A client that goes away
+  // does not stop the submit: its block is committed whole or not at all, as for any submit.
+  res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
+  const line = (o: Record<string, unknown>) => { if (!res.destroyed) res.write(JSON.stringify(o) + '\n'); };
+  try {
+    const result = await submitter.submit(body, (p) => line({ progress: p }));
+    line({ http_status: result.httpStatus, ...result.body });
+  } catch (e) {
+    line({ http_status: statusOf(e), ...errorBody(e) });
   }
-  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-  if (type !== 'application/json') {
-    req.resume();
-    throw new VouchError('unsupported_media_type', 'the body must be application/json');
-  }
-  const body = parseJsonBody(await readBody(req, SUBMIT_BODY_LIMIT, obs.label));
-  ready(ctx);
-  const result = await ctx.submitter.submit(body);
-  sendJson(res, result.httpStatus, result.body);
+  res.end();
 };
 
 export const ROUTES: Record<string, Route> = {
@@ -728,7 +735,7 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
           resource: path, evidence: { allow: route.methods.join(', ') },
         });
       }
-      if (route.kind === 'json' && !acceptsJson(rawHeader(req, 'accept'))) {
+      if (route.kind === 'json' && !acceptsJson(rawHeader(req, 'accept')) && !(route.handler === submit && wantsNdjson(req))) {
         req.resume();
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }

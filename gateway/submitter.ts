@@ -45,7 +45,8 @@ import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
-import { parseRevokeRequest, parseSubmitRequest, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
+import { claimKind, parseRevokeRequest, parseSubmitRequest, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
+import type { ClaimKind } from '../artifacts/claim-digest.ts';
 
 export interface SubmitterDeps {
   repo: ChainRepo;
@@ -60,6 +61,12 @@ export interface SubmitterDeps {
   onAppended?: (blocks: Block[], committed: Committed) => void;
   /** Fetches and hashes an artifact; returns `<algorithm>:<hex>`. */
   digest: (url: string, algorithm: HashAlgorithm, signal?: AbortSignal) => Promise<{ artifactHash: string }>;
+  /**
+   * Fetches a URL ONCE and hashes it under every kind asked (artifact hash algorithms, `sha1`, `sha384`,
+   * Go's `h1:`): the entries with claims are hashed this way, so the claims are checked on the very bytes
+   * whose hash is signed. Without it a submit with claims is refused.
+   */
+  claims?: (url: string, kinds: ClaimKind[], signal?: AbortSignal) => Promise<Map<ClaimKind, string>>;
   /** Milliseconds since the epoch. */
   now: () => number;
   /** The checkpoint note every commit carries (issue 17); without it, commits carry none (tests of the submitter alone). */
@@ -94,6 +101,9 @@ export interface SubmitterOptions {
   log?: (message: string) => void;
 }
 
+/** One entry of a submit fetched and hashed (the NDJSON progress of POST /v1/submit). */
+export interface SubmitProgress { done: number; total: number; url: string }
+
 export interface SubmitResult {
   httpStatus: 200 | 201;
   body: Record<string, unknown>;
@@ -125,7 +135,8 @@ export interface SubmitterStats {
 }
 
 /** URL -> algorithm -> `<algorithm>:<hex>` of the bytes this submit fetched. */
-type Digests = Map<string, Map<HashAlgorithm, string>>;
+/** Per URL: `<alg>:<hex>` under each algorithm hashed, and `sha1:`/`sha384:`/`h1:` when a claim needed one. */
+type Digests = Map<string, Map<ClaimKind, string>>;
 
 type Decision =
   | { kind: 'post' }
@@ -229,9 +240,9 @@ export class Submitter {
    * @throws VouchError bad_request, semver_conflict, origin_error,
    *   origin_timeout, too_large, io_error or internal_error.
    */
-  async submit(body: unknown): Promise<SubmitResult> {
+  async submit(body: unknown, onProgress?: (p: SubmitProgress) => void): Promise<SubmitResult> {
     try {
-      const result = await this.process(parseSubmitRequest(body));
+      const result = await this.process(parseSubmitRequest(body), onProgress);
       if (result.httpStatus === 201) this.counters.posted++;
       else this.counters.unchanged++;
       return result;
@@ -270,12 +281,13 @@ export class Submitter {
     }
   }
 
-  private async process(req: SubmitRequest): Promise<SubmitResult> {
+  private async process(req: SubmitRequest, onProgress?: (p: SubmitProgress) => void): Promise<SubmitResult> {
     const digests: Digests = new Map();
     for (let attempt = 1; ; attempt++) {
       if (this.broken) throw this.broken;
       // Fetch and hash outside the writer, under every algorithm a comparison needs.
-      await this.hash(req, digests);
+      await this.hash(req, digests, attempt === 1 ? onProgress : undefined);
+      if (attempt === 1) this.checkClaims(req, digests);
       // Fast path against the committed chain: no need to wait for the writer.
       const d = this.decide(req, digests, null);
       if (d.kind === 'unchanged') return this.answer(req, 200, d.version.block);
@@ -294,10 +306,11 @@ export class Submitter {
   // ------------------------------------------------------------------ hashing
 
   /** Algorithms each URL must be hashed with: the requested one and those of the stored versions it is compared with. */
-  private needs(req: SubmitRequest): Map<string, Set<HashAlgorithm>> {
-    const out = new Map<string, Set<HashAlgorithm>>();
+  private needs(req: SubmitRequest): Map<string, Set<ClaimKind>> {
+    const out = new Map<string, Set<ClaimKind>>();
     for (const e of req.entries) {
-      const algs = new Set<HashAlgorithm>([req.algorithm]);
+      const algs = new Set<ClaimKind>([e.algorithm ?? req.algorithm]);
+      for (const c of e.expect ?? []) algs.add(claimKind(c));
       const versions = this.deps.index.versions(e.url);
       const newest = versions[versions.length - 1];
       for (const v of versions) {
@@ -310,12 +323,28 @@ export class Submitter {
     return out;
   }
 
-  private async hash(req: SubmitRequest, digests: Digests): Promise<void> {
-    const jobs: { url: string; algorithm: HashAlgorithm }[] = [];
+  private async hash(req: SubmitRequest, digests: Digests, onProgress?: (p: SubmitProgress) => void): Promise<void> {
+    const jobs: { url: string; algorithm: ClaimKind | ClaimKind[] }[] = [];
+    const left = new Map<string, number>();
+    const claimed = new Set(req.entries.filter((e) => e.expect !== undefined).map((e) => e.url));
     for (const [url, algs] of this.needs(req)) {
-      for (const algorithm of algs) if (!digests.get(url)?.has(algorithm)) jobs.push({ url, algorithm });
+      const missing = [...algs].filter((a) => !digests.get(url)?.has(a));
+      if (missing.length === 0) { left.set(url, 0); continue; }
+      // An entry with claims: one fetch for all its hashes. Others: a job per algorithm, as before.
+      if (claimed.has(url) && !digests.has(url)) jobs.push({ url, algorithm: missing });
+      else for (const algorithm of missing) jobs.push({ url, algorithm });
+      left.set(url, claimed.has(url) && !digests.has(url) ? 1 : missing.length);
     }
     if (jobs.length === 0) return;
+    const total = req.entries.length;
+    let done = req.entries.filter((e) => left.get(e.url) === 0).length;
+    const finished = (url: string) => {
+      const n = left.get(url)! - 1;
+      left.set(url, n);
+      if (n === 0 && onProgress) {
+        try { onProgress({ done: ++done, total, url }); } catch { /* a progress sink never fails a submit */ }
+      }
+    };
     const ac = new AbortController();
     let first: unknown;
     let firstUrl = '';
@@ -323,7 +352,17 @@ export class Submitter {
     await Promise.all(jobs.map((job) => this.limiter.run(async () => {
       if (ac.signal.aborted) return;
       try {
-        const { artifactHash } = await this.deps.digest(job.url, job.algorithm, ac.signal);
+        const kind = job.algorithm;
+        if (Array.isArray(kind)) {
+          if (!this.deps.claims) throw new VouchError('bad_request', `${job.url}: this authority cannot check claims (expect)`, { resource: job.url });
+          const got = await this.deps.claims(job.url, kind, ac.signal);
+          for (const k of kind) if (!got.has(k)) throw internal(`claims of ${job.url} returned no ${k}`);
+          digests.set(job.url, new Map(got));
+          finished(job.url);
+          return;
+        }
+        if (kind === 'h1' || kind === 'sha1' || kind === 'sha384') throw internal(`${kind} hashed outside a claim`);
+        const { artifactHash } = await this.deps.digest(job.url, kind, ac.signal);
         const parsed = parseArtifactHash(artifactHash);
         if (typeof parsed === 'string' || parsed.algorithm !== job.algorithm) {
           throw internal(`digest of ${job.url} returned ${JSON.stringify(artifactHash)}, not a ${job.algorithm} artifact hash`);
@@ -331,6 +370,7 @@ export class Submitter {
         let m = digests.get(job.url);
         if (m === undefined) digests.set(job.url, (m = new Map()));
         m.set(job.algorithm, artifactHash);
+        finished(job.url);
       } catch (e) {
         if (!failed) { failed = true; first = e; firstUrl = job.url; }
         ac.abort();
@@ -340,6 +380,27 @@ export class Submitter {
       if (first instanceof VouchError) throw first;
       throw new VouchError('origin_error', `${firstUrl}: cannot fetch the artifact: ${(first as Error)?.message ?? String(first)}`, { resource: firstUrl, cause: first });
     }
+  }
+
+  /**
+   * The client's claims (`expect`) against what was fetched: every entry
+   * whose bytes hash otherwise is refused, all of them named in one
+   * `hash_mismatch` (evidence.refused), and nothing of the block is signed.
+   */
+  private checkClaims(req: SubmitRequest, digests: Digests): void {
+    const refused: { url: string; name: string; semver: string; expected: string[]; fetched: string[] }[] = [];
+    for (const e of req.entries) {
+      if (e.expect === undefined) continue;
+      const mine = digests.get(e.url);
+      if (e.expect.some((c) => mine?.get(claimKind(c)) === c)) continue;
+      const fetched = [...new Set(e.expect.map((c) => mine?.get(claimKind(c)) ?? '?'))];
+      refused.push({ url: e.url, name: e.name, semver: e.semver, expected: e.expect, fetched });
+    }
+    if (refused.length === 0) return;
+    const first = refused[0]!;
+    throw new VouchError('hash_mismatch',
+      `${refused.length} of ${req.entries.length} entries refused, nothing signed: ${first.name} ${first.semver} ${first.url} hashes ${first.fetched.join(' ')}, the claim is ${first.expected.join(' or ')}${refused.length > 1 ? ` (and ${refused.length - 1} more)` : ''}`,
+      { resource: first.url, evidence: { refused } });
   }
 
   // ------------------------------------------------------------------ decisions
@@ -390,7 +451,7 @@ export class Submitter {
           if (typeof h !== 'string' && got === undefined) return { kind: 'rehash' };
           if (got === v.entry.artifact_hash) continue;
           const error = new VouchError('semver_conflict',
-            `${e.url} ${e.semver} is already signed in block ${v.block.index} with ${v.entry.artifact_hash}, not ${got ?? mine?.get(req.algorithm) ?? '?'}`,
+            `${e.url} ${e.semver} is already signed in block ${v.block.index} with ${v.entry.artifact_hash}, not ${got ?? mine?.get(e.algorithm ?? req.algorithm) ?? '?'}`,
             { resource: e.url, evidence: { block: v.block.index, record_hash: v.block.record_hash, signed: v.entry.artifact_hash, fetched: got ?? null } });
           return { kind: 'conflict', error, fromRound };
         }
@@ -499,7 +560,7 @@ export class Submitter {
       let block: Block;
       try {
         const entries: EndorsementInput[] = p.req.entries.map((e) => ({
-          url: e.url, artifactHash: p.digests.get(e.url)!.get(p.req.algorithm)!, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
+          url: e.url, artifactHash: p.digests.get(e.url)!.get(e.algorithm ?? p.req.algorithm)!, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
         }));
         block = buildEndorseBlock({
           prev, signer, backend, now, entries, uns: p.req.uns, semver: p.req.semver,

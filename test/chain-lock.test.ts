@@ -91,7 +91,7 @@ test('a running authority gateway holds the lock; vouch endorse on its chain is 
   assert.is(r.stdout, '');
   const lines = r.stderr.trim().split('\n');
   assert.is(lines.length, 1, r.stderr);
-  assert.is(lines[0], `vouch endorse: chain ${chain} is in use by a running gateway (pid ${gw.child.pid}, lock ${lockFile}): submit through it (POST /v1/submit) or stop it first`);
+  assert.is(lines[0], `vouch endorse: chain ${chain} is in use by a running gateway (pid ${gw.child.pid}, lock ${lockFile}): endorse through it (vouch endorse --gateway URL --token-file FILE, i.e. POST /v1/submit) or stop it first`);
   assert.is(git(['-C', chain, 'rev-parse', 'HEAD']).stdout, head, 'the branch moved');
   gitClean();
   assert.ok(existsSync(lockFile), 'the refused endorse removed the lock');

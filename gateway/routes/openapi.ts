@@ -291,10 +291,19 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
         responses: {
           201: { description: 'Posted: the block is committed.', content: { 'application/json': { schema: { $ref: '#/components/schemas/SubmitResponse' } } } },
-          200: { description: 'Unchanged: the bytes equal the newest version under the URL; nothing posted.', content: { 'application/json': { schema: { $ref: '#/components/schemas/SubmitResponse' } } } },
+          200: {
+            description: 'Unchanged: the bytes equal the newest version under the URL; nothing posted. '
+              + 'With `Accept: application/x-ndjson`: always 200, one `{"progress": {done, total, url}}` line per entry fetched and hashed, '
+              + 'then one result line: the plain answer\'s body (SubmitResponse or Error) with `http_status`, the status it would have had. '
+              + 'A client that disconnects does not stop the submit: its block is committed whole or not at all.',
+            content: {
+              'application/json': { schema: { $ref: '#/components/schemas/SubmitResponse' } },
+              'application/x-ndjson': { schema: { $ref: '#/components/schemas/SubmitProgressLine' } },
+            },
+          },
           400: jsonError('Invalid body, or a URL whose address is not allowed.'),
           401: jsonError('Missing or wrong bearer token.'),
-          409: jsonError('The same URL and semver are signed with different bytes (`semver_conflict`).'),
+          409: jsonError('The same URL and semver are signed with different bytes (`semver_conflict`), or the fetched bytes contradict an entry\'s `expect` claim (`hash_mismatch`: `refused` lists every such entry, nothing of the block is signed).'),
           413: jsonError('Body too large.'),
           415: jsonError('Body is not application/json.'),
           502: jsonError('The origin failed.'),
@@ -342,6 +351,10 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             status: { enum: Object.keys(ERROR_CATALOGUE).filter((c) => c !== 'usage') },
             message: { type: 'string' },
             resource: { type: 'string' },
+            refused: {
+              type: 'array', description: 'A submit\'s hash_mismatch: one {url, name, semver, expected, fetched} per entry whose bytes contradict its claims.',
+              items: { type: 'object' },
+            },
           },
         },
         Payload: PAYLOAD_SCHEMA,
@@ -468,7 +481,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
               properties: {
                 url: { type: 'string' }, name: { type: 'string' }, semver: { type: 'string' }, license: { type: 'string' },
                 comment: { type: 'string' }, effective_date: { type: 'string' }, tags: { type: 'object', additionalProperties: { type: 'boolean' } },
-                algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'] },
+                algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'] }, expect: { $ref: '#/components/schemas/Claims' },
               },
             },
             {
@@ -481,7 +494,11 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
                   type: 'array',
                   items: {
                     type: 'object', required: ['url', 'name', 'semver', 'license'],
-                    properties: { url: { type: 'string' }, name: { type: 'string' }, semver: { type: 'string' }, license: { type: 'string' }, comment: { type: 'string' } },
+                    properties: {
+                      url: { type: 'string' }, name: { type: 'string' }, semver: { type: 'string' }, license: { type: 'string' }, comment: { type: 'string' },
+                      expect: { $ref: '#/components/schemas/Claims' },
+                      algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'], description: 'This entry\'s artifact_hash algorithm (default: the request\'s).' },
+                    },
                   },
                 },
               },
@@ -508,6 +525,28 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
               type: 'object', required: ['index', 'record_hash', 'urls'],
               properties: { index: { type: 'integer' }, record_hash: { type: 'string' }, urls: { type: 'array', items: { type: 'string' } } },
             },
+            },
+          },
+        Claims: {
+          description: 'What the client claims the bytes hash to (a lockfile\'s integrity, pip --hash, go.sum h1:): the authority fetches and hashes '
+            + 'the artifact itself and refuses the block (409 hash_mismatch) unless one claim matches; a claim is never signed as given.',
+          oneOf: [
+            { $ref: '#/components/schemas/Claim' },
+            { type: 'array', minItems: 1, maxItems: 64, items: { $ref: '#/components/schemas/Claim' } },
+          ],
+        },
+        Claim: {
+          type: 'string',
+          pattern: '^((sha1:[0-9a-f]{40})|(sha256:[0-9a-f]{64})|(sha384:[0-9a-f]{96})|(sha512:[0-9a-f]{128})|(sha3-256:[0-9a-f]{64})|(blake3:[0-9a-f]{64})|(h1:[A-Za-z0-9+/]{43}=))$',
+          description: '`<algorithm>:<lowercase hex>`, or Go\'s `h1:<base64>` of a module proxy `.zip` or `.mod` URL.',
+        },
+        SubmitProgressLine: {
+          type: 'object',
+          description: 'One NDJSON line: progress, or the final result (with http_status).',
+          properties: {
+            progress: { type: 'object', properties: { done: { type: 'integer' }, total: { type: 'integer' }, url: { type: 'string' } } },
+            http_status: { type: 'integer' },
+            refused: { type: 'array', items: { type: 'object' } },
           },
         },
         SubmitResponse: {

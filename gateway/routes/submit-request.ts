@@ -3,9 +3,15 @@
  * of the `POST /v1/revoke` body (`parseRevokeRequest`, at the end).
  *
  * Owns: the two accepted body forms and every rule on their members:
- *   single: {url, name, semver, license, comment?, effective_date?, tags?, algorithm?}
+ *   single: {url, name, semver, license, comment?, expect?, effective_date?, tags?, algorithm?}
  *   multi:  {uns, semver, comment?, effective_date?, tags?, algorithm?,
- *            endorsements: [{url, name, semver, license, comment?}, ...]}
+ *            endorsements: [{url, name, semver, license, comment?, expect?, algorithm?}, ...]}
+ * An entry's `algorithm` overrides the request's for that entry's artifact_hash.
+ * `expect` is the client's claim of the bytes' hash (a lockfile's): one
+ * claim or an array of 1..64 (the bytes match when any one does), each an
+ * artifact hash `<alg>:<hex>` (sha1, sha256, sha384, sha512, sha3-256,
+ * blake3) or Go's `h1:<base64>`; the authority compares it with what it
+ * fetched and never signs it as given (gateway/submitter.ts).
  * A body with `uns` or `endorsements` is the multi form, else the single one.
  *
  * Trusts: nothing in the body. The HTTP layer has already enforced the
@@ -20,7 +26,8 @@
 import { VouchError } from '../../chain/errors.ts';
 import { LIMITS, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName } from '../../chain/block.ts';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
-import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm } from '../../chain/hash-algorithms.ts';
+import type { ClaimKind } from '../../artifacts/claim-digest.ts';
+import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm, parseArtifactHash } from '../../chain/hash-algorithms.ts';
 
 /** Most artifacts one submit may endorse (one block). */
 export const MAX_SUBMIT_ENDORSEMENTS = 1000;
@@ -32,6 +39,10 @@ export interface SubmitEntry {
   license: string;
   /** Entry comment ('' when absent). */
   comment: string;
+  /** The claimed hashes (any one must match the fetched bytes): `<alg>:<hex>` or `h1:<base64>`. */
+  expect?: string[];
+  /** The algorithm of this entry's artifact_hash (the request's when absent). */
+  algorithm?: HashAlgorithm;
 }
 
 export interface SubmitRequest {
@@ -49,9 +60,22 @@ export interface SubmitRequest {
   entries: SubmitEntry[];
 }
 
-const SINGLE_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'effective_date', 'tags', 'algorithm'] as const;
+const SINGLE_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect', 'effective_date', 'tags', 'algorithm'] as const;
 const MULTI_KEYS = ['uns', 'semver', 'comment', 'effective_date', 'tags', 'algorithm', 'endorsements'] as const;
-const ENTRY_KEYS = ['url', 'name', 'semver', 'license', 'comment'] as const;
+const ENTRY_KEYS = ['url', 'name', 'semver', 'license', 'comment', 'expect', 'algorithm'] as const;
+const H1_RE = /^h1:[A-Za-z0-9+/]{43}=$/;
+const EXTRA_CLAIM_RE = /^(sha1:[0-9a-f]{40}|sha384:[0-9a-f]{96})$/;
+/** Most claims one entry may carry. */
+export const MAX_CLAIMS = 64;
+
+export function claimKind(claim: string): ClaimKind {
+  if (claim.startsWith('h1:')) return 'h1';
+  return claim.slice(0, claim.indexOf(':')) as ClaimKind;
+}
+
+function isClaim(v: string): boolean {
+  return H1_RE.test(v) || EXTRA_CLAIM_RE.test(v) || typeof parseArtifactHash(v) !== 'string';
+}
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 // eslint-disable-next-line no-control-regex
@@ -106,6 +130,22 @@ const unit = (o: Obj, key: string, field: string) => formed(o, key, field, isUni
 const semver = (o: Obj, field: string) => formed(o, 'semver', field, isSemver, 'a SemVer 2.0.0 version');
 const license = (o: Obj, field: string) => formed(o, 'license', field, isLicenseId, 'an SPDX-style license id');
 
+function expect(o: Obj, field: string): { expect?: string[] } {
+  if (!has(o, 'expect')) return {};
+  const raw = o.expect;
+  const list = Array.isArray(raw) ? raw : [raw];
+  if (list.length === 0 || list.length > MAX_CLAIMS) bad(`${field} must hold 1 to ${MAX_CLAIMS} claims`);
+  const out: string[] = [];
+  list.forEach((v: unknown, i: number) => {
+    const where = Array.isArray(raw) ? `${field}[${i}]` : field;
+    if (typeof v !== 'string' || v.length > 200 || !isClaim(v)) {
+      bad(`${where} must be <${['sha1', 'sha384', ...Object.keys(HASH_ALGORITHMS)].join('|')}>:<lowercase hex> or h1:<base64>, got ${JSON.stringify(String(v).slice(0, 100))}`);
+    }
+    if (!out.includes(v)) out.push(v);
+  });
+  return { expect: out };
+}
+
 function tags(o: Obj): Record<string, boolean> {
   if (!has(o, 'tags')) return {};
   const t = o.tags;
@@ -126,16 +166,17 @@ function tags(o: Obj): Record<string, boolean> {
   return Object.fromEntries(out);
 }
 
+function algorithmOf(o: Obj, field: string): HashAlgorithm {
+  const a = str(o, 'algorithm', field, LIMITS.shortText);
+  if (!isHashAlgorithm(a)) bad(`${field} must be one of ${Object.keys(HASH_ALGORITHMS).join(', ')}, got ${JSON.stringify(a.slice(0, 64))}`);
+  return a;
+}
+
 function common(o: Obj): Pick<SubmitRequest, 'comment' | 'effectiveDate' | 'tags' | 'algorithm'> {
   const comment = optStr(o, 'comment', 'comment', LIMITS.comment);
   const effectiveDate = has(o, 'effective_date') ? formed(o, 'effective_date', 'effective_date', isDate, 'a date YYYY-MM-DD') : undefined;
   const t = tags(o);
-  let algorithm: HashAlgorithm = DEFAULT_HASH_ALGORITHM;
-  if (has(o, 'algorithm')) {
-    const a = str(o, 'algorithm', 'algorithm', LIMITS.shortText);
-    if (!isHashAlgorithm(a)) bad(`algorithm must be one of ${Object.keys(HASH_ALGORITHMS).join(', ')}, got ${JSON.stringify(a.slice(0, 64))}`);
-    algorithm = a;
-  }
+  const algorithm = has(o, 'algorithm') ? algorithmOf(o, 'algorithm') : DEFAULT_HASH_ALGORITHM;
   return { comment, effectiveDate, tags: t, algorithm };
 }
 
@@ -170,13 +211,15 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
     list.forEach((item: unknown, i: number) => {
       const where = `endorsements[${i}]`;
       if (!isObject(item)) bad(`${where} must be an object`);
-      checkMembers(item, `${where}: `, ENTRY_KEYS, ' (an entry takes url, name, semver, license, comment)');
+      checkMembers(item, `${where}: `, ENTRY_KEYS, ' (an entry takes url, name, semver, license, comment, expect, algorithm)');
       const e: SubmitEntry = {
         url: url(item, `${where}.url`),
         name: unit(item, 'name', `${where}.name`),
         semver: semver(item, `${where}.semver`),
         license: license(item, `${where}.license`),
         comment: optStr(item, 'comment', `${where}.comment`, LIMITS.comment) ?? '',
+        ...expect(item, `${where}.expect`),
+        ...(has(item, 'algorithm') ? { algorithm: algorithmOf(item, `${where}.algorithm`) } : {}),
       };
       if (seen.has(e.url)) bad(`${where}.url repeats ${JSON.stringify(e.url.slice(0, 200))}: a URL appears at most once per block`);
       seen.add(e.url);
@@ -184,13 +227,14 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
     });
     req = { form: 'multi', uns, semver: sv, ...c, entries };
   } else {
-    checkMembers(body, '', SINGLE_KEYS, ' (the body takes url, name, semver, license, comment, effective_date, tags, algorithm; or uns, semver, endorsements)');
+    checkMembers(body, '', SINGLE_KEYS, ' (the body takes url, name, semver, license, comment, expect, effective_date, tags, algorithm; or uns, semver, endorsements)');
     const u = url(body, 'url');
     const name = unit(body, 'name', 'name');
     const sv = semver(body, 'semver');
     const lic = license(body, 'license');
     const c = common(body);
-    req = { form: 'single', uns: name, semver: sv, ...c, entries: [{ url: u, name, semver: sv, license: lic, comment: c.comment ?? '' }] };
+    const x = expect(body, 'expect');
+    req = { form: 'single', uns: name, semver: sv, ...c, entries: [{ url: u, name, semver: sv, license: lic, comment: c.comment ?? '', ...x }] };
   }
   if (estimatedBlockChars(req) > LIMITS.blockFileBytes) {
     bad(`endorsements: the block would be larger than ${LIMITS.blockFileBytes} bytes (shorten comments or split the release)`);

@@ -129,7 +129,19 @@ function checkAlgorithms(p: Pinned): DigestName[] {
   return p.check.kind === 'digest' ? Object.keys(p.check.want) as DigestName[] : ['sha256'];
 }
 
-export async function endorseLockfile(v: Record<string, any>): Promise<number> {
+/** A lockfile read whole, with the options that shape its blocks: everything before the chain or the network. */
+export interface LockfileRun {
+  file: string; fileName: string; type: LockfileType; indexUrl: string; goproxy: string; origins: OriginMap;
+  maxEntries: number; maxBytes: number; options: Options;
+  pinned: Pinned[]; requirements: Requirement[]; skipped: SkipCounts; notes: string[];
+  uns: string; semver: string; quiet: boolean;
+}
+
+/**
+ * Checks the options and reads the lockfile (offline and through a gateway alike).
+ * @throws UsageError for options; VouchError `bad_request` for a lockfile with nothing to endorse, saying why.
+ */
+export function readLockfileRun(v: Record<string, any>): LockfileRun {
   // ---- options, all before any reading or fetching
   for (const o of ['url', 'file', 'algorithm']) {
     if (v[o] !== undefined) {
@@ -183,9 +195,38 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
   } else {
     pinned = readGoSum(text, goproxy, options, fileName);
   }
-  uns ??= defaultUns(file);
-  semver ??= '0.0.0';
+  const unsOf = uns ?? defaultUns(file);
+  const semverOf = semver ?? '0.0.0';
   const quiet = v.json === true || v.quiet === true;
+  if (pinned.length === 0 && requirements.length === 0) throw nothingToEndorse(fileName, skipped);
+  return {
+    file, fileName, type, indexUrl, goproxy, origins, maxEntries, maxBytes, options,
+    pinned, requirements, skipped, notes, uns: unsOf, semver: semverOf, quiet,
+  };
+}
+
+/** `n skipped (n reason, ...)`. */
+export function skippedText(skipped: SkipCounts): string {
+  const total = Object.values(skipped).reduce((a, b) => a + b, 0);
+  return total === 0 ? '0 skipped' : `${total} skipped (${Object.entries(skipped).map(([k, n]) => `${n} ${k}`).join(', ')})`;
+}
+
+/** The refusal of a lockfile that pins nothing to endorse, with the reason (npm's setting when `resolved` is missing). */
+function nothingToEndorse(fileName: string, skipped: SkipCounts): VouchError {
+  let why = Object.keys(skipped).length === 0 ? 'it pins no artifact' : `every entry was skipped: ${skippedText(skipped)}`;
+  if ((skipped['no resolved'] ?? 0) > 0) {
+    why += '; npm wrote no "resolved" URL, which it does when its setting omit-lockfile-registry-resolved is on:'
+      + ' turn it off (npm config set omit-lockfile-registry-resolved false) and write the lockfile again'
+      + ' (npm install --package-lock-only)';
+  }
+  return new VouchError('bad_request', `nothing to endorse in ${fileName}: ${why}`);
+}
+
+export async function endorseLockfile(v: Record<string, any>): Promise<number> {
+  const run = readLockfileRun(v);
+  const { file, fileName, type, indexUrl, origins, maxEntries, maxBytes, options, requirements, skipped, notes, uns, semver, quiet } = run;
+  let pinned = run.pinned;
+  const maxUnsBytes = UNS_FULL_MAX;
 
   // ---- the chain: key and head checked before any fetch
   const key = readKeyFile(v.key);
@@ -276,7 +317,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
 
     // ---- blocks, one append
     const skippedTotal = Object.values(skipped).reduce((a, b) => a + b, 0);
-    const skippedText = skippedTotal === 0 ? '0 skipped' : `${skippedTotal} skipped (${Object.entries(skipped).map(([k, n]) => `${n} ${k}`).join(', ')})`;
+    const skippedLine = skippedText(skipped);
     const now = Date.now();
     const blocks = packBlocks(toPost, { maxEntries, maxBytes, maxUnsBytes }, (chunk, prev: Block | null, part, parts) => buildEndorseBlock({
       prev: prev ?? head, signer: keyed, backend: nodeBackend, now, entries: chunk, uns: uns!, semver: semver!,
@@ -291,7 +332,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     const printNotes = () => { if (!quiet) for (const n of notes) process.stderr.write(`note: ${n}\n`); };
     if (blocks.length === 0) {
       printNotes();
-      emit(v, `posted 0 entries in 0 blocks; ${unchanged} unchanged, ${skippedText}`, { status: 'unchanged', ...summary, blocks: [] });
+      emit(v, `posted 0 entries in 0 blocks; ${unchanged} unchanged, ${skippedLine}`, { status: 'unchanged', ...summary, blocks: [] });
       return 0;
     }
     const last = blocks.at(-1)!;
@@ -302,7 +343,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     // Split blocks say so: each fits a gateway's UNS header whole (its full form at most maxUnsBytes).
     const where = blocks.length === 1 ? `1 block (index ${last.index})`
       : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index}, each within the ${maxUnsBytes}-byte UNS header bound)`;
-    emit(v, `posted ${toPost.length} entries in ${where}; ${unchanged} unchanged, ${skippedText}`, {
+    emit(v, `posted ${toPost.length} entries in ${where}; ${unchanged} unchanged, ${skippedLine}`, {
       status: 'posted', ...summary, uns_header_max: maxUnsBytes,
       blocks: blocks.map((b) => ({ index: b.index, record_hash: b.record_hash, entries: b.payload.endorsements.length })),
     });

@@ -48,7 +48,8 @@ export const endorse: Command = {
   name: 'endorse',
   usage: '--chain DIR --key FILE --url URL --name OWNER/NAME --semver V --license ID [--file PATH] [--comment T] [--effective-date D] [--algorithm A] [--license-unchecked]\n' +
     '       vouch endorse --chain DIR --key FILE --lockfile FILE [--lockfile-type npm|pip|go] [--index-url URL] [--goproxy URL] [--origin CANONICAL=FETCH]... ' +
-    '[--license ID] [--name OWNER/NAME] [--semver V] [--comment T] [--effective-date D] [--license-unchecked]',
+    '[--license ID] [--name OWNER/NAME] [--semver V] [--comment T] [--effective-date D] [--license-unchecked]\n' +
+    '       vouch endorse --gateway URL --token-file FILE (--url URL... --name OWNER/NAME --semver V --license ID | --lockfile FILE ...)',
   summary: 'Appends one endorsement block binding URL to the hash of its bytes, signed by the authority key; prints the block index and record_hash.',
   details: [
     'The bytes are read from --file when given, otherwise fetched from the URL.',
@@ -62,11 +63,17 @@ export const endorse: Command = {
     '(--hash mode) or go.sum pins, checks it against the lockfile\'s hash, and endorses them all in as few blocks',
     'as the format allows (one commit). Entry names: npm/<name>, @scope/<name>, pypi/<PEP 503 name>,',
     'go/<module path with / as +>. Exit 1 on a mismatch or semver_conflict, and nothing is appended.',
+    '',
+    'With --gateway URL --token-file FILE (instead of --chain and --key): the running authority gateway fetches,',
+    'hashes and signs (POST /v1/submit); lockfile hashes are sent as claims it checks, one submit per block,',
+    'a refused entry is one line naming the package, and the exit codes are the offline ones.',
     'See README, "Endorsing what a project already pins".',
   ].join('\n'),
   options: {
-    chain: { type: 'string', value: 'DIR', help: 'the chain repository', required: true },
-    key: { type: 'string', value: 'FILE', help: 'the authority private key', required: true },
+    chain: { type: 'string', value: 'DIR', help: 'the chain repository (required without --gateway)' },
+    key: { type: 'string', value: 'FILE', help: 'the authority private key (required without --gateway)' },
+    gateway: { type: 'string', value: 'URL', help: 'endorse through this running authority gateway instead of writing the chain' },
+    'token-file': { type: 'string', value: 'FILE', help: 'with --gateway: a file holding the submit token' },
     url: { type: 'string', multiple: true, value: 'URL', help: 'absolute http(s) URL of the artifact (required without --lockfile)' },
     name: { type: 'string', value: 'OWNER/NAME', help: 'the unit the artifact belongs to (required without --lockfile; with it, the blocks\' uns)' },
     semver: { type: 'string', value: 'V', help: 'its SemVer 2.0.0 version (required without --lockfile; with it, the blocks\' semver)' },
@@ -84,6 +91,9 @@ export const endorse: Command = {
   },
   async run(v) {
     // The lockfile mode and the artifact fetcher are loaded only when used (start-up: tools/command-list.ts).
+    if (v.gateway !== undefined) return (await import('./endorse-gateway.ts')).endorseGateway(v);
+    if (v['token-file'] !== undefined) throw new UsageError('--token-file applies only with --gateway');
+    for (const o of ['chain', 'key']) if (v[o] === undefined) throw new UsageError(`missing --${o} (or --gateway URL --token-file FILE to endorse through a running authority)`);
     if (v.lockfile !== undefined) return (await import('./endorse-lockfile.ts')).endorseLockfile(v);
     for (const o of LOCKFILE_ONLY) if (v[o] !== undefined) throw new UsageError(`--${o} applies only with --lockfile`);
     for (const o of ['url', 'name', 'semver', 'license']) {

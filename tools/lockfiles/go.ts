@@ -26,7 +26,7 @@ import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';
-import yauzl, { type ZipFile } from 'yauzl';
+import { hash1, goModH1, zipH1, MAX_ZIP_BYTES, MAX_ZIP_ENTRIES } from '../../artifacts/go-h1.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { goSemver, goUnitName, isGoModulePath } from '../../chain/unit-names.ts';
 import { checkLicense } from './licenses.ts';
@@ -34,9 +34,8 @@ import { MultiHash, type DigestName } from './digests.ts';
 import { MiB, type Http } from './http.ts';
 import type { Fetched, Options, Pinned } from './types.ts';
 
-export const MAX_ZIP_BYTES = 500 * MiB;
+export { hash1, goModH1, zipH1, MAX_ZIP_BYTES, MAX_ZIP_ENTRIES };
 export const MAX_GO_MOD_BYTES = 16 * MiB;
-export const MAX_ZIP_ENTRIES = 1_000_000;
 
 function bad(msg: string): never {
   throw new VouchError('bad_request', msg);
@@ -45,65 +44,6 @@ function bad(msg: string): never {
 /** Module path or version escaping of the module proxy protocol: `A` -> `!a`. */
 export function goEscape(s: string): string {
   return s.replace(/[A-Z]/g, (c) => '!' + c.toLowerCase());
-}
-
-/** `h1:` of files given as (name bytes, sha256 hex). */
-export function hash1(files: { name: Buffer; sha256: string }[]): string {
-  const sorted = [...files].sort((a, b) => Buffer.compare(a.name, b.name));
-  const h = createHash('sha256');
-  for (const f of sorted) {
-    h.update(`${f.sha256}  `);
-    h.update(f.name);
-    h.update('\n');
-  }
-  return 'h1:' + h.digest('base64');
-}
-
-/** `h1:` of a go.mod's bytes, as go.sum records it for `<version>/go.mod`. */
-export function goModH1(bytes: Uint8Array): string {
-  return hash1([{ name: Buffer.from('go.mod'), sha256: createHash('sha256').update(bytes).digest('hex') }]);
-}
-
-/**
- * `h1:` of a module zip file (dirhash HashZip), after the go command's
- * prefix check.
- * @throws VouchError `bad_request` for a zip the go command would refuse or that breaks a bound.
- */
-export async function zipH1(path: string, module: string, version: string, label: string): Promise<string> {
-  const prefix = Buffer.from(`${module}@${version}/`);
-  let zip: ZipFile;
-  try {
-    zip = await yauzl.openPromise(path, { lazyEntries: true, decodeStrings: false, validateEntrySizes: true, autoClose: false });
-  } catch (e) {
-    return bad(`${label}: the module zip is not a zip file (${String((e as Error).message).split('\n')[0]})`);
-  }
-  try {
-    if (zip.entryCount > MAX_ZIP_ENTRIES) bad(`${label}: the module zip has ${zip.entryCount} entries, more than ${MAX_ZIP_ENTRIES}`);
-    const files: { name: Buffer; sha256: string }[] = [];
-    const seen = new Set<string>();
-    let total = 0;
-    for await (const entry of zip.eachEntry()) {
-      const name = Buffer.from(entry.fileNameRaw);
-      const shown = JSON.stringify(name.toString('utf8').slice(0, 200));
-      if (name.includes(0x0a)) bad(`${label}: the module zip has a file name with a newline`);
-      if (name.length < prefix.length || !name.subarray(0, prefix.length).equals(prefix)) bad(`${label}: the module zip has ${shown}, outside ${prefix.toString()}`);
-      const key = name.toString('latin1');
-      if (seen.has(key)) bad(`${label}: the module zip holds ${shown} twice`);
-      seen.add(key);
-      total += entry.uncompressedSize;
-      if (total > MAX_ZIP_BYTES) bad(`${label}: the module zip holds more than ${MAX_ZIP_BYTES} bytes uncompressed`);
-      const h = createHash('sha256');
-      const stream = await zip.openReadStreamPromise(entry);
-      for await (const chunk of stream) h.update(chunk as Buffer);
-      files.push({ name, sha256: h.digest('hex') });
-    }
-    return hash1(files);
-  } catch (e) {
-    if (e instanceof VouchError) throw e;
-    return bad(`${label}: the module zip cannot be read (${String((e as Error).message).split('\n')[0]})`);
-  } finally {
-    zip.close();
-  }
 }
 
 export interface GoSumLine {

@@ -327,6 +327,8 @@ export async function resolveRequirements(
       if (seen.has(f.url)) continue;
       const advertised = [...r.hashes.keys()].filter((alg) => f.hashes[alg] !== undefined);
       const pinnedHere = advertised.some((alg) => r.hashes.get(alg)!.has(f.hashes[alg]!));
+      // A file whose pinned hash the index advertises claims just that hash; another claims every pin.
+      const claims = pinnedHere ? advertised.filter((alg) => r.hashes.get(alg)!.has(f.hashes[alg]!)).map((alg) => `${alg}:${f.hashes[alg]}`) : undefined;
       if (advertised.length > 0 && !pinnedHere) continue; // another file of this version, not pinned
       seen.add(f.url);
       const label = `${r.label} (${f.filename})`;
@@ -335,6 +337,7 @@ export async function resolveRequirements(
         label, url, name: r.name, semver: r.semver, license: r.license,
         comment: options.comment ?? `pypi ${r.label}`,
         endorseAlgorithm: endorseAlgorithmOf(r),
+        ...(claims ? { claims } : {}),
         check: {
           kind: 'digest', want, strict: pinnedHere,
           mismatch: (got) => `hash mismatch: ${label} (${url}): requirements ${pins}, fetched ${[...r.hashes.keys()].map((a) => `${a}:${got.get(a)}`).join(' ')}`,

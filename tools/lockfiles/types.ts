@@ -22,6 +22,11 @@ export interface Pinned {
   /** The algorithm of the endorsed artifact_hash. */
   endorseAlgorithm: HashAlgorithm;
   check: Check;
+  /**
+   * What the lockfile claims of the bytes, as POST /v1/submit's `expect` takes it (any one matches):
+   * when absent, every `<alg>:<hex>` of a digest check, or the `h1:` of a Go check.
+   */
+  claims?: string[];
 }
 
 export type Check =
