@@ -18,18 +18,18 @@ import { readFileSync } from 'node:fs';
 import { emit, progressReporter, UsageError } from '../command.ts';
 import { VouchError, type ErrorCode } from '../../chain/errors.ts';
 import { buildAuthorityBlock, buildEndorseBlock, type EndorsementInput } from '../../chain/build.ts';
-import { type Block, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName, LIMITS } from '../../chain/block.ts';
-import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm } from '../../chain/hash-algorithms.ts';
+import type { Block } from '../../chain/block.ts';
+import { HASH_ALGORITHMS } from '../../chain/hash-algorithms.ts';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { EXIT_CODE } from '../exit-codes.ts';
-import { checkLicense } from '../lockfiles/licenses.ts';
 import { Http } from '../lockfiles/http.ts';
 import { resolveRequirements } from '../lockfiles/pip.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
 import type { Pinned } from '../lockfiles/types.ts';
-import { CONCURRENCY, readLockfileRun, skippedText } from './endorse-lockfile.ts';
+import { byUrlOf, CONCURRENCY, readLockfileRun, skippedText } from './endorse-lockfile.ts';
+import { checkUrlOptions } from './endorse-options.ts';
 
 /** Most entries the gateway takes in one submit (gateway/routes/submit-request.ts MAX_SUBMIT_ENDORSEMENTS). */
 const SUBMIT_MAX_ENTRIES = 1000;
@@ -154,17 +154,8 @@ async function urlsThroughGateway(v: Record<string, any>, base: string): Promise
     if (v[o] === undefined) throw new UsageError(`missing --${o} (see vouch endorse --help)`);
   }
   const urls: string[] = v.url;
-  for (const u of urls) if (!isArtifactUrl(u)) throw new UsageError(`--url must be an absolute http(s) URL, got ${JSON.stringify(u)}`);
-  if (new Set(urls).size !== urls.length) throw new UsageError('a URL may appear only once in a block');
   if (urls.length > SUBMIT_MAX_ENTRIES) throw new UsageError(`at most ${SUBMIT_MAX_ENTRIES} --url per submit`);
-  if (!isUnitName(v.name)) throw new UsageError(`--name must be OWNER/NAME, got ${JSON.stringify(v.name)}`);
-  if (!isSemver(v.semver)) throw new UsageError(`--semver must be a SemVer 2.0.0 version, got ${JSON.stringify(v.semver)}`);
-  if (!isLicenseId(v.license)) throw new UsageError(`--license must be an SPDX-style id, got ${JSON.stringify(v.license)}`);
-  checkLicense(v.license, v['license-unchecked'] === true, { option: '--license' });
-  if (v['effective-date'] !== undefined && !isDate(v['effective-date'])) throw new UsageError('--effective-date must be a date YYYY-MM-DD');
-  if (v.comment !== undefined && v.comment.length > LIMITS.comment) throw new UsageError(`--comment is longer than ${LIMITS.comment} characters`);
-  const algorithm = v.algorithm ?? DEFAULT_HASH_ALGORITHM;
-  if (!isHashAlgorithm(algorithm)) throw new UsageError(`unknown --algorithm ${JSON.stringify(algorithm)} (${Object.keys(HASH_ALGORITHMS).join(', ')})`);
+  const algorithm = checkUrlOptions(v, urls);
   const token = readToken(v['token-file']);
   const quiet = v.quiet === true || v.json === true;
 
@@ -222,14 +213,7 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
       await http.close();
     }
   }
-  const byUrl = new Map<string, Pinned>();
-  for (const p of pinned) {
-    const earlier = byUrl.get(p.url);
-    if (earlier && (earlier.name !== p.name || earlier.semver !== p.semver)) {
-      throw new VouchError('bad_request', `${p.url} is pinned twice, as ${earlier.label} and as ${p.label}`);
-    }
-    if (!earlier) byUrl.set(p.url, p);
-  }
+  const byUrl = byUrlOf(pinned);
   const unique = [...byUrl.values()];
 
   // The blocks the offline command would make, measured with a placeholder hash of each entry's algorithm.

@@ -63,6 +63,22 @@ export const ARTIFACT_MAX_BYTES = 4096 * MiB;
 export const CONCURRENCY = 8;
 
 /** The lockfile type from `--lockfile-type` or the file's name. */
+/**
+ * The pinned artifacts by URL, the first of each: the same URL twice must agree on what it is.
+ * @throws VouchError bad_request when a URL is pinned as two different things.
+ */
+export function byUrlOf(pinned: readonly Pinned[]): Map<string, Pinned> {
+  const byUrl = new Map<string, Pinned>();
+  for (const p of pinned) {
+    const earlier = byUrl.get(p.url);
+    if (earlier && (earlier.name !== p.name || earlier.semver !== p.semver)) {
+      throw new VouchError('bad_request', `${p.url} is pinned twice, as ${earlier.label} and as ${p.label}`);
+    }
+    if (!earlier) byUrl.set(p.url, p);
+  }
+  return byUrl;
+}
+
 export function lockfileType(file: string, given: string | undefined): LockfileType {
   if (given !== undefined) {
     if (given === 'npm' || given === 'pip' || given === 'go') return given;
@@ -169,7 +185,6 @@ export function readLockfileRun(v: Record<string, any>): LockfileRun {
   const origins = OriginMap.parse(v.origin ?? []);
   const maxEntries = envLimit('VOUCH_LOCKFILE_BLOCK_ENTRIES', LIMITS.endorsements);
   const maxBytes = envLimit('VOUCH_LOCKFILE_BLOCK_BYTES', LIMITS.blockFileBytes);
-  const maxUnsBytes = UNS_FULL_MAX;
   const options: Options = { license: v.license, licenseUnchecked: unchecked, comment: v.comment };
 
   // ---- the lockfile, whole, before the network
@@ -253,15 +268,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
       ({ pinned, candidatesOf } = await resolveRequirements(requirements, http, indexUrl, options, CONCURRENCY,
         bar ? (d, t) => bar.update(d, t, 'index pages') : undefined));
     }
-    // One artifact per URL: the same URL twice must agree on what it is.
-    const byUrl = new Map<string, Pinned>();
-    for (const p of pinned) {
-      const earlier = byUrl.get(p.url);
-      if (earlier && (earlier.name !== p.name || earlier.semver !== p.semver)) {
-        throw new VouchError('bad_request', `${p.url} is pinned twice, as ${earlier.label} and as ${p.label}`);
-      }
-      if (!earlier) byUrl.set(p.url, p);
-    }
+    const byUrl = byUrlOf(pinned);
     const unique = [...byUrl.values()];
     const report = priorEndorsements(repo, byUrl.keys(), head, endorsementsOf);
     noteScan(report, quiet);

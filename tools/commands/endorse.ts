@@ -16,14 +16,14 @@ import type { Command } from '../command.ts';
 import { UsageError, emit } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../../chain/build.ts';
-import { parseBlockText, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName, LIMITS } from '../../chain/block.ts';
-import { isHashAlgorithm, DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS } from '../../chain/hash-algorithms.ts';
+import { parseBlockText } from '../../chain/block.ts';
+import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS } from '../../chain/hash-algorithms.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
-import { checkLicense } from '../lockfiles/licenses.ts';
+import { checkUrlOptions } from './endorse-options.ts';
 import { LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
 
 /** Phase timings on stderr when VOUCH_TIMINGS=1 (for benches). */
@@ -102,16 +102,7 @@ export const endorse: Command = {
     const urls: string[] = v.url;
     const files: string[] = v.file ?? [];
     if (files.length !== 0 && files.length !== urls.length) throw new UsageError(`give one --file per --url (${urls.length} URLs, ${files.length} files)`);
-    for (const u of urls) if (!isArtifactUrl(u)) throw new UsageError(`--url must be an absolute http(s) URL, got ${JSON.stringify(u)}`);
-    if (new Set(urls).size !== urls.length) throw new UsageError('a URL may appear only once in a block');
-    if (!isUnitName(v.name)) throw new UsageError(`--name must be OWNER/NAME, got ${JSON.stringify(v.name)}`);
-    if (!isSemver(v.semver)) throw new UsageError(`--semver must be a SemVer 2.0.0 version, got ${JSON.stringify(v.semver)}`);
-    if (!isLicenseId(v.license)) throw new UsageError(`--license must be an SPDX-style id, got ${JSON.stringify(v.license)}`);
-    checkLicense(v.license, v['license-unchecked'] === true, { option: '--license' });
-    if (v['effective-date'] !== undefined && !isDate(v['effective-date'])) throw new UsageError('--effective-date must be a date YYYY-MM-DD');
-    if (v.comment !== undefined && v.comment.length > LIMITS.comment) throw new UsageError(`--comment is longer than ${LIMITS.comment} characters`);
-    const algorithm = v.algorithm ?? DEFAULT_HASH_ALGORITHM;
-    if (!isHashAlgorithm(algorithm)) throw new UsageError(`unknown --algorithm ${JSON.stringify(algorithm)} (${Object.keys(HASH_ALGORITHMS).join(', ')})`);
+    const algorithm = checkUrlOptions(v, urls);
 
     const timings = phaseTimer();
     const key = readKeyFile(v.key);
