@@ -22,7 +22,6 @@
  * `npm pack` tarballs); everything runs on 127.0.0.1.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, type Block, type EndorsementInput } from '../chain/index.ts';
@@ -31,6 +30,7 @@ import { appendSigned, commitFor } from '../store/chain-store.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { NpmRegistry, cleanNpmEnv, runNpm, ABBREVIATED } from '../test/helpers/npm-registry.ts';
+import { rawHead } from '../test/helpers/raw-http.ts';
 import { assertLoopback, ensureWrk, median, rotationScript, spawnGateway, stopAll, wrk, type Proc, type WrkResult } from './gateway-harness.ts';
 
 const CANON = 'https://registry.example.org/';
@@ -55,24 +55,6 @@ async function buildChain(dir: string, reg: NpmRegistry, names: string[], versio
   now += 1000;
   const block: Block = buildEndorseBlock({ prev: authority, signer, backend: nodeBackend, now, entries, uns: 'bench/deps', semver: '1.0.0' });
   await appendSigned(repo, [block], buildCheckpoint({ head: block, signer, now }), now);
-}
-
-/** The size in bytes of the head of one GET answer (status line to the empty line), read off a connection of its own. */
-function headBytes(base: string, path: string): Promise<number> {
-  const u = new URL(base);
-  return new Promise((resolve, reject) => {
-    const s = connect(Number(u.port), u.hostname);
-    let got = Buffer.alloc(0);
-    s.on('data', (d: Buffer) => {
-      got = Buffer.concat([got, d]);
-      const end = got.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      s.destroy();
-      resolve(end + 4);
-    });
-    s.on('error', reject);
-    s.write(`GET ${path} HTTP/1.1\r\nHost: ${u.host}\r\nConnection: close\r\n\r\n`);
-  });
 }
 
 export async function runEcosystemBench(quick: boolean): Promise<{ title: string; markdown: string }> {
@@ -179,7 +161,7 @@ export async function runEcosystemBench(quick: boolean): Promise<{ title: string
       await r.arrayBuffer();
       if (r.status !== 200) throw new Error(`bench: warming ${t} answered ${r.status}`);
     }
-    const head = await headBytes(g.url, `/npm${tarballs[0]}`);
+    const head = (await rawHead(g.url, `/npm${tarballs[0]}`)).bytes;
     const tarGw: number[] = [];
     const tarReg: number[] = [];
     const tarGwScript = join(work, 'tarballs-gateway.lua');

@@ -26,7 +26,7 @@ import { PypiHost, SYSTEM_PYTHON, buildDists, distFilename, sha256Hex, type Dist
 import { hash1, modVersion, type ModVersion } from './helpers/go-modules.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
-import { vouchAsync } from './helpers/processes.ts';
+import { vouchAsync, initAuthorityChain } from './helpers/processes.ts';
 import { rawHead } from './helpers/raw-http.ts';
 
 const NPM_PACKAGES = 1000;
@@ -88,11 +88,7 @@ async function endorse(file: string, extra: string[], entries: number): Promise<
 }
 
 test.before(async () => {
-  let r = await vouchAsync(['keygen', '--out', key]);
-  assert.is(r.status, 0, r.stderr);
-  const publicKey = r.stdout.split('\n')[0]!.trim();
-  r = await vouchAsync(['init', '--chain', chain, '--key', key, '--signer', 'headers-authority', '--uns', 'acme/deps']);
-  assert.is(r.status, 0, r.stderr);
+  const publicKey = await initAuthorityChain({ key, chain, signer: 'headers-authority' });
 
   // npm: 1,000 tiny packages and the package-lock.json that pins them.
   reg = await NpmRegistry.start(work);

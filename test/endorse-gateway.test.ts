@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { vouchAsync, type Run } from './helpers/processes.ts';
+import { vouchAsync, type Run, initAuthorityChain } from './helpers/processes.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, until, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { hash1, modVersion } from './helpers/go-modules.ts';
@@ -93,10 +93,7 @@ function tarball(path: string, bytes: Buffer, extra: Record<string, unknown> = {
 test.before(async () => {
   reg = await OriginServer.start();
   files = await OriginServer.start();
-  let r = await vouchAsync(['keygen', '--out', key]);
-  assert.is(r.status, 0, r.stderr);
-  r = await vouchAsync(['init', '--chain', offChain, '--key', key, '--signer', 'gw-authority', '--uns', 'acme/deps']);
-  assert.is(r.status, 0, r.stderr);
+  await initAuthorityChain({ key, chain: offChain, signer: 'gw-authority' });
   writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
   writeFileSync(badTokenFile, 'not-the-token\n', { mode: 0o600 });
   const config = writeConfig(join(work, 'gw'), {

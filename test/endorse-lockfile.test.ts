@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { spawn, spawnSync } from 'node:child_process';
-import { git, vouchAsync, type Run } from './helpers/processes.ts';
+import { git, vouchAsync, type Run, initAuthorityChain } from './helpers/processes.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { licenseProblem } from '../tools/lockfiles/licenses.ts';
 import { readRequirements, resolveRequirements } from '../tools/lockfiles/pip.ts';
@@ -63,10 +63,7 @@ function tarball(path: string, bytes: Buffer, extra: Record<string, unknown> = {
 test.before(async () => {
   reg = await OriginServer.start();
   files = await OriginServer.start();
-  let r = await vouchAsync(['keygen', '--out', key]);
-  assert.is(r.status, 0, r.stderr);
-  r = await vouchAsync(['init', '--chain', chain, '--key', key, '--signer', 'lock-authority', '--uns', 'acme/deps']);
-  assert.is(r.status, 0, r.stderr);
+  await initAuthorityChain({ key, chain: chain, signer: 'lock-authority' });
 });
 
 test.after(async () => {

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { git, vouchAsync, type Run } from './helpers/processes.ts';
+import { git, vouchAsync, type Run, initAuthorityChain } from './helpers/processes.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { readRequirements, resolveRequirements, logicalLines, REQUIREMENTS_MAX_LINE_CHARS } from '../tools/lockfiles/pip.ts';
 import { pipFileNames, pipRequestUrl } from '../artifacts/pip-url.ts';
@@ -44,10 +44,7 @@ const opts = { license: 'MIT', licenseUnchecked: false, comment: undefined };
 
 test.before(async () => {
   index = await OriginServer.start();
-  let r = await vouchAsync(['keygen', '--out', key]);
-  assert.is(r.status, 0, r.stderr);
-  r = await vouchAsync(['init', '--chain', chain, '--key', key, '--signer', 'lock-authority', '--uns', 'acme/deps']);
-  assert.is(r.status, 0, r.stderr);
+  await initAuthorityChain({ key, chain: chain, signer: 'lock-authority' });
 });
 
 test.after(async () => {

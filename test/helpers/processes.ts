@@ -45,6 +45,19 @@ export function vouchAsync(args: string[], env: Record<string, string> = {}, tim
   return spawnCollect(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), ...args], { ...process.env, ...env }, timeoutMs, repoRoot);
 }
 
+/**
+ * A new authority key (`vouch keygen`) and a chain made with it (`vouch init`), as an operator starts;
+ * resolves with the public key keygen printed.
+ * @throws Error with the command's stderr when either fails.
+ */
+export async function initAuthorityChain(opts: { key: string; chain: string; signer: string; uns?: string }): Promise<string> {
+  const keygen = await vouchAsync(['keygen', '--out', opts.key]);
+  if (keygen.status !== 0) throw new Error(`vouch keygen failed: ${keygen.stderr}`);
+  const init = await vouchAsync(['init', '--chain', opts.chain, '--key', opts.key, '--signer', opts.signer, '--uns', opts.uns ?? 'acme/deps']);
+  if (init.status !== 0) throw new Error(`vouch init failed: ${init.stderr}`);
+  return keygen.stdout.split('\n')[0]!.trim();
+}
+
 /** The git CLI without blocking this process's event loop (needed when this process serves the remote). */
 export function gitAsync(args: string[], timeoutMs = 60_000): Promise<Run> {
   return spawnCollect('git', args, { ...process.env, GIT_CONFIG_NOSYSTEM: '1' }, timeoutMs);
