@@ -27,6 +27,8 @@ import { scratchDir } from './git.ts';
 
 const utf8 = (b: Buffer) => b.toString('utf8');
 const ORIGIN = 'https://files.example/';
+/** Where the fuzz view's gateway serves an artifact URL (encoded after it). */
+const GATEWAY = 'http://127.0.0.1:1/p/';
 
 /** A request's view of the chain: URLs under the origin are routed; about half are endorsed (by a hash of the URL), at the version the URL names. */
 function io(unendorsed: 'deny' | 'pass'): RenderView {
@@ -36,7 +38,7 @@ function io(unendorsed: 'deny' | 'pass'): RenderView {
     originUrl: (rest: string) => `${ORIGIN}${rest}`,
     artifactUrlOf: (u: string) => (u.startsWith(ORIGIN) || u.startsWith('https://registry.example/') ? u : null),
     artifactTailOf: (u: string) => (u.startsWith(ORIGIN) ? u.slice(ORIGIN.length) : u.startsWith('https://registry.example/') ? u.slice('https://registry.example/'.length) : null),
-    gatewayUrlOf: (u: string) => `http://127.0.0.1:1/p/${encodeURIComponent(u)}`,
+    gatewayUrlOf: (u: string) => `${GATEWAY}${encodeURIComponent(u)}`,
     endorsed: (u: string): Selection | null => {
       let h = 0;
       for (let i = 0; i < u.length; i++) h = (h * 31 + u.charCodeAt(i)) | 0;
@@ -95,9 +97,16 @@ export const npmPackumentTarget: FuzzTarget = {
           continue;
         }
         const doc = mustNotThrow(() => JSON.parse(String(r.body)) as { versions?: Record<string, { dist?: { tarball?: unknown } }> }, 'the answer is not JSON');
+        const view = io(mode);
         for (const v of Object.values(doc.versions ?? {})) {
           const t = v?.dist?.tarball;
-          check(typeof t === 'string' && t.startsWith('http://127.0.0.1:1/p/') && decodeURIComponent(t.slice('http://127.0.0.1:1/p/'.length)).includes('/widget/-/widget-'), `a kept version's tarball is ${JSON.stringify(t)}`);
+          check(typeof t === 'string' && t.startsWith(GATEWAY), `a kept version's tarball is ${JSON.stringify(t)}, not the gateway's`);
+          // An endorsed tarball is offered only under its own package's name; on a pass route an unendorsed
+          // version passes through (marked), wherever its tarball is.
+          const artifact = decodeURIComponent((t as string).slice(GATEWAY.length));
+          if (mode === 'deny' || view.endorsed(artifact) !== null) {
+            check(view.artifactTailOf(artifact)?.startsWith('widget/-/widget-') === true, `a kept endorsed version's tarball is ${artifact}, not widget's`);
+          }
         }
       }
     }
