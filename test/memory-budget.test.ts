@@ -203,7 +203,8 @@ test('clients that read nothing are torn down after origin.timeout and their buf
   const gw = await startGateway('stall', TIMEOUT_S);
   const arts = await endorse(gw, 'stall', 200, 8);
   const port = Number(new URL(gw.url).port);
-  // Raw clients that send a request and never read a byte of the answer.
+  // Raw clients that send a request and never read a byte of the answer; `Connection: close`, so a client whose
+  // answer went whole into the socket buffers (not cut) also sees its connection end, not kept alive while idle.
   const clients = arts.map((a) => {
     const s = connect(port, '127.0.0.1');
     sockets.push(s);
@@ -211,7 +212,7 @@ test('clients that read nothing are torn down after origin.timeout and their buf
     let closed = false;
     s.on('close', () => { closed = true; });
     s.on('error', () => {});
-    s.write(`GET /v1/download?url=${encodeURIComponent(a.url)} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`);
+    s.write(`GET /v1/download?url=${encodeURIComponent(a.url)} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
     return { socket: s, closed: () => closed };
   });
   // All eight verified (fresh from the origin) and being sent: 4 in the memory tier, the others held.
