@@ -37,8 +37,9 @@
  */
 import { VouchError } from './errors.ts';
 import { base64Decode } from './encoding.ts';
+import { KeyEventError, parseSignatures, parseStatement, type Statement, type StatementSignature } from './key-events.ts';
 
-export type Intent = 'authority' | 'endorse' | 'revoke';
+export type Intent = 'authority' | 'endorse' | 'revoke' | 'key';
 
 export interface Endorsement {
   endorsement: 'provenance';
@@ -79,6 +80,9 @@ export interface Payload {
   semver: string;
   vibecode: Vibecode;
   authority?: AuthorityInfo;
+  /** intent `key` only (grammar 1.1, docs/key-events.md): the root-signed statement and its holders' signatures. */
+  statement?: Statement;
+  signatures?: StatementSignature[];
 }
 
 export interface Block {
@@ -102,7 +106,9 @@ export interface Checkpoint {
   signature: string;
 }
 
-export const GRAMMAR_VERSIONS: readonly string[] = ['1.0'];
+export const GRAMMAR_VERSIONS: readonly string[] = ['1.0', '1.1'];
+/** The grammar of key blocks (intent `key`); every other block is 1.0. */
+export const KEY_GRAMMAR_VERSION = '1.1';
 export const ZERO_HASH = '0'.repeat(64);
 export const SIGNATURE_ALGORITHM = 'ed25519';
 
@@ -235,7 +241,7 @@ const hasOwn = Object.prototype.hasOwnProperty;
 const MEMBERS = {
   block: ['comment', 'index', 'prev_hash', 'posted', 'signer', 'payload', 'signature', 'record_hash'],
   payload: ['intent', 'effective_date', 'endorsements', 'grammar', 'tags', 'target_hash', 'uns', 'semver', 'vibecode'],
-  payloadOptional: ['authority'],
+  payloadOptional: ['authority', 'statement', 'signatures'],
   endorsement: ['endorsement', 'artifact_url', 'artifact_hash', 'signature_algorithm', 'name', 'semver', 'license', 'comment'],
   grammar: ['hash', 'version'],
   vibecode: ['endorsement', 'intent', 'license', 'signer', 'uns', 'semver'],
@@ -318,7 +324,7 @@ function parsePayload(v: unknown, position: number): Payload {
   const path = 'payload';
   const o = object(v, path, MEMBERS.payload, MEMBERS.payloadOptional);
   const intent = o.intent;
-  if (intent !== 'authority' && intent !== 'endorse' && intent !== 'revoke') fail(`${path}.intent`, `unknown intent ${JSON.stringify(intent)}`);
+  if (intent !== 'authority' && intent !== 'endorse' && intent !== 'revoke' && intent !== 'key') fail(`${path}.intent`, `unknown intent ${JSON.stringify(intent)}`);
   if (intent === 'authority' && position !== 0) fail(`${path}.intent`, '"authority" is allowed only in block 0');
   if (intent !== 'authority' && position === 0) fail(`${path}.intent`, 'block 0 must be the authority block');
 
@@ -327,6 +333,9 @@ function parsePayload(v: unknown, position: number): Payload {
     hash: formed(g.hash, `${path}.grammar.hash`, isHex64, '64 lowercase hex digits'),
     version: formed(g.version, `${path}.grammar.version`, isGrammarVersion, GRAMMAR_VERSION_FORM),
   };
+  if ((intent === 'key') !== (grammar.version === KEY_GRAMMAR_VERSION)) {
+    fail(`${path}.grammar.version`, intent === 'key' ? `a key block is grammar ${KEY_GRAMMAR_VERSION}` : `grammar ${grammar.version} is for key blocks only; a ${intent} block is 1.0`);
+  }
 
   if (typeof o.tags !== 'object' || o.tags === null || Array.isArray(o.tags)) fail(`${path}.tags`, 'must be an object');
   const t = o.tags as Obj;
@@ -391,6 +400,18 @@ function parsePayload(v: unknown, position: number): Payload {
     };
   } else if ('authority' in o) {
     fail(`${path}.authority`, 'allowed only on the authority block');
+  }
+  if (intent === 'key') {
+    if (!('statement' in o) || !('signatures' in o)) fail(path, 'a key block carries "statement" and "signatures"');
+    try {
+      payload.statement = parseStatement(o.statement, `${path}.statement`);
+      payload.signatures = parseSignatures(o.signatures, `${path}.signatures`);
+    } catch (e) {
+      if (e instanceof KeyEventError) throw new Malformed(e.message);
+      throw e;
+    }
+  } else if ('statement' in o || 'signatures' in o) {
+    fail(path, '"statement" and "signatures" are allowed only on a key block');
   }
   return payload;
 }
@@ -511,7 +532,8 @@ export function parseBlockFile(text: string, position: number): { block: Block; 
     } catch {
       block = null; // worded below
     }
-    if (block !== null && colonCount(text) - blockColons(block) === blockMembers(block)) return { block, malformed: null };
+    // Key blocks (rare) take readJson's path: their statement's members are not counted here.
+    if (block !== null && block.payload.intent !== 'key' && colonCount(text) - blockColons(block) === blockMembers(block)) return { block, malformed: null };
   }
   const json = readJson(text);
   if (json.error !== null) return { block: null, malformed: json.error };

@@ -12,11 +12,12 @@ import type { CryptoBackend, HashAlgorithm, Signer } from './crypto-backend.ts';
 import { hashBytes } from './crypto-backend.ts';
 import { canonicalize } from './jcs.ts';
 import { base64Encode, hexEncode, utf8 } from './encoding.ts';
-import { grammarHash } from './schema.ts';
+import { grammarHash, keyGrammarHash } from './schema.ts';
+import type { SignedStatement } from './key-events.ts';
 import { formatArtifactHash } from './hash-algorithms.ts';
 import {
   type Block, type Checkpoint, type Endorsement, type Payload, type UnhashedBlock,
-  GRAMMAR_VERSIONS, SIGNATURE_ALGORITHM, ZERO_HASH, formatDateTime, parseBlock,
+  GRAMMAR_VERSIONS, KEY_GRAMMAR_VERSION, SIGNATURE_ALGORITHM, ZERO_HASH, formatDateTime, parseBlock,
 } from './block.ts';
 
 /** The bytes an authority signs for a block: UTF-8 of JCS(payload). */
@@ -42,6 +43,7 @@ export function computeRecordHash(block: UnhashedBlock | Block, backend: CryptoB
  * Members in UTF-16 order.
  */
 export function parsedPayloadJcs(p: Payload): string {
+  if (p.intent === 'key') return canonicalize(p); // rare: the general JCS
   const s = JSON.stringify;
   let out = '{';
   if (p.authority) {
@@ -223,6 +225,39 @@ export function buildRevokeBlock(input: CommonInput & { prev: Block; target: Blo
         endorsement: 'provenance', intent: 'revoke', license: target.payload.vibecode.license,
         signer: input.signer.id, uns: target.payload.uns, semver: target.payload.semver,
       },
+    },
+  }, input.signer, input.backend);
+}
+
+/**
+ * A `key` block after `prev` carrying a root-signed statement
+ * (docs/key-events.md). `signer` must be the online key the statement puts
+ * in force (it signs the block: proof it holds the key). The caller checks
+ * the statement against the chain's key state first (`applyKeyEvent`).
+ */
+export function buildKeyBlock(input: CommonInput & { prev: Block; signed: SignedStatement }): Block {
+  const st = input.signed.statement;
+  const posted = postedAfter(input.prev, input.now);
+  const what = st.action === 'root' ? `root version ${st.root.version}` : st.action === 'key' ? 'online key rotation' : `compromise of ${st.compromised} after block ${st.good_through}`;
+  const semver = `${st.sequence}.0.0`;
+  return seal({
+    comment: input.comment ?? `key event ${st.sequence}: ${what}`,
+    index: input.prev.index + 1,
+    prev_hash: input.prev.record_hash,
+    posted,
+    signer: input.signer.id,
+    payload: {
+      effective_date: input.effectiveDate ?? posted.slice(0, 10),
+      endorsements: [],
+      grammar: { hash: keyGrammarHash(input.backend), version: KEY_GRAMMAR_VERSION },
+      intent: 'key',
+      semver,
+      signatures: input.signed.signatures.map((x) => ({ public_key: x.public_key, signature: x.signature })),
+      statement: st,
+      tags: input.tags ?? {},
+      target_hash: 'self',
+      uns: 'vouch/keys',
+      vibecode: { endorsement: 'key', intent: 'key', license: 'CC0-1.0', signer: input.signer.id, uns: 'vouch/keys', semver },
     },
   }, input.signer, input.backend);
 }

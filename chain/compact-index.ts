@@ -41,9 +41,9 @@ export function cyrb53(s: string): number {
 /** A string hash returning a non-negative integer below 2^53. */
 export type UrlHash = (url: string) => number;
 
-const INTENTS: readonly Intent[] = ['authority', 'endorse', 'revoke'];
+const INTENTS: readonly Intent[] = ['authority', 'endorse', 'revoke', 'key'];
 const MAGIC = 0x56494458; // "VIDX"
-const IMAGE_VERSION = 1;
+const IMAGE_VERSION = 2;
 const HEADER_WORDS = 12;
 const NONE: readonly number[] = Object.freeze([]);
 
@@ -109,6 +109,8 @@ export class CompactIndex {
 
   private revocations = new Map<number, number[]>();
   private revokePairs: number[] = [];
+  /** Void block ranges declared by compromise key blocks, as inclusive [from, to] pairs flattened. */
+  private voidPairs: number[] = [];
 
   private readonly scratch = new Uint8Array(32);
 
@@ -202,6 +204,8 @@ export class CompactIndex {
       this.namePrev[i] = this.nameLast[id]!;
       this.nameLast[id] = i;
       this.nameCounts[id]!++;
+    } else if (f.intent === 'key' && f.voids !== null) {
+      this.voidPairs.push(f.voids[0], f.voids[1]);
     } else if (f.intent === 'revoke' && f.target !== null) {
       const t = this.indexOfHash(f.target);
       if (t >= 0 && this.intents[t] === 1) {
@@ -317,8 +321,24 @@ export class CompactIndex {
     const v = this.urlTable[this.urlSlot(hi, lo)]!;
     if (v === 0) return [];
     const out: number[] = [];
-    for (let node = v - 1; node >= 0; node = this.nodePrev[node]!) out.push(this.nodeEntry[node]!, this.nodeBlock[node]!);
+    for (let node = v - 1; node >= 0; node = this.nodePrev[node]!) {
+      if (this.voidPairs.length === 0 || !this.isVoid(this.nodeBlock[node]!)) out.push(this.nodeEntry[node]!, this.nodeBlock[node]!);
+    }
     return out.reverse();
+  }
+
+  /** Whether block i is void (signed by a compromised key after its last good block): never selected. */
+  isVoid(i: number): boolean {
+    const v = this.voidPairs;
+    for (let k = 0; k < v.length; k += 2) if (i >= v[k]! && i <= v[k + 1]!) return true;
+    return false;
+  }
+
+  /** The void ranges, inclusive [from, to] each, in chain order. */
+  voids(): [number, number][] {
+    const out: [number, number][] = [];
+    for (let k = 0; k < this.voidPairs.length; k += 2) out.push([this.voidPairs[k]!, this.voidPairs[k + 1]!]);
+    return out;
   }
 
   /** Endorse blocks of the unit, oldest first. */
@@ -328,12 +348,13 @@ export class CompactIndex {
     const out: number[] = new Array(this.nameCounts[id]!);
     let k = out.length;
     for (let b = this.nameLast[id]!; b >= 0; b = this.namePrev[b]!) out[--k] = b;
-    return out;
+    return this.voidPairs.length === 0 ? out : out.filter((b) => !this.isVoid(b));
   }
 
   /** Revoke blocks naming endorse block i, in chain order. */
   revocationsOf(i: number): readonly number[] {
-    return this.revocations.get(i) ?? NONE;
+    const list = this.revocations.get(i) ?? NONE;
+    return this.voidPairs.length === 0 || list.length === 0 ? list : list.filter((r) => !this.isVoid(r)); // a void revoke revokes nothing
   }
 
   // ------------------------------------------------------------------ image
@@ -349,14 +370,14 @@ export class CompactIndex {
       this.nodeHi.subarray(0, m), this.nodeLo.subarray(0, m), this.nodeBlock.subarray(0, m), this.nodeEntry.subarray(0, m), this.nodePrev.subarray(0, m),
       this.hashTable, this.urlTable,
       this.nameLast.subarray(0, this.names.length), this.nameCounts.subarray(0, this.names.length),
-      Int32Array.from(this.revokePairs), names,
+      Int32Array.from(this.revokePairs), Int32Array.from(this.voidPairs), names,
     ];
     const pad = (x: number) => (x + 7) & ~7;
     let total = HEADER_WORDS * 4;
     for (const s of sections) total = pad(total + s.byteLength);
     const out = new Uint8Array(total);
     const header = new Uint32Array(out.buffer, 0, HEADER_WORDS);
-    header.set([MAGIC, IMAGE_VERSION, n, m, this.hashTable.length, this.urlTable.length, this.urlKeys, this.names.length, this.revokePairs.length, names.length, total, 0]);
+    header.set([MAGIC, IMAGE_VERSION, n, m, this.hashTable.length, this.urlTable.length, this.urlKeys, this.names.length, this.revokePairs.length, names.length, total, this.voidPairs.length]);
     let off = HEADER_WORDS * 4;
     for (const s of sections) {
       out.set(new Uint8Array(s.buffer, s.byteOffset, s.byteLength), off);
@@ -371,7 +392,7 @@ export class CompactIndex {
     if (image.byteLength < HEADER_WORDS * 4) throw bad('too short');
     const aligned = image.byteOffset % 8 === 0 ? image : image.slice();
     const h = new Uint32Array(aligned.buffer, aligned.byteOffset, HEADER_WORDS);
-    const [magic, version, n, m, hashCap, urlCap, urlKeys, nameCount, pairCount, namesLen, total] = h as unknown as number[];
+    const [magic, version, n, m, hashCap, urlCap, urlKeys, nameCount, pairCount, namesLen, total, voidCount] = h as unknown as number[];
     if (magic !== MAGIC || version !== IMAGE_VERSION) throw bad('not an index image');
     if (total !== aligned.byteLength) throw bad('not whole');
     const pow2 = (x: number) => x >= 16 && (x & (x - 1)) === 0;
@@ -404,6 +425,8 @@ export class CompactIndex {
     idx.nameLast = take(Int32Array, nameCount!, nameCount!);
     idx.nameCounts = take(Int32Array, nameCount!, nameCount!);
     const pairs = take(Int32Array, pairCount!, pairCount!);
+    if (voidCount! % 2 !== 0) throw bad('bad void ranges');
+    idx.voidPairs = Array.from(take(Int32Array, voidCount!, voidCount!));
     if (off + namesLen! > aligned.byteLength) throw bad('not whole');
     const meta = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(aligned.subarray(off, off + namesLen!))) as { names: string[]; hash: string };
     if (meta.hash !== urlHashId) throw bad(`made with URL hash ${meta.hash}, not ${urlHashId}`);

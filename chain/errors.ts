@@ -28,6 +28,8 @@ export type IntegrityCode =
   | 'untrusted_authority'
   | 'signer_mismatch'
   | 'bad_signature'
+  | 'retired_key'
+  | 'bad_key_event'
   | 'time_regression'
   | 'bad_artifact_hash'
   | 'checkpoint_mismatch'
@@ -45,6 +47,8 @@ export type RequestCode =
   | 'unsupported_media_type'
   | 'revoked'
   | 'already_revoked'
+  | 'bad_statement'
+  | 'stale_statement'
   | 'usage';
 
 export type EnvironmentCode =
@@ -93,6 +97,8 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   untrusted_authority: integrity('the authority key differs from the pinned key'),
   signer_mismatch: integrity('the block signer is not the authority in force'),
   bad_signature: integrity('the signature does not verify with the authority key'),
+  retired_key: integrity('the block is signed by an online key retired earlier (it signs nothing after its retirement)'),
+  bad_key_event: integrity('a key block\'s statement is not valid for the chain\'s keys: threshold, root, sequence or key (docs/key-events.md)'),
   time_regression: integrity('posted is earlier than the previous block'),
   bad_artifact_hash: integrity('artifact_hash is not <algorithm>:<hex> of a known algorithm'),
   checkpoint_mismatch: integrity('the checkpoint does not sign this chain head'),
@@ -109,6 +115,8 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   unsupported_media_type: request('request body is not JSON'),
   revoked: request('the selected version is revoked'),
   already_revoked: request('the block is already revoked'),
+  bad_statement: request('a key statement cannot be applied: too few signatures, a key outside the root, a holder twice, a weak or retired key, a bad index'),
+  stale_statement: request('a key statement was already applied or superseded (its sequence is used)'),
   usage: request('bad command line'),
 
   origin_error: environment('the origin failed or sent a bad response'),

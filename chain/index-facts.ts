@@ -24,6 +24,8 @@ export interface IndexFacts {
   urls: string[];
   /** target_hash of a revoke block, else null. */
   target: string | null;
+  /** A compromise declaration's void blocks (inclusive index range, docs/key-events.md), else null. */
+  voids: [number, number] | null;
 }
 
 export function indexFactsOf(block: Block): IndexFacts {
@@ -35,5 +37,12 @@ export function indexFactsOf(block: Block): IndexFacts {
     uns: p.uns,
     urls: p.intent === 'endorse' ? p.endorsements.map((e) => e.artifact_url) : [],
     target: p.intent === 'revoke' ? p.target_hash : null,
+    voids: voidsOf(block),
   };
+}
+
+function voidsOf(block: Block): [number, number] | null {
+  const st = block.payload.statement;
+  if (block.payload.intent !== 'key' || st?.action !== 'compromise' || st.good_through + 1 > block.index - 1) return null;
+  return [st.good_through + 1, block.index - 1];
 }

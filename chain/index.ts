@@ -16,6 +16,7 @@ export * from './build.ts';
 export * from './verify.ts';
 export * from './select.ts';
 export * from './revoke.ts';
+export * from './key-events.ts';
 export { isFullOrderPublicKey } from './weak-key.ts';
 export * from './merkle.ts';
 export * from './merkle-tree.ts';

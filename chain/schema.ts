@@ -82,3 +82,56 @@ export function grammarHash(backend: CryptoBackend): string {
   }
   return h;
 }
+
+/**
+ * Grammar 1.1: the payload of a key block (intent `key`, docs/key-events.md):
+ * 1.0's members with the intent `key`, the root-signed `statement` and the
+ * holders' `signatures`. Every other block stays 1.0.
+ */
+const b64key = { type: 'string', contentEncoding: 'base64', minLength: 44, maxLength: 44 };
+const online = { type: 'object', additionalProperties: false, required: ['signer', 'public_key'], properties: { signer: { type: 'string' }, public_key: b64key } };
+export const KEY_PAYLOAD_SCHEMA = {
+  ...PAYLOAD_SCHEMA,
+  $id: 'urn:vouch:payload:1.1',
+  title: 'vouch key block payload, grammar 1.1',
+  required: [...PAYLOAD_SCHEMA.required, 'statement', 'signatures'],
+  properties: {
+    ...PAYLOAD_SCHEMA.properties,
+    intent: { const: 'key' },
+    endorsements: { type: 'array', maxItems: 0 },
+    grammar: { ...PAYLOAD_SCHEMA.properties.grammar, properties: { hash: hex64, version: { const: '1.1' } } },
+    target_hash: { const: 'self' },
+    statement: {
+      type: 'object',
+      required: ['action', 'chain', 'sequence', 'online'],
+      properties: {
+        action: { enum: ['root', 'key', 'compromise'] },
+        chain: hex64,
+        sequence: { type: 'integer', minimum: 1 },
+        online,
+        root: {
+          type: 'object', additionalProperties: false, required: ['version', 'threshold', 'keys'],
+          properties: { version: { type: 'integer', minimum: 1 }, threshold: { type: 'integer', minimum: 1 }, keys: { type: 'array', items: b64key, minItems: 1, maxItems: 32 } },
+        },
+        compromised: b64key,
+        good_through: { type: 'integer', minimum: 0 },
+      },
+    },
+    signatures: {
+      type: 'array', maxItems: 64,
+      items: { type: 'object', additionalProperties: false, required: ['public_key', 'signature'], properties: { public_key: b64key, signature: { type: 'string', contentEncoding: 'base64' } } },
+    },
+  },
+} as const;
+
+const keyCache = new WeakMap<CryptoBackend, string>();
+
+/** sha256 of JCS of the key block schema (the `grammar.hash` of key blocks). */
+export function keyGrammarHash(backend: CryptoBackend): string {
+  let h = keyCache.get(backend);
+  if (h === undefined) {
+    h = hexEncode(hashBytes(backend, 'sha256', utf8(canonicalize(KEY_PAYLOAD_SCHEMA))));
+    keyCache.set(backend, h);
+  }
+  return h;
+}

@@ -192,6 +192,16 @@ export class ChainIndex {
     return out;
   }
 
+  /** Whether block i is void (docs/key-events.md): it stays in the log as evidence and is never selected. */
+  isVoid(i: number): boolean {
+    return this.compact.isVoid(i);
+  }
+
+  /** The void block ranges (inclusive), in chain order. */
+  voids(): [number, number][] {
+    return this.compact.voids();
+  }
+
   /** Indexes of the endorse blocks of a unit (`owner/name`), oldest first (no block is read). */
   blockIndexesOf(uns: string): number[] {
     return this.compact.blocksOfName(uns);

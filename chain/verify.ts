@@ -34,6 +34,7 @@ import { hashHex } from './crypto-backend.ts';
 import { parseArtifactHash } from './hash-algorithms.ts';
 import { isFullOrderPublicKey } from './weak-key.ts';
 import { DigestList, DigestSet, hexOf } from './digest-set.ts';
+import { applyKeyEvent, initialKeyState, KeyEventError, type KeyState, type SignedStatement } from './key-events.ts';
 
 /** The authority in force: signer id and raw public key. */
 export interface TrustedAuthority {
@@ -68,6 +69,10 @@ export type BlockFacts =
       artifactHashError: string | null;
       /** Block 0 only: the authority it declares. */
       authority: TrustedAuthority | null;
+      /** A key block's statement and holders' signatures (checked when walked: they need the key state). */
+      keyEvent: SignedStatement | null;
+      /** When the signature fails with the key in force but verifies with a retired key: that key. */
+      retiredKey: string | null;
     };
 
 // The key decoded last (a chain has one authority key): strings are immutable, so the memo is exact.
@@ -103,6 +108,16 @@ function signatureValid(backend: CryptoBackend, publicKey: Uint8Array, message: 
   return sig !== null && sig.length === 64 && backend.verify(publicKey, message, sig);
 }
 
+/** The retired key (base64) a signature that failed verifies with, or null (run only on a failure). */
+function retiredSigner(backend: CryptoBackend, retired: readonly string[] | undefined, message: Uint8Array, sig: Uint8Array | null): string | null {
+  if (!retired || sig === null) return null;
+  for (const k of retired) {
+    const raw = decodeKey(k);
+    if (raw !== null && backend.verify(raw, message, sig)) return k;
+  }
+  return null;
+}
+
 /**
  * Checks a block on its own. `authority` is the authority in force (null
  * for block 0, which is checked against the key it declares).
@@ -112,6 +127,7 @@ export function examineBlock(
   position: number,
   authority: TrustedAuthority | null,
   backend: CryptoBackend,
+  retired?: readonly string[],
 ): { facts: BlockFacts; block: Block | null } {
   let block: Block;
   try {
@@ -120,7 +136,7 @@ export function examineBlock(
     if (e instanceof VouchError && e.code === 'malformed') return { facts: { position, malformed: e.message }, block: null };
     throw e;
   }
-  return { facts: examineParsed(block, position, authority, backend), block };
+  return { facts: examineParsed(block, position, authority, backend, undefined, retired), block };
 }
 
 /**
@@ -133,7 +149,8 @@ export function examineBlock(
  * before. The signed messages are copied (the examiner's buffer is reused).
  */
 export class SignatureBatch {
-  private facts: { signatureOk: boolean | null }[] = [];
+  private facts: { signatureOk: boolean | null; retiredKey?: string | null }[] = [];
+  private retired: (readonly string[] | undefined)[] = [];
   private keys: Uint8Array[] = [];
   private sigs: (Uint8Array | null)[] = [];
   private ends: number[] = [];
@@ -144,7 +161,7 @@ export class SignatureBatch {
     return this.facts.length;
   }
 
-  add(facts: { signatureOk: boolean | null }, key: Uint8Array, message: Uint8Array, signature: string): void {
+  add(facts: { signatureOk: boolean | null; retiredKey?: string | null }, key: Uint8Array, message: Uint8Array, signature: string, retired?: readonly string[]): void {
     if (this.used + message.length > this.arena.length) {
       const grown = new Uint8Array(Math.max(2 * this.arena.length, this.used + message.length));
       grown.set(this.arena.subarray(0, this.used));
@@ -153,6 +170,7 @@ export class SignatureBatch {
     this.arena.set(message, this.used);
     this.used += message.length;
     this.facts.push(facts);
+    this.retired.push(retired !== undefined && retired.length > 0 ? retired : undefined);
     this.keys.push(key);
     const sig = base64Decode(signature);
     this.sigs.push(sig !== null && sig.length === 64 ? sig : null);
@@ -165,10 +183,12 @@ export class SignatureBatch {
     for (let i = 0; i < this.facts.length; i++) {
       const sig = this.sigs[i]!;
       const to = this.ends[i]!;
-      this.facts[i]!.signatureOk = sig !== null && backend.verify(this.keys[i]!, this.arena.subarray(from, to), sig);
+      const f = this.facts[i]!;
+      f.signatureOk = sig !== null && backend.verify(this.keys[i]!, this.arena.subarray(from, to), sig);
+      if (!f.signatureOk && this.retired[i] !== undefined) f.retiredKey = retiredSigner(backend, this.retired[i], this.arena.subarray(from, to), sig);
       from = to;
     }
-    this.facts.length = this.keys.length = this.sigs.length = this.ends.length = 0;
+    this.facts.length = this.keys.length = this.sigs.length = this.ends.length = this.retired.length = 0;
     this.used = 0;
   }
 }
@@ -178,11 +198,14 @@ export class SignatureBatch {
  * itself: `parseBlockFile`). With `batch`, the signature check is put off
  * to `batch.check` (the facts say `signatureOk: null` until then).
  */
-export function examineParsed(block: Block, position: number, authority: TrustedAuthority | null, backend: CryptoBackend, batch?: SignatureBatch): BlockFacts {
+export function examineParsed(block: Block, position: number, authority: TrustedAuthority | null, backend: CryptoBackend, batch?: SignatureBatch, retired?: readonly string[]): BlockFacts {
   const declared = position === 0 && block.payload.authority
     ? { signer: block.payload.authority.signer, publicKey: block.payload.authority.public_key }
     : null;
-  const keyB64 = position === 0 ? declared?.publicKey : authority?.publicKey;
+  // A key block is signed by the online key its statement puts in force (docs/key-events.md).
+  const p0 = block.payload;
+  const keyEvent = p0.intent === 'key' ? { statement: p0.statement!, signatures: p0.signatures! } : null;
+  const keyB64 = position === 0 ? declared?.publicKey : keyEvent !== null ? keyEvent.statement.online.public_key : authority?.publicKey;
   const key = keyB64 === undefined ? null : decodeKey(keyB64);
   let artifactHashError: string | null = null;
   for (const e of block.payload.endorsements) {
@@ -209,8 +232,11 @@ export function examineParsed(block: Block, position: number, authority: Trusted
     signatureOk: key === null || batch !== undefined ? null : signatureValid(backend, key, payload, block.signature),
     artifactHashError,
     authority: declared,
+    keyEvent,
+    retiredKey: null,
   };
-  if (key !== null && batch !== undefined) batch.add(facts, key, payload, block.signature);
+  if (facts.signatureOk === false && keyEvent === null) facts.retiredKey = retiredSigner(backend, retired, payload, base64Decode(block.signature));
+  if (key !== null && batch !== undefined) batch.add(facts, key, payload, block.signature, keyEvent === null ? retired : undefined);
   return facts;
 }
 
@@ -221,10 +247,13 @@ export interface VerifierState {
   head: string;
   /** `posted` of block size-1 ('' when size is 0). */
   lastPosted: string;
+  /** The online key in force (after key events: the current one). */
   authority: TrustedAuthority | null;
+  /** Root, online key, retired keys and void ranges (docs/key-events.md); null only before block 0. */
+  keys: KeyState | null;
 }
 
-export const EMPTY_STATE: VerifierState = { size: 0, head: ZERO_HASH, lastPosted: '', authority: null };
+export const EMPTY_STATE: VerifierState = { size: 0, head: ZERO_HASH, lastPosted: '', authority: null, keys: null };
 
 export interface VerifierOptions {
   backend: CryptoBackend;
@@ -284,9 +313,10 @@ export class ChainVerifier {
     this.startedAt = this.s.size;
     this.endorsedBefore = options.endorsedBefore ?? null;
     this.acceptedEndorse = options.recordWalk === true ? new DigestList() : null;
-    if (this.pinned && this.s.authority && !bytesEqual(decodeKey(this.s.authority.publicKey) ?? new Uint8Array(), this.pinned)) {
+    const first = this.s.keys?.first ?? this.s.authority?.publicKey;
+    if (this.pinned && first !== undefined && !bytesEqual(decodeKey(first) ?? new Uint8Array(), this.pinned)) {
       throw new VouchError('untrusted_authority', 'the verified chain was signed by a different authority than the pinned key', {
-        index: 0, evidence: { pinned: base64Encode(this.pinned), chain: this.s.authority.publicKey },
+        index: 0, evidence: { pinned: base64Encode(this.pinned), chain: first },
       });
     }
   }
@@ -303,9 +333,14 @@ export class ChainVerifier {
     return this.s.authority;
   }
 
+  /** The key state (root, online key, retired keys, voids); null before block 0. */
+  get keys(): KeyState | null {
+    return this.s.keys;
+  }
+
   /** Parses, checks and appends the next block; returns it parsed. */
   add(value: unknown): Block {
-    const { facts, block } = examineBlock(value, this.s.size, this.s.authority, this.backend);
+    const { facts, block } = examineBlock(value, this.s.size, this.s.authority, this.backend, this.s.keys?.retired);
     this.addFacts(facts);
     return block!;
   }
@@ -339,7 +374,9 @@ export class ChainVerifier {
    */
   advanceTo(state: VerifierState, walk?: WalkRecord): void {
     const a = this.s.authority;
-    if (a === null || state.authority === null || state.authority.publicKey !== a.publicKey || state.authority.signer !== a.signer || state.size < this.s.size) {
+    const rotated = (state.keys?.sequence ?? 0) > (this.s.keys?.sequence ?? 0); // a key event in the walk
+    if (a === null || state.authority === null || (!rotated && (state.authority.publicKey !== a.publicKey || state.authority.signer !== a.signer)) ||
+        state.size < this.s.size || state.keys?.chain !== this.s.keys?.chain || (state.keys?.sequence ?? 0) < (this.s.keys?.sequence ?? 0)) {
       throw new TypeError(`cannot advance from block ${this.s.size} to a state of another authority or an earlier block`);
     }
     if (walk) {
@@ -387,6 +424,7 @@ export class ChainVerifier {
       fail('record_hash_mismatch', 'record_hash does not match the block content', { stored: f.recordHash, computed: f.computedRecordHash });
     }
     let authority = this.s.authority;
+    let keys = this.s.keys;
     if (p === 0) {
       // 5. weak_key, then untrusted_authority
       const declared = f.authority!;
@@ -396,12 +434,28 @@ export class ChainVerifier {
         fail('untrusted_authority', 'the authority key differs from the pinned key', { pinned: base64Encode(this.pinned), chain: declared.publicKey });
       }
       authority = declared;
+      keys = initialKeyState(f.recordHash, declared.signer, declared.publicKey);
     }
+    // A key block is signed by the online key its statement puts in force.
+    const signing = f.keyEvent !== null ? { signer: f.keyEvent.statement.online.signer, publicKey: f.keyEvent.statement.online.public_key } : authority!;
     // 6. signer_mismatch
-    if (f.signer !== authority!.signer) fail('signer_mismatch', `signed by ${JSON.stringify(f.signer)}, the authority is ${JSON.stringify(authority!.signer)}`);
-    // 7. bad_signature
+    if (f.signer !== signing.signer) fail('signer_mismatch', `signed by ${JSON.stringify(f.signer)}, the authority is ${JSON.stringify(signing.signer)}`);
+    // 7. bad_signature (retired_key: it verifies with a key retired earlier, which signs nothing after its retirement)
     if (f.signatureOk === null) throw new TypeError(`signature of block ${p} was not checked`);
-    if (!f.signatureOk) fail('bad_signature', 'the signature does not verify with the authority key', { public_key: authority!.publicKey });
+    if (!f.signatureOk && f.retiredKey) {
+      fail('retired_key', `signed by the retired key ${f.retiredKey}; the key in force since block ${keys!.online.since} is ${signing.publicKey}`, { retired_key: f.retiredKey, public_key: signing.publicKey, since: keys!.online.since });
+    }
+    if (!f.signatureOk) fail('bad_signature', f.keyEvent !== null ? 'the key block is not signed by the online key its statement names' : 'the signature does not verify with the authority key', { public_key: signing.publicKey });
+    // 7b. bad_key_event: the statement against the key state (root threshold, sequence, keys)
+    if (f.keyEvent !== null) {
+      try {
+        keys = applyKeyEvent(this.backend, keys!, f.keyEvent, p);
+      } catch (e) {
+        if (!(e instanceof KeyEventError)) throw e;
+        fail('bad_key_event', e.why, { sequence: f.keyEvent.statement.sequence, action: f.keyEvent.statement.action });
+      }
+      authority = { signer: keys!.online.signer, publicKey: keys!.online.publicKey };
+    }
     // 8. time_regression
     if (f.posted < this.s.lastPosted) fail('time_regression', `posted ${f.posted} is earlier than the previous block's ${this.s.lastPosted}`);
     // 9. bad_artifact_hash
@@ -410,7 +464,7 @@ export class ChainVerifier {
     if (f.fileError !== null) fail('malformed', f.fileError);
     if (target === null) this.deferred.push({ position: p, target: f.revokes! });
     if (f.endorse) this.remember(f.recordHash);
-    this.s = { size: p + 1, head: f.recordHash, lastPosted: f.posted, authority };
+    this.s = { size: p + 1, head: f.recordHash, lastPosted: f.posted, authority, keys };
   }
 
   /**
@@ -439,7 +493,7 @@ function badRevoke(position: number, target: string): VouchError {
 }
 
 export type VerifyResult =
-  | { ok: true; size: number; head: string; authority: TrustedAuthority; checkpoint: Checkpoint | null }
+  | { ok: true; size: number; head: string; authority: TrustedAuthority; keys: KeyState; checkpoint: Checkpoint | null }
   | { ok: false; code: IntegrityCode; index: number | null; message: string; error: VouchError };
 
 /** Verifies a whole chain held in memory (blocks as parsed JSON values). */
@@ -453,7 +507,7 @@ export function verifyChain(
     for (const b of blocks) v.add(b);
     const checkpoint = options.checkpoint === undefined || options.checkpoint === null ? null : v.verifyCheckpoint(options.checkpoint);
     const s = v.state;
-    return { ok: true, size: s.size, head: s.head, authority: s.authority!, checkpoint };
+    return { ok: true, size: s.size, head: s.head, authority: s.authority!, keys: s.keys!, checkpoint };
   } catch (e) {
     if (e instanceof VouchError && e.kind === 'integrity') {
       return { ok: false, code: e.code as IntegrityCode, index: e.index ?? null, message: e.message, error: e };

@@ -21,6 +21,8 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   untrusted_authority: 500,
   signer_mismatch: 500,
   bad_signature: 500,
+  retired_key: 500,
+  bad_key_event: 500,
   time_regression: 500,
   bad_artifact_hash: 500,
   checkpoint_mismatch: 500,
@@ -38,6 +40,8 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   unsupported_media_type: 415,
   revoked: 410,
   already_revoked: 409,
+  bad_statement: 400,
+  stale_statement: 409,
   usage: 400,
 
   // environment

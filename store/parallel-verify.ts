@@ -51,6 +51,7 @@ import { nodeBackend } from '../platform/node-crypto.ts';
 import { closeObjectRead, examineFile, examineObject, leafOfRecordHash, objectReadOf, type Examined, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
+import { initialKeyState, type KeyState } from '../chain/key-events.ts';
 
 /** What a chain directory offers to the verifier (ChainRepo implements it). */
 export interface BlockSource {
@@ -165,8 +166,13 @@ function planBatches(total: number, batch: number, threads: number): Batch[] {
   return batches;
 }
 
-/** Hands a batch's result to the chain verifier (in chain order); throws the chain's first failure. */
-type Link = (r: VerifyTaskResult, b: Batch) => void;
+/**
+ * Hands a batch's result to the chain verifier (in chain order); throws the
+ * chain's first failure. True when the batch was verified again on this
+ * thread (it was handed out before a key block changed the key: its
+ * worker's failures do not count).
+ */
+type Link = (r: VerifyTaskResult, b: Batch) => boolean;
 
 /** A run of batches on the workers (`runBatches`). */
 interface Run {
@@ -217,7 +223,10 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
       while (contiguous <= last && waiting.has(contiguous)) {
         const r = waiting.get(contiguous)!;
         waiting.delete(contiguous);
-        link(r, batches[contiguous++]!);
+        const b = batches[contiguous++]!;
+        if (link(r, b) && b.id === last && last < batches.length - 1 && (r.first.malformed !== null || r.failure !== null)) {
+          last = batches.length - 1; // its failure came from the old key: the batches after it are needed after all
+        }
       }
     } catch (e) {
       return settle(e);
@@ -257,7 +266,11 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
  * (its deferred revokes checked), the failing block replayed for the exact
  * error; hands the blocks that passed to `onVerified` before throwing.
  */
-function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified'], onLeaves?: DirVerifyOptions['onLeaves']): void {
+function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified'], onLeaves: DirVerifyOptions['onLeaves'] | undefined, again: (from: number, to: number) => void): boolean {
+  if (r.sequence !== verifier.keys!.sequence) {
+    again(b.start, b.start + b.count); // handed out before a key block changed the key in force
+    return true;
+  }
   verifier.addFacts(r.first);
   let failed: unknown = null;
   if (r.walked) {
@@ -282,6 +295,7 @@ function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVer
   }
   if (failed !== null) throw failed;
   if (r.failure) verifier.addFacts(r.failure);
+  return false;
 }
 
 /** Hands examined blocks that passed to `onVerified` (block 0, and the inline path's blocks). */
@@ -386,13 +400,13 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     const objects = source.sparse === true && source.blockObjects && committed !== null ? source.blockObjects() : null;
     const gitdir = base + '.git' + sep;
     /** Block `p`, read and examined on this thread (block 0, small chains). */
-    const examineAt = (p: number, authority: TrustedAuthority | null): Examined => {
-      if (objects === null) return examineFile(base + blockPath(p), p, authority, expect(p));
+    const examineAt = (p: number, authority: TrustedAuthority | null, retired?: readonly string[]): Examined => {
+      if (objects === null) return examineFile(base + blockPath(p), p, authority, expect(p), undefined, retired);
       const oid = expect(p);
       if (!oid) return { facts: { position: p, malformed: `${blockPath(p)} is not on branch main` }, text: null, block: null };
       const at = objects.where(oid);
       mainRead ??= objectReadOf(gitdir, objects.packDir);
-      return examineObject(mainRead, p, authority, oid, at?.pack ?? null, at?.offset ?? -1);
+      return examineObject(mainRead, p, authority, oid, at?.pack ?? null, at?.offset ?? -1, undefined, retired);
     };
     /** The blob id the branch commits for block `i` (null: none); undefined without a branch. */
     const expect = (i: number): Uint8Array | null | undefined => {
@@ -400,8 +414,10 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       const oid = new Uint8Array(20);
       return committed.copyOid(i, oid, 0) ? oid : null;
     };
-    const taskOf = (authority: TrustedAuthority) => (b: Batch): { task: VerifyTask; transfer: ArrayBuffer[] } => {
-      const task: VerifyTask = { id: b.id, dir: base, start: b.start, count: b.count, authority };
+    // The key state batches are handed out with: block 0's, then the newest linked (a batch handed out before a key block is verified again here).
+    let current: { authority: TrustedAuthority; keys: KeyState } | null = null;
+    const taskOf = (b: Batch): { task: VerifyTask; transfer: ArrayBuffer[] } => {
+      const task: VerifyTask = { id: b.id, dir: base, start: b.start, count: b.count, authority: current!.authority, keys: current!.keys };
       if (onVerified) task.texts = true;
       if (onLeaves) task.leaves = true;
       if (committed === null) return { task, transfer: [] };
@@ -434,7 +450,9 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       const head = examineAt(0, null);
       if (acceptable(head.facts, options.pinnedPublicKey)) {
         poolUsed = true;
-        const run = runBatches(await pool, planBatches(hint, batch, threads), taskOf(head.facts.authority));
+        const a = head.facts.authority;
+        current = { authority: a, keys: initialKeyState(head.facts.recordHash, a.signer, a.publicKey) };
+        const run = runBatches(await pool, planBatches(hint, batch, threads), taskOf);
         run.done.catch(() => {}); // awaited below, or dropped with the pool
         speculative = { size: hint, head, run };
       }
@@ -447,16 +465,40 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     const files = confirmed ? [] : objects !== null ? committedList() : source.listBlockFiles();
     const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: options.pinnedPublicKey ?? null });
     let total: number;
+    /** Verifies blocks from..to-1 on this thread, each with the key in force as it comes; handed to onVerified a thousand at a time once they passed. */
+    const inline = (from: number, to: number, total: number): void => {
+      let passed: Examined[] = [];
+      for (let p = from; p < to; p++) {
+        const x = examineAt(p, verifier.authority, verifier.keys!.retired);
+        try {
+          verifier.addFacts(x.facts);
+        } catch (e) {
+          deliver(onVerified, p - passed.length, passed);
+          throw e;
+        }
+        if (onVerified) passed.push(x);
+        leafOf?.(p, x);
+        if (p % 1000 === 0) {
+          deliver(onVerified, p + 1 - passed.length, passed);
+          passed = [];
+          progress(p, total);
+        }
+      }
+      deliver(onVerified, to - passed.length, passed);
+    };
+    const link = (r: VerifyTaskResult, b: Batch): boolean => {
+      const again = linkBatch(verifier, r, b, onVerified, onLeaves, (from, to) => inline(from, to, total));
+      current = { authority: verifier.authority!, keys: verifier.keys! };
+      progress(b.start + b.count, total);
+      return again;
+    };
 
     if (speculative && (confirmed || exactly(files, speculative.size))) {
       total = speculative.size;
       verifier.addFacts(speculative.head.facts);
       deliver(onVerified, 0, [speculative.head]);
       leafOf?.(0, speculative.head);
-      speculative.run.begin((r, b) => {
-        linkBatch(verifier, r, b, onVerified, onLeaves);
-        progress(b.start + b.count, total);
-      });
+      speculative.run.begin(link);
       await speculative.run.done;
     } else {
       if (poolUsed) await stopPool();
@@ -486,36 +528,15 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
         verifier.addFacts(head.facts);
         deliver(onVerified, 0, [head]);
         leafOf?.(0, head);
-        const authority = verifier.authority!;
         if (threads === 0 || total < INLINE_BELOW) {
-          // Handed to onVerified a thousand at a time once they passed (those before a failure, then).
-          let passed: Examined[] = [];
-          for (let p = 1; p < total; p++) {
-            const x = examineAt(p, authority);
-            try {
-              verifier.addFacts(x.facts);
-            } catch (e) {
-              deliver(onVerified, p - passed.length, passed);
-              throw e;
-            }
-            if (onVerified) passed.push(x);
-            leafOf?.(p, x);
-            if (p % 1000 === 0) {
-              deliver(onVerified, p + 1 - passed.length, passed);
-              passed = [];
-              progress(p, total);
-            }
-          }
-          deliver(onVerified, total - passed.length, passed);
+          inline(1, total, total);
         } else {
           const batches = planBatches(total, batch, threads);
           if (pool === null) pool = startWorkers(Math.min(threads, batches.length));
           poolUsed = true;
-          const run = runBatches(await pool, batches, taskOf(authority));
-          run.begin((r, b) => {
-            linkBatch(verifier, r, b, onVerified, onLeaves);
-            progress(b.start + b.count, total);
-          });
+          current = { authority: verifier.authority!, keys: verifier.keys! };
+          const run = runBatches(await pool, batches, taskOf);
+          run.begin(link);
           await run.done;
         }
       }

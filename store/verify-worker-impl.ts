@@ -36,6 +36,7 @@ import { isVouchError } from '../chain/errors.ts';
 import { LIMITS, parseBlockFile, utf8Text, type Block } from '../chain/block.ts';
 import { blockPath } from '../chain/layout.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
+import { applyKeyEvent, KeyEventError, type KeyState } from '../chain/key-events.ts';
 import { leafHash } from '../chain/merkle.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { DiskPacks, PackWindow } from './git-pack.ts';
@@ -49,6 +50,8 @@ export interface VerifyTask {
   start: number;
   count: number;
   authority: TrustedAuthority;
+  /** The key state at `start` (docs/key-events.md); the walk applies the key blocks of the batch. */
+  keys: KeyState;
   /**
    * Per block of the batch, the git blob id the branch commits at its path,
    * 20 bytes each, back to back (one buffer, not a string a block); absent
@@ -71,6 +74,8 @@ export interface VerifyTask {
 }
 export interface VerifyTaskResult {
   id: number;
+  /** The key events applied before the batch as the task said (`task.keys.sequence`): the main thread re-verifies a batch handed out with an older key state. */
+  sequence: number;
   /** Facts of the batch's first block (checked by the main thread against the chain so far). */
   first: BlockFacts;
   /** State after the last block of the batch accepted by the worker's walk (null: only the first was examined). */
@@ -218,7 +223,7 @@ export interface Examined {
  * the git blob id (20 bytes) the branch commits at that path (null: none),
  * compared with the file's; undefined: no comparison.
  */
-export function examineFile(path: string, position: number, authority: TrustedAuthority | null, committed?: Uint8Array | null, batch?: SignatureBatch): Examined {
+export function examineFile(path: string, position: number, authority: TrustedAuthority | null, committed?: Uint8Array | null, batch?: SignatureBatch, retired?: readonly string[]): Examined {
   const read = readChainFile(path, LIMITS.blockFileBytes, true); // block paths come from a listing that refuses non-regular files
   if (read.error !== null) return { facts: { position, malformed: read.error }, text: null, block: null };
   const oid = committed === undefined ? null : blobIdOf(read);
@@ -226,7 +231,7 @@ export function examineFile(path: string, position: number, authority: TrustedAu
   if (text === null) return { facts: { position, malformed: `${path} is not valid UTF-8` }, text: null, block: null };
   const parsed = parseBlockFile(text, position);
   if (parsed.block === null) return { facts: { position, malformed: parsed.malformed }, text: null, block: null };
-  const facts = examineParsed(parsed.block, position, authority, nodeBackend, batch);
+  const facts = examineParsed(parsed.block, position, authority, nodeBackend, batch, retired);
   if (oid !== null && (!committed || !oid.equals(committed)) && facts.malformed === null) {
     facts.fileError = !committed
       ? `${path} is not on branch main (an untracked file: clones do not get it)`
@@ -243,7 +248,7 @@ export function examineFile(path: string, position: number, authority: TrustedAu
  * (a damaged pack is a failure at that block, as a changed file is), then
  * it is examined as a file's bytes are.
  */
-export function examineObject(read: ObjectRead, position: number, authority: TrustedAuthority | null, oid: Uint8Array, pack: string | null, offset: number, batch?: SignatureBatch): Examined {
+export function examineObject(read: ObjectRead, position: number, authority: TrustedAuthority | null, oid: Uint8Array, pack: string | null, offset: number, batch?: SignatureBatch, retired?: readonly string[]): Examined {
   const label = blockPath(position);
   const want = Buffer.from(oid.buffer, oid.byteOffset, 20).toString('hex');
   let o: { type: string; body: Buffer } | null;
@@ -264,7 +269,7 @@ export function examineObject(read: ObjectRead, position: number, authority: Tru
   if (text === null) return { facts: { position, malformed: `${label} is not valid UTF-8` }, text: null, block: null };
   const parsed = parseBlockFile(text, position);
   if (parsed.block === null) return { facts: { position, malformed: parsed.malformed }, text: null, block: null };
-  const facts = examineParsed(parsed.block, position, authority, nodeBackend, batch);
+  const facts = examineParsed(parsed.block, position, authority, nodeBackend, batch, retired);
   if (got !== want && facts.malformed === null) {
     facts.fileError = `${label}: git object ${want}${pack !== null ? ` in ${pack}.pack` : ''} holds other bytes (git blob ${got}): the repository is damaged (git fsck)`;
   }
@@ -316,13 +321,24 @@ const SIGNATURE_RUN = 64;
 
 function walkTask(task: VerifyTask, missing: Set<number> | null, objects: VerifyTask['objects'], read: ObjectRead | null): VerifyTaskResult {
   const batch = new SignatureBatch();
-  const examine = (i: number): Examined => {
+  // The key in force: the task's, then the one each key block of the batch puts in force.
+  let authority = task.authority;
+  let retired: readonly string[] = task.keys.retired;
+  const examine = (i: number, inBatch = true): Examined => {
+    const b = inBatch ? batch : undefined;
     if (objects && read) {
       const k = objects.where[2 * i]!;
-      return examineObject(read, task.start + i, task.authority, task.oids!.subarray(20 * i, 20 * i + 20), k >= 0 ? objects.packs[k]! : null, objects.where[2 * i + 1]!, batch);
+      return examineObject(read, task.start + i, authority, task.oids!.subarray(20 * i, 20 * i + 20), k >= 0 ? objects.packs[k]! : null, objects.where[2 * i + 1]!, b, retired);
     }
-    return examineFile(task.dir + blockPath(task.start + i), task.start + i, task.authority, committedOf(task, i, missing), batch);
+    return examineFile(task.dir + blockPath(task.start + i), task.start + i, authority, committedOf(task, i, missing), b, retired);
   };
+  /** After a key block is walked: the key it put in force signs the rest of the run (re-examined with it). */
+  const rekey = (state: VerifierState, from: number, to: number): void => {
+    authority = state.authority!;
+    retired = state.keys!.retired;
+    for (let j = from; j < to; j++) run[j - runStart] = examine(j, false);
+  };
+  let runStart = 0;
   const keep = task.texts === true;
   const texts: string[] = [];
   const facts: IndexFacts[] = [];
@@ -335,7 +351,7 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
     }
     if (leaves !== null) writeLeafOfRecordHash((x.facts as { recordHash: string }).recordHash, leaves, 32 * leafCount++);
   };
-  const result: VerifyTaskResult = { id: task.id, first: { position: task.start, malformed: 'not examined' }, walked: null, walk: null, failure: null };
+  const result: VerifyTaskResult = { id: task.id, sequence: task.keys.sequence, first: { position: task.start, malformed: 'not examined' }, walked: null, walk: null, failure: null };
   if (keep) {
     result.texts = texts;
     result.facts = facts;
@@ -345,6 +361,7 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
   for (let from = 0; from < task.count && result.failure === null; from += SIGNATURE_RUN) {
     const to = Math.min(task.count, from + SIGNATURE_RUN);
     run.length = 0;
+    runStart = from;
     for (let i = from; i < to; i++) run.push(examine(i));
     batch.check(nodeBackend);
     for (let i = from; i < to; i++) {
@@ -353,12 +370,19 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
         const first = (result.first = x.facts);
         if (first.malformed !== null) return result; // the main thread stops at it
         kept(x);
-        walker = new ChainVerifier({
-          backend: nodeBackend,
-          state: { size: task.start + 1, head: first.recordHash, lastPosted: first.posted, authority: task.authority },
-          recordWalk: true,
-        });
+        let keys = task.keys;
+        if (first.keyEvent !== null) {
+          try {
+            keys = applyKeyEvent(nodeBackend, keys, first.keyEvent, task.start);
+          } catch (e) {
+            if (e instanceof KeyEventError) return result; // the main thread refuses it
+            throw e;
+          }
+        }
+        const state: VerifierState = { size: task.start + 1, head: first.recordHash, lastPosted: first.posted, authority: { signer: keys.online.signer, publicKey: keys.online.publicKey }, keys };
+        walker = new ChainVerifier({ backend: nodeBackend, state, recordWalk: true });
         if (first.endorse) walker.learnEndorsed([first.recordHash]);
+        if (first.keyEvent !== null) rekey(state, i + 1, to);
         continue;
       }
       try {
@@ -369,6 +393,7 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
         break;
       }
       kept(x);
+      if (x.facts.malformed === null && x.facts.keyEvent !== null) rekey(walker.state, i + 1, to);
     }
   }
   result.walked = walker!.state;

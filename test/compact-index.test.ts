@@ -173,7 +173,7 @@ test('200,000 synthetic facts: built, imaged and read back quickly, compact', ()
   for (let i = 0; i < 200_000; i++) {
     const f: IndexFacts = {
       recordHash: hex(i * 2654435761 >>> 0).slice(0, 56) + hex(i).slice(0, 8), intent: i === 0 ? 'authority' : 'endorse', effectiveDate: '2026-01-01',
-      uns: `acme/n${i % 997}`, urls: i === 0 ? [] : [`https://a.example/pkg/${i % 997}/artifact-${i}.tgz`], target: null,
+      uns: `acme/n${i % 997}`, urls: i === 0 ? [] : [`https://a.example/pkg/${i % 997}/artifact-${i}.tgz`], target: null, voids: null,
     };
     idx.add(f);
   }

@@ -24,6 +24,8 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   untrusted_authority: 1,
   signer_mismatch: 1,
   bad_signature: 1,
+  retired_key: 1,
+  bad_key_event: 1,
   time_regression: 1,
   bad_artifact_hash: 1,
   checkpoint_mismatch: 1,
@@ -41,6 +43,8 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   unsupported_media_type: 2,
   revoked: 1,
   already_revoked: 1,
+  bad_statement: 1,
+  stale_statement: 1,
   usage: 2,
 
   // environment
