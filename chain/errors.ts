@@ -49,6 +49,7 @@ export type RequestCode =
   | 'already_revoked'
   | 'bad_statement'
   | 'stale_statement'
+  | 'key_unavailable'
   | 'usage';
 
 export type EnvironmentCode =
@@ -117,6 +118,7 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   already_revoked: request('the block is already revoked'),
   bad_statement: request('a key statement cannot be applied: too few signatures, a key outside the root, a holder twice, a weak or retired key, a bad index'),
   stale_statement: request('a key statement was already applied or superseded (its sequence is used)'),
+  key_unavailable: request('the authority does not hold the private key the statement puts in force (authority.next_key_file)'),
   usage: request('bad command line'),
 
   origin_error: environment('the origin failed or sent a bad response'),

@@ -42,6 +42,7 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   already_revoked: 409,
   bad_statement: 400,
   stale_statement: 409,
+  key_unavailable: 409,
   usage: 400,
 
   // environment

@@ -45,6 +45,7 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   already_revoked: 1,
   bad_statement: 1,
   stale_statement: 1,
+  key_unavailable: 1,
   usage: 2,
 
   // environment
