@@ -168,9 +168,8 @@ function planBatches(total: number, batch: number, threads: number): Batch[] {
 
 /**
  * Hands a batch's result to the chain verifier (in chain order); throws the
- * chain's first failure. True when the batch was verified again on this
- * thread (it was handed out before a key block changed the key: its
- * worker's failures do not count).
+ * chain's first failure. True when nothing was linked: the batch was handed
+ * out before a key block changed the key in force, and goes out again.
  */
 type Link = (r: VerifyTaskResult, b: Batch) => boolean;
 
@@ -191,8 +190,12 @@ interface Run {
  * a failure, later batches are not handed out: the earlier ones still run,
  * as the first failure in chain order is the one reported.
  */
-function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { task: VerifyTask; transfer: ArrayBuffer[] }): Run {
+function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { task: VerifyTask; transfer: ArrayBuffer[] }, sequenceNow: () => number): Run {
   const waiting = new Map<number, VerifyTaskResult>();
+  /** The key sequence each batch was last handed out with (-1: its answer is superseded, it goes out again). */
+  const sentWith = new Map<number, number>();
+  /** Batches to hand out again (handed out before a key block changed the key), before any new one. */
+  const redo: number[] = [];
   const window = 4 * workers.length + 2;
   let next = 0;
   let last = batches.length - 1; // the last batch still needed
@@ -209,13 +212,18 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
       else resolve();
     };
   });
+  const send = (w: Worker, id: number): void => {
+    const t = task(batches[id]!);
+    sentWith.set(id, t.task.keys.sequence);
+    w.postMessage(t.task, t.transfer);
+  };
   const feed = (w: Worker): void => {
+    if (redo.length > 0) return send(w, redo.shift()!);
     if (next > last || next >= contiguous + window) {
       idle.push(w);
       return;
     }
-    const t = task(batches[next++]!);
-    w.postMessage(t.task, t.transfer);
+    send(w, next++);
   };
   const drain = (): void => {
     if (link === null) return;
@@ -223,21 +231,34 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
       while (contiguous <= last && waiting.has(contiguous)) {
         const r = waiting.get(contiguous)!;
         waiting.delete(contiguous);
-        const b = batches[contiguous++]!;
-        if (link(r, b) && b.id === last && last < batches.length - 1 && (r.first.malformed !== null || r.failure !== null)) {
-          last = batches.length - 1; // its failure came from the old key: the batches after it are needed after all
+        if (!link(r, batches[contiguous]!)) {
+          contiguous++;
+          continue;
         }
+        // Handed out before a key block changed the key in force: it and every later batch
+        // handed out with an older key state go out again now (their answers are dropped).
+        const now = sequenceNow();
+        for (let id = contiguous; id < next; id++) {
+          if (sentWith.get(id) === now || sentWith.get(id) === -1) continue;
+          sentWith.set(id, -1);
+          waiting.delete(id);
+          redo.push(id);
+        }
+        last = batches.length - 1; // a failure seen with the old key does not count
+        break;
       }
     } catch (e) {
       return settle(e);
     }
     if (contiguous > last) return settle();
-    while (idle.length > 0 && next <= last && next < contiguous + window) feed(idle.pop()!);
+    while (idle.length > 0 && (redo.length > 0 || (next <= last && next < contiguous + window))) feed(idle.pop()!);
   };
   for (const w of workers) {
     w.on('message', (r: VerifyTaskResult) => {
-      waiting.set(r.id, r);
-      if ((r.first.malformed !== null || r.failure !== null) && r.id < last) last = r.id;
+      if (sentWith.get(r.id) === r.sequence) {
+        waiting.set(r.id, r);
+        if ((r.first.malformed !== null || r.failure !== null) && r.id < last && r.sequence === sequenceNow()) last = r.id;
+      } // else: a superseded answer (the batch went out again with a newer key state)
       feed(w);
       drain();
     });
@@ -266,11 +287,8 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
  * (its deferred revokes checked), the failing block replayed for the exact
  * error; hands the blocks that passed to `onVerified` before throwing.
  */
-function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified'], onLeaves: DirVerifyOptions['onLeaves'] | undefined, again: (from: number, to: number) => void): boolean {
-  if (r.sequence !== verifier.keys!.sequence) {
-    again(b.start, b.start + b.count); // handed out before a key block changed the key in force
-    return true;
-  }
+function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified'], onLeaves: DirVerifyOptions['onLeaves'] | undefined): boolean {
+  if (r.sequence !== verifier.keys!.sequence) return true; // handed out before a key block changed the key in force: it goes out again
   verifier.addFacts(r.first);
   let failed: unknown = null;
   if (r.walked) {
@@ -452,7 +470,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
         poolUsed = true;
         const a = head.facts.authority;
         current = { authority: a, keys: initialKeyState(head.facts.recordHash, a.signer, a.publicKey) };
-        const run = runBatches(await pool, planBatches(hint, batch, threads), taskOf);
+        const run = runBatches(await pool, planBatches(hint, batch, threads), taskOf, () => current!.keys.sequence);
         run.done.catch(() => {}); // awaited below, or dropped with the pool
         speculative = { size: hint, head, run };
       }
@@ -487,9 +505,9 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       deliver(onVerified, to - passed.length, passed);
     };
     const link = (r: VerifyTaskResult, b: Batch): boolean => {
-      const again = linkBatch(verifier, r, b, onVerified, onLeaves, (from, to) => inline(from, to, total));
+      const again = linkBatch(verifier, r, b, onVerified, onLeaves);
       current = { authority: verifier.authority!, keys: verifier.keys! };
-      progress(b.start + b.count, total);
+      if (!again) progress(b.start + b.count, total);
       return again;
     };
 
@@ -535,7 +553,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
           if (pool === null) pool = startWorkers(Math.min(threads, batches.length));
           poolUsed = true;
           current = { authority: verifier.authority!, keys: verifier.keys! };
-          const run = runBatches(await pool, batches, taskOf);
+          const run = runBatches(await pool, batches, taskOf, () => current!.keys.sequence);
           run.begin(link);
           await run.done;
         }
