@@ -288,7 +288,16 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
  * error; hands the blocks that passed to `onVerified` before throwing.
  */
 function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified'], onLeaves: DirVerifyOptions['onLeaves'] | undefined): boolean {
-  if (r.sequence !== verifier.keys!.sequence) return true; // handed out before a key block changed the key in force: it goes out again
+  const keys = verifier.keys!;
+  if (r.sequence !== keys.sequence) {
+    // Handed out before a key block was linked. Still good when that event left the online key
+    // as it was (a root adopted or rotated) and the batch holds no key block and no failure:
+    // its blocks were checked with the key in force. Then its walked state takes the current keys.
+    const clean = r.key === keys.online.publicKey && r.failure === null && r.first.malformed === null && r.first.keyEvent === null &&
+      r.walked !== null && r.walked.keys!.sequence === r.sequence;
+    if (!clean) return true; // it goes out again
+    r.walked = { ...r.walked!, keys, authority: { signer: keys.online.signer, publicKey: keys.online.publicKey } };
+  }
   verifier.addFacts(r.first);
   let failed: unknown = null;
   if (r.walked) {

@@ -76,6 +76,8 @@ export interface VerifyTaskResult {
   id: number;
   /** The key events applied before the batch as the task said (`task.keys.sequence`): the main thread re-verifies a batch handed out with an older key state. */
   sequence: number;
+  /** The online key the batch was examined with (`task.authority.publicKey`). */
+  key: string;
   /** Facts of the batch's first block (checked by the main thread against the chain so far). */
   first: BlockFacts;
   /** State after the last block of the batch accepted by the worker's walk (null: only the first was examined). */
@@ -351,7 +353,7 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
     }
     if (leaves !== null) writeLeafOfRecordHash((x.facts as { recordHash: string }).recordHash, leaves, 32 * leafCount++);
   };
-  const result: VerifyTaskResult = { id: task.id, sequence: task.keys.sequence, first: { position: task.start, malformed: 'not examined' }, walked: null, walk: null, failure: null };
+  const result: VerifyTaskResult = { id: task.id, sequence: task.keys.sequence, key: task.authority.publicKey, first: { position: task.start, malformed: 'not examined' }, walked: null, walk: null, failure: null };
   if (keep) {
     result.texts = texts;
     result.facts = facts;

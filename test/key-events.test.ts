@@ -172,6 +172,33 @@ test('parallel verification across rotations every 300 blocks agrees with the in
   }
 });
 
+test('parallel verification across root events that keep the online key (adoption, root rotation) and a rotation agrees with inline', async () => {
+  const work = mkdtempSync(join(tmpdir(), 'vouch-keys-'));
+  try {
+    const c = new KeyChain();
+    c.adoptRoot();
+    while (c.blocks.length < 1_500) c.endorse(c.blocks.length);
+    c.key(c.sign(rootStatement(c.keys, { threshold: 2, keys: [HOLDERS[0]!, HOLDERS[1]!, HOLDERS[3]!].map(b64) }), HOLDERS.slice(0, 4)));
+    while (c.blocks.length < 2_500) c.endorse(c.blocks.length);
+    c.rotate(ONLINE.D);
+    while (c.blocks.length < 3_200) c.endorse(c.blocks.length);
+    const repo = await initChainRepo(join(work, 'chain'), c.blocks, c.checkpoint());
+    const outcomes = new Set<string>();
+    for (const [threads, batchSize] of [[0, 500], [2, 61], [2, 500]] as const) {
+      const r = await verifyDirectory(repo, { threads, batchSize, pinnedPublicKey: pin });
+      outcomes.add(JSON.stringify([r.state.size, r.state.head, r.state.keys, r.state.authority]));
+    }
+    assert.is(outcomes.size, 1, [...outcomes].join('\n'));
+    const [size, , keys] = JSON.parse([...outcomes][0]!);
+    assert.is(size, 3_200);
+    assert.is(keys.sequence, 3);
+    assert.is(keys.root.version, 2);
+    assert.is(keys.online.publicKey, b64(ONLINE.D));
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+});
+
 test('parallel verification finds a retired key\'s block deep in a rotated chain at the same index as inline', async () => {
   const work = mkdtempSync(join(tmpdir(), 'vouch-keys-'));
   try {
