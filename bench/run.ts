@@ -17,6 +17,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   memory: async () => (await import('./memory-bench.ts')).runMemoryBench(process.argv.includes('--quick')),
   scale: async () => (await import('./scale-bench.ts')).runScaleBench(process.argv.includes('--quick')),
   proofs: async () => (await import('./proofs-bench.ts')).runProofsBench(process.argv.includes('--quick')),
+  endorse: async () => (await import('./endorse-bench.ts')).runEndorseBench(process.argv.includes('--quick')),
   tlog: async () => (await import('./tlog-bench.ts')).runTlogBench(process.argv.includes('--quick')),
 };
 
