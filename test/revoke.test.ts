@@ -5,7 +5,10 @@
  * it still selects), and every refusal appending nothing (chain size and
  * `vouch verify` after). Through the gateway: 201, then the lookup's
  * revoked_by, the download's 410, an npm route's packument without the
- * version and `latest` recomputed (test/helpers/npm-registry.ts), `vouch get`
+ * version and `latest` recomputed (test/helpers/npm-registry.ts), a PyPI
+ * route's simple page (HTML and JSON) without the file and a Go route's
+ * `@v/list` without the version and `@latest` moved to the one before
+ * (test/helpers/pypi-fixture.ts, go-modules.ts), `vouch get`
  * exit 1 naming the revocation; 401 / 404 / 409 / 400 / 415; revokes and
  * submits racing through the one writer; `vouch verify` on a git clone.
  */
@@ -18,6 +21,8 @@ import { createKeyFile } from '../platform/key-file.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { NpmRegistry } from './helpers/npm-registry.ts';
+import { PypiHost, buildDists, distFilename, sha256Hex, type DistSpec } from './helpers/pypi-fixture.ts';
+import { modVersion } from './helpers/go-modules.ts';
 import { git, vouchAsync, type Run } from './helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-revoke-'));
@@ -29,6 +34,9 @@ const served = join(work, 'served');
 let pub = '';
 let origin: OriginServer;
 let reg: NpmRegistry;
+let pypiIndex: PypiHost;
+let pypiFiles: PypiHost;
+let goOrigin: OriginServer;
 let gw: GatewayProcess;
 const today = new Date().toISOString().slice(0, 10);
 
@@ -61,13 +69,23 @@ test.before(async () => {
   writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
   origin = await OriginServer.start();
   reg = await NpmRegistry.start(work);
+  pypiIndex = await PypiHost.start();
+  pypiFiles = await PypiHost.start();
+  goOrigin = await OriginServer.start();
   ok(await vouch('init', '--chain', offline, '--key', keyFile, '--signer', 'revoke-test', '--uns', 'acme/releases'));
   gw = await startGatewayProcess(['--config', writeConfig(work, {
     listen: { host: '127.0.0.1', port: 0 },
     chain: { dir: served },
     authority: { key_file: keyFile, signer: 'revoke-test', submit_token_file: tokenFile },
     origin: { allow_private: true, timeout: 5 },
-    proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0 }] },
+    proxy: {
+      routes: [
+        { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0 },
+        { prefix: '/pypi/', kind: 'pypi', origin: `${pypiIndex.origin}/`, canonical: `${pypiIndex.origin}/`, metadata_ttl: 0 },
+        { prefix: '/pypi-files/', kind: 'pypi', origin: `${pypiFiles.origin}/`, canonical: `${pypiFiles.origin}/` },
+        { prefix: '/go/', kind: 'goproxy', origin: `${goOrigin.origin}/`, canonical: `${goOrigin.origin}/`, metadata_ttl: 0 },
+      ],
+    },
   })]);
 });
 
@@ -75,6 +93,9 @@ test.after(async () => {
   await gw?.stop();
   await origin?.close();
   await reg?.close().catch(() => {});
+  await pypiIndex?.close();
+  await pypiFiles?.close();
+  await goOrigin?.close();
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -337,6 +358,66 @@ test('revokes and submits racing through the one writer: every answer committed,
   // Every 201 of POST /v1/revoke in this file is counted (3 before this test, 3 here).
   const metrics = await (await fetch(`${gw.url}/metrics`)).text();
   assert.match(metrics, /^vouch_submits_total\{outcome="revoked"\} 6$/m);
+});
+
+test('PyPI route: the simple page (HTML and JSON) drops the revoked file and its version; the one before stays; the file answers 410', async () => {
+  const specs: DistSpec[] = ['1.0.0', '1.1.0'].map((version) => ({ kind: 'wheel', name: 'revoke-demo', version }));
+  const dists = buildDists(specs);
+  const paths = specs.map((d, i) => `/packages/${i}/${distFilename(d)}`);
+  dists.forEach((b, i) => pypiFiles.file(paths[i]!, b));
+  pypiIndex.project('revoke-demo', specs.map((d, i) => ({ href: pypiFiles.url(paths[i]!), sha256: sha256Hex(dists[i]!), filename: distFilename(d), version: d.version })));
+  for (let i = 0; i < 2; i++) await submitEntry(gw.url, token, { url: pypiFiles.url(paths[i]!), name: 'pypi/revoke-demo', semver: specs[i]!.version, license: 'MIT' });
+  const html = async () => (await fetch(`${gw.url}/pypi/simple/revoke-demo/`, { headers: { accept: 'text/html' } })).text();
+  const json = async () => (await (await fetch(`${gw.url}/pypi/simple/revoke-demo/`, { headers: { accept: 'application/vnd.pypi.simple.v1+json' } })).json()) as { versions: string[]; files: { filename: string; url: string }[] };
+  const [f0, f1] = specs.map(distFilename) as [string, string];
+  let page = await html();
+  assert.ok(page.includes(`>${f0}</a>`) && page.includes(`>${f1}</a>`), page);
+  let j = await json();
+  assert.equal(j.versions, ['1.0.0', '1.1.0']);
+  assert.equal(j.files.map((f) => f.filename), [f0, f1]);
+  const file = async (i: number) => (await fetch(`${gw.url}/pypi-files${paths[i]}`)).status;
+  assert.is(await file(1), 200);
+
+  const r = await revokeApi({ url: pypiFiles.url(paths[1]!) });
+  assert.is(r.status, 201, JSON.stringify(r.json));
+  page = await html();
+  assert.ok(page.includes(`>${f0}</a>`), page);
+  assert.not.ok(page.includes(f1), `the revoked file is still offered:\n${page}`);
+  j = await json();
+  assert.equal(j.versions, ['1.0.0'], 'PEP 700 versions still list the revoked version');
+  assert.equal(j.files.map((f) => f.filename), [f0]);
+  assert.is(await file(1), 410);
+  assert.is(await file(0), 200);
+});
+
+test('Go route: @v/list drops the revoked version, @latest moves to the one before, its .info is a 404 and its zip a 410', async () => {
+  const mod = 'example.com/revoked';
+  const versions = ['v1.0.0', 'v1.1.0'].map((v, i) => modVersion(mod, v, `2026-0${i + 1}-01T00:00:00Z`));
+  for (const m of versions) {
+    goOrigin.route(`/${mod}/@v/${m.version}.zip`, { body: m.zip, contentType: 'application/zip' })
+      .route(`/${mod}/@v/${m.version}.mod`, { body: m.mod, contentType: 'text/plain' })
+      .route(`/${mod}/@v/${m.version}.info`, { body: m.info, contentType: 'application/json' });
+  }
+  goOrigin.route(`/${mod}/@v/list`, { body: 'v1.0.0\nv1.1.0\n', contentType: 'text/plain' }).route(`/${mod}/@latest`, { body: versions[1]!.info, contentType: 'application/json' });
+  const zip = (v: string) => goOrigin.url(`/${mod}/@v/${v}.zip`);
+  for (const m of versions) await submitEntry(gw.url, token, { url: zip(m.version), name: 'go/example.com+revoked', semver: m.version.slice(1), license: 'MIT' });
+  const get = async (p: string) => { const res = await fetch(`${gw.url}/go/${mod}/${p}`); return { status: res.status, text: await res.text() }; };
+  assert.equal(await get('@v/list'), { status: 200, text: 'v1.0.0\nv1.1.0\n' });
+  let latest = await get('@latest');
+  assert.is(latest.status, 200, latest.text);
+  assert.is(JSON.parse(latest.text).Version, 'v1.1.0');
+
+  const r = await revokeApi({ url: zip('v1.1.0') });
+  assert.is(r.status, 201, JSON.stringify(r.json));
+  assert.equal(await get('@v/list'), { status: 200, text: 'v1.0.0\n' });
+  latest = await get('@latest');
+  assert.is(latest.status, 200, latest.text);
+  assert.is(JSON.parse(latest.text).Version, 'v1.0.0', 'a revoked version is still @latest');
+  assert.is((await get('@v/v1.1.0.info')).status, 404);
+  const z = await get('@v/v1.1.0.zip');
+  assert.is(z.status, 410);
+  assert.match(z.text, /is revoked by the authority, refused/);
+  assert.is((await get('@v/v1.0.0.zip')).status, 200);
 });
 
 test('the openapi document names POST /v1/revoke', async () => {
