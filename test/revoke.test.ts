@@ -8,7 +8,8 @@
  * version and `latest` recomputed (test/helpers/npm-registry.ts), a PyPI
  * route's simple page (HTML and JSON) without the file and a Go route's
  * `@v/list` without the version and `@latest` moved to the one before
- * (test/helpers/pypi-fixture.ts, go-modules.ts), `vouch get`
+ * (test/helpers/pypi-fixture.ts, go-modules.ts), on `unendorsed: pass`
+ * routes as on deny routes, `vouch get`
  * exit 1 naming the revocation; 401 / 404 / 409 / 400 / 415; revokes and
  * submits racing through the one writer; `vouch verify` on a git clone.
  */
