@@ -18,6 +18,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   scale: async () => (await import('./scale-bench.ts')).runScaleBench(process.argv.includes('--quick')),
   proofs: async () => (await import('./proofs-bench.ts')).runProofsBench(process.argv.includes('--quick')),
   keys: async () => (await import('./keys-bench.ts')).runKeysBench(process.argv.includes('--quick')),
+  endorse: async () => (await import('./endorse-bench.ts')).runEndorseBench(process.argv.includes('--quick')),
   tlog: async () => (await import('./tlog-bench.ts')).runTlogBench(process.argv.includes('--quick')),
 };
 

@@ -29,6 +29,9 @@
  *   record hashes (the tree of the committed chain is not changed before
  *   the commit: a failed append leaves it as it was); `note.committed` is
  *   told after the commit point.
+ * - A submit in the blocks form (several blocks, a lockfile's) is decided,
+ *   built and committed as one: its blocks are consecutive in one commit,
+ *   or none is appended (one conflict or retry stops all of them).
  * - A revoke (`revoke()`) goes through the same queue and writer: its target
  *   is resolved again in its round (chain/revoke.ts), against the index and
  *   the revokes earlier in the round, so one block is never revoked twice.
@@ -45,7 +48,7 @@ import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
-import { claimKind, parseRevokeRequest, parseSubmitRequest, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
+import { claimKind, parseRevokeRequest, parseSubmitBody, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
 import type { ClaimKind } from '../artifacts/claim-digest.ts';
 
 export interface SubmitterDeps {
@@ -148,9 +151,11 @@ type Decision =
 const REHASH = Symbol('rehash');
 type Outcome = SubmitResult | typeof REHASH;
 
+/** A submit's blocks (one, or the blocks form's several: built in one round, all or none). */
 interface PendingSubmit {
   kind: 'submit';
-  req: SubmitRequest;
+  reqs: SubmitRequest[];
+  batch: boolean;
   digests: Digests;
   resolve: (o: Outcome) => void;
   reject: (e: unknown) => void;
@@ -168,7 +173,7 @@ type Pending = PendingSubmit | PendingRevoke;
 
 /** Endorsement entries a queued request adds to a commit. */
 function weightOf(p: Pending): number {
-  return p.kind === 'submit' ? p.req.entries.length : 1;
+  return p.kind === 'submit' ? p.reqs.reduce((n, r) => n + r.entries.length, 0) : 1;
 }
 
 const MAX_ATTEMPTS = 4;
@@ -242,7 +247,8 @@ export class Submitter {
    */
   async submit(body: unknown, onProgress?: (p: SubmitProgress) => void): Promise<SubmitResult> {
     try {
-      const result = await this.process(parseSubmitRequest(body), onProgress);
+      const { requests, batch } = parseSubmitBody(body);
+      const result = await this.process(requests, batch, onProgress);
       if (result.httpStatus === 201) this.counters.posted++;
       else this.counters.unchanged++;
       return result;
@@ -281,20 +287,25 @@ export class Submitter {
     }
   }
 
-  private async process(req: SubmitRequest, onProgress?: (p: SubmitProgress) => void): Promise<SubmitResult> {
+  private async process(reqs: SubmitRequest[], batch: boolean, onProgress?: (p: SubmitProgress) => void): Promise<SubmitResult> {
     const digests: Digests = new Map();
+    // The blocks form is fetched as one request: one pool over all its entries, one progress count.
+    const all: SubmitRequest = reqs.length === 1 ? reqs[0]! : {
+      ...reqs[0]!, entries: reqs.flatMap((r) => r.entries.map((e) => ({ ...e, algorithm: e.algorithm ?? r.algorithm }))),
+    };
     for (let attempt = 1; ; attempt++) {
       if (this.broken) throw this.broken;
       // Fetch and hash outside the writer, under every algorithm a comparison needs.
-      await this.hash(req, digests, attempt === 1 ? onProgress : undefined);
-      if (attempt === 1) this.checkClaims(req, digests);
+      await this.hash(all, digests, attempt === 1 ? onProgress : undefined);
+      if (attempt === 1) this.checkClaims(all, digests);
       // Fast path against the committed chain: no need to wait for the writer.
-      const d = this.decide(req, digests, null);
-      if (d.kind === 'unchanged') return this.answer(req, 200, d.version.block);
-      if (d.kind === 'conflict') throw d.error;
-      if (d.kind === 'post') {
+      const ds = reqs.map((r) => this.decide(r, digests, null));
+      if (!ds.some((d) => d.kind === 'rehash')) {
+        const conflict = ds.find((d) => d.kind === 'conflict');
+        if (conflict) throw conflict.error;
+        if (ds.every((d) => d.kind === 'unchanged')) return this.result(reqs, batch, ds.map((d) => ({ httpStatus: 200, block: d.version.block })));
         const outcome = await new Promise<Outcome>((resolve, reject) => {
-          this.queue.push({ kind: 'submit', req, digests, resolve, reject });
+          this.queue.push({ kind: 'submit', reqs, batch, digests, resolve, reject });
           void this.pump();
         });
         if (outcome !== REHASH) return outcome;
@@ -472,6 +483,25 @@ export class Submitter {
     return { httpStatus, body };
   }
 
+  /**
+   * A submit's answer: the one block's (above), or for the blocks form 201
+   * when any block was posted, each block's status, index and record hash
+   * in `blocks` (index and record_hash: the first posted block's).
+   */
+  private result(reqs: SubmitRequest[], batch: boolean, parts: { httpStatus: 200 | 201; block: Block }[]): SubmitResult {
+    if (!batch) return this.answer(reqs[0]!, parts[0]!.httpStatus, parts[0]!.block);
+    const first = parts.find((p) => p.httpStatus === 201) ?? parts[0]!;
+    return {
+      httpStatus: first.httpStatus,
+      body: {
+        success: true, status: first.httpStatus === 201 ? 'posted' : 'unchanged', index: first.block.index, record_hash: first.block.record_hash,
+        blocks: parts.map((p, k) => ({
+          status: p.httpStatus === 201 ? 'posted' : 'unchanged', index: p.block.index, record_hash: p.block.record_hash, entries: reqs[k]!.entries.length,
+        })),
+      },
+    };
+  }
+
   // ------------------------------------------------------------------ the writer
 
   private async pump(): Promise<void> {
@@ -540,45 +570,57 @@ export class Submitter {
         }
         continue;
       }
-      const d = this.decide(p.req, p.digests, roundVersions);
-      if (d.kind === 'rehash') {
+      // Every block of the submit decided first: one conflict or retry stops all of them (the blocks form is all or none).
+      const ds = p.reqs.map((r) => this.decide(r, p.digests, roundVersions));
+      if (ds.some((d) => d.kind === 'rehash')) {
         // Answered after this round's commit, so the retry sees its blocks in the index.
         after.push({ p, done: () => p.resolve(REHASH) });
         continue;
       }
-      if (d.kind === 'unchanged') {
-        const result = this.answer(p.req, 200, d.version.block);
-        if (d.fromRound) after.push({ p, done: () => p.resolve(result) });
-        else p.resolve(result);
+      const conflict = ds.find((d) => d.kind === 'conflict');
+      if (conflict) {
+        if (conflict.fromRound) after.push({ p, done: () => p.reject(conflict.error) });
+        else p.reject(conflict.error);
         continue;
       }
-      if (d.kind === 'conflict') {
-        if (d.fromRound) after.push({ p, done: () => p.reject(d.error) });
-        else p.reject(d.error);
-        continue;
-      }
-      let block: Block;
+      const parts: { httpStatus: 200 | 201; block: Block }[] = [];
+      const built: Block[] = [];
+      let fromRound = false;
       try {
-        const entries: EndorsementInput[] = p.req.entries.map((e) => ({
-          url: e.url, artifactHash: p.digests.get(e.url)!.get(e.algorithm ?? p.req.algorithm)!, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
-        }));
-        block = buildEndorseBlock({
-          prev, signer, backend, now, entries, uns: p.req.uns, semver: p.req.semver,
-          effectiveDate: p.req.effectiveDate ?? today, tags: p.req.tags,
-          ...(p.req.comment !== undefined ? { comment: p.req.comment } : {}),
+        ds.forEach((d, k) => {
+          if (d.kind === 'unchanged') {
+            parts.push({ httpStatus: 200, block: d.version.block });
+            fromRound ||= d.fromRound;
+            return;
+          }
+          const req = p.reqs[k]!;
+          const entries: EndorsementInput[] = req.entries.map((e) => ({
+            url: e.url, artifactHash: p.digests.get(e.url)!.get(e.algorithm ?? req.algorithm)!, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
+          }));
+          const block = buildEndorseBlock({
+            prev: built[built.length - 1] ?? prev, signer, backend, now, entries, uns: req.uns, semver: req.semver,
+            effectiveDate: req.effectiveDate ?? today, tags: req.tags,
+            ...(req.comment !== undefined ? { comment: req.comment } : {}),
+          });
+          built.push(block);
+          parts.push({ httpStatus: 201, block });
         });
       } catch (e) {
         p.reject(internal(`cannot build the block: ${(e as Error)?.message ?? String(e)}`, e));
         continue;
       }
-      blocks.push(block);
-      prev = block;
-      for (const entry of block.payload.endorsements) {
-        let list = roundVersions.get(entry.artifact_url);
-        if (list === undefined) roundVersions.set(entry.artifact_url, (list = []));
-        list.push({ block, entry });
+      for (const block of built) {
+        blocks.push(block);
+        prev = block;
+        for (const entry of block.payload.endorsements) {
+          let list = roundVersions.get(entry.artifact_url);
+          if (list === undefined) roundVersions.set(entry.artifact_url, (list = []));
+          list.push({ block, entry });
+        }
       }
-      after.push({ p, done: () => p.resolve(this.answer(p.req, 201, block)) });
+      const result = this.result(p.reqs, p.batch, parts);
+      if (built.length > 0 || fromRound) after.push({ p, done: () => p.resolve(result) });
+      else p.resolve(result);
     }
 
     if (blocks.length === 0) {

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { vouchAsync, type Run, initAuthorityChain } from './helpers/processes.ts';
+import { gitIn, vouchAsync, type Run, initAuthorityChain } from './helpers/processes.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, until, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { hash1, modVersion } from './helpers/go-modules.ts';
@@ -63,6 +63,8 @@ const verify = async (chain: string) => {
   assert.is(r.status, 0, r.stderr + r.stdout);
   return JSON.parse(r.stdout);
 };
+/** Commits on the chain's branch. */
+const commits = (chain: string) => Number(gitIn(chain, 'rev-list', '--count', 'HEAD').trim());
 const noStack = (r: Run) => assert.not.match(r.stderr, /\n\s+at /, 'stack trace on stderr');
 
 /** Endorses `lockfile` offline and through the gateway; asserts both post the same blocks' entries and returns the gateway's blocks. */
@@ -212,12 +214,69 @@ test('go.sum (zips and go.mod files, h1: claims checked by the authority): the s
   assert.is(reg.requests('/gp/example.com/gw/two/@v/v0.2.0.mod'), 2);
 });
 
-test('a lockfile split into several blocks: one submit per block, the same blocks as offline', async () => {
+test('a lockfile split into several blocks: sent in one submit, appended in one commit as offline, the same blocks', async () => {
   const packages: Record<string, unknown> = { '': { name: 'split-app', version: '0.1.0' } };
   for (let i = 0; i < 5; i++) packages[`node_modules/s${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/s/s${i}-1.0.0.tgz`, Buffer.from(`split ${i}`)) };
+  const commitsBefore = commits(gwChain);
   const blocks = await sameAsOffline(write('split/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages })), [], { VOUCH_LOCKFILE_BLOCK_ENTRIES: '2' });
   assert.equal(blocks.map((b) => b.payload.endorsements.length), [2, 2, 1]);
   assert.is(blocks[0].comment, 'npm/split-app 0.1.0 from package-lock.json part 1 of 3');
+  assert.is(commits(gwChain) - commitsBefore, 1, 'the blocks of one lockfile were not appended in one commit');
+});
+
+test('a split lockfile with one refused entry in its last block: nothing of any of its blocks signed (all or none, as offline)', async () => {
+  const packages: Record<string, unknown> = { '': { name: 'split-bad', version: '0.1.0' } };
+  for (let i = 0; i < 5; i++) packages[`node_modules/t${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/t/t${i}-1.0.0.tgz`, Buffer.from(`split bad ${i}`)) };
+  reg.route('/t/t4-1.0.0.tgz', { body: Buffer.from('split bad 4'), tamper: true });
+  const before = size(gwChain);
+  const r = await through(['--lockfile', write('split-bad/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }))], { VOUCH_LOCKFILE_BLOCK_ENTRIES: '2' });
+  assert.is(r.status, 1, r.stderr + r.stdout);
+  noStack(r);
+  assert.match(r.stderr, `refused: t4@1.0.0: ${reg.url('/t/t4-1.0.0.tgz')} hashes sha512:`);
+  assert.match(r.stderr, 'blocks 1 to 3 of 3 (5 entries, sent together): refused, nothing of them signed');
+  assert.match(r.stderr, /0 of 3 blocks posted/);
+  assert.is(size(gwChain), before, 'blocks of a lockfile with a refused entry were signed');
+});
+
+test('POST /v1/submit blocks form: one URL twice across blocks, too many entries, a non-multi element: 400, nothing fetched', async () => {
+  reg.route('/bf/a.tgz', { body: Buffer.from('blocks form a') });
+  const entry = (url: string) => ({ url, name: 'acme/bf', semver: '1.0.0', license: 'MIT' });
+  const post = (body: unknown) => fetch(`${gw.url}/v1/submit`, {
+    method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
+  });
+  const before = size(gwChain);
+  const cases: [unknown, RegExp][] = [
+    [{ blocks: [{ uns: 'acme/bf', semver: '1.0.0', endorsements: [entry(reg.url('/bf/a.tgz'))] }, { uns: 'acme/bf', semver: '1.0.1', endorsements: [entry(reg.url('/bf/a.tgz'))] }] },
+      /^blocks\[1\]\.endorsements\[0\]\.url repeats /],
+    [{ blocks: [] }, /^blocks must hold 1 to 256 blocks/],
+    [{ blocks: [entry(reg.url('/bf/a.tgz'))] }, /^blocks\[0\] must be a multi-artifact body/],
+    [{ blocks: [{ uns: 'acme/bf', semver: 'x', endorsements: [entry(reg.url('/bf/a.tgz'))] }] }, /^blocks\[0\]: semver must be /],
+    [{ blocks: Array.from({ length: 2 }, (_, k) => ({ uns: 'acme/bf', semver: '1.0.0', endorsements: Array.from({ length: 600 }, (_, i) => entry(reg.url(`/bf/${k}-${i}.tgz`))) })) },
+      /^blocks hold more than 1000 entries together/],
+    [{ blocks: [{ uns: 'acme/bf', semver: '1.0.0', endorsements: [entry(reg.url('/bf/a.tgz'))] }], uns: 'acme/bf' }, /unknown member "uns"/],
+  ];
+  for (const [body, message] of cases) {
+    const res = await post(body);
+    const answer = await res.json() as any;
+    assert.is(res.status, 400, JSON.stringify(answer));
+    assert.is(answer.status, 'bad_request');
+    assert.match(answer.message, message);
+  }
+  assert.is(reg.requests('/bf/a.tgz'), 0);
+  assert.is(size(gwChain), before);
+  // Accepted: each block's status; sent again, every block unchanged (200).
+  reg.route('/bf/b.tgz', { body: Buffer.from('blocks form b') });
+  const ok = { blocks: [{ uns: 'acme/bf', semver: '1.0.0', endorsements: [entry(reg.url('/bf/a.tgz'))] }, { uns: 'acme/bf', semver: '1.0.0', comment: 'second', endorsements: [entry(reg.url('/bf/b.tgz'))] }] };
+  const res = await post(ok);
+  const answer = await res.json() as any;
+  assert.is(res.status, 201, JSON.stringify(answer));
+  assert.equal(answer.blocks.map((b: any) => [b.status, b.index, b.entries]), [['posted', before, 1], ['posted', before + 1, 1]]);
+  assert.is(block(gwChain, before + 1).comment, 'second');
+  assert.is(block(gwChain, before + 1).record_hash, answer.blocks[1].record_hash);
+  const again = await post(ok);
+  assert.is(again.status, 200);
+  assert.equal(((await again.json()) as any).blocks.map((b: any) => [b.status, b.index]), [['unchanged', before], ['unchanged', before + 1]]);
+  assert.is(size(gwChain), before + 2);
 });
 
 // ------------------------------------------------------------------ refusals

@@ -5,7 +5,11 @@
  * it still selects), and every refusal appending nothing (chain size and
  * `vouch verify` after). Through the gateway: 201, then the lookup's
  * revoked_by, the download's 410, an npm route's packument without the
- * version and `latest` recomputed (test/helpers/npm-registry.ts), `vouch get`
+ * version and `latest` recomputed (test/helpers/npm-registry.ts), a PyPI
+ * route's simple page (HTML and JSON) without the file and a Go route's
+ * `@v/list` without the version and `@latest` moved to the one before
+ * (test/helpers/pypi-fixture.ts, go-modules.ts), on `unendorsed: pass`
+ * routes as on deny routes, `vouch get`
  * exit 1 naming the revocation; 401 / 404 / 409 / 400 / 415; revokes and
  * submits racing through the one writer; `vouch verify` on a git clone.
  */
@@ -18,6 +22,8 @@ import { createKeyFile } from '../platform/key-file.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { NpmRegistry } from './helpers/npm-registry.ts';
+import { PypiHost, buildDists, distFilename, sha256Hex, type DistSpec } from './helpers/pypi-fixture.ts';
+import { modVersion } from './helpers/go-modules.ts';
 import { git, vouchAsync, type Run } from './helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-revoke-'));
@@ -29,6 +35,9 @@ const served = join(work, 'served');
 let pub = '';
 let origin: OriginServer;
 let reg: NpmRegistry;
+let pypiIndex: PypiHost;
+let pypiFiles: PypiHost;
+let goOrigin: OriginServer;
 let gw: GatewayProcess;
 const today = new Date().toISOString().slice(0, 10);
 
@@ -61,13 +70,27 @@ test.before(async () => {
   writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
   origin = await OriginServer.start();
   reg = await NpmRegistry.start(work);
+  pypiIndex = await PypiHost.start();
+  pypiFiles = await PypiHost.start();
+  goOrigin = await OriginServer.start();
   ok(await vouch('init', '--chain', offline, '--key', keyFile, '--signer', 'revoke-test', '--uns', 'acme/releases'));
   gw = await startGatewayProcess(['--config', writeConfig(work, {
     listen: { host: '127.0.0.1', port: 0 },
     chain: { dir: served },
     authority: { key_file: keyFile, signer: 'revoke-test', submit_token_file: tokenFile },
     origin: { allow_private: true, timeout: 5 },
-    proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0 }] },
+    proxy: {
+      routes: [
+        { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0 },
+        { prefix: '/pypi/', kind: 'pypi', origin: `${pypiIndex.origin}/`, canonical: `${pypiIndex.origin}/`, metadata_ttl: 0 },
+        { prefix: '/pypi-files/', kind: 'pypi', origin: `${pypiFiles.origin}/`, canonical: `${pypiFiles.origin}/` },
+        { prefix: '/go/', kind: 'goproxy', origin: `${goOrigin.origin}/`, canonical: `${goOrigin.origin}/`, metadata_ttl: 0 },
+        // The same origins on pass routes: unendorsed versions pass through, a revoked one is still never offered.
+        { prefix: '/npm-pass/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0, unendorsed: 'pass' },
+        { prefix: '/pypi-pass/', kind: 'pypi', origin: `${pypiIndex.origin}/`, canonical: `${pypiIndex.origin}/`, metadata_ttl: 0, unendorsed: 'pass' },
+        { prefix: '/go-pass/', kind: 'goproxy', origin: `${goOrigin.origin}/`, canonical: `${goOrigin.origin}/`, metadata_ttl: 0, unendorsed: 'pass' },
+      ],
+    },
   })]);
 });
 
@@ -75,6 +98,9 @@ test.after(async () => {
   await gw?.stop();
   await origin?.close();
   await reg?.close().catch(() => {});
+  await pypiIndex?.close();
+  await pypiFiles?.close();
+  await goOrigin?.close();
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -337,6 +363,114 @@ test('revokes and submits racing through the one writer: every answer committed,
   // Every 201 of POST /v1/revoke in this file is counted (3 before this test, 3 here).
   const metrics = await (await fetch(`${gw.url}/metrics`)).text();
   assert.match(metrics, /^vouch_submits_total\{outcome="revoked"\} 6$/m);
+});
+
+test('npm pass route: the revoked version is dropped and latest recomputed, as on a deny route; an unendorsed one stays, marked', async () => {
+  const [a, b, c] = await Promise.all([
+    reg.publish('rightpad', '1.0.0', { 'index.js': 'module.exports = 1;\n' }, { latest: false }),
+    reg.publish('rightpad', '1.1.0', { 'index.js': 'module.exports = 11;\n' }, { latest: true }),
+    reg.publish('rightpad', '0.9.0', { 'index.js': 'module.exports = 9;\n' }, { latest: false }),
+  ]);
+  assert.ok(a && b && c);
+  const url = (v: string) => `${reg.url}${NpmRegistry.tarballPath('rightpad', v)}`;
+  for (const v of ['1.0.0', '1.1.0']) await submitEntry(gw.url, token, { url: url(v), name: 'npm/rightpad', semver: v, license: 'MIT' });
+  const packument = async (route: string) => (await (await fetch(`${gw.url}/${route}/rightpad`)).json()) as { versions: Record<string, { deprecated?: string }>; 'dist-tags': Record<string, string> };
+  let p = await packument('npm-pass');
+  assert.equal(Object.keys(p.versions).sort(), ['0.9.0', '1.0.0', '1.1.0']);
+  assert.is(p['dist-tags'].latest, '1.1.0');
+  const r = await revokeApi({ url: url('1.1.0') });
+  assert.is(r.status, 201, JSON.stringify(r.json));
+  for (const route of ['npm', 'npm-pass']) {
+    p = await packument(route);
+    assert.equal(Object.keys(p.versions).sort(), route === 'npm' ? ['1.0.0'] : ['0.9.0', '1.0.0'], route);
+    assert.is(p['dist-tags'].latest, '1.0.0', `${route}: latest still names the revoked version`);
+  }
+  assert.ok(p.versions['0.9.0']!.deprecated, 'the unendorsed version is not marked');
+  assert.is(p.versions['1.0.0']!.deprecated, undefined);
+  assert.is((await fetch(`${gw.url}/npm-pass${NpmRegistry.tarballPath('rightpad', '1.1.0')}`)).status, 410);
+});
+
+test('PyPI routes: the simple page (HTML and JSON) drops the revoked file and its version, on a pass route too; the one before stays; the file answers 410', async () => {
+  // 0.9.0 is listed by the index and never endorsed: offered on the pass route only.
+  const specs: DistSpec[] = ['1.0.0', '1.1.0', '0.9.0'].map((version) => ({ kind: 'wheel', name: 'revoke-demo', version }));
+  const dists = buildDists(specs);
+  const paths = specs.map((d, i) => `/packages/${i}/${distFilename(d)}`);
+  dists.forEach((b, i) => pypiFiles.file(paths[i]!, b));
+  pypiIndex.project('revoke-demo', specs.map((d, i) => ({ href: pypiFiles.url(paths[i]!), sha256: sha256Hex(dists[i]!), filename: distFilename(d), version: d.version })));
+  for (let i = 0; i < 2; i++) await submitEntry(gw.url, token, { url: pypiFiles.url(paths[i]!), name: 'pypi/revoke-demo', semver: specs[i]!.version, license: 'MIT' });
+  const html = async (route = 'pypi') => (await fetch(`${gw.url}/${route}/simple/revoke-demo/`, { headers: { accept: 'text/html' } })).text();
+  const json = async (route = 'pypi') => (await (await fetch(`${gw.url}/${route}/simple/revoke-demo/`, { headers: { accept: 'application/vnd.pypi.simple.v1+json' } })).json()) as { versions: string[]; files: { filename: string; url: string }[] };
+  const [f0, f1, f9] = specs.map(distFilename) as [string, string, string];
+  let page = await html();
+  assert.ok(page.includes(`>${f0}</a>`) && page.includes(`>${f1}</a>`), page);
+  let j = await json();
+  assert.equal(j.versions, ['1.0.0', '1.1.0']);
+  assert.equal(j.files.map((f) => f.filename), [f0, f1]);
+  assert.equal((await json('pypi-pass')).versions, ['1.0.0', '1.1.0', '0.9.0']);
+  const file = async (i: number) => (await fetch(`${gw.url}/pypi-files${paths[i]}`)).status;
+  assert.is(await file(1), 200);
+
+  const r = await revokeApi({ url: pypiFiles.url(paths[1]!) });
+  assert.is(r.status, 201, JSON.stringify(r.json));
+  page = await html();
+  assert.ok(page.includes(`>${f0}</a>`), page);
+  assert.not.ok(page.includes(f1), `the revoked file is still offered:\n${page}`);
+  j = await json();
+  assert.equal(j.versions, ['1.0.0'], 'PEP 700 versions still list the revoked version');
+  assert.equal(j.files.map((f) => f.filename), [f0]);
+  // A pass route offers what is not endorsed, never what the authority revoked.
+  page = await html('pypi-pass');
+  assert.ok(page.includes(`>${f0}</a>`) && page.includes(`>${f9}</a>`), page);
+  assert.not.ok(page.includes(f1), `the pass route still offers the revoked file:\n${page}`);
+  j = await json('pypi-pass');
+  assert.equal(j.versions, ['1.0.0', '0.9.0']);
+  assert.equal(j.files.map((f) => f.filename), [f0, f9]);
+  assert.is(await file(1), 410);
+  assert.is(await file(0), 200);
+});
+
+test('Go routes: @v/list drops the revoked version, @latest moves to the one before, on a pass route too; its .info is a 404 and its zip a 410', async () => {
+  const mod = 'example.com/revoked';
+  const versions = ['v1.0.0', 'v1.1.0'].map((v, i) => modVersion(mod, v, `2026-0${i + 1}-01T00:00:00Z`));
+  for (const m of versions) {
+    goOrigin.route(`/${mod}/@v/${m.version}.zip`, { body: m.zip, contentType: 'application/zip' })
+      .route(`/${mod}/@v/${m.version}.mod`, { body: m.mod, contentType: 'text/plain' })
+      .route(`/${mod}/@v/${m.version}.info`, { body: m.info, contentType: 'application/json' });
+  }
+  // v0.9.0 is listed by the origin and never endorsed: offered on the pass route only.
+  const unendorsed = modVersion(mod, 'v0.9.0', '2025-12-01T00:00:00Z');
+  goOrigin.route(`/${mod}/@v/v0.9.0.info`, { body: unendorsed.info, contentType: 'application/json' });
+  goOrigin.route(`/${mod}/@v/list`, { body: 'v0.9.0\nv1.0.0\nv1.1.0\n', contentType: 'text/plain' }).route(`/${mod}/@latest`, { body: versions[1]!.info, contentType: 'application/json' });
+  const zip = (v: string) => goOrigin.url(`/${mod}/@v/${v}.zip`);
+  for (const m of versions) await submitEntry(gw.url, token, { url: zip(m.version), name: 'go/example.com+revoked', semver: m.version.slice(1), license: 'MIT' });
+  const get = async (p: string, route = 'go') => { const res = await fetch(`${gw.url}/${route}/${mod}/${p}`); return { status: res.status, text: await res.text() }; };
+  assert.equal(await get('@v/list'), { status: 200, text: 'v1.0.0\nv1.1.0\n' });
+  assert.equal(await get('@v/list', 'go-pass'), { status: 200, text: 'v0.9.0\nv1.0.0\nv1.1.0\n' });
+  let latest = await get('@latest');
+  assert.is(latest.status, 200, latest.text);
+  assert.is(JSON.parse(latest.text).Version, 'v1.1.0');
+  assert.is(JSON.parse((await get('@latest', 'go-pass')).text).Version, 'v1.1.0');
+
+  const r = await revokeApi({ url: zip('v1.1.0') });
+  assert.is(r.status, 201, JSON.stringify(r.json));
+  assert.equal(await get('@v/list'), { status: 200, text: 'v1.0.0\n' });
+  latest = await get('@latest');
+  assert.is(latest.status, 200, latest.text);
+  assert.is(JSON.parse(latest.text).Version, 'v1.0.0', 'a revoked version is still @latest');
+  assert.is((await get('@v/v1.1.0.info')).status, 404);
+  // The pass route: unendorsed versions listed, the revoked one not; @latest the newest not revoked (the origin's names the revoked one).
+  assert.equal(await get('@v/list', 'go-pass'), { status: 200, text: 'v0.9.0\nv1.0.0\n' });
+  latest = await get('@latest', 'go-pass');
+  assert.is(latest.status, 200, latest.text);
+  assert.is(JSON.parse(latest.text).Version, 'v1.0.0', 'a revoked version is still @latest on the pass route');
+  assert.is((await get('@v/v1.1.0.info', 'go-pass')).status, 404);
+  assert.is((await get('@v/v1.1.0.mod', 'go-pass')).status, 404);
+  assert.is((await get('@v/v1.1.0.zip', 'go-pass')).status, 410);
+  assert.is((await get('@v/v0.9.0.info', 'go-pass')).status, 200);
+  const z = await get('@v/v1.1.0.zip');
+  assert.is(z.status, 410);
+  assert.match(z.text, /is revoked by the authority, refused/);
+  assert.is((await get('@v/v1.0.0.zip')).status, 200);
 });
 
 test('the openapi document names POST /v1/revoke', async () => {

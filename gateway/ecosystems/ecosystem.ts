@@ -92,7 +92,7 @@ export interface PageJob { kind: 'pypi'; contentType: string | undefined; pageUr
 export type RenderJob = PackumentJob | PageJob;
 
 /** What making a `Rendered` may use: nothing request-specific (the gateway's host is filled in when sent). */
-export type RenderView = Pick<MetadataIO, 'unendorsed' | 'endorsed' | 'artifactUrlOf' | 'artifactTailOf' | 'gatewayUrlOf' | 'originUrl' | 'log'>;
+export type RenderView = Pick<MetadataIO, 'unendorsed' | 'endorsed' | 'revoked' | 'artifactUrlOf' | 'artifactTailOf' | 'gatewayUrlOf' | 'originUrl' | 'log'>;
 
 /** What a metadata answer may use: the origin (cached), the chain, the URL maps, the response. */
 export interface MetadataIO {
@@ -119,6 +119,11 @@ export interface MetadataIO {
   originUrl(rest: string): string;
   /** The selection in force for an artifact URL (newest version, not revoked), or null. */
   endorsed(artifactUrl: string): Selection | null;
+  /**
+   * Whether the authority revoked what an artifact URL selects (its download
+   * answers 410): never offered, on a pass route either. Absent: nothing is.
+   */
+  revoked?(artifactUrl: string): boolean;
   /**
    * The artifact URL (canonical form) of an absolute URL found in metadata: a
    * URL under this route's (or another route's) origin or canonical base maps

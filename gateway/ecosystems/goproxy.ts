@@ -5,12 +5,15 @@
  * route's prefix:
  *
  *   <module>/@v/list             metadata: the origin's list; on a deny route
- *                                only versions whose .zip is endorsed in force
+ *                                only versions whose .zip is endorsed in force;
+ *                                on a pass route all but the revoked ones
  *   <module>/@v/<version>.zip    artifact (verified by the framework)
  *   <module>/@v/<version>.mod    an artifact when that URL is endorsed itself;
  *   <module>/@v/<version>.info   else the origin's, when the version's .zip
  *                                is endorsed in force (deny: 404 otherwise)
- *   <module>/@latest             the .info of the newest endorsed version
+ *   <module>/@latest             the .info of the newest endorsed version (pass:
+ *                                the origin's unless revoked, else the newest
+ *                                version of the list not revoked)
  *   anything else (sumdb/...)    other
  *
  * Module paths and versions travel case-encoded (`!` + the lower-case
@@ -28,7 +31,8 @@
  * handling of `artifact` requests.
  * Must hold: on a deny route a version whose .zip has no endorsement in
  * force is never listed, resolved by `@latest` or a query, or described by
- * a `.info` / `.mod` (404 with the reason, the origin not asked for it); an
+ * a `.info` / `.mod` (404 with the reason, the origin not asked for it); on
+ * a pass route neither is a version whose .zip is revoked (410); an
  * endorsed `.mod` or `.info` URL is only answered through the verified path;
  * only syntactically valid module paths and versions reach the origin;
  * origin metadata is checked (canonical versions, bounded lines, a `.info`
@@ -304,9 +308,15 @@ export function zipEndorsed(io: Pick<MetadataIO, 'artifactUrlOf' | 'originUrl' |
   return url !== null && io.endorsed(url) !== null;
 }
 
-/** The list a route offers: on a deny route only the versions whose `.zip` is endorsed in force. */
-export function filterVersionList(io: Pick<MetadataIO, 'artifactUrlOf' | 'originUrl' | 'endorsed' | 'unendorsed'>, module: string, lines: readonly ListLine[]): ListLine[] {
-  return io.unendorsed === 'pass' ? [...lines] : lines.filter((l) => zipEndorsed(io, module, l.version));
+/** Whether a version's `.zip` is revoked (its download answers 410). */
+export function zipRevoked(io: Pick<MetadataIO, 'artifactUrlOf' | 'originUrl' | 'revoked'>, module: string, version: string): boolean {
+  const url = zipArtifactUrl(io, module, version);
+  return url !== null && io.revoked?.(url) === true;
+}
+
+/** The list a route offers: on a deny route only the versions whose `.zip` is endorsed in force; on a pass route all but the revoked ones. */
+export function filterVersionList(io: Pick<MetadataIO, 'artifactUrlOf' | 'originUrl' | 'endorsed' | 'revoked' | 'unendorsed'>, module: string, lines: readonly ListLine[]): ListLine[] {
+  return io.unendorsed === 'pass' ? lines.filter((l) => !zipRevoked(io, module, l.version)) : lines.filter((l) => zipEndorsed(io, module, l.version));
 }
 
 /** The Version of an origin `.info` / `@latest` answer, or null when the answer is not one. */
@@ -328,6 +338,9 @@ export function infoVersion(body: Buffer): string | null {
 
 const notEndorsed = (io: MetadataIO, module: string, version: string): string =>
   `vouch: ${module}@${version} is not endorsed by the authority (no endorsement in force for ${zipArtifactUrl(io, module, version) ?? 'its .zip'}), refused`;
+
+const revokedVersion = (io: MetadataIO, module: string, version: string): string =>
+  `vouch: ${module}@${version} is revoked by the authority (${zipArtifactUrl(io, module, version) ?? 'its .zip'}), refused`;
 
 /** A non-200 origin answer for metadata: 404 / 410 as they are (go then reports the module or version missing), else 502. */
 function originRefused(io: MetadataIO, r: MetadataResponse, what: string): void {
@@ -366,6 +379,7 @@ async function sendInfo(io: MetadataIO, module: string, version: string): Promis
 async function answerInfoOrMod(io: MetadataIO, what: 'info' | 'mod', module: string, version: string): Promise<void> {
   if (await io.serveArtifact()) return; // the .mod / .info URL is endorsed itself: verified bytes only
   if (!zipEndorsed(io, module, version)) {
+    if (zipRevoked(io, module, version)) return io.fail(404, revokedVersion(io, module, version));
     if (io.unendorsed === 'pass') return io.passThrough();
     return io.fail(404, notEndorsed(io, module, version));
   }
@@ -386,9 +400,17 @@ async function answerQuery(io: MetadataIO, module: string, query: string): Promi
   io.send(200, JSON_TYPE, r.body);
 }
 
-/** `@latest`: the newest endorsed version of the list (releases first); else the origin's `@latest` when its version is endorsed. */
+/**
+ * `@latest`: the newest endorsed version of the list (releases first); else the origin's `@latest` when its
+ * version is endorsed. On a pass route: the origin's `@latest` as it is, unless it names a revoked version;
+ * then the newest version of the list not revoked.
+ */
 async function answerLatest(io: MetadataIO, module: string): Promise<void> {
-  if (io.unendorsed === 'pass') return io.passThrough();
+  if (io.unendorsed === 'pass') {
+    const origin = await io.fetch(`${escapeGo(module)}/@latest`, FETCH);
+    const named = origin.status === 200 ? infoVersion(origin.body) : null;
+    if (named === null || !zipRevoked(io, module, named)) return io.passThrough();
+  }
   const list = await io.fetch(`${escapeGo(module)}/@v/list`, FETCH);
   if (list.status === 200) {
     // The pick is made once per list body and chain state, then its .info fetched.
@@ -404,6 +426,7 @@ async function answerLatest(io: MetadataIO, module: string): Promise<void> {
     const version = infoVersion(r.body);
     if (version === null || !versionFitsPath(module, version)) return io.fail(502, `vouch: the origin's @latest for ${module} is not valid`);
     if (zipEndorsed(io, module, version)) return io.send(200, JSON_TYPE, r.body);
+    if (zipRevoked(io, module, version)) return io.fail(404, `vouch: no version of ${module} is offered: the origin's @latest, ${version}, is revoked by the authority, refused`);
   } else if (list.status !== 200) {
     return originRefused(io, r, `module ${module}`); // neither a list nor a latest version: the origin does not know it
   }

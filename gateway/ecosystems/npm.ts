@@ -19,7 +19,8 @@
  * `@scope/name/-/name-<version>.tgz`): another package's endorsed tarball
  * (`@x/foo`'s under `foo`, `@types/node`'s under `node`) is never offered,
  * on any route. On a `pass` route an unendorsed version
- * is kept, marked `deprecated` (npm prints it). A tarball no route serves is
+ * is kept, marked `deprecated` (npm prints it); a revoked one (its tarball
+ * answers 410) is removed on every route. A tarball no route serves is
  * removed. Kept versions point at the gateway; a `sha512` signed hash becomes
  * `dist.integrity` (npm then checks the signed hash itself). `time` and
  * `dist-tags` lose removed versions; a missing `latest` is recomputed.
@@ -129,14 +130,14 @@ function answerType(origin: string | undefined, abbreviated: boolean): string {
 export class BadPackument extends Error {}
 
 /** What a rewrite needs from the request (a subset of MetadataIO, so tests can drive it alone). */
-export type RewriteIO = Pick<MetadataIO, 'unendorsed' | 'artifactUrlOf' | 'artifactTailOf' | 'endorsed' | 'gatewayUrlOf'>;
+export type RewriteIO = Pick<MetadataIO, 'unendorsed' | 'artifactUrlOf' | 'artifactTailOf' | 'endorsed' | 'revoked' | 'gatewayUrlOf'>;
 
 export interface RewriteResult {
   /** Versions offered (endorsed, or marked on a pass route). */
   kept: number;
   /** Of those, marked unendorsed (pass routes). */
   marked: number;
-  /** Versions removed: not endorsed (or for another semver or package) on a deny route. */
+  /** Versions removed: not endorsed (or for another semver or package) on a deny route; revoked, on any route. */
   unendorsed: number;
   /** Versions removed: their tarball is under no route. */
   unrouted: number;
@@ -207,7 +208,8 @@ export function rewritePackument(doc: unknown, name: string, io: RewriteIO): Rew
     }
     const endorsed = sel !== null && sel.entry.semver === version;
     if (!endorsed) {
-      if (io.unendorsed === 'deny') {
+      // Revoked (its tarball answers 410): removed on a pass route too, so `latest` never names it.
+      if (io.unendorsed === 'deny' || io.revoked?.(artifactUrl) === true) {
         r.unendorsed++;
         removed.push(version);
         continue;

@@ -17,7 +17,7 @@
  * its fragment dropped, and mapped to its artifact URL (the canonical base of
  * whichever route serves it + the path); a link no route serves is removed
  * (logged), an unendorsed one is removed on a deny route and kept on a pass
- * route; kept links point at the gateway with the signed hash as the
+ * route, a revoked one (it answers 410) removed on both; kept links point at the gateway with the signed hash as the
  * fragment pip checks (sha256 / sha512; none for other algorithms). Side
  * files (core metadata, GPG signatures) are never offered: they are not
  * endorsed. A file is named as pip names it, from its URL (`artifacts/pip-url.ts`);
@@ -38,7 +38,7 @@
  * reason; attribute values are re-escaped; the index's hashes never replace
  * signed ones); `MetadataIO` for the URL maps and the chain.
  * Must hold: every link on a page we send is a gateway URL; on a deny route
- * no link of an unendorsed (or revoked) file is offered, and a project with
+ * no link of an unendorsed file is offered, on any route none of a revoked one, and a project with
  * none left is a 404 with the reason; a fragment on an endorsed link is
  * exactly the signed hash; nothing of the origin's markup is sent.
  */
@@ -100,6 +100,8 @@ export function negotiate(accept: string | undefined): Negotiated | null {
 export interface RewriteIO {
   unendorsed: 'deny' | 'pass';
   endorsed(artifactUrl: string): { entry: { artifact_hash: string } } | null;
+  /** The file's endorsement is revoked (it answers 410): removed on every route. Absent: nothing is. */
+  revoked?(artifactUrl: string): boolean;
   artifactUrlOf(url: string): string | null;
   gatewayUrlOf(artifactUrl: string): string | null;
 }
@@ -180,7 +182,7 @@ export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
       continue;
     }
     const sel = io.endorsed(artifactUrl);
-    if (sel === null && io.unendorsed === 'deny') {
+    if (sel === null && (io.unendorsed === 'deny' || io.revoked?.(artifactUrl) === true)) {
       out.unendorsed.push(artifactUrl);
       continue;
     }

@@ -28,6 +28,8 @@ export interface Decision {
   gatewayUrl: string | null;
   tail: string | null;
   endorsed: { semver: string; artifact_hash: string } | null;
+  /** What the URL selects is revoked (RenderView.revoked). */
+  revoked: boolean;
 }
 
 /** The body read under the job's caps, or its refusal. */
@@ -69,6 +71,7 @@ export function decide(urls: readonly string[], view: RenderView): Array<[string
       gatewayUrl: artifactUrl === null ? null : view.gatewayUrlOf(artifactUrl),
       tail: artifactUrl === null ? null : view.artifactTailOf(artifactUrl),
       endorsed: sel === null ? null : { semver: sel.entry.semver, artifact_hash: sel.entry.artifact_hash },
+      revoked: artifactUrl !== null && view.revoked?.(artifactUrl) === true,
     });
   }
   return [...out];
@@ -84,6 +87,7 @@ export function viewOf(decisions: ReadonlyArray<[string, Decision]>, unendorsed:
     artifactUrlOf: (u) => byUrl.get(u)?.artifactUrl ?? null,
     gatewayUrlOf: (a) => byArtifact.get(a)?.gatewayUrl ?? null,
     artifactTailOf: (a) => byArtifact.get(a)?.tail ?? null,
+    revoked: (a) => byArtifact.get(a)?.revoked ?? false,
     endorsed: (a) => {
       const e = byArtifact.get(a)?.endorsed ?? null;
       return e === null ? null : ({ entry: { semver: e.semver, artifact_hash: e.artifact_hash } } as Selection);

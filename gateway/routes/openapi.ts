@@ -503,6 +503,14 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
                 },
               },
             },
+            {
+              type: 'object',
+              required: ['blocks'],
+              additionalProperties: false,
+              description: 'Several blocks endorsed together (a lockfile\'s): fetched as one submit, appended in one commit, all or none; '
+                + 'at most 256 blocks and 1,000 entries in all, a URL once in all.',
+              properties: { blocks: { type: 'array', minItems: 1, maxItems: 256, items: { type: 'object', required: ['uns', 'semver', 'endorsements'] } } },
+            },
           ],
         },
         RevokeRequest: {
@@ -551,10 +559,18 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
         SubmitResponse: {
           type: 'object',
-          required: ['success', 'status', 'url', 'index', 'record_hash'],
+          required: ['success', 'status', 'index', 'record_hash'],
+          description: '`url` (and `urls` in the multi form) for one block; `blocks` for the blocks form (index and record_hash: its first posted block\'s).',
           properties: {
             success: { const: true }, status: { enum: ['posted', 'unchanged'] }, url: { type: 'string' },
             urls: { type: 'array', items: { type: 'string' } }, index: { type: 'integer' }, record_hash: { type: 'string' },
+            blocks: {
+              type: 'array',
+              items: {
+                type: 'object', required: ['status', 'index', 'record_hash', 'entries'],
+                properties: { status: { enum: ['posted', 'unchanged'] }, index: { type: 'integer' }, record_hash: { type: 'string' }, entries: { type: 'integer' } },
+              },
+            },
           },
         },
       },

@@ -403,6 +403,8 @@ export class ProxyRoutes {
       const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
       return sel === null || sel.revokedBy !== null ? null : sel;
     };
+    // What a download would answer 410: never offered by a listing, on a pass route either.
+    const revoked = (url: string) => (this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null)?.revokedBy != null;
     const artifactUrlOfRoute = (url: string) => artifactUrlOf(this.routes, route, url);
     // The route gatewayUrlOf picks (this one first, then the others in order): the tail is what it will classify.
     const artifactTailOf = (url: string) => {
@@ -416,7 +418,7 @@ export class ProxyRoutes {
       return `${route.index}\u0000${form}\u0000${chain}\u0000${this.ctx.today()}`;
     };
     const view: RenderView = {
-      unendorsed: route.unendorsed, endorsed, artifactUrlOf: artifactUrlOfRoute, artifactTailOf, log: this.ctx.log,
+      unendorsed: route.unendorsed, endorsed, revoked, artifactUrlOf: artifactUrlOfRoute, artifactTailOf, log: this.ctx.log,
       originUrl: (rest) => route.origin + rest,
       gatewayUrlOf: (url) => gatewayUrlOf(this.routes, route, `${protocol}//${HOST_MARK}`, url),
     };
@@ -463,6 +465,7 @@ export class ProxyRoutes {
       },
       originUrl: (rest) => route.origin + rest,
       endorsed,
+      revoked,
       artifactUrlOf: artifactUrlOfRoute,
       gatewayUrlOf: (url) => gatewayUrlOf(this.routes, route, base, url),
       artifactTailOf,

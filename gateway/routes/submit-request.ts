@@ -13,6 +13,11 @@
  * blake3) or Go's `h1:<base64>`; the authority compares it with what it
  * fetched and never signs it as given (gateway/submitter.ts).
  * A body with `uns` or `endorsements` is the multi form, else the single one.
+ * The blocks form `{blocks: [multi, ...]}` (`parseSubmitBody`) is several
+ * multi bodies endorsed together, each its own block: fetched as one
+ * submit and appended in one commit, all of them or none (a lockfile's
+ * blocks, as `vouch endorse --lockfile` appends them offline); a URL
+ * appears once in the whole body.
  *
  * Trusts: nothing in the body. The HTTP layer has already enforced the
  * content type, the body size and JSON syntax, and checked the token.
@@ -29,8 +34,10 @@ import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import type { ClaimKind } from '../../artifacts/claim-digest.ts';
 import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS, isHashAlgorithm, parseArtifactHash } from '../../chain/hash-algorithms.ts';
 
-/** Most artifacts one submit may endorse (one block). */
+/** Most artifacts one submit may endorse (one block, or all blocks of the blocks form together). */
 export const MAX_SUBMIT_ENDORSEMENTS = 1000;
+/** Most blocks of one submit in the blocks form. */
+export const MAX_SUBMIT_BLOCKS = 256;
 
 export interface SubmitEntry {
   url: string;
@@ -240,6 +247,43 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
     bad(`endorsements: the block would be larger than ${LIMITS.blockFileBytes} bytes (shorten comments or split the release)`);
   }
   return req;
+}
+
+/** A submit body: one block's request, or the blocks form's several (`batch`). */
+export interface SubmitBody { requests: SubmitRequest[]; batch: boolean }
+
+/**
+ * Validates a submit body of any form (already JSON-parsed): the blocks form
+ * `{blocks: [...]}`, each element a multi-form body, or a single or multi body.
+ * @throws VouchError `bad_request` naming the first offending field.
+ */
+export function parseSubmitBody(body: unknown): SubmitBody {
+  if (!isObject(body) || !has(body, 'blocks')) return { requests: [parseSubmitRequest(body)], batch: false };
+  checkMembers(body, '', ['blocks'], ' (the blocks form takes only blocks: an array of multi-artifact bodies)');
+  const list = body.blocks;
+  if (!Array.isArray(list)) bad('blocks must be an array');
+  if (list.length === 0 || list.length > MAX_SUBMIT_BLOCKS) bad(`blocks must hold 1 to ${MAX_SUBMIT_BLOCKS} blocks`);
+  const requests: SubmitRequest[] = [];
+  const seen = new Set<string>();
+  let entries = 0;
+  list.forEach((item: unknown, k: number) => {
+    if (!isObject(item) || !has(item, 'endorsements')) bad(`blocks[${k}] must be a multi-artifact body (uns, semver, endorsements, ...)`);
+    let req: SubmitRequest;
+    try {
+      req = parseSubmitRequest(item);
+    } catch (e) {
+      if (e instanceof VouchError) bad(`blocks[${k}]: ${e.message}`);
+      throw e;
+    }
+    entries += req.entries.length;
+    if (entries > MAX_SUBMIT_ENDORSEMENTS) bad(`blocks hold more than ${MAX_SUBMIT_ENDORSEMENTS} entries together`);
+    req.entries.forEach((e, i) => {
+      if (seen.has(e.url)) bad(`blocks[${k}].endorsements[${i}].url repeats ${JSON.stringify(e.url.slice(0, 200))}: a URL appears at most once per submit`);
+      seen.add(e.url);
+    });
+    requests.push(req);
+  });
+  return { requests, batch: true };
 }
 
 /** A `POST /v1/revoke` body: `{url, semver?}` or `{block}`, with optional effective_date and comment. */

@@ -12,7 +12,7 @@ import { parseBlock, parseBlockText, parseCheckpoint, verifyChain, canonicalize,
 import { formatBlockFile, isDate, isDateTime, isHex64, parseBlockFile, readJson } from '../../chain/block.ts';
 import { parsedPayloadJcs, recordJcsAround } from '../../chain/build.ts';
 import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../../gateway/http-util.ts';
-import { parseRevokeRequest, parseSubmitRequest } from '../../gateway/routes/submit-request.ts';
+import { parseRevokeRequest, parseSubmitBody, parseSubmitRequest } from '../../gateway/routes/submit-request.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { buildFeatureChain } from '../helpers/chain-fixture.ts';
 
@@ -166,6 +166,7 @@ test('parseSelectionQuery: the one-`url` fast path answers as URLSearchParams do
 
 test('submit bodies: arbitrary JSON gives a request or bad_request; arbitrary bytes give bad_request', () => {
   fc.assert(fc.property(jsonValue, (v) => { onlyCoded(() => parseSubmitRequest(v), ['bad_request']); }), { seed: SEED, numRuns: RUNS });
+  fc.assert(fc.property(fc.array(jsonValue, { maxLength: 4 }), (list) => { onlyCoded(() => parseSubmitBody({ blocks: list }), ['bad_request']); }), { seed: SEED, numRuns: RUNS });
   fc.assert(fc.property(fc.uint8Array({ maxLength: 200 }), (b) => { onlyCoded(() => parseJsonBody(Buffer.from(b)), ['bad_request']); }), { seed: SEED, numRuns: RUNS });
   onlyCoded(() => parseJsonBody(Buffer.from('['.repeat(100_000))), ['bad_request']);
 });

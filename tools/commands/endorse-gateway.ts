@@ -5,9 +5,15 @@
  * Owns: the client side. `--url` makes one submit; `--lockfile` reads the
  * lockfile as the offline command does (endorse-lockfile.ts), packs its
  * entries into the blocks the offline command would make (blocks.ts) and
- * makes one submit per block, each entry carrying the lockfile's hash as a
- * claim (`expect`) and its algorithm. Progress comes back as NDJSON lines;
- * a bar on a terminal, one plain line per block otherwise.
+ * sends them in the submit's blocks form, in as few submits as its bounds
+ * allow (one up to 1000 entries): the authority fetches each submit's
+ * entries as one pool and appends its blocks in one commit, all or none, as
+ * the offline command does (one submit per block, fetched in bursts of a
+ * block and committed alone, was slower: bench/RESULTS.md "Endorsing a
+ * lockfile through the running authority"). Each entry carries the
+ * lockfile's hash as a claim (`expect`) and its algorithm. Progress comes
+ * back as NDJSON lines; a bar on a terminal, one plain line per block
+ * otherwise.
  *
  * Trusts: nothing it sends: the authority fetches and hashes every artifact
  * and refuses a block whose bytes contradict a claim. Must hold: one line
@@ -24,20 +30,21 @@ import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { EXIT_CODE } from '../exit-codes.ts';
-import { Http } from '../lockfiles/http.ts';
 import { resolveRequirements } from '../lockfiles/pip.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
 import type { Pinned } from '../lockfiles/types.ts';
 import { byUrlOf, CONCURRENCY, readLockfileRun, skippedText } from './endorse-lockfile.ts';
 import { checkUrlOptions } from './endorse-options.ts';
 
-/** Most entries the gateway takes in one submit (gateway/routes/submit-request.ts MAX_SUBMIT_ENDORSEMENTS). */
+/** Most entries and blocks the gateway takes in one submit (gateway/routes/submit-request.ts MAX_SUBMIT_ENDORSEMENTS, MAX_SUBMIT_BLOCKS). */
 const SUBMIT_MAX_ENTRIES = 1000;
+const SUBMIT_MAX_BLOCKS = 256;
+/** Most bytes of one submit body sent (the gateway reads at most 1 MiB, gateway/server.ts SUBMIT_BODY_LIMIT). */
+const SUBMIT_MAX_BODY_BYTES = 768 * 1024;
 const TOKEN_MAX_BYTES = 4096;
 /**
- * Blocks of one lockfile being hashed by the authority at once. 1: block k+1 is sent when block k is hashed,
- * so it queues behind k and the blocks land in lockfile order, while its fetches overlap k's commit (4 was
- * no faster here: the authority fetches 8 artifacts at a time over all submits).
+ * Submits of one lockfile being hashed by the authority at once. 1: submit k+1 is sent when submit k is
+ * hashed, so it queues behind k and the blocks land in lockfile order, while its fetches overlap k's commit.
  */
 const IN_FLIGHT = 1;
 /** One NDJSON line of the answer at most (the result line names the block's URLs). */
@@ -206,6 +213,8 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
   let pinned = run.pinned;
   if (type === 'pip') {
     // The index pages name the files; the authority fetches and hashes the files themselves.
+    // Loaded here only: undici, which the HTTP client needs, is not loaded by a run that fetches nothing itself.
+    const { Http } = await import('../lockfiles/http.ts');
     const http = new Http(run.origins);
     try {
       ({ pinned } = await resolveRequirements(requirements, http, indexUrl, options, CONCURRENCY));
@@ -229,57 +238,80 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
     }));
   const parts = probeBlocks.length;
 
+  // The blocks' bodies, grouped into submits of the blocks form within the gateway's bounds.
+  const bodies = probeBlocks.map((b, k) => ({
+    uns, semver, comment: commentOf(k + 1, parts),
+    ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
+    endorsements: b.payload.endorsements.map((e): SubmitEntryBody => {
+      const p = byUrl.get(e.artifact_url)!;
+      return { url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, expect: claimsOf(p), algorithm: p.endorseAlgorithm };
+    }),
+  }));
+  /** Each submit's first block and its number of blocks. */
+  const submits: { from: number; count: number; entries: number }[] = [];
+  let bytes = 0;
+  bodies.forEach((body, k) => {
+    const size = Buffer.byteLength(JSON.stringify(body)) + 1;
+    const last = submits[submits.length - 1];
+    if (last && last.count < SUBMIT_MAX_BLOCKS && last.entries + body.endorsements.length <= SUBMIT_MAX_ENTRIES && bytes + size <= SUBMIT_MAX_BODY_BYTES) {
+      last.count++;
+      last.entries += body.endorsements.length;
+      bytes += size;
+    } else {
+      submits.push({ from: k, count: 1, entries: body.endorsements.length });
+      bytes = size;
+    }
+  });
+
   const progress = bar(quiet, unique.length);
   const posted: { index: number; record_hash: string; entries: number }[] = [];
   let unchanged = 0;
   let first = null as VouchError | null;
-  let firstAt = parts;
+  let firstAt = submits.length;
   let fatal: unknown = null;
-  const doneOf = new Array<number>(parts).fill(0);
+  const doneOf = new Array<number>(submits.length).fill(0);
   const show = () => progress.update(doneOf.reduce((a, b) => a + b, 0));
   const labelOf = (url: string) => byUrl.get(url)?.label ?? url;
-  // Each block's stderr lines, printed in block order as soon as the blocks before it are reported.
-  const report = new Array<string[] | null>(parts).fill(null);
+  // Each submit's stderr lines, printed in lockfile order as soon as the submits before it are reported.
+  const report = new Array<string[] | null>(submits.length).fill(null);
   let reported = 0;
   const flush = () => {
-    while (reported < parts && report[reported] !== null) {
+    while (reported < submits.length && report[reported] !== null) {
       if (!quiet) for (const line of report[reported]!) process.stderr.write(line);
       reported++;
     }
   };
+  const blockLine = (k: number) => `block ${k + 1} of ${parts} (${bodies[k]!.endorsements.length} entries)`;
   /**
-   * One block's submit. The next block is sent once this one is hashed (its last progress line): it then
+   * One submit's blocks. The next submit is sent once this one is hashed (its last progress line): it then
    * waits in the authority's queue behind this one, so the blocks land in lockfile order while the
-   * authority fetches the next block during this one's commit (and waiting blocks share a commit).
+   * authority fetches the next submit's during this one's commit.
    */
-  const one = async (k: number, hashed: () => void): Promise<void> => {
-    const chunk = probeBlocks[k]!.payload.endorsements.map((e) => byUrl.get(e.artifact_url)!);
-    const body: Record<string, unknown> = {
-      uns, semver, comment: commentOf(k + 1, parts),
-      ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
-      endorsements: chunk.map((p): SubmitEntryBody => ({
-        url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, expect: claimsOf(p), algorithm: p.endorseAlgorithm,
-      })),
-    };
+  const one = async (g: number, hashed: () => void): Promise<void> => {
+    const { from, count, entries } = submits[g]!;
+    const body = { blocks: bodies.slice(from, from + count) };
     let answer: Answer;
     try {
       answer = await submit(base, token, body, (d) => {
-        doneOf[k] = d;
+        doneOf[g] = d;
         show();
-        if (d >= chunk.length) hashed();
+        if (d >= entries) hashed();
       });
     } finally {
       hashed();
     }
-    doneOf[k] = chunk.length;
+    doneOf[g] = entries;
     show();
-    const where = `block ${k + 1} of ${parts} (${chunk.length} entries)`;
     const lines: string[] = [];
     if (answer.httpStatus === 201 || answer.httpStatus === 200) {
-      if (answer.httpStatus === 201) posted.push({ index: answer.body.index, record_hash: answer.body.record_hash, entries: chunk.length });
-      else unchanged += chunk.length;
-      if (!progress.tty) lines.push(`${where}: ${answer.httpStatus === 201 ? `posted at index ${answer.body.index}` : `unchanged (block ${answer.body.index})`}\n`);
-      report[k] = lines;
+      const answered = answer.body.blocks;
+      if (!Array.isArray(answered) || answered.length !== count) throw new VouchError('bad_answer', `the gateway answered ${answer.httpStatus} without the status of each of the ${count} blocks sent`);
+      answered.forEach((b: { status?: unknown; index?: unknown; record_hash?: unknown }, i: number) => {
+        if (b.status === 'posted') posted.push({ index: b.index as number, record_hash: b.record_hash as string, entries: bodies[from + i]!.endorsements.length });
+        else unchanged += bodies[from + i]!.endorsements.length;
+        if (!progress.tty) lines.push(`${blockLine(from + i)}: ${b.status === 'posted' ? `posted at index ${b.index}` : `unchanged (block ${b.index})`}\n`);
+      });
+      report[g] = lines;
       return;
     }
     const err = gatewayError(answer);
@@ -293,19 +325,20 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
     } else {
       throw err;
     }
-    lines.push(`${where}: refused, nothing of it signed\n`);
-    report[k] = lines;
-    if (first === null || k < firstAt) { first = err; firstAt = k; }
+    lines.push(count === 1 ? `${blockLine(from)}: refused, nothing of it signed\n`
+      : `blocks ${from + 1} to ${from + count} of ${parts} (${entries} entries, sent together): refused, nothing of them signed\n`);
+    report[g] = lines;
+    if (first === null || g < firstAt) { first = err; firstAt = g; }
   };
   const running: Promise<void>[] = [];
   try {
     const gates: Promise<void>[] = [];
-    for (let k = 0; k < parts && fatal === null; k++) {
-      // At most IN_FLIGHT blocks being hashed by the authority at once.
-      if (k >= IN_FLIGHT) await gates[k - IN_FLIGHT];
+    for (let g = 0; g < submits.length && fatal === null; g++) {
+      // At most IN_FLIGHT submits being hashed by the authority at once.
+      if (g >= IN_FLIGHT) await gates[g - IN_FLIGHT];
       let hashed!: () => void;
       gates.push(new Promise<void>((r) => { hashed = r; }));
-      running.push(one(k, hashed).then(() => { progress.done(); flush(); show(); }, (e) => { fatal ??= e; report[k] = []; }));
+      running.push(one(g, hashed).then(() => { progress.done(); flush(); show(); }, (e) => { fatal ??= e; report[g] = []; }));
     }
     await Promise.all(running);
   } finally {

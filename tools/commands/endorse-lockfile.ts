@@ -41,7 +41,8 @@ import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
-import { Http, MiB, OriginMap, hasCredentials } from '../lockfiles/http.ts';
+import type { Http } from '../lockfiles/http.ts';
+import { MiB, OriginMap, hasCredentials } from '../lockfiles/origin-map.ts';
 import { MultiHash, type DigestName } from '../lockfiles/digests.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';
 import { readNpmLock } from '../lockfiles/npm.ts';
@@ -251,7 +252,8 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
   const trusted = trustedHead(repo, keyed);
   const { head } = trusted;
 
-  const http = new Http(origins);
+  const { Http: HttpClient } = await import('../lockfiles/http.ts');
+  const http = new HttpClient(origins);
   const progress = quiet ? null : progressReporter('fetching');
   let barShown = progress !== null;
   const bar = progress && {

@@ -65,8 +65,9 @@ export const endorse: Command = {
     'go/<module path with / as +>. Exit 1 on a mismatch or semver_conflict, and nothing is appended.',
     '',
     'With --gateway URL --token-file FILE (instead of --chain and --key): the running authority gateway fetches,',
-    'hashes and signs (POST /v1/submit); lockfile hashes are sent as claims it checks, one submit per block,',
-    'a refused entry is one line naming the package, and the exit codes are the offline ones.',
+    'hashes and signs (POST /v1/submit); lockfile hashes are sent as claims it checks, the blocks together',
+    '(one commit, all or none, as offline), a refused entry is one line naming the package, and the exit codes',
+    'are the offline ones.',
     'See README, "Endorsing what a project already pins".',
   ].join('\n'),
   options: {

@@ -31,7 +31,8 @@ import { VouchError } from '../../chain/errors.ts';
 import { goSemver, goUnitName, isGoModulePath } from '../../chain/unit-names.ts';
 import { checkLicense } from './licenses.ts';
 import { MultiHash, type DigestName } from './digests.ts';
-import { MiB, type Http } from './http.ts';
+import type { Http } from './http.ts';
+import { MiB } from './origin-map.ts';
 import type { Fetched, Options, Pinned } from './types.ts';
 
 export { hash1, goModH1, zipH1, MAX_ZIP_BYTES, MAX_ZIP_ENTRIES };

@@ -23,7 +23,7 @@ import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl } from '../../chain/block.ts';
 import { npmSemver, npmUnitName } from '../../chain/unit-names.ts';
 import { endorseAlgorithmFor, parseSri, sriOf, strongestSri, type DigestName } from './digests.ts';
-import { hasCredentials } from './http.ts';
+import { hasCredentials } from './origin-map.ts';
 import { checkLicense } from './licenses.ts';
 import type { Options, Pinned, SkipCounts } from './types.ts';
 

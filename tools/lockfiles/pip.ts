@@ -55,7 +55,8 @@ import { isHashAlgorithm, DEFAULT_HASH_ALGORITHM } from '../../chain/hash-algori
 import { PageError, fragmentHashes, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
 import { parsePipHash, type DigestName } from './digests.ts';
 import { checkLicense } from './licenses.ts';
-import { MiB, hasCredentials, type Http } from './http.ts';
+import type { Http } from './http.ts';
+import { MiB, hasCredentials } from './origin-map.ts';
 import { mapLimit } from './pool.ts';
 import { pipFileNames, pipRequestUrl } from '../../artifacts/pip-url.ts';
 import type { Options, Pinned } from './types.ts';
