@@ -24,6 +24,8 @@ import { isValidKeyName } from '../chain/note.ts';
 import { type Checkpoint as LogCheckpoint, openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { ChainRepo, type CommitInfo } from './chain-repo.ts';
+import type { KeyState } from '../chain/key-events.ts';
+import { keyStateOfFiles, notInForce } from './chain-keys.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 
 /** `block <i>: <intent> <uns> <semver>` with the URLs in the body (DESIGN 2). */
@@ -60,13 +62,16 @@ export interface TrustedHead {
 
 /**
  * The head block, checked in constant time against the signed checkpoint
- * and the signer's key (the authority block must name this key).
+ * and the signer's key: block 0's key, or with `keys` (a chain with key
+ * events, docs/key-events.md) the online key in force they name. The
+ * checkpoint is signed by the key in force at its size, so a retired key
+ * fails here too.
  */
-export function trustedHead(repo: ChainRepo, signer: Signer): TrustedHead {
+export function trustedHead(repo: ChainRepo, signer: Pick<Signer, 'id' | 'publicKey'>, keys: KeyState | null = null): TrustedHead {
   const authority = parseBlockText(repo.readBlockFile(0), 0);
-  const a = authority.payload.authority!;
+  const a = keys === null ? authority.payload.authority! : { signer: keys.online.signer, public_key: keys.online.publicKey };
   if (a.public_key !== base64Encode(signer.publicKey)) {
-    throw new VouchError('key_error', `this key is not the chain's authority key (${a.public_key})`);
+    throw new VouchError('key_error', keys === null ? `this key is not the chain's authority key (${a.public_key})` : notInForce(keys, base64Encode(signer.publicKey)));
   }
   if (a.signer !== signer.id) {
     throw new VouchError('key_error', `the chain's authority signer is ${JSON.stringify(a.signer)}, not ${JSON.stringify(signer.id)}`);
@@ -82,6 +87,11 @@ export function trustedHead(repo: ChainRepo, signer: Signer): TrustedHead {
   }
   const sig = base64Decode(cp.signature);
   if (sig === null || !nodeBackend.verify(signer.publicKey, checkpointMessage(cp), sig)) {
+    if (keys === null) {
+      // Block 0's key, but the checkpoint is another's: name the key in force when key events changed it.
+      const now = keyStateOfFiles(repo);
+      if (now.online.publicKey !== a.public_key) throw new VouchError('key_error', notInForce(now, a.public_key));
+    }
     throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the checkpoint is not signed by this authority', { index: null });
   }
   if (cp.size !== repo.size) {
