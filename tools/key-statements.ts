@@ -36,9 +36,9 @@ export function statementError(e: KeyEventError, tail = '; nothing appended'): V
   return new VouchError(e.stale ? 'stale_statement' : 'bad_statement', `${e.why}${tail}`);
 }
 
-/** The chain in DIR verified whole (every block, the checkpoint), with its key state. */
-export async function verifiedChain(dir: string): Promise<{ repo: ChainRepo; state: VerifierState & { keys: KeyState } }> {
-  const repo = await ChainRepo.open(dir, { repair: false });
+/** The chain in DIR verified whole (every block, the checkpoint), with its key state; `write`: opened to append (as vouch endorse opens it). */
+export async function verifiedChain(dir: string, write = false): Promise<{ repo: ChainRepo; state: VerifierState & { keys: KeyState } }> {
+  const repo = await ChainRepo.open(dir, { repair: write });
   const { state } = await verifyDirectory(repo, {});
   if (state.keys === null) throw new VouchError('not_a_chain', `${dir} holds no block 0`);
   return { repo, state: state as VerifierState & { keys: KeyState } };

@@ -145,7 +145,7 @@ export const reendorse: Command = {
       if (v.key === undefined) throw new UsageError('missing --key (or --gateway URL --token-file FILE to re-endorse through a running authority)');
       if (!dry) assertChainWritable(v.chain, 'POST /v1/submit');
     }
-    const { repo, state } = await verifiedChain(v.chain);
+    const { repo, state } = await verifiedChain(v.chain, v.gateway === undefined && !dry);
     const keys = state.keys;
     const quiet = v.quiet === true || v.json === true;
     const groups = voidGroups(repo, keys);

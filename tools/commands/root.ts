@@ -163,7 +163,7 @@ export const rootApply: Command = {
     const signed = readStatementFile(file!);
     assertChainWritable(v.chain, 'POST /v1/root');
     const key = readKeyFile(v.key);
-    const { repo, state } = await verifiedChain(v.chain);
+    const { repo, state } = await verifiedChain(v.chain, true);
     let next: KeyState;
     try {
       next = applyKeyEvent(nodeBackend, state.keys, signed, state.size);
