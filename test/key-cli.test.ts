@@ -239,7 +239,8 @@ test('compromise: the attacker appends with the stolen key B; bad good-through r
   assert.not.ok(existsSync(at('c-far.json')) || existsSync(at('c-early.json')) || existsSync(at('c-retired.json')));
 
   ok(await vouch('key', 'compromise', '--chain', chain, '--good-through', String(good), '--new-key', at('C.pem'), '--out', at('compromise.json')));
-  await sign(at('compromise.json'), 'H1');
+  const h1 = ok(await vouch('root', 'sign', '--key', at('H1.pem'), '--chain', chain, at('compromise.json')));
+  assert.match(h1.stdout, /\nthe root \(version 1\): 1 of 2 needed\n?$/);
   await refused(['root', 'apply', '--chain', chain, '--key', at('C.pem'), at('compromise.json')],
     'vouch root apply: the root (version 1) needs 2 of its 3 holders\' signatures, the statement has 1; nothing appended', 1);
   await sign(at('compromise.json'), 'H3');
@@ -287,6 +288,9 @@ test('reendorse: the good void entries endorsed again (one block per void block)
   // run again: the good ones are in force already, the changed one still refused, nothing appended
   const again = await refused(['reendorse', '--chain', chain, '--key', at('C.pem'), '--quiet'], 'vouch reendorse: 1 void entry was not re-endorsed (listed above)', 1);
   assert.is(again.stdout, '');
+  // the operator endorses the real widget 6.0.0: the attacker's void block is no semver_conflict (nor "unchanged")
+  const real = await endorse('C', U('/widget-6.tgz'), '6.0.0');
+  assert.is(real, await size() - 1);
 });
 
 test('root rotation 2-of-3 -> {H1, H2, H4}: needs 2 of the old root and 2 of the new', async () => {
@@ -294,7 +298,8 @@ test('root rotation 2-of-3 -> {H1, H2, H4}: needs 2 of the old root and 2 of the
   await sign(at('root2.json'), 'H1', 'H4');
   await refused(['root', 'apply', '--chain', chain, '--key', at('C.pem'), at('root2.json')],
     'vouch root apply: the current root (version 1) needs 2 of its 3 holders\' signatures, the statement has 1; nothing appended', 1);
-  await sign(at('root2.json'), 'H3');
+  const h3 = ok(await vouch('root', 'sign', '--key', at('H3.pem'), '--chain', chain, at('root2.json')));
+  assert.match(h3.stdout, /\nnew root \(version 2\): 2 of 2 needed \(met\); the current root's threshold is checked when applied \(1 signature\(s\) by keys outside the new root\)\ncurrent root \(version 1\): 2 of 2 needed \(met\)\n?$/);
   const r = JSON.parse(ok(await vouch('root', 'apply', '--chain', chain, '--key', at('C.pem'), at('root2.json'), '--json')).stdout);
   assert.equal(r.root, { version: 2, threshold: 2, keys: [pubs.H1, pubs.H2, pubs.H4] });
   const v = JSON.parse(ok(await vouch('verify', '--chain', chain, '--json')).stdout);

@@ -14,6 +14,8 @@
 import { closeSync, fsyncSync, linkSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { createPublicKey } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
+import type { Block } from '../chain/block.ts';
+import type { EndorsementInput } from '../chain/build.ts';
 import type { CryptoBackend } from '../chain/crypto-backend.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { VouchError } from '../chain/errors.ts';
@@ -213,4 +215,15 @@ export function signatureReport(signed: SignedStatement): { valid: string[]; inv
 export function keyStateLine(k: KeyState): string {
   const root = k.root ? `root v${k.root.version} ${k.root.threshold}-of-${k.root.keys.length}` : 'no root';
   return `${root}, online key ${k.online.signer} ${k.online.publicKey} since block ${k.online.since}, ${k.sequence} key event${k.sequence === 1 ? '' : 's'}`;
+}
+
+/** One void block of a compromise and its entries still to decide (vouch reendorse). */
+export interface VoidGroup { block: Block; entries: EndorsementInput[] }
+/** An entry vouch reendorse does not endorse again: its URL and the line that says why. */
+export interface Refusal { url: string; line: string }
+
+/** The comment of a re-endorsement block: which void block it replaces. */
+export function commentOf(g: VoidGroup): string {
+  const c = `re-endorsed from void block ${g.block.index}`;
+  return g.block.comment ? `${c}: ${g.block.comment}`.slice(0, 4096) : c;
 }

@@ -271,7 +271,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     }
     const byUrl = byUrlOf(pinned);
     const unique = [...byUrl.values()];
-    const report = priorEndorsements(repo, byUrl.keys(), head, endorsementsOf);
+    const report = priorEndorsements(repo, byUrl.keys(), head, endorsementsOf, keys);
     noteScan(report, quiet);
     const history = report.history;
     const algorithmsOf = (p: Pinned) => {

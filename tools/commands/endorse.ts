@@ -119,7 +119,7 @@ export const endorse: Command = {
     for (let i = 0; i < urls.length; i++) {
       digests.push(files.length ? await digestFile(files[i]!, algorithm) : await digestUrl(urls[i]!, algorithm));
     }
-    const report = priorEndorsements(repo, urls, head, findEndorsements);
+    const report = priorEndorsements(repo, urls, head, findEndorsements, keys);
     noteScan(report, v.quiet === true || v.json === true);
     const history = report.history;
     timings.mark(`history(${report.source},${report.scanned})`);

@@ -25,14 +25,11 @@ import { notInForce } from '../../store/chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import type { ChainRepo } from '../../store/chain-repo.ts';
 import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
-import { verifiedChain } from '../key-statements.ts';
+import { commentOf, verifiedChain, type Refusal, type VoidGroup } from '../key-statements.ts';
 
 /** Artifacts fetched at once. */
 const CONCURRENCY = 8;
 
-/** One void block's entries still to decide. */
-interface VoidGroup { block: Block; entries: EndorsementInput[] }
-interface Refusal { url: string; line: string }
 
 /** The endorse blocks among the void ones, each with its entries. */
 function voidGroups(repo: ChainRepo, keys: KeyState): VoidGroup[] {
@@ -107,11 +104,6 @@ async function fetchAndCompare(groups: VoidGroup[], refused: Refusal[]): Promise
   };
   await Promise.all(Array.from({ length: Math.min(CONCURRENCY, jobs.length) }, worker));
   for (const g of groups) g.entries = g.entries.filter((e) => !bad.has(e));
-}
-
-function commentOf(g: VoidGroup): string {
-  const c = `re-endorsed from void block ${g.block.index}`;
-  return g.block.comment ? `${c}: ${g.block.comment}`.slice(0, 4096) : c;
 }
 
 export const reendorse: Command = {
@@ -209,5 +201,3 @@ async function appendOffline(
   await appendWithNote(repo, trusted, signer, blocks, checkpoint, now);
   return blocks.map((b, i) => ({ index: b.index, record_hash: b.record_hash, void_block: kept[i]!.block.index, entries: kept[i]!.entries.length }));
 }
-
-export { commentOf, type VoidGroup, type Refusal };

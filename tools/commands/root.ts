@@ -88,13 +88,15 @@ export const rootSign: Command = {
   summary: 'Adds this holder\'s signature to a statement file (root, key rotation or compromise), in place. Runs offline: it needs the holder\'s private key and the file, nothing else.',
   details: [
     'Prints what the statement does, which holders have signed (each signature checked) and, for a root statement,',
-    'how many of the new root\'s threshold are met (the current root\'s threshold is checked by `vouch root apply`).',
+    'how many of the new root\'s threshold are met; with --chain (a clone) also the current root\'s (otherwise',
+    '`vouch root apply` checks it).',
     'The file is replaced whole (a temporary file renamed over it). A holder signs once: a second signature by the',
     'same key is refused (exit 1, bad_statement) and the file is left as it was.',
   ].join('\n'),
   positionals: [{ name: 'STATEMENT', required: true }],
   options: {
     key: { type: 'string', value: 'HOLDER.pem', help: 'this holder\'s private key (PKCS#8 PEM, mode 0600)', required: true },
+    chain: { type: 'string', value: 'DIR', help: 'optional: a clone of the chain, to count the current root\'s threshold too (not needed to sign)' },
   },
   async run(v, [file]) {
     const signed = readStatementFile(file!);
@@ -124,8 +126,19 @@ export const rootSign: Command = {
       lines.push(`new root (version ${s.root.version}): ${n} of ${s.root.threshold} needed${n >= s.root.threshold ? ' (met)' : ''}` +
         (s.root.version > 1 ? `; the current root's threshold is checked when applied (${valid.length - n} signature(s) by keys outside the new root)` : ''));
       met = { new_root: { signed: n, threshold: s.root.threshold, met: n >= s.root.threshold } };
-    } else {
-      lines.push(`the chain's root threshold is checked when applied (vouch root apply): ${valid.length} holder(s) have signed`);
+    }
+    if (v.chain !== undefined) {
+      const { state } = await verifiedChain(v.chain);
+      const root = state.keys.root;
+      const n = root === null ? 0 : root.keys.filter((k) => valid.includes(k)).length;
+      if (root !== null) {
+        lines.push(`${s.action === 'root' ? 'current' : 'the'} root (version ${root.version}): ${n} of ${root.threshold} needed${n >= root.threshold ? ' (met)' : ''}`);
+        met = { ...met, current_root: { signed: n, threshold: root.threshold, met: n >= root.threshold } };
+      }
+      if (s.chain !== state.keys.chain) lines.push(`warning: the statement is for chain ${s.chain}, not this one (${state.keys.chain})`);
+      else if (s.sequence !== state.keys.sequence + 1) lines.push(`warning: the chain has applied ${state.keys.sequence} key events: this statement (sequence ${s.sequence}) ${s.sequence <= state.keys.sequence ? 'is stale' : 'skips ahead'}`);
+    } else if (s.action !== 'root') {
+      lines.push(`the chain's root threshold is checked when applied (vouch root apply; --chain DIR counts it here): ${valid.length} holder(s) have signed`);
     }
     emit(v, lines.join('\n'), { status: 'signed', file, action: s.action, sequence: s.sequence, signed_by: pub, signatures: valid, invalid, ...met });
     return 0;
