@@ -25,7 +25,8 @@ import { utf8 } from '../chain/encoding.ts';
 import { readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
-import { appendSigned } from '../store/chain-store.ts';
+import { appendSigned, signNoteText } from '../store/chain-store.ts';
+import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { git, vouchAsync, type Run } from './helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-cli-'));
@@ -199,6 +200,17 @@ test('routine rotation A -> B: signed by two holders, applied with the NEW key; 
   await refused(['key', 'rotate', '--chain', chain, '--new-key', at('A.pem'), '--out', at('back.json')],
     `vouch key rotate: the online key ${pubs.A} was retired earlier: a retired key never signs again; no statement written`, 1);
   good = await endorse('B', U('/widget-3.tgz'), '3.0.0');
+
+  // checkpoint.note must open with the key in force: one signed by the old key alone (on a clone) is refused
+  const noted = at('clone-note');
+  git(['clone', '-q', chain, noted]);
+  const text = readFileSync(join(noted, 'checkpoint.note'), 'utf8');
+  const cp = openCheckpoint(nodeBackend, text, { publicKey: nodeSigner('acme', readKeyFile(at('B.pem'))).publicKey }).checkpoint;
+  writeFileSync(join(noted, 'checkpoint.note'), signNoteText(nodeSigner('acme', readKeyFile(at('A.pem'))), cp.origin, cp.size, cp.root));
+  ok(git(['-C', noted, '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qam', 'note by the old key']));
+  const n = await vouch('verify', '--chain', noted);
+  assert.is(n.status, 1);
+  assert.match(n.stderr, new RegExp(`^checkpoint_mismatch at checkpoint: checkpoint\\.note does not open with the online key in force \\(${pubs.B!.replace(/[+/]/g, '\\$&')}\\): checkpoint carries no signature by the authority key `));
 
   // a block appended with the old key by hand (on a clone): vouch verify fails with retired_key at its index
   const clone = at('clone-retired');
