@@ -42,11 +42,12 @@ export function keyStateOfFiles(repo: ChainRepo): KeyState {
 
 /** Why `publicKey` may not sign for a chain in `keys`. */
 export function notInForce(keys: KeyState, publicKey: string): string {
+  if (keys.sequence === 0) return `this key is not the chain's authority key (${keys.online.publicKey})`; // no key events: as before them
   const inForce = `the online key in force is ${keys.online.publicKey} (since block ${keys.online.since})`;
   if (keys.compromised.includes(publicKey)) return `this key (${publicKey}) was declared compromised; ${inForce}`;
   if (keys.retired.includes(publicKey)) return `this key (${publicKey}) was retired; ${inForce}`;
   if (keys.root?.keys.includes(publicKey)) return `this key (${publicKey}) is a root holder's key, which never signs blocks; ${inForce}`;
-  return `this key (${publicKey}) is not the chain's online key: ${inForce}`;
+  return `this key (${publicKey}) is not the chain's authority key: ${inForce}`;
 }
 
 /**
