@@ -112,6 +112,12 @@ test('before a root: a small-order holder key and a rotation are refused at once
   await refused(['root', 'init', '--chain', chain, '--holder', pubs.H1!, '--holder', small, '--threshold', '1', '--out', at('weak.json')],
     `vouch root init: root key ${small} is not a full-order ed25519 key (small-order or non-canonical): refused`, 1);
   assert.not.ok(existsSync(at('weak.json')));
+  const nonCanonical = Buffer.from([0xed, ...new Array(30).fill(0xff), 0x7f]).toString('base64'); // y = p: a non-canonical encoding
+  await refused(['root', 'init', '--chain', chain, '--holder', pubs.H1!, '--holder', nonCanonical, '--threshold', '1', '--out', at('weak.json')],
+    `vouch root init: root key ${nonCanonical} is not a full-order ed25519 key (small-order or non-canonical): refused`, 1);
+  await refused(['root', 'init', '--chain', chain, '--holder', pubs.H1!, '--holder', pubs.A!, '--threshold', '1', '--out', at('weak.json')],
+    `vouch root init: the online key in force cannot be a root key: root keys stay offline; no statement written`, 1);
+  assert.not.ok(existsSync(at('weak.json')));
   await refused(['key', 'rotate', '--chain', chain, '--new-key', at('B.pem'), '--out', at('early.json')],
     'vouch key rotate: a key statement needs a root: this chain has none (adopt one with a root statement first); no statement written', 1);
   assert.not.ok(existsSync(at('early.json')));
