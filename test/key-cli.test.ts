@@ -28,6 +28,7 @@ import { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, signNoteText } from '../store/chain-store.ts';
 import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { git, vouchAsync, type Run } from './helpers/processes.ts';
+import { startGatewayProcess, writeConfig } from './helpers/gateway-process.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-cli-'));
 const chain = join(work, 'chain');
@@ -245,7 +246,11 @@ test('compromise: the attacker appends with the stolen key B; bad good-through r
   writeFileSync(evil, 'attacker bytes\n');
   attacker.push(Number(ok(await vouch('endorse', '--chain', chain, '--key', at('B.pem'), '--url', U('/widget-4.tgz'), '--url', U('/widget-5.tgz'),
     '--name', 'acme/widget', '--semver', '4.0.0', '--license', 'MIT')).stdout.split(' ')[0]));
-  attacker.push(await endorse('B', U('/widget-6.tgz'), '6.0.0', ['--file', evil]));
+  // and one block mixing them: widget-6 with the attacker's bytes, widget-7 with the real ones
+  const real7 = at('widget-7.tgz');
+  writeFileSync(real7, served.get('/widget-7.tgz')!);
+  attacker.push(Number(ok(await vouch('endorse', '--chain', chain, '--key', at('B.pem'), '--url', U('/widget-6.tgz'), '--file', evil, '--url', U('/widget-7.tgz'), '--file', real7,
+    '--name', 'acme/widget', '--semver', '6.0.0', '--license', 'MIT')).stdout.split(' ')[0]));
   const headIndex = attacker[1]!;
 
   await refused(['key', 'compromise', '--chain', chain, '--good-through', String(headIndex + 1), '--new-key', at('C.pem'), '--out', at('c-far.json')],
@@ -278,6 +283,41 @@ test('compromise: the attacker appends with the stolen key B; bad good-through r
     `vouch endorse: this key (${pubs.B}) was declared compromised; the online key in force is ${pubs.C} (since block ${headIndex + 1})`, 2);
 });
 
+test('reendorse --gateway: the void entries of the local clone submitted with their hashes as claims; the authority refuses the changed one, the rest is signed', async () => {
+  // The authority here serves another chain (a gateway on a chain with key events is the writer side's): what is
+  // tested is the client, against the real POST /v1/submit and its claim check.
+  const dir = at('gw');
+  const tokenFile = at('submit.token');
+  writeFileSync(tokenFile, 'reendorse-token-' + 'k'.repeat(32) + '\n', { mode: 0o600 });
+  const gw = await startGatewayProcess(['--config', writeConfig(dir, {
+    listen: { host: '127.0.0.1', port: 0 },
+    chain: { dir: join(dir, 'chain') },
+    authority: { key_file: at('D.pem'), signer: 'acme-gw', submit_token_file: tokenFile },
+    origin: { allow_private: true, timeout: 5 },
+  })]);
+  try {
+    const before = { head: head(), files: blockFiles() };
+    const r = await vouch('reendorse', '--chain', chain, '--gateway', gw.url, '--token-file', tokenFile);
+    assert.is(r.status, 1, r.stderr);
+    const lines = r.stderr.trimEnd().split('\n');
+    assert.is(lines.length, 2, r.stderr);
+    assert.match(lines[0]!, new RegExp(`^refused: ${U('/widget-6.tgz').replace(/[.]/g, '\\.')} \\(void block ${attacker[1]}\\): its bytes now hash to sha256:[0-9a-f]{64}, the void block claimed sha256:[0-9a-f]{64} \\(possibly the attacker's\\): not endorsed$`));
+    assert.is(lines[1], 'vouch reendorse: 1 void entry was not re-endorsed (listed above)');
+    // void block attacker[1]: refused whole by the authority (hash_mismatch), then widget-7 alone submitted again
+    assert.match(r.stdout, new RegExp(`^1 [0-9a-f]{64} re-endorses 2 entries of void block ${attacker[0]}\\n2 [0-9a-f]{64} re-endorses 1 entry of void block ${attacker[1]}\\n` +
+      '4 void entries: 3 re-endorsed, 0 already in force, 1 refused\\n$'));
+    // the local clone is only read
+    assert.equal({ head: head(), files: blockFiles() }, before);
+    const served = JSON.parse(ok(await vouch('verify', '--chain', join(dir, 'chain'), '--json')).stdout);
+    assert.is(served.blocks, 3);
+    assert.ok(readFileSync(join(dir, 'chain', blockPath(2)), 'utf8').includes(U('/widget-7.tgz')));
+    const text = readFileSync(join(dir, 'chain', blockPath(1)), 'utf8');
+    assert.ok(text.includes(U('/widget-4.tgz')) && text.includes(U('/widget-5.tgz')) && !text.includes(U('/widget-6.tgz')));
+  } finally {
+    await gw.stop();
+  }
+});
+
 test('reendorse: the good void entries endorsed again (one block per void block), the changed one refused', async () => {
   const refusedLine = (r: Run) => r.stderr.split('\n').find((l) => l.startsWith('refused: '));
   const want = new RegExp(`^refused: ${U('/widget-6.tgz').replace(/[.]/g, '\\.')} \\(acme/widget 6\\.0\\.0, void block ${attacker[1]}\\): its bytes now hash to sha256:[0-9a-f]{64}, the void block claimed sha256:[0-9a-f]{64} \\(possibly the attacker's\\): not endorsed$`);
@@ -285,7 +325,7 @@ test('reendorse: the good void entries endorsed again (one block per void block)
   const dry = await vouch('reendorse', '--chain', chain, '--key', at('C.pem'), '--dry-run');
   assert.is(dry.status, 1, dry.stderr);
   assert.match(refusedLine(dry)!, want);
-  assert.match(dry.stdout, new RegExp(`would re-endorse 2 of 2 entries of void block ${attacker[0]}\\n`));
+  assert.match(dry.stdout, new RegExp(`^would re-endorse 2 of 2 entries of void block ${attacker[0]}\\nwould re-endorse 1 of 2 entries of void block ${attacker[1]}\\n`));
   assert.equal({ head: head(), files: blockFiles() }, before);
 
   await refused(['reendorse', '--chain', chain, '--key', at('B.pem')],
@@ -294,14 +334,15 @@ test('reendorse: the good void entries endorsed again (one block per void block)
   const r = await vouch('reendorse', '--chain', chain, '--key', at('C.pem'), '--json');
   assert.is(r.status, 1, r.stderr);
   const j = JSON.parse(r.stdout);
-  assert.is(j.blocks.length, 1);
-  assert.is(j.blocks[0].void_block, attacker[0]);
-  assert.is(j.blocks[0].entries, 2);
+  assert.equal(j.blocks.map((b: { void_block: number; entries: number }) => [b.void_block, b.entries]), [[attacker[0], 2], [attacker[1], 1]]);
   assert.is(j.refused.length, 1);
   assert.is(r.stderr.trimEnd().split('\n').at(-1), 'vouch reendorse: 1 void entry was not re-endorsed (listed above)');
   const block = parseBlockText(readFileSync(join(chain, blockPath(j.blocks[0].index)), 'utf8'), j.blocks[0].index);
   assert.equal(block.payload.endorsements.map((e) => e.artifact_url), [U('/widget-4.tgz'), U('/widget-5.tgz')]);
   assert.is(block.signer, 'acme');
+  const second = parseBlockText(readFileSync(join(chain, blockPath(j.blocks[1].index)), 'utf8'), j.blocks[1].index);
+  assert.equal(second.payload.endorsements.map((e) => [e.artifact_url, e.semver]), [[U('/widget-7.tgz'), '6.0.0']]);
+  assert.is(second.comment, `re-endorsed from void block ${attacker[1]}: acme/widget 6.0.0`);
   ok(await vouch('verify', '--chain', chain));
   // run again: the good ones are in force already, the changed one still refused, nothing appended
   const again = await refused(['reendorse', '--chain', chain, '--key', at('C.pem'), '--quiet'], 'vouch reendorse: 1 void entry was not re-endorsed (listed above)', 1);
