@@ -18,7 +18,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildCheckpoint, buildEndorseBlock, artifactHashOf } from '../chain/build.ts';
+import { buildCheckpoint, buildEndorseBlock, buildKeyBlock, artifactHashOf } from '../chain/build.ts';
 import { parseBlockText } from '../chain/block.ts';
 import { blockPath } from '../chain/layout.ts';
 import { utf8 } from '../chain/encoding.ts';
@@ -207,6 +207,19 @@ test('routine rotation A -> B: signed by two holders, applied with the NEW key; 
   await refused(['key', 'rotate', '--chain', chain, '--new-key', at('A.pem'), '--out', at('back.json')],
     `vouch key rotate: the online key ${pubs.A} was retired earlier: a retired key never signs again; no statement written`, 1);
   good = await endorse('B', U('/widget-3.tgz'), '3.0.0');
+
+  // a forged key block (a rotation to D signed by no holder, the block by D itself): bad_key_event at its index
+  const forged = at('clone-forged');
+  git(['clone', '-q', chain, forged]);
+  const frepo = await ChainRepo.open(forged);
+  const fprev = parseBlockText(frepo.readBlockFile(frepo.size - 1), frepo.size - 1);
+  const d = nodeSigner('acme', readKeyFile(at('D.pem')));
+  const statement = { action: 'key' as const, chain: parseBlockText(frepo.readBlockFile(0), 0).record_hash, sequence: 3, online: { signer: 'acme', public_key: pubs.D! } };
+  const kb = buildKeyBlock({ prev: fprev, signer: d, backend: nodeBackend, now: Date.now(), signed: { statement, signatures: [] } });
+  await appendSigned(frepo, [kb], buildCheckpoint({ head: kb, signer: d, now: Date.now() }), Date.now());
+  const fv = await vouch('verify', '--chain', forged);
+  assert.is(fv.status, 1);
+  assert.is(fv.stderr, `bad_key_event at block ${kb.index}: the root (version 1) needs 2 of its 3 holders' signatures, the statement has 0\n`);
 
   // checkpoint.note must open with the key in force: one signed by the old key alone (on a clone) is refused
   const noted = at('clone-note');
