@@ -3,8 +3,9 @@
  * (`vouch endorse`, `vouch revoke`, `vouch reendorse`) that does not verify
  * every block: which key may sign the next block (docs/key-events.md).
  *
- * Owns: the key state read from the key blocks' files (`keyStateOfFiles`),
- * and the signer an append uses for a private key (`signerForChain`).
+ * Owns: the key state read from the key blocks' files (`keyStateOfFiles`,
+ * kept in `.git/vouch-keys.json` so the next run reads only the blocks
+ * after it), and the signer an append uses for a private key (`signerForChain`).
  * Trusts: block 0's file as the chain's identity (as `trustedHead` does);
  * nothing else: every key block's statement goes through `applyKeyEvent`,
  * so no file can put a key in force without the root holders' signatures.
@@ -12,6 +13,8 @@
  * gets no signer; only chains whose key is not block 0's pay the scan.
  */
 import type { KeyObject } from 'node:crypto';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { parseBlockText } from '../chain/block.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
 import { base64Encode } from '../chain/encoding.ts';
@@ -20,13 +23,47 @@ import { applyKeyEvent, initialKeyState, KeyEventError, type KeyState } from '..
 import { nodeBackend, nodeSigner, rawPublicKey } from '../platform/node-crypto.ts';
 import type { ChainRepo } from './chain-repo.ts';
 
-/** The key state after every key block of the chain's files (each statement checked by applyKeyEvent). @throws VouchError bad_key_event */
+/** Where the key state of a prefix of the chain is kept between runs (`.git`: as trusted as the gateway's snapshot). */
+const CACHE = 'vouch-keys.json';
+
+/** The kept key state when it is of a prefix of this chain (the block it ends at has the record_hash it names); else null. */
+function keptState(repo: ChainRepo, chain: string): { size: number; keys: KeyState } | null {
+  try {
+    const kept = JSON.parse(readFileSync(join(repo.dir, '.git', CACHE), 'utf8')) as { size: number; head: string; keys: KeyState };
+    if (!Number.isSafeInteger(kept.size) || kept.size < 1 || kept.size > repo.size || kept.keys?.chain !== chain) return null;
+    if (parseBlockText(repo.readBlockFile(kept.size - 1), kept.size - 1).record_hash !== kept.head) return null;
+    return { size: kept.size, keys: kept.keys };
+  } catch {
+    return null;
+  }
+}
+
+function keep(repo: ChainRepo, size: number, head: string, keys: KeyState): void {
+  const path = join(repo.dir, '.git', CACHE);
+  const tmp = `${path}.${process.pid}.tmp`;
+  try {
+    writeFileSync(tmp, JSON.stringify({ size, head, keys }) + '\n');
+    renameSync(tmp, path);
+  } catch {
+    // best effort: the next run scans again
+  }
+}
+
+/**
+ * The key state after every key block of the chain's files (each statement
+ * checked by applyKeyEvent): from the state kept in .git by the last run
+ * when it is of a prefix of this chain, the blocks after it read.
+ * @throws VouchError bad_key_event
+ */
 export function keyStateOfFiles(repo: ChainRepo): KeyState {
   const first = parseBlockText(repo.readBlockFile(0), 0);
   const a = first.payload.authority!;
-  let state = initialKeyState(first.record_hash, a.signer, a.public_key);
-  for (let i = 1; i < repo.size; i++) {
+  const kept = keptState(repo, first.record_hash);
+  let state = kept?.keys ?? initialKeyState(first.record_hash, a.signer, a.public_key);
+  let last = first.record_hash;
+  for (let i = kept?.size ?? 1; i < repo.size; i++) {
     const text = repo.readBlockFile(i);
+    if (i === repo.size - 1) last = parseBlockText(text, i).record_hash;
     if (!text.includes('"vouch/keys"')) continue; // every key block's uns; other blocks rarely mention it
     const block = parseBlockText(text, i);
     if (block.payload.intent !== 'key') continue;
@@ -37,6 +74,7 @@ export function keyStateOfFiles(repo: ChainRepo): KeyState {
       throw new VouchError('bad_key_event', `bad_key_event at block ${i}: ${e.why}`, { index: i });
     }
   }
+  if (kept === null || kept.size < repo.size) keep(repo, repo.size, repo.size === 1 ? first.record_hash : last, state);
   return state;
 }
 
