@@ -22,6 +22,7 @@ import { buildCheckpoint, buildEndorseBlock, buildKeyBlock, artifactHashOf } fro
 import { parseBlockText } from '../chain/block.ts';
 import { blockPath } from '../chain/layout.ts';
 import { utf8 } from '../chain/encoding.ts';
+import { signStatement } from '../chain/key-events.ts';
 import { readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
@@ -142,9 +143,11 @@ test('the ceremony: endorse, root init 2-of-3, refused with one signature, appli
   // a holder signs once
   await refused(['root', 'sign', '--key', at('H1.pem'), one], `vouch root sign: holder ${pubs.H1} has already signed this statement; the file is unchanged`, 1);
 
-  // a signature by a key outside the root
+  // a signature by a key outside the root: root sign refuses to add it; added by hand, apply refuses it
   const outside = copy('root1.json', 'root1-outside.json');
-  await sign(outside, 'H1', 'H4');
+  await sign(outside, 'H1');
+  await refused(['root', 'sign', '--key', at('H4.pem'), outside], `vouch root sign: ${pubs.H4} is not a key of the root this statement adopts; the file is unchanged`, 1);
+  writeFileSync(outside, JSON.stringify(signStatement(JSON.parse(readFileSync(outside, 'utf8')), nodeSigner('h4', readKeyFile(at('H4.pem'))))));
   await refused(['root', 'apply', '--chain', chain, '--key', at('A.pem'), outside],
     `vouch root apply: signature by ${pubs.H4}, which is not a key of the root; nothing appended`, 1);
 
@@ -379,7 +382,8 @@ test('root rotation 2-of-3 -> {H1, H2, H4}: needs 2 of the old root and 2 of the
   assert.is(v.keys.events, 4);
   // a holder of the old root alone no longer counts
   ok(await vouch('key', 'rotate', '--chain', chain, '--new-key', at('D.pem'), '--out', at('rotate-d2.json')));
-  await sign(at('rotate-d2.json'), 'H3', 'H1');
+  await refused(['root', 'sign', '--key', at('H3.pem'), '--chain', chain, at('rotate-d2.json')], `vouch root sign: ${pubs.H3} is not a key of the chain's root; the file is unchanged`, 1);
+  await sign(at('rotate-d2.json'), 'H3', 'H1'); // without --chain, sign cannot know: apply refuses
   await refused(['root', 'apply', '--chain', chain, '--key', at('D.pem'), at('rotate-d2.json')],
     `vouch root apply: signature by ${pubs.H3}, which is not a key of the root; nothing appended`, 1);
   assert.is(await size(), r.index + 1);

@@ -104,11 +104,18 @@ export const rootSign: Command = {
     const holder = nodeSigner('holder', key);
     const pub = base64Encode(holder.publicKey);
     const s = signed.statement;
-    if (s.action === 'root' && !s.root.keys.includes(pub)) {
-      // Not a new holder: it may be a holder of the current root (a rotation needs both); apply checks.
-      if (!v.quiet && !v.json) process.stderr.write(`note: ${pub} is not a key of the new root: it counts only as a holder of the current root\n`);
-    }
     if (s.online.public_key === pub) throw new VouchError('bad_statement', `${pub} is the online key this statement puts in force, not a root holder's key; the file is unchanged`);
+    // A signature by a key outside the root(s) concerned makes the statement refused: never added when that is known.
+    if (s.action === 'root' && s.root.version === 1 && !s.root.keys.includes(pub)) {
+      throw new VouchError('bad_statement', `${pub} is not a key of the root this statement adopts; the file is unchanged`);
+    }
+    const chained = v.chain === undefined ? null : (await verifiedChain(v.chain)).state;
+    if (chained !== null) {
+      const holders = [...(chained.keys.root?.keys ?? []), ...(s.action === 'root' ? s.root.keys : [])];
+      if (!holders.includes(pub)) throw new VouchError('bad_statement', `${pub} is not a key of the chain's root${s.action === 'root' ? ' nor of the new one' : ''}; the file is unchanged`);
+    } else if (s.action === 'root' && !s.root.keys.includes(pub) && !v.quiet && !v.json) {
+      process.stderr.write(`note: ${pub} is not a key of the new root: it counts only as a holder of the current root\n`);
+    }
     let next: SignedStatement;
     try {
       next = signStatement(signed, holder);
@@ -127,8 +134,8 @@ export const rootSign: Command = {
         (s.root.version > 1 ? `; the current root's threshold is checked when applied (${valid.length - n} signature(s) by keys outside the new root)` : ''));
       met = { new_root: { signed: n, threshold: s.root.threshold, met: n >= s.root.threshold } };
     }
-    if (v.chain !== undefined) {
-      const { state } = await verifiedChain(v.chain);
+    if (chained !== null) {
+      const state = chained;
       const root = state.keys.root;
       const n = root === null ? 0 : root.keys.filter((k) => valid.includes(k)).length;
       if (root !== null) {
