@@ -29,6 +29,7 @@ import { nodeBackend, rawPublicKey } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { UsageError } from './command.ts';
+import { gatewayBase } from './gateway-client.ts';
 
 /** Largest statement file read (64 signatures and 32 root keys fit in ~20 KiB). */
 export const STATEMENT_MAX_BYTES = 256 * 1024;
@@ -46,8 +47,8 @@ export async function verifiedChain(dir: string, write = false): Promise<{ repo:
   return { repo, state: state as VerifierState & { keys: KeyState } };
 }
 
-/** The key state a running gateway serves (GET /v1/keys: `chain`, `state`), to draft a statement from. */
-export async function gatewayKeyState(base: string): Promise<KeyState> {
+/** The key state a running gateway serves (GET /v1/keys: `chain`, `state`, `size` of its checkpoint), to draft a statement from. */
+export async function gatewayKeyState(base: string): Promise<{ keys: KeyState; size: number }> {
   let res: Response;
   try {
     res = await fetch(`${base}/v1/keys`, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(30_000) });
@@ -58,7 +59,7 @@ export async function gatewayKeyState(base: string): Promise<KeyState> {
   const text = await res.text();
   if (res.status === 404) throw new VouchError('not_found', `${base} has no GET /v1/keys (a gateway from before key events): use --chain DIR with a clone`);
   if (!res.ok) throw new VouchError('origin_error', `GET ${base}/v1/keys answered ${res.status}`);
-  let body: { chain?: unknown; state?: KeyState };
+  let body: { chain?: unknown; state?: KeyState; size?: unknown };
   try {
     body = JSON.parse(text.slice(0, 16 * 1024 * 1024));
   } catch {
@@ -72,7 +73,23 @@ export async function gatewayKeyState(base: string): Promise<KeyState> {
       (s.root !== null && (typeof s.root !== 'object' || !Array.isArray(s.root.keys) || !Number.isSafeInteger(s.root.threshold) || !Number.isSafeInteger(s.root.version)))) {
     throw new VouchError('bad_answer', `GET ${base}/v1/keys: its state is not a key state (docs/key-events.md)`);
   }
-  return s;
+  const size = typeof body.size === 'number' && Number.isSafeInteger(body.size) && body.size > 0 ? body.size : Number.MAX_SAFE_INTEGER;
+  return { keys: s, size };
+}
+
+/**
+ * The key state to draft a statement from, and the index its key block
+ * would take: a chain directory verified whole (--chain), or a running
+ * authority's GET /v1/keys (--gateway; the size of its checkpoint).
+ */
+export async function draftState(v: Record<string, any>): Promise<{ keys: KeyState; at: number }> {
+  if ((v.chain === undefined) === (v.gateway === undefined)) throw new UsageError('give --chain DIR (a clone is enough) or --gateway URL');
+  if (v.chain !== undefined) {
+    const { state } = await verifiedChain(v.chain);
+    return { keys: state.keys, at: state.size };
+  }
+  const { keys, size } = await gatewayKeyState(gatewayBase(v.gateway));
+  return { keys, at: size };
 }
 
 /** A public key given as base64 (raw 32 bytes) or as a PEM file (public or private key). @throws UsageError */

@@ -3,7 +3,8 @@
  * root holders to sign (docs/key-events.md): a routine rotation of the
  * online key, or the declaration that the online key in force is
  * compromised after block N (its later blocks void) with a new key taking
- * over. Drafted from the chain verified whole; what applyKeyEvent would
+ * over. Drafted from the chain verified whole (or a running authority's
+ * GET /v1/keys); what applyKeyEvent would
  * refuse without signatures is refused at once and no file is written.
  */
 import { UsageError, emit, type Command } from '../command.ts';
@@ -11,10 +12,11 @@ import { compromiseStatement, keyStatement, type OnlineKey, type KeyState, type 
 import { base64Encode } from '../../chain/encoding.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { rawPublicKey } from '../../platform/node-crypto.ts';
-import { describeStatement, fullOrderKey, precheck, publicKeyArg, statementText, verifiedChain, writeAtomically } from '../key-statements.ts';
+import { describeStatement, draftState, fullOrderKey, precheck, publicKeyArg, statementText, writeAtomically } from '../key-statements.ts';
 
 const NEW_KEY_OPTIONS = {
-  chain: { type: 'string', value: 'DIR', help: 'the chain (a clone is enough): verified whole for its key state', required: true },
+  chain: { type: 'string', value: 'DIR', help: 'the chain (a clone is enough): verified whole for its key state' },
+  gateway: { type: 'string', value: 'URL', help: 'instead of --chain: a running authority\'s GET /v1/keys' },
   'new-key': { type: 'string', value: 'NEW.pem', help: 'the new online key\'s private key file (vouch keygen); only its public key is read' },
   'new-public': { type: 'string', value: 'B64', help: 'instead of --new-key: the new online key (base64)' },
   signer: { type: 'string', value: 'ID', help: 'the new key\'s signer id (default: the current one)' },
@@ -38,7 +40,7 @@ function write(v: Record<string, any>, keys: KeyState, statement: Statement): nu
 
 export const keyRotate: Command = {
   name: 'key rotate',
-  usage: '--chain DIR (--new-key NEW.pem | --new-public B64) [--signer ID] --out FILE',
+  usage: '(--chain DIR | --gateway URL) (--new-key NEW.pem | --new-public B64) [--signer ID] --out FILE',
   summary: 'Writes a routine rotation statement: a new online key takes over at its key block, and the old key signs nothing after it. The root holders sign it (vouch root sign), then vouch root apply appends it.',
   details: [
     'Refused at once (exit 1, bad_statement; no file written): a chain without a root (adopt one first: vouch root',
@@ -46,16 +48,16 @@ export const keyRotate: Command = {
   ].join('\n'),
   options: { ...NEW_KEY_OPTIONS },
   async run(v) {
-    const { state } = await verifiedChain(v.chain);
-    const statement = keyStatement(state.keys, newOnline(v, state.keys));
-    precheck(state.keys, statement, state.size);
-    return write(v, state.keys, statement);
+    const { keys, at } = await draftState(v);
+    const statement = keyStatement(keys, newOnline(v, keys));
+    precheck(keys, statement, at);
+    return write(v, keys, statement);
   },
 };
 
 export const keyCompromise: Command = {
   name: 'key compromise',
-  usage: '--chain DIR --good-through N (--new-key NEW.pem | --new-public B64) [--signer ID] --out FILE',
+  usage: '(--chain DIR | --gateway URL) --good-through N (--new-key NEW.pem | --new-public B64) [--signer ID] --out FILE',
   summary: 'Writes a compromise statement: the online key in force is declared compromised after block N (the last block known good), every later block it signed is void, and a new key takes over. The root holders sign it, then vouch root apply appends it.',
   details: [
     'Refused at once (exit 1, bad_statement; no file written): a chain without a root, N beyond the head or before',
@@ -69,9 +71,9 @@ export const keyCompromise: Command = {
   },
   async run(v) {
     if (!/^(0|[1-9][0-9]{0,14})$/.test(v['good-through'])) throw new UsageError(`--good-through must be a block index (an integer >= 0), got ${JSON.stringify(v['good-through'])}`);
-    const { state } = await verifiedChain(v.chain);
-    const statement = compromiseStatement(state.keys, Number(v['good-through']), newOnline(v, state.keys));
-    precheck(state.keys, statement, state.size);
-    return write(v, state.keys, statement);
+    const { keys, at } = await draftState(v);
+    const statement = compromiseStatement(keys, Number(v['good-through']), newOnline(v, keys));
+    precheck(keys, statement, at);
+    return write(v, keys, statement);
   },
 };

@@ -20,22 +20,10 @@ import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypt
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
 import {
-  describeStatement, fullOrderKey, gatewayKeyState, keyStateLine, precheck, publicKeyArg, readStatementFile,
+  describeStatement, draftState, fullOrderKey, keyStateLine, precheck, publicKeyArg, readStatementFile,
   signatureReport, statementError, statementText, verifiedChain, writeAtomically,
 } from '../key-statements.ts';
 import { gatewayBase, gatewayError, postJson, readToken } from '../gateway-client.ts';
-
-/** The key state to draft from: a verified chain directory, or a running gateway's GET /v1/keys. */
-async function draftState(v: Record<string, any>): Promise<{ keys: KeyState; at: number }> {
-  if ((v.chain === undefined) === (v.gateway === undefined)) throw new UsageError('give --chain DIR (a clone is enough) or --gateway URL');
-  if (v.chain !== undefined) {
-    const { state } = await verifiedChain(v.chain);
-    return { keys: state.keys, at: state.size };
-  }
-  const base = gatewayBase(v.gateway);
-  const keys = await gatewayKeyState(base);
-  return { keys, at: Number.MAX_SAFE_INTEGER }; // the head is the gateway's: good_through bounds are checked when it applies
-}
 
 export const rootInit: Command = {
   name: 'root init',
