@@ -29,7 +29,7 @@ import { nodeBackend, rawPublicKey } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { UsageError } from './command.ts';
-import { gatewayBase } from './gateway-client.ts';
+import { gatewayBase, gatewayError } from './gateway-client.ts';
 
 /** Largest statement file read (64 signatures and 32 root keys fit in ~20 KiB). */
 export const STATEMENT_MAX_BYTES = 256 * 1024;
@@ -57,14 +57,17 @@ export async function gatewayKeyState(base: string): Promise<{ keys: KeyState; s
     throw new VouchError('origin_error', `cannot reach the gateway ${base}: ${cause?.code ?? cause?.message ?? (e as Error).message}`);
   }
   const text = await res.text();
-  if (res.status === 404) throw new VouchError('not_found', `${base} has no GET /v1/keys (a gateway from before key events): use --chain DIR with a clone`);
-  if (!res.ok) throw new VouchError('origin_error', `GET ${base}/v1/keys answered ${res.status}`);
-  let body: { chain?: unknown; state?: KeyState; size?: unknown };
+  let body: { chain?: unknown; state?: KeyState; size?: unknown; message?: unknown };
   try {
     body = JSON.parse(text.slice(0, 16 * 1024 * 1024));
   } catch {
-    throw new VouchError('bad_answer', `GET ${base}/v1/keys is not JSON`);
+    if (res.status === 404) throw new VouchError('not_found', `${base} has no GET /v1/keys (a gateway from before key events): use --chain DIR with a clone`);
+    throw new VouchError('bad_answer', `GET ${base}/v1/keys answered ${res.status}, not JSON`);
   }
+  if (res.status === 404 && typeof body.message === 'string' && body.message.startsWith('no such path')) {
+    throw new VouchError('not_found', `${base} has no GET /v1/keys (a gateway from before key events): use --chain DIR with a clone`);
+  }
+  if (!res.ok) throw gatewayError({ httpStatus: res.status, body: body as Record<string, any> });
   const s = body.state;
   const isKey = (k: unknown) => typeof k === 'string' && base64Decode(k)?.length === 32;
   if (typeof s !== 'object' || s === null || s.chain !== body.chain || typeof s.chain !== 'string' || !/^[0-9a-f]{64}$/.test(s.chain) ||
