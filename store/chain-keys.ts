@@ -15,9 +15,10 @@
 import type { KeyObject } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseBlockText } from '../chain/block.ts';
+import { parseBlockText, parseCheckpoint } from '../chain/block.ts';
+import { checkpointMessage } from '../chain/build.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
-import { base64Encode } from '../chain/encoding.ts';
+import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { VouchError } from '../chain/errors.ts';
 import { applyKeyEvent, initialKeyState, KeyEventError, type KeyState } from '../chain/key-events.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../platform/node-crypto.ts';
@@ -88,17 +89,35 @@ export function notInForce(keys: KeyState, publicKey: string): string {
   return `this key (${publicKey}) is not the chain's authority key: ${inForce}`;
 }
 
+/** Whether checkpoint.json parses and is signed by `publicKey` (anything else is left to trustedHead to report). */
+function checkpointSignedBy(repo: ChainRepo, publicKey: Uint8Array): boolean {
+  try {
+    const text = repo.readCheckpoint();
+    if (text === null) return true;
+    const cp = parseCheckpoint(JSON.parse(text));
+    const sig = base64Decode(cp.signature);
+    return sig !== null && nodeBackend.verify(publicKey, checkpointMessage(cp), sig);
+  } catch {
+    return true;
+  }
+}
+
 /**
  * The signer an append uses for `key`: block 0's signer id when it is block
- * 0's key (`keys` null: the checkpoint, signed by the key in force, decides
- * in `trustedHead`), else the key in force's signer id with the key state
- * it was found in.
+ * 0's key and signed the checkpoint (`keys` null: no key event changed it),
+ * else the key in force's signer id with the key state it was found in.
  * @throws VouchError key_error when the key is not the one in force
  */
 export function signerForChain(repo: ChainRepo, key: KeyObject): { signer: Signer; keys: KeyState | null } {
   const pub = base64Encode(rawPublicKey(key));
   const a = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
-  if (pub === a.public_key) return { signer: nodeSigner(a.signer, key), keys: null };
+  if (pub === a.public_key) {
+    // Block 0's key: in force unless key events changed it, which the checkpoint (signed by the key in force) tells in O(1).
+    if (checkpointSignedBy(repo, rawPublicKey(key))) return { signer: nodeSigner(a.signer, key), keys: null };
+    const keys = keyStateOfFiles(repo);
+    if (keys.online.publicKey !== pub) throw new VouchError('key_error', notInForce(keys, pub));
+    return { signer: nodeSigner(keys.online.signer, key), keys };
+  }
   const keys = keyStateOfFiles(repo);
   if (keys.online.publicKey !== pub) throw new VouchError('key_error', notInForce(keys, pub));
   return { signer: nodeSigner(keys.online.signer, key), keys };

@@ -10,7 +10,8 @@
  * from (`headEdge`, ./tree-edge.ts).
  * Must hold: nothing is appended after a head that does not check out: the
  * head block must hash to what the checkpoint signed, and the signing key
- * must be the chain's authority; a committed note must open with that key
+ * must be the chain's online key in force (block 0's when the caller has
+ * no key state); a committed note must open with that key
  * and name the chain's size; a note is signed only over a root computed
  * from an edge that agrees with the committed note (or from every record
  * hash when there is no usable edge).
@@ -23,9 +24,8 @@ import type { Signer } from '../chain/crypto-backend.ts';
 import { isValidKeyName } from '../chain/note.ts';
 import { type Checkpoint as LogCheckpoint, openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { ChainRepo, type CommitInfo } from './chain-repo.ts';
 import type { KeyState } from '../chain/key-events.ts';
-import { keyStateOfFiles, notInForce } from './chain-keys.ts';
+import { ChainRepo, type CommitInfo } from './chain-repo.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 
 /** `block <i>: <intent> <uns> <semver>` with the URLs in the body (DESIGN 2). */
@@ -62,19 +62,24 @@ export interface TrustedHead {
 
 /**
  * The head block, checked in constant time against the signed checkpoint
- * and the signer's key: block 0's key, or with `keys` (a chain with key
- * events, docs/key-events.md) the online key in force they name. The
- * checkpoint is signed by the key in force at its size, so a retired key
- * fails here too.
+ * and the signer's key: the online key in force (docs/key-events.md), as
+ * `keys` (the verified chain's key state) says; without `keys`, block 0's
+ * key (a chain whose key never changed). A compromised or retired key is
+ * refused.
  */
-export function trustedHead(repo: ChainRepo, signer: Pick<Signer, 'id' | 'publicKey'>, keys: KeyState | null = null): TrustedHead {
+export function trustedHead(repo: ChainRepo, signer: Signer, keys?: Pick<KeyState, 'online' | 'retired' | 'compromised'> | null): TrustedHead {
   const authority = parseBlockText(repo.readBlockFile(0), 0);
-  const a = keys === null ? authority.payload.authority! : { signer: keys.online.signer, public_key: keys.online.publicKey };
-  if (a.public_key !== base64Encode(signer.publicKey)) {
-    throw new VouchError('key_error', keys === null ? `this key is not the chain's authority key (${a.public_key})` : notInForce(keys, base64Encode(signer.publicKey)));
+  const a = authority.payload.authority!;
+  const given = base64Encode(signer.publicKey);
+  const inForce = keys ? { public_key: keys.online.publicKey, signer: keys.online.signer } : a;
+  if (inForce.public_key !== given) {
+    const why = keys?.compromised.includes(given) ? ': it was declared compromised' : keys?.retired.includes(given) ? ': it was retired by a key event' : '';
+    throw new VouchError('key_error', keys
+      ? `this key is not the chain's online key in force (${inForce.public_key}, since block ${keys.online.since})${why}`
+      : `this key is not the chain's authority key (${a.public_key})`);
   }
-  if (a.signer !== signer.id) {
-    throw new VouchError('key_error', `the chain's authority signer is ${JSON.stringify(a.signer)}, not ${JSON.stringify(signer.id)}`);
+  if (inForce.signer !== signer.id) {
+    throw new VouchError('key_error', `the chain's authority signer is ${JSON.stringify(inForce.signer)}, not ${JSON.stringify(signer.id)}`);
   }
   const cpText = repo.readCheckpoint();
   if (cpText === null) throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the chain has no checkpoint.json', { index: null });
@@ -87,11 +92,6 @@ export function trustedHead(repo: ChainRepo, signer: Pick<Signer, 'id' | 'public
   }
   const sig = base64Decode(cp.signature);
   if (sig === null || !nodeBackend.verify(signer.publicKey, checkpointMessage(cp), sig)) {
-    if (keys === null) {
-      // Block 0's key, but the checkpoint is another's: name the key in force when key events changed it.
-      const now = keyStateOfFiles(repo);
-      if (now.online.publicKey !== a.public_key) throw new VouchError('key_error', notInForce(now, a.public_key));
-    }
     throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the checkpoint is not signed by this authority', { index: null });
   }
   if (cp.size !== repo.size) {

@@ -14,6 +14,7 @@ import { UsageError, emit, type Command } from '../command.ts';
 import { buildCheckpoint, buildKeyBlock } from '../../chain/build.ts';
 import { base64Decode, base64Encode } from '../../chain/encoding.ts';
 import { VouchError } from '../../chain/errors.ts';
+import type { Signer } from '../../chain/crypto-backend.ts';
 import { applyKeyEvent, KeyEventError, rootStatement, signStatement, type KeyState, type SignedStatement } from '../../chain/key-events.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypto.ts';
@@ -186,7 +187,10 @@ export const rootApply: Command = {
         (s.online.public_key !== state.keys.online.publicKey ? ' (the NEW key: give its private key file)' : '') + '; nothing appended');
     }
     // The head as the checkpoint of the key in force signs it, and the verified chain is that chain.
-    const current = { id: state.keys.online.signer, publicKey: base64Decode(state.keys.online.publicKey)! };
+    const current: Signer = {
+      id: state.keys.online.signer, publicKey: base64Decode(state.keys.online.publicKey)!,
+      sign: () => { throw new TypeError('the key in force only verifies here: the new key signs'); },
+    };
     const trusted = trustedHead(repo, current, state.keys);
     if (trusted.head.index + 1 !== state.size || trusted.head.record_hash !== state.head) {
       throw new VouchError('checkpoint_mismatch', `the verified chain (${state.size} blocks) is not the one the checkpoint signs; nothing appended`, { index: null });
