@@ -352,6 +352,7 @@ test('reendorse: the good void entries endorsed again (one block per void block)
   const j = JSON.parse(r.stdout);
   assert.equal(j.blocks.map((b: { void_block: number; entries: number }) => [b.void_block, b.entries]), [[attacker[0], 2], [attacker[1], 1]]);
   assert.is(j.refused.length, 1);
+  assert.is(j.ok, false);
   assert.is(r.stderr.trimEnd().split('\n').at(-1), 'vouch reendorse: 1 void entry was not re-endorsed (listed above)');
   const block = parseBlockText(readFileSync(join(chain, blockPath(j.blocks[0].index)), 'utf8'), j.blocks[0].index);
   assert.equal(block.payload.endorsements.map((e) => e.artifact_url), [U('/widget-4.tgz'), U('/widget-5.tgz')]);

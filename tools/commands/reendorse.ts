@@ -24,7 +24,7 @@ import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypt
 import { notInForce } from '../../store/chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import type { ChainRepo } from '../../store/chain-repo.ts';
-import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { appendWithNote, findEndorsements, trustedHead, type TrustedHead } from '../../store/chain-store.ts';
 import { commentOf, verifiedChain, type Refusal, type VoidGroup } from '../key-statements.ts';
 
 /** Artifacts fetched at once. */
@@ -157,8 +157,13 @@ export const reendorse: Command = {
       const pub = base64Encode(rawPublicKey(key));
       if (pub !== keys.online.publicKey) throw new VouchError('key_error', notInForce(keys, pub));
       const signer = nodeSigner(keys.online.signer, key);
+      // The head as the checkpoint signs it, before anything is fetched.
+      const trusted = trustedHead(repo, signer, keys);
+      if (trusted.head.index + 1 !== state.size || trusted.head.record_hash !== state.head) {
+        throw new VouchError('checkpoint_mismatch', `the verified chain (${state.size} blocks) is not the one the checkpoint signs; nothing appended`, { index: null });
+      }
       await fetchAndCompare(groups, refused);
-      posted = await appendOffline(repo, state.size, state.head, keys, signer, groups, dry);
+      posted = dry ? [] : await appendOffline(repo, trusted, signer, groups);
     }
     if (!quiet) for (const r of refused) process.stderr.write(r.line + '\n');
     const kept = groups.filter((g) => g.entries.length > 0);
@@ -166,6 +171,7 @@ export const reendorse: Command = {
       ? kept.map((g) => `would re-endorse ${g.entries.length} of ${g.block.payload.endorsements.length} entries of void block ${g.block.index}`).join('\n') || 'nothing would be re-endorsed'
       : posted.map((p) => `${p.index} ${p.record_hash} re-endorses ${p.entries} entr${p.entries === 1 ? 'y' : 'ies'} of void block ${p.void_block}`).join('\n') || 'nothing re-endorsed';
     emit(v, `${text}\n${total} void entries: ${kept.reduce((n, g) => n + g.entries.length, 0)} ${dry ? 'to re-endorse' : 're-endorsed'}, ${already} already in force, ${refused.length} refused`, {
+      ...(refused.length > 0 ? { ok: false } : {}), // exit 1: some void entries are not endorsed again
       status: dry ? 'dry_run' : posted.length ? 'posted' : 'nothing', blocks: posted, already, refused: refused.map((r) => ({ url: r.url, message: r.line.replace(/^refused: /, '') })),
       ...(dry ? { would: kept.map((g) => ({ void_block: g.block.index, urls: g.entries.map((e) => e.url) })) } : {}),
     });
@@ -178,14 +184,10 @@ export const reendorse: Command = {
 };
 
 async function appendOffline(
-  repo: ChainRepo, size: number, head: string, keys: KeyState, signer: ReturnType<typeof nodeSigner>, groups: VoidGroup[], dry: boolean,
+  repo: ChainRepo, trusted: TrustedHead, signer: ReturnType<typeof nodeSigner>, groups: VoidGroup[],
 ): Promise<{ index: number; record_hash: string; void_block: number; entries: number }[]> {
-  const trusted = trustedHead(repo, signer, keys);
-  if (trusted.head.index + 1 !== size || trusted.head.record_hash !== head) {
-    throw new VouchError('checkpoint_mismatch', `the verified chain (${size} blocks) is not the one the checkpoint signs; nothing appended`, { index: null });
-  }
   const kept = groups.filter((g) => g.entries.length > 0);
-  if (dry || kept.length === 0) return [];
+  if (kept.length === 0) return [];
   const now = Date.now();
   const blocks: Block[] = [];
   let prev = trusted.head;
