@@ -29,7 +29,6 @@ import { nodeBackend, rawPublicKey } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { UsageError } from './command.ts';
-import { gatewayBase, gatewayError } from './gateway-client.ts';
 
 /** Largest statement file read (64 signatures and 32 root keys fit in ~20 KiB). */
 export const STATEMENT_MAX_BYTES = 256 * 1024;
@@ -67,7 +66,7 @@ export async function gatewayKeyState(base: string): Promise<{ keys: KeyState; s
   if (res.status === 404 && typeof body.message === 'string' && body.message.startsWith('no such path')) {
     throw new VouchError('not_found', `${base} has no GET /v1/keys (a gateway from before key events): use --chain DIR with a clone`);
   }
-  if (!res.ok) throw gatewayError({ httpStatus: res.status, body: body as Record<string, any> });
+  if (!res.ok) throw (await import('./commands/endorse-gateway.ts')).gatewayError({ httpStatus: res.status, body: body as Record<string, any> });
   const s = body.state;
   const isKey = (k: unknown) => typeof k === 'string' && base64Decode(k)?.length === 32;
   if (typeof s !== 'object' || s === null || s.chain !== body.chain || typeof s.chain !== 'string' || !/^[0-9a-f]{64}$/.test(s.chain) ||
@@ -91,6 +90,7 @@ export async function draftState(v: Record<string, any>): Promise<{ keys: KeySta
     const { state } = await verifiedChain(v.chain);
     return { keys: state.keys, at: state.size };
   }
+  const { gatewayBase } = await import('./commands/endorse-gateway.ts'); // the gateway client, loaded only when used
   const { keys, size } = await gatewayKeyState(gatewayBase(v.gateway));
   return { keys, at: size };
 }

@@ -14,15 +14,16 @@
  * per refused entry naming the lockfile's package; the exit codes of the
  * offline command (tools/exit-codes.ts); the token is never printed.
  */
+import { readFileSync } from 'node:fs';
 import { emit, progressReporter, UsageError } from '../command.ts';
-import { VouchError } from '../../chain/errors.ts';
+import { VouchError, type ErrorCode } from '../../chain/errors.ts';
 import { buildAuthorityBlock, buildEndorseBlock, type EndorsementInput } from '../../chain/build.ts';
 import type { Block } from '../../chain/block.ts';
 import { HASH_ALGORITHMS } from '../../chain/hash-algorithms.ts';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
-import { gatewayBase, gatewayError, readToken, type Answer } from '../gateway-client.ts';
+import { EXIT_CODE } from '../exit-codes.ts';
 import { Http } from '../lockfiles/http.ts';
 import { resolveRequirements } from '../lockfiles/pip.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
@@ -32,6 +33,7 @@ import { checkUrlOptions } from './endorse-options.ts';
 
 /** Most entries the gateway takes in one submit (gateway/routes/submit-request.ts MAX_SUBMIT_ENDORSEMENTS). */
 const SUBMIT_MAX_ENTRIES = 1000;
+const TOKEN_MAX_BYTES = 4096;
 /**
  * Blocks of one lockfile being hashed by the authority at once. 1: block k+1 is sent when block k is hashed,
  * so it queues behind k and the blocks land in lockfile order, while its fetches overlap k's commit (4 was
@@ -42,6 +44,34 @@ const IN_FLIGHT = 1;
 const LINE_MAX_BYTES = 4 * 1024 * 1024;
 
 interface SubmitEntryBody { url: string; name: string; semver: string; license: string; comment: string; expect?: string[]; algorithm?: HashAlgorithm }
+
+export interface Answer { httpStatus: number; body: Record<string, any> }
+
+export function readToken(file: string): string {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new VouchError('io_error', `cannot read --token-file ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  const token = text.trim();
+  if (token.length === 0 || token.length > TOKEN_MAX_BYTES || /\s/.test(token)) {
+    throw new UsageError(`--token-file ${file} must hold one token (no spaces, at most ${TOKEN_MAX_BYTES} bytes)`);
+  }
+  return token;
+}
+
+export function gatewayBase(given: string): string {
+  if (!/^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/i.test(given)) throw new UsageError(`--gateway must be an absolute http(s) URL, got ${JSON.stringify(given)}`);
+  return given.replace(/\/+$/, '');
+}
+
+/** A gateway's failure as the error the offline command would have raised. */
+export function gatewayError(a: Answer): VouchError {
+  const code = typeof a.body.status === 'string' && a.body.status in EXIT_CODE ? a.body.status as ErrorCode : 'internal_error';
+  const message = typeof a.body.message === 'string' ? a.body.message : `the gateway answered ${a.httpStatus}`;
+  return new VouchError(code, `the gateway refused: ${message}`, typeof a.body.resource === 'string' ? { resource: a.body.resource } : {});
+}
 
 /** POST /v1/submit asking for NDJSON progress; `onProgress(done)` per entry hashed. */
 export async function submit(base: string, token: string, body: Record<string, unknown>, onProgress: (done: number) => void): Promise<Answer> {

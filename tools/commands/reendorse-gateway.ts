@@ -9,8 +9,7 @@
  */
 import { isVoid, type KeyState } from '../../chain/key-events.ts';
 import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
-import { gatewayBase, gatewayError, readToken } from '../gateway-client.ts';
-import { submit } from './endorse-gateway.ts';
+import { gatewayBase, gatewayError, readToken, submit } from './endorse-gateway.ts';
 import { commentOf, type Refusal, type VoidGroup } from '../key-statements.ts';
 
 export async function reendorseThroughGateway(

@@ -24,7 +24,6 @@ import {
   describeStatement, draftState, fullOrderKey, keyStateLine, precheck, publicKeyArg, readStatementFile,
   signatureReport, statementError, statementText, verifiedChain, writeAtomically,
 } from '../key-statements.ts';
-import { gatewayBase, gatewayError, postJson, readToken } from '../gateway-client.ts';
 
 export const rootInit: Command = {
   name: 'root init',
@@ -210,16 +209,36 @@ export const rootApply: Command = {
   },
 };
 
+/** POST /v1/root with the statement file; 201 {index, record_hash, sequence, action, online}, else the API's JSON error. */
 async function applyThroughGateway(v: Record<string, any>, file: string): Promise<number> {
+  const { gatewayBase, gatewayError, readToken } = await import('./endorse-gateway.ts'); // the gateway client, loaded only when used
   const base = gatewayBase(v.gateway);
   const token = readToken(v['token-file']);
   const signed = readStatementFile(file);
-  const answer = await postJson(base, '/v1/root', token, { statement: signed.statement, signatures: signed.signatures });
-  if (answer.httpStatus !== 201) {
-    if (answer.httpStatus === 404 && Object.keys(answer.body).length === 0) throw new VouchError('not_found', `${base} has no POST /v1/root (a gateway from before key events)`);
-    throw gatewayError(answer);
+  let res: Response;
+  try {
+    res = await fetch(`${base}/v1/root`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({ statement: signed.statement, signatures: signed.signatures }),
+    });
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+    throw new VouchError('origin_error', `cannot reach the gateway ${base}: ${cause?.code ?? cause?.message ?? (e as Error).message}`);
   }
-  const { index, record_hash: recordHash, sequence, action, online } = answer.body;
+  const text = await res.text();
+  let body: Record<string, any> = {};
+  try {
+    const parsed = JSON.parse(text.slice(0, 1024 * 1024));
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) body = parsed;
+  } catch { /* not JSON: the status says it */ }
+  if (res.status !== 201) {
+    if (res.status === 404 && (Object.keys(body).length === 0 || String(body.message ?? '').startsWith('no such path'))) {
+      throw new VouchError('not_found', `${base} has no POST /v1/root (a gateway from before key events)`);
+    }
+    throw gatewayError({ httpStatus: res.status, body });
+  }
+  const { index, record_hash: recordHash, sequence, action, online } = body;
   emit(v, `${index} ${recordHash} ${describeStatement(signed.statement)} (applied by ${base})`, {
     status: 'applied', index, record_hash: recordHash, sequence, action, online, gateway: base,
   });
