@@ -90,7 +90,10 @@ function holderAlive(r: LockRecord): boolean {
 function refusal(dir: string, path: string, holder: LockRecord | null, starting: boolean, route = 'POST /v1/submit'): VouchError {
   const far = holder !== null && holder.host !== hostname();
   const who = holder === null ? `an unreadable lock ${path}` : `a running gateway (pid ${holder.pid}${far ? ` on ${holder.host}` : ''}, lock ${path})`;
-  let advice = starting ? 'stop it first, or give this gateway another chain.dir' : route === 'POST /v1/submit' ? 'endorse through it (vouch endorse --gateway URL --token-file FILE, i.e. POST /v1/submit) or stop it first' : `${route === 'POST /v1/revoke' ? 'revoke' : 'write'} through it (${route}) or stop it first`;
+  let advice = starting ? 'stop it first, or give this gateway another chain.dir'
+    : route === 'POST /v1/submit' ? 'endorse through it (vouch endorse --gateway URL --token-file FILE, i.e. POST /v1/submit) or stop it first'
+    : route === 'POST /v1/root' ? 'apply the statement through it (vouch root apply --gateway URL --token-file FILE, i.e. POST /v1/root) or stop it first'
+    : `${route === 'POST /v1/revoke' ? 'revoke' : 'write'} through it (${route}) or stop it first`;
   if (holder === null || far) advice += `; if no such gateway runs, remove ${path}`;
   return new VouchError('io_error', `chain ${dir} is in use by ${who}: ${advice}`, { resource: dir, evidence: { lock: path, holder_pid: holder?.pid ?? null } });
 }

@@ -26,8 +26,15 @@ if (name === undefined || name === '--help' || name === '-h' || name === 'help')
   process.stdout.write(usage());
   code = name === undefined ? 2 : 0;
 } else {
-  const entry = COMMANDS.find((c) => c.name === name);
-  if (entry === undefined) {
+  // Two-word commands (`vouch root init`): the name and the first argument.
+  const sub = rest[0] !== undefined ? COMMANDS.find((c) => c.name === `${name} ${rest[0]}`) : undefined;
+  const entry = sub ?? COMMANDS.find((c) => c.name === name);
+  if (sub !== undefined) rest.shift();
+  const group = COMMANDS.filter((c) => c.name.startsWith(`${name} `)).map((c) => c.name.slice(name.length + 1));
+  if (entry === undefined && group.length > 0) {
+    process.stderr.write(`vouch ${name}: give a subcommand: ${group.join(', ')} (vouch ${name} <subcommand> --help)\n`);
+    code = 2;
+  } else if (entry === undefined) {
     process.stderr.write(`vouch: unknown command ${JSON.stringify(name)} (commands: ${COMMANDS.map((c) => c.name).join(', ')})\n`);
     code = 2;
   } else {

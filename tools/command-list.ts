@@ -59,6 +59,36 @@ export const COMMANDS: readonly CommandEntry[] = [
     load: async () => (await import('./commands/get.ts')).get,
   },
   {
+    name: 'root init',
+    short: 'Writes a root statement for the holders to sign: it adopts a root of the --holder keys (version 1) on a chain without one, or rotates the root (version v+1)',
+    load: async () => (await import('./commands/root.ts')).rootInit,
+  },
+  {
+    name: 'root sign',
+    short: 'Adds this holder\'s signature to a statement file (root, key rotation or compromise), in place',
+    load: async () => (await import('./commands/root.ts')).rootSign,
+  },
+  {
+    name: 'root apply',
+    short: 'Appends a signed statement (root, key rotation or compromise) as a key block once applyKeyEvent accepts it on the chain as verified',
+    load: async () => (await import('./commands/root.ts')).rootApply,
+  },
+  {
+    name: 'key rotate',
+    short: 'Writes a routine rotation statement: a new online key takes over at its key block, and the old key signs nothing after it',
+    load: async () => (await import('./commands/key.ts')).keyRotate,
+  },
+  {
+    name: 'key compromise',
+    short: 'Writes a compromise statement: the online key in force is declared compromised after block N (the last block known good), every later block it signed is void, and a new key takes over',
+    load: async () => (await import('./commands/key.ts')).keyCompromise,
+  },
+  {
+    name: 'reendorse',
+    short: 'Endorses again what the void blocks of a compromise endorsed, one block per void block, each artifact only when its bytes still hash to what the void block claimed',
+    load: async () => (await import('./commands/reendorse.ts')).reendorse,
+  },
+  {
     name: 'witness-key',
     short: 'Prints the witness verifier key (name+hex8+base64, cosignature type 0x04) of the ed25519 key in FILE under NAME',
     load: async () => (await import('./commands/witness-key.ts')).witnessKey,

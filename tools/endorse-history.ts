@@ -46,7 +46,7 @@
  * where it agrees with them).
  * Must hold: the same answer as the full scan on a chain that verifies:
  * every earlier endorsement of each URL, oldest first; revoke blocks are not
- * consulted.
+ * consulted; given the key state, void blocks are left out.
  */
 import { type Block, parseBlockText } from '../chain/block.ts';
 import { computeRecordHash } from '../chain/build.ts';
@@ -56,6 +56,7 @@ import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { ChainState, lastVerifiedImage, lastVerifiedTreeEdge } from '../gateway/chain-state.ts';
 import type { EdgeSeed } from '../store/chain-store.ts';
+import { isVoid, type KeyState } from '../chain/key-events.ts';
 
 export interface Prior { block: Block; artifactHash: string; semver: string }
 export type History = Map<string, Prior[]>;
@@ -95,15 +96,22 @@ function readChecked(repo: ChainRepo, i: number): Block {
 export function priorEndorsements(
   repo: ChainRepo, urls: Iterable<string>, head: Block,
   fullScan: (repo: ChainRepo, urls: readonly string[]) => History,
+  keys: KeyState | null = null,
 ): HistoryReport {
   const list = [...new Set(urls)];
+  let report: HistoryReport;
   try {
     const { history, gap, recordHashes, edgeSeed } = fromImage(repo, list, head);
-    return { history, source: 'image', scanned: gap, recordHashes, edgeSeed };
+    report = { history, source: 'image', scanned: gap, recordHashes, edgeSeed };
   } catch (e) {
     if (!(e instanceof Unusable) && !(e instanceof TypeError)) throw e;
-    return { history: fullScan(repo, list), source: 'scan', scanned: repo.size, why: e.message };
+    report = { history: fullScan(repo, list), source: 'scan', scanned: repo.size, why: e.message };
   }
+  // Void blocks (signed by a compromised key after its last good block) endorse nothing: neither unchanged nor a conflict.
+  if (keys !== null && keys.voids.length > 0) {
+    for (const [url, priors] of report.history) report.history.set(url, priors.filter((p) => !isVoid(keys, p.block.index)));
+  }
+  return report;
 }
 
 function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { history: History; gap: number; recordHashes: () => Iterable<string>; edgeSeed: EdgeSeed } {

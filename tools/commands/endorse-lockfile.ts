@@ -34,12 +34,13 @@ import { basename, dirname, resolve } from 'node:path';
 import { emit, progressReporter, UsageError } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../../chain/build.ts';
-import { type Block, parseBlockText, isDate, isSemver, isUnitName, LIMITS } from '../../chain/block.ts';
+import { type Block, isDate, isSemver, isUnitName, LIMITS } from '../../chain/block.ts';
 import { npmUnitName } from '../../chain/unit-names.ts';
 import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
-import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
+import { signerForChain } from '../../store/chain-keys.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
 import type { Http } from '../lockfiles/http.ts';
 import { MiB, OriginMap, hasCredentials } from '../lockfiles/origin-map.ts';
@@ -247,9 +248,9 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
   // ---- the chain: key and head checked before any fetch
   const key = readKeyFile(v.key);
   const repo = await ChainRepo.open(v.chain);
-  const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
-  const keyed = nodeSigner(authority.signer, key);
-  const trusted = trustedHead(repo, keyed);
+  // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
+  const { signer: keyed, keys } = signerForChain(repo, key);
+  const trusted = trustedHead(repo, keyed, keys);
   const { head } = trusted;
 
   const { Http: HttpClient } = await import('../lockfiles/http.ts');
@@ -272,7 +273,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     }
     const byUrl = byUrlOf(pinned);
     const unique = [...byUrl.values()];
-    const report = priorEndorsements(repo, byUrl.keys(), head, endorsementsOf);
+    const report = priorEndorsements(repo, byUrl.keys(), head, endorsementsOf, keys);
     noteScan(report, quiet);
     const history = report.history;
     const algorithmsOf = (p: Pinned) => {

@@ -16,11 +16,11 @@ import type { Command } from '../command.ts';
 import { UsageError, emit } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../../chain/build.ts';
-import { parseBlockText } from '../../chain/block.ts';
 import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS } from '../../chain/hash-algorithms.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
-import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
+import { signerForChain } from '../../store/chain-keys.ts';
 import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { checkUrlOptions } from './endorse-options.ts';
@@ -109,9 +109,9 @@ export const endorse: Command = {
     const key = readKeyFile(v.key);
     const repo = await ChainRepo.open(v.chain);
     timings.mark('open');
-    const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
-    const keyed = nodeSigner(authority.signer, key);
-    const trusted = trustedHead(repo, keyed);
+    // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
+    const { signer: keyed, keys } = signerForChain(repo, key);
+    const trusted = trustedHead(repo, keyed, keys);
     const { head } = trusted;
     timings.mark('head');
 
@@ -120,7 +120,7 @@ export const endorse: Command = {
     for (let i = 0; i < urls.length; i++) {
       digests.push(files.length ? await digestFile(files[i]!, algorithm) : await digestUrl(urls[i]!, algorithm));
     }
-    const report = priorEndorsements(repo, urls, head, findEndorsements);
+    const report = priorEndorsements(repo, urls, head, findEndorsements, keys);
     noteScan(report, v.quiet === true || v.json === true);
     const history = report.history;
     timings.mark(`history(${report.source},${report.scanned})`);

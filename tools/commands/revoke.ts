@@ -15,13 +15,14 @@
 import type { Command } from '../command.ts';
 import { UsageError, emit } from '../command.ts';
 import { buildCheckpoint, buildRevokeBlock } from '../../chain/build.ts';
-import { isArtifactUrl, isDate, isSemver, parseBlockText, formatDateTime, LIMITS } from '../../chain/block.ts';
+import { isArtifactUrl, isDate, isSemver, formatDateTime, LIMITS } from '../../chain/block.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { hexEncode } from '../../chain/encoding.ts';
 import { resolveRevokeTarget, type RevokeTarget } from '../../chain/revoke.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
-import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
+import { signerForChain } from '../../store/chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
 
@@ -66,9 +67,9 @@ export const revoke: Command = {
     assertChainWritable(v.chain, 'POST /v1/revoke');
     const key = readKeyFile(v.key);
     const repo = await ChainRepo.open(v.chain);
-    const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
-    const keyed = nodeSigner(authority.signer, key);
-    const trusted = trustedHead(repo, keyed);
+    // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
+    const { signer: keyed, keys } = signerForChain(repo, key);
+    const trusted = trustedHead(repo, keyed, keys);
     // The verified chain, as a gateway start loads it: warm from the last verified state, else every block verified.
     const { ChainState } = await import('../../gateway/chain-state.ts');
     const { state } = await ChainState.load(repo);

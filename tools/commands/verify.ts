@@ -23,6 +23,8 @@ import { openCheckpoint, type Checkpoint as LogCheckpoint } from '../../chain/tl
 import { ed25519Engine, nodeBackend } from '../../platform/node-crypto.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
+import { parseBlockText } from '../../chain/block.ts';
+import type { KeyState } from '../../chain/key-events.ts';
 import { TreeEdge } from '../../store/tree-edge.ts';
 
 /**
@@ -36,13 +38,28 @@ function checkNote(text: string, publicKey: Uint8Array, size: number, root: Uint
   try {
     cp = openCheckpoint(nodeBackend, text, { publicKey }).checkpoint;
   } catch (e) {
-    throw bad(`does not open with the authority key: ${(e as Error).message.replace(/^checkpoint_mismatch: /, '')}`, (e as VouchError).evidence ?? {});
+    throw bad(`does not open with the online key in force (${base64Encode(publicKey)}): ${(e as Error).message.replace(/^checkpoint_mismatch: /, '')}`, (e as VouchError).evidence ?? {});
   }
   if (cp.size !== size) throw bad(`names ${cp.size} entries, the chain has ${size} blocks`, { origin: cp.origin, note_size: cp.size, size });
   if (!bytesEqual(cp.root, root)) {
     throw bad(`root ${base64Encode(cp.root)} is not the Merkle root of the chain's record hashes, ${base64Encode(root)}`, { origin: cp.origin, size, note_root: base64Encode(cp.root), root: base64Encode(root) });
   }
   return cp;
+}
+
+/** Each void range with the compromised key that signed it and the index of the block declaring it. */
+function voidReport(repo: ChainRepo, keys: KeyState): { from: number; to: number; compromised: string; declared_at: number }[] {
+  return keys.voids.map(([from, to]) => {
+    // The compromise block follows its void range (good_through + 1 .. compromise index - 1): verified with the chain.
+    const st = parseBlockText(repo.readBlockFile(to + 1), to + 1).payload.statement;
+    return { from, to, compromised: st?.action === 'compromise' ? st.compromised : 'unknown', declared_at: to + 1 };
+  });
+}
+
+function keyLine(keys: KeyState): string {
+  const root = keys.root ? `root v${keys.root.version} ${keys.root.threshold}-of-${keys.root.keys.length}` : 'no root';
+  return `online key ${keys.online.signer} ${keys.online.publicKey} since block ${keys.online.since}, ${root}, ${keys.sequence} key event${keys.sequence === 1 ? '' : 's'}` +
+    (keys.voids.length ? `, ${keys.voids.reduce((n, [a, b]) => n + b - a + 1, 0)} void blocks` : '');
 }
 
 /** The verification codes of a block, in the order they are checked (chain/verify.ts), for --help. */
@@ -53,8 +70,10 @@ const BLOCK_CHECKS: [string, string][] = [
   ['record_hash_mismatch', 'the block was edited after it was hashed'],
   ['weak_key', 'block 0\'s key is not a full-order ed25519 key (small-order keys accept forged signatures)'],
   ['untrusted_authority', 'block 0\'s key differs from --public-key'],
-  ['signer_mismatch', 'the block names another signer than the authority'],
-  ['bad_signature', 'the payload signature does not verify with the authority key'],
+  ['signer_mismatch', 'the block names another signer than the online key in force'],
+  ['bad_signature', 'the payload signature does not verify with the online key in force at its index (a key block: with the key its statement names)'],
+  ['retired_key', 'the block is signed by an online key retired before it (the old key signs nothing after its rotation)'],
+  ['bad_key_event', 'a key block whose statement the key state refuses (threshold, keys, sequence; a forged key block signed by the online key alone)'],
   ['time_regression', 'posted is earlier than the previous block\'s'],
   ['bad_artifact_hash', 'an artifact_hash is not <algorithm>:<hex> of a known algorithm and length'],
 ];
@@ -66,16 +85,20 @@ export const verify: Command = {
   details: [
     'Each block is checked in this order; the first failure is reported as `<code> at block <index>` (exit 1):',
     ...BLOCK_CHECKS.map(([code, what]) => `  ${code.padEnd(22)}${what}`),
-    'Then the checkpoint (`checkpoint_mismatch at checkpoint`): checkpoint.json must be signed by the authority',
+    'Key events (docs/key-events.md): every block is checked against the online key in force at its index; the',
+    'summary names the root, the online key in force and the number of key events. Blocks voided by a compromise',
+    'declaration are a warning on stderr naming their indices and the compromised key (exit 0: kept as evidence).',
+    'Then the checkpoint (`checkpoint_mismatch at checkpoint`): checkpoint.json must be signed by the online key in force',
     'and name this chain\'s size and head block. Without checkpoint.json a warning says a dropped newest block',
     'would go unnoticed. The Merkle tree over every block\'s record_hash (RFC 6962) is recomputed, and the',
-    'checkpoint.note branch main commits must be signed by the authority under its origin (key name = origin),',
+    'checkpoint.note branch main commits must be signed by the online key in force under its origin (key name = origin),',
     'name the chain\'s size and carry that root; a chain without one (made before notes) is reported, not refused.',
     '',
     'What is verified is what branch main commits: every block file and checkpoint.json in DIR must be the',
     'blob the branch holds (a file that differs, or is untracked, fails naming it), so verify a clean checkout.',
     '',
-    'Without --public-key the key of block 0 is trusted on first use; pin it to detect a substituted authority.',
+    'Without --public-key the key of block 0 is trusted on first use; pin it to detect a substituted authority',
+    '(the pin is block 0\'s key, also after rotations).',
   ].join('\n'),
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain directory (a clone is enough)', required: true },
@@ -107,12 +130,22 @@ export const verify: Command = {
       const noteText = await repo.committedNote();
       const note = noteText === null ? null : checkNote(noteText, base64Decode(s.authority!.publicKey)!, s.size, root);
       const seconds = (performance.now() - started) / 1000;
+      const keys = s.keys!;
+      const voids = voidReport(repo, keys);
       const summary = {
         ok: true,
         blocks: s.size,
         head: s.head,
         authority: { signer: s.authority!.signer, public_key: s.authority!.publicKey, pinned: v['public-key'] !== undefined },
         checkpoint: result.checkpoint ? { size: result.checkpoint.size, timestamp: result.checkpoint.timestamp } : null,
+        keys: {
+          events: keys.sequence,
+          root: keys.root ? { version: keys.root.version, threshold: keys.root.threshold, keys: keys.root.keys } : null,
+          online: { signer: keys.online.signer, public_key: keys.online.publicKey, since: keys.online.since },
+          retired: keys.retired,
+          compromised: keys.compromised,
+          voids,
+        },
         root: base64Encode(root),
         origin: note?.origin ?? null,
         note: note !== null,
@@ -124,11 +157,17 @@ export const verify: Command = {
       if (v.json) process.stdout.write(JSON.stringify(summary) + '\n');
       else if (!v.quiet) {
         process.stdout.write(
-          `ok: ${s.size} blocks, authority ${s.authority!.signer} ${s.authority!.publicKey}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, ` +
+          `ok: ${s.size} blocks, ` + (keys.sequence === 0
+            ? `authority ${s.authority!.signer} ${s.authority!.publicKey}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `
+            : `${keyLine(keys)}, block 0's key ${keys.first}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `) +
           `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ` +
           `note ${note ? `ok (origin ${note.origin}, root ${base64Encode(root)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
         );
         if (!result.checkpoint) process.stderr.write('warning: no checkpoint.json: a dropped newest block would go unnoticed\n');
+        for (const w of voids) {
+          process.stderr.write(`warning: void blocks ${w.from}-${w.to}: signed by ${w.compromised} after its last good block ${w.from - 1}, declared compromised at block ${w.declared_at}; ` +
+            'kept as evidence, never selected (vouch reendorse endorses again what they endorsed)\n');
+        }
         if (!note) process.stderr.write('note: no checkpoint.note (a chain from before signed tlog checkpoints): it gains one with its next append\n');
       }
       return 0;
