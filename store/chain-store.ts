@@ -10,7 +10,8 @@
  * from (`headEdge`, ./tree-edge.ts).
  * Must hold: nothing is appended after a head that does not check out: the
  * head block must hash to what the checkpoint signed, and the signing key
- * must be the chain's authority; a committed note must open with that key
+ * must be the chain's online key in force (block 0's when the caller has
+ * no key state); a committed note must open with that key
  * and name the chain's size; a note is signed only over a root computed
  * from an edge that agrees with the committed note (or from every record
  * hash when there is no usable edge).
@@ -23,6 +24,7 @@ import type { Signer } from '../chain/crypto-backend.ts';
 import { isValidKeyName } from '../chain/note.ts';
 import { type Checkpoint as LogCheckpoint, openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
+import type { KeyState } from '../chain/key-events.ts';
 import { ChainRepo, type CommitInfo } from './chain-repo.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 
@@ -60,16 +62,24 @@ export interface TrustedHead {
 
 /**
  * The head block, checked in constant time against the signed checkpoint
- * and the signer's key (the authority block must name this key).
+ * and the signer's key: the online key in force (docs/key-events.md), as
+ * `keys` (the verified chain's key state) says; without `keys`, block 0's
+ * key (a chain whose key never changed). A compromised or retired key is
+ * refused.
  */
-export function trustedHead(repo: ChainRepo, signer: Signer): TrustedHead {
+export function trustedHead(repo: ChainRepo, signer: Signer, keys?: Pick<KeyState, 'online' | 'retired' | 'compromised'> | null): TrustedHead {
   const authority = parseBlockText(repo.readBlockFile(0), 0);
   const a = authority.payload.authority!;
-  if (a.public_key !== base64Encode(signer.publicKey)) {
-    throw new VouchError('key_error', `this key is not the chain's authority key (${a.public_key})`);
+  const given = base64Encode(signer.publicKey);
+  const inForce = keys ? { public_key: keys.online.publicKey, signer: keys.online.signer } : a;
+  if (inForce.public_key !== given) {
+    const why = keys?.compromised.includes(given) ? ': it was declared compromised' : keys?.retired.includes(given) ? ': it was retired by a key event' : '';
+    throw new VouchError('key_error', keys
+      ? `this key is not the chain's online key in force (${inForce.public_key}, since block ${keys.online.since})${why}`
+      : `this key is not the chain's authority key (${a.public_key})`);
   }
-  if (a.signer !== signer.id) {
-    throw new VouchError('key_error', `the chain's authority signer is ${JSON.stringify(a.signer)}, not ${JSON.stringify(signer.id)}`);
+  if (inForce.signer !== signer.id) {
+    throw new VouchError('key_error', `the chain's authority signer is ${JSON.stringify(inForce.signer)}, not ${JSON.stringify(signer.id)}`);
   }
   const cpText = repo.readCheckpoint();
   if (cpText === null) throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the chain has no checkpoint.json', { index: null });
@@ -187,8 +197,8 @@ export function* scanRecordHashes(repo: ChainRepo): Iterable<string> {
   for (let i = 0; i < repo.size; i++) yield parseBlockText(repo.readBlockFile(i), i).record_hash;
 }
 
-/** The signed checkpoint note of a tree: origin, size, root; key name = origin. */
-export function signNoteText(signer: Signer, origin: string, size: number, root: Uint8Array): string {
+/** The signed checkpoint note of a tree: origin, size, root; key name = origin (several signers during a key rollover, the key in force first). */
+export function signNoteText(signer: Signer | readonly Signer[], origin: string, size: number, root: Uint8Array): string {
   return signCheckpoint(nodeBackend, { origin, size, root, extensions: [] }, signer);
 }
 
@@ -203,7 +213,8 @@ export interface Committed {
 
 /** What the note of an append signs: the origin, and the tree's root at the new size. */
 export interface NoteInput {
-  signer: Signer;
+  /** The key in force; during a rollover (docs/key-events.md) it first, then the previous key. */
+  signer: Signer | readonly Signer[];
   origin: string;
   root: Uint8Array;
 }
