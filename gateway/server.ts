@@ -67,6 +67,7 @@ import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
 import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson, proofTag } from './routes/transparency.ts';
+import { authorityKeysJson } from './routes/authority-keys.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -260,10 +261,12 @@ function sendWithProof(res: ServerResponse, text: string, length: number, etag: 
   sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`);
 }
 
+/** Block 0, the note verifier key of the key in force, and `keys`: the key state (docs/key-events.md). */
 const authority: Handler = (ctx, _req, res) => {
   const state = ready(ctx);
   const key = noteVerifierKey(ctx, state);
-  sendJson(res, 200, key === null ? lookupBody(state.authority, null) : { ...lookupBody(state.authority, null), verifier_key: key });
+  const body = key === null ? lookupBody(state.authority, null) : { ...lookupBody(state.authority, null), verifier_key: key };
+  sendJson(res, 200, { ...body, keys: authorityKeysJson(ctx, state) });
 };
 
 const checkpoint: Handler = (ctx, _req, res) => {
