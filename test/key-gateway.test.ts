@@ -34,7 +34,7 @@ import { NpmRegistry } from './helpers/npm-registry.ts';
 import { buildDists, distFilename, PypiHost, sha256Hex } from './helpers/pypi-fixture.ts';
 import { modVersion, type ModVersion } from './helpers/go-modules.ts';
 import { initChainRepo, TEST_SEED } from './helpers/chain-fixture.ts';
-import { b64, HOLDERS, KeyChain, ONLINE, seededKey } from './helpers/key-fixture.ts';
+import { b64, buildKeyLifeChain, HOLDERS, KeyChain, ONLINE, seededKey } from './helpers/key-fixture.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-gateway-'));
 const chainDir = join(work, 'chain');
@@ -62,11 +62,11 @@ function writeKey(path: string, which: keyof typeof PRIVATE): void {
   chmodSync(path, 0o600);
 }
 
-function config(more: Record<string, unknown> = {}): string {
-  return writeConfig(work, {
+function config(more: Record<string, unknown> = {}, dir = work): string {
+  return writeConfig(dir, {
     listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: chainDir, origin: ORIGIN },
-    authority: { key_file: keyFile, signer: 'vouch-test', submit_token_file: tokenFile, ...more },
+    chain: { dir: join(dir, 'chain'), origin: ORIGIN },
+    authority: { key_file: join(dir, 'authority.pem'), signer: 'vouch-test', submit_token_file: tokenFile, ...more },
     origin: { allow_private: true, timeout: 5 },
     proxy: {
       routes: [
@@ -105,10 +105,10 @@ const getJson = async (path: string) => {
 const headSize = async () => (await getJson('/v1/checkpoint')).json.size as number;
 
 /** The chain on disk verified from block 0 with chain/verify.ts (block 0's key pinned), and its blocks. */
-async function verifiedOnDisk(): Promise<{ blocks: Record<string, any>[]; keys: KeyState }> {
+async function verifiedOnDisk(dir = chainDir): Promise<{ blocks: Record<string, any>[]; keys: KeyState }> {
   // Read as the files are (the gateway holds the chain's lock: no ChainRepo here).
-  const checkpoint = JSON.parse(readFileSync(join(chainDir, CHECKPOINT), 'utf8')) as { size: number };
-  const blocks = Array.from({ length: checkpoint.size }, (_, i) => JSON.parse(readFileSync(join(chainDir, blockPath(i)), 'utf8')) as Record<string, any>);
+  const checkpoint = JSON.parse(readFileSync(join(dir, CHECKPOINT), 'utf8')) as { size: number };
+  const blocks = Array.from({ length: checkpoint.size }, (_, i) => JSON.parse(readFileSync(join(dir, blockPath(i)), 'utf8')) as Record<string, any>);
   const r = verifyChain(blocks, { backend: nodeBackend, pinnedPublicKey: b64(ONLINE.A), checkpoint });
   assert.ok(r.ok, r.ok ? '' : `${r.code} at ${r.index}: ${r.message}`);
   return { blocks, keys: r.ok ? r.keys : ks };
@@ -137,6 +137,18 @@ async function refused(signed: unknown, status: number, code: string, message: R
 }
 
 const noteKeyOf = (s: typeof ONLINE.A) => verifierKey(nodeBackend, ORIGIN, SIG_ED25519, s.publicKey);
+/** The key IDs (hex) of a served note's signature lines, in order. */
+const noteLines = async () => parseNote(await (await fetch(`${gw.url}/checkpoint`)).text()).signatures.map((l) => Buffer.from(l.keyId).toString('hex'));
+const keyIdOf = (s: typeof ONLINE.A) => noteKeyOf(s).split('+')[1]!;
+
+/** A chain built offline (test/helpers/key-fixture.ts) in `<work>/<name>/chain`, its key files written; the directory. */
+async function offlineChain(name: string, c: KeyChain, keyFileHolds: keyof typeof PRIVATE, next: keyof typeof PRIVATE | null): Promise<string> {
+  const dir = join(work, name);
+  await initChainRepo(join(dir, 'chain'), c.blocks, c.checkpoint());
+  writeKey(join(dir, 'authority.pem'), keyFileHolds);
+  if (next !== null) writeKey(join(dir, 'authority.pem.next'), next);
+  return dir;
+}
 
 // Go module versions and PyPI distributions endorsed through the gateway (one later voided).
 const GO: ModVersion[] = [modVersion('example.com/keyed', 'v1.0.0'), modVersion('example.com/keyed', 'v1.1.0')];
@@ -383,6 +395,57 @@ test('restarts: warm, then cold, on the compromised chain: the key in force is p
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk());
   assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
+});
+
+test('a chain built offline through every key event (key-fixture): cold start signs with the key in force, void blocks marked; warm start signs again', async () => {
+  await gw.stop();
+  const life = buildKeyLifeChain(); // C in force since the compromise at 8, blocks 6-7 void, root rotated at 10
+  const dir = await offlineChain('life', life, 'C', null);
+  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  assert.match(gw.stdout(), /\(cold start/);
+  let s = await submitNew();
+  let { blocks, keys } = await verifiedOnDisk(join(dir, 'chain'));
+  assert.is(s.index, life.blocks.length);
+  assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
+  assert.equal(keys.voids, [[6, 7]]);
+  assert.is((await getJson('/v1/block?index=7')).json.void, true);
+  assert.equal(await noteLines(), [keyIdOf(ONLINE.C)]);
+  const a = (await getJson('/v1/authority')).json;
+  assert.equal([a.keys.sequence, a.keys.root.version, a.keys.compromised, a.keys.retired], [4, 2, [b64(ONLINE.B)], [b64(ONLINE.A), b64(ONLINE.B)]]);
+  await gw.stop();
+  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  assert.match(gw.stdout(), /\(warm start/);
+  s = await submitNew();
+  ({ blocks } = await verifiedOnDisk(join(dir, 'chain')));
+  assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
+  await gw.stop();
+});
+
+test('a rollover survives a restart while key_file holds the previous key and rollover_days lasts; not after', async () => {
+  const c = new KeyChain(ONLINE.A);
+  c.endorse(1);
+  c.adoptRoot();
+  c.rotate(ONLINE.B); // posted early in 2026: inside a 366-day rollover, outside the default 30 days
+  const dir = await offlineChain('rollover', c, 'A', 'B');
+  gw = await startGatewayProcess(['--config', config({ rollover_days: 366 }, dir)]);
+  await submitNew();
+  assert.equal(await noteLines(), [keyIdOf(ONLINE.B), keyIdOf(ONLINE.A)]);
+  assert.equal((await getJson('/v1/authority')).json.keys.verifier_keys, [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)]);
+  await gw.stop();
+  // The default 30 days are over: the new key alone.
+  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  await submitNew();
+  assert.equal(await noteLines(), [keyIdOf(ONLINE.B)]);
+  assert.is((await getJson('/v1/authority')).json.keys.rollover, null);
+  await gw.stop();
+  // key_file holds B now (the operator moved it): no previous key held, no rollover whatever the days.
+  writeKey(join(dir, 'authority.pem'), 'B');
+  unlinkSync(join(dir, 'authority.pem.next'));
+  gw = await startGatewayProcess(['--config', config({ rollover_days: 366 }, dir)]);
+  await submitNew();
+  assert.equal(await noteLines(), [keyIdOf(ONLINE.B)]);
+  const { blocks } = await verifiedOnDisk(join(dir, 'chain'));
+  assert.ok(signedBy(blocks[blocks.length - 1]!, ONLINE.B));
 });
 
 test.run();
