@@ -32,8 +32,10 @@
  * indexed blocks' record hashes follows the index (fed as a cold
  * verification hands blocks over, from its image `.git/vouch-tree.bin` plus
  * the blocks after it on a warm start, and on every append or sync); the
- * committed `checkpoint.note` is served only when it opens with the
- * authority key and its root is the tree's at its size. Routes read roots,
+ * committed `checkpoint.note` is served only when it opens with the online
+ * key in force at its size (docs/key-events.md: after a rotation the new
+ * key's; a rollover note carries the previous key's line too) and its root
+ * is the tree's at its size. Routes read roots,
  * proofs and tiles from `tree`; a writer signing a checkpoint before its
  * commit asks `rootWith`; `proofFor` gives a block's proof in the served
  * note (`servedCheckpointNote`, which witness cosignatures extend).

@@ -110,7 +110,7 @@ const SCHEMA: Record<string, Kind> = {
     nullable: true,
     keys: {
       key_file: { t: 'string' },
-      next_key_file: { t: 'string' },
+      next_key_file: { t: 'string', nullable: true },
       rollover_days: { t: 'number', min: 0, max: 366 },
       signer: { t: 'string', check: (s) => (/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(s) ? null : 'must be 1-128 letters, digits, . _ @ -') },
       submit_token_file: { t: 'string' },
@@ -272,7 +272,7 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
     chain: { ...chain, dir: path(chain.dir) },
     authority: authority && {
       key_file: path(authority.key_file),
-      next_key_file: authority.next_key_file !== undefined ? path(authority.next_key_file) : `${path(authority.key_file)}.next`,
+      next_key_file: typeof authority.next_key_file === 'string' ? path(authority.next_key_file) : `${path(authority.key_file)}.next`,
       rollover_days: authority.rollover_days,
       signer: authority.signer,
       submit_token_file: path(authority.submit_token_file),

@@ -493,7 +493,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     });
     const keys = authority ? openAuthorityKeys(config, authority, state, now()) : null;
     if (keys !== null && keys.source !== config.authority!.key_file) {
-      log.info('signing with the online key in force from authority.next_key_file', { next_key_file: keys.source, public_key: base64Encode(keys.signer().publicKey), since: state.keys.online.since });
+      const inForce = base64Encode(keys.signer().publicKey);
+      say(`online key in force: ${inForce} (since block ${state.keys.online.since}), from authority.next_key_file ${keys.source}`);
+      log.info('signing with the online key in force from authority.next_key_file', { next_key_file: keys.source, public_key: inForce, since: state.keys.online.since });
     }
     const trusted = keys ? trustedHead(repo, keys.signer(), state.keys) : null;
     // The log's origin: the committed note's; a configured chain.origin must agree (refused at start, exit 2).
