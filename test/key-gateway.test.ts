@@ -11,25 +11,28 @@
  * lookups and downloads, dropped from the npm packument, the PyPI simple
  * page and Go's @v/list; /v1/block marks them void; the next note by the
  * new key alone); warm and cold restarts on the rotated and compromised
- * chain signing with the right key; refusals at start.
+ * chain and on one built offline through every key event, signing with the
+ * right key; refusals at start; a rollover kept across a restart, cosigned
+ * by a witness that knows the old key only.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { KeyObject } from 'node:crypto';
 import { checkpointMessage, payloadMessage } from '../chain/build.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { applyKeyEvent, compromiseStatement, keyStatement, rootStatement, statementMessage, type KeyState, type SignedStatement, type Statement } from '../chain/key-events.ts';
-import { parseNote, SIG_ED25519, verifierKey } from '../chain/note.ts';
+import { parseNote, SIG_ED25519, verifierKey, verifyCosignature } from '../chain/note.ts';
 import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { verifyChain } from '../chain/verify.ts';
 import { nodeBackend, privateKeyFromSeed } from '../platform/node-crypto.ts';
+import { createKeyFile } from '../platform/key-file.ts';
 import { blockPath, CHECKPOINT } from '../chain/layout.ts';
 import { escapeGo } from '../gateway/ecosystems/goproxy.ts';
 import { OriginServer } from './helpers/origin-server.ts';
-import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { startGatewayProcess, submitEntry, until, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { NpmRegistry } from './helpers/npm-registry.ts';
 import { buildDists, distFilename, PypiHost, sha256Hex } from './helpers/pypi-fixture.ts';
 import { modVersion, type ModVersion } from './helpers/go-modules.ts';
@@ -427,11 +430,33 @@ test('a rollover survives a restart while key_file holds the previous key and ro
   c.adoptRoot();
   c.rotate(ONLINE.B); // posted early in 2026: inside a 366-day rollover, outside the default 30 days
   const dir = await offlineChain('rollover', c, 'A', 'B');
-  gw = await startGatewayProcess(['--config', config({ rollover_days: 366 }, dir)]);
-  await submitNew();
-  assert.equal(await noteLines(), [keyIdOf(ONLINE.B), keyIdOf(ONLINE.A)]);
-  assert.equal((await getJson('/v1/authority')).json.keys.verifier_keys, [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)]);
-  await gw.stop();
+  // A witness that knows the log by the old key A only (another gateway with a witness section).
+  const wdir = join(work, 'witness');
+  const wkey = join(wdir, 'witness.pem');
+  mkdirSync(wdir, { recursive: true });
+  const wpub = base64Decode(createKeyFile(wkey).publicKeyB64)!;
+  createKeyFile(join(wdir, 'authority.pem'));
+  const witness = await startGatewayProcess(['--config', writeConfig(wdir, {
+    listen: { host: '127.0.0.1', port: 0 },
+    chain: { dir: join(wdir, 'chain') },
+    authority: { key_file: join(wdir, 'authority.pem'), signer: 'witness-host', submit_token_file: tokenFile },
+    witness: { key_file: wkey, name: 'witness.test/w', state_file: join(wdir, 'state.json'), logs: [{ vkey: noteKeyOf(ONLINE.A) }] },
+  })]);
+  try {
+    gw = await startGatewayProcess(['--config', config({ rollover_days: 366, witnesses: [{ url: witness.url, vkey: verifierKey(nodeBackend, 'witness.test/w', 0x04, wpub) }] }, dir)]);
+    await submitNew();
+    assert.equal((await noteLines()).slice(0, 2), [keyIdOf(ONLINE.B), keyIdOf(ONLINE.A)]);
+    assert.equal((await getJson('/v1/authority')).json.keys.verifier_keys, [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)]);
+    // The cosigner sends the rollover note; the witness pinned to A verifies A's line and cosigns; /checkpoint serves it.
+    const cosigned = await until('the witness cosignature on the served note', async () => {
+      const note = await (await fetch(`${gw.url}/checkpoint`)).text();
+      return verifyCosignature(nodeBackend, parseNote(note), 'witness.test/w', wpub).ok ? note : null;
+    });
+    for (const k of [ONLINE.A, ONLINE.B]) openCheckpoint(nodeBackend, cosigned, { publicKey: k.publicKey, origin: ORIGIN });
+    await gw.stop();
+  } finally {
+    await witness.stop();
+  }
   // The default 30 days are over: the new key alone.
   gw = await startGatewayProcess(['--config', config({}, dir)]);
   await submitNew();
