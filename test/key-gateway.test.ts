@@ -366,6 +366,8 @@ test('compromise: blocks the attacker appended are void (404 lookups and downloa
   const a = (await getJson('/v1/authority')).json;
   assert.equal([a.keys.online.public_key, a.keys.compromised, a.keys.voids, a.keys.rollover, a.keys.verifier_keys],
     [b64(ONLINE.C), [b64(ONLINE.B)], [voidRange], null, [noteKeyOf(ONLINE.C)]]);
+  // Four statements applied so far (adoption, rotation, root rotation, compromise), counted.
+  assert.match(await (await fetch(`${gw.url}/metrics`)).text(), /^vouch_submits_total\{outcome="key_event"\} 4$/m);
 });
 
 test('restarts: warm, then cold, on the compromised chain: the key in force is picked from next_key_file and signs; a compromised or unknown key refuses the start', async () => {
