@@ -26,7 +26,7 @@ import type { KeyObject } from 'node:crypto';
 export const DAY_MS = 86_400_000;
 
 /** The `authority` keys of the configuration this module reads. */
-export interface KeyFiles { key_file: string; next_key_file: string; rollover_days: number; signer: string }
+export interface KeyFiles { key_file: string; next_key_file: string; rollover_days: number }
 
 /** A key statement ready to be appended: the state after it, the key that signs its block, and the note's signers. */
 export interface KeyPlan {
@@ -66,14 +66,13 @@ export class AuthorityKeys {
    * The keys for a chain in `keys` (its verified state): the one of key_file
    * (`primary`, already read: null when there is none) or next_key_file
    * whose public key is the online key in force. `keyBlock`: the block that
-   * put it in force (null: block 0), for the rollover window.
-   * @throws VouchError key_error when neither file holds it, or the signer id differs from the chain's.
+   * put it in force (null: block 0), for the rollover window. It signs as
+   * the chain says (`keys.online.signer`: a statement may name a new signer
+   * id with a new key), whatever `authority.signer` says (the caller warns).
+   * @throws VouchError key_error when neither file holds it.
    */
   static open(files: KeyFiles, backend: CryptoBackend, keys: KeyState, primary: KeyObject | null, keyBlock: Block | null, now: number): AuthorityKeys {
     const online = keys.online;
-    if (files.signer !== online.signer) {
-      throw new VouchError('key_error', `authority.signer is ${JSON.stringify(files.signer)}, the chain's online key in force (since block ${online.since}) signs as ${JSON.stringify(online.signer)}: set authority.signer to it`);
-    }
     const first = primary === null ? null : nodeSigner(online.signer, primary);
     let current: Signer | null = first !== null && pub(first) === online.publicKey ? first : null;
     let from: 'key_file' | 'next_key_file' = 'key_file';

@@ -199,7 +199,7 @@ function openAuthorityKeys(config: Config, authority: AuthorityParts, state: Cha
   const since = state.keys.online.since;
   const keyBlock = since > 0 ? state.index.block(since) ?? null : null;
   return AuthorityKeys.open(
-    { key_file: a.key_file, next_key_file: a.next_key_file, rollover_days: a.rollover_days, signer: a.signer },
+    { key_file: a.key_file, next_key_file: a.next_key_file, rollover_days: a.rollover_days },
     nodeBackend, state.keys, authority.key, keyBlock, now,
   );
 }
@@ -492,6 +492,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       pinnedPublicKey: pinned, ...(options.onProgress ? { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'verifying the chain') } : {}),
     });
     const keys = authority ? openAuthorityKeys(config, authority, state, now()) : null;
+    if (keys !== null && keys.signer().id !== config.authority!.signer) {
+      // The chain names the signer of the key in force (a key statement may name a new one): it wins over the config.
+      log.warn('authority.signer differs from the signer of the chain\'s online key in force; signing as the chain says', { configured: config.authority!.signer, signer: keys.signer().id, since: state.keys.online.since });
+    }
     if (keys !== null && keys.source !== config.authority!.key_file) {
       const inForce = base64Encode(keys.signer().publicKey);
       say(`online key in force: ${inForce} (since block ${state.keys.online.since}), from authority.next_key_file ${keys.source}`);

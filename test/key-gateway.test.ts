@@ -393,13 +393,16 @@ test('restarts: warm, then cold, on the compromised chain: the key in force is p
   const err = await startGatewayProcess(['--config', config()]).then(() => null, (e: Error) => e.message);
   assert.ok(err !== null);
   assert.match(err!, new RegExp(`neither authority.key_file .*\\(holds ${b64(ONLINE.B).replace(/[+/]/g, '.')}, declared compromised\\) nor authority.next_key_file .*\\(holds ${b64(ONLINE.D).replace(/[+/]/g, '.')}\\) holds the chain's online key in force, ${b64(ONLINE.C).replace(/[+/]/g, '.')}`));
-  // C moved into key_file (the operator's step after a rotation): starts with it, no next_key_file needed.
+  // C moved into key_file (the operator's step after a rotation): starts with it, no next_key_file needed;
+  // the signer id is the chain's for the key in force (authority.signer differing only warns).
   writeKey(keyFile, 'C');
   unlinkSync(nextFile);
-  gw = await startGatewayProcess(['--config', config()]);
+  gw = await startGatewayProcess(['--config', config({ signer: 'renamed-in-config' })]);
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk());
   assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
+  assert.is(blocks[s.index]!.signer, 'vouch-test');
+  assert.match(gw.stdout() + gw.stderr(), /authority.signer differs from the signer of the chain's online key in force/);
 });
 
 test('a chain built offline through every key event (key-fixture): cold start signs with the key in force, void blocks marked; warm start signs again', async () => {
