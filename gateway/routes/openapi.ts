@@ -459,6 +459,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             index: { type: 'integer' }, record_hash: { type: 'string' }, posted: { type: 'string' }, intent: { type: 'string' },
             uns: { type: 'string' }, semver: { type: 'string' }, effective_date: { type: 'string' }, endorsements: { type: 'integer' },
             comment: { type: 'string' }, target_hash: { type: 'string' }, revoked_by: { type: 'integer' },
+            void: { const: true, description: 'The block is void (signed by a compromised key after its last good block): kept as evidence, never selected.' },
           },
         },
         BlockList: {
