@@ -478,6 +478,30 @@ test('a rollover survives a restart while key_file holds the previous key and ro
   assert.equal(await noteLines(), [keyIdOf(ONLINE.B)]);
   const { blocks } = await verifiedOnDisk(join(dir, 'chain'));
   assert.ok(signedBy(blocks[blocks.length - 1]!, ONLINE.B));
+  await gw.stop();
+});
+
+test('a rotation racing submits through the one writer: blocks before its key block by the old key, after it by the new, all verify', async () => {
+  const c = new KeyChain(ONLINE.A);
+  c.adoptRoot();
+  const dir = await offlineChain('race', c, 'A', 'B');
+  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  ks = c.keys;
+  const rotation = sign(keyStatement(ks, online(ONLINE.B)), [H1, H2]);
+  const answers = await Promise.all([
+    submitNew(), submitNew(), submitNew(),
+    post('/v1/root', rotation),
+    submitNew(), submitNew(), submitNew(),
+  ]);
+  const key = answers[3] as { status: number; json: Record<string, any> };
+  assert.is(key.status, 201, JSON.stringify(key.json));
+  const at = key.json.index as number;
+  const { blocks } = await verifiedOnDisk(join(dir, 'chain'));
+  assert.is(blocks.length, c.blocks.length + 7);
+  for (let i = c.blocks.length; i < blocks.length; i++) {
+    assert.ok(signedBy(blocks[i]!, i < at ? ONLINE.A : ONLINE.B), `block ${i} (key block ${at})`);
+  }
+  await gw.stop();
 });
 
 test.run();
