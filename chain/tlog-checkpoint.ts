@@ -75,11 +75,18 @@ export function parseCheckpoint(body: string): Checkpoint {
   return { origin, size, root, extensions };
 }
 
-/** Body + the authority's signature line (key name = origin), as committed in checkpoint.note. */
-export function signCheckpoint(c: CryptoBackend, cp: Checkpoint, signer: Signer): string {
+/**
+ * Body + the authority's signature line (key name = origin), as committed in
+ * checkpoint.note. Several signers (a key rollover, docs/key-events.md): one
+ * line each under the same origin, in the order given (the key in force
+ * first); verifiers ignore the lines of keys they do not know.
+ */
+export function signCheckpoint(c: CryptoBackend, cp: Checkpoint, signer: Signer | readonly Signer[]): string {
   if (!isValidKeyName(cp.origin)) throw new VouchError('bad_request', `checkpoint origin ${JSON.stringify(cp.origin)} cannot be a note key name (space or "+")`);
+  const signers = Array.isArray(signer) ? signer as readonly Signer[] : [signer as Signer];
+  if (signers.length === 0) throw new VouchError('bad_request', 'a checkpoint note needs at least one signer');
   const body = formatCheckpoint(cp);
-  return formatNote({ text: body, signatures: [signNote(c, body, cp.origin, signer)] });
+  return formatNote({ text: body, signatures: signers.map((s) => signNote(c, body, cp.origin, s)) });
 }
 
 /**

@@ -32,8 +32,10 @@
  * indexed blocks' record hashes follows the index (fed as a cold
  * verification hands blocks over, from its image `.git/vouch-tree.bin` plus
  * the blocks after it on a warm start, and on every append or sync); the
- * committed `checkpoint.note` is served only when it opens with the
- * authority key and its root is the tree's at its size. Routes read roots,
+ * committed `checkpoint.note` is served only when it opens with the online
+ * key in force at its size (docs/key-events.md: after a rotation the new
+ * key's; a rollover note carries the previous key's line too) and its root
+ * is the tree's at its size. Routes read roots,
  * proofs and tiles from `tree`; a writer signing a checkpoint before its
  * commit asks `rootWith`; `proofFor` gives a block's proof in the served
  * note (`servedCheckpointNote`, which witness cosignatures extend).
@@ -57,6 +59,7 @@ import { readJson, type Block, type Checkpoint } from '../chain/block.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
+import type { KeyState } from '../chain/key-events.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
@@ -69,7 +72,8 @@ import type { MerkleTree } from '../chain/merkle-tree.ts';
 /** What routes read of the tree (no appends: the state feeds it). */
 export type MerkleTreeView = Pick<MerkleTree, 'size' | 'root' | 'leafHashAt' | 'inclusionProof' | 'consistencyProof' | 'tile'>;
 
-const SNAPSHOT_VERSION = 3;
+/** 4: the verifier state carries the key state (docs/key-events.md). */
+const SNAPSHOT_VERSION = 4;
 /**
  * An index image is rewritten after appends once `blocks` blocks are not in
  * it, or when it is `ms` old and some are not (tests lower them).
@@ -117,7 +121,7 @@ const hexBytes = (hex: string): Uint8Array => new Uint8Array(Buffer.from(hex, 'h
 function readSnapshotAt(dir: string): Snapshot | null {
   try {
     const snap = JSON.parse(readFileSync(snapshotPathOf(dir), 'utf8')) as Snapshot;
-    if (snap.version !== SNAPSHOT_VERSION || !snap.state?.authority || typeof snap.cache?.digest !== 'string' || !Number.isSafeInteger(snap.cache.length)) return null;
+    if (snap.version !== SNAPSHOT_VERSION || !snap.state?.authority || !snap.state.keys || typeof snap.cache?.digest !== 'string' || !Number.isSafeInteger(snap.cache.length)) return null;
     return snap;
   } catch {
     return null;
@@ -436,9 +440,18 @@ export class ChainState {
     this.loadNote(this.repo.readCheckpointNote());
   }
 
-  /** The authority's raw ed25519 public key (block 0). */
-  private authorityKey(): Uint8Array {
-    return base64Decode(this.authority.payload.authority!.public_key)!;
+  /** The key state of the verified chain (root, online key in force, retired and compromised keys, void ranges). */
+  get keys(): KeyState {
+    return this.verifier.state.keys!;
+  }
+
+  /**
+   * The raw ed25519 key a checkpoint note of the chain in `state` is opened
+   * with: the online key in force at its size (docs/key-events.md), block
+   * 0's while no key event changed it.
+   */
+  private noteKey(state: VerifierState = this.verifier.state): Uint8Array {
+    return base64Decode(state.keys?.online.publicKey ?? this.authority.payload.authority!.public_key)!;
   }
 
   /**
@@ -449,12 +462,12 @@ export class ChainState {
   private loadNote(text: string | null): void {
     if (text === null) return this.log.serve(null);
     try {
-      this.log.serve(this.log.openNote(text, this.authorityKey()));
+      this.log.serve(this.log.openNote(text, this.noteKey()));
     } catch (e) {
       if (this.log.image === null || (e as VouchError).code !== 'checkpoint_mismatch') throw e;
       this.log.loadImage(null, 0);
       this.log.catchUp(this._index);
-      this.log.serve(this.log.openNote(text, this.authorityKey()));
+      this.log.serve(this.log.openNote(text, this.noteKey()));
     }
   }
 
@@ -646,7 +659,8 @@ export class ChainState {
     // The committed note (read from the working tree when the caller has none), checked against the tree with the new entries.
     const note = noteText === undefined ? this.repo.readCheckpointNote() : noteText;
     const pending = parsed.filter((b) => b.index >= this.log.size).map((b) => hexBytes(b.record_hash));
-    const served = note === null ? null : this.log.openNote(note, this.authorityKey(), pending);
+    // Signed by the key in force after these blocks (a key block among them changed it).
+    const served = note === null ? null : this.log.openNote(note, this.noteKey(probe.state), pending);
     this.verifier = probe;
     parsed.forEach((b, i) => {
       if (this._index.size === b.index) this._index.add(blocks[i]!);

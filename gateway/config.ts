@@ -42,7 +42,15 @@ export interface Config {
   /** origin: the log's name (checkpoint.note line 1 and key name; null: derived from public_url, see `logOrigin`). */
   chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse'; origin: string | null };
   /** witnesses: the C2SP tlog-witness endpoints asked to cosign each new checkpoint; policy_file: tlog-policy text (quorum). */
-  authority: { key_file: string; signer: string; submit_token_file: string; witnesses: WitnessEndpoint[]; policy_file: string | null } | null;
+  /**
+   * next_key_file: where the private key of a new online key is read when a key statement puts it in force (default
+   * `<key_file>.next`, docs/key-events.md); rollover_days: how long after a routine rotation the checkpoint note also
+   * carries the previous key's signature.
+   */
+  authority: {
+    key_file: string; next_key_file: string; rollover_days: number; signer: string; submit_token_file: string;
+    witnesses: WitnessEndpoint[]; policy_file: string | null;
+  } | null;
   /** Present: this gateway is a C2SP tlog-witness (`POST /add-checkpoint`) for `logs` (and its own chain's log). */
   witness: WitnessConfig | null;
   /** budget_bytes: artifact bytes in memory at once (in flight, held for readers, memory tier); null: 2 × memory_bytes. */
@@ -102,6 +110,8 @@ const SCHEMA: Record<string, Kind> = {
     nullable: true,
     keys: {
       key_file: { t: 'string' },
+      next_key_file: { t: 'string', nullable: true },
+      rollover_days: { t: 'number', min: 0, max: 366 },
       signer: { t: 'string', check: (s) => (/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(s) ? null : 'must be 1-128 letters, digits, . _ @ -') },
       submit_token_file: { t: 'string' },
       witnesses: { t: 'list', max: 64, item: { t: 'object', keys: { url: { t: 'string', check: httpUrl }, vkey: { t: 'string', check: vkeyText } } } },
@@ -151,7 +161,7 @@ export const DEFAULTS = {
   listen: { host: '127.0.0.1', port: 8080 },
   service_name: 'vouch',
   chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined, layout: 'full' as 'full' | 'sparse', origin: null as string | null },
-  authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token' },
+  authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token', rollover_days: 30 },
   mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
   clients: { request_timeout: 30, max_connections: 4096, keep_alive_timeout: 65 },
@@ -262,6 +272,8 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
     chain: { ...chain, dir: path(chain.dir) },
     authority: authority && {
       key_file: path(authority.key_file),
+      next_key_file: typeof authority.next_key_file === 'string' ? path(authority.next_key_file) : `${path(authority.key_file)}.next`,
+      rollover_days: authority.rollover_days,
       signer: authority.signer,
       submit_token_file: path(authority.submit_token_file),
       witnesses: (authority.witnesses ?? []).map((x: WitnessEndpoint) => ({ url: x.url.replace(/\/+$/, ''), vkey: x.vkey })),

@@ -35,20 +35,19 @@
  * and Node ends the process (exit 1) for its supervisor to restart.
  */
 import { createServer, type Server } from 'node:http';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, type KeyObject } from 'node:crypto';
 import { accessSync, constants as fsConstants, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import type { AddressInfo, Socket } from 'node:net';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
-import { formatBlockFile, formatCheckpointFile, parseBlockText } from '../chain/block.ts';
-import type { Signer } from '../chain/crypto-backend.ts';
+import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
-import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead, trustedNote } from '../store/chain-store.ts';
+import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead } from '../store/chain-store.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
 import { digestUrl } from '../artifacts/artifact-digest.ts';
 import { claimDigestsUrl } from '../artifacts/claim-digest.ts';
@@ -68,6 +67,7 @@ import { Mirror } from '../artifacts/mirror.ts';
 import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
 import { HashWorkers } from '../artifacts/hash-workers.ts';
 import { Submitter } from './submitter.ts';
+import { AuthorityKeys } from './authority-keys.ts';
 import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
 import { openCosigner, type CheckpointSource } from './cosigner.ts';
 import { collectGarbage } from '../platform/collect-garbage.ts';
@@ -157,19 +157,24 @@ const FILES_RESERVED = 256;
 /** A load that verified this many blocks or more is followed by full collections before the gateway says ready (`collectGarbage`). */
 const COLLECT_AFTER_BLOCKS = 10_000;
 
-interface AuthorityParts { signer: Signer; tokenHash: Buffer }
+/**
+ * The authority's key file and token. `key`: key_file's private key, null
+ * when there is no key_file but a next_key_file (a rotated chain whose key in
+ * force is there; `AuthorityKeys.open` decides once the chain is verified).
+ */
+interface AuthorityParts { key: KeyObject | null; tokenHash: Buffer }
 
 function prepareAuthority(config: Config, options: StartOptions, say: (l: string) => void, log: Logger): AuthorityParts {
   const a = config.authority!;
-  let key;
+  let key: KeyObject | null;
   if (!existsSync(a.key_file) && options.embeddedDefault) {
     mkdirSync(dirname(a.key_file), { recursive: true });
     const created = createKeyFile(a.key_file);
     key = created.privateKey;
     say(`created a development authority key at ${a.key_file} (mode 0600)`);
-  } else key = readKeyFile(a.key_file);
-  const signer = nodeSigner(a.signer, key);
-  say(`authority public key: ${base64Encode(signer.publicKey)}`);
+  } else if (!existsSync(a.key_file) && existsSync(a.next_key_file) && !isEmptyDir(config.chain.dir)) key = null;
+  else key = readKeyFile(a.key_file);
+  if (key !== null) say(`authority public key: ${base64Encode(nodeSigner(a.signer, key).publicKey)}`);
 
   let token: string;
   if (!existsSync(a.submit_token_file) && options.embeddedDefault) {
@@ -185,17 +190,29 @@ function prepareAuthority(config: Config, options: StartOptions, say: (l: string
     log.info('creating a new chain', { dir: config.chain.dir, signer: a.signer });
     say(`created a new chain at ${config.chain.dir}`);
   }
-  return { signer, tokenHash };
+  return { key, tokenHash };
+}
+
+/** The authority's online keys for the verified chain in `state` (gateway/authority-keys.ts). */
+function openAuthorityKeys(config: Config, authority: AuthorityParts, state: ChainState, now: number): AuthorityKeys {
+  const a = config.authority!;
+  const since = state.keys.online.since;
+  const keyBlock = since > 0 ? state.index.block(since) ?? null : null;
+  return AuthorityKeys.open(
+    { key_file: a.key_file, next_key_file: a.next_key_file, rollover_days: a.rollover_days },
+    nodeBackend, state.keys, authority.key, keyBlock, now,
+  );
 }
 
 async function openChain(config: Config, authority: AuthorityParts | null, now: () => number): Promise<ChainRepo> {
   if (authority && isEmptyDir(config.chain.dir)) {
     const t = now();
-    const block = buildAuthorityBlock({ signer: authority.signer, backend: nodeBackend, now: t, uns: 'vouch/provenance-chain' });
-    const cp = buildCheckpoint({ head: block, signer: authority.signer, now: t });
+    const signer = nodeSigner(config.authority!.signer, authority.key ?? readKeyFile(config.authority!.key_file));
+    const block = buildAuthorityBlock({ signer, backend: nodeBackend, now: t, uns: 'vouch/provenance-chain' });
+    const cp = buildCheckpoint({ head: block, signer, now: t });
     const edge = TreeEdge.empty(nodeBackend);
     edge.append(entryOf(block.record_hash));
-    const note = signNoteText(authority.signer, noteOrigin(null, config.chain.origin, logOrigin(config), 'config: chain.origin'), 1, edge.root());
+    const note = signNoteText(signer, noteOrigin(null, config.chain.origin, logOrigin(config), 'config: chain.origin'), 1, edge.root());
     const repo = await ChainRepo.init(config.chain.dir, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(cp), note }, commitFor([block], t), { sparse: config.chain.layout === 'sparse' });
     writeEdgeFile(repo.dir, edge);
     return repo;
@@ -212,10 +229,14 @@ function checkpointSourceOf(state: ChainState): CheckpointSource {
   };
 }
 
-/** The witness's view of this gateway's own chain: its origin (from the committed note) and the pinned authority key. */
-function ownChainLog(state: ChainState, pinned: string): WitnessedLog | null {
+/**
+ * The witness's view of this gateway's own chain: its origin (from the
+ * committed note) and the online key in force (the verified chain's: it
+ * follows key events; the chain itself was verified against `pinned`).
+ */
+function ownChainLog(state: ChainState): WitnessedLog | null {
   const origin = state.note?.checkpoint.origin;
-  const key = base64Decode(pinned);
+  const key = base64Decode(state.keys.online.publicKey);
   return origin === undefined || key === null ? null : { origin, name: origin, publicKey: key };
 }
 
@@ -463,19 +484,30 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       : await openChain(config, authority, now);
     if (authority && chainLock === null) chainLock = acquireChainLock(config.chain.dir);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
-    const trusted = authority ? trustedHead(repo, authority.signer) : null;
-    // The log's origin: the committed note's; a configured chain.origin must agree (refused at start, exit 2).
-    const origin = trusted ? noteOrigin(trusted.note, config.chain.origin, logOrigin(config), 'config: chain.origin') : null;
-    if (!trusted && config.chain.origin !== null) {
-      // A mirror (or read-only gateway) configured with an origin: the committed note must be under it too.
-      const key = base64Decode(parseBlockText(repo.readBlockFile(0), 0).payload.authority?.public_key ?? '');
-      if (key !== null && key.length === 32) noteOrigin(trustedNote(repo.readCheckpointNote(), key, repo.size), config.chain.origin, config.chain.origin, 'config: chain.origin');
-    }
-    const pinned = config.chain.public_key ?? (authority ? base64Encode(authority.signer.publicKey) : null);
-    if (pinned === null) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
+    // An authority's chain is its own: after verification, the online key in force must be one it holds
+    // (key_file or next_key_file, `AuthorityKeys.open`), whatever block 0's key is (docs/key-events.md).
+    const pinned = config.chain.public_key;
+    if (pinned === null && !authority) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
     const { state, report } = await ChainState.load(repo, {
       pinnedPublicKey: pinned, ...(options.onProgress ? { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'verifying the chain') } : {}),
     });
+    const keys = authority ? openAuthorityKeys(config, authority, state, now()) : null;
+    if (keys !== null && keys.signer().id !== config.authority!.signer) {
+      // The chain names the signer of the key in force (a key statement may name a new one): it wins over the config.
+      log.warn('authority.signer differs from the signer of the chain\'s online key in force; signing as the chain says', { configured: config.authority!.signer, signer: keys.signer().id, since: state.keys.online.since });
+    }
+    if (keys !== null && keys.source !== config.authority!.key_file) {
+      const inForce = base64Encode(keys.signer().publicKey);
+      say(`online key in force: ${inForce} (since block ${state.keys.online.since}), from authority.next_key_file ${keys.source}`);
+      log.info('signing with the online key in force from authority.next_key_file', { next_key_file: keys.source, public_key: inForce, since: state.keys.online.since });
+    }
+    const trusted = keys ? trustedHead(repo, keys.signer(), state.keys) : null;
+    // The log's origin: the committed note's; a configured chain.origin must agree (refused at start, exit 2).
+    const origin = trusted ? noteOrigin(trusted.note, config.chain.origin, logOrigin(config), 'config: chain.origin') : null;
+    if (!trusted && config.chain.origin !== null) {
+      // A mirror (or read-only gateway) configured with an origin: the committed note (opened with the key in force) must be under it too.
+      noteOrigin(state.note?.checkpoint ?? null, config.chain.origin, config.chain.origin, 'config: chain.origin');
+    }
     // A load that verified many blocks leaves far more garbage outside the heap than it keeps (RSS 724 MiB
     // for 480 MiB held at 1M blocks): collected now, not whenever traffic first makes V8 collect.
     const collected = report.verified >= COLLECT_AFTER_BLOCKS && (await collectGarbage());
@@ -483,7 +515,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     if (authority) {
       ctx.submitter = new Submitter({
         repo,
-        signer: authority.signer,
+        keys: keys!,
         backend: nodeBackend,
         index: state.index,
         head: () => state.head,
@@ -524,7 +556,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       sync.start();
     }
     ctx.state = state;
-    if (witness && pinned !== null) witness.ownLog = () => ownChainLog(state, pinned);
+    if (witness && (pinned !== null || authority)) witness.ownLog = () => ownChainLog(state);
     if (authority) {
       const cosigner = openCosigner(config.authority!, config.chain.dir, checkpointSourceOf(state), nodeBackend, log);
       if (cosigner !== null) {

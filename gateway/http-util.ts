@@ -61,7 +61,7 @@ export function statusOf(e: unknown): number {
 export const PUBLIC_CODES: readonly ErrorCode[] = [
   'bad_request', 'unauthorized', 'not_found', 'method_not_allowed', 'not_acceptable', 'semver_conflict',
   'too_large', 'unsupported_media_type', 'origin_error', 'origin_timeout', 'not_ready', 'internal_error',
-  'hash_mismatch', 'revoked', 'already_revoked',
+  'hash_mismatch', 'revoked', 'already_revoked', 'bad_statement', 'stale_statement', 'key_unavailable',
 ];
 
 /** Error code exposed to clients; server-side failures (files, keys, a broken chain) are internal. */

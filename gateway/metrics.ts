@@ -258,6 +258,7 @@ export class GatewayMetrics {
       return s && [
         [{ outcome: 'posted' }, s.posted], [{ outcome: 'unchanged' }, s.unchanged], [{ outcome: 'conflict' }, s.conflict],
         [{ outcome: 'invalid' }, s.invalid], [{ outcome: 'failed' }, s.failed], [{ outcome: 'revoked' }, s.revoked],
+        [{ outcome: 'key_event' }, s.keyEvents ?? 0],
       ];
     }, ['outcome']);
     this.counter('vouch_submit_commits_total', 'Commits written by submits (each holds one block or more).', () => num(submitter()?.commits));

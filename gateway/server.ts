@@ -67,6 +67,7 @@ import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
 import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson, proofTag } from './routes/transparency.ts';
+import { authorityKeysJson } from './routes/authority-keys.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
 import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
@@ -260,10 +261,12 @@ function sendWithProof(res: ServerResponse, text: string, length: number, etag: 
   sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`);
 }
 
+/** Block 0, the note verifier key of the key in force, and `keys`: the key state (docs/key-events.md). */
 const authority: Handler = (ctx, _req, res) => {
   const state = ready(ctx);
   const key = noteVerifierKey(ctx, state);
-  sendJson(res, 200, key === null ? lookupBody(state.authority, null) : { ...lookupBody(state.authority, null), verifier_key: key });
+  const body = key === null ? lookupBody(state.authority, null) : { ...lookupBody(state.authority, null), verifier_key: key };
+  sendJson(res, 200, { ...body, keys: authorityKeysJson(ctx, state) });
 };
 
 const checkpoint: Handler = (ctx, _req, res) => {
@@ -289,11 +292,17 @@ function bearerMatches(header: string | undefined, expected: Buffer): boolean {
   return timingSafeEqual(given, expected) && m !== null;
 }
 
-/** The authority's writer, after the submit token and a JSON body are checked (POST /v1/submit, /v1/revoke). */
-async function authorityBody(ctx: GatewayContext, req: IncomingMessage, path: string, label: string): Promise<{ submitter: NonNullable<GatewayContext['submitter']>; body: unknown }> {
+/** What each authority endpoint does, for the answer when this gateway is not an authority. */
+const AUTHORITY_ACTIONS: Record<string, string> = { '/v1/submit': 'submit', '/v1/revoke': 'revoke', '/v1/root': 'applying key statements' };
+
+/** A statement file is a few KiB (64 signatures at most): this bounds its body. */
+export const STATEMENT_BODY_LIMIT = 64 * 1024;
+
+/** The authority's writer, after the submit token and a JSON body are checked (POST /v1/submit, /v1/revoke, /v1/root). */
+async function authorityBody(ctx: GatewayContext, req: IncomingMessage, path: string, label: string, limit = SUBMIT_BODY_LIMIT): Promise<{ submitter: NonNullable<GatewayContext['submitter']>; body: unknown }> {
   if (ctx.submitter === null || ctx.submitTokenHash === null) {
     req.resume();
-    throw new VouchError('not_found', `${path === '/v1/submit' ? 'submit' : 'revoke'} is disabled: this gateway is not an authority`, { resource: path });
+    throw new VouchError('not_found', `${AUTHORITY_ACTIONS[path] ?? 'submit'} is disabled: this gateway is not an authority`, { resource: path });
   }
   if (!bearerMatches(req.headers.authorization, ctx.submitTokenHash)) {
     req.resume();
@@ -304,7 +313,7 @@ async function authorityBody(ctx: GatewayContext, req: IncomingMessage, path: st
     req.resume();
     throw new VouchError('unsupported_media_type', 'the body must be application/json');
   }
-  const body = parseJsonBody(await readBody(req, SUBMIT_BODY_LIMIT, label));
+  const body = parseJsonBody(await readBody(req, limit, label));
   ready(ctx);
   return { submitter: ctx.submitter, body };
 }
@@ -312,6 +321,13 @@ async function authorityBody(ctx: GatewayContext, req: IncomingMessage, path: st
 const revoke: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/revoke', obs.label);
   const result = await submitter.revoke(body);
+  sendJson(res, result.httpStatus, result.body);
+};
+
+/** POST /v1/root: a key statement file (docs/key-events.md), appended through the same writer once applyKeyEvent accepts it. */
+const root: Handler = async (ctx, req, res, _search, _own, obs) => {
+  const { submitter, body } = await authorityBody(ctx, req, '/v1/root', obs.label, STATEMENT_BODY_LIMIT);
+  const result = await submitter.statement(body);
   sendJson(res, result.httpStatus, result.body);
 };
 
@@ -350,6 +366,7 @@ export const ROUTES: Record<string, Route> = {
   [SKILL_PATH]: { methods: ['GET', 'HEAD'], kind: 'document', handler: skill },
   '/v1/submit': { methods: ['POST'], kind: 'json', handler: submit },
   '/v1/revoke': { methods: ['POST'], kind: 'json', handler: revoke },
+  '/v1/root': { methods: ['POST'], kind: 'json', handler: root },
   '/v1/download': { methods: ['GET', 'HEAD'], kind: 'bytes', handler: handleDownload },
   '/v1/blocks': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlocks },
   '/v1/block': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlock },

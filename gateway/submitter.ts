@@ -35,13 +35,19 @@
  * - A revoke (`revoke()`) goes through the same queue and writer: its target
  *   is resolved again in its round (chain/revoke.ts), against the index and
  *   the revokes earlier in the round, so one block is never revoked twice.
+ * - A key statement (`statement()`, POST /v1/root, docs/key-events.md) goes
+ *   through the same queue and is committed alone in its round, checked by
+ *   `applyKeyEvent` against the committed key state; its block is signed by
+ *   the key it puts in force, and every block, checkpoint and note after it
+ *   by that key (`keys`). A refused statement appends nothing.
  * Group commit: the writer yields one event-loop turn (or `lingerMs`) before
  * taking everything queued, because the commit itself blocks the loop and the
  * first ready submit would otherwise always commit alone.
  */
 import { VouchError } from '../chain/errors.ts';
 import { type Block, formatDateTime } from '../chain/block.ts';
-import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, type EndorsementInput } from '../chain/build.ts';
+import { buildCheckpoint, buildEndorseBlock, buildKeyBlock, buildRevokeBlock, type EndorsementInput } from '../chain/build.ts';
+import { applyKeyEvent, KeyEventError, parseSignedStatement, type KeyState, type SignedStatement } from '../chain/key-events.ts';
 import { resolveRevokeTarget } from '../chain/revoke.ts';
 import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backend.ts';
 import { parseArtifactHash } from '../chain/hash-algorithms.ts';
@@ -53,7 +59,10 @@ import type { ClaimKind } from '../artifacts/claim-digest.ts';
 
 export interface SubmitterDeps {
   repo: ChainRepo;
-  signer: Signer;
+  /** The signing key when there are no `keys` (a submitter on its own, in tests): it signs everything, and key statements are refused. */
+  signer?: Signer;
+  /** The authority's online keys (gateway/authority-keys.ts): the key in force, the note's signers, key statements. */
+  keys?: SubmitterKeys;
   backend: CryptoBackend;
   /** The live in-memory index of the verified chain; the submitter adds what it appends. */
   index: ChainIndex;
@@ -74,6 +83,21 @@ export interface SubmitterDeps {
   now: () => number;
   /** The checkpoint note every commit carries (issue 17); without it, commits carry none (tests of the submitter alone). */
   note?: SubmitterNote;
+}
+
+/** The online keys as the writer uses them (gateway/authority-keys.ts AuthorityKeys). */
+export interface SubmitterKeys {
+  /** The online key in force: signs blocks and checkpoint.json. */
+  signer(): Signer;
+  /** The note's signers at `now` (the key in force first; the previous key too during a rollover). */
+  noteSigners(now: number): readonly Signer[];
+  /** The committed chain's key state. */
+  state(): KeyState;
+  /**
+   * `signed` checked as the block at index `at`, with the key that signs its block and the note's signers.
+   * @throws KeyEventError (refused), VouchError key_unavailable
+   */
+  plan(signed: SignedStatement, at: number, now: number): { next: KeyState; signer: Signer; noteSigners: readonly Signer[]; commit(postedMs: number): void };
 }
 
 /** What the submitter needs to sign the checkpoint note of a commit. */
@@ -117,6 +141,8 @@ export interface SubmitterStats {
   posted: number;
   /** Revokes answered 201. */
   revoked: number;
+  /** Key statements answered 201. */
+  keyEvents: number;
   /** Submits answered 200 unchanged. */
   unchanged: number;
   /** Submits answered 409 semver_conflict. */
@@ -169,7 +195,15 @@ interface PendingRevoke {
   reject: (e: unknown) => void;
 }
 
-type Pending = PendingSubmit | PendingRevoke;
+/** A key statement queued behind the submits: committed alone in its round. */
+interface PendingKey {
+  kind: 'key';
+  signed: SignedStatement;
+  resolve: (o: Outcome) => void;
+  reject: (e: unknown) => void;
+}
+
+type Pending = PendingSubmit | PendingRevoke | PendingKey;
 
 /** Endorsement entries a queued request adds to a commit. */
 function weightOf(p: Pending): number {
@@ -207,6 +241,12 @@ function revokeAnswer(block: Block, target: Block): SubmitResult {
   };
 }
 
+/** A statement applyKeyEvent refused: stale_statement (its sequence is used) or bad_statement, the reason named. */
+function statementError(e: KeyEventError, signed: SignedStatement): VouchError {
+  const st = signed.statement;
+  return new VouchError(e.stale ? 'stale_statement' : 'bad_statement', e.why, { evidence: { action: st.action, sequence: st.sequence } });
+}
+
 function internal(message: string, cause?: unknown): VouchError {
   return new VouchError('internal_error', message, cause === undefined ? {} : { cause });
 }
@@ -223,7 +263,7 @@ export class Submitter {
   /** Set when the index could not take a committed block: no further appends. */
   private broken: VouchError | null = null;
   private readonly counters: Omit<SubmitterStats, 'queued'> = {
-    posted: 0, revoked: 0, unchanged: 0, conflict: 0, invalid: 0, failed: 0,
+    posted: 0, revoked: 0, keyEvents: 0, unchanged: 0, conflict: 0, invalid: 0, failed: 0,
     commits: 0, blocks: 0, maxBlocksPerCommit: 0, lastBlocksPerCommit: 0, commitFailures: 0,
   };
 
@@ -282,6 +322,48 @@ export class Submitter {
     } catch (e) {
       const err = e instanceof VouchError ? e : internal(`revoke failed: ${(e as Error)?.message ?? String(e)}`, e);
       if (err.code === 'bad_request' || err.code === 'not_found' || err.code === 'already_revoked') this.counters.invalid++;
+      else this.counters.failed++;
+      throw err;
+    }
+  }
+
+  /**
+   * Handles one key statement file (already JSON-parsed, POST /v1/root):
+   * checked against the committed key state at once, then queued behind
+   * the submits and committed alone in its round (checked again there).
+   * @throws VouchError bad_request (not a statement file), bad_statement,
+   *   stale_statement, key_unavailable, io_error or internal_error.
+   */
+  async statement(body: unknown): Promise<SubmitResult> {
+    try {
+      const keys = this.deps.keys;
+      if (keys === undefined) throw new VouchError('not_found', 'key statements are disabled: this writer has no key state');
+      let signed: SignedStatement;
+      try {
+        signed = parseSignedStatement(body);
+      } catch (e) {
+        if (e instanceof KeyEventError) throw new VouchError('bad_request', `not a statement file: ${e.why}`);
+        throw e;
+      }
+      if (this.broken) throw this.broken;
+      // Fast refusal against the committed chain (no key file is read here); the writer decides again in its round.
+      const at = this.deps.head().index + 1;
+      try {
+        applyKeyEvent(this.deps.backend, keys.state(), signed, at);
+      } catch (e) {
+        if (e instanceof KeyEventError) throw statementError(e, signed);
+        throw e;
+      }
+      const outcome = await new Promise<Outcome>((resolve, reject) => {
+        this.queue.push({ kind: 'key', signed, resolve, reject });
+        void this.pump();
+      });
+      if (outcome === REHASH) throw internal('statement: unexpected retry');
+      this.counters.keyEvents++;
+      return outcome;
+    } catch (e) {
+      const err = e instanceof VouchError ? e : internal(`key statement failed: ${(e as Error)?.message ?? String(e)}`, e);
+      if (err.code === 'bad_request' || err.code === 'bad_statement' || err.code === 'stale_statement' || err.code === 'key_unavailable') this.counters.invalid++;
       else this.counters.failed++;
       throw err;
     }
@@ -512,7 +594,9 @@ export class Submitter {
         await new Promise<void>((r) => (this.lingerMs > 0 ? setTimeout(r, this.lingerMs) : setImmediate(r)));
         let entries = 0;
         let n = 0;
-        while (n < this.queue.length && n < this.maxBatchSubmits) {
+        // A key statement commits alone: the blocks after it are signed by the key it puts in force.
+        if (this.queue[0]!.kind === 'key') n = 1;
+        else while (n < this.queue.length && n < this.maxBatchSubmits && this.queue[n]!.kind !== 'key') {
           const size = weightOf(this.queue[n]!);
           if (n > 0 && entries + size > this.maxBatchEntries) break;
           entries += size;
@@ -534,7 +618,7 @@ export class Submitter {
 
   /** One group commit: decide, build, append once, then index and answer. */
   private async round(batch: Pending[]): Promise<void> {
-    const { repo, index, signer, backend } = this.deps;
+    const { repo, index, backend } = this.deps;
     if (this.broken) { for (const p of batch) p.reject(this.broken); return; }
     const head = this.deps.head();
     if (index.size !== head.index + 1 || index.head?.record_hash !== head.record_hash || repo.size !== head.index + 1) {
@@ -543,6 +627,9 @@ export class Submitter {
       return;
     }
     const now = this.deps.now();
+    const first = batch[0]!;
+    if (first.kind === 'key') return this.keyRound(first, head, now);
+    const signer = this.signer();
     const today = formatDateTime(now).slice(0, 10);
     const roundVersions = new Map<string, IndexedVersion[]>();
     const blocks: Block[] = [];
@@ -553,6 +640,10 @@ export class Submitter {
     const roundRevoked = new Set<number>();
 
     for (const p of batch) {
+      if (p.kind === 'key') {
+        p.reject(internal('a key statement must be committed alone'));
+        continue;
+      }
       if (p.kind === 'revoke') {
         let block: Block;
         try {
@@ -628,20 +719,67 @@ export class Submitter {
       return;
     }
 
+    if (await this.append(blocks, signer, this.deps.keys?.noteSigners(now) ?? [signer], now, after.map((a) => a.p))) {
+      for (const a of after) a.done();
+    }
+  }
+
+  /** The key in force. */
+  private signer(): Signer {
+    const s = this.deps.keys?.signer() ?? this.deps.signer;
+    if (s === undefined) throw internal('the submitter has no signing key');
+    return s;
+  }
+
+  /** A round of one key statement: checked against the committed key state, its block signed by the key it puts in force. */
+  private async keyRound(p: PendingKey, head: Block, now: number): Promise<void> {
+    const keys = this.deps.keys!;
+    let plan: ReturnType<SubmitterKeys['plan']>;
+    let block: Block;
+    try {
+      plan = keys.plan(p.signed, head.index + 1, now);
+      block = buildKeyBlock({ prev: head, signer: plan.signer, backend: this.deps.backend, now, signed: p.signed });
+    } catch (e) {
+      p.reject(e instanceof KeyEventError ? statementError(e, p.signed)
+        : e instanceof VouchError ? e : internal(`cannot build the key block: ${(e as Error)?.message ?? String(e)}`, e));
+      return;
+    }
+    const committed = await this.append([block], plan.signer, plan.noteSigners, now, [p], () => plan.commit(Date.parse(block.posted)));
+    if (!committed) return;
+    const st = p.signed.statement;
+    p.resolve({
+      httpStatus: 201,
+      body: {
+        success: true, status: 'applied', index: block.index, record_hash: block.record_hash, sequence: st.sequence, action: st.action,
+        online: { signer: st.online.signer, public_key: st.online.public_key },
+      },
+    });
+  }
+
+  /**
+   * Appends `blocks` in one commit with the checkpoint of the last and its
+   * note; then (`committedHook` first) the tree edge, the index and
+   * `onAppended` follow. False when nothing was appended (`waiters` have
+   * the error then).
+   */
+  private async append(blocks: Block[], signer: Signer, noteSigners: readonly Signer[], now: number, waiters: readonly Pending[], committedHook?: () => void): Promise<boolean> {
+    const { repo, index } = this.deps;
+    const prev = blocks[blocks.length - 1]!;
     let committed: Committed;
     try {
       const checkpoint = buildCheckpoint({ head: prev, signer, now });
       const note = this.deps.note;
-      const noteInput = note ? { signer, origin: note.origin, root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))) } : null;
+      const noteInput = note ? { signer: noteSigners, origin: note.origin, root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))) } : null;
       committed = await appendSigned(repo, blocks, checkpoint, now, noteInput);
     } catch (e) {
       this.counters.commitFailures++;
       const err = e instanceof VouchError && e.code === 'io_error'
         ? e
         : internal(`the append failed, nothing was posted: ${(e as Error)?.message ?? String(e)}`, e);
-      for (const a of after) a.p.reject(err);
-      return;
+      for (const p of waiters) p.reject(err);
+      return false;
     }
+    committedHook?.();
 
     // The commit is on the branch: now, and only now, the blocks exist.
     try {
@@ -666,6 +804,6 @@ export class Submitter {
         this.log(`submit: onAppended failed after blocks ${blocks[0]!.index}-${prev.index}: ${(e as Error)?.message ?? String(e)}`);
       }
     }
-    for (const a of after) a.done();
+    return true;
   }
 }

@@ -197,8 +197,8 @@ export function* scanRecordHashes(repo: ChainRepo): Iterable<string> {
   for (let i = 0; i < repo.size; i++) yield parseBlockText(repo.readBlockFile(i), i).record_hash;
 }
 
-/** The signed checkpoint note of a tree: origin, size, root; key name = origin. */
-export function signNoteText(signer: Signer, origin: string, size: number, root: Uint8Array): string {
+/** The signed checkpoint note of a tree: origin, size, root; key name = origin (several signers during a key rollover, the key in force first). */
+export function signNoteText(signer: Signer | readonly Signer[], origin: string, size: number, root: Uint8Array): string {
   return signCheckpoint(nodeBackend, { origin, size, root, extensions: [] }, signer);
 }
 
@@ -213,7 +213,8 @@ export interface Committed {
 
 /** What the note of an append signs: the origin, and the tree's root at the new size. */
 export interface NoteInput {
-  signer: Signer;
+  /** The key in force; during a rollover (docs/key-events.md) it first, then the previous key. */
+  signer: Signer | readonly Signer[];
   origin: string;
   root: Uint8Array;
 }

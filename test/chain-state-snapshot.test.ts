@@ -58,7 +58,7 @@ test('cold, then warm from the index image with nothing verified', async () => {
   assert.is(cold.report.mode, 'cold');
   served(cold.state, 200);
   const snap = snapshot();
-  assert.is(snap.version, 3);
+  assert.is(snap.version, 4);
   assert.equal(snap.image.size, 200);
   assert.is(snap.cache.length, statSync(git('vouch-blocks.cache')).size);
   const warm = await load();

@@ -32,7 +32,19 @@ test('an empty file gives the defaults without authority; relative paths resolve
   assert.is(d.public_url, 'http://127.0.0.1:9000');
 });
 
+test('authority keys: next_key_file defaults to <key_file>.next (null too), resolves against the file; rollover_days defaults to 30', () => {
+  const c = resolveConfig(parse('authority: {key_file: keys/online.pem}'), '/etc/vouch', null);
+  assert.equal([c.authority?.next_key_file, c.authority?.rollover_days], ['/etc/vouch/keys/online.pem.next', 30]);
+  const d = resolveConfig(parse('authority: {next_key_file: null}'), '/etc/vouch', null);
+  assert.is(d.authority?.next_key_file, '/etc/vouch/var/authority.pem.next');
+  const e = resolveConfig(parse('authority: {next_key_file: incoming/next.pem, rollover_days: 0}'), '/etc/vouch', null);
+  assert.equal([e.authority?.next_key_file, e.authority?.rollover_days], ['/etc/vouch/incoming/next.pem', 0]);
+  assert.is(defaultConfig('/srv/vouch').authority?.next_key_file, '/srv/vouch/var/authority.pem.next');
+});
+
 const refusals: [string, RegExp][] = [
+  ['authority: {rollover_days: -1}', /authority\.rollover_days must be from 0 to 366/],
+  ['authority: {next_key_file: 7}', /authority\.next_key_file must be a string/],
   ['listen: {hots: 1}', /listen\.hots is not a known key/],
   ['chain: {remotee: x}', /chain\.remotee is not a known key/],
   ['bogus: 1', /config\.bogus is not a known key/],

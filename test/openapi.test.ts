@@ -13,6 +13,10 @@ import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import Ajv2020 from 'ajv/dist/2020.js';
 import { createKeyFile } from '../platform/key-file.ts';
+import { nodeBackend } from '../platform/node-crypto.ts';
+import type { Signer } from '../chain/crypto-backend.ts';
+import { applyKeyEvent, initialKeyState, keyStatement, rootStatement, signStatement, type SignedStatement, type Statement } from '../chain/key-events.ts';
+import { b64, HOLDERS, ONLINE } from './helpers/key-fixture.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 
@@ -109,6 +113,24 @@ test('revoke responses match the document', async () => {
   assert.is((await call('POST', '/v1/revoke', { headers: { 'content-type': 'application/json' }, body: '{}' })).status, 401);
   assert.is((await call('POST', '/v1/revoke', { headers: { ...auth, 'content-type': 'text/plain' }, body: '{}' })).status, 415);
   assert.is((await call('POST', '/v1/revoke', { headers: auth, body: 'x'.repeat(2 * 1024 * 1024) })).status, 413);
+});
+
+test('POST /v1/root: applied, stale, refused, key unavailable, not a statement file, each as documented', async () => {
+  const a = (await (await fetch(gw.url + '/v1/authority')).json()) as { record_hash: string; payload: { authority: { signer: string; public_key: string } } };
+  const keys = initialKeyState(a.record_hash, a.payload.authority.signer, a.payload.authority.public_key);
+  const signed = (st: Statement, holders: Signer[]) => holders.reduce((s, h) => signStatement(s, h), { statement: st, signatures: [] } as SignedStatement);
+  const adopt = signed(rootStatement(keys, { threshold: 2, keys: HOLDERS.slice(0, 3).map(b64) }), HOLDERS.slice(0, 2));
+  const applied = await call('POST', '/v1/root', { headers: auth, body: JSON.stringify(adopt) });
+  assert.is(applied.status, 201);
+  assert.is((await call('POST', '/v1/root', { headers: auth, body: JSON.stringify(adopt) })).status, 409);
+  const adopted = applyKeyEvent(nodeBackend, keys, adopt, JSON.parse(applied.raw.toString()).index);
+  const rotate = keyStatement(adopted, { signer: 'openapi', public_key: b64(ONLINE.B) });
+  assert.is((await call('POST', '/v1/root', { headers: auth, body: JSON.stringify(signed(rotate, HOLDERS.slice(0, 1))) })).status, 400);
+  assert.is((await call('POST', '/v1/root', { headers: auth, body: JSON.stringify(signed(rotate, HOLDERS.slice(0, 2))) })).status, 409);
+  assert.is((await call('POST', '/v1/root', { headers: auth, body: '{}' })).status, 400);
+  assert.is((await call('POST', '/v1/root', { headers: { 'content-type': 'application/json' }, body: '{}' })).status, 401);
+  assert.is((await call('POST', '/v1/root', { headers: { ...auth, 'content-type': 'text/plain' }, body: '{}' })).status, 415);
+  assert.is((await call('POST', '/v1/root', { headers: auth, body: 'x'.repeat(128 * 1024) })).status, 413);
 });
 
 test('lookup, authority, checkpoint, download and documents match the document', async () => {

@@ -1,8 +1,8 @@
 /**
  * Browsing endpoints for the explorer and for scripts (all JSON with
  * `success`, read-only, bounded):
- * - GET /v1/blocks?before=N&limit=L  newest blocks first (summaries)
- * - GET /v1/block?index=N | ?hash=H  one block, as stored
+ * - GET /v1/blocks?before=N&limit=L  newest blocks first (summaries; `void: true` on a voided block)
+ * - GET /v1/block?index=N | ?hash=H  one block, as stored (`void: true` when a compromise voided it)
  * - GET /v1/versions?url=U           every endorsement of a URL, newest first
  * - GET /v1/units?name=owner/name    the blocks of a unit, newest first
  * Must hold: answers come only from the verified index; list sizes are
@@ -63,7 +63,7 @@ export function handleBlocks(ctx: GatewayContext, _req: IncomingMessage, res: Se
   const before = int(p.before, 'before', 0, s.size, s.size);
   const limit = int(p.limit, 'limit', 1, MAX_LIST, 20);
   const blocks: Record<string, unknown>[] = [];
-  for (let i = before - 1; i >= 0 && blocks.length < limit; i--) blocks.push(blockSummary(s.index.block(i)!));
+  for (let i = before - 1; i >= 0 && blocks.length < limit; i--) blocks.push(s.index.isVoid(i) ? { ...blockSummary(s.index.block(i)!), void: true } : blockSummary(s.index.block(i)!));
   sendJson(res, 200, { success: true, size: s.size, before, blocks });
 }
 
@@ -83,6 +83,8 @@ export function handleBlock(ctx: GatewayContext, _req: IncomingMessage, res: Ser
     success: true,
     ...block,
     ...(revokedBy ? { revoked_by: { index: revokedBy.index, record_hash: revokedBy.record_hash, effective_date: revokedBy.payload.effective_date } } : {}),
+    // Signed by a compromised key after its last good block (docs/key-events.md): kept as evidence, never selected.
+    ...(s.index.isVoid(block.index) ? { void: true } : {}),
   });
 }
 

@@ -48,9 +48,14 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     '/v1/object': lookup('Same as /v1/endorsement (historical name, kept)'),
     '/v1/authority': {
       get: {
-        summary: 'The authority block in force (block 0)',
+        summary: 'The authority block (block 0) and the keys in force (docs/key-events.md)',
         responses: {
-          200: { description: 'Block 0 with `success: true` added, and `verifier_key`: the authority\'s signed-note verifier key `<origin>+<hex8 key ID>+<base64(0x01 ‖ ed25519 key)>` (absent when no origin is known).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          200: {
+            description: 'Block 0 with `success: true` added; `verifier_key`: the signed-note verifier key `<origin>+<hex8 key ID>+<base64(0x01 ‖ ed25519 key)>` '
+              + 'of the online key in force (absent when no origin is known); `keys`: the key state (root, online key, retired and compromised keys, void blocks) '
+              + 'and the verifier keys a checkpoint note is signed with now (the key in force first, then the previous key during a rollover).',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } },
+          },
           503: jsonError('Not ready.'),
         },
       },
@@ -203,7 +208,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           { name: 'hash', in: 'query', required: false, description: 'record_hash', schema: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
         ],
         responses: {
-          200: { description: 'The block with `success: true` (and `revoked_by` when revoked).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          200: { description: 'The block with `success: true` (and `revoked_by` when revoked, `void: true` when a compromise declaration voided it).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
           400: jsonError('Neither index nor hash, or a malformed one.'),
           404: jsonError('No such block.'),
           503: jsonError('Not ready.'),
@@ -311,6 +316,27 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
       },
     };
+    paths['/v1/root'] = {
+      post: {
+        summary: 'Apply a key statement signed by the root holders (authority mode, docs/key-events.md): adopt or rotate the root, rotate the online key, '
+          + 'or declare it compromised. Appended through the same writer as submits once it is valid for the chain\'s key state; a statement that puts '
+          + 'a new online key in force needs its private key in `authority.next_key_file`, read at that moment, which then signs every block, '
+          + 'checkpoint and note.',
+        security: [{ bearer: [] }],
+        requestBody: {
+          required: true,
+          content: { 'application/json': { schema: { $ref: '#/components/schemas/StatementFile' } } },
+        },
+        responses: {
+          201: { description: 'Applied: the key block is committed.', content: { 'application/json': { schema: { $ref: '#/components/schemas/RootResponse' } } } },
+          400: jsonError('`bad_request`: not a statement file; `bad_statement`: refused for the chain\'s key state (too few signatures, a key outside the root, a holder twice, a weak or retired key, a bad index, another chain), the reason named.'),
+          401: jsonError('Missing or wrong bearer token.'),
+          409: jsonError('`stale_statement`: its sequence is used (replayed, superseded or conflicting); `key_unavailable`: authority.next_key_file does not hold the new online key (the file and the key named).'),
+          413: jsonError('Body too large (64 KiB).'),
+          415: jsonError('Body is not application/json.'),
+        },
+      },
+    };
     paths['/v1/revoke'] = {
       post: {
         summary: 'Sign and append a revoke block naming an endorse block (authority mode): `{url, semver?}` names the block a lookup selects for the URL today (with semver: the newest block with exactly that version), `{block}` names one by index',
@@ -377,7 +403,9 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
               properties: { index: { type: 'integer' }, record_hash: { type: 'string' }, effective_date: { type: 'string' } },
             },
             proof: { $ref: '#/components/schemas/BlockProof' },
-            verifier_key: { type: 'string', description: '/v1/authority only: the authority\'s note verifier key.' },
+            verifier_key: { type: 'string', description: '/v1/authority only: the note verifier key of the online key in force.' },
+            keys: { $ref: '#/components/schemas/KeyState' },
+            void: { const: true, description: '/v1/block only: the block was signed by a compromised key after its last good block (docs/key-events.md): kept as evidence, never selected.' },
           },
         },
         BlockProof: {
@@ -431,6 +459,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             index: { type: 'integer' }, record_hash: { type: 'string' }, posted: { type: 'string' }, intent: { type: 'string' },
             uns: { type: 'string' }, semver: { type: 'string' }, effective_date: { type: 'string' }, endorsements: { type: 'integer' },
             comment: { type: 'string' }, target_hash: { type: 'string' }, revoked_by: { type: 'integer' },
+            void: { const: true, description: 'The block is void (signed by a compromised key after its last good block): kept as evidence, never selected.' },
           },
         },
         BlockList: {
@@ -535,6 +564,43 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             },
             },
           },
+        StatementFile: {
+          type: 'object', required: ['statement', 'signatures'], additionalProperties: false,
+          description: 'docs/key-events.md: `statement` (action root | key | compromise, chain, sequence, online, and root or compromised + good_through) and the holders\' signatures over "vouch key statement v1\\n" + JCS(statement).',
+          properties: {
+            statement: { type: 'object' },
+            signatures: {
+              type: 'array', maxItems: 64,
+              items: { type: 'object', required: ['public_key', 'signature'], additionalProperties: false, properties: { public_key: { type: 'string' }, signature: { type: 'string' } } },
+            },
+          },
+        },
+        RootResponse: {
+          type: 'object',
+          required: ['success', 'status', 'index', 'record_hash', 'sequence', 'action', 'online'],
+          properties: {
+            success: { const: true }, status: { const: 'applied' }, index: { type: 'integer' }, record_hash: { type: 'string' }, sequence: { type: 'integer' },
+            action: { enum: ['root', 'key', 'compromise'] },
+            online: { type: 'object', required: ['signer', 'public_key'], properties: { signer: { type: 'string' }, public_key: { type: 'string' } } },
+          },
+        },
+        KeyState: {
+          type: 'object',
+          description: '/v1/authority only: the verified chain\'s keys (docs/key-events.md).',
+          properties: {
+            sequence: { type: 'integer', description: 'Key events applied.' },
+            root: { type: ['object', 'null'], properties: { version: { type: 'integer' }, threshold: { type: 'integer' }, keys: { type: 'array', items: { type: 'string' } } } },
+            online: {
+              type: 'object',
+              properties: { signer: { type: 'string' }, public_key: { type: 'string' }, since: { type: 'integer', description: 'The key block that put it in force (0: block 0).' }, verifier_key: { type: ['string', 'null'] } },
+            },
+            retired: { type: 'array', items: { type: 'string' } },
+            compromised: { type: 'array', items: { type: 'string' } },
+            voids: { type: 'array', items: { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 2 }, description: 'Inclusive index ranges of void blocks.' },
+            rollover: { type: ['object', 'null'], properties: { public_key: { type: 'string' }, verifier_key: { type: ['string', 'null'] } }, description: 'The previous key co-signing checkpoint notes during a rollover.' },
+            verifier_keys: { type: 'array', items: { type: 'string' }, description: 'The note verifier keys a checkpoint note is signed with now: the key in force first.' },
+          },
+        },
         Claims: {
           description: 'What the client claims the bytes hash to (a lockfile\'s integrity, pip --hash, go.sum h1:): the authority fetches and hashes '
             + 'the artifact itself and refuses the block (409 hash_mismatch) unless one claim matches; a claim is never signed as given.',

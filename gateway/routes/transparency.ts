@@ -43,14 +43,15 @@ function ready(ctx: GatewayContext): NonNullable<GatewayContext['state']> {
 }
 
 /**
- * The authority's note verifier key (`<origin>+<hex8 key ID>+<base64(0x01 ‖ key)>`)
- * for `/v1/authority`: the origin of the served checkpoint, else the
- * configured `chain.origin`; null when neither is known.
+ * The note verifier key (`<origin>+<hex8 key ID>+<base64(0x01 ‖ key)>`) of
+ * an online key (base64; default: the key in force, docs/key-events.md) for
+ * `/v1/authority`: the origin of the served checkpoint, else the configured
+ * `chain.origin`; null when neither is known.
  */
-export function noteVerifierKey(ctx: GatewayContext, state: NonNullable<GatewayContext['state']>): string | null {
+export function noteVerifierKey(ctx: GatewayContext, state: NonNullable<GatewayContext['state']>, publicKey: string = state.keys.online.publicKey): string | null {
   const configured = (ctx.config.chain as { origin?: unknown }).origin;
   const origin = state.note?.checkpoint.origin ?? (typeof configured === 'string' && configured !== '' ? configured : null);
-  const key = base64Decode(state.authority.payload.authority?.public_key ?? '');
+  const key = base64Decode(publicKey);
   if (origin === null || key === null || key.length !== 32 || !isValidKeyName(origin)) return null;
   return verifierKey(nodeBackend, origin, SIG_ED25519, key);
 }

@@ -3,6 +3,7 @@
  * deterministic holder and online keys, and a builder that appends
  * endorsements and root-signed key blocks with the real builders.
  */
+import type { KeyObject } from 'node:crypto';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildKeyBlock } from '../../chain/build.ts';
 import type { Block, Checkpoint } from '../../chain/block.ts';
 import type { Signer } from '../../chain/crypto-backend.ts';
@@ -14,11 +15,16 @@ import {
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { T0, testSigner } from './chain-fixture.ts';
 
-/** A deterministic ed25519 signer from a label (seed = 32 copies of a byte derived from it). */
-export function seededSigner(label: string, id = label): Signer {
+/** The deterministic ed25519 private key of a label (seed = 32 bytes derived from it): what `seededSigner` signs with. */
+export function seededKey(label: string): KeyObject {
   const seed = new Uint8Array(32);
   for (let i = 0; i < 32; i++) seed[i] = (label.charCodeAt(i % label.length) * 31 + i * 7) & 0xff;
-  return nodeSigner(id, privateKeyFromSeed(seed));
+  return privateKeyFromSeed(seed);
+}
+
+/** A deterministic ed25519 signer from a label. */
+export function seededSigner(label: string, id = label): Signer {
+  return nodeSigner(id, seededKey(label));
 }
 
 export const b64 = (s: Signer): string => base64Encode(s.publicKey);
