@@ -436,9 +436,9 @@ export class ChainState {
     this.loadNote(this.repo.readCheckpointNote());
   }
 
-  /** The authority's raw ed25519 public key (block 0). */
-  private authorityKey(): Uint8Array {
-    return base64Decode(this.authority.payload.authority!.public_key)!;
+  /** The raw ed25519 key in force after the verified blocks of `state` (block 0's until a key event): it signs the checkpoint note. */
+  private authorityKey(state: VerifierState = this.verifier.state): Uint8Array {
+    return base64Decode(state.authority?.publicKey ?? this.authority.payload.authority!.public_key)!;
   }
 
   /**
@@ -646,7 +646,7 @@ export class ChainState {
     // The committed note (read from the working tree when the caller has none), checked against the tree with the new entries.
     const note = noteText === undefined ? this.repo.readCheckpointNote() : noteText;
     const pending = parsed.filter((b) => b.index >= this.log.size).map((b) => hexBytes(b.record_hash));
-    const served = note === null ? null : this.log.openNote(note, this.authorityKey(), pending);
+    const served = note === null ? null : this.log.openNote(note, this.authorityKey(probe.state), pending);
     this.verifier = probe;
     parsed.forEach((b, i) => {
       if (this._index.size === b.index) this._index.add(blocks[i]!);
