@@ -8,7 +8,9 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Decode, hexDecode } from '../chain/encoding.ts';
@@ -17,13 +19,15 @@ import { leafHash, verifyInclusion } from '../chain/merkle.ts';
 import { SIG_ED25519, verifierKey } from '../chain/note.ts';
 import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { parseNote } from '../chain/note.ts';
+import { asciiJson } from '../chain/uns-header.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { GitServer } from './helpers/git-server.ts';
 import { startGatewayProcess, until, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
-import { b64, buildKeyLifeChain, ONLINE } from './helpers/key-fixture.ts';
-import { appendTo, initKeyRepo } from './helpers/key-log.ts';
-import { gitAsync } from './helpers/processes.ts';
+import { b64, buildKeyLifeChain, HOLDERS, KeyChain, ONLINE, seededSigner } from './helpers/key-fixture.ts';
+import { OriginServer } from './helpers/origin-server.ts';
+import { appendTo, endorseAt, initKeyRepo, knowSigner } from './helpers/key-log.ts';
+import { gitAsync, vouchAsync } from './helpers/processes.ts';
 
 const c = nodeBackend;
 const ORIGIN = 'vouch.example/key-follow';
@@ -33,6 +37,7 @@ const pinA = b64(ONLINE.A);
 const urlOf = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;
 const gateways: GatewayProcess[] = [];
 let gitServer: GitServer;
+let origin: OriginServer;
 
 async function serve(dir: string, extra: Record<string, unknown> = {}): Promise<GatewayProcess> {
   const gw = await startGatewayProcess(['--config', writeConfig(dir, { listen: { port: 0 }, ...extra }, `vouch-${gateways.length}.yaml`)]);
@@ -46,10 +51,12 @@ const getJson = async (base: string, path: string) => {
 
 test.before(async () => {
   gitServer = await GitServer.start(join(work, 'git'));
+  origin = await OriginServer.start();
 });
 test.after(async () => {
   for (const g of gateways.splice(0)) await g.stop();
   await gitServer?.stop();
+  await origin?.close();
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -88,14 +95,14 @@ test('GET /v1/keys: block 0 and every key block after `since`, each proven in th
 });
 
 /** A source chain pushed to a bare repository on the git server, grown one stage at a time. */
-async function pushedChain(name: string, size: number, signers?: typeof ONLINE.A[]): Promise<{ repo: ChainRepo; remote: string; grow: (to: number, noteSigners?: typeof ONLINE.A[]) => Promise<void> }> {
+async function pushedChain(name: string, size: number, signers?: typeof ONLINE.A[], chain = life): Promise<{ repo: ChainRepo; remote: string; grow: (to: number, noteSigners?: typeof ONLINE.A[]) => Promise<void> }> {
   gitServer.initBare(`${name}.git`);
   const remote = gitServer.url(`${name}.git`);
   const src = join(work, `${name}-src`);
-  const repo = await initKeyRepo(src, life.blocks, size, ORIGIN, signers);
+  const repo = await initKeyRepo(src, chain.blocks, size, ORIGIN, signers);
   const push = async () => assert.is((await gitAsync(['-C', src, 'push', '-q', remote, 'main'])).status, 0);
   await push();
-  return { repo, remote, grow: async (to, noteSigners) => { await appendTo(repo, life.blocks, to, ORIGIN, noteSigners); await push(); } };
+  return { repo, remote, grow: async (to, noteSigners) => { await appendTo(repo, chain.blocks, to, ORIGIN, noteSigners); await push(); } };
 }
 
 test('a mirror pinned to the first key follows a rollover, a rotation and a compromise with no restart; void blocks stop being selected; a warm restart keeps it', async () => {
@@ -129,6 +136,137 @@ test('a mirror pinned to the first key follows a rollover, a rotation and a comp
   assert.is(await selected(6), 404);
   assert.is(await selected(9), 200);
   assert.is((await getJson(m.url, '/v1/keys')).json.checkpoint.split('\n')[1], '12');
+});
+
+// ------------------------------------------------------------------ vouch get
+
+/** A chain whose endorsements are served by the local origin: A signs 1 and 3, B (after the rotation at 4) 5 and 6, C (after B's compromise at 7, good through 5) 8. */
+const gc = new KeyChain();
+const bodyOf = (i: number) => `followed artifact ${i}`;
+const gurl = (i: number) => `${origin.url(`/g-${i}.tgz`)}`;
+function buildGetChain(): void {
+  endorseAt(gc, gurl(1), bodyOf(1), '1.0.0');
+  gc.adoptRoot();
+  endorseAt(gc, gurl(3), bodyOf(3), '3.0.0');
+  gc.rotate(ONLINE.B);
+  endorseAt(gc, gurl(5), bodyOf(5), '5.0.0');
+  endorseAt(gc, gurl(6), bodyOf(6), '6.0.0');
+  gc.compromise(5, ONLINE.C);
+  endorseAt(gc, gurl(8), bodyOf(8), '8.0.0');
+}
+let getMirror: GatewayProcess;
+let growGet: (to: number, noteSigners?: typeof ONLINE.A[]) => Promise<void>;
+const stateFile = () => join(work, 'get-state.json');
+const vget = (gateway: string, i: number) => vouchAsync(['get', '--gateway', gateway, '--url', gurl(i), '--public-key', pinA, '-o', join(work, `out-${i}`), '--state', stateFile()]);
+const mirrorSize = async (): Promise<number> => (await getJson(getMirror.url, '/v1/checkpoint')).json.size;
+
+test('vouch get pinned to the first key: no request beyond today\'s before a key event; across a rotation one /v1/keys, the keys kept in its state', async () => {
+  for (const i of [1, 3, 5, 6, 8]) origin.route(`/g-${i}.tgz`, { body: bodyOf(i) });
+  buildGetChain();
+  const pushed = await pushedChain('get', 4, undefined, gc);
+  growGet = pushed.grow;
+  getMirror = await serve(join(work, 'get-mirror'), { chain: { dir: join(work, 'get-mirror', 'chain'), remote: pushed.remote, public_key: pinA, sync_interval: 1 }, origin: { allow_private: true } });
+  let r = await vget(getMirror.url, 3);
+  assert.is(r.status, 0, r.stderr);
+  assert.is(readFileSync(join(work, 'out-3'), 'utf8'), bodyOf(3));
+  assert.not.ok('keys' in JSON.parse(readFileSync(stateFile(), 'utf8')).logs[ORIGIN], 'nothing more is stored for a log without key events walked');
+
+  await growGet(6); // rotation to B at 4; the note by B alone
+  await until('the mirror at 6', async () => (await mirrorSize()) === 6);
+  r = await vget(getMirror.url, 5);
+  assert.is(r.status, 0, r.stderr);
+  assert.is(readFileSync(join(work, 'out-5'), 'utf8'), bodyOf(5));
+  const kept = JSON.parse(readFileSync(stateFile(), 'utf8')).logs[ORIGIN];
+  assert.is(kept.size, 6);
+  assert.is(kept.keys.trail.state.sequence, 2);
+  assert.is(kept.keys.trail.state.online.publicKey, b64(ONLINE.B));
+  // A block signed by A before the rotation still verifies, with the state's trail (no walk needed).
+  r = await vget(getMirror.url, 1);
+  assert.is(r.status, 0, r.stderr);
+});
+
+/** A gateway that lies: /v1/download answers `block` with its proof in the real gateway's served note; everything else is the real gateway's. */
+async function lyingGateway(real: string, block: unknown, body: string): Promise<{ url: string; requests: string[]; close: () => Promise<void> }> {
+  const requests: string[] = [];
+  const server: Server = createServer(async (req, res) => {
+    const u = new URL(req.url!, 'http://x');
+    requests.push(u.pathname + u.search);
+    if (u.pathname === '/v1/download') {
+      const b = block as { index: number };
+      const note = await (await fetch(`${real}/checkpoint`)).text();
+      const size = Number(note.split('\n')[1]);
+      const p = await (await fetch(`${real}/v1/proof/inclusion?index=${b.index}&size=${size}`)).json() as { proof: string[] };
+      res.writeHead(200, { 'content-type': 'application/octet-stream', uns: JSON.stringify({ vouch: { endorsement: block } }), 'vouch-proof': asciiJson({ index: b.index, size, proof: p.proof, checkpoint: note }), 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+      return;
+    }
+    const r = await fetch(real + u.pathname + u.search);
+    const text = Buffer.from(await r.arrayBuffer());
+    res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/octet-stream', 'content-length': text.length });
+    res.end(text);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests, close: () => new Promise((r) => server.close(() => r())) };
+}
+
+test('vouch get after a compromise: a block of the voided range is refused (void_block) once the compromise block is walked; a block by the new key is fetched', async () => {
+  await growGet(9); // B compromised after 5 at 7 (6 void); C signs 8 and the note
+  await until('the mirror at 9', async () => (await mirrorSize()) === 9);
+  const honest = await vget(getMirror.url, 6);
+  assert.is(honest.status, 1, honest.stderr);
+  assert.match(honest.stderr, /404/);
+  const liar = await lyingGateway(getMirror.url, gc.blocks[6], bodyOf(6));
+  try {
+    const r = await vget(liar.url, 6);
+    assert.is(r.status, 1, r.stderr);
+    assert.match(r.stderr, /void_block/);
+    assert.match(r.stderr, /block 6/);
+    assert.not.ok(existsSync(join(work, 'out-6')));
+    assert.is(liar.requests.filter((q) => q.startsWith('/v1/keys')).length, 1, liar.requests.join('\n'));
+    assert.ok(liar.requests.includes('/v1/keys?since=2'), liar.requests.join('\n'));
+  } finally {
+    await liar.close();
+  }
+  const r = await vget(getMirror.url, 8);
+  assert.is(r.status, 0, r.stderr);
+  assert.is(JSON.parse(readFileSync(stateFile(), 'utf8')).logs[ORIGIN].keys.trail.state.online.publicKey, b64(ONLINE.C));
+});
+
+test('vouch get pinned to a root (a statement file, or {threshold, keys}) trusts the key events from that root on; a root the log never stated is refused', async () => {
+  const rootFile = join(work, 'root.json');
+  writeFileSync(rootFile, JSON.stringify({ threshold: 2, keys: HOLDERS.slice(0, 3).map(b64) }));
+  let r = await vouchAsync(['get', '--gateway', getMirror.url, '--url', gurl(8), '--root', rootFile, '-o', join(work, 'out-root-8'), '--state', join(work, 'root-state.json')]);
+  assert.is(r.status, 0, r.stderr);
+  assert.is(readFileSync(join(work, 'out-root-8'), 'utf8'), bodyOf(8));
+  const stmt = join(work, 'root-stmt.json');
+  writeFileSync(stmt, JSON.stringify({ statement: gc.blocks[2]!.payload.statement, signatures: gc.blocks[2]!.payload.signatures }));
+  r = await vouchAsync(['get', '--gateway', getMirror.url, '--url', gurl(5), '--root', stmt, '-o', join(work, 'out-root-5'), '--state', join(work, 'root-state2.json')]);
+  assert.is(r.status, 0, r.stderr);
+  writeFileSync(rootFile, JSON.stringify({ threshold: 2, keys: [HOLDERS[0]!, HOLDERS[1]!, HOLDERS[3]!].map(b64) }));
+  r = await vouchAsync(['get', '--gateway', getMirror.url, '--url', gurl(8), '--root', rootFile, '-o', join(work, 'out-root-x'), '--state', join(work, 'root-state3.json')]);
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, /untrusted_authority.*never put the pinned root/);
+  r = await vouchAsync(['get', '--gateway', getMirror.url, '--url', gurl(8), '-o', join(work, 'out-none'), '--state', join(work, 'root-state4.json')]);
+  assert.is(r.status, 2, r.stderr);
+});
+
+test('vouch get refuses a walk of more than 32 key events in one update (key_walk_limit)', async () => {
+  const many = new KeyChain();
+  many.adoptRoot();
+  for (let k = 0; k < 33; k++) {
+    const next = seededSigner(`rotation-${k}`, 'vouch-test');
+    knowSigner(next);
+    many.rotate(next);
+  }
+  origin.route('/many.tgz', { body: 'many' });
+  endorseAt(many, origin.url('/many.tgz'), 'many', '1.0.0');
+  const dir = join(work, 'many');
+  await initKeyRepo(join(dir, 'chain'), many.blocks, many.blocks.length, ORIGIN);
+  const gw = await serve(dir, { chain: { dir: join(dir, 'chain'), public_key: pinA }, origin: { allow_private: true } });
+  const r = await vouchAsync(['get', '--gateway', gw.url, '--url', origin.url('/many.tgz'), '--public-key', pinA, '-o', join(work, 'out-many'), '--state', join(work, 'many-state.json')]);
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, /key_walk_limit/);
+  assert.match(r.stderr, /34 key events/);
 });
 
 test.run();

@@ -4,11 +4,11 @@
  * checkpoint.json and checkpoint.note signed by the key in force (or, in a
  * rollover, by several keys), and later prefixes appended as one commit each.
  */
-import { buildCheckpoint } from '../../chain/build.ts';
+import { artifactHashOf, buildCheckpoint, buildEndorseBlock } from '../../chain/build.ts';
 import type { Block } from '../../chain/block.ts';
 import { formatBlockFile, formatCheckpointFile } from '../../chain/block.ts';
 import type { Signer } from '../../chain/crypto-backend.ts';
-import { hexDecode } from '../../chain/encoding.ts';
+import { hexDecode, utf8 } from '../../chain/encoding.ts';
 import { rootOfEntries } from '../../chain/merkle.ts';
 import { formatNote, signNote } from '../../chain/note.ts';
 import { formatCheckpoint } from '../../chain/tlog-checkpoint.ts';
@@ -16,13 +16,21 @@ import { verifyChain } from '../../chain/verify.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { T0 } from './chain-fixture.ts';
-import { b64, ONLINE } from './key-fixture.ts';
+import { b64, ONLINE, type KeyChain } from './key-fixture.ts';
 
-/** The online key in force after `blocks` (one of ONLINE). */
+/** The online key in force after `blocks`: one of ONLINE, or of `chain.signer`s seen by `initKeyRepo`/`appendTo` callers (`known`). */
+const known: Signer[] = [...Object.values(ONLINE)];
 export function keyInForce(blocks: readonly Block[]): Signer {
   const r = verifyChain([...blocks], { backend: nodeBackend });
   if (!r.ok) throw new Error(r.message);
-  return Object.values(ONLINE).find((s) => b64(s) === r.keys.online.publicKey)!;
+  const s = known.find((k) => b64(k) === r.keys.online.publicKey);
+  if (s === undefined) throw new Error(`keyInForce: no signer known for ${r.keys.online.publicKey} (knowSigner it)`);
+  return s;
+}
+
+/** Makes `signer` known to `keyInForce` (an online key outside ONLINE). */
+export function knowSigner(signer: Signer): void {
+  known.push(signer);
 }
 
 /** The checkpoint note of the first `size` blocks under `origin`, one signature line per signer, in order. */
@@ -51,4 +59,14 @@ export function initKeyRepo(dir: string, blocks: readonly Block[], size: number,
 export async function appendTo(repo: ChainRepo, blocks: readonly Block[], size: number, origin: string, noteSigners?: readonly Signer[]): Promise<void> {
   const files = blocks.slice(repo.size, size).map((b) => ({ index: b.index, content: formatBlockFile(b) }));
   await repo.append(files, rootFilesOf(blocks, size, origin, noteSigners), commitInfo(size));
+}
+
+/** Appends to `chain` an endorse block of `url` with the sha256 of `body`, signed by `by` (default: the key in force). */
+export function endorseAt(chain: KeyChain, url: string, body: string, semver: string, by: Signer = chain.signer): Block {
+  const block = buildEndorseBlock({
+    prev: chain.head, signer: by, backend: nodeBackend, now: Date.parse(chain.head.posted) + 1000,
+    entries: [{ url, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(body)), name: 'acme/followed', semver, license: 'MIT' }],
+  });
+  chain.blocks.push(block);
+  return block;
 }
