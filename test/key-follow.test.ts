@@ -8,7 +8,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -21,6 +21,10 @@ import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { parseNote } from '../chain/note.ts';
 import { asciiJson } from '../chain/uns-header.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
+import { createKeyFile } from '../platform/key-file.ts';
+import { MerkleTree } from '../chain/merkle-tree.ts';
+import { formatAddCheckpoint } from '../gateway/witness.ts';
+import { noteOf } from './helpers/key-log.ts';
 import type { ChainRepo } from '../store/chain-repo.ts';
 import { GitServer } from './helpers/git-server.ts';
 import { startGatewayProcess, until, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
@@ -267,6 +271,72 @@ test('vouch get refuses a walk of more than 32 key events in one update (key_wal
   assert.is(r.status, 1, r.stderr);
   assert.match(r.stderr, /key_walk_limit/);
   assert.match(r.stderr, /34 key events/);
+});
+
+// ------------------------------------------------------------------ witness
+
+test('a witness configured with the first key and the log\'s url cosigns the rollover as before, then notes by the rotated key and by the key after a compromise once their key blocks are proven; it keeps the keys across a restart', async () => {
+  const { remote, grow } = await pushedChain('wit', 4);
+  const mdir = join(work, 'wit-mirror');
+  const m = await serve(mdir, { chain: { dir: join(mdir, 'chain'), remote, public_key: pinA, sync_interval: 0.5 } });
+  const msize = async () => (await getJson(m.url, '/v1/checkpoint')).json.size as number;
+  const wdir = join(work, 'witness');
+  mkdirSync(wdir, { recursive: true });
+  const wkey = join(wdir, 'w.pem');
+  const akey = join(wdir, 'a.pem');
+  createKeyFile(wkey);
+  createKeyFile(akey);
+  writeFileSync(join(work, 'wit.token'), 'w'.repeat(40), { mode: 0o600 });
+  const stateFile = join(wdir, 'witness-state.json');
+  const wconfig = {
+    chain: { dir: join(wdir, 'chain') },
+    authority: { key_file: akey, signer: 'witness-host', submit_token_file: join(work, 'wit.token') },
+    witness: { key_file: wkey, name: 'witness.example.test/follow', state_file: stateFile, logs: [{ vkey: verifierKey(c, ORIGIN, SIG_ED25519, ONLINE.A.publicKey), url: m.url }] },
+  };
+  let w = await serve(wdir, wconfig);
+  const tree = new MerkleTree(c);
+  for (const b of life.blocks) tree.append(hexDecode(b.record_hash)!);
+  const post = async (old: number, size: number, signers?: typeof ONLINE.A[]) => {
+    const signed = noteOf(life.blocks, size, ORIGIN, signers ?? [ONLINE.A]);
+    const r = await fetch(`${w.url}/add-checkpoint`, { method: 'POST', body: formatAddCheckpoint(old, old > 0 && old < size ? tree.consistencyProof(old, size) : [], signed) });
+    return { status: r.status, text: await r.text() };
+  };
+  const trail = () => JSON.parse(readFileSync(stateFile, 'utf8')).logs[ORIGIN].keys;
+
+  let r = await post(0, 4);
+  assert.is(r.status, 200, r.text);
+  await grow(6, [ONLINE.B, ONLINE.A]);
+  await until('the log at 6', async () => (await msize()) === 6);
+  r = await post(4, 6, [ONLINE.B, ONLINE.A]);
+  assert.is(r.status, 200, r.text);
+  assert.is(trail(), undefined, 'a rollover note opens with the configured key: nothing walked');
+
+  await grow(8);
+  await until('the log at 8', async () => (await msize()) === 8);
+  r = await post(6, 8, [ONLINE.B]);
+  assert.is(r.status, 200, r.text);
+  assert.is(trail().state.online.publicKey, b64(ONLINE.B));
+
+  await grow(12);
+  await until('the log at 12', async () => (await msize()) === 12);
+  r = await post(8, 12, [ONLINE.C]);
+  assert.is(r.status, 200, r.text);
+  assert.is(trail().state.online.publicKey, b64(ONLINE.C));
+  assert.equal(trail().state.voids, [[6, 7]]);
+  const byStolenKey = await post(12, 12, [ONLINE.B]);
+  assert.is(byStolenKey.status, 403, 'the compromised key is no longer trusted: ' + byStolenKey.text);
+  const byFirstKey = await post(12, 12, [ONLINE.A]);
+  assert.is(byFirstKey.status, 403, 'nor the configured first key, retired: ' + byFirstKey.text);
+
+  // A restart with the log's gateway gone: the key in force comes from the state file.
+  await m.stop();
+  await w.stop();
+  gateways.splice(gateways.indexOf(w), 1);
+  w = await serve(wdir, wconfig);
+  r = await post(12, 12, [ONLINE.C]);
+  assert.is(r.status, 200, r.text);
+  r = await post(12, 12, [ONLINE.B]);
+  assert.is(r.status, 403, r.text);
 });
 
 test.run();
