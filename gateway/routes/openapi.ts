@@ -238,7 +238,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           { name: 'hash', in: 'query', required: false, description: 'record_hash', schema: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
         ],
         responses: {
-          200: { description: 'The block with `success: true` (and `revoked_by` when revoked).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          200: { description: 'The block with `success: true` (and `revoked_by` when revoked; `void: {from, to, compromise}` when a compromise declaration at block `compromise` voids blocks `from`..`to`, this one among them, docs/key-events.md).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
           400: jsonError('Neither index nor hash, or a malformed one.'),
           404: jsonError('No such block.'),
           503: jsonError('Not ready.'),
@@ -466,6 +466,8 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             index: { type: 'integer' }, record_hash: { type: 'string' }, posted: { type: 'string' }, intent: { type: 'string' },
             uns: { type: 'string' }, semver: { type: 'string' }, effective_date: { type: 'string' }, endorsements: { type: 'integer' },
             comment: { type: 'string' }, target_hash: { type: 'string' }, revoked_by: { type: 'integer' },
+            key_event: { type: 'object', description: 'A key block: what it did (action, sequence, online key, holders\' signatures; root: version, threshold, keys; compromise: compromised key, good_through, voids).' },
+            void: { const: true, description: 'The block is void (signed by a compromised key after its last good block): never selected.' },
           },
         },
         BlockList: {
