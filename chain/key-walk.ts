@@ -155,13 +155,20 @@ export function keyAt(trail: KeyTrail, index: number): OnlineSpan | null {
   return span;
 }
 
-/** A trail as stored (plain JSON), and read back strictly; null when it is not one. */
+const KEY_B64 = /^[A-Za-z0-9+/]{43}=$/;
+const isKey = (k: unknown): k is string => typeof k === 'string' && KEY_B64.test(k);
+const keyList = (v: unknown): boolean => Array.isArray(v) && v.length <= 10_000 && v.every(isKey);
+
+/** A trail as stored (plain JSON), and read back strictly (every member's form, bounded); null when it is not one. */
 export function parseTrail(v: unknown): KeyTrail | null {
   if (!isObj(v) || !isObj(v.state) || !Array.isArray(v.spans) || v.spans.length === 0 || v.spans.length > 10_000 || !Number.isSafeInteger(v.last)) return null;
   const s = v.state as Record<string, unknown>;
   const online = s.online as Record<string, unknown> | undefined;
-  if (typeof s.chain !== 'string' || typeof s.first !== 'string' || !nat(s.sequence) || !isObj(online) || typeof online.publicKey !== 'string'
-    || !Array.isArray(s.retired) || !Array.isArray(s.compromised) || !Array.isArray(s.voids)) return null;
-  for (const sp of v.spans as unknown[]) if (!isObj(sp) || !nat(sp.since) || typeof sp.publicKey !== 'string' || typeof sp.signer !== 'string') return null;
+  if (typeof s.chain !== 'string' || !/^[0-9a-f]{64}$/.test(s.chain) || !isKey(s.first) || !nat(s.sequence) || !isObj(online) || !isKey(online.publicKey)
+    || typeof online.signer !== 'string' || !nat(online.since) || !keyList(s.retired) || !keyList(s.compromised) || !Array.isArray(s.voids) || s.voids.length > 10_000) return null;
+  for (const r of s.voids as unknown[]) if (!Array.isArray(r) || r.length !== 2 || !nat(r[0]) || !nat(r[1]) || r[0] > r[1]) return null;
+  const root = s.root;
+  if (root !== null && !(isObj(root) && nat(root.version) && nat(root.threshold) && keyList(root.keys))) return null;
+  for (const sp of v.spans as unknown[]) if (!isObj(sp) || !nat(sp.since) || !isKey(sp.publicKey) || typeof sp.signer !== 'string') return null;
   return v as unknown as KeyTrail;
 }

@@ -38,6 +38,7 @@ import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
 import { cosign, openNote, parseNote, parseVerifierKey, verifierKey } from '../chain/note.ts';
 import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { verifyConsistency } from '../chain/merkle.ts';
+import { MAX_WALKED_KEY_EVENTS } from '../chain/key-events.ts';
 import { KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents, type KeyTrail } from '../chain/key-walk.ts';
 import { fsyncDir, writeDurably } from '../store/git-files.ts';
 import { readKeyFile } from '../platform/key-file.ts';
@@ -236,6 +237,9 @@ export class Witness {
     const before = this.trails.get(cp.origin) ?? null;
     const answer = parseKeysAnswer(await this.getJson(`${url}/v1/keys?since=${before?.state.sequence ?? 0}`), url);
     const tree = { size: cp.size, root: cp.root };
+    if (answer.events.length > MAX_WALKED_KEY_EVENTS) {
+      throw new KeyWalkError('key_walk_limit', `${url}: ${answer.events.length} key events since sequence ${before?.state.sequence ?? 0}; a witness walks at most ${MAX_WALKED_KEY_EVENTS} in one update: configure the log's current key`);
+    }
     if (answer.size !== cp.size) {
       // Proofs in the submitted checkpoint's tree, not the one the gateway serves now.
       const at = async (index: number): Promise<Uint8Array[]> => {

@@ -13,8 +13,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { base64Decode, hexDecode } from '../chain/encoding.ts';
-import { parseKeysAnswer, startTrail, walkKeyEvents } from '../chain/key-walk.ts';
+import { base64Decode, base64Encode, hexDecode } from '../chain/encoding.ts';
+import { KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents } from '../chain/key-walk.ts';
+import { verifyChain } from '../chain/verify.ts';
 import { leafHash, verifyInclusion } from '../chain/merkle.ts';
 import { SIG_ED25519, verifierKey } from '../chain/note.ts';
 import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
@@ -38,6 +39,7 @@ const ORIGIN = 'vouch.example/key-follow';
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-follow-'));
 const life = buildKeyLifeChain(); // root at 2, A -> B at 4, B compromised after 5 at 8 (6-7 void), root rotation at 10
 const pinA = b64(ONLINE.A);
+const walkState = (blocks: typeof life.blocks) => { const r = verifyChain(blocks, { backend: c }); if (!r.ok) throw new Error(r.message); return r.keys; };
 const urlOf = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;
 const gateways: GatewayProcess[] = [];
 let gitServer: GitServer;
@@ -140,6 +142,52 @@ test('a mirror pinned to the first key follows a rollover, a rotation and a comp
   assert.is(await selected(6), 404);
   assert.is(await selected(9), 200);
   assert.is((await getJson(m.url, '/v1/keys')).json.checkpoint.split('\n')[1], '12');
+});
+
+test('the client walk refuses a forged key block (signed by the online key alone), a proof that does not verify, another block 0, a skipped event, and more than 32 events', () => {
+  const tree = new MerkleTree(c);
+  const forged = buildKeyLifeChain();
+  forged.blocks.length = 4;
+  forged.keys = walkState(forged.blocks);
+  forged.signer = ONLINE.A;
+  // A rotation to D signed by A alone (no holder): the statement carries no root threshold.
+  forged.forge({ statement: { action: 'key', chain: forged.keys.chain, sequence: 2, online: { signer: 'vouch-test', public_key: b64(ONLINE.D) } }, signatures: [] }, ONLINE.D);
+  for (const b of forged.blocks) tree.append(hexDecode(b.record_hash)!);
+  const cp = { size: tree.size, root: tree.root() };
+  const answerOf = (blocks: typeof forged.blocks, keyIdx: number[], t: MerkleTree) => parseKeysAnswer({
+    chain: blocks[0]!.record_hash, size: t.size, checkpoint: '', first_block: { block: blocks[0], proof: t.inclusionProof(0, t.size).map(base64Encode) },
+    events: keyIdx.map((i) => ({ index: i, sequence: blocks[i]!.payload.statement!.sequence, block: blocks[i], proof: t.inclusionProof(i, t.size).map(base64Encode) })),
+  }, 'test');
+  const refusal = (f: () => unknown): string => {
+    try {
+      f();
+    } catch (e) {
+      return `${(e as KeyWalkError).code}: ${(e as Error).message}`;
+    }
+    return 'accepted';
+  };
+  const a = answerOf(forged.blocks, [2, 4], tree);
+  assert.match(refusal(() => walkKeyEvents(c, startTrail(c, a, cp, pinA, 't'), a.events, cp, 't')), /^bad_key_event: t: key event 2 \(block 4\): the root \(version 1\) needs 2 of its 3 holders' signatures, the statement has 0/);
+  // A proof against another tree.
+  const bent = answerOf(forged.blocks, [2], tree);
+  bent.events[0]!.proof[0] = new Uint8Array(32);
+  assert.match(refusal(() => walkKeyEvents(c, startTrail(c, bent, cp, pinA, 't'), bent.events, cp, 't')), /^bad_proof: /);
+  // Block 0 of another authority than the pinned key.
+  assert.match(refusal(() => startTrail(c, a, cp, b64(ONLINE.B), 't')), /^untrusted_authority: /);
+  // An event skipped: sequence 2 without 1.
+  const lifeTree = new MerkleTree(c);
+  for (const b of life.blocks) lifeTree.append(hexDecode(b.record_hash)!);
+  const lcp = { size: lifeTree.size, root: lifeTree.root() };
+  const skip = answerOf(life.blocks, [4], lifeTree);
+  assert.match(refusal(() => walkKeyEvents(c, startTrail(c, skip, lcp, pinA, 't'), skip.events, lcp, 't')), /^bad_key_event: .*skips ahead/);
+  // The bound: the whole life walks (4 events) but not with a bound of 3.
+  const all = answerOf(life.blocks, [2, 4, 8, 10], lifeTree);
+  assert.match(refusal(() => walkKeyEvents(c, startTrail(c, all, lcp, pinA, 't'), all.events, lcp, 't', 3)), /^key_walk_limit: t: 4 key events/);
+  assert.is(walkKeyEvents(c, startTrail(c, all, lcp, pinA, 't'), all.events, lcp, 't').state.sequence, 4);
+  // A stored trail reads back only whole.
+  const trail = walkKeyEvents(c, startTrail(c, all, lcp, pinA, 't'), all.events, lcp, 't');
+  assert.equal(parseTrail(JSON.parse(JSON.stringify(trail))), trail);
+  assert.is(parseTrail({ ...trail, state: { ...trail.state, retired: ['not a key'] } }), null);
 });
 
 // ------------------------------------------------------------------ vouch get

@@ -434,17 +434,17 @@ export const get: Command = {
       if (seen !== undefined) return seen;
       const s = state.get(o);
       if (s === undefined) return (seen = null);
-      // Signed by one of the online keys known (the remembered note may predate a rotation walked since).
-      const keys = follower.noteKeys();
-      for (let i = 0; i < keys.length && seen === undefined; i++) {
+      // Signed by one of the online keys known, newest first (the remembered note may predate a rotation walked since).
+      const opened = (keys: Uint8Array[]): VerifiedCheckpoint => {
         try {
-          seen = openVerified(nodeBackend, s.note, { publicKey: keys[i]!, origin: o }, `state file ${statePath}`);
+          return openVerified(nodeBackend, s.note, { publicKey: keys[0]!, origin: o }, `state file ${statePath}`);
         } catch (e) {
           if (!(e instanceof Refusal)) throw e;
-          if (i === keys.length - 1) throw new Refusal('bad_state', `the state file's checkpoint for ${o} does not verify with --public-key (${e.line}); a different key signs this origin now, or the state was edited: use another --state only if you know why`);
+          if (keys.length > 1) return opened(keys.slice(1));
+          throw new Refusal('bad_state', `the state file's checkpoint for ${o} does not verify with --public-key (${e.line}); a different key signs this origin now, or the state was edited: use another --state only if you know why`);
         }
-      }
-      if (seen === undefined || seen === null) throw new Error('unreachable');
+      };
+      seen = opened(follower.noteKeys());
       if (seen.size !== s.size || base64Encode(seen.root) !== s.root) throw new Refusal('bad_state', `the state file's entry for ${o} does not match its own note`);
       return seen;
     };
