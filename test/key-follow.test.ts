@@ -218,16 +218,23 @@ test('vouch get pinned to the first key: no request beyond today\'s before a key
   const pushed = await pushedChain('get', 4, undefined, gc);
   growGet = pushed.grow;
   getMirror = await serve(join(work, 'get-mirror'), { chain: { dir: join(work, 'get-mirror', 'chain'), remote: pushed.remote, public_key: pinA, sync_interval: 1 }, origin: { allow_private: true } });
+  /** `/v1/keys` requests the gateway answered so far (its /metrics). */
+  const keysAsked = async () => {
+    const text = await (await fetch(`${getMirror.url}/metrics`)).text();
+    return [...text.matchAll(/^vouch_http_requests_total\{[^}]*route="\/v1\/keys"[^}]*\} (\d+)$/gm)].reduce((n, m) => n + Number(m[1]), 0);
+  };
   let r = await vget(getMirror.url, 3);
   assert.is(r.status, 0, r.stderr);
   assert.is(readFileSync(join(work, 'out-3'), 'utf8'), bodyOf(3));
   assert.not.ok('keys' in JSON.parse(readFileSync(stateFile(), 'utf8')).logs[ORIGIN], 'nothing more is stored for a log without key events walked');
+  assert.is(await keysAsked(), 0, 'no /v1/keys before a key event');
 
   await growGet(6); // rotation to B at 4; the note by B alone
   await until('the mirror at 6', async () => (await mirrorSize()) === 6);
   r = await vget(getMirror.url, 5);
   assert.is(r.status, 0, r.stderr);
   assert.is(readFileSync(join(work, 'out-5'), 'utf8'), bodyOf(5));
+  assert.is(await keysAsked(), 1, 'one /v1/keys across the rotation');
   const kept = JSON.parse(readFileSync(stateFile(), 'utf8')).logs[ORIGIN];
   assert.is(kept.size, 6);
   assert.is(kept.keys.trail.state.sequence, 2);
@@ -235,6 +242,9 @@ test('vouch get pinned to the first key: no request beyond today\'s before a key
   // A block signed by A before the rotation still verifies, with the state's trail (no walk needed).
   r = await vget(getMirror.url, 1);
   assert.is(r.status, 0, r.stderr);
+  r = await vget(getMirror.url, 5);
+  assert.is(r.status, 0, r.stderr);
+  assert.is(await keysAsked(), 1, 'the keys kept in the state file: no walk again');
 });
 
 /** A gateway that lies: /v1/download answers `block` with its proof in the real gateway's served note; everything else is the real gateway's. */

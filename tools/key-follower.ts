@@ -98,6 +98,12 @@ export class KeyFollower {
     return span === null ? 'void' : base64Decode(span.publicKey)!;
   }
 
+  /** The log's first key (block 0's): the pin, or the walked trail's; null before a root pin's walk. */
+  firstKey(): Uint8Array | null {
+    const k = this.trail?.state.first ?? (this.pin.kind === 'key' ? this.pin.publicKey : null);
+    return k === null ? null : base64Decode(k)!;
+  }
+
   /** Every key that ever signed notes, newest first (to re-open a remembered note). */
   noteKeys(): Uint8Array[] {
     if (this.trail === null) return [this.online()];

@@ -43,7 +43,7 @@ import { UsageError, emit, refuse } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl, isDate, isSemver, parseBlock, type Block } from '../../chain/block.ts';
 import { computeRecordHash, payloadMessage } from '../../chain/build.ts';
-import { base64Decode, base64Encode, hexEncode } from '../../chain/encoding.ts';
+import { base64Decode, base64Encode, bytesEqual, hexEncode } from '../../chain/encoding.ts';
 import { parseArtifactHash, formatArtifactHash } from '../../chain/hash-algorithms.ts';
 import { parseUns, sameEntry } from '../../chain/uns-header.ts';
 import type { Policy } from '../../chain/tlog-policy.ts';
@@ -448,11 +448,21 @@ export const get: Command = {
       if (seen.size !== s.size || base64Encode(seen.root) !== s.root) throw new Refusal('bad_state', `the state file's entry for ${o} does not match its own note`);
       return seen;
     };
+    /** The policy's `log` line names the key in force, or (after key events) the log's first key the client pinned. */
+    const policyCheck = (p: Policy, cp: VerifiedCheckpoint): void => {
+      try {
+        checkPolicy(nodeBackend, p, cp, authorityNow());
+      } catch (e) {
+        const first = follower.firstKey();
+        if (!(e instanceof Refusal && e.code === 'policy') || first === null || bytesEqual(first, authorityNow().publicKey)) throw e;
+        checkPolicy(nodeBackend, p, cp, { ...pinnedOrigin, publicKey: first });
+      }
+    };
     /** Requires `cp` to be of the expected origin, to satisfy the policy, and to extend `current` (proof from `gateway`). */
     const accept = async (cp: VerifiedCheckpoint, current: VerifiedCheckpoint | null, gateway: string) => {
       if (origin === null) origin = cp.origin;
       else if (cp.origin !== origin) throw new Refusal('bad_checkpoint', `${cp.source}: checkpoint of origin ${JSON.stringify(cp.origin)}, expected ${JSON.stringify(origin)}`);
-      if (policy) checkPolicy(nodeBackend, policy, cp, authorityNow());
+      if (policy) policyCheck(policy, cp);
       if (current === null) return;
       if (cp.size < current.size) throw staleCheckpoint(current, cp);
       await proveExtends(nodeBackend, current, cp, consistencyFrom(gateway), statePath);
@@ -487,7 +497,7 @@ export const get: Command = {
         for (const a of ok) {
           if (origin === null) origin = a.cp.origin;
           if (a.cp.origin !== origin) throw new Refusal('gateways_disagree', `${a.gateway} shows a checkpoint of origin ${JSON.stringify(a.cp.origin)}, ${ok[0]!.gateway} of ${JSON.stringify(origin)}`);
-          if (policy) checkPolicy(nodeBackend, policy, a.cp, authorityNow());
+          if (policy) policyCheck(policy, a.cp);
         }
         const newest = ok.reduce((a, b) => (b.cp.size > a.cp.size ? b : a));
         for (const a of ok) if (a !== newest) await proveExtends(nodeBackend, a.cp, newest.cp, consistencyFrom(newest.gateway), statePath);
