@@ -229,7 +229,7 @@ test('vouch get pinned to the first key: no request beyond today\'s before a key
   assert.not.ok('keys' in JSON.parse(readFileSync(stateFile(), 'utf8')).logs[ORIGIN], 'nothing more is stored for a log without key events walked');
   assert.is(await keysAsked(), 0, 'no /v1/keys before a key event');
 
-  await growGet(6); // rotation to B at 4; the note by B alone
+  await growGet(6, [ONLINE.B, ONLINE.A]); // rotation to B at 4; a rollover note (B and A): the note opens with A, block 5's signature (B) makes the walk
   await until('the mirror at 6', async () => (await mirrorSize()) === 6);
   r = await vget(getMirror.url, 5);
   assert.is(r.status, 0, r.stderr);
