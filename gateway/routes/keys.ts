@@ -15,7 +15,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { VouchError } from '../../chain/errors.ts';
 import { base64Decode, base64Encode } from '../../chain/encoding.ts';
-import type { KeyState } from '../../chain/key-events.ts';
+import { initialKeyState, type KeyState } from '../../chain/key-events.ts';
 import { isValidKeyName, SIG_ED25519, verifierKey } from '../../chain/note.ts';
 import type { ChainIndex } from '../../chain/select.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
@@ -52,7 +52,9 @@ export function handleKeys(ctx: GatewayContext, _req: IncomingMessage, res: Serv
   if (note === null) throw new VouchError('not_found', 'this chain has no checkpoint.note yet: key events are proven against it', { resource: '/v1/keys' });
   const text = state.servedCheckpointNote()!;
   const size = note.checkpoint.size;
-  const keys = state.verifierState.keys!;
+  const a = state.authority.payload.authority!;
+  // A state resumed from a snapshot made before key events has none: the chain had no key event then.
+  const keys = state.verifierState.keys ?? initialKeyState(state.authority.record_hash, a.signer, a.public_key);
   const proof = (i: number) => state.tree.inclusionProof(i, size).map(base64Encode);
   const events: { index: number; sequence: number; block: unknown; proof: string[] }[] = [];
   for (const i of keyBlocksOf(state.index)) {
@@ -61,7 +63,6 @@ export function handleKeys(ctx: GatewayContext, _req: IncomingMessage, res: Serv
     const sequence = block.payload.statement!.sequence;
     if (sequence > (since ?? 0)) events.push({ index: i, sequence, block, proof: proof(i) });
   }
-  const a = state.authority.payload.authority!;
   sendJson(res, 200, {
     success: true,
     chain: state.authority.record_hash,
