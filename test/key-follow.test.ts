@@ -207,6 +207,7 @@ function buildGetChain(): void {
   endorseAt(gc, gurl(8), bodyOf(8), '8.0.0');
 }
 let getMirror: GatewayProcess;
+let getRemote = '';
 let growGet: (to: number, noteSigners?: typeof ONLINE.A[]) => Promise<void>;
 const stateFile = () => join(work, 'get-state.json');
 const vget = (gateway: string, i: number) => vouchAsync(['get', '--gateway', gateway, '--url', gurl(i), '--public-key', pinA, '-o', join(work, `out-${i}`), '--state', stateFile()]);
@@ -217,6 +218,7 @@ test('vouch get pinned to the first key: no request beyond today\'s before a key
   buildGetChain();
   const pushed = await pushedChain('get', 4, undefined, gc);
   growGet = pushed.grow;
+  getRemote = pushed.remote;
   getMirror = await serve(join(work, 'get-mirror'), { chain: { dir: join(work, 'get-mirror', 'chain'), remote: pushed.remote, public_key: pinA, sync_interval: 1 }, origin: { allow_private: true } });
   /** `/v1/keys` requests the gateway answered so far (its /metrics). */
   const keysAsked = async () => {
@@ -292,6 +294,17 @@ test('vouch get after a compromise: a block of the voided range is refused (void
   const r = await vget(getMirror.url, 8);
   assert.is(r.status, 0, r.stderr);
   assert.is(JSON.parse(readFileSync(stateFile(), 'utf8')).logs[ORIGIN].keys.trail.state.online.publicKey, b64(ONLINE.C));
+});
+
+test('vouch get with two gateways (mirrors of the rotated and recovered chain), pinned to the first key, from a fresh state: one walk, both agree', async () => {
+  const dir = join(work, 'get-mirror-2');
+  const m2 = await serve(dir, { chain: { dir: join(dir, 'chain'), remote: getRemote, public_key: pinA, sync_interval: 1 }, origin: { allow_private: true } });
+  await until('the second mirror at 9', async () => (await getJson(m2.url, '/v1/checkpoint')).json.size === 9);
+  const r = await vouchAsync(['get', '--gateway', getMirror.url, '--gateway', m2.url, '--url', gurl(8), '--public-key', pinA, '-o', join(work, 'out-two'), '--state', join(work, 'two-state.json')]);
+  assert.is(r.status, 0, r.stderr);
+  assert.match(r.stdout, /\(2 gateways agree\)/);
+  assert.is(readFileSync(join(work, 'out-two'), 'utf8'), bodyOf(8));
+  assert.is(JSON.parse(readFileSync(join(work, 'two-state.json'), 'utf8')).logs[ORIGIN].keys.trail.state.sequence, 3);
 });
 
 test('vouch get pinned to a root (a statement file, or {threshold, keys}) trusts the key events from that root on; a root the log never stated is refused', async () => {
