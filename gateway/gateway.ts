@@ -215,7 +215,7 @@ function checkpointSourceOf(state: ChainState): CheckpointSource {
 /** The witness's view of this gateway's own chain: its origin (from the committed note) and the pinned authority key. */
 function ownChainLog(state: ChainState, pinned: string): WitnessedLog | null {
   const origin = state.note?.checkpoint.origin;
-  const key = base64Decode(pinned);
+  const key = base64Decode(state.verifierState.authority?.publicKey ?? pinned); // the key in force after key events
   return origin === undefined || key === null ? null : { origin, name: origin, publicKey: key };
 }
 

@@ -141,9 +141,9 @@ export class Witness {
   /** The witness's verifier key (`name+hex8+base64(0x04 ‖ key)`). */
   readonly vkey: string;
   /**
-   * The gateway's own chain as a log (its origin and pinned authority key),
-   * once its chain has a checkpoint note; asked when a request names an
-   * origin not configured.
+   * The gateway's own chain as a log (its origin and the online key in force
+   * of its verified chain), once its chain has a checkpoint note; asked on
+   * each request that names an origin not configured.
    */
   ownLog: (() => WitnessedLog | null) | null = null;
 
@@ -312,11 +312,9 @@ export class Witness {
     }
     let keys = this.logs.get(cp.origin);
     if (keys === undefined) {
+      // The gateway's own chain: the key in force of what it verified, asked each time (a key event moves it).
       const own = this.ownLog?.() ?? null;
-      if (own !== null && own.origin === cp.origin) {
-        this.addLog(own);
-        keys = this.logs.get(cp.origin);
-      }
+      if (own !== null && own.origin === cp.origin) keys = [own];
     }
     if (keys === undefined) {
       this.counts.unknown_log++;

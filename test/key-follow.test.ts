@@ -349,7 +349,10 @@ test('vouch get refuses a walk of more than 32 key events in one update (key_wal
 test('a witness configured with the first key and the log\'s url cosigns the rollover as before, then notes by the rotated key and by the key after a compromise once their key blocks are proven; it keeps the keys across a restart', async () => {
   const { remote, grow } = await pushedChain('wit', 4);
   const mdir = join(work, 'wit-mirror');
-  const m = await serve(mdir, { chain: { dir: join(mdir, 'chain'), remote, public_key: pinA, sync_interval: 0.5 } });
+  mkdirSync(mdir, { recursive: true });
+  createKeyFile(join(mdir, 'own-witness.pem'));
+  // The mirror witnesses its own chain's log too (no configuration: the key in force of what it verified).
+  const m = await serve(mdir, { chain: { dir: join(mdir, 'chain'), remote, public_key: pinA, sync_interval: 0.5 }, witness: { key_file: join(mdir, 'own-witness.pem'), name: 'witness.example.test/own', state_file: join(mdir, 'own-witness.json') } });
   const msize = async () => (await getJson(m.url, '/v1/checkpoint')).json.size as number;
   const wdir = join(work, 'witness');
   mkdirSync(wdir, { recursive: true });
@@ -367,9 +370,9 @@ test('a witness configured with the first key and the log\'s url cosigns the rol
   let w = await serve(wdir, wconfig);
   const tree = new MerkleTree(c);
   for (const b of life.blocks) tree.append(hexDecode(b.record_hash)!);
-  const post = async (old: number, size: number, signers?: typeof ONLINE.A[]) => {
+  const post = async (old: number, size: number, signers?: typeof ONLINE.A[], base = w.url) => {
     const signed = noteOf(life.blocks, size, ORIGIN, signers ?? [ONLINE.A]);
-    const r = await fetch(`${w.url}/add-checkpoint`, { method: 'POST', body: formatAddCheckpoint(old, old > 0 && old < size ? tree.consistencyProof(old, size) : [], signed) });
+    const r = await fetch(`${base}/add-checkpoint`, { method: 'POST', body: formatAddCheckpoint(old, old > 0 && old < size ? tree.consistencyProof(old, size) : [], signed) });
     return { status: r.status, text: await r.text() };
   };
   const trail = () => JSON.parse(readFileSync(stateFile, 'utf8')).logs[ORIGIN].keys;
@@ -387,6 +390,10 @@ test('a witness configured with the first key and the log\'s url cosigns the rol
   r = await post(6, 8, [ONLINE.B]);
   assert.is(r.status, 200, r.text);
   assert.is(trail().state.online.publicKey, b64(ONLINE.B));
+  const own = await post(0, 8, [ONLINE.B], m.url);
+  assert.is(own.status, 200, 'the mirror cosigns its own log by the key in force: ' + own.text);
+  const ownByA = await post(8, 8, [ONLINE.A], m.url);
+  assert.is(ownByA.status, 403, 'not by the retired first key: ' + ownByA.text);
 
   await grow(12);
   await until('the log at 12', async () => (await msize()) === 12);
