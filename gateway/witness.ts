@@ -236,12 +236,26 @@ export class Witness {
   private async walk(cp: ReturnType<typeof parseCheckpoint>, note: string, configured: readonly WitnessedLog[], url: string): Promise<void> {
     const before = this.trails.get(cp.origin) ?? null;
     const answer = parseKeysAnswer(await this.getJson(`${url}/v1/keys?since=${before?.state.sequence ?? 0}`), url);
-    const tree = { size: cp.size, root: cp.root };
+    let tree = { size: cp.size, root: cp.root };
+    /** When the proofs are against the gateway's own (smaller) note: that note, to open with the key in force too. */
+    let servedNote: string | null = null;
     if (answer.events.length > MAX_WALKED_KEY_EVENTS) {
       throw new KeyWalkError('key_walk_limit', `${url}: ${answer.events.length} key events since sequence ${before?.state.sequence ?? 0}; a witness walks at most ${MAX_WALKED_KEY_EVENTS} in one update: configure the log's current key`);
     }
-    if (answer.size !== cp.size) {
-      // Proofs in the submitted checkpoint's tree, not the one the gateway serves now.
+    if (answer.size < cp.size) {
+      // The gateway serves a smaller tree than the one submitted (it lags behind the authority): the proofs are
+      // against its note, which must open with the key in force after the events as the submitted one must.
+      let served;
+      try {
+        served = parseCheckpoint(parseNote(answer.checkpoint).text);
+      } catch (e) {
+        throw new KeyWalkError('bad_answer', `${url}: the /v1/keys checkpoint: ${firstLine(e)}`);
+      }
+      if (served.size !== answer.size || served.origin !== cp.origin) throw new KeyWalkError('bad_answer', `${url}: the /v1/keys checkpoint is not of ${cp.origin} at size ${answer.size}`);
+      tree = { size: served.size, root: served.root };
+      servedNote = answer.checkpoint;
+    } else if (answer.size > cp.size) {
+      // Proofs in the submitted checkpoint's tree, not the larger one the gateway serves now.
       const at = async (index: number): Promise<Uint8Array[]> => {
         const j = await this.getJson(`${url}/v1/proof/inclusion?index=${index}&size=${cp.size}`) as { index?: unknown; size?: unknown; proof?: unknown };
         if (j.index !== index || j.size !== cp.size || !Array.isArray(j.proof) || j.proof.length > 128) throw new KeyWalkError('bad_answer', `${url}: the inclusion answer is not for index ${index} in size ${cp.size}`);
@@ -273,8 +287,9 @@ export class Witness {
     }
     const next = walkKeyEvents(this.o.backend, trail, answer.events, tree, url);
     if (next.state.sequence === (before?.state.sequence ?? 0)) return; // nothing new: the note stays refused
-    const opened = openNote(this.o.backend, note, [{ name: cp.origin, publicKey: base64Decode(next.state.online.publicKey)! }]);
-    if (!opened.ok) throw new KeyWalkError('bad_key_event', `the checkpoint is not signed by the key in force after the key events (${next.state.online.publicKey})`);
+    const inForce = [{ name: cp.origin, publicKey: base64Decode(next.state.online.publicKey)! }];
+    if (!openNote(this.o.backend, note, inForce).ok) throw new KeyWalkError('bad_key_event', `the checkpoint is not signed by the key in force after the key events (${next.state.online.publicKey})`);
+    if (servedNote !== null && !openNote(this.o.backend, servedNote, inForce).ok) throw new KeyWalkError('bad_key_event', `${url}: its checkpoint is not signed by the key in force after its key events`);
     this.trails.set(cp.origin, next);
     this.o.log.info("witness: followed the log's key events", { origin: cp.origin, sequence: next.state.sequence, online: next.state.online.publicKey });
   }

@@ -417,4 +417,22 @@ test('a witness configured with the first key and the log\'s url cosigns the rol
   assert.is(r.status, 403, r.text);
 });
 
+test('a witness whose log gateway lags behind the submitted checkpoint walks the key blocks proven in that gateway\'s own note', async () => {
+  const ldir = join(work, 'lagging');
+  await initKeyRepo(join(ldir, 'chain'), life.blocks, 6, ORIGIN, [ONLINE.B]);
+  const lag = await serve(ldir, { chain: { dir: join(ldir, 'chain'), public_key: pinA } });
+  const wdir = join(work, 'witness-2');
+  mkdirSync(wdir, { recursive: true });
+  createKeyFile(join(wdir, 'w.pem'));
+  createKeyFile(join(wdir, 'a.pem'));
+  const w2 = await serve(wdir, {
+    chain: { dir: join(wdir, 'chain') },
+    authority: { key_file: join(wdir, 'a.pem'), signer: 'witness-host-2', submit_token_file: join(work, 'wit.token') },
+    witness: { key_file: join(wdir, 'w.pem'), name: 'witness.example.test/lag', state_file: join(wdir, 'state.json'), logs: [{ vkey: verifierKey(c, ORIGIN, SIG_ED25519, ONLINE.A.publicKey), url: lag.url }] },
+  });
+  const r = await fetch(`${w2.url}/add-checkpoint`, { method: 'POST', body: formatAddCheckpoint(0, [], noteOf(life.blocks, 8, ORIGIN, [ONLINE.B])) });
+  assert.is(r.status, 200, await r.text());
+  assert.is(JSON.parse(readFileSync(join(wdir, 'state.json'), 'utf8')).logs[ORIGIN].keys.state.online.publicKey, b64(ONLINE.B));
+});
+
 test.run();
