@@ -187,6 +187,8 @@ export class KeyFollower {
       this.moved = true;
       return true;
     } catch (e) {
+      // Pinned to a key that is not this log's block 0 key: no walk helps; the caller's own refusal stands (as before key events).
+      if (e instanceof KeyWalkError && e.code === 'untrusted_authority' && this.pin.kind === 'key') return false;
       if (e instanceof KeyWalkError) throw new Refusal(e.code, e.message);
       throw e;
     }
