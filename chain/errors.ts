@@ -72,7 +72,9 @@ export type AnswerCode =
   | 'security_error'
   | 'gateways_disagree'
   | 'policy'
-  | 'quorum';
+  | 'quorum'
+  | 'void_block'
+  | 'key_walk_limit';
 
 export type ErrorCode = IntegrityCode | RequestCode | EnvironmentCode | AnswerCode;
 
@@ -140,6 +142,8 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   gateways_disagree: answer('gateways select different blocks that their trees do not explain'),
   policy: answer('the policy names no log with the pinned key under the checkpoint\'s origin'),
   quorum: answer('the checkpoint lacks the witness quorum of the policy'),
+  void_block: answer('the block is void: signed by a compromised online key after its last good block (docs/key-events.md)'),
+  key_walk_limit: answer('more key events since the last verified than a client walks in one update (32): pin the log\'s current root or key afresh'),
 };
 
 export interface VouchErrorOptions {

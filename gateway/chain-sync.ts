@@ -22,7 +22,10 @@
  *   block and checkpoint verify; otherwise nothing local changes and the
  *   last verified head keeps being served.
  * - The remote's `checkpoint.note` (issue 17), when it has one, must open
- *   with the authority key (key name = its origin), name the remote's size,
+ *   with the online key in force after the new blocks (they are verified
+ *   first, so a rotation or compromise among them moves the key: a mirror
+ *   pinned to block 0's key follows key events, docs/key-events.md; key
+ *   name = its origin), name the remote's size,
  *   keep the origin of the note verified before (and `origin` when
  *   configured), and carry the RFC 6962 root of the verified chain's record
  *   hashes followed by the new blocks'; a remote that drops the note once
@@ -197,9 +200,9 @@ export class ChainSync {
     }
   }
 
-  /** The authority's raw key, from the verified state. */
-  private authorityKey(): Uint8Array {
-    const a = this.state.verifierState.authority;
+  /** The raw online key in force after `state` (default: the served state's; key events change it, docs/key-events.md). */
+  private authorityKey(state: VerifierState = this.state.verifierState): Uint8Array {
+    const a = state.authority;
     const key = a ? base64Decode(a.publicKey) : null;
     if (key === null || key.length !== 32) throw new VouchError('internal_error', 'mirror sync: the verified state has no authority key');
     return key;
@@ -218,7 +221,7 @@ export class ChainSync {
    * The remote's checkpoint.note against the verified chain plus `blocks`
    * (verified already): see the header; throws checkpoint_mismatch.
    */
-  private async checkNote(snap: ChainSnapshot, blocks: readonly Block[], ctx: Record<string, unknown>): Promise<void> {
+  private async checkNote(snap: ChainSnapshot, blocks: readonly Block[], ctx: Record<string, unknown>, after: VerifierState): Promise<void> {
     let text: string | null;
     try {
       text = await snap.readFile(CHECKPOINT_NOTE);
@@ -231,7 +234,8 @@ export class ChainSync {
       if (local !== null) throw noteMismatch(`the remote has no ${CHECKPOINT_NOTE}, the verified chain has one (origin ${local.origin}, size ${local.size})`);
       return;
     }
-    const cp = trustedNote(text, this.authorityKey(), snap.size)!;
+    // Signed by the key in force after the new blocks: a rotation or a compromise among them is verified first.
+    const cp = trustedNote(text, this.authorityKey(after), snap.size)!;
     ctx.remote_note = { origin: cp.origin, size: cp.size, root: base64Encode(cp.root) };
     const expected = this.origin ?? local?.origin ?? null;
     if (expected !== null && cp.origin !== expected) {
@@ -462,7 +466,7 @@ export class ChainSync {
     if (cpText === null) throw new VouchError('checkpoint_mismatch', 'checkpoint_mismatch: the remote has no checkpoint.json', { index: null });
     if (cpRead?.error) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: the remote checkpoint.json: ${cpRead.error}`, { index: null });
     verifier.verifyCheckpoint(cp);
-    await this.checkNote(snap, blocks, ctx);
+    await this.checkNote(snap, blocks, ctx, verifier.state);
     if (signal.aborted) throw new VouchError('io_error', 'fetch cancelled');
 
     // 3. Adopt: branch, working tree and index first (the commit point is the ref move), then the served state.

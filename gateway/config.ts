@@ -73,8 +73,12 @@ export interface WitnessConfig {
   name: string;
   /** JSON file of the latest cosigned (size, root) per log origin, replaced atomically. */
   state_file: string;
-  /** Logs it witnesses: a note verifier key (type 0x01) and the origin (default: the key's name). */
-  logs: { vkey: string; origin: string | null }[];
+  /**
+   * Logs it witnesses: a note verifier key (type 0x01), the origin (default:
+   * the key's name), and optionally the log's gateway `url`, whose `/v1/keys`
+   * the witness reads to follow the log's key events (docs/key-events.md).
+   */
+  logs: { vkey: string; origin: string | null; url: string | null }[];
 }
 
 type Kind =
@@ -125,7 +129,7 @@ const SCHEMA: Record<string, Kind> = {
       key_file: { t: 'string' },
       name: { t: 'string', check: keyName },
       state_file: { t: 'string' },
-      logs: { t: 'list', max: 1024, item: { t: 'object', keys: { vkey: { t: 'string', check: vkeyText }, origin: { t: 'string', nullable: true, check: keyName } } } },
+      logs: { t: 'list', max: 1024, item: { t: 'object', keys: { vkey: { t: 'string', check: vkeyText }, origin: { t: 'string', nullable: true, check: keyName }, url: { t: 'string', nullable: true, check: httpUrl } } } },
     },
   },
   mirror: {
@@ -283,7 +287,7 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
       key_file: path(w.key_file ?? DEFAULTS.witness.key_file),
       name: w.name ?? `${publicUrl.replace(/^[a-z]+:\/\//i, '')}/witness`,
       state_file: path(w.state_file ?? DEFAULTS.witness.state_file),
-      logs: (w.logs ?? []).map((l: { vkey: string; origin?: string | null }) => ({ vkey: l.vkey, origin: l.origin ?? null })),
+      logs: (w.logs ?? []).map((l: { vkey: string; origin?: string | null; url?: string | null }) => ({ vkey: l.vkey, origin: l.origin ?? null, url: l.url ? l.url.replace(/\/+$/, '') : null })),
     },
     mirror: { ...mirror, disk_dir: mirror.disk_dir === null ? null : path(mirror.disk_dir) },
     origin: { ...DEFAULTS.origin, ...(raw.origin ?? {}) },

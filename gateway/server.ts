@@ -66,6 +66,7 @@ import { acceptsJson, errorBody, checkArtifactUrl, parseJsonBody, parseSelection
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
+import { handleKeys } from './routes/keys.ts';
 import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson, proofTag } from './routes/transparency.ts';
 import { authorityKeysJson } from './routes/authority-keys.ts';
 import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
@@ -379,6 +380,7 @@ export const ROUTES: Record<string, Route> = {
   '/checkpoint': { methods: ['GET', 'HEAD'], kind: 'document', handler: (ctx, req, res) => handleCheckpointNote(ctx, req, res) },
   '/v1/proof/inclusion': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleInclusionProof },
   '/v1/proof/consistency': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleConsistencyProof },
+  '/v1/keys': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleKeys },
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
 

@@ -66,4 +66,6 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   gateways_disagree: 500,
   policy: 500,
   quorum: 500,
+  void_block: 500,
+  key_walk_limit: 500,
 };

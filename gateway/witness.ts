@@ -9,6 +9,12 @@
  * recorded tree is a prefix of the new one (C2SP tlog-cosignature v1,
  * ed25519, type 0x04). Also the request body's format (`parseAddCheckpoint`)
  * and its inverse (`formatAddCheckpoint`, for the authority's side).
+ * Key events (docs/key-events.md): for a log configured with its gateway
+ * `url` and block 0's key, a note carrying no signature by a key it trusts
+ * makes it read `<url>/v1/keys` once (`learnKeys`, before the synchronous
+ * step): each key block proven in the submitted checkpoint's tree and
+ * applied from its trail (chain/key-walk.ts); the note must then open with
+ * the key in force, which it trusts from then on (kept in the state file).
  *
  * Owns: the state file (`witness.state_file`): one JSON object, the record
  * of every origin, replaced whole (temporary file fsynced, renamed over the
@@ -32,6 +38,8 @@ import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
 import { cosign, openNote, parseNote, parseVerifierKey, verifierKey } from '../chain/note.ts';
 import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { verifyConsistency } from '../chain/merkle.ts';
+import { MAX_WALKED_KEY_EVENTS } from '../chain/key-events.ts';
+import { KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents, type KeyTrail } from '../chain/key-walk.ts';
 import { fsyncDir, writeDurably } from '../store/git-files.ts';
 import { readKeyFile } from '../platform/key-file.ts';
 import { nodeSigner } from '../platform/node-crypto.ts';
@@ -48,9 +56,14 @@ export interface WitnessedLog {
   /** The note key's name (the `— <name>` of its signature lines). */
   name: string;
   publicKey: Uint8Array;
+  /** The log's gateway, whose `/v1/keys` is read to follow key events (null: the configured keys only). */
+  url?: string | null;
 }
 
 interface Record_ { size: number; root: Uint8Array; time: number }
+
+/** The most bytes of a `/v1/keys` answer the witness reads. */
+const MAX_KEYS_ANSWER = 8 * 1024 * 1024;
 
 export interface AddCheckpointRequest {
   old: number;
@@ -121,13 +134,16 @@ export function formatAddCheckpoint(old: number, proof: readonly Uint8Array[], n
 export class Witness {
   private readonly logs = new Map<string, WitnessedLog[]>();
   private readonly records = new Map<string, Record_>();
+  /** Key trails walked per origin (docs/key-events.md): the key in force is trusted instead of the configured one. */
+  private readonly trails = new Map<string, KeyTrail>();
+  private readonly learning = new Map<string, Promise<void>>();
   private readonly counts: WitnessStats = { cosigned: 0, conflict: 0, inconsistent: 0, unknown_log: 0, bad_signature: 0, malformed: 0, too_large: 0, failed: 0 };
   /** The witness's verifier key (`name+hex8+base64(0x04 ‖ key)`). */
   readonly vkey: string;
   /**
-   * The gateway's own chain as a log (its origin and pinned authority key),
-   * once its chain has a checkpoint note; asked when a request names an
-   * origin not configured.
+   * The gateway's own chain as a log (its origin and the online key in force
+   * of its verified chain), once its chain has a checkpoint note; asked on
+   * each request that names an origin not configured.
    */
   ownLog: (() => WitnessedLog | null) | null = null;
 
@@ -156,6 +172,126 @@ export class Witness {
     const list = this.logs.get(l.origin) ?? [];
     if (!list.some((k) => k.name === l.name && bytesEqual(k.publicKey, l.publicKey))) list.push(l);
     this.logs.set(l.origin, list);
+  }
+
+  /** The keys trusted for `origin`: the key in force of its walked trail, else the configured ones. */
+  private trusted(origin: string, configured: readonly WitnessedLog[]): readonly WitnessedLog[] {
+    const t = this.trails.get(origin);
+    return t === undefined ? configured : [{ origin, name: origin, publicKey: base64Decode(t.state.online.publicKey)! }];
+  }
+
+  /** The key trail walked for `origin` (tests). */
+  keyTrail(origin: string): KeyTrail | null {
+    return this.trails.get(origin) ?? null;
+  }
+
+  /**
+   * Before `addCheckpoint`: when the body's note names a log configured with
+   * a `url` and carries no signature by a key trusted for it, reads
+   * `<url>/v1/keys?since=<sequence>` and walks the key blocks, each proven
+   * in the submitted checkpoint's tree (`/v1/proof/inclusion` at its size
+   * when the answer's note is another), from block 0's configured key or the
+   * trail kept. The note must open with the key in force after them, else
+   * nothing changes. Never throws: a failure is logged and the synchronous
+   * step refuses the note as it would have (403).
+   */
+  learnKeys(body: Uint8Array): Promise<void> {
+    let cp: ReturnType<typeof parseCheckpoint>;
+    let text: string;
+    try {
+      text = parseAddCheckpoint(body).note;
+      cp = parseCheckpoint(parseNote(text).text);
+    } catch {
+      return Promise.resolve();
+    }
+    const configured = this.logs.get(cp.origin);
+    const url = configured?.find((l) => l.url)?.url ?? null;
+    if (configured === undefined || url === null) return Promise.resolve();
+    const opened = openNote(this.o.backend, text, this.trusted(cp.origin, configured));
+    if (opened.ok || opened.why !== 'unverified') return Promise.resolve();
+    const running = this.learning.get(cp.origin);
+    if (running) return running;
+    const p = this.walk(cp, text, configured, url).catch((e: unknown) => {
+      this.o.log.warn("witness: cannot follow the log's key events; the note stays refused", { origin: cp.origin, url, error: firstLine(e) });
+    }).finally(() => this.learning.delete(cp.origin));
+    this.learning.set(cp.origin, p);
+    return p;
+  }
+
+  private async getJson(url: string): Promise<unknown> {
+    const res = await fetch(url, { redirect: 'error', signal: AbortSignal.timeout(10_000), headers: { accept: 'application/json' } });
+    if (res.status !== 200) throw new Error(`${url}: HTTP ${res.status}`);
+    const declared = Number(res.headers.get('content-length') ?? '0');
+    if (declared > MAX_KEYS_ANSWER) throw new Error(`${url}: an answer of ${declared} bytes`);
+    const chunks: Uint8Array[] = [];
+    let n = 0;
+    for await (const c of res.body as unknown as AsyncIterable<Uint8Array>) {
+      n += c.length;
+      if (n > MAX_KEYS_ANSWER) throw new Error(`${url}: an answer over ${MAX_KEYS_ANSWER} bytes`);
+      chunks.push(c);
+    }
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  }
+
+  private async walk(cp: ReturnType<typeof parseCheckpoint>, note: string, configured: readonly WitnessedLog[], url: string): Promise<void> {
+    const before = this.trails.get(cp.origin) ?? null;
+    const answer = parseKeysAnswer(await this.getJson(`${url}/v1/keys?since=${before?.state.sequence ?? 0}`), url);
+    let tree = { size: cp.size, root: cp.root };
+    /** When the proofs are against the gateway's own (smaller) note: that note, to open with the key in force too. */
+    let servedNote: string | null = null;
+    if (answer.events.length > MAX_WALKED_KEY_EVENTS) {
+      throw new KeyWalkError('key_walk_limit', `${url}: ${answer.events.length} key events since sequence ${before?.state.sequence ?? 0}; a witness walks at most ${MAX_WALKED_KEY_EVENTS} in one update: configure the log's current key`);
+    }
+    if (answer.size < cp.size) {
+      // The gateway serves a smaller tree than the one submitted (it lags behind the authority): the proofs are
+      // against its note, which must open with the key in force after the events as the submitted one must.
+      let served;
+      try {
+        served = parseCheckpoint(parseNote(answer.checkpoint).text);
+      } catch (e) {
+        throw new KeyWalkError('bad_answer', `${url}: the /v1/keys checkpoint: ${firstLine(e)}`);
+      }
+      if (served.size !== answer.size || served.origin !== cp.origin) throw new KeyWalkError('bad_answer', `${url}: the /v1/keys checkpoint is not of ${cp.origin} at size ${answer.size}`);
+      tree = { size: served.size, root: served.root };
+      servedNote = answer.checkpoint;
+    } else if (answer.size > cp.size) {
+      // Proofs in the submitted checkpoint's tree, not the larger one the gateway serves now.
+      const at = async (index: number): Promise<Uint8Array[]> => {
+        const j = await this.getJson(`${url}/v1/proof/inclusion?index=${index}&size=${cp.size}`) as { index?: unknown; size?: unknown; proof?: unknown };
+        if (j.index !== index || j.size !== cp.size || !Array.isArray(j.proof) || j.proof.length > 128) throw new KeyWalkError('bad_answer', `${url}: the inclusion answer is not for index ${index} in size ${cp.size}`);
+        return j.proof.map((h) => {
+          const b = typeof h === 'string' ? base64Decode(h) : null;
+          if (b === null || b.length !== 32) throw new KeyWalkError('bad_answer', `${url}: a proof hash is not base64 of 32 bytes`);
+          return b;
+        });
+      };
+      answer.events = answer.events.filter((e) => e.index < cp.size);
+      for (const e of answer.events) e.proof = await at(e.index);
+      if (before === null) answer.firstBlock.proof = await at(0);
+    }
+    let trail = before;
+    if (trail === null) {
+      let first: KeyWalkError | null = null;
+      for (const l of configured) {
+        try {
+          trail = startTrail(this.o.backend, answer, tree, base64Encode(l.publicKey), url);
+          break;
+        } catch (e) {
+          if (!(e instanceof KeyWalkError)) throw e;
+          first ??= e;
+        }
+      }
+      if (trail === null) throw first ?? new KeyWalkError('untrusted_authority', `${url}: no configured key of ${cp.origin} is its block 0's`);
+    } else if (answer.chain !== trail.state.chain) {
+      throw new KeyWalkError('bad_answer', `${url}: /v1/keys is for chain ${answer.chain}, the trail kept is for ${trail.state.chain}`);
+    }
+    const next = walkKeyEvents(this.o.backend, trail, answer.events, tree, url);
+    if (next.state.sequence === (before?.state.sequence ?? 0)) return; // nothing new: the note stays refused
+    const inForce = [{ name: cp.origin, publicKey: base64Decode(next.state.online.publicKey)! }];
+    if (!openNote(this.o.backend, note, inForce).ok) throw new KeyWalkError('bad_key_event', `the checkpoint is not signed by the key in force after the key events (${next.state.online.publicKey})`);
+    if (servedNote !== null && !openNote(this.o.backend, servedNote, inForce).ok) throw new KeyWalkError('bad_key_event', `${url}: its checkpoint is not signed by the key in force after its key events`);
+    this.trails.set(cp.origin, next);
+    this.o.log.info("witness: followed the log's key events", { origin: cp.origin, sequence: next.state.sequence, online: next.state.online.publicKey });
   }
 
   /** The latest cosigned size and root of `origin` (tests, health). */
@@ -191,11 +327,9 @@ export class Witness {
     }
     let keys = this.logs.get(cp.origin);
     if (keys === undefined) {
+      // The gateway's own chain: the key in force of what it verified, asked each time (a key event moves it).
       const own = this.ownLog?.() ?? null;
-      if (own !== null && own.origin === cp.origin) {
-        this.addLog(own);
-        keys = this.logs.get(cp.origin);
-      }
+      if (own !== null && own.origin === cp.origin) keys = [own];
     }
     if (keys === undefined) {
       this.counts.unknown_log++;
@@ -203,7 +337,7 @@ export class Witness {
     }
     // Go's note.Open with the log's keys: other keys' lines (cosignatures, unknown keys, repeated or not) are
     // ignored, a trusted key's first line must verify (its later ones are dropped), and one must be there.
-    const opened = openNote(this.o.backend, req.note, keys);
+    const opened = openNote(this.o.backend, req.note, this.trusted(cp.origin, keys));
     if (!opened.ok) {
       this.counts.bad_signature++;
       return {
@@ -273,10 +407,15 @@ export class Witness {
     if (doc?.version !== STATE_VERSION || typeof logs !== 'object' || logs === null || Array.isArray(logs)) {
       throw new VouchError('io_error', `witness.state_file ${file} is not a vouch witness state (version ${STATE_VERSION})`);
     }
-    for (const [origin, r] of Object.entries(logs as Record<string, { size?: unknown; root?: unknown; time?: unknown }>)) {
+    for (const [origin, r] of Object.entries(logs as Record<string, { size?: unknown; root?: unknown; time?: unknown; keys?: unknown }>)) {
       const root = typeof r?.root === 'string' ? base64Decode(r.root) : null;
       if (!Number.isSafeInteger(r?.size) || (r.size as number) < 0 || root === null || root.length !== 32) {
         throw new VouchError('io_error', `witness.state_file ${file}: the record of ${JSON.stringify(origin)} is malformed`);
+      }
+      if (r.keys !== undefined) {
+        const trail = parseTrail(r.keys);
+        if (trail === null) throw new VouchError('io_error', `witness.state_file ${file}: the key trail of ${JSON.stringify(origin)} is malformed`);
+        this.trails.set(origin, trail);
       }
       this.records.set(origin, { size: r.size as number, root, time: Number.isSafeInteger(r.time) ? r.time as number : 0 });
     }
@@ -284,9 +423,10 @@ export class Witness {
 
   /** Writes every record, `origin`'s replaced by `next`: temporary file fsynced, renamed, directory fsynced. */
   private writeState(origin: string, next: Record_): void {
-    const logs: Record<string, { size: number; root: string; time: number }> = {};
-    for (const [o, r] of this.records) logs[o] = { size: r.size, root: base64Encode(r.root), time: r.time };
-    logs[origin] = { size: next.size, root: base64Encode(next.root), time: next.time };
+    const logs: Record<string, { size: number; root: string; time: number; keys?: KeyTrail }> = {};
+    const keys = (o: string) => { const t = this.trails.get(o); return t === undefined ? {} : { keys: t }; };
+    for (const [o, r] of this.records) logs[o] = { size: r.size, root: base64Encode(r.root), time: r.time, ...keys(o) };
+    logs[origin] = { size: next.size, root: base64Encode(next.root), time: next.time, ...keys(origin) };
     const file = this.o.stateFile;
     const dir = dirname(file);
     mkdirSync(dir, { recursive: true });
@@ -298,7 +438,7 @@ export class Witness {
 }
 
 /** The logs of `witness.logs`: each verifier key (type 0x01), under its origin (default: the key's name). */
-export function configuredLogs(backend: CryptoBackend, logs: readonly { vkey: string; origin: string | null }[]): WitnessedLog[] {
+export function configuredLogs(backend: CryptoBackend, logs: readonly { vkey: string; origin: string | null; url?: string | null }[]): WitnessedLog[] {
   return logs.map((l, i) => {
     let k: ReturnType<typeof parseVerifierKey>;
     try {
@@ -307,7 +447,7 @@ export function configuredLogs(backend: CryptoBackend, logs: readonly { vkey: st
       throw new VouchError('usage', `config: witness.logs[${i}].vkey ${firstLine(e)}`);
     }
     if (k.type !== 0x01) throw new VouchError('usage', `config: witness.logs[${i}].vkey must be an ed25519 note key (type 0x01), not type ${k.type}`);
-    return { origin: l.origin ?? k.name, name: k.name, publicKey: k.publicKey };
+    return { origin: l.origin ?? k.name, name: k.name, publicKey: k.publicKey, url: l.url ?? null };
   });
 }
 

@@ -3,7 +3,9 @@
  * driven by playwright-core): load, browse, search, open a block, see
  * "signature valid" computed in the browser, and "signature invalid" for a
  * block the test serves tampered, a version revoked through POST /v1/revoke
- * marked. A screenshot is kept for the record.
+ * marked. A chain with key events (test/helpers/key-fixture.ts): every block
+ * "signature valid" with the key in force at its index, key blocks saying
+ * what they did, void blocks marked. A screenshot is kept for the record.
  * Chromium missing is a failure, never a silent skip (.ci/run installs it).
  */
 import { test } from 'uvu';
@@ -17,12 +19,15 @@ import { createKeyFile } from '../platform/key-file.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { repoRoot } from './helpers/vectors.ts';
+import { b64, buildKeyLifeChain, ONLINE } from './helpers/key-fixture.ts';
+import { initKeyRepo } from './helpers/key-log.ts';
 
 const CHROMIUM = process.env.VOUCH_CHROMIUM ?? '/usr/bin/chromium';
 const work = mkdtempSync(join(tmpdir(), 'vouch-explorer-'));
 const token = 'explorer-token-' + 'e'.repeat(30);
 const agent = new Agent();
 let gw: GatewayProcess;
+let keyed: GatewayProcess | undefined;
 let origin: OriginServer;
 let browser: Browser;
 let page: Page;
@@ -62,6 +67,7 @@ test.before(async () => {
 test.after(async () => {
   await browser?.close();
   await gw?.stop();
+  await keyed?.stop();
   await origin?.close();
   await agent.close();
   rmSync(work, { recursive: true, force: true });
@@ -136,6 +142,41 @@ test('a version revoked through POST /v1/revoke is marked: "(revoked)" in its hi
   await page.waitForFunction((i) => document.querySelector('h2')?.textContent === `Block ${i}` && document.querySelector('#verify-result'), revoke.index);
   assert.match(await page.textContent('#main') ?? '', /intentrevoke/);
   assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
+});
+
+test('a chain with key events: every block verifies with the key in force at its index, key blocks say what they did, void blocks are marked', async () => {
+  const life = buildKeyLifeChain(); // root at 2, A -> B at 4, B compromised after 5 at 8 (6-7 void, C), root rotation at 10
+  const dir = join(work, 'keyed');
+  await initKeyRepo(join(dir, 'chain'), life.blocks, 12, 'vouch.example/explorer-keys');
+  keyed = await startGatewayProcess(['--config', writeConfig(dir, { listen: { port: 0 }, chain: { dir: join(dir, 'chain'), public_key: b64(ONLINE.A) } })]);
+  await page.goto(keyed.url + '/');
+  await page.waitForSelector('table.blocks tbody tr');
+  assert.is(await page.textContent('#authority-key'), b64(ONLINE.A));
+  await page.waitForSelector('#online-key');
+  assert.is(await page.textContent('#online-key'), b64(ONLINE.C));
+  const rows = await page.$$eval('table.blocks tbody tr', (trs) => trs.map((t) => [t.getAttribute('data-index'), t.className, t.children[4]!.textContent, t.children[6]!.textContent]));
+  const row = (i: number) => rows.find((r) => r[0] === String(i))!;
+  assert.equal([row(6)[1], row(6)[2]], ['void', '1.6.0 (void)']);
+  assert.equal([row(7)[1], row(7)[2]], ['void', '1.7.0 (void)']);
+  assert.is(row(5)[1], '');
+  assert.match(row(8)[3]!, new RegExp(`^compromise of ${b64(ONLINE.B).replace(/[+/]/g, '\\$&')} after block 5: blocks 6–7 void; `));
+  assert.match(row(10)[3]!, /^root version 2: 2 of 3 holders/);
+  assert.match(row(4)[3]!, /^rotation: /);
+  for (let i = 0; i < 12; i++) {
+    await page.goto(keyed.url + `/#/block/${i}`);
+    await page.waitForFunction((n) => document.querySelector('h2')?.textContent === `Block ${n}` && document.querySelector('#verify-result'), i);
+    assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/, `block ${i}: ${await page.textContent('#verify-result')}`);
+    const banner = await page.$('#void-banner');
+    assert.is(banner !== null, i === 6 || i === 7, `block ${i} void banner`);
+  }
+  await page.goto(keyed.url + '/#/block/6');
+  await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 6' && document.querySelector('#void-banner'));
+  assert.match(await page.textContent('#void-banner') ?? '', /^VOID: .* block 8 declares blocks 6–7 void/);
+  mkdirSync(join(repoRoot, 'test', 'out'), { recursive: true });
+  await page.screenshot({ path: join(repoRoot, 'test', 'out', 'explorer-void.png'), fullPage: true });
+  await page.goto(keyed.url + '/#/block/2');
+  await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 2' && document.querySelector('#verify-result'));
+  assert.match(await page.textContent('#main') ?? '', /key eventroot version 1: 2 of 3 holders \(2 holders' signatures\)/);
 });
 
 test.run();

@@ -11,6 +11,10 @@
  * Go's note.Open and chain/note.ts's openNote (and the checks built on it:
  * verifyNoteSignature, openCheckpoint) are given the same notes with
  * repeated, unknown, invalid and too many signature lines, and must agree.
+ * Key events (docs/key-events.md): Go opens a rollover note served by a
+ * gateway (two signature lines) with either key's verifier key, and a note
+ * by the key in force after a compromise with the verifier key `/v1/keys`
+ * publishes, not with the compromised or an older one.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -27,6 +31,9 @@ import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { formatCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { MerkleTree } from '../chain/merkle-tree.ts';
 import { buildCheckNote, type CheckNoteRun } from './helpers/go-checknote.ts';
+import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { b64 as keyB64, buildKeyLifeChain, ONLINE } from './helpers/key-fixture.ts';
+import { initKeyRepo } from './helpers/key-log.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-go-interop-'));
 let run: (input: unknown) => CheckNoteRun;
@@ -34,7 +41,11 @@ let run: (input: unknown) => CheckNoteRun;
 test.before(() => {
   run = buildCheckNote(work);
 });
-test.after(() => rmSync(work, { recursive: true, force: true }));
+const gateways: GatewayProcess[] = [];
+test.after(async () => {
+  for (const g of gateways) await g.stop();
+  rmSync(work, { recursive: true, force: true });
+});
 
 function check(input: unknown): { status: number | null; out: string } {
   const r = run(input);
@@ -217,6 +228,43 @@ test('Go\'s note.Open and openNote agree: unknown keys repeated, a known key twi
   // The cases above are not vacuous: Go accepts some and refuses others of each kind.
   const outcomes = new Set(cases.map(([, lines, both]) => goOpen(both ? [vkey, otherVkey] : [vkey], body + '\n' + lines).split(' ')[0]));
   assert.equal([...outcomes].sort(), ['invalid', 'malformed', 'ok', 'unverified']);
+});
+
+
+test('key events: Go opens a rollover note with either key\'s verifier key, and the note by the key in force after a compromise with the one /v1/keys publishes', async () => {
+  const life = buildKeyLifeChain(); // A -> B at 4, B compromised after 5 at 8 (C), root rotation at 10
+  const logOrigin = 'vouch.example/go-keys';
+  const vk = (s: typeof ONLINE.A) => verifierKey(c, logOrigin, SIG_ED25519, s.publicKey);
+  const served = async (name: string, size: number, signers?: (typeof ONLINE.A)[]) => {
+    const dir = join(work, name);
+    await initKeyRepo(join(dir, 'chain'), life.blocks, size, logOrigin, signers);
+    const gw = await startGatewayProcess(['--config', writeConfig(dir, { listen: { port: 0 }, chain: { dir: join(dir, 'chain'), public_key: keyB64(ONLINE.A) } })]);
+    gateways.push(gw);
+    const note = await (await fetch(`${gw.url}/checkpoint`)).text();
+    const keys = await (await fetch(`${gw.url}/v1/keys`)).json() as { verifier_keys: string[]; checkpoint: string };
+    assert.is(keys.checkpoint, note);
+    return { note, published: keys.verifier_keys };
+  };
+  // The rollover after the rotation to B: both keys sign; a verifier pinned to either opens it.
+  const rollover = await served('go-rollover', 6, [ONLINE.B, ONLINE.A]);
+  assert.is(parseNote(rollover.note).signatures.length, 2);
+  assert.equal(rollover.published, [vk(ONLINE.B), vk(ONLINE.A)]);
+  for (const key of [vk(ONLINE.A), vk(ONLINE.B), rollover.published[0]!]) {
+    const r = check({ vkey: key, note: rollover.note });
+    assert.is(r.status, 0, r.out);
+    assert.match(r.out, /^ok note vouch\.example\/go-keys size=6 .* sigs=1\n$/);
+  }
+  // After the compromise: C signs; Go opens the note with the verifier key /v1/keys publishes first, and not with A's or B's.
+  const after = await served('go-after', 12);
+  assert.is(after.published[0], vk(ONLINE.C));
+  assert.not.ok(after.published.includes(vk(ONLINE.B)), 'a compromised key is not published');
+  const ok = check({ vkey: after.published[0], note: after.note });
+  assert.is(ok.status, 0, ok.out);
+  for (const old of [vk(ONLINE.A), vk(ONLINE.B)]) {
+    const r = check({ vkey: old, note: after.note });
+    assert.is(r.status, 1, r.out);
+    assert.match(r.out, /no verifiable signatures/);
+  }
 });
 
 test.run();

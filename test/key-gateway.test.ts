@@ -345,7 +345,7 @@ test('compromise: blocks the attacker appended are void (404 lookups and downloa
   assert.is((await dl.arrayBuffer()).byteLength, 0);
   assert.is((await getJson(`/v1/endorsement?url=${encodeURIComponent(tarball('1.0.0'))}`)).status, 200, 'a good block is still selected');
   const blk = (await getJson(`/v1/block?index=${plain.index}`)).json;
-  assert.equal([blk.void, blk.record_hash], [true, plain.record_hash]);
+  assert.equal([blk.void, blk.record_hash], [{ from: evil[0]!.index, to: plain.index, compromise: r.json.index }, plain.record_hash]);
   assert.is((await getJson(`/v1/block?index=${good.index}`)).json.void, undefined);
   const list = (await getJson(`/v1/blocks?before=${r.json.index + 1}&limit=${r.json.index + 1 - good.index}`)).json.blocks as { index: number; void?: true }[];
   assert.equal(list.filter((b) => b.void === true).map((b) => b.index).reverse(), [evil[0]!.index, evil[1]!.index, evil[2]!.index, plain.index]);

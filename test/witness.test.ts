@@ -99,7 +99,7 @@ test.after(async () => {
 
 test('config: witness and authority.witnesses/policy_file, their defaults and refusals', () => {
   const d = resolveConfig(parse(`public_url: https://w.example.org/\nwitness: {key_file: k.pem, logs: [{vkey: "${LOG_VKEY}"}]}`), '/etc/vouch', null);
-  assert.equal(d.witness, { key_file: '/etc/vouch/k.pem', name: 'w.example.org/witness', state_file: '/etc/vouch/var/witness-state.json', logs: [{ vkey: LOG_VKEY, origin: null }] });
+  assert.equal(d.witness, { key_file: '/etc/vouch/k.pem', name: 'w.example.org/witness', state_file: '/etc/vouch/var/witness-state.json', logs: [{ vkey: LOG_VKEY, origin: null, url: null }] });
   const a = resolveConfig(parse('authority: {witnesses: [{url: "http://127.0.0.1:1/", vkey: "w+01234567+BAAA"}], policy_file: p.txt}'), '/etc/vouch', null);
   assert.equal(a.authority?.witnesses, [{ url: 'http://127.0.0.1:1', vkey: 'w+01234567+BAAA' }]);
   assert.is(a.authority?.policy_file, '/etc/vouch/p.txt');

@@ -4,7 +4,9 @@
  * a later fork can be shown with both notes in full). One small JSON file,
  * `--state FILE`, default `$XDG_STATE_HOME/vouch/checkpoints.json` (else
  * `~/.local/state/vouch/checkpoints.json`):
- *   {"version":1,"logs":{"<origin>":{"size":N,"root":"<base64>","note":"<text>"}}}
+ *   {"version":1,"logs":{"<origin>":{"size":N,"root":"<base64>","note":"<text>"[,"keys":{...}]}}}
+ * `keys` (only for a log whose key events it walked, docs/key-events.md):
+ * the pin it was walked from and the key trail (chain/key-walk.ts).
  *
  * Owns: reading, validating and writing that file. Written atomically: a
  * temp file in the same directory (mode 0600), fsynced, renamed over the
@@ -33,6 +35,8 @@ export interface SeenCheckpoint {
   root: string;
   /** The signed checkpoint note as it was verified. */
   note: string;
+  /** The key events walked for this log: `{pin, trail}` (tools/key-follower.ts); absent for a log never walked. */
+  keys?: { pin: unknown; trail: unknown };
 }
 
 export type CheckpointState = Map<string, SeenCheckpoint>;
@@ -64,10 +68,17 @@ function parseState(text: string, path: string): CheckpointState {
       || typeof s.root !== 'string' || base64Decode(s.root)?.length !== 32 || typeof s.note !== 'string') {
       throw bad(`entry ${JSON.stringify(origin)} is not {size, root, note}`);
     }
-    out.set(origin, { size: s.size as number, root: s.root, note: s.note });
+    const keys = s.keys;
+    if (keys !== undefined && (typeof keys !== 'object' || keys === null || Array.isArray(keys) || !('trail' in keys) || !('pin' in keys))) throw bad(`entry ${JSON.stringify(origin)} has "keys" that are not {pin, trail}`);
+    out.set(origin, { size: s.size as number, root: s.root, note: s.note, ...(keys !== undefined ? { keys } : {}) });
   }
   return out;
 }
+
+const sequenceOf = (k: SeenCheckpoint['keys']): number => {
+  const n = (k?.trail as { state?: { sequence?: unknown } } | undefined)?.state?.sequence;
+  return typeof n === 'number' ? n : -1;
+};
 
 /** Reads the state; a missing file is the empty state. */
 export function loadState(path: string): CheckpointState {
@@ -93,6 +104,7 @@ export function saveCheckpoint(path: string, origin: string, seen: SeenCheckpoin
   const current = loadState(path);
   const there = current.get(origin);
   if (there === undefined || there.size < seen.size) current.set(origin, seen);
+  else if (seen.keys !== undefined && there.size === seen.size && there.root === seen.root && sequenceOf(seen.keys) > sequenceOf(there.keys)) current.set(origin, { ...there, keys: seen.keys });
   const text = JSON.stringify({ version: 1, logs: Object.fromEntries(current) }, null, 1) + '\n';
   const dir = dirname(path);
   const tmp = `${path}.vouch-${process.pid}.tmp`;

@@ -69,5 +69,7 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   gateways_disagree: 1,
   policy: 1,
   quorum: 1,
+  void_block: 1,
+  key_walk_limit: 1,
 };
 

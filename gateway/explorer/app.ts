@@ -5,6 +5,9 @@
  * endorsements and version history, and verify a block's signature and
  * record hash right here with the same pure `chain/` code the server uses
  * (on @noble, no server trust needed beyond the authority key it shows).
+ * Key events (docs/key-events.md): each block is verified with the online
+ * key in force at its index (from `/v1/keys`), key blocks say what they did
+ * (root, rotation, compromise with the voided range), void blocks are marked.
  *
  * Loaded only from the gateway itself (no CDN). Bundled by esbuild at
  * gateway start (gateway/explorer.ts).
@@ -30,12 +33,40 @@ async function api(path: string): Promise<Json> {
 }
 
 let authority: { signer: string; key: string } | null = null;
+/** Each online key and the first index it signs (block 0's key from 0; each key event that changed it from its block). */
+let spans: { since: number; signer: string; key: string }[] = [];
+
+/** The online key in force at block `index` (a key block: the key its statement names, which is the one from that index). */
+function keyAt(index: number): { signer: string; key: string } | null {
+  let found: { signer: string; key: string } | null = authority;
+  for (const s of spans) if (s.since <= index) found = s;
+  return found;
+}
+
+/** One line on what a key block did (`key_event` of a summary, or the block's statement). */
+function describeKeyEvent(k: Json): string {
+  if (k.action === 'root') return `root version ${k.root.version}: ${k.root.threshold} of ${k.root.keys} holders (${k.signatures} holders' signatures)`;
+  if (k.action === 'compromise') {
+    return `compromise of ${k.compromised} after block ${k.good_through}: ${k.voids ? `blocks ${k.voids[0]}–${k.voids[1]} void` : 'no block void'}; ${k.online} takes over`;
+  }
+  return `rotation: ${k.online} takes over (${k.signatures} holders' signatures)`;
+}
+
+/** `key_event` from a block's statement (what /v1/blocks gives in summaries). */
+function keyEventOfBlock(b: Json): Json | null {
+  const s = b.payload?.statement;
+  if (b.payload?.intent !== 'key' || !s) return null;
+  const common = { action: s.action, sequence: s.sequence, online: s.online.public_key, signatures: (b.payload.signatures ?? []).length };
+  if (s.action === 'root') return { ...common, root: { version: s.root.version, threshold: s.root.threshold, keys: s.root.keys.length } };
+  if (s.action === 'compromise') return { ...common, compromised: s.compromised, good_through: s.good_through, voids: s.good_through + 1 <= b.index - 1 ? [s.good_through + 1, b.index - 1] : null };
+  return common;
+}
 
 export interface Verdict { ok: boolean; reason: string }
 
 /** Verifies a block (as served, with `success` etc.) against the authority key, in the browser. */
 export function verifyBlock(served: Json, authorityKey: string, authoritySigner: string): Verdict {
-  const { success: _s, revoked_by: _r, verifier_key: _v, proof: _p, ...block } = served; // members the gateway adds beside the block
+  const { success: _s, revoked_by: _r, verifier_key: _v, proof: _p, void: _void, keys: _k, ...block } = served; // members the gateway adds beside the block
   let parsed: Block;
   try {
     parsed = parseBlock(block, typeof block.index === 'number' ? block.index : -1);
@@ -49,7 +80,7 @@ export function verifyBlock(served: Json, authorityKey: string, authoritySigner:
   if (key === null || sig === null || !nobleBackend.verify(key, payloadMessage(parsed.payload), sig)) {
     return { ok: false, reason: 'the signature does not verify with the authority key' };
   }
-  return { ok: true, reason: `ed25519 signature by ${authoritySigner} and record hash checked in this browser` };
+  return { ok: true, reason: `ed25519 signature by ${authoritySigner} (${authorityKey.slice(0, 12)}…) and record hash checked in this browser` };
 }
 
 function link(text: string, hash: string): HTMLElement {
@@ -57,14 +88,14 @@ function link(text: string, hash: string): HTMLElement {
 }
 
 function blocksTable(blocks: Json[]): HTMLElement {
-  const rows = blocks.map((b) => el('tr', { 'data-index': String(b.index) },
+  const rows = blocks.map((b) => el('tr', { 'data-index': String(b.index), ...(b.void ? { class: 'void' } : {}) },
     el('td', {}, link(String(b.index), `#/block/${b.index}`)),
     el('td', {}, b.posted),
     el('td', {}, b.intent),
-    el('td', {}, link(b.uns, `#/search/${encodeURIComponent(b.uns)}`)),
-    el('td', {}, b.semver + (b.revoked_by !== undefined ? ' (revoked)' : '')),
+    el('td', {}, b.intent === 'key' ? b.uns : link(b.uns, `#/search/${encodeURIComponent(b.uns)}`)),
+    el('td', {}, b.semver + (b.revoked_by !== undefined ? ' (revoked)' : '') + (b.void ? ' (void)' : '')),
     el('td', {}, String(b.endorsements)),
-    el('td', { class: 'comment' }, b.comment),
+    el('td', { class: 'comment' }, b.key_event ? describeKeyEvent(b.key_event) : b.comment),
   ));
   return el('table', { class: 'blocks' },
     el('thead', {}, el('tr', {}, ...['#', 'posted', 'intent', 'unit', 'version', 'files', 'comment'].map((h) => el('th', {}, h)))),
@@ -86,7 +117,8 @@ async function showHome(before?: number): Promise<void> {
 async function showBlock(ref: string): Promise<void> {
   const json = await api(/^[0-9a-f]{64}$/.test(ref) ? `/v1/block?hash=${ref}` : `/v1/block?index=${encodeURIComponent(ref)}`);
   const main = $('#main');
-  const verdict = authority ? verifyBlock(json, authority.key, authority.signer) : { ok: false, reason: 'no authority key' };
+  const signing = keyAt(json.index);
+  const verdict = signing ? verifyBlock(json, signing.key, signing.signer) : { ok: false, reason: 'no authority key' };
   const result = el('div', { id: 'verify-result', class: verdict.ok ? 'valid' : 'invalid' },
     verdict.ok ? 'signature valid' : 'signature invalid', el('small', {}, ' — ' + verdict.reason));
   const p = json.payload;
@@ -97,13 +129,17 @@ async function showBlock(ref: string): Promise<void> {
       ['prev_hash', json.prev_hash], ['record_hash', json.record_hash], ['signature', json.signature],
       ...(p.intent === 'revoke' ? [['revokes', p.target_hash]] : []),
       ...(json.revoked_by ? [['revoked by', `block ${json.revoked_by.index} from ${json.revoked_by.effective_date}`]] : []),
+      ...(p.intent === 'key' ? [['key event', describeKeyEvent(keyEventOfBlock(json)!)]] : []),
     ].flatMap(([k, v]) => [el('dt', {}, k!), el('dd', {}, v!)]));
+  const voided = json.void
+    ? el('div', { id: 'void-banner', class: 'void' }, `VOID: signed by a compromised online key after its last good block ${json.void.from - 1}; block ${json.void.compromise} declares blocks ${json.void.from}–${json.void.to} void. Kept in the log as evidence, never selected.`)
+    : null;
   const entries = (p.endorsements as Json[]).map((e) => el('tr', {},
     el('td', {}, link(e.artifact_url, `#/search/${encodeURIComponent(e.artifact_url)}`)),
     el('td', {}, e.name), el('td', {}, e.semver), el('td', {}, e.license), el('td', { class: 'hash' }, e.artifact_hash),
     el('td', {}, el('a', { href: `/v1/download?url=${encodeURIComponent(e.artifact_url)}&semver=${encodeURIComponent(e.semver)}` }, 'download'))));
   main.replaceChildren(
-    el('h2', {}, `Block ${json.index}`), result, fields,
+    el('h2', {}, `Block ${json.index}`), ...(voided ? [voided] : []), result, fields,
     el('h3', {}, 'Endorsements'),
     entries.length ? el('table', { class: 'entries' }, el('tbody', {}, ...entries)) : el('p', {}, 'none'),
     el('h3', {}, 'Raw'), el('pre', {}, JSON.stringify((({ success, ...b }) => b)(json), null, 2)),
@@ -144,10 +180,20 @@ async function start(): Promise<void> {
   const selfCheck = verifyBlock(a, key, a.payload.authority.signer);
   const strong = (() => { const raw = base64Decode(key); return raw !== null && isFullOrderPublicKey(raw); })();
   authority = { signer: a.payload.authority.signer, key };
+  // The online keys after key events, from the log's key blocks (a chain without any: block 0's key signs everything).
+  const keys = await api('/v1/keys').catch(() => null);
+  spans = [];
+  for (const e of (keys?.events ?? []) as Json[]) {
+    const online = e.block?.payload?.statement?.online;
+    const last = spans[spans.length - 1] ?? authority;
+    if (online && online.public_key !== last.key) spans.push({ since: e.index, signer: online.signer, key: online.public_key });
+  }
+  const inForce = spans[spans.length - 1] ?? null;
   $('#authority').replaceChildren(
     el('span', {}, 'Authority '), el('strong', {}, authority.signer), el('code', { id: 'authority-key' }, key),
     el('span', { class: selfCheck.ok && strong ? 'valid' : 'invalid' }, selfCheck.ok && strong ? ' authority block valid' : ' authority block INVALID'),
     el('span', {}, cp ? ` · ${cp.size} blocks · head ${String(cp.head).slice(0, 16)}…` : ''),
+    ...(inForce ? [el('span', {}, ` · online key since block ${inForce.since} `), el('code', { id: 'online-key' }, inForce.key)] : []),
   );
   const form = $('#search') as HTMLFormElement;
   form.onsubmit = (ev) => {

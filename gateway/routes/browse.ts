@@ -5,6 +5,9 @@
  * - GET /v1/block?index=N | ?hash=H  one block, as stored (`void: true` when a compromise voided it)
  * - GET /v1/versions?url=U           every endorsement of a URL, newest first
  * - GET /v1/units?name=owner/name    the blocks of a unit, newest first
+ * Key events (docs/key-events.md): a key block's summary carries
+ * `key_event` (what it did), a void block `void` (its range and the
+ * compromise block that voided it) in every answer above.
  * Must hold: answers come only from the verified index; list sizes are
  * capped; bad parameters are 400 `bad_request`.
  */
@@ -40,8 +43,26 @@ function state(ctx: GatewayContext) {
   return ctx.state;
 }
 
+/** What a key block did, for lists and the explorer. */
+export function keyEventOf(b: Block): Record<string, unknown> | null {
+  const s = b.payload.statement;
+  if (b.payload.intent !== 'key' || !s) return null;
+  const common = { action: s.action, sequence: s.sequence, online: s.online.public_key, signatures: b.payload.signatures?.length ?? 0 };
+  if (s.action === 'root') return { ...common, root: { version: s.root.version, threshold: s.root.threshold, keys: s.root.keys.length } };
+  if (s.action === 'compromise') return { ...common, compromised: s.compromised, good_through: s.good_through, voids: s.good_through + 1 <= b.index - 1 ? [s.good_through + 1, b.index - 1] : null };
+  return common;
+}
+
+/** The void range holding block `i` and the compromise block after it (`{from, to, compromise}`), or null. */
+export function voidOf(index: { isVoid(i: number): boolean; voids(): [number, number][] }, i: number): { from: number; to: number; compromise: number } | null {
+  if (!index.isVoid(i)) return null;
+  const r = index.voids().find(([a, b]) => i >= a && i <= b)!;
+  return { from: r[0], to: r[1], compromise: r[1] + 1 };
+}
+
 /** A one-line view of a block for lists. */
-export function blockSummary(b: Block, revokedBy: Block | null = null): Record<string, unknown> {
+export function blockSummary(b: Block, revokedBy: Block | null = null, isVoid = false): Record<string, unknown> {
+  const keyEvent = keyEventOf(b);
   return {
     index: b.index,
     record_hash: b.record_hash,
@@ -54,6 +75,8 @@ export function blockSummary(b: Block, revokedBy: Block | null = null): Record<s
     comment: b.comment.length > 200 ? b.comment.slice(0, 200) + '…' : b.comment,
     ...(b.payload.intent === 'revoke' ? { target_hash: b.payload.target_hash } : {}),
     ...(revokedBy ? { revoked_by: revokedBy.index } : {}),
+    ...(keyEvent ? { key_event: keyEvent } : {}),
+    ...(isVoid ? { void: true } : {}),
   };
 }
 
@@ -63,7 +86,7 @@ export function handleBlocks(ctx: GatewayContext, _req: IncomingMessage, res: Se
   const before = int(p.before, 'before', 0, s.size, s.size);
   const limit = int(p.limit, 'limit', 1, MAX_LIST, 20);
   const blocks: Record<string, unknown>[] = [];
-  for (let i = before - 1; i >= 0 && blocks.length < limit; i--) blocks.push(s.index.isVoid(i) ? { ...blockSummary(s.index.block(i)!), void: true } : blockSummary(s.index.block(i)!));
+  for (let i = before - 1; i >= 0 && blocks.length < limit; i--) blocks.push(blockSummary(s.index.block(i)!, null, s.index.isVoid(i)));
   sendJson(res, 200, { success: true, size: s.size, before, blocks });
 }
 
@@ -79,12 +102,12 @@ export function handleBlock(ctx: GatewayContext, _req: IncomingMessage, res: Ser
   } else throw new VouchError('bad_request', 'give index or hash');
   if (!block) throw new VouchError('not_found', 'no such block', { resource: p.hash ?? p.index });
   const revokedBy = block.payload.intent === 'endorse' ? s.index.revocationOf(block, ctx.today()) : null;
+  const voided = voidOf(s.index, block.index);
   sendJson(res, 200, {
     success: true,
     ...block,
     ...(revokedBy ? { revoked_by: { index: revokedBy.index, record_hash: revokedBy.record_hash, effective_date: revokedBy.payload.effective_date } } : {}),
-    // Signed by a compromised key after its last good block (docs/key-events.md): kept as evidence, never selected.
-    ...(s.index.isVoid(block.index) ? { void: true } : {}),
+    ...(voided ? { void: voided } : {}),
   });
 }
 

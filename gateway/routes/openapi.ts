@@ -134,6 +134,41 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
       },
     },
+    '/v1/keys': {
+      get: {
+        summary: 'The log\'s key events (docs/key-events.md): block 0 and every key block with sequence > `since`, each with its inclusion proof in the tree of the served checkpoint note `checkpoint` of `size`; the key state of the served chain and each online key\'s note verifier key (the key in force first)',
+        parameters: [
+          { name: 'since', in: 'query', required: false, description: 'Key events the client has applied (default 0: all).', schema: { type: 'integer', minimum: 0 } },
+        ],
+        responses: {
+          200: {
+            description: 'The key events.',
+            content: { 'application/json': { schema: {
+              type: 'object',
+              required: ['success', 'chain', 'first', 'first_block', 'state', 'checkpoint', 'size', 'events', 'verifier_keys'],
+              properties: {
+                success: { const: true },
+                chain: { type: 'string', description: 'record_hash of block 0 (what statements name)' },
+                first: { type: 'object', properties: { signer: { type: 'string' }, public_key: { type: 'string' } } },
+                first_block: { type: 'object', properties: { block: { type: 'object' }, proof: { type: 'array', items: { type: 'string' } } } },
+                state: { type: 'object', description: 'The key state after the served chain: root, online key (since), retired and compromised keys, void ranges, sequence.' },
+                checkpoint: { type: 'string', description: 'The signed checkpoint note every proof is against (as /checkpoint serves it).' },
+                size: { type: 'integer', minimum: 1 },
+                events: { type: 'array', items: { type: 'object', required: ['index', 'sequence', 'block', 'proof'], properties: {
+                  index: { type: 'integer' }, sequence: { type: 'integer' }, block: { type: 'object' },
+                  proof: { type: 'array', items: { type: 'string' }, description: 'base64 hashes, leaf upwards (RFC 9162 PATH)' },
+                } } },
+                verifier_keys: { type: 'array', items: { type: 'string' }, description: '<origin>+<hex8>+<base64(0x01 ‖ key)> for Go\'s sumdb/note' },
+              },
+            } } },
+          },
+          400: jsonError('`since` is not a non-negative integer (`bad_request`).'),
+          404: jsonError('The chain has no checkpoint note yet (`not_found`).'),
+          406: jsonError('The Accept header rules out JSON.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
     '/v1/proof/consistency': {
       get: {
         summary: 'Consistency proof that the tree of `from` blocks is a prefix of the tree of `to` (RFC 9162 PROOF; empty when from is 0 or equals to)',
@@ -208,7 +243,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           { name: 'hash', in: 'query', required: false, description: 'record_hash', schema: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
         ],
         responses: {
-          200: { description: 'The block with `success: true` (and `revoked_by` when revoked, `void: true` when a compromise declaration voided it).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          200: { description: 'The block with `success: true` (and `revoked_by` when revoked; `void: {from, to, compromise}` when a compromise declaration at block `compromise` voids blocks `from`..`to`, this one among them, docs/key-events.md).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
           400: jsonError('Neither index nor hash, or a malformed one.'),
           404: jsonError('No such block.'),
           503: jsonError('Not ready.'),
@@ -459,7 +494,8 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             index: { type: 'integer' }, record_hash: { type: 'string' }, posted: { type: 'string' }, intent: { type: 'string' },
             uns: { type: 'string' }, semver: { type: 'string' }, effective_date: { type: 'string' }, endorsements: { type: 'integer' },
             comment: { type: 'string' }, target_hash: { type: 'string' }, revoked_by: { type: 'integer' },
-            void: { const: true, description: 'The block is void (signed by a compromised key after its last good block): kept as evidence, never selected.' },
+            key_event: { type: 'object', description: 'A key block: what it did (action, sequence, online key, holders\' signatures; root: version, threshold, keys; compromise: compromised key, good_through, voids).' },
+            void: { const: true, description: 'The block is void (signed by a compromised key after its last good block): never selected.' },
           },
         },
         BlockList: {

@@ -3,7 +3,10 @@
  * parsers of untrusted input: block files, checkpoints, the selection query
  * and submit bodies. Whatever the input, a parser either accepts it or throws
  * the documented VouchError — never another exception, never a hang; and
- * verification of a mutated chain never accepts it.
+ * verification of a mutated chain never accepts it. A client's walk of a
+ * `/v1/keys` answer (chain/key-walk.ts) refuses any mutation it cannot
+ * tell apart from the honest answer with a KeyWalkError, and otherwise ends
+ * in the honest key state.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -15,6 +18,10 @@ import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../../gateway/h
 import { parseRevokeRequest, parseSubmitBody, parseSubmitRequest } from '../../gateway/routes/submit-request.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { buildFeatureChain } from '../helpers/chain-fixture.ts';
+import { KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents } from '../../chain/key-walk.ts';
+import { MerkleTree } from '../../chain/merkle-tree.ts';
+import { base64Encode, hexDecode } from '../../chain/encoding.ts';
+import { b64, buildKeyLifeChain, ONLINE } from '../helpers/key-fixture.ts';
 
 const SEED = 20261122;
 const RUNS = 400;
@@ -306,6 +313,51 @@ test('parseBlockFile (the verifier\'s reader) gives exactly what readJson then p
   assert.ok(accepted > RUNS / 4, `only ${accepted} texts parsed: the property says little`);
   // Real block files, unchanged, parse (the fast path's usual case).
   for (const b of blocks) assert.equal(parseBlockFile(formatBlockFile(b), b.index), { block: parseBlock(structuredClone(b), b.index), malformed: null });
+});
+
+
+test('/v1/keys answers: arbitrary JSON gives an answer or a KeyWalkError; a mutated honest answer walks to the honest state or is refused', () => {
+  const isWalkError = (f: () => unknown): void => {
+    try {
+      f();
+    } catch (e) {
+      if (!(e instanceof KeyWalkError)) throw new Error(`threw a ${(e as Error)?.constructor?.name}: ${(e as Error)?.message}`);
+    }
+  };
+  fc.assert(fc.property(jsonValue, (v) => { isWalkError(() => parseKeysAnswer(v, 'fuzz')); parseTrail(v); }), { seed: SEED, numRuns: RUNS });
+  const life = buildKeyLifeChain();
+  const tree = new MerkleTree(nodeBackend);
+  for (const b of life.blocks) tree.append(hexDecode(b.record_hash)!);
+  const cp = { size: tree.size, root: tree.root() };
+  const honest = {
+    chain: life.blocks[0]!.record_hash, size: tree.size, checkpoint: '',
+    first_block: { block: life.blocks[0], proof: tree.inclusionProof(0, tree.size).map(base64Encode) },
+    events: [2, 4, 8, 10].map((i) => ({ index: i, sequence: life.blocks[i]!.payload.statement!.sequence, block: life.blocks[i], proof: tree.inclusionProof(i, tree.size).map(base64Encode) })),
+  };
+  const walk = (v: unknown) => {
+    const a = parseKeysAnswer(v, 'fuzz');
+    return walkKeyEvents(nodeBackend, startTrail(nodeBackend, a, cp, b64(ONLINE.A), 'fuzz'), a.events, cp, 'fuzz').state;
+  };
+  const expected = JSON.stringify(walk(honest));
+  /** Every path to a scalar or object inside the honest answer. */
+  const paths: (string | number)[][] = [];
+  const collect = (v: unknown, at: (string | number)[]) => {
+    paths.push(at);
+    if (typeof v === 'object' && v !== null) for (const [k, x] of Object.entries(v)) collect(x, [...at, Array.isArray(v) ? Number(k) : k]);
+  };
+  collect(honest, []);
+  const mutation = fc.record({ path: fc.constantFrom(...paths.filter((p) => p.length > 0)), value: fc.oneof(jsonValue, fc.constantFrom(0, 1, 2, 3, 11, 12, '', 'AAAA', b64(ONLINE.B), b64(ONLINE.D))) });
+  fc.assert(fc.property(mutation, ({ path, value }) => {
+    const v = structuredClone(honest) as Record<string | number, unknown>;
+    let o = v;
+    for (const k of path.slice(0, -1)) o = o[k] as Record<string | number, unknown>;
+    o[path[path.length - 1]!] = value;
+    try {
+      assert.is(JSON.stringify(walk(v)), expected, `accepted a mutation of ${path.join('.')} into another state`);
+    } catch (e) {
+      if (!(e instanceof KeyWalkError)) throw e;
+    }
+  }), { seed: SEED, numRuns: RUNS });
 });
 
 test.run();

@@ -43,7 +43,7 @@ import { UsageError, emit, refuse } from '../command.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl, isDate, isSemver, parseBlock, type Block } from '../../chain/block.ts';
 import { computeRecordHash, payloadMessage } from '../../chain/build.ts';
-import { base64Decode, base64Encode, hexEncode } from '../../chain/encoding.ts';
+import { base64Decode, base64Encode, bytesEqual, hexEncode } from '../../chain/encoding.ts';
 import { parseArtifactHash, formatArtifactHash } from '../../chain/hash-algorithms.ts';
 import { parseUns, sameEntry } from '../../chain/uns-header.ts';
 import type { Policy } from '../../chain/tlog-policy.ts';
@@ -51,9 +51,10 @@ import { readPolicyFile } from '../../platform/policy-file.ts';
 import { parseVerifierKey, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { defaultStatePath, loadState, saveCheckpoint } from '../checkpoint-state.ts';
+import { KeyFollower, readRootPin, type KeyPin } from '../key-follower.ts';
 import {
   Refusal, checkBlockProof, checkPolicy, decide, openVerified, parseConsistencyAnswer, parseInclusionAnswer, parseProofObject, proveExtends, staleCheckpoint,
-  type Authority, type GatewayAnswer, type RevocationEvidence, type VerifiedCheckpoint,
+  type Authority, type GatewayAnswer, type ProofObject, type RevocationEvidence, type VerifiedCheckpoint,
 } from '../tlog-client.ts';
 
 const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
@@ -98,15 +99,24 @@ function oneHeader(headers: Record<string, string | string[] | undefined>, name:
 
 const jsonKind = (v: unknown) => (v === null ? 'null' : Array.isArray(v) ? 'an array' : `a ${typeof v}`);
 
-/** Checks a block on its own: form, record hash, signature by the pinned key. */
-export function checkBlockObject(raw: unknown, publicKey: Uint8Array, what: string): Block {
+/** Checks a block's form and record hash (its signature is `signedWith`'s). */
+function parseHashed(raw: unknown, what: string): Block {
   const index = typeof (raw as { index?: unknown })?.index === 'number' ? (raw as { index: number }).index : -1;
   const block = parseBlock(raw, index);
   if (computeRecordHash(block, nodeBackend) !== block.record_hash) throw new VouchError('record_hash_mismatch', `the ${what}'s record_hash does not match its content`);
+  return block;
+}
+
+/** Whether `block` is signed by `publicKey`. */
+function signedWith(block: Block, publicKey: Uint8Array): boolean {
   const sig = base64Decode(block.signature);
-  if (sig === null || !nodeBackend.verify(publicKey, payloadMessage(block.payload), sig)) {
-    throw new VouchError('bad_signature', `the ${what} is not signed by the pinned authority key`);
-  }
+  return sig !== null && nodeBackend.verify(publicKey, payloadMessage(block.payload), sig);
+}
+
+/** Checks a block on its own: form, record hash, signature by the pinned key. */
+export function checkBlockObject(raw: unknown, publicKey: Uint8Array, what: string): Block {
+  const block = parseHashed(raw, what);
+  if (!signedWith(block, publicKey)) throw new VouchError('bad_signature', `the ${what} is not signed by the pinned authority key`);
   return block;
 }
 
@@ -140,11 +150,17 @@ What this cannot show with one gateway: that the block is the newest for the URL
 that is really in the log (or hold back its newer checkpoints from a client that never saw one). Asking several independent \
 gateways (--gateway repeated: same tree, same block, or a newer tree that explains the difference) and requiring witness \
 cosignatures (--policy: the checkpoint was seen by witnesses, so it is the one everybody is shown) are the answers. \
-The first checkpoint seen for an origin is trusted on first use unless --policy or several gateways back it.`;
+The first checkpoint seen for an origin is trusted on first use unless --policy or several gateways back it.
+
+Key events (docs/key-events.md): the client pins the log's first key (--public-key) or a root (--root: a root statement \
+file, or {"threshold": K, "keys": [...]}) and remembers the keys it verified in the state file. When a block or a checkpoint \
+is not signed by the key it knows, it asks the same gateway once for /v1/keys, checks each key block's inclusion proof and \
+holders' signatures, and follows the rotation (at most 32 key events in one update: key_walk_limit beyond). A block signed \
+by a compromised key after its last good block is refused (void_block).`;
 
 export const get: Command = {
   name: 'get',
-  usage: '--gateway BASE [--gateway BASE...] --url URL [--semver V | --at D] --public-key B64 -o FILE [--state FILE] [--origin NAME] [--policy FILE]',
+  usage: '--gateway BASE [--gateway BASE...] --url URL [--semver V | --at D] (--public-key B64 | --root FILE) -o FILE [--state FILE] [--origin NAME] [--policy FILE]',
   summary: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature, its inclusion in the log\'s signed checkpoint, the checkpoint\'s consistency with the last one seen, and the bytes\' hash itself before writing FILE.',
   details: `Exit 0 verified and written; 1 refused (nothing signed, revoked, bad signature or proof, stale or inconsistent checkpoint, gateways disagreeing, missing witness quorum, hash mismatch, an answer that is not the protocol's: bad_answer); 2 usage, file or network error. FILE is never left partial.\n\n${TRUST}`,
   options: {
@@ -152,7 +168,8 @@ export const get: Command = {
     url: { type: 'string', value: 'URL', help: 'the artifact URL as endorsed', required: true },
     semver: { type: 'string', value: 'V', help: 'exact version' },
     at: { type: 'string', value: 'D', help: 'date YYYY-MM-DD' },
-    'public-key': { type: 'string', value: 'B64', help: 'the authority public key you trust (base64), or its note verifier key ORIGIN+HEX8+B64 (also pins --origin)', required: true },
+    'public-key': { type: 'string', value: 'B64', help: 'the authority public key you trust (base64; block 0\'s key), or its note verifier key ORIGIN+HEX8+B64 (also pins --origin)' },
+    root: { type: 'string', value: 'FILE', help: 'instead of --public-key: the root you trust, a root statement file or {"threshold":K,"keys":[...]}' },
     output: { type: 'string', short: 'o', value: 'FILE', help: 'where to write the verified bytes', required: true },
     state: { type: 'string', value: 'FILE', help: 'checkpoints seen before (default $XDG_STATE_HOME/vouch/checkpoints.json, else ~/.local/state/vouch/checkpoints.json)' },
     origin: { type: 'string', value: 'NAME', help: 'the log origin the checkpoint must name (default: the one it names)' },
@@ -165,8 +182,9 @@ export const get: Command = {
     for (const g of gateways) if (!/^https?:\/\//.test(g) || !URL.canParse(g)) throw new UsageError(`--gateway must be an http(s) URL, got ${JSON.stringify(g)}`);
     if (v.semver !== undefined && !isSemver(v.semver)) throw new UsageError('--semver must be a SemVer 2.0.0 version');
     if (v.at !== undefined && !isDate(v.at)) throw new UsageError('--at must be a date YYYY-MM-DD');
-    let key = base64Decode(v['public-key']);
-    if (key === null && v['public-key'].includes('+')) {
+    if ((v['public-key'] === undefined) === (v.root === undefined)) throw new UsageError('give --public-key (the log\'s first key) or --root FILE (its root), one of them');
+    let key = v['public-key'] === undefined ? null : base64Decode(v['public-key']);
+    if (key === null && v['public-key']?.includes('+')) {
       // A note verifier key (`/v1/authority` verifier_key, `vouch keygen --origin`): the key, and the origin it pins.
       let vkey;
       try {
@@ -179,11 +197,20 @@ export const get: Command = {
       key = vkey.publicKey;
       v.origin = vkey.name;
     }
-    if (key === null || key.length !== 32) throw new UsageError('--public-key must be base64 of a 32-byte ed25519 key, or a note verifier key NAME+HEX8+BASE64');
+    if (v.root === undefined && (key === null || key.length !== 32)) throw new UsageError('--public-key must be base64 of a 32-byte ed25519 key, or a note verifier key NAME+HEX8+BASE64');
+    let pin: KeyPin;
+    try {
+      pin = v.root !== undefined ? readRootPin(v.root) : { kind: 'key', publicKey: base64Encode(key!) };
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
     const timeoutMs = Number(v.timeout ?? 300) * 1000;
     if (!(timeoutMs > 0)) throw new UsageError('--timeout must be a positive number of seconds');
     if (v.origin !== undefined && v.origin === '') throw new UsageError('--origin must not be empty');
-    const authority: Authority = { publicKey: key, ...(v.origin !== undefined ? { origin: v.origin as string } : {}) };
+    const pinnedOrigin = v.origin !== undefined ? { origin: v.origin as string } : {};
+    /** The authority as known now: the online key in force (block 0's until a key event is walked). */
+    const authorityNow = (): Authority => ({ publicKey: follower.online(), ...pinnedOrigin });
+    const authority: { origin?: string } = pinnedOrigin;
     const policy: Policy | null = v.policy === undefined ? null : readPolicyFile(nodeBackend, v.policy, '--policy');
     const statePath: string = v.state ?? defaultStatePath();
     const state = loadState(statePath);
@@ -258,6 +285,47 @@ export const get: Command = {
       }
       return { status: res.statusCode, json };
     };
+    const follower = new KeyFollower(pin, async (g, since) => {
+      const r = await getJson(`${g}/v1/keys?since=${since}`);
+      if (r.status === 404) return null;
+      if (r.status !== 200) throw new Refusal('bad_answer', `${g}/v1/keys answers HTTP ${r.status}: the log's key events cannot be checked`);
+      return r.json;
+    });
+    follower.loadFrom(state, authority.origin ?? null);
+    /**
+     * Checks `block`'s signature by the online key in force at its index
+     * (void: refused); when the keys known do not verify it, walks
+     * /v1/keys of `gateway` once and checks again.
+     */
+    const checkSigned = async (block: Block, what: string, gateway: string): Promise<Block> => {
+      if (follower.needsWalk) await follower.walk(gateway);
+      const once = (): boolean => {
+        const k = follower.keyAt(block.index);
+        if (k === 'void') throw new Refusal('void_block', `${gateway}: the ${what} (block ${block.index}) is void: signed by a compromised online key after its last good block (docs/key-events.md)`);
+        return signedWith(block, k);
+      };
+      if (once() || (await follower.walk(gateway) && once())) return block;
+      throw new VouchError('bad_signature', follower.changed || follower.stored() !== undefined
+        ? `the ${what} is not signed by the online key in force at block ${block.index}`
+        : `the ${what} is not signed by the pinned authority key`);
+    };
+    const signedBlock = async (raw: unknown, what: string, gateway: string): Promise<Block> => checkSigned(parseHashed(raw, what), what, gateway);
+    /**
+     * `checkBlockProof` with the online key in force; a note by a key not
+     * known yet: one walk of /v1/keys, then again, and the block's signature
+     * once more against what the walk showed (a compromise may void it, a
+     * rotation move its key).
+     */
+    const provenIn = async (block: Block, p: ProofObject, gateway: string, what: string): Promise<VerifiedCheckpoint> => {
+      try {
+        return checkBlockProof(nodeBackend, block, p, authorityNow(), gateway);
+      } catch (e) {
+        if (!(e instanceof Refusal && e.code === 'bad_checkpoint') || !(await follower.walk(gateway))) throw e;
+        const cp = checkBlockProof(nodeBackend, block, p, authorityNow(), gateway);
+        await checkSigned(block, what, gateway);
+        return cp;
+      }
+    };
     /** `revoked_by` of a lookup or block answer: absent, or `{"index": n, ...}`. */
     const revokedIndex = (value: unknown, where: string): number | undefined => {
       if (value === undefined) return undefined;
@@ -295,7 +363,7 @@ export const get: Command = {
       const r = await getJson(`${gateway}/v1/block?index=${index}`);
       if (r.status !== 200) return null;
       const { success: _s, revoked_by: revokedBy, ...raw } = r.json as Record<string, unknown>;
-      const block = checkBlockObject(raw, key, `block ${index} from ${gateway}`);
+      const block = await signedBlock(raw, `block ${index} from ${gateway}`, gateway);
       if (block.index !== index) throw new Refusal('bad_answer', `${gateway} answers block ${block.index} when asked for block ${index}`);
       return { block, revokedBy: revokedIndex(revokedBy, `block ${index} from ${gateway}`) };
     };
@@ -327,7 +395,7 @@ export const get: Command = {
     const unsBlock = async (uns: string, gateway: string): Promise<Block> => {
       const form = parseUns(uns);
       if (typeof form === 'string') throw new Refusal('bad_answer', `${gateway}: ${form}`);
-      if (form.form === 'full') return checkBlockObject(form.block, key, 'UNS block');
+      if (form.form === 'full') return signedBlock(form.block, 'UNS block', gateway);
       const got = await blockFrom(gateway, form.index);
       if (got === null) throw new Refusal('bad_answer', `${gateway}: the UNS header names block ${form.index}, which /v1/block does not give`);
       if (got.block.record_hash !== form.recordHash) {
@@ -366,20 +434,35 @@ export const get: Command = {
       if (seen !== undefined) return seen;
       const s = state.get(o);
       if (s === undefined) return (seen = null);
-      try {
-        seen = openVerified(nodeBackend, s.note, { publicKey: key, origin: o }, `state file ${statePath}`);
-      } catch (e) {
-        if (e instanceof Refusal) throw new Refusal('bad_state', `the state file's checkpoint for ${o} does not verify with --public-key (${e.line}); a different key signs this origin now, or the state was edited: use another --state only if you know why`);
-        throw e;
-      }
+      // Signed by one of the online keys known, newest first (the remembered note may predate a rotation walked since).
+      const opened = (keys: Uint8Array[]): VerifiedCheckpoint => {
+        try {
+          return openVerified(nodeBackend, s.note, { publicKey: keys[0]!, origin: o }, `state file ${statePath}`);
+        } catch (e) {
+          if (!(e instanceof Refusal)) throw e;
+          if (keys.length > 1) return opened(keys.slice(1));
+          throw new Refusal('bad_state', `the state file's checkpoint for ${o} does not verify with --public-key (${e.line}); a different key signs this origin now, or the state was edited: use another --state only if you know why`);
+        }
+      };
+      seen = opened(follower.noteKeys());
       if (seen.size !== s.size || base64Encode(seen.root) !== s.root) throw new Refusal('bad_state', `the state file's entry for ${o} does not match its own note`);
       return seen;
+    };
+    /** The policy's `log` line names the key in force, or (after key events) the log's first key the client pinned. */
+    const policyCheck = (p: Policy, cp: VerifiedCheckpoint): void => {
+      try {
+        checkPolicy(nodeBackend, p, cp, authorityNow());
+      } catch (e) {
+        const first = follower.firstKey();
+        if (!(e instanceof Refusal && e.code === 'policy') || first === null || bytesEqual(first, authorityNow().publicKey)) throw e;
+        checkPolicy(nodeBackend, p, cp, { ...pinnedOrigin, publicKey: first });
+      }
     };
     /** Requires `cp` to be of the expected origin, to satisfy the policy, and to extend `current` (proof from `gateway`). */
     const accept = async (cp: VerifiedCheckpoint, current: VerifiedCheckpoint | null, gateway: string) => {
       if (origin === null) origin = cp.origin;
       else if (cp.origin !== origin) throw new Refusal('bad_checkpoint', `${cp.source}: checkpoint of origin ${JSON.stringify(cp.origin)}, expected ${JSON.stringify(origin)}`);
-      if (policy) checkPolicy(nodeBackend, policy, cp, authority);
+      if (policy) policyCheck(policy, cp);
       if (current === null) return;
       if (cp.size < current.size) throw staleCheckpoint(current, cp);
       await proveExtends(nodeBackend, current, cp, consistencyFrom(gateway), statePath);
@@ -394,9 +477,9 @@ export const get: Command = {
           const r = await getJson(`${g}${lookup}`);
           if (r.status !== 200) return { gateway: g, status: r.status, message: String((r.json as { message?: unknown })?.message ?? '') };
           const { success: _s, proof, revoked_by: revokedBy, ...raw } = r.json as Record<string, unknown>;
-          const block = checkBlockObject(raw, key, `block from ${g}`);
+          const block = await signedBlock(raw, `block from ${g}`, g);
           if (proof === undefined) throw new Refusal('no_proof', `${g} sent no proof with its lookup (proof=1): nothing shows its block is in the log everybody sees`);
-          const cp = checkBlockProof(nodeBackend, block, parseProofObject(proof, g), authority, g);
+          const cp = await provenIn(block, parseProofObject(proof, g), g, `block from ${g}`);
           const revokedAt = revokedIndex(revokedBy, `the lookup of ${g}`);
           if (revokedAt !== undefined) throw new Refusal('revoked', `${g}: the selected version is revoked (block ${revokedAt})`);
           entryFor(block, want, g);
@@ -414,7 +497,7 @@ export const get: Command = {
         for (const a of ok) {
           if (origin === null) origin = a.cp.origin;
           if (a.cp.origin !== origin) throw new Refusal('gateways_disagree', `${a.gateway} shows a checkpoint of origin ${JSON.stringify(a.cp.origin)}, ${ok[0]!.gateway} of ${JSON.stringify(origin)}`);
-          if (policy) checkPolicy(nodeBackend, policy, a.cp, authority);
+          if (policy) policyCheck(policy, a.cp);
         }
         const newest = ok.reduce((a, b) => (b.cp.size > a.cp.size ? b : a));
         for (const a of ok) if (a !== newest) await proveExtends(nodeBackend, a.cp, newest.cp, consistencyFrom(newest.gateway), statePath);
@@ -450,7 +533,7 @@ export const get: Command = {
         await res.body.dump();
         throw new Refusal('no_proof', `${gateway} sent no Vouch-Proof header: nothing shows this block is in the log everybody sees (a gateway without transparency support, or one hiding its checkpoint)`);
       }
-      const cp = checkBlockProof(nodeBackend, block, await fullProof(proofHeader, block, gateway), authority, gateway);
+      const cp = await provenIn(block, await fullProof(proofHeader, block, gateway), gateway, 'UNS block');
       const current = decided?.cp ?? remembered(authority.origin ?? cp.origin);
       await accept(cp, current, gateway);
       if (decided && block.record_hash !== decided.block.record_hash) {
@@ -481,7 +564,8 @@ export const get: Command = {
       if (got !== entry.artifact_hash) {
         throw new VouchError('hash_mismatch', `the bytes hash to ${got}; the signed block says ${entry.artifact_hash}`);
       }
-      saveCheckpoint(statePath, cp.origin, { size: cp.size, root: base64Encode(cp.root), note: cp.text });
+      const keys = follower.stored();
+      saveCheckpoint(statePath, cp.origin, { size: cp.size, root: base64Encode(cp.root), note: cp.text, ...(keys !== undefined ? { keys } : {}) });
       renameSync(tmp, v.output);
       emit(v, `ok: ${v.output} ${bytes} bytes, ${entry.name} ${entry.semver}, block ${block.index} ${block.record_hash}, ${entry.artifact_hash}; in ${cp.origin} size ${cp.size}${gateways.length > 1 ? ` (${gateways.length} gateways agree)` : ''}`, {
         file: v.output, bytes, name: entry.name, semver: entry.semver, index: block.index, record_hash: block.record_hash, artifact_hash: entry.artifact_hash,
