@@ -55,10 +55,16 @@ export interface EcosystemHandler {
   artifactTarget?(tail: string): string | null;
   /** Sorts a request by the path after the prefix (as sent, percent-encoding kept) and its query (without `?`). */
   classify(rest: string, query: string): Classified;
-  /** The body of a failure the client shows its user: npm prints `{"error": ...}`, pip and go a text line. */
-  errorBody(message: string): {
+  /**
+   * The body of a failure the client shows its user: npm prints `{"error": ...}`, pip and go a text line.
+   * `status` is the failure's status and `target` the request target; a module may answer another
+   * `status` for a client that shows the reason only for some statuses (Maven hides it on 404 / 410).
+   */
+  errorBody(message: string, status?: number, target?: string): {
     contentType: string;
     body: string;
+    /** The status to send instead of the given one. */
+    status?: number;
     /** The status line's reason phrase instead of the standard one (printable ASCII), for a client that prints it and not the body (pip). */
     reason?: string;
   };

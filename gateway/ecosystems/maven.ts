@@ -36,6 +36,10 @@ const SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9_.+~-]{0,254}$/;
 const CHECKSUM = /\.(md5|sha1|sha256|sha512)$/;
 const TEXT = 'text/plain; charset=utf-8';
 const XML = 'text/xml; charset=utf-8';
+/** The refusals of an artifact (or its checksum) by the chain: unendorsed on a deny route, revoked. */
+const POLICY_REFUSAL = /is not endorsed by the authority, refused$|is revoked by the authority, refused$/;
+/** Files a client asks for and goes on without (Gradle's module metadata): their refusal stays a 404. */
+const OPTIONAL = /\.module(?:\.(?:md5|sha1|sha256|sha512))?(?:\?|$)/;
 const FETCH = { accept: 'application/xml, text/xml, */*', form: 'maven' } as const;
 
 /** A request under a Maven route. */
@@ -187,9 +191,11 @@ export const maven: EcosystemHandler = {
       };
     }
   },
-  // Maven prints the status line's reason phrase ("status code: 409, reason phrase: …"), not the body.
-  errorBody: (message) => {
+  // Maven prints the status line's reason phrase ("status code: 409, reason phrase: …"), not the body;
+  // on 404 / 410 it prints only "Could not find artifact", so a refusal by the chain goes out as 403.
+  errorBody: (message, status, target) => {
     const line = message.replace(/[\r\n]+/g, ' ');
-    return { contentType: TEXT, body: `${line}\n`, reason: line };
+    const forbid = (status === 404 || status === 410) && POLICY_REFUSAL.test(line) && !OPTIONAL.test(target ?? '');
+    return { contentType: TEXT, body: `${line}\n`, reason: line, ...(forbid ? { status: 403 } : {}) };
   },
 };

@@ -257,9 +257,9 @@ export class ProxyRoutes {
       res.destroy();
       return;
     }
-    const { contentType, body, reason } = route.ecosystem.errorBody(message);
+    const { contentType, body, reason, status: sent } = route.ecosystem.errorBody(message, status, res.req?.url);
     if (reason !== undefined) res.statusMessage = reason.replace(/[^\x20-\x7e]/g, '?'); // pip prints the status line, not the body
-    res.writeHead(status, {
+    res.writeHead(sent ?? status, {
       'content-type': contentType,
       'content-length': Buffer.byteLength(body),
       'x-content-type-options': 'nosniff',

@@ -26,6 +26,7 @@ import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { EXIT_CODE } from '../exit-codes.ts';
 import { Http } from '../lockfiles/http.ts';
 import { resolveRequirements } from '../lockfiles/pip.ts';
+import { resolveMaven } from '../lockfiles/maven.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
 import type { Pinned } from '../lockfiles/types.ts';
 import { byUrlOf, CONCURRENCY, readLockfileRun, skippedText } from './endorse-lockfile.ts';
@@ -213,6 +214,15 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
       await http.close();
     }
   }
+  if (type === 'maven') {
+    // The repository's checksums (and the parent POMs of a list) are read here; the authority fetches and hashes the files.
+    const http = new Http(run.origins);
+    try {
+      pinned = await resolveMaven(run.mavenFiles, http, run.mavenRepo, options, CONCURRENCY, run.followPoms, notes);
+    } finally {
+      await http.close();
+    }
+  }
   const byUrl = byUrlOf(pinned);
   const unique = [...byUrl.values()];
 
@@ -258,7 +268,7 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
       uns, semver, comment: commentOf(k + 1, parts),
       ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
       endorsements: chunk.map((p): SubmitEntryBody => ({
-        url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, expect: claimsOf(p), algorithm: p.endorseAlgorithm,
+        url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, ...(claimsOf(p).length > 0 ? { expect: claimsOf(p) } : {}), algorithm: p.endorseAlgorithm,
       })),
     };
     let answer: Answer;
