@@ -135,8 +135,8 @@ export function parseMavenMetadata(body: Uint8Array | string): MavenMetadata {
       const prefix = token(child(p, 'prefix'), MAVEN_ID, 'a plugin prefix');
       const artifactId = token(child(p, 'artifactId'), MAVEN_ID, 'a plugin artifactId');
       if (prefix === null || artifactId === null) continue;
-      const name = textOf(child(p, 'name'));
-      plugins.push({ prefix, artifactId, name: name === null || name === '' ? null : name.replace(/[\x00-\x1f\x7f]/g, ' ') });
+      const name = (textOf(child(p, 'name')) ?? '').replace(/[\x00-\x20\x7f\s]+/g, ' ').trim();
+      plugins.push({ prefix, artifactId, name: name === '' ? null : name });
     }
   }
   return {

@@ -43,6 +43,8 @@ const MAX_SIDE_FILE_BYTES = 1024;
 const MAX_PARENT_DEPTH = 32;
 
 const ID = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$/;
+/** A groupId: dot-separated ids, none empty (each becomes a path segment). */
+const GROUP_ID = /^(?=.{1,200}$)[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*$/;
 const VERSION = /^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$/;
 const CLASSIFIER = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$/;
 
@@ -138,7 +140,7 @@ export function readDependencyList(text: string, fileName: string): MavenFile[] 
     const [groupId, artifactId, type] = f as [string, string, string];
     const classifier = f.length === 6 ? f[3]! : null;
     const version = f.at(-2)!;
-    if (!ID.test(groupId) || !ID.test(artifactId)) bad(`${at}: ${JSON.stringify(`${groupId}:${artifactId}`.slice(0, 200))} is not a groupId:artifactId`);
+    if (!GROUP_ID.test(groupId) || !ID.test(artifactId)) bad(`${at}: ${JSON.stringify(`${groupId}:${artifactId}`.slice(0, 200))} is not a groupId:artifactId`);
     if (!VERSION.test(version)) bad(`${at}: ${JSON.stringify(version.slice(0, 200))} is not a version`);
     if (!ID.test(type) || (classifier !== null && !CLASSIFIER.test(classifier))) bad(`${at}: the type or classifier is not valid`);
     const { ext, classifier: cls } = extensionOf(type, classifier);
@@ -193,7 +195,7 @@ export function readLocalRepository(root: string, skipped: SkipCounts): MavenFil
       if (segs.length < 4) continue;
       const [artifactId, version] = segs.slice(-3, -1) as [string, string];
       const groupId = segs.slice(0, -3).join('.');
-      if (!ID.test(groupId) || !ID.test(artifactId) || !VERSION.test(version) || !name.startsWith(`${artifactId}-${version}`)) {
+      if (!GROUP_ID.test(groupId) || !ID.test(artifactId) || !VERSION.test(version) || !name.startsWith(`${artifactId}-${version}`)) {
         skipped['not in the maven2 layout'] = (skipped['not in the maven2 layout'] ?? 0) + 1;
         continue;
       }
@@ -251,7 +253,7 @@ export function pomReferences(pom: Uint8Array | string): MavenFile[] {
     const g = text(kid(n, 'groupId'));
     const a = text(kid(n, 'artifactId'));
     const v = text(kid(n, 'version'));
-    return ID.test(g) && ID.test(a) && VERSION.test(v) ? mavenFile(g, a, v, 'pom', null) : null;
+    return GROUP_ID.test(g) && ID.test(a) && VERSION.test(v) ? mavenFile(g, a, v, 'pom', null) : null;
   };
   const out: MavenFile[] = [];
   const parent = ref(kid(root, 'parent'));
