@@ -34,7 +34,7 @@ const GROUP = 'org.example.bench';
 
 export async function runMavenBench(quick: boolean): Promise<{ title: string; markdown: string }> {
   const DEPS = quick ? 12 : 40;
-  const ROUNDS = quick ? 2 : 5;
+  const ROUNDS = quick ? 2 : 7;
   const OLDER = 20; // listed older versions of each ranged dependency, unendorsed
   const load0 = loadavg()[0]!;
   const work = mkdtempSync(join(tmpdir(), 'vouch-bench-maven-'));
