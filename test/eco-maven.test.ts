@@ -16,6 +16,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
+import { get as httpGet } from 'node:http';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -219,11 +220,18 @@ test.after(async () => {
   rmSync(work, { recursive: true, force: true });
 });
 
-async function get(path: string): Promise<{ status: number; reason: string; type: string | null; uns: string | null; body: string }> {
-  const { request } = await import('undici');
-  const r = await request(gw.url + path);
-  const body = await r.body.text();
-  return { status: r.statusCode, reason: (r as unknown as { statusText?: string }).statusText ?? '', type: String(r.headers['content-type'] ?? ''), uns: (r.headers['uns'] as string | undefined) ?? null, body };
+/** A GET through the gateway, with the status line's reason phrase (what Maven prints). */
+function get(path: string): Promise<{ status: number; reason: string; type: string | null; uns: string | null; body: string }> {
+  return new Promise((resolve, reject) => {
+    httpGet(gw.url + path, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => { body += d; });
+      res.on('end', () => resolve({
+        status: res.statusCode ?? 0, reason: res.statusMessage ?? '', type: res.headers['content-type'] ?? null, uns: (res.headers['uns'] as string | undefined) ?? null, body,
+      }));
+    }).on('error', reject);
+  });
 }
 
 test('mvn resolves endorsed dependencies (and their transitive ones) through vouch and the build runs', async () => {
@@ -280,6 +288,13 @@ test('an unendorsed version is not offered by the metadata (a range resolves the
   assert.ok(existsSync(repoFile(range.repo, A.greet10!, 'jar')));
   assert.not.ok(existsSync(repoFile(range.repo, A.greet11!, 'jar')), 'the unendorsed 1.1 was resolved');
 
+  // A refusal by the chain is a 403 with the reason as the status line's phrase (Maven prints only that); Gradle's optional .module stays a 404.
+  const refusedPom = await get(`/maven/${artifactPath(A.greet11!, 'pom')}`);
+  const reason = `vouch: ${CANONICAL}${artifactPath(A.greet11!, 'pom')} is not endorsed by the authority, refused`;
+  assert.equal([refusedPom.status, refusedPom.reason, refusedPom.body.trim()], [403, reason, reason]);
+  assert.is((await get(`/maven/${artifactPath(A.greet11!, 'module')}`)).status, 404);
+  assert.is((await get(`/maven/${artifactPath(A.greet11!, 'jar')}.sha1`)).status, 403);
+  assert.is((await get(`/maven/${artifactPath(A.greet10!, 'jar')}?x=1`)).status, 404);
   const direct = await build([A.greet11!], [DEP_RESOLVE]);
   assert.is.not(direct.status, 0, direct.output);
   assert.ok(direct.output.includes(`vouch: ${CANONICAL}${artifactPath(A.greet11!, 'pom')} is not endorsed by the authority, refused`), direct.output);
@@ -289,6 +304,8 @@ test('a revoked version is refused with vouch\'s reason', async () => {
   const r = await build([A.revoked!], [DEP_RESOLVE]);
   assert.is.not(r.status, 0, r.output);
   assert.ok(r.output.includes('is revoked by the authority, refused'), r.output);
+  const sum = await get(`/maven/${artifactPath(A.revoked!, 'jar')}.sha1`);
+  assert.equal([sum.status, sum.body.includes('is revoked by the authority, refused')], [403, true]);
 });
 
 test('the repository down, the gateway warm: a fresh local repository still fills (mirror and stale metadata)', async () => {
