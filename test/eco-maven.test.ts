@@ -221,14 +221,15 @@ test.after(async () => {
 });
 
 /** A GET through the gateway, with the status line's reason phrase (what Maven prints). */
-function get(path: string): Promise<{ status: number; reason: string; type: string | null; uns: string | null; body: string }> {
+function get(path: string): Promise<{ status: number; reason: string; type: string | null; uns: string | null; unendorsed: string | null; body: string }> {
   return new Promise((resolve, reject) => {
     httpGet(gw.url + path, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (d: string) => { body += d; });
       res.on('end', () => resolve({
-        status: res.statusCode ?? 0, reason: res.statusMessage ?? '', type: res.headers['content-type'] ?? null, uns: (res.headers['uns'] as string | undefined) ?? null, body,
+        status: res.statusCode ?? 0, reason: res.statusMessage ?? '', type: res.headers['content-type'] ?? null, uns: (res.headers['uns'] as string | undefined) ?? null,
+        unendorsed: (res.headers['x-vouch-unendorsed'] as string | undefined) ?? null, body,
       }));
     }).on('error', reject);
   });
@@ -277,8 +278,13 @@ test('an unendorsed version is not offered by the metadata (a range resolves the
   const m = parseMavenMetadata(meta.body);
   assert.equal([m.versions, m.latest, m.release], [['1.0'], '1.0', '1.0']);
   assert.is((await get(`/maven/${G.replace(/\./g, '/')}/greet/maven-metadata.xml.sha1`)).body, sha1(meta.body));
-  // The pass route hands the origin's document through.
+  // The pass route hands the origin's document through, and an unendorsed file with the origin's checksum (marked).
   assert.ok((await get(`/mavenpass/${G.replace(/\./g, '/')}/greet/maven-metadata.xml`)).body.includes('<version>1.1</version>'));
+  assert.is((await get(`/mavenpass/${artifactPath(A.greet11!, 'jar')}.sha1`)).body, sha1(A.greet11!.jar!));
+  const passed = await get(`/mavenpass/${artifactPath(A.greet11!, 'jar')}`);
+  assert.equal([passed.status, passed.unendorsed], [200, 'passed unverified']);
+  // An endorsed file on the pass route: still the digest of the verified bytes, not the origin's wrong .sha1.
+  assert.is((await get(`/mavenpass/${artifactPath(A.badsum!, 'jar')}.sha1`)).body, sha1(A.badsum!.jar!));
   const snap = await get(`/maven/${G.replace(/\./g, '/')}/greet/1.2-SNAPSHOT/maven-metadata.xml`);
   assert.is(snap.status, 404);
   assert.match(snap.body, /SNAPSHOT/);
