@@ -13,6 +13,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   gateway: async () => (await import('./gateway-bench.ts')).runGatewayBench(process.argv.includes('--quick')),
   mirror: async () => (await import('./mirror-bench.ts')).runMirrorBench(process.argv.includes('--quick')),
   ecosystem: async () => (await import('./ecosystem-bench.ts')).runEcosystemBench(process.argv.includes('--quick')),
+  maven: async () => (await import('./maven-bench.ts')).runMavenBench(process.argv.includes('--quick')),
   soak: async () => (await import('./soak-bench.ts')).runSoakBench(process.argv.includes('--quick')),
   memory: async () => (await import('./memory-bench.ts')).runMemoryBench(process.argv.includes('--quick')),
   scale: async () => (await import('./scale-bench.ts')).runScaleBench(process.argv.includes('--quick')),

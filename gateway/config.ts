@@ -16,7 +16,7 @@ import { parse as parseYaml } from 'yaml';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode } from '../chain/encoding.ts';
 
-export type RouteKind = 'plain' | 'npm' | 'pypi' | 'goproxy';
+export type RouteKind = 'plain' | 'npm' | 'pypi' | 'goproxy' | 'maven';
 
 export interface RouteConfig {
   prefix: string | null;
@@ -25,7 +25,7 @@ export interface RouteConfig {
   origin: string;
   /** The public base the chain endorses URLs under (null: the origin itself). */
   canonical: string | null;
-  /** `plain`: artifacts only; `npm`, `pypi`, `goproxy`: the package manager's metadata is rewritten too. */
+  /** `plain`: artifacts only; `npm`, `pypi`, `goproxy`, `maven`: the package manager's metadata is rewritten too. */
   kind: RouteKind;
   unendorsed: 'deny' | 'pass';
   mode: 'enforce' | 'audit';
@@ -218,7 +218,7 @@ function checkValue(v: unknown, kind: Kind, path: string): unknown {
   }
 }
 
-const ROUTE_KINDS: readonly RouteKind[] = ['plain', 'npm', 'pypi', 'goproxy'];
+const ROUTE_KINDS: readonly RouteKind[] = ['plain', 'npm', 'pypi', 'goproxy', 'maven'];
 export const ROUTE_DEFAULTS = { metadata_ttl: 60, metadata_max_stale: 86_400 } as const;
 
 function checkRoute(r: unknown, path: string): RouteConfig {

@@ -312,6 +312,7 @@ test('packument answer: the form asked upstream, the scoped spelling, content ty
     fail: (status, message) => { failed.push({ status, message }); },
     passThrough: async () => {},
     serveArtifact: async () => false,
+    verifiedDigest: async () => ({ ok: false, status: 404, message: "not used" }),
     log: { debug() {}, info() {}, warn() {}, error() {} },
   } as MetadataIO);
   const run = async (rest: string, accept: string) => {

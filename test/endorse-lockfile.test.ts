@@ -312,7 +312,7 @@ test('single-URL mode keeps its required options and messages; lockfile-mode opt
     [{ url: ['https://x.example/y'] }, /--url does not apply with --lockfile/],
     [{ 'index-url': 'https://pypi.example/simple/' }, /--index-url applies to pip requirements files only/],
     [{ origin: ['https://a.example/'] }, /--origin must be CANONICAL=FETCH/],
-    [{ 'lockfile-type': 'cargo' }, /--lockfile-type must be npm, pip or go/],
+    [{ 'lockfile-type': 'cargo' }, /--lockfile-type must be npm, pip, go or maven/],
     [{ 'lockfile-type': 'pip', 'index-url': 'https://user:secret@pypi.example/simple/' }, /--index-url may not carry a user name or password/],
   ] as const) {
     await endorseLockfile({ chain, key, lockfile: join(work, 'package-lock.json'), ...extra }).then(

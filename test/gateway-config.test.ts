@@ -59,7 +59,7 @@ const refusals: [string, RegExp][] = [
   ['proxy: {routes: [{prefix: /npm/}]}', /routes\[0\]\.origin is required/],
   ['proxy: {routes: [{prefix: npm, origin: "https://r.example/"}]}', /routes\[0\]\.prefix must be a path/],
   ['proxy: {routes: [{prefix: /npm/, origin: "https://r.example/", unendorsed: maybe}]}', /unendorsed must be deny or pass/],
-  ['proxy: {routes: [{prefix: /npm/, origin: "https://r.example/", kind: maven}]}', /routes\[0\]\.kind must be one of plain, npm, pypi, goproxy/],
+  ['proxy: {routes: [{prefix: /npm/, origin: "https://r.example/", kind: cargo}]}', /routes\[0\]\.kind must be one of plain, npm, pypi, goproxy, maven/],
   ['proxy: {routes: [{prefix: /npm/, origin: "https://r.example/", canonical: "registry.example"}]}', /routes\[0\]\.canonical must be an absolute http/],
   ['proxy: {routes: [{prefix: /npm/, origin: "https://r.example/", metadata_ttl: -1}]}', /routes\[0\]\.metadata_ttl must be from 0/],
   ['proxy: {routes: [{prefix: /npm/, origin: "https://r.example/", metadata_max_stale: "1d"}]}', /routes\[0\]\.metadata_max_stale must be a number/],

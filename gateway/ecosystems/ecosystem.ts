@@ -23,6 +23,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Selection } from '../../chain/select.ts';
 import type { Logger } from '../log.ts';
+import type { ChecksumAlgorithm } from './maven-checksums.ts';
+
+/** The digest of an artifact's verified bytes (`MetadataIO.verifiedDigest`); `pass`: answer from the origin (a pass or audit route's policy). */
+export type VerifiedDigest = { ok: true; hex: string } | { ok: false; status: number; message: string } | { ok: 'pass' };
 
 /** What a request under an ecosystem route is. */
 export type Classified =
@@ -34,7 +38,7 @@ export type Classified =
   | { type: 'other' };
 
 export interface EcosystemHandler {
-  kind: 'npm' | 'pypi' | 'goproxy';
+  kind: 'npm' | 'pypi' | 'goproxy' | 'maven';
   /**
    * The form of the path (after the route's prefix, no query) that the
    * climb-out check sees, for a spelling the ecosystem needs and the check
@@ -51,10 +55,16 @@ export interface EcosystemHandler {
   artifactTarget?(tail: string): string | null;
   /** Sorts a request by the path after the prefix (as sent, percent-encoding kept) and its query (without `?`). */
   classify(rest: string, query: string): Classified;
-  /** The body of a failure the client shows its user: npm prints `{"error": ...}`, pip and go a text line. */
-  errorBody(message: string): {
+  /**
+   * The body of a failure the client shows its user: npm prints `{"error": ...}`, pip and go a text line.
+   * `status` is the failure's status and `target` the request target; a module may answer another
+   * `status` for a client that shows the reason only for some statuses (Maven hides it on 404 / 410).
+   */
+  errorBody(message: string, status?: number, target?: string): {
     contentType: string;
     body: string;
+    /** The status to send instead of the given one. */
+    status?: number;
     /** The status line's reason phrase instead of the standard one (printable ASCII), for a client that prints it and not the body (pip). */
     reason?: string;
   };
@@ -173,5 +183,14 @@ export interface MetadataIO {
    * false (Go's `.mod`, endorsed by a lockfile endorser, is an artifact).
    */
   serveArtifact(): Promise<boolean>;
+  /**
+   * The digest of the verified bytes of the artifact at `rest` under this
+   * route (fetched through the mirror and hash-checked like a download), or
+   * the refusal an artifact request for it would get (404 unendorsed on a
+   * deny route, 410 revoked, 409 mismatch, 502 / 504), or `pass` where the
+   * route's policy answers from the origin (unendorsed on a pass route; a
+   * revoked or mismatched artifact on an audit route).
+   */
+  verifiedDigest(rest: string, algorithm: ChecksumAlgorithm): Promise<VerifiedDigest>;
   log: Logger;
 }

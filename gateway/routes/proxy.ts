@@ -18,7 +18,7 @@
  * A route may name a `canonical` base: the chain then endorses
  * `canonical + rest` while the bytes are fetched from `origin + rest`, so a
  * registry can move without invalidating endorsements. A route of `kind`
- * npm, pypi or goproxy also answers the package manager's metadata through
+ * npm, pypi, goproxy or maven also answers the package manager's metadata through
  * its module in `ecosystems/` (links rewritten to the gateway, unendorsed
  * versions removed on deny routes), and its failures carry a short reason
  * in the form the client prints instead of an empty body.
@@ -51,7 +51,8 @@ import { pipeline } from 'node:stream/promises';
 import { Agent, type Dispatcher } from 'undici';
 import { VouchError, isVouchError } from '../../chain/errors.ts';
 import type { Selection } from '../../chain/select.ts';
-import type { MetadataIO, MetadataResponse, Rendered, RenderView } from '../ecosystems/ecosystem.ts';
+import type { MetadataIO, MetadataResponse, Rendered, RenderView, VerifiedDigest } from '../ecosystems/ecosystem.ts';
+import { digestOfVerified, knownDigest, type ChecksumAlgorithm } from '../ecosystems/maven-checksums.ts';
 import { decide, renderJob, type RenderJob } from '../ecosystems/render-job.ts';
 import { RenderPool } from '../ecosystems/render-pool.ts';
 import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-routes.ts';
@@ -256,9 +257,9 @@ export class ProxyRoutes {
       res.destroy();
       return;
     }
-    const { contentType, body, reason } = route.ecosystem.errorBody(message);
+    const { contentType, body, reason, status: sent } = route.ecosystem.errorBody(message, status, res.req?.url);
     if (reason !== undefined) res.statusMessage = reason.replace(/[^\x20-\x7e]/g, '?'); // pip prints the status line, not the body
-    res.writeHead(status, {
+    res.writeHead(sent ?? status, {
       'content-type': contentType,
       'content-length': Buffer.byteLength(body),
       'x-content-type-options': 'nosniff',
@@ -489,8 +490,58 @@ export class ProxyRoutes {
         await this.serveArtifact(req, res, m);
         return true;
       },
+      verifiedDigest: (rest, algorithm) => this.verifiedDigest(req, res, route, rest, algorithm),
     };
     return io;
+  }
+
+  /**
+   * `MetadataIO.verifiedDigest`: the digest of the verified bytes of
+   * `route.canonical + rest` (fetched from `route.origin + rest` through the
+   * mirror), with the refusals and audit fallbacks an artifact request gets.
+   */
+  private async verifiedDigest(req: IncomingMessage, res: ServerResponse, route: ProxyRoute, rest: string, algorithm: ChecksumAlgorithm): Promise<VerifiedDigest> {
+    const url = route.canonical + rest;
+    const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
+    if (sel === null) {
+      if (route.unendorsed === 'pass') return { ok: 'pass' };
+      this.counters.denied++;
+      return { ok: false, status: 404, message: `vouch: ${url} is not endorsed by the authority, refused` };
+    }
+    if (sel.revokedBy !== null) {
+      if (route.mode === 'audit') return { ok: 'pass' };
+      this.counters.revoked++;
+      return { ok: false, status: 410, message: `vouch: ${url} (${sel.entry.semver}) is revoked by the authority, refused` };
+    }
+    const hash = sel.entry.artifact_hash;
+    const known = knownDigest(hash, algorithm);
+    if (known !== null) return { ok: true, hex: known };
+    const abort = new AbortController();
+    const onClose = () => {
+      if (!res.writableFinished) abort.abort(new Error('the client went away'));
+    };
+    res.on('close', onClose);
+    try {
+      const obtained = await this.ctx.artifacts.obtain(route.origin + rest, hash, { signal: abort.signal, trustedHosts: [new URL(route.canonical).host] });
+      try {
+        return { ok: true, hex: await digestOfVerified(obtained.artifact, hash, algorithm) };
+      } finally {
+        obtained.artifact.release();
+      }
+    } catch (e) {
+      if (abort.signal.aborted) return { ok: false, status: 499, message: 'vouch: the client went away' };
+      if (isVouchError(e) && e.code === 'hash_mismatch') {
+        if (route.mode === 'audit') return { ok: 'pass' };
+        this.counters.mismatches++;
+        this.ctx.log.warn('proxy: hash mismatch: refused a checksum', { route: route.label, url, method: req.method, expected: hash, actual: e.evidence?.actual ?? null });
+        return { ok: false, status: 409, message: `vouch: hash mismatch for ${url}, refused (signed ${hash})` };
+      }
+      const status = isVouchError(e) && e.code === 'too_large' ? 502 : statusOf(e);
+      const what = status === 504 ? 'origin timeout' : status === 502 ? 'origin error' : 'cannot serve';
+      return { ok: false, status, message: `vouch: ${what} for ${url}${isVouchError(e) ? `: ${e.message.split('\n')[0]}` : ''}` };
+    } finally {
+      res.off('close', onClose);
+    }
   }
 
   /**

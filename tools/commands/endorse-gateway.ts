@@ -31,6 +31,7 @@ import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node
 import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { EXIT_CODE } from '../exit-codes.ts';
 import { resolveRequirements } from '../lockfiles/pip.ts';
+import { resolveMaven } from '../lockfiles/maven.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
 import type { Pinned } from '../lockfiles/types.ts';
 import { byUrlOf, CONCURRENCY, readLockfileRun, skippedText } from './endorse-lockfile.ts';
@@ -222,6 +223,16 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
       await http.close();
     }
   }
+  if (type === 'maven') {
+    // The repository's checksums (and the parent POMs of a list) are read here; the authority fetches and hashes the files.
+    const { Http } = await import('../lockfiles/http.ts');
+    const http = new Http(run.origins);
+    try {
+      pinned = await resolveMaven(run.mavenFiles, http, run.mavenRepo, options, CONCURRENCY, run.followPoms, notes);
+    } finally {
+      await http.close();
+    }
+  }
   const byUrl = byUrlOf(pinned);
   const unique = [...byUrl.values()];
 
@@ -244,7 +255,7 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
     ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
     endorsements: b.payload.endorsements.map((e): SubmitEntryBody => {
       const p = byUrl.get(e.artifact_url)!;
-      return { url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, expect: claimsOf(p), algorithm: p.endorseAlgorithm };
+      return { url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, ...(claimsOf(p).length > 0 ? { expect: claimsOf(p) } : {}), algorithm: p.endorseAlgorithm };
     }),
   }));
   /** Each submit's first block and its number of blocks. */

@@ -49,15 +49,16 @@ import { checkLicense } from '../lockfiles/licenses.ts';
 import { readNpmLock } from '../lockfiles/npm.ts';
 import { readRequirements, resolveRequirements, type Requirement } from '../lockfiles/pip.ts';
 import { fetchGo, readGoSum } from '../lockfiles/go.ts';
+import { readDependencyList, readLocalRepository, resolveMaven, type MavenFile } from '../lockfiles/maven.ts';
 import { endorsementsOf } from '../lockfiles/history.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
 import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { mapLimit } from '../lockfiles/pool.ts';
 import type { Fetched, Options, Pinned, SkipCounts } from '../lockfiles/types.ts';
-import { DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
+import { DEFAULT_GOPROXY, DEFAULT_INDEX_URL, DEFAULT_MAVEN_REPO } from '../lockfiles/defaults.ts';
 
-export type LockfileType = 'npm' | 'pip' | 'go';
+export type LockfileType = 'npm' | 'pip' | 'go' | 'maven';
 
 export const LOCKFILE_MAX_BYTES = 64 * MiB;
 /** npm tarballs and Python files are hashed as they stream, never held: the cap is generous. */
@@ -83,14 +84,23 @@ export function byUrlOf(pinned: readonly Pinned[]): Map<string, Pinned> {
 
 export function lockfileType(file: string, given: string | undefined): LockfileType {
   if (given !== undefined) {
-    if (given === 'npm' || given === 'pip' || given === 'go') return given;
-    throw new UsageError(`--lockfile-type must be npm, pip or go, got ${JSON.stringify(given)}`);
+    if (given === 'npm' || given === 'pip' || given === 'go' || given === 'maven') return given;
+    throw new UsageError(`--lockfile-type must be npm, pip, go or maven, got ${JSON.stringify(given)}`);
   }
+  if (isDirectory(file)) return 'maven'; // a local repository
   const name = basename(file);
   if (name === 'package-lock.json' || name === 'npm-shrinkwrap.json') return 'npm';
   if (name === 'go.sum') return 'go';
   if (name.endsWith('.txt')) return 'pip';
-  throw new UsageError(`cannot tell the lockfile type of ${JSON.stringify(name)} (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum): pass --lockfile-type npm|pip|go`);
+  throw new UsageError(`cannot tell the lockfile type of ${JSON.stringify(name)} (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum, a directory): pass --lockfile-type npm|pip|go|maven`);
+}
+
+function isDirectory(file: string): boolean {
+  try {
+    return statSync(file).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 /** `lockfile/<directory name>`, the directory name reduced to the unit-name characters. */
@@ -137,7 +147,8 @@ async function fetchDigest(http: Http, p: Pinned, algorithms: Set<DigestName>, s
   const hashes = new MultiHash(algorithms);
   for await (const chunk of answer.body) hashes.update(chunk);
   const digests = hashes.digests();
-  const matched = Object.entries(check.want).some(([alg, list]) => list!.includes(digests.get(alg as DigestName)!));
+  // An empty `want` checks nothing (a Maven file its repository has no checksum for).
+  const matched = Object.keys(check.want).length === 0 || Object.entries(check.want).some(([alg, list]) => list!.includes(digests.get(alg as DigestName)!));
   if (!matched && check.strict) throw new VouchError('hash_mismatch', check.mismatch(digests), { resource: p.url });
   return { pinned: p, digests, bytes: hashes.bytes, matched };
 }
@@ -150,6 +161,8 @@ function checkAlgorithms(p: Pinned): DigestName[] {
 /** A lockfile read whole, with the options that shape its blocks: everything before the chain or the network. */
 export interface LockfileRun {
   file: string; fileName: string; type: LockfileType; indexUrl: string; goproxy: string; origins: OriginMap;
+  /** Maven: the repository URL, the files read, and whether parent POMs are followed (a list) or already there (a directory). */
+  mavenRepo: string; mavenFiles: MavenFile[]; followPoms: boolean;
   maxEntries: number; maxBytes: number; options: Options;
   pinned: Pinned[]; requirements: Requirement[]; skipped: SkipCounts; notes: string[];
   uns: string; semver: string; quiet: boolean;
@@ -169,12 +182,13 @@ export function readLockfileRun(v: Record<string, any>): LockfileRun {
     }
   }
   const file: string = v.lockfile;
-  const type = lockfileType(file, v['lockfile-type']);
+  let type = lockfileType(file, v['lockfile-type']);
   if (v['index-url'] !== undefined && type !== 'pip') throw new UsageError('--index-url applies to pip requirements files only');
   if (v.goproxy !== undefined && type !== 'go') throw new UsageError('--goproxy applies to go.sum only');
   const indexUrl: string = v['index-url'] ?? DEFAULT_INDEX_URL;
   const goproxy: string = v.goproxy ?? DEFAULT_GOPROXY;
-  for (const [opt, u] of [['--index-url', indexUrl], ['--goproxy', goproxy]] as const) {
+  const mavenRepo: string = v['maven-repo'] ?? DEFAULT_MAVEN_REPO;
+  for (const [opt, u] of [['--index-url', indexUrl], ['--goproxy', goproxy], ['--maven-repo', mavenRepo]] as const) {
     if (!/^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/i.test(u)) throw new UsageError(`${opt} must be an absolute http(s) URL without query or fragment, got ${JSON.stringify(u)}`);
     if (hasCredentials(u)) throw new UsageError(`${opt} may not carry a user name or password: the URLs endorsed under it are public`);
   }
@@ -190,8 +204,12 @@ export function readLockfileRun(v: Record<string, any>): LockfileRun {
   const options: Options = { license: v.license, licenseUnchecked: unchecked, comment: v.comment };
 
   // ---- the lockfile, whole, before the network
-  const text = readLockfile(file);
+  const directory = type === 'maven' && isDirectory(file);
+  const text = directory ? '' : readLockfile(file);
   const fileName = basename(file);
+  if (v['lockfile-type'] === undefined && type === 'pip' && /^\s*The following files have been resolved:/.test(text)) type = 'maven'; // mvn dependency:list
+  if (v['maven-repo'] !== undefined && type !== 'maven') throw new UsageError('--maven-repo applies to Maven dependency lists and local repositories only');
+  let mavenFiles: MavenFile[] = [];
   let pinned: Pinned[] = [];
   let requirements: Requirement[] = [];
   let skipped: SkipCounts = {};
@@ -209,15 +227,17 @@ export function readLockfileRun(v: Record<string, any>): LockfileRun {
     if (semver === undefined && lock.root.version !== undefined && isSemver(lock.root.version)) semver = lock.root.version;
   } else if (type === 'pip') {
     ({ requirements, notes } = readRequirements(text, options, fileName));
+  } else if (type === 'maven') {
+    mavenFiles = directory ? readLocalRepository(file, skipped) : readDependencyList(text, fileName);
   } else {
     pinned = readGoSum(text, goproxy, options, fileName);
   }
   const unsOf = uns ?? defaultUns(file);
   const semverOf = semver ?? '0.0.0';
   const quiet = v.json === true || v.quiet === true;
-  if (pinned.length === 0 && requirements.length === 0) throw nothingToEndorse(fileName, skipped);
+  if (pinned.length === 0 && requirements.length === 0 && mavenFiles.length === 0) throw nothingToEndorse(fileName, skipped);
   return {
-    file, fileName, type, indexUrl, goproxy, origins, maxEntries, maxBytes, options,
+    file, fileName, type, indexUrl, goproxy, mavenRepo, mavenFiles, followPoms: !directory, origins, maxEntries, maxBytes, options,
     pinned, requirements, skipped, notes, uns: unsOf, semver: semverOf, quiet,
   };
 }
@@ -271,6 +291,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
       ({ pinned, candidatesOf } = await resolveRequirements(requirements, http, indexUrl, options, CONCURRENCY,
         bar ? (d, t) => bar.update(d, t, 'index pages') : undefined));
     }
+    if (type === 'maven') pinned = await resolveMaven(run.mavenFiles, http, run.mavenRepo, options, CONCURRENCY, run.followPoms, notes);
     const byUrl = byUrlOf(pinned);
     const unique = [...byUrl.values()];
     const report = priorEndorsements(repo, byUrl.keys(), head, endorsementsOf, keys);

@@ -24,7 +24,7 @@ import { signerForChain } from '../../store/chain-keys.ts';
 import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { checkUrlOptions } from './endorse-options.ts';
-import { LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
+import { LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_MAVEN_REPO, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
 
 /** Phase timings on stderr when VOUCH_TIMINGS=1 (for benches). */
 function phaseTimer(): { mark(name: string): void; done(): void } {
@@ -47,7 +47,7 @@ function phaseTimer(): { mark(name: string): void; done(): void } {
 export const endorse: Command = {
   name: 'endorse',
   usage: '--chain DIR --key FILE --url URL --name OWNER/NAME --semver V --license ID [--file PATH] [--comment T] [--effective-date D] [--algorithm A] [--license-unchecked]\n' +
-    '       vouch endorse --chain DIR --key FILE --lockfile FILE [--lockfile-type npm|pip|go] [--index-url URL] [--goproxy URL] [--origin CANONICAL=FETCH]... ' +
+    '       vouch endorse --chain DIR --key FILE --lockfile FILE [--lockfile-type npm|pip|go|maven] [--index-url URL] [--goproxy URL] [--maven-repo URL] [--origin CANONICAL=FETCH]... ' +
     '[--license ID] [--name OWNER/NAME] [--semver V] [--comment T] [--effective-date D] [--license-unchecked]\n' +
     '       vouch endorse --gateway URL --token-file FILE (--url URL... --name OWNER/NAME --semver V --license ID | --lockfile FILE ...)',
   summary: 'Appends one endorsement block binding URL to the hash of its bytes, signed by the authority key; prints the block index and record_hash.',
@@ -62,7 +62,10 @@ export const endorse: Command = {
     'With --lockfile: fetches every artifact a package-lock.json / npm-shrinkwrap.json, pip requirements file',
     '(--hash mode) or go.sum pins, checks it against the lockfile\'s hash, and endorses them all in as few blocks',
     'as the format allows (one commit). Entry names: npm/<name>, @scope/<name>, pypi/<PEP 503 name>,',
-    'go/<module path with / as +>. Exit 1 on a mismatch or semver_conflict, and nothing is appended.',
+    'go/<module path with / as +>, maven/<groupId>+<artifactId>. Exit 1 on a mismatch or semver_conflict, and nothing is appended.',
+    'Maven: --lockfile takes `mvn dependency:list -DoutputFile=FILE` output (the files, their POMs and parent POMs)',
+    'or a local repository directory (the files Maven downloaded into it); each is checked against --maven-repo\'s',
+    '.sha256 / .sha1 where present (and a directory\'s against the local file).',
     '',
     'With --gateway URL --token-file FILE (instead of --chain and --key): the running authority gateway fetches,',
     'hashes and signs (POST /v1/submit); lockfile hashes are sent as claims it checks, the blocks together',
@@ -84,10 +87,11 @@ export const endorse: Command = {
     comment: { type: 'string', value: 'T', help: 'free text for the block and its entries' },
     'effective-date': { type: 'string', value: 'D', help: 'YYYY-MM-DD used by at= selection (default: today, UTC)' },
     algorithm: { type: 'string', value: 'A', help: `hash algorithm (default ${DEFAULT_HASH_ALGORITHM})` },
-    lockfile: { type: 'string', value: 'FILE', help: 'endorse every artifact this lockfile pins (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum)' },
-    'lockfile-type': { type: 'string', value: 'npm|pip|go', help: 'the lockfile\'s type when its name does not tell' },
+    lockfile: { type: 'string', value: 'FILE', help: 'endorse every artifact this lockfile pins (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum, a Maven dependency list or local repository)' },
+    'lockfile-type': { type: 'string', value: 'npm|pip|go|maven', help: 'the lockfile\'s type when its name does not tell' },
     'index-url': { type: 'string', value: 'URL', help: `pip: the PEP 503 simple index (default ${DEFAULT_INDEX_URL})` },
     goproxy: { type: 'string', value: 'URL', help: `go: the module proxy (default ${DEFAULT_GOPROXY})` },
+    'maven-repo': { type: 'string', value: 'URL', help: `maven: the repository the build resolved from (default ${DEFAULT_MAVEN_REPO})` },
     origin: { type: 'string', multiple: true, value: 'CANONICAL=FETCH', help: 'with --lockfile: fetch URLs under CANONICAL from FETCH instead, endorsing the canonical URL' },
   },
   async run(v) {

@@ -8,6 +8,7 @@
  */
 export const DEFAULT_INDEX_URL = 'https://pypi.org/simple/';
 export const DEFAULT_GOPROXY = 'https://proxy.golang.org/';
+export const DEFAULT_MAVEN_REPO = 'https://repo.maven.apache.org/maven2/';
 
 /** Options only the lockfile mode takes (the single-URL mode refuses them). */
-export const LOCKFILE_ONLY = ['lockfile-type', 'index-url', 'goproxy', 'origin'] as const;
+export const LOCKFILE_ONLY = ['lockfile-type', 'index-url', 'goproxy', 'maven-repo', 'origin'] as const;

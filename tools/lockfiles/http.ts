@@ -79,7 +79,7 @@ export class Http {
       }
       const location = header(res.headers, 'location');
       if (REDIRECTS.has(res.statusCode) && location !== undefined) {
-        res.body.destroy();
+        discard(res.body);
         if (hop >= MAX_REDIRECTS) throw new VouchError('origin_error', `GET ${where()}: more than ${MAX_REDIRECTS} redirects`, { resource: url });
         let next: string;
         try {
@@ -92,12 +92,12 @@ export class Http {
         continue;
       }
       if (res.statusCode < 200 || res.statusCode > 299) {
-        res.body.destroy();
+        discard(res.body);
         throw new VouchError('origin_error', `GET ${where()}: HTTP ${res.statusCode}`, { resource: url });
       }
       const declared = Number(header(res.headers, 'content-length') ?? NaN);
       if (Number.isFinite(declared) && declared > options.maxBytes) {
-        res.body.destroy();
+        discard(res.body);
         throw new VouchError('too_large', `GET ${where()}: ${declared} bytes, more than the limit of ${options.maxBytes}`, { resource: url });
       }
       return {
@@ -121,6 +121,12 @@ export class Http {
 function header(headers: Record<string, string | string[] | undefined>, name: string): string | undefined {
   const v = headers[name];
   return Array.isArray(v) ? v[0] : v;
+}
+
+/** Drops an answer's body unread (its destruction under a signal emits an abort error nobody else listens for). */
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.on('error', () => {});
+  body.destroy();
 }
 
 async function* bounded(body: Dispatcher.ResponseData['body'], maxBytes: number, where: string, url: string, signal?: AbortSignal): AsyncGenerator<Uint8Array> {
