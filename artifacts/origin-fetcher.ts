@@ -84,6 +84,12 @@ export interface OriginFetchOptions {
    * first URL's own — a proxy route's canonical host.
    */
   trustedHosts?: readonly string[];
+  /**
+   * Request headers added to the hops on the first URL's own host only (a
+   * registry's `accept` and `authorization`): never sent to a redirect
+   * target elsewhere, never logged.
+   */
+  headers?: Readonly<Record<string, string>>;
 }
 
 export interface OriginResponse {
@@ -256,10 +262,12 @@ export class OriginFetcher {
     const state = new FetchState(resource, this.limits, options.signal);
     const guardAll = options.guardPrivate === true;
     const trusted = new Set([current.host, ...(options.trustedHosts ?? [])]);
+    const first = current.host;
     try {
       for (let hop = 0; ; hop++) {
         const guard = guardAll ? 'all' : hop > 0 && !this.allowPrivate && !trusted.has(current.host) ? 'redirect' : 'none';
-        const res = await this.request(current, resource, guard, state);
+        const extra = options.headers !== undefined && current.host === first ? options.headers : undefined;
+        const res = await this.request(current, resource, guard, state, extra);
         const location = res.headers['location'];
         if (REDIRECTS.has(res.statusCode) && typeof location === 'string' && location !== '') {
           res.discard();
@@ -299,7 +307,7 @@ export class OriginFetcher {
     }
   }
 
-  private async request(url: URL, resource: string, guard: 'all' | 'redirect' | 'none', state: FetchState): Promise<H1Response> {
+  private async request(url: URL, resource: string, guard: 'all' | 'redirect' | 'none', state: FetchState, extra?: Readonly<Record<string, string>>): Promise<H1Response> {
     const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
     let host = hostname;
     if (guard !== 'none') {
@@ -324,7 +332,7 @@ export class OriginFetcher {
       servername: isIP(hostname) === 0 ? hostname : undefined,
       hostHeader: url.host,
       path: `${url.pathname}${url.search}`,
-      headers: { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: '*/*' },
+      headers: { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: '*/*', ...extra },
       signal: state.controller.signal,
     });
   }

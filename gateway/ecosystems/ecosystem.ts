@@ -34,7 +34,7 @@ export type Classified =
   | { type: 'other' };
 
 export interface EcosystemHandler {
-  kind: 'npm' | 'pypi' | 'goproxy';
+  kind: 'npm' | 'pypi' | 'goproxy' | 'oci';
   /**
    * The form of the path (after the route's prefix, no query) that the
    * climb-out check sees, for a spelling the ecosystem needs and the check
@@ -52,7 +52,7 @@ export interface EcosystemHandler {
   /** Sorts a request by the path after the prefix (as sent, percent-encoding kept) and its query (without `?`). */
   classify(rest: string, query: string): Classified;
   /** The body of a failure the client shows its user: npm prints `{"error": ...}`, pip and go a text line. */
-  errorBody(message: string): {
+  errorBody(message: string, status?: number): {
     contentType: string;
     body: string;
     /** The status line's reason phrase instead of the standard one (printable ASCII), for a client that prints it and not the body (pip). */

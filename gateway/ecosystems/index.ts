@@ -6,12 +6,14 @@ import type { EcosystemHandler } from './ecosystem.ts';
 import { npm } from './npm.ts';
 import { pypi } from './pypi.ts';
 import { goproxy } from './goproxy.ts';
+import { oci } from './oci.ts';
 
 export function ecosystemFor(kind: RouteKind): EcosystemHandler | null {
   switch (kind) {
     case 'npm': return npm;
     case 'pypi': return pypi;
     case 'goproxy': return goproxy;
+    case 'oci': return oci;
     case 'plain': return null;
   }
 }
