@@ -36,6 +36,13 @@ const MAX_RELEARN_TAGS = 1000;
 /** Largest token answer read. */
 const MAX_TOKEN_BYTES = 64 * 1024;
 const API_VERSION = { 'docker-distribution-api-version': 'registry/2.0' };
+/**
+ * How long a blob that failed its digest check refuses the manifests that
+ * name it, with the reason: clients print no body of a failed blob
+ * (containers/image shows its status only), but do print a manifest's, so
+ * a retry tells the user why.
+ */
+const MISMATCH_MEMORY_MS = 60_000;
 
 /** What the proxy lends an OCI route. */
 export interface OciHost {
@@ -50,6 +57,8 @@ export class OciRoutes {
   private readonly reachable = new Map<string, string>();
   /** Bearer tokens by `route.index scope`, with their expiry (ms). */
   private readonly tokens = new Map<string, { header: string; until: number }>();
+  /** `route.index repo digest` of blobs whose upstream bytes did not match, with the refusal and until when it is told. */
+  private readonly mismatched = new Map<string, { message: string; until: number }>();
   /** Per route: the upstream's challenge (null: it asked for none), once known. */
   private readonly challenges = new Map<number, { scheme: string; params: Record<string, string> } | null>();
 
@@ -169,6 +178,14 @@ export class OciRoutes {
         return this.fail(res, 502, `vouch: ${url}: ${e.message}`, 'manifest');
       }
       for (const d of [...facts.manifests, ...facts.blobs]) this.remember(route, r.repo, d, endorsedUrl);
+      const now = Date.now();
+      for (const d of facts.blobs) {
+        const bad = this.mismatched.get(`${route.index} ${r.repo} ${d}`);
+        if (bad !== undefined && bad.until > now) {
+          this.host.count('mismatches');
+          return this.fail(res, 409, bad.message, 'manifest');
+        }
+      }
       this.host.count('verified');
       const head = {
         'content-type': facts.mediaType, 'content-length': String(bytes.length), 'docker-content-digest': digest, etag: `"${digest}"`,
@@ -314,7 +331,12 @@ export class OciRoutes {
       if (isVouchError(e) && e.code === 'hash_mismatch') {
         this.host.count('mismatches');
         this.ctx.log.warn('oci: digest mismatch: refused to serve', { route: route.label, url: fetchUrl, expected: digest, actual: (e.evidence as { actual?: unknown } | undefined)?.actual ?? null });
-        this.fail(res, 409, `vouch: the upstream's bytes for ${digest} do not match the digest (${what} ${repo}), refused`, what);
+        const message = `vouch: the upstream's bytes for ${digest} do not match the digest (${what} ${repo}), refused`;
+        if (what === 'blob') {
+          this.mismatched.set(`${route.index} ${repo} ${digest}`, { message, until: Date.now() + MISMATCH_MEMORY_MS });
+          if (this.mismatched.size > 10_000) this.mismatched.delete(this.mismatched.keys().next().value!);
+        }
+        this.fail(res, 409, message, what);
         return null;
       }
       this.host.count('failed');
@@ -340,7 +362,7 @@ export class OciRoutes {
     const page = pageOf(shown, n, last);
     const body = JSON.stringify({ name: r.repo, tags: page.tags });
     const headers: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-cache', ...API_VERSION };
-    if (page.more) headers.link = `</v2/${r.repo}/tags/list?n=${n}&last=${encodeURIComponent(page.tags.at(-1) ?? '')}>; rel="next"`;
+    if (page.more) headers.link = `<${route.prefix}${r.repo}/tags/list?n=${n}&last=${encodeURIComponent(page.tags.at(-1) ?? '')}>; rel="next"`;
     this.host.count('metadata');
     res.writeHead(200, headers);
     res.end(req.method === 'HEAD' ? undefined : body);
