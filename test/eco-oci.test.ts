@@ -9,8 +9,10 @@
  * an endorsed tag, a multi-platform index, a tag moved upstream (the endorsed
  * digest is served), a blob swapped in the registry's storage (refused with
  * vouch's message), an unendorsed tag, a revoked tag, tags/list, a pass
- * route picked by containerd's `?ns=`, a 1 GiB layer within the memory
- * budget (VmHWM of the gateway), and the upstream down with the mirror warm.
+ * route picked by containerd's `?ns=`, the REAL podman with a registries.conf
+ * mirror (its fallback location a closed port on 127.0.0.1), a 1 GiB layer
+ * within the memory budget (VmHWM of the gateway), and the upstream down
+ * with the mirror warm on a fresh gateway.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -31,7 +33,7 @@ import { parseRange } from '../gateway/ecosystems/oci-route.ts';
 import { VouchError } from '../chain/errors.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
-import { Layout, Registry, push, skopeo, smallLayer, type Descriptor } from './helpers/oci-registry.ts';
+import { Layout, Registry, push, runAsync, skopeo, smallLayer, tarImage, type Descriptor } from './helpers/oci-registry.ts';
 
 const CANONICAL = 'https://registry.example.test/';
 const MiB = 1024 * 1024;
@@ -136,6 +138,7 @@ function buildLayouts(): void {
   l.tag(image('swapped', 1), 'swapped');
   l.tag(image('unendorsed', 1), 'unendorsed');
   l.tag(image('revoked', 1), 'revoked');
+  l.tag(tarImage(l, { 'hello.txt': 'hello from an endorsed image\n' }).manifest, 'podman');
 }
 
 async function buildChain(dir: string): Promise<string> {
@@ -150,7 +153,7 @@ async function buildChain(dir: string): Promise<string> {
     blocks.push(block);
     return block;
   };
-  for (const repo of ['app', 'multi', 'moved', 'swapped']) endorse(repo, '1.0');
+  for (const repo of ['app', 'multi', 'moved', 'swapped', 'podman']) endorse(repo, '1.0');
   const revoked = endorse('revoked', '1.0');
   blocks.push(buildRevokeBlock({ prev: blocks.at(-1)!, target: revoked, signer, backend: nodeBackend, now: t + blocks.length * 1000 }));
   if (digests.has('big:1.0')) endorse('big', '1.0');
@@ -189,13 +192,13 @@ test.before(async () => {
   registry = await Registry.start(join(work, 'registry'));
   buildLayouts();
   const layout = join(work, 'layout');
-  for (const [repo, tag] of [['app', 'app'], ['moved', 'moved'], ['swapped', 'swapped'], ['unendorsed', 'unendorsed'], ['revoked', 'revoked']]) {
+  for (const [repo, tag] of [['app', 'app'], ['moved', 'moved'], ['swapped', 'swapped'], ['unendorsed', 'unendorsed'], ['revoked', 'revoked'], ['podman', 'podman']]) {
     await push(layout, tag!, registry, repo!);
   }
   await push(layout, 'multi', registry, 'multi', true);
   await push(layout, 'moved-later', registry, 'moved');
   // skopeo pushed `repo:<layout tag>`; the tests use `repo:1.0`.
-  for (const repo of ['app', 'multi', 'moved', 'swapped', 'unendorsed', 'revoked']) {
+  for (const repo of ['app', 'multi', 'moved', 'swapped', 'unendorsed', 'revoked', 'podman']) {
     const r = await skopeo(['copy', '--all', '--src-tls-verify=false', '--dest-tls-verify=false', `docker://${registry.host}/${repo}:${repo}`, `docker://${registry.host}/${repo}:1.0`]);
     assert.is(r.status, 0, r.stderr);
     digests.set(`${repo}:1.0`, await registryDigest(repo, '1.0'));
@@ -341,6 +344,33 @@ test('tags/list lists only endorsed tags in force, with the spec\'s pagination; 
   const list = await skopeo(['list-tags', '--tls-verify=false', `docker://${gwHost}/app`]);
   assert.is(list.status, 0, list.stderr);
   assert.equal(JSON.parse(list.stdout).Tags, ['1.0']);
+});
+
+/**
+ * podman with a registries.conf that mirrors registry.example.test to the
+ * gateway; the registry's own location is a closed port on 127.0.0.1, so a
+ * fallback stays on loopback. Storage (vfs) and run dirs in the work dir.
+ */
+async function podman(args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  const dir = join(work, 'podman');
+  const conf = join(work, 'registries.conf');
+  writeFileSync(conf, [
+    'unqualified-search-registries = []',
+    '[[registry]]', 'prefix = "registry.example.test"', 'location = "127.0.0.1:1"', 'insecure = true',
+    '[[registry.mirror]]', `location = "${gwHost}"`, 'insecure = true', '',
+  ].join('\n'));
+  return runAsync('podman', ['--root', join(dir, 'root'), '--runroot', join(dir, 'run'), '--storage-driver', 'vfs', '--cgroup-manager', 'cgroupfs',
+    '--events-backend', 'none', ...args], 120_000, { ...process.env, CONTAINERS_REGISTRIES_CONF: conf, HOME: dir });
+}
+
+test('podman pull with a registries.conf mirror: the endorsed image, by its endorsed digest; an unendorsed one refused with vouch\'s reason', async () => {
+  const ok = await podman(['pull', 'registry.example.test/podman:1.0']);
+  assert.is(ok.status, 0, ok.stderr);
+  const inspect = await podman(['image', 'inspect', '--format', '{{.Digest}}', 'registry.example.test/podman:1.0']);
+  assert.is(inspect.stdout.trim(), digests.get('podman:1.0'), inspect.stderr);
+  const refused = await podman(['pull', 'registry.example.test/unendorsed:1.0']);
+  assert.is.not(refused.status, 0);
+  assert.match(refused.stderr, /vouch: https:\/\/registry\.example\.test\/v2\/unendorsed\/manifests\/1\.0 is not endorsed by the authority, refused/);
 });
 
 /** Peak RSS (VmHWM) and current RSS of a process, in bytes. */
