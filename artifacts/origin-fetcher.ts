@@ -34,6 +34,7 @@ import { isIP } from 'node:net';
 import { Readable } from 'node:stream';
 import { VouchError } from '../chain/errors.ts';
 import { AddressGuard, type AddressGuardOptions } from './address-guard.ts';
+import { OCI_MANIFEST_ACCEPT, isOciManifestPath } from './oci-accept.ts';
 import { H1Client, type H1ClientOptions, type H1Response } from './h1/pool.ts';
 
 export interface OriginLimits {
@@ -332,7 +333,8 @@ export class OriginFetcher {
       servername: isIP(hostname) === 0 ? hostname : undefined,
       hostHeader: url.host,
       path: `${url.pathname}${url.search}`,
-      headers: { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: '*/*', ...extra },
+      // A registry's manifest URL is asked for in the manifest media types (an endorsement of an image tag).
+      headers: { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: isOciManifestPath(url.pathname) ? OCI_MANIFEST_ACCEPT : '*/*', ...extra },
       signal: state.controller.signal,
     });
   }

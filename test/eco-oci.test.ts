@@ -17,7 +17,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,6 +32,10 @@ import {
 import { parseRange } from '../gateway/ecosystems/oci-route.ts';
 import { VouchError } from '../chain/errors.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
+import { initAuthorityChain, vouchAsync } from './helpers/processes.ts';
+import { createKeyFile } from '../platform/key-file.ts';
+import { blockPath } from '../chain/layout.ts';
+import { imageSemver, parseImageRef, readImageRefs, refUrl } from '../tools/lockfiles/oci.ts';
 import { testSigner } from './helpers/chain-fixture.ts';
 import { Layout, Registry, push, runAsync, skopeo, smallLayer, tarImage, type Descriptor } from './helpers/oci-registry.ts';
 
@@ -109,6 +113,28 @@ test('tag lists, pages, challenges, ranges and the error JSON', () => {
   assert.is(parseRange(undefined, 100), null);
   assert.equal(JSON.parse(ociErrorBody(404, 'vouch: no', 'blob')), { errors: [{ code: 'BLOB_UNKNOWN', message: 'vouch: no', detail: null }] });
   assert.is(JSON.parse(ociErrorBody(410, 'vouch: revoked', 'manifest')).errors[0].code, 'DENIED');
+});
+
+test('image references: Docker\'s defaults, registries with ports, digests, http://; files of references and compose / Kubernetes image fields', () => {
+  const r = (t: string) => { const x = parseImageRef(t); return [x.registry, x.repo, x.tag, x.digest, refUrl(x)]; };
+  const d = `sha256:${'b'.repeat(64)}`;
+  assert.equal(r('alpine'), ['docker.io', 'library/alpine', 'latest', null, 'https://registry-1.docker.io/v2/library/alpine/manifests/latest']);
+  assert.equal(r('bitnami/redis:7.2'), ['docker.io', 'bitnami/redis', '7.2', null, 'https://registry-1.docker.io/v2/bitnami/redis/manifests/7.2']);
+  assert.equal(r('ghcr.io/acme/app:1.4@' + d), ['ghcr.io', 'acme/app', '1.4', d, 'https://ghcr.io/v2/acme/app/manifests/1.4']);
+  assert.equal(r('localhost:5000/app@' + d), ['localhost:5000', 'app', null, d, `https://localhost:5000/v2/app/manifests/${d}`]);
+  assert.equal(r('http://127.0.0.1:5000/a/b:v1'), ['127.0.0.1:5000', 'a/b', 'v1', null, 'http://127.0.0.1:5000/v2/a/b/manifests/v1']);
+  for (const bad of ['', 'App:1', 'a b', 'app:', 'app@sha256:12', 'http://app', 'reg.io/app:-x', `app:${'t'.repeat(129)}`]) {
+    assert.throws(() => parseImageRef(bad), (e: unknown) => e instanceof VouchError && e.code === 'bad_request', bad);
+  }
+  assert.is(imageSemver('v1.4.2', d), '1.4.2');
+  assert.is(imageSemver('latest', d), '0.0.0-sha256.bbbbbbbbbbbb');
+  assert.equal(readImageRefs('# images\nalpine:3.20\n\nghcr.io/a/b:1 # pinned\nalpine:3.20\n', 'images.txt'), ['alpine:3.20', 'ghcr.io/a/b:1']);
+  const compose = 'services:\n  web:\n    image: nginx:1.27\n  db:\n    image: "postgres:16"\n    environment: {image: not-a-field-of-a-service}\n';
+  assert.equal(readImageRefs(compose, 'compose.yaml'), ['nginx:1.27', 'postgres:16', 'not-a-field-of-a-service']);
+  const k8s = 'apiVersion: v1\nkind: Pod\nspec:\n  initContainers: [{name: i, image: busybox:1.36}]\n  containers:\n  - name: a\n    image: ghcr.io/acme/app:1.4\n---\nkind: Deployment\nspec: {template: {spec: {containers: [{image: redis:7}]}}}\n';
+  assert.equal(readImageRefs(k8s, 'pod.yaml'), ['busybox:1.36', 'ghcr.io/acme/app:1.4', 'redis:7']);
+  assert.throws(() => readImageRefs('a: [' + '['.repeat(200) + ']'.repeat(200) + ']\n', 'deep.yaml'), (e: unknown) => e instanceof VouchError);
+  assert.throws(() => readImageRefs('\n# nothing\n', 'empty.txt'), (e: unknown) => e instanceof VouchError && e.code === 'bad_request');
 });
 
 // ---------------------------------------------------------------------------
@@ -419,6 +445,68 @@ test('a 1 GiB layer: verified while it streams, served in bounded memory (the ga
   const growth = after.hwm - before.rss;
   assert.ok(growth < BUDGET + 64 * MiB, `the gateway's peak RSS grew ${Math.round(growth / MiB)} MiB serving a ${Math.round(layer.size / MiB)} MiB layer (budget ${BUDGET / MiB} MiB)`);
   assert.ok(after.hwm < 600 * MiB, `peak RSS ${Math.round(after.hwm / MiB)} MiB`);
+});
+
+test('vouch endorse --oci (offline): tags resolved at the registry, endorsed as their canonical URLs with the manifest / index digests, in one block', async () => {
+  const dir = join(work, 'endorse');
+  const key = join(dir, 'authority.pem');
+  const chain = join(dir, 'chain');
+  mkdirSync(dir, { recursive: true });
+  await initAuthorityChain({ key, chain, signer: 'oci-test', uns: 'acme/images' });
+  writeFileSync(join(work, 'compose.yaml'), 'services:\n  web:\n    image: registry.example.test/app:1.0\n  multi:\n    image: registry.example.test/multi:1.0\n');
+  const args = ['endorse', '--chain', chain, '--key', key, '--license', 'MIT', '--origin', `${CANONICAL}=${registry.url}/`, '--json'];
+  const r = await vouchAsync([...args, '--oci-file', join(work, 'compose.yaml'), '--oci', `registry.example.test/moved:moved-later`]);
+  assert.is(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout);
+  assert.is(out.status, 'posted');
+  assert.equal(out.blocks.length, 1);
+  const byRef = Object.fromEntries(out.images.map((i: { ref: string; url: string; digest: string }) => [i.ref, i]));
+  assert.equal(byRef['registry.example.test/app:1.0'], { ref: 'registry.example.test/app:1.0', url: `${CANONICAL}v2/app/manifests/1.0`, digest: digests.get('app:1.0'), media_type: 'application/vnd.oci.image.manifest.v1+json' });
+  assert.is(byRef['registry.example.test/multi:1.0'].digest, digests.get('multi:1.0'));
+  assert.is(byRef['registry.example.test/multi:1.0'].media_type, 'application/vnd.oci.image.index.v1+json');
+  const block = JSON.parse(readFileSync(join(chain, blockPath(out.blocks[0].index)), 'utf8'));
+  assert.equal(block.payload.endorsements.map((e: { artifact_url: string; artifact_hash: string }) => [e.artifact_url, e.artifact_hash]).sort(), [
+    [`${CANONICAL}v2/app/manifests/1.0`, digests.get('app:1.0')],
+    [`${CANONICAL}v2/moved/manifests/moved-later`, await registryDigest('moved', 'moved-later')],
+    [`${CANONICAL}v2/multi/manifests/1.0`, digests.get('multi:1.0')],
+  ].sort());
+  // Again: nothing new.
+  const again = await vouchAsync([...args, '--oci-file', join(work, 'compose.yaml')]);
+  assert.is(again.status, 0, again.stderr);
+  assert.is(JSON.parse(again.stdout).status, 'unchanged');
+  // A digest the tag does not have is refused, nothing appended.
+  const wrong = await vouchAsync([...args, '--oci', `registry.example.test/app:1.0@${digests.get('multi:1.0')}`]);
+  assert.is(wrong.status, 1, wrong.stderr);
+  assert.match(wrong.stderr, /the tag 1\.0 is sha256:[0-9a-f]{64} at the registry, not the digest named/);
+});
+
+test('vouch endorse --oci through a running authority: the authority fetches the manifest itself and checks the claimed digest', async () => {
+  const dir = join(work, 'authority');
+  const keyFile = join(dir, 'authority.pem');
+  const tokenFile = join(dir, 'submit.token');
+  mkdirSync(dir, { recursive: true });
+  createKeyFile(keyFile);
+  writeFileSync(tokenFile, 'oci-token-' + 'c'.repeat(32), { mode: 0o600 });
+  const authority = await startGatewayProcess(['--config', writeConfig(dir, {
+    listen: { host: '127.0.0.1', port: 0 },
+    chain: { dir: join(dir, 'chain') },
+    authority: { key_file: keyFile, signer: 'oci-authority', submit_token_file: tokenFile },
+    origin: { allow_private: true },
+  })]);
+  try {
+    const r = await vouchAsync(['endorse', '--gateway', authority.url, '--token-file', tokenFile, '--license', 'MIT', '--json',
+      '--oci', `http://${registry.host}/multi:1.0`, '--oci', `http://${registry.host}/app:1.0`]);
+    assert.is(r.status, 0, r.stderr);
+    const out = JSON.parse(r.stdout);
+    assert.is(out.status, 'posted');
+    const block = await (await fetch(`${authority.url}/v1/block?index=${out.blocks[0].index}`)).json() as { payload: { endorsements: { artifact_url: string; artifact_hash: string }[] } };
+    assert.equal(block.payload.endorsements.map((e) => [e.artifact_url, e.artifact_hash]).sort(), [
+      [`${registry.url}/v2/app/manifests/1.0`, digests.get('app:1.0')],
+      [`${registry.url}/v2/multi/manifests/1.0`, digests.get('multi:1.0')],
+    ].sort());
+  } finally {
+    await authority.stop();
+  }
 });
 
 test('the registry down, the mirror warm: an endorsed tag still pulls', async () => {

@@ -14,14 +14,15 @@
 import { VouchError } from '../../chain/errors.ts';
 import { checkJsonShape, JsonShapeError } from '../../artifacts/json-shape.ts';
 import type { EcosystemHandler } from './ecosystem.ts';
+import { OCI_MANIFEST_ACCEPT, OCI_MANIFEST_TYPES } from '../../artifacts/oci-accept.ts';
 
 export const OCI_MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
 export const OCI_INDEX = 'application/vnd.oci.image.index.v1+json';
 export const DOCKER_MANIFEST = 'application/vnd.docker.distribution.manifest.v2+json';
 export const DOCKER_LIST = 'application/vnd.docker.distribution.manifest.list.v2+json';
-export const MANIFEST_TYPES: readonly string[] = [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
+export const MANIFEST_TYPES: readonly string[] = OCI_MANIFEST_TYPES;
 /** The `accept` of every manifest request the gateway or `vouch endorse --oci` makes. */
-export const MANIFEST_ACCEPT = MANIFEST_TYPES.join(', ');
+export const MANIFEST_ACCEPT = OCI_MANIFEST_ACCEPT;
 
 /** Largest manifest or index read (the spec lets registries refuse more than 4 MiB). */
 export const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;

@@ -47,7 +47,7 @@ interface SubmitEntryBody { url: string; name: string; semver: string; license: 
 
 interface Answer { httpStatus: number; body: Record<string, any> }
 
-function readToken(file: string): string {
+export function readToken(file: string): string {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -61,20 +61,20 @@ function readToken(file: string): string {
   return token;
 }
 
-function gatewayBase(given: string): string {
+export function gatewayBase(given: string): string {
   if (!/^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/i.test(given)) throw new UsageError(`--gateway must be an absolute http(s) URL, got ${JSON.stringify(given)}`);
   return given.replace(/\/+$/, '');
 }
 
 /** A gateway's failure as the error the offline command would have raised. */
-function gatewayError(a: Answer): VouchError {
+export function gatewayError(a: Answer): VouchError {
   const code = typeof a.body.status === 'string' && a.body.status in EXIT_CODE ? a.body.status as ErrorCode : 'internal_error';
   const message = typeof a.body.message === 'string' ? a.body.message : `the gateway answered ${a.httpStatus}`;
   return new VouchError(code, `the gateway refused: ${message}`, typeof a.body.resource === 'string' ? { resource: a.body.resource } : {});
 }
 
 /** POST /v1/submit asking for NDJSON progress; `onProgress(done)` per entry hashed. */
-async function submit(base: string, token: string, body: Record<string, unknown>, onProgress: (done: number) => void): Promise<Answer> {
+export async function submit(base: string, token: string, body: Record<string, unknown>, onProgress: (done: number) => void): Promise<Answer> {
   let res: Response;
   try {
     res = await fetch(`${base}/v1/submit`, {
