@@ -19,6 +19,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   proofs: async () => (await import('./proofs-bench.ts')).runProofsBench(process.argv.includes('--quick')),
   keys: async () => (await import('./keys-bench.ts')).runKeysBench(process.argv.includes('--quick')),
   tlog: async () => (await import('./tlog-bench.ts')).runTlogBench(process.argv.includes('--quick')),
+  oci: async () => (await import('./oci-bench.ts')).runOciBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];

@@ -33,6 +33,8 @@ import {
 const MAX_REACHABLE = 200_000;
 /** Tags of one repository looked at when relearning what is reachable. */
 const MAX_RELEARN_TAGS = 1000;
+/** Blob fetches started ahead of the client (`prefetch`) running at once at most. */
+const MAX_PREFETCH = 16;
 /** Largest token answer read. */
 const MAX_TOKEN_BYTES = 64 * 1024;
 const API_VERSION = { 'docker-distribution-api-version': 'registry/2.0' };
@@ -59,6 +61,8 @@ export class OciRoutes {
   private readonly tokens = new Map<string, { header: string; until: number }>();
   /** `route.index repo digest` of blobs whose upstream bytes did not match, with the refusal and until when it is told. */
   private readonly mismatched = new Map<string, { message: string; until: number }>();
+  /** Blob fetches started ahead of the client, by `route.index repo digest`. */
+  private readonly prefetching = new Set<string>();
   /** Per route: the upstream's challenge (null: it asked for none), once known. */
   private readonly challenges = new Map<number, { scheme: string; params: Record<string, string> } | null>();
 
@@ -194,9 +198,33 @@ export class OciRoutes {
       };
       res.writeHead(200, head);
       res.end(req.method === 'HEAD' ? undefined : bytes);
+      if (req.method === 'GET') for (const d of facts.blobs) this.prefetch(route, r.repo, d);
     } finally {
       artifact.release();
     }
+  }
+
+  /**
+   * Starts obtaining a blob of a manifest just served (verified into the
+   * mirror) before the client asks for it: the client's request joins the
+   * fetch in flight, so a cold pull overlaps the upstream's transfer of
+   * every layer instead of waiting for each whole layer in turn.
+   */
+  private prefetch(route: ProxyRoute, repo: string, digest: string): void {
+    const key = `${route.index} ${repo} ${digest}`;
+    if (this.prefetching.has(key) || this.prefetching.size >= MAX_PREFETCH) return;
+    this.prefetching.add(key);
+    void (async () => {
+      try {
+        const headers = { accept: '*/*', ...(await this.authHeader(route, repo)) };
+        const { artifact } = await this.ctx.artifacts.obtain(blobUrl(route.origin, repo, digest), digest, { headers, trustedHosts: [new URL(route.canonical).host] });
+        artifact.release();
+      } catch (e) {
+        this.ctx.log.debug('oci: a blob fetched ahead failed (the client\'s own request tries again)', { route: route.label, digest, error: (e as Error)?.message?.split('\n')[0] });
+      } finally {
+        this.prefetching.delete(key);
+      }
+    })();
   }
 
   /** An unendorsed manifest: refused on a deny route (404 MANIFEST_UNKNOWN with the reason), passed through marked on a pass route. */
