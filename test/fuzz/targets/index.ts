@@ -3,6 +3,7 @@ import type { FuzzTarget } from '../target.ts';
 import { h1Chunked, h1ClientTarget, h1Head } from './h1.ts';
 import { gitSmartHttpTarget, ewahTarget, gitDeltaTarget, gitIndexTarget, gitSplitIndexTarget, gitPackDiskTarget, gitPackTarget, pktLineTarget } from './git.ts';
 import { tlogPolicyTarget, tlogProofTarget, addCheckpointTarget, blockFileTarget, checkpointTarget, jcsTarget, noteTarget, queryTarget, tileTarget } from './chain.ts';
+import { ociManifestTarget, ociTextTarget } from './oci.ts';
 import { configTarget, goProxyTarget, goSumTarget, goZipTarget, jsonShapeTarget, npmLockTarget, npmPackumentTarget, pipIndexTarget, pipLockTarget, pypiHtmlTarget, pypiJsonTarget } from './ecosystems.ts';
 
 export const TARGETS: readonly FuzzTarget[] = [
@@ -11,6 +12,7 @@ export const TARGETS: readonly FuzzTarget[] = [
   blockFileTarget, jcsTarget, noteTarget, checkpointTarget, addCheckpointTarget, tlogPolicyTarget, tlogProofTarget, tileTarget, queryTarget,
   pypiHtmlTarget, pypiJsonTarget, npmPackumentTarget, jsonShapeTarget, goProxyTarget, goZipTarget,
   npmLockTarget, pipLockTarget, pipIndexTarget, goSumTarget, configTarget,
+  ociManifestTarget, ociTextTarget,
 ];
 
 export function targetNamed(name: string): FuzzTarget | undefined {
