@@ -18,7 +18,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -40,6 +40,9 @@ import { testSigner } from './helpers/chain-fixture.ts';
 import { Layout, Registry, push, runAsync, skopeo, smallLayer, tarImage, type Descriptor } from './helpers/oci-registry.ts';
 
 const CANONICAL = 'https://registry.example.test/';
+/** The canonical base of the registry behind the token-auth front (a private upstream). */
+const PRIVATE = 'https://private.example.test/';
+const PRIVATE_PASSWORD = 'pw-' + 'p'.repeat(24);
 const MiB = 1024 * 1024;
 const MEMORY = 64 * MiB;
 const BUDGET = 128 * MiB;
@@ -47,6 +50,11 @@ const BIG = 1024 * MiB;
 const work = mkdtempSync(join(tmpdir(), 'vouch-eco-oci-'));
 let registry: Registry;
 let gw: GatewayProcess;
+/** A token-auth front of the registry (the spec's bearer flow, basic credentials at the realm). */
+let authFront: Server;
+let authUrl = '';
+const issued = new Set<string>();
+const authSeen: string[] = [];
 let gwHost = '';
 /** Tag -> the digest the registry gave it when the chain endorsed it. */
 const digests = new Map<string, string>();
@@ -183,6 +191,10 @@ async function buildChain(dir: string): Promise<string> {
   const revoked = endorse('revoked', '1.0');
   blocks.push(buildRevokeBlock({ prev: blocks.at(-1)!, target: revoked, signer, backend: nodeBackend, now: t + blocks.length * 1000 }));
   if (digests.has('big:1.0')) endorse('big', '1.0');
+  blocks.push(buildEndorseBlock({
+    prev: blocks.at(-1)!, signer, backend: nodeBackend, now: t + blocks.length * 1000,
+    entries: [{ url: manifestUrl(PRIVATE, 'app', '1.0'), artifactHash: digests.get('app:1.0')!, name: 'oci/private-app', semver: '1.0.0', license: 'MIT' }],
+  }));
   const checkpoint = buildCheckpoint({ head: blocks.at(-1)!, signer, now: t + blocks.length * 1000 });
   await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
     { message: 'oci fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(t / 1000) });
@@ -200,11 +212,49 @@ async function startGateway(): Promise<void> {
       routes: [
         { prefix: '/v2/', kind: 'oci', origin: registry.url, canonical: CANONICAL, unendorsed: 'deny' },
         { prefix: '/v2/pass.local/', kind: 'oci', origin: registry.url, canonical: CANONICAL, unendorsed: 'pass' },
+        { prefix: '/v2/private.local/', kind: 'oci', origin: authUrl, canonical: PRIVATE, credentials_file: join(work, 'private.cred') },
       ],
     },
   });
   gw = await startGatewayProcess(['--config', cfg]);
   gwHost = new URL(gw.url).host;
+}
+
+/**
+ * The registry behind the spec's token flow: /v2/ requests need a bearer
+ * token the realm /token issues for basic credentials; they are then passed
+ * to the registry.
+ */
+async function startAuthFront(): Promise<void> {
+  writeFileSync(join(work, 'private.cred'), `puller:${PRIVATE_PASSWORD}\n`, { mode: 0o600 });
+  authFront = createServer((req, res) => {
+    const url = new URL(req.url!, 'http://x');
+    if (url.pathname === '/token') {
+      authSeen.push(`${req.headers.authorization ?? ''} ${url.searchParams.get('scope')}`);
+      if (req.headers.authorization !== `Basic ${Buffer.from(`puller:${PRIVATE_PASSWORD}`).toString('base64')}`) {
+        res.writeHead(401).end();
+        return;
+      }
+      const token = `tok-${Math.random().toString(36).slice(2)}`;
+      issued.add(token);
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ token, expires_in: 300 }));
+      return;
+    }
+    const bearer = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1];
+    if (bearer === undefined || !issued.has(bearer)) {
+      res.writeHead(401, { 'www-authenticate': `Bearer realm="${authUrl}/token",service="vouch-test",scope="repository:app:pull"`, 'content-type': 'application/json' });
+      res.end('{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}');
+      return;
+    }
+    fetch(registry.url + req.url, { method: req.method, headers: { accept: req.headers.accept ?? '*/*' } }).then(async (up) => {
+      const headers: Record<string, string> = {};
+      for (const k of ['content-type', 'content-length', 'docker-content-digest']) { const v = up.headers.get(k); if (v !== null) headers[k] = v; }
+      res.writeHead(up.status, headers);
+      res.end(Buffer.from(await up.arrayBuffer()));
+    }, () => res.writeHead(502).end());
+  });
+  await new Promise<void>((r) => authFront.listen(0, '127.0.0.1', r));
+  authUrl = `http://127.0.0.1:${(authFront.address() as { port: number }).port}`;
 }
 
 /** A new gateway process (an empty memory mirror) on the fixture chain made again. */
@@ -229,12 +279,14 @@ test.before(async () => {
     assert.is(r.status, 0, r.stderr);
     digests.set(`${repo}:1.0`, await registryDigest(repo, '1.0'));
   }
+  await startAuthFront();
   await startGateway();
 });
 
 test.after(async () => {
   await gw?.stop();
   await registry?.stop();
+  await new Promise((r) => (authFront ? authFront.close(r) : r(null)));
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -370,6 +422,23 @@ test('tags/list lists only endorsed tags in force, with the spec\'s pagination; 
   const list = await skopeo(['list-tags', '--tls-verify=false', `docker://${gwHost}/app`]);
   assert.is(list.status, 0, list.stderr);
   assert.equal(JSON.parse(list.stdout).Tags, ['1.0']);
+});
+
+test('a private upstream behind the bearer-token flow: the credentials file answers the realm; neither it nor the token is logged', async () => {
+  const p = await pull('private.local/app:1.0');
+  assert.is(p.status, 0, p.stderr);
+  assert.ok(layoutIsIntact(p.dir).includes(digests.get('app:1.0')!));
+  assert.ok(authSeen.some((a) => a.startsWith('Basic ') && a.endsWith(' repository:app:pull')), authSeen.join('\n'));
+  const logs = gw.stdout() + gw.stderr();
+  assert.not.ok(logs.includes(PRIVATE_PASSWORD), 'the password was logged');
+  for (const t of issued) assert.not.ok(logs.includes(t), 'a token was logged');
+  // Wrong credentials: refused by the realm, a 5xx with the reason in the body, nothing served.
+  writeFileSync(join(work, 'private.cred'), 'puller:wrong\n');
+  issued.clear();
+  const r = await fetch(`${gw.url}/v2/private.local/app/tags/list`);
+  assert.is(r.status, 502);
+  assert.match((await r.json()).errors[0].message, /the token service answered 401/);
+  writeFileSync(join(work, 'private.cred'), `puller:${PRIVATE_PASSWORD}\n`);
 });
 
 /**
