@@ -345,7 +345,7 @@ export class OciRoutes {
         } catch (e) {
           const status = isVouchError(e) ? (e.evidence as { status?: unknown } | undefined)?.status : undefined;
           if (attempt === 0 && status === 401) {
-            await this.learnChallenge(route, repo, true);
+            await this.learnChallenge(route, true);
             continue;
           }
           throw e;
@@ -449,7 +449,7 @@ export class OciRoutes {
       }
       if (up.statusCode === 401 && attempt === 0) {
         up.body.resume();
-        await this.learnChallenge(route, repo, true, typeof up.headers['www-authenticate'] === 'string' ? up.headers['www-authenticate'] : undefined);
+        await this.learnChallenge(route, true, typeof up.headers['www-authenticate'] === 'string' ? up.headers['www-authenticate'] : undefined);
         continue;
       }
       return up;
@@ -474,7 +474,7 @@ export class OciRoutes {
    * Finds out whether the upstream asks for authentication (its challenge on
    * `/v2/`, or the one given); `force` asks again (a token was refused).
    */
-  private async learnChallenge(route: ProxyRoute, repo: string, force: boolean, given?: string): Promise<void> {
+  private async learnChallenge(route: ProxyRoute, force: boolean, given?: string): Promise<void> {
     if (!force && this.challenges.has(route.index)) return;
     for (const k of [...this.tokens.keys()]) if (k.startsWith(`${route.index} `)) this.tokens.delete(k);
     let value = given;
@@ -489,12 +489,11 @@ export class OciRoutes {
       }
     }
     this.challenges.set(route.index, value === undefined ? null : parseChallenge(value));
-    void repo;
   }
 
   /** The `authorization` header for a pull of `repo` (a bearer token, or basic credentials), or none. */
   private async authHeader(route: ProxyRoute, repo: string): Promise<Record<string, string>> {
-    if (!this.challenges.has(route.index)) await this.learnChallenge(route, repo, false);
+    if (!this.challenges.has(route.index)) await this.learnChallenge(route, false);
     const ch = this.challenges.get(route.index) ?? null;
     if (ch === null) return {};
     const creds = this.credentials(route);
