@@ -187,7 +187,7 @@ async function buildChain(dir: string): Promise<string> {
     blocks.push(block);
     return block;
   };
-  for (const repo of ['app', 'multi', 'moved', 'swapped', 'podman']) endorse(repo, '1.0');
+  for (const repo of ['app', 'multi', 'moved', 'swapped', 'podman', 'docker']) endorse(repo, '1.0');
   const revoked = endorse('revoked', '1.0');
   blocks.push(buildRevokeBlock({ prev: blocks.at(-1)!, target: revoked, signer, backend: nodeBackend, now: t + blocks.length * 1000 }));
   if (digests.has('big:1.0')) endorse('big', '1.0');
@@ -273,8 +273,11 @@ test.before(async () => {
   }
   await push(layout, 'multi', registry, 'multi', true);
   await push(layout, 'moved-later', registry, 'moved');
+  // A Docker schema 2 image (skopeo converts the OCI manifest on the way).
+  const v2s2 = await skopeo(['copy', '--format', 'v2s2', '--dest-tls-verify=false', `oci:${layout}:app`, `docker://${registry.host}/docker:docker`]);
+  assert.is(v2s2.status, 0, v2s2.stderr);
   // skopeo pushed `repo:<layout tag>`; the tests use `repo:1.0`.
-  for (const repo of ['app', 'multi', 'moved', 'swapped', 'unendorsed', 'revoked', 'podman']) {
+  for (const repo of ['app', 'multi', 'moved', 'swapped', 'unendorsed', 'revoked', 'podman', 'docker']) {
     const r = await skopeo(['copy', '--all', '--src-tls-verify=false', '--dest-tls-verify=false', `docker://${registry.host}/${repo}:${repo}`, `docker://${registry.host}/${repo}:1.0`]);
     assert.is(r.status, 0, r.stderr);
     digests.set(`${repo}:1.0`, await registryDigest(repo, '1.0'));
@@ -323,6 +326,16 @@ test('an endorsed tag pulls with skopeo through the gateway: the endorsed manife
   assert.is(part.status, 206);
   assert.is(part.headers.get('content-range'), `bytes 10-19/${layer.size}`);
   assert.equal(Buffer.from(await part.arrayBuffer()), readFileSync(join(work, 'layout', 'blobs', 'sha256', layer.digest.slice(7))).subarray(10, 20));
+});
+
+test('a Docker schema 2 manifest: served as it is stored, with its media type and digest', async () => {
+  const head = await fetch(`${gw.url}/v2/docker/manifests/1.0`, { method: 'HEAD', headers: { accept: MANIFEST_ACCEPT } });
+  assert.is(head.status, 200);
+  assert.is(head.headers.get('content-type'), DOCKER_MANIFEST);
+  assert.is(head.headers.get('docker-content-digest'), digests.get('docker:1.0'));
+  const p = await pull('docker:1.0');
+  assert.is(p.status, 0, p.stderr);
+  layoutIsIntact(p.dir);
 });
 
 test('a multi-platform index: the index is endorsed, each platform manifest is reachable through it', async () => {
