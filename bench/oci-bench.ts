@@ -117,6 +117,11 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       `| gateway peak RSS (VmHWM after both pulls, highest of the rounds) | | ${(peak / MiB).toFixed(0)} MiB | | ≤ budget ${BUDGET / MiB} + 150 = ${BUDGET / MiB + 150} MiB | ${ok(peak <= BUDGET + 150 * MiB)} |`,
       '',
       `Per round (ms): registry ${direct.map((x) => x.toFixed(0)).join(', ')}; cold ${cold.map((x) => x.toFixed(0)).join(', ')}; hit ${hit.map((x) => x.toFixed(0)).join(', ')}.`,
+      '',
+      'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
+      'costs the upstream transfer (received, hashed, written to the mirror) and then the transfer to skopeo; the gateway fetches every layer ' +
+      'of a manifest it serves at once (the client\'s requests join those fetches), which overlaps layers with each other but not a layer with ' +
+      'its own sending. On 2 shared cores the two transfers compete for the same CPU, hence a cold ratio near 0.5.',
     ].join('\n');
     return { title: 'Container images through a kind: oci route (issue 36)', markdown };
   } finally {
