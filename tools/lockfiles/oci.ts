@@ -120,6 +120,10 @@ export function readImageRefs(text: string, fileName: string): string[] {
     if (out.size > MAX_REFS) throw new VouchError('too_large', `${fileName} names more than ${MAX_REFS} images`);
   };
   if (/^\s*[A-Za-z0-9_"'-]+\s*:(\s|$)/m.test(text) || /\.(ya?ml)$/i.test(fileName)) {
+    const shape = flowShape(text);
+    if (shape.depth > MAX_YAML_DEPTH) throw new VouchError('too_large', `${fileName}: YAML nested deeper than ${MAX_YAML_DEPTH}`);
+    // Each node but the first follows a line break or a comma: the parser's work (about linear in nodes) is bounded before it starts.
+    if (shape.separators > MAX_YAML_NODES) throw new VouchError('too_large', `${fileName}: more than ${MAX_YAML_NODES} YAML lines and flow items`);
     const docs = parseAllDocuments(text, { uniqueKeys: false });
     const list = Array.isArray(docs) ? docs : [docs];
     let nodes = 0;
@@ -152,6 +156,35 @@ export function readImageRefs(text: string, fileName: string): string[] {
   }
   if (out.size === 0) throw new VouchError('bad_request', `${fileName} names no image (one reference a line, or image: fields of a compose file or Kubernetes manifests)`);
   return [...out];
+}
+
+/**
+ * The deepest nesting of YAML flow collections (`[` `{`) in `text` and its
+ * line breaks and commas, quoted scalars and comments skipped: one linear
+ * scan before the parser, which recurses on nesting (and takes seconds to
+ * fail on a deep pile) and spends about 10 µs a node.
+ */
+function flowShape(text: string): { depth: number; separators: number } {
+  let depth = 0;
+  let deepest = 0;
+  let separators = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22 || c === 0x27) { // a quoted scalar: to its closing quote (a doubled ' or an escaped " inside)
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (c === 0x22 && d === 0x5c) i++;
+        else if (d === c) break;
+      }
+    } else if (c === 0x23 && (i === 0 || /\s/.test(text[i - 1]!))) { // a comment (after white space): to the end of the line
+      const nl = text.indexOf('\n', i);
+      i = nl === -1 ? text.length : nl - 1;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > deepest) deepest = depth;
+    } else if ((c === 0x5d || c === 0x7d) && depth > 0) depth--;
+    else if (c === 0x0a || c === 0x2c) separators++;
+  }
+  return { depth: deepest, separators };
 }
 
 /** A resolved reference: the URL to endorse and the digest of the manifest bytes the registry serves. */
