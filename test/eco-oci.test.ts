@@ -231,7 +231,8 @@ async function startAuthFront(): Promise<void> {
     const url = new URL(req.url!, 'http://x');
     if (url.pathname === '/token') {
       authSeen.push(`${req.headers.authorization ?? ''} ${url.searchParams.get('scope')}`);
-      if (req.headers.authorization !== `Basic ${Buffer.from(`puller:${PRIVATE_PASSWORD}`).toString('base64')}`) {
+      // Anonymous pulls get a token; given credentials must be right.
+      if (req.headers.authorization !== undefined && req.headers.authorization !== `Basic ${Buffer.from(`puller:${PRIVATE_PASSWORD}`).toString('base64')}`) {
         res.writeHead(401).end();
         return;
       }
@@ -446,6 +447,7 @@ test('a private upstream behind the bearer-token flow: the credentials file answ
   assert.not.ok(logs.includes(PRIVATE_PASSWORD), 'the password was logged');
   for (const t of issued) assert.not.ok(logs.includes(t), 'a token was logged');
   // Wrong credentials: refused by the realm, a 5xx with the reason in the body, nothing served.
+  authSeen.length = 0;
   writeFileSync(join(work, 'private.cred'), 'puller:wrong\n');
   issued.clear();
   const r = await fetch(`${gw.url}/v2/private.local/app/tags/list`);
@@ -562,7 +564,7 @@ test('vouch endorse --oci (offline): tags resolved at the registry, endorsed as 
   assert.match(wrong.stderr, /the tag 1\.0 is sha256:[0-9a-f]{64} at the registry, not the digest named/);
 });
 
-test('vouch endorse --oci through a running authority: the authority fetches the manifest itself and checks the claimed digest', async () => {
+test('vouch endorse --oci through a running authority: the authority fetches the manifest itself (a registry\'s token flow too) and checks the claimed digest', async () => {
   const dir = join(work, 'authority');
   const keyFile = join(dir, 'authority.pem');
   const tokenFile = join(dir, 'submit.token');
@@ -577,7 +579,7 @@ test('vouch endorse --oci through a running authority: the authority fetches the
   })]);
   try {
     const r = await vouchAsync(['endorse', '--gateway', authority.url, '--token-file', tokenFile, '--license', 'MIT', '--json',
-      '--oci', `http://${registry.host}/multi:1.0`, '--oci', `http://${registry.host}/app:1.0`]);
+      '--oci', `http://${registry.host}/multi:1.0`, '--oci', `http://${registry.host}/app:1.0`, '--oci', `${authUrl}/app:1.0`]);
     assert.is(r.status, 0, r.stderr);
     const out = JSON.parse(r.stdout);
     assert.is(out.status, 'posted');
@@ -585,7 +587,10 @@ test('vouch endorse --oci through a running authority: the authority fetches the
     assert.equal(block.payload.endorsements.map((e) => [e.artifact_url, e.artifact_hash]).sort(), [
       [`${registry.url}/v2/app/manifests/1.0`, digests.get('app:1.0')],
       [`${registry.url}/v2/multi/manifests/1.0`, digests.get('multi:1.0')],
+      // Behind the token flow (anonymous): the CLI and the authority each asked the realm for a pull token.
+      [`${authUrl}/v2/app/manifests/1.0`, digests.get('app:1.0')],
     ].sort());
+    assert.ok(authSeen.filter((a) => a === ' repository:app:pull').length >= 2, authSeen.join('\n'));
   } finally {
     await authority.stop();
   }

@@ -16,6 +16,8 @@ import { checkJsonShape, JsonShapeError } from '../../artifacts/json-shape.ts';
 import type { EcosystemHandler } from './ecosystem.ts';
 import { OCI_MANIFEST_ACCEPT, OCI_MANIFEST_TYPES } from '../../artifacts/oci-accept.ts';
 
+export { parseChallenge, MAX_CHALLENGE_BYTES } from '../../artifacts/oci-accept.ts';
+
 export const OCI_MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
 export const OCI_INDEX = 'application/vnd.oci.image.index.v1+json';
 export const DOCKER_MANIFEST = 'application/vnd.docker.distribution.manifest.v2+json';
@@ -31,9 +33,6 @@ export const MAX_DESCRIPTORS = 10_000;
 /** Largest tag list page read from a registry, and the most tags it may hold. */
 export const MAX_TAG_LIST_BYTES = 8 * 1024 * 1024;
 export const MAX_TAGS = 100_000;
-/** Largest `WWW-Authenticate` value parsed, and its most parameters. */
-export const MAX_CHALLENGE_BYTES = 4096;
-const MAX_CHALLENGE_PARAMS = 16;
 
 const COMPONENT = '[a-z0-9]+(?:(?:\\.|_|__|-+)[a-z0-9]+)*';
 /** A repository name (the spec's `<name>`), at most 255 characters. */
@@ -174,31 +173,6 @@ export function pageOf(sorted: readonly string[], n: number | null, last: string
   }
   const end = n === null ? sorted.length : Math.min(sorted.length, from + n);
   return { tags: sorted.slice(from, end), more: end < sorted.length };
-}
-
-/**
- * A `WWW-Authenticate` challenge: its scheme (lower-case) and parameters
- * (lower-case names), e.g. `Bearer realm="https://auth.example/token",service="registry",scope="repository:a:pull"`.
- * Only the first challenge is read. @throws VouchError bad_request / too_large.
- */
-export function parseChallenge(value: string): { scheme: string; params: Record<string, string> } {
-  if (value.length > MAX_CHALLENGE_BYTES) throw new VouchError('too_large', `WWW-Authenticate longer than ${MAX_CHALLENGE_BYTES} bytes`);
-  const m = /^\s*([A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*)\s*/.exec(value);
-  if (m === null) throw new VouchError('bad_request', 'WWW-Authenticate: no scheme');
-  const params: Record<string, string> = Object.create(null);
-  let at = m[0].length;
-  let count = 0;
-  const param = /([A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,"]*))\s*(,\s*)?/y;
-  while (at < value.length) {
-    param.lastIndex = at;
-    const p = param.exec(value);
-    if (p === null) break; // a second challenge, or a token68: not read
-    if (++count > MAX_CHALLENGE_PARAMS) throw new VouchError('too_large', `WWW-Authenticate: more than ${MAX_CHALLENGE_PARAMS} parameters`);
-    params[p[1]!.toLowerCase()] = p[2] !== undefined ? p[2].replace(/\\(.)/g, '$1') : p[3]!;
-    at = param.lastIndex;
-    if (p[4] === undefined) break;
-  }
-  return { scheme: m[1]!.toLowerCase(), params };
 }
 
 /** The spec's error body (`{"errors":[{"code","message"}]}`) for a failure with `status`; the code from the status and what was asked. */
