@@ -407,6 +407,13 @@ test('an unendorsed tag is refused (MANIFEST_UNKNOWN with vouch\'s reason); on a
     assert.is(passed.headers.get('docker-content-digest'), digests.get('unendorsed:1.0'));
     await passed.arrayBuffer();
   }
+  // A namespace no route serves is refused, not answered from the default registry's repository of that name.
+  const elsewhere = await fetch(`${gw.url}/v2/app/manifests/1.0?ns=ghcr.io`, { headers: { accept: MANIFEST_ACCEPT } });
+  assert.is(elsewhere.status, 404);
+  assert.match((await elsewhere.json()).errors[0].message, /^vouch: no route of this gateway serves the registry ghcr\.io/);
+  const own = await fetch(`${gw.url}/v2/app/manifests/1.0?ns=registry.example.test`, { headers: { accept: MANIFEST_ACCEPT } });
+  assert.is(own.status, 200);
+  await own.arrayBuffer();
   const viaPass = await pull('pass.local/unendorsed:1.0');
   assert.is(viaPass.status, 0, viaPass.stderr);
 });

@@ -74,19 +74,32 @@ export class OciRoutes {
     await a?.close();
   }
 
-  /** The route a request is answered under: containerd's `?ns=HOST` picks the OCI route with prefix `/v2/HOST/`. */
-  routeFor(m: Matched): { route: ProxyRoute; rest: string } {
-    const ns = new URLSearchParams(m.query).get('ns');
-    if (ns !== null && /^[A-Za-z0-9.-]+(?::\d{1,5})?$/.test(ns) && m.route.prefix === '/v2/') {
-      const r = this.routes.find((x) => x.kind === 'oci' && x.host === m.route.host && x.prefix === `/v2/${ns.toLowerCase()}/`);
-      if (r !== undefined) return { route: r, rest: m.rest };
-    }
-    return { route: m.route, rest: m.rest };
+  /**
+   * The route a request is answered under: containerd's `?ns=HOST` picks the
+   * OCI route with prefix `/v2/HOST/`; a `ns` naming neither such a route nor
+   * the matched route's own registry (its canonical or origin host; docker.io
+   * for registry-1.docker.io) is null: refused, never answered from another
+   * registry's repository of the same name.
+   */
+  routeFor(m: Matched): ProxyRoute | null {
+    const raw = new URLSearchParams(m.query).get('ns');
+    if (raw === null) return m.route;
+    const ns = raw.toLowerCase();
+    if (!/^[a-z0-9.-]+(?::\d{1,5})?$/.test(ns)) return null;
+    const named = this.routes.find((x) => x.kind === 'oci' && x.host === m.route.host && x.prefix === `/v2/${ns}/`);
+    if (named !== undefined) return named;
+    const hosts = [new URL(m.route.canonical).host, new URL(m.route.origin).host].flatMap((h) => (h === 'registry-1.docker.io' ? [h, 'docker.io'] : [h]));
+    return hosts.includes(ns) || m.route.prefix === `/v2/${ns}/` ? m.route : null;
   }
 
   /** Answers a request under an OCI route (GET or HEAD, chain loaded). Never rejects. */
   async handle(req: IncomingMessage, res: ServerResponse, m: Matched): Promise<void> {
-    const { route, rest } = this.routeFor(m);
+    const route = this.routeFor(m);
+    if (route === null) {
+      this.host.count('denied');
+      return this.fail(res, 404, `vouch: no route of this gateway serves the registry ${new URLSearchParams(m.query).get('ns')!.slice(0, 100)} (add {prefix: /v2/<registry host>/, kind: oci, origin: ...})`, null);
+    }
+    const rest = m.rest;
     const r = parseOciPath(rest);
     try {
       if (r === null) {
