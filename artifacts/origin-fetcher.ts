@@ -34,6 +34,7 @@ import { isIP } from 'node:net';
 import { Readable } from 'node:stream';
 import { VouchError } from '../chain/errors.ts';
 import { AddressGuard, type AddressGuardOptions } from './address-guard.ts';
+import { OCI_MANIFEST_ACCEPT, isOciManifestPath, parseChallenge } from './oci-accept.ts';
 import { H1Client, type H1ClientOptions, type H1Response } from './h1/pool.ts';
 
 export interface OriginLimits {
@@ -84,6 +85,12 @@ export interface OriginFetchOptions {
    * first URL's own — a proxy route's canonical host.
    */
   trustedHosts?: readonly string[];
+  /**
+   * Request headers added to the hops on the first URL's own host only (a
+   * registry's `accept` and `authorization`): never sent to a redirect
+   * target elsewhere, never logged.
+   */
+  headers?: Readonly<Record<string, string>>;
 }
 
 export interface OriginResponse {
@@ -256,10 +263,24 @@ export class OriginFetcher {
     const state = new FetchState(resource, this.limits, options.signal);
     const guardAll = options.guardPrivate === true;
     const trusted = new Set([current.host, ...(options.trustedHosts ?? [])]);
+    const first = current.host;
+    /** A registry's pull token for a manifest URL that answered 401 (the token flow runs once per fetch). */
+    let bearer: string | undefined;
     try {
       for (let hop = 0; ; hop++) {
         const guard = guardAll ? 'all' : hop > 0 && !this.allowPrivate && !trusted.has(current.host) ? 'redirect' : 'none';
-        const res = await this.request(current, resource, guard, state);
+        const extra = current.host !== first ? undefined
+          : bearer !== undefined ? { ...options.headers, authorization: bearer } : options.headers;
+        const res = await this.request(current, resource, guard, state, extra);
+        if (res.statusCode === 401 && bearer === undefined && current.host === first && options.headers?.authorization === undefined && isOciManifestPath(current.pathname)) {
+          // A registry that wants a pull token first (the distribution spec's token flow, anonymous).
+          const challenge = res.headers['www-authenticate'];
+          res.discard();
+          if (typeof challenge !== 'string') throw new VouchError('origin_error', `origin ${current.href}: HTTP 401 without a challenge`, { resource, evidence: { status: 401 } });
+          bearer = await this.registryToken(challenge, current, resource, state, guardAll, trusted);
+          hop--;
+          continue;
+        }
         const location = res.headers['location'];
         if (REDIRECTS.has(res.statusCode) && typeof location === 'string' && location !== '') {
           res.discard();
@@ -299,7 +320,61 @@ export class OriginFetcher {
     }
   }
 
-  private async request(url: URL, resource: string, guard: 'all' | 'redirect' | 'none', state: FetchState): Promise<H1Response> {
+  /**
+   * An anonymous pull token for the repository of a registry manifest URL,
+   * from the realm its challenge names (`Bearer realm=...,service=...`); the
+   * realm is guarded as a redirect hop is, and must be https unless it is
+   * on the registry's own host. Its answer is read up to 64 KiB.
+   */
+  private async registryToken(challenge: string, registry: URL, resource: string, state: FetchState, guardAll: boolean, trusted: ReadonlySet<string>): Promise<string> {
+    const fail = (why: string): never => { throw new VouchError('origin_error', `origin ${registry.href}: HTTP 401, and no pull token: ${why}`, { resource, evidence: { status: 401 } }); };
+    let ch: ReturnType<typeof parseChallenge>;
+    try {
+      ch = parseChallenge(challenge);
+    } catch {
+      return fail('an unreadable WWW-Authenticate');
+    }
+    if (ch.scheme !== 'bearer' || ch.params.realm === undefined) return fail(`the registry asks for ${ch.scheme} authentication`);
+    let realm: URL;
+    try {
+      realm = new URL(ch.params.realm);
+    } catch {
+      return fail('the token realm is not a URL');
+    }
+    if (realm.protocol !== 'https:' && !(realm.protocol === 'http:' && realm.host === registry.host)) return fail('the token realm must be https or on the registry\'s host');
+    const name = /\/v2\/(.+)\/manifests\/[^/]+$/.exec(registry.pathname)?.[1] ?? '';
+    if (ch.params.service !== undefined) realm.searchParams.set('service', ch.params.service);
+    realm.searchParams.set('scope', `repository:${name}:pull`);
+    realm.username = '';
+    realm.password = '';
+    const guard = guardAll ? 'all' : !this.allowPrivate && !trusted.has(realm.host) ? 'redirect' : 'none';
+    const res = await this.request(realm, resource, guard, state, { accept: 'application/json' });
+    if (res.statusCode !== 200) {
+      res.discard();
+      return fail(`the token service answered ${res.statusCode}`);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const c of res.stream()) {
+      size += (c as Buffer).length;
+      if (size > 64 * 1024) {
+        res.abort();
+        return fail('the token answer is larger than 64 KiB');
+      }
+      chunks.push(c as Buffer);
+    }
+    let token: unknown;
+    try {
+      const doc = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { token?: unknown; access_token?: unknown };
+      token = doc.token ?? doc.access_token;
+    } catch {
+      return fail('the token answer is not JSON');
+    }
+    if (typeof token !== 'string' || !/^[\x21-\x7e]{1,8192}$/.test(token)) return fail('the token answer holds no token');
+    return `Bearer ${token}`;
+  }
+
+  private async request(url: URL, resource: string, guard: 'all' | 'redirect' | 'none', state: FetchState, extra?: Readonly<Record<string, string>>): Promise<H1Response> {
     const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
     let host = hostname;
     if (guard !== 'none') {
@@ -324,7 +399,8 @@ export class OriginFetcher {
       servername: isIP(hostname) === 0 ? hostname : undefined,
       hostHeader: url.host,
       path: `${url.pathname}${url.search}`,
-      headers: { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: '*/*' },
+      // A registry's manifest URL is asked for in the manifest media types (an endorsement of an image tag).
+      headers: { 'user-agent': this.userAgent, 'accept-encoding': 'identity', accept: isOciManifestPath(url.pathname) ? OCI_MANIFEST_ACCEPT : '*/*', ...extra },
       signal: state.controller.signal,
     });
   }

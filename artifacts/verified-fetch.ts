@@ -99,6 +99,8 @@ interface Flight {
   waiters: Set<Waiter>;
   /** Hosts a redirect hop may reach unguarded besides the URL's own (a proxy route's canonical host). */
   trustedHosts: readonly string[];
+  /** Request headers for the URL's own host (a registry's accept and authorization). */
+  headers: Readonly<Record<string, string>> | undefined;
   controller: AbortController;
   settled: boolean;
 }
@@ -178,7 +180,7 @@ export class VerifiedFetcher {
    * `bad_artifact_hash`, or — when `signal` aborts — with its reason. The
    * shared origin fetch is cancelled only when every waiting caller aborted.
    */
-  async obtain(url: string, artifactHash: string, options: { signal?: AbortSignal; trustedHosts?: readonly string[] } = {}): Promise<Obtained> {
+  async obtain(url: string, artifactHash: string, options: { signal?: AbortSignal; trustedHosts?: readonly string[]; headers?: Readonly<Record<string, string>> } = {}): Promise<Obtained> {
     const parsed = parseArtifactHash(artifactHash);
     if (typeof parsed === 'string') throw new VouchError('bad_artifact_hash', parsed, { resource: url });
     const { signal } = options;
@@ -199,7 +201,7 @@ export class VerifiedFetcher {
     if (flight !== undefined) {
       this.counters.joined++;
     } else {
-      flight = { key, hash: artifactHash, waiters: new Set(), trustedHosts, controller: new AbortController(), settled: false };
+      flight = { key, hash: artifactHash, waiters: new Set(), trustedHosts, headers: options.headers, controller: new AbortController(), settled: false };
       this.flights.set(key, flight);
       this.run(flight, url, parsed);
     }
@@ -298,7 +300,7 @@ export class VerifiedFetcher {
         const hit = await this.mirror.get(flight.hash);
         if (hit !== null) return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
-      return await this.fetchVerified(url, flight.hash, h, signal, flight.trustedHosts);
+      return await this.fetchVerified(url, flight.hash, h, signal, flight.trustedHosts, flight.headers);
     } finally {
       this.slots.release();
     }
@@ -312,9 +314,9 @@ export class VerifiedFetcher {
    * smaller or undeclared body into memory chunk by chunk while the budget
    * and the spool threshold allow, then a spool file.
    */
-  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, trustedHosts: readonly string[]): Promise<Obtained> {
+  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, trustedHosts: readonly string[], headers?: Readonly<Record<string, string>>): Promise<Obtained> {
     this.counters.originFetches++;
-    const res = await this.fetcher.fetch(url, { signal, guardPrivate: this.guardPrivate, trustedHosts });
+    const res = await this.fetcher.fetch(url, { signal, guardPrivate: this.guardPrivate, trustedHosts, ...(headers !== undefined ? { headers } : {}) });
     const into = res.contentLength !== null ? this.mirror.buffer(res.contentLength) : null;
     if (into !== null) return this.receivePooled(url, artifactHash, h, signal, res, into);
     const threshold = this.mirror.spoolThreshold;

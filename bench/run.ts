@@ -21,6 +21,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   keys: async () => (await import('./keys-bench.ts')).runKeysBench(process.argv.includes('--quick')),
   endorse: async () => (await import('./endorse-bench.ts')).runEndorseBench(process.argv.includes('--quick')),
   tlog: async () => (await import('./tlog-bench.ts')).runTlogBench(process.argv.includes('--quick')),
+  oci: async () => (await import('./oci-bench.ts')).runOciBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];

@@ -16,7 +16,7 @@ import { parse as parseYaml } from 'yaml';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode } from '../chain/encoding.ts';
 
-export type RouteKind = 'plain' | 'npm' | 'pypi' | 'goproxy' | 'maven';
+export type RouteKind = 'plain' | 'npm' | 'pypi' | 'goproxy' | 'maven' | 'oci';
 
 export interface RouteConfig {
   prefix: string | null;
@@ -33,6 +33,8 @@ export interface RouteConfig {
   metadata_ttl: number;
   /** Seconds a metadata answer may still be served while the origin fails (ecosystem routes). */
   metadata_max_stale: number;
+  /** `kind: oci`: a file holding the upstream registry's `user:password` (read when needed, never logged or served); null: anonymous. */
+  credentials_file?: string | null;
 }
 
 export interface Config {
@@ -218,7 +220,7 @@ function checkValue(v: unknown, kind: Kind, path: string): unknown {
   }
 }
 
-const ROUTE_KINDS: readonly RouteKind[] = ['plain', 'npm', 'pypi', 'goproxy', 'maven'];
+const ROUTE_KINDS: readonly RouteKind[] = ['plain', 'npm', 'pypi', 'goproxy', 'maven', 'oci'];
 export const ROUTE_DEFAULTS = { metadata_ttl: 60, metadata_max_stale: 86_400 } as const;
 
 function checkRoute(r: unknown, path: string): RouteConfig {
@@ -232,6 +234,7 @@ function checkRoute(r: unknown, path: string): RouteConfig {
     metadata_max_stale: { t: 'number', min: 0, max: 31_536_000 },
     unendorsed: { t: 'string', check: (s) => (s === 'deny' || s === 'pass' ? null : 'must be deny or pass') },
     mode: { t: 'string', check: (s) => (s === 'enforce' || s === 'audit' ? null : 'must be enforce or audit') },
+    credentials_file: { t: 'string', nullable: true, check: (s) => (s.length > 0 ? null : 'must be a file path') },
   };
   const o = checkValue(r, { t: 'object', keys: kinds }, path) as Record<string, unknown>;
   if (o.origin === undefined) bad(`${path}.origin`, 'is required');
@@ -246,6 +249,7 @@ function checkRoute(r: unknown, path: string): RouteConfig {
     metadata_max_stale: (o.metadata_max_stale as number | undefined) ?? ROUTE_DEFAULTS.metadata_max_stale,
     unendorsed: (o.unendorsed as RouteConfig['unendorsed'] | undefined) ?? 'deny',
     mode: (o.mode as RouteConfig['mode'] | undefined) ?? 'enforce',
+    ...(o.credentials_file != null ? { credentials_file: o.credentials_file as string } : {}),
   };
 }
 

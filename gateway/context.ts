@@ -52,7 +52,8 @@ export interface StoredArtifactLike {
 
 /** Where verified bytes come from (the mirror, else the origin). */
 export interface ArtifactSource {
-  obtain(url: string, artifactHash: string, opts: { signal?: AbortSignal; trustedHosts?: readonly string[] }): Promise<{
+  /** `headers`: sent to the URL's own host only (a registry's accept and authorization). */
+  obtain(url: string, artifactHash: string, opts: { signal?: AbortSignal; trustedHosts?: readonly string[]; headers?: Readonly<Record<string, string>> }): Promise<{
     artifact: StoredArtifactLike;
     source: string;
     originHeaders: Record<string, string>;

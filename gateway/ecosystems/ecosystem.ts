@@ -38,7 +38,7 @@ export type Classified =
   | { type: 'other' };
 
 export interface EcosystemHandler {
-  kind: 'npm' | 'pypi' | 'goproxy' | 'maven';
+  kind: 'npm' | 'pypi' | 'goproxy' | 'maven' | 'oci';
   /**
    * The form of the path (after the route's prefix, no query) that the
    * climb-out check sees, for a spelling the ecosystem needs and the check

@@ -7,6 +7,7 @@ import { npm } from './npm.ts';
 import { pypi } from './pypi.ts';
 import { goproxy } from './goproxy.ts';
 import { maven } from './maven.ts';
+import { oci } from './oci.ts';
 
 export function ecosystemFor(kind: RouteKind): EcosystemHandler | null {
   switch (kind) {
@@ -14,6 +15,7 @@ export function ecosystemFor(kind: RouteKind): EcosystemHandler | null {
     case 'pypi': return pypi;
     case 'goproxy': return goproxy;
     case 'maven': return maven;
+    case 'oci': return oci;
     case 'plain': return null;
   }
 }

@@ -47,6 +47,8 @@ export interface ProxyRoute {
   ecosystem: EcosystemHandler | null;
   metadataTtlMs: number;
   metadataMaxStaleMs: number;
+  /** `kind: oci`: the upstream's credentials file (null: anonymous). */
+  credentialsFile: string | null;
   /** `prefix /npm/`, `host registry.example`, ... */
   label: string;
 }
@@ -105,6 +107,8 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
       usage(`${at}.prefix`, 'must not contain //, dot segments, percent-encoding or what a request path may not (`;`, ...)');
     }
     if (prefix === '/v1/' || prefix.startsWith('/v1/')) usage(`${at}.prefix`, 'must not be under /v1/ (the gateway\'s own paths)');
+    if (r.kind === 'oci' && !prefix.startsWith('/v2/')) usage(`${at}.prefix`, 'of an oci route must be /v2/ or under it (/v2/<registry host>/): registry clients ask for /v2/');
+    if (r.kind !== 'oci' && (r.credentials_file ?? null) !== null) usage(`${at}.credentials_file`, 'applies to oci routes only');
     let host: string | null = null;
     let port: string | null = null;
     if (r.host !== null) {
@@ -130,6 +134,7 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
       ecosystem: ecosystemFor(r.kind),
       metadataTtlMs: Math.round(r.metadata_ttl * 1000),
       metadataMaxStaleMs: Math.round(r.metadata_max_stale * 1000),
+      credentialsFile: r.credentials_file ?? null,
       label: label + (r.kind === 'plain' ? '' : ` (${r.kind})`),
     });
   });

@@ -61,6 +61,7 @@ import type { ArtifactSource, GatewayContext } from '../context.ts';
 import { etagMatches, sendPaced, serveVerified, stallGuard } from './download.ts';
 import { sendEmpty, statusOf } from '../http-util.ts';
 import { keptOriginHeaders } from '../../artifacts/stored-artifact.ts';
+import { OciRoutes } from '../ecosystems/oci-route.ts';
 
 /** What the proxy did, since the start (for metrics). */
 export interface ProxyStats {
@@ -204,9 +205,13 @@ export class ProxyRoutes {
   /** Bytes of METADATA_RESERVE in use. */
   private reserveUsed = 0;
 
+  /** `kind: oci` routes (ecosystems/oci-route.ts). */
+  private readonly oci: OciRoutes;
+
   /** @throws VouchError usage when a route is not usable (see `compileRoutes`). */
   constructor(private readonly ctx: GatewayContext) {
     this.routes = compileRoutes(ctx.config.proxy.routes);
+    this.oci = new OciRoutes(ctx, this.routes, { count: (what) => { this.counters[what]++; } });
   }
 
   stats(): ProxyStats {
@@ -224,7 +229,11 @@ export class ProxyRoutes {
    * `target` is the raw request target (`req.url`).
    */
   match(hostHeader: string | undefined, target: string): ProxyMatch | null {
-    return matchRoute(this.routes, hostHeader, target);
+    const m = matchRoute(this.routes, hostHeader, target);
+    if (m !== null || !/^\/v2\/?(?:\?|$)/.test(target)) return m;
+    // The registry API's base `/v2/` when the OCI routes are all under `/v2/<registry host>/`.
+    const root = this.routes.find((r) => r.kind === 'oci');
+    return root === undefined ? null : { route: root, url: root.canonical, fetchUrl: root.origin, upstreamPath: root.originPath, rest: '', query: '', refusal: null };
   }
 
   /** Answers a matched request. Never rejects: failures become statuses (empty-bodied, or in the client's form on ecosystem routes). */
@@ -242,7 +251,7 @@ export class ProxyRoutes {
   async close(): Promise<void> {
     const agent = this.agent;
     this.agent = null;
-    await Promise.all([agent?.close(), this.renderPool.close()]);
+    await Promise.all([agent?.close(), this.renderPool.close(), this.oci.close()]);
   }
 
   // -------------------------------------------------------------------------
@@ -285,6 +294,7 @@ export class ProxyRoutes {
       this.counters.failed++;
       return this.fail(res, route, 503, 'vouch: the chain is not loaded and verified yet; retry shortly', { 'retry-after': '1' });
     }
+    if (route.kind === 'oci') return this.oci.handle(req, res, m);
     if (route.ecosystem !== null) {
       const c = route.ecosystem.classify(m.rest, m.query);
       if (c.type === 'metadata') {

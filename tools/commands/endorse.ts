@@ -49,7 +49,8 @@ export const endorse: Command = {
   usage: '--chain DIR --key FILE --url URL --name OWNER/NAME --semver V --license ID [--file PATH] [--comment T] [--effective-date D] [--algorithm A] [--license-unchecked]\n' +
     '       vouch endorse --chain DIR --key FILE --lockfile FILE [--lockfile-type npm|pip|go|maven] [--index-url URL] [--goproxy URL] [--maven-repo URL] [--origin CANONICAL=FETCH]... ' +
     '[--license ID] [--name OWNER/NAME] [--semver V] [--comment T] [--effective-date D] [--license-unchecked]\n' +
-    '       vouch endorse --gateway URL --token-file FILE (--url URL... --name OWNER/NAME --semver V --license ID | --lockfile FILE ...)',
+    '       vouch endorse --gateway URL --token-file FILE (--url URL... --name OWNER/NAME --semver V --license ID | --lockfile FILE ...)\n' +
+    '       vouch endorse (--chain DIR --key FILE | --gateway URL --token-file FILE) (--oci REF... | --oci-file FILE) --license ID [--origin CANONICAL=FETCH]...',
   summary: 'Appends one endorsement block binding URL to the hash of its bytes, signed by the authority key; prints the block index and record_hash.',
   details: [
     'The bytes are read from --file when given, otherwise fetched from the URL.',
@@ -72,6 +73,10 @@ export const endorse: Command = {
     '(one commit, all or none, as offline), a refused entry is one line naming the package, and the exit codes',
     'are the offline ones.',
     'See README, "Endorsing what a project already pins".',
+    '',
+    'With --oci REF (repeatable) or --oci-file FILE (one image reference a line, or the image: fields of a compose file',
+    'or Kubernetes manifests): resolves each tag at its registry and endorses https://<registry>/v2/<repository>/manifests/<tag>',
+    'with the digest of the manifest or image index (README, "Container images").',
   ].join('\n'),
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain repository (required without --gateway)' },
@@ -92,10 +97,13 @@ export const endorse: Command = {
     'index-url': { type: 'string', value: 'URL', help: `pip: the PEP 503 simple index (default ${DEFAULT_INDEX_URL})` },
     goproxy: { type: 'string', value: 'URL', help: `go: the module proxy (default ${DEFAULT_GOPROXY})` },
     'maven-repo': { type: 'string', value: 'URL', help: `maven: the repository the build resolved from (default ${DEFAULT_MAVEN_REPO})` },
-    origin: { type: 'string', multiple: true, value: 'CANONICAL=FETCH', help: 'with --lockfile: fetch URLs under CANONICAL from FETCH instead, endorsing the canonical URL' },
+    origin: { type: 'string', multiple: true, value: 'CANONICAL=FETCH', help: 'with --lockfile or --oci: fetch URLs under CANONICAL from FETCH instead, endorsing the canonical URL' },
+    oci: { type: 'string', multiple: true, value: 'REF', help: 'endorse this container image tag ([registry/]name[:tag][@digest]) with its manifest digest' },
+    'oci-file': { type: 'string', value: 'FILE', help: 'endorse every image a file names (one a line, or compose / Kubernetes image: fields)' },
   },
   async run(v) {
     // The lockfile mode and the artifact fetcher are loaded only when used (start-up: tools/command-list.ts).
+    if (v.oci !== undefined || v['oci-file'] !== undefined) return (await import('./endorse-oci.ts')).endorseOci(v);
     if (v.gateway !== undefined) return (await import('./endorse-gateway.ts')).endorseGateway(v);
     if (v['token-file'] !== undefined) throw new UsageError('--token-file applies only with --gateway');
     for (const o of ['chain', 'key']) if (v[o] === undefined) throw new UsageError(`missing --${o} (or --gateway URL --token-file FILE to endorse through a running authority)`);

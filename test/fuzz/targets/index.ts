@@ -4,6 +4,7 @@ import { h1Chunked, h1ClientTarget, h1Head } from './h1.ts';
 import { gitSmartHttpTarget, ewahTarget, gitDeltaTarget, gitIndexTarget, gitSplitIndexTarget, gitPackDiskTarget, gitPackTarget, pktLineTarget } from './git.ts';
 import { tlogPolicyTarget, tlogProofTarget, addCheckpointTarget, blockFileTarget, checkpointTarget, jcsTarget, noteTarget, queryTarget, tileTarget } from './chain.ts';
 import { mavenLockTarget, mavenMetadataTarget } from './maven.ts';
+import { ociManifestTarget, ociTextTarget } from './oci.ts';
 import { configTarget, goProxyTarget, goSumTarget, goZipTarget, jsonShapeTarget, npmLockTarget, npmPackumentTarget, pipIndexTarget, pipLockTarget, pypiHtmlTarget, pypiJsonTarget } from './ecosystems.ts';
 
 export const TARGETS: readonly FuzzTarget[] = [
@@ -13,6 +14,7 @@ export const TARGETS: readonly FuzzTarget[] = [
   pypiHtmlTarget, pypiJsonTarget, npmPackumentTarget, jsonShapeTarget, goProxyTarget, goZipTarget,
   npmLockTarget, pipLockTarget, pipIndexTarget, goSumTarget, configTarget,
   mavenMetadataTarget, mavenLockTarget,
+  ociManifestTarget, ociTextTarget,
 ];
 
 export function targetNamed(name: string): FuzzTarget | undefined {
