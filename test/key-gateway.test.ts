@@ -52,6 +52,13 @@ const PRIVATE: Record<'A' | 'B' | 'C' | 'D', KeyObject> = {
 };
 
 let gw: GatewayProcess;
+/** Every gateway started (a failed test may leave one running: `after` stops them all). */
+const started: GatewayProcess[] = [];
+async function start(args: string[]): Promise<GatewayProcess> {
+  const p = await startGatewayProcess(args);
+  started.push(p);
+  return p;
+}
 let origin: OriginServer;
 let reg: NpmRegistry;
 let pypi: PypiHost;
@@ -182,11 +189,11 @@ test.before(async () => {
   ks = c.keys;
   writeKey(keyFile, 'A');
   writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
-  gw = await startGatewayProcess(['--config', config()]);
+  gw = await start(['--config', config()]);
 });
 
 test.after(async () => {
-  await gw?.stop();
+  for (const p of started) await p.stop();
   await origin?.close();
   await reg?.close().catch(() => {});
   await pypi?.close();
@@ -375,14 +382,14 @@ test('compromise: blocks the attacker appended are void (404 lookups and downloa
 test('restarts: warm, then cold, on the compromised chain: the key in force is picked from next_key_file and signs; a compromised or unknown key refuses the start', async () => {
   await gw.stop();
   // key_file still holds A (retired), next_key_file C (in force).
-  gw = await startGatewayProcess(['--config', config()]);
+  gw = await start(['--config', config()]);
   assert.match(gw.stdout(), /\(warm start/);
   let s = await submitNew();
   let { blocks } = await verifiedOnDisk();
   assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
   await gw.stop();
   unlinkSync(join(chainDir, '.git', 'vouch-snapshot.json'));
-  gw = await startGatewayProcess(['--config', config()]);
+  gw = await start(['--config', config()]);
   assert.match(gw.stdout(), /\(cold start/);
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk());
@@ -392,14 +399,14 @@ test('restarts: warm, then cold, on the compromised chain: the key in force is p
   // Neither file holds C: the compromised B in key_file, D in next_key_file.
   writeKey(keyFile, 'B');
   writeKey(nextFile, 'D');
-  const err = await startGatewayProcess(['--config', config()]).then(() => null, (e: Error) => e.message);
+  const err = await start(['--config', config()]).then(() => null, (e: Error) => e.message);
   assert.ok(err !== null);
   assert.match(err!, new RegExp(`neither authority.key_file .*\\(holds ${b64(ONLINE.B).replace(/[+/]/g, '.')}, declared compromised\\) nor authority.next_key_file .*\\(holds ${b64(ONLINE.D).replace(/[+/]/g, '.')}\\) holds the chain's online key in force, ${b64(ONLINE.C).replace(/[+/]/g, '.')}`));
   // C moved into key_file (the operator's step after a rotation): starts with it, no next_key_file needed;
   // the signer id is the chain's for the key in force (authority.signer differing only warns).
   writeKey(keyFile, 'C');
   unlinkSync(nextFile);
-  gw = await startGatewayProcess(['--config', config({ signer: 'renamed-in-config' })]);
+  gw = await start(['--config', config({ signer: 'renamed-in-config' })]);
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk());
   assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
@@ -411,7 +418,7 @@ test('a chain built offline through every key event (key-fixture): cold start si
   await gw.stop();
   const life = buildKeyLifeChain(); // C in force since the compromise at 8, blocks 6-7 void, root rotated at 10
   const dir = await offlineChain('life', life, 'C', null);
-  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  gw = await start(['--config', config({}, dir)]);
   assert.match(gw.stdout(), /\(cold start/);
   let s = await submitNew();
   let { blocks, keys } = await verifiedOnDisk(join(dir, 'chain'));
@@ -423,7 +430,7 @@ test('a chain built offline through every key event (key-fixture): cold start si
   const a = (await getJson('/v1/authority')).json;
   assert.equal([a.keys.sequence, a.keys.root.version, a.keys.compromised, a.keys.retired], [4, 2, [b64(ONLINE.B)], [b64(ONLINE.A), b64(ONLINE.B)]]);
   await gw.stop();
-  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  gw = await start(['--config', config({}, dir)]);
   assert.match(gw.stdout(), /\(warm start/);
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk(join(dir, 'chain')));
@@ -443,14 +450,14 @@ test('a rollover survives a restart while key_file holds the previous key and ro
   mkdirSync(wdir, { recursive: true });
   const wpub = base64Decode(createKeyFile(wkey).publicKeyB64)!;
   createKeyFile(join(wdir, 'authority.pem'));
-  const witness = await startGatewayProcess(['--config', writeConfig(wdir, {
+  const witness = await start(['--config', writeConfig(wdir, {
     listen: { host: '127.0.0.1', port: 0 },
     chain: { dir: join(wdir, 'chain') },
     authority: { key_file: join(wdir, 'authority.pem'), signer: 'witness-host', submit_token_file: tokenFile },
     witness: { key_file: wkey, name: 'witness.test/w', state_file: join(wdir, 'state.json'), logs: [{ vkey: noteKeyOf(ONLINE.A) }] },
   })]);
   try {
-    gw = await startGatewayProcess(['--config', config({ rollover_days: 366, witnesses: [{ url: witness.url, vkey: verifierKey(nodeBackend, 'witness.test/w', 0x04, wpub) }] }, dir)]);
+    gw = await start(['--config', config({ rollover_days: 366, witnesses: [{ url: witness.url, vkey: verifierKey(nodeBackend, 'witness.test/w', 0x04, wpub) }] }, dir)]);
     await submitNew();
     assert.equal((await noteLines()).slice(0, 2), [keyIdOf(ONLINE.B), keyIdOf(ONLINE.A)]);
     assert.equal((await getJson('/v1/authority')).json.keys.verifier_keys, [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)]);
@@ -465,7 +472,7 @@ test('a rollover survives a restart while key_file holds the previous key and ro
     await witness.stop();
   }
   // The default 30 days are over: the new key alone.
-  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  gw = await start(['--config', config({}, dir)]);
   await submitNew();
   assert.equal(await noteLines(), [keyIdOf(ONLINE.B)]);
   assert.is((await getJson('/v1/authority')).json.keys.rollover, null);
@@ -473,7 +480,7 @@ test('a rollover survives a restart while key_file holds the previous key and ro
   // key_file holds B now (the operator moved it): no previous key held, no rollover whatever the days.
   writeKey(join(dir, 'authority.pem'), 'B');
   unlinkSync(join(dir, 'authority.pem.next'));
-  gw = await startGatewayProcess(['--config', config({ rollover_days: 366 }, dir)]);
+  gw = await start(['--config', config({ rollover_days: 366 }, dir)]);
   await submitNew();
   assert.equal(await noteLines(), [keyIdOf(ONLINE.B)]);
   const { blocks } = await verifiedOnDisk(join(dir, 'chain'));
@@ -485,7 +492,7 @@ test('a rotation racing submits through the one writer: blocks before its key bl
   const c = new KeyChain(ONLINE.A);
   c.adoptRoot();
   const dir = await offlineChain('race', c, 'A', 'B');
-  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  gw = await start(['--config', config({}, dir)]);
   ks = c.keys;
   const rotation = sign(keyStatement(ks, online(ONLINE.B)), [H1, H2]);
   const answers = await Promise.all([
