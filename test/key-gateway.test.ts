@@ -402,6 +402,15 @@ test('restarts: warm, then cold, on the compromised chain: the key in force is p
   const err = await start(['--config', config()]).then(() => null, (e: Error) => e.message);
   assert.ok(err !== null);
   assert.match(err!, new RegExp(`neither authority.key_file .*\\(holds ${b64(ONLINE.B).replace(/[+/]/g, '.')}, declared compromised\\) nor authority.next_key_file .*\\(holds ${b64(ONLINE.D).replace(/[+/]/g, '.')}\\) holds the chain's online key in force, ${b64(ONLINE.C).replace(/[+/]/g, '.')}`));
+  // No key_file at all, C in next_key_file: starts with it, and says so.
+  unlinkSync(keyFile);
+  writeKey(nextFile, 'C');
+  gw = await start(['--config', config()]);
+  assert.match(gw.stdout(), new RegExp(`online key in force: ${b64(ONLINE.C).replace(/[+/]/g, '.')} \\(since block \\d+\\), from authority.next_key_file ${nextFile.replace(/[.]/g, '\\.')}`));
+  s = await submitNew();
+  ({ blocks } = await verifiedOnDisk());
+  assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
+  await gw.stop();
   // C moved into key_file (the operator's step after a rotation): starts with it, no next_key_file needed;
   // the signer id is the chain's for the key in force (authority.signer differing only warns).
   writeKey(keyFile, 'C');
