@@ -4,7 +4,8 @@
  * from real origins on 127.0.0.1: POST /v1/root adopting a 2-of-3 root with
  * the current key; a routine rotation whose new key is read from
  * authority.next_key_file (the next blocks, checkpoint.json and the note by
- * it; the rollover note carrying both keys, opening with either); a rotation
+ * it; the rollover note carrying both keys, opening with either, in
+ * chain/tlog-checkpoint.ts and in Go's sumdb/note); a rotation
  * whose key the authority does not hold (409 key_unavailable); every bad
  * statement refused with its status and JSON body and nothing appended; a
  * compromise voiding blocks the test appended as the attacker (404 on
@@ -37,6 +38,7 @@ import { NpmRegistry } from './helpers/npm-registry.ts';
 import { buildDists, distFilename, PypiHost, sha256Hex } from './helpers/pypi-fixture.ts';
 import { modVersion, type ModVersion } from './helpers/go-modules.ts';
 import { initChainRepo, TEST_SEED } from './helpers/chain-fixture.ts';
+import { buildCheckNote } from './helpers/go-checknote.ts';
 import { b64, buildKeyLifeChain, HOLDERS, KeyChain, ONLINE, seededKey } from './helpers/key-fixture.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-gateway-'));
@@ -255,6 +257,18 @@ test('rotation with next_key_file: 201; the next blocks, checkpoint.json and the
   assert.is(noteKeyOf(ONLINE.B).split('+')[1], Buffer.from(lines[0]!.keyId).toString('hex'));
   assert.is(noteKeyOf(ONLINE.A).split('+')[1], Buffer.from(lines[1]!.keyId).toString('hex'));
   for (const k of [ONLINE.A, ONLINE.B]) assert.is(openCheckpoint(nodeBackend, note, { publicKey: k.publicKey, origin: ORIGIN }).checkpoint.size, s.index + 1);
+  // Go's sumdb/note (a C2SP client) opens it with either verifier key alone, and with both.
+  const goOpen = buildCheckNote(join(work, 'go'));
+  for (const vkeys of [[noteKeyOf(ONLINE.A)], [noteKeyOf(ONLINE.B)], [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)]]) {
+    const run = goOpen({ open: { vkeys, note } });
+    assert.is(run.status, 0, run.stdout + run.stderr);
+    // Verified in the note's order (B's line first), the other key's line unverified when not given.
+    const id = (k: string) => k.split('+').slice(0, 2).join('+');
+    const inNote = [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)];
+    const verified = inNote.filter((k) => vkeys.includes(k)).map(id).join(',');
+    const unverified = inNote.filter((k) => !vkeys.includes(k)).map(id).join(',');
+    assert.ok(run.stdout.includes(`ok open verified=${verified} unverified=${unverified}\n`), run.stdout);
+  }
   const a = (await getJson('/v1/authority')).json;
   assert.equal([a.keys.sequence, a.keys.online.public_key, a.keys.online.since, a.keys.retired], [2, b64(ONLINE.B), r.json.index, [b64(ONLINE.A)]]);
   assert.equal(a.keys.rollover, { public_key: b64(ONLINE.A), verifier_key: noteKeyOf(ONLINE.A) });
