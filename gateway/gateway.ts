@@ -167,13 +167,13 @@ interface AuthorityParts { key: KeyObject | null; tokenHash: Buffer }
 function prepareAuthority(config: Config, options: StartOptions, say: (l: string) => void, log: Logger): AuthorityParts {
   const a = config.authority!;
   let key: KeyObject | null;
-  if (!existsSync(a.key_file) && options.embeddedDefault) {
+  if (!existsSync(a.key_file) && existsSync(a.next_key_file) && !isEmptyDir(config.chain.dir)) key = null;
+  else if (!existsSync(a.key_file) && options.embeddedDefault) {
     mkdirSync(dirname(a.key_file), { recursive: true });
     const created = createKeyFile(a.key_file);
     key = created.privateKey;
     say(`created a development authority key at ${a.key_file} (mode 0600)`);
-  } else if (!existsSync(a.key_file) && existsSync(a.next_key_file) && !isEmptyDir(config.chain.dir)) key = null;
-  else key = readKeyFile(a.key_file);
+  } else key = readKeyFile(a.key_file);
   if (key !== null) say(`authority public key: ${base64Encode(nodeSigner(a.signer, key).publicKey)}`);
 
   let token: string;

@@ -4,7 +4,8 @@
  * from real origins on 127.0.0.1: POST /v1/root adopting a 2-of-3 root with
  * the current key; a routine rotation whose new key is read from
  * authority.next_key_file (the next blocks, checkpoint.json and the note by
- * it; the rollover note carrying both keys, opening with either); a rotation
+ * it; the rollover note carrying both keys, opening with either, in
+ * chain/tlog-checkpoint.ts and in Go's sumdb/note); a rotation
  * whose key the authority does not hold (409 key_unavailable); every bad
  * statement refused with its status and JSON body and nothing appended; a
  * compromise voiding blocks the test appended as the attacker (404 on
@@ -37,6 +38,7 @@ import { NpmRegistry } from './helpers/npm-registry.ts';
 import { buildDists, distFilename, PypiHost, sha256Hex } from './helpers/pypi-fixture.ts';
 import { modVersion, type ModVersion } from './helpers/go-modules.ts';
 import { initChainRepo, TEST_SEED } from './helpers/chain-fixture.ts';
+import { buildCheckNote } from './helpers/go-checknote.ts';
 import { b64, buildKeyLifeChain, HOLDERS, KeyChain, ONLINE, seededKey } from './helpers/key-fixture.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-gateway-'));
@@ -52,6 +54,13 @@ const PRIVATE: Record<'A' | 'B' | 'C' | 'D', KeyObject> = {
 };
 
 let gw: GatewayProcess;
+/** Every gateway started (a failed test may leave one running: `after` stops them all). */
+const started: GatewayProcess[] = [];
+async function start(args: string[]): Promise<GatewayProcess> {
+  const p = await startGatewayProcess(args);
+  started.push(p);
+  return p;
+}
 let origin: OriginServer;
 let reg: NpmRegistry;
 let pypi: PypiHost;
@@ -182,11 +191,11 @@ test.before(async () => {
   ks = c.keys;
   writeKey(keyFile, 'A');
   writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
-  gw = await startGatewayProcess(['--config', config()]);
+  gw = await start(['--config', config()]);
 });
 
 test.after(async () => {
-  await gw?.stop();
+  for (const p of started) await p.stop();
   await origin?.close();
   await reg?.close().catch(() => {});
   await pypi?.close();
@@ -248,6 +257,18 @@ test('rotation with next_key_file: 201; the next blocks, checkpoint.json and the
   assert.is(noteKeyOf(ONLINE.B).split('+')[1], Buffer.from(lines[0]!.keyId).toString('hex'));
   assert.is(noteKeyOf(ONLINE.A).split('+')[1], Buffer.from(lines[1]!.keyId).toString('hex'));
   for (const k of [ONLINE.A, ONLINE.B]) assert.is(openCheckpoint(nodeBackend, note, { publicKey: k.publicKey, origin: ORIGIN }).checkpoint.size, s.index + 1);
+  // Go's sumdb/note (a C2SP client) opens it with either verifier key alone, and with both.
+  const goOpen = buildCheckNote(join(work, 'go'));
+  for (const vkeys of [[noteKeyOf(ONLINE.A)], [noteKeyOf(ONLINE.B)], [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)]]) {
+    const run = goOpen({ open: { vkeys, note } });
+    assert.is(run.status, 0, run.stdout + run.stderr);
+    // Verified in the note's order (B's line first), the other key's line unverified when not given.
+    const id = (k: string) => k.split('+').slice(0, 2).join('+');
+    const inNote = [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)];
+    const verified = inNote.filter((k) => vkeys.includes(k)).map(id).join(',');
+    const unverified = inNote.filter((k) => !vkeys.includes(k)).map(id).join(',');
+    assert.ok(run.stdout.includes(`ok open verified=${verified} unverified=${unverified}\n`), run.stdout);
+  }
   const a = (await getJson('/v1/authority')).json;
   assert.equal([a.keys.sequence, a.keys.online.public_key, a.keys.online.since, a.keys.retired], [2, b64(ONLINE.B), r.json.index, [b64(ONLINE.A)]]);
   assert.equal(a.keys.rollover, { public_key: b64(ONLINE.A), verifier_key: noteKeyOf(ONLINE.A) });
@@ -375,14 +396,14 @@ test('compromise: blocks the attacker appended are void (404 lookups and downloa
 test('restarts: warm, then cold, on the compromised chain: the key in force is picked from next_key_file and signs; a compromised or unknown key refuses the start', async () => {
   await gw.stop();
   // key_file still holds A (retired), next_key_file C (in force).
-  gw = await startGatewayProcess(['--config', config()]);
+  gw = await start(['--config', config()]);
   assert.match(gw.stdout(), /\(warm start/);
   let s = await submitNew();
   let { blocks } = await verifiedOnDisk();
   assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
   await gw.stop();
   unlinkSync(join(chainDir, '.git', 'vouch-snapshot.json'));
-  gw = await startGatewayProcess(['--config', config()]);
+  gw = await start(['--config', config()]);
   assert.match(gw.stdout(), /\(cold start/);
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk());
@@ -392,14 +413,23 @@ test('restarts: warm, then cold, on the compromised chain: the key in force is p
   // Neither file holds C: the compromised B in key_file, D in next_key_file.
   writeKey(keyFile, 'B');
   writeKey(nextFile, 'D');
-  const err = await startGatewayProcess(['--config', config()]).then(() => null, (e: Error) => e.message);
+  const err = await start(['--config', config()]).then(() => null, (e: Error) => e.message);
   assert.ok(err !== null);
   assert.match(err!, new RegExp(`neither authority.key_file .*\\(holds ${b64(ONLINE.B).replace(/[+/]/g, '.')}, declared compromised\\) nor authority.next_key_file .*\\(holds ${b64(ONLINE.D).replace(/[+/]/g, '.')}\\) holds the chain's online key in force, ${b64(ONLINE.C).replace(/[+/]/g, '.')}`));
+  // No key_file at all, C in next_key_file: starts with it, and says so.
+  unlinkSync(keyFile);
+  writeKey(nextFile, 'C');
+  gw = await start(['--config', config()]);
+  assert.match(gw.stdout(), new RegExp(`online key in force: ${b64(ONLINE.C).replace(/[+/]/g, '.')} \\(since block \\d+\\), from authority.next_key_file ${nextFile.replace(/[.]/g, '\\.')}`));
+  s = await submitNew();
+  ({ blocks } = await verifiedOnDisk());
+  assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
+  await gw.stop();
   // C moved into key_file (the operator's step after a rotation): starts with it, no next_key_file needed;
   // the signer id is the chain's for the key in force (authority.signer differing only warns).
   writeKey(keyFile, 'C');
   unlinkSync(nextFile);
-  gw = await startGatewayProcess(['--config', config({ signer: 'renamed-in-config' })]);
+  gw = await start(['--config', config({ signer: 'renamed-in-config' })]);
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk());
   assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
@@ -411,7 +441,7 @@ test('a chain built offline through every key event (key-fixture): cold start si
   await gw.stop();
   const life = buildKeyLifeChain(); // C in force since the compromise at 8, blocks 6-7 void, root rotated at 10
   const dir = await offlineChain('life', life, 'C', null);
-  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  gw = await start(['--config', config({}, dir)]);
   assert.match(gw.stdout(), /\(cold start/);
   let s = await submitNew();
   let { blocks, keys } = await verifiedOnDisk(join(dir, 'chain'));
@@ -423,7 +453,7 @@ test('a chain built offline through every key event (key-fixture): cold start si
   const a = (await getJson('/v1/authority')).json;
   assert.equal([a.keys.sequence, a.keys.root.version, a.keys.compromised, a.keys.retired], [4, 2, [b64(ONLINE.B)], [b64(ONLINE.A), b64(ONLINE.B)]]);
   await gw.stop();
-  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  gw = await start(['--config', config({}, dir)]);
   assert.match(gw.stdout(), /\(warm start/);
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk(join(dir, 'chain')));
@@ -443,14 +473,14 @@ test('a rollover survives a restart while key_file holds the previous key and ro
   mkdirSync(wdir, { recursive: true });
   const wpub = base64Decode(createKeyFile(wkey).publicKeyB64)!;
   createKeyFile(join(wdir, 'authority.pem'));
-  const witness = await startGatewayProcess(['--config', writeConfig(wdir, {
+  const witness = await start(['--config', writeConfig(wdir, {
     listen: { host: '127.0.0.1', port: 0 },
     chain: { dir: join(wdir, 'chain') },
     authority: { key_file: join(wdir, 'authority.pem'), signer: 'witness-host', submit_token_file: tokenFile },
     witness: { key_file: wkey, name: 'witness.test/w', state_file: join(wdir, 'state.json'), logs: [{ vkey: noteKeyOf(ONLINE.A) }] },
   })]);
   try {
-    gw = await startGatewayProcess(['--config', config({ rollover_days: 366, witnesses: [{ url: witness.url, vkey: verifierKey(nodeBackend, 'witness.test/w', 0x04, wpub) }] }, dir)]);
+    gw = await start(['--config', config({ rollover_days: 366, witnesses: [{ url: witness.url, vkey: verifierKey(nodeBackend, 'witness.test/w', 0x04, wpub) }] }, dir)]);
     await submitNew();
     assert.equal((await noteLines()).slice(0, 2), [keyIdOf(ONLINE.B), keyIdOf(ONLINE.A)]);
     assert.equal((await getJson('/v1/authority')).json.keys.verifier_keys, [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)]);
@@ -465,7 +495,7 @@ test('a rollover survives a restart while key_file holds the previous key and ro
     await witness.stop();
   }
   // The default 30 days are over: the new key alone.
-  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  gw = await start(['--config', config({}, dir)]);
   await submitNew();
   assert.equal(await noteLines(), [keyIdOf(ONLINE.B)]);
   assert.is((await getJson('/v1/authority')).json.keys.rollover, null);
@@ -473,7 +503,7 @@ test('a rollover survives a restart while key_file holds the previous key and ro
   // key_file holds B now (the operator moved it): no previous key held, no rollover whatever the days.
   writeKey(join(dir, 'authority.pem'), 'B');
   unlinkSync(join(dir, 'authority.pem.next'));
-  gw = await startGatewayProcess(['--config', config({ rollover_days: 366 }, dir)]);
+  gw = await start(['--config', config({ rollover_days: 366 }, dir)]);
   await submitNew();
   assert.equal(await noteLines(), [keyIdOf(ONLINE.B)]);
   const { blocks } = await verifiedOnDisk(join(dir, 'chain'));
@@ -485,7 +515,7 @@ test('a rotation racing submits through the one writer: blocks before its key bl
   const c = new KeyChain(ONLINE.A);
   c.adoptRoot();
   const dir = await offlineChain('race', c, 'A', 'B');
-  gw = await startGatewayProcess(['--config', config({}, dir)]);
+  gw = await start(['--config', config({}, dir)]);
   ks = c.keys;
   const rotation = sign(keyStatement(ks, online(ONLINE.B)), [H1, H2]);
   const answers = await Promise.all([

@@ -693,6 +693,15 @@ what you need to check it yourself with the authority's public key.
 signs every block. Compare it once, out of band, with the key the authority
 publishes, and keep it.
 
+Key events (docs/key-events.md) can change the signing key later: a block
+with \`payload.intent\` \`key\` carries a statement signed by a threshold of
+root holders that puts a new online key in force (a rotation, or a
+compromise that voids the old key's later blocks). The same answer's
+\`keys\` names the key in force now (\`keys.online.public_key\`, since block
+\`keys.online.since\`), the retired and compromised keys and the void
+blocks; a block is signed by the key in force at its index. \`vouch get\`
+and \`vouch verify\` follow these key blocks from the key you pinned.
+
 ## 2. Verify a block
 \`GET ${publicUrl}/v1/endorsement?url=<artifact URL>[&semver=X][&at=YYYY-MM-DD]\`
 returns the block with \`success: true\` added. Remove \`success\` (and
