@@ -448,7 +448,7 @@ test('a chain built offline through every key event (key-fixture): cold start si
   assert.is(s.index, life.blocks.length);
   assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
   assert.equal(keys.voids, [[6, 7]]);
-  assert.is((await getJson('/v1/block?index=7')).json.void, true);
+  assert.equal((await getJson('/v1/block?index=7')).json.void, { from: 6, to: 7, compromise: 8 });
   assert.equal(await noteLines(), [keyIdOf(ONLINE.C)]);
   const a = (await getJson('/v1/authority')).json;
   assert.equal([a.keys.sequence, a.keys.root.version, a.keys.compromised, a.keys.retired], [4, 2, [b64(ONLINE.B)], [b64(ONLINE.A), b64(ONLINE.B)]]);
