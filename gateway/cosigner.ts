@@ -17,7 +17,10 @@
  * beyond a cosignature that verifies with that witness's configured key.
  * Must hold: never delays a submit's answer (`notify` only schedules); one
  * request in flight per witness, each bounded by `timeoutMs`; on 409 the
- * size the witness names is used for one retry, never more; a cosignature
+ * size the witness names is used for one retry, never more; a witness that
+ * did not cosign the committed checkpoint (unreachable, refusing, or behind
+ * on the log's key events) is asked again after 1 s, doubling to at most
+ * 60 s, until it cosigns or a newer checkpoint is committed; a cosignature
  * is served only beside the exact checkpoint body it signs.
  */
 import { readFileSync, renameSync } from 'node:fs';
@@ -57,7 +60,14 @@ interface WitnessPeer {
   busy: boolean;
   again: boolean;
   outcomes: Record<Outcome, number>;
+  /** The next ask of the same checkpoint after one that got no cosignature, and its delay (doubling). */
+  retry: ReturnType<typeof setTimeout> | null;
+  backoffMs: number;
 }
+
+/** First and longest wait before asking a witness again for a checkpoint it did not cosign (unreachable, refused, lagging). */
+const RETRY_FIRST_MS = 1_000;
+const RETRY_MAX_MS = 60_000;
 
 export interface CosignerStats {
   witnesses: number;
@@ -102,7 +112,7 @@ export class Cosigner {
       }
       if (k.type !== 0x04) throw new VouchError('usage', `config: authority.witnesses[${i}].vkey must be a cosignature key (type 0x04), not type ${k.type}`);
       return {
-        url: w.url, vkey: w.vkey, name: k.name, publicKey: k.publicKey, size: 0, busy: false, again: false,
+        url: w.url, vkey: w.vkey, name: k.name, publicKey: k.publicKey, size: 0, busy: false, again: false, retry: null, backoffMs: RETRY_FIRST_MS,
         outcomes: { cosigned: 0, conflict: 0, rejected: 0, bad_cosignature: 0, unreachable: 0 },
       };
     });
@@ -150,6 +160,9 @@ export class Cosigner {
     if (this.closed) return;
     setImmediate(() => {
       for (const p of this.peers) {
+        if (p.retry !== null) clearTimeout(p.retry);
+        p.retry = null;
+        p.backoffMs = RETRY_FIRST_MS;
         if (p.busy) p.again = true;
         else void this.run(p);
       }
@@ -222,6 +235,7 @@ export class Cosigner {
 
   async close(): Promise<void> {
     this.closed = true;
+    for (const p of this.peers) if (p.retry !== null) clearTimeout(p.retry);
     for (const c of this.inflight) c.abort();
     while (this.peers.some((p) => p.busy)) await new Promise((r) => setTimeout(r, 10));
   }
@@ -241,6 +255,19 @@ export class Cosigner {
     } finally {
       p.busy = false;
     }
+    // Not cosigned (unreachable, refused, or the witness still learning the log's keys): ask again later.
+    const note = this.o.source.note();
+    if (this.closed || note === null || p.retry !== null) return;
+    if (this.body === parseNote(note).text && this.lines.has(p.name)) {
+      p.backoffMs = RETRY_FIRST_MS;
+      return;
+    }
+    p.retry = setTimeout(() => {
+      p.retry = null;
+      if (!p.busy && !this.closed) void this.run(p);
+    }, p.backoffMs);
+    p.retry.unref?.();
+    p.backoffMs = Math.min(2 * p.backoffMs, RETRY_MAX_MS);
   }
 
   private async ask(p: WitnessPeer, note: string): Promise<void> {
