@@ -24,6 +24,7 @@ import type { Selection } from '../../chain/select.ts';
 import type { GatewayContext } from '../context.ts';
 import type { ProxyMatch, ProxyRoute } from '../routes/proxy-routes.ts';
 import { statusOf } from '../http-util.ts';
+import { readBounded } from '../../artifacts/read-bounded.ts';
 import {
   DIGEST, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, MAX_TAG_LIST_BYTES, blobUrl, manifestUrl, ociErrorBody, pageOf,
   parseChallenge, parseManifest, parseOciPath, parseTagList, type OciRequest,
@@ -554,20 +555,6 @@ export class OciRoutes {
   }
 }
 
-/** A body read whole, at most `max` bytes. */
-async function readBounded(body: Dispatcher.ResponseData['body'], max: number, what: string): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of body) {
-    size += (c as Buffer).length;
-    if (size > max) {
-      body.destroy();
-      throw new VouchError('too_large', `${what} larger than ${max} bytes`);
-    }
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks, size);
-}
 
 /** One `bytes=a-b` range of a body of `size` bytes (`a-`, `-n` too), or null: the whole body; 'bad': not satisfiable. */
 export function parseRange(value: string | undefined, size: number): { start: number; end: number } | null | 'bad' {

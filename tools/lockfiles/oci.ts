@@ -18,6 +18,7 @@ import { VouchError } from '../../chain/errors.ts';
 import { isSemver, isUnitName } from '../../chain/block.ts';
 import { MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, TAG, DIGEST, isRepository, manifestUrl, parseChallenge, parseManifest } from '../../gateway/ecosystems/oci.ts';
 import type { OriginMap } from './http.ts';
+import { readBounded } from '../../artifacts/read-bounded.ts';
 
 /** Largest file of references read, and the most references it may hold. */
 export const MAX_REF_FILE_BYTES = 4 * 1024 * 1024;
@@ -289,16 +290,3 @@ export class RegistryClient {
   }
 }
 
-async function readBounded(body: Dispatcher.ResponseData['body'], max: number, what: string): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of body) {
-    size += (c as Buffer).length;
-    if (size > max) {
-      body.destroy();
-      throw new VouchError('too_large', `${what} is larger than ${max} bytes`);
-    }
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks, size);
-}
