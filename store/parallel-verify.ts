@@ -48,7 +48,7 @@ import type { BlockObjects, CommittedFiles } from './chain-repo-files.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { closeObjectRead, examineFile, examineObject, leafOfRecordHash, objectReadOf, type Examined, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
+import { closeObjectRead, examineFile, examineObject, leafOfRecordHash, objectReadOf, type Examined, type KeyNotice, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { initialKeyState, type KeyState } from '../chain/key-events.ts';
@@ -190,7 +190,7 @@ interface Run {
  * a failure, later batches are not handed out: the earlier ones still run,
  * as the first failure in chain order is the one reported.
  */
-function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { task: VerifyTask; transfer: ArrayBuffer[] }, sequenceNow: () => number): Run {
+function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { task: VerifyTask; transfer: ArrayBuffer[] }, sequenceNow: () => number, ahead: (n: KeyNotice) => void): Run {
   const waiting = new Map<number, VerifyTaskResult>();
   /** The key sequence each batch was last handed out with (-1: its answer is superseded, it goes out again). */
   const sentWith = new Map<number, number>();
@@ -254,7 +254,22 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
     while (idle.length > 0 && (redo.length > 0 || (next <= last && next < contiguous + window))) feed(idle.pop()!);
   };
   for (const w of workers) {
-    w.on('message', (r: VerifyTaskResult) => {
+    w.on('message', (r: VerifyTaskResult | KeyNotice) => {
+      if ('notice' in r) {
+        // A worker walked a key block that changes the online key: batches after it go out with the new key state,
+        // and those already handed out with an older one go out again now (the link still checks every one).
+        ahead(r);
+        for (let id = r.id + 1; id < next; id++) {
+          const sent = sentWith.get(id);
+          if (sent === undefined || sent === -1 || sent >= r.keys.sequence) continue;
+          sentWith.set(id, -1);
+          waiting.delete(id);
+          if (!redo.includes(id)) redo.push(id);
+        }
+        if (last < batches.length - 1) last = batches.length - 1;
+        while (idle.length > 0 && (redo.length > 0 || (next <= last && next < contiguous + window))) feed(idle.pop()!);
+        return;
+      }
       if (sentWith.get(r.id) === r.sequence) {
         waiting.set(r.id, r);
         if ((r.first.malformed !== null || r.failure !== null) && r.id < last && r.sequence === sequenceNow()) last = r.id;
@@ -443,8 +458,14 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     };
     // The key state batches are handed out with: block 0's, then the newest linked (a batch handed out before a key block is verified again here).
     let current: { authority: TrustedAuthority; keys: KeyState } | null = null;
+    // A key block a worker walked ahead of the linking (a KeyNotice): batches after it are handed out with its state.
+    let early: { index: number; authority: TrustedAuthority; keys: KeyState } | null = null;
+    const onNotice = (n: KeyNotice): void => {
+      if (early === null || n.keys.sequence > early.keys.sequence) early = { index: n.index, authority: n.authority, keys: n.keys };
+    };
     const taskOf = (b: Batch): { task: VerifyTask; transfer: ArrayBuffer[] } => {
-      const task: VerifyTask = { id: b.id, dir: base, start: b.start, count: b.count, authority: current!.authority, keys: current!.keys };
+      const use = early !== null && b.start > early.index && early.keys.sequence > current!.keys.sequence ? early : current!;
+      const task: VerifyTask = { id: b.id, dir: base, start: b.start, count: b.count, authority: use.authority, keys: use.keys };
       if (onVerified) task.texts = true;
       if (onLeaves) task.leaves = true;
       if (committed === null) return { task, transfer: [] };
@@ -479,7 +500,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
         poolUsed = true;
         const a = head.facts.authority;
         current = { authority: a, keys: initialKeyState(head.facts.recordHash, a.signer, a.publicKey) };
-        const run = runBatches(await pool, planBatches(hint, batch, threads), taskOf, () => current!.keys.sequence);
+        const run = runBatches(await pool, planBatches(hint, batch, threads), taskOf, () => current!.keys.sequence, onNotice);
         run.done.catch(() => {}); // awaited below, or dropped with the pool
         speculative = { size: hint, head, run };
       }
@@ -562,7 +583,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
           if (pool === null) pool = startWorkers(Math.min(threads, batches.length));
           poolUsed = true;
           current = { authority: verifier.authority!, keys: verifier.keys! };
-          const run = runBatches(await pool, batches, taskOf, () => current!.keys.sequence);
+          const run = runBatches(await pool, batches, taskOf, () => current!.keys.sequence, onNotice);
           run.begin(link);
           await run.done;
         }

@@ -302,6 +302,16 @@ function committedOf(task: VerifyTask, i: number, missing: Set<number> | null): 
 }
 
 /** Examines and walks one batch (see the header). */
+/**
+ * Sent by a worker as soon as its walk applies a key block that changes the
+ * online key (before its batch is done), so the main thread hands out the
+ * batches after it with the new key state at once (`KeyNotice`).
+ */
+export interface KeyNotice { notice: 'keys'; id: number; index: number; authority: TrustedAuthority; keys: KeyState }
+
+/** Where a worker sends a `KeyNotice` (none on the main thread). */
+let noticeTo: ((n: KeyNotice) => void) | null = null;
+
 export function runTask(task: VerifyTask): VerifyTaskResult {
   const missing = task.missing !== undefined && task.missing.length > 0 ? new Set(task.missing) : null;
   const objects = task.objects;
@@ -336,6 +346,7 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
   };
   /** After a key block is walked: the key it put in force signs the rest of the run (re-examined with it). */
   const rekey = (state: VerifierState, from: number, to: number): void => {
+    if (state.authority!.publicKey !== authority.publicKey) noticeTo?.({ notice: 'keys', id: task.id, index: state.size - 1, authority: state.authority!, keys: state.keys! });
     authority = state.authority!;
     retired = state.keys!.retired;
     for (let j = from; j < to; j++) run[j - runStart] = examine(j, false);
@@ -408,6 +419,7 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
 // Only in a verification worker (parallel-verify.ts starts it with this workerData): the module
 // is also imported on the main thread, and by chain-repo.ts for `readChainFile`.
 if ((workerData as { vouch?: string } | null)?.vouch === 'verify-worker') {
+  noticeTo = (n) => parentPort!.postMessage(n);
   parentPort?.on('message', (task: VerifyTask) => {
     const result = runTask(task);
     const transfer: ArrayBuffer[] = result.walk ? [result.walk.endorsed.buffer as ArrayBuffer] : [];
