@@ -196,6 +196,13 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
   const sentWith = new Map<number, number>();
   /** Batches to hand out again (handed out before a key block changed the key), before any new one. */
   const redo: number[] = [];
+  /** One counter a batch, shared with the workers: raised when the batch is superseded, so a run of it still going stops early. */
+  const gens = new Int32Array(new SharedArrayBuffer(4 * Math.max(1, batches.length)));
+  const supersede = (id: number): void => {
+    sentWith.set(id, -1);
+    waiting.delete(id);
+    Atomics.add(gens, id, 1);
+  };
   const window = 4 * workers.length + 2;
   let next = 0;
   let last = batches.length - 1; // the last batch still needed
@@ -215,6 +222,8 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
   const send = (w: Worker, id: number): void => {
     const t = task(batches[id]!);
     sentWith.set(id, t.task.keys.sequence);
+    t.task.cancel = gens;
+    t.task.gen = Atomics.load(gens, id);
     w.postMessage(t.task, t.transfer);
   };
   const feed = (w: Worker): void => {
@@ -240,8 +249,7 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
         const now = sequenceNow();
         for (let id = contiguous; id < next; id++) {
           if (sentWith.get(id) === now || sentWith.get(id) === -1) continue;
-          sentWith.set(id, -1);
-          waiting.delete(id);
+          supersede(id);
           redo.push(id);
         }
         last = batches.length - 1; // a failure seen with the old key does not count
@@ -262,15 +270,14 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
         for (let id = r.id + 1; id < next; id++) {
           const sent = sentWith.get(id);
           if (sent === undefined || sent === -1 || sent >= r.keys.sequence) continue;
-          sentWith.set(id, -1);
-          waiting.delete(id);
+          supersede(id);
           if (!redo.includes(id)) redo.push(id);
         }
         if (last < batches.length - 1) last = batches.length - 1;
         while (idle.length > 0 && (redo.length > 0 || (next <= last && next < contiguous + window))) feed(idle.pop()!);
         return;
       }
-      if (sentWith.get(r.id) === r.sequence) {
+      if (r.aborted !== true && sentWith.get(r.id) === r.sequence) {
         waiting.set(r.id, r);
         if ((r.first.malformed !== null || r.failure !== null) && r.id < last && r.sequence === sequenceNow()) last = r.id;
       } // else: a superseded answer (the batch went out again with a newer key state)

@@ -71,6 +71,13 @@ export interface VerifyTask {
    * object of `gitdir`).
    */
   objects?: { gitdir: string; packDir: string; packs: string[]; where: Float64Array };
+  /**
+   * Shared with the main thread, one counter a batch: once `cancel[id]` is no
+   * longer `gen`, the batch went out again with a newer key state and this
+   * run of it stops at the next run of signatures (its answer is `aborted`).
+   */
+  cancel?: Int32Array;
+  gen?: number;
 }
 export interface VerifyTaskResult {
   id: number;
@@ -98,6 +105,8 @@ export interface VerifyTaskResult {
    * each, back to back.
    */
   leaves?: Uint8Array;
+  /** The batch was superseded while it ran (`VerifyTask.cancel`): nothing else in this answer counts. */
+  aborted?: boolean;
 }
 
 /** RFC 6962 leaf hash of a block whose record_hash (64 hex digits) is `hex`: tree entry i is block i's record hash. */
@@ -371,7 +380,12 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
   }
   let walker: ChainVerifier | null = null;
   const run: Examined[] = [];
+  const cancel = task.cancel;
   for (let from = 0; from < task.count && result.failure === null; from += SIGNATURE_RUN) {
+    if (cancel !== undefined && Atomics.load(cancel, task.id) !== task.gen) {
+      result.aborted = true;
+      return result;
+    }
     const to = Math.min(task.count, from + SIGNATURE_RUN);
     run.length = 0;
     runStart = from;
