@@ -118,7 +118,7 @@ async function firstGetAfterGrowth(rotate: boolean): Promise<{ requests: number;
 }
 
 export async function runKeysBench(quick: boolean): Promise<{ title: string; markdown: string }> {
-  const plan: [number, number, number][] = quick ? [[5_000, 1_000, 3]] : [[50_000, 100_000, 7], [50_000, 10_000, 7], [1_000_000, 100_000, 3]];
+  const plan: [number, number, number][] = quick ? [[5_000, 1_000, 3]] : [[50_000, 100_000, 15], [50_000, 10_000, 15], [1_000_000, 100_000, 3]];
   const load0 = loadavg()[0]!;
   const rows: Row[] = [];
   for (const [n, every, runs] of plan) rows.push(await row(n, every, runs));
