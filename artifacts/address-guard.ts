@@ -1,6 +1,6 @@
 /**
  * The address guard of server-side fetches made on a caller's behalf
- * (DESIGN 3.5: submit refuses loopback and private origins unless
+ * (docs/spec/design.md §3.5: submit refuses loopback and private origins unless
  * `origin.allow_private`), and of the redirect hops of download fetches
  * that leave the signed URL's host (the origin fetcher decides which hops
  * are checked, and turns a refused redirect hop into `origin_error`).

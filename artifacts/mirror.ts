@@ -1,5 +1,5 @@
 /**
- * The mirror (DESIGN 3.4): verified artifact bytes, content-addressed by
+ * The mirror (docs/spec/design.md §3.4): verified artifact bytes, content-addressed by
  * `artifact_hash` (`<alg>:<hex>`), in three places, one file each:
  * - memory (`mirror-memory.ts`): an lru-cache bounded in bytes for artifacts
  *   up to `spoolThreshold`, in pooled buffers when large, and the memory

@@ -1,5 +1,5 @@
 /**
- * Fetching artifact bytes from origins (DESIGN 3.4): GET only, keep-alive,
+ * Fetching artifact bytes from origins (docs/spec/design.md §3.4): GET only, keep-alive,
  * redirects followed here hop by hop, over the HTTP/1.1 client of
  * `h1/pool.ts` (which can receive a body straight into a caller's buffer).
  *

@@ -1,5 +1,5 @@
 /**
- * Verified bytes for a signed `artifact_hash` (DESIGN 3.2 and 3.4): the
+ * Verified bytes for a signed `artifact_hash` (docs/spec/design.md §3.2 and §3.4): the
  * mirror first; on a miss, the origin, hashed while it streams, compared with
  * the signed hash, and only on equality stored in the mirror and handed out.
  *

@@ -8,7 +8,7 @@
  * so a new code must be given both before the project type-checks.
  *
  * Kinds:
- * - `integrity`: the chain or an artifact is not what was signed (DESIGN 1.7,
+ * - `integrity`: the chain or an artifact is not what was signed (docs/spec/design.md §1.7,
  *   hash mismatches). Logged with evidence.
  * - `request`: the caller asked for something wrong or absent.
  * - `environment`: files, keys, git, network.

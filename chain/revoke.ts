@@ -1,5 +1,5 @@
 /**
- * Which block a revocation names (DESIGN 1.5), shared by `vouch revoke`
+ * Which block a revocation names (docs/spec/design.md §1.5), shared by `vouch revoke`
  * and `POST /v1/revoke`.
  *
  * Owns: the resolution of `{url, semver?}` or `{block}` to one endorse

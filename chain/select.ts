@@ -1,5 +1,5 @@
 /**
- * The index of a verified chain and version selection (DESIGN 3.3,
+ * The index of a verified chain and version selection (docs/spec/design.md §3.3,
  * revocation 1.5).
  *
  * Owns: URL -> versions (every endorsement of the URL, in chain order), and
@@ -230,7 +230,7 @@ export class ChainIndex {
     return best;
   }
 
-  /** Version selection (DESIGN 3.3 and 1.5). */
+  /** Version selection (docs/spec/design.md §3.3 and §1.5). */
   select(url: string, q: SelectQuery): Selection | null {
     return selectVersion(this.versions(url), q, this.revokedOn);
   }

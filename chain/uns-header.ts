@@ -1,5 +1,5 @@
 /**
- * The `UNS` header of a verified answer (DESIGN 3.2; README "Download"), in
+ * The `UNS` header of a verified answer (docs/spec/design.md §3.2; README "Download"), in
  * one of two forms, both minified JSON with non-ASCII escaped as \uXXXX:
  *
  *   full:    {"<service>":{"endorsement":<the whole block served>}}

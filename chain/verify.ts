@@ -1,5 +1,5 @@
 /**
- * Chain verification (DESIGN 1.7): offline, and by every gateway before it
+ * Chain verification (docs/spec/design.md §1.7): offline, and by every gateway before it
  * serves.
  *
  * Two layers, so signature checks can be spread over threads:
@@ -8,13 +8,13 @@
  *   artifact hash forms. Its result (`BlockFacts`) is plain data.
  * - `ChainVerifier` walks facts in chain order and does the checks that link
  *   blocks (index, prev_hash, signer, time, revoke targets), reporting the
- *   first failure with its position and stable code, in the order DESIGN 1.7
+ *   first failure with its position and stable code, in the order docs/spec/design.md §1.7
  *   fixes: malformed (a revoke must name an earlier endorse block: checked
  *   with it), index_gap, prev_hash_mismatch, record_hash_mismatch,
  *   weak_key + untrusted_authority (block 0), signer_mismatch,
  *   bad_signature, time_regression, bad_artifact_hash; last, `malformed`
  *   again when the reader found the file is not what the chain's branch
- *   commits (`BlockFacts.fileError`: DESIGN 1.7 "Reading a chain").
+ *   commits (`BlockFacts.fileError`: docs/spec/design.md §1.7 "Reading a chain").
  *   Then `verifyCheckpoint` (checkpoint_mismatch).
  *
  * Trusts: the injected `CryptoBackend`, and a pinned key when one is given

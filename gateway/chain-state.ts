@@ -7,7 +7,7 @@
  * (gateway/block-text-cache.ts), parsed, and kept in a small cache.
  *
  * Loading:
- * - cold: every block is verified (signatures on all cores, DESIGN 1.7);
+ * - cold: every block is verified (signatures on all cores, docs/spec/design.md §1.7);
  *   the verifier hands over each batch's texts and index facts in chain
  *   order, which go to the text cache and the index (no block file is read
  *   twice, no block kept);

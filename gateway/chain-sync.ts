@@ -1,5 +1,5 @@
 /**
- * chain-sync: the mirror side of the gateway (DESIGN 4 "mirror", 1.7
+ * chain-sync: the mirror side of the gateway (docs/spec/design.md §4 "mirror", 1.7
  * `history_rewritten`). Bootstraps a mirror's chain directory from the
  * remote (`prepareMirror`) and then pulls on an interval (`ChainSync`):
  * fetch the remote's `main` into `refs/remotes/origin/main`, read the new

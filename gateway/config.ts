@@ -1,5 +1,5 @@
 /**
- * Gateway configuration (DESIGN 5): one YAML file, every key optional,
+ * Gateway configuration (docs/spec/design.md §5): one YAML file, every key optional,
  * snake_case; unknown keys and wrong types are refused at start with a
  * message naming the key. Sizes in bytes, durations in seconds.
  *
@@ -326,7 +326,7 @@ export function loadConfigFile(file: string): Config {
   return resolveConfig(doc, dirname(resolve(file)), resolve(file));
 }
 
-/** The embedded default of DESIGN 6 (authority mode on ./var). */
+/** The embedded default of docs/spec/design.md §6 (authority mode on ./var). */
 export function defaultConfig(cwd = process.cwd()): Config {
   return resolveConfig({ authority: { ...DEFAULTS.authority } }, cwd, null);
 }

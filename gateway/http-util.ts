@@ -1,6 +1,6 @@
 /**
  * HTTP plumbing shared by the gateway's handlers: JSON answers and errors
- * (DESIGN 3.1), the Accept rule (406), strict query parsing, bounded JSON
+ * (docs/spec/design.md §3.1), the Accept rule (406), strict query parsing, bounded JSON
  * request bodies, and the empty-bodied failures of downloads (3.2).
  *
  * Must hold: every JSON answer carries a boolean `success`; error bodies

@@ -188,7 +188,7 @@ export class GatewayMetrics {
     const mirror = (): MirrorStats | null => this.mirrorSource?.() ?? statsOf<MirrorStats>((ctx.artifacts as { mirror?: unknown }).mirror);
     const submitter = (): SubmitterStats | null => statsOf<SubmitterStats>(ctx.submitter);
 
-    // Verified fetches from origins (DESIGN 3.4).
+    // Verified fetches from origins (docs/spec/design.md §3.4).
     this.counter('vouch_origin_fetches_total', 'Origin fetches started for downloads (each shared by every request that joined it).', () => num(fetcher()?.originFetches));
     this.counter('vouch_origin_fetch_bytes_total', 'Bytes received from origins for downloads.', () => num(fetcher()?.originBytes));
     this.counter('vouch_origin_fetches_joined_total', 'Download requests that joined an origin fetch already in flight (single flight).', () => num(fetcher()?.joined));
@@ -278,7 +278,7 @@ export class GatewayMetrics {
     this.gauge('vouch_checkpoint_cosignatures', 'Witness cosignatures held for the committed checkpoint (absent: no witnesses).', () => ctx.cosigner?.stats().cosignatures ?? null);
     this.gauge('vouch_checkpoint_quorum_met', '1 when the cosignatures of the committed checkpoint meet authority.policy_file\'s quorum, else 0 (absent: no policy).', () => ctx.cosigner?.stats().quorum ?? null);
 
-    // Proxy routes (DESIGN 3.6).
+    // Proxy routes (docs/spec/design.md §3.6).
     this.counter('vouch_proxy_requests_total', 'Requests under proxy routes, by outcome.', () => {
       const s = proxy.stats();
       return [

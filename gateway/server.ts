@@ -1,7 +1,7 @@
 /**
  * The gateway's request handler on node:http: routing, method and Accept
  * rules, readiness, and the lookup, authority, checkpoint, document and
- * submit endpoints (DESIGN 3.1, 3.5). Downloads are in
+ * submit endpoints (docs/spec/design.md §3.1, §3.5). Downloads are in
  * `routes/download.ts`, the transparency routes (`/checkpoint`, `/tile/...`
  * by prefix, `/v1/proof/...`) in `routes/transparency.ts`, the witness's
  * `POST /add-checkpoint` in `routes/witness.ts`; a path no
@@ -663,7 +663,7 @@ function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incoming
 
 /**
  * The node:http request listener of the gateway. `parts.proxy`: the proxy
- * routes (DESIGN 3.6), which get what no endpoint above claims;
+ * routes (docs/spec/design.md §3.6), which get what no endpoint above claims;
  * `parts.metrics`: where requests are counted and `/metrics` reads. Either
  * is made here when not given (the gateway gives both, to close the proxy
  * and feed the metrics its mirror).

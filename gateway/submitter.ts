@@ -1,5 +1,5 @@
 /**
- * Submit (DESIGN 3.5): fetch and hash the artifacts of a request, decide
+ * Submit (docs/spec/design.md §3.5): fetch and hash the artifacts of a request, decide
  * posted / unchanged / semver_conflict, sign the block and append it to the
  * chain repository, with appends serialised through one writer loop that
  * folds every waiting submit into one commit (group commit).

@@ -23,7 +23,7 @@
  *
  * Must hold: `verify` never throws; it returns false for bad input. OpenSSL's
  * ed25519 accepts small-order keys, which is why `chain/` refuses weak
- * authority keys before any signature is checked (DESIGN 1.7 step 5).
+ * authority keys before any signature is checked (docs/spec/design.md §1.7 step 5).
  */
 import { createRequire } from 'node:module';
 import { createHash, hash as oneShotHash, createPrivateKey, createPublicKey, sign as nodeSign, verify as nodeVerify, type KeyObject } from 'node:crypto';

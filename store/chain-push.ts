@@ -1,6 +1,6 @@
 /**
  * chain-push: the authority's push of the chain repository to a git remote
- * over smart HTTP (DESIGN 4, authority mode), with a cost that does not grow
+ * over smart HTTP (docs/spec/design.md §4, authority mode), with a cost that does not grow
  * with the length of the history.
  *
  * Owns: `pushNew` (where the remote really is, what to send, the POST and

@@ -10,7 +10,7 @@
  * Trusts: the working tree only through the bounded reader of
  * ./verify-worker-impl.ts: a regular file only (no symbolic link,
  * directory, FIFO or device), at most 16 MiB, decoded strictly as UTF-8
- * (DESIGN 1.7 "Reading a chain"); what the branch commits is what a
+ * (docs/spec/design.md §1.7 "Reading a chain"); what the branch commits is what a
  * verifier checks those files against.
  *
  * Must hold: reads never write; a path that is not a block path of

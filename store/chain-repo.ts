@@ -1,12 +1,12 @@
 /**
- * chain-repo: the chain repository (DESIGN section 2): `ChainRepo`, what
+ * chain-repo: the chain repository (docs/spec/design.md §2): `ChainRepo`, what
  * gateway/ and tools/ use of git. It stores files; it never parses blocks.
  *
  * Owns: branch `main` (one commit per append), the tree layout of
  * chain/layout.ts (`blocks/<d[0:3]>/<d[3:6]>/<d>.json` + `checkpoint.json`
  * + `checkpoint.note`, the signed tlog checkpoint, rewritten by every append
  * that hands one over: `RootFiles`),
- * `open` / `init` / `append`, and for mirrors (DESIGN 4) the clone, the
+ * `open` / `init` / `append`, and for mirrors (docs/spec/design.md §4) the clone, the
  * fetch (depth 1, through ./upload-pack.ts over ./smart-http.ts), the packs
  * it stores (indexed by ./git-pack-index.ts, `.idx` version 2),
  * `.git/shallow`, `refs/remotes/origin/main`, the snapshot of a fetched
@@ -57,7 +57,7 @@
  * - Reads of blocks go to the working tree (fast path), through the bounded
  *   reader of ./verify-worker-impl.ts: a regular file only (no symbolic
  *   link, directory, FIFO or device), at most 16 MiB, decoded strictly as
- *   UTF-8 (DESIGN 1.7 "Reading a chain"); what the branch commits
+ *   UTF-8 (docs/spec/design.md §1.7 "Reading a chain"); what the branch commits
  *   (`committedFiles()`) is what a verifier checks them against. Reads from
  *   git objects are for audits, repair and sync, and read packs on disk
  *   object by object (a fetched pack stays indexed, its tables in memory

@@ -2,7 +2,7 @@
  * The authority's view of a chain repository: the glue between the pure
  * chain core (`chain/`) and the git module (`store/chain-repo.ts`).
  *
- * Owns: commit messages (DESIGN 2), the cheap trusted-head check an append
+ * Owns: commit messages (docs/spec/design.md §2), the cheap trusted-head check an append
  * starts from, and appending signed blocks with their checkpoint and the
  * signed tlog checkpoint note (`checkpoint.note`, issue 17: origin, size,
  * RFC 6962 root over every block's record hash, key name = origin); the
@@ -28,7 +28,7 @@ import type { KeyState } from '../chain/key-events.ts';
 import { ChainRepo, type CommitInfo } from './chain-repo.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 
-/** `block <i>: <intent> <uns> <semver>` with the URLs in the body (DESIGN 2). */
+/** `block <i>: <intent> <uns> <semver>` with the URLs in the body (docs/spec/design.md §2). */
 export function commitFor(blocks: readonly Block[], timestampMs: number): CommitInfo {
   const line = (b: Block) => `block ${b.index}: ${b.payload.intent} ${b.payload.uns} ${b.payload.semver}`;
   const urls = (b: Block) => b.payload.endorsements.map((e) => e.artifact_url);

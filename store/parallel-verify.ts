@@ -7,7 +7,7 @@
  * (`verify-worker-impl.ts`); the calling thread links the batches in chain
  * order with `ChainVerifier` (first block checked, walked state adopted,
  * failing block replayed), so the first failure and its code are exactly
- * those of a sequential check (DESIGN 1.7). Small chains are checked inline.
+ * those of a sequential check (docs/spec/design.md §1.7). Small chains are checked inline.
  *
  * Flat as the chain grows (issue 16): per block, the calling thread builds
  * no string and keeps nothing. A batch is handed out as its first index and
@@ -21,7 +21,7 @@
  * block, hashed in the workers), passed on in chain order likewise: what
  * `vouch verify` folds into the Merkle tree's edge (issue 17).
  *
- * What is verified is what the chain's branch commits (DESIGN 1.7 "Reading a
+ * What is verified is what the chain's branch commits (docs/spec/design.md §1.7 "Reading a
  * chain"): the block files are read from the working tree (fast, and in
  * parallel), and each must be the very blob the branch commits at its path
  * (its git blob id, computed from the bytes read, equals the tree's), as

@@ -34,7 +34,7 @@
  * over the life of the repository.
  *
  * Hand-written, not `git repack` run as a child: vouch's store writes git
- * without a git binary (DESIGN 2), the incremental pack must know which
+ * without a git binary (docs/spec/design.md §2), the incremental pack must know which
  * tree is the previous version of which (its path), and git's repack
  * inflates and re-deltifies what it merges.
  */

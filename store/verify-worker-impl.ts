@@ -19,7 +19,7 @@
  * regular, only when one read does not end it within the reused 64 KiB
  * buffer), read with a bounded read (never more than the limit + 1 bytes,
  * whatever the file claims or becomes), decoded strictly as UTF-8, parsed as
- * I-JSON (no repeated member names) — DESIGN 1.7 "Reading a chain".
+ * I-JSON (no repeated member names) — docs/spec/design.md §1.7 "Reading a chain".
  *
  * Trusts: the authority handed over by the main thread (block 0 was checked
  * there first), and the git blob ids of what the branch commits (read from

@@ -1,5 +1,5 @@
 /**
- * The `vouch` command line (DESIGN 7): dispatches to one module per command,
+ * The `vouch` command line (docs/spec/design.md §7): dispatches to one module per command,
  * loaded only when its command runs (tools/command-list.ts), so start-up
  * costs what that command imports and nothing more.
  * Exit status: 0 success, 1 a verification or check failed, 2 usage or

@@ -1,6 +1,6 @@
 /**
  * The frame every `vouch` command runs in: option parsing (node:util
- * parseArgs, strict), `--help`, and the one-line error contract of DESIGN 7:
+ * parseArgs, strict), `--help`, and the one-line error contract of docs/spec/design.md §7:
  * exit 0 success, 1 a verification or check failed, 2 usage or environment
  * error, with one clear line on stderr — never a stack trace.
  */

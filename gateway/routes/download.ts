@@ -1,5 +1,5 @@
 /**
- * GET|HEAD /v1/download (DESIGN 3.2): select the block (3.3) -> get bytes
+ * GET|HEAD /v1/download (docs/spec/design.md §3.2): select the block (3.3) -> get bytes
  * from the mirror or the origin -> hash with the block's algorithm ->
  * compare with artifact_hash -> serve only on equality.
  *
@@ -287,7 +287,7 @@ function fitHead(ctx: GatewayContext, sel: Selection, common: Record<string, str
 
 /**
  * Serves the selected version's bytes after the hash check, with the
- * download headers of DESIGN 3.2 (plus `extraHeaders`, e.g. an origin's
+ * download headers of docs/spec/design.md §3.2 (plus `extraHeaders`, e.g. an origin's
  * headers on proxy routes). The head stays within HEADER_BUDGET whatever
  * the block (`fitHead`); `o.compactUns` sends the compact UNS form whatever
  * the block's size (package-manager routes: their clients do not read it).

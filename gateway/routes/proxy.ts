@@ -1,5 +1,5 @@
 /**
- * Reverse-proxy routes (DESIGN 3.6): the gateway as a drop-in verifying proxy
+ * Reverse-proxy routes (docs/spec/design.md §3.6): the gateway as a drop-in verifying proxy
  * in front of existing artifact hosts. README "Proxy routes" is the user's
  * reference; in short:
  *

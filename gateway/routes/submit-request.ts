@@ -1,5 +1,5 @@
 /**
- * Strict, bounded parsing of the `POST /v1/submit` body (DESIGN 3.5), and
+ * Strict, bounded parsing of the `POST /v1/submit` body (docs/spec/design.md §3.5), and
  * of the `POST /v1/revoke` body (`parseRevokeRequest`, at the end).
  *
  * Owns: the two accepted body forms and every rule on their members:

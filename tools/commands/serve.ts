@@ -1,5 +1,5 @@
 /**
- * `vouch serve [--config FILE]`: the gateway (DESIGN 3-6), stopped cleanly
+ * `vouch serve [--config FILE]`: the gateway (docs/spec/design.md §3-6), stopped cleanly
  * by SIGINT, SIGTERM, SIGHUP, or (run by npm) its parent's exit, so that
  * stopping `npm start` never leaves a gateway holding the port.
  */
