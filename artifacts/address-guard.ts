@@ -230,7 +230,7 @@ const DESCRIBE: Record<AddressClass | 'not an IP address', string> = {
 };
 
 /** Every refusal names the setting that lifts it: the guard runs only because it is off. */
-export const ALLOW_HINT = ' (to allow loopback and private origins, set origin.allow_private: true in the gateway config)';
+export const ALLOW_HINT = ' (to allow loopback and private origins for local testing, run vouch serve --dev, or set origin.allow_private: true in the gateway config)';
 
 export class AddressGuard {
   private readonly resolver: Resolver;

@@ -35,7 +35,9 @@ if (name === undefined || name === '--help' || name === '-h' || name === 'help')
     process.stderr.write(`vouch ${name}: give a subcommand: ${group.join(', ')} (vouch ${name} <subcommand> --help)\n`);
     code = 2;
   } else if (entry === undefined) {
-    process.stderr.write(`vouch: unknown command ${JSON.stringify(name)} (commands: ${COMMANDS.map((c) => c.name).join(', ')})\n`);
+    const { nearest } = await import('./command.ts');
+    const near = nearest(name, [...new Set(COMMANDS.map((c) => c.name.split(' ')[0]!))]);
+    process.stderr.write(`vouch: unknown command ${JSON.stringify(name)}${near === null ? '' : `; did you mean ${near}?`} (commands: ${COMMANDS.map((c) => c.name).join(', ')})\n`);
     code = 2;
   } else {
     const [{ runCommand }, cmd] = await Promise.all([import('./command.ts'), entry.load()]);
