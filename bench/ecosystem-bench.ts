@@ -81,6 +81,7 @@ export async function runEcosystemBench(quick: boolean): Promise<{ title: string
     writeFileSync(config, JSON.stringify({
       listen: { host: '127.0.0.1', port: 0 },
       chain: { dir: chainDir },
+      authority: null,
       proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON }] },
     }));
     const startGateway = async () => {

@@ -74,6 +74,7 @@ export async function runMavenBench(quick: boolean): Promise<{ title: string; ma
     writeFileSync(config, JSON.stringify({
       listen: { host: '127.0.0.1', port: 0 },
       chain: { dir: chainDir },
+      authority: null,
       origin: { allow_private: true },
       proxy: { routes: [{ prefix: '/maven/', kind: 'maven', origin: `${origin.origin}/repo/`, canonical: CANON }] },
     }));

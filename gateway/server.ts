@@ -62,7 +62,7 @@ import { performance } from 'node:perf_hooks';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { acceptsJson, errorBody, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
+import { acceptsJson, errorBody, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, truncationHint, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
@@ -209,7 +209,7 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
   const sel = state!.index.select(q.url, { semver: q.semver, at: q.at, today });
   if (sel === null) {
     checkArtifactUrl(q.url);
-    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}`, { resource: q.url });
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}${truncationHint(q)}`, { resource: q.url });
   }
   if (sel.revokedBy && q.semver === undefined) {
     throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url });
