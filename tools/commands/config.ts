@@ -15,6 +15,8 @@ export const configInit: Command = {
     'A config file is merged over the embedded default (mappings key by key, lists and scalars replace),',
     'so the written file may be cut down to the keys you change. Relative paths in it are relative to',
     'the file: next to it, ./var holds the chain, the development authority key and the submit token.',
+    'The authority section is written commented out: so the default\'s development key and token are',
+    'created on first start. Uncomment it to use your own key (vouch keygen) and token.',
   ].join('\n'),
   options: {
     out: { type: 'string', value: 'FILE', help: 'where to write the configuration (default: vouch.yaml)' },
