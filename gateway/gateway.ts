@@ -1,38 +1,17 @@
 /**
- * The gateway's lifecycle: prepares the authority's key, token and chain
- * (creating them on the embedded default's first start), listens at once
- * (answering 503 `not_ready`), loads and verifies the chain, then serves.
- *
- * Owns: wiring the parts together — config, chain state, origin fetcher,
- * mirror, submitter, request handler, witness and the authority's
- * cosigner — and shutting them down; the lines
- * printed at start (the mode and chain directory first, a `try:` line that
- * answers with no network last); the HTTP server's bounds on clients
- * (`clients.request_timeout` on receiving each request, headers and body;
- * `clients.max_connections`; `clients.keep_alive_timeout` for idle ones) and the JSON answers to requests node:http
- * refuses itself.
- * Must hold: the submit token and the key never reach a log line or a
- * response; they are announced once, only when first generated. An
- * authority holds its chain's lock (store/chain-lock.ts) from start to
- * `close()`: a second authority on the directory refuses to start, and
- * other writers are refused while it runs; on a chain directory it cannot
- * write it refuses to start (exit 2, one line naming the directory). A
- * connection whose request has not fully arrived within the request timeout
- * is closed (408 when nothing was answered yet), and never more than
- * `max_connections` are open; the timeout never cuts a response (a long
- * download) once its request has arrived. The server's listeners ('request'
- * in server.ts, 'clientError', 'drop') catch what they throw: an exception
- * there closes that connection, is logged once with its stack and counted
- * (`reportUnexpected`), and the gateway serves on.
- * Process-level policy, chosen deliberately: no 'uncaughtException' or
- * 'unhandledRejection' handler keeps the process alive. Every listener on
- * the request path is guarded where it runs, so what still reaches the
- * process was thrown outside them (a background task), where shared state
- * (the chain state, the mirror's budget, the witness record) may be half
- * changed; serving on from it could answer wrongly. The gateway logs it as
- * one JSON error line with its stack ('uncaughtExceptionMonitor', after the
- * lines before it; an unhandled rejection too, origin `unhandledRejection`)
- * and Node ends the process (exit 1) for its supervisor to restart.
+ * The gateway's lifecycle: checks chain directory, keys and port, prepares
+ * the authority's key, token and chain (created when the authority is the
+ * embedded default's), prints the banner (mode, routes, witnesses), listens
+ * (503 `not_ready` until loaded), loads and verifies the chain, then serves.
+ * Owns: wiring the parts together and shutting them down; the start-up
+ * lines; the server's client bounds (`clients.*`) and JSON answers to what
+ * node:http refuses itself.
+ * Must hold: the token and key never reach a log or a response (announced
+ * once, when generated); an authority holds its chain lock from start to
+ * `close()`; a request not fully arrived in time is closed (408), a response
+ * never cut; a listener's exception closes that connection only. No
+ * process-level handler keeps the process alive: what escapes every guard
+ * is logged as one JSON line and Node exits for the supervisor to restart.
  */
 import { createServer, type Server } from 'node:http';
 import { createHash, randomBytes, type KeyObject } from 'node:crypto';
