@@ -1,24 +1,16 @@
 /**
  * Prometheus metrics of one gateway (`GET /metrics`, text format 0.0.4): a
- * prom-client registry per `GatewayMetrics` (one per gateway, made where
- * the gateway is assembled) with the default process
- * metrics, the HTTP request counter and latency histogram the request
- * handler feeds, and collect-time metrics read from the other modules'
- * counters when scraped (verified fetcher, mirror, chain state, sync and push
- * reports, submitter, proxy), so those modules know nothing of Prometheus.
- *
+ * prom-client registry per `GatewayMetrics` with the default process
+ * metrics, the request counter and latency histogram, and collect-time
+ * metrics read from the other modules' counters when scraped, so those
+ * modules know nothing of Prometheus.
  * Owns: metric names, help texts and label sets.
- * Trusts: the `stats()`/report functions of the other modules to be cheap,
- * synchronous and monotonic where exposed as counters. The context's types
- * do not promise `stats()` on `artifacts` or `submitter`, so they are looked
- * up at scrape time; the mirror's counters come from the `mirror` source
- * the gateway hands over, else from the verified fetcher's `mirror` field.
- * Must hold: every label value is bounded (route templates, a fixed method
- * list, status codes, fixed outcome, stage and tier names, the configured
- * witnesses' key names) — never a raw path, URL
- * or header; a scrape never fails because one source throws (that metric is
- * left out); observing a request costs two map lookups and a few additions
- * (no label objects, no string keys), all in `observe`.
+ * Trusts: the other modules' `stats()`/reports to be cheap, synchronous and
+ * monotonic where exposed as counters.
+ * Must hold: every label value is bounded (route templates, fixed lists,
+ * configured witness names), never a raw path, URL or header; a scrape never
+ * fails because one source throws; observing a request costs a few map
+ * lookups and additions.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
