@@ -2,12 +2,11 @@
  * `npm run bench -- memory` (issue 14: memory is bounded by configuration,
  * not by clients). One row: the peak RSS of a gateway with the default
  * mirror while 24 clients download cold artifacts whose origin stalls one
- * byte before the end and 24 more read a few bytes and stop; target and
- * figures in bench/RESULTS.md. Also reported: the budget /metrics showed
- * while all were stuck, and how long until they were torn down and the
- * budget back to 0. Three fresh gateways, the median by peak.
- * The origin runs in this process (streamed patterns); the gateway is its
- * own process, measured from /proc. Loopback only; `--quick` is one run and
+ * byte before the end and 24 more read a few bytes and stop (target and
+ * figures: bench/RESULTS.md). Also reported: the budget /metrics showed
+ * while all were stuck, and the time until they were torn down. Three
+ * fresh gateways; the origin runs in this process, the gateway is its own
+ * process measured from /proc. Loopback only; `--quick` is one run and
  * leaves bench/RESULTS.md alone.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
