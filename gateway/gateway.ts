@@ -217,10 +217,10 @@ function listenError(config: Config, e: NodeJS.ErrnoException): VouchError {
 
 /** A read-only gateway's chain directory must exist; the message says how to make one. */
 function checkChainExists(dir: string): void {
-  if (existsSync(dir)) return;
-  throw new VouchError('not_a_chain', `chain.dir ${dir} does not exist: create a chain there with ` +
-    `vouch init --chain ${dir} --key KEY_FILE --signer NAME, clone one there (git clone URL ${dir}), ` +
-    'or set chain.remote and chain.public_key to mirror one', { resource: dir });
+  const how = `create a chain there with vouch init --chain ${dir} --key KEY_FILE --signer NAME, clone one there (git clone URL ${dir}), ` +
+    'or set chain.remote and chain.public_key to mirror one';
+  if (!existsSync(dir)) throw new VouchError('not_a_chain', `chain.dir ${dir} does not exist: ${how}`, { resource: dir });
+  if (!existsSync(join(dir, '.git'))) throw new VouchError('not_a_chain', `chain.dir ${dir} holds no chain (no .git): ${how}`, { resource: dir });
 }
 
 /** What the cosigner sends: the committed checkpoint note (no cosignatures) and consistency proofs of the chain's tree. */

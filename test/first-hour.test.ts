@@ -147,6 +147,12 @@ test('a missing key file names vouch keygen; a missing chain.dir says how to mak
   assert.ok(noChain.stderr.includes(`chain.dir ${chain} does not exist`), noChain.stderr);
   assert.ok(noChain.stderr.includes(`vouch init --chain ${chain}`), noChain.stderr);
   assert.not.match(noChain.stdout, /listening on/);
+  // A directory that is there but holds no chain: said before listening too.
+  mkdirSync(chain);
+  const empty = await vouchAsync(['serve', '--config', join(dir, 'ro.yaml')]);
+  assert.is(empty.status, 2, empty.stderr);
+  assert.ok(empty.stderr.includes(`chain.dir ${chain} holds no chain (no .git)`), empty.stderr);
+  assert.not.match(empty.stdout, /listening on/);
 });
 
 test('a port in use names the port, says another process holds it and how to choose another; never says listening', async () => {
@@ -194,10 +200,18 @@ test('the banner lists every route (prefix, kind, origin) and the witnesses aske
   await bare.stop();
 });
 
-test('a lookup cut at an unencoded & says so in its 404; the printed curl lines fail visibly without jq', async () => {
+let curlGateway: { g: GatewayProcess; dir: string } | null = null;
+
+/** A gateway from a config file with only `listen` (the embedded default's authority merged under it). */
+async function listenOnly(): Promise<{ g: GatewayProcess; dir: string }> {
+  if (curlGateway !== null) return curlGateway;
   const dir = join(work, 'curl');
-  mkdirSync(dir);
-  const g = await serve(['--listen', '127.0.0.1:0'], dir);
+  const g = await serve(['--config', writeConfig(dir, { listen: { port: 0 } }, 'vouch.yaml', { inheritAuthority: true })], work);
+  return (curlGateway = { g, dir });
+}
+
+test('a lookup cut at an unencoded & says so in its 404 (same code, a message that says what to do)', async () => {
+  const { g } = await listenOnly();
   const cut = await fetch(`${g.url}/v1/endorsement?url=https://h.example/x?a=1&b=2`);
   assert.is(cut.status, 404);
   const j = await cut.json() as any;
@@ -207,19 +221,22 @@ test('a lookup cut at an unencoded & says so in its 404; the printed curl lines 
   const plain = await (await fetch(`${g.url}/v1/endorsement?url=${encodeURIComponent('https://h.example/x?a=1&b=2')}`)).json() as any;
   assert.is(plain.status, 'not_found');
   assert.not.match(plain.message, /truncated/);
-  // The try line and the submit template: no jq, and an error answer is printed with a non-zero exit.
+});
+
+test('the printed curl lines need no jq and fail visibly on an error answer', async () => {
+  const { g, dir } = await listenOnly();
   const out = g.stdout();
   assert.not.match(out, /\bjq\b/);
   const tryLine = /^try: (.*)$/m.exec(out)![1]!;
   assert.match(tryLine, /--fail-with-body/);
   assert.is(spawnSync('sh', ['-c', tryLine], { encoding: 'utf8', timeout: 20_000 }).status, 0);
-  const template = /^to submit an artifact [^:]*: (curl .*)$/m.exec(out)![1]!;
-  assert.match(template, /--fail-with-body/);
-  // The template as printed (placeholders left in): the gateway refuses it, and curl says so and fails.
-  const r = spawnSync('sh', ['-c', template], { encoding: 'utf8', timeout: 20_000, cwd: dir });
+  const template = /^to submit an artifact [^:]*: (curl .*)$/m.exec(out)?.[1];
+  assert.ok(template !== undefined, out);
+  assert.match(template!, /--fail-with-body/);
+  // The template as printed (placeholders left in): the gateway refuses it, and curl prints why and fails.
+  const r = spawnSync('sh', ['-c', template!], { encoding: 'utf8', timeout: 20_000, cwd: dir });
   assert.is(r.status, 22, r.stderr);
   assert.is(JSON.parse(r.stdout).success, false);
-  await g.stop();
 });
 
 test.run();
