@@ -202,11 +202,17 @@ test('the banner lists every route (prefix, kind, origin) and the witnesses aske
 
 let curlGateway: { g: GatewayProcess; dir: string } | null = null;
 
-/** A gateway from a config file with only `listen` (the embedded default's authority merged under it). */
+/** An authority gateway from a config file (its own key and token), for the lookup and curl tests. */
 async function listenOnly(): Promise<{ g: GatewayProcess; dir: string }> {
   if (curlGateway !== null) return curlGateway;
   const dir = join(work, 'curl');
-  const g = await serve(['--config', writeConfig(dir, { listen: { port: 0 } }, 'vouch.yaml', { inheritAuthority: true })], work);
+  mkdirSync(dir);
+  createKeyFile(join(dir, 'authority.pem'));
+  writeFileSync(join(dir, 'submit.token'), 'curl-token-' + 'c'.repeat(24) + '\n', { mode: 0o600 });
+  const g = await serve(['--config', writeConfig(dir, {
+    listen: { port: 0 }, chain: { dir: join(dir, 'chain') },
+    authority: { key_file: join(dir, 'authority.pem'), submit_token_file: join(dir, 'submit.token') },
+  })], work);
   return (curlGateway = { g, dir });
 }
 
