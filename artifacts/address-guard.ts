@@ -1,26 +1,17 @@
 /**
- * The address guard of server-side fetches made on a caller's behalf
- * (DESIGN 3.5: submit refuses loopback and private origins unless
- * `origin.allow_private`), and of the redirect hops of download fetches
- * that leave the signed URL's host (the origin fetcher decides which hops
- * are checked, and turns a refused redirect hop into `origin_error`).
- *
+ * The address guard of fetches made on a caller's behalf (submit refuses
+ * loopback and private origins unless `origin.allow_private`,
+ * docs/spec/design.md §3.5) and of download redirect hops that leave the
+ * signed URL's host.
  * Owns: the classification of IPv4/IPv6 addresses (loopback, private,
- * link-local, unspecified, CGNAT, multicast, broadcast, documentation and
- * other reserved ranges, and the IPv4 address embedded in IPv4-mapped, NAT64
- * and 6to4 forms), and the one-shot resolve-and-check of a URL's host.
- *
- * Trusts: the WHATWG URL parser to have canonicalised IPv4 literals
- * (`0x7f000001`, `127.1`, `0177.0.0.1` all become `127.0.0.1`), and the
- * injected resolver to answer for names (default: `dns.lookup`, all
- * addresses).
- *
- * Must hold: a host is resolved once per hop and every address it resolves
- * to is checked; the caller connects to the checked address it gets back and
- * never resolves the name again (no DNS rebinding window). A refusal is a
- * `VouchError('bad_request')` raised before any packet is sent to the host,
- * and its message names the setting that allows the address
- * (`origin.allow_private`), since the gateway guards only when it is off.
+ * link-local, CGNAT, reserved ranges, embedded IPv4 forms) and the one-shot
+ * resolve-and-check of a URL's host.
+ * Trusts: the WHATWG URL parser's canonical IPv4 literals; the injected
+ * resolver (default `dns.lookup`, all addresses).
+ * Must hold: one resolution per hop, every address checked, and the caller
+ * connects to the checked address (no rebinding window); a refusal is
+ * `bad_request` before any packet, naming `vouch serve --dev` and
+ * `origin.allow_private`.
  */
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
@@ -230,7 +221,7 @@ const DESCRIBE: Record<AddressClass | 'not an IP address', string> = {
 };
 
 /** Every refusal names the setting that lifts it: the guard runs only because it is off. */
-export const ALLOW_HINT = ' (to allow loopback and private origins, set origin.allow_private: true in the gateway config)';
+export const ALLOW_HINT = ' (to allow loopback and private origins for local testing, run vouch serve --dev, or set origin.allow_private: true in the gateway config)';
 
 export class AddressGuard {
   private readonly resolver: Resolver;

@@ -1,30 +1,15 @@
 /**
- * Recycled buffers for artifacts the mirror holds in memory.
- *
- * A verified download of a large artifact that misses the mirror writes the
- * origin's body into one buffer of the declared length, and that buffer is
- * what the memory tier keeps and serves. Allocating a fresh one per miss
- * costs a page fault per 4 KiB on first touch and, worse, makes V8 collect
- * its whole heap every few downloads (fresh external memory counts towards
- * its GC trigger). So when the memory tier lets go of such a buffer and no
- * response is still sending it, the buffer comes back here and the next miss
- * of that size class reuses it.
- *
- * Buffers are views over a SharedArrayBuffer, so that a hash worker
- * (`hash-workers.ts`) can read the bytes while they arrive.
- *
- * Owns: the free lists, per size class (a power of two times 1, 1.25, 1.5 or
- * 1.75: at most 25 % slack), and their bound in bytes; and `MemoryBudget`,
- * the one count of artifact bytes in memory (in flight from origins, held
- * for readers after leaving the memory tier, in the memory tier) against
- * one limit (`mirror.budget_bytes`), which the mirror charges and the
- * verified fetcher asks before it receives a body into memory.
- * Must hold: a buffer is given back only by its one owner, once, after the
- * last reader is done (the mirror's reference count decides); the free lists
- * never hold more than `maxFreeBytes`, nor more than the room a `give` is
- * told of; `take` never hands out a buffer that is in use; a budget's uses
- * never go negative, and `reserve` never takes the sum of its uses past
- * the limit (only `force`, for bytes already in memory, may).
+ * Recycled buffers for artifacts the mirror holds in memory: a miss writes
+ * the origin's body into one buffer of the declared length, and reusing
+ * freed buffers per size class spares page faults and V8 collections.
+ * Buffers are views over a SharedArrayBuffer so a hash worker can read them.
+ * Owns: the free lists per size class (at most 25 % slack) and their bound;
+ * `MemoryBudget`, the one count of artifact bytes in memory against
+ * `mirror.budget_bytes`, charged by the mirror and asked by the fetcher.
+ * Must hold: a buffer is given back once, by its owner, after its last
+ * reader; the free lists never exceed `maxFreeBytes`; `take` never hands
+ * out a buffer in use; budget uses never go negative and `reserve` never
+ * passes the limit (only `force`, for bytes already in memory, may).
  */
 
 const MIN_CLASS = 64 * 1024;

@@ -1,13 +1,13 @@
 /**
  * Go's `h1:` hash (golang.org/x/mod/sumdb/dirhash Hash1): sha256 over the
- * lines `<hex sha256 of the file>  <name>\n`, one per file, sorted by name
- * bytewise, base64 (standard, padded); for a zip the names are the zip's
- * (HashZip), for a go.mod the one name `go.mod` (cmd/go goModSum).
- *
- * Owns: the hash, for `vouch endorse --lockfile go.sum` (tools/lockfiles/go.ts)
- * and for the authority checking a go.sum claim (gateway/submitter.ts).
- * Trusts: yauzl for the zip's structure. Must hold: bounded (≤ 500 MiB
- * uncompressed, ≤ 1,000,000 entries, no name twice, none with a newline).
+ * lines `<hex sha256 of the file>  <name>\n`, sorted by name bytewise,
+ * base64; for a zip the zip's names (HashZip), for a go.mod the one name
+ * `go.mod` (cmd/go goModSum).
+ * Owns: the hash, for `vouch endorse --lockfile go.sum` and the authority
+ * checking a go.sum claim (gateway/submitter.ts).
+ * Trusts: yauzl for the zip's structure. Must hold: bounded as Go's modzip
+ * limits (uncompressed size, entry count), no name twice, none with a
+ * newline.
  */
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';

@@ -1,21 +1,13 @@
 /**
- * Worker side of `hash-workers.ts`: hashes an artifact's bytes while the
- * gateway's main thread is still receiving them, from one of two sources:
- * - `memory`: the SharedArrayBuffer the main thread writes the body into;
- * - `file`: the spool file the main thread appends the body to (read back
- *   here from the page cache).
- *
- * Protocol (one job at a time): a message `{ id, algorithm, control, source }`,
- * `control` a BigInt64Array over shared memory: [0] bytes written so far
- * (into the buffer, or flushed to the file), [1] state (0 receiving,
- * 1 complete, 2 abandoned), [2] 1 while the worker sleeps (the writer wakes
- * it only then: no futex call per chunk while it is busy). The worker hashes
- * each new range, sleeps on control[0] while nothing new is there, and
- * answers `{ id, digest }` once the state is complete and every written byte
- * is hashed, `{ id, abandoned: true }`, or `{ id, error }`.
+ * Worker side of `hash-workers.ts`: hashes an artifact's bytes while the main
+ * thread still receives them, from the shared buffer (`memory`) or the spool
+ * file (`file`). One job at a time: `{ id, algorithm, control, source }`,
+ * `control` a BigInt64Array over shared memory: [0] bytes written, [1] state
+ * (0 receiving, 1 complete, 2 abandoned), [2] 1 while the worker sleeps (the
+ * writer wakes it only then). Answers `{ id, digest }`, `{ id, abandoned:
+ * true }` or `{ id, error }`.
  * Must hold: the digest covers exactly bytes [0, control[0]) as they were
- * when the state became complete (the writer writes nothing after that).
- * The worker only reads the buffer or the file.
+ * when the state became complete; the worker only reads.
  */
 import { closeSync, openSync, readSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';

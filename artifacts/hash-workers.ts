@@ -1,20 +1,16 @@
 /**
  * Hashing beside the receiving: while the main thread writes an origin's
- * body into a shared buffer (`byte-pool.ts`), or appends it to a spool file,
- * as it arrives, a worker thread hashes what is already there. sha256 runs
- * at ~1.4 GB/s on one core here, about as fast as a loopback body arrives,
- * so doing both in turn on the main thread nearly doubled the time before
- * the first byte could be served, and held the event loop ~0.7 s per GiB.
- *
- * Owns: a few hash workers (plain-JS bundles from `platform/worker-bundle.ts`;
- * started on first use, unref'd so they never keep a process alive), at
- * most one job per worker, and the control words of each job.
- * When no worker is idle, or no bundle can be had, `start` answers null and
- * the caller hashes on its own thread: the result is the same, only slower.
- * Must hold: a digest covers exactly the bytes [0, n) of the job's buffer or
- * file for the last `advance(n)` before `finish`; a worker whose job was abandoned is
- * busy until it has said so; a worker that dies fails its job (never a
- * wrong digest) and is not used again.
+ * body into a shared buffer (`byte-pool.ts`) or a spool file, a worker
+ * thread hashes what is already there, so the first byte can be served
+ * sooner and the event loop is not held by hashing.
+ * Owns: a few hash workers (bundles from platform/worker-bundle.ts, started
+ * on first use, unref'd), at most one job each, and each job's control
+ * words. With no idle worker or no bundle, `start` answers null and the
+ * caller hashes on its own thread (same result, slower).
+ * Must hold: a digest covers exactly bytes [0, n) for the last `advance(n)`
+ * before `finish`; a worker whose job was abandoned is busy until it says
+ * so; a worker that dies fails its job (never a wrong digest) and is not
+ * used again.
  */
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';

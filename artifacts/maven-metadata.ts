@@ -1,18 +1,14 @@
 /**
- * Maven's `maven-metadata.xml` (the maven2 repository layout's metadata,
- * https://maven.apache.org/ref/3.8.7/maven-repository-metadata/), read
- * strictly and written back: the artifact level (`<versioning>` with
- * `<versions>`, `<latest>`, `<release>`, `<lastUpdated>`), the group level
- * (`<plugins>`), and the version level of a SNAPSHOT (`<snapshot>`), which
- * is only recognised (the Maven route refuses it on purpose).
- *
- * Owns: the bounded XML reading (htmlparser2 in XML mode: entities decoded,
- * no DTD, no external entity ever fetched), the model, and the writer.
- * Trusts: nothing of the bytes. Must hold: a body over MAX_METADATA_XML
- * bytes, deeper than MAX_DEPTH, with more than MAX_ELEMENTS elements or a
- * text over MAX_TEXT characters is refused with MavenMetadataError before
- * any more of it is read; every name and version kept matches its token
- * pattern, so the writer never has to escape more than `&<>`.
+ * Maven's `maven-metadata.xml` read strictly and written back: the artifact
+ * level (`<versioning>`), the group level (`<plugins>`), and a SNAPSHOT's
+ * version level (only recognised: the Maven route refuses it).
+ * Owns: the bounded XML reading (htmlparser2 in XML mode: no DTD, no
+ * external entity), the model, the writer.
+ * Trusts: nothing of the bytes.
+ * Must hold: a body over MAX_METADATA_XML, deeper than MAX_DEPTH, with more
+ * than MAX_ELEMENTS elements or a text over MAX_TEXT is refused before more
+ * is read; every name and version kept matches its token pattern, so the
+ * writer escapes only `&<>`.
  */
 import { Parser } from 'htmlparser2';
 

@@ -1,22 +1,14 @@
 /**
  * The mirror's disk tier (optional, bounded, LRU by access time, survives
- * restarts): `<diskDir>/<alg>/<hex[0:2]>/<hex>` plus `<hex>.meta` (JSON:
- * content type, size and the kept origin headers), written atomically (temp
- * file in `<diskDir>/tmp`, then rename; the metadata first, so a data file
- * always has its metadata).
- *
- * Owns: the index of entries (oldest access first) and its byte total,
- * loading it from the directory at start (incomplete entries and leftovers in
- * `tmp` removed), adopting verified files, eviction, the read-back hash check
- * (shared by concurrent readers), and deleting files only once no reader
- * holds them.
- *
- * Trusts: the mirror to adopt only verified files; nothing it reads back —
- * those bytes are hashed again before they are served.
- *
- * Must hold: a file handed out as `StoredArtifact.path` is not deleted
- * (evicted, replaced by a corrupt-file purge) before every holder called
- * `release()`; one process owns a `diskDir` (its `tmp` is emptied at start).
+ * restarts): `<diskDir>/<alg>/<hex[0:2]>/<hex>` plus `<hex>.meta`, written
+ * atomically through `<diskDir>/tmp`, metadata first.
+ * Owns: the entry index and byte total, loading it at start (incomplete
+ * entries and tmp leftovers removed), adopting verified files, eviction,
+ * the shared read-back hash check, deleting files once no reader holds them.
+ * Trusts: the mirror to adopt only verified files; nothing it reads back
+ * (hashed again before it is served).
+ * Must hold: a file handed out is not deleted before every holder called
+ * `release()`; one process owns a `diskDir` (its `tmp` emptied at start).
  */
 import { createReadStream } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, rename, rm, stat, unlink, utimes, writeFile } from 'node:fs/promises';

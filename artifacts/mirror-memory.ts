@@ -1,22 +1,15 @@
 /**
- * The mirror's memory tier and the memory budget behind it.
- *
- * Owns: an lru-cache bounded in bytes, holding artifacts up to
- * `spoolThreshold` bytes as `{ bytes, contentType, headers }`; large ones sit
- * in `BytePool` buffers (`buffer()`), which go back to the pool when they
- * have left the cache and the last reader released them; the memory budget
- * (`MemoryBudget`): every artifact byte in memory is charged to it —
- * reserved as `in_flight` before a body is received into memory (`buffer()`,
- * `reserve()`), `tier` while in the memory tier, `held` while out of it and
- * still being sent — and a reservation past the limit is refused (the
- * fetcher spools instead).
- *
- * Trusts: the mirror (`mirror.ts`) to store only verified bytes.
- *
- * Must hold: memory bytes handed out are not reused for another artifact
- * before every holder called `release()`; entries are charged to the budget
- * from the reservation that received them until their bytes are dropped
- * (once, under the use that matches their state).
+ * The mirror's memory tier and the memory budget behind it: an lru-cache
+ * bounded in bytes for artifacts up to `spoolThreshold`, large ones in
+ * `BytePool` buffers (back to the pool once out of the cache and released);
+ * every artifact byte in memory charged to `MemoryBudget` as `in_flight`
+ * (reserved before a body is received), `tier`, or `held` (out of the tier,
+ * still being sent); a reservation past the limit is refused (the fetcher
+ * spools instead).
+ * Trusts: the mirror to store only verified bytes.
+ * Must hold: bytes handed out are not reused before every holder called
+ * `release()`; entries are charged from their reservation until dropped,
+ * once, under the use that matches their state.
  */
 import { LRUCache } from 'lru-cache';
 import { BytePool, MemoryBudget, sizeClass, type BudgetUse, type BytePoolStats, type MemoryBudgetStats } from './byte-pool.ts';

@@ -1,33 +1,15 @@
 /**
- * The mirror (DESIGN 3.4): verified artifact bytes, content-addressed by
- * `artifact_hash` (`<alg>:<hex>`), in three places, one file each:
- * - memory (`mirror-memory.ts`): an lru-cache bounded in bytes for artifacts
- *   up to `spoolThreshold`, in pooled buffers when large, and the memory
- *   budget every artifact byte in memory is charged to;
- * - disk (`mirror-disk.ts`, optional, `diskDir`, bounded by `diskBytes`, LRU
- *   by access time, survives restarts), re-hashed every time it is read back;
- * - spool files (`mirror-spool.ts`): large artifacts written to a file while
- *   they are hashed and served from it; without a disk tier the file is
- *   deleted after its last reader.
- *
- * Owns: the tiers' order (memory, then disk; a small disk hit moves into
- * memory), the counters, and the one entry point for the verified fetcher.
- *
- * Trusts: its one writer, the verified fetcher, to call `putBytes`/`putFile`
- * only with bytes whose hash it has just checked against `artifactHash` (the
- * mirror does not hash them again on the way in). It trusts nothing it reads
- * back from disk: those bytes are hashed again and a mismatching file is
- * deleted and reported as a miss.
- *
- * Must hold: only verified bytes are returned; memory bytes handed out
- * are not reused for another artifact before every holder called
- * `release()` (the server releases when the response is done); a file handed out as
- * `StoredArtifact.path` is not deleted (evicted, replaced by a corrupt-file
- * purge, or cleaned up) before every holder called `release()`; large
- * artifacts never sit in the heap; memory entries are charged to the budget
- * from the reservation that received them until their bytes are dropped
- * (once, under the use that matches their state); one process owns a
- * `diskDir` (its `tmp` is emptied at start).
+ * The mirror (docs/spec/design.md §3.4): verified artifact bytes by
+ * `artifact_hash`, in memory (`mirror-memory.ts`, LRU bounded in bytes, the
+ * memory budget), on disk (`mirror-disk.ts`, optional, LRU, survives
+ * restarts) and in spool files (`mirror-spool.ts`, large artifacts).
+ * Owns: the tiers' order, the counters, the verified fetcher's entry point.
+ * Trusts: the verified fetcher to put only bytes it just hashed; nothing
+ * read back from disk (hashed again; a mismatch is deleted and a miss).
+ * Must hold: only verified bytes are returned; memory and files handed out
+ * are neither reused nor deleted before every holder called `release()`;
+ * large artifacts never sit in the heap; memory entries are charged to the
+ * budget until dropped; one process owns a `diskDir`.
  */
 import { writeFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';

@@ -1,34 +1,15 @@
 /**
- * Fetching artifact bytes from origins (DESIGN 3.4): GET only, keep-alive,
- * redirects followed here hop by hop, over the HTTP/1.1 client of
- * `h1/pool.ts` (which can receive a body straight into a caller's buffer).
- *
- * Owns: the origin limits (connect timeout, headers timeout, one total
- * deadline that covers redirects and the whole body, a size cap, a redirect
- * cap), cancellation by the caller's signal, and turning every network
- * failure into one `VouchError` with a one-line message.
- *
- * Trusts: `h1/` for HTTP framing; `AddressGuard` for what may be
- * connected to when a hop is guarded (the fetcher then connects to the
- * checked IP with the Host header and TLS server name of the URL, so the
- * address checked is the address used).
- *
- * Guarded hops: with `guardPrivate` (submit) every hop, a refusal being
- * `bad_request`; otherwise (downloads: the first URL is the signed one, the
- * operator's or the authority's choice) every redirect hop to a host other
- * than the first URL's own (host and port as the URL spells them) or one of
- * the fetch's `trustedHosts`, unless `allowPrivate` (`origin.allow_private`).
- * A refused redirect hop is `origin_error` naming neither the address it
- * resolved to nor anything of the target port (nothing was sent to it).
- *
- * Must hold: a response is handed over only for a final status of 200; its body
- * (streamed, or received into a buffer) is at most `maxBytes` bytes and
- * complete only when the framing says so (exactly Content-Length bytes when
- * one is declared), else it fails with a VouchError (`too_large`,
- * `origin_error`, `origin_timeout`); no error carries a stack or cause of the
- * transport. When the caller's signal aborts, the origin socket is destroyed
- * and the promise (or the body) fails with the signal's reason. Nothing here
- * writes an HTTP response or decides a status.
+ * Fetching artifact bytes from origins (docs/spec/design.md §3.4): GET only,
+ * keep-alive, redirects followed hop by hop over `h1/pool.ts`.
+ * Owns: the origin limits (timeouts, one deadline over redirects and body,
+ * size and redirect caps), cancellation, one-line `VouchError`s. Guarded
+ * hops: with `guardPrivate` (submit) every hop; for downloads each redirect
+ * to another host unless `allowPrivate`; the checked IP is the one used.
+ * Trusts: `h1/` for framing; `AddressGuard` for what may be connected to.
+ * Must hold: only a final 200 is handed over; a body is at most `maxBytes`
+ * and complete only when the framing says so, else `too_large`,
+ * `origin_error` or `origin_timeout`; a refused hop names no address; an
+ * abort destroys the socket; nothing here writes an HTTP response.
  */
 import { isIP } from 'node:net';
 import { Readable } from 'node:stream';

@@ -1,34 +1,15 @@
 /**
- * Reading a page of a PyPI "simple" index (PEP 503 HTML, PEP 691 JSON) and
- * the version a distribution's file name carries: what the gateway's pypi
- * route (gateway/ecosystems/pypi.ts) and `vouch endorse --lockfile` for pip
- * requirements (tools/lockfiles/pip.ts) both read. Pure: no I/O; each caller
- * decodes the body, picks the form by content type and does its own thing
- * with the links (the gateway rewrites them, the lockfile reader fetches
- * them).
- *
- * Owns: the page parsers and their one page shape (`IndexPage`): HTML with
- * htmlparser2 (entities decoded; the first `<base href>` honoured as pip
- * does; anchors without an href skipped; the anchor text kept as the file
- * name), JSON strictly (every field's type checked); the `#<alg>=<hex>`
- * fragment hashes of an HTML link; the file name -> version rule
- * (`versionOfFile`). PEP 503 name normalization is `pypiNormalizeName` of
- * chain/unit-names.ts (the one rule the chain's unit names use too).
- * Trusts: nothing of the page: a bad shape (JSON that does not parse or has
- * a field of the wrong type, a `<base href>` that is not a URL) throws a
- * `PageError` whose message names the problem, for the caller to answer in
- * its own terms (the gateway a 502, the lockfile reader a bad_request).
- * Links are returned as written: resolving them against `base` is the
- * caller's; so is every decision on hashes (they are the index's word, never
- * a verified one).
- * Bounded: a page of more than MAX_PAGE_FILES links, a link or file name
- * longer than MAX_HREF / MAX_FILENAME, or JSON over JSON_PAGE_CAPS is
- * refused (a PageError) as soon as the parser meets it.
- * The name of a file is the one pip gives it (`pip-url.ts`: the URL's last
- * path segment, percent-decoded); the index's own name for it (`filename`)
- * is kept only to be compared with that.
- * Must hold: a page is either read whole or refused with a reason (never
- * half-read); nothing here fetches or resolves anything.
+ * Reading a page of a PyPI simple index (PEP 503 HTML, PEP 691 JSON) and the
+ * version a file name carries, for the pypi route and `vouch endorse
+ * --lockfile` for pip. Pure: the caller decodes the body and resolves links.
+ * Owns: the page parsers and their shape (`IndexPage`): HTML with
+ * htmlparser2 (the first `<base href>` honoured, anchor text kept), JSON
+ * strictly; `#<alg>=<hex>` fragments; `versionOfFile`.
+ * Trusts: nothing of the page: a bad shape throws a `PageError` naming it;
+ * hashes are the index's word, never a verified one.
+ * Bounded: MAX_PAGE_FILES, MAX_HREF, MAX_FILENAME, JSON_PAGE_CAPS.
+ * Must hold: a page is read whole or refused with a reason; nothing here
+ * fetches or resolves anything.
  */
 import { Parser } from 'htmlparser2';
 import { pypiNormalizeName } from '../chain/unit-names.ts';

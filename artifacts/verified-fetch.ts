@@ -1,30 +1,16 @@
 /**
- * Verified bytes for a signed `artifact_hash` (DESIGN 3.2 and 3.4): the
- * mirror first; on a miss, the origin, hashed while it streams, compared with
- * the signed hash, and only on equality stored in the mirror and handed out.
- *
- * Owns: the hash check of origin bytes, single flight (concurrent `obtain`
- * calls for one URL and artifact_hash share one origin fetch; calls for the
- * same hash from another URL fetch on their own, so one tampered or broken
- * origin fails only its own URL's downloads), the reference count of
- * waiters that decides when an origin fetch is cancelled (only when every
- * waiter has aborted), the bound on concurrent distinct origin fetches, and
- * the temp files of fetches in progress.
- *
- * Trusts: `OriginFetcher` for limits and for a body that ends only when it
- * is complete; `Mirror` to return only verified bytes; the caller (a verified
- * block) for which hash is the signed one.
- *
+ * Verified bytes for a signed `artifact_hash` (docs/spec/design.md §3.2,
+ * §3.4): the mirror first; on a miss the origin, hashed while it streams,
+ * and only on equality stored in the mirror and handed out.
+ * Owns: the hash check, single flight per URL and hash (another URL fetches
+ * on its own, so one bad origin fails only its URL), waiter counts that
+ * decide cancellation, the bound on concurrent origin fetches, temp files.
+ * Trusts: `OriginFetcher` for limits and complete bodies; `Mirror`; the
+ * caller for which hash is signed.
  * Must hold: `obtain` resolves only after the bytes hashed to `artifactHash`;
- * nothing unverified enters the mirror; a body is received into memory only
- * under a reservation of the mirror's memory budget (a pooled buffer, or
- * chunk by chunk up to the spool threshold) and otherwise goes to a spool
- * file as it arrives, so the memory of all fetches together is bounded by
- * configuration (the budget, plus one spool window per running fetch), not
- * by how many clients ask; every reservation is handed to the mirror or
- * given back;
- * every temp file is removed on every failure path. Nothing here writes an
- * HTTP response.
+ * nothing unverified enters the mirror; bodies enter memory only under a
+ * budget reservation (else a spool file), so memory is bounded by
+ * configuration; every temp file is removed on failure.
  */
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { VouchError } from '../chain/errors.ts';

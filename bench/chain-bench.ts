@@ -1,12 +1,10 @@
 /**
- * `npm run bench -- chain` (issue 2):
- * - append latency (median, p90) at 1,000 and at 50,000 blocks; target: the
- *   second no more than 1.5x the first;
- * - `vouch verify` blocks/s on a 50,000-block chain next to the raw
- *   single-thread `crypto.verify` rate measured in the same run; target:
- *   >= 0.75 x (raw rate x cores);
- * - time and peak RSS to read and index 50,000 blocks.
- * Medians of several runs (this machine is small and noisy).
+ * `npm run bench -- chain` (issue 2): append latency at 1,000 and at 50,000
+ * blocks (the second within the target ratio of the first); `vouch verify`
+ * on a 50,000-block chain beside the raw single-thread `crypto.verify` rate
+ * of the same run, × cores; time and peak RSS to read and index 50,000
+ * blocks. Targets in bench/RESULTS.md; medians of several runs (this machine
+ * is small and noisy).
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync } from 'node:fs';

@@ -1,24 +1,14 @@
 /**
  * Authority push time for one append at given history lengths
- * (store/chain-push.ts): the cost must not grow with the history.
- *
- * For each size N: a chain of N real signed blocks, one commit per block
- * (each with its own signed checkpoint), is written as git history by `git
- * fast-import` (a fast object writer: the history is ordinary git objects,
- * chain-shaped, exactly what N appends produce), checked out by git and
- * opened with ChainRepo. The remote is a bare clone of it served by the
- * test git smart-HTTP server (git http-backend). Then each sample is one real
- * append (appendSigned, untimed) followed by a timed `pushNew` of it, as the
- * gateway's pusher does after an append (shared HTTP agent and object cache).
- *
- * Owns: nothing persistent (its temporary directories are removed).
- * Trusts: git (fast-import, reset, clone) to build the fixture;
- * test/helpers/git-server.ts for the remote.
- * Must hold: the history really has N commits (checked with rev-list), every
- * timed push sends one append to a remote that has the rest, and the remote
- * ends at the local head (checked).
- *
- * Usage: tsx bench/chain-push.ts [size...] [--samples N]   (default 1000 50000, 15 samples)
+ * (store/chain-push.ts): the cost must not grow with the history. For each
+ * size N a chain of N signed blocks, one commit each, is written by `git
+ * fast-import`, opened with ChainRepo, and served bare by the test git
+ * smart-HTTP server; each sample is one append (untimed) and a timed
+ * `pushNew`, as the gateway's pusher does.
+ * Trusts: git to build the fixture; test/helpers/git-server.ts.
+ * Must hold: the history has N commits (rev-list), each timed push sends one
+ * append, and the remote ends at the local head.
+ * Usage: tsx bench/chain-push.ts [size...] [--samples N]
  */
 import { execFile, spawn, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';

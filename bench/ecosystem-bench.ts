@@ -1,25 +1,13 @@
 /**
- * `npm run bench -- ecosystem`: what a package manager pays for going
- * through an npm ecosystem route (issue 13), measured as users run it.
- *
- * Row E1: whole `npm install` processes of a project with PACKAGES
- * dependencies (fresh npm cache, no node_modules, no lockfile each time):
- * through a gateway route `{kind: npm, canonical: ...}` vs straight at the
- * registry, interleaved, medians. Two gateway figures: a cold gateway (a new
- * process: every packument and tarball comes from the registry and is
- * verified) and a warm one (metadata cache and mirror filled by an earlier
- * install; the default `metadata_ttl` of 60 s).
- * Row E3: tarball answers per second from the warm gateway (mirror hits)
- * under wrk, every answer carrying the headers of the one block that
- * endorses all PACKAGES, vs the registry serving the same tarballs.
- * Row E2: packument answers per second under wrk (default logging), PACKAGES
- * distinct packuments of VERSIONS versions each rotated, abbreviated form as
- * npm asks: the gateway (origin answer cached, rewritten against the chain
- * once per origin body and chain state) vs the registry serving the same
- * packuments itself.
- *
- * The registry is the tests' fixture (test/helpers/npm-registry.ts, real
- * `npm pack` tarballs); everything runs on 127.0.0.1.
+ * `npm run bench -- ecosystem` (issue 13): what a package manager pays for an
+ * npm ecosystem route, run as users run it, on 127.0.0.1, against the tests'
+ * registry fixture (test/helpers/npm-registry.ts).
+ * Row E1: whole `npm install` processes through the route (cold and warm
+ * gateway) vs straight at the registry, interleaved, medians.
+ * Row E2: packument answers under wrk, rotating PACKAGES packuments of
+ * VERSIONS versions, gateway vs registry.
+ * Row E3: tarball answers from the warm gateway (mirror hits) vs the
+ * registry.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
@@ -81,6 +69,7 @@ export async function runEcosystemBench(quick: boolean): Promise<{ title: string
     writeFileSync(config, JSON.stringify({
       listen: { host: '127.0.0.1', port: 0 },
       chain: { dir: chainDir },
+      authority: null,
       proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON }] },
     }));
     const startGateway = async () => {

@@ -1,18 +1,12 @@
 /**
- * `npm run bench -- endorse`: `vouch endorse --lockfile` through the running
- * authority gateway against the same command offline (issue 32), measured
- * as users run it.
- *
- * Row N1: whole `vouch endorse --lockfile package-lock.json` processes of a
- * PACKAGES-entry npm lockfile whose tarballs a local origin on 127.0.0.1
- * serves: offline (`--chain DIR --key FILE`, no gateway running on that
- * chain) vs `--gateway URL --token-file FILE` against a real authority
- * gateway process (default configuration, logging at info to a file).
- * Every run starts from a copy of the same one-block chain, so every run
- * endorses all PACKAGES entries (never `unchanged`); the gateway is started
- * (not timed) on its copy before its run and stopped after. Rounds
- * interleaved (order alternated), medians; both chains end with the same
- * blocks' entries (checked).
+ * `npm run bench -- endorse` (issue 32): `vouch endorse --lockfile` through
+ * the running authority vs the same command offline, as users run it.
+ * Row N1: whole processes endorsing a PACKAGES-entry npm lockfile whose
+ * tarballs a local origin serves: `--chain DIR --key FILE` vs `--gateway URL
+ * --token-file FILE` against a real authority process (default
+ * configuration, logging to a file). Each run starts from a copy of the same
+ * one-block chain; rounds interleaved, medians; both chains end with the
+ * same entries (checked).
  */
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';

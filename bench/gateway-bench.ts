@@ -1,30 +1,15 @@
 /**
- * `npm run bench -- gateway [--quick]` (issue 3). Every figure is measured
- * side by side with its baseline in the same run, runs interleaved, medians
- * reported; all traffic stays on 127.0.0.1; every server is its own process.
- *
- * 1. lookups/s (`GET /v1/endorsement?url=`, rotating over 10,000 distinct
- *    endorsed URLs spread over the chain, as users' lookups would be) on a
- *    50,000-block chain, read-only gateway at the default logging (one JSON
- *    request line per request, its stderr appended to a file as an
- *    operator's journald or log file would take it), vs a bare node:http
- *    server answering a constant JSON body of a typical answer's size
- *    (target >= 0.8); the same gateway at `VOUCH_LOG_LEVEL=warn`, for
- *    context (what the request lines cost);
- * 2. cold verified download throughput of 16 MiB artifacts vs an unverified
- *    streaming node:http proxy to the same origin (target >= 0.7): once with
- *    the default mirror, rotating over more distinct artifacts than the
- *    memory tier holds so that every request misses, and once with the
- *    memory tier off (`mirror.memory_bytes: 0`, every artifact spooled to a
- *    temp file);
- * 3. mirror-hit download throughput of one 16 MiB artifact vs downloading it
- *    straight from the origin (target >= 1.0);
- * 4. peak RSS of a gateway serving one 1 GiB artifact (spooled), minus its
- *    idle RSS (target <= 150 MiB);
- * 5. warm restart to `ready:` on 50,000 blocks (target <= 2 s); the cold
- *    start once, for context.
- * Load: Debian's wrk. Figures are printed and written by the runner, never
- * asserted.
+ * `npm run bench -- gateway [--quick]` (issue 3): each row beside its
+ * baseline in the same run, runs interleaved, medians; loopback only, every
+ * server its own process; load from Debian's wrk. Rows (targets in
+ * bench/RESULTS.md):
+ * 1. lookups on a 50,000-block chain vs bare node:http (and at warn level);
+ * 2. cold verified downloads vs an unverified streaming proxy, with the
+ *    default mirror and with the memory tier off;
+ * 3. mirror-hit downloads vs the origin itself;
+ * 4. peak RSS serving one large spooled artifact, minus idle RSS;
+ * 5. warm restart to `ready:` on 50,000 blocks (cold once, for context).
+ * Figures are printed and written by the runner, never asserted.
  */
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';

@@ -1,30 +1,14 @@
 /**
- * The baseline and origin servers of `npm run bench -- gateway`, each run as
- * its own process (`node --import tsx bench/gateway-servers.ts MODE ...`) so
- * that it competes for the CPU like the gateway does. Each prints
- * `listening http://127.0.0.1:PORT` once it accepts connections and stops on
- * SIGTERM. Loopback only.
- *
- * - `origin ROUTES_JSON`: the test helper's origin server; ROUTES_JSON maps
- *   a path to `{size, seed}`, served as `pattern(size, seed)` bytes (streamed,
- *   never held whole in memory).
- * - `proxy ORIGIN`: a minimal unverified streaming pass-through proxy: every
- *   request goes to ORIGIN + the same path over a keep-alive agent and the
- *   origin's answer is piped to the client as it arrives.
- * - `bare BODY_FILE ETAG`: a bare node:http server answering every request
- *   with the same JSON body (read once from BODY_FILE) and the headers the
- *   gateway's lookups carry.
- * - `bare-batched BODY_FILE ETAG`: `bare`, its answers written the way the
- *   gateway writes its lookups' answers: together at the end of the event
- *   loop's I/O phase (gateway/answer-batch.ts, the same class).
- * - `answers ANSWERS_FILE`: a bare node:http server answering each lookup
- *   with its own answer: ANSWERS_FILE maps a query string to `[body, etag]`
- *   (the gateway's answers), held as Buffers in a Map by query string and
- *   sent with the same headers (404 for any other query). What any server
- *   answering these lookups does at least: find the answer, write it.
- * - `blob SIZE`: a bare node:http server answering every request with the
- *   same SIZE distinct random bytes held in memory, in one `res.end()` (what
- *   a mirror hit does, minus everything else the gateway does).
+ * The baseline and origin servers of `npm run bench -- gateway`, each its
+ * own process (`node --import tsx bench/gateway-servers.ts MODE ...`), so it
+ * competes for the CPU like the gateway. Each prints `listening
+ * http://127.0.0.1:PORT` and stops on SIGTERM. Modes:
+ * - `origin ROUTES_JSON`: pattern bytes per path, streamed;
+ * - `proxy ORIGIN`: an unverified streaming pass-through;
+ * - `bare BODY_FILE ETAG` and `bare-batched`: one JSON body with the
+ *   lookups' headers, written at once or as gateway/answer-batch.ts does;
+ * - `answers ANSWERS_FILE`: each lookup's own answer from a Map;
+ * - `blob SIZE`: SIZE random bytes in one `res.end()`.
  */
 import { createServer, request as httpRequest, Agent, type Server, type ServerResponse } from 'node:http';
 import { randomBytes } from 'node:crypto';

@@ -1,19 +1,11 @@
 /**
- * `npm run bench -- maven`: what Maven pays for going through a Maven
- * route (issue 38), measured as users run it.
- *
- * Row M1: whole `mvn dependency:resolve` processes (Debian's maven 3.8) of a
- * project with DEPS dependencies (every fourth a version range, so its
- * maven-metadata.xml is read), each with a fresh local repository (seeded
- * with Debian's plugins, so only the dependencies are resolved over HTTP):
- * through a gateway route `{kind: maven, canonical: ...}` (settings.xml
- * mirror of `*`) vs straight at the repository, interleaved, medians. Two
- * gateway figures: cold (a new gateway process: every pom, jar, checksum and
- * metadata document fetched from the repository and verified) and warm (the
- * same resolve again: metadata cache and mirror filled).
- *
- * The repository is the tests' fixture (test/helpers/maven-repo.ts: poms,
- * jars, .sha1 / .md5, maven-metadata.xml) on 127.0.0.1.
+ * `npm run bench -- maven` (issue 38): what Maven pays for a Maven route,
+ * run as users run it. Row M1: whole `mvn dependency:resolve` processes
+ * (Debian's maven) of a project with DEPS dependencies, a fresh local
+ * repository each, through the route (settings.xml mirror of `*`; cold and
+ * warm gateway) vs straight at the repository, interleaved, medians. The
+ * repository is the tests' fixture (test/helpers/maven-repo.ts) on
+ * 127.0.0.1.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -74,6 +66,7 @@ export async function runMavenBench(quick: boolean): Promise<{ title: string; ma
     writeFileSync(config, JSON.stringify({
       listen: { host: '127.0.0.1', port: 0 },
       chain: { dir: chainDir },
+      authority: null,
       origin: { allow_private: true },
       proxy: { routes: [{ prefix: '/maven/', kind: 'maven', origin: `${origin.origin}/repo/`, canonical: CANON }] },
     }));

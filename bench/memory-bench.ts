@@ -1,23 +1,13 @@
 /**
- * `npm run bench -- memory` (issue 14, item 1: memory is bounded by
- * configuration, not by clients). One row: the peak RSS of a gateway with
- * the default mirror (`memory_bytes` 256 MiB, so a memory budget of 512 MiB)
- * while
- * - 24 clients download 24 distinct cold 60 MiB artifacts whose origin
- *   stalls one byte before the end (the fetches hang until origin.timeout),
- * - 24 clients download 24 other 60 MiB artifacts, read a few bytes each
- *   and stop reading;
- * target: peak RSS <= budget + 150 MiB. Also reported: what /metrics showed
- * of the budget while all 48 were stuck, and how long until the stuck
- * answers were torn down (origin.timeout is 10 s here) and the budget's
- * in-flight and held bytes back to 0. Three runs (each a fresh gateway), the
- * median by peak reported.
- *
- * The origin runs in this process (the test helper's server, bodies streamed
- * from a pattern, never held); the gateway is its own process, measured from
- * /proc (max of VmHWM and 20 ms VmRSS samples). Loopback only; processes,
- * sockets and files are cleaned up. `--quick` is one run and leaves
- * bench/RESULTS.md alone.
+ * `npm run bench -- memory` (issue 14: memory is bounded by configuration,
+ * not by clients). One row: the peak RSS of a gateway with the default
+ * mirror while 24 clients download cold artifacts whose origin stalls one
+ * byte before the end and 24 more read a few bytes and stop (target and
+ * figures: bench/RESULTS.md). Also reported: the budget /metrics showed
+ * while all were stuck, and the time until they were torn down. Three
+ * fresh gateways; the origin runs in this process, the gateway is its own
+ * process measured from /proc. Loopback only; `--quick` is one run and
+ * leaves bench/RESULTS.md alone.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';

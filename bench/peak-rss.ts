@@ -1,8 +1,7 @@
 /**
  * The peak RSS of this process, for bench children that report their own:
  * VmHWM from /proc/self/status (Linux), not `resourceUsage().maxRSS`, which
- * Linux carries over an exec from the forked parent (a bench parent holding
- * 400 MiB made a 185 MiB child report 400 MiB). Elsewhere, maxRSS.
+ * Linux carries over an exec from the forked parent. Elsewhere, maxRSS.
  */
 import { readFileSync } from 'node:fs';
 

@@ -1,18 +1,11 @@
 /**
- * `npm run bench -- proofs [--quick]` (issue 17): what the gateway's
- * transparency answers cost, on the 50,000-block bench chain (a copy of
- * bench/out/chain-<n> with a signed checkpoint.note added; the shared chain
- * is never written), one read-only gateway process on 127.0.0.1:
- *
- * 1. inclusion proofs/s over HTTP (`GET /v1/proof/inclusion?index=`, a
- *    rotation over 10,000 random block indices) vs lookups/s
- *    (`GET /v1/endorsement?url=`, 10,000 URLs spread over the chain, as in
- *    the gateway bench) on the same gateway, interleaved wrk runs, medians;
- * 2. lookups with `proof=1` vs plain lookups, likewise;
- * 3. the `Vouch-Proof` header's size (bytes on the wire, name included) for
- *    blocks spread over the chain: median and largest;
- * 4. the warm restart to `ready:` with the tree image in the snapshot
- *    (median of a few), and the tree image's size.
+ * `npm run bench -- proofs [--quick]` (issue 17): what the transparency
+ * answers cost on the 50,000-block bench chain (a copy with a signed
+ * checkpoint.note added), one read-only gateway on 127.0.0.1:
+ * 1. inclusion proofs vs lookups on the same gateway, interleaved wrk runs;
+ * 2. lookups with `proof=1` vs plain lookups;
+ * 3. the `Vouch-Proof` header's size over blocks spread over the chain;
+ * 4. warm restart with the tree image in the snapshot, and its size.
  * Figures are printed and written by the runner, never asserted.
  */
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';

@@ -1,8 +1,8 @@
 /**
  * Benchmark runner: `npm run bench -- NAME [--quick]`. Each benchmark prints
  * its figures and rewrites its own section of bench/RESULTS.md, with the
- * machine it ran on. Figures are medians of several runs, measured as ratios
- * against a baseline run side by side where the target is a ratio.
+ * machine it ran on. Figures are medians of several runs, as ratios against
+ * a baseline run side by side where the target is a ratio.
  */
 import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';

@@ -1,34 +1,15 @@
 /**
- * `npm run bench -- scale [--quick] [--sizes=A,B] [--rows=R,...] [--layout=sparse] [--urls=N]` (issue 16,
- * "A million blocks"): every figure of the issue at 1,000,000 blocks, with
- * the same figure at 50,000 beside it so growth shows. `--quick` measures
- * the same rows at 5,000 and 20,000 blocks in a few minutes (a smoke test of
- * the harness, not figures); `--sizes` picks other chain sizes, `--rows`
- * some of the rows (a whole run at 1M takes the best part of an hour);
- * `--layout=sparse` measures the sparse layout of the same chains (README
- * "Layouts"), written to its own section.
- *
- * Everything runs as users run it: whole processes (`node tools/vouch.js
- * ...`, git), the default configuration (logging at info, the gateway's log
- * in a file), on 127.0.0.1 only. The chains are the project's fixture
- * (bench/chain-dir.ts, cached in bench/out; `VOUCH_SCALE_CHAIN_1M=<dir>`
- * names one built elsewhere). Rows, in the order they run for each size
- * (each a function in bench/scale/):
- *
- *  verify    `vouch verify` blocks/s vs raw ed25519 × cores (cli-rows.ts)
- *  cold      cold start to ready, snapshot deleted; RSS/peak at ready (gateway-rows.ts)
- *  warm      warm restarts to ready, median (gateway-rows.ts)
- *  lookups   random URLs of the whole chain vs bare node:http (gateway-rows.ts)
- *  disk      `du -sb` of the chain vs its packed clone (cli-rows.ts)
- *  git       `git status`, first and second run (cli-rows.ts)
- *  endorse   consecutive `vouch endorse --file` (cli-rows.ts)
- *  mirror    mirror bootstrap from git http-backend: time, peak RSS (mirror-row.ts)
- *
- * The read-only rows run on a link copy, the writers on a `cp -a` copy,
- * both under bench/out/scale-tmp, removed at the end (bench/scale/chains.ts
- * says why a link copy is safe for read-only gateways). A row that fails is
- * reported as failed and the others still run; every process is killed at
- * the end, whatever happens.
+ * `npm run bench -- scale [--quick] [--sizes=A,B] [--rows=R,...]
+ * [--layout=sparse] [--urls=N]` (issue 16): every row at 1,000,000 blocks
+ * beside the same row at 50,000, so growth shows; `--quick` is a smoke test
+ * of the harness at small sizes. Rows (bench/scale/): verify, cold, warm,
+ * lookups, disk, git, endorse, mirror.
+ * Runs as users run it: whole processes, default configuration, 127.0.0.1
+ * only, on the project's chain fixture (bench/chain-dir.ts;
+ * `VOUCH_SCALE_CHAIN_1M=<dir>` names one built elsewhere).
+ * Must hold: read-only rows run on a link copy, writers on a `cp -a` copy,
+ * both removed at the end; a failed row is reported and the others run;
+ * every process is killed at the end.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';

@@ -1,22 +1,14 @@
 /**
- * `npm run bench -- soak [--quick]`: one authority-mode gateway process under
- * 200 concurrent wrk connections for 60 s (10 s with --quick) over a mix of
- *
- * - lookups (`GET /v1/endorsement?url=`, a random one of 1,000 endorsed URLs),
- * - cached downloads (a random one of a hot set of 16 artifacts that stays in
- *   the memory tier),
- * - cold downloads (rotating over 300 artifacts of 64 KiB–1 MiB, ~160 MiB in
- *   all, with `mirror.memory_bytes` at 32 MiB, so that most are misses),
- *
- * chosen per request by weight in the wrk Lua script (70/20/10), plus a
- * trickle of submits (3/s, each a new URL, each must get 201) from a small
- * loop in this process. Everything is on 127.0.0.1; the origin is its own
- * process (bench/soak-origin.ts). The gateway's RSS (VmRSS) is sampled every
- * second; figures: RSS after the warm-up and at the end, requests/s, p50/p99
- * latency, unexpected statuses and socket errors, submits acknowledged and
- * their p50/p99. Targets: RSS flat within 10 %, zero unexpected statuses.
- * With `--cpu-prof` the gateway writes a V8 CPU profile to bench/out/.
- * Figures are reported, never asserted.
+ * `npm run bench -- soak [--quick]`: one authority gateway under 200
+ * concurrent wrk connections over a weighted mix of lookups, cached
+ * downloads and cold downloads (most of them mirror misses), plus a trickle
+ * of submits from this process that must each get 201. The origin is its
+ * own process (bench/soak-origin.ts); everything on 127.0.0.1.
+ * Reported: RSS after warm-up and at the end (sampled every second),
+ * requests per second, latency percentiles, unexpected statuses and socket
+ * errors, submits acknowledged; targets in bench/RESULTS.md. With
+ * `--cpu-prof` the gateway writes a V8 CPU profile to bench/out/. Figures
+ * are reported, never asserted.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';

@@ -1,5 +1,5 @@
 /**
- * The vouch chain format, version 1 (DESIGN 1.2–1.6): types and strict parsers.
+ * The vouch chain format, version 1 (docs/spec/design.md §1.2–1.6): types and strict parsers.
  *
  * A chain is a list of blocks. Block 0 is the authority block: it names the
  * signer id and the ed25519 public key every later block is signed with.
@@ -29,8 +29,8 @@
  * are real calendar values, SemVer 2.0.0, absolute http(s) URLs, a URL at
  * most once per block, caps on string lengths and list sizes. Anything else
  * is `malformed` at the block's position. The `artifact_hash` form is *not*
- * checked here: DESIGN 1.7 checks it last, as `bad_artifact_hash`.
- * Reading a file (DESIGN 1.7 "Reading a chain"): its bytes are decoded
+ * checked here: docs/spec/design.md §1.7 checks it last, as `bad_artifact_hash`.
+ * Reading a file (docs/spec/design.md §1.7 "Reading a chain"): its bytes are decoded
  * strictly as UTF-8 (`utf8Text`) and parsed as I-JSON (`readJson`: an object
  * that repeats a member name is refused, since `JSON.parse` keeps the last
  * one silently and the signed value would not be the one a reader sees).

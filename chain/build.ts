@@ -1,5 +1,5 @@
 /**
- * Building and signing blocks and checkpoints (DESIGN 1.2–1.6), and the two
+ * Building and signing blocks and checkpoints (docs/spec/design.md §1.2–1.6), and the two
  * digests every check recomputes: the signed message and the record hash.
  *
  * Trusts: the `Signer` it is handed (the authority key) and the caller's
@@ -262,7 +262,7 @@ export function buildKeyBlock(input: CommonInput & { prev: Block; signed: Signed
   }, input.signer, input.backend);
 }
 
-/** The signed statement of the chain head (DESIGN 1.6). */
+/** The signed statement of the chain head (docs/spec/design.md §1.6). */
 export function buildCheckpoint(input: { head: Block; signer: Signer; now: number }): Checkpoint {
   const timestamp = postedAfter(input.head, input.now);
   const unsigned = { head: input.head.record_hash, signer: input.signer.id, size: input.head.index + 1, timestamp };

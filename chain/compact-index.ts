@@ -1,25 +1,14 @@
 /**
- * compact-index: the facts a lookup must find fast, for every block of a
- * verified chain, in typed arrays (issue 16: an index that does not hold the
- * chain). At a million blocks it takes tens of megabytes, not gigabytes.
- *
- * Owns:
- * - per block: intent, effective date, record hash (32 bytes);
- * - record hash -> block index: an open-addressing table keyed by the first
- *   four bytes of the hash, every hit confirmed against the stored 32 bytes;
- * - URL -> (block, entry) candidates: an open-addressing table keyed by a
- *   53-bit string hash of the URL, each key heading a list (newest first) in
- *   typed arrays. URLs themselves are not kept: a candidate is only a place
- *   to look, the caller confirms it against the block's artifact_url, so a
- *   collision (even a forced one) costs a read, never a wrong answer;
- * - unit name -> endorse blocks (a list per name through the blocks), and
- *   revoke targets -> revoke blocks;
- * - the binary image of all of it (`toImage` / `fromImage`).
- *
- * Trusts: the caller to add the facts of verified blocks only, in chain order.
- * Must hold: pure (no I/O, browser-safe); `fromImage` rejects an image that
- * is not whole or was made with another URL hash; an image read back answers
- * exactly as the index it was made from.
+ * The facts a lookup must find fast, for every block of a verified chain, in
+ * typed arrays (issue 16: an index that does not hold the chain): intent,
+ * effective date and record hash per block; record hash -> index; URL ->
+ * (block, entry) candidates by a 53-bit hash (URLs are not kept: the caller
+ * confirms each candidate, so a collision costs a read, never a wrong
+ * answer); unit names; revoke targets; the binary image (`toImage` /
+ * `fromImage`).
+ * Trusts: the caller to add verified blocks only, in chain order.
+ * Must hold: pure (browser-safe); `fromImage` rejects a partial image or one
+ * of another URL hash; an image read back answers exactly as its source.
  */
 import type { Intent } from './block.ts';
 import type { IndexFacts } from './index-facts.ts';

@@ -1,16 +1,11 @@
 /**
- * digest-set: a set of 32-byte digests (record hashes) held as bytes in
- * typed arrays, not as strings: a verifier of a million-block chain keeps
- * every endorse block's record_hash (a revoke must name one), which as a
- * `Set` of 64-character strings costs over 100 MB and a string per block;
- * here it is 32 bytes a digest in an open-addressing table (at most half
- * full), and adding a digest allocates nothing.
- *
- * Owns: `DigestSet` and the packed form of a list of digests (`packHex`:
- * 32 bytes each, back to back), which is how verification workers hand
- * theirs over (one buffer, cloned in one copy).
- *
- * Trusts: nothing. Must hold: pure (no I/O); `has` is exact (every byte is
+ * A set of 32-byte digests (record hashes) held as bytes in an
+ * open-addressing table (at most half full), not as strings: a verifier of a
+ * large chain keeps every endorse block's record_hash, and adding one
+ * allocates nothing.
+ * Owns: `DigestSet` and the packed form of a list of digests (`packHex`), in
+ * which verification workers hand theirs over in one buffer.
+ * Trusts: nothing. Must hold: pure (no I/O); `has` is exact (every byte
  * compared; the all-zero digest is a digest like any other).
  */
 

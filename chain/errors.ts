@@ -1,21 +1,13 @@
 /**
  * The one error type of vouch, and the one catalogue of its codes.
- *
- * Owns: every stable error code, what kind of failure it is and what it
- * means. It knows no transport: the layer that speaks HTTP maps codes to
- * statuses (`gateway/status.ts`), the command line maps them to exit
- * statuses (`tools/exit-codes.ts`); both maps are total over `ErrorCode`,
- * so a new code must be given both before the project type-checks.
- *
- * Kinds:
- * - `integrity`: the chain or an artifact is not what was signed (DESIGN 1.7,
- *   hash mismatches). Logged with evidence.
- * - `request`: the caller asked for something wrong or absent.
- * - `environment`: files, keys, git, network.
- * - `answer`: `vouch get` refuses what a gateway answered (tools/
- *   tlog-client.ts, tools/commands/get.ts): malformed, unproven, stale,
- *   inconsistent, or contradicted by another gateway. Never a gateway status.
- *
+ * Owns: every stable error code, its kind and meaning. It knows no
+ * transport: gateway/status.ts maps codes to HTTP statuses and
+ * tools/exit-codes.ts to exit statuses, both total over `ErrorCode`.
+ * Kinds: `integrity` (the chain or an artifact is not what was signed,
+ * docs/spec/design.md §1.7; logged with evidence); `request` (the caller
+ * asked for something wrong or absent); `environment` (files, keys, git,
+ * network); `answer` (`vouch get` refuses what a gateway answered; never a
+ * gateway status).
  * Must hold: codes are never renamed (clients and auditors match on them).
  */
 

@@ -1,5 +1,5 @@
 /**
- * The artifact hash algorithms of DESIGN 1.4 and the `<algorithm>:<hex>`
+ * The artifact hash algorithms of docs/spec/design.md §1.4 and the `<algorithm>:<hex>`
  * form of `artifact_hash`.
  *
  * Must hold: one registry. An algorithm is known here or nowhere; digest

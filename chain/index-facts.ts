@@ -8,7 +8,7 @@
  *
  * Trusts: the caller to hand over a block that verified.
  * Must hold: pure (no I/O); `indexFactsOf` reads only fields the chain
- * format fixes (DESIGN 1.2-1.6).
+ * format fixes (docs/spec/design.md §1.2-1.6).
  */
 import type { Block, Intent } from './block.ts';
 

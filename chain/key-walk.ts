@@ -1,18 +1,15 @@
 /**
- * A client following a log's key events (docs/key-events.md "Clients
- * following key events"): `vouch get` and the witness walk the key blocks
- * `GET /v1/keys` gives them, each proven in a checkpoint's tree.
- *
- * Owns: the form of a `/v1/keys` answer (strict, bounded), the trail a
- * client keeps (its `KeyState` and which online key was in force from which
- * index), and the walk: block 0 bound to the pinned key, then each key block
- * proven at its index, signed by the key its statement names, applied with
- * `applyKeyEvent`; at most `MAX_WALKED_KEY_EVENTS` in one update.
- * Trusts: nothing the gateway says beyond what the proofs and signatures show;
- * the caller gives the checkpoint's (size, root) and later checks that
- * checkpoint's note with the key in force the walk ends with.
- * Must hold: a trail changes only through a proven, applied key event; a
- * pin (first key or root) is never left behind silently. Pure: no I/O.
+ * A client following a log's key events (docs/key-events.md): `vouch get`
+ * and the witness walk the key blocks `GET /v1/keys` gives, each proven in a
+ * checkpoint's tree. Pure: no I/O.
+ * Owns: the `/v1/keys` answer's form (strict, bounded), the trail a client
+ * keeps (`KeyState`, which online key from which index), and the walk
+ * (block 0 bound to the pin, each key block proven, signed by the key its
+ * statement names, applied with `applyKeyEvent`; MAX_WALKED_KEY_EVENTS).
+ * Trusts: nothing beyond proofs and signatures; the caller checks the
+ * checkpoint's note with the key the walk ends with.
+ * Must hold: a trail changes only through a proven, applied key event; a pin
+ * is never left behind silently.
  */
 import type { CryptoBackend } from './crypto-backend.ts';
 import { parseBlock, type Block } from './block.ts';

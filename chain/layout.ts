@@ -1,20 +1,13 @@
 /**
- * layout: where a chain's files live in its repository, each path format
- * beside its bounds-checked parser (the tessera `api/layout` habit).
- *
- * Owns: `blocks/<d[0:3]>/<d[3:6]>/<d>.json` (d = the block index, 9 digits,
- * zero-padded), `checkpoint.json`, `checkpoint.note` (the C2SP signed
- * tlog checkpoint committed beside it, issue 17), the shard directory names (`\d{3}`) and
- * the largest block index (999,999,999).
- *
+ * Where a chain's files live in its repository, each path format beside its
+ * bounds-checked parser: `blocks/<d[0:3]>/<d[3:6]>/<d>.json` (d the index,
+ * 9 digits zero-padded; block 42 is `blocks/000/000/000000042.json`),
+ * `checkpoint.json`, `checkpoint.note`, shard names (`\d{3}`), and the
+ * largest index (999,999,999).
  * Trusts: nothing; pure (no fs, no network), runs in the browser too.
- *
- * Must hold: `parseBlockPath(blockPath(i)) === i` for every index in
- * 0..MAX_INDEX, and `parseBlockPath` returns null for every other string
- * (no second spelling of a block's path is accepted). No tree of this layout
- * holds more than 1000 entries.
- *
- * Example: block 42 is `blocks/000/000/000000042.json`.
+ * Must hold: `parseBlockPath(blockPath(i)) === i` for every index, and
+ * `parseBlockPath` returns null for every other string; no tree holds more
+ * than 1000 entries.
  */
 import { VouchError } from './errors.ts';
 

@@ -1,28 +1,15 @@
 /**
- * The in-memory Merkle tree over the log's entries, its proofs, its
- * tlog-tiles, and its binary image.
- *
- * Owns: `MerkleTree`, an incremental RFC 6962 tree that keeps every level
- * of complete subtrees as one growable byte array: level l holds the
- * floor(size / 2^l) hashes of the complete subtrees of 2^l entries, so the
- * whole tree is about 64 bytes an entry (32 + 16 + 8 + …). An append hashes
- * the leaf and completes the subtrees it closes (amortized 2 hashes, at most
- * log2 n). The root of any size <= the current one, and every proof, is
- * assembled from the stored complete subtrees in O(log n) lookups and at
- * most O(log n) hashes along the right border. Also the tlog-tiles path
- * syntax (C2SP tlog-tiles: `tile/<L>/<N>[.p/<W>]`, `tile/entries/<N>…`) and
- * entry bundles.
- *
- * Trusts: the injected `CryptoBackend`'s sha256 (through chain/merkle.ts).
- * An image given to `fromImage` is trusted for its hashes: only its shape
- * (magic, size, lengths) is checked; the caller wrote it (the gateway's
- * snapshot).
- *
- * Must hold: inclusionProof / consistencyProof are RFC 9162 PATH / PROOF and
- * verify with chain/merkle.ts; root(s) equals the RFC 6962 root of the first
- * s entries; tile level L holds tree level 8L hashes. Image layout:
- * "VOUCHMT\x01" ‖ uint64be size ‖ level 0 ‖ level 1 ‖ … (each level's
- * floor(size/2^l) hashes, up to the last non-empty level).
+ * The in-memory Merkle tree over the log's entries, its proofs, tlog-tiles
+ * and binary image. `MerkleTree` is an incremental RFC 6962 tree keeping
+ * each level of complete subtrees in one growable byte array; roots of any
+ * earlier size and every proof come from stored subtrees in O(log n). Also
+ * the tlog-tiles path syntax and entry bundles.
+ * Trusts: the injected sha256 (chain/merkle.ts); an image given to
+ * `fromImage` for its hashes (its shape is checked; the gateway wrote it).
+ * Must hold: inclusion and consistency proofs are RFC 9162's and verify with
+ * chain/merkle.ts; root(s) is the RFC 6962 root of the first s entries;
+ * tile level L holds tree level 8L. Image: "VOUCHMT\x01" ‖ uint64be size ‖
+ * level 0 ‖ level 1 ‖ … (floor(size/2^l) hashes each).
  */
 import type { CryptoBackend } from './crypto-backend.ts';
 import { HASH_SIZE, leafHash, nodeHash, nodeHashOfPair, splitPoint, type Hash } from './merkle.ts';

@@ -1,23 +1,14 @@
 /**
- * RFC 6962 / RFC 9162 Merkle tree hashing and proof verification (the
- * transparency log over the chain, issue 17).
- *
- * Owns: the hash of a leaf (SHA-256(0x00 ‖ entry)), of an interior node
- * (SHA-256(0x01 ‖ left ‖ right)), the reference root of a list of entries,
- * and the two verifiers: inclusion (RFC 9162 2.1.3.2) and consistency
- * (RFC 9162 2.1.4.2). Entry `i` of vouch's log is block `i`'s 32-byte
- * record hash; these functions take any entry bytes.
- *
- * Trusts: the injected `CryptoBackend`'s sha256. When the backend has a
- * one-shot `digest`, node hashes go through one reused 65-byte buffer (no
- * allocation but the result).
- *
- * Must hold: the verifiers never throw. Anything malformed — a hash that is
- * not 32 bytes, a size or index that is not a safe non-negative integer,
- * index >= size, a proof of the wrong length — answers false. As Go's
- * tlog.CheckTree and transparency-dev/merkle, a consistency proof from an
- * empty tree (from = 0) is refused as meaningless; from = to needs an empty
- * proof and equal roots.
+ * RFC 6962 / RFC 9162 Merkle tree hashing and proof verification: leaf
+ * hash SHA-256(0x00 ‖ entry), node hash SHA-256(0x01 ‖ left ‖ right), the
+ * reference root of a list, and the inclusion (RFC 9162 2.1.3.2) and
+ * consistency (2.1.4.2) verifiers. Entry i of vouch's log is block i's
+ * record hash.
+ * Trusts: the injected `CryptoBackend`'s sha256.
+ * Must hold: the verifiers never throw: anything malformed (hash length,
+ * unsafe integers, index >= size, proof length) answers false; as Go's
+ * tlog.CheckTree, a consistency proof from an empty tree is refused, and
+ * from = to needs an empty proof and equal roots.
  */
 import type { CryptoBackend } from './crypto-backend.ts';
 

@@ -1,45 +1,16 @@
 /**
- * C2SP signed notes (c2sp.org/signed-note), their ed25519 signatures (type
- * 0x01), verifier keys (`name+hex8+base64(type ‖ key)`) and the timestamped
- * ed25519 witness cosignatures of c2sp.org/tlog-cosignature v1 (type 0x04).
- *
- * Owns: the byte format of a note and of its signature lines, key IDs, the
- * signed messages of both signature types. Parsing follows Go's
- * golang.org/x/mod/sumdb/note `Open`: valid UTF-8 (a JS string without lone
- * surrogates), no control character but newline, the text is everything up
- * to the last blank line and ends in a newline, one or more lines
- * `— <name> <base64(keyID4 ‖ sig)>\n`, names non-empty without Unicode
- * spaces or `+`, strict padded standard base64 of at least 5 bytes, at most
- * 100 signature lines (repeated ones counted). Verifying follows `Open` too
- * (`openNote`; `verifyNoteSignature` and `verifyCosignature` are `Open`
- * with one known key): signature lines by unknown keys are ignored,
- * repeated or not (C2SP signed-note: verifiers MUST ignore them); of the
- * lines by a known key (name and key ID) only the FIRST is verified, the
- * later ones are dropped unread, and a first one that does not verify
- * refuses the note. `parseNote` keeps every line as it came (so a note
- * round-trips); test/go-interop.test.ts gives Go and this code the same
- * notes.
- *
- * Example (Go's sumdb/note vector; test/note.test.ts signs and opens it),
- * signed by the verifier key `PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW`
- * (key ID c74f20a3 = SHA-256("PeterNeumann" ‖ 0x0A ‖ 0x01 ‖ key)[:4]):
- *
- *     If you think cryptography is the answer to your problem,
- *     then you don't know what your problem is.
- *
- *     — PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=
- *
- * A cosignature line has the same shape: base64(keyID4 ‖ uint64be time ‖
- * sig64), the signature over `cosignature/v1\ntime <time>\n` ‖ note text.
- *
- * Trusts: the injected `CryptoBackend` (sha256, ed25519 verify) and `Signer`.
- * Pure: no I/O, no clock (a cosignature's timestamp is the caller's).
- *
- * Must hold: `formatNote(parseNote(s)) === s` for every note `parseNote`
- * accepts; a verify function answers false (never throws) for a note that
- * does not carry a valid signature of the asked key; a cosignature (0x04)
- * never passes as a note signature (0x01) nor the reverse (the key IDs
- * differ by the type byte, the signed messages and lengths differ).
+ * C2SP signed notes (c2sp.org/signed-note): ed25519 signatures (type 0x01),
+ * verifier keys (`name+hex8+base64`) and tlog-cosignature v1 witness
+ * cosignatures (type 0x04). Pure: no I/O, no clock.
+ * Owns: the byte format of a note and its signature lines, key IDs, the
+ * signed messages of both types. Parsing and verifying follow Go's
+ * golang.org/x/mod/sumdb/note `Open` (unknown keys ignored, only the first
+ * line of a known key verified); test/go-interop.test.ts and
+ * test/note.test.ts (Go's PeterNeumann vector) hold it to Go's behaviour.
+ * Trusts: the injected `CryptoBackend` and `Signer`.
+ * Must hold: `formatNote(parseNote(s)) === s` for every accepted note; a
+ * verify function answers false, never throws; a cosignature never passes
+ * as a note signature nor the reverse.
  */
 import { VouchError } from './errors.ts';
 import { base64Decode, base64Encode, bytesEqual, hexDecode, hexEncode, utf8 } from './encoding.ts';

@@ -1,19 +1,13 @@
 /**
- * Which block a revocation names (DESIGN 1.5), shared by `vouch revoke`
- * and `POST /v1/revoke`.
- *
- * Owns: the resolution of `{url, semver?}` or `{block}` to one endorse
- * block, and every refusal: nothing endorsed (`not_found`), block 0 or a
- * revoke block or a block past the head (`bad_request` / `not_found`), a
- * block some revoke already names, whatever its effective date
- * (`already_revoked`), and a URL whose block endorses other artifacts too
- * (`bad_request`: revoking it revokes them all, so it must be named by
- * `block`).
- * A URL resolves to the block a lookup selects for it today: the newest
- * version in force, or with `semver` the newest block with exactly that
- * version. Pure: "today" is a parameter.
- * Must hold: whatever this returns is an earlier endorse block of the chain
- * no revoke names yet (`vouch verify` accepts the revoke that names it).
+ * Which block a revocation names (docs/spec/design.md §1.5), for `vouch
+ * revoke` and `POST /v1/revoke`: `{url, semver?}` resolves to the block a
+ * lookup selects today, `{block}` names one. Pure: "today" is a parameter.
+ * Owns: the resolution and every refusal: nothing endorsed (`not_found`),
+ * block 0, a revoke block or one past the head, a block already revoked
+ * (`already_revoked`), a URL whose block endorses other artifacts too
+ * (`bad_request`: name it by `block`).
+ * Must hold: what this returns is an earlier endorse block no revoke names
+ * yet (`vouch verify` accepts the revoke that names it).
  */
 import type { Block } from './block.ts';
 import { VouchError } from './errors.ts';

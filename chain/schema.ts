@@ -2,7 +2,7 @@
  * The JSON Schema (draft 2020-12) of the version 1.0 payload, as vouch ships
  * it, and the grammar hash blocks carry: `grammar.hash` =
  * sha256(JCS(PAYLOAD_SCHEMA)). Verification checks only that the grammar
- * version is known and the hash is 64 hex digits (DESIGN 1.3); the schema is
+ * version is known and the hash is 64 hex digits (docs/spec/design.md §1.3); the schema is
  * published for other implementations and tooling.
  */
 import type { CryptoBackend } from './crypto-backend.ts';

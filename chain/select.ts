@@ -1,30 +1,15 @@
 /**
- * The index of a verified chain and version selection (DESIGN 3.3,
- * revocation 1.5).
- *
- * Owns: URL -> versions (every endorsement of the URL, in chain order), and
- * which endorse blocks are revoked from which date, over a `CompactIndex`
- * (chain/compact-index.ts) that holds facts, not blocks. Blocks are read on
- * demand through an injected reader, with a small cache of parsed blocks;
- * without a reader every added block is kept (small chains, tools). Pure:
- * no I/O of its own, "today" is a parameter.
- *
- * Selection for a URL:
- * - neither `semver` nor `at`: the newest block (highest index);
- * - `semver=X`: the newest block with exactly version X;
- * - `at=D`: the greatest effective_date <= D, ties to the highest index;
- * - both: both conditions.
- * A version is revoked when a revoke block names its block and the revoke's
- * effective_date <= (at ?? today). Revoked versions are skipped unless asked
- * for by exact `semver`; when every candidate is revoked the best one is
- * returned flagged, so callers can answer 410 rather than 404.
- *
- * Trusts: the reader to return the verified block of an index it was given
- * the facts of.
- * Must hold: only verified blocks are added, in chain order; a URL's
- * versions are confirmed against the block's artifact_url (the compact
- * index finds candidates by a hash of the URL); blocks added with `add` stay
- * held until `settled()` says the reader can return them.
+ * The index of a verified chain and version selection (docs/spec/design.md
+ * §3.3, revocation §1.5). Pure: "today" is a parameter.
+ * Owns: URL -> versions and which endorse blocks are revoked from which
+ * date, over a `CompactIndex` of facts; blocks are read on demand through an
+ * injected reader (small parsed-block cache). Selection: newest by default;
+ * `semver=X` the newest with exactly X; `at=D` the greatest effective_date
+ * <= D; revoked versions skipped unless asked by exact semver, and a best
+ * candidate that is revoked is returned flagged (410, not 404).
+ * Trusts: the reader to return the verified block of an index.
+ * Must hold: only verified blocks are added, in chain order; candidates
+ * found by URL hash are confirmed against the block's artifact_url.
  */
 import type { Block, Endorsement } from './block.ts';
 import { CompactIndex, type UrlHash } from './compact-index.ts';
@@ -230,7 +215,7 @@ export class ChainIndex {
     return best;
   }
 
-  /** Version selection (DESIGN 3.3 and 1.5). */
+  /** Version selection (docs/spec/design.md §3.3 and §1.5). */
   select(url: string, q: SelectQuery): Selection | null {
     return selectVersion(this.versions(url), q, this.revokedOn);
   }

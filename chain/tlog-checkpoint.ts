@@ -1,31 +1,16 @@
 /**
- * C2SP transparency-log checkpoints (c2sp.org/tlog-checkpoint): the note
- * body `<origin>\n<size>\n<base64 root>\n[extension lines]` and the
- * authority's signed checkpoint note (`checkpoint.note`), signed with the
- * authority's ed25519 key under the key name = origin.
- *
- * Owns: the body format and its refusals: origin non-empty; size the ASCII
- * decimal without leading zeros (`0` for the empty tree) and at most
- * 2^53-1; root the padded standard base64 of exactly 32 bytes (canonical);
- * extension lines non-empty; every line ends in a newline.
- *
- * Example (c2sp.org/tlog-checkpoint; test/tlog-checkpoint.test.ts parses it):
- *
- *     example.com/behind-the-sofa
- *     20852163
- *     CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=
- *
- *     — example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=
- *
- * Trusts: chain/note.ts for the note format and signatures, the injected
- * `CryptoBackend` and `Signer`. Pure: no I/O.
- *
- * Must hold: `parseCheckpoint(formatCheckpoint(cp))` gives `cp` back;
- * `openCheckpoint` returns only a checkpoint whose note carries a valid
- * signature of the authority's key named with the checkpoint's own origin
- * (and that origin is the one expected, when the caller names one). A bad
- * note or body is `malformed`; a well-formed one that the authority did not
- * sign (or of another origin) is `checkpoint_mismatch`.
+ * C2SP transparency-log checkpoints (c2sp.org/tlog-checkpoint): the body
+ * `<origin>\n<size>\n<base64 root>\n[extensions]` and the authority's signed
+ * `checkpoint.note` (key name = origin). Pure: no I/O.
+ * Owns: the body format and its refusals (origin non-empty; size decimal,
+ * no leading zeros, at most 2^53-1; root canonical base64 of 32 bytes;
+ * extension lines non-empty). test/tlog-checkpoint.test.ts parses the
+ * C2SP example.
+ * Trusts: chain/note.ts, the injected `CryptoBackend` and `Signer`.
+ * Must hold: `parseCheckpoint(formatCheckpoint(cp))` is `cp`;
+ * `openCheckpoint` returns only a checkpoint signed by the authority's key
+ * under its own (or the expected) origin; a bad note is `malformed`, an
+ * unsigned or foreign one `checkpoint_mismatch`.
  */
 import { VouchError } from './errors.ts';
 import { base64Decode, base64Encode, hexEncode } from './encoding.ts';

@@ -1,30 +1,14 @@
 /**
- * Transparency-log trust policies (c2sp.org/tlog-policy, the format of
- * Sigsum's policy files): which logs are accepted, which witnesses are known,
- * and the quorum of witness cosignatures a checkpoint needs.
- *
- * Owns: parsing the policy text and evaluating its quorum. The text is lines
- * ending in newlines; items are separated by runs of ASCII space and tab
- * only; blank lines and lines starting with `#` (after optional whitespace)
- * are comments. Lines:
- *   log <vkey> [<url>]                     vkey of type 0x01, key name = origin
- *   witness <name> <vkey> [<url>]          vkey of type 0x04
- *   group <name> all|any|<k> <member>...   1 <= k <= n members
- *   quorum <name>|none                     exactly one
- * A group or the quorum refers only to names defined on preceding lines (so
- * no cycle can be written); witnesses and groups share one namespace; `none`
- * is reserved; a member is listed at most once in a group; two logs (or two
- * witnesses) may not wrap the same ed25519 key. The only control characters
- * allowed are tab and newline. Names are compared as exact strings.
- * Limits (the spec asks for at least 32 of each): 256 logs, 256 witnesses,
- * 256 groups.
- *
- * Trusts: chain/note.ts (vkeys, cosignature verification), the injected
- * `CryptoBackend`. Pure: no I/O.
- *
- * Must hold: `checkQuorum` counts a witness only when its cosignature in the
- * note verifies over the note's text; anything else (missing, unknown key,
- * bad signature, other type) counts as not witnessed.
+ * Transparency-log trust policies (c2sp.org/tlog-policy, Sigsum's format):
+ * the logs accepted, the witnesses known, and the quorum of cosignatures a
+ * checkpoint needs. Pure: no I/O.
+ * Owns: parsing (lines `log <vkey> [url]`, `witness <name> <vkey> [url]`,
+ * `group <name> all|any|<k> <member>...`, `quorum <name>|none`; names
+ * defined before use, so no cycle; one namespace; limits of 256 each) and
+ * evaluating the quorum.
+ * Trusts: chain/note.ts and the injected `CryptoBackend`.
+ * Must hold: `checkQuorum` counts a witness only when its cosignature
+ * verifies over the note's text; anything else counts as not witnessed.
  */
 import { VouchError } from './errors.ts';
 import { hexEncode } from './encoding.ts';

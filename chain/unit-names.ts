@@ -1,29 +1,14 @@
 /**
- * What a package of another ecosystem is called in the chain: the one rule
- * that turns an npm, PyPI or Go package (and its version) into an
- * endorsement's `name` (a unit name, `<owner>/<name>`) and `semver`.
- *
- * Owns: the mapping, and nothing else. Pure: no I/O, no node imports (it runs
- * in a browser with the rest of `chain/`).
- *
- *   npm unscoped  leftpad             -> npm/leftpad
- *   npm scoped    @scope/name         -> @scope/name   (an owner starting with
- *                                        `@` is only ever an npm scope, so
- *                                        `@npm/x` and `npm/x` never collide)
- *   PyPI          Foo.Bar_baz         -> pypi/foo-bar-baz  (PEP 503 normalized)
- *   Go            golang.org/x/mod    -> go/golang.org+x+mod  (`/` -> `+`;
- *                                        `+` cannot occur in a module path)
- *
- * Versions: npm versions must already be SemVer 2.0.0; Go versions drop the
- * leading `v` (pseudo-versions and `+incompatible` are then SemVer); PyPI
- * versions (PEP 440) map as `pep440ToSemver` documents.
- *
- * Must hold: every value returned as ok satisfies `isUnitName` / `isSemver`
- * of `chain/block.ts`; anything that would not is refused with a reason (never
- * silently rewritten); the owners `npm`, `pypi`, `go` and `@<scope>` keep the
- * ecosystems apart; the PyPI version mapping is injective on PEP 440 versions
- * that are not equal under PEP 440 (`2.31` and `2.31.0` are the same version
- * and map to the same SemVer).
+ * What a package of another ecosystem is called in the chain: npm `leftpad`
+ * -> `npm/leftpad`, `@scope/name` stays, PyPI -> `pypi/<PEP 503 name>`, Go
+ * `golang.org/x/mod` -> `go/golang.org+x+mod`; versions: npm as is, Go
+ * without its `v`, PyPI through `pep440ToSemver`.
+ * Owns: that mapping and nothing else. Pure: no I/O, no node imports (it
+ * runs in a browser with the rest of chain/).
+ * Must hold: every ok value satisfies `isUnitName` / `isSemver` of
+ * chain/block.ts; anything else is refused with a reason, never rewritten;
+ * the owners keep ecosystems apart; the PyPI mapping is injective on
+ * versions PEP 440 does not call equal.
  */
 import { isSemver, isUnitName } from './block.ts';
 

@@ -1,20 +1,13 @@
 /**
- * The `UNS` header of a verified answer (DESIGN 3.2; README "Download"), in
- * one of two forms, both minified JSON with non-ASCII escaped as \uXXXX:
- *
+ * The `UNS` header of a verified answer (docs/spec/design.md §3.2), minified
+ * JSON with non-ASCII escaped:
  *   full:    {"<service>":{"endorsement":<the whole block served>}}
- *   compact: {"<service>":{"block":{"index":N,"record_hash":"<hex>","url":"<base>/v1/block?index=N"},
- *             "entry":<the endorsement entry of the URL served, as signed>}}
- *
- * The full form is sent when its value is at most UNS_FULL_MAX bytes, the
- * compact form otherwise (and on package-manager routes, whose clients do
- * not read it); `entry` is left out when the compact value would pass
- * UNS_COMPACT_MAX. The compact form is verified by fetching block N (from
- * `url`, or from `/v1/block?index=N` of any gateway of the chain), checking
- * it like any block (signature by the pinned key, record_hash), requiring
- * its index and record_hash to be the header's, and, when `entry` is given,
- * that the block's entry for the URL is that entry (canonical JSON equal).
- *
+ *   compact: {"<service>":{"block":{"index":N,"record_hash":"<hex>",
+ *             "url":"<base>/v1/block?index=N"},"entry":<the URL's entry>}}
+ * Full when its value fits UNS_FULL_MAX, compact otherwise and on
+ * package-manager routes; `entry` left out past UNS_COMPACT_MAX. A compact
+ * header is verified by fetching block N, checking it like any block, and
+ * matching index, record_hash and entry.
  * Owns: both forms and their bounds; pure (no I/O), like the rest of chain/.
  */
 import { canonicalize } from './jcs.ts';

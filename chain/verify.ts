@@ -1,29 +1,15 @@
 /**
- * Chain verification (DESIGN 1.7): offline, and by every gateway before it
- * serves.
- *
- * Two layers, so signature checks can be spread over threads:
- * - `examineBlock` does every check that needs only the block itself and the
- *   authority key: strict parsing, the record hash, the signature, the
- *   artifact hash forms. Its result (`BlockFacts`) is plain data.
- * - `ChainVerifier` walks facts in chain order and does the checks that link
- *   blocks (index, prev_hash, signer, time, revoke targets), reporting the
- *   first failure with its position and stable code, in the order DESIGN 1.7
- *   fixes: malformed (a revoke must name an earlier endorse block: checked
- *   with it), index_gap, prev_hash_mismatch, record_hash_mismatch,
- *   weak_key + untrusted_authority (block 0), signer_mismatch,
- *   bad_signature, time_regression, bad_artifact_hash; last, `malformed`
- *   again when the reader found the file is not what the chain's branch
- *   commits (`BlockFacts.fileError`: DESIGN 1.7 "Reading a chain").
- *   Then `verifyCheckpoint` (checkpoint_mismatch).
- *
- * Trusts: the injected `CryptoBackend`, and a pinned key when one is given
- * (otherwise block 0's key is trusted on first use and reported); a
- * verifier resumed from a state, the caller's `endorsedBefore` for revoke
- * targets before that state (without it they are deferred to the caller).
+ * Chain verification (docs/spec/design.md §1.7): offline, and by every
+ * gateway before it serves. Two layers, so signatures spread over threads:
+ * `examineBlock` checks what needs only the block and the authority key
+ * (parsing, record hash, signature, artifact hash forms) into plain
+ * `BlockFacts`; `ChainVerifier` walks facts in chain order (index,
+ * prev_hash, signer, time, revoke targets) and reports the first failure
+ * with its stable code in the order §1.7 fixes; then `verifyCheckpoint`.
+ * Trusts: the injected `CryptoBackend`; a pinned key when given (else block
+ * 0's, reported); a resumed verifier, the caller's `endorsedBefore`.
  * Must hold: a chain is accepted only if every block passes every check;
- * the verifier's state after N blocks is enough to resume at block N
- * (a warm restart or a mirror sync verifies only the newer blocks).
+ * the state after N blocks is enough to resume at block N.
  */
 import { VouchError, type IntegrityCode } from './errors.ts';
 import type { CryptoBackend } from './crypto-backend.ts';

@@ -1,5 +1,5 @@
 /**
- * Full-order check of ed25519 public keys (DESIGN 1.7 step 5, `weak_key`).
+ * Full-order check of ed25519 public keys (docs/spec/design.md §1.7 step 5, `weak_key`).
  *
  * Why: the identity and the other small-order points (and points with a
  * small-order component) let forged signatures verify in lax ed25519

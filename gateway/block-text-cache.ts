@@ -1,30 +1,16 @@
 /**
- * block-text-cache: the verified texts of the served chain's blocks, in
- * order, in one append-only file (`.git/vouch-blocks.cache`: records of a
- * 4-byte big-endian length and the UTF-8 text), read back one block at a
- * time by offset (issue 16: the index does not hold the chain, it reads
- * blocks from here on demand).
- *
- * Owns: the text file and its index file (`.git/vouch-blocks.idx`: per
- * block, the text's byte length, 4 bytes big-endian, and the sha256 of the
- * text, 32 bytes), the offsets and text hashes in memory, and a digest of
- * the index file that is cheap to extend (a running sha256 over its
- * records). A warm start hashes the index file (36 bytes a block), not the
- * texts: every text is checked against its own sha256 when it is read.
- *
- * Trusts: its caller to append verified texts only, and to use files read
- * back (`scan`) only when the digest is the one recorded after verification.
- * With a `source` (the sparse layout, README "Layouts": the blocks are
- * already in git objects, compressed), the text file is not written: only
- * the index file is, and `text(i)` reads the block from the source and
- * checks it against its recorded sha256 all the same; the chain directory
- * then holds the texts once (issue 16's disk target), not twice.
- *
- * Must hold: `text(i)` returns only a text whose sha256 is the one recorded
- * for block i (else null); `count`, `length`, the offsets, the hashes and
- * the digest always describe the same records; bytes after them (a crash's
- * leftovers) are never read and are overwritten by the next append; a file
- * with other hard links (a copied chain directory) is never written in place.
+ * The verified texts of the served chain's blocks, in order, in one
+ * append-only file (`.git/vouch-blocks.cache`, length-prefixed records),
+ * read back by offset on demand (the index does not hold the chain).
+ * Owns: the text file, its index file (`.git/vouch-blocks.idx`: length and
+ * sha256 per block), offsets and hashes in memory, and a running digest of
+ * the index file. With a `source` (sparse layout) only the index file is
+ * written and texts are read from git objects.
+ * Trusts: its caller to append verified texts only and to use a scanned
+ * file only when its digest is the one recorded after verification.
+ * Must hold: `text(i)` returns only a text whose sha256 is block i's;
+ * counts, offsets, hashes and digest describe the same records; a crash's
+ * leftovers are never read; a file with other hard links is never written.
  */
 import { createHash, hash, type Hash } from 'node:crypto';
 import {

@@ -1,54 +1,17 @@
 /**
- * The gateway's verified chain: loading at start, the index the lookups and
- * downloads read, and applying appended blocks.
- *
- * The index (chain/select.ts) holds facts, not blocks: a block is read on
- * demand from the verified texts in `.git/vouch-blocks.cache`
- * (gateway/block-text-cache.ts), parsed, and kept in a small cache.
- *
- * Loading:
- * - cold: every block is verified (signatures on all cores, DESIGN 1.7);
- *   the verifier hands over each batch's texts and index facts in chain
- *   order, which go to the text cache and the index (no block file is read
- *   twice, no block kept);
- * - warm: a snapshot (`.git/vouch-snapshot.json`) written after the last
- *   verification names the verified size, head and verifier state, the text
- *   cache (by the digest of its index file, which holds the sha256 of every
- *   verified text: a warm start hashes 36 bytes a block, and every text is
- *   checked against its sha256 when it is read), and an index image
- *   (`.git/vouch-index.bin`, with its sha256 and the size it was made at).
- *   The image is loaded (or, if it does not hash to what the snapshot says,
- *   the index is rebuilt from the cache), blocks between the image and the
- *   verified size are indexed from the cache, and only newer block files are
- *   verified. A cache whose index file does not hash to the digest is
- *   rebuilt from the block files and must then hash to it; anything else
- *   falls back to cold. A text that fails its sha256 in the cache is read
- *   from its block file, which must pass the same check.
- * The image is rewritten at the end of a load that indexed blocks, and
- * after appends only occasionally (an image older than the verified size is
- * fine: the gap is indexed from the cache at the next start).
- *
- * Transparency (issue 17, gateway/log-tree.ts): a Merkle tree over the
- * indexed blocks' record hashes follows the index (fed as a cold
- * verification hands blocks over, from its image `.git/vouch-tree.bin` plus
- * the blocks after it on a warm start, and on every append or sync); the
- * committed `checkpoint.note` is served only when it opens with the online
- * key in force at its size (docs/key-events.md: after a rotation the new
- * key's; a rollover note carries the previous key's line too) and its root
- * is the tree's at its size. Routes read roots,
- * proofs and tiles from `tree`; a writer signing a checkpoint before its
- * commit asks `rootWith`; `proofFor` gives a block's proof in the served
- * note (`servedCheckpointNote`, which witness cosignatures extend).
- *
+ * The gateway's verified chain: loading at start, the index lookups and
+ * downloads read, the Merkle tree of the transparency routes, and applying
+ * appended blocks. The index holds facts; blocks are read on demand from
+ * the verified texts of gateway/block-text-cache.ts.
+ * Loading is cold (every block verified on all cores) or warm (from the
+ * snapshot `.git/vouch-snapshot.json`, its index and tree images, and the
+ * text cache, each checked against the sha256 the snapshot names; anything
+ * that does not match falls back to cold).
  * Trusts: the local disk as much as the chain directory itself.
- * Must hold: only verified blocks are ever in the index, and in the tree
- * (never more than the index); the index, the verifier state and the
- * checkpoint always describe the same head; a served note never names more
- * blocks than the tree holds; a
- * verifier resumed from a state checks revoke targets against the index
- * (`endorsedBefore`), and texts are parsed as I-JSON (`readJson`), as a
- * cold verification does; no file is used that does not hash to what the
- * snapshot says.
+ * Must hold: only verified blocks are in the index and the tree; index,
+ * verifier state and checkpoint describe the same head; a served note names
+ * no more blocks than the tree holds and opens with the key in force; no
+ * file is used that does not hash to what the snapshot says.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';

@@ -1,43 +1,16 @@
 /**
- * chain-sync: the mirror side of the gateway (DESIGN 4 "mirror", 1.7
- * `history_rewritten`). Bootstraps a mirror's chain directory from the
- * remote (`prepareMirror`) and then pulls on an interval (`ChainSync`):
- * fetch the remote's `main` into `refs/remotes/origin/main`, read the new
- * blocks and the checkpoint from the fetched commit's git objects, verify
- * them from the last verified state, and only then fast-forward the local
- * branch and hand the blocks to the served chain state.
- *
- * Owns: the sync schedule (interval, exponential backoff while the remote
- * fails), the decision to accept or refuse a remote head, the evidence
- * logged when it refuses, and the status `/readyz` reports.
- *
- * Trusts: the served state's verifier state (what was verified, from block 0,
- * against the pinned key) and `store/chain-repo.ts` for git. Nothing from the
- * remote: git history, the remote's working tree and its checkpoint are
- * checked like any block.
- *
- * Must always hold:
- * - The local branch, the working tree and the served state only ever move
- *   to a remote head that extends the last verified head and whose every new
- *   block and checkpoint verify; otherwise nothing local changes and the
- *   last verified head keeps being served.
- * - The remote's `checkpoint.note` (issue 17), when it has one, must open
- *   with the online key in force after the new blocks (they are verified
- *   first, so a rotation or compromise among them moves the key: a mirror
- *   pinned to block 0's key follows key events, docs/key-events.md; key
- *   name = its origin), name the remote's size,
- *   keep the origin of the note verified before (and `origin` when
- *   configured), and carry the RFC 6962 root of the verified chain's record
- *   hashes followed by the new blocks'; a remote that drops the note once
- *   one was verified is refused too (`checkpoint_mismatch`).
- * - A refused head is logged with the evidence an auditor needs: our size,
- *   head and commit, the remote's commit, size, head and checkpoint, the
- *   code and the block index.
- * - Never two syncs at once; `stop()` leaves no timer and no fetch behind.
- * - A hostile or broken remote (malformed, oversized, endless or slow
- *   answers) costs one failed attempt, bounded by store/chain-repo.ts
- *   `FETCH_LIMITS`, reported in `status()` as a transport failure (backoff),
- *   and changes nothing local (test/hostile-remote.test.ts).
+ * The mirror side of the gateway (docs/spec/design.md §4): `prepareMirror`
+ * bootstraps the chain directory from the remote; `ChainSync` then fetches
+ * on an interval, verifies the new blocks, checkpoint and checkpoint.note
+ * from the last verified state, and only then fast-forwards and hands the
+ * blocks to the served state.
+ * Owns: the sync schedule (interval, backoff), accepting or refusing a
+ * remote head, the evidence logged on refusal, the status `/readyz` reports.
+ * Trusts: the served verifier state and store/chain-repo.ts; nothing remote.
+ * Must hold: local state only moves to a head that extends the last verified
+ * one and verifies (note opened with the key in force, its root the chain's);
+ * a refusal logs the evidence an auditor needs; never two syncs at once; a
+ * hostile remote costs one bounded failed attempt (test/hostile-remote).
  */
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';

@@ -1,16 +1,19 @@
 /**
- * Gateway configuration (DESIGN 5): one YAML file, every key optional,
- * snake_case; unknown keys and wrong types are refused at start with a
- * message naming the key. Sizes in bytes, durations in seconds.
+ * Gateway configuration (docs/spec/design.md §5): one YAML file, every key
+ * optional, snake_case; unknown keys and wrong types are refused at start
+ * with a message naming the key. Sizes in bytes, durations in seconds.
  *
- * Owns: the defaults, the strict validation, and the resolved `Config` the
- * rest of the gateway reads. Relative paths resolve against the directory
- * of the configuration file (or the working directory for the embedded
- * default).
+ * Owns: the embedded default (`EMBEDDED_DEFAULT`), the merge of a file over
+ * it, the strict validation, and the resolved `Config` the gateway reads.
+ * Merge rule: objects merge key by key, arrays and scalars (and null)
+ * replace; `authority: null` makes a file read-only, and a file that sets
+ * `chain.remote` (a mirror) gets an authority only by writing one. Relative
+ * paths resolve against the file's directory (the working directory for the
+ * embedded default).
  * Must hold: secrets are referenced by file path only; their contents never
  * enter the Config object.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { VouchError } from '../chain/errors.ts';
@@ -63,6 +66,11 @@ export interface Config {
   clients: { request_timeout: number; max_connections: number; keep_alive_timeout: number };
   /** Where the file came from (null: embedded default). */
   source: string | null;
+  /**
+   * The authority section is the embedded default's (development key and token under ./var), not written in
+   * the file: the gateway creates the key and token on first start, as it does without --config.
+   */
+  authority_from_default?: boolean;
 }
 
 /** A witness the authority asks for cosignatures: its submission prefix and its verifier key (`name+hex8+base64`, type 0x04). */
@@ -254,11 +262,10 @@ function checkRoute(r: unknown, path: string): RouteConfig {
 }
 
 /**
- * Validates a parsed YAML document and fills in the defaults. A file is
- * complete on its own, not laid over the embedded default (`defaultConfig`):
- * a key it leaves out takes its default, but `authority` has none, so a file
- * without it runs read-only; relative paths resolve against `baseDir` (the
- * file's directory: mirrors and services rely on it). The gateway prints the
+ * Validates a parsed YAML document and fills in the defaults of keys it
+ * leaves out. `authority` has none here: a document without it is read-only
+ * (files get the embedded default's authority from `mergeOverDefault`
+ * first). Relative paths resolve against `baseDir`. The gateway prints the
  * resulting mode and chain directory at start (`modeLine` in gateway.ts).
  */
 export function resolveConfig(doc: unknown, baseDir: string, source: string | null): Config {
@@ -309,8 +316,69 @@ export function logOrigin(config: Pick<Config, 'chain' | 'public_url'>): string 
   return config.chain.origin ?? config.public_url.replace(/^[A-Za-z][A-Za-z0-9+.-]*:\/\//, '').replace(/\/+$/, '');
 }
 
-/** Reads and validates a configuration file. */
-export function loadConfigFile(file: string): Config {
+/**
+ * The embedded default as a document: what `vouch serve` runs without
+ * --config, what a file is merged over, and what `vouch config init` writes.
+ * Authority mode on ./var with a development key and submit token created on
+ * first start; loopback and private origins refused (`--dev` allows them).
+ */
+export const EMBEDDED_DEFAULT = {
+  listen: { ...DEFAULTS.listen },
+  service_name: DEFAULTS.service_name,
+  chain: { dir: DEFAULTS.chain.dir, remote: null, public_key: null, sync_interval: DEFAULTS.chain.sync_interval, layout: DEFAULTS.chain.layout, origin: null },
+  authority: { ...DEFAULTS.authority, witnesses: [] as WitnessEndpoint[], policy_file: null },
+  witness: null,
+  mirror: { ...DEFAULTS.mirror },
+  origin: { ...DEFAULTS.origin },
+  proxy: { routes: [] as unknown[] },
+  clients: { ...DEFAULTS.clients },
+} as const;
+
+const isMapping = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** `over` laid on `base`: mappings merge key by key; lists, scalars and null replace. */
+export function mergeDocs(base: unknown, over: unknown): unknown {
+  if (!isMapping(base) || !isMapping(over)) return over === undefined ? base : over;
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(over)) out[k] = k in base ? mergeDocs(base[k], v) : v;
+  return out;
+}
+
+/**
+ * A file's document merged over the embedded default. The one exception to
+ * the merge: a file that sets `chain.remote` without an `authority` section
+ * is a mirror and stays read-only (the default's development authority would
+ * push to the remote it follows).
+ */
+export function mergeOverDefault(doc: unknown): { doc: unknown; authorityFromDefault: boolean } {
+  const file = doc === null || doc === undefined ? {} : doc;
+  if (!isMapping(file)) return { doc: file, authorityFromDefault: false };
+  const chain = file.chain;
+  const mirror = isMapping(chain) && chain.remote !== undefined && chain.remote !== null;
+  const base: Record<string, unknown> = { ...EMBEDDED_DEFAULT };
+  if (mirror && !('authority' in file)) base.authority = null;
+  return { doc: mergeDocs(base, file), authorityFromDefault: !('authority' in file) && base.authority !== null };
+}
+
+/** `--listen`: `PORT`, `HOST:PORT` or `[V6]:PORT`, as the `listen` section it overrides. */
+export function parseListen(text: string): { host?: string; port: number } {
+  const m = /^(?:(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):)?(\d{1,5})$/.exec(text);
+  const port = m ? Number(m[2]) : NaN;
+  if (!m || port > 65535) throw new VouchError('usage', `--listen must be PORT or HOST:PORT (e.g. 127.0.0.1:8081), got ${JSON.stringify(text)}`);
+  return m[1] === undefined ? { port } : { host: m[1].replace(/^\[|\]$/g, ''), port };
+}
+
+/** What `vouch serve` changes on top of the file (or the embedded default): --dev and --listen. */
+export interface ConfigOverrides { dev?: boolean; listen?: string }
+
+function applyOverrides(doc: unknown, o: ConfigOverrides): unknown {
+  let out = doc;
+  if (o.dev) out = mergeDocs(out, { origin: { allow_private: true } });
+  if (o.listen !== undefined) out = mergeDocs(out, { listen: parseListen(o.listen) });
+  return out;
+}
+
+function readConfigDoc(file: string): unknown {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -323,10 +391,109 @@ export function loadConfigFile(file: string): Config {
   } catch (e) {
     throw new VouchError('usage', `config: ${file} is not valid YAML: ${(e as Error).message.split('\n')[0]}`);
   }
-  return resolveConfig(doc, dirname(resolve(file)), resolve(file));
+  return doc;
 }
 
-/** The embedded default of DESIGN 6 (authority mode on ./var). */
-export function defaultConfig(cwd = process.cwd()): Config {
-  return resolveConfig({ authority: { ...DEFAULTS.authority } }, cwd, null);
+/**
+ * Reads a configuration file, validates it, and merges it over the embedded
+ * default (`mergeOverDefault`); `overrides` (serve's --dev, --listen) last.
+ */
+export function loadConfigFile(file: string, overrides: ConfigOverrides = {}): Config {
+  const raw = readConfigDoc(file);
+  // Validated as written first, so a message names the file's own key.
+  if (raw !== null && raw !== undefined) checkValue(raw, { t: 'object', keys: SCHEMA }, 'config');
+  const { doc, authorityFromDefault } = mergeOverDefault(raw);
+  const config = resolveConfig(applyOverrides(doc, overrides), dirname(resolve(file)), resolve(file));
+  if (authorityFromDefault) config.authority_from_default = true;
+  return config;
+}
+
+/** The embedded default of docs/spec/design.md §6 (authority mode on ./var), with serve's overrides. */
+export function defaultConfig(cwd = process.cwd(), overrides: ConfigOverrides = {}): Config {
+  const config = resolveConfig(applyOverrides(EMBEDDED_DEFAULT, overrides), cwd, null);
+  config.authority_from_default = true;
+  return config;
+}
+
+/** The text `vouch config init` writes: the embedded default, complete, with a comment on each section. */
+export function embeddedDefaultYaml(): string {
+  const d = EMBEDDED_DEFAULT;
+  const y = (v: unknown) => JSON.stringify(v);
+  return [
+    '# vouch gateway configuration: the embedded default, written by `vouch config init`.',
+    '# vouch serve --config FILE merges a file over this default (mappings key by key; lists and',
+    '# scalars replace), so you may delete any key you do not change. Relative paths are',
+    '# relative to this file. Sizes are in bytes, durations in seconds.',
+    '',
+    '# Where the gateway listens (vouch serve --listen HOST:PORT overrides it).',
+    'listen:',
+    `  host: ${y(d.listen.host)}`,
+    `  port: ${d.listen.port}`,
+    '# The public base URL clients reach the gateway at (default: from listen).',
+    '# public_url: "https://vouch.example.org"',
+    `service_name: ${y(d.service_name)}`,
+    '',
+    '# The chain: a git repository of signed blocks. remote: a chain to mirror (read-only,',
+    '# needs public_key) or, with an authority, where the authority pushes its chain.',
+    'chain:',
+    `  dir: ${y(d.chain.dir)}`,
+    '  remote: null',
+    '  public_key: null',
+    `  sync_interval: ${d.chain.sync_interval}`,
+    `  layout: ${y(d.chain.layout)}`,
+    '  origin: null',
+    '',
+    '# Authority mode: this gateway signs submitted artifacts. Left commented, the embedded',
+    '# default\'s development authority applies: its key and submit token are created under',
+    '# ./var on first start. Uncommented, the section is yours: its key and token must exist',
+    '# (vouch keygen --out FILE; a token file of 16+ characters, mode 0600). `authority: null`',
+    '# serves read-only.',
+    '# authority:',
+    `#   key_file: ${y(d.authority.key_file)}`,
+    `#   signer: ${y(d.authority.signer)}`,
+    `#   submit_token_file: ${y(d.authority.submit_token_file)}`,
+    `#   rollover_days: ${d.authority.rollover_days}`,
+    '#   witnesses: []',
+    '#   policy_file: null',
+    '',
+    '# This gateway as a C2SP tlog-witness for other logs (null: not a witness).',
+    'witness: null',
+    '',
+    '# Verified artifact bytes kept to answer downloads (disk_dir null: memory only).',
+    'mirror:',
+    `  memory_bytes: ${d.mirror.memory_bytes}`,
+    '  disk_dir: null',
+    `  disk_bytes: ${d.mirror.disk_bytes}`,
+    '  budget_bytes: null',
+    '',
+    '# Fetching from origins. allow_private: true lets loopback and private addresses through',
+    '# (local testing only; vouch serve --dev sets it).',
+    'origin:',
+    `  timeout: ${d.origin.timeout}`,
+    `  max_bytes: ${d.origin.max_bytes}`,
+    `  max_redirects: ${d.origin.max_redirects}`,
+    `  allow_private: ${d.origin.allow_private}`,
+    '',
+    '# Package-manager routes (kind: plain, npm, pypi, goproxy, maven, oci), e.g.',
+    '#   - { prefix: /npm/, kind: npm, origin: "https://registry.npmjs.org" }',
+    'proxy:',
+    '  routes: []',
+    '',
+    '# Bounds on client connections.',
+    'clients:',
+    `  request_timeout: ${d.clients.request_timeout}`,
+    `  max_connections: ${d.clients.max_connections}`,
+    `  keep_alive_timeout: ${d.clients.keep_alive_timeout}`,
+    '',
+  ].join('\n');
+}
+
+/** Writes `embeddedDefaultYaml()` to `file`; refuses an existing file unless `force`. */
+export function writeDefaultConfig(file: string, force = false): void {
+  if (!force && existsSync(file)) throw new VouchError('usage', `${file} exists; give --force to overwrite it, or --out another file`);
+  try {
+    writeFileSync(file, embeddedDefaultYaml(), { flag: force ? 'w' : 'wx' });
+  } catch (e) {
+    throw new VouchError('io_error', `cannot write ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
 }

@@ -1,27 +1,17 @@
 /**
- * The authority's side of witnessing: after each append, the committed
- * checkpoint note is sent to every configured witness (`authority.witnesses`,
- * C2SP tlog-witness `add-checkpoint`) with the consistency proof from the
- * size that witness last cosigned; the cosignatures that verify against the
- * witness's configured key (tlog-cosignature v1) are kept for that exact
- * checkpoint and served with it at `GET /checkpoint`; the policy
- * (`authority.policy_file`, tlog-policy text) tells whether they make a
- * quorum (`/healthz`, `/metrics`).
- *
- * Owns: `.git/vouch-cosigned-checkpoint` (the committed note plus the
- * cosignature lines held for it; not committed, replaced atomically), so a
- * restart serves them again and knows the size each of those witnesses
- * cosigned; the per-witness request loop and its counters.
- * Trusts: the checkpoint source (the gateway's verified chain: its committed
- * note and its Merkle tree's consistency proofs); nothing a witness answers
- * beyond a cosignature that verifies with that witness's configured key.
- * Must hold: never delays a submit's answer (`notify` only schedules); one
- * request in flight per witness, each bounded by `timeoutMs`; on 409 the
- * size the witness names is used for one retry, never more; a witness that
- * did not cosign the committed checkpoint (unreachable, refusing, or behind
- * on the log's key events) is asked again after 1 s, doubling to at most
- * 60 s, until it cosigns or a newer checkpoint is committed; a cosignature
- * is served only beside the exact checkpoint body it signs.
+ * The authority's side of witnessing: after each append the committed
+ * checkpoint note goes to every `authority.witnesses` entry (C2SP
+ * tlog-witness) with a consistency proof from the size it last cosigned;
+ * cosignatures that verify are served with that exact checkpoint at
+ * `GET /checkpoint`, and `authority.policy_file` says if they make a quorum.
+ * Owns: `.git/vouch-cosigned-checkpoint` (replaced atomically), the
+ * per-witness loop and its counters.
+ * Trusts: the verified chain's note and proofs; of a witness, only a
+ * cosignature that verifies with its configured key.
+ * Must hold: never delays a submit (`notify` only schedules); one request in
+ * flight per witness, bounded; one retry on 409; a witness that did not
+ * cosign is asked again with doubling delays up to a minute; a cosignature
+ * is served only beside the checkpoint it signs.
  */
 import { readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,38 +1,17 @@
 /**
- * The gateway's lifecycle: prepares the authority's key, token and chain
- * (creating them on the embedded default's first start), listens at once
- * (answering 503 `not_ready`), loads and verifies the chain, then serves.
- *
- * Owns: wiring the parts together — config, chain state, origin fetcher,
- * mirror, submitter, request handler, witness and the authority's
- * cosigner — and shutting them down; the lines
- * printed at start (the mode and chain directory first, a `try:` line that
- * answers with no network last); the HTTP server's bounds on clients
- * (`clients.request_timeout` on receiving each request, headers and body;
- * `clients.max_connections`; `clients.keep_alive_timeout` for idle ones) and the JSON answers to requests node:http
- * refuses itself.
- * Must hold: the submit token and the key never reach a log line or a
- * response; they are announced once, only when first generated. An
- * authority holds its chain's lock (store/chain-lock.ts) from start to
- * `close()`: a second authority on the directory refuses to start, and
- * other writers are refused while it runs; on a chain directory it cannot
- * write it refuses to start (exit 2, one line naming the directory). A
- * connection whose request has not fully arrived within the request timeout
- * is closed (408 when nothing was answered yet), and never more than
- * `max_connections` are open; the timeout never cuts a response (a long
- * download) once its request has arrived. The server's listeners ('request'
- * in server.ts, 'clientError', 'drop') catch what they throw: an exception
- * there closes that connection, is logged once with its stack and counted
- * (`reportUnexpected`), and the gateway serves on.
- * Process-level policy, chosen deliberately: no 'uncaughtException' or
- * 'unhandledRejection' handler keeps the process alive. Every listener on
- * the request path is guarded where it runs, so what still reaches the
- * process was thrown outside them (a background task), where shared state
- * (the chain state, the mirror's budget, the witness record) may be half
- * changed; serving on from it could answer wrongly. The gateway logs it as
- * one JSON error line with its stack ('uncaughtExceptionMonitor', after the
- * lines before it; an unhandled rejection too, origin `unhandledRejection`)
- * and Node ends the process (exit 1) for its supervisor to restart.
+ * The gateway's lifecycle: checks chain directory, keys and port, prepares
+ * the authority's key, token and chain (created when the authority is the
+ * embedded default's), prints the banner (mode, routes, witnesses), listens
+ * (503 `not_ready` until loaded), loads and verifies the chain, then serves.
+ * Owns: wiring the parts together and shutting them down; the start-up
+ * lines; the server's client bounds (`clients.*`) and JSON answers to what
+ * node:http refuses itself.
+ * Must hold: the token and key never reach a log or a response (announced
+ * once, when generated); an authority holds its chain lock from start to
+ * `close()`; a request not fully arrived in time is closed (408), a response
+ * never cut; a listener's exception closes that connection only. No
+ * process-level handler keeps the process alive: what escapes every guard
+ * is logged as one JSON line and Node exits for the supervisor to restart.
  */
 import { createServer, type Server } from 'node:http';
 import { createHash, randomBytes, type KeyObject } from 'node:crypto';
@@ -77,8 +56,10 @@ export interface StartOptions {
   log?: Logger;
   /** Lines for the operator (stdout): where it listens, generated secrets, a curl line. */
   announce?: (line: string) => void;
-  /** The embedded default run: create key, token and chain when missing. */
+  /** The embedded default's authority (with or without a file): create key, token and chain when missing. */
   embeddedDefault?: boolean;
+  /** `vouch serve --dev`: say at start that loopback and private origins are allowed because of it. */
+  dev?: boolean;
   /** Override the clock (tests). */
   now?: () => number;
   /** How long `close()` lets requests in flight finish (default 10 s). */
@@ -105,7 +86,7 @@ function readSecretFile(path: string, what: string): string {
   try {
     st = statSync(path);
   } catch {
-    throw new VouchError('key_error', `${what} ${path} does not exist`);
+    throw new VouchError('key_error', `${what} ${path} does not exist; create it with a random token (umask 077; openssl rand -base64 32 > ${path})`);
   }
   if ((st.mode & 0o077) !== 0) throw new VouchError('key_error', `${what} ${path} is accessible by group or others; run: chmod 600 ${path}`);
   const text = readFileSync(path, 'utf8').trim();
@@ -217,8 +198,29 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
     writeEdgeFile(repo.dir, edge);
     return repo;
   }
-  if (!existsSync(config.chain.dir)) throw new VouchError('not_a_chain', `chain.dir ${config.chain.dir} does not exist (create one with vouch init, or clone one)`);
+  checkChainExists(config.chain.dir);
   return ChainRepo.open(config.chain.dir, { repair: authority !== null });
+}
+
+/** Why the gateway cannot listen, and what to do: which port, who holds it, how to choose another. */
+function listenError(config: Config, e: NodeJS.ErrnoException): VouchError {
+  const at = `${config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host}:${config.listen.port}`;
+  const choose = `choose another port with vouch serve --listen ${at.replace(/:\d+$/, '')}:PORT or the config key listen.port`;
+  if (e.code === 'EADDRINUSE') {
+    return new VouchError('io_error', `cannot listen on ${at}: port ${config.listen.port} is in use by another process (EADDRINUSE); ` +
+      `stop that process, or ${choose}`);
+  }
+  if (e.code === 'EACCES') return new VouchError('io_error', `cannot listen on ${at}: permission denied (EACCES; ports below 1024 need privileges); ${choose}`);
+  if (e.code === 'EADDRNOTAVAIL') return new VouchError('io_error', `cannot listen on ${at}: ${config.listen.host} is not an address of this machine (EADDRNOTAVAIL); set listen.host or --listen HOST:PORT`);
+  return new VouchError('io_error', `cannot listen on ${at}: ${e.code ?? e.message}; ${choose}`);
+}
+
+/** A read-only gateway's chain directory must exist; the message says how to make one. */
+function checkChainExists(dir: string): void {
+  const how = `create a chain there with vouch init --chain ${dir} --key KEY_FILE --signer NAME, clone one there (git clone URL ${dir}), ` +
+    'or set chain.remote and chain.public_key to mirror one';
+  if (!existsSync(dir)) throw new VouchError('not_a_chain', `chain.dir ${dir} does not exist: ${how}`, { resource: dir });
+  if (!existsSync(join(dir, '.git'))) throw new VouchError('not_a_chain', `chain.dir ${dir} holds no chain (no .git): ${how}`, { resource: dir });
 }
 
 /** What the cosigner sends: the committed checkpoint note (no cosignatures) and consistency proofs of the chain's tree. */
@@ -302,19 +304,45 @@ export function utcDay(now: () => number): () => string {
 }
 
 /**
- * The start line naming the mode and the chain directory. A config file is
- * complete on its own (see `resolveConfig`): it says so when a file without
- * an `authority` section makes the gateway read-only.
+ * The start line naming the mode and the chain directory, and where the mode
+ * comes from: the embedded default, a file's authority section, the default's
+ * authority merged under a file, or `authority: null` (config.ts merge rule).
  */
 export function modeLine(config: Config): string {
   const chain = `chain: ${config.chain.dir}`;
   if (config.authority !== null) {
-    const from = config.source === null ? 'the embedded default, used without --config' : 'the config file\'s authority section';
+    const from = config.source === null ? 'the embedded default, used without --config'
+      : config.authority_from_default ? 'the embedded default\'s development authority, merged under the config file; set authority: null to serve read-only'
+      : 'the config file\'s authority section';
     return `mode: authority (submit enabled, signer ${config.authority.signer}; ${from}); ${chain}`;
   }
-  const why = config.source === null ? 'no authority section' : 'the config file has no authority section; the embedded default applies only without --config';
+  const why = config.source === null ? 'no authority section'
+    : config.chain.remote !== null ? 'a config file with chain.remote gets an authority only from its own authority section'
+    : 'the config file sets authority: null';
   if (config.chain.remote !== null) return `mode: mirror of ${config.chain.remote} (read-only: ${why}); ${chain}`;
   return `mode: read-only (${why}); ${chain}`;
+}
+
+/** The banner lines after the mode: --dev's warning, every proxy route, the authority's witnesses. */
+export function bannerLines(config: Config, dev: boolean): string[] {
+  const lines: string[] = [];
+  if (dev || config.origin.allow_private) {
+    lines.push(dev
+      ? 'dev mode: loopback and private origins are allowed (origin.allow_private: true) because of --dev; never use --dev in production'
+      : 'origin.allow_private: true: loopback and private origins are allowed; use it for local testing only');
+  }
+  const routes = config.proxy.routes;
+  if (routes.length === 0) lines.push('routes: none (proxy.routes in a config file adds npm, pypi, goproxy, maven, oci or plain routes)');
+  for (const r of routes) {
+    const at = r.prefix !== null ? r.prefix : `host ${r.host}`;
+    lines.push(`route: ${at} kind ${r.kind}, origin ${r.origin}${r.canonical !== null ? `, canonical ${r.canonical}` : ''} (${r.mode}, unendorsed ${r.unendorsed})`);
+  }
+  if (config.authority !== null) {
+    const w = config.authority.witnesses;
+    if (w.length === 0) lines.push('witnesses: none (authority.witnesses in a config file asks witnesses to cosign checkpoints)');
+    for (const x of w) lines.push(`witness asked to cosign: ${x.url} (${x.vkey.split('+')[0]})`);
+  }
+  return lines;
 }
 
 /**
@@ -338,7 +366,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     throw new VouchError('usage', 'config: a mirror (chain.remote without authority) needs chain.public_key, the pinned authority key it verifies every block against');
   }
   say(modeLine(config));
+  for (const line of bannerLines(config, options.dev === true)) say(line);
   if (config.authority !== null) checkChainWritable(config.chain.dir);
+  // A read-only gateway serves an existing chain: found missing now, before it says it is listening.
+  if (config.authority === null && !mirrorMode) checkChainExists(config.chain.dir);
   // An authority is the chain's one writer while it runs (a new chain is locked once created, below).
   let chainLock: ChainLock | null = config.authority && existsSync(join(config.chain.dir, '.git'))
     ? acquireChainLock(config.chain.dir)
@@ -454,7 +485,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   };
   process.on('uncaughtExceptionMonitor', onUncaught);
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (e: NodeJS.ErrnoException) => reject(new VouchError('io_error', `cannot listen on ${config.listen.host}:${config.listen.port}: ${e.code ?? e.message}`)));
+    server.once('error', (e: NodeJS.ErrnoException) => reject(listenError(config, e)));
     server.listen(config.listen.port, config.listen.host, resolve);
   }).catch((e) => {
     chainLock?.release();
@@ -574,9 +605,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     if (FAULT !== null && FAULT.stage === 'uncaught') setTimeout(() => injectFault('uncaught', FAULT!.route), 200);
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
     // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
-    say(`try: curl -s '${url}/v1/authority'`);
+    // curl --fail-with-body: an error answer is printed and curl exits non-zero (22), never a silent success.
+    say(`try: curl -sS --fail-with-body '${url}/v1/authority'`);
     if (authority) {
-      say(`to submit an artifact (the gateway fetches its URL, hashes and signs it): curl -s -H "Authorization: Bearer $(cat ${config.authority!.submit_token_file})" ` +
+      say(`to submit an artifact (the gateway fetches its URL, hashes and signs it): curl -sS --fail-with-body -H "Authorization: Bearer $(cat ${config.authority!.submit_token_file})" ` +
         `-H 'content-type: application/json' -d '{"url":"https://<host>/<file>","name":"<owner>/<name>","semver":"1.0.0","license":"MIT"}' ${url}/v1/submit`);
     }
   })();

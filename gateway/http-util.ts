@@ -1,6 +1,6 @@
 /**
  * HTTP plumbing shared by the gateway's handlers: JSON answers and errors
- * (DESIGN 3.1), the Accept rule (406), strict query parsing, bounded JSON
+ * (docs/spec/design.md §3.1), the Accept rule (406), strict query parsing, bounded JSON
  * request bodies, and the empty-bodied failures of downloads (3.2).
  *
  * Must hold: every JSON answer carries a boolean `success`; error bodies
@@ -155,6 +155,24 @@ export interface SelectionQuery {
   at: string | undefined;
   /** `proof=1`: a lookup adds the block's inclusion proof in the served checkpoint (issue 17). */
   proof?: boolean;
+  /**
+   * Parameters that are not lookup parameters (`name=value`, the first few): what an unencoded `&` in the
+   * artifact URL leaves after it (`?url=https://h/x?a=1&b=2` is url `https://h/x?a=1` and `b=2`).
+   */
+  extra?: string[];
+}
+
+const QUERY_PARAMETERS = new Set(['url', 'semver', 'at', 'proof']);
+
+/**
+ * A not-found lookup's hint when its query had parameters that are not lookup
+ * parameters: the `url` was most likely cut at an unencoded `&`.
+ */
+export function truncationHint(q: SelectionQuery): string {
+  if (q.extra === undefined || q.extra.length === 0) return '';
+  const rest = q.extra.map((p) => p.length > 64 ? `${p.slice(0, 64)}...` : p).join('&');
+  return `; the url looks truncated at an unencoded '&' (the query also has ${rest}, which is not a lookup parameter): ` +
+    `percent-encode the url parameter (& as %26), e.g. curl -G --data-urlencode 'url=...'`;
 }
 
 const MAX_QUERY = 16 * 1024;
@@ -173,6 +191,7 @@ export function parseSelectionQuery(search: string, o: { checkUrl?: boolean } = 
   let semver: string | undefined;
   let at: string | undefined;
   let proof: string | undefined;
+  let extra: string[] | undefined;
   if (search.startsWith('url=') && !search.includes('&')) {
     // The usual query, one `url`: what URLSearchParams gives (`+` is a space), without building one.
     const value = search.slice(4);
@@ -199,6 +218,11 @@ export function parseSelectionQuery(search: string, o: { checkUrl?: boolean } = 
     semver = one('semver');
     at = one('at');
     proof = one('proof');
+    for (const [k, v] of params) {
+      if (QUERY_PARAMETERS.has(k)) continue;
+      (extra ??= []).push(v === '' && !search.includes(`${k}=`) ? k : `${k}=${v}`);
+      if (extra.length === 4) break;
+    }
   }
   if (url === undefined || url === '') throw new VouchError('bad_request', 'missing url parameter');
   const badSemver = semver !== undefined && !isSemver(semver);
@@ -208,7 +232,9 @@ export function parseSelectionQuery(search: string, o: { checkUrl?: boolean } = 
   if (badSemver) throw new VouchError('bad_request', 'semver must be a SemVer 2.0.0 version', { resource: url });
   if (badAt) throw new VouchError('bad_request', 'at must be a date YYYY-MM-DD', { resource: url });
   if (proof !== undefined && proof !== '1' && proof !== '0') throw new VouchError('bad_request', 'proof must be 1 or 0', { resource: url });
-  return proof === '1' ? { url, semver, at, proof: true } : { url, semver, at };
+  const q: SelectionQuery = proof === '1' ? { url, semver, at, proof: true } : { url, semver, at };
+  if (extra !== undefined) q.extra = extra;
+  return q;
 }
 
 /** @throws VouchError bad_request unless `url` is an absolute http(s) URL (the `url` parameter's rule). */

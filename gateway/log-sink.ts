@@ -1,28 +1,15 @@
 /**
- * Where the gateway's JSON log lines go: a 64 KiB batch in front of a file
- * descriptor (stderr), written with write(2) when it fills, at most
- * `flushMs` after a line arrives, at once for urgent lines (warn, error),
- * and when the process exits. One write per some two hundred request lines
- * instead of one per line, on the thread that made them: no thread-pool
- * hop, no wake-up per line.
- *
- * Owns: the buffer, the order of lines (they leave in the order they came,
- * urgent or not), and what happens when the reader of the descriptor does
- * not keep up; also the lines' timestamps (`isoNow`, `isoOf`, `wallClock`:
- * the wall clock read from a performance clock the caller has read anyway,
- * re-read at least once a second).
- * Trusts: callers to hand it whole lines ending in "\n".
- * Must hold: a line handed in before the process exits (process.exit, the
- * end of the event loop, an uncaught exception, written before Node prints
- * it) is written; lines of the last `flushMs` are lost only to what no
- * handler sees (SIGKILL, an out-of-memory abort);
- * an urgent line is written before `write` returns; logging never throws
- * into its caller. When the descriptor refuses more (EAGAIN: a
- * non-blocking pipe whose reader stalls), ordinary lines wait in a backlog
- * of at most `backlogBytes` and later ones are dropped and counted
- * (`dropped`) rather than blocking the gateway or growing its heap without
- * bound; an urgent write or the exit flush waits up to `urgentWaitMs` for
- * the reader. Other write errors (EPIPE: nobody reads) drop the lines.
+ * Where the gateway's JSON log lines go: a batch buffer in front of a file
+ * descriptor (stderr), written when it fills, at most `flushMs` after a
+ * line, at once for warn and error, and at exit; no thread-pool hop.
+ * Owns: the buffer, the order of lines, what happens when the reader lags
+ * (a bounded backlog, then dropped and counted lines), and the timestamps
+ * (`isoNow`, `isoOf`, `wallClock`).
+ * Trusts: callers to hand whole lines ending in "\n".
+ * Must hold: a line handed in before the process exits is written (only
+ * SIGKILL or an OOM abort loses the last `flushMs`); an urgent line is
+ * written before `write` returns; logging never throws into its caller and
+ * never blocks the gateway or grows its heap without bound.
  */
 import { writeSync } from 'node:fs';
 

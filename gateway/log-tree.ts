@@ -1,26 +1,14 @@
 /**
- * The gateway's transparency log view of its verified chain (issue 17): the
- * Merkle tree whose entry i is block i's record hash (chain/merkle-tree.ts),
- * its image on disk, and the signed checkpoint note it serves.
- *
- * Owns:
- * - the tree, fed from the chain index's record hashes (`catchUp`): it holds
- *   exactly the verified blocks the index holds, never more;
- * - its image `.git/vouch-tree.bin` (named with its sha256 and size by the
- *   gateway's snapshot, like the index image): a warm start reads it (about
- *   64 bytes an entry) and appends the blocks after it, instead of hashing
- *   every record hash again;
- * - the committed checkpoint note as served: it must open with the authority
- *   key (name = its origin) and its root must be the tree's root at its size
- *   (`setNote`), else it is refused with `checkpoint_mismatch`;
- * - `rootWith`: the root the tree will have once given entries are appended,
- *   without appending them (what the submitter signs before its commit).
- * Trusts: the chain index to hold verified blocks only; the image it wrote
- * itself when it hashes to what the snapshot says (its hashes are not
- * re-checked, but a note whose root differs makes the caller rebuild the
- * tree from the index and check again).
- * Must hold: the tree's size never exceeds the index's; a note is served only
- * when its signature and root check out against the tree.
+ * The gateway's transparency-log view of its verified chain (issue 17): the
+ * Merkle tree of block record hashes (chain/merkle-tree.ts), fed from the
+ * index (`catchUp`); its image `.git/vouch-tree.bin` (named in the snapshot)
+ * for warm starts; the committed checkpoint note as served (`setNote`:
+ * opened with the authority key, root equal to the tree's, else
+ * `checkpoint_mismatch`); `rootWith` for the submitter's next note.
+ * Trusts: the index to hold verified blocks; its own image when it hashes
+ * to what the snapshot says (a note that disagrees makes the caller rebuild).
+ * Must hold: the tree never exceeds the index; a note is served only when
+ * its signature and root check out.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';

@@ -1,25 +1,15 @@
 /**
- * Structured logging: one JSON line per event on stderr
- * (`{"level":"info","time":"<ISO>",<fields>,"msg":...}`), or pino-pretty's
- * readable lines when stderr is a terminal. The level comes from
- * `VOUCH_LOG_LEVEL` (debug, info, warn, error, silent; default info); the
- * format from `VOUCH_LOG_FORMAT` (json or pretty; default: pretty on a
- * terminal, json otherwise). Lines are made by pino, except the one line per
- * request (`request`), which is written by hand here with the same fields,
- * order and JSON escaping (about 1 µs instead of pino's 5).
- *
- * Owns: the `Logger` interface every module logs through, the request
- * line's format, and where lines go.
- * Trusts: callers to pass no secrets (the key and the submit token are never
- * given to it); the redact paths below are a second line of defence only.
+ * Structured logging: one JSON line per event on stderr, or pino-pretty's
+ * lines on a terminal; level from `VOUCH_LOG_LEVEL` (default info), format
+ * from `VOUCH_LOG_FORMAT`. Lines are made by pino, except the request line,
+ * written by hand with the same fields and escaping.
+ * Owns: the `Logger` interface, the request line's format, where lines go
+ * (`log-sink.ts`).
+ * Trusts: callers to pass no secrets (the redact paths are a second line).
  * Must hold: one line per call, never a secret, never a raw control
- * character, U+2028/U+2029 or lone surrogate inside a line (escaped, so a
- * line is one line to any reader); JSON lines go through the process's
- * stderr sink (`log-sink.ts`): buffered, written in order, warn and error
- * lines written through at once (with every line before them), everything
- * written when the process exits. With `write` (tests), every line is
- * handed to it synchronously. A logging call never throws (a line that
- * cannot be made or written is dropped).
+ * character, U+2028/9 or lone surrogate inside a line; warn and error lines
+ * written through at once with every line before them; all written at exit;
+ * a logging call never throws.
  */
 import { createRequire } from 'node:module';
 import pino, { type DestinationStream, type Logger as PinoLogger, type LoggerOptions } from 'pino';

@@ -1,24 +1,16 @@
 /**
  * Prometheus metrics of one gateway (`GET /metrics`, text format 0.0.4): a
- * prom-client registry per `GatewayMetrics` (one per gateway, made where
- * the gateway is assembled) with the default process
- * metrics, the HTTP request counter and latency histogram the request
- * handler feeds, and collect-time metrics read from the other modules'
- * counters when scraped (verified fetcher, mirror, chain state, sync and push
- * reports, submitter, proxy), so those modules know nothing of Prometheus.
- *
+ * prom-client registry per `GatewayMetrics` with the default process
+ * metrics, the request counter and latency histogram, and collect-time
+ * metrics read from the other modules' counters when scraped, so those
+ * modules know nothing of Prometheus.
  * Owns: metric names, help texts and label sets.
- * Trusts: the `stats()`/report functions of the other modules to be cheap,
- * synchronous and monotonic where exposed as counters. The context's types
- * do not promise `stats()` on `artifacts` or `submitter`, so they are looked
- * up at scrape time; the mirror's counters come from the `mirror` source
- * the gateway hands over, else from the verified fetcher's `mirror` field.
- * Must hold: every label value is bounded (route templates, a fixed method
- * list, status codes, fixed outcome, stage and tier names, the configured
- * witnesses' key names) — never a raw path, URL
- * or header; a scrape never fails because one source throws (that metric is
- * left out); observing a request costs two map lookups and a few additions
- * (no label objects, no string keys), all in `observe`.
+ * Trusts: the other modules' `stats()`/reports to be cheap, synchronous and
+ * monotonic where exposed as counters.
+ * Must hold: every label value is bounded (route templates, fixed lists,
+ * configured witness names), never a raw path, URL or header; a scrape never
+ * fails because one source throws; observing a request costs a few map
+ * lookups and additions.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
@@ -188,7 +180,7 @@ export class GatewayMetrics {
     const mirror = (): MirrorStats | null => this.mirrorSource?.() ?? statsOf<MirrorStats>((ctx.artifacts as { mirror?: unknown }).mirror);
     const submitter = (): SubmitterStats | null => statsOf<SubmitterStats>(ctx.submitter);
 
-    // Verified fetches from origins (DESIGN 3.4).
+    // Verified fetches from origins (docs/spec/design.md §3.4).
     this.counter('vouch_origin_fetches_total', 'Origin fetches started for downloads (each shared by every request that joined it).', () => num(fetcher()?.originFetches));
     this.counter('vouch_origin_fetch_bytes_total', 'Bytes received from origins for downloads.', () => num(fetcher()?.originBytes));
     this.counter('vouch_origin_fetches_joined_total', 'Download requests that joined an origin fetch already in flight (single flight).', () => num(fetcher()?.joined));
@@ -278,7 +270,7 @@ export class GatewayMetrics {
     this.gauge('vouch_checkpoint_cosignatures', 'Witness cosignatures held for the committed checkpoint (absent: no witnesses).', () => ctx.cosigner?.stats().cosignatures ?? null);
     this.gauge('vouch_checkpoint_quorum_met', '1 when the cosignatures of the committed checkpoint meet authority.policy_file\'s quorum, else 0 (absent: no policy).', () => ctx.cosigner?.stats().quorum ?? null);
 
-    // Proxy routes (DESIGN 3.6).
+    // Proxy routes (docs/spec/design.md §3.6).
     this.counter('vouch_proxy_requests_total', 'Requests under proxy routes, by outcome.', () => {
       const s = proxy.stats();
       return [

@@ -1,59 +1,17 @@
 /**
  * The gateway's request handler on node:http: routing, method and Accept
  * rules, readiness, and the lookup, authority, checkpoint, document and
- * submit endpoints (DESIGN 3.1, 3.5). Downloads are in
- * `routes/download.ts`, the transparency routes (`/checkpoint`, `/tile/...`
- * by prefix, `/v1/proof/...`) in `routes/transparency.ts`, the witness's
- * `POST /add-checkpoint` in `routes/witness.ts`; a path no
- * endpoint claims goes to the proxy routes (`routes/proxy.ts`, 3.6) when
- * one applies, else 404 JSON. A lookup with `proof=1` adds the block's
- * inclusion proof in the served checkpoint; `/v1/authority` adds the note
- * verifier key.
- *
- * Every request, whatever answers it, is logged once at info when its
- * answer ends (`request`: method, path without the query, the `url`
- * parameter, route, status, ms, bytes, remote) and counted in the metrics
- * (`metrics.ts`, served at /metrics): as soon as the whole answer is
- * with the socket and no request body is to come (an error, a lookup once
- * its batch is written), else when the response finishes or closes. Its
- * `bytes` are the connection's bytes since the request before it on that
- * connection was recorded, pipelined requests included.
- *
- * Lookups keep whole answers by query string (`ClockCache`, 32 MiB): a
- * repeated lookup is one map lookup and one write. Their 200 answers are
- * written at the end of the event loop's I/O phase, all of that turn's
- * together (`AnswerBatch`), then recorded.
- *
- * Must hold: every JSON path answers JSON with `success` — 400, 404 (also
- * unknown paths), 405, 406, 500 and 503 included. No request ends the
- * process or another request: an exception that no handler expected,
- * wherever on the request path it is thrown (the request listener, a
- * handler or its promise, a body reader, the answer batch, the 'finish'
- * and 'close' listeners, the request line, the metrics, a proxy route's
- * entry; 'clientError' in gateway.ts), is caught where it is thrown and
- * becomes a 500 for that request only (JSON `internal_error` where the
- * contract is JSON, empty on byte and proxy paths; the connection closed
- * when the answer had started; nothing more once the answer was sent
- * whole), logged once at error with its stack (`reportUnexpected`) and
- * counted (`vouch_http_unexpected_errors_total{stage}`) — never a crash, a
- * stack trace to the client, or HTML. Nothing on the request path relies
- * on a process-level handler: the gateway keeps Node's default for an
- * exception that still reaches the process (it exits, after a JSON error
- * line; gateway.ts), since what threw outside every guard may have left
- * shared state half-changed. A request is recorded from the socket it
- * arrived on (kept when it arrives: node:http may detach it, or a stream
- * helper null `req.socket`, before its answer ends). Tests inject a fault
- * at each stage (`test-fault.ts`, `VOUCH_TEST_FAULT`, tests only).
- * The request line and the metric labels never carry a header or a query
- * value other than `url`, and route labels are route templates (or
- * `proxy`, `explorer`, `unknown`), never raw paths. A request with more
- * than one Host header, or a Host that is not `host [":" port]` with a port
- * of at most 65535 (`hostIsValid`), is answered 400 on every path (RFC 9112
- * 3.2; empty on byte and proxy paths) and its connection closed, before any
- * route sees it. A request answered before its body arrived (401, 413,
- * 404, a proxy answer, ...) keeps its connection at most LINGER_MS longer
- * for the rest of the body, then the connection is closed (also when the
- * answer closes the connection: `closeAfterBody`).
+ * submit endpoints (docs/spec/design.md §3.1, §3.5); downloads, the
+ * transparency and witness routes are in routes/, and an unclaimed path goes
+ * to a proxy route (§3.6) or is a JSON 404.
+ * Owns: the per-request log line and metrics, the lookup answer cache
+ * (`ClockCache`) and its batched writes (`AnswerBatch`).
+ * Must hold: every JSON path answers JSON with `success` (4xx, 500, 503
+ * included); an exception anywhere on the request path becomes a 500 for
+ * that request only, logged once and counted, never a crash or a stack
+ * trace; logs and metric labels carry no header or query value but `url`;
+ * a bad or repeated Host is a 400 before any route sees it; a request
+ * answered before its body arrived keeps its connection LINGER_MS at most.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -62,7 +20,7 @@ import { performance } from 'node:perf_hooks';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { acceptsJson, errorBody, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
+import { acceptsJson, errorBody, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, truncationHint, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
@@ -209,7 +167,7 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
   const sel = state!.index.select(q.url, { semver: q.semver, at: q.at, today });
   if (sel === null) {
     checkArtifactUrl(q.url);
-    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}`, { resource: q.url });
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}${truncationHint(q)}`, { resource: q.url });
   }
   if (sel.revokedBy && q.semver === undefined) {
     throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url });
@@ -663,7 +621,7 @@ function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incoming
 
 /**
  * The node:http request listener of the gateway. `parts.proxy`: the proxy
- * routes (DESIGN 3.6), which get what no endpoint above claims;
+ * routes (docs/spec/design.md §3.6), which get what no endpoint above claims;
  * `parts.metrics`: where requests are counted and `/metrics` reads. Either
  * is made here when not given (the gateway gives both, to close the proxy
  * and feed the metrics its mirror).

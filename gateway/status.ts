@@ -1,6 +1,6 @@
 /**
  * The HTTP status of every error code: the one place the gateway decides a
- * status (DESIGN 3.1). `chain/errors.ts` owns the codes and knows nothing of
+ * status (docs/spec/design.md §3.1). `chain/errors.ts` owns the codes and knows nothing of
  * transports; this map is total over `ErrorCode`, so adding a code does not
  * type-check until it has a status here.
  *

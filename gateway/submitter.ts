@@ -1,48 +1,17 @@
 /**
- * Submit (DESIGN 3.5): fetch and hash the artifacts of a request, decide
- * posted / unchanged / semver_conflict, sign the block and append it to the
- * chain repository, with appends serialised through one writer loop that
- * folds every waiting submit into one commit (group commit).
- *
- * Owns: the append order of the authority gateway, and the counters of what
- * submits became (`stats()`).
- * Trusts: `index` and `head()` describe the verified chain exactly as on the
- * branch (checked against `repo.size` before every round); `repo.append`
- * either puts the whole commit on the branch or nothing (store/chain-repo.ts);
- * `digest` hashes what the origin served — only the complete body of a 200,
- * anything else is an `origin_error` and nothing is signed — and refuses
- * what the configuration forbids (private addresses, sizes, timeouts).
- *
- * Must always hold:
- * - An answer (201, or 200/409 that depends on a block of the same round) is
- *   given only after the commit holding that block is on the branch.
- * - The index (and so `head()`) gains a block only after `append` resolved:
- *   a failed append leaves no phantom block, and every waiter of that round
- *   gets an error.
- * - Within one round each block's prev is the block before it; idempotency
- *   and conflicts are checked against the index and the blocks earlier in the
- *   same round, so two submits of one URL+semver never both get signed.
- * - Bytes are compared under the algorithm of the stored hash (a URL signed
- *   with sha256 and resubmitted with sha512 is still recognised).
- * - Every commit carries the signed checkpoint note of its new size (given
- *   `note`): origin as configured, root from `note.rootWith` over the round's
- *   record hashes (the tree of the committed chain is not changed before
- *   the commit: a failed append leaves it as it was); `note.committed` is
- *   told after the commit point.
- * - A submit in the blocks form (several blocks, a lockfile's) is decided,
- *   built and committed as one: its blocks are consecutive in one commit,
- *   or none is appended (one conflict or retry stops all of them).
- * - A revoke (`revoke()`) goes through the same queue and writer: its target
- *   is resolved again in its round (chain/revoke.ts), against the index and
- *   the revokes earlier in the round, so one block is never revoked twice.
- * - A key statement (`statement()`, POST /v1/root, docs/key-events.md) goes
- *   through the same queue and is committed alone in its round, checked by
- *   `applyKeyEvent` against the committed key state; its block is signed by
- *   the key it puts in force, and every block, checkpoint and note after it
- *   by that key (`keys`). A refused statement appends nothing.
- * Group commit: the writer yields one event-loop turn (or `lingerMs`) before
- * taking everything queued, because the commit itself blocks the loop and the
- * first ready submit would otherwise always commit alone.
+ * Submit (docs/spec/design.md §3.5): fetch and hash a request's artifacts,
+ * decide posted / unchanged / semver_conflict, sign and append, through one
+ * writer loop that folds every waiting submit, revoke and key statement
+ * into rounds (group commit; it yields a turn before taking the queue).
+ * Owns: the authority's append order and the submit counters (`stats()`).
+ * Trusts: `index`/`head()` to match the branch (checked every round);
+ * `repo.append` to commit all or nothing; `digest` to hash only a complete
+ * 200 body and to refuse what the config forbids.
+ * Must hold: an answer is given only after its commit is on the branch; a
+ * failed append leaves no phantom block and fails the whole round; one
+ * URL+semver is never signed twice; every commit carries the signed note of
+ * its size; a blocks-form submit is all or none; a revoke never revokes
+ * twice; a key statement is committed alone and checked by applyKeyEvent.
  */
 import { VouchError } from '../chain/errors.ts';
 import { type Block, formatDateTime } from '../chain/block.ts';

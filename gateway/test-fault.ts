@@ -1,19 +1,13 @@
 /**
- * Fault injection for the crash-containment tests (test/crash-containment
- * .test.ts), TEST-ONLY: `VOUCH_TEST_FAULT=<stage>@<route>` in the
- * environment a gateway process starts with makes the code at `<stage>`
- * throw for every request on the route labelled `<route>` (a route
- * template, e.g. `/v1/authority`; `client_error` for node:http's
- * 'clientError' listener), so the tests can see that what is
- * thrown there stays with that request; `uncaught@ready` throws from a
- * timer once the gateway is ready, outside every request (the process
- * policy: one JSON error line, then the process exits).
- *
+ * Fault injection for test/crash-containment.test.ts, TEST-ONLY:
+ * `VOUCH_TEST_FAULT=<stage>@<route>` makes the code at `<stage>` throw for
+ * every request on the route template `<route>` (`client_error` for
+ * node:http's 'clientError'); `uncaught@ready` throws from a timer once
+ * ready, outside every request.
  * Owns: reading the variable, once, when the module loads.
- * Must hold: inert unless the variable is set when the process starts
- * (`FAULT` is null: every call site tests it and does nothing more);
- * nothing in a request can set or change it; an unknown stage or a value
- * without `@` is ignored.
+ * Must hold: inert unless set at process start (`FAULT` is null and every
+ * call site tests it); nothing in a request can set it; an unknown stage or
+ * a value without `@` is ignored.
  */
 
 /** Where a fault may be injected (the stages of `vouch_http_unexpected_errors_total` that a request reaches). */

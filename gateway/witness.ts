@@ -1,34 +1,16 @@
 /**
- * The witness of a gateway (C2SP tlog-witness, `add-checkpoint`): for each
- * log it knows (an origin and the note key(s) it trusts for it), it keeps
- * the latest checkpoint it cosigned — size and root — and cosigns a new
- * checkpoint only when it is signed by a trusted key of its origin (the
- * note opened as Go's `note.Open` with those keys: `openNote`; signature
- * lines of other keys, repeated or not, are ignored), its
- * `old` size is the recorded size, and the consistency proof shows the
- * recorded tree is a prefix of the new one (C2SP tlog-cosignature v1,
- * ed25519, type 0x04). Also the request body's format (`parseAddCheckpoint`)
- * and its inverse (`formatAddCheckpoint`, for the authority's side).
- * Key events (docs/key-events.md): for a log configured with its gateway
- * `url` and block 0's key, a note carrying no signature by a key it trusts
- * makes it read `<url>/v1/keys` once (`learnKeys`, before the synchronous
- * step): each key block proven in the submitted checkpoint's tree and
- * applied from its trail (chain/key-walk.ts); the note must then open with
- * the key in force, which it trusts from then on (kept in the state file).
- *
- * Owns: the state file (`witness.state_file`): one JSON object, the record
- * of every origin, replaced whole (temporary file fsynced, renamed over the
- * old one, directory fsynced) before any cosignature for it is answered.
- * Trusts: the configured log keys; the local disk; the clock for the
- * cosignature timestamp.
- * Must hold: the recorded size of an origin never decreases and a recorded
- * root never changes at the same size; nothing is cosigned that is not
- * consistent with the record; check, persist and cosign of one request run
- * in one synchronous step, so concurrent requests (any origin) are
- * serialized and no rollback race (tlog-witness, "atomically") exists; a
- * state file that cannot be read as this format stops the start (a witness
- * that forgot its state could be made to cosign a fork); the private key is
- * never logged or answered.
+ * The gateway as a C2SP tlog-witness (`POST /add-checkpoint`): per log, the
+ * latest checkpoint it cosigned (size, root); it cosigns a new one only when
+ * a trusted key of its origin signed it, its `old` size is the recorded one
+ * and the consistency proof holds (tlog-cosignature v1). A log configured
+ * with its gateway `url` learns key events from `/v1/keys` (chain/key-walk).
+ * Owns: the request body's format, and the state file (`witness.state_file`,
+ * replaced whole and fsynced before a cosignature is answered).
+ * Trusts: the configured log keys; the local disk; the clock.
+ * Must hold: a recorded size never decreases and a root never changes at a
+ * size; check, persist and cosign run in one synchronous step (no rollback
+ * race); an unreadable state file stops the start; the private key is never
+ * logged or answered.
  */
 import { existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
 import { dirname } from 'node:path';

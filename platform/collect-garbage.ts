@@ -1,17 +1,12 @@
 /**
- * Full garbage collections on demand, for the moment after a load that made
- * far more garbage than it keeps (a cold start over a large chain). Memory
- * outside V8's heap (ArrayBuffers: the blocks read, batches handed to and
- * from the verify workers) is given back only by major collections, which
- * an idle process may not run for a long time: a gateway ready after a
- * cold start at 1M blocks held some 270 MB of such garbage (RSS 724 MiB
- * against 480 MiB once collected) until traffic came.
- *
- * Owns: getting V8's gc function without the --expose-gc command-line flag
- * (the flag set at run time, the function taken from a new context, the
- * flag cleared again, as the expose-gc package does); the two collections
- * a turn apart (the first frees dead ArrayBuffers in the background, the
- * second settles their memory).
+ * Full garbage collections on demand, after a load that made far more
+ * garbage than it keeps (a cold start over a large chain): memory outside
+ * V8's heap (ArrayBuffers) is given back only by major collections, which
+ * an idle process may not run for a long time (bench/RESULTS.md "A million
+ * blocks", the cold-start RSS rows).
+ * Owns: getting V8's gc function without --expose-gc (flag set at run time,
+ * function taken from a new context, flag cleared), and two collections a
+ * turn apart.
  * Must hold: never throws; resolves false when no collection could run.
  */
 import { setFlagsFromString } from 'node:v8';

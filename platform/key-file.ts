@@ -42,7 +42,8 @@ export function readKeyFile(path: string): KeyObject {
   } catch (e) {
     if (e instanceof VouchError) throw e;
     const err = e as NodeJS.ErrnoException;
-    throw new VouchError('key_error', `cannot read key file ${path}: ${err.code === 'ENOENT' ? 'no such file' : err.code ?? err.message}`);
+    if (err.code === 'ENOENT') throw new VouchError('key_error', `cannot read key file ${path}: no such file; create one with: vouch keygen --out ${path}`);
+    throw new VouchError('key_error', `cannot read key file ${path}: ${err.code ?? err.message}`);
   }
   if ((mode & 0o077) !== 0) {
     throw new VouchError('key_error', `key file ${path} is accessible by group or others (mode ${(mode & 0o777).toString(8)}); run: chmod 600 ${path}`);

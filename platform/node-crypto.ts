@@ -1,29 +1,15 @@
 /**
- * The server's crypto backend on node:crypto (OpenSSL): sha256, sha512 and
- * sha3-256 natively, blake3 through @noble/hashes; ed25519 verify with one
- * cached KeyObject per public key (about 18x the pure-JS rate here), asked
- * second: libsodium (sodium-native) is asked first.
- *
- * Why libsodium first (bench/RESULTS.md, "Chain core": the rows "raw
- * `crypto.verify`" and "raw libsodium verify"): its verify takes 87 µs
- * here against OpenSSL 3.0's 162 (104 against 182 with both cores busy),
- * and signatures are most of what
- * `vouch verify` and a cold start cost. Its accepted set is a subset of
- * OpenSSL's: both check s < L and the same cofactorless equation, R =
- * encode([s]B − [SHA-512(R ‖ A ‖ M)]A) compared byte for byte, and libsodium
- * also refuses small-order or non-canonical A and small-order R. So a
- * signature libsodium accepts is one OpenSSL accepts, and one it refuses is
- * handed to OpenSSL, whose answer stands: `verify` accepts exactly what
- * OpenSSL accepts (test/ed25519-engines.test.ts holds it on the
- * ed25519-speccheck cases, the chain vectors and mutated signatures), only a
- * valid signature costs half as much and a refused one costs both checks.
- * Without sodium-native (a platform without its prebuilt binary, or
- * VOUCH_ED25519=openssl, which the benches use for the comparison),
- * OpenSSL alone checks.
- *
- * Must hold: `verify` never throws; it returns false for bad input. OpenSSL's
- * ed25519 accepts small-order keys, which is why `chain/` refuses weak
- * authority keys before any signature is checked (DESIGN 1.7 step 5).
+ * The server's crypto backend on node:crypto: sha256, sha512, sha3-256
+ * natively, blake3 through @noble/hashes; ed25519 verify asks libsodium
+ * (sodium-native) first and OpenSSL second (bench/RESULTS.md "Chain core",
+ * rows "raw `crypto.verify`" and "raw libsodium verify"). libsodium accepts
+ * a subset of what OpenSSL accepts, and a refusal is handed to OpenSSL,
+ * whose answer stands: `verify` accepts exactly what OpenSSL accepts
+ * (test/ed25519-engines.test.ts). Without sodium-native, or with
+ * VOUCH_ED25519=openssl, OpenSSL alone checks.
+ * Must hold: `verify` never throws, returns false for bad input; chain/
+ * refuses weak (small-order) authority keys before any signature is
+ * checked (docs/spec/design.md §1.7 step 5).
  */
 import { createRequire } from 'node:module';
 import { createHash, hash as oneShotHash, createPrivateKey, createPublicKey, sign as nodeSign, verify as nodeVerify, type KeyObject } from 'node:crypto';

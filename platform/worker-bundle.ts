@@ -1,20 +1,15 @@
 /**
- * Plain-JavaScript bundles of worker entry points, so a worker thread starts
- * in tens of milliseconds instead of loading the TypeScript loader and
- * transpiling every module again (about 180 ms per worker here).
- *
- * The built code (dist/, `npm run build`: tools/build.mjs, which defines
- * `__VOUCH_BUILT__`) uses the worker bundles the build wrote beside it and
- * never bundles anything; what follows is the path of code run from sources
- * (under tsx: the tests, `vouch` before a build), where esbuild, a dev
+ * Plain-JavaScript bundles of worker entry points, so a worker thread
+ * starts without loading the TypeScript loader and transpiling every module
+ * again. Built code (dist/, `__VOUCH_BUILT__`) uses the bundles the build
+ * wrote; from sources (tsx: tests, `vouch` before a build) esbuild, a dev
  * dependency, is imported only when a bundle must be made.
- *
  * Owns: the bundle cache in `node_modules/.cache/vouch/` (one `.mjs` per
- * entry plus a manifest of the files that went into it and their sha256).
- * Must hold: a bundle is used only while every input file still has the
- * content it was built from (checked on every call: ~20 small reads), so an
- * edited source is never run stale; when the cache cannot be written or
- * esbuild is missing, the caller falls back to its loader-based entry.
+ * entry plus a manifest of its inputs and their sha256).
+ * Must hold: a bundle is used only while every input has the content it was
+ * built from (checked on every call), so an edited source never runs stale;
+ * without a writable cache or esbuild, the caller falls back to its
+ * loader-based entry.
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';

@@ -1,30 +1,16 @@
 /**
- * chain-lock: one writer per chain directory while an authority gateway runs.
- *
- * An authority gateway holds `<chain>/.git/vouch.lock` for as long as it
- * runs. `ChainRepo` checks it before each write it does for anyone else (an
- * append, or the repair of `open()`, as `vouch endorse` does): a CLI append
- * behind a running gateway's back is refused with one line naming the
- * gateway's pid and the lock file, and a second authority gateway on the
- * same directory refuses to start.
- *
- * Owns: the lock file (one JSON line: pid, host, token, since), created
- * whole and exclusively (written to a temporary file, then `link()`ed into
- * place, which fails if the lock exists: the O_EXCL of a file that already
- * has its content), the takeover of a stale lock (its process is gone), its
- * removal on release and at process exit, and the refusal messages.
- *
- * Trusts: pids of live processes on this host to be unique. A lock written
- * on another host (a chain on a network file system) cannot be checked and
- * counts as held; so does a dead holder whose pid was reused (the message
- * names the file to remove by hand). The lock is advisory: git and hand
- * edits ignore it. A one-off write only checks the lock (creating a file
- * costs ~0.3 ms, more than a tenth of an append), so a gateway that starts
- * during such a write is not held back by it.
- *
- * Must hold: a live holder's lock is never removed or taken over; a process
- * is never refused by the lock it holds itself; a lock is removed only by
- * its holder (checked by token), or as stale.
+ * One writer per chain directory while an authority gateway runs: it holds
+ * `<chain>/.git/vouch.lock`; `ChainRepo` checks it before any other write
+ * (a CLI append is refused naming the gateway's pid; a second authority
+ * refuses to start). A one-off write only checks the lock, it does not take it.
+ * Owns: the lock file (one JSON line: pid, host, token, since), created whole
+ * and exclusively (`link()`), stale takeover, removal at release and exit,
+ * the refusal messages.
+ * Trusts: live pids on this host to be unique; a lock of another host or a
+ * reused pid counts as held (the message names the file). Advisory only:
+ * git and hand edits ignore it.
+ * Must hold: a live holder's lock is never removed or taken over; no process
+ * is refused by its own lock; only its holder (by token) removes a lock.
  */
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';

@@ -1,46 +1,16 @@
 /**
- * chain-push: the authority's push of the chain repository to a git remote
- * over smart HTTP (DESIGN 4, authority mode), with a cost that does not grow
- * with the length of the history.
- *
- * Owns: `pushNew` (where the remote really is, what to send, the POST and
- * its report) and `ChainPusher`, the background loop the gateway notifies
- * after each append (coalescing, retries with exponential backoff, status).
- * The object walk is ./push-walk.ts (first-parent commits from the local
- * head back to the remote's head, and for each only the tree entries that
- * differ from its parent's); the pack (v2; whole objects, except trees sent
- * as a delta of their previous version, the only objects that grow with the
- * chain) is ./git-pack-writer.ts; the receive-pack exchange (`GET
- * info/refs`, `POST git-receive-pack`, report-status) is ./receive-pack.ts.
- *
- * Trusts: the local repository's objects (written by store/chain-repo.ts or by
- * git; read through ./object-store.ts); git's connectivity guarantee on the
- * remote (a remote that has commit X has everything reachable from X); the
- * transport of ./smart-http.ts (undici) and the receive-pack exchange of
- * ./receive-pack.ts; the pack is written by ./git-pack-writer.ts.
- *
- * Hand-written, not isomorphic-git's `push`: bench/RESULTS.md "Mirrors and
- * push": one append pushed at 50,000 commits costs vouch 0.54 ms of walk and
- * pack (7 objects, 1542 bytes); isomorphic-git's own push took 3.5–4.3 s at
- * 10,000 commits (it walks the history). `localBranchHead` uses
- * isomorphic-git's resolveRef (once per pusher start; no hot path).
- *
- * Must always hold:
- * - Never force: `refs/heads/main` on the remote only ever moves from a
- *   commit on the local first-parent chain to a descendant of it. A remote
- *   whose head is not on that chain (diverged, rewritten, someone else's
- *   commit) is refused with `history_rewritten` and reported; the POST names
- *   the remote's current head as old-oid, so the remote's own compare-and-swap
- *   refuses anything that moved in between.
- * - A push reads O(new commits) objects: the commits after the remote's head
- *   and, per commit, only the trees on changed paths (an append changes the
- *   root, `blocks`, two shard trees) and the new blobs. Only an empty remote
- *   makes a push walk the whole history (once).
- * - `ChainPusher.notify` never throws and never waits; nothing acknowledged is
- *   lost by a failed push (every commit stays in the local repository, and the
- *   next push sends everything since the remote's head).
- * - Credentials in the remote URL are sent as Basic auth and never appear in
- *   messages, logs or status.
+ * The authority's push of the chain repository to a git remote over smart
+ * HTTP (docs/spec/design.md §4), at a cost that does not grow with history.
+ * Owns: `pushNew` (the remote's head, what to send, the POST and its report)
+ * and `ChainPusher`, the background loop notified after each append
+ * (coalescing, exponential backoff, status). Walk: ./push-walk.ts; pack:
+ * ./git-pack-writer.ts; exchange: ./receive-pack.ts. Hand-written, not
+ * isomorphic-git's push (bench/RESULTS.md "Mirrors and push").
+ * Trusts: the local objects; git's connectivity guarantee on the remote.
+ * Must hold: never force (a remote head off the local first-parent chain is
+ * `history_rewritten`; old-oid is the remote's head); a push reads O(new
+ * commits) objects; `notify` never throws or waits and nothing acknowledged
+ * is lost; credentials in the remote URL never appear in messages or logs.
  */
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';

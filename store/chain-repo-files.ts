@@ -1,18 +1,12 @@
 /**
- * chain-repo-files: the chain repository's state and its reads: the block
- * files of the working tree (the fast path), what branch main commits
- * (`committedFiles`, for verifiers), and a block read from git objects
- * (audits). The base of ./chain-repo-repair.ts and ./chain-repo.ts.
- *
- * Owns: the in-memory state of an open repository (head, size, the trees on
- * the path to the last block, the split index), and the read API.
- *
+ * The chain repository's state and reads: block files of the working tree
+ * (the fast path), what branch main commits (`committedFiles`, for
+ * verifiers), and blocks read from git objects (audits). The base of
+ * ./chain-repo-repair.ts and ./chain-repo.ts.
+ * Owns: the open repository's in-memory state (head, size, trees on the path
+ * to the last block, the split index) and the read API.
  * Trusts: the working tree only through the bounded reader of
- * ./verify-worker-impl.ts: a regular file only (no symbolic link,
- * directory, FIFO or device), at most 16 MiB, decoded strictly as UTF-8
- * (DESIGN 1.7 "Reading a chain"); what the branch commits is what a
- * verifier checks those files against.
- *
+ * ./verify-worker-impl.ts (docs/spec/design.md §1.7 "Reading a chain").
  * Must hold: reads never write; a path that is not a block path of
  * chain/layout.ts is reported, never read as a block.
  */

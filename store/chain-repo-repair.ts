@@ -1,19 +1,15 @@
 /**
- * chain-repo-repair: how the chain repository gets back to a state where
- * the branch, the working tree, `.git/index` and `.git/vouch-state.json`
- * agree: after a crash (open()), after a commit whose working-tree write
- * failed, and for a fast-forward (the catch-up path).
- *
+ * How the chain repository gets back to a state where the branch, the
+ * working tree, `.git/index` and `.git/vouch-state.json` agree: after a
+ * crash (`open()`), after a commit whose working-tree write failed, and for
+ * a fast-forward (the catch-up path).
  * Owns: the move of `refs/heads/main` (compare-and-swap through `main.lock`,
- * fsynced: the commit point), the working-tree writes, the state file, the
- * diff of two commits' trees, the removal of temporaries and stray files.
- *
- * Trusts: git objects on disk (written whole); the caller to hold the chain
- * lock (./chain-lock.ts) when it repairs.
- *
+ * fsynced: the commit point), working-tree writes, the state file, the diff
+ * of two commits' trees, removing temporaries and stray files.
+ * Trusts: git objects on disk; the caller to hold the chain lock.
  * Must hold: a block exists only once its commit is on the branch; a repair
- * finishes or undoes what a crash interrupted and records each action in
- * `repairs`; after it, `git status --porcelain` is empty.
+ * finishes or undoes what a crash interrupted, recorded in `repairs`; after
+ * it `git status --porcelain` is empty.
  */
 import * as fs from 'node:fs';
 import type { BigIntStats } from 'node:fs';

@@ -1,80 +1,17 @@
 /**
- * chain-repo: the chain repository (DESIGN section 2): `ChainRepo`, what
+ * The chain repository (docs/spec/design.md §2): `ChainRepo`, all that
  * gateway/ and tools/ use of git. It stores files; it never parses blocks.
- *
  * Owns: branch `main` (one commit per append), the tree layout of
- * chain/layout.ts (`blocks/<d[0:3]>/<d[3:6]>/<d>.json` + `checkpoint.json`
- * + `checkpoint.note`, the signed tlog checkpoint, rewritten by every append
- * that hands one over: `RootFiles`),
- * `open` / `init` / `append`, and for mirrors (DESIGN 4) the clone, the
- * fetch (depth 1, through ./upload-pack.ts over ./smart-http.ts), the packs
- * it stores (indexed by ./git-pack-index.ts, `.idx` version 2),
- * `.git/shallow`, `refs/remotes/origin/main`, the snapshot of a fetched
- * commit and the fast-forward. The pieces live beside it, one concern each:
- * ./git-objects.ts (ids, tree and commit codecs, loose objects),
- * ./object-store.ts, ./git-pack.ts, ./git-pack-index.ts, ./git-files.ts
- * (refs, locks, durable writes), ./git-index.ts (`.git/index`),
- * ./chain-repo-files.ts (state and reads) and ./chain-repo-repair.ts
- * (working tree, state file, crash repair).
- *
- * Trusts: callers to hand over block texts in order and to be the single
- * writer of the repository (an append, and the repair of `open()`, check
- * the chain lock of ./chain-lock.ts: they are refused while a running
- * authority gateway of another process holds it); git objects already on
- * disk (they are only ever written whole, through a temporary file and a rename); nothing a remote
- * sends (object ids are recomputed from the bytes, the pack checksum is
- * checked; the chain code verifies the blocks) and nothing about how it
- * sends it: bytes, pkt-lines, refs, objects, object sizes, delta depth,
- * bytes inflated and time are bounded by `FETCH_LIMITS`.
- *
- * Must always hold:
- * - A block exists only once its commit is on the branch. An append writes
- *   objects, then moves `refs/heads/main` atomically (the commit point), then
- *   the working-tree files, then `.git/index`, then the state file; `open()`
- *   finishes or undoes whatever a crash interrupted (see `repairs`). A
- *   fast-forward is the same: objects (fetched earlier), ref move, then the
- *   catch-up path of the repair.
- * - An append costs the same at any chain size: it rewrites the four trees on
- *   the path of its blocks (leaf shard, middle shard, `blocks`, root), kept
- *   in memory between appends, and a bounded split index.
- * - The repository stays packed (./repack.ts): `init` writes one pack and
- *   no loose object; an append writes loose objects, and once
- *   LOOSE_PACK_THRESHOLD of them wait, a pack of them is made behind the
- *   append that crossed it (trees as deltas of their previous version),
- *   their loose files removed once it is durable, and packs merged so
- *   there are O(log n) of them. An object is readable at every instant.
- * - No tree holds more than 1000 entries (sharding by the padded index).
- * - After every append, clone, fast-forward and `open()`,
- *   `git status --porcelain` is empty and `git fsck --strict` finds nothing
- *   wrong.
- * - A fetch never touches the branch, the working tree or the index; a
- *   fast-forward never changes or removes a block file of the current head.
- *   A clone or fetch refused for what the remote sent (a bad pack, a bound
- *   of `FETCH_LIMITS`) leaves the repository as it was: a fetch names its
- *   pack (or writes objects) only once the whole pack is indexed and its
- *   temporary file (`tmp_pack_vouch_*`) is removed on failure, a clone
- *   removes what it made.
- * - Reads of blocks go to the working tree (fast path), through the bounded
- *   reader of ./verify-worker-impl.ts: a regular file only (no symbolic
- *   link, directory, FIFO or device), at most 16 MiB, decoded strictly as
- *   UTF-8 (DESIGN 1.7 "Reading a chain"); what the branch commits
- *   (`committedFiles()`) is what a verifier checks them against. Reads from
- *   git objects are for audits, repair and sync, and read packs on disk
- *   object by object (a fetched pack stays indexed, its tables in memory
- *   and its bytes read back from its file, until `dropFetched()`).
- * - Opening for writing removes what interrupted object writes left behind
- *   (`tmp_obj_*` of a full disk or a crash), except files a live writer may
- *   still be writing.
- *
- * isomorphic-git: used for nothing on the append or clone path. An append
- * writes its four trees and its commit from the trees it keeps in memory
- * (isomorphic-git's writeTree/writeCommit would read back and rewrite each
- * tree, and write without fsync); bench/RESULTS.md "Chain core": append
- * latency 7.9 ms median at 1,000 blocks, 7.2 ms at 50,000 (ratio 0.92x),
- * fsynced. A clone indexes the pack and checks out in one pass
- * ("Mirrors and push": cold bootstrap of 50,000 blocks, clone 8.6 s; the
- * isomorphic-git indexer plus checkout took ~45 s). isomorphic-git's
- * readObject remains the fallback read of ./object-store.ts.
+ * chain/layout.ts, `open` / `init` / `append`, and for mirrors the clone,
+ * the depth-1 fetch and the fast-forward. The pieces beside it each own one
+ * concern (git-objects, object-store, git-pack, git-files, git-index,
+ * chain-repo-files, chain-repo-repair); isomorphic-git is only the
+ * fallback read of ./object-store.ts (bench/RESULTS.md "Chain core").
+ * Trusts: callers to hand over block texts in order under the chain lock;
+ * nothing a remote sends (ids recomputed, everything bounded by FETCH_LIMITS).
+ * Must hold: a block exists only once its commit is on the branch, and
+ * `open()` repairs any interrupted append; an append costs the same at any
+ * size; after every write `git status` is clean and `git fsck` passes.
  */
 import * as fs from 'node:fs';
 import { dirname, join, resolve } from 'node:path';

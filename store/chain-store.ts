@@ -1,20 +1,15 @@
 /**
- * The authority's view of a chain repository: the glue between the pure
- * chain core (`chain/`) and the git module (`store/chain-repo.ts`).
- *
- * Owns: commit messages (DESIGN 2), the cheap trusted-head check an append
- * starts from, and appending signed blocks with their checkpoint and the
- * signed tlog checkpoint note (`checkpoint.note`, issue 17: origin, size,
- * RFC 6962 root over every block's record hash, key name = origin); the
- * origin an append signs under (`noteOrigin`) and the tree edge it starts
- * from (`headEdge`, ./tree-edge.ts).
- * Must hold: nothing is appended after a head that does not check out: the
- * head block must hash to what the checkpoint signed, and the signing key
- * must be the chain's online key in force (block 0's when the caller has
- * no key state); a committed note must open with that key
- * and name the chain's size; a note is signed only over a root computed
- * from an edge that agrees with the committed note (or from every record
- * hash when there is no usable edge).
+ * The authority's view of a chain repository, between chain/ and
+ * store/chain-repo.ts.
+ * Owns: commit messages (docs/spec/design.md §2), the cheap trusted-head
+ * check an append starts from, appending signed blocks with their
+ * checkpoint and signed `checkpoint.note` (issue 17), the origin an append
+ * signs under (`noteOrigin`) and the tree edge it starts from (`headEdge`).
+ * Must hold: nothing is appended after a head that does not check out (the
+ * head block hashes to what the checkpoint signed, the signing key is the
+ * online key in force); a committed note opens with that key and names the
+ * chain's size; a note's root comes from an edge that agrees with the
+ * committed note, or from every record hash.
  */
 import { VouchError } from '../chain/errors.ts';
 import { type Block, type Checkpoint, formatBlockFile, formatCheckpointFile, parseBlockText, parseCheckpoint } from '../chain/block.ts';
@@ -28,7 +23,7 @@ import type { KeyState } from '../chain/key-events.ts';
 import { ChainRepo, type CommitInfo } from './chain-repo.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 
-/** `block <i>: <intent> <uns> <semver>` with the URLs in the body (DESIGN 2). */
+/** `block <i>: <intent> <uns> <semver>` with the URLs in the body (docs/spec/design.md §2). */
 export function commitFor(blocks: readonly Block[], timestampMs: number): CommitInfo {
   const line = (b: Block) => `block ${b.index}: ${b.payload.intent} ${b.payload.uns} ${b.payload.semver}`;
   const urls = (b: Block) => b.payload.endorsements.map((e) => e.artifact_url);

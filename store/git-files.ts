@@ -1,24 +1,15 @@
 /**
- * git-files: the files of a git directory vouch writes or reads outside the
- * object store: refs (`refs/heads/main`, packed-refs, `.git/shallow`), lock
- * files (`<file>.lock`, created O_EXCL and renamed over the file, as git
- * does), and durable writes (fsync of a file before its rename, of a
- * directory after it).
- *
+ * The files of a git directory vouch writes or reads outside the object
+ * store: refs (`refs/heads/main`, packed-refs, `.git/shallow`), lock files
+ * (`<file>.lock`, O_EXCL, renamed over the file, as git does), and durable
+ * writes (fsync of the file before its rename, of the directory after).
+ * Moving `main` is every append's commit point, hence hand-written with
+ * the lock and both fsyncs (isomorphic-git writes refs with neither).
  * Owns: the lock protocol shared with git (a lock older than 10 s is a
- * crash leftover), and the test hooks `VOUCH_CRASH_POINT` and
- * `VOUCH_FAIL_POINT`.
- *
+ * crash leftover); the test hooks `VOUCH_CRASH_POINT`, `VOUCH_FAIL_POINT`.
  * Trusts: the file system to make a rename atomic and an fsync durable.
- *
- * Must hold: a file replaced through `commitLock(..., { durable: true })`
- * or `writeDurably` + rename is, after a power loss, either the old or the
+ * Must hold: a file replaced durably is, after a power loss, the old or the
  * new content, never a mix or empty.
- *
- * Hand-written, not isomorphic-git's `writeRef`/`resolveRef`: moving `main`
- * is the commit point of every append and needs the lock, the fsync of the
- * file and of its directory (bench/RESULTS.md "fsync'd appends 7.9 ms p50 at
- * 1,000 blocks"); isomorphic-git writes refs without a lock or an fsync.
  */
 import * as fs from 'node:fs';
 import type { BigIntStats } from 'node:fs';

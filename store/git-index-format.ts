@@ -1,23 +1,13 @@
 /**
- * git-index-format: the bytes of git's index file (gitformat-index): entries,
- * their stat data, path order, the split-index `link` extension and its EWAH
- * bitmaps. Pure codecs over buffers; ./git-index.ts owns the files.
- *
- * Owns: reading versions 2, 3 and 4 with any extensions (unknown ones are
- * skipped), writing version 2, or 3 when an entry carries extended flags;
- * git's path order (`comparePaths`); the stat data an entry keeps.
- *
+ * The bytes of git's index file (gitformat-index): entries, stat data, path
+ * order, the split-index `link` extension and its EWAH bitmaps. Pure codecs;
+ * ./git-index.ts owns the files.
+ * Owns: reading versions 2, 3 and 4 (unknown extensions skipped), writing
+ * version 2 (3 with extended flags), git's path order (`comparePaths`).
  * Trusts: nothing it reads: an index that does not parse is `io_error`
- * ("corrupt index: ..."), and the caller rebuilds it from the branch.
- *
- * Must hold: entries are written sorted by path then stage; the trailing
- * SHA-1 covers every byte before it; `parseIndex(serializeIndex(e))` gives
- * back `e`.
- *
- * Hand-written, not isomorphic-git's index: git's split-index form is what
- * keeps an append's index write O(sqrt n) (bench/RESULTS.md "chain append"
- * rows: append p50 flat from 1,000 to 50,000 blocks); isomorphic-git reads
- * and rewrites the whole index (O(n) per append) and has no split index.
+ * ("corrupt index: ...") and the caller rebuilds it from the branch.
+ * Must hold: entries sorted by path then stage; the trailing SHA-1 covers
+ * every byte before it; `parseIndex(serializeIndex(e))` gives back `e`.
  */
 import { createHash } from 'node:crypto';
 import type { BigIntStats } from 'node:fs';

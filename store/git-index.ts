@@ -1,37 +1,16 @@
 /**
- * git-index: the git index file (`.git/index`) of the chain repository, kept
- * in git's split-index form so that an append costs the same at block
- * 1,000,000 as at block 10.
- *
- * Owns: the split-index `link` extension with its EWAH bitmaps, the shared index
- * files `.git/sharedindex.<sha1>` this module writes or adopts, and the
- * `index.lock` protocol used to replace `.git/index`.
- *
- * Trusts: that the caller has written the working-tree files it hands in
- * (entries carry the stat data the caller took after writing them), that the
- * repository has a single vouch writer, and that git's own index files are
- * well formed once their trailing SHA-1 checks out.
- *
- * Must always hold:
- * - `.git/index` is only ever replaced by renaming a complete `index.lock`
- *   that this module created exclusively (O_EXCL), so git and vouch never
- *   interleave writes and a crash leaves either the old or the new index.
- * - A split `.git/index` only names a shared index that exists on disk; a
- *   shared index's trailing SHA-1 is its name.
- * - Replaced entries are written with empty names, in base order, before the
- *   added entries, which are sorted by path then stage (gitformat-index).
- * - The split part stays small: it is folded into a new shared index once it
- *   holds more than `splitLimit(base)` entries, so each write is O(limit),
- *   and the O(n) shared rewrite happens once per `limit` writes.
- * - Any index git writes (full or split, any version) is accepted: a full
- *   index is adopted as the new shared index by hard-linking it to
- *   `sharedindex.<its trailing sha1>`; nothing is rewritten to do so.
- *
- * Hand-written, not isomorphic-git's index (used by its `add`/`commit`):
- * isomorphic-git reads and rewrites the whole `.git/index` on each write and
- * knows no split index, so an append would cost O(chain length); this keeps
- * bench/RESULTS.md "Chain core" append latency flat (7.9 ms median at 1,000
- * blocks, 7.2 ms at 50,000). The byte format is ./git-index-format.ts.
+ * The git index file (`.git/index`) of the chain repository, kept in git's
+ * split-index form so an append costs the same at any chain size
+ * (isomorphic-git rewrites the whole index; bench/RESULTS.md "Chain core").
+ * The byte format is ./git-index-format.ts.
+ * Owns: the split-index `link` extension and its EWAH bitmaps, the shared
+ * index files `.git/sharedindex.<sha1>`, the `index.lock` protocol.
+ * Trusts: the caller wrote the working-tree files it hands in; one vouch
+ * writer; git's index files once their trailing SHA-1 checks.
+ * Must hold: `.git/index` is replaced only by renaming a complete,
+ * exclusively created `index.lock`; a split index names an existing shared
+ * index; the split part is folded once it exceeds `splitLimit(base)`; any
+ * index git writes is accepted (a full one adopted by hard link).
  */
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';

@@ -1,27 +1,12 @@
 /**
- * git-objects: git's object model as the chain repository uses it: object
- * ids, loose objects on disk, and the tree and commit codecs.
- *
- * Owns: the object id (`sha1("<type> <size>\0" + body)`), the loose-object
- * file format (zlib of header + body, under `objects/<2>/<38>`), the tree
- * body (`<mode> <name>\0<20-byte id>`, sorted as git sorts, directories
- * keyed with a trailing `/`), the commit body vouch writes (tree, parent,
- * author, committer, message) and the fields it reads back (tree, parents),
- * `ioError` (the one wrapper of a failed read as `io_error`), and the names
- * every git module shares (`BRANCH_REF`, `OID_RE`, modes).
- *
- * Trusts: nothing it parses: a body that does not parse is `io_error` (the
- * repository's data is corrupt), never a crash or a wrong answer.
- *
+ * git's object model as the chain repository uses it: object ids
+ * (`sha1("<type> <size>\0" + body)`), loose objects (`objects/<2>/<38>`,
+ * zlib), the tree and commit codecs, `ioError`, and the names every git
+ * module shares. Hand-written so an append rewrites four in-memory trees
+ * without a read-back (bench/RESULTS.md "Chain core").
+ * Trusts: nothing it parses: a bad body is `io_error`, never a wrong answer.
  * Must hold: `treeBody(parseTree(b))` is `b` for every tree git writes;
- * `objectId` is git's id for the same bytes (checked by `git fsck --strict`
- * after every append in the tests).
- *
- * Hand-written, not isomorphic-git's `writeTree`/`writeCommit`/`readObject`:
- * these run on every append (four trees, one commit, one blob per block) and
- * every push; bench/RESULTS.md "chain append" rows (append p50 ~8 ms at
- * 1,000 blocks, flat to 50,000) hold only because an append rewrites four
- * in-memory trees with node's sha1 and zlib, without a read-back.
+ * `objectId` is git's id (`git fsck --strict` after every append in tests).
  */
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';

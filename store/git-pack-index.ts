@@ -1,37 +1,17 @@
 /**
- * git-pack-index: indexing a pack a remote sends (what `git index-pack
- * --stdin` does) while it arrives: every object parsed, inflated, its deltas
- * resolved and its id recomputed in one pass with node's zlib and sha1, the
- * bytes written to a temporary file under `.git/objects/pack`; the `.idx`
- * (version 2) of a pack to store; a thin pack rewritten self-contained.
- *
- * Owns: `PackReceiver` (the temporary file `tmp_pack_vouch_<pid>_<n>` and the
- * parse as bytes come), and `PackData`, the received pack indexed: per
- * object its offset, id, CRC-32, type and delta depth in typed arrays (~55
- * bytes an object, nothing per object on the heap), an open-addressing table
- * by id, and a bounded cache of resolved bodies (first in, first out); an
- * object that left the cache is read again from the file (pread).
- *
- * Trusts: nothing in the pack. The trailer is checked, each object id is
- * recomputed from its bytes, and every bound of FETCH_LIMITS holds while it
- * parses: object count and size, the zlib bytes of one object, delta depth,
- * delta bases outside the pack, and the total bytes it may inflate or
- * rebuild (a delta bomb). What fails is `io_error` "the remote sent a bad
- * pack: ...", and the temporary file is removed (`abort()`; a crash leaves
- * it to the sweep of ./chain-repo-repair.ts, which knows the name).
- *
- * Must hold: memory is O(objects) small typed entries plus one object's
- * zlib bytes and the cache, never O(pack bytes); an object is known by the
- * id of its resolved bytes, never by what the remote said; the file is
- * named `pack-<checksum>.pack` (`keep()`) only once the whole pack is
- * indexed and its trailer checked, fsynced first; `idxFile()` is byte for
- * byte what `git index-pack` writes for the same pack.
- *
- * Hand-written, not isomorphic-git's `indexPack`: bench/RESULTS.md "mirror
- * bootstrap" rows — a clone of a 50,000-block chain took ~45 s with
- * isomorphic-git's JS indexer plus a per-object checkout, ~6 s with this
- * single pass; and `indexPack` holds the pack in memory and has none of the
- * hostile-remote bounds.
+ * Indexing a pack a remote sends while it arrives (what `git index-pack
+ * --stdin` does): objects parsed, inflated, deltas resolved, ids recomputed
+ * in one pass, bytes to a temporary file; the `.idx` v2; thin packs made
+ * self-contained. Hand-written for that single pass and the bounds below
+ * (bench/RESULTS.md "Mirrors and push").
+ * Owns: `PackReceiver` (the temporary file and the parse) and `PackData`
+ * (per-object entries in typed arrays, an id table, a bounded body cache).
+ * Trusts: nothing in the pack: trailer checked, ids recomputed, every
+ * FETCH_LIMITS bound held (a delta bomb too); a failure is `io_error` and
+ * removes the temporary file.
+ * Must hold: memory is O(objects) small entries, never O(pack bytes); the
+ * pack is named only once indexed, checked and fsynced; `idxFile()` is byte
+ * for byte what `git index-pack` writes.
  */
 import { createHash, type Hash } from 'node:crypto';
 import * as fs from 'node:fs';

@@ -1,25 +1,15 @@
 /**
- * git-pack-writer: the packfile a push sends (gitformat-pack version 2):
- * whole objects, except a tree sent as a REF_DELTA of its previous version
- * when that is smaller; streamed in chunks of about 256 KiB with the SHA-1
+ * The packfile a push sends (gitformat-pack v2): whole objects, except a
+ * tree sent as a REF_DELTA of its previous version when that is smaller
+ * (prefix/suffix delta: trees are what grows with the chain, so a push stays
+ * flat; bench/RESULTS.md "Mirrors and push"); streamed in chunks, the SHA-1
  * trailer computed as it goes.
- *
- * Owns: which objects go as deltas (trees with a `deltaBase`, chains of at
- * most MAX_DELTA_DEPTH inside the pack, bases on the remote only in a thin
- * pack) and the delta itself (`makeDelta`: common prefix, inserted middle,
- * common suffix).
- *
- * Trusts: the objects the reader gives (the local repository's).
- *
- * Must hold: every object named in `entries` is in the pack exactly once,
- * with the type the walk expected; a delta's base is either earlier in the
- * pack or, in a thin pack, on the remote.
- *
- * Hand-written, not isomorphic-git's `packObjects`: it sends whole objects
- * only, and the trees are the objects that grow with the chain (a shard
- * tree of 1000 entries is ~41 KiB, sent again by every append); with the
- * prefix/suffix delta a push of one append stays ~1 KiB (bench/RESULTS.md
- * "chain push" rows: push cost flat in the chain's length).
+ * Owns: which objects go as deltas (at most MAX_DELTA_DEPTH, remote bases
+ * only in a thin pack) and `makeDelta`.
+ * Trusts: the objects the local repository gives.
+ * Must hold: every object of `entries` is in the pack exactly once with the
+ * expected type; a delta's base is earlier in the pack or, thin, on the
+ * remote.
  */
 import { createHash } from 'node:crypto';
 import { deflateSync } from 'node:zlib';

@@ -1,27 +1,14 @@
 /**
- * git-pack: packfiles (gitformat-pack: "PACK", version 2 or 3, object count,
- * objects, SHA-1 trailer) as bytes: the one parser and the one writer of an
- * object's header in a pack, the delta codec, and `DiskPacks`, the reader
- * of the packs stored under `.git/objects/pack`.
- *
- * Owns: the object header (`type:3 size:4+7n` varint, then for OFS_DELTA
- * the base's negative offset, for REF_DELTA the base's id), git's delta
- * format (source size, target size, copy and insert opcodes), reads of a
- * stored pack object by object through its version-2 `.idx`.
- *
- * Trusts: packs on disk to be whole (a pack is renamed into place only after
- * its index; see ./chain-repo.ts); still, a read is bounded (object size at
- * most FETCH_LIMITS.objectBytes, delta chains at most 5000 deep) and what
- * does not parse is `io_error`.
- *
- * Must hold: `applyDelta` never writes outside its output, whose size the
- * delta declares and which is checked to be exactly filled.
- *
- * Hand-written, not isomorphic-git's `readObject` on packs: isomorphic-git
- * loads a whole packfile into memory to read one object (a 50,000-block
- * mirror: a 20 MiB pack per read, bench/RESULTS.md "mirror bootstrap"
- * rows); DiskPacks reads one object with a binary search in the `.idx` and
- * a bounded read. Packs with a version-1 `.idx` still go to isomorphic-git.
+ * Packfiles (gitformat-pack v2/v3) as bytes: the one parser and writer of a
+ * pack object's header, the delta codec, and `DiskPacks`, which reads stored
+ * packs object by object through their v2 `.idx` (isomorphic-git loads a
+ * whole pack per read; bench/RESULTS.md "Mirrors and push"). Packs with a
+ * v1 `.idx` still go to isomorphic-git.
+ * Owns: the object header varint and OFS/REF delta bases, git's delta format.
+ * Trusts: packs on disk to be whole; reads are still bounded (object size,
+ * delta depth 5000) and what does not parse is `io_error`.
+ * Must hold: `applyDelta` never writes outside its output, which must be
+ * exactly filled.
  */
 import * as fs from 'node:fs';
 import { join } from 'node:path';

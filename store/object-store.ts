@@ -1,30 +1,16 @@
 /**
- * object-store: the objects of one repository, read and written: loose
- * objects (written whole: temporary file, fsync, rename), the packs on disk
- * (./git-pack.ts), the pack of the last fetch while it is indexed (its
- * tables in memory, its bytes in its file), and a
- * few pinned objects (the head commit and the trees to its last block).
- * Writes go either to loose files (an append) or, between `startPack()` and
- * `syncDirs()`, into one new pack (`ChainRepo.init`: no loose object).
- *
- * Owns: the order objects are looked up in (pinned, fetched, loose, packed
- * with a version-2 index, then isomorphic-git for anything else), the fsync
- * of the directories new objects were named in (`syncDirs`, once per
- * commit), and the list of loose objects not packed yet (written by this
- * instance, with the directory of each tree, or found by `noteLoose`), which
- * `packPending` packs through ./repack.ts.
- *
- * Trusts: objects on disk to be what their name says (written whole, by this
- * module or by git); a read that fails or does not parse is `io_error`.
- *
- * Must hold: `write` never leaves a partial object file under an object's
- * name; an object's name is durable once `syncDirs()` returned.
- *
- * Writes are hand-written, not isomorphic-git's `writeObject`: every append
- * writes 4 trees, a commit and one blob per block, fsynced (bench/RESULTS.md
- * "fsync'd appends 7.9 ms p50 at 1,000 blocks"); isomorphic-git's
- * writeObject does not fsync. isomorphic-git's `readObject` is the fallback
- * read (packs with an old index version; not on a measured path).
+ * The objects of one repository, read and written: loose objects (written
+ * whole: temporary file, fsync, rename), the packs on disk (./git-pack.ts),
+ * the pack of the last fetch while indexed, and a few pinned objects (head
+ * commit and its trees). Writes go to loose files (an append) or, between
+ * `startPack()` and `syncDirs()`, into one new pack (`ChainRepo.init`).
+ * Hand-written writes fsync (bench/RESULTS.md "Chain core");
+ * isomorphic-git's `readObject` is the fallback read.
+ * Owns: the lookup order (pinned, fetched, loose, packed, isomorphic-git),
+ * the directory fsyncs, the list of loose objects `packPending` packs.
+ * Trusts: objects on disk to be what their name says.
+ * Must hold: `write` never leaves a partial object under an object's name;
+ * a name is durable once `syncDirs()` returned.
  */
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';

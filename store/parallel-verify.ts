@@ -1,42 +1,17 @@
 /**
- * Verifies a chain directory with signature checks spread over all cores.
- *
- * Block 0 is checked on the calling thread (it fixes the authority); the
- * other blocks go in batches to worker threads (plain-JS bundles, see
- * `worker-bundle.ts`), which examine and walk each batch on their own
- * (`verify-worker-impl.ts`); the calling thread links the batches in chain
- * order with `ChainVerifier` (first block checked, walked state adopted,
- * failing block replayed), so the first failure and its code are exactly
- * those of a sequential check (DESIGN 1.7). Small chains are checked inline.
- *
- * Flat as the chain grows (issue 16): per block, the calling thread builds
- * no string and keeps nothing. A batch is handed out as its first index and
- * count (the workers make the paths) with the branch's blob ids in one
- * buffer; its result is linked as soon as every earlier batch is, then
- * dropped; the endorse blocks a revoke may name are kept as 32-byte digests
- * (`DigestSet`), not strings. With `onVerified`, the workers also hand back
- * each block's text and index facts, passed on in chain order as they are
- * linked (the gateway's cold start builds its index from them). With
- * `onLeaves`, they hand back each block's RFC 6962 leaf hash (32 bytes a
- * block, hashed in the workers), passed on in chain order likewise: what
- * `vouch verify` folds into the Merkle tree's edge (issue 17).
- *
- * What is verified is what the chain's branch commits (DESIGN 1.7 "Reading a
- * chain"): the block files are read from the working tree (fast, and in
- * parallel), and each must be the very blob the branch commits at its path
- * (its git blob id, computed from the bytes read, equals the tree's), as
- * must checkpoint.json; the working tree must hold no other file under
- * blocks/ and lack none the branch has. A difference is a failure naming the
- * file: verifying a working tree that is not what every clone gets would
- * vouch for something nobody else receives.
- *
- * Trusts: nothing in the chain directory. The checkpoint's `size` plans the
- * work only when it is exactly the number of block files the branch commits
- * (read from git objects first), so a forged size (1e12, 1e400) costs nothing.
- *
+ * Verifies a chain directory with signature checks spread over all cores:
+ * block 0 on the calling thread, the rest in batches to worker threads
+ * (`verify-worker-impl.ts`), linked in chain order with `ChainVerifier`, so
+ * the first failure and its code are those of a sequential check
+ * (docs/spec/design.md §1.7). Flat as the chain grows: per block the
+ * calling thread builds no string and keeps nothing; `onVerified` and
+ * `onLeaves` hand each block's text, facts or leaf hash on in order.
+ * What is verified is what the branch commits: every block file read from
+ * the working tree must be the blob the branch holds at its path.
+ * Trusts: nothing in the chain directory (a forged checkpoint size plans
+ * nothing).
  * Must hold: the outcome never depends on the number of threads; every
- * failure about a block names its index (a file that is not a block's names
- * the index it would hold).
+ * failure about a block names its index.
  */
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';

@@ -1,27 +1,15 @@
 /**
- * pkt-line: git's framing (gitprotocol-common "pkt-line Format"), the one
- * encoder and the one reader for every git conversation vouch has (fetch's
- * upload-pack, push's receive-pack).
- *
- *   pkt-line  = 4 hex digits of the length (the 4 included), then payload
- *   flush-pkt = "0000"; delim-pkt "0001" and response-end "0002" are read as
- *   flushes; "0003" does not exist; a length above 65520 (LARGE_PACKET_MAX)
- *   is refused.
- *
- *   pktLine('# service=git-upload-pack\n') = '001e# service=git-upload-pack\n'
- *
- * Owns: the encoding, the streaming reader (`PktReader`, fed chunk by chunk)
- * and the whole-buffer reader (`parsePktLines`), both with the same bounds.
- *
- * Trusts: nothing it reads: a bad length, a truncated line, more lines than
- * the caller allows are `io_error` (evidence `reason: 'protocol'`).
- *
- * Must hold: the reader never holds more than one unfinished pkt-line
- * (at most FETCH_LIMITS.pktLineBytes) besides what it was handed.
- *
- * Hand-written, not isomorphic-git's GitPktLine: that reader has no bound on
- * a line or on the number of lines (test/hostile-remote.test.ts cases
- * "endless pkt-lines", "one pkt-line longer than git allows").
+ * git's pkt-line framing (gitprotocol-common), the one encoder and reader for
+ * every git conversation vouch has: 4 hex digits of length (included), then
+ * the payload; "0000" flush ("0001", "0002" read as flushes); lengths above
+ * 65520 refused. `pktLine('# service=git-upload-pack\n')` is
+ * `'001e# service=git-upload-pack\n'`.
+ * Owns: the encoding, the streaming `PktReader` and `parsePktLines`, with
+ * the same bounds (isomorphic-git's reader has none).
+ * Trusts: nothing it reads: bad lengths, truncation, too many lines are
+ * `io_error` (reason `protocol`).
+ * Must hold: the reader holds at most one unfinished pkt-line
+ * (FETCH_LIMITS.pktLineBytes) besides what it was handed.
  */
 import { VouchError } from '../chain/errors.ts';
 import { FETCH_LIMITS } from './fetch-limits.ts';

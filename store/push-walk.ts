@@ -1,16 +1,11 @@
 /**
- * push-walk: what a push must send, found by walking the local repository:
- * the first-parent commits from the local head back to the remote's head,
- * and for each only the tree entries that differ from its parent's.
- *
- * Owns: the walk (`firstParentChain`, `objectsToSend`) and `PushObjects`,
- * the push's view of the object store (parsed trees cached for the walk,
- * the event loop given a turn every 256 reads).
- *
- * Trusts: the local repository's objects (./object-store.ts); git's
- * connectivity guarantee (a remote that has commit X has everything
- * reachable from X, so subtrees equal to the parent's are not opened).
- *
+ * What a push must send, found by walking the local repository: the
+ * first-parent commits from the local head back to the remote's head, and
+ * for each only the tree entries that differ from its parent's.
+ * Owns: the walk (`firstParentChain`, `objectsToSend`) and `PushObjects`
+ * (parsed trees cached, the event loop given a turn every 256 reads).
+ * Trusts: the local objects; git's connectivity guarantee (subtrees equal to
+ * the parent's are not opened).
  * Must hold: a push reads O(new commits) objects; a merge commit is refused
  * (`not_a_chain`), never flattened.
  */

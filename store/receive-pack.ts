@@ -1,26 +1,15 @@
 /**
- * receive-pack: the authority's side of a git push over smart HTTP
- * (protocol v0): the ref advertisement (`GET info/refs?service=git-receive-pack`),
- * the `POST git-receive-pack` of one command and a pack, and the
- * report-status answer.
- *
- * Owns: the push's timeouts (connect, refs, whole push, idle), how a failed
- * exchange is worded for the push (`<stage> <remote>: ...`, evidence
- * `reason`: `timeout`, `unreachable`, `cancelled`, `http_status`,
- * `protocol`), and what is read of the answers (`refs/heads/main`, the
- * capabilities, `unpack` and the status of `refs/heads/main`).
- *
- * Trusts: nothing the remote says beyond its word on its own refs: answers
- * are bounded (16 MiB, FETCH_LIMITS' pkt-line bounds), a remote offering
- * another object format than sha1 is refused.
- *
- * Must hold: credentials go only in the Authorization header, never in a
- * message.
- *
- * Hand-written, not isomorphic-git's `push`: it walks the whole history to
- * find what to send (bench/RESULTS.md "Mirrors and push": isomorphic-git's
- * own push took 3.5–4.3 s at 10,000 commits; vouch's walk+pack 0.54 ms at
- * 50,000) and has no way to refuse a non-fast-forward it did not check.
+ * The authority's side of a git push over smart HTTP (protocol v0): the ref
+ * advertisement, the `POST git-receive-pack` of one command and a pack, and
+ * report-status. Hand-written: isomorphic-git's push walks the whole
+ * history and cannot refuse a non-fast-forward it did not check
+ * (bench/RESULTS.md "Mirrors and push").
+ * Owns: the push's timeouts, how a failure is worded (`<stage> <remote>:`,
+ * reason `timeout`, `unreachable`, `cancelled`, `http_status`, `protocol`),
+ * what is read of the answers.
+ * Trusts: the remote only on its own refs: answers bounded, a non-sha1
+ * object format refused.
+ * Must hold: credentials go only in the Authorization header.
  */
 import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';

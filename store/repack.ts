@@ -1,42 +1,17 @@
 /**
- * repack: the packs vouch writes into its own repository, so it stays
- * compact as git would keep it: the one pack `ChainRepo.init` writes (no
- * loose object), the incremental pack of the loose objects of the last
- * appends (trees as deltas of their previous version), and the geometric
- * consolidation of the packs (git's `repack --geometric=2`), so there are
- * O(log n) packs.
- *
- * Owns: `PackFileWriter` (a pack and its `.idx` version 2, written to
- * temporary files `objects/pack/tmp_{pack,idx}_vouch_<pid>_<n>`, fsynced,
- * then renamed: the pack first, its index last, then the directory
- * fsynced), which objects go into an incremental pack and as what, when
- * packs are merged, and the removal of what a pack made redundant.
- *
- * Trusts: the objects of the repository (loose files and stored packs,
- * written whole by ./object-store.ts, by this module or by git); the caller
- * to be the single writer of the repository (ChainRepo serializes its
- * writers).
- *
- * Must hold: an object is readable at every instant: in its loose file or
- * in a complete pack + index. A loose object is removed only once a pack
- * holding it and its index are durable; a pack only once a merged pack
- * holding all of its objects is. A crash leaves at worst temporary files
- * (removed at the next open for writing), a pack without its index (git
- * ignores it; removed the same way), or objects stored twice (harmless;
- * the next merge keeps one copy). Every pack is accepted by `git index-pack`
- * / `git verify-pack` and every delta is a REF_DELTA to an object of the
- * same pack, with chains of at most MAX_DELTA_DEPTH.
- *
- * Cost: an incremental pack reads only the loose objects it packs (those of
- * the last appends); a merge copies the entries' compressed bytes of the
- * packs it merges without inflating them (an OFS_DELTA of a pack git wrote
- * is rewritten as a REF_DELTA), so each object is copied O(log n) times
- * over the life of the repository.
- *
- * Hand-written, not `git repack` run as a child: vouch's store writes git
- * without a git binary (DESIGN 2), the incremental pack must know which
- * tree is the previous version of which (its path), and git's repack
- * inflates and re-deltifies what it merges.
+ * The packs vouch writes into its own repository: the one pack of
+ * `ChainRepo.init`, incremental packs of the last appends' loose objects
+ * (trees as deltas of their previous version), and geometric consolidation
+ * (as `git repack --geometric=2`), so there are O(log n) packs.
+ * Owns: `PackFileWriter` (pack + `.idx` v2 to temporary files, fsynced,
+ * renamed pack first), what goes into a pack, when packs merge, removing
+ * what a pack made redundant. Hand-written: the store writes git without a
+ * git binary and must know each tree's previous version.
+ * Trusts: the repository's objects; the caller as its single writer.
+ * Must hold: every object is readable at every instant; loose objects and
+ * old packs are removed only once a durable pack holds them; every pack
+ * passes `git verify-pack`, deltas are REF_DELTA within the pack, at most
+ * MAX_DELTA_DEPTH deep.
  */
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';

@@ -1,31 +1,16 @@
 /**
- * smart-http: the one HTTP transport vouch speaks git over (git's smart
- * HTTP, protocol v0, stateless RPC): the mirror's fetch (`info/refs` and
- * `git-upload-pack`, ./upload-pack.ts) and the authority's push (`info/refs`
- * and `git-receive-pack`, ./chain-push.ts) both go through `exchange()`.
- *
- * Owns: the HTTP client (undici, the project's pinned HTTP client, with one
- * shared keep-alive agent), each exchange's bounds (total time, silence
- * between two chunks, bytes of answer), gzip/deflate answers inflated before
- * they are counted (what a remote makes us hold is what it inflates to),
- * redirects (followed for fetches, up to 10; never for a push, whose pack
- * body is streamed once), remote URLs with their credentials split off
- * (`parseRemote`), and how a failed exchange is classified (`timeout`,
- * `stall`, `cancelled`, `unreachable`, `broken`) for the caller to word.
- *
- * Trusts: undici for HTTP framing, TLS and connection reuse; nothing in an
- * answer (the caller checks status and content type at the headers, before
- * any body byte is taken).
- *
- * Must hold: an exchange ends, one way or the other, within `timeoutMs`
- * (plus `msPerMiB` for each MiB of answer received, when given: a big pack
- * from an honest remote that averages at least that rate); it
- * never delivers more than `maxBytes` bytes to its sink; credentials never
- * appear in a message.
- *
- * undici rather than isomorphic-git's `http/node`: the push streams a pack
- * body of unknown length (chunked) and takes an injected `Dispatcher`; the
- * fetch needs only a request and a streamed answer, which undici gives too.
+ * The one HTTP transport vouch speaks git over (smart HTTP, protocol v0,
+ * stateless RPC): the mirror's fetch (./upload-pack.ts) and the authority's
+ * push (./chain-push.ts) both go through `exchange()`.
+ * Owns: the undici client (one keep-alive agent), each exchange's bounds
+ * (total time, silence, bytes after inflating gzip/deflate), redirects
+ * (fetches only, up to 10), credentials split off remote URLs
+ * (`parseRemote`), the failure classes (`timeout`, `stall`, `cancelled`,
+ * `unreachable`, `broken`).
+ * Trusts: undici for framing, TLS and reuse; nothing in an answer.
+ * Must hold: an exchange ends within `timeoutMs` (plus `msPerMiB` per MiB
+ * received, when given); never more than `maxBytes` reach the sink;
+ * credentials never appear in a message.
  */
 import { type Readable, pipeline } from 'node:stream';
 import { createGunzip, createInflate } from 'node:zlib';

@@ -1,28 +1,15 @@
 /**
- * sparse-layout: the chain repository without a working tree of block files
- * (issue 16 item 5; README "Layouts"). It is git's own sparse checkout, in
- * cone mode, with only the root's files checked out (`checkpoint.json`,
- * `checkpoint.note`), and a sparse index: `.git/index` holds those and one entry
- * `blocks/` standing for the whole `blocks` tree (git's "sparse directory
- * entry": mode 040000, the tree's id, skip-worktree, the `sdir`
- * extension). The blocks live only in git objects (packs), which is what
- * every clone gets and every audit (`git log`, `git show`, `git clone`,
- * `git fsck`) reads; `git status` has two entries to look at, however long
- * the chain. A repository is in this layout when git's configuration says
- * so (`core.sparseCheckout`, in `.git/config` or `.git/config.worktree`), so
- * `git sparse-checkout set --cone --sparse-index` converts a chain and
- * `git sparse-checkout disable` converts it back; vouch follows either on
- * its next open.
- *
- * Owns: reading and writing that configuration and the pattern file, and
- * the bytes of the sparse index (gitformat-index: version 3, extended flags).
- *
- * Trusts: nothing it reads: a configuration it cannot read is "not sparse",
- * an index that is not exactly the expected one is rewritten by the caller.
- *
- * Must hold: the index written is one `git status` reads as clean when the
- * root files match their entries' stat data and the branch's trees (tested
- * with git itself: test/sparse-layout.test.ts).
+ * The chain repository without a working tree of block files (issue 16):
+ * git's own sparse checkout in cone mode with a sparse index, only the
+ * root's files checked out and one `blocks/` sparse-directory entry; the
+ * blocks live only in git objects. A repository is sparse when git's
+ * configuration says so (`core.sparseCheckout`), so `git sparse-checkout`
+ * converts a chain either way and vouch follows on its next open.
+ * Owns: that configuration, the pattern file, the sparse index's bytes.
+ * Trusts: nothing it reads: unreadable configuration is "not sparse", an
+ * unexpected index is rewritten by the caller.
+ * Must hold: the index written is one `git status` reads as clean
+ * (test/sparse-layout.test.ts checks with git itself).
  */
 import * as fs from 'node:fs';
 import { join } from 'node:path';

@@ -1,20 +1,14 @@
 /**
- * tree-edge: the right edge of the chain's RFC 6962 Merkle tree (a "compact
- * range" of [0, size): one complete-subtree hash per set bit of the size,
- * largest first, at most 53 hashes), and its file `.git/vouch-tree-edge`.
- * With it an append computes the root of the new size (what the committed
- * `checkpoint.note` signs, issue 17) from the record hashes it appends, in
- * O(log n) hashes, without reading the chain; `vouch verify` folds every
- * verified block into one (one leaf hash + amortized one node hash a block,
- * a few hundred bytes of memory whatever the chain's size).
- *
- * Owns: the compact range (`TreeEdge`), its text form and its file.
- * Trusts: chain/merkle.ts for the hashing; nothing it reads from the file:
- * `readEdgeFile` checks the shape only, and callers use an edge read from
- * disk only once its root equals the root of the committed, signed
- * checkpoint note of the same size (`edgeMatches`).
- * Must hold: `root()` equals chain/merkle.ts `rootOfEntries` of the entries
- * appended (tested against MerkleTree); `rootWith` leaves the edge as it is.
+ * The right edge of the chain's RFC 6962 Merkle tree (a compact range of
+ * [0, size): one subtree hash per set bit, at most 53) and its file
+ * `.git/vouch-tree-edge`: an append computes the new root (what
+ * `checkpoint.note` signs) in O(log n) without reading the chain, and
+ * `vouch verify` folds every block into one in constant memory.
+ * Owns: `TreeEdge`, its text form and its file.
+ * Trusts: chain/merkle.ts; nothing read from the file: callers use an edge
+ * only once its root equals the committed signed note's (`edgeMatches`).
+ * Must hold: `root()` equals `rootOfEntries` of the entries appended;
+ * `rootWith` leaves the edge as it is.
  */
 import * as fs from 'node:fs';
 import { join } from 'node:path';

@@ -1,27 +1,15 @@
 /**
- * upload-pack: the mirror's side of a git fetch over smart HTTP (protocol
- * v0): the ref advertisement (`GET info/refs?service=git-upload-pack`) and
- * one `POST git-upload-pack` asking for `main` at depth 1, with side-band
- * demultiplexing of the pack.
- *
- * Owns: what is asked (want, shallow, deepen 1, have, done; capabilities
- * side-band(-64k), shallow, thin-pack, ofs-delta, no-progress), what is kept
- * of the answer (`refs/heads/main` only; the pack; shallow/unshallow lines),
- * and the wording of a failed fetch.
- *
- * Trusts: nothing the remote sends: refs, lines, bytes and time are bounded
- * by FETCH_LIMITS (./fetch-limits.ts); object ids are checked for form here
- * and the pack by ./git-pack-index.ts.
- *
- * Must hold: a fetch receives at most `maxBytes` of answer (to disk: what
- * it holds in memory is one pkt-line, one object and the indexer's tables),
- * at most FETCH_LIMITS.refs refs are looked at (none stored but main), and a
- * failed fetch leaves no file behind.
- *
- * Hand-written, not isomorphic-git's `fetch`: it has no bound on refs,
- * pkt-lines, pack bytes or time (test/hostile-remote.test.ts), and it
- * indexes the pack with its JS indexer (see ./git-pack-index.ts for the
- * bench/RESULTS.md "mirror bootstrap" row).
+ * The mirror's side of a git fetch over smart HTTP (protocol v0): the ref
+ * advertisement and one `POST git-upload-pack` for `main` at depth 1, with
+ * side-band demultiplexing. Hand-written: isomorphic-git's fetch has no
+ * bound on refs, lines, bytes or time (test/hostile-remote.test.ts).
+ * Owns: what is asked (want, shallow, deepen 1; side-band-64k, thin-pack,
+ * ofs-delta, no-progress), what is kept (`refs/heads/main`, the pack,
+ * shallow lines), the wording of a failed fetch.
+ * Trusts: nothing remote: bounded by FETCH_LIMITS; ids checked for form
+ * here, the pack by ./git-pack-index.ts.
+ * Must hold: at most `maxBytes` of answer, to disk; at most
+ * FETCH_LIMITS.refs refs looked at; a failed fetch leaves no file.
  */
 import type { Dispatcher } from 'undici';
 import { VouchError } from '../chain/errors.ts';

@@ -1,32 +1,15 @@
 /**
- * Worker side of parallel verification: reads a batch of block files, parses
- * them and runs `examineBlock` (record hash, signature, artifact hash forms)
- * with the node:crypto backend, then walks the batch with its own
- * `ChainVerifier`, starting from the state the batch's first block leads to.
- * It answers per batch, not per block: the first block's facts, the state
- * after the last block it accepted (with what the walk learned: the endorse
- * blocks it accepted, the revokes whose targets lie before the batch), and
- * the facts of the block that failed (if one did), so the main thread does no
- * per-block work. A batch comes as its first index and count (paths are made
- * here) and the branch's blob ids as one buffer; on request it also hands
- * back each accepted block's text and `indexFactsOf` (the gateway's index).
- *
- * Owns: how a chain file is read (`readChainFile`, also used by
- * `chain-repo.ts` for every block and checkpoint read from the working
- * tree): a regular file only (opened with O_NOFOLLOW and O_NONBLOCK, so a
- * symbolic link is refused and a FIFO never blocks, then checked with
- * fstat — for a file the caller's directory listing already showed as
- * regular, only when one read does not end it within the reused 64 KiB
- * buffer), read with a bounded read (never more than the limit + 1 bytes,
- * whatever the file claims or becomes), decoded strictly as UTF-8, parsed as
- * I-JSON (no repeated member names) — DESIGN 1.7 "Reading a chain".
- *
- * Trusts: the authority handed over by the main thread (block 0 was checked
- * there first), and the git blob ids of what the branch commits (read from
- * git objects there). Never decides acceptance: the main thread checks the
- * first block against the real chain state, adopts the walked state (checking
- * the deferred revokes), and replays the failing block's facts, so the first
- * failure and its code are exactly those of a sequential check.
+ * Worker side of parallel verification: reads a batch of block files, runs
+ * `examineBlock` on each and walks the batch with its own `ChainVerifier`,
+ * answering per batch (first block's facts, state after the last accepted
+ * block, the failing block's facts), so the main thread does no per-block
+ * work.
+ * Owns: how a chain file is read (`readChainFile`, also chain-repo.ts's): a
+ * regular file only (O_NOFOLLOW, O_NONBLOCK, fstat), a bounded read, strict
+ * UTF-8, I-JSON (docs/spec/design.md §1.7 "Reading a chain").
+ * Trusts: the authority and the branch's blob ids from the main thread.
+ * Must hold: never decides acceptance: the main thread links, adopts and
+ * replays, so the first failure is that of a sequential check.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';

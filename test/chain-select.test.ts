@@ -1,4 +1,4 @@
-/** Version selection (DESIGN 3.3) and revocation (1.5) over a real signed chain. */
+/** Version selection (docs/spec/design.md §3.3) and revocation (1.5) over a real signed chain. */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ChainIndex, buildAuthorityBlock, buildEndorseBlock, buildRevokeBlock, verifyChain, type Block } from '../chain/index.ts';

@@ -1,4 +1,4 @@
-/** Configuration (DESIGN 5): defaults, strict validation naming the key, and refusal at start through `vouch serve`. */
+/** Configuration (docs/spec/design.md §5): defaults, strict validation naming the key, and refusal at start through `vouch serve`. */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -1,6 +1,6 @@
 /**
  * The gateway through a real `vouch serve` process on 127.0.0.1 and a real
- * origin server: every row of DESIGN 3.1 and 3.2, the selection rules of
+ * origin server: every row of docs/spec/design.md §3.1 and §3.2, the selection rules of
  * 3.3, submit (3.5), the mirror's single flight and cancellation, a 64 MiB
  * artifact, and a warm restart that serves the same answers without
  * re-verifying old blocks.
@@ -204,7 +204,7 @@ test('JSON errors: 400, 404 (with resource), 404 unknown path, 405, 406 — all 
   assert.is((await get('/v1/authority', { accept: '*/*' })).status, 200);
 });
 
-test('download: verified bytes with every DESIGN 3.2 header; UNS equals the block served, pure ASCII', async () => {
+test('download: verified bytes with every docs/spec/design.md §3.2 header; UNS equals the block served, pure ASCII', async () => {
   const r = await get(`/v1/download?url=${enc(T.textUrl)}`);
   assert.is(r.status, 200);
   assert.is(r.body.toString('utf8'), T.text);

@@ -1,5 +1,5 @@
 /**
- * Proxy routes (DESIGN 3.6) through a real `vouch serve` process with
+ * Proxy routes (docs/spec/design.md §3.6) through a real `vouch serve` process with
  * `proxy.routes` in its configuration and a real loopback origin: verified
  * bytes with UNS and the origin's headers (from the origin, the memory tier
  * and, after a restart, the disk tier), enforce and audit on a tampered and

@@ -1,5 +1,5 @@
 /**
- * Submit (DESIGN 3.5) end to end below HTTP: body validation, posted /
+ * Submit (docs/spec/design.md §3.5) end to end below HTTP: body validation, posted /
  * unchanged / semver_conflict, the multi-artifact form, group commit under
  * concurrency, origin failures, and an injected append failure — against a
  * real chain repository in a temp dir, a real node:http origin and the real

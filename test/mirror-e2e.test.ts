@@ -1,5 +1,5 @@
 /**
- * Mirrors and authority push end to end (DESIGN 4), with real processes: a
+ * Mirrors and authority push end to end (docs/spec/design.md §4), with real processes: a
  * real git smart-HTTP server (git http-backend), an authority gateway that
  * pushes to it, a plain `git clone` audited with `vouch verify`, and a mirror
  * gateway that clones, verifies against its pinned key, serves the same

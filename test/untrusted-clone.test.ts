@@ -1,5 +1,5 @@
 /**
- * Auditing an untrusted clone is safe (issue 14, item 10; DESIGN 1.7
+ * Auditing an untrusted clone is safe (issue 14, item 10; docs/spec/design.md §1.7
  * "Reading a chain (amended)"): whatever a chain directory holds, `vouch
  * verify` (and the gateway's cold start, the same code) plans no work from an
  * unverified checkpoint size, reads only regular files within the 16 MiB

@@ -1,47 +1,17 @@
 #!/usr/bin/env node
 /**
- * `npm run build`: bundles the TypeScript sources into plain JavaScript in
- * dist/ with esbuild, so `vouch` runs without a TypeScript loader (a `vouch
- * serve` under tsx idled at 112 MiB RSS, the bundle at 92 MiB). `npm ci`
- * runs it (`prepare`), as do `npm start`, `npm test` and `npm run bench`
- * before they run anything. Without esbuild, a dev dependency (`npm ci
- * --omit=dev`), it keeps a dist/ that is up to date and otherwise fails,
- * telling to install with the dev dependencies and prune them after.
- *
- * Owns dist/ (git-ignored; everything in it is made here):
- * - `cli.mjs` (tools/cli.ts), split by esbuild (`splitting`) at every
- *   dynamic `import()`: tools/cli.ts loads each command's module only when
- *   that command runs, and `vouch serve` the gateway, so `vouch endorse`
- *   never loads the gateway's HTTP server, its packages (pino, undici,
- *   prom-client, ...) or the explorer (test/cli-startup.test.ts holds it).
- *   The pieces are `<module>-<hash>.mjs` (a command's chunk) and
- *   `chunk-<hash>.mjs` (code several share), content-hashed, in dist/
- *   itself: code locating files beside it (`new URL('./x', import.meta.url)`:
- *   the worker bundles, `explorer/`) finds them from any piece.
- * - the worker entries `hash-worker.mjs` (artifacts/hash-worker.ts),
- *   `verify-worker-impl.mjs` (store/verify-worker-impl.ts) and
- *   `render-worker.mjs` (gateway/ecosystems/render-worker.ts), one
- *   self-contained file each (a worker starts by reading one file).
- *   Every `.mjs` has a `.map` (`node --enable-source-maps` uses them). Node
- *   bundles: packages stay imports from node_modules; `__VOUCH_BUILT__` is
- *   defined true, which tells the code it runs from dist/
- *   (platform/worker-bundle.ts `BUILT`).
- * - `explorer/`: `explorer.js`, the browser bundle of gateway/explorer/app.ts
- *   (the options of gateway/explorer.ts `buildBundle`, which builds it on
- *   demand when running from sources), beside copies of `index.html` and
- *   `explorer.css`.
- * - `manifest.json`, written after every output: every input file
- *   (relative to the repository), the sha256 over their contents, and
- *   every output.
- *
- * Must hold: dist/ counts as built (`distState`, used by tools/vouch.js) only
- * while every input still has the content it was built from and every output
- * is there, so an edited source never runs stale. Each file is replaced by a
- * rename (and only when its content changes), pieces before the files that
- * import them, so a process starting during a build (tests run several at
- * once) reads whole files of one build. Pieces a new build no longer makes
- * are deleted only an hour after they were last written (`RETIRE_MS`), so a
- * process started from the previous build can still import them.
+ * `npm run build`: bundles the TypeScript sources into dist/ with esbuild so
+ * `vouch` runs without a TypeScript loader; run by `npm ci` (prepare),
+ * `npm start`, `npm test` and `npm run bench`. Without esbuild (`--omit=dev`)
+ * it keeps an up-to-date dist/ and otherwise fails saying how to install.
+ * Owns dist/: `cli.mjs` split at every dynamic `import()` (a command loads
+ * only its own modules: test/cli-startup), the self-contained worker entries,
+ * the explorer's browser bundle, source maps, and `manifest.json` (inputs,
+ * their sha256, outputs).
+ * Must hold: dist/ counts as built (`distState`) only while every input has
+ * the content it was built from and every output exists; files are replaced
+ * by rename, pieces before their importers; pieces a new build drops are
+ * deleted only RETIRE_MS after their last write.
  */
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';

@@ -1,27 +1,15 @@
 /**
- * The client's memory of transparency logs: for each log origin, the newest
- * checkpoint `vouch get` verified (size, root, and the signed note text, so
- * a later fork can be shown with both notes in full). One small JSON file,
- * `--state FILE`, default `$XDG_STATE_HOME/vouch/checkpoints.json` (else
- * `~/.local/state/vouch/checkpoints.json`):
- *   {"version":1,"logs":{"<origin>":{"size":N,"root":"<base64>","note":"<text>"[,"keys":{...}]}}}
- * `keys` (only for a log whose key events it walked, docs/key-events.md):
- * the pin it was walked from and the key trail (chain/key-walk.ts).
- *
- * Owns: reading, validating and writing that file. Written atomically: a
- * temp file in the same directory (mode 0600), fsynced, renamed over the
- * old one, the directory fsynced; the directory is created 0700.
- *
- * Trusts: nothing in the file beyond its form: the caller re-checks the note
- * against the authority key before relying on it (a note that no longer
- * verifies is refused, not silently replaced).
- *
- * Must hold: a state that cannot be read or parsed is an error (exit 2),
- * never an empty state (that would let a rollback through); `save` never
- * lowers an origin's size below what the file holds at that moment (two
- * concurrent `vouch get` runs: the larger checkpoint stays; a same-size
- * race between two different roots keeps the one on disk, and the next run
- * reports the fork).
+ * The client's memory of transparency logs: per origin, the newest
+ * checkpoint `vouch get` verified (size, root, note text, and a walked key
+ * trail), in `--state FILE` (default `$XDG_STATE_HOME/vouch/checkpoints.json`).
+ * Owns: reading, validating and writing that file, atomically (temp file
+ * 0600, fsync, rename, directory fsync; directory created 0700).
+ * Trusts: nothing in the file beyond its form: the caller re-checks the
+ * note against the authority key.
+ * Must hold: a state that cannot be read is an error (exit 2), never an
+ * empty state (that would let a rollback through); `save` never lowers an
+ * origin's size below what the file holds (a same-size fork keeps the one on
+ * disk and the next run reports it).
  */
 import * as fs from 'node:fs';
 import { homedir } from 'node:os';

@@ -1,5 +1,5 @@
 /**
- * The `vouch` command line (DESIGN 7): dispatches to one module per command,
+ * The `vouch` command line (docs/spec/design.md §7): dispatches to one module per command,
  * loaded only when its command runs (tools/command-list.ts), so start-up
  * costs what that command imports and nothing more.
  * Exit status: 0 success, 1 a verification or check failed, 2 usage or
@@ -35,7 +35,9 @@ if (name === undefined || name === '--help' || name === '-h' || name === 'help')
     process.stderr.write(`vouch ${name}: give a subcommand: ${group.join(', ')} (vouch ${name} <subcommand> --help)\n`);
     code = 2;
   } else if (entry === undefined) {
-    process.stderr.write(`vouch: unknown command ${JSON.stringify(name)} (commands: ${COMMANDS.map((c) => c.name).join(', ')})\n`);
+    const { nearest } = await import('./command.ts');
+    const near = nearest(name, [...new Set(COMMANDS.map((c) => c.name.split(' ')[0]!))]);
+    process.stderr.write(`vouch: unknown command ${JSON.stringify(name)}${near === null ? '' : `; did you mean ${near}?`} (commands: ${COMMANDS.map((c) => c.name).join(', ')})\n`);
     code = 2;
   } else {
     const [{ runCommand }, cmd] = await Promise.all([import('./command.ts'), entry.load()]);

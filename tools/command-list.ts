@@ -54,6 +54,11 @@ export const COMMANDS: readonly CommandEntry[] = [
     load: async () => (await import('./commands/serve.ts')).serve,
   },
   {
+    name: 'config init',
+    short: 'Writes the embedded default gateway configuration, complete and commented, to FILE (default vouch.yaml) for `vouch serve --config FILE`',
+    load: async () => (await import('./commands/config.ts')).configInit,
+  },
+  {
     name: 'get',
     short: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature, its inclusion in the log\'s signed checkpoint, the checkpoint\'s consistency with the last one seen, and the bytes\' hash itself before writing FILE',
     load: async () => (await import('./commands/get.ts')).get,

@@ -1,6 +1,6 @@
 /**
  * The frame every `vouch` command runs in: option parsing (node:util
- * parseArgs, strict), `--help`, and the one-line error contract of DESIGN 7:
+ * parseArgs, strict), `--help`, and the one-line error contract of docs/spec/design.md §7:
  * exit 0 success, 1 a verification or check failed, 2 usage or environment
  * error, with one clear line on stderr — never a stack trace.
  */
@@ -90,7 +90,11 @@ export async function runCommand(cmd: Command, argv: string[]): Promise<number> 
     try {
       parsed = parseArgs(config);
     } catch (e) {
-      throw new UsageError(`${(e as Error).message.split('\n')[0]} (see vouch ${cmd.name} --help)`);
+      const err = e as NodeJS.ErrnoException;
+      const unknown = err.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'(-{1,2}[^'\s]+)'/.exec(err.message)?.[1] : undefined;
+      const near = unknown === undefined ? null : nearestOption(unknown, Object.keys(config.options!));
+      const hint = near === null ? '' : `; did you mean --${near}?`;
+      throw new UsageError(`${err.message.split('\n')[0]}${hint} (see vouch ${cmd.name} --help)`);
     }
     const values = parsed.values as Record<string, any>;
     if (values.help) {
@@ -115,6 +119,36 @@ export async function runCommand(cmd: Command, argv: string[]): Promise<number> 
 }
 
 let jsonErrors = false;
+
+/** Levenshtein distance of two short strings. */
+export function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/** The known name closest to `given` (an option as typed, dashes included, or a command), if close enough to be a typo. */
+export function nearest(given: string, known: readonly string[]): string | null {
+  let best: string | null = null;
+  let bestD = Infinity;
+  for (const k of known) {
+    const d = editDistance(given, k);
+    if (d < bestD) [best, bestD] = [k, d];
+  }
+  // A typo: 1 edit in a name of up to 3 characters, 2 up to 6, 3 beyond (a swap is 2), or the start of one name.
+  const limit = given.length <= 3 ? 1 : given.length <= 6 ? 2 : 3;
+  if (best !== null && bestD <= limit) return best;
+  const prefixed = known.filter((k) => given.length >= 3 && k.startsWith(given));
+  return prefixed.length === 1 ? prefixed[0]! : null;
+}
+
+function nearestOption(given: string, known: readonly string[]): string | null {
+  return nearest(given.replace(/^-+/, '').split('=')[0]!, known);
+}
 
 export function reportError(commandName: string, e: unknown): number {
   if (jsonErrors) {

@@ -1,52 +1,16 @@
 /**
  * What the chain already says about the URLs `vouch endorse` is about to
- * sign (for `semver_conflict` and `unchanged`), in time that does not grow
- * with the chain when the last verified state allows.
- *
- * What endorse checks itself, every time, in O(1): the head block against
- * the signed checkpoint and the key (store/chain-store.ts `trustedHead`).
- *
- * What it takes from the last verified state: the gateway's snapshot
- * (gateway/chain-state.ts, `.git/vouch-snapshot.json`) names an index image
- * (`.git/vouch-index.bin`) of the first `size` blocks it verified, with its
- * sha256. When the image hashes to that, it is used if it is tied to the
- * trusted head: the image's last record_hash must be the one in that block's
- * file, and every block file after the image (the gap: blocks appended since
- * the image was written; the gateway rewrites it once IMAGE_POLICY.blocks
- * are missing, a CLI append does not) must hash to its record_hash and name
- * the previous one as prev_hash, up to the trusted head. The URL candidates
- * come from the image; each is confirmed by reading its block file, which
- * must hash to the record_hash the image holds for that block, and name the
- * URL. The gap's blocks are searched as the full scan would.
- *
- * Anything else (no snapshot, an image that does not hash to what it says,
- * a gap that does not reach the head, a confirmed block that is not the one
- * the image holds) falls back to the full scan of every block file (once a
- * note on stderr says a gateway start leaves the state that makes it fast).
- * An append leaves the image older (the gap grows by the blocks appended)
- * until the gap reaches CLI_REFRESH_BLOCKS (2,000; a gateway's own
- * IMAGE_POLICY.blocks is 10,000, but every CLI append reads the whole gap,
- * ~0.3-0.7 ms a block: 10,000 would cost several seconds an append near its
- * end): then `refreshIfBehind` has gateway/chain-state.ts load the chain
- * warm (it verifies the blocks after the snapshot's verified size from its
- * verifier state, as a gateway's warm start does) and write its snapshot
- * and a new image: ~1 of 2,000 appends pays that (a warm load: ~1.5 s at a
- * million blocks), nothing is written that ChainState did not verify.
- *
- * The record hashes of the chain, for the Merkle root of the checkpoint
- * note an append signs when the tree edge kept in .git is not usable
- * (store/chain-store.ts `headEdge`): first the edge of the gateway's
- * verified Merkle tree image (`.git/vouch-tree.bin`, as its snapshot names
- * it) extended by the record hashes after it; else from the same index image (its compact index holds
- * every block's record_hash) and the gap's checked blocks, when the image
- * is used; else the caller reads every block file.
- *
- * Trusts: the local disk as much as the chain directory itself (the full
- * scan trusts the block files unchecked; this path trusts the image only
- * where it agrees with them).
- * Must hold: the same answer as the full scan on a chain that verifies:
- * every earlier endorsement of each URL, oldest first; revoke blocks are not
- * consulted; given the key state, void blocks are left out.
+ * sign (`semver_conflict`, `unchanged`), and the record hashes for the note
+ * an append signs, in time that does not grow with the chain when the last
+ * verified state allows: the gateway's snapshot and index image, tied to
+ * the trusted head by hashing every block file of the gap after it; else
+ * the full scan of every block file. Past CLI_REFRESH_BLOCKS of gap,
+ * `refreshIfBehind` has gateway/chain-state.ts load warm and write a new
+ * snapshot.
+ * Trusts: the local disk as much as the chain directory (the image only
+ * where it agrees with the block files).
+ * Must hold: the same answer as the full scan on a chain that verifies;
+ * nothing is written that ChainState did not verify.
  */
 import { type Block, parseBlockText } from '../chain/block.ts';
 import { computeRecordHash } from '../chain/build.ts';

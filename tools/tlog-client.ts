@@ -1,30 +1,17 @@
 /**
  * What `vouch get` checks of a gateway's transparency proofs (issue 17): the
- * `Vouch-Proof` object of a download (or the `proof` member of a lookup with
- * `proof=1`), the signed checkpoint note it carries, the block's inclusion
- * in that checkpoint, consistency between checkpoints (the one remembered in
- * the state file, those of other gateways), the witness quorum of a policy,
- * and which gateway's selection decides when several are asked.
- *
- * Owns: the proof object's form (`{"index","size","proof":[b64...],
- * "checkpoint":"<note>"}`), the refusals and their wording, the SECURITY
- * ERROR evidence text. No HTTP here: consistency proofs and the evidence of
- * a revocation are fetched by the caller's callbacks and are untrusted input
- * like everything a gateway says.
- *
- * Trusts: the authority public key the user pinned (`--public-key`), the
- * optional `--origin` and `--policy`; chain/tlog-checkpoint.ts,
- * chain/merkle.ts, chain/tlog-policy.ts for the cryptography.
- *
- * Must hold: a checkpoint is accepted only when the authority's note
- * signature verifies (name = its origin, or the pinned origin); a block only
- * when its record_hash is proven at its own index in that checkpoint's tree;
- * a checkpoint never replaces a remembered one unless it is at least as
- * large and proven consistent with it (same size: same root). A smaller
- * checkpoint than the remembered one is refused even when consistent (that
- * is how a stale, replayed answer looks) when it is the one that decides;
- * among several gateways a smaller one only has to be a proven prefix of the
- * largest, and its selection explained by `decide`.
+ * `Vouch-Proof` object, its signed checkpoint note, the block's inclusion,
+ * consistency with remembered and other gateways' checkpoints, a policy's
+ * witness quorum, and which gateway's selection decides (`decide`).
+ * Owns: the proof object's form, the refusals and their wording, the
+ * SECURITY ERROR evidence. No HTTP: the caller's callbacks fetch, and what
+ * they return is untrusted.
+ * Trusts: the pinned `--public-key`, `--origin`, `--policy`; the chain/
+ * modules for the cryptography.
+ * Must hold: a checkpoint is accepted only with a valid authority signature;
+ * a block only when proven at its own index; a remembered checkpoint is
+ * replaced only by a larger or equal one proven consistent, and a smaller
+ * deciding one is refused.
  */
 import { VouchError, type ErrorCode } from '../chain/errors.ts';
 import { base64Decode, base64Encode, bytesEqual, hexDecode, hexEncode } from '../chain/encoding.ts';

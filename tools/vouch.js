@@ -1,17 +1,11 @@
 #!/usr/bin/env node
-// The `vouch` command (package.json "bin"; `npm start`, the tests and the
-// benches run it too).
-//
-// Owns: the choice of what runs. The build in dist/ (`npm run build`,
-// tools/build.mjs; `npm ci`, `npm start`, `npm test` and `npm run bench` make
-// it) when it is up to date: plain JavaScript, no TypeScript loader (a
-// gateway idles ~20 MiB smaller). When dist/ is missing or older than the
-// sources (a source edited since the last build, an install that skipped
-// scripts), tools/cli.ts runs from sources through tsx's loader, a dev
-// dependency, as it did before there was a build: the command works the same,
-// only heavier, and on a terminal one line on stderr says so. Without tsx
-// (an install without the dev dependencies) it exits 2 with one line on
-// stderr telling to build.
+// The `vouch` command (package.json "bin"; `npm start`, tests and benches
+// run it too).
+// Owns: the choice of what runs: the build in dist/ (tools/build.mjs) when
+// it is up to date, plain JavaScript without a TypeScript loader; else
+// tools/cli.ts from sources through tsx's loader (a dev dependency), saying
+// so in one stderr line on a terminal. Without tsx it exits 2 with one line
+// telling to build.
 // Must hold: a stale build never runs (tools/build.mjs `distState` compares
 // the content of every input with what the build was made from).
 import { distState } from './build.mjs';

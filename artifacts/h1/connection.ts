@@ -1,16 +1,12 @@
 /**
  * One origin connection: a net or tls socket read with `onread` into a
- * buffer this module chooses — a 64 KiB scratch buffer per connection, or
- * the free part of the caller's buffer, so a body of declared length goes
- * straight from the kernel into the caller's memory with no allocation per
- * read and no copy in JS.
- *
+ * buffer this module chooses (a scratch buffer per connection, or the free
+ * part of the caller's buffer, so a declared-length body goes from the
+ * kernel into the caller's memory with no copy).
  * Owns: where the next read lands (`next`), the socket's end and errors
- * handed to the exchange it carries, and destroying it.
- *
- * Trusts: its exchange (`exchange.ts`) to set `next` only to memory it may
- * write, and its owner (`pool.ts`) to keep it only while `release`d.
- *
+ * handed to its exchange, destroying it.
+ * Trusts: `exchange.ts` to set `next` only to memory it may write; `pool.ts`
+ * to keep it only while `release`d.
  * Must hold: an idle connection that says anything is destroyed; a
  * destroyed connection reads into nothing but its scratch buffer.
  */

@@ -1,29 +1,16 @@
 /**
- * One request and its response on one connection (`connection.ts`): the
- * request head written, the response head and body read as the connection's
- * reads arrive.
- *
- * Owns: the exchange's lifecycle (head, wait, body, done), the headers
- * timeout, the caller's abort, the body's delivery (stream sink, whole-buffer
- * or window-by-window direct receive), and fairness to everyone else on the
- * event loop: at most 16 interim (1xx) responses; a chunked body's small
- * pieces gathered into one 64 KiB buffer, handed on when it fills and once a
- * read is parsed (never per chunk); at most 4096 framing lines parsed per
- * turn of the event loop, the rest of that read parsed after a setImmediate,
- * reading paused meanwhile. There is no byte-rate floor: a slow body is the
- * fetcher's deadline's to cut.
- *
- * Trusts: `parser.ts` for what a head and a chunked body may be; the pool
- * (`ConnOwner`) to take a connection back only when `release` is called.
- *
- * Must hold: a body ends only when its framing says it is complete, else it
- * fails with a `VouchError` (or the socket's own error); a connection is
- * released only after a complete response whose framing allows reuse and
- * with no byte beyond it seen; a buffer given to a direct receive is never
- * written after its promise settles (on failure the socket is destroyed
- * before the rejection); body bytes reach the sink in order, also across a
- * deferred slice (the socket stays paused and an end of the connection waits
- * until the slice is parsed).
+ * One request and its response on one connection (`connection.ts`): head
+ * written, response head and body read as reads arrive.
+ * Owns: the exchange's lifecycle, the headers timeout, the caller's abort,
+ * body delivery (stream, whole buffer or window by window), and fairness:
+ * at most 16 interim responses, small chunks gathered into one buffer, at
+ * most 4096 framing lines per turn (the rest after a setImmediate, reading
+ * paused). A slow body is the fetcher's deadline's to cut.
+ * Trusts: `parser.ts`; the pool to take a connection back only on `release`.
+ * Must hold: a body ends only when its framing says it is complete; a
+ * connection is released only after a complete reusable response with no
+ * extra byte; a direct-receive buffer is never written after its promise
+ * settles; body bytes reach the sink in order.
  */
 import { VouchError } from '../../chain/errors.ts';
 import { connectionClosed, type Conn, type ConnReader } from './connection.ts';

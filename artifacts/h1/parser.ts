@@ -1,30 +1,15 @@
 /**
- * HTTP/1.1 response framing for the origin client (RFC 9112), pure: a
- * response head's text to its status, fields and body framing, and a
- * decoder of the chunked transfer coding. No sockets, no timers.
- *
- * Owns: the grammar accepted from origins and its bounds. A head is
- * `HTTP/1.x SP 3DIGIT [SP reason]` then field lines `token ":" value`;
- * the reason phrase and field values are HTAB, SP, VCHAR or obs-text (no NUL,
- * ESC, DEL or other control character), no obs-fold, Content-Length one
- * decimal value (repeats must agree), Transfer-Encoding exactly `chunked`
- * (any case) and only in HTTP/1.1, no 101. Worked example: the head
- * `HTTP/1.1 200 OK\r\nContent-Length: 5` frames a body of exactly 5 bytes
- * and leaves the connection reusable; `HTTP/1.0 200 OK\r\nTransfer-Encoding:
- * chunked` is refused (RFC 9112 6.1 would read it to the close, chunk framing
- * and all, so a signer and another client would disagree on the bytes). A
- * chunked body is `hex-size [; extensions] CRLF data CRLF` … `0 CRLF
- * trailer-fields CRLF`; chunk lines ≤ 4 KiB, trailers ≤ 16 KiB, extensions
- * and trailers under the same character rules as fields.
- *
- * Trusts: nothing it parses; the caller hands it whole heads (found by their
- * CRLFCRLF, within the head bound it enforces) and body bytes in order.
- *
- * Must hold: every refusal is a `VouchError` `origin_error` whose message
- * starts with "malformed response"; what a decoder hands on as body data is
- * never transfer-coded; at most `CHUNK_LINES_PER_SLICE` framing lines are
- * parsed per `decode` call, so a body of tiny chunks cannot hold the event
- * loop for a whole read.
+ * HTTP/1.1 response framing for the origin client (RFC 9112), pure: a head's
+ * text to status, fields and body framing, and a chunked decoder.
+ * Owns: the grammar accepted from origins and its bounds: `HTTP/1.x` status
+ * lines, field values without control characters, no obs-fold, one
+ * Content-Length (repeats agree), Transfer-Encoding only `chunked` and only
+ * in HTTP/1.1 (an HTTP/1.0 chunked answer is refused: a signer and another
+ * client would disagree on the bytes), bounded chunk lines and trailers.
+ * Trusts: nothing it parses; the caller hands whole heads and ordered bytes.
+ * Must hold: every refusal is `origin_error` "malformed response ..."; body
+ * data handed on is never transfer-coded; at most CHUNK_LINES_PER_SLICE
+ * framing lines per `decode`, so tiny chunks cannot hold the event loop.
  */
 import { VouchError } from '../../chain/errors.ts';
 

@@ -1,47 +1,17 @@
 /**
  * The origin fetcher's HTTP/1.1 GET client: a keep-alive pool of `onread`
- * connections (`connection.ts`), each carrying one exchange at a time
- * (`exchange.ts`) in the strict framing of `parser.ts`.
- *
- * Why by hand and not undici (issue 15, item 3, measured side by side): on
- * undici 7's dispatcher API (a handler copying undici's chunks into the
- * caller's buffer or window, the same checks wherever a handler can make
- * them) an origin can still make the gateway sign bytes another client would
- * read differently: undici (llhttp) decodes an HTTP/1.0 answer with
- * `Transfer-Encoding: chunked`, and its handler API never tells the response's
- * HTTP version, so no handler can refuse it (submit signed such an answer in
- * test/hardening-origin). It also fails a 100 Continue outright. Measured
- * with `VOUCH_BENCH_ORIGIN_COMPARE=1 npm run bench -- gateway` (commit
- * 3b0a9f3), both clients in the same runs, interleaved, default logging:
- *
- *   row (target)               this client              undici 7
- *   2r  (≥ 0.7 of the proxy)   1.01 (1.11, 0.82, 1.01)  0.59 (0.63, 0.59, 0.50)
- *   2rc (≥ 0.7, 4 clients)     0.95 (0.95, 0.55, 1.08)  0.37 (0.48, 0.23, 0.37)
- *   4   (≤ 150 MiB, 1 GiB)     44.9 MiB (44.9, 43.4,    102.2 MiB (102.0, 102.2,
- *                              45.9)                    104.1)
- *
- * (three bench runs, each figure a ratio of medians of 7 interleaved runs,
- * row 4 the median of 3 fresh gateways; the median of the three first;
- * 50,000-block chain, JS heap ~94 MiB; 2 shared cores with a load average
- * of 4–10, the second run under other tests, so single runs vary widely.)
- * undici misses 2r and 2rc; row 4 it meets, at twice this client's peak (it
- * reads each socket read into a fresh buffer, copied once more into the
- * caller's window).
- *
- * Owns: connections per connect target and Host (a keep-alive pool with an
- * idle timeout, idle sockets unref'd, at most 32 idle per target), connecting
- * (net or tls, ALPN http/1.1, the connect timeout, the caller's abort), the
- * request head, one retry of a request whose reused connection closed before
- * any response byte or answered with bytes that do not parse.
- *
- * Trusts: its caller (`origin-fetcher.ts`) for what to connect to (an
- * address the address guard checked, or the URL's own name) and for request
- * header values without CR or LF.
- *
- * Must hold: a connection is never shared between two Host names or TLS
- * server names; a response's body is read exactly one way; every failure is a
- * `VouchError` (`origin_error`, `origin_timeout`), a socket's own error (its
- * code kept), or the caller's abort reason.
+ * connections (`connection.ts`), one exchange at a time each (`exchange.ts`),
+ * in the strict framing of `parser.ts`. Hand-written rather than undici: an
+ * origin could make undici accept framing another client reads differently
+ * (an HTTP/1.0 chunked answer), and the bench rows of
+ * bench/RESULTS.md#gateway compare the two.
+ * Owns: connections per connect target and Host (idle timeout, at most 32
+ * idle per target), connecting (net or tls, ALPN http/1.1, timeouts, the
+ * caller's abort), the request head, one retry on a dead reused connection.
+ * Trusts: `origin-fetcher.ts` for what to connect to and for header values.
+ * Must hold: a connection never serves two Host or TLS names; a body is
+ * read exactly one way; every failure is a `VouchError`, a socket error or
+ * the caller's abort reason.
  */
 import net from 'node:net';
 import { Readable } from 'node:stream';

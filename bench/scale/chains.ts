@@ -1,29 +1,13 @@
 /**
- * The chains `npm run bench -- scale` measures, and its copies of them.
- *
- * - `chainFor(n)`: the project's fixture chain of n blocks (bench/chain-dir.ts
- *   `benchChainDir`, cached in bench/out/chain-<n>), built in a child process
- *   with a large heap (a million blocks need ~8 GB while building); or the
- *   directory named by `VOUCH_SCALE_CHAIN_<n>` (also `_1M`, `_50K`), e.g. a
- *   1M chain built elsewhere. The source is only ever read.
- * - `linkCopy`: a copy for READ-ONLY gateways and `vouch verify`. `blocks/`
- *   and `.git/objects/` are hard links (`cp -al`), everything else is copied.
- *   Verified in the code at c474e79: a read-only gateway writes only under
- *   `.git/` outside `objects/` (`vouch-snapshot.json` and `vouch-blocks.cache`
- *   by temp file + rename; the cache's in-place append runs only when the
- *   chain grows, which a read-only gateway without a remote never does);
- *   git objects are only ever created (store/object-store.ts: temp + rename;
- *   git never rewrites an object file), and a repair of a block file
- *   (store/chain-repo-repair.ts) also writes by temp + rename, which replaces
- *   the link instead of writing through it. So nothing written through a
- *   link copy reaches the source, and the rest is real copies anyway.
- * - `fullCopy`: `cp -a`, for the writers (`vouch endorse`, `git status`,
- *   which rewrites `.git/index`).
- * - `packedClone`: `git clone --bare --no-local` of the chain: the chain as
- *   one freshly packed repository (pack-objects computes every delta anew
- *   from the loose objects; a `git repack -adf` after it gave the same size
- *   within 1% at 20,000 blocks and costs as much again, so it is not run).
- * All copies live under bench/out/scale-tmp (git-ignored).
+ * The chains `npm run bench -- scale` measures, and its copies of them:
+ * `chainFor(n)` (the fixture of bench/chain-dir.ts, built in a child with a
+ * large heap, or `VOUCH_SCALE_CHAIN_<n>`; only ever read); `linkCopy` for
+ * read-only gateways and `vouch verify` (`blocks/` and `.git/objects/` hard
+ * linked: everything vouch and git write there goes through temp + rename,
+ * which replaces a link rather than writing through it); `fullCopy` (`cp
+ * -a`) for writers; `packedClone` (`git clone --bare --no-local`).
+ * Must hold: nothing written through a copy reaches the source; all copies
+ * live under bench/out/scale-tmp (git-ignored).
  */
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { ChainRepo } from '../../store/chain-repo.ts';

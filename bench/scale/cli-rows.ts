@@ -1,26 +1,14 @@
 /**
  * The command-line and repository rows of `npm run bench -- scale`, each a
  * whole process as a user runs it:
- *
- * - `vouch verify`: blocks/s as the command reports it, next to the raw
- *   single-thread node:crypto ed25519 rate measured just before it in the
- *   same run (bench/raw-verify.ts, as bench -- chain does); the ratio is
- *   verify / (raw × cores); the process's wall time is kept for the cold
- *   start's target (≤ 1.2 × verify). Beside it, each run: the raw libsodium
- *   rate (what `vouch` asks first) and the ratio to it × cores, and the same
- *   command with OpenSSL alone (`VOUCH_ED25519=openssl`, not the default);
- * - `vouch endorse --file`: consecutive appends of a small local file under
- *   new URLs on a full (`cp -a`) copy, with the fixture's authority key
- *   (test/helpers/chain-fixture.ts TEST_SEED as a PKCS#8 PEM, mode 0600, the
- *   form `vouch keygen` writes): wall time per process;
- * - disk: the space the chain directory takes on disk after the gateway rows
- *   (with the snapshot and caches a gateway writes, as an operator's
- *   directory holds them; `du -B1`, apparent bytes `du -b` beside it),
- *   against the same repository packed by git (`git clone --bare
- *   --no-local`, measured the same way);
- * - `git status` on the full copy, first and second run, wall time (the
- *   first after a copy also refreshes the index: every file's inode and
- *   ctime changed).
+ * - `vouch verify`: blocks/s as reported, beside the raw single-thread
+ *   ed25519 rates of bench/raw-verify.ts (node:crypto and libsodium) × cores,
+ *   and the command with OpenSSL alone (`VOUCH_ED25519=openssl`);
+ * - `vouch endorse --file`: consecutive appends on a `cp -a` copy, with the
+ *   fixture's key as PKCS#8 PEM: wall time per process;
+ * - disk: `du -B1` (and `du -b`) of the chain directory after the gateway
+ *   rows, against `git clone --bare --no-local` of it;
+ * - `git status` on the full copy, first and second run.
  */
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';

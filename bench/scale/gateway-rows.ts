@@ -1,31 +1,14 @@
 /**
  * The read-only gateway's rows of `npm run bench -- scale`, each a whole
- * `vouch serve` process on a link copy of the chain (./chains.ts), default
- * configuration (logging at info, to a file as an operator runs it):
- *
- * - cold start: the gateway's `.git/vouch-*` snapshot and caches deleted
- *   first; spawn → `ready:` line; VmRSS and VmHWM read from /proc when the
- *   line arrives (the RSS row: memory once ready, and the peak on the way);
- * - warm restarts: the same directory with the snapshot the cold start
- *   wrote, `runs` times, spawn → ready (median), RSS at ready;
- * - lookups: `GET /v1/endorsement?url=` for URLs drawn at random from the
- *   WHOLE chain (>= 10,000 distinct at full size), wrk `-t2 -c32`, each
- *   thread choosing a random URL per request, against a bare node:http
- *   server (bench/gateway-servers.ts `bare`) answering a typical answer's
- *   body with the same headers; runs interleaved, order rotated, medians.
- *   Beside it (not judged), a second bare node:http server answering each
- *   lookup with the gateway's own answer for it, found in a Map by query
- *   string (`answers`): what serving 20,000 different answers costs any
- *   server, apart from what the gateway does. And a third, `bare` with
- *   its answers written as the gateway writes them, together at the end of
- *   each turn of the event loop's I/O phase (`bare-batched`): what that
- *   way of writing gives any node:http server, so the gain the gateway
- *   draws from it shows apart from its own cost. Beside the rates, each
- *   server's CPU time (user + system, /proc) per lookup answered.
- *   The runs start once the gateway is idle, its CPU and its reads (what it
- *   does in the background after `ready:`, such as re-checking block files
- *   after a warm start, is start-up work, not the cost of a lookup); the
- *   wait is reported.
+ * `vouch serve` on a link copy of the chain (./chains.ts), default
+ * configuration, logging at info to a file:
+ * - cold start: snapshot and caches deleted; spawn to `ready:`, VmRSS and
+ *   VmHWM at that line;
+ * - warm restarts: `runs` times with the cold start's snapshot (median);
+ * - lookups: random URLs of the whole chain with wrk against bare node:http
+ *   (bench/gateway-servers.ts), plus the `answers` and `bare-batched`
+ *   servers for context, and CPU time per lookup; interleaved, medians,
+ *   started once the gateway is idle (the wait is reported).
  */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,18 +1,11 @@
 /**
- * The mirror row of `npm run bench -- scale`: a mirror gateway (`vouch
- * serve`, `chain.remote` + the pinned key, no authority) bootstrapping from
- * an empty directory off a git server (`git http-backend` on 127.0.0.1,
- * test/helpers/git-server.ts, as bench/mirror-bootstrap.ts does) that serves
- * a bare clone of the chain: the packed clone of the disk row, or (mirror
- * row alone, past 100,000 blocks) `servedClone`, a `git clone --bare
- * --local` (hard links: seconds, where `--no-local` recomputes every delta
- * of a million objects). Neither writes into the source chain. Measured:
- * spawn → `ready:` (clone, working tree, cold verification), and the
- * process's VmHWM then (its peak RSS over the whole bootstrap), with VmRSS
- * once ready; and where the time went, seen from outside: spawn → the
- * received pack's `.idx` named (discovery, download and indexing, which
- * overlap) → the log's `cloned the chain` (the checkout) → ready (verify and
- * load).
+ * The mirror row of `npm run bench -- scale`: a mirror gateway (`chain.remote`
+ * + pinned key, no authority) bootstrapping from an empty directory off `git
+ * http-backend` on 127.0.0.1 (test/helpers/git-server.ts), serving a bare
+ * clone of the chain (the disk row's packed clone, or past 100,000 blocks a
+ * `--local` clone of hard links). Neither writes into the source chain.
+ * Measured: spawn to `ready:`, VmHWM then and VmRSS once ready, and the
+ * split seen from outside: pack indexed, `cloned the chain`, ready.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';

@@ -1,24 +1,16 @@
 /**
- * What an ecosystem route (`kind: npm | pypi | goproxy`) adds to a plain
- * proxy route: it tells metadata requests (an npm packument, a PyPI simple
- * page, a Go `@v/list`) from artifact requests, and answers metadata itself,
- * rewritten so that the client asks the gateway — and only for what the
- * chain endorses — for every artifact it downloads.
- *
- * Owns: the contract between `routes/proxy.ts` (routing, the verified
- * artifact path, the origin connection, the metadata cache) and one module per package
- * manager (`npm.ts`, `pypi.ts`, `goproxy.ts`), which only parse and rewrite.
- * Trusts: nothing of what the origin sends (metadata is parsed strictly,
- * bounded in bytes by the cache's size cap and in structure by each
- * module's caps); the verified chain index behind `MetadataIO.endorsed`.
- * A module makes an answer from an origin body through `MetadataIO.answer`:
- * made once per origin body, chain state and client form, kept, and sent
- * to every client that asks alike (paced, under the stall guard, counted in
- * the memory budget).
- * Must hold: an ecosystem module never fetches an artifact and never sends
- * an artifact's bytes; every artifact link it hands out points at the gateway
- * (or is removed), so the client's bytes go through the hash check; on a
- * deny route, a version with no endorsement in force is never offered.
+ * What an ecosystem route adds to a plain proxy route: it tells metadata
+ * requests from artifact requests and answers metadata itself, rewritten so
+ * the client asks the gateway, and only for what the chain endorses.
+ * Owns: the contract between `routes/proxy.ts` (routing, the verified path,
+ * origin connection, metadata cache) and one module per package manager,
+ * which only parses and rewrites; answers are made through
+ * `MetadataIO.answer`, once per origin body, chain state and client form.
+ * Trusts: nothing the origin sends (bounded, parsed strictly); the verified
+ * index behind `MetadataIO.endorsed`.
+ * Must hold: a module never fetches or sends an artifact's bytes; every
+ * artifact link it hands out points at the gateway or is removed; a deny
+ * route never offers a version with no endorsement in force.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Selection } from '../../chain/select.ts';

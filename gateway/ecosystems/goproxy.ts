@@ -1,45 +1,16 @@
 /**
- * The Go module proxy route (`kind: goproxy`): the GOPROXY protocol
- * (https://go.dev/ref/mod#goproxy-protocol) in front of an origin module
- * proxy. README "Go modules" is the user's reference; in short, under the
- * route's prefix:
- *
- *   <module>/@v/list             metadata: the origin's list; on a deny route
- *                                only versions whose .zip is endorsed in force;
- *                                on a pass route all but the revoked ones
- *   <module>/@v/<version>.zip    artifact (verified by the framework)
- *   <module>/@v/<version>.mod    an artifact when that URL is endorsed itself;
- *   <module>/@v/<version>.info   else the origin's, when the version's .zip
- *                                is endorsed in force (deny: 404 otherwise)
- *   <module>/@latest             the .info of the newest endorsed version (pass:
- *                                the origin's unless revoked, else the newest
- *                                version of the list not revoked)
- *   anything else (sumdb/...)    other
- *
- * Module paths and versions travel case-encoded (`!` + the lower-case
- * letter for an upper-case one). The go command sends that `!` as `%21`;
- * `artifactTarget` spells it `!` again, so the artifact URL of a zip is
- * always `canonical + <escaped module>/@v/<escaped version>.zip`.
- *
- * Owns: parsing and checking request paths (the module path rules of
- * golang.org/x/mod/module.CheckPath, canonical semantic versions, the
- * major-version suffix), the case-encoding, Go's version order, filtering
- * `@v/list`, choosing `@latest`, checking origin `.info` answers.
- * Trusts: `MetadataIO`: the chain index behind `endorsed`, the cached origin
- * answers behind `fetch` (parsed here, bounded by the cache's size cap),
- * the verified artifact path behind `serveArtifact` and the framework's
- * handling of `artifact` requests.
- * Must hold: on a deny route a version whose .zip has no endorsement in
- * force is never listed, resolved by `@latest` or a query, or described by
- * a `.info` / `.mod` (404 with the reason, the origin not asked for it); on
- * a pass route neither is a version whose .zip is revoked (410); an
- * endorsed `.mod` or `.info` URL is only answered through the verified path;
- * only syntactically valid module paths and versions reach the origin;
- * origin metadata is checked (canonical versions, bounded lines, a `.info`
- * whose Version is the one asked for) before it is sent; an `@v/list` of
- * more than MAX_LIST_LINES lines is refused (502 with the reason), and the
- * list answer (and `@latest`'s pick) is made once per origin body and chain
- * state (`MetadataIO.answer`).
+ * The Go module proxy route (`kind: goproxy`): the GOPROXY protocol in front
+ * of an origin proxy. `@v/<v>.zip` is an artifact; `@v/list`, `.info`,
+ * `.mod` and `@latest` are answered only for versions whose .zip is
+ * endorsed in force (deny routes) or not revoked (pass routes).
+ * Owns: request path checks (golang.org/x/mod module.CheckPath, canonical
+ * versions), case-encoding (`!x`), Go's version order, filtering the list,
+ * choosing `@latest`, checking origin `.info` answers.
+ * Trusts: `MetadataIO` (chain index, cached origin answers, verified path).
+ * Must hold: a deny route never lists, resolves or describes a version
+ * whose .zip has no endorsement in force; endorsed `.mod`/`.info` go only
+ * through the verified path; only valid paths reach the origin; origin
+ * metadata is checked and bounded (MAX_LIST_LINES) before it is sent.
  */
 import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse, Rendered, RenderView } from './ecosystem.ts';
 

@@ -1,28 +1,15 @@
 /**
- * The Maven repository route (`kind: maven`): the maven2 layout
- * (`group/path/artifactId/version/artifactId-version[-classifier].ext`) in
- * front of a repository (Central, a Nexus or Artifactory, a directory
- * served over HTTP). README "Maven repositories" is the user's reference;
- * in short, under the route's prefix:
- *
- *   …/<file>                       an artifact (jar, pom, module, war, aar, …): verified by the framework
- *   …/<file>.{md5,sha1,sha256,sha512}
- *                                  the digest of <file>'s verified bytes, never the origin's side file
- *   …/maven-metadata.xml[.<alg>]   deny route: rewritten to the versions whose .pom (or .jar) is endorsed
- *                                  in force, latest / release / lastUpdated recomputed; its checksums
- *                                  made from the rewritten text. Pass route: the origin's, passed through
- *   …/<v>-SNAPSHOT/maven-metadata.xml
- *                                  deny route: refused on purpose (404 with the reason)
- *   …/<file>.asc[.<alg>]           passed through (vouch does not check PGP signatures)
- *
- * Owns: parsing request paths, choosing what a version's endorsement is,
- * the metadata rewrite, the checksum answers.
- * Trusts: `MetadataIO` (the chain index behind `endorsed`, the verified
- * path behind `verifiedDigest` and artifact requests, the cached origin
- * answers behind `fetch`, parsed here under artifacts/maven-metadata.ts's caps).
- * Must hold: on a deny route no version without an endorsement in force is
- * offered by metadata; a checksum answer is the digest of bytes that passed
- * the hash check (or the refusal the artifact would get); only paths of
+ * The Maven repository route (`kind: maven`): the maven2 layout in front of
+ * a repository. Artifacts are verified by the framework; `<file>.{md5,sha1,
+ * sha256,sha512}` are digests of the verified bytes, never the origin's side
+ * files; `maven-metadata.xml` is rewritten on deny routes to the versions
+ * endorsed in force (checksums made from the rewrite); SNAPSHOT metadata is
+ * refused on deny routes; `.asc` passes through.
+ * Owns: request paths, what a version's endorsement is, the metadata
+ * rewrite, the checksum answers.
+ * Trusts: `MetadataIO`; origin metadata only under maven-metadata.ts's caps.
+ * Must hold: a deny route offers no version without an endorsement in
+ * force; a checksum answer is of bytes that passed the hash check; only
  * plain maven2 segments reach the origin.
  */
 import { MAVEN_ID, MavenMetadataError, parseMavenMetadata, writeMavenMetadata, type MavenMetadata } from '../../artifacts/maven-metadata.ts';

@@ -1,25 +1,15 @@
 /**
- * The metadata cache of ecosystem routes: origin answers for packuments,
- * simple-index pages and module version lists, kept so that a package
- * manager keeps installing endorsed packages while its registry is down.
- *
- * An entry is fresh for the route's `metadata_ttl` (the origin is not asked
- * again); after that the origin is asked, and when it fails (unreachable,
- * timeout, 5xx) the entry is served stale for up to `metadata_max_stale`
- * more. Concurrent misses of one key share one origin request. Each origin
- * body has a serial (`id`); a reload whose body is byte for byte the kept
- * one keeps its serial. Answers derived from a body (parsed, rewritten,
- * rendered: `derive`) are kept under that serial and a key the caller makes
- * of whatever else they depend on (the chain state, the client's form), so
- * a body is parsed once, not once per request.
- *
- * Owns: the entries (lru-cache bounded in bytes: MAX_CACHE_BYTES), the
- * derived answers (bounded apart: MAX_DERIVED_BYTES), the single flight,
- * the fresh / stale decision.
- * Trusts: the `load` function for bounded bodies and for VouchErrors.
- * Must hold: only 200 and 404/410 answers are kept (a 404 so that a
- * missing package does not cost an origin request per client request); a
- * failure never replaces a kept answer; memory stays under MAX_CACHE_BYTES.
+ * The metadata cache of ecosystem routes (packuments, simple pages, version
+ * lists), so a package manager keeps installing endorsed packages while its
+ * registry is down: fresh for `metadata_ttl`, then served stale for up to
+ * `metadata_max_stale` while the origin fails. Concurrent misses share one
+ * request; each body has a serial, and answers derived from it (`derive`)
+ * are kept under it, so a body is parsed once.
+ * Owns: the entries (MAX_CACHE_BYTES), derived answers (MAX_DERIVED_BYTES),
+ * single flight, the fresh / stale decision.
+ * Trusts: `load` for bounded bodies and VouchErrors.
+ * Must hold: only 200 and 404/410 answers are kept; a failure never replaces
+ * a kept answer; memory stays under the bounds.
  */
 import { LRUCache } from 'lru-cache';
 import { VouchError } from '../../chain/errors.ts';

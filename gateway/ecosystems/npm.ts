@@ -1,41 +1,16 @@
 /**
- * The npm ecosystem route (`kind: npm`): the gateway as the registry npm is
- * configured with (`npm config set registry http://<gateway>/npm/`).
- *
- *   GET <prefix>leftpad, <prefix>@scope/name, <prefix>@scope%2fname   packument (metadata, answered here)
- *   GET <prefix>leftpad/-/leftpad-1.0.0.tgz                            tarball (artifact: verified bytes)
- *   GET <prefix>@scope/name/-/name-1.0.0.tgz                           scoped tarball (artifact)
- *   anything else (-/v1/search, -/npm/v1/security/..., name/1.0.0)     other (404 on deny, passed on pass)
- *
- * A packument is fetched from the origin (always as `@scope%2fname`; the
- * abbreviated form `application/vnd.npm.install-v1+json` when the client asks
- * for it, cached apart from the full form), parsed strictly and rewritten in
- * one pass: each version's `dist.tarball` is mapped to its artifact URL (the
- * route's canonical base); a version is kept when an endorsement is in force
- * for that URL and its entry's `semver` is exactly the version (a registry
- * listing 9.9.9 with the endorsed 1.0.0 tarball gets nothing) and the URL,
- * after the base of the route that serves it, is exactly this package's
- * tarball of this version (`<name>/-/<basename>-<version>.tgz`, scoped
- * `@scope/name/-/name-<version>.tgz`): another package's endorsed tarball
- * (`@x/foo`'s under `foo`, `@types/node`'s under `node`) is never offered,
- * on any route. On a `pass` route an unendorsed version
- * is kept, marked `deprecated` (npm prints it); a revoked one (its tarball
- * answers 410) is removed on every route. A tarball no route serves is
- * removed. Kept versions point at the gateway; a `sha512` signed hash becomes
- * `dist.integrity` (npm then checks the signed hash itself). `time` and
- * `dist-tags` lose removed versions; a missing `latest` is recomputed.
- * The packument's structure is capped before it is parsed (PACKUMENT_CAPS,
- * MAX_VERSIONS: 502 with the reason past them), and the rewritten answer
- * is made once per origin body, chain state and form (`MetadataIO.answer`).
- *
- * Owns: npm package-name syntax, the classification of paths, the packument
- * rewrite, npm's error body (`{"error": ...}`, which npm prints).
- * Trusts: `MetadataIO` (the chain index, the URL maps, the metadata cache);
- * nothing of the origin's packument (parsed strictly, shapes checked, its
- * tarball URLs only used through `artifactUrlOf`).
- * Must hold: on a deny route no version without an endorsement in force for
- * its exact semver is offered; every tarball link handed out points at the
- * gateway; the origin's content type is passed only when it is a JSON type.
+ * The npm route (`kind: npm`): the gateway as npm's registry. A packument is
+ * fetched (full or abbreviated form, cached apart), parsed strictly and
+ * rewritten in one pass: a version is kept when an endorsement in force
+ * names exactly its tarball URL and semver; pass routes keep unendorsed
+ * versions marked `deprecated`; revoked ones go on every route; kept
+ * tarballs point at the gateway, a sha512 signed hash becomes
+ * `dist.integrity`. Capped by PACKUMENT_CAPS and MAX_VERSIONS.
+ * Owns: npm name syntax, path classes, the packument rewrite, npm's error
+ * body. Trusts: `MetadataIO`; nothing of the origin's packument.
+ * Must hold: a deny route offers no version without an endorsement in force
+ * for its exact semver, and never another package's tarball; every tarball
+ * link points at the gateway.
  */
 import { SemVer } from 'semver';
 import { isSemver } from '../../chain/block.ts';

@@ -1,19 +1,16 @@
 /**
- * `kind: oci` routes (README "Container images"): the read side of the OCI
- * distribution spec in front of a registry, where a tag resolves only to the
- * digest the chain endorses for its URL (oci.ts `manifestUrl`).
- *
- * Owns: the answers under `/v2/` (base, manifests by tag and digest, blobs
- * with Range, tags/list with pagination, the spec's error JSON), the
- * upstream's bearer-token flow and credentials file, and what is reachable
- * from an endorsed tag (platform manifests, config, layers), learnt from the
- * verified manifests served and relearnt from the upstream's tag list.
- * Trusts: the verified chain index; `ctx.artifacts.obtain`, which resolves
- * only with bytes that hashed to the digest asked for (mirror first).
- * Must hold: a manifest is fetched from the upstream by digest only, never by
- * tag, so a moved tag cannot reach a client; a byte is sent only after the
- * whole artifact matched its digest; nothing unendorsed is fetched on a deny
- * route; credentials and tokens are never logged or served.
+ * `kind: oci` routes: the read side of the OCI distribution spec in front of
+ * a registry, where a tag resolves only to the digest the chain endorses for
+ * its URL (oci.ts `manifestUrl`).
+ * Owns: the answers under `/v2/` (manifests, blobs with Range, tags/list,
+ * the spec's error JSON), the upstream's bearer-token flow and credentials
+ * file, and what is reachable from an endorsed tag (platform manifests,
+ * config, layers).
+ * Trusts: the verified index; `ctx.artifacts.obtain` (digest-checked bytes).
+ * Must hold: manifests are fetched upstream by digest only, never by tag; a
+ * byte is sent only after the whole artifact matched its digest; nothing
+ * unendorsed is fetched on a deny route; credentials and tokens are never
+ * logged or served.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createReadStream, readFileSync } from 'node:fs';

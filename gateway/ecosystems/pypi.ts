@@ -1,46 +1,16 @@
 /**
  * The PyPI route kind (`kind: pypi`): pip's simple repository API (PEP 503
- * HTML, PEP 691 JSON) through the gateway. README "PyPI (pip)" is the user's
- * reference. One route serves the index, one more each files host:
- *
- *   {prefix: /pypi/,       kind: pypi, origin: https://pypi.org/}
- *   {prefix: /pypi-files/, kind: pypi, origin: https://files.pythonhosted.org/}
- *
- *   GET /pypi/simple/<project>/          -> a project page of our own (below)
- *   GET /pypi/simple/                    -> other: passed on a pass route, else 404
- *   GET /pypi-files/packages/.../x.whl   -> an artifact: verified bytes (routes/proxy.ts)
- *
- * A project page is fetched through the metadata cache in the form the
- * client negotiated (JSON or HTML, by Accept; one cache form each), parsed
- * (artifacts/pypi-simple.ts; JSON strictly) into a list of files, and answered as
- * a fresh page: every file link is resolved against the page's origin URL,
- * its fragment dropped, and mapped to its artifact URL (the canonical base of
- * whichever route serves it + the path); a link no route serves is removed
- * (logged), an unendorsed one is removed on a deny route and kept on a pass
- * route, a revoked one (it answers 410) removed on both; kept links point at the gateway with the signed hash as the
- * fragment pip checks (sha256 / sha512; none for other algorithms). Side
- * files (core metadata, GPG signatures) are never offered: they are not
- * endorsed. A file is named as pip names it, from its URL (`artifacts/pip-url.ts`);
- * a link whose index name (anchor text, JSON `filename`) is another name is
- * dropped from the page with a warning (pip would install what the URL
- * names, while the user and the lockfile endorser read the index's name;
- * the other files of the project stay installable). The page is parsed
- * once per origin body and rendered once per chain state and form
- * (`MetadataIO.answer`). A redirect of the index (PyPI's 301 for a non-normalized name)
- * is answered with its Location mapped to the gateway.
- *
- * Owns: the classification of pip's paths, the Accept negotiation, which
- * page form an answer is read as (by content type; JSON as strict UTF-8,
- * HTML by its charset), the rewrite and the rendering of our pages,
- * the form of a failure pip shows (a text body; the reason in the status
- * line, since pip prints the status line and never the body).
+ * HTML, PEP 691 JSON) through the gateway; one route for the index, one per
+ * files host. A project page is fetched in the negotiated form, parsed
+ * (artifacts/pypi-simple.ts) and answered as a fresh page whose links point
+ * at the gateway with the signed hash as pip's fragment.
+ * Owns: pip's path classes, Accept negotiation, the rewrite and rendering of
+ * our pages, the failure form pip shows (reason in the status line).
  * Trusts: nothing of the index's answer (bad shapes are a 502 with the
- * reason; attribute values are re-escaped; the index's hashes never replace
- * signed ones); `MetadataIO` for the URL maps and the chain.
- * Must hold: every link on a page we send is a gateway URL; on a deny route
- * no link of an unendorsed file is offered, on any route none of a revoked one, and a project with
- * none left is a 404 with the reason; a fragment on an endorsed link is
- * exactly the signed hash; nothing of the origin's markup is sent.
+ * reason); `MetadataIO` for the URL maps and the chain.
+ * Must hold: every link on a page is a gateway URL; a deny route offers no
+ * unendorsed file and no route a revoked one; a link whose index name is
+ * not the name pip would install is dropped; no origin markup is sent.
  */
 import { PageError, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
 import { pipFileNames } from '../../artifacts/pip-url.ts';

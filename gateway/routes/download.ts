@@ -1,25 +1,15 @@
 /**
- * GET|HEAD /v1/download (DESIGN 3.2): select the block (3.3) -> get bytes
- * from the mirror or the origin -> hash with the block's algorithm ->
- * compare with artifact_hash -> serve only on equality.
- *
- * Trusts: the verified index, and `ArtifactSource.obtain`, which resolves
- * only with bytes that hashed to the artifact_hash it was given.
- * Every verified answer (200, 304, also on the proxy routes, which answer
- * through `serveVerified`) carries `Vouch-Proof`: the block's inclusion
- * proof in the served checkpoint, with that signed note (issue 17).
- * Every verified answer's head fits HEADER_BUDGET (8 KiB) whatever the
- * block: UNS is the whole block only where it fits (chain/uns-header.ts),
- * Vouch-Proof is bounded, and both are made once (per block, per block and
- * URL, per proof), not per answer (issue 31).
- * Must hold: no byte of an artifact reaches the client before the check
- * passed; failures have an empty body and the status of the table in 3.2;
- * memory per download stays bounded (large artifacts stream from a file);
- * an answer whose client takes no piece (at most SEND_PIECE bytes; in
- * practice the kernel takes a third of the socket's send buffer at a time)
- * for `origin.timeout` is torn down and its artifact released, so a client that
- * stops reading cannot hold memory (or a spool file) longer than that; the
- * buffer a file is sent through comes out of the memory budget.
+ * GET|HEAD /v1/download (docs/spec/design.md §3.2): select the block (§3.3),
+ * get bytes from the mirror or the origin, hash with the block's algorithm,
+ * serve only on equality. Every verified answer carries `Vouch-Proof` and a
+ * head within HEADER_BUDGET (UNS compact where the block does not fit,
+ * chain/uns-header.ts), made once per block, URL and proof.
+ * Trusts: the verified index; `ArtifactSource.obtain` (hash-checked bytes).
+ * Must hold: no artifact byte reaches the client before the check passed;
+ * failures have an empty body and §3.2's status; memory per download is
+ * bounded (large artifacts stream from a file, through a buffer from the
+ * memory budget); a client that takes no piece for `origin.timeout` is cut
+ * and its artifact released.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { open } from 'node:fs/promises';
@@ -287,7 +277,7 @@ function fitHead(ctx: GatewayContext, sel: Selection, common: Record<string, str
 
 /**
  * Serves the selected version's bytes after the hash check, with the
- * download headers of DESIGN 3.2 (plus `extraHeaders`, e.g. an origin's
+ * download headers of docs/spec/design.md §3.2 (plus `extraHeaders`, e.g. an origin's
  * headers on proxy routes). The head stays within HEADER_BUDGET whatever
  * the block (`fitHead`); `o.compactUns` sends the compact UNS form whatever
  * the block's size (package-manager routes: their clients do not read it).

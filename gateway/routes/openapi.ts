@@ -4,7 +4,7 @@
  * onboarding document for clients under /v1/skills/.
  *
  * Must hold: it describes what the handlers do — statuses from the error
- * catalogue, the download headers of DESIGN 3.2. A test compares it with
+ * catalogue, the download headers of docs/spec/design.md §3.2. A test compares it with
  * real responses.
  */
 import { ERROR_CATALOGUE } from '../../chain/errors.ts';

@@ -1,21 +1,15 @@
 /**
- * The route table of the proxy (README "Proxy routes"): configured routes
- * checked and compiled, a request target matched to its route (Host routes
- * first, then the longest prefix) and mapped to its artifact URL
- * (`canonical + rest`) and origin URL (`origin + rest`), targets that could
- * climb out of a route refused, and the URL maps ecosystem modules rewrite
- * metadata links with. Pure: no I/O.
- *
- * Owns: route compilation and its refusals (usage errors naming the key),
- * matching, the climb-out refusal (an allow-list of characters per path
- * segment, raw and decoded: README "Refused with 400"), the artifact /
- * gateway URL maps.
- * Trusts: the configuration's shape (config.ts validated it); an ecosystem
- * module's `checkedPath` / `artifactTarget` spellings, which are checked
- * again here.
- * Must hold: a mapped URL is the route's base followed by a path that
- * cannot leave it, checked before any lookup or origin request; a URL maps
- * to a gateway path only under a route that serves it.
+ * The proxy's route table: routes checked and compiled, a request target
+ * matched (Host routes first, then the longest prefix) and mapped to its
+ * artifact URL (`canonical + rest`) and origin URL (`origin + rest`),
+ * targets that could climb out refused, and the URL maps ecosystem modules
+ * rewrite links with. Pure: no I/O.
+ * Owns: compilation and its refusals (usage errors naming the key),
+ * matching, the climb-out refusal (allowed characters per segment, raw and
+ * decoded), the artifact / gateway URL maps.
+ * Trusts: config.ts's validation; ecosystem spellings, checked again here.
+ * Must hold: a mapped URL is the route's base plus a path that cannot leave
+ * it, checked before any lookup or origin request.
  */
 import { VouchError } from '../../chain/errors.ts';
 import type { RouteConfig, RouteKind } from '../config.ts';

@@ -1,48 +1,17 @@
 /**
- * Reverse-proxy routes (DESIGN 3.6): the gateway as a drop-in verifying proxy
- * in front of existing artifact hosts. README "Proxy routes" is the user's
- * reference; in short:
- *
- *   {prefix: /npm/, origin: https://registry.example/}
- *     GET /npm/a/b.tgz?x=1  ->  artifact URL https://registry.example/a/b.tgz?x=1
- *
- * The artifact URL is `canonical` (else the origin) + the request target
- * after the prefix; matching, mapping and the climb-out refusal live in
- * `proxy-routes.ts`. Endorsed URL (newest version): the verified bytes via
- * `serveVerified`, plus the kept origin headers (on a package-manager
- * route with the compact UNS form, which its client does not read). Not endorsed: `deny` -> 404,
- * `pass` -> the origin's response streamed through. `mode: audit` serves a
- * mismatch (from the origin, `X-Vouch-Audit: mismatch`) or a revoked version
- * (`X-Vouch-Audit: revoked`), logged and counted, instead of 409 / 410.
- *
- * A route may name a `canonical` base: the chain then endorses
- * `canonical + rest` while the bytes are fetched from `origin + rest`, so a
- * registry can move without invalidating endorsements. A route of `kind`
- * npm, pypi, goproxy or maven also answers the package manager's metadata through
- * its module in `ecosystems/` (links rewritten to the gateway, unendorsed
- * versions removed on deny routes), and its failures carry a short reason
- * in the form the client prints instead of an empty body.
- *
- * Owns: the route policies, the pass-through stream (its own undici
- * Agent), the metadata fetches and their cache, the request-scoped
- * `MetadataIO` ecosystem modules answer through (answers made once per
- * origin body, chain state and form, in the render worker where the module
- * allows; sent in pieces under the stall guard and charged to the memory
- * budget), failures in the client's form, and the proxy's counters.
- * Trusts: the verified chain index; `ArtifactSource.obtain`, which resolves
- * only with bytes that hashed to the signed artifact_hash; `serveVerified`
- * for the verified response; the configured origins (the operator's).
- * Must hold: on an enforce route an endorsed URL is answered only with bytes
- * that passed the hash check, or an empty failure; nothing of an unendorsed
- * URL is fetched or served on a deny route; a client that leaves cancels
- * the origin request; failures on plain routes have empty bodies; nothing
- * here throws into the request handler. Pass-through and metadata requests
- * go only to the route's origin and never follow a redirect (undici's Agent
- * does not): a 3xx goes to the client, or to the ecosystem module, which
- * maps its Location to the gateway — so no Location can point the gateway
- * itself at an internal host (verified fetches follow redirects in the
- * origin fetcher, which guards every hop that leaves the route's origin
- * and its canonical host).
+ * Reverse-proxy routes (docs/spec/design.md §3.6): the gateway as a drop-in
+ * verifying proxy. The artifact URL is `canonical` (else the origin) + the
+ * target after the prefix (proxy-routes.ts). Endorsed: verified bytes; not
+ * endorsed: 404 on `deny`, the origin's answer streamed on `pass`; `audit`
+ * serves a mismatch or revocation marked `X-Vouch-Audit`. Ecosystem kinds
+ * also answer their metadata through ecosystems/.
+ * Owns: route policies, the pass-through stream, metadata fetches and cache,
+ * `MetadataIO`, failures in the client's form, the proxy's counters.
+ * Trusts: the verified index; `ArtifactSource.obtain`; the operator's origins.
+ * Must hold: an enforce route serves only bytes that passed the hash check;
+ * nothing unendorsed is fetched on deny; a leaving client cancels the origin
+ * request; nothing throws into the handler; pass-through and metadata
+ * never follow a redirect, so no Location points the gateway inward.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomBytes } from 'node:crypto';

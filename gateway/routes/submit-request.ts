@@ -1,32 +1,16 @@
 /**
- * Strict, bounded parsing of the `POST /v1/submit` body (DESIGN 3.5), and
- * of the `POST /v1/revoke` body (`parseRevokeRequest`, at the end).
- *
- * Owns: the two accepted body forms and every rule on their members:
- *   single: {url, name, semver, license, comment?, expect?, effective_date?, tags?, algorithm?}
- *   multi:  {uns, semver, comment?, effective_date?, tags?, algorithm?,
- *            endorsements: [{url, name, semver, license, comment?, expect?, algorithm?}, ...]}
- * An entry's `algorithm` overrides the request's for that entry's artifact_hash.
- * `expect` is the client's claim of the bytes' hash (a lockfile's): one
- * claim or an array of 1..64 (the bytes match when any one does), each an
- * artifact hash `<alg>:<hex>` (sha1, sha256, sha384, sha512, sha3-256,
- * blake3) or Go's `h1:<base64>`; the authority compares it with what it
- * fetched and never signs it as given (gateway/submitter.ts).
- * A body with `uns` or `endorsements` is the multi form, else the single one.
- * The blocks form `{blocks: [multi, ...]}` (`parseSubmitBody`) is several
- * multi bodies endorsed together, each its own block: fetched as one
- * submit and appended in one commit, all of them or none (a lockfile's
- * blocks, as `vouch endorse --lockfile` appends them offline); a URL
- * appears once in the whole body.
- *
- * Trusts: nothing in the body. The HTTP layer has already enforced the
- * content type, the body size and JSON syntax, and checked the token.
- *
- * Must always hold: whatever this accepts builds a block that passes the
- * strict block parser (`chain/block.ts`) unchanged — same value forms, same
- * bounds, no lone surrogates, no tag name the parser would drop — and the
- * block file stays under `LIMITS.blockFileBytes`. Every refusal is
- * `VouchError('bad_request')` with one line naming the offending field.
+ * Strict, bounded parsing of the `POST /v1/submit` body (docs/spec/design.md
+ * §3.5) and of `POST /v1/revoke` (`parseRevokeRequest`).
+ * Owns: the accepted forms: single {url, name, semver, license, ...}, multi
+ * {uns, semver, endorsements: [...]}, and blocks {blocks: [multi, ...]}
+ * (appended together, all or none; a URL once per body); `expect` claims
+ * (1..64 artifact hashes or Go `h1:`), compared with the fetched bytes,
+ * never signed as given.
+ * Trusts: nothing in the body (content type, size, JSON syntax and the
+ * token were checked by the HTTP layer).
+ * Must hold: what this accepts builds a block the strict parser of
+ * chain/block.ts accepts unchanged, under `LIMITS.blockFileBytes`; every
+ * refusal is `bad_request` with one line naming the field.
  */
 import { VouchError } from '../../chain/errors.ts';
 import { LIMITS, isArtifactUrl, isDate, isLicenseId, isSemver, isUnitName } from '../../chain/block.ts';

@@ -1,23 +1,14 @@
 /**
- * The transparency routes (issue 17; README "Transparency"): the signed
- * checkpoint, tlog-tiles over the Merkle tree of the served chain, and JSON
- * inclusion and consistency proofs.
- *
- *   GET /checkpoint                      text/plain: the committed checkpoint.note (+ cosignatures)
- *   GET /tile/<L>/<N>[.p/<W>]            hashes of tree level 8L (C2SP tlog-tiles)
- *   GET /tile/entries/<N>[.p/<W>]        entry bundle: the record hashes of blocks N*256 ...
- *   GET /v1/proof/inclusion?index=&size= {"success":true,"index","size","leaf_hash","proof":[...]}
- *   GET /v1/proof/consistency?from=&to=  {"success":true,"from","to","proof":[...]}
- *
- * Trusts: the chain state's tree, which holds verified blocks only, and its
- * served note, which was opened against the tree.
- * Must hold: every answer is bounded (a tile is at most 8 KiB, a proof
- * at most ~130 hashes) and costs O(log n) lookups, never a pass over the
- * chain; tiles and bundles name only entries the tree holds (404 beyond, 400
- * for a path that is not a tile path); every tile and bundle is immutable,
- * partial ones too (tlog-tiles: the tile of a given width never changes; a
- * grown tree is served under another width); proof sizes beyond the tree are 404, malformed or
- * out-of-order parameters 400.
+ * The transparency routes (issue 17): `GET /checkpoint` (the committed note
+ * and cosignatures), `/tile/<L>/<N>[.p/<W>]` and `/tile/entries/<N>` (C2SP
+ * tlog-tiles), `/v1/proof/inclusion?index=&size=` and
+ * `/v1/proof/consistency?from=&to=` (JSON).
+ * Trusts: the chain state's tree (verified blocks only) and its served note,
+ * opened against the tree.
+ * Must hold: every answer is bounded and costs O(log n) lookups, never a
+ * pass over the chain; tiles and bundles name only entries the tree holds
+ * (404 beyond, 400 for a non-tile path) and never change once served;
+ * sizes beyond the tree are 404, malformed or out-of-order parameters 400.
  */
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';

@@ -28,11 +28,15 @@ export interface GatewayProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Writes `config` as YAML into `dir/vouch.yaml` and returns its path. */
-export function writeConfig(dir: string, config: Record<string, unknown>, name = 'vouch.yaml'): string {
+/**
+ * Writes `config` as YAML into `dir/vouch.yaml` and returns its path. A config without an `authority` key gets
+ * `authority: null` (read-only), as the tests mean it: a file is merged over the embedded default, whose
+ * development authority it would otherwise get (gateway/config.ts); `inheritAuthority` keeps the merge's own rule.
+ */
+export function writeConfig(dir: string, config: Record<string, unknown>, name = 'vouch.yaml', o: { inheritAuthority?: boolean } = {}): string {
   mkdirSync(dir, { recursive: true });
   const path = join(dir, name);
-  writeFileSync(path, stringify(config));
+  writeFileSync(path, stringify('authority' in config || o.inheritAuthority ? config : { ...config, authority: null }));
   return path;
 }
 

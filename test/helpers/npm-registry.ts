@@ -1,26 +1,17 @@
 /**
- * A small npm registry for tests (node:http on 127.0.0.1, port 0), enough
- * for the real npm CLI: packuments, full (`application/json`) or abbreviated
- * (`application/vnd.npm.install-v1+json`, when the Accept header asks for
- * it), scoped names asked as `/@scope%2fname` (or `/@scope/name`), and
- * tarballs at `/<name>/-/<basename>-<version>.tgz`. The `tarball` URLs in
- * packuments are absolute and name the registry itself, as Verdaccio and the
- * public registry do.
- *
- * Owns: the packages it was given, their tarballs (made by the real
- * `npm pack`, offline, in a temporary package directory), and a record of
- * every request (method, path, user-agent, accept).
- * Must hold: it only ever listens on a loopback address; `close()` destroys
- * every socket; a tampered tarball gets a matching integrity and shasum in
- * the packument (a consistent registry, so only the gateway can tell).
- *
+ * A small npm registry for tests (node:http on 127.0.0.1), enough for the
+ * real npm CLI: full and abbreviated packuments, scoped names, tarballs at
+ * `/<name>/-/<basename>-<version>.tgz` with absolute tarball URLs.
+ * Owns: its packages, their tarballs (real `npm pack`, offline), a record
+ * of every request.
+ * Must hold: loopback only; `close()` destroys every socket; a tampered
+ * tarball gets a matching integrity in the packument (only the gateway can
+ * tell).
  * Usage:
  *   const reg = await NpmRegistry.start(tmpDir);
  *   await reg.publish('leftpad', '1.0.0', { 'index.js': 'module.exports = 1\n' });
- *   reg.alias('leftpad', '9.9.9', '1.0.0');          // a version listing another version's tarball
- *   reg.alias('foo', '1.0.0', '1.0.0', { from: '@x/foo' });  // ... or another package's
+ *   reg.alias('leftpad', '9.9.9', '1.0.0');
  *   await reg.tamper('leftpad', '1.0.0', { 'index.js': 'evil\n' });
- *   reg.tarballUrl('leftpad', '1.0.0');  reg.requests
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';

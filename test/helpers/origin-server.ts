@@ -1,27 +1,16 @@
 /**
  * A real, configurable origin HTTP server for tests (node:http on loopback).
- *
- * Owns: serving registered paths with scripted behaviours — bodies (text,
- * bytes, or large deterministic patterns streamed without being held in
- * memory), status codes, content types, redirects (loops too), tampered
- * bytes, truncated or reset bodies, stalls and trickles — and recording what
- * happened to each request: how many arrived per path, how many bytes were
- * sent, and whether the client closed the connection before the body was
- * finished (the proof that a cancellation reached the origin).
- *
- * Must hold: it only ever listens on a loopback address; every socket is
- * destroyed by `close()`.
- *
+ * Owns: registered paths with scripted behaviours (bodies, large patterns
+ * streamed, statuses, redirects, tampering, truncation, resets, stalls,
+ * trickles) and a record per path: requests, bytes sent, and whether the
+ * client closed before the body ended (proof that a cancellation arrived).
+ * Must hold: it only listens on loopback; `close()` destroys every socket.
  * Usage:
  *   const origin = await OriginServer.start();
  *   origin.route('/a.tgz', { body: 'hello', contentType: 'application/gzip' });
- *   origin.route('/big', { body: pattern(64 * 1024 * 1024) });
- *   origin.route('/cut', { body: 'hello world', truncate: 5 });
  *   origin.route('/hang', { body: pattern(1 << 20), stall: 'body' });
- *   origin.route('/r', { redirect: '/a.tgz', status: 301 });
  *   fetch(origin.url('/a.tgz'));  ...  origin.requests('/a.tgz') === 1
- *   await origin.waitForClientClose('/hang');
- *   await origin.close();
+ *   await origin.waitForClientClose('/hang'); await origin.close();
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';

@@ -1,16 +1,11 @@
 /**
  * A small PyPI for tests on loopback: real distributions built with Debian's
- * python3 (`zipfile`, `tarfile`), and a host that serves simple-repository
- * pages (PEP 503 HTML or PEP 691 JSON, by the Accept header, as PyPI does)
- * and files. PyPI's layout is two such hosts: the index (pages with ABSOLUTE
- * links to the files host, `#sha256=` fragments and
- * `data-dist-info-metadata`) and the files host.
- *
- * Owns: building wheels (`<name>-<ver>.dist-info/{METADATA,WHEEL,RECORD}`)
- * and sdists; serving pages and files; recording every request with its
- * user agent and Accept (the proof of who contacted the host).
- * Must hold: it only listens on 127.0.0.1; `close()` destroys every socket.
- *
+ * python3, and hosts serving simple pages (PEP 503 HTML or PEP 691 JSON, by
+ * Accept) and files, laid out as PyPI is (an index with absolute links and
+ * `#sha256=` fragments, and a files host).
+ * Owns: building wheels and sdists; serving; recording every request with
+ * its user agent and Accept.
+ * Must hold: 127.0.0.1 only; `close()` destroys every socket.
  * Usage:
  *   const files = await PypiHost.start(); const index = await PypiHost.start();
  *   files.file('/packages/a/x-1.0-py3-none-any.whl', wheelBytes);

@@ -1,7 +1,7 @@
 /**
  * `vouch check`: offline, does FILE match what the chain signed for URL?
  * Verifies the whole chain first (a tampered chain vouches for nothing),
- * selects the version (DESIGN 3.3) and compares the file's hash.
+ * selects the version (docs/spec/design.md §3.3) and compares the file's hash.
  */
 import type { Command } from '../command.ts';
 import { UsageError, emit, refuse } from '../command.ts';

@@ -1,24 +1,14 @@
 /**
  * `vouch endorse --gateway URL --token-file FILE`: endorsing through a
- * running authority gateway (POST /v1/submit) instead of writing the chain.
- *
- * Owns: the client side. `--url` makes one submit; `--lockfile` reads the
- * lockfile as the offline command does (endorse-lockfile.ts), packs its
- * entries into the blocks the offline command would make (blocks.ts) and
- * sends them in the submit's blocks form, in as few submits as its bounds
- * allow (one up to 1000 entries): the authority fetches each submit's
- * entries as one pool and appends its blocks in one commit, all or none, as
- * the offline command does (one submit per block, fetched in bursts of a
- * block and committed alone, was slower: bench/RESULTS.md "Endorsing a
- * lockfile through the running authority"). Each entry carries the
- * lockfile's hash as a claim (`expect`) and its algorithm. Progress comes
- * back as NDJSON lines; a bar on a terminal, one plain line per block
- * otherwise.
- *
- * Trusts: nothing it sends: the authority fetches and hashes every artifact
- * and refuses a block whose bytes contradict a claim. Must hold: one line
- * per refused entry naming the lockfile's package; the exit codes of the
- * offline command (tools/exit-codes.ts); the token is never printed.
+ * running authority (POST /v1/submit) instead of writing the chain. `--url`
+ * makes one submit; `--lockfile` reads and packs the lockfile as the offline
+ * command does and sends the blocks form, in as few submits as its bounds
+ * allow (bench/RESULTS.md "Endorsing a lockfile through the running
+ * authority"); each entry carries the lockfile's hash as `expect`. Progress
+ * comes back as NDJSON: a bar on a terminal, a line per block otherwise.
+ * Trusts: nothing it sends: the authority fetches, hashes and checks claims.
+ * Must hold: one line per refused entry naming the package; the offline
+ * command's exit codes; the token is never printed.
  */
 import { readFileSync } from 'node:fs';
 import { emit, progressReporter, UsageError } from '../command.ts';

@@ -1,33 +1,16 @@
 /**
- * `vouch endorse --lockfile FILE`: endorses what a project already pins —
- * every artifact of a package-lock.json / npm-shrinkwrap.json, a pip
- * requirements file in hash-checking mode, or a go.sum — after fetching it
- * and checking it against the lockfile's own hash.
- *
- * Owns: the run. Options are checked and the whole lockfile read (names,
- * versions, licences) before anything is fetched; the chain's head and key
- * are checked before the network is used; every artifact is fetched (at
- * most 8 at once, one progress bar on a terminal) and checked; then the
- * chain's earlier endorsements of the same URLs decide: same bytes and
- * semver as the newest is `unchanged` (skipped), the same URL and semver
- * with other bytes is `semver_conflict` (exit 1); the rest is packed into as
- * few blocks as the format allows whose UNS header form fits UNS_FULL_MAX
- * (so a gateway's answer carries the whole block within its header budget,
- * issue 31; tools/lockfiles/blocks.ts) and appended in one commit with one
- * checkpoint for the new head.
- *
- * Trusts: the lockfile for what should be endorsed, never for bytes: bytes
- * are fetched and must match. Must hold: any failure (a mismatch, a
- * conflict, a fetch error) appends nothing; the endorsed URL is the
- * lockfile's (canonical) URL even when `--origin` fetched it elsewhere.
- *
- * Tests may lower the block limits with VOUCH_LOCKFILE_BLOCK_ENTRIES and
- * VOUCH_LOCKFILE_BLOCK_BYTES (never above the format's).
- *
- * Block defaults: uns `--name`, else the npm root package's unit name,
- * else `lockfile/<directory of the lockfile>`; semver `--semver`, else the
- * npm root version when it is SemVer, else `0.0.0`; comment `--comment`,
- * else `<uns> <semver> from <lockfile name>` (with `part k of K` when split).
+ * `vouch endorse --lockfile FILE`: endorses what a project already pins (an
+ * npm lockfile, pip requirements with hashes, a go.sum) after fetching each
+ * artifact and checking it against the lockfile's hash.
+ * Owns the run: options and the whole lockfile read before any fetch; head
+ * and key checked before the network; fetches at most 8 at once; earlier
+ * endorsements decide `unchanged` (skipped) or `semver_conflict` (exit 1);
+ * the rest packed into as few blocks as fit UNS_FULL_MAX
+ * (tools/lockfiles/blocks.ts) and appended in one commit.
+ * Trusts: the lockfile for what to endorse, never for bytes.
+ * Must hold: any failure appends nothing; the endorsed URL is the
+ * lockfile's even when `--origin` fetched it elsewhere. Tests may lower the
+ * block limits (VOUCH_LOCKFILE_BLOCK_ENTRIES, VOUCH_LOCKFILE_BLOCK_BYTES).
  */
 import { readFileSync, statSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';

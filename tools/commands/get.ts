@@ -1,38 +1,17 @@
 /**
- * `vouch get`: the client that trusts no single gateway. Downloads through a
- * gateway, then checks itself, before FILE appears (written to a temp file,
- * renamed last):
- *   1. the UNS block is signed by the pinned key and endorses the URL (and
- *      the asked version / date); a compact UNS (a block too large for a
- *      header, chain/uns-header.ts) names the block by index and
- *      record_hash: it is fetched from the same gateway's /v1/block and must
- *      be that block, with the header's entry for the URL;
- *   2. the `Vouch-Proof` checkpoint note is signed by the pinned key (note
- *      key name = the log's origin; `--origin` pins it);
- *   3. the block's record_hash is proven at its index in that checkpoint;
- *   4. that checkpoint extends the newest one this client saw before for the
- *      origin (state file; consistency proof from the gateway, verified), and
- *      is not older than it (a stale answer can hide a newer version or a
- *      revocation); with `--policy`, it carries the witness quorum;
- *   5. the bytes hash to the block's artifact_hash.
- * With several `--gateway`s it first asks each for the lookup with its proof,
- * proves their checkpoints mutually consistent, requires the same selection
- * on the same tree and an explanation of any other (tools/tlog-client.ts
- * `decide`: a newer block beyond a smaller tree, or a revocation beyond it
- * that the newest gateway proves), and downloads from the gateway with the
- * newest checkpoint. The state file is updated only when everything passed.
- *
- * Trusts: the `--public-key` (and `--origin`, `--policy`) the user gives,
- * and the state file's past (it is re-verified against the key).
- * Must hold: exit 0 only after every check above passed; a refusal exits 1
- * and leaves FILE and the state file untouched. Any answer that is not the
- * protocol's (a status other than 200 or a documented error, a redirect, a
- * broken or mis-framed HTTP answer, a truncated or oversized body, a body
- * whose length is not its Content-Length, JSON that does not parse or is
- * not an object of the expected members, a header twice) is a refusal with
- * a catalogue code (`bad_answer`, or the check's own), never an internal
- * error; only reaching no gateway, its documented server-side statuses and
- * the timeout exit 2.
+ * `vouch get`: the client that trusts no single gateway. Before FILE appears
+ * (temp file, renamed last) it checks: the UNS block is signed by the pinned
+ * key and endorses the URL (a compact UNS is fetched from /v1/block); the
+ * `Vouch-Proof` note is signed by that key; the block is proven in it; the
+ * checkpoint extends the newest one seen before (state file) and meets
+ * `--policy`'s quorum; the bytes hash to artifact_hash. With several
+ * `--gateway`s their checkpoints must be consistent and their selections
+ * agree or be explained (tools/tlog-client.ts `decide`).
+ * Trusts: `--public-key`, `--origin`, `--policy`; the state file's past.
+ * Must hold: exit 0 only after every check passed; a refusal exits 1 and
+ * leaves FILE and the state file untouched; any answer outside the protocol
+ * is a refusal with a catalogue code (`bad_answer`), never an internal
+ * error; only an unreachable gateway, its server errors and a timeout exit 2.
  */
 import { createWriteStream, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';

@@ -1,19 +1,14 @@
 /**
- * `vouch verify`: offline verification of a chain directory (a plain
- * `git clone` is enough). Signature checks run on all cores; a progress bar
- * shows on a terminal, nothing on a pipe; one summary line at the end, or
- * the first failure as `<code> at block <index>` (exit 1).
- *
- * What is verified is what branch main commits (store/parallel-verify.ts): the
- * working tree's files must be exactly those blobs. Safe on an untrusted
- * clone: nothing in the directory makes it read more than 16 MiB per file,
- * follow a link, wait on a FIFO or plan work from an unverified size.
- *
- * The Merkle tree (issue 17): each verified block's leaf hash (hashed in the
- * workers) is folded into the tree's right edge in chain order (one node
- * hash a block, amortized; a few hundred bytes whatever the size), and the
- * `checkpoint.note` branch main commits must open with the authority key
- * (key name = its origin), name the chain's size and carry that root.
+ * `vouch verify`: offline verification of a chain directory (a plain `git
+ * clone` is enough), signatures on all cores, a progress bar on a terminal,
+ * one summary line, or the first failure as `<code> at block <index>`
+ * (exit 1). What is verified is what branch main commits
+ * (store/parallel-verify.ts). Safe on an untrusted clone: bounded reads per
+ * file, no links followed, no FIFO waited on, no work planned from an
+ * unverified size.
+ * Must hold: each block's leaf hash is folded into the Merkle tree's right
+ * edge in chain order, and the committed `checkpoint.note` must open with
+ * the authority key, name the chain's size and carry that root.
  */
 import type { Command } from '../command.ts';
 import { progressReporter } from '../command.ts';

@@ -1,23 +1,14 @@
 /**
- * Packing many endorsements into as few blocks as the format allows.
- *
- * Owns: the split. A block holds at most `maxEntries` entries (the format's
- * LIMITS.endorsements) and its file (formatBlockFile, UTF-8) at most
- * `maxBytes` bytes (LIMITS.blockFileBytes), and, when `maxUnsBytes` is
- * given, its full UNS header form (chain/uns-header.ts, under the longest
- * service name a gateway may have) at most that many bytes, so that every
- * gateway answer carries the whole block within its header budget (issue
- * 31; an entry too large for that alone gets a block of its own, which
- * gateways answer with the compact form); entries keep their order; the
- * caller guarantees a URL appears once in the whole list, so once per block.
- * Chunks are first cut by an estimate (each entry's share of the file, plus
- * the rest of a block measured on a probe block built with the first entry),
- * then every block is built and measured; a block over the limit is split
- * in two and the run rebuilt, so the limit holds by measurement.
- *
- * Trusts: `build` to make the block that will be appended (signed, after
- * the previous one). Must hold: blocks chain (each built after the one
- * before it); a single entry too large for a block is an error.
+ * Packing many endorsements into as few blocks as the format allows: at most
+ * LIMITS.endorsements entries and LIMITS.blockFileBytes bytes a block, and
+ * with `maxUnsBytes` a full UNS header form within it (issue 31; an entry
+ * too large alone gets its own block, answered in the compact form).
+ * Chunks are cut by estimate, then every block is built and checked; one
+ * over the limit is split and rebuilt, so the limit holds by construction.
+ * Trusts: `build` to make the block that will be appended; the caller for
+ * URLs appearing once in the list.
+ * Must hold: entries keep their order; blocks chain; a single entry too
+ * large for a block is an error.
  */
 import { type Block, formatBlockFile } from '../../chain/block.ts';
 import { VouchError } from '../../chain/errors.ts';

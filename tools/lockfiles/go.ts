@@ -1,25 +1,14 @@
 /**
  * Reading a `go.sum` and checking a GOPROXY's files against it.
- *
- * Owns:
- * - the go.sum lines read: `<module> <version> h1:<base64>` (the module
- *   zip) and `<module> <version>/go.mod h1:<base64>` (its go.mod);
- * - the GOPROXY URLs: `<proxy>/<escaped module>/@v/<escaped version>.zip`
- *   and `.mod`, where escaping writes each upper-case letter as `!` and its
- *   lower case (golang.org/x/mod/module EscapePath / EscapeVersion);
- * - Go's `h1:` hash (golang.org/x/mod/sumdb/dirhash Hash1, read in Go's own
- *   source): sha256 over the lines `<hex sha256 of the file>  <name>\n`, one
- *   per file, sorted by name bytewise, base64 (standard, padded). For a zip
- *   the names are the zip's (every entry, as HashZip does), for a go.mod the
- *   one name `go.mod` (cmd/go goModSum);
- * - the checks the go command makes before hashing a zip: every name starts
- *   with `<module>@<version>/`; plus bounds: zip ≤ 500 MiB and the same cap
- *   on the total uncompressed size (Go's modzip limits), ≤ 1,000,000
- *   entries, no name twice, none with a newline; go.mod ≤ 16 MiB.
- *
- * Trusts: yauzl for the zip's structure (its central directory, entry sizes
- * it checks against what it inflates). Must hold: a zip is spooled to a
- * private temporary file (never held in memory) and removed afterwards.
+ * Owns: the lines read (`<module> <version> h1:...` and `.../go.mod h1:...`),
+ * the GOPROXY URLs with Go's case escaping (`!x`), Go's `h1:` hash
+ * (golang.org/x/mod/sumdb/dirhash Hash1: sha256 over sorted
+ * `<hex sha256>  <name>` lines), and the go command's zip checks (names
+ * under `<module>@<version>/`, Go's modzip size limits, no duplicate or
+ * newline names; a bounded go.mod).
+ * Trusts: yauzl for the zip's structure.
+ * Must hold: a zip is spooled to a private temporary file, never held in
+ * memory, and removed afterwards.
  */
 import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
 import { createHash } from 'node:crypto';

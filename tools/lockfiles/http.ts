@@ -1,22 +1,14 @@
 /**
  * HTTP for `vouch endorse --lockfile`: bounded GETs over undici, with the
- * `--origin CANONICAL=FETCH` mapping (fetch a canonical URL's bytes from a
- * mirror while the canonical URL is what gets endorsed).
- *
- * Owns: the origin map; per request a connect timeout, a headers timeout,
- * an idle-body timeout and a byte cap (declared Content-Length and streamed
- * bytes both); following at most 5 redirects, each hop mapped again; turning
- * every failure into one VouchError line naming the canonical URL (and the
- * URL actually asked when they differ).
- *
- * Does not reuse artifacts/artifact-digest.ts: that goes through the gateway's
- * origin fetcher, which sends no Accept header (PEP 691 needs one), knows
- * no origin map and hashes with one algorithm; this module imports only
- * chain/ and undici.
- *
- * Trusts: nothing it receives. Must hold: a body is handed over only for a
- * 2xx final answer and never yields more than `maxBytes` bytes; a caller
- * that stops reading early (or whose signal aborts) has the socket closed.
+ * `--origin CANONICAL=FETCH` mapping (fetch from a mirror, endorse the
+ * canonical URL). Not artifacts/artifact-digest.ts: that sends no Accept
+ * (PEP 691 needs one), knows no origin map and hashes one algorithm.
+ * Owns: the origin map; per request connect, headers and idle-body timeouts
+ * and a byte cap; at most 5 redirects, each mapped again; one VouchError
+ * line per failure naming the canonical URL (and the URL asked).
+ * Trusts: nothing it receives.
+ * Must hold: a body is handed over only for a final 2xx and never yields
+ * more than `maxBytes`; a caller that stops early has the socket closed.
  */
 import { Agent, request, type Dispatcher } from 'undici';
 import { VouchError } from '../../chain/errors.ts';

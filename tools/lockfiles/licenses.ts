@@ -1,17 +1,11 @@
 /**
- * Licence checks of `vouch endorse` (both modes): an SPDX license expression
- * by the SPDX list, through the `spdx-expression-parse` package.
- *
- * Owns: the rule. A licence passes when `spdx-expression-parse` accepts it
- * (ids of the SPDX list, `LicenseRef-...`, `DocumentRef-...:LicenseRef-...`,
- * `WITH` exceptions, `AND`/`OR`, parentheses, `+`) and it fits the chain's
- * own form (`isLicenseId` of chain/block.ts: at most 128 characters of
- * letters, digits, `.+:()-` and spaces). `--license-unchecked` drops the
- * SPDX half only. npm's `UNLICENSED` and `SEE LICENSE IN <file>` are not
- * SPDX and are refused without it. Parentheses around the whole expression
- * (`(MIT OR Apache-2.0)`, common in npm metadata) are dropped first: the
- * same expression, in the form the chain accepts (it must start with a
- * letter or digit).
+ * Licence checks of `vouch endorse`: an SPDX expression by the SPDX list,
+ * through `spdx-expression-parse`.
+ * Owns: the rule: the parser accepts it (SPDX ids, LicenseRef, WITH,
+ * AND/OR, parentheses, `+`) and it fits the chain's own form (`isLicenseId`
+ * of chain/block.ts). `--license-unchecked` drops the SPDX half only; npm's
+ * `UNLICENSED` and `SEE LICENSE IN` are refused without it; parentheses
+ * around the whole expression are dropped first.
  * Must hold: never throws anything but VouchError.
  */
 import parseSpdx from 'spdx-expression-parse';

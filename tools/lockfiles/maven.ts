@@ -1,26 +1,15 @@
 /**
  * What a Maven build resolved, for `vouch endorse --lockfile`: the output of
- * `mvn dependency:list -DoutputFile=FILE` or a local repository directory
- * (`-Dmaven.repo.local=DIR` of a build, or `~/.m2/repository`), and the
- * repository they came from (`--maven-repo`, default Central).
- *
- *   dependency list  every `group:artifact:type[:classifier]:version:scope`
- *                    line: the artifact file and its .pom, then the parent
- *                    POMs and imported BOMs (literal versions) those name
- *   directory        every file Maven recorded as downloaded from a
- *                    repository (`_remote.repositories`: `file>repo=`);
- *                    installed and symlinked files are skipped
- *
- * Each file is then checked against the repository's `.sha256` (else its
- * `.sha1`) where present, and for a directory against the local file.
- *
+ * `mvn dependency:list -DoutputFile=FILE` (each artifact, its .pom, parent
+ * POMs and imported BOMs) or a local repository directory (files recorded in
+ * `_remote.repositories`), against `--maven-repo` (default Central). Each
+ * file is checked against the repository's `.sha256` (else `.sha1`).
  * Owns: the two readers (bounded: lines, files, depth, side-file size),
- * Maven's type -> extension rule, the unit name (`maven/<groupId>+<artifactId>`)
- * and the SemVer of a Maven version (`mavenSemver`).
+ * Maven's type -> extension rule, the unit name
+ * (`maven/<groupId>+<artifactId>`), `mavenSemver`.
  * Trusts: nothing read; a side file only says what the bytes must be.
- * Must hold: a Pinned is complete (name, semver, licence, the digests the
- * bytes must match) before its bytes are fetched; a local file that
- * disagrees with the repository's checksum fails the run.
+ * Must hold: a Pinned is complete before its bytes are fetched; a local file
+ * that disagrees with the repository's checksum fails the run.
  */
 import { createHash } from 'node:crypto';
 import { createReadStream, lstatSync, readdirSync, readFileSync } from 'node:fs';

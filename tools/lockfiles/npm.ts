@@ -1,23 +1,14 @@
 /**
  * Reading npm's `package-lock.json` / `npm-shrinkwrap.json` (lockfile
  * versions 1, 2 and 3) into the artifacts to endorse.
- *
- * Owns: which entries count. v2/v3 read the `packages` map (v2 also holds
- * the v1 tree, which is then ignored); v1 reads the `dependencies` tree.
- * An entry is endorsed when it has an http(s) `resolved` tarball URL and an
- * `integrity`; skipped (and counted by reason) when it is a link or
- * workspace (`link`, or a folder outside node_modules), bundled
- * (`inBundle`/`bundled`: it comes inside its parent's tarball), has no
- * `resolved`, a non-http(s) one (git, file:), or no `integrity`. The same
- * tarball listed at several paths is one artifact.
- *
- * The check: the bytes must match the strongest algorithm of the SRI
- * `integrity` (as npm's ssri does); the entry is endorsed with that
- * algorithm when vouch has it (sha512, sha256), else with sha256.
- *
- * Must hold: nothing is fetched here; every returned entry already has a
- * unit name, SemVer and checked licence, or the whole read fails naming the
- * package.
+ * Owns: which entries count: one with an http(s) `resolved` tarball and an
+ * `integrity` is endorsed; links, workspaces, bundled entries and entries
+ * without either are skipped and counted by reason; one tarball listed at
+ * several paths is one artifact. The bytes must match the strongest SRI
+ * algorithm (as npm's ssri); endorsed with it when vouch has it, else
+ * sha256.
+ * Must hold: nothing is fetched here; every entry returned has a unit name,
+ * SemVer and checked licence, or the read fails naming the package.
  */
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl } from '../../chain/block.ts';

@@ -1,51 +1,16 @@
 /**
  * Reading a pip `requirements.txt` in hash-checking mode and finding, on a
  * PEP 503 / PEP 691 simple index, the files it pins.
- *
- * Owns: the requirements subset understood and the index rules.
- * - A requirement is `name[extras]==version` (or `===`) with one or more
- *   `--hash=<sha256|sha384|sha512>:<hex>`; `\` continues a line; `#`
- *   starts a comment (at the start or after whitespace); an environment
- *   marker (`; python_version < "3.8"`) is dropped, not evaluated: the pinned
- *   files are endorsed whatever the marker says.
- * - `-r`/`--requirement`, `-c`/`--constraint` and `-e`/`--editable` lines
- *   are refused (endorse each file on its own); other option lines
- *   (`--index-url`, `--find-links`, ...) are ignored with a note
- *   (`--require-hashes` silently: it is what this reads anyway). A
- *   requirement that is not pinned with `==`, has no `--hash`, or is a
- *   direct URL is refused naming its line.
- * - The index page is `<index>/<PEP 503 name>/`, asked for with
- *   `Accept: application/vnd.pypi.simple.v1+json, text/html;q=0.1`: a PEP
- *   691 JSON answer is read as JSON, anything else as HTML (both by
- *   artifacts/pypi-simple.ts: anchors through htmlparser2, `<base href>`
- *   honoured, the anchor text as the file name; JSON shapes checked, a page
- *   it refuses fails naming why). Links resolve against the page's URL (the
- *   canonical one after redirects).
- * - A file's name is the one pip reads from its link (tools/lockfiles/
- *   artifacts/pip-url.ts: the last path segment, percent-decoded), never the index's
- *   word: a file the index names otherwise (JSON `filename`, anchor text),
- *   or whose link pip versions read differently, is refused naming the
- *   package when either name carries the pinned version, and ignored
- *   otherwise.
- * - The file is at most 32 MiB, 1,000,000 lines, and a line joined with its
- *   continuations at most 1 MiB (joined in linear time); a requirement has
- *   at most 2,000 files of its version at the index; past a bound, one
- *   error naming it.
- * - A file is a candidate when its name (wheel or sdist) carries the pinned
- *   version (PEP 440 equality; `===` compares the text) and the hash the
- *   index gives for it (URL `#<alg>=` fragment or JSON `hashes`) is pinned;
- *   a file the index gives no hash of a pinned algorithm for is fetched too,
- *   and kept only if its bytes match. The fetched bytes of every endorsed
- *   file match a pinned hash; a requirement with no such file fails.
- * - The endorsed URL is the file's URL without its fragment, its path
- *   spelled as pip requests it (pip re-quotes each path part: `+` becomes
- *   `%2B`, `!` `%21`; `@` and `%2F` stay), so the gateway's pypi route
- *   checks the same string; the algorithm
- *   is the pins' one when they all use one vouch has (sha256, sha512), else
- *   sha256.
- *
- * Must hold: nothing here trusts the index: its hashes only choose what to
- * fetch; bytes decide.
+ * Owns: the subset understood: `name[extras]==version` (or `===`) with one
+ * or more `--hash=`; `\` continuations, comments; markers dropped, not
+ * evaluated; `-r`, `-c`, `-e` refused, other options ignored with a note;
+ * unpinned, unhashed or direct-URL requirements refused naming the line.
+ * A file's name is the one pip reads from its link (artifacts/pip-url.ts),
+ * and the endorsed URL is spelled as pip requests it. Bounded: file size,
+ * line count, joined line length, files per version (one error past one).
+ * Trusts: nothing of the index: its hashes only choose what to fetch.
+ * Must hold: every endorsed file's fetched bytes match a pinned hash; a
+ * requirement with no such file fails.
  */
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl } from '../../chain/block.ts';
