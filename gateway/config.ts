@@ -6,8 +6,10 @@
  * Owns: the embedded default (`EMBEDDED_DEFAULT`), the merge of a file over
  * it, the strict validation, and the resolved `Config` the gateway reads.
  * Merge rule: objects merge key by key, arrays and scalars (and null)
- * replace; `authority: null` makes a file read-only, and a file that sets
- * `chain.remote` (a mirror) gets an authority only by writing one. Relative
+ * replace; `authority: null` makes a file read-only, and a file that names
+ * its own chain (`chain.dir` or `chain.remote`) gets an authority only by
+ * writing one (the default's development key signs only the default's
+ * ./var/chain, never a chain a file points at). Relative
  * paths resolve against the file's directory (the working directory for the
  * embedded default).
  * Must hold: secrets are referenced by file path only; their contents never
@@ -346,17 +348,21 @@ export function mergeDocs(base: unknown, over: unknown): unknown {
 
 /**
  * A file's document merged over the embedded default. The one exception to
- * the merge: a file that sets `chain.remote` without an `authority` section
- * is a mirror and stays read-only (the default's development authority would
- * push to the remote it follows).
+ * the merge: a file that names its own chain (`chain.remote`, or a
+ * `chain.dir` other than the default's ./var/chain) without an `authority`
+ * section stays read-only. The default's development
+ * authority belongs to the default's chain under ./var: inherited by a file
+ * that names another chain, it would sign a production chain with a fresh
+ * development key (or push to the remote a mirror follows).
  */
 export function mergeOverDefault(doc: unknown): { doc: unknown; authorityFromDefault: boolean } {
   const file = doc === null || doc === undefined ? {} : doc;
   if (!isMapping(file)) return { doc: file, authorityFromDefault: false };
   const chain = file.chain;
-  const mirror = isMapping(chain) && chain.remote !== undefined && chain.remote !== null;
+  const defaultDir = (EMBEDDED_DEFAULT.chain as { dir: string }).dir;
+  const ownChain = isMapping(chain) && ((chain.remote !== undefined && chain.remote !== null) || (chain.dir !== undefined && chain.dir !== null && chain.dir !== defaultDir));
   const base: Record<string, unknown> = { ...EMBEDDED_DEFAULT };
-  if (mirror && !('authority' in file)) base.authority = null;
+  if (ownChain && !('authority' in file)) base.authority = null;
   return { doc: mergeDocs(base, file), authorityFromDefault: !('authority' in file) && base.authority !== null };
 }
 

@@ -81,11 +81,14 @@ test('a config file is merged over the embedded default: only listen gives autho
   assert.ok(c.authority !== null, 'a file with only listen is read-only');
   assert.equal({ ...c, listen: d.listen, public_url: d.public_url, source: null }, d);
   assert.is(c.listen.port, 0);
-  // Mappings merge key by key, lists and scalars replace; authority: null is read-only; a mirror file stays read-only.
+  // Mappings merge key by key, lists and scalars replace; authority: null is read-only; a file naming its own chain (a mirror's remote, or a dir) stays read-only.
   assert.equal(mergeDocs({ a: { b: 1, c: [1, 2] }, d: 1 }, { a: { c: [3] }, d: null }), { a: { b: 1, c: [3] }, d: null });
   assert.is(loadConfigFile(writeConfig(join(work, 'ro'), { listen: { port: 0 } })).authority, null);
   const mirror = writeConfig(join(work, 'mirror'), { chain: { remote: 'http://127.0.0.1:1/c.git', public_key: 'A'.repeat(43) + '=' } }, 'vouch.yaml', { inheritAuthority: true });
   assert.is(loadConfigFile(mirror).authority, null);
+  // A file naming its own chain never inherits the development authority (it would sign that chain with a fresh dev key).
+  const own = writeConfig(join(work, 'own'), { chain: { dir: join(work, 'own', 'chain') } }, 'vouch.yaml', { inheritAuthority: true });
+  assert.is(loadConfigFile(own).authority, null);
   // Through a real process: the key and token are created next to the file, and a --dev submit works.
   const g = await serve(['--config', file, '--dev'], work);
   assert.match(g.stdout().split('\n')[0]!, /^mode: authority \(submit enabled, signer vouch-dev; the embedded default's development authority, merged under the config file/);
@@ -162,7 +165,7 @@ test('a port in use names the port, says another process holds it and how to cho
   try {
     const dir = join(work, 'port');
     mkdirSync(dir);
-    const r = await vouchAsync(['serve', '--config', writeConfig(dir, { listen: { port }, chain: { dir: join(dir, 'chain') } }, 'vouch.yaml', { inheritAuthority: true })]);
+    const r = await vouchAsync(['serve', '--config', writeConfig(dir, { listen: { port } }, 'vouch.yaml', { inheritAuthority: true })]);
     assert.is(r.status, 2, r.stderr);
     assert.match(r.stderr, new RegExp(`port ${port} is in use by another process`));
     assert.match(r.stderr, /--listen 127\.0\.0\.1:PORT/);
