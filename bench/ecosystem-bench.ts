@@ -21,7 +21,7 @@
  * The registry is the tests' fixture (test/helpers/npm-registry.ts, real
  * `npm pack` tarballs); everything runs on 127.0.0.1.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, type Block, type EndorsementInput } from '../chain/index.ts';

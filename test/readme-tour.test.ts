@@ -21,7 +21,7 @@ import { repoRoot } from './helpers/vectors.ts';
 export function fencedBlocks(markdown: string, info: string): string[] {
   const out: string[] = [];
   const re = /^```([^\n]*)\n([\s\S]*?)^```$/gm;
-  for (let m = re.exec(markdown); m !== null; m = re.exec(markdown)) if (m[1].trim() === info) out.push(m[2]);
+  for (let m = re.exec(markdown); m !== null; m = re.exec(markdown)) if (m[1]!.trim() === info) out.push(m[2]!);
   return out;
 }
 
@@ -59,7 +59,7 @@ function ownNetwork(): string[] | null {
 }
 
 test('the tour, verbatim: a verified download, a tamper refused, an offline verify', () => {
-  const [gateway] = fencedBlocks(readme, 'sh tour-gateway');
+  const gateway = fencedBlocks(readme, 'sh tour-gateway')[0] ?? '';
   const steps = fencedBlocks(readme, 'sh tour');
   const dir = plainCopy();
   try {
@@ -79,7 +79,7 @@ test('the tour, verbatim: a verified download, a tamper refused, an offline veri
     writeFileSync(join(dir, 'tour.sh'), `trap '${cleanup}' EXIT\n${script}\n`);
     const ns = ownNetwork();
     const cmd = ns === null ? ['bash', 'tour.sh'] : ['unshare', ...ns, 'bash', 'tour.sh'];
-    const r = spawnSync(cmd[0], cmd.slice(1), { cwd: dir, encoding: 'utf8', timeout: 240_000, env: { ...process.env, CI: 'true', FORCE_COLOR: '0' } });
+    const r = spawnSync(cmd[0]!, cmd.slice(1), { cwd: dir, encoding: 'utf8', timeout: 240_000, env: { ...process.env, CI: 'true', FORCE_COLOR: '0' } });
     const out = `${r.stdout}\n${r.stderr}`; if (process.env.VOUCH_TOUR_SHOW) console.log(out);
     const log = existsSync(join(dir, 'gateway.log')) ? readFileSync(join(dir, 'gateway.log'), 'utf8') : '';
     assert.ok(out.includes('=== tour done'), `the tour stopped (exit ${r.status}):\n${out}\n--- gateway.log\n${log}`);

@@ -18,7 +18,7 @@ export const serve: Command = {
     'relative paths are relative to the file. The gateway prints the mode and the chain directory at start.',
     'Stops cleanly on SIGINT, SIGTERM or SIGHUP; run by npm (npm start, npx), also when npm exits.',
   ].join('\n'),
-  options: { config: { type: 'string', value: 'FILE', help: 'YAML configuration file (its keys: README.md, Configuration)' } },
+  options: { config: { type: 'string', value: 'FILE', help: 'YAML configuration file (its keys: docs/guide/configuration.md)' } },
   noResultOptions: true,
   async run(v) {
     // Loaded here so the other commands do not pay for the gateway's modules.

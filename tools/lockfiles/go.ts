@@ -22,7 +22,6 @@
  * private temporary file (never held in memory) and removed afterwards.
  */
 import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
-import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';
