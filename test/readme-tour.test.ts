@@ -12,7 +12,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { repoRoot } from './helpers/vectors.ts';
@@ -41,7 +41,8 @@ function plainCopy(): string {
   const ls = spawnSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: repoRoot, encoding: 'utf8' });
   assert.is(ls.status, 0, ls.stderr);
   for (const f of ls.stdout.split('\0')) {
-    if (f === '' || !existsSync(join(repoRoot, f))) continue;
+    // Regular files only: a node_modules symlink (a worktree's) or a deleted file is not part of the tree.
+    if (f === '' || !existsSync(join(repoRoot, f)) || !lstatSync(join(repoRoot, f)).isFile()) continue;
     mkdirSync(dirname(join(dir, f)), { recursive: true });
     copyFileSync(join(repoRoot, f), join(dir, f));
   }
