@@ -52,6 +52,8 @@ function plainCopy(): string {
 
 /** Whether this process may make a network namespace of its own (root, or user namespaces). */
 function ownNetwork(): string[] | null {
+  // A new namespace's loopback starts down: `ip` (iproute2) brings it up.
+  if (spawnSync('ip', ['-V'], { encoding: 'utf8' }).status !== 0) return null;
   for (const args of [['-n'], ['-rn']]) {
     const r = spawnSync('unshare', [...args, 'true'], { encoding: 'utf8' });
     if (r.status === 0) return args;
