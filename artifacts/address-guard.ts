@@ -107,10 +107,6 @@ function parseV6(s: string): Uint8Array | null {
   return out;
 }
 
-function formatV4(b: Uint8Array): string {
-  return `${b[0]}.${b[1]}.${b[2]}.${b[3]}`;
-}
-
 /** `b` starts with the first `bits` bits of `prefix`. */
 function inPrefix(b: Uint8Array, prefix: readonly number[], bits: number): boolean {
   for (let i = 0; bits > 0; i++, bits -= 8) {

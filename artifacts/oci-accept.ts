@@ -21,7 +21,7 @@ export const OCI_MANIFEST_ACCEPT = OCI_MANIFEST_TYPES.join(', ');
 
 /** Whether a URL path is a registry's manifest endpoint (`/v2/<name>/manifests/<reference>`). */
 export function isOciManifestPath(pathname: string): boolean {
-  return pathname.length <= 1024 && /^(?:\/[^/]+)*\/v2\/[a-z0-9._\/-]+\/manifests\/[A-Za-z0-9_.:-]+$/.test(pathname);
+  return pathname.length <= 1024 && /^(?:\/[^/]+)*\/v2\/[a-z0-9._/-]+\/manifests\/[A-Za-z0-9_.:-]+$/.test(pathname);
 }
 
 /**

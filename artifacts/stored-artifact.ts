@@ -31,7 +31,7 @@ export function keptOriginHeaders(headers: Readonly<Record<string, unknown>> | u
   const out: Record<string, string> = {};
   if (headers === undefined || headers === null || typeof headers !== 'object') return out;
   for (const name of KEPT_ORIGIN_HEADERS) {
-    const v = Object.prototype.hasOwnProperty.call(headers, name) ? headers[name] : undefined;
+    const v = Object.hasOwn(headers, name) ? headers[name] : undefined;
     if (typeof v === 'string' && v.length <= MAX_KEPT_HEADER && /^[\t\x20-\x7e\x80-\xff]*$/.test(v)) out[name] = v;
   }
   return out;

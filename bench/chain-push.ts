@@ -253,6 +253,6 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const args = process.argv.slice(2);
   const at = args.indexOf('--samples');
   const samples = at >= 0 ? Number(args[at + 1]) : 15;
-  const sizes = args.filter((a, k) => k !== at && k !== at + 1).map(Number).filter((n) => n > 0);
+  const sizes = args.filter((_a, k) => k !== at && k !== at + 1).map(Number).filter((n) => n > 0);
   await benchPush({ sizes: sizes.length ? sizes : [1_000, 50_000], samples });
 }

@@ -9,7 +9,7 @@
  * Row E3: tarball answers from the warm gateway (mirror hits) vs the
  * registry.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, type Block, type EndorsementInput } from '../chain/index.ts';

@@ -22,7 +22,7 @@ import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { digestOf, pattern } from '../test/helpers/origin-server.ts';
 import { benchChainDir } from './chain-dir.ts';
 import {
-  download, ensureWrk, median, memoryOf, root, rotationScript, sleep, spawnGateway, spawnServer, stopAll, waitIdle, wrk,
+  download, ensureWrk, median, memoryOf, rotationScript, sleep, spawnGateway, spawnServer, stopAll, waitIdle, wrk,
   type Proc, type WrkResult,
 } from './gateway-harness.ts';
 

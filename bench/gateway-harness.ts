@@ -198,7 +198,7 @@ export function parseWrk(text: string): WrkResult {
  * threads do not ask for the same path at the same moment.
  */
 export function rotationScript(paths: string[]): string {
-  for (const p of paths) if (!/^\/[A-Za-z0-9%._~\/?=&@-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
+  for (const p of paths) if (!/^\/[A-Za-z0-9%._~/?=&@-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
   return [
     'local paths = {',
     ...paths.map((p) => `  "${p}",`),

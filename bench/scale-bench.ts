@@ -292,6 +292,6 @@ export async function runScaleBench(quick: boolean): Promise<{ title: string; ma
   if (p.rows.size < ROW_NAMES.length) notes.push(`Only these rows were measured (\`--rows=${[...p.rows].join(',')}\`).`);
   if (quick) notes.push(`**--quick**: ${p.sizes.map(label).join(' and ')} blocks, short runs: a smoke test of the harness, not figures.`);
   const markdown = [table(all), ...notes].join('\n\n');
-  if (p.sparse) notes.push('**--layout=sparse**: every row on the sparse layout of the same chain (README "Layouts": block files only in git objects, git\'s sparse checkout and sparse index; bench/scale/chains.ts `sparseSource`); the mirror clones with `chain.layout: sparse`.');
+  if (p.sparse) notes.push('**--layout=sparse**: every row on the sparse layout of the same chain (docs/spec/repository.md "Layouts": block files only in git objects, git\'s sparse checkout and sparse index; bench/scale/chains.ts `sparseSource`); the mirror clones with `chain.layout: sparse`.');
   return { title: p.sparse ? 'A million blocks, sparse layout (issue 16)' : 'A million blocks (issue 16)', markdown, key: p.sparse ? 'scale-sparse' : 'scale' };
 }

@@ -18,7 +18,7 @@ export interface MixScript {
 }
 
 const safe = (p: string) => {
-  if (!/^\/[A-Za-z0-9%._~\/?=&-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
+  if (!/^\/[A-Za-z0-9%._~/?=&-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
   return `  "${p}",`;
 };
 

@@ -93,7 +93,7 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   signer_mismatch: integrity('the block signer is not the authority in force'),
   bad_signature: integrity('the signature does not verify with the authority key'),
   retired_key: integrity('the block is signed by an online key retired earlier (it signs nothing after its retirement)'),
-  bad_key_event: integrity('a key block\'s statement is not valid for the chain\'s keys: threshold, root, sequence or key (docs/key-events.md)'),
+  bad_key_event: integrity('a key block\'s statement is not valid for the chain\'s keys: threshold, root, sequence or key (docs/spec/key-events.md)'),
   time_regression: integrity('posted is earlier than the previous block'),
   bad_artifact_hash: integrity('artifact_hash is not <algorithm>:<hex> of a known algorithm'),
   checkpoint_mismatch: integrity('the checkpoint does not sign this chain head'),
@@ -134,7 +134,7 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   gateways_disagree: answer('gateways select different blocks that their trees do not explain'),
   policy: answer('the policy names no log with the pinned key under the checkpoint\'s origin'),
   quorum: answer('the checkpoint lacks the witness quorum of the policy'),
-  void_block: answer('the block is void: signed by a compromised online key after its last good block (docs/key-events.md)'),
+  void_block: answer('the block is void: signed by a compromised online key after its last good block (docs/spec/key-events.md)'),
   key_walk_limit: answer('more key events since the last verified than a client walks in one update (32): pin the log\'s current root or key afresh'),
 };
 

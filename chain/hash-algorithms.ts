@@ -17,7 +17,7 @@ export const HASH_ALGORITHMS: Readonly<Record<HashAlgorithm, { hexLength: number
 export const DEFAULT_HASH_ALGORITHM: HashAlgorithm = 'sha256';
 
 export function isHashAlgorithm(name: string): name is HashAlgorithm {
-  return Object.prototype.hasOwnProperty.call(HASH_ALGORITHMS, name);
+  return  Object.hasOwn(HASH_ALGORITHMS, name);
 }
 
 export interface ArtifactHash { algorithm: HashAlgorithm; hex: string }

@@ -95,7 +95,7 @@ function obj(v: unknown, path: string, required: readonly string[]): Record<stri
   if (typeof v !== 'object' || v === null || Array.isArray(v)) bad(path, 'must be an object');
   const o = v as Record<string, unknown>;
   for (const k of Object.keys(o)) if (!required.includes(k)) bad(path, `unknown member ${JSON.stringify(k).slice(0, 80)}`);
-  for (const k of required) if (!Object.prototype.hasOwnProperty.call(o, k)) bad(path, `missing member ${JSON.stringify(k)}`);
+  for (const k of required) if (!Object.hasOwn(o, k)) bad(path, `missing member ${JSON.stringify(k)}`);
   return o;
 }
 

@@ -111,7 +111,7 @@ export function startTrail(c: CryptoBackend, answer: KeysAnswer, tree: { size: n
 export function walkKeyEvents(c: CryptoBackend, trail: KeyTrail, events: readonly ProvenBlock[], tree: { size: number; root: Uint8Array }, source: string, max = MAX_WALKED_KEY_EVENTS): KeyTrail {
   const fresh = events.filter((e) => e.sequence > trail.state.sequence);
   if (fresh.length > max) {
-    throw new KeyWalkError('key_walk_limit', `${source}: ${fresh.length} key events since the last one this client verified (sequence ${trail.state.sequence}); a client walks at most ${max} in one update: pin the log's current root or key afresh (docs/key-events.md)`);
+    throw new KeyWalkError('key_walk_limit', `${source}: ${fresh.length} key events since the last one this client verified (sequence ${trail.state.sequence}); a client walks at most ${max} in one update: pin the log's current root or key afresh (docs/spec/key-events.md)`);
   }
   let t: KeyTrail = { state: trail.state, spans: [...trail.spans], last: trail.last };
   for (const e of fresh) {

@@ -128,7 +128,7 @@ const num = (s: string | undefined): string => (s === undefined ? '0' : s.replac
 export function parsePep440(version: string): Pep440 | null {
   if (version.length > 256) return null;
   const m = PEP440.exec(version);
-  if (!m || !m.groups) return null;
+  if (!m?.groups) return null;
   const g = m.groups;
   const preLabel = g.pre_l?.toLowerCase();
   return {

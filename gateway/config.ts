@@ -51,7 +51,7 @@ export interface Config {
   /** witnesses: the C2SP tlog-witness endpoints asked to cosign each new checkpoint; policy_file: tlog-policy text (quorum). */
   /**
    * next_key_file: where the private key of a new online key is read when a key statement puts it in force (default
-   * `<key_file>.next`, docs/key-events.md); rollover_days: how long after a routine rotation the checkpoint note also
+   * `<key_file>.next`, docs/spec/key-events.md); rollover_days: how long after a routine rotation the checkpoint note also
    * carries the previous key's signature.
    */
   authority: {
@@ -88,12 +88,13 @@ export interface WitnessConfig {
   /**
    * Logs it witnesses: a note verifier key (type 0x01), the origin (default:
    * the key's name), and optionally the log's gateway `url`, whose `/v1/keys`
-   * the witness reads to follow the log's key events (docs/key-events.md).
+   * the witness reads to follow the log's key events (docs/spec/key-events.md).
    */
   logs: { vkey: string; origin: string | null; url: string | null }[];
 }
 
-type Kind =
+/** How a configuration key is checked (exported with the schemas for the generated reference, tools/docs-reference.ts). */
+export type Kind =
   | { t: 'string'; nullable?: boolean; check?: (s: string) => string | null }
   | { t: 'int'; min: number; max: number; nullable?: boolean }
   | { t: 'number'; min: number; max: number }
@@ -105,7 +106,7 @@ type Kind =
 const httpUrl = (s: string) => (/^https?:\/\/[^\s/]+/.test(s) && URL.canParse(s) ? null : 'must be an absolute http(s) URL');
 const vkeyText = (s: string) => (/^[^\s+]+\+[0-9a-f]{8}\+[A-Za-z0-9+/]+={0,2}$/.test(s) ? null : 'must be a note verifier key name+hex8+base64');
 const keyName = (s: string) => (/^[^\s+]{1,256}$/.test(s) ? null : 'must be 1-256 characters without spaces or +');
-const SCHEMA: Record<string, Kind> = {
+export const SCHEMA: Record<string, Kind> = {
   listen: { t: 'object', keys: { host: { t: 'string' }, port: { t: 'int', min: 0, max: 65535 } } },
   public_url: { t: 'string', check: httpUrl },
   service_name: { t: 'string', check: (s) => (/^[A-Za-z0-9._-]{1,64}$/.test(s) ? null : 'must be 1-64 letters, digits, . _ -') },
@@ -233,19 +234,22 @@ function checkValue(v: unknown, kind: Kind, path: string): unknown {
 const ROUTE_KINDS: readonly RouteKind[] = ['plain', 'npm', 'pypi', 'goproxy', 'maven', 'oci'];
 export const ROUTE_DEFAULTS = { metadata_ttl: 60, metadata_max_stale: 86_400 } as const;
 
+/** The keys of one proxy route (`proxy.routes[i]`). */
+export const ROUTE_SCHEMA: Record<string, Kind> = {
+  prefix: { t: 'string', nullable: true, check: (s) => (/^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*\/$/.test(s) && !s.includes('/../') && !s.includes('/./') ? null : 'must be a path starting and ending with /') },
+  host: { t: 'string', nullable: true, check: (s) => (/^[A-Za-z0-9.-]+(:\d+)?$/.test(s) ? null : 'must be a host name') },
+  origin: { t: 'string', check: httpUrl },
+  canonical: { t: 'string', nullable: true, check: httpUrl },
+  kind: { t: 'string', check: (s) => (ROUTE_KINDS.includes(s as RouteKind) ? null : `must be one of ${ROUTE_KINDS.join(', ')}`) },
+  metadata_ttl: { t: 'number', min: 0, max: 86_400 },
+  metadata_max_stale: { t: 'number', min: 0, max: 31_536_000 },
+  unendorsed: { t: 'string', check: (s) => (s === 'deny' || s === 'pass' ? null : 'must be deny or pass') },
+  mode: { t: 'string', check: (s) => (s === 'enforce' || s === 'audit' ? null : 'must be enforce or audit') },
+  credentials_file: { t: 'string', nullable: true, check: (s) => (s.length > 0 ? null : 'must be a file path') },
+};
+
 function checkRoute(r: unknown, path: string): RouteConfig {
-  const kinds: Record<string, Kind> = {
-    prefix: { t: 'string', nullable: true, check: (s) => (/^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*\/$/.test(s) && !s.includes('/../') && !s.includes('/./') ? null : 'must be a path starting and ending with /') },
-    host: { t: 'string', nullable: true, check: (s) => (/^[A-Za-z0-9.-]+(:\d+)?$/.test(s) ? null : 'must be a host name') },
-    origin: { t: 'string', check: httpUrl },
-    canonical: { t: 'string', nullable: true, check: httpUrl },
-    kind: { t: 'string', check: (s) => (ROUTE_KINDS.includes(s as RouteKind) ? null : `must be one of ${ROUTE_KINDS.join(', ')}`) },
-    metadata_ttl: { t: 'number', min: 0, max: 86_400 },
-    metadata_max_stale: { t: 'number', min: 0, max: 31_536_000 },
-    unendorsed: { t: 'string', check: (s) => (s === 'deny' || s === 'pass' ? null : 'must be deny or pass') },
-    mode: { t: 'string', check: (s) => (s === 'enforce' || s === 'audit' ? null : 'must be enforce or audit') },
-    credentials_file: { t: 'string', nullable: true, check: (s) => (s.length > 0 ? null : 'must be a file path') },
-  };
+  const kinds = ROUTE_SCHEMA;
   const o = checkValue(r, { t: 'object', keys: kinds }, path) as Record<string, unknown>;
   if (o.origin === undefined) bad(`${path}.origin`, 'is required');
   if (o.prefix == null && o.host == null) bad(path, 'needs a prefix or a host');

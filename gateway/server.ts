@@ -569,14 +569,13 @@ function responseObservers(ctx: GatewayContext, metrics: GatewayMetrics): { fini
       }
     },
     close(this: ObservedResponse) {
-      const res = this;
       try {
-        if (FAULT !== null) injectFault('close', res[OBSERVED]!.label);
-        if (!res.req.complete && res.writableFinished) lingerOnBody(res.req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
-        record(res, res.writableFinished);
+        if (FAULT !== null) injectFault('close', this[OBSERVED]!.label);
+        if (!this.req.complete && this.writableFinished) lingerOnBody(this.req, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
+        record(this, this.writableFinished);
       } catch (e) {
-        reportUnexpected(ctx.log, metrics, 'close', e, res.req, res[OBSERVED]?.path);
-        if (!res.writableFinished) res.socket?.destroy();
+        reportUnexpected(ctx.log, metrics, 'close', e, this.req, this[OBSERVED]?.path);
+        if (!this.writableFinished) this.socket?.destroy();
       }
     },
   };

@@ -25,7 +25,7 @@ let lastRaw: Buffer | null = null;
 let lastKey: KeyObject | null = null;
 
 export function publicKeyObject(raw: Uint8Array): KeyObject | null {
-  if (lastRaw !== null && lastRaw.equals(raw)) return lastKey;
+  if (lastRaw?.equals(raw)) return lastKey;
   const id = Buffer.from(raw).toString('base64');
   let key = keyCache.get(id);
   if (key === undefined) {

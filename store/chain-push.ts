@@ -18,7 +18,7 @@ import { Agent, type Dispatcher } from 'undici';
 import { VouchError } from '../chain/errors.ts';
 import { BRANCH_REF, OID_RE, ZERO_OID } from './git-objects.ts';
 import { packChunks } from './git-pack-writer.ts';
-import { PushObjects, firstParentChain, localBranchHead, objectsToSend, pushObjects } from './push-walk.ts';
+import { type PushObjects, firstParentChain, localBranchHead, objectsToSend, pushObjects } from './push-walk.ts';
 import { FLUSH, pktLine, protocolError } from './pkt-line.ts';
 import { type PushTimeouts, collect, fetchRefs, headers, httpStatusError, parseReport, resolvedTimeouts } from './receive-pack.ts';
 import { type Remote, defaultDispatcher, parseRemote } from './smart-http.ts';

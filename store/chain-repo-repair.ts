@@ -263,7 +263,7 @@ export class ChainRepoRepair extends ChainRepoFiles {
       for (const name of fs.readdirSync(this.dir)) {
         if (name === '.git' || !lstatOrNull(join(this.dir, name))?.isDirectory()) continue;
         fs.rmSync(join(this.dir, name), { recursive: true, force: true });
-        note('removed', name, 'the sparse layout keeps the chain\'s directories in git objects only (git show, git log; README "Layouts")');
+        note('removed', name, 'the sparse layout keeps the chain\'s directories in git objects only (git show, git log; docs/spec/repository.md "Layouts")');
       }
     }
     const current = readSparseIndex(this.gitdir);

@@ -20,7 +20,7 @@ import { isValidKeyName } from '../chain/note.ts';
 import { type Checkpoint as LogCheckpoint, openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { KeyState } from '../chain/key-events.ts';
-import { ChainRepo, type CommitInfo } from './chain-repo.ts';
+import type { ChainRepo, CommitInfo } from './chain-repo.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 
 /** `block <i>: <intent> <uns> <semver>` with the URLs in the body (docs/spec/design.md §2). */

@@ -20,7 +20,6 @@ import { crc32, inflateSync } from 'node:zlib';
 import { VouchError } from '../chain/errors.ts';
 import { CACHE_ENTRY_COST, FETCH_LIMITS } from './fetch-limits.ts';
 import { fsyncDir } from './git-files.ts';
-import { objectId } from './git-objects.ts';
 import { OBJ_TYPES, OFS_DELTA, REF_DELTA, applyDelta, inflateBounds, parseObjectHeader } from './git-pack.ts';
 
 const bad = (why: string): never => { throw new VouchError('io_error', `the remote sent a bad pack: ${why}`); };

@@ -110,7 +110,7 @@ export async function fetchRefs(remote: Remote, t: Required<PushTimeouts>, dispa
   }
   const lines = parsePktLines(buf, `info/refs of ${remote.shown}`, FETCH_LIMITS.refs + 8);
   let k = 0;
-  if (lines[0] && lines[0].toString('latin1').startsWith('# service=')) {
+  if (lines[0]?.toString('latin1').startsWith('# service=')) {
     if (lines[0].toString('latin1').trim() !== '# service=git-receive-pack') throw protocolError(`info/refs of ${remote.shown}: wrong service ${lines[0].toString('latin1').trim()}`);
     k = 1;
     while (k < lines.length && lines[k] === null) k++;

@@ -289,7 +289,7 @@ export function closeObjectRead(read: ObjectRead | null): void {
 /** The blob id the task says the branch commits for its block `i` (see `VerifyTask.oids`). */
 function committedOf(task: VerifyTask, i: number, missing: Set<number> | null): Uint8Array | null | undefined {
   if (task.oids === undefined) return undefined;
-  if (missing !== null && missing.has(i)) return null;
+  if (missing?.has(i)) return null;
   return task.oids.subarray(20 * i, 20 * i + 20);
 }
 

@@ -23,7 +23,6 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { VouchError } from '../chain/errors.ts';
 import { type Block, formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../chain/build.ts';
 import { utf8 } from '../chain/encoding.ts';

@@ -22,7 +22,7 @@ const dir = join(work, 'chain');
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
 const N = 300;
-const { blocks, signer, checkpoint } = buildLongChain(N);
+const { blocks, signer } = buildLongChain(N);
 const pub = base64Encode(signer.publicKey);
 const git = (f: string) => join(dir, '.git', f);
 const url = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;

@@ -292,7 +292,7 @@ test('packument answer: the form asked upstream, the scoped spelling, content ty
   const io = (accept: string): MetadataIO => ({
     ...fakeIO('deny', { [`${CANON}@acme/util/-/util-1.0.0.tgz`]: sel('1.0.0', SHA256) }),
     // Made for each request here (no cache): what the gateway keeps and sends.
-    answer(r: MetadataResponse, _form: string, make: (view: RenderView) => Rendered) {
+    answer(_r: MetadataResponse, _form: string, make: (view: RenderView) => Rendered) {
       const out = make(this);
       if (out.ok) this.send(out.status, out.contentType, out.body, out.headers);
       else this.fail(out.status, out.message);

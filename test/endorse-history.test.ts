@@ -232,7 +232,7 @@ test('the CLI never scans with a usable image: a garbled old block file that a s
   // Block 100's file garbled, naming the URLs: findEndorsements and the lockfile's scan both throw malformed on it.
   const tarUrl = await new Promise<{ url: string; close: () => void; bytes: Buffer }>((resolve) => {
     const bytes = Buffer.from('lockfile tarball bytes');
-    const server = createServer((req, res) => { res.writeHead(200, { 'content-length': bytes.length }).end(bytes); });
+    const server = createServer((_req, res) => { res.writeHead(200, { 'content-length': bytes.length }).end(bytes); });
     server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/x/-/x-1.0.0.tgz`, close: () => server.close(), bytes }));
   });
   try {

@@ -303,7 +303,7 @@ test('the licence rule: SPDX expressions and LicenseRef pass; other text only wi
 });
 
 test('single-URL mode keeps its required options and messages; lockfile-mode options are refused where they do not apply', async () => {
-  let r = await endorse(['--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT']);
+  const r = await endorse(['--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT']);
   assert.is(r.status, 2);
   assert.is(r.stderr, 'vouch endorse: missing --url (see vouch endorse --help)\n');
   // Checked before anything is read: in process.

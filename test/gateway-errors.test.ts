@@ -1,6 +1,6 @@
 /**
  * The error contract in one place: the gateway's HTTP statuses
- * (gateway/status.ts) match the README's status table, server-side
+ * (gateway/status.ts) match the status table of docs/spec/http.md, server-side
  * failures surface as 500 internal_error (JSON on JSON paths, empty on
  * downloads) without any internal detail, and the Accept rule.
  */
@@ -21,16 +21,16 @@ import { defaultConfig } from '../gateway/config.ts';
 import type { GatewayContext } from '../gateway/context.ts';
 import { repoRoot } from './helpers/vectors.ts';
 
-test('the README status table, the error catalogue and the gateway\'s statuses agree, both ways', () => {
-  const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('### Status codes'));
+test('the HTTP contract\'s status table (docs/spec/http.md), the error catalogue and the gateway\'s statuses agree, both ways', () => {
+  const spec = readFileSync(join(repoRoot, 'docs', 'spec', 'http.md'), 'utf8');
+  const section = spec.slice(spec.indexOf('## Status codes'));
   const rows = [...section.matchAll(/^\| (\d{3}) \| `([a-z_]+)` \|/gm)].map((m) => [Number(m[1]), m[2] as ErrorCode] as const);
   assert.ok(rows.length >= 14, `only ${rows.length} rows found`);
   for (const [status, code] of rows) {
-    assert.ok(code in ERROR_CATALOGUE, `README lists unknown code ${code}`);
-    assert.is(HTTP_STATUS[code], status, `README says ${code} is ${status}`);
+    assert.ok(code in ERROR_CATALOGUE, `docs/spec/http.md lists unknown code ${code}`);
+    assert.is(HTTP_STATUS[code], status, `docs/spec/http.md says ${code} is ${status}`);
   }
-  for (const code of PUBLIC_CODES) assert.ok(rows.some(([, c]) => c === code), `${code} is missing from the README table`);
+  for (const code of PUBLIC_CODES) assert.ok(rows.some(([, c]) => c === code), `${code} is missing from the table in docs/spec/http.md`);
 });
 
 let server: Server;

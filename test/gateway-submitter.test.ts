@@ -13,7 +13,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { VouchError } from '../chain/errors.ts';
+import type { VouchError } from '../chain/errors.ts';
 import { statusOf } from '../gateway/http-util.ts';
 import { type Block, formatBlockFile, formatCheckpointFile, formatDateTime, parseBlockText } from '../chain/block.ts';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';

@@ -67,7 +67,7 @@ test('decide: the newest tree decides; a newer block beyond a smaller tree needs
   assert.is((await decide([answer('a', 1, 2), answer('b', 2, 5)], DATE, explain, c)).gateway, 'b');
   assert.is(asked, 0);
   // The smaller tree (size 3) selects block 2, the newest block 1... which block 3 does not revoke: refused.
-  let r = await refused(decide([answer('a', 2, 3), answer('b', 1, 5)], DATE, explain, c));
+  const r = await refused(decide([answer('a', 2, 3), answer('b', 1, 5)], DATE, explain, c));
   assert.is(r.code, 'gateways_disagree');
   assert.match(r.line, /a selects block 2 \(checkpoint size 3\) but b selects block 1 \(checkpoint size 5\), which the blocks between their checkpoints cannot explain: block 3 revokes [0-9a-f]{64}, not block 2/);
   assert.is(asked, 1);

@@ -155,10 +155,10 @@ const header = (a: Answer, name: string, value: string | null, twice = false): A
 });
 const valueOf = (a: Answer, name: string) => a.headers.find(([k]) => k === name)?.[1] ?? '';
 
-test('the README\'s refusal table and the catalogue\'s `answer` codes agree, both ways, each exiting 1', () => {
-  const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
+test('the CLI guide\'s refusal table (docs/guide/cli.md) and the catalogue\'s `answer` codes agree, both ways, each exiting 1', () => {
+  const readme = readFileSync(join(repoRoot, 'docs', 'guide', 'cli.md'), 'utf8');
   const from = readme.indexOf('**Refusal codes.**');
-  assert.ok(from > 0, 'no refusal table in the README');
+  assert.ok(from > 0, 'no refusal table in docs/guide/cli.md');
   const section = readme.slice(from, readme.indexOf('\n\n', readme.indexOf('| Code |', from)));
   const listed = [...section.matchAll(/^\| `([a-z_]+)` \|/gm)].map((m) => m[1]!).sort();
   const answer = (Object.keys(ERROR_CATALOGUE) as ErrorCode[]).filter((c) => ERROR_CATALOGUE[c].kind === 'answer').sort();

@@ -254,7 +254,7 @@ test('routine rotation A -> B: signed by two holders, applied with the NEW key; 
   assert.is(j.index, block.index);
 });
 
-let attacker: number[] = [];
+const attacker: number[] = [];
 test('compromise: the attacker appends with the stolen key B; bad good-through refused; declared with two holders, C takes over', async () => {
   // The attacker, holding B, endorses through the offline command: one block of two artifacts whose origin bytes
   // are the real ones, and one whose bytes the origin no longer serves (the attacker's).

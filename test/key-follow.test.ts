@@ -14,7 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Decode, base64Encode, hexDecode } from '../chain/encoding.ts';
-import { KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents } from '../chain/key-walk.ts';
+import { type KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents } from '../chain/key-walk.ts';
 import { verifyChain } from '../chain/verify.ts';
 import { leafHash, verifyInclusion } from '../chain/merkle.ts';
 import { SIG_ED25519, verifierKey } from '../chain/note.ts';

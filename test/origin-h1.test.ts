@@ -526,7 +526,7 @@ test('TLS: an https origin through the OriginFetcher (stream and receiveInto); a
   try {
     await promisify(execFile)('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'), '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost']);
     const cert = readFileSync(join(dir, 'cert.pem'));
-    const server = createHttpsServer({ key: readFileSync(join(dir, 'key.pem')), cert }, (q, r) => {
+    const server = createHttpsServer({ key: readFileSync(join(dir, 'key.pem')), cert }, (_q, r) => {
       r.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length });
       r.end(body);
     });

@@ -115,7 +115,7 @@ test('offline: --url revokes the version selected today; --semver names an exact
   ok(await vouch('check', '--chain', offline, '--url', w, two));
   // By URL: the newest in force, block b2.
   let r = ok(await vouch('revoke', '--chain', offline, '--key', keyFile, '--url', w, '--json'));
-  let j = JSON.parse(r.stdout);
+  const j = JSON.parse(r.stdout);
   assert.is(j.status, 'revoked');
   assert.is(j.revokes.index, b2);
   assert.is(j.effective_date, today);

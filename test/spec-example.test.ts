@@ -12,7 +12,7 @@ import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../platform/node-cr
 
 const source = readFileSync(fileURLToPath(new URL('../chain/block.ts', import.meta.url)), 'utf8');
 const ex: Record<string, string> = {};
-for (const m of source.matchAll(/^ \*   EXAMPLE ([a-z_ A-Z]+): (.*)$/gm)) ex[m[1]!] = m[2]!;
+for (const m of source.matchAll(/^ \* {3}EXAMPLE ([a-z_ A-Z]+): (.*)$/gm)) ex[m[1]!] = m[2]!;
 const seed = /seed\s*\n \* (\b[0-9a-f]{64}\b)/.exec(source)?.[1];
 
 test('the spec comment holds the whole example', () => {

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed, rawPublicKey } from '../platform/node-crypto.ts';
-import { base64Decode, utf8 } from '../chain/encoding.ts';
+import { utf8 } from '../chain/encoding.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
 import { cosign, parseNote, signNote, verifierKey, verifyCosignature } from '../chain/note.ts';
 import { parseCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';

@@ -32,7 +32,7 @@ export type CheckpointState = Map<string, SeenCheckpoint>;
 /** The default state file path. */
 export function defaultStatePath(env: NodeJS.ProcessEnv = process.env): string {
   const xdg = env.XDG_STATE_HOME;
-  const base = xdg && xdg.startsWith('/') ? xdg : join(env.HOME || homedir(), '.local', 'state');
+  const base = xdg?.startsWith('/') ? xdg : join(env.HOME || homedir(), '.local', 'state');
   return join(base, 'vouch', 'checkpoints.json');
 }
 

@@ -73,7 +73,7 @@ export async function gatewayKeyState(base: string): Promise<{ keys: KeyState; s
       !Number.isSafeInteger(s.sequence) || typeof s.online?.signer !== 'string' || !isKey(s.online?.publicKey) || !Number.isSafeInteger(s.online?.since) ||
       !Array.isArray(s.retired) || !Array.isArray(s.compromised) || !Array.isArray(s.voids) || !isKey(s.first) ||
       (s.root !== null && (typeof s.root !== 'object' || !Array.isArray(s.root.keys) || !Number.isSafeInteger(s.root.threshold) || !Number.isSafeInteger(s.root.version)))) {
-    throw new VouchError('bad_answer', `GET ${base}/v1/keys: its state is not a key state (docs/key-events.md)`);
+    throw new VouchError('bad_answer', `GET ${base}/v1/keys: its state is not a key state (docs/spec/key-events.md)`);
   }
   const size = typeof body.size === 'number' && Number.isSafeInteger(body.size) && body.size > 0 ? body.size : Number.MAX_SAFE_INTEGER;
   return { keys: s, size };

@@ -17,7 +17,7 @@ import { root } from '../gateway-harness.ts';
 import { say, timed } from './procs.ts';
 
 const HOUR = 3_600_000;
-const ALIASES: Record<number, string> = { 1_000_000: '1M', 50_000: '50K' };
+const ALIASES: Record<number, string> = { 1000000: '1M', 50000: '50K' };
 
 /** The block count a chain directory's checkpoint names. */
 export function chainSize(dir: string): number {

@@ -139,7 +139,7 @@ export const fixtureUrl = (i: number) => `https://a.example/pkg/${i % 997}/artif
 
 /** A wrk script: every request a path chosen at random (each thread seeded differently). */
 function randomScript(paths: string[]): string {
-  for (const p of paths) if (!/^\/[A-Za-z0-9%._~\/?=&@-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
+  for (const p of paths) if (!/^\/[A-Za-z0-9%._~/?=&@-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
   return [
     'local paths = {', ...paths.map((p) => `  "${p}",`), '}',
     'local reqs = {}',

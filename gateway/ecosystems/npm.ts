@@ -96,7 +96,7 @@ export function wantsAbbreviated(accept: string | undefined): boolean {
 
 /** The content type answered: the origin's when it is a JSON type npm reads, else application/json. */
 function answerType(origin: string | undefined, abbreviated: boolean): string {
-  const t = origin?.split(';')[0]!.trim().toLowerCase();
+  const t = origin?.split(';')[0]?.trim().toLowerCase();
   if (t === 'application/json' || (abbreviated && t === ABBREVIATED_TYPE)) return origin!;
   return 'application/json';
 }

@@ -17,7 +17,7 @@ import { finished } from 'node:stream';
 import { isVouchError } from '../../chain/errors.ts';
 import type { Selection } from '../../chain/select.ts';
 import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from '../http-util.ts';
-import type { ArtifactSource, GatewayContext } from '../context.ts';
+import type { GatewayContext } from '../context.ts';
 import { proofJson } from './transparency.ts';
 import type { BlockProof } from '../chain-state.ts';
 import { LRUCache } from 'lru-cache';

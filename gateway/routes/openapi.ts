@@ -48,7 +48,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     '/v1/object': lookup('Same as /v1/endorsement (historical name, kept)'),
     '/v1/authority': {
       get: {
-        summary: 'The authority block (block 0) and the keys in force (docs/key-events.md)',
+        summary: 'The authority block (block 0) and the keys in force (docs/spec/key-events.md)',
         responses: {
           200: {
             description: 'Block 0 with `success: true` added; `verifier_key`: the signed-note verifier key `<origin>+<hex8 key ID>+<base64(0x01 ‖ ed25519 key)>` '
@@ -136,7 +136,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/v1/keys': {
       get: {
-        summary: 'The log\'s key events (docs/key-events.md): block 0 and every key block with sequence > `since`, each with its inclusion proof in the tree of the served checkpoint note `checkpoint` of `size`; the key state of the served chain and each online key\'s note verifier key (the key in force first)',
+        summary: 'The log\'s key events (docs/spec/key-events.md): block 0 and every key block with sequence > `since`, each with its inclusion proof in the tree of the served checkpoint note `checkpoint` of `size`; the key state of the served chain and each online key\'s note verifier key (the key in force first)',
         parameters: [
           { name: 'since', in: 'query', required: false, description: 'Key events the client has applied (default 0: all).', schema: { type: 'integer', minimum: 0 } },
         ],
@@ -243,7 +243,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           { name: 'hash', in: 'query', required: false, description: 'record_hash', schema: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
         ],
         responses: {
-          200: { description: 'The block with `success: true` (and `revoked_by` when revoked; `void: {from, to, compromise}` when a compromise declaration at block `compromise` voids blocks `from`..`to`, this one among them, docs/key-events.md).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          200: { description: 'The block with `success: true` (and `revoked_by` when revoked; `void: {from, to, compromise}` when a compromise declaration at block `compromise` voids blocks `from`..`to`, this one among them, docs/spec/key-events.md).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
           400: jsonError('Neither index nor hash, or a malformed one.'),
           404: jsonError('No such block.'),
           503: jsonError('Not ready.'),
@@ -353,7 +353,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     };
     paths['/v1/root'] = {
       post: {
-        summary: 'Apply a key statement signed by the root holders (authority mode, docs/key-events.md): adopt or rotate the root, rotate the online key, '
+        summary: 'Apply a key statement signed by the root holders (authority mode, docs/spec/key-events.md): adopt or rotate the root, rotate the online key, '
           + 'or declare it compromised. Appended through the same writer as submits once it is valid for the chain\'s key state; a statement that puts '
           + 'a new online key in force needs its private key in `authority.next_key_file`, read at that moment, which then signs every block, '
           + 'checkpoint and note.',
@@ -440,7 +440,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             proof: { $ref: '#/components/schemas/BlockProof' },
             verifier_key: { type: 'string', description: '/v1/authority only: the note verifier key of the online key in force.' },
             keys: { $ref: '#/components/schemas/KeyState' },
-            void: { const: true, description: '/v1/block only: the block was signed by a compromised key after its last good block (docs/key-events.md): kept as evidence, never selected.' },
+            void: { const: true, description: '/v1/block only: the block was signed by a compromised key after its last good block (docs/spec/key-events.md): kept as evidence, never selected.' },
           },
         },
         BlockProof: {
@@ -602,7 +602,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           },
         StatementFile: {
           type: 'object', required: ['statement', 'signatures'], additionalProperties: false,
-          description: 'docs/key-events.md: `statement` (action root | key | compromise, chain, sequence, online, and root or compromised + good_through) and the holders\' signatures over "vouch key statement v1\\n" + JCS(statement).',
+          description: 'docs/spec/key-events.md: `statement` (action root | key | compromise, chain, sequence, online, and root or compromised + good_through) and the holders\' signatures over "vouch key statement v1\\n" + JCS(statement).',
           properties: {
             statement: { type: 'object' },
             signatures: {
@@ -622,7 +622,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
         KeyState: {
           type: 'object',
-          description: '/v1/authority only: the verified chain\'s keys (docs/key-events.md).',
+          description: '/v1/authority only: the verified chain\'s keys (docs/spec/key-events.md).',
           properties: {
             sequence: { type: 'integer', description: 'Key events applied.' },
             root: { type: ['object', 'null'], properties: { version: { type: 'integer' }, threshold: { type: 'integer' }, keys: { type: 'array', items: { type: 'string' } } } },
@@ -693,7 +693,7 @@ what you need to check it yourself with the authority's public key.
 signs every block. Compare it once, out of band, with the key the authority
 publishes, and keep it.
 
-Key events (docs/key-events.md) can change the signing key later: a block
+Key events (docs/spec/key-events.md) can change the signing key later: a block
 with \`payload.intent\` \`key\` carries a statement signed by a threshold of
 root holders that puts a new online key in force (a rotation, or a
 compromise that voids the old key's later blocks). The same answer's

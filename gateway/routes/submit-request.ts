@@ -88,7 +88,7 @@ function isObject(v: unknown): v is Obj {
 }
 
 function has(o: Obj, k: string): boolean {
-  return Object.prototype.hasOwnProperty.call(o, k);
+  return  Object.hasOwn(o, k);
 }
 
 function checkMembers(o: Obj, where: string, allowed: readonly string[], hint: string): void {

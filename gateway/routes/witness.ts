@@ -46,7 +46,7 @@ export async function handleAddCheckpoint(ctx: GatewayContext, req: IncomingMess
     }
     throw e;
   }
-  await witness.learnKeys(body); // a note by a key not trusted yet: the log's key events first (docs/key-events.md)
+  await witness.learnKeys(body); // a note by a key not trusted yet: the log's key events first (docs/spec/key-events.md)
   const a = witness.addCheckpoint(body);
   if (a.status === 200) sendText(res, 200, a.lines.map((l) => l + '\n').join(''));
   else if (a.status === 409) sendText(res, 409, `${a.size}\n`, 'text/x.tlog.size');

@@ -180,7 +180,9 @@ put('lock-npm', 'package-lock.json', JSON.stringify({ ...lock, packages: Object.
 put('lock-npm', 'v1-lock.json', JSON.stringify({ name: 'x', lockfileVersion: 1, requires: true, dependencies: { widget: { version: '1.0.0', resolved: 'https://registry.example/widget/-/widget-1.0.0.tgz', integrity: `sha512-${Buffer.alloc(64, 7).toString('base64')}` } } }, null, 2));
 put('lock-pip', 'requirements.txt', `# pip-compile --generate-hashes\nwidget==1.0.0 \\\n    --hash=sha256:${'1f'.repeat(32)} \\\n    --hash=sha256:${'3d'.repeat(32)}\n    # via app\nother[extra]==2.1 ; python_version >= "3.8" \\\n    --hash=sha384:${'ab'.repeat(48)}\n`);
 put('lock-go', 'go.sum', fs.readFileSync('/usr/share/go-1.19/src/go.sum'));
-const readme = fs.readFileSync(join(root, 'README.md'), 'utf8');
+// The configuration examples of the guides (the README's before issue 34), configuration.md first.
+const guides = ['configuration.md', ...fs.readdirSync(join(root, 'docs', 'guide')).filter((f) => f.endsWith('.md') && f !== 'configuration.md').sort()];
+const readme = guides.map((f) => fs.readFileSync(join(root, 'docs', 'guide', f), 'utf8')).join('\n');
 [...readme.matchAll(/```yaml\n([\s\S]*?)```/g)].slice(0, 4).forEach((m, i) => put('config', `readme-${i}.yaml`, m[1]!));
 fs.rmSync(work, { recursive: true, force: true });
 console.log(`seeds written under ${CORPUS_DIR}`);

@@ -72,11 +72,11 @@ export const endorse: Command = {
     'hashes and signs (POST /v1/submit); lockfile hashes are sent as claims it checks, the blocks together',
     '(one commit, all or none, as offline), a refused entry is one line naming the package, and the exit codes',
     'are the offline ones.',
-    'See README, "Endorsing what a project already pins".',
+    'See docs/guide/endorsing-lockfiles.md.',
     '',
     'With --oci REF (repeatable) or --oci-file FILE (one image reference a line, or the image: fields of a compose file',
     'or Kubernetes manifests): resolves each tag at its registry and endorses https://<registry>/v2/<repository>/manifests/<tag>',
-    'with the digest of the manifest or image index (README, "Container images").',
+    'with the digest of the manifest or image index (docs/guide/oci.md).',
   ].join('\n'),
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain repository (required without --gateway)' },

@@ -131,7 +131,7 @@ gateways (--gateway repeated: same tree, same block, or a newer tree that explai
 cosignatures (--policy: the checkpoint was seen by witnesses, so it is the one everybody is shown) are the answers. \
 The first checkpoint seen for an origin is trusted on first use unless --policy or several gateways back it.
 
-Key events (docs/key-events.md): the client pins the log's first key (--public-key) or a root (--root: a root statement \
+Key events (docs/spec/key-events.md): the client pins the log's first key (--public-key) or a root (--root: a root statement \
 file, or {"threshold": K, "keys": [...]}) and remembers the keys it verified in the state file. When a block or a checkpoint \
 is not signed by the key it knows, it asks the same gateway once for /v1/keys, checks each key block's inclusion proof and \
 holders' signatures, and follows the rotation (at most 32 key events in one update: key_walk_limit beyond). A block signed \
@@ -280,7 +280,7 @@ export const get: Command = {
       if (follower.needsWalk) await follower.walk(gateway);
       const once = (): boolean => {
         const k = follower.keyAt(block.index);
-        if (k === 'void') throw new Refusal('void_block', `${gateway}: the ${what} (block ${block.index}) is void: signed by a compromised online key after its last good block (docs/key-events.md)`);
+        if (k === 'void') throw new Refusal('void_block', `${gateway}: the ${what} (block ${block.index}) is void: signed by a compromised online key after its last good block (docs/spec/key-events.md)`);
         return signedWith(block, k);
       };
       if (once() || (await follower.walk(gateway) && once())) return block;

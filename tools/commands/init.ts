@@ -25,7 +25,7 @@ export const init: Command = {
     signer: { type: 'string', value: 'ID', help: 'the signer id written into every block', required: true },
     uns: { type: 'string', value: 'OWNER/NAME', help: 'name of the chain itself (default: vouch/provenance-chain)' },
     origin: { type: 'string', value: 'NAME', help: 'the log\'s origin: first line of checkpoint.note and its key name (default: vouch/<signer>)' },
-    layout: { type: 'string', value: 'full|sparse', help: 'full (default): every block file checked out; sparse: block files only in git objects (README "Layouts")' },
+    layout: { type: 'string', value: 'full|sparse', help: 'full (default): every block file checked out; sparse: block files only in git objects (docs/spec/repository.md "Layouts")' },
   },
   async run(v) {
     const uns = v.uns ?? 'vouch/provenance-chain';

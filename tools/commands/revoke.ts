@@ -38,7 +38,7 @@ export const revoke: Command = {
     'routes stop listing the version; at= before that date still selects it.',
     'Refused, nothing appended: nothing endorsed for URL (exit 2, not_found), block 0 or a revoke block (exit 2,',
     'bad_request), a block already revoked (exit 1, already_revoked), a chain a running gateway holds (exit 2:',
-    'revoke through it, POST /v1/revoke). See README, "Revoking".',
+    'revoke through it, POST /v1/revoke). See docs/guide/revoking.md.',
   ].join('\n'),
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain repository', required: true },

@@ -26,7 +26,7 @@ export const serve: Command = {
     'Stops cleanly on SIGINT, SIGTERM or SIGHUP; run by npm (npm start, npx), also when npm exits.',
   ].join('\n'),
   options: {
-    config: { type: 'string', value: 'FILE', help: 'YAML configuration file, merged over the embedded default (vouch config init writes one)' },
+    config: { type: 'string', value: 'FILE', help: 'YAML configuration file, merged over the embedded default (vouch config init writes one; keys: docs/guide/configuration.md)' },
     dev: { type: 'boolean', help: 'development mode: allow loopback and private origins (origin.allow_private: true) for a local submit' },
     listen: { type: 'string', value: 'HOST:PORT', help: 'where to listen (PORT, HOST:PORT or [V6]:PORT), over the config\'s listen' },
   },

@@ -80,7 +80,7 @@ export const verify: Command = {
   details: [
     'Each block is checked in this order; the first failure is reported as `<code> at block <index>` (exit 1):',
     ...BLOCK_CHECKS.map(([code, what]) => `  ${code.padEnd(22)}${what}`),
-    'Key events (docs/key-events.md): every block is checked against the online key in force at its index; the',
+    'Key events (docs/spec/key-events.md): every block is checked against the online key in force at its index; the',
     'summary names the root, the online key in force and the number of key events. Blocks voided by a compromise',
     'declaration are a warning on stderr naming their indices and the compromised key (exit 0: kept as evidence).',
     'Then the checkpoint (`checkpoint_mismatch at checkpoint`): checkpoint.json must be signed by the online key in force',

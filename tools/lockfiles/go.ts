@@ -11,7 +11,6 @@
  * memory, and removed afterwards.
  */
 import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
-import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';

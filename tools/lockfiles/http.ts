@@ -13,7 +13,7 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl } from '../../chain/block.ts';
-import { MiB, type OriginMap } from './origin-map.ts';
+import type { OriginMap } from './origin-map.ts';
 
 export { MiB, hasCredentials, OriginMap } from './origin-map.ts';
 
@@ -39,7 +39,7 @@ const MAX_REDIRECTS = 5;
 export class Http {
   private readonly agent: Agent;
 
-  constructor(private readonly origins: OriginMap, private readonly limits = { connectTimeoutMs: 10_000, headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 30_000 }) {
+  constructor(private readonly origins: OriginMap, limits = { connectTimeoutMs: 10_000, headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 30_000 }) {
     this.agent = new Agent({
       connect: { timeout: limits.connectTimeoutMs },
       headersTimeout: limits.headersTimeoutMs,

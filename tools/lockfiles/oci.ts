@@ -209,10 +209,10 @@ export class RegistryClient {
     const bytes = await this.getManifest(fetchUrl, ref);
     const digest = `sha256:${createHash('sha256').update(bytes.body).digest('hex')}`;
     const claimed = bytes.digestHeader;
-    if (claimed !== null && claimed.startsWith('sha256:') && claimed !== digest) {
+    if (claimed?.startsWith('sha256:') && claimed !== digest) {
       throw new VouchError('hash_mismatch', `${ref.text}: the registry says ${claimed} but its manifest bytes hash to ${digest}`, { resource: url });
     }
-    if (ref.digest !== null && ref.digest.startsWith('sha256:') && ref.digest !== digest) {
+    if (ref.digest?.startsWith('sha256:') && ref.digest !== digest) {
       throw new VouchError('hash_mismatch', `${ref.text}: ${ref.tag === null ? 'the manifest' : `the tag ${ref.tag}`} is ${digest} at the registry, not the digest named`, { resource: url });
     }
     let facts;

@@ -275,7 +275,7 @@ export async function resolveRequirements(
       const v = versionOfFile(name, r.normalized, { strict: true });
       return v !== null && sameVersion(r, v);
     };
-    const doubtful = files.find((f) => f.doubt !== null && f.doubt.names.some(ofPinned));
+    const doubtful = files.find((f) => f.doubt?.names.some(ofPinned));
     if (doubtful) {
       throw new VouchError('bad_request', `${r.label}: refused: ${doubtful.doubt!.why} (index page ${pageUrl}); the file pip would fetch is not the one the index names`, { resource: doubtful.url });
     }

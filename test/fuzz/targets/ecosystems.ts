@@ -1,13 +1,4 @@
-/**
- * Fuzz targets of what registries answer and what users hand to `vouch
- * endorse --lockfile`: PyPI simple pages (HTML and JSON), npm packuments, the
- * Go proxy's lists, .info answers, paths and module zips, package-lock.json,
- * requirements.txt, go.sum, and the gateway's config file.
- * Property: a result or the module's documented refusal (PageError,
- * BadPackument, null, VouchError bad_request / usage); what a rewrite
- * produces parses again.
- */
-import fc from 'fast-check';
+
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PageError, parseHtmlPage, parseJsonPage, versionOfFile } from '../../../artifacts/pypi-simple.ts';

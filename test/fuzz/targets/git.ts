@@ -262,7 +262,7 @@ export const gitDeltaTarget: FuzzTarget = {
     const got = refusedOnly(() => applyDelta(delta, base), ['io_error']);
     const want = referenceDelta(delta, base);
     if (want === null) check(got === undefined, `applyDelta accepted a delta the format refuses (${got?.length} bytes)`);
-    else check(got !== undefined && got.equals(want), 'applyDelta refused or changed a well-formed delta');
+    else check(got?.equals(want) === true, 'applyDelta refused or changed a well-formed delta');
   },
   runs: 1000,
 };
