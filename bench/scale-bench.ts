@@ -40,7 +40,7 @@ interface Params {
   lookups: { urls: number; runs: number; seconds: number; warmup: number };
   /** Bound on one gateway start (cold, warm, mirror), ms. */
   startTimeout: (n: number) => number;
-  /** `--layout=sparse`: every row on the sparse layout of the chain (README "Layouts"), the mirror cloning into it. */
+  /** `--layout=sparse`: every row on the sparse layout of the chain (docs/spec/repository.md "Layouts"), the mirror cloning into it. */
   sparse: boolean;
 }
 

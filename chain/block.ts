@@ -80,7 +80,7 @@ export interface Payload {
   semver: string;
   vibecode: Vibecode;
   authority?: AuthorityInfo;
-  /** intent `key` only (grammar 1.1, docs/key-events.md): the root-signed statement and its holders' signatures. */
+  /** intent `key` only (grammar 1.1, docs/spec/key-events.md): the root-signed statement and its holders' signatures. */
   statement?: Statement;
   signatures?: StatementSignature[];
 }

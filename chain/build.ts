@@ -231,7 +231,7 @@ export function buildRevokeBlock(input: CommonInput & { prev: Block; target: Blo
 
 /**
  * A `key` block after `prev` carrying a root-signed statement
- * (docs/key-events.md). `signer` must be the online key the statement puts
+ * (docs/spec/key-events.md). `signer` must be the online key the statement puts
  * in force (it signs the block: proof it holds the key). The caller checks
  * the statement against the chain's key state first (`applyKeyEvent`).
  */

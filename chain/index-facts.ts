@@ -24,7 +24,7 @@ export interface IndexFacts {
   urls: string[];
   /** target_hash of a revoke block, else null. */
   target: string | null;
-  /** A compromise declaration's void blocks (inclusive index range, docs/key-events.md), else null. */
+  /** A compromise declaration's void blocks (inclusive index range, docs/spec/key-events.md), else null. */
   voids: [number, number] | null;
 }
 

@@ -1,5 +1,5 @@
 /**
- * Key events (docs/key-events.md): the root of trust, online-key rotation and
+ * Key events (docs/spec/key-events.md): the root of trust, online-key rotation and
  * compromise declarations, kept in the log as `key` blocks (grammar 1.1).
  *
  * Owns: the statement format root holders sign, its strict parser, the
@@ -52,7 +52,7 @@ export interface KeyState {
 }
 
 export const KEY_LIMITS = { rootKeys: 32, signatures: 64, maxSequence: 1_000_000 } as const;
-/** Key events a client walks in one update before it asks for a fresh pin (docs/key-events.md). */
+/** Key events a client walks in one update before it asks for a fresh pin (docs/spec/key-events.md). */
 export const MAX_WALKED_KEY_EVENTS = 32;
 
 const DOMAIN = 'vouch key statement v1\n';

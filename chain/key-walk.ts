@@ -1,5 +1,5 @@
 /**
- * A client following a log's key events (docs/key-events.md): `vouch get`
+ * A client following a log's key events (docs/spec/key-events.md): `vouch get`
  * and the witness walk the key blocks `GET /v1/keys` gives, each proven in a
  * checkpoint's tree. Pure: no I/O.
  * Owns: the `/v1/keys` answer's form (strict, bounded), the trail a client

@@ -84,7 +84,7 @@ export function grammarHash(backend: CryptoBackend): string {
 }
 
 /**
- * Grammar 1.1: the payload of a key block (intent `key`, docs/key-events.md):
+ * Grammar 1.1: the payload of a key block (intent `key`, docs/spec/key-events.md):
  * 1.0's members with the intent `key`, the root-signed `statement` and the
  * holders' `signatures`. Every other block stays 1.0.
  */

@@ -177,7 +177,7 @@ export class ChainIndex {
     return out;
   }
 
-  /** Whether block i is void (docs/key-events.md): it stays in the log as evidence and is never selected. */
+  /** Whether block i is void (docs/spec/key-events.md): it stays in the log as evidence and is never selected. */
   isVoid(i: number): boolean {
     return this.compact.isVoid(i);
   }

@@ -62,7 +62,7 @@ export function parseCheckpoint(body: string): Checkpoint {
 
 /**
  * Body + the authority's signature line (key name = origin), as committed in
- * checkpoint.note. Several signers (a key rollover, docs/key-events.md): one
+ * checkpoint.note. Several signers (a key rollover, docs/spec/key-events.md): one
  * line each under the same origin, in the order given (the key in force
  * first); verifiers ignore the lines of keys they do not know.
  */

@@ -188,7 +188,7 @@ export function examineParsed(block: Block, position: number, authority: Trusted
   const declared = position === 0 && block.payload.authority
     ? { signer: block.payload.authority.signer, publicKey: block.payload.authority.public_key }
     : null;
-  // A key block is signed by the online key its statement puts in force (docs/key-events.md).
+  // A key block is signed by the online key its statement puts in force (docs/spec/key-events.md).
   const p0 = block.payload;
   const keyEvent = p0.intent === 'key' ? { statement: p0.statement!, signatures: p0.signatures! } : null;
   const keyB64 = position === 0 ? declared?.publicKey : keyEvent !== null ? keyEvent.statement.online.public_key : authority?.publicKey;
@@ -235,7 +235,7 @@ export interface VerifierState {
   lastPosted: string;
   /** The online key in force (after key events: the current one). */
   authority: TrustedAuthority | null;
-  /** Root, online key, retired keys and void ranges (docs/key-events.md); null only before block 0. */
+  /** Root, online key, retired keys and void ranges (docs/spec/key-events.md); null only before block 0. */
   keys: KeyState | null;
 }
 

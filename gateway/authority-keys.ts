@@ -1,5 +1,5 @@
 /**
- * The authority's online keys (docs/key-events.md): the private key that
+ * The authority's online keys (docs/spec/key-events.md): the private key that
  * signs blocks, checkpoint.json and checkpoint.note now; the previous key
  * that co-signs notes during a rollover; a new key read from
  * `authority.next_key_file` when a statement puts it in force.

@@ -35,7 +35,7 @@ import type { MerkleTree } from '../chain/merkle-tree.ts';
 /** What routes read of the tree (no appends: the state feeds it). */
 export type MerkleTreeView = Pick<MerkleTree, 'size' | 'root' | 'leafHashAt' | 'inclusionProof' | 'consistencyProof' | 'tile'>;
 
-/** 4: the verifier state carries the key state (docs/key-events.md). */
+/** 4: the verifier state carries the key state (docs/spec/key-events.md). */
 const SNAPSHOT_VERSION = 4;
 /**
  * An index image is rewritten after appends once `blocks` blocks are not in
@@ -410,7 +410,7 @@ export class ChainState {
 
   /**
    * The raw ed25519 key a checkpoint note of the chain in `state` is opened
-   * with: the online key in force at its size (docs/key-events.md), block
+   * with: the online key in force at its size (docs/spec/key-events.md), block
    * 0's while no key event changed it.
    */
   private noteKey(state: VerifierState = this.verifier.state): Uint8Array {

@@ -173,7 +173,7 @@ export class ChainSync {
     }
   }
 
-  /** The raw online key in force after `state` (default: the served state's; key events change it, docs/key-events.md). */
+  /** The raw online key in force after `state` (default: the served state's; key events change it, docs/spec/key-events.md). */
   private authorityKey(state: VerifierState = this.state.verifierState): Uint8Array {
     const a = state.authority;
     const key = a ? base64Decode(a.publicKey) : null;
@@ -471,7 +471,7 @@ export interface MirrorOptions {
   pinnedPublicKey?: string | null;
   log?: Logger;
   fetch?: FetchOptions;
-  /** A new clone's layout (README "Layouts"); an existing chain keeps the one git's configuration gives it. */
+  /** A new clone's layout (docs/spec/repository.md "Layouts"); an existing chain keeps the one git's configuration gives it. */
   sparse?: boolean;
 }
 

@@ -16,7 +16,7 @@ export interface SubmitHandler {
   submit(body: unknown, onProgress?: (p: { done: number; total: number; url: string }) => void): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
   /** POST /v1/revoke: one revoke block through the same writer. */
   revoke(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
-  /** POST /v1/root: one key statement (docs/key-events.md) through the same writer. */
+  /** POST /v1/root: one key statement (docs/spec/key-events.md) through the same writer. */
   statement(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
 }
 

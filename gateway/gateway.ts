@@ -516,7 +516,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     if (authority && chainLock === null) chainLock = acquireChainLock(config.chain.dir);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
     // An authority's chain is its own: after verification, the online key in force must be one it holds
-    // (key_file or next_key_file, `AuthorityKeys.open`), whatever block 0's key is (docs/key-events.md).
+    // (key_file or next_key_file, `AuthorityKeys.open`), whatever block 0's key is (docs/spec/key-events.md).
     const pinned = config.chain.public_key;
     if (pinned === null && !authority) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
     const { state, report } = await ChainState.load(repo, {

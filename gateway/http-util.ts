@@ -57,7 +57,7 @@ export function statusOf(e: unknown): number {
   return isVouchError(e) ? HTTP_STATUS[publicCode(e)] : 500;
 }
 
-/** The `status` codes clients can see (README's table; a test keeps them in step). */
+/** The `status` codes clients can see (docs/spec/http.md's table; a test keeps them in step). */
 export const PUBLIC_CODES: readonly ErrorCode[] = [
   'bad_request', 'unauthorized', 'not_found', 'method_not_allowed', 'not_acceptable', 'semver_conflict',
   'too_large', 'unsupported_media_type', 'origin_error', 'origin_timeout', 'not_ready', 'internal_error',

@@ -133,7 +133,7 @@ export class LogTree {
    * Opens `text` (a committed checkpoint.note) as a note to serve once the
    * tree holds `pending` (record hashes about to be appended) too: it must
    * carry the signature of `authorityKey` (the online key in force at its
-   * size, docs/key-events.md; other lines, a rollover's previous key or
+   * size, docs/spec/key-events.md; other lines, a rollover's previous key or
    * witnesses, are not judged) under its origin, name at most that many
    * entries, and have the tree's root at its size.
    * @throws VouchError checkpoint_mismatch

@@ -220,7 +220,7 @@ function sendWithProof(res: ServerResponse, text: string, length: number, etag: 
   sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`);
 }
 
-/** Block 0, the note verifier key of the key in force, and `keys`: the key state (docs/key-events.md). */
+/** Block 0, the note verifier key of the key in force, and `keys`: the key state (docs/spec/key-events.md). */
 const authority: Handler = (ctx, _req, res) => {
   const state = ready(ctx);
   const key = noteVerifierKey(ctx, state);
@@ -283,14 +283,14 @@ const revoke: Handler = async (ctx, req, res, _search, _own, obs) => {
   sendJson(res, result.httpStatus, result.body);
 };
 
-/** POST /v1/root: a key statement file (docs/key-events.md), appended through the same writer once applyKeyEvent accepts it. */
+/** POST /v1/root: a key statement file (docs/spec/key-events.md), appended through the same writer once applyKeyEvent accepts it. */
 const root: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/root', obs.label, STATEMENT_BODY_LIMIT);
   const result = await submitter.statement(body);
   sendJson(res, result.httpStatus, result.body);
 };
 
-/** The submit's client asks for NDJSON progress (`Accept: application/x-ndjson`, README "POST /v1/submit"). */
+/** The submit's client asks for NDJSON progress (`Accept: application/x-ndjson`, docs/spec/http.md "Endpoints"). */
 function wantsNdjson(req: IncomingMessage): boolean {
   return /(^|,)\s*application\/x-ndjson\s*(;|,|$)/i.test(rawHeader(req, 'accept') ?? '');
 }
@@ -302,7 +302,7 @@ const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
     sendJson(res, result.httpStatus, result.body);
     return;
   }
-  // Progress as NDJSON (README "POST /v1/submit"): 200 at once, one line per entry fetched and hashed,
+  // Progress as NDJSON (docs/spec/http.md "Endpoints"): 200 at once, one line per entry fetched and hashed,
   // then the result line carrying the status the plain answer would have had. A client that goes away
   // does not stop the submit: its block is committed whole or not at all, as for any submit.
   res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });

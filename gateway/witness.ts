@@ -116,7 +116,7 @@ export function formatAddCheckpoint(old: number, proof: readonly Uint8Array[], n
 export class Witness {
   private readonly logs = new Map<string, WitnessedLog[]>();
   private readonly records = new Map<string, Record_>();
-  /** Key trails walked per origin (docs/key-events.md): the key in force is trusted instead of the configured one. */
+  /** Key trails walked per origin (docs/spec/key-events.md): the key in force is trusted instead of the configured one. */
   private readonly trails = new Map<string, KeyTrail>();
   private readonly learning = new Map<string, Promise<void>>();
   private readonly counts: WitnessStats = { cosigned: 0, conflict: 0, inconsistent: 0, unknown_log: 0, bad_signature: 0, malformed: 0, too_large: 0, failed: 0 };

@@ -1,7 +1,7 @@
 /**
  * The online key in force of a chain directory, for an offline writer
  * (`vouch endorse`, `vouch revoke`, `vouch reendorse`) that does not verify
- * every block: which key may sign the next block (docs/key-events.md).
+ * every block: which key may sign the next block (docs/spec/key-events.md).
  *
  * Owns: the key state read from the key blocks' files (`keyStateOfFiles`,
  * kept in `.git/vouch-keys.json` so the next run reads only the blocks

@@ -126,7 +126,7 @@ export class ChainRepoFiles {
 
   /**
    * The sparse layout: the working tree holds checkpoint.json only, block
-   * files are read from git objects (README "Layouts").
+   * files are read from git objects (docs/spec/repository.md "Layouts").
    */
   get sparse(): boolean {
     return this._sparse;

@@ -45,7 +45,7 @@ const UNPACK_LIMIT = 100;
  * ~100-byte delta once packed): the loose objects stay under ~15 MiB. More
  * than a few dozen appends because the pack's fixed costs (two fsyncs, the
  * merge check) then fall on one append in ~290, outside the p99 of a
- * thousand (README "Packs").
+ * thousand (docs/spec/repository.md "Packs").
  */
 export const LOOSE_PACK_THRESHOLD = 2048;
 /**

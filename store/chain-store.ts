@@ -57,7 +57,7 @@ export interface TrustedHead {
 
 /**
  * The head block, checked in constant time against the signed checkpoint
- * and the signer's key: the online key in force (docs/key-events.md), as
+ * and the signer's key: the online key in force (docs/spec/key-events.md), as
  * `keys` (the verified chain's key state) says; without `keys`, block 0's
  * key (a chain whose key never changed). A compromised or retired key is
  * refused.
@@ -208,7 +208,7 @@ export interface Committed {
 
 /** What the note of an append signs: the origin, and the tree's root at the new size. */
 export interface NoteInput {
-  /** The key in force; during a rollover (docs/key-events.md) it first, then the previous key. */
+  /** The key in force; during a rollover (docs/spec/key-events.md) it first, then the previous key. */
   signer: Signer | readonly Signer[];
   origin: string;
   root: Uint8Array;

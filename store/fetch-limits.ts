@@ -1,6 +1,6 @@
 /**
  * fetch-limits: every bound on what a git remote may make vouch do, in one
- * place (README "Limits", SECURITY.md "hostile remote"). Read by the pkt-line
+ * place (docs/spec/http.md "Limits", SECURITY.md "hostile remote"). Read by the pkt-line
  * reader, the transport, the upload-pack conversation and the pack indexer;
  * test/hostile-remote.test.ts drives a remote past each of them.
  *
@@ -11,7 +11,7 @@
 
 /**
  * What a remote may send in one clone or fetch, so that a hostile or broken
- * git server costs bounded memory, disk, CPU and time (README "Limits",
+ * git server costs bounded memory, disk, CPU and time (docs/spec/http.md "Limits",
  * SECURITY.md). The pack streams to a temporary file and is indexed as it
  * arrives (./git-pack-index.ts): a fetch holds in memory one object's zlib
  * bytes (at most twice its size plus 1 MiB), a 32 MiB cache of resolved

@@ -33,7 +33,7 @@ export interface VerifyTask {
   start: number;
   count: number;
   authority: TrustedAuthority;
-  /** The key state at `start` (docs/key-events.md); the walk applies the key blocks of the batch. */
+  /** The key state at `start` (docs/spec/key-events.md); the walk applies the key blocks of the batch. */
   keys: KeyState;
   /**
    * Per block of the batch, the git blob id the branch commits at its path,

@@ -132,7 +132,7 @@ test.before(async () => {
   mkdirSync(join(work, 'go'));
   writeFileSync(join(work, 'go', 'go.sum'), sums.join('\n') + '\n');
 
-  // The real endorser, as README "Endorsing what a project already pins" runs it.
+  // The real endorser, as docs/guide/endorsing-lockfiles.md runs it.
   await timed('endorse npm', () => endorse(join(work, 'npm', 'package-lock.json'), [], NPM_PACKAGES));
   await timed('endorse pip', () => endorse(join(work, 'pip', 'requirements.txt'), ['--index-url', `${index.origin}/simple/`], PIP_FILES));
   await timed('endorse go', () => endorse(join(work, 'go', 'go.sum'), ['--goproxy', `${goOrigin.origin}/mod/`], 2 * GO_MODULES));

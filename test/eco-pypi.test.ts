@@ -218,7 +218,7 @@ test.before(async () => {
       ],
     },
   })], { env: { VOUCH_LOG_FORMAT: 'json' } });
-  // pip.conf exactly as README "PyPI (pip)" says.
+  // pip.conf exactly as docs/guide/pypi.md says.
   mkdirSync(join(work, 'home'), { recursive: true });
   pipConf = join(work, 'pip.conf');
   writeFileSync(pipConf, `[global]\nindex-url = ${gw.url}/pypi/simple/\n`);

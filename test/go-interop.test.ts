@@ -11,7 +11,7 @@
  * Go's note.Open and chain/note.ts's openNote (and the checks built on it:
  * verifyNoteSignature, openCheckpoint) are given the same notes with
  * repeated, unknown, invalid and too many signature lines, and must agree.
- * Key events (docs/key-events.md): Go opens a rollover note served by a
+ * Key events (docs/spec/key-events.md): Go opens a rollover note served by a
  * gateway (two signature lines) with either key's verifier key, and a note
  * by the key in force after a compromise with the verifier key `/v1/keys`
  * publishes, not with the compromised or an older one.

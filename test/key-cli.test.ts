@@ -1,6 +1,6 @@
 /**
  * Key events through the command line (issue 32 items 3, 4, 5, 8;
- * docs/key-events.md), real `vouch` processes, real git and a real origin on
+ * docs/spec/key-events.md), real `vouch` processes, real git and a real origin on
  * 127.0.0.1: the whole offline ceremony on one chain: a 2-of-3 root
  * (`root init`, three holders' `root sign`, `root apply`), a routine
  * rotation, a block by the retired key caught by `vouch verify`

@@ -1,5 +1,5 @@
 /**
- * Key events in the log (docs/key-events.md, issue 32 items 3-5, 7, 8): a
+ * Key events in the log (docs/spec/key-events.md, issue 32 items 3-5, 7, 8): a
  * root adopted by an existing chain, routine rotation, compromise with void
  * blocks, root rotation; every refusal a verifier and an authority make,
  * each at its index with a stable code; parallel verification across

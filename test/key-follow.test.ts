@@ -1,6 +1,6 @@
 /**
  * Consumers following key events with no restart and no new configuration
- * (issue 32 item 6, docs/key-events.md): `GET /v1/keys`, a mirror pinned to
+ * (issue 32 item 6, docs/spec/key-events.md): `GET /v1/keys`, a mirror pinned to
  * the first key syncing across a rollover, a rotation and a compromise (and
  * a warm restart), `vouch get` pinned to the first key or to a root, and a
  * witness configured with the first key. Real processes on 127.0.0.1: vouch

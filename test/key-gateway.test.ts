@@ -1,6 +1,6 @@
 /**
  * Key events on the running authority (issue 32 items 3-6, 8;
- * docs/key-events.md), real gateway processes throughout, submits fetched
+ * docs/spec/key-events.md), real gateway processes throughout, submits fetched
  * from real origins on 127.0.0.1: POST /v1/root adopting a 2-of-3 root with
  * the current key; a routine rotation whose new key is read from
  * authority.next_key_file (the next blocks, checkpoint.json and the note by

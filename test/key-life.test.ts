@@ -1,6 +1,6 @@
 /**
  * One chain lives through an authority's whole key life (issue 32 item 10,
- * docs/runbook-keys.md): a 2-of-3 root adopted by the running authority,
+ * docs/guide/key-runbook.md): a 2-of-3 root adopted by the running authority,
  * endorsements, a lockfile endorsed through the gateway, a revocation, a
  * routine rotation, a compromise in which the test, acting as the attacker,
  * appends blocks signed by the stolen key, recovery (re-endorsement), and a

@@ -1,5 +1,5 @@
 /**
- * The code's direction of flow (README "Project layout"): `chain/` →
+ * The code's direction of flow (docs/project-layout.md): `chain/` →
  * `platform/` → `store/` → `artifacts/` → `gateway/` → `tools/`. A module
  * imports only modules of its own layer or of the layers before it; no
  * module reaches itself through its imports (no cycle, type imports

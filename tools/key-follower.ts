@@ -1,5 +1,5 @@
 /**
- * `vouch get` following a log's key events (docs/key-events.md "Clients
+ * `vouch get` following a log's key events (docs/spec/key-events.md "Clients
  * following key events"): which online key signs the block at an index and
  * the checkpoint note, from the pin (block 0's key, or a root) and the key
  * trail remembered in the state file; when they do not verify, one walk of

@@ -1,6 +1,6 @@
 /**
  * What `vouch root …`, `vouch key …` and `vouch reendorse` share
- * (docs/key-events.md): a chain's verified key state, statement files read
+ * (docs/spec/key-events.md): a chain's verified key state, statement files read
  * (bounded, strict) and written (atomically, never over another file), the
  * checks applyKeyEvent makes that need no signature, and a statement told
  * in words.

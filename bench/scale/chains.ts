@@ -41,7 +41,7 @@ export async function chainFor(n: number): Promise<string> {
 }
 
 /**
- * The sparse layout of `src` (README "Layouts"), made once and cached in
+ * The sparse layout of `src` (docs/spec/repository.md "Layouts"), made once and cached in
  * bench/out/chain-<n>-sparse: a copy of `.git` and the root files, git's
  * sparse-checkout configuration written as `vouch init --layout sparse`
  * writes it, then `ChainRepo.open`, which writes the sparse index (and

@@ -67,7 +67,7 @@ export function parseOciPath(rest: string): OciRequest | null {
 }
 
 /**
- * The URL a manifest is endorsed as (README "Container images"): the
+ * The URL a manifest is endorsed as (docs/guide/oci.md): the
  * registry's base URL (the route's canonical base, else its origin), `v2/`,
  * the repository, `/manifests/` and the tag or digest, e.g.
  * `https://registry-1.docker.io/v2/library/alpine/manifests/3.20`.

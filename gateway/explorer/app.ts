@@ -5,7 +5,7 @@
  * endorsements and version history, and verify a block's signature and
  * record hash right here with the same pure `chain/` code the server uses
  * (on @noble, no server trust needed beyond the authority key it shows).
- * Key events (docs/key-events.md): each block is verified with the online
+ * Key events (docs/spec/key-events.md): each block is verified with the online
  * key in force at its index (from `/v1/keys`), key blocks say what they did
  * (root, rotation, compromise with the voided range), void blocks are marked.
  *

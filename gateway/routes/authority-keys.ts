@@ -1,5 +1,5 @@
 /**
- * `keys` of `GET /v1/authority` (docs/key-events.md): the verified chain's
+ * `keys` of `GET /v1/authority` (docs/spec/key-events.md): the verified chain's
  * key state and the note verifier key of each online key a checkpoint note
  * is signed with now: the key in force first, then the previous key while a
  * rollover lasts.

@@ -5,7 +5,7 @@
  * - GET /v1/block?index=N | ?hash=H  one block, as stored (`void: true` when a compromise voided it)
  * - GET /v1/versions?url=U           every endorsement of a URL, newest first
  * - GET /v1/units?name=owner/name    the blocks of a unit, newest first
- * Key events (docs/key-events.md): a key block's summary carries
+ * Key events (docs/spec/key-events.md): a key block's summary carries
  * `key_event` (what it did), a void block `void` (its range and the
  * compromise block that voided it) in every answer above.
  * Must hold: answers come only from the verified index; list sizes are

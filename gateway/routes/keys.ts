@@ -1,5 +1,5 @@
 /**
- * `GET /v1/keys[?since=S]` (docs/key-events.md "Interfaces"): the log's key
+ * `GET /v1/keys[?since=S]` (docs/spec/key-events.md "Interfaces"): the log's key
  * events for a client that follows them (`vouch get`, a witness, a C2SP
  * client): block 0 and every key block with sequence > S, each with its RFC
  * 6962 inclusion proof in the tree of the served checkpoint note, the key

@@ -35,7 +35,7 @@ function ready(ctx: GatewayContext): NonNullable<GatewayContext['state']> {
 
 /**
  * The note verifier key (`<origin>+<hex8 key ID>+<base64(0x01 ‖ key)>`) of
- * an online key (base64; default: the key in force, docs/key-events.md) for
+ * an online key (base64; default: the key in force, docs/spec/key-events.md) for
  * `/v1/authority`: the origin of the served checkpoint, else the configured
  * `chain.origin`; null when neither is known.
  */

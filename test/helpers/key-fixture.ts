@@ -1,5 +1,5 @@
 /**
- * Chains with key events for tests and benchmarks (docs/key-events.md):
+ * Chains with key events for tests and benchmarks (docs/spec/key-events.md):
  * deterministic holder and online keys, and a builder that appends
  * endorsements and root-signed key blocks with the real builders.
  */

@@ -1,5 +1,5 @@
 /**
- * Chains with key events as an authority commits them (docs/key-events.md):
+ * Chains with key events as an authority commits them (docs/spec/key-events.md):
  * a prefix of a `KeyChain` written to a chain repository with its
  * checkpoint.json and checkpoint.note signed by the key in force (or, in a
  * rollover, by several keys), and later prefixes appended as one commit each.

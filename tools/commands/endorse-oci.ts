@@ -1,6 +1,6 @@
 /**
  * `vouch endorse --oci REF... | --oci-file FILE`: endorses container image
- * tags (README "Container images"): each reference is resolved at its
+ * tags (docs/guide/oci.md): each reference is resolved at its
  * registry to the digest of the manifest or index it names now, and its
  * canonical URL (`https://<registry>/v2/<repository>/manifests/<tag>`) is
  * endorsed with that digest, all in as few blocks as the format allows (one

@@ -212,7 +212,7 @@ export const get: Command = {
         if (broken !== null) throw new Refusal('bad_answer', `${target}: ${broken}`);
         throw new VouchError('origin_error', `cannot reach the gateway ${new URL(target).origin}: ${(e as { code?: string }).code ?? (e as Error).message}`);
       }
-      // 200 or a documented error status (README "Status codes"); anything else of 1xx-3xx is no answer of the protocol.
+      // 200 or a documented error status (docs/spec/http.md "Status codes"); anything else of 1xx-3xx is no answer of the protocol.
       if (res.statusCode !== 200 && res.statusCode < 400) {
         await res.body.dump().catch(() => {});
         const location = typeof res.headers.location === 'string' ? ` to ${JSON.stringify(res.headers.location.slice(0, 200))}` : '';

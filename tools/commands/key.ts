@@ -1,6 +1,6 @@
 /**
  * `vouch key rotate` and `vouch key compromise`: statement files for the
- * root holders to sign (docs/key-events.md): a routine rotation of the
+ * root holders to sign (docs/spec/key-events.md): a routine rotation of the
  * online key, or the declaration that the online key in force is
  * compromised after block N (its later blocks void) with a new key taking
  * over. Drafted from the chain verified whole (or a running authority's

@@ -1,5 +1,5 @@
 /**
- * `vouch reendorse`: after a compromise declaration (docs/key-events.md),
+ * `vouch reendorse`: after a compromise declaration (docs/spec/key-events.md),
  * endorses again what the void blocks endorsed, in one command: each
  * artifact is fetched again (as offline `vouch endorse` fetches) and
  * endorsed only when its bytes still hash to what the void block claimed;

@@ -1,6 +1,6 @@
 /**
  * `vouch root init`, `vouch root sign`, `vouch root apply`: the offline root
- * of trust (docs/key-events.md, the runbook docs/runbook-keys.md).
+ * of trust (docs/spec/key-events.md, the runbook docs/guide/key-runbook.md).
  * `init` drafts a root statement from the chain's verified key state;
  * `sign` adds one holder's signature on the holder's own machine (no chain,
  * no network); `apply` appends the key block to an offline chain (signed by
