@@ -5,7 +5,9 @@
  *   up to `spoolThreshold`, in pooled buffers when large, and the memory
  *   budget every artifact byte in memory is charged to;
  * - disk (`mirror-disk.ts`, optional, `diskDir`, bounded by `diskBytes`, LRU
- *   by access time, survives restarts), re-hashed every time it is read back;
+ *   by access time, survives restarts), re-hashed when it is read back
+ *   unless this process verified it and it is unchanged since (its stamp:
+ *   inode, size, modification and change times);
  * - spool files (`mirror-spool.ts`): large artifacts written to a file while
  *   they are hashed and served from it; without a disk tier the file is
  *   deleted after its last reader.
@@ -16,7 +18,8 @@
  * Trusts: its one writer, the verified fetcher, to call `putBytes`/`putFile`
  * only with bytes whose hash it has just checked against `artifactHash` (the
  * mirror does not hash them again on the way in). It trusts nothing it reads
- * back from disk: those bytes are hashed again and a mismatching file is
+ * back from disk: those bytes are hashed again (a file this process verified
+ * whose stamp is unchanged excepted) and a mismatching file is
  * deleted and reported as a miss.
  *
  * Must hold: only verified bytes are returned; memory bytes handed out
