@@ -26,6 +26,7 @@ import type { GatewayContext } from '../context.ts';
 import type { ProxyMatch, ProxyRoute } from '../routes/proxy-routes.ts';
 import { statusOf } from '../http-util.ts';
 import { readBounded } from '../../artifacts/read-bounded.ts';
+import { ReachableRecord } from './oci-reachable.ts';
 import { MIN_PIECE, SEND_PIECE, sendFile, sendPaced, stallGuard } from '../routes/download.ts';
 import {
   DIGEST, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, MAX_TAG_LIST_BYTES, blobUrl, manifestUrl, ociErrorBody, pageOf,
@@ -42,6 +43,8 @@ const MAX_PREFETCH = 64;
 const PREFETCH_AT_ONCE = 3;
 /** Largest token answer read. */
 const MAX_TOKEN_BYTES = 64 * 1024;
+/** Longest reason phrase sent in a status line. */
+const MAX_REASON = 400;
 const API_VERSION = { 'docker-distribution-api-version': 'registry/2.0' };
 /**
  * How long a blob that failed its digest check refuses the manifests that
@@ -60,8 +63,8 @@ type Matched = ProxyMatch & { refusal: null };
 
 export class OciRoutes {
   private agent: Agent | null = null;
-  /** `route.index repo digest` -> the endorsed manifest URL it is reachable from. */
-  private readonly reachable = new Map<string, string>();
+  /** `route.index repo digest` -> the endorsed manifest URL it is reachable from (kept beside the disk mirror). */
+  private readonly reachable: ReachableRecord;
   /** Bearer tokens by `route.index scope`, with their expiry (ms). */
   private readonly tokens = new Map<string, { header: string; until: number }>();
   /** `route.index repo digest` of blobs whose upstream bytes did not match, with the refusal and until when it is told. */
@@ -71,9 +74,13 @@ export class OciRoutes {
   /** Per route: the upstream's challenge (null: it asked for none), once known. */
   private readonly challenges = new Map<number, { scheme: string; params: Record<string, string> } | null>();
 
-  constructor(private readonly ctx: GatewayContext, private readonly routes: readonly ProxyRoute[], private readonly host: OciHost) {}
+  constructor(private readonly ctx: GatewayContext, private readonly routes: readonly ProxyRoute[], private readonly host: OciHost) {
+    const oci = routes.filter((r) => r.kind === 'oci');
+    this.reachable = new ReachableRecord(oci.length === 0 ? null : ctx.config.mirror.disk_dir, oci, MAX_REACHABLE, (msg, f) => ctx.log.warn(msg, f));
+  }
 
   async close(): Promise<void> {
+    await this.reachable.flush();
     const a = this.agent;
     this.agent = null;
     await a?.close();
@@ -136,7 +143,7 @@ export class OciRoutes {
       return;
     }
     const body = ociErrorBody(status, message, what);
-    res.writeHead(status, {
+    res.writeHead(status, reasonPhrase(message), {
       'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-content-type-options': 'nosniff', 'cache-control': 'no-store',
       ...API_VERSION, ...headers,
     });
@@ -199,7 +206,8 @@ export class OciRoutes {
         this.host.count('failed');
         return this.fail(res, 502, `vouch: ${url}: ${e.message}`, 'manifest');
       }
-      for (const d of [...facts.manifests, ...facts.blobs]) this.remember(route, r.repo, d, endorsedUrl);
+      // The manifest itself too: a pull by the endorsed digest (or a platform manifest's) finds it without the upstream.
+      for (const d of [digest, ...facts.manifests, ...facts.blobs]) this.remember(route, r.repo, d, endorsedUrl);
       const now = Date.now();
       for (const d of facts.blobs) {
         const bad = this.mismatched.get(`${route.index} ${r.repo} ${d}`);
@@ -291,6 +299,7 @@ export class OciRoutes {
     const url = blobUrl(route.canonical, r.repo, r.digest);
     const from = await this.reachableFrom(route, r.repo, r.digest, 'blob');
     if (typeof from === 'string') return this.refuseUnendorsed(req, res, route, r, url, from);
+    if (req.method === 'HEAD' && !(this.ctx.artifacts.has?.(r.digest) ?? false) && await this.headUpstream(res, route, r, from)) return;
     await this.turn(route, r.repo, r.digest);
     const obtained = await this.obtain(route, r.repo, blobUrl(route.origin, r.repo, r.digest), r.digest, res, '*/*');
     if (obtained === null) return;
@@ -299,6 +308,40 @@ export class OciRoutes {
       'content-type': 'application/octet-stream', 'docker-content-digest': r.digest, etag: `"${r.digest}"`, 'accept-ranges': 'bytes',
       'x-content-type-options': 'nosniff', 'x-vouch-endorsed': `${from.url} block ${from.sel.block.index}`, ...API_VERSION,
     }, this.ctx.config.origin.timeout * 1000);
+  }
+
+  /**
+   * HEAD of a blob the mirror does not hold: answered from the upstream's
+   * HEAD (its size, its digest when it names one) without fetching the
+   * bytes; nothing is released, nothing counts as verified (a GET fetches and
+   * checks them). False: the upstream redirects the blob elsewhere (a
+   * storage host this route does not call unchecked): the caller obtains it.
+   */
+  private async headUpstream(res: ServerResponse, route: ProxyRoute, r: Extract<OciRequest, { type: 'blob' }>, from: { url: string; sel: Selection }): Promise<boolean> {
+    const up = await this.upstream(route, r.repo, `v2/${r.repo}/blobs/${r.digest}`, 'HEAD', '*/*');
+    up.body.resume();
+    if (up.statusCode >= 300 && up.statusCode < 400) return false;
+    if (up.statusCode === 404) {
+      this.host.count('failed');
+      this.fail(res, 404, `vouch: the upstream has no blob ${r.digest} of ${r.repo}`, 'blob');
+      return true;
+    }
+    const length = up.headers['content-length'];
+    const named = up.headers['docker-content-digest'];
+    if (up.statusCode !== 200 || typeof length !== 'string' || !/^\d{1,15}$/.test(length) || (typeof named === 'string' && named !== r.digest)) {
+      this.host.count('failed');
+      const why = up.statusCode !== 200 ? `answered ${up.statusCode}` : typeof named === 'string' && named !== r.digest ? `names it ${named.slice(0, 140)}` : 'sent no length';
+      this.fail(res, 502, `vouch: upstream error for blob ${r.digest} of ${r.repo}: the upstream ${why} to HEAD`, 'blob');
+      return true;
+    }
+    this.host.count('metadata');
+    res.writeHead(200, {
+      'content-type': 'application/octet-stream', 'content-length': length, 'docker-content-digest': r.digest, 'accept-ranges': 'bytes',
+      'x-content-type-options': 'nosniff', 'x-vouch-endorsed': `${from.url} block ${from.sel.block.index}`,
+      'x-vouch-unverified': 'HEAD answered from the upstream: not mirrored yet, a GET fetches and checks the bytes', ...API_VERSION,
+    });
+    res.end();
+    return true;
   }
 
   /**
@@ -339,6 +382,7 @@ export class OciRoutes {
       const walk = async (d: string, depth: number): Promise<void> => {
         if (depth > 2 || seen.has(d) || this.reachable.has(key)) return;
         seen.add(d);
+        this.remember(route, repo, d, url);
         const facts = await this.readManifest(route, repo, d).catch(() => null);
         if (facts === null) return;
         for (const x of [...facts.manifests, ...facts.blobs]) this.remember(route, repo, x, url);
@@ -362,10 +406,7 @@ export class OciRoutes {
   }
 
   private remember(route: ProxyRoute, repo: string, digest: string, url: string): void {
-    const key = `${route.index} ${repo} ${digest}`;
-    this.reachable.delete(key);
-    this.reachable.set(key, url);
-    if (this.reachable.size > MAX_REACHABLE) this.reachable.delete(this.reachable.keys().next().value!);
+    this.reachable.set(route, repo, digest, url);
   }
 
   /** Verified bytes of `digest` from `fetchUrl` (mirror first); on failure answers the client and resolves null. */
@@ -578,6 +619,17 @@ export class OciRoutes {
   }
 }
 
+
+/**
+ * vouch's reason as the status line's reason phrase too (printable ASCII,
+ * bounded): clients that print no error body print the status line —
+ * containers/image for a 5xx (and, up to 5.23, for any blob), containerd
+ * for any status — so the reason reaches the user there as well.
+ */
+export function reasonPhrase(message: string): string {
+  const text = message.replace(/[^\x20-\x7e]/g, '?');
+  return text.length <= MAX_REASON ? text : `${text.slice(0, MAX_REASON - 3)}...`;
+}
 
 /** One `bytes=a-b` range of a body of `size` bytes (`a-`, `-n` too), or null: the whole body; 'bad': not satisfiable. */
 export function parseRange(value: string | undefined, size: number): { start: number; end: number } | null | 'bad' {
