@@ -299,7 +299,15 @@ export class OciRoutes {
     const url = blobUrl(route.canonical, r.repo, r.digest);
     const from = await this.reachableFrom(route, r.repo, r.digest, 'blob');
     if (typeof from === 'string') return this.refuseUnendorsed(req, res, route, r, url, from);
-    if (req.method === 'HEAD' && !(this.ctx.artifacts.has?.(r.digest) ?? false) && await this.headUpstream(res, route, r, from)) return;
+    if (req.method === 'HEAD' && !(this.ctx.artifacts.has?.(r.digest) ?? false)) {
+      // The upstream's HEAD cannot know that its bytes failed their check a moment ago: that answer stands.
+      const bad = this.mismatched.get(`${route.index} ${r.repo} ${r.digest}`);
+      if (bad !== undefined && bad.until > Date.now()) {
+        this.host.count('mismatches');
+        return this.fail(res, 409, bad.message, 'blob');
+      }
+      if (await this.headUpstream(res, route, r, from)) return;
+    }
     await this.turn(route, r.repo, r.digest);
     const obtained = await this.obtain(route, r.repo, blobUrl(route.origin, r.repo, r.digest), r.digest, res, '*/*');
     if (obtained === null) return;
