@@ -207,7 +207,8 @@ async function startGateway(diskDir?: string): Promise<void> {
   const cfg = writeConfig(work, {
     listen: { host: '127.0.0.1', port: 0 },
     chain: { dir: join(work, 'chain'), public_key: publicKey },
-    origin: { allow_private: true, timeout: 10 },
+    // A fetch's whole deadline: the 1 GiB layer must arrive within it on a loaded machine too (10 s was not enough at load 30).
+    origin: { allow_private: true, timeout: 60 },
     mirror: { memory_bytes: MEMORY, budget_bytes: BUDGET, ...(diskDir !== undefined ? { disk_dir: diskDir } : {}) },
     proxy: {
       routes: [
