@@ -6,12 +6,14 @@
  * entries and tmp leftovers removed), adopting verified files, eviction,
  * the shared read-back hash check, deleting files once no reader holds them.
  * Trusts: the mirror to adopt only verified files; nothing it reads back
- * (hashed again before it is served).
+ * (hashed again before it is served, unless this process verified it and
+ * its stamp, inode, size and change times, is unchanged).
  * Must hold: a file handed out is not deleted before every holder called
  * `release()`; one process owns a `diskDir` (its `tmp` emptied at start).
  */
 import { createReadStream } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, rename, rm, stat, unlink, utimes, writeFile } from 'node:fs/promises';
+import type { BigIntStats } from 'node:fs';
 import { join } from 'node:path';
 import type { CryptoBackend, HashAlgorithm } from '../chain/crypto-backend.ts';
 import { hexEncode } from '../chain/encoding.ts';
@@ -32,9 +34,41 @@ export interface DiskEntry {
   doomed: boolean;
   /** A read-back hash check in progress, shared by concurrent readers. */
   checking: Promise<Buffer | boolean> | null;
+  /**
+   * The file's identity and change times (`fileStamp`) when this process
+   * last saw its bytes hash to the key (adopted after the fetcher's check, or
+   * re-hashed); null: not since it was loaded. A read-back whose stamp is
+   * unchanged skips the hash.
+   */
+  verified?: string | null;
+  /** When `touch` last set the file's times (ms). */
+  touchedAt?: number;
 }
 
-/** Hashes a file by streaming it; the file's bytes too when `keep` (small files). */
+/** How often `touch` sets a file's times at most: the LRU order on disk only orders a restart's load. */
+const TOUCH_EVERY_MS = 60_000;
+
+/** Device, inode, size, modification and status-change times (ns): any write, truncate or rename over the file changes it. */
+function fileStamp(s: BigIntStats): string {
+  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}`;
+}
+
+/**
+ * A re-hashed file's stamp is kept only when its change time is this much
+ * older than the hash: a write in the same clock tick as the last change
+ * would leave the times as they were.
+ */
+const STAMP_MARGIN_MS = 50;
+
+async function stampOf(path: string): Promise<{ stamp: string; ctimeMs: number } | null> {
+  try {
+    const s = await stat(path, { bigint: true });
+    return { stamp: fileStamp(s), ctimeMs: Number(s.ctimeNs / 1_000_000n) };
+  } catch {
+    return null;
+  }
+}
+
 export async function hashFile(path: string, algorithm: HashAlgorithm, backend: CryptoBackend, keep: boolean): Promise<{ hex: string; size: number; bytes: Buffer | null }> {
   if (keep) {
     const bytes = await readFile(path);
@@ -168,6 +202,9 @@ export class DiskTier {
     } else {
       entry = { key: artifactHash, path, size, contentType, headers, refs: 0, doomed: false, checking: null };
     }
+    // The bytes were hashed by the fetcher on their way into this file: stamped as verified.
+    entry.verified = (await stampOf(path))?.stamp ?? null;
+    entry.touchedAt = Date.now();
     this.index.set(artifactHash, entry);
     this.total += size;
     await this.evict(entry);
@@ -217,12 +254,28 @@ export class DiskTier {
     };
   }
 
-  /** Re-hashes an entry's file (one check shared by concurrent readers): its bytes (`keep`) or true when intact, false when not. */
+  /**
+   * Re-hashes an entry's file (one check shared by concurrent readers): its
+   * bytes (`keep`) or true when intact, false when not. A file not read into
+   * memory whose stamp is the one this process verified is intact without
+   * hashing it again (nothing changed it since: a write or a rename over it
+   * changes its inode, size or change time, which no utimes can set back).
+   */
   check(entry: DiskEntry, h: ArtifactHash, keep: boolean): Promise<Buffer | boolean> {
     return entry.checking ??= (async () => {
       try {
+        const at = Date.now();
+        const before = await stampOf(entry.path);
+        if (before !== null && entry.verified === before.stamp) {
+          if (!keep) return true;
+          const bytes = await readFile(entry.path);
+          // Read whole: still the stamped file afterwards, else hashed below.
+          if (bytes.length === entry.size && (await stampOf(entry.path))?.stamp === before.stamp) return bytes;
+        }
         const r = await hashFile(entry.path, h.algorithm, this.backend, keep);
         if (r.hex !== h.hex || r.size !== entry.size) return false;
+        const after = await stampOf(entry.path);
+        entry.verified = before !== null && after?.stamp === before.stamp && at - before.ctimeMs >= STAMP_MARGIN_MS ? before.stamp : null;
         return r.bytes ?? true;
       } catch {
         return false;
@@ -237,7 +290,11 @@ export class DiskTier {
     if (this.index.get(entry.key) !== entry) return;
     this.index.delete(entry.key);
     this.index.set(entry.key, entry);
-    const now = new Date();
+    const at = Date.now();
+    if (entry.touchedAt !== undefined && at - entry.touchedAt < TOUCH_EVERY_MS) return;
+    entry.touchedAt = at;
+    entry.verified = null; // the times change: the next read-back hashes again
+    const now = new Date(at);
     utimes(entry.path, now, now).catch(ignore);
   }
 }

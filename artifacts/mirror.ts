@@ -5,7 +5,8 @@
  * restarts) and in spool files (`mirror-spool.ts`, large artifacts).
  * Owns: the tiers' order, the counters, the verified fetcher's entry point.
  * Trusts: the verified fetcher to put only bytes it just hashed; nothing
- * read back from disk (hashed again; a mismatch is deleted and a miss).
+ * read back from disk (hashed again, unless this process verified the file
+ * and its stamp is unchanged; a mismatch is deleted and a miss).
  * Must hold: only verified bytes are returned; memory and files handed out
  * are neither reused nor deleted before every holder called `release()`;
  * large artifacts never sit in the heap; memory entries are charged to the

@@ -218,6 +218,11 @@ export class VerifiedFetcher {
     this.mirror.unhold(n);
   }
 
+  /** Whether the mirror holds `artifactHash` (memory or disk index; not checked, not counted). */
+  has(artifactHash: string): boolean {
+    return this.mirror.has(artifactHash);
+  }
+
   stats(): VerifiedFetcherStats {
     return { inflight: this.flights.size, active: this.slots.active, queued: this.slots.queued, ...this.counters };
   }

@@ -71,6 +71,8 @@ export interface ArtifactSource {
   holdBytes?(n: number): boolean;
   /** Gives back `n` bytes charged by `holdBytes`. */
   unholdBytes?(n: number): void;
+  /** Whether the mirror holds `artifactHash` (not checked, not counted). Absent: unknown (false). */
+  has?(artifactHash: string): boolean;
 }
 
 /** What a mirror's sync loop reports (snake_case: it is served as is). */

@@ -201,13 +201,15 @@ async function buildChain(dir: string): Promise<string> {
   return base64Encode(signer.publicKey);
 }
 
-async function startGateway(): Promise<void> {
+/** A gateway on the fixture chain; `diskDir`: with a disk mirror there (which survives a restart). */
+async function startGateway(diskDir?: string): Promise<void> {
   const publicKey = await buildChain(join(work, 'chain'));
   const cfg = writeConfig(work, {
     listen: { host: '127.0.0.1', port: 0 },
     chain: { dir: join(work, 'chain'), public_key: publicKey },
-    origin: { allow_private: true, timeout: 10 },
-    mirror: { memory_bytes: MEMORY, budget_bytes: BUDGET },
+    // A fetch's whole deadline: the 1 GiB layer must arrive within it on a loaded machine too (10 s was not enough at load 30).
+    origin: { allow_private: true, timeout: 60 },
+    mirror: { memory_bytes: MEMORY, budget_bytes: BUDGET, ...(diskDir !== undefined ? { disk_dir: diskDir } : {}) },
     proxy: {
       routes: [
         { prefix: '/v2/', kind: 'oci', origin: registry.url, canonical: CANONICAL, unendorsed: 'deny' },
@@ -259,10 +261,16 @@ async function startAuthFront(): Promise<void> {
 }
 
 /** A new gateway process (an empty memory mirror) on the fixture chain made again. */
-async function restartGateway(): Promise<void> {
+async function restartGateway(diskDir?: string): Promise<void> {
   await gw.stop();
   rmSync(join(work, 'chain'), { recursive: true, force: true });
-  await startGateway();
+  await startGateway(diskDir);
+}
+
+/** A counter of the gateway's /metrics (the sum of its series matching `series`). */
+async function metric(series: RegExp): Promise<number> {
+  const text = await (await fetch(`${gw.url}/metrics`)).text();
+  return text.split('\n').filter((l) => !l.startsWith('#') && series.test(l.split(' ')[0]!)).reduce((n, l) => n + Number(l.split(' ').at(-1)), 0);
 }
 
 test.before(async () => {
@@ -329,6 +337,33 @@ test('an endorsed tag pulls with skopeo through the gateway: the endorsed manife
   assert.equal(Buffer.from(await part.arrayBuffer()), readFileSync(join(work, 'layout', 'blobs', 'sha256', layer.digest.slice(7))).subarray(10, 20));
 });
 
+test('HEAD of a blob the mirror does not hold: the upstream\'s HEAD answers (size, digest); no byte fetched, nothing counted as verified', async () => {
+  // HEAD of the manifest: reachability learnt, nothing fetched ahead (a GET would fetch its blobs ahead).
+  const m = await fetch(`${gw.url}/v2/podman/manifests/1.0`, { method: 'HEAD', headers: { accept: MANIFEST_ACCEPT } });
+  assert.is(m.status, 200);
+  const manifest = JSON.parse(readFileSync(join(work, 'layout', 'blobs', 'sha256', digests.get('podman:1.0')!.slice(7)), 'utf8')) as { layers: { digest: string; size: number }[] };
+  const layer = manifest.layers[0]!;
+  const bytes0 = await metric(/^vouch_origin_fetch_bytes_total$/);
+  const verified0 = await metric(/^vouch_proxy_requests_total\{outcome="verified"\}$/);
+  const head = await fetch(`${gw.url}/v2/podman/blobs/${layer.digest}`, { method: 'HEAD' });
+  assert.is(head.status, 200);
+  assert.is(head.headers.get('content-length'), String(layer.size));
+  assert.is(head.headers.get('docker-content-digest'), layer.digest);
+  assert.match(head.headers.get('x-vouch-unverified') ?? '', /HEAD answered from the upstream/);
+  assert.is(await metric(/^vouch_origin_fetch_bytes_total$/), bytes0, 'the HEAD fetched the blob');
+  assert.is(await metric(/^vouch_proxy_requests_total\{outcome="verified"\}$/), verified0, 'the HEAD counted as verified');
+  // A blob the upstream does not have: 404 with the reason, in the status line too (a HEAD has no body).
+  const missing = `sha256:${'0'.repeat(64)}`;
+  const none = await fetch(`${gw.url}/v2/podman/blobs/${missing}`, { method: 'HEAD' });
+  assert.is(none.status, 404);
+  assert.match(none.statusText, /^vouch: blob sha256:0{64} of podman is not reachable from an endorsed tag, refused$/);
+  // A GET then fetches and checks the bytes (and counts them as verified).
+  const get = await fetch(`${gw.url}/v2/podman/blobs/${layer.digest}`);
+  assert.is(get.status, 200);
+  assert.is(`sha256:${createHash('sha256').update(Buffer.from(await get.arrayBuffer())).digest('hex')}`, layer.digest);
+  assert.is(await metric(/^vouch_proxy_requests_total\{outcome="verified"\}$/), verified0 + 1);
+});
+
 test('a Docker schema 2 manifest: served as it is stored, with its media type and digest', async () => {
   const head = await fetch(`${gw.url}/v2/docker/manifests/1.0`, { method: 'HEAD', headers: { accept: MANIFEST_ACCEPT } });
   assert.is(head.status, 200);
@@ -385,6 +420,11 @@ test('a blob swapped in the registry\'s storage is refused before any byte; skop
   const direct = await fetch(`${gw.url}/v2/swapped/blobs/${layer.digest}`);
   assert.is(direct.status, 409);
   assert.is((await direct.json()).errors[0].code, 'DENIED');
+  // The reason in the status line too: what containerd prints for a blob, and containers/image for a 5xx.
+  assert.is(direct.statusText, `vouch: the upstream's bytes for ${layer.digest} do not match the digest (blob swapped), refused`);
+  const head = await fetch(`${gw.url}/v2/swapped/blobs/${layer.digest}`, { method: 'HEAD' });
+  assert.is(head.status, 409);
+  assert.match(head.statusText, /^vouch: the upstream's bytes for sha256:[0-9a-f]{64} do not match the digest/);
 });
 
 test('an unendorsed tag is refused (MANIFEST_UNKNOWN with vouch\'s reason); on a pass route, picked by ?ns=, it passes marked', async () => {
@@ -603,21 +643,89 @@ test('vouch endorse --oci through a running authority: the authority fetches the
   }
 });
 
-test('the registry down, the mirror warm: an endorsed tag still pulls', async () => {
-  await restartGateway();
+test('vouch endorse --oci --registry-auth: a private registry (the distribution registry with htpasswd auth), Docker\'s config.json or one line user:password; never echoed', async () => {
+  const dir = join(work, 'private-registry');
+  mkdirSync(dir, { recursive: true });
+  const password = 'reg-' + 'q'.repeat(20);
+  const hp = await runAsync('htpasswd', ['-nbB', 'puller', password]);
+  assert.is(hp.status, 0, `htpasswd (apache2-utils): ${hp.stderr}`);
+  writeFileSync(join(dir, 'htpasswd'), hp.stdout.trim() + '\n');
+  const locked = await Registry.start(join(dir, 'registry'), { htpasswd: join(dir, 'htpasswd') });
+  try {
+    const anonymous = await fetch(`${locked.url}/v2/`);
+    assert.is(anonymous.status, 401);
+    assert.match(anonymous.headers.get('www-authenticate') ?? '', /^Basic /);
+    const pushed = await skopeo(['copy', '--dest-tls-verify=false', '--dest-creds', `puller:${password}`, `oci:${join(work, 'layout')}:app`, `docker://${locked.host}/team/app:1.0`]);
+    assert.is(pushed.status, 0, pushed.stderr);
+    const key = join(dir, 'authority.pem');
+    const chain = join(dir, 'chain');
+    await initAuthorityChain({ key, chain, signer: 'oci-private', uns: 'acme/images' });
+    const ref = `http://${locked.host}/team/app:1.0`;
+    const args = ['endorse', '--chain', chain, '--key', key, '--license', 'MIT', '--json', '--oci', ref];
+    const without = await vouchAsync(args);
+    assert.is.not(without.status, 0);
+    assert.match(without.stderr, /the registry asks for a user and password: give them with --registry-auth FILE/);
+    writeFileSync(join(dir, 'config.json'), JSON.stringify({ auths: { [`http://${locked.host}`]: { auth: Buffer.from(`puller:${password}`).toString('base64') }, 'https://index.docker.io/v1/': { auth: Buffer.from('other:secret').toString('base64') } } }), { mode: 0o600 });
+    const viaConfig = await vouchAsync([...args, '--registry-auth', join(dir, 'config.json')]);
+    assert.is(viaConfig.status, 0, viaConfig.stderr);
+    const out = JSON.parse(viaConfig.stdout);
+    assert.is(out.status, 'posted');
+    assert.equal(out.images.map((i: { url: string; digest: string }) => [i.url, i.digest]), [[`${locked.url}/v2/team/app/manifests/1.0`, digests.get('app:1.0')]]);
+    // The gateway's credentials_file form: one line.
+    writeFileSync(join(dir, 'cred'), `puller:${password}\n`, { mode: 0o600 });
+    const viaLine = await vouchAsync([...args, '--registry-auth', join(dir, 'cred')]);
+    assert.is(viaLine.status, 0, viaLine.stderr);
+    assert.is(JSON.parse(viaLine.stdout).status, 'unchanged');
+    writeFileSync(join(dir, 'cred'), 'puller:wrong\n');
+    const wrong = await vouchAsync([...args, '--registry-auth', join(dir, 'cred')]);
+    assert.is.not(wrong.status, 0);
+    assert.match(wrong.stderr, /answered 401 .*\(the credentials of --registry-auth were refused\)/);
+    for (const r of [without, viaConfig, viaLine, wrong]) assert.not.ok((r.stdout + r.stderr).includes(password), 'the password was echoed');
+    // One line for references to two registries is refused (which registry would get it?).
+    const two = await vouchAsync([...args, '--oci', `http://${registry.host}/app:1.0`, '--registry-auth', join(dir, 'cred')]);
+    assert.is.not(two.status, 0);
+    assert.match(two.stderr, /the one-line form \(user:password\) is for one registry/);
+  } finally {
+    await locked.stop();
+  }
+});
+
+test('the registry down, the mirror warm: an endorsed tag still pulls; after a restart too, by tag and by digest (the reachability record)', async () => {
+  const disk = join(work, 'disk-mirror');
+  await restartGateway(disk);
   const warm = await pull('app:1.0');
   assert.is(warm.status, 0, warm.stderr);
   await registry.stop();
   const p = await pull('app:1.0');
   assert.is(p.status, 0, p.stderr);
   assert.ok(layoutIsIntact(p.dir).includes(digests.get('app:1.0')!));
-  // What the mirror does not hold (this gateway process never served it) fails: 502 (skopeo shows a 5xx's status only), the reason in the body.
+  // What the mirror does not hold (this gateway process never served it) fails: 502, vouch's reason in the status line (skopeo prints a 5xx's status line, not its body) and in the body.
   const cold = await pull('multi:1.0');
   assert.is.not(cold.status, 0);
-  assert.match(cold.stderr, /reading manifest 1\.0 in [^:]+:\d+\/multi: received unexpected HTTP status: 502/);
+  assert.match(cold.stderr, /reading manifest 1\.0 in [^:]+:\d+\/multi: received unexpected HTTP status: 502 vouch: upstream error for manifest sha256:[0-9a-f]{64} of multi/);
   const r = await fetch(`${gw.url}/v2/multi/manifests/1.0`, { headers: { accept: MANIFEST_ACCEPT } });
   assert.is(r.status, 502);
   assert.match((await r.json()).errors[0].message, /^vouch: upstream error for manifest sha256:[0-9a-f]{64} of multi/);
+
+  // A new gateway process on the same disk mirror, the registry still down: what was reachable is still served.
+  const record = join(disk, 'oci-reachable.jsonl');
+  const lines = readFileSync(record, 'utf8').trim().split('\n');
+  assert.ok(lines.some((l) => l.includes(digests.get('app:1.0')!)), 'the endorsed manifest is recorded');
+  writeFileSync(record, readFileSync(record, 'utf8') + 'not an entry\n{"route":1}\n');
+  await restartGateway(disk);
+  const byDigest = await pull(`app@${digests.get('app:1.0')}`);
+  assert.is(byDigest.status, 0, byDigest.stderr);
+  assert.ok(layoutIsIntact(byDigest.dir).includes(layers.get('app/1')!.digest));
+  const blob = await fetch(`${gw.url}/v2/app/blobs/${layers.get('app/0')!.digest}`, { method: 'HEAD' });
+  assert.is(blob.status, 200);
+  assert.is(blob.headers.get('x-vouch-unverified'), null, 'mirrored: answered from the checked bytes');
+  const byTag = await pull('app:1.0');
+  assert.is(byTag.status, 0, byTag.stderr);
+  // The broken lines were dropped, the entries kept.
+  await gw.stop();
+  const after = readFileSync(record, 'utf8').trim().split('\n');
+  assert.not.ok(after.some((l) => l === 'not an entry' || l === '{"route":1}'), 'the record was rebuilt');
+  assert.ok(after.some((l) => l.includes(digests.get('app:1.0')!)));
 });
 
 test.run();

@@ -13,7 +13,8 @@
  * logged or served.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createReadStream, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
+import { finished } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Agent, type Dispatcher } from 'undici';
 import { VouchError, isVouchError } from '../../chain/errors.ts';
@@ -22,6 +23,8 @@ import type { GatewayContext } from '../context.ts';
 import type { ProxyMatch, ProxyRoute } from '../routes/proxy-routes.ts';
 import { statusOf } from '../http-util.ts';
 import { readBounded } from '../../artifacts/read-bounded.ts';
+import { ReachableRecord } from './oci-reachable.ts';
+import { MIN_PIECE, SEND_PIECE, sendFile, sendPaced, stallGuard } from '../routes/download.ts';
 import {
   DIGEST, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, MAX_TAG_LIST_BYTES, blobUrl, manifestUrl, ociErrorBody, pageOf,
   parseChallenge, parseManifest, parseOciPath, parseTagList, type OciRequest,
@@ -31,10 +34,14 @@ import {
 const MAX_REACHABLE = 200_000;
 /** Tags of one repository looked at when relearning what is reachable. */
 const MAX_RELEARN_TAGS = 1000;
-/** Blob fetches started ahead of the client (`prefetch`) running at once at most. */
-const MAX_PREFETCH = 16;
+/** Blob fetches queued ahead of the client (`prefetch`) at most. */
+const MAX_PREFETCH = 64;
+/** Blobs of one manifest fetched ahead at once, in its order (Docker's default of concurrent layer downloads). */
+const PREFETCH_AT_ONCE = 3;
 /** Largest token answer read. */
 const MAX_TOKEN_BYTES = 64 * 1024;
+/** Longest reason phrase sent in a status line. */
+const MAX_REASON = 400;
 const API_VERSION = { 'docker-distribution-api-version': 'registry/2.0' };
 /**
  * How long a blob that failed its digest check refuses the manifests that
@@ -53,20 +60,24 @@ type Matched = ProxyMatch & { refusal: null };
 
 export class OciRoutes {
   private agent: Agent | null = null;
-  /** `route.index repo digest` -> the endorsed manifest URL it is reachable from. */
-  private readonly reachable = new Map<string, string>();
+  /** `route.index repo digest` -> the endorsed manifest URL it is reachable from (kept beside the disk mirror). */
+  private readonly reachable: ReachableRecord;
   /** Bearer tokens by `route.index scope`, with their expiry (ms). */
   private readonly tokens = new Map<string, { header: string; until: number }>();
   /** `route.index repo digest` of blobs whose upstream bytes did not match, with the refusal and until when it is told. */
   private readonly mismatched = new Map<string, { message: string; until: number }>();
-  /** Blob fetches started ahead of the client, by `route.index repo digest`. */
-  private readonly prefetching = new Set<string>();
+  /** Blob fetches queued or running ahead of the client, by `route.index repo digest`: resolves once it started. */
+  private readonly prefetching = new Map<string, Promise<void>>();
   /** Per route: the upstream's challenge (null: it asked for none), once known. */
   private readonly challenges = new Map<number, { scheme: string; params: Record<string, string> } | null>();
 
-  constructor(private readonly ctx: GatewayContext, private readonly routes: readonly ProxyRoute[], private readonly host: OciHost) {}
+  constructor(private readonly ctx: GatewayContext, private readonly routes: readonly ProxyRoute[], private readonly host: OciHost) {
+    const oci = routes.filter((r) => r.kind === 'oci');
+    this.reachable = new ReachableRecord(oci.length === 0 ? null : ctx.config.mirror.disk_dir, oci, MAX_REACHABLE, (msg, f) => ctx.log.warn(msg, f));
+  }
 
   async close(): Promise<void> {
+    await this.reachable.flush();
     const a = this.agent;
     this.agent = null;
     await a?.close();
@@ -129,7 +140,7 @@ export class OciRoutes {
       return;
     }
     const body = ociErrorBody(status, message, what);
-    res.writeHead(status, {
+    res.writeHead(status, reasonPhrase(message), {
       'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-content-type-options': 'nosniff', 'cache-control': 'no-store',
       ...API_VERSION, ...headers,
     });
@@ -192,7 +203,8 @@ export class OciRoutes {
         this.host.count('failed');
         return this.fail(res, 502, `vouch: ${url}: ${e.message}`, 'manifest');
       }
-      for (const d of [...facts.manifests, ...facts.blobs]) this.remember(route, r.repo, d, endorsedUrl);
+      // The manifest itself too: a pull by the endorsed digest (or a platform manifest's) finds it without the upstream.
+      for (const d of [digest, ...facts.manifests, ...facts.blobs]) this.remember(route, r.repo, d, endorsedUrl);
       const now = Date.now();
       for (const d of facts.blobs) {
         const bad = this.mismatched.get(`${route.index} ${r.repo} ${d}`);
@@ -209,33 +221,51 @@ export class OciRoutes {
       };
       res.writeHead(200, head);
       res.end(req.method === 'HEAD' ? undefined : bytes);
-      if (req.method === 'GET') for (const d of facts.blobs) this.prefetch(route, r.repo, d);
+      if (req.method === 'GET') this.prefetch(route, r.repo, facts.blobs);
     } finally {
       artifact.release();
     }
   }
 
   /**
-   * Starts obtaining a blob of a manifest just served (verified into the
-   * mirror) before the client asks for it: the client's request joins the
-   * fetch in flight, so a cold pull overlaps the upstream's transfer of
-   * every layer instead of waiting for each whole layer in turn.
+   * Obtains the blobs of a manifest just served (verified into the mirror)
+   * before the client asks for them, PREFETCH_AT_ONCE at a time in the
+   * manifest's order: the client's requests join these fetches (`turn`), so
+   * the first layer is whole, checked and on its way while the next ones
+   * arrive, instead of every layer finishing at once at the end.
    */
-  private prefetch(route: ProxyRoute, repo: string, digest: string): void {
-    const key = `${route.index} ${repo} ${digest}`;
-    if (this.prefetching.has(key) || this.prefetching.size >= MAX_PREFETCH) return;
-    this.prefetching.add(key);
-    void (async () => {
-      try {
-        const headers = { accept: '*/*', ...(await this.authHeader(route, repo)) };
-        const { artifact } = await this.ctx.artifacts.obtain(blobUrl(route.origin, repo, digest), digest, { headers, trustedHosts: [new URL(route.canonical).host] });
-        artifact.release();
-      } catch (e) {
-        this.ctx.log.debug('oci: a blob fetched ahead failed (the client\'s own request tries again)', { route: route.label, digest, error: (e as Error)?.message?.split('\n')[0] });
-      } finally {
-        this.prefetching.delete(key);
+  private prefetch(route: ProxyRoute, repo: string, digests: readonly string[]): void {
+    const queue: Array<{ key: string; digest: string; start: () => void }> = [];
+    for (const digest of digests) {
+      const key = `${route.index} ${repo} ${digest}`;
+      if (this.prefetching.has(key) || this.prefetching.size >= MAX_PREFETCH) continue;
+      let start!: () => void;
+      const started = new Promise<void>((r) => { start = r; });
+      this.prefetching.set(key, started);
+      queue.push({ key, digest, start });
+    }
+    const next = async (): Promise<void> => {
+      for (let item = queue.shift(); item !== undefined; item = queue.shift()) {
+        const { key, digest, start } = item;
+        try {
+          const headers = { accept: '*/*', ...(await this.authHeader(route, repo)) };
+          const pending = this.ctx.artifacts.obtain(blobUrl(route.origin, repo, digest), digest, { headers, trustedHosts: [new URL(route.canonical).host] });
+          start(); // in flight (or found in the mirror): the client's request joins it from here on
+          (await pending).artifact.release();
+        } catch (e) {
+          start();
+          this.ctx.log.debug('oci: a blob fetched ahead failed (the client\'s own request tries again)', { route: route.label, digest, error: (e as Error)?.message?.split('\n')[0] });
+        } finally {
+          this.prefetching.delete(key);
+        }
       }
-    })();
+    };
+    for (let i = 0; i < Math.min(PREFETCH_AT_ONCE, queue.length); i++) void next();
+  }
+
+  /** Waits until the fetch ahead of `digest` (if one is queued) started, so the client's request joins it rather than racing it. */
+  private async turn(route: ProxyRoute, repo: string, digest: string): Promise<void> {
+    await this.prefetching.get(`${route.index} ${repo} ${digest}`);
   }
 
   /** An unendorsed manifest: refused on a deny route (404 MANIFEST_UNKNOWN with the reason), passed through marked on a pass route. */
@@ -266,13 +296,57 @@ export class OciRoutes {
     const url = blobUrl(route.canonical, r.repo, r.digest);
     const from = await this.reachableFrom(route, r.repo, r.digest, 'blob');
     if (typeof from === 'string') return this.refuseUnendorsed(req, res, route, r, url, from);
+    if (req.method === 'HEAD' && !(this.ctx.artifacts.has?.(r.digest) ?? false)) {
+      // The upstream's HEAD cannot know that its bytes failed their check a moment ago: that answer stands.
+      const bad = this.mismatched.get(`${route.index} ${r.repo} ${r.digest}`);
+      if (bad !== undefined && bad.until > Date.now()) {
+        this.host.count('mismatches');
+        return this.fail(res, 409, bad.message, 'blob');
+      }
+      if (await this.headUpstream(res, route, r, from)) return;
+    }
+    await this.turn(route, r.repo, r.digest);
     const obtained = await this.obtain(route, r.repo, blobUrl(route.origin, r.repo, r.digest), r.digest, res, '*/*');
     if (obtained === null) return;
     this.host.count('verified');
-    await sendRanged(req, res, obtained.artifact, {
+    await sendRanged(this.ctx, req, res, obtained.artifact, {
       'content-type': 'application/octet-stream', 'docker-content-digest': r.digest, etag: `"${r.digest}"`, 'accept-ranges': 'bytes',
       'x-content-type-options': 'nosniff', 'x-vouch-endorsed': `${from.url} block ${from.sel.block.index}`, ...API_VERSION,
     }, this.ctx.config.origin.timeout * 1000);
+  }
+
+  /**
+   * HEAD of a blob the mirror does not hold: answered from the upstream's
+   * HEAD (its size, its digest when it names one) without fetching the
+   * bytes; nothing is released, nothing counts as verified (a GET fetches and
+   * checks them). False: the upstream redirects the blob elsewhere (a
+   * storage host this route does not call unchecked): the caller obtains it.
+   */
+  private async headUpstream(res: ServerResponse, route: ProxyRoute, r: Extract<OciRequest, { type: 'blob' }>, from: { url: string; sel: Selection }): Promise<boolean> {
+    const up = await this.upstream(route, r.repo, `v2/${r.repo}/blobs/${r.digest}`, 'HEAD', '*/*');
+    up.body.resume();
+    if (up.statusCode >= 300 && up.statusCode < 400) return false;
+    if (up.statusCode === 404) {
+      this.host.count('failed');
+      this.fail(res, 404, `vouch: the upstream has no blob ${r.digest} of ${r.repo}`, 'blob');
+      return true;
+    }
+    const length = up.headers['content-length'];
+    const named = up.headers['docker-content-digest'];
+    if (up.statusCode !== 200 || typeof length !== 'string' || !/^\d{1,15}$/.test(length) || (typeof named === 'string' && named !== r.digest)) {
+      this.host.count('failed');
+      const why = up.statusCode !== 200 ? `answered ${up.statusCode}` : typeof named === 'string' && named !== r.digest ? `names it ${named.slice(0, 140)}` : 'sent no length';
+      this.fail(res, 502, `vouch: upstream error for blob ${r.digest} of ${r.repo}: the upstream ${why} to HEAD`, 'blob');
+      return true;
+    }
+    this.host.count('metadata');
+    res.writeHead(200, {
+      'content-type': 'application/octet-stream', 'content-length': length, 'docker-content-digest': r.digest, 'accept-ranges': 'bytes',
+      'x-content-type-options': 'nosniff', 'x-vouch-endorsed': `${from.url} block ${from.sel.block.index}`,
+      'x-vouch-unverified': 'HEAD answered from the upstream: not mirrored yet, a GET fetches and checks the bytes', ...API_VERSION,
+    });
+    res.end();
+    return true;
   }
 
   /**
@@ -313,6 +387,7 @@ export class OciRoutes {
       const walk = async (d: string, depth: number): Promise<void> => {
         if (depth > 2 || seen.has(d) || this.reachable.has(key)) return;
         seen.add(d);
+        this.remember(route, repo, d, url);
         const facts = await this.readManifest(route, repo, d).catch(() => null);
         if (facts === null) return;
         for (const x of [...facts.manifests, ...facts.blobs]) this.remember(route, repo, x, url);
@@ -336,10 +411,7 @@ export class OciRoutes {
   }
 
   private remember(route: ProxyRoute, repo: string, digest: string, url: string): void {
-    const key = `${route.index} ${repo} ${digest}`;
-    this.reachable.delete(key);
-    this.reachable.set(key, url);
-    if (this.reachable.size > MAX_REACHABLE) this.reachable.delete(this.reachable.keys().next().value!);
+    this.reachable.set(route, repo, digest, url);
   }
 
   /** Verified bytes of `digest` from `fetchUrl` (mirror first); on failure answers the client and resolves null. */
@@ -553,6 +625,17 @@ export class OciRoutes {
 }
 
 
+/**
+ * vouch's reason as the status line's reason phrase too (printable ASCII,
+ * bounded): clients that print no error body print the status line —
+ * containers/image for a 5xx (and, up to 5.23, for any blob), containerd
+ * for any status — so the reason reaches the user there as well.
+ */
+export function reasonPhrase(message: string): string {
+  const text = message.replace(/[^\x20-\x7e]/g, '?');
+  return text.length <= MAX_REASON ? text : `${text.slice(0, MAX_REASON - 3)}...`;
+}
+
 /** One `bytes=a-b` range of a body of `size` bytes (`a-`, `-n` too), or null: the whole body; 'bad': not satisfiable. */
 export function parseRange(value: string | undefined, size: number): { start: number; end: number } | null | 'bad' {
   if (value === undefined) return null;
@@ -573,8 +656,13 @@ export function parseRange(value: string | undefined, size: number): { start: nu
   return { start, end };
 }
 
-/** Sends verified bytes (whole, or the one range asked for), then releases them. */
-async function sendRanged(req: IncomingMessage, res: ServerResponse, artifact: { size: number; bytes?: Buffer; path?: string; release(): void }, head: Record<string, string>, stallMs: number): Promise<void> {
+/**
+ * Sends verified bytes (whole, or the one range asked for), then releases
+ * them: from memory in paced pieces, from a file through two 1 MiB halves
+ * read while the other goes out (download.ts), as /v1/download sends.
+ */
+async function sendRanged(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, artifact: { size: number; bytes?: Buffer; path?: string; release(): void }, head: Record<string, string>, stallMs: number): Promise<void> {
+  let inFlight = false;
   try {
     const range = parseRange(req.headers.range, artifact.size);
     if (range === 'bad') {
@@ -592,21 +680,21 @@ async function sendRanged(req: IncomingMessage, res: ServerResponse, artifact: {
       res.end();
       return;
     }
+    const progress = stallGuard(res, stallMs);
     if (artifact.bytes !== undefined) {
-      await new Promise<void>((resolve) => res.end(artifact.bytes!.subarray(start, end + 1), () => resolve()));
+      // The socket reads the bytes until the response is done (or torn down): released then, not before.
+      inFlight = true;
+      finished(res, () => artifact.release());
+      sendPaced(res, artifact.bytes.subarray(start, end + 1), progress);
       return;
     }
-    const stream = createReadStream(artifact.path!, { start, end, highWaterMark: 256 * 1024 });
-    let timer = setTimeout(() => res.destroy(), stallMs);
-    stream.on('data', () => { clearTimeout(timer); timer = setTimeout(() => res.destroy(), stallMs); });
+    const window = ctx.artifacts.sendBuffer?.(2 * SEND_PIECE, 2 * MIN_PIECE) ?? { buffer: Buffer.allocUnsafeSlow(2 * MIN_PIECE), release: () => {} };
     try {
-      await pipeline(stream, res);
-    } catch {
-      res.destroy();
+      await sendFile(res, artifact.path!, length, window.buffer, progress, start).catch(() => res.destroy());
     } finally {
-      clearTimeout(timer);
+      window.release();
     }
   } finally {
-    artifact.release();
+    if (!inFlight) artifact.release();
   }
 }

@@ -146,9 +146,9 @@ export function etagMatches(ifNoneMatch: string | undefined, etag: string): bool
  * downloads 0.28 of the proxy in `npm run bench -- gateway --quick`; 1 MiB:
  * 0.44), else of MIN_PIECE.
  */
-const SEND_PIECE = 1024 * 1024;
+export const SEND_PIECE = 1024 * 1024;
 /** The piece a file is sent in when the memory budget has no room for two SEND_PIECE buffers. */
-const MIN_PIECE = 64 * 1024;
+export const MIN_PIECE = 64 * 1024;
 
 /**
  * Tears `res` down when `progress()` is not called for `ms` (the client
@@ -205,12 +205,12 @@ function written(res: ServerResponse, piece: Buffer, last: boolean): Promise<boo
 }
 
 /**
- * Sends the file at `path` (`size` bytes) as the whole body through the two
- * halves of `buffer`: each piece is read while the one before it goes out,
- * and a half is read into again only once its piece was handed to the
- * socket; stops if the response is torn down.
+ * Sends `size` bytes of the file at `path` from `start` (default: the whole
+ * file) as the whole body through the two halves of `buffer`: each piece is
+ * read while the one before it goes out, and a half is read into again only
+ * once its piece was handed to the socket; stops if the response is torn down.
  */
-async function sendFile(res: ServerResponse, path: string, size: number, buffer: Buffer, progress: () => void): Promise<void> {
+export async function sendFile(res: ServerResponse, path: string, size: number, buffer: Buffer, progress: () => void, start = 0): Promise<void> {
   if (size === 0) {
     res.end();
     return;
@@ -223,7 +223,7 @@ async function sendFile(res: ServerResponse, path: string, size: number, buffer:
     let sending: Promise<boolean> = Promise.resolve(true);
     for (let i = 0; at < size; i ^= 1) {
       const into = halves[i]!;
-      const { bytesRead } = await fh.read(into, 0, Math.min(half, size - at), at);
+      const { bytesRead } = await fh.read(into, 0, Math.min(half, size - at), start + at);
       if (bytesRead === 0) throw new Error('the file is shorter than its artifact');
       at += bytesRead;
       if (!await sending) return; // the piece before is out (its half free again), or the response is gone

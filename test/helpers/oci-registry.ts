@@ -39,15 +39,20 @@ export function skopeo(args: string[], timeoutMs = 120_000): Promise<Run> {
 export class Registry {
   private constructor(readonly child: ChildProcess, readonly url: string, readonly host: string, readonly storage: string, private readonly log: () => string) {}
 
-  /** Starts the registry with a config file written into `dir` (storage in `dir/storage`). */
-  static async start(dir: string): Promise<Registry> {
+  /**
+   * Starts the registry with a config file written into `dir` (storage in
+   * `dir/storage`); `htpasswd`: a file of bcrypt entries (`htpasswd -B`) the
+   * registry asks Basic credentials against (`auth: htpasswd`).
+   */
+  static async start(dir: string, opts: { htpasswd?: string } = {}): Promise<Registry> {
     mkdirSync(dir, { recursive: true });
     const storage = join(dir, 'storage');
     const config = join(dir, 'registry.yml');
     writeFileSync(config, [
       'version: 0.1', 'log:', '  level: info', '  accesslog:', '    disabled: true',
       'storage:', '  filesystem:', `    rootdirectory: ${storage}`, '  delete:', '    enabled: true',
-      'http:', '  addr: 127.0.0.1:0', '  secret: vouch-test-secret', '',
+      'http:', '  addr: 127.0.0.1:0', '  secret: vouch-test-secret',
+      ...(opts.htpasswd !== undefined ? ['auth:', '  htpasswd:', '    realm: vouch-test', `    path: ${opts.htpasswd}`] : []), '',
     ].join('\n'));
     const child = spawn('docker-registry', ['serve', config], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';

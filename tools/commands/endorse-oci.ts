@@ -29,7 +29,7 @@ import { checkLicense } from '../lockfiles/licenses.ts';
 import { endorsementsOf } from '../lockfiles/history.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
 import { mapLimit } from '../lockfiles/pool.ts';
-import { MAX_REF_FILE_BYTES, RegistryClient, imageSemver, imageUnitName, parseImageRef, readImageRefs, type Resolved } from '../lockfiles/oci.ts';
+import { MAX_AUTH_FILE_BYTES, MAX_REF_FILE_BYTES, RegistryAuth, RegistryClient, imageSemver, imageUnitName, parseImageRef, readImageRefs, type ImageRef, type Resolved } from '../lockfiles/oci.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { gatewayBase, gatewayError, readToken, submit } from './endorse-gateway.ts';
 
@@ -64,7 +64,7 @@ async function plan(v: Record<string, any>): Promise<Plan> {
   if (texts.length === 0) throw new UsageError('--oci needs an image reference (or --oci-file FILE)');
   const refs = [...new Set(texts)].map(parseImageRef);
   const origins = OriginMap.parse(v.origin ?? []);
-  const client = new RegistryClient(origins);
+  const client = new RegistryClient(origins, v['registry-auth'] === undefined ? null : readAuth(v['registry-auth'], refs));
   let resolved: Resolved[];
   try {
     resolved = await mapLimit(refs, 8, (r) => client.resolve(r));
@@ -80,6 +80,19 @@ async function plan(v: Record<string, any>): Promise<Plan> {
   const unique = [...byUrl.values()];
   const uns = v.name ?? (unique.length === 1 ? imageUnitName(unique[0]!.ref.repo) : file !== undefined ? imageUnitName(basename(file).toLowerCase().replace(/[^a-z0-9._-]+/g, '-')) : 'oci/images');
   return { resolved: unique, uns, semver: v.semver ?? '0.0.0', license, comment: v.comment, quiet: v.json === true || v.quiet === true };
+}
+
+/** The --registry-auth file (bounded; its contents never echoed). */
+function readAuth(file: string, refs: readonly ImageRef[]): RegistryAuth {
+  let text: string;
+  try {
+    if (statSync(file).size > MAX_AUTH_FILE_BYTES) throw new VouchError('too_large', `${file} is larger than ${MAX_AUTH_FILE_BYTES} bytes`);
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    if (e instanceof VouchError) throw e;
+    throw new VouchError('io_error', `cannot read ${file}: ${(e as NodeJS.ErrnoException).code ?? 'error'}`);
+  }
+  return RegistryAuth.parse(text, file, refs);
 }
 
 function entryOf(p: Plan, r: Resolved): EndorsementInput {
@@ -148,6 +161,7 @@ async function throughGateway(v: Record<string, any>): Promise<number> {
   if (v.chain !== undefined || v.key !== undefined) throw new UsageError('--chain and --key do not apply with --gateway: the running authority signs with its own key');
   if (v['token-file'] === undefined) throw new UsageError('--gateway needs --token-file FILE (the authority\'s submit token)');
   if (v.origin !== undefined) throw new UsageError('--origin does not apply with --gateway: the authority fetches every manifest from its own URL itself');
+  if (v['registry-auth'] !== undefined) throw new UsageError('--registry-auth does not apply with --gateway: the authority fetches every manifest itself, without these credentials (endorse a private registry\'s tags offline, with --chain and --key)');
   const base = gatewayBase(v.gateway);
   const token = readToken(v['token-file']);
   const p = await plan(v);

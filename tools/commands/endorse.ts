@@ -50,7 +50,7 @@ export const endorse: Command = {
     '       vouch endorse --chain DIR --key FILE --lockfile FILE [--lockfile-type npm|pip|go|maven] [--index-url URL] [--goproxy URL] [--maven-repo URL] [--origin CANONICAL=FETCH]... ' +
     '[--license ID] [--name OWNER/NAME] [--semver V] [--comment T] [--effective-date D] [--license-unchecked]\n' +
     '       vouch endorse --gateway URL --token-file FILE (--url URL... --name OWNER/NAME --semver V --license ID | --lockfile FILE ...)\n' +
-    '       vouch endorse (--chain DIR --key FILE | --gateway URL --token-file FILE) (--oci REF... | --oci-file FILE) --license ID [--origin CANONICAL=FETCH]...',
+    '       vouch endorse (--chain DIR --key FILE | --gateway URL --token-file FILE) (--oci REF... | --oci-file FILE) --license ID [--origin CANONICAL=FETCH]... [--registry-auth FILE]',
   summary: 'Appends one endorsement block binding URL to the hash of its bytes, signed by the authority key; prints the block index and record_hash.',
   details: [
     'The bytes are read from --file when given, otherwise fetched from the URL.',
@@ -100,10 +100,12 @@ export const endorse: Command = {
     origin: { type: 'string', multiple: true, value: 'CANONICAL=FETCH', help: 'with --lockfile or --oci: fetch URLs under CANONICAL from FETCH instead, endorsing the canonical URL' },
     oci: { type: 'string', multiple: true, value: 'REF', help: 'endorse this container image tag ([registry/]name[:tag][@digest]) with its manifest digest' },
     'oci-file': { type: 'string', value: 'FILE', help: 'endorse every image a file names (one a line, or compose / Kubernetes image: fields)' },
+    'registry-auth': { type: 'string', value: 'FILE', help: 'with --oci: credentials for private registries (Docker\'s config.json auths, or one line user:password); never logged' },
   },
   async run(v) {
     // The lockfile mode and the artifact fetcher are loaded only when used (start-up: tools/command-list.ts).
     if (v.oci !== undefined || v['oci-file'] !== undefined) return (await import('./endorse-oci.ts')).endorseOci(v);
+    if (v['registry-auth'] !== undefined) throw new UsageError('--registry-auth applies only with --oci / --oci-file');
     if (v.gateway !== undefined) return (await import('./endorse-gateway.ts')).endorseGateway(v);
     if (v['token-file'] !== undefined) throw new UsageError('--token-file applies only with --gateway');
     for (const o of ['chain', 'key']) if (v[o] === undefined) throw new UsageError(`missing --${o} (or --gateway URL --token-file FILE to endorse through a running authority)`);

@@ -19,6 +19,13 @@ import { isSemver, isUnitName } from '../../chain/block.ts';
 import { MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, TAG, DIGEST, isRepository, manifestUrl, parseChallenge, parseManifest } from '../../gateway/ecosystems/oci.ts';
 import type { OriginMap } from './http.ts';
 import { readBounded } from '../../artifacts/read-bounded.ts';
+import { checkJsonShape } from '../../artifacts/json-shape.ts';
+
+/** 127.0.0.0/8, ::1 and localhost: where plain http stays on this machine. */
+function isLoopbackHost(hostname: string): boolean {
+  const h = hostname.replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
 
 /** Largest file of references read, and the most references it may hold. */
 export const MAX_REF_FILE_BYTES = 4 * 1024 * 1024;
@@ -188,6 +195,71 @@ function flowShape(text: string): { depth: number; separators: number } {
   return { depth: deepest, separators };
 }
 
+/** Largest registry credentials file read. */
+export const MAX_AUTH_FILE_BYTES = 1024 * 1024;
+
+/**
+ * `user:password` for a registry's host, from a credentials file: Docker's
+ * `config.json` (`{"auths": {"<registry>": {"auth": base64(user:password)}
+ * or {"username", "password"}}}`; keys as `docker login` writes them, with
+ * or without a scheme, docker.io as `https://index.docker.io/v1/`), or the
+ * one line `user:password` a gateway route's `credentials_file` holds, then
+ * for the one registry every reference names. Never logged or echoed.
+ */
+export class RegistryAuth {
+  private constructor(private readonly byHost: ReadonlyMap<string, string>, private readonly any: string | null) {}
+
+  /**
+   * Reads `text` (the file `name`) for `refs`.
+   * @throws VouchError bad_request (not one of the two forms, an entry that
+   * is not user:password, the one-line form with references to several
+   * registries) or too_large.
+   */
+  static parse(text: string, name: string, refs: readonly ImageRef[]): RegistryAuth {
+    if (Buffer.byteLength(text) > MAX_AUTH_FILE_BYTES) throw new VouchError('too_large', `${name} is larger than ${MAX_AUTH_FILE_BYTES} bytes`);
+    const bad = (why: string): never => { throw new VouchError('bad_request', `${name}: ${why}`); };
+    const pair = (v: string, what: string): string => (/^[^:\s]+:[^\r\n]+$/.test(v) ? v : bad(`${what} is not user:password`));
+    const trimmed = text.replace(/^\uFEFF/, '').trim();
+    if (!trimmed.startsWith('{')) {
+      if (trimmed.includes('\n')) bad('holds more than one line: one line user:password, or Docker\'s config.json ({"auths": {...}})');
+      const registries = new Set(refs.map((r) => r.registry));
+      if (registries.size > 1) bad(`the one-line form (user:password) is for one registry, and the references name ${registries.size}: use Docker's config.json form ({"auths": {"<registry>": {"auth": "..."}}})`);
+      return new RegistryAuth(new Map(), pair(trimmed, 'its line'));
+    }
+    let doc: unknown;
+    try {
+      checkJsonShape(trimmed, { maxValues: 100_000, maxDepth: 16, maxString: 64 * 1024 });
+      doc = JSON.parse(trimmed);
+    } catch {
+      return bad('not JSON (Docker\'s config.json) and not one line user:password');
+    }
+    const auths = (doc as { auths?: unknown } | null)?.auths;
+    if (auths === null || typeof auths !== 'object' || Array.isArray(auths)) return bad('has no "auths" object (Docker\'s config.json)');
+    const byHost = new Map<string, string>();
+    for (const [key, v] of Object.entries(auths as Record<string, unknown>)) {
+      const host = authHost(key);
+      if (host === null || v === null || typeof v !== 'object') continue;
+      const e = v as { auth?: unknown; username?: unknown; password?: unknown };
+      if (typeof e.auth === 'string' && e.auth !== '') byHost.set(host, pair(Buffer.from(e.auth, 'base64').toString('utf8'), `auths[${JSON.stringify(key.slice(0, 100))}].auth`));
+      else if (typeof e.username === 'string' && typeof e.password === 'string') byHost.set(host, pair(`${e.username}:${e.password}`, `auths[${JSON.stringify(key.slice(0, 100))}]`));
+    }
+    return new RegistryAuth(byHost, null);
+  }
+
+  /** `user:password` for the registry `ref` names (else the host fetched from), or null. */
+  for(ref: ImageRef, fetchHost: string): string | null {
+    return this.any ?? this.byHost.get(ref.registry) ?? this.byHost.get(fetchHost.toLowerCase()) ?? null;
+  }
+}
+
+/** A config.json `auths` key as a registry host (docker.io for Docker Hub's spellings), or null. */
+function authHost(key: string): string | null {
+  let host = key.trim().toLowerCase().replace(/^[a-z]+:\/\//, '');
+  host = host.split('/')[0] ?? '';
+  if (!/^[a-z0-9.-]+(?::\d{1,5})?$/.test(host)) return null;
+  return host === 'index.docker.io' || host === 'registry-1.docker.io' ? 'docker.io' : host;
+}
+
 /** A resolved reference: the URL to endorse and the digest of the manifest bytes the registry serves. */
 export interface Resolved { ref: ImageRef; url: string; digest: string; mediaType: string; bytes: number }
 
@@ -196,7 +268,7 @@ export class RegistryClient {
   private readonly agent = new Agent({ connect: { timeout: 10_000 }, headersTimeout: 30_000, bodyTimeout: 30_000 });
   private readonly tokens = new Map<string, string>();
 
-  constructor(private readonly origins: OriginMap) {}
+  constructor(private readonly origins: OriginMap, private readonly auth: RegistryAuth | null = null) {}
 
   async close(): Promise<void> {
     await this.agent.close();
@@ -239,7 +311,10 @@ export class RegistryClient {
       }
       if (res.statusCode !== 200) {
         res.body.resume();
-        throw new VouchError('origin_error', `${ref.text}: the registry answered ${res.statusCode} for ${fetchUrl}`, { resource: fetchUrl, evidence: { status: res.statusCode } });
+        const hint = res.statusCode === 401 || res.statusCode === 403
+          ? (this.auth?.for(ref, u.host) ?? null) === null ? ' (a private registry: give its credentials with --registry-auth FILE)' : ' (the credentials of --registry-auth were refused)'
+          : '';
+        throw new VouchError('origin_error', `${ref.text}: the registry answered ${res.statusCode} for ${fetchUrl}${hint}`, { resource: fetchUrl, evidence: { status: res.statusCode } });
       }
       const body = await readBounded(res.body, MAX_MANIFEST_BYTES, `${ref.text}: the manifest`);
       const h = res.headers['docker-content-digest'];
@@ -257,11 +332,23 @@ export class RegistryClient {
     }
   }
 
-  /** An anonymous pull token for the reference's repository from the challenge's realm. */
+  /**
+   * The `authorization` for the reference's repository: a pull token from the
+   * challenge's realm (asked for with the reference's credentials when there
+   * are some, else anonymously), or the credentials themselves when the
+   * registry asks for Basic.
+   */
   private async token(challenge: string, ref: ImageRef, registry: URL): Promise<string> {
     const ch = parseChallenge(challenge);
+    const creds = this.auth?.for(ref, registry.host) ?? null;
+    const basic = creds === null ? null : `Basic ${Buffer.from(creds).toString('base64')}`;
+    if (ch.scheme === 'basic') {
+      if (basic === null) throw new VouchError('origin_error', `${ref.text}: the registry asks for a user and password: give them with --registry-auth FILE`);
+      if (registry.protocol !== 'https:' && !isLoopbackHost(registry.hostname)) throw new VouchError('origin_error', `${ref.text}: the registry asks for a password over plain http; sent only over https (or to a loopback address)`);
+      return basic;
+    }
     if (ch.scheme !== 'bearer' || ch.params.realm === undefined) {
-      throw new VouchError('origin_error', `${ref.text}: the registry asks for ${ch.scheme} authentication; only anonymous bearer tokens are asked for`);
+      throw new VouchError('origin_error', `${ref.text}: the registry asks for ${ch.scheme} authentication; only bearer tokens and basic credentials are supported`);
     }
     let realm: URL;
     try {
@@ -272,10 +359,11 @@ export class RegistryClient {
     if (realm.protocol !== 'https:' && realm.host !== registry.host) throw new VouchError('origin_error', `${ref.text}: the token realm must be https or on the registry's host`);
     if (ch.params.service !== undefined) realm.searchParams.set('service', ch.params.service);
     realm.searchParams.set('scope', `repository:${ref.repo}:pull`);
-    const res = await this.request(realm, { accept: 'application/json' }, ref);
+    if (basic !== null && realm.protocol !== 'https:' && !isLoopbackHost(realm.hostname)) throw new VouchError('origin_error', `${ref.text}: the token realm is plain http; credentials are sent only over https (or to a loopback address)`);
+    const res = await this.request(realm, { accept: 'application/json', ...(basic !== null ? { authorization: basic } : {}) }, ref);
     if (res.statusCode !== 200) {
       res.body.resume();
-      throw new VouchError('origin_error', `${ref.text}: the token service answered ${res.statusCode}`);
+      throw new VouchError('origin_error', `${ref.text}: the token service answered ${res.statusCode}${res.statusCode === 401 || res.statusCode === 403 ? (basic === null ? ' (a private registry: give its credentials with --registry-auth FILE)' : ' (the credentials of --registry-auth were refused)') : ''}`);
     }
     const body = await readBounded(res.body, MAX_TOKEN_BYTES, `${ref.text}: the token answer`);
     let t: unknown;
