@@ -34,6 +34,9 @@
  *   head and commit, the remote's commit, size, head and checkpoint, the
  *   code and the block index.
  * - Never two syncs at once; `stop()` leaves no timer and no fetch behind.
+ * - A remote that stays down is logged when it goes down, at most once a
+ *   minute while it stays down (`DOWN_LOG_MS`), and when it is back: never
+ *   once per attempt (issue 35).
  * - A hostile or broken remote (malformed, oversized, endless or slow
  *   answers) costs one failed attempt, bounded by store/chain-repo.ts
  *   `FETCH_LIMITS`, reported in `status()` as a transport failure (backoff),
@@ -108,6 +111,12 @@ export interface SyncStatus {
   /** Seconds since the last success (since this sync was created when there was none). */
   staleSeconds: number;
   syncing: boolean;
+  /** Blocks the remote (as last fetched, or as a sync hint said) holds beyond the verified chain; null when not known. */
+  behindBlocks: number | null;
+  /** The largest size a sync hint (POST /v1/sync) announced. */
+  hintedSize: number | null;
+  /** Sync hints received (POST /v1/sync). */
+  notifications: number;
   /** Delay before the next attempt while failing (0 when healthy). */
   backoffMs: number;
   /** Epoch ms of the next scheduled attempt, null when not started. */
@@ -122,6 +131,9 @@ export type SyncOutcome =
   | { result: 'cancelled' };
 
 const CHECKPOINT = 'checkpoint.json';
+
+/** While the remote stays down, "still failing" is logged at most this often (each attempt is still counted in status()). */
+export const DOWN_LOG_MS = 60_000;
 
 function shownUrl(url: string): string {
   return url.replace(/\/\/[^@/]*@/, '//');
@@ -166,6 +178,11 @@ export class ChainSync {
   private transportFailures = 0;
   /** The last refused remote commit, against which verified head, and why. */
   private refused: { commit: string; localHead: string; error: VouchError } | null = null;
+  /** Epoch ms of the first failure of the current outage, and of its last log line (null: the remote is up). */
+  private downSince: number | null = null;
+  private downLogged = 0;
+  private hinted: number | null = null;
+  private notices = 0;
 
   private started = false;
   /** Set by stop(): a sync queued behind the running one does not start. */
@@ -270,9 +287,32 @@ export class ChainSync {
       consecutiveFailures: this.failures,
       staleSeconds: Math.max(0, Math.floor((now - (this.lastSuccess ?? this.createdAt)) / 1000)),
       syncing: this.inflight !== null,
+      behindBlocks: (() => {
+        const known = Math.max(this.remoteSize ?? -1, this.hinted ?? -1);
+        return known < 0 ? null : Math.max(0, known - vs.size);
+      })(),
+      hintedSize: this.hinted,
+      notifications: this.notices,
       backoffMs: this.backoffMs,
       nextAttempt: this.nextAt,
     };
+  }
+
+  /**
+   * A sync hint (POST /v1/sync from the authority or a post-receive hook):
+   * counted, its `size` (when given) kept for `behindBlocks`, and a sync run
+   * now. The hint is trusted for nothing else: what the sync fetches is
+   * verified as always.
+   */
+  hint(size: number | null): Promise<SyncOutcome> {
+    this.notices++;
+    if (size !== null && (this.hinted === null || size > this.hinted)) this.hinted = size;
+    return this.syncNow();
+  }
+
+  /** Seconds since the last success (since this sync was created when there was none), not rounded. */
+  ageSeconds(): number {
+    return Math.max(0, (this.now() - (this.lastSuccess ?? this.createdAt)) / 1000);
   }
 
   /** Sync now and then every interval (sooner, with backoff, while the remote fails). */
@@ -348,6 +388,10 @@ export class ChainSync {
     try {
       const outcome = await this.attempt(ac.signal, ctx);
       this.lastSuccess = this.now();
+      if (this.downSince !== null) {
+        this.log.info('mirror sync: the remote is reachable again', { remote: shownUrl(this.remote), down_seconds: Math.round((this.lastSuccess - this.downSince) / 1000), failed_attempts: this.transportFailures });
+        this.downSince = null;
+      }
       this.lastError = null;
       this.failures = 0;
       this.transportFailures = 0;
@@ -383,14 +427,23 @@ export class ChainSync {
         return { result: 'refused', code: err.code, message: err.message, commit };
       }
       this.transportFailures++;
-      this.log.warn('mirror sync failed; serving the last verified head', {
-        code: err.code,
-        message: err.message,
-        remote: shownUrl(this.remote),
-        consecutive_failures: this.failures,
-        retry_in_ms: this.backoffMs,
-        local_size: vs.size,
-      });
+      // Logged when the remote goes down, then at most once a minute while it stays down (status() counts every attempt).
+      const at = this.now();
+      const first = this.downSince === null;
+      if (first || at - this.downLogged >= DOWN_LOG_MS) {
+        if (first) this.downSince = at;
+        this.downLogged = at;
+        this.log.warn(first ? 'mirror sync failed; serving the last verified head' : 'mirror sync: the remote is still unreachable; serving the last verified head', {
+          code: err.code,
+          message: err.message,
+          remote: shownUrl(this.remote),
+          consecutive_failures: this.failures,
+          down_seconds: Math.round((at - this.downSince!) / 1000),
+          retry_in_ms: this.backoffMs,
+          local_size: vs.size,
+          ...(first ? {} : { next_log_in_ms: DOWN_LOG_MS }),
+        });
+      }
       return { result: 'failed', code: err.code, message: err.message };
     } finally {
       this.abort = null;

@@ -60,7 +60,7 @@ export function statusOf(e: unknown): number {
 /** The `status` codes clients can see (README's table; a test keeps them in step). */
 export const PUBLIC_CODES: readonly ErrorCode[] = [
   'bad_request', 'unauthorized', 'not_found', 'method_not_allowed', 'not_acceptable', 'semver_conflict',
-  'too_large', 'unsupported_media_type', 'origin_error', 'origin_timeout', 'not_ready', 'internal_error',
+  'too_large', 'unsupported_media_type', 'origin_error', 'origin_timeout', 'not_ready', 'behind', 'internal_error',
   'hash_mismatch', 'revoked', 'already_revoked', 'bad_statement', 'stale_statement', 'key_unavailable',
 ];
 

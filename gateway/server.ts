@@ -54,6 +54,15 @@
  * 404, a proxy answer, ...) keeps its connection at most LINGER_MS longer
  * for the rest of the body, then the connection is closed (also when the
  * answer closes the connection: `closeAfterBody`).
+ *
+ * Fleets (issue 35, docs/guide-fleet.md): every answer carries
+ * `Vouch-Tree-Size` (blocks served) and, on a mirror, `Vouch-Sync-Age`
+ * (whole seconds since its last successful sync). A GET or HEAD with
+ * `Vouch-Min-Tree-Size: N` is answered only by a chain of at least N
+ * blocks: a mirror behind syncs first (up to `chain.min_size_wait`), then
+ * answers, or says 503 `behind` with Retry-After — never a 404 for a block
+ * it has not fetched yet. `POST /v1/sync` (bearer `chain.sync_token_file`)
+ * is a sync hint: it starts a sync and answers 202 at once.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -337,6 +346,31 @@ function wantsNdjson(req: IncomingMessage): boolean {
   return /(^|,)\s*application\/x-ndjson\s*(;|,|$)/i.test(rawHeader(req, 'accept') ?? '');
 }
 
+/** Bound on a sync hint's body (`{"size": N}`). */
+const SYNC_BODY_LIMIT = 1024;
+
+/** POST /v1/sync: a sync hint from the authority or a git host's post-receive hook (docs/guide-fleet.md). */
+const syncHint: Handler = async (ctx, req, res, _search, _own, obs) => {
+  if (!ctx.mirrorSync || !ctx.syncTokenHash) {
+    req.resume();
+    throw new VouchError('not_found', 'sync hints are off: this gateway is not a mirror with chain.sync_token_file', { resource: '/v1/sync' });
+  }
+  if (!bearerMatches(req.headers.authorization, ctx.syncTokenHash)) {
+    req.resume();
+    throw new VouchError('unauthorized', 'a valid Authorization: Bearer <sync token> header is required');
+  }
+  const text = (await readBody(req, SYNC_BODY_LIMIT, obs.label)).toString('utf8').trim();
+  let size: number | null = null;
+  if (text.length > 0) {
+    const body = parseJsonBody(Buffer.from(text)) as Record<string, unknown> | null;
+    const v = body !== null && typeof body === 'object' && !Array.isArray(body) ? body.size : undefined;
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)) throw new VouchError('bad_request', 'size must be a non-negative integer');
+    size = typeof v === 'number' ? v : null;
+  }
+  void ctx.mirrorSync.hint(size).catch(() => undefined);
+  sendJson(res, 202, { success: true, status: 'accepted', size: ctx.state?.size ?? null });
+};
+
 const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/submit', obs.label);
   if (!wantsNdjson(req)) {
@@ -368,6 +402,7 @@ export const ROUTES: Record<string, Route> = {
   '/v1/submit': { methods: ['POST'], kind: 'json', handler: submit },
   '/v1/revoke': { methods: ['POST'], kind: 'json', handler: revoke },
   '/v1/root': { methods: ['POST'], kind: 'json', handler: root },
+  '/v1/sync': { methods: ['POST'], kind: 'json', handler: syncHint },
   '/v1/download': { methods: ['GET', 'HEAD'], kind: 'bytes', handler: handleDownload },
   '/v1/blocks': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlocks },
   '/v1/block': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlock },
@@ -463,6 +498,9 @@ const MANY_HOSTS = 1;
 const HAS_BODY = 2;
 /** `headerFacts`: a Host field whose value is not a host and port (`hostIsValid`). */
 const BAD_HOST = 4;
+/** `headerFacts`: a Vouch-Min-Tree-Size field (read-your-writes across mirrors). */
+const MIN_SIZE = 8;
+export const MIN_SIZE_HEADER = 'vouch-min-tree-size';
 
 /** What the dispatch needs to know of the header fields, in one pass over `rawHeaders` (no `req.headers` object built). */
 function headerFacts(req: IncomingMessage): number {
@@ -479,6 +517,7 @@ function headerFacts(req: IncomingMessage): number {
     } else if (k.length === 14) {
       if (k.toLowerCase() === 'content-length' && raw[i + 1]!.trim() !== '0') facts |= HAS_BODY;
     } else if (k.length === 17 && k.toLowerCase() === 'transfer-encoding') facts |= HAS_BODY;
+    else if (k.length === 19 && k.toLowerCase() === MIN_SIZE_HEADER) facts |= MIN_SIZE;
   }
   return facts;
 }
@@ -661,6 +700,39 @@ function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incoming
   }
 }
 
+/** The value of Vouch-Min-Tree-Size: a non-negative integer, else the bad_request to answer. */
+function minTreeSize(req: IncomingMessage): number | VouchError {
+  const v = rawHeader(req, MIN_SIZE_HEADER)!.trim();
+  const n = /^\d{1,16}$/.test(v) ? Number(v) : NaN;
+  return Number.isSafeInteger(n) ? n : new VouchError('bad_request', `${MIN_SIZE_HEADER} must be one non-negative integer (a tree size)`);
+}
+
+/**
+ * Resolves once the chain served has at least `wanted` blocks: at once if it
+ * has, else (a mirror) after syncs run for up to `chain.min_size_wait`
+ * seconds; rejects with `behind` (503, Retry-After) when it is still short,
+ * and with `wanted` itself when that is an error.
+ */
+async function atLeast(ctx: GatewayContext, wanted: number | VouchError): Promise<void> {
+  if (typeof wanted !== 'number') throw wanted;
+  const deadline = performance.now() + ctx.config.chain.min_size_wait * 1000;
+  const have = () => ctx.state?.size ?? 0;
+  while (have() < wanted && ctx.mirrorSync && performance.now() < deadline) {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      ctx.mirrorSync.syncNow().catch(() => undefined),
+      new Promise<void>((r) => { timer = setTimeout(r, Math.max(1, deadline - performance.now())); }),
+    ]);
+    clearTimeout(timer);
+    // A sync that failed at once (remote down) is not retried in a tight loop.
+    if (have() < wanted && performance.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(100, Math.max(1, deadline - performance.now()))));
+  }
+  if (ctx.state === null) throw new VouchError('not_ready', 'the chain is not loaded yet; retry shortly');
+  if (have() < wanted) {
+    throw new VouchError('behind', `this gateway serves ${have()} blocks; the request asks for at least ${wanted} (${MIN_SIZE_HEADER}); retry, or ask another gateway`);
+  }
+}
+
 /**
  * The node:http request listener of the gateway. `parts.proxy`: the proxy
  * routes (DESIGN 3.6), which get what no endpoint above claims;
@@ -786,8 +858,35 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
       url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), socket: req.socket as CountedSocket, started: performance.now(),
       facts: headerFacts(req), batched: false, recorded: false,
     };
+    if ((obs.facts & MIN_SIZE) !== 0 && route !== undefined && (req.method === 'GET' || req.method === 'HEAD')) {
+      const wanted = minTreeSize(req);
+      if (typeof wanted !== 'number' || ctx.state === null || ctx.state.size < wanted) {
+        // Behind (or a bad value): wait for a sync, bounded, then answer as usual or 503 behind.
+        atLeast(ctx, wanted).then(() => {
+          stamp(res);
+          const done = dispatch(req, res, target, route, obs);
+          if (!obs.batched) settle(req, res, obs, done);
+        }, (e: unknown) => {
+          stamp(res);
+          if (e instanceof VouchError && e.code === 'behind' && !res.headersSent) res.setHeader('retry-after', '1');
+          failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
+          settle(req, res, obs, true);
+        }).catch((e: unknown) => {
+          failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
+        });
+        return;
+      }
+    }
+    stamp(res);
     const done = dispatch(req, res, target, route, obs);
     if (!obs.batched) settle(req, res, obs, done);
+  };
+
+  /** The fleet headers (see the header): the tree size served, and a mirror's sync age. */
+  const stamp = (res: ServerResponse): void => {
+    const state = ctx.state;
+    if (state !== null) res.setHeader('vouch-tree-size', state.size);
+    if (ctx.mirrorSync) res.setHeader('vouch-sync-age', Math.floor(ctx.mirrorSync.ageSeconds()));
   };
 
   return (req, res) => {
