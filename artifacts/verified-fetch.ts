@@ -9,7 +9,10 @@
  * origin fails only its own URL's downloads), the reference count of
  * waiters that decides when an origin fetch is cancelled (only when every
  * waiter has aborted), the bound on concurrent distinct origin fetches, and
- * the temp files of fetches in progress.
+ * the temp files of fetches in progress. With `upstream` (another vouch
+ * gateway: an origin shield for a fleet, issue 35) a miss asks its
+ * `/v1/download` first and the origin only when that fails; its bytes are
+ * hashed and checked exactly like the origin's.
  *
  * Trusts: `OriginFetcher` for limits and for a body that ends only when it
  * is complete; `Mirror` to return only verified bytes; the caller (a verified
@@ -52,6 +55,8 @@ export interface VerifiedFetcherOptions {
    * receiving); without them, or when none is idle, this thread hashes.
    */
   hashWorkers?: HashWorkers | null;
+  /** Base URL of a vouch gateway asked first on a miss (`mirror.upstream_gateway`); its bytes are verified here too. */
+  upstream?: string | null;
 }
 
 export interface Obtained {
@@ -160,7 +165,8 @@ export class VerifiedFetcher {
   private readonly hashWorkers: HashWorkers | null;
   private readonly slots: Slots;
   private readonly flights = new Map<string, Flight>();
-  private readonly counters = { originFetches: 0, originBytes: 0, mismatches: 0, joined: 0 };
+  private readonly counters = { originFetches: 0, originBytes: 0, mismatches: 0, joined: 0, upstreamFetches: 0, upstreamFailures: 0 };
+  private readonly upstream: string | null;
 
   constructor(options: VerifiedFetcherOptions) {
     this.fetcher = options.fetcher;
@@ -168,6 +174,7 @@ export class VerifiedFetcher {
     this.guardPrivate = options.guardPrivate ?? false;
     this.backend = options.backend ?? nodeBackend;
     this.hashWorkers = options.hashWorkers ?? null;
+    this.upstream = options.upstream ? options.upstream.replace(/\/+$/, '') : null;
     const max = options.maxConcurrent ?? 64;
     if (!Number.isInteger(max) || max < 1) throw new TypeError('verified fetcher: maxConcurrent must be a positive integer');
     this.slots = new Slots(max);
@@ -300,6 +307,18 @@ export class VerifiedFetcher {
         const hit = await this.mirror.get(flight.hash);
         if (hit !== null) return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
+      if (this.upstream !== null) {
+        // The shield's answer is verified like the origin's; anything but its verified bytes (not endorsed there yet,
+        // down, refused, wrong bytes) falls back to the origin, so a shield can delay a download but never decide it.
+        try {
+          const got = await this.fetchVerified(url, flight.hash, h, signal, [], undefined, `${this.upstream}/v1/download?url=${encodeURIComponent(url)}`);
+          this.counters.upstreamFetches++;
+          return got;
+        } catch (e) {
+          if (signal.aborted) throw signal.reason;
+          this.counters.upstreamFailures++;
+        }
+      }
       return await this.fetchVerified(url, flight.hash, h, signal, flight.trustedHosts, flight.headers);
     } finally {
       this.slots.release();
@@ -314,9 +333,9 @@ export class VerifiedFetcher {
    * smaller or undeclared body into memory chunk by chunk while the budget
    * and the spool threshold allow, then a spool file.
    */
-  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, trustedHosts: readonly string[], headers?: Readonly<Record<string, string>>): Promise<Obtained> {
-    this.counters.originFetches++;
-    const res = await this.fetcher.fetch(url, { signal, guardPrivate: this.guardPrivate, trustedHosts, ...(headers !== undefined ? { headers } : {}) });
+  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, trustedHosts: readonly string[], headers?: Readonly<Record<string, string>>, from?: string): Promise<Obtained> {
+    if (from === undefined) this.counters.originFetches++;
+    const res = await this.fetcher.fetch(from ?? url, { signal, guardPrivate: this.guardPrivate, trustedHosts, ...(headers !== undefined ? { headers } : {}) });
     const into = res.contentLength !== null ? this.mirror.buffer(res.contentLength) : null;
     if (into !== null) return this.receivePooled(url, artifactHash, h, signal, res, into);
     const threshold = this.mirror.spoolThreshold;

@@ -391,7 +391,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const ctx: GatewayContext = {
     config,
     state: null,
-    artifacts: new VerifiedFetcher({ fetcher, mirror, hashWorkers }),
+    artifacts: new VerifiedFetcher({ fetcher, mirror, hashWorkers, upstream: config.mirror.upstream_gateway }),
     submitter: null,
     submitTokenHash: authority?.tokenHash ?? null,
     vibecode: { spec: `${config.public_url}/v1/openapi.json`, skills: [`${config.public_url}${SKILL_PATH}`] },
