@@ -328,9 +328,15 @@ async function authorityBody(ctx: GatewayContext, req: IncomingMessage, path: st
   return { submitter: ctx.submitter, body };
 }
 
+/** A write's answer names the tree size after it (what Vouch-Min-Tree-Size asks a mirror for to read it back). */
+function afterWrite(ctx: GatewayContext, res: ServerResponse): void {
+  if (ctx.state !== null && !res.headersSent) res.setHeader('vouch-tree-size', ctx.state.size);
+}
+
 const revoke: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/revoke', obs.label);
   const result = await submitter.revoke(body);
+  afterWrite(ctx, res);
   sendJson(res, result.httpStatus, result.body);
 };
 
@@ -338,6 +344,7 @@ const revoke: Handler = async (ctx, req, res, _search, _own, obs) => {
 const root: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/root', obs.label, STATEMENT_BODY_LIMIT);
   const result = await submitter.statement(body);
+  afterWrite(ctx, res);
   sendJson(res, result.httpStatus, result.body);
 };
 
@@ -375,6 +382,7 @@ const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/submit', obs.label);
   if (!wantsNdjson(req)) {
     const result = await submitter.submit(body);
+    afterWrite(ctx, res);
     sendJson(res, result.httpStatus, result.body);
     return;
   }
