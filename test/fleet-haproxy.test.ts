@@ -122,9 +122,10 @@ if (HAPROXY === null) {
     await startMirror(1);
     const cfg = join(work, 'haproxy.cfg');
     writeFileSync(cfg, recipe());
-    haproxy = spawn(HAPROXY, ['-db', '-f', cfg], { stdio: ['ignore', 'pipe', 'pipe'] });
-    haproxy.stdout!.on('data', (d) => { haproxyOut += d; });
-    haproxy.stderr!.on('data', (d) => { haproxyOut += d; });
+    const proc = spawn(HAPROXY!, ['-db', '-f', cfg], { stdio: ['ignore', 'pipe', 'pipe'] });
+    haproxy = proc;
+    proc.stdout.on('data', (d) => { haproxyOut += d; });
+    proc.stderr.on('data', (d) => { haproxyOut += d; });
     lb = `http://127.0.0.1:${ports[0]}`;
     await until('haproxy to answer', async () => {
       if (haproxy!.exitCode !== null) throw new Error(`haproxy exited: ${haproxyOut}`);
