@@ -265,10 +265,12 @@ const PROOF_SUFFIX = '&proof=1';
  * proof, also the Vouch-Proof header's; pure ASCII) and the ETag naming the
  * note then (`proofTag`: its size and a digest of its text).
  */
-function sendWithProof(res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
-  if (proof === null) return sendJsonTagged(res, text, length, etag);
+function sendWithProof(ctx: GatewayContext, res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
+  const size = ctx.state?.size ?? -1;
+  const age = ctx.mirrorSync ? Math.floor(ctx.mirrorSync.ageSeconds()) : -1;
+  if (proof === null) return sendJsonTagged(res, text, length, etag, size, age);
   const pj = proofJson(proof);
-  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`);
+  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`, size, age);
 }
 
 /** Block 0, the note verifier key of the key in force, and `keys`: the key state (docs/key-events.md). */
@@ -699,6 +701,7 @@ function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incoming
   }
   try {
     if (res.writableEnded) return;
+    if (!res.headersSent) stampFleet(ctx, res);
     if (bytes) sendEmpty(res, statusOf(e));
     else sendError(res, e);
   } catch (e2) {
@@ -706,6 +709,13 @@ function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incoming
     res.destroy();
     if (e instanceof VouchError) reportUnexpected(ctx.log, metrics, stage, e2, req, path);
   }
+}
+
+/** The fleet headers (see the header): the tree size served, and a mirror's sync age. */
+function stampFleet(ctx: GatewayContext, res: ServerResponse): void {
+  const state = ctx.state;
+  if (state !== null) res.setHeader('vouch-tree-size', state.size);
+  if (ctx.mirrorSync) res.setHeader('vouch-sync-age', Math.floor(ctx.mirrorSync.ageSeconds()));
 }
 
 /** The value of Vouch-Min-Tree-Size: a non-negative integer, else the bad_request to answer. */
@@ -777,7 +787,7 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     // The client left while the answer waited: recorded as such (499), nothing written.
     if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
     if (FAULT !== null) injectFault('batch', obs.label);
-    sendWithProof(res, a.text, a.length, a.etag, a.proof);
+    sendWithProof(ctx, res, a.text, a.length, a.etag, a.proof);
     settle(req, res, obs, true);
   }, (a, e) => {
     failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');
@@ -871,11 +881,10 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
       if (typeof wanted !== 'number' || ctx.state === null || ctx.state.size < wanted) {
         // Behind (or a bad value): wait for a sync, bounded, then answer as usual or 503 behind.
         atLeast(ctx, wanted).then(() => {
-          stamp(res);
+          stamp(res, route);
           const done = dispatch(req, res, target, route, obs);
           if (!obs.batched) settle(req, res, obs, done);
         }, (e: unknown) => {
-          stamp(res);
           if (e instanceof VouchError && e.code === 'behind' && !res.headersSent) res.setHeader('retry-after', '1');
           failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
           settle(req, res, obs, true);
@@ -885,16 +894,14 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
         return;
       }
     }
-    stamp(res);
+    stamp(res, route);
     const done = dispatch(req, res, target, route, obs);
     if (!obs.batched) settle(req, res, obs, done);
   };
 
-  /** The fleet headers (see the header): the tree size served, and a mirror's sync age. */
-  const stamp = (res: ServerResponse): void => {
-    const state = ctx.state;
-    if (state !== null) res.setHeader('vouch-tree-size', state.size);
-    if (ctx.mirrorSync) res.setHeader('vouch-sync-age', Math.floor(ctx.mirrorSync.ageSeconds()));
+  /** The fleet headers, but not on lookups: their 200 sets them in its header literal (sendWithProof), an error in failRequest. */
+  const stamp = (res: ServerResponse, route: Route | undefined): void => {
+    if (route !== LOOKUP_ROUTE) stampFleet(ctx, res);
   };
 
   return (req, res) => {
