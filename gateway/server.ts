@@ -266,7 +266,7 @@ const PROOF_SUFFIX = '&proof=1';
  * note then (`proofTag`: its size and a digest of its text).
  */
 function sendWithProof(ctx: GatewayContext, res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
-  const size = ctx.state?.size ?? -1;
+  const size = typeof ctx.state?.size === 'number' ? ctx.state.size : -1;
   const age = ctx.mirrorSync ? Math.floor(ctx.mirrorSync.ageSeconds()) : -1;
   if (proof === null) return sendJsonTagged(res, text, length, etag, size, age);
   const pj = proofJson(proof);
@@ -713,8 +713,8 @@ function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incoming
 
 /** The fleet headers (see the header): the tree size served, and a mirror's sync age. */
 function stampFleet(ctx: GatewayContext, res: ServerResponse): void {
-  const state = ctx.state;
-  if (state !== null) res.setHeader('vouch-tree-size', state.size);
+  const size = ctx.state?.size;
+  if (typeof size === 'number') res.setHeader('vouch-tree-size', size);
   if (ctx.mirrorSync) res.setHeader('vouch-sync-age', Math.floor(ctx.mirrorSync.ageSeconds()));
 }
 
