@@ -152,8 +152,9 @@ test('sync hints: the authority tells its mirrors after each push (authority.not
   await live.restart({ notify: [{ url: hinted.url, token_file: syncTokenFile }] });
   const a = await submitNew();
   const t0 = Date.now();
-  await until('the hinted mirror to serve the new block', async () => (await get(hinted.url, lookupPath(a.url))).status === 200, 10_000);
-  assert.ok(Date.now() - t0 < 5_000, `took ${Date.now() - t0} ms with a 300 s interval`);
+  // Its own next sync is 300 s away: only the hint brings the block (within seconds; generous for a busy machine).
+  await until('the hinted mirror to serve the new block', async () => (await get(hinted.url, lookupPath(a.url))).status === 200, 60_000);
+  assert.ok(Date.now() - t0 < 30_000, `took ${Date.now() - t0} ms with a 300 s interval`);
   const metrics = (await get(hinted.url, '/metrics')).text;
   const received = Number(/^vouch_chain_sync_notifications_total (\d+)$/m.exec(metrics)?.[1]);
   assert.ok(received >= 1, metrics.split('\n').filter((l) => l.includes('sync')).join('\n'));
