@@ -743,7 +743,7 @@ async function atLeast(ctx: GatewayContext, wanted: number | VouchError): Promis
     ]);
     clearTimeout(timer);
     // A sync that failed at once (remote down) is not retried in a tight loop.
-    if (have() < wanted && performance.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(100, Math.max(1, deadline - performance.now()))));
+    if (have() < wanted && performance.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(250, Math.max(1, deadline - performance.now()))));
   }
   if (ctx.state === null) throw new VouchError('not_ready', 'the chain is not loaded yet; retry shortly');
   if (have() < wanted) {
