@@ -4,7 +4,9 @@
  * and only on equality stored in the mirror and handed out.
  * Owns: the hash check, single flight per URL and hash (another URL fetches
  * on its own, so one bad origin fails only its URL), waiter counts that
- * decide cancellation, the bound on concurrent origin fetches, temp files.
+ * decide cancellation, the bound on concurrent origin fetches, temp files;
+ * with `upstream` (another vouch gateway, a fleet's origin shield) a miss
+ * asks its `/v1/download` first, hashed and checked like the origin's.
  * Trusts: `OriginFetcher` for limits and complete bodies; `Mirror`; the
  * caller for which hash is signed.
  * Must hold: `obtain` resolves only after the bytes hashed to `artifactHash`;
@@ -38,6 +40,8 @@ export interface VerifiedFetcherOptions {
    * receiving); without them, or when none is idle, this thread hashes.
    */
   hashWorkers?: HashWorkers | null;
+  /** Base URL of a vouch gateway asked first on a miss (`mirror.upstream_gateway`); its bytes are verified here too. */
+  upstream?: string | null;
 }
 
 export interface Obtained {
@@ -146,7 +150,8 @@ export class VerifiedFetcher {
   private readonly hashWorkers: HashWorkers | null;
   private readonly slots: Slots;
   private readonly flights = new Map<string, Flight>();
-  private readonly counters = { originFetches: 0, originBytes: 0, mismatches: 0, joined: 0 };
+  private readonly counters = { originFetches: 0, originBytes: 0, mismatches: 0, joined: 0, upstreamFetches: 0, upstreamFailures: 0 };
+  private readonly upstream: string | null;
 
   constructor(options: VerifiedFetcherOptions) {
     this.fetcher = options.fetcher;
@@ -154,6 +159,7 @@ export class VerifiedFetcher {
     this.guardPrivate = options.guardPrivate ?? false;
     this.backend = options.backend ?? nodeBackend;
     this.hashWorkers = options.hashWorkers ?? null;
+    this.upstream = options.upstream ? options.upstream.replace(/\/+$/, '') : null;
     const max = options.maxConcurrent ?? 64;
     if (!Number.isInteger(max) || max < 1) throw new TypeError('verified fetcher: maxConcurrent must be a positive integer');
     this.slots = new Slots(max);
@@ -291,6 +297,18 @@ export class VerifiedFetcher {
         const hit = await this.mirror.get(flight.hash);
         if (hit !== null) return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
+      if (this.upstream !== null) {
+        // The shield's answer is verified like the origin's; anything but its verified bytes (not endorsed there yet,
+        // down, refused, wrong bytes) falls back to the origin, so a shield can delay a download but never decide it.
+        try {
+          const got = await this.fetchVerified(url, flight.hash, h, signal, [], undefined, `${this.upstream}/v1/download?url=${encodeURIComponent(url)}`);
+          this.counters.upstreamFetches++;
+          return got;
+        } catch (e) {
+          if (signal.aborted) throw signal.reason;
+          this.counters.upstreamFailures++;
+        }
+      }
       return await this.fetchVerified(url, flight.hash, h, signal, flight.trustedHosts, flight.headers);
     } finally {
       this.slots.release();
@@ -305,9 +323,9 @@ export class VerifiedFetcher {
    * smaller or undeclared body into memory chunk by chunk while the budget
    * and the spool threshold allow, then a spool file.
    */
-  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, trustedHosts: readonly string[], headers?: Readonly<Record<string, string>>): Promise<Obtained> {
-    this.counters.originFetches++;
-    const res = await this.fetcher.fetch(url, { signal, guardPrivate: this.guardPrivate, trustedHosts, ...(headers !== undefined ? { headers } : {}) });
+  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, trustedHosts: readonly string[], headers?: Readonly<Record<string, string>>, from?: string): Promise<Obtained> {
+    if (from === undefined) this.counters.originFetches++;
+    const res = await this.fetcher.fetch(from ?? url, { signal, guardPrivate: this.guardPrivate, trustedHosts, ...(headers !== undefined ? { headers } : {}) });
     const into = res.contentLength !== null ? this.mirror.buffer(res.contentLength) : null;
     if (into !== null) return this.receivePooled(url, artifactHash, h, signal, res, into);
     const threshold = this.mirror.spoolThreshold;

@@ -48,6 +48,7 @@ export type EnvironmentCode =
   | 'origin_error'
   | 'origin_timeout'
   | 'not_ready'
+  | 'behind'
   | 'internal_error'
   | 'not_a_chain'
   | 'chain_exists'
@@ -118,6 +119,7 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   origin_error: environment('the origin failed or sent a bad response'),
   origin_timeout: environment('the origin was too slow'),
   not_ready: environment('the chain is not loaded yet'),
+  behind: environment('this mirror holds fewer blocks than the request asked for (Vouch-Min-Tree-Size) and did not catch up in time'),
   internal_error: environment('internal error'),
   not_a_chain: environment('the directory is not a vouch chain repository'),
   chain_exists: environment('a chain already exists there'),

@@ -10,7 +10,9 @@
  * Must hold: local state only moves to a head that extends the last verified
  * one and verifies (note opened with the key in force, its root the chain's);
  * a refusal logs the evidence an auditor needs; never two syncs at once; a
- * hostile remote costs one bounded failed attempt (test/hostile-remote).
+ * hostile remote costs one bounded failed attempt (test/hostile-remote);
+ * a remote that stays down is logged when it goes down, at most once a
+ * minute while down (`DOWN_LOG_MS`), and when it is back.
  */
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -81,6 +83,12 @@ export interface SyncStatus {
   /** Seconds since the last success (since this sync was created when there was none). */
   staleSeconds: number;
   syncing: boolean;
+  /** Blocks the remote (as last fetched, or as a sync hint said) holds beyond the verified chain; null when not known. */
+  behindBlocks: number | null;
+  /** The largest size a sync hint (POST /v1/sync) announced. */
+  hintedSize: number | null;
+  /** Sync hints received (POST /v1/sync). */
+  notifications: number;
   /** Delay before the next attempt while failing (0 when healthy). */
   backoffMs: number;
   /** Epoch ms of the next scheduled attempt, null when not started. */
@@ -95,6 +103,9 @@ export type SyncOutcome =
   | { result: 'cancelled' };
 
 const CHECKPOINT = 'checkpoint.json';
+
+/** While the remote stays down, "still failing" is logged at most this often (each attempt is still counted in status()). */
+export const DOWN_LOG_MS = 60_000;
 
 function shownUrl(url: string): string {
   return url.replace(/\/\/[^@/]*@/, '//');
@@ -139,6 +150,11 @@ export class ChainSync {
   private transportFailures = 0;
   /** The last refused remote commit, against which verified head, and why. */
   private refused: { commit: string; localHead: string; error: VouchError } | null = null;
+  /** Epoch ms of the first failure of the current outage, and of its last log line (null: the remote is up). */
+  private downSince: number | null = null;
+  private downLogged = 0;
+  private hinted: number | null = null;
+  private notices = 0;
 
   private started = false;
   /** Set by stop(): a sync queued behind the running one does not start. */
@@ -243,9 +259,32 @@ export class ChainSync {
       consecutiveFailures: this.failures,
       staleSeconds: Math.max(0, Math.floor((now - (this.lastSuccess ?? this.createdAt)) / 1000)),
       syncing: this.inflight !== null,
+      behindBlocks: (() => {
+        const known = Math.max(this.remoteSize ?? -1, this.hinted ?? -1);
+        return known < 0 ? null : Math.max(0, known - vs.size);
+      })(),
+      hintedSize: this.hinted,
+      notifications: this.notices,
       backoffMs: this.backoffMs,
       nextAttempt: this.nextAt,
     };
+  }
+
+  /**
+   * A sync hint (POST /v1/sync from the authority or a post-receive hook):
+   * counted, its `size` (when given) kept for `behindBlocks`, and a sync run
+   * now. The hint is trusted for nothing else: what the sync fetches is
+   * verified as always.
+   */
+  hint(size: number | null): Promise<SyncOutcome> {
+    this.notices++;
+    if (size !== null && (this.hinted === null || size > this.hinted)) this.hinted = size;
+    return this.syncNow();
+  }
+
+  /** Seconds since the last success (since this sync was created when there was none), not rounded. */
+  ageSeconds(): number {
+    return Math.max(0, (this.now() - (this.lastSuccess ?? this.createdAt)) / 1000);
   }
 
   /** Sync now and then every interval (sooner, with backoff, while the remote fails). */
@@ -321,6 +360,10 @@ export class ChainSync {
     try {
       const outcome = await this.attempt(ac.signal, ctx);
       this.lastSuccess = this.now();
+      if (this.downSince !== null) {
+        this.log.info('mirror sync: the remote is reachable again', { remote: shownUrl(this.remote), down_seconds: Math.round((this.lastSuccess - this.downSince) / 1000), failed_attempts: this.transportFailures });
+        this.downSince = null;
+      }
       this.lastError = null;
       this.failures = 0;
       this.transportFailures = 0;
@@ -356,14 +399,23 @@ export class ChainSync {
         return { result: 'refused', code: err.code, message: err.message, commit };
       }
       this.transportFailures++;
-      this.log.warn('mirror sync failed; serving the last verified head', {
-        code: err.code,
-        message: err.message,
-        remote: shownUrl(this.remote),
-        consecutive_failures: this.failures,
-        retry_in_ms: this.backoffMs,
-        local_size: vs.size,
-      });
+      // Logged when the remote goes down, then at most once a minute while it stays down (status() counts every attempt).
+      const at = this.now();
+      const first = this.downSince === null;
+      if (first || at - this.downLogged >= DOWN_LOG_MS) {
+        if (first) this.downSince = at;
+        this.downLogged = at;
+        this.log.warn(first ? 'mirror sync failed; serving the last verified head' : 'mirror sync: the remote is still unreachable; serving the last verified head', {
+          code: err.code,
+          message: err.message,
+          remote: shownUrl(this.remote),
+          consecutive_failures: this.failures,
+          down_seconds: Math.round((at - this.downSince!) / 1000),
+          retry_in_ms: this.backoffMs,
+          local_size: vs.size,
+          ...(first ? {} : { next_log_in_ms: DOWN_LOG_MS }),
+        });
+      }
       return { result: 'failed', code: err.code, message: err.message };
     } finally {
       this.abort = null;

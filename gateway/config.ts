@@ -47,7 +47,15 @@ export interface Config {
   public_url: string;
   service_name: string;
   /** origin: the log's name (checkpoint.note line 1 and key name; null: derived from public_url, see `logOrigin`). */
-  chain: { dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse'; origin: string | null };
+  /**
+   * unready_when_stale: /readyz fails (503) past max_staleness (default false: it answers 200 `degraded`, the mirror keeps
+   * serving its verified chain); min_size_wait: seconds a request with Vouch-Min-Tree-Size waits for a sync; sync_token_file:
+   * the bearer token of POST /v1/sync (null: the endpoint is off). docs/guide-fleet.md.
+   */
+  chain: {
+    dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse'; origin: string | null;
+    unready_when_stale: boolean; min_size_wait: number; sync_token_file: string | null;
+  };
   /** witnesses: the C2SP tlog-witness endpoints asked to cosign each new checkpoint; policy_file: tlog-policy text (quorum). */
   /**
    * next_key_file: where the private key of a new online key is read when a key statement puts it in force (default
@@ -57,11 +65,14 @@ export interface Config {
   authority: {
     key_file: string; next_key_file: string; rollover_days: number; signer: string; submit_token_file: string;
     witnesses: WitnessEndpoint[]; policy_file: string | null;
+    /** Mirrors told to sync after each push (POST <url>/v1/sync with the token in token_file). */
+    notify: { url: string; token_file: string }[];
   } | null;
   /** Present: this gateway is a C2SP tlog-witness (`POST /add-checkpoint`) for `logs` (and its own chain's log). */
   witness: WitnessConfig | null;
   /** budget_bytes: artifact bytes in memory at once (in flight, held for readers, memory tier); null: 2 × memory_bytes. */
-  mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number; budget_bytes: number | null };
+  /** upstream_gateway: another vouch gateway artifact bytes are fetched from first (an origin shield; bytes still verified here). */
+  mirror: { memory_bytes: number; disk_dir: string | null; disk_bytes: number; budget_bytes: number | null; upstream_gateway: string | null };
   origin: { timeout: number; max_bytes: number; max_redirects: number; allow_private: boolean };
   proxy: { routes: RouteConfig[] };
   /** Bounds on client connections: seconds to receive a whole request (line, headers, body); open connections; seconds an idle keep-alive connection is kept. */
@@ -120,6 +131,9 @@ export const SCHEMA: Record<string, Kind> = {
       max_staleness: { t: 'number', min: 1, max: 31_536_000 },
       layout: { t: 'string', check: (s) => (s === 'full' || s === 'sparse' ? null : 'must be "full" or "sparse"') },
       origin: { t: 'string', nullable: true, check: (s) => (s.length > 0 && !/[\s+\u0000-\u001f\u007f]/.test(s) ? null : 'must be a note key name (no spaces, "+" or control characters)') },
+      unready_when_stale: { t: 'bool' },
+      min_size_wait: { t: 'number', min: 0, max: 60 },
+      sync_token_file: { t: 'string', nullable: true },
     },
   },
   authority: {
@@ -133,6 +147,7 @@ export const SCHEMA: Record<string, Kind> = {
       submit_token_file: { t: 'string' },
       witnesses: { t: 'list', max: 64, item: { t: 'object', keys: { url: { t: 'string', check: httpUrl }, vkey: { t: 'string', check: vkeyText } } } },
       policy_file: { t: 'string', nullable: true },
+      notify: { t: 'list', max: 256, item: { t: 'object', keys: { url: { t: 'string', check: httpUrl }, token_file: { t: 'string' } } } },
     },
   },
   witness: {
@@ -152,6 +167,7 @@ export const SCHEMA: Record<string, Kind> = {
       disk_dir: { t: 'string', nullable: true },
       disk_bytes: { t: 'int', min: 0, max: 2 ** 53 - 1 },
       budget_bytes: { t: 'int', min: 0, max: 2 ** 51, nullable: true },
+      upstream_gateway: { t: 'string', nullable: true, check: httpUrl },
     },
   },
   origin: {
@@ -177,9 +193,10 @@ export const SCHEMA: Record<string, Kind> = {
 export const DEFAULTS = {
   listen: { host: '127.0.0.1', port: 8080 },
   service_name: 'vouch',
-  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined, layout: 'full' as 'full' | 'sparse', origin: null as string | null },
+  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined, layout: 'full' as 'full' | 'sparse', origin: null as string | null,
+    unready_when_stale: false, min_size_wait: 2, sync_token_file: null as string | null },
   authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token', rollover_days: 30 },
-  mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null },
+  mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null, upstream_gateway: null },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
   clients: { request_timeout: 30, max_connections: 4096, keep_alive_timeout: 65 },
   witness: { key_file: './var/witness.pem', state_file: './var/witness-state.json' },
@@ -290,7 +307,7 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
     listen,
     public_url: publicUrl,
     service_name: raw.service_name ?? DEFAULTS.service_name,
-    chain: { ...chain, dir: path(chain.dir) },
+    chain: { ...chain, dir: path(chain.dir), sync_token_file: chain.sync_token_file ? path(chain.sync_token_file) : null },
     authority: authority && {
       key_file: path(authority.key_file),
       next_key_file: typeof authority.next_key_file === 'string' ? path(authority.next_key_file) : `${path(authority.key_file)}.next`,
@@ -299,6 +316,7 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
       submit_token_file: path(authority.submit_token_file),
       witnesses: (authority.witnesses ?? []).map((x: WitnessEndpoint) => ({ url: x.url.replace(/\/+$/, ''), vkey: x.vkey })),
       policy_file: authority.policy_file ? path(authority.policy_file) : null,
+      notify: (authority.notify ?? []).map((x: { url: string; token_file: string }) => ({ url: x.url.replace(/\/+$/, ''), token_file: path(x.token_file) })),
     },
     witness: w && {
       key_file: path(w.key_file ?? DEFAULTS.witness.key_file),
@@ -306,7 +324,7 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
       state_file: path(w.state_file ?? DEFAULTS.witness.state_file),
       logs: (w.logs ?? []).map((l: { vkey: string; origin?: string | null; url?: string | null }) => ({ vkey: l.vkey, origin: l.origin ?? null, url: l.url ? l.url.replace(/\/+$/, '') : null })),
     },
-    mirror: { ...mirror, disk_dir: mirror.disk_dir === null ? null : path(mirror.disk_dir) },
+    mirror: { ...mirror, disk_dir: mirror.disk_dir === null ? null : path(mirror.disk_dir), upstream_gateway: mirror.upstream_gateway ? mirror.upstream_gateway.replace(/\/+$/, '') : null },
     origin: { ...DEFAULTS.origin, ...(raw.origin ?? {}) },
     proxy: { routes: raw.proxy?.routes ?? [] },
     clients: { ...DEFAULTS.clients, ...(raw.clients ?? {}) },

@@ -34,6 +34,12 @@ export interface GatewayContext {
   startedAt: number;
   /** Mirror mode: the sync loop's report. */
   syncReport?: (() => SyncReport) | null;
+  /** Mirror mode: the sync loop itself, for the answer headers, Vouch-Min-Tree-Size and POST /v1/sync. */
+  mirrorSync?: MirrorSyncControl | null;
+  /** Mirror with chain.sync_token_file: sha256 of the POST /v1/sync token. */
+  syncTokenHash?: Buffer | null;
+  /** Authority with authority.notify: the sync hints sent and failed. */
+  syncNotifyStats?: (() => { sent: number; failed: number }) | null;
   /** Authority with a remote: the pusher's report. */
   pushReport?: (() => PushReport) | null;
   /** A `witness` section: the tlog-witness behind `POST /add-checkpoint`. */
@@ -75,6 +81,16 @@ export interface ArtifactSource {
   has?(artifactHash: string): boolean;
 }
 
+/** What the request path may ask of a mirror's sync loop (gateway/chain-sync.ts ChainSync). */
+export interface MirrorSyncControl {
+  /** Seconds since the last successful sync (since start when none). */
+  ageSeconds(): number;
+  /** A sync now (shared with one in flight); resolves when it is over, whatever its outcome. */
+  syncNow(): Promise<unknown>;
+  /** A sync hint: counted, `size` kept as the remote's known size, and a sync run now. */
+  hint(size: number | null): Promise<unknown>;
+}
+
 /** What a mirror's sync loop reports (snake_case: it is served as is). */
 export interface SyncReport {
   remote: string;
@@ -84,6 +100,14 @@ export interface SyncReport {
   consecutive_failures: number;
   stale_seconds: number | null;
   remote_head: string | null;
+  /** Blocks verified and served here. */
+  local_size: number;
+  /** Blocks the remote holds (last fetch or sync hint) beyond local_size; null: not known yet. */
+  behind_blocks: number | null;
+  /** Sync hints received (POST /v1/sync). */
+  notifications: number;
+  /** Epoch ms of the next attempt, as ISO (null: none scheduled, e.g. syncing now). */
+  next_attempt: string | null;
 }
 
 /** What the authority's pusher reports. */

@@ -49,6 +49,7 @@ import { Submitter } from './submitter.ts';
 import { AuthorityKeys } from './authority-keys.ts';
 import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
 import { openCosigner, type CheckpointSource } from './cosigner.ts';
+import { SyncNotifier } from './sync-notify.ts';
 import { collectGarbage } from '../platform/collect-garbage.ts';
 import { FAULT, injectFault } from './test-fault.ts';
 
@@ -271,6 +272,10 @@ function syncReport(s: SyncStatus): SyncReport {
     consecutive_failures: s.consecutiveFailures,
     stale_seconds: Math.round(s.staleSeconds),
     remote_head: s.remoteHead,
+    local_size: s.localSize,
+    behind_blocks: s.behindBlocks,
+    notifications: s.notifications,
+    next_attempt: iso(s.nextAttempt),
   };
 }
 
@@ -376,8 +381,17 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     : null;
   let authority: AuthorityParts | null;
   let witness: Witness | null;
+  let notifier: SyncNotifier | null = null;
+  let syncTokenHash: Buffer | null = null;
   try {
     authority = config.authority ? prepareAuthority(config, options, say, log) : null;
+    // Sync hints (docs/guide-fleet.md): the authority's tokens for its mirrors, a mirror's own token for POST /v1/sync.
+    if (config.authority !== null && config.authority.notify.length > 0) {
+      notifier = new SyncNotifier(config.authority.notify.map((n) => ({ url: n.url, token: readSecretFile(n.token_file, 'authority.notify token file') })), log);
+    }
+    if (mirrorMode && config.chain.sync_token_file !== null) {
+      syncTokenHash = createHash('sha256').update(readSecretFile(config.chain.sync_token_file, 'chain.sync_token_file')).digest();
+    }
     witness = config.witness ? openWitness(config.witness, nodeBackend, log, now) : null;
     if (witness) {
       say(`witness: ${witness.vkey}`);
@@ -408,7 +422,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const ctx: GatewayContext = {
     config,
     state: null,
-    artifacts: new VerifiedFetcher({ fetcher, mirror, hashWorkers }),
+    artifacts: new VerifiedFetcher({ fetcher, mirror, hashWorkers, upstream: config.mirror.upstream_gateway }),
     submitter: null,
     submitTokenHash: authority?.tokenHash ?? null,
     vibecode: { spec: `${config.public_url}/v1/openapi.json`, skills: [`${config.public_url}${SKILL_PATH}`] },
@@ -416,6 +430,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     log,
     startedAt: Date.now(),
     witness,
+    syncTokenHash,
+    syncNotifyStats: notifier ? () => notifier!.stats() : null,
   };
 
   // The whole request (line, headers, body) must arrive within clients.request_timeout; the answer
@@ -573,7 +589,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       }, { log: (m) => log.error(m) });
     }
     if (authority && config.chain.remote !== null) {
-      pusher = new ChainPusher({ dir: config.chain.dir, remote: config.chain.remote, log });
+      // While the remote is down the pusher probes every 5 s (and an append cuts a wait short), so the push after
+      // an outage does not wait out a backoff of minutes; each push that moved main tells the mirrors to sync.
+      pusher = new ChainPusher({
+        dir: config.chain.dir, remote: config.chain.remote, log, probeMs: 5_000,
+        ...(notifier ? { onPushed: () => notifier!.notify(state.size) } : {}),
+      });
       ctx.pushReport = () => pushReport(pusher!.status());
       pusher.notify(repo.head); // sends anything appended while the remote was unreachable
     }
@@ -584,6 +605,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         intervalSeconds: config.chain.sync_interval, log,
       });
       ctx.syncReport = () => syncReport(sync!.status());
+      ctx.mirrorSync = sync;
       sync.start();
     }
     ctx.state = state;
@@ -627,6 +649,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         server.closeIdleConnections();
       });
       await sync?.stop();
+      notifier?.close();
       await ctx.cosigner?.close();
       await pusher?.stop();
       await fetcher.close();

@@ -39,14 +39,18 @@ export function sendJsonText(res: ServerResponse, status: number, text: string |
  * piece (a Buffer body, kept per answer, measured a few microseconds slower
  * per answer under load); an ASCII body goes as latin1, copied as it is.
  */
-export function sendJsonTagged(res: ServerResponse, text: string, bytes: number, etag: string): void {
-  res.writeHead(200, {
-    'content-type': JSON_TYPE,
-    'content-length': bytes,
-    'x-content-type-options': 'nosniff',
-    'cache-control': 'no-cache',
-    etag,
-  });
+export function sendJsonTagged(res: ServerResponse, text: string, bytes: number, etag: string, treeSize = -1, syncAge = -1): void {
+  // The fleet headers (gateway/server.ts) in the literal: a header set before writeHead takes node:http off its fast path.
+  if (treeSize < 0) {
+    res.writeHead(200, { 'content-type': JSON_TYPE, 'content-length': bytes, 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache', etag });
+  } else if (syncAge < 0) {
+    res.writeHead(200, { 'content-type': JSON_TYPE, 'content-length': bytes, 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache', etag, 'vouch-tree-size': treeSize });
+  } else {
+    res.writeHead(200, {
+      'content-type': JSON_TYPE, 'content-length': bytes, 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache', etag,
+      'vouch-tree-size': treeSize, 'vouch-sync-age': syncAge,
+    });
+  }
   // All ASCII (as many bytes as characters): written as latin1, the same bytes, copied as they are, where
   // utf8 would flatten the head and body joined by node:http into a new string and encode it.
   res.end(text, bytes === text.length ? 'latin1' : 'utf8');
@@ -60,7 +64,7 @@ export function statusOf(e: unknown): number {
 /** The `status` codes clients can see (docs/spec/http.md's table; a test keeps them in step). */
 export const PUBLIC_CODES: readonly ErrorCode[] = [
   'bad_request', 'unauthorized', 'not_found', 'method_not_allowed', 'not_acceptable', 'semver_conflict',
-  'too_large', 'unsupported_media_type', 'origin_error', 'origin_timeout', 'not_ready', 'internal_error',
+  'too_large', 'unsupported_media_type', 'origin_error', 'origin_timeout', 'not_ready', 'behind', 'internal_error',
   'hash_mismatch', 'revoked', 'already_revoked', 'bad_statement', 'stale_statement', 'key_unavailable',
 ];
 

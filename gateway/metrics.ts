@@ -240,6 +240,21 @@ export class GatewayMetrics {
       const r = ctx.syncReport?.();
       return r ? (r.stale_seconds ?? Infinity) : null;
     });
+    this.gauge('vouch_chain_sync_lag_seconds', 'Seconds the mirror may be behind: 0 when its last sync reached the remote\'s head and no newer size is known, else seconds since its last successful sync (absent: not a mirror).', () => {
+      const r = ctx.syncReport?.();
+      if (!r) return null;
+      return r.behind_blocks === 0 ? 0 : (r.stale_seconds ?? Infinity);
+    });
+    this.gauge('vouch_chain_sync_behind_blocks', 'Blocks the remote holds (last fetch or sync hint) that the mirror does not serve yet (absent: not a mirror, or not known yet).', () => ctx.syncReport?.()?.behind_blocks ?? null);
+    this.gauge('vouch_chain_sync_last_error', '1, labelled by the code of the last sync error while syncs fail (absent: not a mirror or no error).', () => {
+      const e = ctx.syncReport?.()?.last_error;
+      return e ? [[{ code: e.code }, 1]] : null;
+    }, ['code']);
+    this.counter('vouch_chain_sync_notifications_total', 'Sync hints received on POST /v1/sync (absent: not a mirror).', () => ctx.syncReport?.()?.notifications ?? null);
+    this.counter('vouch_chain_sync_hints_sent_total', 'Sync hints the authority sent to its mirrors (authority.notify), by outcome (absent: none configured).', () => {
+      const s = ctx.syncNotifyStats?.();
+      return s ? [[{ outcome: 'sent' }, s.sent], [{ outcome: 'failed' }, s.failed]] : null;
+    }, ['outcome']);
     this.gauge('vouch_chain_sync_consecutive_failures', 'Sync attempts failed in a row (absent: not a mirror).', () => ctx.syncReport?.()?.consecutive_failures ?? null);
     this.gauge('vouch_chain_push_backlog_blocks', 'Committed blocks not yet on the remote (absent: no push remote).', () => ctx.pushReport?.()?.backlog ?? null);
     this.gauge('vouch_chain_push_consecutive_failures', 'Pushes failed in a row (absent: no push remote).', () => ctx.pushReport?.()?.consecutive_failures ?? null);

@@ -12,6 +12,9 @@
  * trace; logs and metric labels carry no header or query value but `url`;
  * a bad or repeated Host is a 400 before any route sees it; a request
  * answered before its body arrived keeps its connection LINGER_MS at most.
+ * Fleets (docs/guide-fleet.md): answers carry `Vouch-Tree-Size` (and
+ * `Vouch-Sync-Age` on a mirror); `Vouch-Min-Tree-Size: N` waits for a sync
+ * or answers 503 `behind`, never a 404; `POST /v1/sync` is a sync hint.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -214,10 +217,12 @@ const PROOF_SUFFIX = '&proof=1';
  * proof, also the Vouch-Proof header's; pure ASCII) and the ETag naming the
  * note then (`proofTag`: its size and a digest of its text).
  */
-function sendWithProof(res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
-  if (proof === null) return sendJsonTagged(res, text, length, etag);
+function sendWithProof(ctx: GatewayContext, res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
+  const size = typeof ctx.state?.size === 'number' ? ctx.state.size : -1;
+  const age = ctx.mirrorSync ? Math.floor(ctx.mirrorSync.ageSeconds()) : -1;
+  if (proof === null) return sendJsonTagged(res, text, length, etag, size, age);
   const pj = proofJson(proof);
-  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`);
+  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`, size, age);
 }
 
 /** Block 0, the note verifier key of the key in force, and `keys`: the key state (docs/spec/key-events.md). */
@@ -277,9 +282,15 @@ async function authorityBody(ctx: GatewayContext, req: IncomingMessage, path: st
   return { submitter: ctx.submitter, body };
 }
 
+/** A write's answer names the tree size after it (what Vouch-Min-Tree-Size asks a mirror for to read it back). */
+function afterWrite(ctx: GatewayContext, res: ServerResponse): void {
+  if (ctx.state !== null && !res.headersSent) res.setHeader('vouch-tree-size', ctx.state.size);
+}
+
 const revoke: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/revoke', obs.label);
   const result = await submitter.revoke(body);
+  afterWrite(ctx, res);
   sendJson(res, result.httpStatus, result.body);
 };
 
@@ -287,6 +298,7 @@ const revoke: Handler = async (ctx, req, res, _search, _own, obs) => {
 const root: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/root', obs.label, STATEMENT_BODY_LIMIT);
   const result = await submitter.statement(body);
+  afterWrite(ctx, res);
   sendJson(res, result.httpStatus, result.body);
 };
 
@@ -295,10 +307,36 @@ function wantsNdjson(req: IncomingMessage): boolean {
   return /(^|,)\s*application\/x-ndjson\s*(;|,|$)/i.test(rawHeader(req, 'accept') ?? '');
 }
 
+/** Bound on a sync hint's body (`{"size": N}`). */
+const SYNC_BODY_LIMIT = 1024;
+
+/** POST /v1/sync: a sync hint from the authority or a git host's post-receive hook (docs/guide-fleet.md). */
+const syncHint: Handler = async (ctx, req, res, _search, _own, obs) => {
+  if (!ctx.mirrorSync || !ctx.syncTokenHash) {
+    req.resume();
+    throw new VouchError('not_found', 'sync hints are off: this gateway is not a mirror with chain.sync_token_file', { resource: '/v1/sync' });
+  }
+  if (!bearerMatches(req.headers.authorization, ctx.syncTokenHash)) {
+    req.resume();
+    throw new VouchError('unauthorized', 'a valid Authorization: Bearer <sync token> header is required');
+  }
+  const text = (await readBody(req, SYNC_BODY_LIMIT, obs.label)).toString('utf8').trim();
+  let size: number | null = null;
+  if (text.length > 0) {
+    const body = parseJsonBody(Buffer.from(text)) as Record<string, unknown> | null;
+    const v = body !== null && typeof body === 'object' && !Array.isArray(body) ? body.size : undefined;
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)) throw new VouchError('bad_request', 'size must be a non-negative integer');
+    size = typeof v === 'number' ? v : null;
+  }
+  void ctx.mirrorSync.hint(size).catch(() => undefined);
+  sendJson(res, 202, { success: true, status: 'accepted', size: ctx.state?.size ?? null });
+};
+
 const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   const { submitter, body } = await authorityBody(ctx, req, '/v1/submit', obs.label);
   if (!wantsNdjson(req)) {
     const result = await submitter.submit(body);
+    afterWrite(ctx, res);
     sendJson(res, result.httpStatus, result.body);
     return;
   }
@@ -326,6 +364,7 @@ export const ROUTES: Record<string, Route> = {
   '/v1/submit': { methods: ['POST'], kind: 'json', handler: submit },
   '/v1/revoke': { methods: ['POST'], kind: 'json', handler: revoke },
   '/v1/root': { methods: ['POST'], kind: 'json', handler: root },
+  '/v1/sync': { methods: ['POST'], kind: 'json', handler: syncHint },
   '/v1/download': { methods: ['GET', 'HEAD'], kind: 'bytes', handler: handleDownload },
   '/v1/blocks': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlocks },
   '/v1/block': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleBlock },
@@ -421,6 +460,9 @@ const MANY_HOSTS = 1;
 const HAS_BODY = 2;
 /** `headerFacts`: a Host field whose value is not a host and port (`hostIsValid`). */
 const BAD_HOST = 4;
+/** `headerFacts`: a Vouch-Min-Tree-Size field (read-your-writes across mirrors). */
+const MIN_SIZE = 8;
+export const MIN_SIZE_HEADER = 'vouch-min-tree-size';
 
 /** What the dispatch needs to know of the header fields, in one pass over `rawHeaders` (no `req.headers` object built). */
 function headerFacts(req: IncomingMessage): number {
@@ -437,6 +479,7 @@ function headerFacts(req: IncomingMessage): number {
     } else if (k.length === 14) {
       if (k.toLowerCase() === 'content-length' && raw[i + 1]!.trim() !== '0') facts |= HAS_BODY;
     } else if (k.length === 17 && k.toLowerCase() === 'transfer-encoding') facts |= HAS_BODY;
+    else if (k.length === 19 && k.toLowerCase() === MIN_SIZE_HEADER) facts |= MIN_SIZE;
   }
   return facts;
 }
@@ -609,12 +652,53 @@ function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incoming
   }
   try {
     if (res.writableEnded) return;
+    if (!res.headersSent) stampFleet(ctx, res);
     if (bytes) sendEmpty(res, statusOf(e));
     else sendError(res, e);
   } catch (e2) {
     // A head half made (or a response in a state node:http refuses) cannot carry an error answer: the connection goes.
     res.destroy();
     if (e instanceof VouchError) reportUnexpected(ctx.log, metrics, stage, e2, req, path);
+  }
+}
+
+/** The fleet headers (see the header): the tree size served, and a mirror's sync age. */
+function stampFleet(ctx: GatewayContext, res: ServerResponse): void {
+  const size = ctx.state?.size;
+  if (typeof size === 'number') res.setHeader('vouch-tree-size', size);
+  if (ctx.mirrorSync) res.setHeader('vouch-sync-age', Math.floor(ctx.mirrorSync.ageSeconds()));
+}
+
+/** The value of Vouch-Min-Tree-Size: a non-negative integer, else the bad_request to answer. */
+function minTreeSize(req: IncomingMessage): number | VouchError {
+  const v = rawHeader(req, MIN_SIZE_HEADER)!.trim();
+  const n = /^\d{1,16}$/.test(v) ? Number(v) : NaN;
+  return Number.isSafeInteger(n) ? n : new VouchError('bad_request', `${MIN_SIZE_HEADER} must be one non-negative integer (a tree size)`);
+}
+
+/**
+ * Resolves once the chain served has at least `wanted` blocks: at once if it
+ * has, else (a mirror) after syncs run for up to `chain.min_size_wait`
+ * seconds; rejects with `behind` (503, Retry-After) when it is still short,
+ * and with `wanted` itself when that is an error.
+ */
+async function atLeast(ctx: GatewayContext, wanted: number | VouchError): Promise<void> {
+  if (typeof wanted !== 'number') throw wanted;
+  const deadline = performance.now() + ctx.config.chain.min_size_wait * 1000;
+  const have = () => ctx.state?.size ?? 0;
+  while (have() < wanted && ctx.mirrorSync && performance.now() < deadline) {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      ctx.mirrorSync.syncNow().catch(() => undefined),
+      new Promise<void>((r) => { timer = setTimeout(r, Math.max(1, deadline - performance.now())); }),
+    ]);
+    clearTimeout(timer);
+    // A sync that failed at once (remote down) is not retried in a tight loop.
+    if (have() < wanted && performance.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(250, Math.max(1, deadline - performance.now()))));
+  }
+  if (ctx.state === null) throw new VouchError('not_ready', 'the chain is not loaded yet; retry shortly');
+  if (have() < wanted) {
+    throw new VouchError('behind', `this gateway serves ${have()} blocks; the request asks for at least ${wanted} (${MIN_SIZE_HEADER}); retry, or ask another gateway`);
   }
 }
 
@@ -654,7 +738,7 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     // The client left while the answer waited: recorded as such (499), nothing written.
     if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
     if (FAULT !== null) injectFault('batch', obs.label);
-    sendWithProof(res, a.text, a.length, a.etag, a.proof);
+    sendWithProof(ctx, res, a.text, a.length, a.etag, a.proof);
     settle(req, res, obs, true);
   }, (a, e) => {
     failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');
@@ -743,8 +827,32 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
       url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), socket: req.socket as CountedSocket, started: performance.now(),
       facts: headerFacts(req), batched: false, recorded: false,
     };
+    if ((obs.facts & MIN_SIZE) !== 0 && route !== undefined && (req.method === 'GET' || req.method === 'HEAD')) {
+      const wanted = minTreeSize(req);
+      if (typeof wanted !== 'number' || ctx.state === null || ctx.state.size < wanted) {
+        // Behind (or a bad value): wait for a sync, bounded, then answer as usual or 503 behind.
+        atLeast(ctx, wanted).then(() => {
+          stamp(res, route);
+          const done = dispatch(req, res, target, route, obs);
+          if (!obs.batched) settle(req, res, obs, done);
+        }, (e: unknown) => {
+          if (e instanceof VouchError && e.code === 'behind' && !res.headersSent) res.setHeader('retry-after', '1');
+          failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
+          settle(req, res, obs, true);
+        }).catch((e: unknown) => {
+          failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
+        });
+        return;
+      }
+    }
+    stamp(res, route);
     const done = dispatch(req, res, target, route, obs);
     if (!obs.batched) settle(req, res, obs, done);
+  };
+
+  /** The fleet headers, but not on lookups: their 200 sets them in its header literal (sendWithProof), an error in failRequest. */
+  const stamp = (res: ServerResponse, route: Route | undefined): void => {
+    if (route !== LOOKUP_ROUTE) stampFleet(ctx, res);
   };
 
   return (req, res) => {

@@ -48,6 +48,7 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   // environment
   origin_error: 502,
   origin_timeout: 504,
+  behind: 503,
   not_ready: 503,
   internal_error: 500,
   not_a_chain: 500,

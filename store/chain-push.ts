@@ -210,8 +210,15 @@ export interface ChainPusherOptions {
   log?: PushLog;
   /** Backoff after a failed push: initialMs, doubling up to maxMs. Default 1 s .. 5 min. */
   retry?: { initialMs: number; maxMs: number };
+  /** Longest wait between attempts while the remote is unreachable (not refused as diverged). Default: retry.maxMs. */
+  probeMs?: number;
+  /** Called after each push that moved the remote's main (e.g. to tell mirrors to sync). Must not throw. */
+  onPushed?: (head: string) => void;
   timeouts?: PushTimeouts;
 }
+
+/** While a push keeps failing, the failure is logged at most this often. */
+export const PUSH_DOWN_LOG_MS = 60_000;
 
 export interface PushStatus {
   /** The remote URL without credentials. */
@@ -273,6 +280,11 @@ export class ChainPusher {
   private lastError: PushStatus['lastError'] = null;
   private lastErrorObj: Error | null = null;
   private failures = 0;
+  private readonly probeMs: number;
+  private readonly onPushed: ((head: string) => void) | null;
+  /** Whether the pending retry waits out a permanent refusal (a new append does not cut it short). */
+  private sleepingPermanent = false;
+  private lastFailLog = 0;
 
   constructor(opts: ChainPusherOptions) {
     this.dir = resolve(opts.dir);
@@ -282,6 +294,8 @@ export class ChainPusher {
     this.retry = opts.retry ?? { initialMs: 1_000, maxMs: 300_000 };
     if (!(this.retry.initialMs > 0) || !(this.retry.maxMs >= this.retry.initialMs)) throw new VouchError('bad_request', 'retry needs 0 < initialMs <= maxMs');
     this.timeouts = opts.timeouts ?? {};
+    this.probeMs = Math.max(1, opts.probeMs ?? this.retry.maxMs);
+    this.onPushed = opts.onPushed ?? null;
     this.agent = new Agent({ connect: { timeout: resolvedTimeouts(this.timeouts).connectMs }, keepAliveTimeout: 4_000 });
     this.objects = pushObjects(join(this.dir, '.git'), this.cache);
     this.kick();
@@ -299,6 +313,8 @@ export class ChainPusher {
       this.localHead = localHead;
       this.seq++;
       this.track();
+      // A retry pending after a transport failure is cut short: the remote may be back.
+      if (this.failures > 0 && !this.sleepingPermanent) this.wake?.();
       this.kick();
     } catch (e) {
       this.say('error', 'chain push: notify failed', { error: (e as Error)?.message });
@@ -417,6 +433,11 @@ export class ChainPusher {
           ms: Math.round(r.timings.totalMs), ...(r.note ? { note: r.note } : {}),
         });
         this.settle(seq);
+        if (r.pushed && this.onPushed) {
+          try {
+            this.onPushed(r.remoteHead);
+          } catch { /* the callback's failure is its own */ }
+        }
       } catch (e) {
         if (this.stopped) return;
         const err = e instanceof Error ? e : new VouchError('internal_error', String(e));
@@ -425,12 +446,18 @@ export class ChainPusher {
         const code = e instanceof VouchError ? e.code : 'internal_error';
         const reason = e instanceof VouchError && typeof e.evidence?.reason === 'string' ? e.evidence.reason : null;
         this.lastError = { at: new Date().toISOString(), code, reason, message: err.message };
-        const delay = this.backoff(reason === 'diverged');
+        const permanent = reason === 'diverged';
+        const delay = permanent ? this.backoff(true) : Math.min(this.probeMs, this.backoff(false));
         const fields = { remote: this.remote.shown, code, reason, error: err.message, consecutiveFailures: this.failures, retryInMs: delay, backlog: this.status().backlog };
-        if (reason === 'diverged') this.say('error', 'chain push refused: the remote diverged', fields);
-        else this.say('warn', 'chain push failed', fields);
+        if (permanent) this.say('error', 'chain push refused: the remote diverged', fields);
+        else if (this.failures === 1 || Date.now() - this.lastFailLog >= PUSH_DOWN_LOG_MS) {
+          this.lastFailLog = Date.now();
+          this.say('warn', this.failures === 1 ? 'chain push failed' : 'chain push still failing', fields);
+        }
         for (const w of this.waiters.splice(0)) w.reject(err);
+        this.sleepingPermanent = permanent;
         await this.sleep(delay);
+        this.sleepingPermanent = false;
       }
     }
   }

@@ -194,6 +194,8 @@ test('browse endpoints and health probes match the document', async () => {
   assert.is((await call('GET', '/readyz')).status, 200);
   // Not a witness (no witness section): 404, as for an unknown log (test/witness.test.ts has the rest).
   assert.is((await call('POST', '/add-checkpoint', { body: 'old 0\n\n' })).status, 404);
+  // Not a mirror with chain.sync_token_file: 404 (test/fleet.test.ts has a mirror's 202 and 401).
+  assert.is((await call('POST', '/v1/sync')).status, 404);
   const metrics = await call('GET', '/metrics');
   assert.is(metrics.status, 200);
   assert.match(metrics.raw.toString('utf8'), /^vouch_http_requests_total\{/m);

@@ -52,6 +52,7 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   origin_error: 2,
   origin_timeout: 2,
   not_ready: 2,
+  behind: 2,
   internal_error: 2,
   not_a_chain: 2,
   chain_exists: 2,

@@ -282,10 +282,23 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/readyz': {
       get: {
-        summary: 'Readiness: the chain is loaded and verified, and a mirror is not staler than chain.max_staleness',
+        summary: 'Readiness: the chain is loaded and verified (`ready`); a mirror staler than chain.max_staleness answers 200 `degraded` with `reasons` (503 with chain.unready_when_stale; docs/guide-fleet.md)',
         responses: {
-          200: { description: 'Ready, with chain, sync and push details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
+          200: { description: 'Ready or degraded (stale but verified), with chain, sync and push details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
           503: { description: 'Not ready, with the reason and the same details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
+        },
+      },
+    },
+    '/v1/sync': {
+      post: {
+        summary: 'Sync hint (a mirror with chain.sync_token_file): start a sync now. Sent by the authority after each push (authority.notify) or a git host\'s post-receive hook; what the sync fetches is verified as always (docs/guide-fleet.md).',
+        security: [{ bearer: [] }],
+        requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { size: { type: 'integer', minimum: 0, description: 'The tree size the remote now holds.' } } } } } },
+        responses: {
+          202: { description: 'Accepted: a sync runs in the background.', content: { 'application/json': { schema: { type: 'object', properties: { success: { type: 'boolean' }, status: { enum: ['accepted'] }, size: { type: ['integer', 'null'] } } } } } },
+          400: jsonError('The body is not JSON, or size is not a non-negative integer.'),
+          401: jsonError('Missing or wrong bearer token.'),
+          404: jsonError('This gateway is not a mirror with chain.sync_token_file.'),
         },
       },
     },
@@ -531,7 +544,8 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           type: 'object',
           required: ['success', 'status', 'mode', 'chain'],
           properties: {
-            success: { type: 'boolean' }, status: { enum: ['ready', 'not_ready'] }, message: { type: 'string' },
+            success: { type: 'boolean' }, status: { enum: ['ready', 'degraded', 'not_ready'] }, message: { type: 'string' },
+            reasons: { type: 'array', items: { type: 'object', required: ['code', 'message'], properties: { code: { type: 'string' }, message: { type: 'string' } } } },
             mode: { enum: ['authority', 'mirror', 'read-only'] },
             chain: { oneOf: [{ type: 'null' }, { type: 'object', required: ['size', 'head'], properties: { size: { type: 'integer' }, head: { type: 'string' }, checkpoint_timestamp: { type: ['string', 'null'] } } }] },
             sync: { type: ['object', 'null'] },

@@ -42,7 +42,7 @@ const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
   409: ['the gateway refused: the origin bytes differ from what was signed', 1],
   410: ['the selected version is revoked', 1],
   502: ['the origin failed (unreachable, error, truncated or too large)', 2],
-  503: ['the gateway is not ready yet', 2],
+  503: ['the gateway is not ready yet, or (a mirror) behind the tree size asked for (--min-tree-size)', 2],
   504: ['the origin was too slow', 2],
 };
 
@@ -154,6 +154,7 @@ export const get: Command = {
     origin: { type: 'string', value: 'NAME', help: 'the log origin the checkpoint must name (default: the one it names)' },
     policy: { type: 'string', value: 'FILE', help: 'C2SP tlog-policy file: the checkpoint must carry its witness quorum' },
     timeout: { type: 'string', value: 'S', help: 'seconds before giving up (default 300)' },
+    'min-tree-size': { type: 'string', value: 'N', help: 'read your writes through mirrors: ask for a tree of at least N blocks (the Vouch-Tree-Size of a submit\'s answer, or tree_size of vouch endorse --gateway --json); a mirror behind syncs first or answers 503 behind, never 404 (default: the size the state file last saw for --origin)' },
   },
   async run(v) {
     if (!isArtifactUrl(v.url)) throw new UsageError(`--url must be an absolute http(s) URL, got ${JSON.stringify(v.url)}`);
@@ -193,6 +194,9 @@ export const get: Command = {
     const policy: Policy | null = v.policy === undefined ? null : readPolicyFile(nodeBackend, v.policy, '--policy');
     const statePath: string = v.state ?? defaultStatePath();
     const state = loadState(statePath);
+    if (v['min-tree-size'] !== undefined && !/^\d{1,15}$/.test(v['min-tree-size'])) throw new UsageError('--min-tree-size must be a non-negative integer (a tree size)');
+    // Vouch-Min-Tree-Size (docs/guide-fleet.md): what was asked, else what this client already saw of the origin (a mirror behind it syncs first).
+    const minTreeSize = Math.max(v['min-tree-size'] !== undefined ? Number(v['min-tree-size']) : 0, v.origin !== undefined ? state.get(v.origin)?.size ?? 0 : 0);
     const want: Want = { url: v.url, ...(v.semver ? { semver: v.semver } : {}), ...(v.at ? { at: v.at } : {}) };
     const q = new URLSearchParams({ url: v.url });
     if (v.semver) q.set('semver', v.semver);
@@ -205,7 +209,8 @@ export const get: Command = {
     const send = async (target: string, headers: Record<string, string> = {}) => {
       let res;
       try {
-        res = await request(target, { dispatcher, signal, maxRedirections: 0, headers } as Parameters<typeof request>[1]);
+        const sent = minTreeSize > 0 ? { ...headers, 'vouch-min-tree-size': String(minTreeSize) } : headers;
+        res = await request(target, { dispatcher, signal, maxRedirections: 0, headers: sent } as Parameters<typeof request>[1]);
       } catch (e) {
         if (isTimeout(e)) throw e;
         const broken = brokenAnswer(e);
