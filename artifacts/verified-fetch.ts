@@ -304,7 +304,7 @@ export class VerifiedFetcher {
           const got = await this.fetchVerified(url, flight.hash, h, signal, [], undefined, `${this.upstream}/v1/download?url=${encodeURIComponent(url)}`);
           this.counters.upstreamFetches++;
           return got;
-        } catch (e) {
+        } catch {
           if (signal.aborted) throw signal.reason;
           this.counters.upstreamFailures++;
         }

@@ -129,7 +129,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives) before its own sending starts. ' +
       'The blobs of a served manifest are fetched ahead 3 at a time in the manifest\'s order, the client\'s requests joining those fetches, ' +
       'so the first layer is on its way while the next ones arrive. Hits are sent from memory in 1 MiB pieces or from the disk mirror through ' +
-      'two 1 MiB halves, without hashing a file again that this process verified and that is unchanged since (docs/guide-oci.md, "Speed"). ' +
+      'two 1 MiB halves, without hashing a file again that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
       'The figures are wall times of skopeo on 2 cores shared with other work: read them with the load average above.',
     ].join('\n');
     return { title: 'Container images through a kind: oci route (issue 36)', markdown };

@@ -50,7 +50,7 @@ export interface Config {
   /**
    * unready_when_stale: /readyz fails (503) past max_staleness (default false: it answers 200 `degraded`, the mirror keeps
    * serving its verified chain); min_size_wait: seconds a request with Vouch-Min-Tree-Size waits for a sync; sync_token_file:
-   * the bearer token of POST /v1/sync (null: the endpoint is off). docs/guide-fleet.md.
+   * the bearer token of POST /v1/sync (null: the endpoint is off). docs/guide/fleet.md.
    */
   chain: {
     dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse'; origin: string | null;

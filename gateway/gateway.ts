@@ -385,7 +385,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   let syncTokenHash: Buffer | null = null;
   try {
     authority = config.authority ? prepareAuthority(config, options, say, log) : null;
-    // Sync hints (docs/guide-fleet.md): the authority's tokens for its mirrors, a mirror's own token for POST /v1/sync.
+    // Sync hints (docs/guide/fleet.md): the authority's tokens for its mirrors, a mirror's own token for POST /v1/sync.
     if (config.authority !== null && config.authority.notify.length > 0) {
       notifier = new SyncNotifier(config.authority.notify.map((n) => ({ url: n.url, token: readSecretFile(n.token_file, 'authority.notify token file') })), log);
     }

@@ -12,7 +12,7 @@
  * trace; logs and metric labels carry no header or query value but `url`;
  * a bad or repeated Host is a 400 before any route sees it; a request
  * answered before its body arrived keeps its connection LINGER_MS at most.
- * Fleets (docs/guide-fleet.md): answers carry `Vouch-Tree-Size` (and
+ * Fleets (docs/guide/fleet.md): answers carry `Vouch-Tree-Size` (and
  * `Vouch-Sync-Age` on a mirror); `Vouch-Min-Tree-Size: N` waits for a sync
  * or answers 503 `behind`, never a 404; `POST /v1/sync` is a sync hint.
  */
@@ -310,7 +310,7 @@ function wantsNdjson(req: IncomingMessage): boolean {
 /** Bound on a sync hint's body (`{"size": N}`). */
 const SYNC_BODY_LIMIT = 1024;
 
-/** POST /v1/sync: a sync hint from the authority or a git host's post-receive hook (docs/guide-fleet.md). */
+/** POST /v1/sync: a sync hint from the authority or a git host's post-receive hook (docs/guide/fleet.md). */
 const syncHint: Handler = async (ctx, req, res, _search, _own, obs) => {
   if (!ctx.mirrorSync || !ctx.syncTokenHash) {
     req.resume();

@@ -2,7 +2,7 @@
  * sync-notify: the authority's sync hints to its mirrors (issue 35): after
  * each push that moved the remote's main, `POST <mirror>/v1/sync` with the
  * mirror's bearer token and `{"size": N}`, so a mirror syncs now instead of
- * at its next interval (docs/guide-fleet.md).
+ * at its next interval (docs/guide/fleet.md).
  *
  * Owns: one request at a time per mirror (a hint made while one is in flight
  * is sent once after it, with the newest size), a 5 s bound per request,

@@ -1,5 +1,5 @@
 /**
- * The fleet recipe of docs/guide-fleet.md, run as written (issue 35 item
+ * The fleet recipe of docs/guide/fleet.md, run as written (issue 35 item
  * 4): Debian's haproxy with deploy/fleet/haproxy.cfg (only its ports
  * replaced) in front of two real mirror gateways following an authority
  * that pushes to git http-backend; all on 127.0.0.1. Shows: a submit read

@@ -10,7 +10,7 @@ export function slugify(heading: string): string {
 const guide = [
   ['Running a gateway', 'gateway'], ['Operations', 'operations'], ['Configuration', 'configuration'], ['The command line', 'cli'],
   ['Mirrors and push', 'mirrors'], ['Witnesses', 'witnesses'], ['Proxy routes', 'proxy-routes'], ['Package managers', 'ecosystems'],
-  ['npm', 'npm'], ['PyPI', 'pypi'], ['Go modules', 'go'], ['Maven', 'maven'], ['OCI images', 'oci'],
+  ['npm', 'npm'], ['PyPI', 'pypi'], ['Go modules', 'go'], ['Maven', 'maven'], ['OCI images', 'oci'], ['Mirror fleets', 'fleet'],
   ['Endorsing a lockfile', 'endorsing-lockfiles'], ['Revoking', 'revoking'], ['Auditing offline', 'auditing'],
   ['Observability', 'observability'], ['Key runbook', 'key-runbook'],
 ];

@@ -5,7 +5,7 @@
  * `/readyz` (the chain is loaded and verified: `ready`; a mirror staler
  * than `chain.max_staleness` still answers 200, `degraded`, with `reasons`,
  * unless `chain.unready_when_stale` is set — stale but verified beats down,
- * docs/guide-fleet.md). `/healthz` carries the mirror's sync state and the
+ * docs/guide/fleet.md). `/healthz` carries the mirror's sync state and the
  * authority's push state. Both answer JSON with `success`; `/readyz`
  * answers 503 `not_ready` with the same details when not ready, so a load
  * balancer can take the instance out and an operator can see why.

@@ -282,7 +282,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/readyz': {
       get: {
-        summary: 'Readiness: the chain is loaded and verified (`ready`); a mirror staler than chain.max_staleness answers 200 `degraded` with `reasons` (503 with chain.unready_when_stale; docs/guide-fleet.md)',
+        summary: 'Readiness: the chain is loaded and verified (`ready`); a mirror staler than chain.max_staleness answers 200 `degraded` with `reasons` (503 with chain.unready_when_stale; docs/guide/fleet.md)',
         responses: {
           200: { description: 'Ready or degraded (stale but verified), with chain, sync and push details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
           503: { description: 'Not ready, with the reason and the same details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
@@ -291,7 +291,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/v1/sync': {
       post: {
-        summary: 'Sync hint (a mirror with chain.sync_token_file): start a sync now. Sent by the authority after each push (authority.notify) or a git host\'s post-receive hook; what the sync fetches is verified as always (docs/guide-fleet.md).',
+        summary: 'Sync hint (a mirror with chain.sync_token_file): start a sync now. Sent by the authority after each push (authority.notify) or a git host\'s post-receive hook; what the sync fetches is verified as always (docs/guide/fleet.md).',
         security: [{ bearer: [] }],
         requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { size: { type: 'integer', minimum: 0, description: 'The tree size the remote now holds.' } } } } } },
         responses: {

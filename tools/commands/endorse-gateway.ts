@@ -176,7 +176,7 @@ async function urlsThroughGateway(v: Record<string, any>, base: string): Promise
     emit(v, `unchanged: ${urls.length === 1 ? urls[0] : `all ${urls.length} URLs`} already signed with these bytes in block ${index} ${recordHash}`,
       { status: 'unchanged', index, record_hash: recordHash, urls });
   } else {
-    // tree_size: what `vouch get --min-tree-size` (Vouch-Min-Tree-Size) asks a mirror for to read this block (docs/guide-fleet.md).
+    // tree_size: what `vouch get --min-tree-size` (Vouch-Min-Tree-Size) asks a mirror for to read this block (docs/guide/fleet.md).
     emit(v, `${index} ${recordHash}`, { status: 'posted', index, record_hash: recordHash, urls, ...(typeof index === 'number' ? { tree_size: index + 1 } : {}) });
   }
   return 0;

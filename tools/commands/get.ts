@@ -195,7 +195,7 @@ export const get: Command = {
     const statePath: string = v.state ?? defaultStatePath();
     const state = loadState(statePath);
     if (v['min-tree-size'] !== undefined && !/^\d{1,15}$/.test(v['min-tree-size'])) throw new UsageError('--min-tree-size must be a non-negative integer (a tree size)');
-    // Vouch-Min-Tree-Size (docs/guide-fleet.md): what was asked, else what this client already saw of the origin (a mirror behind it syncs first).
+    // Vouch-Min-Tree-Size (docs/guide/fleet.md): what was asked, else what this client already saw of the origin (a mirror behind it syncs first).
     const minTreeSize = Math.max(v['min-tree-size'] !== undefined ? Number(v['min-tree-size']) : 0, v.origin !== undefined ? state.get(v.origin)?.size ?? 0 : 0);
     const want: Want = { url: v.url, ...(v.semver ? { semver: v.semver } : {}), ...(v.at ? { at: v.at } : {}) };
     const q = new URLSearchParams({ url: v.url });
