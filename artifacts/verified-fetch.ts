@@ -2,11 +2,10 @@
  * Verified bytes for a signed `artifact_hash` (docs/spec/design.md §3.2,
  * §3.4): the mirror first; on a miss the origin, hashed while it streams,
  * and only on equality stored in the mirror and handed out.
- * Owns: the hash check, single flight per URL and hash (another URL fetches
- * on its own, so one bad origin fails only its URL), waiter counts that
- * decide cancellation, the bound on concurrent origin fetches, temp files;
- * with `upstream` (another vouch gateway, a fleet's origin shield) a miss
- * asks its `/v1/download` first, hashed and checked like the origin's.
+ * Owns: the hash check, single flight per URL and hash (one bad origin fails
+ * only its URL), waiter counts that decide cancellation, the bound on origin
+ * fetches, temp files; `upstream` (a fleet's origin shield, another vouch
+ * gateway) asked first, its bytes checked like the origin's.
  * Trusts: `OriginFetcher` for limits and complete bodies; `Mirror`; the
  * caller for which hash is signed.
  * Must hold: `obtain` resolves only after the bytes hashed to `artifactHash`;

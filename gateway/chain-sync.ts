@@ -10,9 +10,8 @@
  * Must hold: local state only moves to a head that extends the last verified
  * one and verifies (note opened with the key in force, its root the chain's);
  * a refusal logs the evidence an auditor needs; never two syncs at once; a
- * hostile remote costs one bounded failed attempt (test/hostile-remote);
- * a remote that stays down is logged when it goes down, at most once a
- * minute while down (`DOWN_LOG_MS`), and when it is back.
+ * hostile remote costs one bounded failed attempt (test/hostile-remote); a
+ * remote down is logged going down, once a minute (`DOWN_LOG_MS`), and back.
  */
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';

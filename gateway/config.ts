@@ -2,16 +2,13 @@
  * Gateway configuration (docs/spec/design.md §5): one YAML file, every key
  * optional, snake_case; unknown keys and wrong types are refused at start
  * with a message naming the key. Sizes in bytes, durations in seconds.
- *
  * Owns: the embedded default (`EMBEDDED_DEFAULT`), the merge of a file over
  * it, the strict validation, and the resolved `Config` the gateway reads.
  * Merge rule: objects merge key by key, arrays and scalars (and null)
- * replace; `authority: null` makes a file read-only, and a file that names
- * its own chain (`chain.dir` or `chain.remote`) gets an authority only by
- * writing one (the default's development key signs only the default's
- * ./var/chain, never a chain a file points at). Relative
- * paths resolve against the file's directory (the working directory for the
- * embedded default).
+ * replace; `authority: null` makes a file read-only, and so does naming a
+ * chain of its own (`chain.remote`, a `chain.dir` not ./var/chain) without
+ * an authority section: the development key signs only the default's chain.
+ * Relative paths resolve against the file's directory.
  * Must hold: secrets are referenced by file path only; their contents never
  * enter the Config object.
  */

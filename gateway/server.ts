@@ -1,20 +1,17 @@
 /**
  * The gateway's request handler on node:http: routing, method and Accept
  * rules, readiness, and the lookup, authority, checkpoint, document and
- * submit endpoints (docs/spec/design.md §3.1, §3.5); downloads, the
- * transparency and witness routes are in routes/, and an unclaimed path goes
- * to a proxy route (§3.6) or is a JSON 404.
+ * submit endpoints (docs/spec/design.md §3.1, §3.5); other routes are in
+ * routes/; an unclaimed path goes to a proxy route (§3.6) or is a JSON 404.
  * Owns: the per-request log line and metrics, the lookup answer cache
- * (`ClockCache`) and its batched writes (`AnswerBatch`).
+ * (`ClockCache`) and its batched writes (`AnswerBatch`), the fleet headers.
  * Must hold: every JSON path answers JSON with `success` (4xx, 500, 503
  * included); an exception anywhere on the request path becomes a 500 for
  * that request only, logged once and counted, never a crash or a stack
  * trace; logs and metric labels carry no header or query value but `url`;
  * a bad or repeated Host is a 400 before any route sees it; a request
- * answered before its body arrived keeps its connection LINGER_MS at most.
- * Fleets (docs/guide/fleet.md): answers carry `Vouch-Tree-Size` (and
- * `Vouch-Sync-Age` on a mirror); `Vouch-Min-Tree-Size: N` waits for a sync
- * or answers 503 `behind`, never a 404; `POST /v1/sync` is a sync hint.
+ * answered before its body arrived keeps its connection LINGER_MS at most;
+ * `Vouch-Min-Tree-Size` is met or 503 `behind`, never a 404 (guide/fleet).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';

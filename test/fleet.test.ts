@@ -105,7 +105,8 @@ test('a git host down past the staleness bound: degraded by default, 503 with ch
     live.gitServer.down = false;
   }
   await until('the mirror to be ready again', async () => (await get(stale.url, '/readyz')).json?.status === 'ready');
-  assert.match(stale.stderr(), /the remote is reachable again/);
+  // The log line is written before readiness turns, but reaches the pipe asynchronously (pino).
+  await until('the mirror to log that the remote is back', async () => /the remote is reachable again/.test(stale.stderr()));
 });
 
 test('Vouch-Min-Tree-Size: a mirror behind syncs first and answers 200, never 404; still behind is 503 behind with Retry-After', async () => {

@@ -4,17 +4,14 @@
  * manifest URL it was reached from), kept in memory and, with a mirror disk
  * tier, in `<mirror.disk_dir>/oci-reachable.jsonl`, so a restarted gateway
  * with its upstream down still serves the warm mirror's reachable digests.
- *
- * Owns: that file: one JSON object a line (`route`: the route's prefix and
- * origin, `repo`, `digest`, `url`), appended as entries are learnt, written
- * whole again (temp file, rename) when it holds twice the live entries or
- * when a line at load is not one of ours.
- * Trusts: nothing of the file: each line is checked (bounded, the grammars
- * of oci.ts, the URL under its route's canonical base); a reachable digest is
- * still served only while its URL is endorsed and in force.
- * Must hold: at most MAX entries (oldest forgotten first); the file read is
- * bounded; a broken file costs what it held (relearnt from the upstream),
- * never the start.
+ * Owns: that file: one JSON object a line (`route`, `repo`, `digest`,
+ * `url`), appended as entries are learnt, rewritten (temp file, rename) at
+ * twice the live entries or when a line at load is not one of ours.
+ * Trusts: nothing of the file: each line is checked (bounded, oci.ts's
+ * grammars, the URL under its route's base); a reachable digest is served
+ * only while its URL is endorsed and in force.
+ * Must hold: at most MAX entries (oldest forgotten first); a bounded read; a
+ * broken file costs what it held (relearnt from the upstream), never the start.
  */
 import { appendFile, rename, writeFile } from 'node:fs/promises';
 import { readFileSync, statSync } from 'node:fs';
