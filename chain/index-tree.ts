@@ -167,6 +167,14 @@ export class CompletenessIndex {
   private blocks = 0;
   private voidList: [number, number][] = [];
   private readonly path = new Int32Array(260);
+  /** While `rootWith` tries blocks: what to put back. */
+  private journal: {
+    nodes: number; leaves: number; arenaUsed: number; blocks: number; blockLeafCount: number; voids: number; rootNode: number;
+    saved: Map<number, { count: number; acc: Uint8Array; head: number; tail: number }>;
+    /** (parent, 0 left | 1 right, old child) triples. */
+    links: number[];
+    touched: number[];
+  } | null = null;
 
   constructor(c: CryptoBackend) {
     this.c = c;
@@ -336,7 +344,7 @@ export class CompletenessIndex {
     const s = this.left[n]!;
     const crit = firstDiff(this.keys, s * 32, key);
     if (crit < 0) {
-      for (let i = 0; i < depth; i++) this.dirty[path[i]!] = 1;
+      for (let i = 0; i < depth; i++) this.touch(path[i]!);
       this.appendToLeaf(s, ev);
       return s;
     }
@@ -346,7 +354,7 @@ export class CompletenessIndex {
     let parent = -1;
     n = this.rootNode;
     while (this.bit[n]! >= 0 && this.bit[n]! < crit) {
-      this.dirty[n] = 1;
+      this.touch(n);
       parent = n;
       n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
     }
@@ -354,13 +362,17 @@ export class CompletenessIndex {
     this.bit[inner] = crit;
     if (keyBit(key, 0, crit) === 1) { this.left[inner] = n; this.right[inner] = ln; } else { this.left[inner] = ln; this.right[inner] = n; }
     if (parent < 0) this.rootNode = inner;
-    else if (this.left[parent] === n) this.left[parent] = inner;
-    else this.right[parent] = inner;
+    else if (this.left[parent] === n) { this.journal?.links.push(parent, 0, n); this.left[parent] = inner; }
+    else { this.journal?.links.push(parent, 1, n); this.right[parent] = inner; }
     this.appendToLeaf(leaf, ev);
     return leaf;
   }
 
   private appendToLeaf(leaf: number, ev: Uint8Array): void {
+    const j = this.journal;
+    if (j !== null && leaf < j.leaves && !j.saved.has(leaf)) {
+      j.saved.set(leaf, { count: this.counts[leaf]!, acc: this.accs.slice(leaf * 32, leaf * 32 + 32), head: this.heads[leaf]!, tail: this.tails[leaf]! });
+    }
     const acc = foldEvent(this.c, this.accs.subarray(leaf * 32, leaf * 32 + 32), ev);
     this.accs.set(acc, leaf * 32);
     this.counts[leaf]!++;
@@ -380,7 +392,54 @@ export class CompletenessIndex {
     else putU32(this.arena, this.tails[leaf]!, r);
     this.tails[leaf] = r;
     // the path above the leaf is marked by the caller (its descent, or markPath)
-    this.dirty[this.leafNode[leaf]!] = 1;
+    this.touch(this.leafNode[leaf]!);
+  }
+
+  private touch(n: number): void {
+    this.dirty[n] = 1;
+    this.journal?.touched.push(n);
+  }
+
+  /**
+   * The index root once `blocks` (the next blocks of the log) are added;
+   * the index is left as it was. For a writer that signs the checkpoint of
+   * blocks it has yet to commit, and a mirror checking a remote's note
+   * before it takes its blocks.
+   */
+  rootWith(blocks: readonly Block[], targetIndex: (recordHash: string) => number): Uint8Array {
+    if (blocks.length === 0) return this.root();
+    this.root(); // every hash current: only what the trial touches is rehashed afterwards
+    this.journal = {
+      nodes: this.nodes, leaves: this.leaves, arenaUsed: this.arenaUsed, blocks: this.blocks, blockLeafCount: this.blockLeafCount,
+      voids: this.voidList.length, rootNode: this.rootNode, saved: new Map(), links: [], touched: [],
+    };
+    const j = this.journal;
+    try {
+      const pending = new Map(blocks.map((b) => [b.record_hash, b.index]));
+      for (const b of blocks) this.addBlock(b, (h) => pending.get(h) ?? targetIndex(h));
+      return this.root();
+    } finally {
+      this.journal = null;
+      for (let k = j.links.length - 3; k >= 0; k -= 3) {
+        if (j.links[k + 1] === 0) this.left[j.links[k]!] = j.links[k + 2]!;
+        else this.right[j.links[k]!] = j.links[k + 2]!;
+      }
+      this.rootNode = j.rootNode;
+      for (const [leaf, v] of j.saved) {
+        this.counts[leaf] = v.count;
+        this.accs.set(v.acc, leaf * 32);
+        this.heads[leaf] = v.head;
+        this.tails[leaf] = v.tail;
+        if (v.tail !== NONE) putU32(this.arena, v.tail, NONE);
+      }
+      this.nodes = j.nodes;
+      this.leaves = j.leaves;
+      this.arenaUsed = j.arenaUsed;
+      this.blocks = j.blocks;
+      this.blockLeafCount = j.blockLeafCount;
+      this.voidList.length = j.voids;
+      for (const n of j.touched) if (n < this.nodes) this.dirty[n] = 1;
+    }
   }
 
   /** Marks every node from the root to the leaf dirty (a revoke's leaves are found by slot, not by descent). */
@@ -388,7 +447,7 @@ export class CompletenessIndex {
     const key = this.keys.subarray(leaf * 32, leaf * 32 + 32);
     let n = this.rootNode;
     while (this.bit[n]! >= 0) {
-      this.dirty[n] = 1;
+      this.touch(n);
       n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
     }
   }
@@ -407,6 +466,8 @@ export class CompletenessIndex {
     }
     const s = this.leaves++;
     this.keys.set(key, s * 32);
+    this.counts[s] = 0;
+    this.accs.fill(0, s * 32, s * 32 + 32); // a slot a rolled-back trial used
     this.heads[s] = NONE;
     this.tails[s] = NONE;
     return s;

@@ -200,6 +200,28 @@ test('the root equals a naive crit-bit computation and is the same with @noble',
   }
 });
 
+test('rootWith: the root with pending blocks, the index left as it was', () => {
+  const blocks = randomChain(90, 13);
+  const idx = new CompletenessIndex(c);
+  const ch = new ChainIndex();
+  let at = 0;
+  while (at < blocks.length) {
+    const batch = blocks.slice(at, at + 1 + (at % 4));
+    const before = hex(idx.root());
+    const trial = hex(idx.rootWith(batch, (h) => ch.indexOfHash(h)));
+    assert.is(hex(idx.root()), before, 'unchanged after the trial');
+    assert.is(idx.size, at);
+    // a trial that is abandoned (another batch) leaves no trace either
+    if (at + batch.length + 2 <= blocks.length) idx.rootWith(blocks.slice(at, at + batch.length + 2), (h) => ch.indexOfHash(h));
+    for (const b of batch) { idx.addBlock(b, (h) => ch.indexOfHash(h)); ch.add(b); }
+    at += batch.length;
+    assert.is(hex(idx.root()), trial, `root after ${at}`);
+    assert.is(trial, hex(build(blocks.slice(0, at)).idx.root()));
+  }
+  const url = blocks[1]!.payload.endorsements[0]!.artifact_url;
+  assert.ok(verifyIndexProof(c, idx.prove('url', url), 'url', url, { root: idx.root(), size: idx.size }).ok);
+});
+
 test('void blocks are never selected, and the void list is committed', () => {
   const k = buildKeyLifeChain();
   const { idx, chain } = build(k.blocks);
