@@ -16,7 +16,7 @@
 import type { Block } from './block.ts';
 import type { CryptoBackend } from './crypto-backend.ts';
 import { utf8 } from './encoding.ts';
-import { indexFactsOf } from './index-facts.ts';
+import { indexFactsOf, type IndexFacts } from './index-facts.ts';
 
 export const INDEX_VERSION = 'vouch-index/v1';
 /** The checkpoint extension line's first word (docs/spec/index.md 5). */
@@ -199,18 +199,30 @@ export class CompletenessIndex {
    */
   addBlock(block: Block, targetIndex: (recordHash: string) => number): void {
     if (block.index !== this.blocks) throw new TypeError(`completeness index expects block ${this.blocks}, got ${block.index}`);
-    const p = block.payload;
+    this.addFacts(indexFactsOf(block), targetIndex);
+  }
+
+  /**
+   * Adds the facts of the next verified block (chain/index-facts.ts). Without
+   * `targetIndex` a revoke's target is looked up among the endorse blocks
+   * this index was given (a map it then keeps: ~100 B a block).
+   */
+  addFacts(f: IndexFacts, targetIndex?: (recordHash: string) => number): void {
+    const i = this.blocks;
     const touched: number[] = [];
-    if (p.intent === 'endorse') {
-      for (const e of p.endorsements) {
-        const ev = encodeEvent({ kind: 'endorse', block: block.index, date: p.effective_date, semver: e.semver });
-        touched.push(this.append(indexKey(this.c, 'url', e.artifact_url), ev));
-        touched.push(this.append(indexKey(this.c, 'unit', e.name), ev));
+    if (f.intent === 'endorse') {
+      const { names, semvers } = f;
+      if (names?.length !== f.urls.length || semvers?.length !== f.urls.length) throw new TypeError(`completeness index: the facts of block ${i} lack names or semvers`);
+      for (let k = 0; k < f.urls.length; k++) {
+        const ev = encodeEvent({ kind: 'endorse', block: i, date: f.effectiveDate, semver: semvers[k]! });
+        touched.push(this.append(indexKey(this.c, 'url', f.urls[k]!), ev));
+        touched.push(this.append(indexKey(this.c, 'unit', names[k]!), ev));
       }
-    } else if (p.intent === 'revoke') {
-      const t = targetIndex(p.target_hash);
-      if (t >= 0 && t < this.blocks) {
-        const ev = encodeEvent({ kind: 'revoke', block: block.index, target: t, date: p.effective_date });
+      if (targetIndex === undefined) this.endorseHashes.set(f.recordHash, i);
+    } else if (f.intent === 'revoke' && f.target !== null) {
+      const t = targetIndex !== undefined ? targetIndex(f.target) : this.endorseHashes.get(f.target) ?? -1;
+      if (t >= 0 && t < i) {
+        const ev = encodeEvent({ kind: 'revoke', block: i, target: t, date: f.effectiveDate });
         const seen = new Set<number>();
         for (let k = this.blockStart[t]!; k < this.blockStart[t + 1]!; k++) {
           const leaf = this.blockLeaves[k]!;
@@ -220,12 +232,13 @@ export class CompletenessIndex {
           this.markPath(leaf);
         }
       }
-    } else {
-      const v = indexFactsOf(block).voids;
-      if (v !== null) this.voidList.push(v);
+    } else if (f.voids !== null) {
+      this.voidList.push(f.voids);
     }
     this.recordBlock(touched);
   }
+
+  private readonly endorseHashes = new Map<string, number>();
 
   private recordBlock(touched: number[]): void {
     if (this.blocks + 2 > this.blockStart.length) this.blockStart = grow32(this.blockStart, this.blockStart.length * 2);
@@ -404,9 +417,10 @@ export class CompletenessIndex {
    * The index root once `blocks` (the next blocks of the log) are added;
    * the index is left as it was. For a writer that signs the checkpoint of
    * blocks it has yet to commit, and a mirror checking a remote's note
-   * before it takes its blocks.
+   * before it takes its blocks. When `keep` answers true for that root,
+   * the blocks stay added instead.
    */
-  rootWith(blocks: readonly Block[], targetIndex: (recordHash: string) => number): Uint8Array {
+  rootWith(blocks: readonly Block[], targetIndex: (recordHash: string) => number, keep?: (root: Uint8Array) => boolean): Uint8Array {
     if (blocks.length === 0) return this.root();
     this.root(); // every hash current: only what the trial touches is rehashed afterwards
     this.journal = {
@@ -414,12 +428,21 @@ export class CompletenessIndex {
       voids: this.voidList.length, rootNode: this.rootNode, saved: new Map(), links: [], touched: [],
     };
     const j = this.journal;
+    let kept = false;
     try {
       const pending = new Map(blocks.map((b) => [b.record_hash, b.index]));
       for (const b of blocks) this.addBlock(b, (h) => pending.get(h) ?? targetIndex(h));
-      return this.root();
+      const root = this.root();
+      kept = keep !== undefined && keep(root);
+      return root;
     } finally {
       this.journal = null;
+      if (!kept) this.rollback(j);
+    }
+  }
+
+  private rollback(j: NonNullable<CompletenessIndex['journal']>): void {
+    {
       for (let k = j.links.length - 3; k >= 0; k -= 3) {
         if (j.links[k + 1] === 0) this.left[j.links[k]!] = j.links[k + 2]!;
         else this.right[j.links[k]!] = j.links[k + 2]!;
