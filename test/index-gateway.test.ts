@@ -22,6 +22,7 @@ import type { Block } from '../chain/block.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { readKeyFile } from '../platform/key-file.ts';
 import { OriginServer } from './helpers/origin-server.ts';
+import { vouch } from './helpers/processes.ts';
 import { PushingAuthority, until, type GatewayProcess } from './helpers/gateway-process.ts';
 
 const c = nodeBackend;
@@ -82,6 +83,13 @@ test('every note the authority signs commits the completeness index of its size'
   const blocks = await blocksOf(live.authority.url, 4);
   assert.equal(n.index, indexOf(blocks).root());
   assert.ok(n.text.includes(`\n${indexExtensionLine(indexOf(blocks).root())}\n`));
+  // vouch verify recomputes it from a clone
+  const clone = join(work, 'verify-clone');
+  await until('the authority pushed', async () => execFileSync('git', ['--git-dir', live.bareDir, 'show', 'main:checkpoint.note'], { encoding: 'utf8' }) === n.text);
+  execFileSync('git', ['clone', '-q', live.bareDir, clone]);
+  const v = vouch(['verify', '--chain', clone, '--public-key', live.pub, '--json']);
+  assert.is(v.status, 0, v.stderr);
+  assert.is(JSON.parse(v.stdout).index_root, base64Encode(n.index!));
   // the unit's proof lists its three versions
   const idx = indexOf(blocks);
   assert.equal(idx.events('unit', 'npm/indexed').map((e) => e.kind === 'endorse' ? e.semver : ''), ['1.0.0', '2.0.0', '3.0.0']);
@@ -118,6 +126,10 @@ test('a remote whose newest note commits the index of an older state is refused 
   writeFileSync(join(clone, 'checkpoint.note'), forged);
   git('commit', '-q', '-a', '--amend', '--no-edit');
   git('push', '-q', '--force', 'origin', 'HEAD:main');
+  // vouch verify on the forged clone names the index line
+  const v = vouch(['verify', '--chain', clone, '--public-key', live.pub]);
+  assert.is(v.status, 1, v.stdout + v.stderr);
+  assert.match(v.stderr, /^checkpoint_mismatch at checkpoint: .*vouch-index\/v1/);
   const e = await until('the mirror to report the refusal', async () => {
     const s = ((await (await fetch(`${mirror.url}/readyz`)).json()) as { sync?: { last_error?: { code: string; message: string } | null } }).sync;
     return s?.last_error ?? null;
