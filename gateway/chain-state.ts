@@ -262,6 +262,19 @@ export class ChainState {
     }
   }
 
+  /**
+   * The completeness-index proof (docs/spec/index.md 6) for a URL or unit
+   * name against the served checkpoint note; null when that note commits no
+   * index or is of another size than the index (the note lags an append).
+   */
+  indexProof(kind: 'url' | 'unit', name: string): Uint8Array | null {
+    const note = this.log.note;
+    if (note === null || note.checkpoint.size !== this._completeness.size) return null;
+    const line = indexRootOf(note.checkpoint.extensions);
+    if (!(line instanceof Uint8Array)) return null;
+    return this._completeness.prove(kind, name);
+  }
+
   /** The index of the served chain (one object for the life of the state). */
   get index(): ChainIndex {
     return this._index;

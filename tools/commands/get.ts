@@ -34,6 +34,7 @@
  * error; only reaching no gateway, its documented server-side statuses and
  * the timeout exit 2.
  */
+import { checkSelection } from '../index-check.ts';
 import { createWriteStream, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
 import { finished } from 'node:stream/promises';
@@ -536,6 +537,9 @@ export const get: Command = {
       const cp = await provenIn(block, await fullProof(proofHeader, block, gateway), gateway, 'UNS block');
       const current = decided?.cp ?? remembered(authority.origin ?? cp.origin);
       await accept(cp, current, gateway);
+      // The completeness index the note commits (docs/spec/index.md 8): the block served must be the one the log selects.
+      checkSelection(nodeBackend, cp, v.url, { semver: v.semver, at: v.at, today: new Date().toISOString().slice(0, 10) },
+        oneHeader(res.headers, 'vouch-index-proof', gateway), { index: block.index, revoked: false }, gateway);
       if (decided && block.record_hash !== decided.block.record_hash) {
         await res.body.dump();
         throw new Refusal('gateways_disagree', `${gateway} selected block ${decided.block.index} on lookup but downloads block ${block.index}`);
