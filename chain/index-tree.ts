@@ -241,8 +241,8 @@ export class CompletenessIndex {
   private readonly endorseHashes = new Map<string, number>();
 
   private recordBlock(touched: number[]): void {
-    if (this.blocks + 2 > this.blockStart.length) this.blockStart = grow32(this.blockStart, this.blockStart.length * 2);
-    if (this.blockLeafCount + touched.length > this.blockLeaves.length) this.blockLeaves = grow32(this.blockLeaves, Math.max(this.blockLeaves.length * 2, this.blockLeafCount + touched.length));
+    if (this.blocks + 2 > this.blockStart.length) this.blockStart = grow32(this.blockStart, more(this.blockStart.length));
+    if (this.blockLeafCount + touched.length > this.blockLeaves.length) this.blockLeaves = grow32(this.blockLeaves, Math.max(more(this.blockLeaves.length), this.blockLeafCount + touched.length));
     for (const l of touched) this.blockLeaves[this.blockLeafCount++] = l;
     this.blocks++;
     this.blockStart[this.blocks] = this.blockLeafCount;
@@ -391,7 +391,7 @@ export class CompletenessIndex {
     this.counts[leaf]!++;
     const need = this.arenaUsed + 6 + ev.length;
     if (need > this.arena.length) {
-      const a = new Uint8Array(Math.max(need, this.arena.length * 2));
+      const a = new Uint8Array(Math.max(need, more(this.arena.length)));
       a.set(this.arena.subarray(0, this.arenaUsed));
       this.arena = a;
     }
@@ -479,7 +479,7 @@ export class CompletenessIndex {
 
   private newLeaf(key: Uint8Array): number {
     if (this.leaves === this.counts.length) {
-      const cap = this.counts.length * 2;
+      const cap = more(this.counts.length);
       this.keys = grow8(this.keys, cap * 32);
       this.accs = grow8(this.accs, cap * 32);
       this.counts = grow32u(this.counts, cap);
@@ -506,7 +506,7 @@ export class CompletenessIndex {
 
   private newNode(): number {
     if (this.nodes === this.bit.length) {
-      const cap = this.bit.length * 2;
+      const cap = more(this.bit.length);
       const bit = new Int16Array(cap); bit.set(this.bit); this.bit = bit;
       this.left = grow32(this.left, cap);
       this.right = grow32(this.right, cap);
@@ -541,6 +541,11 @@ export class CompletenessIndex {
       + this.keys.byteLength + this.counts.byteLength + this.accs.byteLength + this.heads.byteLength + this.tails.byteLength + this.leafNode.byteLength
       + this.arena.byteLength + this.blockStart.byteLength + this.blockLeaves.byteLength;
   }
+}
+
+/** The next capacity: x1.5 (x2 left up to half the arrays unused at 1M keys). */
+function more(n: number): number {
+  return Math.ceil(n * 1.5) + 64;
 }
 
 function grow8(a: Uint8Array, cap: number): Uint8Array<ArrayBuffer> {

@@ -18,6 +18,7 @@ import { indexExtensionLine, indexRootOf, selectFromEvents, unitVersions, verify
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { nobleBackend } from '../chain/backend-noble.ts';
 import { utf8 } from '../chain/encoding.ts';
+import { indexFactsOf } from '../chain/index-facts.ts';
 import { T0, testSigner } from './helpers/chain-fixture.ts';
 import { buildKeyLifeChain } from './helpers/key-fixture.ts';
 import { indexVectors, buildVectorChain } from './helpers/index-vectors.ts';
@@ -190,6 +191,10 @@ test('the root equals a naive crit-bit computation and is the same with @noble',
   const trie = naive([...leaves.values()], 0);
   assert.is(hex(idx.root()), hex(indexRoot(c, blocks.length, trie, [])));
   assert.is(hex(build(blocks, nobleBackend).idx.root()), hex(idx.root()));
+  // from facts alone (vouch verify: revoke targets looked up by the index itself)
+  const fromFacts = new CompletenessIndex(c);
+  for (const b of blocks) fromFacts.addFacts(indexFactsOf(b));
+  assert.is(hex(fromFacts.root()), hex(idx.root()));
   // lazily rehashed roots along the way equal roots of fresh builds
   const inc = new CompletenessIndex(c);
   const ch = new ChainIndex();
