@@ -207,12 +207,19 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
     ready(ctx);
   }
   const sel = state!.index.select(q.url, { semver: q.semver, at: q.at, today });
+  // proof=1 on a 404: the URL's completeness-index proof and the note it is against (docs/spec/index.md 8).
+  const absence = () => {
+    if (!q.proof) return undefined;
+    const p = state!.indexProof('url', q.url);
+    const note = state!.servedCheckpointNote();
+    return p === null || note === null ? undefined : { index_proof: Buffer.from(p).toString('base64'), checkpoint: note };
+  };
   if (sel === null) {
     checkArtifactUrl(q.url);
-    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}`, { resource: q.url });
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}`, { resource: q.url, evidence: absence() });
   }
   if (sel.revokedBy && q.semver === undefined) {
-    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url });
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url, evidence: absence() });
   }
   // proof=1: the block's inclusion proof in the served checkpoint, when that checkpoint covers it.
   const proof = q.proof ? state!.proofFor(sel.block.index) : null;

@@ -37,6 +37,8 @@ let H = '';
 interface Recorded { status: number; headers: Record<string, string>; body: Buffer }
 /** Download answers the hostile gateway replays, by URL; and how it edits them. */
 const replay = new Map<string, Recorded>();
+/** URLs the hostile gateway answers 404 for (true: with an index proof). */
+const fake404 = new Map<string, boolean>();
 let editIndexProof: (current: string | undefined, recorded: string | undefined) => string | undefined = (current) => current;
 
 async function download(base: string, url: string): Promise<Recorded> {
@@ -78,6 +80,18 @@ async function startHostile(): Promise<void> {
   hostile = createServer((req, res) => {
     (async () => {
       const u = new URL(req.url ?? '/', 'http://x');
+      const hidden = u.searchParams.get('url');
+      if (hidden !== null && fake404.has(hidden) && (u.pathname === '/v1/download' || u.pathname === '/v1/endorsement')) {
+        // A false 404: the download empty, the lookup's JSON with (unless told not to) a real index proof and the current note.
+        if (u.pathname === '/v1/download') { res.writeHead(404); res.end(); return; }
+        const note = await (await fetch(`${gw.url}/checkpoint`)).text();
+        const size = Number(note.split('\n')[1]);
+        const body: Record<string, unknown> = { success: false, status: 'not_found', message: `no provenance block is on file for ${hidden}`, resource: hidden };
+        if (fake404.get(hidden)) { body.index_proof = await proofFromLog(hidden, size); body.checkpoint = note; }
+        res.writeHead(404, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(body));
+        return;
+      }
       const asked = u.pathname === '/v1/download' ? u.searchParams.get('url') : null;
       const old = asked === null ? undefined : replay.get(asked);
       const a = old !== undefined ? await stale(asked!, old) : null;
@@ -183,6 +197,23 @@ test('a revoked version served as usable: refused, "hidden revocation"', async (
   const r = await get(H, V());
   assert.is(r.status, 1, r.stderr);
   assert.match(r.stderr, /^index_mismatch: hidden revocation: .* block 4 revokes it/m);
+});
+
+test('a false 404 for an endorsed URL: refused, "false 404"; without an index proof: no_proof; a true 404 stays a 404', async () => {
+  replay.clear();
+  fake404.set(U(), true);
+  let r = await get(H, U());
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, /^index_mismatch: false 404: .* selects block 3/m);
+  fake404.set(U(), false);
+  r = await get(H, U());
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, /^no_proof: /m);
+  fake404.clear();
+  r = await get(gw.url, origin.url('/never-endorsed.js'));
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, /http_404/);
+  assert.not.match(r.stderr, /index_mismatch|no_proof/);
 });
 
 test.run();
