@@ -263,10 +263,12 @@ const PROOF_SUFFIX = '&proof=1';
  * proof, also the Vouch-Proof header's; pure ASCII) and the ETag naming the
  * note then (`proofTag`: its size and a digest of its text).
  */
-function sendWithProof(res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
+function sendWithProof(res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null, indexProof: Uint8Array | null = null): void {
   if (proof === null) return sendJsonTagged(res, text, length, etag);
   const pj = proofJson(proof);
-  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`);
+  // member index_proof (base64, ASCII): the URL's completeness-index proof, when the note commits an index
+  const ip = indexProof === null ? '' : `,"index_proof":"${Buffer.from(indexProof).toString('base64')}"`;
+  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}${ip}}`, length + 9 + pj.length + ip.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`);
 }
 
 /** Block 0, the note verifier key of the key in force, and `keys`: the key state (docs/key-events.md). */
@@ -704,7 +706,9 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     // The client left while the answer waited: recorded as such (499), nothing written.
     if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
     if (FAULT !== null) injectFault('batch', obs.label);
-    sendWithProof(res, a.text, a.length, a.etag, a.proof);
+    // With the inclusion proof, the URL's completeness-index proof against the same note (docs/spec/index.md 8).
+    const indexProof = a.proof !== null && obs.url !== undefined && ctx.state !== null ? ctx.state.indexProof('url', obs.url) : null;
+    sendWithProof(res, a.text, a.length, a.etag, a.proof, indexProof);
     settle(req, res, obs, true);
   }, (a, e) => {
     failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');

@@ -19,6 +19,8 @@ import { createKeyFile } from '../platform/key-file.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { CompletenessIndex } from '../chain/index-tree.ts';
 import { ChainIndex } from '../chain/select.ts';
+import { selectFromEvents, verifyIndexProof } from '../chain/index-proof.ts';
+import { indexRootOfNote } from '../tools/index-check.ts';
 import type { Block } from '../chain/block.ts';
 import { OriginServer } from './helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from './helpers/gateway-process.ts';
@@ -167,6 +169,19 @@ test('control: through the real gateway and through the relay untouched, vouch g
   assert.match(r.stdout, /2\.0\.0/);
   const relayed = await get(H, U());
   assert.is(relayed.status, 0, relayed.stderr);
+  // lookups with proof=1 carry the index proof; the selection redone from it is the block served, in every mode
+  for (const [q, want] of [['', 3], ['&semver=1.0.0', 1], ['&semver=2.0.0', 3]] as const) {
+    const l = await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(U())}${q}&proof=1`)).json() as { index: number; proof: { size: number; checkpoint: string }; index_proof: string };
+    assert.is(l.index, want);
+    const root = indexRootOfNote(l.proof.checkpoint)!;
+    const v = verifyIndexProof(nodeBackend, Buffer.from(l.index_proof, 'base64'), 'url', U(), { root, size: l.proof.size });
+    assert.ok(v.ok);
+    if (v.ok) assert.is(selectFromEvents(v.value.events, v.value.voids, { semver: q.includes('semver') ? q.split('=')[1] : undefined, today: new Date().toISOString().slice(0, 10) })?.block, want);
+  }
+  const nf = await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(origin.url('/nothing.js'))}&proof=1`)).json() as { index_proof?: string; checkpoint?: string };
+  assert.ok(typeof nf.index_proof === 'string' && typeof nf.checkpoint === 'string', '404 with proof=1 carries the index proof');
+  const absent = verifyIndexProof(nodeBackend, Buffer.from(nf.index_proof!, 'base64'), 'url', origin.url('/nothing.js'), { root: indexRootOfNote(nf.checkpoint!)!, size: 5 });
+  assert.ok(absent.ok && !absent.value.present);
 });
 
 test('an older block with a real inclusion proof in the current checkpoint: refused, "older block"', async () => {
