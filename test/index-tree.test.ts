@@ -5,7 +5,7 @@
  * of an older state, a tampered one and a truncated one refused; the root
  * equals an independent naive crit-bit computation and does not depend on
  * the backend; voided blocks are never selected; the vectors in
- * test/vectors/index-v1.json hold.
+ * test/vectors/index-v1/index-v1.json hold.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -256,8 +256,8 @@ test('empty index: absence of anything is proven; checkpoint extension line roun
   assert.ok('malformed' in (indexRootOf([line, line]) as object));
 });
 
-test('test/vectors/index-v1.json: roots and proofs a second implementation must reproduce', () => {
-  const file = JSON.parse(readFileSync(new URL('./vectors/index-v1.json', import.meta.url), 'utf8'));
+test('test/vectors/index-v1/index-v1.json: roots and proofs a second implementation must reproduce', () => {
+  const file = JSON.parse(readFileSync(new URL('./vectors/index-v1/index-v1.json', import.meta.url), 'utf8'));
   assert.equal(file, indexVectors(buildVectorChain()));
 });
 

@@ -1,5 +1,5 @@
 /**
- * The completeness-index vectors (test/vectors/index-v1.json, docs/spec/index.md 9):
+ * The completeness-index vectors (test/vectors/index-v1/index-v1.json, docs/spec/index.md 9):
  * a small fixed chain given as the facts the index reads, the keys, event
  * bytes, the index root after every block, proofs and the selections they
  * imply. `npx tsx test/helpers/index-vectors.ts --write` rewrites the file.
@@ -87,6 +87,6 @@ export function indexVectors(blocks: readonly Block[]): unknown {
 }
 
 if (process.argv.includes('--write')) {
-  writeFileSync(new URL('../vectors/index-v1.json', import.meta.url), JSON.stringify(indexVectors(buildVectorChain()), null, 2) + '\n');
-  console.log('wrote test/vectors/index-v1.json');
+  writeFileSync(new URL('../vectors/index-v1/index-v1.json', import.meta.url), JSON.stringify(indexVectors(buildVectorChain()), null, 2) + '\n');
+  console.log('wrote test/vectors/index-v1/index-v1.json');
 }
