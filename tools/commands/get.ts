@@ -504,7 +504,7 @@ export const get: Command = {
         const answers = await Promise.all(gateways.map(async (g): Promise<GatewayAnswer | { gateway: string; status: number; message: string }> => {
           const r = await getJson(`${g}${lookup}`);
           if (r.status !== 200) return { gateway: g, status: r.status, message: String((r.json as { message?: unknown })?.message ?? '') };
-          const { success: _s, proof, revoked_by: revokedBy, ...raw } = r.json as Record<string, unknown>;
+          const { success: _s, proof, revoked_by: revokedBy, index_proof: _indexProof, ...raw } = r.json as Record<string, unknown>;
           const block = await signedBlock(raw, `block from ${g}`, g);
           if (proof === undefined) throw new Refusal('no_proof', `${g} sent no proof with its lookup (proof=1): nothing shows its block is in the log everybody sees`);
           const cp = await provenIn(block, parseProofObject(proof, g), g, `block from ${g}`);
