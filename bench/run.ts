@@ -23,6 +23,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   tlog: async () => (await import('./tlog-bench.ts')).runTlogBench(process.argv.includes('--quick')),
   oci: async () => (await import('./oci-bench.ts')).runOciBench(process.argv.includes('--quick')),
   fleet: async () => (await import('./fleet-bench.ts')).runFleetBench(process.argv.includes('--quick')),
+  index: async () => (await import('./index-bench.ts')).runIndexBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];

@@ -67,6 +67,7 @@ export type AnswerCode =
   | 'policy'
   | 'quorum'
   | 'void_block'
+  | 'index_mismatch'
   | 'key_walk_limit';
 
 export type ErrorCode = IntegrityCode | RequestCode | EnvironmentCode | AnswerCode;
@@ -136,6 +137,7 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   gateways_disagree: answer('gateways select different blocks that their trees do not explain'),
   policy: answer('the policy names no log with the pinned key under the checkpoint\'s origin'),
   quorum: answer('the checkpoint lacks the witness quorum of the policy'),
+  index_mismatch: answer('the log\'s completeness index (docs/spec/index.md) contradicts the answer: an older block, a false 404 or a hidden revocation'),
   void_block: answer('the block is void: signed by a compromised online key after its last good block (docs/spec/key-events.md)'),
   key_walk_limit: answer('more key events since the last verified than a client walks in one update (32): pin the log\'s current root or key afresh'),
 };

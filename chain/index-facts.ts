@@ -22,6 +22,9 @@ export interface IndexFacts {
   uns: string;
   /** artifact_url of every endorsement, in block order (empty unless intent is endorse). */
   urls: string[];
+  /** name and semver of every endorsement, parallel to `urls` (the completeness index, docs/spec/index.md). */
+  names?: string[];
+  semvers?: string[];
   /** target_hash of a revoke block, else null. */
   target: string | null;
   /** A compromise declaration's void blocks (inclusive index range, docs/spec/key-events.md), else null. */
@@ -36,6 +39,8 @@ export function indexFactsOf(block: Block): IndexFacts {
     effectiveDate: p.effective_date,
     uns: p.uns,
     urls: p.intent === 'endorse' ? p.endorsements.map((e) => e.artifact_url) : [],
+    names: p.intent === 'endorse' ? p.endorsements.map((e) => e.name) : [],
+    semvers: p.intent === 'endorse' ? p.endorsements.map((e) => e.semver) : [],
     target: p.intent === 'revoke' ? p.target_hash : null,
     voids: voidsOf(block),
   };

@@ -13,6 +13,8 @@
  * no more blocks than the tree holds and opens with the key in force; no
  * file is used that does not hash to what the snapshot says.
  */
+import { CompletenessIndex } from '../chain/index-tree.ts';
+import { indexRootOf } from '../chain/index-proof.ts';
 import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
@@ -28,7 +30,7 @@ import { verifyDirectory } from '../store/parallel-verify.ts';
 import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
 import { TreeEdge } from '../store/tree-edge.ts';
 import { BlockTextCache } from './block-text-cache.ts';
-import { base64Decode, base64Encode } from '../chain/encoding.ts';
+import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
 import { LogTree, type ServedNote, type TreeImageRef } from './log-tree.ts';
 import type { MerkleTree } from '../chain/merkle-tree.ts';
 
@@ -140,6 +142,8 @@ export function lastVerifiedTreeEdge(dir: string): TreeEdge | null {
 
 export class ChainState {
   private _index: ChainIndex;
+  /** The completeness index (docs/spec/index.md) of the indexed blocks. */
+  private _completeness = new CompletenessIndex(nodeBackend);
   private verifier!: ChainVerifier;
   private cp: Checkpoint | null = null;
   private cpJson: Record<string, unknown> | null = null;
@@ -177,6 +181,61 @@ export class ChainState {
 
   private newIndex(image?: Uint8Array): ChainIndex {
     return image ? ChainIndex.fromImage(image, { reader: this.readBlock }) : new ChainIndex({ reader: this.readBlock });
+  }
+
+  /** The completeness index of the served chain (docs/spec/index.md), at the size of `index`. */
+  get completeness(): CompletenessIndex {
+    return this._completeness;
+  }
+
+  /** Brings the completeness index up to the chain index (blocks read through it). */
+  private completenessCatchUp(): void {
+    if (this._completeness.size > this._index.size) this._completeness = new CompletenessIndex(nodeBackend);
+    for (let i = this._completeness.size; i < this._index.size; i++) this._completeness.addBlock(this._index.block(i)!, this.targetOf);
+  }
+
+  private readonly targetOf = (recordHash: string): number => this._index.indexOfHash(recordHash);
+
+  /** The completeness index root once `blocks` follow the head (the index left as it is): what the writer's note commits. */
+  indexRootWith(blocks: readonly Block[]): Uint8Array {
+    this.completenessCatchUp();
+    return this._completeness.rootWith(blocks, this.targetOf);
+  }
+
+  /**
+   * A note's `vouch-index/v1` line against the completeness index with
+   * `blocks` added (kept when the line agrees, or there is none, or the note
+   * is of another size).
+   * @throws VouchError checkpoint_mismatch (the index left as it was)
+   */
+  private takeIndexLine(note: ServedNote | null, blocks: readonly Block[]): void {
+    this.completenessCatchUp();
+    const line = note === null ? null : indexRootOf(note.checkpoint.extensions);
+    if (line !== null && 'malformed' in line) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note: ${line.malformed}`, { index: null });
+    const fresh = blocks.filter((b) => b.index >= this._completeness.size);
+    const size = this._completeness.size + fresh.length;
+    const judge = (r: Uint8Array) => line === null || note!.checkpoint.size !== size || bytesEqual(r, line);
+    let agrees = true;
+    const root = fresh.length === 0 ? this._completeness.root() : this._completeness.rootWith(fresh, this.targetOf, (r) => (agrees = judge(r)));
+    if (fresh.length === 0) agrees = judge(root);
+    if (!agrees) {
+      throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note's vouch-index/v1 root at size ${size} is not the completeness index of the verified chain`, {
+        index: null, evidence: { size, note_index_root: base64Encode(line as Uint8Array), index_root: base64Encode(root) },
+      });
+    }
+  }
+
+  /**
+   * The completeness-index proof (docs/spec/index.md 6) for a URL or unit
+   * name against the served checkpoint note; null when that note commits no
+   * index or is of another size than the index (the note lags an append).
+   */
+  indexProof(kind: 'url' | 'unit', name: string): Uint8Array | null {
+    const note = this.log.note;
+    if (note === null || note.checkpoint.size !== this._completeness.size) return null;
+    const line = indexRootOf(note.checkpoint.extensions);
+    if (!(line instanceof Uint8Array)) return null;
+    return this._completeness.prove(kind, name);
   }
 
   /** The index of the served chain (one object for the life of the state). */
@@ -313,6 +372,7 @@ export class ChainState {
     }
     this.log.loadImage(snap.tree, this._index.size);
     this.log.catchUp(this._index);
+    this.completenessCatchUp();
     this.loadCheckpoint();
     this.appendTexts(newer);
     return total - n;
@@ -330,6 +390,7 @@ export class ChainState {
   private async loadColdInto(onProgress?: (done: number, total: number) => void): Promise<void> {
     this.image = null;
     this._index = this.newIndex();
+    this._completeness = new CompletenessIndex(nodeBackend);
     this.log.reset();
     this.cache.beginRewrite();
     // The chain's size is known before its blocks: every array is made at its final length, with no outgrown copies left for the collector.
@@ -343,7 +404,10 @@ export class ChainState {
       if (outOfOrder || start !== streamed || texts.length !== facts.length) { outOfOrder = true; return; }
       try {
         this.cache.append(texts);
-        for (const f of facts) this._index.addFacts(f);
+        for (const f of facts) {
+          if (this._completeness.size === this._index.size) this._completeness.addFacts(f, this.targetOf);
+          this._index.addFacts(f);
+        }
         this.log.catchUp(this._index);
         streamed += texts.length;
       } catch {
@@ -354,6 +418,7 @@ export class ChainState {
     this.verifier = this.resumed(result.state);
     if (outOfOrder) {
       this._index = this.newIndex();
+      this._completeness = new CompletenessIndex(nodeBackend);
       this.cache.beginRewrite();
       streamed = 0;
     }
@@ -370,6 +435,7 @@ export class ChainState {
       throw new VouchError('history_rewritten', 'the chain changed on disk while it was being verified', { index: null });
     }
     this.log.catchUp(this._index);
+    this.completenessCatchUp();
     this.cache.commitRewrite();
     this.loadCheckpoint();
   }
@@ -424,14 +490,17 @@ export class ChainState {
    */
   private loadNote(text: string | null): void {
     if (text === null) return this.log.serve(null);
+    let note: ServedNote;
     try {
-      this.log.serve(this.log.openNote(text, this.noteKey()));
+      note = this.log.openNote(text, this.noteKey());
     } catch (e) {
       if (this.log.image === null || (e as VouchError).code !== 'checkpoint_mismatch') throw e;
       this.log.loadImage(null, 0);
       this.log.catchUp(this._index);
-      this.log.serve(this.log.openNote(text, this.noteKey()));
+      note = this.log.openNote(text, this.noteKey());
     }
+    this.takeIndexLine(note, []);
+    this.log.serve(note);
   }
 
   private writeSnapshot(): void {
@@ -624,11 +693,13 @@ export class ChainState {
     const pending = parsed.filter((b) => b.index >= this.log.size).map((b) => hexBytes(b.record_hash));
     // Signed by the key in force after these blocks (a key block among them changed it).
     const served = note === null ? null : this.log.openNote(note, this.noteKey(probe.state), pending);
+    this.takeIndexLine(served, parsed);
     this.verifier = probe;
     parsed.forEach((b, i) => {
       if (this._index.size === b.index) this._index.add(blocks[i]!);
     });
     this.log.catchUp(this._index);
+    this.completenessCatchUp();
     this.log.serve(served);
     this.appendTexts(texts);
     this.cp = cp;

@@ -13,6 +13,7 @@
  * hostile remote costs one bounded failed attempt (test/hostile-remote); a
  * remote down is logged going down, once a minute (`DOWN_LOG_MS`), and back.
  */
+import { indexRootOf } from '../chain/index-proof.ts';
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
@@ -33,6 +34,8 @@ export interface SyncTarget {
   endorsedBefore(recordHash: string): boolean;
   /** Verifies and takes in blocks appended after the head, with the new checkpoint text; throws (state unchanged) if they do not verify. */
   applyCommitted(blocks: readonly Block[], checkpointText: string | null): void;
+  /** The completeness index root once `blocks` follow the head (docs/spec/index.md); changes nothing. Absent: the remote's index line is judged by applyCommitted only. */
+  indexRootWith?(blocks: readonly Block[]): Uint8Array;
 }
 
 export interface ChainSyncOptions {
@@ -234,6 +237,17 @@ export class ChainSync {
       throw noteMismatch(`the remote's ${CHECKPOINT_NOTE} root at size ${cp.size} is not the Merkle root of the verified chain's record hashes`, {
         size: cp.size, note_root: base64Encode(cp.root), tree_root: base64Encode(root),
       });
+    }
+    // The completeness index it commits (docs/spec/index.md 5): recomputed from the verified chain plus the new blocks.
+    const line = indexRootOf(cp.extensions);
+    if (line !== null && 'malformed' in line) throw noteMismatch(`the remote's ${CHECKPOINT_NOTE}: ${line.malformed}`);
+    if (line !== null && this.state.indexRootWith !== undefined) {
+      const indexRoot = this.state.indexRootWith(blocks);
+      if (!bytesEqual(indexRoot, line)) {
+        throw noteMismatch(`the remote's ${CHECKPOINT_NOTE} vouch-index/v1 root at size ${cp.size} is not the completeness index of the verified chain`, {
+          size: cp.size, note_index_root: base64Encode(line), index_root: base64Encode(indexRoot),
+        });
+      }
     }
   }
 

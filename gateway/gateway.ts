@@ -21,6 +21,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../chain/build.ts';
+import type { Block } from '../chain/block.ts';
 import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
@@ -573,7 +574,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         // `vouch endorse` reads too); applyCommitted checks every committed note against the gateway's own tree.
         note: (() => {
           const edge = new HeadEdge(repo, () => trusted!.note, verifiedRecordHashes(repo.dir));
-          return { origin: origin!, rootWith: (e: readonly Uint8Array[]) => edge.rootWith(e), committed: (e: readonly Uint8Array[]) => edge.advance(e) };
+          return {
+            origin: origin!, rootWith: (e: readonly Uint8Array[]) => edge.rootWith(e), committed: (e: readonly Uint8Array[]) => edge.advance(e),
+            indexRootWith: (blocks: readonly Block[]) => state.indexRootWith(blocks),
+          };
         })(),
         onAppended: (blocks, committed) => {
           try {

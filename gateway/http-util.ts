@@ -84,6 +84,11 @@ export function errorBody(e: unknown, resource?: string): Record<string, unknown
   if (r !== undefined) body.resource = r;
   // A submit's refused claims (gateway/submitter.ts checkClaims): one record per entry.
   if (code === 'hash_mismatch' && Array.isArray(err.evidence?.refused)) body.refused = err.evidence.refused;
+  // A lookup's 404 with proof=1: the completeness-index proof of the URL and its checkpoint note (docs/spec/index.md 8).
+  if (code === 'not_found' && typeof err.evidence?.index_proof === 'string') {
+    body.index_proof = err.evidence.index_proof;
+    body.checkpoint = err.evidence.checkpoint;
+  }
   return body;
 }
 

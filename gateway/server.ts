@@ -165,12 +165,19 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
     ready(ctx);
   }
   const sel = state!.index.select(q.url, { semver: q.semver, at: q.at, today });
+  // proof=1 on a 404: the URL's completeness-index proof and the note it is against (docs/spec/index.md 8).
+  const absence = () => {
+    if (!q.proof) return undefined;
+    const p = state!.indexProof('url', q.url);
+    const note = state!.servedCheckpointNote();
+    return p === null || note === null ? undefined : { index_proof: Buffer.from(p).toString('base64'), checkpoint: note };
+  };
   if (sel === null) {
     checkArtifactUrl(q.url);
-    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}${truncationHint(q)}`, { resource: q.url });
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}${truncationHint(q)}`, { resource: q.url, evidence: absence() });
   }
   if (sel.revokedBy && q.semver === undefined) {
-    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url });
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url, evidence: absence() });
   }
   // proof=1: the block's inclusion proof in the served checkpoint, when that checkpoint covers it.
   const proof = q.proof ? state!.proofFor(sel.block.index) : null;
@@ -214,12 +221,14 @@ const PROOF_SUFFIX = '&proof=1';
  * proof, also the Vouch-Proof header's; pure ASCII) and the ETag naming the
  * note then (`proofTag`: its size and a digest of its text).
  */
-function sendWithProof(ctx: GatewayContext, res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null): void {
+function sendWithProof(ctx: GatewayContext, res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null, indexProof: Uint8Array | null = null): void {
   const size = typeof ctx.state?.size === 'number' ? ctx.state.size : -1;
   const age = ctx.mirrorSync ? Math.floor(ctx.mirrorSync.ageSeconds()) : -1;
   if (proof === null) return sendJsonTagged(res, text, length, etag, size, age);
   const pj = proofJson(proof);
-  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}}`, length + 9 + pj.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`, size, age);
+  // member index_proof (base64, ASCII): the URL's completeness-index proof, when the note commits an index
+  const ip = indexProof === null ? '' : `,"index_proof":"${Buffer.from(indexProof).toString('base64')}"`;
+  sendJsonTagged(res, `${text.slice(0, -1)},"proof":${pj}${ip}}`, length + 9 + pj.length + ip.length, `${etag.slice(0, -1)}-${proofTag(proof)}"`, size, age);
 }
 
 /** Block 0, the note verifier key of the key in force, and `keys`: the key state (docs/spec/key-events.md). */
@@ -735,7 +744,9 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     // The client left while the answer waited: recorded as such (499), nothing written.
     if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
     if (FAULT !== null) injectFault('batch', obs.label);
-    sendWithProof(ctx, res, a.text, a.length, a.etag, a.proof);
+    // With the inclusion proof, the URL's completeness-index proof against the same note (docs/spec/index.md 8).
+    const indexProof = a.proof !== null && obs.url !== undefined && ctx.state !== null ? ctx.state.indexProof('url', obs.url) : null;
+    sendWithProof(ctx, res, a.text, a.length, a.etag, a.proof, indexProof);
     settle(req, res, obs, true);
   }, (a, e) => {
     failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');

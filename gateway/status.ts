@@ -68,5 +68,6 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   policy: 500,
   quorum: 500,
   void_block: 500,
+  index_mismatch: 500,
   key_walk_limit: 500,
 };

@@ -13,6 +13,7 @@
  * its size; a blocks-form submit is all or none; a revoke never revokes
  * twice; a key statement is committed alone and checked by applyKeyEvent.
  */
+import { indexExtensionLine } from '../chain/index-proof.ts';
 import { VouchError } from '../chain/errors.ts';
 import { type Block, formatDateTime } from '../chain/block.ts';
 import { buildCheckpoint, buildEndorseBlock, buildKeyBlock, buildRevokeBlock, type EndorsementInput } from '../chain/build.ts';
@@ -77,6 +78,8 @@ export interface SubmitterNote {
   rootWith(entries: readonly Uint8Array[]): Uint8Array;
   /** Told once the commit holding `entries` is on the branch. Must not throw. */
   committed?(entries: readonly Uint8Array[]): void;
+  /** The completeness index root once `blocks` follow the head (docs/spec/index.md 5); changes nothing. */
+  indexRootWith?(blocks: readonly Block[]): Uint8Array;
 }
 
 export interface SubmitterOptions {
@@ -738,7 +741,10 @@ export class Submitter {
     try {
       const checkpoint = buildCheckpoint({ head: prev, signer, now });
       const note = this.deps.note;
-      const noteInput = note ? { signer: noteSigners, origin: note.origin, root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))) } : null;
+      const noteInput = note ? {
+        signer: noteSigners, origin: note.origin, root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))),
+        extensions: note.indexRootWith ? [indexExtensionLine(note.indexRootWith(blocks))] : [],
+      } : null;
       committed = await appendSigned(repo, blocks, checkpoint, now, noteInput);
     } catch (e) {
       this.counters.commitFailures++;

@@ -193,8 +193,8 @@ export function* scanRecordHashes(repo: ChainRepo): Iterable<string> {
 }
 
 /** The signed checkpoint note of a tree: origin, size, root; key name = origin (several signers during a key rollover, the key in force first). */
-export function signNoteText(signer: Signer | readonly Signer[], origin: string, size: number, root: Uint8Array): string {
-  return signCheckpoint(nodeBackend, { origin, size, root, extensions: [] }, signer);
+export function signNoteText(signer: Signer | readonly Signer[], origin: string, size: number, root: Uint8Array, extensions: readonly string[] = []): string {
+  return signCheckpoint(nodeBackend, { origin, size, root, extensions: [...extensions] }, signer);
 }
 
 /** What one append committed: the commit, and the block, checkpoint and note texts exactly as they are on the branch. */
@@ -212,6 +212,8 @@ export interface NoteInput {
   signer: Signer | readonly Signer[];
   origin: string;
   root: Uint8Array;
+  /** Extension lines of the note body (the completeness index root, docs/spec/index.md 5). */
+  extensions?: readonly string[];
 }
 
 /**
@@ -224,7 +226,7 @@ export interface NoteInput {
 export async function appendSigned(repo: ChainRepo, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number, note: NoteInput | null = null): Promise<Committed> {
   const files = blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) }));
   const checkpointText = formatCheckpointFile(checkpoint);
-  const noteText = note === null ? null : signNoteText(note.signer, note.origin, checkpoint.size, note.root);
+  const noteText = note === null ? null : signNoteText(note.signer, note.origin, checkpoint.size, note.root, note.extensions);
   const { commit } = await repo.append(files, { json: checkpointText, note: noteText }, commitFor(blocks, nowMs));
   return { commit, blockTexts: files.map((f) => f.content), checkpointText, noteText };
 }

@@ -195,7 +195,7 @@ async function rewriter(base: string, edit: (proof: string) => string | undefine
     const u = new URL(req.url!, 'http://x');
     const r = await fetchRaw(base + req.url);
     const headers: Record<string, string> = {};
-    for (const k of ['content-type', 'uns']) if (r.headers[k] !== undefined) headers[k] = r.headers[k]!;
+    for (const k of ['content-type', 'uns', 'vouch-index-proof']) if (r.headers[k] !== undefined) headers[k] = r.headers[k]!;
     let body = r.body;
     if (r.status === 200 && u.pathname === '/v1/download') {
       const p = edit(r.headers['vouch-proof']!);
@@ -273,7 +273,8 @@ test('the honest path: exit 0, v2 written, the state records the checkpoint atom
   const s = stateOf(state);
   assert.is(s.size, sizeV2);
   assert.is(s.root, j.root);
-  assert.ok(s.note.startsWith(`${LOG}\n${sizeV2}\n${j.root}\n\n\u2014 ${LOG} `), s.note);
+  // the body: origin, size, root, and the completeness index line (docs/spec/index.md 5)
+  assert.ok(new RegExp(`^${LOG.replace(/\./g, '\\.')}\n${sizeV2}\n${j.root.replace(/[+/]/g, (c: string) => '\\' + c)}\nvouch-index/v1 [A-Za-z0-9+/]{43}=\n\n\u2014 ${LOG} `).test(s.note), s.note);
   assert.is(statSync(state).mode & 0o777, 0o600);
   assert.equal(readdirSync(join(work, 'fresh', 'nested')), ['checkpoints.json'], 'a temp file was left');
   // Again with the state: consistent (same checkpoint), exit 0, state the same.
@@ -392,10 +393,13 @@ test('several gateways: a stale one cannot make the client take v1; one proving 
   for (const [gw, index] of [[liar, v1Block.index], [A.url, sizeV2 - 1]] as const) assert.ok(r.stderr.includes(`${gw} selects block ${index} (checkpoint size ${cur.size})`), r.stderr);
   assert.not.ok(existsSync(o));
   assert.not.ok(existsSync(state), 'a refused run wrote the state');
-  // What one gateway alone cannot show (README, SECURITY.md): the same liar, asked alone, passes every proof.
+  // Alone, the same liar passed every proof before the completeness index (issue 37); now its checkpoint commits
+  // an index and its replayed download carries no index proof of the current state: refused (test/index-hostile.test.ts
+  // has the liar that sends the current index proof too: "older block").
   r = await get([liar], join(work, 'state-liar-alone.json'), o);
-  assert.is(r.status, 0, r.stderr);
-  assert.is(readFileSync(o, 'utf8'), V1);
+  assert.is(r.status, 1, r.stderr);
+  assert.match(r.stderr, /^no_proof: .*Vouch-Index-Proof/m);
+  assert.not.ok(existsSync(o));
 });
 
 test('a forked log (same key, same origin, other blocks) is a SECURITY ERROR with both notes; the state is unchanged', async () => {

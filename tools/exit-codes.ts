@@ -71,6 +71,7 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   policy: 1,
   quorum: 1,
   void_block: 1,
+  index_mismatch: 1,
   key_walk_limit: 1,
 };
 

@@ -13,6 +13,7 @@
  * replaced only by a larger or equal one proven consistent, and a smaller
  * deciding one is refused.
  */
+import { INDEX_EXTENSION } from '../chain/index-tree.ts';
 import { VouchError, type ErrorCode } from '../chain/errors.ts';
 import { base64Decode, base64Encode, bytesEqual, hexDecode, hexEncode } from '../chain/encoding.ts';
 import type { CryptoBackend } from '../chain/crypto-backend.ts';
@@ -111,7 +112,11 @@ export interface Authority {
 export function openVerified(c: CryptoBackend, text: string, authority: Authority, source: string): VerifiedCheckpoint {
   try {
     const { checkpoint, note } = openCheckpoint(c, text, authority);
-    if (checkpoint.extensions.length > 0) throw new Refusal('bad_checkpoint', `${source}: the checkpoint has extension lines; vouch checkpoints have none`);
+    // The one extension line vouch writes: the completeness index root (docs/spec/index.md 5), once.
+    const known = checkpoint.extensions.filter((e) => e.startsWith(INDEX_EXTENSION + ' '));
+    if (checkpoint.extensions.length > known.length || known.length > 1) {
+      throw new Refusal('bad_checkpoint', `${source}: the checkpoint has extension lines other than one ${INDEX_EXTENSION} line`);
+    }
     return { origin: checkpoint.origin, size: checkpoint.size, root: checkpoint.root, text, note, source };
   } catch (e) {
     if (e instanceof VouchError) throw new Refusal('bad_checkpoint', `${source}: ${e.message}`);

@@ -10,13 +10,13 @@ export function slugify(heading: string): string {
 const guide = [
   ['Running a gateway', 'gateway'], ['Operations', 'operations'], ['Configuration', 'configuration'], ['The command line', 'cli'],
   ['Mirrors and push', 'mirrors'], ['Witnesses', 'witnesses'], ['Proxy routes', 'proxy-routes'], ['Package managers', 'ecosystems'],
-  ['npm', 'npm'], ['PyPI', 'pypi'], ['Go modules', 'go'], ['Maven', 'maven'], ['OCI images', 'oci'], ['Mirror fleets', 'fleet'],
+  ['npm', 'npm'], ['PyPI', 'pypi'], ['Go modules', 'go'], ['Maven', 'maven'], ['OCI images', 'oci'], ['Mirror fleets', 'fleet'], ['Complete answers', 'completeness'],
   ['Endorsing a lockfile', 'endorsing-lockfiles'], ['Revoking', 'revoking'], ['Auditing offline', 'auditing'],
   ['Observability', 'observability'], ['Key runbook', 'key-runbook'],
 ];
 const spec = [
   ['Design of record', 'design'], ['Chain format', 'chain'], ['Verification codes', 'verification'], ['Repository layout', 'repository'],
-  ['HTTP contract', 'http'], ['Transparency', 'transparency'], ['Key events', 'key-events'],
+  ['HTTP contract', 'http'], ['Transparency', 'transparency'], ['Key events', 'key-events'], ['Completeness index', 'index'],
 ];
 const reference = [['Command line', 'cli'], ['Configuration keys', 'configuration'], ['Statuses and error codes', 'errors'], ['Metrics', 'metrics'], ['OpenAPI', 'openapi']];
 const items = (dir: string, list: string[][]) => list.map(([text, page]) => ({ text, link: `/${dir}/${page}` }));

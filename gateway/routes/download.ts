@@ -99,6 +99,22 @@ export function proofHeader(ctx: GatewayContext, index: number): string | null {
   return text;
 }
 
+/** Longest `Vouch-Index-Proof` value (a URL endorsed ~100 times and more): past it the header is left out. */
+export const INDEX_PROOF_HEADER_MAX = 3072;
+
+/**
+ * The `Vouch-Index-Proof` header value for a URL: the base64 of its
+ * completeness-index proof (docs/spec/index.md 6) against the same served
+ * note as Vouch-Proof's; null when the note commits no index, or the proof
+ * is longer than INDEX_PROOF_HEADER_MAX.
+ */
+export function indexProofHeader(ctx: GatewayContext, url: string): string | null {
+  const p = ctx.state?.indexProof('url', url) ?? null;
+  if (p === null) return null;
+  const text = Buffer.from(p).toString('base64');
+  return text.length <= INDEX_PROOF_HEADER_MAX ? text : null;
+}
+
 /** `proofJson(p)`, or, when longer than PROOF_HEADER_MAX, with the cosignature lines past `committed` that fit. */
 export function boundedProofJson(p: BlockProof, committed: string | null): string {
   const whole = proofJson(p);
@@ -296,6 +312,8 @@ export async function serveVerified(
   };
   const proof = proofHeader(ctx, sel.block.index);
   if (proof !== null) common['vouch-proof'] = proof;
+  const indexProof = indexProofHeader(ctx, sel.entry.artifact_url);
+  if (proof !== null && indexProof !== null) common['vouch-index-proof'] = indexProof;
   if (etagMatches(req.headers['if-none-match'], etag)) {
     fitHead(ctx, sel, common, {}, null);
     res.writeHead(304, common);

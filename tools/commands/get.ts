@@ -13,6 +13,7 @@
  * is a refusal with a catalogue code (`bad_answer`), never an internal
  * error; only an unreachable gateway, its server errors and a timeout exit 2.
  */
+import { checkSelection } from '../index-check.ts';
 import { createWriteStream, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
 import { finished } from 'node:stream/promises';
@@ -310,6 +311,33 @@ export const get: Command = {
         return cp;
       }
     };
+    /**
+     * A 404 against the completeness index (docs/spec/index.md 8): the
+     * lookup's 404 with proof=1 carries the URL's index proof and the note it
+     * is against; that note verified (and extending what was seen before),
+     * the index must select nothing. A gateway whose note commits an index
+     * and that sends no proof is refused (no_proof).
+     */
+    const checkAbsence = async (gateway: string): Promise<void> => {
+      const r = await getJson(`${gateway}/v1/endorsement?${q}&proof=1`);
+      const body = typeof r.json === 'object' && r.json !== null ? r.json as { index_proof?: unknown; checkpoint?: unknown } : {};
+      let noteText = typeof body.checkpoint === 'string' ? body.checkpoint : null;
+      if (noteText === null) {
+        const c = await send(`${gateway}/checkpoint`);
+        if (c.statusCode !== 200) {
+          await c.body.dump().catch(() => {});
+          return; // no note: nothing committed to check against
+        }
+        const chunks: Buffer[] = [];
+        await readBody(c, `${gateway}/checkpoint`, MAX_JSON_BYTES, (x) => void chunks.push(x as Buffer));
+        noteText = Buffer.concat(chunks).toString('utf8');
+      }
+      const cp = openVerified(nodeBackend, noteText, authorityNow(), `${gateway}/checkpoint`);
+      await accept(cp, remembered(authority.origin ?? cp.origin), gateway);
+      if (r.status !== 404) throw new Refusal('gateways_disagree', `${gateway} answers its download with 404 and its lookup with HTTP ${r.status}`);
+      checkSelection(nodeBackend, cp, v.url, { semver: v.semver, at: v.at, today: new Date().toISOString().slice(0, 10) },
+        typeof body.index_proof === 'string' ? body.index_proof : undefined, null, gateway);
+    };
     /** `revoked_by` of a lookup or block answer: absent, or `{"index": n, ...}`. */
     const revokedIndex = (value: unknown, where: string): number | undefined => {
       if (value === undefined) return undefined;
@@ -460,7 +488,7 @@ export const get: Command = {
         const answers = await Promise.all(gateways.map(async (g): Promise<GatewayAnswer | { gateway: string; status: number; message: string }> => {
           const r = await getJson(`${g}${lookup}`);
           if (r.status !== 200) return { gateway: g, status: r.status, message: String((r.json as { message?: unknown })?.message ?? '') };
-          const { success: _s, proof, revoked_by: revokedBy, ...raw } = r.json as Record<string, unknown>;
+          const { success: _s, proof, revoked_by: revokedBy, index_proof: _indexProof, ...raw } = r.json as Record<string, unknown>;
           const block = await signedBlock(raw, `block from ${g}`, g);
           if (proof === undefined) throw new Refusal('no_proof', `${g} sent no proof with its lookup (proof=1): nothing shows its block is in the log everybody sees`);
           const cp = await provenIn(block, parseProofObject(proof, g), g, `block from ${g}`);
@@ -503,6 +531,7 @@ export const get: Command = {
               { status: 410, block: by.block, revoked_by: by.index }, exit);
           }
         }
+        if (res.statusCode === 404 && !decided) await checkAbsence(gateway);
         return refuse(v, `http_${res.statusCode}`, `HTTP ${res.statusCode}: ${text}`, { status: res.statusCode }, exit);
       }
       const uns = oneHeader(res.headers, 'uns', gateway);
@@ -520,6 +549,9 @@ export const get: Command = {
       const cp = await provenIn(block, await fullProof(proofHeader, block, gateway), gateway, 'UNS block');
       const current = decided?.cp ?? remembered(authority.origin ?? cp.origin);
       await accept(cp, current, gateway);
+      // The completeness index the note commits (docs/spec/index.md 8): the block served must be the one the log selects.
+      checkSelection(nodeBackend, cp, v.url, { semver: v.semver, at: v.at, today: new Date().toISOString().slice(0, 10) },
+        oneHeader(res.headers, 'vouch-index-proof', gateway), { index: block.index, revoked: false }, gateway);
       if (decided && block.record_hash !== decided.block.record_hash) {
         await res.body.dump();
         throw new Refusal('gateways_disagree', `${gateway} selected block ${decided.block.index} on lookup but downloads block ${block.index}`);

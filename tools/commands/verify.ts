@@ -21,6 +21,9 @@ import { ChainRepo } from '../../store/chain-repo.ts';
 import { parseBlockText } from '../../chain/block.ts';
 import type { KeyState } from '../../chain/key-events.ts';
 import { TreeEdge } from '../../store/tree-edge.ts';
+import { CompletenessIndex } from '../../chain/index-tree.ts';
+import { indexFactsOf } from '../../chain/index-facts.ts';
+import { indexRootOf } from '../../chain/index-proof.ts';
 
 /**
  * The committed checkpoint.note against the verified chain: signed by the
@@ -40,6 +43,24 @@ function checkNote(text: string, publicKey: Uint8Array, size: number, root: Uint
     throw bad(`root ${base64Encode(cp.root)} is not the Merkle root of the chain's record hashes, ${base64Encode(root)}`, { origin: cp.origin, size, note_root: base64Encode(cp.root), root: base64Encode(root) });
   }
   return cp;
+}
+
+/**
+ * The note's `vouch-index/v1` line (docs/spec/index.md 5) against the index
+ * recomputed from the verified chain: the root when they agree, null when
+ * the note has no line (a note from before the index, or one `vouch endorse` wrote).
+ * @throws VouchError checkpoint_mismatch
+ */
+function checkIndexLine(note: LogCheckpoint, recomputed: Uint8Array): Uint8Array | null {
+  const line = indexRootOf(note.extensions);
+  if (line === null) return null;
+  if ('malformed' in line) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note: ${line.malformed}`, { index: null });
+  if (!bytesEqual(line, recomputed)) {
+    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note's vouch-index/v1 root ${base64Encode(line)} is not the completeness index recomputed from the chain, ${base64Encode(recomputed)}`, {
+      index: null, evidence: { size: note.size, note_index_root: base64Encode(line), index_root: base64Encode(recomputed) },
+    });
+  }
+  return line;
 }
 
 /** Each void range with the compromised key that signed it and the index of the block declaring it. */
@@ -88,6 +109,8 @@ export const verify: Command = {
     'would go unnoticed. The Merkle tree over every block\'s record_hash (RFC 6962) is recomputed, and the',
     'checkpoint.note branch main commits must be signed by the online key in force under its origin (key name = origin),',
     'name the chain\'s size and carry that root; a chain without one (made before notes) is reported, not refused.',
+    'The completeness index (docs/spec/index.md) is recomputed from every block; a note\'s `vouch-index/v1` line must',
+    'carry its root (checkpoint_mismatch otherwise); a note without the line is reported as `index absent`.',
     '',
     'What is verified is what branch main commits: every block file and checkpoint.json in DIR must be the',
     'blob the branch holds (a file that differs, or is untracked, fails naming it), so verify a clean checkout.',
@@ -110,8 +133,15 @@ export const verify: Command = {
     try {
       const repo = await ChainRepo.open(v.chain, { repair: false });
       const edge = TreeEdge.empty(nodeBackend);
+      // The completeness index (docs/spec/index.md), from the facts the workers hand back with each verified batch.
+      let completeness = new CompletenessIndex(nodeBackend);
+      let handedOver = true;
       const result = await verifyDirectory(repo, {
         pinnedPublicKey: v['public-key'] ?? null,
+        onVerified: (start, _texts, facts) => {
+          if (!handedOver || start !== completeness.size) { handedOver = false; return; }
+          for (const f of facts) completeness.addFacts(f);
+        },
         onLeaves: (_start, leaves) => {
           for (let o = 0; o < leaves.length; o += 32) edge.appendLeafHash(leaves.subarray(o, o + 32));
         },
@@ -124,6 +154,12 @@ export const verify: Command = {
       const root = edge.root();
       const noteText = await repo.committedNote();
       const note = noteText === null ? null : checkNote(noteText, base64Decode(s.authority!.publicKey)!, s.size, root);
+      if (!handedOver || completeness.size !== s.size) {
+        // Blocks the workers did not hand over in order: read from the (verified) files, as the gateway does.
+        completeness = new CompletenessIndex(nodeBackend);
+        for (let i = 0; i < s.size; i++) completeness.addFacts(indexFactsOf(parseBlockText(repo.readBlockFile(i), i)));
+      }
+      const indexRoot = note === null ? null : checkIndexLine(note, completeness.root());
       const seconds = (performance.now() - started) / 1000;
       const keys = s.keys!;
       const voids = voidReport(repo, keys);
@@ -142,6 +178,7 @@ export const verify: Command = {
           voids,
         },
         root: base64Encode(root),
+        index_root: indexRoot === null ? null : base64Encode(indexRoot),
         origin: note?.origin ?? null,
         note: note !== null,
         seconds: Number(seconds.toFixed(3)),
@@ -156,7 +193,8 @@ export const verify: Command = {
             ? `authority ${s.authority!.signer} ${s.authority!.publicKey}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `
             : `${keyLine(keys)}, block 0's key ${keys.first}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `) +
           `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ` +
-          `note ${note ? `ok (origin ${note.origin}, root ${base64Encode(root)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
+          `note ${note ? `ok (origin ${note.origin}, root ${base64Encode(root)})` : 'absent'}, ` +
+          `index ${indexRoot ? `ok (${base64Encode(indexRoot)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
         );
         if (!result.checkpoint) process.stderr.write('warning: no checkpoint.json: a dropped newest block would go unnoticed\n');
         for (const w of voids) {

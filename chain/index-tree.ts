@@ -1,0 +1,597 @@
+/**
+ * The completeness index of the log (docs/spec/index.md): a crit-bit
+ * (compressed binary prefix) Merkle tree keyed by SHA-256 of an artifact URL
+ * or a unit name, each leaf folding the events of its key in chain order.
+ *
+ * Owns: keys, event bytes, leaf/node/root hashing, the tree in typed arrays
+ * (insert, lazy rehash), per-key event storage, and proof generation
+ * (`prove`). Proof parsing and checking: chain/index-proof.ts.
+ *
+ * Trusts: the injected `CryptoBackend`'s sha256; the caller to add only
+ * verified blocks, in chain order, and to resolve revoke targets.
+ * Must hold: pure (no node: imports, runs in a browser); the root depends
+ * only on the blocks added (never on insertion history or capacity); hashes
+ * are recomputed lazily and `root()`/`prove()` always see them current.
+ */
+import type { Block } from './block.ts';
+import type { CryptoBackend } from './crypto-backend.ts';
+import { utf8 } from './encoding.ts';
+import { indexFactsOf, type IndexFacts } from './index-facts.ts';
+
+export const INDEX_VERSION = 'vouch-index/v1';
+/** The checkpoint extension line's first word (docs/spec/index.md 5). */
+export const INDEX_EXTENSION = 'vouch-index/v1';
+export type KeyKind = 'url' | 'unit';
+
+export type IndexEvent =
+  | { kind: 'endorse'; block: number; date: string; semver: string }
+  | { kind: 'revoke'; block: number; target: number; date: string };
+
+const KEY_PREFIX: Record<KeyKind, Uint8Array> = { url: utf8('vouch-index/v1 url\n'), unit: utf8('vouch-index/v1 unit\n') };
+const E = 0x45; // 'E'
+const R = 0x52; // 'R'
+const NONE = 0xffffffff;
+
+export function sha256(c: CryptoBackend, data: Uint8Array): Uint8Array {
+  if (c.digest) return c.digest('sha256', data);
+  const h = c.createHash('sha256');
+  h.update(data);
+  return h.digest();
+}
+
+/** The tree key of a URL or unit name: SHA-256(prefix ‖ UTF-8 name). */
+export function indexKey(c: CryptoBackend, kind: KeyKind, name: string): Uint8Array {
+  const p = KEY_PREFIX[kind];
+  const n = utf8(name);
+  const buf = new Uint8Array(p.length + n.length);
+  buf.set(p);
+  buf.set(n, p.length);
+  return sha256(c, buf);
+}
+
+function putU64(b: Uint8Array, off: number, v: number): void {
+  const hi = Math.floor(v / 2 ** 32);
+  const lo = v >>> 0;
+  b[off] = hi >>> 24; b[off + 1] = (hi >>> 16) & 255; b[off + 2] = (hi >>> 8) & 255; b[off + 3] = hi & 255;
+  b[off + 4] = lo >>> 24; b[off + 5] = (lo >>> 16) & 255; b[off + 6] = (lo >>> 8) & 255; b[off + 7] = lo & 255;
+}
+
+export function putU32(b: Uint8Array, off: number, v: number): void {
+  b[off] = v >>> 24; b[off + 1] = (v >>> 16) & 255; b[off + 2] = (v >>> 8) & 255; b[off + 3] = v & 255;
+}
+
+function putAscii(b: Uint8Array, off: number, s: string): void {
+  for (let i = 0; i < s.length; i++) b[off + i] = s.charCodeAt(i);
+}
+
+/** The bytes of one event (docs/spec/index.md 3). */
+export function encodeEvent(ev: IndexEvent): Uint8Array {
+  if (ev.date.length !== 10) throw new TypeError(`index: effective date ${JSON.stringify(ev.date)} is not YYYY-MM-DD`);
+  if (ev.kind === 'revoke') {
+    const b = new Uint8Array(27);
+    b[0] = R;
+    putU64(b, 1, ev.block);
+    putU64(b, 9, ev.target);
+    putAscii(b, 17, ev.date);
+    return b;
+  }
+  const s = utf8(ev.semver);
+  if (s.length > 0xffff) throw new TypeError('index: semver longer than 65535 bytes');
+  const b = new Uint8Array(21 + s.length);
+  b[0] = E;
+  putU64(b, 1, ev.block);
+  putAscii(b, 9, ev.date);
+  b[19] = s.length >>> 8;
+  b[20] = s.length & 255;
+  b.set(s, 21);
+  return b;
+}
+
+/** acc' = SHA-256(0x02 ‖ acc ‖ event). */
+export function foldEvent(c: CryptoBackend, acc: Uint8Array, ev: Uint8Array): Uint8Array {
+  const buf = new Uint8Array(33 + ev.length);
+  buf[0] = 0x02;
+  buf.set(acc, 1);
+  buf.set(ev, 33);
+  return sha256(c, buf);
+}
+
+const leafBuf = new Uint8Array(69);
+/** SHA-256(0x00 ‖ key ‖ be32 count ‖ acc). */
+export function leafHash(c: CryptoBackend, key: Uint8Array, count: number, acc: Uint8Array): Uint8Array {
+  leafBuf[0] = 0x00;
+  leafBuf.set(key, 1);
+  putU32(leafBuf, 33, count);
+  leafBuf.set(acc, 37);
+  return sha256(c, c.digest ? leafBuf : leafBuf.slice());
+}
+
+const nodeBuf = new Uint8Array(66);
+/** SHA-256(0x01 ‖ u8 bit ‖ left ‖ right). */
+export function nodeHash(c: CryptoBackend, bit: number, left: Uint8Array, right: Uint8Array): Uint8Array {
+  nodeBuf[0] = 0x01;
+  nodeBuf[1] = bit;
+  nodeBuf.set(left, 2);
+  nodeBuf.set(right, 34);
+  return sha256(c, c.digest ? nodeBuf : nodeBuf.slice());
+}
+
+/** The committed index root: SHA-256(0x03 ‖ "vouch-index/v1" ‖ be64 size ‖ trie root ‖ be32 n ‖ n × (be64 from ‖ be64 to)). */
+export function indexRoot(c: CryptoBackend, size: number, trieRoot: Uint8Array, voids: readonly (readonly [number, number])[]): Uint8Array {
+  const v = utf8(INDEX_VERSION);
+  const buf = new Uint8Array(1 + v.length + 8 + 32 + 4 + 16 * voids.length);
+  let o = 0;
+  buf[o++] = 0x03;
+  buf.set(v, o); o += v.length;
+  putU64(buf, o, size); o += 8;
+  buf.set(trieRoot, o); o += 32;
+  putU32(buf, o, voids.length); o += 4;
+  for (const [from, to] of voids) { putU64(buf, o, from); putU64(buf, o + 8, to); o += 16; }
+  return sha256(c, buf);
+}
+
+export function keyBit(key: Uint8Array, off: number, bit: number): number {
+  return (key[off + (bit >> 3)]! >> (7 - (bit & 7))) & 1;
+}
+
+export const EMPTY_TRIE = new Uint8Array(32);
+
+/**
+ * The index as of the blocks added so far. Nodes and leaves live in typed
+ * arrays (no object per key): ~48 B a node, ~80 B a leaf plus its events.
+ */
+export class CompletenessIndex {
+  private readonly c: CryptoBackend;
+  // nodes: bit >= 0 interior, -1 leaf (left = leaf slot)
+  private bit = new Int16Array(1024);
+  private left = new Int32Array(1024);
+  private right = new Int32Array(1024);
+  private hash = new Uint8Array(1024 * 32);
+  private dirty = new Uint8Array(1024);
+  private nodes = 0;
+  private rootNode = -1;
+  // leaves
+  private keys = new Uint8Array(512 * 32);
+  private counts = new Uint32Array(512);
+  private accs = new Uint8Array(512 * 32);
+  private heads = new Uint32Array(512);
+  private tails = new Uint32Array(512);
+  private leaves = 0;
+  // events: records of be32 next ‖ u16 length ‖ bytes
+  private arena = new Uint8Array(1 << 16);
+  private arenaUsed = 0;
+  // blocks: for each endorse block, the leaf slots it touched (CSR)
+  private blockStart = new Int32Array(1025);
+  private blockLeaves = new Int32Array(1024);
+  private blockLeafCount = 0;
+  private blocks = 0;
+  private voidList: [number, number][] = [];
+  private readonly path = new Int32Array(260);
+  /** While `rootWith` tries blocks: what to put back. */
+  private journal: {
+    nodes: number; leaves: number; arenaUsed: number; blocks: number; blockLeafCount: number; voids: number; rootNode: number;
+    saved: Map<number, { count: number; acc: Uint8Array; head: number; tail: number }>;
+    /** (parent, 0 left | 1 right, old child) triples. */
+    links: number[];
+    touched: number[];
+  } | null = null;
+
+  constructor(c: CryptoBackend) {
+    this.c = c;
+  }
+
+  /** Blocks added. */
+  get size(): number {
+    return this.blocks;
+  }
+
+  get keyCount(): number {
+    return this.leaves;
+  }
+
+  voids(): readonly [number, number][] {
+    return this.voidList;
+  }
+
+  /**
+   * Adds the next verified block. `targetIndex` resolves a revoke's
+   * target_hash to its block index (-1 when no block of the log has it).
+   */
+  addBlock(block: Block, targetIndex: (recordHash: string) => number): void {
+    if (block.index !== this.blocks) throw new TypeError(`completeness index expects block ${this.blocks}, got ${block.index}`);
+    this.addFacts(indexFactsOf(block), targetIndex);
+  }
+
+  /**
+   * Adds the facts of the next verified block (chain/index-facts.ts). Without
+   * `targetIndex` a revoke's target is looked up among the endorse blocks
+   * this index was given (a map it then keeps: ~100 B a block).
+   */
+  addFacts(f: IndexFacts, targetIndex?: (recordHash: string) => number): void {
+    const i = this.blocks;
+    const touched: number[] = [];
+    if (f.intent === 'endorse') {
+      const { names, semvers } = f;
+      if (names?.length !== f.urls.length || semvers?.length !== f.urls.length) throw new TypeError(`completeness index: the facts of block ${i} lack names or semvers`);
+      for (let k = 0; k < f.urls.length; k++) {
+        const ev = encodeEvent({ kind: 'endorse', block: i, date: f.effectiveDate, semver: semvers[k]! });
+        touched.push(this.append(indexKey(this.c, 'url', f.urls[k]!), ev));
+        touched.push(this.append(indexKey(this.c, 'unit', names[k]!), ev));
+      }
+      if (targetIndex === undefined) this.endorseHashes.set(f.recordHash, i);
+    } else if (f.intent === 'revoke' && f.target !== null) {
+      const t = targetIndex !== undefined ? targetIndex(f.target) : this.endorseHashes.get(f.target) ?? -1;
+      if (t >= 0 && t < i) {
+        const ev = encodeEvent({ kind: 'revoke', block: i, target: t, date: f.effectiveDate });
+        const seen = new Set<number>();
+        for (let k = this.blockStart[t]!; k < this.blockStart[t + 1]!; k++) {
+          const leaf = this.blockLeaves[k]!;
+          if (seen.has(leaf)) continue;
+          seen.add(leaf);
+          this.appendToLeaf(leaf, ev);
+          this.markPath(leaf);
+        }
+      }
+    } else if (f.voids !== null) {
+      this.voidList.push(f.voids);
+    }
+    this.recordBlock(touched);
+  }
+
+  private readonly endorseHashes = new Map<string, number>();
+
+  private recordBlock(touched: number[]): void {
+    if (this.blocks + 2 > this.blockStart.length) this.blockStart = grow32(this.blockStart, more(this.blockStart.length));
+    if (this.blockLeafCount + touched.length > this.blockLeaves.length) this.blockLeaves = grow32(this.blockLeaves, Math.max(more(this.blockLeaves.length), this.blockLeafCount + touched.length));
+    for (const l of touched) this.blockLeaves[this.blockLeafCount++] = l;
+    this.blocks++;
+    this.blockStart[this.blocks] = this.blockLeafCount;
+  }
+
+  /** The trie root (recomputes what changed since the last call). */
+  trieRoot(): Uint8Array {
+    if (this.rootNode < 0) return EMPTY_TRIE;
+    this.rehash(this.rootNode);
+    return this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
+  }
+
+  /** The committed index root at the current size (docs/spec/index.md 4). */
+  root(): Uint8Array {
+    return indexRoot(this.c, this.blocks, this.trieRoot(), this.voidList);
+  }
+
+  /** The events of a key, in chain order ([] when absent). */
+  events(kind: KeyKind, name: string): IndexEvent[] {
+    const key = indexKey(this.c, kind, name);
+    const n = this.find(key);
+    if (n < 0) return [];
+    const out: IndexEvent[] = [];
+    for (let r = this.heads[this.left[n]!]!; r !== NONE; r = readU32(this.arena, r)) {
+      out.push(decodeEventAt(this.arena, r + 6));
+    }
+    return out;
+  }
+
+  /** A proof for the key at the current size (docs/spec/index.md 6). */
+  prove(kind: KeyKind, name: string): Uint8Array {
+    const key = indexKey(this.c, kind, name);
+    if (this.rootNode >= 0) this.rehash(this.rootNode);
+    const parts: Uint8Array[] = [];
+    const head = new Uint8Array(10);
+    head[0] = 0x01;
+    putU64(head, 2, this.blocks);
+    parts.push(head);
+    if (this.rootNode < 0) {
+      head[1] = 0x00;
+      parts.push(new Uint8Array([0]));
+    } else {
+      const steps: number[] = [];
+      let n = this.rootNode;
+      while (this.bit[n]! >= 0) {
+        const b = this.bit[n]!;
+        const goRight = keyBit(key, 0, b) === 1;
+        steps.push(b, goRight ? this.left[n]! : this.right[n]!);
+        n = goRight ? this.right[n]! : this.left[n]!;
+      }
+      const pathBytes = new Uint8Array(1 + 33 * (steps.length / 2));
+      pathBytes[0] = steps.length / 2;
+      for (let i = 0; i < steps.length; i += 2) {
+        pathBytes[1 + 33 * (i / 2)] = steps[i]!;
+        pathBytes.set(this.hash.subarray(steps[i + 1]! * 32, steps[i + 1]! * 32 + 32), 2 + 33 * (i / 2));
+      }
+      parts.push(pathBytes);
+      const s = this.left[n]!;
+      if (equalAt(this.keys, s * 32, key)) {
+        head[1] = 0x01;
+        const count = new Uint8Array(4);
+        putU32(count, 0, this.counts[s]!);
+        parts.push(count);
+        for (let r = this.heads[s]!; r !== NONE; r = readU32(this.arena, r)) {
+          parts.push(this.arena.subarray(r + 6, r + 6 + readU16(this.arena, r + 4)));
+        }
+      } else {
+        head[1] = 0x02;
+        const leaf = new Uint8Array(68);
+        leaf.set(this.keys.subarray(s * 32, s * 32 + 32));
+        putU32(leaf, 32, this.counts[s]!);
+        leaf.set(this.accs.subarray(s * 32, s * 32 + 32), 36);
+        parts.push(leaf);
+      }
+    }
+    const v = new Uint8Array(4 + 16 * this.voidList.length);
+    putU32(v, 0, this.voidList.length);
+    this.voidList.forEach(([from, to], i) => { putU64(v, 4 + 16 * i, from); putU64(v, 12 + 16 * i, to); });
+    parts.push(v);
+    let total = 0;
+    for (const p of parts) total += p.length;
+    const out = new Uint8Array(total);
+    let o = 0;
+    for (const p of parts) { out.set(p, o); o += p.length; }
+    return out;
+  }
+
+  // ------------------------------------------------------------ the tree
+
+  private find(key: Uint8Array): number {
+    let n = this.rootNode;
+    if (n < 0) return -1;
+    while (this.bit[n]! >= 0) n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+    return equalAt(this.keys, this.left[n]! * 32, key) ? n : -1;
+  }
+
+  /** Appends an event to the key's leaf (made if new); returns the leaf slot. */
+  private append(key: Uint8Array, ev: Uint8Array): number {
+    let n = this.rootNode;
+    if (n < 0) {
+      const leaf = this.newLeaf(key);
+      this.rootNode = this.newLeafNode(leaf);
+      this.appendToLeaf(leaf, ev);
+      return leaf;
+    }
+    let depth = 0;
+    const path = this.path;
+    while (this.bit[n]! >= 0) {
+      path[depth++] = n;
+      n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+    }
+    const s = this.left[n]!;
+    const crit = firstDiff(this.keys, s * 32, key);
+    if (crit < 0) {
+      for (let i = 0; i < depth; i++) this.touch(path[i]!);
+      this.appendToLeaf(s, ev);
+      return s;
+    }
+    const leaf = this.newLeaf(key);
+    const ln = this.newLeafNode(leaf);
+    // insertion point: the first node on the path whose bit is beyond crit
+    let parent = -1;
+    n = this.rootNode;
+    while (this.bit[n]! >= 0 && this.bit[n]! < crit) {
+      this.touch(n);
+      parent = n;
+      n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+    }
+    const inner = this.newNode();
+    this.bit[inner] = crit;
+    if (keyBit(key, 0, crit) === 1) { this.left[inner] = n; this.right[inner] = ln; } else { this.left[inner] = ln; this.right[inner] = n; }
+    if (parent < 0) this.rootNode = inner;
+    else if (this.left[parent] === n) { this.journal?.links.push(parent, 0, n); this.left[parent] = inner; }
+    else { this.journal?.links.push(parent, 1, n); this.right[parent] = inner; }
+    this.appendToLeaf(leaf, ev);
+    return leaf;
+  }
+
+  private appendToLeaf(leaf: number, ev: Uint8Array): void {
+    const j = this.journal;
+    if (j !== null && leaf < j.leaves && !j.saved.has(leaf)) {
+      j.saved.set(leaf, { count: this.counts[leaf]!, acc: this.accs.slice(leaf * 32, leaf * 32 + 32), head: this.heads[leaf]!, tail: this.tails[leaf]! });
+    }
+    const acc = foldEvent(this.c, this.accs.subarray(leaf * 32, leaf * 32 + 32), ev);
+    this.accs.set(acc, leaf * 32);
+    this.counts[leaf]!++;
+    const need = this.arenaUsed + 6 + ev.length;
+    if (need > this.arena.length) {
+      const a = new Uint8Array(Math.max(need, more(this.arena.length)));
+      a.set(this.arena.subarray(0, this.arenaUsed));
+      this.arena = a;
+    }
+    const r = this.arenaUsed;
+    putU32(this.arena, r, NONE);
+    this.arena[r + 4] = ev.length >>> 8;
+    this.arena[r + 5] = ev.length & 255;
+    this.arena.set(ev, r + 6);
+    this.arenaUsed = need;
+    if (this.tails[leaf] === NONE) this.heads[leaf] = r;
+    else putU32(this.arena, this.tails[leaf]!, r);
+    this.tails[leaf] = r;
+    // the path above the leaf is marked by the caller (its descent, or markPath)
+    this.touch(this.leafNode[leaf]!);
+  }
+
+  private touch(n: number): void {
+    this.dirty[n] = 1;
+    this.journal?.touched.push(n);
+  }
+
+  /**
+   * The index root once `blocks` (the next blocks of the log) are added;
+   * the index is left as it was. For a writer that signs the checkpoint of
+   * blocks it has yet to commit, and a mirror checking a remote's note
+   * before it takes its blocks. When `keep` answers true for that root,
+   * the blocks stay added instead.
+   */
+  rootWith(blocks: readonly Block[], targetIndex: (recordHash: string) => number, keep?: (root: Uint8Array) => boolean): Uint8Array {
+    if (blocks.length === 0) return this.root();
+    this.root(); // every hash current: only what the trial touches is rehashed afterwards
+    this.journal = {
+      nodes: this.nodes, leaves: this.leaves, arenaUsed: this.arenaUsed, blocks: this.blocks, blockLeafCount: this.blockLeafCount,
+      voids: this.voidList.length, rootNode: this.rootNode, saved: new Map(), links: [], touched: [],
+    };
+    const j = this.journal;
+    let kept = false;
+    try {
+      const pending = new Map(blocks.map((b) => [b.record_hash, b.index]));
+      for (const b of blocks) this.addBlock(b, (h) => pending.get(h) ?? targetIndex(h));
+      const root = this.root();
+      kept = keep !== undefined && keep(root);
+      return root;
+    } finally {
+      this.journal = null;
+      if (!kept) this.rollback(j);
+    }
+  }
+
+  private rollback(j: NonNullable<CompletenessIndex['journal']>): void {
+    {
+      for (let k = j.links.length - 3; k >= 0; k -= 3) {
+        if (j.links[k + 1] === 0) this.left[j.links[k]!] = j.links[k + 2]!;
+        else this.right[j.links[k]!] = j.links[k + 2]!;
+      }
+      this.rootNode = j.rootNode;
+      for (const [leaf, v] of j.saved) {
+        this.counts[leaf] = v.count;
+        this.accs.set(v.acc, leaf * 32);
+        this.heads[leaf] = v.head;
+        this.tails[leaf] = v.tail;
+        if (v.tail !== NONE) putU32(this.arena, v.tail, NONE);
+      }
+      this.nodes = j.nodes;
+      this.leaves = j.leaves;
+      this.arenaUsed = j.arenaUsed;
+      this.blocks = j.blocks;
+      this.blockLeafCount = j.blockLeafCount;
+      this.voidList.length = j.voids;
+      for (const n of j.touched) if (n < this.nodes) this.dirty[n] = 1;
+    }
+  }
+
+  /** Marks every node from the root to the leaf dirty (a revoke's leaves are found by slot, not by descent). */
+  private markPath(leaf: number): void {
+    const key = this.keys.subarray(leaf * 32, leaf * 32 + 32);
+    let n = this.rootNode;
+    while (this.bit[n]! >= 0) {
+      this.touch(n);
+      n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+    }
+  }
+
+  private leafNode = new Int32Array(512);
+
+  private newLeaf(key: Uint8Array): number {
+    if (this.leaves === this.counts.length) {
+      const cap = more(this.counts.length);
+      this.keys = grow8(this.keys, cap * 32);
+      this.accs = grow8(this.accs, cap * 32);
+      this.counts = grow32u(this.counts, cap);
+      this.heads = grow32u(this.heads, cap);
+      this.tails = grow32u(this.tails, cap);
+      this.leafNode = grow32(this.leafNode, cap);
+    }
+    const s = this.leaves++;
+    this.keys.set(key, s * 32);
+    this.counts[s] = 0;
+    this.accs.fill(0, s * 32, s * 32 + 32); // a slot a rolled-back trial used
+    this.heads[s] = NONE;
+    this.tails[s] = NONE;
+    return s;
+  }
+
+  private newLeafNode(leaf: number): number {
+    const n = this.newNode();
+    this.bit[n] = -1;
+    this.left[n] = leaf;
+    this.leafNode[leaf] = n;
+    return n;
+  }
+
+  private newNode(): number {
+    if (this.nodes === this.bit.length) {
+      const cap = more(this.bit.length);
+      const bit = new Int16Array(cap); bit.set(this.bit); this.bit = bit;
+      this.left = grow32(this.left, cap);
+      this.right = grow32(this.right, cap);
+      this.hash = grow8(this.hash, cap * 32);
+      this.dirty = grow8(this.dirty, cap);
+    }
+    const n = this.nodes++;
+    this.dirty[n] = 1;
+    return n;
+  }
+
+  private rehash(n: number): void {
+    if (this.dirty[n] === 0) return;
+    let h: Uint8Array;
+    if (this.bit[n]! < 0) {
+      const s = this.left[n]!;
+      h = leafHash(this.c, this.keys.subarray(s * 32, s * 32 + 32), this.counts[s]!, this.accs.subarray(s * 32, s * 32 + 32));
+    } else {
+      const l = this.left[n]!;
+      const r = this.right[n]!;
+      this.rehash(l);
+      this.rehash(r);
+      h = nodeHash(this.c, this.bit[n]!, this.hash.subarray(l * 32, l * 32 + 32), this.hash.subarray(r * 32, r * 32 + 32));
+    }
+    this.hash.set(h, n * 32);
+    this.dirty[n] = 0;
+  }
+
+  /** Bytes held in typed arrays (for the memory budget). */
+  bytes(): number {
+    return this.bit.byteLength + this.left.byteLength + this.right.byteLength + this.hash.byteLength + this.dirty.byteLength
+      + this.keys.byteLength + this.counts.byteLength + this.accs.byteLength + this.heads.byteLength + this.tails.byteLength + this.leafNode.byteLength
+      + this.arena.byteLength + this.blockStart.byteLength + this.blockLeaves.byteLength;
+  }
+}
+
+/** The next capacity: x1.5 (x2 left up to half the arrays unused at 1M keys). */
+function more(n: number): number {
+  return Math.ceil(n * 1.5) + 64;
+}
+
+function grow8(a: Uint8Array, cap: number): Uint8Array<ArrayBuffer> {
+  const b = new Uint8Array(cap);
+  b.set(a);
+  return b;
+}
+function grow32(a: Int32Array, cap: number): Int32Array<ArrayBuffer> {
+  const b = new Int32Array(cap);
+  b.set(a);
+  return b;
+}
+function grow32u(a: Uint32Array, cap: number): Uint32Array<ArrayBuffer> {
+  const b = new Uint32Array(cap);
+  b.set(a);
+  return b;
+}
+
+function equalAt(a: Uint8Array, off: number, key: Uint8Array): boolean {
+  for (let i = 0; i < 32; i++) if (a[off + i] !== key[i]) return false;
+  return true;
+}
+
+/** First bit (MSB first) where the 32 bytes at `off` differ from `key`, or -1. */
+function firstDiff(a: Uint8Array, off: number, key: Uint8Array): number {
+  for (let i = 0; i < 32; i++) {
+    const x = a[off + i]! ^ key[i]!;
+    if (x !== 0) return i * 8 + Math.clz32(x) - 24;
+  }
+  return -1;
+}
+
+export function readU32(b: Uint8Array, off: number): number {
+  return ((b[off]! << 24) >>> 0) + (b[off + 1]! << 16) + (b[off + 2]! << 8) + b[off + 3]!;
+}
+export function readU16(b: Uint8Array, off: number): number {
+  return (b[off]! << 8) + b[off + 1]!;
+}
+export function readU64(b: Uint8Array, off: number): number {
+  return readU32(b, off) * 2 ** 32 + readU32(b, off + 4);
+}
+
+/** Decodes the event of `len` bytes at `off` (bytes this module wrote). */
+function decodeEventAt(b: Uint8Array, off: number): IndexEvent {
+  const ascii = (o: number, n: number) => String.fromCharCode(...b.subarray(o, o + n));
+  if (b[off] === R) return { kind: 'revoke', block: readU64(b, off + 1), target: readU64(b, off + 9), date: ascii(off + 17, 10) };
+  const sl = readU16(b, off + 19);
+  return { kind: 'endorse', block: readU64(b, off + 1), date: ascii(off + 9, 10), semver: new TextDecoder().decode(b.subarray(off + 21, off + 21 + sl)) };
+}
