@@ -22,6 +22,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   endorse: async () => (await import('./endorse-bench.ts')).runEndorseBench(process.argv.includes('--quick')),
   tlog: async () => (await import('./tlog-bench.ts')).runTlogBench(process.argv.includes('--quick')),
   oci: async () => (await import('./oci-bench.ts')).runOciBench(process.argv.includes('--quick')),
+  git: async () => (await import('./git-bench.ts')).runGitBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];
