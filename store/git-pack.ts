@@ -21,7 +21,8 @@
  * loads a whole packfile into memory to read one object (a 50,000-block
  * mirror: a 20 MiB pack per read, bench/RESULTS.md "mirror bootstrap"
  * rows); DiskPacks reads one object with a binary search in the `.idx` and
- * a bounded read. Packs with a version-1 `.idx` still go to isomorphic-git.
+ * a bounded read. Packs with a version-1 `.idx` go to `git cat-file`
+ * (./object-store.ts).
  */
 import * as fs from 'node:fs';
 import { join } from 'node:path';
@@ -143,7 +144,7 @@ export function idxCount(idx: Buffer): number {
  * memory nor opens a file. Packs written or removed since (by a repack, a
  * fetch, or git) are seen at the next miss: a removed pack stays readable
  * through its open descriptor until then. Other index versions are left to
- * isomorphic-git.
+ * `git cat-file` (./object-store.ts).
  */
 export class DiskPacks {
   private packs: StoredPack[] | null = null;

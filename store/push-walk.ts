@@ -14,9 +14,8 @@
  * Must hold: a push reads O(new commits) objects; a merge commit is refused
  * (`not_a_chain`), never flattened.
  */
-import * as fs from 'node:fs';
+import { execFile } from 'node:child_process';
 import { join, resolve } from 'node:path';
-import git from 'isomorphic-git';
 import { VouchError } from '../chain/errors.ts';
 import { BRANCH_REF, type CommitHead, GITLINK_MODE, TREE_MODE, type TreeEntry, parseCommitHead, parseTree } from './git-objects.ts';
 import type { ObjType, PackEntry } from './git-pack-writer.ts';
@@ -75,13 +74,14 @@ export function pushObjects(gitdir: string, cache: object | undefined): PushObje
   return o;
 }
 
-/** The commit the local `main` points at (loose or packed ref), or null when it has none. */
-export async function localBranchHead(dir: string): Promise<string | null> {
-  try {
-    return await git.resolveRef({ fs, gitdir: join(resolve(dir), '.git'), ref: BRANCH_REF });
-  } catch {
-    return null;
-  }
+/** The commit the local `main` points at (loose or packed ref; `git rev-parse`, 30 s at most), or null when it has none. */
+export function localBranchHead(dir: string): Promise<string | null> {
+  return new Promise((done) => {
+    execFile('git', ['--git-dir', join(resolve(dir), '.git'), 'rev-parse', '--verify', '--quiet', `${BRANCH_REF}^{commit}`], { timeout: 30_000, maxBuffer: 4096, encoding: 'latin1' }, (err, out) => {
+      const oid = out.trim();
+      done(!err && /^[0-9a-f]{40}$/.test(oid) ? oid : null);
+    });
+  });
 }
 
 /**
