@@ -14,7 +14,7 @@
  * Must hold: a push reads O(new commits) objects; a merge commit is refused
  * (`not_a_chain`), never flattened.
  */
-import { execFile } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import { BRANCH_REF, type CommitHead, GITLINK_MODE, TREE_MODE, type TreeEntry, parseCommitHead, parseTree } from './git-objects.ts';
@@ -74,14 +74,16 @@ export function pushObjects(gitdir: string, cache: object | undefined): PushObje
   return o;
 }
 
-/** The commit the local `main` points at (loose or packed ref; `git rev-parse`, 30 s at most), or null when it has none. */
-export function localBranchHead(dir: string): Promise<string | null> {
-  return new Promise((done) => {
-    execFile('git', ['--git-dir', join(resolve(dir), '.git'), 'rev-parse', '--verify', '--quiet', `${BRANCH_REF}^{commit}`], { timeout: 30_000, maxBuffer: 4096, encoding: 'latin1' }, (err, out) => {
-      const oid = out.trim();
-      done(!err && /^[0-9a-f]{40}$/.test(oid) ? oid : null);
-    });
-  });
+/**
+ * The commit the local `main` points at (loose or packed ref), or null when
+ * it has none: `git rev-parse`, synchronous (a few ms, once per pusher
+ * start), so its 30 s bound is the child's own time and not tripped by a
+ * busy event loop.
+ */
+export async function localBranchHead(dir: string): Promise<string | null> {
+  const r = spawnSync('git', ['--git-dir', join(resolve(dir), '.git'), 'rev-parse', '--verify', '--quiet', `${BRANCH_REF}^{commit}`], { timeout: 30_000, maxBuffer: 4096, encoding: 'latin1' });
+  const oid = r.status === 0 ? r.stdout.trim() : '';
+  return /^[0-9a-f]{40}$/.test(oid) ? oid : null;
 }
 
 /**
