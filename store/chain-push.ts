@@ -22,8 +22,8 @@
  * Hand-written, not isomorphic-git's `push`: bench/RESULTS.md "Mirrors and
  * push": one append pushed at 50,000 commits costs vouch 0.54 ms of walk and
  * pack (7 objects, 1542 bytes); isomorphic-git's own push took 3.5–4.3 s at
- * 10,000 commits (it walks the history). `localBranchHead` asks
- * `git rev-parse` (once per pusher start; no hot path).
+ * 10,000 commits (it walks the history). `localBranchHead` reads the
+ * loose ref, then packed-refs (once per pusher start; no hot path).
  *
  * Must always hold:
  * - Never force: `refs/heads/main` on the remote only ever moves from a

@@ -14,12 +14,13 @@
  * Must hold: a push reads O(new commits) objects; a merge commit is refused
  * (`not_a_chain`), never flattened.
  */
-import { spawnSync } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
-import { BRANCH_REF, type CommitHead, GITLINK_MODE, TREE_MODE, type TreeEntry, parseCommitHead, parseTree } from './git-objects.ts';
+import { BRANCH_REF, type CommitHead, GITLINK_MODE, OID_RE, TREE_MODE, type TreeEntry, parseCommitHead, parseTree } from './git-objects.ts';
 import type { ObjType, PackEntry } from './git-pack-writer.ts';
 import { ObjectStore } from './object-store.ts';
+import { readRef } from './git-files.ts';
 
 /**
  * The local objects a push reads: the repository's ObjectStore (loose, then
@@ -74,16 +75,22 @@ export function pushObjects(gitdir: string, cache: object | undefined): PushObje
   return o;
 }
 
-/**
- * The commit the local `main` points at (loose or packed ref), or null when
- * it has none: `git rev-parse`, synchronous (a few ms, once per pusher
- * start), so its 30 s bound is the child's own time and not tripped by a
- * busy event loop.
- */
+/** The commit the local `main` points at (loose ref, then packed-refs, as git resolves it), or null when it has none. */
 export async function localBranchHead(dir: string): Promise<string | null> {
-  const r = spawnSync('git', ['--git-dir', join(resolve(dir), '.git'), 'rev-parse', '--verify', '--quiet', `${BRANCH_REF}^{commit}`], { timeout: 30_000, maxBuffer: 4096, encoding: 'latin1' });
-  const oid = r.status === 0 ? r.stdout.trim() : '';
-  return /^[0-9a-f]{40}$/.test(oid) ? oid : null;
+  const gitdir = join(resolve(dir), '.git');
+  const loose = readRef(gitdir, BRANCH_REF);
+  if (loose) return loose;
+  let packed: string;
+  try {
+    packed = await readFile(join(gitdir, 'packed-refs'), 'utf8');
+  } catch {
+    return null;
+  }
+  for (const line of packed.split('\n')) {
+    const [oid, name] = line.split(' ');
+    if (name === BRANCH_REF && oid !== undefined && OID_RE.test(oid)) return oid;
+  }
+  return null;
 }
 
 /**
