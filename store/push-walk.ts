@@ -20,7 +20,6 @@ import { VouchError } from '../chain/errors.ts';
 import { BRANCH_REF, type CommitHead, GITLINK_MODE, OID_RE, TREE_MODE, type TreeEntry, parseCommitHead, parseTree } from './git-objects.ts';
 import type { ObjType, PackEntry } from './git-pack-writer.ts';
 import { ObjectStore } from './object-store.ts';
-import { readRef } from './git-files.ts';
 
 /**
  * The local objects a push reads: the repository's ObjectStore (loose, then
@@ -75,11 +74,13 @@ export function pushObjects(gitdir: string, cache: object | undefined): PushObje
   return o;
 }
 
-/** The commit the local `main` points at (loose ref, then packed-refs, as git resolves it), or null when it has none. */
+/** The commit the local `main` points at (loose ref, then packed-refs, as git resolves them; read asynchronously, as isomorphic-git did), or null when it has none. */
 export async function localBranchHead(dir: string): Promise<string | null> {
   const gitdir = join(resolve(dir), '.git');
-  const loose = readRef(gitdir, BRANCH_REF);
-  if (loose) return loose;
+  try {
+    const loose = (await readFile(join(gitdir, BRANCH_REF), 'latin1')).trim();
+    if (OID_RE.test(loose)) return loose;
+  } catch { /* no loose ref: packed-refs */ }
   let packed: string;
   try {
     packed = await readFile(join(gitdir, 'packed-refs'), 'utf8');
