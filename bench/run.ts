@@ -24,6 +24,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   oci: async () => (await import('./oci-bench.ts')).runOciBench(process.argv.includes('--quick')),
   fleet: async () => (await import('./fleet-bench.ts')).runFleetBench(process.argv.includes('--quick')),
   index: async () => (await import('./index-bench.ts')).runIndexBench(process.argv.includes('--quick')),
+  git: async () => (await import('./git-bench.ts')).runGitBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];

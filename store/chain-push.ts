@@ -39,7 +39,7 @@ export interface PushNewOptions {
   timeouts?: PushTimeouts;
   /** undici dispatcher to use (default: a shared agent of this module). */
   dispatcher?: Dispatcher;
-  /** isomorphic-git cache object, reused across pushes (keeps parsed pack indexes of a packed repository). */
+  /** A token reused across pushes: the same PushObjects (./push-walk.ts), its parsed pack indexes and trees kept. */
   cache?: object;
   signal?: AbortSignal;
 }

@@ -5,8 +5,8 @@
  * chain/layout.ts, `open` / `init` / `append`, and for mirrors the clone,
  * the depth-1 fetch and the fast-forward. The pieces beside it each own one
  * concern (git-objects, object-store, git-pack, git-files, git-index,
- * chain-repo-files, chain-repo-repair); isomorphic-git is only the
- * fallback read of ./object-store.ts (bench/RESULTS.md "Chain core").
+ * chain-repo-files, chain-repo-repair); stock git (./git-cat-file.ts) is
+ * the fallback read and the reader of delta blocks (docs/decisions/git-store.md).
  * Trusts: callers to hand over block texts in order under the chain lock;
  * nothing a remote sends (ids recomputed, everything bounded by FETCH_LIMITS).
  * Must hold: a block exists only once its commit is on the branch, and

@@ -3,7 +3,7 @@
  * pack object's header, the delta codec, and `DiskPacks`, which reads stored
  * packs object by object through their v2 `.idx` (isomorphic-git loads a
  * whole pack per read; bench/RESULTS.md "Mirrors and push"). Packs with a
- * v1 `.idx` still go to isomorphic-git.
+ * v1 `.idx` go to `git cat-file` (./object-store.ts).
  * Owns: the object header varint and OFS/REF delta bases, git's delta format.
  * Trusts: packs on disk to be whole; reads are still bounded (object size,
  * delta depth 5000) and what does not parse is `io_error`.
@@ -130,7 +130,7 @@ export function idxCount(idx: Buffer): number {
  * memory nor opens a file. Packs written or removed since (by a repack, a
  * fetch, or git) are seen at the next miss: a removed pack stays readable
  * through its open descriptor until then. Other index versions are left to
- * isomorphic-git.
+ * `git cat-file` (./object-store.ts).
  */
 export class DiskPacks {
   private packs: StoredPack[] | null = null;

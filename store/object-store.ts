@@ -5,8 +5,8 @@
  * commit and its trees). Writes go to loose files (an append) or, between
  * `startPack()` and `syncDirs()`, into one new pack (`ChainRepo.init`).
  * Hand-written writes fsync (bench/RESULTS.md "Chain core");
- * isomorphic-git's `readObject` is the fallback read.
- * Owns: the lookup order (pinned, fetched, loose, packed, isomorphic-git),
+ * `git cat-file` (./git-cat-file.ts) is the fallback read.
+ * Owns: the lookup order (pinned, fetched, loose, packed, git cat-file),
  * the directory fsyncs, the list of loose objects `packPending` packs.
  * Trusts: objects on disk to be what their name says.
  * Must hold: `write` never leaves a partial object under an object's name;
@@ -20,18 +20,17 @@ import { VouchError } from '../chain/errors.ts';
 import { type CommitHead, OID_RE, type TreeEntry, ioError, loosePath, objectId, parseCommitHead, parseTree, readLoose } from './git-objects.ts';
 import { fsyncDir, writeDurably } from './git-files.ts';
 import { DiskPacks } from './git-pack.ts';
+import { GitCatFile } from './git-cat-file.ts';
 import type { PackData } from './git-pack-index.ts';
 import { type LooseObject, PackFileWriter, consolidatePacks, packLoose, removeLoose } from './repack.ts';
 
 /** Most loose objects whose bodies are held for the next pack (~3 x its threshold; a leaf tree is up to ~35 KiB). */
 const HELD_BODIES = 6144;
 
-/** Loose-object writer and reader; packed objects are read through DiskPacks (isomorphic-git for old index versions). */
+/** Loose-object writer and reader; packed objects are read through DiskPacks (stock git for old index versions). */
 export class ObjectStore {
   private _fetched: PackData | null = null;
   private knownDirs = new Set<string>();
-  /** isomorphic-git's cache: holds whole packfiles once read; reset after each sync. */
-  private cache = {};
   /** The head commit and the trees on the path to its last block, so a sync's diff from the head never opens a big pack. */
   private pinned = new Map<string, { type: string; body: Buffer }>();
   private seq = 0;
@@ -169,18 +168,21 @@ export class ObjectStore {
     } catch (e) {
       throw ioError(`cannot read object ${oid} from a pack`, e);
     }
+    // The fallback (packs with a version-1 index, an alternate): stock git, one process for this read.
+    const git = new GitCatFile(this.gitdir);
     try {
-      const { default: git } = await import('isomorphic-git'); // the fallback: loaded only when used
-      const r = await git.readObject({ fs, gitdir: this.gitdir, oid, format: 'content', cache: this.cache });
-      if (r.format !== 'content') throw new VouchError('io_error', `unexpected format ${r.format}`);
-      return { type: r.type, body: Buffer.from(r.object) };
+      const r = await git.read(oid);
+      if (r) return r;
     } catch (e) {
       throw ioError(`cannot read object ${oid}`, e);
+    } finally {
+      git.close();
     }
+    throw new VouchError('io_error', `cannot read object ${oid}: not in the repository`);
   }
 
   /**
-   * `read` without the isomorphic-git fallback (packs with a version-2
+   * `read` without the git fallback (packs with a version-2
    * index, loose objects, the fetched pack, the pinned objects): synchronous,
    * for the block reads of the sparse layout. `io_error` when it is none of those.
    */
@@ -211,9 +213,8 @@ export class ObjectStore {
     this.pinned = new Map(objects.map((o) => [objectId(o.type, o.body), o]));
   }
 
-  /** Let go of the packfiles isomorphic-git has read into memory. */
+  /** Let go of the objects DiskPacks keeps. */
   resetCache(): void {
-    this.cache = {};
     this.disk.resetCache();
   }
 

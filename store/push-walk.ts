@@ -9,11 +9,10 @@
  * Must hold: a push reads O(new commits) objects; a merge commit is refused
  * (`not_a_chain`), never flattened.
  */
-import * as fs from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import git from 'isomorphic-git';
 import { VouchError } from '../chain/errors.ts';
-import { BRANCH_REF, type CommitHead, GITLINK_MODE, TREE_MODE, type TreeEntry, parseCommitHead, parseTree } from './git-objects.ts';
+import { BRANCH_REF, type CommitHead, GITLINK_MODE, OID_RE, TREE_MODE, type TreeEntry, parseCommitHead, parseTree } from './git-objects.ts';
 import type { ObjType, PackEntry } from './git-pack-writer.ts';
 import { ObjectStore } from './object-store.ts';
 
@@ -70,13 +69,24 @@ export function pushObjects(gitdir: string, cache: object | undefined): PushObje
   return o;
 }
 
-/** The commit the local `main` points at (loose or packed ref), or null when it has none. */
+/** The commit the local `main` points at (loose ref, then packed-refs, as git resolves them; read asynchronously, as isomorphic-git did), or null when it has none. */
 export async function localBranchHead(dir: string): Promise<string | null> {
+  const gitdir = join(resolve(dir), '.git');
   try {
-    return await git.resolveRef({ fs, gitdir: join(resolve(dir), '.git'), ref: BRANCH_REF });
+    const loose = (await readFile(join(gitdir, BRANCH_REF), 'latin1')).trim();
+    if (OID_RE.test(loose)) return loose;
+  } catch { /* no loose ref: packed-refs */ }
+  let packed: string;
+  try {
+    packed = await readFile(join(gitdir, 'packed-refs'), 'utf8');
   } catch {
     return null;
   }
+  for (const line of packed.split('\n')) {
+    const [oid, name] = line.split(' ');
+    if (name === BRANCH_REF && oid !== undefined && OID_RE.test(oid)) return oid;
+  }
+  return null;
 }
 
 /**

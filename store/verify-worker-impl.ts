@@ -24,6 +24,7 @@ import { leafHash } from '../chain/merkle.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { DiskPacks, PackWindow } from './git-pack.ts';
 import { readLoose } from './git-objects.ts';
+import { GitCatFile } from './git-cat-file.ts';
 
 export interface VerifyTask {
   id: number;
@@ -242,12 +243,13 @@ export function examineFile(path: string, position: number, authority: TrustedAu
  * (a damaged pack is a failure at that block, as a changed file is), then
  * it is examined as a file's bytes are.
  */
-export function examineObject(read: ObjectRead, position: number, authority: TrustedAuthority | null, oid: Uint8Array, pack: string | null, offset: number, batch?: SignatureBatch, retired?: readonly string[]): Examined {
+export function examineObject(read: ObjectRead, position: number, authority: TrustedAuthority | null, oid: Uint8Array, pack: string | null, offset: number, batch?: SignatureBatch, retired?: readonly string[], fetched?: { type: string; body: Buffer }): Examined {
   const label = blockPath(position);
   const want = Buffer.from(oid.buffer, oid.byteOffset, 20).toString('hex');
   let o: { type: string; body: Buffer } | null;
   try {
-    if (pack !== null) {
+    if (fetched) o = fetched;
+    else if (pack !== null) {
       let w = read.windows.get(pack);
       if (!w) read.windows.set(pack, (w = new PackWindow(`${read.packs.dir}/${pack}.pack`)));
       o = w.read(offset) ?? read.packs.readAtOffset(pack, offset); // a delta: its base resolved there
@@ -304,15 +306,70 @@ export interface KeyNotice { notice: 'keys'; id: number; index: number; authorit
 /** Where a worker sends a `KeyNotice` (none on the main thread). */
 let noticeTo: ((n: KeyNotice) => void) | null = null;
 
-export function runTask(task: VerifyTask): VerifyTaskResult {
+/** `fetched`: blocks of the batch (0 = start) already read (`fetchDeltas`). */
+export function runTask(task: VerifyTask, fetched?: Map<number, { type: string; body: Buffer }>): VerifyTaskResult {
   const missing = task.missing !== undefined && task.missing.length > 0 ? new Set(task.missing) : null;
   const objects = task.objects;
   const read = objects ? objectReadOf(objects.gitdir, objects.packDir) : null;
   try {
-    return walkTask(task, missing, objects, read);
+    return walkTask(task, missing, objects, read, fetched);
   } finally {
     closeObjectRead(read);
   }
+}
+
+/**
+ * Who reads the sparse layout's blocks stored as deltas (a chain packed by
+ * git: a clone, `git gc`): `git` (the default), one `git cat-file --batch`
+ * per worker, asked for a batch's deltas at once, which resolves them with
+ * git's delta-base cache; `vouch` (`VOUCH_PACK_READER=vouch`), the
+ * hand-written DiskPacks, base by base. Whole objects are read through
+ * PackWindow either way (docs/performance-git.md has both side by side).
+ */
+export function packReader(): 'git' | 'vouch' {
+  return process.env.VOUCH_PACK_READER === 'vouch' ? 'vouch' : 'git';
+}
+
+/** The worker's `git cat-file --batch` (one per repository; ended with the worker's handles, or by a failure). */
+let catFile: GitCatFile | null = null;
+
+/**
+ * The blocks of a sparse batch that its pack stores as deltas, read by git
+ * (`packReader() === 'git'`), with the whole objects read on the way. Any
+ * failure leaves the block unread here: `examineObject` reads it as before,
+ * and reports what is wrong with it there.
+ */
+export async function fetchDeltas(task: VerifyTask): Promise<Map<number, { type: string; body: Buffer }> | undefined> {
+  const objects = task.objects;
+  if (!objects || !task.oids || packReader() !== 'git') return undefined;
+  const got = new Map<number, { type: string; body: Buffer }>();
+  const deltas: number[] = [];
+  const read = objectReadOf(objects.gitdir, objects.packDir);
+  try {
+    for (let i = 0; i < task.count; i++) {
+      const k = objects.where[2 * i]!;
+      if (k < 0) continue;
+      const pack = objects.packs[k]!;
+      let w = read.windows.get(pack);
+      if (!w) read.windows.set(pack, (w = new PackWindow(`${objects.packDir}/${pack}.pack`)));
+      try {
+        const o = w.read(objects.where[2 * i + 1]!);
+        if (o) got.set(i, o);
+        else deltas.push(i);
+      } catch { /* examineObject reads it again and reports it */ }
+    }
+  } finally {
+    closeObjectRead(read);
+  }
+  if (deltas.length === 0) return got;
+  if (catFile?.gitdir !== objects.gitdir) {
+    catFile?.close();
+    catFile = new GitCatFile(objects.gitdir);
+  }
+  const cf = catFile;
+  const answers = await Promise.allSettled(deltas.map((i) => cf.read(Buffer.from(task.oids!.buffer, task.oids!.byteOffset + 20 * i, 20).toString('hex'))));
+  answers.forEach((a, j) => { if (a.status === 'fulfilled' && a.value) got.set(deltas[j]!, a.value); });
+  return got;
 }
 
 /**
@@ -323,7 +380,7 @@ export function runTask(task: VerifyTask): VerifyTaskResult {
  */
 const SIGNATURE_RUN = 64;
 
-function walkTask(task: VerifyTask, missing: Set<number> | null, objects: VerifyTask['objects'], read: ObjectRead | null): VerifyTaskResult {
+function walkTask(task: VerifyTask, missing: Set<number> | null, objects: VerifyTask['objects'], read: ObjectRead | null, fetched?: Map<number, { type: string; body: Buffer }>): VerifyTaskResult {
   const batch = new SignatureBatch();
   // The key in force: the task's, then the one each key block of the batch puts in force.
   let authority = task.authority;
@@ -332,7 +389,7 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
     const b = inBatch ? batch : undefined;
     if (objects && read) {
       const k = objects.where[2 * i]!;
-      return examineObject(read, task.start + i, authority, task.oids!.subarray(20 * i, 20 * i + 20), k >= 0 ? objects.packs[k]! : null, objects.where[2 * i + 1]!, b, retired);
+      return examineObject(read, task.start + i, authority, task.oids!.subarray(20 * i, 20 * i + 20), k >= 0 ? objects.packs[k]! : null, objects.where[2 * i + 1]!, b, retired, fetched?.get(i));
     }
     return examineFile(task.dir + blockPath(task.start + i), task.start + i, authority, committedOf(task, i, missing), b, retired);
   };
@@ -417,10 +474,14 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
 // is also imported on the main thread, and by chain-repo.ts for `readChainFile`.
 if ((workerData as { vouch?: string } | null)?.vouch === 'verify-worker') {
   noticeTo = (n) => parentPort!.postMessage(n);
+  // Tasks run one after another, in the order they came (reading a batch's deltas through git is asynchronous).
+  let queue: Promise<void> = Promise.resolve();
   parentPort?.on('message', (task: VerifyTask) => {
-    const result = runTask(task);
-    const transfer: ArrayBuffer[] = result.walk ? [result.walk.endorsed.buffer as ArrayBuffer] : [];
-    if (result.leaves) transfer.push(result.leaves.buffer as ArrayBuffer);
-    parentPort!.postMessage(result, transfer);
+    queue = queue.then(async () => {
+      const result = runTask(task, await fetchDeltas(task));
+      const transfer: ArrayBuffer[] = result.walk ? [result.walk.endorsed.buffer as ArrayBuffer] : [];
+      if (result.leaves) transfer.push(result.leaves.buffer as ArrayBuffer);
+      parentPort!.postMessage(result, transfer);
+    });
   });
 }

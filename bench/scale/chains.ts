@@ -5,11 +5,13 @@
  * read-only gateways and `vouch verify` (`blocks/` and `.git/objects/` hard
  * linked: everything vouch and git write there goes through temp + rename,
  * which replaces a link rather than writing through it); `fullCopy` (`cp
- * -a`) for writers; `packedClone` (`git clone --bare --no-local`).
+ * -a`) for writers; `packedClone` (`git clone --bare --no-local`);
+ * `gitPackedSource`, the sparse chain repacked by stock git (deltas), cached.
  * Must hold: nothing written through a copy reaches the source; all copies
  * live under bench/out/scale-tmp (git-ignored).
  */
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { SPARSE_CONFIG, SPARSE_INDEX_CONFIG } from '../../store/sparse-layout.ts';
 import { join } from 'node:path';
@@ -61,6 +63,51 @@ export async function sparseSource(src: string, n: number): Promise<string> {
   const repo = await ChainRepo.open(dir);
   if (!repo.sparse) throw new Error(`bench: ${dir} did not open in the sparse layout`);
   return dir;
+}
+
+/**
+ * The sparse layout of the n-block chain (`sparseSource`) with every object
+ * repacked by stock git: `git repack -a -d -f` recomputes every delta, so
+ * the block blobs come out as deltas of each other, as in a chain that went
+ * through `git gc`, a `git clone` or a git server's pack (issue 33). Made
+ * once (minutes of CPU at 1M) and cached in
+ * bench/out/chain-<n>-sparse-gitpacked; the gateway's caches (`.git/vouch-*`
+ * but the store's state) are dropped, as a fresh clone has none.
+ */
+export async function gitPackedSource(sparse: string, n: number): Promise<string> {
+  const dir = join(root, 'bench', 'out', `chain-${n}-sparse-gitpacked`);
+  const done = join(dir, '.git', 'vouch-bench-gitpacked');
+  if (existsSync(done)) return dir;
+  say(`repacking a copy of the ${n.toLocaleString('en')}-block sparse chain with stock git (git repack -a -d -f) in ${dir}...`);
+  await timed('rm', ['-rf', dir], { timeoutMs: HOUR });
+  mkdirSync(dir, { recursive: true });
+  await timed('cp', ['-a', `${sparse}/.`, dir], { timeoutMs: HOUR });
+  for (const f of gatewayCaches(dir)) rmSync(f, { force: true });
+  const r = await timed('git', ['-C', dir, 'repack', '-a', '-d', '-f', '-q'], { timeoutMs: 6 * HOUR });
+  const c = await countObjects(join(dir, '.git'));
+  const deltas = await packDeltas(join(dir, '.git'));
+  writeFileSync(done, JSON.stringify({ repackMs: Math.round(r.ms), ...c, ...deltas }) + '\n');
+  say(`  repacked in ${(r.ms / 1000).toFixed(0)} s: ${c.packs} pack(s), ${(c.packBytes / 2 ** 20).toFixed(0)} MiB, ${deltas.deltas.toLocaleString('en')} of ${deltas.objects.toLocaleString('en')} objects stored as deltas`);
+  return dir;
+}
+
+/** What `gitPackedSource` recorded about its repack (time, pack size, deltas), or null. */
+export function gitPackedFacts(dir: string): { repackMs: number; packs: number; packBytes: number; objects: number; deltas: number } | null {
+  const f = join(dir, '.git', 'vouch-bench-gitpacked');
+  return existsSync(f) ? JSON.parse(readFileSync(f, 'utf8')) : null;
+}
+
+/** Objects of a repository's packs, and how many of them are stored as deltas (`git cat-file --batch-check='%(deltabase)'`). */
+export async function packDeltas(gitDir: string): Promise<{ objects: number; deltas: number }> {
+  const out = execFileSync('git', ['--git-dir', gitDir, 'cat-file', '--batch-all-objects', '--unordered', '--batch-check=%(deltabase)'], { maxBuffer: 1 << 30, encoding: 'latin1' });
+  let objects = 0;
+  let deltas = 0;
+  for (const line of out.split('\n')) {
+    if (line.length !== 40) continue;
+    objects++;
+    if (line !== '0'.repeat(40)) deltas++;
+  }
+  return { objects, deltas };
 }
 
 /** The scratch directory of this bench (removed by `cleanTmp`). */

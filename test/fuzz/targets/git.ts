@@ -2,7 +2,8 @@
  * Fuzz targets of git's formats as vouch reads them (store/): pkt-lines and
  * the receive-pack report, packs received (PackReceiver, the delta codec) and
  * read from disk (DiskPacks through their `.idx`), and `.git/index` files
- * (versions 2-4, the split index's link extension and its EWAH bitmaps).
+ * (versions 2-4, the split index's link extension and its EWAH bitmaps),
+ * and the answers of `git cat-file --batch`.
  * Property: a result or `io_error`; what is accepted is consistent (objects
  * found under the id of their bytes, an index written again reads the same).
  */
@@ -23,6 +24,7 @@ import { PackReceiver } from '../../../store/git-pack-index.ts';
 import { ewahDecode, ewahEncode, parseIndex, serializeIndex } from '../../../store/git-index-format.ts';
 import { SplitIndex } from '../../../store/git-index.ts';
 import { objectId } from '../../../store/git-objects.ts';
+import { AnswerParser } from '../../../store/git-cat-file.ts';
 import { check, corpusOf, mix, mutatedBytes, randomInput, refusedOnly, refusedOnlyAsync, type FuzzTarget } from '../target.ts';
 
 const remote = { base: 'http://127.0.0.1:1/chain.git', shown: 'http://127.0.0.1:1/chain.git' } as Parameters<typeof parseReport>[1];
@@ -409,4 +411,48 @@ export const gitSmartHttpTarget: FuzzTarget = {
     if (got) check(got.bytes === packBytes && packBytes <= input.length, `pack bytes ${got.bytes} / ${packBytes}`);
   },
   runs: 80,
+};
+
+/** Bodies of what `cat-file --batch` answers, by a strict reading of its format (null: not that format). */
+function referenceCatFile(input: Buffer, max: number): { oid: string; type?: string; body?: string }[] | null {
+  const out: { oid: string; type?: string; body?: string }[] = [];
+  let at = 0;
+  while (at < input.length) {
+    const nl = input.indexOf(10, at);
+    if (nl < 0) return input.length - at > 128 ? null : out; // a header still coming
+    if (nl - at > 128) return null;
+    const m = /^([0-9a-f]{40}) (?:(missing|ambiguous)|(blob|tree|commit|tag) (\d{1,12}))$/.exec(input.toString('latin1', at, nl));
+    if (!m) return null;
+    at = nl + 1;
+    if (m[2]) { out.push({ oid: m[1]! }); continue; }
+    const size = Number(m[4]);
+    if (size > max) return null;
+    if (at + size >= input.length) return out; // cut short: what came whole so far
+    if (input[at + size] !== 10) return null;
+    out.push({ oid: m[1]!, type: m[3]!, body: input.toString('latin1', at, at + size) });
+    at += size + 1;
+  }
+  return out;
+}
+
+export const gitCatFileTarget: FuzzTarget = {
+  name: 'git-cat-file',
+  about: "the answers of git cat-file --batch (store/git-cat-file.ts AnswerParser), fed in pieces: the objects a strict reading finds, or io_error where it refuses",
+  arbitrary: (seeds) => mix(randomInput(), mutatedBytes(seeds, { tokens: [' blob ', ' tree ', ' missing\n', '\n', ' 0\n', ' 99999\n'] })),
+  check(input) {
+    const got: { oid: string; type?: string; body?: string }[] = [];
+    const piece = 1 + (input.length % 97);
+    const ok = refusedOnly(() => {
+      const p = new AnswerParser(4096, (oid, o) => got.push(o ? { oid, type: o.type, body: o.body.toString('latin1') } : { oid }));
+      for (let i = 0; i < input.length; i += piece) p.push(input.subarray(i, i + piece));
+      return true;
+    }, ['io_error']);
+    const want = referenceCatFile(input, 4096);
+    if (want === null) check(ok === undefined, `accepted answers a strict reading refuses (${got.length} objects)`);
+    else {
+      check(ok === true, 'refused answers a strict reading accepts');
+      check(JSON.stringify(got) === JSON.stringify(want), 'objects differ from a strict reading');
+    }
+  },
+  runs: 1000,
 };
