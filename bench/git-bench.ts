@@ -1,23 +1,16 @@
 /**
- * `npm run bench -- git [--quick] [--sizes=A,B] [--runs=N] [--rows=cold,lookups]` (issue 33, "Stock
- * git, measured side by side"): the store's reads by today's hand-written
- * pack reader (store/git-pack.ts) and by stock git (store/git-cat-file.ts),
- * in one run, on the sparse chain packed by vouch AND the same chain
- * repacked by git (bench/scale/chains.ts `gitPackedSource`: block blobs as
- * deltas, as a clone holds them).
- *
- * Rows, per chain, each side by side (`VOUCH_PACK_READER=vouch|git`, the
- * switch store/verify-worker-impl.ts reads; the two interleaved run by run):
- *  reads    store level, one process: every block blob in block order;
- *           20,000 random block blobs (bench/git-reads.ts)
- *  verify   `vouch verify` blocks/s vs raw ed25519 × cores (as the scale bench);
- *           and its CPU time (/usr/bin/time: the process, its workers, the
- *           git it starts) against raw CPU a verify × blocks, steadier on
- *           loaded cores
- *  cold     read-only gateway cold start (caches deleted), and its ratio to verify
- *  lookups  random URLs of the whole chain vs bare node:http (wrk, as the scale bench)
- * (`--rows=` names which of cold and lookups run; verify and reads always do.)
- * Whole processes on 127.0.0.1 on link copies under bench/out/scale-tmp.
+ * `npm run bench -- git [--quick] [--sizes=A,B] [--runs=N] [--rows=cold,lookups]`
+ * (issue 33, "Stock git, measured side by side"): the store's reads by the
+ * hand-written pack reader (store/git-pack.ts) and by stock git
+ * (store/git-cat-file.ts), in one run, on the sparse chain packed by vouch
+ * and the same chain repacked by git (bench/scale/chains.ts
+ * `gitPackedSource`: block blobs as deltas, as a clone holds them).
+ * Rows, each side by side (`VOUCH_PACK_READER=vouch|git`, interleaved):
+ * reads (block order; 20,000 random), verify (blocks/s vs raw ed25519 x
+ * cores, and CPU time vs raw CPU), cold start (and its ratio to verify),
+ * lookups (random URLs vs bare node:http, wrk). `--rows=` names which of
+ * cold and lookups run. Whole processes on 127.0.0.1, link copies under
+ * bench/out/scale-tmp.
  */
 import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';

@@ -278,7 +278,7 @@ test('vouch get after a compromise: a block of the voided range is refused (void
   await until('the mirror at 9', async () => (await mirrorSize()) === 9);
   const honest = await vget(getMirror.url, 6);
   assert.is(honest.status, 1, honest.stderr);
-  assert.match(honest.stderr, /404/);
+  assert.match(honest.stderr, /404/, honest.stderr);
   const liar = await lyingGateway(getMirror.url, gc.blocks[6], bodyOf(6));
   try {
     const r = await vget(liar.url, 6);

@@ -332,7 +332,14 @@ export const get: Command = {
         await readBody(c, `${gateway}/checkpoint`, MAX_JSON_BYTES, (x) => void chunks.push(x as Buffer));
         noteText = Buffer.concat(chunks).toString('utf8');
       }
-      const cp = openVerified(nodeBackend, noteText, authorityNow(), `${gateway}/checkpoint`);
+      // A note by a key this client does not know yet: one walk of /v1/keys, then again (as provenIn).
+      let cp: VerifiedCheckpoint;
+      try {
+        cp = openVerified(nodeBackend, noteText, authorityNow(), `${gateway}/checkpoint`);
+      } catch (e) {
+        if (!(e instanceof Refusal && e.code === 'bad_checkpoint') || !(await follower.walk(gateway))) throw e;
+        cp = openVerified(nodeBackend, noteText, authorityNow(), `${gateway}/checkpoint`);
+      }
       await accept(cp, remembered(authority.origin ?? cp.origin), gateway);
       if (r.status !== 404) throw new Refusal('gateways_disagree', `${gateway} answers its download with 404 and its lookup with HTTP ${r.status}`);
       checkSelection(nodeBackend, cp, v.url, { semver: v.semver, at: v.at, today: new Date().toISOString().slice(0, 10) },
