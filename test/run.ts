@@ -72,7 +72,7 @@ const running = new Set<ChildProcess>();
 function runFile(file: string): Promise<FileResult> {
   const name = relative(root, file);
   const started = Date.now();
-  const tmp = mkdtempSync(join(tmpdir(), 'vouch-test-'));
+  const tmp = mkdtempSync(join(tmpdir(), 'vt-'));
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--import', 'tsx', file], {
       cwd: root,

@@ -13,7 +13,6 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,6 +31,7 @@ import { OriginServer } from '../helpers/origin-server.ts';
 import { hash1, modVersion, type ModVersion } from '../helpers/go-modules.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
+import { runAsync, type Run } from '../helpers/processes.ts';
 
 const CANONICAL = 'https://goproxy.example.org/';
 const work = mkdtempSync(join(tmpdir(), 'vouch-eco-go-'));
@@ -188,7 +188,7 @@ async function buildChain(dir: string): Promise<string> {
 // ---------------------------------------------------------------------------
 // The go command
 
-interface GoRun { status: number | null; stdout: string; stderr: string }
+type GoRun = Run;
 
 const consumer = join(work, 'consumer');
 let goCacheN = 0;
@@ -213,18 +213,7 @@ function goEnv(modcache: string): Record<string, string> {
 
 /** Runs the real go command without blocking this process (it serves the fixture origin). */
 function go(args: string[], modcache = join(work, 'modcache'), timeoutMs = 30_000): Promise<GoRun> {
-  return new Promise((resolve) => {
-    const child = spawn('go', args, { cwd: consumer, env: goEnv(modcache), stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (status) => {
-      clearTimeout(timer);
-      resolve({ status, stdout, stderr });
-    });
-  });
+  return runAsync('go', args, { cwd: consumer, env: goEnv(modcache), timeoutMs });
 }
 
 /** `go mod download -json` of one module version: its JSON answer (go prints it on failure too). */

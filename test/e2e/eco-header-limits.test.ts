@@ -13,7 +13,6 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,7 +25,7 @@ import { PypiHost, SYSTEM_PYTHON, buildDists, distFilename, sha256Hex, type Dist
 import { hash1, modVersion, type ModVersion } from '../helpers/go-modules.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
-import { vouchAsync, initAuthorityChain } from '../helpers/processes.ts';
+import { vouchAsync, initAuthorityChain, runAsync, vouchEndorse } from '../helpers/processes.ts';
 import { rawHead } from '../helpers/raw-http.ts';
 
 const NPM_PACKAGES = 1000;
@@ -56,24 +55,9 @@ const pySpecs: DistSpec[] = Array.from({ length: PIP_FILES }, (_, i) => ({ kind:
 const mods: ModVersion[] = Array.from({ length: GO_MODULES }, (_, i) => modVersion(`example.com/hl/m${i}`, 'v1.0.0'));
 const esc = (mv: ModVersion, ext: string) => `${mv.module}/@v/${mv.version}.${ext}`;
 
-/** A spawned command, bounded in time, without blocking this process (it serves the fixtures). */
-function run(cmd: string, args: string[], opts: { cwd?: string; env: NodeJS.ProcessEnv; timeoutMs: number }): Promise<{ status: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => { out += d; });
-    child.stderr.on('data', (d: Buffer) => { out += d; });
-    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs);
-    child.on('close', (status) => {
-      clearTimeout(timer);
-      resolve({ status, out });
-    });
-  });
-}
-
 /** `vouch endorse --lockfile FILE --json`: the blocks it wrote, each checked against the UNS bound. */
 async function endorse(file: string, extra: string[], entries: number): Promise<number[]> {
-  const r = await vouchAsync(['endorse', '--chain', chain, '--key', key, '--lockfile', file, '--license', 'MIT', '--json', ...extra], {}, 300_000);
+  const r = await vouchEndorse(chain, key, ['--lockfile', file, '--license', 'MIT', '--json', ...extra], {}, 300_000);
   assert.is(r.status, 0, r.stderr + r.stdout);
   const out = JSON.parse(r.stdout) as { entries: number; blocks: { index: number; entries: number }[] };
   assert.is(out.entries, entries);
@@ -211,8 +195,8 @@ test(`pip downloads ${PIP_FILES} files through the gateway in hash-checking mode
     PATH: '/usr/bin:/bin', HOME: join(work, 'home'), LANG: 'C.UTF-8', PIP_CONFIG_FILE: conf,
     PIP_DISABLE_PIP_VERSION_CHECK: '1', PIP_NO_CACHE_DIR: '1', PIP_NO_INPUT: '1', PYTHONDONTWRITEBYTECODE: '1',
   };
-  const r = await timed('pip download', () => run(SYSTEM_PYTHON, ['-m', 'pip', 'download', '--no-deps', '--progress-bar', 'off', '-d', dest, '-r', join(work, 'pip', 'requirements.txt')], { env, timeoutMs: 240_000 }));
-  assert.is(r.status, 0, r.out.slice(-3000));
+  const r = await timed('pip download', () => runAsync(SYSTEM_PYTHON, ['-m', 'pip', 'download', '--no-deps', '--progress-bar', 'off', '-d', dest, '-r', join(work, 'pip', 'requirements.txt')], { env, timeoutMs: 240_000 }));
+  assert.is(r.status, 0, (r.stdout + r.stderr).slice(-3000));
   assert.is(readdirSync(dest).length, PIP_FILES);
   assert.ok(!index.log.some((l) => /pip/i.test(l.userAgent)) && !files.log.some((l) => /pip/i.test(l.userAgent)), 'pip went around the gateway');
 });
@@ -227,8 +211,8 @@ test(`go downloads the ${GO_MODULES} modules of the go.sum through the gateway`,
     GOCACHE: join(work, 'gocache'), GOFLAGS: '-modcacherw', GOTOOLCHAIN: 'local', GOPROXY: `${gw.url}/go/`, GOSUMDB: 'off',
     GONOPROXY: '', GOPRIVATE: '', GOINSECURE: '', GONOSUMDB: '', GO111MODULE: 'on',
   };
-  const r = await timed('go mod download', () => run('go', ['mod', 'download'], { cwd: dir, env, timeoutMs: 240_000 }));
-  assert.is(r.status, 0, r.out.slice(-3000));
+  const r = await timed('go mod download', () => runAsync('go', ['mod', 'download'], { cwd: dir, env, timeoutMs: 240_000 }));
+  assert.is(r.status, 0, (r.stdout + r.stderr).slice(-3000));
   const cached = readdirSync(join(work, 'modcache', 'cache', 'download', 'example.com', 'hl'));
   assert.is(cached.length, GO_MODULES);
   assert.ok(goOrigin.log.every((l) => !/Go-http-client/i.test(l.headers['user-agent'] ?? '')), 'go went around the gateway');

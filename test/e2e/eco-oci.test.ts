@@ -32,12 +32,12 @@ import {
 import { parseRange } from '../../gateway/ecosystems/oci-route.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
-import { initAuthorityChain, vouchAsync } from '../helpers/processes.ts';
+import { initAuthorityChain, runAsync, vouchAsync } from '../helpers/processes.ts';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { blockPath } from '../../chain/layout.ts';
 import { imageSemver, parseImageRef, readImageRefs, refUrl } from '../../tools/lockfiles/oci.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
-import { Layout, Registry, push, runAsync, skopeo, smallLayer, tarImage, type Descriptor } from '../helpers/oci-registry.ts';
+import { Layout, Registry, push, skopeo, smallLayer, tarImage, type Descriptor } from '../helpers/oci-registry.ts';
 
 const CANONICAL = 'https://registry.example.test/';
 /** The canonical base of the registry behind the token-auth front (a private upstream). */
@@ -206,7 +206,8 @@ async function startGateway(): Promise<void> {
   const cfg = writeConfig(work, {
     listen: { host: '127.0.0.1', port: 0 },
     chain: { dir: join(work, 'chain'), public_key: publicKey },
-    origin: { allow_private: true, timeout: 10 },
+    // The default idle bound: the registry's 1 GiB layer can pause longer than 10 s on a loaded machine (504 origin_timeout).
+    origin: { allow_private: true, timeout: 30 },
     mirror: { memory_bytes: MEMORY, budget_bytes: BUDGET },
     proxy: {
       routes: [
@@ -292,6 +293,7 @@ test.after(async () => {
   await registry?.stop();
   await new Promise((r) => (authFront ? authFront.close(r) : r(null)));
   rmSync(work, { recursive: true, force: true });
+  if (podmanRun) rmSync(podmanRun, { recursive: true, force: true });
 });
 
 /** skopeo copy of `repo:tag` through the gateway into a fresh OCI layout; the run and the layout's directory. */
@@ -466,18 +468,22 @@ test('a private upstream behind the bearer-token flow: the credentials file answ
 /**
  * podman with a registries.conf that mirrors registry.example.test to the
  * gateway; the registry's own location is a closed port on 127.0.0.1, so a
- * fallback stays on loopback. Storage (vfs) and run dirs in the work dir.
+ * fallback stays on loopback. Storage (vfs) in the work dir; the run dir in
+ * a short one of its own (podman refuses a runroot longer than 50 characters,
+ * which the work dir under a test runner's TMPDIR can be).
  */
+let podmanRun = '';
 async function podman(args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
   const dir = join(work, 'podman');
+  podmanRun ||= mkdtempSync(join(tmpdir(), 'p-'));
   const conf = join(work, 'registries.conf');
   writeFileSync(conf, [
     'unqualified-search-registries = []',
     '[[registry]]', 'prefix = "registry.example.test"', 'location = "127.0.0.1:1"', 'insecure = true',
     '[[registry.mirror]]', `location = "${gwHost}"`, 'insecure = true', '',
   ].join('\n'));
-  return runAsync('podman', ['--root', join(dir, 'root'), '--runroot', join(dir, 'run'), '--storage-driver', 'vfs', '--cgroup-manager', 'cgroupfs',
-    '--events-backend', 'none', ...args], 120_000, { ...process.env, CONTAINERS_REGISTRIES_CONF: conf, HOME: dir });
+  return runAsync('podman', ['--root', join(dir, 'root'), '--runroot', podmanRun, '--storage-driver', 'vfs', '--cgroup-manager', 'cgroupfs',
+    '--events-backend', 'none', ...args], { env: { ...process.env, CONTAINERS_REGISTRIES_CONF: conf, HOME: dir } });
 }
 
 test('podman pull with a registries.conf mirror: the endorsed image, by its endorsed digest; an unendorsed one refused with vouch\'s reason', async () => {

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { spawn, spawnSync } from 'node:child_process';
-import { git, vouchAsync, type Run, initAuthorityChain } from '../helpers/processes.ts';
+import { git, vouchAsync, type Run, initAuthorityChain, vouchEndorse } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { licenseProblem } from '../../tools/lockfiles/licenses.ts';
 import { readRequirements, resolveRequirements } from '../../tools/lockfiles/pip.ts';
@@ -47,7 +47,7 @@ const oneLine = (r: Run) => {
   assert.is(r.stderr.trim().split('\n').length, 1, `expected one stderr line, got: ${r.stderr}`);
   assert.not.match(r.stderr, /\n\s+at /, 'stack trace on stderr');
 };
-const endorse = (args: string[], env: Record<string, string> = {}) => vouchAsync(['endorse', '--chain', chain, '--key', key, ...args], env);
+const endorse = (args: string[], env: Record<string, string> = {}) => vouchEndorse(chain, key, args, env);
 const verify = async () => {
   const r = await vouchAsync(['verify', '--chain', chain, '--json']);
   assert.is(r.status, 0, r.stderr + r.stdout);

@@ -38,7 +38,7 @@ import { OriginFetcher } from '../../artifacts/origin-fetcher.ts';
 import type { Resolver } from '../../artifacts/address-guard.ts';
 import { initChainRepo, testSigner } from '../helpers/chain-fixture.ts';
 import { OriginServer, digestOf } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { rawRequest, type RawAnswer } from '../helpers/raw-http.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-hardening-'));
@@ -227,12 +227,8 @@ test.after(async () => {
 });
 
 async function submit(url: string, semver = '1.0.0'): Promise<{ status: number; body: any }> {
-  const r = await fetch(`${authority.url}/v1/submit`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url, name: 'acme/hardening', semver, license: 'MIT' }),
-  });
-  return { status: r.status, body: await r.json() };
+  const r = await postSubmit(authority.url, token, { url, name: 'acme/hardening', semver, license: 'MIT' });
+  return { status: r.status, body: r.json };
 }
 
 async function chainSize(): Promise<number> {

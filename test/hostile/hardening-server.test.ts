@@ -30,7 +30,7 @@ import { join } from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { OriginServer, pattern } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { repoRoot } from '../helpers/vectors.ts';
 import { vouch } from '../helpers/processes.ts';
 import { resolveConfig } from '../../gateway/config.ts';
@@ -79,12 +79,7 @@ function get(base: string, path: string, opts: RawOptions = {}): Promise<Answer>
 }
 
 async function submit(base: string, url: string, name: string): Promise<void> {
-  const r = await get(base, '/v1/submit', {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url, name, semver: '1.0.0', license: 'MIT' }),
-  });
-  assert.is(r.status, 201, r.body.toString());
+  await submitEntry(base, token, { url, name, semver: '1.0.0', license: 'MIT' });
 }
 
 /** A raw connection that records what it received and when it was closed. */

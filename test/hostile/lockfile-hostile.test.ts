@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { git, vouchAsync, type Run, initAuthorityChain } from '../helpers/processes.ts';
+import { git, vouchAsync, type Run, initAuthorityChain, vouchEndorse } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { readRequirements, resolveRequirements, logicalLines, REQUIREMENTS_MAX_LINE_CHARS } from '../../tools/lockfiles/pip.ts';
 import { pipFileNames, pipRequestUrl } from '../../artifacts/pip-url.ts';
@@ -35,7 +35,7 @@ const write = (name: string, content: string | Buffer) => {
   return p;
 };
 const head = () => git(['-C', chain, 'rev-parse', 'HEAD']).stdout.trim();
-const endorse = (args: string[], timeoutMs?: number) => vouchAsync(['endorse', '--chain', chain, '--key', key, ...args], {}, timeoutMs);
+const endorse = (args: string[], timeoutMs?: number) => vouchEndorse(chain, key, args, {}, timeoutMs);
 const oneLine = (r: Run) => {
   assert.is(r.stderr.trim().split('\n').length, 1, `expected one stderr line, got: ${r.stderr}`);
   assert.not.match(r.stderr, /internal error|\n\s+at /, r.stderr);

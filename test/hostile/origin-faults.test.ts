@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { OriginServer, pattern, type RouteSpec } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-faults-'));
 const gwTmp = join(work, 'gateway-tmp');
@@ -26,12 +26,7 @@ const enc = encodeURIComponent;
 
 async function submit(path: string, body: RouteSpec['body']) {
   origin.route(path, { body });
-  const r = await request(gw.url + '/v1/submit', {
-    method: 'POST', dispatcher: agent,
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url: origin.url(path), name: 'acme/faults', semver: `1.0.${path.length}${path.charCodeAt(1)}`, license: 'MIT' }),
-  });
-  assert.is(r.statusCode, 201, await r.body.text());
+  await submitEntry(gw.url, token, { url: origin.url(path), name: 'acme/faults', semver: `1.0.${path.length}${path.charCodeAt(1)}`, license: 'MIT' });
 }
 
 async function download(path: string) {

@@ -33,7 +33,7 @@ import { ChainRepo, blockPath } from '../../store/chain-repo.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
 import { ChainState } from '../../gateway/chain-state.ts';
 import { T0, testSigner } from '../helpers/chain-fixture.ts';
-import { vouch } from '../helpers/processes.ts';
+import { gitIn, vouch } from '../helpers/processes.ts';
 
 const N = 2_050; // above the inline threshold (2,000): worker threads take part
 const K = 300; // the attacked block: inside the second batch of 250
@@ -65,11 +65,7 @@ const work = mkdtempSync(join(tmpdir(), 'vouch-untrusted-'));
 const dir = join(work, 'chain');
 let BASE = '';
 
-function git(...args: string[]): string {
-  const r = spawnSync('git', ['-C', dir, '-c', 'user.name=forger', '-c', 'user.email=forger@vouch.invalid', ...args], { encoding: 'utf8', env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1' } });
-  if (r.status !== 0) throw new Error(`git ${args.join(' ')}: ${r.stderr}`);
-  return r.stdout;
-}
+const git = (...args: string[]): string => gitIn(dir, '-c', 'user.name=forger', '-c', 'user.email=forger@vouch.invalid', ...args);
 const file = (i: number) => join(dir, blockPath(i));
 const commitAll = (msg: string) => { git('add', '-A'); git('commit', '-q', '--no-verify', '-m', msg); };
 /** Back to the chain as built: branch, index and working tree. */

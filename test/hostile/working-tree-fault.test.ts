@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { git, vouchAsync } from '../helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-wtfault-'));
@@ -48,13 +48,8 @@ test.after(async () => {
 });
 
 async function submit(n: number): Promise<{ status: number; index: number }> {
-  const r = await fetch(`${gw.url}/v1/submit`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url: origin.url(`/a-${n}.tgz`), name: 'acme/wt', semver: `1.0.${n}`, license: 'MIT' }),
-  });
-  const j = await r.json() as { index: number };
-  return { status: r.status, index: j.index };
+  const r = await postSubmit(gw.url, token, { url: origin.url(`/a-${n}.tgz`), name: 'acme/wt', semver: `1.0.${n}`, license: 'MIT' });
+  return { status: r.status, index: (r.json as { index: number }).index };
 }
 
 const checkpoint = async () => (await (await fetch(`${gw.url}/v1/checkpoint`)).json()) as { size: number; head: string };

@@ -18,8 +18,8 @@ import { ChainRepo } from '../../store/chain-repo.ts';
 import { acquireChainLock, assertChainWritable, lockPathOf } from '../../store/chain-lock.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
-import { git, vouchAsync } from '../helpers/processes.ts';
+import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { git, vouchAsync, vouchEndorse } from '../helpers/processes.ts';
 
 const work = realpathSync(mkdtempSync(join(tmpdir(), 'vouch-lock-')));
 const chain = join(work, 'chain');
@@ -56,15 +56,11 @@ test.after(async () => {
 });
 
 async function submit(path: string): Promise<{ status: number; json: any }> {
-  const r = await request(`${gw!.url}/v1/submit`, {
-    method: 'POST', dispatcher: agent,
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url: origin.url(path), name: 'acme/lock', semver: `1.0.${path.charCodeAt(2)}`, license: 'MIT' }),
-  });
-  return { status: r.statusCode, json: await r.body.json() };
+  const r = await postSubmit(gw!.url, token, { url: origin.url(path), name: 'acme/lock', semver: `1.0.${path.charCodeAt(2)}`, license: 'MIT' });
+  return { status: r.status, json: r.json };
 }
 
-const endorse = (url: string) => vouchAsync(['endorse', '--chain', chain, '--key', keyFile, '--url', url,
+const endorse = (url: string) => vouchEndorse(chain, keyFile, ['--url', url,
   '--name', 'acme/cli', '--semver', '1.0.0', '--license', 'MIT', '--file', join(work, 'a.txt')]);
 
 function gitClean(): void {

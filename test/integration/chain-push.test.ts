@@ -34,6 +34,7 @@ import { ChainPusher, type PushLog, lsRemote, makeDelta, pushNew } from '../../s
 import { GitServer } from '../helpers/git-server.ts';
 import { T0, testSigner } from '../helpers/chain-fixture.ts';
 import { refusal } from '../helpers/refusal.ts';
+import { gitWith } from '../helpers/processes.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const work = mkdtempSync(join(tmpdir(), 'vouch-push-test-'));
@@ -44,11 +45,7 @@ const pushers: ChainPusher[] = [];
 
 // ---------------------------------------------------------------- helpers
 
-function git(dir: string, ...args: string[]): string {
-  const r = spawnSync('git', ['-C', dir, ...args], { encoding: 'utf8', env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1', HOME: work } });
-  if (r.status !== 0) throw new Error(`git ${args.join(' ')} failed (${r.status}): ${r.stderr}`);
-  return r.stdout.trim();
-}
+const git = (dir: string, ...args: string[]): string => gitWith({ HOME: work }, dir, ...args).trim();
 
 const posts = () => gs.requests.filter((r) => r.startsWith('POST ') && r.endsWith('/git-receive-pack')).length;
 

@@ -24,6 +24,7 @@ import { ChainRepo, type BlockFile, type CommitInfo } from '../../store/chain-re
 import { blockPath, parseBlockPath } from '../../chain/layout.ts';
 import { ewahDecode, ewahEncode, parseIndex } from '../../store/git-index-format.ts';
 import { VouchError } from '../../chain/errors.ts';
+import { gitIn } from '../helpers/processes.ts';
 
 const PAD = 'x'.repeat(300);
 const block = (i: number): BlockFile => ({ index: i, content: `${JSON.stringify({ index: i, pad: PAD, note: 'é✓' }, null, 2)}\n` });
@@ -51,11 +52,7 @@ const root = mkdtempSync(join(tmpdir(), 'vouch-chain-repo-test-'));
 let seq = 0;
 const fresh = (name: string) => join(root, `${name}-${seq++}`);
 
-function git(dir: string, ...args: string[]): string {
-  const r = spawnSync('git', ['-C', dir, ...args], { encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`git ${args.join(' ')} failed (${r.status}): ${r.stderr}`);
-  return r.stdout;
-}
+const git = gitIn;
 
 /** The repository as git sees it: clean status, index = HEAD, nothing wrong for fsck, `files` tracked files. */
 function assertGitClean(dir: string, files: number, label = ''): void {

@@ -18,8 +18,9 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GitServer } from '../helpers/git-server.ts';
-import { buildLongChain, testSigner, T0 } from '../helpers/chain-fixture.ts';
+import { buildLongChain, endorseNext, testSigner, T0 } from '../helpers/chain-fixture.ts';
 import { memoryLog, type LogLine } from '../helpers/memory-log.ts';
+import { gitIn } from '../helpers/processes.ts';
 import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf, computeRecordHash } from '../../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../../chain/block.ts';
 import { base64Encode, utf8 } from '../../chain/encoding.ts';
@@ -50,11 +51,7 @@ function gitAsync(args: string[]): Promise<{ status: number | null; stdout: stri
   });
 }
 
-function gitSync(dir: string, ...args: string[]): string {
-  const r = spawnSync('git', ['-C', dir, ...args], { encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`git ${args.join(' ')} failed: ${r.stderr}`);
-  return r.stdout;
-}
+const gitSync = gitIn;
 
 async function push(dir: string, url: string, force = false): Promise<void> {
   const r = await gitAsync(['-C', dir, 'push', '-q', ...(force ? ['--force'] : []), url, 'main']);
@@ -76,13 +73,7 @@ function vouchVerify(dir: string, key = pub): { status: number | null; out: stri
 }
 
 /** An endorse block after `prev`. */
-function endorse(prev: Block, tag: string, s = signer): Block {
-  const i = prev.index + 1;
-  return buildEndorseBlock({
-    prev, signer: s, backend: nodeBackend, now: T0 + i * 1000 + 500,
-    entries: [{ url: `https://a.example/sync/${tag}/artifact-${i}.tgz`, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`${tag} ${i}`)), name: 'acme/sync', semver: `2.${i}.0`, license: 'MIT' }],
-  });
-}
+const endorse = (prev: Block, tag: string, s = signer): Block => endorseNext(prev, s, tag, { space: 'sync', name: 'acme/sync', major: 2 });
 
 /** The authority's side: a chain repository plus the blocks in memory, pushed to a bare repository on the server. */
 class Authority {

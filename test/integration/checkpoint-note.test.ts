@@ -36,7 +36,7 @@ import { OriginServer } from '../helpers/origin-server.ts';
 import { GitServer } from '../helpers/git-server.ts';
 import { memoryLog } from '../helpers/memory-log.ts';
 import { startGatewayProcess, submitEntry, writeConfig } from '../helpers/gateway-process.ts';
-import { gitAsync, gitIn, vouch, vouchAsync } from '../helpers/processes.ts';
+import { gitAsync, gitIn, vouch, vouchAsync, vouchEndorse } from '../helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-note-'));
 const keyFile = join(work, 'authority.pem');
@@ -78,7 +78,7 @@ function verifyJson(dir: string, extra: string[] = []) {
 async function endorse(chain: string, i: number, extra: string[] = [], env: Record<string, string> = {}) {
   const file = join(work, `artifact-${i}.txt`);
   writeFileSync(file, `artifact ${i}\n`);
-  return vouchAsync(['endorse', '--chain', chain, '--key', keyFile, '--url', `https://a.example/note/artifact-${i}.tgz`, '--file', file,
+  return vouchEndorse(chain, keyFile, ['--url', `https://a.example/note/artifact-${i}.tgz`, '--file', file,
     '--name', 'acme/note', '--semver', `1.${i}.0`, '--license', 'MIT', ...extra], env);
 }
 

@@ -21,7 +21,7 @@ import { createKeyFile, readKeyFile } from '../../platform/key-file.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned } from '../../store/chain-store.ts';
 import { OriginServer, pattern, digestOf } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync } from '../helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-gw-'));
@@ -52,13 +52,8 @@ async function get(path: string, headers: Record<string, string> = {}, method = 
   return { status: res.statusCode, headers: res.headers as Record<string, string>, body, json: () => JSON.parse(body.toString('utf8')) };
 }
 async function submit(body: unknown, headers: Record<string, string> = {}) {
-  const res = await request(gw.url + '/v1/submit', {
-    method: 'POST', dispatcher: agent,
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.body.text();
-  return { status: res.statusCode, json: JSON.parse(text) };
+  const r = await postSubmit(gw.url, token, body, headers);
+  return { status: r.status, json: r.json };
 }
 const enc = encodeURIComponent;
 const storedBlock = (i: number): Block => JSON.parse(readFileSync(join(chainDir, `blocks/000/000/${String(i).padStart(9, '0')}.json`), 'utf8'));

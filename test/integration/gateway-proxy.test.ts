@@ -21,7 +21,7 @@ import { createKeyFile, readKeyFile } from '../../platform/key-file.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned } from '../../store/chain-store.ts';
 import { OriginServer, digestOf, pattern } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync } from '../helpers/processes.ts';
 import { rawRequest, type RawAnswer } from '../helpers/raw-http.ts';
 
@@ -94,14 +94,7 @@ function rawSocket(text: string): Promise<number> {
 }
 
 async function submit(url: string, name: string): Promise<number> {
-  const res = await fetch(`${gw.url}/v1/submit`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url, name, semver: '1.0.0', license: 'MIT' }),
-  });
-  const j = await res.json() as { index: number };
-  assert.is(res.status, 201, JSON.stringify(j));
-  return j.index;
+  return (await submitEntry(gw.url, token, { url, name, semver: '1.0.0', license: 'MIT' })).index;
 }
 
 const storedBlock = (i: number): Block => JSON.parse(readFileSync(join(chainDir, `blocks/000/000/${String(i).padStart(9, '0')}.json`), 'utf8'));

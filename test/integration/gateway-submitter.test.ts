@@ -27,6 +27,7 @@ import { digestUrl } from '../../artifacts/artifact-digest.ts';
 import { Submitter, type SubmitResult } from '../../gateway/submitter.ts';
 import { T0, testSigner } from '../helpers/chain-fixture.ts';
 import { refusal } from '../helpers/refusal.ts';
+import { gitIn } from '../helpers/processes.ts';
 
 const signer = testSigner();
 const work = mkdtempSync(join(tmpdir(), 'vouch-submit-'));
@@ -90,7 +91,7 @@ function faultyRepo(real: ChainRepo): ChainRepo {
 
 // ---------------------------------------------------------------- audit helpers
 
-const git = (...args: string[]) => execFileSync('git', args, { cwd: dir, encoding: 'utf8' }).trim();
+const git = (...args: string[]) => gitIn(dir, ...args).trim();
 const commitCount = () => Number(git('rev-list', '--count', 'HEAD'));
 
 function allBlocks(): Block[] {

@@ -3,18 +3,13 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ChainIndex, buildAuthorityBlock, buildEndorseBlock, buildRevokeBlock, verifyChain, type Block } from '../../chain/index.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { testSigner, T0 } from '../helpers/chain-fixture.ts';
+import { pushEndorse, testSigner, T0 } from '../helpers/chain-fixture.ts';
 
 const signer = testSigner();
 const U = 'https://a.example/lib.tgz';
 const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now: T0, uns: 'acme/chain' })];
 function endorse(semver: string, effectiveDate: string, hashChar: string, url = U): Block {
-  const b = buildEndorseBlock({
-    prev: blocks[blocks.length - 1]!, signer, backend: nodeBackend, now: T0 + blocks.length * 1000, effectiveDate,
-    entries: [{ url, artifactHash: 'sha256:' + hashChar.repeat(64), name: 'acme/lib', semver, license: 'MIT' }],
-  });
-  blocks.push(b);
-  return b;
+  return pushEndorse(blocks, signer, [{ url, artifactHash: 'sha256:' + hashChar.repeat(64), name: 'acme/lib', semver, license: 'MIT' }], { effectiveDate });
 }
 const b1 = endorse('1.0.0', '2026-01-10', 'a');   // index 1
 const b2 = endorse('1.1.0', '2026-02-01', 'b');   // index 2

@@ -11,17 +11,13 @@ import { ChainIndex, buildAuthorityBlock, buildEndorseBlock, buildRevokeBlock, t
 import { CompactIndex, cyrb53 } from '../../chain/compact-index.ts';
 import { indexFactsOf, type IndexFacts } from '../../chain/index-facts.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { testSigner, T0 } from '../helpers/chain-fixture.ts';
+import { pushEndorse, testSigner, T0 } from '../helpers/chain-fixture.ts';
 
 const signer = testSigner();
 const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now: T0, uns: 'acme/chain' })];
 function endorse(urls: string[], semver: string, date: string, uns = 'acme/lib'): Block {
-  const b = buildEndorseBlock({
-    prev: blocks[blocks.length - 1]!, signer, backend: nodeBackend, now: T0 + blocks.length * 1000, effectiveDate: date, uns,
-    entries: urls.map((url, k) => ({ url, artifactHash: 'sha256:' + ((blocks.length * 7 + k) % 16).toString(16).repeat(64), name: uns, semver, license: 'MIT' })),
-  });
-  blocks.push(b);
-  return b;
+  const hash = (k: number) => 'sha256:' + ((blocks.length * 7 + k) % 16).toString(16).repeat(64);
+  return pushEndorse(blocks, signer, urls.map((url, k) => ({ url, artifactHash: hash(k), name: uns, semver, license: 'MIT' })), { effectiveDate: date, uns });
 }
 const A = 'https://a.example/a.tgz';
 const B = 'https://b.example/b.tgz';
