@@ -12,7 +12,10 @@ import * as assert from 'uvu/assert';
 import { hexDecode } from '../../chain/encoding.ts';
 import { MerkleTree } from '../../chain/merkle-tree.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { Refusal, checkRevocation, decide, type GatewayAnswer, type RevocationEvidence, type VerifiedCheckpoint } from '../../tools/tlog-client.ts';
+import { Refusal, checkRevocation, decide, openVerified, type GatewayAnswer, type RevocationEvidence, type VerifiedCheckpoint } from '../../tools/tlog-client.ts';
+import { ERROR_CATALOGUE, VouchError } from '../../chain/errors.ts';
+import { signCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { testSigner } from '../helpers/chain-fixture.ts';
 import { buildFeatureChain } from '../helpers/chain-fixture.ts';
 
 const c = nodeBackend;
@@ -85,6 +88,33 @@ test('decide: the revocation explains it; no evidence, or the same tree, is a di
   assert.match(r.line, /takes effect/);
   r = await refused(decide([answer('a', 1, 5), newest], DATE, async () => evidence(), c));
   assert.match(r.line, /^the gateways disagree on the same tree: /);
+});
+
+test('a refusal is an error of the one catalogue (a VouchError of kind answer) and keeps the line and evidence it prints', () => {
+  const r = new Refusal('bad_proof', 'g: the proof is not JSON', 'hash 1\nhash 2');
+  assert.instance(r, VouchError);
+  assert.is(r.code, 'bad_proof');
+  assert.is(r.kind, 'answer');
+  assert.is(r.message, 'g: the proof is not JSON');
+  assert.is(r.line, 'g: the proof is not JSON');
+  assert.is(r.evidenceText, 'hash 1\nhash 2');
+  assert.equal(r.evidence, { text: 'hash 1\nhash 2' });
+  const codes = ['bad_answer', 'no_proof', 'bad_proof', 'bad_checkpoint', 'bad_state', 'stale_checkpoint', 'security_error', 'gateways_disagree', 'policy', 'quorum', 'void_block'] as const;
+  for (const code of codes) assert.is(new Refusal(code, 'x').kind, 'answer', code);
+  assert.is(ERROR_CATALOGUE.revoked.kind, 'request');
+});
+
+test('openVerified: a checkpoint with extension lines is refused once, naming its source once', () => {
+  const signer = testSigner();
+  const text = signCheckpoint(c, { origin: 'vouch.example/log', size: 1, root: new Uint8Array(32), extensions: ['ext'] }, signer);
+  try {
+    openVerified(c, text, { publicKey: signer.publicKey, origin: 'vouch.example/log' }, 'gw');
+    assert.unreachable('opened');
+  } catch (e) {
+    assert.instance(e, Refusal);
+    assert.is((e as Refusal).code, 'bad_checkpoint');
+    assert.is((e as Refusal).line, 'gw: the checkpoint has extension lines; vouch checkpoints have none');
+  }
 });
 
 test.run();
