@@ -39,7 +39,7 @@ export function computeRecordHash(block: UnhashedBlock | Block, backend: CryptoB
  * parsed form admits no character JSON escapes (hex, dates, SemVer, unit
  * names, license ids, enumerations, base64) are quoted without it. Equal to
  * `canonicalize(payload)` byte for byte (test/fuzz-parsers.test.ts checks it
- * on real and generated payloads, test/chain-vectors.test.ts on the vectors).
+ * on real and generated payloads, test/unit/chain-vectors.test.ts on the vectors).
  * Members in UTF-16 order.
  */
 export function parsedPayloadJcs(p: Payload): string {

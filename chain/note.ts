@@ -17,10 +17,10 @@
  * lines by a known key (name and key ID) only the FIRST is verified, the
  * later ones are dropped unread, and a first one that does not verify
  * refuses the note. `parseNote` keeps every line as it came (so a note
- * round-trips); test/go-interop.test.ts gives Go and this code the same
+ * round-trips); test/e2e/go-interop.test.ts gives Go and this code the same
  * notes.
  *
- * Example (Go's sumdb/note vector; test/note.test.ts signs and opens it),
+ * Example (Go's sumdb/note vector; test/unit/note.test.ts signs and opens it),
  * signed by the verifier key `PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW`
  * (key ID c74f20a3 = SHA-256("PeterNeumann" ‖ 0x0A ‖ 0x01 ‖ key)[:4]):
  *

@@ -9,7 +9,7 @@
  * 2^53-1; root the padded standard base64 of exactly 32 bytes (canonical);
  * extension lines non-empty; every line ends in a newline.
  *
- * Example (c2sp.org/tlog-checkpoint; test/tlog-checkpoint.test.ts parses it):
+ * Example (c2sp.org/tlog-checkpoint; test/unit/tlog-checkpoint.test.ts parses it):
  *
  *     example.com/behind-the-sofa
  *     20852163

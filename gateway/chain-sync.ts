@@ -37,7 +37,7 @@
  * - A hostile or broken remote (malformed, oversized, endless or slow
  *   answers) costs one failed attempt, bounded by store/chain-repo.ts
  *   `FETCH_LIMITS`, reported in `status()` as a transport failure (backoff),
- *   and changes nothing local (test/hostile-remote.test.ts).
+ *   and changes nothing local (test/hostile/hostile-remote.test.ts).
  */
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';

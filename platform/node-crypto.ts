@@ -14,7 +14,7 @@
  * also refuses small-order or non-canonical A and small-order R. So a
  * signature libsodium accepts is one OpenSSL accepts, and one it refuses is
  * handed to OpenSSL, whose answer stands: `verify` accepts exactly what
- * OpenSSL accepts (test/ed25519-engines.test.ts holds it on the
+ * OpenSSL accepts (test/integration/ed25519-engines.test.ts holds it on the
  * ed25519-speccheck cases, the chain vectors and mutated signatures), only a
  * valid signature costs half as much and a refused one costs both checks.
  * Without sodium-native (a platform without its prebuilt binary, or

@@ -20,7 +20,7 @@
  * (at most FETCH_LIMITS.pktLineBytes) besides what it was handed.
  *
  * Hand-written, not isomorphic-git's GitPktLine: that reader has no bound on
- * a line or on the number of lines (test/hostile-remote.test.ts cases
+ * a line or on the number of lines (test/hostile/hostile-remote.test.ts cases
  * "endless pkt-lines", "one pkt-line longer than git allows").
  */
 import { VouchError } from '../chain/errors.ts';

@@ -22,7 +22,7 @@
  *
  * Must hold: the index written is one `git status` reads as clean when the
  * root files match their entries' stat data and the branch's trees (tested
- * with git itself: test/sparse-layout.test.ts).
+ * with git itself: test/integration/sparse-layout.test.ts).
  */
 import * as fs from 'node:fs';
 import { join } from 'node:path';

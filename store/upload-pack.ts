@@ -19,7 +19,7 @@
  * failed fetch leaves no file behind.
  *
  * Hand-written, not isomorphic-git's `fetch`: it has no bound on refs,
- * pkt-lines, pack bytes or time (test/hostile-remote.test.ts), and it
+ * pkt-lines, pack bytes or time (test/hostile/hostile-remote.test.ts), and it
  * indexes the pack with its JS indexer (see ./git-pack-index.ts for the
  * bench/RESULTS.md "mirror bootstrap" row).
  */
@@ -62,7 +62,7 @@ export interface FetchResult {
 }
 
 
-/** How a failed fetch exchange is put (the messages test/hostile-remote.test.ts and operators read). */
+/** How a failed fetch exchange is put (the messages test/hostile/hostile-remote.test.ts and operators read). */
 function fetchFailure(shown: string, timeoutMs: number, stallMs: number, why: ExchangeFailure, cause: unknown): VouchError {
   const msg = cause instanceof Error ? cause.message : String(cause);
   switch (why) {

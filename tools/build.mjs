@@ -13,7 +13,7 @@
  *   dynamic `import()`: tools/cli.ts loads each command's module only when
  *   that command runs, and `vouch serve` the gateway, so `vouch endorse`
  *   never loads the gateway's HTTP server, its packages (pino, undici,
- *   prom-client, ...) or the explorer (test/cli-startup.test.ts holds it).
+ *   prom-client, ...) or the explorer (test/integration/cli-startup.test.ts holds it).
  *   The pieces are `<module>-<hash>.mjs` (a command's chunk) and
  *   `chunk-<hash>.mjs` (code several share), content-hashed, in dist/
  *   itself: code locating files beside it (`new URL('./x', import.meta.url)`:

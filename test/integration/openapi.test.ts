@@ -192,7 +192,7 @@ test('browse endpoints and health probes match the document', async () => {
   assert.is((await call('GET', '/v1/units?name=x')).status, 400);
   assert.is((await call('GET', '/healthz')).status, 200);
   assert.is((await call('GET', '/readyz')).status, 200);
-  // Not a witness (no witness section): 404, as for an unknown log (test/witness.test.ts has the rest).
+  // Not a witness (no witness section): 404, as for an unknown log (test/integration/witness.test.ts has the rest).
   assert.is((await call('POST', '/add-checkpoint', { body: 'old 0\n\n' })).status, 404);
   const metrics = await call('GET', '/metrics');
   assert.is(metrics.status, 200);

@@ -169,7 +169,7 @@ test('memory per object: the index of 200,000 objects holds < 64 bytes each (FET
   assert.equal(readdirSync(dir), []);
 });
 
-test('a clone over git http-backend: the pack lands in objects/pack as pack-<sum>.pack + .idx (git verify-pack agrees), no temporary file (failures: test/hostile-remote.test.ts)', async () => {
+test('a clone over git http-backend: the pack lands in objects/pack as pack-<sum>.pack + .idx (git verify-pack agrees), no temporary file (failures: test/hostile/hostile-remote.test.ts)', async () => {
   const root = join(work, `srv-${seq++}`);
   mkdirSync(root, { recursive: true });
   const server = await GitServer.start(root);
