@@ -15,6 +15,7 @@ import { createHash } from 'node:crypto';
 import { spawn, spawnSync } from 'node:child_process';
 import { git, vouchAsync, type Run, initAuthorityChain, vouchEndorse } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
+import { hex, lockTarball, sri, writerIn } from '../helpers/lockfiles.ts';
 import { licenseProblem } from '../../tools/lockfiles/licenses.ts';
 import { readRequirements, resolveRequirements } from '../../tools/lockfiles/pip.ts';
 import { Http, OriginMap } from '../../tools/lockfiles/http.ts';
@@ -27,15 +28,7 @@ const chain = join(work, 'chain');
 let reg: OriginServer; // npm registry, PyPI index, GOPROXY
 let files: OriginServer; // the PyPI files host
 
-const sha = (alg: string, b: Buffer | string) => createHash(alg).update(b).digest();
-const sri = (alg: string, b: Buffer | string) => `${alg}-${sha(alg, b).toString('base64')}`;
-const hex = (alg: string, b: Buffer | string) => sha(alg, b).toString('hex');
-const write = (name: string, content: string | Buffer) => {
-  const p = join(work, name);
-  mkdirSync(dirname(p), { recursive: true });
-  writeFileSync(p, content);
-  return p;
-};
+const write = writerIn(work);
 const head = () => git(['-C', chain, 'rev-parse', 'HEAD']).stdout.trim();
 const size = () => JSON.parse(readFileSync(join(chain, 'checkpoint.json'), 'utf8')).size as number;
 const blockFile = (i: number) => {
@@ -55,10 +48,7 @@ const verify = async () => {
 };
 
 /** A package-lock v3 `packages` map entry for a tarball served at `path` on the registry origin. */
-function tarball(path: string, bytes: Buffer, extra: Record<string, unknown> = {}) {
-  reg.route(path, { body: bytes, contentType: 'application/octet-stream' });
-  return { resolved: reg.url(path), integrity: sri('sha512', bytes), ...extra };
-}
+const tarball = (path: string, bytes: Buffer, extra: Record<string, unknown> = {}) => lockTarball(reg, path, bytes, extra);
 
 test.before(async () => {
   reg = await OriginServer.start();

@@ -15,6 +15,7 @@ import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { git, vouchAsync, type Run, initAuthorityChain, vouchEndorse } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
+import { writerIn } from '../helpers/lockfiles.ts';
 import { readRequirements, resolveRequirements, logicalLines, REQUIREMENTS_MAX_LINE_CHARS } from '../../tools/lockfiles/pip.ts';
 import { pipFileNames, pipRequestUrl } from '../../artifacts/pip-url.ts';
 import { parseSri, strongestSri, SRI_MAX_TOKENS } from '../../tools/lockfiles/digests.ts';
@@ -28,12 +29,7 @@ const chain = join(work, 'chain');
 let index: OriginServer;
 
 const hex = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
-const write = (name: string, content: string | Buffer) => {
-  const p = join(work, name);
-  mkdirSync(dirname(p), { recursive: true });
-  writeFileSync(p, content);
-  return p;
-};
+const write = writerIn(work);
 const head = () => git(['-C', chain, 'rev-parse', 'HEAD']).stdout.trim();
 const endorse = (args: string[], timeoutMs?: number) => vouchEndorse(chain, key, args, {}, timeoutMs);
 const oneLine = (r: Run) => {

@@ -17,6 +17,7 @@ import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { gitIn, vouchAsync, type Run, initAuthorityChain } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
+import { hex, lockTarball, sri, writerIn } from '../helpers/lockfiles.ts';
 import { startGatewayProcess, until, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { hash1, modVersion } from '../helpers/go-modules.ts';
 import { repoRoot } from '../helpers/vectors.ts';
@@ -32,15 +33,7 @@ let reg: OriginServer;
 let files: OriginServer;
 let gw: GatewayProcess;
 
-const sha = (alg: string, b: Buffer | string) => createHash(alg).update(b).digest();
-const sri = (alg: string, b: Buffer | string) => `${alg}-${sha(alg, b).toString('base64')}`;
-const hex = (alg: string, b: Buffer | string) => sha(alg, b).toString('hex');
-const write = (name: string, content: string | Buffer) => {
-  const p = join(work, name);
-  mkdirSync(dirname(p), { recursive: true });
-  writeFileSync(p, content);
-  return p;
-};
+const write = writerIn(work);
 const size = (chain: string) => JSON.parse(readFileSync(join(chain, 'checkpoint.json'), 'utf8')).size as number;
 const block = (chain: string, i: number) => {
   const d = String(i).padStart(9, '0');
@@ -87,10 +80,7 @@ async function sameAsOffline(lockfile: string, args: string[], env: Record<strin
   return ours;
 }
 
-function tarball(path: string, bytes: Buffer, extra: Record<string, unknown> = {}) {
-  reg.route(path, { body: bytes, contentType: 'application/octet-stream' });
-  return { resolved: reg.url(path), integrity: sri('sha512', bytes), ...extra };
-}
+const tarball = (path: string, bytes: Buffer, extra: Record<string, unknown> = {}) => lockTarball(reg, path, bytes, extra);
 
 test.before(async () => {
   reg = await OriginServer.start();
