@@ -136,7 +136,7 @@ const times = readTimes();
 const order = [...files].sort((a, b) => (times[relative(root, b)] ?? 60_000) - (times[relative(root, a)] ?? 60_000));
 
 const startedAt = Date.now();
-console.log(`${files.length} test files, ${Math.min(jobs, Math.max(files.length, 1))} at a time${kinds ? ` (${kinds.join(', ')})` : ''}`);
+console.log(`${files.length} test file${files.length === 1 ? '' : 's'}, ${Math.min(jobs, Math.max(files.length, 1))} at a time${kinds ? ` (${kinds.join(', ')})` : ''}`);
 if (kinds && flat.length) console.log(`not in a kind folder, so not run with --kind: ${flat.map((f) => relative(root, f)).join(', ')}`);
 
 let passed = 0;
@@ -162,7 +162,7 @@ async function worker(): Promise<void> {
 }
 await Promise.all(Array.from({ length: Math.min(jobs, Math.max(order.length, 1)) }, worker));
 
-console.log(`\n${files.length} files in ${((Date.now() - startedAt) / 1000).toFixed(1)} s with ${jobs} jobs`);
+console.log(`\n${files.length} file${files.length === 1 ? '' : 's'} in ${((Date.now() - startedAt) / 1000).toFixed(1)} s with ${jobs} jobs`);
 for (const p of problems) console.log(`FAILED ${p}`);
 if (passed + failed === 0) {
   console.log('no test ran');
