@@ -1,6 +1,7 @@
 /** Runs the real `vouch` CLI and the real git CLI as child processes, bounded in time. */
 import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
+import type { Worker } from 'node:worker_threads';
 import { repoRoot } from './vectors.ts';
 
 export interface Run { status: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }
@@ -77,4 +78,12 @@ export function gitAsync(args: string[], timeoutMs = 60_000): Promise<Run> {
 /** `vouch endorse --chain CHAIN --key KEY args...` without blocking this process's event loop. */
 export function vouchEndorse(chain: string, key: string, args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Promise<Run> {
   return vouchAsync(['endorse', '--chain', chain, '--key', key, ...args], env, timeoutMs);
+}
+
+/** Stops a worker thread that serves until told: posts it 'close', waits up to 2 s for it to exit, then terminates it. */
+export async function stopWorker(worker: Worker | undefined): Promise<void> {
+  if (worker === undefined) return;
+  worker.postMessage('close');
+  await Promise.race([new Promise((r) => worker.once('exit', r)), new Promise((r) => setTimeout(r, 2_000))]);
+  await worker.terminate();
 }

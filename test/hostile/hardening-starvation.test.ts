@@ -25,6 +25,7 @@ import { Agent, request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import { stopWorker } from '../helpers/processes.ts';
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../../chain/build.ts';
 import type { Block } from '../../chain/block.ts';
 import { base64Encode } from '../../chain/index.ts';
@@ -116,11 +117,7 @@ test.before(async () => {
 test.after(async () => {
   agent.destroy();
   await gw?.stop();
-  if (worker !== undefined) {
-    worker.postMessage('close');
-    await Promise.race([new Promise((r) => worker.once('exit', r)), new Promise((r) => setTimeout(r, 2_000))]);
-    await worker.terminate();
-  }
+  await stopWorker(worker);
   rmSync(work, { recursive: true, force: true });
 });
 

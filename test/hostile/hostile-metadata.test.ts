@@ -34,6 +34,7 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import { stopWorker } from '../helpers/processes.ts';
 import { buildAuthorityBlock, buildCheckpoint } from '../../chain/build.ts';
 import { base64Encode } from '../../chain/index.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
@@ -136,11 +137,7 @@ test.after(async () => {
   agent.destroy();
   attackers.destroy();
   await gw?.stop();
-  if (worker !== undefined) {
-    worker.postMessage('close');
-    await Promise.race([new Promise((r) => worker.once('exit', r)), new Promise((r) => setTimeout(r, 2_000))]);
-    await worker.terminate();
-  }
+  await stopWorker(worker);
   rmSync(work, { recursive: true, force: true });
 });
 
