@@ -17,7 +17,7 @@ import { createKeyFile } from '../../platform/key-file.ts';
 import { defaultConfig, loadConfigFile, resolveConfig } from '../../gateway/config.ts';
 import { modeLine } from '../../gateway/gateway.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { startGatewayProcess, until, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouch, vouchAsync } from '../helpers/processes.ts';
 import { repoRoot } from '../helpers/vectors.ts';
 
@@ -156,12 +156,15 @@ test('the printed try line works with no network: authority and read-only gatewa
   assert.is(spawnSync('sh', ['-c', 'command -v curl']).status, 0, 'curl is needed to run the printed line');
   const dir = join(work, 'try');
   const g = await start(dir, authorityConfig(dir));
+  // Ready is not printed yet: the try line comes after it on stdout, later on a loaded machine.
+  await until('the try line', async () => /^try: /m.test(g.stdout()));
   assert.is(runTryLines(g.stdout()), 1);
   // No line to try sends anything to the internet; the submit line is a template with placeholders.
   for (const l of g.stdout().split('\n')) assert.not.match(l, /example\.(org|com)|https:\/\/(?!<host>)/, l);
   assert.match(g.stdout(), /^to submit an artifact .*"url":"https:\/\/<host>\/<file>"/m);
   await g.stop();
   const ro = await start(dir, { listen: { port: 0 }, chain: { dir: join(dir, 'chain') } });
+  await until('the try line', async () => /^try: /m.test(ro.stdout()));
   assert.is(runTryLines(ro.stdout()), 1);
   await ro.stop();
 });
