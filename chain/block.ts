@@ -12,7 +12,7 @@
  * JCS is RFC 8785 canonical JSON (`chain/jcs.ts`). Worked example — block 1
  * of `shared/vectors/chain-v1.json`, signed with seed
  * 10b966b805f342e4b3f32b0f46939b1f26f165b5463d869454598fc1150f7683
- * (public key hvDlFny040Jdtl6L3Vq3jYgQ5mDtkbSfsNF2F1P3LNU=); test/spec-example.test.ts
+ * (public key hvDlFny040Jdtl6L3Vq3jYgQ5mDtkbSfsNF2F1P3LNU=); test/unit/spec-example.test.ts
  * rebuilds it from these lines and checks every value:
  *
  *   EXAMPLE posted: 2026-11-02T12:00:00Z

@@ -38,8 +38,8 @@ export function computeRecordHash(block: UnhashedBlock | Block, backend: CryptoB
  * surrogates (so `JSON.stringify` of a string is its JCS form); values whose
  * parsed form admits no character JSON escapes (hex, dates, SemVer, unit
  * names, license ids, enumerations, base64) are quoted without it. Equal to
- * `canonicalize(payload)` byte for byte (test/fuzz-parsers.test.ts checks it
- * on real and generated payloads, test/chain-vectors.test.ts on the vectors).
+ * `canonicalize(payload)` byte for byte (test/hostile/fuzz-parsers.test.ts checks it
+ * on real and generated payloads, test/unit/chain-vectors.test.ts on the vectors).
  * Members in UTF-16 order.
  */
 export function parsedPayloadJcs(p: Payload): string {

@@ -5,8 +5,8 @@
  * Owns: the byte format of a note and its signature lines, key IDs, the
  * signed messages of both types. Parsing and verifying follow Go's
  * golang.org/x/mod/sumdb/note `Open` (unknown keys ignored, only the first
- * line of a known key verified); test/go-interop.test.ts and
- * test/note.test.ts (Go's PeterNeumann vector) hold it to Go's behaviour.
+ * line of a known key verified); test/e2e/go-interop.test.ts and
+ * test/unit/note.test.ts (Go's PeterNeumann vector) hold it to Go's behaviour.
  * Trusts: the injected `CryptoBackend` and `Signer`.
  * Must hold: `formatNote(parseNote(s)) === s` for every accepted note; a
  * verify function answers false, never throws; a cosignature never passes

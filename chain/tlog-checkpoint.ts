@@ -4,7 +4,7 @@
  * `checkpoint.note` (key name = origin). Pure: no I/O.
  * Owns: the body format and its refusals (origin non-empty; size decimal,
  * no leading zeros, at most 2^53-1; root canonical base64 of 32 bytes;
- * extension lines non-empty). test/tlog-checkpoint.test.ts parses the
+ * extension lines non-empty). test/unit/tlog-checkpoint.test.ts parses the
  * C2SP example.
  * Trusts: chain/note.ts, the injected `CryptoBackend` and `Signer`.
  * Must hold: `parseCheckpoint(formatCheckpoint(cp))` is `cp`;

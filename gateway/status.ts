@@ -5,7 +5,7 @@
  * type-check until it has a status here.
  *
  * Must hold: the statuses of client-visible codes match README's status
- * table (test/gateway-errors.test.ts keeps them in step); server-side codes
+ * table (test/unit/gateway-errors.test.ts keeps them in step); server-side codes
  * (files, keys, a broken chain) are 500, as `publicCode` reports them as
  * `internal_error`.
  */

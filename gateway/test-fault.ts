@@ -1,5 +1,5 @@
 /**
- * Fault injection for test/crash-containment.test.ts, TEST-ONLY:
+ * Fault injection for test/hostile/crash-containment.test.ts, TEST-ONLY:
  * `VOUCH_TEST_FAULT=<stage>@<route>` makes the code at `<stage>` throw for
  * every request on the route template `<route>` (`client_error` for
  * node:http's 'clientError'); `uncaught@ready` throws from a timer once

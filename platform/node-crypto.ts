@@ -5,7 +5,7 @@
  * rows "raw `crypto.verify`" and "raw libsodium verify"). libsodium accepts
  * a subset of what OpenSSL accepts, and a refusal is handed to OpenSSL,
  * whose answer stands: `verify` accepts exactly what OpenSSL accepts
- * (test/ed25519-engines.test.ts). Without sodium-native, or with
+ * (test/integration/ed25519-engines.test.ts). Without sodium-native, or with
  * VOUCH_ED25519=openssl, OpenSSL alone checks.
  * Must hold: `verify` never throws, returns false for bad input; chain/
  * refuses weak (small-order) authority keys before any signature is

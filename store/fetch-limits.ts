@@ -2,7 +2,7 @@
  * fetch-limits: every bound on what a git remote may make vouch do, in one
  * place (docs/spec/http.md "Limits", SECURITY.md "hostile remote"). Read by the pkt-line
  * reader, the transport, the upload-pack conversation and the pack indexer;
- * test/hostile-remote.test.ts drives a remote past each of them.
+ * test/hostile/hostile-remote.test.ts drives a remote past each of them.
  *
  * Owns: the numbers. Trusts: nothing. Must hold: each bound is checked as
  * the bytes arrive (never after buffering past it), and passing one fails

@@ -9,7 +9,7 @@
  * Trusts: nothing it reads: unreadable configuration is "not sparse", an
  * unexpected index is rewritten by the caller.
  * Must hold: the index written is one `git status` reads as clean
- * (test/sparse-layout.test.ts checks with git itself).
+ * (test/integration/sparse-layout.test.ts checks with git itself).
  */
 import * as fs from 'node:fs';
 import { join } from 'node:path';

@@ -2,7 +2,7 @@
  * The mirror's side of a git fetch over smart HTTP (protocol v0): the ref
  * advertisement and one `POST git-upload-pack` for `main` at depth 1, with
  * side-band demultiplexing. Hand-written: isomorphic-git's fetch has no
- * bound on refs, lines, bytes or time (test/hostile-remote.test.ts).
+ * bound on refs, lines, bytes or time (test/hostile/hostile-remote.test.ts).
  * Owns: what is asked (want, shallow, deepen 1; side-band-64k, thin-pack,
  * ofs-delta, no-progress), what is kept (`refs/heads/main`, the pack,
  * shallow lines), the wording of a failed fetch.
@@ -50,7 +50,7 @@ export interface FetchResult {
 }
 
 
-/** How a failed fetch exchange is put (the messages test/hostile-remote.test.ts and operators read). */
+/** How a failed fetch exchange is put (the messages test/hostile/hostile-remote.test.ts and operators read). */
 function fetchFailure(shown: string, timeoutMs: number, stallMs: number, why: ExchangeFailure, cause: unknown): VouchError {
   const msg = cause instanceof Error ? cause.message : String(cause);
   switch (why) {

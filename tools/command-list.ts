@@ -6,7 +6,7 @@
  * `vouch endorse` or `vouch --help` never loads the gateway and its packages.
  *
  * Must hold: this module imports nothing at run time; each `short` is the
- * first sentence of the module's own `summary` (test/cli-startup.test.ts).
+ * first sentence of the module's own `summary` (test/integration/cli-startup.test.ts).
  */
 import type { Command } from './command.ts';
 

@@ -7,7 +7,7 @@
  * and the OpenAPI document it serves (gateway/routes/openapi.ts).
  *
  * `npm run docs:ref` writes the pages; `--check` writes nothing and exits 1
- * naming each page that differs (test/docs-reference.test.ts does the same).
+ * naming each page that differs (test/unit/docs-reference.test.ts does the same).
  * Must hold: the output depends on the code only (no clock, no paths of
  * this machine), so a committed page equals a fresh one exactly.
  */

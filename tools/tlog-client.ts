@@ -25,12 +25,19 @@ import { checkQuorum, type Policy } from '../chain/tlog-policy.ts';
 
 /**
  * A refusal of `vouch get`: exit 1, `code: line` on stderr, `evidence`
- * (multi-line) before it when set. The code is the catalogue's
- * (chain/errors.ts, kind `answer`, or `revoked`).
+ * (multi-line text) before it when set. A VouchError of the catalogue's code
+ * (chain/errors.ts, kind `answer`, or `revoked`), so it is caught, mapped
+ * and logged as every other error; `line` is its message.
  */
-export class Refusal extends Error {
-  constructor(readonly code: ErrorCode, readonly line: string, readonly evidence?: string) {
-    super(line);
+export class Refusal extends VouchError {
+  readonly line: string;
+  /** Multi-line evidence printed before the line (the catalogue's record-shaped `evidence` holds it as `text`). */
+  readonly evidenceText: string | undefined;
+  constructor(code: ErrorCode, line: string, evidence?: string) {
+    super(code, line, evidence === undefined ? {} : { evidence: { text: evidence } });
+    this.name = 'Refusal';
+    this.line = line;
+    this.evidenceText = evidence;
   }
 }
 
@@ -119,6 +126,7 @@ export function openVerified(c: CryptoBackend, text: string, authority: Authorit
     }
     return { origin: checkpoint.origin, size: checkpoint.size, root: checkpoint.root, text, note, source };
   } catch (e) {
+    if (e instanceof Refusal) throw e;
     if (e instanceof VouchError) throw new Refusal('bad_checkpoint', `${source}: ${e.message}`);
     throw e;
   }

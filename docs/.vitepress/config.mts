@@ -29,7 +29,7 @@ export default defineConfig({
   // Raw HTML off: the pages are read as plain Markdown on a forge too, and `<project>` in prose is text, not a tag.
   markdown: { html: false, anchor: { slugify } },
   // A link that leaves docs/ points at one of the repository's own files (SECURITY.md, bench/RESULTS.md, sources), not
-  // a page of the site: VitePress checks only links to pages, and test/docs-links.test.ts checks every link and anchor
+  // a page of the site: VitePress checks only links to pages, and test/unit/docs-links.test.ts checks every link and anchor
   // of the Markdown files, these included, against the repository.
   ignoreDeadLinks: [/^\.\/(\.\.\/)+(bench\/RESULTS|SECURITY|README|CONTRIBUTING|CHANGELOG)$/],
   themeConfig: {

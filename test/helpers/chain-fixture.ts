@@ -2,7 +2,7 @@
  * Deterministic chains for tests and benchmarks, built with the real builder
  * and node:crypto, and written into a new chain repository (`initChainRepo`).
  */
-import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf } from '../../chain/build.ts';
+import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf, type EndorsementInput } from '../../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block, type Checkpoint } from '../../chain/block.ts';
 import type { HashAlgorithm, Signer } from '../../chain/crypto-backend.ts';
 import { hexDecode, utf8 } from '../../chain/encoding.ts';
@@ -56,6 +56,25 @@ export function buildLongChain(n: number, signer = testSigner()): TestChain {
     }));
   }
   return { blocks, signer, checkpoint: buildCheckpoint({ head: blocks[n - 1]!, signer, now: T0 + n * 1000 }) };
+}
+
+/**
+ * The endorse block after `prev`, signed by `signer` at T0 + index s (+ 500 ms): one entry
+ * `https://a.example/<space>/<tag>/artifact-<index>.tgz` over the bytes "<tag> <index>", semver `<major>.<index>.0`.
+ */
+export function endorseNext(prev: Block, signer: Signer, tag: string, opts: { space: string; name: string; major: number }): Block {
+  const i = prev.index + 1;
+  return buildEndorseBlock({
+    prev, signer, backend: nodeBackend, now: T0 + i * 1000 + 500,
+    entries: [{ url: `https://a.example/${opts.space}/${tag}/artifact-${i}.tgz`, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`${tag} ${i}`)), name: opts.name, semver: `${opts.major}.${i}.0`, license: 'MIT' }],
+  });
+}
+
+/** Appends to `blocks` (and returns) an endorse block of `entries` after its last, signed by `signer` at T0 + length s. */
+export function pushEndorse(blocks: Block[], signer: Signer, entries: EndorsementInput[], opts: { effectiveDate?: string; uns?: string } = {}): Block {
+  const b = buildEndorseBlock({ prev: blocks[blocks.length - 1]!, signer, backend: nodeBackend, now: T0 + blocks.length * 1000, ...opts, entries });
+  blocks.push(b);
+  return b;
 }
 
 /**

@@ -97,16 +97,30 @@ export async function until<T>(what: string, fn: () => Promise<T | null | undefi
 /** What `/v1/submit` answers with 201. */
 export interface Submitted { index: number; record_hash: string; [member: string]: unknown }
 
-/** POSTs one entry to `base`'s `/v1/submit` with the bearer `token`; asserts 201 and returns the answer. */
-export async function submitEntry(base: string, token: string, entry: { url: string; name: string; semver: string; license: string }): Promise<Submitted> {
+/** A gateway's answer to a submit: status, the body as text, and as JSON (null when it is not JSON). */
+export interface SubmitAnswer { status: number; text: string; json: any }
+
+/**
+ * POSTs `body` (an object, sent as JSON, or raw text) to `base`'s `/v1/submit` with the bearer `token` (no
+ * authorization header when null) and `headers` over them; asserts nothing, so refusals can be checked.
+ */
+export async function postSubmit(base: string, token: string | null, body: unknown, headers: Record<string, string> = {}): Promise<SubmitAnswer> {
   const r = await fetch(`${base}/v1/submit`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify(entry),
+    headers: { ...(token === null ? {} : { authorization: `Bearer ${token}` }), 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
   });
   const text = await r.text();
-  assert.is(r.status, 201, text);
-  return JSON.parse(text) as Submitted;
+  let json: any = null;
+  try { json = JSON.parse(text); } catch { /* not JSON: left null */ }
+  return { status: r.status, text, json };
+}
+
+/** POSTs one entry to `base`'s `/v1/submit` with the bearer `token`; asserts 201 and returns the answer. */
+export async function submitEntry(base: string, token: string, entry: { url: string; name: string; semver: string; license: string }): Promise<Submitted> {
+  const r = await postSubmit(base, token, entry);
+  assert.is(r.status, 201, r.text);
+  return r.json as Submitted;
 }
 
 export interface PushingAuthorityOptions {

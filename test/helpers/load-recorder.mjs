@@ -2,7 +2,7 @@
  * `node --import ./test/helpers/load-recorder.mjs`: appends the URL of every
  * module the process resolves (ES modules, through node:module `register`)
  * to the file named by VOUCH_LOAD_LOG, one per line, for
- * test/cli-startup.test.ts. Records only; changes nothing it resolves.
+ * test/integration/cli-startup.test.ts. Records only; changes nothing it resolves.
  */
 import { register } from 'node:module';
 

@@ -12,28 +12,11 @@ import { createHash } from 'node:crypto';
 import { createWriteStream, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createGzip, gzipSync } from 'node:zlib';
-
-export interface Run { status: number | null; stdout: string; stderr: string }
-
-/** Runs a command without blocking the event loop, bounded in time. */
-export function runAsync(cmd: string, args: string[], timeoutMs = 120_000, env: NodeJS.ProcessEnv = process.env): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (status) => {
-      clearTimeout(timer);
-      resolve({ status, stdout, stderr });
-    });
-  });
-}
+import { runAsync, type Run } from './processes.ts';
 
 /** `skopeo` with TLS off towards 127.0.0.1 (the registry and the gateway speak plain HTTP) and no policy file needed. */
 export function skopeo(args: string[], timeoutMs = 120_000): Promise<Run> {
-  return runAsync('skopeo', ['--insecure-policy', ...args], timeoutMs);
+  return runAsync('skopeo', ['--insecure-policy', ...args], { timeoutMs });
 }
 
 export class Registry {

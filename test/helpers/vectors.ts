@@ -7,7 +7,7 @@
  *
  * Owns: where the vendored vectors are (`vectorsDir`) and where the
  * developers' shared copy would be (`sharedVectorsDir`, `../shared/vectors`
- * or `$VOUCH_SHARED_DIR/vectors`), which test/vendored-vectors.test.ts
+ * or `$VOUCH_SHARED_DIR/vectors`), which test/unit/vendored-vectors.test.ts
  * compares byte for byte when it exists.
  * Must hold: the vendored files are never edited by hand; they are copies.
  */

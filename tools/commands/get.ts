@@ -598,8 +598,8 @@ export const get: Command = {
     } catch (e) {
       rmSync(tmp, { force: true });
       if (e instanceof Refusal) {
-        if (e.evidence) process.stderr.write(e.evidence + '\n');
-        return refuse(v, e.code, e.line, e.evidence ? { evidence: e.evidence } : {});
+        if (e.evidenceText) process.stderr.write(e.evidenceText + '\n');
+        return refuse(v, e.code, e.line, e.evidenceText ? { evidence: e.evidenceText } : {});
       }
       if (e instanceof VouchError && e.kind === 'integrity') return refuse(v, e.code, e.message, {});
       if (isTimeout(e)) throw new VouchError('origin_timeout', `no complete answer within ${timeoutMs / 1000} s`);

@@ -1,4 +1,4 @@
-/** Every fuzz target, by name (test/fuzz/fuzz.test.ts runs them all; `npm run fuzz -- NAME` one). */
+/** Every fuzz target, by name (test/hostile/fuzz.test.ts runs them all; `npm run fuzz -- NAME` one). */
 import type { FuzzTarget } from '../target.ts';
 import { h1Chunked, h1ClientTarget, h1Head } from './h1.ts';
 import { gitSmartHttpTarget, ewahTarget, gitDeltaTarget, gitIndexTarget, gitSplitIndexTarget, gitPackDiskTarget, gitPackTarget, pktLineTarget, gitCatFileTarget } from './git.ts';

@@ -1,0 +1,128 @@
+/**
+ * The build (tools/build.mjs) into a directory of its own (never dist/,
+ * which other tests run): dist/ split into pieces must stay one consistent,
+ * runnable whole.
+ *
+ * - Every piece a built file imports (statically or by `import()`) is an
+ *   output the manifest lists, so `distState` (tools/vouch.js's freshness
+ *   check) sees a build with a piece missing as stale; the worker entries
+ *   import no piece (a worker reads one file).
+ * - The built command line runs from that directory: `--help`, and `vouch
+ *   verify` of a 2,500-block chain, which starts the verify workers from the
+ *   bundle it locates beside the piece that asks (`import.meta.url`).
+ * - Files a build does not make: one the previous build listed is kept (its
+ *   time reset: a process started from that build may still import it);
+ *   older ones go an hour after they were last written, not before.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, unlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { formatBlockFile, formatCheckpointFile } from '../../chain/block.ts';
+import { ChainRepo } from '../../store/chain-repo.ts';
+import { buildLongChain } from '../helpers/chain-fixture.ts';
+import { repoRoot } from '../helpers/vectors.ts';
+
+// Under the repository, so the built code finds the packages in node_modules as dist/ does.
+const out = mkdtempSync(join(repoRoot, '.build-test-'));
+const work = mkdtempSync(join(tmpdir(), 'vouch-build-'));
+test.after(() => {
+  rmSync(out, { recursive: true, force: true });
+  rmSync(work, { recursive: true, force: true });
+});
+
+const buildMjs = pathToFileURL(join(repoRoot, 'tools', 'build.mjs')).href;
+
+/** Runs an ES module snippet with `build`/`distState` of tools/build.mjs in scope; returns its stdout. */
+function withBuild(code: string): string {
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', `import { build, distState } from ${JSON.stringify(buildMjs)};\n${code}`, out], {
+    cwd: repoRoot, encoding: 'utf8', timeout: 120_000,
+  });
+  assert.is(r.status, 0, r.stderr);
+  return r.stdout;
+}
+
+interface Manifest { inputs: string[]; digest: string; outputs: string[] }
+const manifest = (): Manifest => JSON.parse(readFileSync(join(out, 'manifest.json'), 'utf8')) as Manifest;
+
+/** The relative module specifiers a built file imports, statically or by import(). */
+function relativeImports(file: string): string[] {
+  const text = readFileSync(join(out, file), 'utf8');
+  const found = [...text.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|^import\s*)"(\.\/[^"]+)"/gm)].map((m) => m[1]!.slice(2));
+  return [...new Set(found)];
+}
+
+test('a build lists every piece its files import; the workers import none; a missing piece makes it stale', () => {
+  withBuild('await build(process.argv[1]);');
+  const m = manifest();
+  for (const f of ['cli.mjs', 'hash-worker.mjs', 'verify-worker-impl.mjs', 'explorer/explorer.js', 'explorer/index.html', 'explorer/explorer.css']) {
+    assert.ok(m.outputs.includes(f), `the manifest misses ${f}`);
+  }
+  const listed = new Set(m.outputs);
+  const code = m.outputs.filter((f) => f.endsWith('.mjs'));
+  const pieces = code.filter((f) => /-[A-Z0-9]{8}\.mjs$/.test(f));
+  assert.ok(pieces.length >= 8, `expected the command line split into pieces, got ${pieces.join(', ')}`);
+  assert.ok(relativeImports('cli.mjs').some((f) => f.startsWith('endorse-')), 'cli.mjs does not import the endorse command on demand');
+  for (const f of code) {
+    for (const imp of relativeImports(f)) assert.ok(listed.has(imp), `${f} imports ${imp}, which the manifest does not list`);
+    assert.ok(listed.has(`${f}.map`), `${f} has no source map`);
+  }
+  for (const w of ['hash-worker.mjs', 'verify-worker-impl.mjs']) assert.equal(relativeImports(w), [], `${w} imports pieces`);
+  assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'fresh');
+
+  const piece = pieces.find((f) => f.startsWith('endorse-'))!;
+  const saved = readFileSync(join(out, piece));
+  unlinkSync(join(out, piece));
+  assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'stale');
+  writeFileSync(join(out, piece), saved);
+  assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'fresh');
+});
+
+test('the built command line runs from its directory: --help, and verify with its worker threads', async () => {
+  const help = spawnSync(process.execPath, [join(out, 'cli.mjs'), '--help'], { encoding: 'utf8', timeout: 60_000 });
+  assert.is(help.status, 0, help.stderr);
+  assert.match(help.stdout, /^ {2}endorse +Appends one endorsement block/m);
+
+  const { blocks, checkpoint } = buildLongChain(2_500); // above parallel-verify's inline limit (2,000): workers run
+  const dir = join(work, 'chain');
+  await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
+    { message: 'bulk\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  const verify = spawnSync(process.execPath, [join(out, 'cli.mjs'), 'verify', '--chain', dir, '--json'], { encoding: 'utf8', timeout: 120_000 });
+  assert.is(verify.status, 0, verify.stderr);
+  assert.is((JSON.parse(verify.stdout) as { blocks: number }).blocks, 2_500);
+
+  // Without the worker bundle beside the pieces, the same run fails: the workers did load it.
+  const worker = join(out, 'verify-worker-impl.mjs');
+  const saved = readFileSync(worker);
+  unlinkSync(worker);
+  try {
+    const broken = spawnSync(process.execPath, [join(out, 'cli.mjs'), 'verify', '--chain', dir], { encoding: 'utf8', timeout: 120_000 });
+    assert.is.not(broken.status, 0, 'vouch verify passed without the worker bundle: the workers were not used');
+  } finally {
+    writeFileSync(worker, saved);
+  }
+});
+
+test('a rebuild keeps the previous build\'s files an hour, and removes older leftovers', () => {
+  const hourAgo = (Date.now() - 2 * 3_600_000) / 1000;
+  const m = manifest();
+  // As if the previous build had made `retiring` (listed), and long ago `stale` (not listed, old) and `recent` (not listed, new).
+  const [retiring, stale, recent] = ['chunk-RETIRING.mjs', 'chunk-OLDLEFT0.mjs', 'chunk-NEWLEFT0.mjs'].map((f) => join(out, f));
+  for (const f of [retiring!, stale!, recent!]) writeFileSync(f, 'export {};\n');
+  utimesSync(retiring!, hourAgo, hourAgo);
+  utimesSync(stale!, hourAgo, hourAgo);
+  writeFileSync(join(out, 'manifest.json'), JSON.stringify({ ...m, outputs: [...m.outputs, 'chunk-RETIRING.mjs'].sort() }));
+
+  withBuild('await build(process.argv[1]);');
+  assert.ok(existsSync(retiring!), 'a file of the previous build was removed at once');
+  assert.ok(Date.now() - statSync(retiring!).mtimeMs < 600_000, 'its time was not reset when it was retired');
+  assert.not.ok(existsSync(stale!), 'a leftover written over an hour ago was kept');
+  assert.ok(existsSync(recent!), 'a leftover written within the hour was removed');
+  assert.not.ok(manifest().outputs.includes('chunk-RETIRING.mjs'));
+  assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'fresh');
+});
+
+test.run();

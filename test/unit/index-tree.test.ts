@@ -1,0 +1,264 @@
+/**
+ * chain/index-tree.ts and chain/index-proof.ts (docs/spec/index.md): the
+ * completeness index of the log. Selection redone from a proof's events
+ * equals ChainIndex.select for every URL and mode; absence proven; a proof
+ * of an older state, a tampered one and a truncated one refused; the root
+ * equals an independent naive crit-bit computation and does not depend on
+ * the backend; voided blocks are never selected; the vectors in
+ * test/vectors/index-v1/index-v1.json hold.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { readFileSync } from 'node:fs';
+import { buildAuthorityBlock, buildEndorseBlock, buildRevokeBlock, artifactHashOf } from '../../chain/build.ts';
+import type { Block } from '../../chain/block.ts';
+import { ChainIndex } from '../../chain/select.ts';
+import { CompletenessIndex, encodeEvent, foldEvent, indexKey, indexRoot, leafHash, nodeHash, type IndexEvent } from '../../chain/index-tree.ts';
+import { indexExtensionLine, indexRootOf, selectFromEvents, unitVersions, verifyIndexProof } from '../../chain/index-proof.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
+import { nobleBackend } from '../../chain/backend-noble.ts';
+import { utf8 } from '../../chain/encoding.ts';
+import { indexFactsOf } from '../../chain/index-facts.ts';
+import { T0, testSigner } from '../helpers/chain-fixture.ts';
+import { buildKeyLifeChain } from '../helpers/key-fixture.ts';
+import { indexVectors, buildVectorChain } from '../helpers/index-vectors.ts';
+
+const c = nodeBackend;
+const DAY = 86_400_000;
+const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
+
+/** A chain of `n` endorse blocks over a few URLs with several versions, effective dates out of order, and revocations. */
+function randomChain(n: number, seed = 7): Block[] {
+  let s = seed;
+  const rnd = (k: number) => { s = (s * 1103515245 + 12345) & 0x7fffffff; return s % k; };
+  const signer = testSigner();
+  const blocks: Block[] = [buildAuthorityBlock({ signer, backend: c, now: T0, uns: 'acme/chain' })];
+  for (let i = 1; i < n; i++) {
+    const prev = blocks[i - 1]!;
+    const endorsed = blocks.filter((b) => b.payload.intent === 'endorse');
+    if (endorsed.length > 3 && rnd(5) === 0) {
+      const target = endorsed[rnd(endorsed.length)]!;
+      blocks.push(buildRevokeBlock({ prev, target, signer, backend: c, now: T0 + i * DAY, effectiveDate: `2026-0${1 + rnd(6)}-1${rnd(9)}` }));
+      continue;
+    }
+    const k = 1 + rnd(2);
+    const first = rnd(12);
+    const entries = [];
+    for (let j = 0; j < k; j++) {
+      const u = (first + 5 * j) % 12;
+      entries.push({ url: `https://a.example/p${u}/a.tgz`, artifactHash: artifactHashOf(c, 'sha256', utf8(`${i}.${j}`)), name: `npm/p${u % 5}`, semver: `1.${rnd(4)}.0`, license: 'MIT' });
+    }
+    blocks.push(buildEndorseBlock({ prev, signer, backend: c, now: T0 + i * DAY, entries, effectiveDate: `2026-0${1 + rnd(6)}-1${rnd(9)}` }));
+  }
+  return blocks;
+}
+
+function build(blocks: readonly Block[], backend = c): { idx: CompletenessIndex; chain: ChainIndex } {
+  const idx = new CompletenessIndex(backend);
+  const chain = new ChainIndex();
+  for (const b of blocks) {
+    idx.addBlock(b, (h) => chain.indexOfHash(h));
+    chain.add(b);
+  }
+  return { idx, chain };
+}
+
+const DATES = ['2026-01-01', '2026-02-15', '2026-03-13', '2026-04-01', '2026-05-20', '2026-07-01', '2027-01-01'];
+
+test('selection from a proof equals ChainIndex.select: default, semver=, at=, today', () => {
+  const blocks = randomChain(120);
+  const { idx, chain } = build(blocks);
+  const root = idx.root();
+  let checked = 0;
+  for (let u = 0; u < 13; u++) {
+    const url = `https://a.example/p${u}/a.tgz`;
+    const r = verifyIndexProof(c, idx.prove('url', url), 'url', url, { root, size: idx.size });
+    assert.ok(r.ok, r.ok ? '' : r.reason);
+    if (!r.ok) continue;
+    for (const today of DATES) {
+      for (const semver of [undefined, '1.0.0', '1.1.0', '1.3.0', '9.9.9']) {
+        for (const at of [undefined, ...DATES]) {
+          const want = chain.select(url, { semver, at, today });
+          const got = selectFromEvents(r.value.events, r.value.voids, { semver, at, today });
+          assert.is(got?.block ?? null, want?.block.index ?? null, `${url} semver=${semver} at=${at} today=${today}`);
+          assert.is(got?.revokedBy?.block ?? null, want?.revokedBy?.index ?? null);
+          checked++;
+        }
+      }
+    }
+    if (u === 12) assert.is(r.value.present, false, 'p12 was never endorsed');
+  }
+  assert.ok(checked > 3000);
+});
+
+test('unit proofs list every endorsed version of a unit and its revocations', () => {
+  const blocks = randomChain(80, 11);
+  const { idx, chain } = build(blocks);
+  const root = idx.root();
+  for (let p = 0; p < 5; p++) {
+    const name = `npm/p${p}`;
+    const r = verifyIndexProof(c, idx.prove('unit', name), 'unit', name, { root, size: idx.size });
+    assert.ok(r.ok);
+    if (!r.ok) continue;
+    const got = unitVersions(r.value.events, r.value.voids, '2026-12-31');
+    const want: string[] = [];
+    for (const b of blocks) {
+      if (b.payload.intent !== 'endorse') continue;
+      for (const e of b.payload.endorsements) {
+        if (e.name !== name) continue;
+        const rev = chain.revocationOf(b, '2026-12-31');
+        want.push(`${b.index} ${e.semver} ${rev?.index ?? '-'}`);
+      }
+    }
+    assert.equal(got.map((v) => `${v.block} ${v.semver} ${v.revokedBy?.block ?? '-'}`), want);
+  }
+});
+
+test('a proof from an older state of the same log, a tampered proof and a truncated one are refused', () => {
+  const blocks = randomChain(60, 3);
+  const old = build(blocks.slice(0, 40)).idx;
+  const { idx } = build(blocks);
+  const root = idx.root();
+  const urls = [...new Set(blocks.slice(0, 40).flatMap((b) => b.payload.intent === 'endorse' ? b.payload.endorsements.map((e) => e.artifact_url) : []))];
+  const [url, url2] = urls as [string, string];
+  // the older state, answered as if it were the current size
+  const stale = old.prove('url', url);
+  assert.not.ok(verifyIndexProof(c, stale, 'url', url, { root, size: idx.size }).ok);
+  const relabeled = stale.slice();
+  relabeled.set(idx.prove('url', url).subarray(2, 10), 2);
+  const r = verifyIndexProof(c, relabeled, 'url', url, { root, size: idx.size });
+  assert.not.ok(r.ok);
+  assert.match(r.ok ? '' : r.reason, /committed index root/);
+  const good = idx.prove('url', url);
+  const r0 = verifyIndexProof(c, good, 'url', url, { root, size: idx.size });
+  assert.ok(r0.ok);
+  for (let i = 0; i < good.length; i += 7) {
+    const bad = good.slice();
+    bad[i] = bad[i]! ^ 1;
+    assert.not.ok(verifyIndexProof(c, bad, 'url', url, { root, size: idx.size }).ok, `flip at ${i}`);
+  }
+  for (const cut of [0, 5, 10, 40, good.length - 1]) assert.not.ok(verifyIndexProof(c, good.subarray(0, cut), 'url', url, { root, size: idx.size }).ok);
+  // a proof for another key does not pass for this one
+  const other = verifyIndexProof(c, idx.prove('url', url2), 'url', url2, { root, size: idx.size });
+  assert.ok(other.ok && other.value.present && r0.ok && r0.value.present, 'both URLs endorsed');
+  assert.not.ok(verifyIndexProof(c, idx.prove('url', url2), 'url', url, { root, size: idx.size }).ok);
+  // absence of an endorsed URL cannot be shown: a non-member proof of another key fails for it
+  const absent = idx.prove('url', 'https://nowhere.example/x');
+  assert.ok(verifyIndexProof(c, absent, 'url', 'https://nowhere.example/x', { root, size: idx.size }).ok);
+  assert.not.ok(verifyIndexProof(c, absent, 'url', url, { root, size: idx.size }).ok);
+});
+
+test('the root equals a naive crit-bit computation and is the same with @noble', () => {
+  const blocks = randomChain(50, 5);
+  const { idx, chain } = build(blocks);
+  const leaves = new Map<string, { key: Uint8Array; events: IndexEvent[] }>();
+  const add = (key: Uint8Array, ev: IndexEvent) => {
+    const k = hex(key);
+    if (!leaves.has(k)) leaves.set(k, { key, events: [] });
+    leaves.get(k)!.events.push(ev);
+  };
+  for (const b of blocks) {
+    const p = b.payload;
+    if (p.intent === 'endorse') {
+      for (const e of p.endorsements) {
+        const ev: IndexEvent = { kind: 'endorse', block: b.index, date: p.effective_date, semver: e.semver };
+        add(indexKey(c, 'url', e.artifact_url), ev);
+        add(indexKey(c, 'unit', e.name), ev);
+      }
+    } else if (p.intent === 'revoke') {
+      const t = chain.block(chain.indexOfHash(p.target_hash))!;
+      const ev: IndexEvent = { kind: 'revoke', block: b.index, target: t.index, date: p.effective_date };
+      const keys = new Set<string>();
+      for (const e of t.payload.endorsements) {
+        for (const k of [indexKey(c, 'url', e.artifact_url), indexKey(c, 'unit', e.name)]) if (!keys.has(hex(k))) { keys.add(hex(k)); add(k, ev); }
+      }
+    }
+  }
+  const bitOf = (k: Uint8Array, b: number) => (k[b >> 3]! >> (7 - (b & 7))) & 1;
+  const naive = (ls: { key: Uint8Array; events: IndexEvent[] }[], from: number): Uint8Array => {
+    if (ls.length === 1) {
+      let acc: Uint8Array = new Uint8Array(32);
+      for (const e of ls[0]!.events) acc = foldEvent(c, acc, encodeEvent(e));
+      return leafHash(c, ls[0]!.key, ls[0]!.events.length, acc);
+    }
+    for (let b = from; b < 256; b++) {
+      const l = ls.filter((x) => bitOf(x.key, b) === 0);
+      const r = ls.filter((x) => bitOf(x.key, b) === 1);
+      if (l.length > 0 && r.length > 0) return nodeHash(c, b, naive(l, b + 1), naive(r, b + 1));
+    }
+    throw new Error('duplicate keys');
+  };
+  const trie = naive([...leaves.values()], 0);
+  assert.is(hex(idx.root()), hex(indexRoot(c, blocks.length, trie, [])));
+  assert.is(hex(build(blocks, nobleBackend).idx.root()), hex(idx.root()));
+  // from facts alone (vouch verify: revoke targets looked up by the index itself)
+  const fromFacts = new CompletenessIndex(c);
+  for (const b of blocks) fromFacts.addFacts(indexFactsOf(b));
+  assert.is(hex(fromFacts.root()), hex(idx.root()));
+  // lazily rehashed roots along the way equal roots of fresh builds
+  const inc = new CompletenessIndex(c);
+  const ch = new ChainIndex();
+  for (const b of blocks) {
+    inc.addBlock(b, (h) => ch.indexOfHash(h));
+    ch.add(b);
+    if (b.index % 9 === 0) assert.is(hex(inc.root()), hex(build(blocks.slice(0, b.index + 1)).idx.root()));
+  }
+});
+
+test('rootWith: the root with pending blocks, the index left as it was', () => {
+  const blocks = randomChain(90, 13);
+  const idx = new CompletenessIndex(c);
+  const ch = new ChainIndex();
+  let at = 0;
+  while (at < blocks.length) {
+    const batch = blocks.slice(at, at + 1 + (at % 4));
+    const before = hex(idx.root());
+    const trial = hex(idx.rootWith(batch, (h) => ch.indexOfHash(h)));
+    assert.is(hex(idx.root()), before, 'unchanged after the trial');
+    assert.is(idx.size, at);
+    // a trial that is abandoned (another batch) leaves no trace either
+    if (at + batch.length + 2 <= blocks.length) idx.rootWith(blocks.slice(at, at + batch.length + 2), (h) => ch.indexOfHash(h));
+    for (const b of batch) { idx.addBlock(b, (h) => ch.indexOfHash(h)); ch.add(b); }
+    at += batch.length;
+    assert.is(hex(idx.root()), trial, `root after ${at}`);
+    assert.is(trial, hex(build(blocks.slice(0, at)).idx.root()));
+  }
+  const url = blocks[1]!.payload.endorsements[0]!.artifact_url;
+  assert.ok(verifyIndexProof(c, idx.prove('url', url), 'url', url, { root: idx.root(), size: idx.size }).ok);
+});
+
+test('void blocks are never selected, and the void list is committed', () => {
+  const k = buildKeyLifeChain();
+  const { idx, chain } = build(k.blocks);
+  assert.equal(idx.voids(), [[6, 7]]);
+  const root = idx.root();
+  for (const b of k.blocks) {
+    if (b.payload.intent !== 'endorse') continue;
+    const url = b.payload.endorsements[0]!.artifact_url;
+    const r = verifyIndexProof(c, idx.prove('url', url), 'url', url, { root, size: idx.size });
+    assert.ok(r.ok);
+    if (!r.ok) continue;
+    const want = chain.select(url, { today: '2026-12-31' });
+    const got = selectFromEvents(r.value.events, r.value.voids, { today: '2026-12-31' });
+    assert.is(got?.block ?? null, chain.isVoid(b.index) ? null : want?.block.index ?? null);
+    if (chain.isVoid(b.index)) assert.is(got, null, `void block ${b.index}`);
+  }
+});
+
+test('empty index: absence of anything is proven; checkpoint extension line round-trips', () => {
+  const idx = new CompletenessIndex(c);
+  const root = idx.root();
+  const r = verifyIndexProof(c, idx.prove('unit', 'npm/x'), 'unit', 'npm/x', { root, size: 0 });
+  assert.ok(r.ok && !r.value.present);
+  const line = indexExtensionLine(root);
+  assert.equal(indexRootOf(['other ext', line]), root);
+  assert.is(indexRootOf(['x']), null);
+  assert.ok('malformed' in (indexRootOf([line, line]) as object));
+});
+
+test('test/vectors/index-v1/index-v1.json: roots and proofs a second implementation must reproduce', () => {
+  const file = JSON.parse(readFileSync(new URL('../vectors/index-v1/index-v1.json', import.meta.url), 'utf8'));
+  assert.equal(file, indexVectors(buildVectorChain()));
+});
+
+test.run();
