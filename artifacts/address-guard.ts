@@ -17,7 +17,10 @@ import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { VouchError } from '../chain/errors.ts';
 
-export interface ResolvedAddress { address: string; family: 4 | 6 }
+export interface ResolvedAddress {
+  address: string;
+  family: 4 | 6;
+}
 
 /** Resolves a host name to every address it has. Rejects when it has none. */
 export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>;
@@ -184,7 +187,10 @@ export function classifyAddress(address: string): AddressClass | null {
 // ---------------------------------------------------------------------------
 // The guard
 
-interface AllowEntry { bytes: Uint8Array; bits: number }
+interface AllowEntry {
+  bytes: Uint8Array;
+  bits: number;
+}
 
 /** IPv4-mapped IPv6 is compared as the IPv4 it maps. */
 function comparable(b: Uint8Array): Uint8Array {
@@ -217,7 +223,8 @@ const DESCRIBE: Record<AddressClass | 'not an IP address', string> = {
 };
 
 /** Every refusal names the setting that lifts it: the guard runs only because it is off. */
-export const ALLOW_HINT = ' (to allow loopback and private origins for local testing, run vouch serve --dev, or set origin.allow_private: true in the gateway config)';
+export const ALLOW_HINT =
+  ' (to allow loopback and private origins for local testing, run vouch serve --dev, or set origin.allow_private: true in the gateway config)';
 
 export class AddressGuard {
   private readonly resolver: Resolver;

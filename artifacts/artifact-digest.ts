@@ -14,7 +14,10 @@ import { formatArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { OriginFetcher, type OriginLimits } from './origin-fetcher.ts';
 
-export interface DigestResult { artifactHash: string; bytes: number }
+export interface DigestResult {
+  artifactHash: string;
+  bytes: number;
+}
 
 /** Hashes a stream of bytes as `<algorithm>:<hex>`. */
 export async function digestStream(body: AsyncIterable<Uint8Array>, algorithm: HashAlgorithm): Promise<DigestResult> {
@@ -32,7 +35,7 @@ export async function digestFile(path: string, algorithm: HashAlgorithm): Promis
     return await digestStream(createReadStream(path), algorithm);
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    throw new VouchError('io_error', `cannot read ${path}: ${err.code === 'ENOENT' ? 'no such file' : err.code ?? err.message}`);
+    throw new VouchError('io_error', `cannot read ${path}: ${err.code === 'ENOENT' ? 'no such file' : (err.code ?? err.message)}`);
   }
 }
 

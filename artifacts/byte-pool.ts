@@ -75,7 +75,7 @@ export class BytePool {
       return;
     }
     let list = this.free.get(sab.byteLength);
-    if (list === undefined) this.free.set(sab.byteLength, list = []);
+    if (list === undefined) this.free.set(sab.byteLength, (list = []));
     list.push(sab);
     this.freeBytes += sab.byteLength;
   }

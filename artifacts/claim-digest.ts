@@ -26,7 +26,9 @@ export type ClaimKind = HashAlgorithm | 'sha1' | 'sha384' | 'h1';
 
 /** Fetches `url` once and returns `<kind>:<hex>` (or `h1:<base64>`) for every kind asked. */
 export async function claimDigestsUrl(
-  url: string, kinds: readonly ClaimKind[], options: { fetcher: OriginFetcher; guardPrivate: boolean; signal?: AbortSignal },
+  url: string,
+  kinds: readonly ClaimKind[],
+  options: { fetcher: OriginFetcher; guardPrivate: boolean; signal?: AbortSignal },
 ): Promise<Map<ClaimKind, string>> {
   const hashers: [ClaimKind, { update(b: Uint8Array): void; hex(): string }][] = [];
   for (const k of new Set(kinds)) {

@@ -60,7 +60,8 @@ export async function zipH1(path: string, module: string, version: string, label
       const name = Buffer.from(entry.fileNameRaw);
       const shown = JSON.stringify(name.toString('utf8').slice(0, 200));
       if (name.includes(0x0a)) bad(`${label}: the module zip has a file name with a newline`);
-      if (name.length < prefix.length || !name.subarray(0, prefix.length).equals(prefix)) bad(`${label}: the module zip has ${shown}, outside ${prefix.toString()}`);
+      if (name.length < prefix.length || !name.subarray(0, prefix.length).equals(prefix))
+        bad(`${label}: the module zip has ${shown}, outside ${prefix.toString()}`);
       const key = name.toString('latin1');
       if (seen.has(key)) bad(`${label}: the module zip holds ${shown} twice`);
       seen.add(key);
@@ -79,7 +80,6 @@ export async function zipH1(path: string, module: string, version: string, label
     zip.close();
   }
 }
-
 
 /** The first entry name of a zip file. */
 async function firstZipName(path: string, label: string): Promise<string> {

@@ -15,7 +15,12 @@ import type { HashAlgorithm } from '../chain/crypto-backend.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 
 export type HashSource = { kind: 'memory'; data: SharedArrayBuffer } | { kind: 'file'; path: string };
-export interface HashJob { id: number; algorithm: HashAlgorithm; control: BigInt64Array; source: HashSource }
+export interface HashJob {
+  id: number;
+  algorithm: HashAlgorithm;
+  control: BigInt64Array;
+  source: HashSource;
+}
 export type HashAnswer = { id: number; digest: Uint8Array } | { id: number; abandoned: true } | { id: number; error: string };
 
 export const WRITTEN = 0;
@@ -41,7 +46,7 @@ function fileReader(fd: number): Reader {
   readBuffer ??= Buffer.allocUnsafe(READ_CHUNK);
   const buf = readBuffer;
   return (from, to, update) => {
-    for (let at = from; at < to;) {
+    for (let at = from; at < to; ) {
       const n = readSync(fd, buf, 0, Math.min(buf.length, to - at), at);
       if (n === 0) throw new Error(`the spool file ends at ${at} bytes, ${to} were written`);
       update(buf.subarray(0, n));

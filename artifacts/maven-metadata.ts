@@ -30,7 +30,11 @@ const LAST_UPDATED = /^[0-9]{14}$/;
 /** Origin metadata that is not usable; the message says why. */
 export class MavenMetadataError extends Error {}
 
-export interface MavenPlugin { name: string | null; prefix: string; artifactId: string }
+export interface MavenPlugin {
+  name: string | null;
+  prefix: string;
+  artifactId: string;
+}
 
 export interface MavenMetadata {
   groupId: string | null;
@@ -48,7 +52,11 @@ export interface MavenMetadata {
   plugins: MavenPlugin[] | null;
 }
 
-interface Node { name: string; text: string; children: Node[] }
+interface Node {
+  name: string;
+  text: string;
+  children: Node[];
+}
 
 /**
  * The element tree of an XML document, bounded (see the header).
@@ -60,28 +68,31 @@ export function readXmlTree(body: Uint8Array | string): Node {
   const top: Node = { name: '#document', text: '', children: [] };
   const stack: Node[] = [top];
   let elements = 0;
-  const parser = new Parser({
-    onopentag(name) {
-      if (stack.length > MAX_DEPTH) throw new MavenMetadataError(`the document is nested deeper than ${MAX_DEPTH} elements`);
-      if (++elements > MAX_ELEMENTS) throw new MavenMetadataError(`the document has more than ${MAX_ELEMENTS} elements`);
-      const node: Node = { name, text: '', children: [] };
-      stack.at(-1)!.children.push(node);
-      stack.push(node);
+  const parser = new Parser(
+    {
+      onopentag(name) {
+        if (stack.length > MAX_DEPTH) throw new MavenMetadataError(`the document is nested deeper than ${MAX_DEPTH} elements`);
+        if (++elements > MAX_ELEMENTS) throw new MavenMetadataError(`the document has more than ${MAX_ELEMENTS} elements`);
+        const node: Node = { name, text: '', children: [] };
+        stack.at(-1)!.children.push(node);
+        stack.push(node);
+      },
+      ontext(t) {
+        const node = stack.at(-1)!;
+        if (node === top) return;
+        if (node.text.length + t.length > MAX_TEXT) {
+          if ((node.text + t).trim().length > MAX_TEXT) throw new MavenMetadataError(`an element's text is longer than ${MAX_TEXT} characters`);
+          node.text = (node.text + t).trim();
+          return;
+        }
+        node.text += t;
+      },
+      onclosetag() {
+        if (stack.length > 1) stack.pop();
+      },
     },
-    ontext(t) {
-      const node = stack.at(-1)!;
-      if (node === top) return;
-      if (node.text.length + t.length > MAX_TEXT) {
-        if ((node.text + t).trim().length > MAX_TEXT) throw new MavenMetadataError(`an element's text is longer than ${MAX_TEXT} characters`);
-        node.text = (node.text + t).trim();
-        return;
-      }
-      node.text += t;
-    },
-    onclosetag() {
-      if (stack.length > 1) stack.pop();
-    },
-  }, { xmlMode: true, decodeEntities: true, recognizeCDATA: true });
+    { xmlMode: true, decodeEntities: true, recognizeCDATA: true },
+  );
   parser.write(text);
   parser.end();
   const roots = top.children;

@@ -69,7 +69,12 @@ async function stampOf(path: string): Promise<{ stamp: string; ctimeMs: number }
   }
 }
 
-export async function hashFile(path: string, algorithm: HashAlgorithm, backend: CryptoBackend, keep: boolean): Promise<{ hex: string; size: number; bytes: Buffer | null }> {
+export async function hashFile(
+  path: string,
+  algorithm: HashAlgorithm,
+  backend: CryptoBackend,
+  keep: boolean,
+): Promise<{ hex: string; size: number; bytes: Buffer | null }> {
   if (keep) {
     const bytes = await readFile(path);
     const h = backend.createHash(algorithm);
@@ -91,7 +96,11 @@ export class DiskTier {
   private readonly index = new Map<string, DiskEntry>(); // oldest access first
   private total = 0;
 
-  constructor(readonly dir: string, readonly capacity: number, private readonly backend: CryptoBackend) {}
+  constructor(
+    readonly dir: string,
+    readonly capacity: number,
+    private readonly backend: CryptoBackend,
+  ) {}
 
   get bytes(): number {
     return this.total;
@@ -128,12 +137,20 @@ export class DiskTier {
       const hexLength = HASH_ALGORITHMS[algorithm].hexLength;
       const algDir = join(root, algorithm);
       let shards: string[];
-      try { shards = await readdir(algDir); } catch { continue; }
+      try {
+        shards = await readdir(algDir);
+      } catch {
+        continue;
+      }
       for (const shard of shards) {
         if (!/^[0-9a-f]{2}$/.test(shard)) continue;
         const dir = join(algDir, shard);
         let names: string[];
-        try { names = await readdir(dir); } catch { continue; }
+        try {
+          names = await readdir(dir);
+        } catch {
+          continue;
+        }
         const set = new Set(names);
         for (const name of names) {
           const metaOf = /^([0-9a-f]+)\.meta$/.exec(name);
@@ -151,7 +168,10 @@ export class DiskTier {
             continue;
           }
           const key = `${algorithm}:${name}`;
-          found.push({ entry: { key, path, size: meta.size, contentType: meta.contentType, headers: meta.headers, refs: 0, doomed: false, checking: null }, at: Math.max(st.atimeMs, st.mtimeMs) });
+          found.push({
+            entry: { key, path, size: meta.size, contentType: meta.contentType, headers: meta.headers, refs: 0, doomed: false, checking: null },
+            at: Math.max(st.atimeMs, st.mtimeMs),
+          });
         }
       }
     }
@@ -244,7 +264,12 @@ export class DiskTier {
     entry.refs++;
     let released = false;
     return {
-      artifactHash: entry.key, contentType: entry.contentType, headers: entry.headers, size: entry.size, path: entry.path, tier,
+      artifactHash: entry.key,
+      contentType: entry.contentType,
+      headers: entry.headers,
+      size: entry.size,
+      path: entry.path,
+      tier,
       release: () => {
         if (released) return;
         released = true;
@@ -262,7 +287,7 @@ export class DiskTier {
    * changes its inode, size or change time, which no utimes can set back).
    */
   check(entry: DiskEntry, h: ArtifactHash, keep: boolean): Promise<Buffer | boolean> {
-    return entry.checking ??= (async () => {
+    return (entry.checking ??= (async () => {
       try {
         const at = Date.now();
         const before = await stampOf(entry.path);
@@ -282,7 +307,7 @@ export class DiskTier {
       } finally {
         entry.checking = null;
       }
-    })();
+    })());
   }
 
   /** Recently used: to the end of the LRU order, on disk too. */

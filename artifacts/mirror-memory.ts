@@ -56,20 +56,21 @@ export class MemoryTier {
   constructor(options: MemoryTierOptions) {
     this.capacity = options.memoryBytes;
     this.spoolThreshold = options.spoolThreshold;
-    this.cache = this.capacity > 0 && this.spoolThreshold > 0
-      ? new LRUCache<string, MemoryEntry>({
-        maxSize: this.capacity,
-        maxEntrySize: Math.min(this.capacity, sizeClass(this.spoolThreshold)),
-        // Pooled bytes occupy their whole size class.
-        sizeCalculation: (e) => Math.max(1, e.pooled ? BytePool.capacity(e.bytes) : e.bytes.length),
-        dispose: (e, _k, reason) => {
-          if (reason === 'evict') this.evictions++;
-          e.cached = false;
-          this.account(e);
-          this.recycle(e);
-        },
-      })
-      : null;
+    this.cache =
+      this.capacity > 0 && this.spoolThreshold > 0
+        ? new LRUCache<string, MemoryEntry>({
+            maxSize: this.capacity,
+            maxEntrySize: Math.min(this.capacity, sizeClass(this.spoolThreshold)),
+            // Pooled bytes occupy their whole size class.
+            sizeCalculation: (e) => Math.max(1, e.pooled ? BytePool.capacity(e.bytes) : e.bytes.length),
+            dispose: (e, _k, reason) => {
+              if (reason === 'evict') this.evictions++;
+              e.cached = false;
+              this.account(e);
+              this.recycle(e);
+            },
+          })
+        : null;
     this.budget = new MemoryBudget(options.budgetBytes);
     this.pool = new BytePool(this.cache === null ? 0 : Math.max(0, options.poolBytes));
   }
@@ -180,7 +181,12 @@ export class MemoryTier {
     entry.refs++;
     let released = false;
     return {
-      artifactHash, contentType: entry.contentType, headers: entry.headers, size: entry.bytes.length, bytes: entry.bytes, tier,
+      artifactHash,
+      contentType: entry.contentType,
+      headers: entry.headers,
+      size: entry.bytes.length,
+      bytes: entry.bytes,
+      tier,
       release: () => {
         if (released) return;
         released = true;

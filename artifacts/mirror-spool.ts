@@ -20,7 +20,9 @@ import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import type { StoredArtifact } from './stored-artifact.ts';
 
-export const ignore = () => { /* best effort */ };
+export const ignore = () => {
+  /* best effort */
+};
 
 /** A temp file name unique to this process. */
 export function tempName(prefix: string): string {
@@ -45,7 +47,13 @@ class FileRefs {
 function fileArtifact(artifactHash: string, path: string, size: number, contentType: string, headers: Record<string, string>, refs: FileRefs): StoredArtifact {
   const release = refs.acquire();
   return {
-    artifactHash, contentType, headers, size, path, tier: 'spool', release,
+    artifactHash,
+    contentType,
+    headers,
+    size,
+    path,
+    tier: 'spool',
+    release,
     retain: () => fileArtifact(artifactHash, path, size, contentType, headers, refs),
   };
 }

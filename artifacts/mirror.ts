@@ -133,7 +133,14 @@ export class Mirror {
    * `reserved` bytes the caller reserved (`reserve()`) are taken over (a
    * pooled buffer's reservation always is); bytes beyond it are counted too.
    */
-  async putBytes(artifactHash: string, bytes: Buffer, contentType: string, headers: Readonly<Record<string, string>> = {}, pooled = false, reserved = 0): Promise<StoredArtifact> {
+  async putBytes(
+    artifactHash: string,
+    bytes: Buffer,
+    contentType: string,
+    headers: Readonly<Record<string, string>> = {},
+    pooled = false,
+    reserved = 0,
+  ): Promise<StoredArtifact> {
     let h: ArtifactHash;
     try {
       h = this.parse(artifactHash);
@@ -217,7 +224,13 @@ export class Mirror {
    * The temp path is gone from the caller's point of view either way.
    * `headers` as for `putBytes`.
    */
-  async putFile(artifactHash: string, tempPath: string, size: number, contentType: string, headers: Readonly<Record<string, string>> = {}): Promise<StoredArtifact> {
+  async putFile(
+    artifactHash: string,
+    tempPath: string,
+    size: number,
+    contentType: string,
+    headers: Readonly<Record<string, string>> = {},
+  ): Promise<StoredArtifact> {
     const kept = keptOriginHeaders(headers);
     let h: ArtifactHash;
     try {

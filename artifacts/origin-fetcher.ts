@@ -110,7 +110,8 @@ export interface OriginResponse {
 }
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
-const REDIRECT_HINT = ' (a redirect reaches loopback and private addresses only on the host of the URL itself, or with origin.allow_private: true in the gateway config)';
+const REDIRECT_HINT =
+  ' (a redirect reaches loopback and private addresses only on the host of the URL itself, or with origin.allow_private: true in the gateway config)';
 
 /** Lifecycle of one fetch: the deadline timer and the caller's abort signal. */
 class FetchState {
@@ -119,7 +120,11 @@ class FetchState {
   private timer: NodeJS.Timeout;
   private readonly onAbort: () => void;
 
-  constructor(readonly resource: string, readonly limits: OriginLimits, readonly signal: AbortSignal | undefined) {
+  constructor(
+    readonly resource: string,
+    readonly limits: OriginLimits,
+    readonly signal: AbortSignal | undefined,
+  ) {
     this.timer = setTimeout(() => {
       this.timedOut = true;
       this.controller.abort(new Error('origin deadline'));
@@ -250,14 +255,20 @@ export class OriginFetcher {
     try {
       for (let hop = 0; ; hop++) {
         const guard = guardAll ? 'all' : hop > 0 && !this.allowPrivate && !trusted.has(current.host) ? 'redirect' : 'none';
-        const extra = current.host !== first ? undefined
-          : bearer !== undefined ? { ...options.headers, authorization: bearer } : options.headers;
+        const extra = current.host !== first ? undefined : bearer !== undefined ? { ...options.headers, authorization: bearer } : options.headers;
         const res = await this.request(current, resource, guard, state, extra);
-        if (res.statusCode === 401 && bearer === undefined && current.host === first && options.headers?.authorization === undefined && isOciManifestPath(current.pathname)) {
+        if (
+          res.statusCode === 401 &&
+          bearer === undefined &&
+          current.host === first &&
+          options.headers?.authorization === undefined &&
+          isOciManifestPath(current.pathname)
+        ) {
           // A registry that wants a pull token first (the distribution spec's token flow, anonymous).
           const challenge = res.headers['www-authenticate'];
           res.discard();
-          if (typeof challenge !== 'string') throw new VouchError('origin_error', `origin ${current.href}: HTTP 401 without a challenge`, { resource, evidence: { status: 401 } });
+          if (typeof challenge !== 'string')
+            throw new VouchError('origin_error', `origin ${current.href}: HTTP 401 without a challenge`, { resource, evidence: { status: 401 } });
           bearer = await this.registryToken(challenge, current, resource, state, guardAll, trusted);
           hop--;
           continue;
@@ -285,12 +296,17 @@ export class OriginFetcher {
         if (res.statusCode !== 200) {
           // Only a 200 carries the artifact: a 204 is no body, a 206 part of one, a 202 a promise.
           res.discard();
-          throw new VouchError('origin_error', `origin ${current.href}: HTTP ${res.statusCode}${res.statusCode < 300 ? ' (only 200 is accepted)' : ''}`, { resource, evidence: { status: res.statusCode } });
+          throw new VouchError('origin_error', `origin ${current.href}: HTTP ${res.statusCode}${res.statusCode < 300 ? ' (only 200 is accepted)' : ''}`, {
+            resource,
+            evidence: { status: res.statusCode },
+          });
         }
         const contentLength = res.contentLength;
         if (contentLength !== null && contentLength > this.limits.maxBytes) {
           res.abort();
-          throw new VouchError('too_large', `origin ${current.href}: declares ${contentLength} bytes, over the ${this.limits.maxBytes}-byte limit`, { resource });
+          throw new VouchError('too_large', `origin ${current.href}: declares ${contentLength} bytes, over the ${this.limits.maxBytes}-byte limit`, {
+            resource,
+          });
         }
         return new FetchedResponse(res, current.href, state);
       }
@@ -307,8 +323,17 @@ export class OriginFetcher {
    * realm is guarded as a redirect hop is, and must be https unless it is
    * on the registry's own host. Its answer is read up to 64 KiB.
    */
-  private async registryToken(challenge: string, registry: URL, resource: string, state: FetchState, guardAll: boolean, trusted: ReadonlySet<string>): Promise<string> {
-    const fail = (why: string): never => { throw new VouchError('origin_error', `origin ${registry.href}: HTTP 401, and no pull token: ${why}`, { resource, evidence: { status: 401 } }); };
+  private async registryToken(
+    challenge: string,
+    registry: URL,
+    resource: string,
+    state: FetchState,
+    guardAll: boolean,
+    trusted: ReadonlySet<string>,
+  ): Promise<string> {
+    const fail = (why: string): never => {
+      throw new VouchError('origin_error', `origin ${registry.href}: HTTP 401, and no pull token: ${why}`, { resource, evidence: { status: 401 } });
+    };
     let ch: ReturnType<typeof parseChallenge>;
     try {
       ch = parseChallenge(challenge);
@@ -322,7 +347,8 @@ export class OriginFetcher {
     } catch {
       return fail('the token realm is not a URL');
     }
-    if (realm.protocol !== 'https:' && !(realm.protocol === 'http:' && realm.host === registry.host)) return fail('the token realm must be https or on the registry\'s host');
+    if (realm.protocol !== 'https:' && !(realm.protocol === 'http:' && realm.host === registry.host))
+      return fail("the token realm must be https or on the registry's host");
     const name = /\/v2\/(.+)\/manifests\/[^/]+$/.exec(registry.pathname)?.[1] ?? '';
     if (ch.params.service !== undefined) realm.searchParams.set('service', ch.params.service);
     realm.searchParams.set('scope', `repository:${name}:pull`);
@@ -355,7 +381,13 @@ export class OriginFetcher {
     return `Bearer ${token}`;
   }
 
-  private async request(url: URL, resource: string, guard: 'all' | 'redirect' | 'none', state: FetchState, extra?: Readonly<Record<string, string>>): Promise<H1Response> {
+  private async request(
+    url: URL,
+    resource: string,
+    guard: 'all' | 'redirect' | 'none',
+    state: FetchState,
+    extra?: Readonly<Record<string, string>>,
+  ): Promise<H1Response> {
     const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
     let host = hostname;
     if (guard !== 'none') {
@@ -406,7 +438,11 @@ class FetchedResponse implements OriginResponse {
   private stream: Readable | null = null;
   private taken = false;
 
-  constructor(private readonly res: H1Response, readonly finalUrl: string, private readonly state: FetchState) {
+  constructor(
+    private readonly res: H1Response,
+    readonly finalUrl: string,
+    private readonly state: FetchState,
+  ) {
     this.status = res.statusCode;
     this.headers = res.headers;
     this.contentLength = res.contentLength;
@@ -432,10 +468,14 @@ class FetchedResponse implements OriginResponse {
   async receiveWindows(window: Buffer, onFull: (filled: Buffer) => Promise<void>): Promise<void> {
     if (this.contentLength === null) throw new TypeError('receiveWindows needs a declared Content-Length');
     const own: unknown[] = []; // onFull's own failure passes through unchanged
-    await this.direct(() => this.res.receiveWindows(window, (filled) => onFull(filled).catch((e: unknown) => {
-      own.push(e);
-      throw e;
-    }))).catch((e: unknown) => {
+    await this.direct(() =>
+      this.res.receiveWindows(window, (filled) =>
+        onFull(filled).catch((e: unknown) => {
+          own.push(e);
+          throw e;
+        }),
+      ),
+    ).catch((e: unknown) => {
       throw own.length > 0 ? own[0] : e;
     });
   }

@@ -42,7 +42,10 @@ function pyRequote(part: string): string {
 /** The URL as pip requests it (pip's `_ensure_quoted_url`: the path re-quoted part by part between `@` and `%2F`), without fragment. */
 export function pipRequestUrl(url: string): string {
   const u = new URL(url);
-  const path = u.pathname.split(/(@|%2F)/i).map((p, i) => (i % 2 === 1 ? p.toUpperCase() : pyRequote(p))).join('');
+  const path = u.pathname
+    .split(/(@|%2F)/i)
+    .map((p, i) => (i % 2 === 1 ? p.toUpperCase() : pyRequote(p)))
+    .join('');
   return `${u.protocol}//${u.host}${path}${u.search}`;
 }
 

@@ -72,24 +72,28 @@ export function parseHtmlPage(html: string, pageUrl: string, name: string): Inde
   const anchors: Array<{ attribs: Record<string, string>; text: string }> = [];
   let base: string | null = null;
   let current: { attribs: Record<string, string>; text: string } | null = null;
-  const parser = new Parser({
-    onopentag(tag, attribs) {
-      if (tag === 'base' && base === null && attribs.href !== undefined) base = attribs.href;
-      else if (tag === 'a') {
-        if (anchors.length >= MAX_PAGE_FILES) throw new PageError(`the page has more than ${MAX_PAGE_FILES} links`);
-        if ((attribs.href?.length ?? 0) > MAX_HREF) throw new PageError(`a link is longer than ${MAX_HREF} characters`);
-        anchors.push(current = { attribs, text: '' });
-      }
+  const parser = new Parser(
+    {
+      onopentag(tag, attribs) {
+        if (tag === 'base' && base === null && attribs.href !== undefined) base = attribs.href;
+        else if (tag === 'a') {
+          if (anchors.length >= MAX_PAGE_FILES) throw new PageError(`the page has more than ${MAX_PAGE_FILES} links`);
+          if ((attribs.href?.length ?? 0) > MAX_HREF) throw new PageError(`a link is longer than ${MAX_HREF} characters`);
+          anchors.push((current = { attribs, text: '' }));
+        }
+      },
+      ontext(text) {
+        if (current === null) return;
+        current.text += text;
+        if (current.text.length > MAX_FILENAME && current.text.trim().length > MAX_FILENAME)
+          throw new PageError(`a link's text is longer than ${MAX_FILENAME} characters`);
+      },
+      onclosetag(tag) {
+        if (tag === 'a') current = null;
+      },
     },
-    ontext(text) {
-      if (current === null) return;
-      current.text += text;
-      if (current.text.length > MAX_FILENAME && current.text.trim().length > MAX_FILENAME) throw new PageError(`a link's text is longer than ${MAX_FILENAME} characters`);
-    },
-    onclosetag(tag) {
-      if (tag === 'a') current = null;
-    },
-  }, { decodeEntities: true, lowerCaseTags: true, lowerCaseAttributeNames: true });
+    { decodeEntities: true, lowerCaseTags: true, lowerCaseAttributeNames: true },
+  );
   parser.write(html);
   parser.end();
   let resolvedBase = pageUrl;
@@ -165,7 +169,9 @@ export function parseJsonPage(text: string, pageUrl: string): IndexPage {
     const up = f['upload-time'];
     if (up !== undefined && up !== null && typeof up !== 'string') throw new PageError(`${at}.upload-time is not a string`);
     return {
-      href: f.url, filename: f.filename, hashes,
+      href: f.url,
+      filename: f.filename,
+      hashes,
       requiresPython: typeof rp === 'string' ? rp : null,
       yanked: yanked === undefined ? false : yanked,
       size: size ?? null,

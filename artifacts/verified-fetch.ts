@@ -111,7 +111,13 @@ class Slots {
       return Promise.resolve();
     }
     return new Promise<void>((resolve, reject) => {
-      const item = { go: () => { signal.removeEventListener('abort', onAbort); this.active++; resolve(); } };
+      const item = {
+        go: () => {
+          signal.removeEventListener('abort', onAbort);
+          this.active++;
+          resolve();
+        },
+      };
       const onAbort = () => {
         const i = this.queue.indexOf(item);
         if (i >= 0) this.queue.splice(i, 1);
@@ -131,7 +137,7 @@ class Slots {
 
 async function writeAll(fh: FileHandle, buffers: Buffer[], total: number): Promise<void> {
   const buf = buffers.length === 1 ? buffers[0]! : Buffer.concat(buffers, total);
-  for (let off = 0; off < buf.length;) {
+  for (let off = 0; off < buf.length; ) {
     const { bytesWritten } = await fh.write(buf, off, buf.length - off);
     off += bytesWritten;
   }
@@ -171,7 +177,11 @@ export class VerifiedFetcher {
    * `bad_artifact_hash`, or — when `signal` aborts — with its reason. The
    * shared origin fetch is cancelled only when every waiting caller aborted.
    */
-  async obtain(url: string, artifactHash: string, options: { signal?: AbortSignal; trustedHosts?: readonly string[]; headers?: Readonly<Record<string, string>> } = {}): Promise<Obtained> {
+  async obtain(
+    url: string,
+    artifactHash: string,
+    options: { signal?: AbortSignal; trustedHosts?: readonly string[]; headers?: Readonly<Record<string, string>> } = {},
+  ): Promise<Obtained> {
     const parsed = parseArtifactHash(artifactHash);
     if (typeof parsed === 'string') throw new VouchError('bad_artifact_hash', parsed, { resource: url });
     const { signal } = options;
@@ -183,7 +193,10 @@ export class VerifiedFetcher {
     if (flight === undefined) {
       const hit = await this.mirror.get(artifactHash);
       if (hit !== null) {
-        if (signal?.aborted) { hit.release(); throw signal.reason; }
+        if (signal?.aborted) {
+          hit.release();
+          throw signal.reason;
+        }
         return { artifact: hit, source: hit.tier === 'memory' ? 'memory' : 'disk', originHeaders: { ...hit.headers } };
       }
       if (signal?.aborted) throw signal.reason;
@@ -322,7 +335,15 @@ export class VerifiedFetcher {
    * smaller or undeclared body into memory chunk by chunk while the budget
    * and the spool threshold allow, then a spool file.
    */
-  private async fetchVerified(url: string, artifactHash: string, h: ArtifactHash, signal: AbortSignal, trustedHosts: readonly string[], headers?: Readonly<Record<string, string>>, from?: string): Promise<Obtained> {
+  private async fetchVerified(
+    url: string,
+    artifactHash: string,
+    h: ArtifactHash,
+    signal: AbortSignal,
+    trustedHosts: readonly string[],
+    headers?: Readonly<Record<string, string>>,
+    from?: string,
+  ): Promise<Obtained> {
     if (from === undefined) this.counters.originFetches++;
     const res = await this.fetcher.fetch(from ?? url, { signal, guardPrivate: this.guardPrivate, trustedHosts, ...(headers !== undefined ? { headers } : {}) });
     const into = res.contentLength !== null ? this.mirror.buffer(res.contentLength) : null;
@@ -381,39 +402,45 @@ export class VerifiedFetcher {
           pendingBytes = filled.length;
           await flush();
         });
-      } else for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        if (job === null) hash.update(chunk);
-        size += chunk.length;
-        this.counters.originBytes += chunk.length;
-        if (fh === null) {
-          chunks.push(chunk);
-          if (size <= threshold && this.mirror.reserve(chunk.length)) {
-            reserved += chunk.length;
-            continue;
+      } else
+        for await (const chunk of res.body as AsyncIterable<Buffer>) {
+          if (job === null) hash.update(chunk);
+          size += chunk.length;
+          this.counters.originBytes += chunk.length;
+          if (fh === null) {
+            chunks.push(chunk);
+            if (size <= threshold && this.mirror.reserve(chunk.length)) {
+              reserved += chunk.length;
+              continue;
+            }
+            await openSpool(); // over the threshold or the memory budget: what is held so far goes to the file
+            this.mirror.unreserve(reserved);
+            reserved = 0;
+            pending = chunks;
+            pendingBytes = size;
+            chunks = [];
+          } else {
+            pending.push(chunk);
+            pendingBytes += chunk.length;
           }
-          await openSpool(); // over the threshold or the memory budget: what is held so far goes to the file
-          this.mirror.unreserve(reserved);
-          reserved = 0;
-          pending = chunks;
-          pendingBytes = size;
-          chunks = [];
-        } else {
-          pending.push(chunk);
-          pendingBytes += chunk.length;
+          if (pendingBytes >= WRITE_BATCH) await flush();
         }
-        if (pendingBytes >= WRITE_BATCH) await flush();
-      }
       if (fh !== null) {
         await flush();
         const handle: FileHandle = fh;
         fh = null;
-        await handle.close().catch((e: unknown) => { throw ioError(e, 'cannot write the spool file'); });
+        await handle.close().catch((e: unknown) => {
+          throw ioError(e, 'cannot write the spool file');
+        });
       }
       // A worker that died (or could not read the file): the file is hashed here instead.
-      const digest = job === null ? hash.digest() : await job.finish().catch(async () => {
-        const r = await hashFile(spoolPath!, h.algorithm, this.backend, false);
-        return hexDecode(r.hex)!;
-      });
+      const digest =
+        job === null
+          ? hash.digest()
+          : await job.finish().catch(async () => {
+              const r = await hashFile(spoolPath!, h.algorithm, this.backend, false);
+              return hexDecode(r.hex)!;
+            });
       this.check(url, artifactHash, `${h.algorithm}:${hexEncode(digest)}`);
       if (spoolPath !== null) {
         const path: string = spoolPath;

@@ -76,8 +76,10 @@ export async function benchAppend(opts: { sizes: number[]; samples: number }): P
         sharedIndexWrites: repo.indexStats().sharedWrites - sharedBefore,
       };
       out.push(figures);
-      console.log(`append at ${size} blocks: median ${figures.medianMs.toFixed(2)} ms, p90 ${figures.p90Ms.toFixed(2)} ms, ` +
-        `max ${figures.maxMs.toFixed(1)} ms (${opts.samples} samples, ${figures.sharedIndexWrites} shared-index rewrites; build ${(buildMs / 1000).toFixed(1)} s)`);
+      console.log(
+        `append at ${size} blocks: median ${figures.medianMs.toFixed(2)} ms, p90 ${figures.p90Ms.toFixed(2)} ms, ` +
+          `max ${figures.maxMs.toFixed(1)} ms (${opts.samples} samples, ${figures.sharedIndexWrites} shared-index rewrites; build ${(buildMs / 1000).toFixed(1)} s)`,
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -86,6 +88,9 @@ export async function benchAppend(opts: { sizes: number[]; samples: number }): P
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const sizes = process.argv.slice(2).map(Number).filter((n) => n > 0);
+  const sizes = process.argv
+    .slice(2)
+    .map(Number)
+    .filter((n) => n > 0);
   await benchAppend({ sizes: sizes.length ? sizes : [1_000, 50_000], samples: 200 });
 }

@@ -18,7 +18,10 @@ import { benchAppend } from './chain-append.ts';
 import { rawVerifyRate, signedMessages } from './raw-verify.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]!; };
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)]!;
+};
 const fmt = (x: number, d = 1) => x.toFixed(d);
 
 export async function runChainBench(quick: boolean): Promise<{ title: string; markdown: string }> {
@@ -39,8 +42,12 @@ export async function runChainBench(quick: boolean): Promise<{ title: string; ma
   if (!existsSync(join(dir, 'checkpoint.json'))) {
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(join(root, 'bench', 'out'), { recursive: true });
-    await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-      { message: `bench chain of ${N} blocks\n`, authorName: 'bench', authorEmail: 'bench@vouch.invalid', timestamp: 1_790_000_000 });
+    await ChainRepo.init(
+      dir,
+      blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+      formatCheckpointFile(checkpoint),
+      { message: `bench chain of ${N} blocks\n`, authorName: 'bench', authorEmail: 'bench@vouch.invalid', timestamp: 1_790_000_000 },
+    );
   }
 
   // --- raw crypto.verify rate, one thread, on the chain's own messages
@@ -76,13 +83,23 @@ export async function runChainBench(quick: boolean): Promise<{ title: string; ma
   out.push('| Figure | Value | Target |', '|---|---|---|');
   out.push(`| append latency at 1,000 blocks (median / p90) | ${fmt(a1.medianMs)} ms / ${fmt(a1.p90Ms)} ms | |`);
   out.push(`| append latency at ${N.toLocaleString('en')} blocks (median / p90) | ${fmt(aN.medianMs)} ms / ${fmt(aN.p90Ms)} ms | |`);
-  out.push(`| ratio ${N.toLocaleString('en')} / 1,000 (median) | **${fmt(aN.medianMs / a1.medianMs, 2)}×** | ≤ 1.5× ${aN.medianMs / a1.medianMs <= 1.5 ? '✅' : '❌'} |`);
+  out.push(
+    `| ratio ${N.toLocaleString('en')} / 1,000 (median) | **${fmt(aN.medianMs / a1.medianMs, 2)}×** | ≤ 1.5× ${aN.medianMs / a1.medianMs <= 1.5 ? '✅' : '❌'} |`,
+  );
   out.push(`| raw \`crypto.verify\` (OpenSSL), one thread | ${Math.round(raw)} /s | |`);
-  out.push(`| raw libsodium verify (asked first by \`vouch\`, platform/node-crypto.ts), one thread | ${Math.round(median(sodiumRates))} /s; verify / (libsodium raw × cores) ${fmt(vr / (median(sodiumRates) * cores), 2)} | |`);
-  out.push(`| \`vouch verify\` on ${N.toLocaleString('en')} blocks (${cores} cores, median of ${runs}) | ${Math.round(vr)} blocks/s (${fmt(median(verifySeconds), 2)} s) | ≥ 0.75 × raw × cores = ${Math.round(target)} /s ${vr >= target ? '✅' : '❌'} |`);
+  out.push(
+    `| raw libsodium verify (asked first by \`vouch\`, platform/node-crypto.ts), one thread | ${Math.round(median(sodiumRates))} /s; verify / (libsodium raw × cores) ${fmt(vr / (median(sodiumRates) * cores), 2)} | |`,
+  );
+  out.push(
+    `| \`vouch verify\` on ${N.toLocaleString('en')} blocks (${cores} cores, median of ${runs}) | ${Math.round(vr)} blocks/s (${fmt(median(verifySeconds), 2)} s) | ≥ 0.75 × raw × cores = ${Math.round(target)} /s ${vr >= target ? '✅' : '❌'} |`,
+  );
   const perRun = verifyRates.map((v, i) => v / (rawRates[i]! * cores));
-  out.push(`| ratio verify / (raw × cores) | **${fmt(vr / (raw * cores), 2)}** (runs ${fmt(Math.min(...perRun), 3)}–${fmt(Math.max(...perRun), 3)}, each against its own raw rate) | ≥ 0.75 |`);
-  out.push(`| read + parse + index ${N.toLocaleString('en')} blocks | ${fmt(median(reads.map((r) => r.ms)) / 1000, 2)} s, peak RSS ${Math.round(median(reads.map((r) => r.maxRssMiB)))} MiB | |`);
+  out.push(
+    `| ratio verify / (raw × cores) | **${fmt(vr / (raw * cores), 2)}** (runs ${fmt(Math.min(...perRun), 3)}–${fmt(Math.max(...perRun), 3)}, each against its own raw rate) | ≥ 0.75 |`,
+  );
+  out.push(
+    `| read + parse + index ${N.toLocaleString('en')} blocks | ${fmt(median(reads.map((r) => r.ms)) / 1000, 2)} s, peak RSS ${Math.round(median(reads.map((r) => r.maxRssMiB)))} MiB | |`,
+  );
   out.push('', `Runs: append ${quick ? 20 : 100} samples per size; verify and read+index ${runs} runs each (medians).`);
   return { title: 'Chain core (issue 2)', markdown: out.join('\n') };
 }

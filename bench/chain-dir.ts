@@ -19,8 +19,12 @@ export async function benchChainDir(n: number): Promise<string> {
     const { blocks, checkpoint } = buildLongChain(n);
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(join(root, 'bench', 'out'), { recursive: true });
-    await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-      { message: `bench chain of ${n} blocks\n`, authorName: 'bench', authorEmail: 'bench@vouch.invalid', timestamp: 1_790_000_000 });
+    await ChainRepo.init(
+      dir,
+      blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+      formatCheckpointFile(checkpoint),
+      { message: `bench chain of ${n} blocks\n`, authorName: 'bench', authorEmail: 'bench@vouch.invalid', timestamp: 1_790_000_000 },
+    );
   }
   return dir;
 }

@@ -57,8 +57,14 @@ export interface PushFigures {
   gitCliMs: number;
 }
 
-const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]!; };
-const quantile = (xs: number[], q: number) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!; };
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)]!;
+};
+const quantile = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+};
 
 function git(dir: string, ...args: string[]): string {
   const r = spawnSync('git', ['-C', dir, ...args], { encoding: 'utf8', maxBuffer: 1 << 26 });
@@ -107,7 +113,7 @@ async function fastImport(dir: string, blocks: Block[], signer = testSigner()): 
   await put('done\n');
   await flush();
   stdin.end();
-  if (await exited !== 0) throw new Error('bench: git fast-import failed');
+  if ((await exited) !== 0) throw new Error('bench: git fast-import failed');
 }
 
 /** Builds a chain of `n` commits in `dir` and a bare clone `<srv>/<name>` as the remote; returns the open repository and its head block. */
@@ -158,8 +164,19 @@ export async function benchPush(opts: { sizes: number[]; samples: number }): Pro
     s.now += 1000;
     const i = s.head.index + 1;
     const block = buildEndorseBlock({
-      prev: s.head, signer, backend: nodeBackend, now: s.now,
-      entries: [{ url: `https://a.example/pkg/bench/artifact-${i}.tgz`, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`artifact ${i}`)), name: 'acme/bench', semver: `2.${i}.0`, license: 'MIT' }],
+      prev: s.head,
+      signer,
+      backend: nodeBackend,
+      now: s.now,
+      entries: [
+        {
+          url: `https://a.example/pkg/bench/artifact-${i}.tgz`,
+          artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`artifact ${i}`)),
+          name: 'acme/bench',
+          semver: `2.${i}.0`,
+          license: 'MIT',
+        },
+      ],
     });
     await appendSigned(s.repo, [block], buildCheckpoint({ head: block, signer, now: s.now }), s.now);
     s.head = block;
@@ -176,8 +193,20 @@ export async function benchPush(opts: { sizes: number[]; samples: number }): Pro
       const dir = join(work, `chain-${n}`);
       const { repo, head, now } = await buildFixture(dir, n, gs, `chain-${n}.git`);
       const s: Subject = {
-        n, dir, bare: join(gs.root, `chain-${n}.git`), url: gs.url(`chain-${n}.git`), repo, head, now, remoteHead: repo.head, cache: {},
-        buildMs: performance.now() - t0, coldMs: 0, results: [], serverCheck: [], cli: [],
+        n,
+        dir,
+        bare: join(gs.root, `chain-${n}.git`),
+        url: gs.url(`chain-${n}.git`),
+        repo,
+        head,
+        now,
+        remoteHead: repo.head,
+        cache: {},
+        buildMs: performance.now() - t0,
+        coldMs: 0,
+        results: [],
+        serverCheck: [],
+        cli: [],
       };
       await appendOne(s);
       s.coldMs = (await push(s)).timings.totalMs;
@@ -234,17 +263,21 @@ export async function benchPush(opts: { sizes: number[]; samples: number }): Pro
     };
   });
   for (const f of out) {
-    console.log(`push of one append at ${f.commits} commits: median ${f.medianMs.toFixed(1)} ms (p90 ${f.p90Ms.toFixed(1)}, min ${f.minMs.toFixed(1)}, max ${f.maxMs.toFixed(1)}; ` +
-      `info/refs ${f.refsMs.toFixed(1)} + walk/pack ${f.walkMs.toFixed(2)} + POST ${f.postMs.toFixed(1)}); ${f.objects} objects, ${f.bytes} bytes\n` +
-      `  server's connectivity check alone ${f.serverCheckMs.toFixed(1)} ms; git CLI push of one append ${f.gitCliMs.toFixed(1)} ms`);
+    console.log(
+      `push of one append at ${f.commits} commits: median ${f.medianMs.toFixed(1)} ms (p90 ${f.p90Ms.toFixed(1)}, min ${f.minMs.toFixed(1)}, max ${f.maxMs.toFixed(1)}; ` +
+        `info/refs ${f.refsMs.toFixed(1)} + walk/pack ${f.walkMs.toFixed(2)} + POST ${f.postMs.toFixed(1)}); ${f.objects} objects, ${f.bytes} bytes\n` +
+        `  server's connectivity check alone ${f.serverCheckMs.toFixed(1)} ms; git CLI push of one append ${f.gitCliMs.toFixed(1)} ms`,
+    );
   }
   if (out.length >= 2) {
     const first = out[0]!;
     const last = out[out.length - 1]!;
     const r = (f: (x: PushFigures) => number) => (f(last) / f(first)).toFixed(2);
-    console.log(`ratio ${last.commits} / ${first.commits} commits: push ${r((x) => x.medianMs)}x (target <= 1.5x); ` +
-      `client walk+pack ${r((x) => x.walkMs)}x; push minus the server's connectivity check ${r((x) => x.medianMs - x.serverCheckMs)}x; ` +
-      `server check ${r((x) => x.serverCheckMs)}x; git CLI push ${r((x) => x.gitCliMs)}x`);
+    console.log(
+      `ratio ${last.commits} / ${first.commits} commits: push ${r((x) => x.medianMs)}x (target <= 1.5x); ` +
+        `client walk+pack ${r((x) => x.walkMs)}x; push minus the server's connectivity check ${r((x) => x.medianMs - x.serverCheckMs)}x; ` +
+        `server check ${r((x) => x.serverCheckMs)}x; git CLI push ${r((x) => x.gitCliMs)}x`,
+    );
   }
   return out;
 }
@@ -253,6 +286,9 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const args = process.argv.slice(2);
   const at = args.indexOf('--samples');
   const samples = at >= 0 ? Number(args[at + 1]) : 15;
-  const sizes = args.filter((_a, k) => k !== at && k !== at + 1).map(Number).filter((n) => n > 0);
+  const sizes = args
+    .filter((_a, k) => k !== at && k !== at + 1)
+    .map(Number)
+    .filter((n) => n > 0);
   await benchPush({ sizes: sizes.length ? sizes : [1_000, 50_000], samples });
 }

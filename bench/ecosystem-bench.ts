@@ -12,7 +12,16 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
-import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, type Block, type EndorsementInput } from '../chain/index.ts';
+import {
+  artifactHashOf,
+  buildAuthorityBlock,
+  buildCheckpoint,
+  buildEndorseBlock,
+  formatBlockFile,
+  formatCheckpointFile,
+  type Block,
+  type EndorsementInput,
+} from '../chain/index.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, commitFor } from '../store/chain-store.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
@@ -31,8 +40,12 @@ async function buildChain(dir: string, reg: NpmRegistry, names: string[], versio
   const signer = testSigner();
   let now = Date.UTC(2026, 0, 1);
   const authority = buildAuthorityBlock({ signer, backend: nodeBackend, now, uns: 'bench/chain' });
-  const repo = await ChainRepo.init(dir, [{ index: 0, content: formatBlockFile(authority) }],
-    formatCheckpointFile(buildCheckpoint({ head: authority, signer, now })), commitFor([authority], now));
+  const repo = await ChainRepo.init(
+    dir,
+    [{ index: 0, content: formatBlockFile(authority) }],
+    formatCheckpointFile(buildCheckpoint({ head: authority, signer, now })),
+    commitFor([authority], now),
+  );
   const entries: EndorsementInput[] = names.map((name) => ({
     url: CANON + NpmRegistry.tarballPath(name, version).slice(1),
     artifactHash: artifactHashOf(nodeBackend, 'sha512', reg.tarball(name, version)),
@@ -66,12 +79,15 @@ export async function runEcosystemBench(quick: boolean): Promise<{ title: string
     const chainDir = join(work, 'chain');
     await buildChain(chainDir, reg, names, '1.0.0');
     const config = join(work, 'vouch.yaml');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 },
-      chain: { dir: chainDir },
-      authority: null,
-      proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON }] },
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        chain: { dir: chainDir },
+        authority: null,
+        proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON }] },
+      }),
+    );
     const startGateway = async () => {
       const g = await spawnGateway(`gateway-${gateways.length}`, config);
       gateways.push(g);
@@ -82,17 +98,26 @@ export async function runEcosystemBench(quick: boolean): Promise<{ title: string
     // ---- E1: whole npm install processes
     const project = (label: string) => {
       const dir = mkdtempSync(join(work, `${label}-`));
-      writeFileSync(join(dir, 'package.json'), JSON.stringify({
-        name: 'bench-app', version: '1.0.0', private: true,
-        dependencies: Object.fromEntries(names.map((n) => [n, '^1.0.0'])),
-      }));
+      writeFileSync(
+        join(dir, 'package.json'),
+        JSON.stringify({
+          name: 'bench-app',
+          version: '1.0.0',
+          private: true,
+          dependencies: Object.fromEntries(names.map((n) => [n, '^1.0.0'])),
+        }),
+      );
       return dir;
     };
     const install = async (registry: string, label: string): Promise<number> => {
       const dir = project(label);
       const env = cleanNpmEnv({
-        NPM_CONFIG_USERCONFIG: join(dir, '.npmrc'), NPM_CONFIG_CACHE: join(dir, '.cache'), NPM_CONFIG_REGISTRY: registry,
-        NPM_CONFIG_UPDATE_NOTIFIER: 'false', NPM_CONFIG_FUND: 'false', NPM_CONFIG_AUDIT: 'false',
+        NPM_CONFIG_USERCONFIG: join(dir, '.npmrc'),
+        NPM_CONFIG_CACHE: join(dir, '.cache'),
+        NPM_CONFIG_REGISTRY: registry,
+        NPM_CONFIG_UPDATE_NOTIFIER: 'false',
+        NPM_CONFIG_FUND: 'false',
+        NPM_CONFIG_AUDIT: 'false',
       });
       const t0 = performance.now();
       const r = await runNpm(['install', '--no-audit', '--no-fund'], { cwd: dir, env, timeoutMs: 300_000 });

@@ -33,7 +33,8 @@ const blockAt = (chain: string, i: number) => {
 /** Each block's entries after block 0, without what the signer or the clock decides. */
 const entriesOf = (chain: string) => {
   const out: string[][] = [];
-  for (let i = 1; i < size(chain); i++) out.push(blockAt(chain, i).payload.endorsements.map((e: any) => `${e.artifact_url} ${e.artifact_hash} ${e.name} ${e.semver}`));
+  for (let i = 1; i < size(chain); i++)
+    out.push(blockAt(chain, i).payload.endorsements.map((e: any) => `${e.artifact_url} ${e.artifact_hash} ${e.name} ${e.semver}`));
   return JSON.stringify(out);
 };
 
@@ -56,7 +57,9 @@ export async function runEndorseBench(quick: boolean): Promise<{ title: string; 
       const path = `/${name}/-/${name.replace(/^@bench\//, '')}-1.0.${i}.tgz`;
       origin.route(path, { body, contentType: 'application/octet-stream' });
       packages[`node_modules/${name}`] = {
-        version: `1.0.${i}`, license: 'MIT', resolved: origin.url(path),
+        version: `1.0.${i}`,
+        license: 'MIT',
+        resolved: origin.url(path),
         integrity: `sha512-${createHash('sha512').update(body).digest('base64')}`,
       };
     }
@@ -104,12 +107,15 @@ export async function runEndorseBench(quick: boolean): Promise<{ title: string; 
       const chain = fresh();
       const dir = join(work, `gw-${runs}`);
       const config = join(work, `gw-${runs}.yaml`);
-      writeFileSync(config, stringify({
-        listen: { host: '127.0.0.1', port: 0 },
-        chain: { dir: chain },
-        authority: { key_file: key, signer: SIGNER, submit_token_file: tokenFile },
-        origin: { allow_private: true },
-      }));
+      writeFileSync(
+        config,
+        stringify({
+          listen: { host: '127.0.0.1', port: 0 },
+          chain: { dir: chain },
+          authority: { key_file: key, signer: SIGNER, submit_token_file: tokenFile },
+          origin: { allow_private: true },
+        }),
+      );
       const g = await spawnGateway(`gateway-${gateways.length}`, config, {}, 120_000, `${dir}.log`);
       gateways.push(g);
       assertLoopback(g.url);

@@ -39,13 +39,16 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
   let n = 0;
   const rounds = quick ? 5 : 21;
   const lines: string[] = [];
-  const load0 = loadavg().map((x) => x.toFixed(1)).join(' / ');
+  const load0 = loadavg()
+    .map((x) => x.toFixed(1))
+    .join(' / ');
   try {
     const submit = async () => {
       const path = `/b-${++n}.tgz`;
       origin.route(path, { body: `fleet bench ${n}` });
       const r = await fetch(`${live.authority.url}/v1/submit`, {
-        method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
         body: JSON.stringify({ url: origin.url(path), name: 'acme/bench', semver: `1.0.${n}`, license: 'MIT' }),
       });
       await r.text();
@@ -53,7 +56,13 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
       return `/v1/endorsement?url=${encodeURIComponent(origin.url(path))}`;
     };
     const localHead = () => spawnSync('git', ['-C', live.chainDir, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).stdout.trim();
-    const bareHead = () => { try { return readFileSync(join(live.bareDir, 'refs', 'heads', 'main'), 'utf8').trim(); } catch { return ''; } };
+    const bareHead = () => {
+      try {
+        return readFileSync(join(live.bareDir, 'refs', 'heads', 'main'), 'utf8').trim();
+      } catch {
+        return '';
+      }
+    };
     const pushMs: number[] = [];
     /** ms from the 201 until every mirror answers the lookup 200 (polled every 5 ms, no min-size header); the push time goes to pushMs. */
     const latency = async (mirrors: GatewayProcess[]): Promise<number> => {
@@ -64,15 +73,17 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
         while (bareHead() !== head && performance.now() - t0 < 30_000) await sleep(5);
         pushMs.push(performance.now() - t0);
       })();
-      await Promise.all(mirrors.map(async (m) => {
-        for (;;) {
-          const r = await fetch(m.url + path);
-          await r.arrayBuffer();
-          if (r.status === 200) return;
-          if (performance.now() - t0 > 30_000) throw new Error('bench: a mirror did not answer in 30 s');
-          await sleep(5);
-        }
-      }));
+      await Promise.all(
+        mirrors.map(async (m) => {
+          for (;;) {
+            const r = await fetch(m.url + path);
+            await r.arrayBuffer();
+            if (r.status === 200) return;
+            if (performance.now() - t0 > 30_000) throw new Error('bench: a mirror did not answer in 30 s');
+            await sleep(5);
+          }
+        }),
+      );
       const ms = performance.now() - t0;
       await pushed;
       return ms;
@@ -93,9 +104,10 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
     const plain = await measure(polling);
     for (const m of polling) await m.stop();
     // 1b. Hinted mirrors (a 300 s interval: every sync is the authority's hint).
-    const hintedMirror = (d: string) => live.startMirror(join(work, d), {
-      more: { chain: { dir: join(work, d, 'chain'), remote: live.remote, public_key: live.pub, sync_interval: 300, sync_token_file: syncTokenFile } },
-    });
+    const hintedMirror = (d: string) =>
+      live.startMirror(join(work, d), {
+        more: { chain: { dir: join(work, d, 'chain'), remote: live.remote, public_key: live.pub, sync_interval: 300, sync_token_file: syncTokenFile } },
+      });
     const hinted = [await hintedMirror('h1'), await hintedMirror('h2')];
     await live.restart({ notify: hinted.map((m) => ({ url: m.url, token_file: syncTokenFile })) });
     const notified = await measure(hinted);
@@ -106,7 +118,7 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
       `| sync hints (authority.notify → POST /v1/sync), sync_interval 300 s | ${notified.median.toFixed(0)} ms | ${notified.max.toFixed(0)} ms | ${notified.push.toFixed(0)} ms |`,
       '',
       `${rounds} submits each (after one warm-up), lookups polled every 5 ms on both mirrors; target with hints: ≤ 200 ms median. ` +
-      `Load average when the run started: ${load0} (${spawnSync('nproc', { encoding: 'utf8' }).stdout.trim()} cores): on a shared, busy machine every git http-backend request and every process waits for a core.`,
+        `Load average when the run started: ${load0} (${spawnSync('nproc', { encoding: 'utf8' }).stdout.trim()} cores): on a shared, busy machine every git http-backend request and every process waits for a core.`,
     );
 
     // 2. Lookups through HAProxy over both mirrors vs one mirror directly.
@@ -141,8 +153,10 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
       for (let r = 0; r < (quick ? 1 : 3); r++) {
         const d = await wrk(hinted[0]!.url, { threads: 2, connections: 32, seconds, script });
         const b = await wrk(lb, { threads: 2, connections: 32, seconds, script });
-        direct.push(d.rps); p50d.push(d.p50Ms);
-        balanced.push(b.rps); p50b.push(b.p50Ms);
+        direct.push(d.rps);
+        p50d.push(d.p50Ms);
+        balanced.push(b.rps);
+        p50b.push(b.p50Ms);
       }
       lines.push(
         '',
@@ -152,7 +166,7 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
         `| HAProxy (deploy/fleet/haproxy.cfg) over 2 mirrors | ${median(balanced).toFixed(0)} | ${median(p50b).toFixed(2)} ms |`,
         '',
         `Ratio HAProxy over 2 / 1 direct: ${(median(balanced) / median(direct)).toFixed(2)}×. All of it on one machine of ${spawnSync('nproc', { encoding: 'utf8' }).stdout.trim()} cores: ` +
-        'the two mirrors, HAProxy and wrk share the same cores, so the ratio is the balancer\'s overhead here, not the scaling of two machines.',
+          "the two mirrors, HAProxy and wrk share the same cores, so the ratio is the balancer's overhead here, not the scaling of two machines.",
       );
     }
     for (const m of hinted) await m.stop();

@@ -11,7 +11,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const root = fileURLToPath(new URL('..', import.meta.url));
-export const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2; };
+export const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Refuses any URL that is not on 127.0.0.1 (the project's rule for benchmarks). */
@@ -44,7 +47,11 @@ const KEEP = 64 * 1024;
  * Spawns `node ARGS` and resolves when stdout matches `waitFor` (time-stamped
  * on the data event that completed the match).
  */
-export async function spawnNode(name: string, args: string[], opts: { waitFor: RegExp; env?: Record<string, string>; timeoutMs?: number; stderrFile?: string }): Promise<Proc> {
+export async function spawnNode(
+  name: string,
+  args: string[],
+  opts: { waitFor: RegExp; env?: Record<string, string>; timeoutMs?: number; stderrFile?: string },
+): Promise<Proc> {
   let out = '';
   let err = '';
   const spawnedAt = performance.now();
@@ -54,11 +61,23 @@ export async function spawnNode(name: string, args: string[], opts: { waitFor: R
   if (errFd !== null) closeSync(errFd); // the child holds its own copy
   const stderrFile = opts.stderrFile;
   let exitCode: number | null | undefined;
-  const exited = new Promise<void>((r) => child.on('exit', (code) => { exitCode = code; r(); }));
+  const exited = new Promise<void>((r) =>
+    child.on('exit', (code) => {
+      exitCode = code;
+      r();
+    }),
+  );
   let stopping: Promise<void> | null = null;
   const proc: Proc = {
-    name, child, pid: child.pid!, spawnedAt, readyAt: NaN, match: null as unknown as RegExpExecArray, url: '',
-    out: () => out, err: () => (stderrFile === undefined ? err : tail(stderrFile, KEEP)),
+    name,
+    child,
+    pid: child.pid!,
+    spawnedAt,
+    readyAt: NaN,
+    match: null as unknown as RegExpExecArray,
+    url: '',
+    out: () => out,
+    err: () => (stderrFile === undefined ? err : tail(stderrFile, KEEP)),
     stop() {
       stopping ??= (async () => {
         if (exitCode === undefined) {
@@ -74,8 +93,15 @@ export async function spawnNode(name: string, args: string[], opts: { waitFor: R
   };
   live.add(proc);
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => fail(new Error(`${name}: not ready within ${opts.timeoutMs ?? 120_000} ms\n${out}\n${proc.err()}`)), opts.timeoutMs ?? 120_000);
-    const fail = (e: Error) => { clearTimeout(timer); child.stdout!.off('data', onOut); proc.stop().then(() => reject(e)); };
+    const timer = setTimeout(
+      () => fail(new Error(`${name}: not ready within ${opts.timeoutMs ?? 120_000} ms\n${out}\n${proc.err()}`)),
+      opts.timeoutMs ?? 120_000,
+    );
+    const fail = (e: Error) => {
+      clearTimeout(timer);
+      child.stdout!.off('data', onOut);
+      proc.stop().then(() => reject(e));
+    };
     const onOut = (d: Buffer) => {
       const t = performance.now();
       out = (out + d).slice(-KEEP);
@@ -86,13 +112,19 @@ export async function spawnNode(name: string, args: string[], opts: { waitFor: R
         proc.url = /listening (?:on )?(http:\/\/\S+)/.exec(out)?.[1] ?? '';
         clearTimeout(timer);
         child.stdout!.off('data', onOut);
-        child.stdout!.on('data', (x: Buffer) => { out = (out + x).slice(-KEEP); });
+        child.stdout!.on('data', (x: Buffer) => {
+          out = (out + x).slice(-KEEP);
+        });
         resolve();
       }
     };
     child.stdout!.on('data', onOut);
-    child.stderr?.on('data', (d: Buffer) => { err = (err + d).slice(-KEEP); });
-    exited.then(() => { if (Number.isNaN(proc.readyAt)) fail(new Error(`${name}: exited ${exitCode} before ready\n${out}\n${proc.err()}`)); });
+    child.stderr?.on('data', (d: Buffer) => {
+      err = (err + d).slice(-KEEP);
+    });
+    exited.then(() => {
+      if (Number.isNaN(proc.readyAt)) fail(new Error(`${name}: exited ${exitCode} before ready\n${out}\n${proc.err()}`));
+    });
   });
   if (proc.url) assertLoopback(proc.url);
   return proc;
@@ -138,7 +170,9 @@ export async function stopAll(): Promise<void> {
 }
 
 /** Last-resort cleanup if the bench process itself dies. */
-process.on('exit', () => { for (const p of live) p.child.kill('SIGKILL'); });
+process.on('exit', () => {
+  for (const p of live) p.child.kill('SIGKILL');
+});
 
 // ---------------------------------------------------------------------------
 // wrk
@@ -170,7 +204,11 @@ const SIZE = { B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3, TB: 1024 ** 4 } as 
 const ms = (v: string, u: string) => Number(v) * TIME[u]!;
 
 export function parseWrk(text: string): WrkResult {
-  const num = (re: RegExp) => { const m = re.exec(text); if (!m) throw new Error(`bench: unexpected wrk output (${re}):\n${text}`); return m; };
+  const num = (re: RegExp) => {
+    const m = re.exec(text);
+    if (!m) throw new Error(`bench: unexpected wrk output (${re}):\n${text}`);
+    return m;
+  };
   const lat = num(/^\s+Latency\s+([\d.]+)(us|ms|s|m)\s/m);
   const p50 = num(/^\s+50%\s+([\d.]+)(us|ms|s|m)[ \t]*$/m);
   const p99 = num(/^\s+99%\s+([\d.]+)(us|ms|s|m)[ \t]*$/m);
@@ -205,7 +243,7 @@ export function rotationScript(paths: string[]): string {
     '}',
     'local reqs = {}',
     'local threads = {}',
-    '-- wrk runs setup(thread) then that thread\'s init(args) before the next thread is made.',
+    "-- wrk runs setup(thread) then that thread's init(args) before the next thread is made.",
     'function setup(thread)',
     '  thread:set("id", #threads)',
     '  table.insert(threads, thread)',
@@ -230,11 +268,34 @@ export function rotationScript(paths: string[]): string {
   ].join('\n');
 }
 
-export interface WrkOptions { threads: number; connections: number; seconds: number; script: string; offset?: number; timeoutS?: number }
+export interface WrkOptions {
+  threads: number;
+  connections: number;
+  seconds: number;
+  script: string;
+  offset?: number;
+  timeoutS?: number;
+}
 
 export function wrk(url: string, o: WrkOptions): Promise<WrkResult> {
   assertLoopback(url);
-  const args = ['-t', String(o.threads), '-c', String(o.connections), '-d', `${o.seconds}s`, '--latency', '--timeout', `${o.timeoutS ?? 10}s`, '-s', o.script, url, '--', String(o.offset ?? 0), String(o.threads)];
+  const args = [
+    '-t',
+    String(o.threads),
+    '-c',
+    String(o.connections),
+    '-d',
+    `${o.seconds}s`,
+    '--latency',
+    '--timeout',
+    `${o.timeoutS ?? 10}s`,
+    '-s',
+    o.script,
+    url,
+    '--',
+    String(o.offset ?? 0),
+    String(o.threads),
+  ];
   return new Promise((resolve, reject) => {
     execFile('wrk', args, { encoding: 'utf8', timeout: (o.seconds + 60) * 1000 }, (e, stdout, stderr) => {
       if (e) return reject(new Error(`wrk failed: ${e.message}\n${stdout}\n${stderr}`));
@@ -284,15 +345,22 @@ export async function waitIdle(pid: number, o: { share?: number; windowMs?: numb
 }
 
 /** GETs a URL, hashing (sha256) and discarding the body. */
-export function download(url: string): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; bytes: number; sha256: string; ms: number }> {
+export function download(
+  url: string,
+): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; bytes: number; sha256: string; ms: number }> {
   assertLoopback(url);
   const t0 = performance.now();
   return new Promise((resolve, reject) => {
     const req = httpGet(url, { agent: false }, (res) => {
       const h = createHash('sha256');
       let bytes = 0;
-      res.on('data', (c: Buffer) => { h.update(c); bytes += c.length; });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, bytes, sha256: `sha256:${h.digest('hex')}`, ms: performance.now() - t0 }));
+      res.on('data', (c: Buffer) => {
+        h.update(c);
+        bytes += c.length;
+      });
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, bytes, sha256: `sha256:${h.digest('hex')}`, ms: performance.now() - t0 }),
+      );
       res.on('error', reject);
     });
     req.on('error', reject);

@@ -63,13 +63,22 @@ async function proxy(originBase: string): Promise<void> {
       ures.pipe(res);
       ures.on('error', () => res.destroy());
     });
-    up.on('error', () => { if (!res.headersSent) res.writeHead(502, { 'content-length': '0' }).end(); else res.destroy(); });
-    res.on('close', () => { if (!res.writableFinished) up.destroy(); });
+    up.on('error', () => {
+      if (!res.headersSent) res.writeHead(502, { 'content-length': '0' }).end();
+      else res.destroy();
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
     req.pipe(up);
   });
   server.keepAliveTimeout = 5_000;
   const url = await listen(server);
-  onStop(async () => { server.closeAllConnections(); server.close(); agent.destroy(); });
+  onStop(async () => {
+    server.closeAllConnections();
+    server.close();
+    agent.destroy();
+  });
   console.log(`listening ${url}`);
 }
 
@@ -89,25 +98,35 @@ function sendAnswer(res: ServerResponse, body: Buffer, etag: string): void {
 async function serve(server: Server): Promise<void> {
   server.keepAliveTimeout = 5_000;
   const url = await listen(server);
-  onStop(async () => { server.closeAllConnections(); server.close(); });
+  onStop(async () => {
+    server.closeAllConnections();
+    server.close();
+  });
   console.log(`listening ${url}`);
 }
 
 async function bare(bodyFile: string, etag: string): Promise<void> {
   const body = readFileSync(bodyFile);
-  await serve(createServer((req, res) => {
-    req.resume();
-    sendAnswer(res, body, etag);
-  }));
+  await serve(
+    createServer((req, res) => {
+      req.resume();
+      sendAnswer(res, body, etag);
+    }),
+  );
 }
 
 async function bareBatched(bodyFile: string, etag: string): Promise<void> {
   const body = readFileSync(bodyFile);
-  const batch = new AnswerBatch<ServerResponse>((res) => sendAnswer(res, body, etag), (res) => res.destroy());
-  await serve(createServer((req, res) => {
-    req.resume();
-    batch.add(res);
-  }));
+  const batch = new AnswerBatch<ServerResponse>(
+    (res) => sendAnswer(res, body, etag),
+    (res) => res.destroy(),
+  );
+  await serve(
+    createServer((req, res) => {
+      req.resume();
+      batch.add(res);
+    }),
+  );
 }
 
 async function answers(file: string): Promise<void> {
@@ -115,22 +134,26 @@ async function answers(file: string): Promise<void> {
   for (const [q, [text, etag]] of Object.entries(JSON.parse(readFileSync(file, 'utf8')) as Record<string, [string, string]>)) {
     byQuery.set(q, { body: Buffer.from(text), etag });
   }
-  await serve(createServer((req, res) => {
-    req.resume();
-    const target = req.url ?? '';
-    const a = byQuery.get(target.slice(target.indexOf('?') + 1));
-    if (a === undefined) res.writeHead(404, { 'content-length': '0' }).end();
-    else sendAnswer(res, a.body, a.etag);
-  }));
+  await serve(
+    createServer((req, res) => {
+      req.resume();
+      const target = req.url ?? '';
+      const a = byQuery.get(target.slice(target.indexOf('?') + 1));
+      if (a === undefined) res.writeHead(404, { 'content-length': '0' }).end();
+      else sendAnswer(res, a.body, a.etag);
+    }),
+  );
 }
 
 async function blob(size: number): Promise<void> {
   const body = randomBytes(size);
-  await serve(createServer((req, res) => {
-    req.resume();
-    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length });
-    res.end(body);
-  }));
+  await serve(
+    createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length });
+      res.end(body);
+    }),
+  );
 }
 
 const [mode, ...args] = process.argv.slice(2);
@@ -141,6 +164,8 @@ else if (mode === 'bare-batched') await bareBatched(args[0]!, args[1]!);
 else if (mode === 'answers') await answers(args[0]!);
 else if (mode === 'blob') await blob(Number(args[0]));
 else {
-  console.error('usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG | bare-batched BODY_FILE ETAG | answers ANSWERS_FILE | blob SIZE');
+  console.error(
+    'usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG | bare-batched BODY_FILE ETAG | answers ANSWERS_FILE | blob SIZE',
+  );
   process.exit(2);
 }

@@ -28,19 +28,44 @@ const MIN = 60_000;
 const READERS = ['vouch', 'git'] as const;
 type Reader = (typeof READERS)[number];
 
-interface Side { verify: { rate: number; ratio: number; wallMs: number; cpuRatio: number; cpuS: number }[]; cold: number[]; lookups?: LookupFigures }
-interface ChainFigures { name: string; n: number; reads: ReadFigures; sides: Record<Reader, Side>; failed: string[] }
+interface Side {
+  verify: { rate: number; ratio: number; wallMs: number; cpuRatio: number; cpuS: number }[];
+  cold: number[];
+  lookups?: LookupFigures;
+}
+interface ChainFigures {
+  name: string;
+  n: number;
+  reads: ReadFigures;
+  sides: Record<Reader, Side>;
+  failed: string[];
+}
 
 const flag = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
 
-async function measureChain(name: string, src: string, n: number, runs: number, quick: boolean, tmp: string, withCold: boolean, withLookups: boolean): Promise<ChainFigures> {
+async function measureChain(
+  name: string,
+  src: string,
+  n: number,
+  runs: number,
+  quick: boolean,
+  tmp: string,
+  withCold: boolean,
+  withLookups: boolean,
+): Promise<ChainFigures> {
   const ro = join(tmp, `git-${name}-${n}`);
   const work = join(tmp, `git-work-${name}-${n}`);
   await removeTree(work);
   mkdirSync(work, { recursive: true });
   say(`=== ${name}, ${n.toLocaleString('en')} blocks: link copy of ${src}`);
   await linkCopy(src, ro);
-  const f: ChainFigures = { name, n, reads: await measureReads(ro, quick ? 5_000 : 20_000), sides: { vouch: { verify: [], cold: [] }, git: { verify: [], cold: [] } }, failed: [] };
+  const f: ChainFigures = {
+    name,
+    n,
+    reads: await measureReads(ro, quick ? 5_000 : 20_000),
+    sides: { vouch: { verify: [], cold: [] }, git: { verify: [], cold: [] } },
+    failed: [],
+  };
   say(`  store reads: ${JSON.stringify(f.reads)}`);
   const { blocks: sample, signer } = buildLongChain(Math.min(n, 20_001));
   const msgs = signedMessages(sample);
@@ -58,21 +83,29 @@ async function measureChain(name: string, src: string, n: number, runs: number, 
         // CPU µs a raw verify costs (one thread): steadier than a rate on shared, loaded cores.
         const rawCpuUs = (c0.user + c0.system) / (raw * ((performance.now() - w0) / 1000));
         const cpuFile = join(work, 'verify.time');
-        const v = await timed('/usr/bin/time', ['-f', '%U %S', '-o', cpuFile, process.execPath, join(root, 'tools', 'vouch.js'), 'verify', '--chain', ro, '--json'], { timeoutMs: 60 * MIN });
+        const v = await timed(
+          '/usr/bin/time',
+          ['-f', '%U %S', '-o', cpuFile, process.execPath, join(root, 'tools', 'vouch.js'), 'verify', '--chain', ro, '--json'],
+          { timeoutMs: 60 * MIN },
+        );
         const [u, sy] = readFileSync(cpuFile, 'utf8').trim().split('\n').pop()!.split(' ').map(Number);
         const cpuS = u! + sy!; // the vouch process, its worker threads and the git processes it started
         const res = JSON.parse(v.stdout) as { blocks: number; blocks_per_second: number };
         if (res.blocks !== n) throw new Error(`bench: vouch verify saw ${res.blocks} blocks, not ${n}`);
         const cpuRatio = (rawCpuUs * (n - 1)) / (cpuS * 1e6);
         f.sides[reader].verify.push({ rate: res.blocks_per_second, ratio: res.blocks_per_second / (raw * cores), wallMs: v.ms, cpuRatio, cpuS });
-        say(`  [${reader}] verify ${res.blocks_per_second}/s, ratio ${(res.blocks_per_second / (raw * cores)).toFixed(2)} (raw ${Math.round(raw)}/s × ${cores}), ${(v.ms / 1000).toFixed(1)} s; CPU ${cpuS.toFixed(1)} s, CPU ratio ${cpuRatio.toFixed(2)} (raw ${rawCpuUs.toFixed(0)} µs CPU a verify)`);
+        say(
+          `  [${reader}] verify ${res.blocks_per_second}/s, ratio ${(res.blocks_per_second / (raw * cores)).toFixed(2)} (raw ${Math.round(raw)}/s × ${cores}), ${(v.ms / 1000).toFixed(1)} s; CPU ${cpuS.toFixed(1)} s, CPU ratio ${cpuRatio.toFixed(2)} (raw ${rawCpuUs.toFixed(0)} µs CPU a verify)`,
+        );
         if (withCold) f.sides[reader].cold.push((await coldStart(setup)).ms);
       }
     }
     for (const reader of withLookups ? READERS : []) {
       process.env.VOUCH_PACK_READER = reader;
       try {
-        f.sides[reader].lookups = await withGateway(setup, (g) => lookups(setup, g, quick ? { urls: 10_000, runs: 2, seconds: 3, warmup: 1 } : { urls: 20_000, runs: 3, seconds: 5, warmup: 2 }));
+        f.sides[reader].lookups = await withGateway(setup, (g) =>
+          lookups(setup, g, quick ? { urls: 10_000, runs: 2, seconds: 3, warmup: 1 } : { urls: 20_000, runs: 3, seconds: 5, warmup: 2 }),
+        );
       } catch (e) {
         f.failed.push(`lookups [${reader}]: ${(e as Error).message.split('\n')[0]}`);
       }
@@ -91,22 +124,46 @@ const sec = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 const label = (n: number) => (n >= 1_000_000 ? `${n / 1_000_000}M` : `${n / 1000}k`);
 
 function table(all: ChainFigures[]): string {
-  const lines = ['| Chain | Row | hand-written (`VOUCH_PACK_READER=vouch`) | stock git (`VOUCH_PACK_READER=git`, the default) | Target |', '|---|---|---|---|---|'];
+  const lines = [
+    '| Chain | Row | hand-written (`VOUCH_PACK_READER=vouch`) | stock git (`VOUCH_PACK_READER=git`, the default) | Target |',
+    '|---|---|---|---|---|',
+  ];
   for (const f of all) {
     const c = `${f.name}, ${label(f.n)}`;
     const r = f.reads;
-    lines.push(`| ${c} | store: every block blob in block order, objects/s | DiskPacks ${int(r.sweep.disk)}/s | cat-file --batch (pipelined 32) ${int(r.sweep.catFile)}/s; --batch-all-objects --unordered ${int(r.sweep.allObjects)}/s (${int(r.sweep.allObjectsCount)} objects) | — |`);
-    lines.push(`| ${c} | store: ${int(r.random.n)} random block blobs, objects/s | DiskPacks ${int(r.random.disk)}/s | cat-file --batch ${int(r.random.catFile1)}/s one at a time, ${int(r.random.catFileDepth)}/s pipelined ${r.random.depth} | — |`);
-    const v = (s: Side) => s.verify.length ? `${int(median(s.verify.map((x) => x.rate)))}/s, **${median(s.verify.map((x) => x.ratio)).toFixed(2)}** (runs ${s.verify.map((x) => x.ratio.toFixed(2)).join(', ')})` : 'not measured';
+    lines.push(
+      `| ${c} | store: every block blob in block order, objects/s | DiskPacks ${int(r.sweep.disk)}/s | cat-file --batch (pipelined 32) ${int(r.sweep.catFile)}/s; --batch-all-objects --unordered ${int(r.sweep.allObjects)}/s (${int(r.sweep.allObjectsCount)} objects) | — |`,
+    );
+    lines.push(
+      `| ${c} | store: ${int(r.random.n)} random block blobs, objects/s | DiskPacks ${int(r.random.disk)}/s | cat-file --batch ${int(r.random.catFile1)}/s one at a time, ${int(r.random.catFileDepth)}/s pipelined ${r.random.depth} | — |`,
+    );
+    const v = (s: Side) =>
+      s.verify.length
+        ? `${int(median(s.verify.map((x) => x.rate)))}/s, **${median(s.verify.map((x) => x.ratio)).toFixed(2)}** (runs ${s.verify.map((x) => x.ratio.toFixed(2)).join(', ')})`
+        : 'not measured';
     lines.push(`| ${c} | \`vouch verify\`: blocks/s, ratio to raw × cores (wall) | ${v(f.sides.vouch)} | ${v(f.sides.git)} | ≥ 0.75 |`);
-    const vc = (s: Side) => s.verify.length ? `${median(s.verify.map((x) => x.cpuS)).toFixed(1)} s CPU, **${median(s.verify.map((x) => x.cpuRatio)).toFixed(2)}** (runs ${s.verify.map((x) => x.cpuRatio.toFixed(2)).join(', ')})` : 'not measured';
-    lines.push(`| ${c} | \`vouch verify\`: CPU (process, workers, git), ratio raw CPU a verify × blocks / that | ${vc(f.sides.vouch)} | ${vc(f.sides.git)} | (≥ 0.75 on idle cores) |`);
-    if (!f.sides.vouch.cold.length && !f.sides.git.cold.length) { /* not asked */ } else {
-    const cold = (s: Side) => s.cold.length ? `${sec(median(s.cold))}, **${(median(s.cold) / median(s.verify.map((x) => x.wallMs))).toFixed(2)} × verify** (runs ${s.cold.map(sec).join(', ')})` : 'not measured';
-    lines.push(`| ${c} | cold start to ready | ${cold(f.sides.vouch)} | ${cold(f.sides.git)} | ≤ 1.2 × verify |`);
+    const vc = (s: Side) =>
+      s.verify.length
+        ? `${median(s.verify.map((x) => x.cpuS)).toFixed(1)} s CPU, **${median(s.verify.map((x) => x.cpuRatio)).toFixed(2)}** (runs ${s.verify.map((x) => x.cpuRatio.toFixed(2)).join(', ')})`
+        : 'not measured';
+    lines.push(
+      `| ${c} | \`vouch verify\`: CPU (process, workers, git), ratio raw CPU a verify × blocks / that | ${vc(f.sides.vouch)} | ${vc(f.sides.git)} | (≥ 0.75 on idle cores) |`,
+    );
+    if (!f.sides.vouch.cold.length && !f.sides.git.cold.length) {
+      /* not asked */
+    } else {
+      const cold = (s: Side) =>
+        s.cold.length
+          ? `${sec(median(s.cold))}, **${(median(s.cold) / median(s.verify.map((x) => x.wallMs))).toFixed(2)} × verify** (runs ${s.cold.map(sec).join(', ')})`
+          : 'not measured';
+      lines.push(`| ${c} | cold start to ready | ${cold(f.sides.vouch)} | ${cold(f.sides.git)} | ≤ 1.2 × verify |`);
     }
-    const lk = (s: Side) => s.lookups ? `${int(s.lookups.gateway)}/s vs bare ${int(s.lookups.bare)}/s: **${s.lookups.ratio.toFixed(2)}** (runs ${s.lookups.range.map((x) => x.toFixed(2)).join('–')}; ${int(s.lookups.urls)} URLs)` : 'not measured';
-    if (f.sides.vouch.lookups || f.sides.git.lookups) lines.push(`| ${c} | lookups/s, random URLs of the whole chain vs bare node:http | ${lk(f.sides.vouch)} | ${lk(f.sides.git)} | ≥ 0.5 × bare |`);
+    const lk = (s: Side) =>
+      s.lookups
+        ? `${int(s.lookups.gateway)}/s vs bare ${int(s.lookups.bare)}/s: **${s.lookups.ratio.toFixed(2)}** (runs ${s.lookups.range.map((x) => x.toFixed(2)).join('–')}; ${int(s.lookups.urls)} URLs)`
+        : 'not measured';
+    if (f.sides.vouch.lookups || f.sides.git.lookups)
+      lines.push(`| ${c} | lookups/s, random URLs of the whole chain vs bare node:http | ${lk(f.sides.vouch)} | ${lk(f.sides.git)} | ≥ 0.5 × bare |`);
   }
   return lines.join('\n');
 }
@@ -132,8 +189,15 @@ export async function runGitBench(quick: boolean): Promise<{ title: string; mark
   }
   const notes = [
     'Sparse layout. "hand-written": today\'s reads, `VOUCH_PACK_READER=vouch` (store/git-pack.ts DiskPacks resolves each delta base by base; whole objects through PackWindow). "stock git": `VOUCH_PACK_READER=git`, the default: the verify workers read whole objects through PackWindow as before and hand the blocks their pack stores as deltas to one long-lived `git cat-file --batch` per worker (store/git-cat-file.ts), a batch at a time; the gateway\'s lookups read through the same worker path only at start, so that row is expected to be the same on both sides. Verify and cold start interleaved run by run, the raw ed25519 rate (node:crypto, one thread) measured before each verify.',
-    ...all.map((f) => f.failed.length ? `${f.name}, ${label(f.n)}: ${f.failed.join('; ')}` : '').filter(Boolean),
-    ...sizes.map((n) => { const g = gitPackedFacts(join(scaleTmp(), '..', `chain-${n}-sparse-gitpacked`)); return g ? `Packed by git at ${label(n)}: \`git repack -a -d -f\` in ${sec(g.repackMs)}: ${g.packs} pack, ${(g.packBytes / 2 ** 20).toFixed(0)} MiB, ${int(g.deltas)} of ${int(g.objects)} objects stored as deltas.` : ''; }).filter(Boolean),
+    ...all.map((f) => (f.failed.length ? `${f.name}, ${label(f.n)}: ${f.failed.join('; ')}` : '')).filter(Boolean),
+    ...sizes
+      .map((n) => {
+        const g = gitPackedFacts(join(scaleTmp(), '..', `chain-${n}-sparse-gitpacked`));
+        return g
+          ? `Packed by git at ${label(n)}: \`git repack -a -d -f\` in ${sec(g.repackMs)}: ${g.packs} pack, ${(g.packBytes / 2 ** 20).toFixed(0)} MiB, ${int(g.deltas)} of ${int(g.objects)} objects stored as deltas.`
+          : '';
+      })
+      .filter(Boolean),
     `Load average (1 min): ${load0.toFixed(2)} at the start, ${loadavg()[0]!.toFixed(2)} at the end, on 2 cores shared with other work: the ratios, measured side by side, are the figures; absolute rates are indicative. Total ${((performance.now() - t0) / MIN).toFixed(0)} min.`,
     ...(quick ? ['**--quick**: a smoke test of the harness, not figures.'] : []),
   ];

@@ -58,7 +58,9 @@ export async function measureReads(dir: string, random: number, depth = 32): Pro
   cf.close();
 
   t = performance.now();
-  const all = await sweepObjects(gitdir, (_oid, _type, body) => { sum += body.length; });
+  const all = await sweepObjects(gitdir, (_oid, _type, body) => {
+    sum += body.length;
+  });
   const allRate = rate(all, performance.now() - t);
 
   t = performance.now();
@@ -80,7 +82,11 @@ export async function measureReads(dir: string, random: number, depth = 32): Pro
   cf2.close();
   if (sum === 0) throw new Error('bench: read nothing');
 
-  return { blocks: n, sweep: { disk: diskSweep, catFile: catSweep, allObjects: allRate, allObjectsCount: all }, random: { n: random, disk: diskRandom, catFile1: cat1, catFileDepth: catD, depth } };
+  return {
+    blocks: n,
+    sweep: { disk: diskSweep, catFile: catSweep, allObjects: allRate, allObjectsCount: all },
+    random: { n: random, disk: diskRandom, catFile1: cat1, catFileDepth: catD, depth },
+  };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

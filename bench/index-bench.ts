@@ -17,7 +17,10 @@ import { verifyIndexProof } from '../chain/index-proof.ts';
 import { nodeBackend as c } from '../platform/node-crypto.ts';
 import { loadavg } from 'node:os';
 
-const median = (xs: number[]): number => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]!; };
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)]!;
+};
 const LAST = 10_000;
 
 function block(i: number): Block {
@@ -27,14 +30,23 @@ function block(i: number): Block {
     payload: {
       intent: 'endorse',
       effective_date: '2026-11-29',
-      endorsements: [{ artifact_url: `https://registry.npmjs.org/pkg-${unit}/-/pkg-${unit}-1.${i % 10}.0.tgz`, name: `npm/pkg-${unit}`, semver: `1.${i % 10}.0` }],
+      endorsements: [
+        { artifact_url: `https://registry.npmjs.org/pkg-${unit}/-/pkg-${unit}-1.${i % 10}.0.tgz`, name: `npm/pkg-${unit}`, semver: `1.${i % 10}.0` },
+      ],
     },
   } as unknown as Block;
 }
 
 function rng(seed: number): () => number {
   let x = seed >>> 0 || 1;
-  return () => { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; return x / 2 ** 32; };
+  return () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 2 ** 32;
+  };
 }
 
 const none = () => -1;
@@ -46,10 +58,16 @@ function run(size: number): { idx: CompletenessIndex; buildPerS: number; usEach:
   idx.root();
   const buildPerS = (size - 2 * LAST) / ((performance.now() - t0) / 1000);
   let t = performance.now();
-  for (let i = size - 2 * LAST; i < size - LAST; i++) { idx.addBlock(block(i), none); idx.root(); }
+  for (let i = size - 2 * LAST; i < size - LAST; i++) {
+    idx.addBlock(block(i), none);
+    idx.root();
+  }
   const usEach = ((performance.now() - t) * 1000) / LAST;
   t = performance.now();
-  for (let i = size - LAST; i < size; i++) { idx.addBlock(block(i), none); if (i % 100 === 99) idx.root(); }
+  for (let i = size - LAST; i < size; i++) {
+    idx.addBlock(block(i), none);
+    if (i % 100 === 99) idx.root();
+  }
   idx.root();
   const usPer100 = ((performance.now() - t) * 1000) / LAST;
   return { idx, buildPerS, usEach, usPer100 };
@@ -58,12 +76,21 @@ function run(size: number): { idx: CompletenessIndex; buildPerS: number; usEach:
 /** sha256 calls per block at `size` (root after every block), counted on a wrapped backend; and one call's cost now, in µs. */
 function hashCost(size: number): { perBlock: number; usPerHash: number } {
   let calls = 0;
-  const counting = { ...c, digest: (a: Parameters<NonNullable<typeof c.digest>>[0], d: Uint8Array) => { calls++; return c.digest!(a, d); } };
+  const counting = {
+    ...c,
+    digest: (a: Parameters<NonNullable<typeof c.digest>>[0], d: Uint8Array) => {
+      calls++;
+      return c.digest!(a, d);
+    },
+  };
   const idx = new CompletenessIndex(counting);
   for (let i = 0; i < size; i++) idx.addBlock(block(i), none);
   idx.root();
   calls = 0;
-  for (let i = size; i < size + 1000; i++) { idx.addBlock(block(i), none); idx.root(); }
+  for (let i = size; i < size + 1000; i++) {
+    idx.addBlock(block(i), none);
+    idx.root();
+  }
   const perBlock = calls / 1000;
   const buf = new Uint8Array(66);
   const t = performance.now();
@@ -101,7 +128,7 @@ export async function runIndexBench(quick = false): Promise<{ title: string; mar
   const verifyRate = 5000 / ((performance.now() - t) / 1000);
   if (bad > 0) throw new Error(`${bad} proofs did not verify`);
   const absent = Array.from({ length: 2000 }, (_, k) => idx.prove('url', `https://nowhere.example/${k}`).length);
-  const units = Array.from({ length: 2000 }, (_, k) => idx.prove('unit', `npm/pkg-${Math.floor(r() * big / 10)}`).length + 0 * k);
+  const units = Array.from({ length: 2000 }, (_, k) => idx.prove('unit', `npm/pkg-${Math.floor((r() * big) / 10)}`).length + 0 * k);
   t = performance.now();
   const s50 = median(smallRuns.map((x) => x.usEach));
   const fmt = (x: number) => x.toLocaleString('en-US', { maximumFractionDigits: 1 });
@@ -112,21 +139,31 @@ export async function runIndexBench(quick = false): Promise<{ title: string; mar
   rows.push(`| per-block update at ${fmt(small)}, root after every block (median of 3) | ${fmt(s50)} µs | | |`);
   rows.push(`| per-block update at ${fmt(big)}, root after every block | **${fmt(bigRun.usEach)} µs** | ≤ 50 µs | ${bigRun.usEach <= 50 ? '✅' : '❌'} |`);
   rows.push(`| per-block update at ${fmt(big)}, root once per 100 blocks | ${fmt(bigRun.usPer100)} µs | | |`);
-  rows.push(`| sha256 calls a block at ${fmt(small)} (root every block); one call (66 B) measured alongside | ${fmt(hc.perBlock)} calls; ${hc.usPerHash.toFixed(2)} µs a call | | |`);
+  rows.push(
+    `| sha256 calls a block at ${fmt(small)} (root every block); one call (66 B) measured alongside | ${fmt(hc.perBlock)} calls; ${hc.usPerHash.toFixed(2)} µs a call | | |`,
+  );
   rows.push(`| ratio ${fmt(big)} / ${fmt(small)} (root every block) | ${(bigRun.usEach / s50).toFixed(2)} | flat (log depth) | |`);
-  rows.push(`| URL proofs generated at ${fmt(big)} (median of 3 × 20,000 random URLs) | **${fmt(median(genRates))} /s** | ≥ 10,000/s | ${median(genRates) >= 10_000 ? '✅' : '❌'} |`);
+  rows.push(
+    `| URL proofs generated at ${fmt(big)} (median of 3 × 20,000 random URLs) | **${fmt(median(genRates))} /s** | ≥ 10,000/s | ${median(genRates) >= 10_000 ? '✅' : '❌'} |`,
+  );
   rows.push(`| URL proofs verified | ${fmt(verifyRate)} /s | | |`);
-  rows.push(`| URL proof size (present) median / max | **${median(sizes)} / ${Math.max(...sizes)} B** | ≤ 2 KiB | ${Math.max(...sizes) <= 2048 ? '✅' : '❌'} |`);
+  rows.push(
+    `| URL proof size (present) median / max | **${median(sizes)} / ${Math.max(...sizes)} B** | ≤ 2 KiB | ${Math.max(...sizes) <= 2048 ? '✅' : '❌'} |`,
+  );
   rows.push(`| URL proof size (absent) median / max | ${median(absent)} / ${Math.max(...absent)} B | ≤ 2 KiB | ${Math.max(...absent) <= 2048 ? '✅' : '❌'} |`);
   rows.push(`| unit proof size, 10 versions, median / max | ${median(units)} / ${Math.max(...units)} B | | |`);
   rows.push(`| index typed arrays at ${fmt(big)} | ${mib(idx.bytes())} MiB (${(idx.bytes() / big).toFixed(0)} B a block, ${fmt(idx.keyCount)} keys) | | |`);
-  rows.push(`| heap + external growth while building it | ${mib(heap1.heapUsed + heap1.external + heap1.arrayBuffers - heap0.heapUsed - heap0.external - heap0.arrayBuffers)} MiB | | |`);
+  rows.push(
+    `| heap + external growth while building it | ${mib(heap1.heapUsed + heap1.external + heap1.arrayBuffers - heap0.heapUsed - heap0.external - heap0.arrayBuffers)} MiB | | |`,
+  );
   const markdown = [
     'Setup: chain/index-tree.ts with platform/node-crypto.ts on one core; blocks of one endorsement each, distinct URLs, 10 versions a unit (so 1.1 keys a block); each size built fresh. "Root after every block" is a checkpoint signed after every append (the gateway\'s worst case); the root is otherwise recomputed lazily, once per checkpoint.',
     '',
     ...rows,
     '',
-    `Load average during the run: ${loadavg().map((x) => x.toFixed(2)).join(' ')}.`,
+    `Load average during the run: ${loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' ')}.`,
   ].join('\n');
   return { title: 'Completeness index (issue 37)', markdown };
 }

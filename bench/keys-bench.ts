@@ -23,11 +23,22 @@ import { b64, KeyChain, ONLINE } from '../test/helpers/key-fixture.ts';
 const MIN = 60_000;
 
 async function chainDir(n: number, every: number): Promise<string> {
-  const r = await timed(process.execPath, ['--max-old-space-size=14000', '--import', 'tsx', join(root, 'bench', 'keys', 'build-chain.ts'), String(n), String(every)], { timeoutMs: 120 * MIN });
+  const r = await timed(
+    process.execPath,
+    ['--max-old-space-size=14000', '--import', 'tsx', join(root, 'bench', 'keys', 'build-chain.ts'), String(n), String(every)],
+    { timeoutMs: 120 * MIN },
+  );
   return r.stdout.trim().split('\n').pop()!;
 }
 
-interface Row { n: number; every: number; rotations: number; plain: number[]; rotated: number[]; ratios: number[] }
+interface Row {
+  n: number;
+  every: number;
+  rotations: number;
+  plain: number[];
+  rotated: number[];
+  ratios: number[];
+}
 
 async function row(n: number, every: number, runs: number): Promise<Row> {
   const plainDir = await chainDir(n, 0);
@@ -48,12 +59,19 @@ async function row(n: number, every: number, runs: number): Promise<Row> {
     out.plain.push(p);
     out.rotated.push(k);
     out.ratios.push(k / p);
-    say(`verify ${n.toLocaleString('en')} blocks, run ${r + 1}/${runs}: no key events ${Math.round(p)}/s, rotation every ${every.toLocaleString('en')} ${Math.round(k)}/s, ratio ${(k / p).toFixed(3)}`);
+    say(
+      `verify ${n.toLocaleString('en')} blocks, run ${r + 1}/${runs}: no key events ${Math.round(p)}/s, rotation every ${every.toLocaleString('en')} ${Math.round(k)}/s, ratio ${(k / p).toFixed(3)}`,
+    );
   }
   return out;
 }
 
-interface GetRow { plain: number[]; rotated: number[]; msPlain: number[]; msRotated: number[] }
+interface GetRow {
+  plain: number[];
+  rotated: number[];
+  msPlain: number[];
+  msRotated: number[];
+}
 
 /**
  * Requests of the first whole `vouch get` process after the chain grew, its
@@ -97,11 +115,16 @@ async function firstGetAfterGrowth(rotate: boolean): Promise<{ requests: number;
     const state = join(work, 'state.json');
     const requests = async (): Promise<number> => {
       const text = await (await fetch(`${gw!.url}/metrics`)).text();
-      return [...text.matchAll(/^vouch_http_requests_total\{([^}]*)\} (\d+)$/gm)].filter((m) => !m[1]!.includes('route="/metrics"')).reduce((k, m) => k + Number(m[2]), 0);
+      return [...text.matchAll(/^vouch_http_requests_total\{([^}]*)\} (\d+)$/gm)]
+        .filter((m) => !m[1]!.includes('route="/metrics"'))
+        .reduce((k, m) => k + Number(m[2]), 0);
     };
     const get = async (i: number): Promise<{ requests: number; ms: number }> => {
       const r0 = await requests();
-      const v = await vouch(['get', '--gateway', gw!.url, '--url', url(i), '--public-key', b64(ONLINE.A), '-o', join(work, `out-${i}`), '--state', state], 5 * MIN);
+      const v = await vouch(
+        ['get', '--gateway', gw!.url, '--url', url(i), '--public-key', b64(ONLINE.A), '-o', join(work, `out-${i}`), '--state', state],
+        5 * MIN,
+      );
       if (v.status !== 0) throw new Error(`bench: vouch get ${url(i)} failed: ${v.stderr}`);
       return { requests: (await requests()) - r0, ms: v.ms };
     };
@@ -118,14 +141,23 @@ async function firstGetAfterGrowth(rotate: boolean): Promise<{ requests: number;
 }
 
 export async function runKeysBench(quick: boolean): Promise<{ title: string; markdown: string }> {
-  const plan: [number, number, number][] = quick ? [[5_000, 1_000, 3]] : [[50_000, 100_000, 15], [50_000, 10_000, 15], [1_000_000, 100_000, 3]];
+  const plan: [number, number, number][] = quick
+    ? [[5_000, 1_000, 3]]
+    : [
+        [50_000, 100_000, 15],
+        [50_000, 10_000, 15],
+        [1_000_000, 100_000, 3],
+      ];
   const load0 = loadavg()[0]!;
   const rows: Row[] = [];
   for (const [n, every, runs] of plan) rows.push(await row(n, every, runs));
   const g = await getRow(quick ? 2 : 5);
   const extra = median(g.rotated) - median(g.plain);
   const f = (x: number) => Math.round(x).toLocaleString('en');
-  const lines = rows.map((r) => `| \`vouch verify\` on ${r.n.toLocaleString('en')} blocks, online key rotated every ${r.every.toLocaleString('en')} (${r.rotations} key blocks + the root's) vs the same chain without key events | ${f(median(r.rotated))}/s vs ${f(median(r.plain))}/s: **${median(r.ratios).toFixed(3)}** (pairs ${r.ratios.map((x) => x.toFixed(3)).join(', ')}) | ≥ 0.95 | ${median(r.ratios) >= 0.95 ? '✅' : '❌'} |`);
+  const lines = rows.map(
+    (r) =>
+      `| \`vouch verify\` on ${r.n.toLocaleString('en')} blocks, online key rotated every ${r.every.toLocaleString('en')} (${r.rotations} key blocks + the root's) vs the same chain without key events | ${f(median(r.rotated))}/s vs ${f(median(r.plain))}/s: **${median(r.ratios).toFixed(3)}** (pairs ${r.ratios.map((x) => x.toFixed(3)).join(', ')}) | ≥ 0.95 | ${median(r.ratios) >= 0.95 ? '✅' : '❌'} |`,
+  );
   return {
     title: 'Key events: verification cost (issue 32)',
     markdown: [
@@ -136,7 +168,7 @@ export async function runKeysBench(quick: boolean): Promise<{ title: string; mar
       ...lines,
       `| \`vouch get\` across a rotation: HTTP requests of the first whole process after the chain grew by a rotation and endorsements vs by the same endorsements alone (median of ${g.plain.length}) | ${median(g.rotated)} vs ${median(g.plain)}; ${Math.round(median(g.msRotated))} ms vs ${Math.round(median(g.msPlain))} ms | at most one more request | ${extra <= 1 ? '✅' : '❌'} (${extra} more) |`,
       '',
-      'The `vouch get` row: a gateway serving a chain with a 2-of-3 root, `vouch get` pinned to block 0\'s key with a state file made before the growth (so both runs also need a consistency proof); after the growth the note is signed by the key in force alone (no rollover), the gateway restarted on the grown chain; requests counted from the gateway\'s `vouch_http_requests_total` (its /metrics requests left out).',
+      "The `vouch get` row: a gateway serving a chain with a 2-of-3 root, `vouch get` pinned to block 0's key with a state file made before the growth (so both runs also need a consistency proof); after the growth the note is signed by the key in force alone (no rollover), the gateway restarted on the grown chain; requests counted from the gateway's `vouch_http_requests_total` (its /metrics requests left out).",
       '',
       `Load average (1 min): ${load0.toFixed(2)} at the start, ${loadavg()[0]!.toFixed(2)} at the end (2 cores).`,
     ].join('\n'),

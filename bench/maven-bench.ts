@@ -10,14 +10,32 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, type EndorsementInput } from '../chain/index.ts';
+import {
+  artifactHashOf,
+  buildAuthorityBlock,
+  buildCheckpoint,
+  buildEndorseBlock,
+  formatBlockFile,
+  formatCheckpointFile,
+  type EndorsementInput,
+} from '../chain/index.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
 import { appendSigned, commitFor } from '../store/chain-store.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { OriginServer } from '../test/helpers/origin-server.ts';
 import {
-  artifactPath, jarOf, mirrorSettings, mvn, pomXml, publish, publishMetadata, seededLocalRepo, writeProject, type Coordinates, type MavenArtifact,
+  artifactPath,
+  jarOf,
+  mirrorSettings,
+  mvn,
+  pomXml,
+  publish,
+  publishMetadata,
+  seededLocalRepo,
+  writeProject,
+  type Coordinates,
+  type MavenArtifact,
 } from '../test/helpers/maven-repo.ts';
 import { assertLoopback, median, spawnGateway, stopAll, type Proc } from './gateway-harness.ts';
 
@@ -52,24 +70,35 @@ export async function runMavenBench(quick: boolean): Promise<{ title: string; ma
     const signer = testSigner();
     let now = Date.UTC(2026, 0, 1);
     const authority = buildAuthorityBlock({ signer, backend: nodeBackend, now, uns: 'bench/chain' });
-    const repo = await ChainRepo.init(chainDir, [{ index: 0, content: formatBlockFile(authority) }],
-      formatCheckpointFile(buildCheckpoint({ head: authority, signer, now })), commitFor([authority], now));
-    const entries: EndorsementInput[] = artifacts.flatMap((a) => (['pom', 'jar'] as const).map((ext) => ({
-      url: CANON + artifactPath(a, ext),
-      artifactHash: artifactHashOf(nodeBackend, 'sha256', ext === 'pom' ? Buffer.from(a.pom) : a.jar!),
-      name: `maven/${a.groupId}+${a.artifactId}`, semver: '1.0.0', license: 'MIT',
-    })));
+    const repo = await ChainRepo.init(
+      chainDir,
+      [{ index: 0, content: formatBlockFile(authority) }],
+      formatCheckpointFile(buildCheckpoint({ head: authority, signer, now })),
+      commitFor([authority], now),
+    );
+    const entries: EndorsementInput[] = artifacts.flatMap((a) =>
+      (['pom', 'jar'] as const).map((ext) => ({
+        url: CANON + artifactPath(a, ext),
+        artifactHash: artifactHashOf(nodeBackend, 'sha256', ext === 'pom' ? Buffer.from(a.pom) : a.jar!),
+        name: `maven/${a.groupId}+${a.artifactId}`,
+        semver: '1.0.0',
+        license: 'MIT',
+      })),
+    );
     now += 1000;
     const block = buildEndorseBlock({ prev: authority, signer, backend: nodeBackend, now, entries, uns: 'bench/deps', semver: '1.0.0' });
     await appendSigned(repo, [block], buildCheckpoint({ head: block, signer, now }), now);
     const config = join(work, 'vouch.yaml');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 },
-      chain: { dir: chainDir },
-      authority: null,
-      origin: { allow_private: true },
-      proxy: { routes: [{ prefix: '/maven/', kind: 'maven', origin: `${origin.origin}/repo/`, canonical: CANON }] },
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        chain: { dir: chainDir },
+        authority: null,
+        origin: { allow_private: true },
+        proxy: { routes: [{ prefix: '/maven/', kind: 'maven', origin: `${origin.origin}/repo/`, canonical: CANON }] },
+      }),
+    );
 
     let n = 0;
     const resolve = async (url: string, label: string): Promise<number> => {

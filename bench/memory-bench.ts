@@ -26,7 +26,14 @@ const BUDGET = 2 * MEMORY;
 const ORIGIN_TIMEOUT_S = 10;
 const fmt = (x: number, d = 0) => x.toFixed(d);
 
-interface Budget { in_flight: number; held: number; tier: number; limit: number; refused: number; spool: number }
+interface Budget {
+  in_flight: number;
+  held: number;
+  tier: number;
+  limit: number;
+  refused: number;
+  spool: number;
+}
 
 async function budgetOf(url: string): Promise<Budget> {
   assertLoopback(url);
@@ -78,15 +85,26 @@ export async function runMemoryBench(quick: boolean): Promise<{ title: string; m
 
     console.log(`endorsing ${2 * N} artifacts of 60 MiB...`);
     const chainDir = join(work, 'chain');
-    const authority = await spawnGateway('authority gateway', writeConfig(work, {
-      listen: { port: 0 }, chain: { dir: chainDir, public_key: pub },
-      authority: { key_file: keyFile, signer: 'bench-memory', submit_token_file: tokenFile },
-      origin: { timeout: 600, allow_private: true },
-    }, 'authority.yaml'), gwEnv);
+    const authority = await spawnGateway(
+      'authority gateway',
+      writeConfig(
+        work,
+        {
+          listen: { port: 0 },
+          chain: { dir: chainDir, public_key: pub },
+          authority: { key_file: keyFile, signer: 'bench-memory', submit_token_file: tokenFile },
+          origin: { timeout: 600, allow_private: true },
+        },
+        'authority.yaml',
+      ),
+      gwEnv,
+    );
     const res = await fetch(authority.url + '/v1/submit', {
-      method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
       body: JSON.stringify({
-        uns: 'bench/memory', semver: '1.0.0',
+        uns: 'bench/memory',
+        semver: '1.0.0',
         endorsements: [...stalled, ...readers].map((p) => ({ url: origin.url(p), name: 'bench/memory', semver: '1.0.0', license: 'MIT' })),
       }),
     });
@@ -96,15 +114,30 @@ export async function runMemoryBench(quick: boolean): Promise<{ title: string; m
     stalled.forEach((p, i) => origin.route(p, { body: pattern(SIZE, 5000 + i), stall: SIZE - 1 }));
 
     const measure = async (run: number) => {
-      const gw = await spawnGateway('gateway', writeConfig(work, {
-        listen: { port: 0 }, chain: { dir: chainDir, public_key: pub },
-        mirror: { memory_bytes: MEMORY }, // budget_bytes: default, 2 x memory_bytes
-        origin: { timeout: ORIGIN_TIMEOUT_S, allow_private: true },
-      }, 'gateway.yaml'), gwEnv);
+      const gw = await spawnGateway(
+        'gateway',
+        writeConfig(
+          work,
+          {
+            listen: { port: 0 },
+            chain: { dir: chainDir, public_key: pub },
+            mirror: { memory_bytes: MEMORY }, // budget_bytes: default, 2 x memory_bytes
+            origin: { timeout: ORIGIN_TIMEOUT_S, allow_private: true },
+          },
+          'gateway.yaml',
+        ),
+        gwEnv,
+      );
       await sleep(1000);
       const idle = memoryOf(gw.pid).rss;
       let peakSampled = idle;
-      const sampler = setInterval(() => { try { peakSampled = Math.max(peakSampled, memoryOf(gw.pid).rss); } catch { /* gone */ } }, 20);
+      const sampler = setInterval(() => {
+        try {
+          peakSampled = Math.max(peakSampled, memoryOf(gw.pid).rss);
+        } catch {
+          /* gone */
+        }
+      }, 20);
       const dl = (p: string) => `/v1/download?url=${encodeURIComponent(origin.url(p))}`;
       console.log(`idle RSS ${fmt(idle / MiB)} MiB; ${N} stalled cold downloads, then ${N} readers that stop after a few bytes...`);
       const seen = new Map(stalled.map((p) => [p, origin.records(p).length])); // this run's fetches only
@@ -112,7 +145,14 @@ export async function runMemoryBench(quick: boolean): Promise<{ title: string; m
       for (const p of stalled) stuckClient(gw.url, dl(p), 1, sockets);
       // Every stalled fetch has had all but the last byte.
       const deadline = Date.now() + 60_000;
-      while (!stalled.every((p) => origin.records(p).slice(seen.get(p)).some((r) => r.bytesSent === SIZE - 1))) {
+      while (
+        !stalled.every((p) =>
+          origin
+            .records(p)
+            .slice(seen.get(p))
+            .some((r) => r.bytesSent === SIZE - 1),
+        )
+      ) {
         if (Date.now() > deadline) throw new Error('bench: stalled fetches did not reach their last byte in 60 s');
         await sleep(50);
       }
@@ -130,7 +170,10 @@ export async function runMemoryBench(quick: boolean): Promise<{ title: string; m
       let freed = stuck;
       while (Date.now() < deadline + 60_000) {
         freed = await budgetOf(gw.url);
-        if (freed.in_flight === 0 && freed.held === 0 && freed.spool === 0) { freedAfter = (performance.now() - t0) / 1000; break; }
+        if (freed.in_flight === 0 && freed.held === 0 && freed.spool === 0) {
+          freedAfter = (performance.now() - t0) / 1000;
+          break;
+        }
         await sleep(200);
       }
       clearInterval(sampler);
@@ -139,7 +182,9 @@ export async function runMemoryBench(quick: boolean): Promise<{ title: string; m
       for (const s of sockets.splice(0)) s.destroy();
       const peak = Math.max(hwm, peakSampled);
       const bound = BUDGET + 150 * MiB;
-      console.log(`  run ${run}: peak RSS ${fmt(peak / MiB)} MiB (VmHWM ${fmt(hwm / MiB)}, sampled ${fmt(peakSampled / MiB)}); bound ${fmt(bound / MiB)} MiB; released after ${fmt(freedAfter, 1)} s`);
+      console.log(
+        `  run ${run}: peak RSS ${fmt(peak / MiB)} MiB (VmHWM ${fmt(hwm / MiB)}, sampled ${fmt(peakSampled / MiB)}); bound ${fmt(bound / MiB)} MiB; released after ${fmt(freedAfter, 1)} s`,
+      );
       return { peak, idle, stuck, stuckAfter, freed, freedAfter };
     };
     const RUNS = quick ? 1 : 3;

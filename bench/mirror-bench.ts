@@ -20,7 +20,10 @@ import { startGatewayProcess, writeConfig } from '../test/helpers/gateway-proces
 import { benchMirrorBootstrap } from './mirror-bootstrap.ts';
 import { benchPush } from './chain-push.ts';
 
-const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]!; };
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)]!;
+};
 
 async function submitToMirrorLatency(samples: number): Promise<number[]> {
   const work = mkdtempSync(join(tmpdir(), 'vouch-bench-mirror-'));
@@ -32,24 +35,33 @@ async function submitToMirrorLatency(samples: number): Promise<number[]> {
   const origin = await OriginServer.start();
   const pub = createKeyFile(join(work, 'authority.pem')).publicKeyB64;
   writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
-  const authority = await startGatewayProcess(['--config', writeConfig(join(work, 'a'), {
-    listen: { port: 0 }, chain: { dir: join(work, 'a', 'chain'), remote: gs.url('chain.git') },
-    authority: { key_file: join(work, 'authority.pem'), signer: 'bench', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true },
-  })]);
+  const authority = await startGatewayProcess([
+    '--config',
+    writeConfig(join(work, 'a'), {
+      listen: { port: 0 },
+      chain: { dir: join(work, 'a', 'chain'), remote: gs.url('chain.git') },
+      authority: { key_file: join(work, 'authority.pem'), signer: 'bench', submit_token_file: join(work, 'submit.token') },
+      origin: { allow_private: true },
+    }),
+  ]);
   const times: number[] = [];
   try {
     // The remote needs the authority block before a mirror can clone.
     await new Promise((r) => setTimeout(r, 1500));
-    const mirror = await startGatewayProcess(['--config', writeConfig(join(work, 'm'), {
-      listen: { port: 0 }, chain: { dir: join(work, 'm', 'chain'), remote: gs.url('chain.git'), public_key: pub, sync_interval: 1 },
-    })]);
+    const mirror = await startGatewayProcess([
+      '--config',
+      writeConfig(join(work, 'm'), {
+        listen: { port: 0 },
+        chain: { dir: join(work, 'm', 'chain'), remote: gs.url('chain.git'), public_key: pub, sync_interval: 1 },
+      }),
+    ]);
     try {
       for (let i = 0; i < samples; i++) {
         const path = `/latency-${i}.tgz`;
         origin.route(path, { body: `latency ${i}` });
         const r = await request(authority.url + '/v1/submit', {
-          method: 'POST', dispatcher: agent,
+          method: 'POST',
+          dispatcher: agent,
           headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
           body: JSON.stringify({ url: origin.url(path), name: 'bench/latency', semver: `1.0.${i}`, license: 'MIT' }),
         });
@@ -95,7 +107,8 @@ export async function runMirrorBench(quick: boolean): Promise<{ title: string; m
   const ratio = pN.medianMs / p1.medianMs;
   const walkRatio = pN.walkMs / p1.walkMs;
   const rows = [
-    '| Figure | Value | Target |', '|---|---|---|',
+    '| Figure | Value | Target |',
+    '|---|---|---|',
     `| cold mirror bootstrap of ${n.toLocaleString('en')} blocks to ready (median of ${boot.runs}) | ${boot.seconds.toFixed(1)} s (clone ${boot.cloneSeconds.toFixed(1)} s + verify/load ${boot.loadSeconds.toFixed(1)} s), peak RSS ${Math.round(boot.maxRssMiB)} MiB, pack ${boot.packMiB.toFixed(1)} MiB | |`,
     `| submit on the authority → served by a mirror, sync_interval 1 s (median of ${lat.length}) | ${Math.round(median(lat))} ms (min ${Math.round(Math.min(...lat))}, max ${Math.round(Math.max(...lat))}) | |`,
     `| push of one append at 1,000 commits (median of ${p1.samples}) | ${p1.medianMs.toFixed(1)} ms (p90 ${p1.p90Ms.toFixed(1)}; vouch's walk+pack ${p1.walkMs.toFixed(2)} ms; ${p1.objects} objects, ${p1.bytes} bytes) | |`,
@@ -103,10 +116,10 @@ export async function runMirrorBench(quick: boolean): Promise<{ title: string; m
     `| ratio ${n.toLocaleString('en')} / 1,000, end to end | **${ratio.toFixed(2)}×** | ≤ 1.5× ${ratio <= 1.5 ? '✅' : '❌'} |`,
     `| ratio ${n.toLocaleString('en')} / 1,000, vouch's own work (walk + pack) | ${walkRatio.toFixed(2)}× | ≤ 1.5× ${walkRatio <= 1.5 ? '✅' : '❌'} |`,
     '',
-    'The end-to-end push time includes the git server\'s own connectivity check (receive-pack runs ' +
+    "The end-to-end push time includes the git server's own connectivity check (receive-pack runs " +
       '`rev-list --objects <new> --not --all`, which walks the tree of the previous head, so it grows with the number of ' +
-      'block files on any stock git server); vouch\'s side sends the same 7 objects whatever the history length. ' +
-      'isomorphic-git\'s own push took 3.5–4.3 s at 10,000 commits here.',
+      "block files on any stock git server); vouch's side sends the same 7 objects whatever the history length. " +
+      "isomorphic-git's own push took 3.5–4.3 s at 10,000 commits here.",
   ];
   return { title: 'Mirrors and push (issue 4)', markdown: rows.join('\n') };
 }

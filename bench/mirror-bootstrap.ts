@@ -59,8 +59,12 @@ function run(cmd: string, args: string[]): Promise<{ status: number | null; stdo
     const c = spawn(cmd, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    c.stdout.on('data', (d: Buffer) => { stdout += d; });
-    c.stderr.on('data', (d: Buffer) => { stderr += d; });
+    c.stdout.on('data', (d: Buffer) => {
+      stdout += d;
+    });
+    c.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
     c.on('close', (status) => resolve({ status, stdout, stderr }));
   });
 }
@@ -90,9 +94,13 @@ export async function benchMirrorBootstrap(opts: { blocks: number; runs: number 
       const status = spawnSync('git', ['-C', dir, 'status', '--porcelain'], { encoding: 'utf8' });
       if (status.status !== 0 || status.stdout !== '') throw new Error(`run ${r + 1}: git status is not clean: ${status.stdout}${status.stderr}`);
       const packDir = join(dir, '.git', 'objects', 'pack');
-      packBytes = readdirSync(packDir).filter((f) => f.endsWith('.pack')).reduce((s, f) => s + statSync(join(packDir, f)).size, 0);
+      packBytes = readdirSync(packDir)
+        .filter((f) => f.endsWith('.pack'))
+        .reduce((s, f) => s + statSync(join(packDir, f)).size, 0);
       all.push({ seconds: fig.seconds, cloneSeconds: fig.cloneSeconds, loadSeconds: fig.loadSeconds, maxRssMiB: fig.maxRssMiB });
-      console.log(`run ${r + 1}: ${fig.seconds.toFixed(2)} s to ready (clone ${fig.cloneSeconds.toFixed(2)} s, cold verify + index ${fig.loadSeconds.toFixed(2)} s), peak RSS ${fig.maxRssMiB.toFixed(0)} MiB`);
+      console.log(
+        `run ${r + 1}: ${fig.seconds.toFixed(2)} s to ready (clone ${fig.cloneSeconds.toFixed(2)} s, cold verify + index ${fig.loadSeconds.toFixed(2)} s), peak RSS ${fig.maxRssMiB.toFixed(0)} MiB`,
+      );
       rmSync(dir, { recursive: true, force: true });
     }
     return {
@@ -120,13 +128,15 @@ async function child(url: string, dir: string, pub: string): Promise<void> {
   const { state, report } = await ChainState.load(repo, { pinnedPublicKey: pub });
   if (report.mode !== 'cold') throw new Error('expected a cold load');
   const t2 = performance.now();
-  console.log(JSON.stringify({
-    blocks: state.size,
-    seconds: (t2 - t0) / 1000,
-    cloneSeconds: (t1 - t0) / 1000,
-    loadSeconds: (t2 - t1) / 1000,
-    maxRssMiB: peakRssMiB(),
-  }));
+  console.log(
+    JSON.stringify({
+      blocks: state.size,
+      seconds: (t2 - t0) / 1000,
+      cloneSeconds: (t1 - t0) / 1000,
+      loadSeconds: (t2 - t1) / 1000,
+      maxRssMiB: peakRssMiB(),
+    }),
+  );
 }
 
 if (process.argv[2] === '--child') {
@@ -135,6 +145,8 @@ if (process.argv[2] === '--child') {
   const blocks = Number(process.argv[2] ?? 50_000);
   const runs = Number(process.argv[3] ?? 3);
   const f = await benchMirrorBootstrap({ blocks, runs });
-  console.log(`\ncold mirror bootstrap of a ${f.blocks}-block remote (pack ${f.packMiB.toFixed(1)} MiB), median of ${f.runs}: ` +
-    `${f.seconds.toFixed(2)} s to ready (clone ${f.cloneSeconds.toFixed(2)} s + cold verify/index ${f.loadSeconds.toFixed(2)} s), peak RSS ${f.maxRssMiB.toFixed(0)} MiB`);
+  console.log(
+    `\ncold mirror bootstrap of a ${f.blocks}-block remote (pack ${f.packMiB.toFixed(1)} MiB), median of ${f.runs}: ` +
+      `${f.seconds.toFixed(2)} s to ready (clone ${f.cloneSeconds.toFixed(2)} s + cold verify/index ${f.loadSeconds.toFixed(2)} s), peak RSS ${f.maxRssMiB.toFixed(0)} MiB`,
+  );
 }

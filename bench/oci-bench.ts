@@ -66,10 +66,19 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     const now = Date.UTC(2026, 0, 1);
     const authority = buildAuthorityBlock({ signer, backend: nodeBackend, now, uns: 'bench/chain' });
     const chainDir = join(work, 'chain');
-    const repo = await ChainRepo.init(chainDir, [{ index: 0, content: formatBlockFile(authority) }],
-      formatCheckpointFile(buildCheckpoint({ head: authority, signer, now })), commitFor([authority], now));
+    const repo = await ChainRepo.init(
+      chainDir,
+      [{ index: 0, content: formatBlockFile(authority) }],
+      formatCheckpointFile(buildCheckpoint({ head: authority, signer, now })),
+      commitFor([authority], now),
+    );
     const block = buildEndorseBlock({
-      prev: authority, signer, backend: nodeBackend, now: now + 1000, uns: 'bench/images', semver: '1.0.0',
+      prev: authority,
+      signer,
+      backend: nodeBackend,
+      now: now + 1000,
+      uns: 'bench/images',
+      semver: '1.0.0',
       entries: [{ url: manifestUrl(CANON, 'bench', '1.0'), artifactHash: digest, name: 'oci/bench', semver: '1.0.0', license: 'MIT' }],
     });
     await appendSigned(repo, [block], buildCheckpoint({ head: block, signer, now: now + 1000 }), now + 1000);
@@ -103,7 +112,9 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       peaks.push(memoryOf(gw.pid).hwm);
       await gw.stop();
       rmSync(gwDir, { recursive: true, force: true });
-      process.stderr.write(`round ${round + 1}/${ROUNDS}: registry ${direct.at(-1)!.toFixed(0)} ms, cold ${cold.at(-1)!.toFixed(0)} ms (gateway CPU ${coldCpu.at(-1)!.toFixed(0)} ms), hit ${hit.at(-1)!.toFixed(0)} ms (gateway CPU ${hitCpu.at(-1)!.toFixed(0)} ms), gateway peak RSS ${(peaks.at(-1)! / MiB).toFixed(0)} MiB\n`);
+      process.stderr.write(
+        `round ${round + 1}/${ROUNDS}: registry ${direct.at(-1)!.toFixed(0)} ms, cold ${cold.at(-1)!.toFixed(0)} ms (gateway CPU ${coldCpu.at(-1)!.toFixed(0)} ms), hit ${hit.at(-1)!.toFixed(0)} ms (gateway CPU ${hitCpu.at(-1)!.toFixed(0)} ms), gateway peak RSS ${(peaks.at(-1)! / MiB).toFixed(0)} MiB\n`,
+      );
     }
     const d = median(direct);
     const c = median(cold);
@@ -113,8 +124,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     const ok = (b: boolean) => (b ? 'met' : '**not met**');
     const markdown = [
       `Image: ${LAYERS} layers of ${LAYER_MIB} MiB (${(total / MiB).toFixed(0)} MiB on the wire), pushed to Debian's docker-registry 2.8 on 127.0.0.1; ` +
-      `\`skopeo copy docker://… oci:DIR\` (skopeo 1.9, Debian) wall time, medians of ${ROUNDS} interleaved rounds; each round a new gateway ` +
-      `(the default mirror: memory_bytes ${MEMORY / MiB} MiB, budget_bytes ${BUDGET / MiB} MiB; plus a disk tier). Load average at the end: ${loadavg()[0]!.toFixed(2)}.`,
+        `\`skopeo copy docker://… oci:DIR\` (skopeo 1.9, Debian) wall time, medians of ${ROUNDS} interleaved rounds; each round a new gateway ` +
+        `(the default mirror: memory_bytes ${MEMORY / MiB} MiB, budget_bytes ${BUDGET / MiB} MiB; plus a disk tier). Load average at the end: ${loadavg()[0]!.toFixed(2)}.`,
       '',
       '| row | registry straight | through the gateway | throughput ratio | target | |',
       '|---|---|---|---|---|---|',
@@ -123,14 +134,14 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       `| gateway peak RSS (VmHWM after both pulls, highest of the rounds) | | ${(peak / MiB).toFixed(0)} MiB | | ≤ budget ${BUDGET / MiB} + 150 = ${BUDGET / MiB + 150} MiB | ${ok(peak <= BUDGET + 150 * MiB)} |`,
       '',
       `Per round (ms): registry ${direct.map((x) => x.toFixed(0)).join(', ')}; cold ${cold.map((x) => x.toFixed(0)).join(', ')}; hit ${hit.map((x) => x.toFixed(0)).join(', ')}. ` +
-      `Gateway CPU per pull (user + system, all threads; median): cold ${median(coldCpu).toFixed(0)} ms, hit ${median(hitCpu).toFixed(0)} ms.`,
+        `Gateway CPU per pull (user + system, all threads; median): cold ${median(coldCpu).toFixed(0)} ms, hit ${median(hitCpu).toFixed(0)} ms.`,
       '',
       'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
-      'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives) before its own sending starts. ' +
-      'The blobs of a served manifest are fetched ahead 3 at a time in the manifest\'s order, the client\'s requests joining those fetches, ' +
-      'so the first layer is on its way while the next ones arrive. Hits are sent from memory in 1 MiB pieces or from the disk mirror through ' +
-      'two 1 MiB halves, without hashing a file again that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
-      'The figures are wall times of skopeo on 2 cores shared with other work: read them with the load average above.',
+        'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives) before its own sending starts. ' +
+        "The blobs of a served manifest are fetched ahead 3 at a time in the manifest's order, the client's requests joining those fetches, " +
+        'so the first layer is on its way while the next ones arrive. Hits are sent from memory in 1 MiB pieces or from the disk mirror through ' +
+        'two 1 MiB halves, without hashing a file again that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
+        'The figures are wall times of skopeo on 2 cores shared with other work: read them with the load average above.',
     ].join('\n');
     return { title: 'Container images through a kind: oci route (issue 36)', markdown };
   } finally {

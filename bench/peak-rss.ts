@@ -9,6 +9,8 @@ export function peakRssMiB(): number {
   try {
     const hwm = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
     if (hwm) return Number(hwm[1]) / 1024;
-  } catch { /* not Linux */ }
+  } catch {
+    /* not Linux */
+  }
   return process.resourceUsage().maxRSS / 1024;
 }

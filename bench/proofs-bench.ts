@@ -57,7 +57,10 @@ export async function runProofsBench(quick: boolean): Promise<{ title: string; m
       if (i > 0 && i % Math.max(1, Math.floor(N / p.paths)) === 0 && urls.length < p.paths) urls.push(b.payload.endorsements![0]!.artifact_url);
     }
     console.log(`tree of ${N} record hashes in ${int(performance.now() - t0)} ms (block files read and parsed too)`);
-    writeFileSync(join(dir, 'checkpoint.note'), signCheckpoint(nodeBackend, { origin: 'bench.example/chain', size: N, root: tree.root(N), extensions: [] }, signer));
+    writeFileSync(
+      join(dir, 'checkpoint.note'),
+      signCheckpoint(nodeBackend, { origin: 'bench.example/chain', size: N, root: tree.root(N), extensions: [] }, signer),
+    );
     const cfg = writeConfig(work, { listen: { port: 0 }, chain: { dir, public_key: base64Encode(signer.publicKey) } }, 'proofs.yaml');
     const env = { TMPDIR: work, VOUCH_LOG_LEVEL: 'warn' };
 
@@ -78,13 +81,13 @@ export async function runProofsBench(quick: boolean): Promise<{ title: string; m
     // 3: Vouch-Proof sizes, from proof=1 lookups (the same object the header carries).
     const sizes: number[] = [];
     for (const u of urls.filter((_, k) => k % 50 === 0)) {
-      const r = await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(u)}&proof=1`)).json() as { proof?: unknown };
+      const r = (await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(u)}&proof=1`)).json()) as { proof?: unknown };
       if (r.proof === undefined) throw new Error(`bench: no proof for ${u}`);
       sizes.push('vouch-proof: '.length + asciiJson(r.proof).length + 2);
     }
 
     // 1 + 2: interleaved wrk runs.
-    const rand = (k: number) => Math.floor(((Math.sin(k * 12.9898) * 43758.5453) % 1 + 1) % 1 * N);
+    const rand = (k: number) => Math.floor(((((Math.sin(k * 12.9898) * 43758.5453) % 1) + 1) % 1) * N);
     const scripts = {
       lookup: urls.map((u) => `/v1/endorsement?url=${encodeURIComponent(u)}`),
       'lookup+proof': urls.map((u) => `/v1/endorsement?url=${encodeURIComponent(u)}&proof=1`),
@@ -119,18 +122,28 @@ export async function runProofsBench(quick: boolean): Promise<{ title: string; m
       return `${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)}`;
     };
     const Nfmt = N.toLocaleString('en');
-    rows.push(`| 1. inclusion proofs/s, \`GET /v1/proof/inclusion?index=\` (${int(p.paths)} random indices rotated) on ${Nfmt} blocks | ${int(rps('inclusion'))} /s (p50 ${fmt(median(results.inclusion!.map((r) => r.p50Ms)), 2)} ms) | lookups/s, \`GET /v1/endorsement\` (${int(urls.length)} URLs rotated): ${int(rps('lookup'))} /s | **${fmt(rps('inclusion') / rps('lookup'), 2)}** (runs ${range('inclusion', 'lookup')}) |`);
-    rows.push(`| 2. lookups with \`proof=1\` | ${int(rps('lookup+proof'))} /s | plain lookups: ${int(rps('lookup'))} /s | **${fmt(rps('lookup+proof') / rps('lookup'), 2)}** (runs ${range('lookup+proof', 'lookup')}) |`);
-    rows.push(`| 3. \`Vouch-Proof\` header on the wire (name, value, CRLF; ${sizes.length} blocks spread over the chain) | median ${int(median(sizes))} B, largest ${int(Math.max(...sizes))} B | — | — |`);
-    rows.push(`| 4. warm restart to \`ready:\` with the tree image (${fmt(imageBytes / 2 ** 20, 1)} MiB) | median ${int(median(warm))} ms of ${warm.length} (${warm.map(int).join(', ')}) | the cold start: ${int(coldMs)} ms | — |`);
-    notes.push(`Gateways at VOUCH_LOG_LEVEL=warn (what the answers cost, not the request lines); wrk -t${load.threads} -c${load.connections} -d${p.seconds}s, ${p.runs} interleaved runs after a ${p.warmup} s warm-up each. Load average before: ${fmt(loadBefore, 2)} on ${(await import('node:os')).cpus().length} cores shared with other work: indicative figures.`);
-    notes.push('Lookups are answered from the gateway\'s answer cache after their first time (the rotation repeats); a `&proof=1` lookup shares the plain answer\'s entry and adds the proof per answer. Proofs come from the tree (O(log n) stored subtree hashes; MerkleTree keeps the right border of the last size asked); the chain state keeps the last 4,096 blocks\' proofs (and their JSON) against the served note, the path of Vouch-Proof and proof=1.');
+    rows.push(
+      `| 1. inclusion proofs/s, \`GET /v1/proof/inclusion?index=\` (${int(p.paths)} random indices rotated) on ${Nfmt} blocks | ${int(rps('inclusion'))} /s (p50 ${fmt(median(results.inclusion!.map((r) => r.p50Ms)), 2)} ms) | lookups/s, \`GET /v1/endorsement\` (${int(urls.length)} URLs rotated): ${int(rps('lookup'))} /s | **${fmt(rps('inclusion') / rps('lookup'), 2)}** (runs ${range('inclusion', 'lookup')}) |`,
+    );
+    rows.push(
+      `| 2. lookups with \`proof=1\` | ${int(rps('lookup+proof'))} /s | plain lookups: ${int(rps('lookup'))} /s | **${fmt(rps('lookup+proof') / rps('lookup'), 2)}** (runs ${range('lookup+proof', 'lookup')}) |`,
+    );
+    rows.push(
+      `| 3. \`Vouch-Proof\` header on the wire (name, value, CRLF; ${sizes.length} blocks spread over the chain) | median ${int(median(sizes))} B, largest ${int(Math.max(...sizes))} B | — | — |`,
+    );
+    rows.push(
+      `| 4. warm restart to \`ready:\` with the tree image (${fmt(imageBytes / 2 ** 20, 1)} MiB) | median ${int(median(warm))} ms of ${warm.length} (${warm.map(int).join(', ')}) | the cold start: ${int(coldMs)} ms | — |`,
+    );
+    notes.push(
+      `Gateways at VOUCH_LOG_LEVEL=warn (what the answers cost, not the request lines); wrk -t${load.threads} -c${load.connections} -d${p.seconds}s, ${p.runs} interleaved runs after a ${p.warmup} s warm-up each. Load average before: ${fmt(loadBefore, 2)} on ${(await import('node:os')).cpus().length} cores shared with other work: indicative figures.`,
+    );
+    notes.push(
+      "Lookups are answered from the gateway's answer cache after their first time (the rotation repeats); a `&proof=1` lookup shares the plain answer's entry and adds the proof per answer. Proofs come from the tree (O(log n) stored subtree hashes; MerkleTree keeps the right border of the last size asked); the chain state keeps the last 4,096 blocks' proofs (and their JSON) against the served note, the path of Vouch-Proof and proof=1.",
+    );
   } finally {
     await stopAll();
     rmSync(work, { recursive: true, force: true });
   }
-  const markdown = [
-    '| Figure | Measured | Baseline | Ratio |', '|---|---|---|---|', ...rows, '', ...notes.map((n) => `- ${n}`),
-  ].join('\n');
+  const markdown = ['| Figure | Measured | Baseline | Ratio |', '|---|---|---|---|', ...rows, '', ...notes.map((n) => `- ${n}`)].join('\n');
   return { title: 'Transparency answers (issue 17): proofs vs lookups, Vouch-Proof size, warm restart', markdown };
 }

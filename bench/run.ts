@@ -40,7 +40,9 @@ const key = sectionKey ?? name;
 const machine = `${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM, Node ${process.version}, ${process.platform}/${process.arch}`;
 const section = `<!-- bench:${key} -->\n## ${title}\n\nRun: \`npm run bench -- ${name}\` on ${new Date().toISOString().slice(0, 10)}; machine: ${machine}.\n\n${markdown.trim()}\n<!-- /bench:${key} -->`;
 const path = fileURLToPath(new URL('./RESULTS.md', import.meta.url));
-let doc = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmark results\n\nWritten by `npm run bench -- NAME`; each section is replaced by its latest run.\n';
+let doc = existsSync(path)
+  ? readFileSync(path, 'utf8')
+  : '# Benchmark results\n\nWritten by `npm run bench -- NAME`; each section is replaced by its latest run.\n';
 const re = new RegExp(`<!-- bench:${key} -->[\\s\\S]*?<!-- /bench:${key} -->`);
 doc = re.test(doc) ? doc.replace(re, section) : doc.trimEnd() + '\n\n' + section + '\n';
 if (!process.argv.includes('--quick')) writeFileSync(path, doc);

@@ -20,7 +20,16 @@ import { base64Encode } from '../chain/encoding.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { median, root, stopAll } from './gateway-harness.ts';
 import { chainFor, fullCopy, gitPackedFacts, gitPackedSource, linkCopy, packedClone, removeTree, scaleTmp, sparseSource } from './scale/chains.ts';
-import { diskRow, endorseRow, gitStatusRow, verifyRow, type DiskFigures, type EndorseFigures, type GitStatusFigures, type VerifyFigures } from './scale/cli-rows.ts';
+import {
+  diskRow,
+  endorseRow,
+  gitStatusRow,
+  verifyRow,
+  type DiskFigures,
+  type EndorseFigures,
+  type GitStatusFigures,
+  type VerifyFigures,
+} from './scale/cli-rows.ts';
 import { coldStart, lookups, mib, warmRestarts, withGateway, type ColdFigures, type LookupFigures, type WarmFigures } from './scale/gateway-rows.ts';
 import { mirrorRow, servedClone, type MirrorFigures } from './scale/mirror-row.ts';
 import { killAll, say, type Gateway } from './scale/procs.ts';
@@ -81,12 +90,28 @@ function params(quick: boolean): Params {
   const urls = flag('urls') === undefined ? undefined : Number(flag('urls'));
   if (urls !== undefined && !(Number.isInteger(urls) && urls >= 100)) throw new Error(`bench: bad --urls=${flag('urls')}`);
   return quick
-    ? { sparse, gitPacked, sizes, rows, verifyRuns: () => 1, restarts: 3, endorses: 3, lookups: { urls: urls ?? 10_000, runs: 2, seconds: 3, warmup: 1 }, startTimeout: () => 10 * MIN }
+    ? {
+        sparse,
+        gitPacked,
+        sizes,
+        rows,
+        verifyRuns: () => 1,
+        restarts: 3,
+        endorses: 3,
+        lookups: { urls: urls ?? 10_000, runs: 2, seconds: 3, warmup: 1 },
+        startTimeout: () => 10 * MIN,
+      }
     : {
-      sparse, gitPacked, sizes, rows, verifyRuns: (n) => (n <= 100_000 ? 3 : 1), restarts: 3, endorses: 3,
-      lookups: { urls: urls ?? 20_000, runs: 5, seconds: 6, warmup: 2 },
-      startTimeout: (n) => Math.max(10 * MIN, (n / 1_000_000) * 40 * MIN),
-    };
+        sparse,
+        gitPacked,
+        sizes,
+        rows,
+        verifyRuns: (n) => (n <= 100_000 ? 3 : 1),
+        restarts: 3,
+        endorses: 3,
+        lookups: { urls: urls ?? 20_000, runs: 5, seconds: 6, warmup: 2 },
+        startTimeout: (n) => Math.max(10 * MIN, (n / 1_000_000) * 40 * MIN),
+      };
 }
 
 /** The selected rows at one chain size. */
@@ -135,7 +160,7 @@ async function measure(n: number, p: Params, tmp: string): Promise<SizeFigures> 
       f.lookups = w?.after;
       if (!w && want('lookups') && !f.failed.lookups) f.failed.lookups = 'no warm gateway to measure';
     } else if (want('lookups')) {
-      f.lookups = await row('lookups', () => withGateway(setup, measureLookups)) ?? undefined;
+      f.lookups = (await row('lookups', () => withGateway(setup, measureLookups))) ?? undefined;
     }
   }
 
@@ -211,53 +236,78 @@ interface Row {
 
 const ROWS: Row[] = [
   {
-    name: 'read-only gateway RSS once ready (cold start; peak = VmHWM)', key: 'cold', target: () => '≤ 1 GiB',
-    cell: (f) => `**${mib(f.cold!.rss)} MiB** (peak ${mib(f.cold!.hwm)} MiB)` +
-      (f.warm ? `; warm restart ${mib(median(f.warm.rss))} MiB` : '') + (f.lookups ? `; after the lookups ${mib(f.lookups.rssAfter)} MiB` : ''),
+    name: 'read-only gateway RSS once ready (cold start; peak = VmHWM)',
+    key: 'cold',
+    target: () => '≤ 1 GiB',
+    cell: (f) =>
+      `**${mib(f.cold!.rss)} MiB** (peak ${mib(f.cold!.hwm)} MiB)` +
+      (f.warm ? `; warm restart ${mib(median(f.warm.rss))} MiB` : '') +
+      (f.lookups ? `; after the lookups ${mib(f.lookups.rssAfter)} MiB` : ''),
     met: (f) => f.cold!.rss <= GiB && (!f.warm || median(f.warm.rss) <= GiB),
   },
   {
-    name: 'cold start to ready (`.git/vouch-*` deleted)', key: 'cold', target: () => '≤ 1.2 × `vouch verify`',
+    name: 'cold start to ready (`.git/vouch-*` deleted)',
+    key: 'cold',
+    target: () => '≤ 1.2 × `vouch verify`',
     cell: (f) => `**${s(f.cold!.ms)}**` + (f.verify ? ` (${(f.cold!.ms / f.verify.wallMs).toFixed(2)} × verify's ${s(f.verify.wallMs)})` : ''),
     met: (f) => (f.verify ? f.cold!.ms <= 1.2 * f.verify.wallMs : undefined),
   },
   {
-    name: 'warm restart to ready (median of 3)', key: 'warm', target: () => '≤ 5 s',
+    name: 'warm restart to ready (median of 3)',
+    key: 'warm',
+    target: () => '≤ 5 s',
     cell: (f) => `**${s(median(f.warm!.ms))}** (${f.warm!.ms.map((x) => (x / 1000).toFixed(2)).join(', ')})`,
     met: (f) => median(f.warm!.ms) <= 5_000,
   },
   {
-    name: '`vouch verify`: blocks/s; ratio to raw × cores', key: 'verify', target: () => '≥ 0.75',
-    cell: (f) => `${int(f.verify!.blocksPerS)}/s, **${f.verify!.ratio.toFixed(2)}** (raw node:crypto ${int(f.verify!.raw)}/s × ${f.verify!.cores}; median of ${f.verify!.runs} runs' ratios, each against the raw rate measured before it: ${f.verify!.range.map((x) => x.toFixed(2)).join('–')}); ${f.verify!.sodiumRatio.toFixed(2)} × libsodium's raw ${int(f.verify!.rawSodium)}/s × ${f.verify!.cores}; OpenSSL alone (\`VOUCH_ED25519=openssl\`): ${int(f.verify!.openssl.blocksPerS)}/s, ${f.verify!.openssl.ratio.toFixed(2)}`,
+    name: '`vouch verify`: blocks/s; ratio to raw × cores',
+    key: 'verify',
+    target: () => '≥ 0.75',
+    cell: (f) =>
+      `${int(f.verify!.blocksPerS)}/s, **${f.verify!.ratio.toFixed(2)}** (raw node:crypto ${int(f.verify!.raw)}/s × ${f.verify!.cores}; median of ${f.verify!.runs} runs' ratios, each against the raw rate measured before it: ${f.verify!.range.map((x) => x.toFixed(2)).join('–')}); ${f.verify!.sodiumRatio.toFixed(2)} × libsodium's raw ${int(f.verify!.rawSodium)}/s × ${f.verify!.cores}; OpenSSL alone (\`VOUCH_ED25519=openssl\`): ${int(f.verify!.openssl.blocksPerS)}/s, ${f.verify!.openssl.ratio.toFixed(2)}`,
     met: (f) => f.verify!.ratio >= 0.75,
   },
   {
-    name: 'one `vouch endorse --file`, whole process (median of 3 consecutive)', key: 'endorse', target: () => '≤ 2 s',
+    name: 'one `vouch endorse --file`, whole process (median of 3 consecutive)',
+    key: 'endorse',
+    target: () => '≤ 2 s',
     cell: (f) => `**${s(f.endorse!.median)}** (${f.endorse!.ms.map((x) => (x / 1000).toFixed(2)).join(', ')})`,
     met: (f) => f.endorse!.median <= 2_000,
   },
   {
-    name: 'chain directory on disk vs the packed repository (`du -B1`; apparent `du -b` in brackets)', key: 'disk', target: () => '≤ 2 × packed',
+    name: 'chain directory on disk vs the packed repository (`du -B1`; apparent `du -b` in brackets)',
+    key: 'disk',
+    target: () => '≤ 2 × packed',
     cell: (f) => {
       const d = f.disk!;
-      return `**${d.ratio.toFixed(1)}×**: ${mib(d.allocated.total)} MiB (.git/objects ${mib(d.allocated.objects)} MiB: ${int(d.loose)} loose, ${d.packs} packs; blocks/ ${mib(d.allocated.blocks)} MiB; ` +
-        `gateway caches ${mib(d.allocated.caches)} MiB) vs ${mib(d.packed.allocated)} MiB [apparent: ${d.apparentRatio.toFixed(1)}×, ${mib(d.apparent.total)} vs ${mib(d.packed.apparent)} MiB]`;
+      return (
+        `**${d.ratio.toFixed(1)}×**: ${mib(d.allocated.total)} MiB (.git/objects ${mib(d.allocated.objects)} MiB: ${int(d.loose)} loose, ${d.packs} packs; blocks/ ${mib(d.allocated.blocks)} MiB; ` +
+        `gateway caches ${mib(d.allocated.caches)} MiB) vs ${mib(d.packed.allocated)} MiB [apparent: ${d.apparentRatio.toFixed(1)}×, ${mib(d.apparent.total)} vs ${mib(d.packed.apparent)} MiB]`
+      );
     },
     met: (f) => f.disk!.ratio <= 2,
   },
   {
-    name: '`git status` in the chain (first, second run)', key: 'git', target: () => '≤ 2 s',
+    name: '`git status` in the chain (first, second run)',
+    key: 'git',
+    target: () => '≤ 2 s',
     cell: (f) => `${s(f.git!.firstMs)}, **${s(f.git!.secondMs)}**`,
     met: (f) => f.git!.secondMs <= 2_000,
   },
   {
-    name: 'lookups/s, random URLs of the whole chain, vs bare node:http (wrk -t2 -c32)', key: 'lookups', target: (n) => (n > 50_000 ? '≥ 0.5 × bare' : '≥ 0.8 × bare'),
-    cell: (f) => `${int(f.lookups!.gateway)}/s vs ${int(f.lookups!.bare)}/s: **${f.lookups!.ratio.toFixed(2)}** (runs ${f.lookups!.range.map((x) => x.toFixed(2)).join('–')}; ${int(f.lookups!.urls)} URLs; began ${s(f.lookups!.settledMs)} after ready, once the gateway was idle); beside it, not judged: a bare node:http answering each lookup with the gateway's own answer (a Map by query string), ${int(f.lookups!.sameAnswers)}/s, the gateway at ${f.lookups!.sameRatio.toFixed(2)} of it (runs ${f.lookups!.sameRange.map((x) => x.toFixed(2)).join('–')}); and bare node:http writing its answers in batches as the gateway does, ${int(f.lookups!.batched)}/s, the gateway at ${f.lookups!.batchedRatio.toFixed(2)} of it (runs ${f.lookups!.batchedRange.map((x) => x.toFixed(2)).join('–')}); CPU a lookup (the server process, user + system, medians): gateway ${f.lookups!.cpuUs.gateway.toFixed(1)} µs, bare ${f.lookups!.cpuUs.bare.toFixed(1)} µs, the same-answers bare ${f.lookups!.cpuUs.answers.toFixed(1)} µs, the batched bare ${f.lookups!.cpuUs.batched.toFixed(1)} µs`,
+    name: 'lookups/s, random URLs of the whole chain, vs bare node:http (wrk -t2 -c32)',
+    key: 'lookups',
+    target: (n) => (n > 50_000 ? '≥ 0.5 × bare' : '≥ 0.8 × bare'),
+    cell: (f) =>
+      `${int(f.lookups!.gateway)}/s vs ${int(f.lookups!.bare)}/s: **${f.lookups!.ratio.toFixed(2)}** (runs ${f.lookups!.range.map((x) => x.toFixed(2)).join('–')}; ${int(f.lookups!.urls)} URLs; began ${s(f.lookups!.settledMs)} after ready, once the gateway was idle); beside it, not judged: a bare node:http answering each lookup with the gateway's own answer (a Map by query string), ${int(f.lookups!.sameAnswers)}/s, the gateway at ${f.lookups!.sameRatio.toFixed(2)} of it (runs ${f.lookups!.sameRange.map((x) => x.toFixed(2)).join('–')}); and bare node:http writing its answers in batches as the gateway does, ${int(f.lookups!.batched)}/s, the gateway at ${f.lookups!.batchedRatio.toFixed(2)} of it (runs ${f.lookups!.batchedRange.map((x) => x.toFixed(2)).join('–')}); CPU a lookup (the server process, user + system, medians): gateway ${f.lookups!.cpuUs.gateway.toFixed(1)} µs, bare ${f.lookups!.cpuUs.bare.toFixed(1)} µs, the same-answers bare ${f.lookups!.cpuUs.answers.toFixed(1)} µs, the batched bare ${f.lookups!.cpuUs.batched.toFixed(1)} µs`,
     met: (f) => f.lookups!.ratio >= (f.n > 50_000 ? 0.5 : 0.8),
   },
   {
-    name: 'mirror bootstrap from git http-backend: time to ready, peak RSS (VmHWM)', key: 'mirror', target: () => 'RSS ≤ 1.5 GiB',
-    cell: (f) => `${s(f.mirror!.ms)}, peak **${mib(f.mirror!.hwm)} MiB** (RSS at ready ${mib(f.mirror!.rss)} MiB; pack fetched and indexed at ${f.mirror!.packedMs === null ? '?' : s(f.mirror!.packedMs)}, cloned at ${f.mirror!.clonedMs === null ? '?' : s(f.mirror!.clonedMs)})`,
+    name: 'mirror bootstrap from git http-backend: time to ready, peak RSS (VmHWM)',
+    key: 'mirror',
+    target: () => 'RSS ≤ 1.5 GiB',
+    cell: (f) =>
+      `${s(f.mirror!.ms)}, peak **${mib(f.mirror!.hwm)} MiB** (RSS at ready ${mib(f.mirror!.rss)} MiB; pack fetched and indexed at ${f.mirror!.packedMs === null ? '?' : s(f.mirror!.packedMs)}, cloned at ${f.mirror!.clonedMs === null ? '?' : s(f.mirror!.clonedMs)})`,
     met: (f) => f.mirror!.hwm <= 1.5 * GiB,
   },
 ];
@@ -265,10 +315,7 @@ const ROWS: Row[] = [
 const mark = (met: boolean | undefined) => (met === undefined ? '—' : met ? '✅' : '❌');
 
 function table(all: SizeFigures[]): string {
-  const lines = [
-    `| Row | ${all.map((f) => label(f.n)).join(' | ')} | Target | Met? |`,
-    `|---|${all.map(() => '---|').join('')}---|---|`,
-  ];
+  const lines = [`| Row | ${all.map((f) => label(f.n)).join(' | ')} | Target | Met? |`, `|---|${all.map(() => '---|').join('')}---|---|`];
   for (const r of ROWS.filter((x) => all.some((f) => f[x.key] || f.failed[x.key]))) {
     const cells = all.map((f) => (f[r.key] ? r.cell(f) : f.failed[r.key] ? `not measured: ${f.failed[r.key]}` : '—'));
     const targets = [...new Set(all.map((f) => r.target(f.n)))];
@@ -281,7 +328,10 @@ function table(all: SizeFigures[]): string {
 
 export async function runScaleBench(quick: boolean): Promise<{ title: string; markdown: string; key: string }> {
   const p = params(quick);
-  const dist = spawnSync(process.execPath, ['-e', "import('./tools/build.mjs').then((m) => console.log(m.distState()))"], { cwd: root, encoding: 'utf8' }).stdout.trim();
+  const dist = spawnSync(process.execPath, ['-e', "import('./tools/build.mjs').then((m) => console.log(m.distState()))"], {
+    cwd: root,
+    encoding: 'utf8',
+  }).stdout.trim();
   if (dist !== 'fresh') say(`warning: dist/ is ${dist}: vouch runs from sources through tsx (heavier); run \`npm run build\` first`);
   const loadBefore = loadavg()[0]!;
   const tmp = scaleTmp();
@@ -305,10 +355,16 @@ export async function runScaleBench(quick: boolean): Promise<{ title: string; ma
   if (p.gitPacked) {
     for (const n of p.sizes) {
       const g = gitPackedFacts(join(root, 'bench', 'out', `chain-${n}-sparse-gitpacked`));
-      if (g) notes.push(`**--pack=git** at ${label(n)}: the sparse chain repacked by stock git (\`git repack -a -d -f\`, ${s(g.repackMs)}): ${g.packs} pack, ${mib(g.packBytes)} MiB, ${int(g.deltas)} of ${int(g.objects)} objects stored as deltas.`);
+      if (g)
+        notes.push(
+          `**--pack=git** at ${label(n)}: the sparse chain repacked by stock git (\`git repack -a -d -f\`, ${s(g.repackMs)}): ${g.packs} pack, ${mib(g.packBytes)} MiB, ${int(g.deltas)} of ${int(g.objects)} objects stored as deltas.`,
+        );
     }
   }
-  if (p.sparse) notes.push('**--layout=sparse**: every row on the sparse layout of the same chain (docs/spec/repository.md "Layouts": block files only in git objects, git\'s sparse checkout and sparse index; bench/scale/chains.ts `sparseSource`); the mirror clones with `chain.layout: sparse`.');
+  if (p.sparse)
+    notes.push(
+      '**--layout=sparse**: every row on the sparse layout of the same chain (docs/spec/repository.md "Layouts": block files only in git objects, git\'s sparse checkout and sparse index; bench/scale/chains.ts `sparseSource`); the mirror clones with `chain.layout: sparse`.',
+    );
   const markdown = [table(all), ...notes].join('\n\n');
   if (p.gitPacked) return { title: 'A million blocks, sparse layout, packed by stock git (issue 33)', markdown, key: 'scale-sparse-gitpacked' };
   return { title: p.sparse ? 'A million blocks, sparse layout (issue 16)' : 'A million blocks (issue 16)', markdown, key: p.sparse ? 'scale-sparse' : 'scale' };

@@ -55,14 +55,24 @@ function shuffled<T>(xs: T[], seed: number): T[] {
   const a = [...xs];
   let x = seed >>> 0 || 1;
   for (let i = a.length - 1; i > 0; i--) {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     const j = x % (i + 1);
     [a[i], a[j]] = [a[j]!, a[i]!];
   }
   return a;
 }
 
-interface SubmitRecord { url: string; phase: string; status: number; ms: number; error?: string }
+interface SubmitRecord {
+  url: string;
+  phase: string;
+  status: number;
+  ms: number;
+  error?: string;
+}
 
 /** An open-loop trickle of submits: one every 1/rate s, each a new URL. */
 class SubmitTrickle {
@@ -73,7 +83,11 @@ class SubmitTrickle {
   private inflight = new Set<Promise<void>>();
   private timer: NodeJS.Timeout | null = null;
 
-  constructor(private readonly gateway: string, private readonly token: string, private readonly urls: string[]) {
+  constructor(
+    private readonly gateway: string,
+    private readonly token: string,
+    private readonly urls: string[],
+  ) {
     assertLoopback(gateway);
   }
 
@@ -82,9 +96,15 @@ class SubmitTrickle {
   }
 
   private tick(): void {
-    if (this.inflight.size >= P.submitCap) { this.skipped++; return; }
+    if (this.inflight.size >= P.submitCap) {
+      this.skipped++;
+      return;
+    }
     const url = this.urls[this.next++];
-    if (url === undefined) { this.skipped++; return; }
+    if (url === undefined) {
+      this.skipped++;
+      return;
+    }
     const phase = this.phase;
     const t0 = performance.now();
     const p = (async () => {
@@ -149,9 +169,16 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
   try {
     // ------------------------------------------------------------------ the artifacts (every size distinct: distinct bytes, distinct hashes)
     const used = new Set<number>();
-    const unique = (n: number) => { while (used.has(n)) n++; used.add(n); return n; };
+    const unique = (n: number) => {
+      while (used.has(n)) n++;
+      used.add(n);
+      return n;
+    };
     const routes: Record<string, { size: number; seed: number }> = {};
-    const add = (path: string, size: number) => { routes[path] = { size: unique(size), seed: P.seed }; return path; };
+    const add = (path: string, size: number) => {
+      routes[path] = { size: unique(size), seed: P.seed };
+      return path;
+    };
     const lookupPaths = Array.from({ length: P.lookups }, (_, i) => add(`/l/${i}.json`, 200 + i));
     const hotPaths = Array.from({ length: P.hot }, (_, i) => add(`/h/${i}.bin`, 96 * KiB + i * 9 * KiB + 1));
     const coldPaths = Array.from({ length: P.cold }, (_, i) => add(`/c/${i}.bin`, P.coldMin + Math.floor((i * (P.coldMax - P.coldMin)) / (P.cold - 1))));
@@ -161,7 +188,10 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     const hotBytes = hotPaths.reduce((a, p) => a + routes[p]!.size, 0);
     const routesFile = join(work, 'routes.json');
     writeFileSync(routesFile, JSON.stringify(routes));
-    const origin = await spawnNode('origin', ['--import', 'tsx', join(root, 'bench', 'soak-origin.ts'), routesFile], { waitFor: /^listening http:\/\/\S+$/m, timeoutMs: 60_000 });
+    const origin = await spawnNode('origin', ['--import', 'tsx', join(root, 'bench', 'soak-origin.ts'), routesFile], {
+      waitFor: /^listening http:\/\/\S+$/m,
+      timeoutMs: 60_000,
+    });
     const artifactUrl = (path: string) => origin.url + path;
 
     // ------------------------------------------------------------------ the authority gateway
@@ -170,33 +200,50 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     const token = 'soak-token-' + 'x'.repeat(32);
     const pub = createKeyFile(keyFile).publicKeyB64;
     writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
-    const config = writeConfig(work, {
-      listen: { port: 0 },
-      chain: { dir: join(work, 'chain'), public_key: pub },
-      authority: { key_file: keyFile, signer: 'soak-authority', submit_token_file: tokenFile },
-      origin: { allow_private: true },
-      mirror: { memory_bytes: P.memoryBytes },
-    }, 'authority.yaml');
+    const config = writeConfig(
+      work,
+      {
+        listen: { port: 0 },
+        chain: { dir: join(work, 'chain'), public_key: pub },
+        authority: { key_file: keyFile, signer: 'soak-authority', submit_token_file: tokenFile },
+        origin: { allow_private: true },
+        mirror: { memory_bytes: P.memoryBytes },
+      },
+      'authority.yaml',
+    );
     const gw = await spawnGateway('authority gateway', config, gwEnv, undefined, gwLog);
     const base = gw.url;
 
     // ------------------------------------------------------------------ endorse everything but the trickle's URLs, one URL per block
     const setupPaths = [...lookupPaths, ...hotPaths, ...coldPaths];
-    console.log(`endorsing ${setupPaths.length} URLs (${P.lookups} for lookups, ${P.hot} hot, ${P.cold} cold of ${fmt(coldBytes / MiB)} MiB) through POST /v1/submit, ${P.setupConcurrency} at a time...`);
+    console.log(
+      `endorsing ${setupPaths.length} URLs (${P.lookups} for lookups, ${P.hot} hot, ${P.cold} cold of ${fmt(coldBytes / MiB)} MiB) through POST /v1/submit, ${P.setupConcurrency} at a time...`,
+    );
     const t0 = performance.now();
     let nextSetup = 0;
-    await Promise.all(Array.from({ length: P.setupConcurrency }, async () => {
-      for (let i = nextSetup++; i < setupPaths.length; i = nextSetup++) {
-        const path = setupPaths[i]!;
-        const res = await fetch(base + '/v1/submit', {
-          method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ url: artifactUrl(path), name: `soak/${path.slice(1).replace(/\.\w+$/, '').replaceAll('/', '-')}`, semver: '1.0.0', license: 'MIT' }),
-          signal: AbortSignal.timeout(120_000),
-        });
-        const text = await res.text();
-        if (res.status !== 201) throw new Error(`bench: setup submit of ${path} answered ${res.status}: ${text.slice(0, 300)}`);
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: P.setupConcurrency }, async () => {
+        for (let i = nextSetup++; i < setupPaths.length; i = nextSetup++) {
+          const path = setupPaths[i]!;
+          const res = await fetch(base + '/v1/submit', {
+            method: 'POST',
+            headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+            body: JSON.stringify({
+              url: artifactUrl(path),
+              name: `soak/${path
+                .slice(1)
+                .replace(/\.\w+$/, '')
+                .replaceAll('/', '-')}`,
+              semver: '1.0.0',
+              license: 'MIT',
+            }),
+            signal: AbortSignal.timeout(120_000),
+          });
+          const text = await res.text();
+          if (res.status !== 201) throw new Error(`bench: setup submit of ${path} answered ${res.status}: ${text.slice(0, 300)}`);
+        }
+      }),
+    );
     console.log(`  ${fmt((performance.now() - t0) / 1000, 1)} s`);
     const checkpointSize = async () => {
       const r = await fetch(base + '/v1/checkpoint');
@@ -209,12 +256,13 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     const look = (path: string) => `/v1/endorsement?url=${encodeURIComponent(artifactUrl(path))}`;
     {
       const r = await fetch(base + look(lookupPaths[0]!));
-      const j = await r.json() as { success: boolean };
+      const j = (await r.json()) as { success: boolean };
       if (r.status !== 200 || !j.success) throw new Error(`bench: lookup answered ${r.status}`);
       for (const path of [hotPaths[0]!, coldPaths[P.cold - 1]!]) {
         const d = await download(base + dl(path));
         const want = digestOf(pattern(routes[path]!.size, P.seed));
-        if (d.status !== 200 || d.bytes !== routes[path]!.size || d.sha256 !== want) throw new Error(`bench: download ${path}: ${d.status}, ${d.bytes} bytes, ${d.sha256} (want ${want})`);
+        if (d.status !== 200 || d.bytes !== routes[path]!.size || d.sha256 !== want)
+          throw new Error(`bench: download ${path}: ${d.status}, ${d.bytes} bytes, ${d.sha256} (want ${want})`);
       }
     }
 
@@ -225,7 +273,13 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     const samples: { phase: string; t: number; rss: number }[] = [];
     let phase = 'warm-up';
     const tStart = performance.now();
-    const sample = () => { try { samples.push({ phase, t: (performance.now() - tStart) / 1000, rss: memoryOf(gw.pid).rss }); } catch { /* gone */ } };
+    const sample = () => {
+      try {
+        samples.push({ phase, t: (performance.now() - tStart) / 1000, rss: memoryOf(gw.pid).rss });
+      } catch {
+        /* gone */
+      }
+    };
     sample();
     sampler = setInterval(sample, 1000);
     trickle = new SubmitTrickle(base, token, submitPaths.map(artifactUrl));
@@ -241,7 +295,9 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     const cpu0 = cpuMsOf(gw.pid) / 1000;
     const tSoak = performance.now();
     samples.push({ phase, t: (tSoak - tStart) / 1000, rss: rssStart });
-    console.log(`soak: wrk -t${P.threads} -c${P.connections} -d${seconds}s --latency (+ ${P.submitsPerSecond} submits/s); RSS at start ${fmt(rssStart / MiB)} MiB...`);
+    console.log(
+      `soak: wrk -t${P.threads} -c${P.connections} -d${seconds}s --latency (+ ${P.submitsPerSecond} submits/s); RSS at start ${fmt(rssStart / MiB)} MiB...`,
+    );
     const soak: MixResult = await runMix(base, { ...load, seconds, offset: warm.nextOffset });
     const rssEnd = memoryOf(gw.pid).rss;
     const cpu1 = cpuMsOf(gw.pid) / 1000;
@@ -278,8 +334,8 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     const k = Math.min(5, Math.floor(soakRss.length / 2));
     const headMed = median(soakRss.slice(0, k).map((s) => s.rss));
     const tailMed = median(soakRss.slice(-k).map((s) => s.rss));
-    const change = (rssEnd - rssStart) / rssStart * 100;
-    const changeMed = (tailMed - headMed) / headMed * 100;
+    const change = ((rssEnd - rssStart) / rssStart) * 100;
+    const changeMed = ((tailMed - headMed) / headMed) * 100;
     const unexpected = Object.entries(soak.statuses).filter(([key]) => !key.endsWith(' 200'));
     const unexpectedN = unexpected.reduce((a, [, n]) => a + n, 0);
     const sockErr = soak.errors.connect + soak.errors.read + soak.errors.write + soak.errors.timeout;
@@ -290,26 +346,47 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
     const subMs = soakAcked.map((r) => r.ms);
     const coldIssued = soak.issued.cold ?? 0;
     const coldFetched = fromOrigin.c ?? 0;
-    const cpuPct = (cpu1 - cpu0) / soakWall * 100;
-    const mix = (key: string) => `${int(soak.issued[key] ?? 0)} (${fmt((soak.issued[key] ?? 0) / Math.max(1, soak.requests) * 100, 0)} %)`;
+    const cpuPct = ((cpu1 - cpu0) / soakWall) * 100;
+    const mix = (key: string) => `${int(soak.issued[key] ?? 0)} (${fmt(((soak.issued[key] ?? 0) / Math.max(1, soak.requests)) * 100, 0)} %)`;
 
-    rows.push(`| gateway RSS (VmRSS, sampled every 1 s) | start ${fmt(rssStart / MiB)} MiB → end ${fmt(rssEnd / MiB)} MiB: **${change >= 0 ? '+' : ''}${fmt(change)} %**; median of first/last ${k} samples ${fmt(headMed / MiB)} → ${fmt(tailMed / MiB)} MiB (${changeMed >= 0 ? '+' : ''}${fmt(changeMed)} %); min ${fmt(rssMin / MiB)}, max ${fmt(rssMax / MiB)} MiB during the soak; ${fmt(rssIdle / MiB)} MiB 2 s after; VmHWM ${fmt(hwm / MiB)} MiB | flat within 10 % | ${ok(Math.abs(change) <= 10)} |`);
-    rows.push(`| requests/s (wrk \`-t${P.threads} -c${P.connections} -d${seconds}s\`) | **${int(soak.rps)} /s** (${int(soak.requests)} requests; ${fmt(soak.transferBps / MiB)} MiB/s read) | | |`);
-    rows.push(`| latency, all kinds together (wrk \`--latency\`) | p50 **${fmt(soak.p50Ms, 2)} ms**, p99 **${fmt(soak.p99Ms, 2)} ms** (mean ${fmt(soak.latencyAvgMs, 2)} ms) | | |`);
-    rows.push(`| unexpected statuses (anything but 200) | **${int(unexpectedN)}**${unexpected.length ? ` (${unexpected.map(([key, n]) => `${key}: ${n}`).join(', ')})` : ''}; wrk's "Non-2xx or 3xx": ${int(soak.non2xx)}; 200s counted by the script: ${int(answered - unexpectedN)} | 0 | ${ok(unexpectedN === 0 && soak.non2xx === 0)} |`);
-    rows.push(`| socket errors | **${int(sockErr)}** (connect ${soak.errors.connect}, read ${soak.errors.read}, write ${soak.errors.write}, timeout > ${P.wrkTimeoutS} s ${soak.errors.timeout}) | 0 | ${ok(sockErr === 0)} |`);
-    rows.push(`| submits (${P.submitsPerSecond}/s, each a new URL, from a separate loop) | **${soakAcked.length} of ${soakSubs.length}** got 201${subBad.length ? ` (others: ${[...new Set(subBad.map((r) => r.status))].map((s) => `${s}×${subBad.filter((r) => r.status === s).length}`).join(', ')}: ${subBad[0]!.error ?? ''})` : ''}${trickle.skipped ? `; ${trickle.skipped} ticks skipped (${P.submitCap} in flight)` : ''}; p50 **${fmt(pct(subMs, 0.5), 1)} ms**, p99 **${fmt(pct(subMs, 0.99), 1)} ms**, max ${fmt(Math.max(...subMs), 1)} ms | all 201 | ${ok(subBad.length === 0 && soakSubs.length > 0 && trickle.skipped === 0)} |`);
+    rows.push(
+      `| gateway RSS (VmRSS, sampled every 1 s) | start ${fmt(rssStart / MiB)} MiB → end ${fmt(rssEnd / MiB)} MiB: **${change >= 0 ? '+' : ''}${fmt(change)} %**; median of first/last ${k} samples ${fmt(headMed / MiB)} → ${fmt(tailMed / MiB)} MiB (${changeMed >= 0 ? '+' : ''}${fmt(changeMed)} %); min ${fmt(rssMin / MiB)}, max ${fmt(rssMax / MiB)} MiB during the soak; ${fmt(rssIdle / MiB)} MiB 2 s after; VmHWM ${fmt(hwm / MiB)} MiB | flat within 10 % | ${ok(Math.abs(change) <= 10)} |`,
+    );
+    rows.push(
+      `| requests/s (wrk \`-t${P.threads} -c${P.connections} -d${seconds}s\`) | **${int(soak.rps)} /s** (${int(soak.requests)} requests; ${fmt(soak.transferBps / MiB)} MiB/s read) | | |`,
+    );
+    rows.push(
+      `| latency, all kinds together (wrk \`--latency\`) | p50 **${fmt(soak.p50Ms, 2)} ms**, p99 **${fmt(soak.p99Ms, 2)} ms** (mean ${fmt(soak.latencyAvgMs, 2)} ms) | | |`,
+    );
+    rows.push(
+      `| unexpected statuses (anything but 200) | **${int(unexpectedN)}**${unexpected.length ? ` (${unexpected.map(([key, n]) => `${key}: ${n}`).join(', ')})` : ''}; wrk's "Non-2xx or 3xx": ${int(soak.non2xx)}; 200s counted by the script: ${int(answered - unexpectedN)} | 0 | ${ok(unexpectedN === 0 && soak.non2xx === 0)} |`,
+    );
+    rows.push(
+      `| socket errors | **${int(sockErr)}** (connect ${soak.errors.connect}, read ${soak.errors.read}, write ${soak.errors.write}, timeout > ${P.wrkTimeoutS} s ${soak.errors.timeout}) | 0 | ${ok(sockErr === 0)} |`,
+    );
+    rows.push(
+      `| submits (${P.submitsPerSecond}/s, each a new URL, from a separate loop) | **${soakAcked.length} of ${soakSubs.length}** got 201${subBad.length ? ` (others: ${[...new Set(subBad.map((r) => r.status))].map((s) => `${s}×${subBad.filter((r) => r.status === s).length}`).join(', ')}: ${subBad[0]!.error ?? ''})` : ''}${trickle.skipped ? `; ${trickle.skipped} ticks skipped (${P.submitCap} in flight)` : ''}; p50 **${fmt(pct(subMs, 0.5), 1)} ms**, p99 **${fmt(pct(subMs, 0.99), 1)} ms**, max ${fmt(Math.max(...subMs), 1)} ms | all 201 | ${ok(subBad.length === 0 && soakSubs.length > 0 && trickle.skipped === 0)} |`,
+    );
     rows.push(`| mix issued by the script | lookups ${mix('lookup')}, cached downloads ${mix('hot')}, cold downloads ${mix('cold')} | 70/20/10 | |`);
-    rows.push(`| cold downloads that reached the origin | ${int(coldFetched)} fetches for ${int(coldIssued)} cold requests (**${fmt(coldFetched / Math.max(1, coldIssued) * 100, 0)} %** misses); hot-set fetches from the origin during the soak: ${fromOrigin.h ?? 0} | most miss | |`);
+    rows.push(
+      `| cold downloads that reached the origin | ${int(coldFetched)} fetches for ${int(coldIssued)} cold requests (**${fmt((coldFetched / Math.max(1, coldIssued)) * 100, 0)} %** misses); hot-set fetches from the origin during the soak: ${fromOrigin.h ?? 0} | most miss | |`,
+    );
     rows.push(`| gateway CPU during the soak | ${fmt(cpuPct, 0)} % of one core (user + system) | | |`);
-    rows.push(`| log (default level, stderr to a file) | ${int(requestLines)} request lines for ${int(soak.requests)}+ requests (warm-up and setup included), ${fmt(Buffer.byteLength(logText) / MiB, 1)} MiB; lines by level: ${[...logLevels].map(([l, n]) => `${l} ${int(n)}`).join(', ')} | a line per request | ${ok(requestLines >= soak.requests)} |`);
+    rows.push(
+      `| log (default level, stderr to a file) | ${int(requestLines)} request lines for ${int(soak.requests)}+ requests (warm-up and setup included), ${fmt(Buffer.byteLength(logText) / MiB, 1)} MiB; lines by level: ${[...logLevels].map(([l, n]) => `${l} ${int(n)}`).join(', ')} | a line per request | ${ok(requestLines >= soak.requests)} |`,
+    );
 
     notes.push(
       `Setup: one \`vouch serve\` process in authority mode (\`origin.allow_private: true\`, \`mirror.memory_bytes: ${P.memoryBytes / MiB} MiB\`, no disk tier; default logging, \`VOUCH_LOG_LEVEL\` unset, stderr appended to a file), its own origin process (bench/soak-origin.ts, the test origin server), wrk and this process (the submit loop and the RSS sampler), all on 127.0.0.1 and sharing the machine's cores. Before the soak ${setupPaths.length} URLs were endorsed through \`POST /v1/submit\`, one URL per block: ${P.lookups} small ones for lookups, ${P.hot} hot artifacts (${fmt(hotBytes / MiB, 1)} MiB in all) and ${P.cold} cold ones of 64 KiB–1 MiB (${fmt(coldBytes / MiB)} MiB in all, ${fmt(coldBytes / P.memoryBytes, 1)}× the memory tier); one of each kind was checked (status, length, sha256).`,
       `Load: Debian wrk \`-t${P.threads} -c${P.connections} -d${seconds}s --latency --timeout ${P.wrkTimeoutS}s\`; the Lua script picks each request by weight ${P.weights.lookup}/${P.weights.hot}/${P.weights.cold}: a lookup of a random one of the ${P.lookups} URLs, a download of a random hot artifact, or the next cold artifact (each thread rotates over the cold set from its own offset, in a fixed shuffled order); \`response()\` counts statuses by class (json / bytes / other). A ${warmupSeconds} s warm-up of the same mix (and submits) ran first; "start" is the RSS right after it. Submits: one every ${fmt(1000 / P.submitsPerSecond, 0)} ms (open loop, at most ${P.submitCap} in flight), each a new ~3 KB artifact URL, timed from request to answer (the answer comes once the commit is on the branch).`,
       `After the soak the chain's checkpoint had ${sizeAfter} blocks, ${sizeBefore} before the warm-up + ${acked.length} acknowledged submits (warm-up and soak): ${chainOk ? 'consistent' : '**inconsistent**'}; a lookup of the last acknowledged URL answered ${lastAcked}.`,
-      `RSS every 10 s of the soak (MiB): ${soakRss.filter((_, i) => i % 10 === 0 || i === soakRss.length - 1).map((s) => fmt(s.rss / MiB, 0)).join(', ')}.`,
-      `Load average (1/5/15 min) of the machine: ${loadBefore.map((x) => fmt(x, 2)).join(' / ')} at the start, ${loadavg().map((x) => fmt(x, 2)).join(' / ')} at the end (the machine has 2 cores; anything above ~0.1 before the start is other work sharing them).`,
+      `RSS every 10 s of the soak (MiB): ${soakRss
+        .filter((_, i) => i % 10 === 0 || i === soakRss.length - 1)
+        .map((s) => fmt(s.rss / MiB, 0))
+        .join(', ')}.`,
+      `Load average (1/5/15 min) of the machine: ${loadBefore.map((x) => fmt(x, 2)).join(' / ')} at the start, ${loadavg()
+        .map((x) => fmt(x, 2))
+        .join(' / ')} at the end (the machine has 2 cores; anything above ~0.1 before the start is other work sharing them).`,
     );
     if (cpuProf) notes.push(`CPU profile of the gateway: ${profDir}.`);
     if (quick) notes.push(`**--quick**: ${warmupSeconds} s warm-up, ${seconds} s soak; a smoke test, not the figures.`);
@@ -325,5 +402,8 @@ export async function runSoakBench(quick: boolean): Promise<{ title: string; mar
 
 /** wrk's own output, indented for the log. */
 function wrapWrk(text: string): string {
-  return text.split('\n').map((l) => '  | ' + l).join('\n');
+  return text
+    .split('\n')
+    .map((l) => '  | ' + l)
+    .join('\n');
 }

@@ -33,9 +33,15 @@ export function mixScript(m: MixScript): string {
   const wl = m.weights.lookup / total;
   const wh = (m.weights.lookup + m.weights.hot) / total;
   return [
-    'local lookups = {', ...m.lookups.map(safe), '}',
-    'local hot = {', ...m.hot.map(safe), '}',
-    'local cold = {', ...m.cold.map(safe), '}',
+    'local lookups = {',
+    ...m.lookups.map(safe),
+    '}',
+    'local hot = {',
+    ...m.hot.map(safe),
+    '}',
+    'local cold = {',
+    ...m.cold.map(safe),
+    '}',
     `local WL, WH = ${wl}, ${wh}`,
     'local threads = {}',
     'local nsetup = 0',
@@ -106,10 +112,28 @@ export interface MixResult extends WrkResult {
   text: string;
 }
 
-export function runMix(url: string, o: { threads: number; connections: number; seconds: number; script: string; offset: number; timeoutS: number }): Promise<MixResult> {
+export function runMix(
+  url: string,
+  o: { threads: number; connections: number; seconds: number; script: string; offset: number; timeoutS: number },
+): Promise<MixResult> {
   assertLoopback(url);
-  const args = ['-t', String(o.threads), '-c', String(o.connections), '-d', `${o.seconds}s`, '--latency', '--timeout', `${o.timeoutS}s`,
-    '-s', o.script, url, '--', String(o.offset), String(o.threads)];
+  const args = [
+    '-t',
+    String(o.threads),
+    '-c',
+    String(o.connections),
+    '-d',
+    `${o.seconds}s`,
+    '--latency',
+    '--timeout',
+    `${o.timeoutS}s`,
+    '-s',
+    o.script,
+    url,
+    '--',
+    String(o.offset),
+    String(o.threads),
+  ];
   return new Promise((resolve, reject) => {
     execFile('wrk', args, { encoding: 'utf8', timeout: (o.seconds + 60) * 1000, maxBuffer: 16 * 1024 * 1024 }, (e, stdout, stderr) => {
       if (e) return reject(new Error(`wrk failed: ${e.message}\n${stdout}\n${stderr}`));

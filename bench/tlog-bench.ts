@@ -16,7 +16,10 @@ import { verifyInclusion } from '../chain/merkle.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { loadavg } from 'node:os';
 
-const median = (xs: number[]): number => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]!; };
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)]!;
+};
 const LAST = 10_000;
 
 function entry(i: number): Uint8Array {
@@ -29,7 +32,14 @@ function entry(i: number): Uint8Array {
 /** Deterministic xorshift32 so every run asks for the same indexes. */
 function rng(seed: number): () => number {
   let x = seed >>> 0 || 1;
-  return () => { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; return x / 2 ** 32; };
+  return () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 2 ** 32;
+  };
 }
 
 /** Builds to size - LAST, then times appending the last LAST entries; µs per entry. */
@@ -90,15 +100,29 @@ export async function runTlogBench(quick: boolean): Promise<{ title: string; mar
     const idx = Array.from({ length: PROOFS }, () => Math.floor(rand() * n));
     const from = Array.from({ length: PROOFS }, () => 1 + Math.floor(rand() * (n - 1)));
     const proofs: Uint8Array[][] = new Array(PROOFS);
-    incl.push(rate(PROOFS, (k) => { proofs[k] = tree.inclusionProof(idx[k]!, n); }));
-    cons.push(rate(PROOFS, (k) => { tree.consistencyProof(from[k]!, n); }));
+    incl.push(
+      rate(PROOFS, (k) => {
+        proofs[k] = tree.inclusionProof(idx[k]!, n);
+      }),
+    );
+    cons.push(
+      rate(PROOFS, (k) => {
+        tree.consistencyProof(from[k]!, n);
+      }),
+    );
     const leaves = idx.map((i) => tree.leafHashAt(i));
-    ver.push(rate(PROOFS, (k) => { if (!verifyInclusion(nodeBackend, idx[k]!, n, leaves[k]!, proofs[k]!, root)) throw new Error('proof failed'); }));
+    ver.push(
+      rate(PROOFS, (k) => {
+        if (!verifyInclusion(nodeBackend, idx[k]!, n, leaves[k]!, proofs[k]!, root)) throw new Error('proof failed');
+      }),
+    );
     bytesPerEntry = tree.toImage().length / n;
     inclSizes = proofs.map((p) => p.length * 32);
     consSizes = from.slice(0, 2000).map((f) => tree.consistencyProof(f, n).length * 32);
-    console.log(`run ${r + 1}: append ${small[r]!.toFixed(2)} µs/entry at ${SMALL}, ${big[r]!.toFixed(2)} at ${BIG} (build ${b.buildSeconds.toFixed(1)} s); ` +
-      `inclusion ${Math.round(incl[r]!)}/s, consistency ${Math.round(cons[r]!)}/s, verify ${Math.round(ver[r]!)}/s; ${bytesPerEntry.toFixed(1)} B/entry`);
+    console.log(
+      `run ${r + 1}: append ${small[r]!.toFixed(2)} µs/entry at ${SMALL}, ${big[r]!.toFixed(2)} at ${BIG} (build ${b.buildSeconds.toFixed(1)} s); ` +
+        `inclusion ${Math.round(incl[r]!)}/s, consistency ${Math.round(cons[r]!)}/s, verify ${Math.round(ver[r]!)}/s; ${bytesPerEntry.toFixed(1)} B/entry`,
+    );
   }
   const loadEnd = loadavg()[0]!;
   const ratio = median(big) / median(small);
@@ -116,8 +140,10 @@ export async function runTlogBench(quick: boolean): Promise<{ title: string; mar
     `| Inclusion proof bytes (median / max) | | ${median(inclSizes)} / ${Math.max(...inclSizes)} | |`,
     `| Consistency proof bytes (median / max of 2,000) | | ${median(consSizes)} / ${Math.max(...consSizes)} | |`,
   ];
-  const markdown = `Medians of ${RUNS} runs (each builds fresh trees; ${PROOFS.toLocaleString('en-US')} proofs per figure), platform/node-crypto.ts backend. ` +
+  const markdown =
+    `Medians of ${RUNS} runs (each builds fresh trees; ${PROOFS.toLocaleString('en-US')} proofs per figure), platform/node-crypto.ts backend. ` +
     `Per-run figures: append µs/entry ${small.map((x) => x.toFixed(2)).join(', ')} at ${SMALL.toLocaleString('en-US')} and ${big.map((x) => x.toFixed(2)).join(', ')} at ${BIG.toLocaleString('en-US')}.\n\n` +
-    rows.join('\n') + `\n\nLoad average (1 min) of the machine: ${loadStart.toFixed(2)} at the start, ${loadEnd.toFixed(2)} at the end (2 cores; other helpers' work shares them).\n`;
+    rows.join('\n') +
+    `\n\nLoad average (1 min) of the machine: ${loadStart.toFixed(2)} at the start, ${loadEnd.toFixed(2)} at the end (2 cores; other helpers' work shares them).\n`;
   return { title: 'Transparency log Merkle tree (issue 17)', markdown };
 }

@@ -52,7 +52,10 @@ export interface Endorsement {
   comment: string;
 }
 
-export interface Grammar { hash: string; version: string }
+export interface Grammar {
+  hash: string;
+  version: string;
+}
 
 export interface Vibecode {
   endorsement: string;
@@ -131,9 +134,7 @@ const LICENSE_RE = /^[A-Za-z0-9][A-Za-z0-9.+:()\- ]{0,127}$/;
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const nativeWellFormed = (String.prototype as { isWellFormed?: () => boolean }).isWellFormed;
 /** No lone surrogate (native `isWellFormed` where the runtime has it). */
-const wellFormed: (s: string) => boolean = nativeWellFormed
-  ? (s) => nativeWellFormed.call(s)
-  : (s) => !LONE_SURROGATE.test(s);
+const wellFormed: (s: string) => boolean = nativeWellFormed ? (s) => nativeWellFormed.call(s) : (s) => !LONE_SURROGATE.test(s);
 // eslint-disable-next-line no-control-regex
 const CONTROL_RE = /[\u0000-\u001f\u007f]/;
 
@@ -324,7 +325,8 @@ function parsePayload(v: unknown, position: number): Payload {
   const path = 'payload';
   const o = object(v, path, MEMBERS.payload, MEMBERS.payloadOptional);
   const intent = o.intent;
-  if (intent !== 'authority' && intent !== 'endorse' && intent !== 'revoke' && intent !== 'key') fail(`${path}.intent`, `unknown intent ${JSON.stringify(intent)}`);
+  if (intent !== 'authority' && intent !== 'endorse' && intent !== 'revoke' && intent !== 'key')
+    fail(`${path}.intent`, `unknown intent ${JSON.stringify(intent)}`);
   if (intent === 'authority' && position !== 0) fail(`${path}.intent`, '"authority" is allowed only in block 0');
   if (intent !== 'authority' && position === 0) fail(`${path}.intent`, 'block 0 must be the authority block');
 
@@ -334,7 +336,10 @@ function parsePayload(v: unknown, position: number): Payload {
     version: formed(g.version, `${path}.grammar.version`, isGrammarVersion, GRAMMAR_VERSION_FORM),
   };
   if ((intent === 'key') !== (grammar.version === KEY_GRAMMAR_VERSION)) {
-    fail(`${path}.grammar.version`, intent === 'key' ? `a key block is grammar ${KEY_GRAMMAR_VERSION}` : `grammar ${grammar.version} is for key blocks only; a ${intent} block is 1.0`);
+    fail(
+      `${path}.grammar.version`,
+      intent === 'key' ? `a key block is grammar ${KEY_GRAMMAR_VERSION}` : `grammar ${grammar.version} is for key blocks only; a ${intent} block is 1.0`,
+    );
   }
 
   if (typeof o.tags !== 'object' || o.tags === null || Array.isArray(o.tags)) fail(`${path}.tags`, 'must be an object');

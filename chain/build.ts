@@ -16,8 +16,17 @@ import { grammarHash, keyGrammarHash } from './schema.ts';
 import type { SignedStatement } from './key-events.ts';
 import { formatArtifactHash } from './hash-algorithms.ts';
 import {
-  type Block, type Checkpoint, type Endorsement, type Payload, type UnhashedBlock,
-  GRAMMAR_VERSIONS, KEY_GRAMMAR_VERSION, SIGNATURE_ALGORITHM, ZERO_HASH, formatDateTime, parseBlock,
+  type Block,
+  type Checkpoint,
+  type Endorsement,
+  type Payload,
+  type UnhashedBlock,
+  GRAMMAR_VERSIONS,
+  KEY_GRAMMAR_VERSION,
+  SIGNATURE_ALGORITHM,
+  ZERO_HASH,
+  formatDateTime,
+  parseBlock,
 } from './block.ts';
 
 /** The bytes an authority signs for a block: UTF-8 of JCS(payload). */
@@ -53,7 +62,8 @@ export function parsedPayloadJcs(p: Payload): string {
   out += `"effective_date":"${p.effective_date}","endorsements":[`;
   for (let i = 0; i < p.endorsements.length; i++) {
     const e = p.endorsements[i]!;
-    out += (i ? ',' : '') +
+    out +=
+      (i ? ',' : '') +
       `{"artifact_hash":${s(e.artifact_hash)},"artifact_url":${s(e.artifact_url)},"comment":${s(e.comment)},` +
       `"endorsement":"${e.endorsement}","license":"${e.license}","name":"${e.name}","semver":"${e.semver}",` +
       `"signature_algorithm":"${e.signature_algorithm}"}`;
@@ -64,8 +74,11 @@ export function parsedPayloadJcs(p: Payload): string {
   if (names.length > 1) names.sort();
   for (let i = 0; i < names.length; i++) out += (i ? ',' : '') + s(names[i]) + ':' + (p.tags[names[i]!] ? 'true' : 'false');
   const v = p.vibecode;
-  return out + `},"target_hash":"${p.target_hash}","uns":"${p.uns}","vibecode":{"endorsement":${s(v.endorsement)},` +
-    `"intent":${s(v.intent)},"license":${s(v.license)},"semver":${s(v.semver)},"signer":${s(v.signer)},"uns":${s(v.uns)}}}`;
+  return (
+    out +
+    `},"target_hash":"${p.target_hash}","uns":"${p.uns}","vibecode":{"endorsement":${s(v.endorsement)},` +
+    `"intent":${s(v.intent)},"license":${s(v.license)},"semver":${s(v.semver)},"signer":${s(v.signer)},"uns":${s(v.uns)}}}`
+  );
 }
 
 /**
@@ -135,25 +148,29 @@ export function buildAuthorityBlock(input: CommonInput & { uns: string; semver?:
   const posted = postedAfter(null, input.now);
   const semver = input.semver ?? '1.0.0';
   const license = input.license ?? 'CC0-1.0';
-  return seal({
-    comment: input.comment ?? 'authority block',
-    index: 0,
-    prev_hash: ZERO_HASH,
-    posted,
-    signer: input.signer.id,
-    payload: {
-      authority: { public_key: base64Encode(input.signer.publicKey), signature_algorithm: SIGNATURE_ALGORITHM, signer: input.signer.id },
-      effective_date: input.effectiveDate ?? posted.slice(0, 10),
-      endorsements: [],
-      grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
-      intent: 'authority',
-      semver,
-      tags: input.tags ?? {},
-      target_hash: 'self',
-      uns: input.uns,
-      vibecode: { endorsement: 'authority', intent: 'authority', license, signer: input.signer.id, uns: input.uns, semver },
+  return seal(
+    {
+      comment: input.comment ?? 'authority block',
+      index: 0,
+      prev_hash: ZERO_HASH,
+      posted,
+      signer: input.signer.id,
+      payload: {
+        authority: { public_key: base64Encode(input.signer.publicKey), signature_algorithm: SIGNATURE_ALGORITHM, signer: input.signer.id },
+        effective_date: input.effectiveDate ?? posted.slice(0, 10),
+        endorsements: [],
+        grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
+        intent: 'authority',
+        semver,
+        tags: input.tags ?? {},
+        target_hash: 'self',
+        uns: input.uns,
+        vibecode: { endorsement: 'authority', intent: 'authority', license, signer: input.signer.id, uns: input.uns, semver },
+      },
     },
-  }, input.signer, input.backend);
+    input.signer,
+    input.backend,
+  );
 }
 
 /**
@@ -161,12 +178,14 @@ export function buildAuthorityBlock(input: CommonInput & { uns: string; semver?:
  * artifact hash. `uns`/`semver` name the published unit (default: the
  * first entry's name and semver).
  */
-export function buildEndorseBlock(input: CommonInput & {
-  prev: Block;
-  entries: EndorsementInput[];
-  uns?: string;
-  semver?: string;
-}): Block {
+export function buildEndorseBlock(
+  input: CommonInput & {
+    prev: Block;
+    entries: EndorsementInput[];
+    uns?: string;
+    semver?: string;
+  },
+): Block {
   const first = input.entries[0];
   if (first === undefined) throw new TypeError('an endorse block needs at least one entry');
   const uns = input.uns ?? first.name;
@@ -182,51 +201,63 @@ export function buildEndorseBlock(input: CommonInput & {
     semver: e.semver,
     signature_algorithm: SIGNATURE_ALGORITHM,
   }));
-  return seal({
-    comment: input.comment ?? `${uns} ${semver}`,
-    index: input.prev.index + 1,
-    prev_hash: input.prev.record_hash,
-    posted,
-    signer: input.signer.id,
-    payload: {
-      effective_date: input.effectiveDate ?? posted.slice(0, 10),
-      endorsements,
-      grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
-      intent: 'endorse',
-      semver,
-      tags: input.tags ?? {},
-      target_hash: 'self',
-      uns,
-      vibecode: { endorsement: 'provenance', intent: 'endorse', license: first.license, signer: input.signer.id, uns, semver },
+  return seal(
+    {
+      comment: input.comment ?? `${uns} ${semver}`,
+      index: input.prev.index + 1,
+      prev_hash: input.prev.record_hash,
+      posted,
+      signer: input.signer.id,
+      payload: {
+        effective_date: input.effectiveDate ?? posted.slice(0, 10),
+        endorsements,
+        grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
+        intent: 'endorse',
+        semver,
+        tags: input.tags ?? {},
+        target_hash: 'self',
+        uns,
+        vibecode: { endorsement: 'provenance', intent: 'endorse', license: first.license, signer: input.signer.id, uns, semver },
+      },
     },
-  }, input.signer, input.backend);
+    input.signer,
+    input.backend,
+  );
 }
 
 /** A `revoke` block after `prev` naming the endorse block `target`. */
 export function buildRevokeBlock(input: CommonInput & { prev: Block; target: Block }): Block {
   const { target } = input;
   const posted = postedAfter(input.prev, input.now);
-  return seal({
-    comment: input.comment ?? `revoke block ${target.index}`,
-    index: input.prev.index + 1,
-    prev_hash: input.prev.record_hash,
-    posted,
-    signer: input.signer.id,
-    payload: {
-      effective_date: input.effectiveDate ?? posted.slice(0, 10),
-      endorsements: [],
-      grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
-      intent: 'revoke',
-      semver: target.payload.semver,
-      tags: input.tags ?? {},
-      target_hash: target.record_hash,
-      uns: target.payload.uns,
-      vibecode: {
-        endorsement: 'provenance', intent: 'revoke', license: target.payload.vibecode.license,
-        signer: input.signer.id, uns: target.payload.uns, semver: target.payload.semver,
+  return seal(
+    {
+      comment: input.comment ?? `revoke block ${target.index}`,
+      index: input.prev.index + 1,
+      prev_hash: input.prev.record_hash,
+      posted,
+      signer: input.signer.id,
+      payload: {
+        effective_date: input.effectiveDate ?? posted.slice(0, 10),
+        endorsements: [],
+        grammar: { hash: grammarHash(input.backend), version: GRAMMAR_VERSIONS[0]! },
+        intent: 'revoke',
+        semver: target.payload.semver,
+        tags: input.tags ?? {},
+        target_hash: target.record_hash,
+        uns: target.payload.uns,
+        vibecode: {
+          endorsement: 'provenance',
+          intent: 'revoke',
+          license: target.payload.vibecode.license,
+          signer: input.signer.id,
+          uns: target.payload.uns,
+          semver: target.payload.semver,
+        },
       },
     },
-  }, input.signer, input.backend);
+    input.signer,
+    input.backend,
+  );
 }
 
 /**
@@ -238,28 +269,37 @@ export function buildRevokeBlock(input: CommonInput & { prev: Block; target: Blo
 export function buildKeyBlock(input: CommonInput & { prev: Block; signed: SignedStatement }): Block {
   const st = input.signed.statement;
   const posted = postedAfter(input.prev, input.now);
-  const what = st.action === 'root' ? `root version ${st.root.version}` : st.action === 'key' ? 'online key rotation' : `compromise of ${st.compromised} after block ${st.good_through}`;
+  const what =
+    st.action === 'root'
+      ? `root version ${st.root.version}`
+      : st.action === 'key'
+        ? 'online key rotation'
+        : `compromise of ${st.compromised} after block ${st.good_through}`;
   const semver = `${st.sequence}.0.0`;
-  return seal({
-    comment: input.comment ?? `key event ${st.sequence}: ${what}`,
-    index: input.prev.index + 1,
-    prev_hash: input.prev.record_hash,
-    posted,
-    signer: input.signer.id,
-    payload: {
-      effective_date: input.effectiveDate ?? posted.slice(0, 10),
-      endorsements: [],
-      grammar: { hash: keyGrammarHash(input.backend), version: KEY_GRAMMAR_VERSION },
-      intent: 'key',
-      semver,
-      signatures: input.signed.signatures.map((x) => ({ public_key: x.public_key, signature: x.signature })),
-      statement: st,
-      tags: input.tags ?? {},
-      target_hash: 'self',
-      uns: 'vouch/keys',
-      vibecode: { endorsement: 'key', intent: 'key', license: 'CC0-1.0', signer: input.signer.id, uns: 'vouch/keys', semver },
+  return seal(
+    {
+      comment: input.comment ?? `key event ${st.sequence}: ${what}`,
+      index: input.prev.index + 1,
+      prev_hash: input.prev.record_hash,
+      posted,
+      signer: input.signer.id,
+      payload: {
+        effective_date: input.effectiveDate ?? posted.slice(0, 10),
+        endorsements: [],
+        grammar: { hash: keyGrammarHash(input.backend), version: KEY_GRAMMAR_VERSION },
+        intent: 'key',
+        semver,
+        signatures: input.signed.signatures.map((x) => ({ public_key: x.public_key, signature: x.signature })),
+        statement: st,
+        tags: input.tags ?? {},
+        target_hash: 'self',
+        uns: 'vouch/keys',
+        vibecode: { endorsement: 'key', intent: 'key', license: 'CC0-1.0', signer: input.signer.id, uns: 'vouch/keys', semver },
+      },
     },
-  }, input.signer, input.backend);
+    input.signer,
+    input.backend,
+  );
 }
 
 /** The signed statement of the chain head (docs/spec/design.md §1.6). */

@@ -103,7 +103,10 @@ export class CompactIndex {
 
   private readonly scratch = new Uint8Array(32);
 
-  constructor(private readonly urlHash: UrlHash = cyrb53, private readonly urlHashId = 'cyrb53') {}
+  constructor(
+    private readonly urlHash: UrlHash = cyrb53,
+    private readonly urlHashId = 'cyrb53',
+  ) {}
 
   get size(): number {
     return this.n;
@@ -176,7 +179,7 @@ export class CompactIndex {
     this.blockName[i] = -1;
     this.namePrev[i] = -1;
     this.n = i + 1;
-    if ((this.n) * 2 > this.hashTable.length) this.rehashHashes(pow2AtLeast(this.n * 4));
+    if (this.n * 2 > this.hashTable.length) this.rehashHashes(pow2AtLeast(this.n * 4));
     else this.insertHash(i);
     if (f.intent === 'endorse') {
       f.urls.forEach((url, entry) => this.addUrl(url, i, entry));
@@ -247,7 +250,11 @@ export class CompactIndex {
       if (v === 0) return -1;
       const o = (v - 1) * 32;
       let same = true;
-      for (let k = 0; k < 32; k++) if (this.hashes[o + k] !== sc[k]) { same = false; break; }
+      for (let k = 0; k < 32; k++)
+        if (this.hashes[o + k] !== sc[k]) {
+          same = false;
+          break;
+        }
       if (same) return v - 1;
     }
   }
@@ -354,19 +361,43 @@ export class CompactIndex {
     const m = this.nodeCount;
     const names = new TextEncoder().encode(JSON.stringify({ names: this.names, hash: this.urlHashId }));
     const sections: ArrayBufferView[] = [
-      this.intents.subarray(0, n), this.dates.subarray(0, n), this.hashes.subarray(0, n * 32),
-      this.blockName.subarray(0, n), this.namePrev.subarray(0, n),
-      this.nodeHi.subarray(0, m), this.nodeLo.subarray(0, m), this.nodeBlock.subarray(0, m), this.nodeEntry.subarray(0, m), this.nodePrev.subarray(0, m),
-      this.hashTable, this.urlTable,
-      this.nameLast.subarray(0, this.names.length), this.nameCounts.subarray(0, this.names.length),
-      Int32Array.from(this.revokePairs), Int32Array.from(this.voidPairs), names,
+      this.intents.subarray(0, n),
+      this.dates.subarray(0, n),
+      this.hashes.subarray(0, n * 32),
+      this.blockName.subarray(0, n),
+      this.namePrev.subarray(0, n),
+      this.nodeHi.subarray(0, m),
+      this.nodeLo.subarray(0, m),
+      this.nodeBlock.subarray(0, m),
+      this.nodeEntry.subarray(0, m),
+      this.nodePrev.subarray(0, m),
+      this.hashTable,
+      this.urlTable,
+      this.nameLast.subarray(0, this.names.length),
+      this.nameCounts.subarray(0, this.names.length),
+      Int32Array.from(this.revokePairs),
+      Int32Array.from(this.voidPairs),
+      names,
     ];
     const pad = (x: number) => (x + 7) & ~7;
     let total = HEADER_WORDS * 4;
     for (const s of sections) total = pad(total + s.byteLength);
     const out = new Uint8Array(total);
     const header = new Uint32Array(out.buffer, 0, HEADER_WORDS);
-    header.set([MAGIC, IMAGE_VERSION, n, m, this.hashTable.length, this.urlTable.length, this.urlKeys, this.names.length, this.revokePairs.length, names.length, total, this.voidPairs.length]);
+    header.set([
+      MAGIC,
+      IMAGE_VERSION,
+      n,
+      m,
+      this.hashTable.length,
+      this.urlTable.length,
+      this.urlKeys,
+      this.names.length,
+      this.revokePairs.length,
+      names.length,
+      total,
+      this.voidPairs.length,
+    ]);
     let off = HEADER_WORDS * 4;
     for (const s of sections) {
       out.set(new Uint8Array(s.buffer, s.byteOffset, s.byteLength), off);

@@ -126,14 +126,23 @@ export class DigestSet {
     for (let slot = this.home(); ; slot = (slot + 1) & this.mask) {
       if (this.used[slot] === 0) return -1;
       const o = 8 * slot;
-      if (w[o] === p[0] && w[o + 1] === p[1] && w[o + 2] === p[2] && w[o + 3] === p[3] &&
-        w[o + 4] === p[4] && w[o + 5] === p[5] && w[o + 6] === p[6] && w[o + 7] === p[7]) return slot;
+      if (
+        w[o] === p[0] &&
+        w[o + 1] === p[1] &&
+        w[o + 2] === p[2] &&
+        w[o + 3] === p[3] &&
+        w[o + 4] === p[4] &&
+        w[o + 5] === p[5] &&
+        w[o + 6] === p[6] &&
+        w[o + 7] === p[7]
+      )
+        return slot;
     }
   }
 
   private home(): number {
     // Digests are uniform; a multiplicative mix still spreads a chosen one (a revoke's target) evenly.
-    return Math.imul(this.probeWords[0]! ^ this.probeWords[5]!, 0x9e3779b1) >>> 0 & this.mask;
+    return (Math.imul(this.probeWords[0]! ^ this.probeWords[5]!, 0x9e3779b1) >>> 0) & this.mask;
   }
 
   private insert(): boolean {

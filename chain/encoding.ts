@@ -68,8 +68,8 @@ export function base64Decode(s: string): Uint8Array | null {
     const last = i + 4 === len;
     const a = B64_CODE[s.charCodeAt(i)] ?? 255;
     const b = B64_CODE[s.charCodeAt(i + 1)] ?? 255;
-    const c = last && pad === 2 ? 0 : B64_CODE[s.charCodeAt(i + 2)] ?? 255;
-    const d = last && pad >= 1 ? 0 : B64_CODE[s.charCodeAt(i + 3)] ?? 255;
+    const c = last && pad === 2 ? 0 : (B64_CODE[s.charCodeAt(i + 2)] ?? 255);
+    const d = last && pad >= 1 ? 0 : (B64_CODE[s.charCodeAt(i + 3)] ?? 255);
     if ((a | b | c | d) > 63) return null;
     const n = (a << 18) | (b << 12) | (c << 6) | d;
     out[o++] = (n >> 16) & 255;

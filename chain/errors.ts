@@ -95,7 +95,7 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   signer_mismatch: integrity('the block signer is not the authority in force'),
   bad_signature: integrity('the signature does not verify with the authority key'),
   retired_key: integrity('the block is signed by an online key retired earlier (it signs nothing after its retirement)'),
-  bad_key_event: integrity('a key block\'s statement is not valid for the chain\'s keys: threshold, root, sequence or key (docs/spec/key-events.md)'),
+  bad_key_event: integrity("a key block's statement is not valid for the chain's keys: threshold, root, sequence or key (docs/spec/key-events.md)"),
   time_regression: integrity('posted is earlier than the previous block'),
   bad_artifact_hash: integrity('artifact_hash is not <algorithm>:<hex> of a known algorithm'),
   checkpoint_mismatch: integrity('the checkpoint does not sign this chain head'),
@@ -127,19 +127,21 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, CatalogueEntry>> = {
   key_error: environment('the key file is missing, unreadable or insecure'),
   io_error: environment('a file could not be read or written'),
 
-  bad_answer: answer('a gateway\'s answer is malformed: not the protocol\'s status, type, shape or length (truncated, oversized, a redirect, JSON of the wrong shape, a header twice)'),
+  bad_answer: answer(
+    "a gateway's answer is malformed: not the protocol's status, type, shape or length (truncated, oversized, a redirect, JSON of the wrong shape, a header twice)",
+  ),
   no_proof: answer('a gateway sent no inclusion proof with its block'),
-  bad_proof: answer('a gateway\'s inclusion or consistency proof is malformed or does not verify'),
+  bad_proof: answer("a gateway's inclusion or consistency proof is malformed or does not verify"),
   bad_checkpoint: answer('a checkpoint note is not signed by the pinned key under the expected origin'),
-  bad_state: answer('the state file\'s checkpoint does not verify with the pinned key'),
+  bad_state: answer("the state file's checkpoint does not verify with the pinned key"),
   stale_checkpoint: answer('a checkpoint older than the newest one seen for the log'),
   security_error: answer('two signed checkpoints of the log that cannot both be true (a fork or rewritten history)'),
   gateways_disagree: answer('gateways select different blocks that their trees do not explain'),
-  policy: answer('the policy names no log with the pinned key under the checkpoint\'s origin'),
+  policy: answer("the policy names no log with the pinned key under the checkpoint's origin"),
   quorum: answer('the checkpoint lacks the witness quorum of the policy'),
-  index_mismatch: answer('the log\'s completeness index (docs/spec/index.md) contradicts the answer: an older block, a false 404 or a hidden revocation'),
+  index_mismatch: answer("the log's completeness index (docs/spec/index.md) contradicts the answer: an older block, a false 404 or a hidden revocation"),
   void_block: answer('the block is void: signed by a compromised online key after its last good block (docs/spec/key-events.md)'),
-  key_walk_limit: answer('more key events since the last verified than a client walks in one update (32): pin the log\'s current root or key afresh'),
+  key_walk_limit: answer("more key events since the last verified than a client walks in one update (32): pin the log's current root or key afresh"),
 };
 
 export interface VouchErrorOptions {

@@ -17,10 +17,13 @@ export const HASH_ALGORITHMS: Readonly<Record<HashAlgorithm, { hexLength: number
 export const DEFAULT_HASH_ALGORITHM: HashAlgorithm = 'sha256';
 
 export function isHashAlgorithm(name: string): name is HashAlgorithm {
-  return  Object.hasOwn(HASH_ALGORITHMS, name);
+  return Object.hasOwn(HASH_ALGORITHMS, name);
 }
 
-export interface ArtifactHash { algorithm: HashAlgorithm; hex: string }
+export interface ArtifactHash {
+  algorithm: HashAlgorithm;
+  hex: string;
+}
 
 /**
  * Parses `<algorithm>:<lowercase hex digest>`. Returns the reason as a string

@@ -14,8 +14,19 @@
 import type { CryptoBackend } from './crypto-backend.ts';
 import { base64Decode, base64Encode, bytesEqual } from './encoding.ts';
 import {
-  EMPTY_TRIE, foldEvent, indexKey, indexRoot, INDEX_EXTENSION, keyBit, leafHash, nodeHash, readU16, readU32, readU64,
-  type IndexEvent, type KeyKind,
+  EMPTY_TRIE,
+  foldEvent,
+  indexKey,
+  indexRoot,
+  INDEX_EXTENSION,
+  keyBit,
+  leafHash,
+  nodeHash,
+  readU16,
+  readU32,
+  readU64,
+  type IndexEvent,
+  type KeyKind,
 } from './index-tree.ts';
 
 /** Largest proof accepted (a unit with tens of thousands of versions stays below). */
@@ -40,7 +51,13 @@ const fail = (reason: string): { ok: false; reason: string } => ({ ok: false, re
  * Checks `proof` for the key (kind, name) against the committed index root
  * of a checkpoint of `size` blocks.
  */
-export function verifyIndexProof(c: CryptoBackend, proof: Uint8Array, kind: KeyKind, name: string, expected: { root: Uint8Array; size: number }): Checked<IndexProofResult> {
+export function verifyIndexProof(
+  c: CryptoBackend,
+  proof: Uint8Array,
+  kind: KeyKind,
+  name: string,
+  expected: { root: Uint8Array; size: number },
+): Checked<IndexProofResult> {
   if (proof.length > MAX_PROOF_BYTES) return fail(`index proof of ${proof.length} bytes is over ${MAX_PROOF_BYTES}`);
   if (proof.length < 10 || proof[0] !== 0x01) return fail('index proof: not a vouch-index/v1 proof');
   const form = proof[1]!;
@@ -91,7 +108,7 @@ export function verifyIndexProof(c: CryptoBackend, proof: Uint8Array, kind: KeyK
     } else {
       if (!need(68)) return fail('index proof: truncated leaf');
       const other = proof.subarray(o, o + 32);
-      if (bytesEqual(other, key)) return fail('index proof: absence shown by the key\'s own leaf');
+      if (bytesEqual(other, key)) return fail("index proof: absence shown by the key's own leaf");
       for (const b of bits) if (keyBit(other, 0, b) !== keyBit(key, 0, b)) return fail('index proof: the leaf shown is not where the key leads');
       h = leafHash(c, other, readU32(proof, o + 32), proof.subarray(o + 36, o + 68));
       o += 68;
@@ -108,7 +125,10 @@ export function verifyIndexProof(c: CryptoBackend, proof: Uint8Array, kind: KeyK
   o += 4;
   if (nv > MAX_VOIDS || !need(16 * nv)) return fail('index proof: bad void list');
   const voids: [number, number][] = [];
-  for (let i = 0; i < nv; i++) { voids.push([readU64(proof, o), readU64(proof, o + 8)]); o += 16; }
+  for (let i = 0; i < nv; i++) {
+    voids.push([readU64(proof, o), readU64(proof, o + 8)]);
+    o += 16;
+  }
   if (o !== proof.length) return fail('index proof: trailing bytes');
   const root = indexRoot(c, size, trie, voids);
   if (!bytesEqual(root, expected.root)) return fail(`index proof for ${kind} ${JSON.stringify(name.slice(0, 200))} does not lead to the committed index root`);
@@ -162,7 +182,11 @@ export interface EventSelection {
  * one flagged when every candidate is revoked; void blocks (and void
  * revokes) ignored.
  */
-export function selectFromEvents(events: readonly IndexEvent[], voids: readonly (readonly [number, number])[], q: { semver?: string | undefined; at?: string | undefined; today: string }): EventSelection | null {
+export function selectFromEvents(
+  events: readonly IndexEvent[],
+  voids: readonly (readonly [number, number])[],
+  q: { semver?: string | undefined; at?: string | undefined; today: string },
+): EventSelection | null {
   const byDate = q.at !== undefined;
   const ref = q.at ?? q.today;
   const revokes = events.filter((e): e is Extract<IndexEvent, { kind: 'revoke' }> => e.kind === 'revoke' && !isVoid(voids, e.block));
@@ -202,7 +226,8 @@ export function unitVersions(events: readonly IndexEvent[], voids: readonly (rea
     if (e.kind !== 'endorse' || isVoid(voids, e.block)) continue;
     let revokedBy: { block: number; date: string } | null = null;
     for (const r of events) {
-      if (r.kind === 'revoke' && r.target === e.block && !isVoid(voids, r.block) && r.date <= today && (revokedBy === null || r.date < revokedBy.date)) revokedBy = { block: r.block, date: r.date };
+      if (r.kind === 'revoke' && r.target === e.block && !isVoid(voids, r.block) && r.date <= today && (revokedBy === null || r.date < revokedBy.date))
+        revokedBy = { block: r.block, date: r.date };
     }
     out.push({ semver: e.semver, block: e.block, date: e.date, revokedBy });
   }

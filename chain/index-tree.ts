@@ -23,9 +23,7 @@ export const INDEX_VERSION = 'vouch-index/v1';
 export const INDEX_EXTENSION = 'vouch-index/v1';
 export type KeyKind = 'url' | 'unit';
 
-export type IndexEvent =
-  | { kind: 'endorse'; block: number; date: string; semver: string }
-  | { kind: 'revoke'; block: number; target: number; date: string };
+export type IndexEvent = { kind: 'endorse'; block: number; date: string; semver: string } | { kind: 'revoke'; block: number; target: number; date: string };
 
 const KEY_PREFIX: Record<KeyKind, Uint8Array> = { url: utf8('vouch-index/v1 url\n'), unit: utf8('vouch-index/v1 unit\n') };
 const E = 0x45; // 'E'
@@ -52,12 +50,21 @@ export function indexKey(c: CryptoBackend, kind: KeyKind, name: string): Uint8Ar
 function putU64(b: Uint8Array, off: number, v: number): void {
   const hi = Math.floor(v / 2 ** 32);
   const lo = v >>> 0;
-  b[off] = hi >>> 24; b[off + 1] = (hi >>> 16) & 255; b[off + 2] = (hi >>> 8) & 255; b[off + 3] = hi & 255;
-  b[off + 4] = lo >>> 24; b[off + 5] = (lo >>> 16) & 255; b[off + 6] = (lo >>> 8) & 255; b[off + 7] = lo & 255;
+  b[off] = hi >>> 24;
+  b[off + 1] = (hi >>> 16) & 255;
+  b[off + 2] = (hi >>> 8) & 255;
+  b[off + 3] = hi & 255;
+  b[off + 4] = lo >>> 24;
+  b[off + 5] = (lo >>> 16) & 255;
+  b[off + 6] = (lo >>> 8) & 255;
+  b[off + 7] = lo & 255;
 }
 
 export function putU32(b: Uint8Array, off: number, v: number): void {
-  b[off] = v >>> 24; b[off + 1] = (v >>> 16) & 255; b[off + 2] = (v >>> 8) & 255; b[off + 3] = v & 255;
+  b[off] = v >>> 24;
+  b[off + 1] = (v >>> 16) & 255;
+  b[off + 2] = (v >>> 8) & 255;
+  b[off + 3] = v & 255;
 }
 
 function putAscii(b: Uint8Array, off: number, s: string): void {
@@ -122,11 +129,19 @@ export function indexRoot(c: CryptoBackend, size: number, trieRoot: Uint8Array, 
   const buf = new Uint8Array(1 + v.length + 8 + 32 + 4 + 16 * voids.length);
   let o = 0;
   buf[o++] = 0x03;
-  buf.set(v, o); o += v.length;
-  putU64(buf, o, size); o += 8;
-  buf.set(trieRoot, o); o += 32;
-  putU32(buf, o, voids.length); o += 4;
-  for (const [from, to] of voids) { putU64(buf, o, from); putU64(buf, o + 8, to); o += 16; }
+  buf.set(v, o);
+  o += v.length;
+  putU64(buf, o, size);
+  o += 8;
+  buf.set(trieRoot, o);
+  o += 32;
+  putU32(buf, o, voids.length);
+  o += 4;
+  for (const [from, to] of voids) {
+    putU64(buf, o, from);
+    putU64(buf, o + 8, to);
+    o += 16;
+  }
   return sha256(c, buf);
 }
 
@@ -169,7 +184,13 @@ export class CompletenessIndex {
   private readonly path = new Int32Array(260);
   /** While `rootWith` tries blocks: what to put back. */
   private journal: {
-    nodes: number; leaves: number; arenaUsed: number; blocks: number; blockLeafCount: number; voids: number; rootNode: number;
+    nodes: number;
+    leaves: number;
+    arenaUsed: number;
+    blocks: number;
+    blockLeafCount: number;
+    voids: number;
+    rootNode: number;
     saved: Map<number, { count: number; acc: Uint8Array; head: number; tail: number }>;
     /** (parent, 0 left | 1 right, old child) triples. */
     links: number[];
@@ -212,7 +233,8 @@ export class CompletenessIndex {
     const touched: number[] = [];
     if (f.intent === 'endorse') {
       const { names, semvers } = f;
-      if (names?.length !== f.urls.length || semvers?.length !== f.urls.length) throw new TypeError(`completeness index: the facts of block ${i} lack names or semvers`);
+      if (names?.length !== f.urls.length || semvers?.length !== f.urls.length)
+        throw new TypeError(`completeness index: the facts of block ${i} lack names or semvers`);
       for (let k = 0; k < f.urls.length; k++) {
         const ev = encodeEvent({ kind: 'endorse', block: i, date: f.effectiveDate, semver: semvers[k]! });
         touched.push(this.append(indexKey(this.c, 'url', f.urls[k]!), ev));
@@ -220,7 +242,7 @@ export class CompletenessIndex {
       }
       if (targetIndex === undefined) this.endorseHashes.set(f.recordHash, i);
     } else if (f.intent === 'revoke' && f.target !== null) {
-      const t = targetIndex !== undefined ? targetIndex(f.target) : this.endorseHashes.get(f.target) ?? -1;
+      const t = targetIndex !== undefined ? targetIndex(f.target) : (this.endorseHashes.get(f.target) ?? -1);
       if (t >= 0 && t < i) {
         const ev = encodeEvent({ kind: 'revoke', block: i, target: t, date: f.effectiveDate });
         const seen = new Set<number>();
@@ -242,7 +264,8 @@ export class CompletenessIndex {
 
   private recordBlock(touched: number[]): void {
     if (this.blocks + 2 > this.blockStart.length) this.blockStart = grow32(this.blockStart, more(this.blockStart.length));
-    if (this.blockLeafCount + touched.length > this.blockLeaves.length) this.blockLeaves = grow32(this.blockLeaves, Math.max(more(this.blockLeaves.length), this.blockLeafCount + touched.length));
+    if (this.blockLeafCount + touched.length > this.blockLeaves.length)
+      this.blockLeaves = grow32(this.blockLeaves, Math.max(more(this.blockLeaves.length), this.blockLeafCount + touched.length));
     for (const l of touched) this.blockLeaves[this.blockLeafCount++] = l;
     this.blocks++;
     this.blockStart[this.blocks] = this.blockLeafCount;
@@ -320,13 +343,19 @@ export class CompletenessIndex {
     }
     const v = new Uint8Array(4 + 16 * this.voidList.length);
     putU32(v, 0, this.voidList.length);
-    this.voidList.forEach(([from, to], i) => { putU64(v, 4 + 16 * i, from); putU64(v, 12 + 16 * i, to); });
+    this.voidList.forEach(([from, to], i) => {
+      putU64(v, 4 + 16 * i, from);
+      putU64(v, 12 + 16 * i, to);
+    });
     parts.push(v);
     let total = 0;
     for (const p of parts) total += p.length;
     const out = new Uint8Array(total);
     let o = 0;
-    for (const p of parts) { out.set(p, o); o += p.length; }
+    for (const p of parts) {
+      out.set(p, o);
+      o += p.length;
+    }
     return out;
   }
 
@@ -373,10 +402,21 @@ export class CompletenessIndex {
     }
     const inner = this.newNode();
     this.bit[inner] = crit;
-    if (keyBit(key, 0, crit) === 1) { this.left[inner] = n; this.right[inner] = ln; } else { this.left[inner] = ln; this.right[inner] = n; }
+    if (keyBit(key, 0, crit) === 1) {
+      this.left[inner] = n;
+      this.right[inner] = ln;
+    } else {
+      this.left[inner] = ln;
+      this.right[inner] = n;
+    }
     if (parent < 0) this.rootNode = inner;
-    else if (this.left[parent] === n) { this.journal?.links.push(parent, 0, n); this.left[parent] = inner; }
-    else { this.journal?.links.push(parent, 1, n); this.right[parent] = inner; }
+    else if (this.left[parent] === n) {
+      this.journal?.links.push(parent, 0, n);
+      this.left[parent] = inner;
+    } else {
+      this.journal?.links.push(parent, 1, n);
+      this.right[parent] = inner;
+    }
     this.appendToLeaf(leaf, ev);
     return leaf;
   }
@@ -424,8 +464,16 @@ export class CompletenessIndex {
     if (blocks.length === 0) return this.root();
     this.root(); // every hash current: only what the trial touches is rehashed afterwards
     this.journal = {
-      nodes: this.nodes, leaves: this.leaves, arenaUsed: this.arenaUsed, blocks: this.blocks, blockLeafCount: this.blockLeafCount,
-      voids: this.voidList.length, rootNode: this.rootNode, saved: new Map(), links: [], touched: [],
+      nodes: this.nodes,
+      leaves: this.leaves,
+      arenaUsed: this.arenaUsed,
+      blocks: this.blocks,
+      blockLeafCount: this.blockLeafCount,
+      voids: this.voidList.length,
+      rootNode: this.rootNode,
+      saved: new Map(),
+      links: [],
+      touched: [],
     };
     const j = this.journal;
     let kept = false;
@@ -442,27 +490,25 @@ export class CompletenessIndex {
   }
 
   private rollback(j: NonNullable<CompletenessIndex['journal']>): void {
-    {
-      for (let k = j.links.length - 3; k >= 0; k -= 3) {
-        if (j.links[k + 1] === 0) this.left[j.links[k]!] = j.links[k + 2]!;
-        else this.right[j.links[k]!] = j.links[k + 2]!;
-      }
-      this.rootNode = j.rootNode;
-      for (const [leaf, v] of j.saved) {
-        this.counts[leaf] = v.count;
-        this.accs.set(v.acc, leaf * 32);
-        this.heads[leaf] = v.head;
-        this.tails[leaf] = v.tail;
-        if (v.tail !== NONE) putU32(this.arena, v.tail, NONE);
-      }
-      this.nodes = j.nodes;
-      this.leaves = j.leaves;
-      this.arenaUsed = j.arenaUsed;
-      this.blocks = j.blocks;
-      this.blockLeafCount = j.blockLeafCount;
-      this.voidList.length = j.voids;
-      for (const n of j.touched) if (n < this.nodes) this.dirty[n] = 1;
+    for (let k = j.links.length - 3; k >= 0; k -= 3) {
+      if (j.links[k + 1] === 0) this.left[j.links[k]!] = j.links[k + 2]!;
+      else this.right[j.links[k]!] = j.links[k + 2]!;
     }
+    this.rootNode = j.rootNode;
+    for (const [leaf, v] of j.saved) {
+      this.counts[leaf] = v.count;
+      this.accs.set(v.acc, leaf * 32);
+      this.heads[leaf] = v.head;
+      this.tails[leaf] = v.tail;
+      if (v.tail !== NONE) putU32(this.arena, v.tail, NONE);
+    }
+    this.nodes = j.nodes;
+    this.leaves = j.leaves;
+    this.arenaUsed = j.arenaUsed;
+    this.blocks = j.blocks;
+    this.blockLeafCount = j.blockLeafCount;
+    this.voidList.length = j.voids;
+    for (const n of j.touched) if (n < this.nodes) this.dirty[n] = 1;
   }
 
   /** Marks every node from the root to the leaf dirty (a revoke's leaves are found by slot, not by descent). */
@@ -507,7 +553,9 @@ export class CompletenessIndex {
   private newNode(): number {
     if (this.nodes === this.bit.length) {
       const cap = more(this.bit.length);
-      const bit = new Int16Array(cap); bit.set(this.bit); this.bit = bit;
+      const bit = new Int16Array(cap);
+      bit.set(this.bit);
+      this.bit = bit;
       this.left = grow32(this.left, cap);
       this.right = grow32(this.right, cap);
       this.hash = grow8(this.hash, cap * 32);
@@ -537,9 +585,22 @@ export class CompletenessIndex {
 
   /** Bytes held in typed arrays (for the memory budget). */
   bytes(): number {
-    return this.bit.byteLength + this.left.byteLength + this.right.byteLength + this.hash.byteLength + this.dirty.byteLength
-      + this.keys.byteLength + this.counts.byteLength + this.accs.byteLength + this.heads.byteLength + this.tails.byteLength + this.leafNode.byteLength
-      + this.arena.byteLength + this.blockStart.byteLength + this.blockLeaves.byteLength;
+    return (
+      this.bit.byteLength +
+      this.left.byteLength +
+      this.right.byteLength +
+      this.hash.byteLength +
+      this.dirty.byteLength +
+      this.keys.byteLength +
+      this.counts.byteLength +
+      this.accs.byteLength +
+      this.heads.byteLength +
+      this.tails.byteLength +
+      this.leafNode.byteLength +
+      this.arena.byteLength +
+      this.blockStart.byteLength +
+      this.blockLeaves.byteLength
+    );
   }
 }
 

@@ -24,7 +24,10 @@ export * from './note.ts';
 // block.ts already exports `Checkpoint`/`parseCheckpoint` (checkpoint.json): the tlog ones are aliased here;
 // import them from './tlog-checkpoint.ts' under their own names.
 export {
-  formatCheckpoint, openCheckpoint, signCheckpoint,
-  parseCheckpoint as parseTlogCheckpoint, type Checkpoint as TlogCheckpoint,
+  formatCheckpoint,
+  openCheckpoint,
+  signCheckpoint,
+  parseCheckpoint as parseTlogCheckpoint,
+  type Checkpoint as TlogCheckpoint,
 } from './tlog-checkpoint.ts';
 export * from './tlog-policy.ts';

@@ -19,19 +19,32 @@ import { canonicalize } from './jcs.ts';
 import { isFullOrderPublicKey } from './weak-key.ts';
 
 /** The root: n holder keys (base64 raw ed25519) of which `threshold` must sign. */
-export interface RootSpec { version: number; threshold: number; keys: string[] }
+export interface RootSpec {
+  version: number;
+  threshold: number;
+  keys: string[];
+}
 /** The online key that signs blocks and checkpoints. */
-export interface OnlineKey { signer: string; public_key: string }
+export interface OnlineKey {
+  signer: string;
+  public_key: string;
+}
 
 export type Statement =
   | { action: 'root'; chain: string; sequence: number; online: OnlineKey; root: RootSpec }
   | { action: 'key'; chain: string; sequence: number; online: OnlineKey }
   | { action: 'compromise'; chain: string; sequence: number; online: OnlineKey; compromised: string; good_through: number };
 
-export interface StatementSignature { public_key: string; signature: string }
+export interface StatementSignature {
+  public_key: string;
+  signature: string;
+}
 
 /** A statement with the holders' signatures: a statement file, and what a key block carries. */
-export interface SignedStatement { statement: Statement; signatures: StatementSignature[] }
+export interface SignedStatement {
+  statement: Statement;
+  signatures: StatementSignature[];
+}
 
 /** The keys in force after a prefix of the chain (plain data: structured-clone safe). */
 export interface KeyState {
@@ -58,7 +71,10 @@ export const MAX_WALKED_KEY_EVENTS = 32;
 const DOMAIN = 'vouch key statement v1\n';
 
 export class KeyEventError extends Error {
-  constructor(readonly why: string, readonly stale = false) {
+  constructor(
+    readonly why: string,
+    readonly stale = false,
+  ) {
     super(why);
     this.name = 'KeyEventError';
   }
@@ -112,7 +128,8 @@ function key(v: unknown, path: string): string {
 }
 
 function signerLabel(v: unknown, path: string): string {
-  if (typeof v !== 'string' || v.length === 0 || v.length > 256 || CONTROL.test(v) || LONE_SURROGATE.test(v)) bad(path, 'must be a non-empty single-line string of at most 256 characters');
+  if (typeof v !== 'string' || v.length === 0 || v.length > 256 || CONTROL.test(v) || LONE_SURROGATE.test(v))
+    bad(path, 'must be a non-empty single-line string of at most 256 characters');
   return v;
 }
 
@@ -126,7 +143,8 @@ export function parseStatement(v: unknown, path = 'statement'): Statement {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) bad(path, 'must be an object');
   const action = (v as Record<string, unknown>).action;
   const common = ['action', 'chain', 'sequence', 'online'];
-  const members = action === 'root' ? [...common, 'root'] : action === 'key' ? common : action === 'compromise' ? [...common, 'compromised', 'good_through'] : null;
+  const members =
+    action === 'root' ? [...common, 'root'] : action === 'key' ? common : action === 'compromise' ? [...common, 'compromised', 'good_through'] : null;
   if (members === null) bad(`${path}.action`, 'must be "root", "key" or "compromise"');
   const o = obj(v, path, members);
   const chain = o.chain;
@@ -136,17 +154,28 @@ export function parseStatement(v: unknown, path = 'statement'): Statement {
   if (action === 'key') return { action, chain, sequence, online };
   if (action === 'compromise') {
     return {
-      action, chain, sequence, online,
+      action,
+      chain,
+      sequence,
+      online,
       compromised: key(o.compromised, `${path}.compromised`),
       good_through: int(o.good_through, `${path}.good_through`, 0, Number.MAX_SAFE_INTEGER),
     };
   }
   const r = obj(o.root, `${path}.root`, ['version', 'threshold', 'keys']);
-  if (!Array.isArray(r.keys) || r.keys.length === 0 || r.keys.length > KEY_LIMITS.rootKeys) bad(`${path}.root.keys`, `must list 1..${KEY_LIMITS.rootKeys} keys`);
+  if (!Array.isArray(r.keys) || r.keys.length === 0 || r.keys.length > KEY_LIMITS.rootKeys)
+    bad(`${path}.root.keys`, `must list 1..${KEY_LIMITS.rootKeys} keys`);
   const keys = (r.keys as unknown[]).map((k, i) => key(k, `${path}.root.keys[${i}]`));
   return {
-    action: 'root', chain, sequence, online,
-    root: { version: int(r.version, `${path}.root.version`, 1, KEY_LIMITS.maxSequence), threshold: int(r.threshold, `${path}.root.threshold`, 1, keys.length), keys },
+    action: 'root',
+    chain,
+    sequence,
+    online,
+    root: {
+      version: int(r.version, `${path}.root.version`, 1, KEY_LIMITS.maxSequence),
+      threshold: int(r.threshold, `${path}.root.threshold`, 1, keys.length),
+      keys,
+    },
   };
 }
 
@@ -156,7 +185,8 @@ export function parseSignatures(v: unknown, path = 'signatures'): StatementSigna
   return v.map((s, i) => {
     const o = obj(s, `${path}[${i}]`, ['public_key', 'signature']);
     const sig = o.signature;
-    if (typeof sig !== 'string' || sig.length !== 88 || base64Decode(sig)?.length !== 64) bad(`${path}[${i}].signature`, 'must be base64 of a 64-byte ed25519 signature');
+    if (typeof sig !== 'string' || sig.length !== 88 || base64Decode(sig)?.length !== 64)
+      bad(`${path}[${i}].signature`, 'must be base64 of a 64-byte ed25519 signature');
     return { public_key: key(o.public_key, `${path}[${i}].public_key`), signature: sig };
   });
 }
@@ -188,21 +218,27 @@ function validSigners(c: CryptoBackend, message: Uint8Array, signatures: readonl
     if (!allowed.has(s.public_key)) throw new KeyEventError(`signature by ${s.public_key}, which is not a key of the root`);
     if (seen.has(s.public_key)) throw new KeyEventError(`holder ${s.public_key} signed twice (each holder counts once)`);
     seen.add(s.public_key);
-    if (!c.verify(rawKey(s.public_key), message, base64Decode(s.signature)!)) throw new KeyEventError(`the signature by ${s.public_key} does not verify over this statement`);
+    if (!c.verify(rawKey(s.public_key), message, base64Decode(s.signature)!))
+      throw new KeyEventError(`the signature by ${s.public_key} does not verify over this statement`);
   }
   return seen;
 }
 
 function threshold(root: RootSpec, signed: ReadonlySet<string>, which: string): void {
   const n = root.keys.filter((k) => signed.has(k)).length;
-  if (n < root.threshold) throw new KeyEventError(`${which} root (version ${root.version}) needs ${root.threshold} of its ${root.keys.length} holders' signatures, the statement has ${n}`);
+  if (n < root.threshold)
+    throw new KeyEventError(
+      `${which} root (version ${root.version}) needs ${root.threshold} of its ${root.keys.length} holders' signatures, the statement has ${n}`,
+    );
 }
 
 /** Refuses a new online key that is retired, compromised, the current one (for a change) or a root key. */
 function checkNewOnline(state: KeyState, online: OnlineKey, roots: RootSpec[]): void {
   fullOrder(online.public_key, 'the online key');
-  if (state.retired.includes(online.public_key) || state.compromised.includes(online.public_key)) throw new KeyEventError(`the online key ${online.public_key} was retired earlier: a retired key never signs again`);
-  for (const r of roots) if (r.keys.includes(online.public_key)) throw new KeyEventError(`the online key ${online.public_key} is a root key: root keys stay offline`);
+  if (state.retired.includes(online.public_key) || state.compromised.includes(online.public_key))
+    throw new KeyEventError(`the online key ${online.public_key} was retired earlier: a retired key never signs again`);
+  for (const r of roots)
+    if (r.keys.includes(online.public_key)) throw new KeyEventError(`the online key ${online.public_key} is a root key: root keys stay offline`);
 }
 
 /**
@@ -213,13 +249,24 @@ function checkNewOnline(state: KeyState, online: OnlineKey, roots: RootSpec[]): 
 export function applyKeyEvent(c: CryptoBackend, state: KeyState, signed: SignedStatement, at: number): KeyState {
   const s = signed.statement;
   if (s.chain !== state.chain) throw new KeyEventError(`the statement is for chain ${s.chain}, this chain's block 0 is ${state.chain}`);
-  if (s.sequence <= state.sequence) throw new KeyEventError(`statement sequence ${s.sequence} was already used (this chain has applied ${state.sequence} key events): a replayed or superseded statement`, true);
+  if (s.sequence <= state.sequence)
+    throw new KeyEventError(
+      `statement sequence ${s.sequence} was already used (this chain has applied ${state.sequence} key events): a replayed or superseded statement`,
+      true,
+    );
   if (s.sequence !== state.sequence + 1) throw new KeyEventError(`statement sequence ${s.sequence} skips ahead: the next key event is ${state.sequence + 1}`);
   const message = statementMessage(s);
-  const next: KeyState = { ...state, sequence: s.sequence, retired: [...state.retired], compromised: [...state.compromised], voids: state.voids.map((v) => [v[0], v[1]]) };
+  const next: KeyState = {
+    ...state,
+    sequence: s.sequence,
+    retired: [...state.retired],
+    compromised: [...state.compromised],
+    voids: state.voids.map((v) => [v[0], v[1]]),
+  };
   const changeOnline = (online: OnlineKey, roots: RootSpec[]): void => {
     if (online.public_key === state.online.publicKey) {
-      if (online.signer !== state.online.signer) throw new KeyEventError('the statement renames the signer of the key in force; a new signer id comes with a new key');
+      if (online.signer !== state.online.signer)
+        throw new KeyEventError('the statement renames the signer of the key in force; a new signer id comes with a new key');
       return;
     }
     checkNewOnline(state, online, roots);
@@ -232,7 +279,8 @@ export function applyKeyEvent(c: CryptoBackend, state: KeyState, signed: SignedS
     for (const k of r.keys) fullOrder(k, 'root key');
     if (state.root === null) {
       if (r.version !== 1) throw new KeyEventError(`the first root of a chain is version 1, not ${r.version}`);
-      if (s.online.public_key !== state.online.publicKey) throw new KeyEventError('adopting a root keeps the online key in force (its signature on the block is its consent); rotate in a later statement');
+      if (s.online.public_key !== state.online.publicKey)
+        throw new KeyEventError('adopting a root keeps the online key in force (its signature on the block is its consent); rotate in a later statement');
       threshold(r, validSigners(c, message, signed.signatures, new Set(r.keys)), 'the new');
     } else {
       if (r.version !== state.root.version + 1) throw new KeyEventError(`the next root is version ${state.root.version + 1}, not ${r.version}`);
@@ -240,7 +288,8 @@ export function applyKeyEvent(c: CryptoBackend, state: KeyState, signed: SignedS
       threshold(state.root, signers, 'the current');
       threshold(r, signers, 'the new');
     }
-    if (r.keys.includes(state.online.publicKey) && s.online.public_key === state.online.publicKey) throw new KeyEventError('the online key in force cannot be a root key: root keys stay offline');
+    if (r.keys.includes(state.online.publicKey) && s.online.public_key === state.online.publicKey)
+      throw new KeyEventError('the online key in force cannot be a root key: root keys stay offline');
     changeOnline(s.online, state.root ? [state.root, r] : [r]);
     next.root = { version: r.version, threshold: r.threshold, keys: [...r.keys] };
     return next;
@@ -253,11 +302,14 @@ export function applyKeyEvent(c: CryptoBackend, state: KeyState, signed: SignedS
     return next;
   }
   if (s.compromised !== state.online.publicKey) {
-    throw new KeyEventError(state.retired.includes(s.compromised)
-      ? `${s.compromised} is already retired: it signs nothing after its retirement, so nothing of it is voided`
-      : `${s.compromised} is not the online key in force (${state.online.publicKey})`);
+    throw new KeyEventError(
+      state.retired.includes(s.compromised)
+        ? `${s.compromised} is already retired: it signs nothing after its retirement, so nothing of it is voided`
+        : `${s.compromised} is not the online key in force (${state.online.publicKey})`,
+    );
   }
-  if (s.good_through < state.online.since) throw new KeyEventError(`good_through ${s.good_through} is before the compromised key's first block ${state.online.since}`);
+  if (s.good_through < state.online.since)
+    throw new KeyEventError(`good_through ${s.good_through} is before the compromised key's first block ${state.online.since}`);
   if (s.good_through > at - 1) throw new KeyEventError(`good_through ${s.good_through} is beyond the head (the last block is ${at - 1})`);
   if (s.online.public_key === s.compromised) throw new KeyEventError('the replacement key is the compromised key');
   changeOnline(s.online, [state.root]);
@@ -284,7 +336,8 @@ function next(state: KeyState): { chain: string; sequence: number } {
 /** Adopts (no root yet) or rotates the root; `online` defaults to the key in force. */
 export function rootStatement(state: KeyState, root: { threshold: number; keys: string[] }, online?: OnlineKey): Statement {
   return {
-    action: 'root', ...next(state),
+    action: 'root',
+    ...next(state),
     online: online ?? { signer: state.online.signer, public_key: state.online.publicKey },
     root: { version: (state.root?.version ?? 0) + 1, threshold: root.threshold, keys: [...root.keys] },
   };

@@ -20,19 +20,35 @@ import { leafHash, verifyInclusion } from './merkle.ts';
 
 /** Why a walk or an answer was refused (`code`: the catalogue code a caller reports). */
 export class KeyWalkError extends Error {
-  constructor(readonly code: 'bad_answer' | 'bad_proof' | 'bad_key_event' | 'key_walk_limit' | 'untrusted_authority', message: string) {
+  constructor(
+    readonly code: 'bad_answer' | 'bad_proof' | 'bad_key_event' | 'key_walk_limit' | 'untrusted_authority',
+    message: string,
+  ) {
     super(message);
     this.name = 'KeyWalkError';
   }
 }
 
 /** One online key and the first index it signs (its key block, or 0). */
-export interface OnlineSpan { since: number; signer: string; publicKey: string }
+export interface OnlineSpan {
+  since: number;
+  signer: string;
+  publicKey: string;
+}
 
 /** What a client remembers of a log's keys: the state after the walked events, and every online key's span. */
-export interface KeyTrail { state: KeyState; spans: OnlineSpan[]; /** Index of the last key block walked (-1: none). */ last: number }
+export interface KeyTrail {
+  state: KeyState;
+  spans: OnlineSpan[] /** Index of the last key block walked (-1: none). */;
+  last: number;
+}
 
-export interface ProvenBlock { index: number; sequence: number; block: unknown; proof: Uint8Array[] }
+export interface ProvenBlock {
+  index: number;
+  sequence: number;
+  block: unknown;
+  proof: Uint8Array[];
+}
 export interface KeysAnswer {
   chain: string;
   size: number;
@@ -59,12 +75,14 @@ const nat = (v: unknown): v is number => typeof v === 'number' && Number.isSafeI
 
 /** Strict read of a `GET /v1/keys` answer (bounded). @throws KeyWalkError bad_answer */
 export function parseKeysAnswer(v: unknown, source: string): KeysAnswer {
-  const bad = (why: string): never => { throw new KeyWalkError('bad_answer', `${source}: the /v1/keys answer ${why}`); };
+  const bad = (why: string): never => {
+    throw new KeyWalkError('bad_answer', `${source}: the /v1/keys answer ${why}`);
+  };
   if (!isObj(v)) bad('is not a JSON object');
   const o = v as Record<string, unknown>;
   if (typeof o.chain !== 'string' || !/^[0-9a-f]{64}$/.test(o.chain)) bad('has no "chain" (record_hash of block 0)');
   if (!nat(o.size)) bad('has no "size"');
-  if (typeof o.checkpoint !== 'string' || o.checkpoint.length > (1 << 20)) bad('has no "checkpoint" note');
+  if (typeof o.checkpoint !== 'string' || o.checkpoint.length > 1 << 20) bad('has no "checkpoint" note');
   if (!isObj(o.first_block)) bad('has no "first_block"');
   const fb = o.first_block as Record<string, unknown>;
   if (!Array.isArray(o.events) || o.events.length > MAX_EVENTS_ANSWERED) bad(`has no "events" list of at most ${MAX_EVENTS_ANSWERED}`);
@@ -74,7 +92,14 @@ export function parseKeysAnswer(v: unknown, source: string): KeysAnswer {
     return { index: x.index as number, sequence: x.sequence as number, block: x.block, proof: hashes(x.proof, `${source}: event ${i}`) };
   });
   const vk = Array.isArray(o.verifier_keys) ? o.verifier_keys.filter((k): k is string => typeof k === 'string' && k.length < 512).slice(0, 64) : [];
-  return { chain: o.chain as string, size: o.size as number, checkpoint: o.checkpoint as string, firstBlock: { block: fb.block, proof: hashes(fb.proof, `${source}: first_block`) }, events, verifierKeys: vk };
+  return {
+    chain: o.chain as string,
+    size: o.size as number,
+    checkpoint: o.checkpoint as string,
+    firstBlock: { block: fb.block, proof: hashes(fb.proof, `${source}: first_block`) },
+    events,
+    verifierKeys: vk,
+  };
 }
 
 function proven(c: CryptoBackend, raw: unknown, index: number, proof: Uint8Array[], tree: { size: number; root: Uint8Array }, what: string): Block {
@@ -97,7 +122,8 @@ export function startTrail(c: CryptoBackend, answer: KeysAnswer, tree: { size: n
   const b0 = proven(c, answer.firstBlock.block, 0, answer.firstBlock.proof, tree, `${source}: block 0`);
   const a = b0.payload.authority;
   if (b0.payload.intent !== 'authority' || !a) throw new KeyWalkError('bad_answer', `${source}: block 0 is not the authority block`);
-  if (pinned !== null && a.public_key !== pinned) throw new KeyWalkError('untrusted_authority', `${source}: block 0 declares key ${a.public_key}, not the pinned key ${pinned}`);
+  if (pinned !== null && a.public_key !== pinned)
+    throw new KeyWalkError('untrusted_authority', `${source}: block 0 declares key ${a.public_key}, not the pinned key ${pinned}`);
   if (b0.record_hash !== answer.chain) throw new KeyWalkError('bad_answer', `${source}: "chain" is not block 0's record_hash`);
   return { state: initialKeyState(b0.record_hash, a.signer, a.public_key), spans: [{ since: 0, signer: a.signer, publicKey: a.public_key }], last: -1 };
 }
@@ -108,10 +134,20 @@ export function startTrail(c: CryptoBackend, answer: KeysAnswer, tree: { size: n
  * events: refused (`key_walk_limit`), the trail unchanged.
  * @throws KeyWalkError
  */
-export function walkKeyEvents(c: CryptoBackend, trail: KeyTrail, events: readonly ProvenBlock[], tree: { size: number; root: Uint8Array }, source: string, max = MAX_WALKED_KEY_EVENTS): KeyTrail {
+export function walkKeyEvents(
+  c: CryptoBackend,
+  trail: KeyTrail,
+  events: readonly ProvenBlock[],
+  tree: { size: number; root: Uint8Array },
+  source: string,
+  max = MAX_WALKED_KEY_EVENTS,
+): KeyTrail {
   const fresh = events.filter((e) => e.sequence > trail.state.sequence);
   if (fresh.length > max) {
-    throw new KeyWalkError('key_walk_limit', `${source}: ${fresh.length} key events since the last one this client verified (sequence ${trail.state.sequence}); a client walks at most ${max} in one update: pin the log's current root or key afresh (docs/spec/key-events.md)`);
+    throw new KeyWalkError(
+      'key_walk_limit',
+      `${source}: ${fresh.length} key events since the last one this client verified (sequence ${trail.state.sequence}); a client walks at most ${max} in one update: pin the log's current root or key afresh (docs/spec/key-events.md)`,
+    );
   }
   let t: KeyTrail = { state: trail.state, spans: [...trail.spans], last: trail.last };
   for (const e of fresh) {
@@ -133,7 +169,10 @@ export function walkKeyEvents(c: CryptoBackend, trail: KeyTrail, events: readonl
       if (err instanceof KeyEventError) throw new KeyWalkError('bad_key_event', `${what}: ${err.why}`);
       throw err;
     }
-    const spans = state.online.publicKey !== t.state.online.publicKey ? [...t.spans, { since: e.index, signer: state.online.signer, publicKey: state.online.publicKey }] : t.spans;
+    const spans =
+      state.online.publicKey !== t.state.online.publicKey
+        ? [...t.spans, { since: e.index, signer: state.online.signer, publicKey: state.online.publicKey }]
+        : t.spans;
     t = { state, spans, last: e.index };
   }
   return t;
@@ -161,8 +200,21 @@ export function parseTrail(v: unknown): KeyTrail | null {
   if (!isObj(v) || !isObj(v.state) || !Array.isArray(v.spans) || v.spans.length === 0 || v.spans.length > 10_000 || !Number.isSafeInteger(v.last)) return null;
   const s = v.state as Record<string, unknown>;
   const online = s.online as Record<string, unknown> | undefined;
-  if (typeof s.chain !== 'string' || !/^[0-9a-f]{64}$/.test(s.chain) || !isKey(s.first) || !nat(s.sequence) || !isObj(online) || !isKey(online.publicKey)
-    || typeof online.signer !== 'string' || !nat(online.since) || !keyList(s.retired) || !keyList(s.compromised) || !Array.isArray(s.voids) || s.voids.length > 10_000) return null;
+  if (
+    typeof s.chain !== 'string' ||
+    !/^[0-9a-f]{64}$/.test(s.chain) ||
+    !isKey(s.first) ||
+    !nat(s.sequence) ||
+    !isObj(online) ||
+    !isKey(online.publicKey) ||
+    typeof online.signer !== 'string' ||
+    !nat(online.since) ||
+    !keyList(s.retired) ||
+    !keyList(s.compromised) ||
+    !Array.isArray(s.voids) ||
+    s.voids.length > 10_000
+  )
+    return null;
   for (const r of s.voids as unknown[]) if (!Array.isArray(r) || r.length !== 2 || !nat(r[0]) || !nat(r[1]) || r[0] > r[1]) return null;
   const root = s.root;
   if (root !== null && !(isObj(root) && nat(root.version) && nat(root.threshold) && keyList(root.keys))) return null;

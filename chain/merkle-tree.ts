@@ -317,8 +317,10 @@ export function parseTilePath(path: string): TileRef | null {
   let kind: 'hash' | 'entries';
   let level = 0;
   if (parts[1] === 'entries') kind = 'entries';
-  else if (LEVEL_RE.test(parts[1]!) && Number(parts[1]) <= 63) { kind = 'hash'; level = Number(parts[1]); }
-  else return null;
+  else if (LEVEL_RE.test(parts[1]!) && Number(parts[1]) <= 63) {
+    kind = 'hash';
+    level = Number(parts[1]);
+  } else return null;
   let groups = parts.slice(2);
   let width = TILE_WIDTH;
   // Partial: the last group ends in ".p" and is followed by the width.

@@ -119,7 +119,11 @@ export function verifyInclusion(c: CryptoBackend, index: number, size: number, l
       if (sn === 0) return false;
       if (odd(fn) || fn === sn) {
         r = nodeHash(c, p, r);
-        if (!odd(fn)) while (!odd(fn) && fn !== 0) { fn = half(fn); sn = half(sn); }
+        if (!odd(fn))
+          while (!odd(fn) && fn !== 0) {
+            fn = half(fn);
+            sn = half(sn);
+          }
       } else {
         r = nodeHash(c, r, p);
       }
@@ -143,7 +147,10 @@ export function verifyConsistency(c: CryptoBackend, from: number, to: number, ol
     const path: readonly Hash[] = isPowerOfTwo(from) ? [oldRoot, ...proof] : proof;
     let fn = from - 1;
     let sn = to - 1;
-    while (odd(fn)) { fn = half(fn); sn = half(sn); }
+    while (odd(fn)) {
+      fn = half(fn);
+      sn = half(sn);
+    }
     let fr: Hash = path[0]!;
     let sr: Hash = path[0]!;
     for (let i = 1; i < path.length; i++) {
@@ -152,7 +159,11 @@ export function verifyConsistency(c: CryptoBackend, from: number, to: number, ol
       if (odd(fn) || fn === sn) {
         fr = nodeHash(c, p, fr);
         sr = nodeHash(c, p, sr);
-        if (!odd(fn)) while (!odd(fn) && fn !== 0) { fn = half(fn); sn = half(sn); }
+        if (!odd(fn))
+          while (!odd(fn) && fn !== 0) {
+            fn = half(fn);
+            sn = half(sn);
+          }
       } else {
         sr = nodeHash(c, sr, p);
       }

@@ -173,7 +173,8 @@ export function parseVerifierKey(c: CryptoBackend, vkey: string): { name: string
   const raw = base64Decode(b64);
   if (raw === null || raw.length === 0) throw bad('key is not standard base64');
   const type = raw[0]!;
-  if (type !== SIG_ED25519 && type !== SIG_COSIGNATURE_V1) throw bad(`signature type 0x${type.toString(16).padStart(2, '0')} is not supported (0x01 ed25519, 0x04 cosignature/v1)`);
+  if (type !== SIG_ED25519 && type !== SIG_COSIGNATURE_V1)
+    throw bad(`signature type 0x${type.toString(16).padStart(2, '0')} is not supported (0x01 ed25519, 0x04 cosignature/v1)`);
   const publicKey = raw.slice(1);
   if (publicKey.length !== 32) throw bad(`ed25519 key must be 32 bytes, got ${publicKey.length}`);
   const keyId = hexDecode(hex.toLowerCase())!;
@@ -232,7 +233,8 @@ export type OpenedNote =
  */
 export function openNote(c: CryptoBackend, note: string, known: readonly NoteKey[]): OpenedNote {
   const n = parseNote(note);
-  const keys = known.filter((k) => k.publicKey.length === 32 && isValidKeyName(k.name))
+  const keys = known
+    .filter((k) => k.publicKey.length === 32 && isValidKeyName(k.name))
     .map((k) => ({ ...k, id: `${k.name}+${hexEncode(noteKeyId(c, k.name, SIG_ED25519, k.publicKey))}` }));
   const msg = utf8(n.text);
   const seen = new Set<string>();
@@ -269,7 +271,8 @@ export function cosignatureMessage(checkpointBody: string, timestamp: number): U
  */
 export function cosign(c: CryptoBackend, checkpointBody: string, name: string, signer: Signer, timestamp: number): NoteSignature {
   checkKeyInput(name, signer.publicKey);
-  if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new VouchError('bad_request', `cosignature timestamp must be an integer of seconds >= 0, got ${timestamp}`);
+  if (!Number.isSafeInteger(timestamp) || timestamp < 0)
+    throw new VouchError('bad_request', `cosignature timestamp must be an integer of seconds >= 0, got ${timestamp}`);
   if (!checkpointBody.endsWith('\n')) throw malformed('checkpoint body does not end in a newline');
   checkCharacters(checkpointBody, 'checkpoint body');
   const keyId = noteKeyId(c, name, SIG_COSIGNATURE_V1, signer.publicKey);

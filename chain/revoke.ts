@@ -36,7 +36,8 @@ export function resolveRevokeTarget(index: ChainIndex, what: RevokeTarget, today
     if (n >= index.size) throw new VouchError('not_found', `block ${n} does not exist: the chain has ${index.size} blocks (0-${index.size - 1})`, { index: n });
     if (n === 0) throw new VouchError('bad_request', 'block 0 is the authority block: it cannot be revoked', { index: 0 });
     const b = index.block(n)!;
-    if (b.payload.intent !== 'endorse') throw new VouchError('bad_request', `block ${n} is a ${b.payload.intent} block: only endorse blocks can be revoked`, { index: n });
+    if (b.payload.intent !== 'endorse')
+      throw new VouchError('bad_request', `block ${n} is a ${b.payload.intent} block: only endorse blocks can be revoked`, { index: n });
     target = b;
   } else {
     const sel = index.select(what.url, { semver: what.semver, today });
@@ -45,16 +46,23 @@ export function resolveRevokeTarget(index: ChainIndex, what: RevokeTarget, today
     target = sel.block;
     const n = target.payload.endorsements.length;
     if (n > 1) {
-      throw new VouchError('bad_request',
+      throw new VouchError(
+        'bad_request',
         `${asked} is endorsed in block ${target.index} with ${n - 1} other artifact${n > 2 ? 's' : ''}; a revocation names a whole block: revoke block ${target.index} by its index to revoke all ${n}`,
-        { resource: what.url, index: target.index });
+        { resource: what.url, index: target.index },
+      );
     }
   }
   const earlier = anyRevocationOf(index, target);
   if (earlier !== null) {
-    throw new VouchError('already_revoked', `block ${target.index} is already revoked by block ${earlier.index} (effective ${earlier.payload.effective_date})`, {
-      index: target.index, evidence: { revoked_by: earlier.index, record_hash: earlier.record_hash, effective_date: earlier.payload.effective_date },
-    });
+    throw new VouchError(
+      'already_revoked',
+      `block ${target.index} is already revoked by block ${earlier.index} (effective ${earlier.payload.effective_date})`,
+      {
+        index: target.index,
+        evidence: { revoked_by: earlier.index, record_hash: earlier.record_hash, effective_date: earlier.payload.effective_date },
+      },
+    );
   }
   if (pending.has(target.index)) throw new VouchError('already_revoked', `block ${target.index} is being revoked by another request`, { index: target.index });
   return target;

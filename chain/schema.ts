@@ -89,7 +89,12 @@ export function grammarHash(backend: CryptoBackend): string {
  * holders' `signatures`. Every other block stays 1.0.
  */
 const b64key = { type: 'string', contentEncoding: 'base64', minLength: 44, maxLength: 44 };
-const online = { type: 'object', additionalProperties: false, required: ['signer', 'public_key'], properties: { signer: { type: 'string' }, public_key: b64key } };
+const online = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['signer', 'public_key'],
+  properties: { signer: { type: 'string' }, public_key: b64key },
+};
 export const KEY_PAYLOAD_SCHEMA = {
   ...PAYLOAD_SCHEMA,
   $id: 'urn:vouch:payload:1.1',
@@ -110,16 +115,28 @@ export const KEY_PAYLOAD_SCHEMA = {
         sequence: { type: 'integer', minimum: 1 },
         online,
         root: {
-          type: 'object', additionalProperties: false, required: ['version', 'threshold', 'keys'],
-          properties: { version: { type: 'integer', minimum: 1 }, threshold: { type: 'integer', minimum: 1 }, keys: { type: 'array', items: b64key, minItems: 1, maxItems: 32 } },
+          type: 'object',
+          additionalProperties: false,
+          required: ['version', 'threshold', 'keys'],
+          properties: {
+            version: { type: 'integer', minimum: 1 },
+            threshold: { type: 'integer', minimum: 1 },
+            keys: { type: 'array', items: b64key, minItems: 1, maxItems: 32 },
+          },
         },
         compromised: b64key,
         good_through: { type: 'integer', minimum: 0 },
       },
     },
     signatures: {
-      type: 'array', maxItems: 64,
-      items: { type: 'object', additionalProperties: false, required: ['public_key', 'signature'], properties: { public_key: b64key, signature: { type: 'string', contentEncoding: 'base64' } } },
+      type: 'array',
+      maxItems: 64,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['public_key', 'signature'],
+        properties: { public_key: b64key, signature: { type: 'string', contentEncoding: 'base64' } },
+      },
     },
   },
 } as const;

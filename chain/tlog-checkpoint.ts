@@ -67,8 +67,9 @@ export function parseCheckpoint(body: string): Checkpoint {
  * first); verifiers ignore the lines of keys they do not know.
  */
 export function signCheckpoint(c: CryptoBackend, cp: Checkpoint, signer: Signer | readonly Signer[]): string {
-  if (!isValidKeyName(cp.origin)) throw new VouchError('bad_request', `checkpoint origin ${JSON.stringify(cp.origin)} cannot be a note key name (space or "+")`);
-  const signers = Array.isArray(signer) ? signer as readonly Signer[] : [signer as Signer];
+  if (!isValidKeyName(cp.origin))
+    throw new VouchError('bad_request', `checkpoint origin ${JSON.stringify(cp.origin)} cannot be a note key name (space or "+")`);
+  const signers = Array.isArray(signer) ? (signer as readonly Signer[]) : [signer as Signer];
   if (signers.length === 0) throw new VouchError('bad_request', 'a checkpoint note needs at least one signer');
   const body = formatCheckpoint(cp);
   return formatNote({ text: body, signatures: signers.map((s) => signNote(c, body, cp.origin, s)) });
@@ -86,17 +87,23 @@ export function openCheckpoint(c: CryptoBackend, note: string, authority: { publ
   const origin = checkpoint.origin;
   if (authority.origin !== undefined && origin !== authority.origin) {
     throw new VouchError('checkpoint_mismatch', `checkpoint origin ${JSON.stringify(origin)} is not the expected ${JSON.stringify(authority.origin)}`, {
-      index: null, evidence: { origin, expected: authority.origin },
+      index: null,
+      evidence: { origin, expected: authority.origin },
     });
   }
   if (!verifyNoteSignature(c, n, origin, authority.publicKey)) {
     const keyId = isValidKeyName(origin) && authority.publicKey.length === 32 ? hexEncode(noteKeyId(c, origin, SIG_ED25519, authority.publicKey)) : null;
     const has = keyId !== null && n.signatures.some((s) => s.name === origin && hexEncode(s.keyId) === keyId);
-    throw new VouchError('checkpoint_mismatch', has
-      ? `checkpoint signature by ${origin}+${keyId} does not verify`
-      : `checkpoint carries no signature by the authority key ${keyId === null ? '' : `${origin}+${keyId}`}`.trimEnd(), {
-      index: null, evidence: { origin, key_id: keyId, signers: n.signatures.map((s) => `${s.name}+${hexEncode(s.keyId)}`) },
-    });
+    throw new VouchError(
+      'checkpoint_mismatch',
+      has
+        ? `checkpoint signature by ${origin}+${keyId} does not verify`
+        : `checkpoint carries no signature by the authority key ${keyId === null ? '' : `${origin}+${keyId}`}`.trimEnd(),
+      {
+        index: null,
+        evidence: { origin, key_id: keyId, signers: n.signatures.map((s) => `${s.name}+${hexEncode(s.keyId)}`) },
+      },
+    );
   }
   return { checkpoint, note: n };
 }

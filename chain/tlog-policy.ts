@@ -15,9 +15,24 @@ import { hexEncode } from './encoding.ts';
 import type { CryptoBackend } from './crypto-backend.ts';
 import { parseVerifierKey, SIG_COSIGNATURE_V1, SIG_ED25519, verifyCosignature, verifyNoteSignature, type Note } from './note.ts';
 
-export interface PolicyLog { vkey: string; name: string; publicKey: Uint8Array; url?: string }
-export interface PolicyWitness { vkey: string; /** policy name */ name: string; /** note key name of the vkey */ keyName: string; publicKey: Uint8Array; url?: string }
-export interface PolicyGroup { name: string; threshold: number; members: string[] }
+export interface PolicyLog {
+  vkey: string;
+  name: string;
+  publicKey: Uint8Array;
+  url?: string;
+}
+export interface PolicyWitness {
+  vkey: string /** policy name */;
+  name: string /** note key name of the vkey */;
+  keyName: string;
+  publicKey: Uint8Array;
+  url?: string;
+}
+export interface PolicyGroup {
+  name: string;
+  threshold: number;
+  members: string[];
+}
 
 export interface Policy {
   logs: PolicyLog[];
@@ -53,7 +68,11 @@ export function parsePolicy(c: CryptoBackend, text: string): Policy {
     };
     const vkey = (text: string, type: number, what: string) => {
       let k;
-      try { k = parseVerifierKey(c, text); } catch (e) { throw bad(`${what}: ${(e as Error).message}`); }
+      try {
+        k = parseVerifierKey(c, text);
+      } catch (e) {
+        throw bad(`${what}: ${(e as Error).message}`);
+      }
       if (k.type !== type) throw bad(`${what} key must have signature type 0x0${type} (got 0x0${k.type})`);
       return k;
     };
@@ -109,7 +128,10 @@ export function parsePolicy(c: CryptoBackend, text: string): Policy {
         if (quorumSeen) throw bad('second quorum line');
         quorumSeen = true;
         const name = items[1]!;
-        if (name === 'none') { policy.quorum = null; return; }
+        if (name === 'none') {
+          policy.quorum = null;
+          return;
+        }
         if (!defined(name)) throw bad(`quorum ${JSON.stringify(name)} is not a witness or group defined above`);
         policy.quorum = name;
         return;
@@ -142,9 +164,10 @@ export function checkQuorum(c: CryptoBackend, policy: Policy, note: Note): { ok:
   }
   if (witnessed.get(policy.quorum) === true) return { ok: true, signed };
   const g = policy.groups.get(policy.quorum);
-  const why = g === undefined
-    ? `witness ${policy.quorum} did not cosign`
-    : `quorum ${policy.quorum} needs ${g.threshold} of ${g.members.length} (${g.members.join(', ')}); witnessed: ${g.members.filter((m) => witnessed.get(m) === true).join(', ') || 'none'}`;
+  const why =
+    g === undefined
+      ? `witness ${policy.quorum} did not cosign`
+      : `quorum ${policy.quorum} needs ${g.threshold} of ${g.members.length} (${g.members.join(', ')}); witnessed: ${g.members.filter((m) => witnessed.get(m) === true).join(', ') || 'none'}`;
   return { ok: false, signed, why };
 }
 

@@ -23,11 +23,16 @@ const NAME_PART = /^[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}$/;
 function unit(owner: string, name: string, what: string): Mapped {
   const full = `${owner}/${name}`;
   if (!NAME_PART.test(name)) {
-    return no(name.length > 128
-      ? `${what}: unit name ${JSON.stringify(full.slice(0, 200))} has a name part longer than 128 characters`
-      : `${what}: ${JSON.stringify(full)} is not a unit name (the part after the owner must start with a letter, digit or _ and hold only letters, digits and . _ + -)`);
+    return no(
+      name.length > 128
+        ? `${what}: unit name ${JSON.stringify(full.slice(0, 200))} has a name part longer than 128 characters`
+        : `${what}: ${JSON.stringify(full)} is not a unit name (the part after the owner must start with a letter, digit or _ and hold only letters, digits and . _ + -)`,
+    );
   }
-  if (!isUnitName(full)) return no(`${what}: ${JSON.stringify(full.slice(0, 200))} is not a unit name (owner and name each at most 128 characters of letters, digits and . _ + - @)`);
+  if (!isUnitName(full))
+    return no(
+      `${what}: ${JSON.stringify(full.slice(0, 200))} is not a unit name (owner and name each at most 128 characters of letters, digits and . _ + - @)`,
+    );
   return ok(full);
 }
 
@@ -44,7 +49,8 @@ export function npmUnitName(pkg: string): Mapped {
     const scope = slash < 0 ? '' : pkg.slice(1, slash);
     const name = slash < 0 ? '' : pkg.slice(slash + 1);
     if (scope === '' || name === '' || /[/@]/.test(scope) || /[/@]/.test(name)) return no(`${what}: not @scope/name`);
-    if (!/^[A-Za-z0-9_][A-Za-z0-9._-]*$/.test(scope)) return no(`${what}: the scope must start with a letter, digit or _ and hold only letters, digits and . _ -`);
+    if (!/^[A-Za-z0-9_][A-Za-z0-9._-]*$/.test(scope))
+      return no(`${what}: the scope must start with a letter, digit or _ and hold only letters, digits and . _ -`);
     if (scope.length + 1 > 128) return no(`${what}: the scope is longer than 127 characters`);
     return unit(`@${scope}`, name, what);
   }
@@ -117,10 +123,12 @@ export interface Pep440 {
 // PEP 440, appendix B (the regular expression of `packaging`).
 const PEP440 = new RegExp(
   '^\\s*v?(?:(?:(?<epoch>[0-9]+)!)?(?<release>[0-9]+(?:\\.[0-9]+)*)' +
-  '(?<pre>[-_.]?(?<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?<pre_n>[0-9]+)?)?' +
-  '(?<post>(?:-(?<post_n1>[0-9]+))|(?:[-_.]?(?<post_l>post|rev|r)[-_.]?(?<post_n2>[0-9]+)?))?' +
-  '(?<dev>[-_.]?(?<dev_l>dev)[-_.]?(?<dev_n>[0-9]+)?)?)' +
-  '(?:\\+(?<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\\s*$', 'i');
+    '(?<pre>[-_.]?(?<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?<pre_n>[0-9]+)?)?' +
+    '(?<post>(?:-(?<post_n1>[0-9]+))|(?:[-_.]?(?<post_l>post|rev|r)[-_.]?(?<post_n2>[0-9]+)?))?' +
+    '(?<dev>[-_.]?(?<dev_l>dev)[-_.]?(?<dev_n>[0-9]+)?)?)' +
+    '(?:\\+(?<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\\s*$',
+  'i',
+);
 
 const num = (s: string | undefined): string => (s === undefined ? '0' : s.replace(/^0+(?=\d)/, ''));
 
@@ -134,13 +142,22 @@ export function parsePep440(version: string): Pep440 | null {
   return {
     epoch: num(g.epoch),
     release: g.release!.split('.').map((x) => num(x)),
-    pre: preLabel === undefined ? null : {
-      label: preLabel === 'alpha' || preLabel === 'a' ? 'a' : preLabel === 'beta' || preLabel === 'b' ? 'b' : 'rc',
-      n: num(g.pre_n),
-    },
+    pre:
+      preLabel === undefined
+        ? null
+        : {
+            label: preLabel === 'alpha' || preLabel === 'a' ? 'a' : preLabel === 'beta' || preLabel === 'b' ? 'b' : 'rc',
+            n: num(g.pre_n),
+          },
     post: g.post === undefined ? null : num(g.post_n1 ?? g.post_n2),
     dev: g.dev === undefined ? null : num(g.dev_n),
-    local: g.local === undefined ? null : g.local.toLowerCase().split(/[-_.]/).map((x) => (/^[0-9]+$/.test(x) ? num(x) : x)),
+    local:
+      g.local === undefined
+        ? null
+        : g.local
+            .toLowerCase()
+            .split(/[-_.]/)
+            .map((x) => (/^[0-9]+$/.test(x) ? num(x) : x)),
   };
 }
 

@@ -69,12 +69,18 @@ export function parseUns(text: string): UnsForm | string {
   const ref = o.block;
   if (typeof ref !== 'object' || ref === null || Array.isArray(ref)) return 'the UNS header has neither "endorsement" nor "block"';
   const r = ref as Record<string, unknown>;
-  if (typeof r.index !== 'number' || !Number.isSafeInteger(r.index) || r.index < 0) return 'the UNS header\'s block.index is not a non-negative integer';
-  if (typeof r.record_hash !== 'string' || !/^[0-9a-f]{64}$/.test(r.record_hash)) return 'the UNS header\'s block.record_hash is not 64 hex digits';
-  if (r.url !== undefined && typeof r.url !== 'string') return 'the UNS header\'s block.url is not a string';
+  if (typeof r.index !== 'number' || !Number.isSafeInteger(r.index) || r.index < 0) return "the UNS header's block.index is not a non-negative integer";
+  if (typeof r.record_hash !== 'string' || !/^[0-9a-f]{64}$/.test(r.record_hash)) return "the UNS header's block.record_hash is not 64 hex digits";
+  if (r.url !== undefined && typeof r.url !== 'string') return "the UNS header's block.url is not a string";
   const entry = o.entry;
-  if (entry !== undefined && (typeof entry !== 'object' || entry === null || Array.isArray(entry))) return 'the UNS header\'s entry is not an object';
-  return { form: 'compact', index: r.index, recordHash: r.record_hash, url: (r.url as string | undefined) ?? null, entry: (entry as Record<string, unknown> | undefined) ?? null };
+  if (entry !== undefined && (typeof entry !== 'object' || entry === null || Array.isArray(entry))) return "the UNS header's entry is not an object";
+  return {
+    form: 'compact',
+    index: r.index,
+    recordHash: r.record_hash,
+    url: (r.url as string | undefined) ?? null,
+    entry: (entry as Record<string, unknown> | undefined) ?? null,
+  };
 }
 
 /** Whether a compact form's `entry` is exactly the block's entry (canonical JSON equal). */

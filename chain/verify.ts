@@ -147,7 +147,13 @@ export class SignatureBatch {
     return this.facts.length;
   }
 
-  add(facts: { signatureOk: boolean | null; retiredKey?: string | null }, key: Uint8Array, message: Uint8Array, signature: string, retired?: readonly string[]): void {
+  add(
+    facts: { signatureOk: boolean | null; retiredKey?: string | null },
+    key: Uint8Array,
+    message: Uint8Array,
+    signature: string,
+    retired?: readonly string[],
+  ): void {
     if (this.used + message.length > this.arena.length) {
       const grown = new Uint8Array(Math.max(2 * this.arena.length, this.used + message.length));
       grown.set(this.arena.subarray(0, this.used));
@@ -184,10 +190,15 @@ export class SignatureBatch {
  * itself: `parseBlockFile`). With `batch`, the signature check is put off
  * to `batch.check` (the facts say `signatureOk: null` until then).
  */
-export function examineParsed(block: Block, position: number, authority: TrustedAuthority | null, backend: CryptoBackend, batch?: SignatureBatch, retired?: readonly string[]): BlockFacts {
-  const declared = position === 0 && block.payload.authority
-    ? { signer: block.payload.authority.signer, publicKey: block.payload.authority.public_key }
-    : null;
+export function examineParsed(
+  block: Block,
+  position: number,
+  authority: TrustedAuthority | null,
+  backend: CryptoBackend,
+  batch?: SignatureBatch,
+  retired?: readonly string[],
+): BlockFacts {
+  const declared = position === 0 && block.payload.authority ? { signer: block.payload.authority.signer, publicKey: block.payload.authority.public_key } : null;
   // A key block is signed by the online key its statement puts in force (docs/spec/key-events.md).
   const p0 = block.payload;
   const keyEvent = p0.intent === 'key' ? { statement: p0.statement!, signatures: p0.signatures! } : null;
@@ -263,7 +274,10 @@ export interface VerifierOptions {
 }
 
 /** A revoke a resumed verifier could not check: its target would be before the state it started from. */
-export interface DeferredRevoke { position: number; target: string }
+export interface DeferredRevoke {
+  position: number;
+  target: string;
+}
 
 /** What a verifier walking a stretch of the chain learned that the one adopting its state needs (`advanceTo`). */
 export interface WalkRecord {
@@ -302,7 +316,8 @@ export class ChainVerifier {
     const first = this.s.keys?.first ?? this.s.authority?.publicKey;
     if (this.pinned && first !== undefined && !bytesEqual(decodeKey(first) ?? new Uint8Array(), this.pinned)) {
       throw new VouchError('untrusted_authority', 'the verified chain was signed by a different authority than the pinned key', {
-        index: 0, evidence: { pinned: base64Encode(this.pinned), chain: first },
+        index: 0,
+        evidence: { pinned: base64Encode(this.pinned), chain: first },
       });
     }
   }
@@ -361,8 +376,14 @@ export class ChainVerifier {
   advanceTo(state: VerifierState, walk?: WalkRecord): void {
     const a = this.s.authority;
     const rotated = (state.keys?.sequence ?? 0) > (this.s.keys?.sequence ?? 0); // a key event in the walk
-    if (a === null || state.authority === null || (!rotated && (state.authority.publicKey !== a.publicKey || state.authority.signer !== a.signer)) ||
-        state.size < this.s.size || state.keys?.chain !== this.s.keys?.chain || (state.keys?.sequence ?? 0) < (this.s.keys?.sequence ?? 0)) {
+    if (
+      a === null ||
+      state.authority === null ||
+      (!rotated && (state.authority.publicKey !== a.publicKey || state.authority.signer !== a.signer)) ||
+      state.size < this.s.size ||
+      state.keys?.chain !== this.s.keys?.chain ||
+      (state.keys?.sequence ?? 0) < (this.s.keys?.sequence ?? 0)
+    ) {
       throw new TypeError(`cannot advance from block ${this.s.size} to a state of another authority or an earlier block`);
     }
     if (walk) {
@@ -429,9 +450,18 @@ export class ChainVerifier {
     // 7. bad_signature (retired_key: it verifies with a key retired earlier, which signs nothing after its retirement)
     if (f.signatureOk === null) throw new TypeError(`signature of block ${p} was not checked`);
     if (!f.signatureOk && f.retiredKey) {
-      fail('retired_key', `signed by the retired key ${f.retiredKey}; the key in force since block ${keys!.online.since} is ${signing.publicKey}`, { retired_key: f.retiredKey, public_key: signing.publicKey, since: keys!.online.since });
+      fail('retired_key', `signed by the retired key ${f.retiredKey}; the key in force since block ${keys!.online.since} is ${signing.publicKey}`, {
+        retired_key: f.retiredKey,
+        public_key: signing.publicKey,
+        since: keys!.online.since,
+      });
     }
-    if (!f.signatureOk) fail('bad_signature', f.keyEvent !== null ? 'the key block is not signed by the online key its statement names' : 'the signature does not verify with the authority key', { public_key: signing.publicKey });
+    if (!f.signatureOk)
+      fail(
+        'bad_signature',
+        f.keyEvent !== null ? 'the key block is not signed by the online key its statement names' : 'the signature does not verify with the authority key',
+        { public_key: signing.publicKey },
+      );
     // 7b. bad_key_event: the statement against the key state (root threshold, sequence, keys)
     if (f.keyEvent !== null) {
       try {
@@ -473,9 +503,14 @@ export class ChainVerifier {
 }
 
 function badRevoke(position: number, target: string): VouchError {
-  return new VouchError('malformed', `malformed at block ${position}: payload.target_hash: revokes ${target}, which is not an earlier endorse block of this chain`, {
-    index: position, evidence: { target_hash: target },
-  });
+  return new VouchError(
+    'malformed',
+    `malformed at block ${position}: payload.target_hash: revokes ${target}, which is not an earlier endorse block of this chain`,
+    {
+      index: position,
+      evidence: { target_hash: target },
+    },
+  );
 }
 
 export type VerifyResult =
@@ -483,10 +518,7 @@ export type VerifyResult =
   | { ok: false; code: IntegrityCode; index: number | null; message: string; error: VouchError };
 
 /** Verifies a whole chain held in memory (blocks as parsed JSON values). */
-export function verifyChain(
-  blocks: readonly unknown[],
-  options: VerifierOptions & { checkpoint?: unknown },
-): VerifyResult {
+export function verifyChain(blocks: readonly unknown[], options: VerifierOptions & { checkpoint?: unknown }): VerifyResult {
   try {
     const v = new ChainVerifier(options);
     if (blocks.length === 0 && v.size === 0) throw new VouchError('malformed', 'malformed at block 0: the chain has no blocks', { index: 0 });

@@ -26,7 +26,11 @@ import type { KeyObject } from 'node:crypto';
 export const DAY_MS = 86_400_000;
 
 /** The `authority` keys of the configuration this module reads. */
-export interface KeyFiles { key_file: string; next_key_file: string; rollover_days: number }
+export interface KeyFiles {
+  key_file: string;
+  next_key_file: string;
+  rollover_days: number;
+}
 
 /** A key statement ready to be appended: the state after it, the key that signs its block, and the note's signers. */
 export interface KeyPlan {
@@ -90,15 +94,24 @@ export class AuthorityKeys {
         const k = pub(s);
         return keys.compromised.includes(k) ? `${k}, declared compromised` : keys.retired.includes(k) ? `${k}, retired` : k;
       };
-      throw new VouchError('key_error',
+      throw new VouchError(
+        'key_error',
         `neither authority.key_file ${files.key_file} (holds ${what(first)}) nor authority.next_key_file ${files.next_key_file} (holds ${what(next)}) ` +
-        `holds the chain's online key in force, ${online.publicKey} (since block ${online.since}): put its private key in one of them`);
+          `holds the chain's online key in force, ${online.publicKey} (since block ${online.since}): put its private key in one of them`,
+      );
     }
     const k = new AuthorityKeys(files, backend, keys, current, null, from);
     // A rollover still running: key_file holds the key the last routine rotation retired.
     const previous = keys.retired[keys.retired.length - 1];
-    if (from === 'next_key_file' && first !== null && keyBlock !== null && previous !== undefined && pub(first) === previous &&
-        !keys.compromised.includes(previous) && keyBlock.payload.statement?.action !== 'compromise') {
+    if (
+      from === 'next_key_file' &&
+      first !== null &&
+      keyBlock !== null &&
+      previous !== undefined &&
+      pub(first) === previous &&
+      !keys.compromised.includes(previous) &&
+      keyBlock.payload.statement?.action !== 'compromise'
+    ) {
       const until = postedMs(keyBlock) + files.rollover_days * DAY_MS;
       if (now < until) k.rollover = { signer: first, until };
     }
@@ -175,9 +188,10 @@ export class AuthorityKeys {
   private readNext(next: KeyState): Signer {
     const want = next.online.publicKey;
     const path = this.files.next_key_file;
-    const unavailable = (why: string) => new VouchError('key_unavailable',
-      `the statement puts the online key ${want} in force, but authority.next_key_file ${path} ${why}; nothing appended`, {
-        resource: path, evidence: { next_key_file: path, public_key: want },
+    const unavailable = (why: string) =>
+      new VouchError('key_unavailable', `the statement puts the online key ${want} in force, but authority.next_key_file ${path} ${why}; nothing appended`, {
+        resource: path,
+        evidence: { next_key_file: path, public_key: want },
       });
     let s: Signer | null;
     try {

@@ -13,9 +13,7 @@
  * leftovers are never read; a file with other hard links is never written.
  */
 import { createHash, hash, type Hash } from 'node:crypto';
-import {
-  closeSync, constants, fstatSync, ftruncateSync, mkdtempSync, openSync, readSync, renameSync, unlinkSync, writeSync,
-} from 'node:fs';
+import { closeSync, constants, fstatSync, ftruncateSync, mkdtempSync, openSync, readSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -57,7 +55,10 @@ export class BlockTextCache {
   private pending: { text: string; idx: string } | null = null;
 
   /** `source`: where texts are read when they are not kept here (see the header). */
-  constructor(readonly path: string, private readonly source: ((i: number) => string) | null = null) {}
+  constructor(
+    readonly path: string,
+    private readonly source: ((i: number) => string) | null = null,
+  ) {}
 
   private get idxPath(): string {
     return this.path.replace(/\.cache$/, '') + '.idx';
@@ -119,7 +120,11 @@ export class BlockTextCache {
       this.count = count;
       this.length = at;
       if (this.source !== null) {
-        try { unlinkSync(this.path); } catch { /* none: texts a full layout kept, not needed with a source */ }
+        try {
+          unlinkSync(this.path);
+        } catch {
+          /* none: texts a full layout kept, not needed with a source */
+        }
       }
       return true;
     } catch {
@@ -162,7 +167,11 @@ export class BlockTextCache {
     if (this.pending === null) return;
     this.close();
     for (const p of [this.pending.text, this.pending.idx]) {
-      try { unlinkSync(p); } catch { /* already gone */ }
+      try {
+        unlinkSync(p);
+      } catch {
+        /* already gone */
+      }
     }
     this.pending = null;
     this.resetState();
@@ -174,7 +183,11 @@ export class BlockTextCache {
       renameSync(this.pending.idx, this.idxPath);
       if (this.source === null) renameSync(this.pending.text, this.path);
       else {
-        try { unlinkSync(this.path); } catch { /* none: texts of the full layout, not needed any more */ }
+        try {
+          unlinkSync(this.path);
+        } catch {
+          /* none: texts of the full layout, not needed any more */
+        }
       }
     } catch {
       this.persistent = false;
@@ -236,7 +249,7 @@ export class BlockTextCache {
       const tmp = `${path}.${process.pid}.tmp`;
       const out = openSync(tmp, constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC, 0o644);
       const buf = Buffer.allocUnsafe(16 << 20);
-      for (let pos = 0; pos < size;) {
+      for (let pos = 0; pos < size; ) {
         const got = readSync(fd, buf, 0, Math.min(buf.length, size - pos), pos);
         if (got <= 0) throw new Error('block cache: short read while copying');
         pwriteAll(out, buf.subarray(0, got), pos);
@@ -278,7 +291,11 @@ export class BlockTextCache {
   close(): void {
     for (const fd of [this.fd, this.idxFd]) {
       if (fd >= 0) {
-        try { closeSync(fd); } catch { /* already closed */ }
+        try {
+          closeSync(fd);
+        } catch {
+          /* already closed */
+        }
       }
     }
     this.fd = -1;

@@ -86,7 +86,14 @@ const hexBytes = (hex: string): Uint8Array => new Uint8Array(Buffer.from(hex, 'h
 function readSnapshotAt(dir: string): Snapshot | null {
   try {
     const snap = JSON.parse(readFileSync(snapshotPathOf(dir), 'utf8')) as Snapshot;
-    if (snap.version !== SNAPSHOT_VERSION || !snap.state?.authority || !snap.state.keys || typeof snap.cache?.digest !== 'string' || !Number.isSafeInteger(snap.cache.length)) return null;
+    if (
+      snap.version !== SNAPSHOT_VERSION ||
+      !snap.state?.authority ||
+      !snap.state.keys ||
+      typeof snap.cache?.digest !== 'string' ||
+      !Number.isSafeInteger(snap.cache.length)
+    )
+      return null;
     return snap;
   } catch {
     return null;
@@ -161,7 +168,10 @@ export class ChainState {
   private proofs = new Map<number, BlockProof>();
   private proofsOf: string | null = null;
 
-  private constructor(readonly repo: ChainRepo, private readonly pinnedPublicKey: string | null) {
+  private constructor(
+    readonly repo: ChainRepo,
+    private readonly pinnedPublicKey: string | null,
+  ) {
     // The sparse layout's texts are read from git objects: the cache keeps their lengths and hashes only.
     this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'), repo.sparse ? (i) => repo.readBlockFile(i) : null);
     this._index = this.newIndex();
@@ -172,7 +182,13 @@ export class ChainState {
   private verifiedText(i: number): string {
     const cached = this.cache.text(i);
     if (cached !== null) return cached;
-    const file = (() => { try { return this.repo.readBlockFile(i); } catch { return null; } })();
+    const file = (() => {
+      try {
+        return this.repo.readBlockFile(i);
+      } catch {
+        return null;
+      }
+    })();
     if (file !== null && this.cache.isText(i, file)) return file;
     throw new VouchError('io_error', `block ${i}: neither the text cache nor the block file holds the verified text; restart the gateway`, { index: i });
   }
@@ -211,7 +227,8 @@ export class ChainState {
   private takeIndexLine(note: ServedNote | null, blocks: readonly Block[]): void {
     this.completenessCatchUp();
     const line = note === null ? null : indexRootOf(note.checkpoint.extensions);
-    if (line !== null && 'malformed' in line) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note: ${line.malformed}`, { index: null });
+    if (line !== null && 'malformed' in line)
+      throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note: ${line.malformed}`, { index: null });
     const fresh = blocks.filter((b) => b.index >= this._completeness.size);
     const size = this._completeness.size + fresh.length;
     const judge = (r: Uint8Array) => line === null || note!.checkpoint.size !== size || bytesEqual(r, line);
@@ -219,9 +236,14 @@ export class ChainState {
     const root = fresh.length === 0 ? this._completeness.root() : this._completeness.rootWith(fresh, this.targetOf, (r) => (agrees = judge(r)));
     if (fresh.length === 0) agrees = judge(root);
     if (!agrees) {
-      throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note's vouch-index/v1 root at size ${size} is not the completeness index of the verified chain`, {
-        index: null, evidence: { size, note_index_root: base64Encode(line as Uint8Array), index_root: base64Encode(root) },
-      });
+      throw new VouchError(
+        'checkpoint_mismatch',
+        `checkpoint_mismatch: checkpoint.note's vouch-index/v1 root at size ${size} is not the completeness index of the verified chain`,
+        {
+          index: null,
+          evidence: { size, note_index_root: base64Encode(line as Uint8Array), index_root: base64Encode(root) },
+        },
+      );
     }
   }
 
@@ -272,7 +294,9 @@ export class ChainState {
   /** A verifier resumed from `state`, checking revoke targets against the blocks already indexed. */
   private resumed(state: VerifierState): ChainVerifier {
     return new ChainVerifier({
-      backend: nodeBackend, pinnedPublicKey: this.pinnedPublicKey, state,
+      backend: nodeBackend,
+      pinnedPublicKey: this.pinnedPublicKey,
+      state,
       endorsedBefore: (h) => this.endorsedBefore(h),
     });
   }
@@ -286,7 +310,10 @@ export class ChainState {
   }
 
   /** Loads and verifies the chain in `repo` (warm when a valid snapshot allows). */
-  static async load(repo: ChainRepo, options: { pinnedPublicKey?: string | null; onProgress?: (done: number, total: number) => void } = {}): Promise<{ state: ChainState; report: LoadReport }> {
+  static async load(
+    repo: ChainRepo,
+    options: { pinnedPublicKey?: string | null; onProgress?: (done: number, total: number) => void } = {},
+  ): Promise<{ state: ChainState; report: LoadReport }> {
     const t0 = performance.now();
     const s = new ChainState(repo, options.pinnedPublicKey ?? null);
     const warm = s.tryWarm();
@@ -401,7 +428,10 @@ export class ChainState {
     let streamed = 0;
     let outOfOrder = false;
     const onVerified = (start: number, texts: string[], facts: IndexFacts[]): void => {
-      if (outOfOrder || start !== streamed || texts.length !== facts.length) { outOfOrder = true; return; }
+      if (outOfOrder || start !== streamed || texts.length !== facts.length) {
+        outOfOrder = true;
+        return;
+      }
       try {
         this.cache.append(texts);
         for (const f of facts) {
@@ -550,13 +580,18 @@ export class ChainState {
       const bytes = this._index.toImage();
       const sha256 = createHash('sha256').update(bytes).digest('hex');
       const tmp = `${this.imagePath}.${process.pid}.tmp`;
-      writeFile(tmp, bytes).then(() => {
-        // The rename and the snapshot naming the new image, in one step of the event loop.
-        renameSync(tmp, this.imagePath);
-        this.image = { size, sha256 };
-        this.imageAt = Date.now();
-        this.writeSnapshot();
-      }).catch(() => {}).finally(() => { this.imageWriting = false; });
+      writeFile(tmp, bytes)
+        .then(() => {
+          // The rename and the snapshot naming the new image, in one step of the event loop.
+          renameSync(tmp, this.imagePath);
+          this.image = { size, sha256 };
+          this.imageAt = Date.now();
+          this.writeSnapshot();
+        })
+        .catch(() => {})
+        .finally(() => {
+          this.imageWriting = false;
+        });
     });
   }
 
@@ -578,7 +613,13 @@ export class ChainState {
       let files: (Buffer | null)[];
       if (this.repo.sparse) {
         await new Promise((r) => setImmediate(r));
-        files = ids.map((i) => { try { return Buffer.from(this.repo.readBlockFile(i), 'utf8'); } catch { return null; } });
+        files = ids.map((i) => {
+          try {
+            return Buffer.from(this.repo.readBlockFile(i), 'utf8');
+          } catch {
+            return null;
+          }
+        });
       } else {
         files = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i))).catch(() => null)));
       }

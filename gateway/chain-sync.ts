@@ -230,12 +230,17 @@ export class ChainSync {
     ctx.remote_note = { origin: cp.origin, size: cp.size, root: base64Encode(cp.root) };
     const expected = this.origin ?? local?.origin ?? null;
     if (expected !== null && cp.origin !== expected) {
-      throw noteMismatch(`the remote's ${CHECKPOINT_NOTE} names origin ${JSON.stringify(cp.origin)}, expected ${JSON.stringify(expected)}${this.origin !== null ? ' (chain.origin)' : ''}`, { origin: cp.origin, expected });
+      throw noteMismatch(
+        `the remote's ${CHECKPOINT_NOTE} names origin ${JSON.stringify(cp.origin)}, expected ${JSON.stringify(expected)}${this.origin !== null ? ' (chain.origin)' : ''}`,
+        { origin: cp.origin, expected },
+      );
     }
     const root = this.rootWith(blocks.map((b) => entryOf(b.record_hash)));
     if (!bytesEqual(root, cp.root)) {
       throw noteMismatch(`the remote's ${CHECKPOINT_NOTE} root at size ${cp.size} is not the Merkle root of the verified chain's record hashes`, {
-        size: cp.size, note_root: base64Encode(cp.root), tree_root: base64Encode(root),
+        size: cp.size,
+        note_root: base64Encode(cp.root),
+        tree_root: base64Encode(root),
       });
     }
     // The completeness index it commits (docs/spec/index.md 5): recomputed from the verified chain plus the new blocks.
@@ -245,7 +250,9 @@ export class ChainSync {
       const indexRoot = this.state.indexRootWith(blocks);
       if (!bytesEqual(indexRoot, line)) {
         throw noteMismatch(`the remote's ${CHECKPOINT_NOTE} vouch-index/v1 root at size ${cp.size} is not the completeness index of the verified chain`, {
-          size: cp.size, note_index_root: base64Encode(line), index_root: base64Encode(indexRoot),
+          size: cp.size,
+          note_index_root: base64Encode(line),
+          index_root: base64Encode(indexRoot),
         });
       }
     }
@@ -339,17 +346,19 @@ export class ChainSync {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     this.nextAt = null;
-    const run = this.runOnce().catch((e: unknown): SyncOutcome => {
-      // runOnce reports every failure as an outcome; this only guards the schedule.
-      this.log.error('mirror sync: unexpected failure', { message: (e as Error)?.message ?? String(e) });
-      return { result: 'failed', code: 'internal_error', message: 'unexpected failure' };
-    }).then((outcome) => {
-      this.inflight = null;
-      if (!this.queued) {
-        this.schedule(outcome.result === 'failed' ? this.backoffMs : this.intervalMs);
-      }
-      return outcome;
-    });
+    const run = this.runOnce()
+      .catch((e: unknown): SyncOutcome => {
+        // runOnce reports every failure as an outcome; this only guards the schedule.
+        this.log.error('mirror sync: unexpected failure', { message: (e as Error)?.message ?? String(e) });
+        return { result: 'failed', code: 'internal_error', message: 'unexpected failure' };
+      })
+      .then((outcome) => {
+        this.inflight = null;
+        if (!this.queued) {
+          this.schedule(outcome.result === 'failed' ? this.backoffMs : this.intervalMs);
+        }
+        return outcome;
+      });
     this.inflight = run;
     return run;
   }
@@ -374,7 +383,11 @@ export class ChainSync {
       const outcome = await this.attempt(ac.signal, ctx);
       this.lastSuccess = this.now();
       if (this.downSince !== null) {
-        this.log.info('mirror sync: the remote is reachable again', { remote: shownUrl(this.remote), down_seconds: Math.round((this.lastSuccess - this.downSince) / 1000), failed_attempts: this.transportFailures });
+        this.log.info('mirror sync: the remote is reachable again', {
+          remote: shownUrl(this.remote),
+          down_seconds: Math.round((this.lastSuccess - this.downSince) / 1000),
+          failed_attempts: this.transportFailures,
+        });
         this.downSince = null;
       }
       this.lastError = null;
@@ -394,7 +407,11 @@ export class ChainSync {
         const again = this.refused !== null && this.refused.commit === commit && this.refused.localHead === vs.head;
         if (commit !== null) this.refused = { commit, localHead: vs.head, error: err };
         if (again) {
-          this.log.warn('mirror sync: the remote is still at a refused head; serving the last verified head', { code: err.code, remote: shownUrl(this.remote), remote_commit: commit });
+          this.log.warn('mirror sync: the remote is still at a refused head; serving the last verified head', {
+            code: err.code,
+            remote: shownUrl(this.remote),
+            remote_commit: commit,
+          });
         } else {
           this.log.error('mirror sync refused the remote head; serving the last verified head', {
             code: err.code,
@@ -418,16 +435,19 @@ export class ChainSync {
       if (first || at - this.downLogged >= DOWN_LOG_MS) {
         if (first) this.downSince = at;
         this.downLogged = at;
-        this.log.warn(first ? 'mirror sync failed; serving the last verified head' : 'mirror sync: the remote is still unreachable; serving the last verified head', {
-          code: err.code,
-          message: err.message,
-          remote: shownUrl(this.remote),
-          consecutive_failures: this.failures,
-          down_seconds: Math.round((at - this.downSince!) / 1000),
-          retry_in_ms: this.backoffMs,
-          local_size: vs.size,
-          ...(first ? {} : { next_log_in_ms: DOWN_LOG_MS }),
-        });
+        this.log.warn(
+          first ? 'mirror sync failed; serving the last verified head' : 'mirror sync: the remote is still unreachable; serving the last verified head',
+          {
+            code: err.code,
+            message: err.message,
+            remote: shownUrl(this.remote),
+            consecutive_failures: this.failures,
+            down_seconds: Math.round((at - this.downSince!) / 1000),
+            retry_in_ms: this.backoffMs,
+            local_size: vs.size,
+            ...(first ? {} : { next_log_in_ms: DOWN_LOG_MS }),
+          },
+        );
       }
       return { result: 'failed', code: err.code, message: err.message };
     } finally {
@@ -483,18 +503,25 @@ export class ChainSync {
       });
     }
     const stray = changes.find((c) => c.path.startsWith('blocks/') && parseBlockPath(c.path) === null);
-    if (stray) throw new VouchError('malformed', `malformed: unexpected file ${stray.path} in the remote's blocks/ directory`, { index: null, resource: stray.path });
+    if (stray)
+      throw new VouchError('malformed', `malformed: unexpected file ${stray.path} in the remote's blocks/ directory`, { index: null, resource: stray.path });
 
     // 2. Verify every new block from the verified state, then the checkpoint.
     // Revokes are checked against the verified blocks before anything moves (I-JSON and revoke targets as applyCommitted checks them).
-    const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: this.pinned, state: local, endorsedBefore: (h) => this.state.endorsedBefore(h) });
+    const verifier = new ChainVerifier({
+      backend: nodeBackend,
+      pinnedPublicKey: this.pinned,
+      state: local,
+      endorsedBefore: (h) => this.state.endorsedBefore(h),
+    });
     const blocks: Block[] = [];
     for (let i = n; i < snap.size; i++) {
       let text: string;
       try {
         text = await snap.readBlock(i);
       } catch (e) {
-        if (e instanceof VouchError && e.code === 'not_found') throw new VouchError('index_gap', `index_gap at block ${i}: the remote has no ${blockPath(i)}`, { index: i });
+        if (e instanceof VouchError && e.code === 'not_found')
+          throw new VouchError('index_gap', `index_gap at block ${i}: the remote has no ${blockPath(i)}`, { index: i });
         throw e;
       }
       const { value, error } = readJson(text);
@@ -514,7 +541,12 @@ export class ChainSync {
     this.edge?.advance(blocks.map((b) => entryOf(b.record_hash)));
     const size = this.state.verifierState.size;
     this.log.info('mirror sync: accepted the remote head', {
-      remote: shownUrl(this.remote), remote_commit: commit, from: n, size, blocks: blocks.length, head: this.state.verifierState.head,
+      remote: shownUrl(this.remote),
+      remote_commit: commit,
+      from: n,
+      size,
+      blocks: blocks.length,
+      head: this.state.verifierState.head,
     });
     return { result: 'updated', commit, from: n, size };
   }
@@ -577,7 +609,11 @@ export async function prepareMirror(dir: string, remote: string, options: Mirror
     } catch (e) {
       if (e instanceof VouchError && e.code === 'not_a_chain') {
         const what = existsSync(join(abs, '.git')) ? 'a git repository that is not a vouch chain' : 'files that are not a vouch chain';
-        throw new VouchError('not_a_chain', `chain.dir ${abs} holds ${what} (${e.message}); point chain.dir at an empty directory to mirror ${shownUrl(remote)}`, { cause: e });
+        throw new VouchError(
+          'not_a_chain',
+          `chain.dir ${abs} holds ${what} (${e.message}); point chain.dir at an empty directory to mirror ${shownUrl(remote)}`,
+          { cause: e },
+        );
       }
       throw e;
     }
@@ -588,9 +624,14 @@ export async function prepareMirror(dir: string, remote: string, options: Mirror
     const declared = authority ? base64Decode(authority.public_key) : null;
     if (pinned === null || pinned.length !== 32) throw new VouchError('key_error', 'the pinned public key is not base64 of a 32-byte ed25519 key');
     if (declared === null || !bytesEqual(pinned, declared)) {
-      throw new VouchError('untrusted_authority', `untrusted_authority at block 0: the chain at ${shownUrl(remote)} is signed by key ${authority?.public_key ?? '(none)'}, not the pinned key`, {
-        index: 0, evidence: { pinned: options.pinnedPublicKey, chain: authority?.public_key ?? null, dir: abs },
-      });
+      throw new VouchError(
+        'untrusted_authority',
+        `untrusted_authority at block 0: the chain at ${shownUrl(remote)} is signed by key ${authority?.public_key ?? '(none)'}, not the pinned key`,
+        {
+          index: 0,
+          evidence: { pinned: options.pinnedPublicKey, chain: authority?.public_key ?? null, dir: abs },
+        },
+      );
     }
   }
   return { repo, cloned };

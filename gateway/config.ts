@@ -50,8 +50,16 @@ export interface Config {
    * the bearer token of POST /v1/sync (null: the endpoint is off). docs/guide/fleet.md.
    */
   chain: {
-    dir: string; remote: string | null; public_key: string | null; sync_interval: number; max_staleness: number; layout: 'full' | 'sparse'; origin: string | null;
-    unready_when_stale: boolean; min_size_wait: number; sync_token_file: string | null;
+    dir: string;
+    remote: string | null;
+    public_key: string | null;
+    sync_interval: number;
+    max_staleness: number;
+    layout: 'full' | 'sparse';
+    origin: string | null;
+    unready_when_stale: boolean;
+    min_size_wait: number;
+    sync_token_file: string | null;
   };
   /** witnesses: the C2SP tlog-witness endpoints asked to cosign each new checkpoint; policy_file: tlog-policy text (quorum). */
   /**
@@ -60,8 +68,13 @@ export interface Config {
    * carries the previous key's signature.
    */
   authority: {
-    key_file: string; next_key_file: string; rollover_days: number; signer: string; submit_token_file: string;
-    witnesses: WitnessEndpoint[]; policy_file: string | null;
+    key_file: string;
+    next_key_file: string;
+    rollover_days: number;
+    signer: string;
+    submit_token_file: string;
+    witnesses: WitnessEndpoint[];
+    policy_file: string | null;
     /** Mirrors told to sync after each push (POST <url>/v1/sync with the token in token_file). */
     notify: { url: string; token_file: string }[];
   } | null;
@@ -84,7 +97,10 @@ export interface Config {
 }
 
 /** A witness the authority asks for cosignatures: its submission prefix and its verifier key (`name+hex8+base64`, type 0x04). */
-export interface WitnessEndpoint { url: string; vkey: string }
+export interface WitnessEndpoint {
+  url: string;
+  vkey: string;
+}
 
 export interface WitnessConfig {
   /** PKCS#8 PEM ed25519 key the witness cosigns with (vouch keygen). */
@@ -127,7 +143,11 @@ export const SCHEMA: Record<string, Kind> = {
       sync_interval: { t: 'number', min: 0.1, max: 86_400 },
       max_staleness: { t: 'number', min: 1, max: 31_536_000 },
       layout: { t: 'string', check: (s) => (s === 'full' || s === 'sparse' ? null : 'must be "full" or "sparse"') },
-      origin: { t: 'string', nullable: true, check: (s) => (s.length > 0 && !/[\s+\u0000-\u001f\u007f]/.test(s) ? null : 'must be a note key name (no spaces, "+" or control characters)') },
+      origin: {
+        t: 'string',
+        nullable: true,
+        check: (s) => (s.length > 0 && !/[\s+\u0000-\u001f\u007f]/.test(s) ? null : 'must be a note key name (no spaces, "+" or control characters)'),
+      },
       unready_when_stale: { t: 'bool' },
       min_size_wait: { t: 'number', min: 0, max: 60 },
       sync_token_file: { t: 'string', nullable: true },
@@ -154,7 +174,18 @@ export const SCHEMA: Record<string, Kind> = {
       key_file: { t: 'string' },
       name: { t: 'string', check: keyName },
       state_file: { t: 'string' },
-      logs: { t: 'list', max: 1024, item: { t: 'object', keys: { vkey: { t: 'string', check: vkeyText }, origin: { t: 'string', nullable: true, check: keyName }, url: { t: 'string', nullable: true, check: httpUrl } } } },
+      logs: {
+        t: 'list',
+        max: 1024,
+        item: {
+          t: 'object',
+          keys: {
+            vkey: { t: 'string', check: vkeyText },
+            origin: { t: 'string', nullable: true, check: keyName },
+            url: { t: 'string', nullable: true, check: httpUrl },
+          },
+        },
+      },
     },
   },
   mirror: {
@@ -190,8 +221,18 @@ export const SCHEMA: Record<string, Kind> = {
 export const DEFAULTS = {
   listen: { host: '127.0.0.1', port: 8080 },
   service_name: 'vouch',
-  chain: { dir: './var/chain', remote: null, public_key: null, sync_interval: 30, max_staleness: undefined as number | undefined, layout: 'full' as 'full' | 'sparse', origin: null as string | null,
-    unready_when_stale: false, min_size_wait: 2, sync_token_file: null as string | null },
+  chain: {
+    dir: './var/chain',
+    remote: null,
+    public_key: null,
+    sync_interval: 30,
+    max_staleness: undefined as number | undefined,
+    layout: 'full' as 'full' | 'sparse',
+    origin: null as string | null,
+    unready_when_stale: false,
+    min_size_wait: 2,
+    sync_token_file: null as string | null,
+  },
   authority: { key_file: './var/authority.pem', signer: 'vouch-dev', submit_token_file: './var/submit.token', rollover_days: 30 },
   mirror: { memory_bytes: 268_435_456, disk_dir: null, disk_bytes: 10_737_418_240, budget_bytes: null, upstream_gateway: null },
   origin: { timeout: 30, max_bytes: 2_147_483_648, max_redirects: 5, allow_private: false },
@@ -250,7 +291,12 @@ export const ROUTE_DEFAULTS = { metadata_ttl: 60, metadata_max_stale: 86_400 } a
 
 /** The keys of one proxy route (`proxy.routes[i]`). */
 export const ROUTE_SCHEMA: Record<string, Kind> = {
-  prefix: { t: 'string', nullable: true, check: (s) => (/^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*\/$/.test(s) && !s.includes('/../') && !s.includes('/./') ? null : 'must be a path starting and ending with /') },
+  prefix: {
+    t: 'string',
+    nullable: true,
+    check: (s) =>
+      /^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*\/$/.test(s) && !s.includes('/../') && !s.includes('/./') ? null : 'must be a path starting and ending with /',
+  },
   host: { t: 'string', nullable: true, check: (s) => (/^[A-Za-z0-9.-]+(:\d+)?$/.test(s) ? null : 'must be a host name') },
   origin: { t: 'string', check: httpUrl },
   canonical: { t: 'string', nullable: true, check: httpUrl },
@@ -319,9 +365,17 @@ export function resolveConfig(doc: unknown, baseDir: string, source: string | nu
       key_file: path(w.key_file ?? DEFAULTS.witness.key_file),
       name: w.name ?? `${publicUrl.replace(/^[a-z]+:\/\//i, '')}/witness`,
       state_file: path(w.state_file ?? DEFAULTS.witness.state_file),
-      logs: (w.logs ?? []).map((l: { vkey: string; origin?: string | null; url?: string | null }) => ({ vkey: l.vkey, origin: l.origin ?? null, url: l.url ? l.url.replace(/\/+$/, '') : null })),
+      logs: (w.logs ?? []).map((l: { vkey: string; origin?: string | null; url?: string | null }) => ({
+        vkey: l.vkey,
+        origin: l.origin ?? null,
+        url: l.url ? l.url.replace(/\/+$/, '') : null,
+      })),
     },
-    mirror: { ...mirror, disk_dir: mirror.disk_dir === null ? null : path(mirror.disk_dir), upstream_gateway: mirror.upstream_gateway ? mirror.upstream_gateway.replace(/\/+$/, '') : null },
+    mirror: {
+      ...mirror,
+      disk_dir: mirror.disk_dir === null ? null : path(mirror.disk_dir),
+      upstream_gateway: mirror.upstream_gateway ? mirror.upstream_gateway.replace(/\/+$/, '') : null,
+    },
     origin: { ...DEFAULTS.origin, ...(raw.origin ?? {}) },
     proxy: { routes: raw.proxy?.routes ?? [] },
     clients: { ...DEFAULTS.clients, ...(raw.clients ?? {}) },
@@ -379,7 +433,8 @@ export function mergeOverDefault(doc: unknown): { doc: unknown; authorityFromDef
   if (!isMapping(file)) return { doc: file, authorityFromDefault: false };
   const chain = file.chain;
   const defaultDir = (EMBEDDED_DEFAULT.chain as { dir: string }).dir;
-  const ownChain = isMapping(chain) && ((chain.remote !== undefined && chain.remote !== null) || (chain.dir !== undefined && chain.dir !== null && chain.dir !== defaultDir));
+  const ownChain =
+    isMapping(chain) && ((chain.remote !== undefined && chain.remote !== null) || (chain.dir !== undefined && chain.dir !== null && chain.dir !== defaultDir));
   const base: Record<string, unknown> = { ...EMBEDDED_DEFAULT };
   if (ownChain && !('authority' in file)) base.authority = null;
   return { doc: mergeDocs(base, file), authorityFromDefault: !('authority' in file) && base.authority !== null };
@@ -394,7 +449,10 @@ export function parseListen(text: string): { host?: string; port: number } {
 }
 
 /** What `vouch serve` changes on top of the file (or the embedded default): --dev and --listen. */
-export interface ConfigOverrides { dev?: boolean; listen?: string }
+export interface ConfigOverrides {
+  dev?: boolean;
+  listen?: string;
+}
 
 function applyOverrides(doc: unknown, o: ConfigOverrides): unknown {
   let out = doc;
@@ -469,7 +527,7 @@ export function embeddedDefaultYaml(): string {
     '  origin: null',
     '',
     '# Authority mode: this gateway signs submitted artifacts. Left commented, the embedded',
-    '# default\'s development authority applies: its key and submit token are created under',
+    "# default's development authority applies: its key and submit token are created under",
     '# ./var on first start. Uncommented, the section is yours: its key and token must exist',
     '# (vouch keygen --out FILE; a token file of 16+ characters, mode 0600). `authority: null`',
     '# serves read-only.',

@@ -13,7 +13,10 @@ import type { Witness } from './witness.ts';
 import type { Cosigner } from './cosigner.ts';
 
 export interface SubmitHandler {
-  submit(body: unknown, onProgress?: (p: { done: number; total: number; url: string }) => void): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
+  submit(
+    body: unknown,
+    onProgress?: (p: { done: number; total: number; url: string }) => void,
+  ): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
   /** POST /v1/revoke: one revoke block through the same writer. */
   revoke(body: unknown): Promise<{ httpStatus: 200 | 201; body: Record<string, unknown> }>;
   /** POST /v1/root: one key statement (docs/spec/key-events.md) through the same writer. */
@@ -59,7 +62,11 @@ export interface StoredArtifactLike {
 /** Where verified bytes come from (the mirror, else the origin). */
 export interface ArtifactSource {
   /** `headers`: sent to the URL's own host only (a registry's accept and authorization). */
-  obtain(url: string, artifactHash: string, opts: { signal?: AbortSignal; trustedHosts?: readonly string[]; headers?: Readonly<Record<string, string>> }): Promise<{
+  obtain(
+    url: string,
+    artifactHash: string,
+    opts: { signal?: AbortSignal; trustedHosts?: readonly string[]; headers?: Readonly<Record<string, string>> },
+  ): Promise<{
     artifact: StoredArtifactLike;
     source: string;
     originHeaders: Record<string, string>;

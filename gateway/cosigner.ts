@@ -83,16 +83,18 @@ export class Cosigner {
   private readonly inflight = new Set<AbortController>();
 
   /** @throws VouchError usage on a witness vkey that is not an ed25519 cosignature key (type 0x04) */
-  constructor(private readonly o: {
-    backend: CryptoBackend;
-    witnesses: readonly { url: string; vkey: string }[];
-    policy: Policy | null;
-    /** `.git/vouch-cosigned-checkpoint` of the chain. */
-    file: string;
-    source: CheckpointSource;
-    log: Logger;
-    timeoutMs?: number;
-  }) {
+  constructor(
+    private readonly o: {
+      backend: CryptoBackend;
+      witnesses: readonly { url: string; vkey: string }[];
+      policy: Policy | null;
+      /** `.git/vouch-cosigned-checkpoint` of the chain. */
+      file: string;
+      source: CheckpointSource;
+      log: Logger;
+      timeoutMs?: number;
+    },
+  ) {
     this.peers = o.witnesses.map((w, i) => {
       let k: ReturnType<typeof parseVerifierKey>;
       try {
@@ -102,7 +104,15 @@ export class Cosigner {
       }
       if (k.type !== 0x04) throw new VouchError('usage', `config: authority.witnesses[${i}].vkey must be a cosignature key (type 0x04), not type ${k.type}`);
       return {
-        url: w.url, vkey: w.vkey, name: k.name, publicKey: k.publicKey, size: 0, busy: false, again: false, retry: null, backoffMs: RETRY_FIRST_MS,
+        url: w.url,
+        vkey: w.vkey,
+        name: k.name,
+        publicKey: k.publicKey,
+        size: 0,
+        busy: false,
+        again: false,
+        retry: null,
+        backoffMs: RETRY_FIRST_MS,
         outcomes: { cosigned: 0, conflict: 0, rejected: 0, bad_cosignature: 0, unreachable: 0 },
       };
     });
@@ -140,7 +150,9 @@ export class Cosigner {
           this.body = kept.text;
           this.version++;
         }
-      } catch { /* none kept, or not a checkpoint note */ }
+      } catch {
+        /* none kept, or not a checkpoint note */
+      }
     }
     this.notify();
   }
@@ -213,7 +225,9 @@ export class Cosigner {
     let size: number | null = null;
     try {
       size = this.body === null ? null : parseCheckpoint(this.body).size;
-    } catch { /* none */ }
+    } catch {
+      /* none */
+    }
     return {
       witnesses: this.peers.length,
       cosigned_size: size,
@@ -294,7 +308,12 @@ export class Cosigner {
         }
         if (known > cp.size) {
           // It cosigned a larger tree of this origin than the chain has: a split view, or this chain was rolled back.
-          this.o.log.error('a witness has cosigned a larger tree for this log than the chain holds', { witness: p.name, url: p.url, witness_size: known, size: cp.size });
+          this.o.log.error('a witness has cosigned a larger tree for this log than the chain holds', {
+            witness: p.name,
+            url: p.url,
+            witness_size: known,
+            size: cp.size,
+          });
           p.size = known;
           return;
         }
@@ -304,7 +323,14 @@ export class Cosigner {
         continue;
       }
       p.outcomes.rejected++;
-      this.o.log.warn('a witness refused the checkpoint', { witness: p.name, url: p.url, status: answer.status, size: cp.size, old, message: answer.text.slice(0, 300) });
+      this.o.log.warn('a witness refused the checkpoint', {
+        witness: p.name,
+        url: p.url,
+        status: answer.status,
+        size: cp.size,
+        old,
+        message: answer.text.slice(0, 300),
+      });
       return;
     }
   }
@@ -315,7 +341,13 @@ export class Cosigner {
     this.inflight.add(ac);
     const timer = setTimeout(() => ac.abort(), this.o.timeoutMs ?? WITNESS_TIMEOUT_MS);
     try {
-      const res = await fetch(`${p.url}/add-checkpoint`, { method: 'POST', body, signal: ac.signal, redirect: 'error', headers: { 'content-type': 'text/plain; charset=utf-8' } });
+      const res = await fetch(`${p.url}/add-checkpoint`, {
+        method: 'POST',
+        body,
+        signal: ac.signal,
+        redirect: 'error',
+        headers: { 'content-type': 'text/plain; charset=utf-8' },
+      });
       const chunks: Uint8Array[] = [];
       let n = 0;
       for await (const c of res.body ?? []) {
@@ -340,7 +372,9 @@ export class Cosigner {
   private validLine(n: Note, p: WitnessPeer): string | null {
     const r = verifyCosignature(this.o.backend, n, p.name, p.publicKey);
     if (!r.ok) return null;
-    const sig = n.signatures.find((s: NoteSignature) => s.name === p.name && verifyCosignature(this.o.backend, { text: n.text, signatures: [s] }, p.name, p.publicKey).ok);
+    const sig = n.signatures.find(
+      (s: NoteSignature) => s.name === p.name && verifyCosignature(this.o.backend, { text: n.text, signatures: [s] }, p.name, p.publicKey).ok,
+    );
     return sig === undefined ? null : lineOf(sig);
   }
 
@@ -382,13 +416,20 @@ function lineOf(sig: NoteSignature): string {
  * stops the start, naming the line), the chain's `.git` keeps the cosigned
  * note.
  */
-export function openCosigner(a: { witnesses: readonly { url: string; vkey: string }[]; policy_file: string | null }, chainDir: string, source: CheckpointSource, backend: CryptoBackend, log: Logger): Cosigner | null {
+export function openCosigner(
+  a: { witnesses: readonly { url: string; vkey: string }[]; policy_file: string | null },
+  chainDir: string,
+  source: CheckpointSource,
+  backend: CryptoBackend,
+  log: Logger,
+): Cosigner | null {
   if (a.witnesses.length === 0 && a.policy_file === null) return null;
   const policy = a.policy_file === null ? null : readPolicyFile(backend, a.policy_file, 'config: authority.policy_file');
   const cosigner = new Cosigner({ backend, witnesses: a.witnesses, policy, file: join(chainDir, '.git', 'vouch-cosigned-checkpoint'), source, log });
   // A policy witness no configured witness is asked for never cosigns: the quorum may be out of reach.
   for (const [name, w] of policy?.witnesses ?? []) {
-    if (!cosigner.asks(w.keyName, w.publicKey)) log.warn('authority.policy_file names a witness that is not in authority.witnesses (it is never asked)', { witness: name, vkey: w.vkey });
+    if (!cosigner.asks(w.keyName, w.publicKey))
+      log.warn('authority.policy_file names a witness that is not in authority.witnesses (it is never asked)', { witness: name, vkey: w.vkey });
   }
   return cosigner;
 }

@@ -20,9 +20,14 @@ import type { GatewayContext } from './context.ts';
 import { BUILT } from '../platform/worker-bundle.ts';
 
 const dir = fileURLToPath(new URL('./explorer/', import.meta.url));
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+const CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-interface Asset { body: Buffer; type: string; etag: string }
+interface Asset {
+  body: Buffer;
+  type: string;
+  etag: string;
+}
 let bundle: Promise<Asset> | null = null;
 
 function asset(body: Buffer | string, type: string): Asset {
@@ -55,7 +60,11 @@ async function builtBundle(): Promise<Asset> {
 const statics: Record<string, () => Promise<Asset>> = {
   '/': async () => asset(readFileSync(`${dir}index.html`), 'text/html; charset=utf-8'),
   '/explorer.css': async () => asset(readFileSync(`${dir}explorer.css`), 'text/css; charset=utf-8'),
-  '/explorer.js': () => (bundle ??= (BUILT ? builtBundle() : buildBundle()).catch((e) => { bundle = null; throw e; })),
+  '/explorer.js': () =>
+    (bundle ??= (BUILT ? builtBundle() : buildBundle()).catch((e) => {
+      bundle = null;
+      throw e;
+    })),
 };
 
 export const EXPLORER_PATHS = Object.keys(statics);

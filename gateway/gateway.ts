@@ -118,8 +118,12 @@ function checkChainWritable(dir: string): void {
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code ?? 'error';
       const why = code === 'EROFS' ? 'a read-only file system' : code === 'EACCES' || code === 'EPERM' ? `permission denied, ${code}` : code;
-      throw new VouchError('io_error', `chain.dir ${dir} is not writable (${why}${p === dir ? '' : ` at ${p}`}): an authority gateway appends to its chain there; ` +
-        'make it writable, or run without an authority section to serve it read-only', { resource: dir });
+      throw new VouchError(
+        'io_error',
+        `chain.dir ${dir} is not writable (${why}${p === dir ? '' : ` at ${p}`}): an authority gateway appends to its chain there; ` +
+          'make it writable, or run without an authority section to serve it read-only',
+        { resource: dir },
+      );
     }
   }
 }
@@ -145,7 +149,10 @@ const COLLECT_AFTER_BLOCKS = 10_000;
  * when there is no key_file but a next_key_file (a rotated chain whose key in
  * force is there; `AuthorityKeys.open` decides once the chain is verified).
  */
-interface AuthorityParts { key: KeyObject | null; tokenHash: Buffer }
+interface AuthorityParts {
+  key: KeyObject | null;
+  tokenHash: Buffer;
+}
 
 function prepareAuthority(config: Config, options: StartOptions, say: (l: string) => void, log: Logger): AuthorityParts {
   const a = config.authority!;
@@ -180,10 +187,14 @@ function prepareAuthority(config: Config, options: StartOptions, say: (l: string
 function openAuthorityKeys(config: Config, authority: AuthorityParts, state: ChainState, now: number): AuthorityKeys {
   const a = config.authority!;
   const since = state.keys.online.since;
-  const keyBlock = since > 0 ? state.index.block(since) ?? null : null;
+  const keyBlock = since > 0 ? (state.index.block(since) ?? null) : null;
   return AuthorityKeys.open(
     { key_file: a.key_file, next_key_file: a.next_key_file, rollover_days: a.rollover_days },
-    nodeBackend, state.keys, authority.key, keyBlock, now,
+    nodeBackend,
+    state.keys,
+    authority.key,
+    keyBlock,
+    now,
   );
 }
 
@@ -196,7 +207,13 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
     const edge = TreeEdge.empty(nodeBackend);
     edge.append(entryOf(block.record_hash));
     const note = signNoteText(signer, noteOrigin(null, config.chain.origin, logOrigin(config), 'config: chain.origin'), 1, edge.root());
-    const repo = await ChainRepo.init(config.chain.dir, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(cp), note }, commitFor([block], t), { sparse: config.chain.layout === 'sparse' });
+    const repo = await ChainRepo.init(
+      config.chain.dir,
+      [{ index: 0, content: formatBlockFile(block) }],
+      { json: formatCheckpointFile(cp), note },
+      commitFor([block], t),
+      { sparse: config.chain.layout === 'sparse' },
+    );
     writeEdgeFile(repo.dir, edge);
     return repo;
   }
@@ -209,17 +226,24 @@ function listenError(config: Config, e: NodeJS.ErrnoException): VouchError {
   const at = `${config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host}:${config.listen.port}`;
   const choose = `choose another port with vouch serve --listen ${at.replace(/:\d+$/, '')}:PORT or the config key listen.port`;
   if (e.code === 'EADDRINUSE') {
-    return new VouchError('io_error', `cannot listen on ${at}: port ${config.listen.port} is in use by another process (EADDRINUSE); ` +
-      `stop that process, or ${choose}`);
+    return new VouchError(
+      'io_error',
+      `cannot listen on ${at}: port ${config.listen.port} is in use by another process (EADDRINUSE); ` + `stop that process, or ${choose}`,
+    );
   }
   if (e.code === 'EACCES') return new VouchError('io_error', `cannot listen on ${at}: permission denied (EACCES; ports below 1024 need privileges); ${choose}`);
-  if (e.code === 'EADDRNOTAVAIL') return new VouchError('io_error', `cannot listen on ${at}: ${config.listen.host} is not an address of this machine (EADDRNOTAVAIL); set listen.host or --listen HOST:PORT`);
+  if (e.code === 'EADDRNOTAVAIL')
+    return new VouchError(
+      'io_error',
+      `cannot listen on ${at}: ${config.listen.host} is not an address of this machine (EADDRNOTAVAIL); set listen.host or --listen HOST:PORT`,
+    );
   return new VouchError('io_error', `cannot listen on ${at}: ${e.code ?? e.message}; ${choose}`);
 }
 
 /** A read-only gateway's chain directory must exist; the message says how to make one. */
 function checkChainExists(dir: string): void {
-  const how = `create a chain there with vouch init --chain ${dir} --key KEY_FILE --signer NAME, clone one there (git clone URL ${dir}), ` +
+  const how =
+    `create a chain there with vouch init --chain ${dir} --key KEY_FILE --signer NAME, clone one there (git clone URL ${dir}), ` +
     'or set chain.remote and chain.public_key to mirror one';
   if (!existsSync(dir)) throw new VouchError('not_a_chain', `chain.dir ${dir} does not exist: ${how}`, { resource: dir });
   if (!existsSync(join(dir, '.git'))) throw new VouchError('not_a_chain', `chain.dir ${dir} holds no chain (no .git): ${how}`, { resource: dir });
@@ -317,14 +341,20 @@ export function utcDay(now: () => number): () => string {
 export function modeLine(config: Config): string {
   const chain = `chain: ${config.chain.dir}`;
   if (config.authority !== null) {
-    const from = config.source === null ? 'the embedded default, used without --config'
-      : config.authority_from_default ? 'the embedded default\'s development authority, merged under the config file; set authority: null to serve read-only'
-      : 'the config file\'s authority section';
+    const from =
+      config.source === null
+        ? 'the embedded default, used without --config'
+        : config.authority_from_default
+          ? "the embedded default's development authority, merged under the config file; set authority: null to serve read-only"
+          : "the config file's authority section";
     return `mode: authority (submit enabled, signer ${config.authority.signer}; ${from}); ${chain}`;
   }
-  const why = config.source === null ? 'no authority section'
-    : config.chain.remote !== null ? 'a config file with chain.remote gets an authority only from its own authority section'
-    : 'the config file sets authority: null';
+  const why =
+    config.source === null
+      ? 'no authority section'
+      : config.chain.remote !== null
+        ? 'a config file with chain.remote gets an authority only from its own authority section'
+        : 'the config file sets authority: null';
   if (config.chain.remote !== null) return `mode: mirror of ${config.chain.remote} (read-only: ${why}); ${chain}`;
   return `mode: read-only (${why}); ${chain}`;
 }
@@ -333,15 +363,19 @@ export function modeLine(config: Config): string {
 export function bannerLines(config: Config, dev: boolean): string[] {
   const lines: string[] = [];
   if (dev || config.origin.allow_private) {
-    lines.push(dev
-      ? 'dev mode: loopback and private origins are allowed (origin.allow_private: true) because of --dev; never use --dev in production'
-      : 'origin.allow_private: true: loopback and private origins are allowed; use it for local testing only');
+    lines.push(
+      dev
+        ? 'dev mode: loopback and private origins are allowed (origin.allow_private: true) because of --dev; never use --dev in production'
+        : 'origin.allow_private: true: loopback and private origins are allowed; use it for local testing only',
+    );
   }
   const routes = config.proxy.routes;
   if (routes.length === 0) lines.push('routes: none (proxy.routes in a config file adds npm, pypi, goproxy, maven, oci or plain routes)');
   for (const r of routes) {
     const at = r.prefix !== null ? r.prefix : `host ${r.host}`;
-    lines.push(`route: ${at} kind ${r.kind}, origin ${r.origin}${r.canonical !== null ? `, canonical ${r.canonical}` : ''} (${r.mode}, unendorsed ${r.unendorsed})`);
+    lines.push(
+      `route: ${at} kind ${r.kind}, origin ${r.origin}${r.canonical !== null ? `, canonical ${r.canonical}` : ''} (${r.mode}, unendorsed ${r.unendorsed})`,
+    );
   }
   if (config.authority !== null) {
     const w = config.authority.witnesses;
@@ -369,7 +403,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const now = options.now ?? Date.now;
   const mirrorMode = config.chain.remote !== null && config.authority === null;
   if (mirrorMode && config.chain.public_key === null) {
-    throw new VouchError('usage', 'config: a mirror (chain.remote without authority) needs chain.public_key, the pinned authority key it verifies every block against');
+    throw new VouchError(
+      'usage',
+      'config: a mirror (chain.remote without authority) needs chain.public_key, the pinned authority key it verifies every block against',
+    );
   }
   say(modeLine(config));
   for (const line of bannerLines(config, options.dev === true)) say(line);
@@ -377,9 +414,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   // A read-only gateway serves an existing chain: found missing now, before it says it is listening.
   if (config.authority === null && !mirrorMode) checkChainExists(config.chain.dir);
   // An authority is the chain's one writer while it runs (a new chain is locked once created, below).
-  let chainLock: ChainLock | null = config.authority && existsSync(join(config.chain.dir, '.git'))
-    ? acquireChainLock(config.chain.dir)
-    : null;
+  let chainLock: ChainLock | null = config.authority && existsSync(join(config.chain.dir, '.git')) ? acquireChainLock(config.chain.dir) : null;
   let authority: AuthorityParts | null;
   let witness: Witness | null;
   let notifier: SyncNotifier | null = null;
@@ -388,7 +423,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     authority = config.authority ? prepareAuthority(config, options, say, log) : null;
     // Sync hints (docs/guide/fleet.md): the authority's tokens for its mirrors, a mirror's own token for POST /v1/sync.
     if (config.authority !== null && config.authority.notify.length > 0) {
-      notifier = new SyncNotifier(config.authority.notify.map((n) => ({ url: n.url, token: readSecretFile(n.token_file, 'authority.notify token file') })), log);
+      notifier = new SyncNotifier(
+        config.authority.notify.map((n) => ({ url: n.url, token: readSecretFile(n.token_file, 'authority.notify token file') })),
+        log,
+      );
     }
     if (mirrorMode && config.chain.sync_token_file !== null) {
       syncTokenHash = createHash('sha256').update(readSecretFile(config.chain.sync_token_file, 'chain.sync_token_file')).digest();
@@ -441,14 +479,17 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   // The proxy routes (bad routes fail the start here) and the metrics, which read the proxy's and the mirror's counters.
   const proxy = new ProxyRoutes(ctx);
   const metrics = new GatewayMetrics(ctx, { proxy, mirror: () => mirror.stats() });
-  const server = createServer({
-    requestTimeout: requestMs,
-    headersTimeout: Math.min(30_000, requestMs),
-    connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(requestMs / 4))),
-    // Longer than the idle time of the clients' pools (npm's, pip's, go's; a reverse proxy's), so a client reusing an idle
-    // connection does not race its close (node's 5 s default: npm, busy resolving a large tree, met ECONNRESET on reuse).
-    keepAliveTimeout: Math.round(config.clients.keep_alive_timeout * 1000),
-  }, createRequestHandler(ctx, { proxy, metrics }));
+  const server = createServer(
+    {
+      requestTimeout: requestMs,
+      headersTimeout: Math.min(30_000, requestMs),
+      connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(requestMs / 4))),
+      // Longer than the idle time of the clients' pools (npm's, pip's, go's; a reverse proxy's), so a client reusing an idle
+      // connection does not race its close (node's 5 s default: npm, busy resolving a large tree, met ECONNRESET on reuse).
+      keepAliveTimeout: Math.round(config.clients.keep_alive_timeout * 1000),
+    },
+    createRequestHandler(ctx, { proxy, metrics }),
+  );
   server.maxConnections = connectionBound(config.clients.max_connections, log);
   let dropped = 0;
   let droppedLogged = 0;
@@ -475,8 +516,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     if (FAULT !== null) injectFault('client_error', 'client_error');
     // An answer already started or sent for this request (a download under way, an early 401 whose body still trickles): nothing more to say.
     const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
-    if (!socket.writable || answering?.headersSent === true || answeredBeforeBody(socket) ||
-      (err as { bytesParsed?: number }).bytesParsed === 0 && err.code === 'ECONNRESET') {
+    if (
+      !socket.writable ||
+      answering?.headersSent === true ||
+      answeredBeforeBody(socket) ||
+      ((err as { bytesParsed?: number }).bytesParsed === 0 && err.code === 'ECONNRESET')
+    ) {
       socket.destroy();
       return;
     }
@@ -488,14 +533,20 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       message: tooLarge ? 'request headers too large' : status === 408 ? 'request timed out' : 'malformed HTTP request',
     });
     const reason = tooLarge ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request';
-    socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    socket.end(
+      `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
     // node:http keeps sockets half-open: a client that never closes its side is closed after a short linger.
     setTimeout(() => socket.destroy(), LINGER_MS).unref();
   };
   // The last word on an exception that reached the process (see the header): one JSON line, then Node ends it.
   const onUncaught = (e: unknown, origin: string) => {
     try {
-      log.error('uncaught exception outside the request path: the gateway exits', { origin, error: (e as Error)?.message ?? String(e), stack: (e as Error)?.stack ?? null });
+      log.error('uncaught exception outside the request path: the gateway exits', {
+        origin,
+        error: (e as Error)?.message ?? String(e),
+        stack: (e as Error)?.stack ?? null,
+      });
     } catch {
       // Node prints it anyway
     }
@@ -525,10 +576,14 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const delay = Number(process.env.VOUCH_TEST_READY_DELAY_MS ?? 0);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     const repo = mirrorMode
-      ? (await prepareMirror(config.chain.dir, config.chain.remote!, {
-        pinnedPublicKey: config.chain.public_key, log, sparse: config.chain.layout === 'sparse',
-        ...(options.onProgress ? { fetch: { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'cloning the chain') } } : {}),
-      })).repo
+      ? (
+          await prepareMirror(config.chain.dir, config.chain.remote!, {
+            pinnedPublicKey: config.chain.public_key,
+            log,
+            sparse: config.chain.layout === 'sparse',
+            ...(options.onProgress ? { fetch: { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'cloning the chain') } } : {}),
+          })
+        ).repo
       : await openChain(config, authority, now);
     if (authority && chainLock === null) chainLock = acquireChainLock(config.chain.dir);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
@@ -537,17 +592,26 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const pinned = config.chain.public_key;
     if (pinned === null && !authority) log.warn('no chain.public_key pinned: trusting the key of block 0 on first use', { dir: config.chain.dir });
     const { state, report } = await ChainState.load(repo, {
-      pinnedPublicKey: pinned, ...(options.onProgress ? { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'verifying the chain') } : {}),
+      pinnedPublicKey: pinned,
+      ...(options.onProgress ? { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'verifying the chain') } : {}),
     });
     const keys = authority ? openAuthorityKeys(config, authority, state, now()) : null;
     if (keys !== null && keys.signer().id !== config.authority!.signer) {
       // The chain names the signer of the key in force (a key statement may name a new one): it wins over the config.
-      log.warn('authority.signer differs from the signer of the chain\'s online key in force; signing as the chain says', { configured: config.authority!.signer, signer: keys.signer().id, since: state.keys.online.since });
+      log.warn("authority.signer differs from the signer of the chain's online key in force; signing as the chain says", {
+        configured: config.authority!.signer,
+        signer: keys.signer().id,
+        since: state.keys.online.since,
+      });
     }
     if (keys !== null && keys.source !== config.authority!.key_file) {
       const inForce = base64Encode(keys.signer().publicKey);
       say(`online key in force: ${inForce} (since block ${state.keys.online.since}), from authority.next_key_file ${keys.source}`);
-      log.info('signing with the online key in force from authority.next_key_file', { next_key_file: keys.source, public_key: inForce, since: state.keys.online.since });
+      log.info('signing with the online key in force from authority.next_key_file', {
+        next_key_file: keys.source,
+        public_key: inForce,
+        since: state.keys.online.since,
+      });
     }
     const trusted = keys ? trustedHead(repo, keys.signer(), state.keys) : null;
     // The log's origin: the committed note's; a configured chain.origin must agree (refused at start, exit 2).
@@ -561,42 +625,50 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const collected = report.verified >= COLLECT_AFTER_BLOCKS && (await collectGarbage());
     log.info('chain loaded', { ...report, head: state.head.record_hash, dir: config.chain.dir, collected });
     if (authority) {
-      ctx.submitter = new Submitter({
-        repo,
-        keys: keys!,
-        backend: nodeBackend,
-        index: state.index,
-        head: () => state.head,
-        digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
-        claims: (url, kinds, signal) => claimDigestsUrl(url, kinds, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
-        now,
-        // The root of each round's note from the tree edge kept beside the chain (.git/vouch-tree-edge, what
-        // `vouch endorse` reads too); applyCommitted checks every committed note against the gateway's own tree.
-        note: (() => {
-          const edge = new HeadEdge(repo, () => trusted!.note, verifiedRecordHashes(repo.dir));
-          return {
-            origin: origin!, rootWith: (e: readonly Uint8Array[]) => edge.rootWith(e), committed: (e: readonly Uint8Array[]) => edge.advance(e),
-            indexRootWith: (blocks: readonly Block[]) => state.indexRootWith(blocks),
-          };
-        })(),
-        onAppended: (blocks, committed) => {
-          try {
-            // From what the branch holds, not the working tree (which may lag after a failed write).
-            state.applyCommitted(blocks, committed.checkpointText, committed.blockTexts, committed.noteText ?? undefined);
-            log.info('appended', { blocks: blocks.map((b) => b.index), head: blocks[blocks.length - 1]!.record_hash });
-            pusher?.notify(repo.head);
-            ctx.cosigner?.notify();
-          } catch (e) {
-            log.error('an appended block did not verify', { error: (e as Error).message, blocks: blocks.map((b) => b.index) });
-          }
+      ctx.submitter = new Submitter(
+        {
+          repo,
+          keys: keys!,
+          backend: nodeBackend,
+          index: state.index,
+          head: () => state.head,
+          digest: (url, algorithm, signal) => digestUrl(url, algorithm, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
+          claims: (url, kinds, signal) => claimDigestsUrl(url, kinds, { fetcher, guardPrivate: !config.origin.allow_private, ...(signal ? { signal } : {}) }),
+          now,
+          // The root of each round's note from the tree edge kept beside the chain (.git/vouch-tree-edge, what
+          // `vouch endorse` reads too); applyCommitted checks every committed note against the gateway's own tree.
+          note: (() => {
+            const edge = new HeadEdge(repo, () => trusted!.note, verifiedRecordHashes(repo.dir));
+            return {
+              origin: origin!,
+              rootWith: (e: readonly Uint8Array[]) => edge.rootWith(e),
+              committed: (e: readonly Uint8Array[]) => edge.advance(e),
+              indexRootWith: (blocks: readonly Block[]) => state.indexRootWith(blocks),
+            };
+          })(),
+          onAppended: (blocks, committed) => {
+            try {
+              // From what the branch holds, not the working tree (which may lag after a failed write).
+              state.applyCommitted(blocks, committed.checkpointText, committed.blockTexts, committed.noteText ?? undefined);
+              log.info('appended', { blocks: blocks.map((b) => b.index), head: blocks[blocks.length - 1]!.record_hash });
+              pusher?.notify(repo.head);
+              ctx.cosigner?.notify();
+            } catch (e) {
+              log.error('an appended block did not verify', { error: (e as Error).message, blocks: blocks.map((b) => b.index) });
+            }
+          },
         },
-      }, { log: (m) => log.error(m) });
+        { log: (m) => log.error(m) },
+      );
     }
     if (authority && config.chain.remote !== null) {
       // While the remote is down the pusher probes every 5 s (and an append cuts a wait short), so the push after
       // an outage does not wait out a backoff of minutes; each push that moved main tells the mirrors to sync.
       pusher = new ChainPusher({
-        dir: config.chain.dir, remote: config.chain.remote, log, probeMs: 5_000,
+        dir: config.chain.dir,
+        remote: config.chain.remote,
+        log,
+        probeMs: 5_000,
         ...(notifier ? { onPushed: () => notifier!.notify(state.size) } : {}),
       });
       ctx.pushReport = () => pushReport(pusher!.status());
@@ -604,9 +676,14 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     if (mirrorMode) {
       sync = new ChainSync({
-        repo, remote: config.chain.remote!, state, pinnedPublicKey: config.chain.public_key, origin: config.chain.origin,
+        repo,
+        remote: config.chain.remote!,
+        state,
+        pinnedPublicKey: config.chain.public_key,
+        origin: config.chain.origin,
         rootWith: (e) => state.rootWith(e),
-        intervalSeconds: config.chain.sync_interval, log,
+        intervalSeconds: config.chain.sync_interval,
+        log,
       });
       ctx.syncReport = () => syncReport(sync!.status());
       ctx.mirrorSync = sync;
@@ -624,9 +701,16 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     if (report.mode === 'warm') {
       // A warm start served the verified texts without reading every block file: compare them now, in the background.
-      state.recheckFiles().then((i) => {
-        if (i !== null) log.error('a block file in the chain directory differs from the verified chain being served; run vouch verify', { index: i, dir: config.chain.dir });
-      }, (e) => log.warn('could not re-check the block files', { error: (e as Error).message }));
+      state.recheckFiles().then(
+        (i) => {
+          if (i !== null)
+            log.error('a block file in the chain directory differs from the verified chain being served; run vouch verify', {
+              index: i,
+              dir: config.chain.dir,
+            });
+        },
+        (e) => log.warn('could not re-check the block files', { error: (e as Error).message }),
+      );
     }
     if (FAULT !== null && FAULT.stage === 'uncaught') setTimeout(() => injectFault('uncaught', FAULT!.route), 200);
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
@@ -634,8 +718,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // curl --fail-with-body: an error answer is printed and curl exits non-zero (22), never a silent success.
     say(`try: curl -sS --fail-with-body '${url}/v1/authority'`);
     if (authority) {
-      say(`to submit an artifact (the gateway fetches its URL, hashes and signs it): curl -sS --fail-with-body -H "Authorization: Bearer $(cat ${config.authority!.submit_token_file})" ` +
-        `-H 'content-type: application/json' -d '{"url":"https://<host>/<file>","name":"<owner>/<name>","semver":"1.0.0","license":"MIT"}' ${url}/v1/submit`);
+      say(
+        `to submit an artifact (the gateway fetches its URL, hashes and signs it): curl -sS --fail-with-body -H "Authorization: Bearer $(cat ${config.authority!.submit_token_file})" ` +
+          `-H 'content-type: application/json' -d '{"url":"https://<host>/<file>","name":"<owner>/<name>","semver":"1.0.0","license":"MIT"}' ${url}/v1/submit`,
+      );
     }
   })();
   ready.catch(() => {});
@@ -649,7 +735,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       // Stop accepting, let requests in flight finish (bounded), then cut what is left.
       await new Promise<void>((r) => {
         const force = setTimeout(() => server.closeAllConnections(), options.drainMs ?? 10_000);
-        server.close(() => { clearTimeout(force); r(); });
+        server.close(() => {
+          clearTimeout(force);
+          r();
+        });
         server.closeIdleConnections();
       });
       await sync?.stop();

@@ -44,11 +44,23 @@ export function sendJsonTagged(res: ServerResponse, text: string, bytes: number,
   if (treeSize < 0) {
     res.writeHead(200, { 'content-type': JSON_TYPE, 'content-length': bytes, 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache', etag });
   } else if (syncAge < 0) {
-    res.writeHead(200, { 'content-type': JSON_TYPE, 'content-length': bytes, 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache', etag, 'vouch-tree-size': treeSize });
+    res.writeHead(200, {
+      'content-type': JSON_TYPE,
+      'content-length': bytes,
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-cache',
+      etag,
+      'vouch-tree-size': treeSize,
+    });
   } else {
     res.writeHead(200, {
-      'content-type': JSON_TYPE, 'content-length': bytes, 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache', etag,
-      'vouch-tree-size': treeSize, 'vouch-sync-age': syncAge,
+      'content-type': JSON_TYPE,
+      'content-length': bytes,
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-cache',
+      etag,
+      'vouch-tree-size': treeSize,
+      'vouch-sync-age': syncAge,
     });
   }
   // All ASCII (as many bytes as characters): written as latin1, the same bytes, copied as they are, where
@@ -63,9 +75,25 @@ export function statusOf(e: unknown): number {
 
 /** The `status` codes clients can see (docs/spec/http.md's table; a test keeps them in step). */
 export const PUBLIC_CODES: readonly ErrorCode[] = [
-  'bad_request', 'unauthorized', 'not_found', 'method_not_allowed', 'not_acceptable', 'semver_conflict',
-  'too_large', 'unsupported_media_type', 'origin_error', 'origin_timeout', 'not_ready', 'behind', 'internal_error',
-  'hash_mismatch', 'revoked', 'already_revoked', 'bad_statement', 'stale_statement', 'key_unavailable',
+  'bad_request',
+  'unauthorized',
+  'not_found',
+  'method_not_allowed',
+  'not_acceptable',
+  'semver_conflict',
+  'too_large',
+  'unsupported_media_type',
+  'origin_error',
+  'origin_timeout',
+  'not_ready',
+  'behind',
+  'internal_error',
+  'hash_mismatch',
+  'revoked',
+  'already_revoked',
+  'bad_statement',
+  'stale_statement',
+  'key_unavailable',
 ];
 
 /** Error code exposed to clients; server-side failures (files, keys, a broken chain) are internal. */
@@ -145,8 +173,8 @@ export function acceptsJson(accept: string | undefined): boolean {
   for (const part of accept.split(',')) {
     const [rawType, ...params] = part.trim().split(';');
     const type = rawType!.trim().toLowerCase();
-    const specificity = type === 'application/json' || /^application\/[a-z0-9.+-]*\+json$/.test(type) ? 3
-      : type === 'application/*' ? 2 : type === '*/*' ? 1 : 0;
+    const specificity =
+      type === 'application/json' || /^application\/[a-z0-9.+-]*\+json$/.test(type) ? 3 : type === 'application/*' ? 2 : type === '*/*' ? 1 : 0;
     if (specificity === 0 || (match !== null && specificity <= match.specificity)) continue;
     let q = 1;
     for (const p of params) {
@@ -179,9 +207,11 @@ const QUERY_PARAMETERS = new Set(['url', 'semver', 'at', 'proof']);
  */
 export function truncationHint(q: SelectionQuery): string {
   if (q.extra === undefined || q.extra.length === 0) return '';
-  const rest = q.extra.map((p) => p.length > 64 ? `${p.slice(0, 64)}...` : p).join('&');
-  return `; the url looks truncated at an unencoded '&' (the query also has ${rest}, which is not a lookup parameter): ` +
-    `percent-encode the url parameter (& as %26), e.g. curl -G --data-urlencode 'url=...'`;
+  const rest = q.extra.map((p) => (p.length > 64 ? `${p.slice(0, 64)}...` : p)).join('&');
+  return (
+    `; the url looks truncated at an unencoded '&' (the query also has ${rest}, which is not a lookup parameter): ` +
+    `percent-encode the url parameter (& as %26), e.g. curl -G --data-urlencode 'url=...'`
+  );
 }
 
 const MAX_QUERY = 16 * 1024;
@@ -290,17 +320,19 @@ export function readBody(req: IncomingMessage, limit: number, route = ''): Promi
         stop(e);
       }
     };
-    const onData = (chunk: Buffer) => guarded(() => {
-      if (FAULT !== null) injectFault('body', route);
-      size += chunk.length;
-      if (size > limit) stop(new VouchError('too_large', `request body over ${limit} bytes`));
-      else chunks.push(chunk);
-    });
-    const onEnd = () => guarded(() => {
-      req.off('data', onData);
-      req.off('close', onClose);
-      resolve(Buffer.concat(chunks, size));
-    });
+    const onData = (chunk: Buffer) =>
+      guarded(() => {
+        if (FAULT !== null) injectFault('body', route);
+        size += chunk.length;
+        if (size > limit) stop(new VouchError('too_large', `request body over ${limit} bytes`));
+        else chunks.push(chunk);
+      });
+    const onEnd = () =>
+      guarded(() => {
+        req.off('data', onData);
+        req.off('close', onClose);
+        resolve(Buffer.concat(chunks, size));
+      });
     const onClose = () => stop(new VouchError('bad_request', 'the client closed the connection before the body ended'));
     req.on('data', onData);
     req.once('end', onEnd);

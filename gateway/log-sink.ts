@@ -51,7 +51,10 @@ export class LineSink {
     this.flush(false);
   };
 
-  constructor(private readonly fd: number, o: LineSinkOptions = {}) {
+  constructor(
+    private readonly fd: number,
+    o: LineSinkOptions = {},
+  ) {
     this.bufferChars = o.bufferBytes ?? 64 * 1024;
     this.flushMs = o.flushMs ?? 100;
     this.backlogLimit = o.backlogBytes ?? 16 * 1024 * 1024;

@@ -22,10 +22,16 @@ import { openCheckpoint, type Checkpoint } from '../chain/tlog-checkpoint.ts';
 import type { ChainIndex } from '../chain/select.ts';
 
 /** What the gateway's snapshot says of a tree image: the entries it holds and its sha256. */
-export interface TreeImageRef { size: number; sha256: string }
+export interface TreeImageRef {
+  size: number;
+  sha256: string;
+}
 
 /** A checkpoint note as served: its text and what it says. */
-export interface ServedNote { text: string; checkpoint: Checkpoint }
+export interface ServedNote {
+  text: string;
+  checkpoint: Checkpoint;
+}
 
 export class LogTree {
   private _tree: MerkleTree;
@@ -35,7 +41,10 @@ export class LogTree {
   private imageWriting = false;
   private _note: ServedNote | null = null;
 
-  constructor(private readonly c: CryptoBackend, private readonly imagePath: string | null) {
+  constructor(
+    private readonly c: CryptoBackend,
+    private readonly imagePath: string | null,
+  ) {
     this._tree = new MerkleTree(c);
   }
 
@@ -120,12 +129,17 @@ export class LogTree {
       const bytes = this._tree.toImage();
       const sha256 = createHash('sha256').update(bytes).digest('hex');
       const tmp = `${path}.${process.pid}.tmp`;
-      writeFile(tmp, bytes).then(() => {
-        renameSync(tmp, path);
-        this.image = { size, sha256 };
-        this.imageAt = Date.now();
-        written();
-      }).catch(() => {}).finally(() => { this.imageWriting = false; });
+      writeFile(tmp, bytes)
+        .then(() => {
+          renameSync(tmp, path);
+          this.image = { size, sha256 };
+          this.imageAt = Date.now();
+          written();
+        })
+        .catch(() => {})
+        .finally(() => {
+          this.imageWriting = false;
+        });
     });
   }
 
@@ -142,13 +156,22 @@ export class LogTree {
     const { checkpoint } = openCheckpoint(this.c, text, { publicKey: authorityKey });
     const n = this._tree.size;
     if (checkpoint.size > n + pending.length) {
-      throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note names ${checkpoint.size} entries, the verified chain has ${n + pending.length}`, { index: null });
+      throw new VouchError(
+        'checkpoint_mismatch',
+        `checkpoint_mismatch: checkpoint.note names ${checkpoint.size} entries, the verified chain has ${n + pending.length}`,
+        { index: null },
+      );
     }
     const root = checkpoint.size <= n ? this._tree.root(checkpoint.size) : this.rootWith(pending.slice(0, checkpoint.size - n));
     if (!equalHashes(checkpoint.root, root)) {
-      throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note's root at size ${checkpoint.size} is not the Merkle root of the verified chain's record hashes`, {
-        index: null, evidence: { size: checkpoint.size, note_root: base64Encode(checkpoint.root), tree_root: base64Encode(root) },
-      });
+      throw new VouchError(
+        'checkpoint_mismatch',
+        `checkpoint_mismatch: checkpoint.note's root at size ${checkpoint.size} is not the Merkle root of the verified chain's record hashes`,
+        {
+          index: null,
+          evidence: { size: checkpoint.size, note_root: base64Encode(checkpoint.root), tree_root: base64Encode(root) },
+        },
+      );
     }
     return { text, checkpoint };
   }

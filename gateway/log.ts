@@ -113,9 +113,23 @@ function literal(s: string): string {
 /** The request line as pino would write it for `info(fields, 'request')` (same keys, same order), newline included. */
 export function requestLine(r: RequestRecord): string {
   const route = literal(r.route);
-  let line = '{"level":"info","time":"' + (r.time === undefined ? isoNow() : isoOf(r.time)) + '","method":' + literal(r.method) + ',"path":' + (r.path === r.route ? route : jsonString(r.path)) +
-    ',"route":' + route + ',"status":' + jsonNumber(r.status) + ',"ms":' + hundredthsNumber(r.ms) + ',"bytes":' + jsonNumber(r.bytes) +
-    ',"remote":' + (r.remote === null ? 'null' : literal(r.remote));
+  let line =
+    '{"level":"info","time":"' +
+    (r.time === undefined ? isoNow() : isoOf(r.time)) +
+    '","method":' +
+    literal(r.method) +
+    ',"path":' +
+    (r.path === r.route ? route : jsonString(r.path)) +
+    ',"route":' +
+    route +
+    ',"status":' +
+    jsonNumber(r.status) +
+    ',"ms":' +
+    hundredthsNumber(r.ms) +
+    ',"bytes":' +
+    jsonNumber(r.bytes) +
+    ',"remote":' +
+    (r.remote === null ? 'null' : literal(r.remote));
   if (r.url != null) line += ',"url":' + jsonString(r.url);
   if (r.aborted) line += ',"aborted":true';
   return line + ',"msg":"request"}\n';
@@ -128,7 +142,19 @@ const THRESHOLDS: readonly string[] = ['debug', 'info', 'warn', 'error', 'silent
  * a line and under `headers` / `req.headers`. Explicit paths only: a
  * wildcard path (`*.x`) costs some 20 µs per line.
  */
-const SECRET_KEYS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'token', 'submit_token', 'submitToken', 'private_key', 'privateKey', 'secret', 'password'];
+const SECRET_KEYS = [
+  'authorization',
+  'proxy-authorization',
+  'cookie',
+  'set-cookie',
+  'token',
+  'submit_token',
+  'submitToken',
+  'private_key',
+  'privateKey',
+  'secret',
+  'password',
+];
 export const REDACT_PATHS = ['', 'headers', 'req.headers'].flatMap((at) => SECRET_KEYS.map((k) => `${at}["${k}"]`));
 
 function envThreshold(): Threshold {

@@ -20,7 +20,23 @@ import { performance } from 'node:perf_hooks';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../chain/errors.ts';
 import type { Block } from '../chain/block.ts';
-import { acceptsJson, errorBody, checkArtifactUrl, parseJsonBody, parseSelectionQuery, rawHeader, truncationHint, readBody, sendEmpty, sendError, sendJson, sendJsonTagged, statusOf, UNEXPECTED_STAGE, type SelectionQuery } from './http-util.ts';
+import {
+  acceptsJson,
+  errorBody,
+  checkArtifactUrl,
+  parseJsonBody,
+  parseSelectionQuery,
+  rawHeader,
+  truncationHint,
+  readBody,
+  sendEmpty,
+  sendError,
+  sendJson,
+  sendJsonTagged,
+  statusOf,
+  UNEXPECTED_STAGE,
+  type SelectionQuery,
+} from './http-util.ts';
 import { handleDownload } from './routes/download.ts';
 import { handleHealthz, handleReadyz } from './routes/health.ts';
 import { handleAddCheckpoint } from './routes/witness.ts';
@@ -177,7 +193,10 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
     throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}${truncationHint(q)}`, { resource: q.url, evidence: absence() });
   }
   if (sel.revokedBy && q.semver === undefined) {
-    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, { resource: q.url, evidence: absence() });
+    throw new VouchError('not_found', `no provenance block is on file for ${asked(q)}: every endorsement in force is revoked`, {
+      resource: q.url,
+      evidence: absence(),
+    });
   }
   // proof=1: the block's inclusion proof in the served checkpoint, when that checkpoint covers it.
   const proof = q.proof ? state!.proofFor(sel.block.index) : null;
@@ -190,8 +209,16 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
     const length = Buffer.byteLength(text);
     if (key.length <= 4096) {
       own.answers.set(flatCopy(key), {
-        size: state!.size, today, index: sel.block.index, proof: q.proof === true && !proofSuffix, etag, text, length, url: q.url,
-        bytes: heapBytes(text, length) + key.length + q.url.length + 256, used: false,
+        size: state!.size,
+        today,
+        index: sel.block.index,
+        proof: q.proof === true && !proofSuffix,
+        etag,
+        text,
+        length,
+        url: q.url,
+        bytes: heapBytes(text, length) + key.length + q.url.length + 256,
+        used: false,
       });
     }
     answer(own, res, obs, text, length, etag, proof);
@@ -221,7 +248,15 @@ const PROOF_SUFFIX = '&proof=1';
  * proof, also the Vouch-Proof header's; pure ASCII) and the ETag naming the
  * note then (`proofTag`: its size and a digest of its text).
  */
-function sendWithProof(ctx: GatewayContext, res: ServerResponse, text: string, length: number, etag: string, proof: BlockProof | null, indexProof: Uint8Array | null = null): void {
+function sendWithProof(
+  ctx: GatewayContext,
+  res: ServerResponse,
+  text: string,
+  length: number,
+  etag: string,
+  proof: BlockProof | null,
+  indexProof: Uint8Array | null = null,
+): void {
   const size = typeof ctx.state?.size === 'number' ? ctx.state.size : -1;
   const age = ctx.mirrorSync ? Math.floor(ctx.mirrorSync.ageSeconds()) : -1;
   if (proof === null) return sendJsonTagged(res, text, length, etag, size, age);
@@ -258,7 +293,9 @@ const skill: Handler = (ctx, _req, res) => {
 function bearerMatches(header: string | undefined, expected: Buffer): boolean {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
   // Hashing both sides makes the comparison constant-time whatever the lengths.
-  const given = createHash('sha256').update(m?.[1] ?? '').digest();
+  const given = createHash('sha256')
+    .update(m?.[1] ?? '')
+    .digest();
   return timingSafeEqual(given, expected) && m !== null;
 }
 
@@ -269,7 +306,13 @@ const AUTHORITY_ACTIONS: Record<string, string> = { '/v1/submit': 'submit', '/v1
 export const STATEMENT_BODY_LIMIT = 64 * 1024;
 
 /** The authority's writer, after the submit token and a JSON body are checked (POST /v1/submit, /v1/revoke, /v1/root). */
-async function authorityBody(ctx: GatewayContext, req: IncomingMessage, path: string, label: string, limit = SUBMIT_BODY_LIMIT): Promise<{ submitter: NonNullable<GatewayContext['submitter']>; body: unknown }> {
+async function authorityBody(
+  ctx: GatewayContext,
+  req: IncomingMessage,
+  path: string,
+  label: string,
+  limit = SUBMIT_BODY_LIMIT,
+): Promise<{ submitter: NonNullable<GatewayContext['submitter']>; body: unknown }> {
   if (ctx.submitter === null || ctx.submitTokenHash === null) {
     req.resume();
     throw new VouchError('not_found', `${AUTHORITY_ACTIONS[path] ?? 'submit'} is disabled: this gateway is not an authority`, { resource: path });
@@ -331,7 +374,8 @@ const syncHint: Handler = async (ctx, req, res, _search, _own, obs) => {
   if (text.length > 0) {
     const body = parseJsonBody(Buffer.from(text)) as Record<string, unknown> | null;
     const v = body !== null && typeof body === 'object' && !Array.isArray(body) ? body.size : undefined;
-    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)) throw new VouchError('bad_request', 'size must be a non-negative integer');
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0))
+      throw new VouchError('bad_request', 'size must be a non-negative integer');
     size = typeof v === 'number' ? v : null;
   }
   void ctx.mirrorSync.hint(size).catch(() => undefined);
@@ -350,7 +394,9 @@ const submit: Handler = async (ctx, req, res, _search, _own, obs) => {
   // then the result line carrying the status the plain answer would have had. A client that goes away
   // does not stop the submit: its block is committed whole or not at all, as for any submit.
   res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
-  const line = (o: Record<string, unknown>) => { if (!res.destroyed) res.write(JSON.stringify(o) + '\n'); };
+  const line = (o: Record<string, unknown>) => {
+    if (!res.destroyed) res.write(JSON.stringify(o) + '\n');
+  };
   try {
     const result = await submitter.submit(body, (p) => line({ progress: p }));
     line({ http_status: result.httpStatus, ...result.body });
@@ -401,7 +447,9 @@ const LOOKUP_ROUTE = ROUTE_TABLE.get(LOOKUP_PATH)!;
 /** Every path under `/tile/` (tlog-tiles: hash tiles and entry bundles), one route labelled by its template. */
 export const TILE_PREFIX = '/tile/';
 const TILE_ROUTE: Route & { label: string } = {
-  methods: ['GET', 'HEAD'], kind: 'bytes', label: '/tile/{path}',
+  methods: ['GET', 'HEAD'],
+  kind: 'bytes',
+  label: '/tile/{path}',
   handler: (ctx, req, res, _search, _own, obs) => handleTile(ctx, req, res, obs.path),
 };
 
@@ -557,8 +605,16 @@ function recordRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incomi
     const path = obs.path;
     const url = obs.url === undefined ? urlParam(obs.search) : obs.url.length > LOGGED_CHARS ? obs.url.slice(0, LOGGED_CHARS) : obs.url;
     logRequest(ctx.log, {
-      method, path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path, route: obs.label, status, ms: Math.round(seconds * 1e5) / 100, bytes,
-      remote: socket.remoteAddress ?? null, url, aborted: !finished, time: wallClock(end),
+      method,
+      path: path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path,
+      route: obs.label,
+      status,
+      ms: Math.round(seconds * 1e5) / 100,
+      bytes,
+      remote: socket.remoteAddress ?? null,
+      url,
+      aborted: !finished,
+      time: wallClock(end),
     });
   } catch (e) {
     reportUnexpected(ctx.log, metrics, 'log', e, req, obs.path);
@@ -570,7 +626,14 @@ function recordRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: Incomi
  * handler expected, caught at `stage`. Never throws: a logger or a metric
  * that fails too leaves the line or the count out.
  */
-export function reportUnexpected(log: Logger, metrics: GatewayMetrics | null, stage: UnexpectedStage, e: unknown, req?: IncomingMessage | null, path?: string): void {
+export function reportUnexpected(
+  log: Logger,
+  metrics: GatewayMetrics | null,
+  stage: UnexpectedStage,
+  e: unknown,
+  req?: IncomingMessage | null,
+  path?: string,
+): void {
   try {
     metrics?.unexpected(stage);
   } catch {
@@ -578,7 +641,11 @@ export function reportUnexpected(log: Logger, metrics: GatewayMetrics | null, st
   }
   try {
     const err = e as { message?: unknown; stack?: unknown } | null;
-    const fields: Record<string, unknown> = { stage, error: typeof err?.message === 'string' ? err.message : String(e), stack: typeof err?.stack === 'string' ? err.stack : null };
+    const fields: Record<string, unknown> = {
+      stage,
+      error: typeof err?.message === 'string' ? err.message : String(e),
+      stack: typeof err?.stack === 'string' ? err.stack : null,
+    };
     if (req) fields.method = req.method;
     if (path !== undefined) fields.path = path.length > LOGGED_CHARS ? path.slice(0, LOGGED_CHARS) : path;
     log.error('unexpected exception on the request path', fields);
@@ -597,7 +664,10 @@ export function reportUnexpected(log: Logger, metrics: GatewayMetrics | null, st
  * connection's `bytesWritten` is then this answer's end. A response that
  * closes unfinished (the client left) is recorded on 'close'.
  */
-function responseObservers(ctx: GatewayContext, metrics: GatewayMetrics): { finish: (this: ObservedResponse) => void; close: (this: ObservedResponse) => void } {
+function responseObservers(
+  ctx: GatewayContext,
+  metrics: GatewayMetrics,
+): { finish: (this: ObservedResponse) => void; close: (this: ObservedResponse) => void } {
   const record = (res: ObservedResponse, finished: boolean) => {
     const obs = res[OBSERVED]!;
     if (obs.recorded) return;
@@ -611,7 +681,8 @@ function responseObservers(ctx: GatewayContext, metrics: GatewayMetrics): { fini
       try {
         if (FAULT !== null) injectFault('finish', this[OBSERVED]!.label);
         // Before node:http's own 'finish' listener, which closes such a connection.
-        if (!this.req.complete && !this.shouldKeepAlive) closeAfterBody(this.req, this[OBSERVED]!.socket, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
+        if (!this.req.complete && !this.shouldKeepAlive)
+          closeAfterBody(this.req, this[OBSERVED]!.socket, Math.min(LINGER_MS, ctx.config.clients.request_timeout * 1000));
         record(this, true);
       } catch (e) {
         reportUnexpected(ctx.log, metrics, 'finish', e, this.req, this[OBSERVED]?.path);
@@ -651,7 +722,16 @@ function faultOf(stage: string): Error {
  * exception (not a `VouchError`) is reported at `stage` (or the stage the
  * error carries, `UNEXPECTED_STAGE`). Never throws.
  */
-function failRequest(ctx: GatewayContext, metrics: GatewayMetrics, req: IncomingMessage, res: ServerResponse, bytes: boolean, path: string, e: unknown, stage: UnexpectedStage): void {
+function failRequest(
+  ctx: GatewayContext,
+  metrics: GatewayMetrics,
+  req: IncomingMessage,
+  res: ServerResponse,
+  bytes: boolean,
+  path: string,
+  e: unknown,
+  stage: UnexpectedStage,
+): void {
   if (!(e instanceof VouchError)) {
     const carried = (e as { [UNEXPECTED_STAGE]?: UnexpectedStage } | null)?.[UNEXPECTED_STAGE];
     reportUnexpected(ctx.log, metrics, carried ?? stage, e, req, path);
@@ -696,7 +776,9 @@ async function atLeast(ctx: GatewayContext, wanted: number | VouchError): Promis
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       ctx.mirrorSync.syncNow().catch(() => undefined),
-      new Promise<void>((r) => { timer = setTimeout(r, Math.max(1, deadline - performance.now())); }),
+      new Promise<void>((r) => {
+        timer = setTimeout(r, Math.max(1, deadline - performance.now()));
+      }),
     ]);
     clearTimeout(timer);
     // A sync that failed at once (remote down) is not retried in a tight loop.
@@ -704,7 +786,10 @@ async function atLeast(ctx: GatewayContext, wanted: number | VouchError): Promis
   }
   if (ctx.state === null) throw new VouchError('not_ready', 'the chain is not loaded yet; retry shortly');
   if (have() < wanted) {
-    throw new VouchError('behind', `this gateway serves ${have()} blocks; the request asks for at least ${wanted} (${MIN_SIZE_HEADER}); retry, or ask another gateway`);
+    throw new VouchError(
+      'behind',
+      `this gateway serves ${have()} blocks; the request asks for at least ${wanted} (${MIN_SIZE_HEADER}); retry, or ask another gateway`,
+    );
   }
 }
 
@@ -716,7 +801,10 @@ async function atLeast(ctx: GatewayContext, wanted: number | VouchError): Promis
  * and feed the metrics its mirror).
  * @throws VouchError usage on an unusable proxy route (the start fails).
  */
-export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: ProxyRoutes; metrics?: GatewayMetrics } = {}): (req: IncomingMessage, res: ServerResponse) => void {
+export function createRequestHandler(
+  ctx: GatewayContext,
+  parts: { proxy?: ProxyRoutes; metrics?: GatewayMetrics } = {},
+): (req: IncomingMessage, res: ServerResponse) => void {
   const proxy = parts.proxy ?? new ProxyRoutes(ctx);
   const metrics = parts.metrics ?? new GatewayMetrics(ctx, { proxy });
   const observers = responseObservers(ctx, metrics);
@@ -738,29 +826,33 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     }
   };
 
-  const batch = new AnswerBatch<Answer>((a) => {
-    const { res, obs } = a;
-    const req = res.req;
-    // The client left while the answer waited: recorded as such (499), nothing written.
-    if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
-    if (FAULT !== null) injectFault('batch', obs.label);
-    // With the inclusion proof, the URL's completeness-index proof against the same note (docs/spec/index.md 8).
-    const indexProof = a.proof !== null && obs.url !== undefined && ctx.state !== null ? ctx.state.indexProof('url', obs.url) : null;
-    sendWithProof(ctx, res, a.text, a.length, a.etag, a.proof, indexProof);
-    settle(req, res, obs, true);
-  }, (a, e) => {
-    failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');
-    try {
-      if (!a.obs.recorded) settle(a.res.req, a.res, a.obs, true);
-    } catch (e2) {
-      reportUnexpected(ctx.log, metrics, 'batch', e2, a.res.req, a.obs.path);
+  const batch = new AnswerBatch<Answer>(
+    (a) => {
+      const { res, obs } = a;
+      const req = res.req;
+      // The client left while the answer waited: recorded as such (499), nothing written.
+      if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
+      if (FAULT !== null) injectFault('batch', obs.label);
+      // With the inclusion proof, the URL's completeness-index proof against the same note (docs/spec/index.md 8).
+      const indexProof = a.proof !== null && obs.url !== undefined && ctx.state !== null ? ctx.state.indexProof('url', obs.url) : null;
+      sendWithProof(ctx, res, a.text, a.length, a.etag, a.proof, indexProof);
+      settle(req, res, obs, true);
+    },
+    (a, e) => {
+      failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');
+      try {
+        if (!a.obs.recorded) settle(a.res.req, a.res, a.obs, true);
+      } catch (e2) {
+        reportUnexpected(ctx.log, metrics, 'batch', e2, a.res.req, a.obs.path);
+        a.res.destroy();
+      }
+    },
+    (a, e) => {
+      // `failed` is built not to throw; should it, the connection goes and the batch goes on.
+      reportUnexpected(ctx.log, metrics, 'batch', e, null, a.obs.path);
       a.res.destroy();
-    }
-  }, (a, e) => {
-    // `failed` is built not to throw; should it, the connection goes and the batch goes on.
-    reportUnexpected(ctx.log, metrics, 'batch', e, null, a.obs.path);
-    a.res.destroy();
-  });
+    },
+  );
   const own: HandlerState = { answers: new ClockCache<CachedAnswer>(ANSWER_CACHE_BYTES), batch, metrics };
 
   /** Routes and answers one request; true when its handler returned without leaving work behind (no promise, no proxying). */
@@ -778,9 +870,12 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
           sendEmpty(res, 400);
           return true;
         }
-        throw new VouchError('bad_request', (facts & MANY_HOSTS) !== 0
-          ? 'the request has more than one Host header (RFC 9112, section 3.2)'
-          : 'the Host header is not a host name with a port of at most 65535 (RFC 9112, section 3.2)');
+        throw new VouchError(
+          'bad_request',
+          (facts & MANY_HOSTS) !== 0
+            ? 'the request has more than one Host header (RFC 9112, section 3.2)'
+            : 'the Host header is not a host name with a port of at most 65535 (RFC 9112, section 3.2)',
+        );
       }
       // The explorer's paths yield to a proxy route (a Host route may proxy a whole site, "/" included).
       if (route === undefined || route.handler === handleExplorer) {
@@ -788,8 +883,9 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
         if (routed !== null) {
           obs.label = 'proxy';
           // It answers every failure itself, empty-bodied; what escapes it still stays with this request.
-          (FAULT !== null && FAULT.stage === 'proxy' && FAULT.route === 'proxy' ? Promise.reject(faultOf('proxy')) : proxy.handle(req, res, routed))
-            .catch((e: unknown) => failRequest(ctx, metrics, req, res, true, path, e, 'proxy'));
+          (FAULT !== null && FAULT.stage === 'proxy' && FAULT.route === 'proxy' ? Promise.reject(faultOf('proxy')) : proxy.handle(req, res, routed)).catch(
+            (e: unknown) => failRequest(ctx, metrics, req, res, true, path, e, 'proxy'),
+          );
           return false;
         }
       }
@@ -800,7 +896,8 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
       if (!route.methods.includes(req.method ?? '')) {
         req.resume();
         throw new VouchError('method_not_allowed', `${req.method} is not allowed on ${path}; use ${route.methods.join(' or ')}`, {
-          resource: path, evidence: { allow: route.methods.join(', ') },
+          resource: path,
+          evidence: { allow: route.methods.join(', ') },
         });
       }
       if (route.kind === 'json' && !acceptsJson(rawHeader(req, 'accept')) && !(route.handler === submit && wantsNdjson(req))) {
@@ -808,9 +905,10 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
         throw new VouchError('not_acceptable', 'this endpoint answers application/json only; the Accept header rules it out', { resource: path });
       }
       if (FAULT !== null) injectFault('handler', obs.label);
-      const done = FAULT !== null && FAULT.stage === 'handler_async' && FAULT.route === obs.label
-        ? new Promise<void>((_ok, fail) => setImmediate(() => fail(faultOf('handler_async'))))
-        : route.handler(ctx, req, res, search, own, obs);
+      const done =
+        FAULT !== null && FAULT.stage === 'handler_async' && FAULT.route === obs.label
+          ? new Promise<void>((_ok, fail) => setImmediate(() => fail(faultOf('handler_async'))))
+          : route.handler(ctx, req, res, search, own, obs);
       if (done instanceof Promise) {
         done.catch((e: unknown) => failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async'));
         return false;
@@ -828,28 +926,39 @@ export function createRequestHandler(ctx: GatewayContext, parts: { proxy?: Proxy
     // A lookup's path is the constant itself (no slice made; the log line compares it with the route label by identity).
     const lookupPath = q === LOOKUP_PATH.length && target.startsWith(LOOKUP_PATH);
     const path = lookupPath ? LOOKUP_PATH : q === -1 ? target : target.slice(0, q);
-    const route = lookupPath ? LOOKUP_ROUTE : ROUTE_TABLE.get(path) ?? (path.startsWith(TILE_PREFIX) ? TILE_ROUTE : undefined);
+    const route = lookupPath ? LOOKUP_ROUTE : (ROUTE_TABLE.get(path) ?? (path.startsWith(TILE_PREFIX) ? TILE_ROUTE : undefined));
     const obs: Observed = {
       // The table's own string: its hash is kept, where the path is a new string each request (metrics and log look labels up).
       label: route === undefined ? 'unknown' : route.handler === handleExplorer ? 'explorer' : route.label,
-      url: undefined, path, search: q === -1 ? '' : target.slice(q + 1), socket: req.socket as CountedSocket, started: performance.now(),
-      facts: headerFacts(req), batched: false, recorded: false,
+      url: undefined,
+      path,
+      search: q === -1 ? '' : target.slice(q + 1),
+      socket: req.socket as CountedSocket,
+      started: performance.now(),
+      facts: headerFacts(req),
+      batched: false,
+      recorded: false,
     };
     if ((obs.facts & MIN_SIZE) !== 0 && route !== undefined && (req.method === 'GET' || req.method === 'HEAD')) {
       const wanted = minTreeSize(req);
       if (typeof wanted !== 'number' || ctx.state === null || ctx.state.size < wanted) {
         // Behind (or a bad value): wait for a sync, bounded, then answer as usual or 503 behind.
-        atLeast(ctx, wanted).then(() => {
-          stamp(res, route);
-          const done = dispatch(req, res, target, route, obs);
-          if (!obs.batched) settle(req, res, obs, done);
-        }, (e: unknown) => {
-          if (e instanceof VouchError && e.code === 'behind' && !res.headersSent) res.setHeader('retry-after', '1');
-          failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
-          settle(req, res, obs, true);
-        }).catch((e: unknown) => {
-          failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
-        });
+        atLeast(ctx, wanted)
+          .then(
+            () => {
+              stamp(res, route);
+              const done = dispatch(req, res, target, route, obs);
+              if (!obs.batched) settle(req, res, obs, done);
+            },
+            (e: unknown) => {
+              if (e instanceof VouchError && e.code === 'behind' && !res.headersSent) res.setHeader('retry-after', '1');
+              failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
+              settle(req, res, obs, true);
+            },
+          )
+          .catch((e: unknown) => {
+            failRequest(ctx, metrics, req, res, route.kind === 'bytes', path, e, 'handler_async');
+          });
         return;
       }
     }

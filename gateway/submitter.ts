@@ -101,7 +101,11 @@ export interface SubmitterOptions {
 }
 
 /** One entry of a submit fetched and hashed (the NDJSON progress of POST /v1/submit). */
-export interface SubmitProgress { done: number; total: number; url: string }
+export interface SubmitProgress {
+  done: number;
+  total: number;
+  url: string;
+}
 
 export interface SubmitResult {
   httpStatus: 200 | 201;
@@ -206,7 +210,10 @@ function revokeAnswer(block: Block, target: Block): SubmitResult {
   return {
     httpStatus: 201,
     body: {
-      success: true, status: 'revoked', index: block.index, record_hash: block.record_hash,
+      success: true,
+      status: 'revoked',
+      index: block.index,
+      record_hash: block.record_hash,
       effective_date: block.payload.effective_date,
       revokes: { index: target.index, record_hash: target.record_hash, urls: target.payload.endorsements.map((e) => e.artifact_url) },
     },
@@ -235,8 +242,18 @@ export class Submitter {
   /** Set when the index could not take a committed block: no further appends. */
   private broken: VouchError | null = null;
   private readonly counters: Omit<SubmitterStats, 'queued'> = {
-    posted: 0, revoked: 0, keyEvents: 0, unchanged: 0, conflict: 0, invalid: 0, failed: 0,
-    commits: 0, blocks: 0, maxBlocksPerCommit: 0, lastBlocksPerCommit: 0, commitFailures: 0,
+    posted: 0,
+    revoked: 0,
+    keyEvents: 0,
+    unchanged: 0,
+    conflict: 0,
+    invalid: 0,
+    failed: 0,
+    commits: 0,
+    blocks: 0,
+    maxBlocksPerCommit: 0,
+    lastBlocksPerCommit: 0,
+    commitFailures: 0,
   };
 
   constructor(deps: SubmitterDeps, options: SubmitterOptions = {}) {
@@ -335,7 +352,8 @@ export class Submitter {
       return outcome;
     } catch (e) {
       const err = e instanceof VouchError ? e : internal(`key statement failed: ${(e as Error)?.message ?? String(e)}`, e);
-      if (err.code === 'bad_request' || err.code === 'bad_statement' || err.code === 'stale_statement' || err.code === 'key_unavailable') this.counters.invalid++;
+      if (err.code === 'bad_request' || err.code === 'bad_statement' || err.code === 'stale_statement' || err.code === 'key_unavailable')
+        this.counters.invalid++;
       else this.counters.failed++;
       throw err;
     }
@@ -344,9 +362,13 @@ export class Submitter {
   private async process(reqs: SubmitRequest[], batch: boolean, onProgress?: (p: SubmitProgress) => void): Promise<SubmitResult> {
     const digests: Digests = new Map();
     // The blocks form is fetched as one request: one pool over all its entries, one progress count.
-    const all: SubmitRequest = reqs.length === 1 ? reqs[0]! : {
-      ...reqs[0]!, entries: reqs.flatMap((r) => r.entries.map((e) => ({ ...e, algorithm: e.algorithm ?? r.algorithm }))),
-    };
+    const all: SubmitRequest =
+      reqs.length === 1
+        ? reqs[0]!
+        : {
+            ...reqs[0]!,
+            entries: reqs.flatMap((r) => r.entries.map((e) => ({ ...e, algorithm: e.algorithm ?? r.algorithm }))),
+          };
     for (let attempt = 1; ; attempt++) {
       if (this.broken) throw this.broken;
       // Fetch and hash outside the writer, under every algorithm a comparison needs.
@@ -357,7 +379,12 @@ export class Submitter {
       if (!ds.some((d) => d.kind === 'rehash')) {
         const conflict = ds.find((d) => d.kind === 'conflict');
         if (conflict) throw conflict.error;
-        if (ds.every((d) => d.kind === 'unchanged')) return this.result(reqs, batch, ds.map((d) => ({ httpStatus: 200, block: d.version.block })));
+        if (ds.every((d) => d.kind === 'unchanged'))
+          return this.result(
+            reqs,
+            batch,
+            ds.map((d) => ({ httpStatus: 200, block: d.version.block })),
+          );
         const outcome = await new Promise<Outcome>((resolve, reject) => {
           this.queue.push({ kind: 'submit', reqs, batch, digests, resolve, reject });
           void this.pump();
@@ -394,7 +421,10 @@ export class Submitter {
     const claimed = new Set(req.entries.filter((e) => e.expect !== undefined).map((e) => e.url));
     for (const [url, algs] of this.needs(req)) {
       const missing = [...algs].filter((a) => !digests.get(url)?.has(a));
-      if (missing.length === 0) { left.set(url, 0); continue; }
+      if (missing.length === 0) {
+        left.set(url, 0);
+        continue;
+      }
       // An entry with claims: one fetch for all its hashes. Others: a job per algorithm, as before.
       if (claimed.has(url) && !digests.has(url)) jobs.push({ url, algorithm: missing });
       else for (const algorithm of missing) jobs.push({ url, algorithm });
@@ -407,43 +437,58 @@ export class Submitter {
       const n = left.get(url)! - 1;
       left.set(url, n);
       if (n === 0 && onProgress) {
-        try { onProgress({ done: ++done, total, url }); } catch { /* a progress sink never fails a submit */ }
+        try {
+          onProgress({ done: ++done, total, url });
+        } catch {
+          /* a progress sink never fails a submit */
+        }
       }
     };
     const ac = new AbortController();
     let first: unknown;
     let firstUrl = '';
     let failed = false;
-    await Promise.all(jobs.map((job) => this.limiter.run(async () => {
-      if (ac.signal.aborted) return;
-      try {
-        const kind = job.algorithm;
-        if (Array.isArray(kind)) {
-          if (!this.deps.claims) throw new VouchError('bad_request', `${job.url}: this authority cannot check claims (expect)`, { resource: job.url });
-          const got = await this.deps.claims(job.url, kind, ac.signal);
-          for (const k of kind) if (!got.has(k)) throw internal(`claims of ${job.url} returned no ${k}`);
-          digests.set(job.url, new Map(got));
-          finished(job.url);
-          return;
-        }
-        if (kind === 'h1' || kind === 'sha1' || kind === 'sha384') throw internal(`${kind} hashed outside a claim`);
-        const { artifactHash } = await this.deps.digest(job.url, kind, ac.signal);
-        const parsed = parseArtifactHash(artifactHash);
-        if (typeof parsed === 'string' || parsed.algorithm !== job.algorithm) {
-          throw internal(`digest of ${job.url} returned ${JSON.stringify(artifactHash)}, not a ${job.algorithm} artifact hash`);
-        }
-        let m = digests.get(job.url);
-        if (m === undefined) digests.set(job.url, (m = new Map()));
-        m.set(job.algorithm, artifactHash);
-        finished(job.url);
-      } catch (e) {
-        if (!failed) { failed = true; first = e; firstUrl = job.url; }
-        ac.abort();
-      }
-    })));
+    await Promise.all(
+      jobs.map((job) =>
+        this.limiter.run(async () => {
+          if (ac.signal.aborted) return;
+          try {
+            const kind = job.algorithm;
+            if (Array.isArray(kind)) {
+              if (!this.deps.claims) throw new VouchError('bad_request', `${job.url}: this authority cannot check claims (expect)`, { resource: job.url });
+              const got = await this.deps.claims(job.url, kind, ac.signal);
+              for (const k of kind) if (!got.has(k)) throw internal(`claims of ${job.url} returned no ${k}`);
+              digests.set(job.url, new Map(got));
+              finished(job.url);
+              return;
+            }
+            if (kind === 'h1' || kind === 'sha1' || kind === 'sha384') throw internal(`${kind} hashed outside a claim`);
+            const { artifactHash } = await this.deps.digest(job.url, kind, ac.signal);
+            const parsed = parseArtifactHash(artifactHash);
+            if (typeof parsed === 'string' || parsed.algorithm !== job.algorithm) {
+              throw internal(`digest of ${job.url} returned ${JSON.stringify(artifactHash)}, not a ${job.algorithm} artifact hash`);
+            }
+            let m = digests.get(job.url);
+            if (m === undefined) digests.set(job.url, (m = new Map()));
+            m.set(job.algorithm, artifactHash);
+            finished(job.url);
+          } catch (e) {
+            if (!failed) {
+              failed = true;
+              first = e;
+              firstUrl = job.url;
+            }
+            ac.abort();
+          }
+        }),
+      ),
+    );
     if (failed) {
       if (first instanceof VouchError) throw first;
-      throw new VouchError('origin_error', `${firstUrl}: cannot fetch the artifact: ${(first as Error)?.message ?? String(first)}`, { resource: firstUrl, cause: first });
+      throw new VouchError('origin_error', `${firstUrl}: cannot fetch the artifact: ${(first as Error)?.message ?? String(first)}`, {
+        resource: firstUrl,
+        cause: first,
+      });
     }
   }
 
@@ -463,9 +508,11 @@ export class Submitter {
     }
     if (refused.length === 0) return;
     const first = refused[0]!;
-    throw new VouchError('hash_mismatch',
+    throw new VouchError(
+      'hash_mismatch',
       `${refused.length} of ${req.entries.length} entries refused, nothing signed: ${first.name} ${first.semver} ${first.url} hashes ${first.fetched.join(' ')}, the claim is ${first.expected.join(' or ')}${refused.length > 1 ? ` (and ${refused.length - 1} more)` : ''}`,
-      { resource: first.url, evidence: { refused } });
+      { resource: first.url, evidence: { refused } },
+    );
   }
 
   // ------------------------------------------------------------------ decisions
@@ -507,7 +554,10 @@ export class Submitter {
     // Conflicts: the same URL + semver signed with other bytes.
     for (const e of req.entries) {
       const mine = digests.get(e.url);
-      const lists: [readonly IndexedVersion[], boolean][] = [[this.deps.index.versions(e.url), false], [round?.get(e.url) ?? [], true]];
+      const lists: [readonly IndexedVersion[], boolean][] = [
+        [this.deps.index.versions(e.url), false],
+        [round?.get(e.url) ?? [], true],
+      ];
       for (const [list, fromRound] of lists) {
         for (const v of list) {
           if (v.entry.semver !== e.semver) continue;
@@ -515,9 +565,11 @@ export class Submitter {
           const got = typeof h === 'string' ? undefined : mine?.get(h.algorithm);
           if (typeof h !== 'string' && got === undefined) return { kind: 'rehash' };
           if (got === v.entry.artifact_hash) continue;
-          const error = new VouchError('semver_conflict',
+          const error = new VouchError(
+            'semver_conflict',
             `${e.url} ${e.semver} is already signed in block ${v.block.index} with ${v.entry.artifact_hash}, not ${got ?? mine?.get(e.algorithm ?? req.algorithm) ?? '?'}`,
-            { resource: e.url, evidence: { block: v.block.index, record_hash: v.block.record_hash, signed: v.entry.artifact_hash, fetched: got ?? null } });
+            { resource: e.url, evidence: { block: v.block.index, record_hash: v.block.record_hash, signed: v.entry.artifact_hash, fetched: got ?? null } },
+          );
           return { kind: 'conflict', error, fromRound };
         }
       }
@@ -548,9 +600,15 @@ export class Submitter {
     return {
       httpStatus: first.httpStatus,
       body: {
-        success: true, status: first.httpStatus === 201 ? 'posted' : 'unchanged', index: first.block.index, record_hash: first.block.record_hash,
+        success: true,
+        status: first.httpStatus === 201 ? 'posted' : 'unchanged',
+        index: first.block.index,
+        record_hash: first.block.record_hash,
         blocks: parts.map((p, k) => ({
-          status: p.httpStatus === 201 ? 'posted' : 'unchanged', index: p.block.index, record_hash: p.block.record_hash, entries: reqs[k]!.entries.length,
+          status: p.httpStatus === 201 ? 'posted' : 'unchanged',
+          index: p.block.index,
+          record_hash: p.block.record_hash,
+          entries: reqs[k]!.entries.length,
         })),
       },
     };
@@ -568,12 +626,13 @@ export class Submitter {
         let n = 0;
         // A key statement commits alone: the blocks after it are signed by the key it puts in force.
         if (this.queue[0]!.kind === 'key') n = 1;
-        else while (n < this.queue.length && n < this.maxBatchSubmits && this.queue[n]!.kind !== 'key') {
-          const size = weightOf(this.queue[n]!);
-          if (n > 0 && entries + size > this.maxBatchEntries) break;
-          entries += size;
-          n++;
-        }
+        else
+          while (n < this.queue.length && n < this.maxBatchSubmits && this.queue[n]!.kind !== 'key') {
+            const size = weightOf(this.queue[n]!);
+            if (n > 0 && entries + size > this.maxBatchEntries) break;
+            entries += size;
+            n++;
+          }
         const batch = this.queue.splice(0, n);
         try {
           await this.round(batch);
@@ -591,10 +650,15 @@ export class Submitter {
   /** One group commit: decide, build, append once, then index and answer. */
   private async round(batch: Pending[]): Promise<void> {
     const { repo, index, backend } = this.deps;
-    if (this.broken) { for (const p of batch) p.reject(this.broken); return; }
+    if (this.broken) {
+      for (const p of batch) p.reject(this.broken);
+      return;
+    }
     const head = this.deps.head();
     if (index.size !== head.index + 1 || index.head?.record_hash !== head.record_hash || repo.size !== head.index + 1) {
-      const err = internal(`the served chain (head ${head.index}, index ${index.size} blocks) and the repository (${repo.size} blocks) disagree; nothing appended`);
+      const err = internal(
+        `the served chain (head ${head.index}, index ${index.size} blocks) and the repository (${repo.size} blocks) disagree; nothing appended`,
+      );
       for (const p of batch) p.reject(err);
       return;
     }
@@ -621,7 +685,12 @@ export class Submitter {
         try {
           const target = resolveRevokeTarget(index, p.req.target, today, roundRevoked);
           block = buildRevokeBlock({
-            prev, signer, backend, now, target, effectiveDate: p.req.effectiveDate ?? today,
+            prev,
+            signer,
+            backend,
+            now,
+            target,
+            effectiveDate: p.req.effectiveDate ?? today,
             ...(p.req.comment !== undefined ? { comment: p.req.comment } : {}),
           });
           roundRevoked.add(target.index);
@@ -658,11 +727,23 @@ export class Submitter {
           }
           const req = p.reqs[k]!;
           const entries: EndorsementInput[] = req.entries.map((e) => ({
-            url: e.url, artifactHash: p.digests.get(e.url)!.get(e.algorithm ?? req.algorithm)!, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
+            url: e.url,
+            artifactHash: p.digests.get(e.url)!.get(e.algorithm ?? req.algorithm)!,
+            name: e.name,
+            semver: e.semver,
+            license: e.license,
+            comment: e.comment,
           }));
           const block = buildEndorseBlock({
-            prev: built[built.length - 1] ?? prev, signer, backend, now, entries, uns: req.uns, semver: req.semver,
-            effectiveDate: req.effectiveDate ?? today, tags: req.tags,
+            prev: built[built.length - 1] ?? prev,
+            signer,
+            backend,
+            now,
+            entries,
+            uns: req.uns,
+            semver: req.semver,
+            effectiveDate: req.effectiveDate ?? today,
+            tags: req.tags,
             ...(req.comment !== undefined ? { comment: req.comment } : {}),
           });
           built.push(block);
@@ -691,7 +772,15 @@ export class Submitter {
       return;
     }
 
-    if (await this.append(blocks, signer, this.deps.keys?.noteSigners(now) ?? [signer], now, after.map((a) => a.p))) {
+    if (
+      await this.append(
+        blocks,
+        signer,
+        this.deps.keys?.noteSigners(now) ?? [signer],
+        now,
+        after.map((a) => a.p),
+      )
+    ) {
       for (const a of after) a.done();
     }
   }
@@ -712,8 +801,13 @@ export class Submitter {
       plan = keys.plan(p.signed, head.index + 1, now);
       block = buildKeyBlock({ prev: head, signer: plan.signer, backend: this.deps.backend, now, signed: p.signed });
     } catch (e) {
-      p.reject(e instanceof KeyEventError ? statementError(e, p.signed)
-        : e instanceof VouchError ? e : internal(`cannot build the key block: ${(e as Error)?.message ?? String(e)}`, e));
+      p.reject(
+        e instanceof KeyEventError
+          ? statementError(e, p.signed)
+          : e instanceof VouchError
+            ? e
+            : internal(`cannot build the key block: ${(e as Error)?.message ?? String(e)}`, e),
+      );
       return;
     }
     const committed = await this.append([block], plan.signer, plan.noteSigners, now, [p], () => plan.commit(Date.parse(block.posted)));
@@ -722,7 +816,12 @@ export class Submitter {
     p.resolve({
       httpStatus: 201,
       body: {
-        success: true, status: 'applied', index: block.index, record_hash: block.record_hash, sequence: st.sequence, action: st.action,
+        success: true,
+        status: 'applied',
+        index: block.index,
+        record_hash: block.record_hash,
+        sequence: st.sequence,
+        action: st.action,
         online: { signer: st.online.signer, public_key: st.online.public_key },
       },
     });
@@ -734,23 +833,33 @@ export class Submitter {
    * `onAppended` follow. False when nothing was appended (`waiters` have
    * the error then).
    */
-  private async append(blocks: Block[], signer: Signer, noteSigners: readonly Signer[], now: number, waiters: readonly Pending[], committedHook?: () => void): Promise<boolean> {
+  private async append(
+    blocks: Block[],
+    signer: Signer,
+    noteSigners: readonly Signer[],
+    now: number,
+    waiters: readonly Pending[],
+    committedHook?: () => void,
+  ): Promise<boolean> {
     const { repo, index } = this.deps;
     const prev = blocks[blocks.length - 1]!;
     let committed: Committed;
     try {
       const checkpoint = buildCheckpoint({ head: prev, signer, now });
       const note = this.deps.note;
-      const noteInput = note ? {
-        signer: noteSigners, origin: note.origin, root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))),
-        extensions: note.indexRootWith ? [indexExtensionLine(note.indexRootWith(blocks))] : [],
-      } : null;
+      const noteInput = note
+        ? {
+            signer: noteSigners,
+            origin: note.origin,
+            root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))),
+            extensions: note.indexRootWith ? [indexExtensionLine(note.indexRootWith(blocks))] : [],
+          }
+        : null;
       committed = await appendSigned(repo, blocks, checkpoint, now, noteInput);
     } catch (e) {
       this.counters.commitFailures++;
-      const err = e instanceof VouchError && e.code === 'io_error'
-        ? e
-        : internal(`the append failed, nothing was posted: ${(e as Error)?.message ?? String(e)}`, e);
+      const err =
+        e instanceof VouchError && e.code === 'io_error' ? e : internal(`the append failed, nothing was posted: ${(e as Error)?.message ?? String(e)}`, e);
       for (const p of waiters) p.reject(err);
       return false;
     }

@@ -14,13 +14,24 @@
  */
 import type { Logger } from './log.ts';
 
-export interface NotifyTarget { url: string; token: string }
+export interface NotifyTarget {
+  url: string;
+  token: string;
+}
 
-export interface NotifyStats { sent: number; failed: number }
+export interface NotifyStats {
+  sent: number;
+  failed: number;
+}
 
 const HINT_TIMEOUT_MS = 5_000;
 
-interface TargetState { target: NotifyTarget; inflight: boolean; pending: number | null; failing: boolean }
+interface TargetState {
+  target: NotifyTarget;
+  inflight: boolean;
+  pending: number | null;
+  failing: boolean;
+}
 
 export class SyncNotifier {
   private readonly targets: TargetState[];
@@ -28,7 +39,10 @@ export class SyncNotifier {
   private failed = 0;
   private closed = false;
 
-  constructor(targets: readonly NotifyTarget[], private readonly log: Logger) {
+  constructor(
+    targets: readonly NotifyTarget[],
+    private readonly log: Logger,
+  ) {
     this.targets = targets.map((target) => ({ target, inflight: false, pending: null, failing: false }));
   }
 

@@ -42,7 +42,11 @@ export interface WitnessedLog {
   url?: string | null;
 }
 
-interface Record_ { size: number; root: Uint8Array; time: number }
+interface Record_ {
+  size: number;
+  root: Uint8Array;
+  time: number;
+}
 
 /** The most bytes of a `/v1/keys` answer the witness reads. */
 const MAX_KEYS_ANSWER = 8 * 1024 * 1024;
@@ -119,7 +123,16 @@ export class Witness {
   /** Key trails walked per origin (docs/spec/key-events.md): the key in force is trusted instead of the configured one. */
   private readonly trails = new Map<string, KeyTrail>();
   private readonly learning = new Map<string, Promise<void>>();
-  private readonly counts: WitnessStats = { cosigned: 0, conflict: 0, inconsistent: 0, unknown_log: 0, bad_signature: 0, malformed: 0, too_large: 0, failed: 0 };
+  private readonly counts: WitnessStats = {
+    cosigned: 0,
+    conflict: 0,
+    inconsistent: 0,
+    unknown_log: 0,
+    bad_signature: 0,
+    malformed: 0,
+    too_large: 0,
+    failed: 0,
+  };
   /** The witness's verifier key (`name+hex8+base64(0x04 ‖ key)`). */
   readonly vkey: string;
   /**
@@ -133,17 +146,19 @@ export class Witness {
    * Reads the state file (absent: a first start) and knows `logs`.
    * @throws VouchError io_error when the state file exists but is not a witness state of this format
    */
-  constructor(private readonly o: {
-    backend: CryptoBackend;
-    /** The witness key; cosignature lines carry `name`. */
-    signer: Signer;
-    name: string;
-    stateFile: string;
-    logs: readonly WitnessedLog[];
-    /** Epoch milliseconds. */
-    now: () => number;
-    log: Logger;
-  }) {
+  constructor(
+    private readonly o: {
+      backend: CryptoBackend;
+      /** The witness key; cosignature lines carry `name`. */
+      signer: Signer;
+      name: string;
+      stateFile: string;
+      logs: readonly WitnessedLog[];
+      /** Epoch milliseconds. */
+      now: () => number;
+      log: Logger;
+    },
+  ) {
     this.vkey = verifierKey(o.backend, o.name, 0x04, o.signer.publicKey);
     for (const l of o.logs) this.addLog(l);
     this.readState();
@@ -193,9 +208,11 @@ export class Witness {
     if (opened.ok || opened.why !== 'unverified') return Promise.resolve();
     const running = this.learning.get(cp.origin);
     if (running) return running;
-    const p = this.walk(cp, text, configured, url).catch((e: unknown) => {
-      this.o.log.warn("witness: cannot follow the log's key events; the note stays refused", { origin: cp.origin, url, error: firstLine(e) });
-    }).finally(() => this.learning.delete(cp.origin));
+    const p = this.walk(cp, text, configured, url)
+      .catch((e: unknown) => {
+        this.o.log.warn("witness: cannot follow the log's key events; the note stays refused", { origin: cp.origin, url, error: firstLine(e) });
+      })
+      .finally(() => this.learning.delete(cp.origin));
     this.learning.set(cp.origin, p);
     return p;
   }
@@ -222,7 +239,10 @@ export class Witness {
     /** When the proofs are against the gateway's own (smaller) note: that note, to open with the key in force too. */
     let servedNote: string | null = null;
     if (answer.events.length > MAX_WALKED_KEY_EVENTS) {
-      throw new KeyWalkError('key_walk_limit', `${url}: ${answer.events.length} key events since sequence ${before?.state.sequence ?? 0}; a witness walks at most ${MAX_WALKED_KEY_EVENTS} in one update: configure the log's current key`);
+      throw new KeyWalkError(
+        'key_walk_limit',
+        `${url}: ${answer.events.length} key events since sequence ${before?.state.sequence ?? 0}; a witness walks at most ${MAX_WALKED_KEY_EVENTS} in one update: configure the log's current key`,
+      );
     }
     if (answer.size < cp.size) {
       // The gateway serves a smaller tree than the one submitted (it lags behind the authority): the proofs are
@@ -233,14 +253,16 @@ export class Witness {
       } catch (e) {
         throw new KeyWalkError('bad_answer', `${url}: the /v1/keys checkpoint: ${firstLine(e)}`);
       }
-      if (served.size !== answer.size || served.origin !== cp.origin) throw new KeyWalkError('bad_answer', `${url}: the /v1/keys checkpoint is not of ${cp.origin} at size ${answer.size}`);
+      if (served.size !== answer.size || served.origin !== cp.origin)
+        throw new KeyWalkError('bad_answer', `${url}: the /v1/keys checkpoint is not of ${cp.origin} at size ${answer.size}`);
       tree = { size: served.size, root: served.root };
       servedNote = answer.checkpoint;
     } else if (answer.size > cp.size) {
       // Proofs in the submitted checkpoint's tree, not the larger one the gateway serves now.
       const at = async (index: number): Promise<Uint8Array[]> => {
-        const j = await this.getJson(`${url}/v1/proof/inclusion?index=${index}&size=${cp.size}`) as { index?: unknown; size?: unknown; proof?: unknown };
-        if (j.index !== index || j.size !== cp.size || !Array.isArray(j.proof) || j.proof.length > 128) throw new KeyWalkError('bad_answer', `${url}: the inclusion answer is not for index ${index} in size ${cp.size}`);
+        const j = (await this.getJson(`${url}/v1/proof/inclusion?index=${index}&size=${cp.size}`)) as { index?: unknown; size?: unknown; proof?: unknown };
+        if (j.index !== index || j.size !== cp.size || !Array.isArray(j.proof) || j.proof.length > 128)
+          throw new KeyWalkError('bad_answer', `${url}: the inclusion answer is not for index ${index} in size ${cp.size}`);
         return j.proof.map((h) => {
           const b = typeof h === 'string' ? base64Decode(h) : null;
           if (b === null || b.length !== 32) throw new KeyWalkError('bad_answer', `${url}: a proof hash is not base64 of 32 bytes`);
@@ -270,8 +292,10 @@ export class Witness {
     const next = walkKeyEvents(this.o.backend, trail, answer.events, tree, url);
     if (next.state.sequence === (before?.state.sequence ?? 0)) return; // nothing new: the note stays refused
     const inForce = [{ name: cp.origin, publicKey: base64Decode(next.state.online.publicKey)! }];
-    if (!openNote(this.o.backend, note, inForce).ok) throw new KeyWalkError('bad_key_event', `the checkpoint is not signed by the key in force after the key events (${next.state.online.publicKey})`);
-    if (servedNote !== null && !openNote(this.o.backend, servedNote, inForce).ok) throw new KeyWalkError('bad_key_event', `${url}: its checkpoint is not signed by the key in force after its key events`);
+    if (!openNote(this.o.backend, note, inForce).ok)
+      throw new KeyWalkError('bad_key_event', `the checkpoint is not signed by the key in force after the key events (${next.state.online.publicKey})`);
+    if (servedNote !== null && !openNote(this.o.backend, servedNote, inForce).ok)
+      throw new KeyWalkError('bad_key_event', `${url}: its checkpoint is not signed by the key in force after its key events`);
     this.trails.set(cp.origin, next);
     this.o.log.info("witness: followed the log's key events", { origin: cp.origin, sequence: next.state.sequence, online: next.state.online.publicKey });
   }
@@ -323,9 +347,11 @@ export class Witness {
     if (!opened.ok) {
       this.counts.bad_signature++;
       return {
-        status: 403, message: opened.why === 'invalid'
-          ? `the signature of ${opened.signature.name} (a key trusted for ${cp.origin}) does not verify`
-          : `no signature of a key trusted for ${cp.origin} verifies`,
+        status: 403,
+        message:
+          opened.why === 'invalid'
+            ? `the signature of ${opened.signature.name} (a key trusted for ${cp.origin}) does not verify`
+            : `no signature of a key trusted for ${cp.origin} verifies`,
       };
     }
     if (req.old > cp.size) {
@@ -346,7 +372,10 @@ export class Witness {
       if (!bytesEqual(cp.root, rec.root)) {
         this.counts.conflict++;
         this.o.log.warn('witness: a checkpoint with the recorded size and another root (a fork of the log?)', {
-          origin: cp.origin, size: cp.size, recorded_root: base64Encode(rec.root), root: base64Encode(cp.root),
+          origin: cp.origin,
+          size: cp.size,
+          recorded_root: base64Encode(rec.root),
+          root: base64Encode(cp.root),
         });
         return { status: 409, size: rec.size, message: `a checkpoint of size ${cp.size} with another root was cosigned` };
       }
@@ -357,7 +386,11 @@ export class Witness {
     } else if (rec !== null && rec.size > 0 && !verifyConsistency(this.o.backend, rec.size, cp.size, rec.root, cp.root, req.proof)) {
       this.counts.inconsistent++;
       this.o.log.warn('witness: a signed checkpoint is not consistent with the one cosigned before', {
-        origin: cp.origin, recorded_size: rec.size, recorded_root: base64Encode(rec.root), size: cp.size, root: base64Encode(cp.root),
+        origin: cp.origin,
+        recorded_size: rec.size,
+        recorded_root: base64Encode(rec.root),
+        size: cp.size,
+        root: base64Encode(cp.root),
       });
       return { status: 422, message: `the consistency proof from size ${rec.size} to ${cp.size} does not verify` };
     }
@@ -399,14 +432,17 @@ export class Witness {
         if (trail === null) throw new VouchError('io_error', `witness.state_file ${file}: the key trail of ${JSON.stringify(origin)} is malformed`);
         this.trails.set(origin, trail);
       }
-      this.records.set(origin, { size: r.size as number, root, time: Number.isSafeInteger(r.time) ? r.time as number : 0 });
+      this.records.set(origin, { size: r.size as number, root, time: Number.isSafeInteger(r.time) ? (r.time as number) : 0 });
     }
   }
 
   /** Writes every record, `origin`'s replaced by `next`: temporary file fsynced, renamed, directory fsynced. */
   private writeState(origin: string, next: Record_): void {
     const logs: Record<string, { size: number; root: string; time: number; keys?: KeyTrail }> = {};
-    const keys = (o: string) => { const t = this.trails.get(o); return t === undefined ? {} : { keys: t }; };
+    const keys = (o: string) => {
+      const t = this.trails.get(o);
+      return t === undefined ? {} : { keys: t };
+    };
     for (const [o, r] of this.records) logs[o] = { size: r.size, root: base64Encode(r.root), time: r.time, ...keys(o) };
     logs[origin] = { size: next.size, root: base64Encode(next.root), time: next.time, ...keys(origin) };
     const file = this.o.stateFile;

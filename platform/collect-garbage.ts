@@ -25,7 +25,11 @@ function gcFunction(): (() => void) | null {
   } catch {
     gc = null;
   } finally {
-    try { setFlagsFromString('--no-expose-gc'); } catch { /* the flag only names gc in new contexts */ }
+    try {
+      setFlagsFromString('--no-expose-gc');
+    } catch {
+      /* the flag only names gc in new contexts */
+    }
   }
   return gc;
 }

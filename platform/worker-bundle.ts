@@ -24,12 +24,19 @@ export const BUILT = typeof __VOUCH_BUILT__ !== 'undefined' && __VOUCH_BUILT__ =
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const CACHE_DIR = join(ROOT, 'node_modules', '.cache', 'vouch');
 
-interface Manifest { inputs: string[]; digest: string }
+interface Manifest {
+  inputs: string[];
+  digest: string;
+}
 
 function digestOf(inputs: string[]): string | null {
   const h = createHash('sha256');
   try {
-    for (const f of inputs) h.update(f).update('\0').update(readFileSync(join(ROOT, f))).update('\0');
+    for (const f of inputs)
+      h.update(f)
+        .update('\0')
+        .update(readFileSync(join(ROOT, f)))
+        .update('\0');
   } catch {
     return null;
   }
@@ -49,8 +56,15 @@ function fresh(name: string): URL | null {
 async function build(entry: string, name: string): Promise<URL> {
   const { build: esbuild } = await import('esbuild');
   const r = await esbuild({
-    entryPoints: [entry], bundle: true, platform: 'node', format: 'esm', target: 'node20',
-    write: false, metafile: true, logLevel: 'silent', absWorkingDir: ROOT,
+    entryPoints: [entry],
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    write: false,
+    metafile: true,
+    logLevel: 'silent',
+    absWorkingDir: ROOT,
   });
   const inputs = Object.keys(r.metafile!.inputs).sort();
   const digest = digestOf(inputs);
@@ -69,7 +83,9 @@ async function build(entry: string, name: string): Promise<URL> {
     if (f.startsWith(`${name}-`) && old !== out) {
       try {
         if (Date.now() - statSync(old).mtimeMs > 3_600_000) unlinkSync(old);
-      } catch { /* another process removed it */ }
+      } catch {
+        /* another process removed it */
+      }
     }
   }
   return pathToFileURL(out);
@@ -85,7 +101,10 @@ async function build(entry: string, name: string): Promise<URL> {
 export async function workerBundle(entry: URL): Promise<URL | null> {
   const path = fileURLToPath(entry);
   if (BUILT) return pathToFileURL(join(dirname(path), basename(path).replace(/\.[cm]?ts$/, '.mjs')));
-  const name = path.slice(ROOT.length + 1).replace(/\.[cm]?ts$/, '').replace(/[^A-Za-z0-9_-]+/g, '_');
+  const name = path
+    .slice(ROOT.length + 1)
+    .replace(/\.[cm]?ts$/, '')
+    .replace(/[^A-Za-z0-9_-]+/g, '_');
   const url = fresh(name);
   if (url !== null) return url;
   try {

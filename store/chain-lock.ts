@@ -20,7 +20,12 @@ import { VouchError } from '../chain/errors.ts';
 
 export const LOCK_FILE = 'vouch.lock';
 
-interface LockRecord { pid: number; host: string; token: string; since: string }
+interface LockRecord {
+  pid: number;
+  host: string;
+  token: string;
+  since: string;
+}
 
 export interface ChainLock {
   readonly path: string;
@@ -76,12 +81,18 @@ function holderAlive(r: LockRecord): boolean {
 function refusal(dir: string, path: string, holder: LockRecord | null, starting: boolean, route = 'POST /v1/submit'): VouchError {
   const far = holder !== null && holder.host !== hostname();
   const who = holder === null ? `an unreadable lock ${path}` : `a running gateway (pid ${holder.pid}${far ? ` on ${holder.host}` : ''}, lock ${path})`;
-  let advice = starting ? 'stop it first, or give this gateway another chain.dir'
-    : route === 'POST /v1/submit' ? 'endorse through it (vouch endorse --gateway URL --token-file FILE, i.e. POST /v1/submit) or stop it first'
-    : route === 'POST /v1/root' ? 'apply the statement through it (vouch root apply --gateway URL --token-file FILE, i.e. POST /v1/root) or stop it first'
-    : `${route === 'POST /v1/revoke' ? 'revoke' : 'write'} through it (${route}) or stop it first`;
+  let advice = starting
+    ? 'stop it first, or give this gateway another chain.dir'
+    : route === 'POST /v1/submit'
+      ? 'endorse through it (vouch endorse --gateway URL --token-file FILE, i.e. POST /v1/submit) or stop it first'
+      : route === 'POST /v1/root'
+        ? 'apply the statement through it (vouch root apply --gateway URL --token-file FILE, i.e. POST /v1/root) or stop it first'
+        : `${route === 'POST /v1/revoke' ? 'revoke' : 'write'} through it (${route}) or stop it first`;
   if (holder === null || far) advice += `; if no such gateway runs, remove ${path}`;
-  return new VouchError('io_error', `chain ${dir} is in use by ${who}: ${advice}`, { resource: dir, evidence: { lock: path, holder_pid: holder?.pid ?? null } });
+  return new VouchError('io_error', `chain ${dir} is in use by ${who}: ${advice}`, {
+    resource: dir,
+    evidence: { lock: path, holder_pid: holder?.pid ?? null },
+  });
 }
 
 function releaseAllAtExit(): void {
@@ -89,7 +100,9 @@ function releaseAllAtExit(): void {
     try {
       const r = readRecord(path);
       if (r !== 'absent' && r !== null && r.token === record.token) fs.unlinkSync(path);
-    } catch { /* best effort */ }
+    } catch {
+      /* best effort */
+    }
   }
   held.clear();
 }
@@ -120,7 +133,9 @@ export function acquireChainLock(dir: string): ChainLock {
       linked = true;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new VouchError('io_error', `cannot create the chain lock ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, { resource: abs });
+        throw new VouchError('io_error', `cannot create the chain lock ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, {
+          resource: abs,
+        });
       }
     } finally {
       fs.rmSync(tmp, { force: true });
@@ -151,7 +166,11 @@ function takeOver(path: string, stale: LockRecord): void {
   const r = readRecord(moved);
   if (r === 'absent' || r === null || r.token !== stale.token) {
     // A fresh lock replaced the stale one between our read and the rename: put it back.
-    try { fs.linkSync(moved, path); } catch { /* a third process locked meanwhile */ }
+    try {
+      fs.linkSync(moved, path);
+    } catch {
+      /* a third process locked meanwhile */
+    }
   }
   fs.rmSync(moved, { force: true });
 }

@@ -108,18 +108,34 @@ export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptio
   const base = (ms: number) => ({ refsMs: tRefs - t0, walkMs: ms, postMs: 0, totalMs: performance.now() - t0 });
   if (actual === localHead) {
     return {
-      pushed: false, remoteHead: localHead, previousRemoteHead: actual, fullHistory: false, commits: 0, objects: 0, packBytes: 0, requestBytes: 0,
-      note: expected === actual ? null : `the remote already had ${short(localHead)} (expected ${expected ? short(expected) : 'no main'})`, timings: base(0),
+      pushed: false,
+      remoteHead: localHead,
+      previousRemoteHead: actual,
+      fullHistory: false,
+      commits: 0,
+      objects: 0,
+      packBytes: 0,
+      requestBytes: 0,
+      note: expected === actual ? null : `the remote already had ${short(localHead)} (expected ${expected ? short(expected) : 'no main'})`,
+      timings: base(0),
     };
   }
   if (!refs.capabilities.has('report-status')) throw protocolError(`${remote.shown} does not offer report-status: cannot confirm a push there`);
 
   // 2. The commits to send: first parents from localHead back to the remote's head.
   await objects.commit(localHead); // a clear error when the local head is not here
-  if (actual !== null && !(await objects.has(actual))) throw diverged(remote, actual, localHead, expected, 'the remote has a commit this repository does not have');
+  if (actual !== null && !(await objects.has(actual)))
+    throw diverged(remote, actual, localHead, expected, 'the remote has a commit this repository does not have');
   const chain = await firstParentChain(objects, localHead, actual);
   // (Proving that costs a walk to the root: only on this error path.)
-  if (!chain.found) throw diverged(remote, actual!, localHead, expected, 'it is not on the local first-parent chain (the remote is ahead of this repository, diverged or was rewritten)');
+  if (!chain.found)
+    throw diverged(
+      remote,
+      actual!,
+      localHead,
+      expected,
+      'it is not on the local first-parent chain (the remote is ahead of this repository, diverged or was rewritten)',
+    );
   const entries = await objectsToSend(objects, chain.commits);
   const tWalk = performance.now();
 
@@ -138,26 +154,49 @@ export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptio
   let done = false;
   while (buffered < BUFFERED_PACK_BYTES) {
     const r = await gen.next();
-    if (r.done) { done = true; break; }
+    if (r.done) {
+      done = true;
+      break;
+    }
     first.push(r.value);
     buffered += r.value.length;
     packBytes += r.value.length;
   }
   let requestBytes = buffered;
-  const body: Buffer | Readable = done ? Buffer.concat(first, buffered) : streamOf(first, gen, (n) => { packBytes += n; requestBytes += n; });
+  const body: Buffer | Readable = done
+    ? Buffer.concat(first, buffered)
+    : streamOf(first, gen, (n) => {
+        packBytes += n;
+        requestBytes += n;
+      });
   const stage = 'POST git-receive-pack of';
   let status: number;
   let ctype: string;
   let answer: Buffer;
   try {
-    ({ status, contentType: ctype, body: answer } = await collect(remote, stage, t.pushMs, t.idleMs, opts.signal, dispatcher, {
-      url: `${remote.base}/git-receive-pack`, method: 'POST', body,
-      headers: headers(remote, {
-        'content-type': 'application/x-git-receive-pack-request',
-        accept: 'application/x-git-receive-pack-result',
-        ...(done ? { 'content-length': String(buffered) } : {}),
-      }),
-    }, `receive-pack answer of ${remote.shown}`));
+    ({
+      status,
+      contentType: ctype,
+      body: answer,
+    } = await collect(
+      remote,
+      stage,
+      t.pushMs,
+      t.idleMs,
+      opts.signal,
+      dispatcher,
+      {
+        url: `${remote.base}/git-receive-pack`,
+        method: 'POST',
+        body,
+        headers: headers(remote, {
+          'content-type': 'application/x-git-receive-pack-request',
+          accept: 'application/x-git-receive-pack-result',
+          ...(done ? { 'content-length': String(buffered) } : {}),
+        }),
+      },
+      `receive-pack answer of ${remote.shown}`,
+    ));
   } catch (e) {
     if (body instanceof Readable) body.destroy();
     throw e;
@@ -166,7 +205,9 @@ export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptio
   if (!ctype.startsWith('application/x-git-receive-pack-result')) throw protocolError(`${stage} ${remote.shown}: unexpected content type ${ctype || '(none)'}`);
   const report = parseReport(answer, remote);
   if (report.unpack !== 'ok') {
-    throw new VouchError('io_error', `${remote.shown} could not unpack the pushed objects: ${report.unpack}`, { evidence: { reason: 'rejected', stage, unpack: report.unpack } });
+    throw new VouchError('io_error', `${remote.shown} could not unpack the pushed objects: ${report.unpack}`, {
+      evidence: { reason: 'rejected', stage, unpack: report.unpack },
+    });
   }
   if (report.ref !== null) {
     throw new VouchError('io_error', `${remote.shown} refused to move main from ${actual ? short(actual) : 'nothing'} to ${short(localHead)}: ${report.ref}`, {
@@ -175,8 +216,15 @@ export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptio
   }
   const end = performance.now();
   return {
-    pushed: true, remoteHead: localHead, previousRemoteHead: actual, fullHistory: actual === null,
-    commits: chain.commits.length, objects: entries.length, packBytes, requestBytes, note,
+    pushed: true,
+    remoteHead: localHead,
+    previousRemoteHead: actual,
+    fullHistory: actual === null,
+    commits: chain.commits.length,
+    objects: entries.length,
+    packBytes,
+    requestBytes,
+    note,
     timings: { refsMs: tRefs - t0, walkMs: tWalk - tRefs, postMs: end - tWalk, totalMs: end - t0 },
   };
 }
@@ -186,9 +234,11 @@ function short(oid: string): string {
 }
 
 function diverged(remote: Remote, actual: string, local: string, expected: string | null, why: string): VouchError {
-  return new VouchError('history_rewritten',
+  return new VouchError(
+    'history_rewritten',
     `history_rewritten: ${remote.shown} has main at ${short(actual)}, and ${why}; refusing to push ${short(local)} — vouch never force-pushes, the remote needs an operator`,
-    { evidence: { reason: 'diverged', remoteHead: actual, localHead: local, expectedRemoteHead: expected } });
+    { evidence: { reason: 'diverged', remoteHead: actual, localHead: local, expectedRemoteHead: expected } },
+  );
 }
 
 // ---------------------------------------------------------------------------
@@ -239,7 +289,11 @@ export interface PushStatus {
   stopped: boolean;
 }
 
-interface Waiter { seq: number; resolve: () => void; reject: (e: Error) => void }
+interface Waiter {
+  seq: number;
+  resolve: () => void;
+  reject: (e: Error) => void;
+}
 
 const nullLog: PushLog = { info() {}, warn() {}, error() {} };
 
@@ -369,14 +423,16 @@ export class ChainPusher {
 
   private kick(): void {
     if (this.loop || this.stopped) return;
-    this.loop = this.run().catch(async (e) => {
-      // Not expected (run() catches its own failures): log, and wait before looping again.
-      this.say('error', 'chain push: loop failed', { remote: this.remote.shown, error: (e as Error)?.message });
-      await this.sleep(this.retry.maxMs);
-    }).finally(() => {
-      this.loop = null;
-      if (!this.stopped && (this.waiters.length > 0 || !this.inSync())) this.kick();
-    });
+    this.loop = this.run()
+      .catch(async (e) => {
+        // Not expected (run() catches its own failures): log, and wait before looping again.
+        this.say('error', 'chain push: loop failed', { remote: this.remote.shown, error: (e as Error)?.message });
+        await this.sleep(this.retry.maxMs);
+      })
+      .finally(() => {
+        this.loop = null;
+        if (!this.stopped && (this.waiters.length > 0 || !this.inSync())) this.kick();
+      });
   }
 
   private inSync(): boolean {
@@ -416,27 +472,47 @@ export class ChainPusher {
           if (this.localHead === target) return;
           continue;
         }
-        const r = await this.attempt((signal) => pushNew(this.dir, this.remoteUrl, {
-          remoteHead: this.remoteHead, localHead: target, timeouts: this.timeouts, dispatcher: this.agent, cache: this.cache, signal,
-        }));
+        const r = await this.attempt((signal) =>
+          pushNew(this.dir, this.remoteUrl, {
+            remoteHead: this.remoteHead,
+            localHead: target,
+            timeouts: this.timeouts,
+            dispatcher: this.agent,
+            cache: this.cache,
+            signal,
+          }),
+        );
         const before = this.remoteHead;
         this.remoteHead = r.remoteHead;
         this.lastPush = {
-          at: new Date().toISOString(), head: r.remoteHead, commits: r.commits, objects: r.objects, bytes: r.requestBytes,
-          ms: Math.round(r.timings.totalMs), fullHistory: r.fullHistory, note: r.note,
+          at: new Date().toISOString(),
+          head: r.remoteHead,
+          commits: r.commits,
+          objects: r.objects,
+          bytes: r.requestBytes,
+          ms: Math.round(r.timings.totalMs),
+          fullHistory: r.fullHistory,
+          note: r.note,
         };
         this.afterPush(target, before, r);
         await this.tracking;
         if (this.failures > 0) this.recovered();
         this.say('info', 'chain pushed', {
-          remote: this.remote.shown, head: r.remoteHead, commits: r.commits, objects: r.objects, bytes: r.requestBytes,
-          ms: Math.round(r.timings.totalMs), ...(r.note ? { note: r.note } : {}),
+          remote: this.remote.shown,
+          head: r.remoteHead,
+          commits: r.commits,
+          objects: r.objects,
+          bytes: r.requestBytes,
+          ms: Math.round(r.timings.totalMs),
+          ...(r.note ? { note: r.note } : {}),
         });
         this.settle(seq);
         if (r.pushed && this.onPushed) {
           try {
             this.onPushed(r.remoteHead);
-          } catch { /* the callback's failure is its own */ }
+          } catch {
+            /* the callback's failure is its own */
+          }
         }
       } catch (e) {
         if (this.stopped) return;
@@ -448,7 +524,15 @@ export class ChainPusher {
         this.lastError = { at: new Date().toISOString(), code, reason, message: err.message };
         const permanent = reason === 'diverged';
         const delay = permanent ? this.backoff(true) : Math.min(this.probeMs, this.backoff(false));
-        const fields = { remote: this.remote.shown, code, reason, error: err.message, consecutiveFailures: this.failures, retryInMs: delay, backlog: this.status().backlog };
+        const fields = {
+          remote: this.remote.shown,
+          code,
+          reason,
+          error: err.message,
+          consecutiveFailures: this.failures,
+          retryInMs: delay,
+          backlog: this.status().backlog,
+        };
         if (permanent) this.say('error', 'chain push refused: the remote diverged', fields);
         else if (this.failures === 1 || Date.now() - this.lastFailLog >= PUSH_DOWN_LOG_MS) {
           this.lastFailLog = Date.now();
@@ -466,7 +550,9 @@ export class ChainPusher {
   private say(level: 'info' | 'warn' | 'error', msg: string, fields: Record<string, unknown>): void {
     try {
       this.log[level](msg, fields);
-    } catch { /* ignore */ }
+    } catch {
+      /* ignore */
+    }
   }
 
   private recovered(): void {
@@ -514,26 +600,30 @@ export class ChainPusher {
 
   /** After a new local head: add the commits between the previous tip we counted and it. */
   private track(): void {
-    this.tracking = this.tracking.then(async () => {
-      if (!this.remoteKnown || !this.aheadKnown || this.localHead === null) return;
-      const head = this.localHead;
-      const stop = this.ahead[0] ?? this.remoteHead;
-      if (head === stop) return;
-      const r = await firstParentChain(this.objects, head, stop, 100_000);
-      if (r.found) this.ahead = [...r.commits.map((c) => c.oid), ...this.ahead];
-      else await this.recount();
-    }).catch((e) => {
-      this.aheadKnown = false;
-      this.say('warn', 'chain push: cannot count the backlog', { error: (e as Error)?.message });
-    });
+    this.tracking = this.tracking
+      .then(async () => {
+        if (!this.remoteKnown || !this.aheadKnown || this.localHead === null) return;
+        const head = this.localHead;
+        const stop = this.ahead[0] ?? this.remoteHead;
+        if (head === stop) return;
+        const r = await firstParentChain(this.objects, head, stop, 100_000);
+        if (r.found) this.ahead = [...r.commits.map((c) => c.oid), ...this.ahead];
+        else await this.recount();
+      })
+      .catch((e) => {
+        this.aheadKnown = false;
+        this.say('warn', 'chain push: cannot count the backlog', { error: (e as Error)?.message });
+      });
   }
 
   /** After the remote's head changed outside a push of ours: count again from scratch. */
   private retrack(): void {
-    this.tracking = this.tracking.then(() => this.recount()).catch((e) => {
-      this.aheadKnown = false;
-      this.say('warn', 'chain push: cannot count the backlog', { error: (e as Error)?.message });
-    });
+    this.tracking = this.tracking
+      .then(() => this.recount())
+      .catch((e) => {
+        this.aheadKnown = false;
+        this.say('warn', 'chain push: cannot count the backlog', { error: (e as Error)?.message });
+      });
   }
 
   private async recount(): Promise<void> {
@@ -550,14 +640,16 @@ export class ChainPusher {
   }
 
   private afterPush(target: string, before: string | null, r: PushResult): void {
-    this.tracking = this.tracking.then(async () => {
-      const at = this.ahead.indexOf(target);
-      if (at >= 0 && r.previousRemoteHead === before) this.ahead = this.ahead.slice(0, at);
-      else await this.recount();
-    }).catch((e) => {
-      this.aheadKnown = false;
-      this.say('warn', 'chain push: cannot count the backlog', { error: (e as Error)?.message });
-    });
+    this.tracking = this.tracking
+      .then(async () => {
+        const at = this.ahead.indexOf(target);
+        if (at >= 0 && r.previousRemoteHead === before) this.ahead = this.ahead.slice(0, at);
+        else await this.recount();
+      })
+      .catch((e) => {
+        this.aheadKnown = false;
+        this.say('warn', 'chain push: cannot count the backlog', { error: (e as Error)?.message });
+      });
   }
 
   /** The error of the last failed attempt (null after a success). */

@@ -31,7 +31,6 @@ export interface BlockFile {
   content: string;
 }
 
-
 /** The chain files at one commit, read from git objects (`ChainRepo.snapshotAt`). */
 export interface ChainSnapshot {
   commit: string;
@@ -191,7 +190,7 @@ export class ChainRepoFiles {
           else strays.push({ path, why: `is ${modeName(e.mode)} on branch main, not a regular file` });
         } else if (e.mode === TREE_MODE) {
           if (rel.length === 10 && SHARD_RE.test(e.name)) await leaf(e.oid, path);
-          else await walk(this.dirs.get(path) ?? await this.objects.readTree(e.oid), path);
+          else await walk(this.dirs.get(path) ?? (await this.objects.readTree(e.oid)), path);
         } else {
           strays.push({ path, why: `is not a block file's path (on branch main${isRegularMode(e.mode) ? '' : `, ${modeName(e.mode)}`})` });
         }
@@ -206,8 +205,12 @@ export class ChainRepoFiles {
       const body = o.body;
       const end = body.length;
       const base = Number(path.slice(7, 10)) * 1_000_000 + Number(path.slice(11, 14)) * 1000;
-      const p0 = path.charCodeAt(7), p1 = path.charCodeAt(8), p2 = path.charCodeAt(9);
-      const p3 = path.charCodeAt(11), p4 = path.charCodeAt(12), p5 = path.charCodeAt(13);
+      const p0 = path.charCodeAt(7),
+        p1 = path.charCodeAt(8),
+        p2 = path.charCodeAt(9);
+      const p3 = path.charCodeAt(11),
+        p4 = path.charCodeAt(12),
+        p5 = path.charCodeAt(13);
       const others: TreeEntry[] = [];
       let off = 0;
       while (off < end) {
@@ -218,11 +221,29 @@ export class ChainRepoFiles {
         if (nul + 21 > end) throw new VouchError('io_error', `tree ${oid} is corrupt: truncated entry`);
         // `100644 DDDDDDDDD.json` (or 100755): a regular file whose name's first six digits are the shard's.
         let n = -1;
-        if (sp - off === 6 && nul - sp === 15 && body[off] === 0x31 && body[off + 1] === 0x30 && body[off + 2] === 0x30 &&
-          ((body[off + 3] === 0x36 && body[off + 4] === 0x34 && body[off + 5] === 0x34) || (body[off + 3] === 0x37 && body[off + 4] === 0x35 && body[off + 5] === 0x35)) &&
-          body[sp + 1] === p0 && body[sp + 2] === p1 && body[sp + 3] === p2 && body[sp + 4] === p3 && body[sp + 5] === p4 && body[sp + 6] === p5 &&
-          body[sp + 10] === 0x2e && body[sp + 11] === 0x6a && body[sp + 12] === 0x73 && body[sp + 13] === 0x6f && body[sp + 14] === 0x6e) {
-          const a = body[sp + 7]! - 48, b = body[sp + 8]! - 48, c = body[sp + 9]! - 48;
+        if (
+          sp - off === 6 &&
+          nul - sp === 15 &&
+          body[off] === 0x31 &&
+          body[off + 1] === 0x30 &&
+          body[off + 2] === 0x30 &&
+          ((body[off + 3] === 0x36 && body[off + 4] === 0x34 && body[off + 5] === 0x34) ||
+            (body[off + 3] === 0x37 && body[off + 4] === 0x35 && body[off + 5] === 0x35)) &&
+          body[sp + 1] === p0 &&
+          body[sp + 2] === p1 &&
+          body[sp + 3] === p2 &&
+          body[sp + 4] === p3 &&
+          body[sp + 5] === p4 &&
+          body[sp + 6] === p5 &&
+          body[sp + 10] === 0x2e &&
+          body[sp + 11] === 0x6a &&
+          body[sp + 12] === 0x73 &&
+          body[sp + 13] === 0x6f &&
+          body[sp + 14] === 0x6e
+        ) {
+          const a = body[sp + 7]! - 48,
+            b = body[sp + 8]! - 48,
+            c = body[sp + 9]! - 48;
           if (a >= 0 && a <= 9 && b >= 0 && b <= 9 && c >= 0 && c <= 9) n = a * 100 + b * 10 + c;
         }
         if (n >= 0) add(base + n, body, nul + 1);
@@ -232,10 +253,13 @@ export class ChainRepoFiles {
       if (others.length > 0) await walk(others, path);
     };
     const top = root.find((e) => e.name === 'blocks');
-    if (top && top.mode === TREE_MODE) await walk(this.dirs.get('blocks') ?? await this.objects.readTree(top.oid), 'blocks');
+    if (top && top.mode === TREE_MODE) await walk(this.dirs.get('blocks') ?? (await this.objects.readTree(top.oid)), 'blocks');
     else if (top) strays.push({ path: 'blocks', why: `is ${modeName(top.mode)} on branch main, not a directory` });
     return {
-      commit: this._head, count, checkpoint, strays,
+      commit: this._head,
+      count,
+      checkpoint,
+      strays,
       indexes: () => {
         const out: number[] = [];
         for (const shard of [...leaves.keys()].sort((a, b) => a - b)) {
@@ -318,7 +342,8 @@ export class ChainRepoFiles {
    * FIFO, a device: the type readdir reports, as lstat would).
    */
   listBlockFiles(): { index: number | null; path: string; why?: string }[] {
-    if (this._sparse) throw new VouchError('internal_error', 'the sparse layout has no block files in the working tree: list what the branch commits (committedFiles)');
+    if (this._sparse)
+      throw new VouchError('internal_error', 'the sparse layout has no block files in the working tree: list what the branch commits (committedFiles)');
     const out: { index: number | null; path: string; why?: string }[] = [];
     let strays = false;
     const walk = (abs: string, rel: string): void => {
@@ -391,11 +416,13 @@ export class ChainRepoFiles {
     const read = readChainFile(join(this.dir, CHECKPOINT), LIMITS.blockFileBytes);
     if (read.error !== null) {
       if (read.kind === 'missing') return null;
-      if (read.kind === 'refused') throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} ${read.why}`, { index: null, resource: CHECKPOINT });
+      if (read.kind === 'refused')
+        throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} ${read.why}`, { index: null, resource: CHECKPOINT });
       throw new VouchError('io_error', `cannot read ${CHECKPOINT}: it ${read.why}`, { resource: CHECKPOINT });
     }
     const text = utf8Text(bytesOf(read));
-    if (text === null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} is not valid UTF-8`, { index: null, resource: CHECKPOINT });
+    if (text === null)
+      throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT} is not valid UTF-8`, { index: null, resource: CHECKPOINT });
     return text;
   }
 
@@ -409,11 +436,13 @@ export class ChainRepoFiles {
     const read = readChainFile(join(this.dir, CHECKPOINT_NOTE), MAX_NOTE_BYTES);
     if (read.error !== null) {
       if (read.kind === 'missing') return null;
-      if (read.kind === 'refused') throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} ${read.why}`, { index: null, resource: CHECKPOINT_NOTE });
+      if (read.kind === 'refused')
+        throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} ${read.why}`, { index: null, resource: CHECKPOINT_NOTE });
       throw new VouchError('io_error', `cannot read ${CHECKPOINT_NOTE}: it ${read.why}`, { resource: CHECKPOINT_NOTE });
     }
     const text = utf8Text(bytesOf(read));
-    if (text === null) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} is not valid UTF-8`, { index: null, resource: CHECKPOINT_NOTE });
+    if (text === null)
+      throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} is not valid UTF-8`, { index: null, resource: CHECKPOINT_NOTE });
     return text;
   }
 
@@ -426,7 +455,8 @@ export class ChainRepoFiles {
   async committedNote(): Promise<string | null> {
     const e = this.dirs.get('')!.find((x) => x.name === CHECKPOINT_NOTE);
     if (e === undefined) return null;
-    const bad = (why: string) => new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} on branch main ${why}`, { index: null, resource: CHECKPOINT_NOTE });
+    const bad = (why: string) =>
+      new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} on branch main ${why}`, { index: null, resource: CHECKPOINT_NOTE });
     if (!isRegularMode(e.mode)) throw bad(`is ${modeName(e.mode)}, not a regular file`);
     const bytes = await this.objects.readBlob(e.oid);
     if (bytes.length > MAX_NOTE_BYTES) throw bad(`is larger than ${MAX_NOTE_BYTES} bytes`);
@@ -450,7 +480,11 @@ export class ChainRepoFiles {
       if (!body) {
         let entries = this.dirs.get('')!;
         let oid = '';
-        for (const [dirPath, name] of [['blocks', 'blocks'], [p.slice(0, 10), p.slice(7, 10)], [leafPath, p.slice(11, 14)]] as const) {
+        for (const [dirPath, name] of [
+          ['blocks', 'blocks'],
+          [p.slice(0, 10), p.slice(7, 10)],
+          [leafPath, p.slice(11, 14)],
+        ] as const) {
           const e: TreeEntry | undefined = entries.find((x) => x.name === name);
           if (!e || e.mode !== TREE_MODE) throw new VouchError('not_found', `${p} is not on branch main`, { index });
           oid = e.oid;
@@ -466,7 +500,8 @@ export class ChainRepoFiles {
     }
     const e = entry;
     if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
-    if (!isRegularMode(e.mode)) throw new VouchError('malformed', `malformed at block ${index}: ${p} is ${modeName(e.mode)} on branch main, not a regular file`, { index, resource: p });
+    if (!isRegularMode(e.mode))
+      throw new VouchError('malformed', `malformed at block ${index}: ${p} is ${modeName(e.mode)} on branch main, not a regular file`, { index, resource: p });
     const o = this.objects.readSync(e.oid);
     if (o.type !== 'blob') throw new VouchError('io_error', `object ${e.oid} (${p}) is a ${o.type}, expected a blob`);
     return strictBlockText(o.body, index, p);
@@ -502,7 +537,7 @@ export class ChainRepoFiles {
       const e = entries.find((x) => x.name === parts[k]);
       if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
       if (k === parts.length - 1) return strictBlockText(await this.objects.readBlob(e.oid), index, p);
-      entries = this.dirs.get(dirPath) ?? await this.objects.readTree(e.oid);
+      entries = this.dirs.get(dirPath) ?? (await this.objects.readTree(e.oid));
     }
     throw new VouchError('not_found', `${p} is not on branch main`, { index });
   }
@@ -522,8 +557,17 @@ function leafEntry(body: Buffer, name: string, k: number): TreeEntry | undefined
 
 /** What a directory entry that is not a regular file is, for messages. */
 export function direntKind(e: fs.Dirent): string {
-  return e.isSymbolicLink() ? 'a symbolic link' : e.isDirectory() ? 'a directory' : e.isFIFO() ? 'a FIFO'
-    : e.isCharacterDevice() || e.isBlockDevice() ? 'a device' : e.isSocket() ? 'a socket' : 'of an unknown type';
+  return e.isSymbolicLink()
+    ? 'a symbolic link'
+    : e.isDirectory()
+      ? 'a directory'
+      : e.isFIFO()
+        ? 'a FIFO'
+        : e.isCharacterDevice() || e.isBlockDevice()
+          ? 'a device'
+          : e.isSocket()
+            ? 'a socket'
+            : 'of an unknown type';
 }
 
 /** A directory's entries, or null when it cannot be listed (missing, not a directory, no access). */
@@ -535,12 +579,15 @@ export function direntsOf(dir: string): fs.Dirent[] | null {
   }
 }
 
-
 /** A block file's bytes from git as text: at most 16 MiB, strictly UTF-8, else `malformed` at `index`. */
 export function strictBlockText(bytes: Buffer, index: number, path: string): string {
   const text = bytes.length > LIMITS.blockFileBytes ? null : utf8Text(bytes);
   if (text === null) {
-    throw new VouchError('malformed', `malformed at block ${index}: ${path} is ${bytes.length > LIMITS.blockFileBytes ? `larger than ${LIMITS.blockFileBytes} bytes` : 'not valid UTF-8'}`, { index, resource: path });
+    throw new VouchError(
+      'malformed',
+      `malformed at block ${index}: ${path} is ${bytes.length > LIMITS.blockFileBytes ? `larger than ${LIMITS.blockFileBytes} bytes` : 'not valid UTF-8'}`,
+      { index, resource: path },
+    );
   }
   return text;
 }

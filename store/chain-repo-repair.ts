@@ -33,7 +33,6 @@ export interface State {
   index: IndexHint | null;
 }
 
-
 export class ChainRepoRepair extends ChainRepoFiles {
   /**
    * Removes what interrupted object writes left under `.git/objects` (a full
@@ -84,8 +83,14 @@ export class ChainRepoRepair extends ChainRepoFiles {
         }
         try {
           fs.unlinkSync(join(dir, name));
-          this.repairs.push({ action: 'removed', path: `.git/objects/${rel}${name}`, reason: 'temporary file of an interrupted object write (a full disk or a crash)' });
-        } catch { /* gone meanwhile, or not ours to remove */ }
+          this.repairs.push({
+            action: 'removed',
+            path: `.git/objects/${rel}${name}`,
+            reason: 'temporary file of an interrupted object write (a full disk or a crash)',
+          });
+        } catch {
+          /* gone meanwhile, or not ours to remove */
+        }
       }
     };
     const tmpObj = (name: string) => name.startsWith('tmp_obj_');
@@ -212,7 +217,8 @@ export class ChainRepoRepair extends ChainRepoFiles {
    * branch otherwise (fresh clone, lost state, broken index).
    */
   protected async repair(state: State | null): Promise<void> {
-    for (const p of [join(this.dir, CHECKPOINT + TMP_SUFFIX), join(this.dir, CHECKPOINT_NOTE + TMP_SUFFIX), join(this.gitdir, STATE_FILE + TMP_SUFFIX)]) this.removeIfExists(p, 'temporary file of an interrupted write');
+    for (const p of [join(this.dir, CHECKPOINT + TMP_SUFFIX), join(this.dir, CHECKPOINT_NOTE + TMP_SUFFIX), join(this.gitdir, STATE_FILE + TMP_SUFFIX)])
+      this.removeIfExists(p, 'temporary file of an interrupted write');
     if (this._sparse) {
       await this.syncSparse(true);
       this.writeState();
@@ -232,7 +238,7 @@ export class ChainRepoRepair extends ChainRepoFiles {
     }
     if (indexOk && state && state.commit === this._head) {
       // Nothing interrupted; git may have rewritten the index, which load() adopted.
-    } else if (indexOk && state && await this.objects.has(state.commit)) {
+    } else if (indexOk && state && (await this.objects.has(state.commit))) {
       await this.applyChanges(await this.diffCommits(state.commit, this._head));
     } else {
       await this.fullSync(indexOk);
@@ -291,7 +297,11 @@ export class ChainRepoRepair extends ChainRepoFiles {
     const lock = join(this.gitdir, 'index.lock');
     const fd = await acquireLock(lock, (p) => this.noteStaleLock(p));
     commitLock(fd, lock, join(this.gitdir, 'index'), sparseIndexBytes(dirs, entries));
-    note('reindexed', '.git/index', current === null ? 'a sparse index written from branch main (the sparse layout)' : 'the sparse index caught up with branch main');
+    note(
+      'reindexed',
+      '.git/index',
+      current === null ? 'a sparse index written from branch main (the sparse layout)' : 'the sparse index caught up with branch main',
+    );
   }
 
   /**
@@ -300,7 +310,13 @@ export class ChainRepoRepair extends ChainRepoFiles {
    * written from git objects when it differs (recorded in `repairs` when
    * `repairing`). `changed`: the index needs the returned entry.
    */
-  protected async syncFile(path: string, oid: string, mode: string, known: IndexEntry | undefined, repairing: boolean): Promise<{ entry: IndexEntry; changed: boolean }> {
+  protected async syncFile(
+    path: string,
+    oid: string,
+    mode: string,
+    known: IndexEntry | undefined,
+    repairing: boolean,
+  ): Promise<{ entry: IndexEntry; changed: boolean }> {
     const abs = join(this.dir, path);
     const st = lstatOrNull(abs);
     if (st?.isFile() && known && known.oid === oid && statMatches(known, st)) return { entry: known, changed: false };
@@ -376,11 +392,14 @@ export class ChainRepoRepair extends ChainRepoFiles {
     }
     for (const d of dirs) this.removeTemps(d);
     if (upserts.length === 0 && removes.length === 0) return;
-    await this.index.update((idx) => {
-      idx.preparePositions([...upserts.map((e) => e.path), ...removes]);
-      for (const p of removes) idx.remove(p);
-      for (const e of upserts) idx.upsert(e);
-    }, (p) => this.noteStaleLock(p));
+    await this.index.update(
+      (idx) => {
+        idx.preparePositions([...upserts.map((e) => e.path), ...removes]);
+        for (const p of removes) idx.remove(p);
+        for (const e of upserts) idx.upsert(e);
+      },
+      (p) => this.noteStaleLock(p),
+    );
   }
 
   protected removeTemps(absDir: string): void {
@@ -436,7 +455,11 @@ export class ChainRepoRepair extends ChainRepoFiles {
       else if (f.path.endsWith(TMP_SUFFIX)) this.removeIfExists(join(this.dir, f.path), 'temporary file of an interrupted write');
     }
     if (!changed) return;
-    await this.index.update((idx) => idx.replaceAll(entries), (p) => this.noteStaleLock(p), { reload: false });
+    await this.index.update(
+      (idx) => idx.replaceAll(entries),
+      (p) => this.noteStaleLock(p),
+      { reload: false },
+    );
     this.repairs.push({ action: 'reindexed', path: '.git/index', reason: 'rebuilt from branch main and the working tree' });
   }
 
@@ -478,6 +501,8 @@ export function readState(gitdir: string): State | null {
   try {
     const s = JSON.parse(fs.readFileSync(join(gitdir, STATE_FILE), 'utf8')) as State;
     if (s && s.version === 1 && typeof s.commit === 'string' && OID_RE.test(s.commit)) return s;
-  } catch { /* missing or unreadable: treated as no state */ }
+  } catch {
+    /* missing or unreadable: treated as no state */
+  }
   return null;
 }

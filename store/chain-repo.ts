@@ -59,7 +59,10 @@ const MAX_PACK_OBJECTS = 16_384;
 function checkCommitInfo(c: CommitInfo): void {
   if (!c || typeof c !== 'object') throw new VouchError('bad_request', 'commit info is missing');
   if (typeof c.message !== 'string' || c.message.includes('\0')) throw new VouchError('bad_request', 'commit message must be a string without NUL');
-  for (const [k, v] of [['author name', c.authorName], ['author email', c.authorEmail]] as const) {
+  for (const [k, v] of [
+    ['author name', c.authorName],
+    ['author email', c.authorEmail],
+  ] as const) {
     if (typeof v !== 'string' || v.trim() === '' || /[<>\n\0]/.test(v)) {
       throw new VouchError('bad_request', `commit ${k} must be a non-empty string without <, >, newline or NUL`);
     }
@@ -122,12 +125,18 @@ export class ChainRepo extends ChainRepoRepair {
     checkBlocks(blocks, 0, root.json);
     checkCommitInfo(commit);
     try {
-      if (!fs.existsSync(abs)) { fs.mkdirSync(abs, { recursive: true }); created = true; }
+      if (!fs.existsSync(abs)) {
+        fs.mkdirSync(abs, { recursive: true });
+        created = true;
+      }
       const gitdir = join(abs, '.git');
       for (const d of ['objects/info', 'objects/pack', 'refs/heads', 'refs/tags']) fs.mkdirSync(join(gitdir, d), { recursive: true });
       fs.writeFileSync(join(gitdir, 'HEAD'), `ref: ${BRANCH_REF}\n`);
-      fs.writeFileSync(join(gitdir, 'config'), '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
-        (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : ''));
+      fs.writeFileSync(
+        join(gitdir, 'config'),
+        '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
+          (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : ''),
+      );
       fs.writeFileSync(join(gitdir, 'description'), 'vouch chain repository\n');
       if (opts.sparse) ensurePatterns(gitdir);
       const repo = new ChainRepo(abs);
@@ -147,7 +156,8 @@ export class ChainRepo extends ChainRepoRepair {
       return repo;
     } catch (e) {
       // Leave nothing half-made behind: the directory was empty (or absent) before.
-      for (const p of ['.git', 'blocks', CHECKPOINT, CHECKPOINT + TMP_SUFFIX, CHECKPOINT_NOTE, CHECKPOINT_NOTE + TMP_SUFFIX]) fs.rmSync(join(abs, p), { recursive: true, force: true });
+      for (const p of ['.git', 'blocks', CHECKPOINT, CHECKPOINT + TMP_SUFFIX, CHECKPOINT_NOTE, CHECKPOINT_NOTE + TMP_SUFFIX])
+        fs.rmSync(join(abs, p), { recursive: true, force: true });
       if (created) fs.rmSync(abs, { recursive: true, force: true });
       throw e instanceof VouchError ? e : ioError(`cannot create chain in ${abs}`, e);
     }
@@ -370,12 +380,15 @@ export class ChainRepo extends ChainRepoRepair {
         const noteEntry = noteBytes === null ? null : entryFromStat(CHECKPOINT_NOTE, noteOid!, this.writeWorkFile(CHECKPOINT_NOTE, noteBytes));
         if (dropNote) fs.rmSync(join(this.dir, CHECKPOINT_NOTE), { force: true });
         crashPoint('after-files');
-        await this.index.update((idx) => {
-          for (const e of entries) idx.addNew(e);
-          idx.upsert(cpEntry);
-          if (noteEntry !== null) idx.upsert(noteEntry);
-          else if (dropNote) idx.remove(CHECKPOINT_NOTE);
-        }, (p) => this.noteStaleLock(p));
+        await this.index.update(
+          (idx) => {
+            for (const e of entries) idx.addNew(e);
+            idx.upsert(cpEntry);
+            if (noteEntry !== null) idx.upsert(noteEntry);
+            else if (dropNote) idx.remove(CHECKPOINT_NOTE);
+          },
+          (p) => this.noteStaleLock(p),
+        );
       }
       crashPoint('after-index');
       this.writeState();
@@ -419,10 +432,13 @@ export class ChainRepo extends ChainRepoRepair {
       fs.writeFileSync(join(gitdir, CLONE_MARKER), `cloning ${shown}\n`);
       fs.writeFileSync(join(gitdir, 'HEAD'), `ref: ${BRANCH_REF}\n`);
       fs.writeFileSync(join(gitdir, 'description'), 'vouch chain repository (mirror)\n');
-      fs.writeFileSync(join(gitdir, 'config'), '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
-        (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : '') +
-        `[remote "origin"]\n\turl = ${url.replace(/[\\"\n]/g, '')}\n\tfetch = +refs/heads/main:${REMOTE_REF}\n` +
-        '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n');
+      fs.writeFileSync(
+        join(gitdir, 'config'),
+        '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
+          (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : '') +
+          `[remote "origin"]\n\turl = ${url.replace(/[\\"\n]/g, '')}\n\tfetch = +refs/heads/main:${REMOTE_REF}\n` +
+          '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n',
+      );
       const got = await fetchPack(url, opts, caps, want, [], [], join(gitdir, 'objects', 'pack'));
       const pack = got.pack;
       repo = new ChainRepo(abs);
@@ -445,7 +461,9 @@ export class ChainRepo extends ChainRepoRepair {
       try {
         if (existed) for (const n of fs.readdirSync(abs)) fs.rmSync(join(abs, n), { recursive: true, force: true });
         else fs.rmSync(abs, { recursive: true, force: true });
-      } catch { /* best effort */ }
+      } catch {
+        /* best effort */
+      }
       throw e instanceof VouchError ? e : ioError(`cannot clone ${shown} into ${abs}`, e);
     }
   }
@@ -477,7 +495,11 @@ export class ChainRepo extends ChainRepoRepair {
       entries.push(entryFromStat(f.path, f.oid, fs.lstatSync(abs, { bigint: true })));
     }
     onProgress?.(files.length, files.length);
-    await this.index.update((idx) => idx.replaceAll(entries), (p) => this.noteStaleLock(p), { reload: false });
+    await this.index.update(
+      (idx) => idx.replaceAll(entries),
+      (p) => this.noteStaleLock(p),
+      { reload: false },
+    );
   }
 
   /**
@@ -500,8 +522,10 @@ export class ChainRepo extends ChainRepoRepair {
       }
       const haves = [this._head];
       const tracked = readRef(this.gitdir, REMOTE_REF);
-      if (tracked && tracked !== this._head && await this.objects.has(tracked)) haves.push(tracked);
-      const got = await fetchPack(url, opts, caps, want, haves, readShallow(this.gitdir), join(this.gitdir, 'objects', 'pack'), (oid) => this.objects.read(oid).catch(() => null));
+      if (tracked && tracked !== this._head && (await this.objects.has(tracked))) haves.push(tracked);
+      const got = await fetchPack(url, opts, caps, want, haves, readShallow(this.gitdir), join(this.gitdir, 'objects', 'pack'), (oid) =>
+        this.objects.read(oid).catch(() => null),
+      );
       const pack = got.pack;
       try {
         await this.storePack(pack);
@@ -574,7 +598,14 @@ export class ChainRepo extends ChainRepoRepair {
     if (set.size === before.length && before.every((o) => set.has(o))) return;
     const file = join(this.gitdir, 'shallow');
     if (set.size === 0) fs.rmSync(file, { force: true });
-    else writeFileAtomic(file, [...set].sort().map((o) => `${o}\n`).join(''));
+    else
+      writeFileAtomic(
+        file,
+        [...set]
+          .sort()
+          .map((o) => `${o}\n`)
+          .join(''),
+      );
   }
 
   protected writeRemoteRef(oid: string): void {
@@ -619,7 +650,9 @@ export class ChainRepo extends ChainRepoRepair {
         const text = b.length > LIMITS.blockFileBytes ? null : utf8Text(b);
         if (text === null) {
           const why = `${path} at commit ${commit} is ${b.length > LIMITS.blockFileBytes ? `larger than ${LIMITS.blockFileBytes} bytes` : 'not valid UTF-8'}`;
-          throw path === CHECKPOINT ? new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${why}`, { index: null }) : new VouchError('malformed', `malformed: ${why}`, { index: null, resource: path });
+          throw path === CHECKPOINT
+            ? new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${why}`, { index: null })
+            : new VouchError('malformed', `malformed: ${why}`, { index: null, resource: path });
         }
         return text;
       },
@@ -664,9 +697,14 @@ export class ChainRepo extends ChainRepoRepair {
       const changes = await this.diffCommits(from, commit);
       const lost = changes.filter((c) => c.path.startsWith('blocks/') && (c.oid === null || c.before !== null));
       if (lost.length > 0 || target.size < this._size) {
-        throw new VouchError('history_rewritten', `history_rewritten: commit ${commit} ${lost.length > 0 ? `changes or removes ${lost.length} existing file(s) under blocks/, first ${lost[0]!.path}` : `has ${target.size} blocks, the branch ${this._size}`}`, {
-          index: null, evidence: { from, to: commit, paths: lost.slice(0, 10).map((c) => c.path), size: this._size, target_size: target.size },
-        });
+        throw new VouchError(
+          'history_rewritten',
+          `history_rewritten: commit ${commit} ${lost.length > 0 ? `changes or removes ${lost.length} existing file(s) under blocks/, first ${lost[0]!.path}` : `has ${target.size} blocks, the branch ${this._size}`}`,
+          {
+            index: null,
+            evidence: { from, to: commit, paths: lost.slice(0, 10).map((c) => c.path), size: this._size, target_size: target.size },
+          },
+        );
       }
       await this.moveBranch(commit, from);
       this._head = commit;

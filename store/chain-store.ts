@@ -35,8 +35,10 @@ export function commitFor(blocks: readonly Block[], timestampMs: number): Commit
   } else {
     const first = blocks[0]!;
     const last = blocks[blocks.length - 1]!;
-    message = `blocks ${first.index}-${last.index}: ${blocks.length} blocks\n\n` +
-      blocks.map((b) => [line(b), ...urls(b).map((u) => `  ${u}`)].join('\n')).join('\n') + '\n';
+    message =
+      `blocks ${first.index}-${last.index}: ${blocks.length} blocks\n\n` +
+      blocks.map((b) => [line(b), ...urls(b).map((u) => `  ${u}`)].join('\n')).join('\n') +
+      '\n';
   }
   const signer = blocks[0]!.signer;
   return {
@@ -69,9 +71,12 @@ export function trustedHead(repo: ChainRepo, signer: Signer, keys?: Pick<KeyStat
   const inForce = keys ? { public_key: keys.online.publicKey, signer: keys.online.signer } : a;
   if (inForce.public_key !== given) {
     const why = keys?.compromised.includes(given) ? ': it was declared compromised' : keys?.retired.includes(given) ? ': it was retired by a key event' : '';
-    throw new VouchError('key_error', keys
-      ? `this key is not the chain's online key in force (${inForce.public_key}, since block ${keys.online.since})${why}`
-      : `this key is not the chain's authority key (${a.public_key})`);
+    throw new VouchError(
+      'key_error',
+      keys
+        ? `this key is not the chain's online key in force (${inForce.public_key}, since block ${keys.online.since})${why}`
+        : `this key is not the chain's authority key (${a.public_key})`,
+    );
   }
   if (inForce.signer !== signer.id) {
     throw new VouchError('key_error', `the chain's authority signer is ${JSON.stringify(inForce.signer)}, not ${JSON.stringify(signer.id)}`);
@@ -94,7 +99,9 @@ export function trustedHead(repo: ChainRepo, signer: Signer, keys?: Pick<KeyStat
   }
   const head = parseBlockText(repo.readBlockFile(cp.size - 1), cp.size - 1);
   if (head.record_hash !== cp.head || computeRecordHash(head, nodeBackend) !== cp.head) {
-    throw new VouchError('record_hash_mismatch', `record_hash_mismatch at block ${head.index}: the head block is not the one the checkpoint signed`, { index: head.index });
+    throw new VouchError('record_hash_mismatch', `record_hash_mismatch at block ${head.index}: the head block is not the one the checkpoint signed`, {
+      index: head.index,
+    });
   }
   return { head, authority, checkpoint: cp, note: trustedNote(repo.readCheckpointNote(), signer.publicKey, repo.size) };
 }
@@ -111,7 +118,10 @@ export function trustedNote(text: string | null, publicKey: Uint8Array, size: nu
     cp = openCheckpoint(nodeBackend, text, { publicKey }).checkpoint;
   } catch (e) {
     const err = e as VouchError;
-    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note: ${err.message.replace(/^checkpoint_mismatch: /, '')}`, { index: null, ...(err.evidence ? { evidence: err.evidence } : {}) });
+    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note: ${err.message.replace(/^checkpoint_mismatch: /, '')}`, {
+      index: null,
+      ...(err.evidence ? { evidence: err.evidence } : {}),
+    });
   }
   if (cp.size !== size) {
     throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note names ${cp.size} entries, the chain has ${size} blocks`, { index: null });
@@ -133,19 +143,24 @@ export function defaultOrigin(signerId: string): string {
 export function noteOrigin(note: LogCheckpoint | null, wanted: string | null, fallback: string, what = 'origin'): string {
   if (note !== null) {
     if (wanted !== null && wanted !== note.origin) {
-      throw new VouchError('usage', `${what} ${JSON.stringify(wanted)} differs from the origin of the committed checkpoint.note, ${JSON.stringify(note.origin)} (a log's origin never changes)`);
+      throw new VouchError(
+        'usage',
+        `${what} ${JSON.stringify(wanted)} differs from the origin of the committed checkpoint.note, ${JSON.stringify(note.origin)} (a log's origin never changes)`,
+      );
     }
     return note.origin;
   }
   const origin = wanted ?? fallback;
-  if (!isValidKeyName(origin)) throw new VouchError('usage', `${what} ${JSON.stringify(origin)} cannot be a note key name (no spaces, "+" or control characters)`);
+  if (!isValidKeyName(origin))
+    throw new VouchError('usage', `${what} ${JSON.stringify(origin)} cannot be a note key name (no spaces, "+" or control characters)`);
   return origin;
 }
 
 /** Block i's record hash as the 32 bytes of tree entry i. */
 export function entryOf(recordHash: string): Uint8Array {
   const b = Buffer.from(recordHash, 'hex');
-  if (b.length !== 32 || b.toString('hex') !== recordHash) throw new VouchError('malformed', `record_hash ${JSON.stringify(recordHash.slice(0, 80))} is not 64 lowercase hex digits`);
+  if (b.length !== 32 || b.toString('hex') !== recordHash)
+    throw new VouchError('malformed', `record_hash ${JSON.stringify(recordHash.slice(0, 80))} is not 64 lowercase hex digits`);
   return new Uint8Array(b.buffer, b.byteOffset, 32);
 }
 
@@ -166,7 +181,12 @@ export type EdgeSeed = () => { edge: TreeEdge; rest: Iterable<string> } | null;
  * image), which must then agree with the note when there is one.
  * @throws VouchError checkpoint_mismatch when the recomputed root is not the note's.
  */
-export function headEdge(repo: ChainRepo, note: LogCheckpoint | null, recordHashes: () => Iterable<string>, seed?: EdgeSeed): { edge: TreeEdge; source: EdgeSource } {
+export function headEdge(
+  repo: ChainRepo,
+  note: LogCheckpoint | null,
+  recordHashes: () => Iterable<string>,
+  seed?: EdgeSeed,
+): { edge: TreeEdge; source: EdgeSource } {
   const kept = readEdgeFile(nodeBackend, repo.dir);
   if (note !== null && edgeMatches(kept, note.size, note.root)) return { edge: kept, source: 'file' };
   const start = seed !== undefined ? seed() : null;
@@ -179,7 +199,11 @@ export function headEdge(repo: ChainRepo, note: LogCheckpoint | null, recordHash
   for (const h of recordHashes()) edge.append(entryOf(h));
   if (edge.size !== repo.size) throw new VouchError('internal_error', `tree edge: ${edge.size} record hashes for a chain of ${repo.size} blocks`);
   if (note !== null && !edgeMatches(edge, note.size, note.root)) {
-    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note's root is not the Merkle root of the ${repo.size} block files' record hashes`, { index: null });
+    throw new VouchError(
+      'checkpoint_mismatch',
+      `checkpoint_mismatch: checkpoint.note's root is not the Merkle root of the ${repo.size} block files' record hashes`,
+      { index: null },
+    );
   }
   return { edge, source: 'scan' };
 }
@@ -223,7 +247,13 @@ export interface NoteInput {
  * the texts committed, so a caller can take in the new state from what the
  * branch holds even when the working tree lags behind it.
  */
-export async function appendSigned(repo: ChainRepo, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number, note: NoteInput | null = null): Promise<Committed> {
+export async function appendSigned(
+  repo: ChainRepo,
+  blocks: readonly Block[],
+  checkpoint: Checkpoint,
+  nowMs: number,
+  note: NoteInput | null = null,
+): Promise<Committed> {
   const files = blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) }));
   const checkpointText = formatCheckpointFile(checkpoint);
   const noteText = note === null ? null : signNoteText(note.signer, note.origin, checkpoint.size, note.root, note.extensions);
@@ -261,8 +291,14 @@ export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<
  * new blocks' record hashes; the new edge is kept for the next append.
  */
 export async function appendWithNote(
-  repo: ChainRepo, trusted: TrustedHead, signer: Signer, blocks: readonly Block[], checkpoint: Checkpoint, nowMs: number,
-  recordHashes: () => Iterable<string> = () => scanRecordHashes(repo), seed?: EdgeSeed,
+  repo: ChainRepo,
+  trusted: TrustedHead,
+  signer: Signer,
+  blocks: readonly Block[],
+  checkpoint: Checkpoint,
+  nowMs: number,
+  recordHashes: () => Iterable<string> = () => scanRecordHashes(repo),
+  seed?: EdgeSeed,
 ): Promise<Committed & { edgeSource: EdgeSource }> {
   const origin = noteOrigin(trusted.note, null, defaultOrigin(trusted.authority.signer));
   const { edge, source } = headEdge(repo, trusted.note, recordHashes, seed);

@@ -56,4 +56,3 @@ export const FETCH_LIMITS = Object.freeze({
 export const MAX_OBJECT_BYTES = FETCH_LIMITS.objectBytes;
 /** What a cached object costs beyond its bytes (map entry, buffer object): a pack of empty objects fills the cache too. */
 export const CACHE_ENTRY_COST = 256;
-

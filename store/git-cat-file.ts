@@ -28,7 +28,12 @@ export interface CatFileOptions {
 }
 
 type Obj = { type: string; body: Buffer };
-interface Pending { oid: string; resolve: (o: Obj | null) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }
+interface Pending {
+  oid: string;
+  resolve: (o: Obj | null) => void;
+  reject: (e: Error) => void;
+  timer: NodeJS.Timeout;
+}
 
 /** Parses the answers of `cat-file --batch` from chunks, one object at a time (bounded). */
 export class AnswerParser {
@@ -37,7 +42,10 @@ export class AnswerParser {
   /** The object being read: its header, and how many body bytes (plus the closing newline) are still due. */
   private cur: { oid: string; type: string; size: number } | null = null;
 
-  constructor(private readonly maxBytes: number, private readonly onObject: (oid: string, o: Obj | null) => void) {}
+  constructor(
+    private readonly maxBytes: number,
+    private readonly onObject: (oid: string, o: Obj | null) => void,
+  ) {}
 
   push(chunk: Buffer): void {
     this.chunks.push(chunk);
@@ -103,7 +111,10 @@ export class GitCatFile {
   private readonly maxBytes: number;
   private readonly timeoutMs: number;
 
-  constructor(readonly gitdir: string, opts: CatFileOptions = {}) {
+  constructor(
+    readonly gitdir: string,
+    opts: CatFileOptions = {},
+  ) {
     this.maxBytes = opts.maxObjectBytes ?? MAX_OBJECT_BYTES;
     this.timeoutMs = opts.timeoutMs ?? 30_000;
   }
@@ -140,11 +151,18 @@ export class GitCatFile {
         this.fail(e as Error);
       }
     });
-    child.stderr.on('data', (d: Buffer) => { stderr = (stderr + d.toString('utf8')).slice(-2048); });
-    child.stdin.on('error', () => { /* reported by 'exit' */ });
-    child.on('error', (e) => { if (this.child === child) this.fail(new VouchError('io_error', `git cat-file: ${e.message}`)); });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr = (stderr + d.toString('utf8')).slice(-2048);
+    });
+    child.stdin.on('error', () => {
+      /* reported by 'exit' */
+    });
+    child.on('error', (e) => {
+      if (this.child === child) this.fail(new VouchError('io_error', `git cat-file: ${e.message}`));
+    });
     child.on('exit', (code, signal) => {
-      if (this.child === child) this.fail(new VouchError('io_error', `git cat-file ended (${signal ?? `exit ${code}`})${stderr ? `: ${stderr.trim().split('\n').pop()}` : ''}`));
+      if (this.child === child)
+        this.fail(new VouchError('io_error', `git cat-file ended (${signal ?? `exit ${code}`})${stderr ? `: ${stderr.trim().split('\n').pop()}` : ''}`));
     });
     return child;
   }
@@ -186,20 +204,35 @@ export async function sweepObjects(
   onObject: (oid: string, type: string, body: Buffer) => void | Promise<void>,
   opts: CatFileOptions = {},
 ): Promise<number> {
-  const child = spawn('git', ['--git-dir', gitdir, 'cat-file', '--batch-all-objects', '--batch', '--unordered'], { stdio: ['ignore', 'pipe', 'pipe'], env: gitEnv() });
+  const child = spawn('git', ['--git-dir', gitdir, 'cat-file', '--batch-all-objects', '--batch', '--unordered'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: gitEnv(),
+  });
   let count = 0;
   let stderr = '';
-  child.stderr.on('data', (d: Buffer) => { stderr = (stderr + d.toString('utf8')).slice(-2048); });
+  child.stderr.on('data', (d: Buffer) => {
+    stderr = (stderr + d.toString('utf8')).slice(-2048);
+  });
   const timeoutMs = opts.timeoutMs ?? 3_600_000;
   let failure: Error | null = null;
   const exited = new Promise<void>((resolve) => {
-    child.on('error', (e) => { failure ??= new VouchError('io_error', `git cat-file: ${e.message}`); resolve(); });
+    child.on('error', (e) => {
+      failure ??= new VouchError('io_error', `git cat-file: ${e.message}`);
+      resolve();
+    });
     child.on('close', (code, signal) => {
-      if (code !== 0) failure ??= new VouchError('io_error', `git cat-file --batch-all-objects ended (${signal ?? `exit ${code}`})${stderr ? `: ${stderr.trim().split('\n').pop()}` : ''}`);
+      if (code !== 0)
+        failure ??= new VouchError(
+          'io_error',
+          `git cat-file --batch-all-objects ended (${signal ?? `exit ${code}`})${stderr ? `: ${stderr.trim().split('\n').pop()}` : ''}`,
+        );
       resolve();
     });
   });
-  const timer = setTimeout(() => { failure ??= new VouchError('io_error', `git cat-file --batch-all-objects: not done within ${timeoutMs} ms`); child.kill('SIGKILL'); }, timeoutMs);
+  const timer = setTimeout(() => {
+    failure ??= new VouchError('io_error', `git cat-file --batch-all-objects: not done within ${timeoutMs} ms`);
+    child.kill('SIGKILL');
+  }, timeoutMs);
   let waits: Promise<void>[] = [];
   const parser = new AnswerParser(opts.maxObjectBytes ?? MAX_OBJECT_BYTES, (oid, o) => {
     if (!o) return;

@@ -19,7 +19,10 @@ import { BRANCH_REF, OID_RE, ioError, objectId } from './git-objects.ts';
 
 export function readShallow(gitdir: string): string[] {
   try {
-    return fs.readFileSync(join(gitdir, 'shallow'), 'utf8').split('\n').filter((l) => OID_RE.test(l));
+    return fs
+      .readFileSync(join(gitdir, 'shallow'), 'utf8')
+      .split('\n')
+      .filter((l) => OID_RE.test(l));
   } catch {
     return [];
   }
@@ -39,7 +42,7 @@ export function readRef(gitdir: string, ref: string): string | null {
 export function writeDurably(path: string, data: Buffer, mode: number): void {
   const fd = fs.openSync(path, 'w', mode);
   try {
-    for (let off = 0; off < data.length;) off += fs.writeSync(fd, data, off, data.length - off);
+    for (let off = 0; off < data.length; ) off += fs.writeSync(fd, data, off, data.length - off);
     fs.fsyncSync(fd);
   } finally {
     fs.closeSync(fd);
@@ -84,7 +87,6 @@ export function readBranch(gitdir: string): string | null {
   return null;
 }
 
-
 export function isDir(p: string): boolean {
   try {
     return fs.statSync(p).isDirectory();
@@ -127,7 +129,6 @@ export function failPoint(name: 'working-tree'): void {
 // ---------------------------------------------------------------------------
 // Lock files
 
-
 const STALE_LOCK_MS = 10_000;
 const LOCK_WAIT_MS = 12_000;
 
@@ -156,7 +157,9 @@ export async function acquireLock(lockPath: string, onStale?: (path: string) => 
       try {
         fs.unlinkSync(lockPath);
         onStale?.(lockPath);
-      } catch { /* someone else removed it */ }
+      } catch {
+        /* someone else removed it */
+      }
       continue;
     }
     if (Date.now() - started > LOCK_WAIT_MS) {
@@ -191,13 +194,29 @@ export function commitLock(fd: number, lockPath: string, target: string, data: B
     fs.renameSync(lockPath, target);
     if (opts.durable) fsyncDir(dirname(target));
   } catch (e) {
-    try { fs.closeSync(fd); } catch { /* already closed */ }
-    try { fs.unlinkSync(lockPath); } catch { /* gone */ }
+    try {
+      fs.closeSync(fd);
+    } catch {
+      /* already closed */
+    }
+    try {
+      fs.unlinkSync(lockPath);
+    } catch {
+      /* gone */
+    }
     throw new VouchError('io_error', `cannot write ${target}: ${(e as Error).message}`, { cause: e });
   }
 }
 
 export function releaseLock(fd: number, lockPath: string): void {
-  try { fs.closeSync(fd); } catch { /* closed */ }
-  try { fs.unlinkSync(lockPath); } catch { /* gone */ }
+  try {
+    fs.closeSync(fd);
+  } catch {
+    /* closed */
+  }
+  try {
+    fs.unlinkSync(lockPath);
+  } catch {
+    /* gone */
+  }
 }

@@ -13,7 +13,6 @@ import { createHash } from 'node:crypto';
 import type { BigIntStats } from 'node:fs';
 import { VouchError } from '../chain/errors.ts';
 
-
 // ---------------------------------------------------------------------------
 // Entries
 
@@ -68,9 +67,18 @@ export function entryFromStat(path: string, oid: string, st: BigIntStats): Index
 /** True when `st` still describes the file the entry was recorded from (git's stat check, nanoseconds included). */
 export function statMatches(e: IndexEntry, st: BigIntStats): boolean {
   const f = entryFromStat(e.path, e.oid, st);
-  return f.mtimeSec === e.mtimeSec && f.mtimeNsec === e.mtimeNsec && f.ctimeSec === e.ctimeSec &&
-    f.ctimeNsec === e.ctimeNsec && f.size === e.size && f.ino === e.ino && f.dev === e.dev &&
-    f.uid === e.uid && f.gid === e.gid && f.mode === e.mode;
+  return (
+    f.mtimeSec === e.mtimeSec &&
+    f.mtimeNsec === e.mtimeNsec &&
+    f.ctimeSec === e.ctimeSec &&
+    f.ctimeNsec === e.ctimeNsec &&
+    f.size === e.size &&
+    f.ino === e.ino &&
+    f.dev === e.dev &&
+    f.uid === e.uid &&
+    f.gid === e.gid &&
+    f.mode === e.mode
+  );
 }
 
 /** git's path order: bytewise over UTF-8, i.e. by code point. */
@@ -109,7 +117,8 @@ export function ewahEncode(positions: readonly number[]): Buffer {
   while (i < positions.length) {
     const first = Math.floor(positions[i]! / 64);
     let run = first - nextWord; // clean zero words before the literals
-    while (run > 0xffffffff) { // a marker can carry 2^32-1 clean words
+    while (run > 0xffffffff) {
+      // a marker can carry 2^32-1 clean words
       rlwPos = words.length;
       words.push(BigInt(0xffffffff) << 1n);
       run -= 0xffffffff;
@@ -213,7 +222,10 @@ export function corrupt(what: string): never {
 }
 
 /** Walk the entries of an index buffer, calling `visit` with each entry's fields; returns the offset after the entries. */
-function walkEntries(buf: Buffer, visit: (pos: number, start: number, path: string, flags: number, extFlags: number) => void): { version: number; count: number; end: number } {
+function walkEntries(
+  buf: Buffer,
+  visit: (pos: number, start: number, path: string, flags: number, extFlags: number) => void,
+): { version: number; count: number; end: number } {
   if (buf.length < 32 || buf.toString('latin1', 0, 4) !== 'DIRC') corrupt('no DIRC signature');
   const version = buf.readUInt32BE(4);
   if (version < 2 || version > 4) corrupt(`unsupported version ${version}`);
@@ -239,7 +251,7 @@ function walkEntries(buf: Buffer, visit: (pos: number, start: number, path: stri
       let strip = c & 127;
       while (c & 128) {
         c = buf[p++]!;
-        strip = ((strip + 1) * 128) + (c & 127);
+        strip = (strip + 1) * 128 + (c & 127);
       }
       const nul = buf.indexOf(0, p);
       if (nul < 0 || nul >= limit || strip > prev.length) corrupt('bad v4 path');
@@ -377,7 +389,11 @@ export function buildIndexFile(entryBufs: Buffer[], count: number, extended: boo
 
 /** A full (non-split) index file holding `entries` (sorted by the caller). */
 export function serializeIndex(entries: readonly IndexEntry[]): Buffer {
-  return buildIndexFile(entries.map((e) => serializeEntry(e)), entries.length, entries.some((e) => e.extFlags !== 0));
+  return buildIndexFile(
+    entries.map((e) => serializeEntry(e)),
+    entries.length,
+    entries.some((e) => e.extFlags !== 0),
+  );
 }
 
 // ---------------------------------------------------------------------------

@@ -17,12 +17,21 @@ import * as fs from 'node:fs';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import {
-  type IndexEntry, ZERO_OID, buildIndexFile, compareEntries, comparePaths, corrupt, findPositions, parseIndex, serializeEntry, serializeIndex, stageOf,
+  type IndexEntry,
+  ZERO_OID,
+  buildIndexFile,
+  compareEntries,
+  comparePaths,
+  corrupt,
+  findPositions,
+  parseIndex,
+  serializeEntry,
+  serializeIndex,
+  stageOf,
 } from './git-index-format.ts';
 import { acquireLock, commitLock, releaseLock } from './git-files.ts';
 
 export { type IndexEntry, comparePaths, entryFromStat, statMatches } from './git-index-format.ts';
-
 
 // ---------------------------------------------------------------------------
 // The split index of one repository
@@ -81,7 +90,10 @@ export class SplitIndex {
   /** Number of shared indexes written by this instance (for tests and benches). */
   sharedWrites = 0;
 
-  constructor(gitdir: string, private hint: IndexHint | null = null) {
+  constructor(
+    gitdir: string,
+    private hint: IndexHint | null = null,
+  ) {
     this.gitdir = gitdir;
   }
 
@@ -130,7 +142,10 @@ export class SplitIndex {
     try {
       fd = fs.openSync(this.indexPath, 'r');
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') { this.signature = null; return; }
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
+        this.signature = null;
+        return;
+      }
       throw e;
     }
     try {
@@ -203,7 +218,10 @@ export class SplitIndex {
 
   private insertAdded(e: IndexEntry): void {
     const n = this.added.length;
-    if (n === 0 || compareEntries(this.added[n - 1]!, e) < 0) { this.added.push(e); return; }
+    if (n === 0 || compareEntries(this.added[n - 1]!, e) < 0) {
+      this.added.push(e);
+      return;
+    }
     const at = this.findAdded(e.path);
     if (at < n && this.added[at]!.path === e.path && stageOf(this.added[at]!) === stageOf(e)) this.added[at] = e;
     else this.added.splice(at, 0, e);
@@ -233,7 +251,10 @@ export class SplitIndex {
   upsert(e: IndexEntry): void {
     const at = this.findAdded(e.path);
     const hit = this.added[at];
-    if (hit && hit.path === e.path && stageOf(hit) === 0) { this.added[at] = e; return; }
+    if (hit && hit.path === e.path && stageOf(hit) === 0) {
+      this.added[at] = e;
+      return;
+    }
     const pos = this.basePosition(e.path);
     if (pos >= 0 && !this.deleted.has(pos)) this.replaced.set(pos, e);
     else this.insertAdded(e);
@@ -269,7 +290,10 @@ export class SplitIndex {
         const c = compareEntries(kept[i]!, this.added[j]!);
         if (c < 0) out.push(kept[i++]!);
         else if (c > 0) out.push(this.added[j++]!);
-        else { out.push(this.added[j++]!); i++; } // an added entry overrides its base twin
+        else {
+          out.push(this.added[j++]!);
+          i++;
+        } // an added entry overrides its base twin
       }
     }
     return out;
@@ -288,7 +312,10 @@ export class SplitIndex {
   private entryBuf(e: IndexEntry, strip: boolean): Buffer {
     if (strip) return serializeEntry(e, true);
     let b = this.bufs.get(e);
-    if (!b) { b = serializeEntry(e); this.bufs.set(e, b); }
+    if (!b) {
+      b = serializeEntry(e);
+      this.bufs.set(e, b);
+    }
     return b;
   }
 
@@ -302,7 +329,9 @@ export class SplitIndex {
     const baseBuf = this.base ? fs.readFileSync(this.sharedPath(this.base.name)) : null;
     if (baseBuf && baseBuf.readUInt32BE(4) === 4) {
       const merged = this.mergedEntries();
-      merged.forEach((e, pos) => { if (!e.path.includes('/')) rootPositions.set(e.path, pos); });
+      merged.forEach((e, pos) => {
+        if (!e.path.includes('/')) rootPositions.set(e.path, pos);
+      });
       return { file: serializeIndex(merged), rootPositions };
     }
     const parts: Buffer[] = [];
@@ -326,7 +355,7 @@ export class SplitIndex {
         const start = off;
         if (off + 62 > limit) corrupt('truncated entry');
         const flags = baseBuf.readUInt16BE(off + 60);
-        const nameOff = off + ((flags & 0x4000) ? 64 : 62);
+        const nameOff = off + (flags & 0x4000 ? 64 : 62);
         const len = flags & 0xfff;
         const nameEnd = len < 0xfff ? nameOff + len : baseBuf.indexOf(0, nameOff);
         if (nameEnd < 0 || nameEnd > limit) corrupt('bad path');
@@ -334,8 +363,14 @@ export class SplitIndex {
         const name = baseBuf.subarray(nameOff, nameEnd);
         const stage = (flags >> 12) & 3;
         let c = -1;
-        while (j < added.length && (c = Buffer.compare(added[j]!.name, name) || added[j]!.stage - stage) < 0) { emitAdded(); c = -1; }
-        if (j < added.length && c === 0) { emitAdded(); continue; } // an added entry overrides its base twin
+        while (j < added.length && (c = Buffer.compare(added[j]!.name, name) || added[j]!.stage - stage) < 0) {
+          emitAdded();
+          c = -1;
+        }
+        if (j < added.length && c === 0) {
+          emitAdded();
+          continue;
+        } // an added entry overrides its base twin
         if (this.deleted.has(pos)) continue;
         const r = this.replaced.get(pos);
         if (r) {
@@ -358,7 +393,11 @@ export class SplitIndex {
       fs.writeFileSync(tmp, file, { mode: 0o644 });
       fs.renameSync(tmp, this.sharedPath(name));
     } catch (e) {
-      try { fs.unlinkSync(tmp); } catch { /* gone */ }
+      try {
+        fs.unlinkSync(tmp);
+      } catch {
+        /* gone */
+      }
       throw new VouchError('io_error', `cannot write shared index: ${(e as Error).message}`, { cause: e });
     }
     this.sharedWrites++;
@@ -378,8 +417,14 @@ export class SplitIndex {
     const rep = [...this.replaced.entries()].sort((a, b) => a[0] - b[0]);
     const bufs: Buffer[] = [];
     let extended = false;
-    for (const [, e] of rep) { bufs.push(this.entryBuf(e, true)); extended ||= e.extFlags !== 0; }
-    for (const e of this.added) { bufs.push(this.entryBuf(e, false)); extended ||= e.extFlags !== 0; }
+    for (const [, e] of rep) {
+      bufs.push(this.entryBuf(e, true));
+      extended ||= e.extFlags !== 0;
+    }
+    for (const e of this.added) {
+      bufs.push(this.entryBuf(e, false));
+      extended ||= e.extFlags !== 0;
+    }
     const file = buildIndexFile(bufs, bufs.length, extended, {
       base: base.name,
       deleted: [...this.deleted].sort((a, b) => a - b),
@@ -417,7 +462,11 @@ export class SplitIndex {
     if (built.oldShared) this.orphans.add(built.oldShared);
     for (const name of this.orphans) {
       if (name === this.base?.name) continue;
-      try { fs.unlinkSync(this.sharedPath(name)); } catch { /* already gone */ }
+      try {
+        fs.unlinkSync(this.sharedPath(name));
+      } catch {
+        /* already gone */
+      }
     }
     this.orphans.clear();
   }

@@ -39,7 +39,11 @@ export interface CommitInfo {
 }
 
 /** A commit's object id, tree and parents. */
-export interface CommitHead { oid: string; tree: string; parents: string[] }
+export interface CommitHead {
+  oid: string;
+  tree: string;
+  parents: string[];
+}
 
 /** A failed read or a corrupt object, as `io_error` (first line of the cause in the message). */
 export function ioError(what: string, cause: unknown): VouchError {
@@ -70,9 +74,15 @@ export function compareTreeEntries(a: TreeEntry, b: TreeEntry): number {
 /** Insert or replace `e` in a sorted tree entry list (appending at the end is the common, O(1) case). */
 export function setTreeEntry(list: TreeEntry[], e: TreeEntry): void {
   const last = list[list.length - 1];
-  if (!last || compareTreeEntries(last, e) < 0) { list.push(e); return; }
+  if (!last || compareTreeEntries(last, e) < 0) {
+    list.push(e);
+    return;
+  }
   const at = list.findIndex((x) => x.name === e.name);
-  if (at >= 0) { list[at] = e; return; }
+  if (at >= 0) {
+    list[at] = e;
+    return;
+  }
   list.push(e);
   list.sort(compareTreeEntries);
 }

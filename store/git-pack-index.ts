@@ -22,7 +22,9 @@ import { CACHE_ENTRY_COST, FETCH_LIMITS } from './fetch-limits.ts';
 import { fsyncDir } from './git-files.ts';
 import { OBJ_TYPES, OFS_DELTA, REF_DELTA, applyDelta, inflateBounds, parseObjectHeader } from './git-pack.ts';
 
-const bad = (why: string): never => { throw new VouchError('io_error', `the remote sent a bad pack: ${why}`); };
+const bad = (why: string): never => {
+  throw new VouchError('io_error', `the remote sent a bad pack: ${why}`);
+};
 
 /** An external delta base (an object we already have), as `external` answers. */
 export type ExternalBase = (oid: string) => Promise<{ type: string; body: Buffer } | null>;
@@ -74,7 +76,12 @@ export class PackData {
   private written = 0;
 
   /** @internal: made by PackReceiver. */
-  constructor(private fd: number, public path: string, readonly declared: number, private readonly cacheLimit: number) {
+  constructor(
+    private fd: number,
+    public path: string,
+    readonly declared: number,
+    private readonly cacheLimit: number,
+  ) {
     this.offsets = new Float64Array(declared + 1);
     this.oids = new Uint8Array(declared * 20);
     this.crcs = new Uint32Array(declared);
@@ -105,7 +112,7 @@ export class PackData {
   }
 
   private write(data: Buffer): void {
-    for (let off = 0; off < data.length;) off += fs.writeSync(this.fd, data, off, data.length - off, this.written + off);
+    for (let off = 0; off < data.length; ) off += fs.writeSync(this.fd, data, off, data.length - off, this.written + off);
     this.written += data.length;
   }
 
@@ -120,7 +127,7 @@ export class PackData {
     if (this.fd < 0) throw new VouchError('io_error', 'the fetched pack was closed');
     if (to > this.written) this.flush();
     const buf = Buffer.allocUnsafe(to - from);
-    for (let at = 0; at < buf.length;) {
+    for (let at = 0; at < buf.length; ) {
       const got = fs.readSync(this.fd, buf, at, buf.length - at, from + at);
       if (got <= 0) throw new VouchError('io_error', `${this.path} is shorter than received`);
       at += got;
@@ -184,7 +191,11 @@ export class PackData {
       if (k < 0) return s;
       let same = true;
       const o = k * 20;
-      for (let i = 0; i < 20; i++) if (this.oids[o + i] !== oid[at + i]) { same = false; break; }
+      for (let i = 0; i < 20; i++)
+        if (this.oids[o + i] !== oid[at + i]) {
+          same = false;
+          break;
+        }
       if (same) return s;
       s = (s + 1) & this.mask;
     }
@@ -396,7 +407,10 @@ export class PackReceiver {
   private readonly onEntry = new Map<number, number[]>();
   private done = false;
 
-  constructor(dir: string, private readonly cacheLimit = 32 << 20) {
+  constructor(
+    dir: string,
+    private readonly cacheLimit = 32 << 20,
+  ) {
     fs.mkdirSync(dir, { recursive: true });
     this.path = join(dir, `tmp_pack_vouch_${process.pid}_${tmpSeq++}`);
     this.fd = fs.openSync(this.path, 'w+', 0o444);
@@ -447,7 +461,10 @@ export class PackReceiver {
     const from = pos;
     for (; this.k < this.declared; this.k++) {
       const rest = win.length - pos;
-      if (rest < 64 && !atEnd) { this.need = rest + 64; break; }
+      if (rest < 64 && !atEnd) {
+        this.need = rest + 64;
+        break;
+      }
       if (rest === 0) bad('truncated');
       const offset = this.winAt + pos;
       const h = parseObjectHeader(win, pos, win.length, atEnd ? (why) => bad(/truncated/.test(why) ? 'truncated' : why) : bad, offset);
@@ -615,8 +632,14 @@ function idxV2Typed(order: Uint32Array, oids: Uint8Array, crcs: Uint32Array, off
     buf.writeUInt32BE(acc, 8 + i * 4);
   }
   let o = 8 + 1024;
-  for (let i = 0; i < n; i++) { buf.set(oids.subarray(sorted[i]! * 20, sorted[i]! * 20 + 20), o); o += 20; }
-  for (let i = 0; i < n; i++) { buf.writeUInt32BE(crcs[sorted[i]!]! >>> 0, o); o += 4; }
+  for (let i = 0; i < n; i++) {
+    buf.set(oids.subarray(sorted[i]! * 20, sorted[i]! * 20 + 20), o);
+    o += 20;
+  }
+  for (let i = 0; i < n; i++) {
+    buf.writeUInt32BE(crcs[sorted[i]!]! >>> 0, o);
+    o += 4;
+  }
   let bigIndex = 0;
   const bigs: number[] = [];
   for (let i = 0; i < n; i++) {
@@ -625,16 +648,22 @@ function idxV2Typed(order: Uint32Array, oids: Uint8Array, crcs: Uint32Array, off
     buf.writeUInt32BE(off >= 0x80000000 ? (0x80000000 | bigIndex++) >>> 0 : off, o);
     o += 4;
   }
-  for (const off of bigs) { buf.writeBigUInt64BE(BigInt(off), o); o += 8; }
+  for (const off of bigs) {
+    buf.writeBigUInt64BE(BigInt(off), o);
+    o += 8;
+  }
   packSum.copy(buf, o, 0, 20);
   o += 20;
   createHash('sha1').update(buf.subarray(0, o)).digest().copy(buf, o);
   return buf;
 }
 
-
 /** One object of a pack as its index names it. */
-export interface IdxEntry { oid: string; offset: number; crc: number }
+export interface IdxEntry {
+  oid: string;
+  offset: number;
+  crc: number;
+}
 
 /**
  * The pack index file, version 2 (gitformat-pack "Version 2 pack-*.idx"),
@@ -658,14 +687,23 @@ export function idxV2(entries: readonly IdxEntry[], packSum: Buffer): Buffer {
     buf.writeUInt32BE(acc, 8 + i * 4);
   }
   let o = 8 + 1024;
-  for (const e of sorted) { buf.write(e.oid, o, 'hex'); o += 20; }
-  for (const e of sorted) { buf.writeUInt32BE(e.crc >>> 0, o); o += 4; }
+  for (const e of sorted) {
+    buf.write(e.oid, o, 'hex');
+    o += 20;
+  }
+  for (const e of sorted) {
+    buf.writeUInt32BE(e.crc >>> 0, o);
+    o += 4;
+  }
   let bigIndex = 0;
   for (const e of sorted) {
     buf.writeUInt32BE(e.offset >= 0x80000000 ? (0x80000000 | bigIndex++) >>> 0 : e.offset, o);
     o += 4;
   }
-  for (const e of big) { buf.writeBigUInt64BE(BigInt(e.offset), o); o += 8; }
+  for (const e of big) {
+    buf.writeBigUInt64BE(BigInt(e.offset), o);
+    o += 8;
+  }
   packSum.copy(buf, o, 0, 20);
   o += 20;
   createHash('sha1').update(buf.subarray(0, o)).digest().copy(buf, o);

@@ -25,7 +25,11 @@ export interface ObjectReader {
 }
 
 /** One object of the pack; a tree may name the previous version of itself (same path, parent commit) to be sent as a delta of. */
-export interface PackEntry { oid: string; type: ObjType; deltaBase?: string }
+export interface PackEntry {
+  oid: string;
+  type: ObjType;
+  deltaBase?: string;
+}
 
 /** Longest delta chain we create (git's own default pack.depth). */
 const MAX_DELTA_DEPTH = 50;
@@ -64,11 +68,17 @@ export function makeDelta(base: Buffer, target: Buffer): Buffer | null {
       const bytes: number[] = [];
       for (let k = 0; k < 4; k++) {
         const b = Math.floor(offset / 2 ** (8 * k)) & 0xff;
-        if (b) { op |= 1 << k; bytes.push(b); }
+        if (b) {
+          op |= 1 << k;
+          bytes.push(b);
+        }
       }
       for (let k = 0; k < 3; k++) {
         const b = (n >> (8 * k)) & 0xff;
-        if (b) { op |= 1 << (4 + k); bytes.push(b); }
+        if (b) {
+          op |= 1 << (4 + k);
+          bytes.push(b);
+        }
       }
       out.push(op, ...bytes);
       offset += n;
@@ -106,7 +116,7 @@ export async function* packChunks(objects: ObjectReader, entries: PackEntry[], t
     if (o.type !== e.type) throw new VouchError('not_a_chain', `object ${e.oid} is a ${o.type}, expected a ${e.type}`);
     let delta: Buffer | null = null;
     const base = e.deltaBase;
-    const baseDepth = base === undefined ? Infinity : inPack.has(base) ? depth.get(base) ?? Infinity : thin ? 0 : Infinity;
+    const baseDepth = base === undefined ? Infinity : inPack.has(base) ? (depth.get(base) ?? Infinity) : thin ? 0 : Infinity;
     if (base !== undefined && baseDepth < MAX_DELTA_DEPTH) delta = makeDelta((await objects.read(base)).body, o.body);
     let h: Buffer;
     let z: Buffer;

@@ -89,7 +89,13 @@ export function encodeObjectHeader(kind: number, size: number): Buffer {
 }
 
 /** A stored pack as DiskPacks knows it: its `.idx` (version 2) in memory (n = -1: not read yet), object count, and the pack file's descriptor once opened. */
-interface StoredPack { name: string; idx: Buffer; n: number; fd: number | null; end: number }
+interface StoredPack {
+  name: string;
+  idx: Buffer;
+  n: number;
+  fd: number | null;
+  end: number;
+}
 
 /** Index of `key` (20 bytes) in a version-2 `.idx` of `n` objects, or -1. */
 export function idxFind(idx: Buffer, n: number, key: Buffer): number {
@@ -148,7 +154,9 @@ export class DiskPacks {
     let names: string[] = [];
     try {
       names = fs.readdirSync(this.dir);
-    } catch { /* no pack directory */ }
+    } catch {
+      /* no pack directory */
+    }
     for (const file of names) {
       if (!file.endsWith('.idx') || !file.startsWith('pack-')) continue;
       const name = file.slice(0, -4);
@@ -162,7 +170,9 @@ export class DiskPacks {
         const idx = fs.readFileSync(join(this.dir, file));
         const n = idxCount(idx);
         if (n >= 0) list.push({ name, idx, n, fd: null, end: 0 });
-      } catch { /* unreadable: skipped */ }
+      } catch {
+        /* unreadable: skipped */
+      }
     }
     for (const gone of old.values()) if (gone.fd !== null) fs.closeSync(gone.fd);
     // Largest first: most objects live there (a clone's pack, the consolidated packs).
@@ -267,7 +277,9 @@ export class DiskPacks {
     if (!Number.isSafeInteger(offset) || offset < 12 || offset >= end) throw new VouchError('io_error', `bad object offset ${offset} in ${name}.pack`);
     const head = Buffer.alloc(64);
     const got = fs.readSync(fd, head, 0, Math.min(64, end - offset), offset);
-    const bad = (why: string): never => { throw new VouchError('io_error', `bad object header in ${name}.pack: ${why}`); };
+    const bad = (why: string): never => {
+      throw new VouchError('io_error', `bad object header in ${name}.pack: ${why}`);
+    };
     const h = parseObjectHeader(head, 0, got, bad, offset);
     const size = h.size;
     let base: { type: string; body: Buffer } | null = null;
@@ -318,7 +330,7 @@ export class DiskPacks {
 
   /** Close every pack descriptor and forget the list (the next read scans again). */
   close(): void {
-    for (const p of [...this.packs ?? [], ...this.byOffset.values()]) if (p.fd !== null) fs.closeSync(p.fd);
+    for (const p of [...(this.packs ?? []), ...this.byOffset.values()]) if (p.fd !== null) fs.closeSync(p.fd);
     this.packs = null;
     this.byOffset.clear();
   }
@@ -345,7 +357,9 @@ export class PackWindow {
       this.end = fs.fstatSync(this.fd).size - 20;
     }
     const name = this.path;
-    const bad = (why: string): never => { throw new VouchError('io_error', `bad object header in ${name}: ${why}`); };
+    const bad = (why: string): never => {
+      throw new VouchError('io_error', `bad object header in ${name}: ${why}`);
+    };
     if (offset < 12 || offset >= this.end) bad(`offset ${offset} is outside the pack`);
     this.fill(offset, 32);
     const h = parseObjectHeader(this.buf, offset - this.from, this.to - this.from, bad, offset);
@@ -437,4 +451,3 @@ export function applyDelta(delta: Buffer, base: Buffer): Buffer {
   if (o !== out.length) throw deltaError('delta result has the wrong size');
   return out;
 }
-

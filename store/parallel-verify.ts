@@ -23,7 +23,18 @@ import type { BlockObjects, CommittedFiles } from './chain-repo-files.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import { closeObjectRead, examineFile, examineObject, leafOfRecordHash, objectReadOf, type Examined, type KeyNotice, type ObjectRead, type VerifyTask, type VerifyTaskResult } from './verify-worker-impl.ts';
+import {
+  closeObjectRead,
+  examineFile,
+  examineObject,
+  leafOfRecordHash,
+  objectReadOf,
+  type Examined,
+  type KeyNotice,
+  type ObjectRead,
+  type VerifyTask,
+  type VerifyTaskResult,
+} from './verify-worker-impl.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { initialKeyState, type KeyState } from '../chain/key-events.ts';
@@ -123,7 +134,11 @@ async function startWorkers(count: number): Promise<Worker[]> {
 }
 
 /** A batch before its paths are written out (they are, when it is handed to a worker). */
-interface Batch { id: number; start: number; count: number }
+interface Batch {
+  id: number;
+  start: number;
+  count: number;
+}
 
 /**
  * Splits blocks 1..total-1 into batches: `batch` blocks each, then quarter
@@ -133,7 +148,7 @@ interface Batch { id: number; start: number; count: number }
 function planBatches(total: number, batch: number, threads: number): Batch[] {
   const batches: Batch[] = [];
   const small = Math.max(1, Math.ceil(batch / 4));
-  for (let start = 1; start < total;) {
+  for (let start = 1; start < total; ) {
     const count = Math.min(total - start, total - start > 2 * threads * batch ? batch : small);
     batches.push({ id: batches.length, start, count });
     start += count;
@@ -165,7 +180,13 @@ interface Run {
  * a failure, later batches are not handed out: the earlier ones still run,
  * as the first failure in chain order is the one reported.
  */
-function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { task: VerifyTask; transfer: ArrayBuffer[] }, sequenceNow: () => number, ahead: (n: KeyNotice) => void): Run {
+function runBatches(
+  workers: Worker[],
+  batches: Batch[],
+  task: (b: Batch) => { task: VerifyTask; transfer: ArrayBuffer[] },
+  sequenceNow: () => number,
+  ahead: (n: KeyNotice) => void,
+): Run {
   const waiting = new Map<number, VerifyTaskResult>();
   /** The key sequence each batch was last handed out with (-1: its answer is superseded, it goes out again). */
   const sentWith = new Map<number, number>();
@@ -284,14 +305,25 @@ function runBatches(workers: Worker[], batches: Batch[], task: (b: Batch) => { t
  * (its deferred revokes checked), the failing block replayed for the exact
  * error; hands the blocks that passed to `onVerified` before throwing.
  */
-function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVerified: DirVerifyOptions['onVerified'], onLeaves: DirVerifyOptions['onLeaves'] | undefined): boolean {
+function linkBatch(
+  verifier: ChainVerifier,
+  r: VerifyTaskResult,
+  b: Batch,
+  onVerified: DirVerifyOptions['onVerified'],
+  onLeaves: DirVerifyOptions['onLeaves'] | undefined,
+): boolean {
   const keys = verifier.keys!;
   if (r.sequence !== keys.sequence) {
     // Handed out before a key block was linked. Still good when that event left the online key
     // as it was (a root adopted or rotated) and the batch holds no key block and no failure:
     // its blocks were checked with the key in force. Then its walked state takes the current keys.
-    const clean = r.key === keys.online.publicKey && r.failure === null && r.first.malformed === null && r.first.keyEvent === null &&
-      r.walked !== null && r.walked.keys!.sequence === r.sequence;
+    const clean =
+      r.key === keys.online.publicKey &&
+      r.failure === null &&
+      r.first.malformed === null &&
+      r.first.keyEvent === null &&
+      r.walked !== null &&
+      r.walked.keys!.sequence === r.sequence;
     if (!clean) return true; // it goes out again
     r.walked = { ...r.walked!, keys, authority: { signer: keys.online.signer, publicKey: keys.online.publicKey } };
   }
@@ -308,13 +340,15 @@ function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVer
     const passed = verifier.size - b.start;
     const texts = r.texts ?? [];
     const facts = r.facts ?? [];
-    if (texts.length < passed || facts.length < passed) throw new VouchError('internal_error', `a verification worker returned ${texts.length} texts for ${passed} blocks`);
+    if (texts.length < passed || facts.length < passed)
+      throw new VouchError('internal_error', `a verification worker returned ${texts.length} texts for ${passed} blocks`);
     onVerified(b.start, passed === texts.length ? texts : texts.slice(0, passed), passed === facts.length ? facts : facts.slice(0, passed));
   }
   if (onLeaves) {
     const passed = verifier.size - b.start;
     const leaves = r.leaves ?? new Uint8Array(0);
-    if (leaves.length < 32 * passed) throw new VouchError('internal_error', `a verification worker returned ${leaves.length / 32} leaf hashes for ${passed} blocks`);
+    if (leaves.length < 32 * passed)
+      throw new VouchError('internal_error', `a verification worker returned ${leaves.length / 32} leaf hashes for ${passed} blocks`);
     onLeaves(b.start, leaves.length === 32 * passed ? leaves : leaves.subarray(0, 32 * passed));
   }
   if (failed !== null) throw failed;
@@ -325,7 +359,11 @@ function linkBatch(verifier: ChainVerifier, r: VerifyTaskResult, b: Batch, onVer
 /** Hands examined blocks that passed to `onVerified` (block 0, and the inline path's blocks). */
 function deliver(onVerified: DirVerifyOptions['onVerified'], start: number, blocks: Examined[]): void {
   if (!onVerified || blocks.length === 0) return;
-  onVerified(start, blocks.map((x) => x.text!), blocks.map((x) => indexFactsOf(x.block!)));
+  onVerified(
+    start,
+    blocks.map((x) => x.text!),
+    blocks.map((x) => indexFactsOf(x.block!)),
+  );
 }
 
 /** Block 0's facts pass the checks of block 0 (so a speculative run is worth starting). */
@@ -354,7 +392,11 @@ function exactly(files: { index: number | null; why?: string }[], size: number):
 }
 
 /** Something under blocks/ that is no block file, with the index it would hold. */
-interface Stray { index: number; path: string; why: string }
+interface Stray {
+  index: number;
+  path: string;
+  why: string;
+}
 
 /**
  * The index a file that is not a block's would hold: the one its name claims
@@ -490,8 +532,10 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
 
     // The cheap names-only check first; the full listing only when it fails (and for every error message).
     // Both are synchronous: no worker's answer is looked at before they are done.
-    const committedList = (): { index: number | null; path: string; why?: string }[] => committed!.indexes().map((index) => ({ index, path: blockPath(index) }));
-    const confirmed = speculative !== null && (objects !== null ? exactIndexes(committed!, speculative.size) : source.hasExactlyBlocks?.(speculative.size) === true);
+    const committedList = (): { index: number | null; path: string; why?: string }[] =>
+      committed!.indexes().map((index) => ({ index, path: blockPath(index) }));
+    const confirmed =
+      speculative !== null && (objects !== null ? exactIndexes(committed!, speculative.size) : source.hasExactlyBlocks?.(speculative.size) === true);
     const files = confirmed ? [] : objects !== null ? committedList() : source.listBlockFiles();
     const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: options.pinnedPublicKey ?? null });
     let total: number;
@@ -537,7 +581,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       const blockPaths = blockFiles.map((f) => f.path);
       const strays: Stray[] = [];
       for (const f of files) {
-        if (f.index === null) strays.push({ index: wouldHold(f.path, blockPaths), path: f.path, why: 'is not a block file\'s path' });
+        if (f.index === null) strays.push({ index: wouldHold(f.path, blockPaths), path: f.path, why: "is not a block file's path" });
         else if (f.why !== undefined) strays.push({ index: f.index, path: f.path, why: f.why });
       }
       for (const f of committed?.strays ?? []) {
@@ -572,21 +616,31 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       }
       if (stray && stray.index <= gapAt) {
         const own = blockPath(Math.min(stray.index, 999_999_999));
-        const what = stray.path === own ? `${stray.path} ${stray.why}`
-          : `unexpected file ${stray.path} in the chain's blocks/ directory: it ${stray.why} (block ${stray.index} is the index it would hold; that block's file is ${own})`;
+        const what =
+          stray.path === own
+            ? `${stray.path} ${stray.why}`
+            : `unexpected file ${stray.path} in the chain's blocks/ directory: it ${stray.why} (block ${stray.index} is the index it would hold; that block's file is ${own})`;
         throw new VouchError('malformed', `malformed at block ${stray.index}: ${what}`, {
-          index: stray.index, resource: stray.path,
+          index: stray.index,
+          resource: stray.path,
         });
       }
       if (gapAt < blockFiles.length) {
         throw new VouchError('index_gap', `index_gap at block ${gapAt}: there is no ${blockPath(gapAt)} (the next block file is ${blockFiles[gapAt]!.path})`, {
-          index: gapAt, resource: blockPath(gapAt), evidence: { missing: blockPath(gapAt), next: blockFiles[gapAt]!.path },
+          index: gapAt,
+          resource: blockPath(gapAt),
+          evidence: { missing: blockPath(gapAt), next: blockFiles[gapAt]!.path },
         });
       }
       if (committed && committed.count > total) {
-        throw new VouchError('index_gap', `index_gap at block ${total}: branch main commits ${committed.count} block files, the working tree holds ${total} (${blockPath(total)} is missing): verify a clean checkout (git status, git checkout -- blocks)`, {
-          index: total, resource: blockPath(total),
-        });
+        throw new VouchError(
+          'index_gap',
+          `index_gap at block ${total}: branch main commits ${committed.count} block files, the working tree holds ${total} (${blockPath(total)} is missing): verify a clean checkout (git status, git checkout -- blocks)`,
+          {
+            index: total,
+            resource: blockPath(total),
+          },
+        );
       }
     }
     progress(total, total);

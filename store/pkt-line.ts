@@ -53,8 +53,10 @@ export class PktReader {
   private lines = 0;
 
   constructor(
-    private readonly onLine: (line: Buffer | null) => void, private readonly maxLines: number,
-    private readonly tooMany = `sent more than ${maxLines} pkt-lines`, private readonly who = 'the remote',
+    private readonly onLine: (line: Buffer | null) => void,
+    private readonly maxLines: number,
+    private readonly tooMany = `sent more than ${maxLines} pkt-lines`,
+    private readonly who = 'the remote',
   ) {}
 
   push(chunk: Buffer): void {
@@ -77,7 +79,8 @@ export class PktReader {
       if (len > FETCH_LIMITS.pktLineBytes) throw protocolError(`${this.who} sent a pkt-line of ${len} bytes (git's limit is ${FETCH_LIMITS.pktLineBytes})`);
       if (len >= 4 && buf.length - pos < len) break;
       if (++this.lines > this.maxLines) throw protocolError(`${this.who} ${this.tooMany}`);
-      if (len < 4) { // flush, delim, response-end
+      if (len < 4) {
+        // flush, delim, response-end
         pos += 4;
         this.onLine(null);
         continue;
@@ -106,7 +109,14 @@ export class PktReader {
 /** Every pkt-line of a whole answer (null for a flush), read with the bounds of PktReader. */
 export function parsePktLines(buf: Buffer, who: string, maxLines: number = FETCH_LIMITS.resultPktLines): (Buffer | null)[] {
   const out: (Buffer | null)[] = [];
-  const reader = new PktReader((line) => { out.push(line); }, maxLines, undefined, who);
+  const reader = new PktReader(
+    (line) => {
+      out.push(line);
+    },
+    maxLines,
+    undefined,
+    who,
+  );
   reader.push(buf);
   reader.end();
   return out;

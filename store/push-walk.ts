@@ -65,7 +65,7 @@ const byCache = new WeakMap<object, PushObjects>();
 export function pushObjects(gitdir: string, cache: object | undefined): PushObjects {
   if (!cache) return new PushObjects(new ObjectStore(gitdir));
   let o = byCache.get(cache);
-  if (!o) byCache.set(cache, o = new PushObjects(new ObjectStore(gitdir)));
+  if (!o) byCache.set(cache, (o = new PushObjects(new ObjectStore(gitdir))));
   return o;
 }
 
@@ -75,7 +75,9 @@ export async function localBranchHead(dir: string): Promise<string | null> {
   try {
     const loose = (await readFile(join(gitdir, BRANCH_REF), 'latin1')).trim();
     if (OID_RE.test(loose)) return loose;
-  } catch { /* no loose ref: packed-refs */ }
+  } catch {
+    /* no loose ref: packed-refs */
+  }
   let packed: string;
   try {
     packed = await readFile(join(gitdir, 'packed-refs'), 'utf8');
@@ -95,7 +97,12 @@ export async function localBranchHead(dir: string): Promise<string | null> {
  * `cap` commits) without meeting `stopAt` (when `stopAt` is null, reaching the
  * root is the goal and `found` is true).
  */
-export async function firstParentChain(objects: PushObjects, from: string, stopAt: string | null, cap = Infinity): Promise<{ commits: CommitHead[]; found: boolean }> {
+export async function firstParentChain(
+  objects: PushObjects,
+  from: string,
+  stopAt: string | null,
+  cap = Infinity,
+): Promise<{ commits: CommitHead[]; found: boolean }> {
   const commits: CommitHead[] = [];
   let oid: string | undefined = from;
   while (oid !== undefined && oid !== stopAt) {
@@ -133,7 +140,8 @@ export async function objectsToSend(objects: PushObjects, commits: CommitHead[])
       const was = old?.get(e.name);
       if (was && was.oid === e.oid) continue;
       if (e.mode === TREE_MODE) await walk(e.oid, was?.mode === TREE_MODE ? was.oid : null);
-      else if (e.mode === GITLINK_MODE) continue; // a submodule's commit lives elsewhere
+      else if (e.mode === GITLINK_MODE)
+        continue; // a submodule's commit lives elsewhere
       else add(e.oid, 'blob');
     }
   };

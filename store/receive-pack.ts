@@ -48,11 +48,18 @@ export function resolvedTimeouts(t: PushTimeouts = {}): Required<PushTimeouts> {
 }
 
 export function httpStatusError(remote: Remote, stage: string, status: number, text: string): VouchError {
-  const hint = status === 401 || status === 403 ? ' (credentials missing or refused)'
-    : status === 404 ? ' (no repository there, or pushes are not enabled)'
-      : status >= 300 && status < 400 ? ' (redirects are not followed: use the final URL)' : '';
+  const hint =
+    status === 401 || status === 403
+      ? ' (credentials missing or refused)'
+      : status === 404
+        ? ' (no repository there, or pushes are not enabled)'
+        : status >= 300 && status < 400
+          ? ' (redirects are not followed: use the final URL)'
+          : '';
   const detail = text.trim().split('\n')[0]?.slice(0, 200) ?? '';
-  return new VouchError('io_error', `${stage} ${remote.shown}: HTTP ${status}${hint}${detail ? `: ${detail}` : ''}`, { evidence: { reason: 'http_status', stage, httpStatus: status } });
+  return new VouchError('io_error', `${stage} ${remote.shown}: HTTP ${status}${hint}${detail ? `: ${detail}` : ''}`, {
+    evidence: { reason: 'http_status', stage, httpStatus: status },
+  });
 }
 
 export function headers(remote: Remote, extra: Record<string, string>): Record<string, string> {
@@ -66,25 +73,41 @@ function pushFailure(remote: Remote, stage: string, totalMs: number, why: Exchan
   if (why === 'cancelled') return new VouchError('io_error', `${stage} ${remote.shown}: cancelled`, { evidence: { reason: 'cancelled', stage }, cause });
   const err = cause as (Error & { code?: string }) | undefined;
   const timeout = why === 'timeout' || why === 'stall';
-  const what = timeout ? `timed out (limit ${totalMs} ms or idle)` : `failed: ${err?.code ? `${err.code} ` : ''}${(err?.message ?? String(cause)).split('\n')[0]}`;
+  const what = timeout
+    ? `timed out (limit ${totalMs} ms or idle)`
+    : `failed: ${err?.code ? `${err.code} ` : ''}${(err?.message ?? String(cause)).split('\n')[0]}`;
   return new VouchError('io_error', `${stage} ${remote.shown} ${what}`, { evidence: { reason: timeout ? 'timeout' : 'unreachable', stage }, cause });
 }
 
 /** One exchange of a push, its whole answer collected (at most 16 MiB) whatever the status. */
 export async function collect(
-  remote: Remote, stage: string, totalMs: number, idleMs: number, signal: AbortSignal | undefined, dispatcher: Dispatcher,
-  req: Pick<Exchange, 'url' | 'method' | 'headers'> & { body: Buffer | Readable | null }, what: string,
+  remote: Remote,
+  stage: string,
+  totalMs: number,
+  idleMs: number,
+  signal: AbortSignal | undefined,
+  dispatcher: Dispatcher,
+  req: Pick<Exchange, 'url' | 'method' | 'headers'> & { body: Buffer | Readable | null },
+  what: string,
 ): Promise<{ status: number; contentType: string; body: Buffer }> {
   const parts: Buffer[] = [];
   let n = 0;
   let status = 0;
   let contentType = '';
   await exchange({
-    ...req, timeoutMs: totalMs, stallMs: idleMs, maxBytes: MAX_RESPONSE_BYTES, signal, dispatcher,
+    ...req,
+    timeoutMs: totalMs,
+    stallMs: idleMs,
+    maxBytes: MAX_RESPONSE_BYTES,
+    signal,
+    dispatcher,
     onHead: (s, type) => {
       status = s;
       contentType = type;
-      return (c) => { parts.push(Buffer.from(c)); n += c.length; };
+      return (c) => {
+        parts.push(Buffer.from(c));
+        n += c.length;
+      };
     },
     fail: (why, cause) => pushFailure(remote, stage, totalMs, why, cause),
     tooLarge: (limit) => protocolError(`${what}: answer larger than ${limit} bytes`),
@@ -100,10 +123,25 @@ export async function lsRemote(remoteUrl: string, opts: { timeouts?: PushTimeout
 
 export async function fetchRefs(remote: Remote, t: Required<PushTimeouts>, dispatcher: Dispatcher, signal?: AbortSignal): Promise<RemoteRefs> {
   const stage = 'GET info/refs of';
-  const { status, contentType: ctype, body: buf } = await collect(remote, stage, t.refsMs, t.idleMs, signal, dispatcher, {
-    url: `${remote.base}/info/refs?service=git-receive-pack`, method: 'GET', body: null,
-    headers: headers(remote, { accept: 'application/x-git-receive-pack-advertisement, */*' }),
-  }, `info/refs of ${remote.shown}`);
+  const {
+    status,
+    contentType: ctype,
+    body: buf,
+  } = await collect(
+    remote,
+    stage,
+    t.refsMs,
+    t.idleMs,
+    signal,
+    dispatcher,
+    {
+      url: `${remote.base}/info/refs?service=git-receive-pack`,
+      method: 'GET',
+      body: null,
+      headers: headers(remote, { accept: 'application/x-git-receive-pack-advertisement, */*' }),
+    },
+    `info/refs of ${remote.shown}`,
+  );
   if (status !== 200) throw httpStatusError(remote, stage, status, buf.toString('utf8'));
   if (!ctype.startsWith('application/x-git-receive-pack-advertisement')) {
     throw protocolError(`${remote.shown} is not a smart-HTTP git server accepting pushes (info/refs answered ${ctype || 'no content type'})`);
@@ -111,7 +149,8 @@ export async function fetchRefs(remote: Remote, t: Required<PushTimeouts>, dispa
   const lines = parsePktLines(buf, `info/refs of ${remote.shown}`, FETCH_LIMITS.refs + 8);
   let k = 0;
   if (lines[0]?.toString('latin1').startsWith('# service=')) {
-    if (lines[0].toString('latin1').trim() !== '# service=git-receive-pack') throw protocolError(`info/refs of ${remote.shown}: wrong service ${lines[0].toString('latin1').trim()}`);
+    if (lines[0].toString('latin1').trim() !== '# service=git-receive-pack')
+      throw protocolError(`info/refs of ${remote.shown}: wrong service ${lines[0].toString('latin1').trim()}`);
     k = 1;
     while (k < lines.length && lines[k] === null) k++;
   }
@@ -126,7 +165,12 @@ export async function fetchRefs(remote: Remote, t: Required<PushTimeouts>, dispa
     if (first) {
       const nul = text.indexOf('\0');
       if (nul >= 0) {
-        capabilities = new Set(text.slice(nul + 1).split(' ').filter(Boolean));
+        capabilities = new Set(
+          text
+            .slice(nul + 1)
+            .split(' ')
+            .filter(Boolean),
+        );
         text = text.slice(0, nul);
       }
       first = false;
@@ -137,17 +181,27 @@ export async function fetchRefs(remote: Remote, t: Required<PushTimeouts>, dispa
     if (name === BRANCH_REF && oid !== ZERO_OID) main = oid;
   }
   for (const cap of capabilities) {
-    if (cap.startsWith('object-format=') && cap !== 'object-format=sha1') throw protocolError(`${remote.shown} uses ${cap}; vouch chains are sha1 repositories`);
+    if (cap.startsWith('object-format=') && cap !== 'object-format=sha1')
+      throw protocolError(`${remote.shown} uses ${cap}; vouch chains are sha1 repositories`);
   }
   return { main, capabilities };
 }
 
 /** The report-status answer: null when `refs/heads/main` was updated, else why not. */
 export function parseReport(buf: Buffer, remote: Remote): { unpack: string; ref: string | null } {
-  const lines = parsePktLines(buf, `receive-pack answer of ${remote.shown}`).filter((l): l is Buffer => l !== null).map((l) => l.toString('utf8').replace(/\n$/, ''));
+  const lines = parsePktLines(buf, `receive-pack answer of ${remote.shown}`)
+    .filter((l): l is Buffer => l !== null)
+    .map((l) => l.toString('utf8').replace(/\n$/, ''));
   const unpack = lines.find((l) => l.startsWith('unpack '));
   if (!unpack) throw protocolError(`receive-pack answer of ${remote.shown} has no unpack status: ${JSON.stringify(buf.toString('utf8').slice(0, 200))}`);
   const mine = lines.find((l) => l === `ok ${BRANCH_REF}` || l.startsWith(`ng ${BRANCH_REF} `) || l === `ng ${BRANCH_REF}`);
-  return { unpack: unpack.slice(7), ref: mine === undefined ? 'no status for refs/heads/main in the report' : mine.startsWith('ok ') ? null : mine.slice(3 + BRANCH_REF.length).trim() || 'refused' };
+  return {
+    unpack: unpack.slice(7),
+    ref:
+      mine === undefined
+        ? 'no status for refs/heads/main in the report'
+        : mine.startsWith('ok ')
+          ? null
+          : mine.slice(3 + BRANCH_REF.length).trim() || 'refused',
+  };
 }
-

@@ -58,7 +58,10 @@ export class PackFileWriter {
   private readonly seen = new Set<string>();
   private closed = false;
 
-  constructor(private readonly packDir: string, private readonly count: number | null = null) {
+  constructor(
+    private readonly packDir: string,
+    private readonly count: number | null = null,
+  ) {
     fs.mkdirSync(packDir, { recursive: true });
     this.tmpPack = join(packDir, `tmp_pack_vouch_${process.pid}_${tmpSeq++}`);
     this.fd = fs.openSync(this.tmpPack, 'w+', 0o444);
@@ -86,7 +89,7 @@ export class PackFileWriter {
 
   private flush(): void {
     const data = Buffer.concat(this.buf, this.bufBytes);
-    for (let off = 0; off < data.length;) off += fs.writeSync(this.fd, data, off, data.length - off);
+    for (let off = 0; off < data.length; ) off += fs.writeSync(this.fd, data, off, data.length - off);
     this.buf = [];
     this.bufBytes = 0;
   }
@@ -138,7 +141,7 @@ export class PackFileWriter {
       fs.writeSync(this.fd, head, 0, 4, 8);
       const h = createHash('sha1');
       const chunk = Buffer.allocUnsafe(4 << 20);
-      for (let at = 0; at < this.offset;) {
+      for (let at = 0; at < this.offset; ) {
         const got = fs.readSync(this.fd, chunk, 0, Math.min(chunk.length, this.offset - at), at);
         if (got <= 0) throw new VouchError('io_error', `${this.tmpPack} is shorter than written`);
         h.update(chunk.subarray(0, got));
@@ -155,7 +158,7 @@ export class PackFileWriter {
     const idx = idxV2(this.entries, sum);
     const fd = fs.openSync(tmpIdx, 'w', 0o444);
     try {
-      for (let off = 0; off < idx.length;) off += fs.writeSync(fd, idx, off, idx.length - off);
+      for (let off = 0; off < idx.length; ) off += fs.writeSync(fd, idx, off, idx.length - off);
       fs.fsyncSync(fd);
     } finally {
       fs.closeSync(fd);
@@ -177,10 +180,18 @@ export class PackFileWriter {
   /** Give up: remove the temporary file. */
   abort(): void {
     if (!this.closed) {
-      try { fs.closeSync(this.fd); } catch { /* closed */ }
+      try {
+        fs.closeSync(this.fd);
+      } catch {
+        /* closed */
+      }
       this.closed = true;
     }
-    try { fs.unlinkSync(this.tmpPack); } catch { /* gone */ }
+    try {
+      fs.unlinkSync(this.tmpPack);
+    } catch {
+      /* gone */
+    }
   }
 }
 
@@ -189,7 +200,12 @@ export class PackFileWriter {
  * previous version is its delta base); `type` and `body` when the writer
  * still holds them (no read back from the loose file).
  */
-export interface LooseObject { oid: string; path?: string; type?: string; body?: Buffer }
+export interface LooseObject {
+  oid: string;
+  path?: string;
+  type?: string;
+  body?: Buffer;
+}
 
 /**
  * Pack the loose objects `list` (in the order written: a tree's previous
@@ -226,7 +242,10 @@ export function packLoose(gitdir: string, list: readonly LooseObject[], packed: 
         for (const c of candidates) {
           if (!c || c.depth >= MAX_DELTA_DEPTH) continue;
           const d = makeDelta(c.body, body);
-          if (d && (!delta || d.length < delta.length)) { delta = d; base = c; }
+          if (d && (!delta || d.length < delta.length)) {
+            delta = d;
+            base = c;
+          }
         }
       }
       if (delta) w.addDelta(oid, base!.oid, delta);
@@ -286,14 +305,24 @@ export async function removeLoose(gitdir: string, oids: readonly string[]): Prom
   let removed = 0;
   for (let at = 0; at < oids.length; at += 16) {
     if (at > 0 && at >= oids.length / 2 && at - 16 < oids.length / 2) repackCrashPoint('repack-loose-half');
-    const done = await Promise.all(oids.slice(at, at + 16).map((oid) => fs.promises.unlink(loosePath(gitdir, oid)).then(() => 1, () => 0)));
+    const done = await Promise.all(
+      oids.slice(at, at + 16).map((oid) =>
+        fs.promises.unlink(loosePath(gitdir, oid)).then(
+          () => 1,
+          () => 0,
+        ),
+      ),
+    );
     removed += done.reduce((a: number, b: number) => a + b, 0);
   }
   return removed;
 }
 
 /** A stored pack's name and object count (version-2 index, no `.keep`). */
-interface PackInfo { name: string; n: number }
+interface PackInfo {
+  name: string;
+  n: number;
+}
 
 function listPacks(packDir: string): PackInfo[] {
   let names: string[];
@@ -334,7 +363,10 @@ export function geometricSplit(counts: readonly number[]): number {
   let total = 0;
   for (let k = 0; k < split; k++) total += sorted[k]!;
   for (let k = split; k < sorted.length; k++) {
-    if (sorted[k]! < GEOMETRIC_FACTOR * total) { split++; total += sorted[k]!; } else break;
+    if (sorted[k]! < GEOMETRIC_FACTOR * total) {
+      split++;
+      total += sorted[k]!;
+    } else break;
   }
   return split;
 }
@@ -351,14 +383,21 @@ export function consolidatePacks(gitdir: string): { pack: string | null; merged:
   const split = geometricSplit(packs.map((p) => p.n));
   if (split < 2) return { pack: null, merged: [] };
   const sources = packs.slice(0, split).reverse(); // largest first: most of the copy is one sequential read
-  const name = mergePacks(packDir, sources.map((p) => p.name));
+  const name = mergePacks(
+    packDir,
+    sources.map((p) => p.name),
+  );
   repackCrashPoint('merge-indexed');
   const merged = sources.map((p) => p.name).filter((n) => n !== name);
   merged.forEach((old, k) => {
     if (k === Math.floor(merged.length / 2)) repackCrashPoint('merge-old-half');
     // The index first: from then on no reader finds the pack (git's order too).
     for (const ext of ['idx', 'pack', 'rev', 'bitmap', 'mtimes']) {
-      try { fs.unlinkSync(join(packDir, `${old}.${ext}`)); } catch { /* none */ }
+      try {
+        fs.unlinkSync(join(packDir, `${old}.${ext}`));
+      } catch {
+        /* none */
+      }
     }
   });
   return { pack: name, merged };
@@ -405,7 +444,15 @@ export function mergePacks(packDir: string, names: readonly string[]): string {
         for (const e of l.entries) {
           if (w.has(e.oid)) continue;
           const raw = bytes(e.offset, e.end);
-          const h = parseObjectHeader(raw, 0, raw.length, (why) => { throw new VouchError('io_error', `${l.name}.pack: ${why}`); }, e.offset);
+          const h = parseObjectHeader(
+            raw,
+            0,
+            raw.length,
+            (why) => {
+              throw new VouchError('io_error', `${l.name}.pack: ${why}`);
+            },
+            e.offset,
+          );
           if (h.kind === OFS_DELTA) {
             // Offsets change in the merged pack: name the base by its id instead.
             const base = l.byOffset.get(e.offset - h.baseDistance);

@@ -18,7 +18,11 @@ import { Agent, type Dispatcher, interceptors, request } from 'undici';
 import { VouchError } from '../chain/errors.ts';
 
 /** A git remote: its base URL (no credentials, query or fragment), the same for messages, Basic auth when the URL carried credentials. */
-export interface Remote { base: string; shown: string; auth: string | null }
+export interface Remote {
+  base: string;
+  shown: string;
+  auth: string | null;
+}
 
 /** Splits credentials off a remote URL (sent as Basic auth, never shown). */
 export function parseRemote(url: string): Remote {
@@ -29,9 +33,8 @@ export function parseRemote(url: string): Remote {
     throw new VouchError('bad_request', 'chain remote is not a URL');
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new VouchError('bad_request', `chain remote must be an http(s) URL, not ${u.protocol}`);
-  const auth = u.username || u.password
-    ? `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}`
-    : null;
+  const auth =
+    u.username || u.password ? `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}` : null;
   u.username = '';
   u.password = '';
   u.search = '';
@@ -107,11 +110,17 @@ export async function exchange(x: Exchange): Promise<void> {
   // Only a silence shorter than the whole exchange's bound needs a timer of its own.
   let stallTimer: NodeJS.Timeout | null = null;
   const arm = (): void => {
-    if (stallTimer) { stallTimer.refresh(); return; }
-    stallTimer = setTimeout(() => {
-      stalled = new VouchError('io_error', `sent nothing for ${x.stallMs / 1000} s`, { evidence: { reason: 'stall' } });
-      stall.abort(stalled);
-    }, x.stallMs < x.timeoutMs ? x.stallMs : 2 ** 31 - 1);
+    if (stallTimer) {
+      stallTimer.refresh();
+      return;
+    }
+    stallTimer = setTimeout(
+      () => {
+        stalled = new VouchError('io_error', `sent nothing for ${x.stallMs / 1000} s`, { evidence: { reason: 'stall' } });
+        stall.abort(stalled);
+      },
+      x.stallMs < x.timeoutMs ? x.stallMs : 2 ** 31 - 1,
+    );
   };
   // A streamed request body (a push's pack) may take longer to send than a silence is allowed
   // to last: until the answer starts, undici's headersTimeout watches that case instead.
@@ -143,14 +152,21 @@ export async function exchange(x: Exchange): Promise<void> {
    * reachable from that promise's reactions until the exchange ends, i.e.
    * hold the whole answer (a 710 MB pack at 1,000,000 blocks).
    */
-  const orAbort = <T>(p: Promise<T>): Promise<T> => new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(classify(signal.reason));
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => { signal.removeEventListener('abort', onAbort); resolve(v); },
-      (e: unknown) => { signal.removeEventListener('abort', onAbort); reject(e); },
-    );
-  });
+  const orAbort = <T>(p: Promise<T>): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      const onAbort = (): void => reject(classify(signal.reason));
+      signal.addEventListener('abort', onAbort, { once: true });
+      p.then(
+        (v) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(v);
+        },
+        (e: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+      );
+    });
   let gotHead = false;
   let body: Readable | null = null;
   let rawBody: Readable | null = null;
@@ -160,10 +176,17 @@ export async function exchange(x: Exchange): Promise<void> {
     const dispatcher = x.lenient ? base.compose(followRedirects) : base;
     let res: Dispatcher.ResponseData;
     try {
-      res = await orAbort(request(x.url, {
-        method: x.method, headers: x.lenient ? { 'accept-encoding': 'gzip, deflate', ...x.headers } : x.headers, body: x.body,
-        dispatcher, signal, headersTimeout: x.stallMs, bodyTimeout: x.stallMs,
-      }));
+      res = await orAbort(
+        request(x.url, {
+          method: x.method,
+          headers: x.lenient ? { 'accept-encoding': 'gzip, deflate', ...x.headers } : x.headers,
+          body: x.body,
+          dispatcher,
+          signal,
+          headersTimeout: x.stallMs,
+          bodyTimeout: x.stallMs,
+        }),
+      );
     } catch (e) {
       if (e instanceof VouchError) throw e;
       throw classify(e);
@@ -173,7 +196,11 @@ export async function exchange(x: Exchange): Promise<void> {
     body = res.body;
     rawBody = res.body;
     const sink = x.onHead(res.statusCode, String(res.headers['content-type'] ?? ''));
-    const encoding = x.lenient ? String(res.headers['content-encoding'] ?? '').trim().toLowerCase() : '';
+    const encoding = x.lenient
+      ? String(res.headers['content-encoding'] ?? '')
+          .trim()
+          .toLowerCase()
+      : '';
     if (encoding === 'gzip' || encoding === 'x-gzip' || encoding === 'deflate') {
       // Inflated as it arrives: what counts against maxBytes is what it inflates to.
       const z = encoding === 'deflate' ? createInflate() : createGunzip();

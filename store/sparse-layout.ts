@@ -70,7 +70,9 @@ export function ensurePatterns(gitdir: string): boolean {
   const file = join(gitdir, 'info', 'sparse-checkout');
   try {
     if (fs.readFileSync(file, 'utf8') === SPARSE_PATTERNS) return true;
-  } catch { /* missing */ }
+  } catch {
+    /* missing */
+  }
   fs.mkdirSync(join(gitdir, 'info'), { recursive: true });
   fs.writeFileSync(`${file}.vouch-tmp`, SPARSE_PATTERNS);
   fs.renameSync(`${file}.vouch-tmp`, file);
@@ -83,12 +85,31 @@ export function ensurePatterns(gitdir: string): boolean {
  * (their stat data from the working tree).
  */
 export function sparseIndexBytes(dirs: ReadonlyMap<string, string>, rootFiles: readonly IndexEntry[]): Buffer {
-  const sparseDirs = [...dirs].map(([name, oid]): IndexEntry => ({
-    path: `${name}/`, oid, mode: DIR_MODE, ctimeSec: 0, ctimeNsec: 0, mtimeSec: 0, mtimeNsec: 0,
-    dev: 0, ino: 0, uid: 0, gid: 0, size: 0, flags: 0, extFlags: SKIP_WORKTREE,
-  }));
+  const sparseDirs = [...dirs].map(
+    ([name, oid]): IndexEntry => ({
+      path: `${name}/`,
+      oid,
+      mode: DIR_MODE,
+      ctimeSec: 0,
+      ctimeNsec: 0,
+      mtimeSec: 0,
+      mtimeNsec: 0,
+      dev: 0,
+      ino: 0,
+      uid: 0,
+      gid: 0,
+      size: 0,
+      flags: 0,
+      extFlags: SKIP_WORKTREE,
+    }),
+  );
   const entries = [...sparseDirs, ...rootFiles].sort((a, b) => comparePaths(a.path, b.path));
-  return buildIndexFile(entries.map((e) => serializeEntry(e)), entries.length, true, 'sdir');
+  return buildIndexFile(
+    entries.map((e) => serializeEntry(e)),
+    entries.length,
+    true,
+    'sdir',
+  );
 }
 
 /**

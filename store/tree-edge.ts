@@ -35,7 +35,11 @@ function popcount(n: number): number {
 }
 
 export class TreeEdge {
-  private constructor(private readonly c: CryptoBackend, private n: number, private readonly hashes: Hash[]) {}
+  private constructor(
+    private readonly c: CryptoBackend,
+    private n: number,
+    private readonly hashes: Hash[],
+  ) {}
 
   /** The edge of the empty tree. */
   static empty(c: CryptoBackend): TreeEdge {
@@ -153,6 +157,10 @@ export function writeEdgeFile(dir: string, edge: TreeEdge): void {
     fs.writeFileSync(tmp, edge.toText());
     fs.renameSync(tmp, file);
   } catch {
-    try { fs.rmSync(tmp, { force: true }); } catch { /* best effort */ }
+    try {
+      fs.rmSync(tmp, { force: true });
+    } catch {
+      /* best effort */
+    }
   }
 }

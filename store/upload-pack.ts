@@ -49,30 +49,48 @@ export interface FetchResult {
   bytes: number;
 }
 
-
 /** How a failed fetch exchange is put (the messages test/hostile/hostile-remote.test.ts and operators read). */
 function fetchFailure(shown: string, timeoutMs: number, stallMs: number, why: ExchangeFailure, cause: unknown): VouchError {
   const msg = cause instanceof Error ? cause.message : String(cause);
   switch (why) {
-    case 'stall': return new VouchError('io_error', `${shown} sent nothing for ${stallMs / 1000} s`, { cause });
-    case 'timeout': return new VouchError('io_error', `${shown} did not answer in time (${timeoutMs / 1000} s)`, { cause });
-    case 'cancelled': return new VouchError('io_error', 'fetch cancelled', { cause });
-    case 'unreachable': return new VouchError('io_error', `cannot reach ${shown}: ${msg}`, { cause });
-    default: return new VouchError('io_error', `the connection to ${shown} failed: ${msg}`, { cause });
+    case 'stall':
+      return new VouchError('io_error', `${shown} sent nothing for ${stallMs / 1000} s`, { cause });
+    case 'timeout':
+      return new VouchError('io_error', `${shown} did not answer in time (${timeoutMs / 1000} s)`, { cause });
+    case 'cancelled':
+      return new VouchError('io_error', 'fetch cancelled', { cause });
+    case 'unreachable':
+      return new VouchError('io_error', `cannot reach ${shown}: ${msg}`, { cause });
+    default:
+      return new VouchError('io_error', `the connection to ${shown} failed: ${msg}`, { cause });
   }
 }
 
 /** One bounded exchange of a fetch: status 200 and `expectType` required at the headers, the body to `sink`. */
 async function fetchExchange(
-  opts: FetchOptions, bounds: { timeoutMs: number; maxBytes: number; msPerMiB?: number }, url: string, method: 'GET' | 'POST', headers: Record<string, string>, body: Buffer | null, expectType: string,
+  opts: FetchOptions,
+  bounds: { timeoutMs: number; maxBytes: number; msPerMiB?: number },
+  url: string,
+  method: 'GET' | 'POST',
+  headers: Record<string, string>,
+  body: Buffer | null,
+  expectType: string,
   sink: (chunk: Buffer) => void,
 ): Promise<void> {
   const shown = shownUrl(url);
   const stallMs = opts.stallMs ?? FETCH_LIMITS.stallMs;
   await exchange({
-    url, method, body, headers: { 'user-agent': `git/${AGENT}`, ...opts.headers, ...headers },
-    timeoutMs: bounds.timeoutMs, msPerMiB: bounds.msPerMiB, stallMs, maxBytes: bounds.maxBytes,
-    signal: opts.signal, dispatcher: opts.dispatcher, lenient: true,
+    url,
+    method,
+    body,
+    headers: { 'user-agent': `git/${AGENT}`, ...opts.headers, ...headers },
+    timeoutMs: bounds.timeoutMs,
+    msPerMiB: bounds.msPerMiB,
+    stallMs,
+    maxBytes: bounds.maxBytes,
+    signal: opts.signal,
+    dispatcher: opts.dispatcher,
+    lenient: true,
     onHead: (status, type) => {
       if (status !== 200) throw new VouchError('io_error', `${shown} answered HTTP ${status}`);
       if (!type.startsWith(expectType)) throw new VouchError('io_error', `${shown} is not a git smart-HTTP server (content-type ${JSON.stringify(type)})`);
@@ -89,25 +107,38 @@ export async function discoverRefs(url: string, opts: FetchOptions): Promise<{ r
   const refs = new Map<string, string>();
   const caps = new Set<string>();
   let first = true;
-  const reader = new PktReader((line) => {
-    if (line === null) return;
-    let text = line.toString('utf8').replace(/\n$/, '');
-    if (text.startsWith('# service=')) return;
-    if (text.startsWith('ERR ')) throw new VouchError('io_error', `the remote refused: ${remoteText(text.slice(4))}`);
-    const nul = text.indexOf('\0');
-    if (nul >= 0) {
-      if (first) for (const c of text.slice(nul + 1).split(' ')) if (c) caps.add(c);
-      text = text.slice(0, nul);
-    }
-    first = false;
-    const [oid, name] = text.split(' ');
-    if (oid && name === BRANCH_REF && OID_RE.test(oid)) refs.set(name, oid);
-  }, FETCH_LIMITS.refs + 8, `advertised more than ${FETCH_LIMITS.refs} refs`);
+  const reader = new PktReader(
+    (line) => {
+      if (line === null) return;
+      let text = line.toString('utf8').replace(/\n$/, '');
+      if (text.startsWith('# service=')) return;
+      if (text.startsWith('ERR ')) throw new VouchError('io_error', `the remote refused: ${remoteText(text.slice(4))}`);
+      const nul = text.indexOf('\0');
+      if (nul >= 0) {
+        if (first) for (const c of text.slice(nul + 1).split(' ')) if (c) caps.add(c);
+        text = text.slice(0, nul);
+      }
+      first = false;
+      const [oid, name] = text.split(' ');
+      if (oid && name === BRANCH_REF && OID_RE.test(oid)) refs.set(name, oid);
+    },
+    FETCH_LIMITS.refs + 8,
+    `advertised more than ${FETCH_LIMITS.refs} refs`,
+  );
   const bounds = {
     timeoutMs: Math.min(opts.timeoutMs ?? FETCH_LIMITS.exchangeMs, FETCH_LIMITS.advertisementMs),
     maxBytes: Math.min(opts.maxBytes ?? Infinity, FETCH_LIMITS.advertisementBytes),
   };
-  await fetchExchange(opts, bounds, gitUrl(url, 'info/refs?service=git-upload-pack'), 'GET', { accept: '*/*' }, null, 'application/x-git-upload-pack-advertisement', (c) => reader.push(c));
+  await fetchExchange(
+    opts,
+    bounds,
+    gitUrl(url, 'info/refs?service=git-upload-pack'),
+    'GET',
+    { accept: '*/*' },
+    null,
+    'application/x-git-upload-pack-advertisement',
+    (c) => reader.push(c),
+  );
   reader.end();
   return { refs, caps };
 }
@@ -118,12 +149,25 @@ export async function discoverRefs(url: string, opts: FetchOptions): Promise<{ r
  * shallow updates and the pack bytes received.
  */
 export async function uploadPack(
-  url: string, opts: FetchOptions, caps: Set<string>, want: string, haves: string[], shallows: string[], pack: (bytes: Buffer) => void,
+  url: string,
+  opts: FetchOptions,
+  caps: Set<string>,
+  want: string,
+  haves: string[],
+  shallows: string[],
+  pack: (bytes: Buffer) => void,
 ): Promise<{ bytes: number; shallow: string[]; unshallow: string[] }> {
   const band = caps.has('side-band-64k') ? 'side-band-64k' : caps.has('side-band') ? 'side-band' : null;
   if (!band) throw new VouchError('io_error', 'the remote does not offer side-band: not supported');
   if (!caps.has('shallow')) throw new VouchError('io_error', 'the remote does not offer shallow fetches: not supported');
-  const ask = [band, 'shallow', 'thin-pack', ...(caps.has('ofs-delta') ? ['ofs-delta'] : []), ...(caps.has('no-progress') ? ['no-progress'] : []), `agent=${AGENT}`];
+  const ask = [
+    band,
+    'shallow',
+    'thin-pack',
+    ...(caps.has('ofs-delta') ? ['ofs-delta'] : []),
+    ...(caps.has('no-progress') ? ['no-progress'] : []),
+    `agent=${AGENT}`,
+  ];
   const parts = [pktLine(`want ${want} ${ask.join(' ')}\n`), ...shallows.map((s) => pktLine(`shallow ${s}\n`)), pktLine('deepen 1\n'), FLUSH];
   for (const h of haves) parts.push(pktLine(`have ${h}\n`));
   parts.push(pktLine('done\n'));
@@ -136,24 +180,38 @@ export async function uploadPack(
     if (b === 1) {
       bytes += line.length - 1;
       pack(line.subarray(1));
-    }
-    else if (b === 2) return; // progress
+    } else if (b === 2)
+      return; // progress
     else if (b === 3) throw new VouchError('io_error', `the remote failed: ${remoteText(line.toString('utf8', 1))}`);
     else {
       const text = line.toString('utf8').trim();
       if (text.startsWith('shallow ') || text.startsWith('unshallow ')) {
-        if (shallow.length + unshallow.length >= FETCH_LIMITS.shallowLines) throw new VouchError('io_error', `the remote sent more than ${FETCH_LIMITS.shallowLines} shallow lines`);
+        if (shallow.length + unshallow.length >= FETCH_LIMITS.shallowLines)
+          throw new VouchError('io_error', `the remote sent more than ${FETCH_LIMITS.shallowLines} shallow lines`);
         if (text.startsWith('shallow ')) shallow.push(text.slice(8));
         else unshallow.push(text.slice(10));
       } else if (text.startsWith('ERR ')) throw new VouchError('io_error', `the remote refused: ${remoteText(text.slice(4))}`);
       // NAK / ACK: nothing to do
     }
   }, FETCH_LIMITS.resultPktLines);
-  const bounds = { timeoutMs: opts.timeoutMs ?? FETCH_LIMITS.exchangeMs, maxBytes: opts.maxBytes ?? FETCH_LIMITS.packBytes, msPerMiB: FETCH_LIMITS.packMsPerMiB };
-  await fetchExchange(opts, bounds, gitUrl(url, 'git-upload-pack'), 'POST', {
-    'content-type': 'application/x-git-upload-pack-request',
-    accept: 'application/x-git-upload-pack-result',
-  }, Buffer.concat(parts), 'application/x-git-upload-pack-result', (c) => reader.push(c));
+  const bounds = {
+    timeoutMs: opts.timeoutMs ?? FETCH_LIMITS.exchangeMs,
+    maxBytes: opts.maxBytes ?? FETCH_LIMITS.packBytes,
+    msPerMiB: FETCH_LIMITS.packMsPerMiB,
+  };
+  await fetchExchange(
+    opts,
+    bounds,
+    gitUrl(url, 'git-upload-pack'),
+    'POST',
+    {
+      'content-type': 'application/x-git-upload-pack-request',
+      accept: 'application/x-git-upload-pack-result',
+    },
+    Buffer.concat(parts),
+    'application/x-git-upload-pack-result',
+    (c) => reader.push(c),
+  );
   reader.end();
   if (bytes === 0) throw new VouchError('io_error', 'the remote sent no pack');
   return { bytes, shallow: shallow.filter((o) => OID_RE.test(o)), unshallow: unshallow.filter((o) => OID_RE.test(o)) };
@@ -167,7 +225,14 @@ export async function uploadPack(
  * loose objects) or discards it, and closes it once read.
  */
 export async function fetchPack(
-  url: string, opts: FetchOptions, caps: Set<string>, want: string, haves: string[], shallows: string[], packDir: string, external?: ExternalBase,
+  url: string,
+  opts: FetchOptions,
+  caps: Set<string>,
+  want: string,
+  haves: string[],
+  shallows: string[],
+  packDir: string,
+  external?: ExternalBase,
 ): Promise<{ pack: PackData; bytes: number; shallow: string[]; unshallow: string[] }> {
   const rx = new PackReceiver(packDir);
   try {

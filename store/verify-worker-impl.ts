@@ -126,8 +126,17 @@ function failed(path: string, kind: 'missing' | 'unreadable' | 'refused', why: s
 }
 
 function kindOf(st: Stats): string {
-  return st.isDirectory() ? 'a directory' : st.isFIFO() ? 'a FIFO' : st.isCharacterDevice() ? 'a character device'
-    : st.isBlockDevice() ? 'a block device' : st.isSocket() ? 'a socket' : 'not a regular file';
+  return st.isDirectory()
+    ? 'a directory'
+    : st.isFIFO()
+      ? 'a FIFO'
+      : st.isCharacterDevice()
+        ? 'a character device'
+        : st.isBlockDevice()
+          ? 'a block device'
+          : st.isSocket()
+            ? 'a socket'
+            : 'not a regular file';
 }
 
 /**
@@ -156,7 +165,9 @@ export function readChainFile(path: string, limit: number, listed = false): Chai
       let r = 0;
       try {
         r = readSync(fd, scratch, HEAD, scratch.length - HEAD, 0);
-      } catch { /* a directory, a FIFO without data...: described after the fstat below */ }
+      } catch {
+        /* a directory, a FIFO without data...: described after the fstat below */
+      }
       // A short read of a regular file is its end.
       if (r > 0 && HEAD + r < scratch.length) return { buf: scratch, size: r, error: null };
     }
@@ -218,7 +229,14 @@ export interface Examined {
  * the git blob id (20 bytes) the branch commits at that path (null: none),
  * compared with the file's; undefined: no comparison.
  */
-export function examineFile(path: string, position: number, authority: TrustedAuthority | null, committed?: Uint8Array | null, batch?: SignatureBatch, retired?: readonly string[]): Examined {
+export function examineFile(
+  path: string,
+  position: number,
+  authority: TrustedAuthority | null,
+  committed?: Uint8Array | null,
+  batch?: SignatureBatch,
+  retired?: readonly string[],
+): Examined {
   const read = readChainFile(path, LIMITS.blockFileBytes, true); // block paths come from a listing that refuses non-regular files
   if (read.error !== null) return { facts: { position, malformed: read.error }, text: null, block: null };
   const oid = committed === undefined ? null : blobIdOf(read);
@@ -243,7 +261,17 @@ export function examineFile(path: string, position: number, authority: TrustedAu
  * (a damaged pack is a failure at that block, as a changed file is), then
  * it is examined as a file's bytes are.
  */
-export function examineObject(read: ObjectRead, position: number, authority: TrustedAuthority | null, oid: Uint8Array, pack: string | null, offset: number, batch?: SignatureBatch, retired?: readonly string[], fetched?: { type: string; body: Buffer }): Examined {
+export function examineObject(
+  read: ObjectRead,
+  position: number,
+  authority: TrustedAuthority | null,
+  oid: Uint8Array,
+  pack: string | null,
+  offset: number,
+  batch?: SignatureBatch,
+  retired?: readonly string[],
+  fetched?: { type: string; body: Buffer },
+): Examined {
   const label = blockPath(position);
   const want = Buffer.from(oid.buffer, oid.byteOffset, 20).toString('hex');
   let o: { type: string; body: Buffer } | null;
@@ -259,7 +287,8 @@ export function examineObject(read: ObjectRead, position: number, authority: Tru
   }
   if (o === null) return { facts: { position, malformed: `${label} (git object ${want}) is missing from the repository` }, text: null, block: null };
   if (o.type !== 'blob') return { facts: { position, malformed: `${label} (git object ${want}) is a ${o.type}, not a blob` }, text: null, block: null };
-  if (o.body.length > LIMITS.blockFileBytes) return { facts: { position, malformed: `${label} is larger than ${LIMITS.blockFileBytes} bytes` }, text: null, block: null };
+  if (o.body.length > LIMITS.blockFileBytes)
+    return { facts: { position, malformed: `${label} is larger than ${LIMITS.blockFileBytes} bytes` }, text: null, block: null };
   const got = createHash('sha1').update(`blob ${o.body.length}\0`, 'latin1').update(o.body).digest('hex');
   const text = utf8Text(o.body);
   if (text === null) return { facts: { position, malformed: `${label} is not valid UTF-8` }, text: null, block: null };
@@ -273,7 +302,11 @@ export function examineObject(read: ObjectRead, position: number, authority: Tru
 }
 
 /** Where the sparse layout's objects are read: the packs by name (each opened once), and loose objects. */
-export interface ObjectRead { gitdir: string; packs: DiskPacks; windows: Map<string, PackWindow> }
+export interface ObjectRead {
+  gitdir: string;
+  packs: DiskPacks;
+  windows: Map<string, PackWindow>;
+}
 
 /** Opens nothing until a read; `closeObjectRead` closes what reads opened. */
 export function objectReadOf(gitdir: string, packDir: string): ObjectRead {
@@ -301,7 +334,13 @@ function committedOf(task: VerifyTask, i: number, missing: Set<number> | null): 
  * online key (before its batch is done), so the main thread hands out the
  * batches after it with the new key state at once (`KeyNotice`).
  */
-export interface KeyNotice { notice: 'keys'; id: number; index: number; authority: TrustedAuthority; keys: KeyState }
+export interface KeyNotice {
+  notice: 'keys';
+  id: number;
+  index: number;
+  authority: TrustedAuthority;
+  keys: KeyState;
+}
 
 /** Where a worker sends a `KeyNotice` (none on the main thread). */
 let noticeTo: ((n: KeyNotice) => void) | null = null;
@@ -356,7 +395,9 @@ export async function fetchDeltas(task: VerifyTask): Promise<Map<number, { type:
         const o = w.read(objects.where[2 * i + 1]!);
         if (o) got.set(i, o);
         else deltas.push(i);
-      } catch { /* examineObject reads it again and reports it */ }
+      } catch {
+        /* examineObject reads it again and reports it */
+      }
     }
   } finally {
     closeObjectRead(read);
@@ -368,7 +409,9 @@ export async function fetchDeltas(task: VerifyTask): Promise<Map<number, { type:
   }
   const cf = catFile;
   const answers = await Promise.allSettled(deltas.map((i) => cf.read(Buffer.from(task.oids!.buffer, task.oids!.byteOffset + 20 * i, 20).toString('hex'))));
-  answers.forEach((a, j) => { if (a.status === 'fulfilled' && a.value) got.set(deltas[j]!, a.value); });
+  answers.forEach((a, j) => {
+    if (a.status === 'fulfilled' && a.value) got.set(deltas[j]!, a.value);
+  });
   return got;
 }
 
@@ -380,7 +423,13 @@ export async function fetchDeltas(task: VerifyTask): Promise<Map<number, { type:
  */
 const SIGNATURE_RUN = 64;
 
-function walkTask(task: VerifyTask, missing: Set<number> | null, objects: VerifyTask['objects'], read: ObjectRead | null, fetched?: Map<number, { type: string; body: Buffer }>): VerifyTaskResult {
+function walkTask(
+  task: VerifyTask,
+  missing: Set<number> | null,
+  objects: VerifyTask['objects'],
+  read: ObjectRead | null,
+  fetched?: Map<number, { type: string; body: Buffer }>,
+): VerifyTaskResult {
   const batch = new SignatureBatch();
   // The key in force: the task's, then the one each key block of the batch puts in force.
   let authority = task.authority;
@@ -389,13 +438,24 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
     const b = inBatch ? batch : undefined;
     if (objects && read) {
       const k = objects.where[2 * i]!;
-      return examineObject(read, task.start + i, authority, task.oids!.subarray(20 * i, 20 * i + 20), k >= 0 ? objects.packs[k]! : null, objects.where[2 * i + 1]!, b, retired, fetched?.get(i));
+      return examineObject(
+        read,
+        task.start + i,
+        authority,
+        task.oids!.subarray(20 * i, 20 * i + 20),
+        k >= 0 ? objects.packs[k]! : null,
+        objects.where[2 * i + 1]!,
+        b,
+        retired,
+        fetched?.get(i),
+      );
     }
     return examineFile(task.dir + blockPath(task.start + i), task.start + i, authority, committedOf(task, i, missing), b, retired);
   };
   /** After a key block is walked: the key it put in force signs the rest of the run (re-examined with it). */
   const rekey = (state: VerifierState, from: number, to: number): void => {
-    if (state.authority!.publicKey !== authority.publicKey) noticeTo?.({ notice: 'keys', id: task.id, index: state.size - 1, authority: state.authority!, keys: state.keys! });
+    if (state.authority!.publicKey !== authority.publicKey)
+      noticeTo?.({ notice: 'keys', id: task.id, index: state.size - 1, authority: state.authority!, keys: state.keys! });
     authority = state.authority!;
     retired = state.keys!.retired;
     for (let j = from; j < to; j++) run[j - runStart] = examine(j, false);
@@ -413,7 +473,15 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
     }
     if (leaves !== null) writeLeafOfRecordHash((x.facts as { recordHash: string }).recordHash, leaves, 32 * leafCount++);
   };
-  const result: VerifyTaskResult = { id: task.id, sequence: task.keys.sequence, key: task.authority.publicKey, first: { position: task.start, malformed: 'not examined' }, walked: null, walk: null, failure: null };
+  const result: VerifyTaskResult = {
+    id: task.id,
+    sequence: task.keys.sequence,
+    key: task.authority.publicKey,
+    first: { position: task.start, malformed: 'not examined' },
+    walked: null,
+    walk: null,
+    failure: null,
+  };
   if (keep) {
     result.texts = texts;
     result.facts = facts;
@@ -446,7 +514,13 @@ function walkTask(task: VerifyTask, missing: Set<number> | null, objects: Verify
             throw e;
           }
         }
-        const state: VerifierState = { size: task.start + 1, head: first.recordHash, lastPosted: first.posted, authority: { signer: keys.online.signer, publicKey: keys.online.publicKey }, keys };
+        const state: VerifierState = {
+          size: task.start + 1,
+          head: first.recordHash,
+          lastPosted: first.posted,
+          authority: { signer: keys.online.signer, publicKey: keys.online.publicKey },
+          keys,
+        };
         walker = new ChainVerifier({ backend: nodeBackend, state, recordWalk: true });
         if (first.endorse) walker.learnEndorsed([first.recordHash]);
         if (first.keyEvent !== null) rekey(state, i + 1, to);

@@ -11,7 +11,7 @@
  * Usage: tsx test/run.ts [--kind=unit,integration,e2e,hostile] [--jobs=N] [substring filter...]
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,8 +27,9 @@ function findTests(dir: string): string[] {
   const out: string[] = [];
   for (const name of readdirSync(dir).sort()) {
     const p = join(dir, name);
-    if (statSync(p).isDirectory()) { if (!SKIP_DIRS.has(name)) out.push(...findTests(p)); }
-    else if (name.endsWith('.test.ts')) out.push(p);
+    if (statSync(p).isDirectory()) {
+      if (!SKIP_DIRS.has(name)) out.push(...findTests(p));
+    } else if (name.endsWith('.test.ts')) out.push(p);
   }
   return out;
 }
@@ -46,7 +47,10 @@ function parseArgs(argv: string[]): { kinds: string[] | null; jobs: number; filt
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const m = /^--(kind|jobs)(?:=(.*))?$/.exec(a);
-    if (!m) { filters.push(a); continue; }
+    if (!m) {
+      filters.push(a);
+      continue;
+    }
     const v = m[2] ?? argv[++i];
     if (v === undefined) usage(`${a} needs a value`);
     if (m[1] === 'kind') {
@@ -63,7 +67,15 @@ function usage(why: string): never {
   process.exit(2);
 }
 
-interface FileResult { name: string; passed: number; failed: number; skipped: number; crashed: string | null; ms: number; output: string }
+interface FileResult {
+  name: string;
+  passed: number;
+  failed: number;
+  skipped: number;
+  crashed: string | null;
+  ms: number;
+  output: string;
+}
 
 const FILE_TIMEOUT_MS = Number(process.env.VOUCH_TEST_FILE_TIMEOUT_MS ?? 10 * 60_000);
 const running = new Set<ChildProcess>();
@@ -82,18 +94,30 @@ function runFile(file: string): Promise<FileResult> {
     });
     running.add(child);
     let out = '';
-    child.stdout.on('data', (d: Buffer) => { out += d; });
-    child.stderr.on('data', (d: Buffer) => { out += d; });
+    child.stdout.on('data', (d: Buffer) => {
+      out += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      out += d;
+    });
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
-      try { process.kill(-child.pid!, 'SIGKILL'); } catch { /* already gone */ }
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
     }, FILE_TIMEOUT_MS);
     child.on('close', (code, signal) => {
       clearTimeout(timer);
       running.delete(child);
       // Whatever the file's children left running in its group goes with it.
-      try { process.kill(-child.pid!, 'SIGKILL'); } catch { /* none left */ }
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        /* none left */
+      }
       rmSync(tmp, { recursive: true, force: true, maxRetries: 3 });
       const total = Number(/Total:\s+(\d+)/.exec(out)?.[1] ?? NaN);
       const passed = Number(/Passed:\s+(\d+)/.exec(out)?.[1] ?? NaN);
@@ -111,16 +135,25 @@ function runFile(file: string): Promise<FileResult> {
 }
 
 function readTimes(): Record<string, number> {
-  try { return JSON.parse(readFileSync(TIMES_FILE, 'utf8')) as Record<string, number>; } catch { return {}; }
+  try {
+    return JSON.parse(readFileSync(TIMES_FILE, 'utf8')) as Record<string, number>;
+  } catch {
+    return {};
+  }
 }
 
 /** Saved after every file, so an interrupted run still orders the next one. */
-function saveTimes(times: Record<string, number>): void {
-  }
+function saveTimes(times: Record<string, number>): void {}
 
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.on(sig, () => {
-    for (const c of running) { try { process.kill(-c.pid!, 'SIGKILL'); } catch { /* gone */ } }
+    for (const c of running) {
+      try {
+        process.kill(-c.pid!, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
     process.exit(130);
   });
 }
@@ -128,15 +161,15 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
 const { kinds, jobs, filters } = parseArgs(process.argv.slice(2));
 const all = findTests(testDir);
 const flat = all.filter((f) => kindOf(f) === null);
-const files = all
-  .filter((f) => kinds === null || kinds.includes(kindOf(f) ?? ''))
-  .filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)));
+const files = all.filter((f) => kinds === null || kinds.includes(kindOf(f) ?? '')).filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)));
 // Longest first (times of earlier runs on this checkout), so the pool does not end on one long file.
 const times = readTimes();
 const order = [...files].sort((a, b) => (times[relative(root, b)] ?? 60_000) - (times[relative(root, a)] ?? 60_000));
 
 const startedAt = Date.now();
-console.log(`${files.length} test file${files.length === 1 ? '' : 's'}, ${Math.min(jobs, Math.max(files.length, 1))} at a time${kinds ? ` (${kinds.join(', ')})` : ''}`);
+console.log(
+  `${files.length} test file${files.length === 1 ? '' : 's'}, ${Math.min(jobs, Math.max(files.length, 1))} at a time${kinds ? ` (${kinds.join(', ')})` : ''}`,
+);
 if (kinds && flat.length) console.log(`not in a kind folder, so not run with --kind: ${flat.map((f) => relative(root, f)).join(', ')}`);
 
 let passed = 0;
@@ -152,8 +185,10 @@ async function worker(): Promise<void> {
     passed += r.passed;
     failed += r.failed;
     skipped += r.skipped;
-    if (r.crashed) { failed += 1; problems.push(`${r.name}: ${r.crashed}`); }
-    else if (r.failed) problems.push(`${r.name}: ${r.failed} failed`);
+    if (r.crashed) {
+      failed += 1;
+      problems.push(`${r.name}: ${r.crashed}`);
+    } else if (r.failed) problems.push(`${r.name}: ${r.failed} failed`);
     const bad = r.crashed !== null || r.failed > 0;
     const head = `=== ${r.name}: ${r.passed} passed, ${r.failed} failed${r.skipped ? `, ${r.skipped} skipped` : ''}${r.crashed ? ` (${r.crashed})` : ''} (${(r.ms / 1000).toFixed(1)} s)`;
     // One write per file so blocks of files ending together never interleave.

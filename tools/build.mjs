@@ -42,7 +42,11 @@ const COPIES = {
 function digestOf(inputs) {
   const h = createHash('sha256');
   try {
-    for (const f of inputs) h.update(f).update('\0').update(readFileSync(join(ROOT, f))).update('\0');
+    for (const f of inputs)
+      h.update(f)
+        .update('\0')
+        .update(readFileSync(join(ROOT, f)))
+        .update('\0');
   } catch {
     return null;
   }
@@ -70,7 +74,9 @@ export function distState(dist = DIST) {
 function put(path, contents) {
   try {
     if (readFileSync(path).equals(Buffer.from(contents))) return;
-  } catch { /* absent */ }
+  } catch {
+    /* absent */
+  }
   mkdirSync(dirname(path), { recursive: true });
   const tmp = `${path}.${process.pid}.tmp`;
   writeFileSync(tmp, contents);
@@ -166,7 +172,9 @@ export async function build(dist = DIST) {
     try {
       if (previous.has(f)) utimesSync(path, new Date(now), new Date(now));
       else if (now - statSync(path).mtimeMs >= RETIRE_MS) rmSync(path, { force: true });
-    } catch { /* another build removed it */ }
+    } catch {
+      /* another build removed it */
+    }
   }
   return outputs;
 }
@@ -181,7 +189,9 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.a
       process.stderr.write('vouch build: esbuild is not installed; dist/ is up to date, kept as it is\n');
       process.exit(0);
     }
-    process.stderr.write('vouch build: esbuild is not installed (a dev dependency): install with the dev dependencies (`npm ci`, which builds), then `npm prune --omit=dev` if they must not stay\n');
+    process.stderr.write(
+      'vouch build: esbuild is not installed (a dev dependency): install with the dev dependencies (`npm ci`, which builds), then `npm prune --omit=dev` if they must not stay\n',
+    );
     process.exit(1);
   }
   try {

@@ -39,7 +39,8 @@ export function defaultStatePath(env: NodeJS.ProcessEnv = process.env): string {
 const MAX_STATE_BYTES = 16 * 1024 * 1024;
 
 function parseState(text: string, path: string): CheckpointState {
-  const bad = (why: string) => new VouchError('io_error', `state file ${path} is unusable (${why}); move it away only if you know why it broke: it is what detects a rollback`);
+  const bad = (why: string) =>
+    new VouchError('io_error', `state file ${path} is unusable (${why}); move it away only if you know why it broke: it is what detects a rollback`);
   let obj: unknown;
   try {
     obj = JSON.parse(text);
@@ -52,12 +53,20 @@ function parseState(text: string, path: string): CheckpointState {
   const out: CheckpointState = new Map();
   for (const [origin, e] of Object.entries(logs)) {
     const s = e as Partial<SeenCheckpoint> | null;
-    if (typeof s !== 'object' || s === null || !Number.isSafeInteger(s.size) || (s.size as number) < 0
-      || typeof s.root !== 'string' || base64Decode(s.root)?.length !== 32 || typeof s.note !== 'string') {
+    if (
+      typeof s !== 'object' ||
+      s === null ||
+      !Number.isSafeInteger(s.size) ||
+      (s.size as number) < 0 ||
+      typeof s.root !== 'string' ||
+      base64Decode(s.root)?.length !== 32 ||
+      typeof s.note !== 'string'
+    ) {
       throw bad(`entry ${JSON.stringify(origin)} is not {size, root, note}`);
     }
     const keys = s.keys;
-    if (keys !== undefined && (typeof keys !== 'object' || keys === null || Array.isArray(keys) || !('trail' in keys) || !('pin' in keys))) throw bad(`entry ${JSON.stringify(origin)} has "keys" that are not {pin, trail}`);
+    if (keys !== undefined && (typeof keys !== 'object' || keys === null || Array.isArray(keys) || !('trail' in keys) || !('pin' in keys)))
+      throw bad(`entry ${JSON.stringify(origin)} has "keys" that are not {pin, trail}`);
     out.set(origin, { size: s.size as number, root: s.root, note: s.note, ...(keys !== undefined ? { keys } : {}) });
   }
   return out;
@@ -92,7 +101,8 @@ export function saveCheckpoint(path: string, origin: string, seen: SeenCheckpoin
   const current = loadState(path);
   const there = current.get(origin);
   if (there === undefined || there.size < seen.size) current.set(origin, seen);
-  else if (seen.keys !== undefined && there.size === seen.size && there.root === seen.root && sequenceOf(seen.keys) > sequenceOf(there.keys)) current.set(origin, { ...there, keys: seen.keys });
+  else if (seen.keys !== undefined && there.size === seen.size && there.root === seen.root && sequenceOf(seen.keys) > sequenceOf(there.keys))
+    current.set(origin, { ...there, keys: seen.keys });
   const text = JSON.stringify({ version: 1, logs: Object.fromEntries(current) }, null, 1) + '\n';
   const dir = dirname(path);
   const tmp = `${path}.vouch-${process.pid}.tmp`;

@@ -37,7 +37,9 @@ if (name === undefined || name === '--help' || name === '-h' || name === 'help')
   } else if (entry === undefined) {
     const { nearest } = await import('./command.ts');
     const near = nearest(name, [...new Set(COMMANDS.map((c) => c.name.split(' ')[0]!))]);
-    process.stderr.write(`vouch: unknown command ${JSON.stringify(name)}${near === null ? '' : `; did you mean ${near}?`} (commands: ${COMMANDS.map((c) => c.name).join(', ')})\n`);
+    process.stderr.write(
+      `vouch: unknown command ${JSON.stringify(name)}${near === null ? '' : `; did you mean ${near}?`} (commands: ${COMMANDS.map((c) => c.name).join(', ')})\n`,
+    );
     code = 2;
   } else {
     const [{ runCommand }, cmd] = await Promise.all([import('./command.ts'), entry.load()]);

@@ -60,17 +60,19 @@ export const COMMANDS: readonly CommandEntry[] = [
   },
   {
     name: 'get',
-    short: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature, its inclusion in the log\'s signed checkpoint, the checkpoint\'s consistency with the last one seen, and the bytes\' hash itself before writing FILE',
+    short:
+      "Downloads an artifact through a gateway and verifies the UNS block's signature, its inclusion in the log's signed checkpoint, the checkpoint's consistency with the last one seen, and the bytes' hash itself before writing FILE",
     load: async () => (await import('./commands/get.ts')).get,
   },
   {
     name: 'root init',
-    short: 'Writes a root statement for the holders to sign: it adopts a root of the --holder keys (version 1) on a chain without one, or rotates the root (version v+1)',
+    short:
+      'Writes a root statement for the holders to sign: it adopts a root of the --holder keys (version 1) on a chain without one, or rotates the root (version v+1)',
     load: async () => (await import('./commands/root.ts')).rootInit,
   },
   {
     name: 'root sign',
-    short: 'Adds this holder\'s signature to a statement file (root, key rotation or compromise), in place',
+    short: "Adds this holder's signature to a statement file (root, key rotation or compromise), in place",
     load: async () => (await import('./commands/root.ts')).rootSign,
   },
   {
@@ -85,12 +87,14 @@ export const COMMANDS: readonly CommandEntry[] = [
   },
   {
     name: 'key compromise',
-    short: 'Writes a compromise statement: the online key in force is declared compromised after block N (the last block known good), every later block it signed is void, and a new key takes over',
+    short:
+      'Writes a compromise statement: the online key in force is declared compromised after block N (the last block known good), every later block it signed is void, and a new key takes over',
     load: async () => (await import('./commands/key.ts')).keyCompromise,
   },
   {
     name: 'reendorse',
-    short: 'Endorses again what the void blocks of a compromise endorsed, one block per void block, each artifact only when its bytes still hash to what the void block claimed',
+    short:
+      'Endorses again what the void blocks of a compromise endorsed, one block per void block, each artifact only when its bytes still hash to what the void block claimed',
     load: async () => (await import('./commands/reendorse.ts')).reendorse,
   },
   {

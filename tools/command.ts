@@ -81,9 +81,16 @@ export async function runCommand(cmd: Command, argv: string[]): Promise<number> 
       allowPositionals: (cmd.positionals?.length ?? 0) > 0,
       options: {
         help: { type: 'boolean', short: 'h' },
-        ...Object.fromEntries(Object.entries(optionsOf(cmd)).map(([k, o]) => [k, {
-          type: o.type, ...(o.multiple ? { multiple: true } : {}), ...(o.short ? { short: o.short } : {}),
-        }])),
+        ...Object.fromEntries(
+          Object.entries(optionsOf(cmd)).map(([k, o]) => [
+            k,
+            {
+              type: o.type,
+              ...(o.multiple ? { multiple: true } : {}),
+              ...(o.short ? { short: o.short } : {}),
+            },
+          ]),
+        ),
       },
     };
     let parsed;

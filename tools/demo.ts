@@ -31,11 +31,32 @@ const version = `0.1.${Math.floor(n / 1000)}`;
 const file = join(dir, `hello-${version}.txt`);
 writeFileSync(file, `hello from vouch ${version}\n`);
 const url = `https://artifacts.example.org/demo/hello-${version}.txt`;
-vouch('endorse', '--chain', chain, '--key', key, '--url', url, '--file', file, '--name', 'demo/hello', '--semver', version, '--license', 'MIT', '--comment', 'demo endorsement — “hello”');
+vouch(
+  'endorse',
+  '--chain',
+  chain,
+  '--key',
+  key,
+  '--url',
+  url,
+  '--file',
+  file,
+  '--name',
+  'demo/hello',
+  '--semver',
+  version,
+  '--license',
+  'MIT',
+  '--comment',
+  'demo endorsement — “hello”',
+);
 vouch('verify', '--chain', chain);
 vouch('check', '--chain', chain, '--url', url, file);
 writeFileSync(file + '.tampered', `hello from vouch ${version}!\n`);
 console.log(`$ npx vouch check --chain ${chain} --url ${url} ${file}.tampered   # expected to fail`);
-const r = spawnSync(process.execPath, [join(root, 'tools', 'vouch.js'), 'check', '--chain', chain, '--url', url, file + '.tampered'], { cwd: root, encoding: 'utf8' });
+const r = spawnSync(process.execPath, [join(root, 'tools', 'vouch.js'), 'check', '--chain', chain, '--url', url, file + '.tampered'], {
+  cwd: root,
+  encoding: 'utf8',
+});
 process.stdout.write(r.stderr);
 console.log(`(exit ${r.status})\n\nThe chain is a plain git repository: try  git -C ${chain} log --stat -3`);

@@ -22,7 +22,11 @@ import { ChainState, lastVerifiedImage, lastVerifiedTreeEdge } from '../gateway/
 import type { EdgeSeed } from '../store/chain-store.ts';
 import { isVoid, type KeyState } from '../chain/key-events.ts';
 
-export interface Prior { block: Block; artifactHash: string; semver: string }
+export interface Prior {
+  block: Block;
+  artifactHash: string;
+  semver: string;
+}
 export type History = Map<string, Prior[]>;
 
 export interface HistoryReport {
@@ -58,7 +62,9 @@ function readChecked(repo: ChainRepo, i: number): Block {
  * is usable, else by `fullScan`. `head`: the trusted head (trustedHead).
  */
 export function priorEndorsements(
-  repo: ChainRepo, urls: Iterable<string>, head: Block,
+  repo: ChainRepo,
+  urls: Iterable<string>,
+  head: Block,
   fullScan: (repo: ChainRepo, urls: readonly string[]) => History,
   keys: KeyState | null = null,
 ): HistoryReport {
@@ -73,12 +79,20 @@ export function priorEndorsements(
   }
   // Void blocks (signed by a compromised key after its last good block) endorse nothing: neither unchanged nor a conflict.
   if (keys !== null && keys.voids.length > 0) {
-    for (const [url, priors] of report.history) report.history.set(url, priors.filter((p) => !isVoid(keys, p.block.index)));
+    for (const [url, priors] of report.history)
+      report.history.set(
+        url,
+        priors.filter((p) => !isVoid(keys, p.block.index)),
+      );
   }
   return report;
 }
 
-function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { history: History; gap: number; recordHashes: () => Iterable<string>; edgeSeed: EdgeSeed } {
+function fromImage(
+  repo: ChainRepo,
+  urls: readonly string[],
+  head: Block,
+): { history: History; gap: number; recordHashes: () => Iterable<string>; edgeSeed: EdgeSeed } {
   const found = lastVerifiedImage(repo.dir);
   if (found === null) throw new Unusable('no verified index image (a gateway start over this directory writes one)');
   const n = found.size;
@@ -107,7 +121,7 @@ function fromImage(repo: ChainRepo, urls: readonly string[], head: Block): { his
     if (block.payload.intent !== 'endorse') continue;
     for (const e of block.payload.endorsements) out.get(e.artifact_url)?.push({ block, artifactHash: e.artifact_hash, semver: e.semver });
   }
-  if (prev !== head.record_hash || repo.size !== head.index + 1) throw new Unusable('the blocks after the index image do not lead to the checkpoint\'s head');
+  if (prev !== head.record_hash || repo.size !== head.index + 1) throw new Unusable("the blocks after the index image do not lead to the checkpoint's head");
   const recordHashes = function* (): Iterable<string> {
     for (let i = 0; i < n; i++) yield compact.recordHashOf(i);
     yield* gapHashes;
@@ -147,6 +161,8 @@ export async function refreshIfBehind(repo: ChainRepo, report: HistoryReport, ap
 /** Says once on stderr that the full scan was taken and why, unless quiet. */
 export function noteScan(report: HistoryReport, quiet: boolean): void {
   if (report.source !== 'scan' || quiet || report.scanned < 10_000) return;
-  process.stderr.write(`note: searched all ${report.scanned} block files for earlier endorsements (${report.why}); ` +
-    'the verified state a gateway start (vouch serve) leaves in .git makes this constant time\n');
+  process.stderr.write(
+    `note: searched all ${report.scanned} block files for earlier endorsements (${report.why}); ` +
+      'the verified state a gateway start (vouch serve) leaves in .git makes this constant time\n',
+  );
 }

@@ -74,4 +74,3 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, ExitCode>> = {
   index_mismatch: 1,
   key_walk_limit: 1,
 };
-

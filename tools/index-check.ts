@@ -42,7 +42,10 @@ export function checkSelection(
   const root = indexRootOfNote(note.text);
   if (root === null) return;
   if (proofB64 === undefined) {
-    throw new Refusal('no_proof', `${gateway} sent no Vouch-Index-Proof though its checkpoint (size ${note.size}) commits a completeness index: nothing shows no newer block or revocation names this URL`);
+    throw new Refusal(
+      'no_proof',
+      `${gateway} sent no Vouch-Index-Proof though its checkpoint (size ${note.size}) commits a completeness index: nothing shows no newer block or revocation names this URL`,
+    );
   }
   const bytes = base64Decode(proofB64.trim());
   if (bytes === null) throw new Refusal('bad_proof', `${gateway}: Vouch-Index-Proof is not base64`);
@@ -52,15 +55,25 @@ export function checkSelection(
   const asked = `${url}${q.semver ? ` semver=${q.semver}` : ''}${q.at ? ` at=${q.at}` : ''}`;
   if (served === null) {
     if (sel !== null && (sel.revokedBy === null || q.semver !== undefined)) {
-      throw new Refusal('index_mismatch', `false 404: ${gateway} answers 404 for ${asked}, but the log's index at size ${note.size} selects block ${sel.block}`);
+      throw new Refusal(
+        'index_mismatch',
+        `false 404: ${gateway} answers 404 for ${asked}, but the log's index at size ${note.size} selects block ${sel.block}`,
+      );
     }
     return;
   }
-  if (sel === null) throw new Refusal('index_mismatch', `${gateway} served block ${served.index} for ${asked}, but the log's index at size ${note.size} selects no block`);
+  if (sel === null)
+    throw new Refusal('index_mismatch', `${gateway} served block ${served.index} for ${asked}, but the log's index at size ${note.size} selects no block`);
   if (sel.block !== served.index) {
-    throw new Refusal('index_mismatch', `older block: ${gateway} served block ${served.index} for ${asked}, but the log's index at size ${note.size} selects block ${sel.block} (semver ${sel.semver})`);
+    throw new Refusal(
+      'index_mismatch',
+      `older block: ${gateway} served block ${served.index} for ${asked}, but the log's index at size ${note.size} selects block ${sel.block} (semver ${sel.semver})`,
+    );
   }
   if (sel.revokedBy !== null && !served.revoked) {
-    throw new Refusal('index_mismatch', `hidden revocation: ${gateway} served block ${served.index} for ${asked} as usable, but block ${sel.revokedBy.block} revokes it from ${sel.revokedBy.date}`);
+    throw new Refusal(
+      'index_mismatch',
+      `hidden revocation: ${gateway} served block ${served.index} for ${asked} as usable, but block ${sel.revokedBy.block} revokes it from ${sel.revokedBy.date}`,
+    );
   }
 }

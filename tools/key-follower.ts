@@ -49,8 +49,15 @@ export function readRootPin(path: string): KeyPin {
   }
   const o = v as { threshold?: unknown; keys?: unknown } | null;
   const keys = o?.keys;
-  if (typeof o !== 'object' || o === null || !Array.isArray(keys) || keys.length === 0 || keys.length > 32
-    || !keys.every((k) => typeof k === 'string' && base64Decode(k)?.length === 32) || new Set(keys).size !== keys.length) {
+  if (
+    typeof o !== 'object' ||
+    o === null ||
+    !Array.isArray(keys) ||
+    keys.length === 0 ||
+    keys.length > 32 ||
+    !keys.every((k) => typeof k === 'string' && base64Decode(k)?.length === 32) ||
+    new Set(keys).size !== keys.length
+  ) {
     throw usage('not a statement file nor {"threshold": K, "keys": [1..32 distinct base64 ed25519 keys]}');
   }
   const t = o.threshold;
@@ -155,7 +162,8 @@ export class KeyFollower {
       } catch (e) {
         throw new KeyWalkError('bad_answer', `${gateway}: the /v1/keys checkpoint: ${(e as Error).message}`);
       }
-      if (body.size !== answer.size) throw new KeyWalkError('bad_answer', `${gateway}: the /v1/keys checkpoint is size ${body.size}, the answer says ${answer.size}`);
+      if (body.size !== answer.size)
+        throw new KeyWalkError('bad_answer', `${gateway}: the /v1/keys checkpoint is size ${body.size}, the answer says ${answer.size}`);
       const tree = { size: body.size, root: body.root };
       let trail = this.trail;
       let events = answer.events;
@@ -166,7 +174,11 @@ export class KeyFollower {
           const pin = this.pin;
           let k = 0;
           while (!sameRoot(trail.state.root, pin)) {
-            if (k >= events.length) throw new KeyWalkError('untrusted_authority', `${gateway}: the log's key events never put the pinned root (${pin.threshold} of ${pin.keys.length} keys) in force`);
+            if (k >= events.length)
+              throw new KeyWalkError(
+                'untrusted_authority',
+                `${gateway}: the log's key events never put the pinned root (${pin.threshold} of ${pin.keys.length} keys) in force`,
+              );
             trail = walkKeyEvents(nodeBackend, trail, [events[k]!], tree, gateway, 1);
             k++;
           }
@@ -181,7 +193,10 @@ export class KeyFollower {
       try {
         openCheckpoint(nodeBackend, answer.checkpoint, { publicKey: base64Decode(trail.state.online.publicKey)! });
       } catch (e) {
-        throw new Refusal('bad_checkpoint', `${gateway}: the /v1/keys checkpoint is not signed by the online key in force after its key events: ${(e as Error).message}`);
+        throw new Refusal(
+          'bad_checkpoint',
+          `${gateway}: the /v1/keys checkpoint is not signed by the online key in force after its key events: ${(e as Error).message}`,
+        );
       }
       this.trail = trail;
       this.moved = true;

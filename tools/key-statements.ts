@@ -20,8 +20,13 @@ import type { CryptoBackend } from '../chain/crypto-backend.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { VouchError } from '../chain/errors.ts';
 import {
-  applyKeyEvent, KeyEventError, parseSignedStatement, statementMessage,
-  type KeyState, type SignedStatement, type Statement,
+  applyKeyEvent,
+  KeyEventError,
+  parseSignedStatement,
+  statementMessage,
+  type KeyState,
+  type SignedStatement,
+  type Statement,
 } from '../chain/key-events.ts';
 import type { VerifierState } from '../chain/verify.ts';
 import { isFullOrderPublicKey } from '../chain/weak-key.ts';
@@ -69,10 +74,23 @@ export async function gatewayKeyState(base: string): Promise<{ keys: KeyState; s
   if (!res.ok) throw (await import('./commands/endorse-gateway.ts')).gatewayError({ httpStatus: res.status, body: body as Record<string, any> });
   const s = body.state;
   const isKey = (k: unknown) => typeof k === 'string' && base64Decode(k)?.length === 32;
-  if (typeof s !== 'object' || s === null || s.chain !== body.chain || typeof s.chain !== 'string' || !/^[0-9a-f]{64}$/.test(s.chain) ||
-      !Number.isSafeInteger(s.sequence) || typeof s.online?.signer !== 'string' || !isKey(s.online?.publicKey) || !Number.isSafeInteger(s.online?.since) ||
-      !Array.isArray(s.retired) || !Array.isArray(s.compromised) || !Array.isArray(s.voids) || !isKey(s.first) ||
-      (s.root !== null && (typeof s.root !== 'object' || !Array.isArray(s.root.keys) || !Number.isSafeInteger(s.root.threshold) || !Number.isSafeInteger(s.root.version)))) {
+  if (
+    typeof s !== 'object' ||
+    s === null ||
+    s.chain !== body.chain ||
+    typeof s.chain !== 'string' ||
+    !/^[0-9a-f]{64}$/.test(s.chain) ||
+    !Number.isSafeInteger(s.sequence) ||
+    typeof s.online?.signer !== 'string' ||
+    !isKey(s.online?.publicKey) ||
+    !Number.isSafeInteger(s.online?.since) ||
+    !Array.isArray(s.retired) ||
+    !Array.isArray(s.compromised) ||
+    !Array.isArray(s.voids) ||
+    !isKey(s.first) ||
+    (s.root !== null &&
+      (typeof s.root !== 'object' || !Array.isArray(s.root.keys) || !Number.isSafeInteger(s.root.threshold) || !Number.isSafeInteger(s.root.version)))
+  ) {
     throw new VouchError('bad_answer', `GET ${base}/v1/keys: its state is not a key state (docs/spec/key-events.md)`);
   }
   const size = typeof body.size === 'number' && Number.isSafeInteger(body.size) && body.size > 0 ? body.size : Number.MAX_SAFE_INTEGER;
@@ -107,7 +125,9 @@ export function publicKeyArg(given: string, what: string): string {
     pem = readFileSync(given);
   } catch (e) {
     if (e instanceof VouchError) throw e;
-    throw new UsageError(`${what} must be base64 of a raw 32-byte ed25519 key or a PEM key file; ${JSON.stringify(given.slice(0, 100))} is neither (${(e as NodeJS.ErrnoException).code ?? 'unreadable'})`);
+    throw new UsageError(
+      `${what} must be base64 of a raw 32-byte ed25519 key or a PEM key file; ${JSON.stringify(given.slice(0, 100))} is neither (${(e as NodeJS.ErrnoException).code ?? 'unreadable'})`,
+    );
   }
   try {
     const key = createPublicKey(pem);
@@ -121,7 +141,8 @@ export function publicKeyArg(given: string, what: string): string {
 
 /** Refuses a weak key at once (small-order, mixed-order, non-canonical): applyKeyEvent would. */
 export function fullOrderKey(b64: string, what: string): string {
-  if (!isFullOrderPublicKey(base64Decode(b64)!)) throw new VouchError('bad_statement', `${what} ${b64} is not a full-order ed25519 key (small-order or non-canonical): refused`);
+  if (!isFullOrderPublicKey(base64Decode(b64)!))
+    throw new VouchError('bad_statement', `${what} ${b64} is not a full-order ed25519 key (small-order or non-canonical): refused`);
   return b64;
 }
 
@@ -192,7 +213,8 @@ export function writeAtomically(path: string, text: string, mode: 'create' | 're
       try {
         linkSync(tmp, path);
       } catch (e) {
-        if ((e as NodeJS.ErrnoException).code === 'EEXIST') throw new VouchError('io_error', `${path} exists: a statement file is never overwritten (give another --out)`);
+        if ((e as NodeJS.ErrnoException).code === 'EEXIST')
+          throw new VouchError('io_error', `${path} exists: a statement file is never overwritten (give another --out)`);
         throw e;
       }
       unlinkSync(tmp);
@@ -200,7 +222,11 @@ export function writeAtomically(path: string, text: string, mode: 'create' | 're
       renameSync(tmp, path);
     }
   } catch (e) {
-    try { unlinkSync(tmp); } catch { /* gone already */ }
+    try {
+      unlinkSync(tmp);
+    } catch {
+      /* gone already */
+    }
     if (e instanceof VouchError) throw e;
     throw new VouchError('io_error', `cannot write ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
@@ -238,9 +264,15 @@ export function keyStateLine(k: KeyState): string {
 }
 
 /** One void block of a compromise and its entries still to decide (vouch reendorse). */
-export interface VoidGroup { block: Block; entries: EndorsementInput[] }
+export interface VoidGroup {
+  block: Block;
+  entries: EndorsementInput[];
+}
 /** An entry vouch reendorse does not endorse again: its URL and the line that says why. */
-export interface Refusal { url: string; line: string }
+export interface Refusal {
+  url: string;
+  line: string;
+}
 
 /** The comment of a re-endorsement block: which void block it replaces. */
 export function commentOf(g: VoidGroup): string {

@@ -53,7 +53,8 @@ const MAX_PROOF_HASHES = 128;
 const MAX_NOTE_CHARS = 1 << 20;
 
 function hashList(value: unknown, what: string): Uint8Array[] {
-  if (!Array.isArray(value) || value.length > MAX_PROOF_HASHES) throw new Refusal('bad_proof', `${what}: "proof" is not a list of at most ${MAX_PROOF_HASHES} hashes`);
+  if (!Array.isArray(value) || value.length > MAX_PROOF_HASHES)
+    throw new Refusal('bad_proof', `${what}: "proof" is not a list of at most ${MAX_PROOF_HASHES} hashes`);
   return value.map((h, i) => {
     const b = typeof h === 'string' ? base64Decode(h) : null;
     if (b === null || b.length !== 32) throw new Refusal('bad_proof', `${what}: proof hash ${i} is not base64 of 32 bytes`);
@@ -80,7 +81,8 @@ export function parseProofObject(value: unknown, where: string): ProofObject {
   };
   const index = int('index');
   const size = int('size');
-  if (typeof o.checkpoint !== 'string' || o.checkpoint.length > MAX_NOTE_CHARS) throw new Refusal('bad_proof', `${where}: proof "checkpoint" is not a note text`);
+  if (typeof o.checkpoint !== 'string' || o.checkpoint.length > MAX_NOTE_CHARS)
+    throw new Refusal('bad_proof', `${where}: proof "checkpoint" is not a note text`);
   return { index, size, proof: hashList(o.proof, where), checkpoint: o.checkpoint };
 }
 
@@ -144,7 +146,10 @@ export function checkBlockProof(c: CryptoBackend, block: Block, p: ProofObject, 
   if (block.index >= cp.size) throw new Refusal('bad_proof', `${source}: block ${block.index} is not in a tree of ${cp.size}`);
   const entry = hexDecode(block.record_hash)!;
   if (!verifyInclusion(c, block.index, cp.size, leafHash(c, entry), p.proof, cp.root)) {
-    throw new Refusal('bad_proof', `${source}: the inclusion proof of block ${block.index} (${block.record_hash}) does not verify against the checkpoint of size ${cp.size}`);
+    throw new Refusal(
+      'bad_proof',
+      `${source}: the inclusion proof of block ${block.index} (${block.record_hash}) does not verify against the checkpoint of size ${cp.size}`,
+    );
   }
   return cp;
 }
@@ -154,16 +159,27 @@ export function checkPolicy(c: CryptoBackend, policy: Policy, cp: VerifiedCheckp
   const log = policy.logs.find((l) => l.name === cp.origin && bytesEqual(l.publicKey, authority.publicKey));
   if (log === undefined) {
     const keyId = hexEncode(noteKeyId(c, cp.origin, SIG_ED25519, authority.publicKey));
-    throw new Refusal('policy', `the policy has no "log" line for ${cp.origin}+${keyId} (the pinned --public-key under the checkpoint's origin); it names ${policy.logs.map((l) => l.vkey.split('+').slice(0, 2).join('+')).join(', ') || 'no log'}`);
+    throw new Refusal(
+      'policy',
+      `the policy has no "log" line for ${cp.origin}+${keyId} (the pinned --public-key under the checkpoint's origin); it names ${policy.logs.map((l) => l.vkey.split('+').slice(0, 2).join('+')).join(', ') || 'no log'}`,
+    );
   }
   const q = checkQuorum(c, policy, cp.note);
   if (!q.ok) {
     const missing = [...policy.witnesses.keys()].filter((w) => !q.signed.includes(w));
-    throw new Refusal('quorum', `${cp.source}: the checkpoint of ${cp.origin} size ${cp.size} lacks the witness quorum: ${q.why ?? 'not met'}; missing cosignatures: ${missing.join(', ') || 'none'}`);
+    throw new Refusal(
+      'quorum',
+      `${cp.source}: the checkpoint of ${cp.origin} size ${cp.size} lacks the witness quorum: ${q.why ?? 'not met'}; missing cosignatures: ${missing.join(', ') || 'none'}`,
+    );
   }
 }
 
-const indent = (text: string) => text.replace(/\n$/, '').split('\n').map((l) => `\t${l}`).join('\n');
+const indent = (text: string) =>
+  text
+    .replace(/\n$/, '')
+    .split('\n')
+    .map((l) => `\t${l}`)
+    .join('\n');
 
 /**
  * The self-contained evidence of a fork or rollback (after Go's sumdb
@@ -188,20 +204,29 @@ export function securityError(o: {
     `checkpoint now (size ${o.newer.size}, from ${o.newer.source}):`,
     indent(o.newer.text),
     '',
-    ...(o.proof ? [`consistency proof ${o.older.size} -> ${o.newer.size} (from ${o.proof.source}, ${o.proof.hashes.length} hashes):`,
-      o.proof.hashes.length ? indent(o.proof.hashes.map(base64Encode).join('\n')) : '\t(empty)', ''] : []),
+    ...(o.proof
+      ? [
+          `consistency proof ${o.older.size} -> ${o.newer.size} (from ${o.proof.source}, ${o.proof.hashes.length} hashes):`,
+          o.proof.hashes.length ? indent(o.proof.hashes.map(base64Encode).join('\n')) : '\t(empty)',
+          '',
+        ]
+      : []),
     `what failed: ${o.failed}`,
     '',
     sameSize
-      ? 'what it means: both notes carry valid signatures by the authority key and name the same tree size with different roots. '
-        + 'This is proof, checkable by anyone with the authority\'s verifier key, that the log\'s key signed two different histories '
-        + '(a fork: different clients are shown different chains), or that the key is in other hands.'
-      : 'what it means: both notes carry valid signatures by the authority key, but the newer tree was not shown to extend the older one. '
-        + 'Either the log forked or rewrote its history (its key signed both), or the gateway sent a wrong proof. '
-        + 'Ask another gateway for /v1/proof/consistency?from=' + o.older.size + '&to=' + o.newer.size + ': if no correct proof exists, the notes above are the evidence.',
+      ? 'what it means: both notes carry valid signatures by the authority key and name the same tree size with different roots. ' +
+        "This is proof, checkable by anyone with the authority's verifier key, that the log's key signed two different histories " +
+        '(a fork: different clients are shown different chains), or that the key is in other hands.'
+      : 'what it means: both notes carry valid signatures by the authority key, but the newer tree was not shown to extend the older one. ' +
+        'Either the log forked or rewrote its history (its key signed both), or the gateway sent a wrong proof. ' +
+        'Ask another gateway for /v1/proof/consistency?from=' +
+        o.older.size +
+        '&to=' +
+        o.newer.size +
+        ': if no correct proof exists, the notes above are the evidence.',
     '',
-    `what to do: do not use artifacts from this log until it is explained. Keep this message; send it to the log's operator and to your security contact. `
-      + `Nothing was written; the state file ${o.stateFile} is unchanged.`,
+    `what to do: do not use artifacts from this log until it is explained. Keep this message; send it to the log's operator and to your security contact. ` +
+      `Nothing was written; the state file ${o.stateFile} is unchanged.`,
   ].join('\n');
   return new Refusal('security_error', `the log ${o.newer.origin} is inconsistent: ${o.failed} (SECURITY ERROR above)`, text);
 }
@@ -211,12 +236,22 @@ export function securityError(o: {
  * larger → a consistency proof, fetched by `fetchProof` (untrusted), must
  * verify. Throws the SECURITY ERROR otherwise.
  */
-export async function proveExtends(c: CryptoBackend, older: VerifiedCheckpoint, newer: VerifiedCheckpoint,
-  fetchProof: (from: number, to: number) => Promise<{ hashes: Uint8Array[]; source: string }>, stateFile: string): Promise<void> {
+export async function proveExtends(
+  c: CryptoBackend,
+  older: VerifiedCheckpoint,
+  newer: VerifiedCheckpoint,
+  fetchProof: (from: number, to: number) => Promise<{ hashes: Uint8Array[]; source: string }>,
+  stateFile: string,
+): Promise<void> {
   if (newer.size < older.size) throw new Error('proveExtends: newer is smaller');
   if (newer.size === older.size) {
     if (!bytesEqual(newer.root, older.root)) {
-      throw securityError({ older, newer, failed: `two signed checkpoints of size ${newer.size} with different roots (${base64Encode(older.root)} and ${base64Encode(newer.root)})`, stateFile });
+      throw securityError({
+        older,
+        newer,
+        failed: `two signed checkpoints of size ${newer.size} with different roots (${base64Encode(older.root)} and ${base64Encode(newer.root)})`,
+        stateFile,
+      });
     }
     return;
   }
@@ -228,8 +263,11 @@ export async function proveExtends(c: CryptoBackend, older: VerifiedCheckpoint, 
 
 /** The refusal for a checkpoint older than the one remembered: a stale or replayed answer. */
 export function staleCheckpoint(seen: VerifiedCheckpoint, got: VerifiedCheckpoint): Refusal {
-  return new Refusal('stale_checkpoint', `${got.source} answered with a checkpoint of size ${got.size}, older than the size ${seen.size} already seen for ${got.origin} (${seen.source}): `
-    + 'a stale or replayed answer may hide newer blocks (a newer version, a revocation); refused. Try another gateway, or one that has caught up');
+  return new Refusal(
+    'stale_checkpoint',
+    `${got.source} answered with a checkpoint of size ${got.size}, older than the size ${seen.size} already seen for ${got.origin} (${seen.source}): ` +
+      'a stale or replayed answer may hide newer blocks (a newer version, a revocation); refused. Try another gateway, or one that has caught up',
+  );
 }
 
 export interface GatewayAnswer {
@@ -258,7 +296,8 @@ export function checkRevocation(c: CryptoBackend, older: GatewayAnswer, newest: 
   const r = ev.revoke;
   if (r.payload.intent !== 'revoke') return `block ${r.index}, named as its revocation, is not a revoke block`;
   if (r.payload.target_hash !== older.block.record_hash) return `block ${r.index} revokes ${r.payload.target_hash}, not block ${older.block.index}`;
-  if (r.index < older.cp.size) return `its revocation, block ${r.index}, is inside the tree of size ${older.cp.size}, so that gateway should not select the block`;
+  if (r.index < older.cp.size)
+    return `its revocation, block ${r.index}, is inside the tree of size ${older.cp.size}, so that gateway should not select the block`;
   if (r.index >= newest.cp.size) return `its revocation, block ${r.index}, is not in the tree of size ${newest.cp.size}`;
   if (r.payload.effective_date > date) return `its revocation, block ${r.index}, takes effect ${r.payload.effective_date}, after ${date}`;
   if (!verifyInclusion(c, r.index, newest.cp.size, leafHash(c, hexDecode(r.record_hash)!), ev.proof, newest.cp.root)) {
@@ -280,7 +319,8 @@ export function checkRevocation(c: CryptoBackend, older: GatewayAnswer, newest: 
  * disagreement.
  */
 export async function decide(
-  answers: readonly GatewayAnswer[], date: string,
+  answers: readonly GatewayAnswer[],
+  date: string,
   explain: (older: GatewayAnswer, newest: GatewayAnswer) => Promise<RevocationEvidence | null>,
   c: CryptoBackend,
 ): Promise<GatewayAnswer> {
@@ -288,7 +328,8 @@ export async function decide(
   for (const a of answers) {
     if (a.block.index === newest.block.index) continue;
     const what = `${a.gateway} selects block ${a.block.index} (checkpoint size ${a.cp.size}) but ${newest.gateway} selects block ${newest.block.index} (checkpoint size ${newest.cp.size})`;
-    if (a.cp.size === newest.cp.size) throw new Refusal('gateways_disagree', `the gateways disagree on the same tree: ${what}; one of them hides a newer block or shows a superseded one`);
+    if (a.cp.size === newest.cp.size)
+      throw new Refusal('gateways_disagree', `the gateways disagree on the same tree: ${what}; one of them hides a newer block or shows a superseded one`);
     if (a.block.index < newest.block.index && newest.block.index >= a.cp.size) continue; // a newer version, beyond the smaller tree
     if (a.block.index > newest.block.index) {
       // The smaller tree's block is newer: only a revocation the smaller tree does not hold explains it.

@@ -20,7 +20,9 @@ if (state === 'fresh') {
     ({ register } = await import('tsx/esm/api'));
   } catch (e) {
     if (e?.code !== 'ERR_MODULE_NOT_FOUND') throw e;
-    process.stderr.write(`vouch: ${why}, and tsx (a dev dependency) is not installed to run the sources: run \`npm ci\` (it builds; \`npm run build\` after an edit)\n`);
+    process.stderr.write(
+      `vouch: ${why}, and tsx (a dev dependency) is not installed to run the sources: run \`npm ci\` (it builds; \`npm run build\` after an edit)\n`,
+    );
     process.exit(2);
   }
   if (process.stderr.isTTY) process.stderr.write(`vouch: ${why}; running the sources through tsx (\`npm run build\` makes it lighter)\n`);

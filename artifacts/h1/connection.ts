@@ -49,7 +49,10 @@ export class Conn {
   /** The origin's keep-alive hint (0: none). */
   idleMs = 0;
 
-  constructor(readonly key: string, readonly owner: ConnOwner) {}
+  constructor(
+    readonly key: string,
+    readonly owner: ConnOwner,
+  ) {}
 
   /** The `onread` options of the socket. */
   readOptions() {

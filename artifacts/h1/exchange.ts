@@ -306,18 +306,21 @@ export class Exchange implements ConnReader {
     d.busy = true;
     this.conn.next = this.conn.scratch;
     const filled = d.dest.subarray(0, d.got);
-    d.onFull!(filled).then(() => {
-      if (this.phase === 'done') return;
-      d.busy = false;
-      d.got = 0;
-      const extra = d.extra;
-      if (extra !== null) {
-        d.got = Math.min(extra.length, d.dest.length);
-        extra.copy(d.dest, 0, 0, d.got);
-        d.extra = d.got < extra.length ? extra.subarray(d.got) : null;
-      }
-      if (this.directStep()) this.resume();
-    }, (e: Error) => this.fail(e));
+    d.onFull!(filled).then(
+      () => {
+        if (this.phase === 'done') return;
+        d.busy = false;
+        d.got = 0;
+        const extra = d.extra;
+        if (extra !== null) {
+          d.got = Math.min(extra.length, d.dest.length);
+          extra.copy(d.dest, 0, 0, d.got);
+          d.extra = d.got < extra.length ? extra.subarray(d.got) : null;
+        }
+        if (this.directStep()) this.resume();
+      },
+      (e: Error) => this.fail(e),
+    );
     return false;
   }
 

@@ -87,7 +87,10 @@ export function parseHead(text: string): ResponseHead {
   }
   const head: ResponseHead = { statusCode, headers, contentLength: null, mode: 'none', reusable: false, idleMs: 0 };
   if (statusCode < 200) return head;
-  const connection = (headers['connection'] ?? '').toLowerCase().split(',').map((t) => t.trim());
+  const connection = (headers['connection'] ?? '')
+    .toLowerCase()
+    .split(',')
+    .map((t) => t.trim());
   head.reusable = minor === 1 ? !connection.includes('close') : connection.includes('keep-alive');
   const te = headers['transfer-encoding'];
   if (te !== undefined) {
@@ -100,7 +103,8 @@ export function parseHead(text: string): ResponseHead {
     head.mode = 'chunked';
     if (lengths.length > 0) head.reusable = false;
   } else if (lengths.length > 0) {
-    if (!lengths.every((v) => /^\d{1,16}$/.test(v) && v === lengths[0])) throw malformed(`bad Content-Length ${JSON.stringify(headers['content-length']!.slice(0, 80))}`);
+    if (!lengths.every((v) => /^\d{1,16}$/.test(v) && v === lengths[0]))
+      throw malformed(`bad Content-Length ${JSON.stringify(headers['content-length']!.slice(0, 80))}`);
     head.contentLength = Number(lengths[0]);
     head.mode = head.contentLength === 0 ? 'none' : 'length';
   } else {

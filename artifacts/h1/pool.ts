@@ -57,7 +57,10 @@ export class H1Response {
   readonly contentLength: number | null;
   private taken = false;
 
-  constructor(private readonly exchange: Exchange, head: ResponseHead) {
+  constructor(
+    private readonly exchange: Exchange,
+    head: ResponseHead,
+  ) {
     this.statusCode = head.statusCode;
     this.headers = head.headers;
     this.contentLength = head.contentLength;
@@ -143,14 +146,19 @@ export class H1Client implements ConnOwner {
     for (const [k, v] of Object.entries(req.headers)) head += `${k}: ${v}\r\n`;
     for (let attempt = 0; ; attempt++) {
       req.signal.throwIfAborted();
-      const conn = attempt === 0 ? this.takeIdle(req) ?? (await this.connect(req)) : await this.connect(req);
+      const conn = attempt === 0 ? (this.takeIdle(req) ?? (await this.connect(req))) : await this.connect(req);
       let retry = false;
       try {
         return await new Promise<H1Response>((resolve, reject) => {
-          const ex: Exchange = new Exchange(conn, req.signal, (h) => resolve(new H1Response(ex, h)), (e, retryable) => {
-            retry = retryable;
-            reject(e);
-          });
+          const ex: Exchange = new Exchange(
+            conn,
+            req.signal,
+            (h) => resolve(new H1Response(ex, h)),
+            (e, retryable) => {
+              retry = retryable;
+              reject(e);
+            },
+          );
           conn.exchange = ex;
           conn.exchanges++;
           if (conn.dead) return ex.fail(connectionClosed('the connection closed before the request was sent'));
@@ -185,7 +193,14 @@ export class H1Client implements ConnOwner {
     const conn = new Conn(this.key(req), this);
     const onread = conn.readOptions();
     const socket = req.secure
-      ? tls.connect({ host: req.host, port: req.port, servername: req.servername, ALPNProtocols: ['http/1.1'], onread, ...this.options.tls } as tls.ConnectionOptions)
+      ? tls.connect({
+          host: req.host,
+          port: req.port,
+          servername: req.servername,
+          ALPNProtocols: ['http/1.1'],
+          onread,
+          ...this.options.tls,
+        } as tls.ConnectionOptions)
       : net.connect({ host: req.host, port: req.port, onread } as net.NetConnectOpts);
     conn.attach(socket);
     this.live.add(conn);

@@ -30,7 +30,11 @@ if (!existsSync(join(dir, 'checkpoint.json'))) {
   } else c = buildRotatingChain(n, every);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(join(root, 'bench', 'out'), { recursive: true });
-  await ChainRepo.init(dir, c.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(c.checkpoint()),
-    { message: `bench chain of ${n} blocks\n`, authorName: 'bench', authorEmail: 'bench@vouch.invalid', timestamp: 1_790_000_000 });
+  await ChainRepo.init(
+    dir,
+    c.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(c.checkpoint()),
+    { message: `bench chain of ${n} blocks\n`, authorName: 'bench', authorEmail: 'bench@vouch.invalid', timestamp: 1_790_000_000 },
+  );
 }
 console.log(dir);

@@ -31,7 +31,9 @@ export async function chainFor(n: number): Promise<string> {
   let dir = env ?? join(root, 'bench', 'out', `chain-${n}`);
   if (env === undefined && !existsSync(join(dir, 'checkpoint.json'))) {
     say(`building the ${n.toLocaleString('en')}-block fixture chain (bench/chain-dir.ts, in a child with a 14 GB heap; a million blocks take a long time)...`);
-    const r = await timed(process.execPath, ['--max-old-space-size=14000', '--import', 'tsx', join(root, 'bench', 'scale', 'build-chain.ts'), String(n)], { timeoutMs: 6 * HOUR });
+    const r = await timed(process.execPath, ['--max-old-space-size=14000', '--import', 'tsx', join(root, 'bench', 'scale', 'build-chain.ts'), String(n)], {
+      timeoutMs: 6 * HOUR,
+    });
     dir = r.stdout.trim().split('\n').pop()!;
     say(`  built in ${(r.ms / 1000).toFixed(0)} s`);
   }
@@ -87,7 +89,9 @@ export async function gitPackedSource(sparse: string, n: number): Promise<string
   const c = await countObjects(join(dir, '.git'));
   const deltas = await packDeltas(join(dir, '.git'));
   writeFileSync(done, JSON.stringify({ repackMs: Math.round(r.ms), ...c, ...deltas }) + '\n');
-  say(`  repacked in ${(r.ms / 1000).toFixed(0)} s: ${c.packs} pack(s), ${(c.packBytes / 2 ** 20).toFixed(0)} MiB, ${deltas.deltas.toLocaleString('en')} of ${deltas.objects.toLocaleString('en')} objects stored as deltas`);
+  say(
+    `  repacked in ${(r.ms / 1000).toFixed(0)} s: ${c.packs} pack(s), ${(c.packBytes / 2 ** 20).toFixed(0)} MiB, ${deltas.deltas.toLocaleString('en')} of ${deltas.objects.toLocaleString('en')} objects stored as deltas`,
+  );
   return dir;
 }
 
@@ -99,7 +103,10 @@ export function gitPackedFacts(dir: string): { repackMs: number; packs: number; 
 
 /** Objects of a repository's packs, and how many of them are stored as deltas (`git cat-file --batch-check='%(deltabase)'`). */
 export async function packDeltas(gitDir: string): Promise<{ objects: number; deltas: number }> {
-  const out = execFileSync('git', ['--git-dir', gitDir, 'cat-file', '--batch-all-objects', '--unordered', '--batch-check=%(deltabase)'], { maxBuffer: 1 << 30, encoding: 'latin1' });
+  const out = execFileSync('git', ['--git-dir', gitDir, 'cat-file', '--batch-all-objects', '--unordered', '--batch-check=%(deltabase)'], {
+    maxBuffer: 1 << 30,
+    encoding: 'latin1',
+  });
   let objects = 0;
   let deltas = 0;
   for (const line of out.split('\n')) {
@@ -148,7 +155,9 @@ export async function fullCopy(src: string, dst: string): Promise<void> {
 
 /** The gateway's snapshot and caches (`.git/vouch-*`, not the store's `vouch-state.json` or a `.lock`): deleted, the next start is cold. */
 export function gatewayCaches(dir: string): string[] {
-  return readdirSync(join(dir, '.git')).filter((f) => f.startsWith('vouch-') && f !== 'vouch-state.json' && !f.endsWith('.lock')).map((f) => join(dir, '.git', f));
+  return readdirSync(join(dir, '.git'))
+    .filter((f) => f.startsWith('vouch-') && f !== 'vouch-state.json' && !f.endsWith('.lock'))
+    .map((f) => join(dir, '.git', f));
 }
 
 /** Loose objects and pack bytes of a repository (`git count-objects -v`). */

@@ -61,18 +61,28 @@ export async function verifyRow(dir: string, blocks: number, runs: number): Prom
   for (let r = 0; r < runs; r++) {
     raw.push(rawVerifyRate(signer, msgs));
     rawSodium.push(rawVerifyRate(signer, msgs, 2_000, 'libsodium'));
-    say(`vouch verify on ${blocks.toLocaleString('en')} blocks (run ${r + 1} of ${runs}; raw ${Math.round(raw[r]!)}/s per thread, libsodium ${Math.round(rawSodium[r]!)}/s)...`);
+    say(
+      `vouch verify on ${blocks.toLocaleString('en')} blocks (run ${r + 1} of ${runs}; raw ${Math.round(raw[r]!)}/s per thread, libsodium ${Math.round(rawSodium[r]!)}/s)...`,
+    );
     const res = await run();
     rate.push(res.blocks_per_second);
     wall.push(res.ms);
-    say(`  ${res.blocks_per_second} blocks/s (${res.seconds} s; process ${(res.ms / 1000).toFixed(1)} s), ratio ${(res.blocks_per_second / (raw[r]! * cores)).toFixed(2)}`);
+    say(
+      `  ${res.blocks_per_second} blocks/s (${res.seconds} s; process ${(res.ms / 1000).toFixed(1)} s), ratio ${(res.blocks_per_second / (raw[r]! * cores)).toFixed(2)}`,
+    );
     const o = await run({ VOUCH_ED25519: 'openssl' });
     opensslRate.push(o.blocks_per_second);
     say(`  OpenSSL alone: ${o.blocks_per_second} blocks/s, ratio ${(o.blocks_per_second / (raw[r]! * cores)).toFixed(2)}`);
   }
   const ratios = rate.map((x, r) => x / (raw[r]! * cores));
   return {
-    blocksPerS: median(rate), wallMs: median(wall), raw: median(raw), cores, ratio: median(ratios), range: [Math.min(...ratios), Math.max(...ratios)], runs,
+    blocksPerS: median(rate),
+    wallMs: median(wall),
+    raw: median(raw),
+    cores,
+    ratio: median(ratios),
+    range: [Math.min(...ratios), Math.max(...ratios)],
+    runs,
     rawSodium: median(rawSodium),
     sodiumRatio: median(rate.map((x, r) => x / (rawSodium[r]! * cores))),
     openssl: { blocksPerS: median(opensslRate), ratio: median(opensslRate.map((x, r) => x / (raw[r]! * cores))) },
@@ -86,7 +96,10 @@ export function fixtureKeyFile(work: string): string {
   return path;
 }
 
-export interface EndorseFigures { ms: number[]; median: number }
+export interface EndorseFigures {
+  ms: number[];
+  median: number;
+}
 
 /** `runs` consecutive `vouch endorse --file` on the writable copy `dir` of a `blocks`-block chain. */
 export async function endorseRow(dir: string, blocks: number, work: string, runs: number): Promise<EndorseFigures> {
@@ -97,7 +110,10 @@ export async function endorseRow(dir: string, blocks: number, work: string, runs
   const ms: number[] = [];
   for (let k = 0; k < runs; k++) {
     const url = `https://a.example/scale-bench/${tag}/artifact-${k}.tgz`;
-    const e = await vouch(['endorse', '--chain', dir, '--key', key, '--url', url, '--file', file, '--name', 'bench/scale', '--semver', `1.0.${k}`, '--license', 'MIT'], 20 * MIN);
+    const e = await vouch(
+      ['endorse', '--chain', dir, '--key', key, '--url', url, '--file', file, '--name', 'bench/scale', '--semver', `1.0.${k}`, '--license', 'MIT'],
+      20 * MIN,
+    );
     const index = Number(e.stdout.trim().split(/\s/)[0]);
     if (index !== blocks + k) throw new Error(`bench: vouch endorse appended block ${e.stdout.trim()}, expected index ${blocks + k}`);
     ms.push(e.ms);
@@ -107,7 +123,12 @@ export async function endorseRow(dir: string, blocks: number, work: string, runs
 }
 
 /** Sizes of a chain directory and its parts: apparent bytes (`du -b`) and bytes allocated on disk (`du -B1`). */
-export interface Sizes { total: number; objects: number; blocks: number; caches: number }
+export interface Sizes {
+  total: number;
+  objects: number;
+  blocks: number;
+  caches: number;
+}
 
 export interface DiskFigures {
   apparent: Sizes;
@@ -124,8 +145,17 @@ export interface DiskFigures {
 /** One `du` walk of `dir` to depth 2 (`-l`: a file hard-linked from the source counts, as in a real chain). */
 async function sizes(dir: string, mode: '-b' | '-B1'): Promise<Sizes> {
   const du = await timed('du', [mode, '-l', '--max-depth=2', dir], { timeoutMs: 3_600_000 });
-  const size = (sub: string) => Number(du.stdout.split('\n').find((l) => l.split('\t')[1] === join(dir, sub))?.split('\t')[0] ?? 0);
-  const caches = (existsSync(join(dir, '.git')) ? gatewayCaches(dir) : []).reduce((a, f) => { const st = statSync(f); return a + (mode === '-b' ? st.size : st.blocks * 512); }, 0);
+  const size = (sub: string) =>
+    Number(
+      du.stdout
+        .split('\n')
+        .find((l) => l.split('\t')[1] === join(dir, sub))
+        ?.split('\t')[0] ?? 0,
+    );
+  const caches = (existsSync(join(dir, '.git')) ? gatewayCaches(dir) : []).reduce((a, f) => {
+    const st = statSync(f);
+    return a + (mode === '-b' ? st.size : st.blocks * 512);
+  }, 0);
   return { total: size(''), objects: size(join('.git', 'objects')), blocks: size('blocks'), caches };
 }
 
@@ -144,11 +174,16 @@ export async function diskRow(dir: string, src: string, packedDir: string): Prom
   await packedClone(src, packedDir);
   const packed = { apparent: (await sizes(packedDir, '-b')).total, allocated: (await sizes(packedDir, '-B1')).total };
   const m = (x: number) => (x / 2 ** 20).toFixed(0);
-  say(`  on disk ${m(allocated.total)} MiB (objects ${m(allocated.objects)} MiB: ${loose.toLocaleString('en')} loose, ${packs} packs; blocks/ ${m(allocated.blocks)} MiB; gateway caches ${m(allocated.caches)} MiB), packed ${m(packed.allocated)} MiB; apparent ${m(apparent.total)} MiB vs ${m(packed.apparent)} MiB`);
+  say(
+    `  on disk ${m(allocated.total)} MiB (objects ${m(allocated.objects)} MiB: ${loose.toLocaleString('en')} loose, ${packs} packs; blocks/ ${m(allocated.blocks)} MiB; gateway caches ${m(allocated.caches)} MiB), packed ${m(packed.allocated)} MiB; apparent ${m(apparent.total)} MiB vs ${m(packed.apparent)} MiB`,
+  );
   return { apparent, allocated, loose, packs, packed, ratio: allocated.total / packed.allocated, apparentRatio: apparent.total / packed.apparent };
 }
 
-export interface GitStatusFigures { firstMs: number; secondMs: number }
+export interface GitStatusFigures {
+  firstMs: number;
+  secondMs: number;
+}
 
 /** `git status` twice on the writable copy. */
 export async function gitStatusRow(dir: string): Promise<GitStatusFigures> {

@@ -28,11 +28,17 @@ export interface GatewaySetup {
   startTimeoutMs: number;
 }
 
-const cfgFile = (s: GatewaySetup) => writeConfig(s.work, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir: s.dir, public_key: s.publicKey } }, 'read-only.yaml');
+const cfgFile = (s: GatewaySetup) =>
+  writeConfig(s.work, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir: s.dir, public_key: s.publicKey } }, 'read-only.yaml');
 const env = (s: GatewaySetup) => ({ TMPDIR: s.work });
 const readyMode = (g: Gateway) => /\((cold|warm) start/.exec(g.readyLine)?.[1] ?? '?';
 
-export interface ColdFigures { ms: number; rss: number; hwm: number; readyLine: string }
+export interface ColdFigures {
+  ms: number;
+  rss: number;
+  hwm: number;
+  readyLine: string;
+}
 
 /** Cold start to ready, and the memory once ready (RSS row). */
 export async function coldStart(s: GatewaySetup): Promise<ColdFigures> {
@@ -48,7 +54,12 @@ export async function coldStart(s: GatewaySetup): Promise<ColdFigures> {
   }
 }
 
-export interface WarmFigures { ms: number[]; rss: number[]; hwm: number[]; readyLine: string }
+export interface WarmFigures {
+  ms: number[];
+  rss: number[];
+  hwm: number[];
+  readyLine: string;
+}
 
 /**
  * `runs` warm restarts on the directory the cold start left; the last
@@ -141,7 +152,9 @@ export const fixtureUrl = (i: number) => `https://a.example/pkg/${i % 997}/artif
 function randomScript(paths: string[]): string {
   for (const p of paths) if (!/^\/[A-Za-z0-9%._~/?=&@-]*$/.test(p)) throw new Error(`bench: path not safe for the wrk script: ${p}`);
   return [
-    'local paths = {', ...paths.map((p) => `  "${p}",`), '}',
+    'local paths = {',
+    ...paths.map((p) => `  "${p}",`),
+    '}',
     'local reqs = {}',
     'local count = 0',
     'function setup(thread) count = count + 1; thread:set("id", count) end',
@@ -194,12 +207,14 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
   // sample picks the typical body of the bare server; all of them are the second bare server's answers.
   const answers: Record<string, [string, string]> = {};
   for (let i = 0; i < paths.length; i += 64) {
-    await Promise.all(paths.slice(i, i + 64).map(async (p) => {
-      const res = await fetch(g.url + p);
-      const text = await res.text();
-      if (res.status !== 200 || JSON.parse(text).success !== true) throw new Error(`bench: lookup ${p} answered ${res.status}: ${text.slice(0, 200)}`);
-      answers[queryOf(p)] = [text, res.headers.get('etag') ?? ''];
-    }));
+    await Promise.all(
+      paths.slice(i, i + 64).map(async (p) => {
+        const res = await fetch(g.url + p);
+        const text = await res.text();
+        if (res.status !== 200 || JSON.parse(text).success !== true) throw new Error(`bench: lookup ${p} answered ${res.status}: ${text.slice(0, 200)}`);
+        answers[queryOf(p)] = [text, res.headers.get('etag') ?? ''];
+      }),
+    );
   }
   const samples = paths.filter((_, k) => k % Math.max(1, Math.floor(paths.length / 25)) === 0).map((p) => answers[queryOf(p)]!);
   samples.sort((a, b) => a[0].length - b[0].length);
@@ -227,7 +242,9 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
     const load = { threads: 2, connections: 32, script };
     const res: Record<string, WrkResult[]> = Object.fromEntries(targets.map((t) => [t.name, []]));
     const cpu: Record<string, number[]> = Object.fromEntries(targets.map((t) => [t.name, []]));
-    say(`lookups over ${paths.length.toLocaleString('en')} random URLs of the whole chain: gateway vs bare node:http (and, beside it, a bare server answering the same answers and one writing in batches), wrk -t2 -c32 -d${o.seconds}s, ${o.runs} runs each (interleaved)...`);
+    say(
+      `lookups over ${paths.length.toLocaleString('en')} random URLs of the whole chain: gateway vs bare node:http (and, beside it, a bare server answering the same answers and one writing in batches), wrk -t2 -c32 -d${o.seconds}s, ${o.runs} runs each (interleaved)...`,
+    );
     for (const t of targets) await wrk(t.url, { ...load, seconds: o.warmup });
     for (let r = 0; r < o.runs; r++) {
       for (let k = 0; k < targets.length; k++) {
@@ -237,7 +254,9 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
         const us = ((cpuMsOf(t.pid) - cpu0) * 1000) / x.requests;
         res[t.name]!.push(x);
         cpu[t.name]!.push(us);
-        say(`  run ${r + 1} ${t.name}: ${Math.round(x.rps)} req/s, p50 ${x.p50Ms.toFixed(2)} ms, p99 ${x.p99Ms.toFixed(2)} ms, ${us.toFixed(1)} µs CPU a lookup`);
+        say(
+          `  run ${r + 1} ${t.name}: ${Math.round(x.rps)} req/s, p50 ${x.p50Ms.toFixed(2)} ms, p99 ${x.p99Ms.toFixed(2)} ms, ${us.toFixed(1)} µs CPU a lookup`,
+        );
       }
     }
     const rate = (name: string) => median(res[name]!.map((x) => x.rps));
@@ -249,10 +268,21 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
     };
     const cpuOf = (name: string) => median(cpu[name]!);
     return {
-      urls: paths.length, gateway: gw, bare: rate('bare'), ratio: gw / rate('bare'), range: range('bare'), bodyBytes: typicalText.length,
-      sameAnswers: rate('answers'), sameRatio: gw / rate('answers'), sameRange: range('answers'),
-      batched: rate('batched'), batchedRatio: gw / rate('batched'), batchedRange: range('batched'),
-      cpuUs: { gateway: cpuOf('gateway'), bare: cpuOf('bare'), answers: cpuOf('answers'), batched: cpuOf('batched') }, rssAfter: memoryOf(g.pid).rss, settledMs: settled,
+      urls: paths.length,
+      gateway: gw,
+      bare: rate('bare'),
+      ratio: gw / rate('bare'),
+      range: range('bare'),
+      bodyBytes: typicalText.length,
+      sameAnswers: rate('answers'),
+      sameRatio: gw / rate('answers'),
+      sameRange: range('answers'),
+      batched: rate('batched'),
+      batchedRatio: gw / rate('batched'),
+      batchedRange: range('batched'),
+      cpuUs: { gateway: cpuOf('gateway'), bare: cpuOf('bare'), answers: cpuOf('answers'), batched: cpuOf('batched') },
+      rssAfter: memoryOf(g.pid).rss,
+      settledMs: settled,
     };
   } finally {
     await Promise.all(servers.map((x) => x.stop()));

@@ -16,7 +16,9 @@ import { join } from 'node:path';
 import { assertLoopback, cpuMsOf, memoryOf, root } from '../gateway-harness.ts';
 
 const live = new Set<ChildProcess>();
-process.on('exit', () => { for (const c of live) c.kill('SIGKILL'); });
+process.on('exit', () => {
+  for (const c of live) c.kill('SIGKILL');
+});
 // Interrupted (Ctrl-C, kill): end the children too (process.exit runs every 'exit' hook, the harness's as well).
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.once(sig, () => {
@@ -54,12 +56,20 @@ export async function startGateway(name: string, configFile: string, logFile: st
   const logFd = openSync(logFile, 'a');
   const t0 = performance.now();
   const child = spawn(process.execPath, [join(root, 'tools', 'vouch.js'), 'serve', '--config', configFile], {
-    cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', logFd],
+    cwd: root,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', logFd],
   });
   closeSync(logFd);
   live.add(child);
   let exitCode: number | null | undefined;
-  const exited = new Promise<void>((r) => child.on('exit', (code) => { exitCode = code; live.delete(child); r(); }));
+  const exited = new Promise<void>((r) =>
+    child.on('exit', (code) => {
+      exitCode = code;
+      live.delete(child);
+      r();
+    }),
+  );
   let out = '';
   const stop = async () => {
     if (exitCode === undefined) {
@@ -77,9 +87,15 @@ export async function startGateway(name: string, configFile: string, logFile: st
         const at = performance.now();
         out = (out + d).slice(-16_384);
         const m = /^ready: .*$/m.exec(out);
-        if (m) { clearTimeout(timer); resolve({ line: m[0], at }); }
+        if (m) {
+          clearTimeout(timer);
+          resolve({ line: m[0], at });
+        }
       });
-      exited.then(() => { clearTimeout(timer); reject(new Error(`${name}: exited ${exitCode} before ready (log: ${logFile})\n${out}`)); });
+      exited.then(() => {
+        clearTimeout(timer);
+        reject(new Error(`${name}: exited ${exitCode} before ready (log: ${logFile})\n${out}`));
+      });
     });
     const atReady = memoryOf(child.pid!);
     const url = /listening on (http:\/\/\S+)/.exec(out)?.[1] ?? '';
@@ -106,24 +122,42 @@ function rssText(pid: number): string {
   }
 }
 
-export interface Timed { ms: number; status: number | null; stdout: string; stderr: string }
+export interface Timed {
+  ms: number;
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 /**
  * Runs `cmd args` to its end (killed after `timeoutMs`), timing it from
  * spawn to exit; throws unless it exits 0 (or `allowFail`).
  */
-export async function timed(cmd: string, args: string[], opts: { timeoutMs: number; cwd?: string; allowFail?: boolean; env?: Record<string, string> }): Promise<Timed> {
+export async function timed(
+  cmd: string,
+  args: string[],
+  opts: { timeoutMs: number; cwd?: string; allowFail?: boolean; env?: Record<string, string> },
+): Promise<Timed> {
   const t0 = performance.now();
   const env = opts.env ? { ...process.env, ...opts.env } : process.env;
   const child = spawn(cmd, args, { cwd: opts.cwd ?? root, stdio: ['ignore', 'pipe', 'pipe'], env });
   live.add(child);
   let stdout = '';
   let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => { stdout = (stdout + d).slice(-1_000_000); });
-  child.stderr!.on('data', (d: Buffer) => { stderr = (stderr + d).slice(-65_536); });
+  child.stdout!.on('data', (d: Buffer) => {
+    stdout = (stdout + d).slice(-1_000_000);
+  });
+  child.stderr!.on('data', (d: Buffer) => {
+    stderr = (stderr + d).slice(-65_536);
+  });
   let timedOut = false;
-  const timer = setTimeout(() => { timedOut = true; child.kill('SIGKILL'); }, opts.timeoutMs);
-  const beat = heartbeat(() => `  still running (${Math.round((performance.now() - t0) / 1000)} s): ${cmd === process.execPath ? 'node' : cmd} ${args.slice(0, 3).join(' ')}...`);
+  const timer = setTimeout(() => {
+    timedOut = true;
+    child.kill('SIGKILL');
+  }, opts.timeoutMs);
+  const beat = heartbeat(
+    () => `  still running (${Math.round((performance.now() - t0) / 1000)} s): ${cmd === process.execPath ? 'node' : cmd} ${args.slice(0, 3).join(' ')}...`,
+  );
   const status = await new Promise<number | null>((r) => child.on('close', (code) => r(code)));
   const ms = performance.now() - t0;
   clearTimeout(timer);

@@ -4,21 +4,53 @@ import { defineConfig } from 'vitepress';
 
 /** GitHub's heading anchors, so a link works the same in the repository browser and on the site. */
 export function slugify(heading: string): string {
-  return heading.trim().toLowerCase().replace(/<[^>]*>/g, '').replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-');
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/<[^>]*>/g, '')
+    .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+    .replace(/\s/g, '-');
 }
 
 const guide = [
-  ['Running a gateway', 'gateway'], ['Operations', 'operations'], ['Configuration', 'configuration'], ['The command line', 'cli'],
-  ['Mirrors and push', 'mirrors'], ['Witnesses', 'witnesses'], ['Proxy routes', 'proxy-routes'], ['Package managers', 'ecosystems'],
-  ['npm', 'npm'], ['PyPI', 'pypi'], ['Go modules', 'go'], ['Maven', 'maven'], ['OCI images', 'oci'], ['Mirror fleets', 'fleet'], ['Complete answers', 'completeness'],
-  ['Endorsing a lockfile', 'endorsing-lockfiles'], ['Revoking', 'revoking'], ['Auditing offline', 'auditing'],
-  ['Observability', 'observability'], ['Key runbook', 'key-runbook'],
+  ['Running a gateway', 'gateway'],
+  ['Operations', 'operations'],
+  ['Configuration', 'configuration'],
+  ['The command line', 'cli'],
+  ['Mirrors and push', 'mirrors'],
+  ['Witnesses', 'witnesses'],
+  ['Proxy routes', 'proxy-routes'],
+  ['Package managers', 'ecosystems'],
+  ['npm', 'npm'],
+  ['PyPI', 'pypi'],
+  ['Go modules', 'go'],
+  ['Maven', 'maven'],
+  ['OCI images', 'oci'],
+  ['Mirror fleets', 'fleet'],
+  ['Complete answers', 'completeness'],
+  ['Endorsing a lockfile', 'endorsing-lockfiles'],
+  ['Revoking', 'revoking'],
+  ['Auditing offline', 'auditing'],
+  ['Observability', 'observability'],
+  ['Key runbook', 'key-runbook'],
 ];
 const spec = [
-  ['Design of record', 'design'], ['Chain format', 'chain'], ['Verification codes', 'verification'], ['Repository layout', 'repository'],
-  ['HTTP contract', 'http'], ['Transparency', 'transparency'], ['Key events', 'key-events'], ['Completeness index', 'index'],
+  ['Design of record', 'design'],
+  ['Chain format', 'chain'],
+  ['Verification codes', 'verification'],
+  ['Repository layout', 'repository'],
+  ['HTTP contract', 'http'],
+  ['Transparency', 'transparency'],
+  ['Key events', 'key-events'],
+  ['Completeness index', 'index'],
 ];
-const reference = [['Command line', 'cli'], ['Configuration keys', 'configuration'], ['Statuses and error codes', 'errors'], ['Metrics', 'metrics'], ['OpenAPI', 'openapi']];
+const reference = [
+  ['Command line', 'cli'],
+  ['Configuration keys', 'configuration'],
+  ['Statuses and error codes', 'errors'],
+  ['Metrics', 'metrics'],
+  ['OpenAPI', 'openapi'],
+];
 const items = (dir: string, list: string[][]) => list.map(([text, page]) => ({ text, link: `/${dir}/${page}` }));
 
 export default defineConfig({
@@ -38,7 +70,14 @@ export default defineConfig({
       { text: 'Guides', items: items('guide', guide) },
       { text: 'Specification', items: items('spec', spec) },
       { text: 'Reference (generated)', items: items('reference', reference) },
-      { text: 'More', items: [{ text: 'Performance', link: '/performance' }, { text: 'Decision records', link: '/decisions/' }, { text: 'Project layout', link: '/project-layout' }] },
+      {
+        text: 'More',
+        items: [
+          { text: 'Performance', link: '/performance' },
+          { text: 'Decision records', link: '/decisions/' },
+          { text: 'Project layout', link: '/project-layout' },
+        ],
+      },
     ],
   },
 });

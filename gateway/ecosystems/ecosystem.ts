@@ -52,7 +52,11 @@ export interface EcosystemHandler {
    * `status` is the failure's status and `target` the request target; a module may answer another
    * `status` for a client that shows the reason only for some statuses (Maven hides it on 404 / 410).
    */
-  errorBody(message: string, status?: number, target?: string): {
+  errorBody(
+    message: string,
+    status?: number,
+    target?: string,
+  ): {
     contentType: string;
     body: string;
     /** The status to send instead of the given one. */
@@ -87,9 +91,20 @@ export type Rendered =
   | { ok: false; status: number; message: string };
 
 /** What an npm rendering needs besides the origin body and the chain (also sent to the render worker). */
-export interface PackumentJob { kind: 'npm'; contentType: string | undefined; name: string; abbreviated: boolean }
+export interface PackumentJob {
+  kind: 'npm';
+  contentType: string | undefined;
+  name: string;
+  abbreviated: boolean;
+}
 /** What a PyPI rendering needs besides the origin body and the chain (also sent to the render worker). */
-export interface PageJob { kind: 'pypi'; contentType: string | undefined; pageUrl: string; project: string; want: { form: 'json' | 'html'; contentType: string } }
+export interface PageJob {
+  kind: 'pypi';
+  contentType: string | undefined;
+  pageUrl: string;
+  project: string;
+  want: { form: 'json' | 'html'; contentType: string };
+}
 /** A rendering the render worker can do (render-job.ts). */
 export type RenderJob = PackumentJob | PageJob;
 

@@ -235,7 +235,10 @@ export function parseGoproxyPath(rest: string): GoRequest | null {
 }
 
 /** One line of `@v/list`: a version, and the time some proxies add after it. */
-export interface ListLine { version: string; time: string | null }
+export interface ListLine {
+  version: string;
+  time: string | null;
+}
 
 /**
  * The usable lines of an origin's `@v/list`: canonical versions that fit the
@@ -286,7 +289,11 @@ export function zipRevoked(io: Pick<MetadataIO, 'artifactUrlOf' | 'originUrl' | 
 }
 
 /** The list a route offers: on a deny route only the versions whose `.zip` is endorsed in force; on a pass route all but the revoked ones. */
-export function filterVersionList(io: Pick<MetadataIO, 'artifactUrlOf' | 'originUrl' | 'endorsed' | 'revoked' | 'unendorsed'>, module: string, lines: readonly ListLine[]): ListLine[] {
+export function filterVersionList(
+  io: Pick<MetadataIO, 'artifactUrlOf' | 'originUrl' | 'endorsed' | 'revoked' | 'unendorsed'>,
+  module: string,
+  lines: readonly ListLine[],
+): ListLine[] {
   return io.unendorsed === 'pass' ? lines.filter((l) => !zipRevoked(io, module, l.version)) : lines.filter((l) => zipEndorsed(io, module, l.version));
 }
 
@@ -367,7 +374,8 @@ async function answerQuery(io: MetadataIO, module: string, query: string): Promi
   if (r.status !== 200) return originRefused(io, r, `version ${query} of ${module}`);
   const version = infoVersion(r.body);
   if (version === null || !versionFitsPath(module, version)) return io.fail(502, `vouch: the origin's .info for ${module}@${query} is not valid`);
-  if (!zipEndorsed(io, module, version)) return io.fail(404, `vouch: ${module}@${query} resolves to ${version}, which is not endorsed by the authority, refused`);
+  if (!zipEndorsed(io, module, version))
+    return io.fail(404, `vouch: ${module}@${query} resolves to ${version}, which is not endorsed by the authority, refused`);
   io.send(200, JSON_TYPE, r.body);
 }
 
@@ -397,7 +405,8 @@ async function answerLatest(io: MetadataIO, module: string): Promise<void> {
     const version = infoVersion(r.body);
     if (version === null || !versionFitsPath(module, version)) return io.fail(502, `vouch: the origin's @latest for ${module} is not valid`);
     if (zipEndorsed(io, module, version)) return io.send(200, JSON_TYPE, r.body);
-    if (zipRevoked(io, module, version)) return io.fail(404, `vouch: no version of ${module} is offered: the origin's @latest, ${version}, is revoked by the authority, refused`);
+    if (zipRevoked(io, module, version))
+      return io.fail(404, `vouch: no version of ${module} is offered: the origin's @latest, ${version}, is revoked by the authority, refused`);
   } else if (list.status !== 200) {
     return originRefused(io, r, `module ${module}`); // neither a list nor a latest version: the origin does not know it
   }
@@ -416,9 +425,12 @@ export const goproxy: EcosystemHandler = {
     const r = parseGoproxyPath(rest);
     if (r === null) return { type: 'other' };
     switch (r.what) {
-      case 'zip': return { type: 'artifact' };
-      case 'list': return { type: 'metadata', answer: (io) => answerList(io, r.module) };
-      case 'latest': return { type: 'metadata', answer: (io) => answerLatest(io, r.module) };
+      case 'zip':
+        return { type: 'artifact' };
+      case 'list':
+        return { type: 'metadata', answer: (io) => answerList(io, r.module) };
+      case 'latest':
+        return { type: 'metadata', answer: (io) => answerLatest(io, r.module) };
       case 'info':
       case 'mod': {
         const { what, module, version } = r;

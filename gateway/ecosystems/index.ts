@@ -11,11 +11,17 @@ import { oci } from './oci.ts';
 
 export function ecosystemFor(kind: RouteKind): EcosystemHandler | null {
   switch (kind) {
-    case 'npm': return npm;
-    case 'pypi': return pypi;
-    case 'goproxy': return goproxy;
-    case 'maven': return maven;
-    case 'oci': return oci;
-    case 'plain': return null;
+    case 'npm':
+      return npm;
+    case 'pypi':
+      return pypi;
+    case 'goproxy':
+      return goproxy;
+    case 'maven':
+      return maven;
+    case 'oci':
+      return oci;
+    case 'plain':
+      return null;
   }
 }

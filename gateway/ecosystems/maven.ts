@@ -50,7 +50,7 @@ export function parseMavenPath(rest: string): MavenRequest | null {
   if (segs.length < 2 || !segs.every((s) => SEGMENT.test(s))) return null;
   const file = segs.at(-1)!;
   const m = CHECKSUM.exec(file);
-  const checksum = m === null ? null : m[1] as ChecksumAlgorithm;
+  const checksum = m === null ? null : (m[1] as ChecksumAlgorithm);
   const base = m === null ? file : file.slice(0, -m[0].length);
   if (base === 'maven-metadata.xml') return { what: 'metadata', dir: segs.slice(0, -1), checksum };
   if (base.endsWith('.asc')) return { what: 'signature' };
@@ -91,7 +91,11 @@ export type MetadataAnswer = { ok: true; text: string; digests: Record<ChecksumA
  * prefixes kept (they name artifactIds, no version: those resolve through
  * their own, filtered, metadata).
  */
-export function rewriteMetadata(view: Pick<RenderView, 'artifactUrlOf' | 'originUrl' | 'endorsed'>, dir: readonly string[], body: Uint8Array | string): MetadataAnswer {
+export function rewriteMetadata(
+  view: Pick<RenderView, 'artifactUrlOf' | 'originUrl' | 'endorsed'>,
+  dir: readonly string[],
+  body: Uint8Array | string,
+): MetadataAnswer {
   let m: MavenMetadata;
   try {
     m = parseMavenMetadata(body);
@@ -104,14 +108,25 @@ export function rewriteMetadata(view: Pick<RenderView, 'artifactUrlOf' | 'origin
   if (m.versions !== null || m.plugins === null) {
     const artifactId = dir.at(-1)!;
     const groupId = dir.slice(0, -1).join('.');
-    if ((m.artifactId !== null && m.artifactId !== artifactId) || (m.groupId !== null && m.groupId !== groupId) || !MAVEN_ID.test(artifactId) || groupId === '') {
-      return { ok: false, status: 502, message: `vouch: the origin's maven-metadata.xml at ${dir.join('/')} names another artifact (${m.groupId ?? '?'}:${m.artifactId ?? '?'}), refused` };
+    if (
+      (m.artifactId !== null && m.artifactId !== artifactId) ||
+      (m.groupId !== null && m.groupId !== groupId) ||
+      !MAVEN_ID.test(artifactId) ||
+      groupId === ''
+    ) {
+      return {
+        ok: false,
+        status: 502,
+        message: `vouch: the origin's maven-metadata.xml at ${dir.join('/')} names another artifact (${m.groupId ?? '?'}:${m.artifactId ?? '?'}), refused`,
+      };
     }
     let newest: string | null = null;
     const kept: string[] = [];
     for (const v of m.versions ?? []) {
       if (v.endsWith('-SNAPSHOT')) continue;
-      const sel = versionUrls(view, dir, v).map((u) => view.endorsed(u)).find((s) => s !== null);
+      const sel = versionUrls(view, dir, v)
+        .map((u) => view.endorsed(u))
+        .find((s) => s !== null);
       if (sel === undefined || sel === null) continue;
       kept.push(v);
       const t = mavenTime(sel.block.posted);
@@ -120,7 +135,14 @@ export function rewriteMetadata(view: Pick<RenderView, 'artifactUrlOf' | 'origin
     if (kept.length === 0) {
       if (m.plugins === null) return { ok: false, status: 404, message: `vouch: no version of ${coordinates(dir)} is endorsed by the authority, refused` };
     } else {
-      Object.assign(out, { groupId: m.groupId ?? groupId, artifactId: m.artifactId ?? artifactId, versions: kept, latest: kept.at(-1)!, release: kept.at(-1)!, lastUpdated: newest });
+      Object.assign(out, {
+        groupId: m.groupId ?? groupId,
+        artifactId: m.artifactId ?? artifactId,
+        versions: kept,
+        latest: kept.at(-1)!,
+        release: kept.at(-1)!,
+        lastUpdated: newest,
+      });
     }
   }
   if (out.versions === null) Object.assign(out, { artifactId: null, groupId: m.groupId });
@@ -167,15 +189,19 @@ export const maven: EcosystemHandler = {
     const r = parseMavenPath(rest);
     if (r === null) return { type: 'other' };
     switch (r.what) {
-      case 'artifact': return { type: 'artifact' };
-      case 'metadata': return { type: 'metadata', answer: (io) => answerMetadata(io, r.dir, r.checksum) };
-      case 'checksum': return { type: 'metadata', answer: (io) => answerChecksum(io, r.artifact, r.checksum) };
-      case 'signature': return {
-        type: 'metadata',
-        answer: async (io) => {
-          if (!(await io.serveArtifact())) await io.passThrough();
-        },
-      };
+      case 'artifact':
+        return { type: 'artifact' };
+      case 'metadata':
+        return { type: 'metadata', answer: (io) => answerMetadata(io, r.dir, r.checksum) };
+      case 'checksum':
+        return { type: 'metadata', answer: (io) => answerChecksum(io, r.artifact, r.checksum) };
+      case 'signature':
+        return {
+          type: 'metadata',
+          answer: async (io) => {
+            if (!(await io.serveArtifact())) await io.passThrough();
+          },
+        };
     }
   },
   // Maven prints the status line's reason phrase ("status code: 409, reason phrase: …"), not the body;

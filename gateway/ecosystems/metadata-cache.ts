@@ -34,7 +34,10 @@ interface Entry extends OriginAnswer {
 }
 
 /** A value derived from an origin body, and what it occupies. */
-export interface Derived<T> { value: T; bytes: number }
+export interface Derived<T> {
+  value: T;
+  bytes: number;
+}
 
 /** Whether an origin failure lets a stale entry be served (not: a definite answer such as 404). */
 function originFailed(status: number): boolean {
@@ -70,7 +73,10 @@ export class MetadataCache {
     if (flight === undefined) {
       flight = this.load(key, load);
       this.flights.set(key, flight);
-      flight.then(() => this.flights.delete(key), () => this.flights.delete(key));
+      flight.then(
+        () => this.flights.delete(key),
+        () => this.flights.delete(key),
+      );
     }
     try {
       return this.response(await flight, false);
@@ -129,8 +135,8 @@ export class MetadataCache {
       throw new VouchError('origin_error', `the origin answered ${a.status}`);
     }
     const before = this.entries.peek(key);
-    const same = before !== undefined && before.status === a.status && before.body.equals(a.body)
-      && JSON.stringify(before.headers) === JSON.stringify(a.headers);
+    const same =
+      before !== undefined && before.status === a.status && before.body.equals(a.body) && JSON.stringify(before.headers) === JSON.stringify(a.headers);
     const entry: Entry = same ? { ...before, at: this.now() } : { ...a, at: this.now(), id: ++this.serial };
     if (a.status === 200 || a.status === 404 || a.status === 410) this.entries.set(key, entry);
     return entry;

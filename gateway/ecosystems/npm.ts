@@ -50,7 +50,10 @@ const RESERVED = new Set(['node_modules', 'favicon.ico']);
  */
 export function isCanonicalSemver(v: string): boolean {
   if (!isSemver(v)) return false;
-  return v.split(/[-+]/, 1)[0]!.split('.').every((n) => Number(n) <= Number.MAX_SAFE_INTEGER);
+  return v
+    .split(/[-+]/, 1)[0]!
+    .split('.')
+    .every((n) => Number(n) <= Number.MAX_SAFE_INTEGER);
 }
 
 /** The tail (after its route's base) of the tarball of `name`@`version`: `<name>/-/<basename>-<version>.tgz`. */
@@ -59,7 +62,10 @@ export function tarballTail(name: string, version: string): string {
 }
 
 /** A package name as npm spells it (`@scope/name`) and as it is asked for upstream (`@scope%2fname`). */
-export interface PackageName { name: string; upstream: string }
+export interface PackageName {
+  name: string;
+  upstream: string;
+}
 
 function nameOk(name: string, part: string): boolean {
   return name.length <= MAX_NAME_LENGTH && !RESERVED.has(part.toLowerCase());
@@ -146,7 +152,8 @@ export function integrityOf(artifactHash: string): string | null {
  */
 export function rewritePackument(doc: unknown, name: string, io: RewriteIO): RewriteResult {
   if (!isObject(doc)) throw new BadPackument('the packument is not a JSON object');
-  if (doc.name !== undefined && doc.name !== name) throw new BadPackument(`the registry answered the packument of another package (${JSON.stringify(doc.name).slice(0, 100)})`);
+  if (doc.name !== undefined && doc.name !== name)
+    throw new BadPackument(`the registry answered the packument of another package (${JSON.stringify(doc.name).slice(0, 100)})`);
   if (doc.versions !== undefined && !isObject(doc.versions)) throw new BadPackument('"versions" is not an object');
   if (doc['dist-tags'] !== undefined && !isObject(doc['dist-tags'])) throw new BadPackument('"dist-tags" is not an object');
   if (doc.time !== undefined && !isObject(doc.time)) throw new BadPackument('"time" is not an object');
@@ -230,7 +237,6 @@ function latestOf(versions: Iterable<string>): string {
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-
 /**
  * The origin's packument read under the caps (decoded, bounded in
  * structure, parsed); a refusal (502 with the reason, logged at warn) when
@@ -290,11 +296,19 @@ export function finishPackument(doc: unknown, job: PackumentJob, io: RenderView)
     io.log.warn('npm: removed versions whose tarball no route serves', { package: job.name, versions: result.unrouted, example: result.unroutedExample });
   }
   if (result.misnamed > 0) {
-    io.log.warn('npm: removed versions listing an endorsed tarball of another package or version', { package: job.name, versions: result.misnamed, example: result.misnamedExample });
+    io.log.warn('npm: removed versions listing an endorsed tarball of another package or version', {
+      package: job.name,
+      versions: result.misnamed,
+      example: result.misnamedExample,
+    });
   }
   io.log.debug('npm: packument rewritten', {
-    package: job.name, form: job.abbreviated ? 'abbreviated' : 'full', kept: result.kept, marked: result.marked,
-    unendorsed: result.unendorsed, malformed: result.malformed,
+    package: job.name,
+    form: job.abbreviated ? 'abbreviated' : 'full',
+    kept: result.kept,
+    marked: result.marked,
+    unendorsed: result.unendorsed,
+    malformed: result.malformed,
   });
   if (result.kept === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: no endorsed version of ${job.name}` };
   return { ok: true, status: 200, contentType: answerType(job.contentType, job.abbreviated), body: JSON.stringify(doc), headers: { vary: 'accept' } };

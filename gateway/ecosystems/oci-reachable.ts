@@ -21,7 +21,12 @@ import { DIGEST, isRepository } from './oci.ts';
 /** One line's longest spelling accepted. */
 const MAX_LINE = 4096;
 
-export interface RouteId { index: number; prefix: string; origin: string; canonical: string }
+export interface RouteId {
+  index: number;
+  prefix: string;
+  origin: string;
+  canonical: string;
+}
 
 export class ReachableRecord {
   /** `route.index repo digest` -> URL, oldest first. */
@@ -32,7 +37,12 @@ export class ReachableRecord {
   private writing: Promise<void> = Promise.resolve();
   private scheduled = false;
 
-  constructor(dir: string | null, private readonly routes: readonly RouteId[], private readonly max: number, private readonly warn: (msg: string, f: Record<string, unknown>) => void) {
+  constructor(
+    dir: string | null,
+    private readonly routes: readonly RouteId[],
+    private readonly max: number,
+    private readonly warn: (msg: string, f: Record<string, unknown>) => void,
+  ) {
     this.file = dir === null ? null : join(dir, 'oci-reachable.jsonl');
     if (this.file !== null) this.load(this.file);
   }
@@ -139,7 +149,8 @@ export class ReachableRecord {
         bad++;
         continue;
       }
-      if (route === undefined || !e.url.startsWith(`${route.canonical.endsWith('/') ? route.canonical : `${route.canonical}/`}v2/${e.repo}/manifests/`)) continue; // a route since removed
+      if (route === undefined || !e.url.startsWith(`${route.canonical.endsWith('/') ? route.canonical : `${route.canonical}/`}v2/${e.repo}/manifests/`))
+        continue; // a route since removed
       const key = `${route.index} ${e.repo} ${e.digest}`;
       this.map.delete(key);
       this.map.set(key, e.url);

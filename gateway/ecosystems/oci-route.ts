@@ -26,8 +26,19 @@ import { readBounded } from '../../artifacts/read-bounded.ts';
 import { ReachableRecord } from './oci-reachable.ts';
 import { MIN_PIECE, SEND_PIECE, sendFile, sendPaced, stallGuard } from '../routes/download.ts';
 import {
-  DIGEST, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, MAX_TAG_LIST_BYTES, blobUrl, manifestUrl, ociErrorBody, pageOf,
-  parseChallenge, parseManifest, parseOciPath, parseTagList, type OciRequest,
+  DIGEST,
+  MANIFEST_ACCEPT,
+  MAX_MANIFEST_BYTES,
+  MAX_TAG_LIST_BYTES,
+  blobUrl,
+  manifestUrl,
+  ociErrorBody,
+  pageOf,
+  parseChallenge,
+  parseManifest,
+  parseOciPath,
+  parseTagList,
+  type OciRequest,
 } from './oci.ts';
 
 /** Digests remembered as reachable from endorsed tags (oldest forgotten first). */
@@ -71,7 +82,11 @@ export class OciRoutes {
   /** Per route: the upstream's challenge (null: it asked for none), once known. */
   private readonly challenges = new Map<number, { scheme: string; params: Record<string, string> } | null>();
 
-  constructor(private readonly ctx: GatewayContext, private readonly routes: readonly ProxyRoute[], private readonly host: OciHost) {
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly routes: readonly ProxyRoute[],
+    private readonly host: OciHost,
+  ) {
     const oci = routes.filter((r) => r.kind === 'oci');
     this.reachable = new ReachableRecord(oci.length === 0 ? null : ctx.config.mirror.disk_dir, oci, MAX_REACHABLE, (msg, f) => ctx.log.warn(msg, f));
   }
@@ -106,7 +121,12 @@ export class OciRoutes {
     const route = this.routeFor(m);
     if (route === null) {
       this.host.count('denied');
-      return this.fail(res, 404, `vouch: no route of this gateway serves the registry ${new URLSearchParams(m.query).get('ns')!.slice(0, 100)} (add {prefix: /v2/<registry host>/, kind: oci, origin: ...})`, null);
+      return this.fail(
+        res,
+        404,
+        `vouch: no route of this gateway serves the registry ${new URLSearchParams(m.query).get('ns')!.slice(0, 100)} (add {prefix: /v2/<registry host>/, kind: oci, origin: ...})`,
+        null,
+      );
     }
     const rest = m.rest;
     const r = parseOciPath(rest);
@@ -120,9 +140,12 @@ export class OciRoutes {
           res.writeHead(200, { 'content-type': 'application/json', 'content-length': '2', ...API_VERSION });
           res.end(req.method === 'HEAD' ? undefined : '{}');
           return;
-        case 'manifest': return await this.manifest(req, res, route, r);
-        case 'blob': return await this.blob(req, res, route, r);
-        case 'tags': return await this.tags(req, res, route, r, m.query);
+        case 'manifest':
+          return await this.manifest(req, res, route, r);
+        case 'blob':
+          return await this.blob(req, res, route, r);
+        case 'tags':
+          return await this.tags(req, res, route, r, m.query);
       }
     } catch (e) {
       this.host.count('failed');
@@ -141,8 +164,12 @@ export class OciRoutes {
     }
     const body = ociErrorBody(status, message, what);
     res.writeHead(status, reasonPhrase(message), {
-      'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-content-type-options': 'nosniff', 'cache-control': 'no-store',
-      ...API_VERSION, ...headers,
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-store',
+      ...API_VERSION,
+      ...headers,
     });
     res.end(res.req?.method === 'HEAD' ? undefined : body);
   }
@@ -215,8 +242,13 @@ export class OciRoutes {
       }
       this.host.count('verified');
       const head = {
-        'content-type': facts.mediaType, 'content-length': String(bytes.length), 'docker-content-digest': digest, etag: `"${digest}"`,
-        'x-content-type-options': 'nosniff', 'x-vouch-endorsed': `${endorsedUrl} block ${sel.block.index}`, ...API_VERSION,
+        'content-type': facts.mediaType,
+        'content-length': String(bytes.length),
+        'docker-content-digest': digest,
+        etag: `"${digest}"`,
+        'x-content-type-options': 'nosniff',
+        'x-vouch-endorsed': `${endorsedUrl} block ${sel.block.index}`,
+        ...API_VERSION,
         ...(sel.revokedBy !== null ? { 'x-vouch-audit': 'revoked' } : {}),
       };
       res.writeHead(200, head);
@@ -240,7 +272,9 @@ export class OciRoutes {
       const key = `${route.index} ${repo} ${digest}`;
       if (this.prefetching.has(key) || this.prefetching.size >= MAX_PREFETCH) continue;
       let start!: () => void;
-      const started = new Promise<void>((r) => { start = r; });
+      const started = new Promise<void>((r) => {
+        start = r;
+      });
       this.prefetching.set(key, started);
       queue.push({ key, digest, start });
     }
@@ -254,7 +288,11 @@ export class OciRoutes {
           (await pending).artifact.release();
         } catch (e) {
           start();
-          this.ctx.log.debug('oci: a blob fetched ahead failed (the client\'s own request tries again)', { route: route.label, digest, error: (e as Error)?.message?.split('\n')[0] });
+          this.ctx.log.debug("oci: a blob fetched ahead failed (the client's own request tries again)", {
+            route: route.label,
+            digest,
+            error: (e as Error)?.message?.split('\n')[0],
+          });
         } finally {
           this.prefetching.delete(key);
         }
@@ -269,7 +307,14 @@ export class OciRoutes {
   }
 
   /** An unendorsed manifest: refused on a deny route (404 MANIFEST_UNKNOWN with the reason), passed through marked on a pass route. */
-  private async refuseUnendorsed(req: IncomingMessage, res: ServerResponse, route: ProxyRoute, r: OciRequest & { repo: string }, url: string, message: string): Promise<void> {
+  private async refuseUnendorsed(
+    req: IncomingMessage,
+    res: ServerResponse,
+    route: ProxyRoute,
+    r: OciRequest & { repo: string },
+    url: string,
+    message: string,
+  ): Promise<void> {
     if (route.unendorsed === 'deny') {
       this.host.count('denied');
       return this.fail(res, message.includes('revoked') ? 410 : 404, message, r.type);
@@ -277,7 +322,14 @@ export class OciRoutes {
     this.host.count('passed');
     this.ctx.log.warn('oci: passing an unendorsed image part through unverified', { route: route.label, url });
     const path = r.type === 'blob' ? `v2/${r.repo}/blobs/${r.digest}` : r.type === 'manifest' ? `v2/${r.repo}/manifests/${r.ref}` : `v2/${r.repo}/tags/list`;
-    const up = await this.upstream(route, r.repo, path, req.method === 'HEAD' ? 'HEAD' : 'GET', r.type === 'manifest' ? MANIFEST_ACCEPT : '*/*', req.headers.range);
+    const up = await this.upstream(
+      route,
+      r.repo,
+      path,
+      req.method === 'HEAD' ? 'HEAD' : 'GET',
+      r.type === 'manifest' ? MANIFEST_ACCEPT : '*/*',
+      req.headers.range,
+    );
     const out: Record<string, string> = { 'x-vouch-unendorsed': 'passed unverified', ...API_VERSION };
     for (const k of ['content-type', 'content-length', 'docker-content-digest', 'content-range', 'etag']) {
       const v = up.headers[k];
@@ -309,10 +361,22 @@ export class OciRoutes {
     const obtained = await this.obtain(route, r.repo, blobUrl(route.origin, r.repo, r.digest), r.digest, res, '*/*');
     if (obtained === null) return;
     this.host.count('verified');
-    await sendRanged(this.ctx, req, res, obtained.artifact, {
-      'content-type': 'application/octet-stream', 'docker-content-digest': r.digest, etag: `"${r.digest}"`, 'accept-ranges': 'bytes',
-      'x-content-type-options': 'nosniff', 'x-vouch-endorsed': `${from.url} block ${from.sel.block.index}`, ...API_VERSION,
-    }, this.ctx.config.origin.timeout * 1000);
+    await sendRanged(
+      this.ctx,
+      req,
+      res,
+      obtained.artifact,
+      {
+        'content-type': 'application/octet-stream',
+        'docker-content-digest': r.digest,
+        etag: `"${r.digest}"`,
+        'accept-ranges': 'bytes',
+        'x-content-type-options': 'nosniff',
+        'x-vouch-endorsed': `${from.url} block ${from.sel.block.index}`,
+        ...API_VERSION,
+      },
+      this.ctx.config.origin.timeout * 1000,
+    );
   }
 
   /**
@@ -322,7 +386,12 @@ export class OciRoutes {
    * checks them). False: the upstream redirects the blob elsewhere (a
    * storage host this route does not call unchecked): the caller obtains it.
    */
-  private async headUpstream(res: ServerResponse, route: ProxyRoute, r: Extract<OciRequest, { type: 'blob' }>, from: { url: string; sel: Selection }): Promise<boolean> {
+  private async headUpstream(
+    res: ServerResponse,
+    route: ProxyRoute,
+    r: Extract<OciRequest, { type: 'blob' }>,
+    from: { url: string; sel: Selection },
+  ): Promise<boolean> {
     const up = await this.upstream(route, r.repo, `v2/${r.repo}/blobs/${r.digest}`, 'HEAD', '*/*');
     up.body.resume();
     if (up.statusCode >= 300 && up.statusCode < 400) return false;
@@ -335,15 +404,25 @@ export class OciRoutes {
     const named = up.headers['docker-content-digest'];
     if (up.statusCode !== 200 || typeof length !== 'string' || !/^\d{1,15}$/.test(length) || (typeof named === 'string' && named !== r.digest)) {
       this.host.count('failed');
-      const why = up.statusCode !== 200 ? `answered ${up.statusCode}` : typeof named === 'string' && named !== r.digest ? `names it ${named.slice(0, 140)}` : 'sent no length';
+      const why =
+        up.statusCode !== 200
+          ? `answered ${up.statusCode}`
+          : typeof named === 'string' && named !== r.digest
+            ? `names it ${named.slice(0, 140)}`
+            : 'sent no length';
       this.fail(res, 502, `vouch: upstream error for blob ${r.digest} of ${r.repo}: the upstream ${why} to HEAD`, 'blob');
       return true;
     }
     this.host.count('metadata');
     res.writeHead(200, {
-      'content-type': 'application/octet-stream', 'content-length': length, 'docker-content-digest': r.digest, 'accept-ranges': 'bytes',
-      'x-content-type-options': 'nosniff', 'x-vouch-endorsed': `${from.url} block ${from.sel.block.index}`,
-      'x-vouch-unverified': 'HEAD answered from the upstream: not mirrored yet, a GET fetches and checks the bytes', ...API_VERSION,
+      'content-type': 'application/octet-stream',
+      'content-length': length,
+      'docker-content-digest': r.digest,
+      'accept-ranges': 'bytes',
+      'x-content-type-options': 'nosniff',
+      'x-vouch-endorsed': `${from.url} block ${from.sel.block.index}`,
+      'x-vouch-unverified': 'HEAD answered from the upstream: not mirrored yet, a GET fetches and checks the bytes',
+      ...API_VERSION,
     });
     res.end();
     return true;
@@ -401,7 +480,10 @@ export class OciRoutes {
 
   private async readManifest(route: ProxyRoute, repo: string, digest: string): Promise<ReturnType<typeof parseManifest>> {
     const headers = { accept: MANIFEST_ACCEPT, ...(await this.authHeader(route, repo)) };
-    const { artifact } = await this.ctx.artifacts.obtain(manifestUrl(route.origin, repo, digest), digest, { headers, trustedHosts: [new URL(route.canonical).host] });
+    const { artifact } = await this.ctx.artifacts.obtain(manifestUrl(route.origin, repo, digest), digest, {
+      headers,
+      trustedHosts: [new URL(route.canonical).host],
+    });
     try {
       if (artifact.size > MAX_MANIFEST_BYTES) throw new VouchError('too_large', 'manifest too large');
       return parseManifest(artifact.bytes ?? readFileSync(artifact.path!));
@@ -417,7 +499,9 @@ export class OciRoutes {
   /** Verified bytes of `digest` from `fetchUrl` (mirror first); on failure answers the client and resolves null. */
   private async obtain(route: ProxyRoute, repo: string, fetchUrl: string, digest: string, res: ServerResponse, accept: string) {
     const abort = new AbortController();
-    const onClose = () => { if (!res.writableFinished) abort.abort(new Error('the client went away')); };
+    const onClose = () => {
+      if (!res.writableFinished) abort.abort(new Error('the client went away'));
+    };
     res.on('close', onClose);
     const what = fetchUrl.includes('/blobs/') ? 'blob' : 'manifest';
     try {
@@ -441,7 +525,12 @@ export class OciRoutes {
       }
       if (isVouchError(e) && e.code === 'hash_mismatch') {
         this.host.count('mismatches');
-        this.ctx.log.warn('oci: digest mismatch: refused to serve', { route: route.label, url: fetchUrl, expected: digest, actual: (e.evidence as { actual?: unknown } | undefined)?.actual ?? null });
+        this.ctx.log.warn('oci: digest mismatch: refused to serve', {
+          route: route.label,
+          url: fetchUrl,
+          expected: digest,
+          actual: (e.evidence as { actual?: unknown } | undefined)?.actual ?? null,
+        });
         const message = `vouch: the upstream's bytes for ${digest} do not match the digest (${what} ${repo}), refused`;
         if (what === 'blob') {
           this.mismatched.set(`${route.index} ${repo} ${digest}`, { message, until: Date.now() + MISMATCH_MEMORY_MS });
@@ -452,7 +541,12 @@ export class OciRoutes {
       }
       this.host.count('failed');
       const status = isVouchError(e) && e.code === 'too_large' ? 502 : statusOf(e);
-      this.fail(res, status, `vouch: ${status === 504 ? 'upstream timeout' : 'upstream error'} for ${what} ${digest} of ${repo}${isVouchError(e) ? `: ${e.message.split('\n')[0]}` : ''}`, what);
+      this.fail(
+        res,
+        status,
+        `vouch: ${status === 504 ? 'upstream timeout' : 'upstream error'} for ${what} ${digest} of ${repo}${isVouchError(e) ? `: ${e.message.split('\n')[0]}` : ''}`,
+        what,
+      );
       return null;
     } finally {
       res.off('close', onClose);
@@ -466,13 +560,20 @@ export class OciRoutes {
     if (n !== null && (!Number.isSafeInteger(n) || n < 0)) return this.fail(res, 400, 'vouch: n must be a non-negative integer', 'tags');
     const last = q.get('last');
     const all = await this.allTags(route, r.repo);
-    const shown = all.filter((t) => {
-      const sel = this.select(manifestUrl(route.canonical, r.repo, t));
-      return route.unendorsed === 'pass' || (sel !== null && sel.revokedBy === null);
-    }).sort();
+    const shown = all
+      .filter((t) => {
+        const sel = this.select(manifestUrl(route.canonical, r.repo, t));
+        return route.unendorsed === 'pass' || (sel !== null && sel.revokedBy === null);
+      })
+      .sort();
     const page = pageOf(shown, n, last);
     const body = JSON.stringify({ name: r.repo, tags: page.tags });
-    const headers: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), 'cache-control': 'no-cache', ...API_VERSION };
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      'content-length': String(Buffer.byteLength(body)),
+      'cache-control': 'no-cache',
+      ...API_VERSION,
+    };
     if (page.more) headers.link = `<${route.prefix}${r.repo}/tags/list?n=${n}&last=${encodeURIComponent(page.tags.at(-1) ?? '')}>; rel="next"`;
     this.host.count('metadata');
     res.writeHead(200, headers);
@@ -519,7 +620,14 @@ export class OciRoutes {
   }
 
   /** One request to the route's origin (`path` after the origin's base), with the token flow; never follows a redirect. */
-  private async upstream(route: ProxyRoute, repo: string, path: string, method: 'GET' | 'HEAD', accept: string, range?: string): Promise<Dispatcher.ResponseData> {
+  private async upstream(
+    route: ProxyRoute,
+    repo: string,
+    path: string,
+    method: 'GET' | 'HEAD',
+    accept: string,
+    range?: string,
+  ): Promise<Dispatcher.ResponseData> {
     for (let attempt = 0; ; attempt++) {
       const headers: Record<string, string> = { accept, 'user-agent': 'vouch-gateway', ...(await this.authHeader(route, repo)) };
       if (range !== undefined) headers.range = range;
@@ -563,7 +671,12 @@ export class OciRoutes {
     let value = given;
     if (value === undefined) {
       try {
-        const up = await this.passAgent().request({ origin: route.originAuthority, path: `${route.originPath}v2/`, method: 'GET', headers: { 'user-agent': 'vouch-gateway' } });
+        const up = await this.passAgent().request({
+          origin: route.originAuthority,
+          path: `${route.originPath}v2/`,
+          method: 'GET',
+          headers: { 'user-agent': 'vouch-gateway' },
+        });
         up.body.resume();
         const h = up.headers['www-authenticate'];
         value = up.statusCode === 401 && typeof h === 'string' ? h : undefined;
@@ -597,10 +710,20 @@ export class OciRoutes {
     }
     if (ch.params.service !== undefined) realm.searchParams.set('service', ch.params.service);
     realm.searchParams.set('scope', scope);
-    const up = await this.passAgent().request({
-      origin: realm.origin, path: realm.pathname + realm.search, method: 'GET',
-      headers: { 'user-agent': 'vouch-gateway', accept: 'application/json', ...(creds !== null ? { authorization: `Basic ${Buffer.from(creds).toString('base64')}` } : {}) },
-    }).catch(() => { throw new VouchError('origin_error', `route ${route.label}: the token service is unreachable`); });
+    const up = await this.passAgent()
+      .request({
+        origin: realm.origin,
+        path: realm.pathname + realm.search,
+        method: 'GET',
+        headers: {
+          'user-agent': 'vouch-gateway',
+          accept: 'application/json',
+          ...(creds !== null ? { authorization: `Basic ${Buffer.from(creds).toString('base64')}` } : {}),
+        },
+      })
+      .catch(() => {
+        throw new VouchError('origin_error', `route ${route.label}: the token service is unreachable`);
+      });
     if (up.statusCode !== 200) {
       up.body.resume();
       throw new VouchError('origin_error', `route ${route.label}: the token service answered ${up.statusCode}`);
@@ -615,7 +738,8 @@ export class OciRoutes {
     } catch {
       throw new VouchError('origin_error', `route ${route.label}: the token answer is not JSON`);
     }
-    if (typeof token !== 'string' || !/^[\x21-\x7e]{1,8192}$/.test(token)) throw new VouchError('origin_error', `route ${route.label}: the token answer holds no token`);
+    if (typeof token !== 'string' || !/^[\x21-\x7e]{1,8192}$/.test(token))
+      throw new VouchError('origin_error', `route ${route.label}: the token answer holds no token`);
     const seconds = typeof expires === 'number' && expires > 0 ? Math.min(expires, 3600) : 60;
     const header = `Bearer ${token}`;
     this.tokens.set(key, { header, until: Date.now() + Math.max(1, seconds - 10) * 1000 });
@@ -623,7 +747,6 @@ export class OciRoutes {
     return { authorization: header };
   }
 }
-
 
 /**
  * vouch's reason as the status line's reason phrase too (printable ASCII,
@@ -661,7 +784,14 @@ export function parseRange(value: string | undefined, size: number): { start: nu
  * them: from memory in paced pieces, from a file through two 1 MiB halves
  * read while the other goes out (download.ts), as /v1/download sends.
  */
-async function sendRanged(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, artifact: { size: number; bytes?: Buffer; path?: string; release(): void }, head: Record<string, string>, stallMs: number): Promise<void> {
+async function sendRanged(
+  ctx: GatewayContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  artifact: { size: number; bytes?: Buffer; path?: string; release(): void },
+  head: Record<string, string>,
+  stallMs: number,
+): Promise<void> {
   let inFlight = false;
   try {
     const range = parseRange(req.headers.range, artifact.size);
@@ -674,7 +804,9 @@ async function sendRanged(ctx: GatewayContext, req: IncomingMessage, res: Server
     const end = range?.end ?? artifact.size - 1;
     const length = artifact.size === 0 ? 0 : end - start + 1;
     res.writeHead(range === null ? 200 : 206, {
-      ...head, 'content-length': String(length), ...(range !== null ? { 'content-range': `bytes ${start}-${end}/${artifact.size}` } : {}),
+      ...head,
+      'content-length': String(length),
+      ...(range !== null ? { 'content-range': `bytes ${start}-${end}/${artifact.size}` } : {}),
     });
     if (req.method === 'HEAD' || length === 0) {
       res.end();

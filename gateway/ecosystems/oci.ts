@@ -177,12 +177,24 @@ export function pageOf(sorted: readonly string[], n: number | null, last: string
 
 /** The spec's error body (`{"errors":[{"code","message"}]}`) for a failure with `status`; the code from the status and what was asked. */
 export function ociErrorBody(status: number, message: string, what: OciRequest['type'] | null): string {
-  const code = status === 401 ? 'UNAUTHORIZED'
-    : status === 403 || status === 409 || status === 410 ? 'DENIED'
-    : status === 404 ? (what === 'blob' ? 'BLOB_UNKNOWN' : what === 'tags' ? 'NAME_UNKNOWN' : 'MANIFEST_UNKNOWN')
-    : status === 429 ? 'TOOMANYREQUESTS'
-    : status === 400 ? (what === 'manifest' ? 'MANIFEST_INVALID' : 'NAME_INVALID')
-    : 'UNSUPPORTED';
+  const code =
+    status === 401
+      ? 'UNAUTHORIZED'
+      : status === 403 || status === 409 || status === 410
+        ? 'DENIED'
+        : status === 404
+          ? what === 'blob'
+            ? 'BLOB_UNKNOWN'
+            : what === 'tags'
+              ? 'NAME_UNKNOWN'
+              : 'MANIFEST_UNKNOWN'
+          : status === 429
+            ? 'TOOMANYREQUESTS'
+            : status === 400
+              ? what === 'manifest'
+                ? 'MANIFEST_INVALID'
+                : 'NAME_INVALID'
+              : 'UNSUPPORTED';
   return JSON.stringify({ errors: [{ code, message, detail: null }] });
 }
 

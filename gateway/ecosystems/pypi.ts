@@ -22,7 +22,10 @@ export const HTML_TYPE = 'application/vnd.pypi.simple.v1+html';
 export type Form = 'json' | 'html';
 
 /** What a client gets: the page form and the content type we answer with. */
-export interface Negotiated { form: Form; contentType: string }
+export interface Negotiated {
+  form: Form;
+  contentType: string;
+}
 
 const OFFERS: Record<string, Negotiated> = {
   [JSON_TYPE]: { form: 'json', contentType: JSON_TYPE },
@@ -128,7 +131,16 @@ const versionKey = (v: string) => v.toLowerCase().replace(/_/g, '-');
  * hash. PEP 700 `versions` keeps only versions with a kept file.
  */
 export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
-  const out: RewrittenPage = { name: page.name, apiVersion: page.apiVersion, files: [], versions: null, noRoute: [], unendorsed: [], misnamed: [], disagreements: [] };
+  const out: RewrittenPage = {
+    name: page.name,
+    apiVersion: page.apiVersion,
+    files: [],
+    versions: null,
+    noRoute: [],
+    unendorsed: [],
+    misnamed: [],
+    disagreements: [],
+  };
   for (const f of page.files) {
     let resolved: URL;
     try {
@@ -142,7 +154,11 @@ export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
     const pip = pipFileNames(resolved.href);
     const filename = pip.current;
     if ((f.filename !== '' && f.filename !== filename) || pip.legacy !== filename) {
-      out.misnamed.push({ url: resolved.href, index: f.filename.slice(0, 200), pip: pip.legacy === filename ? filename : `${filename} (pip before 26.2: ${pip.legacy})` });
+      out.misnamed.push({
+        url: resolved.href,
+        index: f.filename.slice(0, 200),
+        pip: pip.legacy === filename ? filename : `${filename} (pip before 26.2: ${pip.legacy})`,
+      });
       continue;
     }
     const artifactUrl = resolved.protocol === 'http:' || resolved.protocol === 'https:' ? io.artifactUrlOf(resolved.href) : null;
@@ -161,15 +177,23 @@ export function rewritePage(page: IndexPage, io: RewriteIO): RewrittenPage {
       hashes = signedHashes(sel.entry.artifact_hash);
       const [alg, hex] = sel.entry.artifact_hash.split(':') as [string, string];
       const stated = f.hashes[alg];
-      if (stated !== undefined && stated !== hex.toLowerCase()) out.disagreements.push({ url: artifactUrl, index: `${alg}:${stated}`, signed: sel.entry.artifact_hash });
+      if (stated !== undefined && stated !== hex.toLowerCase())
+        out.disagreements.push({ url: artifactUrl, index: `${alg}:${stated}`, signed: sel.entry.artifact_hash });
     } else {
       // Pass route, not endorsed: the bytes pass through unverified; pip checks the index's own hashes.
       hashes = {};
       for (const [alg, hex] of Object.entries(f.hashes)) if (PIP_HASHES.has(alg) && /^[0-9a-f]+$/.test(hex)) hashes[alg] = hex;
     }
     out.files.push({
-      url, artifactUrl, filename, hashes, endorsed: sel !== null,
-      requiresPython: f.requiresPython, yanked: f.yanked, size: f.size, uploadTime: f.uploadTime,
+      url,
+      artifactUrl,
+      filename,
+      hashes,
+      endorsed: sel !== null,
+      requiresPython: f.requiresPython,
+      yanked: f.yanked,
+      size: f.size,
+      uploadTime: f.uploadTime,
     });
   }
   if (page.versions !== null) {
@@ -295,7 +319,9 @@ async function answerProject(io: MetadataIO, segment: string): Promise<void> {
     let target: URL | null = null;
     try {
       if (location !== undefined) target = new URL(location, pageUrl);
-    } catch { /* not a URL */ }
+    } catch {
+      /* not a URL */
+    }
     if (target === null) return io.fail(502, `vouch: the index answered ${r.status} for ${project} without a usable Location`);
     target.hash = '';
     const artifactUrl = io.artifactUrlOf(target.href);
@@ -307,7 +333,6 @@ async function answerProject(io: MetadataIO, segment: string): Promise<void> {
   if (r.status !== 200) return io.fail(502, `vouch: the index answered ${r.status} for ${project}`);
   await io.answerJob(r, `pypi ${want.form} ${want.contentType}`, { kind: 'pypi', contentType: r.headers['content-type'], pageUrl, project, want });
 }
-
 
 /**
  * The index's page read under the caps; a refusal (502 with the reason,
@@ -332,7 +357,9 @@ export function linksOf(page: IndexPage): string[] {
       const u = new URL(f.href, page.base);
       u.hash = '';
       out.push(u.href);
-    } catch { /* removed by the rewrite */ }
+    } catch {
+      /* removed by the rewrite */
+    }
   }
   return out;
 }
@@ -345,7 +372,11 @@ export function finishPage(page: IndexPage, job: PageJob, io: RenderView): Rende
     io.log.warn('pypi: removed links that no route serves', { page: pageUrl, count: out.noRoute.length, urls: out.noRoute.slice(0, 5) });
   }
   if (out.misnamed.length > 0) {
-    io.log.warn('pypi: removed links the index names otherwise than their URL (pip goes by the URL)', { page: pageUrl, count: out.misnamed.length, links: out.misnamed.slice(0, 5) });
+    io.log.warn('pypi: removed links the index names otherwise than their URL (pip goes by the URL)', {
+      page: pageUrl,
+      count: out.misnamed.length,
+      links: out.misnamed.slice(0, 5),
+    });
   }
   for (const d of out.disagreements.slice(0, 20)) io.log.warn('pypi: the index states another hash than the signed one', { page: pageUrl, ...d });
   if (out.unendorsed.length > 0) io.log.debug('pypi: removed unendorsed links', { page: pageUrl, count: out.unendorsed.length });
@@ -354,7 +385,9 @@ export function finishPage(page: IndexPage, job: PageJob, io: RenderView): Rende
       out.unendorsed.length > 0 ? `${out.unendorsed.length} not endorsed by the authority` : '',
       out.noRoute.length > 0 ? `${out.noRoute.length} on hosts no route serves` : '',
       out.misnamed.length > 0 ? `${out.misnamed.length} named otherwise by the index than by their URL` : '',
-    ].filter(Boolean).join(', ');
+    ]
+      .filter(Boolean)
+      .join(', ');
     return { ok: false, status: 404, message: `vouch: no file of ${page.name} is served through vouch (${page.files.length} on the index: ${why})` };
   }
   if (out.files.length === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: the index lists no file of ${page.name}` };

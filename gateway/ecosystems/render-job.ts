@@ -83,7 +83,8 @@ export function viewOf(decisions: ReadonlyArray<[string, Decision]>, unendorsed:
   const byArtifact = new Map<string, Decision>();
   for (const [, d] of decisions) if (d.artifactUrl !== null) byArtifact.set(d.artifactUrl, d);
   return {
-    unendorsed, log,
+    unendorsed,
+    log,
     artifactUrlOf: (u) => byUrl.get(u)?.artifactUrl ?? null,
     gatewayUrlOf: (a) => byArtifact.get(a)?.gatewayUrl ?? null,
     artifactTailOf: (a) => byArtifact.get(a)?.tail ?? null,

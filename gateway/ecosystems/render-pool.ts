@@ -22,8 +22,15 @@ const WORKER_HEAP_MB = 1024;
 /** A worker with no job this long is stopped. */
 const IDLE_MS = 2_000;
 
-export interface LogLine { level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields: Record<string, unknown> }
-export interface Rendering { rendered: Rendered; logs: LogLine[] }
+export interface LogLine {
+  level: 'debug' | 'info' | 'warn' | 'error';
+  msg: string;
+  fields: Record<string, unknown>;
+}
+export interface Rendering {
+  rendered: Rendered;
+  logs: LogLine[];
+}
 
 interface Pending {
   decide: (urls: string[]) => Array<[string, Decision]>;
@@ -65,8 +72,14 @@ export class RenderPool {
     return new Promise<Rendering>((resolve, reject) => {
       this.pending.set(id, {
         decide,
-        resolve: (r) => { resolve(r); settled(); },
-        reject: (e) => { reject(e); settled(); },
+        resolve: (r) => {
+          resolve(r);
+          settled();
+        },
+        reject: (e) => {
+          reject(e);
+          settled();
+        },
         logs: [],
       });
       w.postMessage({ type: 'job', id, job, body, unendorsed });
@@ -116,7 +129,10 @@ export class RenderPool {
     this.pending.delete(m.id);
     if (m.type === 'done') {
       const r = m.rendered!;
-      p.resolve({ rendered: r.ok && r.body instanceof Uint8Array ? { ...r, body: Buffer.from(r.body.buffer, r.body.byteOffset, r.body.byteLength) } : r, logs: p.logs });
+      p.resolve({
+        rendered: r.ok && r.body instanceof Uint8Array ? { ...r, body: Buffer.from(r.body.buffer, r.body.byteOffset, r.body.byteLength) } : r,
+        logs: p.logs,
+      });
     } else {
       p.reject(new Error(`render worker: ${m.message}`));
     }

@@ -58,11 +58,20 @@ function keyEventOfBlock(b: Json): Json | null {
   if (b.payload?.intent !== 'key' || !s) return null;
   const common = { action: s.action, sequence: s.sequence, online: s.online.public_key, signatures: (b.payload.signatures ?? []).length };
   if (s.action === 'root') return { ...common, root: { version: s.root.version, threshold: s.root.threshold, keys: s.root.keys.length } };
-  if (s.action === 'compromise') return { ...common, compromised: s.compromised, good_through: s.good_through, voids: s.good_through + 1 <= b.index - 1 ? [s.good_through + 1, b.index - 1] : null };
+  if (s.action === 'compromise')
+    return {
+      ...common,
+      compromised: s.compromised,
+      good_through: s.good_through,
+      voids: s.good_through + 1 <= b.index - 1 ? [s.good_through + 1, b.index - 1] : null,
+    };
   return common;
 }
 
-export interface Verdict { ok: boolean; reason: string }
+export interface Verdict {
+  ok: boolean;
+  reason: string;
+}
 
 /** Verifies a block (as served, with `success` etc.) against the authority key, in the browser. */
 export function verifyBlock(served: Json, authorityKey: string, authoritySigner: string): Verdict {
@@ -88,18 +97,25 @@ function link(text: string, hash: string): HTMLElement {
 }
 
 function blocksTable(blocks: Json[]): HTMLElement {
-  const rows = blocks.map((b) => el('tr', { 'data-index': String(b.index), ...(b.void ? { class: 'void' } : {}) },
-    el('td', {}, link(String(b.index), `#/block/${b.index}`)),
-    el('td', {}, b.posted),
-    el('td', {}, b.intent),
-    el('td', {}, b.intent === 'key' ? b.uns : link(b.uns, `#/search/${encodeURIComponent(b.uns)}`)),
-    el('td', {}, b.semver + (b.revoked_by !== undefined ? ' (revoked)' : '') + (b.void ? ' (void)' : '')),
-    el('td', {}, String(b.endorsements)),
-    el('td', { class: 'comment' }, b.key_event ? describeKeyEvent(b.key_event) : b.comment),
-  ));
-  return el('table', { class: 'blocks' },
+  const rows = blocks.map((b) =>
+    el(
+      'tr',
+      { 'data-index': String(b.index), ...(b.void ? { class: 'void' } : {}) },
+      el('td', {}, link(String(b.index), `#/block/${b.index}`)),
+      el('td', {}, b.posted),
+      el('td', {}, b.intent),
+      el('td', {}, b.intent === 'key' ? b.uns : link(b.uns, `#/search/${encodeURIComponent(b.uns)}`)),
+      el('td', {}, b.semver + (b.revoked_by !== undefined ? ' (revoked)' : '') + (b.void ? ' (void)' : '')),
+      el('td', {}, String(b.endorsements)),
+      el('td', { class: 'comment' }, b.key_event ? describeKeyEvent(b.key_event) : b.comment),
+    ),
+  );
+  return el(
+    'table',
+    { class: 'blocks' },
     el('thead', {}, el('tr', {}, ...['#', 'posted', 'intent', 'unit', 'version', 'files', 'comment'].map((h) => el('th', {}, h)))),
-    el('tbody', {}, ...rows));
+    el('tbody', {}, ...rows),
+  );
 }
 
 async function showHome(before?: number): Promise<void> {
@@ -109,7 +125,9 @@ async function showHome(before?: number): Promise<void> {
   const last = list.blocks[list.blocks.length - 1];
   if (last && last.index > 0) {
     const more = el('button', { id: 'older' }, 'Older blocks');
-    more.onclick = () => { void showHome(last.index); };
+    more.onclick = () => {
+      void showHome(last.index);
+    };
     main.append(more);
   }
 }
@@ -119,30 +137,60 @@ async function showBlock(ref: string): Promise<void> {
   const main = $('#main');
   const signing = keyAt(json.index);
   const verdict = signing ? verifyBlock(json, signing.key, signing.signer) : { ok: false, reason: 'no authority key' };
-  const result = el('div', { id: 'verify-result', class: verdict.ok ? 'valid' : 'invalid' },
-    verdict.ok ? 'signature valid' : 'signature invalid', el('small', {}, ' — ' + verdict.reason));
+  const result = el(
+    'div',
+    { id: 'verify-result', class: verdict.ok ? 'valid' : 'invalid' },
+    verdict.ok ? 'signature valid' : 'signature invalid',
+    el('small', {}, ' — ' + verdict.reason),
+  );
   const p = json.payload;
-  const fields = el('dl', {},
+  const fields = el(
+    'dl',
+    {},
     ...[
-      ['index', String(json.index)], ['posted', json.posted], ['signer', json.signer], ['intent', p.intent],
-      ['unit', `${p.uns} ${p.semver}`], ['effective date', p.effective_date], ['comment', json.comment],
-      ['prev_hash', json.prev_hash], ['record_hash', json.record_hash], ['signature', json.signature],
+      ['index', String(json.index)],
+      ['posted', json.posted],
+      ['signer', json.signer],
+      ['intent', p.intent],
+      ['unit', `${p.uns} ${p.semver}`],
+      ['effective date', p.effective_date],
+      ['comment', json.comment],
+      ['prev_hash', json.prev_hash],
+      ['record_hash', json.record_hash],
+      ['signature', json.signature],
       ...(p.intent === 'revoke' ? [['revokes', p.target_hash]] : []),
       ...(json.revoked_by ? [['revoked by', `block ${json.revoked_by.index} from ${json.revoked_by.effective_date}`]] : []),
       ...(p.intent === 'key' ? [['key event', describeKeyEvent(keyEventOfBlock(json)!)]] : []),
-    ].flatMap(([k, v]) => [el('dt', {}, k!), el('dd', {}, v!)]));
+    ].flatMap(([k, v]) => [el('dt', {}, k!), el('dd', {}, v!)]),
+  );
   const voided = json.void
-    ? el('div', { id: 'void-banner', class: 'void' }, `VOID: signed by a compromised online key after its last good block ${json.void.from - 1}; block ${json.void.compromise} declares blocks ${json.void.from}–${json.void.to} void. Kept in the log as evidence, never selected.`)
+    ? el(
+        'div',
+        { id: 'void-banner', class: 'void' },
+        `VOID: signed by a compromised online key after its last good block ${json.void.from - 1}; block ${json.void.compromise} declares blocks ${json.void.from}–${json.void.to} void. Kept in the log as evidence, never selected.`,
+      )
     : null;
-  const entries = (p.endorsements as Json[]).map((e) => el('tr', {},
-    el('td', {}, link(e.artifact_url, `#/search/${encodeURIComponent(e.artifact_url)}`)),
-    el('td', {}, e.name), el('td', {}, e.semver), el('td', {}, e.license), el('td', { class: 'hash' }, e.artifact_hash),
-    el('td', {}, el('a', { href: `/v1/download?url=${encodeURIComponent(e.artifact_url)}&semver=${encodeURIComponent(e.semver)}` }, 'download'))));
+  const entries = (p.endorsements as Json[]).map((e) =>
+    el(
+      'tr',
+      {},
+      el('td', {}, link(e.artifact_url, `#/search/${encodeURIComponent(e.artifact_url)}`)),
+      el('td', {}, e.name),
+      el('td', {}, e.semver),
+      el('td', {}, e.license),
+      el('td', { class: 'hash' }, e.artifact_hash),
+      el('td', {}, el('a', { href: `/v1/download?url=${encodeURIComponent(e.artifact_url)}&semver=${encodeURIComponent(e.semver)}` }, 'download')),
+    ),
+  );
   main.replaceChildren(
-    el('h2', {}, `Block ${json.index}`), ...(voided ? [voided] : []), result, fields,
+    el('h2', {}, `Block ${json.index}`),
+    ...(voided ? [voided] : []),
+    result,
+    fields,
     el('h3', {}, 'Endorsements'),
     entries.length ? el('table', { class: 'entries' }, el('tbody', {}, ...entries)) : el('p', {}, 'none'),
-    el('h3', {}, 'Raw'), el('pre', {}, JSON.stringify((({ success, ...b }) => b)(json), null, 2)),
+    el('h3', {}, 'Raw'),
+    el('pre', {}, JSON.stringify((({ success, ...b }) => b)(json), null, 2)),
   );
 }
 
@@ -151,11 +199,27 @@ async function showSearch(q: string): Promise<void> {
   if (/^\d+$/.test(q) || /^[0-9a-f]{64}$/.test(q)) return showBlock(q);
   if (/^https?:\/\//i.test(q)) {
     const v = await api(`/v1/versions?url=${encodeURIComponent(q)}`);
-    const rows = (v.versions as Json[]).map((x) => el('tr', {},
-      el('td', {}, link(String(x.index), `#/block/${x.index}`)), el('td', {}, x.semver + (x.revoked_by !== undefined ? ' (revoked)' : '')),
-      el('td', {}, x.effective_date), el('td', {}, x.license), el('td', { class: 'hash' }, x.artifact_hash)));
-    main.replaceChildren(el('h2', {}, 'Version history'), el('p', { class: 'url' }, q),
-      el('table', { class: 'versions' }, el('thead', {}, el('tr', {}, ...['block', 'version', 'effective', 'license', 'hash'].map((h) => el('th', {}, h)))), el('tbody', {}, ...rows)));
+    const rows = (v.versions as Json[]).map((x) =>
+      el(
+        'tr',
+        {},
+        el('td', {}, link(String(x.index), `#/block/${x.index}`)),
+        el('td', {}, x.semver + (x.revoked_by !== undefined ? ' (revoked)' : '')),
+        el('td', {}, x.effective_date),
+        el('td', {}, x.license),
+        el('td', { class: 'hash' }, x.artifact_hash),
+      ),
+    );
+    main.replaceChildren(
+      el('h2', {}, 'Version history'),
+      el('p', { class: 'url' }, q),
+      el(
+        'table',
+        { class: 'versions' },
+        el('thead', {}, el('tr', {}, ...['block', 'version', 'effective', 'license', 'hash'].map((h) => el('th', {}, h)))),
+        el('tbody', {}, ...rows),
+      ),
+    );
     return;
   }
   const u = await api(`/v1/units?name=${encodeURIComponent(q)}`);
@@ -178,7 +242,10 @@ async function start(): Promise<void> {
   const cp = await api('/v1/checkpoint').catch(() => null);
   const key = a.payload.authority.public_key as string;
   const selfCheck = verifyBlock(a, key, a.payload.authority.signer);
-  const strong = (() => { const raw = base64Decode(key); return raw !== null && isFullOrderPublicKey(raw); })();
+  const strong = (() => {
+    const raw = base64Decode(key);
+    return raw !== null && isFullOrderPublicKey(raw);
+  })();
   authority = { signer: a.payload.authority.signer, key };
   // The online keys after key events, from the log's key blocks (a chain without any: block 0's key signs everything).
   const keys = await api('/v1/keys').catch(() => null);
@@ -190,7 +257,9 @@ async function start(): Promise<void> {
   }
   const inForce = spans[spans.length - 1] ?? null;
   $('#authority').replaceChildren(
-    el('span', {}, 'Authority '), el('strong', {}, authority.signer), el('code', { id: 'authority-key' }, key),
+    el('span', {}, 'Authority '),
+    el('strong', {}, authority.signer),
+    el('code', { id: 'authority-key' }, key),
     el('span', { class: selfCheck.ok && strong ? 'valid' : 'invalid' }, selfCheck.ok && strong ? ' authority block valid' : ' authority block INVALID'),
     el('span', {}, cp ? ` · ${cp.size} blocks · head ${String(cp.head).slice(0, 16)}…` : ''),
     ...(inForce ? [el('span', {}, ` · online key since block ${inForce.since} `), el('code', { id: 'online-key' }, inForce.key)] : []),
@@ -201,8 +270,12 @@ async function start(): Promise<void> {
     const q = (form.querySelector('input') as HTMLInputElement).value.trim();
     if (q) location.hash = `/search/${encodeURIComponent(q)}`;
   };
-  window.onhashchange = () => { void route(); };
+  window.onhashchange = () => {
+    void route();
+  };
   await route();
 }
 
-void start().catch((e) => { $('#main').replaceChildren(el('p', { class: 'error', id: 'error' }, (e as Error).message)); });
+void start().catch((e) => {
+  $('#main').replaceChildren(el('p', { class: 'error', id: 'error' }, (e as Error).message));
+});

@@ -49,7 +49,13 @@ export function keyEventOf(b: Block): Record<string, unknown> | null {
   if (b.payload.intent !== 'key' || !s) return null;
   const common = { action: s.action, sequence: s.sequence, online: s.online.public_key, signatures: b.payload.signatures?.length ?? 0 };
   if (s.action === 'root') return { ...common, root: { version: s.root.version, threshold: s.root.threshold, keys: s.root.keys.length } };
-  if (s.action === 'compromise') return { ...common, compromised: s.compromised, good_through: s.good_through, voids: s.good_through + 1 <= b.index - 1 ? [s.good_through + 1, b.index - 1] : null };
+  if (s.action === 'compromise')
+    return {
+      ...common,
+      compromised: s.compromised,
+      good_through: s.good_through,
+      voids: s.good_through + 1 <= b.index - 1 ? [s.good_through + 1, b.index - 1] : null,
+    };
   return common;
 }
 
@@ -118,19 +124,22 @@ export function handleVersions(ctx: GatewayContext, _req: IncomingMessage, res: 
   const versions = s.index.versions(url);
   if (versions.length === 0) throw new VouchError('not_found', `no provenance block is on file for ${url}`, { resource: url });
   const today = ctx.today();
-  const list = [...versions].reverse().slice(0, MAX_LIST).map((v) => {
-    const revokedBy = s.index.revocationOf(v.block, today);
-    return {
-      index: v.block.index,
-      record_hash: v.block.record_hash,
-      semver: v.entry.semver,
-      effective_date: v.block.payload.effective_date,
-      posted: v.block.posted,
-      artifact_hash: v.entry.artifact_hash,
-      license: v.entry.license,
-      ...(revokedBy ? { revoked_by: revokedBy.index } : {}),
-    };
-  });
+  const list = [...versions]
+    .reverse()
+    .slice(0, MAX_LIST)
+    .map((v) => {
+      const revokedBy = s.index.revocationOf(v.block, today);
+      return {
+        index: v.block.index,
+        record_hash: v.block.record_hash,
+        semver: v.entry.semver,
+        effective_date: v.block.payload.effective_date,
+        posted: v.block.posted,
+        artifact_hash: v.entry.artifact_hash,
+        license: v.entry.license,
+        ...(revokedBy ? { revoked_by: revokedBy.index } : {}),
+      };
+    });
   sendJson(res, 200, { success: true, url, total: versions.length, versions: list });
 }
 
@@ -145,6 +154,12 @@ export function handleUnits(ctx: GatewayContext, _req: IncomingMessage, res: Ser
     success: true,
     name,
     total: blocks.length,
-    blocks: blocks.slice(-MAX_LIST).reverse().map((i) => { const b = s.index.block(i)!; return blockSummary(b, s.index.revocationOf(b, today)); }),
+    blocks: blocks
+      .slice(-MAX_LIST)
+      .reverse()
+      .map((i) => {
+        const b = s.index.block(i)!;
+        return blockSummary(b, s.index.revocationOf(b, today));
+      }),
   });
 }

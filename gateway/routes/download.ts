@@ -119,7 +119,10 @@ export function indexProofHeader(ctx: GatewayContext, url: string): string | nul
 export function boundedProofJson(p: BlockProof, committed: string | null): string {
   const whole = proofJson(p);
   if (whole.length <= PROOF_HEADER_MAX || committed === null || !p.checkpoint.startsWith(committed)) return whole;
-  const lines = p.checkpoint.slice(committed.length).split('\n').filter((l) => l !== '');
+  const lines = p.checkpoint
+    .slice(committed.length)
+    .split('\n')
+    .filter((l) => l !== '');
   const base = asciiJson({ ...p, checkpoint: committed, omitted_cosignatures: lines.length });
   let room = PROOF_HEADER_MAX - base.length;
   let kept = 0;
@@ -129,7 +132,12 @@ export function boundedProofJson(p: BlockProof, committed: string | null): strin
     room -= cost;
     kept++;
   }
-  const note = committed + lines.slice(0, kept).map((l) => l + '\n').join('');
+  const note =
+    committed +
+    lines
+      .slice(0, kept)
+      .map((l) => l + '\n')
+      .join('');
   return asciiJson({ ...p, checkpoint: note, omitted_cosignatures: lines.length - kept });
 }
 
@@ -176,7 +184,9 @@ export function stallGuard(res: ServerResponse, ms: number): () => void {
   }, ms);
   timer.unref();
   finished(res, () => clearTimeout(timer));
-  return () => { timer.refresh(); };
+  return () => {
+    timer.refresh();
+  };
 }
 
 /** Writes `bytes` as the whole body in SEND_PIECE pieces, each after the previous one drained; stops if the response is torn down. */
@@ -242,7 +252,7 @@ export async function sendFile(res: ServerResponse, path: string, size: number, 
       const { bytesRead } = await fh.read(into, 0, Math.min(half, size - at), start + at);
       if (bytesRead === 0) throw new Error('the file is shorter than its artifact');
       at += bytesRead;
-      if (!await sending) return; // the piece before is out (its half free again), or the response is gone
+      if (!(await sending)) return; // the piece before is out (its half free again), or the response is gone
       if (at > bytesRead) progress();
       sending = written(res, into.subarray(0, bytesRead), at === size);
     }
@@ -284,7 +294,9 @@ function fitHead(ctx: GatewayContext, sel: Selection, common: Record<string, str
   const size = () => 17 + NODE_HEAD_BYTES + headBytes(common) + headBytes(extra) + (contentType === null ? 0 : 40 + contentType.length);
   if (size() <= HEADER_BUDGET) return;
   common.uns = unsHeader(ctx, sel, true);
-  const names = Object.keys(extra).filter((n) => !n.startsWith('x-vouch-')).sort((a, b) => extra[b]!.length - extra[a]!.length);
+  const names = Object.keys(extra)
+    .filter((n) => !n.startsWith('x-vouch-'))
+    .sort((a, b) => extra[b]!.length - extra[a]!.length);
   for (const name of names) {
     if (size() <= HEADER_BUDGET) return;
     delete extra[name];
@@ -308,7 +320,11 @@ export async function serveVerified(
 ): Promise<void> {
   const etag = `"${sel.entry.artifact_hash}"`;
   const common: Record<string, string> = {
-    etag, uns: unsHeader(ctx, sel, o.compactUns === true), vibecode: vibecodeHeader(ctx), 'x-content-type-options': 'nosniff', 'content-security-policy': 'sandbox',
+    etag,
+    uns: unsHeader(ctx, sel, o.compactUns === true),
+    vibecode: vibecodeHeader(ctx),
+    'x-content-type-options': 'nosniff',
+    'content-security-policy': 'sandbox',
   };
   const proof = proofHeader(ctx, sel.block.index);
   if (proof !== null) common['vouch-proof'] = proof;
@@ -334,7 +350,8 @@ export async function serveVerified(
       res.destroy();
       return;
     }
-    if (isVouchError(e) && e.kind === 'integrity') ctx.log.warn('hash mismatch: refused to serve', { url: sel.entry.artifact_url, expected: sel.entry.artifact_hash, ...(e.evidence ?? {}) });
+    if (isVouchError(e) && e.kind === 'integrity')
+      ctx.log.warn('hash mismatch: refused to serve', { url: sel.entry.artifact_url, expected: sel.entry.artifact_hash, ...(e.evidence ?? {}) });
     const status = isVouchError(e) && e.code === 'too_large' ? 502 : statusOf(e);
     return sendEmpty(res, status);
   }

@@ -31,16 +31,20 @@ export function readiness(ctx: GatewayContext): { ready: boolean; body: Record<s
   const sync = ctx.syncReport?.() ?? null;
   const push = ctx.pushReport?.() ?? null;
   const mode = ctx.submitter ? 'authority' : sync ? 'mirror' : 'read-only';
-  const chain = state === null ? null : {
-    size: state.size,
-    head: state.head.record_hash,
-    checkpoint_timestamp: state.checkpoint?.timestamp ?? null,
-  };
+  const chain =
+    state === null
+      ? null
+      : {
+          size: state.size,
+          head: state.head.record_hash,
+          checkpoint_timestamp: state.checkpoint?.timestamp ?? null,
+        };
   let problem: string | null = null;
   let stale: string | null = null;
   if (state === null) problem = 'the chain is not loaded and verified yet';
   else if (sync !== null && (sync.stale_seconds === null || sync.stale_seconds > ctx.config.chain.max_staleness)) {
-    stale = `the mirror has not synced for ${sync.stale_seconds ?? 'ever'} s (limit ${ctx.config.chain.max_staleness} s)` +
+    stale =
+      `the mirror has not synced for ${sync.stale_seconds ?? 'ever'} s (limit ${ctx.config.chain.max_staleness} s)` +
       (sync.last_error ? `: ${sync.last_error.code}: ${sync.last_error.message}` : '');
     // chain.unready_when_stale: out of rotation; by default it keeps serving its verified chain, degraded.
     if (ctx.config.chain.unready_when_stale) problem = stale;
@@ -48,7 +52,15 @@ export function readiness(ctx: GatewayContext): { ready: boolean; body: Record<s
   const details = { mode, chain, sync, push };
   if (problem !== null) return { ready: false, body: { success: false, status: 'not_ready', message: problem, ...details } };
   if (stale !== null) {
-    return { ready: true, body: { success: true, status: 'degraded', reasons: [{ code: 'stale', message: `${stale}; serving the last verified chain (chain.unready_when_stale: false)` }], ...details } };
+    return {
+      ready: true,
+      body: {
+        success: true,
+        status: 'degraded',
+        reasons: [{ code: 'stale', message: `${stale}; serving the last verified chain (chain.unready_when_stale: false)` }],
+        ...details,
+      },
+    };
   }
   return { ready: true, body: { success: true, status: 'ready', reasons: [], ...details } };
 }

@@ -13,15 +13,30 @@ import { PAYLOAD_SCHEMA } from '../../chain/schema.ts';
 export const SKILL_PATH = '/v1/skills/verify.md';
 
 const selectionParams = [
-  { name: 'url', in: 'query', required: true, description: 'The artifact URL exactly as endorsed (absolute http or https).', schema: { type: 'string', format: 'uri' } },
+  {
+    name: 'url',
+    in: 'query',
+    required: true,
+    description: 'The artifact URL exactly as endorsed (absolute http or https).',
+    schema: { type: 'string', format: 'uri' },
+  },
   { name: 'semver', in: 'query', required: false, description: 'Exact SemVer 2.0.0 version.', schema: { type: 'string' } },
-  { name: 'at', in: 'query', required: false, description: 'Date YYYY-MM-DD: the version with the greatest effective_date on or before it (ties: highest index).', schema: { type: 'string', format: 'date' } },
+  {
+    name: 'at',
+    in: 'query',
+    required: false,
+    description: 'Date YYYY-MM-DD: the version with the greatest effective_date on or before it (ties: highest index).',
+    schema: { type: 'string', format: 'date' },
+  },
 ];
 
 /** `proof=1` on lookups (issue 17). */
 const proofParam = {
-  name: 'proof', in: 'query', required: false,
-  description: '1: add member `proof`, the selected block\'s inclusion proof in the checkpoint /checkpoint serves (absent while that checkpoint does not cover the block yet). 0 or absent: no proof.',
+  name: 'proof',
+  in: 'query',
+  required: false,
+  description:
+    "1: add member `proof`, the selected block's inclusion proof in the checkpoint /checkpoint serves (absent while that checkpoint does not cover the block yet). 0 or absent: no proof.",
   schema: { enum: ['0', '1'] },
 };
 
@@ -35,7 +50,10 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
       summary,
       parameters: [...selectionParams, proofParam],
       responses: {
-        200: { description: 'The selected signed block, with `success: true` added.', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+        200: {
+          description: 'The selected signed block, with `success: true` added.',
+          content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } },
+        },
         400: jsonError('Missing url, url not absolute http(s), invalid semver or date, proof not 0 or 1 (`bad_request`).'),
         404: jsonError('No provenance block is on file for the URL (`not_found`); `resource` is the URL.'),
         406: jsonError('The Accept header rules out JSON (`not_acceptable`).'),
@@ -51,9 +69,10 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         summary: 'The authority block (block 0) and the keys in force (docs/spec/key-events.md)',
         responses: {
           200: {
-            description: 'Block 0 with `success: true` added; `verifier_key`: the signed-note verifier key `<origin>+<hex8 key ID>+<base64(0x01 ‖ ed25519 key)>` '
-              + 'of the online key in force (absent when no origin is known); `keys`: the key state (root, online key, retired and compromised keys, void blocks) '
-              + 'and the verifier keys a checkpoint note is signed with now (the key in force first, then the previous key during a rollover).',
+            description:
+              'Block 0 with `success: true` added; `verifier_key`: the signed-note verifier key `<origin>+<hex8 key ID>+<base64(0x01 ‖ ed25519 key)>` ' +
+              'of the online key in force (absent when no origin is known); `keys`: the key state (root, online key, retired and compromised keys, void blocks) ' +
+              'and the verifier keys a checkpoint note is signed with now (the key in force first, then the previous key during a rollover).',
             content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } },
           },
           503: jsonError('Not ready.'),
@@ -64,7 +83,10 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
       get: {
         summary: 'The signed checkpoint of the chain head',
         responses: {
-          200: { description: 'The checkpoint with `success: true` added.', content: { 'application/json': { schema: { $ref: '#/components/schemas/CheckpointResponse' } } } },
+          200: {
+            description: 'The checkpoint with `success: true` added.',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/CheckpointResponse' } } },
+          },
           404: jsonError('The chain has no checkpoint.'),
           503: jsonError('Not ready.'),
         },
@@ -72,9 +94,13 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/checkpoint': {
       get: {
-        summary: 'The signed checkpoint note (C2SP tlog-checkpoint in a signed-note): origin, tree size, base64 Merkle root, the authority\'s signature, and any witness cosignatures',
+        summary:
+          "The signed checkpoint note (C2SP tlog-checkpoint in a signed-note): origin, tree size, base64 Merkle root, the authority's signature, and any witness cosignatures",
         responses: {
-          200: { description: 'The committed checkpoint.note (text, not JSON; no Accept rule).', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
+          200: {
+            description: 'The committed checkpoint.note (text, not JSON; no Accept rule).',
+            content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } },
+          },
           404: jsonError('The chain has no checkpoint.note yet (`not_found`); it gains one with its next append.'),
           503: jsonError('Not ready.'),
         },
@@ -83,14 +109,22 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     '/tile/{level}/{index}': {
       get: {
         summary: 'A Merkle tree tile (C2SP tlog-tiles): hashes of tree level 8·level, 256 a full tile',
-        description: 'The path is exactly tlog-tiles\': `/tile/<L>/<N>[.p/<W>]`, N in 3-digit groups, all but the last prefixed with `x` (`/tile/0/x001/234`), `.p/<W>` a partial tile of W (1-255) hashes. Entry i of the tree is block i\'s 32-byte record_hash; leaf hash SHA-256(0x00 ‖ entry), node SHA-256(0x01 ‖ left ‖ right) (RFC 6962).',
+        description:
+          "The path is exactly tlog-tiles': `/tile/<L>/<N>[.p/<W>]`, N in 3-digit groups, all but the last prefixed with `x` (`/tile/0/x001/234`), `.p/<W>` a partial tile of W (1-255) hashes. Entry i of the tree is block i's 32-byte record_hash; leaf hash SHA-256(0x00 ‖ entry), node SHA-256(0x01 ‖ left ‖ right) (RFC 6962).",
         parameters: [
           { name: 'level', in: 'path', required: true, schema: { type: 'integer', minimum: 0, maximum: 63 } },
-          { name: 'index', in: 'path', required: true, description: 'N in x-prefixed 3-digit groups, optionally followed by `.p/<W>` (several path segments).', schema: { type: 'string' } },
+          {
+            name: 'index',
+            in: 'path',
+            required: true,
+            description: 'N in x-prefixed 3-digit groups, optionally followed by `.p/<W>` (several path segments).',
+            schema: { type: 'string' },
+          },
         ],
         responses: {
           200: {
-            description: 'W×32 bytes of hashes. Every tile, full or partial, is immutable (`Cache-Control: public, max-age=31536000, immutable`): a tile of a given width never changes (tlog-tiles).',
+            description:
+              'W×32 bytes of hashes. Every tile, full or partial, is immutable (`Cache-Control: public, max-age=31536000, immutable`): a tile of a given width never changes (tlog-tiles).',
             headers: { 'Cache-Control': { schema: { type: 'string' } } },
             content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
           },
@@ -104,7 +138,13 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
       get: {
         summary: 'An entry bundle (C2SP tlog-tiles): the record hashes of blocks 256·N ... 256·N+W-1, each as uint16be length 32 ‖ 32 bytes',
         parameters: [
-          { name: 'index', in: 'path', required: true, description: 'N in x-prefixed 3-digit groups, optionally followed by `.p/<W>`.', schema: { type: 'string' } },
+          {
+            name: 'index',
+            in: 'path',
+            required: true,
+            description: 'N in x-prefixed 3-digit groups, optionally followed by `.p/<W>`.',
+            schema: { type: 'string' },
+          },
         ],
         responses: {
           200: {
@@ -123,7 +163,13 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         summary: 'Inclusion proof of block `index` in the tree of `size` blocks (RFC 9162 PATH, leaf upwards)',
         parameters: [
           { name: 'index', in: 'query', required: true, schema: { type: 'integer', minimum: 0 } },
-          { name: 'size', in: 'query', required: false, description: 'Tree size (default: the size of the checkpoint /checkpoint serves).', schema: { type: 'integer', minimum: 1 } },
+          {
+            name: 'size',
+            in: 'query',
+            required: false,
+            description: 'Tree size (default: the size of the checkpoint /checkpoint serves).',
+            schema: { type: 'integer', minimum: 1 },
+          },
         ],
         responses: {
           200: { description: 'The proof.', content: { 'application/json': { schema: { $ref: '#/components/schemas/InclusionProof' } } } },
@@ -136,31 +182,54 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/v1/keys': {
       get: {
-        summary: 'The log\'s key events (docs/spec/key-events.md): block 0 and every key block with sequence > `since`, each with its inclusion proof in the tree of the served checkpoint note `checkpoint` of `size`; the key state of the served chain and each online key\'s note verifier key (the key in force first)',
+        summary:
+          "The log's key events (docs/spec/key-events.md): block 0 and every key block with sequence > `since`, each with its inclusion proof in the tree of the served checkpoint note `checkpoint` of `size`; the key state of the served chain and each online key's note verifier key (the key in force first)",
         parameters: [
-          { name: 'since', in: 'query', required: false, description: 'Key events the client has applied (default 0: all).', schema: { type: 'integer', minimum: 0 } },
+          {
+            name: 'since',
+            in: 'query',
+            required: false,
+            description: 'Key events the client has applied (default 0: all).',
+            schema: { type: 'integer', minimum: 0 },
+          },
         ],
         responses: {
           200: {
             description: 'The key events.',
-            content: { 'application/json': { schema: {
-              type: 'object',
-              required: ['success', 'chain', 'first', 'first_block', 'state', 'checkpoint', 'size', 'events', 'verifier_keys'],
-              properties: {
-                success: { const: true },
-                chain: { type: 'string', description: 'record_hash of block 0 (what statements name)' },
-                first: { type: 'object', properties: { signer: { type: 'string' }, public_key: { type: 'string' } } },
-                first_block: { type: 'object', properties: { block: { type: 'object' }, proof: { type: 'array', items: { type: 'string' } } } },
-                state: { type: 'object', description: 'The key state after the served chain: root, online key (since), retired and compromised keys, void ranges, sequence.' },
-                checkpoint: { type: 'string', description: 'The signed checkpoint note every proof is against (as /checkpoint serves it).' },
-                size: { type: 'integer', minimum: 1 },
-                events: { type: 'array', items: { type: 'object', required: ['index', 'sequence', 'block', 'proof'], properties: {
-                  index: { type: 'integer' }, sequence: { type: 'integer' }, block: { type: 'object' },
-                  proof: { type: 'array', items: { type: 'string' }, description: 'base64 hashes, leaf upwards (RFC 9162 PATH)' },
-                } } },
-                verifier_keys: { type: 'array', items: { type: 'string' }, description: '<origin>+<hex8>+<base64(0x01 ‖ key)> for Go\'s sumdb/note' },
+            content: {
+              'application/json': {
+                schema: {
+                  type: 'object',
+                  required: ['success', 'chain', 'first', 'first_block', 'state', 'checkpoint', 'size', 'events', 'verifier_keys'],
+                  properties: {
+                    success: { const: true },
+                    chain: { type: 'string', description: 'record_hash of block 0 (what statements name)' },
+                    first: { type: 'object', properties: { signer: { type: 'string' }, public_key: { type: 'string' } } },
+                    first_block: { type: 'object', properties: { block: { type: 'object' }, proof: { type: 'array', items: { type: 'string' } } } },
+                    state: {
+                      type: 'object',
+                      description: 'The key state after the served chain: root, online key (since), retired and compromised keys, void ranges, sequence.',
+                    },
+                    checkpoint: { type: 'string', description: 'The signed checkpoint note every proof is against (as /checkpoint serves it).' },
+                    size: { type: 'integer', minimum: 1 },
+                    events: {
+                      type: 'array',
+                      items: {
+                        type: 'object',
+                        required: ['index', 'sequence', 'block', 'proof'],
+                        properties: {
+                          index: { type: 'integer' },
+                          sequence: { type: 'integer' },
+                          block: { type: 'object' },
+                          proof: { type: 'array', items: { type: 'string' }, description: 'base64 hashes, leaf upwards (RFC 9162 PATH)' },
+                        },
+                      },
+                    },
+                    verifier_keys: { type: 'array', items: { type: 'string' }, description: "<origin>+<hex8>+<base64(0x01 ‖ key)> for Go's sumdb/note" },
+                  },
+                },
               },
-            } } },
+            },
           },
           400: jsonError('`since` is not a non-negative integer (`bad_request`).'),
           404: jsonError('The chain has no checkpoint note yet (`not_found`).'),
@@ -174,7 +243,13 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         summary: 'Consistency proof that the tree of `from` blocks is a prefix of the tree of `to` (RFC 9162 PROOF; empty when from is 0 or equals to)',
         parameters: [
           { name: 'from', in: 'query', required: true, schema: { type: 'integer', minimum: 0 } },
-          { name: 'to', in: 'query', required: false, description: 'Default: the size of the checkpoint /checkpoint serves.', schema: { type: 'integer', minimum: 0 } },
+          {
+            name: 'to',
+            in: 'query',
+            required: false,
+            description: 'Default: the size of the checkpoint /checkpoint serves.',
+            schema: { type: 'integer', minimum: 0 },
+          },
         ],
         responses: {
           200: { description: 'The proof.', content: { 'application/json': { schema: { $ref: '#/components/schemas/ConsistencyProof' } } } },
@@ -188,20 +263,23 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     '/v1/download': {
       get: {
         summary: 'The artifact bytes, served only after they hash to the signed artifact_hash',
-        description: 'Select the block (as /v1/endorsement), get the bytes from the mirror or the origin, hash them with the block\'s algorithm, compare, serve only on equality. No byte reaches the client before the check passes. Failures have an empty body.',
+        description:
+          "Select the block (as /v1/endorsement), get the bytes from the mirror or the origin, hash them with the block's algorithm, compare, serve only on equality. No byte reaches the client before the check passes. Failures have an empty body.",
         parameters: selectionParams,
         responses: {
           200: {
-            description: 'The verified bytes. Also header `Vouch-Proof` (when the served checkpoint covers the block): minified pure-ASCII JSON {"index","size","proof":[base64 hashes],"checkpoint":"<signed checkpoint note>"}, the block\'s inclusion proof in that checkpoint (as on 304 and on verified proxy answers); at most 3,072 bytes: past that the note keeps the authority\'s signature and the witness cosignatures that fit, and "omitted_cosignatures":K counts the others (the lookup with proof=1 carries them all). The whole head (status line and headers) of every verified answer fits 8 KiB, whatever the block.',
+            description:
+              'The verified bytes. Also header `Vouch-Proof` (when the served checkpoint covers the block): minified pure-ASCII JSON {"index","size","proof":[base64 hashes],"checkpoint":"<signed checkpoint note>"}, the block\'s inclusion proof in that checkpoint (as on 304 and on verified proxy answers); at most 3,072 bytes: past that the note keeps the authority\'s signature and the witness cosignatures that fit, and "omitted_cosignatures":K counts the others (the lookup with proof=1 carries them all). The whole head (status line and headers) of every verified answer fits 8 KiB, whatever the block.',
             headers: {
               'Content-Type': { schema: { type: 'string' }, description: "The artifact's own type (application/octet-stream if the origin gave none)." },
               'Content-Length': { schema: { type: 'integer' } },
               UNS: {
                 schema: { type: 'string' },
-                description: `Minified single-line JSON, non-ASCII escaped as \\uXXXX, in one of two forms. Full, when it is at most 4,096 bytes: {"${serviceName}":{"endorsement":<block served>}}. `
-                  + `Compact, for a larger block (and on package-manager routes): {"${serviceName}":{"block":{"index":N,"record_hash":"<hex>","url":"<base>/v1/block?index=N"},"entry":<the endorsement entry of this URL, as signed>}} `
-                  + '("entry" left out when the value would pass 2,048 bytes). To verify the compact form, fetch block N (from "url" or /v1/block?index=N of any gateway of the chain), check it as any block, '
-                  + 'require its index and record_hash to be the header\'s and its entry for the URL to equal "entry" (canonical JSON); Vouch-Proof proves that record_hash in the log.',
+                description:
+                  `Minified single-line JSON, non-ASCII escaped as \\uXXXX, in one of two forms. Full, when it is at most 4,096 bytes: {"${serviceName}":{"endorsement":<block served>}}. ` +
+                  `Compact, for a larger block (and on package-manager routes): {"${serviceName}":{"block":{"index":N,"record_hash":"<hex>","url":"<base>/v1/block?index=N"},"entry":<the endorsement entry of this URL, as signed>}} ` +
+                  '("entry" left out when the value would pass 2,048 bytes). To verify the compact form, fetch block N (from "url" or /v1/block?index=N of any gateway of the chain), check it as any block, ' +
+                  'require its index and record_hash to be the header\'s and its entry for the URL to equal "entry" (canonical JSON); Vouch-Proof proves that record_hash in the log.',
               },
               VIBECODE: { schema: { type: 'string' }, description: 'Minified JSON {"spec": <this document>, "skills": [<URL>, ...]}.' },
               ETag: { schema: { type: 'string' }, description: 'The quoted artifact_hash; If-None-Match answers 304.' },
@@ -225,8 +303,20 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
       get: {
         summary: 'Newest blocks first (summaries), for browsing',
         parameters: [
-          { name: 'before', in: 'query', required: false, description: 'List blocks with an index below this (default: the chain size).', schema: { type: 'integer', minimum: 0 } },
-          { name: 'limit', in: 'query', required: false, description: 'At most this many (1-200, default 20).', schema: { type: 'integer', minimum: 1, maximum: 200 } },
+          {
+            name: 'before',
+            in: 'query',
+            required: false,
+            description: 'List blocks with an index below this (default: the chain size).',
+            schema: { type: 'integer', minimum: 0 },
+          },
+          {
+            name: 'limit',
+            in: 'query',
+            required: false,
+            description: 'At most this many (1-200, default 20).',
+            schema: { type: 'integer', minimum: 1, maximum: 200 },
+          },
         ],
         responses: {
           200: { description: 'Block summaries.', content: { 'application/json': { schema: { $ref: '#/components/schemas/BlockList' } } } },
@@ -243,7 +333,11 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           { name: 'hash', in: 'query', required: false, description: 'record_hash', schema: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
         ],
         responses: {
-          200: { description: 'The block with `success: true` (and `revoked_by` when revoked; `void: {from, to, compromise}` when a compromise declaration at block `compromise` voids blocks `from`..`to`, this one among them, docs/spec/key-events.md).', content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } } },
+          200: {
+            description:
+              'The block with `success: true` (and `revoked_by` when revoked; `void: {from, to, compromise}` when a compromise declaration at block `compromise` voids blocks `from`..`to`, this one among them, docs/spec/key-events.md).',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/LookupResponse' } } },
+          },
           400: jsonError('Neither index nor hash, or a malformed one.'),
           404: jsonError('No such block.'),
           503: jsonError('Not ready.'),
@@ -282,20 +376,42 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/readyz': {
       get: {
-        summary: 'Readiness: the chain is loaded and verified (`ready`); a mirror staler than chain.max_staleness answers 200 `degraded` with `reasons` (503 with chain.unready_when_stale; docs/guide/fleet.md)',
+        summary:
+          'Readiness: the chain is loaded and verified (`ready`); a mirror staler than chain.max_staleness answers 200 `degraded` with `reasons` (503 with chain.unready_when_stale; docs/guide/fleet.md)',
         responses: {
-          200: { description: 'Ready or degraded (stale but verified), with chain, sync and push details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
-          503: { description: 'Not ready, with the reason and the same details.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } } },
+          200: {
+            description: 'Ready or degraded (stale but verified), with chain, sync and push details.',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } },
+          },
+          503: {
+            description: 'Not ready, with the reason and the same details.',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/Readiness' } } },
+          },
         },
       },
     },
     '/v1/sync': {
       post: {
-        summary: 'Sync hint (a mirror with chain.sync_token_file): start a sync now. Sent by the authority after each push (authority.notify) or a git host\'s post-receive hook; what the sync fetches is verified as always (docs/guide/fleet.md).',
+        summary:
+          "Sync hint (a mirror with chain.sync_token_file): start a sync now. Sent by the authority after each push (authority.notify) or a git host's post-receive hook; what the sync fetches is verified as always (docs/guide/fleet.md).",
         security: [{ bearer: [] }],
-        requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { size: { type: 'integer', minimum: 0, description: 'The tree size the remote now holds.' } } } } } },
+        requestBody: {
+          required: false,
+          content: {
+            'application/json': {
+              schema: { type: 'object', properties: { size: { type: 'integer', minimum: 0, description: 'The tree size the remote now holds.' } } },
+            },
+          },
+        },
         responses: {
-          202: { description: 'Accepted: a sync runs in the background.', content: { 'application/json': { schema: { type: 'object', properties: { success: { type: 'boolean' }, status: { enum: ['accepted'] }, size: { type: ['integer', 'null'] } } } } } },
+          202: {
+            description: 'Accepted: a sync runs in the background.',
+            content: {
+              'application/json': {
+                schema: { type: 'object', properties: { success: { type: 'boolean' }, status: { enum: ['accepted'] }, size: { type: ['integer', 'null'] } } },
+              },
+            },
+          },
           400: jsonError('The body is not JSON, or size is not a non-negative integer.'),
           401: jsonError('Missing or wrong bearer token.'),
           404: jsonError('This gateway is not a mirror with chain.sync_token_file.'),
@@ -304,7 +420,8 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/metrics': {
       get: {
-        summary: 'Prometheus metrics: requests by route and status, latencies, origin fetches, hash mismatches, mirror, chain, sync and push, submits, proxy, process',
+        summary:
+          'Prometheus metrics: requests by route and status, latencies, origin fetches, hash mismatches, mirror, chain, sync and push, submits, proxy, process',
         responses: {
           200: {
             description: 'Prometheus text exposition format 0.0.4 (not JSON; no Accept rule).',
@@ -315,14 +432,34 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/add-checkpoint': {
       post: {
-        summary: 'C2SP tlog-witness add-checkpoint (a gateway with a witness section): cosigns a checkpoint consistent with the last one it cosigned for that log',
-        requestBody: { required: true, content: { 'text/plain': { schema: { type: 'string', description: '`old <size>`, up to 63 base64 consistency proof lines, an empty line, the signed checkpoint note' } } } },
+        summary:
+          'C2SP tlog-witness add-checkpoint (a gateway with a witness section): cosigns a checkpoint consistent with the last one it cosigned for that log',
+        requestBody: {
+          required: true,
+          content: {
+            'text/plain': {
+              schema: { type: 'string', description: '`old <size>`, up to 63 base64 consistency proof lines, an empty line, the signed checkpoint note' },
+            },
+          },
+        },
         responses: {
           200: { description: 'The cosignature line(s) (tlog-cosignature v1).', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
-          400: { description: 'Malformed body, or old size larger than the checkpoint size.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
-          403: { description: 'No signature by a key trusted for the origin verifies.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
-          404: { description: 'Unknown log origin, or this gateway is not a witness.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
-          409: { description: 'The old size is not the size last cosigned (or a different root at that size): the body is that size and a newline.', content: { 'text/x.tlog.size': { schema: { type: 'string' } } } },
+          400: {
+            description: 'Malformed body, or old size larger than the checkpoint size.',
+            content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } },
+          },
+          403: {
+            description: 'No signature by a key trusted for the origin verifies.',
+            content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } },
+          },
+          404: {
+            description: 'Unknown log origin, or this gateway is not a witness.',
+            content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } },
+          },
+          409: {
+            description: 'The old size is not the size last cosigned (or a different root at that size): the body is that size and a newline.',
+            content: { 'text/x.tlog.size': { schema: { type: 'string' } } },
+          },
           413: { description: 'Body over 64 KiB.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
           422: { description: 'The consistency proof does not verify.', content: { 'text/plain; charset=utf-8': { schema: { type: 'string' } } } },
         },
@@ -330,7 +467,10 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     },
     '/v1/openapi.json': { get: { summary: 'This document', responses: { 200: { description: 'OpenAPI 3.1 document.' } } } },
     [SKILL_PATH]: {
-      get: { summary: 'Onboarding for clients: how to verify a block and a download', responses: { 200: { description: 'Markdown.', content: { 'text/markdown': {} } } } },
+      get: {
+        summary: 'Onboarding for clients: how to verify a block and a download',
+        responses: { 200: { description: 'Markdown.', content: { 'text/markdown': {} } } },
+      },
     },
   };
   if (authority) {
@@ -345,10 +485,11 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         responses: {
           201: { description: 'Posted: the block is committed.', content: { 'application/json': { schema: { $ref: '#/components/schemas/SubmitResponse' } } } },
           200: {
-            description: 'Unchanged: the bytes equal the newest version under the URL; nothing posted. '
-              + 'With `Accept: application/x-ndjson`: always 200, one `{"progress": {done, total, url}}` line per entry fetched and hashed, '
-              + 'then one result line: the plain answer\'s body (SubmitResponse or Error) with `http_status`, the status it would have had. '
-              + 'A client that disconnects does not stop the submit: its block is committed whole or not at all.',
+            description:
+              'Unchanged: the bytes equal the newest version under the URL; nothing posted. ' +
+              'With `Accept: application/x-ndjson`: always 200, one `{"progress": {done, total, url}}` line per entry fetched and hashed, ' +
+              "then one result line: the plain answer's body (SubmitResponse or Error) with `http_status`, the status it would have had. " +
+              'A client that disconnects does not stop the submit: its block is committed whole or not at all.',
             content: {
               'application/json': { schema: { $ref: '#/components/schemas/SubmitResponse' } },
               'application/x-ndjson': { schema: { $ref: '#/components/schemas/SubmitProgressLine' } },
@@ -356,7 +497,9 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           },
           400: jsonError('Invalid body, or a URL whose address is not allowed.'),
           401: jsonError('Missing or wrong bearer token.'),
-          409: jsonError('The same URL and semver are signed with different bytes (`semver_conflict`), or the fetched bytes contradict an entry\'s `expect` claim (`hash_mismatch`: `refused` lists every such entry, nothing of the block is signed).'),
+          409: jsonError(
+            "The same URL and semver are signed with different bytes (`semver_conflict`), or the fetched bytes contradict an entry's `expect` claim (`hash_mismatch`: `refused` lists every such entry, nothing of the block is signed).",
+          ),
           413: jsonError('Body too large.'),
           415: jsonError('Body is not application/json.'),
           502: jsonError('The origin failed.'),
@@ -366,20 +509,28 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     };
     paths['/v1/root'] = {
       post: {
-        summary: 'Apply a key statement signed by the root holders (authority mode, docs/spec/key-events.md): adopt or rotate the root, rotate the online key, '
-          + 'or declare it compromised. Appended through the same writer as submits once it is valid for the chain\'s key state; a statement that puts '
-          + 'a new online key in force needs its private key in `authority.next_key_file`, read at that moment, which then signs every block, '
-          + 'checkpoint and note.',
+        summary:
+          'Apply a key statement signed by the root holders (authority mode, docs/spec/key-events.md): adopt or rotate the root, rotate the online key, ' +
+          "or declare it compromised. Appended through the same writer as submits once it is valid for the chain's key state; a statement that puts " +
+          'a new online key in force needs its private key in `authority.next_key_file`, read at that moment, which then signs every block, ' +
+          'checkpoint and note.',
         security: [{ bearer: [] }],
         requestBody: {
           required: true,
           content: { 'application/json': { schema: { $ref: '#/components/schemas/StatementFile' } } },
         },
         responses: {
-          201: { description: 'Applied: the key block is committed.', content: { 'application/json': { schema: { $ref: '#/components/schemas/RootResponse' } } } },
-          400: jsonError('`bad_request`: not a statement file; `bad_statement`: refused for the chain\'s key state (too few signatures, a key outside the root, a holder twice, a weak or retired key, a bad index, another chain), the reason named.'),
+          201: {
+            description: 'Applied: the key block is committed.',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/RootResponse' } } },
+          },
+          400: jsonError(
+            "`bad_request`: not a statement file; `bad_statement`: refused for the chain's key state (too few signatures, a key outside the root, a holder twice, a weak or retired key, a bad index, another chain), the reason named.",
+          ),
           401: jsonError('Missing or wrong bearer token.'),
-          409: jsonError('`stale_statement`: its sequence is used (replayed, superseded or conflicting); `key_unavailable`: authority.next_key_file does not hold the new online key (the file and the key named).'),
+          409: jsonError(
+            '`stale_statement`: its sequence is used (replayed, superseded or conflicting); `key_unavailable`: authority.next_key_file does not hold the new online key (the file and the key named).',
+          ),
           413: jsonError('Body too large (64 KiB).'),
           415: jsonError('Body is not application/json.'),
         },
@@ -387,18 +538,22 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     };
     paths['/v1/revoke'] = {
       post: {
-        summary: 'Sign and append a revoke block naming an endorse block (authority mode): `{url, semver?}` names the block a lookup selects for the URL today (with semver: the newest block with exactly that version), `{block}` names one by index',
+        summary:
+          'Sign and append a revoke block naming an endorse block (authority mode): `{url, semver?}` names the block a lookup selects for the URL today (with semver: the newest block with exactly that version), `{block}` names one by index',
         security: [{ bearer: [] }],
         requestBody: {
           required: true,
           content: { 'application/json': { schema: { $ref: '#/components/schemas/RevokeRequest' } } },
         },
         responses: {
-          201: { description: 'Revoked: the revoke block is committed.', content: { 'application/json': { schema: { $ref: '#/components/schemas/RevokeResponse' } } } },
+          201: {
+            description: 'Revoked: the revoke block is committed.',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/RevokeResponse' } } },
+          },
           400: jsonError('Invalid body; block 0, a revoke block, or a URL whose block endorses other artifacts too (name that block by index).'),
           401: jsonError('Missing or wrong bearer token.'),
           404: jsonError('Nothing endorsed for the URL (and semver), or no such block.'),
-          409: jsonError('The block is already revoked (`already_revoked`), whatever the earlier revocation\'s effective date.'),
+          409: jsonError("The block is already revoked (`already_revoked`), whatever the earlier revocation's effective date."),
           413: jsonError('Body too large.'),
           415: jsonError('Body is not application/json.'),
         },
@@ -410,7 +565,8 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
     info: {
       title: `${serviceName} — vouch artifact provenance gateway`,
       version: '1.0.0',
-      description: 'Signed endorsement blocks (artifact URL -> hash, name, semver, license) in an append-only hash chain kept in git; downloads served only after the bytes hash to what was signed. Every JSON response has a boolean `success`; errors carry `status`, `message` and `resource`.',
+      description:
+        'Signed endorsement blocks (artifact URL -> hash, name, semver, license) in an append-only hash chain kept in git; downloads served only after the bytes hash to what was signed. Every JSON response has a boolean `success`; errors carry `status`, `message` and `resource`.',
     },
     servers: [{ url: publicUrl }],
     paths,
@@ -426,7 +582,8 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             message: { type: 'string' },
             resource: { type: 'string' },
             refused: {
-              type: 'array', description: 'A submit\'s hash_mismatch: one {url, name, semver, expected, fetched} per entry whose bytes contradict its claims.',
+              type: 'array',
+              description: "A submit's hash_mismatch: one {url, name, semver, expected, fetched} per entry whose bytes contradict its claims.",
               items: { type: 'object' },
             },
           },
@@ -453,12 +610,16 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
             proof: { $ref: '#/components/schemas/BlockProof' },
             verifier_key: { type: 'string', description: '/v1/authority only: the note verifier key of the online key in force.' },
             keys: { $ref: '#/components/schemas/KeyState' },
-            void: { const: true, description: '/v1/block only: the block was signed by a compromised key after its last good block (docs/spec/key-events.md): kept as evidence, never selected.' },
+            void: {
+              const: true,
+              description:
+                '/v1/block only: the block was signed by a compromised key after its last good block (docs/spec/key-events.md): kept as evidence, never selected.',
+            },
           },
         },
         BlockProof: {
           type: 'object',
-          description: 'Lookups with proof=1 (and the Vouch-Proof download header): the block\'s inclusion proof in the served signed checkpoint.',
+          description: "Lookups with proof=1 (and the Vouch-Proof download header): the block's inclusion proof in the served signed checkpoint.",
           required: ['index', 'size', 'proof', 'checkpoint'],
           properties: {
             index: { type: 'integer', minimum: 0 },
@@ -504,39 +665,80 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           type: 'object',
           required: ['index', 'record_hash', 'posted', 'intent', 'uns', 'semver', 'effective_date', 'endorsements', 'comment'],
           properties: {
-            index: { type: 'integer' }, record_hash: { type: 'string' }, posted: { type: 'string' }, intent: { type: 'string' },
-            uns: { type: 'string' }, semver: { type: 'string' }, effective_date: { type: 'string' }, endorsements: { type: 'integer' },
-            comment: { type: 'string' }, target_hash: { type: 'string' }, revoked_by: { type: 'integer' },
-            key_event: { type: 'object', description: 'A key block: what it did (action, sequence, online key, holders\' signatures; root: version, threshold, keys; compromise: compromised key, good_through, voids).' },
+            index: { type: 'integer' },
+            record_hash: { type: 'string' },
+            posted: { type: 'string' },
+            intent: { type: 'string' },
+            uns: { type: 'string' },
+            semver: { type: 'string' },
+            effective_date: { type: 'string' },
+            endorsements: { type: 'integer' },
+            comment: { type: 'string' },
+            target_hash: { type: 'string' },
+            revoked_by: { type: 'integer' },
+            key_event: {
+              type: 'object',
+              description:
+                "A key block: what it did (action, sequence, online key, holders' signatures; root: version, threshold, keys; compromise: compromised key, good_through, voids).",
+            },
             void: { const: true, description: 'The block is void (signed by a compromised key after its last good block): never selected.' },
           },
         },
         BlockList: {
           type: 'object',
           required: ['success', 'blocks'],
-          properties: { success: { const: true }, size: { type: 'integer' }, before: { type: 'integer' }, name: { type: 'string' }, total: { type: 'integer' }, blocks: { type: 'array', items: { $ref: '#/components/schemas/BlockSummary' } } },
+          properties: {
+            success: { const: true },
+            size: { type: 'integer' },
+            before: { type: 'integer' },
+            name: { type: 'string' },
+            total: { type: 'integer' },
+            blocks: { type: 'array', items: { $ref: '#/components/schemas/BlockSummary' } },
+          },
         },
         VersionList: {
           type: 'object',
           required: ['success', 'url', 'total', 'versions'],
           properties: {
-            success: { const: true }, url: { type: 'string' }, total: { type: 'integer' },
+            success: { const: true },
+            url: { type: 'string' },
+            total: { type: 'integer' },
             versions: {
               type: 'array',
               items: {
-                type: 'object', required: ['index', 'record_hash', 'semver', 'effective_date', 'artifact_hash'],
-                properties: { index: { type: 'integer' }, record_hash: { type: 'string' }, semver: { type: 'string' }, effective_date: { type: 'string' }, posted: { type: 'string' }, artifact_hash: { type: 'string' }, license: { type: 'string' }, revoked_by: { type: 'integer' } },
+                type: 'object',
+                required: ['index', 'record_hash', 'semver', 'effective_date', 'artifact_hash'],
+                properties: {
+                  index: { type: 'integer' },
+                  record_hash: { type: 'string' },
+                  semver: { type: 'string' },
+                  effective_date: { type: 'string' },
+                  posted: { type: 'string' },
+                  artifact_hash: { type: 'string' },
+                  license: { type: 'string' },
+                  revoked_by: { type: 'integer' },
+                },
               },
             },
           },
         },
         Health: {
-          type: 'object', required: ['success', 'status'],
+          type: 'object',
+          required: ['success', 'status'],
           properties: {
-            success: { const: true }, status: { const: 'alive' }, uptime_seconds: { type: 'integer' },
+            success: { const: true },
+            status: { const: 'alive' },
+            uptime_seconds: { type: 'integer' },
             witnesses: {
-              type: 'object', description: 'An authority with witnesses or a policy: the cosignatures held for its committed checkpoint.',
-              properties: { witnesses: { type: 'integer' }, cosigned_size: { type: ['integer', 'null'] }, cosignatures: { type: 'integer' }, quorum: { enum: ['met', 'unmet', 'none'] }, quorum_why: { type: 'string' } },
+              type: 'object',
+              description: 'An authority with witnesses or a policy: the cosignatures held for its committed checkpoint.',
+              properties: {
+                witnesses: { type: 'integer' },
+                cosigned_size: { type: ['integer', 'null'] },
+                cosignatures: { type: 'integer' },
+                quorum: { enum: ['met', 'unmet', 'none'] },
+                quorum_why: { type: 'string' },
+              },
             },
           },
         },
@@ -544,10 +746,24 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           type: 'object',
           required: ['success', 'status', 'mode', 'chain'],
           properties: {
-            success: { type: 'boolean' }, status: { enum: ['ready', 'degraded', 'not_ready'] }, message: { type: 'string' },
-            reasons: { type: 'array', items: { type: 'object', required: ['code', 'message'], properties: { code: { type: 'string' }, message: { type: 'string' } } } },
+            success: { type: 'boolean' },
+            status: { enum: ['ready', 'degraded', 'not_ready'] },
+            message: { type: 'string' },
+            reasons: {
+              type: 'array',
+              items: { type: 'object', required: ['code', 'message'], properties: { code: { type: 'string' }, message: { type: 'string' } } },
+            },
             mode: { enum: ['authority', 'mirror', 'read-only'] },
-            chain: { oneOf: [{ type: 'null' }, { type: 'object', required: ['size', 'head'], properties: { size: { type: 'integer' }, head: { type: 'string' }, checkpoint_timestamp: { type: ['string', 'null'] } } }] },
+            chain: {
+              oneOf: [
+                { type: 'null' },
+                {
+                  type: 'object',
+                  required: ['size', 'head'],
+                  properties: { size: { type: 'integer' }, head: { type: 'string' }, checkpoint_timestamp: { type: ['string', 'null'] } },
+                },
+              ],
+            },
             sync: { type: ['object', 'null'] },
             push: { type: ['object', 'null'] },
           },
@@ -558,25 +774,43 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
               type: 'object',
               required: ['url', 'name', 'semver', 'license'],
               properties: {
-                url: { type: 'string' }, name: { type: 'string' }, semver: { type: 'string' }, license: { type: 'string' },
-                comment: { type: 'string' }, effective_date: { type: 'string' }, tags: { type: 'object', additionalProperties: { type: 'boolean' } },
-                algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'] }, expect: { $ref: '#/components/schemas/Claims' },
+                url: { type: 'string' },
+                name: { type: 'string' },
+                semver: { type: 'string' },
+                license: { type: 'string' },
+                comment: { type: 'string' },
+                effective_date: { type: 'string' },
+                tags: { type: 'object', additionalProperties: { type: 'boolean' } },
+                algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'] },
+                expect: { $ref: '#/components/schemas/Claims' },
               },
             },
             {
               type: 'object',
               required: ['uns', 'semver', 'endorsements'],
               properties: {
-                uns: { type: 'string' }, semver: { type: 'string' }, comment: { type: 'string' }, effective_date: { type: 'string' },
-                tags: { type: 'object', additionalProperties: { type: 'boolean' } }, algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'] },
+                uns: { type: 'string' },
+                semver: { type: 'string' },
+                comment: { type: 'string' },
+                effective_date: { type: 'string' },
+                tags: { type: 'object', additionalProperties: { type: 'boolean' } },
+                algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'] },
                 endorsements: {
                   type: 'array',
                   items: {
-                    type: 'object', required: ['url', 'name', 'semver', 'license'],
+                    type: 'object',
+                    required: ['url', 'name', 'semver', 'license'],
                     properties: {
-                      url: { type: 'string' }, name: { type: 'string' }, semver: { type: 'string' }, license: { type: 'string' }, comment: { type: 'string' },
+                      url: { type: 'string' },
+                      name: { type: 'string' },
+                      semver: { type: 'string' },
+                      license: { type: 'string' },
+                      comment: { type: 'string' },
                       expect: { $ref: '#/components/schemas/Claims' },
-                      algorithm: { enum: ['sha256', 'sha512', 'sha3-256', 'blake3'], description: 'This entry\'s artifact_hash algorithm (default: the request\'s).' },
+                      algorithm: {
+                        enum: ['sha256', 'sha512', 'sha3-256', 'blake3'],
+                        description: "This entry's artifact_hash algorithm (default: the request's).",
+                      },
                     },
                   },
                 },
@@ -586,8 +820,9 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
               type: 'object',
               required: ['blocks'],
               additionalProperties: false,
-              description: 'Several blocks endorsed together (a lockfile\'s): fetched as one submit, appended in one commit, all or none; '
-                + 'at most 256 blocks and 1,000 entries in all, a URL once in all.',
+              description:
+                "Several blocks endorsed together (a lockfile's): fetched as one submit, appended in one commit, all or none; " +
+                'at most 256 blocks and 1,000 entries in all, a URL once in all.',
               properties: { blocks: { type: 'array', minItems: 1, maxItems: 256, items: { type: 'object', required: ['uns', 'semver', 'endorsements'] } } },
             },
           ],
@@ -595,33 +830,51 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         RevokeRequest: {
           type: 'object',
           properties: {
-            url: { type: 'string' }, semver: { type: 'string' }, block: { type: 'integer', minimum: 0 },
+            url: { type: 'string' },
+            semver: { type: 'string' },
+            block: { type: 'integer', minimum: 0 },
             effective_date: { type: 'string', description: 'YYYY-MM-DD from which the revocation is in force (default: today, UTC)' },
             comment: { type: 'string' },
           },
-          oneOf: [{ required: ['url'], not: { required: ['block'] } }, { required: ['block'], not: { anyOf: [{ required: ['url'] }, { required: ['semver'] }] } }],
+          oneOf: [
+            { required: ['url'], not: { required: ['block'] } },
+            { required: ['block'], not: { anyOf: [{ required: ['url'] }, { required: ['semver'] }] } },
+          ],
           additionalProperties: false,
         },
         RevokeResponse: {
           type: 'object',
           required: ['success', 'status', 'index', 'record_hash', 'effective_date', 'revokes'],
           properties: {
-            success: { const: true }, status: { const: 'revoked' }, index: { type: 'integer' }, record_hash: { type: 'string' },
+            success: { const: true },
+            status: { const: 'revoked' },
+            index: { type: 'integer' },
+            record_hash: { type: 'string' },
             effective_date: { type: 'string' },
             revokes: {
-              type: 'object', required: ['index', 'record_hash', 'urls'],
+              type: 'object',
+              required: ['index', 'record_hash', 'urls'],
               properties: { index: { type: 'integer' }, record_hash: { type: 'string' }, urls: { type: 'array', items: { type: 'string' } } },
             },
-            },
           },
+        },
         StatementFile: {
-          type: 'object', required: ['statement', 'signatures'], additionalProperties: false,
-          description: 'docs/spec/key-events.md: `statement` (action root | key | compromise, chain, sequence, online, and root or compromised + good_through) and the holders\' signatures over "vouch key statement v1\\n" + JCS(statement).',
+          type: 'object',
+          required: ['statement', 'signatures'],
+          additionalProperties: false,
+          description:
+            'docs/spec/key-events.md: `statement` (action root | key | compromise, chain, sequence, online, and root or compromised + good_through) and the holders\' signatures over "vouch key statement v1\\n" + JCS(statement).',
           properties: {
             statement: { type: 'object' },
             signatures: {
-              type: 'array', maxItems: 64,
-              items: { type: 'object', required: ['public_key', 'signature'], additionalProperties: false, properties: { public_key: { type: 'string' }, signature: { type: 'string' } } },
+              type: 'array',
+              maxItems: 64,
+              items: {
+                type: 'object',
+                required: ['public_key', 'signature'],
+                additionalProperties: false,
+                properties: { public_key: { type: 'string' }, signature: { type: 'string' } },
+              },
             },
           },
         },
@@ -629,40 +882,63 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           type: 'object',
           required: ['success', 'status', 'index', 'record_hash', 'sequence', 'action', 'online'],
           properties: {
-            success: { const: true }, status: { const: 'applied' }, index: { type: 'integer' }, record_hash: { type: 'string' }, sequence: { type: 'integer' },
+            success: { const: true },
+            status: { const: 'applied' },
+            index: { type: 'integer' },
+            record_hash: { type: 'string' },
+            sequence: { type: 'integer' },
             action: { enum: ['root', 'key', 'compromise'] },
             online: { type: 'object', required: ['signer', 'public_key'], properties: { signer: { type: 'string' }, public_key: { type: 'string' } } },
           },
         },
         KeyState: {
           type: 'object',
-          description: '/v1/authority only: the verified chain\'s keys (docs/spec/key-events.md).',
+          description: "/v1/authority only: the verified chain's keys (docs/spec/key-events.md).",
           properties: {
             sequence: { type: 'integer', description: 'Key events applied.' },
-            root: { type: ['object', 'null'], properties: { version: { type: 'integer' }, threshold: { type: 'integer' }, keys: { type: 'array', items: { type: 'string' } } } },
+            root: {
+              type: ['object', 'null'],
+              properties: { version: { type: 'integer' }, threshold: { type: 'integer' }, keys: { type: 'array', items: { type: 'string' } } },
+            },
             online: {
               type: 'object',
-              properties: { signer: { type: 'string' }, public_key: { type: 'string' }, since: { type: 'integer', description: 'The key block that put it in force (0: block 0).' }, verifier_key: { type: ['string', 'null'] } },
+              properties: {
+                signer: { type: 'string' },
+                public_key: { type: 'string' },
+                since: { type: 'integer', description: 'The key block that put it in force (0: block 0).' },
+                verifier_key: { type: ['string', 'null'] },
+              },
             },
             retired: { type: 'array', items: { type: 'string' } },
             compromised: { type: 'array', items: { type: 'string' } },
-            voids: { type: 'array', items: { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 2 }, description: 'Inclusive index ranges of void blocks.' },
-            rollover: { type: ['object', 'null'], properties: { public_key: { type: 'string' }, verifier_key: { type: ['string', 'null'] } }, description: 'The previous key co-signing checkpoint notes during a rollover.' },
-            verifier_keys: { type: 'array', items: { type: 'string' }, description: 'The note verifier keys a checkpoint note is signed with now: the key in force first.' },
+            voids: {
+              type: 'array',
+              items: { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 2 },
+              description: 'Inclusive index ranges of void blocks.',
+            },
+            rollover: {
+              type: ['object', 'null'],
+              properties: { public_key: { type: 'string' }, verifier_key: { type: ['string', 'null'] } },
+              description: 'The previous key co-signing checkpoint notes during a rollover.',
+            },
+            verifier_keys: {
+              type: 'array',
+              items: { type: 'string' },
+              description: 'The note verifier keys a checkpoint note is signed with now: the key in force first.',
+            },
           },
         },
         Claims: {
-          description: 'What the client claims the bytes hash to (a lockfile\'s integrity, pip --hash, go.sum h1:): the authority fetches and hashes '
-            + 'the artifact itself and refuses the block (409 hash_mismatch) unless one claim matches; a claim is never signed as given.',
-          oneOf: [
-            { $ref: '#/components/schemas/Claim' },
-            { type: 'array', minItems: 1, maxItems: 64, items: { $ref: '#/components/schemas/Claim' } },
-          ],
+          description:
+            "What the client claims the bytes hash to (a lockfile's integrity, pip --hash, go.sum h1:): the authority fetches and hashes " +
+            'the artifact itself and refuses the block (409 hash_mismatch) unless one claim matches; a claim is never signed as given.',
+          oneOf: [{ $ref: '#/components/schemas/Claim' }, { type: 'array', minItems: 1, maxItems: 64, items: { $ref: '#/components/schemas/Claim' } }],
         },
         Claim: {
           type: 'string',
-          pattern: '^((sha1:[0-9a-f]{40})|(sha256:[0-9a-f]{64})|(sha384:[0-9a-f]{96})|(sha512:[0-9a-f]{128})|(sha3-256:[0-9a-f]{64})|(blake3:[0-9a-f]{64})|(h1:[A-Za-z0-9+/]{43}=))$',
-          description: '`<algorithm>:<lowercase hex>`, or Go\'s `h1:<base64>` of a module proxy `.zip` or `.mod` URL.',
+          pattern:
+            '^((sha1:[0-9a-f]{40})|(sha256:[0-9a-f]{64})|(sha384:[0-9a-f]{96})|(sha512:[0-9a-f]{128})|(sha3-256:[0-9a-f]{64})|(blake3:[0-9a-f]{64})|(h1:[A-Za-z0-9+/]{43}=))$',
+          description: "`<algorithm>:<lowercase hex>`, or Go's `h1:<base64>` of a module proxy `.zip` or `.mod` URL.",
         },
         SubmitProgressLine: {
           type: 'object',
@@ -676,15 +952,25 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         SubmitResponse: {
           type: 'object',
           required: ['success', 'status', 'index', 'record_hash'],
-          description: '`url` (and `urls` in the multi form) for one block; `blocks` for the blocks form (index and record_hash: its first posted block\'s).',
+          description: "`url` (and `urls` in the multi form) for one block; `blocks` for the blocks form (index and record_hash: its first posted block's).",
           properties: {
-            success: { const: true }, status: { enum: ['posted', 'unchanged'] }, url: { type: 'string' },
-            urls: { type: 'array', items: { type: 'string' } }, index: { type: 'integer' }, record_hash: { type: 'string' },
+            success: { const: true },
+            status: { enum: ['posted', 'unchanged'] },
+            url: { type: 'string' },
+            urls: { type: 'array', items: { type: 'string' } },
+            index: { type: 'integer' },
+            record_hash: { type: 'string' },
             blocks: {
               type: 'array',
               items: {
-                type: 'object', required: ['status', 'index', 'record_hash', 'entries'],
-                properties: { status: { enum: ['posted', 'unchanged'] }, index: { type: 'integer' }, record_hash: { type: 'string' }, entries: { type: 'integer' } },
+                type: 'object',
+                required: ['status', 'index', 'record_hash', 'entries'],
+                properties: {
+                  status: { enum: ['posted', 'unchanged'] },
+                  index: { type: 'integer' },
+                  record_hash: { type: 'string' },
+                  entries: { type: 'integer' },
+                },
               },
             },
           },

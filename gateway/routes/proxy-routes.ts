@@ -50,18 +50,18 @@ export interface ProxyRoute {
 /** A request that falls under a route: mapped to `url`, or refused with `refusal`. */
 export type ProxyMatch =
   | {
-    route: ProxyRoute;
-    /** The artifact URL: canonical base + rest, query included. */
-    url: string;
-    /** Where its bytes are fetched: origin + rest, query included. */
-    fetchUrl: string;
-    /** The origin's path for the request (origin path + rest, query included). */
-    upstreamPath: string;
-    /** The path after the prefix, as sent, and the query without `?`. */
-    rest: string;
-    query: string;
-    refusal: null;
-  }
+      route: ProxyRoute;
+      /** The artifact URL: canonical base + rest, query included. */
+      url: string;
+      /** Where its bytes are fetched: origin + rest, query included. */
+      fetchUrl: string;
+      /** The origin's path for the request (origin path + rest, query included). */
+      upstreamPath: string;
+      /** The path after the prefix, as sent, and the query without `?`. */
+      rest: string;
+      query: string;
+      refusal: null;
+    }
   | { route: ProxyRoute; url: null; fetchUrl: null; upstreamPath: null; rest: null; query: null; refusal: string };
 
 function usage(path: string, what: string): never {
@@ -100,8 +100,9 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
     if (prefix.includes('//') || prefix.includes('%') || prefix.split('/').some((s) => s === '.' || s === '..') || pathRefusal(prefix, '') !== null) {
       usage(`${at}.prefix`, 'must not contain //, dot segments, percent-encoding or what a request path may not (`;`, ...)');
     }
-    if (prefix === '/v1/' || prefix.startsWith('/v1/')) usage(`${at}.prefix`, 'must not be under /v1/ (the gateway\'s own paths)');
-    if (r.kind === 'oci' && !prefix.startsWith('/v2/')) usage(`${at}.prefix`, 'of an oci route must be /v2/ or under it (/v2/<registry host>/): registry clients ask for /v2/');
+    if (prefix === '/v1/' || prefix.startsWith('/v1/')) usage(`${at}.prefix`, "must not be under /v1/ (the gateway's own paths)");
+    if (r.kind === 'oci' && !prefix.startsWith('/v2/'))
+      usage(`${at}.prefix`, 'of an oci route must be /v2/ or under it (/v2/<registry host>/): registry clients ask for /v2/');
     if (r.kind !== 'oci' && (r.credentials_file ?? null) !== null) usage(`${at}.credentials_file`, 'applies to oci routes only');
     let host: string | null = null;
     let port: string | null = null;
@@ -118,12 +119,16 @@ export function compileRoutes(routes: readonly RouteConfig[]): ProxyRoute[] {
     const label = [r.host !== null ? `host ${r.host}` : '', r.prefix !== null ? `prefix ${r.prefix}` : ''].filter(Boolean).join(' ');
     const withSlash = (u: string) => (u.endsWith('/') ? u : `${u}/`);
     out.push({
-      index, host, port, prefix,
+      index,
+      host,
+      port,
+      prefix,
       origin: withSlash(r.origin),
       canonical: withSlash(r.canonical ?? r.origin),
       originAuthority: `${url.protocol}//${url.host}`,
       originPath,
-      unendorsed: r.unendorsed, mode: r.mode,
+      unendorsed: r.unendorsed,
+      mode: r.mode,
       kind: r.kind,
       ecosystem: ecosystemFor(r.kind),
       metadataTtlMs: Math.round(r.metadata_ttl * 1000),
@@ -227,9 +232,12 @@ const UNSAFE_CODE_POINT = /[\p{Cc}\p{Cf}\p{Z}\p{White_Space}\p{Co}\p{Noncharacte
  * turns into ASCII — a full-width dot `%ef%bc%8e` is `.` to them.
  */
 function utf8Refusal(bytes: string): string | null {
-  for (let i = 0; i < bytes.length;) {
+  for (let i = 0; i < bytes.length; ) {
     const b0 = bytes.charCodeAt(i);
-    if (b0 < 0x80) { i++; continue; }
+    if (b0 < 0x80) {
+      i++;
+      continue;
+    }
     const n = b0 >= 0xc2 && b0 <= 0xdf ? 1 : b0 >= 0xe0 && b0 <= 0xef ? 2 : b0 >= 0xf0 && b0 <= 0xf4 ? 3 : -1;
     if (n < 0) return 'invalid or overlong UTF-8'; // a continuation byte, an overlong lead (c0, c1) or f5-ff
     if (i + n >= bytes.length) return 'truncated UTF-8';
@@ -327,8 +335,13 @@ export function matchRoute(routes: readonly ProxyRoute[], hostHeader: string | u
     if (again !== null) return { route, url: null, fetchUrl: null, upstreamPath: null, rest: null, query: null, refusal: again };
   }
   return {
-    route, url: route.canonical + tail, fetchUrl: route.origin + tail, upstreamPath: route.originPath + tail,
-    rest, query: q === -1 ? '' : target.slice(q + 1), refusal: null,
+    route,
+    url: route.canonical + tail,
+    fetchUrl: route.origin + tail,
+    upstreamPath: route.originPath + tail,
+    rest,
+    query: q === -1 ? '' : target.slice(q + 1),
+    refusal: null,
   };
 }
 

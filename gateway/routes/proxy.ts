@@ -65,8 +65,16 @@ const CHARGE_STEP = 1024 * 1024;
 const KEPT_METADATA_HEADERS = ['content-type', 'location', 'etag', 'last-modified', 'cache-control'] as const;
 
 const HOP_BY_HOP = new Set([
-  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
-  'te', 'trailer', 'trailers', 'transfer-encoding', 'upgrade',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'trailers',
+  'transfer-encoding',
+  'upgrade',
 ]);
 /**
  * The host rendered metadata names the gateway by (random per process, so
@@ -124,7 +132,7 @@ const stateSerials = new WeakMap<object, number>();
 let nextStateSerial = 0;
 function stateSerial(state: object): number {
   let n = stateSerials.get(state);
-  if (n === undefined) stateSerials.set(state, n = ++nextStateSerial);
+  if (n === undefined) stateSerials.set(state, (n = ++nextStateSerial));
   return n;
 }
 
@@ -163,8 +171,17 @@ function onceSource(base: ArtifactSource, obtained: Awaited<ReturnType<ArtifactS
 export class ProxyRoutes {
   readonly routes: readonly ProxyRoute[];
   private readonly counters: ProxyStats = {
-    verified: 0, denied: 0, passed: 0, refused: 0, mismatches: 0, auditMismatches: 0, revoked: 0, auditRevoked: 0, failed: 0,
-    metadata: 0, metadataStale: 0,
+    verified: 0,
+    denied: 0,
+    passed: 0,
+    refused: 0,
+    mismatches: 0,
+    auditMismatches: 0,
+    revoked: 0,
+    auditRevoked: 0,
+    failed: 0,
+    metadata: 0,
+    metadataStale: 0,
   };
   private agent: Agent | null = null;
   private readonly metadata = new MetadataCache();
@@ -180,7 +197,11 @@ export class ProxyRoutes {
   /** @throws VouchError usage when a route is not usable (see `compileRoutes`). */
   constructor(private readonly ctx: GatewayContext) {
     this.routes = compileRoutes(ctx.config.proxy.routes);
-    this.oci = new OciRoutes(ctx, this.routes, { count: (what) => { this.counters[what]++; } });
+    this.oci = new OciRoutes(ctx, this.routes, {
+      count: (what) => {
+        this.counters[what]++;
+      },
+    });
   }
 
   stats(): ProxyStats {
@@ -202,7 +223,9 @@ export class ProxyRoutes {
     if (m !== null || !/^\/v2\/?(?:\?|$)/.test(target)) return m;
     // The registry API's base `/v2/` when the OCI routes are all under `/v2/<registry host>/`.
     const root = this.routes.find((r) => r.kind === 'oci');
-    return root === undefined ? null : { route: root, url: root.canonical, fetchUrl: root.origin, upstreamPath: root.originPath, rest: '', query: '', refusal: null };
+    return root === undefined
+      ? null
+      : { route: root, url: root.canonical, fetchUrl: root.origin, upstreamPath: root.originPath, rest: '', query: '', refusal: null };
   }
 
   /** Answers a matched request. Never rejects: failures become statuses (empty-bodied, or in the client's form on ecosystem routes). */
@@ -315,7 +338,11 @@ export class ProxyRoutes {
       this.counters.auditRevoked++;
       audit.push('revoked');
       this.ctx.log.warn('proxy audit: serving a revoked version', {
-        route: route.label, url: m.url, index: sel.block.index, revoked_by: sel.revokedBy.record_hash, audit_revoked: this.counters.auditRevoked,
+        route: route.label,
+        url: m.url,
+        index: sel.block.index,
+        revoked_by: sel.revokedBy.record_hash,
+        audit_revoked: this.counters.auditRevoked,
       });
     }
     return this.serveEndorsed(req, res, m, sel, audit);
@@ -337,7 +364,10 @@ export class ProxyRoutes {
     let obtained;
     try {
       // The route's canonical host is the operator's too: a redirect from the origin to it is not guarded.
-      obtained = await this.ctx.artifacts.obtain(m.fetchUrl, sel.entry.artifact_hash, { signal: abort.signal, trustedHosts: [new URL(m.route.canonical).host] });
+      obtained = await this.ctx.artifacts.obtain(m.fetchUrl, sel.entry.artifact_hash, {
+        signal: abort.signal,
+        trustedHosts: [new URL(m.route.canonical).host],
+      });
     } catch (e) {
       res.off('close', onClose);
       if (abort.signal.aborted) {
@@ -346,12 +376,15 @@ export class ProxyRoutes {
       }
       if (isVouchError(e) && e.code === 'hash_mismatch') {
         const evidence = {
-          route: route.label, url: sel.entry.artifact_url, ...(m.fetchUrl !== m.url ? { fetched_from: m.fetchUrl } : {}),
-          expected: sel.entry.artifact_hash, actual: e.evidence?.actual ?? null,
+          route: route.label,
+          url: sel.entry.artifact_url,
+          ...(m.fetchUrl !== m.url ? { fetched_from: m.fetchUrl } : {}),
+          expected: sel.entry.artifact_hash,
+          actual: e.evidence?.actual ?? null,
         };
         if (route.mode === 'audit') {
           this.counters.auditMismatches++;
-          this.ctx.log.warn('proxy audit: hash mismatch; serving the origin\'s bytes', { ...evidence, audit_mismatches: this.counters.auditMismatches });
+          this.ctx.log.warn("proxy audit: hash mismatch; serving the origin's bytes", { ...evidence, audit_mismatches: this.counters.auditMismatches });
           return this.passThrough(req, res, m, { 'x-vouch-audit': [...audit, 'mismatch'].join(', ') });
         }
         this.counters.mismatches++;
@@ -359,7 +392,8 @@ export class ProxyRoutes {
         return this.fail(res, route, 409, `vouch: hash mismatch for ${sel.entry.artifact_url}, refused (signed ${sel.entry.artifact_hash})`);
       }
       this.counters.failed++;
-      if (isVouchError(e) && e.kind === 'integrity') this.ctx.log.warn('proxy: cannot verify', { route: route.label, url: sel.entry.artifact_url, code: e.code });
+      if (isVouchError(e) && e.kind === 'integrity')
+        this.ctx.log.warn('proxy: cannot verify', { route: route.label, url: sel.entry.artifact_url, code: e.code });
       const status = isVouchError(e) && e.code === 'too_large' ? 502 : statusOf(e);
       const what = status === 504 ? 'origin timeout' : status === 502 ? 'origin error' : 'cannot serve';
       return this.fail(res, route, status, `vouch: ${what} for ${sel.entry.artifact_url}${isVouchError(e) ? `: ${e.message.split('\n')[0]}` : ''}`);
@@ -368,7 +402,14 @@ export class ProxyRoutes {
     this.counters.verified++;
     const source = onceSource(this.ctx.artifacts, obtained);
     try {
-      await serveVerified({ ...this.ctx, artifacts: source }, req, res, sel, { ...keptOriginHeaders(obtained.originHeaders), ...extra }, { compactUns: route.ecosystem !== null });
+      await serveVerified(
+        { ...this.ctx, artifacts: source },
+        req,
+        res,
+        sel,
+        { ...keptOriginHeaders(obtained.originHeaders), ...extra },
+        { compactUns: route.ecosystem !== null },
+      );
     } finally {
       if (!source.used) obtained.artifact.release();
     }
@@ -398,7 +439,12 @@ export class ProxyRoutes {
       return `${route.index}\u0000${form}\u0000${chain}\u0000${this.ctx.today()}`;
     };
     const view: RenderView = {
-      unendorsed: route.unendorsed, endorsed, revoked, artifactUrlOf: artifactUrlOfRoute, artifactTailOf, log: this.ctx.log,
+      unendorsed: route.unendorsed,
+      endorsed,
+      revoked,
+      artifactUrlOf: artifactUrlOfRoute,
+      artifactTailOf,
+      log: this.ctx.log,
       originUrl: (rest) => route.origin + rest,
       gatewayUrlOf: (url) => gatewayUrlOf(this.routes, route, `${protocol}//${HOST_MARK}`, url),
     };
@@ -427,15 +473,15 @@ export class ProxyRoutes {
       send(t.status, t.contentType, bytes, headers, this.metadata.hasDerived(r.id, hostKey));
     };
     const io: MetadataIO = {
-      req, res,
+      req,
+      res,
       unendorsed: route.unendorsed,
       rest: m.rest,
       query: m.query,
       log: this.ctx.log,
       fetch: async (rest, opts) => {
-        const got = await this.metadata.get(
-          `${route.index} ${opts.form} ${rest}`, route.metadataTtlMs, route.metadataMaxStaleMs,
-          () => this.fetchMetadata(route, rest, opts.accept),
+        const got = await this.metadata.get(`${route.index} ${opts.form} ${rest}`, route.metadataTtlMs, route.metadataMaxStaleMs, () =>
+          this.fetchMetadata(route, rest, opts.accept),
         );
         if (got.stale) {
           this.counters.metadataStale++;
@@ -452,7 +498,11 @@ export class ProxyRoutes {
       remember: (r, form, make) => this.metadata.derive(r.id, keyOf(form), () => make(view)),
       answer: (r, form, make) => {
         const key = keyOf(form);
-        sendTemplate(r, key, this.metadata.derive(r.id, key, () => this.render(route, view, make, host)));
+        sendTemplate(
+          r,
+          key,
+          this.metadata.derive(r.id, key, () => this.render(route, view, make, host)),
+        );
       },
       answerJob: async (r, form, job) => {
         const key = keyOf(form);
@@ -479,7 +529,13 @@ export class ProxyRoutes {
    * `route.canonical + rest` (fetched from `route.origin + rest` through the
    * mirror), with the refusals and audit fallbacks an artifact request gets.
    */
-  private async verifiedDigest(req: IncomingMessage, res: ServerResponse, route: ProxyRoute, rest: string, algorithm: ChecksumAlgorithm): Promise<VerifiedDigest> {
+  private async verifiedDigest(
+    req: IncomingMessage,
+    res: ServerResponse,
+    route: ProxyRoute,
+    rest: string,
+    algorithm: ChecksumAlgorithm,
+  ): Promise<VerifiedDigest> {
     const url = route.canonical + rest;
     const sel = this.ctx.state?.index.select(url, { today: this.ctx.today() }) ?? null;
     if (sel === null) {
@@ -512,7 +568,13 @@ export class ProxyRoutes {
       if (isVouchError(e) && e.code === 'hash_mismatch') {
         if (route.mode === 'audit') return { ok: 'pass' };
         this.counters.mismatches++;
-        this.ctx.log.warn('proxy: hash mismatch: refused a checksum', { route: route.label, url, method: req.method, expected: hash, actual: e.evidence?.actual ?? null });
+        this.ctx.log.warn('proxy: hash mismatch: refused a checksum', {
+          route: route.label,
+          url,
+          method: req.method,
+          expected: hash,
+          actual: e.evidence?.actual ?? null,
+        });
         return { ok: false, status: 409, message: `vouch: hash mismatch for ${url}, refused (signed ${hash})` };
       }
       const status = isVouchError(e) && e.code === 'too_large' ? 502 : statusOf(e);
@@ -574,7 +636,15 @@ export class ProxyRoutes {
    * has no room: sent uncharged if a cache keeps the bytes anyway (`kept`),
    * else 503.
    */
-  private sendMetadata(req: IncomingMessage, res: ServerResponse, route: ProxyRoute, status: number, headers: Record<string, string>, bytes: Buffer, kept: boolean): void {
+  private sendMetadata(
+    req: IncomingMessage,
+    res: ServerResponse,
+    route: ProxyRoute,
+    status: number,
+    headers: Record<string, string>,
+    bytes: Buffer,
+    kept: boolean,
+  ): void {
     const head = {
       'content-length': String(bytes.length),
       'x-content-type-options': 'nosniff',
@@ -627,7 +697,9 @@ export class ProxyRoutes {
     if (artifacts.holdBytes(n)) return () => artifacts.unholdBytes?.(n);
     if (this.reserveUsed + n > METADATA_RESERVE) return null;
     this.reserveUsed += n;
-    return () => { this.reserveUsed -= n; };
+    return () => {
+      this.reserveUsed -= n;
+    };
   }
 
   /** Scheme (of public_url) and authority (the request's Host, when it is a host name) that clients reach the gateway at. */
@@ -650,7 +722,9 @@ export class ProxyRoutes {
         headers: { accept, 'accept-encoding': 'identity', 'user-agent': 'vouch-gateway' },
       });
     } catch (e) {
-      throw new VouchError(isTimeout(e) ? 'origin_timeout' : 'origin_error', `${url}: ${(e as { code?: string }).code ?? (e as Error).message}`, { resource: url });
+      throw new VouchError(isTimeout(e) ? 'origin_timeout' : 'origin_error', `${url}: ${(e as { code?: string }).code ?? (e as Error).message}`, {
+        resource: url,
+      });
     }
     const declared = Number(up.headers['content-length']);
     if (declared > MAX_METADATA_BYTES) {
@@ -699,9 +773,14 @@ export class ProxyRoutes {
       if (typeof v === 'string') headers[name] = v;
     }
     if (typeof up.headers['content-encoding'] === 'string' && up.headers['content-encoding'] !== 'identity') {
-      throw new VouchError('origin_error', `${url}: the origin sent encoded metadata (${up.headers['content-encoding']}) although asked for identity`, { resource: url });
+      throw new VouchError('origin_error', `${url}: the origin sent encoded metadata (${up.headers['content-encoding']}) although asked for identity`, {
+        resource: url,
+      });
     }
-    const body = into !== null && size === into.length && chunks.length === 0 ? into : Buffer.concat(into === null ? chunks : [into.subarray(0, Math.min(size, into.length)), ...chunks], size);
+    const body =
+      into !== null && size === into.length && chunks.length === 0
+        ? into
+        : Buffer.concat(into === null ? chunks : [into.subarray(0, Math.min(size, into.length)), ...chunks], size);
     return { status: up.statusCode, headers, body };
   }
 
@@ -796,4 +875,3 @@ export class ProxyRoutes {
     return route.prefix + resolved.href.slice(base.length);
   }
 }
-

@@ -88,7 +88,7 @@ function isObject(v: unknown): v is Obj {
 }
 
 function has(o: Obj, k: string): boolean {
-  return  Object.hasOwn(o, k);
+  return Object.hasOwn(o, k);
 }
 
 function checkMembers(o: Obj, where: string, allowed: readonly string[], hint: string): void {
@@ -130,7 +130,9 @@ function expect(o: Obj, field: string): { expect?: string[] } {
   list.forEach((v: unknown, i: number) => {
     const where = Array.isArray(raw) ? `${field}[${i}]` : field;
     if (typeof v !== 'string' || v.length > 200 || !isClaim(v)) {
-      bad(`${where} must be <${['sha1', 'sha384', ...Object.keys(HASH_ALGORITHMS)].join('|')}>:<lowercase hex> or h1:<base64>, got ${JSON.stringify(String(v).slice(0, 100))}`);
+      bad(
+        `${where} must be <${['sha1', 'sha384', ...Object.keys(HASH_ALGORITHMS)].join('|')}>:<lowercase hex> or h1:<base64>, got ${JSON.stringify(String(v).slice(0, 100))}`,
+      );
     }
     if (!out.includes(v)) out.push(v);
   });
@@ -218,7 +220,12 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
     });
     req = { form: 'multi', uns, semver: sv, ...c, entries };
   } else {
-    checkMembers(body, '', SINGLE_KEYS, ' (the body takes url, name, semver, license, comment, expect, effective_date, tags, algorithm; or uns, semver, endorsements)');
+    checkMembers(
+      body,
+      '',
+      SINGLE_KEYS,
+      ' (the body takes url, name, semver, license, comment, expect, effective_date, tags, algorithm; or uns, semver, endorsements)',
+    );
     const u = url(body, 'url');
     const name = unit(body, 'name', 'name');
     const sv = semver(body, 'semver');
@@ -234,7 +241,10 @@ export function parseSubmitRequest(body: unknown): SubmitRequest {
 }
 
 /** A submit body: one block's request, or the blocks form's several (`batch`). */
-export interface SubmitBody { requests: SubmitRequest[]; batch: boolean }
+export interface SubmitBody {
+  requests: SubmitRequest[];
+  batch: boolean;
+}
 
 /**
  * Validates a submit body of any form (already JSON-parsed): the blocks form

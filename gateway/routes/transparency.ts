@@ -39,7 +39,11 @@ function ready(ctx: GatewayContext): NonNullable<GatewayContext['state']> {
  * `/v1/authority`: the origin of the served checkpoint, else the configured
  * `chain.origin`; null when neither is known.
  */
-export function noteVerifierKey(ctx: GatewayContext, state: NonNullable<GatewayContext['state']>, publicKey: string = state.keys.online.publicKey): string | null {
+export function noteVerifierKey(
+  ctx: GatewayContext,
+  state: NonNullable<GatewayContext['state']>,
+  publicKey: string = state.keys.online.publicKey,
+): string | null {
   const configured = (ctx.config.chain as { origin?: unknown }).origin;
   const origin = state.note?.checkpoint.origin ?? (typeof configured === 'string' && configured !== '' ? configured : null);
   const key = base64Decode(publicKey);
@@ -85,11 +89,14 @@ export function proofTag(p: BlockProof): string {
 /** `GET /checkpoint`: the served checkpoint note, as text. */
 export function handleCheckpointNote(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse): void {
   const text = ready(ctx).servedCheckpointNote();
-  if (text === null) throw new VouchError('not_found', 'this chain has no checkpoint.note yet (it gains one with its next append)', { resource: '/checkpoint' });
+  if (text === null)
+    throw new VouchError('not_found', 'this chain has no checkpoint.note yet (it gains one with its next append)', { resource: '/checkpoint' });
   const body = Buffer.from(text, 'utf8');
   res.writeHead(200, {
-    'content-type': 'text/plain; charset=utf-8', 'content-length': String(body.length),
-    'cache-control': 'no-cache', 'x-content-type-options': 'nosniff',
+    'content-type': 'text/plain; charset=utf-8',
+    'content-length': String(body.length),
+    'cache-control': 'no-cache',
+    'x-content-type-options': 'nosniff',
   });
   res.end(req.method === 'HEAD' ? undefined : body);
 }
@@ -114,8 +121,10 @@ export function handleTile(ctx: GatewayContext, req: IncomingMessage, res: Serve
     body = state.tree.tile(ref.level, ref.index, ref.width);
   }
   res.writeHead(200, {
-    'content-type': 'application/octet-stream', 'content-length': String(body.length),
-    'cache-control': TILE_CACHE, 'x-content-type-options': 'nosniff',
+    'content-type': 'application/octet-stream',
+    'content-length': String(body.length),
+    'cache-control': TILE_CACHE,
+    'x-content-type-options': 'nosniff',
   });
   res.end(req.method === 'HEAD' ? undefined : Buffer.from(body.buffer, body.byteOffset, body.length));
 }
@@ -147,14 +156,17 @@ export function handleInclusionProof(ctx: GatewayContext, _req: IncomingMessage,
   if (index === undefined) throw new VouchError('bad_request', 'missing index parameter');
   const state = ready(ctx);
   const tree = state.tree;
-  if (size !== undefined && size > tree.size) throw new VouchError('not_found', `size ${size} is beyond the log's ${tree.size} entries`, { resource: `size=${size}` });
+  if (size !== undefined && size > tree.size)
+    throw new VouchError('not_found', `size ${size} is beyond the log's ${tree.size} entries`, { resource: `size=${size}` });
   const n = size ?? defaultSize(state);
   if (index >= n) {
     if (size !== undefined) throw new VouchError('bad_request', `index ${index} is not below size ${size}`);
     throw new VouchError('not_found', `index ${index} is beyond the checkpoint's ${n} entries`, { resource: `index=${index}` });
   }
   sendJson(res, 200, {
-    success: true, index, size: n,
+    success: true,
+    index,
+    size: n,
     leaf_hash: base64Encode(tree.leafHashAt(index)),
     proof: tree.inclusionProof(index, n).map(base64Encode),
   });

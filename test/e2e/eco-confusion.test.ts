@@ -56,7 +56,8 @@ test.before(async () => {
   origin.route('/pypi/simple/gadget/', {
     contentType: 'application/vnd.pypi.simple.v1+json',
     body: JSON.stringify({
-      meta: { 'api-version': '1.1' }, name: 'gadget',
+      meta: { 'api-version': '1.1' },
+      name: 'gadget',
       files: [{ filename: 'widget-1.0.0.tar.gz', url: `${o}/files/widget-2.0.0.tar.gz`, hashes: {} }],
     }),
   });
@@ -66,10 +67,16 @@ test.before(async () => {
   const signer = testSigner('eco-confusion');
   const now = Date.now() - 60_000;
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now, uns: 'acme/confusion' })];
-  const endorse = (url: string, bytes: Buffer, name: string, semver: string) => blocks.push(buildEndorseBlock({
-    prev: blocks.at(-1)!, signer, backend: nodeBackend, now: now + blocks.length,
-    entries: [{ url, artifactHash: artifactHashOf(nodeBackend, 'sha512', bytes), name, semver, license: 'MIT' }],
-  }));
+  const endorse = (url: string, bytes: Buffer, name: string, semver: string) =>
+    blocks.push(
+      buildEndorseBlock({
+        prev: blocks.at(-1)!,
+        signer,
+        backend: nodeBackend,
+        now: now + blocks.length,
+        entries: [{ url, artifactHash: artifactHashOf(nodeBackend, 'sha512', bytes), name, semver, license: 'MIT' }],
+      }),
+    );
   endorse(`${CANON}@x/foo/-/foo-1.0.0.tgz`, xfoo, '@x/foo', '1.0.0');
   endorse(`${CANON}@types/node/-/node-1.0.0.tgz`, types, '@types/node', '1.0.0');
   // What a lockfile endorser that trusted the index's name would have signed: 2.0.0's URL as widget 1.0.0.
@@ -77,18 +84,24 @@ test.before(async () => {
   endorse(`${o}/files/widget-1.5.0.tar.gz`, WIDGET_15, 'pypi/widget', '1.5.0');
   const chainDir = join(work, 'chain');
   await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks.at(-1)!, signer, now: now + blocks.length }), { timestamp: Math.floor(now / 1000) });
-  gw = await startGatewayProcess(['--config', writeConfig(join(work, 'gw'), {
-    listen: { port: 0 },
-    chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
-    origin: { timeout: 10, allow_private: true },
-    proxy: {
-      routes: [
-        { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON, metadata_ttl: 0 },
-        { prefix: '/pypi/', kind: 'pypi', origin: `${o}/pypi/`, metadata_ttl: 0 },
-        { prefix: '/pypi-files/', kind: 'pypi', origin: `${o}/files/` },
-      ],
-    },
-  })], { env: { VOUCH_LOG_FORMAT: 'json' } });
+  gw = await startGatewayProcess(
+    [
+      '--config',
+      writeConfig(join(work, 'gw'), {
+        listen: { port: 0 },
+        chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
+        origin: { timeout: 10, allow_private: true },
+        proxy: {
+          routes: [
+            { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON, metadata_ttl: 0 },
+            { prefix: '/pypi/', kind: 'pypi', origin: `${o}/pypi/`, metadata_ttl: 0 },
+            { prefix: '/pypi-files/', kind: 'pypi', origin: `${o}/files/` },
+          ],
+        },
+      }),
+    ],
+    { env: { VOUCH_LOG_FORMAT: 'json' } },
+  );
 });
 
 test.after(async () => {
@@ -104,14 +117,22 @@ async function npmIn(args: string[]): Promise<{ run: NpmRun; dir: string }> {
   mkdirSync(dir);
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: `project-${projects}`, version: '1.0.0', private: true }));
   const env = cleanNpmEnv({
-    NPM_CONFIG_USERCONFIG: join(dir, '.npmrc'), NPM_CONFIG_CACHE: join(dir, 'cache'), NPM_CONFIG_REGISTRY: `${gw.url}/npm/`,
-    NPM_CONFIG_UPDATE_NOTIFIER: 'false', NPM_CONFIG_FUND: 'false', NPM_CONFIG_AUDIT: 'false', NPM_CONFIG_FETCH_RETRIES: '0',
+    NPM_CONFIG_USERCONFIG: join(dir, '.npmrc'),
+    NPM_CONFIG_CACHE: join(dir, 'cache'),
+    NPM_CONFIG_REGISTRY: `${gw.url}/npm/`,
+    NPM_CONFIG_UPDATE_NOTIFIER: 'false',
+    NPM_CONFIG_FUND: 'false',
+    NPM_CONFIG_AUDIT: 'false',
+    NPM_CONFIG_FETCH_RETRIES: '0',
   });
   return { run: await runNpm(args, { cwd: dir, env }), dir };
 }
 
-test('npm: foo listing @x/foo\'s endorsed tarball, node listing @types/node\'s: not offered, npm install fails with the reason', async () => {
-  for (const [name, owner] of [['foo', '@x/foo'], ['node', '@types/node']] as const) {
+test("npm: foo listing @x/foo's endorsed tarball, node listing @types/node's: not offered, npm install fails with the reason", async () => {
+  for (const [name, owner] of [
+    ['foo', '@x/foo'],
+    ['node', '@types/node'],
+  ] as const) {
     const r = await fetch(`${gw.url}/npm/${name}`, { headers: { accept: 'application/json' } });
     const body = await r.text();
     assert.is(r.status, 404, `${name}: ${body.slice(0, 300)}`);
@@ -134,7 +155,10 @@ test('PyPI: a link the index names widget-1.0.0.tar.gz but whose URL is widget-2
   assert.not.match(page, /widget-2\.0\.0|widget-1\.0\.0/);
   assert.match(page, /pypi-files\/widget-1\.5\.0\.tar\.gz#sha512=[0-9a-f]{128}">widget-1\.5\.0\.tar\.gz</);
   const json = await fetch(`${gw.url}/pypi/simple/widget/`, { headers: { accept: 'application/vnd.pypi.simple.v1+json' } });
-  assert.equal((await json.json()).files.map((f: { filename: string }) => f.filename), ['widget-1.5.0.tar.gz']);
+  assert.equal(
+    (await json.json()).files.map((f: { filename: string }) => f.filename),
+    ['widget-1.5.0.tar.gz'],
+  );
   // A JSON index page whose only file is named otherwise than its URL: nothing left to offer, 404 with the reason.
   const gadget = await fetch(`${gw.url}/pypi/simple/gadget/`, { headers: { accept: 'application/vnd.pypi.simple.v1+json' } });
   assert.is(gadget.status, 404);

@@ -17,15 +17,32 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  artifactHashOf, base64Encode, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock,
-  formatBlockFile, formatCheckpointFile, type Block,
+  artifactHashOf,
+  base64Encode,
+  buildAuthorityBlock,
+  buildCheckpoint,
+  buildEndorseBlock,
+  buildRevokeBlock,
+  formatBlockFile,
+  formatCheckpointFile,
+  type Block,
 } from '../../chain/index.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import type { MetadataIO } from '../../gateway/ecosystems/ecosystem.ts';
 import {
-  compareGoVersions, escapeGo, filterVersionList, formatVersionList, goproxy, isCanonicalVersion, latestOf,
-  modulePathProblem, parseGoproxyPath, parseVersionList, unescapeGo, versionFitsPath,
+  compareGoVersions,
+  escapeGo,
+  filterVersionList,
+  formatVersionList,
+  goproxy,
+  isCanonicalVersion,
+  latestOf,
+  modulePathProblem,
+  parseGoproxyPath,
+  parseVersionList,
+  unescapeGo,
+  versionFitsPath,
 } from '../../gateway/ecosystems/goproxy.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { hash1, modVersion, type ModVersion } from '../helpers/go-modules.ts';
@@ -53,9 +70,29 @@ test('module paths: the rules of module.CheckPath, bounded', () => {
   for (const ok of ['example.com/hello', 'github.com/BurntSushi/toml', 'example.com/m/v2', 'gopkg.in/yaml.v3', 'golang.org/x/mod', 'a.b/c~d_e-f.g']) {
     assert.is(modulePathProblem(ok), null, ok);
   }
-  for (const bad of ['', 'hello', 'Example.com/x', '-x.com/a', 'example.com//a', 'example.com/a/', 'example.com/.a', 'example.com/a.',
-    'example.com/..', 'example.com/a b', 'example.com/a+b', 'example.com/m/v1', 'example.com/m/v0', 'example.com/m/v02', 'example.com/m/v2.1',
-    'gopkg.in/yaml', 'example.com/con', 'example.com/LPT1.txt', 'example.com/abc~1', `example.com/${'a'.repeat(300)}`, 'example.com/a@b']) {
+  for (const bad of [
+    '',
+    'hello',
+    'Example.com/x',
+    '-x.com/a',
+    'example.com//a',
+    'example.com/a/',
+    'example.com/.a',
+    'example.com/a.',
+    'example.com/..',
+    'example.com/a b',
+    'example.com/a+b',
+    'example.com/m/v1',
+    'example.com/m/v0',
+    'example.com/m/v02',
+    'example.com/m/v2.1',
+    'gopkg.in/yaml',
+    'example.com/con',
+    'example.com/LPT1.txt',
+    'example.com/abc~1',
+    `example.com/${'a'.repeat(300)}`,
+    'example.com/a@b',
+  ]) {
     assert.not.equal(modulePathProblem(bad), null, bad);
   }
 });
@@ -77,7 +114,20 @@ test('versions: canonical semver with v, pseudo-versions, +incompatible; the maj
 });
 
 test('Go version order and what latest means (the highest release, else the highest pre-release)', () => {
-  const sorted = ['v0.0.0-20200101000000-aaaaaaaaaaaa', 'v0.9.0', 'v1.0.0-alpha', 'v1.0.0-alpha.1', 'v1.0.0-alpha.beta', 'v1.0.0-beta.2', 'v1.0.0-beta.11', 'v1.0.0-rc.1', 'v1.0.0', 'v1.2.0', 'v1.10.0', 'v10.0.0+incompatible'];
+  const sorted = [
+    'v0.0.0-20200101000000-aaaaaaaaaaaa',
+    'v0.9.0',
+    'v1.0.0-alpha',
+    'v1.0.0-alpha.1',
+    'v1.0.0-alpha.beta',
+    'v1.0.0-beta.2',
+    'v1.0.0-beta.11',
+    'v1.0.0-rc.1',
+    'v1.0.0',
+    'v1.2.0',
+    'v1.10.0',
+    'v10.0.0+incompatible',
+  ];
   const shuffled = [...sorted].reverse();
   assert.equal([...shuffled].sort(compareGoVersions), sorted);
   assert.is(compareGoVersions('v2.0.0+incompatible', 'v2.0.0'), 0);
@@ -89,14 +139,31 @@ test('Go version order and what latest means (the highest release, else the high
 test('request paths: list, latest, info/mod/zip; %21 read as !; anything else is not the protocol', () => {
   assert.equal(parseGoproxyPath('example.com/hello/@v/list'), { what: 'list', module: 'example.com/hello' });
   assert.equal(parseGoproxyPath('example.com/!cased/@latest'), { what: 'latest', module: 'example.com/Cased' });
-  assert.equal(parseGoproxyPath('example.com/%21cased/@v/v1.0.0-%21r%21c1.zip'), { what: 'zip', module: 'example.com/Cased', version: 'v1.0.0-RC1', canonical: true });
+  assert.equal(parseGoproxyPath('example.com/%21cased/@v/v1.0.0-%21r%21c1.zip'), {
+    what: 'zip',
+    module: 'example.com/Cased',
+    version: 'v1.0.0-RC1',
+    canonical: true,
+  });
   assert.equal(parseGoproxyPath('example.com/hello/@v/v1.0.0.mod'), { what: 'mod', module: 'example.com/hello', version: 'v1.0.0', canonical: true });
   assert.equal(parseGoproxyPath('example.com/hello/@v/master.info'), { what: 'info', module: 'example.com/hello', version: 'master', canonical: false });
   for (const bad of [
-    'sumdb/sum.golang.org/supported', 'example.com/hello/@v/', 'example.com/hello/@v/list/', 'example.com/hello/@v/master.zip',
-    'example.com/hello/@v/master.mod', 'example.com/hello/@v/v1.0.zip', 'example.com/hello/@v/v2.0.0.zip', 'example.com/Cased/@v/list',
-    'example.com/hello/@v/v1.0.0.tar', 'example.com/hello/@v/.info', 'example.com/hello/@v/v1.0.0%2e.zip', 'hello/@v/list',
-    'example.com/hello@v1.0.0/@v/list', `example.com/${'a'.repeat(400)}/@v/list`, 'example.com/hello/@v/a/b.info', '@v/list',
+    'sumdb/sum.golang.org/supported',
+    'example.com/hello/@v/',
+    'example.com/hello/@v/list/',
+    'example.com/hello/@v/master.zip',
+    'example.com/hello/@v/master.mod',
+    'example.com/hello/@v/v1.0.zip',
+    'example.com/hello/@v/v2.0.0.zip',
+    'example.com/Cased/@v/list',
+    'example.com/hello/@v/v1.0.0.tar',
+    'example.com/hello/@v/.info',
+    'example.com/hello/@v/v1.0.0%2e.zip',
+    'hello/@v/list',
+    'example.com/hello@v1.0.0/@v/list',
+    `example.com/${'a'.repeat(400)}/@v/list`,
+    'example.com/hello/@v/a/b.info',
+    '@v/list',
   ]) {
     assert.is(parseGoproxyPath(bad), null, bad);
   }
@@ -113,7 +180,10 @@ test('list filtering: canonical versions that fit the path; on deny only those w
   const body = 'v1.0.0\nv1.1.0 2026-01-02T03:04:05Z\r\nnot-a-version\nv2.0.0\nv1.2.0  \n\nv1.0.0\n' + `v1.3.0 ${'x'.repeat(600)}\nv1.3.0-rc.1 yesterday\n`;
   const lines = parseVersionList(body, 'example.com/hello');
   assert.equal(lines, [
-    { version: 'v1.0.0', time: null }, { version: 'v1.1.0', time: '2026-01-02T03:04:05Z' }, { version: 'v1.2.0', time: null }, { version: 'v1.3.0-rc.1', time: null },
+    { version: 'v1.0.0', time: null },
+    { version: 'v1.1.0', time: '2026-01-02T03:04:05Z' },
+    { version: 'v1.2.0', time: null },
+    { version: 'v1.3.0-rc.1', time: null },
   ]);
   const endorsed = new Set([`${CANONICAL}example.com/hello/@v/v1.0.0.zip`, `${CANONICAL}example.com/hello/@v/v1.3.0-rc.1.zip`]);
   const io = (unendorsed: 'deny' | 'pass') => ({
@@ -144,7 +214,13 @@ const M = {
 const esc = (mv: ModVersion, ext: string) => `${escapeGo(mv.module)}/@v/${escapeGo(mv.version)}.${ext}`;
 const canonicalUrl = (mv: ModVersion, ext: string) => CANONICAL + esc(mv, ext);
 
-function serveModule(o: OriginServer, versions: ModVersion[], list: string, latest: ModVersion | null, opts: { tamperZip?: boolean; tamperMod?: boolean } = {}) {
+function serveModule(
+  o: OriginServer,
+  versions: ModVersion[],
+  list: string,
+  latest: ModVersion | null,
+  opts: { tamperZip?: boolean; tamperMod?: boolean } = {},
+) {
   const base = `/mod/${escapeGo(versions[0]!.module)}`;
   o.route(`${base}/@v/list`, { body: list, contentType: 'text/plain; charset=utf-8' });
   if (latest !== null) o.route(`${base}/@latest`, { body: latest.info, contentType: 'application/json' });
@@ -161,10 +237,16 @@ async function buildChain(dir: string): Promise<string> {
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now: t, uns: 'acme/go-chain' })];
   const endorse = (mv: ModVersion, exts: string[]) => {
     const block = buildEndorseBlock({
-      prev: blocks.at(-1)!, signer, backend: nodeBackend, now: t + blocks.length * 1000,
+      prev: blocks.at(-1)!,
+      signer,
+      backend: nodeBackend,
+      now: t + blocks.length * 1000,
       entries: exts.map((ext) => ({
-        url: canonicalUrl(mv, ext), artifactHash: artifactHashOf(nodeBackend, 'sha256', ext === 'zip' ? mv.zip : Buffer.from(mv.mod)),
-        name: `golang/${mv.module.split('/').at(-1)!.toLowerCase()}`, semver: mv.version.slice(1).replace('+incompatible', ''), license: 'MIT',
+        url: canonicalUrl(mv, ext),
+        artifactHash: artifactHashOf(nodeBackend, 'sha256', ext === 'zip' ? mv.zip : Buffer.from(mv.mod)),
+        name: `golang/${mv.module.split('/').at(-1)!.toLowerCase()}`,
+        semver: mv.version.slice(1).replace('+incompatible', ''),
+        license: 'MIT',
       })),
     });
     blocks.push(block);
@@ -180,8 +262,12 @@ async function buildChain(dir: string): Promise<string> {
   endorse(M.modtamper, ['zip', 'mod']);
   endorse(M.pseudo, ['zip']);
   const checkpoint = buildCheckpoint({ head: blocks.at(-1)!, signer, now: t + blocks.length * 1000 });
-  await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-    { message: 'go fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(t / 1000) });
+  await ChainRepo.init(
+    dir,
+    blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(checkpoint),
+    { message: 'go fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(t / 1000) },
+  );
   return base64Encode(signer.publicKey);
 }
 
@@ -206,7 +292,10 @@ function goEnv(modcache: string): Record<string, string> {
     GOTOOLCHAIN: 'local',
     GOPROXY: `${gw.url}/go/`,
     GOSUMDB: 'off',
-    GONOPROXY: '', GOPRIVATE: '', GOINSECURE: '', GONOSUMDB: '',
+    GONOPROXY: '',
+    GOPRIVATE: '',
+    GOINSECURE: '',
+    GONOSUMDB: '',
     GO111MODULE: 'on',
   };
 }
@@ -237,9 +326,18 @@ function expectDownloaded(d: { run: GoRun; json: Record<string, string> }, mv: M
 }
 
 /** A GET through the gateway. */
-async function get(path: string, headers: Record<string, string> = {}): Promise<{ status: number; type: string | null; uns: string | null; unendorsed: string | null; body: string }> {
+async function get(
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; type: string | null; uns: string | null; unendorsed: string | null; body: string }> {
   const r = await fetch(gw.url + path, { headers: { 'user-agent': 'test-client', ...headers } });
-  return { status: r.status, type: r.headers.get('content-type'), uns: r.headers.get('uns'), unendorsed: r.headers.get('x-vouch-unendorsed'), body: await r.text() };
+  return {
+    status: r.status,
+    type: r.headers.get('content-type'),
+    uns: r.headers.get('uns'),
+    unendorsed: r.headers.get('x-vouch-unendorsed'),
+    body: await r.text(),
+  };
 }
 
 function fixturePaths(): string[] {
@@ -250,8 +348,12 @@ function fixturePaths(): string[] {
 
 test.before(async () => {
   origin = await OriginServer.start();
-  serveModule(origin, [M.hello090, M.hello100, M.hello110, M.hello120, M.hello130rc],
-    'v1.0.0\nv1.1.0\nv1.2.0\nv1.3.0-rc.1\nv0.9.0\nnot a version\n', M.hello120);
+  serveModule(
+    origin,
+    [M.hello090, M.hello100, M.hello110, M.hello120, M.hello130rc],
+    'v1.0.0\nv1.1.0\nv1.2.0\nv1.3.0-rc.1\nv0.9.0\nnot a version\n',
+    M.hello120,
+  );
   serveModule(origin, [M.cased], 'v1.0.0\n', M.cased);
   serveModule(origin, [M.tampered], 'v1.0.0\n', M.tampered, { tamperZip: true });
   serveModule(origin, [M.modtamper], 'v1.0.0\n', M.modtamper, { tamperMod: true });
@@ -263,7 +365,12 @@ test.before(async () => {
     chain: { dir: join(work, 'chain'), public_key: publicKey },
     origin: { allow_private: true, timeout: 3 },
     mirror: { memory_bytes: 16 * 1024 * 1024 },
-    proxy: { routes: [{ prefix: '/go/', unendorsed: 'deny', ...route }, { prefix: '/gopass/', unendorsed: 'pass', ...route }] },
+    proxy: {
+      routes: [
+        { prefix: '/go/', unendorsed: 'deny', ...route },
+        { prefix: '/gopass/', unendorsed: 'pass', ...route },
+      ],
+    },
   });
   gw = await startGatewayProcess(['--config', cfg]);
   mkdirSync(consumer, { recursive: true });
@@ -277,7 +384,7 @@ test.after(async () => {
   rmSync(work, { recursive: true, force: true });
 });
 
-test('go mod download of an endorsed module: verified zip, go\'s h1 sums and the extracted files match what was built', async () => {
+test("go mod download of an endorsed module: verified zip, go's h1 sums and the extracted files match what was built", async () => {
   const d = await download('example.com/hello@v1.0.0');
   expectDownloaded(d, M.hello100, 'hello v1.0.0');
   // The consumer's requirement, as a project downloads it (go.sum is written from what vouch served).
@@ -307,7 +414,10 @@ test('case-encoded module paths: go sends %21, the artifact URL and the origin r
   expectDownloaded(await download('example.com/Cased@v1.0.0'), M.cased, 'Cased');
   const seen = origin.log.slice(before).map((r) => r.path);
   assert.ok(seen.includes('/mod/example.com/!cased/@v/v1.0.0.zip'), seen.join(' '));
-  assert.not.ok(seen.some((p) => p.includes('%21')), seen.join(' '));
+  assert.not.ok(
+    seen.some((p) => p.includes('%21')),
+    seen.join(' '),
+  );
   // Either spelling is one artifact URL.
   const a = await get('/go/example.com/%21cased/@v/v1.0.0.zip');
   const b = await get('/go/example.com/!cased/@v/v1.0.0.zip');
@@ -315,7 +425,7 @@ test('case-encoded module paths: go sends %21, the artifact URL and the origin r
   assert.is(JSON.parse(a.uns!)['vouch'].entry.artifact_url, 'https://goproxy.example.org/example.com/!cased/@v/v1.0.0.zip');
 });
 
-test('a tampered zip or endorsed .mod: go fails and prints vouch\'s reason', async () => {
+test("a tampered zip or endorsed .mod: go fails and prints vouch's reason", async () => {
   const t = await download('example.com/tampered@v1.0.0');
   assert.is.not(t.run.status, 0);
   const out = t.json.Error ?? '';
@@ -337,7 +447,10 @@ test('unendorsed versions are not offered: list, download, @latest and the revok
   assert.is(versions.stdout.trim(), 'example.com/hello v1.0.0 v1.1.0 v1.3.0-rc.1');
   const v120 = await download('example.com/hello@v1.2.0');
   assert.is.not(v120.run.status, 0);
-  assert.match(v120.json.Error ?? '', /v1\.2\.0\.info: 404 Not Found\n\tserver response: vouch: example\.com\/hello@v1\.2\.0 is not endorsed by the authority \(no endorsement in force for https:\/\/goproxy\.example\.org\/example\.com\/hello\/@v\/v1\.2\.0\.zip\), refused/);
+  assert.match(
+    v120.json.Error ?? '',
+    /v1\.2\.0\.info: 404 Not Found\n\tserver response: vouch: example\.com\/hello@v1\.2\.0 is not endorsed by the authority \(no endorsement in force for https:\/\/goproxy\.example\.org\/example\.com\/hello\/@v\/v1\.2\.0\.zip\), refused/,
+  );
   // latest: the newest endorsed release (not the origin's v1.2.0, not the newer pre-release).
   const latest = await download('example.com/hello@latest');
   assert.is(latest.json.Version, 'v1.1.0', JSON.stringify(latest.json));
@@ -345,7 +458,10 @@ test('unendorsed versions are not offered: list, download, @latest and the revok
   expectDownloaded(await download('example.com/pseudo@latest'), M.pseudo, 'pseudo');
   // The unendorsed and revoked versions' files were never asked of the origin.
   const asked = origin.log.slice(before).map((r) => r.path);
-  assert.not.ok(asked.some((p) => p.includes('v1.2.0') || p.includes('v0.9.0')), asked.join(' '));
+  assert.not.ok(
+    asked.some((p) => p.includes('v1.2.0') || p.includes('v0.9.0')),
+    asked.join(' '),
+  );
 
   const list = await get('/go/example.com/hello/@v/list');
   assert.equal([list.status, list.type, list.body], [200, 'text/plain; charset=utf-8', 'v1.0.0\nv1.1.0\nv1.3.0-rc.1\n']);
@@ -355,7 +471,10 @@ test('unendorsed versions are not offered: list, download, @latest and the revok
   assert.equal([info.status, info.type], [404, 'text/plain; charset=utf-8']);
   const revoked = await get('/go/example.com/hello/@v/v0.9.0.zip');
   assert.is(revoked.status, 410);
-  assert.match(revoked.body, /^vouch: https:\/\/goproxy\.example\.org\/example\.com\/hello\/@v\/v0\.9\.0\.zip \(0\.9\.0\) is revoked by the authority, refused\n$/);
+  assert.match(
+    revoked.body,
+    /^vouch: https:\/\/goproxy\.example\.org\/example\.com\/hello\/@v\/v0\.9\.0\.zip \(0\.9\.0\) is revoked by the authority, refused\n$/,
+  );
   assert.is((await get('/go/example.com/hello/@v/v0.9.0.mod')).status, 404);
   // A query the origin resolves to an unendorsed version.
   origin.route('/mod/example.com/hello/@v/main.info', { body: M.hello120.info, contentType: 'application/json' });
@@ -381,8 +500,14 @@ test('a pass route offers everything but what is revoked; unendorsed downloads p
 
 test('paths outside the protocol: 404 with a reason on a deny route, the origin not asked', async () => {
   const before = origin.log.length;
-  for (const path of ['/go/sumdb/sum.golang.org/supported', '/go/example.com/Hello/@v/list', '/go/example.com/hello/@v/v1.0.zip',
-    '/go/example.com/hello/@v/v2.0.0.zip', '/go/example.com/hello/@v/v1.0.0.zip?x=1', '/go/example.com/hello/v1/@v/list']) {
+  for (const path of [
+    '/go/sumdb/sum.golang.org/supported',
+    '/go/example.com/Hello/@v/list',
+    '/go/example.com/hello/@v/v1.0.zip',
+    '/go/example.com/hello/@v/v2.0.0.zip',
+    '/go/example.com/hello/@v/v1.0.0.zip?x=1',
+    '/go/example.com/hello/v1/@v/list',
+  ]) {
     const r = await get(path);
     assert.is(r.status, 404, path);
     assert.is(r.type, 'text/plain; charset=utf-8', path);

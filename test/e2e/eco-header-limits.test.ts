@@ -25,7 +25,7 @@ import { PypiHost, SYSTEM_PYTHON, buildDists, distFilename, sha256Hex, type Dist
 import { hash1, modVersion, type ModVersion } from '../helpers/go-modules.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
-import { vouchAsync, initAuthorityChain, runAsync, vouchEndorse } from '../helpers/processes.ts';
+import { initAuthorityChain, runAsync, vouchEndorse } from '../helpers/processes.ts';
 import { rawHead } from '../helpers/raw-http.ts';
 
 const NPM_PACKAGES = 1000;
@@ -82,7 +82,9 @@ test.before(async () => {
     reg.publishBytes(npmName(i), '1.0.0', bytes);
     (packages[''] as { dependencies: Record<string, string> }).dependencies[npmName(i)] = '1.0.0';
     packages[`node_modules/${npmName(i)}`] = {
-      version: '1.0.0', resolved: reg.tarballUrl(npmName(i), '1.0.0'), license: 'MIT',
+      version: '1.0.0',
+      resolved: reg.tarballUrl(npmName(i), '1.0.0'),
+      license: 'MIT',
       integrity: `sha512-${createHash('sha512').update(bytes).digest('base64')}`,
     };
   }
@@ -121,20 +123,23 @@ test.before(async () => {
   await timed('endorse pip', () => endorse(join(work, 'pip', 'requirements.txt'), ['--index-url', `${index.origin}/simple/`], PIP_FILES));
   await timed('endorse go', () => endorse(join(work, 'go', 'go.sum'), ['--goproxy', `${goOrigin.origin}/mod/`], 2 * GO_MODULES));
 
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: chain, public_key: publicKey },
-    origin: { allow_private: true, timeout: 10 },
-    mirror: { memory_bytes: 64 * 1024 * 1024 },
-    proxy: {
-      routes: [
-        { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, metadata_ttl: 300 },
-        { prefix: '/pypi/', kind: 'pypi', origin: `${index.origin}/`, metadata_ttl: 300 },
-        { prefix: '/pypi-files/', kind: 'pypi', origin: `${files.origin}/` },
-        { prefix: '/go/', kind: 'goproxy', origin: `${goOrigin.origin}/mod/`, metadata_ttl: 300 },
-      ],
-    },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: chain, public_key: publicKey },
+      origin: { allow_private: true, timeout: 10 },
+      mirror: { memory_bytes: 64 * 1024 * 1024 },
+      proxy: {
+        routes: [
+          { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, metadata_ttl: 300 },
+          { prefix: '/pypi/', kind: 'pypi', origin: `${index.origin}/`, metadata_ttl: 300 },
+          { prefix: '/pypi-files/', kind: 'pypi', origin: `${files.origin}/` },
+          { prefix: '/go/', kind: 'goproxy', origin: `${goOrigin.origin}/mod/`, metadata_ttl: 300 },
+        ],
+      },
+    }),
+  ]);
 });
 
 test.after(async () => {
@@ -147,7 +152,7 @@ test.after(async () => {
   console.log(`eco-header-limits: ${timings.join(', ')}; total ${((Date.now() - started) / 1000).toFixed(1)} s`);
 });
 
-test('every route\'s artifact answer, and /v1/download, has a head within 8 KiB', async () => {
+test("every route's artifact answer, and /v1/download, has a head within 8 KiB", async () => {
   const mv = mods[7]!;
   const answers = {
     npm: await rawHead(gw.url, `/npm/${npmName(500)}/-/${npmName(500)}-1.0.0.tgz`),
@@ -156,7 +161,11 @@ test('every route\'s artifact answer, and /v1/download, has a head within 8 KiB'
     goMod: await rawHead(gw.url, `/go/${esc(mv, 'mod')}`),
     download: await rawHead(gw.url, `/v1/download?url=${encodeURIComponent(reg.tarballUrl(npmName(999), '1.0.0'))}`),
   };
-  timings.push(`heads: ${Object.entries(answers).map(([what, a]) => `${what} ${a.bytes} B`).join(', ')}`);
+  timings.push(
+    `heads: ${Object.entries(answers)
+      .map(([what, a]) => `${what} ${a.bytes} B`)
+      .join(', ')}`,
+  );
   for (const [what, a] of Object.entries(answers)) {
     assert.is(a.status, 200, what);
     assert.ok(a.bytes < BUDGET, `${what}: head of ${a.bytes} bytes`);
@@ -173,8 +182,11 @@ test(`npm installs ${NPM_PACKAGES} packages through the gateway with its default
   const dependencies = Object.fromEntries(Array.from({ length: NPM_PACKAGES }, (_, i) => [npmName(i), '1.0.0']));
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'big-app', version: '1.0.0', private: true, dependencies }));
   const env = cleanNpmEnv({
-    NPM_CONFIG_USERCONFIG: join(dir, '.npmrc'), NPM_CONFIG_CACHE: join(dir, 'cache'),
-    NPM_CONFIG_UPDATE_NOTIFIER: 'false', NPM_CONFIG_FUND: 'false', NPM_CONFIG_AUDIT: 'false',
+    NPM_CONFIG_USERCONFIG: join(dir, '.npmrc'),
+    NPM_CONFIG_CACHE: join(dir, 'cache'),
+    NPM_CONFIG_UPDATE_NOTIFIER: 'false',
+    NPM_CONFIG_FUND: 'false',
+    NPM_CONFIG_AUDIT: 'false',
   });
   assert.is((await runNpm(['config', 'set', 'registry', `${gw.url}/npm/`], { cwd: dir, env })).status, 0);
   const r = await timed('npm install', () => runNpm(['install', '--no-audit', '--no-fund', '--ignore-scripts'], { cwd: dir, env, timeoutMs: 240_000 }));
@@ -192,10 +204,21 @@ test(`pip downloads ${PIP_FILES} files through the gateway in hash-checking mode
   const conf = join(work, 'pip.conf');
   writeFileSync(conf, `[global]\nindex-url = ${gw.url}/pypi/simple/\n`);
   const env = {
-    PATH: '/usr/bin:/bin', HOME: join(work, 'home'), LANG: 'C.UTF-8', PIP_CONFIG_FILE: conf,
-    PIP_DISABLE_PIP_VERSION_CHECK: '1', PIP_NO_CACHE_DIR: '1', PIP_NO_INPUT: '1', PYTHONDONTWRITEBYTECODE: '1',
+    PATH: '/usr/bin:/bin',
+    HOME: join(work, 'home'),
+    LANG: 'C.UTF-8',
+    PIP_CONFIG_FILE: conf,
+    PIP_DISABLE_PIP_VERSION_CHECK: '1',
+    PIP_NO_CACHE_DIR: '1',
+    PIP_NO_INPUT: '1',
+    PYTHONDONTWRITEBYTECODE: '1',
   };
-  const r = await timed('pip download', () => runAsync(SYSTEM_PYTHON, ['-m', 'pip', 'download', '--no-deps', '--progress-bar', 'off', '-d', dest, '-r', join(work, 'pip', 'requirements.txt')], { env, timeoutMs: 240_000 }));
+  const r = await timed('pip download', () =>
+    runAsync(SYSTEM_PYTHON, ['-m', 'pip', 'download', '--no-deps', '--progress-bar', 'off', '-d', dest, '-r', join(work, 'pip', 'requirements.txt')], {
+      env,
+      timeoutMs: 240_000,
+    }),
+  );
   assert.is(r.status, 0, (r.stdout + r.stderr).slice(-3000));
   assert.is(readdirSync(dest).length, PIP_FILES);
   assert.ok(!index.log.some((l) => /pip/i.test(l.userAgent)) && !files.log.some((l) => /pip/i.test(l.userAgent)), 'pip went around the gateway');
@@ -207,15 +230,29 @@ test(`go downloads the ${GO_MODULES} modules of the go.sum through the gateway`,
   writeFileSync(join(dir, 'go.mod'), `module example.org/consumer\n\ngo 1.19\n\nrequire (\n${mods.map((m) => `\t${m.module} ${m.version}\n`).join('')})\n`);
   writeFileSync(join(dir, 'go.sum'), readFileSync(join(work, 'go', 'go.sum')));
   const env = {
-    PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: join(work, 'home'), GOPATH: join(work, 'gopath'), GOMODCACHE: join(work, 'modcache'),
-    GOCACHE: join(work, 'gocache'), GOFLAGS: '-modcacherw', GOTOOLCHAIN: 'local', GOPROXY: `${gw.url}/go/`, GOSUMDB: 'off',
-    GONOPROXY: '', GOPRIVATE: '', GOINSECURE: '', GONOSUMDB: '', GO111MODULE: 'on',
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    HOME: join(work, 'home'),
+    GOPATH: join(work, 'gopath'),
+    GOMODCACHE: join(work, 'modcache'),
+    GOCACHE: join(work, 'gocache'),
+    GOFLAGS: '-modcacherw',
+    GOTOOLCHAIN: 'local',
+    GOPROXY: `${gw.url}/go/`,
+    GOSUMDB: 'off',
+    GONOPROXY: '',
+    GOPRIVATE: '',
+    GOINSECURE: '',
+    GONOSUMDB: '',
+    GO111MODULE: 'on',
   };
   const r = await timed('go mod download', () => runAsync('go', ['mod', 'download'], { cwd: dir, env, timeoutMs: 240_000 }));
   assert.is(r.status, 0, (r.stdout + r.stderr).slice(-3000));
   const cached = readdirSync(join(work, 'modcache', 'cache', 'download', 'example.com', 'hl'));
   assert.is(cached.length, GO_MODULES);
-  assert.ok(goOrigin.log.every((l) => !/Go-http-client/i.test(l.headers['user-agent'] ?? '')), 'go went around the gateway');
+  assert.ok(
+    goOrigin.log.every((l) => !/Go-http-client/i.test(l.headers['user-agent'] ?? '')),
+    'go went around the gateway',
+  );
 });
 
 test.run();

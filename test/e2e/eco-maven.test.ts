@@ -22,8 +22,15 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  artifactHashOf, base64Encode, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock,
-  formatBlockFile, formatCheckpointFile, type Block,
+  artifactHashOf,
+  base64Encode,
+  buildAuthorityBlock,
+  buildCheckpoint,
+  buildEndorseBlock,
+  buildRevokeBlock,
+  formatBlockFile,
+  formatCheckpointFile,
+  type Block,
 } from '../../chain/index.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
@@ -34,8 +41,19 @@ import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
 import {
-  artifactPath, compileJava, jarOf, mirrorSettings, mvn, pomXml, publish, publishMetadata, seededLocalRepo, sha1, writeProject,
-  type Coordinates, type MavenArtifact,
+  artifactPath,
+  compileJava,
+  jarOf,
+  mirrorSettings,
+  mvn,
+  pomXml,
+  publish,
+  publishMetadata,
+  seededLocalRepo,
+  sha1,
+  writeProject,
+  type Coordinates,
+  type MavenArtifact,
 } from '../helpers/maven-repo.ts';
 
 const CANONICAL = 'https://repo.example.org/maven2/';
@@ -52,14 +70,32 @@ let originStopped = false;
 test('request paths: artifacts, checksums, metadata, signatures; anything else is not the layout', () => {
   assert.equal(parseMavenPath('org/example/greet/1.0/greet-1.0.jar'), { what: 'artifact' });
   assert.equal(parseMavenPath('org/example/greet/1.0/greet-1.0-sources.jar'), { what: 'artifact' });
-  assert.equal(parseMavenPath('org/example/greet/1.0/greet-1.0.jar.sha1'), { what: 'checksum', artifact: 'org/example/greet/1.0/greet-1.0.jar', checksum: 'sha1' });
-  assert.equal(parseMavenPath('org/example/greet/1.0/greet-1.0.module.sha512'), { what: 'checksum', artifact: 'org/example/greet/1.0/greet-1.0.module', checksum: 'sha512' });
+  assert.equal(parseMavenPath('org/example/greet/1.0/greet-1.0.jar.sha1'), {
+    what: 'checksum',
+    artifact: 'org/example/greet/1.0/greet-1.0.jar',
+    checksum: 'sha1',
+  });
+  assert.equal(parseMavenPath('org/example/greet/1.0/greet-1.0.module.sha512'), {
+    what: 'checksum',
+    artifact: 'org/example/greet/1.0/greet-1.0.module',
+    checksum: 'sha512',
+  });
   assert.equal(parseMavenPath('org/example/greet/maven-metadata.xml'), { what: 'metadata', dir: ['org', 'example', 'greet'], checksum: null });
   assert.equal(parseMavenPath('org/example/maven-metadata.xml.md5'), { what: 'metadata', dir: ['org', 'example'], checksum: 'md5' });
   assert.equal(parseMavenPath('org/example/greet/1.0/greet-1.0.jar.asc'), { what: 'signature' });
   assert.equal(parseMavenPath('org/example/greet/1.0/greet-1.0.jar.asc.sha1'), { what: 'signature' });
-  for (const bad of ['greet.jar', 'org/greet.jar', 'org/example/greet-1.0.jar', 'org//greet/1.0/g.jar', 'org/%2e%2e/x/1/a.jar', 'org/ex ample/a/1/a.jar',
-    'org/example/a/1/a.jar.sha1.sha1', '.hidden/a/1/a.jar', `org/${'a'.repeat(1100)}/a/1/a.jar`, 'org/example/a/1/']) {
+  for (const bad of [
+    'greet.jar',
+    'org/greet.jar',
+    'org/example/greet-1.0.jar',
+    'org//greet/1.0/g.jar',
+    'org/%2e%2e/x/1/a.jar',
+    'org/ex ample/a/1/a.jar',
+    'org/example/a/1/a.jar.sha1.sha1',
+    '.hidden/a/1/a.jar',
+    `org/${'a'.repeat(1100)}/a/1/a.jar`,
+    'org/example/a/1/',
+  ]) {
     assert.is(parseMavenPath(bad), null, bad);
   }
   assert.is(maven.classify('org/example/greet/1.0/greet-1.0.jar', '').type, 'artifact');
@@ -70,8 +106,10 @@ test('request paths: artifacts, checksums, metadata, signatures; anything else i
 });
 
 test('maven-metadata.xml: parsed strictly and within bounds; written back as Maven lays it out', () => {
-  const m = parseMavenMetadata('<?xml version="1.0"?><metadata><groupId>g.h</groupId><artifactId>a</artifactId><versioning><latest>2</latest>'
-    + '<release>2</release><versions><version>1</version><version> 2 </version><version>1</version></versions><lastUpdated>20260101000000</lastUpdated></versioning></metadata>');
+  const m = parseMavenMetadata(
+    '<?xml version="1.0"?><metadata><groupId>g.h</groupId><artifactId>a</artifactId><versioning><latest>2</latest>' +
+      '<release>2</release><versions><version>1</version><version> 2 </version><version>1</version></versions><lastUpdated>20260101000000</lastUpdated></versioning></metadata>',
+  );
   assert.equal(m.versions, ['1', '2']);
   assert.is(m.lastUpdated, '20260101000000');
   assert.ok(writeMavenMetadata(m).includes('<version>2</version>'));
@@ -94,7 +132,7 @@ test('maven-metadata.xml: parsed strictly and within bounds; written back as Mav
 
 const selAt = (posted: string) => ({ block: { posted }, entry: { semver: '1.0.0', artifact_hash: 'sha256:00' }, revokedBy: null }) as unknown as Selection;
 
-test('metadata rewrite: only versions whose pom (or jar) is endorsed, in the origin\'s order; latest/release/lastUpdated recomputed', () => {
+test("metadata rewrite: only versions whose pom (or jar) is endorsed, in the origin's order; latest/release/lastUpdated recomputed", () => {
   const endorsed = new Map([
     [`${CANONICAL}g/h/a/1.0/a-1.0.pom`, selAt('2026-03-04T05:06:07Z')],
     [`${CANONICAL}g/h/a/1.2/a-1.2.jar`, selAt('2026-01-01T00:00:00Z')],
@@ -105,9 +143,10 @@ test('metadata rewrite: only versions whose pom (or jar) is endorsed, in the ori
     artifactUrlOf: (u: string) => u.replace('http://127.0.0.1:1/repo/', CANONICAL),
     endorsed: (u: string) => endorsed.get(u) ?? null,
   };
-  const doc = '<metadata><groupId>g.h</groupId><artifactId>a</artifactId><versioning><latest>2.0-SNAPSHOT</latest><release>1.5</release>'
-    + '<versions><version>1.0</version><version>1.2</version><version>1.5</version><version>2.0-SNAPSHOT</version></versions>'
-    + '<lastUpdated>20270101000000</lastUpdated></versioning></metadata>';
+  const doc =
+    '<metadata><groupId>g.h</groupId><artifactId>a</artifactId><versioning><latest>2.0-SNAPSHOT</latest><release>1.5</release>' +
+    '<versions><version>1.0</version><version>1.2</version><version>1.5</version><version>2.0-SNAPSHOT</version></versions>' +
+    '<lastUpdated>20270101000000</lastUpdated></versioning></metadata>';
   const a = rewriteMetadata(view, ['g', 'h', 'a'], doc);
   assert.ok(a.ok);
   if (!a.ok) return;
@@ -119,12 +158,20 @@ test('metadata rewrite: only versions whose pom (or jar) is endorsed, in the ori
   assert.equal([other.ok, !other.ok && other.status], [false, 502]);
   const none = rewriteMetadata(view, ['g', 'h', 'a'], doc.replace(/<version>1\.[02]<\/version>/g, ''));
   assert.ok(!none.ok && none.status === 404 && /no version of g\.h:a is endorsed/.test(none.message));
-  const snap = rewriteMetadata(view, ['g', 'h', 'a', '2.0-SNAPSHOT'], '<metadata><versioning><snapshot><timestamp>1</timestamp></snapshot></versioning></metadata>');
+  const snap = rewriteMetadata(
+    view,
+    ['g', 'h', 'a', '2.0-SNAPSHOT'],
+    '<metadata><versioning><snapshot><timestamp>1</timestamp></snapshot></versioning></metadata>',
+  );
   assert.ok(!snap.ok && snap.status === 404 && /SNAPSHOT/.test(snap.message));
   const bad = rewriteMetadata(view, ['g', 'h', 'a'], '<html>');
   assert.ok(!bad.ok && bad.status === 502);
   // Group level: plugin prefixes kept.
-  const group = rewriteMetadata(view, ['g', 'h'], '<metadata><plugins><plugin><name>X</name><prefix>x</prefix><artifactId>x-maven-plugin</artifactId></plugin></plugins></metadata>');
+  const group = rewriteMetadata(
+    view,
+    ['g', 'h'],
+    '<metadata><plugins><plugin><name>X</name><prefix>x</prefix><artifactId>x-maven-plugin</artifactId></plugin></plugins></metadata>',
+  );
   assert.ok(group.ok && parseMavenMetadata(group.text).plugins?.[0]?.prefix === 'x');
 });
 
@@ -137,13 +184,18 @@ let A: Record<string, MavenArtifact>;
 function buildArtifacts(): Record<string, MavenArtifact> {
   const classes = compileJava(join(work, 'javac'), {
     'org/example/util/Util.java': 'package org.example.util; public class Util { public static String name() { return "util 1.0"; } }',
-    'org/example/greet/Greet.java': 'package org.example.greet; public class Greet { public static String hello() { return "hello from " + org.example.util.Util.name(); } }',
+    'org/example/greet/Greet.java':
+      'package org.example.greet; public class Greet { public static String hello() { return "hello from " + org.example.util.Util.name(); } }',
     'org/example/greet/Greet11.java': 'package org.example.greet; public class Greet11 { }',
     'org/example/other/Other.java': 'package org.example.other; public class Other { public static int n() { return 7; } }',
   });
   const pick = (prefix: string) => [...classes].filter(([n]) => n.startsWith(prefix));
   const util = at('util', '1.0');
-  const mk = (c: Coordinates, classesOf: string, deps: Coordinates[] = []): MavenArtifact => ({ ...c, pom: pomXml(c, deps), jar: jarOf(`${c.artifactId}-${c.version}`, pick(classesOf)) });
+  const mk = (c: Coordinates, classesOf: string, deps: Coordinates[] = []): MavenArtifact => ({
+    ...c,
+    pom: pomXml(c, deps),
+    jar: jarOf(`${c.artifactId}-${c.version}`, pick(classesOf)),
+  });
   return {
     util: mk(util, 'org/example/util/'),
     greet10: mk(at('greet', '1.0'), 'org/example/greet/Greet.class', [util]),
@@ -161,10 +213,16 @@ async function buildChain(dir: string): Promise<string> {
   const endorse = (a: MavenArtifact) => {
     const files: Array<[string, string | Buffer]> = [['pom', a.pom], ...(a.jar === null ? [] : [['jar', a.jar] as [string, Buffer]])];
     const block = buildEndorseBlock({
-      prev: blocks.at(-1)!, signer, backend: nodeBackend, now: t + blocks.length * 1000,
+      prev: blocks.at(-1)!,
+      signer,
+      backend: nodeBackend,
+      now: t + blocks.length * 1000,
       entries: files.map(([ext, bytes]) => ({
-        url: CANONICAL + artifactPath(a, ext), artifactHash: artifactHashOf(nodeBackend, 'sha256', typeof bytes === 'string' ? Buffer.from(bytes) : bytes),
-        name: `maven/${a.groupId}+${a.artifactId}`, semver: `${a.version}.0`, license: 'MIT',
+        url: CANONICAL + artifactPath(a, ext),
+        artifactHash: artifactHashOf(nodeBackend, 'sha256', typeof bytes === 'string' ? Buffer.from(bytes) : bytes),
+        name: `maven/${a.groupId}+${a.artifactId}`,
+        semver: `${a.version}.0`,
+        license: 'MIT',
       })),
     });
     blocks.push(block);
@@ -174,8 +232,12 @@ async function buildChain(dir: string): Promise<string> {
   const revoked = endorse(A.revoked!);
   blocks.push(buildRevokeBlock({ prev: blocks.at(-1)!, target: revoked, signer, backend: nodeBackend, now: t + blocks.length * 1000 }));
   const checkpoint = buildCheckpoint({ head: blocks.at(-1)!, signer, now: t + blocks.length * 1000 });
-  await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-    { message: 'maven fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(t / 1000) });
+  await ChainRepo.init(
+    dir,
+    blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(checkpoint),
+    { message: 'maven fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(t / 1000) },
+  );
   return base64Encode(signer.publicKey);
 }
 
@@ -209,7 +271,12 @@ test.before(async () => {
     chain: { dir: join(work, 'chain'), public_key: publicKey },
     origin: { allow_private: true, timeout: 5 },
     mirror: { memory_bytes: 16 * 1024 * 1024 },
-    proxy: { routes: [{ prefix: '/maven/', unendorsed: 'deny', ...route }, { prefix: '/mavenpass/', unendorsed: 'pass', ...route }] },
+    proxy: {
+      routes: [
+        { prefix: '/maven/', unendorsed: 'deny', ...route },
+        { prefix: '/mavenpass/', unendorsed: 'pass', ...route },
+      ],
+    },
   });
   gw = await startGatewayProcess(['--config', cfg]);
 });
@@ -226,11 +293,19 @@ function get(path: string): Promise<{ status: number; reason: string; type: stri
     httpGet(gw.url + path, (res) => {
       let body = '';
       res.setEncoding('utf8');
-      res.on('data', (d: string) => { body += d; });
-      res.on('end', () => resolve({
-        status: res.statusCode ?? 0, reason: res.statusMessage ?? '', type: res.headers['content-type'] ?? null, uns: (res.headers['uns'] as string | undefined) ?? null,
-        unendorsed: (res.headers['x-vouch-unendorsed'] as string | undefined) ?? null, body,
-      }));
+      res.on('data', (d: string) => {
+        body += d;
+      });
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          reason: res.statusMessage ?? '',
+          type: res.headers['content-type'] ?? null,
+          uns: (res.headers['uns'] as string | undefined) ?? null,
+          unendorsed: (res.headers['x-vouch-unendorsed'] as string | undefined) ?? null,
+          body,
+        }),
+      );
     }).on('error', reject);
   });
 }
@@ -254,7 +329,7 @@ test('mvn resolves endorsed dependencies (and their transitive ones) through vou
   assert.is((await get(`/maven/${artifactPath(A.greet10!, 'jar')}.asc`)).body, '-----BEGIN PGP SIGNATURE-----\n');
 });
 
-test('mvn -C (strict checksums) passes through vouch on endorsed bytes although the origin\'s .sha1 is wrong; straight from the origin it fails', async () => {
+test("mvn -C (strict checksums) passes through vouch on endorsed bytes although the origin's .sha1 is wrong; straight from the origin it fails", async () => {
   const through = await build([A.badsum!, A.greet10!], ['-C', DEP_RESOLVE]);
   assert.is(through.status, 0, through.output);
   assert.equal(readFileSync(repoFile(through.repo, A.badsum!, 'jar')), A.badsum!.jar);
@@ -263,7 +338,7 @@ test('mvn -C (strict checksums) passes through vouch on endorsed bytes although 
   assert.match(straight.output, /[Cc]hecksum/);
 });
 
-test('a jar swapped together with its .sha1 fails the build with vouch\'s reason', async () => {
+test("a jar swapped together with its .sha1 fails the build with vouch's reason", async () => {
   const r = await build([A.swapped!], [DEP_RESOLVE]);
   assert.is.not(r.status, 0, r.output);
   assert.ok(r.output.includes(`vouch: hash mismatch for ${CANONICAL}${artifactPath(A.swapped!, 'jar')}, refused (signed sha256:`), r.output);
@@ -306,7 +381,7 @@ test('an unendorsed version is not offered by the metadata (a range resolves the
   assert.ok(direct.output.includes(`vouch: ${CANONICAL}${artifactPath(A.greet11!, 'pom')} is not endorsed by the authority, refused`), direct.output);
 });
 
-test('a revoked version is refused with vouch\'s reason', async () => {
+test("a revoked version is refused with vouch's reason", async () => {
   const r = await build([A.revoked!], [DEP_RESOLVE]);
   assert.is.not(r.status, 0, r.output);
   assert.ok(r.output.includes('is revoked by the authority, refused'), r.output);

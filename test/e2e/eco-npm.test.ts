@@ -18,7 +18,16 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, type Block, type HashAlgorithm } from '../../chain/index.ts';
+import {
+  artifactHashOf,
+  buildAuthorityBlock,
+  buildCheckpoint,
+  buildEndorseBlock,
+  formatBlockFile,
+  formatCheckpointFile,
+  type Block,
+  type HashAlgorithm,
+} from '../../chain/index.ts';
 import type { Selection } from '../../chain/select.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned, commitFor } from '../../store/chain-store.ts';
@@ -26,7 +35,17 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import type { MetadataIO, MetadataResponse, Rendered, RenderView } from '../../gateway/ecosystems/ecosystem.ts';
 import { renderJob, type RenderJob } from '../../gateway/ecosystems/render-job.ts';
 import { valid as semverValid } from 'semver';
-import { BadPackument, PASS_MARK, integrityOf, isCanonicalSemver, npm, packumentName, rewritePackument, wantsAbbreviated, type RewriteIO } from '../../gateway/ecosystems/npm.ts';
+import {
+  BadPackument,
+  PASS_MARK,
+  integrityOf,
+  isCanonicalSemver,
+  npm,
+  packumentName,
+  rewritePackument,
+  wantsAbbreviated,
+  type RewriteIO,
+} from '../../gateway/ecosystems/npm.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { NpmRegistry, cleanNpmEnv, runNpm, type NpmRun } from '../helpers/npm-registry.ts';
@@ -56,15 +75,22 @@ async function buildChain(entries: Array<{ name: string; version: string; bytes:
   const signer = testSigner();
   let now = Date.now() - 3_600_000;
   const authority = buildAuthorityBlock({ signer, backend: nodeBackend, now, uns: 'acme/chain' });
-  const repo = await ChainRepo.init(chainDir, [{ index: 0, content: formatBlockFile(authority) }],
-    formatCheckpointFile(buildCheckpoint({ head: authority, signer, now })), commitFor([authority], now));
+  const repo = await ChainRepo.init(
+    chainDir,
+    [{ index: 0, content: formatBlockFile(authority) }],
+    formatCheckpointFile(buildCheckpoint({ head: authority, signer, now })),
+    commitFor([authority], now),
+  );
   let head: Block = authority;
   for (const e of entries) {
     now += 1000;
     const artifactHash = artifactHashOf(nodeBackend, e.alg, e.bytes);
     signedHash[`${e.name}@${e.version}`] = artifactHash;
     const block = buildEndorseBlock({
-      prev: head, signer, backend: nodeBackend, now,
+      prev: head,
+      signer,
+      backend: nodeBackend,
+      now,
       entries: [{ url: canonUrl(e.name, e.version), artifactHash, name: e.name.startsWith('@') ? e.name : `npm/${e.name}`, semver: e.version, license: 'MIT' }],
     });
     await appendSigned(repo, [block], buildCheckpoint({ head: block, signer, now }), now);
@@ -72,7 +98,10 @@ async function buildChain(entries: Array<{ name: string; version: string; bytes:
   }
 }
 
-interface Project { dir: string; npm(args: string[]): Promise<NpmRun> }
+interface Project {
+  dir: string;
+  npm(args: string[]): Promise<NpmRun>;
+}
 
 let projects = 0;
 /** A fresh project with its own npm user config (written by `npm config set registry ...`) and its own npm cache. */
@@ -119,13 +148,16 @@ test.before(async () => {
     { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON, metadata_ttl: 0 },
     { prefix: '/npm-pass/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON, unendorsed: 'pass', metadata_ttl: 0 },
   ];
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: chainDir },
-    origin: { timeout: 5 },
-    mirror: { memory_bytes: 16 * 1024 * 1024 },
-    proxy: { routes },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: chainDir },
+      origin: { timeout: 5 },
+      mirror: { memory_bytes: 16 * 1024 * 1024 },
+      proxy: { routes },
+    }),
+  ]);
 });
 
 test.after(async () => {
@@ -138,7 +170,20 @@ test.after(async () => {
 // Units of the packument rewrite (no processes)
 
 function sel(semver: string, artifactHash: string): Selection {
-  return { block: {} as Block, entry: { endorsement: 'provenance', artifact_url: '', artifact_hash: artifactHash, signature_algorithm: 'ed25519', name: 'npm/x', semver, license: 'MIT', comment: '' }, revokedBy: null };
+  return {
+    block: {} as Block,
+    entry: {
+      endorsement: 'provenance',
+      artifact_url: '',
+      artifact_hash: artifactHash,
+      signature_algorithm: 'ed25519',
+      name: 'npm/x',
+      semver,
+      license: 'MIT',
+      comment: '',
+    },
+    revokedBy: null,
+  };
 }
 
 const ORIGIN = 'http://origin.test/';
@@ -163,7 +208,9 @@ function version(name: string, v: string, tarball: string, extra: Record<string,
 test('packument rewrite: kept and removed versions, integrity, time, dist-tags', () => {
   const t = (v: string) => `${ORIGIN}pkg/-/pkg-${v}.tgz`;
   const doc = {
-    _id: 'pkg', name: 'pkg', readme: 'kept as it is',
+    _id: 'pkg',
+    name: 'pkg',
+    readme: 'kept as it is',
     'dist-tags': { latest: '3.0.0', next: '2.1.0-rc.1', old: '0.9.0', beta: '3.1.0-beta.1' },
     versions: {
       '0.9.0': version('pkg', '0.9.0', t('0.9.0')), // not endorsed
@@ -175,7 +222,18 @@ test('packument rewrite: kept and removed versions, integrity, time, dist-tags',
       '4.0.0': version('pkg', '4.0.0', `${ORIGIN}other/-/other-4.0.0.tgz`), // another package's endorsed tarball
       '5.0.0': version('pkg', '5.0.1', t('5.0.0')), // version field is not the key
     },
-    time: { created: '2020-01-01T00:00:00.000Z', modified: '2024-01-01T00:00:00.000Z', '0.9.0': 'a', '1.0.0': 'b', '2.0.0': 'c', '2.1.0-rc.1': 'd', '3.0.0': 'e', '3.1.0-beta.1': 'f', '4.0.0': 'g', '5.0.0': 'h' },
+    time: {
+      created: '2020-01-01T00:00:00.000Z',
+      modified: '2024-01-01T00:00:00.000Z',
+      '0.9.0': 'a',
+      '1.0.0': 'b',
+      '2.0.0': 'c',
+      '2.1.0-rc.1': 'd',
+      '3.0.0': 'e',
+      '3.1.0-beta.1': 'f',
+      '4.0.0': 'g',
+      '5.0.0': 'h',
+    },
   };
   const endorsements = {
     [`${CANON}pkg/-/pkg-1.0.0.tgz`]: sel('1.0.0', SHA512),
@@ -186,14 +244,28 @@ test('packument rewrite: kept and removed versions, integrity, time, dist-tags',
   };
   const r = rewritePackument(doc, 'pkg', fakeIO('deny', endorsements));
   // 3.0.0 and 4.0.0 list an endorsed tarball that is not pkg's of that version: removed as misnamed (on any route).
-  assert.equal(r, { kept: 3, marked: 0, unendorsed: 1, unrouted: 1, misnamed: 2, malformed: 1, unroutedExample: 'https://elsewhere.test/pkg-3.1.0-beta.1.tgz', misnamedExample: t('1.0.0') });
+  assert.equal(r, {
+    kept: 3,
+    marked: 0,
+    unendorsed: 1,
+    unrouted: 1,
+    misnamed: 2,
+    malformed: 1,
+    unroutedExample: 'https://elsewhere.test/pkg-3.1.0-beta.1.tgz',
+    misnamedExample: t('1.0.0'),
+  });
   assert.equal(Object.keys(doc.versions), ['1.0.0', '2.0.0', '2.1.0-rc.1']);
   const v = doc.versions as Record<string, any>;
   // sha512 signed: npm checks the signed hash; shasum and registry signatures of other bytes are gone.
   assert.equal(v['1.0.0'].dist, { tarball: `${GW}pkg/-/pkg-1.0.0.tgz`, integrity: integrityOf(SHA512) });
   assert.is(integrityOf(SHA512), `sha512-${Buffer.from('ab'.repeat(64), 'hex').toString('base64')}`);
   // sha256 signed: the origin's integrity stays (the gateway checks the sha256 itself).
-  assert.equal(v['2.0.0'].dist, { tarball: `${GW}pkg/-/pkg-2.0.0.tgz`, shasum: 'f'.repeat(40), integrity: 'sha512-origin', signatures: [{ keyid: 'k', sig: 's' }] });
+  assert.equal(v['2.0.0'].dist, {
+    tarball: `${GW}pkg/-/pkg-2.0.0.tgz`,
+    shasum: 'f'.repeat(40),
+    integrity: 'sha512-origin',
+    signatures: [{ keyid: 'k', sig: 's' }],
+  });
   assert.is(v['2.0.0'].deprecated, undefined);
   assert.equal(doc.time, { created: '2020-01-01T00:00:00.000Z', modified: '2024-01-01T00:00:00.000Z', '1.0.0': 'b', '2.0.0': 'c', '2.1.0-rc.1': 'd' });
   // latest pointed at a removed version: the highest kept release; tags at removed versions are gone.
@@ -201,7 +273,11 @@ test('packument rewrite: kept and removed versions, integrity, time, dist-tags',
   assert.is(doc.readme, 'kept as it is');
 
   // A kept latest is left as the registry set it; only prereleases kept: the highest of them.
-  const doc2 = { name: 'pkg', 'dist-tags': { latest: '1.0.0' }, versions: { '1.0.0': version('pkg', '1.0.0', t('1.0.0')), '2.0.0': version('pkg', '2.0.0', t('2.0.0')) } };
+  const doc2 = {
+    name: 'pkg',
+    'dist-tags': { latest: '1.0.0' },
+    versions: { '1.0.0': version('pkg', '1.0.0', t('1.0.0')), '2.0.0': version('pkg', '2.0.0', t('2.0.0')) },
+  };
   rewritePackument(doc2, 'pkg', fakeIO('deny', { ...endorsements, [`${CANON}pkg/-/pkg-2.0.0.tgz`]: sel('2.0.0', SHA256) }));
   assert.equal(doc2['dist-tags'], { latest: '1.0.0' });
   const doc4 = { name: 'pkg', 'dist-tags': {}, versions: { '2.0.0+b.7': version('pkg', '2.0.0+b.7', t('2.0.0+b.7')) } };
@@ -215,17 +291,26 @@ test('packument rewrite: kept and removed versions, integrity, time, dist-tags',
 test('packument rewrite: abbreviated form, scoped names, pass marking', () => {
   const tb = `${ORIGIN}@acme/util/-/util-1.0.0.tgz`;
   const abbreviated = {
-    name: '@acme/util', modified: '2024-01-01T00:00:00.000Z', 'dist-tags': { latest: '2.0.0' },
+    name: '@acme/util',
+    modified: '2024-01-01T00:00:00.000Z',
+    'dist-tags': { latest: '2.0.0' },
     versions: {
       '1.0.0': { name: '@acme/util', version: '1.0.0', dist: { tarball: tb, integrity: 'sha512-origin', shasum: 'f'.repeat(40) } },
-      '2.0.0': { name: '@acme/util', version: '2.0.0', dist: { tarball: `${ORIGIN}@acme/util/-/util-2.0.0.tgz`, integrity: 'sha512-two' }, deprecated: 'origin says old' },
+      '2.0.0': {
+        name: '@acme/util',
+        version: '2.0.0',
+        dist: { tarball: `${ORIGIN}@acme/util/-/util-2.0.0.tgz`, integrity: 'sha512-two' },
+        deprecated: 'origin says old',
+      },
     },
   };
   const endorsements = { [`${CANON}@acme/util/-/util-1.0.0.tgz`]: sel('1.0.0', SHA512) };
   const denied = structuredClone(abbreviated);
   assert.equal(rewritePackument(denied, '@acme/util', fakeIO('deny', endorsements)).kept, 1);
   assert.equal(denied, {
-    name: '@acme/util', modified: '2024-01-01T00:00:00.000Z', 'dist-tags': { latest: '1.0.0' },
+    name: '@acme/util',
+    modified: '2024-01-01T00:00:00.000Z',
+    'dist-tags': { latest: '1.0.0' },
     versions: { '1.0.0': { name: '@acme/util', version: '1.0.0', dist: { tarball: `${GW}@acme/util/-/util-1.0.0.tgz`, integrity: integrityOf(SHA512)! } } },
   } as typeof denied);
   // On a pass route the unendorsed version stays, through the gateway, marked for npm to print.
@@ -233,14 +318,21 @@ test('packument rewrite: abbreviated form, scoped names, pass marking', () => {
   const r = rewritePackument(passed, '@acme/util', fakeIO('pass', endorsements));
   assert.equal([r.kept, r.marked], [2, 1]);
   assert.is(passed['dist-tags'].latest, '2.0.0');
-  assert.equal(passed.versions['2.0.0'], { name: '@acme/util', version: '2.0.0', dist: { tarball: `${GW}@acme/util/-/util-2.0.0.tgz`, integrity: 'sha512-two' }, deprecated: PASS_MARK });
+  assert.equal(passed.versions['2.0.0'], {
+    name: '@acme/util',
+    version: '2.0.0',
+    dist: { tarball: `${GW}@acme/util/-/util-2.0.0.tgz`, integrity: 'sha512-two' },
+    deprecated: PASS_MARK,
+  });
   assert.is((passed.versions['1.0.0'] as Record<string, unknown>).deprecated, undefined);
 });
 
 test('packument rewrite: shapes npm could not use are refused', () => {
   const io = fakeIO('deny', {});
   for (const [doc, reason] of [
-    [[], /not a JSON object/], ['x', /not a JSON object/], [null, /not a JSON object/],
+    [[], /not a JSON object/],
+    ['x', /not a JSON object/],
+    [null, /not a JSON object/],
     [{ name: 'pkg', versions: [] }, /"versions" is not an object/],
     [{ name: 'pkg', versions: {}, 'dist-tags': 'latest' }, /"dist-tags"/],
     [{ name: 'pkg', versions: {}, time: 5 }, /"time"/],
@@ -256,12 +348,33 @@ test('packument rewrite: shapes npm could not use are refused', () => {
   }
 });
 
-test('paths: packuments, tarballs and the rest; the scoped spelling for the climb-out check; npm\'s error body', () => {
+test("paths: packuments, tarballs and the rest; the scoped spelling for the climb-out check; npm's error body", () => {
   const kind = (rest: string) => npm.classify(rest, '').type;
-  for (const rest of ['leftpad', 'JSONStream', '@acme/util', '@acme%2futil', '@acme%2Futil', 'a.b-c_d~e', 'x'.repeat(214)]) assert.is(kind(rest), 'metadata', rest);
-  for (const rest of ['leftpad/-/leftpad-1.0.0.tgz', '@acme/util/-/util-1.0.0.tgz', 'leftpad/-/leftpad-1.0.0-rc.1+b.2.tgz']) assert.is(kind(rest), 'artifact', rest);
-  for (const rest of ['', '-/v1/search', '-/npm/v1/security/advisories/bulk', '-/ping', 'leftpad/1.0.0', 'leftpad/latest', '.hidden', '_private',
-    'node_modules', 'x'.repeat(215), '@acme', '@acme/', '@acme/util/extra', 'a b', 'a%20b', 'caf%C3%A9', 'leftpad/-/leftpad-1.0.0.tar', '@acme%2futil/-/util-1.0.0.tgz', 'a@b']) {
+  for (const rest of ['leftpad', 'JSONStream', '@acme/util', '@acme%2futil', '@acme%2Futil', 'a.b-c_d~e', 'x'.repeat(214)])
+    assert.is(kind(rest), 'metadata', rest);
+  for (const rest of ['leftpad/-/leftpad-1.0.0.tgz', '@acme/util/-/util-1.0.0.tgz', 'leftpad/-/leftpad-1.0.0-rc.1+b.2.tgz'])
+    assert.is(kind(rest), 'artifact', rest);
+  for (const rest of [
+    '',
+    '-/v1/search',
+    '-/npm/v1/security/advisories/bulk',
+    '-/ping',
+    'leftpad/1.0.0',
+    'leftpad/latest',
+    '.hidden',
+    '_private',
+    'node_modules',
+    'x'.repeat(215),
+    '@acme',
+    '@acme/',
+    '@acme/util/extra',
+    'a b',
+    'a%20b',
+    'caf%C3%A9',
+    'leftpad/-/leftpad-1.0.0.tar',
+    '@acme%2futil/-/util-1.0.0.tgz',
+    'a@b',
+  ]) {
     assert.is(kind(rest), 'other', rest);
   }
   assert.equal(packumentName('@acme%2Futil'), { name: '@acme/util', upstream: '@acme%2futil' });
@@ -277,7 +390,20 @@ test('paths: packuments, tarballs and the rest; the scoped spelling for the clim
     assert.ok(isCanonicalSemver(v), v);
     assert.is(semverValid(v), v.replace(/\+.*$/, ''), v);
   }
-  for (const v of ['v1.0.0', '=1.0.0', '01.0.0', '1.0', '1.0.0-', '1.0.0-01', ' 1.0.0', '1.0.0 ', '9007199254740992.0.0', `1.0.0-${'a'.repeat(260)}`, '1.0.0+', '__proto__']) {
+  for (const v of [
+    'v1.0.0',
+    '=1.0.0',
+    '01.0.0',
+    '1.0',
+    '1.0.0-',
+    '1.0.0-01',
+    ' 1.0.0',
+    '1.0.0 ',
+    '9007199254740992.0.0',
+    `1.0.0-${'a'.repeat(260)}`,
+    '1.0.0+',
+    '__proto__',
+  ]) {
     assert.not.ok(isCanonicalSemver(v), v);
   }
   assert.equal(npm.errorBody('vouch: no'), { contentType: 'application/json', body: '{"error":"vouch: no"}' });
@@ -289,38 +415,50 @@ test('packument answer: the form asked upstream, the scoped spelling, content ty
   const failed: Array<{ status: number; message: string }> = [];
   let answer: { status: number; type: string; body: string } = { status: 200, type: 'application/vnd.npm.install-v1+json', body: '' };
   let serial = 0;
-  const io = (accept: string): MetadataIO => ({
-    ...fakeIO('deny', { [`${CANON}@acme/util/-/util-1.0.0.tgz`]: sel('1.0.0', SHA256) }),
-    // Made for each request here (no cache): what the gateway keeps and sends.
-    answer(_r: MetadataResponse, _form: string, make: (view: RenderView) => Rendered) {
-      const out = make(this);
-      if (out.ok) this.send(out.status, out.contentType, out.body, out.headers);
-      else this.fail(out.status, out.message);
-    },
-    answerJob(r: MetadataResponse, form: string, job: RenderJob) {
-      this.answer(r, form, (v) => renderJob(job, r.body, v));
-      return Promise.resolve();
-    },
-    remember: (_r: MetadataResponse, _form: string, make: (view: RenderView) => { value: unknown }) => make(io(accept)).value,
-    req: { headers: { accept } } as MetadataIO['req'], res: {} as MetadataIO['res'], rest: '', query: '',
-    fetch: async (rest, opts): Promise<MetadataResponse> => {
-      asked.push({ rest, ...opts });
-      return { id: ++serial, status: answer.status, headers: { 'content-type': answer.type }, body: Buffer.from(answer.body), age: 0, stale: false };
-    },
-    originUrl: (rest) => ORIGIN + rest,
-    send: (status, type, body, headers = {}) => { sent.push({ status, type, body: String(body), headers }); },
-    fail: (status, message) => { failed.push({ status, message }); },
-    passThrough: async () => {},
-    serveArtifact: async () => false,
-    verifiedDigest: async () => ({ ok: false, status: 404, message: "not used" }),
-    log: { debug() {}, info() {}, warn() {}, error() {} },
-  } as MetadataIO);
+  const io = (accept: string): MetadataIO =>
+    ({
+      ...fakeIO('deny', { [`${CANON}@acme/util/-/util-1.0.0.tgz`]: sel('1.0.0', SHA256) }),
+      // Made for each request here (no cache): what the gateway keeps and sends.
+      answer(_r: MetadataResponse, _form: string, make: (view: RenderView) => Rendered) {
+        const out = make(this);
+        if (out.ok) this.send(out.status, out.contentType, out.body, out.headers);
+        else this.fail(out.status, out.message);
+      },
+      answerJob(r: MetadataResponse, form: string, job: RenderJob) {
+        this.answer(r, form, (v) => renderJob(job, r.body, v));
+        return Promise.resolve();
+      },
+      remember: (_r: MetadataResponse, _form: string, make: (view: RenderView) => { value: unknown }) => make(io(accept)).value,
+      req: { headers: { accept } } as MetadataIO['req'],
+      res: {} as MetadataIO['res'],
+      rest: '',
+      query: '',
+      fetch: async (rest, opts): Promise<MetadataResponse> => {
+        asked.push({ rest, ...opts });
+        return { id: ++serial, status: answer.status, headers: { 'content-type': answer.type }, body: Buffer.from(answer.body), age: 0, stale: false };
+      },
+      originUrl: (rest) => ORIGIN + rest,
+      send: (status, type, body, headers = {}) => {
+        sent.push({ status, type, body: String(body), headers });
+      },
+      fail: (status, message) => {
+        failed.push({ status, message });
+      },
+      passThrough: async () => {},
+      serveArtifact: async () => false,
+      verifiedDigest: async () => ({ ok: false, status: 404, message: 'not used' }),
+      log: { debug() {}, info() {}, warn() {}, error() {} },
+    }) as MetadataIO;
   const run = async (rest: string, accept: string) => {
     const c = npm.classify(rest, '');
     assert.is(c.type, 'metadata');
     if (c.type === 'metadata') await c.answer(io(accept));
   };
-  const doc = { name: '@acme/util', 'dist-tags': { latest: '1.0.0' }, versions: { '1.0.0': version('@acme/util', '1.0.0', `${ORIGIN}@acme/util/-/util-1.0.0.tgz`) } };
+  const doc = {
+    name: '@acme/util',
+    'dist-tags': { latest: '1.0.0' },
+    versions: { '1.0.0': version('@acme/util', '1.0.0', `${ORIGIN}@acme/util/-/util-1.0.0.tgz`) },
+  };
   answer.body = JSON.stringify(doc);
   await run('@acme/util', 'application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*');
   assert.equal(asked.at(-1), { rest: '@acme%2futil', accept: 'application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*', form: 'abbreviated' });
@@ -337,7 +475,11 @@ test('packument answer: the form asked upstream, the scoped spelling, content ty
   await run('@acme/util', 'application/json');
   assert.is(failed.at(-1)!.status, 502);
   assert.match(failed.at(-1)!.message, /packument of @acme\/util is unusable: not JSON/);
-  answer = { status: 200, type: 'application/json', body: JSON.stringify({ name: '@acme/util', versions: { '2.0.0': version('@acme/util', '2.0.0', `${ORIGIN}@acme/util/-/util-2.0.0.tgz`) } }) };
+  answer = {
+    status: 200,
+    type: 'application/json',
+    body: JSON.stringify({ name: '@acme/util', versions: { '2.0.0': version('@acme/util', '2.0.0', `${ORIGIN}@acme/util/-/util-2.0.0.tgz`) } }),
+  };
   await run('@acme/util', 'application/json');
   assert.equal(failed.at(-1), { status: 404, message: 'vouch: no endorsed version of @acme/util' });
   answer = { status: 503, type: 'text/plain', body: 'down' };
@@ -364,13 +506,16 @@ test('a gateway with no memory budget (mirror.memory_bytes: 0, artifacts spooled
   // Metadata cannot spool as artifacts do: it is charged to a reserve of its own when the budget has no room.
   const dir = join(work, 'no-memory');
   mkdirSync(dir);
-  const lean = await startGatewayProcess(['--config', writeConfig(dir, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: chainDir },
-    origin: { timeout: 5 },
-    mirror: { memory_bytes: 0 },
-    proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON, metadata_ttl: 0 }] },
-  })]);
+  const lean = await startGatewayProcess([
+    '--config',
+    writeConfig(dir, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: chainDir },
+      origin: { timeout: 5 },
+      mirror: { memory_bytes: 0 },
+      proxy: { routes: [{ prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: CANON, metadata_ttl: 0 }] },
+    }),
+  ]);
   try {
     const p = await project('/npm/', lean.url);
     const r = await p.npm(['install', 'leftpad@1.0.0', '@acme/util@1.0.0']);
@@ -382,7 +527,7 @@ test('a gateway with no memory budget (mirror.memory_bytes: 0, artifacts spooled
   }
 });
 
-test('a tampered tarball (registry consistent with itself) fails npm install with the gateway\'s reason', async () => {
+test("a tampered tarball (registry consistent with itself) fails npm install with the gateway's reason", async () => {
   await reg.tamper('tampered', '1.0.0', { 'index.js': SRC.evil });
   const p = await project();
   const r = await p.npm(['install', 'tampered@1.0.0']);
@@ -392,8 +537,11 @@ test('a tampered tarball (registry consistent with itself) fails npm install wit
   assert.not.ok(existsSync(join(p.dir, 'node_modules', 'tampered')), 'something was installed');
 });
 
-test('unendorsed and lying versions are not offered; plain install takes the newest endorsed version, not the registry\'s latest', async () => {
-  const direct = await (await fetch(`${reg.url}/leftpad`, { headers: { 'user-agent': TEST_UA } })).json() as { 'dist-tags': { latest: string }; versions: Record<string, unknown> };
+test("unendorsed and lying versions are not offered; plain install takes the newest endorsed version, not the registry's latest", async () => {
+  const direct = (await (await fetch(`${reg.url}/leftpad`, { headers: { 'user-agent': TEST_UA } })).json()) as {
+    'dist-tags': { latest: string };
+    versions: Record<string, unknown>;
+  };
   assert.is(direct['dist-tags'].latest, '2.0.0');
   assert.equal(Object.keys(direct.versions).sort(), ['1.0.0', '1.1.0', '2.0.0', '9.9.9']);
   const p = await project();
@@ -437,7 +585,10 @@ test('HTTP answers npm reads: content types, no-cache, reasons as {"error"}', as
   assert.equal([abbr.status, abbr.type], [200, 'application/vnd.npm.install-v1+json']);
   assert.is(JSON.parse(abbr.body).versions['1.0.0'].dist.integrity, integrityOf(signedHash['@acme/util@1.0.0']!));
   const unknown = await get('/npm/no-such-package');
-  assert.equal([unknown.status, unknown.type, JSON.parse(unknown.body)], [404, 'application/json', { error: 'vouch: no-such-package is not in the registry (it answered 404)' }]);
+  assert.equal(
+    [unknown.status, unknown.type, JSON.parse(unknown.body)],
+    [404, 'application/json', { error: 'vouch: no-such-package is not in the registry (it answered 404)' }],
+  );
   const search = await get('/npm/-/v1/search?text=x');
   assert.is(search.status, 404);
   assert.match(JSON.parse(search.body).error, /is not served through vouch/);
@@ -445,7 +596,7 @@ test('HTTP answers npm reads: content types, no-cache, reasons as {"error"}', as
   assert.equal([none.status, JSON.parse(none.body).error], [404, `vouch: ${CANON}leftpad/-/leftpad-2.0.0.tgz is not endorsed by the authority, refused`]);
 });
 
-test('the registry never saw npm: metadata came from vouch-gateway, tarballs from the gateway\'s origin fetcher', () => {
+test("the registry never saw npm: metadata came from vouch-gateway, tarballs from the gateway's origin fetcher", () => {
   const seen = reg.requests.filter((r) => r.userAgent !== TEST_UA);
   assert.ok(seen.length > 0);
   const npmSeen = seen.filter((r) => /\bnpm\//.test(r.userAgent));
@@ -473,7 +624,10 @@ test('a pass route installs an unendorsed version through the gateway, marked de
 
 test('the registry down: a fresh project with a fresh npm cache still installs (stale metadata, mirrored tarball)', async () => {
   await reg.close();
-  const refused = await fetch(`${reg.url}/leftpad`).then(() => false, () => true);
+  const refused = await fetch(`${reg.url}/leftpad`).then(
+    () => false,
+    () => true,
+  );
   assert.ok(refused, 'the registry still answers');
   const p = await project();
   const r = await p.npm(['install', 'leftpad@1.0.0']);
@@ -482,7 +636,7 @@ test('the registry down: a fresh project with a fresh npm cache still installs (
   // Nothing cached: the gateway's reason, in npm's form.
   const never = await fetch(`${gw.url}/npm/never-seen`);
   assert.is(never.status, 502);
-  assert.match((await never.json() as { error: string }).error, /^vouch: cannot read npm metadata for https:\/\/registry\.example\.org\/never-seen/);
+  assert.match(((await never.json()) as { error: string }).error, /^vouch: cannot read npm metadata for https:\/\/registry\.example\.org\/never-seen/);
 });
 
 test.run();

@@ -22,12 +22,28 @@ import { createServer, request as httpRequest, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  base64Encode, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, formatBlockFile, formatCheckpointFile, type Block,
+  base64Encode,
+  buildAuthorityBlock,
+  buildCheckpoint,
+  buildEndorseBlock,
+  buildRevokeBlock,
+  formatBlockFile,
+  formatCheckpointFile,
+  type Block,
 } from '../../chain/index.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import {
-  DOCKER_MANIFEST, MANIFEST_ACCEPT, OCI_INDEX as OCI_INDEX_TYPE, manifestUrl, ociErrorBody, pageOf, parseChallenge, parseManifest, parseOciPath, parseTagList,
+  DOCKER_MANIFEST,
+  MANIFEST_ACCEPT,
+  OCI_INDEX as OCI_INDEX_TYPE,
+  manifestUrl,
+  ociErrorBody,
+  pageOf,
+  parseChallenge,
+  parseManifest,
+  parseOciPath,
+  parseTagList,
 } from '../../gateway/ecosystems/oci.ts';
 import { parseRange } from '../../gateway/ecosystems/oci-route.ts';
 import { VouchError } from '../../chain/errors.ts';
@@ -70,9 +86,23 @@ test('request paths: base, manifests by tag and digest, blobs, tags/list; anythi
   assert.equal(parseOciPath(`app/manifests/${d}`), { type: 'manifest', repo: 'app', ref: d, byDigest: true });
   assert.equal(parseOciPath(`a/b/c/blobs/${d}`), { type: 'blob', repo: 'a/b/c', digest: d });
   assert.equal(parseOciPath('app/tags/list'), { type: 'tags', repo: 'app' });
-  for (const bad of ['app', 'app/manifests/', 'App/manifests/1', 'app/manifests/-x', 'app/blobs/1.0', `app/blobs/sha256:${'A'.repeat(64)}`,
-    'app/tags/other', 'app//manifests/1', 'app/manifests/1/x', '_catalog', `app/blobs/${d}/x`, `${'a/'.repeat(300)}x/manifests/1`, 'a..b/manifests/1',
-    `app/manifests/${'t'.repeat(129)}`, 'app/blobs/uploads/']) {
+  for (const bad of [
+    'app',
+    'app/manifests/',
+    'App/manifests/1',
+    'app/manifests/-x',
+    'app/blobs/1.0',
+    `app/blobs/sha256:${'A'.repeat(64)}`,
+    'app/tags/other',
+    'app//manifests/1',
+    'app/manifests/1/x',
+    '_catalog',
+    `app/blobs/${d}/x`,
+    `${'a/'.repeat(300)}x/manifests/1`,
+    'a..b/manifests/1',
+    `app/manifests/${'t'.repeat(129)}`,
+    'app/blobs/uploads/',
+  ]) {
     assert.is(parseOciPath(bad), null, bad);
   }
   assert.is(manifestUrl('https://registry-1.docker.io', 'library/alpine', '3.20'), 'https://registry-1.docker.io/v2/library/alpine/manifests/3.20');
@@ -80,7 +110,9 @@ test('request paths: base, manifests by tag and digest, blobs, tags/list; anythi
 
 test('manifests and indexes: media type, what they reach; bounded; schema 1 and junk refused', () => {
   const d = (c: string) => `sha256:${c.repeat(64)}`;
-  const m = parseManifest(Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: DOCKER_MANIFEST, config: { digest: d('c') }, layers: [{ digest: d('1') }, { digest: d('2') }] })));
+  const m = parseManifest(
+    Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: DOCKER_MANIFEST, config: { digest: d('c') }, layers: [{ digest: d('1') }, { digest: d('2') }] })),
+  );
   assert.equal(m, { mediaType: DOCKER_MANIFEST, manifests: [], blobs: [d('c'), d('1'), d('2')] });
   const i = parseManifest(Buffer.from(JSON.stringify({ schemaVersion: 2, manifests: [{ digest: d('a') }] })));
   assert.equal(i, { mediaType: OCI_INDEX_TYPE, manifests: [d('a')], blobs: [] });
@@ -105,14 +137,23 @@ test('manifests and indexes: media type, what they reach; bounded; schema 1 and 
 test('tag lists, pages, challenges, ranges and the error JSON', () => {
   assert.equal(parseTagList(Buffer.from('{"name":"app","tags":["1.0","bad tag","2.0"]}')), { name: 'app', tags: ['1.0', '2.0'] });
   assert.equal(parseTagList(Buffer.from('{"name":"app","tags":null}')), { name: 'app', tags: [] });
-  assert.throws(() => parseTagList(Buffer.from('{"tags":[]}')), (e: unknown) => e instanceof VouchError && e.code === 'bad_request');
+  assert.throws(
+    () => parseTagList(Buffer.from('{"tags":[]}')),
+    (e: unknown) => e instanceof VouchError && e.code === 'bad_request',
+  );
   assert.equal(pageOf(['a', 'b', 'c'], 2, null), { tags: ['a', 'b'], more: true });
   assert.equal(pageOf(['a', 'b', 'c'], 2, 'b'), { tags: ['c'], more: false });
   assert.equal(pageOf(['a', 'b', 'c'], null, 'a'), { tags: ['b', 'c'], more: false });
   const ch = parseChallenge('Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull"');
-  assert.equal([ch.scheme, ch.params.realm, ch.params.service, ch.params.scope], ['bearer', 'https://auth.example/token', 'registry.example', 'repository:a/b:pull']);
+  assert.equal(
+    [ch.scheme, ch.params.realm, ch.params.service, ch.params.scope],
+    ['bearer', 'https://auth.example/token', 'registry.example', 'repository:a/b:pull'],
+  );
   assert.is(parseChallenge('Basic realm="x"').scheme, 'basic');
-  assert.throws(() => parseChallenge('x'.repeat(5000)), (e: unknown) => e instanceof VouchError && e.code === 'too_large');
+  assert.throws(
+    () => parseChallenge('x'.repeat(5000)),
+    (e: unknown) => e instanceof VouchError && e.code === 'too_large',
+  );
   assert.equal(parseRange('bytes=0-9', 100), { start: 0, end: 9 });
   assert.equal(parseRange('bytes=90-', 100), { start: 90, end: 99 });
   assert.equal(parseRange('bytes=-10', 100), { start: 90, end: 99 });
@@ -123,8 +164,11 @@ test('tag lists, pages, challenges, ranges and the error JSON', () => {
   assert.is(JSON.parse(ociErrorBody(410, 'vouch: revoked', 'manifest')).errors[0].code, 'DENIED');
 });
 
-test('image references: Docker\'s defaults, registries with ports, digests, http://; files of references and compose / Kubernetes image fields', () => {
-  const r = (t: string) => { const x = parseImageRef(t); return [x.registry, x.repo, x.tag, x.digest, refUrl(x)]; };
+test("image references: Docker's defaults, registries with ports, digests, http://; files of references and compose / Kubernetes image fields", () => {
+  const r = (t: string) => {
+    const x = parseImageRef(t);
+    return [x.registry, x.repo, x.tag, x.digest, refUrl(x)];
+  };
   const d = `sha256:${'b'.repeat(64)}`;
   assert.equal(r('alpine'), ['docker.io', 'library/alpine', 'latest', null, 'https://registry-1.docker.io/v2/library/alpine/manifests/latest']);
   assert.equal(r('bitnami/redis:7.2'), ['docker.io', 'bitnami/redis', '7.2', null, 'https://registry-1.docker.io/v2/bitnami/redis/manifests/7.2']);
@@ -132,17 +176,28 @@ test('image references: Docker\'s defaults, registries with ports, digests, http
   assert.equal(r('localhost:5000/app@' + d), ['localhost:5000', 'app', null, d, `https://localhost:5000/v2/app/manifests/${d}`]);
   assert.equal(r('http://127.0.0.1:5000/a/b:v1'), ['127.0.0.1:5000', 'a/b', 'v1', null, 'http://127.0.0.1:5000/v2/a/b/manifests/v1']);
   for (const bad of ['', 'App:1', 'a b', 'app:', 'app@sha256:12', 'http://app', 'reg.io/app:-x', `app:${'t'.repeat(129)}`]) {
-    assert.throws(() => parseImageRef(bad), (e: unknown) => e instanceof VouchError && e.code === 'bad_request', bad);
+    assert.throws(
+      () => parseImageRef(bad),
+      (e: unknown) => e instanceof VouchError && e.code === 'bad_request',
+      bad,
+    );
   }
   assert.is(imageSemver('v1.4.2', d), '1.4.2');
   assert.is(imageSemver('latest', d), '0.0.0-sha256.bbbbbbbbbbbb');
   assert.equal(readImageRefs('# images\nalpine:3.20\n\nghcr.io/a/b:1 # pinned\nalpine:3.20\n', 'images.txt'), ['alpine:3.20', 'ghcr.io/a/b:1']);
   const compose = 'services:\n  web:\n    image: nginx:1.27\n  db:\n    image: "postgres:16"\n    environment: {image: not-a-field-of-a-service}\n';
   assert.equal(readImageRefs(compose, 'compose.yaml'), ['nginx:1.27', 'postgres:16', 'not-a-field-of-a-service']);
-  const k8s = 'apiVersion: v1\nkind: Pod\nspec:\n  initContainers: [{name: i, image: busybox:1.36}]\n  containers:\n  - name: a\n    image: ghcr.io/acme/app:1.4\n---\nkind: Deployment\nspec: {template: {spec: {containers: [{image: redis:7}]}}}\n';
+  const k8s =
+    'apiVersion: v1\nkind: Pod\nspec:\n  initContainers: [{name: i, image: busybox:1.36}]\n  containers:\n  - name: a\n    image: ghcr.io/acme/app:1.4\n---\nkind: Deployment\nspec: {template: {spec: {containers: [{image: redis:7}]}}}\n';
   assert.equal(readImageRefs(k8s, 'pod.yaml'), ['busybox:1.36', 'ghcr.io/acme/app:1.4', 'redis:7']);
-  assert.throws(() => readImageRefs('a: [' + '['.repeat(200) + ']'.repeat(200) + ']\n', 'deep.yaml'), (e: unknown) => e instanceof VouchError);
-  assert.throws(() => readImageRefs('\n# nothing\n', 'empty.txt'), (e: unknown) => e instanceof VouchError && e.code === 'bad_request');
+  assert.throws(
+    () => readImageRefs('a: [' + '['.repeat(200) + ']'.repeat(200) + ']\n', 'deep.yaml'),
+    (e: unknown) => e instanceof VouchError,
+  );
+  assert.throws(
+    () => readImageRefs('\n# nothing\n', 'empty.txt'),
+    (e: unknown) => e instanceof VouchError && e.code === 'bad_request',
+  );
 });
 
 // ---------------------------------------------------------------------------
@@ -181,7 +236,10 @@ async function buildChain(dir: string): Promise<string> {
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now: t, uns: 'acme/images' })];
   const endorse = (repo: string, tag: string) => {
     const block = buildEndorseBlock({
-      prev: blocks.at(-1)!, signer, backend: nodeBackend, now: t + blocks.length * 1000,
+      prev: blocks.at(-1)!,
+      signer,
+      backend: nodeBackend,
+      now: t + blocks.length * 1000,
       entries: [{ url: manifestUrl(CANONICAL, repo, tag), artifactHash: digests.get(`${repo}:${tag}`)!, name: `oci/${repo}`, semver: '1.0.0', license: 'MIT' }],
     });
     blocks.push(block);
@@ -191,13 +249,22 @@ async function buildChain(dir: string): Promise<string> {
   const revoked = endorse('revoked', '1.0');
   blocks.push(buildRevokeBlock({ prev: blocks.at(-1)!, target: revoked, signer, backend: nodeBackend, now: t + blocks.length * 1000 }));
   if (digests.has('big:1.0')) endorse('big', '1.0');
-  blocks.push(buildEndorseBlock({
-    prev: blocks.at(-1)!, signer, backend: nodeBackend, now: t + blocks.length * 1000,
-    entries: [{ url: manifestUrl(PRIVATE, 'app', '1.0'), artifactHash: digests.get('app:1.0')!, name: 'oci/private-app', semver: '1.0.0', license: 'MIT' }],
-  }));
+  blocks.push(
+    buildEndorseBlock({
+      prev: blocks.at(-1)!,
+      signer,
+      backend: nodeBackend,
+      now: t + blocks.length * 1000,
+      entries: [{ url: manifestUrl(PRIVATE, 'app', '1.0'), artifactHash: digests.get('app:1.0')!, name: 'oci/private-app', semver: '1.0.0', license: 'MIT' }],
+    }),
+  );
   const checkpoint = buildCheckpoint({ head: blocks.at(-1)!, signer, now: t + blocks.length * 1000 });
-  await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-    { message: 'oci fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(t / 1000) });
+  await ChainRepo.init(
+    dir,
+    blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(checkpoint),
+    { message: 'oci fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: Math.floor(t / 1000) },
+  );
   return base64Encode(signer.publicKey);
 }
 
@@ -245,16 +312,25 @@ async function startAuthFront(): Promise<void> {
     }
     const bearer = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1];
     if (bearer === undefined || !issued.has(bearer)) {
-      res.writeHead(401, { 'www-authenticate': `Bearer realm="${authUrl}/token",service="vouch-test",scope="repository:app:pull"`, 'content-type': 'application/json' });
+      res.writeHead(401, {
+        'www-authenticate': `Bearer realm="${authUrl}/token",service="vouch-test",scope="repository:app:pull"`,
+        'content-type': 'application/json',
+      });
       res.end('{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}');
       return;
     }
-    fetch(registry.url + req.url, { method: req.method, headers: { accept: req.headers.accept ?? '*/*' } }).then(async (up) => {
-      const headers: Record<string, string> = {};
-      for (const k of ['content-type', 'content-length', 'docker-content-digest']) { const v = up.headers.get(k); if (v !== null) headers[k] = v; }
-      res.writeHead(up.status, headers);
-      res.end(Buffer.from(await up.arrayBuffer()));
-    }, () => res.writeHead(502).end());
+    fetch(registry.url + req.url, { method: req.method, headers: { accept: req.headers.accept ?? '*/*' } }).then(
+      async (up) => {
+        const headers: Record<string, string> = {};
+        for (const k of ['content-type', 'content-length', 'docker-content-digest']) {
+          const v = up.headers.get(k);
+          if (v !== null) headers[k] = v;
+        }
+        res.writeHead(up.status, headers);
+        res.end(Buffer.from(await up.arrayBuffer()));
+      },
+      () => res.writeHead(502).end(),
+    );
   });
   await new Promise<void>((r) => authFront.listen(0, '127.0.0.1', r));
   authUrl = `http://127.0.0.1:${(authFront.address() as { port: number }).port}`;
@@ -270,14 +346,24 @@ async function restartGateway(diskDir?: string): Promise<void> {
 /** A counter of the gateway's /metrics (the sum of its series matching `series`). */
 async function metric(series: RegExp): Promise<number> {
   const text = await (await fetch(`${gw.url}/metrics`)).text();
-  return text.split('\n').filter((l) => !l.startsWith('#') && series.test(l.split(' ')[0]!)).reduce((n, l) => n + Number(l.split(' ').at(-1)), 0);
+  return text
+    .split('\n')
+    .filter((l) => !l.startsWith('#') && series.test(l.split(' ')[0]!))
+    .reduce((n, l) => n + Number(l.split(' ').at(-1)), 0);
 }
 
 test.before(async () => {
   registry = await Registry.start(join(work, 'registry'));
   buildLayouts();
   const layout = join(work, 'layout');
-  for (const [repo, tag] of [['app', 'app'], ['moved', 'moved'], ['swapped', 'swapped'], ['unendorsed', 'unendorsed'], ['revoked', 'revoked'], ['podman', 'podman']]) {
+  for (const [repo, tag] of [
+    ['app', 'app'],
+    ['moved', 'moved'],
+    ['swapped', 'swapped'],
+    ['unendorsed', 'unendorsed'],
+    ['revoked', 'revoked'],
+    ['podman', 'podman'],
+  ]) {
     await push(layout, tag!, registry, repo!);
   }
   await push(layout, 'multi', registry, 'multi', true);
@@ -287,7 +373,14 @@ test.before(async () => {
   assert.is(v2s2.status, 0, v2s2.stderr);
   // skopeo pushed `repo:<layout tag>`; the tests use `repo:1.0`.
   for (const repo of ['app', 'multi', 'moved', 'swapped', 'unendorsed', 'revoked', 'podman', 'docker']) {
-    const r = await skopeo(['copy', '--all', '--src-tls-verify=false', '--dest-tls-verify=false', `docker://${registry.host}/${repo}:${repo}`, `docker://${registry.host}/${repo}:1.0`]);
+    const r = await skopeo([
+      'copy',
+      '--all',
+      '--src-tls-verify=false',
+      '--dest-tls-verify=false',
+      `docker://${registry.host}/${repo}:${repo}`,
+      `docker://${registry.host}/${repo}:1.0`,
+    ]);
     assert.is(r.status, 0, r.stderr);
     digests.set(`${repo}:1.0`, await registryDigest(repo, '1.0'));
   }
@@ -313,7 +406,13 @@ async function pull(ref: string, extra: string[] = []): Promise<{ status: number
 /** Every blob of a pulled layout matches its name (skopeo checks too; this says so in the test). */
 function layoutIsIntact(dir: string): string[] {
   const names = readdirSync(join(dir, 'blobs', 'sha256'));
-  for (const hex of names) assert.is(createHash('sha256').update(readFileSync(join(dir, 'blobs', 'sha256', hex))).digest('hex'), hex);
+  for (const hex of names)
+    assert.is(
+      createHash('sha256')
+        .update(readFileSync(join(dir, 'blobs', 'sha256', hex)))
+        .digest('hex'),
+      hex,
+    );
   return names.map((h) => `sha256:${h}`);
 }
 
@@ -338,11 +437,13 @@ test('an endorsed tag pulls with skopeo through the gateway: the endorsed manife
   assert.equal(Buffer.from(await part.arrayBuffer()), readFileSync(join(work, 'layout', 'blobs', 'sha256', layer.digest.slice(7))).subarray(10, 20));
 });
 
-test('HEAD of a blob the mirror does not hold: the upstream\'s HEAD answers (size, digest); no byte fetched, nothing counted as verified', async () => {
+test("HEAD of a blob the mirror does not hold: the upstream's HEAD answers (size, digest); no byte fetched, nothing counted as verified", async () => {
   // HEAD of the manifest: reachability learnt, nothing fetched ahead (a GET would fetch its blobs ahead).
   const m = await fetch(`${gw.url}/v2/podman/manifests/1.0`, { method: 'HEAD', headers: { accept: MANIFEST_ACCEPT } });
   assert.is(m.status, 200);
-  const manifest = JSON.parse(readFileSync(join(work, 'layout', 'blobs', 'sha256', digests.get('podman:1.0')!.slice(7)), 'utf8')) as { layers: { digest: string; size: number }[] };
+  const manifest = JSON.parse(readFileSync(join(work, 'layout', 'blobs', 'sha256', digests.get('podman:1.0')!.slice(7)), 'utf8')) as {
+    layers: { digest: string; size: number }[];
+  };
   const layer = manifest.layers[0]!;
   const bytes0 = await metric(/^vouch_origin_fetch_bytes_total$/);
   const verified0 = await metric(/^vouch_proxy_requests_total\{outcome="verified"\}$/);
@@ -361,7 +462,12 @@ test('HEAD of a blob the mirror does not hold: the upstream\'s HEAD answers (siz
   // A GET then fetches and checks the bytes (and counts them as verified).
   const get = await fetch(`${gw.url}/v2/podman/blobs/${layer.digest}`);
   assert.is(get.status, 200);
-  assert.is(`sha256:${createHash('sha256').update(Buffer.from(await get.arrayBuffer())).digest('hex')}`, layer.digest);
+  assert.is(
+    `sha256:${createHash('sha256')
+      .update(Buffer.from(await get.arrayBuffer()))
+      .digest('hex')}`,
+    layer.digest,
+  );
   assert.is(await metric(/^vouch_proxy_requests_total\{outcome="verified"\}$/), verified0 + 1);
 });
 
@@ -390,7 +496,13 @@ test('a multi-platform index: the index is endorsed, each platform manifest is r
 });
 
 test('a tag moved upstream still gets the endorsed digest, fetched by digest from the registry', async () => {
-  const r = await skopeo(['copy', '--src-tls-verify=false', '--dest-tls-verify=false', `docker://${registry.host}/moved:moved-later`, `docker://${registry.host}/moved:1.0`]);
+  const r = await skopeo([
+    'copy',
+    '--src-tls-verify=false',
+    '--dest-tls-verify=false',
+    `docker://${registry.host}/moved:moved-later`,
+    `docker://${registry.host}/moved:1.0`,
+  ]);
   assert.is(r.status, 0, r.stderr);
   const now = await registryDigest('moved', '1.0');
   assert.is.not(now, digests.get('moved:1.0'), 'the tag moved at the registry');
@@ -403,7 +515,7 @@ test('a tag moved upstream still gets the endorsed digest, fetched by digest fro
   assert.not.ok(layoutIsIntact(p.dir).includes(layers.get('moved-later/0')!.digest));
 });
 
-test('a blob swapped in the registry\'s storage is refused before any byte; skopeo prints vouch\'s message', async () => {
+test("a blob swapped in the registry's storage is refused before any byte; skopeo prints vouch's message", async () => {
   const layer = layers.get('swapped/0')!;
   const file = registry.blobFile(layer.digest);
   assert.ok(existsSync(file), file);
@@ -428,7 +540,7 @@ test('a blob swapped in the registry\'s storage is refused before any byte; skop
   assert.match(head.statusText, /^vouch: the upstream's bytes for sha256:[0-9a-f]{64} do not match the digest/);
 });
 
-test('an unendorsed tag is refused (MANIFEST_UNKNOWN with vouch\'s reason); on a pass route, picked by ?ns=, it passes marked', async () => {
+test("an unendorsed tag is refused (MANIFEST_UNKNOWN with vouch's reason); on a pass route, picked by ?ns=, it passes marked", async () => {
   const p = await pull('unendorsed:1.0');
   assert.is.not(p.status, 0);
   assert.match(p.stderr, /vouch: https:\/\/registry\.example\.test\/v2\/unendorsed\/manifests\/1\.0 is not endorsed by the authority, refused/);
@@ -462,17 +574,20 @@ test('an unendorsed tag is refused (MANIFEST_UNKNOWN with vouch\'s reason); on a
 test('a revoked tag is refused with a message naming the revocation', async () => {
   const p = await pull('revoked:1.0');
   assert.is.not(p.status, 0);
-  assert.match(p.stderr, /vouch: https:\/\/registry\.example\.test\/v2\/revoked\/manifests\/1\.0 \(sha256:[0-9a-f]{64}\) is revoked by the authority in block \d+ \([0-9a-f]{64}\), refused/);
+  assert.match(
+    p.stderr,
+    /vouch: https:\/\/registry\.example\.test\/v2\/revoked\/manifests\/1\.0 \(sha256:[0-9a-f]{64}\) is revoked by the authority in block \d+ \([0-9a-f]{64}\), refused/,
+  );
   const r = await fetch(`${gw.url}/v2/revoked/manifests/1.0`, { headers: { accept: MANIFEST_ACCEPT } });
   assert.is(r.status, 410);
   assert.is((await r.json()).errors[0].code, 'DENIED');
 });
 
-test('tags/list lists only endorsed tags in force, with the spec\'s pagination; the base answers', async () => {
+test("tags/list lists only endorsed tags in force, with the spec's pagination; the base answers", async () => {
   const base = await fetch(`${gw.url}/v2/`);
   assert.is(base.status, 200);
   assert.is(base.headers.get('docker-distribution-api-version'), 'registry/2.0');
-  const upstream = await (await fetch(`${registry.url}/v2/app/tags/list`)).json() as { tags: string[] };
+  const upstream = (await (await fetch(`${registry.url}/v2/app/tags/list`)).json()) as { tags: string[] };
   assert.equal(upstream.tags.sort(), ['1.0', 'app']);
   const r = await fetch(`${gw.url}/v2/app/tags/list`);
   assert.equal(await r.json(), { name: 'app', tags: ['1.0'] });
@@ -490,7 +605,10 @@ test('a private upstream behind the bearer-token flow: the credentials file answ
   const p = await pull('private.local/app:1.0');
   assert.is(p.status, 0, p.stderr);
   assert.ok(layoutIsIntact(p.dir).includes(digests.get('app:1.0')!));
-  assert.ok(authSeen.some((a) => a.startsWith('Basic ') && a.endsWith(' repository:app:pull')), authSeen.join('\n'));
+  assert.ok(
+    authSeen.some((a) => a.startsWith('Basic ') && a.endsWith(' repository:app:pull')),
+    authSeen.join('\n'),
+  );
   const logs = gw.stdout() + gw.stderr();
   assert.not.ok(logs.includes(PRIVATE_PASSWORD), 'the password was logged');
   for (const t of issued) assert.not.ok(logs.includes(t), 'a token was logged');
@@ -516,16 +634,28 @@ async function podman(args: string[]): Promise<{ status: number | null; stdout: 
   const dir = join(work, 'podman');
   podmanRun ||= mkdtempSync(join(tmpdir(), 'p-'));
   const conf = join(work, 'registries.conf');
-  writeFileSync(conf, [
-    'unqualified-search-registries = []',
-    '[[registry]]', 'prefix = "registry.example.test"', 'location = "127.0.0.1:1"', 'insecure = true',
-    '[[registry.mirror]]', `location = "${gwHost}"`, 'insecure = true', '',
-  ].join('\n'));
-  return runAsync('podman', ['--root', join(dir, 'root'), '--runroot', podmanRun, '--storage-driver', 'vfs', '--cgroup-manager', 'cgroupfs',
-    '--events-backend', 'none', ...args], { env: { ...process.env, CONTAINERS_REGISTRIES_CONF: conf, HOME: dir } });
+  writeFileSync(
+    conf,
+    [
+      'unqualified-search-registries = []',
+      '[[registry]]',
+      'prefix = "registry.example.test"',
+      'location = "127.0.0.1:1"',
+      'insecure = true',
+      '[[registry.mirror]]',
+      `location = "${gwHost}"`,
+      'insecure = true',
+      '',
+    ].join('\n'),
+  );
+  return runAsync(
+    'podman',
+    ['--root', join(dir, 'root'), '--runroot', podmanRun, '--storage-driver', 'vfs', '--cgroup-manager', 'cgroupfs', '--events-backend', 'none', ...args],
+    { env: { ...process.env, CONTAINERS_REGISTRIES_CONF: conf, HOME: dir } },
+  );
 }
 
-test('podman pull with a registries.conf mirror: the endorsed image, by its endorsed digest; an unendorsed one refused with vouch\'s reason', async () => {
+test("podman pull with a registries.conf mirror: the endorsed image, by its endorsed digest; an unendorsed one refused with vouch's reason", async () => {
   const ok = await podman(['pull', 'registry.example.test/podman:1.0']);
   assert.is(ok.status, 0, ok.stderr);
   const inspect = await podman(['image', 'inspect', '--format', '{{.Digest}}', 'registry.example.test/podman:1.0']);
@@ -549,7 +679,10 @@ function streamDigest(path: string): Promise<{ status: number; digest: string; b
     const req = httpRequest({ host: u.hostname, port: u.port, path, agent: false }, (res) => {
       const h = createHash('sha256');
       let bytes = 0;
-      res.on('data', (c: Buffer) => { h.update(c); bytes += c.length; });
+      res.on('data', (c: Buffer) => {
+        h.update(c);
+        bytes += c.length;
+      });
       res.on('end', () => resolve({ status: res.statusCode!, digest: `sha256:${h.digest('hex')}`, bytes }));
       res.on('error', reject);
     });
@@ -559,12 +692,18 @@ function streamDigest(path: string): Promise<{ status: number; digest: string; b
   });
 }
 
-test('a 1 GiB layer: verified while it streams, served in bounded memory (the gateway\'s peak RSS within the budget)', async () => {
+test("a 1 GiB layer: verified while it streams, served in bounded memory (the gateway's peak RSS within the budget)", async () => {
   const l = new Layout(join(work, 'big-layout'));
   const layer = await l.bigLayer(BIG, 7);
   l.tag(l.image([layer]), 'big');
   await push(join(work, 'big-layout'), 'big', registry, 'big');
-  const r = await skopeo(['copy', '--src-tls-verify=false', '--dest-tls-verify=false', `docker://${registry.host}/big:big`, `docker://${registry.host}/big:1.0`]);
+  const r = await skopeo([
+    'copy',
+    '--src-tls-verify=false',
+    '--dest-tls-verify=false',
+    `docker://${registry.host}/big:big`,
+    `docker://${registry.host}/big:1.0`,
+  ]);
   assert.is(r.status, 0, r.stderr);
   rmSync(join(work, 'big-layout'), { recursive: true, force: true });
   digests.set('big:1.0', await registryDigest('big', '1.0'));
@@ -572,14 +711,18 @@ test('a 1 GiB layer: verified while it streams, served in bounded memory (the ga
   const before = memoryOf(gw.child.pid!);
   const m = await fetch(`${gw.url}/v2/big/manifests/1.0`, { headers: { accept: MANIFEST_ACCEPT } });
   assert.is(m.status, 200);
-  const manifest = await m.json() as { layers: { digest: string; size: number }[] };
+  const manifest = (await m.json()) as { layers: { digest: string; size: number }[] };
   assert.is(manifest.layers[0]!.digest, layer.digest);
   const got = await streamDigest(`/v2/big/blobs/${layer.digest}`);
   assert.equal(got, { status: 200, digest: layer.digest, bytes: layer.size });
   const after = memoryOf(gw.child.pid!);
-  if (process.env.VOUCH_OCI_MEMORY === '1') console.error(`1 GiB layer: gateway RSS before ${Math.round(before.rss / MiB)} MiB, peak ${Math.round(after.hwm / MiB)} MiB`);
+  if (process.env.VOUCH_OCI_MEMORY === '1')
+    console.error(`1 GiB layer: gateway RSS before ${Math.round(before.rss / MiB)} MiB, peak ${Math.round(after.hwm / MiB)} MiB`);
   const growth = after.hwm - before.rss;
-  assert.ok(growth < BUDGET + 64 * MiB, `the gateway's peak RSS grew ${Math.round(growth / MiB)} MiB serving a ${Math.round(layer.size / MiB)} MiB layer (budget ${BUDGET / MiB} MiB)`);
+  assert.ok(
+    growth < BUDGET + 64 * MiB,
+    `the gateway's peak RSS grew ${Math.round(growth / MiB)} MiB serving a ${Math.round(layer.size / MiB)} MiB layer (budget ${BUDGET / MiB} MiB)`,
+  );
   assert.ok(after.hwm < 600 * MiB, `peak RSS ${Math.round(after.hwm / MiB)} MiB`);
 });
 
@@ -589,7 +732,10 @@ test('vouch endorse --oci (offline): tags resolved at the registry, endorsed as 
   const chain = join(dir, 'chain');
   mkdirSync(dir, { recursive: true });
   await initAuthorityChain({ key, chain, signer: 'oci-test', uns: 'acme/images' });
-  writeFileSync(join(work, 'compose.yaml'), 'services:\n  web:\n    image: registry.example.test/app:1.0\n  multi:\n    image: registry.example.test/multi:1.0\n');
+  writeFileSync(
+    join(work, 'compose.yaml'),
+    'services:\n  web:\n    image: registry.example.test/app:1.0\n  multi:\n    image: registry.example.test/multi:1.0\n',
+  );
   const args = ['endorse', '--chain', chain, '--key', key, '--license', 'MIT', '--origin', `${CANONICAL}=${registry.url}/`, '--json'];
   const r = await vouchAsync([...args, '--oci-file', join(work, 'compose.yaml'), '--oci', `registry.example.test/moved:moved-later`]);
   assert.is(r.status, 0, r.stderr);
@@ -597,15 +743,23 @@ test('vouch endorse --oci (offline): tags resolved at the registry, endorsed as 
   assert.is(out.status, 'posted');
   assert.equal(out.blocks.length, 1);
   const byRef = Object.fromEntries(out.images.map((i: { ref: string; url: string; digest: string }) => [i.ref, i]));
-  assert.equal(byRef['registry.example.test/app:1.0'], { ref: 'registry.example.test/app:1.0', url: `${CANONICAL}v2/app/manifests/1.0`, digest: digests.get('app:1.0'), media_type: 'application/vnd.oci.image.manifest.v1+json' });
+  assert.equal(byRef['registry.example.test/app:1.0'], {
+    ref: 'registry.example.test/app:1.0',
+    url: `${CANONICAL}v2/app/manifests/1.0`,
+    digest: digests.get('app:1.0'),
+    media_type: 'application/vnd.oci.image.manifest.v1+json',
+  });
   assert.is(byRef['registry.example.test/multi:1.0'].digest, digests.get('multi:1.0'));
   assert.is(byRef['registry.example.test/multi:1.0'].media_type, 'application/vnd.oci.image.index.v1+json');
   const block = JSON.parse(readFileSync(join(chain, blockPath(out.blocks[0].index)), 'utf8'));
-  assert.equal(block.payload.endorsements.map((e: { artifact_url: string; artifact_hash: string }) => [e.artifact_url, e.artifact_hash]).sort(), [
-    [`${CANONICAL}v2/app/manifests/1.0`, digests.get('app:1.0')],
-    [`${CANONICAL}v2/moved/manifests/moved-later`, await registryDigest('moved', 'moved-later')],
-    [`${CANONICAL}v2/multi/manifests/1.0`, digests.get('multi:1.0')],
-  ].sort());
+  assert.equal(
+    block.payload.endorsements.map((e: { artifact_url: string; artifact_hash: string }) => [e.artifact_url, e.artifact_hash]).sort(),
+    [
+      [`${CANONICAL}v2/app/manifests/1.0`, digests.get('app:1.0')],
+      [`${CANONICAL}v2/moved/manifests/moved-later`, await registryDigest('moved', 'moved-later')],
+      [`${CANONICAL}v2/multi/manifests/1.0`, digests.get('multi:1.0')],
+    ].sort(),
+  );
   // Again: nothing new.
   const again = await vouchAsync([...args, '--oci-file', join(work, 'compose.yaml')]);
   assert.is(again.status, 0, again.stderr);
@@ -616,39 +770,61 @@ test('vouch endorse --oci (offline): tags resolved at the registry, endorsed as 
   assert.match(wrong.stderr, /the tag 1\.0 is sha256:[0-9a-f]{64} at the registry, not the digest named/);
 });
 
-test('vouch endorse --oci through a running authority: the authority fetches the manifest itself (a registry\'s token flow too) and checks the claimed digest', async () => {
+test("vouch endorse --oci through a running authority: the authority fetches the manifest itself (a registry's token flow too) and checks the claimed digest", async () => {
   const dir = join(work, 'authority');
   const keyFile = join(dir, 'authority.pem');
   const tokenFile = join(dir, 'submit.token');
   mkdirSync(dir, { recursive: true });
   createKeyFile(keyFile);
   writeFileSync(tokenFile, 'oci-token-' + 'c'.repeat(32), { mode: 0o600 });
-  const authority = await startGatewayProcess(['--config', writeConfig(dir, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: join(dir, 'chain') },
-    authority: { key_file: keyFile, signer: 'oci-authority', submit_token_file: tokenFile },
-    origin: { allow_private: true },
-  })]);
+  const authority = await startGatewayProcess([
+    '--config',
+    writeConfig(dir, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: join(dir, 'chain') },
+      authority: { key_file: keyFile, signer: 'oci-authority', submit_token_file: tokenFile },
+      origin: { allow_private: true },
+    }),
+  ]);
   try {
-    const r = await vouchAsync(['endorse', '--gateway', authority.url, '--token-file', tokenFile, '--license', 'MIT', '--json',
-      '--oci', `http://${registry.host}/multi:1.0`, '--oci', `http://${registry.host}/app:1.0`, '--oci', `${authUrl}/app:1.0`]);
+    const r = await vouchAsync([
+      'endorse',
+      '--gateway',
+      authority.url,
+      '--token-file',
+      tokenFile,
+      '--license',
+      'MIT',
+      '--json',
+      '--oci',
+      `http://${registry.host}/multi:1.0`,
+      '--oci',
+      `http://${registry.host}/app:1.0`,
+      '--oci',
+      `${authUrl}/app:1.0`,
+    ]);
     assert.is(r.status, 0, r.stderr);
     const out = JSON.parse(r.stdout);
     assert.is(out.status, 'posted');
-    const block = await (await fetch(`${authority.url}/v1/block?index=${out.blocks[0].index}`)).json() as { payload: { endorsements: { artifact_url: string; artifact_hash: string }[] } };
-    assert.equal(block.payload.endorsements.map((e) => [e.artifact_url, e.artifact_hash]).sort(), [
-      [`${registry.url}/v2/app/manifests/1.0`, digests.get('app:1.0')],
-      [`${registry.url}/v2/multi/manifests/1.0`, digests.get('multi:1.0')],
-      // Behind the token flow (anonymous): the CLI and the authority each asked the realm for a pull token.
-      [`${authUrl}/v2/app/manifests/1.0`, digests.get('app:1.0')],
-    ].sort());
+    const block = (await (await fetch(`${authority.url}/v1/block?index=${out.blocks[0].index}`)).json()) as {
+      payload: { endorsements: { artifact_url: string; artifact_hash: string }[] };
+    };
+    assert.equal(
+      block.payload.endorsements.map((e) => [e.artifact_url, e.artifact_hash]).sort(),
+      [
+        [`${registry.url}/v2/app/manifests/1.0`, digests.get('app:1.0')],
+        [`${registry.url}/v2/multi/manifests/1.0`, digests.get('multi:1.0')],
+        // Behind the token flow (anonymous): the CLI and the authority each asked the realm for a pull token.
+        [`${authUrl}/v2/app/manifests/1.0`, digests.get('app:1.0')],
+      ].sort(),
+    );
     assert.ok(authSeen.filter((a) => a === ' repository:app:pull').length >= 2, authSeen.join('\n'));
   } finally {
     await authority.stop();
   }
 });
 
-test('vouch endorse --oci --registry-auth: a private registry (the distribution registry with htpasswd auth), Docker\'s config.json or one line user:password; never echoed', async () => {
+test("vouch endorse --oci --registry-auth: a private registry (the distribution registry with htpasswd auth), Docker's config.json or one line user:password; never echoed", async () => {
   const dir = join(work, 'private-registry');
   mkdirSync(dir, { recursive: true });
   const password = 'reg-' + 'q'.repeat(20);
@@ -660,7 +836,14 @@ test('vouch endorse --oci --registry-auth: a private registry (the distribution 
     const anonymous = await fetch(`${locked.url}/v2/`);
     assert.is(anonymous.status, 401);
     assert.match(anonymous.headers.get('www-authenticate') ?? '', /^Basic /);
-    const pushed = await skopeo(['copy', '--dest-tls-verify=false', '--dest-creds', `puller:${password}`, `oci:${join(work, 'layout')}:app`, `docker://${locked.host}/team/app:1.0`]);
+    const pushed = await skopeo([
+      'copy',
+      '--dest-tls-verify=false',
+      '--dest-creds',
+      `puller:${password}`,
+      `oci:${join(work, 'layout')}:app`,
+      `docker://${locked.host}/team/app:1.0`,
+    ]);
     assert.is(pushed.status, 0, pushed.stderr);
     const key = join(dir, 'authority.pem');
     const chain = join(dir, 'chain');
@@ -670,12 +853,24 @@ test('vouch endorse --oci --registry-auth: a private registry (the distribution 
     const without = await vouchAsync(args);
     assert.is.not(without.status, 0);
     assert.match(without.stderr, /the registry asks for a user and password: give them with --registry-auth FILE/);
-    writeFileSync(join(dir, 'config.json'), JSON.stringify({ auths: { [`http://${locked.host}`]: { auth: Buffer.from(`puller:${password}`).toString('base64') }, 'https://index.docker.io/v1/': { auth: Buffer.from('other:secret').toString('base64') } } }), { mode: 0o600 });
+    writeFileSync(
+      join(dir, 'config.json'),
+      JSON.stringify({
+        auths: {
+          [`http://${locked.host}`]: { auth: Buffer.from(`puller:${password}`).toString('base64') },
+          'https://index.docker.io/v1/': { auth: Buffer.from('other:secret').toString('base64') },
+        },
+      }),
+      { mode: 0o600 },
+    );
     const viaConfig = await vouchAsync([...args, '--registry-auth', join(dir, 'config.json')]);
     assert.is(viaConfig.status, 0, viaConfig.stderr);
     const out = JSON.parse(viaConfig.stdout);
     assert.is(out.status, 'posted');
-    assert.equal(out.images.map((i: { url: string; digest: string }) => [i.url, i.digest]), [[`${locked.url}/v2/team/app/manifests/1.0`, digests.get('app:1.0')]]);
+    assert.equal(
+      out.images.map((i: { url: string; digest: string }) => [i.url, i.digest]),
+      [[`${locked.url}/v2/team/app/manifests/1.0`, digests.get('app:1.0')]],
+    );
     // The gateway's credentials_file form: one line.
     writeFileSync(join(dir, 'cred'), `puller:${password}\n`, { mode: 0o600 });
     const viaLine = await vouchAsync([...args, '--registry-auth', join(dir, 'cred')]);
@@ -707,7 +902,10 @@ test('the registry down, the mirror warm: an endorsed tag still pulls; after a r
   // What the mirror does not hold (this gateway process never served it) fails: 502, vouch's reason in the status line (skopeo prints a 5xx's status line, not its body) and in the body.
   const cold = await pull('multi:1.0');
   assert.is.not(cold.status, 0);
-  assert.match(cold.stderr, /reading manifest 1\.0 in [^:]+:\d+\/multi: received unexpected HTTP status: 502 vouch: upstream error for manifest sha256:[0-9a-f]{64} of multi/);
+  assert.match(
+    cold.stderr,
+    /reading manifest 1\.0 in [^:]+:\d+\/multi: received unexpected HTTP status: 502 vouch: upstream error for manifest sha256:[0-9a-f]{64} of multi/,
+  );
   const r = await fetch(`${gw.url}/v2/multi/manifests/1.0`, { headers: { accept: MANIFEST_ACCEPT } });
   assert.is(r.status, 502);
   assert.match((await r.json()).errors[0].message, /^vouch: upstream error for manifest sha256:[0-9a-f]{64} of multi/);
@@ -715,7 +913,10 @@ test('the registry down, the mirror warm: an endorsed tag still pulls; after a r
   // A new gateway process on the same disk mirror, the registry still down: what was reachable is still served.
   const record = join(disk, 'oci-reachable.jsonl');
   const lines = readFileSync(record, 'utf8').trim().split('\n');
-  assert.ok(lines.some((l) => l.includes(digests.get('app:1.0')!)), 'the endorsed manifest is recorded');
+  assert.ok(
+    lines.some((l) => l.includes(digests.get('app:1.0')!)),
+    'the endorsed manifest is recorded',
+  );
   writeFileSync(record, readFileSync(record, 'utf8') + 'not an entry\n{"route":1}\n');
   await restartGateway(disk);
   const byDigest = await pull(`app@${digests.get('app:1.0')}`);
@@ -729,7 +930,10 @@ test('the registry down, the mirror warm: an endorsed tag still pulls; after a r
   // The broken lines were dropped, the entries kept.
   await gw.stop();
   const after = readFileSync(record, 'utf8').trim().split('\n');
-  assert.not.ok(after.some((l) => l === 'not an entry' || l === '{"route":1}'), 'the record was rebuilt');
+  assert.not.ok(
+    after.some((l) => l === 'not an entry' || l === '{"route":1}'),
+    'the record was rebuilt',
+  );
   assert.ok(after.some((l) => l.includes(digests.get('app:1.0')!)));
 });
 

@@ -44,7 +44,12 @@ let pipConf = '';
 const CANON_INDEX = 'https://pypi.example.org/';
 const CANON_FILES = 'https://files.example.org/';
 
-interface Dist extends DistSpec { bytes: Buffer; path: string; host: 'index' | 'files'; alg: HashAlgorithm | null }
+interface Dist extends DistSpec {
+  bytes: Buffer;
+  path: string;
+  host: 'index' | 'files';
+  alg: HashAlgorithm | null;
+}
 const dists: Record<string, Dist> = {};
 let tamperedBytes: Buffer = Buffer.alloc(0);
 
@@ -65,20 +70,33 @@ const canonicalOf = (d: Dist) => (d.host === 'index' ? CANON_INDEX : CANON_FILES
 // ---------------------------------------------------------------------------
 // Helpers
 
-interface Run { status: number | null; out: string }
+interface Run {
+  status: number | null;
+  out: string;
+}
 
 /** Debian's pip, with only the environment the README prescribes (no proxies, no user config). */
 function pip(args: string[], timeoutMs = 60_000): Promise<Run> {
   const env = {
-    PATH: '/usr/bin:/bin', HOME: join(work, 'home'), XDG_CONFIG_HOME: join(work, 'home', '.config'), LANG: 'C.UTF-8',
-    PIP_CONFIG_FILE: pipConf, PIP_DISABLE_PIP_VERSION_CHECK: '1', PIP_NO_CACHE_DIR: '1', PIP_NO_INPUT: '1',
+    PATH: '/usr/bin:/bin',
+    HOME: join(work, 'home'),
+    XDG_CONFIG_HOME: join(work, 'home', '.config'),
+    LANG: 'C.UTF-8',
+    PIP_CONFIG_FILE: pipConf,
+    PIP_DISABLE_PIP_VERSION_CHECK: '1',
+    PIP_NO_CACHE_DIR: '1',
+    PIP_NO_INPUT: '1',
     PYTHONDONTWRITEBYTECODE: '1',
   };
   return new Promise((resolve) => {
     const child = spawn(SYSTEM_PYTHON, ['-m', 'pip', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
-    child.stdout.on('data', (d: Buffer) => { out += d; });
-    child.stderr.on('data', (d: Buffer) => { out += d; });
+    child.stdout.on('data', (d: Buffer) => {
+      out += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      out += d;
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
     child.on('close', (status) => {
       clearTimeout(timer);
@@ -97,7 +115,11 @@ async function pipDownload(requirement: string, extra: string[] = []): Promise<R
 }
 
 /** pip's own reading of a page (pip._internal.index.collector.parse_links). */
-function pipParse(body: Buffer, contentType: string, url: string): Promise<Array<{ url: string; filename: string; hash_name: string | null; hash: string | null; requires_python: string | null; yanked: string | null }>> {
+function pipParse(
+  body: Buffer,
+  contentType: string,
+  url: string,
+): Promise<Array<{ url: string; filename: string; hash_name: string | null; hash: string | null; requires_python: string | null; yanked: string | null }>> {
   const script = String.raw`
 import json, sys
 from pip._internal.index.collector import IndexContent, parse_links
@@ -109,14 +131,23 @@ print(json.dumps([{'url': l.url, 'filename': l.filename, 'hash_name': l.hash_nam
     const child = spawn(SYSTEM_PYTHON, ['-c', script, contentType, url], { stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
-    child.stdout.on('data', (d: Buffer) => { out += d; });
-    child.stderr.on('data', (d: Buffer) => { err += d; });
+    child.stdout.on('data', (d: Buffer) => {
+      out += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d;
+    });
     child.on('close', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(err))));
     child.stdin.end(body);
   });
 }
 
-interface Answer { status: number; reason: string; headers: IncomingHttpHeaders; body: Buffer }
+interface Answer {
+  status: number;
+  reason: string;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
 
 function get(path: string, headers: Record<string, string> = {}): Promise<Answer> {
   const u = new URL(gw.url);
@@ -143,10 +174,17 @@ function anchorsOf(html: string): { anchors: Array<Record<string, string> & { te
   const p = new Parser({
     onopentag(name, attribs) {
       tags.add(name);
-      if (name === 'a') { open = { ...attribs, text: '' }; anchors.push(open); }
+      if (name === 'a') {
+        open = { ...attribs, text: '' };
+        anchors.push(open);
+      }
     },
-    ontext(t) { if (open !== null) open.text += t; },
-    onclosetag(name) { if (name === 'a') open = null; },
+    ontext(t) {
+      if (open !== null) open.text += t;
+    },
+    onclosetag(name) {
+      if (name === 'a') open = null;
+    },
   });
   p.write(html);
   p.end();
@@ -154,7 +192,12 @@ function anchorsOf(html: string): { anchors: Array<Record<string, string> & { te
 }
 
 function gatewayLog(msg: string): Array<Record<string, any>> {
-  return gw.stderr().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)).filter((l) => l.msg === msg);
+  return gw
+    .stderr()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l))
+    .filter((l) => l.msg === msg);
 }
 
 // ---------------------------------------------------------------------------
@@ -163,7 +206,9 @@ function gatewayLog(msg: string): Array<Record<string, any>> {
 test.before(async () => {
   const keys = Object.keys(dists);
   const built = buildDists(keys.map((k) => dists[k]!));
-  keys.forEach((k, i) => { dists[k]!.bytes = built[i]!; });
+  keys.forEach((k, i) => {
+    dists[k]!.bytes = built[i]!;
+  });
   tamperedBytes = buildDists([{ kind: 'wheel', name: 'tamper-demo', version: '1.0.0', marker: 'TAMPERED' }])[0]!;
 
   index = await PypiHost.start();
@@ -173,7 +218,9 @@ test.before(async () => {
   const link = (d: Dist, extra: object = {}) => ({
     href: d.host === 'index' ? `../..${d.path}` : files.url(d.path), // PyPI: absolute links to the files host
     sha256: sha256Hex(d === dists.tamper ? tamperedBytes! : d.bytes),
-    filename: distFilename(d), version: d.version, ...extra,
+    filename: distFilename(d),
+    version: d.version,
+    ...extra,
   });
   index.project('vouch-demo', [
     link(dists.v090!),
@@ -182,42 +229,70 @@ test.before(async () => {
     link(dists.v110!, { requiresPython: '>=3.7' }),
     link(dists.v200!),
     // A newer release on a host no route serves: must never be offered.
-    { href: 'https://elsewhere.example/packages/vouch_demo-3.0.0-py3-none-any.whl', sha256: 'ab'.repeat(32), filename: 'vouch_demo-3.0.0-py3-none-any.whl', version: '3.0.0' },
+    {
+      href: 'https://elsewhere.example/packages/vouch_demo-3.0.0-py3-none-any.whl',
+      sha256: 'ab'.repeat(32),
+      filename: 'vouch_demo-3.0.0-py3-none-any.whl',
+      version: '3.0.0',
+    },
   ]);
   index.project('tamper-demo', [link(dists.tamper!)]);
   index.project('ghost-demo', [link(dists.ghost!)]);
-  index.page('/simple/broken-demo/', 'application/vnd.pypi.simple.v1+json', JSON.stringify({ meta: { 'api-version': '1.0' }, name: 'broken-demo', files: [{ filename: 'x.whl', url: 7, hashes: {} }] }));
+  index.page(
+    '/simple/broken-demo/',
+    'application/vnd.pypi.simple.v1+json',
+    JSON.stringify({ meta: { 'api-version': '1.0' }, name: 'broken-demo', files: [{ filename: 'x.whl', url: 7, hashes: {} }] }),
+  );
 
   // The chain: endorsements of canonical URLs, as an authority would sign them.
   const signer = testSigner('pypi-authority');
   const start = Date.now() - 3_600_000;
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now: start, uns: 'acme/pypi' })];
   const endorse = (ds: Dist[]) => {
-    blocks.push(buildEndorseBlock({
-      prev: blocks[blocks.length - 1]!, signer, backend: nodeBackend, now: start + blocks.length * 60_000,
-      entries: ds.map((d) => ({ url: canonicalOf(d), artifactHash: artifactHashOf(nodeBackend, d.alg!, d.bytes), name: `pypi/${d.name}`, semver: d.version, license: 'MIT' })),
-    }));
+    blocks.push(
+      buildEndorseBlock({
+        prev: blocks[blocks.length - 1]!,
+        signer,
+        backend: nodeBackend,
+        now: start + blocks.length * 60_000,
+        entries: ds.map((d) => ({
+          url: canonicalOf(d),
+          artifactHash: artifactHashOf(nodeBackend, d.alg!, d.bytes),
+          name: `pypi/${d.name}`,
+          semver: d.version,
+          license: 'MIT',
+        })),
+      }),
+    );
   };
   endorse([dists.v090!]);
   endorse([dists.v100!, dists.v100s!]);
   endorse([dists.v110!]);
   endorse([dists.tamper!]);
   const chainDir = join(work, 'chain');
-  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: start + blocks.length * 60_000 }), { timestamp: Math.floor(start / 1000) });
+  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: start + blocks.length * 60_000 }), {
+    timestamp: Math.floor(start / 1000),
+  });
 
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
-    origin: { allow_private: true, timeout: 5 },
-    mirror: { memory_bytes: 16 * 1024 * 1024 },
-    proxy: {
-      routes: [
-        // metadata_ttl 0: every page is asked of the index, so the stale path is the one taken once it is down.
-        { prefix: '/pypi/', kind: 'pypi', origin: `${index.origin}/`, canonical: CANON_INDEX, unendorsed: 'deny', metadata_ttl: 0 },
-        { prefix: '/pypi-files/', kind: 'pypi', origin: `${files.origin}/`, canonical: CANON_FILES, unendorsed: 'deny' },
-      ],
-    },
-  })], { env: { VOUCH_LOG_FORMAT: 'json' } });
+  gw = await startGatewayProcess(
+    [
+      '--config',
+      writeConfig(work, {
+        listen: { host: '127.0.0.1', port: 0 },
+        chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
+        origin: { allow_private: true, timeout: 5 },
+        mirror: { memory_bytes: 16 * 1024 * 1024 },
+        proxy: {
+          routes: [
+            // metadata_ttl 0: every page is asked of the index, so the stale path is the one taken once it is down.
+            { prefix: '/pypi/', kind: 'pypi', origin: `${index.origin}/`, canonical: CANON_INDEX, unendorsed: 'deny', metadata_ttl: 0 },
+            { prefix: '/pypi-files/', kind: 'pypi', origin: `${files.origin}/`, canonical: CANON_FILES, unendorsed: 'deny' },
+          ],
+        },
+      }),
+    ],
+    { env: { VOUCH_LOG_FORMAT: 'json' } },
+  );
   // pip.conf exactly as docs/guide/pypi.md says.
   mkdirSync(join(work, 'home'), { recursive: true });
   pipConf = join(work, 'pip.conf');
@@ -234,7 +309,7 @@ test.after(async () => {
 // ---------------------------------------------------------------------------
 // Unit level: negotiation, parsing, rewrite, rendering
 
-test('negotiation: pip\'s Accept gets JSON; HTML forms, text/html and no Accept get HTML; nothing acceptable is null', () => {
+test("negotiation: pip's Accept gets JSON; HTML forms, text/html and no Accept get HTML; nothing acceptable is null", () => {
   assert.equal(negotiate(PIP_ACCEPT), { form: 'json', contentType: 'application/vnd.pypi.simple.v1+json' });
   assert.equal(negotiate('application/vnd.pypi.simple.v1+html'), { form: 'html', contentType: 'application/vnd.pypi.simple.v1+html; charset=utf-8' });
   assert.equal(negotiate('text/html, application/vnd.pypi.simple.v1+json;q=0.5')?.form, 'html');
@@ -311,19 +386,28 @@ test('HTML rewrite: links resolved, mapped to the gateway, fragments from the si
     // signed sha512 -> #sha512=; the index's md5 dropped; yanked kept
     { href: `http://gw.test/pypi-files/packages/x-1.0.tar.gz#sha512=${H512}`, 'data-yanked': '', text: 'x-1.0.tar.gz' },
     // signed blake3 -> no fragment (pip cannot check it; the gateway does); hostile values survive as text only
-    { href: 'http://gw.test/pypi-files/packages/x-1.1-py3-none-any.whl', 'data-requires-python': '"><script>alert(1)</script>', 'data-yanked': '"><script>alert(2)</script>', text: 'x-1.1-py3-none-any.whl' },
+    {
+      href: 'http://gw.test/pypi-files/packages/x-1.1-py3-none-any.whl',
+      'data-requires-python': '"><script>alert(1)</script>',
+      'data-yanked': '"><script>alert(2)</script>',
+      text: 'x-1.1-py3-none-any.whl',
+    },
     { href: `http://gw.test/pypi-files/packages/%3Cb%3Ex-1.2.tar.gz#sha256=${H256}`, text: '<b>x-1.2.tar.gz' },
   ]);
 
   // A pass route keeps the unendorsed link (to the gateway, which passes it through) with the index's own fragment.
   const passed = rewritePage(page, unitIO('pass', SIGNED));
-  assert.equal(passed.files.map((f) => [f.url, f.hashes, f.endorsed]).slice(-1),
-    [[`http://gw.test/pypi-files/packages/x-2.0-py3-none-any.whl`, { sha256: 'd'.repeat(64) }, false]]);
+  assert.equal(passed.files.map((f) => [f.url, f.hashes, f.endorsed]).slice(-1), [
+    [`http://gw.test/pypi-files/packages/x-2.0-py3-none-any.whl`, { sha256: 'd'.repeat(64) }, false],
+  ]);
   assert.ok(passed.noRoute.length === 1 && passed.unendorsed.length === 0);
 
   // <base href> is honoured as pip honours it.
   const based = parseHtmlPage('<base href="https://files.test/packages/"><a href="x-1.0.tar.gz">x-1.0.tar.gz</a>', 'https://idx.test/simple/x/', 'x');
-  assert.equal(rewritePage(based, unitIO('deny', SIGNED)).files.map((f) => f.url), ['http://gw.test/pypi-files/packages/x-1.0.tar.gz']);
+  assert.equal(
+    rewritePage(based, unitIO('deny', SIGNED)).files.map((f) => f.url),
+    ['http://gw.test/pypi-files/packages/x-1.0.tar.gz'],
+  );
 });
 
 test('JSON rewrite: url and hashes from the chain, side files removed, versions limited to kept files, api-version kept', () => {
@@ -332,7 +416,19 @@ test('JSON rewrite: url and hashes from the chain, side files removed, versions 
     name: 'x',
     versions: ['0.9', '1.0', '1.1', '1.2', '2.0', '9.0'],
     files: [
-      { filename: 'x-0.9-py3-none-any.whl', url: '../../packages/rel/x-0.9-py3-none-any.whl', hashes: { sha256: '0'.repeat(64) }, 'requires-python': '>=3.8', 'core-metadata': { sha256: '1' }, 'dist-info-metadata': true, 'data-dist-info-metadata': true, 'gpg-sig': false, size: 10, 'upload-time': '2026-01-01T00:00:00Z', provenance: 'x' },
+      {
+        filename: 'x-0.9-py3-none-any.whl',
+        url: '../../packages/rel/x-0.9-py3-none-any.whl',
+        hashes: { sha256: '0'.repeat(64) },
+        'requires-python': '>=3.8',
+        'core-metadata': { sha256: '1' },
+        'dist-info-metadata': true,
+        'data-dist-info-metadata': true,
+        'gpg-sig': false,
+        size: 10,
+        'upload-time': '2026-01-01T00:00:00Z',
+        provenance: 'x',
+      },
       { filename: 'x-1.0.tar.gz', url: 'https://files.test/packages/x-1.0.tar.gz', hashes: { md5: 'ff' }, 'requires-python': null, yanked: 'broken', size: 11 },
       { filename: 'x-1.1-py3-none-any.whl', url: 'https://files.test/packages/x-1.1-py3-none-any.whl', hashes: {}, yanked: false },
       { filename: 'x-2.0-py3-none-any.whl', url: 'https://files.test/packages/x-2.0-py3-none-any.whl', hashes: {} },
@@ -348,7 +444,14 @@ test('JSON rewrite: url and hashes from the chain, side files removed, versions 
     meta: { 'api-version': '1.1' },
     name: 'x',
     files: [
-      { filename: 'x-0.9-py3-none-any.whl', url: 'http://gw.test/pypi/packages/rel/x-0.9-py3-none-any.whl', hashes: { sha256: H256 }, 'requires-python': '>=3.8', size: 10, 'upload-time': '2026-01-01T00:00:00Z' },
+      {
+        filename: 'x-0.9-py3-none-any.whl',
+        url: 'http://gw.test/pypi/packages/rel/x-0.9-py3-none-any.whl',
+        hashes: { sha256: H256 },
+        'requires-python': '>=3.8',
+        size: 10,
+        'upload-time': '2026-01-01T00:00:00Z',
+      },
       { filename: 'x-1.0.tar.gz', url: 'http://gw.test/pypi-files/packages/x-1.0.tar.gz', hashes: { sha512: H512 }, yanked: 'broken', size: 11 },
       { filename: 'x-1.1-py3-none-any.whl', url: 'http://gw.test/pypi-files/packages/x-1.1-py3-none-any.whl', hashes: {} },
     ],
@@ -359,7 +462,13 @@ test('JSON rewrite: url and hashes from the chain, side files removed, versions 
   const fromHtml = JSON.parse(renderJson(rewritePage(parseHtmlPage(HOSTILE_HTML, 'https://idx.test/simple/x/', 'x'), unitIO('deny', SIGNED))));
   assert.equal(fromHtml.meta, { 'api-version': '1.0' });
   assert.is(fromHtml.versions, undefined);
-  assert.equal(fromHtml.files[2], { filename: 'x-1.1-py3-none-any.whl', url: 'http://gw.test/pypi-files/packages/x-1.1-py3-none-any.whl', hashes: {}, 'requires-python': '"><script>alert(1)</script>', yanked: '"><script>alert(2)</script>' });
+  assert.equal(fromHtml.files[2], {
+    filename: 'x-1.1-py3-none-any.whl',
+    url: 'http://gw.test/pypi-files/packages/x-1.1-py3-none-any.whl',
+    hashes: {},
+    'requires-python': '"><script>alert(1)</script>',
+    yanked: '"><script>alert(2)</script>',
+  });
   assert.is(versionOfFile('Foo.Bar-1.0rc1.tar.gz', 'foo-bar'), '1.0rc1');
   assert.is(versionOfFile('foo_bar-2.0-cp311-cp311-manylinux_2_17_x86_64.whl', 'foo-bar'), '2.0');
 });
@@ -428,9 +537,15 @@ test('tampered (bytes and fragment replaced together): the gateway refuses with 
   const r = await pipDownload('tamper-demo==1.0.0');
   assert.is(r.status, 1, r.out);
   assert.is(r.files.size, 0, 'a tampered file was written');
-  assert.ok(/ERROR: HTTP error 409 while getting http:\/\/127\.0\.0\.1:\d+\/pypi-files\/packages\/11\/22\/tamper_demo-1\.0\.0-py3-none-any\.whl/.test(r.out), r.out);
+  assert.ok(
+    /ERROR: HTTP error 409 while getting http:\/\/127\.0\.0\.1:\d+\/pypi-files\/packages\/11\/22\/tamper_demo-1\.0\.0-py3-none-any\.whl/.test(r.out),
+    r.out,
+  );
   const signed = artifactHashOf(nodeBackend, 'sha256', dists.tamper!.bytes);
-  assert.ok(r.out.includes(`409 Client Error: vouch: hash mismatch for ${CANON_FILES}packages/11/22/tamper_demo-1.0.0-py3-none-any.whl, refused (signed ${signed})`), r.out);
+  assert.ok(
+    r.out.includes(`409 Client Error: vouch: hash mismatch for ${CANON_FILES}packages/11/22/tamper_demo-1.0.0-py3-none-any.whl, refused (signed ${signed})`),
+    r.out,
+  );
   // The page carried the signed hash, not the index's (pip would have refused the tampered bytes itself too).
   const page = JSON.parse((await get('/pypi/simple/tamper-demo/', { accept: PIP_ACCEPT })).body.toString());
   assert.equal(page.files[0].hashes, { sha256: signed.slice('sha256:'.length) });
@@ -438,13 +553,20 @@ test('tampered (bytes and fragment replaced together): the gateway refuses with 
   assert.ok(warned.some((l) => l.signed === signed && l.index === `sha256:${sha256Hex(tamperedBytes)}`));
 });
 
-test('the gateway\'s pages as pip\'s own parser reads them: JSON and HTML, gateway links, signed fragments, no side files, versions limited', async () => {
+test("the gateway's pages as pip's own parser reads them: JSON and HTML, gateway links, signed fragments, no side files, versions limited", async () => {
   const pageUrl = `${gw.url}/pypi/simple/vouch-demo/`;
   const f = (k: string) => `${gw.url}${dists[k]!.host === 'index' ? '/pypi' : '/pypi-files'}${dists[k]!.path}`;
   const expected = [
     { url: f('v090'), filename: distFilename(dists.v090!), hash_name: 'sha256', hash: sha256Hex(dists.v090!.bytes), requires_python: null, yanked: null },
     { url: f('v100'), filename: distFilename(dists.v100!), hash_name: 'sha256', hash: sha256Hex(dists.v100!.bytes), requires_python: '>=3', yanked: null },
-    { url: f('v100s'), filename: distFilename(dists.v100s!), hash_name: 'sha512', hash: artifactHashOf(nodeBackend, 'sha512', dists.v100s!.bytes).slice(7), requires_python: null, yanked: 'broken build' },
+    {
+      url: f('v100s'),
+      filename: distFilename(dists.v100s!),
+      hash_name: 'sha512',
+      hash: artifactHashOf(nodeBackend, 'sha512', dists.v100s!.bytes).slice(7),
+      requires_python: null,
+      yanked: 'broken build',
+    },
     { url: f('v110'), filename: distFilename(dists.v110!), hash_name: null, hash: null, requires_python: '>=3.7', yanked: null },
   ];
   const json = await get('/pypi/simple/vouch-demo/', { accept: PIP_ACCEPT });
@@ -474,7 +596,7 @@ test('the gateway\'s pages as pip\'s own parser reads them: JSON and HTML, gatew
   assert.ok(removed.some((l) => l.urls.includes('https://elsewhere.example/packages/vouch_demo-3.0.0-py3-none-any.whl')));
 });
 
-test('redirects go to the gateway; unknown, unendorsed and broken projects and the index root fail with the reason in pip\'s form', async () => {
+test("redirects go to the gateway; unknown, unendorsed and broken projects and the index root fail with the reason in pip's form", async () => {
   const moved = await get('/pypi/simple/Vouch_Demo/', { accept: PIP_ACCEPT });
   assert.is(moved.status, 301);
   assert.is(moved.headers['location'], `${gw.url}/pypi/simple/vouch-demo/`);
@@ -486,18 +608,33 @@ test('redirects go to the gateway; unknown, unendorsed and broken projects and t
     assert.match(r.reason, reason); // the status line, which pip prints
   };
   expectFailure(await get('/pypi/simple/no-such-project/', { accept: PIP_ACCEPT }), 404, /vouch: the index has no project no-such-project \(it answered 404\)/);
-  expectFailure(await get('/pypi/simple/ghost-demo/', { accept: PIP_ACCEPT }), 404, /vouch: no file of ghost-demo is served through vouch \(1 on the index: 1 not endorsed by the authority\)/);
-  expectFailure(await get('/pypi/simple/broken-demo/', { accept: PIP_ACCEPT }), 502, /vouch: cannot read the index page of broken-demo: files\[0\]\.url is missing/);
+  expectFailure(
+    await get('/pypi/simple/ghost-demo/', { accept: PIP_ACCEPT }),
+    404,
+    /vouch: no file of ghost-demo is served through vouch \(1 on the index: 1 not endorsed by the authority\)/,
+  );
+  expectFailure(
+    await get('/pypi/simple/broken-demo/', { accept: PIP_ACCEPT }),
+    502,
+    /vouch: cannot read the index page of broken-demo: files\[0\]\.url is missing/,
+  );
   expectFailure(await get('/pypi/simple/', { accept: PIP_ACCEPT }), 404, /not served through vouch/);
   expectFailure(await get('/pypi/simple/vouch-demo/', { accept: 'application/json' }), 406, /Accept header rules out/);
-  expectFailure(await get(`/pypi-files${dists.v200!.path}`), 404, /vouch: https:\/\/files\.example\.org\/packages\/ee\/ff\/vouch_demo-2\.0\.0-py3-none-any\.whl is not endorsed by the authority, refused/);
+  expectFailure(
+    await get(`/pypi-files${dists.v200!.path}`),
+    404,
+    /vouch: https:\/\/files\.example\.org\/packages\/ee\/ff\/vouch_demo-2\.0\.0-py3-none-any\.whl is not endorsed by the authority, refused/,
+  );
   // What pip shows for a project without an endorsed file (the reason only with -vv: pip logs page failures at debug level).
   const r = await pipDownload('ghost-demo');
   assert.is(r.status, 1);
   assert.match(r.out, /ERROR: No matching distribution found for ghost-demo/);
   const verbose = await pipDownload('ghost-demo', ['-vv']);
   assert.is(verbose.status, 1);
-  assert.match(verbose.out, /Could not fetch URL http:\/\/127\.0\.0\.1:\d+\/pypi\/simple\/ghost-demo\/: 404 Client Error: vouch: no file of ghost-demo is served through vouch \(1 on the index: 1 not endorsed by the authority\)/);
+  assert.match(
+    verbose.out,
+    /Could not fetch URL http:\/\/127\.0\.0\.1:\d+\/pypi\/simple\/ghost-demo\/: 404 Client Error: vouch: no file of ghost-demo is served through vouch \(1 on the index: 1 not endorsed by the authority\)/,
+  );
 });
 
 test('pip itself never contacted the index or the files host: every request they saw came from the gateway', () => {

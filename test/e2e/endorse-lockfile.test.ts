@@ -8,10 +8,9 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { createHash } from 'node:crypto';
+import { join } from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 import { git, vouchAsync, type Run, initAuthorityChain, vouchEndorse } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
@@ -68,14 +67,22 @@ const leftpad = Buffer.from('leftpad 1.0.0 tarball bytes\n');
 const util = Buffer.from('@scope/util 2.1.0 tarball bytes\n');
 const nolic = Buffer.from('no-licence 0.3.0-beta.1 bytes\n');
 
-test('npm lockfile v3: scoped and unscoped packages -> one block with the lockfile\'s sha512; links, workspaces, bundled, git deps skipped; verify passes', async () => {
+test("npm lockfile v3: scoped and unscoped packages -> one block with the lockfile's sha512; links, workspaces, bundled, git deps skipped; verify passes", async () => {
   const lock = {
-    name: 'my-app', version: '1.2.3', lockfileVersion: 3, requires: true,
+    name: 'my-app',
+    version: '1.2.3',
+    lockfileVersion: 3,
+    requires: true,
     packages: {
       '': { name: 'my-app', version: '1.2.3', workspaces: ['packages/*'] },
       'node_modules/leftpad': { version: '1.0.0', license: 'MIT', ...tarball('/leftpad/-/leftpad-1.0.0.tgz', leftpad) },
       'node_modules/@scope/util': { version: '2.1.0', license: 'MIT OR Apache-2.0', ...tarball('/@scope/util/-/util-2.1.0.tgz', util) },
-      'node_modules/@scope/util/node_modules/leftpad': { version: '1.0.0', license: 'MIT', resolved: reg.url('/leftpad/-/leftpad-1.0.0.tgz'), integrity: sri('sha512', leftpad) },
+      'node_modules/@scope/util/node_modules/leftpad': {
+        version: '1.0.0',
+        license: 'MIT',
+        resolved: reg.url('/leftpad/-/leftpad-1.0.0.tgz'),
+        integrity: sri('sha512', leftpad),
+      },
       'node_modules/no-licence': { version: '0.3.0-beta.1', dev: true, ...tarball('/no-licence/-/no-licence-0.3.0-beta.1.tgz', nolic) },
       'node_modules/inner': { version: '1.0.0', inBundle: true, resolved: reg.url('/inner.tgz'), integrity: sri('sha512', 'x') },
       'node_modules/my-lib': { resolved: 'packages/my-lib', link: true },
@@ -101,7 +108,11 @@ test('npm lockfile v3: scoped and unscoped packages -> one block with the lockfi
   assert.equal(Object.keys(byName).sort(), ['@scope/util', 'npm/leftpad', 'npm/no-licence']);
   assert.is(byName['npm/leftpad'].artifact_url, reg.url('/leftpad/-/leftpad-1.0.0.tgz'));
   assert.is(byName['npm/leftpad'].artifact_hash, `sha512:${hex('sha512', leftpad)}`);
-  assert.is(Buffer.from(byName['npm/leftpad'].artifact_hash.slice(7), 'hex').toString('base64'), sri('sha512', leftpad).slice(7), 'the signed hash is the lockfile integrity');
+  assert.is(
+    Buffer.from(byName['npm/leftpad'].artifact_hash.slice(7), 'hex').toString('base64'),
+    sri('sha512', leftpad).slice(7),
+    'the signed hash is the lockfile integrity',
+  );
   assert.is(byName['npm/leftpad'].semver, '1.0.0');
   assert.is(byName['npm/leftpad'].license, 'MIT');
   assert.is(byName['@scope/util'].semver, '2.1.0');
@@ -125,7 +136,10 @@ test('npm: running again posts nothing (unchanged); same bytes endorsed before w
   reg.route('/pre/-/pre-1.0.0.tgz', { body: bytes });
   const single = await endorse(['--url', url, '--file', write('pre.tgz', bytes), '--name', 'npm/pre', '--semver', '1.0.0', '--license', 'MIT']);
   assert.is(single.status, 0, single.stderr);
-  const lock = { lockfileVersion: 3, packages: { '': {}, 'node_modules/pre': { version: '1.0.0', license: 'MIT', resolved: url, integrity: sri('sha512', bytes) } } };
+  const lock = {
+    lockfileVersion: 3,
+    packages: { '': {}, 'node_modules/pre': { version: '1.0.0', license: 'MIT', resolved: url, integrity: sri('sha512', bytes) } },
+  };
   const after = head();
   const r2 = await endorse(['--lockfile', write('pre/package-lock.json', JSON.stringify(lock)), '--json']);
   assert.is(r2.status, 0, r2.stderr + r2.stdout);
@@ -154,9 +168,24 @@ test('npm: a tampered tarball fails naming the package, exit 1, nothing appended
 
 test('npm: the same URL and semver signed with other bytes is semver_conflict naming the package, exit 1', async () => {
   const url = reg.url('/clash/-/clash-1.0.0.tgz');
-  const signed = await endorse(['--url', url, '--file', write('clash-old.tgz', 'the bytes signed first'), '--name', 'npm/clash', '--semver', '1.0.0', '--license', 'MIT']);
+  const signed = await endorse([
+    '--url',
+    url,
+    '--file',
+    write('clash-old.tgz', 'the bytes signed first'),
+    '--name',
+    'npm/clash',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+  ]);
   assert.is(signed.status, 0, signed.stderr);
-  const lock = { lockfileVersion: 2, packages: { '': {}, 'node_modules/clash': { version: '1.0.0', license: 'MIT', ...tarball('/clash/-/clash-1.0.0.tgz', Buffer.from('other bytes')) } }, dependencies: {} };
+  const lock = {
+    lockfileVersion: 2,
+    packages: { '': {}, 'node_modules/clash': { version: '1.0.0', license: 'MIT', ...tarball('/clash/-/clash-1.0.0.tgz', Buffer.from('other bytes')) } },
+    dependencies: {},
+  };
   const before = head();
   const r = await endorse(['--lockfile', write('clash/package-lock.json', JSON.stringify(lock))]);
   assert.is(r.status, 1, r.stderr);
@@ -171,12 +200,21 @@ test('npm lockfile v1: nested, scoped and aliased dependencies; sha1-only integr
   const b = Buffer.from('v1 @s/b 3.0.0');
   const c = Buffer.from('v1 c 0.1.0 (old sha1 lockfile)');
   const real = Buffer.from('v1 real-name 2.0.0 via an alias');
-  reg.route('/v1/a-1.0.0.tgz', { body: a }).route('/v1/b-3.0.0.tgz', { body: b }).route('/v1/c-0.1.0.tgz', { body: c }).route('/v1/real-2.0.0.tgz', { body: real });
+  reg
+    .route('/v1/a-1.0.0.tgz', { body: a })
+    .route('/v1/b-3.0.0.tgz', { body: b })
+    .route('/v1/c-0.1.0.tgz', { body: c })
+    .route('/v1/real-2.0.0.tgz', { body: real });
   const lock = {
-    name: '@acme/legacy', version: '4.0.0', lockfileVersion: 1, requires: true,
+    name: '@acme/legacy',
+    version: '4.0.0',
+    lockfileVersion: 1,
+    requires: true,
     dependencies: {
       a: {
-        version: '1.0.0', resolved: reg.url('/v1/a-1.0.0.tgz'), integrity: `${sri('sha512', a)} ${sri('sha1', a)}`,
+        version: '1.0.0',
+        resolved: reg.url('/v1/a-1.0.0.tgz'),
+        integrity: `${sri('sha512', a)} ${sri('sha1', a)}`,
         dependencies: { '@s/b': { version: '3.0.0', resolved: reg.url('/v1/b-3.0.0.tgz'), integrity: sri('sha512', b) } },
       },
       c: { version: '0.1.0', resolved: reg.url('/v1/c-0.1.0.tgz'), integrity: sri('sha1', c) },
@@ -205,13 +243,25 @@ test('npm --origin: a lockfile naming https://registry.example/ is fetched from 
   const bytes = Buffer.from('mirrored 5.0.0');
   reg.route('/mirror/npm/mirrored/-/mirrored-5.0.0.tgz', { body: bytes });
   const canonical = 'https://registry.example/mirrored/-/mirrored-5.0.0.tgz';
-  const lock = { lockfileVersion: 3, packages: { '': {}, 'node_modules/mirrored': { version: '5.0.0', license: 'MIT', resolved: canonical, integrity: sri('sha512', bytes) } } };
+  const lock = {
+    lockfileVersion: 3,
+    packages: { '': {}, 'node_modules/mirrored': { version: '5.0.0', license: 'MIT', resolved: canonical, integrity: sri('sha512', bytes) } },
+  };
   reg.resetCounters();
   const before = size();
-  const r = await endorse(['--lockfile', write('mirror/package-lock.json', JSON.stringify(lock)), '--origin', `https://registry.example=${reg.url('/mirror/npm')}`]);
+  const r = await endorse([
+    '--lockfile',
+    write('mirror/package-lock.json', JSON.stringify(lock)),
+    '--origin',
+    `https://registry.example=${reg.url('/mirror/npm')}`,
+  ]);
   assert.is(r.status, 0, r.stderr);
   assert.match(r.stdout, /^posted 1 entries in 1 block \(index \d+\); 0 unchanged, 0 skipped\n$/);
-  assert.equal(reg.log.map((x) => x.path), ['/mirror/npm/mirrored/-/mirrored-5.0.0.tgz'], 'only the mirror was asked');
+  assert.equal(
+    reg.log.map((x) => x.path),
+    ['/mirror/npm/mirrored/-/mirrored-5.0.0.tgz'],
+    'only the mirror was asked',
+  );
   assert.is(reg.log[0]!.headers.host, `127.0.0.1:${reg.port}`);
   const e = block(before).payload.endorsements[0];
   assert.is(e.artifact_url, canonical);
@@ -225,10 +275,15 @@ test('blocks are split at the entry limit and at the byte limit, appended in one
   }
   const commits = Number(git(['-C', chain, 'rev-list', '--count', 'HEAD']).stdout);
   const before = size();
-  let r = await endorse(['--lockfile', write('many/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }))], { VOUCH_LOCKFILE_BLOCK_ENTRIES: '3' });
+  let r = await endorse(['--lockfile', write('many/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }))], {
+    VOUCH_LOCKFILE_BLOCK_ENTRIES: '3',
+  });
   assert.is(r.status, 0, r.stderr);
   assert.is(r.stdout, `posted 7 entries in 3 blocks (indexes ${before}..${before + 2}, each within the 4096-byte UNS header bound); 0 unchanged, 0 skipped\n`);
-  assert.equal([0, 1, 2].map((k) => block(before + k).payload.endorsements.length), [3, 3, 1]);
+  assert.equal(
+    [0, 1, 2].map((k) => block(before + k).payload.endorsements.length),
+    [3, 3, 1],
+  );
   assert.is(block(before + 1).prev_hash, block(before).record_hash);
   assert.match(block(before).comment, /part 1 of 3/);
   assert.is(Number(git(['-C', chain, 'rev-list', '--count', 'HEAD']).stdout), commits + 1, 'one commit for all blocks');
@@ -238,7 +293,9 @@ test('blocks are split at the entry limit and at the byte limit, appended in one
     packages[`node_modules/big-${i}`] = { version: '2.0.0', license: 'MIT', ...tarball(`/big/${'x'.repeat(900)}/big-${i}.tgz`, Buffer.from(`big ${i}`)) };
   }
   const mid = size();
-  r = await endorse(['--lockfile', write('many/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages })), '--json'], { VOUCH_LOCKFILE_BLOCK_BYTES: '6000' });
+  r = await endorse(['--lockfile', write('many/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages })), '--json'], {
+    VOUCH_LOCKFILE_BLOCK_BYTES: '6000',
+  });
   assert.is(r.status, 0, r.stderr + r.stdout);
   const out = JSON.parse(r.stdout);
   assert.is(out.entries, 9);
@@ -247,13 +304,19 @@ test('blocks are split at the entry limit and at the byte limit, appended in one
   for (let k = 0; k < out.blocks.length; k++) {
     assert.ok(readFileSync(blockFile(mid + k)).length <= 6000, `block ${mid + k} over the byte limit`);
   }
-  assert.is(out.blocks.reduce((a: number, b: any) => a + b.entries, 0), 9);
+  assert.is(
+    out.blocks.reduce((a: number, b: any) => a + b.entries, 0),
+    9,
+  );
   await verify();
 });
 
 test('licences: SPDX expressions pass, others are refused naming the package unless --license-unchecked', async () => {
   const bytes = Buffer.from('see-licence 1.0.0');
-  const lock = { lockfileVersion: 3, packages: { '': {}, 'node_modules/odd': { version: '1.0.0', license: 'SEE LICENSE IN LICENSE.md', ...tarball('/odd/-/odd-1.0.0.tgz', bytes) } } };
+  const lock = {
+    lockfileVersion: 3,
+    packages: { '': {}, 'node_modules/odd': { version: '1.0.0', license: 'SEE LICENSE IN LICENSE.md', ...tarball('/odd/-/odd-1.0.0.tgz', bytes) } },
+  };
   const p = write('odd/package-lock.json', JSON.stringify(lock));
   const before = head();
   let r = await endorse(['--lockfile', p]);
@@ -266,8 +329,20 @@ test('licences: SPDX expressions pass, others are refused naming the package unl
   assert.is(block(size() - 1).payload.endorsements[0].license, 'SEE LICENSE IN LICENSE.md');
 
   // The single-URL mode checks --license too.
-  const single = (license: string, ...extra: string[]) => endorse(['--url', 'https://cdn.example/lic.js', '--file', write('lic.js', license),
-    '--name', 'acme/lic', '--semver', `1.0.${license.length}`, '--license', license, ...extra]);
+  const single = (license: string, ...extra: string[]) =>
+    endorse([
+      '--url',
+      'https://cdn.example/lic.js',
+      '--file',
+      write('lic.js', license),
+      '--name',
+      'acme/lic',
+      '--semver',
+      `1.0.${license.length}`,
+      '--license',
+      license,
+      ...extra,
+    ]);
   const mid = head();
   r = await single('Nonsense-1');
   assert.is(r.status, 2);
@@ -279,8 +354,16 @@ test('licences: SPDX expressions pass, others are refused naming the package unl
   assert.ok(before !== head());
 });
 
-test('the licence rule: SPDX expressions and LicenseRef pass; other text only with --license-unchecked, and never beyond the chain\'s form', () => {
-  for (const ok of ['MIT', 'MIT OR Apache-2.0', '(MIT AND BSD-3-Clause)', '((ISC))', 'GPL-2.0-only WITH Classpath-exception-2.0', 'LicenseRef-acme-eula', 'Apache-2.0+']) {
+test("the licence rule: SPDX expressions and LicenseRef pass; other text only with --license-unchecked, and never beyond the chain's form", () => {
+  for (const ok of [
+    'MIT',
+    'MIT OR Apache-2.0',
+    '(MIT AND BSD-3-Clause)',
+    '((ISC))',
+    'GPL-2.0-only WITH Classpath-exception-2.0',
+    'LicenseRef-acme-eula',
+    'Apache-2.0+',
+  ]) {
     assert.is(licenseProblem(ok, false), null, ok);
   }
   for (const no of ['Nonsense-1', 'UNLICENSED', 'SEE LICENSE IN LICENSE.md', 'mit', 'MIT OR']) {
@@ -307,13 +390,24 @@ test('single-URL mode keeps its required options and messages; lockfile-mode opt
   ] as const) {
     await endorseLockfile({ chain, key, lockfile: join(work, 'package-lock.json'), ...extra }).then(
       () => assert.unreachable(JSON.stringify(extra)),
-      (e) => { assert.instance(e, VouchError); assert.match(e.message, want); },
+      (e) => {
+        assert.instance(e, VouchError);
+        assert.match(e.message, want);
+      },
     );
   }
-  const secret = { lockfileVersion: 3, packages: { 'node_modules/x': { version: '1.0.0', license: 'MIT', resolved: 'https://u:token@registry.example/x.tgz', integrity: sri('sha512', 'x') } } };
+  const secret = {
+    lockfileVersion: 3,
+    packages: { 'node_modules/x': { version: '1.0.0', license: 'MIT', resolved: 'https://u:token@registry.example/x.tgz', integrity: sri('sha512', 'x') } },
+  };
   await endorseLockfile({ chain, key, lockfile: write('secret/package-lock.json', JSON.stringify(secret)) }).then(
-    () => assert.unreachable('a URL with credentials was accepted'), (e) => assert.match(e.message, /x@1\.0\.0: the resolved URL carries a user name or password/));
-  await endorseLockfile({ chain, key, lockfile: join(work, 'Cargo.lock') }).then(() => assert.unreachable(), (e) => assert.match(e.message, /cannot tell the lockfile type of "Cargo.lock"/));
+    () => assert.unreachable('a URL with credentials was accepted'),
+    (e) => assert.match(e.message, /x@1\.0\.0: the resolved URL carries a user name or password/),
+  );
+  await endorseLockfile({ chain, key, lockfile: join(work, 'Cargo.lock') }).then(
+    () => assert.unreachable(),
+    (e) => assert.match(e.message, /cannot tell the lockfile type of "Cargo.lock"/),
+  );
 });
 
 // ------------------------------------------------------------------ PyPI
@@ -338,7 +432,8 @@ function requirements(extraHashes = '') {
 }
 
 function pypiFiles(prefix: string) {
-  files.route(`${prefix}/requests-2.31.0-py3-none-any.whl`, { body: whl })
+  files
+    .route(`${prefix}/requests-2.31.0-py3-none-any.whl`, { body: whl })
     .route(`${prefix}/requests-2.31.0.tar.gz`, { body: sdist })
     .route(`${prefix}/requests-2.30.0-py3-none-any.whl`, { body: old });
   reg.route(`${prefix}/zope.interface-6.0.tar.gz`, { body: zopeSdist });
@@ -366,7 +461,10 @@ test('pip: requirements.txt against an HTML simple index with absolute links to 
   // A local version: pip requests the file with its path re-quoted (+ -> %2B), and that is the URL endorsed.
   const torch = Buffer.from('torch 2.0.0+cpu wheel');
   files.route('/h/torch-2.0.0%2Bcpu-cp311-cp311-linux_x86_64.whl', { body: torch });
-  reg.route('/simple-html/torch/', { contentType: 'text/html', body: `<a href="${f('torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl')}#sha256=${hex('sha256', torch)}">torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl</a>` });
+  reg.route('/simple-html/torch/', {
+    contentType: 'text/html',
+    body: `<a href="${f('torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl')}#sha256=${hex('sha256', torch)}">torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl</a>`,
+  });
   const req = requirements() + `torch==2.0.0+cpu --hash=sha256:${hex('sha256', torch)}\n`;
   const before = size();
   const r = await endorse(['--lockfile', write('py/requirements.txt', req), '--index-url', reg.url('/simple-html/'), '--license', 'Apache-2.0', '--json']);
@@ -403,31 +501,60 @@ test('pip: the same against a PEP 691 JSON index; a tampered file and a package 
   const f = (p: string) => files.url(`/j/${p}`);
   const json = (name: string, list: { filename: string; url: string; sha256?: string }[]) => ({
     contentType: 'application/vnd.pypi.simple.v1+json',
-    body: JSON.stringify({ meta: { 'api-version': '1.0' }, name, files: list.map((x) => ({ filename: x.filename, url: x.url, hashes: x.sha256 ? { sha256: x.sha256 } : {} })) }),
+    body: JSON.stringify({
+      meta: { 'api-version': '1.0' },
+      name,
+      files: list.map((x) => ({ filename: x.filename, url: x.url, hashes: x.sha256 ? { sha256: x.sha256 } : {} })),
+    }),
   });
-  reg.route('/simple-json/requests/', json('requests', [
-    { filename: 'requests-2.31.0-py3-none-any.whl', url: f('requests-2.31.0-py3-none-any.whl'), sha256: hex('sha256', whl) },
-    { filename: 'requests-2.31.0.tar.gz', url: f('requests-2.31.0.tar.gz'), sha256: hex('sha256', sdist) },
-  ]));
-  reg.route('/simple-json/zope-interface/', json('zope.interface', [
-    { filename: 'zope.interface-6.0.tar.gz', url: '/j/zope.interface-6.0.tar.gz', sha256: hex('sha256', zopeSdist) },
-    { filename: 'zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl', url: f('zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl'), sha256: hex('sha256', zopeWhl) },
-  ]));
+  reg.route(
+    '/simple-json/requests/',
+    json('requests', [
+      { filename: 'requests-2.31.0-py3-none-any.whl', url: f('requests-2.31.0-py3-none-any.whl'), sha256: hex('sha256', whl) },
+      { filename: 'requests-2.31.0.tar.gz', url: f('requests-2.31.0.tar.gz'), sha256: hex('sha256', sdist) },
+    ]),
+  );
+  reg.route(
+    '/simple-json/zope-interface/',
+    json('zope.interface', [
+      { filename: 'zope.interface-6.0.tar.gz', url: '/j/zope.interface-6.0.tar.gz', sha256: hex('sha256', zopeSdist) },
+      {
+        filename: 'zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl',
+        url: f('zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl'),
+        sha256: hex('sha256', zopeWhl),
+      },
+    ]),
+  );
   const req = write('pyjson/requirements.txt', requirements());
   const before = size();
   let r = await endorse(['--lockfile', req, '--index-url', reg.url('/simple-json'), '--license', 'MIT', '--quiet']);
   assert.is(r.status, 0, r.stderr);
   assert.is(r.stdout, '');
-  const urls = block(before).payload.endorsements.map((e: any) => e.artifact_url).sort();
-  assert.equal(urls, [f('requests-2.31.0-py3-none-any.whl'), f('zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl'), reg.url('/j/zope.interface-6.0.tar.gz')].sort());
+  const urls = block(before)
+    .payload.endorsements.map((e: any) => e.artifact_url)
+    .sort();
+  assert.equal(
+    urls,
+    [f('requests-2.31.0-py3-none-any.whl'), f('zope.interface-6.0-cp311-cp311-manylinux_2_17_x86_64.whl'), reg.url('/j/zope.interface-6.0.tar.gz')].sort(),
+  );
 
   // Tampered bytes behind a pinned, advertised hash.
   files.route('/j/requests-2.31.0-py3-none-any.whl', { body: whl, tamper: true });
   const h = head();
-  r = await endorse(['--lockfile', write('pyjson2/requirements.txt', requirements().replace('==2.31', '==2.31.0')), '--index-url', reg.url('/simple-json/'), '--license', 'MIT']);
+  r = await endorse([
+    '--lockfile',
+    write('pyjson2/requirements.txt', requirements().replace('==2.31', '==2.31.0')),
+    '--index-url',
+    reg.url('/simple-json/'),
+    '--license',
+    'MIT',
+  ]);
   assert.is(r.status, 1, r.stderr);
   oneLine(r);
-  assert.match(r.stderr, `hash mismatch: Requests==2.31.0 (requests-2.31.0-py3-none-any.whl) (${f('requests-2.31.0-py3-none-any.whl')}): requirements sha256:${hex('sha256', whl)}, fetched sha256:`);
+  assert.match(
+    r.stderr,
+    `hash mismatch: Requests==2.31.0 (requests-2.31.0-py3-none-any.whl) (${f('requests-2.31.0-py3-none-any.whl')}): requirements sha256:${hex('sha256', whl)}, fetched sha256:`,
+  );
   assert.is(head(), h);
 
   assert.is(head(), h);
@@ -441,10 +568,13 @@ test('pip: the same against a PEP 691 JSON index; a tampered file and a package 
       [`requests==9.9 --hash=sha256:${'ab'.repeat(32)}\n`, 'not_found', 'requests==9.9: the index page'],
     ] as const) {
       const reqs = readRequirements(text, opts, 'r.txt').requirements;
-      await resolveRequirements(reqs, http, reg.url('/simple-json/'), opts, 8).then(() => assert.unreachable(text), (e) => {
-        assert.is(e.code, code);
-        assert.match(e.message, want);
-      });
+      await resolveRequirements(reqs, http, reg.url('/simple-json/'), opts, 8).then(
+        () => assert.unreachable(text),
+        (e) => {
+          assert.is(e.code, code);
+          assert.match(e.message, want);
+        },
+      );
     }
   } finally {
     await http.close();
@@ -454,10 +584,18 @@ test('pip: the same against a PEP 691 JSON index; a tampered file and a package 
 test('pip: continuations, comments, markers and options read; -r lines, unpinned and unhashed requirements refused naming the line', () => {
   const h = (c: string) => `--hash=sha256:${c.repeat(64)}`;
   const opts = { license: 'MIT', licenseUnchecked: false, comment: undefined };
-  const read = readRequirements([
-    '# comment', `Foo.Bar[extra]==1.0.post1 ; sys_platform == "linux" ${h('a')} \\`, `  ${h('b')} --hash sha512:${'c'.repeat(128)}  # two more`,
-    '--extra-index-url https://example.invalid/', '--require-hashes', `baz===2023.1 ${h('d')}`,
-  ].join('\n'), opts, 'r.txt');
+  const read = readRequirements(
+    [
+      '# comment',
+      `Foo.Bar[extra]==1.0.post1 ; sys_platform == "linux" ${h('a')} \\`,
+      `  ${h('b')} --hash sha512:${'c'.repeat(128)}  # two more`,
+      '--extra-index-url https://example.invalid/',
+      '--require-hashes',
+      `baz===2023.1 ${h('d')}`,
+    ].join('\n'),
+    opts,
+    'r.txt',
+  );
   assert.equal(read.notes, ['r.txt line 4: --extra-index-url ignored (pass --index-url to vouch)']);
   const [foo, baz] = read.requirements;
   assert.is(foo!.label, 'Foo.Bar==1.0.post1');
@@ -525,20 +663,37 @@ function goDownload(proxy: string, module: string, version: string): Promise<{ S
     const child = spawn(goBin, ['mod', 'download', '-json', `${module}@${version}`], {
       cwd: home,
       env: {
-        PATH: process.env.PATH ?? '', HOME: home, GOPATH: join(home, 'gopath'), GOMODCACHE: join(home, 'modcache'), GOCACHE: join(home, 'cache'),
-        GOPROXY: proxy, GOSUMDB: 'off', GOFLAGS: '-modcacherw', GO111MODULE: 'on', GOENV: 'off', GOTOOLCHAIN: 'local',
+        PATH: process.env.PATH ?? '',
+        HOME: home,
+        GOPATH: join(home, 'gopath'),
+        GOMODCACHE: join(home, 'modcache'),
+        GOCACHE: join(home, 'cache'),
+        GOPROXY: proxy,
+        GOSUMDB: 'off',
+        GOFLAGS: '-modcacherw',
+        GO111MODULE: 'on',
+        GOENV: 'off',
+        GOTOOLCHAIN: 'local',
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
     let err = '';
-    child.stdout.on('data', (d) => { out += d; });
-    child.stderr.on('data', (d) => { err += d; });
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
+    child.stderr.on('data', (d) => {
+      err += d;
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
     child.on('close', (code) => {
       clearTimeout(timer);
       let parsed: { Sum?: string; GoModSum?: string; Error?: string } = {};
-      try { parsed = JSON.parse(out); } catch { /* reported below */ }
+      try {
+        parsed = JSON.parse(out);
+      } catch {
+        /* reported below */
+      }
       if (code !== 0 || !parsed.Sum) {
         console.log(`(go mod download failed, Go's own check skipped: ${parsed.Error ?? err.trim().split('\n').at(-1)})`);
         resolve(null);
@@ -552,14 +707,23 @@ function goDownload(proxy: string, module: string, version: string): Promise<{ S
 test('go.sum against a GOPROXY: h1 of zips and go.mod files recomputed (python3, and Go itself when installed); escaped paths; mismatch names the module', async () => {
   const m1 = { module: 'example.com/Foo/bar', version: 'v1.2.3' };
   const m2 = { module: 'example.com/baz', version: 'v0.0.0-20230101120000-abcdef123456' };
-  const z1 = goZip(m1.module, m1.version, { 'go.mod': 'module example.com/Foo/bar\n\ngo 1.19\n', 'bar.go': 'package bar\n\nconst X = 1\n', 'LICENSE': 'MIT\n', 'sub/z.go': 'package sub\n' });
+  const z1 = goZip(m1.module, m1.version, {
+    'go.mod': 'module example.com/Foo/bar\n\ngo 1.19\n',
+    'bar.go': 'package bar\n\nconst X = 1\n',
+    LICENSE: 'MIT\n',
+    'sub/z.go': 'package sub\n',
+  });
   const z2 = goZip(m2.module, m2.version, { 'go.mod': 'module example.com/baz\n', 'baz.go': 'package baz\n' });
   const serve = (m: { module: string; version: string }, z: typeof z1, esc: string) => {
     // The go command sends the case-encoding's `!` as %21; vouch (like the gateway) spells it `!`.
     for (const e of new Set([esc, esc.replace(/!/g, '%21')])) {
-      reg.route(`/gp/${e}/@v/${m.version}.zip`, { body: z.zip, contentType: 'application/zip' })
+      reg
+        .route(`/gp/${e}/@v/${m.version}.zip`, { body: z.zip, contentType: 'application/zip' })
         .route(`/gp/${e}/@v/${m.version}.mod`, { body: z.mod, contentType: 'text/plain' })
-        .route(`/gp/${e}/@v/${m.version}.info`, { body: JSON.stringify({ Version: m.version, Time: '2023-01-01T12:00:00Z' }), contentType: 'application/json' });
+        .route(`/gp/${e}/@v/${m.version}.info`, {
+          body: JSON.stringify({ Version: m.version, Time: '2023-01-01T12:00:00Z' }),
+          contentType: 'application/json',
+        });
     }
   };
   serve(m1, z1, 'example.com/!foo/bar');
@@ -577,7 +741,19 @@ test('go.sum against a GOPROXY: h1 of zips and go.mod files recomputed (python3,
     '',
   ].join('\n');
   const before = size();
-  const r = await endorse(['--lockfile', write('gomod/go.sum', sum), '--goproxy', reg.url('/gp/'), '--license', 'BSD-3-Clause', '--name', 'acme/service', '--semver', '3.1.4', '--json']);
+  const r = await endorse([
+    '--lockfile',
+    write('gomod/go.sum', sum),
+    '--goproxy',
+    reg.url('/gp/'),
+    '--license',
+    'BSD-3-Clause',
+    '--name',
+    'acme/service',
+    '--semver',
+    '3.1.4',
+    '--json',
+  ]);
   assert.is(r.status, 0, r.stderr + r.stdout);
   assert.is(JSON.parse(r.stdout).entries, 4);
   const blk = block(before);
@@ -600,11 +776,27 @@ test('go.sum against a GOPROXY: h1 of zips and go.mod files recomputed (python3,
   const bad = await endorse(['--lockfile', write('gobad/go.sum', wrong), '--goproxy', reg.url('/gp'), '--license', 'MIT']);
   assert.is(bad.status, 1, bad.stderr);
   oneLine(bad);
-  assert.match(bad.stderr, `go.sum mismatch: example.com/baz v0.0.0-20230101120000-abcdef123456 (${reg.url('/gp/example.com/baz/@v/v0.0.0-20230101120000-abcdef123456.zip')}): go.sum ${z1.h1}, fetched ${z2.h1}`);
+  assert.match(
+    bad.stderr,
+    `go.sum mismatch: example.com/baz v0.0.0-20230101120000-abcdef123456 (${reg.url('/gp/example.com/baz/@v/v0.0.0-20230101120000-abcdef123456.zip')}): go.sum ${z1.h1}, fetched ${z2.h1}`,
+  );
   assert.is(head(), h);
-  await endorseLockfile({ chain, key, lockfile: write('gobad2/go.sum', `${m1.module} ${m1.version}/go.mod ${z2.modH1}\n`), goproxy: reg.url('/gp'), license: 'MIT', quiet: true }).then(
+  await endorseLockfile({
+    chain,
+    key,
+    lockfile: write('gobad2/go.sum', `${m1.module} ${m1.version}/go.mod ${z2.modH1}\n`),
+    goproxy: reg.url('/gp'),
+    license: 'MIT',
+    quiet: true,
+  }).then(
     () => assert.unreachable('a wrong go.mod h1 passed'),
-    (e) => { assert.is(e.code, 'hash_mismatch'); assert.match(e.message, `go.sum mismatch: example.com/Foo/bar v1.2.3/go.mod (${reg.url('/gp/example.com/!foo/bar/@v/v1.2.3.mod')}): go.sum ${z2.modH1}, fetched ${z1.modH1}`); },
+    (e) => {
+      assert.is(e.code, 'hash_mismatch');
+      assert.match(
+        e.message,
+        `go.sum mismatch: example.com/Foo/bar v1.2.3/go.mod (${reg.url('/gp/example.com/!foo/bar/@v/v1.2.3.mod')}): go.sum ${z2.modH1}, fetched ${z1.modH1}`,
+      );
+    },
   );
   assert.is(head(), h);
 });

@@ -20,7 +20,17 @@ import { vouchAsync, initAuthorityChain } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import {
-  artifactPath, compileJava, jarOf, mirrorSettings, mvn, pomXml, publish, seededLocalRepo, writeProject, type Coordinates, type MavenArtifact,
+  artifactPath,
+  compileJava,
+  jarOf,
+  mirrorSettings,
+  mvn,
+  pomXml,
+  publish,
+  seededLocalRepo,
+  writeProject,
+  type Coordinates,
+  type MavenArtifact,
 } from '../helpers/maven-repo.ts';
 import { mavenSemver, parseSideFile, readDependencyList } from '../../tools/lockfiles/maven.ts';
 
@@ -41,25 +51,34 @@ const block = (chain: string, i: number) => {
   const d = String(i).padStart(9, '0');
   return JSON.parse(readFileSync(join(chain, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'));
 };
-const entriesOf = (chain: string, i: number) => (block(chain, i).payload.endorsements as any[])
-  .map((e) => ({ url: e.artifact_url, hash: e.artifact_hash, name: e.name, semver: e.semver, license: e.license }))
-  .sort((a, b) => (a.url < b.url ? -1 : 1));
+const entriesOf = (chain: string, i: number) =>
+  (block(chain, i).payload.endorsements as any[])
+    .map((e) => ({ url: e.artifact_url, hash: e.artifact_hash, name: e.name, semver: e.semver, license: e.license }))
+    .sort((a, b) => (a.url < b.url ? -1 : 1));
 
 test('dependency:list output: files and their POMs; classifiers, types, module notes and file names read past', () => {
-  const text = '\nThe following files have been resolved:\n'
-    + '   org.example:a:jar:1.0:compile -- module a (auto)\n'
-    + '   org.example:b:test-jar:2.0:test\n'
-    + '   org.example:c:jar:linux-x86_64:3.0:runtime (optional)\n'
-    + '   org.example:d:pom:4.0:import\n'
-    + '   org.example:e:jar:5.0:compile:/home/u/.m2/repository/org/example/e/5.0/e-5.0.jar\n'
-    + '   none\n';
-  assert.equal(readDependencyList(text, 'deps.txt').map((f) => f.path), [
-    'org/example/a/1.0/a-1.0.jar', 'org/example/a/1.0/a-1.0.pom',
-    'org/example/b/2.0/b-2.0-tests.jar', 'org/example/b/2.0/b-2.0.pom',
-    'org/example/c/3.0/c-3.0-linux-x86_64.jar', 'org/example/c/3.0/c-3.0.pom',
-    'org/example/d/4.0/d-4.0.pom',
-    'org/example/e/5.0/e-5.0.jar', 'org/example/e/5.0/e-5.0.pom',
-  ]);
+  const text =
+    '\nThe following files have been resolved:\n' +
+    '   org.example:a:jar:1.0:compile -- module a (auto)\n' +
+    '   org.example:b:test-jar:2.0:test\n' +
+    '   org.example:c:jar:linux-x86_64:3.0:runtime (optional)\n' +
+    '   org.example:d:pom:4.0:import\n' +
+    '   org.example:e:jar:5.0:compile:/home/u/.m2/repository/org/example/e/5.0/e-5.0.jar\n' +
+    '   none\n';
+  assert.equal(
+    readDependencyList(text, 'deps.txt').map((f) => f.path),
+    [
+      'org/example/a/1.0/a-1.0.jar',
+      'org/example/a/1.0/a-1.0.pom',
+      'org/example/b/2.0/b-2.0-tests.jar',
+      'org/example/b/2.0/b-2.0.pom',
+      'org/example/c/3.0/c-3.0-linux-x86_64.jar',
+      'org/example/c/3.0/c-3.0.pom',
+      'org/example/d/4.0/d-4.0.pom',
+      'org/example/e/5.0/e-5.0.jar',
+      'org/example/e/5.0/e-5.0.pom',
+    ],
+  );
   for (const bad of ['org.example:a:1.0', 'org/x:a:jar:1.0:compile', 'org.example:a:jar:1.0/../x:compile', 'a:b:c:d:e:f:g']) {
     try {
       readDependencyList(bad, 'deps.txt');
@@ -72,8 +91,15 @@ test('dependency:list output: files and their POMs; classifiers, types, module n
 
 test('Maven versions as SemVer: padded numbers, pre-release qualifiers, others as build metadata', () => {
   const cases: Array<[string, string]> = [
-    ['1.0', '1.0.0'], ['1.2.3', '1.2.3'], ['2.0.0-M1', '2.0.0-M1'], ['1.0-beta-2', '1.0.0-beta.2'], ['31.1-jre', '31.1.0+jre'],
-    ['5.3.20.Final', '5.3.20+Final'], ['1.2.3.4', '1.2.3+rel.4'], ['1.0-SNAPSHOT', '1.0.0-SNAPSHOT'], ['1.0-rc01', '1.0.0-rc01'],
+    ['1.0', '1.0.0'],
+    ['1.2.3', '1.2.3'],
+    ['2.0.0-M1', '2.0.0-M1'],
+    ['1.0-beta-2', '1.0.0-beta.2'],
+    ['31.1-jre', '31.1.0+jre'],
+    ['5.3.20.Final', '5.3.20+Final'],
+    ['1.2.3.4', '1.2.3+rel.4'],
+    ['1.0-SNAPSHOT', '1.0.0-SNAPSHOT'],
+    ['1.0-rc01', '1.0.0-rc01'],
   ];
   for (const [v, s] of cases) assert.equal(mavenSemver(v), { ok: true, value: s }, v);
   for (const v of ['latest', 'r09', '1.0-x_y', '']) assert.is(mavenSemver(v).ok, false, v);
@@ -81,7 +107,14 @@ test('Maven versions as SemVer: padded numbers, pre-release qualifiers, others a
   assert.is(parseSideFile('<html>', 'sha1'), null);
 });
 
-test.before(async () => { try { await setup(); } catch (e) { console.error(e); throw e; } });
+test.before(async () => {
+  try {
+    await setup();
+  } catch (e) {
+    console.error(e);
+    throw e;
+  }
+});
 async function setup() {
   const classes = compileJava(join(work, 'javac'), {
     'org/example/util/Util.java': 'package org.example.util; public class Util { public static String name() { return "util"; } }',
@@ -93,7 +126,11 @@ async function setup() {
   const util = at('util', '1.0');
   A = {
     parent: { ...parent, pom: pomXml(parent).replace('<packaging>jar</packaging>', '<packaging>pom</packaging>'), jar: null },
-    util: { ...util, pom: pomXml(util, [], `<parent><groupId>${G}</groupId><artifactId>parent</artifactId><version>7</version></parent>`), jar: jarOf('util', pick('org/example/util/')) },
+    util: {
+      ...util,
+      pom: pomXml(util, [], `<parent><groupId>${G}</groupId><artifactId>parent</artifactId><version>7</version></parent>`),
+      jar: jarOf('util', pick('org/example/util/')),
+    },
     greet: { ...at('greet', '1.0'), pom: pomXml(at('greet', '1.0'), [util]), jar: jarOf('greet', pick('org/example/greet/')) },
     nosum: { ...at('nosum', '1.0'), pom: pomXml(at('nosum', '1.0')), jar: jarOf('nosum', []) },
     badsum: { ...at('badsum', '1.0'), pom: pomXml(at('badsum', '1.0')), jar: jarOf('badsum', []) },
@@ -101,7 +138,8 @@ async function setup() {
   origin = await OriginServer.start();
   for (const k of ['parent', 'util', 'greet', 'nosum']) publish(origin, '/repo/', A[k]!);
   publish(origin, '/repo/', A.badsum!, { jarSha1: '1'.repeat(40) });
-  for (const ext of ['pom', 'jar']) { // no side files at all
+  for (const ext of ['pom', 'jar']) {
+    // no side files at all
     origin.route(`/repo/${artifactPath(A.nosum!, ext)}.sha1`, { status: 404 });
     origin.route(`/repo/${artifactPath(A.nosum!, ext)}.md5`, { status: 404 });
   }
@@ -110,7 +148,12 @@ async function setup() {
   localRepo = seededLocalRepo(join(work, 'm2'));
   const settings = mirrorSettings(join(work, 'settings.xml'), `${origin.origin}/repo/`);
   deps = join(work, 'deps.txt');
-  const r = await mvn(['org.apache.maven.plugins:maven-dependency-plugin:3.5.0:list', `-DoutputFile=${deps}`], { cwd: project, settings, repo: localRepo, timeoutMs: 150_000 });
+  const r = await mvn(['org.apache.maven.plugins:maven-dependency-plugin:3.5.0:list', `-DoutputFile=${deps}`], {
+    cwd: project,
+    settings,
+    repo: localRepo,
+    timeoutMs: 150_000,
+  });
   assert.is(r.status, 0, r.output);
 
   await initAuthorityChain({ key, chain: join(work, 'offline'), signer: 'maven-authority' });
@@ -138,36 +181,82 @@ function expected(base: string) {
   const files: Array<[MavenArtifact, string, string | Buffer]> = [];
   for (const k of ['greet', 'util', 'nosum']) files.push([A[k]!, 'jar', A[k]!.jar!], [A[k]!, 'pom', A[k]!.pom]);
   files.push([A.parent!, 'pom', A.parent!.pom]);
-  return files.map(([a, ext, bytes]) => ({
-    url: base + artifactPath(a, ext), hash: sha256(bytes), name: `maven/${G}+${a.artifactId}`, semver: a.version === '7' ? '7.0.0' : '1.0.0', license: 'Apache-2.0',
-  })).sort((a, b) => (a.url < b.url ? -1 : 1));
+  return files
+    .map(([a, ext, bytes]) => ({
+      url: base + artifactPath(a, ext),
+      hash: sha256(bytes),
+      name: `maven/${G}+${a.artifactId}`,
+      semver: a.version === '7' ? '7.0.0' : '1.0.0',
+      license: 'Apache-2.0',
+    }))
+    .sort((a, b) => (a.url < b.url ? -1 : 1));
 }
 
 const common = ['--license', 'Apache-2.0', '--name', 'acme/app', '--semver', '1.0.0'];
 
 test('offline: the dependency list (and the parent POM it implies) endorsed in one block under the canonical URL', async () => {
   const chain = join(work, 'offline');
-  const r = await vouchAsync(['endorse', '--chain', chain, '--key', key, '--lockfile', deps, '--maven-repo', CANON, '--origin', `${CANON}=${origin.origin}/repo/`, ...common]);
+  const r = await vouchAsync([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--lockfile',
+    deps,
+    '--maven-repo',
+    CANON,
+    '--origin',
+    `${CANON}=${origin.origin}/repo/`,
+    ...common,
+  ]);
   assert.is(r.status, 0, r.stderr + r.stdout);
   assert.is(size(chain), 2);
   assert.equal(entriesOf(chain, 1), expected(CANON));
   assert.match(r.stderr, /1 parent or imported POMs added/);
   assert.match(r.stderr, /2 files have no \.sha256 or \.sha1/);
   // Again: everything unchanged, nothing appended.
-  const again = await vouchAsync(['endorse', '--chain', chain, '--key', key, '--lockfile', deps, '--maven-repo', CANON, '--origin', `${CANON}=${origin.origin}/repo/`, ...common]);
+  const again = await vouchAsync([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--lockfile',
+    deps,
+    '--maven-repo',
+    CANON,
+    '--origin',
+    `${CANON}=${origin.origin}/repo/`,
+    ...common,
+  ]);
   assert.is(again.status, 0, again.stderr);
   assert.is(size(chain), 2);
 });
 
-test('offline: the local repository the build filled gives the same block (Debian\'s symlinked plugins skipped)', async () => {
+test("offline: the local repository the build filled gives the same block (Debian's symlinked plugins skipped)", async () => {
   const chain = join(work, 'offline-dir');
-  const r = await vouchAsync(['endorse', '--chain', chain, '--key', key, '--lockfile', localRepo, '--maven-repo', CANON, '--origin', `${CANON}=${origin.origin}/repo/`, ...common, '--json']);
+  const r = await vouchAsync([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--lockfile',
+    localRepo,
+    '--maven-repo',
+    CANON,
+    '--origin',
+    `${CANON}=${origin.origin}/repo/`,
+    ...common,
+    '--json',
+  ]);
   assert.is(r.status, 0, r.stderr + r.stdout);
   assert.equal(entriesOf(chain, 1), expected(CANON));
   assert.ok(JSON.parse(r.stdout).skipped_by_reason.symlinked > 100, r.stdout);
 });
 
-test('a file whose bytes contradict the repository\'s .sha1, or a local file the repository disagrees with: exit 1, nothing appended', async () => {
+test("a file whose bytes contradict the repository's .sha1, or a local file the repository disagrees with: exit 1, nothing appended", async () => {
   const chain = join(work, 'offline');
   const list = join(work, 'bad.txt');
   writeFileSync(list, `The following files have been resolved:\n   ${G}:badsum:jar:1.0:compile\n`);
@@ -197,7 +286,12 @@ test('through a running authority: the same entries, then its Maven route serves
   assert.equal(entriesOf(chain, size(chain) - 1), expected(base));
   const project = writeProject(join(work, 'consumer'), [A.greet!, A.nosum!], null);
   const settings = mirrorSettings(join(work, 'settings-gw.xml'), `${gw.url}/maven/`);
-  const b = await mvn(['-C', 'org.apache.maven.plugins:maven-dependency-plugin:3.5.0:resolve'], { cwd: project, settings, repo: seededLocalRepo(join(work, 'm2-gw')), timeoutMs: 150_000 });
+  const b = await mvn(['-C', 'org.apache.maven.plugins:maven-dependency-plugin:3.5.0:resolve'], {
+    cwd: project,
+    settings,
+    repo: seededLocalRepo(join(work, 'm2-gw')),
+    timeoutMs: 150_000,
+  });
   assert.is(b.status, 0, b.output);
 });
 

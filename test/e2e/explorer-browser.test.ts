@@ -38,27 +38,40 @@ test.before(async () => {
   pub = createKeyFile(join(work, 'authority.pem')).publicKeyB64;
   writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
   origin = await OriginServer.start();
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'chain') },
-    authority: { key_file: join(work, 'authority.pem'), signer: 'explorer-test', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { port: 0 },
+      chain: { dir: join(work, 'chain') },
+      authority: { key_file: join(work, 'authority.pem'), signer: 'explorer-test', submit_token_file: join(work, 'submit.token') },
+      origin: { allow_private: true },
+    }),
+  ]);
   const submit = async (path: string, body: string, name: string, semver: string) => {
     origin.route(path, { body });
     const r = await request(gw.url + '/v1/submit', {
-      method: 'POST', dispatcher: agent,
+      method: 'POST',
+      dispatcher: agent,
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ url: origin.url(path), name, semver, license: 'MIT', comment: `release ${semver} — “Grüße”` }),
     });
     assert.is(r.statusCode, 201, await r.body.text());
   };
-  await submit('/a-1.tgz', 'artifact 1', 'acme/widget', '1.0.0');     // block 1
-  await submit('/a-1.tgz', 'artifact 1 v2', 'acme/widget', '2.0.0');  // block 2: same URL, new version
-  await submit('/a-3.tgz', 'artifact 3', 'beta/tool', '3.0.0');       // block 3
+  await submit('/a-1.tgz', 'artifact 1', 'acme/widget', '1.0.0'); // block 1
+  await submit('/a-1.tgz', 'artifact 1 v2', 'acme/widget', '2.0.0'); // block 2: same URL, new version
+  await submit('/a-3.tgz', 'artifact 3', 'beta/tool', '3.0.0'); // block 3
   browser = await chromium.launch({
     executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
   page = await browser.newPage();
   page.setDefaultTimeout(15_000);
@@ -75,11 +88,13 @@ test.after(async () => {
 
 test('the page loads from the gateway alone, shows the authority and the newest blocks', async () => {
   const external: string[] = [];
-  page.on('request', (r) => { if (!r.url().startsWith(gw.url)) external.push(r.url()); });
+  page.on('request', (r) => {
+    if (!r.url().startsWith(gw.url)) external.push(r.url());
+  });
   await page.goto(gw.url + '/');
   await page.waitForSelector('table.blocks tbody tr');
   assert.is(await page.textContent('#authority-key'), pub);
-  assert.match(await page.textContent('#authority') ?? '', /authority block valid/);
+  assert.match((await page.textContent('#authority')) ?? '', /authority block valid/);
   const rows = await page.$$eval('table.blocks tbody tr', (trs) => trs.map((t) => t.getAttribute('data-index')));
   assert.equal(rows.slice(0, 4), ['3', '2', '1', '0']);
   assert.equal(external, [], 'the page fetched something from elsewhere');
@@ -96,8 +111,8 @@ test('search by URL shows the version history; by owner/name the unit; open a bl
   await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Blocks of beta/tool');
   await page.click('table.blocks tbody tr td a');
   await page.waitForSelector('#verify-result');
-  assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
-  assert.match(await page.textContent('#main') ?? '', /release 3\.0\.0 — “Grüße”/);
+  assert.match((await page.textContent('#verify-result')) ?? '', /^signature valid/);
+  assert.match((await page.textContent('#main')) ?? '', /release 3\.0\.0 — “Grüße”/);
   mkdirSync(join(repoRoot, 'test', 'out'), { recursive: true });
   await page.screenshot({ path: join(repoRoot, 'test', 'out', 'explorer-block.png'), fullPage: true });
 });
@@ -112,22 +127,23 @@ test('a block served tampered is shown as "signature invalid"', async () => {
   await page.goto(gw.url + '/#/block/2');
   // Only a hash change: wait for the new view, not the previous one's result.
   await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 2' && document.querySelector('#verify-result'));
-  assert.match(await page.textContent('#verify-result') ?? '', /^signature invalid/);
+  assert.match((await page.textContent('#verify-result')) ?? '', /^signature invalid/);
   await page.screenshot({ path: join(repoRoot, 'test', 'out', 'explorer-tampered.png'), fullPage: true });
   await page.unroute('**/v1/block?index=2');
   await page.goto(gw.url + '/#/block/1');
   await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 1');
-  assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
+  assert.match((await page.textContent('#verify-result')) ?? '', /^signature valid/);
 });
 
 test('a version revoked through POST /v1/revoke is marked: "(revoked)" in its history, "revoked by" on its block', async () => {
   const r = await request(gw.url + '/v1/revoke', {
-    method: 'POST', dispatcher: agent,
+    method: 'POST',
+    dispatcher: agent,
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: JSON.stringify({ url: origin.url('/a-1.tgz'), semver: '2.0.0' }),
   });
   assert.is(r.statusCode, 201);
-  const revoke = await r.body.json() as { index: number; effective_date: string };
+  const revoke = (await r.body.json()) as { index: number; effective_date: string };
   await page.goto(gw.url + '/');
   await page.fill('#search input', origin.url('/a-1.tgz'));
   await page.click('#search button');
@@ -136,12 +152,12 @@ test('a version revoked through POST /v1/revoke is marked: "(revoked)" in its hi
   assert.equal(versions, ['2.0.0 (revoked)', '1.0.0']);
   await page.goto(gw.url + '/#/block/2');
   await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 2' && document.querySelector('#verify-result'));
-  assert.match(await page.textContent('#main') ?? '', `revoked byblock ${revoke.index} from ${revoke.effective_date}`);
-  assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
+  assert.match((await page.textContent('#main')) ?? '', `revoked byblock ${revoke.index} from ${revoke.effective_date}`);
+  assert.match((await page.textContent('#verify-result')) ?? '', /^signature valid/);
   await page.goto(gw.url + `/#/block/${revoke.index}`);
   await page.waitForFunction((i) => document.querySelector('h2')?.textContent === `Block ${i}` && document.querySelector('#verify-result'), revoke.index);
-  assert.match(await page.textContent('#main') ?? '', /intentrevoke/);
-  assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/);
+  assert.match((await page.textContent('#main')) ?? '', /intentrevoke/);
+  assert.match((await page.textContent('#verify-result')) ?? '', /^signature valid/);
 });
 
 test('a chain with key events: every block verifies with the key in force at its index, key blocks say what they did, void blocks are marked', async () => {
@@ -154,7 +170,9 @@ test('a chain with key events: every block verifies with the key in force at its
   assert.is(await page.textContent('#authority-key'), b64(ONLINE.A));
   await page.waitForSelector('#online-key');
   assert.is(await page.textContent('#online-key'), b64(ONLINE.C));
-  const rows = await page.$$eval('table.blocks tbody tr', (trs) => trs.map((t) => [t.getAttribute('data-index'), t.className, t.children[4]!.textContent, t.children[6]!.textContent]));
+  const rows = await page.$$eval('table.blocks tbody tr', (trs) =>
+    trs.map((t) => [t.getAttribute('data-index'), t.className, t.children[4]!.textContent, t.children[6]!.textContent]),
+  );
   const row = (i: number) => rows.find((r) => r[0] === String(i))!;
   assert.equal([row(6)[1], row(6)[2]], ['void', '1.6.0 (void)']);
   assert.equal([row(7)[1], row(7)[2]], ['void', '1.7.0 (void)']);
@@ -165,18 +183,18 @@ test('a chain with key events: every block verifies with the key in force at its
   for (let i = 0; i < 12; i++) {
     await page.goto(keyed.url + `/#/block/${i}`);
     await page.waitForFunction((n) => document.querySelector('h2')?.textContent === `Block ${n}` && document.querySelector('#verify-result'), i);
-    assert.match(await page.textContent('#verify-result') ?? '', /^signature valid/, `block ${i}: ${await page.textContent('#verify-result')}`);
+    assert.match((await page.textContent('#verify-result')) ?? '', /^signature valid/, `block ${i}: ${await page.textContent('#verify-result')}`);
     const banner = await page.$('#void-banner');
     assert.is(banner !== null, i === 6 || i === 7, `block ${i} void banner`);
   }
   await page.goto(keyed.url + '/#/block/6');
   await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 6' && document.querySelector('#void-banner'));
-  assert.match(await page.textContent('#void-banner') ?? '', /^VOID: .* block 8 declares blocks 6–7 void/);
+  assert.match((await page.textContent('#void-banner')) ?? '', /^VOID: .* block 8 declares blocks 6–7 void/);
   mkdirSync(join(repoRoot, 'test', 'out'), { recursive: true });
   await page.screenshot({ path: join(repoRoot, 'test', 'out', 'explorer-void.png'), fullPage: true });
   await page.goto(keyed.url + '/#/block/2');
   await page.waitForFunction(() => document.querySelector('h2')?.textContent === 'Block 2' && document.querySelector('#verify-result'));
-  assert.match(await page.textContent('#main') ?? '', /key eventroot version 1: 2 of 3 holders \(2 holders' signatures\)/);
+  assert.match((await page.textContent('#main')) ?? '', /key eventroot version 1: 2 of 3 holders \(2 holders' signatures\)/);
 });
 
 test.run();

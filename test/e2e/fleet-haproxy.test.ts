@@ -60,11 +60,12 @@ async function submitNew(body = `lb artifact ${++n}`): Promise<{ url: string; si
   const path = `/lb-${n}-${Math.random().toString(36).slice(2)}.tgz`;
   origin.route(path, { body });
   const res = await request(`${live.authority.url}/v1/submit`, {
-    dispatcher: agent, method: 'POST',
+    dispatcher: agent,
+    method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: JSON.stringify({ url: origin.url(path), name: 'acme/lb', semver: `1.0.${n}`, license: 'MIT' }),
   });
-  const json = await res.body.json() as any;
+  const json = (await res.body.json()) as any;
   assert.is(res.statusCode, 201, JSON.stringify(json));
   return { url: origin.url(path), size: Number(res.headers['vouch-tree-size']) };
 }
@@ -90,7 +91,10 @@ async function startMirror(i: number): Promise<GatewayProcess> {
 /** deploy/fleet/haproxy.cfg with its three ports replaced, nothing else. */
 function recipe(): string {
   const text = readFileSync(join(repoRoot, 'deploy', 'fleet', 'haproxy.cfg'), 'utf8');
-  const out = text.replace('127.0.0.1:8080', `127.0.0.1:${ports[0]}`).replace('127.0.0.1:8081', `127.0.0.1:${ports[1]}`).replace('127.0.0.1:8082', `127.0.0.1:${ports[2]}`);
+  const out = text
+    .replace('127.0.0.1:8080', `127.0.0.1:${ports[0]}`)
+    .replace('127.0.0.1:8081', `127.0.0.1:${ports[1]}`)
+    .replace('127.0.0.1:8082', `127.0.0.1:${ports[2]}`);
   assert.not.ok(/127\.0\.0\.1:808[012]\b/.test(out), 'the recipe names other ports than the three replaced');
   return out;
 }
@@ -124,14 +128,22 @@ if (HAPROXY === null) {
     writeFileSync(cfg, recipe());
     const proc = spawn(HAPROXY!, ['-db', '-f', cfg], { stdio: ['ignore', 'pipe', 'pipe'] });
     haproxy = proc;
-    proc.stdout.on('data', (d) => { haproxyOut += d; });
-    proc.stderr.on('data', (d) => { haproxyOut += d; });
+    proc.stdout.on('data', (d) => {
+      haproxyOut += d;
+    });
+    proc.stderr.on('data', (d) => {
+      haproxyOut += d;
+    });
     lb = `http://127.0.0.1:${ports[0]}`;
-    await until('haproxy to answer', async () => {
-      if (haproxy!.exitCode !== null) throw new Error(`haproxy exited: ${haproxyOut}`);
-      for (let k = 0; k < 4; k++) if ((await upMirrors()) !== 200) return false;
-      return true;
-    }, 30_000);
+    await until(
+      'haproxy to answer',
+      async () => {
+        if (haproxy!.exitCode !== null) throw new Error(`haproxy exited: ${haproxyOut}`);
+        for (let k = 0; k < 4; k++) if ((await upMirrors()) !== 200) return false;
+        return true;
+      },
+      30_000,
+    );
     // Both servers up in haproxy's eyes (rise 2 at inter 1 s) before the tests count on them.
     await new Promise((r) => setTimeout(r, 2_500));
   }
@@ -151,7 +163,9 @@ if (HAPROXY === null) {
     if (NGINX !== null) {
       const prefix = join(work, 'nginx') + '/';
       spawnSync('mkdir', ['-p', join(prefix, 'logs')]);
-      const t = spawnSync(NGINX, ['-t', '-p', prefix, '-e', 'stderr', '-g', `pid ${prefix}nginx.pid;`, '-c', join(repoRoot, 'deploy', 'fleet', 'nginx.conf')], { encoding: 'utf8' });
+      const t = spawnSync(NGINX, ['-t', '-p', prefix, '-e', 'stderr', '-g', `pid ${prefix}nginx.pid;`, '-c', join(repoRoot, 'deploy', 'fleet', 'nginx.conf')], {
+        encoding: 'utf8',
+      });
       assert.is(t.status, 0, t.stdout + t.stderr);
     }
   });

@@ -180,7 +180,7 @@ function ourOpen(keys: { name: string; publicKey: Uint8Array }[], note: string):
   }
 }
 
-test('Go\'s note.Open and openNote agree: unknown keys repeated, a known key twice (second invalid, or first), over 100 lines', () => {
+test("Go's note.Open and openNote agree: unknown keys repeated, a known key twice (second invalid, or first), over 100 lines", () => {
   const body = formatCheckpoint({ origin, size: 3, root: root3, extensions: [] });
   const mine = signNote(c, body, origin, authority).line + '\n';
   const badMine = signNote(c, body.replace('\n3\n', '\n4\n'), origin, authority).line + '\n'; // same key, a signature of other text
@@ -230,18 +230,20 @@ test('Go\'s note.Open and openNote agree: unknown keys repeated, a known key twi
   assert.equal([...outcomes].sort(), ['invalid', 'malformed', 'ok', 'unverified']);
 });
 
-
-test('key events: Go opens a rollover note with either key\'s verifier key, and the note by the key in force after a compromise with the one /v1/keys publishes', async () => {
+test("key events: Go opens a rollover note with either key's verifier key, and the note by the key in force after a compromise with the one /v1/keys publishes", async () => {
   const life = buildKeyLifeChain(); // A -> B at 4, B compromised after 5 at 8 (C), root rotation at 10
   const logOrigin = 'vouch.example/go-keys';
   const vk = (s: typeof ONLINE.A) => verifierKey(c, logOrigin, SIG_ED25519, s.publicKey);
   const served = async (name: string, size: number, signers?: (typeof ONLINE.A)[]) => {
     const dir = join(work, name);
     await initKeyRepo(join(dir, 'chain'), life.blocks, size, logOrigin, signers);
-    const gw = await startGatewayProcess(['--config', writeConfig(dir, { listen: { port: 0 }, chain: { dir: join(dir, 'chain'), public_key: keyB64(ONLINE.A) } })]);
+    const gw = await startGatewayProcess([
+      '--config',
+      writeConfig(dir, { listen: { port: 0 }, chain: { dir: join(dir, 'chain'), public_key: keyB64(ONLINE.A) } }),
+    ]);
     gateways.push(gw);
     const note = await (await fetch(`${gw.url}/checkpoint`)).text();
-    const keys = await (await fetch(`${gw.url}/v1/keys`)).json() as { verifier_keys: string[]; checkpoint: string };
+    const keys = (await (await fetch(`${gw.url}/v1/keys`)).json()) as { verifier_keys: string[]; checkpoint: string };
     assert.is(keys.checkpoint, note);
     return { note, published: keys.verifier_keys };
   };

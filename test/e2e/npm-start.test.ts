@@ -39,7 +39,9 @@ function processesUsingConfig(): number[] {
       const cmd = readFileSync(`/proc/${name}/cmdline`, 'utf8');
       const state = readFileSync(`/proc/${name}/stat`, 'utf8').replace(/^.*\) /, '')[0];
       if (cmd.includes(configFile) && state !== 'Z') out.push(Number(name));
-    } catch { /* gone meanwhile */ }
+    } catch {
+      /* gone meanwhile */
+    }
   }
   return out;
 }
@@ -47,23 +49,38 @@ function processesUsingConfig(): number[] {
 function portOpen(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const s = connect(port, '127.0.0.1');
-    s.once('connect', () => { s.destroy(); resolve(true); });
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
     s.once('error', () => resolve(false));
   });
 }
 
-interface Started { npm: ChildProcess; port: number; out: () => string }
+interface Started {
+  npm: ChildProcess;
+  port: number;
+  out: () => string;
+}
 
 async function npmStart(): Promise<Started> {
   // detached: npm leads its own process group, as in a terminal.
   const npm = spawn('npm', ['start', '--', '--config', configFile], { cwd: repoRoot, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
-  npm.stdout!.on('data', (d: Buffer) => { out += d; });
-  npm.stderr!.on('data', (d: Buffer) => { out += d; });
+  npm.stdout!.on('data', (d: Buffer) => {
+    out += d;
+  });
+  npm.stderr!.on('data', (d: Buffer) => {
+    out += d;
+  });
   const deadline = Date.now() + 60_000;
   while (!/^ready: /m.test(out)) {
     if (npm.exitCode !== null || Date.now() > deadline) {
-      try { process.kill(-npm.pid!, 'SIGKILL'); } catch { /* gone */ }
+      try {
+        process.kill(-npm.pid!, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
       throw new Error(`npm start did not get ready:\n${out}`);
     }
     await new Promise((r) => setTimeout(r, 50));
@@ -75,13 +92,27 @@ async function npmStart(): Promise<Started> {
 
 async function expectAllGone(s: Started, what: string): Promise<void> {
   const deadline = Date.now() + 15_000;
-  while ((processesUsingConfig().length > 0 || await portOpen(s.port)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  while ((processesUsingConfig().length > 0 || (await portOpen(s.port))) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
   const left = processesUsingConfig();
-  for (const pid of left) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
-  assert.equal(left, [], `${what}: processes left behind:\n${left.map((p) => spawnSync('ps', ['-o', 'pid,ppid,args', '-p', String(p)], { encoding: 'utf8' }).stdout).join('')}\n${s.out()}`);
+  for (const pid of left) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+  assert.equal(
+    left,
+    [],
+    `${what}: processes left behind:\n${left.map((p) => spawnSync('ps', ['-o', 'pid,ppid,args', '-p', String(p)], { encoding: 'utf8' }).stdout).join('')}\n${s.out()}`,
+  );
   assert.not.ok(await portOpen(s.port), `${what}: port ${s.port} still accepts connections`);
   assert.not.ok(existsSync(lockFile), `${what}: the chain lock was left behind`);
-  try { process.kill(-s.npm.pid!, 'SIGKILL'); } catch { /* gone */ }
+  try {
+    process.kill(-s.npm.pid!, 'SIGKILL');
+  } catch {
+    /* gone */
+  }
 }
 
 test('the start script runs the gateway directly (no shell in between to swallow signals)', () => {

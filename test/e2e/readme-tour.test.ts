@@ -83,7 +83,8 @@ test('the tour, verbatim: a verified download, a tamper refused, an offline veri
     const ns = ownNetwork();
     const cmd = ns === null ? ['bash', 'tour.sh'] : ['unshare', ...ns, 'bash', 'tour.sh'];
     const r = spawnSync(cmd[0]!, cmd.slice(1), { cwd: dir, encoding: 'utf8', timeout: 240_000, env: { ...process.env, CI: 'true', FORCE_COLOR: '0' } });
-    const out = `${r.stdout}\n${r.stderr}`; if (process.env.VOUCH_TOUR_SHOW) console.log(out);
+    const out = `${r.stdout}\n${r.stderr}`;
+    if (process.env.VOUCH_TOUR_SHOW) console.log(out);
     const log = existsSync(join(dir, 'gateway.log')) ? readFileSync(join(dir, 'gateway.log'), 'utf8') : '';
     assert.ok(out.includes('=== tour done'), `the tour stopped (exit ${r.status}):\n${out}\n--- gateway.log\n${log}`);
     assert.is(r.status, 0, out);

@@ -9,7 +9,11 @@
 import fc from 'fast-check';
 import { corpusOf, describe, type FuzzTarget } from './target.ts';
 
-export interface RunResult { runs: number; ms: number; failure: { input: Buffer; message: string; seed: number; path: string } | null }
+export interface RunResult {
+  runs: number;
+  ms: number;
+  failure: { input: Buffer; message: string; seed: number; path: string } | null;
+}
 
 export async function timedCheck(t: FuzzTarget, input: Buffer, slowMs: number): Promise<void> {
   const start = performance.now();
@@ -18,7 +22,10 @@ export async function timedCheck(t: FuzzTarget, input: Buffer, slowMs: number): 
   if (ms > slowMs) throw new Error(`took ${ms.toFixed(0)} ms on ${input.length} bytes (bound ${slowMs} ms)`);
 }
 
-export async function runTarget(t: FuzzTarget, o: { seed: number; runs?: number; seconds?: number; slowMs?: number; onInput?: (b: Buffer) => void }): Promise<RunResult> {
+export async function runTarget(
+  t: FuzzTarget,
+  o: { seed: number; runs?: number; seconds?: number; slowMs?: number; onInput?: (b: Buffer) => void },
+): Promise<RunResult> {
   const seeds = corpusOf(t.name).map((c) => c.bytes);
   const slowMs = o.slowMs ?? 2000;
   let count = 0;
@@ -30,7 +37,7 @@ export async function runTarget(t: FuzzTarget, o: { seed: number; runs?: number;
   });
   const r = await fc.check(prop, {
     seed: o.seed,
-    numRuns: o.seconds !== undefined ? Number.MAX_SAFE_INTEGER : o.runs ?? t.runs ?? 300,
+    numRuns: o.seconds !== undefined ? Number.MAX_SAFE_INTEGER : (o.runs ?? t.runs ?? 300),
     interruptAfterTimeLimit: o.seconds !== undefined ? o.seconds * 1000 : undefined,
     markInterruptAsFailure: false,
     endOnFailure: false,
@@ -38,7 +45,8 @@ export async function runTarget(t: FuzzTarget, o: { seed: number; runs?: number;
   const ms = performance.now() - start;
   if (!r.failed || r.counterexample === null) return { runs: count, ms, failure: null };
   return {
-    runs: count, ms,
+    runs: count,
+    ms,
     failure: { input: r.counterexample[0] as Buffer, message: describe(r.errorInstance), seed: r.seed, path: r.counterexamplePath ?? '' },
   };
 }
@@ -52,8 +60,15 @@ export async function runTarget(t: FuzzTarget, o: { seed: number; runs?: number;
  * in some construct (a hang on a large hostile input). Returns a failure
  * message, or null.
  */
-export async function growthCheck(t: FuzzTarget, seed: number, o: { small?: number; pieces?: number; slackMs?: number; onInput?: (b: Buffer) => void } = {}): Promise<string | null> {
-  const seeds = corpusOf(t.name).filter((c) => !c.file.includes('/regress-')).map((c) => c.bytes).filter((b) => b.length > 0);
+export async function growthCheck(
+  t: FuzzTarget,
+  seed: number,
+  o: { small?: number; pieces?: number; slackMs?: number; onInput?: (b: Buffer) => void } = {},
+): Promise<string | null> {
+  const seeds = corpusOf(t.name)
+    .filter((c) => !c.file.includes('/regress-'))
+    .map((c) => c.bytes)
+    .filter((b) => b.length > 0);
   const small = o.small ?? 8 << 10;
   const slackMs = o.slackMs ?? 250;
   const rnd = fc.sample(fc.tuple(fc.nat(seeds.length - 1), fc.nat(), fc.integer({ min: 1, max: 48 })), { seed, numRuns: o.pieces ?? 4 });
@@ -67,7 +82,11 @@ export async function growthCheck(t: FuzzTarget, seed: number, o: { small?: numb
       let best = Infinity;
       for (let k = 0; k < 3; k++) {
         const start = performance.now();
-        try { await t.check(b); } catch { /* the property is checked elsewhere: only time here */ }
+        try {
+          await t.check(b);
+        } catch {
+          /* the property is checked elsewhere: only time here */
+        }
         best = Math.min(best, performance.now() - start);
       }
       return best;
@@ -77,7 +96,10 @@ export async function growthCheck(t: FuzzTarget, seed: number, o: { small?: numb
     for (let attempt = 0; attempt < 3; attempt++) {
       const t1 = await time(grown(small));
       const t8 = await time(grown(8 * small));
-      why = t8 > 24 * t1 + slackMs ? `repeating ${JSON.stringify(piece.toString('latin1'))} of ${t.name} seed ${i}: ${small} bytes take ${t1.toFixed(1)} ms, ${8 * small} bytes ${t8.toFixed(1)} ms` : null;
+      why =
+        t8 > 24 * t1 + slackMs
+          ? `repeating ${JSON.stringify(piece.toString('latin1'))} of ${t.name} seed ${i}: ${small} bytes take ${t1.toFixed(1)} ms, ${8 * small} bytes ${t8.toFixed(1)} ms`
+          : null;
       if (why === null) break;
     }
     if (why !== null) return why;

@@ -27,7 +27,10 @@ function usage(msg: string): never {
 const args = process.argv.slice(2);
 const name = args[0];
 if (!name || name.startsWith('-')) usage('name a target');
-const opt = (flag: string): string | undefined => { const i = args.indexOf(flag); return i < 0 ? undefined : args[i + 1] ?? usage(`${flag} needs a value`); };
+const opt = (flag: string): string | undefined => {
+  const i = args.indexOf(flag);
+  return i < 0 ? undefined : (args[i + 1] ?? usage(`${flag} needs a value`));
+};
 const seconds = Number(opt('--seconds') ?? 60);
 const seed = Number(opt('--seed') ?? Math.floor(Math.random() * 2 ** 31));
 const replay = opt('--replay');
@@ -52,17 +55,38 @@ function runOne(target: string): Promise<boolean> {
   console.log(`fuzz ${target}: ${seconds} s from seed ${seed}`);
   // The input being checked, rewritten before each check: what a hang or a crash leaves.
   const current = join(mkdtempSync(join(tmpdir(), 'vouch-fuzz-run-')), 'current');
-  const child = spawn(process.execPath, ['--max-old-space-size=1024', '--import', 'tsx', fileURLToPath(new URL('./run-worker.ts', import.meta.url)), target, String(seed), String(seconds), current], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const lastInput = (): Buffer | null => { try { return readFileSync(current); } catch { return null; } };
+  const child = spawn(
+    process.execPath,
+    [
+      '--max-old-space-size=1024',
+      '--import',
+      'tsx',
+      fileURLToPath(new URL('./run-worker.ts', import.meta.url)),
+      target,
+      String(seed),
+      String(seconds),
+      current,
+    ],
+    {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    },
+  );
+  const lastInput = (): Buffer | null => {
+    try {
+      return readFileSync(current);
+    } catch {
+      return null;
+    }
+  };
   const report = (why: string, input: Buffer | null) => {
     if (input === null) {
       console.log(`FAILED ${target} (seed ${seed}): ${why}\n  (before any input: nothing saved)`);
       return;
     }
     const file = saveRegression(target, input);
-    console.log(`FAILED ${target} (seed ${seed}): ${why}\n  input: ${input.length} bytes, saved as ${file}\n  replay: npm run fuzz -- ${target} --replay ${file}`);
+    console.log(
+      `FAILED ${target} (seed ${seed}): ${why}\n  input: ${input.length} bytes, saved as ${file}\n  replay: npm run fuzz -- ${target} --replay ${file}`,
+    );
   };
   return new Promise((resolve) => {
     let done = false;
@@ -76,8 +100,15 @@ function runOne(target: string): Promise<boolean> {
     };
     const watch = setInterval(() => {
       let age = 0;
-      try { age = Date.now() - statSync(current).mtimeMs; } catch { return; }
-      if (age >= HANG_MS) { report(`one input ran for ${HANG_MS / 1000} s`, lastInput()); finish(false); }
+      try {
+        age = Date.now() - statSync(current).mtimeMs;
+      } catch {
+        return;
+      }
+      if (age >= HANG_MS) {
+        report(`one input ran for ${HANG_MS / 1000} s`, lastInput());
+        finish(false);
+      }
     }, 1000);
     child.on('message', (m: { runs: number; ms: number; growth: string | null; failure: { input: string; message: string; path: string } | null }) => {
       console.log(`fuzz ${target}: ${m.runs} runs in ${(m.ms / 1000).toFixed(1)} s`);
@@ -89,6 +120,11 @@ function runOne(target: string): Promise<boolean> {
         finish(false);
       } else finish(true);
     });
-    child.on('exit', (code, signal) => { if (!done) { report(`the process died (${signal ?? `exit ${code}`})`, lastInput()); finish(false); } });
+    child.on('exit', (code, signal) => {
+      if (!done) {
+        report(`the process died (${signal ?? `exit ${code}`})`, lastInput());
+        finish(false);
+      }
+    });
   });
 }

@@ -135,21 +135,36 @@ function applyOp(b: Buffer, op: Op, seeds: readonly Buffer[], tokens: readonly B
   const n = b.length;
   const at = n === 0 ? 0 : op.at % (n + 1);
   switch (op.k) {
-    case 'flip': if (n === 0) return b; { const c = Buffer.from(b); c[at % n]! ^= 1 << op.bit; return c; }
-    case 'set': if (n === 0) return b; { const c = Buffer.from(b); c[at % n] = op.v; return c; }
+    case 'flip':
+      if (n === 0) return b;
+      {
+        const c = Buffer.from(b);
+        c[at % n]! ^= 1 << op.bit;
+        return c;
+      }
+    case 'set':
+      if (n === 0) return b;
+      {
+        const c = Buffer.from(b);
+        c[at % n] = op.v;
+        return c;
+      }
     case 'word': {
       if (n < 4) return b;
       const c = Buffer.from(b);
       c.writeUInt32BE(op.v >>> 0, Math.min(at, n - 4));
       return c;
     }
-    case 'del': return Buffer.concat([b.subarray(0, at), b.subarray(at + op.len)]);
-    case 'ins': return Buffer.concat([b.subarray(0, at), op.bytes, b.subarray(at)]);
+    case 'del':
+      return Buffer.concat([b.subarray(0, at), b.subarray(at + op.len)]);
+    case 'ins':
+      return Buffer.concat([b.subarray(0, at), op.bytes, b.subarray(at)]);
     case 'dup': {
       const piece = b.subarray(at, at + op.len);
       return Buffer.concat([b.subarray(0, at), ...Array<Buffer>(op.times).fill(piece), b.subarray(at)]);
     }
-    case 'cut': return b.subarray(0, at);
+    case 'cut':
+      return b.subarray(0, at);
     case 'splice': {
       const o = seeds[op.other % Math.max(1, seeds.length)] ?? b;
       const from = o.length === 0 ? 0 : op.from % o.length;
@@ -185,7 +200,8 @@ export function randomInput(tokens: readonly string[] = []): fc.Arbitrary<Buffer
     fc.string({ maxLength: 200 }).map((s) => Buffer.from(s, 'utf8')),
     fc.string({ unit: 'binary', maxLength: 100 }).map((s) => Buffer.from(s, 'utf8')),
   ];
-  if (tokens.length > 0) arbs.push(fc.array(fc.oneof(fc.constantFrom(...tokens), fc.string({ maxLength: 4 })), { maxLength: 30 }).map((a) => Buffer.from(a.join(''), 'utf8')));
+  if (tokens.length > 0)
+    arbs.push(fc.array(fc.oneof(fc.constantFrom(...tokens), fc.string({ maxLength: 4 })), { maxLength: 30 }).map((a) => Buffer.from(a.join(''), 'utf8')));
   return fc.oneof(...arbs);
 }
 
@@ -194,19 +210,40 @@ export function randomInput(tokens: readonly string[] = []): fc.Arbitrary<Buffer
 /** Line-level mutations of text seeds: lines dropped, repeated, swapped, replaced by a token line or cut mid-way. */
 export function mutatedLines(seeds: readonly Buffer[], lineTokens: readonly string[] = []): fc.Arbitrary<Buffer> {
   const pool = seeds.length > 0 ? seeds : [Buffer.alloc(0)];
-  const op = fc.record({ k: fc.constantFrom('drop', 'repeat', 'swap', 'token', 'cut', 'join'), at: fc.nat(), other: fc.nat(), times: fc.integer({ min: 1, max: 50 }), token: fc.nat() });
+  const op = fc.record({
+    k: fc.constantFrom('drop', 'repeat', 'swap', 'token', 'cut', 'join'),
+    at: fc.nat(),
+    other: fc.nat(),
+    times: fc.integer({ min: 1, max: 50 }),
+    token: fc.nat(),
+  });
   return fc.tuple(fc.nat(pool.length - 1), fc.array(op, { minLength: 1, maxLength: 5 })).map(([i, ops]) => {
     const lines = pool[i]!.toString('utf8').split('\n');
     for (const o of ops) {
       const at = o.at % Math.max(1, lines.length);
       const line = lines[at] ?? '';
       switch (o.k) {
-        case 'drop': lines.splice(at, 1); break;
-        case 'repeat': lines.splice(at, 0, ...Array<string>(o.times).fill(line)); break;
-        case 'swap': { const j = o.other % Math.max(1, lines.length); lines[at] = lines[j] ?? ''; lines[j] = line; break; }
-        case 'token': if (lineTokens.length > 0) lines.splice(at, 0, lineTokens[o.token % lineTokens.length]!); break;
-        case 'cut': lines[at] = line.slice(0, o.other % (line.length + 1)); break;
-        case 'join': lines.splice(at, 2, line + (lines[at + 1] ?? '')); break;
+        case 'drop':
+          lines.splice(at, 1);
+          break;
+        case 'repeat':
+          lines.splice(at, 0, ...Array<string>(o.times).fill(line));
+          break;
+        case 'swap': {
+          const j = o.other % Math.max(1, lines.length);
+          lines[at] = lines[j] ?? '';
+          lines[j] = line;
+          break;
+        }
+        case 'token':
+          if (lineTokens.length > 0) lines.splice(at, 0, lineTokens[o.token % lineTokens.length]!);
+          break;
+        case 'cut':
+          lines[at] = line.slice(0, o.other % (line.length + 1));
+          break;
+        case 'join':
+          lines.splice(at, 2, line + (lines[at + 1] ?? ''));
+          break;
       }
     }
     return Buffer.from(lines.join('\n'), 'utf8');
@@ -219,10 +256,19 @@ export function mutatedLines(seeds: readonly Buffer[], lineTokens: readonly stri
 export const jsonValue: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
   value: fc.oneof(
     { depthSize: 'small' },
-    fc.string(), fc.string({ unit: 'binary', maxLength: 8 }), fc.integer(), fc.double(), fc.boolean(), fc.constant(null),
+    fc.string(),
+    fc.string({ unit: 'binary', maxLength: 8 }),
+    fc.integer(),
+    fc.double(),
+    fc.boolean(),
+    fc.constant(null),
     fc.constantFrom('', '0', '1.0.0', '-1', '1e400', 'https://a.example/x', '__proto__', 'sha512-', '\ud800'),
     fc.array(tie('value'), { maxLength: 4 }),
-    fc.dictionary(fc.oneof(fc.string({ maxLength: 8 }), fc.constantFrom('__proto__', 'constructor', 'toString', 'name', 'version', 'versions', 'dist')), tie('value'), { maxKeys: 4 }),
+    fc.dictionary(
+      fc.oneof(fc.string({ maxLength: 8 }), fc.constantFrom('__proto__', 'constructor', 'toString', 'name', 'version', 'versions', 'dist')),
+      tie('value'),
+      { maxKeys: 4 },
+    ),
   ),
 })).value;
 
@@ -242,26 +288,57 @@ function paths(v: unknown, p: Path, out: Path[], limit: number): void {
  * written back, compact or indented.
  */
 export function mutatedJson(seeds: readonly Buffer[]): fc.Arbitrary<Buffer> {
-  const docs = seeds.map((s) => { try { return JSON.parse(s.toString('utf8')) as unknown; } catch { return undefined; } }).filter((d) => d !== undefined);
+  const docs = seeds
+    .map((s) => {
+      try {
+        return JSON.parse(s.toString('utf8')) as unknown;
+      } catch {
+        return undefined;
+      }
+    })
+    .filter((d) => d !== undefined);
   if (docs.length === 0) return jsonValue.map((v) => Buffer.from(JSON.stringify(v) ?? 'null'));
-  const edit = fc.record({ at: fc.nat(), k: fc.constantFrom('replace', 'replace', 'remove', 'repeat', 'wrap', 'deepen'), value: jsonValue, times: fc.integer({ min: 2, max: 200 }) });
+  const edit = fc.record({
+    at: fc.nat(),
+    k: fc.constantFrom('replace', 'replace', 'remove', 'repeat', 'wrap', 'deepen'),
+    value: jsonValue,
+    times: fc.integer({ min: 2, max: 200 }),
+  });
   return fc.tuple(fc.nat(docs.length - 1), fc.array(edit, { minLength: 1, maxLength: 4 }), fc.boolean()).map(([i, edits, pretty]) => {
     let doc = structuredClone(docs[i]);
     for (const e of edits) {
       const all: Path[] = [];
       paths(doc, [], all, 4096);
       const p = all[e.at % all.length]!;
-      if (p.length === 0) { doc = e.k === 'wrap' ? [doc] : e.k === 'replace' ? e.value : doc; continue; }
+      if (p.length === 0) {
+        doc = e.k === 'wrap' ? [doc] : e.k === 'replace' ? e.value : doc;
+        continue;
+      }
       let parent: any = doc;
       for (const k of p.slice(0, -1)) parent = parent[k];
       const key = p[p.length - 1]!;
       const old = parent[key];
       switch (e.k) {
-        case 'replace': parent[key] = e.value; break;
-        case 'remove': if (Array.isArray(parent)) parent.splice(key as number, 1); else delete parent[key]; break;
-        case 'repeat': if (Array.isArray(parent)) parent.splice(key as number, 0, ...Array(e.times).fill(old)); else parent[`${String(key)}${e.times}`] = old; break;
-        case 'wrap': parent[key] = [old]; break;
-        case 'deepen': { let v: unknown = old; for (let d = 0; d < e.times; d++) v = { [String(key)]: v }; parent[key] = v; break; }
+        case 'replace':
+          parent[key] = e.value;
+          break;
+        case 'remove':
+          if (Array.isArray(parent)) parent.splice(key as number, 1);
+          else delete parent[key];
+          break;
+        case 'repeat':
+          if (Array.isArray(parent)) parent.splice(key as number, 0, ...Array(e.times).fill(old));
+          else parent[`${String(key)}${e.times}`] = old;
+          break;
+        case 'wrap':
+          parent[key] = [old];
+          break;
+        case 'deepen': {
+          let v: unknown = old;
+          for (let d = 0; d < e.times; d++) v = { [String(key)]: v };
+          parent[key] = v;
+          break;
+        }
       }
     }
     return Buffer.from(JSON.stringify(doc, null, pretty ? 2 : undefined) ?? 'null', 'utf8');

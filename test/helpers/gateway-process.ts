@@ -40,7 +40,10 @@ export function writeConfig(dir: string, config: Record<string, unknown>, name =
   return path;
 }
 
-export async function startGatewayProcess(args: string[], opts: { cwd?: string; env?: Record<string, string>; readyTimeoutMs?: number; waitFor?: RegExp } = {}): Promise<GatewayProcess> {
+export async function startGatewayProcess(
+  args: string[],
+  opts: { cwd?: string; env?: Record<string, string>; readyTimeoutMs?: number; waitFor?: RegExp } = {},
+): Promise<GatewayProcess> {
   const child = spawn(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), 'serve', ...args], {
     cwd: opts.cwd ?? repoRoot,
     env: { ...process.env, ...(opts.env ?? {}) },
@@ -48,13 +51,19 @@ export async function startGatewayProcess(args: string[], opts: { cwd?: string; 
   });
   let out = '';
   let err = '';
-  child.stdout!.on('data', (d: Buffer) => { out += d; });
-  child.stderr!.on('data', (d: Buffer) => { err += d; });
+  child.stdout!.on('data', (d: Buffer) => {
+    out += d;
+  });
+  child.stderr!.on('data', (d: Buffer) => {
+    err += d;
+  });
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   const waitFor = opts.waitFor ?? /^ready: /m;
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 60_000);
   let exitCode: number | null | undefined;
-  exited.then((c) => { exitCode = c; });
+  exited.then((c) => {
+    exitCode = c;
+  });
   while (!waitFor.test(out)) {
     if (exitCode !== undefined) throw new Error(`vouch serve exited ${exitCode} before ready:\n${out}\n${err}`);
     if (Date.now() > deadline) {
@@ -95,10 +104,18 @@ export async function until<T>(what: string, fn: () => Promise<T | null | undefi
 }
 
 /** What `/v1/submit` answers with 201. */
-export interface Submitted { index: number; record_hash: string; [member: string]: unknown }
+export interface Submitted {
+  index: number;
+  record_hash: string;
+  [member: string]: unknown;
+}
 
 /** A gateway's answer to a submit: status, the body as text, and as JSON (null when it is not JSON). */
-export interface SubmitAnswer { status: number; text: string; json: any }
+export interface SubmitAnswer {
+  status: number;
+  text: string;
+  json: any;
+}
 
 /**
  * POSTs `body` (an object, sent as JSON, or raw text) to `base`'s `/v1/submit` with the bearer `token` (no
@@ -112,7 +129,11 @@ export async function postSubmit(base: string, token: string | null, body: unkno
   });
   const text = await r.text();
   let json: any = null;
-  try { json = JSON.parse(text); } catch { /* not JSON: left null */ }
+  try {
+    json = JSON.parse(text);
+  } catch {
+    /* not JSON: left null */
+  }
   return { status: r.status, text, json };
 }
 
@@ -218,12 +239,15 @@ export class PushingAuthority {
 
   /** Starts a mirror gateway in `dir` (chain in `<dir>/chain`) following the remote, the authority's key pinned. */
   async startMirror(dir: string, opts: MirrorOptions = {}): Promise<GatewayProcess> {
-    const gw = await startGatewayProcess(['--config', writeConfig(dir, {
-      listen: { port: 0 },
-      chain: { dir: join(dir, 'chain'), remote: this.remote, public_key: this.pub, sync_interval: opts.syncInterval ?? 1 },
-      ...(opts.privateOrigins ?? true ? { origin: { allow_private: true } } : {}),
-      ...opts.more,
-    })]);
+    const gw = await startGatewayProcess([
+      '--config',
+      writeConfig(dir, {
+        listen: { port: 0 },
+        chain: { dir: join(dir, 'chain'), remote: this.remote, public_key: this.pub, sync_interval: opts.syncInterval ?? 1 },
+        ...((opts.privateOrigins ?? true) ? { origin: { allow_private: true } } : {}),
+        ...opts.more,
+      }),
+    ]);
     this.mirrors.push(gw);
     return gw;
   }

@@ -15,7 +15,11 @@ export class GitServer {
   down = false;
   private readonly sockets = new Set<Socket>();
 
-  private constructor(private readonly server: Server, readonly root: string, readonly port: number) {}
+  private constructor(
+    private readonly server: Server,
+    readonly root: string,
+    readonly port: number,
+  ) {}
 
   static async start(root: string): Promise<GitServer> {
     const server = createServer();
@@ -80,7 +84,9 @@ export class GitServer {
     let head = Buffer.alloc(0);
     let headersDone = false;
     let stderr = '';
-    cgi.stderr.on('data', (d: Buffer) => { stderr += d; });
+    cgi.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
     cgi.stdout.on('data', (chunk: Buffer) => {
       if (headersDone) {
         res.write(chunk);

@@ -16,7 +16,11 @@ import * as assert from 'uvu/assert';
 export const GOPATH = '/usr/share/gocode';
 export const checkNoteProgram = fileURLToPath(new URL('../go-interop/checknote.go', import.meta.url));
 
-export interface CheckNoteRun { status: number | null; stdout: string; stderr: string }
+export interface CheckNoteRun {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 /** Builds the checker into `work` (asserting the build) and returns a function that runs it on `input`, bounded by `timeoutMs`. */
 export function buildCheckNote(work: string): (input: unknown, timeoutMs?: number) => CheckNoteRun {

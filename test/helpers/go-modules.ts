@@ -72,9 +72,12 @@ export function hash1(files: Record<string, string>): string {
 
 export function modVersion(module: string, version: string, time = '2026-01-01T00:00:00Z'): ModVersion {
   const mod = `module ${module}\n\ngo 1.19\n`;
-  const pkg = module.split('/').at(-1)!.toLowerCase().replace(/[^a-z]/g, '');
+  const pkg = module
+    .split('/')
+    .at(-1)!
+    .toLowerCase()
+    .replace(/[^a-z]/g, '');
   const files = { 'go.mod': mod, [`${pkg}.go`]: `package ${pkg}\n\n// Version is the release this file was built for.\nconst Version = "${version}"\n` };
   const zip = zipStore(Object.entries(files).map(([name, text]) => ({ name: `${module}@${version}/${name}`, data: Buffer.from(text) })));
   return { module, version, files, mod, zip, info: JSON.stringify({ Version: version, Time: time }) };
 }
-

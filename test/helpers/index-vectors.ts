@@ -20,11 +20,23 @@ const DAY = 86_400_000;
 export function buildVectorChain(): Block[] {
   const signer = testSigner();
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: c, now: T0, uns: 'acme/chain' })];
-  const e = (url: string, name: string, semver: string) => ({ url, artifactHash: artifactHashOf(c, 'sha256', utf8(url + semver)), name, semver, license: 'MIT' });
+  const e = (url: string, name: string, semver: string) => ({
+    url,
+    artifactHash: artifactHashOf(c, 'sha256', utf8(url + semver)),
+    name,
+    semver,
+    license: 'MIT',
+  });
   const endorse = (entries: ReturnType<typeof e>[], date: string) =>
     blocks.push(buildEndorseBlock({ prev: blocks[blocks.length - 1]!, signer, backend: c, now: T0 + blocks.length * DAY, entries, effectiveDate: date }));
   endorse([e('https://registry.npmjs.org/leftpad/-/leftpad-1.0.0.tgz', 'npm/leftpad', '1.0.0')], '2026-01-02');
-  endorse([e('https://registry.npmjs.org/leftpad/-/leftpad-1.1.0.tgz', 'npm/leftpad', '1.1.0'), e('https://files.example/pypi/req-2.31.0.tar.gz', 'pypi/requests', '2.31.0')], '2026-01-03');
+  endorse(
+    [
+      e('https://registry.npmjs.org/leftpad/-/leftpad-1.1.0.tgz', 'npm/leftpad', '1.1.0'),
+      e('https://files.example/pypi/req-2.31.0.tar.gz', 'pypi/requests', '2.31.0'),
+    ],
+    '2026-01-03',
+  );
   endorse([e('https://a.example/widget.js', 'acme/widget', '1.0.0')], '2026-01-04');
   endorse([e('https://a.example/widget.js', 'acme/widget', '2.0.0')], '2026-03-01');
   blocks.push(buildRevokeBlock({ prev: blocks[blocks.length - 1]!, target: blocks[4]!, signer, backend: c, now: T0 + 6 * DAY, effectiveDate: '2026-04-01' }));
@@ -57,13 +69,21 @@ export function indexVectors(blocks: readonly Block[]): unknown {
       record_hash: b.record_hash,
       intent: b.payload.intent,
       effective_date: b.payload.effective_date,
-      ...(b.payload.intent === 'endorse' ? { endorsements: b.payload.endorsements.map((x) => ({ artifact_url: x.artifact_url, name: x.name, semver: x.semver })) } : {}),
+      ...(b.payload.intent === 'endorse'
+        ? { endorsements: b.payload.endorsements.map((x) => ({ artifact_url: x.artifact_url, name: x.name, semver: x.semver })) }
+        : {}),
       ...(b.payload.intent === 'revoke' ? { target: chain.indexOfHash(b.payload.target_hash) } : {}),
     })),
     keys: queries.map((q) => ({ ...q, key: hex(indexKey(c, q.kind, q.name)) })),
     event_example: {
-      endorse: { event: { kind: 'endorse', block: 4, date: '2026-03-01', semver: '2.0.0' }, bytes: hex(encodeEvent({ kind: 'endorse', block: 4, date: '2026-03-01', semver: '2.0.0' })) },
-      revoke: { event: { kind: 'revoke', block: 5, target: 4, date: '2026-04-01' }, bytes: hex(encodeEvent({ kind: 'revoke', block: 5, target: 4, date: '2026-04-01' })) },
+      endorse: {
+        event: { kind: 'endorse', block: 4, date: '2026-03-01', semver: '2.0.0' },
+        bytes: hex(encodeEvent({ kind: 'endorse', block: 4, date: '2026-03-01', semver: '2.0.0' })),
+      },
+      revoke: {
+        event: { kind: 'revoke', block: 5, target: 4, date: '2026-04-01' },
+        bytes: hex(encodeEvent({ kind: 'revoke', block: 5, target: 4, date: '2026-04-01' })),
+      },
     },
     roots_after_each_block: roots,
     proofs: queries.map((q) => {
@@ -79,7 +99,11 @@ export function indexVectors(blocks: readonly Block[]): unknown {
           at_2026_02_15: selectFromEvents(r.value.events, r.value.voids, { at: '2026-02-15', today: '2026-05-01' })?.block ?? null,
         };
       } else {
-        out.versions_2026_05_01 = unitVersions(r.value.events, r.value.voids, '2026-05-01').map((v) => ({ semver: v.semver, block: v.block, revoked_by: v.revokedBy?.block ?? null }));
+        out.versions_2026_05_01 = unitVersions(r.value.events, r.value.voids, '2026-05-01').map((v) => ({
+          semver: v.semver,
+          block: v.block,
+          revoked_by: v.revokedBy?.block ?? null,
+        }));
       }
       return out;
     }),

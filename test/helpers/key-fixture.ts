@@ -9,8 +9,15 @@ import type { Block, Checkpoint } from '../../chain/block.ts';
 import type { Signer } from '../../chain/crypto-backend.ts';
 import { base64Encode, utf8 } from '../../chain/encoding.ts';
 import {
-  applyKeyEvent, compromiseStatement, initialKeyState, keyStatement, rootStatement, signStatement,
-  type KeyState, type SignedStatement, type Statement,
+  applyKeyEvent,
+  compromiseStatement,
+  initialKeyState,
+  keyStatement,
+  rootStatement,
+  signStatement,
+  type KeyState,
+  type SignedStatement,
+  type Statement,
 } from '../../chain/key-events.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { T0, testSigner } from './chain-fixture.ts';
@@ -31,7 +38,12 @@ export const b64 = (s: Signer): string => base64Encode(s.publicKey);
 
 /** Root holders H1..H4 and online keys (signer id `vouch-test`, as block 0's). */
 export const HOLDERS = ['holder-1', 'holder-2', 'holder-3', 'holder-4'].map((l) => seededSigner(l));
-export const ONLINE = { A: testSigner(), B: seededSigner('online-b', 'vouch-test'), C: seededSigner('online-c', 'vouch-test'), D: seededSigner('online-d', 'vouch-test') };
+export const ONLINE = {
+  A: testSigner(),
+  B: seededSigner('online-b', 'vouch-test'),
+  C: seededSigner('online-c', 'vouch-test'),
+  D: seededSigner('online-d', 'vouch-test'),
+};
 
 /** Appends blocks to a chain while tracking its key state, as the authority does. */
 export class KeyChain {
@@ -54,8 +66,19 @@ export class KeyChain {
   endorse(i: number, by: Signer = this.signer): Block {
     this.t += 1000;
     const block = buildEndorseBlock({
-      prev: this.head, signer: by, backend: nodeBackend, now: this.t,
-      entries: [{ url: `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`artifact ${i}`)), name: `acme/pkg${i % 997}`, semver: `1.${i}.0`, license: 'MIT' }],
+      prev: this.head,
+      signer: by,
+      backend: nodeBackend,
+      now: this.t,
+      entries: [
+        {
+          url: `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`,
+          artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`artifact ${i}`)),
+          name: `acme/pkg${i % 997}`,
+          semver: `1.${i}.0`,
+          license: 'MIT',
+        },
+      ],
     });
     this.blocks.push(block);
     return block;

@@ -35,7 +35,10 @@ export function knowSigner(signer: Signer): void {
 
 /** The checkpoint note of the first `size` blocks under `origin`, one signature line per signer, in order. */
 export function noteOf(blocks: readonly Block[], size: number, origin: string, signers: readonly Signer[]): string {
-  const root = rootOfEntries(nodeBackend, blocks.slice(0, size).map((b) => hexDecode(b.record_hash)!));
+  const root = rootOfEntries(
+    nodeBackend,
+    blocks.slice(0, size).map((b) => hexDecode(b.record_hash)!),
+  );
   const body = formatCheckpoint({ origin, size, root, extensions: [] });
   return formatNote({ text: body, signatures: signers.map((s) => signNote(nodeBackend, body, origin, s)) });
 }
@@ -52,7 +55,12 @@ const commitInfo = (size: number) => ({ message: `blocks to ${size}\n`, authorNa
 
 /** A chain repository at `dir` holding the first `size` blocks, its checkpoint and note. */
 export function initKeyRepo(dir: string, blocks: readonly Block[], size: number, origin: string, noteSigners?: readonly Signer[]): Promise<ChainRepo> {
-  return ChainRepo.init(dir, blocks.slice(0, size).map((b) => ({ index: b.index, content: formatBlockFile(b) })), rootFilesOf(blocks, size, origin, noteSigners), commitInfo(size));
+  return ChainRepo.init(
+    dir,
+    blocks.slice(0, size).map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    rootFilesOf(blocks, size, origin, noteSigners),
+    commitInfo(size),
+  );
 }
 
 /** Appends blocks repo.size..size-1 with the checkpoint and note of `size`, in one commit. */
@@ -64,7 +72,10 @@ export async function appendTo(repo: ChainRepo, blocks: readonly Block[], size: 
 /** Appends to `chain` an endorse block of `url` with the sha256 of `body`, signed by `by` (default: the key in force). */
 export function endorseAt(chain: KeyChain, url: string, body: string, semver: string, by: Signer = chain.signer): Block {
   const block = buildEndorseBlock({
-    prev: chain.head, signer: by, backend: nodeBackend, now: Date.parse(chain.head.posted) + 1000,
+    prev: chain.head,
+    signer: by,
+    backend: nodeBackend,
+    now: Date.parse(chain.head.posted) + 1000,
     entries: [{ url, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(body)), name: 'acme/followed', semver, license: 'MIT' }],
   });
   chain.blocks.push(block);

@@ -17,8 +17,15 @@ import { join, relative } from 'node:path';
 import type { OriginServer } from './origin-server.ts';
 import { zipStore } from './go-modules.ts';
 
-export interface Coordinates { groupId: string; artifactId: string; version: string }
-export interface MavenArtifact extends Coordinates { pom: string; jar: Buffer | null }
+export interface Coordinates {
+  groupId: string;
+  artifactId: string;
+  version: string;
+}
+export interface MavenArtifact extends Coordinates {
+  pom: string;
+  jar: Buffer | null;
+}
 
 /** `group/path/artifactId/version/artifactId-version.ext`. */
 export function artifactPath(c: Coordinates, ext: string): string {
@@ -27,7 +34,9 @@ export function artifactPath(c: Coordinates, ext: string): string {
 
 /** A pom with `deps` as compile dependencies. */
 export function pomXml(c: Coordinates, deps: Coordinates[] = [], extra = ''): string {
-  const d = deps.map((x) => `    <dependency><groupId>${x.groupId}</groupId><artifactId>${x.artifactId}</artifactId><version>${x.version}</version></dependency>`).join('\n');
+  const d = deps
+    .map((x) => `    <dependency><groupId>${x.groupId}</groupId><artifactId>${x.artifactId}</artifactId><version>${x.version}</version></dependency>`)
+    .join('\n');
   return `<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -70,7 +79,9 @@ export function compileJava(dir: string, sources: Record<string, string>): Map<s
 
 /** A jar (a stored zip with a manifest naming `id`, so no two artifacts' jars are alike) of the given class files. */
 export function jarOf(id: string, classes: Iterable<[string, Buffer]>): Buffer {
-  const files: { name: string; data: Buffer }[] = [{ name: 'META-INF/MANIFEST.MF', data: Buffer.from(`Manifest-Version: 1.0\r\nImplementation-Title: ${id}\r\n\r\n`) }];
+  const files: { name: string; data: Buffer }[] = [
+    { name: 'META-INF/MANIFEST.MF', data: Buffer.from(`Manifest-Version: 1.0\r\nImplementation-Title: ${id}\r\n\r\n`) },
+  ];
   for (const [name, data] of classes) files.push({ name, data });
   return zipStore(files);
 }
@@ -128,16 +139,23 @@ export function seededLocalRepo(dir: string): string {
 
 /** A settings.xml whose mirror of every repository is `url`. */
 export function mirrorSettings(path: string, url: string): string {
-  writeFileSync(path, `<settings>
+  writeFileSync(
+    path,
+    `<settings>
   <mirrors>
     <mirror><id>vouch</id><name>vouch gateway</name><mirrorOf>*</mirrorOf><url>${url}</url></mirror>
   </mirrors>
 </settings>
-`);
+`,
+  );
   return path;
 }
 
-export interface MvnRun { status: number | null; output: string; ms: number }
+export interface MvnRun {
+  status: number | null;
+  output: string;
+  ms: number;
+}
 
 /** Runs the real mvn (batch mode) without blocking this process; killed after `timeoutMs`. */
 export function mvn(args: string[], opts: { cwd: string; settings: string; repo: string; timeoutMs?: number }): Promise<MvnRun> {
@@ -149,8 +167,12 @@ export function mvn(args: string[], opts: { cwd: string; settings: string; repo:
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
-    child.stdout.on('data', (d: Buffer) => { output += d; });
-    child.stderr.on('data', (d: Buffer) => { output += d; });
+    child.stdout.on('data', (d: Buffer) => {
+      output += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      output += d;
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000);
     child.on('close', (status) => {
       clearTimeout(timer);
@@ -162,7 +184,8 @@ export function mvn(args: string[], opts: { cwd: string; settings: string; repo:
 /** A project directory: a pom with `deps` and one Java source. */
 export function writeProject(dir: string, deps: Coordinates[], mainJava: string | null): string {
   mkdirSync(join(dir, 'src/main/java/app'), { recursive: true });
-  const props = '<properties><maven.compiler.release>17</maven.compiler.release><project.build.sourceEncoding>UTF-8</project.build.sourceEncoding></properties>';
+  const props =
+    '<properties><maven.compiler.release>17</maven.compiler.release><project.build.sourceEncoding>UTF-8</project.build.sourceEncoding></properties>';
   writeFileSync(join(dir, 'pom.xml'), pomXml({ groupId: 'app', artifactId: 'app', version: '1.0' }, deps, props));
   if (mainJava !== null) writeFileSync(join(dir, 'src/main/java/app/Main.java'), mainJava);
   return dir;

@@ -4,10 +4,18 @@
  */
 import type { Logger } from '../../gateway/log.ts';
 
-export interface LogLine { level: string; msg: string; fields: Record<string, unknown> }
+export interface LogLine {
+  level: string;
+  msg: string;
+  fields: Record<string, unknown>;
+}
 
 export function memoryLog(): Logger & { lines: LogLine[] } {
   const lines: LogLine[] = [];
-  const at = (level: string) => (msg: string, fields: Record<string, unknown> = {}) => { lines.push({ level, msg, fields }); };
+  const at =
+    (level: string) =>
+    (msg: string, fields: Record<string, unknown> = {}) => {
+      lines.push({ level, msg, fields });
+    };
   return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }

@@ -23,7 +23,12 @@ import { gzipSync } from 'node:zlib';
 
 export const ABBREVIATED = 'application/vnd.npm.install-v1+json';
 
-export interface RegistryRequest { method: string; path: string; userAgent: string; accept: string }
+export interface RegistryRequest {
+  method: string;
+  path: string;
+  userAgent: string;
+  accept: string;
+}
 
 interface Version {
   manifest: Record<string, unknown>;
@@ -51,7 +56,11 @@ export function cleanNpmEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 /** The npm CLI that ships with this Node. */
 export const NPM_CLI = join(dirname(process.execPath), 'npm');
 
-export interface NpmRun { status: number | null; stdout: string; stderr: string }
+export interface NpmRun {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 /** Runs the real npm CLI (without blocking the event loop: the registry may be in this process), bounded in time. */
 export function runNpm(args: string[], opts: { cwd: string; env: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<NpmRun> {
@@ -59,8 +68,12 @@ export function runNpm(args: string[], opts: { cwd: string; env: NodeJS.ProcessE
     const child = spawn(NPM_CLI, args, { cwd: opts.cwd, env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 60_000);
     child.on('error', reject);
     child.on('close', (status) => {
@@ -109,7 +122,11 @@ export class NpmRegistry {
   private readonly sockets = new Set<Socket>();
   private clock = Date.UTC(2026, 0, 1);
 
-  private constructor(private readonly server: Server, readonly port: number, private readonly work: string) {}
+  private constructor(
+    private readonly server: Server,
+    readonly port: number,
+    private readonly work: string,
+  ) {}
 
   /** Starts the registry; tarballs are built under `dir`. */
   static async start(dir: string): Promise<NpmRegistry> {
@@ -225,8 +242,11 @@ export class NpmRegistry {
       writeFileSync(join(src, path), text);
     }
     const env = cleanNpmEnv({
-      NPM_CONFIG_USERCONFIG: join(dir, '.npmrc'), NPM_CONFIG_CACHE: join(dir, 'cache'),
-      NPM_CONFIG_UPDATE_NOTIFIER: 'false', NPM_CONFIG_FUND: 'false', NPM_CONFIG_AUDIT: 'false',
+      NPM_CONFIG_USERCONFIG: join(dir, '.npmrc'),
+      NPM_CONFIG_CACHE: join(dir, 'cache'),
+      NPM_CONFIG_UPDATE_NOTIFIER: 'false',
+      NPM_CONFIG_FUND: 'false',
+      NPM_CONFIG_AUDIT: 'false',
     });
     const r = await runNpm(['pack', '--offline', '--json', '--pack-destination', dir], { cwd: src, env });
     if (r.status !== 0) throw new Error(`npm pack failed:\n${r.stderr}`);
@@ -250,9 +270,7 @@ export class NpmRegistry {
         fileCount: 2,
         signatures: [{ keyid: 'SHA256:test-registry-key', sig: 'MEUCIQ-not-a-real-signature' }],
       };
-      versions[version] = abbreviated
-        ? { name, version, dist, engines: {} }
-        : { ...v.manifest, _id: `${name}@${version}`, dist };
+      versions[version] = abbreviated ? { name, version, dist, engines: {} } : { ...v.manifest, _id: `${name}@${version}`, dist };
       time[version] = v.published;
       if (v.published > modified) modified = v.published;
     }
@@ -287,7 +305,11 @@ export class NpmRegistry {
     if (pkg === undefined) return notFound();
     const abbreviated = (req.headers.accept ?? '').includes(ABBREVIATED);
     const body = JSON.stringify(this.packument(name, pkg, abbreviated));
-    res.writeHead(200, { 'content-type': abbreviated ? ABBREVIATED : 'application/json', 'content-length': Buffer.byteLength(body), etag: `"${pkg.versions.size}"` });
+    res.writeHead(200, {
+      'content-type': abbreviated ? ABBREVIATED : 'application/json',
+      'content-length': Buffer.byteLength(body),
+      etag: `"${pkg.versions.size}"`,
+    });
     res.end(req.method === 'HEAD' ? undefined : body);
   }
 }

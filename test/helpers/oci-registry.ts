@@ -20,7 +20,13 @@ export function skopeo(args: string[], timeoutMs = 120_000): Promise<Run> {
 }
 
 export class Registry {
-  private constructor(readonly child: ChildProcess, readonly url: string, readonly host: string, readonly storage: string, private readonly log: () => string) {}
+  private constructor(
+    readonly child: ChildProcess,
+    readonly url: string,
+    readonly host: string,
+    readonly storage: string,
+    private readonly log: () => string,
+  ) {}
 
   /**
    * Starts the registry with a config file written into `dir` (storage in
@@ -31,16 +37,34 @@ export class Registry {
     mkdirSync(dir, { recursive: true });
     const storage = join(dir, 'storage');
     const config = join(dir, 'registry.yml');
-    writeFileSync(config, [
-      'version: 0.1', 'log:', '  level: info', '  accesslog:', '    disabled: true',
-      'storage:', '  filesystem:', `    rootdirectory: ${storage}`, '  delete:', '    enabled: true',
-      'http:', '  addr: 127.0.0.1:0', '  secret: vouch-test-secret',
-      ...(opts.htpasswd !== undefined ? ['auth:', '  htpasswd:', '    realm: vouch-test', `    path: ${opts.htpasswd}`] : []), '',
-    ].join('\n'));
+    writeFileSync(
+      config,
+      [
+        'version: 0.1',
+        'log:',
+        '  level: info',
+        '  accesslog:',
+        '    disabled: true',
+        'storage:',
+        '  filesystem:',
+        `    rootdirectory: ${storage}`,
+        '  delete:',
+        '    enabled: true',
+        'http:',
+        '  addr: 127.0.0.1:0',
+        '  secret: vouch-test-secret',
+        ...(opts.htpasswd !== undefined ? ['auth:', '  htpasswd:', '    realm: vouch-test', `    path: ${opts.htpasswd}`] : []),
+        '',
+      ].join('\n'),
+    );
     const child = spawn('docker-registry', ['serve', config], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
-    child.stdout!.on('data', (d: Buffer) => { out += d; });
-    child.stderr!.on('data', (d: Buffer) => { out += d; });
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d;
+    });
+    child.stderr!.on('data', (d: Buffer) => {
+      out += d;
+    });
     const deadline = Date.now() + 20_000;
     for (;;) {
       const m = /listening on (127\.0\.0\.1:\d+)/.exec(out);
@@ -77,7 +101,13 @@ export const OCI_MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
 export const OCI_INDEX = 'application/vnd.oci.image.index.v1+json';
 const LAYER = 'application/vnd.oci.image.layer.v1.tar+gzip';
 
-export interface Descriptor { mediaType: string; digest: string; size: number; platform?: { architecture: string; os: string }; annotations?: Record<string, string> }
+export interface Descriptor {
+  mediaType: string;
+  digest: string;
+  size: number;
+  platform?: { architecture: string; os: string };
+  annotations?: Record<string, string>;
+}
 
 /** An OCI image layout being written (blobs by digest, index.json at `close`). */
 export class Layout {
@@ -118,7 +148,7 @@ export class Layout {
       gz.on('error', reject);
     });
     const chunk = Buffer.alloc(1024 * 1024);
-    for (let done = 0; done < size;) {
+    for (let done = 0; done < size; ) {
       const n = Math.min(chunk.length, size - done);
       for (let i = 0; i < n; i += 4) chunk.writeUInt32LE((Math.imul(done + i, 2654435761) + seed) >>> 0, i);
       if (!gz.write(Buffer.from(chunk.subarray(0, n)))) await new Promise((r) => gz.once('drain', r));
@@ -133,9 +163,17 @@ export class Layout {
 
   /** An image manifest of these layers (a config naming their digests), for a platform. */
   image(layers: Descriptor[], platform = { architecture: 'amd64', os: 'linux' }): Descriptor {
-    const config = this.blob(Buffer.from(JSON.stringify({
-      architecture: platform.architecture, os: platform.os, rootfs: { type: 'layers', diff_ids: layers.map((l) => l.digest) }, config: {},
-    })), 'application/vnd.oci.image.config.v1+json');
+    const config = this.blob(
+      Buffer.from(
+        JSON.stringify({
+          architecture: platform.architecture,
+          os: platform.os,
+          rootfs: { type: 'layers', diff_ids: layers.map((l) => l.digest) },
+          config: {},
+        }),
+      ),
+      'application/vnd.oci.image.config.v1+json',
+    );
     const manifest = { schemaVersion: 2, mediaType: OCI_MANIFEST, config, layers };
     return { ...this.blob(Buffer.from(JSON.stringify(manifest)), OCI_MANIFEST), platform };
   }
@@ -164,7 +202,12 @@ export function tarOf(files: Record<string, string>): Buffer {
     h.write('0000000\0', 108);
     h.write('0000000\0', 116);
     h.write(`${body.length.toString(8).padStart(11, '0')}\0`, 124);
-    h.write(`${Math.floor(Date.UTC(2026, 0, 1) / 1000).toString(8).padStart(11, '0')}\0`, 136);
+    h.write(
+      `${Math.floor(Date.UTC(2026, 0, 1) / 1000)
+        .toString(8)
+        .padStart(11, '0')}\0`,
+      136,
+    );
     h.write('        ', 148);
     h.write('0', 156);
     h.write('ustar\0', 257);
@@ -182,9 +225,17 @@ export function tarOf(files: Record<string, string>): Buffer {
 export function tarImage(layout: Layout, files: Record<string, string>): { manifest: Descriptor; layer: Descriptor } {
   const tar = tarOf(files);
   const layer = layout.blob(gzipSync(tar), LAYER);
-  const config = layout.blob(Buffer.from(JSON.stringify({
-    architecture: 'amd64', os: 'linux', rootfs: { type: 'layers', diff_ids: [`sha256:${createHash('sha256').update(tar).digest('hex')}`] }, config: {},
-  })), 'application/vnd.oci.image.config.v1+json');
+  const config = layout.blob(
+    Buffer.from(
+      JSON.stringify({
+        architecture: 'amd64',
+        os: 'linux',
+        rootfs: { type: 'layers', diff_ids: [`sha256:${createHash('sha256').update(tar).digest('hex')}`] },
+        config: {},
+      }),
+    ),
+    'application/vnd.oci.image.config.v1+json',
+  );
   const manifest = layout.blob(Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: OCI_MANIFEST, config, layers: [layer] })), OCI_MANIFEST);
   return { manifest, layer };
 }

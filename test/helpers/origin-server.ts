@@ -22,7 +22,11 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 // Deterministic pattern bodies
 
 /** A generated body of `size` bytes; the same (size, seed) always gives the same bytes. */
-export interface PatternBody { kind: 'pattern'; size: number; seed: number }
+export interface PatternBody {
+  kind: 'pattern';
+  size: number;
+  seed: number;
+}
 
 export function pattern(size: number, seed = 1): PatternBody {
   return { kind: 'pattern', size, seed };
@@ -37,9 +41,11 @@ function patternBlock(seed: number): Buffer {
     block = Buffer.allocUnsafe(BLOCK);
     let x = (seed * 2654435761) >>> 0 || 1;
     for (let i = 0; i < BLOCK; i += 4) {
-      x ^= x << 13; x >>>= 0;
+      x ^= x << 13;
+      x >>>= 0;
       x ^= x >>> 17;
-      x ^= x << 5; x >>>= 0;
+      x ^= x << 5;
+      x >>>= 0;
       block.writeUInt32LE(x, i);
     }
     blockCache.set(seed, block);
@@ -152,7 +158,11 @@ export class OriginServer {
   private readonly sockets = new Set<Socket>();
   private closing = false;
 
-  private constructor(private readonly server: Server, readonly host: string, readonly port: number) {}
+  private constructor(
+    private readonly server: Server,
+    readonly host: string,
+    readonly port: number,
+  ) {}
 
   /** Starts a server on a loopback address (127.0.0.1:0 by default). */
   static async start(options: OriginServerOptions = {}): Promise<OriginServer> {
@@ -162,7 +172,10 @@ export class OriginServer {
     server.keepAliveTimeout = 5_000;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(options.port ?? 0, host, () => { server.off('error', reject); resolve(); });
+      server.listen(options.port ?? 0, host, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
     const origin = new OriginServer(server, host, (server.address() as AddressInfo).port);
     server.on('connection', (s: Socket) => {
@@ -243,12 +256,21 @@ export class OriginServer {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     let markClosed!: () => void;
     const record: RequestRecord = {
-      path, method: req.method ?? 'GET', headers: req.headers, bytesSent: 0, finished: false, clientClosed: false,
-      closed: new Promise<void>((r) => { markClosed = r; }),
+      path,
+      method: req.method ?? 'GET',
+      headers: req.headers,
+      bytesSent: 0,
+      finished: false,
+      clientClosed: false,
+      closed: new Promise<void>((r) => {
+        markClosed = r;
+      }),
     };
     this.log.push(record);
     let serverEnded = false;
-    res.on('finish', () => { record.finished = true; });
+    res.on('finish', () => {
+      record.finished = true;
+    });
     res.on('close', () => {
       if (!record.finished && !serverEnded && !this.closing) record.clientClosed = true;
       markClosed();
@@ -258,7 +280,9 @@ export class OriginServer {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
       return;
     }
-    void this.answer(spec, req, res, record, () => { serverEnded = true; }).catch(() => {
+    void this.answer(spec, req, res, record, () => {
+      serverEnded = true;
+    }).catch(() => {
       serverEnded = true;
       res.destroy();
     });
@@ -281,8 +305,14 @@ export class OriginServer {
     if (spec.contentLength === undefined || spec.contentLength === 'exact') headers['content-length'] = String(size);
     else if (typeof spec.contentLength === 'number') headers['content-length'] = String(spec.contentLength);
     res.writeHead(spec.status ?? 200, headers);
-    if (req.method === 'HEAD') { res.end(); return; }
-    if (spec.stall === 'body') { res.flushHeaders(); return; }
+    if (req.method === 'HEAD') {
+      res.end();
+      return;
+    }
+    if (spec.stall === 'body') {
+      res.flushHeaders();
+      return;
+    }
 
     let limit = size;
     if (spec.truncate !== undefined) limit = Math.min(limit, spec.truncate);
@@ -324,14 +354,24 @@ export class OriginServer {
 }
 
 function* split(buf: Buffer, size: number | undefined): Generator<Buffer> {
-  if (!size) { yield buf; return; }
+  if (!size) {
+    yield buf;
+    return;
+  }
   for (let i = 0; i < buf.length; i += size) yield buf.subarray(i, i + size);
 }
 
 function write(res: ServerResponse, chunk: Buffer): Promise<void> {
   return new Promise((resolve) => {
-    if (res.write(chunk)) { resolve(); return; }
-    const done = () => { res.off('drain', done); res.off('close', done); resolve(); };
+    if (res.write(chunk)) {
+      resolve();
+      return;
+    }
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
     res.on('drain', done);
     res.on('close', done);
   });

@@ -4,11 +4,19 @@ import { join } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import { repoRoot } from './vectors.ts';
 
-export interface Run { status: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }
+export interface Run {
+  status: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
 
 export function vouch(args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Run {
   const r = spawnSync(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), ...args], {
-    cwd: repoRoot, encoding: 'utf8', timeout: timeoutMs, env: { ...process.env, ...env },
+    cwd: repoRoot,
+    encoding: 'utf8',
+    timeout: timeoutMs,
+    env: { ...process.env, ...env },
   });
   return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
 }
@@ -31,7 +39,11 @@ export function gitWith(env: Record<string, string>, dir: string, ...args: strin
 }
 
 /** Options of `runAsync`: where, with what environment (default this process's), for how long at most. */
-export interface RunOptions { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }
+export interface RunOptions {
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  timeoutMs?: number;
+}
 
 /**
  * Runs a command without blocking this process's event loop (needed when this process serves what the command
@@ -42,8 +54,12 @@ export function runAsync(cmd: string, args: string[], opts: RunOptions = {}): Pr
     const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000);
     child.on('close', (status, signal) => {
       clearTimeout(timer);

@@ -19,7 +19,12 @@ import type { AddressInfo, Socket } from 'node:net';
 export const SYSTEM_PYTHON = '/usr/bin/python3';
 
 /** A distribution to build: a wheel (`py3-none-any`) or an sdist (`.tar.gz`). */
-export interface DistSpec { kind: 'wheel' | 'sdist'; name: string; version: string; marker?: string }
+export interface DistSpec {
+  kind: 'wheel' | 'sdist';
+  name: string;
+  version: string;
+  marker?: string;
+}
 
 const BUILD = String.raw`
 import base64, hashlib, io, json, sys, tarfile, zipfile
@@ -76,7 +81,11 @@ export interface PageLink {
   yanked?: string | true;
 }
 
-export interface HostRequest { path: string; userAgent: string; accept: string }
+export interface HostRequest {
+  path: string;
+  userAgent: string;
+  accept: string;
+}
 
 const escapeAttr = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 const normalize = (n: string) => n.replace(/[-_.]+/g, '-').toLowerCase();
@@ -88,7 +97,10 @@ export class PypiHost {
   private readonly raw = new Map<string, { contentType: string; body: string }>();
   private readonly sockets = new Set<Socket>();
 
-  private constructor(private readonly server: Server, readonly port: number) {}
+  private constructor(
+    private readonly server: Server,
+    readonly port: number,
+  ) {}
 
   static async start(): Promise<PypiHost> {
     const server = createServer();
@@ -126,10 +138,12 @@ export class PypiHost {
       }
       const json = /application\/vnd\.pypi\.simple\.v1\+json/.test(String(req.headers.accept ?? ''));
       const body = json ? host.jsonPage(m![1]!, links) : host.htmlPage(m![1]!, links);
-      res.writeHead(200, {
-        'content-type': json ? 'application/vnd.pypi.simple.v1+json' : 'text/html; charset=utf-8',
-        'content-length': Buffer.byteLength(body),
-      }).end(req.method === 'HEAD' ? undefined : body);
+      res
+        .writeHead(200, {
+          'content-type': json ? 'application/vnd.pypi.simple.v1+json' : 'text/html; charset=utf-8',
+          'content-length': Buffer.byteLength(body),
+        })
+        .end(req.method === 'HEAD' ? undefined : body);
     });
     return host;
   }
@@ -198,7 +212,9 @@ export class PypiHost {
         yanked: l.yanked ?? false,
         size: 1,
         'upload-time': '2026-01-01T00:00:00.000000Z',
-        ...(l.filename.endsWith('.whl') ? { 'core-metadata': { sha256: '0'.repeat(64) }, 'data-dist-info-metadata': { sha256: '0'.repeat(64) } } : { 'core-metadata': false }),
+        ...(l.filename.endsWith('.whl')
+          ? { 'core-metadata': { sha256: '0'.repeat(64) }, 'data-dist-info-metadata': { sha256: '0'.repeat(64) } }
+          : { 'core-metadata': false }),
       })),
     });
   }

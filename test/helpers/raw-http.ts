@@ -7,7 +7,11 @@
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { connect } from 'node:net';
 
-export interface RawAnswer { status: number; headers: IncomingHttpHeaders; body: Buffer }
+export interface RawAnswer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
 
 export interface RawOptions {
   method?: string;
@@ -23,7 +27,11 @@ export function rawRequest(base: string, path: string, opts: RawOptions = {}): P
   const u = new URL(base);
   return new Promise((resolve, reject) => {
     const req = httpRequest({
-      host: u.hostname, port: u.port, path, method: opts.method ?? 'GET', agent: false,
+      host: u.hostname,
+      port: u.port,
+      path,
+      method: opts.method ?? 'GET',
+      agent: false,
       headers: { ...(opts.host !== undefined ? { host: opts.host } : {}), ...opts.headers },
     });
     if (opts.timeoutMs !== undefined) req.setTimeout(opts.timeoutMs, () => req.destroy(new Error(`no answer to ${path} in ${opts.timeoutMs} ms`)));
@@ -39,7 +47,12 @@ export function rawRequest(base: string, path: string, opts: RawOptions = {}): P
 }
 
 /** One GET (or HEAD) on a connection of its own; the head's size in bytes as it came off the socket, and the headers. */
-export function rawHead(base: string, path: string, headers: Record<string, string> = {}, method = 'GET'): Promise<{ bytes: number; status: number; headers: Map<string, string> }> {
+export function rawHead(
+  base: string,
+  path: string,
+  headers: Record<string, string> = {},
+  method = 'GET',
+): Promise<{ bytes: number; status: number; headers: Map<string, string> }> {
   const u = new URL(base);
   return new Promise((resolve, reject) => {
     const s = connect(Number(u.port), u.hostname);
@@ -55,6 +68,10 @@ export function rawHead(base: string, path: string, headers: Record<string, stri
       resolve({ bytes: end + 4, status: Number(lines[0]!.split(' ')[1]), headers: map });
     });
     s.on('error', reject);
-    s.write(`${method} ${path} HTTP/1.1\r\nHost: ${u.host}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}Connection: close\r\n\r\n`);
+    s.write(
+      `${method} ${path} HTTP/1.1\r\nHost: ${u.host}\r\n${Object.entries(headers)
+        .map(([k, v]) => `${k}: ${v}\r\n`)
+        .join('')}Connection: close\r\n\r\n`,
+    );
   });
 }

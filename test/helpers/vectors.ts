@@ -43,7 +43,11 @@ export function loadChainVectors(): ChainVectors {
 export const transparencyDevDir = join(vectorsDir, 'transparency-dev');
 
 /** transparency-dev/merkle's reference tree: its leaf inputs, the hashes of every level, the root of every size (hex). */
-export interface ReferenceTree { leafInputs: string[]; nodeHashes: string[][]; rootHashes: string[] }
+export interface ReferenceTree {
+  leafInputs: string[];
+  nodeHashes: string[][];
+  rootHashes: string[];
+}
 
 export function loadReferenceTree(): ReferenceTree {
   return JSON.parse(readFileSync(join(transparencyDevDir, 'reference-tree.json'), 'utf8'));

@@ -53,13 +53,19 @@ test.after(async () => {
 /** An authority gateway (its own chain), with a pass route to the origin, and `env` (the fault). */
 function start(env: Record<string, string> = {}): Promise<GatewayProcess> {
   const dir = join(work, `gw${++seq}`);
-  return startGatewayProcess(['--config', writeConfig(dir, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: join(dir, 'chain') },
-    authority: { key_file: keyFile, signer: 'crash', submit_token_file: tokenFile },
-    origin: { allow_private: true, timeout: 20 },
-    proxy: { routes: [{ prefix: '/pass/', origin: `${origin.origin}/pkg/`, unendorsed: 'pass' }] },
-  })], { env: { VOUCH_LOG_LEVEL: 'info', VOUCH_LOG_FORMAT: 'json', ...env } });
+  return startGatewayProcess(
+    [
+      '--config',
+      writeConfig(dir, {
+        listen: { host: '127.0.0.1', port: 0 },
+        chain: { dir: join(dir, 'chain') },
+        authority: { key_file: keyFile, signer: 'crash', submit_token_file: tokenFile },
+        origin: { allow_private: true, timeout: 20 },
+        proxy: { routes: [{ prefix: '/pass/', origin: `${origin.origin}/pkg/`, unendorsed: 'pass' }] },
+      }),
+    ],
+    { env: { VOUCH_LOG_LEVEL: 'info', VOUCH_LOG_FORMAT: 'json', ...env } },
+  );
 }
 
 function get(base: string, path: string, opts: RawOptions = {}): Promise<RawAnswer> {
@@ -89,7 +95,10 @@ async function assertServing(gw: GatewayProcess, what: string, path = '/v1/autho
  * sends `Connection: close`); `chunked` leaves out Content-Length; `expect`
  * sends Expect: 100-continue.
  */
-function bigPost(base: string, o: { auth: boolean; expect?: boolean; chunked?: boolean; close?: boolean; size?: number }): Promise<{ status: number; body: string }> {
+function bigPost(
+  base: string,
+  o: { auth: boolean; expect?: boolean; chunked?: boolean; close?: boolean; size?: number },
+): Promise<{ status: number; body: string }> {
   const u = new URL(base);
   const size = o.size ?? TEN_MIB;
   const headers: Record<string, string | number> = { 'content-type': 'application/json' };
@@ -105,11 +114,23 @@ function bigPost(base: string, o: { auth: boolean; expect?: boolean; chunked?: b
       answered = true;
       let text = '';
       res.setEncoding('utf8');
-      res.on('data', (d: string) => { text += d; });
-      res.on('end', () => { clearTimeout(timer); agent.destroy(); resolve({ status: res.statusCode!, body: text }); });
+      res.on('data', (d: string) => {
+        text += d;
+      });
+      res.on('end', () => {
+        clearTimeout(timer);
+        agent.destroy();
+        resolve({ status: res.statusCode!, body: text });
+      });
     });
     // The server answers before the body is in and closes the connection after a linger: a write error then is expected.
-    req.on('error', (e) => { if (!answered) { clearTimeout(timer); agent.destroy(); reject(e); } });
+    req.on('error', (e) => {
+      if (!answered) {
+        clearTimeout(timer);
+        agent.destroy();
+        reject(e);
+      }
+    });
     const body = Buffer.alloc(size, 0x20);
     const send = () => {
       if (o.chunked) {
@@ -127,20 +148,22 @@ function bigPost(base: string, o: { auth: boolean; expect?: boolean; chunked?: b
 test('a 10 MiB submit body: 413 with the token, 401 without, with or without Expect, chunked or not, keep-alive or Connection: close; the gateway serves on', async () => {
   const gw = await start();
   try {
-    for (const auth of [true, false]) for (const expect of [false, true]) for (const chunked of [false, true]) {
-      for (const close of [false, true]) {
-        {
-          const what = `${auth ? 'token' : 'no token'}, ${expect ? 'Expect: 100-continue' : 'no Expect'}, ${chunked ? 'chunked' : 'Content-Length'}, ${close ? 'Connection: close' : 'keep-alive'}`;
-          // Connection: close: the answer came before the body, so the connection is closed once the body is in (not reset under the client).
-          const r = await bigPost(gw.url, { auth, expect, chunked, close });
-          assert.is(r.status, auth ? 413 : 401, `${what}: ${r.status} ${r.body}`);
-          const b = JSON.parse(r.body) as Record<string, unknown>;
-          assert.is(b.success, false, what);
-          assert.is(b.status, auth ? 'too_large' : 'unauthorized', what);
-          await assertServing(gw, what);
+    for (const auth of [true, false])
+      for (const expect of [false, true])
+        for (const chunked of [false, true]) {
+          for (const close of [false, true]) {
+            {
+              const what = `${auth ? 'token' : 'no token'}, ${expect ? 'Expect: 100-continue' : 'no Expect'}, ${chunked ? 'chunked' : 'Content-Length'}, ${close ? 'Connection: close' : 'keep-alive'}`;
+              // Connection: close: the answer came before the body, so the connection is closed once the body is in (not reset under the client).
+              const r = await bigPost(gw.url, { auth, expect, chunked, close });
+              assert.is(r.status, auth ? 413 : 401, `${what}: ${r.status} ${r.body}`);
+              const b = JSON.parse(r.body) as Record<string, unknown>;
+              assert.is(b.success, false, what);
+              assert.is(b.status, auth ? 'too_large' : 'unauthorized', what);
+              await assertServing(gw, what);
+            }
+          }
         }
-      }
-    }
     assert.not.match(gw.stderr(), /"level":"error"/);
   } finally {
     await gw.stop();
@@ -153,14 +176,20 @@ async function abortMidBody(base: string, head: string, bodyBytes: number, chunk
   const s = connect(Number(u.port), u.hostname);
   let got = '';
   s.setEncoding('latin1');
-  s.on('data', (d: string) => { got += d; });
+  s.on('data', (d: string) => {
+    got += d;
+  });
   s.on('error', () => {});
   await new Promise<void>((r) => s.once('connect', () => r()));
   s.write(head);
   const piece = Buffer.alloc(64 * 1024, 0x20);
   for (let sent = 0; sent < bodyBytes; sent += piece.length) {
     const ok = s.write(chunked ? Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]) : piece);
-    if (!ok) await new Promise<void>((r) => { s.once('drain', () => r()); s.once('close', () => r()); });
+    if (!ok)
+      await new Promise<void>((r) => {
+        s.once('drain', () => r());
+        s.once('close', () => r());
+      });
     if (s.destroyed) break;
   }
   await sleep(50);
@@ -173,7 +202,8 @@ test('a 10 MiB submit body aborted mid-body (with and without the token, chunked
   try {
     for (const auth of [true, false]) {
       for (const chunked of [false, true]) {
-        const head = `POST /v1/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${auth ? `Authorization: Bearer ${token}\r\n` : ''}` +
+        const head =
+          `POST /v1/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${auth ? `Authorization: Bearer ${token}\r\n` : ''}` +
           `${chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${TEN_MIB}`}\r\n\r\n`;
         const got = await abortMidBody(gw.url, head, 5 * 1024 * 1024, chunked);
         const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(got)?.[1] ?? 0);
@@ -196,15 +226,19 @@ test('a 10 MiB submit body pipelined behind another request on the same connecti
         const s = connect(Number(u.port), u.hostname);
         let got = '';
         s.setEncoding('latin1');
-        s.on('data', (d: string) => { got += d; });
+        s.on('data', (d: string) => {
+          got += d;
+        });
         s.on('error', () => {});
         const closed = new Promise<void>((r) => s.on('close', () => r()));
         await new Promise<void>((r) => s.once('connect', () => r()));
         const body = Buffer.alloc(TEN_MIB, 0x20);
         const framed = chunked ? Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from('\r\n0\r\n\r\n')]) : body;
-        s.write(`GET /v1/authority HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n` +
-          `POST /v1/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${auth ? `Authorization: Bearer ${token}\r\n` : ''}` +
-          `${chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${body.length}`}\r\n\r\n`);
+        s.write(
+          `GET /v1/authority HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n` +
+            `POST /v1/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${auth ? `Authorization: Bearer ${token}\r\n` : ''}` +
+            `${chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${body.length}`}\r\n\r\n`,
+        );
         s.write(framed);
         const t = setTimeout(() => s.destroy(), 15_000);
         await closed;
@@ -239,9 +273,12 @@ const internalJson = (a: RawAnswer) => {
   assert.match(String(a.headers['content-type']), /^application\/json/);
   assert.equal(json(a), { success: false, status: 'internal_error', message: 'internal error' });
 };
-const submitSmall = (base: string) => get(base, '/v1/submit', {
-  method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{"not":"an entry"}',
-});
+const submitSmall = (base: string) =>
+  get(base, '/v1/submit', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: '{"not":"an entry"}',
+  });
 /** The metrics text, whole: the stage came after the answer was sent. */
 const wholeMetrics = (a: RawAnswer) => {
   assert.is(a.status, 200);
@@ -259,7 +296,9 @@ async function malformed(base: string): Promise<RawAnswer> {
   const s = connect(Number(u.port), u.hostname);
   let got = '';
   s.setEncoding('latin1');
-  s.on('data', (d: string) => { got += d; });
+  s.on('data', (d: string) => {
+    got += d;
+  });
   s.on('error', () => {});
   const closed = new Promise<void>((r) => s.on('close', () => r()));
   s.write('GET /v1/authority HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header Line\r\n\r\n');
@@ -273,21 +312,39 @@ const STAGES: Stage[] = [
   { stage: 'handler', route: '/v1/authority', send: (b) => get(b, '/v1/authority'), check: internalJson, parallel: '/v1/openapi.json' },
   { stage: 'handler_async', route: '/v1/authority', send: (b) => get(b, '/v1/authority'), check: internalJson, parallel: '/v1/openapi.json' },
   { stage: 'body', route: '/v1/submit', send: submitSmall, check: internalJson, parallel: '/v1/authority' },
-  { stage: 'batch', route: '/v1/endorsement', send: (b) => get(b, `/v1/endorsement?url=${encodeURIComponent(origin.url('/slow.bin'))}`), check: internalJson, parallel: '/v1/authority' },
+  {
+    stage: 'batch',
+    route: '/v1/endorsement',
+    send: (b) => get(b, `/v1/endorsement?url=${encodeURIComponent(origin.url('/slow.bin'))}`),
+    check: internalJson,
+    parallel: '/v1/authority',
+  },
   // After the answer was written whole (an async handler's answer is recorded by these listeners): nothing to replace.
   { stage: 'finish', route: '/metrics', send: (b) => get(b, '/metrics'), check: wholeMetrics, parallel: '/v1/authority' },
   { stage: 'close', route: '/metrics', send: (b) => get(b, '/metrics'), check: wholeMetrics, parallel: '/v1/authority' },
   { stage: 'log', route: '/v1/openapi.json', send: (b) => get(b, '/v1/openapi.json'), check: wholeOpenapi, parallel: '/v1/authority' },
   { stage: 'metrics', route: '/v1/openapi.json', send: (b) => get(b, '/v1/openapi.json'), check: wholeOpenapi, parallel: '/v1/authority' },
   {
-    stage: 'handler', route: '/v1/download', send: (b) => get(b, `/v1/download?url=${encodeURIComponent(origin.url('/slow.bin'))}`),
-    check: (a) => { assert.is(a.status, 500); assert.is(a.body.length, 0); }, parallel: '/v1/authority',
+    stage: 'handler',
+    route: '/v1/download',
+    send: (b) => get(b, `/v1/download?url=${encodeURIComponent(origin.url('/slow.bin'))}`),
+    check: (a) => {
+      assert.is(a.status, 500);
+      assert.is(a.body.length, 0);
+    },
+    parallel: '/v1/authority',
   },
   // node:http's 'clientError' (a request it cannot parse): the listener that would answer 400 throws, the connection is closed.
   { stage: 'client_error', route: 'client_error', send: (b) => malformed(b), check: (a) => assert.is(a.body.toString(), ''), parallel: '/v1/authority' },
   {
-    stage: 'proxy', route: 'proxy', send: (b) => get(b, '/pass/hello.txt'),
-    check: (a) => { assert.is(a.status, 500); assert.is(a.body.length, 0); }, parallel: '/v1/authority',
+    stage: 'proxy',
+    route: 'proxy',
+    send: (b) => get(b, '/pass/hello.txt'),
+    check: (a) => {
+      assert.is(a.status, 500);
+      assert.is(a.body.length, 0);
+    },
+    parallel: '/v1/authority',
   },
 ];
 
@@ -299,7 +356,8 @@ for (const s of STAGES) {
       if (s.stage !== 'body') {
         origin.route('/slow.bin', { body: SLOW });
         const submitted = await get(gw.url, '/v1/submit', {
-          method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
           body: JSON.stringify({ url: origin.url('/slow.bin'), name: 'crash/slow', semver: '1.0.0', license: 'MIT' }),
         });
         assert.is(submitted.status, 201, submitted.body.toString());
@@ -320,7 +378,10 @@ for (const s of STAGES) {
       await assertServing(gw, s.stage, s.parallel);
       // Logged once, at error, with the stack; counted under its stage.
       await sleep(200);
-      const lines = gw.stderr().split('\n').filter((l) => l.includes('unexpected exception on the request path'));
+      const lines = gw
+        .stderr()
+        .split('\n')
+        .filter((l) => l.includes('unexpected exception on the request path'));
       assert.is(lines.length, 1, `one error line, got:\n${lines.join('\n')}`);
       const line = JSON.parse(lines[0]!) as Record<string, unknown>;
       assert.is(line.level, 'error');
@@ -340,7 +401,10 @@ test('an exception outside every request (a timer) is not swallowed: one JSON er
   const code = await Promise.race([gw.exited, sleep(20_000).then(() => 'still running')]);
   if (code === 'still running') await gw.stop();
   assert.is(code, 1, gw.stderr().slice(-2000));
-  const lines = gw.stderr().split('\n').filter((l) => l.includes('uncaught exception outside the request path'));
+  const lines = gw
+    .stderr()
+    .split('\n')
+    .filter((l) => l.includes('uncaught exception outside the request path'));
   assert.is(lines.length, 1, gw.stderr().slice(-2000));
   const line = JSON.parse(lines[0]!) as Record<string, unknown>;
   assert.is(line.level, 'error');

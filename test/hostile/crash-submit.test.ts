@@ -26,7 +26,7 @@ let pub = '';
 
 // A deterministic pseudo-random sequence, so a failure can be replayed.
 let seed = 0x5eed;
-const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+const rand = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
 
 test.before(async () => {
   pub = createKeyFile(join(work, 'authority.pem')).publicKeyB64;
@@ -75,11 +75,12 @@ test(`SIGKILL under concurrent submits, ${ROUNDS} times: acknowledged submits su
         sent.add(url);
         try {
           const r = await request(gw.url + '/v1/submit', {
-            method: 'POST', dispatcher: agent,
+            method: 'POST',
+            dispatcher: agent,
             headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
             body: JSON.stringify({ url, name: 'acme/crash', semver: `1.0.${n}`, license: 'MIT' }),
           });
-          const body = await r.body.json() as any;
+          const body = (await r.body.json()) as any;
           if (r.statusCode === 201 || r.statusCode === 200) acked.add(url);
           else if (!stop) assert.unreachable(`unexpected ${r.statusCode} ${JSON.stringify(body)}`);
         } catch {
@@ -106,7 +107,9 @@ test(`SIGKILL under concurrent submits, ${ROUNDS} times: acknowledged submits su
     const present = blockUrls();
     for (const url of acked) assert.ok(present.has(url), `round ${round}: acknowledged ${url} is missing`);
     for (const url of present.keys()) assert.ok(sent.has(url), `round ${round}: ${url} was never submitted`);
-    console.log(`round ${round}: ${acked.size} acknowledged so far, ${present.size} endorsed, ${present.size - [...present.keys()].filter((u) => acked.has(u)).length} in flight when killed`);
+    console.log(
+      `round ${round}: ${acked.size} acknowledged so far, ${present.size} endorsed, ${present.size - [...present.keys()].filter((u) => acked.has(u)).length} in flight when killed`,
+    );
   }
   console.log(`restarts that repaired an interrupted append: ${repaired} of ${ROUNDS}`);
   assert.ok(acked.size > ROUNDS, `only ${acked.size} submits were acknowledged`);

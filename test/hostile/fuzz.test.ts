@@ -28,7 +28,9 @@ for (const t of TARGETS.filter((x) => !only || only.includes(x.name))) {
     const r = await runTarget(t, { seed: SEED, runs: (t.runs ?? 300) * SCALE, slowMs: 5000 });
     console.log(`  fuzz ${t.name.padEnd(16)} ${String(r.runs).padStart(5)} runs ${(r.ms / 1000).toFixed(2).padStart(6)} s`);
     if (r.failure) {
-      assert.unreachable(`${t.name}: ${r.failure.message}\n  input (base64, ${r.failure.input.length} bytes): ${r.failure.input.toString("base64").slice(0, 400)}\n  again: npm run fuzz -- ${t.name} --seed ${r.failure.seed} --seconds 10 (saves it under test/fuzz/corpus/${t.name}/)`);
+      assert.unreachable(
+        `${t.name}: ${r.failure.message}\n  input (base64, ${r.failure.input.length} bytes): ${r.failure.input.toString('base64').slice(0, 400)}\n  again: npm run fuzz -- ${t.name} --seed ${r.failure.seed} --seconds 10 (saves it under test/fuzz/corpus/${t.name}/)`,
+      );
     }
   });
   test(`growth ${t.name}: a repeated piece of a genuine input costs linear time`, async () => {
@@ -90,7 +92,9 @@ test('growth regression: PktReader fed the longest pkt-line one byte a read copi
   const line = pktLine(Buffer.alloc(65516, 0x61));
   let lines = 0;
   const copied = bytesCopied(() => {
-    const r = new PktReader(() => { lines++; }, 4);
+    const r = new PktReader(() => {
+      lines++;
+    }, 4);
     for (let i = 0; i < line.length; i++) r.push(line.subarray(i, i + 1));
     r.end();
   });

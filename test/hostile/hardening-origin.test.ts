@@ -178,10 +178,15 @@ test.before(async () => {
   const now = Date.now() - 60_000;
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now, uns: 'acme/hardening' })];
   const endorse = (url: string, artifactHash: string, name = 'acme/widget') => {
-    blocks.push(buildEndorseBlock({
-      prev: blocks[blocks.length - 1]!, signer, backend: nodeBackend, now: now + blocks.length,
-      entries: [{ url, artifactHash, name, semver: '1.0.0', license: 'MIT' }],
-    }));
+    blocks.push(
+      buildEndorseBlock({
+        prev: blocks[blocks.length - 1]!,
+        signer,
+        backend: nodeBackend,
+        now: now + blocks.length,
+        entries: [{ url, artifactHash, name, semver: '1.0.0', license: 'MIT' }],
+      }),
+    );
   };
   endorse(`${O}/d/to-open`, sha256('internal admin page'));
   endorse(`${O}/d/to-closed`, sha256('internal admin page'));
@@ -191,32 +196,40 @@ test.before(async () => {
   endorse(`${O}/npm/rightpad/-/rightpad-1.0.0.tgz`, sha256('internal admin page'), 'npm/rightpad');
   endorse(`http://127.0.0.1:${inner.port}/admin`, sha256('internal admin page'));
   const chainDir = join(work, 'guarded-chain');
-  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length }), { timestamp: Math.floor(now / 1000) });
+  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length }), {
+    timestamp: Math.floor(now / 1000),
+  });
 
   createKeyFile(join(work, 'authority.pem'));
   writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
   [guarded, authority] = await Promise.all([
-    startGatewayProcess(['--config', writeConfig(join(work, 'guarded'), {
-      listen: { port: 0 },
-      chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
-      origin: { allow_private: false, timeout: 3 },
-      proxy: {
-        routes: [
-          { prefix: '/r/', origin: `${O}/d/`, unendorsed: 'deny' },
-          { prefix: '/p/', origin: `${O}/d/`, unendorsed: 'pass' },
-          { prefix: '/npm/', kind: 'npm', origin: `${O}/npm/`, unendorsed: 'deny' },
-          { prefix: '/c/', origin: `${O}/c/`, canonical: `http://127.0.0.1:${inner.port}/`, unendorsed: 'deny' },
-        ],
-      },
-    })]),
-    startGatewayProcess(['--config', writeConfig(join(work, 'authority'), {
-      listen: { port: 0 },
-      chain: { dir: join(work, 'authority-chain') },
-      authority: { key_file: join(work, 'authority.pem'), signer: 'hardening', submit_token_file: join(work, 'submit.token') },
-      origin: { allow_private: true, timeout: 3 },
-      mirror: { memory_bytes: 8 * 1024 * 1024 },
-      proxy: { routes: [{ prefix: '/enc/', origin: `${O}/enc/`, unendorsed: 'deny' }] },
-    })]),
+    startGatewayProcess([
+      '--config',
+      writeConfig(join(work, 'guarded'), {
+        listen: { port: 0 },
+        chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
+        origin: { allow_private: false, timeout: 3 },
+        proxy: {
+          routes: [
+            { prefix: '/r/', origin: `${O}/d/`, unendorsed: 'deny' },
+            { prefix: '/p/', origin: `${O}/d/`, unendorsed: 'pass' },
+            { prefix: '/npm/', kind: 'npm', origin: `${O}/npm/`, unendorsed: 'deny' },
+            { prefix: '/c/', origin: `${O}/c/`, canonical: `http://127.0.0.1:${inner.port}/`, unendorsed: 'deny' },
+          ],
+        },
+      }),
+    ]),
+    startGatewayProcess([
+      '--config',
+      writeConfig(join(work, 'authority'), {
+        listen: { port: 0 },
+        chain: { dir: join(work, 'authority-chain') },
+        authority: { key_file: join(work, 'authority.pem'), signer: 'hardening', submit_token_file: join(work, 'submit.token') },
+        origin: { allow_private: true, timeout: 3 },
+        mirror: { memory_bytes: 8 * 1024 * 1024 },
+        proxy: { routes: [{ prefix: '/enc/', origin: `${O}/enc/`, unendorsed: 'deny' }] },
+      }),
+    ]),
   ]);
 });
 
@@ -312,7 +325,10 @@ test('gateway (allow_private off): downloads and proxy routes refuse redirect ho
   const shut = await get(guarded.url, '/npm/rightpad/-/rightpad-1.0.0.tgz');
   assert.is(open.status, 502);
   assert.is(shut.status, 502);
-  const reason = (a: Answer) => String(JSON.parse(a.body.toString()).error).replace(/:\d+/g, ':PORT').replace(/[lr]\w+pad/g, 'PKG');
+  const reason = (a: Answer) =>
+    String(JSON.parse(a.body.toString()).error)
+      .replace(/:\d+/g, ':PORT')
+      .replace(/[lr]\w+pad/g, 'PKG');
   assert.is(reason(open), reason(shut));
   assert.match(reason(open), /refused: not a public address/);
   assert.is(inner.connections, reached, 'the internal port was never reached');
@@ -323,7 +339,7 @@ test('gateway (allow_private off): downloads and proxy routes refuse redirect ho
   assert.is((await get(guarded.url, '/r/same')).body.toString(), FINAL);
 });
 
-test('gateway (allow_private off): a proxy route\'s canonical host is the operator\'s: its origin\'s redirect there is followed', async () => {
+test("gateway (allow_private off): a proxy route's canonical host is the operator's: its origin's redirect there is followed", async () => {
   const reached = inner.connections;
   const viaCanonical = await get(guarded.url, '/c/admin');
   assert.is(viaCanonical.status, 200);
@@ -350,7 +366,11 @@ test('submit signs only a 200: 202, 203, 204, 205 and an unsolicited 206 are ori
   const size = await chainSize();
   for (const status of [202, 203, 204, 205, 206]) {
     const path = `/s/status-${status}.bin`;
-    origin.route(path, { status, body: status === 204 || status === 205 ? '' : 'some bytes', ...(status === 206 ? { headers: { 'content-range': 'bytes 0-9/10' } } : {}) });
+    origin.route(path, {
+      status,
+      body: status === 204 || status === 205 ? '' : 'some bytes',
+      ...(status === 206 ? { headers: { 'content-range': 'bytes 0-9/10' } } : {}),
+    });
     const r = await submit(origin.url(path));
     assert.is(r.status, 502, `${status}: ${JSON.stringify(r.body)}`);
     assert.is(r.body.status, 'origin_error', String(status));
@@ -361,7 +381,7 @@ test('submit signs only a 200: 202, 203, 204, 205 and an unsolicited 206 are ori
   origin.route('/s/status-204.bin', { body: 'the real bytes' });
   const ok = await submit(origin.url('/s/status-204.bin'));
   assert.is(ok.status, 201, JSON.stringify(ok.body));
-  const block = await (await fetch(`${authority.url}/v1/endorsement?url=${enc(origin.url('/s/status-204.bin'))}`)).json() as any;
+  const block = (await (await fetch(`${authority.url}/v1/endorsement?url=${enc(origin.url('/s/status-204.bin'))}`)).json()) as any;
   assert.is(block.payload.endorsements[0].artifact_hash, digestOf('the real bytes'));
 });
 
@@ -396,7 +416,7 @@ test('an encoded answer is hashed as sent and served with its Content-Encoding, 
   const url = origin.url('/enc/page.txt');
   const r = await submit(url);
   assert.is(r.status, 201, JSON.stringify(r.body));
-  const block = await (await fetch(`${authority.url}/v1/endorsement?url=${enc(url)}`)).json() as any;
+  const block = (await (await fetch(`${authority.url}/v1/endorsement?url=${enc(url)}`)).json()) as any;
   assert.is(block.payload.endorsements[0].artifact_hash, sha256(GZ), 'the hash covers the encoded bytes');
   assert.ok(origin.records('/enc/page.txt').every((rec) => rec.headers['accept-encoding'] === 'identity'));
   for (const source of ['origin', 'mirror']) {

@@ -99,9 +99,16 @@ function rawClient(base: string): RawClient {
   let got = '';
   let closedAt: number | null = null;
   socket.setEncoding('latin1');
-  socket.on('data', (d: string) => { got += d; });
+  socket.on('data', (d: string) => {
+    got += d;
+  });
   socket.on('error', () => {});
-  const closed = new Promise<void>((r) => socket.on('close', () => { closedAt = Date.now(); r(); }));
+  const closed = new Promise<void>((r) =>
+    socket.on('close', () => {
+      closedAt = Date.now();
+      r();
+    }),
+  );
   return { socket, opened, received: () => got, closedAfter: () => (closedAt === null ? null : closedAt - opened), closed };
 }
 
@@ -110,7 +117,10 @@ function rawExchange(base: string, text: string, timeoutMs = 5_000): Promise<str
   const c = rawClient(base);
   c.socket.write(text, 'latin1');
   const t = setTimeout(() => c.socket.destroy(), timeoutMs);
-  return c.closed.then(() => { clearTimeout(t); return c.received(); });
+  return c.closed.then(() => {
+    clearTimeout(t);
+    return c.received();
+  });
 }
 
 const statusOf = (answer: string) => Number(/^HTTP\/1\.1 (\d{3})/.exec(answer)?.[1] ?? 0);
@@ -120,7 +130,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 function trickle(c: RawClient, everyMs: number, byte = 'a', max = 10_000): void {
   let n = 0;
   const timer = setInterval(() => {
-    if (c.socket.destroyed || c.socket.writableEnded || n++ >= max) { clearInterval(timer); return; }
+    if (c.socket.destroyed || c.socket.writableEnded || n++ >= max) {
+      clearInterval(timer);
+      return;
+    }
     c.socket.write(byte);
   }, everyMs);
   void c.closed.then(() => clearInterval(timer));
@@ -167,9 +180,17 @@ test('a slow tampered origin for one URL does not fail a download of the same by
   const ra = await a;
   assert.is(ra.status, 409);
   assert.is(ra.body.length, 0);
-  const mismatches = gw.stderr().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))
+  const mismatches = gw
+    .stderr()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l))
     .filter((l) => l.msg === 'hash mismatch: refused to serve');
-  assert.equal(mismatches.map((l) => l.url), [urlA], 'the mismatch log names another URL than the tampered one');
+  assert.equal(
+    mismatches.map((l) => l.url),
+    [urlA],
+    'the mismatch log names another URL than the tampered one',
+  );
   originA.route('/pkg/same.bin', { body: SAME });
 });
 
@@ -179,19 +200,55 @@ test('a slow tampered origin for one URL does not fail a download of the same by
 test('pass routes refuse every spelling of a climb out of the route, before the origin sees it', async () => {
   const attempts = [
     // `;` path parameters (Tomcat, Jetty, Spring: `..;` is `..`)
-    '/pass/..;/secret', '/pass/a/..;/..;/secret', '/pass/%2e%2e;/secret', '/pass/.;/unsigned.bin', '/pass/..%3b/secret',
-    '/pass/..%3B/secret', '/pass/a;b', '/pass/a%3bb', '/pass/a;jsessionid=1/x',
+    '/pass/..;/secret',
+    '/pass/a/..;/..;/secret',
+    '/pass/%2e%2e;/secret',
+    '/pass/.;/unsigned.bin',
+    '/pass/..%3b/secret',
+    '/pass/..%3B/secret',
+    '/pass/a;b',
+    '/pass/a%3bb',
+    '/pass/a;jsessionid=1/x',
     // overlong UTF-8 for `.` and `/` (and invalid UTF-8 generally)
-    '/pass/%c0%ae%c0%ae/secret', '/pass/%C0%AE%C0%AE/secret', '/pass/%e0%80%ae%e0%80%ae/secret', '/pass/%f0%80%80%ae%f0%80%80%ae/secret',
-    '/pass/a%c0%afb', '/pass/%c0%2e%c0%2e/secret', '/pass/%c1%9c', '/pass/%ed%a0%80', '/pass/%f4%90%80%80', '/pass/%ff', '/pass/%e2%82',
+    '/pass/%c0%ae%c0%ae/secret',
+    '/pass/%C0%AE%C0%AE/secret',
+    '/pass/%e0%80%ae%e0%80%ae/secret',
+    '/pass/%f0%80%80%ae%f0%80%80%ae/secret',
+    '/pass/a%c0%afb',
+    '/pass/%c0%2e%c0%2e/secret',
+    '/pass/%c1%9c',
+    '/pass/%ed%a0%80',
+    '/pass/%f4%90%80%80',
+    '/pass/%ff',
+    '/pass/%e2%82',
     // full-width and other dots and slashes that Unicode normalization folds into ASCII
-    '/pass/%ef%bc%8e%ef%bc%8e/secret', '/pass/%EF%BC%8E%EF%BC%8E/secret', '/pass/a%ef%bc%8fb', '/pass/a%ef%bc%bcb',
-    '/pass/%e2%80%a5/secret', '/pass/%e2%80%a4%e2%80%a4/secret', '/pass/%ef%b9%92%ef%b9%92/secret', '/pass/%ef%bc%9b',
+    '/pass/%ef%bc%8e%ef%bc%8e/secret',
+    '/pass/%EF%BC%8E%EF%BC%8E/secret',
+    '/pass/a%ef%bc%8fb',
+    '/pass/a%ef%bc%bcb',
+    '/pass/%e2%80%a5/secret',
+    '/pass/%e2%80%a4%e2%80%a4/secret',
+    '/pass/%ef%b9%92%ef%b9%92/secret',
+    '/pass/%ef%bc%9b',
     // dot segments with trailing spaces or extra dots (Windows, IIS)
-    '/pass/..%20/secret', '/pass/..%20%20/secret', '/pass/.%20/unsigned.bin', '/pass/%20../secret', '/pass/.../secret',
-    '/pass/..../secret', '/pass/%2e%2e%2e/secret', '/pass/..%2e/secret', '/pass/.%20./secret',
+    '/pass/..%20/secret',
+    '/pass/..%20%20/secret',
+    '/pass/.%20/unsigned.bin',
+    '/pass/%20../secret',
+    '/pass/.../secret',
+    '/pass/..../secret',
+    '/pass/%2e%2e%2e/secret',
+    '/pass/..%2e/secret',
+    '/pass/.%20./secret',
     // other characters origins treat specially, encoded
-    '/pass/a%3fb', '/pass/a%23b', '/pass/a%22b', '/pass/a%3cb', '/pass/a%7cb', '/pass/a%c2%85b', '/pass/a%e2%80%aeb', '/pass/a%c2%a0b',
+    '/pass/a%3fb',
+    '/pass/a%23b',
+    '/pass/a%22b',
+    '/pass/a%3cb',
+    '/pass/a%7cb',
+    '/pass/a%c2%85b',
+    '/pass/a%e2%80%aeb',
+    '/pass/a%c2%a0b',
   ];
   const before = originA.log.length;
   for (const path of attempts) {
@@ -205,24 +262,49 @@ test('pass routes refuse every spelling of a climb out of the route, before the 
     const answer = await rawExchange(gw.url, `${line}\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
     assert.is(statusOf(answer), 400, JSON.stringify(line));
   }
-  assert.is(originA.log.length, before, `the origin saw: ${originA.log.slice(before).map((r) => r.path).join(', ')}`);
+  assert.is(
+    originA.log.length,
+    before,
+    `the origin saw: ${originA.log
+      .slice(before)
+      .map((r) => r.path)
+      .join(', ')}`,
+  );
 });
 
 test('a route prefix must pass the same check', () => {
-  const route = { host: null, origin: 'https://r.example/', canonical: null, kind: 'plain' as const, unendorsed: 'deny' as const, mode: 'enforce' as const, metadata_ttl: 60, metadata_max_stale: 60 };
+  const route = {
+    host: null,
+    origin: 'https://r.example/',
+    canonical: null,
+    kind: 'plain' as const,
+    unendorsed: 'deny' as const,
+    mode: 'enforce' as const,
+    metadata_ttl: 60,
+    metadata_max_stale: 60,
+  };
   for (const prefix of ['/a;b/', '/..;/', '/a|b/', '/.../']) {
     assert.throws(() => compileRoutes([{ ...route, prefix }]), /prefix must not contain/, prefix);
   }
   assert.is(compileRoutes([{ ...route, prefix: '/@scope/x+y/' }]).length, 1);
 });
 
-test('the spellings package managers send still pass: scoped npm paths, pip\'s %2B, Go\'s !, queries, UTF-8 names', async () => {
+test("the spellings package managers send still pass: scoped npm paths, pip's %2B, Go's !, queries, UTF-8 names", async () => {
   const ok = [
-    '/pass/@acme/util/-/util-1.0.0.tgz', '/pass/leftpad/-/leftpad-1.0.0.tgz',
-    '/pass/packages/ab/cd/x-1.0%2Blocal-py3-none-any.whl', '/pass/packages/x-1.0+local.tar.gz',
-    '/pass/github.com/!azure/azure-sdk/@v/v1.0.0+incompatible.zip', '/pass/example.com/m/@v/v1.0.0.info',
-    '/pass/a.tgz?x=../..;%2e%2e&y=%c0%ae', '/pass/release%20notes.txt', '/pass/Gr%C3%BC%C3%9Fe-%E4%B8%96%E7%95%8C.zip',
-    '/pass/a~b_c.d-e!$&\'()*+,=:@', '/pass/dir/', '/pass/1.0/..x/x..', '/pass/.well-known/x', '/pass/a..b',
+    '/pass/@acme/util/-/util-1.0.0.tgz',
+    '/pass/leftpad/-/leftpad-1.0.0.tgz',
+    '/pass/packages/ab/cd/x-1.0%2Blocal-py3-none-any.whl',
+    '/pass/packages/x-1.0+local.tar.gz',
+    '/pass/github.com/!azure/azure-sdk/@v/v1.0.0+incompatible.zip',
+    '/pass/example.com/m/@v/v1.0.0.info',
+    '/pass/a.tgz?x=../..;%2e%2e&y=%c0%ae',
+    '/pass/release%20notes.txt',
+    '/pass/Gr%C3%BC%C3%9Fe-%E4%B8%96%E7%95%8C.zip',
+    "/pass/a~b_c.d-e!$&'()*+,=:@",
+    '/pass/dir/',
+    '/pass/1.0/..x/x..',
+    '/pass/.well-known/x',
+    '/pass/a..b',
   ];
   for (const path of ok) {
     const before = originA.log.length;
@@ -239,9 +321,21 @@ test('the spellings package managers send still pass: scoped npm paths, pip\'s %
 test('duplicate Host headers answer 400 on every path, and the connection is closed', async () => {
   const dl = `/v1/download?url=${encodeURIComponent(originA.url('/pkg/same.bin'))}`;
   const before = originA.log.length;
-  for (const [path, method] of [['/v1/authority', 'GET'], [dl, 'GET'], ['/v1/submit', 'POST'], ['/pass/unsigned.bin', 'GET'], ['/unsigned.bin', 'GET'],
-    ['/nope', 'GET'], ['/healthz', 'GET'], ['/', 'GET']] as const) {
-    for (const hosts of [['127.0.0.1', 'evil.example'], ['registry.test', 'registry.test'], ['a', 'A']]) {
+  for (const [path, method] of [
+    ['/v1/authority', 'GET'],
+    [dl, 'GET'],
+    ['/v1/submit', 'POST'],
+    ['/pass/unsigned.bin', 'GET'],
+    ['/unsigned.bin', 'GET'],
+    ['/nope', 'GET'],
+    ['/healthz', 'GET'],
+    ['/', 'GET'],
+  ] as const) {
+    for (const hosts of [
+      ['127.0.0.1', 'evil.example'],
+      ['registry.test', 'registry.test'],
+      ['a', 'A'],
+    ]) {
       const what = `${method} ${path} with Host ${hosts.join(' + ')}`;
       const head = `${method} ${path} HTTP/1.1\r\nHost: ${hosts[0]}\r\nX-Between: 1\r\nhost: ${hosts[1]}\r\n`;
       const answer = await rawExchange(gw.url, head + (method === 'POST' ? 'Content-Length: 2\r\n\r\n{}' : '\r\n'));
@@ -261,15 +355,36 @@ test('duplicate Host headers answer 400 on every path, and the connection is clo
 test('a Host whose port is out of range, not a number or otherwise invalid answers 400 on every path (empty on byte and proxy paths), before any route', async () => {
   const dl = `/v1/download?url=${encodeURIComponent(originA.url('/pkg/same.bin'))}`;
   const before = originA.log.length;
-  for (const [path, method] of [['/v1/authority', 'GET'], [dl, 'GET'], ['/v1/submit', 'POST'], ['/pass/unsigned.bin', 'GET'], ['/unsigned.bin', 'GET'],
-    ['/nope', 'GET'], ['/healthz', 'GET'], ['/tile/0/000', 'GET']] as const) {
-    for (const host of ['registry.test:99999', 'registry.test:65536', 'registry.test:http', 'registry.test:80:80', '127.0.0.1:1x', '[::1]:99999', 'reg istry.test', 'registry.test:0000099999']) {
+  for (const [path, method] of [
+    ['/v1/authority', 'GET'],
+    [dl, 'GET'],
+    ['/v1/submit', 'POST'],
+    ['/pass/unsigned.bin', 'GET'],
+    ['/unsigned.bin', 'GET'],
+    ['/nope', 'GET'],
+    ['/healthz', 'GET'],
+    ['/tile/0/000', 'GET'],
+  ] as const) {
+    for (const host of [
+      'registry.test:99999',
+      'registry.test:65536',
+      'registry.test:http',
+      'registry.test:80:80',
+      '127.0.0.1:1x',
+      '[::1]:99999',
+      'reg istry.test',
+      'registry.test:0000099999',
+    ]) {
       const what = `${method} ${path} with Host ${host}`;
-      const answer = await rawExchange(gw.url, `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\n` + (method === 'POST' ? 'Content-Length: 2\r\n\r\n{}' : '\r\n'));
+      const answer = await rawExchange(
+        gw.url,
+        `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\n` + (method === 'POST' ? 'Content-Length: 2\r\n\r\n{}' : '\r\n'),
+      );
       assert.is(statusOf(answer), 400, `${what}: ${JSON.stringify(answer.slice(0, 120))}`);
       const body = answer.slice(answer.indexOf('\r\n\r\n') + 4);
       // The host route registry.test takes every path but the gateway's own (and the prefix route /pass/): empty-bodied there.
-      const proxied = path.startsWith('/pass/') || (host.startsWith('registry.test') && !path.startsWith('/v1/') && path !== '/healthz' && !path.startsWith('/tile/'));
+      const proxied =
+        path.startsWith('/pass/') || (host.startsWith('registry.test') && !path.startsWith('/v1/') && path !== '/healthz' && !path.startsWith('/tile/'));
       if (path === dl || path.startsWith('/tile/') || proxied) assert.is(body, '', `${what}: a body`);
       else {
         assert.is(JSON.parse(body).status, 'bad_request', what);
@@ -282,7 +397,11 @@ test('a Host whose port is out of range, not a number or otherwise invalid answe
   for (const host of ['127.0.0.1', '127.0.0.1:65535', '[::1]:8080', 'localhost:1']) {
     assert.is(statusOf(await rawExchange(gw.url, `GET /v1/authority HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`)), 200, host);
   }
-  assert.is(statusOf(await rawExchange(gw.url, 'GET /same.bin HTTP/1.1\r\nHost: registry.test:8080\r\nConnection: close\r\n\r\n')), 200, 'the host route with a valid port');
+  assert.is(
+    statusOf(await rawExchange(gw.url, 'GET /same.bin HTTP/1.1\r\nHost: registry.test:8080\r\nConnection: close\r\n\r\n')),
+    200,
+    'the host route with a valid port',
+  );
 });
 
 /**
@@ -296,7 +415,13 @@ function readOnlyRunner(dir: string): { how: string; command: (args: string[]) =
   const cli = join(repoRoot, 'tools', 'vouch.js');
   if (process.getuid?.() !== 0) {
     spawnSync('chmod', ['0555', dir]);
-    return { how: 'mode 0555', command: (args) => [node, [cli, ...args]], undo: () => { spawnSync('chmod', ['0755', dir]); } };
+    return {
+      how: 'mode 0555',
+      command: (args) => [node, [cli, ...args]],
+      undo: () => {
+        spawnSync('chmod', ['0755', dir]);
+      },
+    };
   }
   const script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"';
   const probe = spawnSync('unshare', ['-m', 'sh', '-c', script, 'sh', dir, 'sh', '-c', '! touch "$0/.probe" 2>/dev/null', dir], { timeout: 10_000 });
@@ -304,7 +429,13 @@ function readOnlyRunner(dir: string): { how: string; command: (args: string[]) =
     return { how: 'read-only bind mount', command: (args) => ['unshare', ['-m', 'sh', '-c', script, 'sh', dir, node, cli, ...args]], undo: () => {} };
   }
   if (spawnSync('chattr', ['+i', dir]).status === 0) {
-    return { how: 'chattr +i', command: (args) => [node, [cli, ...args]], undo: () => { spawnSync('chattr', ['-i', dir]); } };
+    return {
+      how: 'chattr +i',
+      command: (args) => [node, [cli, ...args]],
+      undo: () => {
+        spawnSync('chattr', ['-i', dir]);
+      },
+    };
   }
   return null;
 }
@@ -314,10 +445,17 @@ function runBounded(cmd: string, args: string[], timeoutMs: number): Promise<{ s
     const child = spawn(cmd, args, { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (status) => { clearTimeout(timer); resolve({ status, stdout, stderr }); });
+    child.on('close', (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
   });
 }
 
@@ -331,7 +469,8 @@ test('an authority gateway on a read-only chain directory exits 2 with one line 
   for (const dir of [existing, fresh]) {
     const chain = join(dir, 'chain');
     const cfg = writeConfig(dir, {
-      listen: { host: '127.0.0.1', port: 0 }, chain: { dir: chain },
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: chain },
       authority: { key_file: keyFile, signer: 'harden', submit_token_file: tokenFile },
     });
     const ro = readOnlyRunner(chain);
@@ -357,7 +496,11 @@ test('an authority gateway on a read-only chain directory exits 2 with one line 
 
 test('clients: request_timeout 30 s, max_connections 4096 and keep_alive_timeout 65 s by default; checked like every key', () => {
   assert.equal(resolveConfig(null, '/x', null).clients, { request_timeout: 30, max_connections: 4096, keep_alive_timeout: 65 });
-  assert.equal(resolveConfig({ clients: { request_timeout: 2.5 } }, '/x', null).clients, { request_timeout: 2.5, max_connections: 4096, keep_alive_timeout: 65 });
+  assert.equal(resolveConfig({ clients: { request_timeout: 2.5 } }, '/x', null).clients, {
+    request_timeout: 2.5,
+    max_connections: 4096,
+    keep_alive_timeout: 65,
+  });
   assert.throws(() => resolveConfig({ clients: { keep_alive_timeout: 0 } }, '/x', null), /clients\.keep_alive_timeout must be from 0\.1/);
   assert.throws(() => resolveConfig({ clients: { request_timeout: 0 } }, '/x', null), /clients\.request_timeout must be from 0\.1/);
   assert.throws(() => resolveConfig({ clients: { max_connections: 1.5 } }, '/x', null), /clients\.max_connections must be an integer/);
@@ -367,10 +510,13 @@ test('clients: request_timeout 30 s, max_connections 4096 and keep_alive_timeout
 async function startTight(): Promise<GatewayProcess> {
   if (tight !== null) return tight;
   const dir = join(work, 'tight');
-  tight = await startGatewayProcess(['--config', writeConfig(dir, {
-    ...baseConfig(dir),
-    clients: { request_timeout: REQUEST_TIMEOUT_S, max_connections: MAX_CONNECTIONS, keep_alive_timeout: KEEP_ALIVE_S },
-  })]);
+  tight = await startGatewayProcess([
+    '--config',
+    writeConfig(dir, {
+      ...baseConfig(dir),
+      clients: { request_timeout: REQUEST_TIMEOUT_S, max_connections: MAX_CONNECTIONS, keep_alive_timeout: KEEP_ALIVE_S },
+    }),
+  ]);
   return tight;
 }
 
@@ -381,7 +527,7 @@ async function getOn(c: RawClient, path: string, answers: number): Promise<void>
   while ((c.received().match(/HTTP\/1\.1 \d{3}/g)?.length ?? 0) < answers && c.closedAfter() === null && Date.now() < until) await sleep(20);
 }
 
-test('an idle keep-alive connection is kept clients.keep_alive_timeout (65 s by default, past node\'s 5 s), announced, then closed', async () => {
+test("an idle keep-alive connection is kept clients.keep_alive_timeout (65 s by default, past node's 5 s), announced, then closed", async () => {
   // A client's pool reuses a connection it last used seconds ago (npm after resolving a large tree): a close
   // racing that reuse is a reset request. Kept past node's 5 s default, the reuse is answered.
   const c = rawClient(gw.url);
@@ -409,17 +555,30 @@ test('an idle keep-alive connection is kept clients.keep_alive_timeout (65 s by 
 test('slow bodies and headers are cut after clients.request_timeout, also after an early 401; others are answered throughout', async () => {
   const g = await startTight();
   const bound = REQUEST_TIMEOUT_S * 1000;
-  const submitHead = (auth: boolean) => 'POST /v1/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n' +
+  const submitHead = (auth: boolean) =>
+    'POST /v1/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n' +
     `${auth ? `Authorization: Bearer ${token}\r\n` : ''}Content-Length: 100000\r\n\r\n{`;
   const authed = Array.from({ length: 8 }, () => rawClient(g.url));
   const unauthed = Array.from({ length: 8 }, () => rawClient(g.url));
   const proxied = Array.from({ length: 4 }, () => rawClient(g.url));
   const slowHeaders = Array.from({ length: 4 }, () => rawClient(g.url));
   const silent = Array.from({ length: 4 }, () => rawClient(g.url));
-  for (const c of authed) { c.socket.write(submitHead(true)); trickle(c, 300, ' '); }
-  for (const c of unauthed) { c.socket.write(submitHead(false)); trickle(c, 300, ' '); }
-  for (const c of proxied) { c.socket.write('GET /pass/unsigned.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n'); trickle(c, 300); }
-  for (const c of slowHeaders) { c.socket.write('GET /v1/authority HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: '); trickle(c, 300); }
+  for (const c of authed) {
+    c.socket.write(submitHead(true));
+    trickle(c, 300, ' ');
+  }
+  for (const c of unauthed) {
+    c.socket.write(submitHead(false));
+    trickle(c, 300, ' ');
+  }
+  for (const c of proxied) {
+    c.socket.write('GET /pass/unsigned.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n');
+    trickle(c, 300);
+  }
+  for (const c of slowHeaders) {
+    c.socket.write('GET /v1/authority HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ');
+    trickle(c, 300);
+  }
   const slow = [...authed, ...unauthed, ...proxied, ...slowHeaders, ...silent];
   // Others are answered promptly while the slow ones hold their connections.
   const until = Date.now() + bound + 2_500;

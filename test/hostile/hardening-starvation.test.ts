@@ -100,18 +100,28 @@ test.before(async () => {
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now, uns: 'acme/starvation' })];
   const wrong = artifactHashOf(nodeBackend, 'sha256', Buffer.from('not what any attack sends')); // never mirrored
   for (const path of ['/continue', '/chunked', '/trickle']) {
-    blocks.push(buildEndorseBlock({
-      prev: blocks[blocks.length - 1]!, signer, backend: nodeBackend, now: now + blocks.length,
-      entries: [{ url: originUrl(path), artifactHash: wrong, name: `acme${path}`, semver: '1.0.0', license: 'MIT' }],
-    }));
+    blocks.push(
+      buildEndorseBlock({
+        prev: blocks[blocks.length - 1]!,
+        signer,
+        backend: nodeBackend,
+        now: now + blocks.length,
+        entries: [{ url: originUrl(path), artifactHash: wrong, name: `acme${path}`, semver: '1.0.0', license: 'MIT' }],
+      }),
+    );
   }
   const chainDir = join(work, 'chain');
-  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length }), { timestamp: Math.floor(now / 1000) });
-  gw = await startGatewayProcess(['--config', writeConfig(join(work, 'gw'), {
-    listen: { port: 0 },
-    chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
-    origin: { timeout: 20 },
-  })]);
+  await initChainRepo(chainDir, blocks, buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: now + blocks.length }), {
+    timestamp: Math.floor(now / 1000),
+  });
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(join(work, 'gw'), {
+      listen: { port: 0 },
+      chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
+      origin: { timeout: 20 },
+    }),
+  ]);
 });
 
 test.after(async () => {

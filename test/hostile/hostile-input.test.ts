@@ -28,12 +28,15 @@ test.before(async () => {
   writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
   origin = await OriginServer.start();
   origin.route('/ok.txt', { body: 'fine' });
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'chain') },
-    authority: { key_file: join(work, 'authority.pem'), signer: 'hostile', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { port: 0 },
+      chain: { dir: join(work, 'chain') },
+      authority: { key_file: join(work, 'authority.pem'), signer: 'hostile', submit_token_file: join(work, 'submit.token') },
+      origin: { allow_private: true },
+    }),
+  ]);
   endorsed = origin.url('/ok.txt');
   const r = await send('POST', '/v1/submit', { body: JSON.stringify({ url: endorsed, name: 'acme/ok', semver: '1.0.0', license: 'MIT' }), headers: auth() });
   assert.is(r.status, 201);
@@ -60,7 +63,9 @@ function raw(bytes: string | Buffer): Promise<string> {
   return new Promise((resolve) => {
     const s = connect(Number(port), '127.0.0.1');
     let out = '';
-    s.on('data', (d) => { out += d.toString('latin1'); });
+    s.on('data', (d) => {
+      out += d.toString('latin1');
+    });
     s.on('close', () => resolve(out));
     s.on('error', () => resolve(out));
     s.setTimeout(5000, () => s.destroy());
@@ -118,7 +123,16 @@ for (const [q, status, what] of queries) {
 }
 
 test('paths and methods: 404 / 405 JSON with Allow', async () => {
-  for (const p of ['//v1/endorsement', '/V1/ENDORSEMENT', '/v1/endorsement/', '/v1', '/%00', '/v1/skills/../../etc/passwd', '/.git/config', `/${'a'.repeat(5000)}`]) {
+  for (const p of [
+    '//v1/endorsement',
+    '/V1/ENDORSEMENT',
+    '/v1/endorsement/',
+    '/v1',
+    '/%00',
+    '/v1/skills/../../etc/passwd',
+    '/.git/config',
+    `/${'a'.repeat(5000)}`,
+  ]) {
     jsonError(await send('GET', p), 404, 'not_found', p);
   }
   for (const m of ['PUT', 'DELETE', 'PATCH', 'OPTIONS', 'POST']) {
@@ -138,7 +152,15 @@ test('Accept values', async () => {
   for (const a of ['text/html', 'image/png', 'application/xml', 'application/json;q=0', 'text/*, image/*', 'application/json;q=0, */*;q=1']) {
     jsonError(await send('GET', path, { headers: { accept: a } }), 406, 'not_acceptable', a);
   }
-  for (const a of ['*/*', 'application/json', 'application/*', 'text/html;q=0.9, application/json;q=0.1', 'application/json; charset=utf-8', ';;;,,,', 'application/json;q=abc, */*']) {
+  for (const a of [
+    '*/*',
+    'application/json',
+    'application/*',
+    'text/html;q=0.9, application/json;q=0.1',
+    'application/json; charset=utf-8',
+    ';;;,,,',
+    'application/json;q=abc, */*',
+  ]) {
     const r = await send('GET', path, { headers: { accept: a } });
     assert.ok(r.status === 200 || r.status === 406, `${a}: ${r.status}`);
     assert.match(String(r.headers['content-type']), /^application\/json/);
@@ -166,10 +188,20 @@ test('submit bodies: not JSON, deep nesting, 10 MB, wrong types, extra fields', 
     const what = typeof body === 'string' ? body.slice(0, 40) : `${body.length} bytes`;
     jsonError(await send('POST', '/v1/submit', { headers: auth(), body }), status, code, what);
   }
-  jsonError(await send('POST', '/v1/submit', { headers: { ...auth(), 'content-type': 'text/plain' }, body: '{}' }), 415, 'unsupported_media_type', 'text/plain');
+  jsonError(
+    await send('POST', '/v1/submit', { headers: { ...auth(), 'content-type': 'text/plain' }, body: '{}' }),
+    415,
+    'unsupported_media_type',
+    'text/plain',
+  );
   jsonError(await send('POST', '/v1/submit', { headers: { 'content-type': 'application/json' }, body: '{}' }), 401, 'unauthorized', 'no token');
   jsonError(await send('POST', '/v1/submit', { headers: { ...auth(), authorization: `Bearer ${token}x` }, body: '{}' }), 401, 'unauthorized', 'token + 1 char');
-  jsonError(await send('POST', '/v1/submit', { headers: { ...auth(), authorization: `Basic ${Buffer.from('a:' + token).toString('base64')}` }, body: '{}' }), 401, 'unauthorized', 'basic auth');
+  jsonError(
+    await send('POST', '/v1/submit', { headers: { ...auth(), authorization: `Basic ${Buffer.from('a:' + token).toString('base64')}` }, body: '{}' }),
+    401,
+    'unauthorized',
+    'basic auth',
+  );
 });
 
 test('requests node:http cannot parse still get a JSON 4xx, and the server stays healthy', async () => {

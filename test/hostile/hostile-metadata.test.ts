@@ -117,20 +117,26 @@ test.before(async () => {
   const chainDir = join(work, 'chain');
   await initChainRepo(chainDir, [authority], buildCheckpoint({ head: authority, signer, now }), { timestamp: Math.floor(now / 1000) });
   const origin = `http://127.0.0.1:${port}`;
-  gw = await startGatewayProcess(['--config', writeConfig(join(work, 'gw'), {
-    listen: { port: 0 },
-    chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
-    origin: { timeout: STALL_S, allow_private: true },
-    mirror: { memory_bytes: BUDGET / 2 },
-    proxy: {
-      routes: [
-        { prefix: '/npm/', kind: 'npm', origin: `${origin}/npm/` },
-        { prefix: '/npm-pass/', kind: 'npm', origin: `${origin}/npm/`, unendorsed: 'pass' },
-        { prefix: '/pypi/', kind: 'pypi', origin: `${origin}/pypi/` },
-        { prefix: '/go/', kind: 'goproxy', origin: `${origin}/go/` },
-      ],
-    },
-  })], { env: { VOUCH_LOG_LEVEL: 'info', VOUCH_LOG_FORMAT: 'json' } });
+  gw = await startGatewayProcess(
+    [
+      '--config',
+      writeConfig(join(work, 'gw'), {
+        listen: { port: 0 },
+        chain: { dir: chainDir, public_key: base64Encode(signer.publicKey) },
+        origin: { timeout: STALL_S, allow_private: true },
+        mirror: { memory_bytes: BUDGET / 2 },
+        proxy: {
+          routes: [
+            { prefix: '/npm/', kind: 'npm', origin: `${origin}/npm/` },
+            { prefix: '/npm-pass/', kind: 'npm', origin: `${origin}/npm/`, unendorsed: 'pass' },
+            { prefix: '/pypi/', kind: 'pypi', origin: `${origin}/pypi/` },
+            { prefix: '/go/', kind: 'goproxy', origin: `${origin}/go/` },
+          ],
+        },
+      }),
+    ],
+    { env: { VOUCH_LOG_LEVEL: 'info', VOUCH_LOG_FORMAT: 'json' } },
+  );
 });
 
 test.after(async () => {
@@ -142,17 +148,30 @@ test.after(async () => {
 });
 
 /** One GET; resolves with status, elapsed ms and the body. */
-function get(path: string, opts: { signal?: AbortSignal; useAgent?: boolean | Agent; accept?: string } = {}): Promise<{ status: number; ms: number; body: Buffer }> {
+function get(
+  path: string,
+  opts: { signal?: AbortSignal; useAgent?: boolean | Agent; accept?: string } = {},
+): Promise<{ status: number; ms: number; body: Buffer }> {
   const u = new URL(gw.url);
   const t0 = performance.now();
   return new Promise((resolve, reject) => {
     const headers = opts.accept === undefined ? {} : { accept: opts.accept };
-    const req = httpRequest({ host: u.hostname, port: u.port, path, headers, agent: opts.useAgent === false ? false : opts.useAgent instanceof Agent ? opts.useAgent : agent, signal: opts.signal }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode!, ms: performance.now() - t0, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
+    const req = httpRequest(
+      {
+        host: u.hostname,
+        port: u.port,
+        path,
+        headers,
+        agent: opts.useAgent === false ? false : opts.useAgent instanceof Agent ? opts.useAgent : agent,
+        signal: opts.signal,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode!, ms: performance.now() - t0, body: Buffer.concat(chunks) }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end();
   });
@@ -190,7 +209,9 @@ async function measure(what: string, attack: (stop: AbortSignal) => Promise<void
   for (let i = 0; i < 10; i++) await get('/healthz'); // warm up
   const idle = await healthzP50();
   let maxRss = rss();
-  const sampler = setInterval(() => { maxRss = Math.max(maxRss, rss()); }, 50);
+  const sampler = setInterval(() => {
+    maxRss = Math.max(maxRss, rss());
+  }, 50);
   const stop = new AbortController();
   const running = attack(stop.signal);
   let busy: number;
@@ -202,30 +223,37 @@ async function measure(what: string, attack: (stop: AbortSignal) => Promise<void
     clearInterval(sampler);
   }
   maxRss = Math.max(maxRss, rss());
-  console.log(`${what}: idle p50 ${idle.toFixed(2)} ms, during attack p50 ${busy.toFixed(2)} ms, max RSS ${(maxRss / MiB).toFixed(0)} MiB (limit ${RSS_LIMIT / MiB})`);
+  console.log(
+    `${what}: idle p50 ${idle.toFixed(2)} ms, during attack p50 ${busy.toFixed(2)} ms, max RSS ${(maxRss / MiB).toFixed(0)} MiB (limit ${RSS_LIMIT / MiB})`,
+  );
   return { idle, busy, maxRss };
 }
 
 /** `clients` clients asking for `path` back to back until stopped; collects the statuses. */
 function askers(path: string, clients: number, statuses: number[], accept?: string): (stop: AbortSignal) => Promise<void> {
   return async (stop) => {
-    await Promise.all(Array.from({ length: clients }, async () => {
-      while (!stop.aborted) {
-        try {
-          statuses.push((await get(path, { signal: stop, useAgent: attackers, accept })).status);
-        } catch {
-          if (!stop.aborted) statuses.push(0);
+    await Promise.all(
+      Array.from({ length: clients }, async () => {
+        while (!stop.aborted) {
+          try {
+            statuses.push((await get(path, { signal: stop, useAgent: attackers, accept })).status);
+          } catch {
+            if (!stop.aborted) statuses.push(0);
+          }
+          // A refusal comes at once: asked again after a short pause, so what is measured is the origin's
+          // document, not the load of clients hammering the gateway (as in hardening-starvation).
+          await new Promise((r) => setTimeout(r, 10));
         }
-        // A refusal comes at once: asked again after a short pause, so what is measured is the origin's
-        // document, not the load of clients hammering the gateway (as in hardening-starvation).
-        await new Promise((r) => setTimeout(r, 10));
-      }
-    }));
+      }),
+    );
   };
 }
 
 function assertBounded(r: { idle: number; busy: number; maxRss: number }): void {
-  assert.ok(r.busy <= bound(r.idle), `/healthz p50 ${r.busy.toFixed(2)} ms during the attack, idle ${r.idle.toFixed(2)} ms (bound ${bound(r.idle).toFixed(2)})`);
+  assert.ok(
+    r.busy <= bound(r.idle),
+    `/healthz p50 ${r.busy.toFixed(2)} ms during the attack, idle ${r.idle.toFixed(2)} ms (bound ${bound(r.idle).toFixed(2)})`,
+  );
   assert.ok(r.maxRss <= RSS_LIMIT, `RSS ${(r.maxRss / MiB).toFixed(0)} MiB over the budget + 150 MiB (${RSS_LIMIT / MiB} MiB)`);
 }
 
@@ -246,9 +274,15 @@ test('a packument nested 200,000 deep: 502 with the reason, logged at warn (neve
   const r = await get('/npm/deep');
   assert.is(r.status, 502);
   assert.match(JSON.parse(r.body.toString()).error, /packument of deep is unusable: nested deeper than 64 levels/);
-  const lines = gw.stderr().split('\n').filter((l) => l.includes('"deep"') || l.includes('/npm/deep'));
+  const lines = gw
+    .stderr()
+    .split('\n')
+    .filter((l) => l.includes('"deep"') || l.includes('/npm/deep'));
   if (lines.length === 0) console.log(gw.stderr().slice(-3000), gw.stdout().slice(-2000));
-  assert.ok(lines.some((l) => /"level":"warn"/.test(l) && /unusable packument/.test(l)), `no warn line:\n${lines.join('\n')}`);
+  assert.ok(
+    lines.some((l) => /"level":"warn"/.test(l) && /unusable packument/.test(l)),
+    `no warn line:\n${lines.join('\n')}`,
+  );
   assert.ok(!lines.some((l) => /"level":"error"/.test(l)), `an error line:\n${lines.join('\n')}`);
   const again = await get('/npm/deep'); // the refusal is kept: the same answer without parsing again
   assert.is(again.status, 502);
@@ -295,14 +329,23 @@ test('40 clients that ask for a 24 MiB packument and never read: RSS bounded, /h
   assert.ok(r.maxRss - afterOne <= 32 * MiB, `40 non-reading clients grew the RSS by ${((r.maxRss - afterOne) / MiB).toFixed(0)} MiB`);
   // Past the stall time (3 x, as the issue measured), every answer must have been cut: read what is left of each.
   await new Promise((res) => setTimeout(res, Math.max(0, 3 * STALL_S * 1000 - (Date.now() - started))));
-  const got = await Promise.all(sockets.map((s) => new Promise<number>((resolve) => {
-    let n = 0;
-    const done = () => resolve(n);
-    s.on('data', (c: Buffer) => { n += c.length; });
-    s.once('close', done);
-    s.resume();
-    setTimeout(() => { s.destroy(); }, 5_000); // a connection still open 5 s later is one the gateway kept
-  })));
+  const got = await Promise.all(
+    sockets.map(
+      (s) =>
+        new Promise<number>((resolve) => {
+          let n = 0;
+          const done = () => resolve(n);
+          s.on('data', (c: Buffer) => {
+            n += c.length;
+          });
+          s.once('close', done);
+          s.resume();
+          setTimeout(() => {
+            s.destroy();
+          }, 5_000); // a connection still open 5 s later is one the gateway kept
+        }),
+    ),
+  );
   const cut = got.filter((n) => n < size).length;
   console.log(`40 non-reading clients: ${cut} cut, bytes each ${Math.min(...got)}..${Math.max(...got)} of ${size}`);
   assert.is(cut, 40, `answers not cut after ${3 * STALL_S} s: ${got.filter((n) => n >= size).length}`);

@@ -49,7 +49,7 @@ import { startGatewayProcess, until, writeConfig, type GatewayProcess } from '..
 import { buildLongChain, endorseNext, testSigner, TEST_SEED, T0 } from '../helpers/chain-fixture.ts';
 import { artifactHashOf, buildCheckpoint, buildEndorseBlock } from '../../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../../chain/block.ts';
-import { base64Encode, utf8 } from '../../chain/encoding.ts';
+import { base64Encode } from '../../chain/encoding.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { nodeBackend, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { ChainRepo, FETCH_LIMITS, type FetchOptions } from '../../store/chain-repo.ts';
@@ -109,7 +109,7 @@ const blobEntry = (data: Buffer) => Buffer.concat([objHead(3, data.length), defl
 function zeroStream(mib: number): Buffer {
   const block = deflateRawSync(Buffer.alloc(MiB), { finishFlush: zc.Z_FULL_FLUSH });
   const adler = Buffer.alloc(4);
-  adler.writeUInt32BE((((mib * MiB) % 65521) << 16 | 1) >>> 0);
+  adler.writeUInt32BE(((((mib * MiB) % 65521) << 16) | 1) >>> 0);
   return Buffer.concat([Buffer.from([0x78, 0x01]), ...new Array<Buffer>(mib).fill(block), Buffer.from([0x03, 0x00]), adler]);
 }
 
@@ -127,9 +127,20 @@ function varint(n: number): Buffer {
 /** A delta copying the whole of a `size`-byte base (copy ops of up to 16 MiB - 1). */
 function copyAllDelta(size: number): Buffer {
   const ops: Buffer[] = [varint(size), varint(size)];
-  for (let off = 0; off < size;) {
+  for (let off = 0; off < size; ) {
     const len = Math.min(size - off, 0xffffff);
-    ops.push(Buffer.from([0x80 | 0x0f | 0x70, off & 0xff, (off >> 8) & 0xff, (off >> 16) & 0xff, (off >>> 24) & 0xff, len & 0xff, (len >> 8) & 0xff, (len >> 16) & 0xff]));
+    ops.push(
+      Buffer.from([
+        0x80 | 0x0f | 0x70,
+        off & 0xff,
+        (off >> 8) & 0xff,
+        (off >> 16) & 0xff,
+        (off >>> 24) & 0xff,
+        len & 0xff,
+        (len >> 8) & 0xff,
+        (len >> 16) & 0xff,
+      ]),
+    );
     off += len;
   }
   return Buffer.concat(ops);
@@ -153,14 +164,21 @@ const refDelta = (base: string, delta: Buffer) => Buffer.concat([objHead(7, delt
 // The hostile remote
 
 type Handler = (res: ServerResponse, req: IncomingMessage) => void | Promise<void>;
-interface Script { refs?: Handler; pack?: Handler }
+interface Script {
+  refs?: Handler;
+  pack?: Handler;
+}
 
 /** Writes with backpressure; false once the client has gone. */
 async function send(res: ServerResponse, chunk: Buffer): Promise<boolean> {
   if (res.destroyed || stopping) return false;
   if (!res.write(chunk)) {
     await new Promise<void>((r) => {
-      const done = () => { res.off('drain', done); res.off('close', done); r(); };
+      const done = () => {
+        res.off('drain', done);
+        res.off('close', done);
+        r();
+      };
       res.on('drain', done);
       res.on('close', done);
     });
@@ -183,8 +201,12 @@ function sideband(pack: Buffer, chunk = 65515): Buffer {
 /** A script answering every fetch with the main at NEW_OID and `pack` as the upload-pack answer. */
 function servePack(pack: Buffer): Script {
   return {
-    refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID)); },
-    pack: (res) => { res.writeHead(200, RESULT_TYPE).end(sideband(pack)); },
+    refs: (res) => {
+      res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID));
+    },
+    pack: (res) => {
+      res.writeHead(200, RESULT_TYPE).end(sideband(pack));
+    },
   };
 }
 
@@ -192,13 +214,20 @@ class HostileRemote {
   script: Script | null = null;
   readonly hits = { refs: 0, pack: 0 };
   private readonly sockets = new Set<Socket>();
-  private constructor(private readonly server: Server, private readonly upstream: GitServer, readonly port: number) {}
+  private constructor(
+    private readonly server: Server,
+    private readonly upstream: GitServer,
+    readonly port: number,
+  ) {}
 
   static async start(upstream: GitServer): Promise<HostileRemote> {
     const server = createServer();
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const h = new HostileRemote(server, upstream, (server.address() as AddressInfo).port);
-    server.on('connection', (s: Socket) => { h.sockets.add(s); s.on('close', () => h.sockets.delete(s)); });
+    server.on('connection', (s: Socket) => {
+      h.sockets.add(s);
+      s.on('close', () => h.sockets.delete(s));
+    });
     server.on('request', (req, res) => h.handle(req, res));
     return h;
   }
@@ -214,7 +243,9 @@ class HostileRemote {
         const parts: Buffer[] = [];
         r.on('data', (d: Buffer) => parts.push(d));
         r.on('end', () => resolve(Buffer.concat(parts)));
-      }).on('error', reject).end();
+      })
+        .on('error', reject)
+        .end();
     });
   }
 
@@ -250,7 +281,9 @@ function gitAsync(args: string[]): Promise<{ status: number | null; stderr: stri
   return new Promise((resolve) => {
     const c = spawn('git', args, { env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1', GIT_TERMINAL_PROMPT: '0' } });
     let stderr = '';
-    c.stderr.on('data', (d: Buffer) => { stderr += d; });
+    c.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
     c.on('close', (status) => resolve({ status, stderr }));
   });
 }
@@ -304,8 +337,12 @@ test.before(async () => {
   gitServer.initBare('chain.git');
   blocks = buildLongChain(30).blocks;
   authorityDir = fresh('authority');
-  authorityRepo = await ChainRepo.init(authorityDir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: T0 + 40_000 })), commitFor([blocks[0]!], T0));
+  authorityRepo = await ChainRepo.init(
+    authorityDir,
+    blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: T0 + 40_000 })),
+    commitFor([blocks[0]!], T0),
+  );
   const r = await gitAsync(['-C', authorityDir, 'push', '-q', gitServer.url('chain.git'), 'main']);
   assert.is(r.status, 0, r.stderr);
   hostile = await HostileRemote.start(gitServer);
@@ -322,7 +359,10 @@ test.after(async () => {
   if (hostile) hostile.script = null;
   await gatewayMirror?.stop();
   await tlsGateway?.stop();
-  for (const s of tlsServers.values()) { s.closeAllConnections(); s.close(); }
+  for (const s of tlsServers.values()) {
+    s.closeAllConnections();
+    s.close();
+  }
   await hostile?.stop();
   await gitServer?.stop();
   await agent.close();
@@ -394,16 +434,20 @@ async function runCase(c: Case): Promise<void> {
 /** Endless pkt-lines written as fast as the client reads them (small ones 64 KiB at a time, big ones as they are). */
 function endless(res: ServerResponse, head: Buffer, line: (i: number) => Buffer): Promise<void> {
   return (async () => {
-    if (!await send(res, head)) return;
+    if (!(await send(res, head))) return;
     for (let i = 0; ; ) {
       const l = line(i++);
       if (l.length >= 32 * 1024) {
-        if (!await send(res, l)) return;
+        if (!(await send(res, l))) return;
         continue;
       }
       const batch: Buffer[] = [l];
-      for (let n = l.length; n < 64 * 1024;) { const m = line(i++); batch.push(m); n += m.length; }
-      if (!await send(res, Buffer.concat(batch))) return;
+      for (let n = l.length; n < 64 * 1024; ) {
+        const m = line(i++);
+        batch.push(m);
+        n += m.length;
+      }
+      if (!(await send(res, Buffer.concat(batch)))) return;
     }
   })();
 }
@@ -416,7 +460,9 @@ const cases: Case[] = [
     script: () => ({
       refs: (res) => {
         res.writeHead(200, ADVERT_TYPE);
-        return endless(res, Buffer.concat([pkt('# service=git-upload-pack\n'), FLUSH, pkt(`${NEW_OID} refs/heads/main\0${CAPS}\n`)]), (i) => pkt(`${hex40(i)} refs/tags/t${i}\n`));
+        return endless(res, Buffer.concat([pkt('# service=git-upload-pack\n'), FLUSH, pkt(`${NEW_OID} refs/heads/main\0${CAPS}\n`)]), (i) =>
+          pkt(`${hex40(i)} refs/tags/t${i}\n`),
+        );
       },
     }),
     expect: new RegExp(`advertised more than ${FETCH_LIMITS.refs} refs`),
@@ -437,7 +483,17 @@ const cases: Case[] = [
     name: 'info/refs: one pkt-line longer than git allows (65535 bytes)',
     script: () => ({
       refs: (res) => {
-        res.writeHead(200, ADVERT_TYPE).end(Buffer.concat([pkt('# service=git-upload-pack\n'), FLUSH, Buffer.from('ffff', 'latin1'), Buffer.alloc(0xffff - 4, 0x61), advertisement(NEW_OID).subarray(34)]));
+        res
+          .writeHead(200, ADVERT_TYPE)
+          .end(
+            Buffer.concat([
+              pkt('# service=git-upload-pack\n'),
+              FLUSH,
+              Buffer.from('ffff', 'latin1'),
+              Buffer.alloc(0xffff - 4, 0x61),
+              advertisement(NEW_OID).subarray(34),
+            ]),
+          );
       },
     }),
     expect: /pkt-line of 65535 bytes \(git's limit is 65520\)/,
@@ -544,7 +600,9 @@ const cases: Case[] = [
   {
     name: 'upload-pack: the pack in one-byte side-band packets',
     script: () => ({
-      refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID)); },
+      refs: (res) => {
+        res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID));
+      },
       pack: (res) => {
         res.writeHead(200, RESULT_TYPE);
         // A well-formed start (one 16 MiB blob, zlib data in stored blocks), so that what stops it is the count of pkt-lines.
@@ -559,7 +617,9 @@ const cases: Case[] = [
   {
     name: 'upload-pack: endless shallow lines',
     script: () => ({
-      refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID)); },
+      refs: (res) => {
+        res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID));
+      },
       pack: (res) => {
         res.writeHead(200, RESULT_TYPE);
         return endless(res, Buffer.alloc(0), (i) => pkt(`shallow ${hex40(i)}\n`));
@@ -571,7 +631,9 @@ const cases: Case[] = [
     // The pack is indexed as it arrives: endless bytes that are no object stop at the first one (nothing past it is read or kept).
     name: 'upload-pack: far more than any chain update (endless pack data)',
     script: () => ({
-      refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID)); },
+      refs: (res) => {
+        res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID));
+      },
       pack: (res) => {
         res.writeHead(200, RESULT_TYPE);
         const head = packOf([], 1000).subarray(0, 12);
@@ -585,7 +647,9 @@ const cases: Case[] = [
     // Endless well-formed objects (64 KiB blobs, stored): what stops them is the bound on bytes (maxBytes, here 64 MiB; FETCH_LIMITS.packBytes by default).
     name: 'upload-pack: endless well-formed objects, past the bound on bytes',
     script: () => ({
-      refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID)); },
+      refs: (res) => {
+        res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID));
+      },
       pack: (res) => {
         res.writeHead(200, RESULT_TYPE);
         const head = packOf([], FETCH_LIMITS.objects).subarray(0, 12);
@@ -600,8 +664,13 @@ const cases: Case[] = [
   {
     name: 'upload-pack: headers, then silence',
     script: () => ({
-      refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID)); },
-      pack: (res) => { res.writeHead(200, RESULT_TYPE); res.write(pkt('NAK\n')); },
+      refs: (res) => {
+        res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID));
+      },
+      pack: (res) => {
+        res.writeHead(200, RESULT_TYPE);
+        res.write(pkt('NAK\n'));
+      },
     }),
     opts: { stallMs: 1_500 },
     expect: /sent nothing for 1\.5 s/,
@@ -611,12 +680,14 @@ const cases: Case[] = [
   {
     name: 'upload-pack: a trickle of one byte per second',
     script: () => ({
-      refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID)); },
+      refs: (res) => {
+        res.writeHead(200, ADVERT_TYPE).end(advertisement(NEW_OID));
+      },
       pack: async (res) => {
         res.writeHead(200, RESULT_TYPE);
         const bytes = sideband(packOf([blobEntry(Buffer.from('slow'))]));
         for (const b of bytes) {
-          if (!await send(res, Buffer.from([b]))) return;
+          if (!(await send(res, Buffer.from([b])))) return;
           await sleep(1000);
         }
         res.end();
@@ -634,14 +705,22 @@ for (const c of cases) test(`hostile remote, clone and fetch: ${c.name}`, () => 
 test('an advertisement with 5,000 other refs around an honest main clones and fetches', async () => {
   const honest = await hostile.honestAdvertisement('chain.git');
   const extra = Buffer.concat(Array.from({ length: 5000 }, (_, i) => pkt(`${hex40(i)} refs/tags/v${i}\n`)));
-  hostile.script = { refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(Buffer.concat([honest.subarray(0, honest.length - 4), extra, FLUSH])); } };
+  hostile.script = {
+    refs: (res) => {
+      res.writeHead(200, ADVERT_TYPE).end(Buffer.concat([honest.subarray(0, honest.length - 4), extra, FLUSH]));
+    },
+  };
   try {
     const dir = fresh('clone-many-refs');
     const repo = await ChainRepo.clone(url, dir);
     assert.is(repo.size, blocks.length);
     const b = await appendAndPush('many-refs');
     const honest2 = await hostile.honestAdvertisement('chain.git');
-    hostile.script = { refs: (res) => { res.writeHead(200, ADVERT_TYPE).end(Buffer.concat([honest2.subarray(0, honest2.length - 4), extra, FLUSH])); } };
+    hostile.script = {
+      refs: (res) => {
+        res.writeHead(200, ADVERT_TYPE).end(Buffer.concat([honest2.subarray(0, honest2.length - 4), extra, FLUSH]));
+      },
+    };
     const got = await repo.fetch(url);
     assert.ok(got.objects > 0);
     await repo.fastForward(got.commit);
@@ -668,10 +747,13 @@ function procStatus(pid: number, field: 'VmRSS' | 'VmHWM'): number {
 
 test('a mirror gateway under a hostile remote keeps serving its verified head, reports the error, and catches up when the remote is honest again', async () => {
   const dir = fresh('gw-mirror');
-  gatewayMirror = await startGatewayProcess(['--config', writeConfig(dir, {
-    listen: { port: 0 },
-    chain: { dir: join(dir, 'chain'), remote: url, public_key: pub, sync_interval: 1 },
-  })]);
+  gatewayMirror = await startGatewayProcess([
+    '--config',
+    writeConfig(dir, {
+      listen: { port: 0 },
+      chain: { dir: join(dir, 'chain'), remote: url, public_key: pub, sync_interval: 1 },
+    }),
+  ]);
   const gw = gatewayMirror;
   const pid = gw.child.pid!;
   const checkpoint = await getJson(gw.url, '/v1/checkpoint');
@@ -694,11 +776,15 @@ test('a mirror gateway under a hostile remote keeps serving its verified head, r
     const expect = c.expect;
     const t0 = Date.now();
     hostile.script = c.script();
-    const err = await until(`the mirror to report ${name}`, async () => {
-      const r = await getJson(gw.url, '/readyz');
-      const s = r.json.sync;
-      return s?.last_error && Date.parse(s.last_attempt) >= t0 && expect.test(s.last_error.message) ? s.last_error : null;
-    }, ms);
+    const err = await until(
+      `the mirror to report ${name}`,
+      async () => {
+        const r = await getJson(gw.url, '/readyz');
+        const s = r.json.sync;
+        return s?.last_error && Date.parse(s.last_attempt) >= t0 && expect.test(s.last_error.message) ? s.last_error : null;
+      },
+      ms,
+    );
     assert.is(err.code, 'io_error', name);
     assert.equal((await getJson(gw.url, '/v1/checkpoint')).json, checkpoint.json, `${name}: the served checkpoint moved`);
     assert.is((await getJson(gw.url, someUrl)).status, 200, `${name}: a lookup failed`);
@@ -710,34 +796,42 @@ test('a mirror gateway under a hostile remote keeps serving its verified head, r
     refs: async (res) => {
       res.writeHead(200, ADVERT_TYPE);
       for (const b of advertisement(NEW_OID)) {
-        if (!await send(res, Buffer.from([b]))) return;
+        if (!(await send(res, Buffer.from([b])))) return;
         await sleep(1000);
       }
       res.end();
     },
   };
-  const slow = await until('the mirror to give up on a trickling remote', async () => {
-    const s = (await getJson(gw.url, '/readyz')).json.sync;
-    // Only the trickle ends an attempt with the advertisement's own deadline (20 s); an attempt that began
-    // before t0 may be the one that meets it, so the attempt's start is not compared with t0.
-    return s?.last_error && /did not answer in time \(20 s\)/.test(s.last_error.message) ? s : null;
-  }, 110_000);
+  const slow = await until(
+    'the mirror to give up on a trickling remote',
+    async () => {
+      const s = (await getJson(gw.url, '/readyz')).json.sync;
+      // Only the trickle ends an attempt with the advertisement's own deadline (20 s); an attempt that began
+      // before t0 may be the one that meets it, so the attempt's start is not compared with t0.
+      return s?.last_error && /did not answer in time \(20 s\)/.test(s.last_error.message) ? s : null;
+    },
+    110_000,
+  );
   // An attempt of the previous attack may still be in flight at t0 (up to its 30 s stall bound) before
   // the trickle is asked for, and a loaded machine stretches each step: still under the 120 s the
   // exchange bound took before the advertisement had its own.
   assert.ok(Date.now() - t0 < 110_000, `the trickle took ${Date.now() - t0} ms`);
   assert.ok(slow.consecutive_failures >= 1);
   assert.equal((await getJson(gw.url, '/v1/checkpoint')).json, checkpoint.json);
-  assert.equal(listing(join(dir, 'chain')), repoBefore, 'the hostile remote changed the mirror\'s chain repository');
+  assert.equal(listing(join(dir, 'chain')), repoBefore, "the hostile remote changed the mirror's chain repository");
   const growth = procStatus(pid, 'VmHWM') - rss0;
   assert.ok(growth < RSS_LIMIT, `the mirror's peak RSS grew by ${Math.round(growth / MiB)} MiB`);
   // Honest again, with a new block: the mirror catches up.
   hostile.script = null;
   const b = await appendAndPush('after-attacks');
-  await until('the mirror to catch up', async () => {
-    const r = await getJson(gw.url, '/v1/checkpoint');
-    return r.json.head === b.record_hash;
-  }, 15_000);
+  await until(
+    'the mirror to catch up',
+    async () => {
+      const r = await getJson(gw.url, '/v1/checkpoint');
+      return r.json.head === b.record_hash;
+    },
+    15_000,
+  );
   const ready = await getJson(gw.url, '/readyz');
   assert.is(ready.status, 200);
   assert.is(ready.json.sync.last_error, null);
@@ -767,7 +861,21 @@ test('https origins whose certificate is self-signed, for another name or expire
   await leaf('good', 'DNS:localhost', '2');
   await leaf('other', 'DNS:other.example', '2');
   await leaf('expired', 'DNS:localhost', '-1'); // notAfter one day before notBefore (now): expired
-  await ssl('req', '-x509', ...ec, '-keyout', 'self.key', '-out', 'self.pem', '-days', '2', '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost');
+  await ssl(
+    'req',
+    '-x509',
+    ...ec,
+    '-keyout',
+    'self.key',
+    '-out',
+    'self.pem',
+    '-days',
+    '2',
+    '-subj',
+    '/CN=localhost',
+    '-addext',
+    'subjectAltName=DNS:localhost',
+  );
   const expiredDates = (await ssl('x509', '-in', 'expired.pem', '-noout', '-enddate')).stdout;
   assert.ok(Date.parse(expiredDates.replace('notAfter=', '').trim()) < Date.now(), expiredDates);
 
@@ -793,23 +901,46 @@ test('https origins whose certificate is self-signed, for another name or expire
   const chain: Block[] = [buildLongChain(1).blocks[0]!];
   for (const name of ['good', 'other', 'expired', 'self']) {
     const prev = chain[chain.length - 1]!;
-    chain.push(buildEndorseBlock({
-      prev, signer, backend: nodeBackend, now: T0 + chain.length * 1000,
-      entries: [{ url: artifactUrl(name), artifactHash: artifactHashOf(nodeBackend, 'sha256', artifactOf(name)), name: `acme/tls-${name}`, semver: '1.0.0', license: 'MIT' }],
-    }));
+    chain.push(
+      buildEndorseBlock({
+        prev,
+        signer,
+        backend: nodeBackend,
+        now: T0 + chain.length * 1000,
+        entries: [
+          {
+            url: artifactUrl(name),
+            artifactHash: artifactHashOf(nodeBackend, 'sha256', artifactOf(name)),
+            name: `acme/tls-${name}`,
+            semver: '1.0.0',
+            license: 'MIT',
+          },
+        ],
+      }),
+    );
   }
-  await ChainRepo.init(join(dir, 'chain'), chain.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(buildCheckpoint({ head: chain[chain.length - 1]!, signer, now: T0 + 10_000 })), commitFor([chain[0]!], T0));
+  await ChainRepo.init(
+    join(dir, 'chain'),
+    chain.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(buildCheckpoint({ head: chain[chain.length - 1]!, signer, now: T0 + 10_000 })),
+    commitFor([chain[0]!], T0),
+  );
   writeFileSync(join(dir, 'authority.pem'), privateKeyFromSeed(TEST_SEED).export({ format: 'pem', type: 'pkcs8' }) as string, { mode: 0o600 });
   chmodSync(join(dir, 'authority.pem'), 0o600);
   const token = 'tls-test-token-' + 'z'.repeat(24);
   writeFileSync(join(dir, 'submit.token'), token, { mode: 0o600 });
-  tlsGateway = await startGatewayProcess(['--config', writeConfig(dir, {
-    listen: { port: 0 },
-    chain: { dir: join(dir, 'chain') },
-    authority: { key_file: join(dir, 'authority.pem'), signer: signer.id, submit_token_file: join(dir, 'submit.token') },
-    origin: { allow_private: true, timeout: 5 },
-  })], { env: { NODE_EXTRA_CA_CERTS: join(dir, 'ca.pem') } });
+  tlsGateway = await startGatewayProcess(
+    [
+      '--config',
+      writeConfig(dir, {
+        listen: { port: 0 },
+        chain: { dir: join(dir, 'chain') },
+        authority: { key_file: join(dir, 'authority.pem'), signer: signer.id, submit_token_file: join(dir, 'submit.token') },
+        origin: { allow_private: true, timeout: 5 },
+      }),
+    ],
+    { env: { NODE_EXTRA_CA_CERTS: join(dir, 'ca.pem') } },
+  );
   const gw = tlsGateway;
   const download = async (u: string) => {
     const r = await request(`${gw.url}/v1/download?url=${encodeURIComponent(u)}`, { dispatcher: agent });
@@ -817,11 +948,12 @@ test('https origins whose certificate is self-signed, for another name or expire
   };
   const submit = async (u: string, name: string) => {
     const r = await request(`${gw.url}/v1/submit`, {
-      method: 'POST', dispatcher: agent,
+      method: 'POST',
+      dispatcher: agent,
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ url: u, name, semver: '2.0.0', license: 'MIT' }),
     });
-    return { status: r.statusCode, json: await r.body.json() as any };
+    return { status: r.statusCode, json: (await r.body.json()) as any };
   };
 
   // The control: a certificate from the CA in NODE_EXTRA_CA_CERTS, for the right name, in its validity period.
@@ -832,7 +964,8 @@ test('https origins whose certificate is self-signed, for another name or expire
   assert.is(okSubmit.status, 201, JSON.stringify(okSubmit.json));
 
   for (const name of ['self', 'other', 'expired'] as const) {
-    for (let round = 0; round < 2; round++) { // twice: the refusal is not cached as bytes either
+    for (let round = 0; round < 2; round++) {
+      // twice: the refusal is not cached as bytes either
       const r = await download(artifactUrl(name));
       assert.is(r.status, 502, `${name}: ${r.status} ${r.body.toString()}`);
       assert.not.ok(r.body.includes('an artifact behind TLS'), `${name}: artifact bytes were served`);

@@ -36,7 +36,11 @@ let gw: GatewayProcess;
 let hostile: Server;
 let H = '';
 
-interface Recorded { status: number; headers: Record<string, string>; body: Buffer }
+interface Recorded {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
 /** Download answers the hostile gateway replays, by URL; and how it edits them. */
 const replay = new Map<string, Recorded>();
 /** URLs the hostile gateway answers 404 for (true: with an index proof). */
@@ -46,7 +50,9 @@ let editIndexProof: (current: string | undefined, recorded: string | undefined) 
 async function download(base: string, url: string): Promise<Recorded> {
   const r = await fetch(`${base}/v1/download?url=${encodeURIComponent(url)}`);
   const headers: Record<string, string> = {};
-  r.headers.forEach((v, k) => { headers[k] = v; });
+  r.headers.forEach((v, k) => {
+    headers[k] = v;
+  });
   return { status: r.status, headers, body: Buffer.from(await r.arrayBuffer()) };
 }
 
@@ -56,11 +62,11 @@ const ascii = (s: string) => s.replace(/[\u0080-\uffff]/g, (c) => '\\u' + c.char
 async function stale(url: string, old: Recorded): Promise<Recorded> {
   const index = (JSON.parse(old.headers['vouch-proof']!) as { index: number }).index;
   const note = await (await fetch(`${gw.url}/checkpoint`)).text();
-  const p = await (await fetch(`${gw.url}/v1/proof/inclusion?index=${index}`)).json() as { size: number; proof: string[] };
+  const p = (await (await fetch(`${gw.url}/v1/proof/inclusion?index=${index}`)).json()) as { size: number; proof: string[] };
   const current = await download(gw.url, url);
   const headers: Record<string, string> = { ...old.headers, 'vouch-proof': ascii(JSON.stringify({ index, size: p.size, proof: p.proof, checkpoint: note })) };
   // A revoked URL's download is a 410 without proofs: the hostile gateway makes the index proof itself, from the log.
-  const ip = editIndexProof(current.headers['vouch-index-proof'] ?? await proofFromLog(url, p.size), old.headers['vouch-index-proof']);
+  const ip = editIndexProof(current.headers['vouch-index-proof'] ?? (await proofFromLog(url, p.size)), old.headers['vouch-index-proof']);
   if (ip === undefined) delete headers['vouch-index-proof'];
   else headers['vouch-index-proof'] = ip;
   return { status: 200, headers, body: old.body };
@@ -71,7 +77,7 @@ async function proofFromLog(url: string, size: number): Promise<string> {
   const idx = new CompletenessIndex(nodeBackend);
   const ch = new ChainIndex();
   for (let i = 0; i < size; i++) {
-    const b = await (await fetch(`${gw.url}/v1/block?index=${i}`)).json() as Block;
+    const b = (await (await fetch(`${gw.url}/v1/block?index=${i}`)).json()) as Block;
     idx.addBlock(b, (h) => ch.indexOfHash(h));
     ch.add(b);
   }
@@ -85,11 +91,23 @@ async function startHostile(): Promise<void> {
       const hidden = u.searchParams.get('url');
       if (hidden !== null && fake404.has(hidden) && (u.pathname === '/v1/download' || u.pathname === '/v1/endorsement')) {
         // A false 404: the download empty, the lookup's JSON with (unless told not to) a real index proof and the current note.
-        if (u.pathname === '/v1/download') { res.writeHead(404); res.end(); return; }
+        if (u.pathname === '/v1/download') {
+          res.writeHead(404);
+          res.end();
+          return;
+        }
         const note = await (await fetch(`${gw.url}/checkpoint`)).text();
         const size = Number(note.split('\n')[1]);
-        const body: Record<string, unknown> = { success: false, status: 'not_found', message: `no provenance block is on file for ${hidden}`, resource: hidden };
-        if (fake404.get(hidden)) { body.index_proof = await proofFromLog(hidden, size); body.checkpoint = note; }
+        const body: Record<string, unknown> = {
+          success: false,
+          status: 'not_found',
+          message: `no provenance block is on file for ${hidden}`,
+          resource: hidden,
+        };
+        if (fake404.get(hidden)) {
+          body.index_proof = await proofFromLog(hidden, size);
+          body.checkpoint = note;
+        }
         res.writeHead(404, { 'content-type': 'application/json' });
         res.end(JSON.stringify(body));
         return;
@@ -106,7 +124,9 @@ async function startHostile(): Promise<void> {
       }
       const r = await fetch(gw.url + (req.url ?? '/'));
       const headers: Record<string, string> = {};
-      r.headers.forEach((v, k) => { if (!['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'date', 'content-encoding'].includes(k)) headers[k] = v; });
+      r.headers.forEach((v, k) => {
+        if (!['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'date', 'content-encoding'].includes(k)) headers[k] = v;
+      });
       res.writeHead(r.status, headers);
       res.end(Buffer.from(await r.arrayBuffer()));
     })().catch(() => res.destroy());
@@ -125,12 +145,15 @@ test.before(async () => {
   writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
   origin = await OriginServer.start();
   const dir = join(work, 'gw');
-  gw = await startGatewayProcess(['--config', writeConfig(dir, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: join(dir, 'chain'), origin: 'log.index-hostile.test' },
-    authority: { key_file: keyFile, signer: 'test-authority', submit_token_file: tokenFile },
-    origin: { allow_private: true, timeout: 5 },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(dir, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: join(dir, 'chain'), origin: 'log.index-hostile.test' },
+      authority: { key_file: keyFile, signer: 'test-authority', submit_token_file: tokenFile },
+      origin: { allow_private: true, timeout: 5 },
+    }),
+  ]);
   origin.route('/widget.js', { body: 'widget 1.0.0\n', contentType: 'text/javascript' });
   origin.route('/gadget.js', { body: 'gadget 1.0.0\n', contentType: 'text/javascript' });
   await submitEntry(gw.url, token, { url: U(), name: 'acme/widget', semver: '1.0.0', license: 'MIT' });
@@ -143,7 +166,9 @@ test.before(async () => {
   origin.route('/widget.js', { body: 'widget 2.0.0\n', contentType: 'text/javascript' });
   await submitEntry(gw.url, token, { url: U(), name: 'acme/widget', semver: '2.0.0', license: 'MIT' });
   const rv = await fetch(gw.url + '/v1/revoke', {
-    method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify({ url: V(), semver: '1.0.0' }),
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ url: V(), semver: '1.0.0' }),
   });
   assert.is(rv.status, 201, await rv.text());
   await startHostile();
@@ -159,7 +184,11 @@ test.after(async () => {
 let n = 0;
 async function get(gateway: string, url: string): Promise<{ status: number; stderr: string; stdout: string; file: string }> {
   const file = join(work, `out-${++n}`);
-  const r = await vouchAsync(['get', '--gateway', gateway, '--url', url, '--public-key', pub, '-o', file, '--state', join(work, `state-${n}.json`), '--timeout', '60'], {}, 90_000);
+  const r = await vouchAsync(
+    ['get', '--gateway', gateway, '--url', url, '--public-key', pub, '-o', file, '--state', join(work, `state-${n}.json`), '--timeout', '60'],
+    {},
+    90_000,
+  );
   return { status: r.status ?? -1, stderr: r.stderr, stdout: r.stdout, file };
 }
 
@@ -170,17 +199,38 @@ test('control: through the real gateway and through the relay untouched, vouch g
   const relayed = await get(H, U());
   assert.is(relayed.status, 0, relayed.stderr);
   // lookups with proof=1 carry the index proof; the selection redone from it is the block served, in every mode
-  for (const [q, want] of [['', 3], ['&semver=1.0.0', 1], ['&semver=2.0.0', 3]] as const) {
-    const l = await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(U())}${q}&proof=1`)).json() as { index: number; proof: { size: number; checkpoint: string }; index_proof: string };
+  for (const [q, want] of [
+    ['', 3],
+    ['&semver=1.0.0', 1],
+    ['&semver=2.0.0', 3],
+  ] as const) {
+    const l = (await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(U())}${q}&proof=1`)).json()) as {
+      index: number;
+      proof: { size: number; checkpoint: string };
+      index_proof: string;
+    };
     assert.is(l.index, want);
     const root = indexRootOfNote(l.proof.checkpoint)!;
     const v = verifyIndexProof(nodeBackend, Buffer.from(l.index_proof, 'base64'), 'url', U(), { root, size: l.proof.size });
     assert.ok(v.ok);
-    if (v.ok) assert.is(selectFromEvents(v.value.events, v.value.voids, { semver: q.includes('semver') ? q.split('=')[1] : undefined, today: new Date().toISOString().slice(0, 10) })?.block, want);
+    if (v.ok)
+      assert.is(
+        selectFromEvents(v.value.events, v.value.voids, {
+          semver: q.includes('semver') ? q.split('=')[1] : undefined,
+          today: new Date().toISOString().slice(0, 10),
+        })?.block,
+        want,
+      );
   }
-  const nf = await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(origin.url('/nothing.js'))}&proof=1`)).json() as { index_proof?: string; checkpoint?: string };
+  const nf = (await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(origin.url('/nothing.js'))}&proof=1`)).json()) as {
+    index_proof?: string;
+    checkpoint?: string;
+  };
   assert.ok(typeof nf.index_proof === 'string' && typeof nf.checkpoint === 'string', '404 with proof=1 carries the index proof');
-  const absent = verifyIndexProof(nodeBackend, Buffer.from(nf.index_proof!, 'base64'), 'url', origin.url('/nothing.js'), { root: indexRootOfNote(nf.checkpoint!)!, size: 5 });
+  const absent = verifyIndexProof(nodeBackend, Buffer.from(nf.index_proof!, 'base64'), 'url', origin.url('/nothing.js'), {
+    root: indexRootOfNote(nf.checkpoint!)!,
+    size: 5,
+  });
   assert.ok(absent.ok && !absent.value.present);
 });
 
@@ -193,7 +243,7 @@ test('an older block with a real inclusion proof in the current checkpoint: refu
   assert.not.ok(existsSync(r.file));
 });
 
-test('the older block without an index proof, or with the older state\'s: refused (no_proof, bad_proof)', async () => {
+test("the older block without an index proof, or with the older state's: refused (no_proof, bad_proof)", async () => {
   replay.set(U(), oldU);
   editIndexProof = () => undefined;
   let r = await get(H, U());

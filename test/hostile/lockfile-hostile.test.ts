@@ -8,12 +8,12 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { git, vouchAsync, type Run, initAuthorityChain, vouchEndorse } from '../helpers/processes.ts';
+import { git, type Run, initAuthorityChain, vouchEndorse } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { writerIn } from '../helpers/lockfiles.ts';
 import { readRequirements, resolveRequirements, logicalLines, REQUIREMENTS_MAX_LINE_CHARS } from '../../tools/lockfiles/pip.ts';
@@ -57,16 +57,25 @@ test('pip: a file the index names widget-1.0.0.tar.gz but links at widget-2.0.0.
   index.route('/html/widget/', { contentType: 'text/html', body: `<a href="/files/widget-2.0.0.tar.gz#sha256=${hex(v1)}">widget-1.0.0.tar.gz</a>` });
   index.route('/json/widget/', {
     contentType: 'application/vnd.pypi.simple.v1+json',
-    body: JSON.stringify({ meta: { 'api-version': '1.1' }, name: 'widget', files: [{ filename: 'widget-1.0.0.tar.gz', url: '/files/widget-2.0.0.tar.gz', hashes: { sha256: hex(v1) } }] }),
+    body: JSON.stringify({
+      meta: { 'api-version': '1.1' },
+      name: 'widget',
+      files: [{ filename: 'widget-1.0.0.tar.gz', url: '/files/widget-2.0.0.tar.gz', hashes: { sha256: hex(v1) } }],
+    }),
   });
   // The other way round: the link is 1.0.0's, the index calls it 2.0.0 (a pin of 2.0.0 must not take it).
   index.route('/swap/widget/', { contentType: 'text/html', body: `<a href="/files/widget-1.0.0.tar.gz">widget-2.0.0.tar.gz</a>` });
   // %2F: the server sees one segment, pip reads the name after it.
-  index.route('/slash/widget/', { contentType: 'text/html', body: `<a href="/files/widget-2.0.0.tar.gz%2Fwidget-1.0.0.tar.gz">widget-2.0.0.tar.gz%2Fwidget-1.0.0.tar.gz</a>` });
+  index.route('/slash/widget/', {
+    contentType: 'text/html',
+    body: `<a href="/files/widget-2.0.0.tar.gz%2Fwidget-1.0.0.tar.gz">widget-2.0.0.tar.gz%2Fwidget-1.0.0.tar.gz</a>`,
+  });
   const before = head();
   for (const [page, pin, link] of [
-    ['html', '1.0.0', '/files/widget-2.0.0.tar.gz'], ['json', '1.0.0', '/files/widget-2.0.0.tar.gz'],
-    ['swap', '2.0.0', '/files/widget-1.0.0.tar.gz'], ['slash', '1.0.0', '/files/widget-2.0.0.tar.gz%2Fwidget-1.0.0.tar.gz'],
+    ['html', '1.0.0', '/files/widget-2.0.0.tar.gz'],
+    ['json', '1.0.0', '/files/widget-2.0.0.tar.gz'],
+    ['swap', '2.0.0', '/files/widget-1.0.0.tar.gz'],
+    ['slash', '1.0.0', '/files/widget-2.0.0.tar.gz%2Fwidget-1.0.0.tar.gz'],
   ] as const) {
     const req = write(`${page}/requirements.txt`, `widget==${pin} --hash=sha256:${hex(v1)}\n`);
     const r = await endorse(['--lockfile', req, '--index-url', index.url(`/${page}/`), '--license', 'MIT']);
@@ -97,29 +106,48 @@ test('pip: a disagreeing link of another version is ignored, the honest file of 
   const http = new Http(OriginMap.parse([]));
   try {
     const reqs = readRequirements(`gadget===1.0.0A --hash=sha256:${hex(good)}\n`, opts, 'r.txt').requirements;
-    const e = await resolveRequirements(reqs, http, index.url('/twice/'), opts, 2).then(() => null, (x) => x);
+    const e = await resolveRequirements(reqs, http, index.url('/twice/'), opts, 2).then(
+      () => null,
+      (x) => x,
+    );
     assert.instance(e, VouchError);
     assert.is(e.code, 'bad_request');
-    assert.match(e.message, /^gadget===1\.0\.0A: refused: pip reads the link .* as "gadget-1\.0\.0%41\.tar\.gz" \(pip 26\.2 and later\) or "gadget-1\.0\.0A\.tar\.gz" \(earlier\)/);
+    assert.match(
+      e.message,
+      /^gadget===1\.0\.0A: refused: pip reads the link .* as "gadget-1\.0\.0%41\.tar\.gz" \(pip 26\.2 and later\) or "gadget-1\.0\.0A\.tar\.gz" \(earlier\)/,
+    );
   } finally {
     await http.close();
   }
 });
 
-test('pip-url: the name is the one python3\'s pip reads (Link.filename), for links of every shape', () => {
+test("pip-url: the name is the one python3's pip reads (Link.filename), for links of every shape", () => {
   const links = [
-    'https://f.example/p/widget-2.0.0.tar.gz', 'https://f.example/p/widget-1.0.0.tar.gz?name=widget-2.0.0.tar.gz#sha256=00',
-    'https://f.example/p/widget-1.0.0.tar.gz/', 'https://f.example/p/a%2Fwidget-1.0.0.tar.gz', 'https://f.example/p/a%2fb@c%2F/d-1.0.tar.gz',
-    'https://f.example/p/torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl', 'https://f.example/', 'https://f.example:8443/',
-    'https://f.example/p/%C3%A9-1.0.tar.gz', 'https://f.example/p/%FF%FE-1.0.tar.gz', 'https://f.example/p/w x-1.0.tar.gz',
-    'https://f.example/p/w%2520x-1.0.tar.gz', 'https://f.example/p/%zz-1.0.tar.gz', 'https://f.example/p/caf\u00e9-1.0.tar.gz',
-    'https://f.example/p/x;y=z-1.0.tar.gz', 'https://f.example/a/b/../c-1.0.tar.gz',
+    'https://f.example/p/widget-2.0.0.tar.gz',
+    'https://f.example/p/widget-1.0.0.tar.gz?name=widget-2.0.0.tar.gz#sha256=00',
+    'https://f.example/p/widget-1.0.0.tar.gz/',
+    'https://f.example/p/a%2Fwidget-1.0.0.tar.gz',
+    'https://f.example/p/a%2fb@c%2F/d-1.0.tar.gz',
+    'https://f.example/p/torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl',
+    'https://f.example/',
+    'https://f.example:8443/',
+    'https://f.example/p/%C3%A9-1.0.tar.gz',
+    'https://f.example/p/%FF%FE-1.0.tar.gz',
+    'https://f.example/p/w x-1.0.tar.gz',
+    'https://f.example/p/w%2520x-1.0.tar.gz',
+    'https://f.example/p/%zz-1.0.tar.gz',
+    'https://f.example/p/caf\u00e9-1.0.tar.gz',
+    'https://f.example/p/x;y=z-1.0.tar.gz',
+    'https://f.example/a/b/../c-1.0.tar.gz',
   ].map(pipRequestUrl);
-  const py = spawnSync('python3', ['-c', [
-    'import sys, json',
-    'from pip._internal.models.link import Link',
-    'print(json.dumps([Link(u).filename for u in json.load(sys.stdin)]))',
-  ].join('\n')], { input: JSON.stringify(links), encoding: 'utf8', timeout: 60_000 });
+  const py = spawnSync(
+    'python3',
+    [
+      '-c',
+      ['import sys, json', 'from pip._internal.models.link import Link', 'print(json.dumps([Link(u).filename for u in json.load(sys.stdin)]))'].join('\n'),
+    ],
+    { input: JSON.stringify(links), encoding: 'utf8', timeout: 60_000 },
+  );
   assert.is(py.status, 0, py.stderr);
   const pip: string[] = JSON.parse(py.stdout);
   const version = spawnSync('python3', ['-c', 'import pip; print(pip.__version__)'], { encoding: 'utf8' }).stdout.trim();
@@ -132,7 +160,7 @@ test('pip-url: the name is the one python3\'s pip reads (Link.filename), for lin
 
 test('requirements: 16 MiB of \\ continuations end in bounded time with one line naming the bound (the index never asked)', async () => {
   const line = `    --hash=sha256:${'ab'.repeat(32)} \\\n`;
-  const body = 'big==1.0 \\\n' + line.repeat(Math.ceil(16 * 1024 * 1024 / line.length));
+  const body = 'big==1.0 \\\n' + line.repeat(Math.ceil((16 * 1024 * 1024) / line.length));
   const req = write('big/requirements.txt', body);
   const r = await endorse(['--lockfile', req, '--index-url', index.url('/never/'), '--license', 'MIT'], 120_000);
   assert.is(r.signal, null, 'killed after 120 s: the join did not finish');
@@ -193,7 +221,10 @@ test('pip: more than 2,000 files of the pinned version at the index is refused n
   const http = new Http(OriginMap.parse([]));
   try {
     const reqs = readRequirements(`many==1.0 --hash=sha256:${'cd'.repeat(32)}\n`, opts, 'r.txt').requirements;
-    const e = await resolveRequirements(reqs, http, index.url('/many/'), opts, 2).then(() => null, (x) => x);
+    const e = await resolveRequirements(reqs, http, index.url('/many/'), opts, 2).then(
+      () => null,
+      (x) => x,
+    );
     assert.instance(e, VouchError);
     assert.is(e.code, 'too_large');
     assert.match(e.message, /^many==1\.0: the index page .* lists 2001 files of version 1\.0, more than 2000$/);
@@ -210,7 +241,12 @@ test('npm: an integrity of 200,000 tokens is refused naming the package, one lin
   index.route('/npm/huge-1.0.0.tgz', { body: tgz });
   const token = `sha512-${createHash('sha512').update(tgz).digest('base64')}`;
   const integrity = Array.from({ length: 200_000 }, () => token).join(' ');
-  const lock = { name: 'app', version: '1.0.0', lockfileVersion: 3, packages: { '': { name: 'app' }, 'node_modules/huge': { version: '1.0.0', license: 'MIT', resolved: index.url('/npm/huge-1.0.0.tgz'), integrity } } };
+  const lock = {
+    name: 'app',
+    version: '1.0.0',
+    lockfileVersion: 3,
+    packages: { '': { name: 'app' }, 'node_modules/huge': { version: '1.0.0', license: 'MIT', resolved: index.url('/npm/huge-1.0.0.tgz'), integrity } },
+  };
   const before = head();
   const r = await endorse(['--lockfile', write('npm/package-lock.json', JSON.stringify(lock))]);
   assert.is(r.status, 2, r.stderr);
@@ -220,7 +256,7 @@ test('npm: an integrity of 200,000 tokens is refused naming the package, one lin
   assert.is(index.requests('/npm/huge-1.0.0.tgz'), 0);
   // The functions themselves: no argument-list spread over what a lockfile holds.
   assert.is(parseSri(integrity).ok, false);
-  const many = Array.from({ length: 200_000 }, (_, i) => ({ algorithm: i % 2 ? 'sha512' as const : 'sha1' as const, hex: String(i) }));
+  const many = Array.from({ length: 200_000 }, (_, i) => ({ algorithm: i % 2 ? ('sha512' as const) : ('sha1' as const), hex: String(i) }));
   assert.is(strongestSri(many).length, 100_000);
   const two = parseSri(`${token} sha1-${createHash('sha1').update(tgz).digest('base64')}`);
   assert.ok(two.ok && strongestSri(two.hashes).length === 1 && strongestSri(two.hashes)[0]!.algorithm === 'sha512');

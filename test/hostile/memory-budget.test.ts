@@ -41,14 +41,17 @@ const sockets: Socket[] = [];
 
 async function startGateway(name: string, originTimeout: number): Promise<GatewayProcess> {
   const dir = join(work, name);
-  const gw = await startGatewayProcess(['--config', writeConfig(dir, {
-    listen: { host: '127.0.0.1', port: 0 },
-    service_name: 'vouch-test',
-    chain: { dir: join(dir, 'chain') },
-    authority: { key_file: keyFile, signer: 'budget', submit_token_file: tokenFile },
-    origin: { allow_private: true, timeout: originTimeout },
-    mirror: { memory_bytes: MEMORY, budget_bytes: BUDGET },
-  })]);
+  const gw = await startGatewayProcess([
+    '--config',
+    writeConfig(dir, {
+      listen: { host: '127.0.0.1', port: 0 },
+      service_name: 'vouch-test',
+      chain: { dir: join(dir, 'chain') },
+      authority: { key_file: keyFile, signer: 'budget', submit_token_file: tokenFile },
+      origin: { allow_private: true, timeout: originTimeout },
+      mirror: { memory_bytes: MEMORY, budget_bytes: BUDGET },
+    }),
+  ]);
   gateways.push(gw);
   return gw;
 }
@@ -57,7 +60,11 @@ function call(base: string, path: string, opts: { method?: string; body?: string
   const u = new URL(base);
   return new Promise((resolve, reject) => {
     const req = httpRequest({
-      host: u.hostname, port: u.port, path, method: opts.method ?? 'GET', agent: false,
+      host: u.hostname,
+      port: u.port,
+      path,
+      method: opts.method ?? 'GET',
+      agent: false,
       headers: { connection: 'close', authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     });
     req.setTimeout(20_000, () => req.destroy(new Error(`no answer to ${path} in 20 s`)));
@@ -73,21 +80,43 @@ function call(base: string, path: string, opts: { method?: string; body?: string
 }
 
 /** Signs `n` artifacts of SIZE bytes (seeds `seed0`...) under /`prefix`<i>.bin; their URLs and sha256 hex. */
-async function endorse(gw: GatewayProcess, prefix: string, seed0: number, n: number): Promise<Array<{ url: string; path: string; seed: number; sha256: string }>> {
+async function endorse(
+  gw: GatewayProcess,
+  prefix: string,
+  seed0: number,
+  n: number,
+): Promise<Array<{ url: string; path: string; seed: number; sha256: string }>> {
   const out = [];
   for (let i = 0; i < n; i++) {
     const path = `/${prefix}${i}.bin`;
     const seed = seed0 + i;
     origin.route(path, { body: pattern(SIZE, seed) });
     const url = origin.url(path);
-    const r = await call(gw.url, '/v1/submit', { method: 'POST', body: JSON.stringify({ url, name: `budget/${prefix}${i}`, semver: '1.0.0', license: 'MIT' }) });
+    const r = await call(gw.url, '/v1/submit', {
+      method: 'POST',
+      body: JSON.stringify({ url, name: `budget/${prefix}${i}`, semver: '1.0.0', license: 'MIT' }),
+    });
     assert.is(r.status, 201, r.body.toString());
-    out.push({ url, path, seed, sha256: createHash('sha256').update(patternBytes(pattern(SIZE, seed))).digest('hex') });
+    out.push({
+      url,
+      path,
+      seed,
+      sha256: createHash('sha256')
+        .update(patternBytes(pattern(SIZE, seed)))
+        .digest('hex'),
+    });
   }
   return out;
 }
 
-interface Budget { in_flight: number; held: number; tier: number; limit: number; refused: number; spoolFiles: number }
+interface Budget {
+  in_flight: number;
+  held: number;
+  tier: number;
+  limit: number;
+  refused: number;
+  spoolFiles: number;
+}
 
 async function budget(gw: GatewayProcess): Promise<Budget> {
   const text = (await call(gw.url, '/metrics')).body.toString();
@@ -112,21 +141,31 @@ const total = (b: Budget) => b.in_flight + b.held + b.tier;
 function pausedDownload(base: string, url: string): Promise<{ res: IncomingMessage; read: () => Promise<{ size: number; sha256: string }> }> {
   const u = new URL(base);
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: u.hostname, port: u.port, path: `/v1/download?url=${encodeURIComponent(url)}`, agent: false, headers: { connection: 'close' } });
+    const req = httpRequest({
+      host: u.hostname,
+      port: u.port,
+      path: `/v1/download?url=${encodeURIComponent(url)}`,
+      agent: false,
+      headers: { connection: 'close' },
+    });
     req.setTimeout(30_000, () => req.destroy(new Error('download: no progress in 30 s')));
     req.on('error', reject);
     req.on('response', (res) => {
       res.pause();
       resolve({
         res,
-        read: () => new Promise((done, fail) => {
-          const h = createHash('sha256');
-          let size = 0;
-          res.on('data', (c: Buffer) => { h.update(c); size += c.length; });
-          res.on('end', () => done({ size, sha256: h.digest('hex') }));
-          res.on('error', fail);
-          res.resume();
-        }),
+        read: () =>
+          new Promise((done, fail) => {
+            const h = createHash('sha256');
+            let size = 0;
+            res.on('data', (c: Buffer) => {
+              h.update(c);
+              size += c.length;
+            });
+            res.on('end', () => done({ size, sha256: h.digest('hex') }));
+            res.on('error', fail);
+            res.resume();
+          }),
       });
     });
     req.end();
@@ -210,7 +249,9 @@ test('clients that read nothing are torn down after origin.timeout and their buf
     sockets.push(s);
     s.pause();
     let closed = false;
-    s.on('close', () => { closed = true; });
+    s.on('close', () => {
+      closed = true;
+    });
     s.on('error', () => {});
     s.write(`GET /v1/download?url=${encodeURIComponent(a.url)} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
     return { socket: s, closed: () => closed };
@@ -235,7 +276,9 @@ test('clients that read nothing are torn down after origin.timeout and their buf
   // The clients see their connections end before the whole body.
   let received = 0;
   for (const c of clients) {
-    c.socket.on('data', (d: Buffer) => { received += d.length; });
+    c.socket.on('data', (d: Buffer) => {
+      received += d.length;
+    });
     c.socket.resume();
   }
   await until('clients see the close', 10_000, async () => (clients.every((c) => c.closed()) ? true : null));

@@ -40,7 +40,11 @@ function fds(pid: number): { total: number; sockets: number } {
   const all = readdirSync(dir);
   let sockets = 0;
   for (const f of all) {
-    try { if (readlinkSync(join(dir, f)).startsWith('socket:')) sockets++; } catch { /* closed meanwhile */ }
+    try {
+      if (readlinkSync(join(dir, f)).startsWith('socket:')) sockets++;
+    } catch {
+      /* closed meanwhile */
+    }
   }
   return { total: all.length, sockets };
 }
@@ -51,8 +55,7 @@ function tempFiles(): string[] {
     for (const e of readdirSync(d, { withFileTypes: true })) {
       if (e.isDirectory()) {
         if (!e.name.startsWith('tsx-')) walk(join(d, e.name)); // tsx's own transform cache, not vouch's
-      }
-      else out.push(join(d, e.name));
+      } else out.push(join(d, e.name));
     }
   };
   walk(gwTmp);
@@ -64,13 +67,19 @@ test.before(async () => {
   createKeyFile(join(work, 'authority.pem'));
   writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
   origin = await OriginServer.start();
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'chain') },
-    authority: { key_file: join(work, 'authority.pem'), signer: 'faults', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true, timeout: 1.5, max_bytes: 4 * 1024 * 1024, max_redirects: 3 },
-    mirror: { memory_bytes: 64 * 1024 * 1024 },
-  })], { env: { TMPDIR: gwTmp } });
+  gw = await startGatewayProcess(
+    [
+      '--config',
+      writeConfig(work, {
+        listen: { port: 0 },
+        chain: { dir: join(work, 'chain') },
+        authority: { key_file: join(work, 'authority.pem'), signer: 'faults', submit_token_file: join(work, 'submit.token') },
+        origin: { allow_private: true, timeout: 1.5, max_bytes: 4 * 1024 * 1024, max_redirects: 3 },
+        mirror: { memory_bytes: 64 * 1024 * 1024 },
+      }),
+    ],
+    { env: { TMPDIR: gwTmp } },
+  );
 });
 
 test.after(async () => {

@@ -40,10 +40,25 @@ test.after(async () => {
   rmSync(work, { recursive: true, force: true });
 });
 
-const keyBody = () => keyPem.split('\n').filter((l) => l && !l.startsWith('-----')).join('');
+const keyBody = () =>
+  keyPem
+    .split('\n')
+    .filter((l) => l && !l.startsWith('-----'))
+    .join('');
 
 test('the key and the token are not reachable over HTTP', async () => {
-  for (const p of ['/authority.pem', '/var/authority.pem', `/${join(work, 'authority.pem')}`, '/submit.token', '/../authority.pem', '/v1/skills/../../authority.pem', '/.git/config', '/v1/openapi.json', '/v1/authority', '/v1/checkpoint']) {
+  for (const p of [
+    '/authority.pem',
+    '/var/authority.pem',
+    `/${join(work, 'authority.pem')}`,
+    '/submit.token',
+    '/../authority.pem',
+    '/v1/skills/../../authority.pem',
+    '/.git/config',
+    '/v1/openapi.json',
+    '/v1/authority',
+    '/v1/checkpoint',
+  ]) {
     const r = await request(gw.url + p, { dispatcher: agent });
     const text = await r.body.text();
     assert.not.ok(text.includes(keyBody()), `${p} served the key`);
@@ -59,7 +74,12 @@ test('neither secret appears in any log line, whatever the requests', async () =
     assert.is(r.statusCode, 401);
     await r.body.dump();
   }
-  const r = await request(gw.url + '/v1/submit', { method: 'POST', dispatcher: agent, headers: { ...headers, authorization: `Bearer ${token}` }, body: '{"url":"http://127.0.0.1:1/x","name":"a/b","semver":"1.0.0","license":"MIT"}' });
+  const r = await request(gw.url + '/v1/submit', {
+    method: 'POST',
+    dispatcher: agent,
+    headers: { ...headers, authorization: `Bearer ${token}` },
+    body: '{"url":"http://127.0.0.1:1/x","name":"a/b","semver":"1.0.0","license":"MIT"}',
+  });
   assert.is(r.statusCode, 400); // loopback refused: allow_private is off
   await r.body.dump();
   await gw.stop();

@@ -22,8 +22,16 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync,
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf, computeRecordHash,
-  formatBlockFile, formatCheckpointFile, VouchError, type Block,
+  buildAuthorityBlock,
+  buildCheckpoint,
+  buildEndorseBlock,
+  buildRevokeBlock,
+  artifactHashOf,
+  computeRecordHash,
+  formatBlockFile,
+  formatCheckpointFile,
+  VouchError,
+  type Block,
 } from '../../chain/index.ts';
 import { utf8 } from '../../chain/encoding.ts';
 import { readJson } from '../../chain/block.ts';
@@ -51,13 +59,24 @@ for (let i = 1; i < N; i++) {
     blocks.push(buildRevokeBlock({ prev, target: blocks[i === REVOKE_FAR ? 7 : 1_405]!, signer, backend: b, now }));
     continue;
   }
-  blocks.push(buildEndorseBlock({
-    prev, signer, backend: b, now,
-    entries: [{
-      url: `https://a.example/pkg/${i}.tgz`, artifactHash: artifactHashOf(b, 'sha256', utf8(`artifact ${i}`)), name: 'acme/pkg', semver: `1.${i}.0`,
-      license: 'MIT', comment: i === FFFD_AT ? 'build \uFFFD (a replacement character, signed)' : `build ${i}`,
-    }],
-  }));
+  blocks.push(
+    buildEndorseBlock({
+      prev,
+      signer,
+      backend: b,
+      now,
+      entries: [
+        {
+          url: `https://a.example/pkg/${i}.tgz`,
+          artifactHash: artifactHashOf(b, 'sha256', utf8(`artifact ${i}`)),
+          name: 'acme/pkg',
+          semver: `1.${i}.0`,
+          license: 'MIT',
+          comment: i === FFFD_AT ? 'build \uFFFD (a replacement character, signed)' : `build ${i}`,
+        },
+      ],
+    }),
+  );
 }
 const checkpoint = buildCheckpoint({ head: blocks[N - 1]!, signer, now: T0 + N * 1000 });
 
@@ -67,9 +86,15 @@ let BASE = '';
 
 const git = (...args: string[]): string => gitIn(dir, '-c', 'user.name=forger', '-c', 'user.email=forger@vouch.invalid', ...args);
 const file = (i: number) => join(dir, blockPath(i));
-const commitAll = (msg: string) => { git('add', '-A'); git('commit', '-q', '--no-verify', '-m', msg); };
+const commitAll = (msg: string) => {
+  git('add', '-A');
+  git('commit', '-q', '--no-verify', '-m', msg);
+};
 /** Back to the chain as built: branch, index and working tree. */
-const reset = () => { git('reset', '-q', '--hard', BASE); git('clean', '-q', '-fdx'); };
+const reset = () => {
+  git('reset', '-q', '--hard', BASE);
+  git('clean', '-q', '-fdx');
+};
 
 /** `ok <size>` or `<code>@<index>`, and the message. */
 async function outcome(threads: number): Promise<{ r: string; message: string }> {
@@ -96,7 +121,11 @@ async function expectBoth(want: string, what: string): Promise<string> {
 function cli(threads: string, timeoutMs = 60_000): { status: number | null; code?: string; index?: number | null; stderr: string } {
   const r = vouch(['verify', '--chain', dir, '--json', '--threads', threads], {}, timeoutMs);
   let out: { code?: string; index?: number | null } = {};
-  try { out = JSON.parse(r.stdout); } catch { /* crashed */ }
+  try {
+    out = JSON.parse(r.stdout);
+  } catch {
+    /* crashed */
+  }
   return { status: r.status, code: out.code, index: out.index, stderr: r.stderr.slice(0, 300) };
 }
 
@@ -115,8 +144,12 @@ function commitRewritten(from: number, replacement: Block): void {
 }
 
 test.before(async () => {
-  await ChainRepo.init(dir, blocks.map((x) => ({ index: x.index, content: formatBlockFile(x) })), formatCheckpointFile(checkpoint),
-    { message: 'chain\n', authorName: 'authority', authorEmail: 'authority@vouch.invalid', timestamp: 1_790_000_000 });
+  await ChainRepo.init(
+    dir,
+    blocks.map((x) => ({ index: x.index, content: formatBlockFile(x) })),
+    formatCheckpointFile(checkpoint),
+    { message: 'chain\n', authorName: 'authority', authorEmail: 'authority@vouch.invalid', timestamp: 1_790_000_000 },
+  );
   BASE = git('rev-parse', 'HEAD').trim();
 });
 test.after(() => rmSync(work, { recursive: true, force: true }));
@@ -129,7 +162,10 @@ test('the chain as built verifies inline and with workers (valid revokes of bloc
 
 test('a committed checkpoint "size": 1e12 or 1e400 plans no work: vouch verify ends with checkpoint_mismatch, inline and with threads', () => {
   // Only runs with threads read the size (to plan batches): 1e400 is checked there.
-  for (const [size, runs] of [['1e12', ['0', '2']], ['1e400', ['2']]] as const) {
+  for (const [size, runs] of [
+    ['1e12', ['0', '2']],
+    ['1e400', ['2']],
+  ] as const) {
     reset();
     const cp = join(dir, 'checkpoint.json');
     writeFileSync(cp, readFileSync(cp, 'utf8').replace(`"size": ${N}`, `"size": ${size}`));
@@ -163,7 +199,11 @@ test('a block path that is a symbolic link to the same block inside or outside t
   const inside = join(dir, 'copy.json');
   const secret = join(work, 'secret');
   writeFileSync(secret, 'very-secret-host\n');
-  for (const [what, target] of [['inside the clone', inside], ['outside the clone', outside], ['a file of another owner (like /etc/hostname)', secret]] as const) {
+  for (const [what, target] of [
+    ['inside the clone', inside],
+    ['outside the clone', outside],
+    ['a file of another owner (like /etc/hostname)', secret],
+  ] as const) {
     reset();
     copyFileSync(file(K), outside);
     copyFileSync(file(K), inside);
@@ -199,7 +239,10 @@ test('a repeated member name in a block ("comment":"FORGED" before the signed on
   let message = await expectBoth(`malformed@${K}`, 'a repeated top-level member');
   assert.match(message, /repeats the member name "comment"/);
   reset();
-  writeFileSync(file(K + 1), readFileSync(file(K + 1), 'utf8').replace('"artifact_hash"', '"artifact_url": "https://evil.example/x.tgz",\n        "artifact_hash"'));
+  writeFileSync(
+    file(K + 1),
+    readFileSync(file(K + 1), 'utf8').replace('"artifact_hash"', '"artifact_url": "https://evil.example/x.tgz",\n        "artifact_hash"'),
+  );
   commitAll('duplicate nested member');
   message = await expectBoth(`malformed@${K + 1}`, 'a repeated member inside an endorsement');
   assert.match(message, /repeats the member name "artifact_url"/);
@@ -219,27 +262,40 @@ test('readJson finds a repeated member name exactly, at any depth, whatever the 
   type J = { o: [string, J][] } | { a: J[] } | { s: string } | { n: number } | { l: 'true' | 'false' | 'null' };
   const name = fc.constantFrom('a', 'a:b', ':', 'x"y', 'x\\', '__proto__', '0', 'é', '\u2028', '');
   const { j } = fc.letrec<{ j: J }>((tie) => ({
-    j: fc.oneof({ depthSize: 'small', withCrossShrink: true },
-      fc.record({ s: name }), fc.record({ n: fc.integer() }), fc.record({ l: fc.constantFrom('true', 'false', 'null') as fc.Arbitrary<'true' | 'false' | 'null'> }),
-      fc.record({ o: fc.array(fc.tuple(name, tie('j')), { maxLength: 5 }) }), fc.record({ a: fc.array(tie('j'), { maxLength: 3 }) })),
+    j: fc.oneof(
+      { depthSize: 'small', withCrossShrink: true },
+      fc.record({ s: name }),
+      fc.record({ n: fc.integer() }),
+      fc.record({ l: fc.constantFrom('true', 'false', 'null') as fc.Arbitrary<'true' | 'false' | 'null'> }),
+      fc.record({ o: fc.array(fc.tuple(name, tie('j')), { maxLength: 5 }) }),
+      fc.record({ a: fc.array(tie('j'), { maxLength: 3 }) }),
+    ),
   }));
   const ws = fc.constantFrom('', ' ', '\n  ', '\t');
   const style = fc.record({ escape: fc.boolean(), ws });
-  const str = (s: string, escape: boolean) => escape ? '"' + [...s].map((c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0')).join('') + '"' : JSON.stringify(s);
+  const str = (s: string, escape: boolean) =>
+    escape ? '"' + [...s].map((c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0')).join('') + '"' : JSON.stringify(s);
   const write = (v: J, st: { escape: boolean; ws: string }): string => {
     if ('o' in v) return '{' + v.o.map(([k, x]) => `${st.ws}${str(k, st.escape)}${st.ws}:${st.ws}${write(x, st)}`).join(',') + st.ws + '}';
     if ('a' in v) return '[' + v.a.map((x) => st.ws + write(x, st)).join(',') + ']';
     if ('s' in v) return str(v.s, st.escape);
     return 'n' in v ? String(v.n) : v.l;
   };
-  const repeats = (v: J): boolean => 'o' in v ? new Set(v.o.map(([k]) => k)).size < v.o.length || v.o.some(([, x]) => repeats(x)) : 'a' in v ? v.a.some(repeats) : false;
+  const repeats = (v: J): boolean =>
+    'o' in v ? new Set(v.o.map(([k]) => k)).size < v.o.length || v.o.some(([, x]) => repeats(x)) : 'a' in v ? v.a.some(repeats) : false;
   let withRepeats = 0;
-  fc.assert(fc.property(j, style, (v, st) => {
-    const text = write(v, st);
-    const r = readJson(text);
-    if (repeats(v)) withRepeats++;
-    return (r.error === null) === !repeats(v) && (r.error === null ? JSON.stringify(r.value) === JSON.stringify(JSON.parse(text)) : /repeats the member name/.test(r.error));
-  }), { numRuns: 4000, seed: 14 });
+  fc.assert(
+    fc.property(j, style, (v, st) => {
+      const text = write(v, st);
+      const r = readJson(text);
+      if (repeats(v)) withRepeats++;
+      return (
+        (r.error === null) === !repeats(v) &&
+        (r.error === null ? JSON.stringify(r.value) === JSON.stringify(JSON.parse(text)) : /repeats the member name/.test(r.error))
+      );
+    }),
+    { numRuns: 4000, seed: 14 },
+  );
   assert.ok(withRepeats > 200, `only ${withRepeats} generated texts repeat a name`);
 });
 
@@ -277,12 +333,20 @@ test('a forged checkpoint committed with the original restored, a newer valid bl
   writeFileSync(cp, formatCheckpointFile(buildCheckpoint({ head: blocks[N - 2]!, signer, now: T0 })));
   commitAll('forged checkpoint');
   writeFileSync(cp, original);
-  assert.match(await expectBoth('checkpoint_mismatch@null', 'a working-tree checkpoint that differs from the branch'), /checkpoint\.json is not what branch main commits/);
+  assert.match(
+    await expectBoth('checkpoint_mismatch@null', 'a working-tree checkpoint that differs from the branch'),
+    /checkpoint\.json is not what branch main commits/,
+  );
 
   reset();
   const next = buildEndorseBlock({
-    prev: blocks[N - 1]!, signer, backend: b, now: T0 + (N + 1) * 1000,
-    entries: [{ url: 'https://a.example/untracked.tgz', artifactHash: artifactHashOf(b, 'sha256', utf8('u')), name: 'acme/pkg', semver: '9.9.9', license: 'MIT' }],
+    prev: blocks[N - 1]!,
+    signer,
+    backend: b,
+    now: T0 + (N + 1) * 1000,
+    entries: [
+      { url: 'https://a.example/untracked.tgz', artifactHash: artifactHashOf(b, 'sha256', utf8('u')), name: 'acme/pkg', semver: '9.9.9', license: 'MIT' },
+    ],
   });
   writeFileSync(file(N), formatBlockFile(next));
   writeFileSync(cp, formatCheckpointFile(buildCheckpoint({ head: next, signer, now: T0 + (N + 1) * 1000 })));
@@ -295,10 +359,14 @@ test('a forged checkpoint committed with the original restored, a newer valid bl
 
 // --- a revoke names an earlier endorse block
 
-test('a revoke naming no block, the authority block or another revoke is malformed at the revoke (in a worker batch and as a batch\'s first block)', async () => {
+test("a revoke naming no block, the authority block or another revoke is malformed at the revoke (in a worker batch and as a batch's first block)", async () => {
   const fake = { ...blocks[5]!, record_hash: 'ab'.repeat(32) };
   for (const at of [2_040, 2_015]) {
-    for (const [what, target] of [['no block', fake], ['the authority block', blocks[0]!], ['another revoke', blocks[REVOKE_FAR]!]] as const) {
+    for (const [what, target] of [
+      ['no block', fake],
+      ['the authority block', blocks[0]!],
+      ['another revoke', blocks[REVOKE_FAR]!],
+    ] as const) {
       reset();
       commitRewritten(at, buildRevokeBlock({ prev: blocks[at - 1]!, target, signer, backend: b, now: T0 + at * 1000 }));
       const message = await expectBoth(`malformed@${at}`, `a revoke of ${what} at ${at}`);
@@ -346,10 +414,13 @@ test('opening the chain to write removes the tmp_obj_* files interrupted writes 
   const hourAgo = new Date(Date.now() - 3_600_000);
   utimesSync(oldGit, hourAgo, hourAgo);
   await ChainRepo.open(dir, { repair: false });
-  assert.ok([dead, live, oldGit, freshGit].every((p) => existsSync(p)), 'a read-only open removed something');
+  assert.ok(
+    [dead, live, oldGit, freshGit].every((p) => existsSync(p)),
+    'a read-only open removed something',
+  );
   const repo = await ChainRepo.open(dir);
-  assert.not.ok(existsSync(dead), 'the dead writer\'s file stayed');
-  assert.not.ok(existsSync(oldGit), 'git\'s old file stayed');
+  assert.not.ok(existsSync(dead), "the dead writer's file stayed");
+  assert.not.ok(existsSync(oldGit), "git's old file stayed");
   assert.ok(existsSync(live) && existsSync(freshGit), 'a file that may still be written was removed');
   assert.ok(repo.repairs.some((r) => r.path === '.git/objects/ab/tmp_obj_vouch_999999999_3' && r.action === 'removed'));
   for (const p of [live, freshGit]) rmSync(p);
@@ -357,7 +428,7 @@ test('opening the chain to write removes the tmp_obj_* files interrupted writes 
 
 // --- the gateway's cold start is the same code
 
-test('the gateway\'s cold start (ChainState.load) with a checkpoint size of 1e12 and a repeated member: refused, nothing planned for it', async () => {
+test("the gateway's cold start (ChainState.load) with a checkpoint size of 1e12 and a repeated member: refused, nothing planned for it", async () => {
   reset();
   const cp = join(dir, 'checkpoint.json');
   writeFileSync(cp, readFileSync(cp, 'utf8').replace(`"size": ${N}`, '"size": 1e12'));
@@ -382,7 +453,10 @@ test('the gateway takes in no block or checkpoint text a sync hands over that re
   reset();
   const { state } = await ChainState.load(await ChainRepo.open(dir, { repair: false }), { pinnedPublicKey: Buffer.from(signer.publicKey).toString('base64') });
   const next = buildEndorseBlock({
-    prev: blocks[N - 1]!, signer, backend: b, now: T0 + (N + 1) * 1000,
+    prev: blocks[N - 1]!,
+    signer,
+    backend: b,
+    now: T0 + (N + 1) * 1000,
     entries: [{ url: 'https://a.example/next.tgz', artifactHash: artifactHashOf(b, 'sha256', utf8('n')), name: 'acme/pkg', semver: '9.9.9', license: 'MIT' }],
   });
   const cpText = formatCheckpointFile(buildCheckpoint({ head: next, signer, now: T0 + (N + 1) * 1000 }));
@@ -396,10 +470,19 @@ test('the gateway takes in no block or checkpoint text a sync hands over that re
     }
   };
   const dupBlock = formatBlockFile(next).replace('{\n', '{\n  "comment": "FORGED",\n');
-  assert.is(outcomeOf(() => state.applyCommitted([next], cpText, [dupBlock])), `malformed@${N}`);
-  assert.is(outcomeOf(() => state.applyCommitted([next], cpText.replace('{\n', '{\n  "size": 1,\n'), [formatBlockFile(next)])), 'checkpoint_mismatch@null');
+  assert.is(
+    outcomeOf(() => state.applyCommitted([next], cpText, [dupBlock])),
+    `malformed@${N}`,
+  );
+  assert.is(
+    outcomeOf(() => state.applyCommitted([next], cpText.replace('{\n', '{\n  "size": 1,\n'), [formatBlockFile(next)])),
+    'checkpoint_mismatch@null',
+  );
   assert.is(state.size, N, 'a refused block was taken in');
-  assert.is(outcomeOf(() => state.applyCommitted([next], cpText, [formatBlockFile(next)])), 'ok');
+  assert.is(
+    outcomeOf(() => state.applyCommitted([next], cpText, [formatBlockFile(next)])),
+    'ok',
+  );
   assert.is(state.size, N + 1);
 });
 

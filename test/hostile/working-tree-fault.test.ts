@@ -33,12 +33,18 @@ test.before(async () => {
   // The chain exists before the gateway runs with the fault armed (it fails the first append's working tree).
   const init = await vouchAsync(['init', '--chain', chainDir, '--key', join(work, 'authority.pem'), '--signer', 'wt-fault']);
   assert.is(init.status, 0, init.stderr);
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { port: 0 },
-    chain: { dir: chainDir },
-    authority: { key_file: join(work, 'authority.pem'), signer: 'wt-fault', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true },
-  })], { env: { VOUCH_FAIL_POINT: 'working-tree' } });
+  gw = await startGatewayProcess(
+    [
+      '--config',
+      writeConfig(work, {
+        listen: { port: 0 },
+        chain: { dir: chainDir },
+        authority: { key_file: join(work, 'authority.pem'), signer: 'wt-fault', submit_token_file: join(work, 'submit.token') },
+        origin: { allow_private: true },
+      }),
+    ],
+    { env: { VOUCH_FAIL_POINT: 'working-tree' } },
+  );
 });
 
 test.after(async () => {

@@ -39,13 +39,19 @@ const buildMjs = pathToFileURL(join(repoRoot, 'tools', 'build.mjs')).href;
 /** Runs an ES module snippet with `build`/`distState` of tools/build.mjs in scope; returns its stdout. */
 function withBuild(code: string): string {
   const r = spawnSync(process.execPath, ['--input-type=module', '-e', `import { build, distState } from ${JSON.stringify(buildMjs)};\n${code}`, out], {
-    cwd: repoRoot, encoding: 'utf8', timeout: 120_000,
+    cwd: repoRoot,
+    encoding: 'utf8',
+    timeout: 120_000,
   });
   assert.is(r.status, 0, r.stderr);
   return r.stdout;
 }
 
-interface Manifest { inputs: string[]; digest: string; outputs: string[] }
+interface Manifest {
+  inputs: string[];
+  digest: string;
+  outputs: string[];
+}
 const manifest = (): Manifest => JSON.parse(readFileSync(join(out, 'manifest.json'), 'utf8')) as Manifest;
 
 /** The relative module specifiers a built file imports, statically or by import(). */
@@ -65,7 +71,10 @@ test('a build lists every piece its files import; the workers import none; a mis
   const code = m.outputs.filter((f) => f.endsWith('.mjs'));
   const pieces = code.filter((f) => /-[A-Z0-9]{8}\.mjs$/.test(f));
   assert.ok(pieces.length >= 8, `expected the command line split into pieces, got ${pieces.join(', ')}`);
-  assert.ok(relativeImports('cli.mjs').some((f) => f.startsWith('endorse-')), 'cli.mjs does not import the endorse command on demand');
+  assert.ok(
+    relativeImports('cli.mjs').some((f) => f.startsWith('endorse-')),
+    'cli.mjs does not import the endorse command on demand',
+  );
   for (const f of code) {
     for (const imp of relativeImports(f)) assert.ok(listed.has(imp), `${f} imports ${imp}, which the manifest does not list`);
     assert.ok(listed.has(`${f}.map`), `${f} has no source map`);
@@ -88,8 +97,12 @@ test('the built command line runs from its directory: --help, and verify with it
 
   const { blocks, checkpoint } = buildLongChain(2_500); // above parallel-verify's inline limit (2,000): workers run
   const dir = join(work, 'chain');
-  await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(checkpoint),
-    { message: 'bulk\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  await ChainRepo.init(
+    dir,
+    blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(checkpoint),
+    { message: 'bulk\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 },
+  );
   const verify = spawnSync(process.execPath, [join(out, 'cli.mjs'), 'verify', '--chain', dir, '--json'], { encoding: 'utf8', timeout: 120_000 });
   assert.is(verify.status, 0, verify.stderr);
   assert.is((JSON.parse(verify.stdout) as { blocks: number }).blocks, 2_500);
@@ -106,7 +119,7 @@ test('the built command line runs from its directory: --help, and verify with it
   }
 });
 
-test('a rebuild keeps the previous build\'s files an hour, and removes older leftovers', () => {
+test("a rebuild keeps the previous build's files an hour, and removes older leftovers", () => {
   const hourAgo = (Date.now() - 2 * 3_600_000) / 1000;
   const m = manifest();
   // As if the previous build had made `retiring` (listed), and long ago `stale` (not listed, old) and `recent` (not listed, new).

@@ -60,8 +60,8 @@ async function submit(path: string): Promise<{ status: number; json: any }> {
   return { status: r.status, json: r.json };
 }
 
-const endorse = (url: string) => vouchEndorse(chain, keyFile, ['--url', url,
-  '--name', 'acme/cli', '--semver', '1.0.0', '--license', 'MIT', '--file', join(work, 'a.txt')]);
+const endorse = (url: string) =>
+  vouchEndorse(chain, keyFile, ['--url', url, '--name', 'acme/cli', '--semver', '1.0.0', '--license', 'MIT', '--file', join(work, 'a.txt')]);
 
 function gitClean(): void {
   const s = git(['-C', chain, 'status', '--porcelain']);
@@ -87,7 +87,10 @@ test('a running authority gateway holds the lock; vouch endorse on its chain is 
   assert.is(r.stdout, '');
   const lines = r.stderr.trim().split('\n');
   assert.is(lines.length, 1, r.stderr);
-  assert.is(lines[0], `vouch endorse: chain ${chain} is in use by a running gateway (pid ${gw.child.pid}, lock ${lockFile}): endorse through it (vouch endorse --gateway URL --token-file FILE, i.e. POST /v1/submit) or stop it first`);
+  assert.is(
+    lines[0],
+    `vouch endorse: chain ${chain} is in use by a running gateway (pid ${gw.child.pid}, lock ${lockFile}): endorse through it (vouch endorse --gateway URL --token-file FILE, i.e. POST /v1/submit) or stop it first`,
+  );
   assert.is(git(['-C', chain, 'rev-parse', 'HEAD']).stdout, head, 'the branch moved');
   gitClean();
   assert.ok(existsSync(lockFile), 'the refused endorse removed the lock');
@@ -110,7 +113,10 @@ test('a second authority gateway on the same chain refuses to start (exit 2, one
   assert.is(r.status, 2, r.stdout + r.stderr);
   const lines = r.stderr.trim().split('\n');
   assert.is(lines.length, 1, r.stderr);
-  assert.is(lines[0], `vouch serve: chain ${chain} is in use by a running gateway (pid ${gw!.child.pid}, lock ${lockFile}): stop it first, or give this gateway another chain.dir`);
+  assert.is(
+    lines[0],
+    `vouch serve: chain ${chain} is in use by a running gateway (pid ${gw!.child.pid}, lock ${lockFile}): stop it first, or give this gateway another chain.dir`,
+  );
   assert.not.match(r.stdout, /listening on/);
   assert.is(JSON.parse(readFileSync(lockFile, 'utf8')).pid, gw!.child.pid, 'the lock changed hands');
   const s = await submit('/s3.txt');
@@ -127,7 +133,7 @@ test('a read-only gateway takes no lock: it may run beside an authority', async 
   } finally {
     assert.is(await ro.stop(), 0);
   }
-  assert.ok(existsSync(lockFile), 'the read-only gateway removed the authority\'s lock');
+  assert.ok(existsSync(lockFile), "the read-only gateway removed the authority's lock");
 });
 
 test('once the gateway stops, the lock is gone and vouch endorse works', async () => {
@@ -168,7 +174,7 @@ test('a stale lock (its process is gone) does not stop vouch endorse, and a gate
   assert.not.ok(existsSync(lockFile));
 });
 
-test('in one process: the gateway\'s own writes pass its lock, a second hold is refused, another host\'s lock counts as held', async () => {
+test("in one process: the gateway's own writes pass its lock, a second hold is refused, another host's lock counts as held", async () => {
   const held = acquireChainLock(chain);
   try {
     const repo = await ChainRepo.open(chain); // repairs under the process's own lock
@@ -191,7 +197,7 @@ test('in one process: the gateway\'s own writes pass its lock, a second hold is 
   writeFileSync(lockFile, JSON.stringify({ pid: 1, host: 'elsewhere.invalid', token: 'far', since: '2026-01-01T00:00:00Z' }) + '\n');
   try {
     await ChainRepo.open(chain);
-    assert.unreachable('opened for writing under another host\'s lock');
+    assert.unreachable("opened for writing under another host's lock");
   } catch (e) {
     assert.ok((e as Error).message.includes(`pid 1 on elsewhere.invalid, lock ${lockPathOf(chain)})`), (e as Error).message);
     assert.ok((e as Error).message.endsWith(`if no such gateway runs, remove ${lockPathOf(chain)}`), (e as Error).message);
@@ -201,7 +207,7 @@ test('in one process: the gateway\'s own writes pass its lock, a second hold is 
   rmSync(lockFile);
 });
 
-test('the lock of a live process that is not a gateway of this chain still counts; only a gone process\'s is taken over', () => {
+test("the lock of a live process that is not a gateway of this chain still counts; only a gone process's is taken over", () => {
   const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60000)'], { stdio: 'ignore' });
   try {
     writeFileSync(lockFile, JSON.stringify({ pid: child.pid, host: hostname(), token: 'live', since: new Date().toISOString() }) + '\n');

@@ -60,11 +60,15 @@ const git = gitIn;
 
 function looseObjects(dir: string): string[] {
   const objects = join(dir, '.git', 'objects');
-  return readdirSync(objects).filter((d) => /^[0-9a-f]{2}$/.test(d)).flatMap((d) => readdirSync(join(objects, d)).map((n) => d + n));
+  return readdirSync(objects)
+    .filter((d) => /^[0-9a-f]{2}$/.test(d))
+    .flatMap((d) => readdirSync(join(objects, d)).map((n) => d + n));
 }
 
 function packs(dir: string): string[] {
-  return readdirSync(join(dir, '.git', 'objects', 'pack')).filter((n) => n.endsWith('.idx')).map((n) => n.slice(0, -4));
+  return readdirSync(join(dir, '.git', 'objects', 'pack'))
+    .filter((n) => n.endsWith('.idx'))
+    .map((n) => n.slice(0, -4));
 }
 
 /** git's verdict: every pack verifies, fsck --strict finds nothing, status is clean, `size` commits... */
@@ -75,7 +79,8 @@ function assertGitAccepts(dir: string, commits: number, label: string): void {
   }
   const fsck = spawnSync('git', ['-C', dir, 'fsck', '--strict', '--no-progress'], { encoding: 'utf8' });
   assert.is(fsck.status, 0, `${label}: fsck status: ${fsck.stderr}`);
-  for (const line of `${fsck.stdout}\n${fsck.stderr}`.split('\n')) assert.not.match(line, /error|warning|missing|broken|bad|invalid|garbage/i, `${label}: fsck: ${line}`);
+  for (const line of `${fsck.stdout}\n${fsck.stderr}`.split('\n'))
+    assert.not.match(line, /error|warning|missing|broken|bad|invalid|garbage/i, `${label}: fsck: ${line}`);
   assert.is(git(dir, 'status', '--porcelain', '--untracked-files=all'), '', `${label}: git status`);
   assert.is(git(dir, 'log', '--oneline').trim().split('\n').length, commits, `${label}: git log`);
 }
@@ -104,7 +109,11 @@ test('init writes one pack that git verifies, and no loose object', async () => 
   const repo = await ChainRepo.init(dir, blocks(0, 2500), checkpoint(2500), info(0));
   assert.equal(looseObjects(dir), [], 'no loose object');
   assert.is(packs(dir).length, 1, 'one pack');
-  assert.equal(readdirSync(join(dir, '.git', 'objects', 'pack')).filter((n) => !/^pack-[0-9a-f]{40}\.(pack|idx)$/.test(n)), [], 'no temporary file');
+  assert.equal(
+    readdirSync(join(dir, '.git', 'objects', 'pack')).filter((n) => !/^pack-[0-9a-f]{40}\.(pack|idx)$/.test(n)),
+    [],
+    'no temporary file',
+  );
   assertGitAccepts(dir, 1, 'init');
   // git index-pack rebuilds the same index from the pack alone.
   const p = packs(dir)[0]!;
@@ -112,7 +121,11 @@ test('init writes one pack that git verifies, and no loose object', async () => 
   spawnSync('cp', [join(dir, '.git', 'objects', 'pack', `${p}.pack`), copy]);
   const ip = spawnSync('git', ['index-pack', copy], { encoding: 'utf8' });
   assert.is(ip.status, 0, ip.stderr);
-  assert.is(spawnSync('cmp', [copy.replace(/\.pack$/, '.idx'), join(dir, '.git', 'objects', 'pack', `${p}.idx`)]).status, 0, 'index byte for byte as git writes it');
+  assert.is(
+    spawnSync('cmp', [copy.replace(/\.pack$/, '.idx'), join(dir, '.git', 'objects', 'pack', `${p}.idx`)]).status,
+    0,
+    'index byte for byte as git writes it',
+  );
   await assertBlocksInObjects(repo, 'init');
   const reopened = await ChainRepo.open(dir);
   assert.is(reopened.size, 2500);
@@ -138,7 +151,8 @@ test('appends past the threshold are packed: few loose objects, O(log n) packs, 
   const repacked = fresh('gc-copy');
   git(root, 'clone', '--no-local', '--quiet', dir, repacked);
   git(repacked, 'repack', '-adf', '--quiet');
-  const gitBytes = readdirSync(join(repacked, '.git', 'objects', 'pack')).filter((n) => n.endsWith('.pack'))
+  const gitBytes = readdirSync(join(repacked, '.git', 'objects', 'pack'))
+    .filter((n) => n.endsWith('.pack'))
     .reduce((n, f) => n + statSync(join(repacked, '.git', 'objects', 'pack', f)).size, 0);
   assert.ok(packBytes <= 2 * gitBytes, `packs ${packBytes} bytes vs git repack -adf ${gitBytes}`);
   assert.is(git(repacked, 'rev-parse', 'HEAD').trim(), repo.head, 'git clone of the chain');
@@ -150,7 +164,10 @@ test('loose objects wait under the threshold, and an automatic pack runs after t
   const dir = fresh('threshold');
   const repo = await ChainRepo.init(dir, blocks(0, 10), checkpoint(10), info(0));
   let k = 0;
-  while (repo.pendingLoose + 7 < LOOSE_PACK_THRESHOLD) { await appendOne(repo); k++; }
+  while (repo.pendingLoose + 7 < LOOSE_PACK_THRESHOLD) {
+    await appendOne(repo);
+    k++;
+  }
   assert.is(looseObjects(dir).length, repo.pendingLoose, 'every loose object is pending');
   assert.is(packs(dir).length, 1);
   await appendOne(repo);

@@ -56,10 +56,14 @@ async function until(cond: () => boolean, what: string, ms = 15_000): Promise<vo
   }
 }
 
-
 /** A chain built with the real builder and appended with appendSigned, one commit per block. */
 class Chain {
-  private constructor(readonly dir: string, public repo: ChainRepo, private head: Block, private now: number) {}
+  private constructor(
+    readonly dir: string,
+    public repo: ChainRepo,
+    private head: Block,
+    private now: number,
+  ) {}
 
   /** Open the repository again (after git itself rewrote the object store). */
   async reopen(): Promise<void> {
@@ -81,8 +85,19 @@ class Chain {
       this.now += 1000;
       const i = this.head.index + 1;
       const block = buildEndorseBlock({
-        prev: this.head, signer, backend: nodeBackend, now: this.now,
-        entries: [{ url: `https://a.example/pkg/artifact-${i}.tgz`, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`artifact ${i}`)), name: 'acme/pkg', semver: `1.${i}.0`, license: 'MIT' }],
+        prev: this.head,
+        signer,
+        backend: nodeBackend,
+        now: this.now,
+        entries: [
+          {
+            url: `https://a.example/pkg/artifact-${i}.tgz`,
+            artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`artifact ${i}`)),
+            name: 'acme/pkg',
+            semver: `1.${i}.0`,
+            license: 'MIT',
+          },
+        ],
       });
       const { commit } = await appendSigned(this.repo, [block], buildCheckpoint({ head: block, signer, now: this.now }), this.now);
       this.head = block;
@@ -97,7 +112,12 @@ class Chain {
   }
 }
 
-interface Proxy { server: Server; url: (name: string) => string; delayMs: number; bodies: { path: string; bytes: number; objects: number | null }[] }
+interface Proxy {
+  server: Server;
+  url: (name: string) => string;
+  delayMs: number;
+  bodies: { path: string; bytes: number; objects: number | null }[];
+}
 
 /** Objects in the pack of a receive-pack request body (after the command pkt-lines and the flush). */
 function packObjects(body: Buffer): number | null {
@@ -127,7 +147,10 @@ async function startProxy(target: () => number): Promise<Proxy> {
           res.writeHead(r.statusCode ?? 502, r.headers);
           r.pipe(res);
         });
-        up.on('error', () => { if (!res.headersSent) res.writeHead(502).end(); else res.destroy(); });
+        up.on('error', () => {
+          if (!res.headersSent) res.writeHead(502).end();
+          else res.destroy();
+        });
         up.end(body);
       }, p.delayMs);
     });
@@ -136,7 +159,11 @@ async function startProxy(target: () => number): Promise<Proxy> {
   return p;
 }
 
-function newPusher(dir: string, remote: string, retry = { initialMs: 30, maxMs: 300 }): { pusher: ChainPusher; logs: { level: string; msg: string; fields?: Record<string, unknown> }[] } {
+function newPusher(
+  dir: string,
+  remote: string,
+  retry = { initialMs: 30, maxMs: 300 },
+): { pusher: ChainPusher; logs: { level: string; msg: string; fields?: Record<string, unknown> }[] } {
   const logs: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];
   const log: PushLog = {
     info: (msg, fields) => logs.push({ level: 'info', msg, fields }),
@@ -184,7 +211,11 @@ function applyDelta(base: Buffer, delta: Buffer): Buffer {
     let n = 0;
     let shift = 0;
     let b: number;
-    do { b = delta[at++]!; n += (b & 0x7f) * 2 ** shift; shift += 7; } while (b & 0x80);
+    do {
+      b = delta[at++]!;
+      n += (b & 0x7f) * 2 ** shift;
+      shift += 7;
+    } while (b & 0x80);
     return n;
   };
   assert.is(size(), base.length, 'delta names the base size');
@@ -211,7 +242,10 @@ function applyDelta(base: Buffer, delta: Buffer): Buffer {
 
 test('tree deltas: copy prefix, insert the change, copy suffix; round-trip through an independent decoder', () => {
   let seed = 7;
-  const rnd = (n: number) => { seed = (seed * 1103515245 + 12345) % 2 ** 31; return seed % n; };
+  const rnd = (n: number) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
   const bytes = (n: number) => Buffer.from(Array.from({ length: n }, () => rnd(256)));
   for (let k = 0; k < 300; k++) {
     const base = bytes(rnd(80_000) + 1);
@@ -246,7 +280,7 @@ test('first push to an empty remote sends the whole history once; then nothing i
   // Every object the remote holds came in this pack: 4 commits, 4 trees each, 4 blocks, 4 checkpoints.
   const counts = git(bareA, 'count-objects', '-v');
   const stored = Number(/^count: (\d+)/m.exec(counts)?.[1]) + Number(/^in-pack: (\d+)/m.exec(counts)?.[1]);
-  assert.is(r.objects, 4 * 7, "objects sent"); // per commit: the commit, 4 trees (root, blocks, two shards), the block and the checkpoint
+  assert.is(r.objects, 4 * 7, 'objects sent'); // per commit: the commit, 4 trees (root, blocks, two shards), the block and the checkpoint
   assert.is(stored, r.objects, 'objects on the remote');
   assertRemoteAt(bareA, a.commit);
 
@@ -370,7 +404,9 @@ test('one append at a 2,000-commit chain pushes a handful of objects, also when 
   assert.ok(sent.bytes < 64 * 1024, `one append sent ${sent.bytes} bytes`);
   assert.ok(big.bytes > 20 * sent.bytes, `catching up ~1,970 commits (${big.bytes} B) should dwarf one append (${sent.bytes} B)`);
   assertRemoteAt(bareA, a.commit);
-  console.log(`  2,000-commit chain: one append pushed ${r.objects} objects, ${sent.bytes} bytes in ${r.timings.totalMs.toFixed(0)} ms (walk ${r.timings.walkMs.toFixed(1)} ms); catching up ${big.commits} commits sent ${big.bytes} bytes in ${t2 - t1} ms; appends ${t1 - t0} ms`);
+  console.log(
+    `  2,000-commit chain: one append pushed ${r.objects} objects, ${sent.bytes} bytes in ${r.timings.totalMs.toFixed(0)} ms (walk ${r.timings.walkMs.toFixed(1)} ms); catching up ${big.commits} commits sent ${big.bytes} bytes in ${t2 - t1} ms; appends ${t1 - t0} ms`,
+  );
 });
 
 test('the remote is not where we think: behind or ahead on our chain, the push starts from its actual head', async () => {
@@ -454,7 +490,9 @@ test('refuses bad input and unreachable remotes with clear errors', async () => 
   const missing = await refusal(pushNew(a.dir, gs.url('nothing-here.git'), { remoteHead: null, localHead: a.commit }));
   assert.is(missing.code, 'io_error');
   assert.match(missing.message, /HTTP 404/);
-  const dead = await refusal(pushNew(a.dir, 'http://user:secret@127.0.0.1:9/x.git', { remoteHead: null, localHead: a.commit, timeouts: { connectMs: 500, refsMs: 1000 } }));
+  const dead = await refusal(
+    pushNew(a.dir, 'http://user:secret@127.0.0.1:9/x.git', { remoteHead: null, localHead: a.commit, timeouts: { connectMs: 500, refsMs: 1000 } }),
+  );
   assert.is(dead.code, 'io_error');
   assert.not.match(dead.message, /secret/);
 });

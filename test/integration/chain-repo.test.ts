@@ -70,7 +70,9 @@ function expectVouchError(fn: () => unknown, code: string): Promise<VouchError> 
   return Promise.resolve()
     .then(fn)
     .then(
-      () => { throw new Error(`expected VouchError ${code}, nothing thrown`); },
+      () => {
+        throw new Error(`expected VouchError ${code}, nothing thrown`);
+      },
       (e: unknown) => {
         if (!(e instanceof VouchError)) throw e;
         assert.is(e.code, code, e.message);
@@ -146,11 +148,18 @@ test('init, appends of one and several blocks, byte-for-byte reads, reopen', asy
   assert.is(repo.readCheckpoint(), checkpoint(9));
   await expectVouchError(() => repo.readBlockFile(9), 'not_found');
   await expectVouchError(() => repo.readBlockFromGit(9), 'not_found');
-  assert.equal(repo.listBlockFiles(), Array.from({ length: 9 }, (_, i) => ({ index: i, path: blockPath(i) })));
+  assert.equal(
+    repo.listBlockFiles(),
+    Array.from({ length: 9 }, (_, i) => ({ index: i, path: blockPath(i) })),
+  );
 
   // Commit objects: one per append, caller's message, author = committer at the given time, +0000.
   assert.is(git(dir, 'rev-list', '--count', 'HEAD').trim(), '3');
-  assert.equal(git(dir, 'log', '--format=%s').trim().split('\n'), ['block 4: endorse acme/tool 1.0.4', 'block 3: endorse acme/tool 1.0.3', 'block 0: endorse acme/tool 1.0.0']);
+  assert.equal(git(dir, 'log', '--format=%s').trim().split('\n'), [
+    'block 4: endorse acme/tool 1.0.4',
+    'block 3: endorse acme/tool 1.0.3',
+    'block 0: endorse acme/tool 1.0.0',
+  ]);
   assert.is(git(dir, 'log', '-1', '--format=%b').trim(), 'https://example.invalid/acme/tool-4.tgz');
   const ident = git(dir, 'log', '-1', '--format=%an|%ae|%at|%ad|%cn|%ce|%ct|%cd', '--date=iso-strict').trim();
   const when = new Date(info(4).timestamp * 1000).toISOString().replace('.000Z', '+00:00');
@@ -174,7 +183,17 @@ test('a history git repacked into deltas (OFS_DELTA bases far back in the pack) 
   const repo = await ChainRepo.init(dir, blocks(0, 1), checkpoint(1), info(0));
   for (let i = 1; i < 40; i++) await repo.append([block(i)], checkpoint(i + 1), info(i));
   git(dir, 'repack', '-adfq', '--depth=50', '--window=50'); // every object packed, trees and blobs as deltas
-  assert.match(git(dir, 'verify-pack', '-v', ...readdirSync(join(dir, '.git/objects/pack')).filter((f) => f.endsWith('.idx')).map((f) => join(dir, '.git/objects/pack', f))), /chain length = [1-9]/);
+  assert.match(
+    git(
+      dir,
+      'verify-pack',
+      '-v',
+      ...readdirSync(join(dir, '.git/objects/pack'))
+        .filter((f) => f.endsWith('.idx'))
+        .map((f) => join(dir, '.git/objects/pack', f)),
+    ),
+    /chain length = [1-9]/,
+  );
   const again = await ChainRepo.open(dir);
   assert.is(again.size, 40);
   for (let i = 0; i < 40; i++) assert.is(await again.readBlockFromGit(i), block(i).content, `git block ${i}`);
@@ -284,7 +303,10 @@ test('no git tree has more than 1000 entries (2,100 blocks)', async () => {
   const dir = fresh('trees');
   const repo = await ChainRepo.init(dir, blocks(0, 2100), checkpoint(2100), info(0));
   await repo.append([block(2100)], checkpoint(2101), info(2100));
-  const trees = git(dir, 'ls-tree', '-r', '-t', 'HEAD').trim().split('\n').filter((l) => l.includes(' tree '));
+  const trees = git(dir, 'ls-tree', '-r', '-t', 'HEAD')
+    .trim()
+    .split('\n')
+    .filter((l) => l.includes(' tree '));
   const sizes = new Map<string, number>();
   sizes.set('.', git(dir, 'ls-tree', 'HEAD').trim().split('\n').length);
   for (const line of trees) {
@@ -321,10 +343,18 @@ for (const point of ['after-objects', 'after-ref', 'after-files', 'after-index']
     const size = committed ? 1002 : 999;
     assert.is(opened.size, size);
     assertGitClean(dir, size + 1, `after repair (${point})`);
-    assert.equal(opened.listBlockFiles().map((f) => f.index), Array.from({ length: size }, (_, i) => i), 'no stray files');
+    assert.equal(
+      opened.listBlockFiles().map((f) => f.index),
+      Array.from({ length: size }, (_, i) => i),
+      'no stray files',
+    );
     for (const i of [0, 998, size - 1]) assert.is(opened.readBlockFile(i), block(i).content);
     assert.is(opened.readCheckpoint(), checkpoint(size));
-    if (point === 'after-ref') assert.ok(opened.repairs.some((r) => r.action === 'restored' && r.path === blockPath(1001)), JSON.stringify(opened.repairs));
+    if (point === 'after-ref')
+      assert.ok(
+        opened.repairs.some((r) => r.action === 'restored' && r.path === blockPath(1001)),
+        JSON.stringify(opened.repairs),
+      );
     if (point === 'after-objects') assert.equal(opened.repairs, []);
 
     await opened.append([block(size)], checkpoint(size + 1), info(size));
@@ -337,7 +367,13 @@ for (const point of ['after-objects', 'after-ref', 'after-files', 'after-index']
 test('open() removes block files and temporaries beyond the head, reports them, leaves other names', async () => {
   const dir = fresh('garbage');
   await ChainRepo.init(dir, blocks(0, 50), checkpoint(50), info(0));
-  const garbage = ['blocks/000/000/000000099.json', 'blocks/000/005/000005000.json', 'blocks/001/000/001000000.json', 'blocks/000/000/000000050.json.vouch-tmp', 'checkpoint.json.vouch-tmp'];
+  const garbage = [
+    'blocks/000/000/000000099.json',
+    'blocks/000/005/000005000.json',
+    'blocks/001/000/001000000.json',
+    'blocks/000/000/000000050.json.vouch-tmp',
+    'checkpoint.json.vouch-tmp',
+  ];
   for (const g of garbage) {
     mkdirSync(join(dir, g, '..'), { recursive: true });
     writeFileSync(join(dir, g), '{"forged": true}\n');
@@ -345,7 +381,13 @@ test('open() removes block files and temporaries beyond the head, reports them, 
   writeFileSync(join(dir, 'blocks/000/000/notes.txt'), 'not a block\n');
   const repo = await ChainRepo.open(dir);
   assert.is(repo.size, 50);
-  assert.equal(repo.repairs.filter((r) => r.action === 'removed').map((r) => r.path).sort(), [...garbage].sort());
+  assert.equal(
+    repo.repairs
+      .filter((r) => r.action === 'removed')
+      .map((r) => r.path)
+      .sort(),
+    [...garbage].sort(),
+  );
   for (const g of garbage) assert.not.ok(existsSync(join(dir, g)), g);
   assert.not.ok(existsSync(join(dir, 'blocks/000/005')), 'emptied shard directory removed');
   assert.not.ok(existsSync(join(dir, 'blocks/001')));

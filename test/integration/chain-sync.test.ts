@@ -21,7 +21,7 @@ import { GitServer } from '../helpers/git-server.ts';
 import { buildLongChain, endorseNext, testSigner, T0 } from '../helpers/chain-fixture.ts';
 import { memoryLog, type LogLine } from '../helpers/memory-log.ts';
 import { gitIn } from '../helpers/processes.ts';
-import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf, computeRecordHash } from '../../chain/build.ts';
+import { buildCheckpoint, buildRevokeBlock, computeRecordHash } from '../../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../../chain/block.ts';
 import { base64Encode, utf8 } from '../../chain/encoding.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
@@ -45,8 +45,12 @@ function gitAsync(args: string[]): Promise<{ status: number | null; stdout: stri
     const c = spawn('git', args, { env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1', GIT_TERMINAL_PROMPT: '0' } });
     let stdout = '';
     let stderr = '';
-    c.stdout.on('data', (d: Buffer) => { stdout += d; });
-    c.stderr.on('data', (d: Buffer) => { stderr += d; });
+    c.stdout.on('data', (d: Buffer) => {
+      stdout += d;
+    });
+    c.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
     c.on('close', (status) => resolve({ status, stdout, stderr }));
   });
 }
@@ -68,7 +72,10 @@ function assertGitClean(dir: string, label = ''): void {
 }
 
 function vouchVerify(dir: string, key = pub): { status: number | null; out: string } {
-  const r = spawnSync(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), 'verify', '--chain', dir, '--public-key', key], { encoding: 'utf8', cwd: repoRoot });
+  const r = spawnSync(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), 'verify', '--chain', dir, '--public-key', key], {
+    encoding: 'utf8',
+    cwd: repoRoot,
+  });
   return { status: r.status, out: `${r.stdout}${r.stderr}` };
 }
 
@@ -80,7 +87,10 @@ class Authority {
   blocks: Block[];
   repo!: ChainRepo;
   readonly dir = fresh('authority');
-  constructor(readonly url: string, n: number) {
+  constructor(
+    readonly url: string,
+    n: number,
+  ) {
     this.blocks = buildLongChain(n).blocks;
   }
 
@@ -88,7 +98,12 @@ class Authority {
     server.initBare(`${name}.git`);
     const a = new Authority(server.url(`${name}.git`), n);
     const cp = buildCheckpoint({ head: a.blocks[n - 1]!, signer, now: T0 + n * 1000 });
-    a.repo = await ChainRepo.init(a.dir, a.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(cp), commitFor([a.blocks[0]!], T0));
+    a.repo = await ChainRepo.init(
+      a.dir,
+      a.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+      formatCheckpointFile(cp),
+      commitFor([a.blocks[0]!], T0),
+    );
     await push(a.dir, a.url);
     return a;
   }
@@ -108,7 +123,7 @@ class Authority {
   async appendHonest(k: number, tag = 'honest'): Promise<Block[]> {
     const out: Block[] = [];
     let prev = this.head;
-    for (let j = 0; j < k; j++) out.push(prev = endorse(prev, tag));
+    for (let j = 0; j < k; j++) out.push((prev = endorse(prev, tag)));
     await this.append(out);
     return out;
   }
@@ -117,7 +132,12 @@ class Authority {
   async rewrite(blocks: Block[], checkpointHead = blocks[blocks.length - 1]!): Promise<void> {
     const dir = fresh('rewrite');
     const cp = buildCheckpoint({ head: checkpointHead, signer, now: T0 + 20_000_000 });
-    const repo = await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(cp), commitFor([blocks[0]!], T0));
+    const repo = await ChainRepo.init(
+      dir,
+      blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+      formatCheckpointFile(cp),
+      commitFor([blocks[0]!], T0),
+    );
     await push(dir, this.url, true);
     this.repo = repo;
     this.blocks = [...blocks];
@@ -303,7 +323,14 @@ function refusedLine(log: { lines: LogLine[] }): LogLine {
   return line!;
 }
 
-async function assertRefused(m: Awaited<ReturnType<typeof mirrorOf>>, code: string, sizeBefore: number, headBefore: string, commitBefore: string, messageRe?: RegExp): Promise<LogLine> {
+async function assertRefused(
+  m: Awaited<ReturnType<typeof mirrorOf>>,
+  code: string,
+  sizeBefore: number,
+  headBefore: string,
+  commitBefore: string,
+  messageRe?: RegExp,
+): Promise<LogLine> {
   const out = await m.sync.syncNow();
   assert.is(out.result, 'refused', JSON.stringify(out));
   if (out.result !== 'refused') throw new Error('unreachable');
@@ -490,7 +517,9 @@ test('stop cancels a fetch that hangs', async () => {
   const m = await mirrorOf(a);
   // a remote that accepts connections and never answers
   const { createServer } = await import('node:http');
-  const silent = createServer(() => { /* never answers */ });
+  const silent = createServer(() => {
+    /* never answers */
+  });
   await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
   const port = (silent.address() as { port: number }).port;
   const sync = new ChainSync({ repo: m.repo, remote: `http://127.0.0.1:${port}/x.git`, state: m.state, intervalSeconds: 3600, log: memoryLog() });
@@ -506,7 +535,14 @@ test('stop cancels a fetch that hangs', async () => {
   const silent2 = createServer(() => {});
   await new Promise<void>((r) => silent2.listen(0, '127.0.0.1', r));
   const port2 = (silent2.address() as { port: number }).port;
-  const sync2 = new ChainSync({ repo: m.repo, remote: `http://127.0.0.1:${port2}/x.git`, state: m.state, intervalSeconds: 3600, log: memoryLog(), fetch: { timeoutMs: 300 } });
+  const sync2 = new ChainSync({
+    repo: m.repo,
+    remote: `http://127.0.0.1:${port2}/x.git`,
+    state: m.state,
+    intervalSeconds: 3600,
+    log: memoryLog(),
+    fetch: { timeoutMs: 300 },
+  });
   const out = await sync2.syncNow();
   assert.is(out.result, 'failed');
   if (out.result === 'failed') assert.match(out.message, /did not answer in time/);

@@ -78,8 +78,12 @@ function verifyJson(dir: string, extra: string[] = []) {
 async function endorse(chain: string, i: number, extra: string[] = [], env: Record<string, string> = {}) {
   const file = join(work, `artifact-${i}.txt`);
   writeFileSync(file, `artifact ${i}\n`);
-  return vouchEndorse(chain, keyFile, ['--url', `https://a.example/note/artifact-${i}.tgz`, '--file', file,
-    '--name', 'acme/note', '--semver', `1.${i}.0`, '--license', 'MIT', ...extra], env);
+  return vouchEndorse(
+    chain,
+    keyFile,
+    ['--url', `https://a.example/note/artifact-${i}.tgz`, '--file', file, '--name', 'acme/note', '--semver', `1.${i}.0`, '--license', 'MIT', ...extra],
+    env,
+  );
 }
 
 /** A git commit replacing checkpoint.note in a plain clone (what a tampering party can do). */
@@ -182,7 +186,7 @@ test('init commits the note (origin vouch/<signer>) and prints the verifier key;
     assert.is(readEdgeFile(nodeBackend, chain)!.size, i + 1);
   }
   assertClean(chain);
-  assert.match(gitIn(chain, 'show', '--stat', '--format=', 'main'), /checkpoint\.note/, 'the note changes in the append\'s own commit');
+  assert.match(gitIn(chain, 'show', '--stat', '--format=', 'main'), /checkpoint\.note/, "the note changes in the append's own commit");
   const { r: v, out } = verifyJson(chain, ['--public-key', pub]);
   assert.is(v.status, 0, v.stderr);
   assert.is(out.origin, 'vouch/acme-authority');
@@ -259,13 +263,31 @@ async function oldChain(dir: string, n: number): Promise<Block[]> {
   const signer = nodeSigner('acme-authority', readKeyFile(keyFile));
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now: Date.now() - 100_000, uns: 'acme/old' })];
   for (let i = 1; i < n; i++) {
-    blocks.push(buildEndorseBlock({
-      prev: blocks[i - 1]!, signer, backend: nodeBackend, now: Date.now() - 100_000 + i * 1000,
-      entries: [{ url: `https://a.example/old/${i}.tgz`, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`old ${i}`)), name: 'acme/old', semver: `0.${i}.0`, license: 'MIT' }],
-    }));
+    blocks.push(
+      buildEndorseBlock({
+        prev: blocks[i - 1]!,
+        signer,
+        backend: nodeBackend,
+        now: Date.now() - 100_000 + i * 1000,
+        entries: [
+          {
+            url: `https://a.example/old/${i}.tgz`,
+            artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`old ${i}`)),
+            name: 'acme/old',
+            semver: `0.${i}.0`,
+            license: 'MIT',
+          },
+        ],
+      }),
+    );
   }
   const cp = buildCheckpoint({ head: blocks[n - 1]!, signer, now: Date.now() - 100_000 + n * 1000 });
-  await ChainRepo.init(dir, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(cp), commitFor([blocks[0]!], Date.now()));
+  await ChainRepo.init(
+    dir,
+    blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(cp),
+    commitFor([blocks[0]!], Date.now()),
+  );
   return blocks;
 }
 
@@ -296,7 +318,10 @@ test('an older chain without a note verifies (the absence reported) and gains on
   // the first note's root comes from that image's edge, not from folding every record hash.
   const served = fresh('old-served');
   await oldChain(served, 5);
-  const gw = await startGatewayProcess(['--config', writeConfig(fresh('old-served-config'), { listen: { host: '127.0.0.1', port: 0 }, chain: { dir: served, public_key: pub } })]);
+  const gw = await startGatewayProcess([
+    '--config',
+    writeConfig(fresh('old-served-config'), { listen: { host: '127.0.0.1', port: 0 }, chain: { dir: served, public_key: pub } }),
+  ]);
   await gw.stop();
   assert.ok(existsSync(join(served, '.git', 'vouch-tree.bin')));
   await gainsNote(served, /append\(edge image\)/);
@@ -319,7 +344,8 @@ test('the gateway commits the note with every submit (group commits too), under 
     for (let i = 0; i < 8; i++) origin.route(`/gw-${i}.tgz`, { body: `gateway artifact ${i}\n` });
     let gw = await startGatewayProcess(['--config', writeConfig(dir, config('example.org/gw'))]);
     // Each asserts 201.
-    const submit = (i: number) => submitEntry(gw.url, `note-token-${'x'.repeat(32)}`, { url: origin.url(`/gw-${i}.tgz`), name: 'acme/gw', semver: `1.${i}.0`, license: 'MIT' });
+    const submit = (i: number) =>
+      submitEntry(gw.url, `note-token-${'x'.repeat(32)}`, { url: origin.url(`/gw-${i}.tgz`), name: 'acme/gw', semver: `1.${i}.0`, license: 'MIT' });
     try {
       assertNote(chain, treeOf(chain), 'example.org/gw');
       await submit(0);
@@ -340,7 +366,11 @@ test('the gateway commits the note with every submit (group commits too), under 
     assert.is(other.status, 2, other.stdout + other.stderr);
     assert.match(other.stderr, /chain\.origin/);
     assert.match(other.stderr, /example\.org\/gw/);
-    const readOnly = await vouchAsync(['serve', '--config', writeConfig(dir, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir: chain, origin: 'example.org/other' } }, 'ro.yaml')], {}, 60_000);
+    const readOnly = await vouchAsync(
+      ['serve', '--config', writeConfig(dir, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir: chain, origin: 'example.org/other' } }, 'ro.yaml')],
+      {},
+      60_000,
+    );
     assert.is(readOnly.status, 2, readOnly.stdout + readOnly.stderr);
     assert.match(readOnly.stderr, /chain\.origin/);
     // Restarted as it was (without the kept edge: the verified index image gives the record hashes), it appends, and the CLI after it too.
@@ -352,14 +382,51 @@ test('the gateway commits the note with every submit (group commits too), under 
       await gw.stop();
     }
     assertNote(chain, treeOf(chain), 'example.org/gw');
-    const e = await vouchAsync(['endorse', '--chain', chain, '--key', keyFile, '--url', 'https://a.example/gw-cli.tgz', '--file', tokenFile,
-      '--name', 'acme/gw', '--semver', '9.0.0', '--license', 'MIT'], { VOUCH_TIMINGS: '1' });
+    const e = await vouchAsync(
+      [
+        'endorse',
+        '--chain',
+        chain,
+        '--key',
+        keyFile,
+        '--url',
+        'https://a.example/gw-cli.tgz',
+        '--file',
+        tokenFile,
+        '--name',
+        'acme/gw',
+        '--semver',
+        '9.0.0',
+        '--license',
+        'MIT',
+      ],
+      { VOUCH_TIMINGS: '1' },
+    );
     assert.is(e.status, 0, e.stderr);
     assert.match(e.stderr, /append\(edge file\)/);
     assertNote(chain, treeOf(chain), 'example.org/gw');
     // Without the kept edge again: the gateway's verified Merkle tree image gives the edge, the record hashes after it the rest.
-    const cliEndorse = (k: number) => vouchAsync(['endorse', '--chain', chain, '--key', keyFile, '--url', `https://a.example/gw-cli-${k}.tgz`, '--file', tokenFile,
-      '--name', 'acme/gw', '--semver', `9.0.${k}`, '--license', 'MIT'], { VOUCH_TIMINGS: '1' });
+    const cliEndorse = (k: number) =>
+      vouchAsync(
+        [
+          'endorse',
+          '--chain',
+          chain,
+          '--key',
+          keyFile,
+          '--url',
+          `https://a.example/gw-cli-${k}.tgz`,
+          '--file',
+          tokenFile,
+          '--name',
+          'acme/gw',
+          '--semver',
+          `9.0.${k}`,
+          '--license',
+          'MIT',
+        ],
+        { VOUCH_TIMINGS: '1' },
+      );
     const treeImage = join(chain, '.git', 'vouch-tree.bin');
     assert.ok(existsSync(treeImage), 'the gateway wrote its tree image');
     rmSync(join(chain, '.git', 'vouch-tree-edge'));
@@ -412,10 +479,22 @@ test('a mirror takes honest notes and refuses a remote whose note is unsigned, o
     assertNote(mdir, treeOf(mdir), 'vouch/acme-authority');
 
     const signer = nodeSigner('acme-authority', readKeyFile(keyFile));
-    const next = (prev: Block, i: number) => buildEndorseBlock({
-      prev, signer, backend: nodeBackend, now: Date.now() + i * 1000,
-      entries: [{ url: `https://a.example/mirror/${i}.tgz`, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`m ${i}`)), name: 'acme/m', semver: `3.${i}.0`, license: 'MIT' }],
-    });
+    const next = (prev: Block, i: number) =>
+      buildEndorseBlock({
+        prev,
+        signer,
+        backend: nodeBackend,
+        now: Date.now() + i * 1000,
+        entries: [
+          {
+            url: `https://a.example/mirror/${i}.tgz`,
+            artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`m ${i}`)),
+            name: 'acme/m',
+            semver: `3.${i}.0`,
+            license: 'MIT',
+          },
+        ],
+      });
     const refusedWith = async (noteFor: (tree: MerkleTree, block: Block) => string | null, why: RegExp) => {
       // A fresh history from the mirror's verified head: one block, a bad note.
       const base = fresh('bad');
@@ -476,7 +555,10 @@ test('open() repairs checkpoint.note like checkpoint.json: a crash between the r
     writeFileSync(join(chain, 'checkpoint.note.vouch-tmp'), 'half written');
     const repo = await ChainRepo.open(chain);
     assert.is(readFileSync(join(chain, 'checkpoint.note'), 'utf8'), want, layout);
-    assert.ok(repo.repairs.some((r) => r.path === 'checkpoint.note' && r.action === 'restored'), `${layout}: ${JSON.stringify(repo.repairs)}`);
+    assert.ok(
+      repo.repairs.some((r) => r.path === 'checkpoint.note' && r.action === 'restored'),
+      `${layout}: ${JSON.stringify(repo.repairs)}`,
+    );
     assert.ok(!existsSync(join(chain, 'checkpoint.note.vouch-tmp')));
     assert.is(repo.readCheckpointNote(), want);
     assert.is(await repo.committedNote(), want);
@@ -498,8 +580,19 @@ test('an append without a note removes the committed one (it would name an older
     const signer = nodeSigner('acme-authority', readKeyFile(keyFile));
     const head = JSON.parse(repo.readBlockFile(0)) as Block;
     const b = buildEndorseBlock({
-      prev: head, signer, backend: nodeBackend, now: Date.now() + 1000,
-      entries: [{ url: 'https://a.example/keep.tgz', artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8('keep')), name: 'acme/keep', semver: '1.0.0', license: 'MIT' }],
+      prev: head,
+      signer,
+      backend: nodeBackend,
+      now: Date.now() + 1000,
+      entries: [
+        {
+          url: 'https://a.example/keep.tgz',
+          artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8('keep')),
+          name: 'acme/keep',
+          semver: '1.0.0',
+          license: 'MIT',
+        },
+      ],
     });
     const committed = await appendSigned(repo, [b], buildCheckpoint({ head: b, signer, now: Date.now() + 1000 }), Date.now());
     assert.is(committed.noteText, null);

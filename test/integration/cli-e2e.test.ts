@@ -39,7 +39,10 @@ const head = (dir: string) => git(['-C', dir, 'rev-parse', 'HEAD']).stdout.trim(
 test.before(async () => {
   origin = createServer((req, res) => {
     const body = served.get(req.url ?? '');
-    if (!body) { res.writeHead(404).end(); return; }
+    if (!body) {
+      res.writeHead(404).end();
+      return;
+    }
     res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length }).end(body);
   });
   await new Promise<void>((r) => origin.listen(0, '127.0.0.1', r));
@@ -82,25 +85,97 @@ const textV1 = 'console.log("widget 1.0.0");\n';
 const binV1 = Buffer.from([0, 1, 2, 3, 255, 254, 0, 10, 13]);
 
 test('endorse: a text file, a binary, a multi-entry block with Unicode, a fetched URL, every algorithm', async () => {
-  const r1 = vouch(['endorse', '--chain', chain, '--key', key, '--url', 'https://cdn.example/widget.js', '--file', file('w1.js', textV1),
-    '--name', 'acme/widget', '--semver', '1.0.0', '--license', 'MIT', '--comment', 'first release', '--effective-date', '2026-01-05']);
+  const r1 = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    'https://cdn.example/widget.js',
+    '--file',
+    file('w1.js', textV1),
+    '--name',
+    'acme/widget',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+    '--comment',
+    'first release',
+    '--effective-date',
+    '2026-01-05',
+  ]);
   assert.is(r1.status, 0, r1.stderr);
   assert.match(r1.stdout, /^1 [0-9a-f]{64}\n$/);
-  const r2 = vouch(['endorse', '--chain', chain, '--key', key, '--url', 'https://cdn.example/widget.bin', '--file', file('w1.bin', binV1),
-    '--name', 'acme/widget', '--semver', '1.0.0', '--license', 'Apache-2.0', '--algorithm', 'sha512']);
+  const r2 = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    'https://cdn.example/widget.bin',
+    '--file',
+    file('w1.bin', binV1),
+    '--name',
+    'acme/widget',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'Apache-2.0',
+    '--algorithm',
+    'sha512',
+  ]);
   assert.is(r2.status, 0, r2.stderr);
-  const r3 = vouch(['endorse', '--chain', chain, '--key', key,
-    '--url', 'https://cdn.example/widget.js', '--file', file('w2.js', 'console.log("Grüße 2");\n'),
-    '--url', 'https://cdn.example/widget-2.tar', '--file', file('w2.tar', Buffer.alloc(70_000, 7)),
-    '--name', 'acme/widget', '--semver', '2.0.0', '--license', 'MIT', '--comment', 'Grüße, 世界 — “2.0” 🎉', '--algorithm', 'blake3']);
+  const r3 = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    'https://cdn.example/widget.js',
+    '--file',
+    file('w2.js', 'console.log("Grüße 2");\n'),
+    '--url',
+    'https://cdn.example/widget-2.tar',
+    '--file',
+    file('w2.tar', Buffer.alloc(70_000, 7)),
+    '--name',
+    'acme/widget',
+    '--semver',
+    '2.0.0',
+    '--license',
+    'MIT',
+    '--comment',
+    'Grüße, 世界 — “2.0” 🎉',
+    '--algorithm',
+    'blake3',
+  ]);
   assert.is(r3.status, 0, r3.stderr);
   const b3 = JSON.parse(readFileSync(join(chain, 'blocks/000/000/000000003.json'), 'utf8'));
   assert.is(b3.payload.endorsements.length, 2);
   assert.is(b3.comment, 'Grüße, 世界 — “2.0” 🎉');
   assert.match(b3.payload.endorsements[0].artifact_hash, /^blake3:[0-9a-f]{64}$/);
   served.set('/lib-3.0.0.tgz', Buffer.from('fetched over http'));
-  const r4 = await vouchAsync(['endorse', '--chain', chain, '--key', key, '--url', `${originUrl}/lib-3.0.0.tgz`,
-    '--name', 'acme/lib', '--semver', '3.0.0', '--license', 'BSD-3-Clause', '--algorithm', 'sha3-256']);
+  const r4 = await vouchAsync([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    `${originUrl}/lib-3.0.0.tgz`,
+    '--name',
+    'acme/lib',
+    '--semver',
+    '3.0.0',
+    '--license',
+    'BSD-3-Clause',
+    '--algorithm',
+    'sha3-256',
+  ]);
   assert.is(r4.status, 0, r4.stderr);
   const log = git(['-C', chain, 'log', '--format=%s%n%b']).stdout;
   assert.match(log, /block 3: endorse acme\/widget 2\.0\.0\n+https:\/\/cdn\.example\/widget\.js\nhttps:\/\/cdn\.example\/widget-2\.tar/);
@@ -109,17 +184,62 @@ test('endorse: a text file, a binary, a multi-entry block with Unicode, a fetche
 
 test('endorse: identical bytes are unchanged; other bytes under a signed semver are a conflict; a dead URL fails', async () => {
   const before = head(chain);
-  const same = vouch(['endorse', '--chain', chain, '--key', key, '--url', 'https://cdn.example/widget.bin', '--file', join(work, 'w1.bin'),
-    '--name', 'acme/widget', '--semver', '1.0.0', '--license', 'Apache-2.0', '--algorithm', 'sha512']);
+  const same = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    'https://cdn.example/widget.bin',
+    '--file',
+    join(work, 'w1.bin'),
+    '--name',
+    'acme/widget',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'Apache-2.0',
+    '--algorithm',
+    'sha512',
+  ]);
   assert.is(same.status, 0, same.stderr);
   assert.match(same.stdout, /^unchanged: .* block 2 /);
-  const conflict = vouch(['endorse', '--chain', chain, '--key', key, '--url', 'https://cdn.example/widget.js', '--file', file('evil.js', 'evil'),
-    '--name', 'acme/widget', '--semver', '1.0.0', '--license', 'MIT']);
+  const conflict = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    'https://cdn.example/widget.js',
+    '--file',
+    file('evil.js', 'evil'),
+    '--name',
+    'acme/widget',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+  ]);
   assert.is(conflict.status, 1);
   oneLine(conflict);
   assert.match(conflict.stderr, /already signed in block 1/);
-  const dead = await vouchAsync(['endorse', '--chain', chain, '--key', key, '--url', `${originUrl}/missing.tgz`,
-    '--name', 'acme/lib', '--semver', '3.0.1', '--license', 'MIT']);
+  const dead = await vouchAsync([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    `${originUrl}/missing.tgz`,
+    '--name',
+    'acme/lib',
+    '--semver',
+    '3.0.1',
+    '--license',
+    'MIT',
+  ]);
   assert.is(dead.status, 2);
   oneLine(dead);
   assert.match(dead.stderr, /HTTP 404/);
@@ -212,8 +332,26 @@ test('an endorse killed before its commit lands leaves a chain without that bloc
   const before = head(chain);
   for (const point of ['after-objects', 'after-ref', 'after-files']) {
     const sizeBefore = Number(JSON.parse(readFileSync(join(chain, 'checkpoint.json'), 'utf8')).size);
-    const r = vouch(['endorse', '--chain', chain, '--key', key, '--url', `https://cdn.example/crash-${point}.js`, '--file', file(`c-${point}.js`, point),
-      '--name', 'acme/crash', '--semver', '1.0.0', '--license', 'MIT'], { VOUCH_CRASH_POINT: point });
+    const r = vouch(
+      [
+        'endorse',
+        '--chain',
+        chain,
+        '--key',
+        key,
+        '--url',
+        `https://cdn.example/crash-${point}.js`,
+        '--file',
+        file(`c-${point}.js`, point),
+        '--name',
+        'acme/crash',
+        '--semver',
+        '1.0.0',
+        '--license',
+        'MIT',
+      ],
+      { VOUCH_CRASH_POINT: point },
+    );
     assert.is(r.signal, 'SIGKILL', `${point}: ${r.stderr}`);
     // What a restart does: open the repository, which repairs an interrupted append.
     const reopened = await ChainRepo.open(chain);
@@ -225,8 +363,23 @@ test('an endorse killed before its commit lands leaves a chain without that bloc
     assert.is(size, point === 'after-objects' ? sizeBefore : sizeBefore + 1, point);
     assert.is(git(['-C', chain, 'status', '--porcelain']).stdout, '', `${point}: working tree not clean`);
   }
-  const r = vouch(['endorse', '--chain', chain, '--key', key, '--url', 'https://cdn.example/after-crash.js', '--file', file('ac.js', 'ok'),
-    '--name', 'acme/crash', '--semver', '1.0.1', '--license', 'MIT']);
+  const r = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    'https://cdn.example/after-crash.js',
+    '--file',
+    file('ac.js', 'ok'),
+    '--name',
+    'acme/crash',
+    '--semver',
+    '1.0.1',
+    '--license',
+    'MIT',
+  ]);
   assert.is(r.status, 0, r.stderr);
   assert.is(vouch(['verify', '--chain', chain]).status, 0);
   assert.is.not(head(chain), before);
@@ -239,9 +392,53 @@ test('bad input: one line on stderr, documented exit code, chain untouched', () 
     [['endorse', '--chain', chain, '--key', key, '--url', 'ftp://x/y', '--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT'], 2, /absolute http\(s\) URL/],
     [['endorse', '--chain', chain, '--key', key, '--url', 'https://x/y', '--name', 'nope', '--semver', '1.0.0', '--license', 'MIT'], 2, /OWNER\/NAME/],
     [['endorse', '--chain', chain, '--key', key, '--url', 'https://x/y', '--name', 'a/b', '--semver', '1.0', '--license', 'MIT'], 2, /SemVer/],
-    [['endorse', '--chain', chain, '--key', key, '--url', 'https://x/y', '--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT', '--algorithm', 'md5'], 2, /unknown --algorithm/],
-    [['endorse', '--chain', chain, '--key', key, '--url', 'https://x/y', '--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT', '--effective-date', '2026-02-30'], 2, /effective-date/],
-    [['endorse', '--chain', chain, '--key', key, '--url', 'https://x/y', '--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT', '--file', join(work, 'nope')], 2, /no such file/],
+    [
+      ['endorse', '--chain', chain, '--key', key, '--url', 'https://x/y', '--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT', '--algorithm', 'md5'],
+      2,
+      /unknown --algorithm/,
+    ],
+    [
+      [
+        'endorse',
+        '--chain',
+        chain,
+        '--key',
+        key,
+        '--url',
+        'https://x/y',
+        '--name',
+        'a/b',
+        '--semver',
+        '1.0.0',
+        '--license',
+        'MIT',
+        '--effective-date',
+        '2026-02-30',
+      ],
+      2,
+      /effective-date/,
+    ],
+    [
+      [
+        'endorse',
+        '--chain',
+        chain,
+        '--key',
+        key,
+        '--url',
+        'https://x/y',
+        '--name',
+        'a/b',
+        '--semver',
+        '1.0.0',
+        '--license',
+        'MIT',
+        '--file',
+        join(work, 'nope'),
+      ],
+      2,
+      /no such file/,
+    ],
     [['endorse', '--chain', chain, '--key', key], 2, /missing --url/],
     [['verify', '--chain', chain, '--bogus'], 2, /bogus/],
     [['verify'], 2, /missing --chain/],
@@ -260,12 +457,44 @@ test('bad input: one line on stderr, documented exit code, chain untouched', () 
   const loose = join(work, 'loose.pem');
   writeFileSync(loose, readFileSync(key));
   chmodSync(loose, 0o644);
-  let r = vouch(['endorse', '--chain', chain, '--key', loose, '--url', 'https://x/y', '--file', join(work, 'w1.js'), '--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT']);
+  let r = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    loose,
+    '--url',
+    'https://x/y',
+    '--file',
+    join(work, 'w1.js'),
+    '--name',
+    'a/b',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+  ]);
   assert.is(r.status, 2);
   assert.match(r.stderr, /accessible by group or others/);
   const other = join(work, 'other.pem');
   assert.is(vouch(['keygen', '--out', other]).status, 0);
-  r = vouch(['endorse', '--chain', chain, '--key', other, '--url', 'https://x/y', '--file', join(work, 'w1.js'), '--name', 'a/b', '--semver', '1.0.0', '--license', 'MIT']);
+  r = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    other,
+    '--url',
+    'https://x/y',
+    '--file',
+    join(work, 'w1.js'),
+    '--name',
+    'a/b',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+  ]);
   assert.is(r.status, 2);
   oneLine(r);
   assert.match(r.stderr, /not the chain's authority key/);
@@ -290,8 +519,24 @@ test('--json gives one JSON object (results and failures), --quiet prints nothin
   const bad = JSON.parse(r.stdout);
   assert.equal([bad.ok, bad.code], [false, 'hash_mismatch']);
   assert.match(bad.expected, /^blake3:/);
-  r = vouch(['endorse', '--chain', chain, '--key', key, '--url', 'https://cdn.example/json.js', '--file', file('json.js', 'json'),
-    '--name', 'acme/json', '--semver', '1.0.0', '--license', 'MIT', '--json']);
+  r = vouch([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    'https://cdn.example/json.js',
+    '--file',
+    file('json.js', 'json'),
+    '--name',
+    'acme/json',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+    '--json',
+  ]);
   assert.is(r.status, 0, r.stderr);
   assert.equal(Object.keys(JSON.parse(r.stdout)).sort(), ['artifact_hashes', 'index', 'ok', 'record_hash', 'status', 'urls']);
   r = vouch(['verify', '--chain', join(work, 'nope'), '--json']);

@@ -45,7 +45,10 @@ function packageOf(path: string): string {
   return rest.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
 }
 
-interface Loaded { sources: Set<string>; packages: Set<string> }
+interface Loaded {
+  sources: Set<string>;
+  packages: Set<string>;
+}
 
 /** What the output `start` of a split build loads: it and every output it imports statically, transitively. */
 function staticClosure(meta: Metafile, start: string): Loaded {
@@ -79,8 +82,17 @@ const outputOf = (entry: string) => {
 
 test.before(async () => {
   const r = await build({
-    absWorkingDir: repoRoot, entryPoints: ['tools/cli.ts'], bundle: true, write: false, metafile: true,
-    splitting: true, platform: 'node', format: 'esm', packages: 'external', outdir: join(repoRoot, '.startup-out'), logLevel: 'silent',
+    absWorkingDir: repoRoot,
+    entryPoints: ['tools/cli.ts'],
+    bundle: true,
+    write: false,
+    metafile: true,
+    splitting: true,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+    outdir: join(repoRoot, '.startup-out'),
+    logLevel: 'silent',
   });
   meta = r.metafile;
 });
@@ -103,7 +115,10 @@ test('the split build: `vouch endorse` loads no gateway module but the verified 
   assert.equal(packages, [], `vouch endorse loads the packages ${packages.join(', ')}`);
   // The lockfile mode and the gateway are still there, behind their own dynamic imports.
   const lockfileMode = staticClosure(meta, outputOf('tools/commands/endorse-lockfile.ts'));
-  assert.ok(lockfileMode.sources.has('tools/lockfiles/npm.ts'), 'the lockfile mode should load the lockfile readers (the check above would then prove nothing)');
+  assert.ok(
+    lockfileMode.sources.has('tools/lockfiles/npm.ts'),
+    'the lockfile mode should load the lockfile readers (the check above would then prove nothing)',
+  );
   // Its HTTP client (undici) only when it fetches: a run through a gateway (--gateway) never loads it.
   assert.not.ok(lockfileMode.packages.has('undici'), 'the lockfile mode loads undici before it fetches');
   assert.ok(staticClosure(meta, outputOf('tools/lockfiles/http.ts')).packages.has('undici'));
@@ -137,11 +152,18 @@ function recorded(args: string[]): { status: number | null; stdout: string; stde
   const log = join(work, `load-${Date.now()}-${Math.random().toString(36).slice(2)}.log`);
   writeFileSync(log, '');
   const r = spawnSync(process.execPath, ['--import', join(repoRoot, 'test', 'helpers', 'load-recorder.mjs'), join(repoRoot, 'tools', 'vouch.js'), ...args], {
-    cwd: repoRoot, encoding: 'utf8', timeout: 120_000, env: { ...process.env, VOUCH_LOAD_LOG: log },
+    cwd: repoRoot,
+    encoding: 'utf8',
+    timeout: 120_000,
+    env: { ...process.env, VOUCH_LOAD_LOG: log },
   });
   const sources = new Set<string>();
   const packages = new Set<string>();
-  for (const url of new Set(readFileSync(log, 'utf8').split('\n').filter((l) => l.startsWith('file:')))) {
+  for (const url of new Set(
+    readFileSync(log, 'utf8')
+      .split('\n')
+      .filter((l) => l.startsWith('file:')),
+  )) {
     for (const f of sourcesOfUrl(url)) {
       if (f.includes('node_modules/')) {
         const p = packageOf(f);
@@ -172,10 +194,29 @@ test('the process: `vouch endorse --file` appends a block without loading the ga
   assert.ok(!k.loaded.sources.has('store/chain-repo.ts'), 'vouch keygen loads the store');
   const i = recorded(['init', '--chain', chain, '--key', key, '--signer', 'acme-authority']);
   assert.is(i.status, 0, i.stderr);
-  const r = recorded(['endorse', '--chain', chain, '--key', key, '--url', 'https://a.example/x-1.0.0.tgz', '--file', file, '--name', 'acme/x', '--semver', '1.0.0', '--license', 'MIT']);
+  const r = recorded([
+    'endorse',
+    '--chain',
+    chain,
+    '--key',
+    key,
+    '--url',
+    'https://a.example/x-1.0.0.tgz',
+    '--file',
+    file,
+    '--name',
+    'acme/x',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+  ]);
   assert.is(r.status, 0, r.stderr);
   assert.match(r.stdout, /^1 [0-9a-f]{64}\n$/);
-  assert.ok(r.loaded.sources.has('tools/commands/endorse.ts') && r.loaded.sources.has('store/chain-repo.ts'), `the recorder saw ${[...r.loaded.sources].join(', ')}`);
+  assert.ok(
+    r.loaded.sources.has('tools/commands/endorse.ts') && r.loaded.sources.has('store/chain-repo.ts'),
+    `the recorder saw ${[...r.loaded.sources].join(', ')}`,
+  );
   const gateway = [...r.loaded.sources].filter((f) => f.startsWith('gateway/') && !ENDORSE_GATEWAY.has(f));
   assert.equal(gateway, [], `vouch endorse loads ${gateway.join(', ')}`);
   const lockfile = [...r.loaded.sources].filter((f) => /^tools\/(lockfiles\/(?!licenses|defaults)|commands\/endorse-lockfile)/.test(f));

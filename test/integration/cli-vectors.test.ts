@@ -20,7 +20,12 @@ const commit = { message: 'vectors\n', authorName: 'vectors', authorEmail: 'vect
 
 async function writeChain(name: string, blocks: unknown[], checkpoint: unknown): Promise<string> {
   const dir = join(work, name);
-  await ChainRepo.init(dir, blocks.map((b, i) => ({ index: i, content: pretty(b) })), pretty(checkpoint), commit);
+  await ChainRepo.init(
+    dir,
+    blocks.map((b, i) => ({ index: i, content: pretty(b) })),
+    pretty(checkpoint),
+    commit,
+  );
   return dir;
 }
 

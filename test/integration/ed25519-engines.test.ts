@@ -20,8 +20,7 @@ import { buildLongChain } from '../helpers/chain-fixture.ts';
 const hex = (s: string) => new Uint8Array(Buffer.from(s, 'hex'));
 const casesText = readFileSync(fileURLToPath(new URL('../ed25519-speccheck/cases.json', import.meta.url)));
 const cases = JSON.parse(casesText.toString('utf8')) as { message: string; pub_key: string; signature: string }[];
-const chainVectors = JSON.parse(readFileSync(fileURLToPath(new URL('../vectors/chain-v1.json', import.meta.url)), 'utf8')) as
-  { valid: { blocks: Block[] } };
+const chainVectors = JSON.parse(readFileSync(fileURLToPath(new URL('../vectors/chain-v1.json', import.meta.url)), 'utf8')) as { valid: { blocks: Block[] } };
 
 /** The three answers for one input; the backend must equal OpenSSL, and libsodium's acceptance must imply OpenSSL's. */
 function answers(pk: Uint8Array, m: Uint8Array, sig: Uint8Array): { backend: boolean; openssl: boolean; sodium: boolean | null } {
@@ -35,7 +34,12 @@ test('libsodium is the engine asked first here; VOUCH_ED25519=openssl leaves Ope
   assert.is(ed25519Engine(), 'libsodium');
   const code = "import('./platform/node-crypto.ts').then((m) => process.stdout.write(m.ed25519Engine()))";
   const root = fileURLToPath(new URL('../..', import.meta.url));
-  const off = spawnSync(process.execPath, ['--import', 'tsx', '-e', code], { cwd: root, encoding: 'utf8', env: { ...process.env, VOUCH_ED25519: 'openssl' }, timeout: 60_000 });
+  const off = spawnSync(process.execPath, ['--import', 'tsx', '-e', code], {
+    cwd: root,
+    encoding: 'utf8',
+    env: { ...process.env, VOUCH_ED25519: 'openssl' },
+    timeout: 60_000,
+  });
   assert.is(off.stdout, 'openssl', off.stderr);
 });
 
@@ -45,8 +49,14 @@ test('ed25519-speccheck: the backend answers as OpenSSL on every case; libsodium
   assert.is(cases.length, 15);
   const got = cases.map((c) => answers(hex(c.pub_key), hex(c.message), hex(c.signature)));
   // OpenSSL 3.0 accepts cases 1, 3, 5, 6 and 14 (small-order R or A, mixed-order A); libsodium only 6 (the speccheck table).
-  assert.equal(got.flatMap((r, i) => (r.openssl ? [i] : [])), [1, 3, 5, 6, 14]);
-  assert.equal(got.flatMap((r, i) => (r.sodium ? [i] : [])), [6]);
+  assert.equal(
+    got.flatMap((r, i) => (r.openssl ? [i] : [])),
+    [1, 3, 5, 6, 14],
+  );
+  assert.equal(
+    got.flatMap((r, i) => (r.sodium ? [i] : [])),
+    [6],
+  );
   // So cases 1, 3, 5 and 14 are answered by the fallback: the backend says true where libsodium said false.
   for (const i of [1, 3, 5, 14]) assert.ok(got[i]!.backend && got[i]!.sodium === false, `case ${i}`);
 });
@@ -90,7 +100,11 @@ test('crafted edge cases: small-order R and A, s + L, zero signatures: the backe
   const m = new TextEncoder().encode('vouch edge cases');
   const good = signer.sign(m);
   assert.ok(answers(signer.publicKey, m, good).sodium, 'the honest signature');
-  const withS = (s: bigint) => { const x = good.slice(); x.set(scalarBytes(s), 32); return x; };
+  const withS = (s: bigint) => {
+    const x = good.slice();
+    x.set(scalarBytes(s), 32);
+    return x;
+  };
   const s = bytesScalar(good.subarray(32));
   const noncanonical = answers(signer.publicKey, m, withS(s + L)); // the same signature with s + L (< 2^256)
   assert.is(noncanonical.openssl, false);
@@ -110,7 +124,10 @@ test('crafted edge cases: small-order R and A, s + L, zero signatures: the backe
 test('2,000 random mutations of valid signatures, messages and keys: the backend answers as OpenSSL', () => {
   const { blocks, signer } = buildLongChain(21);
   let seed = 0x9e3779b9;
-  const rand = (n: number) => { seed = (Math.imul(seed ^ (seed >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0; return seed % n; };
+  const rand = (n: number) => {
+    seed = (Math.imul(seed ^ (seed >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0;
+    return seed % n;
+  };
   let accepted = 0;
   for (let k = 0; k < 2_000; k++) {
     const b = blocks[1 + (k % 20)]!;

@@ -10,10 +10,9 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { createHash } from 'node:crypto';
+import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { gitIn, vouchAsync, type Run, initAuthorityChain } from '../helpers/processes.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
@@ -40,9 +39,15 @@ const block = (chain: string, i: number) => {
   return JSON.parse(readFileSync(join(chain, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'));
 };
 /** What an entry says, without anything the signer or the clock decides. */
-const entries = (b: any) => b.payload.endorsements.map((e: any) => ({
-  url: e.artifact_url, hash: e.artifact_hash, name: e.name, semver: e.semver, license: e.license, comment: e.comment,
-}));
+const entries = (b: any) =>
+  b.payload.endorsements.map((e: any) => ({
+    url: e.artifact_url,
+    hash: e.artifact_hash,
+    name: e.name,
+    semver: e.semver,
+    license: e.license,
+    comment: e.comment,
+  }));
 const blocksFrom = (chain: string, from: number) => {
   const out: any[] = [];
   for (let i = from; i < size(chain); i++) out.push(block(chain, i));
@@ -115,16 +120,50 @@ test('--url once and several: the authority fetches and signs one block; a resub
   assert.is(r.status, 0, r.stderr);
   const one = block(gwChain, before);
   assert.is(r.stdout, `${before} ${one.record_hash}\n`);
-  assert.equal(entries(one).map((e: any) => [e.url, e.hash]), [[reg.url('/u/a.tgz'), `sha256:${hex('sha256', a)}`]]);
+  assert.equal(
+    entries(one).map((e: any) => [e.url, e.hash]),
+    [[reg.url('/u/a.tgz'), `sha256:${hex('sha256', a)}`]],
+  );
 
-  r = await through(['--url', reg.url('/u/a.tgz'), '--url', reg.url('/u/b.tgz'), '--name', 'acme/ab', '--semver', '2.0.0', '--license', 'MIT', '--algorithm', 'sha512', '--json']);
+  r = await through([
+    '--url',
+    reg.url('/u/a.tgz'),
+    '--url',
+    reg.url('/u/b.tgz'),
+    '--name',
+    'acme/ab',
+    '--semver',
+    '2.0.0',
+    '--license',
+    'MIT',
+    '--algorithm',
+    'sha512',
+    '--json',
+  ]);
   assert.is(r.status, 0, r.stderr);
   assert.is(JSON.parse(r.stdout).index, before + 1);
   const two = block(gwChain, before + 1);
-  assert.equal(entries(two).map((e: any) => [e.url, e.hash]), [
-    [reg.url('/u/a.tgz'), `sha512:${hex('sha512', a)}`], [reg.url('/u/b.tgz'), `sha512:${hex('sha512', b)}`],
+  assert.equal(
+    entries(two).map((e: any) => [e.url, e.hash]),
+    [
+      [reg.url('/u/a.tgz'), `sha512:${hex('sha512', a)}`],
+      [reg.url('/u/b.tgz'), `sha512:${hex('sha512', b)}`],
+    ],
+  );
+  r = await through([
+    '--url',
+    reg.url('/u/a.tgz'),
+    '--url',
+    reg.url('/u/b.tgz'),
+    '--name',
+    'acme/ab',
+    '--semver',
+    '2.0.0',
+    '--license',
+    'MIT',
+    '--algorithm',
+    'sha512',
   ]);
-  r = await through(['--url', reg.url('/u/a.tgz'), '--url', reg.url('/u/b.tgz'), '--name', 'acme/ab', '--semver', '2.0.0', '--license', 'MIT', '--algorithm', 'sha512']);
   assert.is(r.status, 0, r.stderr);
   assert.is(r.stdout, `unchanged: all 2 URLs already signed with these bytes in block ${before + 1} ${two.record_hash}\n`);
   assert.is(size(gwChain), before + 2);
@@ -137,7 +176,21 @@ test('--url once and several: the authority fetches and signs one block; a resub
 test('a bad token: 401 from the authority, exit 2, one line, nothing appended', async () => {
   reg.route('/u/t.tgz', { body: Buffer.from('t') });
   const before = size(gwChain);
-  const r = await vouchAsync(['endorse', '--gateway', gw.url, '--token-file', badTokenFile, '--url', reg.url('/u/t.tgz'), '--name', 'acme/t', '--semver', '1.0.0', '--license', 'MIT']);
+  const r = await vouchAsync([
+    'endorse',
+    '--gateway',
+    gw.url,
+    '--token-file',
+    badTokenFile,
+    '--url',
+    reg.url('/u/t.tgz'),
+    '--name',
+    'acme/t',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+  ]);
   assert.is(r.status, 2, r.stderr);
   assert.is(r.stderr.trim().split('\n').length, 1, r.stderr);
   assert.match(r.stderr, /unauthorized|Bearer/);
@@ -154,7 +207,9 @@ test('npm lockfile (sha512 and a sha1-only integrity): the same block as offline
   const old = Buffer.from('gw old 0.1.0 (sha1 lockfile)');
   reg.route('/n/old-0.1.0.tgz', { body: old });
   const lock = {
-    name: 'gw-app', version: '1.2.3', lockfileVersion: 3,
+    name: 'gw-app',
+    version: '1.2.3',
+    lockfileVersion: 3,
     packages: {
       '': { name: 'gw-app', version: '1.2.3' },
       'node_modules/leftpad': { version: '1.0.0', license: 'MIT', ...tarball('/n/leftpad-1.0.0.tgz', left) },
@@ -176,16 +231,27 @@ test('pip requirements (HTML index with hashes, a files host): the same block as
   const whl = Buffer.from('gw requests 2.31.0 wheel');
   const sdist = Buffer.from('gw requests 2.31.0 sdist (not pinned)');
   const idna = Buffer.from('gw idna 3.4 wheel');
-  files.route('/p/requests-2.31.0-py3-none-any.whl', { body: whl }).route('/p/requests-2.31.0.tar.gz', { body: sdist }).route('/p/idna-3.4-py3-none-any.whl', { body: idna });
+  files
+    .route('/p/requests-2.31.0-py3-none-any.whl', { body: whl })
+    .route('/p/requests-2.31.0.tar.gz', { body: sdist })
+    .route('/p/idna-3.4-py3-none-any.whl', { body: idna });
   reg.route('/simple/requests/', {
     contentType: 'text/html',
     body: `<a href="${files.url('/p/requests-2.31.0-py3-none-any.whl')}#sha256=${hex('sha256', whl)}">requests-2.31.0-py3-none-any.whl</a>
       <a href="${files.url('/p/requests-2.31.0.tar.gz')}#sha256=${hex('sha256', sdist)}">requests-2.31.0.tar.gz</a>`,
   });
-  reg.route('/simple/idna/', { contentType: 'text/html', body: `<a href="${files.url('/p/idna-3.4-py3-none-any.whl')}#sha256=${hex('sha256', idna)}">idna-3.4-py3-none-any.whl</a>` });
+  reg.route('/simple/idna/', {
+    contentType: 'text/html',
+    body: `<a href="${files.url('/p/idna-3.4-py3-none-any.whl')}#sha256=${hex('sha256', idna)}">idna-3.4-py3-none-any.whl</a>`,
+  });
   const req = `requests==2.31.0 --hash=sha256:${hex('sha256', whl)}\nidna==3.4 --hash=sha256:${hex('sha256', idna)}\n`;
   const [b] = await sameAsOffline(write('py/requirements.txt', req), ['--index-url', reg.url('/simple/'), '--license', 'Apache-2.0']);
-  assert.equal(entries(b).map((e: any) => e.name).sort(), ['pypi/idna', 'pypi/requests']);
+  assert.equal(
+    entries(b)
+      .map((e: any) => e.name)
+      .sort(),
+    ['pypi/idna', 'pypi/requests'],
+  );
   assert.is(files.requests('/p/requests-2.31.0.tar.gz'), 0, 'an unpinned file was fetched');
 });
 
@@ -193,11 +259,24 @@ test('go.sum (zips and go.mod files, h1: claims checked by the authority): the s
   const m1 = modVersion('example.com/Gw/one', 'v1.0.0');
   const m2 = modVersion('example.com/gw/two', 'v0.2.0');
   const zipH1 = (m: typeof m1) => hash1(Object.fromEntries(Object.entries(m.files).map(([n, t]) => [`${m.module}@${m.version}/${n}`, t])));
-  for (const [m, esc] of [[m1, 'example.com/!gw/one'], [m2, 'example.com/gw/two']] as const) {
+  for (const [m, esc] of [
+    [m1, 'example.com/!gw/one'],
+    [m2, 'example.com/gw/two'],
+  ] as const) {
     reg.route(`/gp/${esc}/@v/${m.version}.zip`, { body: m.zip, contentType: 'application/zip' }).route(`/gp/${esc}/@v/${m.version}.mod`, { body: m.mod });
   }
-  const sum = [m1, m2].flatMap((m) => [`${m.module} ${m.version} ${zipH1(m)}`, `${m.module} ${m.version}/go.mod ${hash1({ 'go.mod': m.mod })}`]).join('\n') + '\n';
-  const [b] = await sameAsOffline(write('gomod/go.sum', sum), ['--goproxy', reg.url('/gp/'), '--license', 'BSD-3-Clause', '--name', 'acme/gosvc', '--semver', '1.0.0']);
+  const sum =
+    [m1, m2].flatMap((m) => [`${m.module} ${m.version} ${zipH1(m)}`, `${m.module} ${m.version}/go.mod ${hash1({ 'go.mod': m.mod })}`]).join('\n') + '\n';
+  const [b] = await sameAsOffline(write('gomod/go.sum', sum), [
+    '--goproxy',
+    reg.url('/gp/'),
+    '--license',
+    'BSD-3-Clause',
+    '--name',
+    'acme/gosvc',
+    '--semver',
+    '1.0.0',
+  ]);
   assert.is(entries(b).length, 4);
   assert.ok(entries(b).some((e: any) => e.url === reg.url('/gp/example.com/!gw/one/@v/v1.0.0.zip') && e.hash === `sha256:${hex('sha256', m1.zip)}`));
   assert.is(reg.requests('/gp/example.com/!gw/one/@v/v1.0.0.zip'), 2, 'the h1: claim and the signed sha256 came from different fetches');
@@ -206,20 +285,29 @@ test('go.sum (zips and go.mod files, h1: claims checked by the authority): the s
 
 test('a lockfile split into several blocks: sent in one submit, appended in one commit as offline, the same blocks', async () => {
   const packages: Record<string, unknown> = { '': { name: 'split-app', version: '0.1.0' } };
-  for (let i = 0; i < 5; i++) packages[`node_modules/s${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/s/s${i}-1.0.0.tgz`, Buffer.from(`split ${i}`)) };
+  for (let i = 0; i < 5; i++)
+    packages[`node_modules/s${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/s/s${i}-1.0.0.tgz`, Buffer.from(`split ${i}`)) };
   const commitsBefore = commits(gwChain);
-  const blocks = await sameAsOffline(write('split/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages })), [], { VOUCH_LOCKFILE_BLOCK_ENTRIES: '2' });
-  assert.equal(blocks.map((b) => b.payload.endorsements.length), [2, 2, 1]);
+  const blocks = await sameAsOffline(write('split/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages })), [], {
+    VOUCH_LOCKFILE_BLOCK_ENTRIES: '2',
+  });
+  assert.equal(
+    blocks.map((b) => b.payload.endorsements.length),
+    [2, 2, 1],
+  );
   assert.is(blocks[0].comment, 'npm/split-app 0.1.0 from package-lock.json part 1 of 3');
   assert.is(commits(gwChain) - commitsBefore, 1, 'the blocks of one lockfile were not appended in one commit');
 });
 
 test('a split lockfile with one refused entry in its last block: nothing of any of its blocks signed (all or none, as offline)', async () => {
   const packages: Record<string, unknown> = { '': { name: 'split-bad', version: '0.1.0' } };
-  for (let i = 0; i < 5; i++) packages[`node_modules/t${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/t/t${i}-1.0.0.tgz`, Buffer.from(`split bad ${i}`)) };
+  for (let i = 0; i < 5; i++)
+    packages[`node_modules/t${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/t/t${i}-1.0.0.tgz`, Buffer.from(`split bad ${i}`)) };
   reg.route('/t/t4-1.0.0.tgz', { body: Buffer.from('split bad 4'), tamper: true });
   const before = size(gwChain);
-  const r = await through(['--lockfile', write('split-bad/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }))], { VOUCH_LOCKFILE_BLOCK_ENTRIES: '2' });
+  const r = await through(['--lockfile', write('split-bad/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }))], {
+    VOUCH_LOCKFILE_BLOCK_ENTRIES: '2',
+  });
   assert.is(r.status, 1, r.stderr + r.stdout);
   noStack(r);
   assert.match(r.stderr, `refused: t4@1.0.0: ${reg.url('/t/t4-1.0.0.tgz')} hashes sha512:`);
@@ -231,23 +319,41 @@ test('a split lockfile with one refused entry in its last block: nothing of any 
 test('POST /v1/submit blocks form: one URL twice across blocks, too many entries, a non-multi element: 400, nothing fetched', async () => {
   reg.route('/bf/a.tgz', { body: Buffer.from('blocks form a') });
   const entry = (url: string) => ({ url, name: 'acme/bf', semver: '1.0.0', license: 'MIT' });
-  const post = (body: unknown) => fetch(`${gw.url}/v1/submit`, {
-    method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
+  const post = (body: unknown) =>
+    fetch(`${gw.url}/v1/submit`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
   const before = size(gwChain);
   const cases: [unknown, RegExp][] = [
-    [{ blocks: [{ uns: 'acme/bf', semver: '1.0.0', endorsements: [entry(reg.url('/bf/a.tgz'))] }, { uns: 'acme/bf', semver: '1.0.1', endorsements: [entry(reg.url('/bf/a.tgz'))] }] },
-      /^blocks\[1\]\.endorsements\[0\]\.url repeats /],
+    [
+      {
+        blocks: [
+          { uns: 'acme/bf', semver: '1.0.0', endorsements: [entry(reg.url('/bf/a.tgz'))] },
+          { uns: 'acme/bf', semver: '1.0.1', endorsements: [entry(reg.url('/bf/a.tgz'))] },
+        ],
+      },
+      /^blocks\[1\]\.endorsements\[0\]\.url repeats /,
+    ],
     [{ blocks: [] }, /^blocks must hold 1 to 256 blocks/],
     [{ blocks: [entry(reg.url('/bf/a.tgz'))] }, /^blocks\[0\] must be a multi-artifact body/],
     [{ blocks: [{ uns: 'acme/bf', semver: 'x', endorsements: [entry(reg.url('/bf/a.tgz'))] }] }, /^blocks\[0\]: semver must be /],
-    [{ blocks: Array.from({ length: 2 }, (_, k) => ({ uns: 'acme/bf', semver: '1.0.0', endorsements: Array.from({ length: 600 }, (_, i) => entry(reg.url(`/bf/${k}-${i}.tgz`))) })) },
-      /^blocks hold more than 1000 entries together/],
+    [
+      {
+        blocks: Array.from({ length: 2 }, (_, k) => ({
+          uns: 'acme/bf',
+          semver: '1.0.0',
+          endorsements: Array.from({ length: 600 }, (_, i) => entry(reg.url(`/bf/${k}-${i}.tgz`))),
+        })),
+      },
+      /^blocks hold more than 1000 entries together/,
+    ],
     [{ blocks: [{ uns: 'acme/bf', semver: '1.0.0', endorsements: [entry(reg.url('/bf/a.tgz'))] }], uns: 'acme/bf' }, /unknown member "uns"/],
   ];
   for (const [body, message] of cases) {
     const res = await post(body);
-    const answer = await res.json() as any;
+    const answer = (await res.json()) as any;
     assert.is(res.status, 400, JSON.stringify(answer));
     assert.is(answer.status, 'bad_request');
     assert.match(answer.message, message);
@@ -256,22 +362,39 @@ test('POST /v1/submit blocks form: one URL twice across blocks, too many entries
   assert.is(size(gwChain), before);
   // Accepted: each block's status; sent again, every block unchanged (200).
   reg.route('/bf/b.tgz', { body: Buffer.from('blocks form b') });
-  const ok = { blocks: [{ uns: 'acme/bf', semver: '1.0.0', endorsements: [entry(reg.url('/bf/a.tgz'))] }, { uns: 'acme/bf', semver: '1.0.0', comment: 'second', endorsements: [entry(reg.url('/bf/b.tgz'))] }] };
+  const ok = {
+    blocks: [
+      { uns: 'acme/bf', semver: '1.0.0', endorsements: [entry(reg.url('/bf/a.tgz'))] },
+      { uns: 'acme/bf', semver: '1.0.0', comment: 'second', endorsements: [entry(reg.url('/bf/b.tgz'))] },
+    ],
+  };
   const res = await post(ok);
-  const answer = await res.json() as any;
+  const answer = (await res.json()) as any;
   assert.is(res.status, 201, JSON.stringify(answer));
-  assert.equal(answer.blocks.map((b: any) => [b.status, b.index, b.entries]), [['posted', before, 1], ['posted', before + 1, 1]]);
+  assert.equal(
+    answer.blocks.map((b: any) => [b.status, b.index, b.entries]),
+    [
+      ['posted', before, 1],
+      ['posted', before + 1, 1],
+    ],
+  );
   assert.is(block(gwChain, before + 1).comment, 'second');
   assert.is(block(gwChain, before + 1).record_hash, answer.blocks[1].record_hash);
   const again = await post(ok);
   assert.is(again.status, 200);
-  assert.equal(((await again.json()) as any).blocks.map((b: any) => [b.status, b.index]), [['unchanged', before], ['unchanged', before + 1]]);
+  assert.equal(
+    ((await again.json()) as any).blocks.map((b: any) => [b.status, b.index]),
+    [
+      ['unchanged', before],
+      ['unchanged', before + 1],
+    ],
+  );
   assert.is(size(gwChain), before + 2);
 });
 
 // ------------------------------------------------------------------ refusals
 
-test('a registry serving other bytes than the lockfile\'s integrity: one line naming the package, exit 1, nothing of that block signed', async () => {
+test("a registry serving other bytes than the lockfile's integrity: one line naming the package, exit 1, nothing of that block signed", async () => {
   const fine = Buffer.from('claims: fine 1.0.0');
   const real = Buffer.from('claims: the bytes the lockfile pinned');
   const lock = {
@@ -299,16 +422,21 @@ test('a registry serving other bytes than the lockfile\'s integrity: one line na
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: JSON.stringify({
-      uns: 'acme/claims', semver: '1.0.0', endorsements: [
+      uns: 'acme/claims',
+      semver: '1.0.0',
+      endorsements: [
         { url: reg.url('/c/fine-1.0.0.tgz'), name: 'npm/fine', semver: '1.0.0', license: 'MIT', expect: `sha512:${hex('sha512', fine)}` },
         { url: reg.url('/c/swapped-2.0.0.tgz'), name: 'npm/swapped', semver: '2.0.0', license: 'MIT', expect: [`sha256:${hex('sha256', real)}`] },
       ],
     }),
   });
-  const body = await res.json() as any;
+  const body = (await res.json()) as any;
   assert.is(res.status, 409);
   assert.is(body.status, 'hash_mismatch');
-  assert.equal(body.refused.map((x: any) => x.name), ['npm/swapped']);
+  assert.equal(
+    body.refused.map((x: any) => x.name),
+    ['npm/swapped'],
+  );
   assert.is(size(gwChain), before);
   const bad = await fetch(`${gw.url}/v1/submit`, {
     method: 'POST',
@@ -348,18 +476,32 @@ test('a lockfile with nothing to endorse (npm without resolved): exit 2 naming o
 test('POST /v1/submit: NDJSON progress lines when asked (one per entry, then the result), plain JSON otherwise', async () => {
   const bytes = [0, 1, 2].map((i) => Buffer.from(`ndjson ${i}`));
   bytes.forEach((b, i) => reg.route(`/j/${i}.tgz`, { body: b }));
-  const body = (tag: string) => JSON.stringify({
-    uns: `acme/${tag}`, semver: '1.0.0',
-    endorsements: bytes.map((b, i) => ({ url: reg.url(`/j/${tag}-${i}.tgz`), name: `acme/${tag}`, semver: '1.0.0', license: 'MIT', expect: `sha256:${hex('sha256', b)}` })),
-  });
+  const body = (tag: string) =>
+    JSON.stringify({
+      uns: `acme/${tag}`,
+      semver: '1.0.0',
+      endorsements: bytes.map((b, i) => ({
+        url: reg.url(`/j/${tag}-${i}.tgz`),
+        name: `acme/${tag}`,
+        semver: '1.0.0',
+        license: 'MIT',
+        expect: `sha256:${hex('sha256', b)}`,
+      })),
+    });
   for (const tag of ['nd', 'plain']) bytes.forEach((b, i) => reg.route(`/j/${tag}-${i}.tgz`, { body: b }));
   const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
   const nd = await fetch(`${gw.url}/v1/submit`, { method: 'POST', headers: { ...headers, accept: 'application/x-ndjson' }, body: body('nd') });
   assert.is(nd.status, 200);
   assert.is(nd.headers.get('content-type'), 'application/x-ndjson');
-  const lines = (await nd.text()).trim().split('\n').map((l) => JSON.parse(l));
+  const lines = (await nd.text())
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   assert.is(lines.length, 4, JSON.stringify(lines));
-  assert.equal(lines.slice(0, 3).map((l) => l.progress.done), [1, 2, 3]);
+  assert.equal(
+    lines.slice(0, 3).map((l) => l.progress.done),
+    [1, 2, 3],
+  );
   assert.ok(lines.slice(0, 3).every((l) => l.progress.total === 3));
   const last = lines[3];
   assert.is(last.http_status, 201);
@@ -369,14 +511,15 @@ test('POST /v1/submit: NDJSON progress lines when asked (one per entry, then the
   const plain = await fetch(`${gw.url}/v1/submit`, { method: 'POST', headers, body: body('plain') });
   assert.is(plain.status, 201);
   assert.match(plain.headers.get('content-type')!, /^application\/json/);
-  const p = await plain.json() as any;
+  const p = (await plain.json()) as any;
   assert.equal(Object.keys(p).sort(), ['index', 'record_hash', 'status', 'success', 'url', 'urls']);
 });
 
 test('two clients at once: both lockfiles land, each block whole', async () => {
   const lockOf = (tag: string) => {
     const packages: Record<string, unknown> = { '': { name: `conc-${tag}`, version: '1.0.0' } };
-    for (let i = 0; i < 6; i++) packages[`node_modules/${tag}${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/q/${tag}${i}.tgz`, Buffer.from(`${tag} ${i}`)) };
+    for (let i = 0; i < 6; i++)
+      packages[`node_modules/${tag}${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/q/${tag}${i}.tgz`, Buffer.from(`${tag} ${i}`)) };
     return write(`conc-${tag}/package-lock.json`, JSON.stringify({ lockfileVersion: 3, packages }));
   };
   const before = size(gwChain);
@@ -385,7 +528,14 @@ test('two clients at once: both lockfiles land, each block whole', async () => {
   assert.is(b.status, 0, b.stderr);
   const landed = blocksFrom(gwChain, before);
   assert.is(landed.length, 2);
-  const byUns = Object.fromEntries(landed.map((bl) => [bl.payload.uns, entries(bl).map((e: any) => e.url).sort()]));
+  const byUns = Object.fromEntries(
+    landed.map((bl) => [
+      bl.payload.uns,
+      entries(bl)
+        .map((e: any) => e.url)
+        .sort(),
+    ]),
+  );
   for (const tag of ['x', 'y']) assert.equal(byUns[`npm/conc-${tag}`], [0, 1, 2, 3, 4, 5].map((i) => reg.url(`/q/${tag}${i}.tgz`)).sort());
   await verify(gwChain);
 });
@@ -400,7 +550,9 @@ test('a client killed mid-submit: the authority finishes the block and commits i
   }
   const file = write('killed/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }));
   const before = size(gwChain);
-  const child = spawn(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), 'endorse', '--gateway', gw.url, '--token-file', tokenFile, '--lockfile', file], { stdio: 'ignore' });
+  const child = spawn(process.execPath, [join(repoRoot, 'tools', 'vouch.js'), 'endorse', '--gateway', gw.url, '--token-file', tokenFile, '--lockfile', file], {
+    stdio: 'ignore',
+  });
   const exited = new Promise((r) => child.on('exit', r));
   await until('the authority fetching the slow artifact', async () => reg.requests('/k/k3.tgz') > 0, 30_000);
   assert.is(size(gwChain), before, 'committed before the slow artifact was hashed');
@@ -410,7 +562,12 @@ test('a client killed mid-submit: the authority finishes the block and commits i
   // Still whole a moment later: exactly one block, with every entry.
   await new Promise((r) => setTimeout(r, 500));
   assert.is(size(gwChain), before + 1);
-  assert.equal(entries(block(gwChain, before)).map((e: any) => e.url).sort(), [0, 1, 2, 3].map((i) => reg.url(`/k/k${i}.tgz`)).sort());
+  assert.equal(
+    entries(block(gwChain, before))
+      .map((e: any) => e.url)
+      .sort(),
+    [0, 1, 2, 3].map((i) => reg.url(`/k/k${i}.tgz`)).sort(),
+  );
   await verify(gwChain);
   // Run again: the client learns it is all there.
   const again = await through(['--lockfile', file, '--json']);
@@ -423,13 +580,19 @@ test('on a terminal: a progress bar on stderr while the authority works, no per-
   for (let i = 0; i < 3; i++) packages[`node_modules/t${i}`] = { version: '1.0.0', license: 'MIT', ...tarball(`/tty/t${i}.tgz`, Buffer.from(`tty ${i}`)) };
   const file = write('tty/package-lock.json', JSON.stringify({ lockfileVersion: 3, packages }));
   const quote = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
-  const cmd = [process.execPath, join(repoRoot, 'tools', 'vouch.js'), 'endorse', '--gateway', gw.url, '--token-file', tokenFile, '--lockfile', file].map(quote).join(' ');
+  const cmd = [process.execPath, join(repoRoot, 'tools', 'vouch.js'), 'endorse', '--gateway', gw.url, '--token-file', tokenFile, '--lockfile', file]
+    .map(quote)
+    .join(' ');
   // script(1) gives the command a pseudo-terminal; what it wrote comes back on stdout.
   const r = await new Promise<{ status: number | null; out: string }>((resolve) => {
     const child = spawn('script', ['-qec', cmd, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
-    child.stdout.on('data', (d) => { out += d; });
-    child.stderr.on('data', (d) => { out += d; });
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
+    child.stderr.on('data', (d) => {
+      out += d;
+    });
     child.on('close', (status) => resolve({ status, out }));
   });
   assert.is(r.status, 0, r.out);
@@ -438,8 +601,22 @@ test('on a terminal: a progress bar on stderr while the authority works, no per-
   assert.match(r.out, /posted 3 entries in 1 block/);
 });
 
-test('offline endorse on the running authority\'s chain points at --gateway', async () => {
-  const r = await vouchAsync(['endorse', '--chain', gwChain, '--key', key, '--url', reg.url('/u/a.tgz'), '--name', 'acme/a', '--semver', '1.0.0', '--license', 'MIT']);
+test("offline endorse on the running authority's chain points at --gateway", async () => {
+  const r = await vouchAsync([
+    'endorse',
+    '--chain',
+    gwChain,
+    '--key',
+    key,
+    '--url',
+    reg.url('/u/a.tgz'),
+    '--name',
+    'acme/a',
+    '--semver',
+    '1.0.0',
+    '--license',
+    'MIT',
+  ]);
   assert.is(r.status, 2, r.stderr);
   assert.match(r.stderr, 'vouch endorse --gateway URL --token-file FILE');
 });

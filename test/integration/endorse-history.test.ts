@@ -43,7 +43,12 @@ async function endorseIn(dir: string, u: string, text: string, semver: string): 
   const { head } = trustedHead(repo, signer);
   const now = T0 + (head.index + 1) * 1000;
   const block = buildEndorseBlock({
-    prev: head, signer, backend: nodeBackend, now, uns: 'acme/again', semver,
+    prev: head,
+    signer,
+    backend: nodeBackend,
+    now,
+    uns: 'acme/again',
+    semver,
     entries: [{ url: u, artifactHash: hashOf(text), name: 'acme/again', semver, license: 'MIT', comment: '' }],
   });
   await appendSigned(repo, [block], buildCheckpoint({ head: block, signer, now }), now);
@@ -66,7 +71,9 @@ const copy = () => {
   return dir;
 };
 const URLS = [url(5), url(7), url(150), url(199), 'https://b.example/new.tgz', 'https://b.example/never.tgz'];
-const noScan = (): History => { throw new Error('the full scan was called'); };
+const noScan = (): History => {
+  throw new Error('the full scan was called');
+};
 const plain = (h: History) => [...h].map(([u, list]) => [u, list.map((p) => [p.block.index, p.block.record_hash, p.artifactHash, p.semver])]);
 
 async function history(dir: string, scan: typeof findEndorsements = findEndorsements) {
@@ -77,13 +84,26 @@ async function scanned(dir: string) {
   return plain(findEndorsements(await ChainRepo.open(dir, { repair: false }), URLS));
 }
 
-test('with a valid snapshot the scan is never called; the image and the gap give the scan\'s answers', async () => {
+test("with a valid snapshot the scan is never called; the image and the gap give the scan's answers", async () => {
   const r = await history(base, noScan);
   assert.is(r.source, 'image');
   assert.is(r.scanned, 2, 'only blocks 201 and 202 (after the image) are read in full');
   assert.equal(plain(r.history), await scanned(base));
-  assert.equal(r.history.get(url(5))!.map((p) => [p.block.index, p.semver]), [[5, '1.5.0'], [200, '2.0.0']]);
-  assert.equal(r.history.get(url(7))!.map((p) => [p.block.index, p.semver]), [[7, '1.7.0'], [201, '3.0.0']], 'the gap block is found');
+  assert.equal(
+    r.history.get(url(5))!.map((p) => [p.block.index, p.semver]),
+    [
+      [5, '1.5.0'],
+      [200, '2.0.0'],
+    ],
+  );
+  assert.equal(
+    r.history.get(url(7))!.map((p) => [p.block.index, p.semver]),
+    [
+      [7, '1.7.0'],
+      [201, '3.0.0'],
+    ],
+    'the gap block is found',
+  );
   assert.equal(r.history.get('https://b.example/never.tgz'), []);
   // The lockfile's scan gives the same answers.
   const repo = await ChainRepo.open(base, { repair: false });
@@ -119,10 +139,15 @@ test('an image of another chain (its last block is not the file), or larger than
   const other = join(work, 'other');
   const alt: Block[] = blocks.slice(0, 100);
   for (let i = 100; i < 201; i++) {
-    alt.push(buildEndorseBlock({
-      prev: alt[i - 1]!, signer, backend: nodeBackend, now: T0 + i * 1000 + 1,
-      entries: [{ url: url(i), artifactHash: hashOf(`other ${i}`), name: 'acme/other', semver: '1.0.0', license: 'MIT', comment: '' }],
-    }));
+    alt.push(
+      buildEndorseBlock({
+        prev: alt[i - 1]!,
+        signer,
+        backend: nodeBackend,
+        now: T0 + i * 1000 + 1,
+        entries: [{ url: url(i), artifactHash: hashOf(`other ${i}`), name: 'acme/other', semver: '1.0.0', license: 'MIT', comment: '' }],
+      }),
+    );
   }
   await initChainRepo(other, alt, buildCheckpoint({ head: alt[200]!, signer, now: T0 + 300 * 1000 }), { message: 'other\n' });
   await ChainState.load(await ChainRepo.open(other, { repair: false }));
@@ -145,7 +170,10 @@ test('a candidate block file that is not the verified block, or a gap block that
   const e = copy();
   // Block 150's file re-signed with other bytes: it still parses, but is not the block the image holds.
   const forged = buildEndorseBlock({
-    prev: blocks[149]!, signer, backend: nodeBackend, now: T0 + 150 * 1000,
+    prev: blocks[149]!,
+    signer,
+    backend: nodeBackend,
+    now: T0 + 150 * 1000,
     entries: [{ url: url(150), artifactHash: hashOf('forged'), name: 'acme/pkg150', semver: '1.150.0', license: 'MIT', comment: '' }],
   });
   writeFileSync(join(e, blockPath(150)), formatBlockFile(forged));
@@ -164,8 +192,10 @@ test('vouch endorse: unchanged and semver_conflict from the image (timings show 
   const dir = copy();
   const file = join(work, 'seven.txt');
   writeFileSync(file, 'seven again');
-  const run = (u: string, semver: string, f = file) => vouch(['endorse', '--chain', dir, '--key', key, '--url', u, '--file', f,
-    '--name', 'acme/again', '--semver', semver, '--license', 'MIT'], { VOUCH_TIMINGS: '1' });
+  const run = (u: string, semver: string, f = file) =>
+    vouch(['endorse', '--chain', dir, '--key', key, '--url', u, '--file', f, '--name', 'acme/again', '--semver', semver, '--license', 'MIT'], {
+      VOUCH_TIMINGS: '1',
+    });
   const same = run(url(7), '3.0.0');
   assert.is(same.status, 0, same.stderr);
   assert.match(same.stdout, /^unchanged: .* block 201 /);
@@ -205,23 +235,38 @@ test('refreshIfBehind: once the gap reaches the limit, ChainState writes a new s
   const bad = copy();
   const other = nodeSigner('vouch-test', privateKeyFromSeed(new Uint8Array(32).fill(7)));
   const forged = buildEndorseBlock({
-    prev: JSON.parse(readFileSync(join(bad, blockPath(200)), 'utf8')) as Block, signer: other, backend: nodeBackend, now: T0 + 201 * 1000,
+    prev: JSON.parse(readFileSync(join(bad, blockPath(200)), 'utf8')) as Block,
+    signer: other,
+    backend: nodeBackend,
+    now: T0 + 201 * 1000,
     entries: [{ url: url(7), artifactHash: hashOf('seven again'), name: 'acme/again', semver: '3.0.0', license: 'MIT', comment: '' }],
-    uns: 'acme/again', semver: '3.0.0',
+    uns: 'acme/again',
+    semver: '3.0.0',
   });
   writeFileSync(join(bad, blockPath(201)), formatBlockFile(forged));
   const next = JSON.parse(readFileSync(join(bad, blockPath(202)), 'utf8'));
   next.prev_hash = forged.record_hash;
   const relinked = buildEndorseBlock({
-    prev: forged, signer, backend: nodeBackend, now: T0 + 202 * 1000,
-    entries: next.payload.endorsements.map((e: any) => ({ url: e.artifact_url, artifactHash: e.artifact_hash, name: e.name, semver: e.semver, license: e.license, comment: e.comment })),
-    uns: next.payload.uns, semver: next.payload.semver,
+    prev: forged,
+    signer,
+    backend: nodeBackend,
+    now: T0 + 202 * 1000,
+    entries: next.payload.endorsements.map((e: any) => ({
+      url: e.artifact_url,
+      artifactHash: e.artifact_hash,
+      name: e.name,
+      semver: e.semver,
+      license: e.license,
+      comment: e.comment,
+    })),
+    uns: next.payload.uns,
+    semver: next.payload.semver,
   });
   writeFileSync(join(bad, blockPath(202)), formatBlockFile(relinked));
   writeFileSync(join(bad, 'checkpoint.json'), formatCheckpointFile(buildCheckpoint({ head: relinked, signer, now: T0 + 202 * 1000 })));
   const badRepo = await ChainRepo.open(bad, { repair: false });
   const br = priorEndorsements(badRepo, URLS, trustedHead(badRepo, signer).head, noScan);
-  assert.is(br.source, 'image', 'the links hold: the history is read (signatures are the verifier\'s)');
+  assert.is(br.source, 'image', "the links hold: the history is read (signatures are the verifier's)");
   const snapBefore = readFileSync(join(bad, '.git', 'vouch-snapshot.json'), 'utf8');
   assert.is(await refreshIfBehind(badRepo, br, 1, 1), false);
   assert.is(readFileSync(join(bad, '.git', 'vouch-snapshot.json'), 'utf8'), snapBefore, 'nothing unverified is written');
@@ -232,21 +277,54 @@ test('the CLI never scans with a usable image: a garbled old block file that a s
   // Block 100's file garbled, naming the URLs: findEndorsements and the lockfile's scan both throw malformed on it.
   const tarUrl = await new Promise<{ url: string; close: () => void; bytes: Buffer }>((resolve) => {
     const bytes = Buffer.from('lockfile tarball bytes');
-    const server = createServer((_req, res) => { res.writeHead(200, { 'content-length': bytes.length }).end(bytes); });
-    server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/x/-/x-1.0.0.tgz`, close: () => server.close(), bytes }));
+    const server = createServer((_req, res) => {
+      res.writeHead(200, { 'content-length': bytes.length }).end(bytes);
+    });
+    server.listen(0, '127.0.0.1', () =>
+      resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/x/-/x-1.0.0.tgz`, close: () => server.close(), bytes }),
+    );
   });
   try {
     writeFileSync(join(dir, blockPath(100)), `{"garbled": ${JSON.stringify(url(7))}, ${JSON.stringify(tarUrl.url)}`);
     const file = join(work, 'seven2.txt');
     writeFileSync(file, 'seven again');
-    const same = vouch(['endorse', '--chain', dir, '--key', key, '--url', url(7), '--file', file, '--name', 'acme/again', '--semver', '3.0.0', '--license', 'MIT']);
+    const same = vouch([
+      'endorse',
+      '--chain',
+      dir,
+      '--key',
+      key,
+      '--url',
+      url(7),
+      '--file',
+      file,
+      '--name',
+      'acme/again',
+      '--semver',
+      '3.0.0',
+      '--license',
+      'MIT',
+    ]);
     assert.is(same.status, 0, same.stderr);
     assert.match(same.stdout, /^unchanged: .* block 201 /);
     const lock = join(work, 'package-lock.json');
-    writeFileSync(lock, JSON.stringify({
-      name: 'app', version: '1.0.0', lockfileVersion: 3,
-      packages: { '': { name: 'app', version: '1.0.0' }, 'node_modules/x': { version: '1.0.0', license: 'MIT', resolved: tarUrl.url, integrity: `sha512-${createHash('sha512').update(tarUrl.bytes).digest('base64')}` } },
-    }));
+    writeFileSync(
+      lock,
+      JSON.stringify({
+        name: 'app',
+        version: '1.0.0',
+        lockfileVersion: 3,
+        packages: {
+          '': { name: 'app', version: '1.0.0' },
+          'node_modules/x': {
+            version: '1.0.0',
+            license: 'MIT',
+            resolved: tarUrl.url,
+            integrity: `sha512-${createHash('sha512').update(tarUrl.bytes).digest('base64')}`,
+          },
+        },
+      }),
+    );
     const first = await vouchAsync(['endorse', '--chain', dir, '--key', key, '--lockfile', lock, '--json']);
     assert.is(first.status, 0, first.stderr + first.stdout);
     assert.is(JSON.parse(first.stdout).status, 'posted');

@@ -59,7 +59,10 @@ test('vouch serve --dev: the embedded default submits a loopback artifact, and s
   const dir = join(work, 'dev');
   mkdirSync(dir);
   const g = await serve(['--dev', '--listen', '127.0.0.1:0'], dir);
-  assert.match(g.stdout(), /^dev mode: loopback and private origins are allowed \(origin\.allow_private: true\) because of --dev; never use --dev in production$/m);
+  assert.match(
+    g.stdout(),
+    /^dev mode: loopback and private origins are allowed \(origin\.allow_private: true\) because of --dev; never use --dev in production$/m,
+  );
   const r = await submit(g.url, token(dir), origin.url('/lib.js'));
   assert.is(r.status, 201, JSON.stringify(r.body));
   await g.stop();
@@ -84,14 +87,19 @@ test('a config file is merged over the embedded default: only listen gives autho
   // Mappings merge key by key, lists and scalars replace; authority: null is read-only; a file naming its own chain (a mirror's remote, or a dir) stays read-only.
   assert.equal(mergeDocs({ a: { b: 1, c: [1, 2] }, d: 1 }, { a: { c: [3] }, d: null }), { a: { b: 1, c: [3] }, d: null });
   assert.is(loadConfigFile(writeConfig(join(work, 'ro'), { listen: { port: 0 } })).authority, null);
-  const mirror = writeConfig(join(work, 'mirror'), { chain: { remote: 'http://127.0.0.1:1/c.git', public_key: 'A'.repeat(43) + '=' } }, 'vouch.yaml', { inheritAuthority: true });
+  const mirror = writeConfig(join(work, 'mirror'), { chain: { remote: 'http://127.0.0.1:1/c.git', public_key: 'A'.repeat(43) + '=' } }, 'vouch.yaml', {
+    inheritAuthority: true,
+  });
   assert.is(loadConfigFile(mirror).authority, null);
   // A file naming its own chain never inherits the development authority (it would sign that chain with a fresh dev key).
   const own = writeConfig(join(work, 'own'), { chain: { dir: join(work, 'own', 'chain') } }, 'vouch.yaml', { inheritAuthority: true });
   assert.is(loadConfigFile(own).authority, null);
   // Through a real process: the key and token are created next to the file, and a --dev submit works.
   const g = await serve(['--config', file, '--dev'], work);
-  assert.match(g.stdout().split('\n')[0]!, /^mode: authority \(submit enabled, signer vouch-dev; the embedded default's development authority, merged under the config file/);
+  assert.match(
+    g.stdout().split('\n')[0]!,
+    /^mode: authority \(submit enabled, signer vouch-dev; the embedded default's development authority, merged under the config file/,
+  );
   assert.ok(existsSync(join(dir, 'var', 'authority.pem')));
   const r = await submit(g.url, token(dir), origin.url('/lib.js'));
   assert.is(r.status, 201, JSON.stringify(r.body));
@@ -138,9 +146,15 @@ test('a missing key file names vouch keygen; a missing chain.dir says how to mak
   const key = join(dir, 'no-such.pem');
   mkdirSync(dir);
   writeFileSync(join(dir, 'submit.token'), 'a-token-of-at-least-16-chars\n', { mode: 0o600 });
-  const noKey = await vouchAsync(['serve', '--config', writeConfig(dir, {
-    listen: { port: 0 }, chain: { dir: join(dir, 'chain') }, authority: { key_file: key, submit_token_file: join(dir, 'submit.token') },
-  })]);
+  const noKey = await vouchAsync([
+    'serve',
+    '--config',
+    writeConfig(dir, {
+      listen: { port: 0 },
+      chain: { dir: join(dir, 'chain') },
+      authority: { key_file: key, submit_token_file: join(dir, 'submit.token') },
+    }),
+  ]);
   assert.is(noKey.status, 2, noKey.stderr);
   assert.ok(noKey.stderr.includes(`vouch keygen --out ${key}`), noKey.stderr);
   assert.not.match(noKey.stdout, /listening on/);
@@ -182,15 +196,27 @@ test('the banner lists every route (prefix, kind, origin) and the witnesses aske
   createKeyFile(join(dir, 'authority.pem'));
   writeFileSync(join(dir, 'submit.token'), 'banner-token-' + 'b'.repeat(20) + '\n', { mode: 0o600 });
   const witnessKey = verifierKey(nodeBackend, 'w.example/witness', SIG_COSIGNATURE_V1, new Uint8Array(32).fill(7));
-  const g = await serve(['--config', writeConfig(dir, {
-    listen: { port: 0 },
-    chain: { dir: join(dir, 'chain') },
-    authority: { key_file: join(dir, 'authority.pem'), submit_token_file: join(dir, 'submit.token'), witnesses: [{ url: 'http://127.0.0.1:1/w', vkey: witnessKey }] },
-    proxy: { routes: [
-      { prefix: '/npm/', kind: 'npm', origin: 'http://127.0.0.1:1/registry/' },
-      { prefix: '/files/', origin: 'http://127.0.0.1:1/files/', mode: 'audit' },
-    ] },
-  })], work);
+  const g = await serve(
+    [
+      '--config',
+      writeConfig(dir, {
+        listen: { port: 0 },
+        chain: { dir: join(dir, 'chain') },
+        authority: {
+          key_file: join(dir, 'authority.pem'),
+          submit_token_file: join(dir, 'submit.token'),
+          witnesses: [{ url: 'http://127.0.0.1:1/w', vkey: witnessKey }],
+        },
+        proxy: {
+          routes: [
+            { prefix: '/npm/', kind: 'npm', origin: 'http://127.0.0.1:1/registry/' },
+            { prefix: '/files/', origin: 'http://127.0.0.1:1/files/', mode: 'audit' },
+          ],
+        },
+      }),
+    ],
+    work,
+  );
   const out = g.stdout();
   const before = out.slice(0, out.indexOf('listening on'));
   assert.match(before, /^route: \/npm\/ kind npm, origin http:\/\/127\.0\.0\.1:1\/registry\/ \(enforce, unendorsed deny\)$/m);
@@ -212,10 +238,17 @@ async function listenOnly(): Promise<{ g: GatewayProcess; dir: string }> {
   mkdirSync(dir);
   createKeyFile(join(dir, 'authority.pem'));
   writeFileSync(join(dir, 'submit.token'), 'curl-token-' + 'c'.repeat(24) + '\n', { mode: 0o600 });
-  const g = await serve(['--config', writeConfig(dir, {
-    listen: { port: 0 }, chain: { dir: join(dir, 'chain') },
-    authority: { key_file: join(dir, 'authority.pem'), submit_token_file: join(dir, 'submit.token') },
-  })], work);
+  const g = await serve(
+    [
+      '--config',
+      writeConfig(dir, {
+        listen: { port: 0 },
+        chain: { dir: join(dir, 'chain') },
+        authority: { key_file: join(dir, 'authority.pem'), submit_token_file: join(dir, 'submit.token') },
+      }),
+    ],
+    work,
+  );
   return (curlGateway = { g, dir });
 }
 
@@ -223,11 +256,11 @@ test('a lookup cut at an unencoded & says so in its 404 (same code, a message th
   const { g } = await listenOnly();
   const cut = await fetch(`${g.url}/v1/endorsement?url=https://h.example/x?a=1&b=2`);
   assert.is(cut.status, 404);
-  const j = await cut.json() as any;
+  const j = (await cut.json()) as any;
   assert.is(j.status, 'not_found');
   assert.match(j.message, /the url looks truncated at an unencoded '&' \(the query also has b=2/);
   assert.match(j.message, /percent-encode the url parameter/);
-  const plain = await (await fetch(`${g.url}/v1/endorsement?url=${encodeURIComponent('https://h.example/x?a=1&b=2')}`)).json() as any;
+  const plain = (await (await fetch(`${g.url}/v1/endorsement?url=${encodeURIComponent('https://h.example/x?a=1&b=2')}`)).json()) as any;
   assert.is(plain.status, 'not_found');
   assert.not.match(plain.message, /truncated/);
 });

@@ -31,7 +31,11 @@ async function get(base: string, path: string, headers: Record<string, string> =
   const r = await fetch(base + path, { headers });
   const text = await r.text();
   let json: any = null;
-  try { json = JSON.parse(text); } catch { /* bytes */ }
+  try {
+    json = JSON.parse(text);
+  } catch {
+    /* bytes */
+  }
   return { status: r.status, headers: r.headers, json, text };
 }
 /** Submits a fresh artifact; returns its URL and the tree size its answer names. */
@@ -43,7 +47,7 @@ async function submitNew(body = `fleet artifact ${++n}`): Promise<{ url: string;
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: JSON.stringify({ url: origin.url(path), name: 'acme/fleet', semver: `1.0.${n}`, license: 'MIT' }),
   });
-  const json = await r.json() as any;
+  const json = (await r.json()) as any;
   assert.is(r.status, 201, JSON.stringify(json));
   const size = Number(r.headers.get('vouch-tree-size'));
   assert.ok(size >= json.index + 1, `the 201 names tree size ${r.headers.get('vouch-tree-size')} for block ${json.index}`);
@@ -72,10 +76,15 @@ let strict: GatewayProcess;
 test('a git host down past the staleness bound: degraded by default, 503 with chain.unready_when_stale', async () => {
   const a = await submitNew();
   await until('the push', async () => remoteHead() === localHead());
-  const more = (dir: string, unready: boolean) => ({ chain: { dir: join(work, dir, 'chain'), remote: live.remote, public_key: live.pub, sync_interval: 0.2, max_staleness: 1, unready_when_stale: unready } });
+  const more = (dir: string, unready: boolean) => ({
+    chain: { dir: join(work, dir, 'chain'), remote: live.remote, public_key: live.pub, sync_interval: 0.2, max_staleness: 1, unready_when_stale: unready },
+  });
   stale = await live.startMirror(join(work, 's1'), { more: more('s1', false) });
   strict = await live.startMirror(join(work, 's2'), { more: more('s2', true) });
-  await until('both mirrors to serve the block', async () => (await get(stale.url, lookupPath(a.url))).status === 200 && (await get(strict.url, lookupPath(a.url))).status === 200);
+  await until(
+    'both mirrors to serve the block',
+    async () => (await get(stale.url, lookupPath(a.url))).status === 200 && (await get(strict.url, lookupPath(a.url))).status === 200,
+  );
   live.gitServer.down = true;
   live.gitServer.dropConnections();
   try {
@@ -99,7 +108,10 @@ test('a git host down past the staleness bound: degraded by default, 503 with ch
     const metrics = (await get(stale.url, '/metrics')).text;
     assert.match(metrics, /^vouch_chain_sync_last_error\{code="[a-z_]+"\} 1$/m);
     // A failed attempt every second (the retry delay while down): one warning, not one per attempt.
-    const warned = stale.stderr().split('\n').filter((l) => /mirror sync(?: failed|: the remote is still unreachable)/.test(l));
+    const warned = stale
+      .stderr()
+      .split('\n')
+      .filter((l) => /mirror sync(?: failed|: the remote is still unreachable)/.test(l));
     assert.is(warned.length, 1, warned.join('\n'));
   } finally {
     live.gitServer.down = false;
@@ -138,7 +150,21 @@ test('Vouch-Min-Tree-Size: a mirror behind syncs first and answers 200, never 40
   const c = await submitNew();
   await until('the push', async () => remoteHead() === localHead());
   const out = join(work, 'got.bin');
-  const run = await vouchAsync(['get', '--gateway', lazy.url, '--url', c.url, '--public-key', live.pub, '-o', out, '--state', join(work, 'state.json'), '--min-tree-size', String(c.size)]);
+  const run = await vouchAsync([
+    'get',
+    '--gateway',
+    lazy.url,
+    '--url',
+    c.url,
+    '--public-key',
+    live.pub,
+    '-o',
+    out,
+    '--state',
+    join(work, 'state.json'),
+    '--min-tree-size',
+    String(c.size),
+  ]);
   assert.is(run.status, 0, run.stderr + run.stdout);
   await lazy.stop();
 });
@@ -158,7 +184,13 @@ test('sync hints: the authority tells its mirrors after each push (authority.not
   assert.ok(Date.now() - t0 < 30_000, `took ${Date.now() - t0} ms with a 300 s interval`);
   const metrics = (await get(hinted.url, '/metrics')).text;
   const received = Number(/^vouch_chain_sync_notifications_total (\d+)$/m.exec(metrics)?.[1]);
-  assert.ok(received >= 1, metrics.split('\n').filter((l) => l.includes('sync')).join('\n'));
+  assert.ok(
+    received >= 1,
+    metrics
+      .split('\n')
+      .filter((l) => l.includes('sync'))
+      .join('\n'),
+  );
   assert.match(metrics, /^vouch_chain_sync_behind_blocks 0$/m);
   assert.match(metrics, /^vouch_chain_sync_lag_seconds 0$/m);
   const am = (await get(live.authority.url, '/metrics')).text;

@@ -16,7 +16,12 @@ import { startGatewayProcess, writeConfig } from '../helpers/gateway-process.ts'
 const work = mkdtempSync(join(tmpdir(), 'vouch-collect-'));
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
-const loaded = (stderr: string) => stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)).find((l) => l.msg === 'chain loaded');
+const loaded = (stderr: string) =>
+  stderr
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l))
+    .find((l) => l.msg === 'chain loaded');
 
 test('10,000 blocks verified: collected before ready; a warm start with none verified: not', async () => {
   const dir = join(work, 'chain');

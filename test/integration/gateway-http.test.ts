@@ -114,8 +114,13 @@ test('submit: 401 without or with a wrong token; 415, 413, 400 on bad bodies', a
   const body = JSON.stringify({ url: T.textUrl, name: 'acme/lib', semver: '1.0.0', license: 'MIT' });
   let r = await request(gw.url + '/v1/submit', { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher: agent });
   assert.is(r.statusCode, 401);
-  assert.is((await r.body.json() as any).status, 'unauthorized');
-  r = await request(gw.url + '/v1/submit', { method: 'POST', body, headers: { 'content-type': 'application/json', authorization: 'Bearer wrong' }, dispatcher: agent });
+  assert.is(((await r.body.json()) as any).status, 'unauthorized');
+  r = await request(gw.url + '/v1/submit', {
+    method: 'POST',
+    body,
+    headers: { 'content-type': 'application/json', authorization: 'Bearer wrong' },
+    dispatcher: agent,
+  });
   assert.is(r.statusCode, 401);
   await r.body.dump();
   let s = await submit(body, { 'content-type': 'text/plain' });
@@ -123,7 +128,13 @@ test('submit: 401 without or with a wrong token; 415, 413, 400 on bad bodies', a
   s = await submit('{"url":"' + 'a'.repeat(1024 * 1024 + 10) + '"}');
   assert.is(s.status, 413);
   assert.is(s.json.status, 'too_large');
-  for (const bad of ['{', '[]', '{"url":"ftp://x/y","name":"a/b","semver":"1.0.0","license":"MIT"}', JSON.stringify({ url: T.textUrl, name: 'acme/lib', semver: 'one', license: 'MIT' }), JSON.stringify({ url: T.textUrl, name: 'acme/lib', semver: '1.0.0', license: 'MIT', extra: 1 })]) {
+  for (const bad of [
+    '{',
+    '[]',
+    '{"url":"ftp://x/y","name":"a/b","semver":"1.0.0","license":"MIT"}',
+    JSON.stringify({ url: T.textUrl, name: 'acme/lib', semver: 'one', license: 'MIT' }),
+    JSON.stringify({ url: T.textUrl, name: 'acme/lib', semver: '1.0.0', license: 'MIT', extra: 1 }),
+  ]) {
     s = await submit(bad);
     assert.is(s.status, 400, bad);
     assert.is(s.json.success, false);
@@ -182,7 +193,10 @@ test('JSON errors: 400, 404 (with resource), 404 unknown path, 405, 406 — all 
   expectJsonError(await get(`/v1/endorsement?url=${enc(T.textUrl)}&url=${enc(T.binUrl)}`), 400, 'bad_request');
   // The URL is looked up before its form is checked; the answers are those of checking it first.
   assert.match(expectJsonError(await get(`/v1/endorsement?url=${enc('ftp://x.example/y')}&semver=1.0`), 400, 'bad_request').message, /^url must be/);
-  assert.match(expectJsonError(await get(`/v1/endorsement?semver=1.0.0&url=${enc('ftp://x.example/y')}&at=2026-01-01`), 400, 'bad_request').message, /^url must be/);
+  assert.match(
+    expectJsonError(await get(`/v1/endorsement?semver=1.0.0&url=${enc('ftp://x.example/y')}&at=2026-01-01`), 400, 'bad_request').message,
+    /^url must be/,
+  );
   assert.match(expectJsonError(await get(`/v1/endorsement?url=${enc(T.textUrl)}&semver=1.0`), 400, 'bad_request').message, /^semver must be/);
   const nf = expectJsonError(await get(`/v1/endorsement?url=${enc('https://nothing.example/x.tgz')}`), 404, 'not_found');
   assert.is(nf.resource, 'https://nothing.example/x.tgz');
@@ -273,7 +287,10 @@ test('a 64 MiB artifact downloads intact', async () => {
   assert.is(res.statusCode, 200);
   const h = createHash('sha256');
   let n = 0;
-  for await (const chunk of res.body) { h.update(chunk); n += chunk.length; }
+  for await (const chunk of res.body) {
+    h.update(chunk);
+    n += chunk.length;
+  }
   assert.is(n, 64 * 1024 * 1024);
   assert.is(`sha256:${h.digest('hex')}`, digestOf(T.big));
 });
@@ -295,7 +312,8 @@ test('a memory-tier hit of several MiB arrives intact at a slow reader; a client
       res.on('readable', function read() {
         const chunk = res.read(64 * 1024) ?? res.read();
         if (chunk === null) return;
-        h.update(chunk); n += chunk.length;
+        h.update(chunk);
+        n += chunk.length;
         setTimeout(read, 2);
       });
       res.on('end', () => resolve({ n, digest: `sha256:${h.digest('hex')}` }));
@@ -309,7 +327,10 @@ test('a memory-tier hit of several MiB arrives intact at a slow reader; a client
   // Leave after the first bytes, mid-body.
   await new Promise<void>((resolve, reject) => {
     const req = httpRequest(gw.url + path, (res) => {
-      res.once('data', () => { req.destroy(); resolve(); });
+      res.once('data', () => {
+        req.destroy();
+        resolve();
+      });
     });
     req.on('error', () => resolve());
     req.end();
@@ -318,7 +339,7 @@ test('a memory-tier hit of several MiB arrives intact at a slow reader; a client
   const again = await get(path);
   assert.is(again.status, 200);
   assert.is(`sha256:${createHash('sha256').update(again.body).digest('hex')}`, digestOf(p));
-  assert.is(await memoryHits() - hitsBefore, 3, 'all three later downloads were memory-tier hits');
+  assert.is((await memoryHits()) - hitsBefore, 3, 'all three later downloads were memory-tier hits');
 });
 
 test('50 concurrent downloads of one cold artifact cause one origin fetch', async () => {
@@ -339,7 +360,10 @@ test('a client that disconnects mid-download cancels the origin fetch', async ()
     const req = httpRequest(`${gw.url}/v1/download?url=${enc(origin.url('/slow.bin'))}`);
     req.on('error', () => resolve());
     req.end();
-    origin.waitForRequests('/slow.bin', 1, 5000).then(() => { req.destroy(); resolve(); });
+    origin.waitForRequests('/slow.bin', 1, 5000).then(() => {
+      req.destroy();
+      resolve();
+    });
   });
   await origin.waitForClientClose('/slow.bin', 1, 5000);
   assert.is(origin.clientCloses('/slow.bin'), 1);
@@ -399,7 +423,19 @@ test('vouch get verifies the UNS block and the bytes itself; a wrong key or a ly
   });
   await new Promise<void>((ok) => liar.listen(0, '127.0.0.1', ok));
   try {
-    r = await vouchAsync(['get', '--gateway', `http://127.0.0.1:${(liar.address() as AddressInfo).port}`, '--url', T.textUrl, '--public-key', pub, '-o', out2, '--state', getState]);
+    r = await vouchAsync([
+      'get',
+      '--gateway',
+      `http://127.0.0.1:${(liar.address() as AddressInfo).port}`,
+      '--url',
+      T.textUrl,
+      '--public-key',
+      pub,
+      '-o',
+      out2,
+      '--state',
+      getState,
+    ]);
     assert.is(r.status, 1);
     assert.match(r.stderr, /hash_mismatch/);
     assert.not.ok(existsSync(out2));
@@ -438,10 +474,10 @@ test('not ready: JSON 503 and empty download 503; submit refuses loopback unless
   try {
     const r0 = await request(`${g2.url}/v1/endorsement?url=${enc('ftp://x.example/y')}`, { dispatcher: agent });
     assert.is(r0.statusCode, 400, 'a malformed url is refused before readiness counts');
-    assert.is((await r0.body.json() as any).status, 'bad_request');
+    assert.is(((await r0.body.json()) as any).status, 'bad_request');
     const r1 = await request(`${g2.url}/v1/endorsement?url=${enc(T.textUrl)}`, { dispatcher: agent });
     assert.is(r1.statusCode, 503);
-    const j = await r1.body.json() as any;
+    const j = (await r1.body.json()) as any;
     assert.equal([j.success, j.status], [false, 'not_ready']);
     const r2 = await request(`${g2.url}/v1/download?url=${enc(T.textUrl)}`, { dispatcher: agent });
     assert.is(r2.statusCode, 503);
@@ -449,14 +485,20 @@ test('not ready: JSON 503 and empty download 503; submit refuses loopback unless
     const until = Date.now() + 30_000;
     while (!/^ready: /m.test(g2.stdout()) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
     const fetchedBefore = origin.requests('/lib-1.0.0.js');
-    for (const u of [T.textUrl, T.textUrl.replace('127.0.0.1', 'localhost'), T.textUrl.replace('127.0.0.1', '[::1]'), T.textUrl.replace('127.0.0.1', '0x7f000001')]) {
+    for (const u of [
+      T.textUrl,
+      T.textUrl.replace('127.0.0.1', 'localhost'),
+      T.textUrl.replace('127.0.0.1', '[::1]'),
+      T.textUrl.replace('127.0.0.1', '0x7f000001'),
+    ]) {
       const s = await request(`${g2.url}/v1/submit`, {
-        method: 'POST', dispatcher: agent,
+        method: 'POST',
+        dispatcher: agent,
         headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
         body: JSON.stringify({ url: u, name: 'acme/lib', semver: '1.0.0', license: 'MIT' }),
       });
       assert.is(s.statusCode, 400, u);
-      const b = await s.body.json() as any;
+      const b = (await s.body.json()) as any;
       assert.is(b.status, 'bad_request');
       assert.match(b.message, /not allowed|loopback|private/i);
     }

@@ -69,7 +69,11 @@ function submit(url: string, semver: string, authorization: string | null) {
 // ---------------------------------------------------------------------------
 // A small parser of the Prometheus text format (0.0.4)
 
-interface Sample { name: string; labels: Record<string, string>; value: number }
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
 
 function parseProm(text: string): { samples: Sample[]; types: Map<string, string> } {
   const types = new Map<string, string>();
@@ -99,7 +103,7 @@ function parseProm(text: string): { samples: Sample[]; types: Map<string, string
     if (labelText) {
       const re = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)/gy;
       let consumed = 0;
-      for (let lm; (lm = re.exec(labelText)) !== null;) {
+      for (let lm; (lm = re.exec(labelText)) !== null; ) {
         labels[lm[1]!] = lm[2]!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
         consumed = re.lastIndex;
       }
@@ -133,7 +137,10 @@ async function scrape() {
 /** The complete JSON lines of `text` (a line still being written is left out). */
 function jsonLines(text: string): Array<Record<string, any>> {
   const complete = text.slice(0, text.lastIndexOf('\n') + 1);
-  return complete.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+  return complete
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l));
 }
 
 /** Waits until the process has written at least `n` request lines (info lines are buffered). */
@@ -190,9 +197,24 @@ test('collect-time metrics: absent sources give no sample, a throwing source doe
   const ctx = {
     config: { proxy: { routes: [] } },
     state: null,
-    artifacts: { obtain: async () => { throw new Error('unused'); }, stats: () => { throw new Error('stats broke'); } },
+    artifacts: {
+      obtain: async () => {
+        throw new Error('unused');
+      },
+      stats: () => {
+        throw new Error('stats broke');
+      },
+    },
     submitter: null,
-    syncReport: () => ({ remote: 'r', last_success: null, last_attempt: null, last_error: null, consecutive_failures: 2, stale_seconds: null, remote_head: null }),
+    syncReport: () => ({
+      remote: 'r',
+      last_success: null,
+      last_attempt: null,
+      last_error: null,
+      consecutive_failures: 2,
+      stale_seconds: null,
+      remote_head: null,
+    }),
     pushReport: () => ({ remote: 'r', remote_head: null, backlog: 5, last_push: null, last_error: null, consecutive_failures: 0 }),
   } as unknown as GatewayContext;
   const m = new GatewayMetrics(ctx, { proxy: new ProxyRoutes(ctx) });
@@ -414,8 +436,15 @@ test('bytes: each request on a keep-alive connection logs the bytes of its own a
   const before = (await requestLines(gw, 0)).length;
   const sizes = await onOneConnection(targets);
   const lines = (await requestLines(gw, before + targets.length)).slice(before);
-  assert.equal(lines.map((l) => `${l.method} ${l.path}`), targets.map((t) => `GET ${t.split('?')[0]}`));
-  assert.equal(lines.map((l) => l.bytes), sizes, 'bytes logged per request = bytes of that answer on the wire');
+  assert.equal(
+    lines.map((l) => `${l.method} ${l.path}`),
+    targets.map((t) => `GET ${t.split('?')[0]}`),
+  );
+  assert.equal(
+    lines.map((l) => l.bytes),
+    sizes,
+    'bytes logged per request = bytes of that answer on the wire',
+  );
   assert.ok(new Set(sizes).size > 1, 'answers of different sizes');
 });
 
@@ -425,8 +454,15 @@ test('bytes: pipelined requests, lookups (written by the end-of-turn batch) amon
   const before = (await requestLines(gw, 0)).length;
   const sizes = await onOneConnection(targets, true);
   const lines = (await requestLines(gw, before + targets.length)).slice(before);
-  assert.equal(lines.map((l) => `${l.method} ${l.path} ${l.status}`), targets.map((t, i) => `GET ${t.split('?')[0]} ${[200, 200, 200, 404, 200, 404, 200][i]}`));
-  assert.equal(lines.map((l) => l.bytes), sizes, 'bytes logged per request = bytes of that answer on the wire');
+  assert.equal(
+    lines.map((l) => `${l.method} ${l.path} ${l.status}`),
+    targets.map((t, i) => `GET ${t.split('?')[0]} ${[200, 200, 200, 404, 200, 404, 200][i]}`),
+  );
+  assert.equal(
+    lines.map((l) => l.bytes),
+    sizes,
+    'bytes logged per request = bytes of that answer on the wire',
+  );
   assert.ok(new Set(sizes).size > 2, 'answers of different sizes');
 });
 
@@ -443,8 +479,14 @@ test('VOUCH_LOG_LEVEL=warn: no request lines, warnings still logged, metrics sti
   assert.is(valueOf(samples, 'vouch_submits_total'), null, 'not an authority: no submit samples');
   await gw.stop();
   const lines = jsonLines(gw.stderr());
-  assert.ok(lines.some((l) => l.level === 'warn' && /public_key/.test(l.msg)), 'the warning was not logged');
-  assert.ok(lines.every((l) => l.level === 'warn' || l.level === 'error'), 'a line below warn was logged');
+  assert.ok(
+    lines.some((l) => l.level === 'warn' && /public_key/.test(l.msg)),
+    'the warning was not logged',
+  );
+  assert.ok(
+    lines.every((l) => l.level === 'warn' || l.level === 'error'),
+    'a line below warn was logged',
+  );
   assert.not.ok(lines.some((l) => l.msg === 'request'));
 });
 

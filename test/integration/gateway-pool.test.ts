@@ -52,7 +52,10 @@ test.after(async () => {
 });
 
 async function rejects(p: Promise<unknown>, re: RegExp): Promise<void> {
-  const e = await p.then(() => null, (x: unknown) => x);
+  const e = await p.then(
+    () => null,
+    (x: unknown) => x,
+  );
   assert.ok(e instanceof Error && re.test(e.message), `expected a rejection matching ${re}, got ${String(e)}`);
 }
 
@@ -127,7 +130,12 @@ test('a digest covers exactly the bytes advanced to, not the whole buffer', asyn
   buf.fill(7);
   const job = workers.start('sha256', buf)!;
   job.advance(MiB + 3);
-  assert.is(Buffer.from(await job.finish()).toString('hex'), createHash('sha256').update(buf.subarray(0, MiB + 3)).digest('hex'));
+  assert.is(
+    Buffer.from(await job.finish()).toString('hex'),
+    createHash('sha256')
+      .update(buf.subarray(0, MiB + 3))
+      .digest('hex'),
+  );
 });
 
 test('busy workers: start answers null; an abandoned job frees its worker', async () => {
@@ -228,7 +236,7 @@ test('pooled path: tampered and cut-short bodies are refused, nothing cached, th
   assert.ok(isVouchError(cut) && cut.code === 'origin_error', String(cut));
   assert.not.ok(mirror.has(digestOf(body)));
   const s = mirror.stats().pool;
-  assert.is(s.reused, 1, 'the second fetch reused the first one\'s buffer');
+  assert.is(s.reused, 1, "the second fetch reused the first one's buffer");
   assert.is(s.freeBytes, 3 * MiB);
   // The real bytes still verify afterwards.
   origin.route('/pooled-good.bin', { body });
@@ -252,7 +260,7 @@ test('a held buffer is never recycled under its reader, however many artifacts p
   }
   assert.not.ok(mirror.has(digestOf(bodies[0]!)), 'the held artifact was evicted meanwhile');
   assert.ok(mirror.stats().pool.reused >= 5, `evicted buffers were recycled: ${JSON.stringify(mirror.stats().pool)}`);
-  assert.is(createHash('sha256').update(heldBytes).digest('hex'), expected, 'the reader\'s bytes never changed');
+  assert.is(createHash('sha256').update(heldBytes).digest('hex'), expected, "the reader's bytes never changed");
   const before = mirror.stats().pool.freeBytes;
   held.artifact.release();
   held.artifact.release(); // idempotent: the buffer goes back once
@@ -291,7 +299,7 @@ test('without workers (or with none idle) the fetcher hashes on its own thread: 
   assert.ok(got.artifact.bytes!.buffer instanceof SharedArrayBuffer, 'a pooled buffer');
   assert.ok(got.artifact.bytes!.equals(patternBytes(body)), 'the bytes');
   got.artifact.release();
-  assert.is(mirror.stats().pool.reused, 1, 'the refused body\'s buffer was reused');
+  assert.is(mirror.stats().pool.reused, 1, "the refused body's buffer was reused");
 });
 
 test('a hash worker that dies mid-body: the fetcher hashes the received bytes itself, same verdicts', async () => {
@@ -302,7 +310,10 @@ test('a hash worker that dies mid-body: the fetcher hashes the received bytes it
   let killed = 0;
   own.start = (alg, data) => {
     const job = start(alg, data);
-    if (job !== null) { killed++; void slots[0]!.worker.terminate(); }
+    if (job !== null) {
+      killed++;
+      void slots[0]!.worker.terminate();
+    }
     return job;
   };
   const mirror = new Mirror({ memoryBytes: 16 * MiB, spoolDir: mkdtempSync(join(work, 'spool-')) });
@@ -372,20 +383,27 @@ test('gateway: a slow client gets intact bytes while its artifact is evicted and
   let gw: GatewayProcess | null = null;
   const agent = new Agent();
   try {
-    gw = await startGatewayProcess(['--config', writeConfig(dir, {
-      listen: { port: 0 },
-      chain: { dir: join(dir, 'chain') },
-      authority: { key_file: join(dir, 'authority.pem'), signer: 'pool', submit_token_file: join(dir, 'submit.token') },
-      origin: { allow_private: true },
-      mirror: { memory_bytes: 64 * MiB }, // spool threshold 16 MiB: four 16 MiB artifacts fit
-    })], { env: { TMPDIR: dir } });
+    gw = await startGatewayProcess(
+      [
+        '--config',
+        writeConfig(dir, {
+          listen: { port: 0 },
+          chain: { dir: join(dir, 'chain') },
+          authority: { key_file: join(dir, 'authority.pem'), signer: 'pool', submit_token_file: join(dir, 'submit.token') },
+          origin: { allow_private: true },
+          mirror: { memory_bytes: 64 * MiB }, // spool threshold 16 MiB: four 16 MiB artifacts fit
+        }),
+      ],
+      { env: { TMPDIR: dir } },
+    );
     // Larger than the loopback socket buffers hold: most of it stays with the gateway while the client waits.
     const SIZE = 16 * MiB;
     const bodies = Array.from({ length: 6 }, (_, i) => pattern(SIZE, 200 + i));
     for (let i = 0; i < bodies.length; i++) {
       origin.route(`/gw-${i}.bin`, { body: bodies[i]! });
       const r = await request(`${gw.url}/v1/submit`, {
-        method: 'POST', dispatcher: agent,
+        method: 'POST',
+        dispatcher: agent,
         headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
         body: JSON.stringify({ url: origin.url(`/gw-${i}.bin`), name: 'acme/pool', semver: `1.0.${i}`, license: 'MIT' }),
       });
@@ -398,7 +416,11 @@ test('gateway: a slow client gets intact bytes while its artifact is evicted and
     const received: Buffer[] = [];
     let got = 0;
     let slow = true;
-    sock.on('data', (d: Buffer) => { received.push(d); got += d.length; if (slow && got > 256 * 1024) sock.pause(); });
+    sock.on('data', (d: Buffer) => {
+      received.push(d);
+      got += d.length;
+      if (slow && got > 256 * 1024) sock.pause();
+    });
     sock.write(`GET ${path(0)} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
     for (let t = 0; got <= 256 * 1024 && t < 200; t++) await new Promise((r) => setTimeout(r, 25));
     assert.ok(got > 256 * 1024, 'the slow client started receiving');

@@ -82,7 +82,9 @@ function rawSocket(text: string): Promise<number> {
     const s = connect(Number(u.port), u.hostname);
     let got = '';
     s.setEncoding('latin1');
-    s.on('data', (d: string) => { got += d; });
+    s.on('data', (d: string) => {
+      got += d;
+    });
     s.on('error', reject);
     s.on('close', () => {
       const m = /^HTTP\/1\.1 (\d{3})/.exec(got);
@@ -127,7 +129,12 @@ function expectLibHeaders(r: Answer, what: string) {
 
 /** The gateway's JSON log lines with this message. */
 function logLines(msg: string): Array<Record<string, any>> {
-  return gw.stderr().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)).filter((l) => l.msg === msg);
+  return gw
+    .stderr()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l))
+    .filter((l) => l.msg === msg);
 }
 
 test.before(async () => {
@@ -139,7 +146,8 @@ test.before(async () => {
   origin.route('/pkg/tampered.tgz', { body: GOOD, contentType: 'application/x-tar' });
   origin.route('/pkg/revoked.tgz', { body: REVOKED });
   origin.route('/pkg/unsigned.bin', {
-    body: UNSIGNED, contentType: 'text/x-unsigned',
+    body: UNSIGNED,
+    contentType: 'text/x-unsigned',
     headers: { 'x-origin': 'yes', 'set-cookie': 'pass=through', 'keep-alive': 'timeout=5', connection: 'x-hop', 'x-hop': 'dropped' },
   });
   origin.route('/pkg/moved', { redirect: '/pkg/unsigned.bin', status: 301 });
@@ -202,13 +210,13 @@ test('tampered: 409 and empty on an enforce route; served, counted and logged on
   tampered[0] = tampered[0]! ^ 0xff;
   const a1 = await raw('/audit/tampered.tgz');
   assert.is(a1.status, 200);
-  assert.ok(a1.body.equals(tampered), 'audit did not serve the origin\'s bytes');
+  assert.ok(a1.body.equals(tampered), "audit did not serve the origin's bytes");
   assert.is(a1.headers['x-vouch-audit'], 'mismatch');
   assert.is(a1.headers['content-type'], 'application/x-tar');
   assert.is(a1.headers['uns'], undefined, 'unverified bytes carried a UNS header');
   const a2 = await raw('/audit/tampered.tgz');
   assert.ok(a2.body.equals(tampered));
-  const lines = logLines('proxy audit: hash mismatch; serving the origin\'s bytes');
+  const lines = logLines("proxy audit: hash mismatch; serving the origin's bytes");
   assert.is(lines.length, 2);
   const expected = storedBlock(idx.tampered!).payload.endorsements[0]!.artifact_hash;
   assert.equal(
@@ -234,7 +242,7 @@ test('unendorsed on a deny route: 404 with an empty body; the origin is not aske
   assert.is(origin.log.length, before);
 });
 
-test('unendorsed on a pass route: the origin\'s status, headers and bytes, minus hop-by-hop headers', async () => {
+test("unendorsed on a pass route: the origin's status, headers and bytes, minus hop-by-hop headers", async () => {
   const r = await raw('/pass/unsigned.bin');
   assert.is(r.status, 200);
   assert.is(r.body.toString(), UNSIGNED);
@@ -297,14 +305,41 @@ test('pass-through streams, and a client that leaves mid-stream cancels the orig
 
 test('targets that would escape the route answer 400 and never reach the origin', async () => {
   const attempts = [
-    '/pass/../secret', '/pass/a/../../secret', '/pass/..', '/pass/./unsigned.bin',
-    '/pass/%2e%2e/secret', '/pass/%2E%2E/secret', '/pass/.%2e/secret', '/pass/%2e./secret', '/pass/%2e/unsigned.bin',
-    '/pass/a%2fb', '/pass/..%2fsecret', '/pass/a%2F..%2F..%2Fsecret', '/pass/a%5cb', '/pass/..%5Csecret',
-    '/pass/a\\b', '/pass/..\\secret', '/pass/\\\\evil.example/x',
-    '/pass//evil.example/x', '/pass/a//b', '/pass/http://evil.example/x', '/pass/https:%2f%2fevil.example/x', '/pass/http:evil.example',
-    '/pass/a%00b', '/pass/%00', '/pass/a%0d%0aX-Injected:%201', '/pass/a%7f', '/pass/a%1fb',
-    '/pass/%zz', '/pass/a%2', '/pass/a%', '/pass/%252e%252e/secret', '/pass/a%252fb', '/pass/a#b',
-    '/enforce/../pass/unsigned.bin', '/enforce/%2e%2e/unsigned.bin',
+    '/pass/../secret',
+    '/pass/a/../../secret',
+    '/pass/..',
+    '/pass/./unsigned.bin',
+    '/pass/%2e%2e/secret',
+    '/pass/%2E%2E/secret',
+    '/pass/.%2e/secret',
+    '/pass/%2e./secret',
+    '/pass/%2e/unsigned.bin',
+    '/pass/a%2fb',
+    '/pass/..%2fsecret',
+    '/pass/a%2F..%2F..%2Fsecret',
+    '/pass/a%5cb',
+    '/pass/..%5Csecret',
+    '/pass/a\\b',
+    '/pass/..\\secret',
+    '/pass/\\\\evil.example/x',
+    '/pass//evil.example/x',
+    '/pass/a//b',
+    '/pass/http://evil.example/x',
+    '/pass/https:%2f%2fevil.example/x',
+    '/pass/http:evil.example',
+    '/pass/a%00b',
+    '/pass/%00',
+    '/pass/a%0d%0aX-Injected:%201',
+    '/pass/a%7f',
+    '/pass/a%1fb',
+    '/pass/%zz',
+    '/pass/a%2',
+    '/pass/a%',
+    '/pass/%252e%252e/secret',
+    '/pass/a%252fb',
+    '/pass/a#b',
+    '/enforce/../pass/unsigned.bin',
+    '/enforce/%2e%2e/unsigned.bin',
   ];
   const before = origin.log.length;
   for (const path of attempts) expectEmpty(await raw(path), 400, path);
@@ -312,12 +347,24 @@ test('targets that would escape the route answer 400 and never reach the origin'
     expectEmpty(await raw(path, { host: 'pinned.test:8443' }), 400, `host route ${path}`);
   }
   // Raw control characters in the request line, and absolute-form targets under a route.
-  for (const line of ['GET /pass/a\u0001b HTTP/1.1', 'GET /pass/a\u007fb HTTP/1.1', 'GET /pass/a\tb HTTP/1.1',
-    `GET http://evil.example/pass/unsigned.bin HTTP/1.1`, `GET http://pinned.test:8443/unsigned.bin HTTP/1.1`]) {
+  for (const line of [
+    'GET /pass/a\u0001b HTTP/1.1',
+    'GET /pass/a\u007fb HTTP/1.1',
+    'GET /pass/a\tb HTTP/1.1',
+    `GET http://evil.example/pass/unsigned.bin HTTP/1.1`,
+    `GET http://pinned.test:8443/unsigned.bin HTTP/1.1`,
+  ]) {
     assert.is(await rawSocket(`${line}\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`), 400, JSON.stringify(line));
   }
   assert.is(await rawSocket('GET http://evil.example/elsewhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n'), 404);
-  assert.is(origin.log.length, before, `the origin saw: ${origin.log.slice(before).map((r) => r.path).join(', ')}`);
+  assert.is(
+    origin.log.length,
+    before,
+    `the origin saw: ${origin.log
+      .slice(before)
+      .map((r) => r.path)
+      .join(', ')}`,
+  );
 });
 
 test('Host routes: case-insensitive, port-aware; a wrong Host falls through to 404 JSON; /v1 paths first', async () => {
@@ -340,7 +387,7 @@ test('Host routes: case-insensitive, port-aware; a wrong Host falls through to 4
   assert.is(JSON.parse(api.body.toString()).index, 0);
 });
 
-test('the gateway\'s own paths keep working; unrouted paths are 404 JSON', async () => {
+test("the gateway's own paths keep working; unrouted paths are 404 JSON", async () => {
   const dl = await raw(`/v1/download?url=${encodeURIComponent(`${O}/pkg/lib-1.0.0.tgz`)}`);
   expectVerified(dl, LIB, idx.lib!, '/v1/download');
   const lookup = await raw(`/v1/endorsement?url=${encodeURIComponent(`${O}/pkg/tampered.tgz`)}`);

@@ -7,7 +7,6 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -58,7 +57,13 @@ function barrier(n: number): void {
   arrived = 0;
   let release!: () => void;
   gate = new Promise<void>((r) => (release = r));
-  onArrive = () => { if (++arrived >= n) { gate = null; onArrive = null; release(); } };
+  onArrive = () => {
+    if (++arrived >= n) {
+      gate = null;
+      onArrive = null;
+      release();
+    }
+  };
 }
 
 // ---------------------------------------------------------------- faults and clock
@@ -109,10 +114,8 @@ function assertSound(): void {
   assert.is(git('status', '--porcelain'), '', 'git status is not clean');
 }
 
-
 const hashOf = (text: string, alg: 'sha256' | 'sha512' = 'sha256') => artifactHashOf(nodeBackend, alg, utf8(text));
-const single = (url: string, semver = '1.0.0', extra: Record<string, unknown> = {}) =>
-  ({ url, name: 'acme/widget', semver, license: 'MIT', ...extra });
+const single = (url: string, semver = '1.0.0', extra: Record<string, unknown> = {}) => ({ url, name: 'acme/widget', semver, license: 'MIT', ...extra });
 
 // ---------------------------------------------------------------- setup
 
@@ -124,7 +127,10 @@ test.before(async () => {
     onArrive?.();
     if (gate) await gate;
     const a = artifacts.get(path);
-    if (a === undefined) { res.writeHead(404).end('no'); return; }
+    if (a === undefined) {
+      res.writeHead(404).end('no');
+      return;
+    }
     const body = Buffer.from(typeof a === 'function' ? a(n) : a);
     res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length }).end(body);
   });
@@ -135,15 +141,18 @@ test.before(async () => {
   const checkpoint = buildCheckpoint({ head: authority, signer, now: T0 });
   repo = await ChainRepo.init(dir, [{ index: 0, content: formatBlockFile(authority) }], formatCheckpointFile(checkpoint), commitFor([authority], T0));
   index.add(authority);
-  submitter = new Submitter({
-    repo: faultyRepo(repo),
-    signer,
-    backend: nodeBackend,
-    index,
-    head: () => index.head!,
-    digest: (url, algorithm) => digestUrl(url, algorithm, { limits: { timeoutMs: 5_000, maxBytes: 1 << 20, maxRedirects: 2 } }),
-    now: () => (clock += 1000),
-  }, { log: () => {} });
+  submitter = new Submitter(
+    {
+      repo: faultyRepo(repo),
+      signer,
+      backend: nodeBackend,
+      index,
+      head: () => index.head!,
+      digest: (url, algorithm) => digestUrl(url, algorithm, { limits: { timeoutMs: 5_000, maxBytes: 1 << 20, maxRedirects: 2 } }),
+      now: () => (clock += 1000),
+    },
+    { log: () => {} },
+  );
 });
 
 test.after(async () => {
@@ -199,7 +208,10 @@ test('body validation: each bad field is a bad_request naming it', async () => {
     [multi({ endorsements: [{ ...entry, license: '(' }] }), /^endorsements\[0\]\.license /],
     [multi({ endorsements: [{ ...entry, comment: false }] }), /^endorsements\[0\]\.comment /],
     [multi({ endorsements: [entry, { ...entry }] }), /^endorsements\[1\]\.url repeats/],
-    [multi({ endorsements: Array.from({ length: 300 }, (_, i) => ({ ...entry, url: `https://a.example/${i}`, comment: 'c'.repeat(60_000) })) }), /^endorsements: the block would be larger/],
+    [
+      multi({ endorsements: Array.from({ length: 300 }, (_, i) => ({ ...entry, url: `https://a.example/${i}`, comment: 'c'.repeat(60_000) })) }),
+      /^endorsements: the block would be larger/,
+    ],
   ];
   const before = commitCount();
   for (const [body, want] of cases) {
@@ -282,7 +294,11 @@ test('multi-artifact form: one block for the release; unchanged on resubmit; one
   const files = ['app.js', 'app.css', 'app.wasm'];
   const urls = files.map((f) => setArtifact(`/rel/2.0.0/${f}`, `bytes of ${f}`));
   const body = {
-    uns: 'acme/app', semver: '2.0.0', comment: 'release 2.0.0', effective_date: '2026-06-01', tags: { lts: false },
+    uns: 'acme/app',
+    semver: '2.0.0',
+    comment: 'release 2.0.0',
+    effective_date: '2026-06-01',
+    tags: { lts: false },
     endorsements: urls.map((url, i) => ({ url, name: 'acme/app', semver: '2.0.0', license: 'Apache-2.0', ...(i === 0 ? { comment: 'entry' } : {}) })),
   };
   const before = commitCount();
@@ -295,8 +311,14 @@ test('multi-artifact form: one block for the release; unchanged on resubmit; one
   assert.is(block.comment, 'release 2.0.0');
   assert.is(block.payload.uns, 'acme/app');
   assert.is(block.payload.effective_date, '2026-06-01');
-  assert.equal(block.payload.endorsements.map((e) => e.artifact_url), urls);
-  assert.equal(block.payload.endorsements.map((e) => e.artifact_hash), files.map((f) => hashOf(`bytes of ${f}`)));
+  assert.equal(
+    block.payload.endorsements.map((e) => e.artifact_url),
+    urls,
+  );
+  assert.equal(
+    block.payload.endorsements.map((e) => e.artifact_hash),
+    files.map((f) => hashOf(`bytes of ${f}`)),
+  );
   assert.is(block.payload.endorsements[0]!.comment, 'entry');
   assert.is(block.payload.endorsements[1]!.comment, '');
   assert.is(commitCount(), before + 1);
@@ -312,7 +334,10 @@ test('multi-artifact form: one block for the release; unchanged on resubmit; one
 
   // One file already signed identically, one new: a block with both is posted.
   const extra = setArtifact('/rel/2.0.0/app.map', 'source map');
-  const mixed = await submitter.submit({ ...body, endorsements: [body.endorsements[0]!, { url: extra, name: 'acme/app', semver: '2.0.0', license: 'Apache-2.0' }] });
+  const mixed = await submitter.submit({
+    ...body,
+    endorsements: [body.endorsements[0]!, { url: extra, name: 'acme/app', semver: '2.0.0', license: 'Apache-2.0' }],
+  });
   assert.is(mixed.httpStatus, 201);
   assert.is(commitCount(), before + 2);
   assertSound();
@@ -328,12 +353,19 @@ test('group commit: 20 concurrent submits of distinct URLs share commits; every 
   const statsBefore = submitter.stats();
   barrier(8); // the submitter keeps at most 8 origin fetches in flight (default)
   const results = await Promise.all(urls.map((url, i) => submitter.submit({ url, name: `acme/lib${i}`, semver: '0.1.0', license: 'MIT' })));
-  assert.ok(results.every((r) => r.httpStatus === 201), JSON.stringify(results.map((r) => r.httpStatus)));
+  assert.ok(
+    results.every((r) => r.httpStatus === 201),
+    JSON.stringify(results.map((r) => r.httpStatus)),
+  );
   const made = commitCount() - beforeCommits;
   assert.ok(made >= 1 && made < N, `${made} commits for ${N} submits`);
   assert.is(repo.size, beforeSize + N);
   const indexes = results.map((r) => r.body.index as number).sort((a, b) => a - b);
-  assert.equal(indexes, Array.from({ length: N }, (_, i) => beforeSize + i), 'one block per submit, no gaps');
+  assert.equal(
+    indexes,
+    Array.from({ length: N }, (_, i) => beforeSize + i),
+    'one block per submit, no gaps',
+  );
   const seen = new Map<string, number>();
   for (const b of allBlocks()) for (const e of b.payload.endorsements) seen.set(e.artifact_url, (seen.get(e.artifact_url) ?? 0) + 1);
   for (const url of urls) assert.is(seen.get(url), 1, `${url} endorsed ${seen.get(url)} times`);
@@ -387,10 +419,16 @@ test('origin 404 (alone or inside a release): origin_error, nothing appended', a
   assert.is(statusOf(e), 502);
   assert.is(e.resource, missing);
   const good = setArtifact('/nope/present.js', 'present');
-  const e2 = await refusal(submitter.submit({
-    uns: 'acme/nope', semver: '1.0.0',
-    endorsements: [{ url: good, name: 'acme/nope', semver: '1.0.0', license: 'MIT' }, { url: missing, name: 'acme/nope', semver: '1.0.0', license: 'MIT' }],
-  }));
+  const e2 = await refusal(
+    submitter.submit({
+      uns: 'acme/nope',
+      semver: '1.0.0',
+      endorsements: [
+        { url: good, name: 'acme/nope', semver: '1.0.0', license: 'MIT' },
+        { url: missing, name: 'acme/nope', semver: '1.0.0', license: 'MIT' },
+      ],
+    }),
+  );
   assert.is(e2.code, 'origin_error');
   assert.is(e2.resource, missing);
   assert.is(commitCount(), before);
@@ -447,7 +485,9 @@ test('the answer comes only after the commit is on the branch', async () => {
   appendGate = new Promise<void>((r) => (release = r));
   const started = new Promise<void>((r) => (appendStarted = r));
   let settled = false;
-  const p = submitter.submit(single(url)).finally(() => { settled = true; });
+  const p = submitter.submit(single(url)).finally(() => {
+    settled = true;
+  });
   await started;
   appendStarted = null;
   await new Promise((r) => setTimeout(r, 50));

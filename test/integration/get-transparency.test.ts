@@ -36,14 +36,16 @@ import { repoRoot } from '../helpers/vectors.ts';
 import { loadState, saveCheckpoint } from '../../tools/checkpoint-state.ts';
 
 const LOG = 'log.vouch.test';
-const sourcesHold = (dir: string, text: string) => readdirSync(join(repoRoot, dir), { recursive: true })
-  .some((f) => String(f).endsWith('.ts') && readFileSync(join(repoRoot, dir, String(f)), 'utf8').includes(text));
+const sourcesHold = (dir: string, text: string) =>
+  readdirSync(join(repoRoot, dir), { recursive: true }).some(
+    (f) => String(f).endsWith('.ts') && readFileSync(join(repoRoot, dir, String(f)), 'utf8').includes(text),
+  );
 /**
  * Does the gateway serve the transparency routes itself, over a chain whose
  * appends commit a signed checkpoint.note? (VOUCH_TEST_GET_FRONT=1 forces the front.)
  */
-const MODE: 'gateway' | 'front' = process.env.VOUCH_TEST_GET_FRONT !== '1' && sourcesHold('gateway', '/v1/proof/consistency') && sourcesHold('store', 'signCheckpoint(')
-  ? 'gateway' : 'front';
+const MODE: 'gateway' | 'front' =
+  process.env.VOUCH_TEST_GET_FRONT !== '1' && sourcesHold('gateway', '/v1/proof/consistency') && sourcesHold('store', 'signCheckpoint(') ? 'gateway' : 'front';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-get-tlog-'));
 const keyFile = join(work, 'authority.pem');
@@ -60,7 +62,10 @@ const V1 = 'console.log("widget 1.0.0");\n';
 const V2 = 'console.log("widget 2.0.0: fixes CVE-0000-0001");\n';
 let U = '';
 
-interface Front { url: string; gw: GatewayProcess }
+interface Front {
+  url: string;
+  gw: GatewayProcess;
+}
 let A: Front; // the honest gateway of the real log
 let B: Front; // a gateway of a forked log: same key, same origin, other blocks
 
@@ -74,7 +79,13 @@ async function listen(handler: (req: IncomingMessage, res: ServerResponse) => Pr
     });
   });
   await new Promise<void>((ok) => srv.listen(0, '127.0.0.1', ok));
-  closers.push(() => new Promise((ok) => { srv.closeAllConnections(); srv.close(ok); }));
+  closers.push(
+    () =>
+      new Promise((ok) => {
+        srv.closeAllConnections();
+        srv.close(ok);
+      }),
+  );
   return `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
 }
 
@@ -103,10 +114,18 @@ async function proofFront(gwUrl: string): Promise<string> {
     const note = signCheckpoint(nodeBackend, { origin: LOG, size: tree.size, root: tree.root(), extensions: [] }, signer);
     return { tree, note };
   };
-  const proofOf = (v: { tree: MerkleTree; note: string }, index: number) => ({ index, size: v.tree.size, proof: v.tree.inclusionProof(index, v.tree.size).map(base64Encode), checkpoint: v.note });
+  const proofOf = (v: { tree: MerkleTree; note: string }, index: number) => ({
+    index,
+    size: v.tree.size,
+    proof: v.tree.inclusionProof(index, v.tree.size).map(base64Encode),
+    checkpoint: v.note,
+  });
   return listen(async (req, res) => {
     const u = new URL(req.url!, 'http://x');
-    const json = (status: number, o: unknown) => { res.writeHead(status, { 'content-type': 'application/json' }); res.end(JSON.stringify(o)); };
+    const json = (status: number, o: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(o));
+    };
     if (u.pathname === '/checkpoint') {
       res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
       res.end((await view()).note);
@@ -124,7 +143,13 @@ async function proofFront(gwUrl: string): Promise<string> {
       const index = n('index');
       const size = u.searchParams.has('size') ? n('size') : v.tree.size;
       if (!(index < size) || size > v.tree.size) return json(404, { success: false, status: 'not_found' });
-      return json(200, { success: true, index, size, leaf_hash: base64Encode(v.tree.leafHashAt(index)), proof: v.tree.inclusionProof(index, size).map(base64Encode) });
+      return json(200, {
+        success: true,
+        index,
+        size,
+        leaf_hash: base64Encode(v.tree.leafHashAt(index)),
+        proof: v.tree.inclusionProof(index, size).map(base64Encode),
+      });
     }
     const v = await view();
     const r = await fetchRaw(gwUrl + req.url);
@@ -145,13 +170,16 @@ async function proofFront(gwUrl: string): Promise<string> {
 
 async function startFront(name: string): Promise<Front> {
   const dir = join(work, name);
-  const gw = await startGatewayProcess(['--config', writeConfig(dir, {
-    listen: { host: '127.0.0.1', port: 0 },
-    service_name: 'vouch-test',
-    chain: { dir: join(dir, 'chain'), ...(MODE === 'gateway' ? { origin: LOG } : {}) },
-    authority: { key_file: keyFile, signer: 'test-authority', submit_token_file: tokenFile },
-    origin: { allow_private: true, timeout: 5 },
-  })]);
+  const gw = await startGatewayProcess([
+    '--config',
+    writeConfig(dir, {
+      listen: { host: '127.0.0.1', port: 0 },
+      service_name: 'vouch-test',
+      chain: { dir: join(dir, 'chain'), ...(MODE === 'gateway' ? { origin: LOG } : {}) },
+      authority: { key_file: keyFile, signer: 'test-authority', submit_token_file: tokenFile },
+      origin: { allow_private: true, timeout: 5 },
+    }),
+  ]);
   closers.push(() => gw.stop());
   return { gw, url: MODE === 'gateway' ? gw.url : await proofFront(gw.url) };
 }
@@ -182,7 +210,11 @@ async function snapshot(base: string, q = `url=${enc(U)}`) {
   const d = await fetchRaw(`${base}/v1/download?${q}`);
   assert.is(d.status, 200);
   assert.ok(d.headers['vouch-proof'], 'the download carries no Vouch-Proof');
-  saved.set('/v1/download', { status: 200, headers: { uns: d.headers.uns!, 'vouch-proof': d.headers['vouch-proof']!, 'content-type': d.headers['content-type']! }, body: d.body });
+  saved.set('/v1/download', {
+    status: 200,
+    headers: { uns: d.headers.uns!, 'vouch-proof': d.headers['vouch-proof']!, 'content-type': d.headers['content-type']! },
+    body: d.body,
+  });
   const l = await fetchRaw(`${base}/v1/endorsement?${q}&proof=1`);
   assert.is(l.status, 200);
   saved.set('/v1/endorsement', { status: 200, headers: { 'content-type': 'application/json' }, body: l.body });
@@ -224,7 +256,12 @@ let sizeV1 = 0;
 let sizeV2 = 0;
 
 test.before(async () => {
-  try { await before(); } catch (e) { console.error(e); throw e; } // uvu does not print a failing hook's error
+  try {
+    await before();
+  } catch (e) {
+    console.error(e);
+    throw e;
+  } // uvu does not print a failing hook's error
 });
 
 async function before() {
@@ -248,9 +285,10 @@ async function before() {
   const r = await get([A.url], v2State, out());
   assert.is(r.status, 0, r.stderr);
   sizeV2 = stateOf(v2State).size;
-  console.log(`  (${MODE === 'gateway' ? 'gateways serve the proofs themselves' : `proofs from the test front over real gateways${process.env.VOUCH_TEST_GET_FRONT === '1' ? ' (VOUCH_TEST_GET_FRONT=1)' : ': the gateway\'s transparency routes or the store\'s checkpoint.note are not there'}`}; sizes v1 ${sizeV1}, v2 ${sizeV2})`);
+  console.log(
+    `  (${MODE === 'gateway' ? 'gateways serve the proofs themselves' : `proofs from the test front over real gateways${process.env.VOUCH_TEST_GET_FRONT === '1' ? ' (VOUCH_TEST_GET_FRONT=1)' : ": the gateway's transparency routes or the store's checkpoint.note are not there"}`}; sizes v1 ${sizeV1}, v2 ${sizeV2})`,
+  );
 }
-
 
 test.after(async () => {
   for (const c of closers.reverse()) await c().catch(() => {});
@@ -274,7 +312,12 @@ test('the honest path: exit 0, v2 written, the state records the checkpoint atom
   assert.is(s.size, sizeV2);
   assert.is(s.root, j.root);
   // the body: origin, size, root, and the completeness index line (docs/spec/index.md 5)
-  assert.ok(new RegExp(`^${LOG.replace(/\./g, '\\.')}\n${sizeV2}\n${j.root.replace(/[+/]/g, (c: string) => '\\' + c)}\nvouch-index/v1 [A-Za-z0-9+/]{43}=\n\n\u2014 ${LOG} `).test(s.note), s.note);
+  assert.ok(
+    new RegExp(
+      `^${LOG.replace(/\./g, '\\.')}\n${sizeV2}\n${j.root.replace(/[+/]/g, (c: string) => '\\' + c)}\nvouch-index/v1 [A-Za-z0-9+/]{43}=\n\n\u2014 ${LOG} `,
+    ).test(s.note),
+    s.note,
+  );
   assert.is(statSync(state).mode & 0o777, 0o600);
   assert.equal(readdirSync(join(work, 'fresh', 'nested')), ['checkpoints.json'], 'a temp file was left');
   // Again with the state: consistent (same checkpoint), exit 0, state the same.
@@ -309,7 +352,7 @@ test('a state file that does not parse, or whose note the pinned key did not sig
   assert.not.ok(existsSync(o));
 });
 
-test('the state file: other origins kept, an origin\'s size never lowered by a later (concurrent) write', () => {
+test("the state file: other origins kept, an origin's size never lowered by a later (concurrent) write", () => {
   const p = join(work, 'state-unit', 'checkpoints.json');
   const root = base64Encode(new Uint8Array(32));
   saveCheckpoint(p, 'a.log', { size: 5, root, note: 'a5' });
@@ -333,11 +376,19 @@ test('the attack: a gateway replaying the saved v1 answer is refused by a client
   const o = out();
   const r = await get([hostile], state, o);
   assert.is(r.status, 1, r.stderr);
-  assert.match(r.stderr, new RegExp(`^stale_checkpoint: ${hostile.replace(/[.]/g, '\\.')} answered with a checkpoint of size ${sizeV1}, older than the size ${sizeV2} already seen for ${LOG.replace(/[.]/g, '\\.')}`));
+  assert.match(
+    r.stderr,
+    new RegExp(
+      `^stale_checkpoint: ${hostile.replace(/[.]/g, '\\.')} answered with a checkpoint of size ${sizeV1}, older than the size ${sizeV2} already seen for ${LOG.replace(/[.]/g, '\\.')}`,
+    ),
+  );
   assert.is(r.stderr.trim().split('\n').length, 1, 'more than one line');
   assert.not.ok(existsSync(o), 'the replayed bytes were written');
   assert.equal(readFileSync(state), before, 'the state changed');
-  assert.equal(readdirSync(work).filter((f) => f.includes('.tmp')), []);
+  assert.equal(
+    readdirSync(work).filter((f) => f.includes('.tmp')),
+    [],
+  );
 });
 
 test('--policy: a file that cannot be read, or does not parse, is one line naming it (exit 2), before any gateway is asked', async () => {
@@ -381,16 +432,22 @@ test('several gateways: a stale one cannot make the client take v1; one proving 
   const incl = JSON.parse((await fetchRaw(`${A.url}/v1/proof/inclusion?index=${v1Block.index}&size=${cur.size}`)).body.toString());
   const lie = { index: v1Block.index, size: cur.size, proof: incl.proof, checkpoint: cur.checkpoint };
   const dl = v1Replay.get('/v1/download')!;
-  const liar = await replayer(new Map<string, { status: number; headers: Record<string, string>; body: Buffer }>([
-    ['/v1/endorsement', { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ ...v1Block, proof: lie })) }],
-    ['/v1/download', { ...dl, headers: { ...dl.headers, 'vouch-proof': asciiJson(lie) } }],
-  ]));
+  const liar = await replayer(
+    new Map<string, { status: number; headers: Record<string, string>; body: Buffer }>([
+      ['/v1/endorsement', { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ ...v1Block, proof: lie })) }],
+      ['/v1/download', { ...dl, headers: { ...dl.headers, 'vouch-proof': asciiJson(lie) } }],
+    ]),
+  );
   const state = join(work, 'state-multi-2.json');
   o = out();
   r = await get([liar, A.url], state, o);
   assert.is(r.status, 1, r.stderr);
   assert.match(r.stderr, /^gateways_disagree: the gateways disagree on the same tree: /);
-  for (const [gw, index] of [[liar, v1Block.index], [A.url, sizeV2 - 1]] as const) assert.ok(r.stderr.includes(`${gw} selects block ${index} (checkpoint size ${cur.size})`), r.stderr);
+  for (const [gw, index] of [
+    [liar, v1Block.index],
+    [A.url, sizeV2 - 1],
+  ] as const)
+    assert.ok(r.stderr.includes(`${gw} selects block ${index} (checkpoint size ${cur.size})`), r.stderr);
   assert.not.ok(existsSync(o));
   assert.not.ok(existsSync(state), 'a refused run wrote the state');
   // Alone, the same liar passed every proof before the completeness index (issue 37); now its checkpoint commits
@@ -425,7 +482,12 @@ test('a forked log (same key, same origin, other blocks) is a SECURITY ERROR wit
   origin.route('/widget.js', { body: V2, contentType: 'text/javascript' });
   r = await get([B.url], state, o);
   assert.is(r.status, 1, r.stderr);
-  assert.match(r.stderr, new RegExp(`^SECURITY ERROR\\n[^]*consistency proof ${sizeV2} -> ${sizeV2 + 1} \\(from ${B.url.replace(/[.]/g, '\\.')}, \\d+ hashes\\):\\n\\t[A-Za-z0-9+/]{43}=[^]*what failed: the consistency proof from size ${sizeV2} to ${sizeV2 + 1} does not verify`));
+  assert.match(
+    r.stderr,
+    new RegExp(
+      `^SECURITY ERROR\\n[^]*consistency proof ${sizeV2} -> ${sizeV2 + 1} \\(from ${B.url.replace(/[.]/g, '\\.')}, \\d+ hashes\\):\\n\\t[A-Za-z0-9+/]{43}=[^]*what failed: the consistency proof from size ${sizeV2} to ${sizeV2 + 1} does not verify`,
+    ),
+  );
   assert.equal(readFileSync(state), before);
   // Two gateways, the real log and the fork: inconsistent with each other, whatever the client saw.
   r = await get([A.url, B.url], join(work, 'state-fork-2.json'), o);
@@ -438,31 +500,47 @@ test('a missing, unparseable or tampered proof or note is refused with one line'
   const cases: [string, (p: string) => string | undefined, RegExp][] = [
     ['no header', () => undefined, /^no_proof: .* sent no Vouch-Proof header/],
     ['not JSON', () => '{"index":', /^bad_proof: .*the proof is not JSON/],
-    ['a proof hash flipped', (p) => {
-      const o = JSON.parse(p);
-      const h = Buffer.from(o.proof[0], 'base64');
-      h[0]! ^= 1;
-      o.proof[0] = h.toString('base64');
-      return asciiJson(o);
-    }, /^bad_proof: .*the inclusion proof of block \d+ .* does not verify/],
+    [
+      'a proof hash flipped',
+      (p) => {
+        const o = JSON.parse(p);
+        const h = Buffer.from(o.proof[0], 'base64');
+        h[0]! ^= 1;
+        o.proof[0] = h.toString('base64');
+        return asciiJson(o);
+      },
+      /^bad_proof: .*the inclusion proof of block \d+ .* does not verify/,
+    ],
     ['a proof hash dropped', (p) => asciiJson({ ...JSON.parse(p), proof: JSON.parse(p).proof.slice(1) }), /^bad_proof: .*does not verify/],
     ['another index', (p) => asciiJson({ ...JSON.parse(p), index: 1 }), /^bad_proof: .*the proof is for index 1/],
-    ['the note\'s size edited', (p) => {
-      const o = JSON.parse(p);
-      o.checkpoint = o.checkpoint.replace(`\n${o.size}\n`, `\n${o.size + 1}\n`);
-      o.size += 1;
-      return asciiJson(o);
-    }, /^bad_checkpoint: .*signature .* does not verify/],
-    ['the note unsigned', (p) => {
-      const o = JSON.parse(p);
-      o.checkpoint = o.checkpoint.split('\n\n')[0] + '\n\n';
-      return asciiJson(o);
-    }, /^bad_checkpoint: /],
-    ['another origin', (p) => {
-      const o = JSON.parse(p);
-      o.checkpoint = o.checkpoint.replaceAll(LOG, 'evil.example');
-      return asciiJson(o);
-    }, /^bad_checkpoint: /],
+    [
+      "the note's size edited",
+      (p) => {
+        const o = JSON.parse(p);
+        o.checkpoint = o.checkpoint.replace(`\n${o.size}\n`, `\n${o.size + 1}\n`);
+        o.size += 1;
+        return asciiJson(o);
+      },
+      /^bad_checkpoint: .*signature .* does not verify/,
+    ],
+    [
+      'the note unsigned',
+      (p) => {
+        const o = JSON.parse(p);
+        o.checkpoint = o.checkpoint.split('\n\n')[0] + '\n\n';
+        return asciiJson(o);
+      },
+      /^bad_checkpoint: /,
+    ],
+    [
+      'another origin',
+      (p) => {
+        const o = JSON.parse(p);
+        o.checkpoint = o.checkpoint.replaceAll(LOG, 'evil.example');
+        return asciiJson(o);
+      },
+      /^bad_checkpoint: /,
+    ],
   ];
   for (const [what, edit, expect] of cases) {
     const gw = await rewriter(A.url, edit);
@@ -479,7 +557,19 @@ test('a missing, unparseable or tampered proof or note is refused with one line'
   const vkey = verifierKey(nodeBackend, LOG, SIG_ED25519, Buffer.from(pub, 'base64'));
   let v = await vouchAsync(['get', '--gateway', A.url, '--url', U, '--public-key', vkey, '-o', out(), '--state', join(work, 'state-vkey.json')]);
   assert.is(v.status, 0, v.stderr);
-  v = await vouchAsync(['get', '--gateway', A.url, '--url', U, '--public-key', verifierKey(nodeBackend, 'other.log', SIG_ED25519, Buffer.from(pub, 'base64')), '-o', out(), '--state', join(work, 'state-vkey.json')]);
+  v = await vouchAsync([
+    'get',
+    '--gateway',
+    A.url,
+    '--url',
+    U,
+    '--public-key',
+    verifierKey(nodeBackend, 'other.log', SIG_ED25519, Buffer.from(pub, 'base64')),
+    '-o',
+    out(),
+    '--state',
+    join(work, 'state-vkey.json'),
+  ]);
   assert.is(v.status, 1, v.stderr);
   assert.match(v.stderr, /^bad_checkpoint: .*is not the expected "other\.log"/);
   // --origin pins the log's name.
@@ -495,14 +585,17 @@ test('--policy: the witness quorum is required, and the policy must name the pin
   const w1Signer = nodeSigner('w1', readKeyFile(join(work, 'w1.pem')));
   const logVkey = verifierKey(nodeBackend, LOG, SIG_ED25519, Buffer.from(pub, 'base64'));
   const policy = join(work, 'policy.txt');
-  writeFileSync(policy, [
-    `log ${logVkey}`,
-    `witness w1 ${verifierKey(nodeBackend, 'w1.witness.test', SIG_COSIGNATURE_V1, wk(w1))}`,
-    `witness w2 ${verifierKey(nodeBackend, 'w2.witness.test', SIG_COSIGNATURE_V1, wk(w2))}`,
-    'group any-one any w1 w2',
-    'quorum any-one',
-    '',
-  ].join('\n'));
+  writeFileSync(
+    policy,
+    [
+      `log ${logVkey}`,
+      `witness w1 ${verifierKey(nodeBackend, 'w1.witness.test', SIG_COSIGNATURE_V1, wk(w1))}`,
+      `witness w2 ${verifierKey(nodeBackend, 'w2.witness.test', SIG_COSIGNATURE_V1, wk(w2))}`,
+      'group any-one any w1 w2',
+      'quorum any-one',
+      '',
+    ].join('\n'),
+  );
   // A gateway serving the checkpoint with w1's cosignature added.
   const cosigned = await rewriter(A.url, (p) => {
     const o = JSON.parse(p);
@@ -578,7 +671,13 @@ test('several gateways: a revocation beyond the stale tree explains its newer se
   o = out();
   r = await getU2([stale, hiding], join(work, 'state-revoked-2.json'), o);
   assert.is(r.status, 1, r.stderr);
-  assert.match(r.stderr, new RegExp(`^gateways_disagree: the gateways disagree: .* selects block ${i2} .*cannot explain: ${hiding.replace(/[.]/g, '\\.')} shows no revocation of block ${i2}$`, 'm'));
+  assert.match(
+    r.stderr,
+    new RegExp(
+      `^gateways_disagree: the gateways disagree: .* selects block ${i2} .*cannot explain: ${hiding.replace(/[.]/g, '\\.')} shows no revocation of block ${i2}$`,
+      'm',
+    ),
+  );
   assert.not.ok(existsSync(o), 'bytes written');
   assert.not.ok(existsSync(join(work, 'state-revoked-2.json')), 'a state file was written');
 });

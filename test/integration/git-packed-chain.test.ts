@@ -30,9 +30,17 @@ let seq = 0;
 /** A sparse chain of N blocks repacked by git; how many objects git stored as deltas. */
 async function gitPacked(): Promise<{ dir: string; deltas: number }> {
   const dir = join(root, `chain-${seq++}`);
-  await ChainRepo.init(dir, files(0, N), cpText, { message: 'init\n', authorName: 'A', authorEmail: 'a@vouch.invalid', timestamp: 1_760_000_000 }, { sparse: true });
+  await ChainRepo.init(
+    dir,
+    files(0, N),
+    cpText,
+    { message: 'init\n', authorName: 'A', authorEmail: 'a@vouch.invalid', timestamp: 1_760_000_000 },
+    { sparse: true },
+  );
   gitIn(dir, 'repack', '-a', '-d', '-f', '-q');
-  const deltas = gitIn(dir, 'cat-file', '--batch-all-objects', '--batch-check=%(deltabase)').split('\n').filter((l) => /^[0-9a-f]{40}$/.test(l) && l !== '0'.repeat(40)).length;
+  const deltas = gitIn(dir, 'cat-file', '--batch-all-objects', '--batch-check=%(deltabase)')
+    .split('\n')
+    .filter((l) => /^[0-9a-f]{40}$/.test(l) && l !== '0'.repeat(40)).length;
   return { dir, deltas };
 }
 
@@ -44,7 +52,9 @@ function catFileChildren(): number[] {
       const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
       if (ppid === process.pid && readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('cat-file')) out.push(Number(p));
-    } catch { /* gone meanwhile */ }
+    } catch {
+      /* gone meanwhile */
+    }
   }
   return out;
 }
@@ -54,11 +64,18 @@ async function verifyWith(reader: 'git' | 'vouch', dir: string, threads = 2) {
   const before = process.env.VOUCH_PACK_READER;
   process.env.VOUCH_PACK_READER = reader;
   let seen = false;
-  const poll = setInterval(() => { if (catFileChildren().length > 0) seen = true; }, 5);
+  const poll = setInterval(() => {
+    if (catFileChildren().length > 0) seen = true;
+  }, 5);
   try {
     const repo = await ChainRepo.open(dir, { repair: false });
     const texts: string[] = [];
-    const r = await verifyDirectory(repo, { threads, onVerified: (_s, t) => { texts.push(...t); } });
+    const r = await verifyDirectory(repo, {
+      threads,
+      onVerified: (_s, t) => {
+        texts.push(...t);
+      },
+    });
     return { size: r.state.size, texts, seen };
   } finally {
     clearInterval(poll);

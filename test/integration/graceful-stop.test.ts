@@ -21,23 +21,31 @@ test('a download in flight at SIGTERM completes; then the process exits 0', asyn
   writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
   const origin = await OriginServer.start();
   const agent = new Agent();
-  const gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { port: 0 }, chain: { dir: join(work, 'chain') },
-    authority: { key_file: join(work, 'authority.pem'), signer: 'stop', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true, timeout: 20 },
-  })]);
+  const gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { port: 0 },
+      chain: { dir: join(work, 'chain') },
+      authority: { key_file: join(work, 'authority.pem'), signer: 'stop', submit_token_file: join(work, 'submit.token') },
+      origin: { allow_private: true, timeout: 20 },
+    }),
+  ]);
   try {
     const body = 'x'.repeat(3000);
     origin.route('/slow.txt', { body });
     const s = await request(gw.url + '/v1/submit', {
-      method: 'POST', dispatcher: agent, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      method: 'POST',
+      dispatcher: agent,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ url: origin.url('/slow.txt'), name: 'acme/slow', semver: '1.0.0', license: 'MIT' }),
     });
     assert.is(s.statusCode, 201);
     await s.body.dump();
     origin.route('/slow.txt', { body, trickle: { bytes: 300, everyMs: 200 } }); // ~2 s at the origin
-    const pending = request(`${gw.url}/v1/download?url=${encodeURIComponent(origin.url('/slow.txt'))}`, { dispatcher: new Agent() })
-      .then(async (r) => ({ status: r.statusCode, text: await r.body.text() }));
+    const pending = request(`${gw.url}/v1/download?url=${encodeURIComponent(origin.url('/slow.txt'))}`, { dispatcher: new Agent() }).then(async (r) => ({
+      status: r.statusCode,
+      text: await r.body.text(),
+    }));
     await origin.waitForRequests('/slow.txt', 2, 5000);
     gw.child.kill('SIGTERM');
     const r = await pending;

@@ -49,33 +49,57 @@ let blocks: Block[] = [];
 const body = (i: number) => `artifact bytes ${i}\n`;
 const url = (i: number) => origin.url(`/pkg/p-${i}.tgz`);
 const entry = (i: number): EndorsementInput => ({
-  url: url(i), artifactHash: artifactHashOf(c, 'sha256', utf8(body(i))), name: `acme/p${i}`, semver: '1.0.0', license: 'MIT',
+  url: url(i),
+  artifactHash: artifactHashOf(c, 'sha256', utf8(body(i))),
+  name: `acme/p${i}`,
+  semver: '1.0.0',
+  license: 'MIT',
   comment: `package ${i}, an entry about as long as a lockfile's`,
 });
 
 test.before(async () => {
   origin = await OriginServer.start();
   blocks = [buildAuthorityBlock({ signer, backend: c, now: T0, uns: 'acme/chain' })];
-  blocks.push(buildEndorseBlock({ prev: blocks[0]!, signer, backend: c, now: T0 + 1000, entries: Array.from({ length: 1000 }, (_, i) => entry(i)), uns: 'acme/big', semver: '1.0.0' }));
+  blocks.push(
+    buildEndorseBlock({
+      prev: blocks[0]!,
+      signer,
+      backend: c,
+      now: T0 + 1000,
+      entries: Array.from({ length: 1000 }, (_, i) => entry(i)),
+      uns: 'acme/big',
+      semver: '1.0.0',
+    }),
+  );
   blocks.push(buildEndorseBlock({ prev: blocks[1]!, signer, backend: c, now: T0 + 2000, entries: [entry(5000)] }));
   blocks.push(buildEndorseBlock({ prev: blocks[2]!, signer, backend: c, now: T0 + 2500, entries: Array.from({ length: 9 }, (_, k) => entry(6000 + k)) }));
   for (const i of [0, 500, 999, 5000, 6000]) origin.route(`/pkg/p-${i}.tgz`, { body: body(i), contentType: 'application/gzip' });
   // An origin whose kept headers are long (each under the 1 KiB a kept header may have).
   const long = (ch: string) => ch.repeat(1000);
   origin.route('/pkg/p-6001.tgz', {
-    body: body(6001), contentType: 'application/gzip',
-    headers: { 'content-disposition': `attachment; filename="${long('d')}"`, 'cache-control': `max-age=60, ${long('c')}`, 'content-language': long('l'), 'last-modified': long('m') },
+    body: body(6001),
+    contentType: 'application/gzip',
+    headers: {
+      'content-disposition': `attachment; filename="${long('d')}"`,
+      'cache-control': `max-age=60, ${long('c')}`,
+      'content-language': long('l'),
+      'last-modified': long('m'),
+    },
   });
   const tree = new MerkleTree(c);
   for (const b of blocks) tree.append(hexDecode(b.record_hash)!);
   await initChainRepo(dir, blocks, buildCheckpoint({ head: blocks[3]!, signer, now: T0 + 3000 }));
   writeFileSync(join(dir, 'checkpoint.note'), signCheckpoint(c, { origin: ORIGIN, size: blocks.length, root: tree.root(), extensions: [] }, signer));
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { host: '127.0.0.1', port: 0 }, service_name: 'vouch-test',
-    chain: { dir, public_key: pub },
-    origin: { allow_private: true, timeout: 5 },
-    proxy: { routes: [{ prefix: '/p/', origin: origin.url('/pkg/'), unendorsed: 'deny' }] },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { host: '127.0.0.1', port: 0 },
+      service_name: 'vouch-test',
+      chain: { dir, public_key: pub },
+      origin: { allow_private: true, timeout: 5 },
+      proxy: { routes: [{ prefix: '/p/', origin: origin.url('/pkg/'), unendorsed: 'deny' }] },
+    }),
+  ]);
 });
 
 test.after(async () => {
@@ -84,7 +108,7 @@ test.after(async () => {
   rmSync(work, { recursive: true, force: true });
 });
 
-test('a block of 1,000 endorsements: every verified answer\'s head fits 8 KiB, with the compact UNS', async () => {
+test("a block of 1,000 endorsements: every verified answer's head fits 8 KiB, with the compact UNS", async () => {
   const big = blocks[1]!;
   for (const i of [0, 500, 999]) {
     const path = `/v1/download?url=${encodeURIComponent(url(i))}`;
@@ -111,7 +135,7 @@ test('a block of 1,000 endorsements: every verified answer\'s head fits 8 KiB, w
   assert.is(await r.text(), body(500));
 });
 
-test('a small block still travels whole in UNS (the seed\'s form)', async () => {
+test("a small block still travels whole in UNS (the seed's form)", async () => {
   const r = await rawHead(gw.url, `/v1/download?url=${encodeURIComponent(url(5000))}`);
   assert.is(r.status, 200);
   assert.equal(JSON.parse(r.headers.get('uns')!), { 'vouch-test': { endorsement: blocks[2] } });
@@ -125,8 +149,11 @@ test('a block that fits whole, behind an origin with long kept headers: the comp
   assert.is(r.status, 200);
   assert.ok(r.bytes < BUDGET, `head of ${r.bytes} bytes`);
   const uns = parseUns(r.headers.get('uns')!);
-  assert.ok(typeof uns !== 'string' && uns.form === 'compact' && uns.index === 3, `compact (head ${r.bytes} bytes, UNS ${r.headers.get('uns')!.length}, ${[...r.headers.keys()].join(' ')})`);
-  assert.ok((r.headers.get('content-disposition') ?? '').length > 1000, 'the origin\'s headers kept while they fit');
+  assert.ok(
+    typeof uns !== 'string' && uns.form === 'compact' && uns.index === 3,
+    `compact (head ${r.bytes} bytes, UNS ${r.headers.get('uns')!.length}, ${[...r.headers.keys()].join(' ')})`,
+  );
+  assert.ok((r.headers.get('content-disposition') ?? '').length > 1000, "the origin's headers kept while they fit");
 });
 
 test('vouch get verifies the compact form, fetching the block', async () => {
@@ -140,15 +167,32 @@ test('vouch get verifies the compact form, fetching the block', async () => {
 test('vouch get refuses a compact UNS naming another block or another entry', async () => {
   const big = blocks[1]!;
   for (const [what, edit] of [
-    ['another record_hash', (o: any) => { o['vouch-test'].block.record_hash = blocks[2]!.record_hash; }],
-    ['another block', (o: any) => { o['vouch-test'].block.index = 2; }],
-    ['another entry', (o: any) => { o['vouch-test'].entry = big.payload.endorsements[501]; }],
+    [
+      'another record_hash',
+      (o: any) => {
+        o['vouch-test'].block.record_hash = blocks[2]!.record_hash;
+      },
+    ],
+    [
+      'another block',
+      (o: any) => {
+        o['vouch-test'].block.index = 2;
+      },
+    ],
+    [
+      'another entry',
+      (o: any) => {
+        o['vouch-test'].entry = big.payload.endorsements[501];
+      },
+    ],
   ] as const) {
     // A front that passes everything through and rewrites the download's UNS.
     const srv = createServer(async (req, res) => {
       const up = await fetch(gw.url + req.url!, { headers: { accept: String(req.headers.accept ?? '*/*') } });
       const headers: Record<string, string> = {};
-      up.headers.forEach((v, k) => { if (!['content-encoding', 'transfer-encoding', 'connection', 'keep-alive'].includes(k)) headers[k] = v; });
+      up.headers.forEach((v, k) => {
+        if (!['content-encoding', 'transfer-encoding', 'connection', 'keep-alive'].includes(k)) headers[k] = v;
+      });
       if (headers.uns) {
         const o = JSON.parse(headers.uns);
         edit(o);
@@ -171,21 +215,32 @@ test('vouch get refuses a compact UNS naming another block or another entry', as
   }
 });
 
-test('vouch get --policy: a Vouch-Proof that left cosignatures out is completed from the lookup\'s proof=1', async () => {
+test("vouch get --policy: a Vouch-Proof that left cosignatures out is completed from the lookup's proof=1", async () => {
   const ws = [0, 1].map((i) => {
     const { privateKey } = generateKeyPairSync('ed25519');
     const w = nodeSigner(`witness-${i}.example.org`, privateKey);
     return { w, vkey: verifierKey(c, w.id, SIG_COSIGNATURE_V1, w.publicKey) };
   });
   const policyFile = join(work, 'policy.txt');
-  writeFileSync(policyFile, [`log ${verifierKey(c, ORIGIN, SIG_ED25519, signer.publicKey)}`, ...ws.map((x, i) => `witness w${i} ${x.vkey}`), 'group both all w0 w1', 'quorum both', ''].join('\n'));
+  writeFileSync(
+    policyFile,
+    [
+      `log ${verifierKey(c, ORIGIN, SIG_ED25519, signer.publicKey)}`,
+      ...ws.map((x, i) => `witness w${i} ${x.vkey}`),
+      'group both all w0 w1',
+      'quorum both',
+      '',
+    ].join('\n'),
+  );
   const cosigned = (note: string) => note + ws.map((x) => cosign(c, note.slice(0, note.indexOf('\n\n') + 1), x.w.id, x.w, 1_800_000_000).line + '\n').join('');
   for (const lookupCarries of [true, false]) {
     // A front: downloads say two cosignatures were left out; lookups with proof=1 carry them (or not).
     const srv = createServer(async (req, res) => {
       const up = await fetch(gw.url + req.url!, { headers: { accept: String(req.headers.accept ?? '*/*') } });
       const headers: Record<string, string> = {};
-      up.headers.forEach((v, k) => { if (!['content-encoding', 'transfer-encoding', 'connection', 'keep-alive', 'content-length'].includes(k)) headers[k] = v; });
+      up.headers.forEach((v, k) => {
+        if (!['content-encoding', 'transfer-encoding', 'connection', 'keep-alive', 'content-length'].includes(k)) headers[k] = v;
+      });
       let b = Buffer.from(await up.arrayBuffer());
       if (headers['vouch-proof']) headers['vouch-proof'] = asciiJson({ ...JSON.parse(headers['vouch-proof']), omitted_cosignatures: 2 });
       if (lookupCarries && req.url!.startsWith('/v1/endorsement') && req.url!.includes('proof=1')) {
@@ -198,7 +253,21 @@ test('vouch get --policy: a Vouch-Proof that left cosignatures out is completed 
     });
     await new Promise<void>((ok) => srv.listen(0, '127.0.0.1', ok));
     const front = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
-    const r = await vouchAsync(['get', '--gateway', front, '--url', url(500), '--public-key', pub, '-o', join(work, 'policy.tgz'), '--state', join(work, `state-policy-${lookupCarries}.json`), '--policy', policyFile]);
+    const r = await vouchAsync([
+      'get',
+      '--gateway',
+      front,
+      '--url',
+      url(500),
+      '--public-key',
+      pub,
+      '-o',
+      join(work, 'policy.tgz'),
+      '--state',
+      join(work, `state-policy-${lookupCarries}.json`),
+      '--policy',
+      policyFile,
+    ]);
     srv.closeAllConnections();
     await new Promise((ok) => srv.close(ok));
     if (lookupCarries) assert.is(r.status, 0, r.stderr);
@@ -229,7 +298,15 @@ test('Vouch-Proof stays bounded on a large tree with 64 witness cosignatures, an
   const kept = 64 - o.omitted_cosignatures;
   // What is kept is a valid note: the authority's signature opens it, and the kept cosignatures count.
   openCheckpoint(c, o.checkpoint, { publicKey: signer.publicKey, origin: ORIGIN });
-  const policy = parsePolicy(c, [`log ${verifierKey(c, ORIGIN, SIG_ED25519, signer.publicKey)}`, ...witnesses.map((w, i) => `witness w${i} ${w.vkey}`), `group g ${kept} ${witnesses.map((_, i) => `w${i}`).join(' ')}`, 'quorum g'].join('\n') + '\n');
+  const policy = parsePolicy(
+    c,
+    [
+      `log ${verifierKey(c, ORIGIN, SIG_ED25519, signer.publicKey)}`,
+      ...witnesses.map((w, i) => `witness w${i} ${w.vkey}`),
+      `group g ${kept} ${witnesses.map((_, i) => `w${i}`).join(' ')}`,
+      'quorum g',
+    ].join('\n') + '\n',
+  );
   assert.ok(checkQuorum(c, policy, parseNote(o.checkpoint)).ok, 'the kept cosignatures make a quorum of their number');
   // Small enough: unchanged, no extra member.
   const small = { index: 1, size: 3, proof: proof.slice(0, 2), checkpoint: committed };
@@ -238,10 +315,20 @@ test('Vouch-Proof stays bounded on a large tree with 64 witness cosignatures, an
 
 test('UNS values are made once per block (and per block and URL), not per answer', () => {
   const ctx = { config: { service_name: 'vouch-test', public_url: 'http://gw.example' } } as unknown as GatewayContext;
-  for (const [b, n] of [[blocks[2]!, 1], [blocks[1]!, 1000]] as const) {
+  for (const [b, n] of [
+    [blocks[2]!, 1],
+    [blocks[1]!, 1000],
+  ] as const) {
     let made = 0;
     // JSON.stringify asks toJSON of the block each time the header text is made.
-    const counted = { ...b, toJSON() { made++; const { toJSON: _t, ...plain } = this as Record<string, unknown>; return plain; } } as unknown as Block;
+    const counted = {
+      ...b,
+      toJSON() {
+        made++;
+        const { toJSON: _t, ...plain } = this as Record<string, unknown>;
+        return plain;
+      },
+    } as unknown as Block;
     const sel = { block: counted, entry: b.payload.endorsements[n === 1 ? 0 : 500]!, revokedBy: null } as never;
     const first = unsHeader(ctx, sel);
     for (let i = 0; i < 100; i++) assert.is(unsHeader(ctx, sel), first);
@@ -262,16 +349,29 @@ test('UNS forms: made and read back; any header text is read without a throw (a 
   const header = fc.oneof(
     fc.string({ maxLength: 300 }),
     fc.json({ maxDepth: 4 }),
-    fc.record({ s: fc.record({ block: fc.record({ index: fc.oneof(fc.integer(), fc.double(), fc.string()), record_hash: fc.string(), url: fc.anything() }, { requiredKeys: [] }), entry: fc.anything() }, { requiredKeys: [] }) }).map((o) => JSON.stringify(o)),
+    fc
+      .record({
+        s: fc.record(
+          {
+            block: fc.record({ index: fc.oneof(fc.integer(), fc.double(), fc.string()), record_hash: fc.string(), url: fc.anything() }, { requiredKeys: [] }),
+            entry: fc.anything(),
+          },
+          { requiredKeys: [] },
+        ),
+      })
+      .map((o) => JSON.stringify(o)),
   );
-  fc.assert(fc.property(header, (text) => {
-    const r = parseUns(text);
-    if (typeof r === 'string') return true;
-    return r.form === 'full' || (Number.isSafeInteger(r.index) && r.index >= 0 && /^[0-9a-f]{64}$/.test(r.recordHash));
-  }), { numRuns: 2000 });
+  fc.assert(
+    fc.property(header, (text) => {
+      const r = parseUns(text);
+      if (typeof r === 'string') return true;
+      return r.form === 'full' || (Number.isSafeInteger(r.index) && r.index >= 0 && /^[0-9a-f]{64}$/.test(r.recordHash));
+    }),
+    { numRuns: 2000 },
+  );
 });
 
-test('the lockfile packer keeps every block\'s UNS within UNS_FULL_MAX; an entry too large for it alone gets its own block', () => {
+test("the lockfile packer keeps every block's UNS within UNS_FULL_MAX; an entry too large for it alone gets its own block", () => {
   const entries = Array.from({ length: 1000 }, (_, i) => entry(i));
   entries.splice(500, 0, { ...entry(7777), url: `https://example.org/${'x'.repeat(6000)}.tgz` });
   const built: Block[] = [];
@@ -280,12 +380,18 @@ test('the lockfile packer keeps every block\'s UNS within UNS_FULL_MAX; an entry
     built.push(b);
     return b;
   });
-  assert.is(out.reduce((n, b) => n + b.payload.endorsements.length, 0), 1001);
+  assert.is(
+    out.reduce((n, b) => n + b.payload.endorsements.length, 0),
+    1001,
+  );
   for (const b of out) {
     if (b.payload.endorsements.length === 1 && b.payload.endorsements[0]!.artifact_url.length > 6000) continue;
     assert.ok(unsBytes(b) <= UNS_FULL_MAX, `block ${b.index}: ${unsBytes(b)} bytes`);
   }
-  assert.ok(out.some((b) => b.payload.endorsements.length === 1 && b.payload.endorsements[0]!.artifact_url.length > 6000), 'the long entry alone');
+  assert.ok(
+    out.some((b) => b.payload.endorsements.length === 1 && b.payload.endorsements[0]!.artifact_url.length > 6000),
+    'the long entry alone',
+  );
   assert.ok(out.length < 200, `${out.length} blocks: packed, not one entry each`);
 });
 

@@ -44,14 +44,17 @@ test.after(async () => {
 
 async function blocksOf(base: string, size: number): Promise<Block[]> {
   const out: Block[] = [];
-  for (let i = 0; i < size; i++) out.push(await (await fetch(`${base}/v1/block?index=${i}`)).json() as Block);
+  for (let i = 0; i < size; i++) out.push((await (await fetch(`${base}/v1/block?index=${i}`)).json()) as Block);
   return out;
 }
 
 function indexOf(blocks: readonly Block[]): CompletenessIndex {
   const idx = new CompletenessIndex(c);
   const ch = new ChainIndex();
-  for (const b of blocks) { idx.addBlock(b, (h) => ch.indexOfHash(h)); ch.add(b); }
+  for (const b of blocks) {
+    idx.addBlock(b, (h) => ch.indexOfHash(h));
+    ch.add(b);
+  }
   return idx;
 }
 
@@ -85,14 +88,20 @@ test('every note the authority signs commits the completeness index of its size'
   assert.ok(n.text.includes(`\n${indexExtensionLine(indexOf(blocks).root())}\n`));
   // vouch verify recomputes it from a clone
   const clone = join(work, 'verify-clone');
-  await until('the authority pushed', async () => execFileSync('git', ['--git-dir', live.bareDir, 'show', 'main:checkpoint.note'], { encoding: 'utf8' }) === n.text);
+  await until(
+    'the authority pushed',
+    async () => execFileSync('git', ['--git-dir', live.bareDir, 'show', 'main:checkpoint.note'], { encoding: 'utf8' }) === n.text,
+  );
   execFileSync('git', ['clone', '-q', live.bareDir, clone]);
   const v = vouch(['verify', '--chain', clone, '--public-key', live.pub, '--json']);
   assert.is(v.status, 0, v.stderr);
   assert.is(JSON.parse(v.stdout).index_root, base64Encode(n.index!));
   // the unit's proof lists its three versions
   const idx = indexOf(blocks);
-  assert.equal(idx.events('unit', 'npm/indexed').map((e) => e.kind === 'endorse' ? e.semver : ''), ['1.0.0', '2.0.0', '3.0.0']);
+  assert.equal(
+    idx.events('unit', 'npm/indexed').map((e) => (e.kind === 'endorse' ? e.semver : '')),
+    ['1.0.0', '2.0.0', '3.0.0'],
+  );
 });
 
 test('a warm restart serves the same note; a mirror syncs it', async () => {
@@ -100,7 +109,10 @@ test('a warm restart serves the same note; a mirror syncs it', async () => {
   await live.restart();
   assert.is((await note(live.authority.url)).text, before.text);
   mirror = await live.startMirror(join(work, 'm'));
-  await until('the mirror serves the authority\'s note', async () => (await fetch(`${mirror.url}/checkpoint`)).status === 200 && (await note(mirror.url)).text === before.text);
+  await until(
+    "the mirror serves the authority's note",
+    async () => (await fetch(`${mirror.url}/checkpoint`)).status === 200 && (await note(mirror.url)).text === before.text,
+  );
 });
 
 test('a remote whose newest note commits the index of an older state is refused by the mirror', async () => {

@@ -39,7 +39,11 @@ const ORIGIN = 'vouch.example/key-follow';
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-follow-'));
 const life = buildKeyLifeChain(); // root at 2, A -> B at 4, B compromised after 5 at 8 (6-7 void), root rotation at 10
 const pinA = b64(ONLINE.A);
-const walkState = (blocks: typeof life.blocks) => { const r = verifyChain(blocks, { backend: c }); if (!r.ok) throw new Error(r.message); return r.keys; };
+const walkState = (blocks: typeof life.blocks) => {
+  const r = verifyChain(blocks, { backend: c });
+  if (!r.ok) throw new Error(r.message);
+  return r.keys;
+};
 const urlOf = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;
 const gateways: GatewayProcess[] = [];
 let gitServer: GitServer;
@@ -52,7 +56,7 @@ async function serve(dir: string, extra: Record<string, unknown> = {}): Promise<
 }
 const getJson = async (base: string, path: string) => {
   const r = await fetch(base + path);
-  return { status: r.status, json: await r.json() as any };
+  return { status: r.status, json: (await r.json()) as any };
 };
 
 test.before(async () => {
@@ -76,22 +80,50 @@ test('GET /v1/keys: block 0 and every key block after `since`, each proven in th
   assert.is(k.chain, life.blocks[0]!.record_hash);
   assert.equal(k.first, { signer: 'vouch-test', public_key: pinA });
   assert.is(k.size, 12);
-  assert.equal(k.events.map((e: any) => [e.index, e.sequence]), [[2, 1], [4, 2], [8, 3], [10, 4]]);
+  assert.equal(
+    k.events.map((e: any) => [e.index, e.sequence]),
+    [
+      [2, 1],
+      [4, 2],
+      [8, 3],
+      [10, 4],
+    ],
+  );
   assert.equal(k.state.voids, [[6, 7]]);
   assert.is(k.state.online.publicKey, b64(ONLINE.C));
   assert.is(k.verifier_keys[0], verifierKey(c, ORIGIN, SIG_ED25519, ONLINE.C.publicKey));
   assert.not.ok(k.verifier_keys.includes(verifierKey(c, ORIGIN, SIG_ED25519, ONLINE.B.publicKey)), 'a compromised key is not published');
   const cp = parseCheckpoint(parseNote(k.checkpoint).text);
   for (const e of k.events) {
-    assert.ok(verifyInclusion(c, e.index, 12, leafHash(c, hexDecode(e.block.record_hash)!), e.proof.map((h: string) => base64Decode(h)!), cp.root), `event ${e.sequence}`);
+    assert.ok(
+      verifyInclusion(
+        c,
+        e.index,
+        12,
+        leafHash(c, hexDecode(e.block.record_hash)!),
+        e.proof.map((h: string) => base64Decode(h)!),
+        cp.root,
+      ),
+      `event ${e.sequence}`,
+    );
   }
   const answer = parseKeysAnswer(k, gw.url);
   const trail = walkKeyEvents(c, startTrail(c, answer, cp, pinA, gw.url), answer.events, cp, gw.url);
   assert.equal(trail.state, k.state);
-  assert.equal(trail.spans.map((s) => [s.since, s.publicKey]), [[0, pinA], [4, b64(ONLINE.B)], [8, b64(ONLINE.C)]]);
+  assert.equal(
+    trail.spans.map((s) => [s.since, s.publicKey]),
+    [
+      [0, pinA],
+      [4, b64(ONLINE.B)],
+      [8, b64(ONLINE.C)],
+    ],
+  );
 
   const since2 = await getJson(gw.url, '/v1/keys?since=2');
-  assert.equal(since2.json.events.map((e: any) => e.sequence), [3, 4]);
+  assert.equal(
+    since2.json.events.map((e: any) => e.sequence),
+    [3, 4],
+  );
   assert.equal((await getJson(gw.url, '/v1/keys?since=4')).json.events, []);
   for (const bad of ['since=x', 'since=-1', 'since=1&since=2', 'since=01']) {
     const b = await getJson(gw.url, `/v1/keys?${bad}`);
@@ -101,14 +133,26 @@ test('GET /v1/keys: block 0 and every key block after `since`, each proven in th
 });
 
 /** A source chain pushed to a bare repository on the git server, grown one stage at a time. */
-async function pushedChain(name: string, size: number, signers?: typeof ONLINE.A[], chain = life): Promise<{ repo: ChainRepo; remote: string; grow: (to: number, noteSigners?: typeof ONLINE.A[]) => Promise<void> }> {
+async function pushedChain(
+  name: string,
+  size: number,
+  signers?: (typeof ONLINE.A)[],
+  chain = life,
+): Promise<{ repo: ChainRepo; remote: string; grow: (to: number, noteSigners?: (typeof ONLINE.A)[]) => Promise<void> }> {
   gitServer.initBare(`${name}.git`);
   const remote = gitServer.url(`${name}.git`);
   const src = join(work, `${name}-src`);
   const repo = await initKeyRepo(src, chain.blocks, size, ORIGIN, signers);
   const push = async () => assert.is((await gitAsync(['-C', src, 'push', '-q', remote, 'main'])).status, 0);
   await push();
-  return { repo, remote, grow: async (to, noteSigners) => { await appendTo(repo, chain.blocks, to, ORIGIN, noteSigners); await push(); } };
+  return {
+    repo,
+    remote,
+    grow: async (to, noteSigners) => {
+      await appendTo(repo, chain.blocks, to, ORIGIN, noteSigners);
+      await push();
+    },
+  };
 }
 
 test('a mirror pinned to the first key follows a rollover, a rotation and a compromise with no restart; void blocks stop being selected; a warm restart keeps it', async () => {
@@ -151,13 +195,28 @@ test('the client walk refuses a forged key block (signed by the online key alone
   forged.keys = walkState(forged.blocks);
   forged.signer = ONLINE.A;
   // A rotation to D signed by A alone (no holder): the statement carries no root threshold.
-  forged.forge({ statement: { action: 'key', chain: forged.keys.chain, sequence: 2, online: { signer: 'vouch-test', public_key: b64(ONLINE.D) } }, signatures: [] }, ONLINE.D);
+  forged.forge(
+    { statement: { action: 'key', chain: forged.keys.chain, sequence: 2, online: { signer: 'vouch-test', public_key: b64(ONLINE.D) } }, signatures: [] },
+    ONLINE.D,
+  );
   for (const b of forged.blocks) tree.append(hexDecode(b.record_hash)!);
   const cp = { size: tree.size, root: tree.root() };
-  const answerOf = (blocks: typeof forged.blocks, keyIdx: number[], t: MerkleTree) => parseKeysAnswer({
-    chain: blocks[0]!.record_hash, size: t.size, checkpoint: '', first_block: { block: blocks[0], proof: t.inclusionProof(0, t.size).map(base64Encode) },
-    events: keyIdx.map((i) => ({ index: i, sequence: blocks[i]!.payload.statement!.sequence, block: blocks[i], proof: t.inclusionProof(i, t.size).map(base64Encode) })),
-  }, 'test');
+  const answerOf = (blocks: typeof forged.blocks, keyIdx: number[], t: MerkleTree) =>
+    parseKeysAnswer(
+      {
+        chain: blocks[0]!.record_hash,
+        size: t.size,
+        checkpoint: '',
+        first_block: { block: blocks[0], proof: t.inclusionProof(0, t.size).map(base64Encode) },
+        events: keyIdx.map((i) => ({
+          index: i,
+          sequence: blocks[i]!.payload.statement!.sequence,
+          block: blocks[i],
+          proof: t.inclusionProof(i, t.size).map(base64Encode),
+        })),
+      },
+      'test',
+    );
   const refusal = (f: () => unknown): string => {
     try {
       f();
@@ -167,22 +226,37 @@ test('the client walk refuses a forged key block (signed by the online key alone
     return 'accepted';
   };
   const a = answerOf(forged.blocks, [2, 4], tree);
-  assert.match(refusal(() => walkKeyEvents(c, startTrail(c, a, cp, pinA, 't'), a.events, cp, 't')), /^bad_key_event: t: key event 2 \(block 4\): the root \(version 1\) needs 2 of its 3 holders' signatures, the statement has 0/);
+  assert.match(
+    refusal(() => walkKeyEvents(c, startTrail(c, a, cp, pinA, 't'), a.events, cp, 't')),
+    /^bad_key_event: t: key event 2 \(block 4\): the root \(version 1\) needs 2 of its 3 holders' signatures, the statement has 0/,
+  );
   // A proof against another tree.
   const bent = answerOf(forged.blocks, [2], tree);
   bent.events[0]!.proof[0] = new Uint8Array(32);
-  assert.match(refusal(() => walkKeyEvents(c, startTrail(c, bent, cp, pinA, 't'), bent.events, cp, 't')), /^bad_proof: /);
+  assert.match(
+    refusal(() => walkKeyEvents(c, startTrail(c, bent, cp, pinA, 't'), bent.events, cp, 't')),
+    /^bad_proof: /,
+  );
   // Block 0 of another authority than the pinned key.
-  assert.match(refusal(() => startTrail(c, a, cp, b64(ONLINE.B), 't')), /^untrusted_authority: /);
+  assert.match(
+    refusal(() => startTrail(c, a, cp, b64(ONLINE.B), 't')),
+    /^untrusted_authority: /,
+  );
   // An event skipped: sequence 2 without 1.
   const lifeTree = new MerkleTree(c);
   for (const b of life.blocks) lifeTree.append(hexDecode(b.record_hash)!);
   const lcp = { size: lifeTree.size, root: lifeTree.root() };
   const skip = answerOf(life.blocks, [4], lifeTree);
-  assert.match(refusal(() => walkKeyEvents(c, startTrail(c, skip, lcp, pinA, 't'), skip.events, lcp, 't')), /^bad_key_event: .*skips ahead/);
+  assert.match(
+    refusal(() => walkKeyEvents(c, startTrail(c, skip, lcp, pinA, 't'), skip.events, lcp, 't')),
+    /^bad_key_event: .*skips ahead/,
+  );
   // The bound: the whole life walks (4 events) but not with a bound of 3.
   const all = answerOf(life.blocks, [2, 4, 8, 10], lifeTree);
-  assert.match(refusal(() => walkKeyEvents(c, startTrail(c, all, lcp, pinA, 't'), all.events, lcp, 't', 3)), /^key_walk_limit: t: 4 key events/);
+  assert.match(
+    refusal(() => walkKeyEvents(c, startTrail(c, all, lcp, pinA, 't'), all.events, lcp, 't', 3)),
+    /^key_walk_limit: t: 4 key events/,
+  );
   assert.is(walkKeyEvents(c, startTrail(c, all, lcp, pinA, 't'), all.events, lcp, 't').state.sequence, 4);
   // A stored trail reads back only whole.
   const trail = walkKeyEvents(c, startTrail(c, all, lcp, pinA, 't'), all.events, lcp, 't');
@@ -208,18 +282,22 @@ function buildGetChain(): void {
 }
 let getMirror: GatewayProcess;
 let getRemote = '';
-let growGet: (to: number, noteSigners?: typeof ONLINE.A[]) => Promise<void>;
+let growGet: (to: number, noteSigners?: (typeof ONLINE.A)[]) => Promise<void>;
 const stateFile = () => join(work, 'get-state.json');
-const vget = (gateway: string, i: number) => vouchAsync(['get', '--gateway', gateway, '--url', gurl(i), '--public-key', pinA, '-o', join(work, `out-${i}`), '--state', stateFile()]);
+const vget = (gateway: string, i: number) =>
+  vouchAsync(['get', '--gateway', gateway, '--url', gurl(i), '--public-key', pinA, '-o', join(work, `out-${i}`), '--state', stateFile()]);
 const mirrorSize = async (): Promise<number> => (await getJson(getMirror.url, '/v1/checkpoint')).json.size;
 
-test('vouch get pinned to the first key: no request beyond today\'s before a key event; across a rotation one /v1/keys, the keys kept in its state', async () => {
+test("vouch get pinned to the first key: no request beyond today's before a key event; across a rotation one /v1/keys, the keys kept in its state", async () => {
   for (const i of [1, 3, 5, 6, 8]) origin.route(`/g-${i}.tgz`, { body: bodyOf(i) });
   buildGetChain();
   const pushed = await pushedChain('get', 4, undefined, gc);
   growGet = pushed.grow;
   getRemote = pushed.remote;
-  getMirror = await serve(join(work, 'get-mirror'), { chain: { dir: join(work, 'get-mirror', 'chain'), remote: pushed.remote, public_key: pinA, sync_interval: 1 }, origin: { allow_private: true } });
+  getMirror = await serve(join(work, 'get-mirror'), {
+    chain: { dir: join(work, 'get-mirror', 'chain'), remote: pushed.remote, public_key: pinA, sync_interval: 1 },
+    origin: { allow_private: true },
+  });
   /** `/v1/keys` requests the gateway answered so far (its /metrics). */
   const keysAsked = async () => {
     const text = await (await fetch(`${getMirror.url}/metrics`)).text();
@@ -259,8 +337,13 @@ async function lyingGateway(real: string, block: unknown, body: string): Promise
       const b = block as { index: number };
       const note = await (await fetch(`${real}/checkpoint`)).text();
       const size = Number(note.split('\n')[1]);
-      const p = await (await fetch(`${real}/v1/proof/inclusion?index=${b.index}&size=${size}`)).json() as { proof: string[] };
-      res.writeHead(200, { 'content-type': 'application/octet-stream', uns: JSON.stringify({ vouch: { endorsement: block } }), 'vouch-proof': asciiJson({ index: b.index, size, proof: p.proof, checkpoint: note }), 'content-length': Buffer.byteLength(body) });
+      const p = (await (await fetch(`${real}/v1/proof/inclusion?index=${b.index}&size=${size}`)).json()) as { proof: string[] };
+      res.writeHead(200, {
+        'content-type': 'application/octet-stream',
+        uns: JSON.stringify({ vouch: { endorsement: block } }),
+        'vouch-proof': asciiJson({ index: b.index, size, proof: p.proof, checkpoint: note }),
+        'content-length': Buffer.byteLength(body),
+      });
       res.end(body);
       return;
     }
@@ -300,7 +383,21 @@ test('vouch get with two gateways (mirrors of the rotated and recovered chain), 
   const dir = join(work, 'get-mirror-2');
   const m2 = await serve(dir, { chain: { dir: join(dir, 'chain'), remote: getRemote, public_key: pinA, sync_interval: 1 }, origin: { allow_private: true } });
   await until('the second mirror at 9', async () => (await getJson(m2.url, '/v1/checkpoint')).json.size === 9);
-  const r = await vouchAsync(['get', '--gateway', getMirror.url, '--gateway', m2.url, '--url', gurl(8), '--public-key', pinA, '-o', join(work, 'out-two'), '--state', join(work, 'two-state.json')]);
+  const r = await vouchAsync([
+    'get',
+    '--gateway',
+    getMirror.url,
+    '--gateway',
+    m2.url,
+    '--url',
+    gurl(8),
+    '--public-key',
+    pinA,
+    '-o',
+    join(work, 'out-two'),
+    '--state',
+    join(work, 'two-state.json'),
+  ]);
   assert.is(r.status, 0, r.stderr);
   assert.match(r.stdout, /\(2 gateways agree\)/);
   assert.is(readFileSync(join(work, 'out-two'), 'utf8'), bodyOf(8));
@@ -310,15 +407,51 @@ test('vouch get with two gateways (mirrors of the rotated and recovered chain), 
 test('vouch get pinned to a root (a statement file, or {threshold, keys}) trusts the key events from that root on; a root the log never stated is refused', async () => {
   const rootFile = join(work, 'root.json');
   writeFileSync(rootFile, JSON.stringify({ threshold: 2, keys: HOLDERS.slice(0, 3).map(b64) }));
-  let r = await vouchAsync(['get', '--gateway', getMirror.url, '--url', gurl(8), '--root', rootFile, '-o', join(work, 'out-root-8'), '--state', join(work, 'root-state.json')]);
+  let r = await vouchAsync([
+    'get',
+    '--gateway',
+    getMirror.url,
+    '--url',
+    gurl(8),
+    '--root',
+    rootFile,
+    '-o',
+    join(work, 'out-root-8'),
+    '--state',
+    join(work, 'root-state.json'),
+  ]);
   assert.is(r.status, 0, r.stderr);
   assert.is(readFileSync(join(work, 'out-root-8'), 'utf8'), bodyOf(8));
   const stmt = join(work, 'root-stmt.json');
   writeFileSync(stmt, JSON.stringify({ statement: gc.blocks[2]!.payload.statement, signatures: gc.blocks[2]!.payload.signatures }));
-  r = await vouchAsync(['get', '--gateway', getMirror.url, '--url', gurl(5), '--root', stmt, '-o', join(work, 'out-root-5'), '--state', join(work, 'root-state2.json')]);
+  r = await vouchAsync([
+    'get',
+    '--gateway',
+    getMirror.url,
+    '--url',
+    gurl(5),
+    '--root',
+    stmt,
+    '-o',
+    join(work, 'out-root-5'),
+    '--state',
+    join(work, 'root-state2.json'),
+  ]);
   assert.is(r.status, 0, r.stderr);
   writeFileSync(rootFile, JSON.stringify({ threshold: 2, keys: [HOLDERS[0]!, HOLDERS[1]!, HOLDERS[3]!].map(b64) }));
-  r = await vouchAsync(['get', '--gateway', getMirror.url, '--url', gurl(8), '--root', rootFile, '-o', join(work, 'out-root-x'), '--state', join(work, 'root-state3.json')]);
+  r = await vouchAsync([
+    'get',
+    '--gateway',
+    getMirror.url,
+    '--url',
+    gurl(8),
+    '--root',
+    rootFile,
+    '-o',
+    join(work, 'out-root-x'),
+    '--state',
+    join(work, 'root-state3.json'),
+  ]);
   assert.is(r.status, 1, r.stderr);
   assert.match(r.stderr, /untrusted_authority.*never put the pinned root/);
   r = await vouchAsync(['get', '--gateway', getMirror.url, '--url', gurl(8), '-o', join(work, 'out-none'), '--state', join(work, 'root-state4.json')]);
@@ -338,7 +471,19 @@ test('vouch get refuses a walk of more than 32 key events in one update (key_wal
   const dir = join(work, 'many');
   await initKeyRepo(join(dir, 'chain'), many.blocks, many.blocks.length, ORIGIN);
   const gw = await serve(dir, { chain: { dir: join(dir, 'chain'), public_key: pinA }, origin: { allow_private: true } });
-  const r = await vouchAsync(['get', '--gateway', gw.url, '--url', origin.url('/many.tgz'), '--public-key', pinA, '-o', join(work, 'out-many'), '--state', join(work, 'many-state.json')]);
+  const r = await vouchAsync([
+    'get',
+    '--gateway',
+    gw.url,
+    '--url',
+    origin.url('/many.tgz'),
+    '--public-key',
+    pinA,
+    '-o',
+    join(work, 'out-many'),
+    '--state',
+    join(work, 'many-state.json'),
+  ]);
   assert.is(r.status, 1, r.stderr);
   assert.match(r.stderr, /key_walk_limit/);
   assert.match(r.stderr, /34 key events/);
@@ -346,13 +491,16 @@ test('vouch get refuses a walk of more than 32 key events in one update (key_wal
 
 // ------------------------------------------------------------------ witness
 
-test('a witness configured with the first key and the log\'s url cosigns the rollover as before, then notes by the rotated key and by the key after a compromise once their key blocks are proven; it keeps the keys across a restart', async () => {
+test("a witness configured with the first key and the log's url cosigns the rollover as before, then notes by the rotated key and by the key after a compromise once their key blocks are proven; it keeps the keys across a restart", async () => {
   const { remote, grow } = await pushedChain('wit', 4);
   const mdir = join(work, 'wit-mirror');
   mkdirSync(mdir, { recursive: true });
   createKeyFile(join(mdir, 'own-witness.pem'));
   // The mirror witnesses its own chain's log too (no configuration: the key in force of what it verified).
-  const m = await serve(mdir, { chain: { dir: join(mdir, 'chain'), remote, public_key: pinA, sync_interval: 0.5 }, witness: { key_file: join(mdir, 'own-witness.pem'), name: 'witness.example.test/own', state_file: join(mdir, 'own-witness.json') } });
+  const m = await serve(mdir, {
+    chain: { dir: join(mdir, 'chain'), remote, public_key: pinA, sync_interval: 0.5 },
+    witness: { key_file: join(mdir, 'own-witness.pem'), name: 'witness.example.test/own', state_file: join(mdir, 'own-witness.json') },
+  });
   const msize = async () => (await getJson(m.url, '/v1/checkpoint')).json.size as number;
   const wdir = join(work, 'witness');
   mkdirSync(wdir, { recursive: true });
@@ -365,14 +513,22 @@ test('a witness configured with the first key and the log\'s url cosigns the rol
   const wconfig = {
     chain: { dir: join(wdir, 'chain') },
     authority: { key_file: akey, signer: 'witness-host', submit_token_file: join(work, 'wit.token') },
-    witness: { key_file: wkey, name: 'witness.example.test/follow', state_file: stateFile, logs: [{ vkey: verifierKey(c, ORIGIN, SIG_ED25519, ONLINE.A.publicKey), url: m.url }] },
+    witness: {
+      key_file: wkey,
+      name: 'witness.example.test/follow',
+      state_file: stateFile,
+      logs: [{ vkey: verifierKey(c, ORIGIN, SIG_ED25519, ONLINE.A.publicKey), url: m.url }],
+    },
   };
   let w = await serve(wdir, wconfig);
   const tree = new MerkleTree(c);
   for (const b of life.blocks) tree.append(hexDecode(b.record_hash)!);
-  const post = async (old: number, size: number, signers?: typeof ONLINE.A[], base = w.url) => {
+  const post = async (old: number, size: number, signers?: (typeof ONLINE.A)[], base = w.url) => {
     const signed = noteOf(life.blocks, size, ORIGIN, signers ?? [ONLINE.A]);
-    const r = await fetch(`${base}/add-checkpoint`, { method: 'POST', body: formatAddCheckpoint(old, old > 0 && old < size ? tree.consistencyProof(old, size) : [], signed) });
+    const r = await fetch(`${base}/add-checkpoint`, {
+      method: 'POST',
+      body: formatAddCheckpoint(old, old > 0 && old < size ? tree.consistencyProof(old, size) : [], signed),
+    });
     return { status: r.status, text: await r.text() };
   };
   const trail = () => JSON.parse(readFileSync(stateFile, 'utf8')).logs[ORIGIN].keys;
@@ -417,7 +573,7 @@ test('a witness configured with the first key and the log\'s url cosigns the rol
   assert.is(r.status, 403, r.text);
 });
 
-test('a witness whose log gateway lags behind the submitted checkpoint walks the key blocks proven in that gateway\'s own note', async () => {
+test("a witness whose log gateway lags behind the submitted checkpoint walks the key blocks proven in that gateway's own note", async () => {
   const ldir = join(work, 'lagging');
   await initKeyRepo(join(ldir, 'chain'), life.blocks, 6, ORIGIN, [ONLINE.B]);
   const lag = await serve(ldir, { chain: { dir: join(ldir, 'chain'), public_key: pinA } });
@@ -428,7 +584,12 @@ test('a witness whose log gateway lags behind the submitted checkpoint walks the
   const w2 = await serve(wdir, {
     chain: { dir: join(wdir, 'chain') },
     authority: { key_file: join(wdir, 'a.pem'), signer: 'witness-host-2', submit_token_file: join(work, 'wit.token') },
-    witness: { key_file: join(wdir, 'w.pem'), name: 'witness.example.test/lag', state_file: join(wdir, 'state.json'), logs: [{ vkey: verifierKey(c, ORIGIN, SIG_ED25519, ONLINE.A.publicKey), url: lag.url }] },
+    witness: {
+      key_file: join(wdir, 'w.pem'),
+      name: 'witness.example.test/lag',
+      state_file: join(wdir, 'state.json'),
+      logs: [{ vkey: verifierKey(c, ORIGIN, SIG_ED25519, ONLINE.A.publicKey), url: lag.url }],
+    },
   });
   const r = await fetch(`${w2.url}/add-checkpoint`, { method: 'POST', body: formatAddCheckpoint(0, [], noteOf(life.blocks, 8, ORIGIN, [ONLINE.B])) });
   assert.is(r.status, 200, await r.text());

@@ -24,7 +24,16 @@ import { join } from 'node:path';
 import type { KeyObject } from 'node:crypto';
 import { checkpointMessage, payloadMessage } from '../../chain/build.ts';
 import { base64Decode, base64Encode } from '../../chain/encoding.ts';
-import { applyKeyEvent, compromiseStatement, keyStatement, rootStatement, statementMessage, type KeyState, type SignedStatement, type Statement } from '../../chain/key-events.ts';
+import {
+  applyKeyEvent,
+  compromiseStatement,
+  keyStatement,
+  rootStatement,
+  statementMessage,
+  type KeyState,
+  type SignedStatement,
+  type Statement,
+} from '../../chain/key-events.ts';
 import { parseNote, SIG_ED25519, verifierKey, verifyCosignature } from '../../chain/note.ts';
 import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { verifyChain } from '../../chain/verify.ts';
@@ -48,9 +57,12 @@ const nextFile = `${keyFile}.next`;
 const tokenFile = join(work, 'submit.token');
 const token = 'key-gateway-token-' + 'k'.repeat(32);
 const ORIGIN = 'vouch.test/keys';
-const [H1, H2, H3, H4] = HOLDERS as [typeof HOLDERS[0], typeof HOLDERS[0], typeof HOLDERS[0], typeof HOLDERS[0]];
+const [H1, H2, H3, H4] = HOLDERS as [(typeof HOLDERS)[0], (typeof HOLDERS)[0], (typeof HOLDERS)[0], (typeof HOLDERS)[0]];
 const PRIVATE: Record<'A' | 'B' | 'C' | 'D', KeyObject> = {
-  A: privateKeyFromSeed(TEST_SEED), B: seededKey('online-b'), C: seededKey('online-c'), D: seededKey('online-d'),
+  A: privateKeyFromSeed(TEST_SEED),
+  B: seededKey('online-b'),
+  C: seededKey('online-c'),
+  D: seededKey('online-d'),
 };
 
 let gw: GatewayProcess;
@@ -98,9 +110,11 @@ const online = (s: typeof ONLINE.A) => ({ signer: s.id, public_key: b64(s) });
 
 async function post(path: string, body: unknown, type = 'application/json'): Promise<{ status: number; json: Record<string, any> }> {
   const r = await fetch(gw.url + path, {
-    method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': type }, body: typeof body === 'string' ? body : JSON.stringify(body),
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': type },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
   });
-  return { status: r.status, json: await r.json() as Record<string, any> };
+  return { status: r.status, json: (await r.json()) as Record<string, any> };
 }
 
 /** POSTs a statement; on 201 the test's key state follows it. */
@@ -112,7 +126,7 @@ async function root(signed: SignedStatement | unknown): Promise<{ status: number
 
 const getJson = async (path: string) => {
   const r = await fetch(gw.url + path);
-  return { status: r.status, json: await r.json() as Record<string, any> };
+  return { status: r.status, json: (await r.json()) as Record<string, any> };
 };
 const headSize = async () => (await getJson('/v1/checkpoint')).json.size as number;
 
@@ -126,7 +140,8 @@ async function verifiedOnDisk(dir = chainDir): Promise<{ blocks: Record<string, 
   return { blocks, keys: r.ok ? r.keys : ks };
 }
 
-const signedBy = (block: Record<string, any>, s: typeof ONLINE.A) => nodeBackend.verify(s.publicKey, payloadMessage(block.payload), base64Decode(block.signature)!);
+const signedBy = (block: Record<string, any>, s: typeof ONLINE.A) =>
+  nodeBackend.verify(s.publicKey, payloadMessage(block.payload), base64Decode(block.signature)!);
 
 /** Submits a new artifact served by the origin; returns the 201 answer. */
 async function submitNew(name = 'acme/keys'): Promise<{ index: number; record_hash: string; url: string }> {
@@ -165,7 +180,10 @@ async function offlineChain(name: string, c: KeyChain, keyFileHolds: keyof typeo
 // Go module versions and PyPI distributions endorsed through the gateway (one later voided).
 const GO: ModVersion[] = [modVersion('example.com/keyed', 'v1.0.0'), modVersion('example.com/keyed', 'v1.1.0')];
 const goZip = (mv: ModVersion) => `${origin.origin}/mod/${escapeGo(mv.module)}/@v/${escapeGo(mv.version)}.zip`;
-const WHEELS = [{ kind: 'wheel' as const, name: 'keydemo', version: '1.0.0' }, { kind: 'wheel' as const, name: 'keydemo', version: '1.1.0' }];
+const WHEELS = [
+  { kind: 'wheel' as const, name: 'keydemo', version: '1.0.0' },
+  { kind: 'wheel' as const, name: 'keydemo', version: '1.1.0' },
+];
 const wheelUrl = (i: number) => pypi.url(`/files/${distFilename(WHEELS[i]!)}`);
 
 test.before(async () => {
@@ -175,13 +193,20 @@ test.before(async () => {
   const base = `/mod/${escapeGo(GO[0]!.module)}`;
   origin.route(`${base}/@v/list`, { body: 'v1.0.0\nv1.1.0\n', contentType: 'text/plain; charset=utf-8' });
   for (const mv of GO) {
-    for (const [ext, body, type] of [['info', mv.info, 'application/json'], ['mod', mv.mod, 'text/plain; charset=utf-8'], ['zip', mv.zip, 'application/zip']] as const) {
+    for (const [ext, body, type] of [
+      ['info', mv.info, 'application/json'],
+      ['mod', mv.mod, 'text/plain; charset=utf-8'],
+      ['zip', mv.zip, 'application/zip'],
+    ] as const) {
       origin.route(`/mod/${escapeGo(mv.module)}/@v/${escapeGo(mv.version)}.${ext}`, { body, contentType: type });
     }
   }
   const wheels = buildDists(WHEELS);
   wheels.forEach((w, i) => pypi.file(`/files/${distFilename(WHEELS[i]!)}`, w));
-  pypi.project('keydemo', wheels.map((w, i) => ({ href: wheelUrl(i), sha256: sha256Hex(w), filename: distFilename(WHEELS[i]!), version: WHEELS[i]!.version })));
+  pypi.project(
+    'keydemo',
+    wheels.map((w, i) => ({ href: wheelUrl(i), sha256: sha256Hex(w), filename: distFilename(WHEELS[i]!), version: WHEELS[i]!.version })),
+  );
 
   // A chain of block 0 by key A and two endorsements, as any chain made before key events.
   const c = new KeyChain(ONLINE.A);
@@ -207,8 +232,10 @@ test('POST /v1/root: a 2-of-3 root adopted with the current key; its block verif
   const signed = sign(rootStatement(ks, { threshold: 2, keys: [H1, H2, H3].map(b64) }), [H1, H3]);
   const r = await root(signed);
   assert.is(r.status, 201, JSON.stringify(r.json));
-  assert.equal({ index: r.json.index, sequence: r.json.sequence, action: r.json.action, online: r.json.online },
-    { index: before, sequence: 1, action: 'root', online: online(ONLINE.A) });
+  assert.equal(
+    { index: r.json.index, sequence: r.json.sequence, action: r.json.action, online: r.json.online },
+    { index: before, sequence: 1, action: 'root', online: online(ONLINE.A) },
+  );
   assert.match(r.json.record_hash, /^[0-9a-f]{64}$/);
   const { blocks, keys } = await verifiedOnDisk();
   assert.is(blocks[before]!.payload.intent, 'key');
@@ -253,7 +280,10 @@ test('rotation with next_key_file: 201; the next blocks, checkpoint.json and the
   // The note: two signature lines under the origin, the new key first; a client pinned to either opens it.
   const note = await (await fetch(`${gw.url}/checkpoint`)).text();
   const lines = parseNote(note).signatures;
-  assert.equal(lines.map((l) => l.name), [ORIGIN, ORIGIN]);
+  assert.equal(
+    lines.map((l) => l.name),
+    [ORIGIN, ORIGIN],
+  );
   assert.is(noteKeyOf(ONLINE.B).split('+')[1], Buffer.from(lines[0]!.keyId).toString('hex'));
   assert.is(noteKeyOf(ONLINE.A).split('+')[1], Buffer.from(lines[1]!.keyId).toString('hex'));
   for (const k of [ONLINE.A, ONLINE.B]) assert.is(openCheckpoint(nodeBackend, note, { publicKey: k.publicKey, origin: ORIGIN }).checkpoint.size, s.index + 1);
@@ -265,8 +295,14 @@ test('rotation with next_key_file: 201; the next blocks, checkpoint.json and the
     // Verified in the note's order (B's line first), the other key's line unverified when not given.
     const id = (k: string) => k.split('+').slice(0, 2).join('+');
     const inNote = [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)];
-    const verified = inNote.filter((k) => vkeys.includes(k)).map(id).join(',');
-    const unverified = inNote.filter((k) => !vkeys.includes(k)).map(id).join(',');
+    const verified = inNote
+      .filter((k) => vkeys.includes(k))
+      .map(id)
+      .join(',');
+    const unverified = inNote
+      .filter((k) => !vkeys.includes(k))
+      .map(id)
+      .join(',');
     assert.ok(run.stdout.includes(`ok open verified=${verified} unverified=${unverified}\n`), run.stdout);
   }
   const a = (await getJson('/v1/authority')).json;
@@ -283,17 +319,40 @@ test('bad statements: each refused with its status and JSON error, the head unch
   await refused(sign(rotateTo(ONLINE.C), [H1, H4]), 400, 'bad_statement', /which is not a key of the root/);
   await refused(sign(rotateTo(ONLINE.C), [H1, H1]), 400, 'bad_statement', /signed twice/);
   // A small-order point (the identity) and a non-canonical encoding (y = p).
-  const identity = new Uint8Array(32); identity[0] = 1;
-  const yIsP = new Uint8Array(32).fill(0xff); yIsP[0] = 0xed; yIsP[31] = 0x7f;
+  const identity = new Uint8Array(32);
+  identity[0] = 1;
+  const yIsP = new Uint8Array(32).fill(0xff);
+  yIsP[0] = 0xed;
+  yIsP[31] = 0x7f;
   for (const raw of [identity, yIsP]) {
-    await refused(sign(keyStatement(ks, { signer: 'vouch-test', public_key: base64Encode(raw) }), [H1, H2]), 400, 'bad_statement', /not a full-order ed25519 key/);
+    await refused(
+      sign(keyStatement(ks, { signer: 'vouch-test', public_key: base64Encode(raw) }), [H1, H2]),
+      400,
+      'bad_statement',
+      /not a full-order ed25519 key/,
+    );
   }
   await refused(sign(rotateTo(ONLINE.A), [H1, H2]), 400, 'bad_statement', /was retired earlier/);
   const size = await headSize();
-  await refused(sign(compromiseStatement(ks, size + 3, online(ONLINE.C)), [H1, H2]), 400, 'bad_statement', new RegExp(`good_through ${size + 3} is beyond the head`));
-  await refused(sign(compromiseStatement(ks, ks.online.since - 1, online(ONLINE.C)), [H1, H2]), 400, 'bad_statement', /before the compromised key's first block/);
+  await refused(
+    sign(compromiseStatement(ks, size + 3, online(ONLINE.C)), [H1, H2]),
+    400,
+    'bad_statement',
+    new RegExp(`good_through ${size + 3} is beyond the head`),
+  );
+  await refused(
+    sign(compromiseStatement(ks, ks.online.since - 1, online(ONLINE.C)), [H1, H2]),
+    400,
+    'bad_statement',
+    /before the compromised key's first block/,
+  );
   // Replayed: the adoption and the rotation already applied.
-  await refused(sign(rootStatement({ ...ks, sequence: 0, root: null }, { threshold: 2, keys: [H1, H2, H3].map(b64) }), [H1, H2]), 409, 'stale_statement', /already used/);
+  await refused(
+    sign(rootStatement({ ...ks, sequence: 0, root: null }, { threshold: 2, keys: [H1, H2, H3].map(b64) }), [H1, H2]),
+    409,
+    'stale_statement',
+    /already used/,
+  );
   await refused(sign({ ...rotateTo(ONLINE.C), sequence: ks.sequence + 2 }, [H1, H2]), 400, 'bad_statement', /skips ahead/);
   // Not a statement file, not JSON, too large.
   await refused({ statement: 1 }, 400, 'bad_request', /not a statement file/);
@@ -339,8 +398,12 @@ test('compromise: blocks the attacker appended are void (404 lookups and downloa
     await submitEntry(gw.url, token, { url: goZip(GO[1]!), name: 'golang/keyed', semver: '1.1.0', license: 'MIT' }),
   ];
   const plain = await submitNew('acme/evil');
-  const packument = async () => (await (await fetch(`${gw.url}/npm/keypad`)).json()) as { versions: Record<string, unknown>; 'dist-tags': Record<string, string> };
-  const simple = async () => JSON.parse(await (await fetch(`${gw.url}/pypi/simple/keydemo/`, { headers: { accept: 'application/vnd.pypi.simple.v1+json' } })).text()) as { files: { filename: string }[] };
+  const packument = async () =>
+    (await (await fetch(`${gw.url}/npm/keypad`)).json()) as { versions: Record<string, unknown>; 'dist-tags': Record<string, string> };
+  const simple = async () =>
+    JSON.parse(await (await fetch(`${gw.url}/pypi/simple/keydemo/`, { headers: { accept: 'application/vnd.pypi.simple.v1+json' } })).text()) as {
+      files: { filename: string }[];
+    };
   const goList = async () => (await fetch(`${gw.url}/go/example.com/keyed/@v/list`)).text();
   // Before the declaration everything is served.
   assert.equal(Object.keys((await packument()).versions).sort(), ['1.0.0', '1.1.0']);
@@ -369,12 +432,21 @@ test('compromise: blocks the attacker appended are void (404 lookups and downloa
   assert.equal([blk.void, blk.record_hash], [{ from: evil[0]!.index, to: plain.index, compromise: r.json.index }, plain.record_hash]);
   assert.is((await getJson(`/v1/block?index=${good.index}`)).json.void, undefined);
   const list = (await getJson(`/v1/blocks?before=${r.json.index + 1}&limit=${r.json.index + 1 - good.index}`)).json.blocks as { index: number; void?: true }[];
-  assert.equal(list.filter((b) => b.void === true).map((b) => b.index).reverse(), [evil[0]!.index, evil[1]!.index, evil[2]!.index, plain.index]);
+  assert.equal(
+    list
+      .filter((b) => b.void === true)
+      .map((b) => b.index)
+      .reverse(),
+    [evil[0]!.index, evil[1]!.index, evil[2]!.index, plain.index],
+  );
   // Ecosystem routes drop the versions endorsed only in void blocks (latest recomputed).
   const p = await packument();
   assert.equal(Object.keys(p.versions), ['1.0.0']);
   assert.is(p['dist-tags'].latest, '1.0.0');
-  assert.equal((await simple()).files.map((f) => f.filename), [distFilename(WHEELS[0]!)]);
+  assert.equal(
+    (await simple()).files.map((f) => f.filename),
+    [distFilename(WHEELS[0]!)],
+  );
   assert.is(await goList(), 'v1.0.0\n');
 
   // Blocks, checkpoint and note after it: by C alone (a compromise ends any rollover).
@@ -383,12 +455,17 @@ test('compromise: blocks the attacker appended are void (404 lookups and downloa
   assert.equal(keys.voids, [voidRange]);
   assert.ok(signedBy(blocks[r.json.index]!, ONLINE.C) && signedBy(blocks[s.index]!, ONLINE.C));
   const note = await (await fetch(`${gw.url}/checkpoint`)).text();
-  assert.equal(parseNote(note).signatures.map((l) => Buffer.from(l.keyId).toString('hex')), [noteKeyOf(ONLINE.C).split('+')[1]]);
+  assert.equal(
+    parseNote(note).signatures.map((l) => Buffer.from(l.keyId).toString('hex')),
+    [noteKeyOf(ONLINE.C).split('+')[1]],
+  );
   assert.throws(() => openCheckpoint(nodeBackend, note, { publicKey: ONLINE.B.publicKey }), /no signature by the authority key/);
   assert.throws(() => openCheckpoint(nodeBackend, note, { publicKey: ONLINE.A.publicKey }), /no signature by the authority key/);
   const a = (await getJson('/v1/authority')).json;
-  assert.equal([a.keys.online.public_key, a.keys.compromised, a.keys.voids, a.keys.rollover, a.keys.verifier_keys],
-    [b64(ONLINE.C), [b64(ONLINE.B)], [voidRange], null, [noteKeyOf(ONLINE.C)]]);
+  assert.equal(
+    [a.keys.online.public_key, a.keys.compromised, a.keys.voids, a.keys.rollover, a.keys.verifier_keys],
+    [b64(ONLINE.C), [b64(ONLINE.B)], [voidRange], null, [noteKeyOf(ONLINE.C)]],
+  );
   // Four statements applied so far (adoption, rotation, root rotation, compromise), counted.
   assert.match(await (await fetch(`${gw.url}/metrics`)).text(), /^vouch_submits_total\{outcome="key_event"\} 4$/m);
 });
@@ -413,14 +490,27 @@ test('restarts: warm, then cold, on the compromised chain: the key in force is p
   // Neither file holds C: the compromised B in key_file, D in next_key_file.
   writeKey(keyFile, 'B');
   writeKey(nextFile, 'D');
-  const err = await start(['--config', config()]).then(() => null, (e: Error) => e.message);
+  const err = await start(['--config', config()]).then(
+    () => null,
+    (e: Error) => e.message,
+  );
   assert.ok(err !== null);
-  assert.match(err!, new RegExp(`neither authority.key_file .*\\(holds ${b64(ONLINE.B).replace(/[+/]/g, '.')}, declared compromised\\) nor authority.next_key_file .*\\(holds ${b64(ONLINE.D).replace(/[+/]/g, '.')}\\) holds the chain's online key in force, ${b64(ONLINE.C).replace(/[+/]/g, '.')}`));
+  assert.match(
+    err!,
+    new RegExp(
+      `neither authority.key_file .*\\(holds ${b64(ONLINE.B).replace(/[+/]/g, '.')}, declared compromised\\) nor authority.next_key_file .*\\(holds ${b64(ONLINE.D).replace(/[+/]/g, '.')}\\) holds the chain's online key in force, ${b64(ONLINE.C).replace(/[+/]/g, '.')}`,
+    ),
+  );
   // No key_file at all, C in next_key_file: starts with it, and says so.
   unlinkSync(keyFile);
   writeKey(nextFile, 'C');
   gw = await start(['--config', config()]);
-  assert.match(gw.stdout(), new RegExp(`online key in force: ${b64(ONLINE.C).replace(/[+/]/g, '.')} \\(since block \\d+\\), from authority.next_key_file ${nextFile.replace(/[.]/g, '\\.')}`));
+  assert.match(
+    gw.stdout(),
+    new RegExp(
+      `online key in force: ${b64(ONLINE.C).replace(/[+/]/g, '.')} \\(since block \\d+\\), from authority.next_key_file ${nextFile.replace(/[.]/g, '\\.')}`,
+    ),
+  );
   s = await submitNew();
   ({ blocks } = await verifiedOnDisk());
   assert.ok(signedBy(blocks[s.index]!, ONLINE.C));
@@ -473,14 +563,20 @@ test('a rollover survives a restart while key_file holds the previous key and ro
   mkdirSync(wdir, { recursive: true });
   const wpub = base64Decode(createKeyFile(wkey).publicKeyB64)!;
   createKeyFile(join(wdir, 'authority.pem'));
-  const witness = await start(['--config', writeConfig(wdir, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: join(wdir, 'chain') },
-    authority: { key_file: join(wdir, 'authority.pem'), signer: 'witness-host', submit_token_file: tokenFile },
-    witness: { key_file: wkey, name: 'witness.test/w', state_file: join(wdir, 'state.json'), logs: [{ vkey: noteKeyOf(ONLINE.A) }] },
-  })]);
+  const witness = await start([
+    '--config',
+    writeConfig(wdir, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: join(wdir, 'chain') },
+      authority: { key_file: join(wdir, 'authority.pem'), signer: 'witness-host', submit_token_file: tokenFile },
+      witness: { key_file: wkey, name: 'witness.test/w', state_file: join(wdir, 'state.json'), logs: [{ vkey: noteKeyOf(ONLINE.A) }] },
+    }),
+  ]);
   try {
-    gw = await start(['--config', config({ rollover_days: 366, witnesses: [{ url: witness.url, vkey: verifierKey(nodeBackend, 'witness.test/w', 0x04, wpub) }] }, dir)]);
+    gw = await start([
+      '--config',
+      config({ rollover_days: 366, witnesses: [{ url: witness.url, vkey: verifierKey(nodeBackend, 'witness.test/w', 0x04, wpub) }] }, dir),
+    ]);
     await submitNew();
     assert.equal((await noteLines()).slice(0, 2), [keyIdOf(ONLINE.B), keyIdOf(ONLINE.A)]);
     assert.equal((await getJson('/v1/authority')).json.keys.verifier_keys, [noteKeyOf(ONLINE.B), noteKeyOf(ONLINE.A)]);
@@ -518,11 +614,7 @@ test('a rotation racing submits through the one writer: blocks before its key bl
   gw = await start(['--config', config({}, dir)]);
   ks = c.keys;
   const rotation = sign(keyStatement(ks, online(ONLINE.B)), [H1, H2]);
-  const answers = await Promise.all([
-    submitNew(), submitNew(), submitNew(),
-    post('/v1/root', rotation),
-    submitNew(), submitNew(), submitNew(),
-  ]);
+  const answers = await Promise.all([submitNew(), submitNew(), submitNew(), post('/v1/root', rotation), submitNew(), submitNew(), submitNew()]);
   const key = answers[3] as { status: number; json: Record<string, any> };
   assert.is(key.status, 201, JSON.stringify(key.json));
   const at = key.json.index as number;

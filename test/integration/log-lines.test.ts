@@ -46,7 +46,18 @@ function assertOneLine(line: string): void {
 }
 
 function record(extra: Partial<RequestRecord> = {}): RequestRecord {
-  return { method: 'GET', path: '/v1/endorsement', route: '/v1/endorsement', status: 200, ms: 0.07, bytes: 1370, remote: '127.0.0.1', url: 'https://a.example/pkg/1/artifact-1.tgz', aborted: false, ...extra };
+  return {
+    method: 'GET',
+    path: '/v1/endorsement',
+    route: '/v1/endorsement',
+    status: 200,
+    ms: 0.07,
+    bytes: 1370,
+    remote: '127.0.0.1',
+    url: 'https://a.example/pkg/1/artifact-1.tgz',
+    aborted: false,
+    ...extra,
+  };
 }
 
 test('the request line is the line pino wrote for the same fields: keys, order, values', () => {
@@ -66,7 +77,20 @@ test('the request line is the line pino wrote for the same fields: keys, order, 
     const [viaPino, byHand] = lines.map((l) => l.replace(/"time":"[^"]*"/, '"time":"T"'));
     assert.is(byHand, viaPino);
     const parsed = JSON.parse(lines[1]!);
-    assert.equal(Object.keys(parsed), ['level', 'time', 'method', 'path', 'route', 'status', 'ms', 'bytes', 'remote', ...(r.url != null ? ['url'] : []), ...(r.aborted ? ['aborted'] : []), 'msg']);
+    assert.equal(Object.keys(parsed), [
+      'level',
+      'time',
+      'method',
+      'path',
+      'route',
+      'status',
+      'ms',
+      'bytes',
+      'remote',
+      ...(r.url != null ? ['url'] : []),
+      ...(r.aborted ? ['aborted'] : []),
+      'msg',
+    ]);
     assert.is(parsed.msg, 'request');
     assert.is(parsed.level, 'info');
     assert.ok(Math.abs(Date.parse(parsed.time) - Date.now()) < 60_000);
@@ -126,8 +150,11 @@ test('ms: hundredths written as String() writes them; other numbers as JSON.stri
   assert.is(JSON.parse(requestLine(record({ ms: NaN }))).ms, null);
 });
 
-test('time: isoOf is toISOString (made from the second\'s prefix), years 0 to 9999 and beyond', () => {
-  const cases = [0, 1, 999, 1000, 1001, -1, -999, -1000, -1001, 1_767_225_599_999, 1_767_225_600_000, 253_402_300_799_999, 253_402_300_800_000, -62_167_219_200_000, -62_167_219_200_001];
+test("time: isoOf is toISOString (made from the second's prefix), years 0 to 9999 and beyond", () => {
+  const cases = [
+    0, 1, 999, 1000, 1001, -1, -999, -1000, -1001, 1_767_225_599_999, 1_767_225_600_000, 253_402_300_799_999, 253_402_300_800_000, -62_167_219_200_000,
+    -62_167_219_200_001,
+  ];
   for (let k = 0; k < 20_000; k++) cases.push(Math.floor((k * 7_919_993_311) % 4e12) - 1e12, 1_767_225_600_000 + k * 37);
   for (const ms of cases) if (isoOf(ms) !== new Date(ms).toISOString()) assert.unreachable(`${ms}: ${isoOf(ms)}`);
   const before = Date.now();
@@ -212,10 +239,20 @@ test('sink: a stalled reader (EAGAIN) gets a bounded backlog, then drops are cou
   state.refuse = null;
   state.takeAtMost = 100; // a slow reader: partial writes
   sink.flush();
-  const lines = state.out.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  const lines = state.out
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
   const numbered = lines.filter((l) => typeof l.n === 'number').map((l) => l.n);
-  assert.equal(numbered, Array.from({ length: kept }, (_, i) => i), 'the lines kept, whole and in order, the first ones');
-  assert.ok(lines.some((l) => l.msg === 'urgent'), 'the urgent line, written once the reader was back');
+  assert.equal(
+    numbered,
+    Array.from({ length: kept }, (_, i) => i),
+    'the lines kept, whole and in order, the first ones',
+  );
+  assert.ok(
+    lines.some((l) => l.msg === 'urgent'),
+    'the urgent line, written once the reader was back',
+  );
   const notice = lines.find((l) => typeof l.dropped === 'number');
   assert.ok(notice, 'no line says lines were dropped');
   assert.is(notice.dropped, sink.dropped);
@@ -257,12 +294,19 @@ function spawnLogged(args: string[], logFile: string, env: Record<string, string
   const child = spawn(process.execPath, args, { cwd: repoRoot, env: { ...process.env, VOUCH_LOG_FORMAT: 'json', ...env }, stdio: ['ignore', 'pipe', fd] });
   closeSync(fd);
   let out = '';
-  child.stdout!.on('data', (d: Buffer) => { out += d; });
+  child.stdout!.on('data', (d: Buffer) => {
+    out += d;
+  });
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   return { child, exited, out: () => out };
 }
 
-const requestLines = (file: string) => readFileSync(file, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)).filter((l) => l.msg === 'request');
+const requestLines = (file: string) =>
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l))
+    .filter((l) => l.msg === 'request');
 
 test('a gateway stopped by SIGTERM right after answering has written the line of its last request', async () => {
   const keyFile = join(work, 'authority.pem');
@@ -270,7 +314,8 @@ test('a gateway stopped by SIGTERM right after answering has written the line of
   createKeyFile(keyFile);
   writeFileSync(tokenFile, 'loglines-token-' + 't'.repeat(32) + '\n', { mode: 0o600 });
   const cfg = writeConfig(work, {
-    listen: { host: '127.0.0.1', port: 0 }, chain: { dir: join(work, 'chain') },
+    listen: { host: '127.0.0.1', port: 0 },
+    chain: { dir: join(work, 'chain') },
     authority: { key_file: keyFile, signer: 'loglines', submit_token_file: tokenFile },
   });
   const logFile = join(work, 'gateway.log');
@@ -302,12 +347,15 @@ test('a gateway stopped by SIGTERM right after answering has written the line of
 
 test('a process that dies of an uncaught exception has written its buffered lines', async () => {
   const script = join(work, 'crash.ts');
-  writeFileSync(script, [
-    `import { createLogger } from ${JSON.stringify(join(repoRoot, 'gateway', 'log.ts'))};`,
-    'const log = createLogger("info");',
-    'for (let i = 0; i < 500; i++) log.request!({ method: "GET", path: "/p", route: "unknown", status: 404, ms: 1, bytes: 10, remote: "127.0.0.1", url: `u${i}` });',
-    'setTimeout(() => { throw new Error("boom"); }, 5);',
-  ].join('\n'));
+  writeFileSync(
+    script,
+    [
+      `import { createLogger } from ${JSON.stringify(join(repoRoot, 'gateway', 'log.ts'))};`,
+      'const log = createLogger("info");',
+      'for (let i = 0; i < 500; i++) log.request!({ method: "GET", path: "/p", route: "unknown", status: 404, ms: 1, bytes: 10, remote: "127.0.0.1", url: `u${i}` });',
+      'setTimeout(() => { throw new Error("boom"); }, 5);',
+    ].join('\n'),
+  );
   const logFile = join(work, 'crash.log');
   const p = spawnLogged(['--import', 'tsx', script], logFile);
   assert.is.not(await p.exited, 0);

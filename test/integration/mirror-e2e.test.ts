@@ -30,7 +30,7 @@ let remote = '';
 const enc = encodeURIComponent;
 async function getJson(base: string, path: string) {
   const r = await request(base + path, { dispatcher: agent });
-  return { status: r.statusCode, json: await r.body.json() as any };
+  return { status: r.statusCode, json: (await r.body.json()) as any };
 }
 const submit = (url: string, semver: string) => live.submit({ url, name: 'acme/mirrored', semver, license: 'MIT' });
 const remoteHead = () => git(['-C', live.bareDir, 'rev-parse', 'main']).stdout.trim();
@@ -139,10 +139,14 @@ test('the remote going down and coming back is survived', async () => {
   assert.is((await getJson(mirror.url, `/v1/endorsement?url=${enc(origin.url('/m-1.tgz'))}`)).status, 200, 'stopped serving while the remote was down');
   live.gitServer.down = false;
   const last = await getJson(authority.url, '/v1/checkpoint');
-  await until('the mirror to catch up', async () => {
-    const r = await getJson(mirror.url, '/v1/checkpoint');
-    return r.json.head === last.json.head;
-  }, 60_000);
+  await until(
+    'the mirror to catch up',
+    async () => {
+      const r = await getJson(mirror.url, '/v1/checkpoint');
+      return r.json.head === last.json.head;
+    },
+    60_000,
+  );
   assert.is((await getJson(mirror.url, `/v1/endorsement?url=${enc(origin.url('/m-4.tgz'))}`)).status, 200);
   const v = vouch(['verify', '--chain', join(work, 'm', 'chain'), '--public-key', pub]);
   assert.is(v.status, 0, v.stderr);

@@ -54,7 +54,21 @@ const authorityConfig = (dir: string, extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
-const COMMANDS = ['keygen', 'init', 'endorse', 'verify', 'check', 'serve', 'get', 'root init', 'root sign', 'root apply', 'key rotate', 'key compromise', 'reendorse'];
+const COMMANDS = [
+  'keygen',
+  'init',
+  'endorse',
+  'verify',
+  'check',
+  'serve',
+  'get',
+  'root init',
+  'root sign',
+  'root apply',
+  'key rotate',
+  'key compromise',
+  'reendorse',
+];
 
 test('no help text and no README link points to developer-only documents', () => {
   const texts = [vouch(['--help']).stdout, ...COMMANDS.map((c) => vouch([...c.split(' '), '--help']).stdout)];
@@ -69,11 +83,28 @@ test('no help text and no README link points to developer-only documents', () =>
 
 test('vouch verify --help explains every verification code, in the order they are checked', () => {
   const help = vouch(['verify', '--help']).stdout;
-  const order = ['malformed', 'index_gap', 'prev_hash_mismatch', 'record_hash_mismatch', 'weak_key', 'untrusted_authority',
-    'signer_mismatch', 'bad_signature', 'retired_key', 'bad_key_event', 'time_regression', 'bad_artifact_hash', 'checkpoint_mismatch'];
+  const order = [
+    'malformed',
+    'index_gap',
+    'prev_hash_mismatch',
+    'record_hash_mismatch',
+    'weak_key',
+    'untrusted_authority',
+    'signer_mismatch',
+    'bad_signature',
+    'retired_key',
+    'bad_key_event',
+    'time_regression',
+    'bad_artifact_hash',
+    'checkpoint_mismatch',
+  ];
   const at = order.map((code) => help.search(new RegExp(`^\\s*${code}\\s+\\S|\`${code}`, 'm')));
   for (const [i, code] of order.entries()) assert.ok(at[i]! >= 0, `${code} is not explained`);
-  assert.equal([...at].sort((a, b) => a - b), at, 'not in the order they are checked');
+  assert.equal(
+    [...at].sort((a, b) => a - b),
+    at,
+    'not in the order they are checked',
+  );
   // The spec's table (docs/spec/verification.md) lists the same codes in the same order.
   const spec = readFileSync(join(repoRoot, 'docs', 'spec', 'verification.md'), 'utf8');
   const table = spec.slice(spec.indexOf('# Verification codes'));
@@ -86,12 +117,13 @@ test('a submit of a loopback URL is refused with a message naming origin.allow_p
   const g = await start(dir, authorityConfig(dir));
   for (const url of [origin.url('/lib.js'), origin.url('/lib.js').replace('127.0.0.1', 'localhost')]) {
     const r = await request(`${g.url}/v1/submit`, {
-      method: 'POST', dispatcher: agent,
+      method: 'POST',
+      dispatcher: agent,
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ url, name: 'acme/lib', semver: '1.0.0', license: 'MIT' }),
     });
     assert.is(r.statusCode, 400, url);
-    const j = await r.body.json() as any;
+    const j = (await r.body.json()) as any;
     assert.is(j.status, 'bad_request');
     assert.match(j.message, /not allowed/);
     assert.ok(j.message.includes('origin.allow_private: true'), j.message);
@@ -106,9 +138,15 @@ test('the start line names the mode and the resolved chain directory', () => {
   const onlyOrigin = resolveConfig({ origin: { allow_private: true }, authority: null }, '/etc/vouch', '/etc/vouch/vouch.yaml');
   assert.is(modeLine(onlyOrigin), 'mode: read-only (the config file sets authority: null); chain: /etc/vouch/var/chain');
   const withAuthority = resolveConfig({ authority: { signer: 'acme' } }, '/etc/vouch', '/etc/vouch/vouch.yaml');
-  assert.match(modeLine(withAuthority), /^mode: authority \(submit enabled, signer acme; the config file's authority section\); chain: \/etc\/vouch\/var\/chain$/);
+  assert.match(
+    modeLine(withAuthority),
+    /^mode: authority \(submit enabled, signer acme; the config file's authority section\); chain: \/etc\/vouch\/var\/chain$/,
+  );
   const mirror = resolveConfig({ chain: { remote: 'http://127.0.0.1:1/chain.git', public_key: 'A'.repeat(43) + '=' } }, '/m', '/m/vouch.yaml');
-  assert.match(modeLine(mirror), /^mode: mirror of http:\/\/127\.0\.0\.1:1\/chain\.git \(read-only: a config file with chain\.remote gets an authority only from its own authority section/);
+  assert.match(
+    modeLine(mirror),
+    /^mode: mirror of http:\/\/127\.0\.0\.1:1\/chain\.git \(read-only: a config file with chain\.remote gets an authority only from its own authority section/,
+  );
 });
 
 test('a config file with authority: null runs read-only on ./var/chain next to the file, and says so', async () => {
@@ -124,7 +162,8 @@ test('a config file with authority: null runs read-only on ./var/chain next to t
   const first = g.stdout().split('\n')[0];
   assert.is(first, `mode: read-only (the config file sets authority: null); chain: ${join(dir, 'var', 'chain')}`);
   const r = await request(`${g.url}/v1/submit`, {
-    method: 'POST', dispatcher: agent,
+    method: 'POST',
+    dispatcher: agent,
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: JSON.stringify({ url: origin.url('/lib.js'), name: 'acme/lib', semver: '1.0.0', license: 'MIT' }),
   });
@@ -135,7 +174,10 @@ test('a config file with authority: null runs read-only on ./var/chain next to t
 
 /** Runs every printed `try:` line through `sh -c`; each must reach only 127.0.0.1 and answer success. */
 function runTryLines(stdout: string): number {
-  const lines = stdout.split('\n').filter((l) => l.startsWith('try: ')).map((l) => l.slice('try: '.length));
+  const lines = stdout
+    .split('\n')
+    .filter((l) => l.startsWith('try: '))
+    .map((l) => l.slice('try: '.length));
   for (const cmd of lines) {
     const hosts = [...cmd.matchAll(/https?:\/\/([^/:'"\s]+)/g)].map((m) => m[1]);
     assert.ok(hosts.length > 0 && hosts.every((h) => h === '127.0.0.1'), `the try line goes elsewhere than the gateway: ${cmd}`);

@@ -20,7 +20,10 @@ function withInstallScripts(dir: string, out: string[] = []): string[] {
   if (!existsSync(dir)) return out;
   for (const name of readdirSync(dir)) {
     if (name.startsWith('.')) continue;
-    if (name.startsWith('@')) { withInstallScripts(join(dir, name), out); continue; }
+    if (name.startsWith('@')) {
+      withInstallScripts(join(dir, name), out);
+      continue;
+    }
     const file = join(dir, name, 'package.json');
     if (!existsSync(file)) continue;
     const p = JSON.parse(readFileSync(file, 'utf8')) as { name: string; version: string; scripts?: Record<string, string> };
@@ -32,7 +35,10 @@ function withInstallScripts(dir: string, out: string[] = []): string[] {
 
 test('every package with an install script is decided in allowScripts', () => {
   const found = withInstallScripts(join(repoRoot, 'node_modules'));
-  assert.ok(found.some((p) => p.startsWith('esbuild@')), 'esbuild (which has a postinstall) is installed');
+  assert.ok(
+    found.some((p) => p.startsWith('esbuild@')),
+    'esbuild (which has a postinstall) is installed',
+  );
   const allow = pkg.allowScripts ?? {};
   const undecided = found.filter((p) => !(p in allow) && !(p.slice(0, p.lastIndexOf('@')) in allow));
   assert.equal(undecided, [], `not in package.json's allowScripts: ${undecided.join(', ')}`);

@@ -34,14 +34,17 @@ test.before(async () => {
   writeFileSync(join(work, 'submit.token'), token, { mode: 0o600 });
   origin = await OriginServer.start();
   origin.route('/doc.tgz', { body: 'documented' });
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { port: 0 },
-    chain: { dir: join(work, 'chain') },
-    authority: { key_file: join(work, 'authority.pem'), signer: 'openapi', submit_token_file: join(work, 'submit.token') },
-    origin: { allow_private: true },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { port: 0 },
+      chain: { dir: join(work, 'chain') },
+      authority: { key_file: join(work, 'authority.pem'), signer: 'openapi', submit_token_file: join(work, 'submit.token') },
+      origin: { allow_private: true },
+    }),
+  ]);
   const r = await request(gw.url + '/v1/openapi.json', { dispatcher: agent });
-  const { success, ...rest } = await r.body.json() as any;
+  const { success, ...rest } = (await r.body.json()) as any;
   doc = rest;
   ajv = new (Ajv2020 as any)({ strict: false, allErrors: true });
   ajv.addSchema({ ...doc, $id: 'urn:vouch:openapi' });
@@ -99,13 +102,20 @@ test('submit responses match the document', async () => {
   assert.is((await call('POST', '/v1/submit', { headers: auth, body: '{' })).status, 400);
   assert.is((await call('POST', '/v1/submit', { headers: { ...auth, 'content-type': 'text/plain' }, body })).status, 415);
   assert.is((await call('POST', '/v1/submit', { headers: auth, body: 'x'.repeat(2 * 1024 * 1024) })).status, 413);
-  assert.is((await call('POST', '/v1/submit', { headers: auth, body: JSON.stringify({ url: origin.url('/none'), name: 'a/b', semver: '1.0.0', license: 'MIT' }) })).status, 502);
+  assert.is(
+    (await call('POST', '/v1/submit', { headers: auth, body: JSON.stringify({ url: origin.url('/none'), name: 'a/b', semver: '1.0.0', license: 'MIT' }) }))
+      .status,
+    502,
+  );
 });
 
 test('revoke responses match the document', async () => {
   origin.route('/doc-revoked.tgz', { body: 'to be revoked' });
   const url = origin.url('/doc-revoked.tgz');
-  assert.is((await call('POST', '/v1/submit', { headers: auth, body: JSON.stringify({ url, name: 'acme/doc', semver: '0.1.0', license: 'MIT' }) })).status, 201);
+  assert.is(
+    (await call('POST', '/v1/submit', { headers: auth, body: JSON.stringify({ url, name: 'acme/doc', semver: '0.1.0', license: 'MIT' }) })).status,
+    201,
+  );
   assert.is((await call('POST', '/v1/revoke', { headers: auth, body: JSON.stringify({ url, semver: '0.1.0', comment: 'documented' }) })).status, 201);
   assert.is((await call('POST', '/v1/revoke', { headers: auth, body: JSON.stringify({ url }) })).status, 409);
   assert.is((await call('POST', '/v1/revoke', { headers: auth, body: JSON.stringify({ block: 0 }) })).status, 400);
@@ -148,7 +158,16 @@ test('lookup, authority, checkpoint, download and documents match the document',
   assert.is((await call('GET', '/v1/openapi.json')).status, 200);
   assert.is((await call('GET', '/v1/skills/verify.md')).status, 200);
   assert.is((await call('GET', `/v1/download?url=${u}`)).status, 200);
-  assert.is((await call('GET', `/v1/download?url=${u}`, { headers: { 'if-none-match': `"${(await (await request(`${gw.url}/v1/endorsement?url=${u}`, { dispatcher: agent })).body.json() as any).payload.endorsements[0].artifact_hash}"` } })).status, 304);
+  assert.is(
+    (
+      await call('GET', `/v1/download?url=${u}`, {
+        headers: {
+          'if-none-match': `"${((await (await request(`${gw.url}/v1/endorsement?url=${u}`, { dispatcher: agent })).body.json()) as any).payload.endorsements[0].artifact_hash}"`,
+        },
+      })
+    ).status,
+    304,
+  );
   assert.is((await call('GET', `/v1/download?url=${enc('https://none.example/x')}`)).status, 404);
   assert.is((await call('GET', '/v1/download')).status, 400);
   origin.route('/doc.tgz', { body: 'documented', tamper: true });
@@ -173,7 +192,7 @@ test('transparency routes match the document', async () => {
   assert.is((await call('GET', '/v1/keys?since=0')).status, cp.status === 200 ? 200 : 404);
   assert.is((await call('GET', '/v1/keys?since=x')).status, 400);
   const authority = await request(`${gw.url}/v1/authority`, { dispatcher: agent });
-  const a = await authority.body.json() as any;
+  const a = (await authority.body.json()) as any;
   if (cp.status === 200) assert.match(a.verifier_key, /^[^+\s]+\+[0-9a-f]{8}\+[A-Za-z0-9+/]+=*$/);
 });
 
@@ -204,7 +223,10 @@ test('browse endpoints and health probes match the document', async () => {
 test('every documented path was exercised', () => {
   for (const [path, ops] of Object.entries<any>(doc.paths)) {
     for (const method of Object.keys(ops)) {
-      assert.ok([...checked].some((c) => c.startsWith(`${method.toUpperCase()} ${path} `)), `${method.toUpperCase()} ${path} was never called`);
+      assert.ok(
+        [...checked].some((c) => c.startsWith(`${method.toUpperCase()} ${path} `)),
+        `${method.toUpperCase()} ${path} was never called`,
+      );
     }
   }
 });

@@ -45,8 +45,13 @@ class RawServer {
       let buffered = '';
       let nth = 0;
       let ended = false;
-      socket.on('end', () => { ended = true; });
-      socket.on('close', () => { self.sockets.delete(socket); if (ended) self.closedByClient++; });
+      socket.on('end', () => {
+        ended = true;
+      });
+      socket.on('close', () => {
+        self.sockets.delete(socket);
+        if (ended) self.closedByClient++;
+      });
       socket.on('error', () => {});
       socket.on('data', (d) => {
         buffered += d.toString('latin1');
@@ -98,7 +103,8 @@ async function readStream(res: H1Response): Promise<Buffer> {
 /** A transport failure's kind: each is a VouchError (origin_error or origin_timeout), told apart by its message. */
 function kind(e: unknown): string {
   if (!isVouchError(e)) return `not a VouchError: ${String(e)}`;
-  if (e.code === 'origin_timeout') return /^could not connect/.test(e.message) ? 'connect timeout' : /^no response headers/.test(e.message) ? 'headers timeout' : e.message;
+  if (e.code === 'origin_timeout')
+    return /^could not connect/.test(e.message) ? 'connect timeout' : /^no response headers/.test(e.message) ? 'headers timeout' : e.message;
   if (e.code !== 'origin_error') return e.code;
   if (/^malformed response: /.test(e.message)) return 'malformed';
   if (/^response head over /.test(e.message)) return 'head too large';
@@ -130,7 +136,9 @@ test('Content-Length body split anywhere, also inside the head end; the request 
   const head = `HTTP/1.1 200 OK\r\nContent-Type: application/x-test\r\nX-Twice: a\r\nx-twice: b\r\nContent-Length: ${body.length}\r\n\r\n`;
   const whole = Buffer.concat([Buffer.from(head, 'latin1'), body]);
   const cut = head.length - 2; // between the two CRLFs
-  const srv = await RawServer.start((s) => trickle(s, [whole.subarray(0, 5), whole.subarray(5, cut), whole.subarray(cut, head.length + 10), whole.subarray(head.length + 10)]));
+  const srv = await RawServer.start((s) =>
+    trickle(s, [whole.subarray(0, 5), whole.subarray(5, cut), whole.subarray(cut, head.length + 10), whole.subarray(head.length + 10)]),
+  );
   const res = await client.request(req(srv.port, '/a/b?c=d'));
   assert.is(res.statusCode, 200);
   assert.is(res.contentLength, body.length);
@@ -142,14 +150,19 @@ test('Content-Length body split anywhere, also inside the head end; the request 
 });
 
 test('receiveInto: bytes land in a shared buffer intact, progress is monotonic, the connection is reused', async () => {
-  const srv = await RawServer.start((s) => trickle(s, [`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`, body.subarray(0, 1000), body.subarray(1000, 70_000), body.subarray(70_000)], 10));
+  const srv = await RawServer.start((s) =>
+    trickle(s, [`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`, body.subarray(0, 1000), body.subarray(1000, 70_000), body.subarray(70_000)], 10),
+  );
   for (let round = 0; round < 2; round++) {
     const res = await client.request(req(srv.port));
     const dest = Buffer.from(new SharedArrayBuffer(body.length));
     const seen: number[] = [];
     await res.receiveInto(dest, (n) => seen.push(n));
     assert.ok(dest.equals(body), 'bytes intact');
-    assert.ok(seen.every((n, i) => i === 0 || n > seen[i - 1]!), 'monotonic');
+    assert.ok(
+      seen.every((n, i) => i === 0 || n > seen[i - 1]!),
+      'monotonic',
+    );
     assert.is(seen.at(-1), body.length);
   }
   assert.is(srv.connections, 1, 'one keep-alive connection for both');
@@ -158,7 +171,17 @@ test('receiveInto: bytes land in a shared buffer intact, progress is monotonic, 
 
 test('receiveWindows: window after window in order, the last one shorter, reading waits for each; extra bytes never land', async () => {
   const tail = Buffer.from('EXTRA BYTES BEYOND THE BODY');
-  const srv = await RawServer.start((s) => trickle(s, [Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`), body.subarray(0, 5000)]), body.subarray(5000, 150_000), Buffer.concat([body.subarray(150_000), tail])], 10));
+  const srv = await RawServer.start((s) =>
+    trickle(
+      s,
+      [
+        Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`), body.subarray(0, 5000)]),
+        body.subarray(5000, 150_000),
+        Buffer.concat([body.subarray(150_000), tail]),
+      ],
+      10,
+    ),
+  );
   for (const size of [4096, 65_536, 100_000, body.length + 10]) {
     const res = await client.request(req(srv.port));
     const window = Buffer.alloc(size);
@@ -180,14 +203,20 @@ test('receiveWindows: window after window in order, the last one shorter, readin
   assert.is(srv.connections, 4, 'bytes beyond the body: no reuse');
   // onFull's failure ends the receive and closes the connection.
   const res = await client.request(req(srv.port));
-  const e = await rejection(res.receiveWindows(Buffer.alloc(4096), async () => { throw new Error('disk full'); }));
+  const e = await rejection(
+    res.receiveWindows(Buffer.alloc(4096), async () => {
+      throw new Error('disk full');
+    }),
+  );
   assert.is(e.message, 'disk full');
   assert.is(client.idleCount(), 0);
   await srv.close();
 });
 
 test('receiveInto refuses a buffer of another length, and a body taken twice', async () => {
-  const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nabcd'); });
+  const srv = await RawServer.start((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nabcd');
+  });
   const res = await client.request(req(srv.port));
   assert.throws(() => res.receiveInto(Buffer.alloc(3), () => {}), /declared length/);
   const dest = Buffer.alloc(4);
@@ -198,14 +227,18 @@ test('receiveInto refuses a buffer of another length, and a body taken twice', a
 });
 
 test('chunked: extensions, a chunk split across reads, trailers; the connection stays reusable', async () => {
-  const srv = await RawServer.start((s) => trickle(s, [
-    'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;name=va',
-    'lue\r\nhel',
-    'lo\r\n1',
-    '0\r\n', Buffer.alloc(16, 0x61), '\r\n',
-    '0\r\nX-Trailer: 1\r\n',
-    '\r\n',
-  ]));
+  const srv = await RawServer.start((s) =>
+    trickle(s, [
+      'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;name=va',
+      'lue\r\nhel',
+      'lo\r\n1',
+      '0\r\n',
+      Buffer.alloc(16, 0x61),
+      '\r\n',
+      '0\r\nX-Trailer: 1\r\n',
+      '\r\n',
+    ]),
+  );
   for (let i = 0; i < 2; i++) {
     const res = await client.request(req(srv.port));
     assert.is(res.contentLength, null);
@@ -229,7 +262,9 @@ test('close-delimited body: read to the end, connection not reused; HTTP/1.0 wit
 });
 
 test('interim 1xx responses are skipped', async () => {
-  const srv = await RawServer.start((s) => trickle(s, ['HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n', 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok']));
+  const srv = await RawServer.start((s) =>
+    trickle(s, ['HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n', 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok']),
+  );
   const res = await client.request(req(srv.port));
   assert.is(res.statusCode, 200);
   assert.is(res.headers['link'], undefined);
@@ -250,7 +285,9 @@ test('interim responses are bounded: 16 are skipped, a 17th or 64 KiB of them fa
   const sixteen = await RawServer.start((s) => trickle(s, [interim.repeat(10), interim.repeat(6) + final]));
   assert.is((await readStream(await client.request(req(sixteen.port)))).toString(), 'ok');
   await sixteen.close();
-  const seventeen = await RawServer.start((s) => { s.write(interim.repeat(17) + final); });
+  const seventeen = await RawServer.start((s) => {
+    s.write(interim.repeat(17) + final);
+  });
   const e = await rejection(client.request(req(seventeen.port)));
   assert.is(kind(e), 'malformed');
   assert.match(e.message, /more than 16 interim/);
@@ -289,16 +326,21 @@ test('tiny chunks are gathered and parsed in slices: 1 MiB of 1-byte chunks arri
   for (let i = 0; i < size; i++) expected[i] = 0x41 + (i % 26);
   // 1-byte chunks, with a few larger chunks and an extension among them.
   let wire = '';
-  for (let i = 0; i < size;) {
+  for (let i = 0; i < size; ) {
     const n = i % 100_003 === 0 ? Math.min(20_000, size - i) : 1;
     wire += `${n.toString(16)}${i % 77_777 === 5 ? ';x=y' : ''}\r\n${expected.toString('latin1', i, i + n)}\r\n`;
     i += n;
   }
   const wireBytes = Buffer.from(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${wire}0\r\n\r\n`, 'latin1');
-  const srv = await RawServer.start((s) => { s.write(wireBytes); });
+  const srv = await RawServer.start((s) => {
+    s.write(wireBytes);
+  });
   let turns = 0;
   let ticking = true;
-  const tick = () => { turns++; if (ticking) setImmediate(tick); };
+  const tick = () => {
+    turns++;
+    if (ticking) setImmediate(tick);
+  };
   for (let round = 0; round < 2; round++) {
     const res = await client.request(req(srv.port));
     const pieces: Buffer[] = [];
@@ -314,7 +356,9 @@ test('tiny chunks are gathered and parsed in slices: 1 MiB of 1-byte chunks arri
   assert.is(srv.connections, 1, 'the connection is reused after a sliced body');
   await srv.close();
   // Cut short in the middle of many tiny chunks: fails, never hangs.
-  const cut = await RawServer.start((s) => { s.end(wireBytes.subarray(0, wireBytes.length >> 1)); });
+  const cut = await RawServer.start((s) => {
+    s.end(wireBytes.subarray(0, wireBytes.length >> 1));
+  });
   const res = await client.request(req(cut.port));
   assert.is(kind(await rejection(readStream(res))), 'closed');
   await cut.close();
@@ -333,7 +377,9 @@ test('strict parsing: malformed heads and chunks fail as malformed or with a hea
     ['head over 64 KiB', `HTTP/1.1 200 OK\r\nX-Big: ${'a'.repeat(70_000)}\r\n\r\n`, 'head too large'],
   ];
   for (const [what, bytes, code] of cases) {
-    const srv = await RawServer.start((s) => { s.write(bytes); });
+    const srv = await RawServer.start((s) => {
+      s.write(bytes);
+    });
     const e = await rejection(client.request(req(srv.port)));
     assert.is(kind(e), code, what);
     await srv.close();
@@ -345,7 +391,9 @@ test('strict parsing: malformed heads and chunks fail as malformed or with a hea
     ['size line too long', `${'0'.repeat(5000)}1\r\n`],
   ];
   for (const [what, tail] of chunks) {
-    const srv = await RawServer.start((s) => { s.write(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${tail}`); });
+    const srv = await RawServer.start((s) => {
+      s.write(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${tail}`);
+    });
     const res = await client.request(req(srv.port));
     const e = await rejection(readStream(res));
     assert.is(kind(e), 'malformed', what);
@@ -366,7 +414,9 @@ test('framing a signer must not accept: Transfer-Encoding other than one chunked
     ['DEL in the reason phrase', 'HTTP/1.1 404 Not\u007fFound\r\ncontent-length: 0\r\n\r\n'],
   ];
   for (const [what, bytes] of heads) {
-    const srv = await RawServer.start((s) => { s.write(Buffer.from(bytes, 'latin1')); });
+    const srv = await RawServer.start((s) => {
+      s.write(Buffer.from(bytes, 'latin1'));
+    });
     const e = await rejection(client.request(req(srv.port)));
     assert.is(kind(e), 'malformed', what);
     await srv.close();
@@ -375,25 +425,31 @@ test('framing a signer must not accept: Transfer-Encoding other than one chunked
     ['NUL in a chunk extension', '5;a=\u0000\r\nhello\r\n0\r\n\r\n'],
     ['ESC in a chunk extension', '5;a="\u001b[2J"\r\nhello\r\n0\r\n\r\n'],
     ['CR in a chunk extension', '5;a\rb\r\nhello\r\n0\r\n\r\n'],
-    ['NUL in the last chunk\'s extension', '5\r\nhello\r\n0;\u0000\r\n\r\n'],
+    ["NUL in the last chunk's extension", '5\r\nhello\r\n0;\u0000\r\n\r\n'],
     ['NUL in a trailer field', '5\r\nhello\r\n0\r\nx-t: a\u0000b\r\n\r\n'],
     ['a trailer line that is no field', '5\r\nhello\r\n0\r\nnot a field\r\n\r\n'],
   ];
   for (const [what, tail] of chunks) {
-    const srv = await RawServer.start((s) => { s.write(Buffer.from(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${tail}`, 'latin1')); });
+    const srv = await RawServer.start((s) => {
+      s.write(Buffer.from(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${tail}`, 'latin1'));
+    });
     const res = await client.request(req(srv.port));
     const e = await rejection(readStream(res));
     assert.is(kind(e), 'malformed', what);
     await srv.close();
   }
   // Still accepted: any case of `chunked`, HTAB and quoted strings in extensions, obs-text, an empty reason phrase.
-  const fine = await RawServer.start((s) => { s.write(Buffer.from('HTTP/1.1 200 \r\nTransfer-Encoding:  Chunked \r\n\r\n5;\tname="v a\u00e9l"\r\nhello\r\n0\r\nx-t:\ta\r\n\r\n', 'latin1')); });
+  const fine = await RawServer.start((s) => {
+    s.write(Buffer.from('HTTP/1.1 200 \r\nTransfer-Encoding:  Chunked \r\n\r\n5;\tname="v a\u00e9l"\r\nhello\r\n0\r\nx-t:\ta\r\n\r\n', 'latin1'));
+  });
   assert.is((await readStream(await client.request(req(fine.port)))).toString(), 'hello');
   await fine.close();
 });
 
 test('a body cut short fails (stream and receiveInto) and the connection is closed', async () => {
-  const srv = await RawServer.start((s) => { s.end('HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n' + 'x'.repeat(60)); });
+  const srv = await RawServer.start((s) => {
+    s.end('HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n' + 'x'.repeat(60));
+  });
   const e1 = await rejection(readStream(await client.request(req(srv.port))));
   assert.is(kind(e1), 'closed');
   const res = await client.request(req(srv.port));
@@ -406,7 +462,9 @@ test('a body cut short fails (stream and receiveInto) and the connection is clos
 });
 
 test('bytes beyond the declared length: the body is exact and the connection is not reused', async () => {
-  const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabcEXTRA'); });
+  const srv = await RawServer.start((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabcEXTRA');
+  });
   assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'abc');
   const dest = Buffer.alloc(3);
   await (await client.request(req(srv.port))).receiveInto(dest, () => {});
@@ -416,11 +474,15 @@ test('bytes beyond the declared length: the body is exact and the connection is 
 });
 
 test('Connection: close and HTTP/1.0 keep-alive are honoured', async () => {
-  const close = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\na'); });
+  const close = await RawServer.start((s) => {
+    s.write('HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\na');
+  });
   for (let i = 0; i < 2; i++) await readStream(await client.request(req(close.port)));
   assert.is(close.connections, 2);
   await close.close();
-  const keep = await RawServer.start((s) => { s.write('HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\na'); });
+  const keep = await RawServer.start((s) => {
+    s.write('HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\na');
+  });
   for (let i = 0; i < 2; i++) await readStream(await client.request(req(keep.port)));
   assert.is(keep.connections, 1);
   await keep.close();
@@ -430,7 +492,8 @@ test('a reused connection the origin drops without answering is retried once on 
   const srv = await RawServer.start((s) => {
     const n = srv.requests.length;
     if (n === 1) s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
-    else if (n === 2) s.destroy(); // the reused connection's next request: dropped unanswered
+    else if (n === 2)
+      s.destroy(); // the reused connection's next request: dropped unanswered
     else s.write('HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nagain');
   });
   assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'ok');
@@ -452,7 +515,9 @@ test('a reused connection answering garbage (bytes past an earlier body) is retr
   assert.is((await readStream(await client.request(req(srv.port)))).toString(), 'req 3 ');
   assert.is(srv.connections, 2);
   // On a fresh connection the same garbage is an error, not retried.
-  const bad = await RawServer.start((s) => { s.write('LEFTOVER BYTES\r\n\r\n'); });
+  const bad = await RawServer.start((s) => {
+    s.write('LEFTOVER BYTES\r\n\r\n');
+  });
   assert.is(kind(await rejection(client.request(req(bad.port)))), 'malformed');
   assert.is(bad.connections, 1);
   await bad.close();
@@ -460,18 +525,25 @@ test('a reused connection answering garbage (bytes past an earlier body) is retr
 });
 
 test('connections are not shared between Host names on one address', async () => {
-  const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na'); });
+  const srv = await RawServer.start((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na');
+  });
   await readStream(await client.request({ ...req(srv.port), hostHeader: 'one.test' }));
   await readStream(await client.request({ ...req(srv.port), hostHeader: 'two.test' }));
   await readStream(await client.request({ ...req(srv.port), hostHeader: 'one.test' }));
   assert.is(srv.connections, 2);
-  assert.equal(srv.requests.map((r) => /host: (\S+)/.exec(r)![1]), ['one.test', 'two.test', 'one.test']);
+  assert.equal(
+    srv.requests.map((r) => /host: (\S+)/.exec(r)![1]),
+    ['one.test', 'two.test', 'one.test'],
+  );
   await srv.close();
 });
 
-test('idle connections close after the keep-alive timeout (or the origin\'s shorter one)', async () => {
+test("idle connections close after the keep-alive timeout (or the origin's shorter one)", async () => {
   const c = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 1_000, keepAliveTimeoutMs: 150 });
-  const srv = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na'); });
+  const srv = await RawServer.start((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na');
+  });
   await readStream(await c.request(req(srv.port)));
   assert.is(c.idleCount(), 1);
   await sleep(400);
@@ -480,7 +552,9 @@ test('idle connections close after the keep-alive timeout (or the origin\'s shor
   c.destroy();
   await srv.close();
   const hinted = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 1_000, keepAliveTimeoutMs: 60_000 });
-  const srv2 = await RawServer.start((s) => { s.write('HTTP/1.1 200 OK\r\nkeep-alive: timeout=1\r\ncontent-length: 1\r\n\r\na'); });
+  const srv2 = await RawServer.start((s) => {
+    s.write('HTTP/1.1 200 OK\r\nkeep-alive: timeout=1\r\ncontent-length: 1\r\n\r\na');
+  });
   await readStream(await hinted.request(req(srv2.port)));
   assert.is(hinted.idleCount(), 1);
   await sleep(900);
@@ -507,7 +581,9 @@ test('headers timeout, abort during the body, and a large body discarded close t
   assert.is(slow.closedByClient, 1, 'the origin saw the connection close');
   await slow.close();
 
-  const big = await RawServer.start((s) => { s.write(`HTTP/1.1 302 Found\r\nlocation: /y\r\ncontent-length: 1000000\r\n\r\n${'z'.repeat(1000)}`); });
+  const big = await RawServer.start((s) => {
+    s.write(`HTTP/1.1 302 Found\r\nlocation: /y\r\ncontent-length: 1000000\r\n\r\n${'z'.repeat(1000)}`);
+  });
   (await client.request(req(big.port))).discard();
   await sleep(50);
   assert.is(big.closedByClient, 1);
@@ -524,7 +600,25 @@ test('headers timeout, abort during the body, and a large body discarded close t
 test('TLS: an https origin through the OriginFetcher (stream and receiveInto); an unknown CA is refused', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'vouch-tls-'));
   try {
-    await promisify(execFile)('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'), '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost']);
+    await promisify(execFile)('openssl', [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-keyout',
+      join(dir, 'key.pem'),
+      '-out',
+      join(dir, 'cert.pem'),
+      '-days',
+      '1',
+      '-subj',
+      '/CN=localhost',
+      '-addext',
+      'subjectAltName=DNS:localhost',
+    ]);
     const cert = readFileSync(join(dir, 'cert.pem'));
     const server = createHttpsServer({ key: readFileSync(join(dir, 'key.pem')), cert }, (_q, r) => {
       r.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length });

@@ -58,7 +58,8 @@ function testPack(n: number): { pack: Buffer; oids: string[] } {
     const deltaPrev = i % 3 === 2 ? makeDelta(bodies[i - 1]!, body) : null;
     const deltaNext = i % 7 === 5 && i + 1 < n ? makeDelta(bodies[i + 1]!, body) : null;
     if (deltaPrev) entry = Buffer.concat([encodeObjectHeader(OFS_DELTA, deltaPrev.length), ofsDistance(offset - prevAt), deflateSync(deltaPrev)]);
-    else if (deltaNext) entry = Buffer.concat([encodeObjectHeader(REF_DELTA, deltaNext.length), Buffer.from(objectId('blob', bodies[i + 1]!), 'hex'), deflateSync(deltaNext)]);
+    else if (deltaNext)
+      entry = Buffer.concat([encodeObjectHeader(REF_DELTA, deltaNext.length), Buffer.from(objectId('blob', bodies[i + 1]!), 'hex'), deflateSync(deltaNext)]);
     else entry = Buffer.concat([encodeObjectHeader(3, body.length), deflateSync(body)]);
     parts.push(entry);
     prevAt = offset;
@@ -110,8 +111,24 @@ test('a pack streamed in odd pieces with a 16 KiB cache: every object resolves f
 for (const [what, cut, expect] of [
   ['cut in the middle', (b: Buffer) => b.subarray(0, b.length >> 1), /bad pack: truncated/],
   ['cut inside the trailer', (b: Buffer) => b.subarray(0, b.length - 5), /bad pack: truncated/],
-  ['a wrong trailer', (b: Buffer) => { const c = Buffer.from(b); c[c.length - 1]! ^= 1; return c; }, /bad pack: checksum mismatch/],
-  ['a flipped byte inside an object', (b: Buffer) => { const c = Buffer.from(b); c[c.length >> 1]! ^= 0x40; return c; }, /bad pack: /],
+  [
+    'a wrong trailer',
+    (b: Buffer) => {
+      const c = Buffer.from(b);
+      c[c.length - 1]! ^= 1;
+      return c;
+    },
+    /bad pack: checksum mismatch/,
+  ],
+  [
+    'a flipped byte inside an object',
+    (b: Buffer) => {
+      const c = Buffer.from(b);
+      c[c.length >> 1]! ^= 0x40;
+      return c;
+    },
+    /bad pack: /,
+  ],
   ['bytes after the trailer', (b: Buffer) => Buffer.concat([b, Buffer.from('junk')]), /bad pack: trailing bytes/],
 ] as const) {
   test(`a pack with ${what} is refused and abort() leaves no file`, async () => {
@@ -158,7 +175,7 @@ test('memory per object: the index of 200,000 objects holds < 64 bytes each (FET
   const p = await rx.finish();
   await settledHeap();
   const after = process.memoryUsage();
-  const held = (after.heapUsed - before.heapUsed) + (after.arrayBuffers - before.arrayBuffers);
+  const held = after.heapUsed - before.heapUsed + (after.arrayBuffers - before.arrayBuffers);
   assert.is(p.unique, n);
   // The 1 MiB cache is full of small bodies: count it out (its entries cost CACHE_ENTRY_COST each, by design).
   const perObject = (held - (1 << 20)) / n;
@@ -177,8 +194,12 @@ test('a clone over git http-backend: the pack lands in objects/pack as pack-<sum
     server.initBare('chain.git');
     const blocks = buildLongChain(300).blocks;
     const authority = join(work, `authority-${seq++}`);
-    await ChainRepo.init(authority, blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-      formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer: testSigner(), now: T0 + 40_000 })), commitFor([blocks[0]!], T0));
+    await ChainRepo.init(
+      authority,
+      blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+      formatCheckpointFile(buildCheckpoint({ head: blocks[blocks.length - 1]!, signer: testSigner(), now: T0 + 40_000 })),
+      commitFor([blocks[0]!], T0),
+    );
     // Asynchronously: the git server answers from this process's event loop.
     await promisify(execFile)('git', ['-C', authority, 'push', '-q', server.url('chain.git'), 'main']);
     const dir = join(work, `mirror-${seq++}`);

@@ -44,11 +44,14 @@ test.before(async () => {
   endorse(`${CANON}a-1.0.0.tgz`, A, 'acme/a');
   endorse(origin.url('/mirror/b-1.0.0.tgz'), B, 'acme/b');
   endorse(`${CANON}c-1.0.0.tgz`, C, 'acme/c');
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: chain },
-    proxy: { routes: [{ prefix: '/dl/', origin: origin.url('/mirror/'), canonical: CANON, unendorsed: 'deny' }] },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: chain },
+      proxy: { routes: [{ prefix: '/dl/', origin: origin.url('/mirror/'), canonical: CANON, unendorsed: 'deny' }] },
+    }),
+  ]);
 });
 
 test.after(async () => {
@@ -82,7 +85,12 @@ test('a tampered origin is refused (409) and logged with the canonical URL and w
   const res = await fetch(`${gw.url}/dl/c-1.0.0.tgz`);
   assert.is(res.status, 409);
   assert.is((await res.arrayBuffer()).byteLength, 0);
-  const line = gw.stderr().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)).find((l) => l.msg === 'proxy: hash mismatch: refused to serve');
+  const line = gw
+    .stderr()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l))
+    .find((l) => l.msg === 'proxy: hash mismatch: refused to serve');
   assert.ok(line, 'no mismatch line');
   assert.is(line.url, `${CANON}c-1.0.0.tgz`);
   assert.is(line.fetched_from, origin.url('/mirror/c-1.0.0.tgz'));

@@ -41,10 +41,17 @@ let goOrigin: OriginServer;
 let gw: GatewayProcess;
 const today = new Date().toISOString().slice(0, 10);
 
-const file = (name: string, text: string) => { const p = join(work, name); writeFileSync(p, text); return p; };
+const file = (name: string, text: string) => {
+  const p = join(work, name);
+  writeFileSync(p, text);
+  return p;
+};
 const U = (p: string) => `https://artifacts.example.org${p}`;
 const vouch = (...args: string[]) => vouchAsync(args);
-const ok = (r: Run) => { assert.is(r.status, 0, `${r.stdout}\n${r.stderr}`); return r; };
+const ok = (r: Run) => {
+  assert.is(r.status, 0, `${r.stdout}\n${r.stderr}`);
+  return r;
+};
 
 async function size(chain: string): Promise<number> {
   const r = ok(await vouch('verify', '--chain', chain, '--public-key', pub, '--json'));
@@ -52,8 +59,26 @@ async function size(chain: string): Promise<number> {
 }
 
 async function endorseOffline(url: string, semver: string, text: string, more: string[] = []): Promise<number> {
-  const r = ok(await vouch('endorse', '--chain', offline, '--key', keyFile, '--url', url, '--name', 'acme/widget', '--semver', semver, '--license', 'MIT',
-    '--file', file(`f-${semver}-${url.split('/').pop()}`, text), ...more));
+  const r = ok(
+    await vouch(
+      'endorse',
+      '--chain',
+      offline,
+      '--key',
+      keyFile,
+      '--url',
+      url,
+      '--name',
+      'acme/widget',
+      '--semver',
+      semver,
+      '--license',
+      'MIT',
+      '--file',
+      file(`f-${semver}-${url.split('/').pop()}`, text),
+      ...more,
+    ),
+  );
   return Number(r.stdout.split(' ')[0]);
 }
 
@@ -62,7 +87,7 @@ const post = (path: string, body: unknown, headers: Record<string, string> = { a
 
 async function revokeApi(body: unknown): Promise<{ status: number; json: Record<string, any>; type: string | null }> {
   const r = await post('/v1/revoke', body);
-  return { status: r.status, json: await r.json() as Record<string, any>, type: r.headers.get('content-type') };
+  return { status: r.status, json: (await r.json()) as Record<string, any>, type: r.headers.get('content-type') };
 }
 
 test.before(async () => {
@@ -74,24 +99,27 @@ test.before(async () => {
   pypiFiles = await PypiHost.start();
   goOrigin = await OriginServer.start();
   ok(await vouch('init', '--chain', offline, '--key', keyFile, '--signer', 'revoke-test', '--uns', 'acme/releases'));
-  gw = await startGatewayProcess(['--config', writeConfig(work, {
-    listen: { host: '127.0.0.1', port: 0 },
-    chain: { dir: served },
-    authority: { key_file: keyFile, signer: 'revoke-test', submit_token_file: tokenFile },
-    origin: { allow_private: true, timeout: 5 },
-    proxy: {
-      routes: [
-        { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0 },
-        { prefix: '/pypi/', kind: 'pypi', origin: `${pypiIndex.origin}/`, canonical: `${pypiIndex.origin}/`, metadata_ttl: 0 },
-        { prefix: '/pypi-files/', kind: 'pypi', origin: `${pypiFiles.origin}/`, canonical: `${pypiFiles.origin}/` },
-        { prefix: '/go/', kind: 'goproxy', origin: `${goOrigin.origin}/`, canonical: `${goOrigin.origin}/`, metadata_ttl: 0 },
-        // The same origins on pass routes: unendorsed versions pass through, a revoked one is still never offered.
-        { prefix: '/npm-pass/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0, unendorsed: 'pass' },
-        { prefix: '/pypi-pass/', kind: 'pypi', origin: `${pypiIndex.origin}/`, canonical: `${pypiIndex.origin}/`, metadata_ttl: 0, unendorsed: 'pass' },
-        { prefix: '/go-pass/', kind: 'goproxy', origin: `${goOrigin.origin}/`, canonical: `${goOrigin.origin}/`, metadata_ttl: 0, unendorsed: 'pass' },
-      ],
-    },
-  })]);
+  gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: served },
+      authority: { key_file: keyFile, signer: 'revoke-test', submit_token_file: tokenFile },
+      origin: { allow_private: true, timeout: 5 },
+      proxy: {
+        routes: [
+          { prefix: '/npm/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0 },
+          { prefix: '/pypi/', kind: 'pypi', origin: `${pypiIndex.origin}/`, canonical: `${pypiIndex.origin}/`, metadata_ttl: 0 },
+          { prefix: '/pypi-files/', kind: 'pypi', origin: `${pypiFiles.origin}/`, canonical: `${pypiFiles.origin}/` },
+          { prefix: '/go/', kind: 'goproxy', origin: `${goOrigin.origin}/`, canonical: `${goOrigin.origin}/`, metadata_ttl: 0 },
+          // The same origins on pass routes: unendorsed versions pass through, a revoked one is still never offered.
+          { prefix: '/npm-pass/', kind: 'npm', origin: `${reg.url}/`, canonical: `${reg.url}/`, metadata_ttl: 0, unendorsed: 'pass' },
+          { prefix: '/pypi-pass/', kind: 'pypi', origin: `${pypiIndex.origin}/`, canonical: `${pypiIndex.origin}/`, metadata_ttl: 0, unendorsed: 'pass' },
+          { prefix: '/go-pass/', kind: 'goproxy', origin: `${goOrigin.origin}/`, canonical: `${goOrigin.origin}/`, metadata_ttl: 0, unendorsed: 'pass' },
+        ],
+      },
+    }),
+  ]);
 });
 
 test.after(async () => {
@@ -137,8 +165,29 @@ test('offline: --url revokes the version selected today; --semver names an exact
 test('offline: --block revokes a whole multi-artifact block; a --url into it is refused and names the block', async () => {
   const a = U('/pair-a.js');
   const b = U('/pair-b.js');
-  const r0 = ok(await vouch('endorse', '--chain', offline, '--key', keyFile, '--url', a, '--url', b, '--name', 'acme/pair', '--semver', '1.0.0', '--license', 'MIT',
-    '--file', file('pa', 'pair a'), '--file', file('pb', 'pair b')));
+  const r0 = ok(
+    await vouch(
+      'endorse',
+      '--chain',
+      offline,
+      '--key',
+      keyFile,
+      '--url',
+      a,
+      '--url',
+      b,
+      '--name',
+      'acme/pair',
+      '--semver',
+      '1.0.0',
+      '--license',
+      'MIT',
+      '--file',
+      file('pa', 'pair a'),
+      '--file',
+      file('pb', 'pair b'),
+    ),
+  );
   const n = Number(r0.stdout.split(' ')[0]);
   const before = await size(offline);
   let r = await vouch('revoke', '--chain', offline, '--key', keyFile, '--url', a);
@@ -230,7 +279,8 @@ test('POST /v1/revoke: 201 once committed; lookup revoked_by, download 410, npm 
   const url = (v: string) => `${reg.url}${NpmRegistry.tarballPath('leftpad', v)}`;
   await submitEntry(gw.url, token, { url: url('1.0.0'), name: 'npm/leftpad', semver: '1.0.0', license: 'MIT' });
   const s2 = await submitEntry(gw.url, token, { url: url('1.1.0'), name: 'npm/leftpad', semver: '1.1.0', license: 'MIT' });
-  const packument = async () => (await (await fetch(`${gw.url}/npm/leftpad`)).json()) as { versions: Record<string, unknown>; 'dist-tags': Record<string, string> };
+  const packument = async () =>
+    (await (await fetch(`${gw.url}/npm/leftpad`)).json()) as { versions: Record<string, unknown>; 'dist-tags': Record<string, string> };
   let p = await packument();
   assert.equal(Object.keys(p.versions).sort(), ['1.0.0', '1.1.0']);
   assert.is(p['dist-tags'].latest, '1.1.0');
@@ -246,17 +296,17 @@ test('POST /v1/revoke: 201 once committed; lookup revoked_by, download 410, npm 
   assert.match(r.json.record_hash, /^[0-9a-f]{64}$/);
   assert.equal(r.json.revokes, { index: s2.index, record_hash: s2.record_hash, urls: [url('1.1.0')] });
   // Answered once committed: the block is served right away.
-  const blk = await (await fetch(`${gw.url}/v1/block?index=${r.json.index}`)).json() as Record<string, any>;
+  const blk = (await (await fetch(`${gw.url}/v1/block?index=${r.json.index}`)).json()) as Record<string, any>;
   assert.is(blk.record_hash, r.json.record_hash);
   assert.is(blk.payload.intent, 'revoke');
   assert.is(blk.payload.target_hash, s2.record_hash);
   assert.is(blk.comment, 'compromised maintainer account');
 
-  const look = await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(url('1.1.0'))}&semver=1.1.0`)).json() as Record<string, any>;
+  const look = (await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(url('1.1.0'))}&semver=1.1.0`)).json()) as Record<string, any>;
   assert.equal(look.revoked_by, { index: r.json.index, record_hash: r.json.record_hash, effective_date: today });
   assert.is(await dl('1.1.0'), 410);
   // Without semver the lookup now selects 1.0.0, in force.
-  const live = await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(url('1.1.0'))}`)).json() as Record<string, any>;
+  const live = (await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(url('1.1.0'))}`)).json()) as Record<string, any>;
   assert.is(live.revoked_by, undefined);
   p = await packument();
   assert.equal(Object.keys(p.versions), ['1.0.0']);
@@ -264,7 +314,21 @@ test('POST /v1/revoke: 201 once committed; lookup revoked_by, download 410, npm 
 
   // vouch get: exit 1, naming the revocation.
   const out = join(work, 'got.tgz');
-  const g = await vouch('get', '--gateway', gw.url, '--url', url('1.1.0'), '--semver', '1.1.0', '--public-key', pub, '-o', out, '--state', join(work, 'state.json'));
+  const g = await vouch(
+    'get',
+    '--gateway',
+    gw.url,
+    '--url',
+    url('1.1.0'),
+    '--semver',
+    '1.1.0',
+    '--public-key',
+    pub,
+    '-o',
+    out,
+    '--state',
+    join(work, 'state.json'),
+  );
   assert.is(g.status, 1, g.stderr);
   assert.is(g.stderr, `http_410: HTTP 410: ${url('1.1.0')} 1.1.0 (block ${s2.index}) is revoked by block ${r.json.index} from ${today}\n`);
   assert.not.ok(existsSync(out), 'a revoked artifact was written');
@@ -279,7 +343,7 @@ test('POST /v1/revoke refusals: 401, 415, 400, 404, 409, with the JSON error con
   const before = await headBefore();
   const noAuth = await post('/v1/revoke', { block: s.index }, { 'content-type': 'application/json' });
   assert.is(noAuth.status, 401);
-  assert.is((await noAuth.json() as any).status, 'unauthorized');
+  assert.is(((await noAuth.json()) as any).status, 'unauthorized');
   const wrong = await post('/v1/revoke', { block: s.index }, { authorization: 'Bearer nope', 'content-type': 'application/json' });
   assert.is(wrong.status, 401);
   await wrong.body?.cancel();
@@ -313,7 +377,7 @@ test('POST /v1/revoke refusals: 401, 415, 400, 404, 409, with the JSON error con
   }
   const bad = await post('/v1/revoke', '{"block":', { authorization: `Bearer ${token}`, 'content-type': 'application/json' });
   assert.is(bad.status, 400);
-  assert.is((await bad.json() as any).status, 'bad_request');
+  assert.is(((await bad.json()) as any).status, 'bad_request');
   assert.is(await headBefore(), before, 'a refused revoke appended a block');
 });
 
@@ -324,7 +388,7 @@ test('POST /v1/revoke with a future effective_date: in force from then; at= befo
   const r = await revokeApi({ url: u, semver: '1.0.0', effective_date: '2099-01-01' });
   assert.is(r.status, 201, JSON.stringify(r.json));
   assert.is(r.json.effective_date, '2099-01-01');
-  const look = async (q: string) => await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(u)}${q}`)).json() as Record<string, any>;
+  const look = async (q: string) => (await (await fetch(`${gw.url}/v1/endorsement?url=${encodeURIComponent(u)}${q}`)).json()) as Record<string, any>;
   assert.is((await look('')).revoked_by, undefined);
   assert.is((await look('&at=2098-12-31')).revoked_by, undefined);
   assert.is((await look('&semver=1.0.0&at=2098-12-31')).revoked_by, undefined);
@@ -339,9 +403,16 @@ test('POST /v1/revoke with a future effective_date: in force from then; at= befo
 test('revokes and submits racing through the one writer: every answer committed, one revoke per block, the clone verifies', async () => {
   const paths = Array.from({ length: 6 }, (_, i) => `/race-${i}.js`);
   for (const p of paths) origin.route(p, { body: `race ${p}` });
-  const targets = await Promise.all(paths.slice(0, 3).map((p) => submitEntry(gw.url, token, { url: origin.url(p), name: 'acme/race', semver: '1.0.0', license: 'MIT' })));
+  const targets = await Promise.all(
+    paths.slice(0, 3).map((p) => submitEntry(gw.url, token, { url: origin.url(p), name: 'acme/race', semver: '1.0.0', license: 'MIT' })),
+  );
   const answers = await Promise.all([
-    ...paths.slice(3).map((p) => post('/v1/submit', { url: origin.url(p), name: 'acme/race', semver: '1.0.0', license: 'MIT' }).then(async (r) => ({ status: r.status, json: await r.json() as any }))),
+    ...paths.slice(3).map((p) =>
+      post('/v1/submit', { url: origin.url(p), name: 'acme/race', semver: '1.0.0', license: 'MIT' }).then(async (r) => ({
+        status: r.status,
+        json: (await r.json()) as any,
+      })),
+    ),
     ...targets.map((t) => revokeApi({ block: t.index })),
     ...targets.map((t) => revokeApi({ block: t.index })),
   ]);
@@ -374,7 +445,8 @@ test('npm pass route: the revoked version is dropped and latest recomputed, as o
   assert.ok(a && b && c);
   const url = (v: string) => `${reg.url}${NpmRegistry.tarballPath('rightpad', v)}`;
   for (const v of ['1.0.0', '1.1.0']) await submitEntry(gw.url, token, { url: url(v), name: 'npm/rightpad', semver: v, license: 'MIT' });
-  const packument = async (route: string) => (await (await fetch(`${gw.url}/${route}/rightpad`)).json()) as { versions: Record<string, { deprecated?: string }>; 'dist-tags': Record<string, string> };
+  const packument = async (route: string) =>
+    (await (await fetch(`${gw.url}/${route}/rightpad`)).json()) as { versions: Record<string, { deprecated?: string }>; 'dist-tags': Record<string, string> };
   let p = await packument('npm-pass');
   assert.equal(Object.keys(p.versions).sort(), ['0.9.0', '1.0.0', '1.1.0']);
   assert.is(p['dist-tags'].latest, '1.1.0');
@@ -396,16 +468,27 @@ test('PyPI routes: the simple page (HTML and JSON) drops the revoked file and it
   const dists = buildDists(specs);
   const paths = specs.map((d, i) => `/packages/${i}/${distFilename(d)}`);
   dists.forEach((b, i) => pypiFiles.file(paths[i]!, b));
-  pypiIndex.project('revoke-demo', specs.map((d, i) => ({ href: pypiFiles.url(paths[i]!), sha256: sha256Hex(dists[i]!), filename: distFilename(d), version: d.version })));
-  for (let i = 0; i < 2; i++) await submitEntry(gw.url, token, { url: pypiFiles.url(paths[i]!), name: 'pypi/revoke-demo', semver: specs[i]!.version, license: 'MIT' });
+  pypiIndex.project(
+    'revoke-demo',
+    specs.map((d, i) => ({ href: pypiFiles.url(paths[i]!), sha256: sha256Hex(dists[i]!), filename: distFilename(d), version: d.version })),
+  );
+  for (let i = 0; i < 2; i++)
+    await submitEntry(gw.url, token, { url: pypiFiles.url(paths[i]!), name: 'pypi/revoke-demo', semver: specs[i]!.version, license: 'MIT' });
   const html = async (route = 'pypi') => (await fetch(`${gw.url}/${route}/simple/revoke-demo/`, { headers: { accept: 'text/html' } })).text();
-  const json = async (route = 'pypi') => (await (await fetch(`${gw.url}/${route}/simple/revoke-demo/`, { headers: { accept: 'application/vnd.pypi.simple.v1+json' } })).json()) as { versions: string[]; files: { filename: string; url: string }[] };
+  const json = async (route = 'pypi') =>
+    (await (await fetch(`${gw.url}/${route}/simple/revoke-demo/`, { headers: { accept: 'application/vnd.pypi.simple.v1+json' } })).json()) as {
+      versions: string[];
+      files: { filename: string; url: string }[];
+    };
   const [f0, f1, f9] = specs.map(distFilename) as [string, string, string];
   let page = await html();
   assert.ok(page.includes(`>${f0}</a>`) && page.includes(`>${f1}</a>`), page);
   let j = await json();
   assert.equal(j.versions, ['1.0.0', '1.1.0']);
-  assert.equal(j.files.map((f) => f.filename), [f0, f1]);
+  assert.equal(
+    j.files.map((f) => f.filename),
+    [f0, f1],
+  );
   assert.equal((await json('pypi-pass')).versions, ['1.0.0', '1.1.0', '0.9.0']);
   const file = async (i: number) => (await fetch(`${gw.url}/pypi-files${paths[i]}`)).status;
   assert.is(await file(1), 200);
@@ -417,14 +500,20 @@ test('PyPI routes: the simple page (HTML and JSON) drops the revoked file and it
   assert.not.ok(page.includes(f1), `the revoked file is still offered:\n${page}`);
   j = await json();
   assert.equal(j.versions, ['1.0.0'], 'PEP 700 versions still list the revoked version');
-  assert.equal(j.files.map((f) => f.filename), [f0]);
+  assert.equal(
+    j.files.map((f) => f.filename),
+    [f0],
+  );
   // A pass route offers what is not endorsed, never what the authority revoked.
   page = await html('pypi-pass');
   assert.ok(page.includes(`>${f0}</a>`) && page.includes(`>${f9}</a>`), page);
   assert.not.ok(page.includes(f1), `the pass route still offers the revoked file:\n${page}`);
   j = await json('pypi-pass');
   assert.equal(j.versions, ['1.0.0', '0.9.0']);
-  assert.equal(j.files.map((f) => f.filename), [f0, f9]);
+  assert.equal(
+    j.files.map((f) => f.filename),
+    [f0, f9],
+  );
   assert.is(await file(1), 410);
   assert.is(await file(0), 200);
 });
@@ -433,17 +522,24 @@ test('Go routes: @v/list drops the revoked version, @latest moves to the one bef
   const mod = 'example.com/revoked';
   const versions = ['v1.0.0', 'v1.1.0'].map((v, i) => modVersion(mod, v, `2026-0${i + 1}-01T00:00:00Z`));
   for (const m of versions) {
-    goOrigin.route(`/${mod}/@v/${m.version}.zip`, { body: m.zip, contentType: 'application/zip' })
+    goOrigin
+      .route(`/${mod}/@v/${m.version}.zip`, { body: m.zip, contentType: 'application/zip' })
       .route(`/${mod}/@v/${m.version}.mod`, { body: m.mod, contentType: 'text/plain' })
       .route(`/${mod}/@v/${m.version}.info`, { body: m.info, contentType: 'application/json' });
   }
   // v0.9.0 is listed by the origin and never endorsed: offered on the pass route only.
   const unendorsed = modVersion(mod, 'v0.9.0', '2025-12-01T00:00:00Z');
   goOrigin.route(`/${mod}/@v/v0.9.0.info`, { body: unendorsed.info, contentType: 'application/json' });
-  goOrigin.route(`/${mod}/@v/list`, { body: 'v0.9.0\nv1.0.0\nv1.1.0\n', contentType: 'text/plain' }).route(`/${mod}/@latest`, { body: versions[1]!.info, contentType: 'application/json' });
+  goOrigin
+    .route(`/${mod}/@v/list`, { body: 'v0.9.0\nv1.0.0\nv1.1.0\n', contentType: 'text/plain' })
+    .route(`/${mod}/@latest`, { body: versions[1]!.info, contentType: 'application/json' });
   const zip = (v: string) => goOrigin.url(`/${mod}/@v/${v}.zip`);
-  for (const m of versions) await submitEntry(gw.url, token, { url: zip(m.version), name: 'go/example.com+revoked', semver: m.version.slice(1), license: 'MIT' });
-  const get = async (p: string, route = 'go') => { const res = await fetch(`${gw.url}/${route}/${mod}/${p}`); return { status: res.status, text: await res.text() }; };
+  for (const m of versions)
+    await submitEntry(gw.url, token, { url: zip(m.version), name: 'go/example.com+revoked', semver: m.version.slice(1), license: 'MIT' });
+  const get = async (p: string, route = 'go') => {
+    const res = await fetch(`${gw.url}/${route}/${mod}/${p}`);
+    return { status: res.status, text: await res.text() };
+  };
   assert.equal(await get('@v/list'), { status: 200, text: 'v1.0.0\nv1.1.0\n' });
   assert.equal(await get('@v/list', 'go-pass'), { status: 200, text: 'v0.9.0\nv1.0.0\nv1.1.0\n' });
   let latest = await get('@latest');
@@ -474,7 +570,7 @@ test('Go routes: @v/list drops the revoked version, @latest moves to the one bef
 });
 
 test('the openapi document names POST /v1/revoke', async () => {
-  const doc = await (await fetch(`${gw.url}/v1/openapi.json`)).json() as any;
+  const doc = (await (await fetch(`${gw.url}/v1/openapi.json`)).json()) as any;
   assert.ok(doc.paths['/v1/revoke']?.post, 'no POST /v1/revoke in the OpenAPI document');
   assert.ok(readFileSync(join(work, 'vouch.yaml'), 'utf8').length > 0);
 });

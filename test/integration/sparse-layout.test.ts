@@ -34,7 +34,12 @@ const N = 2_600; // above parallel-verify's inline bound: the workers read the p
 const chain = buildLongChain(N + 3);
 const files = (from: number, to: number): BlockFile[] => chain.blocks.slice(from, to).map((b) => ({ index: b.index, content: formatBlockFile(b) }));
 const cpText = (n: number) => formatCheckpointFile(buildCheckpoint({ head: chain.blocks[n - 1]!, signer: chain.signer, now: T0 + n * 1000 }));
-const info = (i: number): CommitInfo => ({ message: `block ${i}\n`, authorName: 'Vouch Authority', authorEmail: 'authority@vouch.invalid', timestamp: 1_760_000_000 + i });
+const info = (i: number): CommitInfo => ({
+  message: `block ${i}\n`,
+  authorName: 'Vouch Authority',
+  authorEmail: 'authority@vouch.invalid',
+  timestamp: 1_760_000_000 + i,
+});
 
 const root = mkdtempSync(join(tmpdir(), 'vouch-sparse-test-'));
 let seq = 0;
@@ -74,7 +79,13 @@ test('verification reads the blocks from the packs (workers and inline) and hand
   const { repo } = await makeSparse();
   for (const threads of [2, 0]) {
     const got: string[] = [];
-    const r = await verifyDirectory(repo, { threads, onVerified: (start, texts) => { assert.is(start, got.length); got.push(...texts); } });
+    const r = await verifyDirectory(repo, {
+      threads,
+      onVerified: (start, texts) => {
+        assert.is(start, got.length);
+        got.push(...texts);
+      },
+    });
     assert.is(r.state.size, N, `threads ${threads}`);
     assert.is(got.length, N);
     assert.is(got[2_345], formatBlockFile(chain.blocks[2_345]!));
@@ -221,7 +232,23 @@ test('vouch init --layout sparse, endorse and verify from the command line', () 
   const file = join(work, 'w.js');
   writeFileSync(file, 'console.log(1);\n');
   for (const v of ['1.0.0', '1.0.1']) {
-    const r = vouch(['endorse', '--chain', c, '--key', key, '--url', `https://cdn.example/w-${v}.js`, '--file', file, '--name', 'acme/w', '--semver', v, '--license', 'MIT']);
+    const r = vouch([
+      'endorse',
+      '--chain',
+      c,
+      '--key',
+      key,
+      '--url',
+      `https://cdn.example/w-${v}.js`,
+      '--file',
+      file,
+      '--name',
+      'acme/w',
+      '--semver',
+      v,
+      '--license',
+      'MIT',
+    ]);
     assert.is(r.status, 0, r.stderr);
   }
   const v = vouch(['verify', '--chain', c, '--json']);

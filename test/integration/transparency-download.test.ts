@@ -41,17 +41,25 @@ test.before(async () => {
   origin = await OriginServer.start();
   blocks = [buildAuthorityBlock({ signer, backend: c, now: T0, uns: 'acme/chain' })];
   for (let i = 1; i < N; i++) {
-    blocks.push(buildEndorseBlock({
-      prev: blocks[i - 1]!, signer, backend: c, now: T0 + i * 1000,
-      entries: [{ url: origin.url(`/pkg/a-${i}.tgz`), artifactHash: artifactHashOf(c, 'sha256', utf8(body(i))), name: `acme/a${i}`, semver: '1.0.0', license: 'MIT' }],
-    }));
+    blocks.push(
+      buildEndorseBlock({
+        prev: blocks[i - 1]!,
+        signer,
+        backend: c,
+        now: T0 + i * 1000,
+        entries: [
+          { url: origin.url(`/pkg/a-${i}.tgz`), artifactHash: artifactHashOf(c, 'sha256', utf8(body(i))), name: `acme/a${i}`, semver: '1.0.0', license: 'MIT' },
+        ],
+      }),
+    );
   }
   for (const b of blocks) tree.append(hexDecode(b.record_hash)!);
   for (const i of [5, 2995, N - 1]) origin.route(`/pkg/a-${i}.tgz`, { body: body(i), contentType: 'application/gzip' });
   await initChainRepo(dir, blocks, buildCheckpoint({ head: blocks[N - 1]!, signer, now: T0 + N * 1000 }));
   writeFileSync(join(dir, 'checkpoint.note'), noteOf(N));
   config = writeConfig(work, {
-    listen: { host: '127.0.0.1', port: 0 }, service_name: 'vouch-test',
+    listen: { host: '127.0.0.1', port: 0 },
+    service_name: 'vouch-test',
     chain: { dir, public_key: base64Encode(signer.publicKey) },
     origin: { allow_private: true, timeout: 5 },
     proxy: { routes: [{ prefix: '/p/', origin: origin.url('/pkg/'), unendorsed: 'deny' }] },
@@ -101,7 +109,7 @@ test('downloads carry Vouch-Proof (200, HEAD, 304), bounded in size', async () =
   assert.is(missing.headers.get('vouch-proof'), null);
 });
 
-test('a proxy route\'s verified answer carries Vouch-Proof too', async () => {
+test("a proxy route's verified answer carries Vouch-Proof too", async () => {
   const r = await fetch(`${gw.url}/p/a-5.tgz`);
   assert.is(r.status, 200);
   assert.is(await r.text(), body(5));

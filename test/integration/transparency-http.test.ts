@@ -64,7 +64,7 @@ test('GET /checkpoint serves the committed note as text; /v1/authority its verif
   assert.is(a.index, 0);
 });
 
-test('inclusion proofs of every block verify against the note\'s root; leaf_hash is the record hash\'s', async () => {
+test("inclusion proofs of every block verify against the note's root; leaf_hash is the record hash's", async () => {
   const root = rootOfEntries(c, entries);
   for (let i = 0; i < N; i++) {
     const r = await (await get(`/v1/proof/inclusion?index=${i}`)).json();
@@ -83,7 +83,14 @@ test('inclusion proofs of every block verify against the note\'s root; leaf_hash
 });
 
 test('consistency proofs between sizes verify against recomputed roots', async () => {
-  for (const [from, to] of [[1, N], [255, 256], [256, 700], [300, 513], [699, 700], [700, 700]] as const) {
+  for (const [from, to] of [
+    [1, N],
+    [255, 256],
+    [256, 700],
+    [300, 513],
+    [699, 700],
+    [700, 700],
+  ] as const) {
     const r = await (await get(`/v1/proof/consistency?from=${from}&to=${to}`)).json();
     assert.is(r.success, true);
     assert.is(r.from, from);
@@ -96,7 +103,7 @@ test('consistency proofs between sizes verify against recomputed roots', async (
   assert.is(d.to, N);
 });
 
-test('tiles equal the recomputed tree\'s, bundles hold the record hashes; caching by fullness', async () => {
+test("tiles equal the recomputed tree's, bundles hold the record hashes; caching by fullness", async () => {
   const full = await get('/tile/0/000');
   assert.is(full.status, 200);
   assert.is(full.headers.get('content-type'), 'application/octet-stream');
@@ -125,7 +132,16 @@ test('tiles equal the recomputed tree\'s, bundles hold the record hashes; cachin
 });
 
 test('tiles beyond the tree are 404, bad tile paths 400, both empty', async () => {
-  for (const p of ['/tile/0/003', '/tile/0/002', '/tile/0/002.p/189', '/tile/1/000', '/tile/1/000.p/3', '/tile/2/000.p/1', '/tile/entries/002', '/tile/entries/x001/000']) {
+  for (const p of [
+    '/tile/0/003',
+    '/tile/0/002',
+    '/tile/0/002.p/189',
+    '/tile/1/000',
+    '/tile/1/000.p/3',
+    '/tile/2/000.p/1',
+    '/tile/entries/002',
+    '/tile/entries/x001/000',
+  ]) {
     const r = await get(p);
     assert.is(r.status, 404, p);
     assert.is((await r.arrayBuffer()).byteLength, 0, p);
@@ -140,11 +156,19 @@ test('tiles beyond the tree are 404, bad tile paths 400, both empty', async () =
 
 test('proof errors: 400 for malformed or out-of-order parameters, 404 beyond the tree; JSON bodies', async () => {
   const cases: [string, number][] = [
-    ['/v1/proof/inclusion', 400], ['/v1/proof/inclusion?index=abc', 400], ['/v1/proof/inclusion?index=-1', 400],
-    ['/v1/proof/inclusion?index=01', 400], ['/v1/proof/inclusion?index=1&index=2', 400], ['/v1/proof/inclusion?index=5&size=5', 400],
-    ['/v1/proof/inclusion?index=700', 404], ['/v1/proof/inclusion?index=1&size=701', 404],
-    ['/v1/proof/consistency', 400], ['/v1/proof/consistency?from=10&to=5', 400], ['/v1/proof/consistency?from=1.5', 400],
-    ['/v1/proof/consistency?from=1&to=701', 404], ['/v1/proof/consistency?from=701', 404],
+    ['/v1/proof/inclusion', 400],
+    ['/v1/proof/inclusion?index=abc', 400],
+    ['/v1/proof/inclusion?index=-1', 400],
+    ['/v1/proof/inclusion?index=01', 400],
+    ['/v1/proof/inclusion?index=1&index=2', 400],
+    ['/v1/proof/inclusion?index=5&size=5', 400],
+    ['/v1/proof/inclusion?index=700', 404],
+    ['/v1/proof/inclusion?index=1&size=701', 404],
+    ['/v1/proof/consistency', 400],
+    ['/v1/proof/consistency?from=10&to=5', 400],
+    ['/v1/proof/consistency?from=1.5', 400],
+    ['/v1/proof/consistency?from=1&to=701', 404],
+    ['/v1/proof/consistency?from=701', 404],
   ];
   for (const [p, status] of cases) {
     const r = await get(p);
@@ -184,7 +208,7 @@ test('proof=1 on a lookup carries the inclusion proof and the served note', asyn
   assert.is((await get(`/v1/endorsement?url=${url}&proof=yes`)).status, 400);
 });
 
-test('Go\'s sumdb/note and sumdb/tlog accept the served note and every proof fetched over HTTP, and refuse a flipped byte', async () => {
+test("Go's sumdb/note and sumdb/tlog accept the served note and every proof fetched over HTTP, and refuse a flipped byte", async () => {
   const checkNote = buildCheckNote(work);
   const served = await (await get('/checkpoint')).text();
   const vkey = (await (await get('/v1/authority')).json()).verifier_key;
@@ -204,7 +228,11 @@ test('Go\'s sumdb/note and sumdb/tlog accept the served note and every proof fet
   const ok = run(input);
   assert.is(ok.status, 0, ok.stdout + ok.stderr);
   assert.is(ok.stdout.split('\n').filter((l) => l.startsWith('ok ')).length, 1 + N + consistency.length);
-  const flip = (h: string) => { const raw = b64(h); raw[7] = raw[7]! ^ 0x40; return base64Encode(raw); };
+  const flip = (h: string) => {
+    const raw = b64(h);
+    raw[7] = raw[7]! ^ 0x40;
+    return base64Encode(raw);
+  };
   const badNote = served.replace(`\n${N}\n`, `\n${N - 1}\n`);
   assert.is(run({ ...input, note: badNote }).status, 1, 'a note with another size');
   const badInclusion = structuredClone(inclusion);
@@ -241,7 +269,7 @@ test('warm restart serves the same root from the tree image; a damaged image is 
   assert.ok(verifyInclusion(c, 5, N, leafHash(c, entries[5]!), q.proof.map(b64), tree.root(N)));
 });
 
-test('a note whose root is not the chain\'s is refused at start (checkpoint_mismatch)', async () => {
+test("a note whose root is not the chain's is refused at start (checkpoint_mismatch)", async () => {
   await gw.stop();
   const bad = signCheckpoint(c, { origin: ORIGIN, size: N, root: tree.root(N - 1), extensions: [] }, fixture.signer);
   writeFileSync(join(dir, 'checkpoint.note'), bad);

@@ -83,7 +83,7 @@ async function checkpointOf(base: string): Promise<{ note: string; size: number;
   return { note, size: checkpoint.size, root: checkpoint.root };
 }
 
-test('the authority\'s checkpoints: every block proven included, and the older checkpoint a prefix of the newer', async () => {
+test("the authority's checkpoints: every block proven included, and the older checkpoint a prefix of the newer", async () => {
   for (let i = 1; i <= 3; i++) await submit(i);
   first = await checkpointOf(authority.url);
   assert.is(first.size, 4);
@@ -106,7 +106,7 @@ test('the authority\'s checkpoints: every block proven included, and the older c
   assert.ok(verifyConsistency(c, first.size, second.size, first.root, second.root, cons.proof.map(b64)));
 });
 
-test('Go\'s sumdb/note and sumdb/tlog accept the note and every proof over HTTP, and refuse a flipped byte', async () => {
+test("Go's sumdb/note and sumdb/tlog accept the note and every proof over HTTP, and refuse a flipped byte", async () => {
   const run = buildCheckNote(work);
   const { entries } = await recompute(authority.url, second!.size);
   const inclusion = [];
@@ -115,7 +115,11 @@ test('Go\'s sumdb/note and sumdb/tlog accept the note and every proof over HTTP,
     inclusion.push({ index: i, size: second!.size, leaf_entry_b64: base64Encode(entries[i]!), proof: p.proof, root_b64: base64Encode(second!.root) });
   }
   const consistency = [];
-  for (const [from, to, oldRoot] of [[first!.size, second!.size, first!.root], [1, second!.size, null], [7, second!.size, null]] as const) {
+  for (const [from, to, oldRoot] of [
+    [first!.size, second!.size, first!.root],
+    [1, second!.size, null],
+    [7, second!.size, null],
+  ] as const) {
     const p = await json(authority.url, `/v1/proof/consistency?from=${from}&to=${to}`);
     const old = oldRoot ?? (await recompute(authority.url, from)).tree.root(from);
     consistency.push({ from, to, old_root: base64Encode(old), new_root: base64Encode(second!.root), proof: p.proof });
@@ -140,7 +144,7 @@ test('Go\'s sumdb/note and sumdb/tlog accept the note and every proof over HTTP,
   assert.is(run({ ...input, consistency: badConsistency }).status, 1);
 });
 
-test('a mirror\'s tree follows its sync: same checkpoint, proofs and tiles as the authority\'s', async () => {
+test("a mirror's tree follows its sync: same checkpoint, proofs and tiles as the authority's", async () => {
   mirror = await live.startMirror(join(work, 'm'));
   await until('the mirror at 10 blocks', async () => (await json(mirror.url, '/readyz')).chain?.size === 10);
   assert.is((await checkpointOf(mirror.url)).note, second!.note);

@@ -45,12 +45,18 @@ for (let i = 0; i < 40; i++) tree.append(c.digest!('sha256', utf8(`entry ${i}`))
 const fork = new MerkleTree(c);
 for (let i = 0; i < 40; i++) fork.append(c.digest!('sha256', utf8(i < 9 ? `entry ${i}` : `forked ${i}`)));
 
-const noteOf = (size: number, t = tree, signer = logSigner, origin = ORIGIN) =>
-  signCheckpoint(c, { origin, size, root: t.root(size), extensions: [] }, signer);
+const noteOf = (size: number, t = tree, signer = logSigner, origin = ORIGIN) => signCheckpoint(c, { origin, size, root: t.root(size), extensions: [] }, signer);
 const body = (old: number, size: number, t = tree, signer = logSigner) =>
   formatAddCheckpoint(old, old > 0 && old < size ? t.consistencyProof(old, size) : [], noteOf(size, t, signer));
 
-interface Witnessed { gw: GatewayProcess; name: string; key: string; vkey: string; dir: string; config: string }
+interface Witnessed {
+  gw: GatewayProcess;
+  name: string;
+  key: string;
+  vkey: string;
+  dir: string;
+  config: string;
+}
 const witnesses: Witnessed[] = [];
 let origin: OriginServer;
 
@@ -99,7 +105,12 @@ test.after(async () => {
 
 test('config: witness and authority.witnesses/policy_file, their defaults and refusals', () => {
   const d = resolveConfig(parse(`public_url: https://w.example.org/\nwitness: {key_file: k.pem, logs: [{vkey: "${LOG_VKEY}"}]}`), '/etc/vouch', null);
-  assert.equal(d.witness, { key_file: '/etc/vouch/k.pem', name: 'w.example.org/witness', state_file: '/etc/vouch/var/witness-state.json', logs: [{ vkey: LOG_VKEY, origin: null, url: null }] });
+  assert.equal(d.witness, {
+    key_file: '/etc/vouch/k.pem',
+    name: 'w.example.org/witness',
+    state_file: '/etc/vouch/var/witness-state.json',
+    logs: [{ vkey: LOG_VKEY, origin: null, url: null }],
+  });
   const a = resolveConfig(parse('authority: {witnesses: [{url: "http://127.0.0.1:1/", vkey: "w+01234567+BAAA"}], policy_file: p.txt}'), '/etc/vouch', null);
   assert.equal(a.authority?.witnesses, [{ url: 'http://127.0.0.1:1', vkey: 'w+01234567+BAAA' }]);
   assert.is(a.authority?.policy_file, '/etc/vouch/p.txt');
@@ -117,7 +128,7 @@ test('config: witness and authority.witnesses/policy_file, their defaults and re
   }
 });
 
-test('a witness cosigns a consistent checkpoint and refuses everything else with the spec\'s status', async () => {
+test("a witness cosigns a consistent checkpoint and refuses everything else with the spec's status", async () => {
   const w = await startWitness(1, [{ vkey: LOG_VKEY }]);
   const pub = rawPublicKey(readKeyFile(w.key));
 
@@ -205,7 +216,7 @@ test('a witness cosigns a consistent checkpoint and refuses everything else with
   assert.match(metrics, /vouch_witness_requests_total\{outcome="too_large"\} 1/);
 });
 
-test('signature lines of unknown keys are ignored, repeated or not; a trusted key\'s first line decides (Go\'s note.Open)', async () => {
+test("signature lines of unknown keys are ignored, repeated or not; a trusted key's first line decides (Go's note.Open)", async () => {
   const w = witnesses[0]!;
   const note9 = noteOf(9);
   const text9 = parseNote(note9).text;
@@ -217,10 +228,10 @@ test('signature lines of unknown keys are ignored, repeated or not; a trusted ke
   const withLines = (lines: string) => formatAddCheckpoint(9, [], text9 + '\n' + lines);
   const cases: [string, string, number][] = [
     ['the same unknown-key line twice', mine + unknownLine + unknownLine, 200],
-    ['an unknown-key line three times, before the log\'s', unknownLine.repeat(3) + mine, 200],
-    ['another witness\'s cosignature line twice', mine + cosLine + cosLine, 200],
-    ['the log\'s line, then an invalid one of the same key (dropped unread)', mine + badMine, 200],
-    ['an invalid line of the log\'s key, then its valid one', badMine + mine, 403],
+    ["an unknown-key line three times, before the log's", unknownLine.repeat(3) + mine, 200],
+    ["another witness's cosignature line twice", mine + cosLine + cosLine, 200],
+    ["the log's line, then an invalid one of the same key (dropped unread)", mine + badMine, 200],
+    ["an invalid line of the log's key, then its valid one", badMine + mine, 403],
     ['only unknown keys', unknownLine + unknownLine, 403],
     ['100 lines, repeats counted', mine + unknownLine.repeat(99), 200],
     ['101 lines, repeats counted', mine + unknownLine.repeat(100), 400],
@@ -234,7 +245,7 @@ test('signature lines of unknown keys are ignored, repeated or not; a trusted ke
   assert.is(state.logs[ORIGIN].size, 9);
 });
 
-test('a gateway witnesses its own chain\'s log without configuring it (origin of its note, its pinned key)', async () => {
+test("a gateway witnesses its own chain's log without configuring it (origin of its note, its pinned key)", async () => {
   const w = witnesses[0]!;
   const own = await (await fetch(`${w.gw.url}/checkpoint`)).text();
   const cp = parseCheckpoint(parseNote(own).text);
@@ -307,21 +318,19 @@ test('an authority gets two cosignatures for each checkpoint; /checkpoint serves
   const avkey = verifierKey(c, AUTH_ORIGIN, 0x01, authorityPub);
   const w2 = await startWitness(2, [{ vkey: avkey }]);
   const w3 = await startWitness(3, [{ vkey: avkey }]);
-  policyText = [
-    `log ${avkey}`,
-    `witness W2 ${w2.vkey} ${w2.gw.url}`,
-    `witness W3 ${w3.vkey} ${w3.gw.url}`,
-    'group both 2 W2 W3',
-    'quorum both',
-    '',
-  ].join('\n');
+  policyText = [`log ${avkey}`, `witness W2 ${w2.vkey} ${w2.gw.url}`, `witness W3 ${w3.vkey} ${w3.gw.url}`, 'group both 2 W2 W3', 'quorum both', ''].join('\n');
   writeFileSync(join(work, 'policy.txt'), policyText);
   authorityConfig = writeConfig(join(work, 'a'), {
     listen: { port: 0 },
     chain: { dir: join(work, 'a', 'chain'), origin: AUTH_ORIGIN },
     authority: {
-      key_file: akey, signer: 'witnessed', submit_token_file: join(work, 'submit.token'),
-      witnesses: [{ url: w2.gw.url, vkey: w2.vkey }, { url: w3.gw.url, vkey: w3.vkey }],
+      key_file: akey,
+      signer: 'witnessed',
+      submit_token_file: join(work, 'submit.token'),
+      witnesses: [
+        { url: w2.gw.url, vkey: w2.vkey },
+        { url: w3.gw.url, vkey: w3.vkey },
+      ],
       policy_file: join(work, 'policy.txt'),
     },
     origin: { allow_private: true },
@@ -342,14 +351,14 @@ test('an authority gets two cosignatures for each checkpoint; /checkpoint serves
   const q = checkQuorum(c, policy, note);
   assert.ok(q.ok, q.why);
   assert.is(q.signed.length, 2);
-  const health = await (await fetch(authority.url + '/healthz')).json() as any;
+  const health = (await (await fetch(authority.url + '/healthz')).json()) as any;
   assert.is(health.witnesses.quorum, 'met');
   assert.is(health.witnesses.cosigned_size, 4);
   const metrics = await (await fetch(authority.url + '/metrics')).text();
   assert.match(metrics, /vouch_checkpoint_quorum_met 1/);
   assert.match(metrics, /vouch_cosign_requests_total\{witness="witness\.example\.test\/w2",outcome="cosigned"\} [1-9]/);
   // A lookup with proof=1 carries the same cosigned checkpoint.
-  const looked = await (await fetch(`${authority.url}/v1/endorsement?url=${encodeURIComponent(origin.url('/a-3.tgz'))}&proof=1`)).json() as any;
+  const looked = (await (await fetch(`${authority.url}/v1/endorsement?url=${encodeURIComponent(origin.url('/a-3.tgz'))}&proof=1`)).json()) as any;
   assert.is(cosignatureLines(looked.proof.checkpoint).length, 2, looked.proof.checkpoint);
   // The witnesses recorded the chain's tree.
   for (const w of [w2, w3]) {
@@ -371,7 +380,8 @@ test('after a restart the authority serves the cosigned checkpoint again, and th
     return parseCheckpoint(parseNote(t).text).size === 5 && cosignatureLines(t).length === 2;
   });
   const metrics = await (await fetch(authority.url + '/metrics')).text();
-  const count = (outcome: string) => [...metrics.matchAll(new RegExp(`^vouch_cosign_requests_total\\{[^}]*outcome="${outcome}"[^}]*\\} (\\d+)$`, 'gm'))].map((m) => Number(m[1]));
+  const count = (outcome: string) =>
+    [...metrics.matchAll(new RegExp(`^vouch_cosign_requests_total\\{[^}]*outcome="${outcome}"[^}]*\\} (\\d+)$`, 'gm'))].map((m) => Number(m[1]));
   assert.equal(count('conflict'), [0, 0], metrics);
   assert.equal(count('cosigned'), [1, 1], metrics);
 });
@@ -385,7 +395,7 @@ test('quorum unmet: /checkpoint still serves the note, /healthz and /metrics say
     return parseCheckpoint(parseNote(t).text).size === 6 && cosignatureLines(t).length === 1 ? t : null;
   });
   assert.not.ok(checkQuorum(c, parsePolicy(c, policyText), parseNote(text)).ok);
-  const health = await (await fetch(authority.url + '/healthz')).json() as any;
+  const health = (await (await fetch(authority.url + '/healthz')).json()) as any;
   assert.is(health.witnesses.quorum, 'unmet');
   assert.match(await (await fetch(authority.url + '/metrics')).text(), /vouch_checkpoint_quorum_met 0/);
   w3.gw = await startGatewayProcess(['--config', w3.config]);
@@ -393,15 +403,19 @@ test('quorum unmet: /checkpoint still serves the note, /healthz and /metrics say
 
 test('a mirror is a witness of the chain it mirrors: the authority gets its cosignature', async () => {
   const live = await PushingAuthority.start(work, {
-    signer: 'mirrored', token, keyFile: join(work, 'mirrored.pem'), dir: join(work, 'ma'),
-    chain: { origin: 'mirrored.example.test/chain' }, authority: { witnesses: [] },
+    signer: 'mirrored',
+    token,
+    keyFile: join(work, 'mirrored.pem'),
+    dir: join(work, 'ma'),
+    chain: { origin: 'mirrored.example.test/chain' },
+    authority: { witnesses: [] },
   });
   const mkey = join(work, 'mirror-witness.pem');
   createKeyFile(mkey);
   const mname = 'mirror.example.test/witness';
   try {
     await submit(live.authority, '/m-1.tgz', '1.0.0');
-    await until('the push', async () => (await fetch(`${live.authority.url}/readyz`).then((r) => r.json()) as any).push?.backlog === 0);
+    await until('the push', async () => ((await fetch(`${live.authority.url}/readyz`).then((r) => r.json())) as any).push?.backlog === 0);
     const mirror = await live.startMirror(join(work, 'mm'), {
       syncInterval: 0.5,
       privateOrigins: false,
@@ -411,7 +425,7 @@ test('a mirror is a witness of the chain it mirrors: the authority gets its cosi
     assert.ok(mirror.stdout().includes(`witness: ${mvkey}`));
     const a = await live.restart({ witnesses: [{ url: mirror.url, vkey: mvkey }] });
     await submit(a, '/m-2.tgz', '2.0.0');
-    const text = await until('the mirror\'s cosignature', async () => {
+    const text = await until("the mirror's cosignature", async () => {
       const t = await (await fetch(a.url + '/checkpoint')).text();
       return parseCheckpoint(parseNote(t).text).size === 3 && t.includes(`— ${mname} `) ? t : null;
     });
@@ -432,31 +446,52 @@ test('start refusals: a witness without its key file, a policy file that does no
     throw new Error(`${name} started`);
   };
   const authorityPart = { key_file: join(work, 'authority.pem'), signer: 'refused', submit_token_file: join(work, 'submit.token') };
-  assert.match(await refused('r1', { chain: { dir: join(work, 'r1', 'chain') }, authority: authorityPart, witness: { key_file: join(work, 'absent.pem') } }), /exited 2[\s\S]*absent\.pem/);
+  assert.match(
+    await refused('r1', { chain: { dir: join(work, 'r1', 'chain') }, authority: authorityPart, witness: { key_file: join(work, 'absent.pem') } }),
+    /exited 2[\s\S]*absent\.pem/,
+  );
   writeFileSync(join(work, 'bad-policy.txt'), 'quorum nobody\n');
-  assert.match(await refused('r2', { chain: { dir: join(work, 'r2', 'chain') }, authority: { ...authorityPart, policy_file: join(work, 'bad-policy.txt') } }), /exited 2[\s\S]*config: authority\.policy_file \S*bad-policy\.txt: policy line 1: /);
-  assert.match(await refused('r2b', { chain: { dir: join(work, 'r2b', 'chain') }, authority: { ...authorityPart, policy_file: join(work, 'absent-policy.txt') } }), /exited 2[\s\S]*config: authority\.policy_file \S*absent-policy\.txt: cannot read it \(ENOENT\)/);
-  assert.match(await refused('r3', { chain: { dir: join(work, 'r3', 'chain') }, authority: { ...authorityPart, witnesses: [{ url: 'http://127.0.0.1:9', vkey: LOG_VKEY }] } }), /exited 2[\s\S]*type 0x04/);
+  assert.match(
+    await refused('r2', { chain: { dir: join(work, 'r2', 'chain') }, authority: { ...authorityPart, policy_file: join(work, 'bad-policy.txt') } }),
+    /exited 2[\s\S]*config: authority\.policy_file \S*bad-policy\.txt: policy line 1: /,
+  );
+  assert.match(
+    await refused('r2b', { chain: { dir: join(work, 'r2b', 'chain') }, authority: { ...authorityPart, policy_file: join(work, 'absent-policy.txt') } }),
+    /exited 2[\s\S]*config: authority\.policy_file \S*absent-policy\.txt: cannot read it \(ENOENT\)/,
+  );
+  assert.match(
+    await refused('r3', {
+      chain: { dir: join(work, 'r3', 'chain') },
+      authority: { ...authorityPart, witnesses: [{ url: 'http://127.0.0.1:9', vkey: LOG_VKEY }] },
+    }),
+    /exited 2[\s\S]*type 0x04/,
+  );
 });
 
 test('a witness that hangs does not delay submits', async () => {
   // Accepts connections and never answers.
   const held: Socket[] = [];
-  const blackhole: Server = createServer((s) => { held.push(s); s.on('error', () => {}); });
+  const blackhole: Server = createServer((s) => {
+    held.push(s);
+    s.on('error', () => {});
+  });
   await new Promise<void>((r) => blackhole.listen(0, '127.0.0.1', r));
   const port = (blackhole.address() as { port: number }).port;
   const hangKey = join(work, 'hang.pem');
   createKeyFile(hangKey);
   const hangVkey = verifierKey(c, 'witness.example.test/hang', 0x04, rawPublicKey(readKeyFile(hangKey)));
-  const config = (witnessed: boolean) => writeConfig(join(work, witnessed ? 'h1' : 'h0'), {
-    listen: { port: 0 },
-    chain: { dir: join(work, witnessed ? 'h1' : 'h0', 'chain'), origin: `latency.example.test/${witnessed}` },
-    authority: {
-      key_file: join(work, 'authority.pem'), signer: 'latency', submit_token_file: join(work, 'submit.token'),
-      ...(witnessed ? { witnesses: [{ url: `http://127.0.0.1:${port}`, vkey: hangVkey }] } : {}),
-    },
-    origin: { allow_private: true },
-  });
+  const config = (witnessed: boolean) =>
+    writeConfig(join(work, witnessed ? 'h1' : 'h0'), {
+      listen: { port: 0 },
+      chain: { dir: join(work, witnessed ? 'h1' : 'h0', 'chain'), origin: `latency.example.test/${witnessed}` },
+      authority: {
+        key_file: join(work, 'authority.pem'),
+        signer: 'latency',
+        submit_token_file: join(work, 'submit.token'),
+        ...(witnessed ? { witnesses: [{ url: `http://127.0.0.1:${port}`, vkey: hangVkey }] } : {}),
+      },
+      origin: { allow_private: true },
+    });
   const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   const measure = async (gw: GatewayProcess, tag: string) => {
     const ms: number[] = [];
@@ -470,7 +505,10 @@ test('a witness that hangs does not delay submits', async () => {
     const withHang = await measure(hung, 'hang');
     assert.ok(held.length >= 1, 'the authority did try the hanging witness');
     // The witness timeout is 5 s: a submit waiting for it would take that long (the machine is shared: a wide margin below it).
-    assert.ok(withHang < Math.max(without * 3, without + 1000), `submit median with a hanging witness ${withHang.toFixed(1)} ms vs ${without.toFixed(1)} ms without`);
+    assert.ok(
+      withHang < Math.max(without * 3, without + 1000),
+      `submit median with a hanging witness ${withHang.toFixed(1)} ms vs ${without.toFixed(1)} ms without`,
+    );
     console.log(`submit median: ${without.toFixed(1)} ms without witnesses, ${withHang.toFixed(1)} ms with a hanging witness`);
   } finally {
     await plain.stop();

@@ -12,7 +12,10 @@ const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 test('written after the current code, in the order added, each once, in one batch per turn', async () => {
   const written: string[] = [];
-  const batch = new AnswerBatch<string>((s) => written.push(s), () => assert.unreachable('nothing fails'));
+  const batch = new AnswerBatch<string>(
+    (s) => written.push(s),
+    () => assert.unreachable('nothing fails'),
+  );
   batch.add('a');
   batch.add('b');
   batch.add('c');
@@ -29,7 +32,10 @@ test('written after the current code, in the order added, each once, in one batc
 
 test('before timers of the next turn: what one I/O phase made is written in the check phase after it', async () => {
   const order: string[] = [];
-  const batch = new AnswerBatch<string>((s) => order.push(s), () => {});
+  const batch = new AnswerBatch<string>(
+    (s) => order.push(s),
+    () => {},
+  );
   await new Promise<void>((resolve) => {
     // From an I/O callback (as a request is), setImmediate runs before a 0 ms timer.
     stat(fileURLToPath(import.meta.url), () => {
@@ -46,10 +52,13 @@ test('before timers of the next turn: what one I/O phase made is written in the 
 test('an item whose write throws goes to failed; the items after it are still written', async () => {
   const written: number[] = [];
   const failed: Array<[number, string]> = [];
-  const batch = new AnswerBatch<number>((n) => {
-    if (n === 2) throw new Error('boom');
-    written.push(n);
-  }, (n, e) => failed.push([n, (e as Error).message]));
+  const batch = new AnswerBatch<number>(
+    (n) => {
+      if (n === 2) throw new Error('boom');
+      written.push(n);
+    },
+    (n, e) => failed.push([n, (e as Error).message]),
+  );
   for (const n of [1, 2, 3]) batch.add(n);
   await turn();
   assert.equal(written, [1, 3]);
@@ -59,14 +68,20 @@ test('an item whose write throws goes to failed; the items after it are still wr
 test('an item whose failed throws too goes to lost; the drain does not throw and the items after it are still written', async () => {
   const written: number[] = [];
   const lost: Array<[number, string]> = [];
-  const batch = new AnswerBatch<number>((n) => {
-    if (n === 2) throw new Error('boom');
-    written.push(n);
-  }, () => {
-    throw new Error('failed failed');
-  }, (n, e) => lost.push([n, (e as Error).message]));
+  const batch = new AnswerBatch<number>(
+    (n) => {
+      if (n === 2) throw new Error('boom');
+      written.push(n);
+    },
+    () => {
+      throw new Error('failed failed');
+    },
+    (n, e) => lost.push([n, (e as Error).message]),
+  );
   let uncaught: unknown = null;
-  const onUncaught = (e: unknown) => { uncaught = e; };
+  const onUncaught = (e: unknown) => {
+    uncaught = e;
+  };
   process.prependListener('uncaughtException', onUncaught);
   try {
     for (const n of [1, 2, 3]) batch.add(n);
@@ -81,10 +96,13 @@ test('an item whose failed throws too goes to lost; the drain does not throw and
 
 test('an item added while the batch is being written goes to the next batch, not lost', async () => {
   const written: string[] = [];
-  const batch = new AnswerBatch<string>((s) => {
-    written.push(s);
-    if (s === 'first') batch.add('added while writing');
-  }, () => {});
+  const batch = new AnswerBatch<string>(
+    (s) => {
+      written.push(s);
+      if (s === 'first') batch.add('added while writing');
+    },
+    () => {},
+  );
   batch.add('first');
   await turn();
   assert.equal(written, ['first']);

@@ -11,11 +11,11 @@ const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now
 function endorse(semver: string, effectiveDate: string, hashChar: string, url = U): Block {
   return pushEndorse(blocks, signer, [{ url, artifactHash: 'sha256:' + hashChar.repeat(64), name: 'acme/lib', semver, license: 'MIT' }], { effectiveDate });
 }
-const b1 = endorse('1.0.0', '2026-01-10', 'a');   // index 1
-const b2 = endorse('1.1.0', '2026-02-01', 'b');   // index 2
-const b3 = endorse('1.0.1', '2026-02-01', 'c');   // index 3: same date as b2, higher index
-const b4 = endorse('2.0.0', '2026-01-20', 'd');   // index 4: newest block, older effective date
-const b5 = endorse('1.1.0', '2026-03-01', 'e');   // index 5: 1.1.0 again (re-signed)
+const b1 = endorse('1.0.0', '2026-01-10', 'a'); // index 1
+const b2 = endorse('1.1.0', '2026-02-01', 'b'); // index 2
+const b3 = endorse('1.0.1', '2026-02-01', 'c'); // index 3: same date as b2, higher index
+const b4 = endorse('2.0.0', '2026-01-20', 'd'); // index 4: newest block, older effective date
+const b5 = endorse('1.1.0', '2026-03-01', 'e'); // index 5: 1.1.0 again (re-signed)
 endorse('9.9.9', '2026-03-01', 'f', 'https://other.example/x'); // another URL
 const r6 = buildRevokeBlock({ prev: blocks[blocks.length - 1]!, target: b5, signer, backend: nodeBackend, now: T0 + 10_000, effectiveDate: '2026-04-01' });
 blocks.push(r6);
@@ -57,11 +57,11 @@ test('semver and at together: both conditions', () => {
 });
 
 test('revocation: from its effective date on, the revoked block no longer serves by default', () => {
-  assert.is(pick({ today: '2026-03-31' }), '5');       // before the revoke's effective date
-  assert.is(pick({ today: '2026-04-01' }), '4');       // revoked: falls back to the next newest
+  assert.is(pick({ today: '2026-03-31' }), '5'); // before the revoke's effective date
+  assert.is(pick({ today: '2026-04-01' }), '4'); // revoked: falls back to the next newest
   assert.is(pick({ semver: '1.1.0', today: '2026-04-02' }), '5 revoked'); // exact semver: returned, flagged
-  assert.is(pick({ at: '2026-03-05', today: '2026-05-01' }), '5');       // at= before the revocation still resolves to it
-  assert.is(pick({ at: '2026-04-05', today: '2026-05-01' }), '3');       // at= after: skips the revoked one
+  assert.is(pick({ at: '2026-03-05', today: '2026-05-01' }), '5'); // at= before the revocation still resolves to it
+  assert.is(pick({ at: '2026-04-05', today: '2026-05-01' }), '3'); // at= after: skips the revoked one
 });
 
 test('the index answers blocks by hash and by unit name', () => {
@@ -70,12 +70,17 @@ test('the index answers blocks by hash and by unit name', () => {
   assert.is(index.versions(U).length, 5);
   assert.is(index.revocationOf(b5, '2026-04-01')?.index, r6.index);
   assert.is(index.revocationOf(b1, '2030-01-01'), null);
-  void b2; void b4;
+  void b2;
+  void b4;
 });
 
 test('a tag named __proto__ survives parsing, so its block still verifies', () => {
   const b = buildEndorseBlock({
-    prev: blocks[0]!, signer, backend: nodeBackend, now: T0 + 1000, tags: JSON.parse('{"__proto__": true, "x": false}'),
+    prev: blocks[0]!,
+    signer,
+    backend: nodeBackend,
+    now: T0 + 1000,
+    tags: JSON.parse('{"__proto__": true, "x": false}'),
     entries: [{ url: U, artifactHash: 'sha256:' + 'a'.repeat(64), name: 'acme/lib', semver: '1.0.0', license: 'MIT' }],
   });
   assert.equal(Object.keys(b.payload.tags).sort(), ['__proto__', 'x']);

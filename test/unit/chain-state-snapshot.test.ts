@@ -168,14 +168,34 @@ test('applyCommitted after a warm start: served at once, in the cache, warm agai
   assert.is(warm.state.index.select(url(100), { today: '2026-01-01' })!.revokedBy, null);
   // A new endorse after the warm start, naming a URL of the image.
   const again = buildEndorseBlock({
-    prev: warm.state.head, signer, backend: nodeBackend, now: T0 + 400_000,
-    entries: [{ url: url(3), artifactHash: blocks[3]!.payload.intent === 'endorse' ? blocks[3]!.payload.endorsements[0]!.artifact_hash : '', name: 'acme/pkg3', semver: '9.9.9', license: 'MIT' }],
+    prev: warm.state.head,
+    signer,
+    backend: nodeBackend,
+    now: T0 + 400_000,
+    entries: [
+      {
+        url: url(3),
+        artifactHash: blocks[3]!.payload.intent === 'endorse' ? blocks[3]!.payload.endorsements[0]!.artifact_hash : '',
+        name: 'acme/pkg3',
+        semver: '9.9.9',
+        license: 'MIT',
+      },
+    ],
   });
   const c3 = await appendSigned(warm.state.repo, [again], buildCheckpoint({ head: again, signer, now: T0 + 401_000 }), T0 + 401_000);
   warm.state.applyCommitted([again], c3.checkpointText, c3.blockTexts);
-  assert.equal(warm.state.index.versions(url(3)).map((v) => v.block.index), [3, 261]);
+  assert.equal(
+    warm.state.index.versions(url(3)).map((v) => v.block.index),
+    [3, 261],
+  );
   const last = await load();
-  assert.equal(last.state.index.versions(url(3)).map((v) => [v.block.index, v.entry.semver]), [[3, '1.3.0'], [261, '9.9.9']]);
+  assert.equal(
+    last.state.index.versions(url(3)).map((v) => [v.block.index, v.entry.semver]),
+    [
+      [3, '1.3.0'],
+      [261, '9.9.9'],
+    ],
+  );
   assert.is(await last.state.recheckFiles(), null);
 });
 
@@ -188,7 +208,10 @@ test('after appends, a new image only every IMAGE_POLICY.blocks blocks, written 
     let prev = state.head;
     for (let k = 0; k < 4; k++) {
       const b = buildEndorseBlock({
-        prev, signer, backend: nodeBackend, now: T0 + 500_000 + k * 1000,
+        prev,
+        signer,
+        backend: nodeBackend,
+        now: T0 + 500_000 + k * 1000,
         entries: [{ url: `https://n.example/${k}.tgz`, artifactHash: 'sha256:' + 'a'.repeat(64), name: 'acme/n', semver: '1.0.0', license: 'MIT' }],
       });
       const c = await appendSigned(state.repo, [b], buildCheckpoint({ head: b, signer, now: T0 + 501_000 + k * 1000 }), T0 + 501_000 + k * 1000);
@@ -221,7 +244,10 @@ test('a cold start that refuses the chain leaves no half-written cache behind', 
   } finally {
     writeFileSync(file, good);
   }
-  assert.equal(readdirSync(join(dir, '.git')).filter((f) => f.endsWith('.tmp')), []);
+  assert.equal(
+    readdirSync(join(dir, '.git')).filter((f) => f.endsWith('.tmp')),
+    [],
+  );
   const r = await load();
   assert.is(r.report.mode, 'cold');
   assert.is(r.state.index.block(20)!.payload.endorsements[0]!.comment, 'build 20');

@@ -6,8 +6,17 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import {
-  canonicalize, verifyChain, payloadMessage, computeRecordHash, checkpointMessage, base64Encode, hexDecode,
-  utf8, artifactHashOf, parseBlock, type CryptoBackend,
+  canonicalize,
+  verifyChain,
+  payloadMessage,
+  computeRecordHash,
+  checkpointMessage,
+  base64Encode,
+  hexDecode,
+  utf8,
+  artifactHashOf,
+  parseBlock,
+  type CryptoBackend,
 } from '../../chain/index.ts';
 import { nobleBackend, nobleSigner } from '../../chain/backend-noble.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
@@ -28,7 +37,8 @@ test('JCS refuses what it cannot represent', () => {
   assert.throws(() => canonicalize({ a: NaN }), /not finite/);
   assert.throws(() => canonicalize({ a: '\ud800' }), /lone surrogate/);
   assert.throws(() => canonicalize({ a: undefined }), /undefined/);
-  const cyclic: any = {}; cyclic.self = cyclic;
+  const cyclic: any = {};
+  cyclic.self = cyclic;
   assert.throws(() => canonicalize(cyclic), /cyclic/);
 });
 

@@ -21,7 +21,10 @@ test('bounded in bytes; the oldest unused entries go first; a used one is kept',
   assert.ok(c.get('k0'), 'a used entry survived the eviction');
   assert.is(c.get('k1'), undefined, 'the oldest unused entry went');
   c.set('k11', entry(250, 11)); // needs three more out: k2, k3, k4 (k0 is marked again, moved)
-  assert.equal(['k2', 'k3', 'k4'].map((k) => c.get(k)), [undefined, undefined, undefined]);
+  assert.equal(
+    ['k2', 'k3', 'k4'].map((k) => c.get(k)),
+    [undefined, undefined, undefined],
+  );
   assert.ok(c.get('k0') && c.get('k5') && c.get('k11'));
   assert.ok(c.byteCount <= 1000);
 });

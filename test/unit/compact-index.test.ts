@@ -7,7 +7,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { ChainIndex, buildAuthorityBlock, buildEndorseBlock, buildRevokeBlock, type Block } from '../../chain/index.ts';
+import { ChainIndex, buildAuthorityBlock, buildRevokeBlock, type Block } from '../../chain/index.ts';
 import { CompactIndex, cyrb53 } from '../../chain/compact-index.ts';
 import { indexFactsOf, type IndexFacts } from '../../chain/index-facts.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
@@ -17,7 +17,12 @@ const signer = testSigner();
 const blocks: Block[] = [buildAuthorityBlock({ signer, backend: nodeBackend, now: T0, uns: 'acme/chain' })];
 function endorse(urls: string[], semver: string, date: string, uns = 'acme/lib'): Block {
   const hash = (k: number) => 'sha256:' + ((blocks.length * 7 + k) % 16).toString(16).repeat(64);
-  return pushEndorse(blocks, signer, urls.map((url, k) => ({ url, artifactHash: hash(k), name: uns, semver, license: 'MIT' })), { effectiveDate: date, uns });
+  return pushEndorse(
+    blocks,
+    signer,
+    urls.map((url, k) => ({ url, artifactHash: hash(k), name: uns, semver, license: 'MIT' })),
+    { effectiveDate: date, uns },
+  );
 }
 const A = 'https://a.example/a.tgz';
 const B = 'https://b.example/b.tgz';
@@ -26,11 +31,16 @@ for (let v = 0; v < 40; v++) endorse([A], `1.0.${v}`, `2026-01-${String(1 + (v %
 endorse([B, C], '2.0.0', '2026-02-01', 'acme/other');
 endorse([C], '2.0.1', '2026-02-02', 'acme/other');
 const revoked = blocks[40]!; // A 1.0.39
-blocks.push(buildRevokeBlock({ prev: blocks[blocks.length - 1]!, target: revoked, signer, backend: nodeBackend, now: T0 + 99_000, effectiveDate: '2026-03-01' }));
+blocks.push(
+  buildRevokeBlock({ prev: blocks[blocks.length - 1]!, target: revoked, signer, backend: nodeBackend, now: T0 + 99_000, effectiveDate: '2026-03-01' }),
+);
 endorse([A], '1.0.40', '2026-01-05');
 
 const reads: number[] = [];
-const reader = (i: number): Block => { reads.push(i); return structuredClone(blocks[i]!); };
+const reader = (i: number): Block => {
+  reads.push(i);
+  return structuredClone(blocks[i]!);
+};
 
 function build(options: ConstructorParameters<typeof ChainIndex>[0] = {}): ChainIndex {
   const idx = new ChainIndex({ reader, ...options });
@@ -45,29 +55,53 @@ function answers(idx: ChainIndex): unknown {
     return s && { i: s.block.index, url: s.entry.artifact_url, semver: s.entry.semver, revokedBy: s.revokedBy?.index ?? null };
   };
   return {
-    size: idx.size, head: idx.head!.record_hash, authority: idx.authority!.index,
+    size: idx.size,
+    head: idx.head!.record_hash,
+    authority: idx.authority!.index,
     versionsA: idx.versions(A).map((v) => [v.block.index, v.entry.semver]),
     versionsB: idx.versions(B).map((v) => v.block.index),
     versionsC: idx.versions(C).map((v) => [v.block.index, v.entry.artifact_url]),
     none: idx.versions('https://nowhere.example/x').length,
-    selA: sel(A, {}), selA39: sel(A, { semver: '1.0.39' }), selAat: sel(A, { at: '2026-01-03' }),
-    selC: sel(C, {}), selB: sel(B, {}),
-    names: idx.blockIndexesOf('acme/other'), lib: idx.blocksOf('acme/lib').length, noName: idx.blocksOf('x/y').length,
-    byHash: idx.blockByHash(blocks[41]!.record_hash)?.index, noHash: idx.blockByHash('0'.repeat(64)) ?? null,
+    selA: sel(A, {}),
+    selA39: sel(A, { semver: '1.0.39' }),
+    selAat: sel(A, { at: '2026-01-03' }),
+    selC: sel(C, {}),
+    selB: sel(B, {}),
+    names: idx.blockIndexesOf('acme/other'),
+    lib: idx.blocksOf('acme/lib').length,
+    noName: idx.blocksOf('x/y').length,
+    byHash: idx.blockByHash(blocks[41]!.record_hash)?.index,
+    noHash: idx.blockByHash('0'.repeat(64)) ?? null,
     badHash: idx.blockByHash('zz') ?? null,
-    revocation: idx.revocationOf(revoked, '2026-03-15')?.index ?? null, notYet: idx.revocationOf(revoked, '2026-02-15'),
+    revocation: idx.revocationOf(revoked, '2026-03-15')?.index ?? null,
+    notYet: idx.revocationOf(revoked, '2026-02-15'),
   };
 }
 
 const expected = {
-  size: 45, head: blocks[44]!.record_hash, authority: 0,
+  size: 45,
+  head: blocks[44]!.record_hash,
+  authority: 0,
   versionsA: [...Array.from({ length: 40 }, (_, v) => [v + 1, `1.0.${v}`]), [44, '1.0.40']],
-  versionsB: [41], versionsC: [[41, C], [42, C]], none: 0,
+  versionsB: [41],
+  versionsC: [
+    [41, C],
+    [42, C],
+  ],
+  none: 0,
   selA: { i: 44, url: A, semver: '1.0.40', revokedBy: null },
   selA39: { i: 40, url: A, semver: '1.0.39', revokedBy: 43 },
   selAat: { i: 31, url: A, semver: '1.0.30', revokedBy: null },
-  selC: { i: 42, url: C, semver: '2.0.1', revokedBy: null }, selB: { i: 41, url: B, semver: '2.0.0', revokedBy: null },
-  names: [41, 42], lib: 41, noName: 0, byHash: 41, noHash: null, badHash: null, revocation: 43, notYet: null,
+  selC: { i: 42, url: C, semver: '2.0.1', revokedBy: null },
+  selB: { i: 41, url: B, semver: '2.0.0', revokedBy: null },
+  names: [41, 42],
+  lib: 41,
+  noName: 0,
+  byHash: 41,
+  noHash: null,
+  badHash: null,
+  revocation: 43,
+  notYet: null,
 };
 
 test('answers as the chain says, reading blocks on demand', () => {
@@ -168,8 +202,13 @@ test('200,000 synthetic facts: built, imaged and read back quickly, compact', ()
   const idx = new CompactIndex();
   for (let i = 0; i < 200_000; i++) {
     const f: IndexFacts = {
-      recordHash: hex(i * 2654435761 >>> 0).slice(0, 56) + hex(i).slice(0, 8), intent: i === 0 ? 'authority' : 'endorse', effectiveDate: '2026-01-01',
-      uns: `acme/n${i % 997}`, urls: i === 0 ? [] : [`https://a.example/pkg/${i % 997}/artifact-${i}.tgz`], target: null, voids: null,
+      recordHash: hex((i * 2654435761) >>> 0).slice(0, 56) + hex(i).slice(0, 8),
+      intent: i === 0 ? 'authority' : 'endorse',
+      effectiveDate: '2026-01-01',
+      uns: `acme/n${i % 997}`,
+      urls: i === 0 ? [] : [`https://a.example/pkg/${i % 997}/artifact-${i}.tgz`],
+      target: null,
+      voids: null,
     };
     idx.add(f);
   }
@@ -183,7 +222,7 @@ test('200,000 synthetic facts: built, imaged and read back quickly, compact', ()
   assert.ok(image.length < 200_000 * 120, `image of ${image.length} bytes`);
   for (const i of [1, 777, 123_456, 199_999]) {
     assert.equal(back.urlCandidates(`https://a.example/pkg/${i % 997}/artifact-${i}.tgz`), [i, 0]);
-    assert.is(back.indexOfHash(hex(i * 2654435761 >>> 0).slice(0, 56) + hex(i).slice(0, 8)), i);
+    assert.is(back.indexOfHash(hex((i * 2654435761) >>> 0).slice(0, 56) + hex(i).slice(0, 8)), i);
   }
   assert.is(back.blocksOfName('acme/n5').length, Math.floor((199_999 - 5) / 997) + 1);
   assert.equal(back.urlCandidates('https://a.example/none'), []);

@@ -13,7 +13,12 @@ import { repoRoot } from '../helpers/vectors.ts';
 
 /** GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens. */
 export function slugify(heading: string): string {
-  return heading.trim().toLowerCase().replace(/<[^>]*>/g, '').replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-');
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/<[^>]*>/g, '')
+    .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+    .replace(/\s/g, '-');
 }
 
 /** The text of a Markdown file without its fenced code blocks. */
@@ -60,7 +65,10 @@ test('every relative link and anchor in the docs resolves', () => {
       const [path, fragment] = target.split('#', 2) as [string, string | undefined];
       const dest = path === '' ? file : resolve(dirname(file), decodeURIComponent(path));
       const where = `${relative(repoRoot, file)}: ${target}`;
-      if (!existsSync(dest)) { broken.push(`${where} (no such file)`); continue; }
+      if (!existsSync(dest)) {
+        broken.push(`${where} (no such file)`);
+        continue;
+      }
       if (fragment !== undefined && fragment !== '' && dest.endsWith('.md') && !anchorsOf(dest).has(fragment)) broken.push(`${where} (no such heading)`);
     }
   }

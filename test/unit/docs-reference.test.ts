@@ -27,7 +27,8 @@ test('the pages hold the catalogues: every error code with its HTTP status, ever
   for (const code of Object.keys(ERROR_CATALOGUE) as (keyof typeof HTTP_STATUS)[]) {
     assert.match(pages['errors.md']!, new RegExp(`^\\| \`${code}\` \\| [a-z]+ \\| ${HTTP_STATUS[code]} \\|`, 'm'), code);
   }
-  for (const cmd of ['keygen', 'init', 'endorse', 'verify', 'check', 'serve', 'get', 'root init']) assert.ok(pages['cli.md']!.includes(`## vouch ${cmd}\n`), cmd);
+  for (const cmd of ['keygen', 'init', 'endorse', 'verify', 'check', 'serve', 'get', 'root init'])
+    assert.ok(pages['cli.md']!.includes(`## vouch ${cmd}\n`), cmd);
   assert.ok(pages['configuration.md']!.includes('| `origin.allow_private` | true or false | `false` |'));
   assert.ok(pages['metrics.md']!.includes('`vouch_http_requests_total`'));
   assert.ok(JSON.parse(pages['openapi.json']!).paths['/v1/download'], 'the OpenAPI document has /v1/download');

@@ -66,7 +66,12 @@ test('an append fsyncs its objects, their directories and the branch before it r
   const chain = buildLongChain(6);
   const dir = join(work, 'chain');
   const files = (from: number, to: number) => chain.blocks.slice(from, to).map((b) => ({ index: b.index, content: formatBlockFile(b) }));
-  await ChainRepo.init(dir, files(0, 5), formatCheckpointFile({ ...chain.checkpoint, size: 5, head: chain.blocks[4]!.record_hash }), commitFor(chain.blocks.slice(0, 5), Date.now()));
+  await ChainRepo.init(
+    dir,
+    files(0, 5),
+    formatCheckpointFile({ ...chain.checkpoint, size: 5, head: chain.blocks[4]!.record_hash }),
+    commitFor(chain.blocks.slice(0, 5), Date.now()),
+  );
   const repo = await ChainRepo.open(dir);
   let resolvedAt = -1;
   const events = await recording(async () => {
@@ -80,7 +85,10 @@ test('an append fsyncs its objects, their directories and the branch before it r
   const at = (pred: (e: Event) => boolean) => events.findIndex(pred);
   const refMove = at((e) => e.op === 'rename' && e.to === branch);
   assert.ok(refMove >= 0, 'the branch was not moved by a rename');
-  const objectRenames = events.map((e, i) => ({ e, i })).filter(({ e }) => e.op === 'rename' && e.to.startsWith(objectsDir + '/')) as { e: Extract<Event, { op: 'rename' }>; i: number }[];
+  const objectRenames = events.map((e, i) => ({ e, i })).filter(({ e }) => e.op === 'rename' && e.to.startsWith(objectsDir + '/')) as {
+    e: Extract<Event, { op: 'rename' }>;
+    i: number;
+  }[];
   assert.ok(objectRenames.length >= 5, `expected the blob, checkpoint, trees and commit; got ${objectRenames.length} object renames`);
   for (const { e, i } of objectRenames) {
     assert.ok(i < refMove, `${e.to} was named after the branch moved`);
@@ -101,7 +109,12 @@ test('a new object fan-out directory is made durable in objects/ too', async () 
   const chain = buildLongChain(3);
   const dir = join(work, 'fresh');
   const files = (from: number, to: number) => chain.blocks.slice(from, to).map((b) => ({ index: b.index, content: formatBlockFile(b) }));
-  await ChainRepo.init(dir, files(0, 2), formatCheckpointFile({ ...chain.checkpoint, size: 2, head: chain.blocks[1]!.record_hash }), commitFor(chain.blocks.slice(0, 2), Date.now()));
+  await ChainRepo.init(
+    dir,
+    files(0, 2),
+    formatCheckpointFile({ ...chain.checkpoint, size: 2, head: chain.blocks[1]!.record_hash }),
+    commitFor(chain.blocks.slice(0, 2), Date.now()),
+  );
   // init makes the 256 fan-out directories; git's gc removes empty ones, as here: the append must make them again, durably.
   for (const d of readdirSync(join(dir, '.git', 'objects'))) if (/^[0-9a-f]{2}$/.test(d)) rmdirSync(join(dir, '.git', 'objects', d));
   const repo = await ChainRepo.open(dir);
@@ -119,7 +132,12 @@ test('init writes its objects as one pack, fsynced, with its index, before the b
   const chain = buildLongChain(3);
   const dir = join(work, 'init-pack');
   const events = await recording(async () => {
-    await ChainRepo.init(dir, chain.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })), formatCheckpointFile(chain.checkpoint), commitFor(chain.blocks, Date.now()));
+    await ChainRepo.init(
+      dir,
+      chain.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+      formatCheckpointFile(chain.checkpoint),
+      commitFor(chain.blocks, Date.now()),
+    );
   });
   const packDir = join(dir, '.git', 'objects', 'pack');
   const branch = join(dir, '.git', 'refs', 'heads', 'main');
@@ -133,7 +151,10 @@ test('init writes its objects as one pack, fsynced, with its index, before the b
     const synced = events.findIndex((x, j) => j < k && x.op === 'fsync' && x.path === e.from);
     assert.ok(synced >= 0, `${e.from} was not fsynced before it was named ${e.to}`);
   }
-  assert.ok(events.findIndex((e, k) => k > idx && k < refMove && e.op === 'fsync' && e.path === packDir) >= 0, 'objects/pack was not fsynced before the branch moved');
+  assert.ok(
+    events.findIndex((e, k) => k > idx && k < refMove && e.op === 'fsync' && e.path === packDir) >= 0,
+    'objects/pack was not fsynced before the branch moved',
+  );
   const objectRenames = events.filter((e) => e.op === 'rename' && e.to.startsWith(join(dir, '.git', 'objects')) && !e.to.startsWith(packDir));
   assert.equal(objectRenames, [], 'no loose object');
 });

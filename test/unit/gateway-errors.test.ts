@@ -21,7 +21,7 @@ import { defaultConfig } from '../../gateway/config.ts';
 import type { GatewayContext } from '../../gateway/context.ts';
 import { repoRoot } from '../helpers/vectors.ts';
 
-test('the HTTP contract\'s status table (docs/spec/http.md), the error catalogue and the gateway\'s statuses agree, both ways', () => {
+test("the HTTP contract's status table (docs/spec/http.md), the error catalogue and the gateway's statuses agree, both ways", () => {
   const spec = readFileSync(join(repoRoot, 'docs', 'spec', 'http.md'), 'utf8');
   const section = spec.slice(spec.indexOf('## Status codes'));
   const rows = [...section.matchAll(/^\| (\d{3}) \| `([a-z_]+)` \|/gm)].map((m) => [Number(m[1]), m[2] as ErrorCode] as const);
@@ -30,7 +30,11 @@ test('the HTTP contract\'s status table (docs/spec/http.md), the error catalogue
     assert.ok(code in ERROR_CATALOGUE, `docs/spec/http.md lists unknown code ${code}`);
     assert.is(HTTP_STATUS[code], status, `docs/spec/http.md says ${code} is ${status}`);
   }
-  for (const code of PUBLIC_CODES) assert.ok(rows.some(([, c]) => c === code), `${code} is missing from the table in docs/spec/http.md`);
+  for (const code of PUBLIC_CODES)
+    assert.ok(
+      rows.some(([, c]) => c === code),
+      `${code} is missing from the table in docs/spec/http.md`,
+    );
 });
 
 let server: Server;
@@ -39,10 +43,20 @@ const logged: string[] = [];
 const ctx: GatewayContext = {
   config: defaultConfig('/nonexistent'),
   state: {
-    index: { select: () => { throw new Error('disk on fire at /secret/path'); } },
-    get authority(): never { throw new VouchError('io_error', 'cannot read /secret/path/blocks/000/000/000000000.json'); },
+    index: {
+      select: () => {
+        throw new Error('disk on fire at /secret/path');
+      },
+    },
+    get authority(): never {
+      throw new VouchError('io_error', 'cannot read /secret/path/blocks/000/000/000000000.json');
+    },
   } as any,
-  artifacts: { obtain: async () => { throw new Error('boom'); } },
+  artifacts: {
+    obtain: async () => {
+      throw new Error('boom');
+    },
+  },
   submitter: null,
   submitTokenHash: null,
   vibecode: { spec: 'x', skills: [] },
@@ -62,7 +76,7 @@ test('an unexpected exception is a 500 internal_error JSON answer without detail
   for (const path of ['/v1/endorsement?url=https%3A%2F%2Fa.example%2Fx', '/v1/authority']) {
     const r = await fetch(base + path);
     assert.is(r.status, 500);
-    const j = await r.json() as any;
+    const j = (await r.json()) as any;
     assert.equal([j.success, j.status, j.message], [false, 'internal_error', 'internal error']);
     assert.not.match(JSON.stringify(j), /secret|fire|at \//);
   }
@@ -70,17 +84,29 @@ test('an unexpected exception is a 500 internal_error JSON answer without detail
   assert.is(d.status, 500);
   assert.is((await d.arrayBuffer()).byteLength, 0);
   assert.is((await fetch(base + '/nope')).status, 404);
-  assert.ok(logged.some((l) => l.includes('disk on fire')), 'the cause was not logged for the operator');
+  assert.ok(
+    logged.some((l) => l.includes('disk on fire')),
+    'the cause was not logged for the operator',
+  );
 });
 
 test('submit on a gateway without an authority is 404 JSON', async () => {
   const r = await fetch(base + '/v1/submit', { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
   assert.is(r.status, 404);
-  assert.is((await r.json() as any).status, 'not_found');
+  assert.is(((await r.json()) as any).status, 'not_found');
 });
 
 test('Accept: the most specific matching range decides', () => {
-  const yes = [undefined, '', '*/*', 'application/json', 'application/*', 'text/html, application/json;q=0.1', 'application/problem+json', 'application/json; charset=utf-8'];
+  const yes = [
+    undefined,
+    '',
+    '*/*',
+    'application/json',
+    'application/*',
+    'text/html, application/json;q=0.1',
+    'application/problem+json',
+    'application/json; charset=utf-8',
+  ];
   const no = ['text/html', 'text/*', 'application/json;q=0', 'application/json;q=0, */*', 'image/png, text/plain', '*/*;q=0'];
   for (const a of yes) assert.ok(acceptsJson(a), `should accept ${a}`);
   for (const a of no) assert.not.ok(acceptsJson(a), `should refuse ${a}`);
@@ -94,11 +120,15 @@ test('rawHeader reads a header as req.headers would: any case, repeated fields j
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const port = (server.address() as AddressInfo).port;
-  const send = (headers: string[]) => new Promise<void>((resolve, reject) => {
-    const req = httpRequest({ host: '127.0.0.1', port, path: '/', headers: ['Host', `127.0.0.1:${port}`, ...headers] }, (res) => { res.resume(); res.on('end', () => resolve()); });
-    req.on('error', reject);
-    req.end();
-  });
+  const send = (headers: string[]) =>
+    new Promise<void>((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port, path: '/', headers: ['Host', `127.0.0.1:${port}`, ...headers] }, (res) => {
+        res.resume();
+        res.on('end', () => resolve());
+      });
+      req.on('error', reject);
+      req.end();
+    });
   try {
     await send(['ACCEPT', 'text/html', 'Accept', 'application/json;q=0.5']);
     await send(['accept', '*/*']);
@@ -107,7 +137,14 @@ test('rawHeader reads a header as req.headers would: any case, repeated fields j
     server.close();
   }
   assert.is(seen.length, 3, 'every request reached the handler');
-  assert.equal(seen.map((x) => x.raw), [['text/html, application/json;q=0.5', undefined], ['*/*', undefined], [undefined, undefined]]);
+  assert.equal(
+    seen.map((x) => x.raw),
+    [
+      ['text/html, application/json;q=0.5', undefined],
+      ['*/*', undefined],
+      [undefined, undefined],
+    ],
+  );
   for (const x of seen) assert.equal(x.raw, x.parsed);
 });
 

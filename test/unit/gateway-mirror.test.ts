@@ -43,7 +43,9 @@ function setup(mirrorOptions: MirrorOptions = {}, maxConcurrent?: number) {
 
 function files(dir: string): string[] {
   if (!existsSync(dir)) return [];
-  return readdirSync(dir, { recursive: true, withFileTypes: true }).filter((d) => d.isFile()).map((d) => join(d.parentPath ?? d.path, d.name));
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((d) => d.isFile())
+    .map((d) => join(d.parentPath ?? d.path, d.name));
 }
 
 async function failure(p: Promise<unknown>): Promise<VouchError> {
@@ -147,7 +149,10 @@ test('a large tampered artifact (spooled) -> hash_mismatch, spool file removed, 
   const e = await failure(vf.obtain(origin.url('/big-tampered'), digestOf(p)));
   assert.is(e.code, 'hash_mismatch');
   assert.equal(files(spoolDir), []);
-  assert.equal(files(diskDir).filter((f) => !f.includes(`${join(diskDir, 'tmp')}`)), []);
+  assert.equal(
+    files(diskDir).filter((f) => !f.includes(`${join(diskDir, 'tmp')}`)),
+    [],
+  );
   assert.is(mirror.stats().disk.entries, 0);
 });
 
@@ -159,7 +164,12 @@ test('origin failures come through with their codes and leave no temp file', asy
   origin.route('/f-reset', { body: p, reset: 2 * MiB });
   origin.route('/f-404', { status: 404 });
   origin.route('/f-chunked-trunc', { body: p, contentLength: 'none', truncate: 4 * MiB });
-  for (const [path, code] of [['/f-trunc', 'origin_error'], ['/f-reset', 'origin_error'], ['/f-404', 'origin_error'], ['/f-chunked-trunc', 'origin_error']] as const) {
+  for (const [path, code] of [
+    ['/f-trunc', 'origin_error'],
+    ['/f-reset', 'origin_error'],
+    ['/f-404', 'origin_error'],
+    ['/f-chunked-trunc', 'origin_error'],
+  ] as const) {
     const e = await failure(vf.obtain(origin.url(path), h));
     assert.is(e.code, code, path);
     assert.equal(files(spoolDir), [], `no temp file after ${path}`);
@@ -286,7 +296,7 @@ test('aborting 1 of 2 waiters does not cancel the origin request', async () => {
   const b = vf.obtain(origin.url('/shared'), hash, { signal: patient.signal });
   await origin.waitForRequests('/shared');
   impatient.abort(new Error('gone'));
-  assert.is((await rejection(a) as Error).message, 'gone');
+  assert.is(((await rejection(a)) as Error).message, 'gone');
   const got = await b;
   assert.ok(got.artifact.bytes!.equals(body));
   assert.is(origin.requests('/shared'), 1);
@@ -316,9 +326,15 @@ test('distinct origin fetches are bounded (excess waits)', async () => {
   await sleep(60);
   assert.is(vf.stats().active, 2);
   assert.is(vf.stats().queued, 3);
-  assert.is(bodies.reduce((n, b) => n + origin.requests(`/queue-${b}`), 0), 2);
+  assert.is(
+    bodies.reduce((n, b) => n + origin.requests(`/queue-${b}`), 0),
+    2,
+  );
   const done = await Promise.all(all);
-  assert.equal(done.map((d) => d.artifact.bytes!.toString()), bodies);
+  assert.equal(
+    done.map((d) => d.artifact.bytes!.toString()),
+    bodies,
+  );
   assert.is(vf.stats().active, 0);
 });
 
@@ -384,7 +400,10 @@ test('disk tier: a corrupted file is re-hashed, deleted and refetched; never ser
   origin.route('/corrupt-small', { body: small });
   const hb = digestOf(big);
   const hs = digestOf(small);
-  const pathOf = (h: string) => { const hex = h.slice(7); return join(diskDir, 'sha256', hex.slice(0, 2), hex); };
+  const pathOf = (h: string) => {
+    const hex = h.slice(7);
+    return join(diskDir, 'sha256', hex.slice(0, 2), hex);
+  };
   {
     const { vf } = setup({ memoryBytes: 4 * MiB, diskDir });
     (await vf.obtain(origin.url('/corrupt-big'), hb)).artifact.release();

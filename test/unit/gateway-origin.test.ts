@@ -87,7 +87,12 @@ test('non-2xx final status -> origin_error naming the status', async () => {
   origin.route('/missing', { status: 404, body: 'nope' });
   origin.route('/broken', { status: 500, body: 'boom' });
   origin.route('/nocontent', { status: 304 });
-  for (const [path, status] of [['/missing', 404], ['/broken', 500], ['/nocontent', 304], ['/unregistered', 404]] as const) {
+  for (const [path, status] of [
+    ['/missing', 404],
+    ['/broken', 500],
+    ['/nocontent', 304],
+    ['/unregistered', 404],
+  ] as const) {
     const e = await failure(fetcher.fetch(origin.url(path)));
     assert.is(e.code, 'origin_error', path);
     assert.ok(e.message.includes(`HTTP ${status}`), e.message);
@@ -168,7 +173,11 @@ test('size cap: a body without length that streams past the cap errors', async (
   const res = await fetcher.fetch(origin.url('/streamed-big'));
   assert.is(res.contentLength, null);
   let got = 0;
-  const e = await failure((async () => { for await (const c of res.body) got += (c as Buffer).length; })());
+  const e = await failure(
+    (async () => {
+      for await (const c of res.body) got += (c as Buffer).length;
+    })(),
+  );
   assert.is(e.code, 'too_large');
   assert.ok(got <= 1024 * 1024, `never more than maxBytes delivered: ${got}`);
   await origin.waitForClientClose('/streamed-big');
@@ -278,20 +287,50 @@ test('an already aborted signal never reaches the origin', async () => {
 
 test('classification of addresses (no packets: pure)', () => {
   const cases: Array<[string, string]> = [
-    ['127.0.0.1', 'loopback'], ['127.255.0.9', 'loopback'], ['::1', 'loopback'],
-    ['10.1.2.3', 'private'], ['172.16.0.1', 'private'], ['172.31.255.255', 'private'], ['192.168.1.1', 'private'],
-    ['172.32.0.1', 'public'], ['172.15.255.255', 'public'], ['8.8.8.8', 'public'], ['93.184.216.34', 'public'],
-    ['169.254.169.254', 'link-local'], ['fe80::1', 'link-local'], ['febf::1', 'link-local'],
-    ['fc00::1', 'private'], ['fd12:3456::1', 'private'],
-    ['0.0.0.0', 'unspecified'], ['::', 'unspecified'], ['0.1.2.3', 'unspecified'],
-    ['100.64.0.1', 'shared'], ['100.127.255.255', 'shared'], ['100.128.0.1', 'public'],
-    ['224.0.0.1', 'multicast'], ['239.255.255.250', 'multicast'], ['ff02::1', 'multicast'],
-    ['255.255.255.255', 'broadcast'], ['240.0.0.1', 'reserved'], ['198.18.0.1', 'reserved'],
-    ['192.0.2.1', 'documentation'], ['2001:db8::1', 'documentation'],
-    ['::ffff:127.0.0.1', 'loopback'], ['::ffff:7f00:1', 'loopback'], ['::ffff:10.0.0.1', 'private'],
-    ['::ffff:169.254.1.1', 'link-local'], ['::ffff:8.8.8.8', 'public'], ['::ffff:0.0.0.0', 'unspecified'],
-    ['64:ff9b::a9fe:a9fe', 'link-local'], ['64:ff9b::808:808', 'public'], ['2002:7f00:1::', 'loopback'], ['2002:808:808::1', 'public'],
-    ['::127.0.0.1', 'reserved'], ['2001::1', 'reserved'], ['2606:4700::1111', 'public'], ['[fe80::1%eth0]', 'link-local'],
+    ['127.0.0.1', 'loopback'],
+    ['127.255.0.9', 'loopback'],
+    ['::1', 'loopback'],
+    ['10.1.2.3', 'private'],
+    ['172.16.0.1', 'private'],
+    ['172.31.255.255', 'private'],
+    ['192.168.1.1', 'private'],
+    ['172.32.0.1', 'public'],
+    ['172.15.255.255', 'public'],
+    ['8.8.8.8', 'public'],
+    ['93.184.216.34', 'public'],
+    ['169.254.169.254', 'link-local'],
+    ['fe80::1', 'link-local'],
+    ['febf::1', 'link-local'],
+    ['fc00::1', 'private'],
+    ['fd12:3456::1', 'private'],
+    ['0.0.0.0', 'unspecified'],
+    ['::', 'unspecified'],
+    ['0.1.2.3', 'unspecified'],
+    ['100.64.0.1', 'shared'],
+    ['100.127.255.255', 'shared'],
+    ['100.128.0.1', 'public'],
+    ['224.0.0.1', 'multicast'],
+    ['239.255.255.250', 'multicast'],
+    ['ff02::1', 'multicast'],
+    ['255.255.255.255', 'broadcast'],
+    ['240.0.0.1', 'reserved'],
+    ['198.18.0.1', 'reserved'],
+    ['192.0.2.1', 'documentation'],
+    ['2001:db8::1', 'documentation'],
+    ['::ffff:127.0.0.1', 'loopback'],
+    ['::ffff:7f00:1', 'loopback'],
+    ['::ffff:10.0.0.1', 'private'],
+    ['::ffff:169.254.1.1', 'link-local'],
+    ['::ffff:8.8.8.8', 'public'],
+    ['::ffff:0.0.0.0', 'unspecified'],
+    ['64:ff9b::a9fe:a9fe', 'link-local'],
+    ['64:ff9b::808:808', 'public'],
+    ['2002:7f00:1::', 'loopback'],
+    ['2002:808:808::1', 'public'],
+    ['::127.0.0.1', 'reserved'],
+    ['2001::1', 'reserved'],
+    ['2606:4700::1111', 'public'],
+    ['[fe80::1%eth0]', 'link-local'],
   ];
   for (const [ip, want] of cases) assert.is(classifyAddress(ip), want, ip);
   assert.is(classifyAddress('localhost'), null);
@@ -305,8 +344,14 @@ test('guard: every loopback spelling is refused with bad_request before connecti
     o.route('/x', { body: 'secret' });
     const p = o.port;
     const spellings = [
-      `http://127.0.0.1:${p}/x`, `http://localhost:${p}/x`, `http://[::1]:${p}/x`, `http://0x7f000001:${p}/x`,
-      `http://127.1:${p}/x`, `http://[::ffff:127.0.0.1]:${p}/x`, `http://0.0.0.0:${p}/x`, `http://2130706433:${p}/x`,
+      `http://127.0.0.1:${p}/x`,
+      `http://localhost:${p}/x`,
+      `http://[::1]:${p}/x`,
+      `http://0x7f000001:${p}/x`,
+      `http://127.1:${p}/x`,
+      `http://[::ffff:127.0.0.1]:${p}/x`,
+      `http://0.0.0.0:${p}/x`,
+      `http://2130706433:${p}/x`,
       `http://0177.0.0.1:${p}/x`,
     ];
     for (const url of spellings) {
@@ -340,7 +385,7 @@ test('guard: names resolving to private, link-local or mixed addresses are refus
     calls.push(name);
     const list = table[name];
     if (!list) throw Object.assign(new Error('nx'), { code: 'ENOTFOUND' });
-    return list.map((address) => ({ address, family: address.includes(':') ? 6 as const : 4 as const }));
+    return list.map((address) => ({ address, family: address.includes(':') ? (6 as const) : (4 as const) }));
   };
   const guarded = new OriginFetcher({ timeoutMs: 1_000, guard: { resolver } });
   try {

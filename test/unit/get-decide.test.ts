@@ -12,7 +12,15 @@ import * as assert from 'uvu/assert';
 import { hexDecode } from '../../chain/encoding.ts';
 import { MerkleTree } from '../../chain/merkle-tree.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { Refusal, checkRevocation, decide, openVerified, type GatewayAnswer, type RevocationEvidence, type VerifiedCheckpoint } from '../../tools/tlog-client.ts';
+import {
+  Refusal,
+  checkRevocation,
+  decide,
+  openVerified,
+  type GatewayAnswer,
+  type RevocationEvidence,
+  type VerifiedCheckpoint,
+} from '../../tools/tlog-client.ts';
 import { ERROR_CATALOGUE, VouchError } from '../../chain/errors.ts';
 import { signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
@@ -26,7 +34,14 @@ const REVOKE = 3;
 const DATE = blocks[REVOKE]!.payload.effective_date;
 
 /** A checkpoint of the first `size` blocks (only size and root are read by these functions). */
-const cp = (size: number): VerifiedCheckpoint => ({ origin: 'o', size, root: tree.root(size), text: '', note: { text: '', signatures: [] } as unknown as VerifiedCheckpoint['note'], source: `size ${size}` });
+const cp = (size: number): VerifiedCheckpoint => ({
+  origin: 'o',
+  size,
+  root: tree.root(size),
+  text: '',
+  note: { text: '', signatures: [] } as unknown as VerifiedCheckpoint['note'],
+  source: `size ${size}`,
+});
 const answer = (gateway: string, index: number, size: number): GatewayAnswer => ({ gateway, block: blocks[index]!, cp: cp(size) });
 const evidence = (index = REVOKE, size = blocks.length): RevocationEvidence => ({ revoke: blocks[index]!, proof: tree.inclusionProof(index, size) });
 
@@ -63,7 +78,10 @@ const refused = async (p: Promise<unknown>) => {
 
 test('decide: the newest tree decides; a newer block beyond a smaller tree needs no evidence, a newer block in a smaller tree needs its revocation', async () => {
   let asked = 0;
-  const explain = async () => { asked++; return evidence(); };
+  const explain = async () => {
+    asked++;
+    return evidence();
+  };
   // Same block everywhere.
   assert.is((await decide([answer('a', 2, 3), answer('b', 2, 5)], DATE, explain, c)).gateway, 'b');
   // The smaller tree (size 2) selects block 1; the newest selects block 2, beyond it: a newer version.
@@ -72,7 +90,10 @@ test('decide: the newest tree decides; a newer block beyond a smaller tree needs
   // The smaller tree (size 3) selects block 2, the newest block 1... which block 3 does not revoke: refused.
   const r = await refused(decide([answer('a', 2, 3), answer('b', 1, 5)], DATE, explain, c));
   assert.is(r.code, 'gateways_disagree');
-  assert.match(r.line, /a selects block 2 \(checkpoint size 3\) but b selects block 1 \(checkpoint size 5\), which the blocks between their checkpoints cannot explain: block 3 revokes [0-9a-f]{64}, not block 2/);
+  assert.match(
+    r.line,
+    /a selects block 2 \(checkpoint size 3\) but b selects block 1 \(checkpoint size 5\), which the blocks between their checkpoints cannot explain: block 3 revokes [0-9a-f]{64}, not block 2/,
+  );
   assert.is(asked, 1);
 });
 
@@ -99,7 +120,19 @@ test('a refusal is an error of the one catalogue (a VouchError of kind answer) a
   assert.is(r.line, 'g: the proof is not JSON');
   assert.is(r.evidenceText, 'hash 1\nhash 2');
   assert.equal(r.evidence, { text: 'hash 1\nhash 2' });
-  const codes = ['bad_answer', 'no_proof', 'bad_proof', 'bad_checkpoint', 'bad_state', 'stale_checkpoint', 'security_error', 'gateways_disagree', 'policy', 'quorum', 'void_block'] as const;
+  const codes = [
+    'bad_answer',
+    'no_proof',
+    'bad_proof',
+    'bad_checkpoint',
+    'bad_state',
+    'stale_checkpoint',
+    'security_error',
+    'gateways_disagree',
+    'policy',
+    'quorum',
+    'void_block',
+  ] as const;
   for (const code of codes) assert.is(new Refusal(code, 'x').kind, 'answer', code);
   assert.is(ERROR_CATALOGUE.revoked.kind, 'request');
 });

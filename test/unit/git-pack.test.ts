@@ -7,7 +7,9 @@ import * as assert from 'uvu/assert';
 import { OFS_DELTA, REF_DELTA, applyDelta, encodeObjectHeader, parseObjectHeader } from '../../store/git-pack.ts';
 import { makeDelta } from '../../store/git-pack-writer.ts';
 
-const bad = (why: string): never => { throw new Error(why); };
+const bad = (why: string): never => {
+  throw new Error(why);
+};
 
 /** git's OFS_DELTA distance encoding (pack-objects.c: each continuation adds one before shifting). */
 function ofsDistance(n: number): Buffer {

@@ -18,7 +18,7 @@ export const MAX_HEADER_LINES = 15;
 
 /** Files whose header is a worked example of the format they define; each with why. */
 const ALLOWED_LONG: Record<string, string> = {
-  'chain/block.ts': 'the chain format\'s worked example (a block file, byte for byte) is the spec, and test/unit/spec-example.test.ts runs it',
+  'chain/block.ts': "the chain format's worked example (a block file, byte for byte) is the spec, and test/unit/spec-example.test.ts runs it",
 };
 
 const DIRS = ['chain', 'store', 'artifacts', 'gateway', 'tools', 'platform', 'bench', 'test/helpers'];
@@ -40,28 +40,51 @@ export function leadingComment(text: string): string | null {
  * A bound or a setting (`at most 16 MiB`, `a 64 KiB buffer`, `every 500 ms`, `timeout 30 s`) is a constant of the
  * code, not a figure, and stays.
  */
-const FIGURE = new RegExp([
-  String.raw`\d[\d,]*\.\d+\s?(?:ms|µs|s)\b`,
-  String.raw`\d[\d,]*\s?(?:µs)\b`,
-  String.raw`\d[\d,.]*\s?(?:[KMG]i?B\/s|\/s)\b`,
-  String.raw`\d[\d,.]*\s?blocks\/s`,
-  String.raw`\d\.\d+x\b`,
-  String.raw`(?:~|about |some |RSS |heap |idled at )\d[\d,.]*\s?(?:[KMG]iB|[KMG]B|ms)\b`,
-  String.raw`\b(?:median|p50|p99)\b[^.;]*\d`,
-].join('|'));
+const FIGURE = new RegExp(
+  [
+    String.raw`\d[\d,]*\.\d+\s?(?:ms|µs|s)\b`,
+    String.raw`\d[\d,]*\s?(?:µs)\b`,
+    String.raw`\d[\d,.]*\s?(?:[KMG]i?B\/s|\/s)\b`,
+    String.raw`\d[\d,.]*\s?blocks\/s`,
+    String.raw`\d\.\d+x\b`,
+    String.raw`(?:~|about |some |RSS |heap |idled at )\d[\d,.]*\s?(?:[KMG]iB|[KMG]B|ms)\b`,
+    String.raw`\b(?:median|p50|p99)\b[^.;]*\d`,
+  ].join('|'),
+);
 
 /** A line's text outside markdown links and `bench/RESULTS.md#...` references, where a figure may not appear. */
 const outsideLinks = (line: string) => line.replace(/\[[^\]]*\]\([^)]*\)/g, '').replace(/bench\/RESULTS\.md#\S+/g, '');
 
 export function figuresIn(header: string): string[] {
-  return header.split('\n').filter((l) => FIGURE.test(outsideLinks(l))).map((l) => l.trim());
+  return header
+    .split('\n')
+    .filter((l) => FIGURE.test(outsideLinks(l)))
+    .map((l) => l.trim());
 }
 
 test('the figure pattern finds figures and leaves bounds alone', () => {
-  for (const l of ['latency 7.9 ms median', 'clone 8.6 s', 'verify takes 87 µs', 'some 41,000/s', 'at ~1.4 GB/s', '50,000 blocks/s', '(ratio 0.92x)', 'JS heap ~94 MiB', 'idled at 112 MiB RSS']) {
+  for (const l of [
+    'latency 7.9 ms median',
+    'clone 8.6 s',
+    'verify takes 87 µs',
+    'some 41,000/s',
+    'at ~1.4 GB/s',
+    '50,000 blocks/s',
+    '(ratio 0.92x)',
+    'JS heap ~94 MiB',
+    'idled at 112 MiB RSS',
+  ]) {
     assert.ok(figuresIn(l).length === 1, l);
   }
-  for (const l of ['at most 16 MiB', 'a 64 KiB scratch buffer', 'polls every 500 ms', 'timeout 30 s', 'appends [7.9 ms](../bench/RESULTS.md#chain-core)', 'bench/RESULTS.md#chain-append', '`vouch verify`: blocks/s as reported']) {
+  for (const l of [
+    'at most 16 MiB',
+    'a 64 KiB scratch buffer',
+    'polls every 500 ms',
+    'timeout 30 s',
+    'appends [7.9 ms](../bench/RESULTS.md#chain-core)',
+    'bench/RESULTS.md#chain-append',
+    '`vouch verify`: blocks/s as reported',
+  ]) {
     assert.equal(figuresIn(l), [], l);
   }
 });

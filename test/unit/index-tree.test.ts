@@ -30,7 +30,10 @@ const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
 /** A chain of `n` endorse blocks over a few URLs with several versions, effective dates out of order, and revocations. */
 function randomChain(n: number, seed = 7): Block[] {
   let s = seed;
-  const rnd = (k: number) => { s = (s * 1103515245 + 12345) & 0x7fffffff; return s % k; };
+  const rnd = (k: number) => {
+    s = (s * 1103515245 + 12345) & 0x7fffffff;
+    return s % k;
+  };
   const signer = testSigner();
   const blocks: Block[] = [buildAuthorityBlock({ signer, backend: c, now: T0, uns: 'acme/chain' })];
   for (let i = 1; i < n; i++) {
@@ -46,7 +49,13 @@ function randomChain(n: number, seed = 7): Block[] {
     const entries = [];
     for (let j = 0; j < k; j++) {
       const u = (first + 5 * j) % 12;
-      entries.push({ url: `https://a.example/p${u}/a.tgz`, artifactHash: artifactHashOf(c, 'sha256', utf8(`${i}.${j}`)), name: `npm/p${u % 5}`, semver: `1.${rnd(4)}.0`, license: 'MIT' });
+      entries.push({
+        url: `https://a.example/p${u}/a.tgz`,
+        artifactHash: artifactHashOf(c, 'sha256', utf8(`${i}.${j}`)),
+        name: `npm/p${u % 5}`,
+        semver: `1.${rnd(4)}.0`,
+        license: 'MIT',
+      });
     }
     blocks.push(buildEndorseBlock({ prev, signer, backend: c, now: T0 + i * DAY, entries, effectiveDate: `2026-0${1 + rnd(6)}-1${rnd(9)}` }));
   }
@@ -110,7 +119,10 @@ test('unit proofs list every endorsed version of a unit and its revocations', ()
         want.push(`${b.index} ${e.semver} ${rev?.index ?? '-'}`);
       }
     }
-    assert.equal(got.map((v) => `${v.block} ${v.semver} ${v.revokedBy?.block ?? '-'}`), want);
+    assert.equal(
+      got.map((v) => `${v.block} ${v.semver} ${v.revokedBy?.block ?? '-'}`),
+      want,
+    );
   }
 });
 
@@ -119,7 +131,7 @@ test('a proof from an older state of the same log, a tampered proof and a trunca
   const old = build(blocks.slice(0, 40)).idx;
   const { idx } = build(blocks);
   const root = idx.root();
-  const urls = [...new Set(blocks.slice(0, 40).flatMap((b) => b.payload.intent === 'endorse' ? b.payload.endorsements.map((e) => e.artifact_url) : []))];
+  const urls = [...new Set(blocks.slice(0, 40).flatMap((b) => (b.payload.intent === 'endorse' ? b.payload.endorsements.map((e) => e.artifact_url) : [])))];
   const [url, url2] = urls as [string, string];
   // the older state, answered as if it were the current size
   const stale = old.prove('url', url);
@@ -170,7 +182,11 @@ test('the root equals a naive crit-bit computation and is the same with @noble',
       const ev: IndexEvent = { kind: 'revoke', block: b.index, target: t.index, date: p.effective_date };
       const keys = new Set<string>();
       for (const e of t.payload.endorsements) {
-        for (const k of [indexKey(c, 'url', e.artifact_url), indexKey(c, 'unit', e.name)]) if (!keys.has(hex(k))) { keys.add(hex(k)); add(k, ev); }
+        for (const k of [indexKey(c, 'url', e.artifact_url), indexKey(c, 'unit', e.name)])
+          if (!keys.has(hex(k))) {
+            keys.add(hex(k));
+            add(k, ev);
+          }
       }
     }
   }
@@ -218,7 +234,10 @@ test('rootWith: the root with pending blocks, the index left as it was', () => {
     assert.is(idx.size, at);
     // a trial that is abandoned (another batch) leaves no trace either
     if (at + batch.length + 2 <= blocks.length) idx.rootWith(blocks.slice(at, at + batch.length + 2), (h) => ch.indexOfHash(h));
-    for (const b of batch) { idx.addBlock(b, (h) => ch.indexOfHash(h)); ch.add(b); }
+    for (const b of batch) {
+      idx.addBlock(b, (h) => ch.indexOfHash(h));
+      ch.add(b);
+    }
     at += batch.length;
     assert.is(hex(idx.root()), trial, `root after ${at}`);
     assert.is(trial, hex(build(blocks.slice(0, at)).idx.root()));
@@ -240,7 +259,7 @@ test('void blocks are never selected, and the void list is committed', () => {
     if (!r.ok) continue;
     const want = chain.select(url, { today: '2026-12-31' });
     const got = selectFromEvents(r.value.events, r.value.voids, { today: '2026-12-31' });
-    assert.is(got?.block ?? null, chain.isVoid(b.index) ? null : want?.block.index ?? null);
+    assert.is(got?.block ?? null, chain.isVoid(b.index) ? null : (want?.block.index ?? null));
     if (chain.isVoid(b.index)) assert.is(got, null, `void block ${b.index}`);
   }
 });

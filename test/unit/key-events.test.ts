@@ -37,7 +37,7 @@ function stateOf(c: KeyChain): KeyChain['keys'] {
   return r.keys;
 }
 
-test('a chain living through adoption, rotation, compromise and root rotation verifies with block 0\'s pinned key', () => {
+test("a chain living through adoption, rotation, compromise and root rotation verifies with block 0's pinned key", () => {
   const c = buildKeyLifeChain();
   const r = verify(c);
   assert.ok(r.ok, r.ok ? '' : r.message);
@@ -92,29 +92,85 @@ test('a forged key block signed by the online key alone (no holders) is bad_key_
 
 /** Each bad statement at block 4 (after the root at 2) is refused by the verifier and by applyKeyEvent, naming why. */
 const refusals: [string, (c: KeyChain) => SignedStatement, RegExp][] = [
-  ['too few signatures', (c) => c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.B) }), [HOLDERS[0]!]), /needs 2 of its 3 holders' signatures, the statement has 1/],
-  ['a key outside the root', (c) => c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.B) }), [HOLDERS[0]!, HOLDERS[3]!]), /not a key of the root/],
-  ['one holder counted twice', (c) => {
-    const s = c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.B) }), [HOLDERS[0]!]);
-    return { statement: s.statement, signatures: [s.signatures[0]!, s.signatures[0]!] };
-  }, /signed twice/],
-  ['a small-order root key', (c) => c.sign(rootStatement(c.keys, { threshold: 1, keys: [b64(HOLDERS[0]!), Buffer.from('01' + '00'.repeat(31), 'hex').toString('base64')] }), HOLDERS.slice(0, 2)), /not a full-order ed25519 key/],
-  ['a non-canonical online key', (c) => c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: Buffer.from('ed' + 'ff'.repeat(30) + '7f', 'hex').toString('base64') }), HOLDERS.slice(0, 2)), /not a full-order ed25519 key/],
-  ['rotation to a retired key', (c) => c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.A) }), HOLDERS.slice(0, 2)), /retired earlier/],
+  [
+    'too few signatures',
+    (c) => c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.B) }), [HOLDERS[0]!]),
+    /needs 2 of its 3 holders' signatures, the statement has 1/,
+  ],
+  [
+    'a key outside the root',
+    (c) => c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.B) }), [HOLDERS[0]!, HOLDERS[3]!]),
+    /not a key of the root/,
+  ],
+  [
+    'one holder counted twice',
+    (c) => {
+      const s = c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.B) }), [HOLDERS[0]!]);
+      return { statement: s.statement, signatures: [s.signatures[0]!, s.signatures[0]!] };
+    },
+    /signed twice/,
+  ],
+  [
+    'a small-order root key',
+    (c) =>
+      c.sign(
+        rootStatement(c.keys, { threshold: 1, keys: [b64(HOLDERS[0]!), Buffer.from('01' + '00'.repeat(31), 'hex').toString('base64')] }),
+        HOLDERS.slice(0, 2),
+      ),
+    /not a full-order ed25519 key/,
+  ],
+  [
+    'a non-canonical online key',
+    (c) =>
+      c.sign(
+        keyStatement(c.keys, { signer: 'vouch-test', public_key: Buffer.from('ed' + 'ff'.repeat(30) + '7f', 'hex').toString('base64') }),
+        HOLDERS.slice(0, 2),
+      ),
+    /not a full-order ed25519 key/,
+  ],
+  [
+    'rotation to a retired key',
+    (c) => c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.A) }), HOLDERS.slice(0, 2)),
+    /retired earlier/,
+  ],
   ['rotation to a root key', (c) => c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(HOLDERS[2]!) }), HOLDERS.slice(0, 2)), /is a root key/],
-  ['a compromise index beyond the head', (c) => c.sign(compromiseStatement(c.keys, 9, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), HOLDERS.slice(0, 2)), /beyond the head/],
-  ['a compromise index before the key\'s first block', (c) => c.sign(compromiseStatement(c.keys, 3, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), HOLDERS.slice(0, 2)), /before the compromised key's first block 4/],
-  ['a replayed statement', (c) => c.sign({ ...keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), sequence: 2 }, HOLDERS.slice(0, 2)), /already used.*replayed or superseded/],
-  ['a statement of another chain', (c) => c.sign({ ...keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), chain: 'ab'.repeat(32) }, HOLDERS.slice(0, 2)), /is for chain abab/],
-  ['a sequence that skips ahead', (c) => c.sign({ ...keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), sequence: 9 }, HOLDERS.slice(0, 2)), /skips ahead/],
+  [
+    'a compromise index beyond the head',
+    (c) => c.sign(compromiseStatement(c.keys, 9, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), HOLDERS.slice(0, 2)),
+    /beyond the head/,
+  ],
+  [
+    "a compromise index before the key's first block",
+    (c) => c.sign(compromiseStatement(c.keys, 3, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), HOLDERS.slice(0, 2)),
+    /before the compromised key's first block 4/,
+  ],
+  [
+    'a replayed statement',
+    (c) => c.sign({ ...keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), sequence: 2 }, HOLDERS.slice(0, 2)),
+    /already used.*replayed or superseded/,
+  ],
+  [
+    'a statement of another chain',
+    (c) => c.sign({ ...keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), chain: 'ab'.repeat(32) }, HOLDERS.slice(0, 2)),
+    /is for chain abab/,
+  ],
+  [
+    'a sequence that skips ahead',
+    (c) => c.sign({ ...keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.C) }), sequence: 9 }, HOLDERS.slice(0, 2)),
+    /skips ahead/,
+  ],
 ];
 
 for (const [what, make, why] of refusals) {
   test(`refused: ${what} (bad_key_event at its index; applyKeyEvent names it)`, () => {
-    const base = what.includes('compromise') || what.includes('replayed') || what.includes('another chain') || what.includes('skips') || what.includes('retired') ? 7 : 4;
+    const base =
+      what.includes('compromise') || what.includes('replayed') || what.includes('another chain') || what.includes('skips') || what.includes('retired') ? 7 : 4;
     const c = prefixOfLife(base === 7 ? 6 : 4); // 6: after the rotation to B (at 4) and block 5
     const signed = make(c);
-    assert.throws(() => applyKeyEvent(nodeBackend, c.keys, signed, c.blocks.length), (e: unknown) => e instanceof KeyEventError && why.test(e.message));
+    assert.throws(
+      () => applyKeyEvent(nodeBackend, c.keys, signed, c.blocks.length),
+      (e: unknown) => e instanceof KeyEventError && why.test(e.message),
+    );
     const by = signed.statement.online.public_key === b64(ONLINE.C) ? ONLINE.C : signed.statement.online.public_key === b64(ONLINE.B) ? ONLINE.B : c.signer;
     c.forge(signed, by);
     const f = failure(c);
@@ -128,16 +184,25 @@ test('conflicting statements: once one is applied, another with the same sequenc
   const one = c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.B) }), HOLDERS.slice(0, 2));
   const other = c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(ONLINE.D) }), HOLDERS.slice(1, 3));
   c.key(one, ONLINE.B);
-  assert.throws(() => applyKeyEvent(nodeBackend, c.keys, other, c.blocks.length), (e: unknown) => e instanceof KeyEventError && e.stale);
+  assert.throws(
+    () => applyKeyEvent(nodeBackend, c.keys, other, c.blocks.length),
+    (e: unknown) => e instanceof KeyEventError && e.stale,
+  );
 });
 
-test('a root rotation needs the old threshold and the new one (TUF\'s rule)', () => {
+test("a root rotation needs the old threshold and the new one (TUF's rule)", () => {
   const c = prefixOfLife(4);
   const next = rootStatement(c.keys, { threshold: 2, keys: [HOLDERS[2]!, HOLDERS[3]!].map(b64) });
   // Only the new root's holders: the old threshold is missing.
-  assert.throws(() => applyKeyEvent(nodeBackend, c.keys, c.sign(next, [HOLDERS[2]!, HOLDERS[3]!]), 4), (e: unknown) => e instanceof KeyEventError && /the current root \(version 1\) needs 2/.test(e.message));
+  assert.throws(
+    () => applyKeyEvent(nodeBackend, c.keys, c.sign(next, [HOLDERS[2]!, HOLDERS[3]!]), 4),
+    (e: unknown) => e instanceof KeyEventError && /the current root \(version 1\) needs 2/.test(e.message),
+  );
   // Old threshold (H1, H2) but one of the new: refused too.
-  assert.throws(() => applyKeyEvent(nodeBackend, c.keys, c.sign(next, [HOLDERS[0]!, HOLDERS[1]!, HOLDERS[3]!]), 4), (e: unknown) => e instanceof KeyEventError && /the new root \(version 2\) needs 2/.test(e.message));
+  assert.throws(
+    () => applyKeyEvent(nodeBackend, c.keys, c.sign(next, [HOLDERS[0]!, HOLDERS[1]!, HOLDERS[3]!]), 4),
+    (e: unknown) => e instanceof KeyEventError && /the new root \(version 2\) needs 2/.test(e.message),
+  );
   // Both: accepted.
   const k = applyKeyEvent(nodeBackend, c.keys, c.sign(next, [HOLDERS[0]!, HOLDERS[1]!, HOLDERS[2]!, HOLDERS[3]!]), 4);
   assert.is(k.root!.version, 2);
@@ -166,7 +231,12 @@ test('parallel verification across rotations every 300 blocks agrees with the in
     const inline = await outcome(0, 500);
     assert.ok(inline.startsWith('[3000,'), inline);
     assert.is(JSON.parse(inline)[2].sequence, 10);
-    for (const [threads, size] of [[2, 97], [2, 500], [2, 1000]] as const) assert.is(await outcome(threads, size), inline, `threads ${threads}, batch ${size}`);
+    for (const [threads, size] of [
+      [2, 97],
+      [2, 500],
+      [2, 1000],
+    ] as const)
+      assert.is(await outcome(threads, size), inline, `threads ${threads}, batch ${size}`);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
@@ -184,7 +254,11 @@ test('parallel verification across root events that keep the online key (adoptio
     while (c.blocks.length < 3_200) c.endorse(c.blocks.length);
     const repo = await initChainRepo(join(work, 'chain'), c.blocks, c.checkpoint());
     const outcomes = new Set<string>();
-    for (const [threads, batchSize] of [[0, 500], [2, 61], [2, 500]] as const) {
+    for (const [threads, batchSize] of [
+      [0, 500],
+      [2, 61],
+      [2, 500],
+    ] as const) {
       const r = await verifyDirectory(repo, { threads, batchSize, pinnedPublicKey: pin });
       outcomes.add(JSON.stringify([r.state.size, r.state.head, r.state.keys, r.state.authority]));
     }
@@ -199,7 +273,7 @@ test('parallel verification across root events that keep the online key (adoptio
   }
 });
 
-test('parallel verification finds a retired key\'s block deep in a rotated chain at the same index as inline', async () => {
+test("parallel verification finds a retired key's block deep in a rotated chain at the same index as inline", async () => {
   const work = mkdtempSync(join(tmpdir(), 'vouch-keys-'));
   try {
     const c = buildRotatingChain(2_600, 300);
@@ -210,7 +284,10 @@ test('parallel verification finds a retired key\'s block deep in a rotated chain
     while (c.blocks.length < 2_600) c.endorse(c.blocks.length, c.signer);
     const repo = await initChainRepo(join(work, 'chain'), c.blocks, c.checkpoint());
     for (const threads of [0, 2]) {
-      const got = await verifyDirectory(repo, { threads, batchSize: 200, pinnedPublicKey: pin }).then(() => 'ok', (e: unknown) => e instanceof VouchError ? `${e.code}@${e.index}` : String(e));
+      const got = await verifyDirectory(repo, { threads, batchSize: 200, pinnedPublicKey: pin }).then(
+        () => 'ok',
+        (e: unknown) => (e instanceof VouchError ? `${e.code}@${e.index}` : String(e)),
+      );
       assert.is(got, 'retired_key@2450', `threads ${threads}`);
     }
   } finally {

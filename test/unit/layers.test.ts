@@ -52,8 +52,16 @@ function typeImports(root: string, file: string): string[] {
 async function violations(root: string): Promise<string[]> {
   const files = LAYERS.flatMap((l) => sourcesUnder(root, l));
   const result = await build({
-    absWorkingDir: root, entryPoints: files, bundle: true, write: false, metafile: true,
-    platform: 'node', format: 'esm', packages: 'external', outdir: join(root, '.layers-out'), logLevel: 'silent',
+    absWorkingDir: root,
+    entryPoints: files,
+    bundle: true,
+    write: false,
+    metafile: true,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+    outdir: join(root, '.layers-out'),
+    logLevel: 'silent',
     external: ['../dist/*'], // tools/vouch.js runs the build's output, which need not exist yet
   });
   const edges = new Map<string, Set<string>>();
@@ -140,8 +148,14 @@ test('the checker sees an upward import, a type-only cycle and a Node built-in i
     put('gateway/h.ts', "import type { G } from './g.ts';\nexport type H = G | 2;\n");
     for (const l of LAYERS) mkdirSync(join(dir, l), { recursive: true });
     const found = await violations(dir);
-    assert.ok(found.some((v) => v.startsWith('chain/a.ts imports the Node built-in node:fs')), found.join('\n'));
-    assert.ok(found.some((v) => v.startsWith('store/s.ts (store) imports gateway/g.ts (gateway')), found.join('\n'));
+    assert.ok(
+      found.some((v) => v.startsWith('chain/a.ts imports the Node built-in node:fs')),
+      found.join('\n'),
+    );
+    assert.ok(
+      found.some((v) => v.startsWith('store/s.ts (store) imports gateway/g.ts (gateway')),
+      found.join('\n'),
+    );
     assert.ok(found.includes('import cycle: gateway/g.ts ↔ gateway/h.ts'), found.join('\n'));
     assert.is(found.length, 3, found.join('\n'));
   } finally {

@@ -46,7 +46,14 @@ test('openNote: signature, size and root against the tree and the pending entrie
   assert.is(log.openNote(note(12), signer.publicKey, [entry(10), entry(11)]).checkpoint.size, 12);
   assert.throws(() => log.openNote(note(11), signer.publicKey), /checkpoint_mismatch|names 11/);
   assert.throws(() => log.openNote(note(10, ref.root(9)), signer.publicKey), /not the Merkle root/);
-  assert.throws(() => log.openNote(note(10), testSigner('other').publicKey.map((b) => b ^ 1)), /signature/);
+  assert.throws(
+    () =>
+      log.openNote(
+        note(10),
+        testSigner('other').publicKey.map((b) => b ^ 1),
+      ),
+    /signature/,
+  );
   assert.throws(() => log.serve(log.openNote(note(12), signer.publicKey, [entry(10), entry(11)])), /beyond the tree/);
 });
 

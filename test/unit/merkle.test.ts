@@ -47,7 +47,9 @@ for (const c of [nodeBackend, nobleBackend] as CryptoBackend[]) {
     const leaves = ref.leafInputs.map(hex);
     ref.nodeHashes[0]!.forEach((h, i) => assert.is(toHex(leafHash(c, leaves[i]!)), h, `leaf ${i}`));
     for (let l = 1; l < ref.nodeHashes.length; l++) {
-      ref.nodeHashes[l]!.forEach((h, i) => assert.is(toHex(nodeHash(c, hex(ref.nodeHashes[l - 1]![2 * i]!), hex(ref.nodeHashes[l - 1]![2 * i + 1]!))), h, `node ${l}/${i}`));
+      ref.nodeHashes[l]!.forEach((h, i) =>
+        assert.is(toHex(nodeHash(c, hex(ref.nodeHashes[l - 1]![2 * i]!), hex(ref.nodeHashes[l - 1]![2 * i + 1]!))), h, `node ${l}/${i}`),
+      );
     }
     ref.rootHashes.forEach((h, n) => assert.is(toHex(rootOfEntries(c, leaves.slice(0, n))), h, `root of ${n}`));
   });
@@ -83,15 +85,19 @@ function corruptions(proof: readonly Hash[]): Hash[][] {
       bad[i]![at]! ^= 0x01;
       out.push(bad);
     }
-    out.push(proof.filter((_, j) => j !== i));                 // one component removed
+    out.push(proof.filter((_, j) => j !== i)); // one component removed
     out.push([...proof.slice(0, i), h.slice(0, 31), ...proof.slice(i + 1)]); // short hash
   });
-  out.push([...proof, proof[0] ?? new Uint8Array(32)]);          // extended
-  out.push([new Uint8Array(32), ...proof]);                      // garbage before
-  if (proof.length > 0) out.push(proof.slice(0, -1));            // truncated
+  out.push([...proof, proof[0] ?? new Uint8Array(32)]); // extended
+  out.push([new Uint8Array(32), ...proof]); // garbage before
+  if (proof.length > 0) out.push(proof.slice(0, -1)); // truncated
   return out;
 }
-const flip = (h: Hash): Hash => { const x = h.slice(); x[7]! ^= 0x80; return x; };
+const flip = (h: Hash): Hash => {
+  const x = h.slice();
+  x[7]! ^= 0x80;
+  return x;
+};
 
 test('naive tree: all inclusion proofs index < size <= 130 verify; every corruption is refused', () => {
   const c = nodeBackend;
@@ -139,9 +145,17 @@ test('naive tree: all consistency proofs 1 <= from <= to <= 130 verify; every co
       if (from < to) {
         assert.not.ok(verifyConsistency(c, to, from, roots[to]!, roots[from]!, proof), 'swapped');
         // Wrong sizes, refused whenever they change the proof's shape (see above).
-        for (const [f, t] of [[from, to + 1], [from, to - 1], [from - 1, to], [from + 1, to], [from, to * 2], [Math.floor(from / 2), to]] as const) {
+        for (const [f, t] of [
+          [from, to + 1],
+          [from, to - 1],
+          [from - 1, to],
+          [from + 1, to],
+          [from, to * 2],
+          [Math.floor(from / 2), to],
+        ] as const) {
           if (f < 1 || f >= t || (f === from && t === to)) continue;
-          if (naiveProofLength(f, t) !== proof.length) assert.not.ok(verifyConsistency(c, f, t, roots[from]!, roots[to]!, proof), `${f}->${t} for ${from}->${to}`);
+          if (naiveProofLength(f, t) !== proof.length)
+            assert.not.ok(verifyConsistency(c, f, t, roots[from]!, roots[to]!, proof), `${f}->${t} for ${from}->${to}`);
         }
         if (to <= 24 || (from * 13 + to) % 7 === 0) {
           for (const bad of corruptions(proof)) assert.not.ok(verifyConsistency(c, from, to, roots[from]!, roots[to]!, bad), `corrupted ${from}->${to}`);
@@ -176,7 +190,16 @@ test('verifiers answer false and never throw on malformed input', () => {
     assert.not.ok(verifyConsistency(c, 3, 5, root, root, j as Hash[]));
   }
   // Far too long a proof, and an index beyond the size.
-  assert.not.ok(verifyInclusion(c, 2, 5, leaves[2]!, Array.from({ length: 200 }, () => leaves[0]!), root));
+  assert.not.ok(
+    verifyInclusion(
+      c,
+      2,
+      5,
+      leaves[2]!,
+      Array.from({ length: 200 }, () => leaves[0]!),
+      root,
+    ),
+  );
   assert.not.ok(verifyInclusion(c, 5, 5, leaves[2]!, proof, root));
   assert.not.ok(verifyInclusion(c, 0, 0, leaves[2]!, [], root));
   // Huge but safe sizes do not throw (no 32-bit arithmetic).

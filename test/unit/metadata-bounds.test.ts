@@ -20,7 +20,11 @@ test('checkJsonShape: values, depth and string length bounded; strings and escap
   assert.equal(checkJsonShape('{"a":[1,2],"b":{"c":"x"}}', CAPS), { values: 6, depth: 2 });
   assert.equal(checkJsonShape('"[[[[[[[[[[,,,,,,"', { ...CAPS, maxString: 100 }), { values: 1, depth: 0 });
   assert.equal(checkJsonShape('["a\\"[[[[,,,,,,,,,,\\\\"]', { ...CAPS, maxString: 100 }).depth, 1);
-  const refused = (text: string, reason: RegExp) => assert.throws(() => checkJsonShape(text, CAPS), (e: unknown) => e instanceof JsonShapeError && reason.test(e.message));
+  const refused = (text: string, reason: RegExp) =>
+    assert.throws(
+      () => checkJsonShape(text, CAPS),
+      (e: unknown) => e instanceof JsonShapeError && reason.test(e.message),
+    );
   refused('[[[[1]]]]', /nested deeper than 3 levels/);
   refused('[1,2,3,4,5,6,7,8,9,10,11]', /more than 10 values/);
   refused('["123456789"]', /a string longer than 8 characters/);
@@ -57,10 +61,26 @@ test('the render worker answers as the rendering on this thread: a packument, a 
   try {
     const v = view({ [`${CANON}p/-/p-1.0.0.tgz`]: '1.0.0', [`${CANON}files/x-1.0.tar.gz`]: '1.0' });
     const tb = (ver: string) => `http://origin.test/p/-/p-${ver}.tgz`;
-    const packument = Buffer.from(JSON.stringify({ name: 'p', versions: { '1.0.0': { name: 'p', version: '1.0.0', dist: { tarball: tb('1.0.0') } }, '2.0.0': { name: 'p', version: '2.0.0', dist: { tarball: tb('2.0.0') } } } }));
+    const packument = Buffer.from(
+      JSON.stringify({
+        name: 'p',
+        versions: {
+          '1.0.0': { name: 'p', version: '1.0.0', dist: { tarball: tb('1.0.0') } },
+          '2.0.0': { name: 'p', version: '2.0.0', dist: { tarball: tb('2.0.0') } },
+        },
+      }),
+    );
     const npmJob: RenderJob = { kind: 'npm', contentType: 'application/json', name: 'p', abbreviated: false };
-    const page = Buffer.from('<a href="http://origin.test/files/x-1.0.tar.gz">x-1.0.tar.gz</a><a href="http://origin.test/files/x-2.0.tar.gz">x-1.0.tar.gz</a>');
-    const pageJob: RenderJob = { kind: 'pypi', contentType: 'text/html', pageUrl: 'http://origin.test/simple/x/', project: 'x', want: { form: 'json', contentType: 'application/vnd.pypi.simple.v1+json' } };
+    const page = Buffer.from(
+      '<a href="http://origin.test/files/x-1.0.tar.gz">x-1.0.tar.gz</a><a href="http://origin.test/files/x-2.0.tar.gz">x-1.0.tar.gz</a>',
+    );
+    const pageJob: RenderJob = {
+      kind: 'pypi',
+      contentType: 'text/html',
+      pageUrl: 'http://origin.test/simple/x/',
+      project: 'x',
+      want: { form: 'json', contentType: 'application/vnd.pypi.simple.v1+json' },
+    };
     const cases: Array<[RenderJob, Buffer]> = [
       [npmJob, packument],
       [pageJob, page],
@@ -78,7 +98,10 @@ test('the render worker answers as the rendering on this thread: a packument, a 
     assert.equal(Object.keys(JSON.parse(Buffer.from((offered!.rendered as { body: Buffer }).body).toString()).versions), ['1.0.0']);
     const deep = await pool.render(npmJob, cases[2]![1], 'deny', (urls) => decide(urls, v));
     assert.equal(deep!.rendered, { ok: false, status: 502, message: "vouch: the registry's packument of p is unusable: nested deeper than 64 levels" });
-    assert.equal(deep!.logs.map((l) => l.level), ['warn']);
+    assert.equal(
+      deep!.logs.map((l) => l.level),
+      ['warn'],
+    );
   } finally {
     await pool.close();
   }

@@ -21,10 +21,15 @@ function setup() {
     return next();
   };
   return {
-    cache, load,
-    advance: (ms: number) => { now += ms; },
+    cache,
+    load,
+    advance: (ms: number) => {
+      now += ms;
+    },
     calls: () => calls,
-    answer: (f: () => Promise<OriginAnswer>) => { next = f; },
+    answer: (f: () => Promise<OriginAnswer>) => {
+      next = f;
+    },
   };
 }
 
@@ -55,7 +60,9 @@ test('fresh answers are reused without asking the origin; past the lifetime it i
 test('while the origin fails, the kept answer is served stale until the allowance runs out', async () => {
   const s = setup();
   await s.cache.get('k', TTL, STALE, s.load);
-  s.answer(async () => { throw new VouchError('origin_error', 'connection refused'); });
+  s.answer(async () => {
+    throw new VouchError('origin_error', 'connection refused');
+  });
   s.advance(TTL + 5_000);
   const stale = await s.cache.get('k', TTL, STALE, s.load);
   assert.is(stale.stale, true);
@@ -78,7 +85,9 @@ test('a lifetime of 0 asks the origin every time; a stale allowance of 0 serves 
   await s.cache.get('k', 0, 0, s.load);
   await s.cache.get('k', 0, 0, s.load);
   assert.is(s.calls(), 2);
-  s.answer(async () => { throw new VouchError('origin_timeout', 'slow'); });
+  s.answer(async () => {
+    throw new VouchError('origin_timeout', 'slow');
+  });
   const e = await refusal(s.cache.get('k', 0, 0, s.load));
   assert.is(e.code, 'origin_timeout');
 });
@@ -86,7 +95,9 @@ test('a lifetime of 0 asks the origin every time; a stale allowance of 0 serves 
 test('concurrent misses share one origin request', async () => {
   const s = setup();
   let release!: () => void;
-  const gate = new Promise<void>((r) => { release = r; });
+  const gate = new Promise<void>((r) => {
+    release = r;
+  });
   s.answer(async () => {
     await gate;
     return { status: 200, headers: {}, body: Buffer.from('shared') };

@@ -11,8 +11,19 @@ import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node
 import { base64Decode, base64Encode, hexEncode } from '../../chain/encoding.ts';
 import type { CryptoBackend, Signer } from '../../chain/crypto-backend.ts';
 import {
-  cosign, formatNote, MAX_NOTE_SIGNATURES, noteKeyId, openNote, parseNote, parseVerifierKey, signNote, verifierKey, verifyCosignature, verifyNoteSignature,
-  SIG_COSIGNATURE_V1, SIG_ED25519,
+  cosign,
+  formatNote,
+  MAX_NOTE_SIGNATURES,
+  noteKeyId,
+  openNote,
+  parseNote,
+  parseVerifierKey,
+  signNote,
+  verifierKey,
+  verifyCosignature,
+  verifyNoteSignature,
+  SIG_COSIGNATURE_V1,
+  SIG_ED25519,
 } from '../../chain/note.ts';
 import { refuses } from '../helpers/refusal.ts';
 
@@ -45,7 +56,10 @@ for (const [bname, c, mkSigner] of backends) {
   test(`${bname}: Go's signed note opens; Enoch's signature is kept unverified and verifies with its own key`, () => {
     const n = parseNote(TEXT + '\n' + PETER_SIG + ENOCH_SIG);
     assert.is(n.text, TEXT);
-    assert.equal(n.signatures.map((s) => s.name), ['PeterNeumann', 'EnochRoot']);
+    assert.equal(
+      n.signatures.map((s) => s.name),
+      ['PeterNeumann', 'EnochRoot'],
+    );
     assert.is(formatNote(n), TEXT + '\n' + PETER_SIG + ENOCH_SIG);
     const p = parseVerifierKey(c, PETER_VKEY);
     const e = parseVerifierKey(c, ENOCH_VKEY);
@@ -103,7 +117,9 @@ for (const [bname, c, mkSigner] of backends) {
     const body = 'example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n';
     const cos = cosign(c, body, 'w', witness, 1679315147);
     // The spec's example message (c2sp.org/tlog-cosignature "Ed25519 signed message").
-    const msg = new TextEncoder().encode('cosignature/v1\ntime 1679315147\nexample.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n');
+    const msg = new TextEncoder().encode(
+      'cosignature/v1\ntime 1679315147\nexample.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n',
+    );
     assert.ok(c.verify(witness.publicKey, msg, cos.bytes.slice(8)));
     assert.is(hexEncode(cos.bytes.slice(0, 8)), '00000000641850cb');
     assert.is(cos.bytes.length, 72);
@@ -117,7 +133,10 @@ for (const [bname, c, mkSigner] of backends) {
     huge.set([0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], 0);
     assert.equal(verifyCosignature(c, { text: body, signatures: [{ ...cos, bytes: huge }] }, 'w', witness.publicKey), { ok: false });
     // Two lines of one key (Go's Open): the first decides, the later ones are not read.
-    assert.equal(verifyCosignature(c, { text: body, signatures: [cos, { ...cos, bytes: other }] }, 'w', witness.publicKey), { ok: true, timestamp: 1679315147 });
+    assert.equal(verifyCosignature(c, { text: body, signatures: [cos, { ...cos, bytes: other }] }, 'w', witness.publicKey), {
+      ok: true,
+      timestamp: 1679315147,
+    });
     assert.equal(verifyCosignature(c, { text: body, signatures: [{ ...cos, bytes: other }, cos] }, 'w', witness.publicKey), { ok: false });
     const ns = signNote(c, body, 'w', witness);
     const nsBad = { ...ns, bytes: ns.bytes.map((b, i) => (i === 0 ? b ^ 1 : b)) };
@@ -127,11 +146,14 @@ for (const [bname, c, mkSigner] of backends) {
     refuses(() => cosign(c, body, 'w', witness, -1), 'bad_request');
     refuses(() => cosign(c, body, 'w', witness, 1.5), 'bad_request');
     refuses(() => cosign(c, body, 'w', witness, 2 ** 53), 'bad_request');
-    assert.equal(verifyCosignature(c, parseNote(formatNote({ text: body, signatures: [cosign(c, body, 'w', witness, 0)] })), 'w', witness.publicKey), { ok: true, timestamp: 0 });
+    assert.equal(verifyCosignature(c, parseNote(formatNote({ text: body, signatures: [cosign(c, body, 'w', witness, 0)] })), 'w', witness.publicKey), {
+      ok: true,
+      timestamp: 0,
+    });
   });
 }
 
-test('parseNote: Go\'s malformed notes are refused', () => {
+test("parseNote: Go's malformed notes are refused", () => {
   const bad = [
     TEXT,
     TEXT + '\n',
@@ -171,7 +193,7 @@ test('parseNote: every other refusal', () => {
   assert.is(parseNote('a\n\nb\n\n' + many).text, 'a\n\nb\n');
 });
 
-test('parseVerifierKey: Go\'s manglings and wrong types are refused with bad_request', () => {
+test("parseVerifierKey: Go's manglings and wrong types are refused with bad_request", () => {
   const c = nobleBackend;
   // Every proper substring and every single-byte change of the key (Go's TestNewVerifier).
   for (let i = 0; i <= PETER_VKEY.length; i++) {
@@ -205,7 +227,7 @@ test('signNote refuses a text without final newline, with control characters, an
   refuses(() => signNote(nobleBackend, TEXT, '', s), 'bad_request');
 });
 
-test('openNote is Go\'s note.Open: unknown keys ignored (repeats once), a known key\'s first line decides, at most 100 lines', () => {
+test("openNote is Go's note.Open: unknown keys ignored (repeats once), a known key's first line decides, at most 100 lines", () => {
   const c = nodeBackend;
   const peter = parseVerifierKey(c, PETER_VKEY);
   const enoch = parseVerifierKey(c, ENOCH_VKEY);
@@ -216,8 +238,14 @@ test('openNote is Go\'s note.Open: unknown keys ignored (repeats once), a known 
   const r1 = openNote(c, TEXT + '\n' + PETER_SIG + ENOCH_SIG + ENOCH_SIG, [P]);
   assert.ok(r1.ok);
   if (r1.ok) {
-    assert.equal(r1.verified.map((s) => s.name), ['PeterNeumann']);
-    assert.equal(r1.unverified.map((s) => s.name), ['EnochRoot']);
+    assert.equal(
+      r1.verified.map((s) => s.name),
+      ['PeterNeumann'],
+    );
+    assert.equal(
+      r1.unverified.map((s) => s.name),
+      ['EnochRoot'],
+    );
   }
   // A known key twice: the first verifies, the second (invalid) is dropped unread; the reverse refuses.
   assert.ok(openNote(c, TEXT + '\n' + PETER_SIG + badPeter, [P]).ok);

@@ -22,8 +22,12 @@ const { blocks, checkpoint, signer } = buildLongChain(N);
 let repo: ChainRepo;
 
 test.before(async () => {
-  repo = await ChainRepo.init(join(work, 'chain'), blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
-    formatCheckpointFile(checkpoint), { message: 'bulk\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 });
+  repo = await ChainRepo.init(
+    join(work, 'chain'),
+    blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
+    formatCheckpointFile(checkpoint),
+    { message: 'bulk\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 },
+  );
 });
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
@@ -58,7 +62,8 @@ async function handedOver(threads: number, batchSize = 500): Promise<{ upTo: num
   let outcome = 'ok';
   try {
     await verifyDirectory(repo, {
-      threads, batchSize,
+      threads,
+      batchSize,
       onVerified: (start, texts, facts) => {
         assert.is(start, upTo, 'in chain order, nothing skipped or repeated');
         assert.ok(texts.length > 0 && facts.length === texts.length);
@@ -88,8 +93,26 @@ test('onVerified: every block in chain order, texts as the files, facts of the p
   };
   // Inside a batch (500: 3001..3500), at a batch's first block, and a file that is no block.
   const cases: { at: number; want: string; apply: () => void }[] = [
-    { at: 3250, want: 'bad_signature@3250', apply: () => write(resealed(3250, (b) => { b.payload.semver = '9.9.9'; })) },
-    { at: 1001, want: 'prev_hash_mismatch@1001', apply: () => write(resealed(1001, (b) => { b.prev_hash = 'f'.repeat(64); })) },
+    {
+      at: 3250,
+      want: 'bad_signature@3250',
+      apply: () =>
+        write(
+          resealed(3250, (b) => {
+            b.payload.semver = '9.9.9';
+          }),
+        ),
+    },
+    {
+      at: 1001,
+      want: 'prev_hash_mismatch@1001',
+      apply: () =>
+        write(
+          resealed(1001, (b) => {
+            b.prev_hash = 'f'.repeat(64);
+          }),
+        ),
+    },
     { at: 2222, want: 'malformed@2222', apply: () => writeFileSync(join(repo.dir, blockPath(2222)), 'not json\n') },
   ];
   for (const c of cases) {
@@ -112,8 +135,12 @@ test('a forged block deep in the chain: the same first failure whatever the thre
     next.record_hash = computeRecordHash(next, nodeBackend);
     writeFileSync(join(repo.dir, blockPath(i + 1)), formatBlockFile(next as Block));
   };
-  forge(3_500, (b) => { b.payload.endorsements[0].artifact_hash = 'sha256:' + 'e'.repeat(64); });
-  forge(4_200, (b) => { b.posted = '2020-01-01T00:00:00Z'; });
+  forge(3_500, (b) => {
+    b.payload.endorsements[0].artifact_hash = 'sha256:' + 'e'.repeat(64);
+  });
+  forge(4_200, (b) => {
+    b.posted = '2020-01-01T00:00:00Z';
+  });
   assert.is(await outcome(0), 'bad_signature@3500');
   assert.is(await outcome(2), 'bad_signature@3500');
   assert.is(await outcome(1), 'bad_signature@3500');
@@ -131,22 +158,71 @@ test('failures at the first, last and middle block of a worker batch and at the 
     return b;
   };
   const cases: { want: string; at: number[]; apply: () => void }[] = [
-    { want: 'bad_signature@1001', at: [1001], apply: () => write(resealed(1001, (b) => { b.payload.semver = '9.9.9'; })) },
+    {
+      want: 'bad_signature@1001',
+      at: [1001],
+      apply: () =>
+        write(
+          resealed(1001, (b) => {
+            b.payload.semver = '9.9.9';
+          }),
+        ),
+    },
     // Signatures are checked in runs of 64 blocks examined first (batches from 501: runs 501-564, 565-628):
     // a forged signature at the end of a run, and two in one run (the first is reported).
-    { want: 'bad_signature@564', at: [564], apply: () => write(resealed(564, (b) => { b.payload.semver = '9.9.9'; })) },
-    { want: 'bad_signature@565', at: [565, 600], apply: () => {
-      write(resealed(565, (b) => { b.payload.semver = '9.9.9'; }));
-      write(resealed(600, (b) => { b.payload.semver = '9.9.8'; }));
-    } },
-    { want: 'time_regression@1500', at: [1500, 1501], apply: () => {
-      const b = resealed(1500, (x) => { x.posted = '2020-01-01T00:00:00Z'; });
-      write(b);
-      write(resealed(1501, (x) => { x.prev_hash = b.record_hash; }));
-    } },
+    {
+      want: 'bad_signature@564',
+      at: [564],
+      apply: () =>
+        write(
+          resealed(564, (b) => {
+            b.payload.semver = '9.9.9';
+          }),
+        ),
+    },
+    {
+      want: 'bad_signature@565',
+      at: [565, 600],
+      apply: () => {
+        write(
+          resealed(565, (b) => {
+            b.payload.semver = '9.9.9';
+          }),
+        );
+        write(
+          resealed(600, (b) => {
+            b.payload.semver = '9.9.8';
+          }),
+        );
+      },
+    },
+    {
+      want: 'time_regression@1500',
+      at: [1500, 1501],
+      apply: () => {
+        const b = resealed(1500, (x) => {
+          x.posted = '2020-01-01T00:00:00Z';
+        });
+        write(b);
+        write(
+          resealed(1501, (x) => {
+            x.prev_hash = b.record_hash;
+          }),
+        );
+      },
+    },
     { want: 'malformed@2222', at: [2222], apply: () => writeFileSync(file(2222), 'not json\n') },
     { want: 'record_hash_mismatch@2750', at: [2750], apply: () => write({ ...structuredClone(blocks[2750]!), comment: 'edited' }) },
-    { want: 'prev_hash_mismatch@3001', at: [3001], apply: () => write(resealed(3001, (b) => { b.prev_hash = 'f'.repeat(64); })) },
+    {
+      want: 'prev_hash_mismatch@3001',
+      at: [3001],
+      apply: () =>
+        write(
+          resealed(3001, (b) => {
+            b.prev_hash = 'f'.repeat(64);
+          }),
+        ),
+    },
     { want: 'malformed@4001', at: [4001], apply: () => writeFileSync(file(4001), '{}\n') },
     { want: 'index_gap@4500', at: [4500], apply: () => rmSync(file(4500)) },
   ];
@@ -165,7 +241,10 @@ test('failures at the first, last and middle block of a worker batch and at the 
 
 test('the names-only check agrees with the listing; strays, a directory for a block and extra shards are caught with threads as inline', async () => {
   const file = (i: number) => join(repo.dir, blockPath(i));
-  const listed = () => { const f = repo.listBlockFiles(); return f.length === N && f.every((x, i) => x.index === i); };
+  const listed = () => {
+    const f = repo.listBlockFiles();
+    return f.length === N && f.every((x, i) => x.index === i);
+  };
   assert.ok(repo.hasExactlyBlocks(N) && listed());
   assert.not.ok(repo.hasExactlyBlocks(N - 1));
   assert.not.ok(repo.hasExactlyBlocks(N + 1));
@@ -173,12 +252,38 @@ test('the names-only check agrees with the listing; strays, a directory for a bl
   // `accepted`: empty directories hold no file (git does not even record them): the names-only
   // check still says no, and the listing it falls back to accepts the chain.
   const cases: { name: string; apply: () => void; undo: () => void; accepted?: true }[] = [
-    { name: 'a stray file in a leaf directory', apply: () => writeFileSync(join(repo.dir, 'blocks/000/002/notes.txt'), 'x'), undo: () => rmSync(join(repo.dir, 'blocks/000/002/notes.txt')) },
+    {
+      name: 'a stray file in a leaf directory',
+      apply: () => writeFileSync(join(repo.dir, 'blocks/000/002/notes.txt'), 'x'),
+      undo: () => rmSync(join(repo.dir, 'blocks/000/002/notes.txt')),
+    },
     { name: 'a stray file in blocks/', apply: () => writeFileSync(join(repo.dir, 'blocks/README'), 'x'), undo: () => rmSync(join(repo.dir, 'blocks/README')) },
-    { name: 'an extra block file past the end (a new shard)', apply: () => { mkdirSync(join(repo.dir, 'blocks/000/005')); writeFileSync(file(N), formatBlockFile(blocks[1]!)); }, undo: () => rmSync(join(repo.dir, 'blocks/000/005'), { recursive: true }) },
+    {
+      name: 'an extra block file past the end (a new shard)',
+      apply: () => {
+        mkdirSync(join(repo.dir, 'blocks/000/005'));
+        writeFileSync(file(N), formatBlockFile(blocks[1]!));
+      },
+      undo: () => rmSync(join(repo.dir, 'blocks/000/005'), { recursive: true }),
+    },
     { name: 'a missing block file', apply: () => rmSync(file(4999)), undo: () => writeFileSync(file(4999), formatBlockFile(blocks[4999]!)) },
-    { name: 'an extra shard directory', apply: () => mkdirSync(join(repo.dir, 'blocks/000/900/sub'), { recursive: true }), undo: () => rmSync(join(repo.dir, 'blocks/000/900'), { recursive: true }), accepted: true },
-    { name: 'a directory in place of a block file', apply: () => { rmSync(file(2345)); mkdirSync(file(2345)); }, undo: () => { rmSync(file(2345), { recursive: true }); writeFileSync(file(2345), formatBlockFile(blocks[2345]!)); } },
+    {
+      name: 'an extra shard directory',
+      apply: () => mkdirSync(join(repo.dir, 'blocks/000/900/sub'), { recursive: true }),
+      undo: () => rmSync(join(repo.dir, 'blocks/000/900'), { recursive: true }),
+      accepted: true,
+    },
+    {
+      name: 'a directory in place of a block file',
+      apply: () => {
+        rmSync(file(2345));
+        mkdirSync(file(2345));
+      },
+      undo: () => {
+        rmSync(file(2345), { recursive: true });
+        writeFileSync(file(2345), formatBlockFile(blocks[2345]!));
+      },
+    },
   ];
   for (const c of cases) {
     c.apply();

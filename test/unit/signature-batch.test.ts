@@ -31,10 +31,30 @@ test('facts from a batch equal inline facts once checked, and say signatureOk nu
 test('each forged or malformed signature fails at its own block only; a reused batch starts empty', () => {
   const batch = new SignatureBatch();
   const forged = new Map<number, (b: any) => void>([
-    [3, (b) => { b.payload.semver = '9.9.9'; }], // signed message changed
-    [4, (b) => { b.signature = b.signature.slice(0, -4) + 'AAA='; }], // other 64 bytes
-    [5, (b) => { b.signature = 'AAAA'; }], // 3 bytes
-    [6, (b) => { b.signature = blocks[7]!.signature; }], // another block's signature
+    [
+      3,
+      (b) => {
+        b.payload.semver = '9.9.9';
+      },
+    ], // signed message changed
+    [
+      4,
+      (b) => {
+        b.signature = b.signature.slice(0, -4) + 'AAA=';
+      },
+    ], // other 64 bytes
+    [
+      5,
+      (b) => {
+        b.signature = 'AAAA';
+      },
+    ], // 3 bytes
+    [
+      6,
+      (b) => {
+        b.signature = blocks[7]!.signature;
+      },
+    ], // another block's signature
   ]);
   for (let round = 0; round < 2; round++) {
     const facts: BlockFacts[] = [];

@@ -28,7 +28,10 @@ test('a 384 MiB answer streamed to a sink that drops it: memory stays flat, ever
     const more = (): void => {
       while (sent < total) {
         sent += piece.length;
-        if (!res.write(piece)) { res.once('drain', more); return; }
+        if (!res.write(piece)) {
+          res.once('drain', more);
+          return;
+        }
       }
       res.end();
     };
@@ -41,8 +44,13 @@ test('a 384 MiB answer streamed to a sink that drops it: memory stays flat, ever
     let got = 0;
     let peak = 0;
     await exchange({
-      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/big`, method: 'GET', headers: {}, body: null,
-      timeoutMs: 60_000, stallMs: 10_000, maxBytes: total,
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/big`,
+      method: 'GET',
+      headers: {},
+      body: null,
+      timeoutMs: 60_000,
+      stallMs: 10_000,
+      maxBytes: total,
       onHead: (status) => {
         assert.is(status, 200);
         return (chunk) => {

@@ -32,7 +32,13 @@ test('the example computes: artifact hash, payload JCS, signature, record hash',
   const signature = base64Encode(signer.sign(payloadMessage(payload)));
   assert.is(signature, ex['signature']);
   const block: Omit<Block, 'record_hash'> = {
-    comment: ex['comment']!, index: 1, prev_hash: ex['prev_hash']!, posted: ex['posted']!, signer: signer.id, payload, signature,
+    comment: ex['comment']!,
+    index: 1,
+    prev_hash: ex['prev_hash']!,
+    posted: ex['posted']!,
+    signer: signer.id,
+    payload,
+    signature,
   };
   assert.is(computeRecordHash(block, nodeBackend), ex['record_hash']);
 });

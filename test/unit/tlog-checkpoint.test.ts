@@ -87,7 +87,10 @@ for (const [bname, c, mkSigner] of backends) {
     const opened = openCheckpoint(c, note, { publicKey: authority.publicKey, origin: '127.0.0.1:8080' });
     assert.equal(opened.checkpoint, cp);
     assert.is(opened.note.text, formatCheckpoint(cp));
-    assert.is(verifierKey(c, cp.origin, SIG_ED25519, authority.publicKey), `127.0.0.1:8080+${hexEncode(keyId)}+${base64Encode(Uint8Array.of(1, ...authority.publicKey))}`);
+    assert.is(
+      verifierKey(c, cp.origin, SIG_ED25519, authority.publicKey),
+      `127.0.0.1:8080+${hexEncode(keyId)}+${base64Encode(Uint8Array.of(1, ...authority.publicKey))}`,
+    );
     // Without an expected origin, the note's own origin names the key.
     assert.equal(openCheckpoint(c, note, { publicKey: authority.publicKey }).checkpoint.size, 42);
   });

@@ -10,7 +10,16 @@ import * as assert from 'uvu/assert';
 import { readFileSync } from 'node:fs';
 import { isSemver, isUnitName } from '../../chain/block.ts';
 import {
-  goSemver, goUnitName, npmSemver, npmUnitName, parsePep440, pep440Equal, pep440ToSemver, pypiNormalizeName, pypiUnitName, type Mapped,
+  goSemver,
+  goUnitName,
+  npmSemver,
+  npmUnitName,
+  parsePep440,
+  pep440Equal,
+  pep440ToSemver,
+  pypiNormalizeName,
+  pypiUnitName,
+  type Mapped,
 } from '../../chain/unit-names.ts';
 
 const value = (m: Mapped) => (m.ok ? m.value : `refused: ${m.reason}`);
@@ -67,7 +76,13 @@ test('names: refusals say why', () => {
 
 test('names: the ecosystems never collide', () => {
   // npm unscoped -> owner "npm"; scoped -> owner "@<scope>"; PyPI -> "pypi"; Go -> "go".
-  const owners = new Set([value(npmUnitName('x')), value(npmUnitName('@npm/x')), value(npmUnitName('@pypi/x')), value(pypiUnitName('x')), value(goUnitName('x'))]);
+  const owners = new Set([
+    value(npmUnitName('x')),
+    value(npmUnitName('@npm/x')),
+    value(npmUnitName('@pypi/x')),
+    value(pypiUnitName('x')),
+    value(goUnitName('x')),
+  ]);
   assert.is(owners.size, 5);
   assert.is(value(npmUnitName('@npm/x')), '@npm/x');
   assert.is.not(value(npmUnitName('@npm/x')), value(npmUnitName('x')));
@@ -130,8 +145,32 @@ test('versions: the PEP 440 -> SemVer table', () => {
 });
 
 test('versions: PEP 440 equality decides the mapping (equal versions map together, unequal apart)', () => {
-  const versions = ['1', '1.0', '1.0.0', '1.0.0.0', '1.0.1', '1.0.0.1', '1.0a1', '1.0b1', '1.0rc1', '1.0.dev1', '1.0a1.dev1', '1.0.post1',
-    '1.0.post1.dev1', '1.0+local', '1.0+local.1', '1.0.post1+local', '1.0a1+x', '2.0', '1.1', '10.0', '1.0.post2', '1.0.dev2', '1.0+post.1', '1.0.0.1.0'];
+  const versions = [
+    '1',
+    '1.0',
+    '1.0.0',
+    '1.0.0.0',
+    '1.0.1',
+    '1.0.0.1',
+    '1.0a1',
+    '1.0b1',
+    '1.0rc1',
+    '1.0.dev1',
+    '1.0a1.dev1',
+    '1.0.post1',
+    '1.0.post1.dev1',
+    '1.0+local',
+    '1.0+local.1',
+    '1.0.post1+local',
+    '1.0a1+x',
+    '2.0',
+    '1.1',
+    '10.0',
+    '1.0.post2',
+    '1.0.dev2',
+    '1.0+post.1',
+    '1.0.0.1.0',
+  ];
   for (const a of versions) {
     for (const b of versions) {
       const equal = pep440Equal(parsePep440(a)!, parsePep440(b)!);

@@ -25,14 +25,20 @@ test.after(() => {
 function answer(url: URL): Promise<string> {
   return new Promise((resolve, reject) => {
     const w = new Worker(url);
-    w.once('message', (m: string) => { void w.terminate(); resolve(m); });
+    w.once('message', (m: string) => {
+      void w.terminate();
+      resolve(m);
+    });
     w.once('error', reject);
   });
 }
 
 test('a bundle runs in a worker and is rebuilt when a file it was built from changes', async () => {
   mkdirSync(dir, { recursive: true });
-  writeFileSync(entry, "import { parentPort } from 'node:worker_threads';\nimport { word } from './dep.ts';\nconst n: number = 1;\nparentPort!.postMessage(`${word} ${n}`);\n");
+  writeFileSync(
+    entry,
+    "import { parentPort } from 'node:worker_threads';\nimport { word } from './dep.ts';\nconst n: number = 1;\nparentPort!.postMessage(`${word} ${n}`);\n",
+  );
   writeFileSync(dep, "export const word: string = 'first';\n");
   const a = await workerBundle(pathToFileURL(entry));
   assert.ok(a, 'no bundle was built');

@@ -16,7 +16,8 @@ import { digestFile } from '../../artifacts/artifact-digest.ts';
 export const check: Command = {
   name: 'check',
   usage: '--chain DIR --url URL [--semver V | --at D] [--public-key B64] FILE',
-  summary: 'Verifies the chain, selects the block signed for URL and checks that FILE hashes to its artifact_hash. Exit 0 match, 1 no match (or nothing signed), 2 usage or environment error.',
+  summary:
+    'Verifies the chain, selects the block signed for URL and checks that FILE hashes to its artifact_hash. Exit 0 match, 1 no match (or nothing signed), 2 usage or environment error.',
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain directory', required: true },
     url: { type: 'string', value: 'URL', help: 'the artifact URL as endorsed', required: true },
@@ -49,14 +50,25 @@ export const check: Command = {
     const { artifactHash } = await digestFile(file!, signed.algorithm);
     const what = `${sel.entry.name} ${sel.entry.semver} (block ${sel.block.index})`;
     if (sel.revokedBy) {
-      return refuse(v, 'revoked', `${what} was revoked by block ${sel.revokedBy.index} from ${sel.revokedBy.payload.effective_date}`, { index: sel.block.index });
+      return refuse(v, 'revoked', `${what} was revoked by block ${sel.revokedBy.index} from ${sel.revokedBy.payload.effective_date}`, {
+        index: sel.block.index,
+      });
     }
     if (artifactHash !== sel.entry.artifact_hash) {
-      return refuse(v, 'hash_mismatch', `${file} hashes to ${artifactHash}, the chain signed ${sel.entry.artifact_hash} for ${v.url} ${what}`,
-        { expected: sel.entry.artifact_hash, actual: artifactHash, index: sel.block.index });
+      return refuse(v, 'hash_mismatch', `${file} hashes to ${artifactHash}, the chain signed ${sel.entry.artifact_hash} for ${v.url} ${what}`, {
+        expected: sel.entry.artifact_hash,
+        actual: artifactHash,
+        index: sel.block.index,
+      });
     }
     emit(v, `match: ${file} is ${v.url} ${what}, ${artifactHash}`, {
-      file, url: v.url, name: sel.entry.name, semver: sel.entry.semver, index: sel.block.index, record_hash: sel.block.record_hash, artifact_hash: artifactHash,
+      file,
+      url: v.url,
+      name: sel.entry.name,
+      semver: sel.entry.semver,
+      index: sel.block.index,
+      record_hash: sel.block.record_hash,
+      artifact_hash: artifactHash,
     });
     return 0;
   },

@@ -10,12 +10,13 @@ import { emit, type Command } from '../command.ts';
 export const configInit: Command = {
   name: 'config init',
   usage: '[--out FILE] [--force]',
-  summary: 'Writes the embedded default gateway configuration, complete and commented, to FILE (default vouch.yaml) for `vouch serve --config FILE`. Refuses to overwrite a file without --force.',
+  summary:
+    'Writes the embedded default gateway configuration, complete and commented, to FILE (default vouch.yaml) for `vouch serve --config FILE`. Refuses to overwrite a file without --force.',
   details: [
     'A config file is merged over the embedded default (mappings key by key, lists and scalars replace),',
     'so the written file may be cut down to the keys you change. Relative paths in it are relative to',
     'the file: next to it, ./var holds the chain, the development authority key and the submit token.',
-    'The authority section is written commented out: so the default\'s development key and token are',
+    "The authority section is written commented out: so the default's development key and token are",
     'created on first start. Uncomment it to use your own key (vouch keygen) and token.',
   ].join('\n'),
   options: {

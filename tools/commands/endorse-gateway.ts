@@ -41,9 +41,20 @@ const IN_FLIGHT = 1;
 /** One NDJSON line of the answer at most (the result line names the block's URLs). */
 const LINE_MAX_BYTES = 4 * 1024 * 1024;
 
-interface SubmitEntryBody { url: string; name: string; semver: string; license: string; comment: string; expect?: string[]; algorithm?: HashAlgorithm }
+interface SubmitEntryBody {
+  url: string;
+  name: string;
+  semver: string;
+  license: string;
+  comment: string;
+  expect?: string[];
+  algorithm?: HashAlgorithm;
+}
 
-export interface Answer { httpStatus: number; body: Record<string, any> }
+export interface Answer {
+  httpStatus: number;
+  body: Record<string, any>;
+}
 
 export function readToken(file: string): string {
   let text: string;
@@ -66,7 +77,7 @@ export function gatewayBase(given: string): string {
 
 /** A gateway's failure as the error the offline command would have raised. */
 export function gatewayError(a: Answer): VouchError {
-  const code = typeof a.body.status === 'string' && a.body.status in EXIT_CODE ? a.body.status as ErrorCode : 'internal_error';
+  const code = typeof a.body.status === 'string' && a.body.status in EXIT_CODE ? (a.body.status as ErrorCode) : 'internal_error';
   const message = typeof a.body.message === 'string' ? a.body.message : `the gateway answered ${a.httpStatus}`;
   return new VouchError(code, `the gateway refused: ${message}`, typeof a.body.resource === 'string' ? { resource: a.body.resource } : {});
 }
@@ -89,7 +100,11 @@ export async function submit(base: string, token: string, body: Record<string, u
     // An error before the submit started (401, 400, 404 ...) is plain JSON.
     const text = await res.text();
     let parsed: Record<string, any> = {};
-    try { parsed = JSON.parse(text.slice(0, LINE_MAX_BYTES)); } catch { /* not JSON: the status says it */ }
+    try {
+      parsed = JSON.parse(text.slice(0, LINE_MAX_BYTES));
+    } catch {
+      /* not JSON: the status says it */
+    }
     return { httpStatus: res.status, body: parsed };
   }
   const decoder = new TextDecoder();
@@ -98,7 +113,11 @@ export async function submit(base: string, token: string, body: Record<string, u
   const take = (line: string) => {
     if (line.trim() === '') return;
     let o: Record<string, any>;
-    try { o = JSON.parse(line); } catch { throw new VouchError('bad_answer', `the gateway sent a line that is not JSON: ${JSON.stringify(line.slice(0, 100))}`); }
+    try {
+      o = JSON.parse(line);
+    } catch {
+      throw new VouchError('bad_answer', `the gateway sent a line that is not JSON: ${JSON.stringify(line.slice(0, 100))}`);
+    }
     if (o.progress && typeof o.progress.done === 'number') onProgress(o.progress.done);
     else if (typeof o.http_status === 'number') {
       const { http_status: httpStatus, ...rest } = o;
@@ -115,7 +134,11 @@ export async function submit(base: string, token: string, body: Record<string, u
     if (pending.length > LINE_MAX_BYTES) throw new VouchError('bad_answer', `the gateway sent a line longer than ${LINE_MAX_BYTES} bytes`);
   }
   take(pending);
-  if (result === null) throw new VouchError('origin_error', `the gateway ${base} closed the answer before its result line: the block may or may not be signed (look it up, or submit again: a resubmit of the same bytes is answered unchanged)`);
+  if (result === null)
+    throw new VouchError(
+      'origin_error',
+      `the gateway ${base} closed the answer before its result line: the block may or may not be signed (look it up, or submit again: a resubmit of the same bytes is answered unchanged)`,
+    );
   return result;
 }
 
@@ -132,14 +155,19 @@ function bar(quiet: boolean, total: number) {
   const reporter = tty ? progressReporter('authority hashing') : null;
   return {
     tty,
-    update(done: number) { reporter?.update(done, total); },
-    done() { reporter?.done(); },
+    update(done: number) {
+      reporter?.update(done, total);
+    },
+    done() {
+      reporter?.done();
+    },
   };
 }
 
 export async function endorseGateway(v: Record<string, any>): Promise<number> {
-  if (v.chain !== undefined || v.key !== undefined) throw new UsageError('--chain and --key do not apply with --gateway: the running authority signs with its own key');
-  if (v['token-file'] === undefined) throw new UsageError('--gateway needs --token-file FILE (the authority\'s submit token)');
+  if (v.chain !== undefined || v.key !== undefined)
+    throw new UsageError('--chain and --key do not apply with --gateway: the running authority signs with its own key');
+  if (v['token-file'] === undefined) throw new UsageError("--gateway needs --token-file FILE (the authority's submit token)");
   for (const o of ['file', 'origin']) {
     if (v[o] !== undefined) throw new UsageError(`--${o} does not apply with --gateway: the authority fetches every artifact from its own URL itself`);
   }
@@ -158,7 +186,9 @@ async function urlsThroughGateway(v: Record<string, any>, base: string): Promise
   const quiet = v.quiet === true || v.json === true;
 
   const body: Record<string, unknown> = {
-    uns: v.name, semver: v.semver, algorithm,
+    uns: v.name,
+    semver: v.semver,
+    algorithm,
     endorsements: urls.map((url) => ({ url, name: v.name, semver: v.semver, license: v.license, comment: v.comment ?? '' })),
     ...(v.comment !== undefined ? { comment: v.comment } : {}),
     ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
@@ -173,11 +203,21 @@ async function urlsThroughGateway(v: Record<string, any>, base: string): Promise
   if (answer.httpStatus !== 200 && answer.httpStatus !== 201) throw gatewayError(answer);
   const { index, record_hash: recordHash } = answer.body;
   if (answer.httpStatus === 200) {
-    emit(v, `unchanged: ${urls.length === 1 ? urls[0] : `all ${urls.length} URLs`} already signed with these bytes in block ${index} ${recordHash}`,
-      { status: 'unchanged', index, record_hash: recordHash, urls });
+    emit(v, `unchanged: ${urls.length === 1 ? urls[0] : `all ${urls.length} URLs`} already signed with these bytes in block ${index} ${recordHash}`, {
+      status: 'unchanged',
+      index,
+      record_hash: recordHash,
+      urls,
+    });
   } else {
     // tree_size: what `vouch get --min-tree-size` (Vouch-Min-Tree-Size) asks a mirror for to read this block (docs/guide/fleet.md).
-    emit(v, `${index} ${recordHash}`, { status: 'posted', index, record_hash: recordHash, urls, ...(typeof index === 'number' ? { tree_size: index + 1 } : {}) });
+    emit(v, `${index} ${recordHash}`, {
+      status: 'posted',
+      index,
+      record_hash: recordHash,
+      urls,
+      ...(typeof index === 'number' ? { tree_size: index + 1 } : {}),
+    });
   }
   return 0;
 }
@@ -192,9 +232,11 @@ function probePrev(signerId: string): { prev: Block; signer: ReturnType<typeof n
 async function authoritySigner(base: string): Promise<string> {
   try {
     const res = await fetch(`${base}/v1/authority`, { headers: { accept: 'application/json' } });
-    const body = await res.json() as Record<string, unknown>;
+    const body = (await res.json()) as Record<string, unknown>;
     if (res.ok && typeof body.signer === 'string') return body.signer;
-  } catch { /* the submit below reports an unreachable gateway */ }
+  } catch {
+    /* the submit below reports an unreachable gateway */
+  }
   return 'vouch';
 }
 
@@ -230,23 +272,48 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
   // The blocks the offline command would make, measured with a placeholder hash of each entry's algorithm.
   const { prev: probe, signer } = probePrev(await authoritySigner(base));
   const inputs: EndorsementInput[] = unique.map((p) => ({
-    url: p.url, artifactHash: `${p.endorseAlgorithm}:${'0'.repeat(HASH_ALGORITHMS[p.endorseAlgorithm].hexLength)}`,
-    name: p.name, semver: p.semver, license: p.license, comment: p.comment,
+    url: p.url,
+    artifactHash: `${p.endorseAlgorithm}:${'0'.repeat(HASH_ALGORITHMS[p.endorseAlgorithm].hexLength)}`,
+    name: p.name,
+    semver: p.semver,
+    license: p.license,
+    comment: p.comment,
   }));
   const commentOf = (part: number, parts: number) => v.comment ?? `${uns} ${semver} from ${fileName}${parts > 1 ? ` part ${part} of ${parts}` : ''}`;
-  const probeBlocks = packBlocks(inputs, { maxEntries: Math.min(run.maxEntries, SUBMIT_MAX_ENTRIES), maxBytes: run.maxBytes, maxUnsBytes: UNS_FULL_MAX },
-    (chunk, prev, part, parts) => buildEndorseBlock({
-      prev: prev ?? probe, signer, backend: nodeBackend, now: Date.now(), entries: chunk, uns, semver, comment: commentOf(part, parts),
-    }));
+  const probeBlocks = packBlocks(
+    inputs,
+    { maxEntries: Math.min(run.maxEntries, SUBMIT_MAX_ENTRIES), maxBytes: run.maxBytes, maxUnsBytes: UNS_FULL_MAX },
+    (chunk, prev, part, parts) =>
+      buildEndorseBlock({
+        prev: prev ?? probe,
+        signer,
+        backend: nodeBackend,
+        now: Date.now(),
+        entries: chunk,
+        uns,
+        semver,
+        comment: commentOf(part, parts),
+      }),
+  );
   const parts = probeBlocks.length;
 
   // The blocks' bodies, grouped into submits of the blocks form within the gateway's bounds.
   const bodies = probeBlocks.map((b, k) => ({
-    uns, semver, comment: commentOf(k + 1, parts),
+    uns,
+    semver,
+    comment: commentOf(k + 1, parts),
     ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
     endorsements: b.payload.endorsements.map((e): SubmitEntryBody => {
       const p = byUrl.get(e.artifact_url)!;
-      return { url: p.url, name: p.name, semver: p.semver, license: p.license, comment: p.comment, ...(claimsOf(p).length > 0 ? { expect: claimsOf(p) } : {}), algorithm: p.endorseAlgorithm };
+      return {
+        url: p.url,
+        name: p.name,
+        semver: p.semver,
+        license: p.license,
+        comment: p.comment,
+        ...(claimsOf(p).length > 0 ? { expect: claimsOf(p) } : {}),
+        algorithm: p.endorseAlgorithm,
+      };
     }),
   }));
   /** Each submit's first block and its number of blocks. */
@@ -307,9 +374,11 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
     const lines: string[] = [];
     if (answer.httpStatus === 201 || answer.httpStatus === 200) {
       const answered = answer.body.blocks;
-      if (!Array.isArray(answered) || answered.length !== count) throw new VouchError('bad_answer', `the gateway answered ${answer.httpStatus} without the status of each of the ${count} blocks sent`);
+      if (!Array.isArray(answered) || answered.length !== count)
+        throw new VouchError('bad_answer', `the gateway answered ${answer.httpStatus} without the status of each of the ${count} blocks sent`);
       answered.forEach((b: { status?: unknown; index?: unknown; record_hash?: unknown }, i: number) => {
-        if (b.status === 'posted') posted.push({ index: b.index as number, record_hash: b.record_hash as string, entries: bodies[from + i]!.endorsements.length });
+        if (b.status === 'posted')
+          posted.push({ index: b.index as number, record_hash: b.record_hash as string, entries: bodies[from + i]!.endorsements.length });
         else unchanged += bodies[from + i]!.endorsements.length;
         if (!progress.tty) lines.push(`${blockLine(from + i)}: ${b.status === 'posted' ? `posted at index ${b.index}` : `unchanged (block ${b.index})`}\n`);
       });
@@ -327,10 +396,16 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
     } else {
       throw err;
     }
-    lines.push(count === 1 ? `${blockLine(from)}: refused, nothing of it signed\n`
-      : `blocks ${from + 1} to ${from + count} of ${parts} (${entries} entries, sent together): refused, nothing of them signed\n`);
+    lines.push(
+      count === 1
+        ? `${blockLine(from)}: refused, nothing of it signed\n`
+        : `blocks ${from + 1} to ${from + count} of ${parts} (${entries} entries, sent together): refused, nothing of them signed\n`,
+    );
     report[g] = lines;
-    if (first === null || g < firstAt) { first = err; firstAt = g; }
+    if (first === null || g < firstAt) {
+      first = err;
+      firstAt = g;
+    }
   };
   const running: Promise<void>[] = [];
   try {
@@ -339,8 +414,24 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
       // At most IN_FLIGHT submits being hashed by the authority at once.
       if (g >= IN_FLIGHT) await gates[g - IN_FLIGHT];
       let hashed!: () => void;
-      gates.push(new Promise<void>((r) => { hashed = r; }));
-      running.push(one(g, hashed).then(() => { progress.done(); flush(); show(); }, (e) => { fatal ??= e; report[g] = []; }));
+      gates.push(
+        new Promise<void>((r) => {
+          hashed = r;
+        }),
+      );
+      running.push(
+        one(g, hashed).then(
+          () => {
+            progress.done();
+            flush();
+            show();
+          },
+          (e) => {
+            fatal ??= e;
+            report[g] = [];
+          },
+        ),
+      );
     }
     await Promise.all(running);
   } finally {
@@ -352,15 +443,32 @@ async function lockfileThroughGateway(v: Record<string, any>, base: string): Pro
   if (!quiet) for (const n of notes) process.stderr.write(`note: ${n}\n`);
   const entries = posted.reduce((a, b) => a + b.entries, 0);
   if (first) {
-    throw new VouchError(first.code, `${first.message.replace(/^the gateway refused: /, '')}; ${posted.length} of ${parts} blocks posted`,
-      first.resource !== undefined ? { resource: first.resource } : {});
+    throw new VouchError(
+      first.code,
+      `${first.message.replace(/^the gateway refused: /, '')}; ${posted.length} of ${parts} blocks posted`,
+      first.resource !== undefined ? { resource: first.resource } : {},
+    );
   }
-  const where = posted.length === 1 ? `1 block (index ${posted[0]!.index})`
-    : posted.length === 0 ? '0 blocks' : `${posted.length} blocks (indexes ${posted.map((b) => b.index).join(', ')})`;
+  const where =
+    posted.length === 1
+      ? `1 block (index ${posted[0]!.index})`
+      : posted.length === 0
+        ? '0 blocks'
+        : `${posted.length} blocks (indexes ${posted.map((b) => b.index).join(', ')})`;
   const skippedTotal = Object.values(skipped).reduce((a, b) => a + b, 0);
   emit(v, `posted ${entries} entries in ${where} through ${base}; ${unchanged} unchanged, ${skippedText(skipped)}`, {
-    status: posted.length ? 'posted' : 'unchanged', lockfile: file, type, uns, semver, gateway: base,
-    entries, unchanged, skipped: skippedTotal, skipped_by_reason: skipped, notes, blocks: posted,
+    status: posted.length ? 'posted' : 'unchanged',
+    lockfile: file,
+    type,
+    uns,
+    semver,
+    gateway: base,
+    entries,
+    unchanged,
+    skipped: skippedTotal,
+    skipped_by_reason: skipped,
+    notes,
+    blocks: posted,
   });
   return 0;
 }

@@ -75,7 +75,9 @@ export function lockfileType(file: string, given: string | undefined): LockfileT
   if (name === 'package-lock.json' || name === 'npm-shrinkwrap.json') return 'npm';
   if (name === 'go.sum') return 'go';
   if (name.endsWith('.txt')) return 'pip';
-  throw new UsageError(`cannot tell the lockfile type of ${JSON.stringify(name)} (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum, a directory): pass --lockfile-type npm|pip|go|maven`);
+  throw new UsageError(
+    `cannot tell the lockfile type of ${JSON.stringify(name)} (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum, a directory): pass --lockfile-type npm|pip|go|maven`,
+  );
 }
 
 function isDirectory(file: string): boolean {
@@ -89,7 +91,10 @@ function isDirectory(file: string): boolean {
 /** `lockfile/<directory name>`, the directory name reduced to the unit-name characters. */
 export function defaultUns(file: string): string {
   const dir = basename(dirname(resolve(file)));
-  const cleaned = dir.replace(/[^A-Za-z0-9._+-]+/g, '-').replace(/^[^A-Za-z0-9_]+/, '').slice(0, 128);
+  const cleaned = dir
+    .replace(/[^A-Za-z0-9._+-]+/g, '-')
+    .replace(/^[^A-Za-z0-9_]+/, '')
+    .slice(0, 128);
   const uns = `lockfile/${cleaned || 'project'}`;
   return isUnitName(uns) ? uns : 'lockfile/project';
 }
@@ -112,7 +117,7 @@ function readLockfile(file: string): string {
   } catch (e) {
     if (e instanceof VouchError) throw e;
     const err = e as NodeJS.ErrnoException;
-    throw new VouchError('io_error', `cannot read ${file}: ${err.code === 'ENOENT' ? 'no such file' : err.code ?? err.message}`);
+    throw new VouchError('io_error', `cannot read ${file}: ${err.code === 'ENOENT' ? 'no such file' : (err.code ?? err.message)}`);
   }
   if (size > LOCKFILE_MAX_BYTES) throw new VouchError('too_large', `${file} is ${size} bytes, more than ${LOCKFILE_MAX_BYTES}`);
   try {
@@ -138,17 +143,31 @@ async function fetchDigest(http: Http, p: Pinned, algorithms: Set<DigestName>, s
 
 /** The algorithms a check compares with. */
 function checkAlgorithms(p: Pinned): DigestName[] {
-  return p.check.kind === 'digest' ? Object.keys(p.check.want) as DigestName[] : ['sha256'];
+  return p.check.kind === 'digest' ? (Object.keys(p.check.want) as DigestName[]) : ['sha256'];
 }
 
 /** A lockfile read whole, with the options that shape its blocks: everything before the chain or the network. */
 export interface LockfileRun {
-  file: string; fileName: string; type: LockfileType; indexUrl: string; goproxy: string; origins: OriginMap;
+  file: string;
+  fileName: string;
+  type: LockfileType;
+  indexUrl: string;
+  goproxy: string;
+  origins: OriginMap;
   /** Maven: the repository URL, the files read, and whether parent POMs are followed (a list) or already there (a directory). */
-  mavenRepo: string; mavenFiles: MavenFile[]; followPoms: boolean;
-  maxEntries: number; maxBytes: number; options: Options;
-  pinned: Pinned[]; requirements: Requirement[]; skipped: SkipCounts; notes: string[];
-  uns: string; semver: string; quiet: boolean;
+  mavenRepo: string;
+  mavenFiles: MavenFile[];
+  followPoms: boolean;
+  maxEntries: number;
+  maxBytes: number;
+  options: Options;
+  pinned: Pinned[];
+  requirements: Requirement[];
+  skipped: SkipCounts;
+  notes: string[];
+  uns: string;
+  semver: string;
+  quiet: boolean;
 }
 
 /**
@@ -159,9 +178,11 @@ export function readLockfileRun(v: Record<string, any>): LockfileRun {
   // ---- options, all before any reading or fetching
   for (const o of ['url', 'file', 'algorithm']) {
     if (v[o] !== undefined) {
-      throw new UsageError(o === 'algorithm'
-        ? '--algorithm does not apply with --lockfile: entries are endorsed with the lockfile\'s algorithm (sha512/sha256) or sha256'
-        : `--${o} does not apply with --lockfile`);
+      throw new UsageError(
+        o === 'algorithm'
+          ? "--algorithm does not apply with --lockfile: entries are endorsed with the lockfile's algorithm (sha512/sha256) or sha256"
+          : `--${o} does not apply with --lockfile`,
+      );
     }
   }
   const file: string = v.lockfile;
@@ -171,8 +192,13 @@ export function readLockfileRun(v: Record<string, any>): LockfileRun {
   const indexUrl: string = v['index-url'] ?? DEFAULT_INDEX_URL;
   const goproxy: string = v.goproxy ?? DEFAULT_GOPROXY;
   const mavenRepo: string = v['maven-repo'] ?? DEFAULT_MAVEN_REPO;
-  for (const [opt, u] of [['--index-url', indexUrl], ['--goproxy', goproxy], ['--maven-repo', mavenRepo]] as const) {
-    if (!/^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/i.test(u)) throw new UsageError(`${opt} must be an absolute http(s) URL without query or fragment, got ${JSON.stringify(u)}`);
+  for (const [opt, u] of [
+    ['--index-url', indexUrl],
+    ['--goproxy', goproxy],
+    ['--maven-repo', mavenRepo],
+  ] as const) {
+    if (!/^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/i.test(u))
+      throw new UsageError(`${opt} must be an absolute http(s) URL without query or fragment, got ${JSON.stringify(u)}`);
     if (hasCredentials(u)) throw new UsageError(`${opt} may not carry a user name or password: the URLs endorsed under it are public`);
   }
   if (v.name !== undefined && !isUnitName(v.name)) throw new UsageError(`--name must be OWNER/NAME, got ${JSON.stringify(v.name)}`);
@@ -220,24 +246,46 @@ export function readLockfileRun(v: Record<string, any>): LockfileRun {
   const quiet = v.json === true || v.quiet === true;
   if (pinned.length === 0 && requirements.length === 0 && mavenFiles.length === 0) throw nothingToEndorse(fileName, skipped);
   return {
-    file, fileName, type, indexUrl, goproxy, mavenRepo, mavenFiles, followPoms: !directory, origins, maxEntries, maxBytes, options,
-    pinned, requirements, skipped, notes, uns: unsOf, semver: semverOf, quiet,
+    file,
+    fileName,
+    type,
+    indexUrl,
+    goproxy,
+    mavenRepo,
+    mavenFiles,
+    followPoms: !directory,
+    origins,
+    maxEntries,
+    maxBytes,
+    options,
+    pinned,
+    requirements,
+    skipped,
+    notes,
+    uns: unsOf,
+    semver: semverOf,
+    quiet,
   };
 }
 
 /** `n skipped (n reason, ...)`. */
 export function skippedText(skipped: SkipCounts): string {
   const total = Object.values(skipped).reduce((a, b) => a + b, 0);
-  return total === 0 ? '0 skipped' : `${total} skipped (${Object.entries(skipped).map(([k, n]) => `${n} ${k}`).join(', ')})`;
+  return total === 0
+    ? '0 skipped'
+    : `${total} skipped (${Object.entries(skipped)
+        .map(([k, n]) => `${n} ${k}`)
+        .join(', ')})`;
 }
 
 /** The refusal of a lockfile that pins nothing to endorse, with the reason (npm's setting when `resolved` is missing). */
 function nothingToEndorse(fileName: string, skipped: SkipCounts): VouchError {
   let why = Object.keys(skipped).length === 0 ? 'it pins no artifact' : `every entry was skipped: ${skippedText(skipped)}`;
   if ((skipped['no resolved'] ?? 0) > 0) {
-    why += '; npm wrote no "resolved" URL, which it does when its setting omit-lockfile-registry-resolved is on:'
-      + ' turn it off (npm config set omit-lockfile-registry-resolved false) and write the lockfile again'
-      + ' (npm install --package-lock-only)';
+    why +=
+      '; npm wrote no "resolved" URL, which it does when its setting omit-lockfile-registry-resolved is on:' +
+      ' turn it off (npm config set omit-lockfile-registry-resolved false) and write the lockfile again' +
+      ' (npm install --package-lock-only)';
   }
   return new VouchError('bad_request', `nothing to endorse in ${fileName}: ${why}`);
 }
@@ -271,8 +319,14 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
   try {
     let candidatesOf = new Map<Requirement, Pinned[]>();
     if (type === 'pip') {
-      ({ pinned, candidatesOf } = await resolveRequirements(requirements, http, indexUrl, options, CONCURRENCY,
-        bar ? (d, t) => bar.update(d, t, 'index pages') : undefined));
+      ({ pinned, candidatesOf } = await resolveRequirements(
+        requirements,
+        http,
+        indexUrl,
+        options,
+        CONCURRENCY,
+        bar ? (d, t) => bar.update(d, t, 'index pages') : undefined,
+      ));
     }
     if (type === 'maven') pinned = await resolveMaven(run.mavenFiles, http, run.mavenRepo, options, CONCURRENCY, run.followPoms, notes);
     const byUrl = byUrlOf(pinned);
@@ -288,9 +342,12 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
       }
       return set;
     };
-    fetched = await mapLimit(unique, CONCURRENCY, (p, signal) =>
-      p.check.kind === 'digest' ? fetchDigest(http, p, algorithmsOf(p), signal) : fetchGo(http, p, algorithmsOf(p), signal),
-    bar ? (d, t) => bar.update(d, t, 'fetching') : undefined);
+    fetched = await mapLimit(
+      unique,
+      CONCURRENCY,
+      (p, signal) => (p.check.kind === 'digest' ? fetchDigest(http, p, algorithmsOf(p), signal) : fetchGo(http, p, algorithmsOf(p), signal)),
+      bar ? (d, t) => bar.update(d, t, 'fetching') : undefined,
+    );
     bar?.done();
     fetched = fetched.filter((f) => f.matched);
     // pip: every requirement has a file whose bytes match a pin.
@@ -333,17 +390,34 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     const skippedTotal = Object.values(skipped).reduce((a, b) => a + b, 0);
     const skippedLine = skippedText(skipped);
     const now = Date.now();
-    const blocks = packBlocks(toPost, { maxEntries, maxBytes, maxUnsBytes }, (chunk, prev: Block | null, part, parts) => buildEndorseBlock({
-      prev: prev ?? head, signer: keyed, backend: nodeBackend, now, entries: chunk, uns: uns!, semver: semver!,
-      comment: v.comment ?? `${uns} ${semver} from ${fileName}${parts > 1 ? ` part ${part} of ${parts}` : ''}`,
-      ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
-    }));
+    const blocks = packBlocks(toPost, { maxEntries, maxBytes, maxUnsBytes }, (chunk, prev: Block | null, part, parts) =>
+      buildEndorseBlock({
+        prev: prev ?? head,
+        signer: keyed,
+        backend: nodeBackend,
+        now,
+        entries: chunk,
+        uns: uns!,
+        semver: semver!,
+        comment: v.comment ?? `${uns} ${semver} from ${fileName}${parts > 1 ? ` part ${part} of ${parts}` : ''}`,
+        ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
+      }),
+    );
     const summary = {
-      lockfile: file, type, uns, semver,
-      entries: toPost.length, unchanged, skipped: skippedTotal, skipped_by_reason: skipped, notes,
+      lockfile: file,
+      type,
+      uns,
+      semver,
+      entries: toPost.length,
+      unchanged,
+      skipped: skippedTotal,
+      skipped_by_reason: skipped,
+      notes,
     };
     // Notes only after a success: a failure stays one line on stderr.
-    const printNotes = () => { if (!quiet) for (const n of notes) process.stderr.write(`note: ${n}\n`); };
+    const printNotes = () => {
+      if (!quiet) for (const n of notes) process.stderr.write(`note: ${n}\n`);
+    };
     if (blocks.length === 0) {
       printNotes();
       emit(v, `posted 0 entries in 0 blocks; ${unchanged} unchanged, ${skippedLine}`, { status: 'unchanged', ...summary, blocks: [] });
@@ -355,10 +429,14 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     await refreshIfBehind(repo, report, blocks.length);
     printNotes();
     // Split blocks say so: each fits a gateway's UNS header whole (its full form at most maxUnsBytes).
-    const where = blocks.length === 1 ? `1 block (index ${last.index})`
-      : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index}, each within the ${maxUnsBytes}-byte UNS header bound)`;
+    const where =
+      blocks.length === 1
+        ? `1 block (index ${last.index})`
+        : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index}, each within the ${maxUnsBytes}-byte UNS header bound)`;
     emit(v, `posted ${toPost.length} entries in ${where}; ${unchanged} unchanged, ${skippedLine}`, {
-      status: 'posted', ...summary, uns_header_max: maxUnsBytes,
+      status: 'posted',
+      ...summary,
+      uns_header_max: maxUnsBytes,
       blocks: blocks.map((b) => ({ index: b.index, record_hash: b.record_hash, entries: b.payload.endorsements.length })),
     });
     return 0;

@@ -29,14 +29,32 @@ import { checkLicense } from '../lockfiles/licenses.ts';
 import { endorsementsOf } from '../lockfiles/history.ts';
 import { packBlocks } from '../lockfiles/blocks.ts';
 import { mapLimit } from '../lockfiles/pool.ts';
-import { MAX_AUTH_FILE_BYTES, MAX_REF_FILE_BYTES, RegistryAuth, RegistryClient, imageSemver, imageUnitName, parseImageRef, readImageRefs, type ImageRef, type Resolved } from '../lockfiles/oci.ts';
+import {
+  MAX_AUTH_FILE_BYTES,
+  MAX_REF_FILE_BYTES,
+  RegistryAuth,
+  RegistryClient,
+  imageSemver,
+  imageUnitName,
+  parseImageRef,
+  readImageRefs,
+  type ImageRef,
+  type Resolved,
+} from '../lockfiles/oci.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { gatewayBase, gatewayError, readToken, submit } from './endorse-gateway.ts';
 
 /** Entries one submit carries at most (gateway/routes/submit-request.ts). */
 const SUBMIT_MAX_ENTRIES = 1000;
 
-interface Plan { resolved: Resolved[]; uns: string; semver: string; license: string; comment: string | undefined; quiet: boolean }
+interface Plan {
+  resolved: Resolved[];
+  uns: string;
+  semver: string;
+  license: string;
+  comment: string | undefined;
+  quiet: boolean;
+}
 
 /** Options, the references (all parsed before the network), then every one resolved. */
 async function plan(v: Record<string, any>): Promise<Plan> {
@@ -74,11 +92,22 @@ async function plan(v: Record<string, any>): Promise<Plan> {
   const byUrl = new Map<string, Resolved>();
   for (const r of resolved) {
     const earlier = byUrl.get(r.url);
-    if (earlier !== undefined && earlier.digest !== r.digest) throw new VouchError('bad_request', `${earlier.ref.text} and ${r.ref.text} name one URL with two digests`);
+    if (earlier !== undefined && earlier.digest !== r.digest)
+      throw new VouchError('bad_request', `${earlier.ref.text} and ${r.ref.text} name one URL with two digests`);
     byUrl.set(r.url, r);
   }
   const unique = [...byUrl.values()];
-  const uns = v.name ?? (unique.length === 1 ? imageUnitName(unique[0]!.ref.repo) : file !== undefined ? imageUnitName(basename(file).toLowerCase().replace(/[^a-z0-9._-]+/g, '-')) : 'oci/images');
+  const uns =
+    v.name ??
+    (unique.length === 1
+      ? imageUnitName(unique[0]!.ref.repo)
+      : file !== undefined
+        ? imageUnitName(
+            basename(file)
+              .toLowerCase()
+              .replace(/[^a-z0-9._-]+/g, '-'),
+          )
+        : 'oci/images');
   return { resolved: unique, uns, semver: v.semver ?? '0.0.0', license, comment: v.comment, quiet: v.json === true || v.quiet === true };
 }
 
@@ -97,7 +126,11 @@ function readAuth(file: string, refs: readonly ImageRef[]): RegistryAuth {
 
 function entryOf(p: Plan, r: Resolved): EndorsementInput {
   return {
-    url: r.url, artifactHash: r.digest, name: imageUnitName(r.ref.repo), semver: imageSemver(r.ref.tag, r.digest), license: p.license,
+    url: r.url,
+    artifactHash: r.digest,
+    name: imageUnitName(r.ref.repo),
+    semver: imageSemver(r.ref.tag, r.digest),
+    license: p.license,
     comment: p.comment ?? `${r.ref.text} ${r.mediaType}`,
   };
 }
@@ -105,7 +138,8 @@ function entryOf(p: Plan, r: Resolved): EndorsementInput {
 export async function endorseOci(v: Record<string, any>): Promise<number> {
   if (v.gateway !== undefined) return throughGateway(v);
   if (v['token-file'] !== undefined) throw new UsageError('--token-file applies only with --gateway');
-  for (const o of ['chain', 'key']) if (v[o] === undefined) throw new UsageError(`missing --${o} (or --gateway URL --token-file FILE to endorse through a running authority)`);
+  for (const o of ['chain', 'key'])
+    if (v[o] === undefined) throw new UsageError(`missing --${o} (or --gateway URL --token-file FILE to endorse through a running authority)`);
   // The chain's key and head are checked before the network is used.
   const key = readKeyFile(v.key);
   const repo = await ChainRepo.open(v.chain);
@@ -115,7 +149,12 @@ export async function endorseOci(v: Record<string, any>): Promise<number> {
   const { head } = trusted;
   const p = await plan(v);
 
-  const report = priorEndorsements(repo, p.resolved.map((r) => r.url), head, endorsementsOf);
+  const report = priorEndorsements(
+    repo,
+    p.resolved.map((r) => r.url),
+    head,
+    endorsementsOf,
+  );
   noteScan(report, p.quiet);
   const toPost: EndorsementInput[] = [];
   let unchanged = 0;
@@ -124,7 +163,11 @@ export async function endorseOci(v: Record<string, any>): Promise<number> {
     const priors = report.history.get(r.url) ?? [];
     const conflict = priors.find((x) => x.semver === e.semver && x.artifactHash !== r.digest);
     if (conflict) {
-      throw new VouchError('semver_conflict', `${r.ref.text}: ${r.url} ${e.semver} is already signed in block ${conflict.block.index} with ${conflict.artifactHash}, not ${r.digest} (the tag moved at the registry)`, { resource: r.url });
+      throw new VouchError(
+        'semver_conflict',
+        `${r.ref.text}: ${r.url} ${e.semver} is already signed in block ${conflict.block.index} with ${conflict.artifactHash}, not ${r.digest} (the tag moved at the registry)`,
+        { resource: r.url },
+      );
     }
     const newest = priors.at(-1);
     if (newest && newest.artifactHash === r.digest) {
@@ -134,11 +177,24 @@ export async function endorseOci(v: Record<string, any>): Promise<number> {
     toPost.push(e);
   }
   const now = Date.now();
-  const blocks = packBlocks(toPost, { maxEntries: LIMITS.endorsements, maxBytes: LIMITS.blockFileBytes, maxUnsBytes: UNS_FULL_MAX }, (chunk, prev: Block | null, part, parts) => buildEndorseBlock({
-    prev: prev ?? head, signer: keyed, backend: nodeBackend, now, entries: chunk, uns: p.uns, semver: p.semver,
-    comment: v.comment ?? `${p.uns} ${p.semver}: ${p.resolved.length} image reference${p.resolved.length === 1 ? '' : 's'}${parts > 1 ? ` part ${part} of ${parts}` : ''}`,
-    ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
-  }));
+  const blocks = packBlocks(
+    toPost,
+    { maxEntries: LIMITS.endorsements, maxBytes: LIMITS.blockFileBytes, maxUnsBytes: UNS_FULL_MAX },
+    (chunk, prev: Block | null, part, parts) =>
+      buildEndorseBlock({
+        prev: prev ?? head,
+        signer: keyed,
+        backend: nodeBackend,
+        now,
+        entries: chunk,
+        uns: p.uns,
+        semver: p.semver,
+        comment:
+          v.comment ??
+          `${p.uns} ${p.semver}: ${p.resolved.length} image reference${p.resolved.length === 1 ? '' : 's'}${parts > 1 ? ` part ${part} of ${parts}` : ''}`,
+        ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
+      }),
+  );
   const images = p.resolved.map((r) => ({ ref: r.ref.text, url: r.url, digest: r.digest, media_type: r.mediaType }));
   if (blocks.length === 0) {
     emit(v, `posted 0 entries in 0 blocks; ${unchanged} unchanged`, { status: 'unchanged', uns: p.uns, entries: 0, unchanged, images, blocks: [] });
@@ -149,19 +205,31 @@ export async function endorseOci(v: Record<string, any>): Promise<number> {
   await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes, report.edgeSeed);
   await refreshIfBehind(repo, report, blocks.length);
   const lines = p.quiet ? '' : images.map((i) => `${i.ref} ${i.digest} ${i.url}`).join('\n') + '\n';
-  emit(v, `${lines}posted ${toPost.length} entries in ${blocks.length === 1 ? `1 block (index ${last.index})` : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index})`}; ${unchanged} unchanged`, {
-    status: 'posted', uns: p.uns, entries: toPost.length, unchanged, images,
-    blocks: blocks.map((b) => ({ index: b.index, record_hash: b.record_hash, entries: b.payload.endorsements.length })),
-  });
+  emit(
+    v,
+    `${lines}posted ${toPost.length} entries in ${blocks.length === 1 ? `1 block (index ${last.index})` : `${blocks.length} blocks (indexes ${blocks[0]!.index}..${last.index})`}; ${unchanged} unchanged`,
+    {
+      status: 'posted',
+      uns: p.uns,
+      entries: toPost.length,
+      unchanged,
+      images,
+      blocks: blocks.map((b) => ({ index: b.index, record_hash: b.record_hash, entries: b.payload.endorsements.length })),
+    },
+  );
   return 0;
 }
 
 /** Through a running authority: one submit per SUBMIT_MAX_ENTRIES entries, each claiming its digest. */
 async function throughGateway(v: Record<string, any>): Promise<number> {
-  if (v.chain !== undefined || v.key !== undefined) throw new UsageError('--chain and --key do not apply with --gateway: the running authority signs with its own key');
-  if (v['token-file'] === undefined) throw new UsageError('--gateway needs --token-file FILE (the authority\'s submit token)');
+  if (v.chain !== undefined || v.key !== undefined)
+    throw new UsageError('--chain and --key do not apply with --gateway: the running authority signs with its own key');
+  if (v['token-file'] === undefined) throw new UsageError("--gateway needs --token-file FILE (the authority's submit token)");
   if (v.origin !== undefined) throw new UsageError('--origin does not apply with --gateway: the authority fetches every manifest from its own URL itself');
-  if (v['registry-auth'] !== undefined) throw new UsageError('--registry-auth does not apply with --gateway: the authority fetches every manifest itself, without these credentials (endorse a private registry\'s tags offline, with --chain and --key)');
+  if (v['registry-auth'] !== undefined)
+    throw new UsageError(
+      "--registry-auth does not apply with --gateway: the authority fetches every manifest itself, without these credentials (endorse a private registry's tags offline, with --chain and --key)",
+    );
   const base = gatewayBase(v.gateway);
   const token = readToken(v['token-file']);
   const p = await plan(v);
@@ -170,8 +238,18 @@ async function throughGateway(v: Record<string, any>): Promise<number> {
   for (let at = 0; at < entries.length; at += SUBMIT_MAX_ENTRIES) {
     const chunk = entries.slice(at, at + SUBMIT_MAX_ENTRIES);
     const body: Record<string, unknown> = {
-      uns: p.uns, semver: p.semver, algorithm: 'sha256',
-      endorsements: chunk.map(({ r, e }) => ({ url: e.url, name: e.name, semver: e.semver, license: e.license, comment: e.comment, expect: [r.digest], algorithm: 'sha256' })),
+      uns: p.uns,
+      semver: p.semver,
+      algorithm: 'sha256',
+      endorsements: chunk.map(({ r, e }) => ({
+        url: e.url,
+        name: e.name,
+        semver: e.semver,
+        license: e.license,
+        comment: e.comment,
+        expect: [r.digest],
+        algorithm: 'sha256',
+      })),
       ...(v.comment !== undefined ? { comment: v.comment } : {}),
       ...(v['effective-date'] !== undefined ? { effective_date: v['effective-date'] } : {}),
     };
@@ -179,17 +257,32 @@ async function throughGateway(v: Record<string, any>): Promise<number> {
     if (answer.httpStatus !== 200 && answer.httpStatus !== 201) {
       const refused = answer.body.refused as { url: string; expected: string[]; fetched: string[] }[] | undefined;
       if (Array.isArray(refused) && refused.length > 0) {
-        for (const r of refused) process.stderr.write(`refused: ${r.url} hashes ${r.fetched.join(' ')} at the authority, resolved here as ${r.expected.join(' or ')} (the tag moved between the two)\n`);
+        for (const r of refused)
+          process.stderr.write(
+            `refused: ${r.url} hashes ${r.fetched.join(' ')} at the authority, resolved here as ${r.expected.join(' or ')} (the tag moved between the two)\n`,
+          );
       }
       throw gatewayError(answer);
     }
-    posted.push({ index: answer.body.index, record_hash: answer.body.record_hash, entries: chunk.length, status: answer.httpStatus === 201 ? 'posted' : 'unchanged' });
+    posted.push({
+      index: answer.body.index,
+      record_hash: answer.body.record_hash,
+      entries: chunk.length,
+      status: answer.httpStatus === 201 ? 'posted' : 'unchanged',
+    });
   }
   const images = p.resolved.map((r) => ({ ref: r.ref.text, url: r.url, digest: r.digest, media_type: r.mediaType }));
   const lines = p.quiet ? '' : images.map((i) => `${i.ref} ${i.digest} ${i.url}`).join('\n') + '\n';
   const news = posted.filter((b) => b.status === 'posted');
-  emit(v, `${lines}${news.length === 0 ? 'unchanged: already signed with these digests' : `posted ${news.reduce((n, b) => n + b.entries, 0)} entries in ${news.length} block${news.length === 1 ? '' : 's'} (${news.map((b) => b.index).join(', ')})`}`, {
-    status: news.length === 0 ? 'unchanged' : 'posted', uns: p.uns, images, blocks: posted,
-  });
+  emit(
+    v,
+    `${lines}${news.length === 0 ? 'unchanged: already signed with these digests' : `posted ${news.reduce((n, b) => n + b.entries, 0)} entries in ${news.length} block${news.length === 1 ? '' : 's'} (${news.map((b) => b.index).join(', ')})`}`,
+    {
+      status: news.length === 0 ? 'unchanged' : 'posted',
+      uns: p.uns,
+      images,
+      blocks: posted,
+    },
+  );
   return 0;
 }

@@ -46,7 +46,8 @@ function phaseTimer(): { mark(name: string): void; done(): void } {
 
 export const endorse: Command = {
   name: 'endorse',
-  usage: '--chain DIR --key FILE --url URL --name OWNER/NAME --semver V --license ID [--file PATH] [--comment T] [--effective-date D] [--algorithm A] [--license-unchecked]\n' +
+  usage:
+    '--chain DIR --key FILE --url URL --name OWNER/NAME --semver V --license ID [--file PATH] [--comment T] [--effective-date D] [--algorithm A] [--license-unchecked]\n' +
     '       vouch endorse --chain DIR --key FILE --lockfile FILE [--lockfile-type npm|pip|go|maven] [--index-url URL] [--goproxy URL] [--maven-repo URL] [--origin CANONICAL=FETCH]... ' +
     '[--license ID] [--name OWNER/NAME] [--semver V] [--comment T] [--effective-date D] [--license-unchecked]\n' +
     '       vouch endorse --gateway URL --token-file FILE (--url URL... --name OWNER/NAME --semver V --license ID | --lockfile FILE ...)\n' +
@@ -61,12 +62,12 @@ export const endorse: Command = {
     'Licences must be SPDX license expressions (LicenseRef-<id> for others) unless --license-unchecked.',
     '',
     'With --lockfile: fetches every artifact a package-lock.json / npm-shrinkwrap.json, pip requirements file',
-    '(--hash mode) or go.sum pins, checks it against the lockfile\'s hash, and endorses them all in as few blocks',
+    "(--hash mode) or go.sum pins, checks it against the lockfile's hash, and endorses them all in as few blocks",
     'as the format allows (one commit). Entry names: npm/<name>, @scope/<name>, pypi/<PEP 503 name>,',
     'go/<module path with / as +>, maven/<groupId>+<artifactId>. Exit 1 on a mismatch or semver_conflict, and nothing is appended.',
     'Maven: --lockfile takes `mvn dependency:list -DoutputFile=FILE` output (the files, their POMs and parent POMs)',
-    'or a local repository directory (the files Maven downloaded into it); each is checked against --maven-repo\'s',
-    '.sha256 / .sha1 where present (and a directory\'s against the local file).',
+    "or a local repository directory (the files Maven downloaded into it); each is checked against --maven-repo's",
+    ".sha256 / .sha1 where present (and a directory's against the local file).",
     '',
     'With --gateway URL --token-file FILE (instead of --chain and --key): the running authority gateway fetches,',
     'hashes and signs (POST /v1/submit); lockfile hashes are sent as claims it checks, the blocks together',
@@ -84,23 +85,36 @@ export const endorse: Command = {
     gateway: { type: 'string', value: 'URL', help: 'endorse through this running authority gateway instead of writing the chain' },
     'token-file': { type: 'string', value: 'FILE', help: 'with --gateway: a file holding the submit token' },
     url: { type: 'string', multiple: true, value: 'URL', help: 'absolute http(s) URL of the artifact (required without --lockfile)' },
-    name: { type: 'string', value: 'OWNER/NAME', help: 'the unit the artifact belongs to (required without --lockfile; with it, the blocks\' uns)' },
-    semver: { type: 'string', value: 'V', help: 'its SemVer 2.0.0 version (required without --lockfile; with it, the blocks\' semver)' },
+    name: { type: 'string', value: 'OWNER/NAME', help: "the unit the artifact belongs to (required without --lockfile; with it, the blocks' uns)" },
+    semver: { type: 'string', value: 'V', help: "its SemVer 2.0.0 version (required without --lockfile; with it, the blocks' semver)" },
     license: { type: 'string', value: 'ID', help: 'SPDX license expression (required without --lockfile; with it, for entries that name none)' },
     'license-unchecked': { type: 'boolean', help: 'accept a licence that is not an SPDX expression (it must still be a chain licence id)' },
     file: { type: 'string', multiple: true, value: 'PATH', help: 'local copy of the artifact bytes (else the URL is fetched)' },
     comment: { type: 'string', value: 'T', help: 'free text for the block and its entries' },
     'effective-date': { type: 'string', value: 'D', help: 'YYYY-MM-DD used by at= selection (default: today, UTC)' },
     algorithm: { type: 'string', value: 'A', help: `hash algorithm (default ${DEFAULT_HASH_ALGORITHM})` },
-    lockfile: { type: 'string', value: 'FILE', help: 'endorse every artifact this lockfile pins (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum, a Maven dependency list or local repository)' },
-    'lockfile-type': { type: 'string', value: 'npm|pip|go|maven', help: 'the lockfile\'s type when its name does not tell' },
+    lockfile: {
+      type: 'string',
+      value: 'FILE',
+      help: 'endorse every artifact this lockfile pins (package-lock.json, npm-shrinkwrap.json, *.txt, go.sum, a Maven dependency list or local repository)',
+    },
+    'lockfile-type': { type: 'string', value: 'npm|pip|go|maven', help: "the lockfile's type when its name does not tell" },
     'index-url': { type: 'string', value: 'URL', help: `pip: the PEP 503 simple index (default ${DEFAULT_INDEX_URL})` },
     goproxy: { type: 'string', value: 'URL', help: `go: the module proxy (default ${DEFAULT_GOPROXY})` },
     'maven-repo': { type: 'string', value: 'URL', help: `maven: the repository the build resolved from (default ${DEFAULT_MAVEN_REPO})` },
-    origin: { type: 'string', multiple: true, value: 'CANONICAL=FETCH', help: 'with --lockfile or --oci: fetch URLs under CANONICAL from FETCH instead, endorsing the canonical URL' },
+    origin: {
+      type: 'string',
+      multiple: true,
+      value: 'CANONICAL=FETCH',
+      help: 'with --lockfile or --oci: fetch URLs under CANONICAL from FETCH instead, endorsing the canonical URL',
+    },
     oci: { type: 'string', multiple: true, value: 'REF', help: 'endorse this container image tag ([registry/]name[:tag][@digest]) with its manifest digest' },
     'oci-file': { type: 'string', value: 'FILE', help: 'endorse every image a file names (one a line, or compose / Kubernetes image: fields)' },
-    'registry-auth': { type: 'string', value: 'FILE', help: 'with --oci: credentials for private registries (Docker\'s config.json auths, or one line user:password); never logged' },
+    'registry-auth': {
+      type: 'string',
+      value: 'FILE',
+      help: "with --oci: credentials for private registries (Docker's config.json auths, or one line user:password); never logged",
+    },
   },
   async run(v) {
     // The lockfile mode and the artifact fetcher are loaded only when used (start-up: tools/command-list.ts).
@@ -108,7 +122,8 @@ export const endorse: Command = {
     if (v['registry-auth'] !== undefined) throw new UsageError('--registry-auth applies only with --oci / --oci-file');
     if (v.gateway !== undefined) return (await import('./endorse-gateway.ts')).endorseGateway(v);
     if (v['token-file'] !== undefined) throw new UsageError('--token-file applies only with --gateway');
-    for (const o of ['chain', 'key']) if (v[o] === undefined) throw new UsageError(`missing --${o} (or --gateway URL --token-file FILE to endorse through a running authority)`);
+    for (const o of ['chain', 'key'])
+      if (v[o] === undefined) throw new UsageError(`missing --${o} (or --gateway URL --token-file FILE to endorse through a running authority)`);
     if (v.lockfile !== undefined) return (await import('./endorse-lockfile.ts')).endorseLockfile(v);
     for (const o of LOCKFILE_ONLY) if (v[o] !== undefined) throw new UsageError(`--${o} applies only with --lockfile`);
     for (const o of ['url', 'name', 'semver', 'license']) {
@@ -143,24 +158,42 @@ export const endorse: Command = {
       const versions = history.get(urls[i]!)!;
       const conflict = versions.find((x) => x.semver === v.semver && x.artifactHash !== digests[i]!.artifactHash);
       if (conflict) {
-        throw new VouchError('semver_conflict', `${urls[i]} ${v.semver} is already signed in block ${conflict.block.index} with ${conflict.artifactHash}, not ${digests[i]!.artifactHash}`, { resource: urls[i]! });
+        throw new VouchError(
+          'semver_conflict',
+          `${urls[i]} ${v.semver} is already signed in block ${conflict.block.index} with ${conflict.artifactHash}, not ${digests[i]!.artifactHash}`,
+          { resource: urls[i]! },
+        );
       }
       const newest = versions[versions.length - 1];
       if (newest && newest.artifactHash === digests[i]!.artifactHash && newest.semver === v.semver) unchanged++;
     }
     if (unchanged === urls.length) {
       const newest = history.get(urls[0]!)!.at(-1)!;
-      emit(v, `unchanged: ${urls.length === 1 ? urls[0] : `all ${urls.length} URLs`} already signed with these bytes in block ${newest.block.index} ${newest.block.record_hash}`,
-        { status: 'unchanged', index: newest.block.index, record_hash: newest.block.record_hash, urls });
+      emit(
+        v,
+        `unchanged: ${urls.length === 1 ? urls[0] : `all ${urls.length} URLs`} already signed with these bytes in block ${newest.block.index} ${newest.block.record_hash}`,
+        { status: 'unchanged', index: newest.block.index, record_hash: newest.block.record_hash, urls },
+      );
       timings.done();
       return 0;
     }
     const entries: EndorsementInput[] = urls.map((url, i) => ({
-      url, artifactHash: digests[i]!.artifactHash, name: v.name, semver: v.semver, license: v.license, comment: v.comment ?? '',
+      url,
+      artifactHash: digests[i]!.artifactHash,
+      name: v.name,
+      semver: v.semver,
+      license: v.license,
+      comment: v.comment ?? '',
     }));
     const now = Date.now();
     const block = buildEndorseBlock({
-      prev: head, signer: keyed, backend: nodeBackend, now, entries, uns: v.name, semver: v.semver,
+      prev: head,
+      signer: keyed,
+      backend: nodeBackend,
+      now,
+      entries,
+      uns: v.name,
+      semver: v.semver,
       ...(v.comment !== undefined ? { comment: v.comment } : {}),
       ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
     });
@@ -170,7 +203,11 @@ export const endorse: Command = {
     if (await refreshIfBehind(repo, report, 1)) timings.mark('refresh');
     timings.done();
     emit(v, `${block.index} ${block.record_hash}`, {
-      status: 'posted', index: block.index, record_hash: block.record_hash, urls, artifact_hashes: digests.map((d) => d.artifactHash),
+      status: 'posted',
+      index: block.index,
+      record_hash: block.record_hash,
+      urls,
+      artifact_hashes: digests.map((d) => d.artifactHash),
     });
     return 0;
   },

@@ -33,8 +33,21 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { defaultStatePath, loadState, saveCheckpoint } from '../checkpoint-state.ts';
 import { KeyFollower, readRootPin, type KeyPin } from '../key-follower.ts';
 import {
-  Refusal, checkBlockProof, checkPolicy, decide, openVerified, parseConsistencyAnswer, parseInclusionAnswer, parseProofObject, proveExtends, staleCheckpoint,
-  type Authority, type GatewayAnswer, type ProofObject, type RevocationEvidence, type VerifiedCheckpoint,
+  Refusal,
+  checkBlockProof,
+  checkPolicy,
+  decide,
+  openVerified,
+  parseConsistencyAnswer,
+  parseInclusionAnswer,
+  parseProofObject,
+  proveExtends,
+  staleCheckpoint,
+  type Authority,
+  type GatewayAnswer,
+  type ProofObject,
+  type RevocationEvidence,
+  type VerifiedCheckpoint,
 } from '../tlog-client.ts';
 
 const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
@@ -63,8 +76,9 @@ function brokenAnswer(e: unknown): string | null {
   const code = typeof err?.code === 'string' ? err.code : '';
   if (code.startsWith('HPE_') || err?.name === 'HTTPParserError') return `the answer is not HTTP/1.1 (${code || String(err?.message ?? '')})`;
   if (code === 'UND_ERR_HEADERS_OVERFLOW') return `the answer's headers are larger than ${MAX_HEADER_BYTES} bytes`;
-  if (code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return 'the answer\'s body is not as long as its Content-Length';
-  if (code === 'UND_ERR_SOCKET' && typeof err?.socket?.bytesRead === 'number' && err.socket.bytesRead > 0) return 'the gateway closed the connection in the middle of its answer';
+  if (code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return "the answer's body is not as long as its Content-Length";
+  if (code === 'UND_ERR_SOCKET' && typeof err?.socket?.bytesRead === 'number' && err.socket.bytesRead > 0)
+    return 'the gateway closed the connection in the middle of its answer';
   return null;
 }
 
@@ -83,7 +97,8 @@ const jsonKind = (v: unknown) => (v === null ? 'null' : Array.isArray(v) ? 'an a
 function parseHashed(raw: unknown, what: string): Block {
   const index = typeof (raw as { index?: unknown })?.index === 'number' ? (raw as { index: number }).index : -1;
   const block = parseBlock(raw, index);
-  if (computeRecordHash(block, nodeBackend) !== block.record_hash) throw new VouchError('record_hash_mismatch', `the ${what}'s record_hash does not match its content`);
+  if (computeRecordHash(block, nodeBackend) !== block.record_hash)
+    throw new VouchError('record_hash_mismatch', `the ${what}'s record_hash does not match its content`);
   return block;
 }
 
@@ -112,14 +127,19 @@ export function checkUnsBlock(uns: string, publicKey: Uint8Array): Block {
   return checkBlockObject(form.block, publicKey, 'UNS block');
 }
 
-interface Want { url: string; semver?: string; at?: string }
+interface Want {
+  url: string;
+  semver?: string;
+  at?: string;
+}
 
 /** The endorsement of `want.url` in `block`, matching the asked version and date. */
 function entryFor(block: Block, want: Want, source: string) {
   const entry = block.payload.endorsements.find((e) => e.artifact_url === want.url);
   if (!entry) throw new VouchError('malformed', `${source}: the block does not endorse this URL`);
   if (want.semver && entry.semver !== want.semver) throw new VouchError('malformed', `${source}: the block is version ${entry.semver}, not ${want.semver}`);
-  if (want.at && block.payload.effective_date > want.at) throw new VouchError('malformed', `${source}: the block takes effect ${block.payload.effective_date}, after ${want.at}`);
+  if (want.at && block.payload.effective_date > want.at)
+    throw new VouchError('malformed', `${source}: the block takes effect ${block.payload.effective_date}, after ${want.at}`);
   return entry;
 }
 
@@ -140,30 +160,46 @@ by a compromised key after its last good block is refused (void_block).`;
 
 export const get: Command = {
   name: 'get',
-  usage: '--gateway BASE [--gateway BASE...] --url URL [--semver V | --at D] (--public-key B64 | --root FILE) -o FILE [--state FILE] [--origin NAME] [--policy FILE]',
-  summary: 'Downloads an artifact through a gateway and verifies the UNS block\'s signature, its inclusion in the log\'s signed checkpoint, the checkpoint\'s consistency with the last one seen, and the bytes\' hash itself before writing FILE.',
+  usage:
+    '--gateway BASE [--gateway BASE...] --url URL [--semver V | --at D] (--public-key B64 | --root FILE) -o FILE [--state FILE] [--origin NAME] [--policy FILE]',
+  summary:
+    "Downloads an artifact through a gateway and verifies the UNS block's signature, its inclusion in the log's signed checkpoint, the checkpoint's consistency with the last one seen, and the bytes' hash itself before writing FILE.",
   details: `Exit 0 verified and written; 1 refused (nothing signed, revoked, bad signature or proof, stale or inconsistent checkpoint, gateways disagreeing, missing witness quorum, hash mismatch, an answer that is not the protocol's: bad_answer); 2 usage, file or network error. FILE is never left partial.\n\n${TRUST}`,
   options: {
     gateway: { type: 'string', multiple: true, value: 'BASE', help: 'base URL of a gateway; repeat to require several to agree', required: true },
     url: { type: 'string', value: 'URL', help: 'the artifact URL as endorsed', required: true },
     semver: { type: 'string', value: 'V', help: 'exact version' },
     at: { type: 'string', value: 'D', help: 'date YYYY-MM-DD' },
-    'public-key': { type: 'string', value: 'B64', help: 'the authority public key you trust (base64; block 0\'s key), or its note verifier key ORIGIN+HEX8+B64 (also pins --origin)' },
+    'public-key': {
+      type: 'string',
+      value: 'B64',
+      help: "the authority public key you trust (base64; block 0's key), or its note verifier key ORIGIN+HEX8+B64 (also pins --origin)",
+    },
     root: { type: 'string', value: 'FILE', help: 'instead of --public-key: the root you trust, a root statement file or {"threshold":K,"keys":[...]}' },
     output: { type: 'string', short: 'o', value: 'FILE', help: 'where to write the verified bytes', required: true },
-    state: { type: 'string', value: 'FILE', help: 'checkpoints seen before (default $XDG_STATE_HOME/vouch/checkpoints.json, else ~/.local/state/vouch/checkpoints.json)' },
+    state: {
+      type: 'string',
+      value: 'FILE',
+      help: 'checkpoints seen before (default $XDG_STATE_HOME/vouch/checkpoints.json, else ~/.local/state/vouch/checkpoints.json)',
+    },
     origin: { type: 'string', value: 'NAME', help: 'the log origin the checkpoint must name (default: the one it names)' },
     policy: { type: 'string', value: 'FILE', help: 'C2SP tlog-policy file: the checkpoint must carry its witness quorum' },
     timeout: { type: 'string', value: 'S', help: 'seconds before giving up (default 300)' },
-    'min-tree-size': { type: 'string', value: 'N', help: 'read your writes through mirrors: ask for a tree of at least N blocks (the Vouch-Tree-Size of a submit\'s answer, or tree_size of vouch endorse --gateway --json); a mirror behind syncs first or answers 503 behind, never 404 (default: the size the state file last saw for --origin)' },
+    'min-tree-size': {
+      type: 'string',
+      value: 'N',
+      help: "read your writes through mirrors: ask for a tree of at least N blocks (the Vouch-Tree-Size of a submit's answer, or tree_size of vouch endorse --gateway --json); a mirror behind syncs first or answers 503 behind, never 404 (default: the size the state file last saw for --origin)",
+    },
   },
   async run(v) {
     if (!isArtifactUrl(v.url)) throw new UsageError(`--url must be an absolute http(s) URL, got ${JSON.stringify(v.url)}`);
     const gateways = [...new Set((v.gateway as string[]).map((g) => g.replace(/\/+$/, '')))];
-    for (const g of gateways) if (!/^https?:\/\//.test(g) || !URL.canParse(g)) throw new UsageError(`--gateway must be an http(s) URL, got ${JSON.stringify(g)}`);
+    for (const g of gateways)
+      if (!/^https?:\/\//.test(g) || !URL.canParse(g)) throw new UsageError(`--gateway must be an http(s) URL, got ${JSON.stringify(g)}`);
     if (v.semver !== undefined && !isSemver(v.semver)) throw new UsageError('--semver must be a SemVer 2.0.0 version');
     if (v.at !== undefined && !isDate(v.at)) throw new UsageError('--at must be a date YYYY-MM-DD');
-    if ((v['public-key'] === undefined) === (v.root === undefined)) throw new UsageError('give --public-key (the log\'s first key) or --root FILE (its root), one of them');
+    if ((v['public-key'] === undefined) === (v.root === undefined))
+      throw new UsageError("give --public-key (the log's first key) or --root FILE (its root), one of them");
     let key = v['public-key'] === undefined ? null : base64Decode(v['public-key']);
     if (key === null && v['public-key']?.includes('+')) {
       // A note verifier key (`/v1/authority` verifier_key, `vouch keygen --origin`): the key, and the origin it pins.
@@ -178,7 +214,8 @@ export const get: Command = {
       key = vkey.publicKey;
       v.origin = vkey.name;
     }
-    if (v.root === undefined && (key === null || key.length !== 32)) throw new UsageError('--public-key must be base64 of a 32-byte ed25519 key, or a note verifier key NAME+HEX8+BASE64');
+    if (v.root === undefined && (key === null || key.length !== 32))
+      throw new UsageError('--public-key must be base64 of a 32-byte ed25519 key, or a note verifier key NAME+HEX8+BASE64');
     let pin: KeyPin;
     try {
       pin = v.root !== undefined ? readRootPin(v.root) : { kind: 'key', publicKey: base64Encode(key!) };
@@ -195,9 +232,13 @@ export const get: Command = {
     const policy: Policy | null = v.policy === undefined ? null : readPolicyFile(nodeBackend, v.policy, '--policy');
     const statePath: string = v.state ?? defaultStatePath();
     const state = loadState(statePath);
-    if (v['min-tree-size'] !== undefined && !/^\d{1,15}$/.test(v['min-tree-size'])) throw new UsageError('--min-tree-size must be a non-negative integer (a tree size)');
+    if (v['min-tree-size'] !== undefined && !/^\d{1,15}$/.test(v['min-tree-size']))
+      throw new UsageError('--min-tree-size must be a non-negative integer (a tree size)');
     // Vouch-Min-Tree-Size (docs/guide/fleet.md): what was asked, else what this client already saw of the origin (a mirror behind it syncs first).
-    const minTreeSize = Math.max(v['min-tree-size'] !== undefined ? Number(v['min-tree-size']) : 0, v.origin !== undefined ? state.get(v.origin)?.size ?? 0 : 0);
+    const minTreeSize = Math.max(
+      v['min-tree-size'] !== undefined ? Number(v['min-tree-size']) : 0,
+      v.origin !== undefined ? (state.get(v.origin)?.size ?? 0) : 0,
+    );
     const want: Want = { url: v.url, ...(v.semver ? { semver: v.semver } : {}), ...(v.at ? { at: v.at } : {}) };
     const q = new URLSearchParams({ url: v.url });
     if (v.semver) q.set('semver', v.semver);
@@ -222,14 +263,22 @@ export const get: Command = {
       if (res.statusCode !== 200 && res.statusCode < 400) {
         await res.body.dump().catch(() => {});
         const location = typeof res.headers.location === 'string' ? ` to ${JSON.stringify(res.headers.location.slice(0, 200))}` : '';
-        throw new Refusal('bad_answer', res.statusCode >= 300 && res.statusCode < 400
-          ? `${target}: HTTP ${res.statusCode}, a redirect${location}: a gateway answers itself (vouch get follows no redirect)`
-          : `${target}: HTTP ${res.statusCode} is not an answer of the protocol (200 or an error status)`);
+        throw new Refusal(
+          'bad_answer',
+          res.statusCode >= 300 && res.statusCode < 400
+            ? `${target}: HTTP ${res.statusCode}, a redirect${location}: a gateway answers itself (vouch get follows no redirect)`
+            : `${target}: HTTP ${res.statusCode} is not an answer of the protocol (200 or an error status)`,
+        );
       }
       return res;
     };
     /** Reads a whole body (at most `max` bytes): a broken, oversized or mis-framed body is `bad_answer`. */
-    const readBody = async (res: Awaited<ReturnType<typeof send>>, target: string, max: number, sink: (chunk: Uint8Array) => void | Promise<void>): Promise<number> => {
+    const readBody = async (
+      res: Awaited<ReturnType<typeof send>>,
+      target: string,
+      max: number,
+      sink: (chunk: Uint8Array) => void | Promise<void>,
+    ): Promise<number> => {
       const declared = oneHeader(res.headers, 'content-length', target);
       if (declared !== undefined && !/^\d{1,15}$/.test(declared)) {
         throw new Refusal('bad_answer', `${target}: Content-Length ${JSON.stringify(declared.slice(0, 40))} is not a length`);
@@ -245,9 +294,13 @@ export const get: Command = {
       } catch (e) {
         if (e instanceof Refusal || isTimeout(e) || e instanceof VouchError) throw e;
         if ((e as NodeJS.ErrnoException)?.syscall === 'write' || (e as NodeJS.ErrnoException)?.syscall === 'open') throw e; // our file, not the answer
-        throw new Refusal('bad_answer', `${target}: ${brokenAnswer(e) ?? `the answer broke off after ${n} bytes (${String((e as Error)?.message ?? e).split('\n')[0]})`}`);
+        throw new Refusal(
+          'bad_answer',
+          `${target}: ${brokenAnswer(e) ?? `the answer broke off after ${n} bytes (${String((e as Error)?.message ?? e).split('\n')[0]})`}`,
+        );
       }
-      if (declared !== undefined && n !== Number(declared)) throw new Refusal('bad_answer', `${target}: a body of ${n} bytes, not its Content-Length ${declared}`);
+      if (declared !== undefined && n !== Number(declared))
+        throw new Refusal('bad_answer', `${target}: a body of ${n} bytes, not its Content-Length ${declared}`);
       return n;
     };
     const getJson = async (target: string): Promise<{ status: number; json: unknown }> => {
@@ -255,7 +308,10 @@ export const get: Command = {
       const type = oneHeader(res.headers, 'content-type', target);
       if (res.statusCode === 200 && !/^application\/json\s*(;|$)/i.test(type ?? '')) {
         await res.body.dump().catch(() => {});
-        throw new Refusal('bad_answer', `${target}: the answer is ${type === undefined ? 'of no content type' : `of type ${JSON.stringify(type.slice(0, 100))}`}, not application/json`);
+        throw new Refusal(
+          'bad_answer',
+          `${target}: the answer is ${type === undefined ? 'of no content type' : `of type ${JSON.stringify(type.slice(0, 100))}`}, not application/json`,
+        );
       }
       const chunks: Buffer[] = [];
       await readBody(res, target, MAX_JSON_BYTES, (c) => void chunks.push(c as Buffer));
@@ -286,13 +342,20 @@ export const get: Command = {
       if (follower.needsWalk) await follower.walk(gateway);
       const once = (): boolean => {
         const k = follower.keyAt(block.index);
-        if (k === 'void') throw new Refusal('void_block', `${gateway}: the ${what} (block ${block.index}) is void: signed by a compromised online key after its last good block (docs/spec/key-events.md)`);
+        if (k === 'void')
+          throw new Refusal(
+            'void_block',
+            `${gateway}: the ${what} (block ${block.index}) is void: signed by a compromised online key after its last good block (docs/spec/key-events.md)`,
+          );
         return signedWith(block, k);
       };
-      if (once() || (await follower.walk(gateway) && once())) return block;
-      throw new VouchError('bad_signature', follower.changed || follower.stored() !== undefined
-        ? `the ${what} is not signed by the online key in force at block ${block.index}`
-        : `the ${what} is not signed by the pinned authority key`);
+      if (once() || ((await follower.walk(gateway)) && once())) return block;
+      throw new VouchError(
+        'bad_signature',
+        follower.changed || follower.stored() !== undefined
+          ? `the ${what} is not signed by the online key in force at block ${block.index}`
+          : `the ${what} is not signed by the pinned authority key`,
+      );
     };
     const signedBlock = async (raw: unknown, what: string, gateway: string): Promise<Block> => checkSigned(parseHashed(raw, what), what, gateway);
     /**
@@ -320,7 +383,7 @@ export const get: Command = {
      */
     const checkAbsence = async (gateway: string): Promise<void> => {
       const r = await getJson(`${gateway}/v1/endorsement?${q}&proof=1`);
-      const body = typeof r.json === 'object' && r.json !== null ? r.json as { index_proof?: unknown; checkpoint?: unknown } : {};
+      const body = typeof r.json === 'object' && r.json !== null ? (r.json as { index_proof?: unknown; checkpoint?: unknown }) : {};
       let noteText = typeof body.checkpoint === 'string' ? body.checkpoint : null;
       if (noteText === null) {
         const c = await send(`${gateway}/checkpoint`);
@@ -342,8 +405,15 @@ export const get: Command = {
       }
       await accept(cp, remembered(authority.origin ?? cp.origin), gateway);
       if (r.status !== 404) throw new Refusal('gateways_disagree', `${gateway} answers its download with 404 and its lookup with HTTP ${r.status}`);
-      checkSelection(nodeBackend, cp, v.url, { semver: v.semver, at: v.at, today: new Date().toISOString().slice(0, 10) },
-        typeof body.index_proof === 'string' ? body.index_proof : undefined, null, gateway);
+      checkSelection(
+        nodeBackend,
+        cp,
+        v.url,
+        { semver: v.semver, at: v.at, today: new Date().toISOString().slice(0, 10) },
+        typeof body.index_proof === 'string' ? body.index_proof : undefined,
+        null,
+        gateway,
+      );
     };
     /** `revoked_by` of a lookup or block answer: absent, or `{"index": n, ...}`. */
     const revokedIndex = (value: unknown, where: string): number | undefined => {
@@ -372,7 +442,10 @@ export const get: Command = {
     const consistencyFrom = (gateway: string) => async (from: number, to: number) => {
       const r = await getJson(`${gateway}/v1/proof/consistency?from=${from}&to=${to}`);
       if (r.status !== 200) {
-        throw new Refusal('bad_proof', `${gateway} gives no consistency proof from size ${from} to ${to} (HTTP ${r.status}): it cannot show that its checkpoint extends the one seen before`);
+        throw new Refusal(
+          'bad_proof',
+          `${gateway} gives no consistency proof from size ${from} to ${to} (HTTP ${r.status}): it cannot show that its checkpoint extends the one seen before`,
+        );
       }
       return { hashes: parseConsistencyAnswer(r.json, from, to, gateway), source: gateway };
     };
@@ -418,11 +491,15 @@ export const get: Command = {
       const got = await blockFrom(gateway, form.index);
       if (got === null) throw new Refusal('bad_answer', `${gateway}: the UNS header names block ${form.index}, which /v1/block does not give`);
       if (got.block.record_hash !== form.recordHash) {
-        throw new Refusal('bad_answer', `${gateway}: the UNS header names block ${form.index} with record_hash ${form.recordHash}, /v1/block gives ${got.block.record_hash}`);
+        throw new Refusal(
+          'bad_answer',
+          `${gateway}: the UNS header names block ${form.index} with record_hash ${form.recordHash}, /v1/block gives ${got.block.record_hash}`,
+        );
       }
       if (form.entry !== null) {
         const signed = got.block.payload.endorsements.find((e) => e.artifact_url === want.url);
-        if (signed === undefined || !sameEntry(form.entry, signed)) throw new Refusal('bad_answer', `${gateway}: the UNS header's entry is not block ${form.index}'s entry for this URL`);
+        if (signed === undefined || !sameEntry(form.entry, signed))
+          throw new Refusal('bad_answer', `${gateway}: the UNS header's entry is not block ${form.index}'s entry for this URL`);
       }
       return got.block;
     };
@@ -436,12 +513,17 @@ export const get: Command = {
       let omitted: unknown = 0;
       try {
         omitted = (JSON.parse(header) as { omitted_cosignatures?: unknown }).omitted_cosignatures ?? 0;
-      } catch { /* parseProofObject refused it already */ }
+      } catch {
+        /* parseProofObject refused it already */
+      }
       if (policy === null || !(typeof omitted === 'number' && omitted > 0)) return p;
       const r = await getJson(`${gateway}/v1/endorsement?${q}&proof=1`);
-      const o = r.status === 200 && typeof r.json === 'object' && r.json !== null ? r.json as Record<string, unknown> : null;
+      const o = r.status === 200 && typeof r.json === 'object' && r.json !== null ? (r.json as Record<string, unknown>) : null;
       if (o === null || o.record_hash !== block.record_hash || o.proof === undefined) {
-        throw new Refusal('bad_proof', `${gateway}: its Vouch-Proof leaves ${String(omitted)} cosignatures out and its lookup gives no proof of block ${block.index} with them`);
+        throw new Refusal(
+          'bad_proof',
+          `${gateway}: its Vouch-Proof leaves ${String(omitted)} cosignatures out and its lookup gives no proof of block ${block.index} with them`,
+        );
       }
       return parseProofObject(o.proof, gateway);
     };
@@ -460,11 +542,15 @@ export const get: Command = {
         } catch (e) {
           if (!(e instanceof Refusal)) throw e;
           if (keys.length > 1) return opened(keys.slice(1));
-          throw new Refusal('bad_state', `the state file's checkpoint for ${o} does not verify with --public-key (${e.line}); a different key signs this origin now, or the state was edited: use another --state only if you know why`);
+          throw new Refusal(
+            'bad_state',
+            `the state file's checkpoint for ${o} does not verify with --public-key (${e.line}); a different key signs this origin now, or the state was edited: use another --state only if you know why`,
+          );
         }
       };
       seen = opened(follower.noteKeys());
-      if (seen.size !== s.size || base64Encode(seen.root) !== s.root) throw new Refusal('bad_state', `the state file's entry for ${o} does not match its own note`);
+      if (seen.size !== s.size || base64Encode(seen.root) !== s.root)
+        throw new Refusal('bad_state', `the state file's entry for ${o} does not match its own note`);
       return seen;
     };
     /** The policy's `log` line names the key in force, or (after key events) the log's first key the client pinned. */
@@ -480,7 +566,8 @@ export const get: Command = {
     /** Requires `cp` to be of the expected origin, to satisfy the policy, and to extend `current` (proof from `gateway`). */
     const accept = async (cp: VerifiedCheckpoint, current: VerifiedCheckpoint | null, gateway: string) => {
       if (origin === null) origin = cp.origin;
-      else if (cp.origin !== origin) throw new Refusal('bad_checkpoint', `${cp.source}: checkpoint of origin ${JSON.stringify(cp.origin)}, expected ${JSON.stringify(origin)}`);
+      else if (cp.origin !== origin)
+        throw new Refusal('bad_checkpoint', `${cp.source}: checkpoint of origin ${JSON.stringify(cp.origin)}, expected ${JSON.stringify(origin)}`);
       if (policy) policyCheck(policy, cp);
       if (current === null) return;
       if (cp.size < current.size) throw staleCheckpoint(current, cp);
@@ -492,30 +579,40 @@ export const get: Command = {
       let decided: GatewayAnswer | null = null;
       if (gateways.length > 1) {
         const lookup = `/v1/endorsement?${q}&proof=1`;
-        const answers = await Promise.all(gateways.map(async (g): Promise<GatewayAnswer | { gateway: string; status: number; message: string }> => {
-          const r = await getJson(`${g}${lookup}`);
-          if (r.status !== 200) return { gateway: g, status: r.status, message: String((r.json as { message?: unknown })?.message ?? '') };
-          const { success: _s, proof, revoked_by: revokedBy, index_proof: _indexProof, ...raw } = r.json as Record<string, unknown>;
-          const block = await signedBlock(raw, `block from ${g}`, g);
-          if (proof === undefined) throw new Refusal('no_proof', `${g} sent no proof with its lookup (proof=1): nothing shows its block is in the log everybody sees`);
-          const cp = await provenIn(block, parseProofObject(proof, g), g, `block from ${g}`);
-          const revokedAt = revokedIndex(revokedBy, `the lookup of ${g}`);
-          if (revokedAt !== undefined) throw new Refusal('revoked', `${g}: the selected version is revoked (block ${revokedAt})`);
-          entryFor(block, want, g);
-          return { gateway: g, block, cp };
-        }));
+        const answers = await Promise.all(
+          gateways.map(async (g): Promise<GatewayAnswer | { gateway: string; status: number; message: string }> => {
+            const r = await getJson(`${g}${lookup}`);
+            if (r.status !== 200) return { gateway: g, status: r.status, message: String((r.json as { message?: unknown })?.message ?? '') };
+            const { success: _s, proof, revoked_by: revokedBy, index_proof: _indexProof, ...raw } = r.json as Record<string, unknown>;
+            const block = await signedBlock(raw, `block from ${g}`, g);
+            if (proof === undefined)
+              throw new Refusal('no_proof', `${g} sent no proof with its lookup (proof=1): nothing shows its block is in the log everybody sees`);
+            const cp = await provenIn(block, parseProofObject(proof, g), g, `block from ${g}`);
+            const revokedAt = revokedIndex(revokedBy, `the lookup of ${g}`);
+            if (revokedAt !== undefined) throw new Refusal('revoked', `${g}: the selected version is revoked (block ${revokedAt})`);
+            entryFor(block, want, g);
+            return { gateway: g, block, cp };
+          }),
+        );
         const failed = answers.filter((a): a is { gateway: string; status: number; message: string } => 'status' in a);
         if (failed.length === answers.length && failed.every((f) => f.status === failed[0]!.status)) {
           const [text, exit] = STATUS_TEXT[failed[0]!.status] ?? [`unexpected HTTP ${failed[0]!.status}`, 2];
           return refuse(v, `http_${failed[0]!.status}`, `HTTP ${failed[0]!.status} from every gateway: ${text}`, { status: failed[0]!.status }, exit);
         }
         if (failed.length > 0) {
-          throw new Refusal('gateways_disagree', `the gateways disagree: ${answers.map((a) => 'status' in a ? `${a.gateway} answers HTTP ${a.status}` : `${a.gateway} selects block ${a.block.index} (checkpoint size ${a.cp.size})`).join('; ')}`);
+          throw new Refusal(
+            'gateways_disagree',
+            `the gateways disagree: ${answers.map((a) => ('status' in a ? `${a.gateway} answers HTTP ${a.status}` : `${a.gateway} selects block ${a.block.index} (checkpoint size ${a.cp.size})`)).join('; ')}`,
+          );
         }
         const ok = answers as GatewayAnswer[];
         for (const a of ok) {
           if (origin === null) origin = a.cp.origin;
-          if (a.cp.origin !== origin) throw new Refusal('gateways_disagree', `${a.gateway} shows a checkpoint of origin ${JSON.stringify(a.cp.origin)}, ${ok[0]!.gateway} of ${JSON.stringify(origin)}`);
+          if (a.cp.origin !== origin)
+            throw new Refusal(
+              'gateways_disagree',
+              `${a.gateway} shows a checkpoint of origin ${JSON.stringify(a.cp.origin)}, ${ok[0]!.gateway} of ${JSON.stringify(origin)}`,
+            );
           if (policy) policyCheck(policy, a.cp);
         }
         const newest = ok.reduce((a, b) => (b.cp.size > a.cp.size ? b : a));
@@ -529,13 +626,22 @@ export const get: Command = {
       if (res.statusCode !== 200) {
         await res.body.dump();
         const [text, exit] = STATUS_TEXT[res.statusCode] ?? [`unexpected HTTP ${res.statusCode}`, 2];
-        if (decided) throw new Refusal('gateways_disagree', `${gateway} selected block ${decided.block.index} on lookup but its download answers HTTP ${res.statusCode}: ${text}`);
+        if (decided)
+          throw new Refusal(
+            'gateways_disagree',
+            `${gateway} selected block ${decided.block.index} on lookup but its download answers HTTP ${res.statusCode}: ${text}`,
+          );
         if (res.statusCode === 410) {
           // Name the revocation: the lookup carries revoked_by (the gateway's word, as the 410 is; nothing is written either way).
           const by = await revokedByOf(gateway);
           if (by !== null) {
-            return refuse(v, 'http_410', `HTTP 410: ${v.url}${v.semver ? ` ${v.semver}` : ''} (block ${by.block}) is revoked by block ${by.index}${by.date ? ` from ${by.date}` : ''}`,
-              { status: 410, block: by.block, revoked_by: by.index }, exit);
+            return refuse(
+              v,
+              'http_410',
+              `HTTP 410: ${v.url}${v.semver ? ` ${v.semver}` : ''} (block ${by.block}) is revoked by block ${by.index}${by.date ? ` from ${by.date}` : ''}`,
+              { status: 410, block: by.block, revoked_by: by.index },
+              exit,
+            );
           }
         }
         if (res.statusCode === 404 && !decided) await checkAbsence(gateway);
@@ -551,14 +657,24 @@ export const get: Command = {
       const proofHeader = oneHeader(res.headers, 'vouch-proof', gateway);
       if (typeof proofHeader !== 'string') {
         await res.body.dump();
-        throw new Refusal('no_proof', `${gateway} sent no Vouch-Proof header: nothing shows this block is in the log everybody sees (a gateway without transparency support, or one hiding its checkpoint)`);
+        throw new Refusal(
+          'no_proof',
+          `${gateway} sent no Vouch-Proof header: nothing shows this block is in the log everybody sees (a gateway without transparency support, or one hiding its checkpoint)`,
+        );
       }
       const cp = await provenIn(block, await fullProof(proofHeader, block, gateway), gateway, 'UNS block');
       const current = decided?.cp ?? remembered(authority.origin ?? cp.origin);
       await accept(cp, current, gateway);
       // The completeness index the note commits (docs/spec/index.md 8): the block served must be the one the log selects.
-      checkSelection(nodeBackend, cp, v.url, { semver: v.semver, at: v.at, today: new Date().toISOString().slice(0, 10) },
-        oneHeader(res.headers, 'vouch-index-proof', gateway), { index: block.index, revoked: false }, gateway);
+      checkSelection(
+        nodeBackend,
+        cp,
+        v.url,
+        { semver: v.semver, at: v.at, today: new Date().toISOString().slice(0, 10) },
+        oneHeader(res.headers, 'vouch-index-proof', gateway),
+        { index: block.index, revoked: false },
+        gateway,
+      );
       if (decided && block.record_hash !== decided.block.record_hash) {
         await res.body.dump();
         throw new Refusal('gateways_disagree', `${gateway} selected block ${decided.block.index} on lookup but downloads block ${block.index}`);
@@ -569,13 +685,22 @@ export const get: Command = {
       const h = nodeBackend.createHash(signed.algorithm);
       const out = createWriteStream(tmp, { mode: 0o644 });
       // Settles once the file is closed or failed, whenever that happens (and observes its error: never an uncaught one).
-      const written = finished(out).then(() => null, (e: NodeJS.ErrnoException) => e);
+      const written = finished(out).then(
+        () => null,
+        (e: NodeJS.ErrnoException) => e,
+      );
       let bytes: number;
       try {
         bytes = await readBody(res, `${gateway}/v1/download`, Number.MAX_SAFE_INTEGER, async (chunk) => {
           h.update(chunk);
           if (out.write(chunk)) return;
-          const failed = await Promise.race([once(out, 'drain').then(() => null, (e: NodeJS.ErrnoException) => e), written]);
+          const failed = await Promise.race([
+            once(out, 'drain').then(
+              () => null,
+              (e: NodeJS.ErrnoException) => e,
+            ),
+            written,
+          ]);
           if (failed !== null) throw new VouchError('io_error', `cannot write ${tmp}: ${failed.code ?? failed.message}`);
         });
       } finally {
@@ -590,10 +715,23 @@ export const get: Command = {
       const keys = follower.stored();
       saveCheckpoint(statePath, cp.origin, { size: cp.size, root: base64Encode(cp.root), note: cp.text, ...(keys !== undefined ? { keys } : {}) });
       renameSync(tmp, v.output);
-      emit(v, `ok: ${v.output} ${bytes} bytes, ${entry.name} ${entry.semver}, block ${block.index} ${block.record_hash}, ${entry.artifact_hash}; in ${cp.origin} size ${cp.size}${gateways.length > 1 ? ` (${gateways.length} gateways agree)` : ''}`, {
-        file: v.output, bytes, name: entry.name, semver: entry.semver, index: block.index, record_hash: block.record_hash, artifact_hash: entry.artifact_hash,
-        origin: cp.origin, size: cp.size, root: base64Encode(cp.root), gateways: gateways.length,
-      });
+      emit(
+        v,
+        `ok: ${v.output} ${bytes} bytes, ${entry.name} ${entry.semver}, block ${block.index} ${block.record_hash}, ${entry.artifact_hash}; in ${cp.origin} size ${cp.size}${gateways.length > 1 ? ` (${gateways.length} gateways agree)` : ''}`,
+        {
+          file: v.output,
+          bytes,
+          name: entry.name,
+          semver: entry.semver,
+          index: block.index,
+          record_hash: block.record_hash,
+          artifact_hash: entry.artifact_hash,
+          origin: cp.origin,
+          size: cp.size,
+          root: base64Encode(cp.root),
+          gateways: gateways.length,
+        },
+      );
       return 0;
     } catch (e) {
       rmSync(tmp, { force: true });

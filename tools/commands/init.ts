@@ -18,19 +18,25 @@ import { TreeEdge, writeEdgeFile } from '../../store/tree-edge.ts';
 export const init: Command = {
   name: 'init',
   usage: '--chain DIR --key FILE --signer ID [--uns OWNER/NAME] [--origin NAME] [--layout full|sparse]',
-  summary: 'Creates a new chain repository in DIR (a git repository) holding the signed authority block and checkpoint. It commits the signed checkpoint note (checkpoint.note) too and prints its verifier key.',
+  summary:
+    'Creates a new chain repository in DIR (a git repository) holding the signed authority block and checkpoint. It commits the signed checkpoint note (checkpoint.note) too and prints its verifier key.',
   options: {
     chain: { type: 'string', value: 'DIR', help: 'directory of the new chain (must not exist or be empty)', required: true },
     key: { type: 'string', value: 'FILE', help: 'the authority private key (PKCS#8 PEM, mode 0600)', required: true },
     signer: { type: 'string', value: 'ID', help: 'the signer id written into every block', required: true },
     uns: { type: 'string', value: 'OWNER/NAME', help: 'name of the chain itself (default: vouch/provenance-chain)' },
-    origin: { type: 'string', value: 'NAME', help: 'the log\'s origin: first line of checkpoint.note and its key name (default: vouch/<signer>)' },
-    layout: { type: 'string', value: 'full|sparse', help: 'full (default): every block file checked out; sparse: block files only in git objects (docs/spec/repository.md "Layouts")' },
+    origin: { type: 'string', value: 'NAME', help: "the log's origin: first line of checkpoint.note and its key name (default: vouch/<signer>)" },
+    layout: {
+      type: 'string',
+      value: 'full|sparse',
+      help: 'full (default): every block file checked out; sparse: block files only in git objects (docs/spec/repository.md "Layouts")',
+    },
   },
   async run(v) {
     const uns = v.uns ?? 'vouch/provenance-chain';
     if (!isUnitName(uns)) throw new UsageError(`--uns must be OWNER/NAME, got ${JSON.stringify(uns)}`);
-    if (!/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(v.signer)) throw new UsageError('--signer must be 1-128 letters, digits, . _ @ -, starting with a letter or digit');
+    if (!/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(v.signer))
+      throw new UsageError('--signer must be 1-128 letters, digits, . _ @ -, starting with a letter or digit');
     const layout = v.layout ?? 'full';
     if (layout !== 'full' && layout !== 'sparse') throw new UsageError(`--layout must be full or sparse, got ${JSON.stringify(layout)}`);
     const origin: string = v.origin ?? defaultOrigin(v.signer);
@@ -42,11 +48,20 @@ export const init: Command = {
     const edge = TreeEdge.empty(nodeBackend);
     edge.append(entryOf(block.record_hash));
     const note = signNoteText(signer, origin, 1, edge.root());
-    await ChainRepo.init(v.chain, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(checkpoint), note }, commitFor([block], now), { sparse: layout === 'sparse' });
+    await ChainRepo.init(v.chain, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(checkpoint), note }, commitFor([block], now), {
+      sparse: layout === 'sparse',
+    });
     writeEdgeFile(v.chain, edge);
     const vkey = verifierKey(nodeBackend, origin, SIG_ED25519, signer.publicKey);
-    emit(v, `initialized ${v.chain}: authority ${v.signer} ${base64Encode(signer.publicKey)}, head ${block.record_hash}\nverifier key: ${vkey}`,
-      { chain: v.chain, layout, signer: v.signer, public_key: base64Encode(signer.publicKey), head: block.record_hash, origin, verifier_key: vkey });
+    emit(v, `initialized ${v.chain}: authority ${v.signer} ${base64Encode(signer.publicKey)}, head ${block.record_hash}\nverifier key: ${vkey}`, {
+      chain: v.chain,
+      layout,
+      signer: v.signer,
+      public_key: base64Encode(signer.publicKey),
+      head: block.record_hash,
+      origin,
+      verifier_key: vkey,
+    });
     return 0;
   },
 };

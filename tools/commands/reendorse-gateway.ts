@@ -13,7 +13,11 @@ import { gatewayBase, gatewayError, readToken, submit } from './endorse-gateway.
 import { commentOf, type Refusal, type VoidGroup } from '../key-statements.ts';
 
 export async function reendorseThroughGateway(
-  v: Record<string, any>, groups: VoidGroup[], refused: Refusal[], dry: boolean, keys: KeyState,
+  v: Record<string, any>,
+  groups: VoidGroup[],
+  refused: Refusal[],
+  dry: boolean,
+  keys: KeyState,
 ): Promise<{ index: number; record_hash: string; void_block: number; entries: number }[]> {
   const base = gatewayBase(v.gateway);
   const token = readToken(v['token-file']);
@@ -27,10 +31,21 @@ export async function reendorseThroughGateway(
     // Each retry drops at least one entry, so this ends.
     while (g.entries.length > 0) {
       const body = {
-        uns: g.block.payload.uns, semver: g.block.payload.semver, comment: commentOf(g), effective_date: g.block.payload.effective_date,
+        uns: g.block.payload.uns,
+        semver: g.block.payload.semver,
+        comment: commentOf(g),
+        effective_date: g.block.payload.effective_date,
         endorsements: g.entries.map((e) => {
           const claim = parseArtifactHash(e.artifactHash);
-          return { url: e.url, name: e.name, semver: e.semver, license: e.license, comment: e.comment ?? '', expect: [e.artifactHash], ...(typeof claim === 'string' ? {} : { algorithm: claim.algorithm }) };
+          return {
+            url: e.url,
+            name: e.name,
+            semver: e.semver,
+            license: e.license,
+            comment: e.comment ?? '',
+            expect: [e.artifactHash],
+            ...(typeof claim === 'string' ? {} : { algorithm: claim.algorithm }),
+          };
         }),
       };
       const answer = await submit(base, token, body, () => {});
@@ -46,8 +61,16 @@ export async function reendorseThroughGateway(
       const err = gatewayError(answer);
       const refusedList = answer.body.refused as { url: string; expected: string[]; fetched: string[] }[] | undefined;
       if (err.code === 'hash_mismatch' && Array.isArray(refusedList) && refusedList.length > 0) {
-        for (const r of refusedList) drop(r.url, `its bytes now hash to ${r.fetched.join(' ')}, the void block claimed ${r.expected.join(' or ')} (possibly the attacker's): not endorsed`);
-      } else if (['origin_error', 'origin_timeout', 'too_large', 'semver_conflict'].includes(err.code) && typeof answer.body.resource === 'string' && g.entries.some((e) => e.url === answer.body.resource)) {
+        for (const r of refusedList)
+          drop(
+            r.url,
+            `its bytes now hash to ${r.fetched.join(' ')}, the void block claimed ${r.expected.join(' or ')} (possibly the attacker's): not endorsed`,
+          );
+      } else if (
+        ['origin_error', 'origin_timeout', 'too_large', 'semver_conflict'].includes(err.code) &&
+        typeof answer.body.resource === 'string' &&
+        g.entries.some((e) => e.url === answer.body.resource)
+      ) {
         drop(answer.body.resource, String(answer.body.message ?? err.message));
       } else {
         throw err;

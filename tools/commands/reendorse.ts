@@ -30,7 +30,6 @@ import { commentOf, verifiedChain, type Refusal, type VoidGroup } from '../key-s
 /** Artifacts fetched at once. */
 const CONCURRENCY = 8;
 
-
 /** The endorse blocks among the void ones, each with its entries. */
 function voidGroups(repo: ChainRepo, keys: KeyState): VoidGroup[] {
   const out: VoidGroup[] = [];
@@ -40,7 +39,14 @@ function voidGroups(repo: ChainRepo, keys: KeyState): VoidGroup[] {
       if (block.payload.intent !== 'endorse') continue; // a void revoke revokes nothing, and is not made again
       out.push({
         block,
-        entries: block.payload.endorsements.map((e) => ({ url: e.artifact_url, artifactHash: e.artifact_hash, name: e.name, semver: e.semver, license: e.license, comment: e.comment })),
+        entries: block.payload.endorsements.map((e) => ({
+          url: e.artifact_url,
+          artifactHash: e.artifact_hash,
+          name: e.name,
+          semver: e.semver,
+          license: e.license,
+          comment: e.comment,
+        })),
       });
     }
   }
@@ -66,7 +72,10 @@ function againstHistory(repo: ChainRepo, keys: KeyState, groups: VoidGroup[], re
       }
       const other = inForce.find((h) => h.artifactHash !== e.artifactHash);
       if (other) {
-        refused.push({ url: e.url, line: `refused: ${label(e, g)}: version ${e.semver} is signed in block ${other.block.index} with ${other.artifactHash}, not ${e.artifactHash}` });
+        refused.push({
+          url: e.url,
+          line: `refused: ${label(e, g)}: version ${e.semver} is signed in block ${other.block.index} with ${other.artifactHash}, not ${e.artifactHash}`,
+        });
         return false;
       }
       return true;
@@ -93,7 +102,10 @@ async function fetchAndCompare(groups: VoidGroup[], refused: Refusal[]): Promise
       try {
         const got = await digestUrl(e.url, claim.algorithm);
         if (got.artifactHash !== e.artifactHash) {
-          refused.push({ url: e.url, line: `refused: ${label(e, g)}: its bytes now hash to ${got.artifactHash}, the void block claimed ${e.artifactHash} (possibly the attacker's): not endorsed` });
+          refused.push({
+            url: e.url,
+            line: `refused: ${label(e, g)}: its bytes now hash to ${got.artifactHash}, the void block claimed ${e.artifactHash} (possibly the attacker's): not endorsed`,
+          });
           bad.add(e);
         }
       } catch (err) {
@@ -109,19 +121,20 @@ async function fetchAndCompare(groups: VoidGroup[], refused: Refusal[]): Promise
 export const reendorse: Command = {
   name: 'reendorse',
   usage: '--chain DIR --key ONLINE.pem [--dry-run]\n       vouch reendorse --chain CLONE --gateway URL --token-file FILE [--dry-run]',
-  summary: 'Endorses again what the void blocks of a compromise endorsed, one block per void block, each artifact only when its bytes still hash to what the void block claimed. Offline with the online key in force, or through a running authority.',
+  summary:
+    'Endorses again what the void blocks of a compromise endorsed, one block per void block, each artifact only when its bytes still hash to what the void block claimed. Offline with the online key in force, or through a running authority.',
   details: [
     'Every endorse block a compromise declaration voided (vouch key compromise, vouch root apply) is read from the',
     'chain, verified whole. Each artifact is fetched again from its URL: when its bytes hash to what the void block',
     'claimed, it is endorsed again (same name, version, licence, effective date), the entries of one void block in',
-    'one new block. An entry whose bytes differ (possibly the attacker\'s), that cannot be fetched, or whose version',
+    "one new block. An entry whose bytes differ (possibly the attacker's), that cannot be fetched, or whose version",
     'a block in force signs with other bytes is listed on stderr, one line each, and not endorsed (exit 1).',
     'Entries a block in force already endorses with these bytes are skipped. --dry-run lists and appends nothing.',
     'With --gateway URL --token-file FILE, --chain is a local clone the void entries are read from, and the',
-    'running authority fetches and signs (POST /v1/submit), checking the void block\'s hash as a claim.',
+    "running authority fetches and signs (POST /v1/submit), checking the void block's hash as a claim.",
   ].join('\n'),
   options: {
-    chain: { type: 'string', value: 'DIR', help: 'the chain (offline), or a clone of the authority\'s (with --gateway)', required: true },
+    chain: { type: 'string', value: 'DIR', help: "the chain (offline), or a clone of the authority's (with --gateway)", required: true },
     key: { type: 'string', value: 'ONLINE.pem', help: 'offline: the private key of the online key in force' },
     gateway: { type: 'string', value: 'URL', help: 'submit through this running authority instead of writing the chain' },
     'token-file': { type: 'string', value: 'FILE', help: 'with --gateway: a file holding the submit token' },
@@ -131,7 +144,7 @@ export const reendorse: Command = {
     const dry = v['dry-run'] === true;
     if (v.gateway !== undefined) {
       if (v.key !== undefined) throw new UsageError('--key does not apply with --gateway: the running authority signs with its own key');
-      if (v['token-file'] === undefined) throw new UsageError('--gateway needs --token-file FILE (the authority\'s submit token)');
+      if (v['token-file'] === undefined) throw new UsageError("--gateway needs --token-file FILE (the authority's submit token)");
     } else {
       if (v['token-file'] !== undefined) throw new UsageError('--token-file applies only with --gateway');
       if (v.key === undefined) throw new UsageError('missing --key (or --gateway URL --token-file FILE to re-endorse through a running authority)');
@@ -143,8 +156,13 @@ export const reendorse: Command = {
     const groups = voidGroups(repo, keys);
     const total = groups.reduce((n, g) => n + g.entries.length, 0);
     if (total === 0) {
-      emit(v, keys.voids.length === 0 ? 'no void blocks: nothing to re-endorse' : `void blocks ${keys.voids.map(([a, b]) => a === b ? `${a}` : `${a}-${b}`).join(', ')} endorse nothing: nothing to re-endorse`,
-        { status: 'nothing', voids: keys.voids, blocks: [], refused: [] });
+      emit(
+        v,
+        keys.voids.length === 0
+          ? 'no void blocks: nothing to re-endorse'
+          : `void blocks ${keys.voids.map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(', ')} endorse nothing: nothing to re-endorse`,
+        { status: 'nothing', voids: keys.voids, blocks: [], refused: [] },
+      );
       return 0;
     }
     const refused: Refusal[] = [];
@@ -160,7 +178,9 @@ export const reendorse: Command = {
       // The head as the checkpoint signs it, before anything is fetched.
       const trusted = trustedHead(repo, signer, keys);
       if (trusted.head.index + 1 !== state.size || trusted.head.record_hash !== state.head) {
-        throw new VouchError('checkpoint_mismatch', `the verified chain (${state.size} blocks) is not the one the checkpoint signs; nothing appended`, { index: null });
+        throw new VouchError('checkpoint_mismatch', `the verified chain (${state.size} blocks) is not the one the checkpoint signs; nothing appended`, {
+          index: null,
+        });
       }
       await fetchAndCompare(groups, refused);
       posted = dry ? [] : await appendOffline(repo, trusted, signer, groups);
@@ -168,13 +188,23 @@ export const reendorse: Command = {
     if (!quiet) for (const r of refused) process.stderr.write(r.line + '\n');
     const kept = groups.filter((g) => g.entries.length > 0);
     const text = dry
-      ? kept.map((g) => `would re-endorse ${g.entries.length} of ${g.block.payload.endorsements.length} entries of void block ${g.block.index}`).join('\n') || 'nothing would be re-endorsed'
-      : posted.map((p) => `${p.index} ${p.record_hash} re-endorses ${p.entries} entr${p.entries === 1 ? 'y' : 'ies'} of void block ${p.void_block}`).join('\n') || 'nothing re-endorsed';
-    emit(v, `${text}\n${total} void entries: ${kept.reduce((n, g) => n + g.entries.length, 0)} ${dry ? 'to re-endorse' : 're-endorsed'}, ${already} already in force, ${refused.length} refused`, {
-      ...(refused.length > 0 ? { ok: false } : {}), // exit 1: some void entries are not endorsed again
-      status: dry ? 'dry_run' : posted.length ? 'posted' : 'nothing', blocks: posted, already, refused: refused.map((r) => ({ url: r.url, message: r.line.replace(/^refused: /, '') })),
-      ...(dry ? { would: kept.map((g) => ({ void_block: g.block.index, urls: g.entries.map((e) => e.url) })) } : {}),
-    });
+      ? kept.map((g) => `would re-endorse ${g.entries.length} of ${g.block.payload.endorsements.length} entries of void block ${g.block.index}`).join('\n') ||
+        'nothing would be re-endorsed'
+      : posted
+          .map((p) => `${p.index} ${p.record_hash} re-endorses ${p.entries} entr${p.entries === 1 ? 'y' : 'ies'} of void block ${p.void_block}`)
+          .join('\n') || 'nothing re-endorsed';
+    emit(
+      v,
+      `${text}\n${total} void entries: ${kept.reduce((n, g) => n + g.entries.length, 0)} ${dry ? 'to re-endorse' : 're-endorsed'}, ${already} already in force, ${refused.length} refused`,
+      {
+        ...(refused.length > 0 ? { ok: false } : {}), // exit 1: some void entries are not endorsed again
+        status: dry ? 'dry_run' : posted.length ? 'posted' : 'nothing',
+        blocks: posted,
+        already,
+        refused: refused.map((r) => ({ url: r.url, message: r.line.replace(/^refused: /, '') })),
+        ...(dry ? { would: kept.map((g) => ({ void_block: g.block.index, urls: g.entries.map((e) => e.url) })) } : {}),
+      },
+    );
     if (refused.length > 0) {
       process.stderr.write(`vouch reendorse: ${refused.length} void entr${refused.length === 1 ? 'y was' : 'ies were'} not re-endorsed (listed above)\n`);
       return 1;
@@ -184,7 +214,10 @@ export const reendorse: Command = {
 };
 
 async function appendOffline(
-  repo: ChainRepo, trusted: TrustedHead, signer: ReturnType<typeof nodeSigner>, groups: VoidGroup[],
+  repo: ChainRepo,
+  trusted: TrustedHead,
+  signer: ReturnType<typeof nodeSigner>,
+  groups: VoidGroup[],
 ): Promise<{ index: number; record_hash: string; void_block: number; entries: number }[]> {
   const kept = groups.filter((g) => g.entries.length > 0);
   if (kept.length === 0) return [];
@@ -193,8 +226,15 @@ async function appendOffline(
   let prev = trusted.head;
   for (const g of kept) {
     const block = buildEndorseBlock({
-      prev, signer, backend: nodeBackend, now, entries: g.entries, uns: g.block.payload.uns, semver: g.block.payload.semver,
-      comment: commentOf(g), effectiveDate: g.block.payload.effective_date,
+      prev,
+      signer,
+      backend: nodeBackend,
+      now,
+      entries: g.entries,
+      uns: g.block.payload.uns,
+      semver: g.block.payload.semver,
+      comment: commentOf(g),
+      effectiveDate: g.block.payload.effective_date,
     });
     blocks.push(block);
     prev = block;

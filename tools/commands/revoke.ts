@@ -50,7 +50,8 @@ export const revoke: Command = {
     comment: { type: 'string', value: 'T', help: 'free text for the block (default "revoke block N")' },
   },
   async run(v) {
-    if ((v.url === undefined) === (v.block === undefined)) throw new UsageError('give --url URL (optionally --semver V) or --block N (see vouch revoke --help)');
+    if ((v.url === undefined) === (v.block === undefined))
+      throw new UsageError('give --url URL (optionally --semver V) or --block N (see vouch revoke --help)');
     if (v.semver !== undefined && v.url === undefined) throw new UsageError('--semver applies only with --url');
     let target: RevokeTarget;
     if (v.block !== undefined) {
@@ -75,7 +76,11 @@ export const revoke: Command = {
     const { state } = await ChainState.load(repo);
     const index = state.index;
     if (index.size !== trusted.head.index + 1 || index.head?.record_hash !== trusted.head.record_hash) {
-      throw new VouchError('checkpoint_mismatch', `the verified chain (${index.size} blocks) is not the one the checkpoint signs (${trusted.head.index + 1} blocks); nothing appended`, { index: null });
+      throw new VouchError(
+        'checkpoint_mismatch',
+        `the verified chain (${index.size} blocks) is not the one the checkpoint signs (${trusted.head.index + 1} blocks); nothing appended`,
+        { index: null },
+      );
     }
     const recordHashes = function* (): Iterable<string> {
       for (let i = 0; i < index.size; i++) yield hexEncode(index.recordHashBytes(i));
@@ -84,17 +89,28 @@ export const revoke: Command = {
     const today = formatDateTime(now).slice(0, 10);
     const revoked = resolveRevokeTarget(index, target, today);
     const block = buildRevokeBlock({
-      prev: trusted.head, target: revoked, signer: keyed, backend: nodeBackend, now,
+      prev: trusted.head,
+      target: revoked,
+      signer: keyed,
+      backend: nodeBackend,
+      now,
       effectiveDate: v['effective-date'] ?? today,
       ...(v.comment !== undefined ? { comment: v.comment } : {}),
     });
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
     await appendWithNote(repo, trusted, keyed, [block], checkpoint, now, recordHashes);
     const urls = revoked.payload.endorsements.map((e) => e.artifact_url);
-    emit(v, `${block.index} ${block.record_hash} revokes block ${revoked.index} (${revoked.payload.uns} ${revoked.payload.semver}, ${urls.length} artifact${urls.length === 1 ? '' : 's'}) from ${block.payload.effective_date}`, {
-      status: 'revoked', index: block.index, record_hash: block.record_hash, effective_date: block.payload.effective_date,
-      revokes: { index: revoked.index, record_hash: revoked.record_hash, urls },
-    });
+    emit(
+      v,
+      `${block.index} ${block.record_hash} revokes block ${revoked.index} (${revoked.payload.uns} ${revoked.payload.semver}, ${urls.length} artifact${urls.length === 1 ? '' : 's'}) from ${block.payload.effective_date}`,
+      {
+        status: 'revoked',
+        index: block.index,
+        record_hash: block.record_hash,
+        effective_date: block.payload.effective_date,
+        revokes: { index: revoked.index, record_hash: revoked.record_hash, urls },
+      },
+    );
     return 0;
   },
 };

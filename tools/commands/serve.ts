@@ -18,7 +18,7 @@ export const serve: Command = {
     'replace, so a file that sets only `listen` gets everything else (authority mode included) from the',
     'default. `authority: null` makes it read-only; a file that names its own chain (chain.remote, or a',
     'chain.dir other than ./var/chain) gets an authority only by writing one: the development key signs',
-    'only the default\'s chain. Relative paths are relative to the file. `vouch config init` writes',
+    "only the default's chain. Relative paths are relative to the file. `vouch config init` writes",
     'the complete default to start from. The gateway prints the mode, chain directory, routes and',
     'witnesses at start, and checks the chain directory, keys and port before it says `listening on`.',
     '--dev allows loopback and private origins (origin.allow_private: true) so a local submit works;',
@@ -26,9 +26,13 @@ export const serve: Command = {
     'Stops cleanly on SIGINT, SIGTERM or SIGHUP; run by npm (npm start, npx), also when npm exits.',
   ].join('\n'),
   options: {
-    config: { type: 'string', value: 'FILE', help: 'YAML configuration file, merged over the embedded default (vouch config init writes one; keys: docs/guide/configuration.md)' },
+    config: {
+      type: 'string',
+      value: 'FILE',
+      help: 'YAML configuration file, merged over the embedded default (vouch config init writes one; keys: docs/guide/configuration.md)',
+    },
     dev: { type: 'boolean', help: 'development mode: allow loopback and private origins (origin.allow_private: true) for a local submit' },
-    listen: { type: 'string', value: 'HOST:PORT', help: 'where to listen (PORT, HOST:PORT or [V6]:PORT), over the config\'s listen' },
+    listen: { type: 'string', value: 'HOST:PORT', help: "where to listen (PORT, HOST:PORT or [V6]:PORT), over the config's listen" },
   },
   noResultOptions: true,
   async run(v) {
@@ -44,7 +48,10 @@ export const serve: Command = {
       if (stopping) return;
       stopping = true;
       gw.ctx.log.info('stopping', { signal });
-      gw.close().then(() => process.exit(0), () => process.exit(0));
+      gw.close().then(
+        () => process.exit(0),
+        () => process.exit(0),
+      );
       setTimeout(() => process.exit(0), 12_000).unref();
     };
     for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
@@ -52,7 +59,9 @@ export const serve: Command = {
     // it and us may not, and a killed npm forwards nothing. Stop when the process that started us is gone.
     if (process.env.npm_lifecycle_event !== undefined) {
       const parent = process.ppid;
-      setInterval(() => { if (process.ppid !== parent) stop('parent exited'); }, 500).unref();
+      setInterval(() => {
+        if (process.ppid !== parent) stop('parent exited');
+      }, 500).unref();
     }
     try {
       await gw.ready.finally(() => bar.done());

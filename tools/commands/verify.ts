@@ -31,16 +31,25 @@ import { indexRootOf } from '../../chain/index-proof.ts';
  * @throws VouchError checkpoint_mismatch
  */
 function checkNote(text: string, publicKey: Uint8Array, size: number, root: Uint8Array): LogCheckpoint {
-  const bad = (why: string, evidence: Record<string, unknown> = {}) => new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note ${why}`, { index: null, evidence });
+  const bad = (why: string, evidence: Record<string, unknown> = {}) =>
+    new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note ${why}`, { index: null, evidence });
   let cp: LogCheckpoint;
   try {
     cp = openCheckpoint(nodeBackend, text, { publicKey }).checkpoint;
   } catch (e) {
-    throw bad(`does not open with the online key in force (${base64Encode(publicKey)}): ${(e as Error).message.replace(/^checkpoint_mismatch: /, '')}`, (e as VouchError).evidence ?? {});
+    throw bad(
+      `does not open with the online key in force (${base64Encode(publicKey)}): ${(e as Error).message.replace(/^checkpoint_mismatch: /, '')}`,
+      (e as VouchError).evidence ?? {},
+    );
   }
   if (cp.size !== size) throw bad(`names ${cp.size} entries, the chain has ${size} blocks`, { origin: cp.origin, note_size: cp.size, size });
   if (!bytesEqual(cp.root, root)) {
-    throw bad(`root ${base64Encode(cp.root)} is not the Merkle root of the chain's record hashes, ${base64Encode(root)}`, { origin: cp.origin, size, note_root: base64Encode(cp.root), root: base64Encode(root) });
+    throw bad(`root ${base64Encode(cp.root)} is not the Merkle root of the chain's record hashes, ${base64Encode(root)}`, {
+      origin: cp.origin,
+      size,
+      note_root: base64Encode(cp.root),
+      root: base64Encode(root),
+    });
   }
   return cp;
 }
@@ -56,9 +65,14 @@ function checkIndexLine(note: LogCheckpoint, recomputed: Uint8Array): Uint8Array
   if (line === null) return null;
   if ('malformed' in line) throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note: ${line.malformed}`, { index: null });
   if (!bytesEqual(line, recomputed)) {
-    throw new VouchError('checkpoint_mismatch', `checkpoint_mismatch: checkpoint.note's vouch-index/v1 root ${base64Encode(line)} is not the completeness index recomputed from the chain, ${base64Encode(recomputed)}`, {
-      index: null, evidence: { size: note.size, note_index_root: base64Encode(line), index_root: base64Encode(recomputed) },
-    });
+    throw new VouchError(
+      'checkpoint_mismatch',
+      `checkpoint_mismatch: checkpoint.note's vouch-index/v1 root ${base64Encode(line)} is not the completeness index recomputed from the chain, ${base64Encode(recomputed)}`,
+      {
+        index: null,
+        evidence: { size: note.size, note_index_root: base64Encode(line), index_root: base64Encode(recomputed) },
+      },
+    );
   }
   return line;
 }
@@ -74,23 +88,28 @@ function voidReport(repo: ChainRepo, keys: KeyState): { from: number; to: number
 
 function keyLine(keys: KeyState): string {
   const root = keys.root ? `root v${keys.root.version} ${keys.root.threshold}-of-${keys.root.keys.length}` : 'no root';
-  return `online key ${keys.online.signer} ${keys.online.publicKey} since block ${keys.online.since}, ${root}, ${keys.sequence} key event${keys.sequence === 1 ? '' : 's'}` +
-    (keys.voids.length ? `, ${keys.voids.reduce((n, [a, b]) => n + b - a + 1, 0)} void blocks` : '');
+  return (
+    `online key ${keys.online.signer} ${keys.online.publicKey} since block ${keys.online.since}, ${root}, ${keys.sequence} key event${keys.sequence === 1 ? '' : 's'}` +
+    (keys.voids.length ? `, ${keys.voids.reduce((n, [a, b]) => n + b - a + 1, 0)} void blocks` : '')
+  );
 }
 
 /** The verification codes of a block, in the order they are checked (chain/verify.ts), for --help. */
 const BLOCK_CHECKS: [string, string][] = [
-  ['malformed', 'not a block of this format (types, dates, intent, a URL twice in a block, a member name twice in an object, invalid UTF-8, a revoke of no earlier endorse block), not a regular file of at most 16 MiB, a file under blocks/ that is no block\'s (at the index it would hold), or a file that is not what branch main commits'],
-  ['index_gap', 'the block\'s index differs from its position (a missing or extra block)'],
+  [
+    'malformed',
+    "not a block of this format (types, dates, intent, a URL twice in a block, a member name twice in an object, invalid UTF-8, a revoke of no earlier endorse block), not a regular file of at most 16 MiB, a file under blocks/ that is no block's (at the index it would hold), or a file that is not what branch main commits",
+  ],
+  ['index_gap', "the block's index differs from its position (a missing or extra block)"],
   ['prev_hash_mismatch', 'prev_hash does not name the previous block'],
   ['record_hash_mismatch', 'the block was edited after it was hashed'],
-  ['weak_key', 'block 0\'s key is not a full-order ed25519 key (small-order keys accept forged signatures)'],
-  ['untrusted_authority', 'block 0\'s key differs from --public-key'],
+  ['weak_key', "block 0's key is not a full-order ed25519 key (small-order keys accept forged signatures)"],
+  ['untrusted_authority', "block 0's key differs from --public-key"],
   ['signer_mismatch', 'the block names another signer than the online key in force'],
   ['bad_signature', 'the payload signature does not verify with the online key in force at its index (a key block: with the key its statement names)'],
   ['retired_key', 'the block is signed by an online key retired before it (the old key signs nothing after its rotation)'],
   ['bad_key_event', 'a key block whose statement the key state refuses (threshold, keys, sequence; a forged key block signed by the online key alone)'],
-  ['time_regression', 'posted is earlier than the previous block\'s'],
+  ['time_regression', "posted is earlier than the previous block's"],
   ['bad_artifact_hash', 'an artifact_hash is not <algorithm>:<hex> of a known algorithm and length'],
 ];
 
@@ -105,18 +124,18 @@ export const verify: Command = {
     'summary names the root, the online key in force and the number of key events. Blocks voided by a compromise',
     'declaration are a warning on stderr naming their indices and the compromised key (exit 0: kept as evidence).',
     'Then the checkpoint (`checkpoint_mismatch at checkpoint`): checkpoint.json must be signed by the online key in force',
-    'and name this chain\'s size and head block. Without checkpoint.json a warning says a dropped newest block',
-    'would go unnoticed. The Merkle tree over every block\'s record_hash (RFC 6962) is recomputed, and the',
+    "and name this chain's size and head block. Without checkpoint.json a warning says a dropped newest block",
+    "would go unnoticed. The Merkle tree over every block's record_hash (RFC 6962) is recomputed, and the",
     'checkpoint.note branch main commits must be signed by the online key in force under its origin (key name = origin),',
-    'name the chain\'s size and carry that root; a chain without one (made before notes) is reported, not refused.',
-    'The completeness index (docs/spec/index.md) is recomputed from every block; a note\'s `vouch-index/v1` line must',
+    "name the chain's size and carry that root; a chain without one (made before notes) is reported, not refused.",
+    "The completeness index (docs/spec/index.md) is recomputed from every block; a note's `vouch-index/v1` line must",
     'carry its root (checkpoint_mismatch otherwise); a note without the line is reported as `index absent`.',
     '',
     'What is verified is what branch main commits: every block file and checkpoint.json in DIR must be the',
     'blob the branch holds (a file that differs, or is untracked, fails naming it), so verify a clean checkout.',
     '',
     'Without --public-key the key of block 0 is trusted on first use; pin it to detect a substituted authority',
-    '(the pin is block 0\'s key, also after rotations).',
+    "(the pin is block 0's key, also after rotations).",
   ].join('\n'),
   options: {
     chain: { type: 'string', value: 'DIR', help: 'the chain directory (a clone is enough)', required: true },
@@ -139,7 +158,10 @@ export const verify: Command = {
       const result = await verifyDirectory(repo, {
         pinnedPublicKey: v['public-key'] ?? null,
         onVerified: (start, _texts, facts) => {
-          if (!handedOver || start !== completeness.size) { handedOver = false; return; }
+          if (!handedOver || start !== completeness.size) {
+            handedOver = false;
+            return;
+          }
           for (const f of facts) completeness.addFacts(f);
         },
         onLeaves: (_start, leaves) => {
@@ -189,17 +211,20 @@ export const verify: Command = {
       if (v.json) process.stdout.write(JSON.stringify(summary) + '\n');
       else if (!v.quiet) {
         process.stdout.write(
-          `ok: ${s.size} blocks, ` + (keys.sequence === 0
-            ? `authority ${s.authority!.signer} ${s.authority!.publicKey}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `
-            : `${keyLine(keys)}, block 0's key ${keys.first}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `) +
-          `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ` +
-          `note ${note ? `ok (origin ${note.origin}, root ${base64Encode(root)})` : 'absent'}, ` +
-          `index ${indexRoot ? `ok (${base64Encode(indexRoot)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
+          `ok: ${s.size} blocks, ` +
+            (keys.sequence === 0
+              ? `authority ${s.authority!.signer} ${s.authority!.publicKey}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `
+              : `${keyLine(keys)}, block 0's key ${keys.first}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `) +
+            `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ` +
+            `note ${note ? `ok (origin ${note.origin}, root ${base64Encode(root)})` : 'absent'}, ` +
+            `index ${indexRoot ? `ok (${base64Encode(indexRoot)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
         );
         if (!result.checkpoint) process.stderr.write('warning: no checkpoint.json: a dropped newest block would go unnoticed\n');
         for (const w of voids) {
-          process.stderr.write(`warning: void blocks ${w.from}-${w.to}: signed by ${w.compromised} after its last good block ${w.from - 1}, declared compromised at block ${w.declared_at}; ` +
-            'kept as evidence, never selected (vouch reendorse endorses again what they endorsed)\n');
+          process.stderr.write(
+            `warning: void blocks ${w.from}-${w.to}: signed by ${w.compromised} after its last good block ${w.from - 1}, declared compromised at block ${w.declared_at}; ` +
+              'kept as evidence, never selected (vouch reendorse endorses again what they endorsed)\n',
+          );
         }
         if (!note) process.stderr.write('note: no checkpoint.note (a chain from before signed tlog checkpoints): it gains one with its next append\n');
       }

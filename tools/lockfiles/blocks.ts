@@ -25,17 +25,31 @@ export function unsBytes(block: Block): number {
 
 /** Bytes an entry adds to a block's UNS header value (its minified ASCII JSON and a comma). */
 export function entryUnsBytes(e: EndorsementInput): number {
-  return asciiJson({
-    artifact_hash: e.artifactHash, artifact_url: e.url, comment: e.comment ?? '', endorsement: 'provenance',
-    license: e.license, name: e.name, semver: e.semver, signature_algorithm: 'ed25519',
-  }).length + 1;
+  return (
+    asciiJson({
+      artifact_hash: e.artifactHash,
+      artifact_url: e.url,
+      comment: e.comment ?? '',
+      endorsement: 'provenance',
+      license: e.license,
+      name: e.name,
+      semver: e.semver,
+      signature_algorithm: 'ed25519',
+    }).length + 1
+  );
 }
 
 /** Bytes an entry adds to a block file: its pretty-printed form at the depth of payload.endorsements[i]. */
 export function entryBytes(e: EndorsementInput): number {
   const shape = {
-    artifact_hash: e.artifactHash, artifact_url: e.url, comment: e.comment ?? '', endorsement: 'provenance',
-    license: e.license, name: e.name, semver: e.semver, signature_algorithm: 'ed25519',
+    artifact_hash: e.artifactHash,
+    artifact_url: e.url,
+    comment: e.comment ?? '',
+    endorsement: 'provenance',
+    license: e.license,
+    name: e.name,
+    semver: e.semver,
+    signature_algorithm: 'ed25519',
   };
   const text = JSON.stringify(shape, null, 2);
   const lines = text.split('\n').length;
@@ -57,7 +71,8 @@ export function packBlocks(
   const overhead = Buffer.byteLength(formatBlockFile(probe)) - entryBytes(entries[0]!) + 256;
   const maxUns = limits.maxUnsBytes ?? Infinity;
   const unsOverhead = unsBytes(probe) - entryUnsBytes(entries[0]!) + 64;
-  const tooLarge = (e: EndorsementInput) => new VouchError('bad_request', `the endorsement of ${e.url} alone would make a block larger than ${limits.maxBytes} bytes`);
+  const tooLarge = (e: EndorsementInput) =>
+    new VouchError('bad_request', `the endorsement of ${e.url} alone would make a block larger than ${limits.maxBytes} bytes`);
   // Cut by estimate.
   const cuts: number[] = [0];
   let size = overhead;

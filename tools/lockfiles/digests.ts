@@ -49,7 +49,10 @@ export class MultiHash {
   }
 }
 
-export interface SriHash { algorithm: 'sha1' | 'sha256' | 'sha384' | 'sha512'; hex: string }
+export interface SriHash {
+  algorithm: 'sha1' | 'sha256' | 'sha384' | 'sha512';
+  hex: string;
+}
 
 const SRI_STRENGTH = ['sha1', 'sha256', 'sha384', 'sha512'] as const;
 

@@ -62,7 +62,8 @@ export function readGoSum(text: string, proxy: string, options: Options, fileNam
     const goMod = v.endsWith('/go.mod');
     const version = goMod ? v.slice(0, -'/go.mod'.length) : v;
     if (!isGoModulePath(module)) bad(`${at}: ${JSON.stringify(module.slice(0, 200))} is not a module path`);
-    if (!/^h1:[A-Za-z0-9+/]{43}=$/.test(hash)) bad(`${at}: ${module} ${v}: only h1: hashes (base64 of 32 bytes) are read, got ${JSON.stringify(hash.slice(0, 100))}`);
+    if (!/^h1:[A-Za-z0-9+/]{43}=$/.test(hash))
+      bad(`${at}: ${module} ${v}: only h1: hashes (base64 of 32 bytes) are read, got ${JSON.stringify(hash.slice(0, 100))}`);
     const key = `${module} ${v}`;
     const earlier = seen.get(key);
     if (earlier) {
@@ -79,7 +80,11 @@ export function readGoSum(text: string, proxy: string, options: Options, fileNam
     license ??= checkLicense(options.license!, options.licenseUnchecked, { option: '--license' });
     const url = `${base}/${goEscape(module)}/@v/${goEscape(version)}.${goMod ? 'mod' : 'zip'}`;
     pinned.push({
-      label, url, name: (name as { value: string }).value, semver: (semver as { value: string }).value, license: license!,
+      label,
+      url,
+      name: (name as { value: string }).value,
+      semver: (semver as { value: string }).value,
+      license: license!,
       comment: options.comment ?? `go ${label}`,
       endorseAlgorithm: 'sha256',
       check: { kind: goMod ? 'go-mod' : 'go-zip', h1: hash, module, version },
@@ -103,7 +108,9 @@ export async function fetchGo(http: Http, p: Pinned, algorithms: Set<DigestName>
     const file = join(dir, 'module.zip');
     const out = createWriteStream(file, { mode: 0o600 });
     try {
-      const failed = once(out, 'error').then(([e]) => { throw new VouchError('io_error', `cannot write a temporary file: ${(e as Error).message}`); });
+      const failed = once(out, 'error').then(([e]) => {
+        throw new VouchError('io_error', `cannot write a temporary file: ${(e as Error).message}`);
+      });
       failed.catch(() => {});
       const answer = await http.get(p.url, { maxBytes: MAX_ZIP_BYTES, signal });
       for await (const chunk of answer.body) {

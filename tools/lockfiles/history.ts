@@ -16,7 +16,11 @@
 import { type Block, parseBlockText } from '../../chain/block.ts';
 import type { ChainRepo } from '../../store/chain-repo.ts';
 
-export interface Prior { block: Block; artifactHash: string; semver: string }
+export interface Prior {
+  block: Block;
+  artifactHash: string;
+  semver: string;
+}
 
 export function endorsementsOf(repo: ChainRepo, urls: Iterable<string>): Map<string, Prior[]> {
   const out = new Map<string, Prior[]>();

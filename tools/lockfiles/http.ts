@@ -39,7 +39,10 @@ const MAX_REDIRECTS = 5;
 export class Http {
   private readonly agent: Agent;
 
-  constructor(private readonly origins: OriginMap, limits = { connectTimeoutMs: 10_000, headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 30_000 }) {
+  constructor(
+    private readonly origins: OriginMap,
+    limits = { connectTimeoutMs: 10_000, headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 30_000 },
+  ) {
     this.agent = new Agent({
       connect: { timeout: limits.connectTimeoutMs },
       headersTimeout: limits.headersTimeoutMs,
@@ -142,7 +145,10 @@ function transportError(e: unknown, where: string, signal?: AbortSignal): unknow
   const err = e as { code?: string; message?: string; cause?: { code?: string; message?: string } };
   const code = err?.code ?? '';
   if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
-    return new VouchError('origin_timeout', `GET ${where}: ${code === 'UND_ERR_CONNECT_TIMEOUT' ? 'connect' : code === 'UND_ERR_HEADERS_TIMEOUT' ? 'response headers' : 'body'} timed out`);
+    return new VouchError(
+      'origin_timeout',
+      `GET ${where}: ${code === 'UND_ERR_CONNECT_TIMEOUT' ? 'connect' : code === 'UND_ERR_HEADERS_TIMEOUT' ? 'response headers' : 'body'} timed out`,
+    );
   }
   const detail = err?.cause?.code ?? err?.cause?.message ?? (code || err?.message || String(e));
   return new VouchError('origin_error', `GET ${where}: ${String(detail).split('\n')[0]}`);

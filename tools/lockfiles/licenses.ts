@@ -30,7 +30,8 @@ export function normalizeLicense(value: string): string {
 /** Null when `value` (normalized) is acceptable, else the reason. */
 export function licenseProblem(raw: string, unchecked: boolean): string | null {
   const value = normalizeLicense(raw);
-  if (!isLicenseId(value)) return 'it is not a licence id the chain accepts (at most 128 characters of letters, digits, . + : ( ) - and spaces, starting with a letter or digit)';
+  if (!isLicenseId(value))
+    return 'it is not a licence id the chain accepts (at most 128 characters of letters, digits, . + : ( ) - and spaces, starting with a letter or digit)';
   if (unchecked) return null;
   try {
     parseSpdx(value);

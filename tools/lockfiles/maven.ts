@@ -57,7 +57,9 @@ export interface MavenFile {
 /** `maven/<groupId>+<artifactId>`, or the reason it is not a unit name. */
 export function mavenUnitName(groupId: string, artifactId: string): { ok: true; value: string } | { ok: false; reason: string } {
   const name = `maven/${groupId}+${artifactId}`;
-  return isUnitName(name) ? { ok: true, value: name } : { ok: false, reason: `${groupId}:${artifactId}: ${JSON.stringify(name.slice(0, 200))} is not a unit name (at most 128 characters after maven/)` };
+  return isUnitName(name)
+    ? { ok: true, value: name }
+    : { ok: false, reason: `${groupId}:${artifactId}: ${JSON.stringify(name.slice(0, 200))} is not a unit name (at most 128 characters after maven/)` };
 }
 
 const PRE = /^(alpha|a|beta|b|milestone|m|rc|cr|snapshot)(?=$|[0-9.-])/i;
@@ -89,19 +91,29 @@ export function mavenSemver(version: string): { ok: true; value: string } | { ok
 /** The file extension and classifier of a dependency type (Maven's default artifact handlers). */
 function extensionOf(type: string, classifier: string | null): { ext: string; classifier: string | null } {
   switch (type) {
-    case 'test-jar': return { ext: 'jar', classifier: classifier ?? 'tests' };
-    case 'ejb-client': return { ext: 'jar', classifier: classifier ?? 'client' };
-    case 'java-source': return { ext: 'jar', classifier: classifier ?? 'sources' };
-    case 'javadoc': return { ext: 'jar', classifier: classifier ?? 'javadoc' };
-    case 'ejb': case 'bundle': case 'maven-plugin': return { ext: 'jar', classifier };
-    default: return { ext: type, classifier };
+    case 'test-jar':
+      return { ext: 'jar', classifier: classifier ?? 'tests' };
+    case 'ejb-client':
+      return { ext: 'jar', classifier: classifier ?? 'client' };
+    case 'java-source':
+      return { ext: 'jar', classifier: classifier ?? 'sources' };
+    case 'javadoc':
+      return { ext: 'jar', classifier: classifier ?? 'javadoc' };
+    case 'ejb':
+    case 'bundle':
+    case 'maven-plugin':
+      return { ext: 'jar', classifier };
+    default:
+      return { ext: type, classifier };
   }
 }
 
 export function mavenFile(groupId: string, artifactId: string, version: string, ext: string, classifier: string | null): MavenFile {
   const file = `${artifactId}-${version}${classifier === null ? '' : `-${classifier}`}.${ext}`;
   return {
-    groupId, artifactId, version,
+    groupId,
+    artifactId,
+    version,
     label: `${groupId}:${artifactId}:${ext}${classifier === null ? '' : `:${classifier}`}:${version}`,
     path: `${groupId.replace(/\./g, '/')}/${artifactId}/${version}/${file}`,
   };
@@ -119,7 +131,10 @@ export function readDependencyList(text: string, fileName: string): MavenFile[] 
   if (lines.length > MAX_MAVEN_ENTRIES) bad(`${fileName} has more than ${MAX_MAVEN_ENTRIES} lines`);
   lines.forEach((raw, i) => {
     const at = `${fileName} line ${i + 1}`;
-    const line = raw.replace(/ -- module .*$/, '').replace(/ \(optional\)\s*$/, '').trim();
+    const line = raw
+      .replace(/ -- module .*$/, '')
+      .replace(/ \(optional\)\s*$/, '')
+      .trim();
     if (line === '' || line === 'none' || /^The following files have been resolved:?$/.test(line)) return;
     if (line.length > 2048) bad(`${at}: longer than 2048 characters`);
     let f = line.split(':');
@@ -176,7 +191,14 @@ export function readLocalRepository(root: string, skipped: SkipCounts): MavenFil
         walk(p, depth + 1);
         continue;
       }
-      if (!st.isFile() || name === '_remote.repositories' || /\.(lastUpdated|sha1|md5|sha256|sha512|asc)$/.test(name) || name.startsWith('maven-metadata') || name === 'resolver-status.properties') continue;
+      if (
+        !st.isFile() ||
+        name === '_remote.repositories' ||
+        /\.(lastUpdated|sha1|md5|sha256|sha512|asc)$/.test(name) ||
+        name.startsWith('maven-metadata') ||
+        name === 'resolver-status.properties'
+      )
+        continue;
       if (!downloaded.has(name)) {
         skipped['not downloaded'] = (skipped['not downloaded'] ?? 0) + 1;
         continue;
@@ -263,7 +285,15 @@ export function pomReferences(pom: Uint8Array | string): MavenFile[] {
  * @throws VouchError for a repository that fails, a side file that holds no
  * digest, a local file that disagrees with the repository.
  */
-export async function resolveMaven(files: MavenFile[], http: Http, repo: string, options: Options, concurrency: number, followPoms: boolean, notes: string[]): Promise<Pinned[]> {
+export async function resolveMaven(
+  files: MavenFile[],
+  http: Http,
+  repo: string,
+  options: Options,
+  concurrency: number,
+  followPoms: boolean,
+  notes: string[],
+): Promise<Pinned[]> {
   const base = repo.endsWith('/') ? repo : `${repo}/`;
   if (options.license === undefined) bad('a Maven dependency list or repository names no licences: pass --license');
   const license = checkLicense(options.license, options.licenseUnchecked, { option: '--license' });
@@ -306,7 +336,11 @@ export async function resolveMaven(files: MavenFile[], http: Http, repo: string,
     if (f.local !== undefined) {
       const local = await localDigests(f.local);
       if (side !== null && local[side.alg] !== side.hex) {
-        throw new VouchError('hash_mismatch', `${f.label}: the local file ${f.local} has ${side.alg} ${local[side.alg]}, the repository's .${side.alg} says ${side.hex}`, { resource: url });
+        throw new VouchError(
+          'hash_mismatch',
+          `${f.label}: the local file ${f.local} has ${side.alg} ${local[side.alg]}, the repository's .${side.alg} says ${side.hex}`,
+          { resource: url },
+        );
       }
       want.sha256 = [local.sha256];
       against = `the local file${side === null ? '' : ` and ${against}`}`;
@@ -315,7 +349,9 @@ export async function resolveMaven(files: MavenFile[], http: Http, repo: string,
     }
     // No side file and no local file: nothing to check against (`want` empty: the bytes fetched are endorsed).
     const check: Pinned['check'] = {
-      kind: 'digest', want, strict: true,
+      kind: 'digest',
+      want,
+      strict: true,
       mismatch: (got) => `${f.label}: ${url} does not match ${against} (fetched: ${[...got].map(([k, v]) => `${k}:${v}`).join(', ')})`,
     };
     if (side === null && f.local === undefined) unchecked.n++;

@@ -57,10 +57,14 @@ function fromPackages(packages: Obj): RawEntry[] {
     if (path === '') continue; // the project itself
     if (!isObj(e)) bad(`package-lock: packages[${JSON.stringify(path)}] is not an object`);
     const pathName = nameFromPath(path);
-    const name = typeof e.name === 'string' ? e.name : pathName ?? path;
+    const name = typeof e.name === 'string' ? e.name : (pathName ?? path);
     out.push({
       where: `packages[${JSON.stringify(path)}]`,
-      name, version: e.version, resolved: e.resolved, integrity: e.integrity, license: e.license,
+      name,
+      version: e.version,
+      resolved: e.resolved,
+      integrity: e.integrity,
+      license: e.license,
       link: e.link === true,
       bundled: e.inBundle === true,
       workspace: pathName === null,
@@ -90,9 +94,15 @@ function fromDependencies(deps: Obj): RawEntry[] {
         }
       }
       out.push({
-        where: here, name, version, resolved: e.resolved, integrity: e.integrity, license: e.license,
+        where: here,
+        name,
+        version,
+        resolved: e.resolved,
+        integrity: e.integrity,
+        license: e.license,
         link: typeof e.version === 'string' && e.version.startsWith('file:') && e.resolved === undefined,
-        bundled: e.bundled === true, workspace: false,
+        bundled: e.bundled === true,
+        workspace: false,
       });
       if (e.dependencies !== undefined) {
         if (!isObj(e.dependencies)) bad(`package-lock: ${here}.dependencies is not an object`);
@@ -135,27 +145,49 @@ export function readNpmLock(text: string, options: Options, fileName: string): N
     if (isObj(r)) root = { ...(typeof r.name === 'string' ? { name: r.name } : {}), ...(typeof r.version === 'string' ? { version: r.version } : {}) };
   } else {
     if (lockfileVersion === 3) return bad(`${fileName}: lockfileVersion 3 without packages`);
-    raw = doc.dependencies === undefined ? [] : isObj(doc.dependencies) ? fromDependencies(doc.dependencies) : bad(`${fileName}: dependencies is not an object`);
+    raw =
+      doc.dependencies === undefined ? [] : isObj(doc.dependencies) ? fromDependencies(doc.dependencies) : bad(`${fileName}: dependencies is not an object`);
   }
   if (root.name === undefined && typeof doc.name === 'string') root.name = doc.name;
   if (root.version === undefined && typeof doc.version === 'string') root.version = doc.version;
 
   const skipped: SkipCounts = {};
-  const skip = (reason: string) => { skipped[reason] = (skipped[reason] ?? 0) + 1; };
+  const skip = (reason: string) => {
+    skipped[reason] = (skipped[reason] ?? 0) + 1;
+  };
   const byUrl = new Map<string, { pinned: Pinned; integrity: string }>();
   const pinned: Pinned[] = [];
   for (const e of raw) {
-    if (e.link) { skip('link'); continue; }
-    if (e.workspace) { skip('workspace'); continue; }
-    if (e.bundled) { skip('bundled'); continue; }
-    if (e.resolved === undefined) { skip('no resolved'); continue; }
+    if (e.link) {
+      skip('link');
+      continue;
+    }
+    if (e.workspace) {
+      skip('workspace');
+      continue;
+    }
+    if (e.bundled) {
+      skip('bundled');
+      continue;
+    }
+    if (e.resolved === undefined) {
+      skip('no resolved');
+      continue;
+    }
     if (typeof e.resolved !== 'string') return bad(`${fileName}: ${e.where}.resolved is not a string`);
-    if (!/^https?:\/\//i.test(e.resolved)) { skip('not http(s)'); continue; }
-    if (e.integrity === undefined) { skip('no integrity'); continue; }
+    if (!/^https?:\/\//i.test(e.resolved)) {
+      skip('not http(s)');
+      continue;
+    }
+    if (e.integrity === undefined) {
+      skip('no integrity');
+      continue;
+    }
     if (typeof e.integrity !== 'string') return bad(`${fileName}: ${e.where}.integrity is not a string`);
     if (typeof e.version !== 'string') return bad(`${fileName}: ${e.where} has no version`);
     const label = `${e.name}@${e.version}`;
-    if (!isArtifactUrl(e.resolved)) return bad(`${label}: resolved ${JSON.stringify(e.resolved.slice(0, 200))} is not an absolute http(s) URL vouch can endorse`);
+    if (!isArtifactUrl(e.resolved))
+      return bad(`${label}: resolved ${JSON.stringify(e.resolved.slice(0, 200))} is not an absolute http(s) URL vouch can endorse`);
     if (hasCredentials(e.resolved)) return bad(`${label}: the resolved URL carries a user name or password: refusing to publish it in the chain`);
     const parsed = parseSri(e.integrity);
     if (!parsed.ok) return bad(`${label}: integrity ${JSON.stringify(e.integrity.slice(0, 200))}${e.integrity.length > 200 ? '...' : ''} ${parsed.reason}`);
@@ -163,7 +195,8 @@ export function readNpmLock(text: string, options: Options, fileName: string): N
 
     const earlier = byUrl.get(e.resolved);
     if (earlier) {
-      if (earlier.integrity !== e.integrity) return bad(`${label}: ${e.resolved} is listed twice with different integrity (${earlier.pinned.label}: ${earlier.integrity})`);
+      if (earlier.integrity !== e.integrity)
+        return bad(`${label}: ${e.resolved} is listed twice with different integrity (${earlier.pinned.label}: ${earlier.integrity})`);
       continue; // the same tarball at another path
     }
     const name = npmUnitName(e.name);
@@ -179,12 +212,19 @@ export function readNpmLock(text: string, options: Options, fileName: string): N
     const want: Partial<Record<DigestName, string[]>> = { [algorithm]: strongest.map((h) => h.hex) };
     const url = e.resolved;
     const p: Pinned = {
-      label, url, name: name.value, semver: semver.value, license,
+      label,
+      url,
+      name: name.value,
+      semver: semver.value,
+      license,
       comment: options.comment ?? `npm ${label}`,
       endorseAlgorithm: endorseAlgorithmFor(algorithm),
       check: {
-        kind: 'digest', want, strict: true,
-        mismatch: (got) => `integrity mismatch: ${label} (${url}): lockfile ${strongest.map((h) => sriOf(algorithm, h.hex)).join(' ')}, fetched ${sriOf(algorithm, got.get(algorithm)!)}`,
+        kind: 'digest',
+        want,
+        strict: true,
+        mismatch: (got) =>
+          `integrity mismatch: ${label} (${url}): lockfile ${strongest.map((h) => sriOf(algorithm, h.hex)).join(' ')}, fetched ${sriOf(algorithm, got.get(algorithm)!)}`,
       },
     };
     byUrl.set(url, { pinned: p, integrity: e.integrity });

@@ -55,7 +55,9 @@ export interface ImageRef {
  * @throws VouchError bad_request naming the reference.
  */
 export function parseImageRef(text: string): ImageRef {
-  const bad = (why: string): never => { throw new VouchError('bad_request', `image reference ${JSON.stringify(text.slice(0, 300))}: ${why}`); };
+  const bad = (why: string): never => {
+    throw new VouchError('bad_request', `image reference ${JSON.stringify(text.slice(0, 300))}: ${why}`);
+  };
   if (text.length === 0 || text.length > 512 || /\s/.test(text)) bad('empty, longer than 512 characters or with white space');
   const scheme = text.startsWith('http://') ? 'http' : 'https';
   const schemed = /^https?:\/\//.test(text);
@@ -162,7 +164,8 @@ export function readImageRefs(text: string, fileName: string): string[] {
       if (line !== '') add(line);
     }
   }
-  if (out.size === 0) throw new VouchError('bad_request', `${fileName} names no image (one reference a line, or image: fields of a compose file or Kubernetes manifests)`);
+  if (out.size === 0)
+    throw new VouchError('bad_request', `${fileName} names no image (one reference a line, or image: fields of a compose file or Kubernetes manifests)`);
   return [...out];
 }
 
@@ -178,13 +181,15 @@ function flowShape(text: string): { depth: number; separators: number } {
   let separators = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (c === 0x22 || c === 0x27) { // a quoted scalar: to its closing quote (a doubled ' or an escaped " inside)
+    if (c === 0x22 || c === 0x27) {
+      // a quoted scalar: to its closing quote (a doubled ' or an escaped " inside)
       for (i++; i < text.length; i++) {
         const d = text.charCodeAt(i);
         if (c === 0x22 && d === 0x5c) i++;
         else if (d === c) break;
       }
-    } else if (c === 0x23 && (i === 0 || /\s/.test(text[i - 1]!))) { // a comment (after white space): to the end of the line
+    } else if (c === 0x23 && (i === 0 || /\s/.test(text[i - 1]!))) {
+      // a comment (after white space): to the end of the line
       const nl = text.indexOf('\n', i);
       i = nl === -1 ? text.length : nl - 1;
     } else if (c === 0x5b || c === 0x7b) {
@@ -207,7 +212,10 @@ export const MAX_AUTH_FILE_BYTES = 1024 * 1024;
  * for the one registry every reference names. Never logged or echoed.
  */
 export class RegistryAuth {
-  private constructor(private readonly byHost: ReadonlyMap<string, string>, private readonly any: string | null) {}
+  private constructor(
+    private readonly byHost: ReadonlyMap<string, string>,
+    private readonly any: string | null,
+  ) {}
 
   /**
    * Reads `text` (the file `name`) for `refs`.
@@ -217,13 +225,18 @@ export class RegistryAuth {
    */
   static parse(text: string, name: string, refs: readonly ImageRef[]): RegistryAuth {
     if (Buffer.byteLength(text) > MAX_AUTH_FILE_BYTES) throw new VouchError('too_large', `${name} is larger than ${MAX_AUTH_FILE_BYTES} bytes`);
-    const bad = (why: string): never => { throw new VouchError('bad_request', `${name}: ${why}`); };
+    const bad = (why: string): never => {
+      throw new VouchError('bad_request', `${name}: ${why}`);
+    };
     const pair = (v: string, what: string): string => (/^[^:\s]+:[^\r\n]+$/.test(v) ? v : bad(`${what} is not user:password`));
     const trimmed = text.replace(/^\uFEFF/, '').trim();
     if (!trimmed.startsWith('{')) {
       if (trimmed.includes('\n')) bad('holds more than one line: one line user:password, or Docker\'s config.json ({"auths": {...}})');
       const registries = new Set(refs.map((r) => r.registry));
-      if (registries.size > 1) bad(`the one-line form (user:password) is for one registry, and the references name ${registries.size}: use Docker's config.json form ({"auths": {"<registry>": {"auth": "..."}}})`);
+      if (registries.size > 1)
+        bad(
+          `the one-line form (user:password) is for one registry, and the references name ${registries.size}: use Docker's config.json form ({"auths": {"<registry>": {"auth": "..."}}})`,
+        );
       return new RegistryAuth(new Map(), pair(trimmed, 'its line'));
     }
     let doc: unknown;
@@ -231,7 +244,7 @@ export class RegistryAuth {
       checkJsonShape(trimmed, { maxValues: 100_000, maxDepth: 16, maxString: 64 * 1024 });
       doc = JSON.parse(trimmed);
     } catch {
-      return bad('not JSON (Docker\'s config.json) and not one line user:password');
+      return bad("not JSON (Docker's config.json) and not one line user:password");
     }
     const auths = (doc as { auths?: unknown } | null)?.auths;
     if (auths === null || typeof auths !== 'object' || Array.isArray(auths)) return bad('has no "auths" object (Docker\'s config.json)');
@@ -240,8 +253,10 @@ export class RegistryAuth {
       const host = authHost(key);
       if (host === null || v === null || typeof v !== 'object') continue;
       const e = v as { auth?: unknown; username?: unknown; password?: unknown };
-      if (typeof e.auth === 'string' && e.auth !== '') byHost.set(host, pair(Buffer.from(e.auth, 'base64').toString('utf8'), `auths[${JSON.stringify(key.slice(0, 100))}].auth`));
-      else if (typeof e.username === 'string' && typeof e.password === 'string') byHost.set(host, pair(`${e.username}:${e.password}`, `auths[${JSON.stringify(key.slice(0, 100))}]`));
+      if (typeof e.auth === 'string' && e.auth !== '')
+        byHost.set(host, pair(Buffer.from(e.auth, 'base64').toString('utf8'), `auths[${JSON.stringify(key.slice(0, 100))}].auth`));
+      else if (typeof e.username === 'string' && typeof e.password === 'string')
+        byHost.set(host, pair(`${e.username}:${e.password}`, `auths[${JSON.stringify(key.slice(0, 100))}]`));
     }
     return new RegistryAuth(byHost, null);
   }
@@ -254,21 +269,33 @@ export class RegistryAuth {
 
 /** A config.json `auths` key as a registry host (docker.io for Docker Hub's spellings), or null. */
 function authHost(key: string): string | null {
-  let host = key.trim().toLowerCase().replace(/^[a-z]+:\/\//, '');
+  let host = key
+    .trim()
+    .toLowerCase()
+    .replace(/^[a-z]+:\/\//, '');
   host = host.split('/')[0] ?? '';
   if (!/^[a-z0-9.-]+(?::\d{1,5})?$/.test(host)) return null;
   return host === 'index.docker.io' || host === 'registry-1.docker.io' ? 'docker.io' : host;
 }
 
 /** A resolved reference: the URL to endorse and the digest of the manifest bytes the registry serves. */
-export interface Resolved { ref: ImageRef; url: string; digest: string; mediaType: string; bytes: number }
+export interface Resolved {
+  ref: ImageRef;
+  url: string;
+  digest: string;
+  mediaType: string;
+  bytes: number;
+}
 
 /** Reads a registry's manifests (token flow, bounds, a timeout per request). */
 export class RegistryClient {
   private readonly agent = new Agent({ connect: { timeout: 10_000 }, headersTimeout: 30_000, bodyTimeout: 30_000 });
   private readonly tokens = new Map<string, string>();
 
-  constructor(private readonly origins: OriginMap, private readonly auth: RegistryAuth | null = null) {}
+  constructor(
+    private readonly origins: OriginMap,
+    private readonly auth: RegistryAuth | null = null,
+  ) {}
 
   async close(): Promise<void> {
     await this.agent.close();
@@ -285,7 +312,11 @@ export class RegistryClient {
       throw new VouchError('hash_mismatch', `${ref.text}: the registry says ${claimed} but its manifest bytes hash to ${digest}`, { resource: url });
     }
     if (ref.digest?.startsWith('sha256:') && ref.digest !== digest) {
-      throw new VouchError('hash_mismatch', `${ref.text}: ${ref.tag === null ? 'the manifest' : `the tag ${ref.tag}`} is ${digest} at the registry, not the digest named`, { resource: url });
+      throw new VouchError(
+        'hash_mismatch',
+        `${ref.text}: ${ref.tag === null ? 'the manifest' : `the tag ${ref.tag}`} is ${digest} at the registry, not the digest named`,
+        { resource: url },
+      );
     }
     let facts;
     try {
@@ -305,16 +336,23 @@ export class RegistryClient {
       if (res.statusCode === 401 && attempt === 0) {
         const ch = res.headers['www-authenticate'];
         res.body.resume();
-        if (typeof ch !== 'string') throw new VouchError('origin_error', `${ref.text}: the registry asks for authentication and says not how`, { resource: fetchUrl });
+        if (typeof ch !== 'string')
+          throw new VouchError('origin_error', `${ref.text}: the registry asks for authentication and says not how`, { resource: fetchUrl });
         this.tokens.set(key, await this.token(ch, ref, u));
         continue;
       }
       if (res.statusCode !== 200) {
         res.body.resume();
-        const hint = res.statusCode === 401 || res.statusCode === 403
-          ? (this.auth?.for(ref, u.host) ?? null) === null ? ' (a private registry: give its credentials with --registry-auth FILE)' : ' (the credentials of --registry-auth were refused)'
-          : '';
-        throw new VouchError('origin_error', `${ref.text}: the registry answered ${res.statusCode} for ${fetchUrl}${hint}`, { resource: fetchUrl, evidence: { status: res.statusCode } });
+        const hint =
+          res.statusCode === 401 || res.statusCode === 403
+            ? (this.auth?.for(ref, u.host) ?? null) === null
+              ? ' (a private registry: give its credentials with --registry-auth FILE)'
+              : ' (the credentials of --registry-auth were refused)'
+            : '';
+        throw new VouchError('origin_error', `${ref.text}: the registry answered ${res.statusCode} for ${fetchUrl}${hint}`, {
+          resource: fetchUrl,
+          evidence: { status: res.statusCode },
+        });
       }
       const body = await readBounded(res.body, MAX_MANIFEST_BYTES, `${ref.text}: the manifest`);
       const h = res.headers['docker-content-digest'];
@@ -328,7 +366,9 @@ export class RegistryClient {
       return await this.agent.request({ origin: u.origin, path: u.pathname + u.search, method: 'GET', headers: { 'user-agent': 'vouch-endorse', ...headers } });
     } catch (e) {
       const code = (e as { code?: string }).code ?? '';
-      throw new VouchError(/TIMEOUT/.test(code) ? 'origin_timeout' : 'origin_error', `${ref.text}: cannot reach ${u.host}: ${code || (e as Error).message}`, { resource: u.href });
+      throw new VouchError(/TIMEOUT/.test(code) ? 'origin_timeout' : 'origin_error', `${ref.text}: cannot reach ${u.host}: ${code || (e as Error).message}`, {
+        resource: u.href,
+      });
     }
   }
 
@@ -344,11 +384,15 @@ export class RegistryClient {
     const basic = creds === null ? null : `Basic ${Buffer.from(creds).toString('base64')}`;
     if (ch.scheme === 'basic') {
       if (basic === null) throw new VouchError('origin_error', `${ref.text}: the registry asks for a user and password: give them with --registry-auth FILE`);
-      if (registry.protocol !== 'https:' && !isLoopbackHost(registry.hostname)) throw new VouchError('origin_error', `${ref.text}: the registry asks for a password over plain http; sent only over https (or to a loopback address)`);
+      if (registry.protocol !== 'https:' && !isLoopbackHost(registry.hostname))
+        throw new VouchError('origin_error', `${ref.text}: the registry asks for a password over plain http; sent only over https (or to a loopback address)`);
       return basic;
     }
     if (ch.scheme !== 'bearer' || ch.params.realm === undefined) {
-      throw new VouchError('origin_error', `${ref.text}: the registry asks for ${ch.scheme} authentication; only bearer tokens and basic credentials are supported`);
+      throw new VouchError(
+        'origin_error',
+        `${ref.text}: the registry asks for ${ch.scheme} authentication; only bearer tokens and basic credentials are supported`,
+      );
     }
     let realm: URL;
     try {
@@ -356,14 +400,19 @@ export class RegistryClient {
     } catch {
       throw new VouchError('origin_error', `${ref.text}: the token realm is not a URL`);
     }
-    if (realm.protocol !== 'https:' && realm.host !== registry.host) throw new VouchError('origin_error', `${ref.text}: the token realm must be https or on the registry's host`);
+    if (realm.protocol !== 'https:' && realm.host !== registry.host)
+      throw new VouchError('origin_error', `${ref.text}: the token realm must be https or on the registry's host`);
     if (ch.params.service !== undefined) realm.searchParams.set('service', ch.params.service);
     realm.searchParams.set('scope', `repository:${ref.repo}:pull`);
-    if (basic !== null && realm.protocol !== 'https:' && !isLoopbackHost(realm.hostname)) throw new VouchError('origin_error', `${ref.text}: the token realm is plain http; credentials are sent only over https (or to a loopback address)`);
+    if (basic !== null && realm.protocol !== 'https:' && !isLoopbackHost(realm.hostname))
+      throw new VouchError('origin_error', `${ref.text}: the token realm is plain http; credentials are sent only over https (or to a loopback address)`);
     const res = await this.request(realm, { accept: 'application/json', ...(basic !== null ? { authorization: basic } : {}) }, ref);
     if (res.statusCode !== 200) {
       res.body.resume();
-      throw new VouchError('origin_error', `${ref.text}: the token service answered ${res.statusCode}${res.statusCode === 401 || res.statusCode === 403 ? (basic === null ? ' (a private registry: give its credentials with --registry-auth FILE)' : ' (the credentials of --registry-auth were refused)') : ''}`);
+      throw new VouchError(
+        'origin_error',
+        `${ref.text}: the token service answered ${res.statusCode}${res.statusCode === 401 || res.statusCode === 403 ? (basic === null ? ' (a private registry: give its credentials with --registry-auth FILE)' : ' (the credentials of --registry-auth were refused)') : ''}`,
+      );
     }
     const body = await readBounded(res.body, MAX_TOKEN_BYTES, `${ref.text}: the token answer`);
     let t: unknown;
@@ -377,4 +426,3 @@ export class RegistryClient {
     return `Bearer ${t}`;
   }
 }
-

@@ -40,7 +40,8 @@ export class OriginMap {
       const canonical = slash(value.slice(0, cut));
       const fetch = slash(value.slice(cut + 1));
       for (const u of [canonical, fetch]) {
-        if (!isArtifactUrl(u) || /[?#]/.test(u)) throw new VouchError('usage', `--origin: ${JSON.stringify(u.slice(0, 200))} is not an absolute http(s) URL prefix without query or fragment`);
+        if (!isArtifactUrl(u) || /[?#]/.test(u))
+          throw new VouchError('usage', `--origin: ${JSON.stringify(u.slice(0, 200))} is not an absolute http(s) URL prefix without query or fragment`);
       }
       if (hasCredentials(canonical)) throw new VouchError('usage', '--origin: the canonical prefix may not carry a user name or password');
       if (map.pairs.some((p) => p.canonical === canonical)) throw new VouchError('usage', `--origin: ${canonical} is mapped twice`);

@@ -74,7 +74,8 @@ export const REQUIREMENTS_MAX_LINE_CHARS = MiB;
  * physical line. @throws VouchError `too_large` past a bound.
  */
 export function logicalLines(text: string, fileName: string): { n: number; text: string }[] {
-  if (text.length > REQUIREMENTS_MAX_CHARS) throw new VouchError('too_large', `${fileName} is ${text.length} characters long, more than ${REQUIREMENTS_MAX_CHARS} (a requirements file is read whole)`);
+  if (text.length > REQUIREMENTS_MAX_CHARS)
+    throw new VouchError('too_large', `${fileName} is ${text.length} characters long, more than ${REQUIREMENTS_MAX_CHARS} (a requirements file is read whole)`);
   let count = 1;
   for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) {
     if (++count > REQUIREMENTS_MAX_LINES) throw new VouchError('too_large', `${fileName} has more than ${REQUIREMENTS_MAX_LINES} lines`);
@@ -91,7 +92,10 @@ export function logicalLines(text: string, fileName: string): { n: number; text:
     const piece = continued ? line.slice(0, -1) : line;
     length += piece.length;
     if (length > REQUIREMENTS_MAX_LINE_CHARS) {
-      throw new VouchError('too_large', `${fileName} line ${start}: the line, joined with its \\ continuations, is longer than ${REQUIREMENTS_MAX_LINE_CHARS} characters`);
+      throw new VouchError(
+        'too_large',
+        `${fileName} line ${start}: the line, joined with its \\ continuations, is longer than ${REQUIREMENTS_MAX_LINE_CHARS} characters`,
+      );
     }
     parts.push(piece);
     if (continued) continue;
@@ -122,7 +126,10 @@ export function readRequirements(text: string, options: Options, fileName: strin
       const option = line.split(/[\s=]/, 1)[0]!;
       const refusal = REFUSED_OPTIONS[option];
       if (refusal) bad(`${at}: ${option} ${refusal}`);
-      if (option !== '--require-hashes') notes.push(`${at}: ${option} ignored${option === '-i' || option === '--index-url' || option === '--extra-index-url' ? ' (pass --index-url to vouch)' : ''}`);
+      if (option !== '--require-hashes')
+        notes.push(
+          `${at}: ${option} ignored${option === '-i' || option === '--index-url' || option === '--extra-index-url' ? ' (pass --index-url to vouch)' : ''}`,
+        );
       continue;
     }
     // The requirement, then its per-requirement options from the first " --".
@@ -134,7 +141,10 @@ export function readRequirements(text: string, options: Options, fileName: strin
       let o = opts[i]!;
       let value: string | undefined;
       const eq = o.indexOf('=');
-      if (eq > 0) { value = o.slice(eq + 1); o = o.slice(0, eq); }
+      if (eq > 0) {
+        value = o.slice(eq + 1);
+        o = o.slice(0, eq);
+      }
       if (o !== '--hash') {
         notes.push(`${at}: ${o} ignored`);
         if (value === undefined && i + 1 < opts.length && !opts[i + 1]!.startsWith('--')) i++;
@@ -150,7 +160,8 @@ export function readRequirements(text: string, options: Options, fileName: strin
     // Markers are kept out: everything after an unquoted ";".
     const semi = spec.indexOf(';');
     const req = (semi < 0 ? spec : spec.slice(0, semi)).trim();
-    if (/\s@\s|^[^=<>!~]*@/.test(req) || /:\/\//.test(req)) bad(`${at}: ${JSON.stringify(req.slice(0, 200))} is a direct URL requirement: only name==version with --hash is read`);
+    if (/\s@\s|^[^=<>!~]*@/.test(req) || /:\/\//.test(req))
+      bad(`${at}: ${JSON.stringify(req.slice(0, 200))} is a direct URL requirement: only name==version with --hash is read`);
     const m = /^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(===|==)\s*([^\s,;*]+)$/.exec(req);
     if (!m) bad(`${at}: ${JSON.stringify(req.slice(0, 200))} is not pinned as name==version`);
     const [, project, op, version] = m!;
@@ -168,8 +179,16 @@ export function readRequirements(text: string, options: Options, fileName: strin
     if (options.license === undefined) bad(`${label}: a requirements file names no licences: pass --license`);
     const license = checkLicense(options.license!, options.licenseUnchecked, { option: '--license' });
     const r: Requirement = {
-      line: n, project: project!, normalized, version: version!, arbitrary: op === '===', hashes, label,
-      name: (name as { value: string }).value, semver: (semver as { value: string }).value, license,
+      line: n,
+      project: project!,
+      normalized,
+      version: version!,
+      arbitrary: op === '===',
+      hashes,
+      label,
+      name: (name as { value: string }).value,
+      semver: (semver as { value: string }).value,
+      license,
     };
     byName.set(normalized, r);
     requirements.push(r);
@@ -233,9 +252,15 @@ export function parseIndexPage(body: Buffer, contentType: string, pageUrl: strin
     const names = [...new Set([pip.current, pip.legacy, ...(stated === '' ? [] : [stated])])];
     let doubt: LinkedFile['doubt'] = null;
     if (stated !== '' && stated !== pip.current) {
-      doubt = { why: `the index names a file ${JSON.stringify(stated.slice(0, 200))} but links it at ${url}, which pip reads as ${JSON.stringify(pip.current.slice(0, 200))}`, names };
+      doubt = {
+        why: `the index names a file ${JSON.stringify(stated.slice(0, 200))} but links it at ${url}, which pip reads as ${JSON.stringify(pip.current.slice(0, 200))}`,
+        names,
+      };
     } else if (pip.legacy !== pip.current) {
-      doubt = { why: `pip reads the link ${url} as ${JSON.stringify(pip.current.slice(0, 200))} (pip 26.2 and later) or ${JSON.stringify(pip.legacy.slice(0, 200))} (earlier)`, names };
+      doubt = {
+        why: `pip reads the link ${url} as ${JSON.stringify(pip.current.slice(0, 200))} (pip 26.2 and later) or ${JSON.stringify(pip.legacy.slice(0, 200))} (earlier)`,
+        names,
+      };
     }
     out.push({ filename: pip.current, doubt, url, hashes: { ...fragmentHashes(f.href), ...hexHashes(f.hashes) } });
   }
@@ -259,15 +284,24 @@ function endorseAlgorithmOf(r: Requirement): HashAlgorithm {
  * `onPage` reports progress over the pages.
  */
 export async function resolveRequirements(
-  reqs: readonly Requirement[], http: Http, indexUrl: string, options: Options, concurrency: number,
+  reqs: readonly Requirement[],
+  http: Http,
+  indexUrl: string,
+  options: Options,
+  concurrency: number,
   onPage?: (done: number, total: number) => void,
 ): Promise<{ pinned: Pinned[]; candidatesOf: Map<Requirement, Pinned[]> }> {
   const index = indexUrl.endsWith('/') ? indexUrl : indexUrl + '/';
-  const pages = await mapLimit(reqs, concurrency, async (r, signal) => {
-    const pageUrl = `${index}${r.normalized}/`;
-    const { bytes, answer } = await http.bytes(pageUrl, { maxBytes: INDEX_PAGE_MAX_BYTES, accept: SIMPLE_ACCEPT, signal });
-    return { r, pageUrl, files: parseIndexPage(bytes, answer.contentType, answer.finalUrl, r.normalized, r.label) };
-  }, onPage);
+  const pages = await mapLimit(
+    reqs,
+    concurrency,
+    async (r, signal) => {
+      const pageUrl = `${index}${r.normalized}/`;
+      const { bytes, answer } = await http.bytes(pageUrl, { maxBytes: INDEX_PAGE_MAX_BYTES, accept: SIMPLE_ACCEPT, signal });
+      return { r, pageUrl, files: parseIndexPage(bytes, answer.contentType, answer.finalUrl, r.normalized, r.label) };
+    },
+    onPage,
+  );
   const pinned: Pinned[] = [];
   const candidatesOf = new Map<Requirement, Pinned[]>();
   for (const { r, pageUrl, files } of pages) {
@@ -277,12 +311,19 @@ export async function resolveRequirements(
     };
     const doubtful = files.find((f) => f.doubt?.names.some(ofPinned));
     if (doubtful) {
-      throw new VouchError('bad_request', `${r.label}: refused: ${doubtful.doubt!.why} (index page ${pageUrl}); the file pip would fetch is not the one the index names`, { resource: doubtful.url });
+      throw new VouchError(
+        'bad_request',
+        `${r.label}: refused: ${doubtful.doubt!.why} (index page ${pageUrl}); the file pip would fetch is not the one the index names`,
+        { resource: doubtful.url },
+      );
     }
     const ofVersion = files.filter((f) => ofPinned(f.filename));
     if (ofVersion.length === 0) throw new VouchError('not_found', `${r.label}: the index page ${pageUrl} lists no file of version ${r.version}`);
     if (ofVersion.length > FILES_PER_VERSION_MAX) {
-      throw new VouchError('too_large', `${r.label}: the index page ${pageUrl} lists ${ofVersion.length} files of version ${r.version}, more than ${FILES_PER_VERSION_MAX}`);
+      throw new VouchError(
+        'too_large',
+        `${r.label}: the index page ${pageUrl} lists ${ofVersion.length} files of version ${r.version}, more than ${FILES_PER_VERSION_MAX}`,
+      );
     }
     const want: Partial<Record<DigestName, string[]>> = {};
     for (const [alg, set] of r.hashes) want[alg] = [...set];
@@ -300,18 +341,27 @@ export async function resolveRequirements(
       const label = `${r.label} (${f.filename})`;
       const url = f.url;
       list.push({
-        label, url, name: r.name, semver: r.semver, license: r.license,
+        label,
+        url,
+        name: r.name,
+        semver: r.semver,
+        license: r.license,
         comment: options.comment ?? `pypi ${r.label}`,
         endorseAlgorithm: endorseAlgorithmOf(r),
         ...(claims ? { claims } : {}),
         check: {
-          kind: 'digest', want, strict: pinnedHere,
-          mismatch: (got) => `hash mismatch: ${label} (${url}): requirements ${pins}, fetched ${[...r.hashes.keys()].map((a) => `${a}:${got.get(a)}`).join(' ')}`,
+          kind: 'digest',
+          want,
+          strict: pinnedHere,
+          mismatch: (got) =>
+            `hash mismatch: ${label} (${url}): requirements ${pins}, fetched ${[...r.hashes.keys()].map((a) => `${a}:${got.get(a)}`).join(' ')}`,
         },
       });
     }
     if (list.length === 0) {
-      throw new VouchError('hash_mismatch', `${r.label}: none of the ${ofVersion.length} files of version ${r.version} at ${pageUrl} has a pinned hash`, { resource: pageUrl });
+      throw new VouchError('hash_mismatch', `${r.label}: none of the ${ofVersion.length} files of version ${r.version} at ${pageUrl} has a pinned hash`, {
+        resource: pageUrl,
+      });
     }
     candidatesOf.set(r, list);
     for (const p of list) pinned.push(p);

@@ -4,9 +4,7 @@
  * and exception lists, and throws on anything else.
  */
 declare module 'spdx-expression-parse' {
-  export type SpdxInfo =
-    | { license: string; plus?: true; exception?: string }
-    | { left: SpdxInfo; conjunction: 'and' | 'or'; right: SpdxInfo };
+  export type SpdxInfo = { license: string; plus?: true; exception?: string } | { left: SpdxInfo; conjunction: 'and' | 'or'; right: SpdxInfo };
   function parse(expression: string): SpdxInfo;
   export default parse;
 }

@@ -31,14 +31,14 @@ export interface Pinned {
 
 export type Check =
   | {
-    kind: 'digest';
-    /** Accepted digests (lowercase hex) per algorithm: the bytes match when any one equals. */
-    want: Partial<Record<DigestName, string[]>>;
-    /** A mismatch fails the run (true), or only drops the file (false: a pip file the index gave no hash for). */
-    strict: boolean;
-    /** The failure line for the digests that were computed. */
-    mismatch(got: ReadonlyMap<DigestName, string>): string;
-  }
+      kind: 'digest';
+      /** Accepted digests (lowercase hex) per algorithm: the bytes match when any one equals. */
+      want: Partial<Record<DigestName, string[]>>;
+      /** A mismatch fails the run (true), or only drops the file (false: a pip file the index gave no hash for). */
+      strict: boolean;
+      /** The failure line for the digests that were computed. */
+      mismatch(got: ReadonlyMap<DigestName, string>): string;
+    }
   | { kind: 'go-zip' | 'go-mod'; h1: string; module: string; version: string };
 
 /** The outcome of fetching one `Pinned`. */

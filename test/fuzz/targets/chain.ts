@@ -26,8 +26,13 @@ const utf8 = (b: Buffer) => b.toString('utf8');
 
 export const blockFileTarget: FuzzTarget = {
   name: 'block-file',
-  about: 'parseBlockFile (the verifier\'s reader of blocks/…/<n>.json): a block or a malformed reason, never a throw',
-  arbitrary: (seeds) => mix(randomInput(['{', '}', '"', ':', ',', '[', ']', '\\u0000', '"index"', '"payload"']), mutatedBytes(seeds, { tokens: ['\\u', '\\"', '"index": 1,', '1e999', '-0', '\ud800'] }), mutatedJson(seeds)),
+  about: "parseBlockFile (the verifier's reader of blocks/…/<n>.json): a block or a malformed reason, never a throw",
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(['{', '}', '"', ':', ',', '[', ']', '\\u0000', '"index"', '"payload"']),
+      mutatedBytes(seeds, { tokens: ['\\u', '\\"', '"index": 1,', '1e999', '-0', '\ud800'] }),
+      mutatedJson(seeds),
+    ),
   check(input) {
     const text = utf8(input);
     for (const pos of [0, 1, 2]) {
@@ -41,7 +46,8 @@ export const blockFileTarget: FuzzTarget = {
 export const jcsTarget: FuzzTarget = {
   name: 'jcs',
   about: 'canonicalize over parsed JSON: canonical text that parses to the same value and is a fixed point; TypeError only for what JSON cannot hold',
-  arbitrary: (seeds) => mix(randomInput(['{', '}', '[', ']', '"', '1e308', '-0', '0.1', '\\ud800', '\\u2028', '1E+2', '"__proto__"']), mutatedBytes(seeds), mutatedJson(seeds)),
+  arbitrary: (seeds) =>
+    mix(randomInput(['{', '}', '[', ']', '"', '1e308', '-0', '0.1', '\\ud800', '\\u2028', '1E+2', '"__proto__"']), mutatedBytes(seeds), mutatedJson(seeds)),
   check(input) {
     let v: unknown;
     try {
@@ -49,7 +55,11 @@ export const jcsTarget: FuzzTarget = {
     } catch {
       return;
     }
-    const c = refusedOnly(() => canonicalize(v), [], (e) => e instanceof TypeError && !representable(v));
+    const c = refusedOnly(
+      () => canonicalize(v),
+      [],
+      (e) => e instanceof TypeError && !representable(v),
+    );
     if (c === undefined) return;
     check(canonicalize(JSON.parse(c)) === c, 'canonical text is not a fixed point');
   },
@@ -75,7 +85,8 @@ const NOTE_TOKENS = ['\n', '\n\n', '— ', '\u2014', ' ', '+', 'fuzz.example/log
 export const noteTarget: FuzzTarget = {
   name: 'signed-note',
   about: 'parseNote and the signature checks: a note or malformed; formatNote(parseNote(s)) === s; verify answers false, never throws',
-  arbitrary: (seeds) => mix(randomInput(NOTE_TOKENS), mutatedBytes(seeds, { tokens: NOTE_TOKENS }), mutatedLines(seeds, ['', '— fuzz.example/log AAAAAAA=', '— x'])),
+  arbitrary: (seeds) =>
+    mix(randomInput(NOTE_TOKENS), mutatedBytes(seeds, { tokens: NOTE_TOKENS }), mutatedLines(seeds, ['', '— fuzz.example/log AAAAAAA=', '— x'])),
   check(input) {
     const text = utf8(input);
     const n = refusedOnly(() => parseNote(text), ['malformed']);
@@ -92,7 +103,8 @@ export const noteTarget: FuzzTarget = {
 export const checkpointTarget: FuzzTarget = {
   name: 'tlog-checkpoint',
   about: 'parseCheckpoint and openCheckpoint (C2SP tlog-checkpoint): a checkpoint or malformed / checkpoint_mismatch; formatCheckpoint round trip',
-  arbitrary: (seeds) => mix(randomInput(NOTE_TOKENS), mutatedBytes(seeds, { tokens: NOTE_TOKENS }), mutatedLines(seeds, ['0', '18446744073709551616', '01', 'ext', ''])),
+  arbitrary: (seeds) =>
+    mix(randomInput(NOTE_TOKENS), mutatedBytes(seeds, { tokens: NOTE_TOKENS }), mutatedLines(seeds, ['0', '18446744073709551616', '01', 'ext', ''])),
   check(input) {
     const text = utf8(input);
     const body = refusedOnly(() => parseCheckpoint(text), ['malformed']);
@@ -100,7 +112,11 @@ export const checkpointTarget: FuzzTarget = {
     const opened = refusedOnly(() => openCheckpoint(nodeBackend, text, { publicKey: signer.publicKey }), ['malformed', 'checkpoint_mismatch']);
     if (opened !== undefined) check(opened.checkpoint.origin === 'fuzz.example/log', 'opened a checkpoint of another origin with this key');
     let json: unknown;
-    try { json = JSON.parse(text); } catch { return; }
+    try {
+      json = JSON.parse(text);
+    } catch {
+      return;
+    }
     refusedOnly(() => parseCheckpointJson(json), ['checkpoint_mismatch']);
   },
   runs: 400,
@@ -108,8 +124,13 @@ export const checkpointTarget: FuzzTarget = {
 
 export const addCheckpointTarget: FuzzTarget = {
   name: 'add-checkpoint',
-  about: 'the witness\'s POST /add-checkpoint body: a request or bad_request; formatAddCheckpoint round trip',
-  arbitrary: (seeds) => mix(randomInput(['old ', '0', '\n', '\n\n', 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=', '— ']), mutatedBytes(seeds, { tokens: NOTE_TOKENS }), mutatedLines(seeds, ['old 01', 'old 9007199254740993', '47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=', ''])),
+  about: "the witness's POST /add-checkpoint body: a request or bad_request; formatAddCheckpoint round trip",
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(['old ', '0', '\n', '\n\n', 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=', '— ']),
+      mutatedBytes(seeds, { tokens: NOTE_TOKENS }),
+      mutatedLines(seeds, ['old 01', 'old 9007199254740993', '47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=', '']),
+    ),
   check(input) {
     const r = refusedOnly(() => parseAddCheckpoint(input), ['bad_request']);
     if (r === undefined) return;
@@ -126,8 +147,14 @@ const TILE_TOKENS = ['tile/', 'entries/', '0/', '63/', '64/', 'x000/', 'x001/', 
 export const tileTarget: FuzzTarget = {
   name: 'tile-path',
   about: 'parseTilePath: a tile or null, never a throw; tilePath(parseTilePath(p)) === p; proof parameters: numbers or bad_request',
-  arbitrary: (seeds) => mix(randomInput(TILE_TOKENS), mutatedBytes(seeds, { tokens: TILE_TOKENS }),
-    fc.array(fc.constantFrom(...TILE_TOKENS, 'index=', 'size=', 'from=', 'to=', '&', '%30', '+', '9007199254740993'), { maxLength: 10 }).map((a) => Buffer.from(a.join('')))),
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(TILE_TOKENS),
+      mutatedBytes(seeds, { tokens: TILE_TOKENS }),
+      fc
+        .array(fc.constantFrom(...TILE_TOKENS, 'index=', 'size=', 'from=', 'to=', '&', '%30', '+', '9007199254740993'), { maxLength: 10 })
+        .map((a) => Buffer.from(a.join(''))),
+    ),
   check(input) {
     const p = input.toString('latin1');
     const t = refusedOnly(() => parseTilePath(p), []);
@@ -135,7 +162,10 @@ export const tileTarget: FuzzTarget = {
       check(Number.isSafeInteger(t.index) && t.index >= 0 && t.width >= 1 && t.width <= 256, `tile ${JSON.stringify(t)}`);
       check(tilePath(t) === p, `tilePath(parseTilePath(${JSON.stringify(p)})) = ${tilePath(t)}`);
     }
-    for (const names of [['index', 'size'], ['from', 'to']]) {
+    for (const names of [
+      ['index', 'size'],
+      ['from', 'to'],
+    ]) {
       const q = refusedOnly(() => intParams(p, names), ['bad_request']);
       if (q) for (const v of Object.values(q)) check(v === undefined || (Number.isSafeInteger(v) && v >= 0), `parameter ${v}`);
     }
@@ -145,7 +175,25 @@ export const tileTarget: FuzzTarget = {
 
 // --- queries and bodies ----------------------------------------------------------
 
-const QUERY_TOKENS = ['url=', 'semver=', 'at=', 'proof=', '&', '%', '%zz', '%00', '%0d%0a', '+', '=', 'url=https%3A%2F%2Fa.example%2Fx', 'semver=1.0.0', 'at=2026-01-01', 'proof=1', '%E2%82%AC', '%ED%A0%80'];
+const QUERY_TOKENS = [
+  'url=',
+  'semver=',
+  'at=',
+  'proof=',
+  '&',
+  '%',
+  '%zz',
+  '%00',
+  '%0d%0a',
+  '+',
+  '=',
+  'url=https%3A%2F%2Fa.example%2Fx',
+  'semver=1.0.0',
+  'at=2026-01-01',
+  'proof=1',
+  '%E2%82%AC',
+  '%ED%A0%80',
+];
 
 export const queryTarget: FuzzTarget = {
   name: 'query',
@@ -170,12 +218,36 @@ export const genuineCheckpointNote = () => {
 
 // --- what `vouch get` and the cosigner read ------------------------------------------
 
-const POLICY_TOKENS = ['log ', 'witness ', 'group ', 'quorum ', 'none', 'all', 'any', '1', '0', '257', '\n', ' ', '\t', '#', 'w1', 'g1', 'fuzz.example/log+', 'witness.example/w+'];
+const POLICY_TOKENS = [
+  'log ',
+  'witness ',
+  'group ',
+  'quorum ',
+  'none',
+  'all',
+  'any',
+  '1',
+  '0',
+  '257',
+  '\n',
+  ' ',
+  '\t',
+  '#',
+  'w1',
+  'g1',
+  'fuzz.example/log+',
+  'witness.example/w+',
+];
 
 export const tlogPolicyTarget: FuzzTarget = {
   name: 'tlog-policy',
   about: 'parsePolicy (c2sp tlog-policy files) and checkQuorum over a genuine cosigned note: a policy or bad_request; the quorum answers, never throws',
-  arbitrary: (seeds) => mix(randomInput(POLICY_TOKENS), mutatedBytes(seeds, { tokens: POLICY_TOKENS }), mutatedLines(seeds, ['group g2 2 w1 w1', 'group g3 any g3', 'quorum g1', 'quorum none', 'witness w1 x+00000000+AQ==', '# comment'])),
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(POLICY_TOKENS),
+      mutatedBytes(seeds, { tokens: POLICY_TOKENS }),
+      mutatedLines(seeds, ['group g2 2 w1 w1', 'group g3 any g3', 'quorum g1', 'quorum none', 'witness w1 x+00000000+AQ==', '# comment']),
+    ),
   check(input) {
     const policy = refusedOnly(() => parsePolicy(nodeBackend, utf8(input)), ['bad_request']);
     if (policy === undefined) return;
@@ -194,14 +266,24 @@ const isRefusal = (e: unknown) => e instanceof Refusal;
 
 export const tlogProofTarget: FuzzTarget = {
   name: 'tlog-proof',
-  about: 'what vouch get reads of a gateway\'s proofs (Vouch-Proof header, proof members, /v1/proof answers): a proof or a Refusal',
-  arbitrary: (seeds) => mix(randomInput(['{', '}', '"index"', '"size"', '"proof"', '"checkpoint"', '"from"', '"to"', '[', ']', '"AAAA"']), mutatedBytes(seeds), mutatedJson(seeds), mutatedJson(seeds)),
+  about: "what vouch get reads of a gateway's proofs (Vouch-Proof header, proof members, /v1/proof answers): a proof or a Refusal",
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(['{', '}', '"index"', '"size"', '"proof"', '"checkpoint"', '"from"', '"to"', '[', ']', '"AAAA"']),
+      mutatedBytes(seeds),
+      mutatedJson(seeds),
+      mutatedJson(seeds),
+    ),
   check(input) {
     const text = utf8(input);
     const p = refusedOnly(() => parseProofObject(text, 'fuzz'), [], isRefusal);
     if (p) check(Number.isSafeInteger(p.index) && Number.isSafeInteger(p.size) && p.proof.every((h) => h.length === 32), 'a proof out of form');
     let v: unknown;
-    try { v = JSON.parse(text); } catch { return; }
+    try {
+      v = JSON.parse(text);
+    } catch {
+      return;
+    }
     refusedOnly(() => parseProofObject(v, 'fuzz'), [], isRefusal);
     refusedOnly(() => parseInclusionAnswer(v, 3, 5, 'fuzz'), [], isRefusal);
     refusedOnly(() => parseConsistencyAnswer(v, 3, 5, 'fuzz'), [], isRefusal);

@@ -29,12 +29,29 @@ import { check, corpusOf, mix, mutatedBytes, randomInput, refusedOnly, refusedOn
 
 const remote = { base: 'http://127.0.0.1:1/chain.git', shown: 'http://127.0.0.1:1/chain.git' } as Parameters<typeof parseReport>[1];
 
-const PKT_TOKENS = ['0000', '0001', '0002', '0003', '0004', 'fff0', 'fff1', 'ffff', '000a', '001e# service=git-upload-pack\n', 'unpack ok\n', 'ok refs/heads/main\n', 'ng refs/heads/main ', 'ERR '];
+const PKT_TOKENS = [
+  '0000',
+  '0001',
+  '0002',
+  '0003',
+  '0004',
+  'fff0',
+  'fff1',
+  'ffff',
+  '000a',
+  '001e# service=git-upload-pack\n',
+  'unpack ok\n',
+  'ok refs/heads/main\n',
+  'ng refs/heads/main ',
+  'ERR ',
+];
 
 function linesOf(input: Buffer, piece: number): string | undefined {
   const out: string[] = [];
   return refusedOnly(() => {
-    const r = new PktReader((l) => { out.push(l === null ? '<flush>' : l.toString('latin1')); }, 64);
+    const r = new PktReader((l) => {
+      out.push(l === null ? '<flush>' : l.toString('latin1'));
+    }, 64);
     for (let i = 0; i < input.length; i += piece) r.push(input.subarray(i, i + piece));
     r.end();
     return JSON.stringify(out);
@@ -44,8 +61,14 @@ function linesOf(input: Buffer, piece: number): string | undefined {
 export const pktLineTarget: FuzzTarget = {
   name: 'pkt-line',
   about: 'PktReader, parsePktLines and parseReport: lines or io_error, the same whole or in 1- and 3-byte reads; pktLine round trip',
-  arbitrary: (seeds) => mix(randomInput(PKT_TOKENS), mutatedBytes(seeds, { tokens: PKT_TOKENS }),
-    fc.array(fc.oneof(fc.constant(null), fc.uint8Array({ maxLength: 40 })), { maxLength: 12 }).map((ls) => Buffer.concat(ls.map((l) => (l === null ? Buffer.from('0000') : pktLine(Buffer.from(l))))))),
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(PKT_TOKENS),
+      mutatedBytes(seeds, { tokens: PKT_TOKENS }),
+      fc
+        .array(fc.oneof(fc.constant(null), fc.uint8Array({ maxLength: 40 })), { maxLength: 12 })
+        .map((ls) => Buffer.concat(ls.map((l) => (l === null ? Buffer.from('0000') : pktLine(Buffer.from(l)))))),
+    ),
   check(input) {
     const whole = linesOf(input, Math.max(1, input.length));
     check(whole === linesOf(input, 1), 'byte-by-byte reads differ from one read');
@@ -82,7 +105,15 @@ export function scratchDir(): string {
   return scratch;
 }
 
-const PACK_TOKENS = [Buffer.from('PACK\0\0\0\x02', 'latin1'), Buffer.from([0x78, 0x9c]), Buffer.from([0x78, 0x01]), Buffer.from([0x60]), Buffer.from([0x70]), Buffer.from([0xff, 0xff, 0xff, 0xff, 0x0f]), Buffer.from([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01])];
+const PACK_TOKENS = [
+  Buffer.from('PACK\0\0\0\x02', 'latin1'),
+  Buffer.from([0x78, 0x9c]),
+  Buffer.from([0x78, 0x01]),
+  Buffer.from([0x60]),
+  Buffer.from([0x70]),
+  Buffer.from([0xff, 0xff, 0xff, 0xff, 0x0f]),
+  Buffer.from([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01]),
+];
 
 /**
  * Packs written here from generated objects: blobs, and deltas (OFS or REF)
@@ -90,62 +121,92 @@ const PACK_TOKENS = [Buffer.from('PACK\0\0\0\x02', 'latin1'), Buffer.from([0x78,
  * header's size, the delta's sizes or the base distance sometimes off by a
  * little; valid zlib and trailer, so the parse reaches delta resolution.
  */
-export const generatedPack = fc.array(fc.record({
-  kind: fc.constantFrom('blob', 'blob', 'ofs', 'ref', 'thin'),
-  data: fc.uint8Array({ maxLength: 120 }),
-  base: fc.nat(),
-  ops: fc.array(fc.oneof(fc.record({ off: fc.nat(), len: fc.integer({ min: 1, max: 200 }) }), fc.uint8Array({ minLength: 1, maxLength: 12 })), { maxLength: 5 }),
-  lie: fc.constantFrom(0, 0, 0, 0, 1, -1, 2),
-  where: fc.constantFrom('size', 'src', 'dst', 'distance'),
-}), { minLength: 1, maxLength: 8 }).map((objs) => {
-  const parts: Buffer[] = [];
-  const head = Buffer.from('PACK\0\0\0\x02\0\0\0\0', 'latin1');
-  head.writeUInt32BE(objs.length, 8);
-  parts.push(head);
-  const made: { at: number; body: Buffer; oid: string }[] = [];
-  let at = 12;
-  const varint = (v: number) => { const out: number[] = []; do { let c = v & 0x7f; v = Math.floor(v / 128); if (v > 0) c |= 0x80; out.push(c); } while (v > 0); return Buffer.from(out); };
-  for (const o of objs) {
-    const lie = (w: string) => (o.where === w ? o.lie : 0);
-    let entry: Buffer;
-    let body: Buffer;
-    if (o.kind === 'blob' || made.length === 0 && o.kind !== 'thin') {
-      body = Buffer.from(o.data);
-      entry = Buffer.concat([encodeObjectHeader(3, Math.max(0, body.length + lie('size'))), deflateSync(body)]);
-    } else {
-      const base = o.kind === 'thin' ? { at: 0, body: Buffer.from('thin base\n'), oid: 'ab'.repeat(20) } : made[o.base % made.length]!;
-      const out: Buffer[] = [];
-      const ins: Buffer[] = [];
-      for (const op of o.ops) {
-        if (op instanceof Uint8Array) { ins.push(Buffer.from([op.length]), Buffer.from(op)); out.push(Buffer.from(op)); continue; }
-        if (base.body.length === 0) continue;
-        const off = op.off % base.body.length;
-        const len = Math.min(op.len, base.body.length - off);
-        ins.push(Buffer.from([0x80 | 0x01 | 0x02 | 0x10 | 0x20, off & 0xff, (off >> 8) & 0xff, len & 0xff, (len >> 8) & 0xff]));
-        out.push(base.body.subarray(off, off + len));
-      }
-      body = Buffer.concat(out);
-      const delta = Buffer.concat([varint(Math.max(0, base.body.length + lie('src'))), varint(Math.max(0, body.length + lie('dst'))), ...ins]);
-      if (o.kind === 'ofs') {
-        let n = Math.max(1, at - base.at + lie('distance'));
-        const bytes = [n & 0x7f];
-        while ((n = Math.floor(n / 128)) > 0) { n--; bytes.unshift(0x80 | (n & 0x7f)); }
-        entry = Buffer.concat([encodeObjectHeader(6, delta.length + lie('size')), Buffer.from(bytes), deflateSync(delta)]);
+export const generatedPack = fc
+  .array(
+    fc.record({
+      kind: fc.constantFrom('blob', 'blob', 'ofs', 'ref', 'thin'),
+      data: fc.uint8Array({ maxLength: 120 }),
+      base: fc.nat(),
+      ops: fc.array(fc.oneof(fc.record({ off: fc.nat(), len: fc.integer({ min: 1, max: 200 }) }), fc.uint8Array({ minLength: 1, maxLength: 12 })), {
+        maxLength: 5,
+      }),
+      lie: fc.constantFrom(0, 0, 0, 0, 1, -1, 2),
+      where: fc.constantFrom('size', 'src', 'dst', 'distance'),
+    }),
+    { minLength: 1, maxLength: 8 },
+  )
+  .map((objs) => {
+    const parts: Buffer[] = [];
+    const head = Buffer.from('PACK\0\0\0\x02\0\0\0\0', 'latin1');
+    head.writeUInt32BE(objs.length, 8);
+    parts.push(head);
+    const made: { at: number; body: Buffer; oid: string }[] = [];
+    let at = 12;
+    const varint = (v: number) => {
+      const out: number[] = [];
+      do {
+        let c = v & 0x7f;
+        v = Math.floor(v / 128);
+        if (v > 0) c |= 0x80;
+        out.push(c);
+      } while (v > 0);
+      return Buffer.from(out);
+    };
+    for (const o of objs) {
+      const lie = (w: string) => (o.where === w ? o.lie : 0);
+      let entry: Buffer;
+      let body: Buffer;
+      if (o.kind === 'blob' || (made.length === 0 && o.kind !== 'thin')) {
+        body = Buffer.from(o.data);
+        entry = Buffer.concat([encodeObjectHeader(3, Math.max(0, body.length + lie('size'))), deflateSync(body)]);
       } else {
-        entry = Buffer.concat([encodeObjectHeader(7, delta.length + lie('size')), Buffer.from(base.oid, 'hex'), deflateSync(delta)]);
+        const base = o.kind === 'thin' ? { at: 0, body: Buffer.from('thin base\n'), oid: 'ab'.repeat(20) } : made[o.base % made.length]!;
+        const out: Buffer[] = [];
+        const ins: Buffer[] = [];
+        for (const op of o.ops) {
+          if (op instanceof Uint8Array) {
+            ins.push(Buffer.from([op.length]), Buffer.from(op));
+            out.push(Buffer.from(op));
+            continue;
+          }
+          if (base.body.length === 0) continue;
+          const off = op.off % base.body.length;
+          const len = Math.min(op.len, base.body.length - off);
+          ins.push(Buffer.from([0x80 | 0x01 | 0x02 | 0x10 | 0x20, off & 0xff, (off >> 8) & 0xff, len & 0xff, (len >> 8) & 0xff]));
+          out.push(base.body.subarray(off, off + len));
+        }
+        body = Buffer.concat(out);
+        const delta = Buffer.concat([varint(Math.max(0, base.body.length + lie('src'))), varint(Math.max(0, body.length + lie('dst'))), ...ins]);
+        if (o.kind === 'ofs') {
+          let n = Math.max(1, at - base.at + lie('distance'));
+          const bytes = [n & 0x7f];
+          while ((n = Math.floor(n / 128)) > 0) {
+            n--;
+            bytes.unshift(0x80 | (n & 0x7f));
+          }
+          entry = Buffer.concat([encodeObjectHeader(6, delta.length + lie('size')), Buffer.from(bytes), deflateSync(delta)]);
+        } else {
+          entry = Buffer.concat([encodeObjectHeader(7, delta.length + lie('size')), Buffer.from(base.oid, 'hex'), deflateSync(delta)]);
+        }
       }
+      made.push({ at, body, oid: objectId('blob', body) });
+      parts.push(entry);
+      at += entry.length;
     }
-    made.push({ at, body, oid: objectId('blob', body) });
-    parts.push(entry);
-    at += entry.length;
-  }
-  return packTrailerFixed(Buffer.concat([...parts, Buffer.alloc(20)]));
-});
+    return packTrailerFixed(Buffer.concat([...parts, Buffer.alloc(20)]));
+  });
 
 export const gitPackTarget: FuzzTarget = {
   name: 'git-pack',
-  about: 'PackReceiver (received packs, deltas resolved in and outside the pack): a PackData or io_error; each object is found under the id of its bytes; the .idx written reads back',
-  arbitrary: (seeds) => mix(randomInput(), mutatedBytes(seeds, { tokens: PACK_TOKENS, fixup: packTrailerFixed }), generatedPack, generatedPack.chain((p) => mutatedBytes([p], { fixup: packTrailerFixed }))),
+  about:
+    'PackReceiver (received packs, deltas resolved in and outside the pack): a PackData or io_error; each object is found under the id of its bytes; the .idx written reads back',
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(),
+      mutatedBytes(seeds, { tokens: PACK_TOKENS, fixup: packTrailerFixed }),
+      generatedPack,
+      generatedPack.chain((p) => mutatedBytes([p], { fixup: packTrailerFixed })),
+    ),
   async check(input) {
     const dir = join(scratchDir(), 'pack');
     const rx = new PackReceiver(dir, 1 << 20);
@@ -230,35 +291,63 @@ function splitDelta(input: Buffer): { base: Buffer; delta: Buffer } {
 }
 
 /** Deltas that follow the format, over a random base (copies, inserts, cuts). */
-const wellFormedDelta = fc.record({
-  base: fc.uint8Array({ minLength: 1, maxLength: 300 }),
-  ops: fc.array(fc.oneof(fc.record({ off: fc.nat(), len: fc.integer({ min: 1, max: 80 }) }), fc.uint8Array({ minLength: 1, maxLength: 20 })), { maxLength: 8 }),
-}).map(({ base, ops }) => {
-  const b = Buffer.from(base);
-  const varint = (v: number) => { const out: number[] = []; do { let c = v & 0x7f; v = Math.floor(v / 128); if (v > 0) c |= 0x80; out.push(c); } while (v > 0); return out; };
-  const body: number[] = [];
-  let size = 0;
-  for (const op of ops) {
-    if (op instanceof Uint8Array) { body.push(op.length, ...op); size += op.length; continue; }
-    const off = op.off % b.length;
-    const len = Math.min(op.len, b.length - off);
-    const bytes = [off & 0xff, (off >> 8) & 0xff, (off >> 16) & 0xff, (off >> 24) & 0xff, len & 0xff, (len >> 8) & 0xff, (len >> 16) & 0xff];
-    let code = 0x80;
-    const args: number[] = [];
-    bytes.forEach((x, i) => { if (x !== 0) { code |= 1 << i; args.push(x); } });
-    body.push(code, ...args);
-    size += len;
-  }
-  const delta = Buffer.from([...varint(b.length), ...varint(size), ...body]);
-  const head = Buffer.alloc(2);
-  head.writeUInt16BE(b.length);
-  return Buffer.concat([head, b, delta]);
-});
+const wellFormedDelta = fc
+  .record({
+    base: fc.uint8Array({ minLength: 1, maxLength: 300 }),
+    ops: fc.array(fc.oneof(fc.record({ off: fc.nat(), len: fc.integer({ min: 1, max: 80 }) }), fc.uint8Array({ minLength: 1, maxLength: 20 })), {
+      maxLength: 8,
+    }),
+  })
+  .map(({ base, ops }) => {
+    const b = Buffer.from(base);
+    const varint = (v: number) => {
+      const out: number[] = [];
+      do {
+        let c = v & 0x7f;
+        v = Math.floor(v / 128);
+        if (v > 0) c |= 0x80;
+        out.push(c);
+      } while (v > 0);
+      return out;
+    };
+    const body: number[] = [];
+    let size = 0;
+    for (const op of ops) {
+      if (op instanceof Uint8Array) {
+        body.push(op.length, ...op);
+        size += op.length;
+        continue;
+      }
+      const off = op.off % b.length;
+      const len = Math.min(op.len, b.length - off);
+      const bytes = [off & 0xff, (off >> 8) & 0xff, (off >> 16) & 0xff, (off >> 24) & 0xff, len & 0xff, (len >> 8) & 0xff, (len >> 16) & 0xff];
+      let code = 0x80;
+      const args: number[] = [];
+      bytes.forEach((x, i) => {
+        if (x !== 0) {
+          code |= 1 << i;
+          args.push(x);
+        }
+      });
+      body.push(code, ...args);
+      size += len;
+    }
+    const delta = Buffer.from([...varint(b.length), ...varint(size), ...body]);
+    const head = Buffer.alloc(2);
+    head.writeUInt16BE(b.length);
+    return Buffer.concat([head, b, delta]);
+  });
 
 export const gitDeltaTarget: FuzzTarget = {
   name: 'git-delta',
   about: 'applyDelta against a strict reference reading of the delta format: the same bytes, or io_error where the reference refuses',
-  arbitrary: (seeds) => mix(randomInput(), wellFormedDelta, mutatedBytes(seeds), wellFormedDelta.chain((d) => mutatedBytes([d]))),
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(),
+      wellFormedDelta,
+      mutatedBytes(seeds),
+      wellFormedDelta.chain((d) => mutatedBytes([d])),
+    ),
   check(input) {
     const { base, delta } = splitDelta(input);
     const got = refusedOnly(() => applyDelta(delta, base), ['io_error']);
@@ -307,12 +396,28 @@ function indexTrailerFixed(b: Buffer): Buffer {
   return packTrailerFixed(b);
 }
 
-const INDEX_TOKENS = [Buffer.from('DIRC'), Buffer.from('link'), Buffer.from('sdir'), Buffer.from('TREE'), Buffer.from('REUC'), Buffer.from([0, 0, 0, 2]), Buffer.from([0, 0, 0, 3]), Buffer.from([0, 0, 0, 4]), Buffer.from([0x40, 0]), Buffer.from([0x0f, 0xff])];
+const INDEX_TOKENS = [
+  Buffer.from('DIRC'),
+  Buffer.from('link'),
+  Buffer.from('sdir'),
+  Buffer.from('TREE'),
+  Buffer.from('REUC'),
+  Buffer.from([0, 0, 0, 2]),
+  Buffer.from([0, 0, 0, 3]),
+  Buffer.from([0, 0, 0, 4]),
+  Buffer.from([0x40, 0]),
+  Buffer.from([0x0f, 0xff]),
+];
 
 export const gitIndexTarget: FuzzTarget = {
   name: 'git-index',
   about: 'parseIndex (versions 2-4, link and sdir extensions, EWAH bitmaps): a ParsedIndex or io_error; entries written again read the same',
-  arbitrary: (seeds) => mix(randomInput(), mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed }), mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed })),
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(),
+      mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed }),
+      mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed }),
+    ),
   check(input) {
     const parsed = refusedOnly(() => parseIndex(input), ['io_error']);
     if (parsed === undefined || parsed.version === 4 || parsed.link !== null) return;
@@ -326,9 +431,13 @@ export const gitIndexTarget: FuzzTarget = {
 
 export const ewahTarget: FuzzTarget = {
   name: 'git-ewah',
-  about: 'ewahDecode (a split index\'s bitmaps): positions or io_error, bounded; ewahEncode round trip',
-  arbitrary: (seeds) => mix(randomInput(), mutatedBytes(seeds),
-    fc.uniqueArray(fc.nat(5000), { maxLength: 60 }).map((p) => ewahEncode(p.sort((a, b) => a - b)))),
+  about: "ewahDecode (a split index's bitmaps): positions or io_error, bounded; ewahEncode round trip",
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(),
+      mutatedBytes(seeds),
+      fc.uniqueArray(fc.nat(5000), { maxLength: 60 }).map((p) => ewahEncode(p.sort((a, b) => a - b))),
+    ),
   check(input) {
     const got = refusedOnly(() => ewahDecode(input, 0), ['io_error']);
     if (got === undefined) return;
@@ -351,7 +460,8 @@ export function isIoError(e: unknown): boolean {
 export const gitSplitIndexTarget: FuzzTarget = {
   name: 'git-split-index',
   about: 'SplitIndex.load over a split .git/index and its shared index: entries or io_error (ENOENT when the shared index it names is missing)',
-  arbitrary: (seeds) => mix(mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed }), mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed })),
+  arbitrary: (seeds) =>
+    mix(mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed }), mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed })),
   check(input) {
     const gitdir = join(scratchDir(), 'split');
     fs.rmSync(gitdir, { recursive: true, force: true });
@@ -360,9 +470,19 @@ export const gitSplitIndexTarget: FuzzTarget = {
     if (shared) fs.writeFileSync(join(gitdir, `sharedindex.${shared.bytes.toString('hex', shared.bytes.length - 20)}`), shared.bytes);
     fs.writeFileSync(join(gitdir, 'index'), input);
     const index = new SplitIndex(gitdir);
-    const entries = refusedOnly(() => { index.load(); return index.mergedEntries(); }, ['io_error'],
-      (e) => (e instanceof VouchError && e.code === 'io_error') || (e as NodeJS.ErrnoException).code === 'ENOENT');
-    if (entries) check(entries.every((e) => typeof e.path === 'string' && /^[0-9a-f]{40}$/.test(e.oid)), 'an entry without a path or id');
+    const entries = refusedOnly(
+      () => {
+        index.load();
+        return index.mergedEntries();
+      },
+      ['io_error'],
+      (e) => (e instanceof VouchError && e.code === 'io_error') || (e as NodeJS.ErrnoException).code === 'ENOENT',
+    );
+    if (entries)
+      check(
+        entries.every((e) => typeof e.path === 'string' && /^[0-9a-f]{40}$/.test(e.oid)),
+        'an entry without a path or id',
+      );
   },
   runs: 250,
 };
@@ -397,7 +517,11 @@ const WANT = '1'.repeat(40);
 export const gitSmartHttpTarget: FuzzTarget = {
   name: 'git-smart-http',
   about: 'what a git server answers over smart HTTP (ref advertisements for fetch and push, the side-band upload-pack result): refs, a pack stream or io_error',
-  arbitrary: (seeds) => mix(mutatedBytes(seeds, { tokens: PKT_TOKENS }), mutatedBytes(seeds, { tokens: [...PKT_TOKENS, '0005\x01', '0005\x02', '0009\x03fail', 'shallow ', 'unshallow '] })),
+  arbitrary: (seeds) =>
+    mix(
+      mutatedBytes(seeds, { tokens: PKT_TOKENS }),
+      mutatedBytes(seeds, { tokens: [...PKT_TOKENS, '0005\x01', '0005\x02', '0009\x03fail', 'shallow ', 'unshallow '] }),
+    ),
   async check(input) {
     answer = input;
     const url = await smartServer();
@@ -407,7 +531,13 @@ export const gitSmartHttpTarget: FuzzTarget = {
     const pushRefs = await refusedOnlyAsync(() => fetchRefs(parseRemote(url), resolvedTimeouts(), dispatcher), ['io_error']);
     if (pushRefs?.main) check(/^[0-9a-f]{40}$/.test(pushRefs.main), `main ${pushRefs.main}`);
     let packBytes = 0;
-    const got = await refusedOnlyAsync(() => uploadPack(url, opts, new Set(['side-band-64k', 'shallow']), WANT, [], [], (b) => { packBytes += b.length; }), ['io_error']);
+    const got = await refusedOnlyAsync(
+      () =>
+        uploadPack(url, opts, new Set(['side-band-64k', 'shallow']), WANT, [], [], (b) => {
+          packBytes += b.length;
+        }),
+      ['io_error'],
+    );
     if (got) check(got.bytes === packBytes && packBytes <= input.length, `pack bytes ${got.bytes} / ${packBytes}`);
   },
   runs: 80,
@@ -424,7 +554,10 @@ function referenceCatFile(input: Buffer, max: number): { oid: string; type?: str
     const m = /^([0-9a-f]{40}) (?:(missing|ambiguous)|(blob|tree|commit|tag) (\d{1,12}))$/.exec(input.toString('latin1', at, nl));
     if (!m) return null;
     at = nl + 1;
-    if (m[2]) { out.push({ oid: m[1]! }); continue; }
+    if (m[2]) {
+      out.push({ oid: m[1]! });
+      continue;
+    }
     const size = Number(m[4]);
     if (size > max) return null;
     if (at + size >= input.length) return out; // cut short: what came whole so far
@@ -437,7 +570,8 @@ function referenceCatFile(input: Buffer, max: number): { oid: string; type?: str
 
 export const gitCatFileTarget: FuzzTarget = {
   name: 'git-cat-file',
-  about: "the answers of git cat-file --batch (store/git-cat-file.ts AnswerParser), fed in pieces: the objects a strict reading finds, or io_error where it refuses",
+  about:
+    'the answers of git cat-file --batch (store/git-cat-file.ts AnswerParser), fed in pieces: the objects a strict reading finds, or io_error where it refuses',
   arbitrary: (seeds) => mix(randomInput(), mutatedBytes(seeds, { tokens: [' blob ', ' tree ', ' missing\n', '\n', ' 0\n', ' 99999\n'] })),
   check(input) {
     const got: { oid: string; type?: string; body?: string }[] = [];

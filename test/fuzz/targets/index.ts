@@ -1,20 +1,81 @@
 /** Every fuzz target, by name (test/hostile/fuzz.test.ts runs them all; `npm run fuzz -- NAME` one). */
 import type { FuzzTarget } from '../target.ts';
 import { h1Chunked, h1ClientTarget, h1Head } from './h1.ts';
-import { gitSmartHttpTarget, ewahTarget, gitDeltaTarget, gitIndexTarget, gitSplitIndexTarget, gitPackDiskTarget, gitPackTarget, pktLineTarget, gitCatFileTarget } from './git.ts';
-import { tlogPolicyTarget, tlogProofTarget, addCheckpointTarget, blockFileTarget, checkpointTarget, jcsTarget, noteTarget, queryTarget, tileTarget } from './chain.ts';
+import {
+  gitSmartHttpTarget,
+  ewahTarget,
+  gitDeltaTarget,
+  gitIndexTarget,
+  gitSplitIndexTarget,
+  gitPackDiskTarget,
+  gitPackTarget,
+  pktLineTarget,
+  gitCatFileTarget,
+} from './git.ts';
+import {
+  tlogPolicyTarget,
+  tlogProofTarget,
+  addCheckpointTarget,
+  blockFileTarget,
+  checkpointTarget,
+  jcsTarget,
+  noteTarget,
+  queryTarget,
+  tileTarget,
+} from './chain.ts';
 import { mavenLockTarget, mavenMetadataTarget } from './maven.ts';
 import { ociManifestTarget, ociTextTarget } from './oci.ts';
-import { configTarget, goProxyTarget, goSumTarget, goZipTarget, jsonShapeTarget, npmLockTarget, npmPackumentTarget, pipIndexTarget, pipLockTarget, pypiHtmlTarget, pypiJsonTarget } from './ecosystems.ts';
+import {
+  configTarget,
+  goProxyTarget,
+  goSumTarget,
+  goZipTarget,
+  jsonShapeTarget,
+  npmLockTarget,
+  npmPackumentTarget,
+  pipIndexTarget,
+  pipLockTarget,
+  pypiHtmlTarget,
+  pypiJsonTarget,
+} from './ecosystems.ts';
 
 export const TARGETS: readonly FuzzTarget[] = [
-  h1Head, h1Chunked, h1ClientTarget,
-  pktLineTarget, gitSmartHttpTarget, gitPackTarget, gitDeltaTarget, gitPackDiskTarget, gitIndexTarget, gitSplitIndexTarget, ewahTarget, gitCatFileTarget,
-  blockFileTarget, jcsTarget, noteTarget, checkpointTarget, addCheckpointTarget, tlogPolicyTarget, tlogProofTarget, tileTarget, queryTarget,
-  pypiHtmlTarget, pypiJsonTarget, npmPackumentTarget, jsonShapeTarget, goProxyTarget, goZipTarget,
-  npmLockTarget, pipLockTarget, pipIndexTarget, goSumTarget, configTarget,
-  mavenMetadataTarget, mavenLockTarget,
-  ociManifestTarget, ociTextTarget,
+  h1Head,
+  h1Chunked,
+  h1ClientTarget,
+  pktLineTarget,
+  gitSmartHttpTarget,
+  gitPackTarget,
+  gitDeltaTarget,
+  gitPackDiskTarget,
+  gitIndexTarget,
+  gitSplitIndexTarget,
+  ewahTarget,
+  gitCatFileTarget,
+  blockFileTarget,
+  jcsTarget,
+  noteTarget,
+  checkpointTarget,
+  addCheckpointTarget,
+  tlogPolicyTarget,
+  tlogProofTarget,
+  tileTarget,
+  queryTarget,
+  pypiHtmlTarget,
+  pypiJsonTarget,
+  npmPackumentTarget,
+  jsonShapeTarget,
+  goProxyTarget,
+  goZipTarget,
+  npmLockTarget,
+  pipLockTarget,
+  pipIndexTarget,
+  goSumTarget,
+  configTarget,
+  mavenMetadataTarget,
+  mavenLockTarget,
+  ociManifestTarget,
+  ociTextTarget,
 ];
 
 export function targetNamed(name: string): FuzzTarget | undefined {

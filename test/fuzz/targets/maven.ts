@@ -26,24 +26,62 @@ const view = {
   endorsed: (u: string): Selection | null => {
     let h = 0;
     for (let i = 0; i < u.length; i++) h = (h * 31 + u.charCodeAt(i)) | 0;
-    return h & 1 ? null : ({ block: { posted: '2026-01-02T03:04:05Z' }, entry: { semver: '1.0.0', artifact_hash: 'sha256:00' }, revokedBy: null } as unknown as Selection);
+    return h & 1
+      ? null
+      : ({ block: { posted: '2026-01-02T03:04:05Z' }, entry: { semver: '1.0.0', artifact_hash: 'sha256:00' }, revokedBy: null } as unknown as Selection);
   },
 };
 
-const XML_TOKENS = ['<metadata>', '</metadata>', '<versioning>', '</versioning>', '<versions>', '</versions>', '<version>', '</version>', '<plugins>',
-  '<plugin>', '<prefix>', '<snapshot>', '<![CDATA[', ']]>', '<!DOCTYPE m [<!ENTITY e "x">]>', '&e;', '&amp;', '&#x41;', '<?xml version="1.0"?>', '<!--', '-->', '1.0-SNAPSHOT', '../', '<'];
+const XML_TOKENS = [
+  '<metadata>',
+  '</metadata>',
+  '<versioning>',
+  '</versioning>',
+  '<versions>',
+  '</versions>',
+  '<version>',
+  '</version>',
+  '<plugins>',
+  '<plugin>',
+  '<prefix>',
+  '<snapshot>',
+  '<![CDATA[',
+  ']]>',
+  '<!DOCTYPE m [<!ENTITY e "x">]>',
+  '&e;',
+  '&amp;',
+  '&#x41;',
+  '<?xml version="1.0"?>',
+  '<!--',
+  '-->',
+  '1.0-SNAPSHOT',
+  '../',
+  '<',
+];
 
 export const mavenMetadataTarget: FuzzTarget = {
   name: 'maven-metadata',
-  about: 'parseMavenMetadata (bounded XML), rewriteMetadata and writeMavenMetadata, parseMavenPath: a document or MavenMetadataError; the rewrite parses again and lists only endorsed versions; the writer round-trips',
-  arbitrary: (seeds) => mix(randomInput(XML_TOKENS), mutatedBytes(seeds, { tokens: XML_TOKENS }), mutatedLines(seeds, ['<version>9.9</version>', '<version>a/b</version>', '<groupId>x</groupId>'])),
+  about:
+    'parseMavenMetadata (bounded XML), rewriteMetadata and writeMavenMetadata, parseMavenPath: a document or MavenMetadataError; the rewrite parses again and lists only endorsed versions; the writer round-trips',
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(XML_TOKENS),
+      mutatedBytes(seeds, { tokens: XML_TOKENS }),
+      mutatedLines(seeds, ['<version>9.9</version>', '<version>a/b</version>', '<groupId>x</groupId>']),
+    ),
   check(input) {
     const m = refusedOnly(() => parseMavenMetadata(input), [], isMetadataError);
     if (m !== undefined && !m.snapshot) {
       const again = parseMavenMetadata(writeMavenMetadata(m));
-      check(JSON.stringify(again.versions) === JSON.stringify(m.versions) && JSON.stringify(again.plugins) === JSON.stringify(m.plugins), 'the written document reads back otherwise');
+      check(
+        JSON.stringify(again.versions) === JSON.stringify(m.versions) && JSON.stringify(again.plugins) === JSON.stringify(m.plugins),
+        'the written document reads back otherwise',
+      );
     }
-    for (const dir of [['g', 'h', 'a'], ['g', 'h']]) {
+    for (const dir of [
+      ['g', 'h', 'a'],
+      ['g', 'h'],
+    ]) {
       const a = rewriteMetadata(view, dir, input);
       if (!a.ok) {
         check(a.status === 404 || a.status === 502, `status ${a.status}`);
@@ -51,22 +89,51 @@ export const mavenMetadataTarget: FuzzTarget = {
       }
       const r = parseMavenMetadata(a.text);
       for (const v of r.versions ?? []) {
-        check(view.endorsed(`${CANON}${dir.join('/')}/${v}/${dir.at(-1)}-${v}.pom`) !== null || view.endorsed(`${CANON}${dir.join('/')}/${v}/${dir.at(-1)}-${v}.jar`) !== null, `unendorsed ${v} offered`);
+        check(
+          view.endorsed(`${CANON}${dir.join('/')}/${v}/${dir.at(-1)}-${v}.pom`) !== null ||
+            view.endorsed(`${CANON}${dir.join('/')}/${v}/${dir.at(-1)}-${v}.jar`) !== null,
+          `unendorsed ${v} offered`,
+        );
       }
       check(r.latest === (r.versions?.at(-1) ?? null), 'latest is not the last version offered');
     }
     const p = parseMavenPath(utf8(input));
-    if (p !== null) check(!utf8(input).split('/').some((s) => s === '..' || s === '.' || s === ''), 'a path with dot or empty segments was read');
+    if (p !== null)
+      check(
+        !utf8(input)
+          .split('/')
+          .some((s) => s === '..' || s === '.' || s === ''),
+        'a path with dot or empty segments was read',
+      );
   },
   runs: 400,
 };
 
-const LIST_TOKENS = [':jar:', ':pom:', ':compile', ':test', ' -- module ', ' (optional)', 'The following files have been resolved:', '/home/u/x.jar', 'C:\\x.jar', '..', '\n', ':'];
+const LIST_TOKENS = [
+  ':jar:',
+  ':pom:',
+  ':compile',
+  ':test',
+  ' -- module ',
+  ' (optional)',
+  'The following files have been resolved:',
+  '/home/u/x.jar',
+  'C:\\x.jar',
+  '..',
+  '\n',
+  ':',
+];
 
 export const mavenLockTarget: FuzzTarget = {
   name: 'lock-maven',
-  about: 'readDependencyList (mvn dependency:list output), pomReferences, parseSideFile, mavenSemver: files or bad_request / MavenMetadataError / null; every path is maven2 segments; a SemVer mapping is SemVer',
-  arbitrary: (seeds) => mix(randomInput(LIST_TOKENS), mutatedBytes(seeds, { tokens: [...LIST_TOKENS, ...XML_TOKENS] }), mutatedLines(seeds, ['   a.b:c:jar:1.0:compile', '   a.b:c:war:x:1.0-SNAPSHOT:runtime'])),
+  about:
+    'readDependencyList (mvn dependency:list output), pomReferences, parseSideFile, mavenSemver: files or bad_request / MavenMetadataError / null; every path is maven2 segments; a SemVer mapping is SemVer',
+  arbitrary: (seeds) =>
+    mix(
+      randomInput(LIST_TOKENS),
+      mutatedBytes(seeds, { tokens: [...LIST_TOKENS, ...XML_TOKENS] }),
+      mutatedLines(seeds, ['   a.b:c:jar:1.0:compile', '   a.b:c:war:x:1.0-SNAPSHOT:runtime']),
+    ),
   check(input) {
     const text = utf8(input);
     const files = refusedOnly(() => readDependencyList(text, 'deps.txt'), ['bad_request']);

@@ -16,7 +16,24 @@ import { check, mix, mutatedBytes, mutatedJson, mutatedLines, randomInput, refus
 
 const utf8 = (b: Buffer) => b.toString('utf8');
 const DIG = `sha256:${'a'.repeat(64)}`;
-const TOKENS = ['{', '}', '[', ']', '"', ':', ',', '"digest"', `"${DIG}"`, '"manifests"', '"layers"', '"config"', '"mediaType"', '"schemaVersion":2', 'null', '1e999'];
+const TOKENS = [
+  '{',
+  '}',
+  '[',
+  ']',
+  '"',
+  ':',
+  ',',
+  '"digest"',
+  `"${DIG}"`,
+  '"manifests"',
+  '"layers"',
+  '"config"',
+  '"mediaType"',
+  '"schemaVersion":2',
+  'null',
+  '1e999',
+];
 
 export const ociManifestTarget: FuzzTarget = {
   name: 'oci-manifest',
@@ -31,12 +48,38 @@ export const ociManifestTarget: FuzzTarget = {
   runs: 500,
 };
 
-const TEXT_TOKENS = ['/', ':', '@', '#', '\n', 'image: ', '- ', 'manifests', 'blobs', 'tags/list', DIG, 'Bearer ', 'realm="', '",', '\\"', 'bytes=', '-', ',', '---\n', '&a', '*a', '[', '{'];
+const TEXT_TOKENS = [
+  '/',
+  ':',
+  '@',
+  '#',
+  '\n',
+  'image: ',
+  '- ',
+  'manifests',
+  'blobs',
+  'tags/list',
+  DIG,
+  'Bearer ',
+  'realm="',
+  '",',
+  '\\"',
+  'bytes=',
+  '-',
+  ',',
+  '---\n',
+  '&a',
+  '*a',
+  '[',
+  '{',
+];
 
 export const ociTextTarget: FuzzTarget = {
   name: 'oci-text',
-  about: 'parseOciPath, parseTagList + pageOf, parseChallenge, parseRange, parseImageRef, readImageRefs: a result, null or the documented VouchError, never another throw',
-  arbitrary: (seeds) => mix(randomInput(TEXT_TOKENS), mutatedBytes(seeds, { tokens: TEXT_TOKENS }), mutatedLines(seeds, ['image: a/b:1', '  image: x', 'bytes=-0'])),
+  about:
+    'parseOciPath, parseTagList + pageOf, parseChallenge, parseRange, parseImageRef, readImageRefs: a result, null or the documented VouchError, never another throw',
+  arbitrary: (seeds) =>
+    mix(randomInput(TEXT_TOKENS), mutatedBytes(seeds, { tokens: TEXT_TOKENS }), mutatedLines(seeds, ['image: a/b:1', '  image: x', 'bytes=-0'])),
   check(input) {
     const text = utf8(input);
     const p = refusedOnly(() => parseOciPath(text), []);
@@ -54,7 +97,11 @@ export const ociTextTarget: FuzzTarget = {
     const ref = refusedOnly(() => parseImageRef(text), ['bad_request']);
     if (ref !== undefined) check(isRepository(ref.repo) && (ref.tag !== null || ref.digest !== null), 'a reference without repository or tag');
     for (const name of ['images.txt', 'compose.yaml']) {
-      const refs = refusedOnly(() => readImageRefs(text, name), ['bad_request', 'too_large'], (e) => e instanceof VouchError && (e.code === 'bad_request' || e.code === 'too_large'));
+      const refs = refusedOnly(
+        () => readImageRefs(text, name),
+        ['bad_request', 'too_large'],
+        (e) => e instanceof VouchError && (e.code === 'bad_request' || e.code === 'too_large'),
+      );
       if (refs !== undefined) check(refs.length > 0, 'no references but no refusal');
     }
   },
