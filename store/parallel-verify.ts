@@ -83,6 +83,8 @@ export interface DirVerifyOptions {
    * what it got); nothing past the failing block is ever handed over.
    */
   onVerified?: (start: number, texts: string[], facts: IndexFacts[]) => void;
+  /** With `onVerified`: only the facts are wanted; `texts` is then empty (the workers send no text back). */
+  factsOnly?: boolean;
   /**
    * Called in chain order with the RFC 6962 leaf hashes (SHA-256(0x00 ‖
    * record hash), 32 bytes each, back to back) of the blocks that passed
@@ -340,9 +342,10 @@ function linkBatch(
     const passed = verifier.size - b.start;
     const texts = r.texts ?? [];
     const facts = r.facts ?? [];
-    if (texts.length < passed || facts.length < passed)
-      throw new VouchError('internal_error', `a verification worker returned ${texts.length} texts for ${passed} blocks`);
-    onVerified(b.start, passed === texts.length ? texts : texts.slice(0, passed), passed === facts.length ? facts : facts.slice(0, passed));
+    const factsOnly = r.texts === undefined;
+    if ((!factsOnly && texts.length < passed) || facts.length < passed)
+      throw new VouchError('internal_error', `a verification worker returned ${texts.length} texts and ${facts.length} facts for ${passed} blocks`);
+    onVerified(b.start, factsOnly ? [] : passed === texts.length ? texts : texts.slice(0, passed), passed === facts.length ? facts : facts.slice(0, passed));
   }
   if (onLeaves) {
     const passed = verifier.size - b.start;
@@ -490,7 +493,10 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     const taskOf = (b: Batch): { task: VerifyTask; transfer: ArrayBuffer[] } => {
       const use = early !== null && b.start > early.index && early.keys.sequence > current!.keys.sequence ? early : current!;
       const task: VerifyTask = { id: b.id, dir: base, start: b.start, count: b.count, authority: use.authority, keys: use.keys };
-      if (onVerified) task.texts = true;
+      if (onVerified) {
+        task.texts = true;
+        if (options.factsOnly === true) task.noTexts = true;
+      }
       if (onLeaves) task.leaves = true;
       if (committed === null) return { task, transfer: [] };
       // The batch's blob ids in one buffer (20 bytes a block), handed over, not copied.

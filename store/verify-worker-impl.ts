@@ -46,6 +46,8 @@ export interface VerifyTask {
   missing?: number[];
   /** Also hand back each accepted block's text and index facts (`DirVerifyOptions.onVerified`). */
   texts?: boolean;
+  /** With `texts`: the facts alone (`DirVerifyOptions.factsOnly`); the answer has no `texts`. */
+  noTexts?: boolean;
   /** Also hand back each accepted block's Merkle leaf hash (`DirVerifyOptions.onLeaves`). */
   leaves?: boolean;
   /**
@@ -462,13 +464,14 @@ function walkTask(
   };
   let runStart = 0;
   const keep = task.texts === true;
+  const withTexts = task.noTexts !== true;
   const texts: string[] = [];
   const facts: IndexFacts[] = [];
   const leaves = task.leaves === true ? new Uint8Array(32 * task.count) : null;
   let leafCount = 0;
   const kept = (x: Examined) => {
     if (keep) {
-      texts.push(x.text!);
+      if (withTexts) texts.push(x.text!);
       facts.push(indexFactsOf(x.block!));
     }
     if (leaves !== null) writeLeafOfRecordHash((x.facts as { recordHash: string }).recordHash, leaves, 32 * leafCount++);
@@ -483,7 +486,7 @@ function walkTask(
     failure: null,
   };
   if (keep) {
-    result.texts = texts;
+    if (withTexts) result.texts = texts;
     result.facts = facts;
   }
   let walker: ChainVerifier | null = null;

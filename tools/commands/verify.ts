@@ -157,6 +157,7 @@ export const verify: Command = {
       let handedOver = true;
       const result = await verifyDirectory(repo, {
         pinnedPublicKey: v['public-key'] ?? null,
+        factsOnly: true,
         onVerified: (start, _texts, facts) => {
           if (!handedOver || start !== completeness.size) {
             handedOver = false;
