@@ -197,7 +197,7 @@ test("the CLI guide's refusal table (docs/guide/cli.md) and the catalogue's `ans
   const from = readme.indexOf('**Refusal codes.**');
   assert.ok(from > 0, 'no refusal table in docs/guide/cli.md');
   const section = readme.slice(from, readme.indexOf('\n\n', readme.indexOf('| Code |', from)));
-  const listed = [...section.matchAll(/^\| `([a-z_]+)` \|/gm)].map((m) => m[1]!).sort();
+  const listed = [...section.matchAll(/^\| `([a-z_]+)` +\|/gm)].map((m) => m[1]!).sort();
   const answer = (Object.keys(ERROR_CATALOGUE) as ErrorCode[]).filter((c) => ERROR_CATALOGUE[c].kind === 'answer').sort();
   assert.equal(listed, answer);
   for (const c of answer) assert.is(EXIT_CODE[c], 1, c);
