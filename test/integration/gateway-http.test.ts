@@ -414,11 +414,16 @@ test('vouch get verifies the UNS block and the bytes itself; a wrong key or a ly
   r = await vouchAsync(['get', '--gateway', gw.url, '--url', origin.url('/nothing.bin'), '--public-key', pub, '-o', out2, '--state', getState]);
   assert.is(r.status, 1);
   assert.match(r.stderr, /HTTP 404/);
-  // A lying "gateway": the real UNS and Vouch-Proof headers with other bytes.
+  // A lying "gateway": the real UNS, Vouch-Proof and Vouch-Index-Proof headers with other bytes.
   const liar = createServer(async (_req, res) => {
     const real = await request(`${gw.url}/v1/download?url=${enc(T.textUrl)}`, { dispatcher: agent });
     await real.body.dump();
-    res.writeHead(200, { uns: String(real.headers['uns']), 'vouch-proof': String(real.headers['vouch-proof']), 'content-type': 'text/javascript' });
+    res.writeHead(200, {
+      uns: String(real.headers['uns']),
+      'vouch-proof': String(real.headers['vouch-proof']),
+      'vouch-index-proof': String(real.headers['vouch-index-proof']),
+      'content-type': 'text/javascript',
+    });
     res.end('console.log("evil");\n');
   });
   await new Promise<void>((ok) => liar.listen(0, '127.0.0.1', ok));
