@@ -93,7 +93,7 @@ test('every note the authority signs commits the completeness index of its size'
     async () => execFileSync('git', ['--git-dir', live.bareDir, 'show', 'main:checkpoint.note'], { encoding: 'utf8' }) === n.text,
   );
   execFileSync('git', ['clone', '-q', live.bareDir, clone]);
-  const v = vouch(['verify', '--chain', clone, '--public-key', live.pub, '--json']);
+  const v = vouch(['verify', '--chain', clone, '--public-key', live.pub, '--json', '--index']);
   assert.is(v.status, 0, v.stderr);
   assert.is(JSON.parse(v.stdout).index_root, base64Encode(n.index!));
   // the unit's proof lists its three versions
@@ -139,7 +139,7 @@ test('a remote whose newest note commits the index of an older state is refused 
   git('commit', '-q', '-a', '--amend', '--no-edit');
   git('push', '-q', '--force', 'origin', 'HEAD:main');
   // vouch verify on the forged clone names the index line
-  const v = vouch(['verify', '--chain', clone, '--public-key', live.pub]);
+  const v = vouch(['verify', '--chain', clone, '--public-key', live.pub, '--index']);
   assert.is(v.status, 1, v.stdout + v.stderr);
   assert.match(v.stderr, /^checkpoint_mismatch at checkpoint: .*vouch-index\/v1/);
   const e = await until('the mirror to report the refusal', async () => {

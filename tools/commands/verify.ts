@@ -22,7 +22,7 @@ import { parseBlockText } from '../../chain/block.ts';
 import type { KeyState } from '../../chain/key-events.ts';
 import { TreeEdge } from '../../store/tree-edge.ts';
 import { CompletenessIndex } from '../../chain/index-tree.ts';
-import { indexFactsOf } from '../../chain/index-facts.ts';
+import { type IndexFacts, indexFactsOf } from '../../chain/index-facts.ts';
 import { indexRootOf } from '../../chain/index-proof.ts';
 
 /**
@@ -128,8 +128,8 @@ export const verify: Command = {
     "would go unnoticed. The Merkle tree over every block's record_hash (RFC 6962) is recomputed, and the",
     'checkpoint.note branch main commits must be signed by the online key in force under its origin (key name = origin),',
     "name the chain's size and carry that root; a chain without one (made before notes) is reported, not refused.",
-    "The completeness index (docs/spec/index.md) is recomputed from every block; a note's `vouch-index/v1` line must",
-    'carry its root (checkpoint_mismatch otherwise); a note without the line is reported as `index absent`.',
+    "With --index the completeness index (docs/spec/index.md) is recomputed from every block; a note's `vouch-index/v1`",
+    'line must carry its root (checkpoint_mismatch otherwise); a note without the line is reported as `index absent`.',
     '',
     'What is verified is what branch main commits: every block file and checkpoint.json in DIR must be the',
     'blob the branch holds (a file that differs, or is untracked, fails naming it), so verify a clean checkout.',
@@ -141,6 +141,10 @@ export const verify: Command = {
     chain: { type: 'string', value: 'DIR', help: 'the chain directory (a clone is enough)', required: true },
     'public-key': { type: 'string', value: 'B64', help: 'pinned authority public key (base64)' },
     threads: { type: 'string', value: 'N', help: 'worker threads for signature checks (default: all cores)' },
+    index: {
+      type: 'boolean',
+      help: "also recompute the completeness index (docs/spec/index.md) and check the note's vouch-index/v1 line (slower: the index is built on one thread)",
+    },
   },
   async run(v) {
     const started = performance.now();
@@ -155,16 +159,22 @@ export const verify: Command = {
       // The completeness index (docs/spec/index.md), from the facts the workers hand back with each verified batch.
       let completeness = new CompletenessIndex(nodeBackend);
       let handedOver = true;
+      // --index: the completeness index recomputed (its build on this thread is what it costs; bench/RESULTS.md "Completeness index").
+      const withIndex = v.index === true;
       const result = await verifyDirectory(repo, {
         pinnedPublicKey: v['public-key'] ?? null,
-        factsOnly: true,
-        onVerified: (start, _texts, facts) => {
-          if (!handedOver || start !== completeness.size) {
-            handedOver = false;
-            return;
-          }
-          for (const f of facts) completeness.addFacts(f);
-        },
+        ...(withIndex
+          ? {
+              factsOnly: true,
+              onVerified: (start: number, _texts: string[], facts: IndexFacts[]) => {
+                if (!handedOver || start !== completeness.size) {
+                  handedOver = false;
+                  return;
+                }
+                for (const f of facts) completeness.addFacts(f);
+              },
+            }
+          : {}),
         onLeaves: (_start, leaves) => {
           for (let o = 0; o < leaves.length; o += 32) edge.appendLeafHash(leaves.subarray(o, o + 32));
         },
@@ -177,12 +187,12 @@ export const verify: Command = {
       const root = edge.root();
       const noteText = await repo.committedNote();
       const note = noteText === null ? null : checkNote(noteText, base64Decode(s.authority!.publicKey)!, s.size, root);
-      if (!handedOver || completeness.size !== s.size) {
+      if (withIndex && (!handedOver || completeness.size !== s.size)) {
         // Blocks the workers did not hand over in order: read from the (verified) files, as the gateway does.
         completeness = new CompletenessIndex(nodeBackend);
         for (let i = 0; i < s.size; i++) completeness.addFacts(indexFactsOf(parseBlockText(repo.readBlockFile(i), i)));
       }
-      const indexRoot = note === null ? null : checkIndexLine(note, completeness.root());
+      const indexRoot = note === null || !withIndex ? null : checkIndexLine(note, completeness.root());
       const seconds = (performance.now() - started) / 1000;
       const keys = s.keys!;
       const voids = voidReport(repo, keys);
@@ -202,6 +212,7 @@ export const verify: Command = {
         },
         root: base64Encode(root),
         index_root: indexRoot === null ? null : base64Encode(indexRoot),
+        index_checked: withIndex,
         origin: note?.origin ?? null,
         note: note !== null,
         seconds: Number(seconds.toFixed(3)),
@@ -218,7 +229,7 @@ export const verify: Command = {
               : `${keyLine(keys)}, block 0's key ${keys.first}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `) +
             `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ` +
             `note ${note ? `ok (origin ${note.origin}, root ${base64Encode(root)})` : 'absent'}, ` +
-            `index ${indexRoot ? `ok (${base64Encode(indexRoot)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
+            `index ${!withIndex ? 'not checked (--index)' : indexRoot ? `ok (${base64Encode(indexRoot)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
         );
         if (!result.checkpoint) process.stderr.write('warning: no checkpoint.json: a dropped newest block would go unnoticed\n');
         for (const w of voids) {
