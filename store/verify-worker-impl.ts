@@ -432,12 +432,10 @@ function walkTask(
   read: ObjectRead | null,
   fetched?: Map<number, { type: string; body: Buffer }>,
 ): VerifyTaskResult {
-  const batch = new SignatureBatch();
-  // The key in force: the task's, then the one each key block of the batch puts in force.
+  // The key in force as the blocks are examined: the task's, then the one each key block of the batch puts in force.
   let authority = task.authority;
   let retired: readonly string[] = task.keys.retired;
-  const examine = (i: number, inBatch = true): Examined => {
-    const b = inBatch ? batch : undefined;
+  const examine = (i: number, b: SignatureBatch | undefined): Examined => {
     if (objects && read) {
       const k = objects.where[2 * i]!;
       return examineObject(
@@ -454,15 +452,6 @@ function walkTask(
     }
     return examineFile(task.dir + blockPath(task.start + i), task.start + i, authority, committedOf(task, i, missing), b, retired);
   };
-  /** After a key block is walked: the key it put in force signs the rest of the run (re-examined with it). */
-  const rekey = (state: VerifierState, from: number, to: number): void => {
-    if (state.authority!.publicKey !== authority.publicKey)
-      noticeTo?.({ notice: 'keys', id: task.id, index: state.size - 1, authority: state.authority!, keys: state.keys! });
-    authority = state.authority!;
-    retired = state.keys!.retired;
-    for (let j = from; j < to; j++) run[j - runStart] = examine(j, false);
-  };
-  let runStart = 0;
   const keep = task.texts === true;
   const withTexts = task.noTexts !== true;
   const texts: string[] = [];
@@ -489,21 +478,60 @@ function walkTask(
     if (withTexts) result.texts = texts;
     result.facts = facts;
   }
-  let walker: ChainVerifier | null = null;
-  const run: Examined[] = [];
   const cancel = task.cancel;
-  for (let from = 0; from < task.count && result.failure === null; from += SIGNATURE_RUN) {
-    if (cancel !== undefined && Atomics.load(cancel, task.id) !== task.gen) {
+  const cancelled = (): boolean => cancel !== undefined && Atomics.load(cancel, task.id) !== task.gen;
+  // First every block of the batch is read and parsed, its signature check put off to its run's
+  // SignatureBatch. A key block seen here puts its key in force for the blocks after it at once,
+  // and the main thread hears of it now (a KeyNotice), before any signature of the batch is checked:
+  // the batches after this one then go out with the new key instead of failing with the old one.
+  // The walk below applies every key block again and stays the judge (this is only a head start).
+  const runs: SignatureBatch[] = [];
+  const examined: Examined[] = [];
+  /** The online key each key block of the batch put in force here (by batch offset). */
+  const putInForce = new Map<number, string>();
+  let keys = task.keys;
+  for (let i = 0; i < task.count; i++) {
+    if (i % SIGNATURE_RUN === 0) {
+      if (cancelled()) {
+        result.aborted = true;
+        return result;
+      }
+      runs.push(new SignatureBatch());
+    }
+    const x = examine(i, runs[runs.length - 1]);
+    examined.push(x);
+    if (x.facts.malformed !== null) break; // the walk stops at it
+    const event = x.facts.keyEvent;
+    if (event === null) continue;
+    try {
+      keys = applyKeyEvent(nodeBackend, keys, event, task.start + i);
+    } catch (e) {
+      if (e instanceof KeyEventError) break; // the walk refuses it
+      throw e;
+    }
+    if (keys.online.publicKey !== authority.publicKey)
+      noticeTo?.({ notice: 'keys', id: task.id, index: task.start + i, authority: { signer: keys.online.signer, publicKey: keys.online.publicKey }, keys });
+    authority = { signer: keys.online.signer, publicKey: keys.online.publicKey };
+    retired = keys.retired;
+    putInForce.set(i, authority.publicKey);
+  }
+  /** After the walk applied the key block at offset i: were the blocks after it examined with the key it put in force? Else they are examined again with it. */
+  const rekey = (state: VerifierState, i: number): void => {
+    if (putInForce.get(i) === state.authority!.publicKey) return;
+    authority = state.authority!;
+    retired = state.keys!.retired;
+    for (let j = i + 1; j < examined.length; j++) examined[j] = examine(j, undefined);
+  };
+  let walker: ChainVerifier | null = null;
+  for (let r = 0; r < runs.length && result.failure === null; r++) {
+    if (r > 0 && cancelled()) {
       result.aborted = true;
       return result;
     }
-    const to = Math.min(task.count, from + SIGNATURE_RUN);
-    run.length = 0;
-    runStart = from;
-    for (let i = from; i < to; i++) run.push(examine(i));
-    batch.check(nodeBackend);
-    for (let i = from; i < to; i++) {
-      const x = run[i - from]!;
+    runs[r]!.check(nodeBackend);
+    const to = Math.min(examined.length, (r + 1) * SIGNATURE_RUN);
+    for (let i = r * SIGNATURE_RUN; i < to; i++) {
+      const x = examined[i]!;
       if (walker === null) {
         const first = (result.first = x.facts);
         if (first.malformed !== null) return result; // the main thread stops at it
@@ -526,7 +554,7 @@ function walkTask(
         };
         walker = new ChainVerifier({ backend: nodeBackend, state, recordWalk: true });
         if (first.endorse) walker.learnEndorsed([first.recordHash]);
-        if (first.keyEvent !== null) rekey(state, i + 1, to);
+        if (first.keyEvent !== null) rekey(state, i);
         continue;
       }
       try {
@@ -537,7 +565,8 @@ function walkTask(
         break;
       }
       kept(x);
-      if (x.facts.malformed === null && x.facts.keyEvent !== null) rekey(walker.state, i + 1, to);
+      examined[i] = undefined as unknown as Examined; // nothing held past its walk
+      if (x.facts.malformed === null && x.facts.keyEvent !== null) rekey(walker.state, i);
     }
   }
   result.walked = walker!.state;

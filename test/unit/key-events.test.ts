@@ -295,6 +295,46 @@ test("parallel verification finds a retired key's block deep in a rotated chain 
   }
 });
 
+test('a key block a worker sees ahead of its walk changes nothing when it is forged: parallel verification fails at the same index as inline', async () => {
+  const work = mkdtempSync(join(tmpdir(), 'vouch-keys-'));
+  try {
+    const evil = seededSigner('attacker', 'vouch-test');
+    const cases: [string, (c: KeyChain) => void, RegExp][] = [
+      // No holder signed it: the worker cannot apply it, and the walk refuses it.
+      [
+        'no holders',
+        (c) => c.forge({ statement: keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(evil) }), signatures: [] }, evil),
+        /^bad_key_event@1234:/,
+      ],
+      // The holders signed it, but the block is signed by the old key: the worker puts the new key in force ahead, the walk refuses the block.
+      [
+        'signed by the old key',
+        (c) => c.forge(c.sign(keyStatement(c.keys, { signer: 'vouch-test', public_key: b64(evil) }), c.rootSigners()), c.signer),
+        /^bad_signature@1234:/,
+      ],
+    ];
+    for (const [name, forge, want] of cases) {
+      const c = buildRotatingChain(1_234, 300);
+      forge(c);
+      while (c.blocks.length < 2_000) c.endorse(c.blocks.length, evil);
+      const repo = await initChainRepo(join(work, name.replace(/ /g, '-')), c.blocks, c.checkpoint());
+      for (const [threads, batchSize] of [
+        [0, 500],
+        [2, 97],
+        [2, 500],
+      ] as const) {
+        const got = await verifyDirectory(repo, { threads, batchSize, pinnedPublicKey: pin }).then(
+          () => 'ok',
+          (e: unknown) => (e instanceof VouchError ? `${e.code}@${e.index}: ${e.message}` : String(e)),
+        );
+        assert.match(got, want, `${name}: threads ${threads}, batch ${batchSize}: ${got}`);
+      }
+    }
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+});
+
 test('void blocks are never selected, by URL or by name, before or after an index image round trip; a void revoke revokes nothing', () => {
   const c = new KeyChain();
   c.endorse(1);
