@@ -71,7 +71,10 @@ test('Go @latest carries the proof of the state its pick was made from; the side
   assert.is(String(side.size), r.headers.get(LISTING_HEADER.size));
   // a unit no block names: its absence proof; bad parameters: 400
   const none = (await (await fetch(`${f.gw.url}/v1/index/proof?unit=npm/never`)).json()) as { index_proof: string; checkpoint: string; size: number };
-  const v = verifyIndexProof(nodeBackend, Buffer.from(none.index_proof, 'base64'), 'unit', 'npm/never', { root: indexRootOfNote(none.checkpoint)!, size: none.size });
+  const v = verifyIndexProof(nodeBackend, Buffer.from(none.index_proof, 'base64'), 'unit', 'npm/never', {
+    root: indexRootOfNote(none.checkpoint)!,
+    size: none.size,
+  });
   assert.ok(v.ok && !v.value.present);
   for (const q of ['', '?unit=a/b&url=https://x.test/a', '?unit=nope', '?what=1']) assert.is((await fetch(`${f.gw.url}/v1/index/proof${q}`)).status, 400, q);
 });
