@@ -3,7 +3,7 @@
  * 11): an npm packument's `versions` keys (those carrying the pass route's
  * `deprecated` mark are shown as unendorsed), a PyPI simple page's files
  * (HTML or JSON) by the version in their file names through
- * `pep440ToSemver`, a Go `@v/list`'s lines without the `v`.
+ * `pep440ToSemver`, a Go `@v/list`'s lines (or `@latest`'s version) without the `v`.
  * Owns: `shownVersions` and the unit a package's listing is proved under.
  * Trusts: nothing of the body (bounded by the parsers' caps).
  * Must hold: an entry whose version cannot be mapped is reported (`unreadable`),
@@ -14,7 +14,7 @@ import { goSemver, goUnitName, npmUnitName, pep440ToSemver, pypiUnitName, type M
 import { checkJsonShape, JsonShapeError } from '../artifacts/json-shape.ts';
 import { PageError, parseHtmlPage, parseJsonPage, versionOfFile } from '../artifacts/pypi-simple.ts';
 import { PACKUMENT_CAPS, PASS_MARK } from '../gateway/ecosystems/npm.ts';
-import { ListTooLong, parseVersionList } from '../gateway/ecosystems/goproxy.ts';
+import { infoVersion, ListTooLong, parseVersionList } from '../gateway/ecosystems/goproxy.ts';
 
 export type Ecosystem = 'npm' | 'pypi' | 'go';
 
@@ -30,6 +30,8 @@ export interface ShownListing {
   shown: ShownVersion[];
   /** Entries whose version has no chain spelling (listed as written). */
   unreadable: string[];
+  /** Go `@latest`: the version it names (then `shown` is that one version). */
+  latest?: string;
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -103,6 +105,14 @@ export function shownVersions(eco: Ecosystem, pkg: string, body: Uint8Array, con
       seen.add(key);
       add(name, m, true);
     }
+    return out;
+  }
+  // Go `@latest`: a JSON `.info` naming one version (docs/spec/index.md 11: it must be the latest live one).
+  if (t.trimStart().startsWith('{')) {
+    const v = infoVersion(Buffer.from(body));
+    if (v === null) throw new ListingError('not a Go version list or @latest answer');
+    out.latest = v;
+    add(v, goSemver(v), true);
     return out;
   }
   try {

@@ -117,3 +117,6 @@ export const LISTINGS = [
   { eco: 'pypi', pkg: 'demo', path: '/pypi/simple/demo/', accept: 'application/vnd.pypi.simple.v1+html', form: 'html' },
   { eco: 'go', pkg: GO_MODULE, path: `/go/${GO_MODULE}/@v/list`, accept: '*/*', form: 'text' },
 ] as const;
+
+/** Go `@latest` (one version, the newest live one), checked like a listing. */
+export const LATEST = { eco: 'go', pkg: GO_MODULE, path: `/go/${GO_MODULE}/@latest`, accept: '*/*', form: 'text' } as const;

@@ -14,7 +14,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { vouchAsync } from '../helpers/processes.ts';
-import { ListingFixture, LISTINGS } from '../helpers/listing-fixture.ts';
+import { LATEST, ListingFixture, LISTINGS } from '../helpers/listing-fixture.ts';
 
 interface Recorded {
   headers: Record<string, string>;
@@ -42,7 +42,7 @@ async function grab(base: string, path: string, accept: string): Promise<Recorde
 
 async function recordAll(): Promise<Map<string, Recorded>> {
   const m = new Map<string, Recorded>();
-  for (const l of LISTINGS) m.set(`${l.path}\n${l.accept}`, await grab(f.gw.url, l.path, l.accept));
+  for (const l of [...LISTINGS, LATEST]) m.set(`${l.path}\n${l.accept}`, await grab(f.gw.url, l.path, l.accept));
   return m;
 }
 
@@ -103,7 +103,7 @@ test.after(async () => {
 });
 
 let n = 0;
-function checkListing(l: (typeof LISTINGS)[number], more: string[] = []) {
+function checkListing(l: (typeof LISTINGS)[number] | typeof LATEST, more: string[] = []) {
   return vouchAsync(
     ['check-listing', '--public-key', f.pub, '--ecosystem', l.eco, '--package', l.pkg, '--url', H + l.path, '--form', l.form, '--timeout', '30', ...more],
     {},
@@ -138,6 +138,21 @@ test('an older listing without the newest version: "missing version"', async () 
     const newest = l.eco === 'go' ? '1\\.2\\.0' : '2\\.0\\.0';
     assert.match(r.stderr, new RegExp(`^index_mismatch: missing version: the listing of .* leaves out ${newest}, endorsed and not revoked`), l.path);
   }
+});
+
+test('Go @latest replayed from older states: "hidden revocation" (v1.1.0, revoked since), "older version" (v1.0.0)', async () => {
+  mode = 'current';
+  replay = beforeRevoke;
+  let r = await checkListing(LATEST);
+  assert.is(r.status, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, /^index_mismatch: hidden revocation: @latest of example\.com\/demo names v1\.1\.0, the log's index at size \d+ makes it v1\.2\.0\n$/);
+  replay = beforeNewest;
+  r = await checkListing(LATEST);
+  assert.is(r.status, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, /^index_mismatch: older version: @latest of example\.com\/demo names v1\.0\.0, the log's index at size \d+ makes it v1\.2\.0\n$/);
+  replay = new Map();
+  r = await checkListing(LATEST);
+  assert.is(r.status, 0, r.stderr);
 });
 
 test("the older listing without a proof: no_proof; with the older state's proof under the current note: bad_proof", async () => {

@@ -16,7 +16,7 @@ import { expectedListing, judgeListing, LISTING_HEADER } from '../../chain/index
 import { indexRootOfNote } from '../../tools/index-check.ts';
 import { listingUnit, shownVersions } from '../../tools/listing-read.ts';
 import { vouchAsync } from '../helpers/processes.ts';
-import { GO_MODULE, ListingFixture, LISTINGS } from '../helpers/listing-fixture.ts';
+import { GO_MODULE, LATEST, ListingFixture, LISTINGS } from '../helpers/listing-fixture.ts';
 
 let f: ListingFixture;
 
@@ -90,6 +90,9 @@ test('vouch check-listing accepts each listing of the honest gateway (by URL, ev
     assert.is(r.status, 0, `${l.path} ${l.form}: ${r.stderr}`);
     assert.match(r.stdout, /^listing ok: .* exactly the 2 version\(s\) .* proves for .*; revoked, not shown: 1\.1\.0/);
   }
+  const latest = await checkListing(['--ecosystem', 'go', '--package', GO_MODULE, '--url', f.gw.url + LATEST.path]);
+  assert.is(latest.status, 0, latest.stderr);
+  assert.match(latest.stdout, /^listing ok: @latest of example\.com\/demo is v1\.2\.0, the latest of the 2 live version\(s\)/);
   const page = await fetch(`${f.gw.url}/pypi/simple/demo/`, { headers: { accept: 'application/vnd.pypi.simple.v1+html' } });
   const listing = join(f.work, `page-${++n}.html`);
   writeFileSync(listing, Buffer.from(await page.arrayBuffer()));

@@ -19,6 +19,7 @@ import { base64Decode, base64Encode } from '../../chain/encoding.ts';
 import { verifyIndexProof } from '../../chain/index-proof.ts';
 import { expectedListing, judgeListing, LISTING_HEADER, parseListingProof, type ListingProof } from '../../chain/index-listing.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
+import { latestOf } from '../../gateway/ecosystems/goproxy.ts';
 import { indexRootOfNote } from '../index-check.ts';
 import { listingUnit, ListingError, shownVersions, type Ecosystem } from '../listing-read.ts';
 import { openVerified, parseConsistencyAnswer, proveExtends, Refusal, staleCheckpoint, type Authority, type VerifiedCheckpoint } from '../tlog-client.ts';
@@ -97,7 +98,7 @@ export const checkListing: Command = {
     package: { type: 'string', value: 'NAME', help: 'npm package (@scope/name), PyPI project or Go module path', required: true },
     'public-key': { type: 'string', value: 'B64', help: "pinned key of the log's checkpoint notes (base64)", required: true },
     origin: { type: 'string', value: 'NAME', help: "the log's origin line, when pinned" },
-    url: { type: 'string', value: 'URL', help: 'the listing URL through a gateway (e.g. http://gw/npm/leftpad, .../simple/x/, .../@v/list)' },
+    url: { type: 'string', value: 'URL', help: 'the listing URL through a gateway (e.g. http://gw/npm/leftpad, .../simple/x/, .../@v/list or .../@latest)' },
     gateway: { type: 'string', value: 'URL', help: "the gateway's base URL for the side route and consistency proofs (default: --url's origin)" },
     file: { type: 'string', value: 'FILE', help: 'read the listing from FILE instead of fetching it' },
     'proof-file': { type: 'string', value: 'FILE', help: 'with --file: the JSON answer of /v1/index/proof for the unit' },
@@ -212,6 +213,30 @@ export const checkListing: Command = {
       }
       const today = new Date().toISOString().slice(0, 10);
       const exp = expectedListing(checked.value.events, checked.value.voids, today);
+      if (listing.latest !== undefined) {
+        // Go @latest: the go command's latest of the live versions (releases first).
+        const want = latestOf(exp.live.map((s) => `v${s}`));
+        if (want !== listing.latest) {
+          const rev = exp.revoked.includes(listing.latest.slice(1));
+          throw new Refusal(
+            'index_mismatch',
+            `${rev ? 'hidden revocation' : 'older version'}: @latest of ${v.package} names ${listing.latest}, the log's index at size ${cp.size} makes it ${want ?? 'none (no live version)'}`,
+          );
+        }
+        emit(
+          v,
+          `listing ok: @latest of ${v.package} is ${want}, the latest of the ${exp.live.length} live version(s) the log's index at size ${cp.size} proves for ${unit}`,
+          {
+            unit,
+            size: cp.size,
+            index_root: base64Encode(root),
+            latest: want,
+            versions: exp.live,
+            revoked: exp.revoked,
+          },
+        );
+        return 0;
+      }
       const verdict = judgeListing(exp, listing.shown, policy);
       const at = `the log's index at size ${cp.size}`;
       const list = (xs: string[]) => xs.slice(0, 10).join(', ') + (xs.length > 10 ? `, ... (${xs.length})` : '');
