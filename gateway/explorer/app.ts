@@ -20,6 +20,7 @@ import { parseBlock, computeRecordHash, payloadMessage, base64Decode, isFullOrde
 import { nobleBackend } from '../../chain/backend-noble.ts';
 import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { indexRootOf, unitVersions, verifyIndexProof } from '../../chain/index-proof.ts';
+import type { IndexEvent } from '../../chain/index-tree.ts';
 
 type Json = Record<string, any>;
 const $ = (sel: string) => document.querySelector(sel) as HTMLElement;
@@ -208,12 +209,11 @@ type IndexVerdict = { state: 'valid' | 'invalid' | 'unchecked'; text: string };
  * proof=1, or its 404): every endorse event is a block shown, none more, and
  * each block's revocation in force today is the one shown.
  */
-async function checkUrlIndex(url: string, shown: Json[], total: number): Promise<IndexVerdict> {
+type Proved = { value: true; v: { events: IndexEvent[]; voids: [number, number][] }; cp: { size: number } };
+
+/** A key's index proof (base64) against a note signed by one of the authority's keys: the proved events, or the verdict why not. */
+function checkedProof(note: string, proofB64: unknown, kind: 'url' | 'unit', name: string): Proved | IndexVerdict {
   const bad = (text: string): IndexVerdict => ({ state: 'invalid', text });
-  const r = await fetch(`/v1/endorsement?url=${encodeURIComponent(url)}&proof=1`, { headers: { accept: 'application/json' } });
-  const j = (await r.json().catch(() => ({}))) as Json;
-  const note = j.proof?.checkpoint ?? j.checkpoint;
-  if (typeof note !== 'string') return bad(`the gateway answers no checkpoint for this URL (HTTP ${r.status}): nothing shows the history is complete`);
   let cp: ReturnType<typeof openCheckpoint>['checkpoint'] | null = null;
   for (const k of [...spans].reverse().concat(authority ? [{ since: 0, ...authority }] : [])) {
     const key = base64Decode(k.key);
@@ -229,11 +229,69 @@ async function checkUrlIndex(url: string, shown: Json[], total: number): Promise
   const root = indexRootOf(cp.extensions);
   if (root === null) return { state: 'unchecked', text: `the log commits no completeness index at size ${cp.size}: completeness not checked` };
   if (!(root instanceof Uint8Array)) return bad(`the checkpoint is malformed: ${root.malformed}`);
-  const proof = typeof j.index_proof === 'string' ? base64Decode(j.index_proof) : null;
+  const proof = typeof proofB64 === 'string' ? base64Decode(proofB64) : null;
   if (proof === null) return bad(`the answer carries no index proof though the checkpoint of size ${cp.size} commits an index`);
-  const v = verifyIndexProof(nobleBackend, proof, 'url', url, { root, size: cp.size });
+  const v = verifyIndexProof(nobleBackend, proof, kind, name, { root, size: cp.size });
   if (!v.ok) return bad(v.reason);
-  const endorsed = v.value.events.filter((e) => e.kind === 'endorse').map((e) => e.block);
+  return { value: true, v: v.value, cp };
+}
+
+/**
+ * The versions of unit `name` as its index proof lists them (the side route
+ * /v1/index/proof), checked here: shown only when the proof verifies.
+ */
+async function unitIndexSection(name: string): Promise<HTMLElement[]> {
+  const r = await fetch(`/v1/index/proof?unit=${encodeURIComponent(name)}`, { headers: { accept: 'application/json' } });
+  const j = (await r.json().catch(() => ({}))) as Json;
+  let verdict: IndexVerdict;
+  let rows: HTMLElement[] = [];
+  if (typeof j.checkpoint !== 'string') {
+    verdict = { state: 'unchecked', text: `the gateway answers no index proof for this unit (HTTP ${r.status})` };
+  } else {
+    const checked = checkedProof(j.checkpoint, j.index_proof, 'unit', name);
+    if (!('value' in checked)) verdict = checked;
+    else {
+      const today = new Date().toISOString().slice(0, 10);
+      const versions = unitVersions(checked.v.events, checked.v.voids, today);
+      rows = versions.map((u) =>
+        el(
+          'tr',
+          {},
+          el('td', {}, link(String(u.block), `#/block/${u.block}`)),
+          el('td', {}, u.semver + (u.revokedBy !== null ? ' (revoked)' : '')),
+          el('td', {}, u.date),
+          el('td', {}, u.revokedBy !== null ? `block ${u.revokedBy.block} from ${u.revokedBy.date}` : ''),
+        ),
+      );
+      verdict = { state: 'valid', text: `every endorsement of ${name} in the log at size ${checked.cp.size}: ${versions.length} version(s)` };
+    }
+  }
+  return [
+    el('h3', {}, 'Versions of this unit, from the completeness index'),
+    indexResult(verdict),
+    ...(rows.length
+      ? [
+          el(
+            'table',
+            { class: 'unit-versions' },
+            el('thead', {}, el('tr', {}, ...['block', 'version', 'effective', 'revoked by'].map((h) => el('th', {}, h)))),
+            el('tbody', {}, ...rows),
+          ),
+        ]
+      : []),
+  ];
+}
+
+async function checkUrlIndex(url: string, shown: Json[], total: number): Promise<IndexVerdict> {
+  const bad = (text: string): IndexVerdict => ({ state: 'invalid', text });
+  const r = await fetch(`/v1/endorsement?url=${encodeURIComponent(url)}&proof=1`, { headers: { accept: 'application/json' } });
+  const j = (await r.json().catch(() => ({}))) as Json;
+  const note = j.proof?.checkpoint ?? j.checkpoint;
+  if (typeof note !== 'string') return bad(`the gateway answers no checkpoint for this URL (HTTP ${r.status}): nothing shows the history is complete`);
+  const checked = checkedProof(note, j.index_proof, 'url', url);
+  if (!('value' in checked)) return checked;
+  const { v, cp } = checked;
+  const endorsed = v.events.filter((e) => e.kind === 'endorse').map((e) => e.block);
   const shownBlocks = new Set(shown.map((x) => Number(x.index)));
   const missing = endorsed.filter((b) => !shownBlocks.has(b));
   if (shown.length === total && missing.length > 0)
@@ -242,7 +300,7 @@ async function checkUrlIndex(url: string, shown: Json[], total: number): Promise
   if (extra.length > 0) return bad(`the history shown has block ${extra.join(', ')}, which the log's index at size ${cp.size} does not list for this URL`);
   if (total !== endorsed.length) return bad(`the gateway counts ${total} blocks for this URL, the log's index at size ${cp.size} lists ${endorsed.length}`);
   const today = new Date().toISOString().slice(0, 10);
-  for (const u of unitVersions(v.value.events, v.value.voids, today)) {
+  for (const u of unitVersions(v.events, v.voids, today)) {
     const row = shown.find((x) => Number(x.index) === u.block);
     if (row !== undefined && (row.revoked_by !== undefined) !== (u.revokedBy !== null)) {
       return bad(
@@ -297,7 +355,8 @@ async function showSearch(q: string): Promise<void> {
     return;
   }
   const u = await api(`/v1/units?name=${encodeURIComponent(q)}`);
-  main.replaceChildren(el('h2', {}, `Blocks of ${q}`), blocksTable(u.blocks));
+  const unitIndex = await unitIndexSection(q).catch((e: Error) => [indexResult({ state: 'invalid', text: `the index check failed: ${e.message}` })]);
+  main.replaceChildren(el('h2', {}, `Blocks of ${q}`), blocksTable(u.blocks), ...unitIndex);
 }
 
 async function route(): Promise<void> {

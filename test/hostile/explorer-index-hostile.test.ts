@@ -4,7 +4,8 @@
  * real gateway is "index proof valid"; through a hostile relay answering
  * from an OLDER state of the same log (the history recorded before a newer
  * block, a revocation stripped, a false 404, the older state's index proof
- * under the current note) it is "index proof INVALID" with the reason.
+ * under the current note) it is "index proof INVALID" with the reason. A
+ * unit's versions are listed from its index proof only when it verifies.
  * Chromium missing is a failure, never a silent skip (.ci/run installs it).
  */
 import { test } from 'uvu';
@@ -36,6 +37,7 @@ let edit: (path: string) => Promise<{ status: number; json: unknown } | null> = 
 const U = () => origin.url('/widget.js');
 let olderVersions: unknown;
 let olderLookup: { index_proof: string };
+let olderUnit: { index_proof: string };
 
 async function json(path: string): Promise<unknown> {
   return (await fetch(gw.url + path, { headers: { accept: 'application/json' } })).json();
@@ -60,6 +62,7 @@ test.before(async () => {
   const q = encodeURIComponent(U());
   olderVersions = await json(`/v1/versions?url=${q}`);
   olderLookup = (await json(`/v1/endorsement?url=${q}&proof=1`)) as { index_proof: string };
+  olderUnit = (await json('/v1/index/proof?unit=acme/widget')) as { index_proof: string };
   origin.route('/widget.js', { body: 'widget 2\n' });
   await submitEntry(gw.url, token, { url: U(), name: 'acme/widget', semver: '2.0.0', license: 'MIT' }); // block 2
   const rv = await fetch(`${gw.url}/v1/revoke`, {
@@ -155,6 +158,31 @@ test('a false 404 for the URL: INVALID; the older index proof under the current 
     return { status: 200, json: { ...cur, index_proof: olderLookup.index_proof } };
   };
   assert.match(await verdict(H), /^index proof INVALID — index proof is for log size 2, the checkpoint is 4/);
+});
+
+test("a unit's versions from its index proof: listed when the proof verifies; the older state's proof through the relay: INVALID, nothing listed", async () => {
+  edit = async () => null;
+  const unitView = async (base: string) => {
+    await page.goto(`${base}/`);
+    await page.waitForSelector('table.blocks tbody tr');
+    await page.goto(`${base}/#/search/acme%2Fwidget`);
+    await page.waitForSelector('#index-result');
+    return {
+      verdict: (await page.textContent('#index-result')) ?? '',
+      rows: await page.$$eval('table.unit-versions tbody tr td:nth-child(2)', (tds) => tds.map((t) => t.textContent)),
+    };
+  };
+  const honest = await unitView(gw.url);
+  assert.match(honest.verdict, /^index proof valid: complete — every endorsement of acme\/widget in the log at size 4: 2 version\(s\)/);
+  assert.equal(honest.rows, ['1.0.0 (revoked)', '2.0.0']);
+  edit = async (p) => {
+    if (!p.startsWith('/v1/index/proof?')) return null;
+    const cur = (await json(p)) as Record<string, unknown>;
+    return { status: 200, json: { ...cur, index_proof: olderUnit.index_proof } };
+  };
+  const h = await unitView(H);
+  assert.match(h.verdict, /^index proof INVALID — index proof is for log size 2, the checkpoint is 4/);
+  assert.equal(h.rows, []);
 });
 
 test.run();
