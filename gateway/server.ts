@@ -13,6 +13,7 @@
  * answered before its body arrived keeps its connection LINGER_MS at most;
  * `Vouch-Min-Tree-Size` is met or 503 `behind`, never a 404 (guide/fleet).
  */
+import { handleIndexProof } from './routes/index-proof.ts';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 // The global `performance` is an accessor (a getter call per read); the module's export is the object.
@@ -430,6 +431,7 @@ export const ROUTES: Record<string, Route> = {
   '/v1/proof/inclusion': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleInclusionProof },
   '/v1/proof/consistency': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleConsistencyProof },
   '/v1/keys': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleKeys },
+  '/v1/index/proof': { methods: ['GET', 'HEAD'], kind: 'json', handler: handleIndexProof },
   ...Object.fromEntries(EXPLORER_PATHS.map((p) => [p, { methods: ['GET', 'HEAD'], kind: 'document', handler: handleExplorer } satisfies Route])),
 };
 

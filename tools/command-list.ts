@@ -49,6 +49,12 @@ export const COMMANDS: readonly CommandEntry[] = [
     load: async () => (await import('./commands/check.ts')).check,
   },
   {
+    name: 'check-listing',
+    short:
+      "Checks that a package listing (npm packument, PyPI simple page, Go @v/list) shows exactly the versions the log's completeness index proves for its unit",
+    load: async () => (await import('./commands/check-listing.ts')).checkListing,
+  },
+  {
     name: 'serve',
     short: 'Runs the gateway: JSON lookups, verified downloads and (with an authority key) submit',
     load: async () => (await import('./commands/serve.ts')).serve,

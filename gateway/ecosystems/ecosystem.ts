@@ -87,7 +87,15 @@ export interface MetadataResponse {
  * and form, so it must not depend on anything else of the request.
  */
 export type Rendered =
-  | { ok: true; status: number; contentType: string; body: string | Buffer; headers?: Record<string, string> }
+  | {
+      ok: true;
+      status: number;
+      contentType: string;
+      body: string | Buffer;
+      headers?: Record<string, string>;
+      /** The unit whose version list the answer shows: it carries that unit's completeness proof (gateway/ecosystems/listing-proof.ts). */
+      unit?: string;
+    }
   | { ok: false; status: number; message: string };
 
 /** What an npm rendering needs besides the origin body and the chain (also sent to the render worker). */
@@ -179,6 +187,8 @@ export interface MetadataIO {
    * when the budget has no room for it).
    */
   send(status: number, contentType: string, body: string | Buffer, headers?: Record<string, string>): void;
+  /** The completeness-proof headers of a listing of `unit` built from the chain as it is now (docs/spec/index.md 11); {} when none. */
+  listingHeaders?(unit: string): Record<string, string>;
   /** Sends a failure in the client's form (`errorBody`), counted as failed. */
   fail(status: number, message: string): void;
   /** Streams the origin's answer for the request through (as a pass route does). */

@@ -12,6 +12,7 @@
  * through the verified path; only valid paths reach the origin; origin
  * metadata is checked and bounded (MAX_LIST_LINES) before it is sent.
  */
+import { goUnitName } from '../../chain/unit-names.ts';
 import type { Classified, EcosystemHandler, MetadataIO, MetadataResponse, Rendered, RenderView } from './ecosystem.ts';
 
 /** Longest module path accepted (bytes, unescaped). */
@@ -342,16 +343,19 @@ async function answerList(io: MetadataIO, module: string): Promise<void> {
   if (r.status !== 200) return originRefused(io, r, `version list for ${module}`);
   io.answer(r, 'go list', (view): Rendered => {
     const lines = offeredList(view, module, r.body);
-    return Array.isArray(lines) ? { ok: true, status: 200, contentType: TEXT, body: formatVersionList(lines) } : lines;
+    const unit = goUnitName(module);
+    return Array.isArray(lines)
+      ? { ok: true, status: 200, contentType: TEXT, body: formatVersionList(lines), ...(unit.ok ? { unit: unit.value } : {}) }
+      : lines;
   });
 }
 
 /** Sends the origin's `.info` of a version whose .zip is endorsed (or on a pass route), checked to describe exactly that version. */
-async function sendInfo(io: MetadataIO, module: string, version: string): Promise<void> {
+async function sendInfo(io: MetadataIO, module: string, version: string, headers: Record<string, string> = {}): Promise<void> {
   const r = await io.fetch(`${escapeGo(module)}/@v/${escapeGo(version)}.info`, FETCH);
   if (r.status !== 200) return originRefused(io, r, `.info for ${module}@${version}`);
   if (infoVersion(r.body) !== version) return io.fail(502, `vouch: the origin's .info for ${module}@${version} is not valid or names another version`);
-  io.send(200, JSON_TYPE, r.body);
+  io.send(200, JSON_TYPE, r.body, headers);
 }
 
 async function answerInfoOrMod(io: MetadataIO, what: 'info' | 'mod', module: string, version: string): Promise<void> {
@@ -398,7 +402,9 @@ async function answerLatest(io: MetadataIO, module: string): Promise<void> {
       return { value: Array.isArray(lines) ? latestOf(lines.map((l) => l.version)) : lines, bytes: 256 };
     });
     if (best !== null && typeof best === 'object') return io.fail(best.status, best.ok ? '' : best.message);
-    if (best !== null) return sendInfo(io, module, best);
+    // The pick's completeness proof: the unit's proof of the state the pick was made from (docs/spec/index.md 11).
+    const unit = goUnitName(module);
+    if (best !== null) return sendInfo(io, module, best, unit.ok ? (io.listingHeaders?.(unit.value) ?? {}) : {});
   }
   const r = await io.fetch(`${escapeGo(module)}/@latest`, FETCH);
   if (r.status === 200) {

@@ -14,6 +14,7 @@
  */
 import { SemVer } from 'semver';
 import { isSemver } from '../../chain/block.ts';
+import { npmUnitName } from '../../chain/unit-names.ts';
 import type { Selection } from '../../chain/select.ts';
 import { checkJsonShape, JsonShapeError, type JsonCaps } from '../../artifacts/json-shape.ts';
 import type { Classified, EcosystemHandler, MetadataIO, PackumentJob, Rendered, RenderView } from './ecosystem.ts';
@@ -311,7 +312,15 @@ export function finishPackument(doc: unknown, job: PackumentJob, io: RenderView)
     malformed: result.malformed,
   });
   if (result.kept === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: no endorsed version of ${job.name}` };
-  return { ok: true, status: 200, contentType: answerType(job.contentType, job.abbreviated), body: JSON.stringify(doc), headers: { vary: 'accept' } };
+  const unit = npmUnitName(job.name);
+  return {
+    ok: true,
+    status: 200,
+    contentType: answerType(job.contentType, job.abbreviated),
+    body: JSON.stringify(doc),
+    headers: { vary: 'accept' },
+    ...(unit.ok ? { unit: unit.value } : {}),
+  };
 }
 
 /** The packument answer made from the origin's body on this thread: `preparePackument` then `finishPackument`. */

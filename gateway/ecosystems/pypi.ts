@@ -14,6 +14,7 @@
  */
 import { PageError, parseHtmlPage, parseJsonPage, versionOfFile, type IndexPage } from '../../artifacts/pypi-simple.ts';
 import { pipFileNames } from '../../artifacts/pip-url.ts';
+import { pypiUnitName } from '../../chain/unit-names.ts';
 import type { Classified, EcosystemHandler, MetadataIO, PageJob, Rendered, RenderView } from './ecosystem.ts';
 
 export const JSON_TYPE = 'application/vnd.pypi.simple.v1+json';
@@ -392,7 +393,8 @@ export function finishPage(page: IndexPage, job: PageJob, io: RenderView): Rende
   }
   if (out.files.length === 0 && io.unendorsed === 'deny') return { ok: false, status: 404, message: `vouch: the index lists no file of ${page.name}` };
   const body = want.form === 'json' ? renderJson(out) : renderHtml(out);
-  return { ok: true, status: 200, contentType: want.contentType, body, headers: { vary: 'Accept' } };
+  const unit = pypiUnitName(job.project);
+  return { ok: true, status: 200, contentType: want.contentType, body, headers: { vary: 'Accept' }, ...(unit.ok ? { unit: unit.value } : {}) };
 }
 
 /** The page answered from the index's body on this thread: `preparePage` then `finishPage`. */

@@ -9,11 +9,18 @@
  * key in force at its index (from `/v1/keys`), key blocks say what they did
  * (root, rotation, compromise with the voided range), void blocks are marked.
  *
+ * A URL's version history is checked against the completeness index
+ * (docs/spec/index.md 8): the URL's index proof, against the signed note it
+ * comes with, must list exactly the blocks shown and their revocations.
+ *
  * Loaded only from the gateway itself (no CDN). Bundled by esbuild at
  * gateway start (gateway/explorer.ts).
  */
 import { parseBlock, computeRecordHash, payloadMessage, base64Decode, isFullOrderPublicKey, type Block } from '../../chain/index.ts';
 import { nobleBackend } from '../../chain/backend-noble.ts';
+import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { indexRootOf, unitVersions, verifyIndexProof } from '../../chain/index-proof.ts';
+import type { IndexEvent } from '../../chain/index-tree.ts';
 
 type Json = Record<string, any>;
 const $ = (sel: string) => document.querySelector(sel) as HTMLElement;
@@ -194,11 +201,135 @@ async function showBlock(ref: string): Promise<void> {
   );
 }
 
+type IndexVerdict = { state: 'valid' | 'invalid' | 'unchecked'; text: string };
+
+/**
+ * The history shown for `url` (`shown`, of `total` blocks) against the URL's
+ * completeness-index proof and the note it is against (from the lookup with
+ * proof=1, or its 404): every endorse event is a block shown, none more, and
+ * each block's revocation in force today is the one shown.
+ */
+type Proved = { value: true; v: { events: IndexEvent[]; voids: [number, number][] }; cp: { size: number } };
+
+/** A key's index proof (base64) against a note signed by one of the authority's keys: the proved events, or the verdict why not. */
+function checkedProof(note: string, proofB64: unknown, kind: 'url' | 'unit', name: string): Proved | IndexVerdict {
+  const bad = (text: string): IndexVerdict => ({ state: 'invalid', text });
+  let cp: ReturnType<typeof openCheckpoint>['checkpoint'] | null = null;
+  for (const k of [...spans].reverse().concat(authority ? [{ since: 0, ...authority }] : [])) {
+    const key = base64Decode(k.key);
+    if (key === null) continue;
+    try {
+      cp = openCheckpoint(nobleBackend, note, { publicKey: key }).checkpoint;
+      break;
+    } catch {
+      /* another key */
+    }
+  }
+  if (cp === null) return bad("the checkpoint note does not verify with the authority's keys");
+  const root = indexRootOf(cp.extensions);
+  if (root === null) return { state: 'unchecked', text: `the log commits no completeness index at size ${cp.size}: completeness not checked` };
+  if (!(root instanceof Uint8Array)) return bad(`the checkpoint is malformed: ${root.malformed}`);
+  const proof = typeof proofB64 === 'string' ? base64Decode(proofB64) : null;
+  if (proof === null) return bad(`the answer carries no index proof though the checkpoint of size ${cp.size} commits an index`);
+  const v = verifyIndexProof(nobleBackend, proof, kind, name, { root, size: cp.size });
+  if (!v.ok) return bad(v.reason);
+  return { value: true, v: v.value, cp };
+}
+
+/**
+ * The versions of unit `name` as its index proof lists them (the side route
+ * /v1/index/proof), checked here: shown only when the proof verifies.
+ */
+async function unitIndexSection(name: string): Promise<HTMLElement[]> {
+  const r = await fetch(`/v1/index/proof?unit=${encodeURIComponent(name)}`, { headers: { accept: 'application/json' } });
+  const j = (await r.json().catch(() => ({}))) as Json;
+  let verdict: IndexVerdict;
+  let rows: HTMLElement[] = [];
+  if (typeof j.checkpoint !== 'string') {
+    verdict = { state: 'unchecked', text: `the gateway answers no index proof for this unit (HTTP ${r.status})` };
+  } else {
+    const checked = checkedProof(j.checkpoint, j.index_proof, 'unit', name);
+    if (!('value' in checked)) verdict = checked;
+    else {
+      const today = new Date().toISOString().slice(0, 10);
+      const versions = unitVersions(checked.v.events, checked.v.voids, today);
+      rows = versions.map((u) =>
+        el(
+          'tr',
+          {},
+          el('td', {}, link(String(u.block), `#/block/${u.block}`)),
+          el('td', {}, u.semver + (u.revokedBy !== null ? ' (revoked)' : '')),
+          el('td', {}, u.date),
+          el('td', {}, u.revokedBy !== null ? `block ${u.revokedBy.block} from ${u.revokedBy.date}` : ''),
+        ),
+      );
+      verdict = { state: 'valid', text: `every endorsement of ${name} in the log at size ${checked.cp.size}: ${versions.length} version(s)` };
+    }
+  }
+  return [
+    el('h3', {}, 'Versions of this unit, from the completeness index'),
+    indexResult(verdict),
+    ...(rows.length
+      ? [
+          el(
+            'table',
+            { class: 'unit-versions' },
+            el('thead', {}, el('tr', {}, ...['block', 'version', 'effective', 'revoked by'].map((h) => el('th', {}, h)))),
+            el('tbody', {}, ...rows),
+          ),
+        ]
+      : []),
+  ];
+}
+
+async function checkUrlIndex(url: string, shown: Json[], total: number): Promise<IndexVerdict> {
+  const bad = (text: string): IndexVerdict => ({ state: 'invalid', text });
+  const r = await fetch(`/v1/endorsement?url=${encodeURIComponent(url)}&proof=1`, { headers: { accept: 'application/json' } });
+  const j = (await r.json().catch(() => ({}))) as Json;
+  const note = j.proof?.checkpoint ?? j.checkpoint;
+  if (typeof note !== 'string') return bad(`the gateway answers no checkpoint for this URL (HTTP ${r.status}): nothing shows the history is complete`);
+  const checked = checkedProof(note, j.index_proof, 'url', url);
+  if (!('value' in checked)) return checked;
+  const { v, cp } = checked;
+  const endorsed = v.events.filter((e) => e.kind === 'endorse').map((e) => e.block);
+  const shownBlocks = new Set(shown.map((x) => Number(x.index)));
+  const missing = endorsed.filter((b) => !shownBlocks.has(b));
+  if (shown.length === total && missing.length > 0)
+    return bad(`the history shown leaves out block ${missing.join(', ')}, which the log's index at size ${cp.size} lists for this URL`);
+  const extra = [...shownBlocks].filter((b) => !endorsed.includes(b));
+  if (extra.length > 0) return bad(`the history shown has block ${extra.join(', ')}, which the log's index at size ${cp.size} does not list for this URL`);
+  if (total !== endorsed.length) return bad(`the gateway counts ${total} blocks for this URL, the log's index at size ${cp.size} lists ${endorsed.length}`);
+  const today = new Date().toISOString().slice(0, 10);
+  for (const u of unitVersions(v.events, v.voids, today)) {
+    const row = shown.find((x) => Number(x.index) === u.block);
+    if (row !== undefined && (row.revoked_by !== undefined) !== (u.revokedBy !== null)) {
+      return bad(
+        u.revokedBy !== null
+          ? `block ${u.block} is shown as usable, but block ${u.revokedBy.block} revokes it from ${u.revokedBy.date} (the log's index at size ${cp.size})`
+          : `block ${u.block} is shown as revoked, but the log's index at size ${cp.size} holds no revocation of it in force`,
+      );
+    }
+  }
+  return { state: 'valid', text: `the ${endorsed.length} block(s) shown are all the log's index at size ${cp.size} lists for this URL` };
+}
+
+function indexResult(v: IndexVerdict): HTMLElement {
+  const head = v.state === 'valid' ? 'index proof valid: complete' : v.state === 'invalid' ? 'index proof INVALID' : 'completeness not checked';
+  return el('div', { id: 'index-result', class: v.state === 'unchecked' ? 'unchecked' : v.state }, head, el('small', {}, ' — ' + v.text));
+}
+
 async function showSearch(q: string): Promise<void> {
   const main = $('#main');
   if (/^\d+$/.test(q) || /^[0-9a-f]{64}$/.test(q)) return showBlock(q);
   if (/^https?:\/\//i.test(q)) {
-    const v = await api(`/v1/versions?url=${encodeURIComponent(q)}`);
+    // A 404 is a claim too: no block names the URL; the index proof checks it.
+    const v = await api(`/v1/versions?url=${encodeURIComponent(q)}`).catch((e: Error) => {
+      if (/^not_found:/.test(e.message)) return { versions: [], total: 0 } as Json;
+      throw e;
+    });
+    const verdict = await checkUrlIndex(q, v.versions as Json[], Number(v.total ?? (v.versions as Json[]).length)).catch(
+      (e: Error): IndexVerdict => ({ state: 'invalid', text: `the index check failed: ${e.message}` }),
+    );
     const rows = (v.versions as Json[]).map((x) =>
       el(
         'tr',
@@ -213,6 +344,7 @@ async function showSearch(q: string): Promise<void> {
     main.replaceChildren(
       el('h2', {}, 'Version history'),
       el('p', { class: 'url' }, q),
+      indexResult(verdict),
       el(
         'table',
         { class: 'versions' },
@@ -223,7 +355,8 @@ async function showSearch(q: string): Promise<void> {
     return;
   }
   const u = await api(`/v1/units?name=${encodeURIComponent(q)}`);
-  main.replaceChildren(el('h2', {}, `Blocks of ${q}`), blocksTable(u.blocks));
+  const unitIndex = await unitIndexSection(q).catch((e: Error) => [indexResult({ state: 'invalid', text: `the index check failed: ${e.message}` })]);
+  main.replaceChildren(el('h2', {}, `Blocks of ${q}`), blocksTable(u.blocks), ...unitIndex);
 }
 
 async function route(): Promise<void> {

@@ -180,6 +180,32 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
         },
       },
     },
+    '/v1/index/proof': {
+      get: {
+        summary:
+          "A key's completeness-index proof (docs/spec/index.md 6) against the served checkpoint note: `{kind, name, size, index_proof, checkpoint}`; the listing answers of the npm, PyPI and Go routes link it in `Vouch-Index-Proof-Url` (docs/spec/index.md 11)",
+        parameters: [
+          {
+            name: 'unit',
+            in: 'query',
+            required: false,
+            description: "A unit name (an endorsement's `name`: `npm/x`, `@scope/y`, `pypi/z`, `go/...`).",
+            schema: { type: 'string' },
+          },
+          { name: 'url', in: 'query', required: false, description: 'An artifact URL (instead of unit).', schema: { type: 'string' } },
+        ],
+        responses: {
+          200: {
+            description: 'The proof (of absence when no block names the key) and the note it is against.',
+            content: { 'application/json': { schema: { type: 'object' } } },
+          },
+          400: jsonError('Not exactly one of unit and url, or a malformed one (`bad_request`).'),
+          404: jsonError('The served checkpoint commits no completeness index at this size (`not_found`).'),
+          406: jsonError('The Accept header rules out JSON.'),
+          503: jsonError('Not ready.'),
+        },
+      },
+    },
     '/v1/keys': {
       get: {
         summary:

@@ -31,6 +31,7 @@ import { etagMatches, sendPaced, serveVerified, stallGuard } from './download.ts
 import { sendEmpty, statusOf } from '../http-util.ts';
 import { keptOriginHeaders } from '../../artifacts/stored-artifact.ts';
 import { OciRoutes } from '../ecosystems/oci-route.ts';
+import { listingHeaders } from '../ecosystems/listing-proof.ts';
 
 /** What the proxy did, since the start (for metrics). */
 export interface ProxyStats {
@@ -435,7 +436,8 @@ export class ProxyRoutes {
     // What a kept answer depends on besides the origin body: the route, the client's form, the chain state, the day.
     const keyOf = (form: string) => {
       const state = this.ctx.state;
-      const chain = state === null ? '-' : `${stateSerial(state)}.${state.size}.${state.head.record_hash}`;
+      // The served note's size too: a listing's completeness proof is against it (listing-proof.ts).
+      const chain = state === null ? '-' : `${stateSerial(state)}.${state.size}.${state.head.record_hash}.${state.note?.checkpoint.size ?? '-'}`;
       return `${route.index}\u0000${form}\u0000${chain}\u0000${this.ctx.today()}`;
     };
     const view: RenderView = {
@@ -509,6 +511,7 @@ export class ProxyRoutes {
         sendTemplate(r, key, await this.metadata.deriveAsync(r.id, key, () => this.renderJob(route, view, job, r.body, host)));
       },
       send: (status, contentType, body, headers = {}) => send(status, contentType, body, headers),
+      listingHeaders: (unit) => listingHeaders(this.ctx.state, unit),
       fail: (status, message) => {
         this.counters.failed++;
         this.fail(res, route, status, message);
@@ -591,7 +594,13 @@ export class ProxyRoutes {
    * is a 502 with the reason, logged at warn: the origin's document, not a
    * fault of the gateway.
    */
-  private render(route: ProxyRoute, view: RenderView, make: (view: RenderView) => Rendered, host: string): { value: Template; bytes: number } {
+  private render(
+    route: ProxyRoute,
+    view: RenderView,
+    make: (view: RenderView) => Rendered,
+    host: string,
+    builtFrom: string = this.chainMark(),
+  ): { value: Template; bytes: number } {
     let out: Rendered;
     try {
       out = make(view);
@@ -601,6 +610,8 @@ export class ProxyRoutes {
       out = { ok: false, status: 502, message: `vouch: the origin's ${route.kind} metadata cannot be handled (${e.message})` };
     }
     if (!out.ok) return { value: out, bytes: out.message.length };
+    // A listing carries its unit's completeness proof, of the state it was built from (unless the chain moved meanwhile).
+    if (out.unit !== undefined && this.chainMark() === builtFrom) out = { ...out, headers: { ...out.headers, ...listingHeaders(this.ctx.state, out.unit) } };
     const marked = Buffer.isBuffer(out.body) ? out.body : Buffer.from(out.body);
     const split = splitAtMark(marked);
     const head = { ok: true as const, status: out.status, contentType: out.contentType, headers: out.headers ?? {} };
@@ -622,10 +633,17 @@ export class ProxyRoutes {
    * lines); on this thread when no worker can run.
    */
   private async renderJob(route: ProxyRoute, view: RenderView, job: RenderJob, body: Buffer, host: string): Promise<{ value: Template; bytes: number }> {
+    const builtFrom = this.chainMark();
     const done = await this.renderPool.render(job, body, route.unendorsed, (urls) => decide(urls, view));
     if (done === null) return this.render(route, view, (v) => renderJob(job, body, v), host);
     for (const l of done.logs) this.ctx.log[l.level](l.msg, { route: route.label, ...l.fields });
-    return this.render(route, view, () => done.rendered, host);
+    return this.render(route, view, () => done.rendered, host, builtFrom);
+  }
+
+  /** The chain state and served note as they are now (equal marks: nothing was appended or synced between). */
+  private chainMark(): string {
+    const state = this.ctx.state;
+    return state === null ? '-' : `${stateSerial(state)}.${state.size}.${state.note?.checkpoint.size ?? '-'}`;
   }
 
   /**

@@ -191,6 +191,8 @@ test('transparency routes match the document', async () => {
   assert.is((await call('GET', '/tile/entries/x')).status, 400);
   assert.is((await call('GET', '/v1/keys?since=0')).status, cp.status === 200 ? 200 : 404);
   assert.is((await call('GET', '/v1/keys?since=x')).status, 400);
+  assert.is((await call('GET', '/v1/index/proof?unit=acme/doc')).status, cp.status === 200 ? 200 : 404);
+  assert.is((await call('GET', '/v1/index/proof?unit=x')).status, 400);
   const authority = await request(`${gw.url}/v1/authority`, { dispatcher: agent });
   const a = (await authority.body.json()) as any;
   if (cp.status === 200) assert.match(a.verifier_key, /^[^+\s]+\+[0-9a-f]{8}\+[A-Za-z0-9+/]+=*$/);

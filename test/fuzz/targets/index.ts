@@ -24,6 +24,7 @@ import {
   tileTarget,
 } from './chain.ts';
 import { mavenLockTarget, mavenMetadataTarget } from './maven.ts';
+import { indexProofTarget } from './index-proof.ts';
 import { ociManifestTarget, ociTextTarget } from './oci.ts';
 import {
   configTarget,
@@ -59,6 +60,7 @@ export const TARGETS: readonly FuzzTarget[] = [
   addCheckpointTarget,
   tlogPolicyTarget,
   tlogProofTarget,
+  indexProofTarget,
   tileTarget,
   queryTarget,
   pypiHtmlTarget,
