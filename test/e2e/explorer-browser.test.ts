@@ -13,7 +13,8 @@ import * as assert from 'uvu/assert';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { CHROMIUM, launchChromium } from '../helpers/chromium.ts';
 import { Agent, request } from 'undici';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
@@ -22,7 +23,6 @@ import { repoRoot } from '../helpers/vectors.ts';
 import { b64, buildKeyLifeChain, ONLINE } from '../helpers/key-fixture.ts';
 import { initKeyRepo } from '../helpers/key-log.ts';
 
-const CHROMIUM = process.env.VOUCH_CHROMIUM ?? '/usr/bin/chromium';
 const work = mkdtempSync(join(tmpdir(), 'vouch-explorer-'));
 const token = 'explorer-token-' + 'e'.repeat(30);
 const agent = new Agent();
@@ -60,19 +60,7 @@ test.before(async () => {
   await submit('/a-1.tgz', 'artifact 1', 'acme/widget', '1.0.0'); // block 1
   await submit('/a-1.tgz', 'artifact 1 v2', 'acme/widget', '2.0.0'); // block 2: same URL, new version
   await submit('/a-3.tgz', 'artifact 3', 'beta/tool', '3.0.0'); // block 3
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launchChromium();
   page = await browser.newPage();
   page.setDefaultTimeout(15_000);
 });

@@ -18,7 +18,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, w
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { CHROMIUM, launchChromium } from '../helpers/chromium.ts';
 import { base64Decode } from '../../chain/encoding.ts';
 import { SIG_ED25519, parseNote, verifierKey } from '../../chain/note.ts';
 import { parseCheckpoint } from '../../chain/tlog-checkpoint.ts';
@@ -29,7 +30,6 @@ import { PushingAuthority, startGatewayProcess, until, writeConfig, type Gateway
 import { gitAsync, vouchAsync } from '../helpers/processes.ts';
 import { buildCheckNote, type CheckNoteRun } from '../helpers/go-checknote.ts';
 
-const CHROMIUM = process.env.VOUCH_CHROMIUM ?? '/usr/bin/chromium';
 const ORIGIN = 'vouch.example/life';
 const WITNESS = 'witness.example.test/life';
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-life-'));
@@ -213,19 +213,7 @@ test.before(async () => {
   const wvkey = verifierKey(nodeBackend, WITNESS, 0x04, rawPublicKey(readKeyFile(join(wdir, 'w.pem'))));
   await live.restart({ witnesses: [{ url: witness.url, vkey: wvkey }] });
   for (const h of ['holder-1', 'holder-2', 'holder-3', 'holder-4']) holders[h] = await keygen(join(work, `${h}.pem`));
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launchChromium();
   page = await browser.newPage();
   page.setDefaultTimeout(20_000);
   checkNote = buildCheckNote(work);

@@ -15,12 +15,12 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { CHROMIUM, launchChromium } from '../helpers/chromium.ts';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 
-const CHROMIUM = process.env.VOUCH_CHROMIUM ?? '/usr/bin/chromium';
 const work = mkdtempSync(join(tmpdir(), 'vouch-explorer-index-'));
 const token = `explorer-index-${'x'.repeat(30)}`;
 let gw: GatewayProcess;
@@ -91,19 +91,7 @@ test.before(async () => {
   });
   await new Promise<void>((ok) => hostile.listen(0, '127.0.0.1', ok));
   H = `http://127.0.0.1:${(hostile.address() as AddressInfo).port}`;
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launchChromium();
   page = await browser.newPage();
   page.setDefaultTimeout(20_000);
 });
