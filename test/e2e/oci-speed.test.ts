@@ -5,10 +5,9 @@
  * front of it, and skopeo copying the image through the gateway.
  * Must hold: the layers of a cold pull are hashed by the hash workers beside
  * their receiving (`vouch_origin_hashed_inline_bytes_total` stays 0: the
- * workers boot when the gateway listens, not under the first layer); a
- * verified layer is sent from memory without waiting for its copy in the
- * disk tier, which is complete when the gateway stops; what the client
- * received is the endorsed image, byte for byte.
+ * workers boot when the gateway listens, not under the first layer); what
+ * the client received is the endorsed image, byte for byte. (The disk copy
+ * written behind the sending: test/unit/mirror-write-behind.)
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
