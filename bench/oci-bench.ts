@@ -12,6 +12,7 @@
  * throughput ratio = registry time / gateway time; medians of ROUNDS. Peak
  * RSS is the gateway's VmHWM after its two pulls, against the configured
  * memory budget (`mirror.budget_bytes`). Everything runs on 127.0.0.1.
+ * VOUCH_BENCH_OCI_PROFILE=DIR: each gateway writes a --cpu-prof into DIR.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
@@ -113,7 +114,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         mirror: { memory_bytes: MEMORY, budget_bytes: BUDGET, disk_dir: join(gwDir, 'mirror') },
         proxy: { routes: [{ prefix: '/v2/', kind: 'oci', origin: registry.url, canonical: CANON }] },
       });
-      // VOUCH_BENCH_OCI_PROFILE=DIR: each gateway writes a CPU profile of its life (both pulls) into DIR (node --cpu-prof).
+      // A CPU profile of the gateway's whole life (both pulls), written when it stops.
       const prof = process.env.VOUCH_BENCH_OCI_PROFILE;
       const gw = prof
         ? await spawnNode(
@@ -166,9 +167,10 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         `The registry's CPU for a pull straight from it: ${median(registryCpu).toFixed(0)} ms (median).`,
       '',
       'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
-        'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives) before its own sending starts. ' +
+        'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened) ' +
+        'before its own sending starts, and its copy in the disk mirror is written behind that sending. ' +
         "The blobs of a served manifest are fetched ahead 3 at a time in the manifest's order, the client's requests joining those fetches, " +
-        'so the first layer is on its way while the next ones arrive. Hits are sent from memory in 1 MiB pieces or from the disk mirror through ' +
+        'so the first layer is on its way while the next ones arrive. Hits are sent from memory in 1 MiB pieces, up to 8 MiB of them queued on the socket, or from the disk mirror through ' +
         'two 1 MiB halves, without hashing a file again that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
         'The figures are wall times of skopeo on 2 cores shared with other work: read them with the load average above.',
     ].join('\n');
