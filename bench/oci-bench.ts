@@ -1,7 +1,6 @@
 /**
  * `npm run bench -- oci`: what `skopeo copy` of a container image pays for
  * going through a `kind: oci` route (issue 36, item 5), as users run it.
- *
  * An image of LAYERS layers (LAYER_MIB MiB each, gzip stored blocks, so the
  * bytes on the wire are that large) is pushed to Debian's distribution
  * registry on 127.0.0.1 and its tag endorsed. Each round, interleaved:
@@ -11,8 +10,8 @@
  * through that gateway (mirror hit). Wall time of the skopeo process;
  * throughput ratio = registry time / gateway time; medians of ROUNDS. Peak
  * RSS is the gateway's VmHWM after its two pulls, against the configured
- * memory budget (`mirror.budget_bytes`). Everything runs on 127.0.0.1.
- * VOUCH_BENCH_OCI_PROFILE=DIR: each gateway writes a --cpu-prof into DIR.
+ * memory budget (`mirror.budget_bytes`). All on 127.0.0.1. With
+ * VOUCH_BENCH_OCI_PROFILE=DIR each gateway writes a --cpu-prof into DIR.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
