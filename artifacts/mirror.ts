@@ -76,6 +76,8 @@ export class Mirror {
   private diskError: string | null = null;
   private readonly spool: SpoolFiles;
   private readonly counters = { memoryHits: 0, diskHits: 0, misses: 0, corrupt: 0, diskWriteErrors: 0 };
+  /** Copies of memory-tier bytes being written to the disk tier, by artifact hash (each holds its bytes until written). */
+  private readonly writing = new Map<string, Promise<void>>();
 
   constructor(options: MirrorOptions = {}) {
     const memoryBytes = options.memoryBytes ?? 256 * MiB;
@@ -107,6 +109,8 @@ export class Mirror {
       return hit;
     }
     await this.ready;
+    // Gone from memory before its copy reached the disk tier: that copy is awaited, not fetched again.
+    await this.writing.get(artifactHash);
     const entry = this.diskEnabled ? this.disk!.get(artifactHash) : undefined;
     if (entry !== undefined) {
       const found = await this.readBack(entry, parsed);
@@ -121,13 +125,20 @@ export class Mirror {
 
   /** Whether the mirror holds the artifact (memory or disk index), without checking or counting. */
   has(artifactHash: string): boolean {
-    return this.memory.has(artifactHash) || (this.diskEnabled && this.disk!.has(artifactHash));
+    return this.memory.has(artifactHash) || (this.diskEnabled && (this.disk!.has(artifactHash) || this.writing.has(artifactHash)));
+  }
+
+  /** Resolves once the disk copies `putBytes` started so far are written (or failed, counted). */
+  async settled(): Promise<void> {
+    while (this.writing.size > 0) await Promise.all(this.writing.values());
   }
 
   /**
    * Stores verified bytes (at most `spoolThreshold` of them): memory tier,
-   * and the disk tier when there is one (awaited; a disk failure is counted,
-   * not thrown). Returns them as an artifact. `headers`: origin response
+   * and the disk tier when there is one, written after this resolves (the
+   * bytes are served from memory meanwhile and held until written; a disk
+   * failure is counted, not thrown; `settled()` and `close()` await the
+   * writes). Returns them as an artifact. `headers`: origin response
    * headers; only their kept subset (`KEPT_ORIGIN_HEADERS`) is stored.
    * The bytes are charged to the memory budget until they leave memory:
    * `reserved` bytes the caller reserved (`reserve()`) are taken over (a
@@ -150,24 +161,35 @@ export class Mirror {
       throw e;
     }
     const kept = keptOriginHeaders(headers);
-    // Held from here on: a disk write below still reads the bytes if the entry is evicted meanwhile.
+    // Held from here on: the disk write below still reads the bytes if the entry is evicted meanwhile.
     const artifact = this.memory.put(artifactHash, bytes, contentType, kept, pooled, reserved);
     await this.ready;
-    if (this.diskEnabled && bytes.length <= this.disk!.capacity && !this.disk!.has(artifactHash)) {
-      let temp: string | null = null;
-      try {
-        const dir = await this.disk!.tmpDirectory();
-        temp = join(dir, tempName('put'));
-        await writeFile(temp, bytes, { flag: 'wx' });
-        await this.disk!.adopt(h, artifactHash, temp, bytes.length, contentType, kept);
-        temp = null;
-      } catch {
-        this.counters.diskWriteErrors++;
-      } finally {
-        if (temp !== null) await unlink(temp).catch(ignore);
-      }
+    if (this.diskEnabled && bytes.length <= this.disk!.capacity && !this.disk!.has(artifactHash) && !this.writing.has(artifactHash)) {
+      // Not awaited: a verified layer goes out from memory while its copy is written (the write held a cold pull's last layer back).
+      const held = artifact.retain();
+      const written = this.writeCopy(h, artifactHash, bytes, contentType, kept).finally(() => {
+        held.release();
+        this.writing.delete(artifactHash);
+      });
+      this.writing.set(artifactHash, written);
     }
     return artifact;
+  }
+
+  /** Writes verified bytes into the disk tier (a temp file, then adopted); a failure is counted, never thrown. */
+  private async writeCopy(h: ArtifactHash, artifactHash: string, bytes: Buffer, contentType: string, kept: Record<string, string>): Promise<void> {
+    let temp: string | null = null;
+    try {
+      const dir = await this.disk!.tmpDirectory();
+      temp = join(dir, tempName('put'));
+      await writeFile(temp, bytes, { flag: 'wx' });
+      if (this.diskEnabled) await this.disk!.adopt(h, artifactHash, temp, bytes.length, contentType, kept);
+      temp = null;
+    } catch {
+      this.counters.diskWriteErrors++;
+    } finally {
+      if (temp !== null) await unlink(temp).catch(ignore);
+    }
   }
 
   /**
@@ -275,6 +297,7 @@ export class Mirror {
 
   /** Empties the memory tier and removes the private spool directory (if the mirror made one). Disk files stay. */
   async close(): Promise<void> {
+    await this.settled();
     this.memory.clear();
     await this.spool.close();
   }

@@ -65,6 +65,11 @@ export interface VerifiedFetcherStats {
   mismatches: number;
   /** Calls that joined a fetch already in flight. */
   joined: number;
+  /**
+   * Bytes of large bodies (pooled, or spooled from a declared length) hashed
+   * on this thread because no hash worker was idle (or one failed).
+   */
+  hashedInline: number;
 }
 
 const WRITE_BATCH = 1024 * 1024;
@@ -155,7 +160,7 @@ export class VerifiedFetcher {
   private readonly hashWorkers: HashWorkers | null;
   private readonly slots: Slots;
   private readonly flights = new Map<string, Flight>();
-  private readonly counters = { originFetches: 0, originBytes: 0, mismatches: 0, joined: 0, upstreamFetches: 0, upstreamFailures: 0 };
+  private readonly counters = { originFetches: 0, originBytes: 0, mismatches: 0, joined: 0, hashedInline: 0, upstreamFetches: 0, upstreamFailures: 0 };
   private readonly upstream: string | null;
 
   constructor(options: VerifiedFetcherOptions) {
@@ -395,7 +400,10 @@ export class VerifiedFetcher {
         windowReserved = this.mirror.reserve(want, true) ? want : 0;
         const window = Buffer.allocUnsafeSlow(windowReserved > 0 ? want : Math.min(SMALL_WINDOW, want));
         await res.receiveWindows(window, async (filled) => {
-          if (job === null) hash.update(filled);
+          if (job === null) {
+            hash.update(filled);
+            this.counters.hashedInline += filled.length;
+          }
           size += filled.length;
           this.counters.originBytes += filled.length;
           pending = [filled];
@@ -439,6 +447,7 @@ export class VerifiedFetcher {
           ? hash.digest()
           : await job.finish().catch(async () => {
               const r = await hashFile(spoolPath!, h.algorithm, this.backend, false);
+              this.counters.hashedInline += r.size;
               return hexDecode(r.hex)!;
             });
       this.check(url, artifactHash, `${h.algorithm}:${hexEncode(digest)}`);
@@ -480,11 +489,20 @@ export class VerifiedFetcher {
       await res.receiveInto(into, (n) => {
         this.counters.originBytes += n - received;
         if (job !== null) job.advance(n);
-        else hash!.update(into.subarray(received, n));
+        else {
+          hash!.update(into.subarray(received, n));
+          this.counters.hashedInline += n - received;
+        }
         received = n;
       });
       // A worker that died leaves the bytes complete here: hashed on this thread instead.
-      const digest = job === null ? hash!.digest() : await job.finish().catch(() => hashBytes(this.backend, h.algorithm, into));
+      const digest =
+        job === null
+          ? hash!.digest()
+          : await job.finish().catch(() => {
+              this.counters.hashedInline += into.length;
+              return hashBytes(this.backend, h.algorithm, into);
+            });
       this.check(url, artifactHash, `${h.algorithm}:${hexEncode(digest)}`);
       owned = false; // the mirror's now, also if putBytes fails
       const artifact = await this.mirror.putBytes(artifactHash, into, res.contentType, res.headers, true);

@@ -456,7 +456,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // One memory budget for artifact bytes in flight, held for readers and in the memory tier (2 × memory_bytes unless set).
     budgetBytes: config.mirror.budget_bytes,
   });
-  // Started by the first large origin body; unref'd, stopped by close().
+  // Started by the first large origin body, or once listening when a kind: oci route pulls layers (below); unref'd, stopped by close().
   const hashWorkers = new HashWorkers();
   const ctx: GatewayContext = {
     config,
@@ -568,6 +568,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     ctx.vibecode = { spec: `${url}/v1/openapi.json`, skills: [`${url}${SKILL_PATH}`] };
   }
   say(`listening on ${url}`);
+  // Image layers are large bodies: the workers boot now (each is a Node isolate), not under the first pull, whose first layer
+  // would otherwise be hashed on the event loop while they start.
+  if (config.proxy.routes.some((r) => r.kind === 'oci')) void hashWorkers.warm();
 
   let pusher: ChainPusher | null = null;
   let sync: ChainSync | null = null;

@@ -212,6 +212,11 @@ export class GatewayMetrics {
     this.counter('vouch_origin_fetches_joined_total', 'Download requests that joined an origin fetch already in flight (single flight).', () =>
       num(fetcher()?.joined),
     );
+    this.counter(
+      'vouch_origin_hashed_inline_bytes_total',
+      'Bytes of large origin bodies hashed on the event loop because no hash worker was idle (hashed beside their receiving otherwise).',
+      () => num(fetcher()?.hashedInline),
+    );
     this.counter('vouch_hash_mismatches_total', 'Origin bytes that hashed differently from the signed artifact_hash (refused, never cached).', () =>
       num(fetcher()?.mismatches),
     );

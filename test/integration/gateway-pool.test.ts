@@ -279,6 +279,7 @@ test('a pooled artifact is written through to the disk tier and read back intact
   const got = await vf.obtain(origin.url('/pooled-disk.bin'), digestOf(body));
   assert.ok(got.artifact.bytes!.buffer instanceof SharedArrayBuffer);
   got.artifact.release();
+  await mirror.settled(); // the disk copy is written after the bytes are handed out
   assert.is(mirror.stats().disk.entries, 1);
   const again = new Mirror({ memoryBytes: 16 * MiB, diskDir });
   const hit = await again.get(digestOf(body));

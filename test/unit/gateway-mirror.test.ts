@@ -405,9 +405,10 @@ test('disk tier: a corrupted file is re-hashed, deleted and refetched; never ser
     return join(diskDir, 'sha256', hex.slice(0, 2), hex);
   };
   {
-    const { vf } = setup({ memoryBytes: 4 * MiB, diskDir });
+    const { vf, mirror } = setup({ memoryBytes: 4 * MiB, diskDir });
     (await vf.obtain(origin.url('/corrupt-big'), hb)).artifact.release();
     (await vf.obtain(origin.url('/corrupt-small'), hs)).artifact.release();
+    await mirror.settled(); // disk copies are written after the bytes are handed out
   }
   // Flip one byte in each file, keeping the size.
   for (const h of [hb, hs]) {
@@ -427,6 +428,7 @@ test('disk tier: a corrupted file is re-hashed, deleted and refetched; never ser
   assert.is(origin.requests('/corrupt-big'), 2);
   assert.is(origin.requests('/corrupt-small'), 2);
   // The refetched bytes replaced the corrupt files.
+  await mirror.settled();
   assert.is(await sha256File(pathOf(hb)), hb);
   assert.is(await sha256File(pathOf(hs)), hs);
   // A mirror.get of a file corrupted under a running mirror is a miss too.
