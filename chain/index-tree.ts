@@ -194,24 +194,43 @@ export class CompletenessIndex {
     saved: Map<number, { count: number; acc: Uint8Array; head: number; tail: number }>;
     /** (parent, 0 left | 1 right, old child) triples. */
     links: number[];
-    touched: number[];
+    /** Nodes that were clean when the trial first touched them, and their hashes then (32 B each, in order). */
+    cleanNodes: number[];
+    cleanHashes: Uint8Array;
   } | null = null;
+  /**
+   * A trial `rootWith` left applied (its journal kept) so that the writer's
+   * commit of the same blocks (`rootWith(blocks, …, keep)` on the committed
+   * note) takes it instead of adding them twice; anything else rolls it back
+   * first (`settle`).
+   */
+  private pending: { journal: NonNullable<CompletenessIndex['journal']>; blocks: string; root: Uint8Array } | null = null;
 
   constructor(c: CryptoBackend) {
     this.c = c;
   }
 
-  /** Blocks added. */
+  /** Blocks added (a pending trial's not counted). */
   get size(): number {
-    return this.blocks;
+    return this.pending === null ? this.blocks : this.pending.journal.blocks;
   }
 
   get keyCount(): number {
+    this.settle();
     return this.leaves;
   }
 
   voids(): readonly [number, number][] {
+    this.settle();
     return this.voidList;
+  }
+
+  /** Rolls back a trial left pending (nothing when there is none). */
+  private settle(): void {
+    const p = this.pending;
+    if (p === null) return;
+    this.pending = null;
+    this.rollback(p.journal);
   }
 
   /**
@@ -219,6 +238,7 @@ export class CompletenessIndex {
    * target_hash to its block index (-1 when no block of the log has it).
    */
   addBlock(block: Block, targetIndex: (recordHash: string) => number): void {
+    this.settle();
     if (block.index !== this.blocks) throw new TypeError(`completeness index expects block ${this.blocks}, got ${block.index}`);
     this.addFacts(indexFactsOf(block), targetIndex);
   }
@@ -229,6 +249,7 @@ export class CompletenessIndex {
    * this index was given (a map it then keeps: ~100 B a block).
    */
   addFacts(f: IndexFacts, targetIndex?: (recordHash: string) => number): void {
+    this.settle();
     const i = this.blocks;
     const touched: number[] = [];
     if (f.intent === 'endorse') {
@@ -273,6 +294,7 @@ export class CompletenessIndex {
 
   /** The trie root (recomputes what changed since the last call). */
   trieRoot(): Uint8Array {
+    this.settle();
     if (this.rootNode < 0) return EMPTY_TRIE;
     this.rehash(this.rootNode);
     return this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
@@ -280,11 +302,13 @@ export class CompletenessIndex {
 
   /** The committed index root at the current size (docs/spec/index.md 4). */
   root(): Uint8Array {
+    this.settle();
     return indexRoot(this.c, this.blocks, this.trieRoot(), this.voidList);
   }
 
   /** The events of a key, in chain order ([] when absent). */
   events(kind: KeyKind, name: string): IndexEvent[] {
+    this.settle();
     const key = indexKey(this.c, kind, name);
     const n = this.find(key);
     if (n < 0) return [];
@@ -297,6 +321,7 @@ export class CompletenessIndex {
 
   /** A proof for the key at the current size (docs/spec/index.md 6). */
   prove(kind: KeyKind, name: string): Uint8Array {
+    this.settle();
     const key = indexKey(this.c, kind, name);
     if (this.rootNode >= 0) this.rehash(this.rootNode);
     const parts: Uint8Array[] = [];
@@ -449,8 +474,16 @@ export class CompletenessIndex {
   }
 
   private touch(n: number): void {
+    const j = this.journal;
+    if (j !== null) {
+      if (n < j.nodes && this.dirty[n] === 0) {
+        const k = j.cleanNodes.length;
+        if (32 * (k + 1) > j.cleanHashes.length) j.cleanHashes = grow8(j.cleanHashes, 64 * (k + 1));
+        j.cleanHashes.set(this.hash.subarray(n * 32, n * 32 + 32), 32 * k);
+        j.cleanNodes.push(n);
+      }
+    }
     this.dirty[n] = 1;
-    this.journal?.touched.push(n);
   }
 
   /**
@@ -461,8 +494,18 @@ export class CompletenessIndex {
    * the blocks stay added instead.
    */
   rootWith(blocks: readonly Block[], targetIndex: (recordHash: string) => number, keep?: (root: Uint8Array) => boolean): Uint8Array {
+    const ids = blocks.map((b) => `${b.index}:${b.record_hash}`).join(' ');
+    const p = this.pending;
+    if (p !== null && p.blocks === ids) {
+      // the writer's commit of the blocks it tried: taken as they are, or rolled back
+      if (keep === undefined) return p.root.slice();
+      this.pending = null;
+      if (!keep(p.root)) this.rollback(p.journal);
+      return p.root.slice();
+    }
+    this.settle();
     if (blocks.length === 0) return this.root();
-    this.root(); // every hash current: only what the trial touches is rehashed afterwards
+    this.root(); // every hash current: only what the trial touches is rehashed, and restored on rollback
     this.journal = {
       nodes: this.nodes,
       leaves: this.leaves,
@@ -473,20 +516,35 @@ export class CompletenessIndex {
       rootNode: this.rootNode,
       saved: new Map(),
       links: [],
-      touched: [],
+      cleanNodes: [],
+      cleanHashes: new Uint8Array(64 * 32),
     };
     const j = this.journal;
-    let kept = false;
+    let outcome: 'rollback' | 'keep' | 'pending' = 'rollback';
     try {
-      const pending = new Map(blocks.map((b) => [b.record_hash, b.index]));
-      for (const b of blocks) this.addBlock(b, (h) => pending.get(h) ?? targetIndex(h));
-      const root = this.root();
-      kept = keep !== undefined && keep(root);
+      const pendingIdx = new Map(blocks.map((b) => [b.record_hash, b.index]));
+      for (const b of blocks) this.addBlock(b, (h) => pendingIdx.get(h) ?? targetIndex(h));
+      this.journal = null; // root() below must not settle the trial it is part of
+      const root = this.rootNow();
+      if (keep === undefined) {
+        this.pending = { journal: j, blocks: ids, root: root.slice() };
+        outcome = 'pending';
+      } else if (keep(root)) outcome = 'keep';
       return root;
     } finally {
       this.journal = null;
-      if (!kept) this.rollback(j);
+      if (outcome === 'rollback') this.rollback(j);
     }
+  }
+
+  /** The root without settling (inside a trial). */
+  private rootNow(): Uint8Array {
+    let t = EMPTY_TRIE;
+    if (this.rootNode >= 0) {
+      this.rehash(this.rootNode);
+      t = this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
+    }
+    return indexRoot(this.c, this.blocks, t, this.voidList);
   }
 
   private rollback(j: NonNullable<CompletenessIndex['journal']>): void {
@@ -508,7 +566,12 @@ export class CompletenessIndex {
     this.blocks = j.blocks;
     this.blockLeafCount = j.blockLeafCount;
     this.voidList.length = j.voids;
-    for (const n of j.touched) if (n < this.nodes) this.dirty[n] = 1;
+    // every node was clean before the trial: the ones it touched get their hashes back
+    for (let k = 0; k < j.cleanNodes.length; k++) {
+      const n = j.cleanNodes[k]!;
+      this.hash.set(j.cleanHashes.subarray(32 * k, 32 * k + 32), n * 32);
+      this.dirty[n] = 0;
+    }
   }
 
   /** Marks every node from the root to the leaf dirty (a revoke's leaves are found by slot, not by descent). */

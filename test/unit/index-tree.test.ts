@@ -246,6 +246,54 @@ test('rootWith: the root with pending blocks, the index left as it was', () => {
   assert.ok(verifyIndexProof(c, idx.prove('url', url), 'url', url, { root: idx.root(), size: idx.size }).ok);
 });
 
+/** nodeBackend with its sha256 calls counted. */
+function countingBackend(): { backend: typeof c; calls: () => number } {
+  let n = 0;
+  const backend = {
+    ...c,
+    digest: (alg: Parameters<NonNullable<typeof c.digest>>[0], d: Uint8Array) => {
+      n++;
+      return c.digest!(alg, d);
+    },
+  };
+  return { backend, calls: () => n };
+}
+
+test("rootWith: the writer's commit of the blocks it tried costs no hashing; a rolled-back trial leaves the hashes as they were", () => {
+  const blocks = randomChain(120, 21);
+  const counted = countingBackend();
+  const idx = new CompletenessIndex(counted.backend);
+  const ch = new ChainIndex();
+  const target = (h: string) => ch.indexOfHash(h);
+  let at = 0;
+  while (at < blocks.length) {
+    const batch = blocks.slice(at, at + 1 + (at % 3));
+    const trial = hex(idx.rootWith(batch, target));
+    assert.is(idx.size, at, 'a pending trial is not counted');
+    // the commit path (the gateway's takeIndexLine): structured copies of the same blocks, kept when the note agrees
+    const before = counted.calls();
+    let judged = '';
+    const kept = hex(idx.rootWith(structuredClone(batch), target, (r) => ((judged = hex(r)), true)));
+    assert.is(counted.calls() - before, 0, `no sha256 call to commit blocks ${at}..`);
+    assert.is(kept, trial);
+    assert.is(judged, trial);
+    for (const b of batch) ch.add(b);
+    at += batch.length;
+    assert.is(idx.size, at);
+    assert.is(hex(idx.root()), hex(build(blocks.slice(0, at)).idx.root()), `root after ${at}`);
+    // a trial rolled back by a proof, then asked again: the proof is of the committed state, and the hashes come back without rehashing
+    if (at + 2 <= blocks.length) {
+      const next = blocks.slice(at, at + 2);
+      idx.rootWith(next, target);
+      const url = blocks[1]!.payload.endorsements[0]!.artifact_url;
+      assert.ok(verifyIndexProof(c, idx.prove('url', url), 'url', url, { root: idx.root(), size: at }).ok);
+      const b2 = counted.calls();
+      idx.root();
+      assert.is(counted.calls() - b2, 1, 'only the committed root (a rolled-back trial leaves every node hash current)');
+    }
+  }
+});
+
 test('void blocks are never selected, and the void list is committed', () => {
   const k = buildKeyLifeChain();
   const { idx, chain } = build(k.blocks);
