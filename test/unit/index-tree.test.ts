@@ -328,4 +328,43 @@ test('test/vectors/index-v1/index-v1.json: roots and proofs a second implementat
   assert.equal(file, indexVectors(buildVectorChain()));
 });
 
+test('toImage / fromImage: the index read back has the same root and proofs, and grows like the original; a damaged image is refused', () => {
+  const blocks = randomChain(160, 5);
+  const k = buildKeyLifeChain();
+  for (const chain of [blocks, k.blocks]) {
+    const half = Math.floor(chain.length / 2);
+    const { idx } = build(chain.slice(0, half));
+    const image = idx.toImage();
+    const back = CompletenessIndex.fromImage(c, image);
+    assert.ok(back);
+    assert.is(back!.size, half);
+    assert.is(hex(back!.root()), hex(idx.root()));
+    const ch = new ChainIndex();
+    for (const b of chain.slice(0, half)) ch.add(b);
+    for (const b of chain.slice(half)) {
+      back!.addBlock(b, (h) => ch.indexOfHash(h));
+      ch.add(b);
+    }
+    const full = build(chain).idx;
+    assert.is(hex(back!.root()), hex(full.root()));
+    assert.equal(back!.voids(), full.voids());
+    for (const b of chain) {
+      if (b.payload.intent !== 'endorse') continue;
+      const url = b.payload.endorsements[0]!.artifact_url;
+      assert.is(hex(back!.prove('url', url)), hex(full.prove('url', url)));
+    }
+    // unaligned bytes are read too (a Buffer from a file)
+    const shifted = new Uint8Array(image.length + 3).subarray(3);
+    shifted.set(image);
+    assert.is(hex(CompletenessIndex.fromImage(c, shifted)!.root()), hex(idx.root()));
+  }
+  const image = build(blocks).idx.toImage();
+  assert.is(CompletenessIndex.fromImage(c, image.subarray(0, image.length - 8)), null, 'truncated');
+  assert.is(CompletenessIndex.fromImage(c, new Uint8Array(image.length)), null, 'zeros');
+  const bad = image.slice();
+  bad[36 + 8] = 0x7f; // a node's bit past 255
+  bad[37 + 8] = 0x7f;
+  assert.is(CompletenessIndex.fromImage(c, bad), null, 'an index out of range');
+});
+
 test.run();
