@@ -273,7 +273,12 @@ test("rootWith: the writer's commit of the blocks it tried costs no hashing; a r
     // the commit path (the gateway's takeIndexLine): structured copies of the same blocks, kept when the note agrees
     const before = counted.calls();
     let judged = '';
-    const kept = hex(idx.rootWith(structuredClone(batch), target, (r) => ((judged = hex(r)), true)));
+    const kept = hex(
+      idx.rootWith(structuredClone(batch), target, (r) => {
+        judged = hex(r);
+        return true;
+      }),
+    );
     assert.is(counted.calls() - before, 0, `no sha256 call to commit blocks ${at}..`);
     assert.is(kept, trial);
     assert.is(judged, trial);
