@@ -7,11 +7,12 @@
  * whole history; `vouch verify --index` recomputes and accepts it; a mirror
  * clones it (checking the line at load) and syncs the next offline append
  * (checking the line against its own index). Real processes, real git, a
- * git smart-HTTP server on 127.0.0.1.
+ * git smart-HTTP server on 127.0.0.1. The authority gateway over a chain
+ * from before the index commits it with its first note (POST /v1/revoke).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, artifactHashOf } from '../../chain/build.ts';
@@ -32,10 +33,12 @@ import { ChainSync, prepareMirror } from '../../gateway/chain-sync.ts';
 import { GitServer } from '../helpers/git-server.ts';
 import { memoryLog } from '../helpers/memory-log.ts';
 import { gitAsync, vouchAsync, type Run } from '../helpers/processes.ts';
+import { startGatewayProcess, writeConfig } from '../helpers/gateway-process.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-offline-index-'));
 const keyFile = join(work, 'authority.pem');
 const chain = join(work, 'chain');
+const preIndex = join(work, 'pre-index');
 let pub = '';
 let server: GitServer;
 let remote = '';
@@ -110,6 +113,7 @@ test.before(async () => {
     { json: formatCheckpointFile(buildCheckpoint({ head: blocks.at(-1)!, signer, now: t + 13_000 })), note },
     commitFor([blocks[0]!], t),
   );
+  cpSync(chain, preIndex, { recursive: true }); // as it was, for the gateway's migration below
   mkdirSync(join(work, 'srv'));
   server = await GitServer.start(join(work, 'srv'));
   server.initBare('chain.git');
@@ -166,6 +170,35 @@ test('a mirror clones the offline chain and syncs the next offline append, check
   assert.is(state.size, 17);
   assert.is(indexExtensionLine(state.completeness.root()), noteLines(chain)[0]);
   assert.is(base64Encode(state.completeness.root()).length, 44);
+});
+
+test('the authority gateway over a chain from before the index: its first note commits the index computed from the whole history', async () => {
+  assert.equal(noteLines(preIndex), []);
+  const tokenFile = join(work, 'submit.token');
+  const token = `migrate-${'m'.repeat(40)}`;
+  writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
+  const gw = await startGatewayProcess([
+    '--config',
+    writeConfig(work, {
+      listen: { host: '127.0.0.1', port: 0 },
+      chain: { dir: preIndex },
+      authority: { key_file: keyFile, signer: 'pre-index', submit_token_file: tokenFile },
+    }),
+  ]);
+  try {
+    const r = await fetch(`${gw.url}/v1/revoke`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ block: 7 }),
+    });
+    assert.is(r.status, 201, await r.text());
+  } finally {
+    await gw.stop();
+  }
+  const lines = noteLines(preIndex);
+  assert.is(lines.length, 1);
+  assert.is(lines[0], await recomputed(preIndex));
+  ok(await vouchAsync(['verify', '--chain', preIndex, '--public-key', pub, '--index']));
 });
 
 test.run();
