@@ -2,17 +2,12 @@
  * `npm run bench -- index` (issue 37): the completeness index
  * (chain/index-tree.ts) on the server's backend, at 50,000 and 1,000,000
  * blocks of one endorsement each (URLs distinct; 10 versions a unit):
- * (a) build rate, and the per-block update at that size: the last 10,000
- *     blocks added with the root recomputed after every block (a checkpoint
- *     per block, the worst case) and once per 100 blocks; and the gateway's
- *     append path: the writer's trial root (`rootWith`) then the commit of
- *     the same block against its note (`rootWith` with `keep`), a block a
- *     checkpoint;
- * (b) proofs at 1M: URL proofs generated and verified per second (random
- *     URLs), sizes (median, max) of URL, absent-URL and unit proofs;
- * (c) memory: typed-array bytes of the index and the heap + external growth;
- * (d) its image (the gateway's warm snapshot): bytes, write, read back
- *     (sha256 + fromImage, what a warm start pays).
+ * (a) build rate; per-block update with the root after every block (the
+ *     worst case), once per 100 blocks, and on the gateway's append path
+ *     (trial `rootWith`, then the commit of the same block with `keep`);
+ * (b) proofs at 1M: generated and verified per second, sizes;
+ * (c) memory: typed-array bytes, heap + external growth;
+ * (d) its image (warm snapshot): size, write, read back (sha256 + fromImage).
  * Blocks are the facts the index reads (index, intent, effective date,
  * endorsement URL, name, semver), unsigned: signing is not what is measured.
  */
