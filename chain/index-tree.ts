@@ -543,6 +543,20 @@ export class CompletenessIndex {
     }
   }
 
+  /**
+   * Keeps the pending trial when it is of exactly the blocks `from`,
+   * `from + 1`, ... with these record hashes (a writer whose chain index took
+   * the committed blocks first); true when kept, false (nothing changed)
+   * otherwise.
+   */
+  takePending(from: number, recordHashes: readonly string[]): boolean {
+    const p = this.pending;
+    if (p === null || p.journal.blocks !== from) return false;
+    if (p.blocks !== recordHashes.map((h, k) => `${from + k}:${h}`).join(' ')) return false;
+    this.pending = null;
+    return true;
+  }
+
   /** Kept blocks whose revoke targets the index looks up itself (built without `targetIndex`). */
   private rememberEndorsements(blocks: readonly Block[]): void {
     for (const b of blocks) if (b.payload.intent === 'endorse') this.endorseHashes.set(b.record_hash, b.index);

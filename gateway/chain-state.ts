@@ -250,6 +250,13 @@ export class ChainState {
   /** Brings the completeness index up to the chain index (blocks read through it). */
   private completenessCatchUp(): void {
     if (this._completeness.size > this._index.size) this._completeness = new CompletenessIndex(nodeBackend);
+    // The writer's trial of the blocks it committed (indexRootWith), when these are they: kept, not added again.
+    const from = this._completeness.size;
+    const gap = this._index.size - from;
+    if (gap > 0 && gap <= 4096) {
+      const hashes = Array.from({ length: gap }, (_, k) => Buffer.from(this._index.recordHashBytes(from + k)).toString('hex'));
+      if (this._completeness.takePending(from, hashes)) return;
+    }
     for (let i = this._completeness.size; i < this._index.size; i++) this._completeness.addBlock(this._index.block(i)!, this.targetOf);
   }
 

@@ -285,6 +285,24 @@ test("rootWith: the writer's commit of the blocks it tried costs no hashing; a r
     for (const b of batch) ch.add(b);
     at += batch.length;
     assert.is(idx.size, at);
+    // takePending: the same commit when the caller's chain index took the blocks first (gateway/chain-state.ts)
+    if (at + 1 <= blocks.length) {
+      const next = blocks.slice(at, at + 1);
+      const tried = hex(idx.rootWith(next, target));
+      assert.not.ok(idx.takePending(at, ['0'.repeat(64)]), 'other blocks: not taken');
+      const b3 = counted.calls();
+      assert.ok(
+        idx.takePending(
+          at,
+          next.map((b) => b.record_hash),
+        ),
+      );
+      assert.is(counted.calls() - b3, 0);
+      for (const b of next) ch.add(b);
+      at += 1;
+      assert.is(idx.size, at);
+      assert.is(hex(idx.root()), tried);
+    }
     assert.is(hex(idx.root()), hex(build(blocks.slice(0, at)).idx.root()), `root after ${at}`);
     // a trial rolled back by a proof, then asked again: the proof is of the committed state, and the hashes come back without rehashing
     if (at + 2 <= blocks.length) {
