@@ -199,7 +199,17 @@ export const endorse: Command = {
       ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
     });
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
-    const { edgeSource } = await appendWithNote(repo, trusted, keyed, [block], checkpoint, now, report.recordHashes, report.edgeSeed, offlineIndexRootWith(repo));
+    const { edgeSource } = await appendWithNote(
+      repo,
+      trusted,
+      keyed,
+      [block],
+      checkpoint,
+      now,
+      report.recordHashes,
+      report.edgeSeed,
+      offlineIndexRootWith(repo),
+    );
     timings.mark(`append(edge ${edgeSource})`);
     if (await refreshIfBehind(repo, report, 1)) timings.mark('refresh');
     timings.done();
