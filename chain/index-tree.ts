@@ -194,24 +194,43 @@ export class CompletenessIndex {
     saved: Map<number, { count: number; acc: Uint8Array; head: number; tail: number }>;
     /** (parent, 0 left | 1 right, old child) triples. */
     links: number[];
-    touched: number[];
+    /** Nodes that were clean when the trial first touched them, and their hashes then (32 B each, in order). */
+    cleanNodes: number[];
+    cleanHashes: Uint8Array;
   } | null = null;
+  /**
+   * A trial `rootWith` left applied (its journal kept) so that the writer's
+   * commit of the same blocks (`rootWith(blocks, …, keep)` on the committed
+   * note) takes it instead of adding them twice; anything else rolls it back
+   * first (`settle`).
+   */
+  private pending: { journal: NonNullable<CompletenessIndex['journal']>; blocks: string; root: Uint8Array } | null = null;
 
   constructor(c: CryptoBackend) {
     this.c = c;
   }
 
-  /** Blocks added. */
+  /** Blocks added (a pending trial's not counted). */
   get size(): number {
-    return this.blocks;
+    return this.pending === null ? this.blocks : this.pending.journal.blocks;
   }
 
   get keyCount(): number {
+    this.settle();
     return this.leaves;
   }
 
   voids(): readonly [number, number][] {
+    this.settle();
     return this.voidList;
+  }
+
+  /** Rolls back a trial left pending (nothing when there is none). */
+  private settle(): void {
+    const p = this.pending;
+    if (p === null) return;
+    this.pending = null;
+    this.rollback(p.journal);
   }
 
   /**
@@ -219,6 +238,7 @@ export class CompletenessIndex {
    * target_hash to its block index (-1 when no block of the log has it).
    */
   addBlock(block: Block, targetIndex: (recordHash: string) => number): void {
+    this.settle();
     if (block.index !== this.blocks) throw new TypeError(`completeness index expects block ${this.blocks}, got ${block.index}`);
     this.addFacts(indexFactsOf(block), targetIndex);
   }
@@ -229,6 +249,7 @@ export class CompletenessIndex {
    * this index was given (a map it then keeps: ~100 B a block).
    */
   addFacts(f: IndexFacts, targetIndex?: (recordHash: string) => number): void {
+    this.settle();
     const i = this.blocks;
     const touched: number[] = [];
     if (f.intent === 'endorse') {
@@ -242,6 +263,7 @@ export class CompletenessIndex {
       }
       if (targetIndex === undefined) this.endorseHashes.set(f.recordHash, i);
     } else if (f.intent === 'revoke' && f.target !== null) {
+      if (targetIndex === undefined && this.fromImageOnly) throw new TypeError('completeness index read from an image: a revoke needs targetIndex');
       const t = targetIndex !== undefined ? targetIndex(f.target) : (this.endorseHashes.get(f.target) ?? -1);
       if (t >= 0 && t < i) {
         const ev = encodeEvent({ kind: 'revoke', block: i, target: t, date: f.effectiveDate });
@@ -273,6 +295,7 @@ export class CompletenessIndex {
 
   /** The trie root (recomputes what changed since the last call). */
   trieRoot(): Uint8Array {
+    this.settle();
     if (this.rootNode < 0) return EMPTY_TRIE;
     this.rehash(this.rootNode);
     return this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
@@ -280,11 +303,13 @@ export class CompletenessIndex {
 
   /** The committed index root at the current size (docs/spec/index.md 4). */
   root(): Uint8Array {
+    this.settle();
     return indexRoot(this.c, this.blocks, this.trieRoot(), this.voidList);
   }
 
   /** The events of a key, in chain order ([] when absent). */
   events(kind: KeyKind, name: string): IndexEvent[] {
+    this.settle();
     const key = indexKey(this.c, kind, name);
     const n = this.find(key);
     if (n < 0) return [];
@@ -297,6 +322,7 @@ export class CompletenessIndex {
 
   /** A proof for the key at the current size (docs/spec/index.md 6). */
   prove(kind: KeyKind, name: string): Uint8Array {
+    this.settle();
     const key = indexKey(this.c, kind, name);
     if (this.rootNode >= 0) this.rehash(this.rootNode);
     const parts: Uint8Array[] = [];
@@ -449,8 +475,16 @@ export class CompletenessIndex {
   }
 
   private touch(n: number): void {
+    const j = this.journal;
+    if (j !== null) {
+      if (n < j.nodes && this.dirty[n] === 0) {
+        const k = j.cleanNodes.length;
+        if (32 * (k + 1) > j.cleanHashes.length) j.cleanHashes = grow8(j.cleanHashes, 64 * (k + 1));
+        j.cleanHashes.set(this.hash.subarray(n * 32, n * 32 + 32), 32 * k);
+        j.cleanNodes.push(n);
+      }
+    }
     this.dirty[n] = 1;
-    this.journal?.touched.push(n);
   }
 
   /**
@@ -460,9 +494,20 @@ export class CompletenessIndex {
    * before it takes its blocks. When `keep` answers true for that root,
    * the blocks stay added instead.
    */
-  rootWith(blocks: readonly Block[], targetIndex: (recordHash: string) => number, keep?: (root: Uint8Array) => boolean): Uint8Array {
+  rootWith(blocks: readonly Block[], targetIndex?: (recordHash: string) => number, keep?: (root: Uint8Array) => boolean): Uint8Array {
+    const ids = blocks.map((b) => `${b.index}:${b.record_hash}`).join(' ');
+    const p = this.pending;
+    if (p !== null && p.blocks === ids) {
+      // the writer's commit of the blocks it tried: taken as they are, or rolled back
+      if (keep === undefined) return p.root.slice();
+      this.pending = null;
+      if (!keep(p.root)) this.rollback(p.journal);
+      else if (targetIndex === undefined) this.rememberEndorsements(blocks);
+      return p.root.slice();
+    }
+    this.settle();
     if (blocks.length === 0) return this.root();
-    this.root(); // every hash current: only what the trial touches is rehashed afterwards
+    this.root(); // every hash current: only what the trial touches is rehashed, and restored on rollback
     this.journal = {
       nodes: this.nodes,
       leaves: this.leaves,
@@ -473,20 +518,58 @@ export class CompletenessIndex {
       rootNode: this.rootNode,
       saved: new Map(),
       links: [],
-      touched: [],
+      cleanNodes: [],
+      cleanHashes: new Uint8Array(64 * 32),
     };
     const j = this.journal;
-    let kept = false;
+    let outcome: 'rollback' | 'keep' | 'pending' = 'rollback';
     try {
-      const pending = new Map(blocks.map((b) => [b.record_hash, b.index]));
-      for (const b of blocks) this.addBlock(b, (h) => pending.get(h) ?? targetIndex(h));
-      const root = this.root();
-      kept = keep !== undefined && keep(root);
+      const pendingIdx = new Map(blocks.map((b) => [b.record_hash, b.index]));
+      const known = targetIndex ?? ((h: string) => this.endorseHashes.get(h) ?? -1);
+      for (const b of blocks) this.addBlock(b, (h) => pendingIdx.get(h) ?? known(h));
+      this.journal = null; // root() below must not settle the trial it is part of
+      const root = this.rootNow();
+      if (keep === undefined) {
+        this.pending = { journal: j, blocks: ids, root: root.slice() };
+        outcome = 'pending';
+      } else if (keep(root)) {
+        outcome = 'keep';
+        if (targetIndex === undefined) this.rememberEndorsements(blocks);
+      }
       return root;
     } finally {
       this.journal = null;
-      if (!kept) this.rollback(j);
+      if (outcome === 'rollback') this.rollback(j);
     }
+  }
+
+  /**
+   * Keeps the pending trial when it is of exactly the blocks `from`,
+   * `from + 1`, ... with these record hashes (a writer whose chain index took
+   * the committed blocks first); true when kept, false (nothing changed)
+   * otherwise.
+   */
+  takePending(from: number, recordHashes: readonly string[]): boolean {
+    const p = this.pending;
+    if (p === null || p.journal.blocks !== from) return false;
+    if (p.blocks !== recordHashes.map((h, k) => `${from + k}:${h}`).join(' ')) return false;
+    this.pending = null;
+    return true;
+  }
+
+  /** Kept blocks whose revoke targets the index looks up itself (built without `targetIndex`). */
+  private rememberEndorsements(blocks: readonly Block[]): void {
+    for (const b of blocks) if (b.payload.intent === 'endorse') this.endorseHashes.set(b.record_hash, b.index);
+  }
+
+  /** The root without settling (inside a trial). */
+  private rootNow(): Uint8Array {
+    let t = EMPTY_TRIE;
+    if (this.rootNode >= 0) {
+      this.rehash(this.rootNode);
+      t = this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
+    }
+    return indexRoot(this.c, this.blocks, t, this.voidList);
   }
 
   private rollback(j: NonNullable<CompletenessIndex['journal']>): void {
@@ -508,7 +591,12 @@ export class CompletenessIndex {
     this.blocks = j.blocks;
     this.blockLeafCount = j.blockLeafCount;
     this.voidList.length = j.voids;
-    for (const n of j.touched) if (n < this.nodes) this.dirty[n] = 1;
+    // every node was clean before the trial: the ones it touched get their hashes back
+    for (let k = 0; k < j.cleanNodes.length; k++) {
+      const n = j.cleanNodes[k]!;
+      this.hash.set(j.cleanHashes.subarray(32 * k, 32 * k + 32), n * 32);
+      this.dirty[n] = 0;
+    }
   }
 
   /** Marks every node from the root to the leaf dirty (a revoke's leaves are found by slot, not by descent). */
@@ -583,6 +671,105 @@ export class CompletenessIndex {
     this.dirty[n] = 0;
   }
 
+  /**
+   * The index as a byte image (a local cache in host byte order, not a
+   * format of record): the gateway's warm start and the offline writers read
+   * it back with `fromImage` instead of re-reading every block. Every hash
+   * is current in it. Revoke targets looked up without a `targetIndex`
+   * (addFacts) are not in it: an index read back needs `targetIndex`.
+   */
+  toImage(): Uint8Array {
+    this.root();
+    const n = this.nodes;
+    const l = this.leaves;
+    const head = new Uint32Array([IMAGE_MAGIC, IMAGE_VERSION, n, this.rootNode + 1, l, this.arenaUsed, this.blocks, this.blockLeafCount, this.voidList.length]);
+    const parts: ArrayBufferView[] = [
+      head,
+      this.bit.subarray(0, n),
+      this.left.subarray(0, n),
+      this.right.subarray(0, n),
+      this.hash.subarray(0, n * 32),
+      this.keys.subarray(0, l * 32),
+      this.counts.subarray(0, l),
+      this.accs.subarray(0, l * 32),
+      this.heads.subarray(0, l),
+      this.tails.subarray(0, l),
+      this.leafNode.subarray(0, l),
+      this.arena.subarray(0, this.arenaUsed),
+      this.blockStart.subarray(0, this.blocks + 1),
+      this.blockLeaves.subarray(0, this.blockLeafCount),
+      new Float64Array(this.voidList.flat()),
+    ];
+    let total = 0;
+    for (const p of parts) total += pad8(p.byteLength);
+    const out = new Uint8Array(total);
+    let o = 0;
+    for (const p of parts) {
+      out.set(new Uint8Array(p.buffer, p.byteOffset, p.byteLength), o);
+      o += pad8(p.byteLength);
+    }
+    return out;
+  }
+
+  /** An index read back from `toImage`; null when the bytes are not a whole image of this version. */
+  static fromImage(c: CryptoBackend, image: Uint8Array): CompletenessIndex | null {
+    if (image.byteLength < 40) return null;
+    const a = image.byteOffset % 8 === 0 ? image : image.slice();
+    const h = new Uint32Array(a.buffer, a.byteOffset, 9);
+    const [magic, version, n, rootPlus1, l, arenaUsed, blocks, blockLeafCount, voids] = h as unknown as number[];
+    if (magic !== IMAGE_MAGIC || version !== IMAGE_VERSION || rootPlus1! > n! || l! > n! || blockLeafCount! > 2 ** 31) return null;
+    let off = pad8(36);
+    const take = <T>(ctor: { new (b: ArrayBuffer, o: number, len: number): T; BYTES_PER_ELEMENT: number }, count: number, cap: number): T | null => {
+      const bytes = count * ctor.BYTES_PER_ELEMENT;
+      if (off + bytes > a.byteLength) return null;
+      const copy = new Uint8Array(Math.max(cap, count) * ctor.BYTES_PER_ELEMENT);
+      copy.set(a.subarray(off, off + bytes));
+      off += pad8(bytes);
+      return new ctor(copy.buffer, 0, Math.max(cap, count));
+    };
+    const idx = new CompletenessIndex(c);
+    const nc = more(n!);
+    const lc = more(l!);
+    const bit = take(Int16Array, n!, nc);
+    const left = take(Int32Array, n!, nc);
+    const right = take(Int32Array, n!, nc);
+    const hash = take(Uint8Array, n! * 32, nc * 32);
+    const keys = take(Uint8Array, l! * 32, lc * 32);
+    const counts = take(Uint32Array, l!, lc);
+    const accs = take(Uint8Array, l! * 32, lc * 32);
+    const heads = take(Uint32Array, l!, lc);
+    const tails = take(Uint32Array, l!, lc);
+    const leafNode = take(Int32Array, l!, lc);
+    const arena = take(Uint8Array, arenaUsed!, more(arenaUsed!));
+    const blockStart = take(Int32Array, blocks! + 1, more(blocks! + 1));
+    const blockLeaves = take(Int32Array, blockLeafCount!, more(blockLeafCount!));
+    const voidPairs = take(Float64Array, voids! * 2, voids! * 2);
+    if (!bit || !left || !right || !hash || !keys || !counts || !accs || !heads || !tails || !leafNode || !arena || !blockStart || !blockLeaves || !voidPairs)
+      return null;
+    if (off !== a.byteLength) return null;
+    // indices in range: a damaged image is refused here, not followed later
+    for (let k = 0; k < n!; k++) {
+      if (bit[k]! >= 0 ? bit[k]! > 255 || left[k]! >= n! || right[k]! >= n! || left[k]! < 0 || right[k]! < 0 : left[k]! >= l! || left[k]! < 0) return null;
+    }
+    for (let k = 0; k < l!; k++) if (leafNode[k]! < 0 || leafNode[k]! >= n! || (heads[k]! !== NONE && heads[k]! >= arenaUsed!)) return null;
+    for (let k = 0; k < blockLeafCount!; k++) if (blockLeaves[k]! < 0 || blockLeaves[k]! >= l!) return null;
+    if (blockStart[blocks!] !== blockLeafCount) return null;
+    Object.assign(idx, { bit, left, right, hash, keys, counts, accs, heads, tails, leafNode, arena, blockStart, blockLeaves });
+    idx.dirty = new Uint8Array(nc);
+    idx.nodes = n!;
+    idx.rootNode = rootPlus1! - 1;
+    idx.leaves = l!;
+    idx.arenaUsed = arenaUsed!;
+    idx.blocks = blocks!;
+    idx.blockLeafCount = blockLeafCount!;
+    idx.fromImageOnly = true;
+    for (let k = 0; k < voids!; k++) idx.voidList.push([voidPairs[2 * k]!, voidPairs[2 * k + 1]!]);
+    return idx;
+  }
+
+  /** Read back from an image: revoke targets need a `targetIndex` (the endorse blocks' hashes are not in it). */
+  private fromImageOnly = false;
+
   /** Bytes held in typed arrays (for the memory budget). */
   bytes(): number {
     return (
@@ -603,6 +790,10 @@ export class CompletenessIndex {
     );
   }
 }
+
+const IMAGE_MAGIC = 0x78646963; // 'cidx'
+const IMAGE_VERSION = 1;
+const pad8 = (x: number): number => (x + 7) & ~7;
 
 /** The next capacity: x1.5 (x2 left up to half the arrays unused at 1M keys). */
 function more(n: number): number {

@@ -55,6 +55,15 @@ interface Snapshot {
   image: { size: number; sha256: string } | null;
   /** The Merkle tree's image and the number of entries it holds (absent in snapshots before issue 17: the tree is rebuilt from the index). */
   tree?: TreeImageRef | null;
+  /** The completeness index's image (`.git/vouch-completeness.bin`), the blocks it holds and the record hash of its last (absent before issue 37's warm start: the index is rebuilt from the blocks). */
+  completeness?: CompletenessImageRef | null;
+}
+
+/** A completeness-index image: the number of blocks it holds, the record hash of the last of them, and the sha256 of its bytes. */
+export interface CompletenessImageRef {
+  size: number;
+  head: string;
+  sha256: string;
 }
 
 /** The inclusion proof of one block against the served checkpoint (the `Vouch-Proof` header, `proof` of a lookup). */
@@ -74,12 +83,15 @@ export interface LoadReport {
   verified: number;
   /** Blocks of a warm start indexed from the text cache (not in the index image). */
   indexed: number;
+  /** Blocks added to the completeness index in this load (not read from its image). */
+  completenessIndexed: number;
   ms: number;
 }
 
 const snapshotPathOf = (dir: string): string => join(dir, '.git', 'vouch-snapshot.json');
 const imagePathOf = (dir: string): string => join(dir, '.git', 'vouch-index.bin');
 const treePathOf = (dir: string): string => join(dir, '.git', 'vouch-tree.bin');
+const completenessPathOf = (dir: string): string => join(dir, '.git', 'vouch-completeness.bin');
 const hexBytes = (hex: string): Uint8Array => new Uint8Array(Buffer.from(hex, 'hex'));
 
 /** The snapshot in `dir` when it is one of this format; else null (nothing checked against the chain). */
@@ -110,6 +122,33 @@ function readImageAt(dir: string, snap: Snapshot): Uint8Array | null {
   } catch {
     return null;
   }
+}
+
+/** The completeness index the snapshot names, when its image hashes to what the snapshot says and reads back whole; else null. */
+function readCompletenessAt(dir: string, snap: Snapshot): { index: CompletenessIndex; ref: CompletenessImageRef } | null {
+  const ref = snap.completeness;
+  if (!ref || !(ref.size > 0 && ref.size <= snap.state.size) || typeof ref.head !== 'string') return null;
+  try {
+    const bytes = readFileSync(completenessPathOf(dir));
+    if (createHash('sha256').update(bytes).digest('hex') !== ref.sha256) return null;
+    const index = CompletenessIndex.fromImage(nodeBackend, bytes);
+    return index !== null && index.size === ref.size ? { index, ref } : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * For an offline writer (tools/offline-index.ts): the completeness index a
+ * gateway of this directory last wrote, with the number of blocks it holds
+ * and the record hash of its last block; null when there is none that
+ * hashes to what the snapshot names. The caller ties it to its chain.
+ */
+export function lastVerifiedCompleteness(dir: string): { index: CompletenessIndex; size: number; head: string } | null {
+  const snap = readSnapshotAt(dir);
+  if (snap === null) return null;
+  const c = readCompletenessAt(dir, snap);
+  return c === null ? null : { index: c.index, size: c.ref.size, head: c.ref.head };
 }
 
 /**
@@ -157,6 +196,10 @@ export class ChainState {
   private readonly cache: BlockTextCache;
   /** The image on disk (what the snapshot names). */
   private image: { size: number; sha256: string } | null = null;
+  /** The completeness index's image on disk (what the snapshot names). */
+  private completenessImage: CompletenessImageRef | null = null;
+  /** Blocks the completeness index held when read from its image at load (0: built from the blocks). */
+  private completenessFromImage = 0;
   private imageAt = 0;
   private imageWriting = false;
   /** Set when the text cache could not take appended blocks: they stay in memory from then on. */
@@ -207,6 +250,13 @@ export class ChainState {
   /** Brings the completeness index up to the chain index (blocks read through it). */
   private completenessCatchUp(): void {
     if (this._completeness.size > this._index.size) this._completeness = new CompletenessIndex(nodeBackend);
+    // The writer's trial of the blocks it committed (indexRootWith), when these are they: kept, not added again.
+    const from = this._completeness.size;
+    const gap = this._index.size - from;
+    if (gap > 0 && gap <= 4096) {
+      const hashes = Array.from({ length: gap }, (_, k) => Buffer.from(this._index.recordHashBytes(from + k)).toString('hex'));
+      if (this._completeness.takePending(from, hashes)) return;
+    }
     for (let i = this._completeness.size; i < this._index.size; i++) this._completeness.addBlock(this._index.block(i)!, this.targetOf);
   }
 
@@ -323,9 +373,19 @@ export class ChainState {
       await s.loadCold(options.onProgress);
       verified = s.size;
     }
-    if (s.image?.size !== s.size || s.log.image?.size !== s.size) s.writeImageNow();
+    if (s.image?.size !== s.size || s.log.image?.size !== s.size || s.completenessImage?.size !== s.size) s.writeImageNow();
     s.writeSnapshot();
-    return { state: s, report: { mode: warm !== null ? 'warm' : 'cold', blocks: s.size, verified, indexed: s.indexedFromCache, ms: performance.now() - t0 } };
+    return {
+      state: s,
+      report: {
+        mode: warm !== null ? 'warm' : 'cold',
+        blocks: s.size,
+        verified,
+        indexed: s.indexedFromCache,
+        completenessIndexed: s._completeness.size - s.completenessFromImage,
+        ms: performance.now() - t0,
+      },
+    };
   }
 
   private readSnapshot(): Snapshot | null {
@@ -389,6 +449,13 @@ export class ChainState {
       return null;
     }
     if (this._index.size !== n || this._index.indexOfHash(snap.state.head) !== n - 1) return null;
+    // The completeness index from its image when it is of this chain (its last block's record hash is the index's); else from the blocks.
+    const ci = readCompletenessAt(this.repo.dir, snap);
+    if (ci !== null && Buffer.from(this._index.recordHashBytes(ci.ref.size - 1)).toString('hex') === ci.ref.head) {
+      this._completeness = ci.index;
+      this.completenessImage = ci.ref;
+      this.completenessFromImage = ci.ref.size;
+    }
     const newer: string[] = [];
     for (let i = n; i < total; i++) {
       const text = this.repo.readBlockFile(i);
@@ -424,6 +491,8 @@ export class ChainState {
     this.image = null;
     this._index = this.newIndex();
     this._completeness = new CompletenessIndex(nodeBackend);
+    this.completenessImage = null;
+    this.completenessFromImage = 0;
     this.log.reset();
     this.cache.beginRewrite();
     // The chain's size is known before its blocks: every array is made at its final length, with no outgrown copies left for the collector.
@@ -548,6 +617,7 @@ export class ChainState {
       cache: { length: this.cache.length, digest: this.cache.digest() },
       image: this.image,
       tree: this.log.image,
+      completeness: this.completenessImage,
     };
     const tmp = `${this.snapshotPath}.${process.pid}.tmp`;
     try {
@@ -571,7 +641,25 @@ export class ChainState {
     } catch {
       // An optimisation only.
     }
+    this.writeCompletenessImage();
     this.log.writeImageNow();
+  }
+
+  /** Writes the completeness index's image when it holds every indexed block (an optimisation only: failures are ignored). */
+  private writeCompletenessImage(): void {
+    const size = this._completeness.size;
+    if (!this.cache.persistent || size === 0 || size !== this._index.size) return;
+    const path = completenessPathOf(this.repo.dir);
+    const tmp = `${path}.${process.pid}.tmp`;
+    try {
+      const bytes = this._completeness.toImage();
+      writeFileSync(tmp, bytes);
+      renameSync(tmp, path);
+      const head = Buffer.from(this._index.recordHashBytes(size - 1)).toString('hex');
+      this.completenessImage = { size, head, sha256: createHash('sha256').update(bytes).digest('hex') };
+    } catch {
+      // An optimisation only.
+    }
   }
 
   /** After appends: a new image in the background, once enough blocks are not in the last one. */
@@ -592,6 +680,7 @@ export class ChainState {
           renameSync(tmp, this.imagePath);
           this.image = { size, sha256 };
           this.imageAt = Date.now();
+          this.writeCompletenessImage();
           this.writeSnapshot();
         })
         .catch(() => {})

@@ -22,6 +22,9 @@ import { nodeBackend } from '../platform/node-crypto.ts';
 import type { KeyState } from '../chain/key-events.ts';
 import type { ChainRepo, CommitInfo } from './chain-repo.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
+import { CompletenessIndex } from '../chain/index-tree.ts';
+import { indexFactsOf } from '../chain/index-facts.ts';
+import { indexExtensionLine } from '../chain/index-proof.ts';
 
 /** `block <i>: <intent> <uns> <semver>` with the URLs in the body (docs/spec/design.md §2). */
 export function commitFor(blocks: readonly Block[], timestampMs: number): CommitInfo {
@@ -280,6 +283,25 @@ export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<
   return out;
 }
 
+/** The completeness index root once given blocks follow the chain's (docs/spec/index.md 5); the chain is left as it is. */
+export type IndexRootWith = (blocks: readonly Block[]) => Uint8Array;
+
+/**
+ * The completeness index of every block file, read as the full scan reads
+ * them (trusting the files, as `scanRecordHashes`): the index an offline
+ * writer commits when no verified image of it is at hand. Built on the first call.
+ */
+export function scanIndexRootWith(repo: ChainRepo): IndexRootWith {
+  let idx: CompletenessIndex | null = null;
+  return (blocks) => {
+    if (idx === null) {
+      idx = new CompletenessIndex(nodeBackend);
+      for (let i = 0; i < repo.size; i++) idx.addFacts(indexFactsOf(parseBlockText(repo.readBlockFile(i), i)));
+    }
+    return idx.rootWith(blocks);
+  };
+}
+
 /**
  * Appends signed blocks after a trusted head with the checkpoint note of the
  * new size: origin as `noteOrigin` says (default `vouch/<signer>`), root from
@@ -288,7 +310,11 @@ export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<
  * the gateway's tree image and the record hashes after it), else
  * `recordHashes`: by default every block file's record hash; `vouch
  * endorse` hands over those of the verified index image it used) plus the
- * new blocks' record hashes; the new edge is kept for the next append.
+ * new blocks' record hashes; the new edge is kept for the next append. The
+ * note carries the completeness index's `vouch-index/v1` line
+ * (docs/spec/index.md 5), as the gateway's do: `indexRootWith` (the tools
+ * hand over tools/offline-index.ts's, from the gateway's image when there is
+ * one), else every block file's facts.
  */
 export async function appendWithNote(
   repo: ChainRepo,
@@ -299,12 +325,14 @@ export async function appendWithNote(
   nowMs: number,
   recordHashes: () => Iterable<string> = () => scanRecordHashes(repo),
   seed?: EdgeSeed,
+  indexRootWith: IndexRootWith = scanIndexRootWith(repo),
 ): Promise<Committed & { edgeSource: EdgeSource }> {
   const origin = noteOrigin(trusted.note, null, defaultOrigin(trusted.authority.signer));
   const { edge, source } = headEdge(repo, trusted.note, recordHashes, seed);
   const next = edge.clone();
   for (const b of blocks) next.append(entryOf(b.record_hash));
-  const committed = await appendSigned(repo, blocks, checkpoint, nowMs, { signer, origin, root: next.root() });
+  const extensions = [indexExtensionLine(indexRootWith(blocks))];
+  const committed = await appendSigned(repo, blocks, checkpoint, nowMs, { signer, origin, root: next.root(), extensions });
   writeEdgeFile(repo.dir, next);
   return { ...committed, edgeSource: source };
 }

@@ -246,6 +246,77 @@ test('rootWith: the root with pending blocks, the index left as it was', () => {
   assert.ok(verifyIndexProof(c, idx.prove('url', url), 'url', url, { root: idx.root(), size: idx.size }).ok);
 });
 
+/** nodeBackend with its sha256 calls counted. */
+function countingBackend(): { backend: typeof c; calls: () => number } {
+  let n = 0;
+  const backend = {
+    ...c,
+    digest: (alg: Parameters<NonNullable<typeof c.digest>>[0], d: Uint8Array) => {
+      n++;
+      return c.digest!(alg, d);
+    },
+  };
+  return { backend, calls: () => n };
+}
+
+test("rootWith: the writer's commit of the blocks it tried costs no hashing; a rolled-back trial leaves the hashes as they were", () => {
+  const blocks = randomChain(120, 21);
+  const counted = countingBackend();
+  const idx = new CompletenessIndex(counted.backend);
+  const ch = new ChainIndex();
+  const target = (h: string) => ch.indexOfHash(h);
+  let at = 0;
+  while (at < blocks.length) {
+    const batch = blocks.slice(at, at + 1 + (at % 3));
+    const trial = hex(idx.rootWith(batch, target));
+    assert.is(idx.size, at, 'a pending trial is not counted');
+    // the commit path (the gateway's takeIndexLine): structured copies of the same blocks, kept when the note agrees
+    const before = counted.calls();
+    let judged = '';
+    const kept = hex(
+      idx.rootWith(structuredClone(batch), target, (r) => {
+        judged = hex(r);
+        return true;
+      }),
+    );
+    assert.is(counted.calls() - before, 0, `no sha256 call to commit blocks ${at}..`);
+    assert.is(kept, trial);
+    assert.is(judged, trial);
+    for (const b of batch) ch.add(b);
+    at += batch.length;
+    assert.is(idx.size, at);
+    // takePending: the same commit when the caller's chain index took the blocks first (gateway/chain-state.ts)
+    if (at + 1 <= blocks.length) {
+      const next = blocks.slice(at, at + 1);
+      const tried = hex(idx.rootWith(next, target));
+      assert.not.ok(idx.takePending(at, ['0'.repeat(64)]), 'other blocks: not taken');
+      const b3 = counted.calls();
+      assert.ok(
+        idx.takePending(
+          at,
+          next.map((b) => b.record_hash),
+        ),
+      );
+      assert.is(counted.calls() - b3, 0);
+      for (const b of next) ch.add(b);
+      at += 1;
+      assert.is(idx.size, at);
+      assert.is(hex(idx.root()), tried);
+    }
+    assert.is(hex(idx.root()), hex(build(blocks.slice(0, at)).idx.root()), `root after ${at}`);
+    // a trial rolled back by a proof, then asked again: the proof is of the committed state, and the hashes come back without rehashing
+    if (at + 2 <= blocks.length) {
+      const next = blocks.slice(at, at + 2);
+      idx.rootWith(next, target);
+      const url = blocks[1]!.payload.endorsements[0]!.artifact_url;
+      assert.ok(verifyIndexProof(c, idx.prove('url', url), 'url', url, { root: idx.root(), size: at }).ok);
+      const b2 = counted.calls();
+      idx.root();
+      assert.is(counted.calls() - b2, 1, 'only the committed root (a rolled-back trial leaves every node hash current)');
+    }
+  }
+});
+
 test('void blocks are never selected, and the void list is committed', () => {
   const k = buildKeyLifeChain();
   const { idx, chain } = build(k.blocks);
@@ -278,6 +349,45 @@ test('empty index: absence of anything is proven; checkpoint extension line roun
 test('test/vectors/index-v1/index-v1.json: roots and proofs a second implementation must reproduce', () => {
   const file = JSON.parse(readFileSync(new URL('../vectors/index-v1/index-v1.json', import.meta.url), 'utf8'));
   assert.equal(file, indexVectors(buildVectorChain()));
+});
+
+test('toImage / fromImage: the index read back has the same root and proofs, and grows like the original; a damaged image is refused', () => {
+  const blocks = randomChain(160, 5);
+  const k = buildKeyLifeChain();
+  for (const chain of [blocks, k.blocks]) {
+    const half = Math.floor(chain.length / 2);
+    const { idx } = build(chain.slice(0, half));
+    const image = idx.toImage();
+    const back = CompletenessIndex.fromImage(c, image);
+    assert.ok(back);
+    assert.is(back!.size, half);
+    assert.is(hex(back!.root()), hex(idx.root()));
+    const ch = new ChainIndex();
+    for (const b of chain.slice(0, half)) ch.add(b);
+    for (const b of chain.slice(half)) {
+      back!.addBlock(b, (h) => ch.indexOfHash(h));
+      ch.add(b);
+    }
+    const full = build(chain).idx;
+    assert.is(hex(back!.root()), hex(full.root()));
+    assert.equal(back!.voids(), full.voids());
+    for (const b of chain) {
+      if (b.payload.intent !== 'endorse') continue;
+      const url = b.payload.endorsements[0]!.artifact_url;
+      assert.is(hex(back!.prove('url', url)), hex(full.prove('url', url)));
+    }
+    // unaligned bytes are read too (a Buffer from a file)
+    const shifted = new Uint8Array(image.length + 3).subarray(3);
+    shifted.set(image);
+    assert.is(hex(CompletenessIndex.fromImage(c, shifted)!.root()), hex(idx.root()));
+  }
+  const image = build(blocks).idx.toImage();
+  assert.is(CompletenessIndex.fromImage(c, image.subarray(0, image.length - 8)), null, 'truncated');
+  assert.is(CompletenessIndex.fromImage(c, new Uint8Array(image.length)), null, 'zeros');
+  const bad = image.slice();
+  bad[36 + 8] = 0x7f; // a node's bit past 255
+  bad[37 + 8] = 0x7f;
+  assert.is(CompletenessIndex.fromImage(c, bad), null, 'an index out of range');
 });
 
 test.run();

@@ -25,6 +25,7 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { signerForChain } from '../../store/chain-keys.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { offlineIndexRootWith } from '../offline-index.ts';
 import type { Http } from '../lockfiles/http.ts';
 import { MiB, OriginMap, hasCredentials } from '../lockfiles/origin-map.ts';
 import { MultiHash, type DigestName } from '../lockfiles/digests.ts';
@@ -425,7 +426,7 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
     }
     const last = blocks.at(-1)!;
     const checkpoint = buildCheckpoint({ head: last, signer: keyed, now });
-    await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes, report.edgeSeed);
+    await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes, report.edgeSeed, offlineIndexRootWith(repo));
     await refreshIfBehind(repo, report, blocks.length);
     printNotes();
     // Split blocks say so: each fits a gateway's UNS header whole (its full form at most maxUnsBytes).

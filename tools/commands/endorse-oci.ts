@@ -23,6 +23,7 @@ import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { offlineIndexRootWith } from '../offline-index.ts';
 import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { OriginMap } from '../lockfiles/http.ts';
 import { checkLicense } from '../lockfiles/licenses.ts';
@@ -202,7 +203,7 @@ export async function endorseOci(v: Record<string, any>): Promise<number> {
   }
   const last = blocks.at(-1)!;
   const checkpoint = buildCheckpoint({ head: last, signer: keyed, now });
-  await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes, report.edgeSeed);
+  await appendWithNote(repo, trusted, keyed, blocks, checkpoint, now, report.recordHashes, report.edgeSeed, offlineIndexRootWith(repo));
   await refreshIfBehind(repo, report, blocks.length);
   const lines = p.quiet ? '' : images.map((i) => `${i.ref} ${i.digest} ${i.url}`).join('\n') + '\n';
   emit(

@@ -22,6 +22,7 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { signerForChain } from '../../store/chain-keys.ts';
 import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { offlineIndexRootWith } from '../offline-index.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { checkUrlOptions } from './endorse-options.ts';
 import { LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_MAVEN_REPO, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';
@@ -198,7 +199,17 @@ export const endorse: Command = {
       ...(v['effective-date'] !== undefined ? { effectiveDate: v['effective-date'] } : {}),
     });
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
-    const { edgeSource } = await appendWithNote(repo, trusted, keyed, [block], checkpoint, now, report.recordHashes, report.edgeSeed);
+    const { edgeSource } = await appendWithNote(
+      repo,
+      trusted,
+      keyed,
+      [block],
+      checkpoint,
+      now,
+      report.recordHashes,
+      report.edgeSeed,
+      offlineIndexRootWith(repo),
+    );
     timings.mark(`append(edge ${edgeSource})`);
     if (await refreshIfBehind(repo, report, 1)) timings.mark('refresh');
     timings.done();

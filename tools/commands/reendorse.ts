@@ -25,6 +25,7 @@ import { notInForce } from '../../store/chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import type { ChainRepo } from '../../store/chain-repo.ts';
 import { appendWithNote, findEndorsements, trustedHead, type TrustedHead } from '../../store/chain-store.ts';
+import { offlineIndexRootWith } from '../offline-index.ts';
 import { commentOf, verifiedChain, type Refusal, type VoidGroup } from '../key-statements.ts';
 
 /** Artifacts fetched at once. */
@@ -240,6 +241,6 @@ async function appendOffline(
     prev = block;
   }
   const checkpoint = buildCheckpoint({ head: prev, signer, now });
-  await appendWithNote(repo, trusted, signer, blocks, checkpoint, now);
+  await appendWithNote(repo, trusted, signer, blocks, checkpoint, now, undefined, undefined, offlineIndexRootWith(repo));
   return blocks.map((b, i) => ({ index: b.index, record_hash: b.record_hash, void_block: kept[i]!.block.index, entries: kept[i]!.entries.length }));
 }

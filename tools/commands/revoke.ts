@@ -25,6 +25,7 @@ import { ChainRepo } from '../../store/chain-repo.ts';
 import { signerForChain } from '../../store/chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { offlineIndexRootWith } from '../offline-index.ts';
 
 export const revoke: Command = {
   name: 'revoke',
@@ -98,7 +99,7 @@ export const revoke: Command = {
       ...(v.comment !== undefined ? { comment: v.comment } : {}),
     });
     const checkpoint = buildCheckpoint({ head: block, signer: keyed, now });
-    await appendWithNote(repo, trusted, keyed, [block], checkpoint, now, recordHashes);
+    await appendWithNote(repo, trusted, keyed, [block], checkpoint, now, recordHashes, undefined, offlineIndexRootWith(repo));
     const urls = revoked.payload.endorsements.map((e) => e.artifact_url);
     emit(
       v,

@@ -20,6 +20,7 @@ import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypto.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { offlineIndexRootWith } from '../offline-index.ts';
 import {
   describeStatement,
   draftState,
@@ -241,7 +242,7 @@ export const rootApply: Command = {
     const now = Date.now();
     const block = buildKeyBlock({ prev: trusted.head, signer, backend: nodeBackend, now, signed });
     const checkpoint = buildCheckpoint({ head: block, signer, now });
-    await appendWithNote(repo, trusted, signer, [block], checkpoint, now);
+    await appendWithNote(repo, trusted, signer, [block], checkpoint, now, undefined, undefined, offlineIndexRootWith(repo));
     emit(
       v,
       `${block.index} ${block.record_hash} ${describeStatement(s)}\nnow: ${keyStateLine(next)}` +
