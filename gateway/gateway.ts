@@ -42,7 +42,7 @@ import { ChainPusher, type PushStatus } from '../store/chain-push.ts';
 import { createLogger, type Logger } from './log.ts';
 import type { GatewayContext, PushReport, SyncReport } from './context.ts';
 import { SKILL_PATH } from './routes/openapi.ts';
-import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
+import { OriginFetcher, type OriginFetcherOptions } from '../artifacts/origin-fetcher.ts';
 import { Mirror } from '../artifacts/mirror.ts';
 import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
 import { HashWorkers } from '../artifacts/hash-workers.ts';
@@ -68,6 +68,8 @@ export interface StartOptions {
   drainMs?: number;
   /** Progress of long start-up work (a mirror's first clone, cold verification), e.g. a bar on a terminal. */
   onProgress?: (done: number, total: number, what: string) => void;
+  /** The origin fetcher's HTTP/1.1 client (default: artifacts/h1); the gateway bench's side-by-side runs only. */
+  originTransport?: OriginFetcherOptions['transport'];
 }
 
 export interface RunningGateway {
@@ -448,6 +450,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     maxRedirects: config.origin.max_redirects,
     // Redirect hops of downloads to loopback/private addresses on another host need origin.allow_private.
     allowPrivate: config.origin.allow_private,
+    ...(options.originTransport ? { transport: options.originTransport } : {}),
   });
   const mirror = new Mirror({
     memoryBytes: config.mirror.memory_bytes,
