@@ -19,7 +19,10 @@ import { OCI_MANIFEST_ACCEPT, isOciManifestPath, parseChallenge } from './oci-ac
 import { H1Client, type H1ClientOptions, type H1Request, type H1Response } from './h1/pool.ts';
 
 /** A response head from the transport, its body read exactly one way (`h1/pool.ts`'s `H1Response`). */
-export type OriginTransportResponse = Pick<H1Response, 'statusCode' | 'headers' | 'contentLength' | 'stream' | 'receiveInto' | 'receiveWindows' | 'discard' | 'abort'>;
+export type OriginTransportResponse = Pick<
+  H1Response,
+  'statusCode' | 'headers' | 'contentLength' | 'stream' | 'receiveInto' | 'receiveWindows' | 'discard' | 'abort'
+>;
 
 /**
  * The HTTP/1.1 client under the fetcher: `h1/pool.ts`'s `H1Client`, the only

@@ -34,7 +34,7 @@ import { claimDigestsUrl } from '../artifacts/claim-digest.ts';
 import { type Config, logOrigin } from './config.ts';
 import { ChainState, lastVerifiedImage } from './chain-state.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
-import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected } from './server.ts';
+import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected, type HotPathParts } from './server.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
@@ -70,6 +70,8 @@ export interface StartOptions {
   onProgress?: (done: number, total: number, what: string) => void;
   /** The origin fetcher's HTTP/1.1 client (default: artifacts/h1); the gateway bench's side-by-side runs only. */
   originTransport?: OriginFetcherOptions['transport'];
+  /** The lookup path's answer cache and batching (default: `ClockCache`, batched); the gateway bench's side-by-side runs only. */
+  hotPath?: HotPathParts;
 }
 
 export interface RunningGateway {
@@ -491,7 +493,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       // connection does not race its close (node's 5 s default: npm, busy resolving a large tree, met ECONNRESET on reuse).
       keepAliveTimeout: Math.round(config.clients.keep_alive_timeout * 1000),
     },
-    createRequestHandler(ctx, { proxy, metrics }),
+    createRequestHandler(ctx, { proxy, metrics, ...(options.hotPath ? { hotPath: options.hotPath } : {}) }),
   );
   server.maxConnections = connectionBound(config.clients.max_connections, log);
   let dropped = 0;

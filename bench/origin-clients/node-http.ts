@@ -49,7 +49,8 @@ class NodeHttpResponse implements OriginTransportResponse {
     for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) joined[k] = Array.isArray(v) ? v.join(', ') : v;
     this.headers = joined;
     const cl = res.headers['content-length'];
-    this.contentLength = this.statusCode === 204 || this.statusCode === 304 ? 0 : res.headers['transfer-encoding'] === undefined && cl !== undefined ? Number(cl) : null;
+    this.contentLength =
+      this.statusCode === 204 || this.statusCode === 304 ? 0 : res.headers['transfer-encoding'] === undefined && cl !== undefined ? Number(cl) : null;
   }
 
   private take(): void {
@@ -72,7 +73,8 @@ class NodeHttpResponse implements OriginTransportResponse {
   }
 
   receiveInto(dest: Buffer, progress: (received: number) => void): Promise<void> {
-    if (this.contentLength === null || dest.length !== this.contentLength) throw new TypeError(`receiveInto needs a buffer of the declared length (${this.contentLength})`);
+    if (this.contentLength === null || dest.length !== this.contentLength)
+      throw new TypeError(`receiveInto needs a buffer of the declared length (${this.contentLength})`);
     this.take();
     return this.direct(dest, progress, null);
   }
@@ -234,11 +236,19 @@ export class NodeHttpOriginClient implements OriginTransport {
       };
       const onAbort = () => fail(req.signal.reason instanceof Error ? req.signal.reason : new Error('aborted'));
       req.signal.addEventListener('abort', onAbort, { once: true });
-      timers.push(setTimeout(() => fail(new VouchError('origin_timeout', `no response headers within ${this.options.headersTimeoutMs} ms`)), this.options.headersTimeoutMs));
+      timers.push(
+        setTimeout(
+          () => fail(new VouchError('origin_timeout', `no response headers within ${this.options.headersTimeoutMs} ms`)),
+          this.options.headersTimeoutMs,
+        ),
+      );
       cr.on('socket', (s) => {
         s.setNoDelay(true);
         if ((s as { connecting?: boolean }).connecting) {
-          const t = setTimeout(() => fail(new VouchError('origin_timeout', `could not connect within ${this.options.connectTimeoutMs} ms`)), this.options.connectTimeoutMs);
+          const t = setTimeout(
+            () => fail(new VouchError('origin_timeout', `could not connect within ${this.options.connectTimeoutMs} ms`)),
+            this.options.connectTimeoutMs,
+          );
           timers.push(t);
           s.once(req.secure ? 'secureConnect' : 'connect', () => clearTimeout(t));
         }
@@ -257,7 +267,8 @@ export class NodeHttpOriginClient implements OriginTransport {
         else if (res.statusCode === 101) why = 'unexpected protocol switch (101)';
         else if (!FIELD.test(res.statusMessage ?? '')) why = 'control character in the reason phrase';
         else if (te !== undefined && res.httpVersion !== '1.1') why = 'Transfer-Encoding in an HTTP/1.0 response';
-        else if (te !== undefined && te.trim().toLowerCase() !== 'chunked') why = `unsupported Transfer-Encoding ${JSON.stringify(te.slice(0, 80))} (only chunked)`;
+        else if (te !== undefined && te.trim().toLowerCase() !== 'chunked')
+          why = `unsupported Transfer-Encoding ${JSON.stringify(te.slice(0, 80))} (only chunked)`;
         else if (res.rawHeaders.filter((_, i) => i % 2 === 0 && /^transfer-encoding$/i.test(res.rawHeaders[i]!)).length > 1) why = 'Transfer-Encoding repeated';
         if (why !== null) {
           res.on('error', () => {});

@@ -44,14 +44,17 @@ function transportError(e: unknown): Error {
   const code = typeof err.code === 'string' ? err.code : '';
   if (code === 'UND_ERR_CONNECT_TIMEOUT') return new TransportError('CONNECT_TIMEOUT', 'could not connect in time');
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return new TransportError('HEADERS_TIMEOUT', 'no response headers in time');
-  if (code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'HPE_HEADER_OVERFLOW') return new TransportError('HEADERS_OVERFLOW', `response head over ${MAX_HEAD_BYTES} bytes`);
-  if (err.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return new TransportError('BAD_RESPONSE', String(err.message).split('\n')[0]!.slice(0, 200));
+  if (code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'HPE_HEADER_OVERFLOW')
+    return new TransportError('HEADERS_OVERFLOW', `response head over ${MAX_HEAD_BYTES} bytes`);
+  if (err.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH')
+    return new TransportError('BAD_RESPONSE', String(err.message).split('\n')[0]!.slice(0, 200));
   if (code === 'UND_ERR_SOCKET') {
     return /bad (response|upgrade)/.test(String(err.message))
       ? new TransportError('BAD_RESPONSE', String(err.message))
       : new TransportError('CLOSED', 'the connection closed before the response was complete');
   }
-  if (code === 'UND_ERR_CLOSED' || code === 'UND_ERR_DESTROYED' || code === 'UND_ERR_INFO') return new TransportError('CLOSED', 'the connection closed before the response was complete');
+  if (code === 'UND_ERR_CLOSED' || code === 'UND_ERR_DESTROYED' || code === 'UND_ERR_INFO')
+    return new TransportError('CLOSED', 'the connection closed before the response was complete');
   if (e instanceof Error) return e;
   return new TransportError('CLOSED', String(e));
 }
@@ -103,10 +106,16 @@ class Exchange implements Dispatcher.DispatchHandler {
     if (this.signal.aborted) controller.abort(this.signal.reason);
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>, statusMessage?: string): void {
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Record<string, string | string[] | undefined>,
+    statusMessage?: string,
+  ): void {
     this.responded = true;
     if (statusCode === 101) return controller.abort(new TransportError('BAD_RESPONSE', 'unexpected protocol switch (101)'));
-    if (statusMessage !== undefined && !REASON.test(statusMessage)) return controller.abort(new TransportError('BAD_RESPONSE', 'control character in the reason phrase'));
+    if (statusMessage !== undefined && !REASON.test(statusMessage))
+      return controller.abort(new TransportError('BAD_RESPONSE', 'control character in the reason phrase'));
     if (statusCode < 200) {
       if (++this.interim > MAX_INTERIM) controller.abort(new TransportError('BAD_RESPONSE', `more than ${MAX_INTERIM} interim (1xx) responses`));
       return;
@@ -138,7 +147,8 @@ class Exchange implements Dispatcher.DispatchHandler {
       setImmediate(() => {
         this.pieces = 0;
         this.sliced = false;
-        if (this.mode === 'direct' ? !this.busy : this.mode === 'stream' ? this.out!.readableLength < this.out!.readableHighWaterMark : this.mode === 'discard') controller.resume();
+        if (this.mode === 'direct' ? !this.busy : this.mode === 'stream' ? this.out!.readableLength < this.out!.readableHighWaterMark : this.mode === 'discard')
+          controller.resume();
       });
     }
     if (this.mode === 'stream') {
@@ -274,21 +284,24 @@ class Exchange implements Dispatcher.DispatchHandler {
   private handOut(): void {
     this.busy = true;
     this.controller?.pause();
-    this.onFull!(this.dest!.subarray(0, this.got)).then(() => {
-      if (this.mode === 'done') return;
-      this.busy = false;
-      this.got = 0;
-      while (this.extra.length > 0 && this.got < this.dest!.length) {
-        const b = this.extra.shift()!;
-        const n = Math.min(b.length, this.dest!.length - this.got);
-        b.copy(this.dest!, this.got, 0, n);
-        this.got += n;
-        if (n < b.length) this.extra.unshift(b.subarray(n));
-      }
-      if (this.got === this.dest!.length && (this.extra.length > 0 || !this.ended)) return this.handOut();
-      if (this.ended) return this.finish();
-      if (!this.sliced) this.controller?.resume();
-    }, (e: Error) => this.abort(e));
+    this.onFull!(this.dest!.subarray(0, this.got)).then(
+      () => {
+        if (this.mode === 'done') return;
+        this.busy = false;
+        this.got = 0;
+        while (this.extra.length > 0 && this.got < this.dest!.length) {
+          const b = this.extra.shift()!;
+          const n = Math.min(b.length, this.dest!.length - this.got);
+          b.copy(this.dest!, this.got, 0, n);
+          this.got += n;
+          if (n < b.length) this.extra.unshift(b.subarray(n));
+        }
+        if (this.got === this.dest!.length && (this.extra.length > 0 || !this.ended)) return this.handOut();
+        if (this.ended) return this.finish();
+        if (!this.sliced) this.controller?.resume();
+      },
+      (e: Error) => this.abort(e),
+    );
   }
 
   discard(pending: number | null): void {
@@ -406,13 +419,16 @@ export class UndiciOriginClient implements OriginTransport {
             retry = retryable;
             reject(e);
           });
-          pool.dispatch({
-            origin: undefined,
-            path: req.path,
-            method: 'GET',
-            headers: { host: req.hostHeader, ...req.headers },
-            ...(req.servername !== undefined ? { servername: req.servername } : {}),
-          } as Dispatcher.DispatchOptions, ex);
+          pool.dispatch(
+            {
+              origin: undefined,
+              path: req.path,
+              method: 'GET',
+              headers: { host: req.hostHeader, ...req.headers },
+              ...(req.servername !== undefined ? { servername: req.servername } : {}),
+            } as Dispatcher.DispatchOptions,
+            ex,
+          );
         });
       } catch (e) {
         if (attempt === 0 && retry) continue;
