@@ -32,7 +32,7 @@ function partOptions(parts: string[]): StartOptions {
     if (part === 'cache=lru') hotPath.answerCache = (maxBytes) => new LRUCache({ maxSize: maxBytes, sizeCalculation: (v) => Math.max(1, v.bytes) });
     else if (part === 'batch=off') hotPath.batching = false;
     else if (part === 'sink=pino-async' || part === 'sink=pino-sync') {
-      const dest = pino.destination(part === 'sink=pino-sync' ? { dest: 2, sync: true } : { dest: 2, sync: false, minLength: 64 * 1024 });
+      const dest = pino.destination(part === 'sink=pino-sync' ? { dest: 2, sync: true } : { dest: 2, sync: false, minLength: 4096 });
       if (part === 'sink=pino-async') process.on('exit', () => dest.flushSync());
       o.log = createLogger(undefined, (line) => dest.write(line));
     } else throw new Error(`serve.ts: unknown part ${part}`);
