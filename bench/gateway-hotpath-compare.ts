@@ -44,6 +44,7 @@ const VARIANTS: { name: string; parts: string[]; what: string }[] = [
     what: 'pino.destination({ sync: false, minLength: 4096 }) (its documented async form) instead of the log sink',
   },
   { name: 'pino-sync', parts: ['sink=pino-sync'], what: 'pino.destination({ sync: true }) (its default) instead of the log sink' },
+  { name: 'today-2', parts: [], what: 'a second gateway as `today`, started last: the spread between two equal gateways' },
 ];
 
 function blockUrl(dir: string, i: number): string {
