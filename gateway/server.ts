@@ -4,7 +4,7 @@
  * submit endpoints (docs/spec/design.md §3.1, §3.5); other routes are in
  * routes/; an unclaimed path goes to a proxy route (§3.6) or is a JSON 404.
  * Owns: the per-request log line and metrics, the lookup answer cache
- * (`ClockCache`) and its batched writes (`AnswerBatch`), the fleet headers.
+ * (lru-cache) and its batched writes (`AnswerBatch`), the fleet headers.
  * Must hold: every JSON path answers JSON with `success` (4xx, 500, 503
  * included); an exception anywhere on the request path becomes a 500 for
  * that request only, logged once and counted, never a crash or a stack
@@ -52,14 +52,14 @@ import { hostIsValid } from './routes/proxy-routes.ts';
 import { FAULT, injectFault } from './test-fault.ts';
 import { logRequest, type Logger } from './log.ts';
 import { wallClock } from './log-sink.ts';
-import { ClockCache } from './clock-cache.ts';
 import { AnswerBatch } from './answer-batch.ts';
+import { LRUCache } from 'lru-cache';
 import type { GatewayContext } from './context.ts';
 import type { BlockProof } from './chain-state.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
-/** What the handler needs of its lookup-answer cache (`ClockCache`; the gateway bench measures lru-cache in its place). */
+/** What the handler needs of its lookup-answer cache (lru-cache; the gateway bench measures a CLOCK cache in its place). */
 export interface AnswerCache<V> {
   get(key: string): V | undefined;
   set(key: string, v: V): void;
@@ -67,7 +67,7 @@ export interface AnswerCache<V> {
 
 /** The hot path's parts the gateway bench swaps to measure them side by side (docs/decisions/gateway-hot-path.md). */
 export interface HotPathParts {
-  /** The lookup-answer cache, bounded at `maxBytes` (default `ClockCache`). */
+  /** The lookup-answer cache, bounded at `maxBytes` in its entries' `bytes` (default lru-cache). */
   answerCache?: <V extends { bytes: number; used: boolean }>(maxBytes: number) => AnswerCache<V>;
   /** false: each answer written when made, not in the turn's batch (default true). */
   batching?: boolean;
@@ -159,6 +159,7 @@ interface CachedAnswer {
   url: string;
   /** What the entry is counted for in the cache's budget. */
   bytes: number;
+  /** The bench's CLOCK variant's mark (bench/hot-path/clock-cache.ts). */
   used: boolean;
 }
 
@@ -880,7 +881,10 @@ export function createRequestHandler(
         },
       }
     : new AnswerBatch<Answer>(writeAnswer, answerFailed, answerLost);
-  const answers = parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES) ?? new ClockCache<CachedAnswer>(ANSWER_CACHE_BYTES);
+  // Bounded in bytes: an entry over the whole budget is not kept (lru-cache's maxEntrySize defaults to maxSize).
+  const answers =
+    parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES) ??
+    new LRUCache<string, CachedAnswer>({ maxSize: ANSWER_CACHE_BYTES, sizeCalculation: (v) => Math.max(1, v.bytes) });
   const own: HandlerState = { answers, batch, metrics };
 
   /** Routes and answers one request; true when its handler returned without leaving work behind (no promise, no proxying). */

@@ -2,7 +2,7 @@
  * The lookup path's swappable parts (issue 33 item 5,
  * docs/decisions/gateway-hot-path.md): a gateway given another answer cache
  * uses it for its lookup answers, and a gateway writing each answer when
- * made (no batch) answers byte for byte as the default one (CLOCK cache,
+ * made (no batch) answers byte for byte as the default one (lru-cache,
  * batched answers), pipelined requests included. Real gateways in this
  * process on 127.0.0.1, one chain.
  */
@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Encode } from '../../chain/encoding.ts';
-import { ClockCache } from '../../gateway/clock-cache.ts';
+import { ClockCache } from '../../bench/hot-path/clock-cache.ts';
 import { loadConfigFile } from '../../gateway/config.ts';
 import { startGateway, type RunningGateway } from '../../gateway/gateway.ts';
 import { createLogger } from '../../gateway/log.ts';
