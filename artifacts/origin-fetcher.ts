@@ -16,7 +16,24 @@ import { Readable } from 'node:stream';
 import { VouchError } from '../chain/errors.ts';
 import { AddressGuard, type AddressGuardOptions } from './address-guard.ts';
 import { OCI_MANIFEST_ACCEPT, isOciManifestPath, parseChallenge } from './oci-accept.ts';
-import { H1Client, type H1ClientOptions, type H1Response } from './h1/pool.ts';
+import { H1Client, type H1ClientOptions, type H1Request, type H1Response } from './h1/pool.ts';
+
+/** A response head from the transport, its body read exactly one way (`h1/pool.ts`'s `H1Response`). */
+export type OriginTransportResponse = Pick<
+  H1Response,
+  'statusCode' | 'headers' | 'contentLength' | 'stream' | 'receiveInto' | 'receiveWindows' | 'discard' | 'abort'
+>;
+
+/**
+ * The HTTP/1.1 client under the fetcher: `h1/pool.ts`'s `H1Client`, the only
+ * one shipped. The seam lets the gateway bench run the same fetcher over
+ * other clients side by side (bench/origin-clients/, docs/decisions/h1-client.md).
+ */
+export interface OriginTransport {
+  request(req: H1Request): Promise<OriginTransportResponse>;
+  close(): void;
+  destroy(): void;
+}
 
 export interface OriginLimits {
   /** Total deadline of one fetch: connect, redirects, headers and the whole body. */
@@ -53,6 +70,8 @@ export interface OriginFetcherOptions extends Partial<OriginLimits> {
   keepAliveTimeoutMs?: number;
   /** Extra TLS options for https origins (a private CA). */
   tls?: H1ClientOptions['tls'];
+  /** The HTTP/1.1 client to fetch over (default: `H1Client`); the gateway bench's side-by-side runs only. */
+  transport?: (options: H1ClientOptions) => OriginTransport;
 }
 
 export interface OriginFetchOptions {
@@ -204,7 +223,7 @@ function parseHttpUrl(text: string, resource: string, what: string): URL {
 
 export class OriginFetcher {
   readonly limits: Readonly<OriginLimits>;
-  private readonly client: H1Client;
+  private readonly client: OriginTransport;
   private readonly guard: AddressGuard;
   private readonly allowPrivate: boolean;
   private readonly userAgent: string;
@@ -225,12 +244,13 @@ export class OriginFetcher {
     this.allowPrivate = options.allowPrivate ?? false;
     this.userAgent = options.userAgent ?? 'vouch';
     if (!/^[\x20-\x7e]*$/.test(this.userAgent)) throw new TypeError('origin fetcher: userAgent must be printable ASCII');
-    this.client = new H1Client({
+    const clientOptions: H1ClientOptions = {
       connectTimeoutMs: this.limits.connectTimeoutMs,
       headersTimeoutMs: this.limits.headersTimeoutMs,
       keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 4_000,
       ...(options.tls ? { tls: options.tls } : {}),
-    });
+    };
+    this.client = options.transport ? options.transport(clientOptions) : new H1Client(clientOptions);
   }
 
   /**
@@ -387,7 +407,7 @@ export class OriginFetcher {
     guard: 'all' | 'redirect' | 'none',
     state: FetchState,
     extra?: Readonly<Record<string, string>>,
-  ): Promise<H1Response> {
+  ): Promise<OriginTransportResponse> {
     const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
     let host = hostname;
     if (guard !== 'none') {
@@ -439,7 +459,7 @@ class FetchedResponse implements OriginResponse {
   private taken = false;
 
   constructor(
-    private readonly res: H1Response,
+    private readonly res: OriginTransportResponse,
     readonly finalUrl: string,
     private readonly state: FetchState,
   ) {

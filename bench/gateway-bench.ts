@@ -9,6 +9,8 @@
  * 3. mirror-hit downloads vs the origin itself;
  * 4. peak RSS serving one large spooled artifact, minus idle RSS;
  * 5. warm restart to `ready:` on 50,000 blocks (cold once, for context).
+ * VOUCH_BENCH_ORIGIN_COMPARE=1: rows 2-4 per origin client (gateway-origin-compare.ts);
+ * VOUCH_BENCH_HOTPATH_COMPARE=1: row 1 per hot-path part (gateway-hotpath-compare.ts).
  * Figures are printed and written by the runner, never asserted.
  */
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
@@ -117,7 +119,11 @@ const ratioRange = (a: WrkResult[], b: WrkResult[], f: (r: WrkResult) => number)
   return `${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)}`;
 };
 
-export async function runGatewayBench(quick: boolean): Promise<{ title: string; markdown: string }> {
+export async function runGatewayBench(quick: boolean): Promise<{ title: string; markdown: string; key?: string }> {
+  // The origin clients side by side (issue 33 item 2): rows 2, 2′, 2r, 2rc and 4 only, in a section of their own.
+  if (process.env['VOUCH_BENCH_ORIGIN_COMPARE'] === '1') return (await import('./gateway-origin-compare.ts')).runOriginCompare(quick);
+  // The hot-path parts against their libraries (issue 33 item 5): row 1 only, in a section of its own.
+  if (process.env['VOUCH_BENCH_HOTPATH_COMPARE'] === '1') return (await import('./gateway-hotpath-compare.ts')).runHotPathCompare(quick);
   const p: Params = quick
     ? {
         chainBlocks: 5_000,

@@ -34,7 +34,7 @@ import { claimDigestsUrl } from '../artifacts/claim-digest.ts';
 import { type Config, logOrigin } from './config.ts';
 import { ChainState, lastVerifiedImage } from './chain-state.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
-import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected } from './server.ts';
+import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected, type HotPathParts } from './server.ts';
 import { ProxyRoutes } from './routes/proxy.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
@@ -42,7 +42,7 @@ import { ChainPusher, type PushStatus } from '../store/chain-push.ts';
 import { createLogger, type Logger } from './log.ts';
 import type { GatewayContext, PushReport, SyncReport } from './context.ts';
 import { SKILL_PATH } from './routes/openapi.ts';
-import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
+import { OriginFetcher, type OriginFetcherOptions } from '../artifacts/origin-fetcher.ts';
 import { Mirror } from '../artifacts/mirror.ts';
 import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
 import { HashWorkers } from '../artifacts/hash-workers.ts';
@@ -68,6 +68,10 @@ export interface StartOptions {
   drainMs?: number;
   /** Progress of long start-up work (a mirror's first clone, cold verification), e.g. a bar on a terminal. */
   onProgress?: (done: number, total: number, what: string) => void;
+  /** The origin fetcher's HTTP/1.1 client (default: artifacts/h1); the gateway bench's side-by-side runs only. */
+  originTransport?: OriginFetcherOptions['transport'];
+  /** The lookup path's answer cache and batching (default: lru-cache, batched); the gateway bench's side-by-side runs only. */
+  hotPath?: HotPathParts;
 }
 
 export interface RunningGateway {
@@ -448,6 +452,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     maxRedirects: config.origin.max_redirects,
     // Redirect hops of downloads to loopback/private addresses on another host need origin.allow_private.
     allowPrivate: config.origin.allow_private,
+    ...(options.originTransport ? { transport: options.originTransport } : {}),
   });
   const mirror = new Mirror({
     memoryBytes: config.mirror.memory_bytes,
@@ -488,7 +493,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       // connection does not race its close (node's 5 s default: npm, busy resolving a large tree, met ECONNRESET on reuse).
       keepAliveTimeout: Math.round(config.clients.keep_alive_timeout * 1000),
     },
-    createRequestHandler(ctx, { proxy, metrics }),
+    createRequestHandler(ctx, { proxy, metrics, ...(options.hotPath ? { hotPath: options.hotPath } : {}) }),
   );
   server.maxConnections = connectionBound(config.clients.max_connections, log);
   let dropped = 0;

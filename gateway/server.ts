@@ -4,7 +4,7 @@
  * submit endpoints (docs/spec/design.md §3.1, §3.5); other routes are in
  * routes/; an unclaimed path goes to a proxy route (§3.6) or is a JSON 404.
  * Owns: the per-request log line and metrics, the lookup answer cache
- * (`ClockCache`) and its batched writes (`AnswerBatch`), the fleet headers.
+ * (lru-cache) and its batched writes (`AnswerBatch`), the fleet headers.
  * Must hold: every JSON path answers JSON with `success` (4xx, 500, 503
  * included); an exception anywhere on the request path becomes a 500 for
  * that request only, logged once and counted, never a crash or a stack
@@ -53,17 +53,31 @@ import { hostIsValid } from './routes/proxy-routes.ts';
 import { FAULT, injectFault } from './test-fault.ts';
 import { logRequest, type Logger } from './log.ts';
 import { wallClock } from './log-sink.ts';
-import { ClockCache } from './clock-cache.ts';
 import { AnswerBatch } from './answer-batch.ts';
+import { LRUCache } from 'lru-cache';
 import type { GatewayContext } from './context.ts';
 import type { BlockProof } from './chain-state.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
+/** What the handler needs of its lookup-answer cache (lru-cache; the gateway bench measures a CLOCK cache in its place). */
+export interface AnswerCache<V> {
+  get(key: string): V | undefined;
+  set(key: string, v: V): void;
+}
+
+/** The hot path's parts the gateway bench swaps to measure them side by side (docs/decisions/gateway-hot-path.md). */
+export interface HotPathParts {
+  /** The lookup-answer cache, bounded at `maxBytes` in its entries' `bytes` (default lru-cache). */
+  answerCache?: <V extends { bytes: number; used: boolean }>(maxBytes: number) => AnswerCache<V>;
+  /** false: each answer written when made, not in the turn's batch (default true). */
+  batching?: boolean;
+}
+
 /** What one request handler (one gateway) keeps besides the context: its lookup answers, the batch they are written in, and its metrics. */
 interface HandlerState {
-  answers: ClockCache<CachedAnswer>;
-  batch: AnswerBatch<Answer>;
+  answers: AnswerCache<CachedAnswer>;
+  batch: Pick<AnswerBatch<Answer>, 'add'>;
   metrics: GatewayMetrics;
 }
 
@@ -146,6 +160,7 @@ interface CachedAnswer {
   url: string;
   /** What the entry is counted for in the cache's budget. */
   bytes: number;
+  /** The bench's CLOCK variant's mark (bench/hot-path/clock-cache.ts). */
   used: boolean;
 }
 
@@ -805,7 +820,7 @@ async function atLeast(ctx: GatewayContext, wanted: number | VouchError): Promis
  */
 export function createRequestHandler(
   ctx: GatewayContext,
-  parts: { proxy?: ProxyRoutes; metrics?: GatewayMetrics } = {},
+  parts: { proxy?: ProxyRoutes; metrics?: GatewayMetrics; hotPath?: HotPathParts } = {},
 ): (req: IncomingMessage, res: ServerResponse) => void {
   const proxy = parts.proxy ?? new ProxyRoutes(ctx);
   const metrics = parts.metrics ?? new GatewayMetrics(ctx, { proxy });
@@ -828,34 +843,51 @@ export function createRequestHandler(
     }
   };
 
-  const batch = new AnswerBatch<Answer>(
-    (a) => {
-      const { res, obs } = a;
-      const req = res.req;
-      // The client left while the answer waited: recorded as such (499), nothing written.
-      if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
-      if (FAULT !== null) injectFault('batch', obs.label);
-      // With the inclusion proof, the URL's completeness-index proof against the same note (docs/spec/index.md 8).
-      const indexProof = a.proof !== null && obs.url !== undefined && ctx.state !== null ? ctx.state.indexProof('url', obs.url) : null;
-      sendWithProof(ctx, res, a.text, a.length, a.etag, a.proof, indexProof);
-      settle(req, res, obs, true);
-    },
-    (a, e) => {
-      failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');
-      try {
-        if (!a.obs.recorded) settle(a.res.req, a.res, a.obs, true);
-      } catch (e2) {
-        reportUnexpected(ctx.log, metrics, 'batch', e2, a.res.req, a.obs.path);
-        a.res.destroy();
-      }
-    },
-    (a, e) => {
-      // `failed` is built not to throw; should it, the connection goes and the batch goes on.
-      reportUnexpected(ctx.log, metrics, 'batch', e, null, a.obs.path);
+  const writeAnswer = (a: Answer): void => {
+    const { res, obs } = a;
+    const req = res.req;
+    // The client left while the answer waited: recorded as such (499), nothing written.
+    if (res.destroyed || obs.socket.destroyed) return recordRequest(ctx, metrics, req, res, obs, false);
+    if (FAULT !== null) injectFault('batch', obs.label);
+    // With the inclusion proof, the URL's completeness-index proof against the same note (docs/spec/index.md 8).
+    const indexProof = a.proof !== null && obs.url !== undefined && ctx.state !== null ? ctx.state.indexProof('url', obs.url) : null;
+    sendWithProof(ctx, res, a.text, a.length, a.etag, a.proof, indexProof);
+    settle(req, res, obs, true);
+  };
+  const answerFailed = (a: Answer, e: unknown): void => {
+    failRequest(ctx, metrics, a.res.req, a.res, false, a.obs.path, e, 'batch');
+    try {
+      if (!a.obs.recorded) settle(a.res.req, a.res, a.obs, true);
+    } catch (e2) {
+      reportUnexpected(ctx.log, metrics, 'batch', e2, a.res.req, a.obs.path);
       a.res.destroy();
-    },
-  );
-  const own: HandlerState = { answers: new ClockCache<CachedAnswer>(ANSWER_CACHE_BYTES), batch, metrics };
+    }
+  };
+  const answerLost = (a: Answer, e: unknown): void => {
+    // `failed` is built not to throw; should it, the connection goes and the batch goes on.
+    reportUnexpected(ctx.log, metrics, 'batch', e, null, a.obs.path);
+    a.res.destroy();
+  };
+  const batch: Pick<AnswerBatch<Answer>, 'add'> = parts.hotPath?.batching === false
+    ? {
+        add: (a) => {
+          try {
+            writeAnswer(a);
+          } catch (e) {
+            try {
+              answerFailed(a, e);
+            } catch (e2) {
+              answerLost(a, e2);
+            }
+          }
+        },
+      }
+    : new AnswerBatch<Answer>(writeAnswer, answerFailed, answerLost);
+  // Bounded in bytes: an entry over the whole budget is not kept (lru-cache's maxEntrySize defaults to maxSize).
+  const answers =
+    parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES) ??
+    new LRUCache<string, CachedAnswer>({ maxSize: ANSWER_CACHE_BYTES, sizeCalculation: (v) => Math.max(1, v.bytes) });
+  const own: HandlerState = { answers, batch, metrics };
 
   /** Routes and answers one request; true when its handler returned without leaving work behind (no promise, no proxying). */
   const dispatch = (req: IncomingMessage, res: ServerResponse, target: string, route: Route | undefined, obs: Observed): boolean => {

@@ -1,10 +1,9 @@
 /**
  * The origin fetcher's HTTP/1.1 GET client: a keep-alive pool of `onread`
  * connections (`connection.ts`), one exchange at a time each (`exchange.ts`),
- * in the strict framing of `parser.ts`. Hand-written rather than undici: an
- * origin could make undici accept framing another client reads differently
- * (an HTTP/1.0 chunked answer), and the bench rows of
- * bench/RESULTS.md#gateway compare the two.
+ * in the strict framing of `parser.ts`. Kept over undici (which reads an
+ * HTTP/1.0 chunked answer) and node:http by the side-by-side rows of
+ * docs/decisions/h1-client.md (VOUCH_BENCH_ORIGIN_COMPARE=1).
  * Owns: connections per connect target and Host (idle timeout, at most 32
  * idle per target), connecting (net or tls, ALPN http/1.1, timeouts, the
  * caller's abort), the request head, one retry on a dead reused connection.

@@ -1,8 +1,8 @@
 /**
  * clock-cache: a map bounded in bytes with CLOCK eviction, an approximation
- * of LRU whose hit is one Map lookup and a mark (the lookup answers of
- * `server.ts`: an LRU list's bookkeeping on every hit cost a lookup a few
- * microseconds, most of them cache misses at 20,000 URLs).
+ * of LRU whose hit is one Map lookup and a mark. Once the gateway's lookup
+ * answer cache; lru-cache replaced it (docs/decisions/gateway-hot-path.md),
+ * and the hot-path bench keeps it as its `cache=clock` variant.
  *
  * Owns: its entries and their byte count.
  * Trusts: callers to give each entry its `bytes` (what it holds in memory).
