@@ -64,10 +64,17 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
       }
     };
     const pushMs: number[] = [];
+    /** Per round: each stage's end, ms after the 201 (git requests from the git server's timeline). */
+    const stages: Record<string, number>[] = [];
+    const git = live.gitServer;
+    git.timeline = [];
     /** ms from the 201 until every mirror answers the lookup 200 (polled every 5 ms, no min-size header); the push time goes to pushMs. */
     const latency = async (mirrors: GatewayProcess[]): Promise<number> => {
+      const tSubmit = performance.now();
+      const from = git.timeline!.length;
       const path = await submit();
       const t0 = performance.now();
+      const answered: number[] = [];
       const head = localHead();
       const pushed = (async () => {
         while (bareHead() !== head && performance.now() - t0 < 30_000) await sleep(5);
@@ -78,7 +85,10 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
           for (;;) {
             const r = await fetch(m.url + path);
             await r.arrayBuffer();
-            if (r.status === 200) return;
+            if (r.status === 200) {
+              answered.push(performance.now() - t0);
+              return;
+            }
             if (performance.now() - t0 > 30_000) throw new Error('bench: a mirror did not answer in 30 s');
             await sleep(5);
           }
@@ -86,17 +96,42 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
       );
       const ms = performance.now() - t0;
       await pushed;
+      const row: Record<string, number> = { submit: t0 - tSubmit };
+      const last = (re: RegExp, at: 'start' | 'end') => {
+        const xs = git.timeline!.slice(from).filter((e) => re.test(e.request));
+        return xs.length === 0 ? Number.NaN : Math.max(...xs.map((e) => e[at] - t0));
+      };
+      row.refsPushEnd = last(/GET .*service=git-receive-pack/, 'end');
+      row.receivePackStart = last(/POST .*git-receive-pack/, 'start');
+      row.receivePackEnd = last(/POST .*git-receive-pack/, 'end');
+      const firstUp = git.timeline!.slice(from).filter((e) => /upload-pack/.test(e.request));
+      row.fetchStart = firstUp.length === 0 ? Number.NaN : Math.min(...firstUp.map((e) => e.start - t0));
+      row.fetchEnd = last(/POST .*git-upload-pack/, 'end');
+      row.firstAnswer = Math.min(...answered);
+      row.allAnswer = ms;
+      stages.push(row);
+      if (process.env.VOUCH_FLEET_TRACE)
+        console.error(
+          git
+            .timeline!.slice(from)
+            .map((e) => `${(e.start - t0).toFixed(0)}..${(e.lastByte - t0).toFixed(0)}..${(e.end - t0).toFixed(0)} ${e.request.replace(/^.*\.git\//, '')}`)
+            .join('; '),
+          `answered ${answered.map((x) => x.toFixed(0)).join(',')}`,
+        );
       return ms;
     };
     const measure = async (mirrors: GatewayProcess[]) => {
       await latency(mirrors); // warm-up
       pushMs.length = 0;
+      stages.length = 0;
       const xs: number[] = [];
       for (let i = 0; i < rounds; i++) {
         xs.push(await latency(mirrors));
         await sleep(200 + Math.random() * 800); // not in step with the 1 s interval
       }
-      return { median: median(xs), max: Math.max(...xs), push: median(pushMs) };
+      const stage = (k: string) => median(stages.map((r) => r[k]!).filter((x) => Number.isFinite(x)));
+      const keys = Object.keys(stages[0] ?? {});
+      return { median: median(xs), max: Math.max(...xs), push: median(pushMs), stages: Object.fromEntries(keys.map((k) => [k, stage(k)])) };
     };
 
     // 1a. Polling mirrors (sync_interval 1 s), no hints.
@@ -111,6 +146,17 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
     const hinted = [await hintedMirror('h1'), await hintedMirror('h2')];
     await live.restart({ notify: hinted.map((m) => ({ url: m.url, token_file: syncTokenFile })) });
     const notified = await measure(hinted);
+    if (process.env.VOUCH_FLEET_TRACE)
+      for (const m of hinted)
+        console.error(
+          m
+            .stderr()
+            .split('\n')
+            .filter((l) => l.includes('accepted the remote head'))
+            .map((l) => JSON.stringify((JSON.parse(l) as { ms?: unknown }).ms))
+            .join(' '),
+        );
+    console.error('fleet bench stages (ms after the 201, medians): polling', JSON.stringify(plain.stages), 'hinted', JSON.stringify(notified.stages));
     lines.push(
       '| sync latency, submit 201 → both of 2 mirrors answer 200 | median | max | of which 201 → pushed (median) |',
       '| --- | ---: | ---: | ---: |',
