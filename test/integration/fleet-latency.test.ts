@@ -93,8 +93,9 @@ test("the hint comes at the remote's report, not after its hooks, names the head
   writeFileSync(postReceive(), '#!/bin/sh\nsleep 8\n');
   chmodSync(postReceive(), 0o755);
   try {
-    await submitNew(); // the restarted authority's first push reads the refs; the next ones do not
-    await until('the mirror to catch up', async () => remoteHead() === localHead(), 60_000);
+    const warm = await submitNew(); // the restarted authority's first push reads the refs; the next ones do not
+    await until('the mirror to catch up', async () => (await status(mirror.url, lookupPath(warm))) === 200, 60_000);
+    await new Promise((r) => setTimeout(r, 500)); // a sync still winding down is not counted below
     live.gitServer.timeline = [];
     const url = await submitNew();
     const t0 = Date.now();
