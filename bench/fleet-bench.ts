@@ -6,7 +6,9 @@
  * with sync hints (authority.notify, mirrors at a 300 s interval); (2)
  * lookups through HAProxy (deploy/fleet/haproxy.cfg) over the two mirrors
  * against one mirror asked directly (wrk), as the balancer's overhead on one
- * machine. Figures go to bench/RESULTS.md under <!-- bench:fleet -->.
+ * machine. Each stage of the hinted path is timed from the git server's
+ * side (VOUCH_FLEET_TRACE=1 prints every round). Figures go to
+ * bench/RESULTS.md under <!-- bench:fleet -->.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -134,9 +136,12 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
       return { median: median(xs), max: Math.max(...xs), push: median(pushMs), stages: Object.fromEntries(keys.map((k) => [k, stage(k)])) };
     };
 
-    // 1a. Polling mirrors (sync_interval 1 s), no hints.
-    const polling = [await live.startMirror(join(work, 'p1'), { syncInterval: 1 }), await live.startMirror(join(work, 'p2'), { syncInterval: 1 })];
-    const plain = await measure(polling);
+    // 1a. Polling mirrors (sync_interval 1 s), no hints (VOUCH_FLEET_HINTS_ONLY=1: skipped, with the balancer rows, for A/B runs of the hinted path).
+    const hintsOnly = process.env.VOUCH_FLEET_HINTS_ONLY === '1';
+    const polling = hintsOnly
+      ? []
+      : [await live.startMirror(join(work, 'p1'), { syncInterval: 1 }), await live.startMirror(join(work, 'p2'), { syncInterval: 1 })];
+    const plain = hintsOnly ? { median: Number.NaN, max: Number.NaN, push: Number.NaN, stages: {} as Record<string, number> } : await measure(polling);
     for (const m of polling) await m.stop();
     // 1b. Hinted mirrors (a 300 s interval: every sync is the authority's hint).
     const hintedMirror = (d: string) =>
@@ -166,9 +171,27 @@ export async function runFleetBench(quick: boolean): Promise<{ title: string; ma
       `${rounds} submits each (after one warm-up), lookups polled every 5 ms on both mirrors; target with hints: ≤ 200 ms median. ` +
         `Load average when the run started: ${load0} (${spawnSync('nproc', { encoding: 'utf8' }).stdout.trim()} cores): on a shared, busy machine every git http-backend request and every process waits for a core.`,
     );
+    const at = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? '—' : `${x.toFixed(0)} ms`);
+    const stageRow = (what: string, k: string) => `| ${what} | ${at(plain.stages[k])} | ${at(notified.stages[k])} |`;
+    lines.push(
+      '',
+      "| where the time goes (ms after the 201, median of each stage's end; git requests as the git server saw them) | polling | hints |",
+      '| --- | ---: | ---: |',
+      stageRow('the push read the remote refs (GET info/refs; — : none, a push after our own goes straight to the POST)', 'refsPushEnd'),
+      stageRow('the push sent (POST git-receive-pack starts)', 'receivePackStart'),
+      stageRow("the git host's answer ended (receive-pack done, its hooks included)", 'receivePackEnd'),
+      stageRow("a mirror's first fetch request starts", 'fetchStart'),
+      stageRow("the mirrors' last POST git-upload-pack answered", 'fetchEnd'),
+      stageRow('the first mirror answers 200 (verified, stored, state swapped)', 'firstAnswer'),
+      stageRow('both mirrors answer 200', 'allAnswer'),
+      '',
+      `The submit itself (request → 201) took ${at(notified.stages.submit)} (median, hints run). The push starts while the 201 is on its way; the polling mirrors fetch on their own clock, so their rows are not a sequence.`,
+    );
 
     // 2. Lookups through HAProxy over both mirrors vs one mirror directly.
-    if (HAPROXY === null) {
+    if (hintsOnly) {
+      lines.push('', 'VOUCH_FLEET_HINTS_ONLY=1: the balancer rows were not measured.');
+    } else if (HAPROXY === null) {
       lines.push('', 'HAProxy is not installed (apt-get install haproxy): the balancer rows were not measured.');
     } else {
       ensureWrk();
