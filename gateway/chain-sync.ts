@@ -156,6 +156,8 @@ export class ChainSync {
   private downSince: number | null = null;
   private downLogged = 0;
   private hinted: number | null = null;
+  /** The commit the newest sync hint named, not yet asked for (the next sync asks for it first, without reading the refs). */
+  private hintedHead: string | null = null;
   private notices = 0;
 
   private started = false;
@@ -296,9 +298,10 @@ export class ChainSync {
    * now. The hint is trusted for nothing else: what the sync fetches is
    * verified as always.
    */
-  hint(size: number | null): Promise<SyncOutcome> {
+  hint(size: number | null, head: string | null = null): Promise<SyncOutcome> {
     this.notices++;
     if (size !== null && (this.hinted === null || size > this.hinted)) this.hinted = size;
+    if (head !== null) this.hintedHead = head;
     return this.syncNow();
   }
 
@@ -457,11 +460,45 @@ export class ChainSync {
   }
 
   private async attempt(signal: AbortSignal, ctx: Record<string, unknown>): Promise<SyncOutcome> {
+    const hinted = this.hintedHead;
+    this.hintedHead = null;
+    if (hinted !== null && hinted !== this.repo.head) {
+      // The hinted commit first (one request: no ref advertisement). Only a verified extension is taken;
+      // anything else (refused by the remote, not newer, not verifying) is judged again from the remote's refs.
+      const hctx: Record<string, unknown> = {};
+      try {
+        const out = await this.adopt(signal, hctx, hinted);
+        if (out !== null) {
+          Object.assign(ctx, hctx);
+          return out;
+        }
+      } catch (e) {
+        if (signal.aborted) throw e;
+        this.log.debug('mirror sync: the hinted commit was not taken; reading the remote refs', {
+          remote: shownUrl(this.remote),
+          hinted,
+          message: (e as Error)?.message ?? String(e),
+        });
+      }
+      this.repo.dropFetched();
+    }
+    return (await this.adopt(signal, ctx, null))!;
+  }
+
+  /**
+   * Fetch the remote's main (or the `hinted` commit), verify and adopt it.
+   * With `hinted`: null when it is not a new commit beyond the verified head
+   * (nothing changed); the remote's head in status() is only set once taken.
+   */
+  private async adopt(signal: AbortSignal, ctx: Record<string, unknown>, hinted: string | null): Promise<SyncOutcome | null> {
     const local = this.state.verifierState;
     const n = local.size;
-    const { commit } = await this.repo.fetch(this.remote, { ...this.fetchOpts, signal });
+    const t0 = performance.now();
+    const { commit } = await this.repo.fetch(this.remote, { ...this.fetchOpts, signal }, hinted);
+    const tFetched = performance.now();
     ctx.remote_commit = commit;
-    this.remoteHead = commit;
+    if (hinted !== null && (commit === this.repo.head || commit !== hinted)) return null;
+    if (hinted === null) this.remoteHead = commit;
     if (commit === this.repo.head && this.repo.size === n) {
       this.remoteSize = n;
       return { result: 'up_to_date', commit, size: n };
@@ -477,7 +514,8 @@ export class ChainSync {
       if (e instanceof VouchError && e.code === 'not_a_chain') throw rewritten(`the remote's main (${commit}) holds no chain: ${e.message}`);
       throw e;
     }
-    this.remoteSize = snap.size;
+    if (hinted !== null && snap.size <= n) return null;
+    if (hinted === null) this.remoteSize = snap.size;
     ctx.remote_size = snap.size;
     ctx.remote_head = await this.recordHashAt(snap, snap.size - 1);
     const cpText = await snap.readFile(CHECKPOINT);
@@ -535,11 +573,16 @@ export class ChainSync {
     if (signal.aborted) throw new VouchError('io_error', 'fetch cancelled');
 
     // 3. Adopt: branch, working tree and index first (the commit point is the ref move), then the served state.
+    const tVerified = performance.now();
     await this.repo.fastForward(commit); // also catches the working tree up if an earlier one was interrupted
     for (const w of this.repo.warnings.splice(0)) this.log.warn('chain repository', { warning: w });
     this.state.applyCommitted(blocks, cpText);
     this.edge?.advance(blocks.map((b) => entryOf(b.record_hash)));
     const size = this.state.verifierState.size;
+    if (hinted !== null) {
+      this.remoteHead = commit;
+      this.remoteSize = size;
+    }
     this.log.info('mirror sync: accepted the remote head', {
       remote: shownUrl(this.remote),
       remote_commit: commit,
@@ -547,6 +590,8 @@ export class ChainSync {
       size,
       blocks: blocks.length,
       head: this.state.verifierState.head,
+      ...(hinted !== null ? { hinted: true } : {}),
+      ms: { fetch: Math.round(tFetched - t0), verify: Math.round(tVerified - tFetched), adopt: Math.round(performance.now() - tVerified) },
     });
     return { result: 'updated', commit, from: n, size };
   }

@@ -94,8 +94,8 @@ export interface MirrorSyncControl {
   ageSeconds(): number;
   /** A sync now (shared with one in flight); resolves when it is over, whatever its outcome. */
   syncNow(): Promise<unknown>;
-  /** A sync hint: counted, `size` kept as the remote's known size, and a sync run now. */
-  hint(size: number | null): Promise<unknown>;
+  /** A sync hint: counted, `size` kept as the remote's known size, and a sync run now (asking for `head` first when given). */
+  hint(size: number | null, head?: string | null): Promise<unknown>;
 }
 
 /** What a mirror's sync loop reports (snake_case: it is served as is). */

@@ -677,7 +677,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         remote: config.chain.remote,
         log,
         probeMs: 5_000,
-        ...(notifier ? { onPushed: () => notifier!.notify(state.size) } : {}),
+        ...(notifier ? { onPushed: (head: string) => notifier!.notify(state.size, head) } : {}),
       });
       ctx.pushReport = () => pushReport(pusher!.status());
       pusher.notify(repo.head); // sends anything appended while the remote was unreachable

@@ -372,7 +372,7 @@ function wantsNdjson(req: IncomingMessage): boolean {
   return /(^|,)\s*application\/x-ndjson\s*(;|,|$)/i.test(rawHeader(req, 'accept') ?? '');
 }
 
-/** Bound on a sync hint's body (`{"size": N}`). */
+/** Bound on a sync hint's body (`{"size": N, "head": "<commit>"}`). */
 const SYNC_BODY_LIMIT = 1024;
 
 /** POST /v1/sync: a sync hint from the authority or a git host's post-receive hook (docs/guide/fleet.md). */
@@ -387,14 +387,19 @@ const syncHint: Handler = async (ctx, req, res, _search, _own, obs) => {
   }
   const text = (await readBody(req, SYNC_BODY_LIMIT, obs.label)).toString('utf8').trim();
   let size: number | null = null;
+  let head: string | null = null;
   if (text.length > 0) {
     const body = parseJsonBody(Buffer.from(text)) as Record<string, unknown> | null;
     const v = body !== null && typeof body === 'object' && !Array.isArray(body) ? body.size : undefined;
     if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0))
       throw new VouchError('bad_request', 'size must be a non-negative integer');
     size = typeof v === 'number' ? v : null;
+    const h = body !== null && typeof body === 'object' && !Array.isArray(body) ? body.head : undefined;
+    if (h !== undefined && (typeof h !== 'string' || !/^[0-9a-f]{40}$/.test(h)))
+      throw new VouchError('bad_request', 'head must be a commit id (40 lowercase hex digits)');
+    head = typeof h === 'string' ? h : null;
   }
-  void ctx.mirrorSync.hint(size).catch(() => undefined);
+  void ctx.mirrorSync.hint(size, head).catch(() => undefined);
   sendJson(res, 202, { success: true, status: 'accepted', size: ctx.state?.size ?? null });
 };
 

@@ -1,13 +1,13 @@
 /**
  * sync-notify: the authority's sync hints to its mirrors (issue 35): after
  * each push that moved the remote's main, `POST <mirror>/v1/sync` with the
- * mirror's bearer token and `{"size": N}`, so a mirror syncs now instead of
- * at its next interval (docs/guide/fleet.md).
+ * mirror's bearer token and `{"size": N, "head": "<commit>"}`, so a mirror
+ * syncs now (asking for that commit at once) instead of at its next interval
+ * (docs/guide/fleet.md).
  *
- * Owns: one request at a time per mirror (a hint made while one is in flight
- * is sent once after it, with the newest size), a 5 s bound per request,
- * counts for the metrics, and a log line when a mirror stops (or starts
- * again) answering — not one per failed hint.
+ * Owns: one request at a time per mirror (a hint made meanwhile is sent once
+ * after it, the newest), a 5 s bound per request, counts for the metrics, a
+ * log line when a mirror stops (or starts again) answering, not one a hint.
  * Trusts: nothing it is answered; a hint is only a wake-up call (the
  * mirror verifies what it fetches), so a lost hint costs one sync interval.
  * Must hold: `notify` never throws and never waits; tokens are never logged.
@@ -29,7 +29,7 @@ const HINT_TIMEOUT_MS = 5_000;
 interface TargetState {
   target: NotifyTarget;
   inflight: boolean;
-  pending: number | null;
+  pending: { size: number; head: string | null } | null;
   failing: boolean;
 }
 
@@ -46,12 +46,12 @@ export class SyncNotifier {
     this.targets = targets.map((target) => ({ target, inflight: false, pending: null, failing: false }));
   }
 
-  /** Tells every mirror the chain now has `size` blocks on the remote. Returns at once. */
-  notify(size: number): void {
+  /** Tells every mirror the chain now has `size` blocks on the remote, its main at `head` (a commit id). Returns at once. */
+  notify(size: number, head: string | null = null): void {
     if (this.closed) return;
     for (const t of this.targets) {
-      if (t.inflight) t.pending = Math.max(t.pending ?? 0, size);
-      else void this.send(t, size);
+      if (t.inflight) t.pending = { size: Math.max(t.pending?.size ?? 0, size), head };
+      else void this.send(t, size, head);
     }
   }
 
@@ -63,13 +63,13 @@ export class SyncNotifier {
     this.closed = true;
   }
 
-  private async send(t: TargetState, size: number): Promise<void> {
+  private async send(t: TargetState, size: number, head: string | null): Promise<void> {
     t.inflight = true;
     try {
       const r = await fetch(`${t.target.url}/v1/sync`, {
         method: 'POST',
         headers: { authorization: `Bearer ${t.target.token}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ size }),
+        body: JSON.stringify(head === null ? { size } : { size, head }),
         signal: AbortSignal.timeout(HINT_TIMEOUT_MS),
       });
       await r.arrayBuffer().catch(() => undefined);
@@ -89,7 +89,7 @@ export class SyncNotifier {
       t.inflight = false;
       const next = t.pending;
       t.pending = null;
-      if (next !== null && !this.closed) void this.send(t, next);
+      if (next !== null && !this.closed) void this.send(t, next.size, next.head);
     }
   }
 }

@@ -20,7 +20,17 @@ import { BRANCH_REF, OID_RE, ZERO_OID } from './git-objects.ts';
 import { packChunks } from './git-pack-writer.ts';
 import { type PushObjects, firstParentChain, localBranchHead, objectsToSend, pushObjects } from './push-walk.ts';
 import { FLUSH, pktLine, protocolError } from './pkt-line.ts';
-import { type PushTimeouts, collect, fetchRefs, headers, httpStatusError, parseReport, resolvedTimeouts } from './receive-pack.ts';
+import {
+  type PushTimeouts,
+  type RemoteRefs,
+  collect,
+  endsWithFlush,
+  fetchRefs,
+  headers,
+  httpStatusError,
+  parseReport,
+  resolvedTimeouts,
+} from './receive-pack.ts';
 import { type Remote, defaultDispatcher, parseRemote } from './smart-http.ts';
 
 export { makeDelta } from './git-pack-writer.ts';
@@ -42,6 +52,14 @@ export interface PushNewOptions {
   /** A token reused across pushes: the same PushObjects (./push-walk.ts), its parsed pack indexes and trees kept. */
   cache?: object;
   signal?: AbortSignal;
+  /**
+   * The capabilities of the remote's last advertisement, when `remoteHead` is
+   * known from our own last push: the push goes straight to the POST (no
+   * GET info/refs first). The remote's ref update is a compare-and-swap from
+   * `remoteHead`: when the remote is elsewhere it refuses, and the push is
+   * made again after reading the remote's refs.
+   */
+  known?: { capabilities: ReadonlySet<string> };
 }
 
 export interface PushResult {
@@ -63,6 +81,10 @@ export interface PushResult {
   requestBytes: number;
   /** Set when the remote was not where `remoteHead` said (and what was done about it). */
   note: string | null;
+  /** The remote's capabilities (from its advertisement, or `known`'s): what a next push with `known` can give. */
+  capabilities: ReadonlySet<string>;
+  /** Whether the remote's refs were read (GET info/refs) for this push. */
+  readRefs: boolean;
   timings: { refsMs: number; walkMs: number; postMs: number; totalMs: number };
 }
 
@@ -92,6 +114,19 @@ function streamOf(first: Buffer[], gen: AsyncGenerator<Buffer>, onByte: (n: numb
  * remote gets the whole history (a walk of every commit, once).
  */
 export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptions): Promise<PushResult> {
+  if (opts.known !== undefined && opts.remoteHead !== null && opts.remoteHead !== opts.localHead) {
+    try {
+      return await pushFrom(dir, remoteUrl, opts, { main: opts.remoteHead, capabilities: new Set(opts.known.capabilities) });
+    } catch (e) {
+      // Refused (the remote is not where we last left it, or lacks a base): read its refs and push from there.
+      if (!(e instanceof VouchError && e.evidence?.reason === 'rejected') || opts.signal?.aborted) throw e;
+    }
+  }
+  return pushFrom(dir, remoteUrl, opts, null);
+}
+
+/** pushNew with the remote's refs as `advertised` (null: read them first, GET info/refs). */
+async function pushFrom(dir: string, remoteUrl: string, opts: PushNewOptions, advertised: RemoteRefs | null): Promise<PushResult> {
   const t0 = performance.now();
   const { remoteHead: expected, localHead } = opts;
   if (!OID_RE.test(localHead)) throw new VouchError('bad_request', `local head ${JSON.stringify(localHead)} is not a commit id`);
@@ -102,7 +137,7 @@ export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptio
   const objects = pushObjects(join(resolve(dir), '.git'), opts.cache);
 
   // 1. Where is the remote really?
-  const refs = await fetchRefs(remote, t, dispatcher, opts.signal);
+  const refs = advertised ?? (await fetchRefs(remote, t, dispatcher, opts.signal));
   const tRefs = performance.now();
   const actual = refs.main;
   const base = (ms: number) => ({ refsMs: tRefs - t0, walkMs: ms, postMs: 0, totalMs: performance.now() - t0 });
@@ -117,6 +152,8 @@ export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptio
       packBytes: 0,
       requestBytes: 0,
       note: expected === actual ? null : `the remote already had ${short(localHead)} (expected ${expected ? short(expected) : 'no main'})`,
+      capabilities: refs.capabilities,
+      readRefs: advertised === null,
       timings: base(0),
     };
   }
@@ -196,6 +233,7 @@ export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptio
         }),
       },
       `receive-pack answer of ${remote.shown}`,
+      endsWithFlush,
     ));
   } catch (e) {
     if (body instanceof Readable) body.destroy();
@@ -225,6 +263,8 @@ export async function pushNew(dir: string, remoteUrl: string, opts: PushNewOptio
     packBytes,
     requestBytes,
     note,
+    capabilities: refs.capabilities,
+    readRefs: advertised === null,
     timings: { refsMs: tRefs - t0, walkMs: tWalk - tRefs, postMs: end - tWalk, totalMs: end - t0 },
   };
 }
@@ -339,6 +379,8 @@ export class ChainPusher {
   /** Whether the pending retry waits out a permanent refusal (a new append does not cut it short). */
   private sleepingPermanent = false;
   private lastFailLog = 0;
+  /** The remote's capabilities as last advertised: while pushes succeed, the next one skips GET info/refs (pushNew `known`). */
+  private caps: ReadonlySet<string> | null = null;
 
   constructor(opts: ChainPusherOptions) {
     this.dir = resolve(opts.dir);
@@ -460,6 +502,7 @@ export class ChainPusher {
         if (!this.remoteKnown) {
           const refs = await this.attempt((signal) => fetchRefs(this.remote, resolvedTimeouts(this.timeouts), this.agent, signal));
           this.remoteHead = refs.main;
+          this.caps = refs.capabilities;
           this.remoteKnown = true;
           this.retrack();
         }
@@ -480,10 +523,20 @@ export class ChainPusher {
             dispatcher: this.agent,
             cache: this.cache,
             signal,
+            ...(this.caps !== null && this.failures === 0 ? { known: { capabilities: this.caps } } : {}),
           }),
         );
         const before = this.remoteHead;
         this.remoteHead = r.remoteHead;
+        this.caps = r.capabilities;
+        // The mirrors hear of it first: a sync hint costs them nothing to wait for (the log line and backlog count come after).
+        if (r.pushed && this.onPushed) {
+          try {
+            this.onPushed(r.remoteHead);
+          } catch {
+            /* the callback's failure is its own */
+          }
+        }
         this.lastPush = {
           at: new Date().toISOString(),
           head: r.remoteHead,
@@ -507,13 +560,6 @@ export class ChainPusher {
           ...(r.note ? { note: r.note } : {}),
         });
         this.settle(seq);
-        if (r.pushed && this.onPushed) {
-          try {
-            this.onPushed(r.remoteHead);
-          } catch {
-            /* the callback's failure is its own */
-          }
-        }
       } catch (e) {
         if (this.stopped) return;
         const err = e instanceof Error ? e : new VouchError('internal_error', String(e));

@@ -105,6 +105,8 @@ export class ChainRepo extends ChainRepoRepair {
   /** The removal of the loose files the last pack made redundant (runs beside later writers). */
   private removal: Promise<number> = Promise.resolve(0);
   private lastPack: { pack: string | null; merged: string[] } = { pack: null, merged: [] };
+  /** The capabilities the remote advertised at the last fetch from it (a hinted fetch reuses them). */
+  private remoteCaps: { url: string; caps: Set<string> } | null = null;
   /** Packs made by this instance and the time they held the writer queue (without the loose files' removal, which runs beside it). */
   readonly packTimes = { count: 0, totalMs: 0, maxMs: 0, cpuMs: 0 };
 
@@ -507,16 +509,29 @@ export class ChainRepo extends ChainRepoRepair {
    * (depth 1, telling the remote our head so only new objects come). Never
    * touches the branch, the working tree or the index. The pack stays
    * indexed in memory for cheap reads until `dropFetched()` or the next
-   * fetch.
+   * fetch. `hinted`: a commit a sync hint named, asked for without reading
+   * the refs first when their capabilities are known from an earlier fetch
+   * of `url` (what comes is verified by the caller as any fetch).
    */
-  fetch(url: string, opts: FetchOptions = {}): Promise<FetchResult> {
+  fetch(url: string, opts: FetchOptions = {}, hinted: string | null = null): Promise<FetchResult> {
     return this.serialize(async () => {
       const shown = url.replace(/\/\/[^@/]*@/, '//');
       const { discoverRefs, fetchPack } = await import('./upload-pack.ts'); // with undici: only when fetching
-      const { refs, caps } = await discoverRefs(url, opts);
-      const want = refs.get(BRANCH_REF);
+      let want: string | undefined;
+      let caps: Set<string>;
+      if (hinted !== null && this.remoteCaps?.url === url) {
+        // A commit named by a sync hint, asked for straight away (the remote refuses one that is not its ref's tip).
+        want = hinted;
+        caps = this.remoteCaps.caps;
+      } else {
+        const found = await discoverRefs(url, opts);
+        this.remoteCaps = { url, caps: found.caps };
+        caps = found.caps;
+        want = found.refs.get(BRANCH_REF);
+      }
       if (!want) throw new VouchError('not_a_chain', `${shown} has no branch main`);
       if (await this.objects.has(want)) {
+        if (want === hinted) return { commit: want, objects: 0, bytes: 0 };
         this.writeRemoteRef(want);
         return { commit: want, objects: 0, bytes: 0 };
       }

@@ -89,12 +89,18 @@ export async function collect(
   dispatcher: Dispatcher,
   req: Pick<Exchange, 'url' | 'method' | 'headers'> & { body: Buffer | Readable | null },
   what: string,
+  /** When given: the answer is complete once this holds of the body so far (a 200's rest is then read in the background). */
+  complete?: (body: Buffer) => boolean,
 ): Promise<{ status: number; contentType: string; body: Buffer }> {
   const parts: Buffer[] = [];
   let n = 0;
   let status = 0;
   let contentType = '';
-  await exchange({
+  let early: ((body: Buffer) => void) | null = null;
+  const done = new Promise<Buffer>((r) => {
+    early = r;
+  });
+  const whole = exchange({
     ...req,
     timeoutMs: totalMs,
     stallMs: idleMs,
@@ -107,12 +113,36 @@ export async function collect(
       return (c) => {
         parts.push(Buffer.from(c));
         n += c.length;
+        if (complete !== undefined && status === 200 && early !== null) {
+          const body = Buffer.concat(parts, n);
+          if (complete(body)) {
+            early(body);
+            early = null;
+          }
+        }
       };
     },
     fail: (why, cause) => pushFailure(remote, stage, totalMs, why, cause),
     tooLarge: (limit) => protocolError(`${what}: answer larger than ${limit} bytes`),
-  });
-  return { status, contentType, body: Buffer.concat(parts, n) };
+  }).then(() => Buffer.concat(parts, n));
+  // Complete early: what the server does after its answer (hooks, housekeeping, exiting) is not waited for.
+  const body = await Promise.race([whole, done]);
+  if (early === null) whole.catch(() => undefined);
+  return { status, contentType, body };
+}
+
+/** Whether `buf` holds pkt-lines up to and including a flush-pkt (a receive-pack report without side-band is then whole). */
+export function endsWithFlush(buf: Buffer): boolean {
+  let at = 0;
+  while (at + 4 <= buf.length) {
+    const hex = buf.toString('latin1', at, at + 4);
+    if (!/^[0-9a-fA-F]{4}$/.test(hex)) return false;
+    const len = Number.parseInt(hex, 16);
+    if (len > 0 && len < 4) return false;
+    if (len === 0) return true;
+    at += len;
+  }
+  return false;
 }
 
 export async function lsRemote(remoteUrl: string, opts: { timeouts?: PushTimeouts; dispatcher?: Dispatcher; signal?: AbortSignal } = {}): Promise<RemoteRefs> {

@@ -425,7 +425,18 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
           required: false,
           content: {
             'application/json': {
-              schema: { type: 'object', properties: { size: { type: 'integer', minimum: 0, description: 'The tree size the remote now holds.' } } },
+              schema: {
+                type: 'object',
+                properties: {
+                  size: { type: 'integer', minimum: 0, description: 'The tree size the remote now holds.' },
+                  head: {
+                    type: 'string',
+                    pattern: '^[0-9a-f]{40}$',
+                    description:
+                      "The commit the remote's main now names: the mirror asks for it at once (no ref advertisement first); one the remote does not serve, or not newer than the mirror's, falls back to an ordinary sync.",
+                  },
+                },
+              },
             },
           },
         },
@@ -438,7 +449,7 @@ export function openApiDocument(publicUrl: string, serviceName: string, authorit
               },
             },
           },
-          400: jsonError('The body is not JSON, or size is not a non-negative integer.'),
+          400: jsonError('The body is not JSON, size is not a non-negative integer, or head is not a commit id.'),
           401: jsonError('Missing or wrong bearer token.'),
           404: jsonError('This gateway is not a mirror with chain.sync_token_file.'),
         },

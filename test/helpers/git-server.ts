@@ -13,6 +13,8 @@ export class GitServer {
   readonly requests: string[] = [];
   /** While true, every request gets 503 and its connection is closed. */
   down = false;
+  /** When set, each request served is added here with its start and end (performance.now(), ms): for tracing a bench. */
+  timeline: { request: string; start: number; end: number; lastByte: number }[] | null = null;
   private readonly sockets = new Set<Socket>();
 
   private constructor(
@@ -55,6 +57,15 @@ export class GitServer {
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const u = new URL(req.url ?? '/', 'http://x');
     this.requests.push(`${req.method} ${u.pathname}`);
+    let timed: { lastByte: number } | null = null;
+    if (this.timeline !== null) {
+      const entry = { request: `${req.method} ${u.pathname}${u.search}`, start: performance.now(), end: Number.NaN, lastByte: Number.NaN };
+      timed = entry;
+      this.timeline.push(entry);
+      res.on('close', () => {
+        entry.end = performance.now();
+      });
+    }
     if (this.down) {
       res.writeHead(503, { connection: 'close' }).end('down');
       req.socket.destroy();
@@ -88,6 +99,7 @@ export class GitServer {
       stderr += d;
     });
     cgi.stdout.on('data', (chunk: Buffer) => {
+      if (timed !== null) timed.lastByte = performance.now();
       if (headersDone) {
         res.write(chunk);
         return;
