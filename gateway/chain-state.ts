@@ -27,7 +27,7 @@ import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
 import type { KeyState } from '../chain/key-events.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
-import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
+import { blockPath, type ChainReads } from '../store/chain-repo.ts';
 import { TreeEdge } from '../store/tree-edge.ts';
 import { BlockTextCache } from './block-text-cache.ts';
 import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
@@ -169,7 +169,7 @@ export class ChainState {
   private proofsOf: string | null = null;
 
   private constructor(
-    readonly repo: ChainRepo,
+    readonly repo: ChainReads,
     private readonly pinnedPublicKey: string | null,
   ) {
     // The sparse layout's texts are read from git objects: the cache keeps their lengths and hashes only.
@@ -311,7 +311,7 @@ export class ChainState {
 
   /** Loads and verifies the chain in `repo` (warm when a valid snapshot allows). */
   static async load(
-    repo: ChainRepo,
+    repo: ChainReads,
     options: { pinnedPublicKey?: string | null; onProgress?: (done: number, total: number) => void } = {},
   ): Promise<{ state: ChainState; report: LoadReport }> {
     const t0 = performance.now();

@@ -25,7 +25,7 @@ import type { Block } from '../chain/block.ts';
 import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
+import { type ChainStore, createChain, openChain as openChainDir } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
 import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead } from '../store/chain-store.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
@@ -198,7 +198,7 @@ function openAuthorityKeys(config: Config, authority: AuthorityParts, state: Cha
   );
 }
 
-async function openChain(config: Config, authority: AuthorityParts | null, now: () => number): Promise<ChainRepo> {
+async function openChain(config: Config, authority: AuthorityParts | null, now: () => number): Promise<ChainStore> {
   if (authority && isEmptyDir(config.chain.dir)) {
     const t = now();
     const signer = nodeSigner(config.authority!.signer, authority.key ?? readKeyFile(config.authority!.key_file));
@@ -207,7 +207,7 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
     const edge = TreeEdge.empty(nodeBackend);
     edge.append(entryOf(block.record_hash));
     const note = signNoteText(signer, noteOrigin(null, config.chain.origin, logOrigin(config), 'config: chain.origin'), 1, edge.root());
-    const repo = await ChainRepo.init(
+    const repo = await createChain(
       config.chain.dir,
       [{ index: 0, content: formatBlockFile(block) }],
       { json: formatCheckpointFile(cp), note },
@@ -218,7 +218,7 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
     return repo;
   }
   checkChainExists(config.chain.dir);
-  return ChainRepo.open(config.chain.dir, { repair: authority !== null });
+  return openChainDir(config.chain.dir, { repair: authority !== null });
 }
 
 /** Why the gateway cannot listen, and what to do: which port, who holds it, how to choose another. */
@@ -575,7 +575,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // Test hook: hold the not-ready phase open so tests can observe 503 answers.
     const delay = Number(process.env.VOUCH_TEST_READY_DELAY_MS ?? 0);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
-    const repo = mirrorMode
+    const mirror = mirrorMode
       ? (
           await prepareMirror(config.chain.dir, config.chain.remote!, {
             pinnedPublicKey: config.chain.public_key,
@@ -584,7 +584,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
             ...(options.onProgress ? { fetch: { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'cloning the chain') } } : {}),
           })
         ).repo
-      : await openChain(config, authority, now);
+      : null;
+    const repo: ChainStore = mirror ?? (await openChain(config, authority, now));
     if (authority && chainLock === null) chainLock = acquireChainLock(config.chain.dir);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
     // An authority's chain is its own: after verification, the online key in force must be one it holds
@@ -676,7 +677,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     if (mirrorMode) {
       sync = new ChainSync({
-        repo,
+        repo: mirror!,
         remote: config.chain.remote!,
         state,
         pinnedPublicKey: config.chain.public_key,

@@ -22,13 +22,13 @@ import { resolveRevokeTarget } from '../chain/revoke.ts';
 import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backend.ts';
 import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
-import type { ChainRepo } from '../store/chain-repo.ts';
+import type { ChainStore } from '../store/chain-repo.ts';
 import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
 import { claimKind, parseRevokeRequest, parseSubmitBody, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
 import type { ClaimKind } from '../artifacts/claim-digest.ts';
 
 export interface SubmitterDeps {
-  repo: ChainRepo;
+  repo: ChainStore;
   /** The signing key when there are no `keys` (a submitter on its own, in tests): it signs everything, and key statements are refused. */
   signer?: Signer;
   /** The authority's online keys (gateway/authority-keys.ts): the key in force, the note's signers, key statements. */

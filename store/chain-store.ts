@@ -20,7 +20,7 @@ import { isValidKeyName } from '../chain/note.ts';
 import { type Checkpoint as LogCheckpoint, openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { KeyState } from '../chain/key-events.ts';
-import type { ChainRepo, CommitInfo } from './chain-repo.ts';
+import type { ChainReads, ChainStore, CommitInfo } from './chain-api.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 
 /** `block <i>: <intent> <uns> <semver>` with the URLs in the body (docs/spec/design.md §2). */
@@ -64,7 +64,7 @@ export interface TrustedHead {
  * key (a chain whose key never changed). A compromised or retired key is
  * refused.
  */
-export function trustedHead(repo: ChainRepo, signer: Signer, keys?: Pick<KeyState, 'online' | 'retired' | 'compromised'> | null): TrustedHead {
+export function trustedHead(repo: ChainReads, signer: Signer, keys?: Pick<KeyState, 'online' | 'retired' | 'compromised'> | null): TrustedHead {
   const authority = parseBlockText(repo.readBlockFile(0), 0);
   const a = authority.payload.authority!;
   const given = base64Encode(signer.publicKey);
@@ -182,7 +182,7 @@ export type EdgeSeed = () => { edge: TreeEdge; rest: Iterable<string> } | null;
  * @throws VouchError checkpoint_mismatch when the recomputed root is not the note's.
  */
 export function headEdge(
-  repo: ChainRepo,
+  repo: ChainReads,
   note: LogCheckpoint | null,
   recordHashes: () => Iterable<string>,
   seed?: EdgeSeed,
@@ -212,7 +212,7 @@ export function headEdge(
 export type EdgeSource = 'file' | 'image' | 'scan';
 
 /** Every block file's record_hash, in order, read as the full scan reads them (trusting the files: see headEdge). */
-export function* scanRecordHashes(repo: ChainRepo): Iterable<string> {
+export function* scanRecordHashes(repo: ChainReads): Iterable<string> {
   for (let i = 0; i < repo.size; i++) yield parseBlockText(repo.readBlockFile(i), i).record_hash;
 }
 
@@ -248,7 +248,7 @@ export interface NoteInput {
  * branch holds even when the working tree lags behind it.
  */
 export async function appendSigned(
-  repo: ChainRepo,
+  repo: ChainStore,
   blocks: readonly Block[],
   checkpoint: Checkpoint,
   nowMs: number,
@@ -265,7 +265,7 @@ export async function appendSigned(
  * Every earlier endorsement of the given URLs (oldest first), by scanning
  * block files. Files that cannot mention a URL are skipped without parsing.
  */
-export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<string, { block: Block; artifactHash: string; semver: string }[]> {
+export function findEndorsements(repo: ChainReads, urls: readonly string[]): Map<string, { block: Block; artifactHash: string; semver: string }[]> {
   const out = new Map<string, { block: Block; artifactHash: string; semver: string }[]>(urls.map((u) => [u, []]));
   const needles = urls.map((u) => JSON.stringify(u));
   for (let i = 1; i < repo.size; i++) {
@@ -291,7 +291,7 @@ export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<
  * new blocks' record hashes; the new edge is kept for the next append.
  */
 export async function appendWithNote(
-  repo: ChainRepo,
+  repo: ChainStore,
   trusted: TrustedHead,
   signer: Signer,
   blocks: readonly Block[],
@@ -327,7 +327,7 @@ export class HeadEdge {
    * size (then the block files are read).
    */
   constructor(
-    private readonly repo: ChainRepo,
+    private readonly repo: ChainReads,
     private readonly note: () => LogCheckpoint | null,
     private readonly recordHashes: (size: number) => (() => Iterable<string>) | null = () => null,
   ) {}

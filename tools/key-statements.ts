@@ -31,7 +31,7 @@ import {
 import type { VerifierState } from '../chain/verify.ts';
 import { isFullOrderPublicKey } from '../chain/weak-key.ts';
 import { nodeBackend, rawPublicKey } from '../platform/node-crypto.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
+import { type ChainStore, openChain } from '../store/chain-repo.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { UsageError } from './command.ts';
 
@@ -44,8 +44,8 @@ export function statementError(e: KeyEventError, tail = '; nothing appended'): V
 }
 
 /** The chain in DIR verified whole (every block, the checkpoint), with its key state; `write`: opened to append (as vouch endorse opens it). */
-export async function verifiedChain(dir: string, write = false): Promise<{ repo: ChainRepo; state: VerifierState & { keys: KeyState } }> {
-  const repo = await ChainRepo.open(dir, { repair: write });
+export async function verifiedChain(dir: string, write = false): Promise<{ repo: ChainStore; state: VerifierState & { keys: KeyState } }> {
+  const repo = await openChain(dir, { repair: write });
   const { state } = await verifyDirectory(repo, {});
   if (state.keys === null) throw new VouchError('not_a_chain', `${dir} holds no block 0`);
   return { repo, state: state as VerifierState & { keys: KeyState } };

@@ -19,7 +19,7 @@ import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../..
 import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS } from '../../chain/hash-algorithms.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
+import { openChain } from '../../store/chain-repo.ts';
 import { signerForChain } from '../../store/chain-keys.ts';
 import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
@@ -136,7 +136,7 @@ export const endorse: Command = {
 
     const timings = phaseTimer();
     const key = readKeyFile(v.key);
-    const repo = await ChainRepo.open(v.chain);
+    const repo = await openChain(v.chain);
     timings.mark('open');
     // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
     const { signer: keyed, keys } = signerForChain(repo, key);

@@ -21,7 +21,7 @@ import { hexEncode } from '../../chain/encoding.ts';
 import { resolveRevokeTarget, type RevokeTarget } from '../../chain/revoke.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
+import { openChain } from '../../store/chain-repo.ts';
 import { signerForChain } from '../../store/chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
@@ -67,7 +67,7 @@ export const revoke: Command = {
 
     assertChainWritable(v.chain, 'POST /v1/revoke');
     const key = readKeyFile(v.key);
-    const repo = await ChainRepo.open(v.chain);
+    const repo = await openChain(v.chain);
     // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
     const { signer: keyed, keys } = signerForChain(repo, key);
     const trusted = trustedHead(repo, keyed, keys);

@@ -14,7 +14,7 @@
  * single-URL mode).
  */
 import { type Block, parseBlockText } from '../../chain/block.ts';
-import type { ChainRepo } from '../../store/chain-repo.ts';
+import type { ChainReads } from '../../store/chain-repo.ts';
 
 export interface Prior {
   block: Block;
@@ -22,7 +22,7 @@ export interface Prior {
   semver: string;
 }
 
-export function endorsementsOf(repo: ChainRepo, urls: Iterable<string>): Map<string, Prior[]> {
+export function endorsementsOf(repo: ChainReads, urls: Iterable<string>): Map<string, Prior[]> {
   const out = new Map<string, Prior[]>();
   for (const u of urls) out.set(u, []);
   for (let i = 1; i < repo.size; i++) {
