@@ -24,6 +24,7 @@ import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainStore } from '../store/chain-repo.ts';
 import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
+import { noteSigner } from '../platform/note-signer.ts';
 import { claimKind, parseRevokeRequest, parseSubmitBody, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
 import type { ClaimKind } from '../artifacts/claim-digest.ts';
 
@@ -849,7 +850,7 @@ export class Submitter {
       const note = this.deps.note;
       const noteInput = note
         ? {
-            signer: noteSigners,
+            signer: noteSigner(noteSigners),
             origin: note.origin,
             root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))),
             extensions: note.indexRootWith ? [indexExtensionLine(note.indexRootWith(blocks))] : [],

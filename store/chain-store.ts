@@ -3,8 +3,10 @@
  * store/chain-repo.ts.
  * Owns: commit messages (docs/spec/design.md §2), the cheap trusted-head
  * check an append starts from, appending signed blocks with their
- * checkpoint and signed `checkpoint.note` (issue 17), the origin an append
- * signs under (`noteOrigin`) and the tree edge it starts from (`headEdge`).
+ * checkpoint and `checkpoint.note` (issue 17), signed by the `NoteSigner`
+ * the caller hands over (platform/note-signer.ts: no key here), the origin
+ * an append signs under (`noteOrigin`) and the tree edge it starts from
+ * (`headEdge`).
  * Must hold: nothing is appended after a head that does not check out (the
  * head block hashes to what the checkpoint signed, the signing key is the
  * online key in force); a committed note opens with that key and names the
@@ -17,8 +19,9 @@ import { checkpointMessage, computeRecordHash } from '../chain/build.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
 import { isValidKeyName } from '../chain/note.ts';
-import { type Checkpoint as LogCheckpoint, openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
+import { type Checkpoint as LogCheckpoint, openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
+import type { NoteSigner } from '../platform/note-signer.ts';
 import type { KeyState } from '../chain/key-events.ts';
 import type { ChainReads, ChainStore, CommitInfo } from './chain-api.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
@@ -216,11 +219,6 @@ export function* scanRecordHashes(repo: ChainReads): Iterable<string> {
   for (let i = 0; i < repo.size; i++) yield parseBlockText(repo.readBlockFile(i), i).record_hash;
 }
 
-/** The signed checkpoint note of a tree: origin, size, root; key name = origin (several signers during a key rollover, the key in force first). */
-export function signNoteText(signer: Signer | readonly Signer[], origin: string, size: number, root: Uint8Array, extensions: readonly string[] = []): string {
-  return signCheckpoint(nodeBackend, { origin, size, root, extensions: [...extensions] }, signer);
-}
-
 /** What one append committed: the commit, and the block, checkpoint and note texts exactly as they are on the branch. */
 export interface Committed {
   commit: string;
@@ -232,8 +230,8 @@ export interface Committed {
 
 /** What the note of an append signs: the origin, and the tree's root at the new size. */
 export interface NoteInput {
-  /** The key in force; during a rollover (docs/spec/key-events.md) it first, then the previous key. */
-  signer: Signer | readonly Signer[];
+  /** Signs the note: the key in force; during a rollover (docs/spec/key-events.md) it first, then the previous key. */
+  signer: NoteSigner;
   origin: string;
   root: Uint8Array;
   /** Extension lines of the note body (the completeness index root, docs/spec/index.md 5). */
@@ -256,7 +254,7 @@ export async function appendSigned(
 ): Promise<Committed> {
   const files = blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) }));
   const checkpointText = formatCheckpointFile(checkpoint);
-  const noteText = note === null ? null : signNoteText(note.signer, note.origin, checkpoint.size, note.root, note.extensions);
+  const noteText = note === null ? null : note.signer.signNote(note.origin, checkpoint.size, note.root, note.extensions);
   const { commit } = await repo.append(files, { json: checkpointText, note: noteText }, commitFor(blocks, nowMs));
   return { commit, blockTexts: files.map((f) => f.content), checkpointText, noteText };
 }
@@ -278,35 +276,6 @@ export function findEndorsements(repo: ChainReads, urls: readonly string[]): Map
     }
   }
   return out;
-}
-
-/**
- * Appends signed blocks after a trusted head with the checkpoint note of the
- * new size: origin as `noteOrigin` says (default `vouch/<signer>`), root from
- * the head's tree edge (`headEdge`: the kept edge file when it agrees with
- * the committed note, else `seed`'s (`vouch endorse` hands over the edge of
- * the gateway's tree image and the record hashes after it), else
- * `recordHashes`: by default every block file's record hash; `vouch
- * endorse` hands over those of the verified index image it used) plus the
- * new blocks' record hashes; the new edge is kept for the next append.
- */
-export async function appendWithNote(
-  repo: ChainStore,
-  trusted: TrustedHead,
-  signer: Signer,
-  blocks: readonly Block[],
-  checkpoint: Checkpoint,
-  nowMs: number,
-  recordHashes: () => Iterable<string> = () => scanRecordHashes(repo),
-  seed?: EdgeSeed,
-): Promise<Committed & { edgeSource: EdgeSource }> {
-  const origin = noteOrigin(trusted.note, null, defaultOrigin(trusted.authority.signer));
-  const { edge, source } = headEdge(repo, trusted.note, recordHashes, seed);
-  const next = edge.clone();
-  for (const b of blocks) next.append(entryOf(b.record_hash));
-  const committed = await appendSigned(repo, blocks, checkpoint, nowMs, { signer, origin, root: next.root() });
-  writeEdgeFile(repo.dir, next);
-  return { ...committed, edgeSource: source };
 }
 
 /**

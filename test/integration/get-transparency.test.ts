@@ -26,6 +26,7 @@ import { signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { buildCheckpoint, buildRevokeBlock, type Block } from '../../chain/index.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned } from '../../store/chain-store.ts';
+import { noteSigner } from '../../platform/note-signer.ts';
 import { cosign, formatNote, parseNote, verifierKey, SIG_COSIGNATURE_V1, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypto.ts';
 import { createKeyFile, readKeyFile } from '../../platform/key-file.ts';
@@ -641,7 +642,11 @@ test('several gateways: a revocation beyond the stale tree explains its newer se
   const tree = new MerkleTree(nodeBackend);
   for (let i = 0; i < repo.size; i++) tree.append(hexDecode((JSON.parse(repo.readBlockFile(i)) as Block).record_hash)!);
   tree.append(hexDecode(revoke.record_hash)!);
-  await appendSigned(repo, [revoke], buildCheckpoint({ head: revoke, signer, now: Date.now() }), Date.now(), { signer, origin: LOG, root: tree.root() });
+  await appendSigned(repo, [revoke], buildCheckpoint({ head: revoke, signer, now: Date.now() }), Date.now(), {
+    signer: noteSigner(signer),
+    origin: LOG,
+    root: tree.root(),
+  });
   const C2 = await startFront('c');
   origin.route(path, { body: G1, contentType: 'text/javascript' });
   const getU2 = (gateways: string[], state: string, o: string) =>

@@ -8,7 +8,7 @@
  * key every time; earlier endorsements of the URLs come from the last
  * verified state when there is one (tools/endorse-history.ts), else from a
  * scan of every block file. The commit carries the signed checkpoint note
- * of the new size (store/chain-store.ts `appendWithNote`: the root from the
+ * of the new size (tools/signed-append.ts `appendWithNote`: the root from the
  * tree edge kept in .git when it agrees with the committed note, else from
  * every block's record hash).
  */
@@ -21,7 +21,8 @@ import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { openChain } from '../../store/chain-repo.ts';
 import { signerForChain } from '../../store/chain-keys.ts';
-import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { appendWithNote } from '../signed-append.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { checkUrlOptions } from './endorse-options.ts';
 import { LOCKFILE_ONLY, DEFAULT_GOPROXY, DEFAULT_MAVEN_REPO, DEFAULT_INDEX_URL } from '../lockfiles/defaults.ts';

@@ -24,7 +24,8 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { openChain } from '../../store/chain-repo.ts';
 import { signerForChain } from '../../store/chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
-import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { trustedHead } from '../../store/chain-store.ts';
+import { appendWithNote } from '../signed-append.ts';
 
 export const revoke: Command = {
   name: 'revoke',
