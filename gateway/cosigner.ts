@@ -22,7 +22,7 @@ import { parseNote, parseVerifierKey, verifyCosignature, type Note, type NoteSig
 import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { checkQuorum, type Policy } from '../chain/tlog-policy.ts';
 import { readPolicyFile } from '../platform/policy-file.ts';
-import { writeDurably } from '../store/git-files.ts';
+import { writeDurably } from '../platform/durable-file.ts';
 import { formatAddCheckpoint } from './witness.ts';
 import type { Logger } from './log.ts';
 

@@ -22,7 +22,7 @@ import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { verifyConsistency } from '../chain/merkle.ts';
 import { MAX_WALKED_KEY_EVENTS } from '../chain/key-events.ts';
 import { KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents, type KeyTrail } from '../chain/key-walk.ts';
-import { fsyncDir, writeDurably } from '../store/git-files.ts';
+import { fsyncDir, writeDurably } from '../platform/durable-file.ts';
 import { readKeyFile } from '../platform/key-file.ts';
 import { nodeSigner } from '../platform/node-crypto.ts';
 import type { WitnessConfig } from './config.ts';

@@ -17,7 +17,8 @@ import { CHECKPOINT, CHECKPOINT_NOTE, MAX_INDEX, blockPath } from '../chain/layo
 import { assertChainWritable } from './chain-lock.ts';
 import type { BlockFile, CommitInfo, RootFiles } from './chain-api.ts';
 import { type IndexEntry, entryFromStat } from './git-index.ts';
-import { crashPoint, failPoint, fsyncDir, isDir } from './git-files.ts';
+import { fsyncDir } from '../platform/durable-file.ts';
+import { crashPoint, failPoint, isDir } from './git-files.ts';
 import { BRANCH_REF, FILE_MODE, TREE_MODE, type TreeEntry, commitBody, ioError, setTreeEntry, treeBody } from './git-objects.ts';
 import type { RepoRepair } from './repo-repair.ts';
 import { type RepoState, TMP_SUFFIX, readState } from './repo-state.ts';

@@ -16,6 +16,7 @@ import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode } from '../chain/encoding.ts';
+import { fsyncDir, writeDurably } from '../platform/durable-file.ts';
 
 export interface SeenCheckpoint {
   size: number;
@@ -108,20 +109,9 @@ export function saveCheckpoint(path: string, origin: string, seen: SeenCheckpoin
   const tmp = `${path}.vouch-${process.pid}.tmp`;
   try {
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const fd = fs.openSync(tmp, 'w', 0o600);
-    try {
-      fs.writeFileSync(fd, text);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
+    writeDurably(tmp, Buffer.from(text), 0o600);
     fs.renameSync(tmp, path);
-    const dfd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
-    try {
-      fs.fsyncSync(dfd);
-    } finally {
-      fs.closeSync(dfd);
-    }
+    fsyncDir(dir);
   } catch (e) {
     fs.rmSync(tmp, { force: true });
     throw new VouchError('io_error', `cannot write state file ${path}: ${(e as Error).message}`);

@@ -20,7 +20,7 @@ import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS } from '../../chain/hash-algori
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { openChain } from '../../store/chain-repo.ts';
-import { signerForChain } from '../../store/chain-keys.ts';
+import { signerForChain } from '../chain-keys.ts';
 import { findEndorsements, trustedHead } from '../../store/chain-store.ts';
 import { appendWithNote } from '../signed-append.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
@@ -139,7 +139,7 @@ export const endorse: Command = {
     const key = readKeyFile(v.key);
     const repo = await openChain(v.chain);
     timings.mark('open');
-    // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
+    // The online key in force (block 0's, or the one key events put in force: tools/chain-keys.ts).
     const { signer: keyed, keys } = signerForChain(repo, key);
     const trusted = trustedHead(repo, keyed, keys);
     const { head } = trusted;

@@ -21,7 +21,7 @@ import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
 import { isVoid, type KeyState } from '../../chain/key-events.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypto.ts';
-import { notInForce } from '../../store/chain-keys.ts';
+import { notInForce } from '../chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import type { ChainReads, ChainStore } from '../../store/chain-repo.ts';
 import { findEndorsements, trustedHead, type TrustedHead } from '../../store/chain-store.ts';

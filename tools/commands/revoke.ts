@@ -22,7 +22,7 @@ import { resolveRevokeTarget, type RevokeTarget } from '../../chain/revoke.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { openChain } from '../../store/chain-repo.ts';
-import { signerForChain } from '../../store/chain-keys.ts';
+import { signerForChain } from '../chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import { trustedHead } from '../../store/chain-store.ts';
 import { appendWithNote } from '../signed-append.ts';
@@ -69,7 +69,7 @@ export const revoke: Command = {
     assertChainWritable(v.chain, 'POST /v1/revoke');
     const key = readKeyFile(v.key);
     const repo = await openChain(v.chain);
-    // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
+    // The online key in force (block 0's, or the one key events put in force: tools/chain-keys.ts).
     const { signer: keyed, keys } = signerForChain(repo, key);
     const trusted = trustedHead(repo, keyed, keys);
     // The verified chain, as a gateway start loads it: warm from the last verified state, else every block verified.

@@ -22,7 +22,7 @@ import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { VouchError } from '../chain/errors.ts';
 import { applyKeyEvent, initialKeyState, KeyEventError, type KeyState } from '../chain/key-events.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../platform/node-crypto.ts';
-import type { ChainReads } from './chain-api.ts';
+import type { ChainReads } from '../store/chain-api.ts';
 
 /** Where the key state of a prefix of the chain is kept between runs (`.git`: as trusted as the gateway's snapshot). */
 const CACHE = 'vouch-keys.json';
