@@ -34,7 +34,7 @@ import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync, type Run } from '../helpers/processes.ts';
 import { repoRoot } from '../helpers/vectors.ts';
-import { loadState, saveCheckpoint } from '../../tools/checkpoint-state.ts';
+import { loadState, saveCheckpoint } from '../../tools/client/checkpoint-state.ts';
 
 const LOG = 'log.vouch.test';
 const sourcesHold = (dir: string, text: string) =>

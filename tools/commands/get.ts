@@ -6,14 +6,14 @@
  * checkpoint extends the newest one seen before (state file) and meets
  * `--policy`'s quorum; the bytes hash to artifact_hash. With several
  * `--gateway`s their checkpoints must be consistent and their selections
- * agree or be explained (tools/tlog-client.ts `decide`).
+ * agree or be explained (tools/client/tlog-client.ts `decide`).
  * Trusts: `--public-key`, `--origin`, `--policy`; the state file's past.
  * Must hold: exit 0 only after every check passed; a refusal exits 1 and
  * leaves FILE and the state file untouched; any answer outside the protocol
  * is a refusal with a catalogue code (`bad_answer`), never an internal
  * error; only an unreachable gateway, its server errors and a timeout exit 2.
  */
-import { checkSelection } from '../index-check.ts';
+import { checkSelection } from '../client/index-check.ts';
 import { createWriteStream, renameSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
 import { finished } from 'node:stream/promises';
@@ -30,8 +30,8 @@ import type { Policy } from '../../chain/tlog-policy.ts';
 import { readPolicyFile } from '../../platform/policy-file.ts';
 import { parseVerifierKey, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { defaultStatePath, loadState, saveCheckpoint } from '../checkpoint-state.ts';
-import { KeyFollower, readRootPin, type KeyPin } from '../key-follower.ts';
+import { defaultStatePath, loadState, saveCheckpoint } from '../client/checkpoint-state.ts';
+import { KeyFollower, readRootPin, type KeyPin } from '../client/key-follower.ts';
 import {
   Refusal,
   checkBlockProof,
@@ -48,7 +48,7 @@ import {
   type ProofObject,
   type RevocationEvidence,
   type VerifiedCheckpoint,
-} from '../tlog-client.ts';
+} from '../client/tlog-client.ts';
 
 const STATUS_TEXT: Record<number, [string, 1 | 2]> = {
   400: ['the gateway refused the parameters', 2],

@@ -17,7 +17,7 @@ import { formatAddCheckpoint, parseAddCheckpoint } from '../../../gateway/witnes
 import { intParams } from '../../../gateway/routes/transparency.ts';
 import { acceptsJson, parseJsonBody, parseSelectionQuery } from '../../../gateway/http-util.ts';
 import { checkQuorum, parsePolicy, policyLogFor } from '../../../chain/tlog-policy.ts';
-import { Refusal, parseConsistencyAnswer, parseInclusionAnswer, parseProofObject } from '../../../tools/tlog-client.ts';
+import { Refusal, parseConsistencyAnswer, parseInclusionAnswer, parseProofObject } from '../../../tools/client/tlog-client.ts';
 import { nodeBackend } from '../../../platform/node-crypto.ts';
 import { testSigner } from '../../helpers/chain-fixture.ts';
 import { check, corpusOf, mix, mutatedBytes, mutatedJson, mutatedLines, randomInput, refusedOnly, type FuzzTarget } from '../target.ts';

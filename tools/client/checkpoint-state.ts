@@ -14,9 +14,9 @@
 import * as fs from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { VouchError } from '../chain/errors.ts';
-import { base64Decode } from '../chain/encoding.ts';
-import { fsyncDir, writeDurably } from '../platform/durable-file.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { base64Decode } from '../../chain/encoding.ts';
+import { fsyncDir, writeDurably } from '../../platform/durable-file.ts';
 
 export interface SeenCheckpoint {
   size: number;
@@ -24,7 +24,7 @@ export interface SeenCheckpoint {
   root: string;
   /** The signed checkpoint note as it was verified. */
   note: string;
-  /** The key events walked for this log: `{pin, trail}` (tools/key-follower.ts); absent for a log never walked. */
+  /** The key events walked for this log: `{pin, trail}` (tools/client/key-follower.ts); absent for a log never walked. */
   keys?: { pin: unknown; trail: unknown };
 }
 
