@@ -46,7 +46,11 @@ const sourcesHold = (dir: string, text: string) =>
  * appends commit a signed checkpoint.note? (VOUCH_TEST_GET_FRONT=1 forces the front.)
  */
 const MODE: 'gateway' | 'front' =
-  process.env.VOUCH_TEST_GET_FRONT !== '1' && sourcesHold('gateway', '/v1/proof/consistency') && (sourcesHold('store', 'signCheckpoint(') || sourcesHold('platform', 'signCheckpoint(')) ? 'gateway' : 'front';
+  process.env.VOUCH_TEST_GET_FRONT !== '1' &&
+  sourcesHold('gateway', '/v1/proof/consistency') &&
+  (sourcesHold('store', 'signCheckpoint(') || sourcesHold('platform', 'signCheckpoint('))
+    ? 'gateway'
+    : 'front';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-get-tlog-'));
 const keyFile = join(work, 'authority.pem');
