@@ -18,7 +18,7 @@ import { tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../store/chain-store.ts';
+import { appendSigned, commitFor } from '../store/chain-append.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';

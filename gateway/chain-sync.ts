@@ -33,7 +33,7 @@ import {
   openMirror,
   parseBlockPath,
 } from '../store/chain-repo.ts';
-import { HeadEdge, entryOf, trustedNote } from '../store/chain-store.ts';
+import { HeadEdge, entryOf, trustedNote } from '../store/chain-append.ts';
 import type { Logger } from './log.ts';
 
 /** What the sync needs of the served chain (ChainState implements it). */
@@ -68,7 +68,7 @@ export interface ChainSyncOptions {
   /**
    * RFC 6962 root of the verified chain's record hashes followed by
    * `entries`, changing nothing (the gateway's Merkle tree); without it the
-   * sync keeps the chain's tree edge itself (store/chain-store.ts HeadEdge).
+   * sync keeps the chain's tree edge itself (store/chain-append.ts HeadEdge).
    */
   rootWith?: (entries: readonly Uint8Array[]) => Uint8Array;
   /** Without rootWith: every verified block's record_hash at this size (the verified index image), or null (the block files are read). */

@@ -27,7 +27,7 @@ import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { type ChainStore, createChain, openChain as openChainDir } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
-import { HeadEdge, commitFor, entryOf, noteOrigin, trustedHead } from '../store/chain-store.ts';
+import { HeadEdge, commitFor, entryOf, noteOrigin, trustedHead } from '../store/chain-append.ts';
 import { signNoteText } from '../platform/note-signer.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
 import { digestUrl } from '../artifacts/artifact-digest.ts';
@@ -52,7 +52,7 @@ import { AuthorityKeys } from './authority-keys.ts';
 import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
 import { openCosigner, type CheckpointSource } from './cosigner.ts';
 import { SyncNotifier } from './sync-notify.ts';
-import { collectGarbage } from '../platform/collect-garbage.ts';
+import { collectGarbage } from './collect-garbage.ts';
 import { FAULT, injectFault } from './test-fault.ts';
 
 export interface StartOptions {
@@ -271,7 +271,7 @@ function ownChainLog(state: ChainState): WitnessedLog | null {
 
 /**
  * Seam (issue 17), until the gateway's Merkle tree answers roots: the record
- * hashes of the verified chain for the tree edge (store/chain-store.ts
+ * hashes of the verified chain for the tree edge (store/chain-append.ts
  * HeadEdge), from the index image ChainState.load leaves in .git (what it
  * verified; no block file read), when it holds exactly `size` blocks.
  */

@@ -23,7 +23,7 @@ import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backe
 import { parseArtifactHash } from '../chain/hash-algorithms.ts';
 import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
 import type { ChainStore } from '../store/chain-repo.ts';
-import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
+import { appendSigned, type Committed, entryOf } from '../store/chain-append.ts';
 import { noteSigner } from '../platform/note-signer.ts';
 import { claimKind, parseRevokeRequest, parseSubmitBody, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
 import type { ClaimKind } from '../artifacts/claim-digest.ts';

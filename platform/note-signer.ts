@@ -1,11 +1,11 @@
 /**
  * Signs tlog checkpoint notes (chain/tlog-checkpoint.ts) with the
  * authority's keys on node:crypto: `signNoteText`, and the `NoteSigner` an
- * authority hands the store with an append (store/chain-store.ts
+ * authority hands the store with an append (store/chain-append.ts
  * `appendSigned`), so storage holds no key and signs nothing itself.
  * Owns: which backend signs a note (./node-crypto.ts).
  * Trusts: the signers handed over to be the keys in force (the caller's
- * check: store/chain-store.ts `trustedHead`, the gateway's key state).
+ * check: store/chain-append.ts `trustedHead`, the gateway's key state).
  * Must hold: during a key rollover the key in force signs first.
  */
 import type { Signer } from '../chain/crypto-backend.ts';

@@ -19,7 +19,7 @@ import { CompactIndex } from '../chain/compact-index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainReads } from '../store/chain-repo.ts';
 import { ChainState, lastVerifiedImage, lastVerifiedTreeEdge } from '../gateway/chain-state.ts';
-import type { EdgeSeed } from '../store/chain-store.ts';
+import type { EdgeSeed } from '../store/chain-append.ts';
 import { isVoid, type KeyState } from '../chain/key-events.ts';
 
 export interface Prior {
@@ -43,7 +43,7 @@ export interface HistoryReport {
    * With source `image`: the edge of the gateway's verified Merkle tree
    * image (the one its snapshot names) and the record hashes after it, when
    * that image is not larger than the index image: the tree edge without
-   * the O(n) fold of `recordHashes` (store/chain-store.ts `headEdge`).
+   * the O(n) fold of `recordHashes` (store/chain-append.ts `headEdge`).
    */
   edgeSeed?: EdgeSeed;
 }

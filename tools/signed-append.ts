@@ -2,11 +2,11 @@
  * The CLI's signed append (`vouch endorse`, `revoke`, `reendorse`, `root`):
  * blocks after a trusted head, with the checkpoint note of the new size
  * signed by the authority key the command holds. The authority's half of
- * an append; storage (store/chain-store.ts `appendSigned`) is handed the
+ * an append; storage (store/chain-append.ts `appendSigned`) is handed the
  * note's signer and signs nothing itself.
  * Owns: the note's origin and root for a CLI append, and keeping the new
  * tree edge in `.git` for the next one.
- * Trusts: `trusted` (store/chain-store.ts `trustedHead`) and the signer to
+ * Trusts: `trusted` (store/chain-append.ts `trustedHead`) and the signer to
  * be the key in force.
  * Must hold: a committed note opens with the key in force and names the
  * chain's size.
@@ -26,7 +26,7 @@ import {
   headEdge,
   noteOrigin,
   scanRecordHashes,
-} from '../store/chain-store.ts';
+} from '../store/chain-append.ts';
 import { writeEdgeFile } from '../store/tree-edge.ts';
 
 /**

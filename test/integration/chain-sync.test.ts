@@ -26,7 +26,7 @@ import { formatBlockFile, formatCheckpointFile, type Block } from '../../chain/b
 import { base64Encode, utf8 } from '../../chain/encoding.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../../store/chain-store.ts';
+import { appendSigned, commitFor } from '../../store/chain-append.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { ChainState } from '../../gateway/chain-state.ts';
 import { ChainSync, prepareMirror } from '../../gateway/chain-sync.ts';

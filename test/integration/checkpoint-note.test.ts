@@ -27,7 +27,7 @@ import { VouchError } from '../../chain/errors.ts';
 import { createKeyFile, readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../../store/chain-store.ts';
+import { appendSigned, commitFor } from '../../store/chain-append.ts';
 import { signNoteText } from '../../platform/note-signer.ts';
 import { TreeEdge, readEdgeFile } from '../../store/tree-edge.ts';
 import { ChainState } from '../../gateway/chain-state.ts';

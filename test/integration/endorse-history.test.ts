@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { artifactHashOf, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile, utf8, type Block } from '../../chain/index.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../../store/chain-repo.ts';
-import { appendSigned, findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { appendSigned, findEndorsements, trustedHead } from '../../store/chain-append.ts';
 import { ChainState } from '../../gateway/chain-state.ts';
 import { priorEndorsements, refreshIfBehind, type History } from '../../tools/endorse-history.ts';
 import { endorsementsOf } from '../../tools/lockfiles/history.ts';

@@ -20,7 +20,7 @@ import { utf8 } from '../../chain/encoding.ts';
 import { ChainIndex } from '../../chain/select.ts';
 import { verifyChain } from '../../chain/verify.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { commitFor } from '../../store/chain-store.ts';
+import { commitFor } from '../../store/chain-append.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { digestUrl } from '../../artifacts/artifact-digest.ts';
 import { Submitter, type SubmitResult } from '../../gateway/submitter.ts';

@@ -25,7 +25,7 @@ import { MerkleTree } from '../../chain/merkle-tree.ts';
 import { signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { buildCheckpoint, buildRevokeBlock, type Block } from '../../chain/index.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned } from '../../store/chain-store.ts';
+import { appendSigned } from '../../store/chain-append.ts';
 import { noteSigner } from '../../platform/note-signer.ts';
 import { cosign, formatNote, parseNote, verifierKey, SIG_COSIGNATURE_V1, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypto.ts';

@@ -26,7 +26,7 @@ import { signStatement } from '../../chain/key-events.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned } from '../../store/chain-store.ts';
+import { appendSigned } from '../../store/chain-append.ts';
 import { signNoteText } from '../../platform/note-signer.ts';
 import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { git, vouchAsync, type Run } from '../helpers/processes.ts';

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, base64Encode, type Block } from '../../chain/index.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../../store/chain-repo.ts';
-import { appendSigned } from '../../store/chain-store.ts';
+import { appendSigned } from '../../store/chain-append.ts';
 import { ChainState, IMAGE_POLICY } from '../../gateway/chain-state.ts';
 import { buildLongChain, initChainRepo, T0 } from '../helpers/chain-fixture.ts';
 

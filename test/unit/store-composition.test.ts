@@ -54,7 +54,7 @@ test('store/ signs nothing: no signing function is imported there; an append is 
     )
     .map((f) => f.path);
   assert.equal(found, []);
-  assert.match(readFileSync(join(repoRoot, 'store/chain-store.ts'), 'utf8'), /signer: NoteSigner;/);
+  assert.match(readFileSync(join(repoRoot, 'store/chain-append.ts'), 'utf8'), /signer: NoteSigner;/);
 });
 
 test('durable writes come from platform/durable-file.ts alone', () => {

@@ -24,7 +24,7 @@ import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { openChain } from '../../store/chain-repo.ts';
 import { signerForChain } from '../chain-keys.ts';
-import { trustedHead } from '../../store/chain-store.ts';
+import { trustedHead } from '../../store/chain-append.ts';
 import { appendWithNote } from '../signed-append.ts';
 import type { Http } from '../lockfiles/http.ts';
 import { MiB, OriginMap, hasCredentials } from '../lockfiles/origin-map.ts';

@@ -22,7 +22,7 @@ import { type Block, parseBlockText, isDate, isSemver, isUnitName, LIMITS } from
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { openChain } from '../../store/chain-repo.ts';
-import { trustedHead } from '../../store/chain-store.ts';
+import { trustedHead } from '../../store/chain-append.ts';
 import { appendWithNote } from '../signed-append.ts';
 import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { OriginMap } from '../lockfiles/http.ts';

@@ -21,7 +21,7 @@ import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { openChain } from '../../store/chain-repo.ts';
 import { signerForChain } from '../chain-keys.ts';
-import { findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { findEndorsements, trustedHead } from '../../store/chain-append.ts';
 import { appendWithNote } from '../signed-append.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { checkUrlOptions } from './endorse-options.ts';

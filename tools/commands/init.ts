@@ -12,7 +12,7 @@ import { SIG_ED25519, isValidKeyName, verifierKey } from '../../chain/note.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { createChain } from '../../store/chain-repo.ts';
-import { commitFor, defaultOrigin, entryOf } from '../../store/chain-store.ts';
+import { commitFor, defaultOrigin, entryOf } from '../../store/chain-append.ts';
 import { signNoteText } from '../../platform/note-signer.ts';
 import { TreeEdge, writeEdgeFile } from '../../store/tree-edge.ts';
 

@@ -24,7 +24,7 @@ import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypt
 import { notInForce } from '../chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
 import type { ChainReads, ChainStore } from '../../store/chain-repo.ts';
-import { findEndorsements, trustedHead, type TrustedHead } from '../../store/chain-store.ts';
+import { findEndorsements, trustedHead, type TrustedHead } from '../../store/chain-append.ts';
 import { appendWithNote } from '../signed-append.ts';
 import { commentOf, verifiedChain, type Refusal, type VoidGroup } from '../key-statements.ts';
 

@@ -24,7 +24,7 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { openChain } from '../../store/chain-repo.ts';
 import { signerForChain } from '../chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
-import { trustedHead } from '../../store/chain-store.ts';
+import { trustedHead } from '../../store/chain-append.ts';
 import { appendWithNote } from '../signed-append.ts';
 
 export const revoke: Command = {

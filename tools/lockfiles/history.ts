@@ -5,7 +5,7 @@
  * The full scan, used when the last verified state cannot answer
  * (tools/endorse-history.ts). Owns: one pass over the block files, each read once and JSON-parsed
  * once, looking its URLs up in a set: the cost grows with the chain, not
- * with chain x URLs (store/chain-store.ts findEndorsements searches the text
+ * with chain x URLs (store/chain-append.ts findEndorsements searches the text
  * of each block for each URL, which suits one release's few URLs). A block
  * that names one of the URLs is then parsed strictly (parseBlockText).
  *
