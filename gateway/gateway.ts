@@ -33,25 +33,25 @@ import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
 import { digestUrl } from '../artifacts/artifact-digest.ts';
 import { claimDigestsUrl } from '../artifacts/claim-digest.ts';
 import { type Config, logOrigin } from './config.ts';
-import { ChainState, lastVerifiedImage } from './chain-state.ts';
+import { ChainState, lastVerifiedImage } from './chain/verified-state.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
-import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected } from './server.ts';
-import { ProxyRoutes } from './routes/proxy.ts';
-import { GatewayMetrics } from './metrics.ts';
-import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
+import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected } from './http/server.ts';
+import { ProxyRoutes } from './routes/proxy-handler.ts';
+import { GatewayMetrics } from './observability/metrics.ts';
+import { ChainSync, prepareMirror, type SyncStatus } from './chain/mirror-sync.ts';
 import { ChainPusher, type PushStatus } from '../store/chain-push.ts';
-import { createLogger, type Logger } from './log.ts';
+import { createLogger, type Logger } from './observability/logger.ts';
 import type { GatewayContext, PushReport, SyncReport } from './context.ts';
 import { SKILL_PATH } from './routes/openapi.ts';
 import { OriginFetcher } from '../artifacts/origin-fetcher.ts';
 import { Mirror } from '../artifacts/mirror.ts';
 import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
 import { HashWorkers } from '../artifacts/hash-workers.ts';
-import { Submitter } from './submitter.ts';
-import { AuthorityKeys } from './authority-keys.ts';
-import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
-import { openCosigner, type CheckpointSource } from './cosigner.ts';
-import { SyncNotifier } from './sync-notify.ts';
+import { Submitter } from './chain/submitter.ts';
+import { AuthorityKeys } from './chain/online-keys.ts';
+import { openWitness, type Witness, type WitnessedLog } from './transparency/witness.ts';
+import { openCosigner, type CheckpointSource } from './transparency/cosigner.ts';
+import { SyncNotifier } from './chain/sync-notify.ts';
 import { collectGarbage } from './collect-garbage.ts';
 import { FAULT, injectFault } from './test-fault.ts';
 
@@ -184,7 +184,7 @@ function prepareAuthority(config: Config, options: StartOptions, say: (l: string
   return { key, tokenHash };
 }
 
-/** The authority's online keys for the verified chain in `state` (gateway/authority-keys.ts). */
+/** The authority's online keys for the verified chain in `state` (gateway/chain/online-keys.ts). */
 function openAuthorityKeys(config: Config, authority: AuthorityParts, state: ChainState, now: number): AuthorityKeys {
   const a = config.authority!;
   const since = state.keys.online.since;

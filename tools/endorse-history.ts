@@ -5,7 +5,7 @@
  * verified state allows: the gateway's snapshot and index image, tied to
  * the trusted head by hashing every block file of the gap after it; else
  * the full scan of every block file. Past CLI_REFRESH_BLOCKS of gap,
- * `refreshIfBehind` has gateway/chain-state.ts load warm and write a new
+ * `refreshIfBehind` has gateway/chain/verified-state.ts load warm and write a new
  * snapshot.
  * Trusts: the local disk as much as the chain directory (the image only
  * where it agrees with the block files).
@@ -18,7 +18,7 @@ import { ChainIndex } from '../chain/select.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { ChainReads } from '../store/chain-repo.ts';
-import { ChainState, lastVerifiedImage, lastVerifiedTreeEdge } from '../gateway/chain-state.ts';
+import { ChainState, lastVerifiedImage, lastVerifiedTreeEdge } from '../gateway/chain/verified-state.ts';
 import type { EdgeSeed } from '../store/chain-append.ts';
 import { isVoid, type KeyState } from '../chain/key-events.ts';
 

@@ -16,7 +16,7 @@ import { artifactHashOf, buildCheckpoint, buildEndorseBlock, formatBlockFile, fo
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../../store/chain-repo.ts';
 import { appendSigned, findEndorsements, trustedHead } from '../../store/chain-append.ts';
-import { ChainState } from '../../gateway/chain-state.ts';
+import { ChainState } from '../../gateway/chain/verified-state.ts';
 import { priorEndorsements, refreshIfBehind, type History } from '../../tools/endorse-history.ts';
 import { endorsementsOf } from '../../tools/lockfiles/history.ts';
 import { buildLongChain, initChainRepo, T0, TEST_SEED } from '../helpers/chain-fixture.ts';

@@ -14,7 +14,7 @@ import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, base64Encode, typ
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../../store/chain-repo.ts';
 import { appendSigned } from '../../store/chain-append.ts';
-import { ChainState, IMAGE_POLICY } from '../../gateway/chain-state.ts';
+import { ChainState, IMAGE_POLICY } from '../../gateway/chain/verified-state.ts';
 import { buildLongChain, initChainRepo, T0 } from '../helpers/chain-fixture.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-snap-'));

@@ -1,12 +1,12 @@
 /**
- * gateway/clock-cache.ts, the lookup answers' cache: bounded in bytes
+ * gateway/cache/clock-cache.ts, the lookup answers' cache: bounded in bytes
  * whatever is put in, an entry used since it was last looked at survives an
  * eviction round (unused ones go first, oldest first), a replaced key is
  * counted once, an entry over the whole budget is not kept.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { ClockCache } from '../../gateway/clock-cache.ts';
+import { ClockCache } from '../../gateway/cache/clock-cache.ts';
 
 const entry = (bytes: number, id = 0) => ({ bytes, used: false, id });
 

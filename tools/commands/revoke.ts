@@ -7,7 +7,7 @@
  * newest block with exactly V); never block 0, a revoke block, a block
  * already revoked, or a block of several artifacts named by one URL.
  * The chain is loaded verified first, as a gateway start loads it
- * (gateway/chain-state.ts: warm from the last verified state in .git, only
+ * (gateway/chain/verified-state.ts: warm from the last verified state in .git, only
  * the blocks after it verified; else every block): a revocation is decided
  * on the chain as signed. The commit carries the signed checkpoint note of the new size
  * as `vouch endorse`'s does. A refusal appends nothing.
@@ -73,7 +73,7 @@ export const revoke: Command = {
     const { signer: keyed, keys } = signerForChain(repo, key);
     const trusted = trustedHead(repo, keyed, keys);
     // The verified chain, as a gateway start loads it: warm from the last verified state, else every block verified.
-    const { ChainState } = await import('../../gateway/chain-state.ts');
+    const { ChainState } = await import('../../gateway/chain/verified-state.ts');
     const { state } = await ChainState.load(repo);
     const index = state.index;
     if (index.size !== trusted.head.index + 1 || index.head?.record_hash !== trusted.head.record_hash) {

@@ -13,16 +13,16 @@
  * hostile remote costs one bounded failed attempt (test/hostile-remote); a
  * remote down is logged going down, once a minute (`DOWN_LOG_MS`), and back.
  */
-import { indexRootOf } from '../chain/index-proof.ts';
+import { indexRootOf } from '../../chain/index-proof.ts';
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { VouchError } from '../chain/errors.ts';
-import { type Block, parseBlockText, readJson } from '../chain/block.ts';
-import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
-import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
-import { nodeBackend } from '../platform/node-crypto.ts';
-import { CHECKPOINT_NOTE } from '../chain/layout.ts';
-import type { Checkpoint as LogCheckpoint } from '../chain/tlog-checkpoint.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { type Block, parseBlockText, readJson } from '../../chain/block.ts';
+import { ChainVerifier, type VerifierState } from '../../chain/verify.ts';
+import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
+import { CHECKPOINT_NOTE } from '../../chain/layout.ts';
+import type { Checkpoint as LogCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import {
   type ChainSnapshot,
   type FetchOptions,
@@ -32,9 +32,9 @@ import {
   isInterruptedClone,
   openMirror,
   parseBlockPath,
-} from '../store/chain-repo.ts';
-import { HeadEdge, entryOf, trustedNote } from '../store/chain-append.ts';
-import type { Logger } from './log.ts';
+} from '../../store/chain-repo.ts';
+import { HeadEdge, entryOf, trustedNote } from '../../store/chain-append.ts';
+import type { Logger } from '../observability/logger.ts';
 
 /** What the sync needs of the served chain (ChainState implements it). */
 export interface SyncTarget {

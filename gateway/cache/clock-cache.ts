@@ -1,7 +1,7 @@
 /**
  * clock-cache: a map bounded in bytes with CLOCK eviction, an approximation
  * of LRU whose hit is one Map lookup and a mark (the lookup answers of
- * `server.ts`: an LRU list's bookkeeping on every hit cost a lookup a few
+ * `gateway/http/server.ts`: an LRU list's bookkeeping on every hit cost a lookup a few
  * microseconds, most of them cache misses at 20,000 URLs).
  *
  * Owns: its entries and their byte count.
