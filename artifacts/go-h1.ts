@@ -4,7 +4,7 @@
  * base64; for a zip the zip's names (HashZip), for a go.mod the one name
  * `go.mod` (cmd/go goModSum).
  * Owns: the hash, for `vouch endorse --lockfile go.sum` and the authority
- * checking a go.sum claim (gateway/submitter.ts).
+ * checking a go.sum claim (gateway/chain/submitter.ts).
  * Trusts: yauzl for the zip's structure. Must hold: bounded as Go's modzip
  * limits (uncompressed size, entry count), no name twice, none with a
  * newline.

@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Agent } from 'undici';
 import { blockPath, ChainRepo } from '../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../store/chain-store.ts';
+import { appendSigned, commitFor } from '../store/chain-append.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { pushNew, type PushResult } from '../store/chain-push.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../chain/block.ts';

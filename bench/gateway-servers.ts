@@ -6,7 +6,7 @@
  * - `origin ROUTES_JSON`: pattern bytes per path, streamed;
  * - `proxy ORIGIN`: an unverified streaming pass-through;
  * - `bare BODY_FILE ETAG` and `bare-batched`: one JSON body with the
- *   lookups' headers, written at once or as gateway/answer-batch.ts does;
+ *   lookups' headers, written at once or as gateway/http/answer-batch.ts does;
  * - `answers ANSWERS_FILE`: each lookup's own answer from a Map;
  * - `blob SIZE`: SIZE random bytes in one `res.end()`.
  */
@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { OriginServer, pattern } from '../test/helpers/origin-server.ts';
-import { AnswerBatch } from '../gateway/answer-batch.ts';
+import { AnswerBatch } from '../gateway/http/answer-batch.ts';
 
 const HOST = '127.0.0.1';
 

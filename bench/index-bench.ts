@@ -71,7 +71,7 @@ function run(size: number): { idx: CompletenessIndex; buildPerS: number; usEach:
   }
   idx.root();
   const usPer100 = ((performance.now() - t) * 1000) / LAST;
-  // the gateway's append path (gateway/submitter.ts then chain-state.ts takeIndexLine): trial, then the commit of the same block
+  // the gateway's append path (gateway/chain/submitter.ts then chain-state.ts takeIndexLine): trial, then the commit of the same block
   t = performance.now();
   for (let i = size; i < size + LAST; i++) {
     const b = { ...block(i), record_hash: `h${i}` } as Block;

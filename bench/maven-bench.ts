@@ -20,7 +20,7 @@ import {
   type EndorsementInput,
 } from '../chain/index.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../store/chain-store.ts';
+import { appendSigned, commitFor } from '../store/chain-append.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { OriginServer } from '../test/helpers/origin-server.ts';

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
 import { ChainRepo } from '../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../store/chain-store.ts';
+import { appendSigned, commitFor } from '../store/chain-append.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';

@@ -17,7 +17,7 @@ import { signCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
-import { asciiJson } from '../gateway/http-util.ts';
+import { asciiJson } from '../gateway/http/http-util.ts';
 import { benchChainDir } from './chain-dir.ts';
 import { ensureWrk, median, rotationScript, spawnGateway, stopAll, waitIdle, wrk, type Proc, type WrkResult } from './gateway-harness.ts';
 

@@ -1,7 +1,7 @@
 /**
  * The one error type of vouch, and the one catalogue of its codes.
  * Owns: every stable error code, its kind and meaning. It knows no
- * transport: gateway/status.ts maps codes to HTTP statuses and
+ * transport: gateway/http/error-status.ts maps codes to HTTP statuses and
  * tools/exit-codes.ts to exit statuses, both total over `ErrorCode`.
  * Kinds: `integrity` (the chain or an artifact is not what was signed,
  * docs/spec/design.md §1.7; logged with evidence); `request` (the caller

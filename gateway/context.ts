@@ -7,10 +7,10 @@
  * here so that handlers import this module and it imports none of them.
  */
 import type { Config } from './config.ts';
-import type { ChainState } from './chain-state.ts';
-import type { Logger } from './log.ts';
-import type { Witness } from './witness.ts';
-import type { Cosigner } from './cosigner.ts';
+import type { ChainState } from './chain/verified-state.ts';
+import type { Logger } from './observability/logger.ts';
+import type { Witness } from './transparency/witness.ts';
+import type { Cosigner } from './transparency/cosigner.ts';
 
 export interface SubmitHandler {
   submit(
@@ -88,7 +88,7 @@ export interface ArtifactSource {
   has?(artifactHash: string): boolean;
 }
 
-/** What the request path may ask of a mirror's sync loop (gateway/chain-sync.ts ChainSync). */
+/** What the request path may ask of a mirror's sync loop (gateway/chain/mirror-sync.ts ChainSync). */
 export interface MirrorSyncControl {
   /** Seconds since the last successful sync (since start when none). */
   ageSeconds(): number;

@@ -25,33 +25,34 @@ import type { Block } from '../chain/block.ts';
 import { formatBlockFile, formatCheckpointFile } from '../chain/block.ts';
 import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
+import { type ChainStore, createChain, openChain as openChainDir } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
-import { HeadEdge, commitFor, entryOf, noteOrigin, signNoteText, trustedHead } from '../store/chain-store.ts';
+import { HeadEdge, commitFor, entryOf, noteOrigin, trustedHead } from '../store/chain-append.ts';
+import { signNoteText } from '../platform/note-signer.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
 import { digestUrl } from '../artifacts/artifact-digest.ts';
 import { claimDigestsUrl } from '../artifacts/claim-digest.ts';
 import { type Config, logOrigin } from './config.ts';
-import { ChainState, lastVerifiedImage } from './chain-state.ts';
+import { ChainState, lastVerifiedImage } from './chain/verified-state.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
-import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected, type HotPathParts } from './server.ts';
-import { ProxyRoutes } from './routes/proxy.ts';
-import { GatewayMetrics } from './metrics.ts';
-import { ChainSync, prepareMirror, type SyncStatus } from './chain-sync.ts';
+import { answeredBeforeBody, createRequestHandler, LINGER_MS, reportUnexpected, type HotPathParts } from './http/server.ts';
+import { ProxyRoutes } from './routes/proxy-handler.ts';
+import { GatewayMetrics } from './observability/metrics.ts';
+import { ChainSync, prepareMirror, type SyncStatus } from './chain/mirror-sync.ts';
 import { ChainPusher, type PushStatus } from '../store/chain-push.ts';
-import { createLogger, type Logger } from './log.ts';
+import { createLogger, type Logger } from './observability/logger.ts';
 import type { GatewayContext, PushReport, SyncReport } from './context.ts';
 import { SKILL_PATH } from './routes/openapi.ts';
 import { OriginFetcher, type OriginFetcherOptions } from '../artifacts/origin-fetcher.ts';
 import { Mirror } from '../artifacts/mirror.ts';
 import { VerifiedFetcher } from '../artifacts/verified-fetch.ts';
 import { HashWorkers } from '../artifacts/hash-workers.ts';
-import { Submitter } from './submitter.ts';
-import { AuthorityKeys } from './authority-keys.ts';
-import { openWitness, type Witness, type WitnessedLog } from './witness.ts';
-import { openCosigner, type CheckpointSource } from './cosigner.ts';
-import { SyncNotifier } from './sync-notify.ts';
-import { collectGarbage } from '../platform/collect-garbage.ts';
+import { Submitter } from './chain/submitter.ts';
+import { AuthorityKeys } from './chain/online-keys.ts';
+import { openWitness, type Witness, type WitnessedLog } from './transparency/witness.ts';
+import { openCosigner, type CheckpointSource } from './transparency/cosigner.ts';
+import { SyncNotifier } from './chain/sync-notify.ts';
+import { collectGarbage } from './collect-garbage.ts';
 import { FAULT, injectFault } from './test-fault.ts';
 
 export interface StartOptions {
@@ -187,7 +188,7 @@ function prepareAuthority(config: Config, options: StartOptions, say: (l: string
   return { key, tokenHash };
 }
 
-/** The authority's online keys for the verified chain in `state` (gateway/authority-keys.ts). */
+/** The authority's online keys for the verified chain in `state` (gateway/chain/online-keys.ts). */
 function openAuthorityKeys(config: Config, authority: AuthorityParts, state: ChainState, now: number): AuthorityKeys {
   const a = config.authority!;
   const since = state.keys.online.since;
@@ -202,7 +203,7 @@ function openAuthorityKeys(config: Config, authority: AuthorityParts, state: Cha
   );
 }
 
-async function openChain(config: Config, authority: AuthorityParts | null, now: () => number): Promise<ChainRepo> {
+async function openChain(config: Config, authority: AuthorityParts | null, now: () => number): Promise<ChainStore> {
   if (authority && isEmptyDir(config.chain.dir)) {
     const t = now();
     const signer = nodeSigner(config.authority!.signer, authority.key ?? readKeyFile(config.authority!.key_file));
@@ -211,7 +212,7 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
     const edge = TreeEdge.empty(nodeBackend);
     edge.append(entryOf(block.record_hash));
     const note = signNoteText(signer, noteOrigin(null, config.chain.origin, logOrigin(config), 'config: chain.origin'), 1, edge.root());
-    const repo = await ChainRepo.init(
+    const repo = await createChain(
       config.chain.dir,
       [{ index: 0, content: formatBlockFile(block) }],
       { json: formatCheckpointFile(cp), note },
@@ -222,7 +223,7 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
     return repo;
   }
   checkChainExists(config.chain.dir);
-  return ChainRepo.open(config.chain.dir, { repair: authority !== null });
+  return openChainDir(config.chain.dir, { repair: authority !== null });
 }
 
 /** Why the gateway cannot listen, and what to do: which port, who holds it, how to choose another. */
@@ -274,7 +275,7 @@ function ownChainLog(state: ChainState): WitnessedLog | null {
 
 /**
  * Seam (issue 17), until the gateway's Merkle tree answers roots: the record
- * hashes of the verified chain for the tree edge (store/chain-store.ts
+ * hashes of the verified chain for the tree edge (store/chain-append.ts
  * HeadEdge), from the index image ChainState.load leaves in .git (what it
  * verified; no block file read), when it holds exactly `size` blocks.
  */
@@ -583,7 +584,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // Test hook: hold the not-ready phase open so tests can observe 503 answers.
     const delay = Number(process.env.VOUCH_TEST_READY_DELAY_MS ?? 0);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
-    const repo = mirrorMode
+    const mirror = mirrorMode
       ? (
           await prepareMirror(config.chain.dir, config.chain.remote!, {
             pinnedPublicKey: config.chain.public_key,
@@ -592,7 +593,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
             ...(options.onProgress ? { fetch: { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'cloning the chain') } } : {}),
           })
         ).repo
-      : await openChain(config, authority, now);
+      : null;
+    const repo: ChainStore = mirror ?? (await openChain(config, authority, now));
     if (authority && chainLock === null) chainLock = acquireChainLock(config.chain.dir);
     for (const r of repo.repairs) log.warn('chain repository repaired after an interrupted append', { ...r });
     // An authority's chain is its own: after verification, the online key in force must be one it holds
@@ -684,7 +686,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     if (mirrorMode) {
       sync = new ChainSync({
-        repo,
+        repo: mirror!,
         remote: config.chain.remote!,
         state,
         pinnedPublicKey: config.chain.public_key,

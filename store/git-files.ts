@@ -1,8 +1,9 @@
 /**
  * The files of a git directory vouch writes or reads outside the object
  * store: refs (`refs/heads/main`, packed-refs, `.git/shallow`), lock files
- * (`<file>.lock`, O_EXCL, renamed over the file, as git does), and durable
- * writes (fsync of the file before its rename, of the directory after).
+ * (`<file>.lock`, O_EXCL, renamed over the file, as git does; durable:
+ * fsync of the file before its rename, of the directory after, with
+ * platform/durable-file.ts).
  * Moving `main` is every append's commit point, hence hand-written with
  * the lock and both fsyncs (isomorphic-git writes refs with neither).
  * Owns: the lock protocol shared with git (a lock older than 10 s is a
@@ -15,6 +16,7 @@ import * as fs from 'node:fs';
 import type { BigIntStats } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
+import { fsyncDir } from '../platform/durable-file.ts';
 import { BRANCH_REF, OID_RE, ioError, objectId } from './git-objects.ts';
 
 export function readShallow(gitdir: string): string[] {
@@ -35,17 +37,6 @@ export function readRef(gitdir: string, ref: string): string | null {
     return OID_RE.test(oid) ? oid : null;
   } catch {
     return null;
-  }
-}
-
-/** Writes a new file whole and fsyncs it before returning (the caller renames it into place). */
-export function writeDurably(path: string, data: Buffer, mode: number): void {
-  const fd = fs.openSync(path, 'w', mode);
-  try {
-    for (let off = 0; off < data.length; ) off += fs.writeSync(fd, data, off, data.length - off);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
   }
 }
 
@@ -166,16 +157,6 @@ export async function acquireLock(lockPath: string, onStale?: (path: string) => 
       throw new VouchError('io_error', `${lockPath} is held by another process (remove it if no git command is running)`);
     }
     await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** fsyncs a directory, so the names created, renamed or removed in it survive a power loss. */
-export function fsyncDir(dir: string): void {
-  const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
-  try {
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
   }
 }
 

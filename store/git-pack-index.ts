@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { crc32, inflateSync } from 'node:zlib';
 import { VouchError } from '../chain/errors.ts';
 import { CACHE_ENTRY_COST, FETCH_LIMITS } from './fetch-limits.ts';
-import { fsyncDir } from './git-files.ts';
+import { fsyncDir } from '../platform/durable-file.ts';
 import { OBJ_TYPES, OFS_DELTA, REF_DELTA, applyDelta, inflateBounds, parseObjectHeader } from './git-pack.ts';
 
 const bad = (why: string): never => {

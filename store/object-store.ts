@@ -18,7 +18,7 @@ import { dirname, join } from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { VouchError } from '../chain/errors.ts';
 import { type CommitHead, OID_RE, type TreeEntry, ioError, loosePath, objectId, parseCommitHead, parseTree, readLoose } from './git-objects.ts';
-import { fsyncDir, writeDurably } from './git-files.ts';
+import { fsyncDir, writeDurably } from '../platform/durable-file.ts';
 import { DiskPacks } from './git-pack.ts';
 import { GitCatFile } from './git-cat-file.ts';
 import type { PackData } from './git-pack-index.ts';

@@ -19,7 +19,7 @@ import { sep } from 'node:path';
 import { ChainVerifier, type BlockFacts, type TrustedAuthority, type VerifierState } from '../chain/verify.ts';
 import { hash } from 'node:crypto';
 import { blockPath } from '../chain/layout.ts';
-import type { BlockObjects, CommittedFiles } from './chain-repo-files.ts';
+import type { BlockObjects, CommittedFiles } from './chain-api.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';

@@ -18,7 +18,7 @@ import * as fs from 'node:fs';
 import { join } from 'node:path';
 import { crc32, deflateSync } from 'node:zlib';
 import { VouchError } from '../chain/errors.ts';
-import { fsyncDir } from './git-files.ts';
+import { fsyncDir } from '../platform/durable-file.ts';
 import { loosePath, readLoose } from './git-objects.ts';
 import { OBJ_TYPES, OFS_DELTA, REF_DELTA, encodeObjectHeader, idxCount, idxOffset, parseObjectHeader } from './git-pack.ts';
 import { type IdxEntry, idxV2 } from './git-pack-index.ts';

@@ -65,7 +65,7 @@ export class TreeEdge {
    * The edge of the tree whose image (chain/merkle-tree.ts `toImage`) is
    * `image`, read off it in O(log n); null when it does not have an
    * image's shape. Trusted for its hashes as far as the caller trusts the
-   * image (gateway/chain-state.ts `lastVerifiedTreeEdge`: the one the
+   * image (gateway/chain/verified-state.ts `lastVerifiedTreeEdge`: the one the
    * gateway's snapshot names, by sha256).
    */
   static fromImage(c: CryptoBackend, image: Uint8Array): TreeEdge | null {

@@ -2,8 +2,8 @@
  * Generates docs/reference/ from the code's own catalogues: the commands
  * (tools/command-list.ts and each command's options), the configuration
  * schema and defaults (gateway/config.ts), the error catalogue with its HTTP
- * statuses and exit codes (chain/errors.ts, gateway/status.ts,
- * tools/exit-codes.ts), the metrics a gateway registers (gateway/metrics.ts)
+ * statuses and exit codes (chain/errors.ts, gateway/http/error-status.ts,
+ * tools/exit-codes.ts), the metrics a gateway registers (gateway/observability/metrics.ts)
  * and the OpenAPI document it serves (gateway/routes/openapi.ts).
  *
  * `npm run docs:ref` writes the pages; `--check` writes nothing and exits 1
@@ -15,14 +15,14 @@ import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ERROR_CATALOGUE, type ErrorCode } from '../chain/errors.ts';
-import { HTTP_STATUS } from '../gateway/status.ts';
-import { PUBLIC_CODES } from '../gateway/http-util.ts';
+import { HTTP_STATUS } from '../gateway/http/error-status.ts';
+import { PUBLIC_CODES } from '../gateway/http/http-util.ts';
 import { EXIT_CODE } from './exit-codes.ts';
 import { COMMANDS } from './command-list.ts';
 import { helpText } from './command.ts';
 import { DEFAULTS, ROUTE_DEFAULTS, ROUTE_SCHEMA, SCHEMA, type Kind } from '../gateway/config.ts';
 import { openApiDocument } from '../gateway/routes/openapi.ts';
-import { GatewayMetrics } from '../gateway/metrics.ts';
+import { GatewayMetrics } from '../gateway/observability/metrics.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 export const REFERENCE_DIR = join(root, 'docs', 'reference');
@@ -128,7 +128,7 @@ function errorsPage(): string {
     '',
     NOTE,
     '',
-    'The one catalogue of error codes (`chain/errors.ts`), with the HTTP status the gateway answers for each (`gateway/status.ts`) and the exit status of the command line (`tools/exit-codes.ts`). A code a client never sees from the gateway is answered as `500 internal_error`; "client-visible" marks the others. JSON answers carry the code as `status`; downloads answer with the status and an empty body. The HTTP contract, with when each status is answered, is [the spec](../spec/http.md#status-codes).',
+    'The one catalogue of error codes (`chain/errors.ts`), with the HTTP status the gateway answers for each (`gateway/http/error-status.ts`) and the exit status of the command line (`tools/exit-codes.ts`). A code a client never sees from the gateway is answered as `500 internal_error`; "client-visible" marks the others. JSON answers carry the code as `status`; downloads answer with the status and an empty body. The HTTP contract, with when each status is answered, is [the spec](../spec/http.md#status-codes).',
     '',
     '| Code | Kind | HTTP | Client-visible | Exit | Meaning |',
     '|---|---|---|---|---|---|',

@@ -5,7 +5,7 @@
  * verified state allows: the gateway's snapshot and index image, tied to
  * the trusted head by hashing every block file of the gap after it; else
  * the full scan of every block file. Past CLI_REFRESH_BLOCKS of gap,
- * `refreshIfBehind` has gateway/chain-state.ts load warm and write a new
+ * `refreshIfBehind` has gateway/chain/verified-state.ts load warm and write a new
  * snapshot.
  * Trusts: the local disk as much as the chain directory (the image only
  * where it agrees with the block files).
@@ -17,9 +17,9 @@ import { computeRecordHash } from '../chain/build.ts';
 import { ChainIndex } from '../chain/select.ts';
 import { CompactIndex } from '../chain/compact-index.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
-import type { ChainRepo } from '../store/chain-repo.ts';
-import { ChainState, lastVerifiedImage, lastVerifiedTreeEdge } from '../gateway/chain-state.ts';
-import type { EdgeSeed } from '../store/chain-store.ts';
+import type { ChainReads } from '../store/chain-repo.ts';
+import { ChainState, lastVerifiedImage, lastVerifiedTreeEdge } from '../gateway/chain/verified-state.ts';
+import type { EdgeSeed } from '../store/chain-append.ts';
 import { isVoid, type KeyState } from '../chain/key-events.ts';
 
 export interface Prior {
@@ -43,7 +43,7 @@ export interface HistoryReport {
    * With source `image`: the edge of the gateway's verified Merkle tree
    * image (the one its snapshot names) and the record hashes after it, when
    * that image is not larger than the index image: the tree edge without
-   * the O(n) fold of `recordHashes` (store/chain-store.ts `headEdge`).
+   * the O(n) fold of `recordHashes` (store/chain-append.ts `headEdge`).
    */
   edgeSeed?: EdgeSeed;
 }
@@ -51,7 +51,7 @@ export interface HistoryReport {
 class Unusable extends Error {}
 
 /** Block i from its file, which must hash to its record_hash. */
-function readChecked(repo: ChainRepo, i: number): Block {
+function readChecked(repo: ChainReads, i: number): Block {
   const block = parseBlockText(repo.readBlockFile(i), i);
   if (computeRecordHash(block, nodeBackend) !== block.record_hash) throw new Unusable(`block ${i}'s file does not hash to its record_hash`);
   return block;
@@ -62,10 +62,10 @@ function readChecked(repo: ChainRepo, i: number): Block {
  * is usable, else by `fullScan`. `head`: the trusted head (trustedHead).
  */
 export function priorEndorsements(
-  repo: ChainRepo,
+  repo: ChainReads,
   urls: Iterable<string>,
   head: Block,
-  fullScan: (repo: ChainRepo, urls: readonly string[]) => History,
+  fullScan: (repo: ChainReads, urls: readonly string[]) => History,
   keys: KeyState | null = null,
 ): HistoryReport {
   const list = [...new Set(urls)];
@@ -89,7 +89,7 @@ export function priorEndorsements(
 }
 
 function fromImage(
-  repo: ChainRepo,
+  repo: ChainReads,
   urls: readonly string[],
   head: Block,
 ): { history: History; gap: number; recordHashes: () => Iterable<string>; edgeSeed: EdgeSeed } {
@@ -148,7 +148,7 @@ export const CLI_REFRESH_BLOCKS = 2_000;
  * Returns whether it did. Failures are ignored: the state is an
  * optimisation only (a read-only .git, a snapshot gone meanwhile).
  */
-export async function refreshIfBehind(repo: ChainRepo, report: HistoryReport, appended: number, limit = CLI_REFRESH_BLOCKS): Promise<boolean> {
+export async function refreshIfBehind(repo: ChainReads, report: HistoryReport, appended: number, limit = CLI_REFRESH_BLOCKS): Promise<boolean> {
   if (report.source !== 'image' || report.scanned + appended < limit) return false;
   try {
     await ChainState.load(repo);

@@ -11,7 +11,7 @@
  * Must hold: a refused statement is a `bad_statement` or `stale_statement`
  * VouchError naming applyKeyEvent's reason; nothing here writes a chain.
  */
-import { closeSync, fsyncSync, linkSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { linkSync, readFileSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import { createPublicKey } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
 import type { Block } from '../chain/block.ts';
@@ -31,7 +31,8 @@ import {
 import type { VerifierState } from '../chain/verify.ts';
 import { isFullOrderPublicKey } from '../chain/weak-key.ts';
 import { nodeBackend, rawPublicKey } from '../platform/node-crypto.ts';
-import { ChainRepo } from '../store/chain-repo.ts';
+import { writeDurably } from '../platform/durable-file.ts';
+import { type ChainStore, openChain } from '../store/chain-repo.ts';
 import { verifyDirectory } from '../store/parallel-verify.ts';
 import { UsageError } from './command.ts';
 
@@ -44,8 +45,8 @@ export function statementError(e: KeyEventError, tail = '; nothing appended'): V
 }
 
 /** The chain in DIR verified whole (every block, the checkpoint), with its key state; `write`: opened to append (as vouch endorse opens it). */
-export async function verifiedChain(dir: string, write = false): Promise<{ repo: ChainRepo; state: VerifierState & { keys: KeyState } }> {
-  const repo = await ChainRepo.open(dir, { repair: write });
+export async function verifiedChain(dir: string, write = false): Promise<{ repo: ChainStore; state: VerifierState & { keys: KeyState } }> {
+  const repo = await openChain(dir, { repair: write });
   const { state } = await verifyDirectory(repo, {});
   if (state.keys === null) throw new VouchError('not_a_chain', `${dir} holds no block 0`);
   return { repo, state: state as VerifierState & { keys: KeyState } };
@@ -202,13 +203,7 @@ export function statementText(signed: SignedStatement): string {
 export function writeAtomically(path: string, text: string, mode: 'create' | 'replace'): void {
   const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${Date.now()}.tmp`);
   try {
-    const fd = openSync(tmp, 'wx', 0o644);
-    try {
-      writeSync(fd, text);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
+    writeDurably(tmp, Buffer.from(text), 0o644, 'wx');
     if (mode === 'create') {
       try {
         linkSync(tmp, path);

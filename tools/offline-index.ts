@@ -2,10 +2,10 @@
  * The completeness index (docs/spec/index.md) an offline writer (`vouch
  * endorse`, `revoke`, `reendorse`, `root apply`) commits in the note it
  * signs, as the gateway does: from the image a gateway over this directory
- * last wrote (gateway/chain-state.ts `lastVerifiedCompleteness`), tied to
+ * last wrote (gateway/chain/verified-state.ts `lastVerifiedCompleteness`), tied to
  * the chain by its last block's record hash and the chain index image for
  * revoke targets, plus the block files after it; else from every block file
- * (store/chain-store.ts `scanIndexRootWith`).
+ * (store/chain-append.ts `scanIndexRootWith`).
  * Trusts: the local disk as much as the chain directory (as the full scan).
  * Must hold: the same root as the index built from every block file.
  */
@@ -13,12 +13,12 @@ import { parseBlockText } from '../chain/block.ts';
 import { indexFactsOf } from '../chain/index-facts.ts';
 import { ChainIndex } from '../chain/select.ts';
 import type { CompletenessIndex } from '../chain/index-tree.ts';
-import { lastVerifiedCompleteness, lastVerifiedImage } from '../gateway/chain-state.ts';
-import type { ChainRepo } from '../store/chain-repo.ts';
-import { type IndexRootWith, scanIndexRootWith } from '../store/chain-store.ts';
+import { lastVerifiedCompleteness, lastVerifiedImage } from '../gateway/chain/verified-state.ts';
+import type { ChainReads } from '../store/chain-api.ts';
+import { type IndexRootWith, scanIndexRootWith } from '../store/chain-append.ts';
 
 /** The index and revoke-target lookup from the gateway's images and the block files after them; null when they do not fit this chain. */
-function fromImages(repo: ChainRepo): { idx: CompletenessIndex; targetOf: (h: string) => number } | null {
+function fromImages(repo: ChainReads): { idx: CompletenessIndex; targetOf: (h: string) => number } | null {
   const found = lastVerifiedCompleteness(repo.dir);
   const image = lastVerifiedImage(repo.dir);
   if (found === null || image === null || found.size > repo.size || image.size > repo.size) return null;
@@ -36,7 +36,7 @@ function fromImages(repo: ChainRepo): { idx: CompletenessIndex; targetOf: (h: st
 }
 
 /** The completeness root once given blocks follow the chain in `repo` (built on the first call). */
-export function offlineIndexRootWith(repo: ChainRepo): IndexRootWith {
+export function offlineIndexRootWith(repo: ChainReads): IndexRootWith {
   let fn: IndexRootWith | null = null;
   return (blocks) => {
     if (fn === null) {

@@ -2,7 +2,7 @@
  * What an ecosystem route adds to a plain proxy route: it tells metadata
  * requests from artifact requests and answers metadata itself, rewritten so
  * the client asks the gateway, and only for what the chain endorses.
- * Owns: the contract between `routes/proxy.ts` (routing, the verified path,
+ * Owns: the contract between `routes/proxy-handler.ts` (routing, the verified path,
  * origin connection, metadata cache) and one module per package manager,
  * which only parses and rewrites; answers are made through
  * `MetadataIO.answer`, once per origin body, chain state and client form.
@@ -14,7 +14,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Selection } from '../../chain/select.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../observability/logger.ts';
 import type { ChecksumAlgorithm } from './maven-checksums.ts';
 
 /** The digest of an artifact's verified bytes (`MetadataIO.verifiedDigest`); `pass`: answer from the origin (a pass or audit route's policy). */

@@ -10,7 +10,7 @@
  * ASCII; the inline headers stay under LISTING_INLINE_MAX together.
  */
 import { LISTING_HEADER } from '../../chain/index-listing.ts';
-import type { ChainState } from '../chain-state.ts';
+import type { ChainState } from '../chain/verified-state.ts';
 
 /** Longest inline `Vouch-Index-Proof` (base64); past it the client fetches the side route. */
 export const LISTING_PROOF_MAX = 3072;

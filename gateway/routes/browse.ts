@@ -14,7 +14,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl, isHex64, isUnitName, type Block } from '../../chain/block.ts';
-import { sendJson } from '../http-util.ts';
+import { sendJson } from '../http/http-util.ts';
 import type { GatewayContext } from '../context.ts';
 
 export const MAX_LIST = 200;

@@ -16,10 +16,10 @@ import { open } from 'node:fs/promises';
 import { finished } from 'node:stream';
 import { isVouchError } from '../../chain/errors.ts';
 import type { Selection } from '../../chain/select.ts';
-import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from '../http-util.ts';
+import { asciiJson, parseSelectionQuery, sendEmpty, statusOf, type SelectionQuery } from '../http/http-util.ts';
 import type { GatewayContext } from '../context.ts';
 import { proofJson } from './transparency.ts';
-import type { BlockProof } from '../chain-state.ts';
+import type { BlockProof } from '../chain/verified-state.ts';
 import { LRUCache } from 'lru-cache';
 import { compactUns, fullUns } from '../../chain/uns-header.ts';
 

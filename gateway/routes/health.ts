@@ -11,7 +11,7 @@
  * balancer can take the instance out and an operator can see why.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { sendJson } from '../http-util.ts';
+import { sendJson } from '../http/http-util.ts';
 import type { GatewayContext } from '../context.ts';
 
 export function handleHealthz(ctx: GatewayContext, _req: IncomingMessage, res: ServerResponse): void {

@@ -12,7 +12,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { VouchError } from '../../chain/errors.ts';
 import { isArtifactUrl, isUnitName } from '../../chain/block.ts';
-import { sendJson } from '../http-util.ts';
+import { sendJson } from '../http/http-util.ts';
 import type { GatewayContext } from '../context.ts';
 
 export function handleIndexProof(ctx: GatewayContext, _req: IncomingMessage, res: ServerResponse, search: string): void {

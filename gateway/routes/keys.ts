@@ -19,7 +19,7 @@ import { initialKeyState, type KeyState } from '../../chain/key-events.ts';
 import { isValidKeyName, SIG_ED25519, verifierKey } from '../../chain/note.ts';
 import type { ChainIndex } from '../../chain/select.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { sendJson } from '../http-util.ts';
+import { sendJson } from '../http/http-util.ts';
 import type { GatewayContext } from '../context.ts';
 import { intParams } from './transparency.ts';
 

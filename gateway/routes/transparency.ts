@@ -17,8 +17,8 @@ import { base64Decode, base64Encode } from '../../chain/encoding.ts';
 import { isValidKeyName, SIG_ED25519, verifierKey } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { entryBundle, parseTilePath, TILE_WIDTH } from '../../chain/merkle-tree.ts';
-import { asciiJson, sendEmpty, sendJson } from '../http-util.ts';
-import type { BlockProof } from '../chain-state.ts';
+import { asciiJson, sendEmpty, sendJson } from '../http/http-util.ts';
+import type { BlockProof } from '../chain/verified-state.ts';
 import type { GatewayContext } from '../context.ts';
 
 /**

@@ -30,7 +30,7 @@ import {
 } from '../../chain/index.ts';
 import type { Selection } from '../../chain/select.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../../store/chain-store.ts';
+import { appendSigned, commitFor } from '../../store/chain-append.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import type { MetadataIO, MetadataResponse, Rendered, RenderView } from '../../gateway/ecosystems/ecosystem.ts';
 import { renderJob, type RenderJob } from '../../gateway/ecosystems/render-job.ts';

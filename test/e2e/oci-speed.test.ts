@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile } from '../../chain/index.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../../store/chain-store.ts';
+import { appendSigned, commitFor } from '../../store/chain-append.ts';
 import { MANIFEST_ACCEPT, manifestUrl } from '../../gateway/ecosystems/oci.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';

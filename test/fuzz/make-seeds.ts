@@ -18,7 +18,7 @@ import { formatBlockFile, formatCheckpointFile } from '../../chain/block.ts';
 import { SIG_COSIGNATURE_V1, SIG_ED25519, cosign, formatNote, parseNote, verifierKey } from '../../chain/note.ts';
 import { formatCheckpoint, signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { MerkleTree, tilePath } from '../../chain/merkle-tree.ts';
-import { formatAddCheckpoint } from '../../gateway/witness.ts';
+import { formatAddCheckpoint } from '../../gateway/transparency/witness.ts';
 import { pktLine } from '../../store/pkt-line.ts';
 import { ewahEncode } from '../../store/git-index-format.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';

@@ -1,8 +1,8 @@
 /**
- * A gateway Logger (gateway/log.ts) that keeps every call in memory, for
+ * A gateway Logger (gateway/observability/logger.ts) that keeps every call in memory, for
  * tests that check what a component logged (level, message, fields).
  */
-import type { Logger } from '../../gateway/log.ts';
+import type { Logger } from '../../gateway/observability/logger.ts';
 
 export interface LogLine {
   level: string;

@@ -14,7 +14,7 @@ import fc from 'fast-check';
 import { parseBlock, parseBlockText, parseCheckpoint, verifyChain, canonicalize, VouchError } from '../../chain/index.ts';
 import { formatBlockFile, isDate, isDateTime, isHex64, parseBlockFile, readJson } from '../../chain/block.ts';
 import { parsedPayloadJcs, recordJcsAround } from '../../chain/build.ts';
-import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../../gateway/http-util.ts';
+import { parseSelectionQuery, parseJsonBody, acceptsJson } from '../../gateway/http/http-util.ts';
 import { parseRevokeRequest, parseSubmitBody, parseSubmitRequest } from '../../gateway/routes/submit-request.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { buildFeatureChain } from '../helpers/chain-fixture.ts';

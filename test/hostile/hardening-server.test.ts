@@ -34,7 +34,7 @@ import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } fr
 import { repoRoot } from '../helpers/vectors.ts';
 import { vouch } from '../helpers/processes.ts';
 import { resolveConfig } from '../../gateway/config.ts';
-import { compileRoutes } from '../../gateway/routes/proxy-routes.ts';
+import { compileRoutes } from '../../gateway/routes/proxy-route-table.ts';
 import { rawRequest, type RawAnswer, type RawOptions } from '../helpers/raw-http.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-harden-'));

@@ -53,7 +53,7 @@ import { base64Encode } from '../../chain/encoding.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { nodeBackend, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { ChainRepo, FETCH_LIMITS, type FetchOptions } from '../../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../../store/chain-store.ts';
+import { appendSigned, commitFor } from '../../store/chain-append.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-hostile-'));
 const signer = testSigner();

@@ -20,7 +20,7 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { CompletenessIndex } from '../../chain/index-tree.ts';
 import { ChainIndex } from '../../chain/select.ts';
 import { selectFromEvents, verifyIndexProof } from '../../chain/index-proof.ts';
-import { indexRootOfNote } from '../../tools/index-check.ts';
+import { indexRootOfNote } from '../../tools/client/index-check.ts';
 import type { Block } from '../../chain/block.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';

@@ -105,7 +105,7 @@ test('key and token files readable by others are refused at start', async () => 
 });
 
 test('the token is compared in constant time: both sides hashed, then timingSafeEqual', () => {
-  const src = readFileSync(join(repoRoot, 'gateway', 'server.ts'), 'utf8');
+  const src = readFileSync(join(repoRoot, 'gateway', 'http', 'server.ts'), 'utf8');
   const fn = src.slice(src.indexOf('function bearerMatches'), src.indexOf('const submit: Handler'));
   assert.match(fn, /createHash\('sha256'\)/);
   assert.match(fn, /timingSafeEqual\(/);

@@ -39,7 +39,7 @@ import fc from 'fast-check';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../../store/chain-repo.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
-import { ChainState } from '../../gateway/chain-state.ts';
+import { ChainState } from '../../gateway/chain/verified-state.ts';
 import { T0, testSigner } from '../helpers/chain-fixture.ts';
 import { gitIn, vouch } from '../helpers/processes.ts';
 

@@ -27,7 +27,7 @@ import { type Block, formatBlockFile, formatCheckpointFile } from '../../chain/b
 import { artifactHashOf, buildAuthorityBlock, buildCheckpoint, buildEndorseBlock } from '../../chain/build.ts';
 import { utf8 } from '../../chain/encoding.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../../store/chain-store.ts';
+import { appendSigned, commitFor } from '../../store/chain-append.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainPusher, type PushLog, lsRemote, makeDelta, pushNew } from '../../store/chain-push.ts';
 import { GitServer } from '../helpers/git-server.ts';

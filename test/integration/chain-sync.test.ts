@@ -1,7 +1,7 @@
 /**
  * Tests of the mirror side: `ChainRepo.clone` / `fetch` / `fastForward`
  * (store/chain-repo.ts) and `ChainSync` / `prepareMirror`
- * (gateway/chain-sync.ts), against a real git smart-HTTP server
+ * (gateway/chain/mirror-sync.ts), against a real git smart-HTTP server
  * (git http-backend on 127.0.0.1), chains built with the real builder and
  * pushed with the git CLI, and the real `vouch verify`.
  *
@@ -26,10 +26,10 @@ import { formatBlockFile, formatCheckpointFile, type Block } from '../../chain/b
 import { base64Encode, utf8 } from '../../chain/encoding.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned, commitFor } from '../../store/chain-store.ts';
+import { appendSigned, commitFor } from '../../store/chain-append.ts';
 import { VouchError } from '../../chain/errors.ts';
-import { ChainState } from '../../gateway/chain-state.ts';
-import { ChainSync, prepareMirror } from '../../gateway/chain-sync.ts';
+import { ChainState } from '../../gateway/chain/verified-state.ts';
+import { ChainSync, prepareMirror } from '../../gateway/chain/mirror-sync.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-chain-sync-'));
 const repoRoot = new URL('../..', import.meta.url).pathname;

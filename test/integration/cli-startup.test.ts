@@ -7,7 +7,7 @@
  *   before any command is chosen holds tools/cli.ts and the command list
  *   only; what `vouch endorse` loads (its chunk and everything that chunk
  *   imports statically) holds no gateway module but the verified state it
- *   reads (gateway/chain-state.ts, its block-text cache and its Merkle tree, gateway/log-tree.ts) and no package
+ *   reads (gateway/chain/verified-state.ts, its block-text cache and its Merkle tree, gateway/transparency/merkle-log.ts) and no package
  *   but @noble and spdx-expression-parse: no HTTP server, pino, undici,
  *   prom-client, isomorphic-git, yaml, lockfile readers or explorer.
  * - The real process: `vouch --help` and a real `vouch endorse --file` on
@@ -30,7 +30,7 @@ import { repoRoot } from '../helpers/vectors.ts';
 import { COMMANDS, firstSentence } from '../../tools/command-list.ts';
 
 /** The gateway modules `vouch endorse` may load: the last verified state it reads (tools/endorse-history.ts). */
-const ENDORSE_GATEWAY = new Set(['gateway/chain-state.ts', 'gateway/block-text-cache.ts', 'gateway/log-tree.ts']);
+const ENDORSE_GATEWAY = new Set(['gateway/chain/verified-state.ts', 'gateway/cache/block-text-cache.ts', 'gateway/transparency/merkle-log.ts']);
 /** The packages `vouch endorse` may load. */
 const ENDORSE_PACKAGES = /^(@noble\/(ed25519|hashes)|spdx-expression-parse|spdx-exceptions|spdx-license-ids)(\/|$)/;
 /** The TypeScript loader's packages (tools/vouch.js running the sources when dist/ is not fresh). */
@@ -123,7 +123,7 @@ test('the split build: `vouch endorse` loads no gateway module but the verified 
   assert.not.ok(lockfileMode.packages.has('undici'), 'the lockfile mode loads undici before it fetches');
   assert.ok(staticClosure(meta, outputOf('tools/lockfiles/http.ts')).packages.has('undici'));
   const serve = staticClosure(meta, outputOf('gateway/gateway.ts'));
-  assert.ok(serve.packages.has('pino') && serve.sources.has('gateway/server.ts'), 'the gateway chunk should hold pino and the HTTP server');
+  assert.ok(serve.packages.has('pino') && serve.sources.has('gateway/http/server.ts'), 'the gateway chunk should hold pino and the HTTP server');
 });
 
 test('every command list entry loads its command, with the first sentence of its summary', async () => {

@@ -1,6 +1,6 @@
 /**
  * A gateway that verified 10,000 blocks or more on its way to ready runs
- * full collections first (platform/collect-garbage.ts), and says so in its
+ * full collections first (gateway/collect-garbage.ts), and says so in its
  * `chain loaded` line; a warm start that verified nothing does not. A real
  * `vouch serve` on a 10,000-block chain.
  */

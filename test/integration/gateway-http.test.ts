@@ -19,7 +19,7 @@ import { parseBlock, computeRecordHash, payloadMessage, base64Decode, buildRevok
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
 import { createKeyFile, readKeyFile } from '../../platform/key-file.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned } from '../../store/chain-store.ts';
+import { appendSigned } from '../../store/chain-append.ts';
 import { OriginServer, pattern, digestOf } from '../helpers/origin-server.ts';
 import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync } from '../helpers/processes.ts';

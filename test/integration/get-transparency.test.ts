@@ -25,7 +25,8 @@ import { MerkleTree } from '../../chain/merkle-tree.ts';
 import { signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { buildCheckpoint, buildRevokeBlock, type Block } from '../../chain/index.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned } from '../../store/chain-store.ts';
+import { appendSigned } from '../../store/chain-append.ts';
+import { noteSigner } from '../../platform/note-signer.ts';
 import { cosign, formatNote, parseNote, verifierKey, SIG_COSIGNATURE_V1, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypto.ts';
 import { createKeyFile, readKeyFile } from '../../platform/key-file.ts';
@@ -33,7 +34,7 @@ import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync, type Run } from '../helpers/processes.ts';
 import { repoRoot } from '../helpers/vectors.ts';
-import { loadState, saveCheckpoint } from '../../tools/checkpoint-state.ts';
+import { loadState, saveCheckpoint } from '../../tools/client/checkpoint-state.ts';
 
 const LOG = 'log.vouch.test';
 const sourcesHold = (dir: string, text: string) =>
@@ -45,7 +46,11 @@ const sourcesHold = (dir: string, text: string) =>
  * appends commit a signed checkpoint.note? (VOUCH_TEST_GET_FRONT=1 forces the front.)
  */
 const MODE: 'gateway' | 'front' =
-  process.env.VOUCH_TEST_GET_FRONT !== '1' && sourcesHold('gateway', '/v1/proof/consistency') && sourcesHold('store', 'signCheckpoint(') ? 'gateway' : 'front';
+  process.env.VOUCH_TEST_GET_FRONT !== '1' &&
+  sourcesHold('gateway', '/v1/proof/consistency') &&
+  (sourcesHold('store', 'signCheckpoint(') || sourcesHold('platform', 'signCheckpoint('))
+    ? 'gateway'
+    : 'front';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-get-tlog-'));
 const keyFile = join(work, 'authority.pem');
@@ -641,7 +646,11 @@ test('several gateways: a revocation beyond the stale tree explains its newer se
   const tree = new MerkleTree(nodeBackend);
   for (let i = 0; i < repo.size; i++) tree.append(hexDecode((JSON.parse(repo.readBlockFile(i)) as Block).record_hash)!);
   tree.append(hexDecode(revoke.record_hash)!);
-  await appendSigned(repo, [revoke], buildCheckpoint({ head: revoke, signer, now: Date.now() }), Date.now(), { signer, origin: LOG, root: tree.root() });
+  await appendSigned(repo, [revoke], buildCheckpoint({ head: revoke, signer, now: Date.now() }), Date.now(), {
+    signer: noteSigner(signer),
+    origin: LOG,
+    root: tree.root(),
+  });
   const C2 = await startFront('c');
   origin.route(path, { body: G1, contentType: 'text/javascript' });
   const getU2 = (gateways: string[], state: string, o: string) =>

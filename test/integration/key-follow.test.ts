@@ -24,7 +24,7 @@ import { asciiJson } from '../../chain/uns-header.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { MerkleTree } from '../../chain/merkle-tree.ts';
-import { formatAddCheckpoint } from '../../gateway/witness.ts';
+import { formatAddCheckpoint } from '../../gateway/transparency/witness.ts';
 import { noteOf } from '../helpers/key-log.ts';
 import type { ChainRepo } from '../../store/chain-repo.ts';
 import { GitServer } from '../helpers/git-server.ts';

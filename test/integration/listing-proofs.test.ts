@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { verifyIndexProof } from '../../chain/index-proof.ts';
 import { expectedListing, judgeListing, LISTING_HEADER } from '../../chain/index-listing.ts';
-import { indexRootOfNote } from '../../tools/index-check.ts';
+import { indexRootOfNote } from '../../tools/client/index-check.ts';
 import { listingUnit, shownVersions } from '../../tools/listing-read.ts';
 import { vouchAsync } from '../helpers/processes.ts';
 import { GO_MODULE, LATEST, ListingFixture, LISTINGS } from '../helpers/listing-fixture.ts';

@@ -1,5 +1,5 @@
 /**
- * The request line and the stderr sink (gateway/log.ts, gateway/log-sink.ts):
+ * The request line and the stderr sink (gateway/observability/logger.ts, gateway/observability/log-sink.ts):
  * the hand-written request line carries what pino's line carried (same keys,
  * order and values) and stays one line whatever the URL or path holds
  * (quotes, backslashes, control characters, newlines, U+2028, lone
@@ -16,9 +16,9 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile } from '../../platform/key-file.ts';
-import { createLogger, hundredthsNumber, jsonString, lineSafe, logRequest, requestLine, type RequestRecord } from '../../gateway/log.ts';
-import { LineSink, isoNow, isoOf, wallClock } from '../../gateway/log-sink.ts';
-import { urlParam } from '../../gateway/server.ts';
+import { createLogger, hundredthsNumber, jsonString, lineSafe, logRequest, requestLine, type RequestRecord } from '../../gateway/observability/logger.ts';
+import { LineSink, isoNow, isoOf, wallClock } from '../../gateway/observability/log-sink.ts';
+import { urlParam } from '../../gateway/http/server.ts';
 import { writeConfig } from '../helpers/gateway-process.ts';
 import { repoRoot } from '../helpers/vectors.ts';
 
@@ -350,7 +350,7 @@ test('a process that dies of an uncaught exception has written its buffered line
   writeFileSync(
     script,
     [
-      `import { createLogger } from ${JSON.stringify(join(repoRoot, 'gateway', 'log.ts'))};`,
+      `import { createLogger } from ${JSON.stringify(join(repoRoot, 'gateway', 'observability', 'logger.ts'))};`,
       'const log = createLogger("info");',
       'for (let i = 0; i < 500; i++) log.request!({ method: "GET", path: "/p", route: "unknown", status: 404, ms: 1, bytes: 10, remote: "127.0.0.1", url: `u${i}` });',
       'setTimeout(() => { throw new Error("boom"); }, 5);',

@@ -20,7 +20,7 @@ import { buildCheckpoint } from '../../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile } from '../../chain/block.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { commitFor } from '../../store/chain-store.ts';
+import { commitFor } from '../../store/chain-append.ts';
 import { buildLongChain, testSigner, T0 } from '../helpers/chain-fixture.ts';
 import { GitServer } from '../helpers/git-server.ts';
 import { objectId } from '../../store/git-objects.ts';

@@ -23,7 +23,7 @@ import { cosign, parseNote, signNote, verifierKey, verifyCosignature } from '../
 import { parseCheckpoint, signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { checkQuorum, parsePolicy } from '../../chain/tlog-policy.ts';
 import { MerkleTree } from '../../chain/merkle-tree.ts';
-import { formatAddCheckpoint } from '../../gateway/witness.ts';
+import { formatAddCheckpoint } from '../../gateway/transparency/witness.ts';
 import { resolveConfig } from '../../gateway/config.ts';
 import { parse } from 'yaml';
 import { OriginServer } from '../helpers/origin-server.ts';

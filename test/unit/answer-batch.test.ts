@@ -6,7 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { stat } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { AnswerBatch } from '../../gateway/answer-batch.ts';
+import { AnswerBatch } from '../../gateway/http/answer-batch.ts';
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 

@@ -13,8 +13,8 @@ import { join } from 'node:path';
 import { buildCheckpoint, buildEndorseBlock, buildRevokeBlock, base64Encode, type Block } from '../../chain/index.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo, blockPath } from '../../store/chain-repo.ts';
-import { appendSigned } from '../../store/chain-store.ts';
-import { ChainState, IMAGE_POLICY } from '../../gateway/chain-state.ts';
+import { appendSigned } from '../../store/chain-append.ts';
+import { ChainState, IMAGE_POLICY } from '../../gateway/chain/verified-state.ts';
 import { buildLongChain, initChainRepo, T0 } from '../helpers/chain-fixture.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-snap-'));
@@ -145,7 +145,7 @@ test('a snapshot older than the head: the gap is verified, and the image behind 
 
 test('applyCommitted after a warm start: served at once, in the cache, warm again with the image behind', async () => {
   const { state } = await load();
-  const repo = state.repo;
+  const repo = state.repo as ChainRepo; // opened above; ChainState only reads it
   const extra: Block[] = blocks.slice(250, 260);
   const committed = await appendSigned(repo, extra, buildCheckpoint({ head: extra[extra.length - 1]!, signer, now: T0 + 260 * 1000 }), T0 + 260 * 1000);
   state.applyCommitted(extra, committed.checkpointText, committed.blockTexts);
@@ -182,7 +182,7 @@ test('applyCommitted after a warm start: served at once, in the cache, warm agai
       },
     ],
   });
-  const c3 = await appendSigned(warm.state.repo, [again], buildCheckpoint({ head: again, signer, now: T0 + 401_000 }), T0 + 401_000);
+  const c3 = await appendSigned(warm.state.repo as ChainRepo, [again], buildCheckpoint({ head: again, signer, now: T0 + 401_000 }), T0 + 401_000);
   warm.state.applyCommitted([again], c3.checkpointText, c3.blockTexts);
   assert.equal(
     warm.state.index.versions(url(3)).map((v) => v.block.index),
@@ -214,7 +214,7 @@ test('after appends, a new image only every IMAGE_POLICY.blocks blocks, written 
         now: T0 + 500_000 + k * 1000,
         entries: [{ url: `https://n.example/${k}.tgz`, artifactHash: 'sha256:' + 'a'.repeat(64), name: 'acme/n', semver: '1.0.0', license: 'MIT' }],
       });
-      const c = await appendSigned(state.repo, [b], buildCheckpoint({ head: b, signer, now: T0 + 501_000 + k * 1000 }), T0 + 501_000 + k * 1000);
+      const c = await appendSigned(state.repo as ChainRepo, [b], buildCheckpoint({ head: b, signer, now: T0 + 501_000 + k * 1000 }), T0 + 501_000 + k * 1000);
       state.applyCommitted([b], c.checkpointText, c.blockTexts);
       prev = b;
       // Written in the background: wait for it (bounded) where one is due.

@@ -1,11 +1,11 @@
 /**
- * platform/collect-garbage.ts: full collections without the --expose-gc
+ * gateway/collect-garbage.ts: full collections without the --expose-gc
  * flag give back dead ArrayBuffers (what a cold start leaves behind), and
  * leave no `gc` on the global object.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { collectGarbage } from '../../platform/collect-garbage.ts';
+import { collectGarbage } from '../../gateway/collect-garbage.ts';
 
 const MB = 1024 * 1024;
 

@@ -15,8 +15,8 @@ import { buildCheckpoint, base64Encode, type Block } from '../../chain/index.ts'
 import { CompletenessIndex } from '../../chain/index-tree.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendSigned } from '../../store/chain-store.ts';
-import { ChainState, lastVerifiedCompleteness } from '../../gateway/chain-state.ts';
+import { appendSigned } from '../../store/chain-append.ts';
+import { ChainState, lastVerifiedCompleteness } from '../../gateway/chain/verified-state.ts';
 import { buildLongChain, initChainRepo, T0 } from '../helpers/chain-fixture.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-cidx-'));

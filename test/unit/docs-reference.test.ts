@@ -10,7 +10,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { REFERENCE_DIR, referencePages } from '../../tools/docs-reference.ts';
 import { ERROR_CATALOGUE } from '../../chain/errors.ts';
-import { HTTP_STATUS } from '../../gateway/status.ts';
+import { HTTP_STATUS } from '../../gateway/http/error-status.ts';
 
 const pages = await referencePages();
 

@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { formatBlockFile, formatCheckpointFile } from '../../chain/index.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { commitFor } from '../../store/chain-store.ts';
+import { commitFor } from '../../store/chain-append.ts';
 import { buildLongChain } from '../helpers/chain-fixture.ts';
 
 const require = createRequire(import.meta.url);

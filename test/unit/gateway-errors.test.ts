@@ -1,6 +1,6 @@
 /**
  * The error contract in one place: the gateway's HTTP statuses
- * (gateway/status.ts) match the status table of docs/spec/http.md, server-side
+ * (gateway/http/error-status.ts) match the status table of docs/spec/http.md, server-side
  * failures surface as 500 internal_error (JSON on JSON paths, empty on
  * downloads) without any internal detail, and the Accept rule.
  */
@@ -11,12 +11,12 @@ import { join } from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ERROR_CATALOGUE, VouchError, type ErrorCode } from '../../chain/errors.ts';
-import { PUBLIC_CODES, acceptsJson, rawHeader } from '../../gateway/http-util.ts';
-import { HTTP_STATUS } from '../../gateway/status.ts';
+import { PUBLIC_CODES, acceptsJson, rawHeader } from '../../gateway/http/http-util.ts';
+import { HTTP_STATUS } from '../../gateway/http/error-status.ts';
 import { utcDay } from '../../gateway/gateway.ts';
 import { request as httpRequest } from 'node:http';
-import { createRequestHandler } from '../../gateway/server.ts';
-import { createLogger } from '../../gateway/log.ts';
+import { createRequestHandler } from '../../gateway/http/server.ts';
+import { createLogger } from '../../gateway/observability/logger.ts';
 import { defaultConfig } from '../../gateway/config.ts';
 import type { GatewayContext } from '../../gateway/context.ts';
 import { repoRoot } from '../helpers/vectors.ts';

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { isVouchError, type VouchError } from '../../chain/errors.ts';
-import { statusOf } from '../../gateway/http-util.ts';
+import { statusOf } from '../../gateway/http/http-util.ts';
 import { Mirror, type MirrorOptions } from '../../artifacts/mirror.ts';
 import { OriginFetcher } from '../../artifacts/origin-fetcher.ts';
 import { VerifiedFetcher } from '../../artifacts/verified-fetch.ts';

@@ -8,7 +8,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { isVouchError, type VouchError } from '../../chain/errors.ts';
-import { statusOf } from '../../gateway/http-util.ts';
+import { statusOf } from '../../gateway/http/http-util.ts';
 import { AddressGuard, classifyAddress, parseIp, type Resolver } from '../../artifacts/address-guard.ts';
 import { OriginFetcher, type OriginResponse } from '../../artifacts/origin-fetcher.ts';
 import { OriginServer, pattern, patternBytes } from '../helpers/origin-server.ts';

@@ -1,5 +1,5 @@
 /**
- * `decide` and `checkRevocation` (tools/tlog-client.ts) on the feature
+ * `decide` and `checkRevocation` (tools/client/tlog-client.ts) on the feature
  * chain (test/helpers/chain-fixture.ts: block 1 endorses widget 1.0.0,
  * block 3 revokes it from day 3): which gateway's selection decides when
  * trees of different sizes select different blocks, and what evidence of a
@@ -20,7 +20,7 @@ import {
   type GatewayAnswer,
   type RevocationEvidence,
   type VerifiedCheckpoint,
-} from '../../tools/tlog-client.ts';
+} from '../../tools/client/tlog-client.ts';
 import { ERROR_CATALOGUE, VouchError } from '../../chain/errors.ts';
 import { signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';

@@ -285,7 +285,7 @@ test("rootWith: the writer's commit of the blocks it tried costs no hashing; a r
     for (const b of batch) ch.add(b);
     at += batch.length;
     assert.is(idx.size, at);
-    // takePending: the same commit when the caller's chain index took the blocks first (gateway/chain-state.ts)
+    // takePending: the same commit when the caller's chain index took the blocks first (gateway/chain/verified-state.ts)
     if (at + 1 <= blocks.length) {
       const next = blocks.slice(at, at + 1);
       const tried = hex(idx.rootWith(next, target));

@@ -1,5 +1,5 @@
 /**
- * gateway/log-tree.ts in process: `rootWith` (the root the tree will have
+ * gateway/transparency/merkle-log.ts in process: `rootWith` (the root the tree will have
  * with entries appended, the tree unchanged) equals the root after really
  * appending, at every size up to 300 and for several batch sizes; the
  * served note is checked against the tree (and the pending entries).
@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import { MerkleTree } from '../../chain/merkle-tree.ts';
 import { signCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { LogTree } from '../../gateway/log-tree.ts';
+import { LogTree } from '../../gateway/transparency/merkle-log.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
 
 const c = nodeBackend;

@@ -20,10 +20,18 @@ import { verifyIndexProof } from '../../chain/index-proof.ts';
 import { expectedListing, judgeListing, LISTING_HEADER, parseListingProof, type ListingProof } from '../../chain/index-listing.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { latestOf } from '../../gateway/ecosystems/goproxy.ts';
-import { indexRootOfNote } from '../index-check.ts';
+import { indexRootOfNote } from '../client/index-check.ts';
 import { listingUnit, ListingError, shownVersions, type Ecosystem } from '../listing-read.ts';
-import { openVerified, parseConsistencyAnswer, proveExtends, Refusal, staleCheckpoint, type Authority, type VerifiedCheckpoint } from '../tlog-client.ts';
-import { loadState, saveCheckpoint } from '../checkpoint-state.ts';
+import {
+  openVerified,
+  parseConsistencyAnswer,
+  proveExtends,
+  Refusal,
+  staleCheckpoint,
+  type Authority,
+  type VerifiedCheckpoint,
+} from '../client/tlog-client.ts';
+import { loadState, saveCheckpoint } from '../client/checkpoint-state.ts';
 
 /** Largest listing or side-route answer read (a packument of the public registry's largest packages stays below). */
 export const MAX_LISTING_BYTES = 64 * 1024 * 1024;

@@ -10,7 +10,7 @@ import { isDate, isSemver, parseBlockText } from '../../chain/block.ts';
 import { ChainIndex } from '../../chain/select.ts';
 import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
+import { openChainReadOnly } from '../../store/chain-repo.ts';
 import { digestFile } from '../../artifacts/artifact-digest.ts';
 
 export const check: Command = {
@@ -29,7 +29,7 @@ export const check: Command = {
   async run(v, [file]) {
     if (v.semver !== undefined && !isSemver(v.semver)) throw new UsageError(`--semver must be a SemVer 2.0.0 version, got ${JSON.stringify(v.semver)}`);
     if (v.at !== undefined && !isDate(v.at)) throw new UsageError('--at must be a date YYYY-MM-DD');
-    const repo = await ChainRepo.open(v.chain, { repair: false });
+    const repo = await openChainReadOnly(v.chain);
     try {
       await verifyDirectory(repo, { pinnedPublicKey: v['public-key'] ?? null });
     } catch (e) {

@@ -30,7 +30,7 @@ import { checkUrlOptions } from './endorse-options.ts';
 /** Most entries and blocks the gateway takes in one submit (gateway/routes/submit-request.ts MAX_SUBMIT_ENDORSEMENTS, MAX_SUBMIT_BLOCKS). */
 const SUBMIT_MAX_ENTRIES = 1000;
 const SUBMIT_MAX_BLOCKS = 256;
-/** Most bytes of one submit body sent (the gateway reads at most 1 MiB, gateway/server.ts SUBMIT_BODY_LIMIT). */
+/** Most bytes of one submit body sent (the gateway reads at most 1 MiB, gateway/http/server.ts SUBMIT_BODY_LIMIT). */
 const SUBMIT_MAX_BODY_BYTES = 768 * 1024;
 const TOKEN_MAX_BYTES = 4096;
 /**

@@ -22,9 +22,10 @@ import { npmUnitName } from '../../chain/unit-names.ts';
 import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
-import { signerForChain } from '../../store/chain-keys.ts';
-import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { openChain } from '../../store/chain-repo.ts';
+import { signerForChain } from '../chain-keys.ts';
+import { trustedHead } from '../../store/chain-append.ts';
+import { appendWithNote } from '../signed-append.ts';
 import { offlineIndexRootWith } from '../offline-index.ts';
 import type { Http } from '../lockfiles/http.ts';
 import { MiB, OriginMap, hasCredentials } from '../lockfiles/origin-map.ts';
@@ -299,8 +300,8 @@ export async function endorseLockfile(v: Record<string, any>): Promise<number> {
 
   // ---- the chain: key and head checked before any fetch
   const key = readKeyFile(v.key);
-  const repo = await ChainRepo.open(v.chain);
-  // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
+  const repo = await openChain(v.chain);
+  // The online key in force (block 0's, or the one key events put in force: tools/chain-keys.ts).
   const { signer: keyed, keys } = signerForChain(repo, key);
   const trusted = trustedHead(repo, keyed, keys);
   const { head } = trusted;

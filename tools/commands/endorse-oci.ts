@@ -21,8 +21,9 @@ import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../..
 import { type Block, parseBlockText, isDate, isSemver, isUnitName, LIMITS } from '../../chain/block.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
-import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { openChain } from '../../store/chain-repo.ts';
+import { trustedHead } from '../../store/chain-append.ts';
+import { appendWithNote } from '../signed-append.ts';
 import { offlineIndexRootWith } from '../offline-index.ts';
 import { UNS_FULL_MAX } from '../../chain/uns-header.ts';
 import { OriginMap } from '../lockfiles/http.ts';
@@ -143,7 +144,7 @@ export async function endorseOci(v: Record<string, any>): Promise<number> {
     if (v[o] === undefined) throw new UsageError(`missing --${o} (or --gateway URL --token-file FILE to endorse through a running authority)`);
   // The chain's key and head are checked before the network is used.
   const key = readKeyFile(v.key);
-  const repo = await ChainRepo.open(v.chain);
+  const repo = await openChain(v.chain);
   const authority = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
   const keyed = nodeSigner(authority.signer, key);
   const trusted = trustedHead(repo, keyed);

@@ -8,7 +8,7 @@
  * key every time; earlier endorsements of the URLs come from the last
  * verified state when there is one (tools/endorse-history.ts), else from a
  * scan of every block file. The commit carries the signed checkpoint note
- * of the new size (store/chain-store.ts `appendWithNote`: the root from the
+ * of the new size (tools/signed-append.ts `appendWithNote`: the root from the
  * tree edge kept in .git when it agrees with the committed note, else from
  * every block's record hash).
  */
@@ -19,9 +19,10 @@ import { buildCheckpoint, buildEndorseBlock, type EndorsementInput } from '../..
 import { DEFAULT_HASH_ALGORITHM, HASH_ALGORITHMS } from '../../chain/hash-algorithms.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
-import { signerForChain } from '../../store/chain-keys.ts';
-import { appendWithNote, findEndorsements, trustedHead } from '../../store/chain-store.ts';
+import { openChain } from '../../store/chain-repo.ts';
+import { signerForChain } from '../chain-keys.ts';
+import { findEndorsements, trustedHead } from '../../store/chain-append.ts';
+import { appendWithNote } from '../signed-append.ts';
 import { offlineIndexRootWith } from '../offline-index.ts';
 import { noteScan, priorEndorsements, refreshIfBehind } from '../endorse-history.ts';
 import { checkUrlOptions } from './endorse-options.ts';
@@ -137,9 +138,9 @@ export const endorse: Command = {
 
     const timings = phaseTimer();
     const key = readKeyFile(v.key);
-    const repo = await ChainRepo.open(v.chain);
+    const repo = await openChain(v.chain);
     timings.mark('open');
-    // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
+    // The online key in force (block 0's, or the one key events put in force: tools/chain-keys.ts).
     const { signer: keyed, keys } = signerForChain(repo, key);
     const trusted = trustedHead(repo, keyed, keys);
     const { head } = trusted;

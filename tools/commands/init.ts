@@ -11,8 +11,9 @@ import { base64Encode } from '../../chain/encoding.ts';
 import { SIG_ED25519, isValidKeyName, verifierKey } from '../../chain/note.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../../platform/node-crypto.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
-import { commitFor, defaultOrigin, entryOf, signNoteText } from '../../store/chain-store.ts';
+import { createChain } from '../../store/chain-repo.ts';
+import { commitFor, defaultOrigin, entryOf } from '../../store/chain-append.ts';
+import { signNoteText } from '../../platform/note-signer.ts';
 import { TreeEdge, writeEdgeFile } from '../../store/tree-edge.ts';
 
 export const init: Command = {
@@ -48,7 +49,7 @@ export const init: Command = {
     const edge = TreeEdge.empty(nodeBackend);
     edge.append(entryOf(block.record_hash));
     const note = signNoteText(signer, origin, 1, edge.root());
-    await ChainRepo.init(v.chain, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(checkpoint), note }, commitFor([block], now), {
+    await createChain(v.chain, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(checkpoint), note }, commitFor([block], now), {
       sparse: layout === 'sparse',
     });
     writeEdgeFile(v.chain, edge);

@@ -21,10 +21,11 @@ import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
 import { isVoid, type KeyState } from '../../chain/key-events.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypto.ts';
-import { notInForce } from '../../store/chain-keys.ts';
+import { notInForce } from '../chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
-import type { ChainRepo } from '../../store/chain-repo.ts';
-import { appendWithNote, findEndorsements, trustedHead, type TrustedHead } from '../../store/chain-store.ts';
+import type { ChainReads, ChainStore } from '../../store/chain-repo.ts';
+import { findEndorsements, trustedHead, type TrustedHead } from '../../store/chain-append.ts';
+import { appendWithNote } from '../signed-append.ts';
 import { offlineIndexRootWith } from '../offline-index.ts';
 import { commentOf, verifiedChain, type Refusal, type VoidGroup } from '../key-statements.ts';
 
@@ -32,7 +33,7 @@ import { commentOf, verifiedChain, type Refusal, type VoidGroup } from '../key-s
 const CONCURRENCY = 8;
 
 /** The endorse blocks among the void ones, each with its entries. */
-function voidGroups(repo: ChainRepo, keys: KeyState): VoidGroup[] {
+function voidGroups(repo: ChainReads, keys: KeyState): VoidGroup[] {
   const out: VoidGroup[] = [];
   for (const [a, b] of keys.voids) {
     for (let i = a; i <= b; i++) {
@@ -61,7 +62,7 @@ const label = (e: EndorsementInput, g: VoidGroup) => `${e.url} (${e.name} ${e.se
  * version with these bytes (already endorsed again: nothing to do) or with
  * other bytes (refused, as offline endorse refuses a semver_conflict).
  */
-function againstHistory(repo: ChainRepo, keys: KeyState, groups: VoidGroup[], refused: Refusal[]): { already: number } {
+function againstHistory(repo: ChainReads, keys: KeyState, groups: VoidGroup[], refused: Refusal[]): { already: number } {
   const history = findEndorsements(repo, [...new Set(groups.flatMap((g) => g.entries.map((e) => e.url)))]);
   let already = 0;
   for (const g of groups) {
@@ -215,7 +216,7 @@ export const reendorse: Command = {
 };
 
 async function appendOffline(
-  repo: ChainRepo,
+  repo: ChainStore,
   trusted: TrustedHead,
   signer: ReturnType<typeof nodeSigner>,
   groups: VoidGroup[],

@@ -7,7 +7,7 @@
  * newest block with exactly V); never block 0, a revoke block, a block
  * already revoked, or a block of several artifacts named by one URL.
  * The chain is loaded verified first, as a gateway start loads it
- * (gateway/chain-state.ts: warm from the last verified state in .git, only
+ * (gateway/chain/verified-state.ts: warm from the last verified state in .git, only
  * the blocks after it verified; else every block): a revocation is decided
  * on the chain as signed. The commit carries the signed checkpoint note of the new size
  * as `vouch endorse`'s does. A refusal appends nothing.
@@ -21,10 +21,11 @@ import { hexEncode } from '../../chain/encoding.ts';
 import { resolveRevokeTarget, type RevokeTarget } from '../../chain/revoke.ts';
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
-import { signerForChain } from '../../store/chain-keys.ts';
+import { openChain } from '../../store/chain-repo.ts';
+import { signerForChain } from '../chain-keys.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
-import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { trustedHead } from '../../store/chain-append.ts';
+import { appendWithNote } from '../signed-append.ts';
 import { offlineIndexRootWith } from '../offline-index.ts';
 
 export const revoke: Command = {
@@ -68,12 +69,12 @@ export const revoke: Command = {
 
     assertChainWritable(v.chain, 'POST /v1/revoke');
     const key = readKeyFile(v.key);
-    const repo = await ChainRepo.open(v.chain);
-    // The online key in force (block 0's, or the one key events put in force: store/chain-keys.ts).
+    const repo = await openChain(v.chain);
+    // The online key in force (block 0's, or the one key events put in force: tools/chain-keys.ts).
     const { signer: keyed, keys } = signerForChain(repo, key);
     const trusted = trustedHead(repo, keyed, keys);
     // The verified chain, as a gateway start loads it: warm from the last verified state, else every block verified.
-    const { ChainState } = await import('../../gateway/chain-state.ts');
+    const { ChainState } = await import('../../gateway/chain/verified-state.ts');
     const { state } = await ChainState.load(repo);
     const index = state.index;
     if (index.size !== trusted.head.index + 1 || index.head?.record_hash !== trusted.head.record_hash) {

@@ -19,7 +19,8 @@ import { applyKeyEvent, KeyEventError, rootStatement, signStatement, type KeySta
 import { readKeyFile } from '../../platform/key-file.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../../platform/node-crypto.ts';
 import { assertChainWritable } from '../../store/chain-lock.ts';
-import { appendWithNote, trustedHead } from '../../store/chain-store.ts';
+import { trustedHead } from '../../store/chain-append.ts';
+import { appendWithNote } from '../signed-append.ts';
 import { offlineIndexRootWith } from '../offline-index.ts';
 import {
   describeStatement,

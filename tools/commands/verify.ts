@@ -17,7 +17,7 @@ import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts'
 import { openCheckpoint, type Checkpoint as LogCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { ed25519Engine, nodeBackend } from '../../platform/node-crypto.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
-import { ChainRepo } from '../../store/chain-repo.ts';
+import { type ChainReads, openChainReadOnly } from '../../store/chain-repo.ts';
 import { parseBlockText } from '../../chain/block.ts';
 import type { KeyState } from '../../chain/key-events.ts';
 import { TreeEdge } from '../../store/tree-edge.ts';
@@ -78,7 +78,7 @@ function checkIndexLine(note: LogCheckpoint, recomputed: Uint8Array): Uint8Array
 }
 
 /** Each void range with the compromised key that signed it and the index of the block declaring it. */
-function voidReport(repo: ChainRepo, keys: KeyState): { from: number; to: number; compromised: string; declared_at: number }[] {
+function voidReport(repo: ChainReads, keys: KeyState): { from: number; to: number; compromised: string; declared_at: number }[] {
   return keys.voids.map(([from, to]) => {
     // The compromise block follows its void range (good_through + 1 .. compromise index - 1): verified with the chain.
     const st = parseBlockText(repo.readBlockFile(to + 1), to + 1).payload.statement;
@@ -154,7 +154,7 @@ export const verify: Command = {
     }
     const bar = v.json || v.quiet ? null : progressReporter('verifying');
     try {
-      const repo = await ChainRepo.open(v.chain, { repair: false });
+      const repo = await openChainReadOnly(v.chain);
       const edge = TreeEdge.empty(nodeBackend);
       // The completeness index (docs/spec/index.md), from the facts the workers hand back with each verified batch.
       let completeness = new CompletenessIndex(nodeBackend);

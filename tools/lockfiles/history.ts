@@ -5,7 +5,7 @@
  * The full scan, used when the last verified state cannot answer
  * (tools/endorse-history.ts). Owns: one pass over the block files, each read once and JSON-parsed
  * once, looking its URLs up in a set: the cost grows with the chain, not
- * with chain x URLs (store/chain-store.ts findEndorsements searches the text
+ * with chain x URLs (store/chain-append.ts findEndorsements searches the text
  * of each block for each URL, which suits one release's few URLs). A block
  * that names one of the URLs is then parsed strictly (parseBlockText).
  *
@@ -14,7 +14,7 @@
  * single-URL mode).
  */
 import { type Block, parseBlockText } from '../../chain/block.ts';
-import type { ChainRepo } from '../../store/chain-repo.ts';
+import type { ChainReads } from '../../store/chain-repo.ts';
 
 export interface Prior {
   block: Block;
@@ -22,7 +22,7 @@ export interface Prior {
   semver: string;
 }
 
-export function endorsementsOf(repo: ChainRepo, urls: Iterable<string>): Map<string, Prior[]> {
+export function endorsementsOf(repo: ChainReads, urls: Iterable<string>): Map<string, Prior[]> {
   const out = new Map<string, Prior[]>();
   for (const u of urls) out.set(u, []);
   for (let i = 1; i < repo.size; i++) {

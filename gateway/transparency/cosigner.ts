@@ -15,16 +15,16 @@
  */
 import { readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
-import { VouchError } from '../chain/errors.ts';
-import type { CryptoBackend } from '../chain/crypto-backend.ts';
-import { bytesEqual } from '../chain/encoding.ts';
-import { parseNote, parseVerifierKey, verifyCosignature, type Note, type NoteSignature } from '../chain/note.ts';
-import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
-import { checkQuorum, type Policy } from '../chain/tlog-policy.ts';
-import { readPolicyFile } from '../platform/policy-file.ts';
-import { writeDurably } from '../store/git-files.ts';
+import { VouchError } from '../../chain/errors.ts';
+import type { CryptoBackend } from '../../chain/crypto-backend.ts';
+import { bytesEqual } from '../../chain/encoding.ts';
+import { parseNote, parseVerifierKey, verifyCosignature, type Note, type NoteSignature } from '../../chain/note.ts';
+import { parseCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { checkQuorum, type Policy } from '../../chain/tlog-policy.ts';
+import { readPolicyFile } from '../../platform/policy-file.ts';
+import { writeDurably } from '../../platform/durable-file.ts';
 import { formatAddCheckpoint } from './witness.ts';
-import type { Logger } from './log.ts';
+import type { Logger } from '../observability/logger.ts';
 
 /** Where the authority gets what it sends: the newest committed signed checkpoint, and proofs from its tree. */
 export interface CheckpointSource {

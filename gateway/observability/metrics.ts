@@ -14,12 +14,12 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
-import type { GatewayContext } from './context.ts';
-import type { VerifiedFetcherStats } from '../artifacts/verified-fetch.ts';
-import type { MirrorStats } from '../artifacts/mirror.ts';
-import type { SubmitterStats } from './submitter.ts';
-import type { ProxyRoutes } from './routes/proxy.ts';
-import { FAULT, injectFault } from './test-fault.ts';
+import type { GatewayContext } from '../context.ts';
+import type { VerifiedFetcherStats } from '../../artifacts/verified-fetch.ts';
+import type { MirrorStats } from '../../artifacts/mirror.ts';
+import type { SubmitterStats } from '../chain/submitter.ts';
+import type { ProxyRoutes } from '../routes/proxy-handler.ts';
+import { FAULT, injectFault } from '../test-fault.ts';
 
 /** Latency buckets in seconds: lookups answer in well under a millisecond, cold downloads take seconds. */
 export const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];

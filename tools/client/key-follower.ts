@@ -14,13 +14,13 @@
  * (no request, nothing stored).
  */
 import { readFileSync, statSync } from 'node:fs';
-import { base64Decode } from '../chain/encoding.ts';
-import { VouchError } from '../chain/errors.ts';
-import { KeyEventError, parseSignedStatement } from '../chain/key-events.ts';
-import { KeyWalkError, keyAt, parseKeysAnswer, parseTrail, sameRoot, startTrail, walkKeyEvents, type KeyTrail } from '../chain/key-walk.ts';
-import { parseNote } from '../chain/note.ts';
-import { openCheckpoint, parseCheckpoint } from '../chain/tlog-checkpoint.ts';
-import { nodeBackend } from '../platform/node-crypto.ts';
+import { base64Decode } from '../../chain/encoding.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { KeyEventError, parseSignedStatement } from '../../chain/key-events.ts';
+import { KeyWalkError, keyAt, parseKeysAnswer, parseTrail, sameRoot, startTrail, walkKeyEvents, type KeyTrail } from '../../chain/key-walk.ts';
+import { parseNote } from '../../chain/note.ts';
+import { openCheckpoint, parseCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
 import type { SeenCheckpoint } from './checkpoint-state.ts';
 import { Refusal } from './tlog-client.ts';
 

@@ -13,25 +13,26 @@
  * its size; a blocks-form submit is all or none; a revoke never revokes
  * twice; a key statement is committed alone and checked by applyKeyEvent.
  */
-import { indexExtensionLine } from '../chain/index-proof.ts';
-import { VouchError } from '../chain/errors.ts';
-import { type Block, formatDateTime } from '../chain/block.ts';
-import { buildCheckpoint, buildEndorseBlock, buildKeyBlock, buildRevokeBlock, type EndorsementInput } from '../chain/build.ts';
-import { applyKeyEvent, KeyEventError, parseSignedStatement, type KeyState, type SignedStatement } from '../chain/key-events.ts';
-import { resolveRevokeTarget } from '../chain/revoke.ts';
-import type { CryptoBackend, HashAlgorithm, Signer } from '../chain/crypto-backend.ts';
-import { parseArtifactHash } from '../chain/hash-algorithms.ts';
-import type { ChainIndex, IndexedVersion } from '../chain/select.ts';
-import type { ChainRepo } from '../store/chain-repo.ts';
-import { appendSigned, type Committed, entryOf } from '../store/chain-store.ts';
-import { claimKind, parseRevokeRequest, parseSubmitBody, type RevokeRequest, type SubmitRequest } from './routes/submit-request.ts';
-import type { ClaimKind } from '../artifacts/claim-digest.ts';
+import { indexExtensionLine } from '../../chain/index-proof.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { type Block, formatDateTime } from '../../chain/block.ts';
+import { buildCheckpoint, buildEndorseBlock, buildKeyBlock, buildRevokeBlock, type EndorsementInput } from '../../chain/build.ts';
+import { applyKeyEvent, KeyEventError, parseSignedStatement, type KeyState, type SignedStatement } from '../../chain/key-events.ts';
+import { resolveRevokeTarget } from '../../chain/revoke.ts';
+import type { CryptoBackend, HashAlgorithm, Signer } from '../../chain/crypto-backend.ts';
+import { parseArtifactHash } from '../../chain/hash-algorithms.ts';
+import type { ChainIndex, IndexedVersion } from '../../chain/select.ts';
+import type { ChainStore } from '../../store/chain-repo.ts';
+import { appendSigned, type Committed, entryOf } from '../../store/chain-append.ts';
+import { noteSigner } from '../../platform/note-signer.ts';
+import { claimKind, parseRevokeRequest, parseSubmitBody, type RevokeRequest, type SubmitRequest } from '../routes/submit-request.ts';
+import type { ClaimKind } from '../../artifacts/claim-digest.ts';
 
 export interface SubmitterDeps {
-  repo: ChainRepo;
+  repo: ChainStore;
   /** The signing key when there are no `keys` (a submitter on its own, in tests): it signs everything, and key statements are refused. */
   signer?: Signer;
-  /** The authority's online keys (gateway/authority-keys.ts): the key in force, the note's signers, key statements. */
+  /** The authority's online keys (gateway/chain/online-keys.ts): the key in force, the note's signers, key statements. */
   keys?: SubmitterKeys;
   backend: CryptoBackend;
   /** The live in-memory index of the verified chain; the submitter adds what it appends. */
@@ -55,7 +56,7 @@ export interface SubmitterDeps {
   note?: SubmitterNote;
 }
 
-/** The online keys as the writer uses them (gateway/authority-keys.ts AuthorityKeys). */
+/** The online keys as the writer uses them (gateway/chain/online-keys.ts AuthorityKeys). */
 export interface SubmitterKeys {
   /** The online key in force: signs blocks and checkpoint.json. */
   signer(): Signer;
@@ -849,7 +850,7 @@ export class Submitter {
       const note = this.deps.note;
       const noteInput = note
         ? {
-            signer: noteSigners,
+            signer: noteSigner(noteSigners),
             origin: note.origin,
             root: note.rootWith(blocks.map((b) => entryOf(b.record_hash))),
             extensions: note.indexRootWith ? [indexExtensionLine(note.indexRootWith(blocks))] : [],

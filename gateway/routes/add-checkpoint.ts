@@ -1,7 +1,7 @@
 /**
  * `POST /add-checkpoint` (C2SP tlog-witness) on a gateway configured with a
  * `witness` section: the body (at most WITNESS_BODY_LIMIT bytes, else 413)
- * goes to `gateway/witness.ts`, whose answer is sent as the spec says:
+ * goes to `gateway/transparency/witness.ts`, whose answer is sent as the spec says:
  * 200 with the cosignature line(s) (`text/plain; charset=utf-8`), 409 with
  * the recorded size and a newline (`text/x.tlog.size`), 400, 403, 404, 422
  * with a one-line `text/plain` reason. Without a witness: 404.
@@ -12,7 +12,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isVouchError } from '../../chain/errors.ts';
-import { readBody } from '../http-util.ts';
+import { readBody } from '../http/http-util.ts';
 import type { GatewayContext } from '../context.ts';
 
 /** Bound of an add-checkpoint body: 63 proof lines and a note with a few signatures fit many times over. */

@@ -9,7 +9,7 @@
  * (files, keys, a broken chain) are 500, as `publicCode` reports them as
  * `internal_error`.
  */
-import type { ErrorCode } from '../chain/errors.ts';
+import type { ErrorCode } from '../../chain/errors.ts';
 
 export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = {
   // integrity: the chain is broken (500), or the artifact bytes are not what was signed (409)

@@ -12,7 +12,7 @@
  * mirror verifies what it fetches), so a lost hint costs one sync interval.
  * Must hold: `notify` never throws and never waits; tokens are never logged.
  */
-import type { Logger } from './log.ts';
+import type { Logger } from '../observability/logger.ts';
 
 export interface NotifyTarget {
   url: string;

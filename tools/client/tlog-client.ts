@@ -13,15 +13,15 @@
  * replaced only by a larger or equal one proven consistent, and a smaller
  * deciding one is refused.
  */
-import { INDEX_EXTENSION } from '../chain/index-tree.ts';
-import { VouchError, type ErrorCode } from '../chain/errors.ts';
-import { base64Decode, base64Encode, bytesEqual, hexDecode, hexEncode } from '../chain/encoding.ts';
-import type { CryptoBackend } from '../chain/crypto-backend.ts';
-import type { Block } from '../chain/block.ts';
-import { leafHash, verifyConsistency, verifyInclusion } from '../chain/merkle.ts';
-import { openCheckpoint } from '../chain/tlog-checkpoint.ts';
-import { noteKeyId, SIG_ED25519, type Note } from '../chain/note.ts';
-import { checkQuorum, type Policy } from '../chain/tlog-policy.ts';
+import { INDEX_EXTENSION } from '../../chain/index-tree.ts';
+import { VouchError, type ErrorCode } from '../../chain/errors.ts';
+import { base64Decode, base64Encode, bytesEqual, hexDecode, hexEncode } from '../../chain/encoding.ts';
+import type { CryptoBackend } from '../../chain/crypto-backend.ts';
+import type { Block } from '../../chain/block.ts';
+import { leafHash, verifyConsistency, verifyInclusion } from '../../chain/merkle.ts';
+import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { noteKeyId, SIG_ED25519, type Note } from '../../chain/note.ts';
+import { checkQuorum, type Policy } from '../../chain/tlog-policy.ts';
 
 /**
  * A refusal of `vouch get`: exit 1, `code: line` on stderr, `evidence`

@@ -11,11 +11,11 @@
  * (`no_proof`, `bad_proof`, `index_mismatch`: an older block, a false 404, a
  * hidden revocation); a note without the line checks nothing (an older log).
  */
-import { base64Decode } from '../chain/encoding.ts';
-import { parseNote } from '../chain/note.ts';
-import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
-import { indexRootOf, selectFromEvents, verifyIndexProof } from '../chain/index-proof.ts';
-import type { CryptoBackend } from '../chain/crypto-backend.ts';
+import { base64Decode } from '../../chain/encoding.ts';
+import { parseNote } from '../../chain/note.ts';
+import { parseCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { indexRootOf, selectFromEvents, verifyIndexProof } from '../../chain/index-proof.ts';
+import type { CryptoBackend } from '../../chain/crypto-backend.ts';
 import { Refusal } from './tlog-client.ts';
 
 /** The index root a verified note commits, or null when it commits none. */

@@ -14,19 +14,19 @@
  */
 import { existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { VouchError } from '../chain/errors.ts';
-import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
-import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
-import { cosign, openNote, parseNote, parseVerifierKey, verifierKey } from '../chain/note.ts';
-import { parseCheckpoint } from '../chain/tlog-checkpoint.ts';
-import { verifyConsistency } from '../chain/merkle.ts';
-import { MAX_WALKED_KEY_EVENTS } from '../chain/key-events.ts';
-import { KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents, type KeyTrail } from '../chain/key-walk.ts';
-import { fsyncDir, writeDurably } from '../store/git-files.ts';
-import { readKeyFile } from '../platform/key-file.ts';
-import { nodeSigner } from '../platform/node-crypto.ts';
-import type { WitnessConfig } from './config.ts';
-import type { Logger } from './log.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts';
+import type { CryptoBackend, Signer } from '../../chain/crypto-backend.ts';
+import { cosign, openNote, parseNote, parseVerifierKey, verifierKey } from '../../chain/note.ts';
+import { parseCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { verifyConsistency } from '../../chain/merkle.ts';
+import { MAX_WALKED_KEY_EVENTS } from '../../chain/key-events.ts';
+import { KeyWalkError, parseKeysAnswer, parseTrail, startTrail, walkKeyEvents, type KeyTrail } from '../../chain/key-walk.ts';
+import { fsyncDir, writeDurably } from '../../platform/durable-file.ts';
+import { readKeyFile } from '../../platform/key-file.ts';
+import { nodeSigner } from '../../platform/node-crypto.ts';
+import type { WitnessConfig } from '../config.ts';
+import type { Logger } from '../observability/logger.ts';
 
 /** tlog-witness: a client MUST NOT send more than 63 consistency proof lines. */
 export const MAX_PROOF_LINES = 63;

@@ -1,7 +1,7 @@
 /**
  * Reverse-proxy routes (docs/spec/design.md §3.6): the gateway as a drop-in
  * verifying proxy. The artifact URL is `canonical` (else the origin) + the
- * target after the prefix (proxy-routes.ts). Endorsed: verified bytes; not
+ * target after the prefix (proxy-route-table.ts). Endorsed: verified bytes; not
  * endorsed: 404 on `deny`, the origin's answer streamed on `pass`; `audit`
  * serves a mismatch or revocation marked `X-Vouch-Audit`. Ecosystem kinds
  * also answer their metadata through ecosystems/.
@@ -24,11 +24,11 @@ import type { MetadataIO, MetadataResponse, Rendered, RenderView, VerifiedDigest
 import { digestOfVerified, knownDigest, type ChecksumAlgorithm } from '../ecosystems/maven-checksums.ts';
 import { decide, renderJob, type RenderJob } from '../ecosystems/render-job.ts';
 import { RenderPool } from '../ecosystems/render-pool.ts';
-import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-routes.ts';
+import { artifactUrlOf, compileRoutes, gatewayUrlOf, matchRoute, parseHost, type ProxyMatch, type ProxyRoute } from './proxy-route-table.ts';
 import { MetadataCache, type OriginAnswer } from '../ecosystems/metadata-cache.ts';
 import type { ArtifactSource, GatewayContext } from '../context.ts';
 import { etagMatches, sendPaced, serveVerified, stallGuard } from './download.ts';
-import { sendEmpty, statusOf } from '../http-util.ts';
+import { sendEmpty, statusOf } from '../http/http-util.ts';
 import { keptOriginHeaders } from '../../artifacts/stored-artifact.ts';
 import { OciRoutes } from '../ecosystems/oci-route.ts';
 import { listingHeaders } from '../ecosystems/listing-proof.ts';

@@ -14,8 +14,9 @@
 import * as fs from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { VouchError } from '../chain/errors.ts';
-import { base64Decode } from '../chain/encoding.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { base64Decode } from '../../chain/encoding.ts';
+import { fsyncDir, writeDurably } from '../../platform/durable-file.ts';
 
 export interface SeenCheckpoint {
   size: number;
@@ -23,7 +24,7 @@ export interface SeenCheckpoint {
   root: string;
   /** The signed checkpoint note as it was verified. */
   note: string;
-  /** The key events walked for this log: `{pin, trail}` (tools/key-follower.ts); absent for a log never walked. */
+  /** The key events walked for this log: `{pin, trail}` (tools/client/key-follower.ts); absent for a log never walked. */
   keys?: { pin: unknown; trail: unknown };
 }
 
@@ -108,20 +109,9 @@ export function saveCheckpoint(path: string, origin: string, seen: SeenCheckpoin
   const tmp = `${path}.vouch-${process.pid}.tmp`;
   try {
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const fd = fs.openSync(tmp, 'w', 0o600);
-    try {
-      fs.writeFileSync(fd, text);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
+    writeDurably(tmp, Buffer.from(text), 0o600);
     fs.renameSync(tmp, path);
-    const dfd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
-    try {
-      fs.fsyncSync(dfd);
-    } finally {
-      fs.closeSync(dfd);
-    }
+    fsyncDir(dir);
   } catch (e) {
     fs.rmSync(tmp, { force: true });
     throw new VouchError('io_error', `cannot write state file ${path}: ${(e as Error).message}`);

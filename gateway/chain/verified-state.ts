@@ -2,7 +2,7 @@
  * The gateway's verified chain: loading at start, the index lookups and
  * downloads read, the Merkle tree of the transparency routes, and applying
  * appended blocks. The index holds facts; blocks are read on demand from
- * the verified texts of gateway/block-text-cache.ts.
+ * the verified texts of gateway/cache/block-text-cache.ts.
  * Loading is cold (every block verified on all cores) or warm (from the
  * snapshot `.git/vouch-snapshot.json`, its index and tree images, and the
  * text cache, each checked against the sha256 the snapshot names; anything
@@ -13,26 +13,26 @@
  * no more blocks than the tree holds and opens with the key in force; no
  * file is used that does not hash to what the snapshot says.
  */
-import { CompletenessIndex } from '../chain/index-tree.ts';
-import { indexRootOf } from '../chain/index-proof.ts';
+import { CompletenessIndex } from '../../chain/index-tree.ts';
+import { indexRootOf } from '../../chain/index-proof.ts';
 import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { VouchError } from '../chain/errors.ts';
-import { readJson, type Block, type Checkpoint } from '../chain/block.ts';
-import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
-import { ChainIndex } from '../chain/select.ts';
-import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
-import type { KeyState } from '../chain/key-events.ts';
-import { nodeBackend } from '../platform/node-crypto.ts';
-import { verifyDirectory } from '../store/parallel-verify.ts';
-import { blockPath, type ChainRepo } from '../store/chain-repo.ts';
-import { TreeEdge } from '../store/tree-edge.ts';
-import { BlockTextCache } from './block-text-cache.ts';
-import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
-import { LogTree, type ServedNote, type TreeImageRef } from './log-tree.ts';
-import type { MerkleTree } from '../chain/merkle-tree.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { readJson, type Block, type Checkpoint } from '../../chain/block.ts';
+import { indexFactsOf, type IndexFacts } from '../../chain/index-facts.ts';
+import { ChainIndex } from '../../chain/select.ts';
+import { ChainVerifier, type VerifierState } from '../../chain/verify.ts';
+import type { KeyState } from '../../chain/key-events.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
+import { verifyDirectory } from '../../store/parallel-verify.ts';
+import { blockPath, type ChainReads } from '../../store/chain-repo.ts';
+import { TreeEdge } from '../../store/tree-edge.ts';
+import { BlockTextCache } from '../cache/block-text-cache.ts';
+import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts';
+import { LogTree, type ServedNote, type TreeImageRef } from '../transparency/merkle-log.ts';
+import type { MerkleTree } from '../../chain/merkle-tree.ts';
 
 /** What routes read of the tree (no appends: the state feeds it). */
 export type MerkleTreeView = Pick<MerkleTree, 'size' | 'root' | 'leafHashAt' | 'inclusionProof' | 'consistencyProof' | 'tile'>;
@@ -212,7 +212,7 @@ export class ChainState {
   private proofsOf: string | null = null;
 
   private constructor(
-    readonly repo: ChainRepo,
+    readonly repo: ChainReads,
     private readonly pinnedPublicKey: string | null,
   ) {
     // The sparse layout's texts are read from git objects: the cache keeps their lengths and hashes only.
@@ -361,7 +361,7 @@ export class ChainState {
 
   /** Loads and verifies the chain in `repo` (warm when a valid snapshot allows). */
   static async load(
-    repo: ChainRepo,
+    repo: ChainReads,
     options: { pinnedPublicKey?: string | null; onProgress?: (done: number, total: number) => void } = {},
   ): Promise<{ state: ChainState; report: LoadReport }> {
     const t0 = performance.now();
@@ -753,7 +753,7 @@ export class ChainState {
   }
 
   /**
-   * An authority with witnesses (gateway/cosigner.ts): the committed note
+   * An authority with witnesses (gateway/transparency/cosigner.ts): the committed note
    * followed by the cosignature lines held for that exact checkpoint.
    * Must be cheap (it is asked on every proof-carrying answer).
    */

@@ -22,13 +22,13 @@ import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import { VouchError } from '../chain/errors.ts';
 import { applyKeyEvent, initialKeyState, KeyEventError, type KeyState } from '../chain/key-events.ts';
 import { nodeBackend, nodeSigner, rawPublicKey } from '../platform/node-crypto.ts';
-import type { ChainRepo } from './chain-repo.ts';
+import type { ChainReads } from '../store/chain-api.ts';
 
 /** Where the key state of a prefix of the chain is kept between runs (`.git`: as trusted as the gateway's snapshot). */
 const CACHE = 'vouch-keys.json';
 
 /** The kept key state when it is of a prefix of this chain (the block it ends at has the record_hash it names); else null. */
-function keptState(repo: ChainRepo, chain: string): { size: number; keys: KeyState } | null {
+function keptState(repo: ChainReads, chain: string): { size: number; keys: KeyState } | null {
   try {
     const kept = JSON.parse(readFileSync(join(repo.dir, '.git', CACHE), 'utf8')) as { size: number; head: string; keys: KeyState };
     if (!Number.isSafeInteger(kept.size) || kept.size < 1 || kept.size > repo.size || kept.keys?.chain !== chain) return null;
@@ -39,7 +39,7 @@ function keptState(repo: ChainRepo, chain: string): { size: number; keys: KeySta
   }
 }
 
-function keep(repo: ChainRepo, size: number, head: string, keys: KeyState): void {
+function keep(repo: ChainReads, size: number, head: string, keys: KeyState): void {
   const path = join(repo.dir, '.git', CACHE);
   const tmp = `${path}.${process.pid}.tmp`;
   try {
@@ -56,7 +56,7 @@ function keep(repo: ChainRepo, size: number, head: string, keys: KeyState): void
  * when it is of a prefix of this chain, the blocks after it read.
  * @throws VouchError bad_key_event
  */
-export function keyStateOfFiles(repo: ChainRepo): KeyState {
+export function keyStateOfFiles(repo: ChainReads): KeyState {
   const first = parseBlockText(repo.readBlockFile(0), 0);
   const a = first.payload.authority!;
   const kept = keptState(repo, first.record_hash);
@@ -90,7 +90,7 @@ export function notInForce(keys: KeyState, publicKey: string): string {
 }
 
 /** Whether checkpoint.json parses and is signed by `publicKey` (anything else is left to trustedHead to report). */
-function checkpointSignedBy(repo: ChainRepo, publicKey: Uint8Array): boolean {
+function checkpointSignedBy(repo: ChainReads, publicKey: Uint8Array): boolean {
   try {
     const text = repo.readCheckpoint();
     if (text === null) return true;
@@ -108,7 +108,7 @@ function checkpointSignedBy(repo: ChainRepo, publicKey: Uint8Array): boolean {
  * else the key in force's signer id with the key state it was found in.
  * @throws VouchError key_error when the key is not the one in force
  */
-export function signerForChain(repo: ChainRepo, key: KeyObject): { signer: Signer; keys: KeyState | null } {
+export function signerForChain(repo: ChainReads, key: KeyObject): { signer: Signer; keys: KeyState | null } {
   const pub = base64Encode(rawPublicKey(key));
   const a = parseBlockText(repo.readBlockFile(0), 0).payload.authority!;
   if (pub === a.public_key) {

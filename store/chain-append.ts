@@ -3,8 +3,10 @@
  * store/chain-repo.ts.
  * Owns: commit messages (docs/spec/design.md §2), the cheap trusted-head
  * check an append starts from, appending signed blocks with their
- * checkpoint and signed `checkpoint.note` (issue 17), the origin an append
- * signs under (`noteOrigin`) and the tree edge it starts from (`headEdge`).
+ * checkpoint and `checkpoint.note` (issue 17), signed by the `NoteSigner`
+ * the caller hands over (platform/note-signer.ts: no key here), the origin
+ * an append signs under (`noteOrigin`) and the tree edge it starts from
+ * (`headEdge`).
  * Must hold: nothing is appended after a head that does not check out (the
  * head block hashes to what the checkpoint signed, the signing key is the
  * online key in force); a committed note opens with that key and names the
@@ -17,14 +19,14 @@ import { checkpointMessage, computeRecordHash } from '../chain/build.ts';
 import { base64Decode, base64Encode } from '../chain/encoding.ts';
 import type { Signer } from '../chain/crypto-backend.ts';
 import { isValidKeyName } from '../chain/note.ts';
-import { type Checkpoint as LogCheckpoint, openCheckpoint, signCheckpoint } from '../chain/tlog-checkpoint.ts';
+import { type Checkpoint as LogCheckpoint, openCheckpoint } from '../chain/tlog-checkpoint.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
+import type { NoteSigner } from '../platform/note-signer.ts';
 import type { KeyState } from '../chain/key-events.ts';
-import type { ChainRepo, CommitInfo } from './chain-repo.ts';
+import type { ChainReads, ChainStore, CommitInfo } from './chain-api.ts';
 import { TreeEdge, edgeMatches, readEdgeFile, writeEdgeFile } from './tree-edge.ts';
 import { CompletenessIndex } from '../chain/index-tree.ts';
 import { indexFactsOf } from '../chain/index-facts.ts';
-import { indexExtensionLine } from '../chain/index-proof.ts';
 
 /** `block <i>: <intent> <uns> <semver>` with the URLs in the body (docs/spec/design.md §2). */
 export function commitFor(blocks: readonly Block[], timestampMs: number): CommitInfo {
@@ -67,7 +69,7 @@ export interface TrustedHead {
  * key (a chain whose key never changed). A compromised or retired key is
  * refused.
  */
-export function trustedHead(repo: ChainRepo, signer: Signer, keys?: Pick<KeyState, 'online' | 'retired' | 'compromised'> | null): TrustedHead {
+export function trustedHead(repo: ChainReads, signer: Signer, keys?: Pick<KeyState, 'online' | 'retired' | 'compromised'> | null): TrustedHead {
   const authority = parseBlockText(repo.readBlockFile(0), 0);
   const a = authority.payload.authority!;
   const given = base64Encode(signer.publicKey);
@@ -185,7 +187,7 @@ export type EdgeSeed = () => { edge: TreeEdge; rest: Iterable<string> } | null;
  * @throws VouchError checkpoint_mismatch when the recomputed root is not the note's.
  */
 export function headEdge(
-  repo: ChainRepo,
+  repo: ChainReads,
   note: LogCheckpoint | null,
   recordHashes: () => Iterable<string>,
   seed?: EdgeSeed,
@@ -215,13 +217,8 @@ export function headEdge(
 export type EdgeSource = 'file' | 'image' | 'scan';
 
 /** Every block file's record_hash, in order, read as the full scan reads them (trusting the files: see headEdge). */
-export function* scanRecordHashes(repo: ChainRepo): Iterable<string> {
+export function* scanRecordHashes(repo: ChainReads): Iterable<string> {
   for (let i = 0; i < repo.size; i++) yield parseBlockText(repo.readBlockFile(i), i).record_hash;
-}
-
-/** The signed checkpoint note of a tree: origin, size, root; key name = origin (several signers during a key rollover, the key in force first). */
-export function signNoteText(signer: Signer | readonly Signer[], origin: string, size: number, root: Uint8Array, extensions: readonly string[] = []): string {
-  return signCheckpoint(nodeBackend, { origin, size, root, extensions: [...extensions] }, signer);
 }
 
 /** What one append committed: the commit, and the block, checkpoint and note texts exactly as they are on the branch. */
@@ -235,8 +232,8 @@ export interface Committed {
 
 /** What the note of an append signs: the origin, and the tree's root at the new size. */
 export interface NoteInput {
-  /** The key in force; during a rollover (docs/spec/key-events.md) it first, then the previous key. */
-  signer: Signer | readonly Signer[];
+  /** Signs the note: the key in force; during a rollover (docs/spec/key-events.md) it first, then the previous key. */
+  signer: NoteSigner;
   origin: string;
   root: Uint8Array;
   /** Extension lines of the note body (the completeness index root, docs/spec/index.md 5). */
@@ -251,7 +248,7 @@ export interface NoteInput {
  * branch holds even when the working tree lags behind it.
  */
 export async function appendSigned(
-  repo: ChainRepo,
+  repo: ChainStore,
   blocks: readonly Block[],
   checkpoint: Checkpoint,
   nowMs: number,
@@ -259,7 +256,7 @@ export async function appendSigned(
 ): Promise<Committed> {
   const files = blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) }));
   const checkpointText = formatCheckpointFile(checkpoint);
-  const noteText = note === null ? null : signNoteText(note.signer, note.origin, checkpoint.size, note.root, note.extensions);
+  const noteText = note === null ? null : note.signer.signNote(note.origin, checkpoint.size, note.root, note.extensions);
   const { commit } = await repo.append(files, { json: checkpointText, note: noteText }, commitFor(blocks, nowMs));
   return { commit, blockTexts: files.map((f) => f.content), checkpointText, noteText };
 }
@@ -268,7 +265,7 @@ export async function appendSigned(
  * Every earlier endorsement of the given URLs (oldest first), by scanning
  * block files. Files that cannot mention a URL are skipped without parsing.
  */
-export function findEndorsements(repo: ChainRepo, urls: readonly string[]): Map<string, { block: Block; artifactHash: string; semver: string }[]> {
+export function findEndorsements(repo: ChainReads, urls: readonly string[]): Map<string, { block: Block; artifactHash: string; semver: string }[]> {
   const out = new Map<string, { block: Block; artifactHash: string; semver: string }[]>(urls.map((u) => [u, []]));
   const needles = urls.map((u) => JSON.stringify(u));
   for (let i = 1; i < repo.size; i++) {
@@ -291,7 +288,7 @@ export type IndexRootWith = (blocks: readonly Block[]) => Uint8Array;
  * them (trusting the files, as `scanRecordHashes`): the index an offline
  * writer commits when no verified image of it is at hand. Built on the first call.
  */
-export function scanIndexRootWith(repo: ChainRepo): IndexRootWith {
+export function scanIndexRootWith(repo: ChainReads): IndexRootWith {
   let idx: CompletenessIndex | null = null;
   return (blocks) => {
     if (idx === null) {
@@ -300,41 +297,6 @@ export function scanIndexRootWith(repo: ChainRepo): IndexRootWith {
     }
     return idx.rootWith(blocks);
   };
-}
-
-/**
- * Appends signed blocks after a trusted head with the checkpoint note of the
- * new size: origin as `noteOrigin` says (default `vouch/<signer>`), root from
- * the head's tree edge (`headEdge`: the kept edge file when it agrees with
- * the committed note, else `seed`'s (`vouch endorse` hands over the edge of
- * the gateway's tree image and the record hashes after it), else
- * `recordHashes`: by default every block file's record hash; `vouch
- * endorse` hands over those of the verified index image it used) plus the
- * new blocks' record hashes; the new edge is kept for the next append. The
- * note carries the completeness index's `vouch-index/v1` line
- * (docs/spec/index.md 5), as the gateway's do: `indexRootWith` (the tools
- * hand over tools/offline-index.ts's, from the gateway's image when there is
- * one), else every block file's facts.
- */
-export async function appendWithNote(
-  repo: ChainRepo,
-  trusted: TrustedHead,
-  signer: Signer,
-  blocks: readonly Block[],
-  checkpoint: Checkpoint,
-  nowMs: number,
-  recordHashes: () => Iterable<string> = () => scanRecordHashes(repo),
-  seed?: EdgeSeed,
-  indexRootWith: IndexRootWith = scanIndexRootWith(repo),
-): Promise<Committed & { edgeSource: EdgeSource }> {
-  const origin = noteOrigin(trusted.note, null, defaultOrigin(trusted.authority.signer));
-  const { edge, source } = headEdge(repo, trusted.note, recordHashes, seed);
-  const next = edge.clone();
-  for (const b of blocks) next.append(entryOf(b.record_hash));
-  const extensions = [indexExtensionLine(indexRootWith(blocks))];
-  const committed = await appendSigned(repo, blocks, checkpoint, nowMs, { signer, origin, root: next.root(), extensions });
-  writeEdgeFile(repo.dir, next);
-  return { ...committed, edgeSource: source };
 }
 
 /**
@@ -355,7 +317,7 @@ export class HeadEdge {
    * size (then the block files are read).
    */
   constructor(
-    private readonly repo: ChainRepo,
+    private readonly repo: ChainReads,
     private readonly note: () => LogCheckpoint | null,
     private readonly recordHashes: (size: number) => (() => Iterable<string>) | null = () => null,
   ) {}

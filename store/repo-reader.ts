@@ -1,10 +1,9 @@
 /**
- * The chain repository's state and reads: block files of the working tree
- * (the fast path), what branch main commits (`committedFiles`, for
- * verifiers), and blocks read from git objects (audits). The base of
- * ./chain-repo-repair.ts and ./chain-repo.ts.
- * Owns: the open repository's in-memory state (head, size, trees on the path
- * to the last block, the split index) and the read API.
+ * The chain repository's reads: block files of the working tree (the fast
+ * path), what branch main commits (`committedFiles`, for verifiers), and
+ * blocks read from git objects (the sparse layout, audits). One part of
+ * ./chain-repo.ts, over the shared ./repo-state.ts.
+ * Owns: the read API of `ChainReads` (./chain-api.ts).
  * Trusts: the working tree only through the bounded reader of
  * ./verify-worker-impl.ts (docs/spec/design.md §1.7 "Reading a chain").
  * Must hold: reads never write; a path that is not a block path of
@@ -16,140 +15,16 @@ import { VouchError } from '../chain/errors.ts';
 import { LIMITS, digitsAt, utf8Text } from '../chain/block.ts';
 import { CHECKPOINT, CHECKPOINT_NOTE, MAX_INDEX, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
 import { bytesOf, readChainFile } from './verify-worker-impl.ts';
-import { type IndexHint, SplitIndex, comparePaths } from './git-index.ts';
+import { comparePaths } from './git-index.ts';
 import { TREE_MODE, type TreeEntry, ioError, isRegularMode, modeName, parseTree } from './git-objects.ts';
-import { ObjectStore } from './object-store.ts';
-
-export type { CommitInfo } from './git-objects.ts';
+import type { BlockObjects, CommittedFiles } from './chain-api.ts';
+import type { RepoState } from './repo-state.ts';
 
 /** Largest checkpoint.note read (a signed note is at most 1 MiB: chain/note.ts MAX_NOTE_CHARS). */
 const MAX_NOTE_BYTES = 1 << 20;
 
-export interface BlockFile {
-  index: number;
-  /** The exact file text (pretty JSON + trailing "\n"), written byte for byte (UTF-8). */
-  content: string;
-}
-
-/** The chain files at one commit, read from git objects (`ChainRepo.snapshotAt`). */
-export interface ChainSnapshot {
-  commit: string;
-  /** Blocks at that commit (last well-formed block path + 1). */
-  size: number;
-  /** Text of a file at a repository path, or null when there is none. */
-  readFile(path: string): Promise<string | null>;
-  /** Text of block `index`; throws `not_found` when its file is missing. */
-  readBlock(index: number): Promise<string>;
-}
-
-/**
- * What branch main commits under `blocks/` and as `checkpoint.json`, from git
- * objects (`ChainRepo.committedFiles`): the input a verifier checks the
- * working tree against.
- */
-export interface CommittedFiles {
-  commit: string;
-  /** Number of block files (regular files at well-formed block paths). */
-  count: number;
-  /** Git blob id (hex) of block `index`'s file, or null when the branch has none. */
-  oidOf(index: number): string | null;
-  /** Copies block `index`'s 20-byte blob id into `out` at `at` (no string); false when the branch has none. */
-  copyOid(index: number, out: Uint8Array, at: number): boolean;
-  /** Git blob id of checkpoint.json; a description when it is not a regular file; null when there is none. */
-  checkpoint: string | null;
-  /** Everything else under blocks/: other names, and links, submodules or directories at block paths. */
-  strays: { path: string; why: string }[];
-  /** The indexes of the block files, ascending (what a listing of them would show). */
-  indexes(): number[];
-}
-
-/**
- * The objects of the sparse layout's blocks, for verifiers that read them
- * where they are (`ChainRepo.blockObjects`): the pack directory, where a
- * pack holds an object (by its 20-byte id), and a read of any object.
- */
-export interface BlockObjects {
-  packDir: string;
-  where(key: Uint8Array): { pack: string; offset: number } | null;
-  read(oid: string): { type: string; body: Buffer };
-}
-
-/** One file-level difference between the branch head and another commit. */
-export interface FileChange {
-  path: string;
-  change: 'added' | 'modified' | 'deleted';
-}
-
-/** Something `open()` (or a later catch-up) changed to bring the working tree and index in line with the branch. */
-export interface RepairAction {
-  action: 'removed' | 'restored' | 'reindexed' | 'lock_removed';
-  /** Repository-relative path ('.git/index' for index rebuilds). */
-  path: string;
-  reason: string;
-}
-
-export class ChainRepoFiles {
-  readonly dir: string;
-  /** What `open()` and any later catch-up changed in the working tree and index, for callers to log. */
-  readonly repairs: RepairAction[] = [];
-  /** Problems after a commit point (the append succeeded, the working tree or index lags and is caught up next time). */
-  readonly warnings: string[] = [];
-
-  protected readonly gitdir: string;
-  protected readonly objects: ObjectStore;
-  protected _head = '';
-  protected _size = 0;
-  /** Trees on the path to the last block: '' (root), 'blocks', 'blocks/T', 'blocks/T/M'. */
-  protected dirs = new Map<string, TreeEntry[]>();
-  protected index: SplitIndex;
-  protected consistent = false;
-  protected canRepair = true;
-  protected knownDirs = new Set<string>();
-  /** The sparse layout (./sparse-layout.ts): no block file in the working tree; blocks are read from git objects. */
-  protected _sparse = false;
-  /** Leaf trees read for block reads of the sparse layout, by shard path (a few, most recent). */
-  private leaves = new Map<string, Buffer>();
-  protected queue: Promise<unknown> = Promise.resolve();
-
-  protected constructor(dir: string, hint: IndexHint | null = null) {
-    this.dir = dir;
-    this.gitdir = join(dir, '.git');
-    this.objects = new ObjectStore(this.gitdir);
-    this.index = new SplitIndex(this.gitdir, hint);
-  }
-
-  /** Number of blocks on the branch (last block index + 1). */
-  get size(): number {
-    return this._size;
-  }
-
-  /**
-   * The sparse layout: the working tree holds checkpoint.json only, block
-   * files are read from git objects (docs/spec/repository.md "Layouts").
-   */
-  get sparse(): boolean {
-    return this._sparse;
-  }
-
-  /** Commit id `main` points at. */
-  get head(): string {
-    return this._head;
-  }
-
-  /**
-   * True when the working tree and `.git/index` reflect the branch head
-   * (always after `open()` with repair and after a clean append). False after
-   * `open({ repair: false })` of a repository an append was interrupted in:
-   * the newest block files may then be missing from the working tree.
-   */
-  get inSync(): boolean {
-    return this.consistent;
-  }
-
-  /** Diagnostics of the split index (tests, benches): shared indexes written by this instance, split-part size, shared index name. */
-  indexStats(): { sharedWrites: number; splitSize: number; shared: string | null } {
-    return { sharedWrites: this.index.sharedWrites, splitSize: this.index.splitSize, shared: this.index.baseName };
-  }
+export class RepoReader {
+  constructor(private readonly s: RepoState) {}
 
   // -------------------------------------------------------------------------
   // Reads
@@ -161,7 +36,7 @@ export class ChainRepoFiles {
    * files against, blob id by blob id.
    */
   async committedFiles(): Promise<CommittedFiles> {
-    const root = this.dirs.get('')!;
+    const root = this.s.dirs.get('')!;
     // Block files by leaf shard (index / 1000): per slot, the bytes holding its blob id and where.
     const leaves = new Map<number, { src: (Buffer | undefined)[]; at: Int32Array }>();
     let count = 0;
@@ -190,7 +65,7 @@ export class ChainRepoFiles {
           else strays.push({ path, why: `is ${modeName(e.mode)} on branch main, not a regular file` });
         } else if (e.mode === TREE_MODE) {
           if (rel.length === 10 && SHARD_RE.test(e.name)) await leaf(e.oid, path);
-          else await walk(this.dirs.get(path) ?? (await this.objects.readTree(e.oid)), path);
+          else await walk(this.s.dirs.get(path) ?? (await this.s.objects.readTree(e.oid)), path);
         } else {
           strays.push({ path, why: `is not a block file's path (on branch main${isRegularMode(e.mode) ? '' : `, ${modeName(e.mode)}`})` });
         }
@@ -200,7 +75,7 @@ export class ChainRepoFiles {
     // ~1000 entries are nearly all blocks: no entry objects, strings or calls per entry); anything
     // unusual goes through `walk`.
     const leaf = async (oid: string, path: string): Promise<void> => {
-      const o = await this.objects.read(oid);
+      const o = await this.s.objects.read(oid);
       if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);
       const body = o.body;
       const end = body.length;
@@ -253,10 +128,10 @@ export class ChainRepoFiles {
       if (others.length > 0) await walk(others, path);
     };
     const top = root.find((e) => e.name === 'blocks');
-    if (top && top.mode === TREE_MODE) await walk(this.dirs.get('blocks') ?? (await this.objects.readTree(top.oid)), 'blocks');
+    if (top && top.mode === TREE_MODE) await walk(this.s.dirs.get('blocks') ?? (await this.s.objects.readTree(top.oid)), 'blocks');
     else if (top) strays.push({ path: 'blocks', why: `is ${modeName(top.mode)} on branch main, not a directory` });
     return {
-      commit: this._head,
+      commit: this.s.head,
       count,
       checkpoint,
       strays,
@@ -293,7 +168,7 @@ export class ChainRepoFiles {
    * for anything else, including errors: the caller then lists.
    */
   hasExactlyBlocks(size: number): boolean {
-    if (this._sparse) return false;
+    if (this.s.sparse) return false;
     if (!Number.isSafeInteger(size) || size < 1 || size - 1 > MAX_INDEX) return false;
     const last = size - 1;
     const list = direntsOf;
@@ -309,7 +184,7 @@ export class ChainRepoFiles {
       }
       return true;
     };
-    const blocksDir = join(this.dir, 'blocks');
+    const blocksDir = join(this.s.dir, 'blocks');
     const lastTop = Math.floor(last / 1_000_000);
     if (!shardDirs(blocksDir, lastTop + 1)) return false;
     for (let top = 0; top <= lastTop; top++) {
@@ -342,7 +217,7 @@ export class ChainRepoFiles {
    * FIFO, a device: the type readdir reports, as lstat would).
    */
   listBlockFiles(): { index: number | null; path: string; why?: string }[] {
-    if (this._sparse)
+    if (this.s.sparse)
       throw new VouchError('internal_error', 'the sparse layout has no block files in the working tree: list what the branch commits (committedFiles)');
     const out: { index: number | null; path: string; why?: string }[] = [];
     let strays = false;
@@ -376,15 +251,15 @@ export class ChainRepoFiles {
       for (const f of slots) if (f) out.push(f);
       for (const d of dirs.sort()) walk(`${abs}/${d}`, `${rel}/${d}`);
     };
-    walk(join(this.dir, 'blocks'), 'blocks');
+    walk(join(this.s.dir, 'blocks'), 'blocks');
     // Without stray files every path is `blocks/DDD/DDD/DDDDDDDDD.json`, and the walk
     // above already produced path order; strays (any name) need the general sort.
     return strays ? out.sort((a, b) => comparePaths(a.path, b.path)) : out;
   }
 
-  protected checkRange(index: number): string {
+  checkRange(index: number): string {
     const p = blockPath(index);
-    if (index >= this._size) throw new VouchError('not_found', `block ${index} is not on the chain (size ${this._size})`, { index });
+    if (index >= this.s.size) throw new VouchError('not_found', `block ${index} is not on the chain (size ${this.s.size})`, { index });
     return p;
   }
 
@@ -395,11 +270,11 @@ export class ChainRepoFiles {
    */
   readBlockFile(index: number): string {
     const p = this.checkRange(index);
-    if (this._sparse) return this.readBlockObject(index, p);
-    const read = readChainFile(join(this.dir, p), LIMITS.blockFileBytes);
+    if (this.s.sparse) return this.readBlockObject(index, p);
+    const read = readChainFile(join(this.s.dir, p), LIMITS.blockFileBytes);
     if (read.error !== null) {
       if (read.kind === 'refused') throw new VouchError('malformed', `malformed at block ${index}: ${p} ${read.why}`, { index, resource: p });
-      const lag = this.consistent ? '' : ' (the working tree lags behind branch main: open with repair)';
+      const lag = this.s.consistent ? '' : ' (the working tree lags behind branch main: open with repair)';
       throw new VouchError('io_error', `cannot read ${p}${lag}: it ${read.why}`, { resource: p });
     }
     const text = utf8Text(bytesOf(read));
@@ -413,7 +288,7 @@ export class ChainRepoFiles {
    * `checkpoint_mismatch`.
    */
   readCheckpoint(): string | null {
-    const read = readChainFile(join(this.dir, CHECKPOINT), LIMITS.blockFileBytes);
+    const read = readChainFile(join(this.s.dir, CHECKPOINT), LIMITS.blockFileBytes);
     if (read.error !== null) {
       if (read.kind === 'missing') return null;
       if (read.kind === 'refused')
@@ -433,7 +308,7 @@ export class ChainRepoFiles {
    * `checkpoint_mismatch`.
    */
   readCheckpointNote(): string | null {
-    const read = readChainFile(join(this.dir, CHECKPOINT_NOTE), MAX_NOTE_BYTES);
+    const read = readChainFile(join(this.s.dir, CHECKPOINT_NOTE), MAX_NOTE_BYTES);
     if (read.error !== null) {
       if (read.kind === 'missing') return null;
       if (read.kind === 'refused')
@@ -453,12 +328,12 @@ export class ChainRepoFiles {
    * valid UTF-8 is `checkpoint_mismatch`.
    */
   async committedNote(): Promise<string | null> {
-    const e = this.dirs.get('')!.find((x) => x.name === CHECKPOINT_NOTE);
+    const e = this.s.dirs.get('')!.find((x) => x.name === CHECKPOINT_NOTE);
     if (e === undefined) return null;
     const bad = (why: string) =>
       new VouchError('checkpoint_mismatch', `checkpoint_mismatch: ${CHECKPOINT_NOTE} on branch main ${why}`, { index: null, resource: CHECKPOINT_NOTE });
     if (!isRegularMode(e.mode)) throw bad(`is ${modeName(e.mode)}, not a regular file`);
-    const bytes = await this.objects.readBlob(e.oid);
+    const bytes = await this.s.objects.readBlob(e.oid);
     if (bytes.length > MAX_NOTE_BYTES) throw bad(`is larger than ${MAX_NOTE_BYTES} bytes`);
     const text = utf8Text(bytes);
     if (text === null) throw bad('is not valid UTF-8');
@@ -470,15 +345,15 @@ export class ChainRepoFiles {
    * layout's `readBlockFile`): its leaf tree (kept for the next reads of the
    * shard), then the blob, at most 16 MiB, strictly UTF-8.
    */
-  protected readBlockObject(index: number, p: string): string {
+  readBlockObject(index: number, p: string): string {
     const leafPath = p.slice(0, 14);
-    const current = this.dirs.get(leafPath); // the last shard: changes with every append
+    const current = this.s.dirs.get(leafPath); // the last shard: changes with every append
     let entry: TreeEntry | undefined;
     if (current) entry = current.find((x) => x.name === p.slice(15));
     else {
-      let body = this.leaves.get(leafPath);
+      let body = this.s.leaves.get(leafPath);
       if (!body) {
-        let entries = this.dirs.get('')!;
+        let entries = this.s.dirs.get('')!;
         let oid = '';
         for (const [dirPath, name] of [
           ['blocks', 'blocks'],
@@ -488,13 +363,13 @@ export class ChainRepoFiles {
           const e: TreeEntry | undefined = entries.find((x) => x.name === name);
           if (!e || e.mode !== TREE_MODE) throw new VouchError('not_found', `${p} is not on branch main`, { index });
           oid = e.oid;
-          if (dirPath !== leafPath) entries = this.dirs.get(dirPath) ?? this.treeSync(e.oid);
+          if (dirPath !== leafPath) entries = this.s.dirs.get(dirPath) ?? this.treeSync(e.oid);
         }
-        const o = this.objects.readSync(oid);
+        const o = this.s.objects.readSync(oid);
         if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);
         body = o.body;
-        if (this.leaves.size >= 16) this.leaves.delete(this.leaves.keys().next().value!);
-        this.leaves.set(leafPath, body);
+        if (this.s.leaves.size >= 16) this.s.leaves.delete(this.s.leaves.keys().next().value!);
+        this.s.leaves.set(leafPath, body);
       }
       entry = leafEntry(body, p.slice(15), index % 1000) ?? parseTree(body, 'leaf').find((x) => x.name === p.slice(15));
     }
@@ -502,28 +377,23 @@ export class ChainRepoFiles {
     if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
     if (!isRegularMode(e.mode))
       throw new VouchError('malformed', `malformed at block ${index}: ${p} is ${modeName(e.mode)} on branch main, not a regular file`, { index, resource: p });
-    const o = this.objects.readSync(e.oid);
+    const o = this.s.objects.readSync(e.oid);
     if (o.type !== 'blob') throw new VouchError('io_error', `object ${e.oid} (${p}) is a ${o.type}, expected a blob`);
     return strictBlockText(o.body, index, p);
   }
 
   private treeSync(oid: string): TreeEntry[] {
-    const o = this.objects.readSync(oid);
+    const o = this.s.objects.readSync(oid);
     if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);
     return parseTree(o.body, oid);
-  }
-
-  /** Forget the leaf trees kept for block reads (the branch moved: a shard that was the last one may have grown). */
-  protected forgetLeaves(): void {
-    this.leaves.clear();
   }
 
   /** Where the blocks' objects are, for a verifier reading them from the packs (the sparse layout). */
   blockObjects(): BlockObjects {
     return {
-      packDir: join(this.gitdir, 'objects', 'pack'),
-      where: (key) => this.objects.disk.where(key),
-      read: (oid) => this.objects.readSync(oid),
+      packDir: join(this.s.gitdir, 'objects', 'pack'),
+      where: (key) => this.s.objects.disk.where(key),
+      read: (oid) => this.s.objects.readSync(oid),
     };
   }
 
@@ -531,13 +401,13 @@ export class ChainRepoFiles {
   async readBlockFromGit(index: number): Promise<string> {
     const p = this.checkRange(index);
     const parts = p.split('/');
-    let entries = this.dirs.get('')!;
+    let entries = this.s.dirs.get('')!;
     for (let k = 0; k < parts.length; k++) {
       const dirPath = parts.slice(0, k + 1).join('/');
       const e = entries.find((x) => x.name === parts[k]);
       if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
-      if (k === parts.length - 1) return strictBlockText(await this.objects.readBlob(e.oid), index, p);
-      entries = this.dirs.get(dirPath) ?? (await this.objects.readTree(e.oid));
+      if (k === parts.length - 1) return strictBlockText(await this.s.objects.readBlob(e.oid), index, p);
+      entries = this.s.dirs.get(dirPath) ?? (await this.s.objects.readTree(e.oid));
     }
     throw new VouchError('not_found', `${p} is not on branch main`, { index });
   }

@@ -14,13 +14,13 @@
  * keys, never key material.
  */
 import { existsSync } from 'node:fs';
-import { VouchError } from '../chain/errors.ts';
-import { base64Encode } from '../chain/encoding.ts';
-import type { Block } from '../chain/block.ts';
-import type { CryptoBackend, Signer } from '../chain/crypto-backend.ts';
-import { applyKeyEvent, type KeyState, type SignedStatement } from '../chain/key-events.ts';
-import { readKeyFile } from '../platform/key-file.ts';
-import { nodeSigner } from '../platform/node-crypto.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { base64Encode } from '../../chain/encoding.ts';
+import type { Block } from '../../chain/block.ts';
+import type { CryptoBackend, Signer } from '../../chain/crypto-backend.ts';
+import { applyKeyEvent, type KeyState, type SignedStatement } from '../../chain/key-events.ts';
+import { readKeyFile } from '../../platform/key-file.ts';
+import { nodeSigner } from '../../platform/node-crypto.ts';
 import type { KeyObject } from 'node:crypto';
 
 export const DAY_MS = 86_400_000;

@@ -13,13 +13,13 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { VouchError } from '../chain/errors.ts';
-import { base64Encode } from '../chain/encoding.ts';
-import type { CryptoBackend } from '../chain/crypto-backend.ts';
-import { equalHashes, leafHash, nodeHash, type Hash } from '../chain/merkle.ts';
-import { MerkleTree } from '../chain/merkle-tree.ts';
-import { openCheckpoint, type Checkpoint } from '../chain/tlog-checkpoint.ts';
-import type { ChainIndex } from '../chain/select.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { base64Encode } from '../../chain/encoding.ts';
+import type { CryptoBackend } from '../../chain/crypto-backend.ts';
+import { equalHashes, leafHash, nodeHash, type Hash } from '../../chain/merkle.ts';
+import { MerkleTree } from '../../chain/merkle-tree.ts';
+import { openCheckpoint, type Checkpoint } from '../../chain/tlog-checkpoint.ts';
+import type { ChainIndex } from '../../chain/select.ts';
 
 /** What the gateway's snapshot says of a tree image: the entries it holds and its sha256. */
 export interface TreeImageRef {

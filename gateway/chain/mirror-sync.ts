@@ -13,19 +13,28 @@
  * hostile remote costs one bounded failed attempt (test/hostile-remote); a
  * remote down is logged going down, once a minute (`DOWN_LOG_MS`), and back.
  */
-import { indexRootOf } from '../chain/index-proof.ts';
+import { indexRootOf } from '../../chain/index-proof.ts';
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { VouchError } from '../chain/errors.ts';
-import { type Block, parseBlockText, readJson } from '../chain/block.ts';
-import { ChainVerifier, type VerifierState } from '../chain/verify.ts';
-import { base64Decode, base64Encode, bytesEqual } from '../chain/encoding.ts';
-import { nodeBackend } from '../platform/node-crypto.ts';
-import { CHECKPOINT_NOTE } from '../chain/layout.ts';
-import type { Checkpoint as LogCheckpoint } from '../chain/tlog-checkpoint.ts';
-import { ChainRepo, type ChainSnapshot, type FetchOptions, blockPath, parseBlockPath } from '../store/chain-repo.ts';
-import { HeadEdge, entryOf, trustedNote } from '../store/chain-store.ts';
-import type { Logger } from './log.ts';
+import { VouchError } from '../../chain/errors.ts';
+import { type Block, parseBlockText, readJson } from '../../chain/block.ts';
+import { ChainVerifier, type VerifierState } from '../../chain/verify.ts';
+import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
+import { CHECKPOINT_NOTE } from '../../chain/layout.ts';
+import type { Checkpoint as LogCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import {
+  type ChainSnapshot,
+  type FetchOptions,
+  type MirrorStore,
+  blockPath,
+  cloneChain,
+  isInterruptedClone,
+  openMirror,
+  parseBlockPath,
+} from '../../store/chain-repo.ts';
+import { HeadEdge, entryOf, trustedNote } from '../../store/chain-append.ts';
+import type { Logger } from '../observability/logger.ts';
 
 /** What the sync needs of the served chain (ChainState implements it). */
 export interface SyncTarget {
@@ -39,7 +48,7 @@ export interface SyncTarget {
 }
 
 export interface ChainSyncOptions {
-  repo: ChainRepo;
+  repo: MirrorStore;
   /** git smart-HTTP URL of the authority's chain. */
   remote: string;
   state: SyncTarget;
@@ -59,7 +68,7 @@ export interface ChainSyncOptions {
   /**
    * RFC 6962 root of the verified chain's record hashes followed by
    * `entries`, changing nothing (the gateway's Merkle tree); without it the
-   * sync keeps the chain's tree edge itself (store/chain-store.ts HeadEdge).
+   * sync keeps the chain's tree edge itself (store/chain-append.ts HeadEdge).
    */
   rootWith?: (entries: readonly Uint8Array[]) => Uint8Array;
   /** Without rootWith: every verified block's record_hash at this size (the verified index image), or null (the block files are read). */
@@ -130,7 +139,7 @@ export class ChainSync {
   private readonly rootWith: (entries: readonly Uint8Array[]) => Uint8Array;
   /** The sync's own tree edge when no rootWith is given (null otherwise). */
   private readonly edge: HeadEdge | null;
-  private readonly repo: ChainRepo;
+  private readonly repo: MirrorStore;
   private readonly remote: string;
   private readonly state: SyncTarget;
   private readonly pinned: string | null;
@@ -626,7 +635,7 @@ export interface MirrorOptions {
  *   `untrusted_authority` when block 0 declares another key than the pinned
  *   one (the clone is kept: fix the pinned key or empty the directory).
  */
-export async function prepareMirror(dir: string, remote: string, options: MirrorOptions = {}): Promise<{ repo: ChainRepo; cloned: boolean }> {
+export async function prepareMirror(dir: string, remote: string, options: MirrorOptions = {}): Promise<{ repo: MirrorStore; cloned: boolean }> {
   const abs = resolve(dir);
   const log = options.log;
   let st;
@@ -636,21 +645,21 @@ export async function prepareMirror(dir: string, remote: string, options: Mirror
     st = null;
   }
   if (st && !st.isDirectory()) throw new VouchError('not_a_chain', `chain.dir ${abs} is not a directory`);
-  if (st && ChainRepo.isInterruptedClone(abs)) {
+  if (st && isInterruptedClone(abs)) {
     log?.warn('removing an interrupted clone of the chain', { dir: abs });
     for (const name of readdirSync(abs)) rmSync(join(abs, name), { recursive: true, force: true });
   }
-  let repo: ChainRepo;
+  let repo: MirrorStore;
   let cloned = false;
   if (!st || readdirSync(abs).length === 0) {
     log?.info('cloning the chain', { dir: abs, remote: shownUrl(remote) });
     const t0 = performance.now();
-    repo = await ChainRepo.clone(remote, abs, { ...options.fetch, sparse: options.sparse === true });
+    repo = await cloneChain(remote, abs, { ...options.fetch, sparse: options.sparse === true });
     cloned = true;
     log?.info('cloned the chain', { dir: abs, blocks: repo.size, commit: repo.head, ms: Math.round(performance.now() - t0) });
   } else {
     try {
-      repo = await ChainRepo.open(abs);
+      repo = await openMirror(abs);
     } catch (e) {
       if (e instanceof VouchError && e.code === 'not_a_chain') {
         const what = existsSync(join(abs, '.git')) ? 'a git repository that is not a vouch chain' : 'files that are not a vouch chain';

@@ -5,14 +5,14 @@
  *
  * Must hold: every JSON answer carries a boolean `success`; error bodies
  * carry `status` (a catalogue code), `message` and, when one applies,
- * `resource`; statuses come only from `status.ts`; no stack trace
+ * `resource`; statuses come only from `error-status.ts`; no stack trace
  * or internal detail ever reaches a client.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { VouchError, isVouchError, type ErrorCode } from '../chain/errors.ts';
-import { HTTP_STATUS } from './status.ts';
-import { isArtifactUrl, isDate, isSemver } from '../chain/block.ts';
-import { FAULT, injectFault } from './test-fault.ts';
+import { VouchError, isVouchError, type ErrorCode } from '../../chain/errors.ts';
+import { HTTP_STATUS } from './error-status.ts';
+import { isArtifactUrl, isDate, isSemver } from '../../chain/block.ts';
+import { FAULT, injectFault } from '../test-fault.ts';
 
 export const JSON_TYPE = 'application/json; charset=utf-8';
 
@@ -40,7 +40,7 @@ export function sendJsonText(res: ServerResponse, status: number, text: string |
  * per answer under load); an ASCII body goes as latin1, copied as it is.
  */
 export function sendJsonTagged(res: ServerResponse, text: string, bytes: number, etag: string, treeSize = -1, syncAge = -1): void {
-  // The fleet headers (gateway/server.ts) in the literal: a header set before writeHead takes node:http off its fast path.
+  // The fleet headers (gateway/http/server.ts) in the literal: a header set before writeHead takes node:http off its fast path.
   if (treeSize < 0) {
     res.writeHead(200, { 'content-type': JSON_TYPE, 'content-length': bytes, 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache', etag });
   } else if (syncAge < 0) {
@@ -110,7 +110,7 @@ export function errorBody(e: unknown, resource?: string): Record<string, unknown
   const body: Record<string, unknown> = { success: false, status: code, message };
   const r = err.resource ?? resource;
   if (r !== undefined) body.resource = r;
-  // A submit's refused claims (gateway/submitter.ts checkClaims): one record per entry.
+  // A submit's refused claims (gateway/chain/submitter.ts checkClaims): one record per entry.
   if (code === 'hash_mismatch' && Array.isArray(err.evidence?.refused)) body.refused = err.evidence.refused;
   // A lookup's 404 with proof=1: the completeness-index proof of the URL and its checkpoint note (docs/spec/index.md 8).
   if (code === 'not_found' && typeof err.evidence?.index_proof === 'string') {
@@ -364,4 +364,4 @@ export function parseJsonBody(buf: Buffer, maxDepth = 32): unknown {
 }
 
 /** Minified JSON with every non-ASCII character escaped (\\uXXXX): safe in an HTTP header (chain/uns-header.ts). */
-export { asciiJson } from '../chain/uns-header.ts';
+export { asciiJson } from '../../chain/uns-header.ts';

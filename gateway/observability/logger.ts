@@ -14,7 +14,7 @@
 import { createRequire } from 'node:module';
 import pino, { type DestinationStream, type Logger as PinoLogger, type LoggerOptions } from 'pino';
 import { isoNow, isoOf, stderrSink } from './log-sink.ts';
-import { FAULT, injectFault } from './test-fault.ts';
+import { FAULT, injectFault } from '../test-fault.ts';
 
 export type Level = 'debug' | 'info' | 'warn' | 'error';
 type Threshold = Level | 'silent';

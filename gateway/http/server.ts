@@ -13,14 +13,14 @@
  * answered before its body arrived keeps its connection LINGER_MS at most;
  * `Vouch-Min-Tree-Size` is met or 503 `behind`, never a 404 (guide/fleet).
  */
-import { handleIndexProof } from './routes/index-proof.ts';
+import { handleIndexProof } from '../routes/index-proof.ts';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 // The global `performance` is an accessor (a getter call per read); the module's export is the object.
 import { performance } from 'node:perf_hooks';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { VouchError } from '../chain/errors.ts';
-import type { Block } from '../chain/block.ts';
+import { VouchError } from '../../chain/errors.ts';
+import type { Block } from '../../chain/block.ts';
 import {
   acceptsJson,
   errorBody,
@@ -38,25 +38,33 @@ import {
   UNEXPECTED_STAGE,
   type SelectionQuery,
 } from './http-util.ts';
-import { handleDownload } from './routes/download.ts';
-import { handleHealthz, handleReadyz } from './routes/health.ts';
-import { handleAddCheckpoint } from './routes/witness.ts';
-import { handleKeys } from './routes/keys.ts';
-import { handleCheckpointNote, handleConsistencyProof, handleInclusionProof, handleTile, noteVerifierKey, proofJson, proofTag } from './routes/transparency.ts';
-import { authorityKeysJson } from './routes/authority-keys.ts';
-import { handleBlock, handleBlocks, handleUnits, handleVersions } from './routes/browse.ts';
-import { handleExplorer, EXPLORER_PATHS } from './explorer.ts';
-import { ProxyRoutes } from './routes/proxy.ts';
-import { openApiDocument, skillDocument, SKILL_PATH } from './routes/openapi.ts';
-import { GatewayMetrics, handleMetrics, type UnexpectedStage } from './metrics.ts';
-import { hostIsValid } from './routes/proxy-routes.ts';
-import { FAULT, injectFault } from './test-fault.ts';
-import { logRequest, type Logger } from './log.ts';
-import { wallClock } from './log-sink.ts';
-import { AnswerBatch } from './answer-batch.ts';
+import { handleDownload } from '../routes/download.ts';
+import { handleHealthz, handleReadyz } from '../routes/health.ts';
+import { handleAddCheckpoint } from '../routes/add-checkpoint.ts';
+import { handleKeys } from '../routes/keys.ts';
+import {
+  handleCheckpointNote,
+  handleConsistencyProof,
+  handleInclusionProof,
+  handleTile,
+  noteVerifierKey,
+  proofJson,
+  proofTag,
+} from '../routes/transparency.ts';
+import { authorityKeysJson } from '../routes/authority-keys.ts';
+import { handleBlock, handleBlocks, handleUnits, handleVersions } from '../routes/browse.ts';
+import { handleExplorer, EXPLORER_PATHS } from '../explorer.ts';
+import { ProxyRoutes } from '../routes/proxy-handler.ts';
+import { openApiDocument, skillDocument, SKILL_PATH } from '../routes/openapi.ts';
+import { GatewayMetrics, handleMetrics, type UnexpectedStage } from '../observability/metrics.ts';
+import { hostIsValid } from '../routes/proxy-route-table.ts';
+import { FAULT, injectFault } from '../test-fault.ts';
+import { logRequest, type Logger } from '../observability/logger.ts';
+import { wallClock } from '../observability/log-sink.ts';
 import { LRUCache } from 'lru-cache';
-import type { GatewayContext } from './context.ts';
-import type { BlockProof } from './chain-state.ts';
+import { AnswerBatch } from './answer-batch.ts';
+import type { GatewayContext } from '../context.ts';
+import type { BlockProof } from '../chain/verified-state.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
