@@ -24,9 +24,10 @@ export class ListingFixture {
   origin!: OriginServer;
   gw!: GatewayProcess;
   pub = '';
-  private token = `listing-${'t'.repeat(40)}`;
+  readonly token = `listing-${'t'.repeat(40)}`;
 
-  static async start(): Promise<ListingFixture> {
+  /** `authority`: more keys of the authority section (e.g. `rollover_days`). */
+  static async start(authority: Record<string, unknown> = {}): Promise<ListingFixture> {
     const f = new ListingFixture();
     const keyFile = join(f.work, 'authority.pem');
     const tokenFile = join(f.work, 'submit.token');
@@ -40,7 +41,7 @@ export class ListingFixture {
       writeConfig(dir, {
         listen: { host: '127.0.0.1', port: 0 },
         chain: { dir: join(dir, 'chain'), origin: 'log.listing.test' },
-        authority: { key_file: keyFile, signer: 'test-authority', submit_token_file: tokenFile },
+        authority: { key_file: keyFile, signer: 'test-authority', submit_token_file: tokenFile, ...authority },
         origin: { allow_private: true, timeout: 5 },
         proxy: {
           routes: [

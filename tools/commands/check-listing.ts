@@ -3,10 +3,12 @@
  * page, Go `@v/list`) fetched through any gateway, or read from a file, the
  * log's complete answer? The unit's completeness proof it carries
  * (`Vouch-Index-*` headers or the side route) is checked against the
- * `vouch-index/v1` root of a checkpoint note signed by the pinned key, and
- * the versions shown against the proved ones (docs/spec/index.md 11).
- * Owns: the command's options, fetching (bounded) and the refusal lines.
- * Trusts: `--public-key` (and `--origin`); chain/ for the proofs.
+ * `vouch-index/v1` root of a checkpoint note signed by the pinned key, or
+ * the online key the log's key events put in force since (one /v1/keys
+ * walk, as `vouch get`), and the versions shown against the proved ones
+ * (docs/spec/index.md 11).
+ * Owns: the options, fetching (bounded), the refusal lines. Trusts:
+ * `--public-key` (and `--origin`); chain/ for the proofs.
  * Must hold: exit 0 only when the note verifies, the proof leads to its
  * index root and the listing shows exactly the live versions; every refusal
  * is one line naming the check (`no_proof`, `bad_proof`, `bad_checkpoint`,
@@ -32,6 +34,7 @@ import {
   type VerifiedCheckpoint,
 } from '../client/tlog-client.ts';
 import { loadState, saveCheckpoint } from '../client/checkpoint-state.ts';
+import { KeyFollower } from '../client/key-follower.ts';
 
 /** Largest listing or side-route answer read (a packument of the public registry's largest packages stays below). */
 export const MAX_LISTING_BYTES = 64 * 1024 * 1024;
@@ -104,7 +107,12 @@ export const checkListing: Command = {
   options: {
     ecosystem: { type: 'string', value: 'npm|pypi|go', help: 'the kind of listing', required: true },
     package: { type: 'string', value: 'NAME', help: 'npm package (@scope/name), PyPI project or Go module path', required: true },
-    'public-key': { type: 'string', value: 'B64', help: "pinned key of the log's checkpoint notes (base64)", required: true },
+    'public-key': {
+      type: 'string',
+      value: 'B64',
+      help: "the log's block 0 key (base64): notes must be signed by it or by the key its key events put in force since",
+      required: true,
+    },
     origin: { type: 'string', value: 'NAME', help: "the log's origin line, when pinned" },
     url: { type: 'string', value: 'URL', help: 'the listing URL through a gateway (e.g. http://gw/npm/leftpad, .../simple/x/, .../@v/list or .../@latest)' },
     gateway: { type: 'string', value: 'URL', help: "the gateway's base URL for the side route and consistency proofs (default: --url's origin)" },
@@ -197,8 +205,28 @@ export const checkListing: Command = {
         );
 
       // 2. The checkpoint: signed by the pinned key, not older than one seen before, its index root.
-      const cp = openVerified(nodeBackend, proof.checkpoint, authority, v.url ?? v['proof-file']);
-      if (v.state !== undefined) await checkState(v.state, cp, authority, gateway!, timeoutMs);
+      // The key that signs notes now: the pinned one, or the one the log's key events put in force since
+      // (walked once from the gateway's /v1/keys when the note does not open with the keys known, as vouch get does).
+      const follower = new KeyFollower({ kind: 'key', publicKey: v['public-key'] }, async (g, since) => {
+        const r = await fetchCapped(`${g}/v1/keys?since=${since}`, 'application/json', timeoutMs);
+        if (r.status === 404) return null;
+        if (r.status !== 200) throw new Refusal('bad_answer', `${g}/v1/keys answers HTTP ${r.status}: the log's key events cannot be checked`);
+        try {
+          return JSON.parse(Buffer.from(r.body).toString('utf8')) as unknown;
+        } catch {
+          throw new Refusal('bad_answer', `${g}/v1/keys: the answer is not JSON`);
+        }
+      });
+      if (v.state !== undefined) follower.loadFrom(loadState(v.state), v.origin ?? null);
+      const source = v.url ?? v['proof-file'];
+      let cp: VerifiedCheckpoint;
+      try {
+        cp = openVerified(nodeBackend, proof.checkpoint, { ...authority, publicKey: follower.online() }, source);
+      } catch (e) {
+        if (!(e instanceof Refusal && e.code === 'bad_checkpoint') || gateway === null || !(await follower.walk(gateway))) throw e;
+        cp = openVerified(nodeBackend, proof.checkpoint, { ...authority, publicKey: follower.online() }, source);
+      }
+      if (v.state !== undefined) await checkState(v.state, cp, authority, follower, gateway!, timeoutMs);
       const root = indexRootOfNote(cp.text);
       if (root === null)
         throw new Refusal(
@@ -279,17 +307,31 @@ export const checkListing: Command = {
 };
 
 /** `--state`: the checkpoint must not be older than the one remembered, and must extend it (consistency proof from the gateway). */
-async function checkState(path: string, cp: VerifiedCheckpoint, authority: Authority, gateway: string, timeoutMs: number): Promise<void> {
+async function checkState(
+  path: string,
+  cp: VerifiedCheckpoint,
+  authority: Authority,
+  follower: KeyFollower,
+  gateway: string,
+  timeoutMs: number,
+): Promise<void> {
   const state = loadState(path);
   const s = state.get(cp.origin);
   if (s !== undefined) {
-    let seen: VerifiedCheckpoint;
-    try {
-      seen = openVerified(nodeBackend, s.note, authority, `state file ${path}`);
-    } catch (e) {
-      if (!(e instanceof Refusal)) throw e;
-      throw new Refusal('bad_state', `the state file's checkpoint for ${cp.origin} does not verify with --public-key (${e.line})`);
+    // The remembered note was signed by a key in force then: the pinned one or one walked since.
+    let seen: VerifiedCheckpoint | null = null;
+    let why = '';
+    for (const key of follower.noteKeys()) {
+      try {
+        seen = openVerified(nodeBackend, s.note, { ...authority, publicKey: key }, `state file ${path}`);
+        break;
+      } catch (e) {
+        if (!(e instanceof Refusal)) throw e;
+        why ||= e.line;
+      }
     }
+    if (seen === null)
+      throw new Refusal('bad_state', `the state file's checkpoint for ${cp.origin} does not verify with --public-key or a key walked since (${why})`);
     if (seen.size !== s.size || base64Encode(seen.root) !== s.root)
       throw new Refusal('bad_state', `the state file's entry for ${cp.origin} does not match its own note`);
     if (cp.size < seen.size) throw staleCheckpoint(seen, cp);
@@ -305,5 +347,6 @@ async function checkState(path: string, cp: VerifiedCheckpoint, authority: Autho
       path,
     );
   }
-  saveCheckpoint(path, cp.origin, { size: cp.size, root: base64Encode(cp.root), note: cp.text });
+  const keys = follower.stored();
+  saveCheckpoint(path, cp.origin, { size: cp.size, root: base64Encode(cp.root), note: cp.text, ...(keys !== undefined ? { keys } : {}) });
 }
