@@ -3,10 +3,9 @@
  * page, Go `@v/list`) fetched through any gateway, or read from a file, the
  * log's complete answer? The unit's completeness proof it carries
  * (`Vouch-Index-*` headers or the side route) is checked against the
- * `vouch-index/v1` root of a checkpoint note signed by the pinned key, or
- * the online key the log's key events put in force since (one /v1/keys
- * walk, as `vouch get`), and the versions shown against the proved ones
- * (docs/spec/index.md 11).
+ * `vouch-index/v1` root of a note signed by the pinned key or the key the
+ * log's key events put in force since (one /v1/keys walk, as `vouch get`),
+ * the versions shown against the proved ones (docs/spec/index.md 11).
  * Owns: the options, fetching (bounded), the refusal lines. Trusts:
  * `--public-key` (and `--origin`); chain/ for the proofs.
  * Must hold: exit 0 only when the note verifies, the proof leads to its
