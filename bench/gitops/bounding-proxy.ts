@@ -12,6 +12,8 @@ import { type IncomingMessage, type ServerResponse, createServer, request } from
 import type { AddressInfo } from 'node:net';
 import { FETCH_LIMITS } from '../../store/fetch-limits.ts';
 
+type BoundKey = 'advertisementBytes' | 'packBytes' | 'advertisementMs' | 'exchangeMs' | 'packMsPerMiB' | 'stallMs';
+
 export class BoundingProxy {
   /** Answers cut because they passed a bound. */
   cut = 0;
@@ -20,13 +22,14 @@ export class BoundingProxy {
     readonly port: number,
   ) {}
 
-  static async start(target: string): Promise<BoundingProxy> {
+  /** `limits`: FETCH_LIMITS unless a test hands smaller bounds. */
+  static async start(target: string, limits: Pick<typeof FETCH_LIMITS, BoundKey> = FETCH_LIMITS): Promise<BoundingProxy> {
     const t = new URL(target);
     let self: BoundingProxy | null = null;
     const server = createServer((req: IncomingMessage, res: ServerResponse) => {
       const isRefs = (req.url ?? '').includes('/info/refs');
-      const maxBytes = isRefs ? FETCH_LIMITS.advertisementBytes : FETCH_LIMITS.packBytes;
-      const baseMs = isRefs ? FETCH_LIMITS.advertisementMs : FETCH_LIMITS.exchangeMs;
+      const maxBytes = isRefs ? limits.advertisementBytes : limits.packBytes;
+      const baseMs = isRefs ? limits.advertisementMs : limits.exchangeMs;
       const t0 = performance.now();
       let got = 0;
       let stall: NodeJS.Timeout | null = null;
@@ -39,13 +42,13 @@ export class BoundingProxy {
         };
         const arm = () => {
           if (stall) clearTimeout(stall);
-          stall = setTimeout(fail, FETCH_LIMITS.stallMs);
+          stall = setTimeout(fail, limits.stallMs);
         };
         arm();
         ur.on('data', (chunk: Buffer) => {
           got += chunk.length;
           arm();
-          if (got > maxBytes || performance.now() - t0 > baseMs + (got / 2 ** 20) * FETCH_LIMITS.packMsPerMiB) return fail();
+          if (got > maxBytes || performance.now() - t0 > baseMs + (got / 2 ** 20) * limits.packMsPerMiB) return fail();
           if (!res.write(chunk)) {
             ur.pause();
             res.once('drain', () => ur.resume());
