@@ -25,6 +25,7 @@ const BENCHES: Record<string, () => Promise<{ title: string; markdown: string }>
   fleet: async () => (await import('./fleet-bench.ts')).runFleetBench(process.argv.includes('--quick')),
   index: async () => (await import('./index-bench.ts')).runIndexBench(process.argv.includes('--quick')),
   git: async () => (await import('./git-bench.ts')).runGitBench(process.argv.includes('--quick')),
+  gitops: async () => (await import('./gitops-bench.ts')).runGitopsBench(process.argv.includes('--quick')),
 };
 
 const name = process.argv[2];

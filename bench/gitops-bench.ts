@@ -1,0 +1,404 @@
+/**
+ * `npm run bench -- gitops [--quick] [--rows=append,clone,fetch,push,repack] [--rounds=N]`
+ * (issue 33 item 1, "Writes, fetch and push"): the store's hand-written git
+ * writes and transfers against stock git doing the same work, interleaved
+ * in one run (the order rotates each round), medians. Rows: append p50 at
+ * 1k/50k (RepoWriter vs git plumbing vs `fast-import`, all fsync'd); mirror
+ * clone at 50k (time, peak RSS; vouch's upload-pack client + indexer vs
+ * `git clone --sparse`, direct and behind ./gitops/bounding-proxy.ts); fetch
+ * of one append; push of one append (./chain-push.ts); repack and disk.
+ * Owns: temporary directories (removed). Never writes into bench/out: the
+ * clone rows serve a hard-linked bare clone of bench/out/chain-<n>.
+ * Must hold: every side ends with the same head as the remote or the bench fails.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { blockPath } from '../chain/layout.ts';
+import { ChainRepo, type BlockFile, type CommitInfo } from '../store/chain-repo.ts';
+import { GitServer } from '../test/helpers/git-server.ts';
+import { benchChainDir } from './chain-dir.ts';
+import { benchPush } from './chain-push.ts';
+import { BoundingProxy } from './gitops/bounding-proxy.ts';
+import { DURABLE, FastImportWriter, PlumbingWriter, type StockWriter } from './gitops/stock-git.ts';
+import { peakRssMiB } from './peak-rss.ts';
+
+const self = fileURLToPath(import.meta.url);
+const root = fileURLToPath(new URL('..', import.meta.url));
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)]!;
+};
+const q90 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(0.9 * xs.length) - 1)]!;
+const f1 = (x: number) => x.toFixed(1);
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+
+function git(dir: string, ...args: string[]): string {
+  const r = spawnSync('git', ['-C', dir, ...args], { encoding: 'utf8', maxBuffer: 1 << 28 });
+  if (r.status !== 0) throw new Error(`git ${args.join(' ')} failed: ${r.stderr}`);
+  return r.stdout.trim();
+}
+
+function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ status: number | null; stdout: string; stderr: string; ms: number }> {
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const c = spawn(cmd, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+    let stdout = '';
+    let stderr = '';
+    c.stdout.on('data', (d: Buffer) => {
+      stdout += d;
+    });
+    c.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
+    c.on('close', (status) => resolve({ status, stdout, stderr, ms: performance.now() - t0 }));
+  });
+}
+
+function bytesUnder(dir: string): number {
+  let n = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    n += e.isDirectory() ? bytesUnder(p) : statSync(p).size;
+  }
+  return n;
+}
+const packCount = (gitdir: string) => readdirSync(join(gitdir, 'objects', 'pack')).filter((f) => f.endsWith('.pack')).length;
+
+/** Rotates the sides' order each round, so no side always runs first after the machine idled. */
+function rotated<T>(xs: T[], k: number): T[] {
+  return xs.map((_x, i) => xs[(i + k) % xs.length]!);
+}
+
+// ---------------------------------------------------------------------------
+// Append
+
+/** The first `n` block texts of the signed bench chain bench/out/chain-<total> (read only: opened without repair). */
+async function realBlocks(total: number, n: number): Promise<BlockFile[]> {
+  const repo = await ChainRepo.open(await benchChainDir(total), { repair: false });
+  const out: BlockFile[] = [];
+  for (let i = 0; i < n; i++) out.push({ index: i, content: repo.readBlockFile(i) });
+  return out;
+}
+const info = (i: number): CommitInfo => ({
+  message: `block ${i}: endorse bench/unit 1.0.${i}\n\nhttps://example.invalid/${i}.tgz\n`,
+  authorName: 'vouch bench',
+  authorEmail: 'bench@vouch.invalid',
+  timestamp: 1_790_000_000 + i,
+});
+const checkpointText = (n: number) => `${JSON.stringify({ size: n, head: 'bench' }, null, 2)}\n`;
+
+const APPEND_SIDES = ['vouch', 'plumbing', 'plumbing+dirsync', 'fastimport'] as const;
+type AppendSide = (typeof APPEND_SIDES)[number];
+
+interface AppendRow {
+  size: number;
+  samples: number;
+  ms: Record<AppendSide, number[]>;
+  packsAfterFastImport: number;
+}
+
+/** Each size: a sparse chain of the first `size - samples - 3` blocks of the signed bench chain, then its next blocks appended one by one on every side. */
+async function appendRows(work: string, chain: BlockFile[], sizes: number[], samples: number): Promise<AppendRow[]> {
+  const rows: AppendRow[] = [];
+  for (const size of sizes) {
+    const base = join(work, `append-${size}`);
+    const t0 = performance.now();
+    const from = size - samples - 3;
+    await ChainRepo.init(join(base, 'vouch'), chain.slice(0, from), checkpointText(from), info(0), { sparse: true });
+    for (const side of APPEND_SIDES.slice(1)) cpSync(join(base, 'vouch'), join(base, side), { recursive: true });
+    console.log(`append: ${size}-block sparse chain built in ${f1((performance.now() - t0) / 1000)} s`);
+    const repo = await ChainRepo.open(join(base, 'vouch'));
+    const writers: Record<Exclude<AppendSide, 'vouch'>, StockWriter> = {
+      plumbing: new PlumbingWriter(join(base, 'plumbing')),
+      'plumbing+dirsync': new PlumbingWriter(join(base, 'plumbing+dirsync'), true),
+      fastimport: new FastImportWriter(join(base, 'fastimport')),
+    };
+    const row: AppendRow = { size, samples, ms: { vouch: [], plumbing: [], 'plumbing+dirsync': [], fastimport: [] }, packsAfterFastImport: 0 };
+    try {
+      for (let k = 0; k < samples + 3; k++) {
+        const i = from + k;
+        for (const side of rotated([...APPEND_SIDES], k)) {
+          const t = performance.now();
+          if (side === 'vouch') await repo.append([chain[i]!], checkpointText(i + 1), info(i));
+          else await writers[side].append(chain[i]!, checkpointText(i + 1), info(i));
+          if (k >= 3) row.ms[side].push(performance.now() - t); // the first three warm up
+        }
+      }
+    } finally {
+      for (const w of Object.values(writers)) await w.close();
+    }
+    if (repo.warnings.length) throw new Error(`append warnings: ${repo.warnings.join('; ')}`);
+    // The same blocks, trees and commits on all three sides.
+    const want = git(join(base, 'vouch'), 'rev-parse', 'main');
+    for (const side of APPEND_SIDES.slice(1)) {
+      const got = git(join(base, side), 'rev-parse', 'main');
+      if (got !== want) throw new Error(`append: ${side} ended at ${got}, vouch at ${want}`);
+    }
+    git(join(base, 'plumbing'), 'fsck', '--no-dangling', '--connectivity-only');
+    row.packsAfterFastImport = packCount(join(base, 'fastimport', '.git'));
+    rows.push(row);
+    console.log(`append at ${size}: p50 ${APPEND_SIDES.map((s) => `${s} ${median(row.ms[s]).toFixed(2)} ms`).join(', ')}`);
+    rmSync(base, { recursive: true, force: true });
+  }
+  return rows;
+}
+
+// ---------------------------------------------------------------------------
+// Clone (mirror bootstrap's transfer) and fetch of one append
+
+type CloneSide = 'vouch' | 'git' | 'git+proxy';
+interface CloneRow {
+  blocks: number;
+  rounds: number;
+  ms: Record<CloneSide, number[]>;
+  rss: Record<CloneSide, number[]>;
+  bytes: Record<CloneSide, number>;
+  fetchMs: Record<CloneSide, number[]>;
+  cut: number;
+  /** Peak RSS of the vouch child that loads the store and clones nothing. */
+  baselineRssMiB: number;
+}
+
+const GIT_ENV = { GIT_HTTP_LOW_SPEED_LIMIT: '1', GIT_HTTP_LOW_SPEED_TIME: '30', GIT_TERMINAL_PROMPT: '0' };
+
+/** Adds one commit (a block file and checkpoint.json) to the bare remote, as an authority's push would. */
+function remoteAppend(bare: string, i: number, b: BlockFile): void {
+  const c = checkpointText(i + 1);
+  const data = (s: string) => `data ${Buffer.byteLength(s)}\n${s}\n`;
+  const who = `bench <bench@vouch.invalid> ${1_790_000_000 + i} +0000`;
+  const input =
+    `commit refs/heads/main\nauthor ${who}\ncommitter ${who}\n${data(`block ${i}\n`)}from refs/heads/main^0\n` +
+    `M 100644 inline ${blockPath(i)}\n${data(b.content)}M 100644 inline checkpoint.json\n${data(c)}\ndone\n`;
+  const r = spawnSync('git', ['-C', bare, 'fast-import', '--quiet', '--done'], { input, encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`remote append failed: ${r.stderr}`);
+}
+
+async function cloneRows(work: string, n: number, rounds: number, fetches: number, tail: BlockFile[]): Promise<CloneRow> {
+  const src = await benchChainDir(n);
+  mkdirSync(join(work, 'srv'), { recursive: true });
+  const server = await GitServer.start(join(work, 'srv'));
+  const bare = join(work, 'srv', 'chain.git');
+  const r = spawnSync('git', ['clone', '-q', '--bare', src, bare], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`git clone --bare failed: ${r.stderr}`);
+  const proxy = await BoundingProxy.start(server.url(''));
+  const url = { vouch: server.url('chain.git'), git: server.url('chain.git'), 'git+proxy': proxy.url('chain.git') };
+  const row: CloneRow = {
+    blocks: n,
+    rounds,
+    ms: { vouch: [], git: [], 'git+proxy': [] },
+    rss: { vouch: [], git: [], 'git+proxy': [] },
+    bytes: { vouch: 0, git: 0, 'git+proxy': 0 },
+    fetchMs: { vouch: [], git: [], 'git+proxy': [] },
+    cut: 0,
+    baselineRssMiB: 0,
+  };
+  const sides: CloneSide[] = ['vouch', 'git', 'git+proxy'];
+  const dirOf = (side: CloneSide, k: number) => join(work, `clone-${side.replace('+', '-')}-${k}`);
+  try {
+    for (let k = 0; k < rounds; k++) {
+      for (const side of rotated(sides, k)) {
+        const dir = dirOf(side, k);
+        let ms: number;
+        let rss: number;
+        if (side === 'vouch') {
+          const c = await run(process.execPath, ['--import', 'tsx', self, '--clone-child', url.vouch, dir]);
+          if (c.status !== 0) throw new Error(`vouch clone failed: ${c.stderr}`);
+          const fig = JSON.parse(c.stdout.trim().split('\n').pop()!) as { ms: number; rssMiB: number };
+          ms = fig.ms;
+          rss = fig.rssMiB;
+        } else {
+          const c = await run('/usr/bin/time', ['-f', 'maxrss %M', 'git', ...DURABLE, 'clone', '-q', '--sparse', url[side], dir], GIT_ENV);
+          if (c.status !== 0) throw new Error(`git clone (${side}) failed: ${c.stderr}`);
+          ms = c.ms;
+          rss = Number(/maxrss (\d+)/.exec(c.stderr)?.[1] ?? Number.NaN) / 1024;
+        }
+        if (git(dir, 'rev-parse', 'main') !== git(bare, 'rev-parse', 'main')) throw new Error(`${side} clone is not at the remote head`);
+        row.ms[side].push(ms);
+        row.rss[side].push(rss);
+        row.bytes[side] = bytesUnder(join(dir, '.git'));
+        console.log(`clone round ${k + 1} ${side}: ${f1(ms / 1000)} s, peak RSS ${Math.round(rss)} MiB`);
+        if (k > 0) rmSync(dirOf(side, k - 1), { recursive: true, force: true });
+      }
+    }
+    // Fetch of one append into the last round's clones.
+    const last = rounds - 1;
+    const repo = await ChainRepo.open(dirOf('vouch', last));
+    let next = n;
+    for (let k = 0; k < fetches + 1; k++) {
+      remoteAppend(bare, next, { index: next, content: tail[k % tail.length]!.content }); // a real block's bytes at the next index
+      next++;
+      for (const side of rotated(sides, k)) {
+        const t = performance.now();
+        if (side === 'vouch') {
+          const got = await repo.fetch(url.vouch);
+          if (got.objects === 0) throw new Error('vouch fetch received nothing');
+        } else {
+          const c = await run('git', [...DURABLE, '-C', dirOf(side, last), 'fetch', '-q', 'origin'], GIT_ENV);
+          if (c.status !== 0) throw new Error(`git fetch (${side}) failed: ${c.stderr}`);
+        }
+        if (k > 0) row.fetchMs[side].push(performance.now() - t); // the first warms up
+      }
+    }
+    const head = git(bare, 'rev-parse', 'main');
+    for (const side of sides) {
+      if (git(dirOf(side, last), 'rev-parse', 'refs/remotes/origin/main') !== head) throw new Error(`${side} did not fetch the remote head`);
+    }
+    row.cut = proxy.cut;
+    const b = await run(process.execPath, ['--import', 'tsx', self, '--clone-child', '--baseline', '']);
+    row.baselineRssMiB = (JSON.parse(b.stdout.trim().split('\n').pop()!) as { rssMiB: number }).rssMiB;
+  } finally {
+    await proxy.close();
+    await server.stop();
+  }
+  return row;
+}
+
+async function cloneChild(url: string, dir: string): Promise<void> {
+  if (url === '--baseline') {
+    console.log(JSON.stringify({ ms: 0, rssMiB: peakRssMiB() })); // the same process with the store loaded, cloning nothing
+    return;
+  }
+  const t0 = performance.now();
+  const repo = await ChainRepo.clone(url, dir, { sparse: true });
+  const ms = performance.now() - t0;
+  if (!repo.size) throw new Error('empty clone');
+  console.log(JSON.stringify({ ms, rssMiB: peakRssMiB() }));
+}
+
+// ---------------------------------------------------------------------------
+// Repack and disk
+
+type RepackSide = 'vouch' | 'git -d' | 'git --geometric=2 -d';
+interface RepackRow {
+  size: number;
+  appended: number;
+  looseBytes: number;
+  rounds: number;
+  ms: Record<RepackSide, number[]>;
+  bytes: Record<RepackSide, number>;
+  packs: Record<RepackSide, number>;
+  full: { vouchBytes: number; gitMs: number; gitBytes: number };
+}
+
+async function repackRows(work: string, chain: BlockFile[], appended: number, rounds: number): Promise<RepackRow> {
+  const base = join(work, 'repack-src');
+  const size = chain.length;
+  const repo = await ChainRepo.init(base, chain.slice(0, size - appended), checkpointText(size - appended), info(0), { sparse: true });
+  for (let i = size - appended; i < size; i++) await repo.append([chain[i]!], checkpointText(i + 1), info(i));
+  if (repo.pendingLoose === 0) throw new Error('repack: no loose objects to pack');
+  const looseBytes = bytesUnder(join(base, '.git', 'objects')) - bytesUnder(join(base, '.git', 'objects', 'pack'));
+  const sides: RepackSide[] = ['vouch', 'git -d', 'git --geometric=2 -d'];
+  const row: RepackRow = {
+    size,
+    appended,
+    looseBytes,
+    rounds,
+    ms: { vouch: [], 'git -d': [], 'git --geometric=2 -d': [] },
+    bytes: { vouch: 0, 'git -d': 0, 'git --geometric=2 -d': 0 },
+    packs: { vouch: 0, 'git -d': 0, 'git --geometric=2 -d': 0 },
+    full: { vouchBytes: 0, gitMs: 0, gitBytes: 0 },
+  };
+  for (let k = 0; k < rounds; k++) {
+    for (const side of rotated(sides, k)) {
+      const dir = join(work, `repack-${k}`);
+      cpSync(base, dir, { recursive: true });
+      let ms: number;
+      if (side === 'vouch') {
+        const copy = await ChainRepo.open(dir);
+        const t = performance.now();
+        await copy.repack();
+        ms = performance.now() - t;
+      } else {
+        const extra = side === 'git -d' ? ['-d'] : ['--geometric=2', '-d'];
+        const c = await run('git', [...DURABLE, '-C', dir, 'repack', '-q', ...extra]);
+        if (c.status !== 0) throw new Error(`git repack failed: ${c.stderr}`);
+        ms = c.ms;
+      }
+      row.ms[side].push(ms);
+      row.bytes[side] = bytesUnder(join(dir, '.git', 'objects'));
+      row.packs[side] = packCount(join(dir, '.git'));
+      if (side === 'vouch' && k === 0) row.full.vouchBytes = row.bytes.vouch;
+      rmSync(dir, { recursive: true, force: true });
+    }
+    console.log(`repack round ${k + 1}: ${sides.map((s) => `${s} ${f1(row.ms[s][k]!)} ms`).join(', ')}`);
+  }
+  // Disk: the whole repository packed by git with deltas (what a clone or `git gc` leaves).
+  const dir = join(work, 'repack-full');
+  cpSync(base, dir, { recursive: true });
+  const c = await run('git', [...DURABLE, '-C', dir, 'repack', '-q', '-a', '-d']);
+  if (c.status !== 0) throw new Error(`git repack -a -d failed: ${c.stderr}`);
+  row.full.gitMs = c.ms;
+  row.full.gitBytes = bytesUnder(join(dir, '.git', 'objects'));
+  rmSync(dir, { recursive: true, force: true });
+  rmSync(base, { recursive: true, force: true });
+  return row;
+}
+
+// ---------------------------------------------------------------------------
+
+export async function runGitopsBench(quick: boolean): Promise<{ title: string; markdown: string }> {
+  const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+  const rowsWanted = new Set((arg('rows') ?? 'append,clone,fetch,push,repack').split(','));
+  const n = quick ? 5_000 : 50_000;
+  const rounds = Number(arg('rounds') ?? (quick ? 2 : 3));
+  const load0 = loadavg()[0]!;
+  const work = mkdtempSync(join(tmpdir(), 'vouch-gitops-'));
+  const out: string[] = [
+    `Every row side by side in one run, the sides' order rotating each round; medians. Stock git runs with \`${DURABLE.filter((x) => x !== '-c').join(' ')}\`.`,
+    '',
+    '| Row | vouch (hand-written) | stock git | Note |',
+    '|---|---|---|---|',
+  ];
+  try {
+    const chain = await realBlocks(n, n);
+    if (rowsWanted.has('append')) {
+      const samples = quick ? 30 : 150;
+      for (const a of await appendRows(work, chain, [1_000, n], samples)) {
+        const p = (s: keyof AppendRow['ms']) => `${median(a.ms[s]).toFixed(2)} ms (p90 ${q90(a.ms[s]).toFixed(2)})`;
+        out.push(
+          `| append p50 up to ${a.size.toLocaleString('en')} blocks (the last ${a.samples} appends, each side) | ${p('vouch')} | plumbing ${p('plumbing')}; plumbing + vouch's directory fsyncs ${p('plumbing+dirsync')}; fast-import ${p('fastimport')} | fast-import's checkpoints left ${a.packsAfterFastImport} pack(s) (a small one is unpacked to loose objects) |`,
+        );
+      }
+    }
+    if (rowsWanted.has('clone') || rowsWanted.has('fetch')) {
+      const c = await cloneRows(work, n, rounds, quick ? 5 : 15, chain.slice(-20));
+      const m = (s: CloneSide) => `${f1(median(c.ms[s]) / 1000)} s, peak RSS ${Math.round(median(c.rss[s]))} MiB, ${mib(c.bytes[s])} on disk`;
+      const fm = (s: CloneSide) => `${f1(median(c.fetchMs[s]))} ms`;
+      out.push(
+        `| mirror clone of ${n.toLocaleString('en')} blocks (${c.rounds} rounds; the cold verify after it is the same code on every side) | ${m('vouch')} (the node process cloning nothing: ${Math.round(c.baselineRssMiB)} MiB) | \`git clone --sparse\`: ${m('git')}; behind the bounding proxy: ${m('git+proxy')} | proxy cut ${c.cut} answers |`,
+        `| fetch of one append at ${n.toLocaleString('en')} (${c.fetchMs.vouch.length} fetches) | ${fm('vouch')} | \`git fetch\`: ${fm('git')}; behind the proxy: ${fm('git+proxy')} | |`,
+      );
+    }
+    if (rowsWanted.has('push')) {
+      const [p] = await benchPush({ sizes: [n], samples: quick ? 5 : 15 });
+      out.push(
+        `| push of one append at ${n.toLocaleString('en')} commits (${p!.samples} pushes) | ${f1(p!.medianMs)} ms (walk+pack ${p!.walkMs.toFixed(2)} ms) | \`git push\`: ${f1(p!.gitCliMs)} ms | server's connectivity check alone ${f1(p!.serverCheckMs)} ms |`,
+      );
+    }
+    if (rowsWanted.has('repack')) {
+      const r = await repackRows(work, chain, quick ? 100 : 250, rounds);
+      const m = (s: RepackSide) => `${f1(median(r.ms[s]))} ms, ${mib(r.bytes[s])}, ${r.packs[s]} packs`;
+      out.push(
+        `| repack of the last ${r.appended} appends' loose objects (${mib(r.looseBytes)}) of ${r.size.toLocaleString('en')} blocks (${r.rounds} rounds) | ${m('vouch')} | \`repack -d\`: ${m('git -d')}; \`--geometric=2 -d\`: ${m('git --geometric=2 -d')} | |`,
+        `| disk of the repository (objects) | ${mib(r.full.vouchBytes)} after vouch's repack | \`repack -a -d\`: ${mib(r.full.gitBytes)} (${f1(r.full.gitMs / 1000)} s) | |`,
+      );
+    }
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  out.push(
+    '',
+    `Load average (1 min) ${load0.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end, on ${process.env.CI ? 'CI' : 'a shared machine'}.`,
+  );
+  return { title: 'Writes, fetch and push: vouch vs stock git (issue 33)', markdown: out.join('\n') };
+}
+
+if (process.argv[2] === '--clone-child') {
+  await cloneChild(process.argv[3]!, process.argv[4]!);
+} else if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const r = await runGitopsBench(process.argv.includes('--quick'));
+  console.log(r.markdown);
+}
