@@ -58,6 +58,8 @@ export interface Config {
     layout: 'full' | 'sparse';
     origin: string | null;
     unready_when_stale: boolean;
+    /** Rewrite a chain git packed (block blobs as deltas) with every object whole after ready (gateway/chain/whole-packs.ts). */
+    repack_deltas: boolean;
     min_size_wait: number;
     sync_token_file: string | null;
   };
@@ -149,6 +151,7 @@ export const SCHEMA: Record<string, Kind> = {
         check: (s) => (s.length > 0 && !/[\s+\u0000-\u001f\u007f]/.test(s) ? null : 'must be a note key name (no spaces, "+" or control characters)'),
       },
       unready_when_stale: { t: 'bool' },
+      repack_deltas: { t: 'bool' },
       min_size_wait: { t: 'number', min: 0, max: 60 },
       sync_token_file: { t: 'string', nullable: true },
     },
@@ -230,6 +233,7 @@ export const DEFAULTS = {
     layout: 'full' as 'full' | 'sparse',
     origin: null as string | null,
     unready_when_stale: false,
+    repack_deltas: true,
     min_size_wait: 2,
     sync_token_file: null as string | null,
   },

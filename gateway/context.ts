@@ -11,6 +11,7 @@ import type { ChainState } from './chain/verified-state.ts';
 import type { Logger } from './observability/logger.ts';
 import type { Witness } from './transparency/witness.ts';
 import type { Cosigner } from './transparency/cosigner.ts';
+import type { WholePackStats } from './chain/whole-packs.ts';
 
 export interface SubmitHandler {
   submit(
@@ -49,6 +50,8 @@ export interface GatewayContext {
   witness?: Witness | null;
   /** Authority with witnesses: the cosignatures gathered for the committed checkpoint. */
   cosigner?: Cosigner | null;
+  /** Rewrites of a chain git packed with every object whole (gateway/chain/whole-packs.ts). */
+  wholePacks?: WholePackStats | null;
 }
 
 export interface StoredArtifactLike {

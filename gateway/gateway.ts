@@ -27,6 +27,7 @@ import { createKeyFile, readKeyFile } from '../platform/key-file.ts';
 import { nodeBackend, nodeSigner } from '../platform/node-crypto.ts';
 import { type ChainStore, createChain, openChain as openChainDir } from '../store/chain-repo.ts';
 import { acquireChainLock, type ChainLock } from '../store/chain-lock.ts';
+import { repackDeltasAfterReady, type WholePackStats } from './chain/whole-packs.ts';
 import { HeadEdge, commitFor, entryOf, noteOrigin, trustedHead } from '../store/chain-append.ts';
 import { signNoteText } from '../platform/note-signer.ts';
 import { TreeEdge, writeEdgeFile } from '../store/tree-edge.ts';
@@ -724,6 +725,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     if (FAULT !== null && FAULT.stage === 'uncaught') setTimeout(() => injectFault('uncaught', FAULT!.route), 200);
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
+    // A chain git packed (a clone, git gc, a git server's pack): its packs rewritten whole in the background, for lookups.
+    const wholePacks: WholePackStats = { done: 0, failed: 0, running: false };
+    ctx.wholePacks = wholePacks;
+    if (config.chain.repack_deltas) void repackDeltasAfterReady(repo, log, wholePacks);
     // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
     // curl --fail-with-body: an error answer is printed and curl exits non-zero (22), never a silent success.
     say(`try: curl -sS --fail-with-body '${url}/v1/authority'`);

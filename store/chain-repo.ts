@@ -31,6 +31,7 @@ import type {
   RootFiles,
 } from './chain-api.ts';
 import { assertChainWritable } from './chain-lock.ts';
+import { type WholePackResult, repackWhole } from './whole-pack.ts';
 import { isDir, readBranch } from './git-files.ts';
 import type { IndexHint } from './git-index.ts';
 import { RepoReader } from './repo-reader.ts';
@@ -191,6 +192,21 @@ export class ChainRepo implements MirrorStore {
 
   readBlockFile(index: number): string {
     return this.reader.readBlockFile(index);
+  }
+
+  blockStorage(samples: number): { sampled: number; deltas: number } {
+    return this.reader.blockStorage(samples);
+  }
+
+  /** Rewrite the packs with every object whole, by stock git, as the single writer (./whole-pack.ts). */
+  repackWhole(opts: { timeoutMs: number }): Promise<WholePackResult> {
+    return this.s.serialize(async () => {
+      try {
+        return await repackWhole(this.s.dir, this.s.gitdir, opts);
+      } finally {
+        this.reader.reloadPacks();
+      }
+    });
   }
 
   readCheckpoint(): string | null {

@@ -254,6 +254,27 @@ export class DiskPacks {
     return this.readAt(p, offset, 0);
   }
 
+  /**
+   * Whether a pack stores `oid` as a delta (true) or whole (false); null when
+   * no pack holds it. Reads the object's header only.
+   */
+  storedAsDelta(oid: string): boolean | null {
+    const at = this.locate(oid);
+    if (!at || this.open(at.pack) === null) return null;
+    const head = Buffer.alloc(64);
+    const got = fs.readSync(at.pack.fd!, head, 0, Math.min(64, at.pack.end - at.offset), at.offset);
+    const h = parseObjectHeader(
+      head,
+      0,
+      got,
+      (why) => {
+        throw new VouchError('io_error', `bad object header in ${at.pack.name}.pack: ${why}`);
+      },
+      at.offset,
+    );
+    return h.kind === OFS_DELTA || h.kind === REF_DELTA;
+  }
+
   read(oid: string): { type: string; body: Buffer } | null {
     let at = this.locate(oid);
     if (!at) return null;

@@ -346,6 +346,34 @@ export class RepoReader {
    * shard), then the blob, at most 16 MiB, strictly UTF-8.
    */
   readBlockObject(index: number, p: string): string {
+    const e = this.blockEntry(index, p);
+    const o = this.s.objects.readSync(e.oid);
+    if (o.type !== 'blob') throw new VouchError('io_error', `object ${e.oid} (${p}) is a ${o.type}, expected a blob`);
+    return strictBlockText(o.body, index, p);
+  }
+
+  /**
+   * How the packs store the blob of every `step`-th block (issue 33): a
+   * chain that went through `git clone`, `git gc` or a git server's pack
+   * holds its block blobs as deltas of each other; one vouch packed holds
+   * them whole. Counts blobs in no pack (loose) as neither.
+   */
+  blockStorage(samples: number): { sampled: number; deltas: number } {
+    const n = this.s.size;
+    const step = Math.max(1, Math.floor(n / Math.max(1, samples)));
+    let sampled = 0;
+    let deltas = 0;
+    for (let i = 0; i < n && sampled < samples; i += step) {
+      const d = this.s.objects.disk.storedAsDelta(this.blockEntry(i, this.checkRange(i)).oid);
+      if (d === null) continue;
+      sampled++;
+      if (d) deltas++;
+    }
+    return { sampled, deltas };
+  }
+
+  /** The tree entry of block `index` (path `p`) on branch main, checked to be a regular file. */
+  private blockEntry(index: number, p: string): TreeEntry {
     const leafPath = p.slice(0, 14);
     const current = this.s.dirs.get(leafPath); // the last shard: changes with every append
     let entry: TreeEntry | undefined;
@@ -377,9 +405,13 @@ export class RepoReader {
     if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
     if (!isRegularMode(e.mode))
       throw new VouchError('malformed', `malformed at block ${index}: ${p} is ${modeName(e.mode)} on branch main, not a regular file`, { index, resource: p });
-    const o = this.s.objects.readSync(e.oid);
-    if (o.type !== 'blob') throw new VouchError('io_error', `object ${e.oid} (${p}) is a ${o.type}, expected a blob`);
-    return strictBlockText(o.body, index, p);
+    return e;
+  }
+
+  /** Read the pack directory again (after a repack by git): packs gone are closed, new ones used. */
+  reloadPacks(): void {
+    this.s.objects.disk.refresh();
+    this.s.objects.disk.resetCache();
   }
 
   private treeSync(oid: string): TreeEntry[] {

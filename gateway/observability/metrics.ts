@@ -343,6 +343,21 @@ export class GatewayMetrics {
       return Number.isFinite(ms) ? ms / 1000 : null;
     });
 
+    this.counter(
+      'vouch_chain_whole_repacks_total',
+      'Rewrites of a chain git packed (block blobs stored as deltas) with every object whole, by result (chain.repack_deltas).',
+      () => {
+        const w = ctx.wholePacks;
+        return w
+          ? [
+              [{ result: 'done' }, w.done],
+              [{ result: 'failed' }, w.failed],
+            ]
+          : null;
+      },
+      ['result'],
+    );
+
     // Mirror mode: the sync loop; authority with a remote: the pusher.
     this.gauge('vouch_chain_sync_stale_seconds', 'Seconds since the last successful sync with the remote (+Inf: never; absent: not a mirror).', () => {
       const r = ctx.syncReport?.();
