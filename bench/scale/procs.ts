@@ -45,6 +45,8 @@ export interface Gateway {
   readyLine: string;
   /** VmRSS and VmHWM read when the ready line arrived. */
   atReady: { rss: number; hwm: number };
+  /** Where its log (stdout and stderr) goes. */
+  logFile: string;
   stop(): Promise<void>;
 }
 
@@ -100,7 +102,7 @@ export async function startGateway(name: string, configFile: string, logFile: st
     const atReady = memoryOf(child.pid!);
     const url = /listening on (http:\/\/\S+)/.exec(out)?.[1] ?? '';
     assertLoopback(url);
-    return { pid: child.pid!, url, readyMs: at - t0, readyLine: line, atReady, stop };
+    return { pid: child.pid!, url, readyMs: at - t0, readyLine: line, atReady, logFile, stop };
   } catch (e) {
     await stop();
     throw e;
