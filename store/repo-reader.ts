@@ -379,6 +379,8 @@ export class RepoReader {
     let entry: TreeEntry | undefined;
     if (current) entry = current.find((x) => x.name === p.slice(15));
     else {
+      const known = this.s.blobOids.get(index);
+      if (known !== null) return { mode: '100644', name: p.slice(15), oid: known };
       let body = this.s.leaves.get(leafPath);
       if (!body) {
         let entries = this.s.dirs.get('')!;
@@ -398,6 +400,7 @@ export class RepoReader {
         body = o.body;
         if (this.s.leaves.size >= 16) this.s.leaves.delete(this.s.leaves.keys().next().value!);
         this.s.leaves.set(leafPath, body);
+        this.s.blobOids.learnShard(index - (index % 1000), body);
       }
       entry = leafEntry(body, p.slice(15), index % 1000) ?? parseTree(body, 'leaf').find((x) => x.name === p.slice(15));
     }

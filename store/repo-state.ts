@@ -20,6 +20,7 @@ import { type IndexHint, SplitIndex } from './git-index.ts';
 import { acquireLock, commitLock, readBranch, releaseLock } from './git-files.ts';
 import { BRANCH_REF, OID_RE, TREE_MODE, type TreeEntry, treeBody } from './git-objects.ts';
 import { ObjectStore } from './object-store.ts';
+import { BlobOids } from './blob-oids.ts';
 
 export const TMP_SUFFIX = '.vouch-tmp';
 export const STATE_FILE = 'vouch-state.json';
@@ -63,6 +64,8 @@ export class RepoState {
   sparse = false;
   /** Leaf trees read for block reads of the sparse layout, by shard path (a few, most recent). */
   readonly leaves = new Map<string, Buffer>();
+  /** Block blob ids learnt from those leaf trees, so a later read of the same shard skips its tree (./blob-oids.ts). */
+  readonly blobOids = new BlobOids();
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(dir: string, hint: IndexHint | null = null) {
@@ -82,6 +85,7 @@ export class RepoState {
   /** Forget the leaf trees kept for block reads (the branch moved: a shard that was the last one may have grown). */
   forgetLeaves(): void {
     this.leaves.clear();
+    this.blobOids.clear();
   }
 
   /** Read the branch head: the trees on the path to its last well-formed block file, and the chain size. */
