@@ -575,8 +575,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   }
   say(`listening on ${url}`);
   // Image layers are large bodies: the workers boot now (each is a Node isolate), not under the first pull, whose first layer
-  // would otherwise be hashed on the event loop while they start.
-  if (config.proxy.routes.some((r) => r.kind === 'oci')) void hashWorkers.warm();
+  // would otherwise be hashed on the event loop while they start; `ready` waits for them (their start-up is no pull's CPU).
+  const workersBooted = config.proxy.routes.some((r) => r.kind === 'oci') ? hashWorkers.booted() : null;
 
   let pusher: ChainPusher | null = null;
   let sync: ChainSync | null = null;
@@ -723,6 +723,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       );
     }
     if (FAULT !== null && FAULT.stage === 'uncaught') setTimeout(() => injectFault('uncaught', FAULT!.route), 200);
+    await workersBooted;
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
     // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
     // curl --fail-with-body: an error answer is printed and curl exits non-zero (22), never a silent success.
