@@ -290,7 +290,7 @@ export class OciRoutes {
         start = r;
       });
       this.prefetching.set(key, started);
-      queue.push({ key, digest, size: sizes[i] ?? PREFETCH_WINDOW, start });
+      queue.push({ key, digest, size: Math.min(sizes[i] ?? PREFETCH_WINDOW, PREFETCH_WINDOW), start }); // any larger one counts as the window
     });
     let running = 0;
     let bytes = 0; // declared bytes of the fetches running
