@@ -5,7 +5,7 @@
  * `control` a BigInt64Array over shared memory: [0] bytes written, [1] state
  * (0 receiving, 1 complete, 2 abandoned), [2] 1 while the worker sleeps (the
  * writer wakes it only then). Answers `{ id, digest }`, `{ id, abandoned:
- * true }` or `{ id, error }`.
+ * true }` or `{ id, error }`; posts `'ready'` once it listens for jobs.
  * Must hold: the digest covers exactly bytes [0, control[0]) as they were
  * when the state became complete; the worker only reads.
  */
@@ -30,6 +30,8 @@ export const CONTROL_WORDS = 3;
 export const RECEIVING = 0n;
 export const COMPLETE = 1n;
 export const ABANDONED = 2n;
+/** Posted once by a worker when it listens for jobs. */
+export const READY = 'ready';
 
 const READ_CHUNK = 1024 * 1024;
 let readBuffer: Buffer | null = null;
@@ -99,3 +101,4 @@ parentPort?.on('message', (job: HashJob) => {
   }
   parentPort!.postMessage(answer);
 });
+parentPort?.postMessage(READY);

@@ -16,10 +16,12 @@ import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
-import { ABANDONED, COMPLETE, CONTROL_WORDS, SLEEPING, STATE, WRITTEN, type HashAnswer, type HashJob, type HashSource } from './hash-worker.ts';
+import { ABANDONED, COMPLETE, CONTROL_WORDS, READY, SLEEPING, STATE, WRITTEN, type HashAnswer, type HashJob, type HashSource } from './hash-worker.ts';
 
 interface Slot {
   worker: Worker;
+  /** Resolves once the worker said it listens for jobs, or stopped. */
+  booted: Promise<void>;
   busy: boolean;
   jobId: number;
   answer: ((a: HashAnswer | Error) => void) | null;
@@ -100,6 +102,23 @@ export class HashWorkers {
     return this.starting;
   }
 
+  /**
+   * Starts the workers and resolves once each one has booted (loaded its
+   * bundle and listens for jobs), failed, or `timeoutMs` passed. Never
+   * rejects. Booting costs each worker a Node isolate's start-up: a server
+   * awaits this before it says it is ready, so no first request pays it.
+   */
+  async booted(timeoutMs = 10_000): Promise<void> {
+    await this.warm();
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+      timer.unref();
+    });
+    await Promise.race([Promise.all(this.slots.map((s) => s.booted)), late]);
+    clearTimeout(timer);
+  }
+
   /** Workers alive and not yet asked to stop. */
   get workers(): number {
     return this.slots.length;
@@ -158,11 +177,17 @@ export class HashWorkers {
   private spawn(entry: URL): Slot {
     const worker = new Worker(entry);
     worker.unref();
-    const slot: Slot = { worker, busy: false, jobId: 0, answer: null };
-    worker.on('message', (a: HashAnswer) => {
-      if (a.id === slot.jobId) slot.answer?.(a);
+    let boot!: () => void;
+    const booted = new Promise<void>((resolve) => {
+      boot = resolve;
+    });
+    const slot: Slot = { worker, booted, busy: false, jobId: 0, answer: null };
+    worker.on('message', (a: HashAnswer | typeof READY) => {
+      if (a === READY) boot();
+      else if (a.id === slot.jobId) slot.answer?.(a);
     });
     const fail = (e: Error) => {
+      boot();
       const i = this.slots.indexOf(slot);
       if (i >= 0) this.slots.splice(i, 1); // a dead worker is not used again
       slot.answer?.(e);

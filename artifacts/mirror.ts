@@ -6,7 +6,8 @@
  * Owns: the tiers' order, the counters, the verified fetcher's entry point.
  * Trusts: the verified fetcher to put only bytes it just hashed; nothing
  * read back from disk (hashed again, unless this process verified the file
- * and its stamp is unchanged; a mismatch is deleted and a miss).
+ * and its stamp is unchanged: then a large one is served from the file as
+ * it is; a mismatch is deleted and a miss).
  * Must hold: only verified bytes are returned; memory and files handed out
  * are neither reused nor deleted before every holder called `release()`;
  * large artifacts never sit in the heap; memory entries are charged to the
@@ -20,7 +21,7 @@ import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.t
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { BytePoolStats, MemoryBudgetStats } from './byte-pool.ts';
 import { DiskTier, type DiskEntry } from './mirror-disk.ts';
-import { MemoryTier } from './mirror-memory.ts';
+import { MemoryTier, POOLED_MIN } from './mirror-memory.ts';
 import { ignore, SpoolFiles, tempName } from './mirror-spool.ts';
 import { keptOriginHeaders, type StoredArtifact } from './stored-artifact.ts';
 
@@ -98,7 +99,8 @@ export class Mirror {
 
   /**
    * The verified artifact, or null on a miss. Disk hits are hashed again
-   * first (small ones move into memory); a corrupt disk file is deleted and
+   * first (small ones move into memory) unless this process verified the
+   * file and its stamp is unchanged; a corrupt disk file is deleted and
    * counts as a miss. The caller must `release()` what it gets.
    */
   async get(artifactHash: string): Promise<StoredArtifact | null> {
@@ -320,7 +322,10 @@ export class Mirror {
     const disk = this.disk!;
     const held = disk.artifact(entry, 'disk'); // nothing deletes it while it is checked
     // Read into memory only what the memory tier keeps and the budget has room for; else checked and served from the file.
-    const reserved = this.memory.keeps(entry.size) && this.memory.reserveReadBack(entry.size) ? entry.size : 0;
+    // A large file this process verified is served from the file at once (its stamp checked, nothing read first): reading
+    // it whole into memory held its first byte back for the whole read, where a file is sent through two small halves.
+    const fromFile = entry.size >= POOLED_MIN && entry.verified != null;
+    const reserved = !fromFile && this.memory.keeps(entry.size) && this.memory.reserveReadBack(entry.size) ? entry.size : 0;
     const result = await disk.check(entry, h, reserved > 0);
     if (!(result instanceof Buffer && reserved > 0)) this.unreserve(reserved);
     if (result === false) {

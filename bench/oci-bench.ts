@@ -168,9 +168,10 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
         'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened) ' +
         'before its own sending starts, and its copy in the disk mirror is written behind that sending. ' +
-        "The blobs of a served manifest are fetched ahead 3 at a time in the manifest's order, the client's requests joining those fetches, " +
-        'so the first layer is on its way while the next ones arrive. Hits are sent from memory in 1 MiB pieces, up to 8 MiB of them queued on the socket, or from the disk mirror through ' +
-        'two 1 MiB halves, without hashing a file again that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
+        "The blobs of a served manifest are fetched ahead in the manifest's order, the client's requests joining those fetches: small ones 3 at a time, " +
+        'a layer larger than 16 MiB alone unless it runs 500 ms, so the first layer is whole and on its way while the next one arrives. ' +
+        "The gateway's hash workers boot before it says ready. Hits are sent from memory in 1 MiB pieces, up to 8 MiB of them queued on the socket, or straight from the disk mirror's file through " +
+        'two 1 MiB halves, without reading or hashing again a file that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
         'The figures are wall times of skopeo on 2 cores shared with other work: read them with the load average above.',
     ].join('\n');
     return { title: 'Container images through a kind: oci route (issue 36)', markdown };

@@ -576,8 +576,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   }
   say(`listening on ${url}`);
   // Image layers are large bodies: the workers boot now (each is a Node isolate), not under the first pull, whose first layer
-  // would otherwise be hashed on the event loop while they start.
-  if (config.proxy.routes.some((r) => r.kind === 'oci')) void hashWorkers.warm();
+  // would otherwise be hashed on the event loop while they start; `ready` waits for them (their start-up is no pull's CPU).
+  const workersBooted = config.proxy.routes.some((r) => r.kind === 'oci') ? hashWorkers.booted() : null;
 
   let pusher: ChainPusher | null = null;
   let sync: ChainSync | null = null;
@@ -724,6 +724,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       );
     }
     if (FAULT !== null && FAULT.stage === 'uncaught') setTimeout(() => injectFault('uncaught', FAULT!.route), 200);
+    await workersBooted;
     say(`ready: ${state.size} blocks, head ${state.head.record_hash} (${report.mode} start, ${report.verified} verified in ${Math.round(report.ms)} ms)`);
     // A chain git packed (a clone, git gc, a git server's pack): its packs rewritten whole in the background, for lookups.
     const wholePacks: WholePackStats = { done: 0, failed: 0, running: false };

@@ -47,8 +47,12 @@ const MAX_REACHABLE = 200_000;
 const MAX_RELEARN_TAGS = 1000;
 /** Blob fetches queued ahead of the client (`prefetch`) at most. */
 const MAX_PREFETCH = 64;
-/** Blobs of one manifest fetched ahead at once, in its order (Docker's default of concurrent layer downloads). */
+/** Blobs of one manifest fetched ahead at once at most, in its order (Docker's default of concurrent layer downloads). */
 const PREFETCH_AT_ONCE = 3;
+/** The next fetch ahead starts while fewer declared bytes than this are being fetched ahead (a larger blob: alone). */
+export const PREFETCH_WINDOW = 16 * 1024 * 1024;
+/** A fetch ahead running this long lets the next one start beside it, whatever its size. */
+export const PREFETCH_STAGGER_MS = 500;
 /**
  * Bytes of a blob in memory queued on the client's socket at once (views of
  * the held bytes: no copy, nothing more held): the event loop tops the queue
@@ -260,7 +264,7 @@ export class OciRoutes {
       };
       res.writeHead(200, head);
       res.end(req.method === 'HEAD' ? undefined : bytes);
-      if (req.method === 'GET') this.prefetch(route, r.repo, facts.blobs);
+      if (req.method === 'GET') this.prefetch(route, r.repo, facts.blobs, facts.blobSizes);
     } finally {
       artifact.release();
     }
@@ -268,44 +272,69 @@ export class OciRoutes {
 
   /**
    * Obtains the blobs of a manifest just served (verified into the mirror)
-   * before the client asks for them, PREFETCH_AT_ONCE at a time in the
-   * manifest's order: the client's requests join these fetches (`turn`), so
-   * the first layer is whole, checked and on its way while the next ones
-   * arrive, instead of every layer finishing at once at the end.
+   * before the client asks for them, in the manifest's order: the client's
+   * requests join these fetches (`turn`). Small blobs go PREFETCH_AT_ONCE
+   * at a time; once PREFETCH_WINDOW declared bytes are being fetched, the
+   * next waits for one to finish, or for PREFETCH_STAGGER_MS (an upstream
+   * that gives one connection part of its bandwidth). So a large layer
+   * arrives alone: nothing of it goes out before all of it arrived and
+   * hashed, and beside others it would arrive, and go out, only when they do.
    */
-  private prefetch(route: ProxyRoute, repo: string, digests: readonly string[]): void {
-    const queue: Array<{ key: string; digest: string; start: () => void }> = [];
-    for (const digest of digests) {
+  private prefetch(route: ProxyRoute, repo: string, digests: readonly string[], sizes: ReadonlyArray<number | null> = []): void {
+    const queue: Array<{ key: string; digest: string; size: number; start: () => void }> = [];
+    digests.forEach((digest, i) => {
       const key = `${route.index} ${repo} ${digest}`;
-      if (this.prefetching.has(key) || this.prefetching.size >= MAX_PREFETCH) continue;
+      if (this.prefetching.has(key) || this.prefetching.size >= MAX_PREFETCH) return;
       let start!: () => void;
       const started = new Promise<void>((r) => {
         start = r;
       });
       this.prefetching.set(key, started);
-      queue.push({ key, digest, start });
-    }
-    const next = async (): Promise<void> => {
-      for (let item = queue.shift(); item !== undefined; item = queue.shift()) {
-        const { key, digest, start } = item;
-        try {
-          const headers = { accept: '*/*', ...(await this.authHeader(route, repo)) };
-          const pending = this.ctx.artifacts.obtain(blobUrl(route.origin, repo, digest), digest, { headers, trustedHosts: [new URL(route.canonical).host] });
-          start(); // in flight (or found in the mirror): the client's request joins it from here on
-          (await pending).artifact.release();
-        } catch (e) {
-          start();
-          this.ctx.log.debug("oci: a blob fetched ahead failed (the client's own request tries again)", {
-            route: route.label,
-            digest,
-            error: (e as Error)?.message?.split('\n')[0],
-          });
-        } finally {
-          this.prefetching.delete(key);
-        }
+      queue.push({ key, digest, size: Math.min(sizes[i] ?? PREFETCH_WINDOW, PREFETCH_WINDOW), start }); // any larger one counts as the window
+    });
+    let running = 0;
+    let bytes = 0; // declared bytes of the fetches running
+    let timer: NodeJS.Timeout | null = null;
+    const fetchOne = async (item: (typeof queue)[number]): Promise<void> => {
+      const { key, digest, start } = item;
+      try {
+        const headers = { accept: '*/*', ...(await this.authHeader(route, repo)) };
+        const pending = this.ctx.artifacts.obtain(blobUrl(route.origin, repo, digest), digest, { headers, trustedHosts: [new URL(route.canonical).host] });
+        start(); // in flight (or found in the mirror): the client's request joins it from here on
+        (await pending).artifact.release();
+      } catch (e) {
+        start();
+        this.ctx.log.debug("oci: a blob fetched ahead failed (the client's own request tries again)", {
+          route: route.label,
+          digest,
+          error: (e as Error)?.message?.split('\n')[0],
+        });
+      } finally {
+        this.prefetching.delete(key);
       }
     };
-    for (let i = 0; i < Math.min(PREFETCH_AT_ONCE, queue.length); i++) void next();
+    /** Starts the next fetches the window allows; `late`: the stagger ran out, one more starts whatever its size. */
+    const launch = (late: boolean): void => {
+      if (timer !== null) clearTimeout(timer);
+      timer = null;
+      for (let item = queue[0]; item !== undefined && running < PREFETCH_AT_ONCE; item = queue[0]) {
+        if (bytes >= PREFETCH_WINDOW && !late) break;
+        late = false;
+        queue.shift();
+        running++;
+        bytes += item.size;
+        void fetchOne(item).finally(() => {
+          running--;
+          bytes -= item.size;
+          launch(false);
+        });
+      }
+      if (queue.length > 0 && running > 0) {
+        timer = setTimeout(() => launch(true), PREFETCH_STAGGER_MS);
+        timer.unref();
+      }
+    };
+    launch(false);
   }
 
   /** Waits until the fetch ahead of `digest` (if one is queued) started, so the client's request joins it rather than racing it. */

@@ -88,10 +88,20 @@ export interface ManifestFacts {
   manifests: string[];
   /** Config and layers of a manifest (digests). */
   blobs: string[];
+  /** The sizes their descriptors declare, in the order of `blobs` (null: none or not a size). Unchecked: for scheduling only. */
+  blobSizes: Array<number | null>;
 }
 
 function bad(what: string): never {
   throw new VouchError('bad_request', `not an OCI manifest: ${what}`);
+}
+
+function descriptorSizes(list: unknown): Array<number | null> {
+  if (!Array.isArray(list)) return [];
+  return list.map((d) => {
+    const size = (d as { size?: unknown } | null)?.size;
+    return typeof size === 'number' && Number.isSafeInteger(size) && size >= 0 ? size : null;
+  });
 }
 
 function descriptorDigests(list: unknown, field: string): string[] {
@@ -123,10 +133,11 @@ export function parseManifest(bytes: Buffer): ManifestFacts {
   const mediaType = typeof declared === 'string' ? declared : isIndex ? OCI_INDEX : OCI_MANIFEST;
   if (!MANIFEST_TYPES.includes(mediaType)) bad(`media type ${JSON.stringify(mediaType.slice(0, 100))} is not served`);
   if (mediaType === OCI_INDEX || mediaType === DOCKER_LIST) {
-    return { mediaType, manifests: descriptorDigests(o.manifests, 'manifests'), blobs: [] };
+    return { mediaType, manifests: descriptorDigests(o.manifests, 'manifests'), blobs: [], blobSizes: [] };
   }
   const config = o.config === undefined ? [] : descriptorDigests([o.config], 'config');
-  return { mediaType, manifests: [], blobs: [...config, ...descriptorDigests(o.layers, 'layers')] };
+  const blobs = [...config, ...descriptorDigests(o.layers, 'layers')];
+  return { mediaType, manifests: [], blobs, blobSizes: [...(o.config === undefined ? [] : descriptorSizes([o.config])), ...descriptorSizes(o.layers)] };
 }
 
 /** JSON.parse after a linear check of the text's shape. */

@@ -111,11 +111,22 @@ test('request paths: base, manifests by tag and digest, blobs, tags/list; anythi
 test('manifests and indexes: media type, what they reach; bounded; schema 1 and junk refused', () => {
   const d = (c: string) => `sha256:${c.repeat(64)}`;
   const m = parseManifest(
-    Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: DOCKER_MANIFEST, config: { digest: d('c') }, layers: [{ digest: d('1') }, { digest: d('2') }] })),
+    Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: DOCKER_MANIFEST,
+        config: { digest: d('c'), size: 7 },
+        layers: [
+          { digest: d('1'), size: 2 ** 30 },
+          { digest: d('2'), size: -1 },
+        ],
+      }),
+    ),
   );
-  assert.equal(m, { mediaType: DOCKER_MANIFEST, manifests: [], blobs: [d('c'), d('1'), d('2')] });
+  // Declared sizes (only for scheduling what is fetched ahead): a size that is no byte count is null.
+  assert.equal(m, { mediaType: DOCKER_MANIFEST, manifests: [], blobs: [d('c'), d('1'), d('2')], blobSizes: [7, 2 ** 30, null] });
   const i = parseManifest(Buffer.from(JSON.stringify({ schemaVersion: 2, manifests: [{ digest: d('a') }] })));
-  assert.equal(i, { mediaType: OCI_INDEX_TYPE, manifests: [d('a')], blobs: [] });
+  assert.equal(i, { mediaType: OCI_INDEX_TYPE, manifests: [d('a')], blobs: [], blobSizes: [] });
   const refused = (b: Buffer | string) => {
     try {
       parseManifest(Buffer.isBuffer(b) ? b : Buffer.from(b));

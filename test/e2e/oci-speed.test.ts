@@ -5,14 +5,18 @@
  * front of it, and skopeo copying the image through the gateway.
  * Must hold: the layers of a cold pull are hashed by the hash workers beside
  * their receiving (`vouch_origin_hashed_inline_bytes_total` stays 0: the
- * workers boot when the gateway listens, not under the first layer); what
- * the client received is the endorsed image, byte for byte. (The disk copy
- * written behind the sending: test/unit/mirror-write-behind.)
+ * workers boot before the gateway says ready, not under the first layer); what
+ * the client received is the endorsed image, byte for byte; layers larger
+ * than the fetch-ahead window reach the upstream one after another (seen
+ * by a relay between gateway and registry). (The disk copy written behind
+ * the sending: test/unit/mirror-write-behind.)
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile } from '../../chain/index.ts';
@@ -20,6 +24,7 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned, commitFor } from '../../store/chain-append.ts';
 import { MANIFEST_ACCEPT, manifestUrl } from '../../gateway/ecosystems/oci.ts';
+import { PREFETCH_STAGGER_MS, PREFETCH_WINDOW } from '../../gateway/ecosystems/oci-route.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
 import { Layout, Registry, push, skopeo, type Descriptor } from '../helpers/oci-registry.ts';
@@ -30,6 +35,27 @@ const work = mkdtempSync(join(tmpdir(), 'vouch-oci-speed-'));
 let registry: Registry;
 let gw: GatewayProcess;
 const layers: Descriptor[] = [];
+/** Layers larger than the fetch-ahead window, of a second image. */
+const large: Descriptor[] = [];
+/** Between the gateway and the registry: forwards, and records when each blob GET arrived and its answer was handed out. */
+let relay: Server;
+const blobGets: Array<{ digest: string; start: number; end: number }> = [];
+
+function startRelay(): Promise<string> {
+  const up = new URL(registry.url);
+  relay = createServer((req, res) => {
+    const start = performance.now();
+    const fwd = request({ host: up.hostname, port: up.port, method: req.method, path: req.url, headers: { ...req.headers, host: up.host } }, (answer) => {
+      res.writeHead(answer.statusCode!, answer.headers);
+      answer.pipe(res);
+    });
+    fwd.on('error', () => res.destroy());
+    req.pipe(fwd);
+    const blob = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(req.url ?? '');
+    if (req.method === 'GET' && blob !== null) res.on('finish', () => blobGets.push({ digest: blob[1]!, start, end: performance.now() }));
+  });
+  return new Promise((resolve) => relay.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(relay.address() as AddressInfo).port}`)));
+}
 const signer = testSigner();
 
 /** A counter of the gateway's /metrics (the sum of its series matching `series`). */
@@ -48,9 +74,17 @@ test.before(async () => {
   for (let i = 0; i < 3; i++) layers.push(await layout.bigLayer(6 * MiB, 7 + i));
   layout.tag(layout.image(layers), '1.0');
   await push(join(work, 'layout'), '1.0', registry, 'speed');
-  const res = await fetch(`${registry.url}/v2/speed/manifests/1.0`, { headers: { accept: MANIFEST_ACCEPT } });
-  const digest = res.headers.get('docker-content-digest')!;
-  await res.arrayBuffer();
+  const big = new Layout(join(work, 'layout-large'));
+  for (let i = 0; i < 3; i++) large.push(await big.bigLayer(PREFETCH_WINDOW + 4 * MiB, 20 + i));
+  big.tag(big.image(large), '1.0');
+  await push(join(work, 'layout-large'), '1.0', registry, 'large');
+  const digestOf = async (repo: string) => {
+    const res = await fetch(`${registry.url}/v2/${repo}/manifests/1.0`, { headers: { accept: MANIFEST_ACCEPT } });
+    await res.arrayBuffer();
+    return res.headers.get('docker-content-digest')!;
+  };
+  const digest = await digestOf('speed');
+  const largeDigest = await digestOf('large');
   const now = Date.UTC(2026, 0, 1);
   const authority = buildAuthorityBlock({ signer, backend: nodeBackend, now, uns: 'test/chain' });
   const repo = await ChainRepo.init(
@@ -66,7 +100,10 @@ test.before(async () => {
     now: now + 1000,
     uns: 'test/images',
     semver: '1.0.0',
-    entries: [{ url: manifestUrl(CANON, 'speed', '1.0'), artifactHash: digest, name: 'oci/speed', semver: '1.0.0', license: 'MIT' }],
+    entries: [
+      { url: manifestUrl(CANON, 'speed', '1.0'), artifactHash: digest, name: 'oci/speed', semver: '1.0.0', license: 'MIT' },
+      { url: manifestUrl(CANON, 'large', '1.0'), artifactHash: largeDigest, name: 'oci/large', semver: '1.0.0', license: 'MIT' },
+    ],
   });
   await appendSigned(repo, [block], buildCheckpoint({ head: block, signer, now: now + 1000 }), now + 1000);
   const cfg = writeConfig(join(work, 'gw'), {
@@ -74,13 +111,14 @@ test.before(async () => {
     chain: { dir: join(work, 'chain'), public_key: Buffer.from(signer.publicKey).toString('base64') },
     origin: { allow_private: true, timeout: 60 },
     mirror: { memory_bytes: 256 * MiB, disk_dir: join(work, 'mirror') },
-    proxy: { routes: [{ prefix: '/v2/', kind: 'oci', origin: registry.url, canonical: CANON }] },
+    proxy: { routes: [{ prefix: '/v2/', kind: 'oci', origin: await startRelay(), canonical: CANON }] },
   });
   gw = await startGatewayProcess(['--config', cfg]);
 });
 
 test.after(async () => {
   await gw?.stop();
+  await new Promise((r) => (relay ? relay.close(r) : r(null)));
   await registry?.stop();
   rmSync(work, { recursive: true, force: true });
 });
@@ -96,6 +134,28 @@ test('a cold pull: every layer hashed by a worker beside its receiving, none on 
   }
   assert.ok((await metric(/^vouch_origin_fetch_bytes_total$/)) >= layers.reduce((n, l) => n + l.size, 0), 'the layers came from the registry');
   assert.is(await metric(/^vouch_origin_hashed_inline_bytes_total$/), 0);
+});
+
+test('layers larger than the fetch-ahead window are fetched one after another (the next once the one before arrived, or after the stagger)', async () => {
+  const out = join(work, 'pulled-large');
+  const r = await skopeo(['copy', '--src-tls-verify=false', `docker://${new URL(gw.url).host}/large:1.0`, `oci:${out}:x`], 300_000);
+  assert.is(r.status, 0, r.stderr);
+  const gets = large.map((l) => {
+    const g = blobGets.filter((x) => x.digest === l.digest);
+    assert.is(g.length, 1, `one upstream GET of ${l.digest}`);
+    return g[0]!;
+  });
+  // In the manifest's order; each starts once the one before was handed out whole, or PREFETCH_STAGGER_MS after it
+  // started (a slow machine): never beside it from the start, which made every layer arrive, and go out, only at the end.
+  for (let k = 1; k < gets.length; k++) {
+    const before = gets[k - 1]!;
+    const at = gets[k]!.start;
+    assert.ok(
+      at >= before.end || at >= before.start + PREFETCH_STAGGER_MS - 50,
+      `layer ${k} started ${(at - before.start).toFixed(0)} ms after layer ${k - 1}, which took ${(before.end - before.start).toFixed(0)} ms`,
+    );
+  }
+  for (const l of large) assert.ok(existsSync(join(out, 'blobs', 'sha256', l.digest.slice('sha256:'.length))), l.digest);
 });
 
 test.run();

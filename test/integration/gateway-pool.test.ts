@@ -2,7 +2,7 @@
  * Large memory-tier artifacts: received into recycled shared buffers
  * (`BytePool`) while hash workers (`HashWorkers`) hash them.
  *
- * Checks: size classes; reuse and the bound of the free lists; digests from
+ * Checks: size classes; reuse and the bound of the free lists; `booted()`; digests from
  * the workers equal node:crypto's for every algorithm and any chunking; a
  * busy pool answers null (the caller hashes); abandoned and dead workers;
  * through the verified fetcher against a real origin: the pooled path
@@ -66,6 +66,30 @@ function hex(alg: HashAlgorithm, bytes: Uint8Array): string {
 }
 
 // ---------------------------------------------------------------------------- BytePool
+
+test('booted(): resolves once every worker listens; each then takes a job at once and answers its digest', async () => {
+  const fresh = new HashWorkers(2);
+  try {
+    await fresh.booted();
+    assert.is(fresh.workers, 2);
+    const bufs = [0, 1].map((i) => {
+      const b = Buffer.from(new SharedArrayBuffer(64 * 1024));
+      b.fill(i + 1);
+      return b;
+    });
+    const jobs = bufs.map((b) => fresh.start('sha256', b));
+    assert.ok(
+      jobs.every((j) => j !== null),
+      'both workers idle and listening',
+    );
+    for (const [i, j] of jobs.entries()) {
+      j!.advance(bufs[i]!.length);
+      assert.is(Buffer.from(await j!.finish()).toString('hex'), createHash('sha256').update(bufs[i]!).digest('hex'));
+    }
+  } finally {
+    await fresh.close();
+  }
+});
 
 test('size classes: never smaller than asked, at most 25 % slack above 64 KiB, monotone', () => {
   let prev = 0;

@@ -6,12 +6,13 @@
  * written; the mirror counts them as held meanwhile; bytes that left memory
  * before their copy was written are found on disk, not missed; `settled()`
  * and `close()` await the copies, which a new mirror over the same directory
- * reads back intact.
+ * reads back intact; a large copy this process verified is served from its
+ * file without a read into memory first, unless its file changed since.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Mirror } from '../../artifacts/mirror.ts';
@@ -72,6 +73,32 @@ test('bytes pushed out of memory before their copy is written are found on disk,
   assert.ok(bytesOf(hit!).equals(a.bytes));
   hit!.release();
   assert.is(mirror.stats().misses, 0);
+  await mirror.close();
+});
+
+test('a large file this process verified is served from the file at once; written over since, it is hashed again and refused', async () => {
+  const diskDir = join(dir, 'c');
+  const mirror = new Mirror({ memoryBytes: 12 * MiB, spoolThreshold: 8 * MiB, diskDir });
+  await mirror.ready;
+  const a = artifact(7 * MiB, 5);
+  const b = artifact(7 * MiB, 6);
+  (await mirror.putBytes(a.hash, a.bytes, 'application/octet-stream')).release();
+  await mirror.settled();
+  (await mirror.putBytes(b.hash, b.bytes, 'application/octet-stream')).release(); // pushes a out of memory
+  await mirror.settled();
+  const inFlight = mirror.stats().budget;
+  const hit = await mirror.get(a.hash);
+  assert.is(hit?.tier, 'disk');
+  // Not read whole into memory before its first byte can go out (a 56 MiB layer waited for that read).
+  assert.is(hit!.bytes, undefined);
+  assert.ok(readFileSync(hit!.path!).equals(a.bytes));
+  assert.equal(mirror.stats().budget, inFlight, 'nothing charged to the memory budget');
+  hit!.release();
+  // The same bytes' file written over (same length): its stamp changed, so it is hashed again, deleted and a miss.
+  const wrong = artifact(7 * MiB, 7).bytes;
+  writeFileSync(hit!.path!, wrong);
+  assert.is(await mirror.get(a.hash), null);
+  assert.is(mirror.stats().corrupt, 1);
   await mirror.close();
 });
 
