@@ -33,6 +33,11 @@ const R = 0x52; // 'R'
 const NONE = 0xffffffff;
 
 export function sha256(c: CryptoBackend, data: Uint8Array): Uint8Array {
+  if (c.sha256To) {
+    const out = new Uint8Array(32);
+    c.sha256To(data, out);
+    return out;
+  }
   if (c.digest) return c.digest('sha256', data);
   const h = c.createHash('sha256');
   h.update(data);
@@ -218,8 +223,15 @@ export class CompletenessIndex {
     this.accs32 = new Uint32Array(this.accs.buffer, this.accs.byteOffset, this.accs.length >> 2);
   }
 
-  /** indexKey into a buffer of this index (valid until the next call). */
+  /** Unit keys computed lately (a unit's versions follow each other); cleared when full. */
+  private readonly unitKeys = new Map<string, Uint8Array>();
+
+  /** indexKey, into a buffer of this index (valid until the next call) or from `unitKeys`; never written to by the caller. */
   private keyOf(kind: KeyKind, name: string): Uint8Array {
+    if (kind === 'unit') {
+      const known = this.unitKeys.get(name);
+      if (known !== undefined) return known;
+    }
     const p = KEY_PREFIX[kind];
     // UTF-8 is at most 3 bytes a UTF-16 unit
     if (p.length + 3 * name.length > this.keyBuf.length) this.keyBuf = new Uint8Array(p.length + 3 * name.length + 64);
@@ -227,6 +239,10 @@ export class CompletenessIndex {
     buf.set(p);
     const { written } = encoder.encodeInto(name, buf.subarray(p.length));
     sha256To(this.c, buf.subarray(0, p.length + written), this.keyOut);
+    if (kind === 'unit') {
+      if (this.unitKeys.size >= 4096) this.unitKeys.clear();
+      this.unitKeys.set(name, this.keyOut.slice());
+    }
     return this.keyOut;
   }
   /** While `rootWith` tries blocks: what to put back. */
@@ -571,7 +587,8 @@ export class CompletenessIndex {
     }
     this.settle();
     if (blocks.length === 0) return this.root();
-    this.root(); // every hash current: only what the trial touches is rehashed, and restored on rollback
+    // every hash current: only what the trial touches is rehashed, and restored on rollback
+    if (this.rootNode >= 0) this.rehash(this.rootNode);
     this.journal = {
       nodes: this.nodes,
       leaves: this.leaves,
