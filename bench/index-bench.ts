@@ -8,9 +8,8 @@
  * (b) proofs at 1M: generated and verified per second, sizes;
  * (c) memory: typed-array bytes, heap + external growth;
  * (d) its image (warm snapshot): size, write, read back (sha256 + fromImage);
- * (e) the sha256 bindings side by side (node:crypto one-shot, the backend's
- *     sha256To) and `vouch verify` of bench/out/chain-50000 with the index
- *     (`--index`) and without (`--no-index`), interleaved, wall and CPU.
+ * (e) sha256 through node:crypto and through sha256To, side by side; `vouch
+ *     verify` of bench/out/chain-50000 with `--index` and `--no-index`.
  * Blocks are the facts the index reads (index, intent, effective date,
  * endorsement URL, name, semver), unsigned: signing is not what is measured.
  */
