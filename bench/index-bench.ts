@@ -7,7 +7,9 @@
  *     (trial `rootWith`, then the commit of the same block with `keep`);
  * (b) proofs at 1M: generated and verified per second, sizes;
  * (c) memory: typed-array bytes, heap + external growth;
- * (d) its image (warm snapshot): size, write, read back (sha256 + fromImage).
+ * (d) its image (warm snapshot): size, write, read back (sha256 + fromImage);
+ * (e) sha256 through node:crypto and through sha256To, side by side; `vouch
+ *     verify` of bench/out/chain-50000 with `--index` and `--no-index`.
  * Blocks are the facts the index reads (index, intent, effective date,
  * endorsement URL, name, semver), unsigned: signing is not what is measured.
  */
@@ -15,8 +17,12 @@ import type { Block } from '../chain/block.ts';
 import { CompletenessIndex } from '../chain/index-tree.ts';
 import { verifyIndexProof } from '../chain/index-proof.ts';
 import { nodeBackend as c } from '../platform/node-crypto.ts';
-import { loadavg } from 'node:os';
-import { createHash } from 'node:crypto';
+import { loadavg, tmpdir } from 'node:os';
+import { createHash, hash as oneShotHash } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { root as repoRoot } from './gateway-harness.ts';
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -58,25 +64,29 @@ function run(size: number): { idx: CompletenessIndex; buildPerS: number; usEach:
   for (let i = 0; i < size - 2 * LAST; i++) idx.addBlock(block(i), none);
   idx.root();
   const buildPerS = (size - 2 * LAST) / ((performance.now() - t0) / 1000);
+  // the blocks of the timed loops made first: what is timed is the index's work
+  const each = Array.from({ length: LAST }, (_, k) => block(size - 2 * LAST + k));
+  const per100 = Array.from({ length: LAST }, (_, k) => block(size - LAST + k));
+  const tried = Array.from({ length: LAST }, (_, k) => ({ ...block(size + k), record_hash: `h${size + k}` }) as Block);
+  const committed = tried.map((b) => structuredClone(b));
   let t = performance.now();
-  for (let i = size - 2 * LAST; i < size - LAST; i++) {
-    idx.addBlock(block(i), none);
+  for (const b of each) {
+    idx.addBlock(b, none);
     idx.root();
   }
   const usEach = ((performance.now() - t) * 1000) / LAST;
   t = performance.now();
-  for (let i = size - LAST; i < size; i++) {
-    idx.addBlock(block(i), none);
-    if (i % 100 === 99) idx.root();
+  for (const b of per100) {
+    idx.addBlock(b, none);
+    if (b.index % 100 === 99) idx.root();
   }
   idx.root();
   const usPer100 = ((performance.now() - t) * 1000) / LAST;
   // the gateway's append path (gateway/chain/submitter.ts then chain-state.ts takeIndexLine): trial, then the commit of the same block
   t = performance.now();
-  for (let i = size; i < size + LAST; i++) {
-    const b = { ...block(i), record_hash: `h${i}` } as Block;
-    idx.rootWith([b], none);
-    idx.rootWith([structuredClone(b)], none, () => true);
+  for (let k = 0; k < LAST; k++) {
+    idx.rootWith([tried[k]!], none);
+    idx.rootWith([committed[k]!], none, () => true);
   }
   const usGateway = ((performance.now() - t) * 1000) / LAST;
   return { idx, buildPerS, usEach, usPer100, usGateway };
@@ -91,6 +101,10 @@ function hashCost(size: number): { perBlock: number; usPerHash: number } {
       calls++;
       return c.digest!(a, d);
     },
+    sha256To: (d: Uint8Array, out: Uint8Array) => {
+      calls++;
+      c.sha256To!(d, out);
+    },
   };
   const idx = new CompletenessIndex(counting);
   for (let i = 0; i < size; i++) idx.addBlock(block(i), none);
@@ -103,8 +117,63 @@ function hashCost(size: number): { perBlock: number; usPerHash: number } {
   const perBlock = calls / 1000;
   const buf = new Uint8Array(66);
   const t = performance.now();
-  for (let i = 0; i < 100_000; i++) c.digest!('sha256', buf);
+  const out = new Uint8Array(32);
+  for (let i = 0; i < 100_000; i++) c.sha256To!(buf, out);
   return { perBlock, usPerHash: ((performance.now() - t) * 1000) / 100_000 };
+}
+
+/** One 66-byte sha256 (a node hash) through node:crypto's one-shot `hash` and through the backend's `sha256To`: µs a call, medians of 5 interleaved rounds. */
+function bindings(): { node: number; to: number } {
+  const buf = new Uint8Array(66).map((_, i) => i);
+  const out = new Uint8Array(32);
+  const n = 200_000;
+  const node: number[] = [];
+  const to: number[] = [];
+  for (let r = 0; r < 5; r++) {
+    let t = performance.now();
+    for (let i = 0; i < n; i++) oneShotHash('sha256', buf, 'buffer');
+    node.push(((performance.now() - t) * 1000) / n);
+    t = performance.now();
+    for (let i = 0; i < n; i++) c.sha256To!(buf, out);
+    to.push(((performance.now() - t) * 1000) / n);
+  }
+  return { node: median(node), to: median(to) };
+}
+
+/** `vouch verify` of `dir` with `--index` and with `--no-index`, 3 interleaved rounds: median wall s and CPU s (process, workers, git) each; null without the fixture. */
+function verifySideBySide(dir: string): { index: [number, number]; none: [number, number] } | null {
+  if (!existsSync(join(dir, 'checkpoint.json'))) return null;
+  const work = mkdtempSync(join(tmpdir(), 'vouch-index-bench-'));
+  const rows = { index: [[], []] as number[][], none: [[], []] as number[][] };
+  try {
+    for (let r = 0; r < 3; r++) {
+      for (const [side, flag] of [
+        ['none', '--no-index'],
+        ['index', '--index'],
+      ] as const) {
+        const timeFile = join(work, 'time');
+        const t = performance.now();
+        const v = spawnSync(
+          '/usr/bin/time',
+          ['-f', '%U %S', '-o', timeFile, process.execPath, join(repoRoot, 'tools', 'vouch.js'), 'verify', '--chain', dir, '--json', flag],
+          {
+            encoding: 'utf8',
+            maxBuffer: 1 << 24,
+          },
+        );
+        if (v.status !== 0) throw new Error(`vouch verify ${flag}: ${v.stderr}`);
+        const [u, sy] = readFileSync(timeFile, 'utf8').trim().split('\n').pop()!.split(' ').map(Number);
+        rows[side][0]!.push((performance.now() - t) / 1000);
+        rows[side][1]!.push(u! + sy!);
+      }
+    }
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  return {
+    index: [median(rows.index[0]!), median(rows.index[1]!)],
+    none: [median(rows.none[0]!), median(rows.none[1]!)],
+  };
 }
 
 export async function runIndexBench(quick = false): Promise<{ title: string; markdown: string }> {
@@ -113,6 +182,7 @@ export async function runIndexBench(quick = false): Promise<{ title: string; mar
   const rows: string[] = [];
   const smallRuns = [0, 1, 2].map(() => run(small));
   const hc = hashCost(small);
+  const bind = bindings();
   const heap0 = process.memoryUsage();
   const bigRun = run(big);
   const heap1 = process.memoryUsage();
@@ -164,7 +234,7 @@ export async function runIndexBench(quick = false): Promise<{ title: string; mar
     `| gateway append path (trial root, then the commit of the same block), a block a checkpoint, at ${fmt(small)} (median of 3) / at ${fmt(big)} | ${fmt(g50)} µs / **${fmt(bigRun.usGateway)} µs** | ≤ 50 µs | ${bigRun.usGateway <= 50 ? '✅' : '❌'} |`,
   );
   rows.push(
-    `| sha256 calls a block at ${fmt(small)} (root every block); one call (66 B) measured alongside | ${fmt(hc.perBlock)} calls; ${hc.usPerHash.toFixed(2)} µs a call | | |`,
+    `| sha256 calls a block at ${fmt(small)} (root every block); one \`sha256To\` call (66 B) measured alongside | ${fmt(hc.perBlock)} calls; ${hc.usPerHash.toFixed(2)} µs a call | | |`,
   );
   rows.push(`| ratio ${fmt(big)} / ${fmt(small)} (root every block) | ${(bigRun.usEach / s50).toFixed(2)} | flat (log depth) | |`);
   rows.push(
@@ -183,6 +253,15 @@ export async function runIndexBench(quick = false): Promise<{ title: string; mar
   rows.push(
     `| its image (warm snapshot) at ${fmt(big)}: size; toImage; sha256 + fromImage (median of 3) | ${mib(image.length)} MiB; ${imgWrite.toFixed(0)} ms; **${median(reads).toFixed(0)} ms** | (warm restart ≤ 5 s) | |`,
   );
+  rows.push(
+    `| sha256 of 66 B (a node hash), one call: node:crypto \`hash\` / the backend's \`sha256To\` (libsodium), medians of 5 interleaved rounds | ${bind.node.toFixed(2)} µs / **${bind.to.toFixed(2)} µs** | | |`,
+  );
+  const vs = verifySideBySide(join(repoRoot, 'bench', 'out', `chain-${small}`));
+  if (vs !== null) {
+    rows.push(
+      `| \`vouch verify\` of bench/out/chain-${small}, without / with the index (\`--no-index\` / \`--index\`), median of 3 interleaved: wall; CPU (process and workers) | ${vs.none[0].toFixed(1)} s / ${vs.index[0].toFixed(1)} s (**×${(vs.index[0] / vs.none[0]).toFixed(2)}**); ${vs.none[1].toFixed(1)} s / ${vs.index[1].toFixed(1)} s CPU (**×${(vs.index[1] / vs.none[1]).toFixed(2)}**) | unchanged within noise | |`,
+    );
+  }
   const markdown = [
     'Setup: chain/index-tree.ts with platform/node-crypto.ts on one core; blocks of one endorsement each, distinct URLs, 10 versions a unit (so 1.1 keys a block); each size built fresh. "Root after every block" is a checkpoint signed after every append (the gateway\'s worst case); the root is otherwise recomputed lazily, once per checkpoint.',
     '',

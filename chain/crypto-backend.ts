@@ -26,6 +26,11 @@ export interface CryptoBackend {
   createHash(algorithm: HashAlgorithm): IncrementalHash;
   /** One-shot digest, when the backend has a faster path than createHash. */
   digest?(algorithm: HashAlgorithm, data: Uint8Array): Uint8Array;
+  /**
+   * SHA-256 of `data` written into `out` (32 bytes), when the backend has a
+   * path without an allocation (the completeness index's hot loop).
+   */
+  sha256To?(data: Uint8Array, out: Uint8Array): void;
   /** One-shot lowercase hex digest, when the backend can skip the round trip through bytes. */
   digestHex?(algorithm: HashAlgorithm, data: Uint8Array): string;
   /** ed25519 verify; false for any malformed key or signature. */

@@ -16,6 +16,8 @@
 import type { Block } from './block.ts';
 import type { CryptoBackend } from './crypto-backend.ts';
 import { utf8 } from './encoding.ts';
+
+const encoder = new TextEncoder();
 import { indexFactsOf, type IndexFacts } from './index-facts.ts';
 
 export const INDEX_VERSION = 'vouch-index/v1';
@@ -31,10 +33,21 @@ const R = 0x52; // 'R'
 const NONE = 0xffffffff;
 
 export function sha256(c: CryptoBackend, data: Uint8Array): Uint8Array {
+  if (c.sha256To) {
+    const out = new Uint8Array(32);
+    c.sha256To(data, out);
+    return out;
+  }
   if (c.digest) return c.digest('sha256', data);
   const h = c.createHash('sha256');
   h.update(data);
   return h.digest();
+}
+
+/** SHA-256 of `data` into `out` (32 bytes), without an allocation when the backend can. */
+function sha256To(c: CryptoBackend, data: Uint8Array, out: Uint8Array): void {
+  if (c.sha256To) c.sha256To(data, out);
+  else out.set(sha256(c, data));
 }
 
 /** The tree key of a URL or unit name: SHA-256(prefix ‖ UTF-8 name). */
@@ -124,8 +137,9 @@ export function nodeHash(c: CryptoBackend, bit: number, left: Uint8Array, right:
 }
 
 /** The committed index root: SHA-256(0x03 ‖ "vouch-index/v1" ‖ be64 size ‖ trie root ‖ be32 n ‖ n × (be64 from ‖ be64 to)). */
+const INDEX_VERSION_BYTES = utf8(INDEX_VERSION);
 export function indexRoot(c: CryptoBackend, size: number, trieRoot: Uint8Array, voids: readonly (readonly [number, number])[]): Uint8Array {
-  const v = utf8(INDEX_VERSION);
+  const v = INDEX_VERSION_BYTES;
   const buf = new Uint8Array(1 + v.length + 8 + 32 + 4 + 16 * voids.length);
   let o = 0;
   buf[o++] = 0x03;
@@ -182,6 +196,55 @@ export class CompletenessIndex {
   private blocks = 0;
   private voidList: [number, number][] = [];
   private readonly path = new Int32Array(260);
+  // 32-bit views of hash, keys, accs (re-made with them: `views`), for 8-word copies into the scratch
+  private hash32 = new Uint32Array(this.hash.buffer);
+  private keys32 = new Uint32Array(this.keys.buffer);
+  private accs32 = new Uint32Array(this.accs.buffer);
+  /**
+   * Hash inputs laid out so that every 32-byte field starts on a word:
+   * a node (0x01 ‖ bit ‖ left ‖ right) from byte 2, a leaf (0x00 ‖ key ‖
+   * count ‖ acc) from byte 3, a fold (0x02 ‖ acc ‖ event) from byte 3.
+   */
+  private readonly scratch = new Uint8Array(72);
+  private readonly scratch32 = new Uint32Array(this.scratch.buffer);
+  private readonly nodeMsg = this.scratch.subarray(2, 68);
+  private readonly leafMsg = this.scratch.subarray(3, 72);
+  private readonly out = new Uint8Array(32);
+  private readonly out32 = new Uint32Array(this.out.buffer);
+  private readonly keyOut = new Uint8Array(32);
+  private keyBuf = new Uint8Array(512);
+  private foldBuf = new Uint8Array(128);
+  private foldBuf32 = new Uint32Array(this.foldBuf.buffer);
+
+  /** Re-makes the 32-bit views after hash, keys or accs were replaced. */
+  private views(): void {
+    this.hash32 = new Uint32Array(this.hash.buffer, this.hash.byteOffset, this.hash.length >> 2);
+    this.keys32 = new Uint32Array(this.keys.buffer, this.keys.byteOffset, this.keys.length >> 2);
+    this.accs32 = new Uint32Array(this.accs.buffer, this.accs.byteOffset, this.accs.length >> 2);
+  }
+
+  /** Unit keys computed lately (a unit's versions follow each other); cleared when full. */
+  private readonly unitKeys = new Map<string, Uint8Array>();
+
+  /** indexKey, into a buffer of this index (valid until the next call) or from `unitKeys`; never written to by the caller. */
+  private keyOf(kind: KeyKind, name: string): Uint8Array {
+    if (kind === 'unit') {
+      const known = this.unitKeys.get(name);
+      if (known !== undefined) return known;
+    }
+    const p = KEY_PREFIX[kind];
+    // UTF-8 is at most 3 bytes a UTF-16 unit
+    if (p.length + 3 * name.length > this.keyBuf.length) this.keyBuf = new Uint8Array(p.length + 3 * name.length + 64);
+    const buf = this.keyBuf;
+    buf.set(p);
+    const { written } = encoder.encodeInto(name, buf.subarray(p.length));
+    sha256To(this.c, buf.subarray(0, p.length + written), this.keyOut);
+    if (kind === 'unit') {
+      if (this.unitKeys.size >= 4096) this.unitKeys.clear();
+      this.unitKeys.set(name, this.keyOut.slice());
+    }
+    return this.keyOut;
+  }
   /** While `rootWith` tries blocks: what to put back. */
   private journal: {
     nodes: number;
@@ -196,7 +259,7 @@ export class CompletenessIndex {
     links: number[];
     /** Nodes that were clean when the trial first touched them, and their hashes then (32 B each, in order). */
     cleanNodes: number[];
-    cleanHashes: Uint8Array;
+    cleanHashes: Uint32Array;
   } | null = null;
   /**
    * A trial `rootWith` left applied (its journal kept) so that the writer's
@@ -258,8 +321,8 @@ export class CompletenessIndex {
         throw new TypeError(`completeness index: the facts of block ${i} lack names or semvers`);
       for (let k = 0; k < f.urls.length; k++) {
         const ev = encodeEvent({ kind: 'endorse', block: i, date: f.effectiveDate, semver: semvers[k]! });
-        touched.push(this.append(indexKey(this.c, 'url', f.urls[k]!), ev));
-        touched.push(this.append(indexKey(this.c, 'unit', names[k]!), ev));
+        touched.push(this.append(this.keyOf('url', f.urls[k]!), ev));
+        touched.push(this.append(this.keyOf('unit', names[k]!), ev));
       }
       if (targetIndex === undefined) this.endorseHashes.set(f.recordHash, i);
     } else if (f.intent === 'revoke' && f.target !== null) {
@@ -418,14 +481,14 @@ export class CompletenessIndex {
     }
     const leaf = this.newLeaf(key);
     const ln = this.newLeafNode(leaf);
-    // insertion point: the first node on the path whose bit is beyond crit
+    // insertion point: the first node on the path whose bit is beyond crit (bits grow down the path)
     let parent = -1;
-    n = this.rootNode;
-    while (this.bit[n]! >= 0 && this.bit[n]! < crit) {
-      this.touch(n);
-      parent = n;
-      n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+    let d = 0;
+    while (d < depth && this.bit[path[d]!]! < crit) {
+      parent = path[d++]!;
+      this.touch(parent);
     }
+    n = d < depth ? path[d]! : n;
     const inner = this.newNode();
     this.bit[inner] = crit;
     if (keyBit(key, 0, crit) === 1) {
@@ -452,8 +515,19 @@ export class CompletenessIndex {
     if (j !== null && leaf < j.leaves && !j.saved.has(leaf)) {
       j.saved.set(leaf, { count: this.counts[leaf]!, acc: this.accs.slice(leaf * 32, leaf * 32 + 32), head: this.heads[leaf]!, tail: this.tails[leaf]! });
     }
-    const acc = foldEvent(this.c, this.accs.subarray(leaf * 32, leaf * 32 + 32), ev);
-    this.accs.set(acc, leaf * 32);
+    // acc' = SHA-256(0x02 ‖ acc ‖ event), as foldEvent
+    if (36 + ev.length > this.foldBuf.length) {
+      this.foldBuf = new Uint8Array(36 + ev.length + 64);
+      this.foldBuf32 = new Uint32Array(this.foldBuf.buffer);
+    }
+    const fb = this.foldBuf;
+    const f32 = this.foldBuf32;
+    const a32 = this.accs32;
+    fb[3] = 0x02;
+    for (let w = 0, o = leaf * 8; w < 8; w++) f32[1 + w] = a32[o + w]!;
+    fb.set(ev, 36);
+    sha256To(this.c, fb.subarray(3, 36 + ev.length), this.out);
+    for (let w = 0, o = leaf * 8, o32 = this.out32; w < 8; w++) a32[o + w] = o32[w]!;
     this.counts[leaf]!++;
     const need = this.arenaUsed + 6 + ev.length;
     if (need > this.arena.length) {
@@ -479,8 +553,14 @@ export class CompletenessIndex {
     if (j !== null) {
       if (n < j.nodes && this.dirty[n] === 0) {
         const k = j.cleanNodes.length;
-        if (32 * (k + 1) > j.cleanHashes.length) j.cleanHashes = grow8(j.cleanHashes, 64 * (k + 1));
-        j.cleanHashes.set(this.hash.subarray(n * 32, n * 32 + 32), 32 * k);
+        if (8 * (k + 1) > j.cleanHashes.length) {
+          const more32 = new Uint32Array(16 * (k + 1));
+          more32.set(j.cleanHashes);
+          j.cleanHashes = more32;
+        }
+        const h32 = this.hash32;
+        const c32 = j.cleanHashes;
+        for (let w = 0, o = n * 8, q = 8 * k; w < 8; w++) c32[q + w] = h32[o + w]!;
         j.cleanNodes.push(n);
       }
     }
@@ -507,7 +587,8 @@ export class CompletenessIndex {
     }
     this.settle();
     if (blocks.length === 0) return this.root();
-    this.root(); // every hash current: only what the trial touches is rehashed, and restored on rollback
+    // every hash current: only what the trial touches is rehashed, and restored on rollback
+    if (this.rootNode >= 0) this.rehash(this.rootNode);
     this.journal = {
       nodes: this.nodes,
       leaves: this.leaves,
@@ -519,7 +600,7 @@ export class CompletenessIndex {
       saved: new Map(),
       links: [],
       cleanNodes: [],
-      cleanHashes: new Uint8Array(64 * 32),
+      cleanHashes: new Uint32Array(64 * 8),
     };
     const j = this.journal;
     let outcome: 'rollback' | 'keep' | 'pending' = 'rollback';
@@ -594,7 +675,7 @@ export class CompletenessIndex {
     // every node was clean before the trial: the ones it touched get their hashes back
     for (let k = 0; k < j.cleanNodes.length; k++) {
       const n = j.cleanNodes[k]!;
-      this.hash.set(j.cleanHashes.subarray(32 * k, 32 * k + 32), n * 32);
+      for (let w = 0; w < 8; w++) this.hash32[n * 8 + w] = j.cleanHashes[8 * k + w]!;
       this.dirty[n] = 0;
     }
   }
@@ -620,6 +701,7 @@ export class CompletenessIndex {
       this.heads = grow32u(this.heads, cap);
       this.tails = grow32u(this.tails, cap);
       this.leafNode = grow32(this.leafNode, cap);
+      this.views();
     }
     const s = this.leaves++;
     this.keys.set(key, s * 32);
@@ -648,26 +730,45 @@ export class CompletenessIndex {
       this.right = grow32(this.right, cap);
       this.hash = grow8(this.hash, cap * 32);
       this.dirty = grow8(this.dirty, cap);
+      this.views();
     }
     const n = this.nodes++;
     this.dirty[n] = 1;
     return n;
   }
 
+  /** As leafHash / nodeHash, with 8-word copies into the scratch and the digest written in place. */
   private rehash(n: number): void {
     if (this.dirty[n] === 0) return;
-    let h: Uint8Array;
+    const sc = this.scratch32;
     if (this.bit[n]! < 0) {
       const s = this.left[n]!;
-      h = leafHash(this.c, this.keys.subarray(s * 32, s * 32 + 32), this.counts[s]!, this.accs.subarray(s * 32, s * 32 + 32));
+      const k32 = this.keys32;
+      const a32 = this.accs32;
+      this.scratch[3] = 0x00;
+      for (let w = 0, o = s * 8; w < 8; w++) {
+        sc[1 + w] = k32[o + w]!;
+        sc[10 + w] = a32[o + w]!;
+      }
+      putU32(this.scratch, 36, this.counts[s]!);
+      sha256To(this.c, this.leafMsg, this.out);
     } else {
       const l = this.left[n]!;
       const r = this.right[n]!;
       this.rehash(l);
       this.rehash(r);
-      h = nodeHash(this.c, this.bit[n]!, this.hash.subarray(l * 32, l * 32 + 32), this.hash.subarray(r * 32, r * 32 + 32));
+      const h32 = this.hash32;
+      this.scratch[2] = 0x01;
+      this.scratch[3] = this.bit[n]!;
+      for (let w = 0, lo = l * 8, ro = r * 8; w < 8; w++) {
+        sc[1 + w] = h32[lo + w]!;
+        sc[9 + w] = h32[ro + w]!;
+      }
+      sha256To(this.c, this.nodeMsg, this.out);
     }
-    this.hash.set(h, n * 32);
+    const o32 = this.out32;
+    const h32 = this.hash32;
+    for (let w = 0, o = n * 8; w < 8; w++) h32[o + w] = o32[w]!;
     this.dirty[n] = 0;
   }
 
@@ -755,6 +856,7 @@ export class CompletenessIndex {
     for (let k = 0; k < blockLeafCount!; k++) if (blockLeaves[k]! < 0 || blockLeaves[k]! >= l!) return null;
     if (blockStart[blocks!] !== blockLeafCount) return null;
     Object.assign(idx, { bit, left, right, hash, keys, counts, accs, heads, tails, leafNode, arena, blockStart, blockLeaves });
+    idx.views();
     idx.dirty = new Uint8Array(nc);
     idx.nodes = n!;
     idx.rootNode = rootPlus1! - 1;

@@ -44,6 +44,7 @@ export function publicKeyObject(raw: Uint8Array): KeyObject | null {
 
 interface Sodium {
   crypto_sign_verify_detached(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
+  crypto_hash_sha256(out: Uint8Array, message: Uint8Array): void;
 }
 
 function loadSodium(): Sodium | null {
@@ -66,6 +67,28 @@ let sodiumLoaded: Sodium | null | undefined;
 function sodium(): Sodium | null {
   if (sodiumLoaded === undefined) sodiumLoaded = loadSodium();
   return sodiumLoaded;
+}
+
+/**
+ * libsodium's SHA-256 for `sha256To` (the completeness index's node and leaf
+ * hashes: ~0.7 µs a 66-byte call against ~1.1 µs for node:crypto's one-shot
+ * `hash`, bench/RESULTS.md "Completeness index"; docs/decisions/index-hashing.md). Not
+ * turned off by VOUCH_ED25519 (which picks a signature engine); node:crypto
+ * when sodium-native is absent. Loaded on first use.
+ */
+let sodiumHash: ((out: Uint8Array, message: Uint8Array) => void) | null | undefined;
+
+function sha256To(data: Uint8Array, out: Uint8Array): void {
+  if (sodiumHash === undefined) {
+    try {
+      const s = createRequire(import.meta.url)('sodium-native') as Sodium;
+      sodiumHash = typeof s.crypto_hash_sha256 === 'function' ? s.crypto_hash_sha256.bind(s) : null;
+    } catch {
+      sodiumHash = null;
+    }
+  }
+  if (sodiumHash !== null) sodiumHash(out, data);
+  else out.set(oneShotHash('sha256', data, 'buffer') as Buffer);
 }
 
 /** Which code checks ed25519 signatures first: 'libsodium' (then OpenSSL for what it refuses) or 'openssl' alone. */
@@ -114,6 +137,7 @@ export const nodeBackend: CryptoBackend = {
     if (algorithm === 'blake3') return blake3(data);
     return new Uint8Array(oneShotHash(algorithm, data, 'buffer') as Buffer);
   },
+  sha256To,
   digestHex(algorithm, data) {
     if (algorithm === 'blake3') return Buffer.from(blake3(data)).toString('hex');
     return oneShotHash(algorithm, data, 'hex');

@@ -255,6 +255,11 @@ function countingBackend(): { backend: typeof c; calls: () => number } {
       n++;
       return c.digest!(alg, d);
     },
+    // the index's own path (written in place)
+    sha256To: (d: Uint8Array, out: Uint8Array) => {
+      n++;
+      c.sha256To!(d, out);
+    },
   };
   return { backend, calls: () => n };
 }

@@ -21,7 +21,7 @@ import { type ChainReads, openChainReadOnly } from '../../store/chain-repo.ts';
 import { parseBlockText } from '../../chain/block.ts';
 import type { KeyState } from '../../chain/key-events.ts';
 import { TreeEdge } from '../../store/tree-edge.ts';
-import { CompletenessIndex } from '../../chain/index-tree.ts';
+import { CompletenessIndex, INDEX_EXTENSION } from '../../chain/index-tree.ts';
 import { type IndexFacts, indexFactsOf } from '../../chain/index-facts.ts';
 import { indexRootOf } from '../../chain/index-proof.ts';
 
@@ -77,6 +77,17 @@ function checkIndexLine(note: LogCheckpoint, recomputed: Uint8Array): Uint8Array
   return line;
 }
 
+/** Whether a note's text has a `vouch-index/v1` extension line (well-formed or not: checkIndexLine judges it). */
+function commitsIndex(noteText: string | null): boolean {
+  return (
+    noteText !== null &&
+    noteText
+      .split('\n\n', 1)[0]!
+      .split('\n')
+      .some((l) => l.startsWith(INDEX_EXTENSION + ' ') || l === INDEX_EXTENSION)
+  );
+}
+
 /** Each void range with the compromised key that signed it and the index of the block declaring it. */
 function voidReport(repo: ChainReads, keys: KeyState): { from: number; to: number; compromised: string; declared_at: number }[] {
   return keys.voids.map(([from, to]) => {
@@ -115,7 +126,7 @@ const BLOCK_CHECKS: [string, string][] = [
 
 export const verify: Command = {
   name: 'verify',
-  usage: '--chain DIR [--public-key B64] [--json | --quiet] [--threads N]',
+  usage: '--chain DIR [--public-key B64] [--json | --quiet] [--threads N] [--no-index]',
   summary: 'Verifies every block of the chain in DIR and its checkpoint, offline. Exit 0 valid, 1 invalid, 2 usage or environment error.',
   details: [
     'Each block is checked in this order; the first failure is reported as `<code> at block <index>` (exit 1):',
@@ -128,8 +139,10 @@ export const verify: Command = {
     "would go unnoticed. The Merkle tree over every block's record_hash (RFC 6962) is recomputed, and the",
     'checkpoint.note branch main commits must be signed by the online key in force under its origin (key name = origin),',
     "name the chain's size and carry that root; a chain without one (made before notes) is reported, not refused.",
-    "With --index the completeness index (docs/spec/index.md) is recomputed from every block; a note's `vouch-index/v1`",
-    'line must carry its root (checkpoint_mismatch otherwise); a note without the line is reported as `index absent`.',
+    'When the note carries a `vouch-index/v1` line, the completeness index (docs/spec/index.md) is recomputed from',
+    'every block and the line must carry its root (checkpoint_mismatch at checkpoint otherwise, exit 1); a note without',
+    'the line (a chain from before the index) is reported as `index absent`. --no-index skips the index (the summary',
+    'says `index not checked`); --index recomputes it even when the note has no line (the summary names no root then).',
     '',
     'What is verified is what branch main commits: every block file and checkpoint.json in DIR must be the',
     'blob the branch holds (a file that differs, or is untracked, fails naming it), so verify a clean checkout.',
@@ -143,7 +156,11 @@ export const verify: Command = {
     threads: { type: 'string', value: 'N', help: 'worker threads for signature checks (default: all cores)' },
     index: {
       type: 'boolean',
-      help: "also recompute the completeness index (docs/spec/index.md) and check the note's vouch-index/v1 line (slower: the index is built on one thread)",
+      help: 'recompute the completeness index (docs/spec/index.md) even when the note carries no vouch-index/v1 line (checked by default when it does)',
+    },
+    'no-index': {
+      type: 'boolean',
+      help: "skip the completeness index: the note's vouch-index/v1 line is not checked",
     },
   },
   async run(v) {
@@ -152,6 +169,7 @@ export const verify: Command = {
     if (threads !== undefined && (!Number.isInteger(threads) || threads < 0 || threads > 256)) {
       throw new VouchError('usage', '--threads must be an integer from 0 to 256');
     }
+    if (v.index === true && v['no-index'] === true) throw new VouchError('usage', '--index and --no-index exclude each other');
     const bar = v.json || v.quiet ? null : progressReporter('verifying');
     try {
       const repo = await openChainReadOnly(v.chain);
@@ -159,8 +177,9 @@ export const verify: Command = {
       // The completeness index (docs/spec/index.md), from the facts the workers hand back with each verified batch.
       let completeness = new CompletenessIndex(nodeBackend);
       let handedOver = true;
-      // --index: the completeness index recomputed (its build on this thread is what it costs; bench/RESULTS.md "Completeness index").
-      const withIndex = v.index === true;
+      // The completeness index is recomputed when the committed note commits one (or with --index), unless --no-index;
+      // it is built on this thread from the facts the workers send (bench/RESULTS.md "Completeness index").
+      const withIndex = v['no-index'] !== true && (v.index === true || commitsIndex(await repo.committedNote()));
       const result = await verifyDirectory(repo, {
         pinnedPublicKey: v['public-key'] ?? null,
         ...(withIndex
@@ -229,7 +248,7 @@ export const verify: Command = {
               : `${keyLine(keys)}, block 0's key ${keys.first}${v['public-key'] ? ' (pinned)' : ' (not pinned)'}, `) +
             `head ${s.head}, checkpoint ${result.checkpoint ? 'ok' : 'absent'}, ` +
             `note ${note ? `ok (origin ${note.origin}, root ${base64Encode(root)})` : 'absent'}, ` +
-            `index ${!withIndex ? 'not checked (--index)' : indexRoot ? `ok (${base64Encode(indexRoot)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
+            `index ${v['no-index'] === true ? 'not checked (--no-index)' : indexRoot ? `ok (${base64Encode(indexRoot)})` : 'absent'}, ${seconds.toFixed(2)} s (${summary.blocks_per_second} blocks/s)\n`,
         );
         if (!result.checkpoint) process.stderr.write('warning: no checkpoint.json: a dropped newest block would go unnoticed\n');
         for (const w of voids) {
