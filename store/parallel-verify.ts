@@ -43,10 +43,12 @@ import { initialKeyState, type KeyState } from '../chain/key-events.ts';
 export interface BlockSource {
   readonly dir: string;
   /**
-   * Every entry under blocks/ of the working tree, sorted by path; index null
-   * when the path is not a block's; `why` set when it is not a regular file.
+   * Every entry under blocks/ of a directory of block files, sorted by path;
+   * index null when the path is not a block's; `why` set when it is not a
+   * regular file. A chain repository has none: its blocks are what the
+   * branch commits (`committedFiles`, `blockObjects`).
    */
-  listBlockFiles(): { index: number | null; path: string; why?: string }[];
+  listBlockFiles?(): { index: number | null; path: string; why?: string }[];
   /** True only if the listing would show exactly the block files 0..size-1 (a cheaper check; optional). */
   hasExactlyBlocks?(size: number): boolean;
   readCheckpoint(): string | null;
@@ -542,7 +544,11 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       committed!.indexes().map((index) => ({ index, path: blockPath(index) }));
     const confirmed =
       speculative !== null && (objects !== null ? exactIndexes(committed!, speculative.size) : source.hasExactlyBlocks?.(speculative.size) === true);
-    const files = confirmed ? [] : objects !== null ? committedList() : source.listBlockFiles();
+    const listed = (): { index: number | null; path: string; why?: string }[] => {
+      if (!source.listBlockFiles) throw new VouchError('internal_error', `${source.dir}: a block source with neither git objects nor a listing`);
+      return source.listBlockFiles();
+    };
+    const files = confirmed ? [] : objects !== null ? committedList() : listed();
     const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: options.pinnedPublicKey ?? null });
     let total: number;
     /** Verifies blocks from..to-1 on this thread, each with the key in force as it comes; handed to onVerified a thousand at a time once they passed. */
