@@ -26,6 +26,7 @@ import type { AddressInfo } from 'node:net';
 import { createHash } from 'node:crypto';
 import { MerkleTree } from '../../chain/merkle-tree.ts';
 import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { chainFile, forgeChainFiles } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-endorse-history-'));
 const base = join(work, 'base');
@@ -176,13 +177,13 @@ test('a candidate block file that is not the verified block, or a gap block that
     now: T0 + 150 * 1000,
     entries: [{ url: url(150), artifactHash: hashOf('forged'), name: 'acme/pkg150', semver: '1.150.0', license: 'MIT', comment: '' }],
   });
-  writeFileSync(join(e, blockPath(150)), formatBlockFile(forged));
+  forgeChainFiles(e, { [blockPath(150)]: formatBlockFile(forged) });
   const r = await history(e);
   assert.is(r.source, 'scan');
   assert.match(r.why ?? '', /block 150's file is not the block the index image holds/);
   const f = copy();
-  const gap = readFileSync(join(f, blockPath(201)), 'utf8');
-  writeFileSync(join(f, blockPath(201)), gap.replace('"3.0.0"', '"3.0.1"'));
+  const gap = chainFile(f, blockPath(201));
+  forgeChainFiles(f, { [blockPath(201)]: gap.replace('"3.0.0"', '"3.0.1"') });
   const r2 = await history(f);
   assert.is(r2.source, 'scan');
   assert.match(r2.why ?? '', /block 201's file does not hash to its record_hash/);
@@ -235,7 +236,7 @@ test('refreshIfBehind: once the gap reaches the limit, ChainState writes a new s
   const bad = copy();
   const other = nodeSigner('vouch-test', privateKeyFromSeed(new Uint8Array(32).fill(7)));
   const forged = buildEndorseBlock({
-    prev: JSON.parse(readFileSync(join(bad, blockPath(200)), 'utf8')) as Block,
+    prev: JSON.parse(chainFile(bad, blockPath(200))) as Block,
     signer: other,
     backend: nodeBackend,
     now: T0 + 201 * 1000,
@@ -243,8 +244,8 @@ test('refreshIfBehind: once the gap reaches the limit, ChainState writes a new s
     uns: 'acme/again',
     semver: '3.0.0',
   });
-  writeFileSync(join(bad, blockPath(201)), formatBlockFile(forged));
-  const next = JSON.parse(readFileSync(join(bad, blockPath(202)), 'utf8'));
+  forgeChainFiles(bad, { [blockPath(201)]: formatBlockFile(forged) });
+  const next = JSON.parse(chainFile(bad, blockPath(202)));
   next.prev_hash = forged.record_hash;
   const relinked = buildEndorseBlock({
     prev: forged,
@@ -262,7 +263,7 @@ test('refreshIfBehind: once the gap reaches the limit, ChainState writes a new s
     uns: next.payload.uns,
     semver: next.payload.semver,
   });
-  writeFileSync(join(bad, blockPath(202)), formatBlockFile(relinked));
+  forgeChainFiles(bad, { [blockPath(202)]: formatBlockFile(relinked) });
   writeFileSync(join(bad, 'checkpoint.json'), formatCheckpointFile(buildCheckpoint({ head: relinked, signer, now: T0 + 202 * 1000 })));
   const badRepo = await ChainRepo.open(bad, { repair: false });
   const br = priorEndorsements(badRepo, URLS, trustedHead(badRepo, signer).head, noScan);
@@ -285,7 +286,7 @@ test('the CLI never scans with a usable image: a garbled old block file that a s
     );
   });
   try {
-    writeFileSync(join(dir, blockPath(100)), `{"garbled": ${JSON.stringify(url(7))}, ${JSON.stringify(tarUrl.url)}`);
+    forgeChainFiles(dir, { [blockPath(100)]: `{"garbled": ${JSON.stringify(url(7))}, ${JSON.stringify(tarUrl.url)}` });
     const file = join(work, 'seven2.txt');
     writeFileSync(file, 'seven again');
     const same = vouch([

@@ -24,7 +24,7 @@ import { PackReceiver } from '../../../store/git-pack-index.ts';
 import { parseIndex, serializeIndex } from '../../../store/git-index-format.ts';
 import { objectId } from '../../../store/git-objects.ts';
 import { AnswerParser } from '../../../store/git-cat-file.ts';
-import { check, corpusOf, mix, mutatedBytes, randomInput, refusedOnly, refusedOnlyAsync, type FuzzTarget } from '../target.ts';
+import { check, mix, mutatedBytes, randomInput, refusedOnly, refusedOnlyAsync, type FuzzTarget } from '../target.ts';
 
 const remote = { base: 'http://127.0.0.1:1/chain.git', shown: 'http://127.0.0.1:1/chain.git' } as Parameters<typeof parseReport>[1];
 
