@@ -234,7 +234,7 @@ test('many appends past a shard boundary keep git clean; an index git rewrote it
   for (const [what, args] of [
     ['a full index', ['-c', 'index.sparse=false', 'update-index', '--index-version', '2']],
     ['a version 4 index', ['update-index', '--index-version', '4']],
-    ['a split index', ['update-index', '--split-index']],
+    ['a split index', ['-c', 'index.sparse=false', 'update-index', '--split-index']],
   ] as const) {
     git(dir, ...args);
     await repo.append([block(i)], checkpoint(i + 1), info(i));
