@@ -45,14 +45,13 @@ let pub = '';
 let seq = 0;
 const fresh = (name: string) => join(work, `${name}-${seq++}`);
 
-/** The record hashes of the chain's block files, as MerkleTree entries. */
+/** The record hashes of the chain's block files (as branch main commits them), as MerkleTree entries. */
 function treeOf(dir: string): MerkleTree {
   const tree = new MerkleTree(nodeBackend);
-  for (let i = 0; ; i++) {
+  const size = gitIn(dir, 'ls-tree', '-r', '--name-only', 'main', 'blocks').split('\n').filter(Boolean).length;
+  for (let i = 0; i < size; i++) {
     const d = String(i).padStart(9, '0');
-    const p = join(dir, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`);
-    if (!existsSync(p)) break;
-    tree.append(hexDecode(JSON.parse(readFileSync(p, 'utf8')).record_hash)!);
+    tree.append(hexDecode(JSON.parse(gitIn(dir, 'show', `main:blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`)).record_hash)!);
   }
   return tree;
 }
