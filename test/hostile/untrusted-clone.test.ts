@@ -150,6 +150,8 @@ test.before(async () => {
     formatCheckpointFile(checkpoint),
     { message: 'chain\n', authorName: 'authority', authorEmail: 'authority@vouch.invalid', timestamp: 1_790_000_000 },
   );
+  // Every file checked out, as a plain `git clone` has it: the forger's commits and working-tree edits below.
+  git('sparse-checkout', 'disable');
   BASE = git('rev-parse', 'HEAD').trim();
 });
 test.after(() => rmSync(work, { recursive: true, force: true }));

@@ -13,7 +13,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
@@ -29,7 +29,7 @@ import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned } from '../../store/chain-append.ts';
 import { signNoteText } from '../../platform/note-signer.ts';
 import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
-import { git, vouchAsync, type Run } from '../helpers/processes.ts';
+import { git, gitIn, vouchAsync, type Run } from '../helpers/processes.ts';
 import { startGatewayProcess, writeConfig } from '../helpers/gateway-process.ts';
 import { chainFile, } from '../helpers/chain-files.ts';
 
@@ -47,7 +47,10 @@ const ok = (r: Run) => {
   return r;
 };
 const head = (dir = chain) => git(['-C', dir, 'rev-parse', 'HEAD']).stdout.trim();
-const blockFiles = (dir = chain) => readdirSync(join(dir, 'blocks'), { recursive: true }).filter((f) => String(f).endsWith('.json')).length;
+const blockFiles = (dir = chain) =>
+  gitIn(dir, 'ls-tree', '-r', '--name-only', 'main', 'blocks')
+    .split('\n')
+    .filter((f) => f.endsWith('.json')).length;
 const U = (p: string) => `${base}${p}`;
 
 /** Runs a refused command: exactly `line` on stderr, exit `code`, and the chain as it was. */
