@@ -54,7 +54,7 @@ import { blockPath } from '../../chain/layout.ts';
 import { imageSemver, parseImageRef, readImageRefs, refUrl } from '../../tools/lockfiles/oci.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
 import { Layout, Registry, push, skopeo, smallLayer, tarImage, type Descriptor } from '../helpers/oci-registry.ts';
-import { chainFile, } from '../helpers/chain-files.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const CANONICAL = 'https://registry.example.test/';
 /** The canonical base of the registry behind the token-auth front (a private upstream). */

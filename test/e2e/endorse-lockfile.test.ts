@@ -20,6 +20,7 @@ import { readRequirements, resolveRequirements } from '../../tools/lockfiles/pip
 import { Http, OriginMap } from '../../tools/lockfiles/http.ts';
 import { endorseLockfile } from '../../tools/commands/endorse-lockfile.ts';
 import { VouchError } from '../../chain/errors.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-lockfile-'));
 const key = join(work, 'authority.pem');

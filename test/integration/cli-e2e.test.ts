@@ -15,7 +15,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { git, vouch, vouchAsync, type Run } from '../helpers/processes.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
-import { chainFile, } from '../helpers/chain-files.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-e2e-'));
 const key = join(work, 'authority.pem');

@@ -23,7 +23,7 @@ import { appendSigned } from '../../store/chain-append.ts';
 import { OriginServer, pattern, digestOf } from '../helpers/origin-server.ts';
 import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync } from '../helpers/processes.ts';
-import { chainFile, } from '../helpers/chain-files.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-gw-'));
 const keyFile = join(work, 'authority.pem');

@@ -24,7 +24,7 @@ import { OriginServer, digestOf, pattern } from '../helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync } from '../helpers/processes.ts';
 import { rawRequest, type RawAnswer } from '../helpers/raw-http.ts';
-import { chainFile, } from '../helpers/chain-files.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-proxy-'));
 const keyFile = join(work, 'authority.pem');

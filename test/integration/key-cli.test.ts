@@ -31,7 +31,7 @@ import { signNoteText } from '../../platform/note-signer.ts';
 import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
 import { git, gitIn, vouchAsync, type Run } from '../helpers/processes.ts';
 import { startGatewayProcess, writeConfig } from '../helpers/gateway-process.ts';
-import { chainFile, } from '../helpers/chain-files.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-cli-'));
 const chain = join(work, 'chain');

@@ -49,7 +49,7 @@ import { modVersion, type ModVersion } from '../helpers/go-modules.ts';
 import { initChainRepo, TEST_SEED } from '../helpers/chain-fixture.ts';
 import { buildCheckNote } from '../helpers/go-checknote.ts';
 import { b64, buildKeyLifeChain, HOLDERS, KeyChain, ONLINE, seededKey } from '../helpers/key-fixture.ts';
-import { chainFile, } from '../helpers/chain-files.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-gateway-'));
 const chainDir = join(work, 'chain');
