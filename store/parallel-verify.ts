@@ -49,8 +49,6 @@ export interface BlockSource {
    * branch commits (`committedFiles`, `blockObjects`).
    */
   listBlockFiles?(): { index: number | null; path: string; why?: string }[];
-  /** True only if the listing would show exactly the block files 0..size-1 (a cheaper check; optional). */
-  hasExactlyBlocks?(size: number): boolean;
   readCheckpoint(): string | null;
   /**
    * What the branch commits (read from git objects). Without it the working
@@ -458,9 +456,9 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // size (a hint here; it is verified at the end), when it is exactly the
     // number of block files the branch commits, plans the batches over the
     // paths the blocks must have, the workers start on them, and the
-    // listing, made meanwhile, must then show exactly those files (checked
-    // from the names first, `hasExactlyBlocks`; the full listing only when
-    // that says no). Their results are linked only once it does. If it does
+    // listing, made meanwhile, must then show exactly those files (for a
+    // chain repository, the branch's block indexes, `exactIndexes`; a
+    // directory of block files is always listed in full). Their results are linked only once it does. If it does
     // not (only a broken chain, or empty extra directories), the speculative
     // run is dropped and the chain verified from the listing, so every
     // outcome is the listing's.
@@ -542,8 +540,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // Both are synchronous: no worker's answer is looked at before they are done.
     const committedList = (): { index: number | null; path: string; why?: string }[] =>
       committed!.indexes().map((index) => ({ index, path: blockPath(index) }));
-    const confirmed =
-      speculative !== null && (objects !== null ? exactIndexes(committed!, speculative.size) : source.hasExactlyBlocks?.(speculative.size) === true);
+    const confirmed = speculative !== null && objects !== null && exactIndexes(committed!, speculative.size);
     const listed = (): { index: number | null; path: string; why?: string }[] => {
       if (!source.listBlockFiles) throw new VouchError('internal_error', `${source.dir}: a block source with neither git objects nor a listing`);
       return source.listBlockFiles();
