@@ -68,8 +68,8 @@ export const SPARSE_INDEX_CONFIG = '[index]\n\tsparse = true\n';
 /**
  * Put a repository checked out in full (a plain `git clone`, the full
  * layout of earlier versions) in the sparse layout's configuration: the
- * settings appended to `.git/config` (git reads the last value of a key),
- * written whole through a temporary file. True when it changed anything.
+ * settings appended to `.git/config` in place of any earlier value of
+ * them, written whole through a temporary file. True when it changed anything.
  */
 export function ensureSparseConfig(gitdir: string): boolean {
   if (isSparse(gitdir)) return false;
@@ -81,6 +81,18 @@ export function ensureSparseConfig(gitdir: string): boolean {
   } catch {
     /* missing: written anew */
   }
+  // The keys set once: earlier values of them are dropped (git refuses to set a key that has several, as
+  // `git sparse-checkout disable` does), every other line is kept as it is.
+  const ours = new Set(['core.sparsecheckout', 'core.sparsecheckoutcone', 'index.sparse']);
+  let section = '';
+  const kept = text.split('\n').filter((raw) => {
+    const line = raw.replace(/[#;].*$/, '').trim();
+    const head = /^\[\s*([A-Za-z0-9.-]+)(?:\s+"[^"]*")?\s*\]/.exec(line);
+    if (head) section = line.includes('"') ? '' : head[1]!.toLowerCase();
+    const key = /^([A-Za-z][A-Za-z0-9-]*)\s*(?:=|$)/.exec(line);
+    return head !== null || key === null || !ours.has(`${section}.${key[1]!.toLowerCase()}`);
+  });
+  text = kept.join('\n');
   if (text !== '' && !text.endsWith('\n')) text += '\n';
   fs.writeFileSync(`${file}.vouch-tmp`, `${text}[core]\n${SPARSE_CONFIG}${SPARSE_INDEX_CONFIG}`);
   fs.renameSync(`${file}.vouch-tmp`, file);

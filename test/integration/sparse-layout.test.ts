@@ -214,6 +214,11 @@ test('a chain in the full layout (made with plain git) converts when opened for 
   assert.is(readFileSync(join(dir, blockPath(N)), 'utf8'), formatBlockFile(chain.blocks[N]!), 'git checked the files out again');
   await ChainRepo.open(dir);
   assertSparseClean(dir, N + 1);
+  // The settings replace git's own values: one value each, so git can set them again.
+  assert.equal(git(dir, 'config', '--get-all', 'core.sparseCheckout').trim().split('\n').at(-1), 'true');
+  git(dir, 'sparse-checkout', 'disable');
+  await ChainRepo.open(dir);
+  assertSparseClean(dir, N + 1);
 });
 
 test('a modified or extra file under blocks/ of a full-layout chain is refused by name, and nothing is deleted or changed', async () => {
