@@ -7,7 +7,7 @@
  * Trusts: ChainRepo; synthetic block texts stand in for real blocks (the
  * repository stores files, it does not parse them).
  * Must hold: every timed append is a real single-block commit with working
- * tree, split index and state updated, as in production.
+ * tree, sparse index and state updated, as in production.
  *
  * Usage: tsx bench/chain-append.ts [size...]   (default 1000 50000)
  */
@@ -26,8 +26,6 @@ export interface AppendFigures {
   p90Ms: number;
   maxMs: number;
   meanMs: number;
-  /** Shared-index rewrites during the timed appends (the amortised O(n) step). */
-  sharedIndexWrites: number;
 }
 
 const PAD = 'x'.repeat(300);
@@ -55,7 +53,6 @@ export async function benchAppend(opts: { sizes: number[]; samples: number }): P
       for (let i = 0; i < size; i++) blocks.push(block(i));
       const repo = await ChainRepo.init(join(dir, 'chain'), blocks, checkpoint(size), info(0));
       const buildMs = performance.now() - t0;
-      const sharedBefore = repo.indexStats().sharedWrites;
       const times: number[] = [];
       for (let k = 0; k < opts.samples; k++) {
         const i = repo.size;
@@ -73,12 +70,11 @@ export async function benchAppend(opts: { sizes: number[]; samples: number }): P
         p90Ms: quantile(sorted, 0.9),
         maxMs: sorted[sorted.length - 1] ?? 0,
         meanMs: times.reduce((a, b) => a + b, 0) / Math.max(1, times.length),
-        sharedIndexWrites: repo.indexStats().sharedWrites - sharedBefore,
       };
       out.push(figures);
       console.log(
         `append at ${size} blocks: median ${figures.medianMs.toFixed(2)} ms, p90 ${figures.p90Ms.toFixed(2)} ms, ` +
-          `max ${figures.maxMs.toFixed(1)} ms (${opts.samples} samples, ${figures.sharedIndexWrites} shared-index rewrites; build ${(buildMs / 1000).toFixed(1)} s)`,
+          `max ${figures.maxMs.toFixed(1)} ms (${opts.samples} samples; build ${(buildMs / 1000).toFixed(1)} s)`,
       );
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -79,8 +79,9 @@ function params(quick: boolean): Params {
   if (sizes.some((n) => !Number.isInteger(n) || n < 100)) throw new Error(`bench: bad --sizes=${flag('sizes')}`);
   const rows = new Set((flag('rows')?.split(',') ?? ROW_NAMES) as RowName[]);
   for (const r of rows) if (!ROW_NAMES.includes(r)) throw new Error(`bench: unknown row ${r} (rows: ${ROW_NAMES.join(',')})`);
-  const layout = flag('layout') ?? 'full';
-  if (layout !== 'full' && layout !== 'sparse') throw new Error(`bench: --layout must be full or sparse, not ${layout}`);
+  // One layout (docs/decisions/one-layout.md): --layout=sparse is still accepted; the "scale" section of bench/RESULTS.md keeps the full layout's last figures.
+  const layout = flag('layout') ?? 'sparse';
+  if (layout !== 'sparse') throw new Error(`bench: --layout must be sparse (the full layout was removed: docs/decisions/one-layout.md), not ${layout}`);
   const sparse = layout === 'sparse';
   const pack = flag('pack') ?? 'vouch';
   if (pack !== 'vouch' && pack !== 'git') throw new Error(`bench: --pack must be vouch or git, not ${pack}`);

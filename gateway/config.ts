@@ -55,7 +55,7 @@ export interface Config {
     public_key: string | null;
     sync_interval: number;
     max_staleness: number;
-    layout: 'full' | 'sparse';
+    layout: 'sparse';
     origin: string | null;
     unready_when_stale: boolean;
     /** Rewrite a chain git packed (block blobs as deltas) with every object whole after ready (gateway/chain/whole-packs.ts). */
@@ -144,7 +144,15 @@ export const SCHEMA: Record<string, Kind> = {
       public_key: { t: 'string', nullable: true, check: (s) => (base64Decode(s)?.length === 32 ? null : 'must be base64 of a 32-byte ed25519 public key') },
       sync_interval: { t: 'number', min: 0.1, max: 86_400 },
       max_staleness: { t: 'number', min: 1, max: 31_536_000 },
-      layout: { t: 'string', check: (s) => (s === 'full' || s === 'sparse' ? null : 'must be "full" or "sparse"') },
+      layout: {
+        t: 'string',
+        check: (s) =>
+          s === 'sparse'
+            ? null
+            : s === 'full'
+              ? 'the full layout was removed: remove the key or write "sparse"; a chain in the full layout converts when opened for writing (docs/decisions/one-layout.md)'
+              : 'must be "sparse", the only layout',
+      },
       origin: {
         t: 'string',
         nullable: true,
@@ -230,7 +238,7 @@ export const DEFAULTS = {
     public_key: null,
     sync_interval: 30,
     max_staleness: undefined as number | undefined,
-    layout: 'full' as 'full' | 'sparse',
+    layout: 'sparse' as const,
     origin: null as string | null,
     unready_when_stale: false,
     repack_deltas: true,

@@ -218,7 +218,6 @@ async function openChain(config: Config, authority: AuthorityParts | null, now: 
       [{ index: 0, content: formatBlockFile(block) }],
       { json: formatCheckpointFile(cp), note },
       commitFor([block], t),
-      { sparse: config.chain.layout === 'sparse' },
     );
     writeEdgeFile(repo.dir, edge);
     return repo;
@@ -590,7 +589,6 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
           await prepareMirror(config.chain.dir, config.chain.remote!, {
             pinnedPublicKey: config.chain.public_key,
             log,
-            sparse: config.chain.layout === 'sparse',
             ...(options.onProgress ? { fetch: { onProgress: (d: number, t: number) => options.onProgress!(d, t, 'cloning the chain') } } : {}),
           })
         ).repo

@@ -94,8 +94,8 @@ export interface ChainReads {
   readonly size: number;
   /** Commit id `main` points at. */
   readonly head: string;
-  /** The sparse layout: block files are read from git objects, not the working tree. */
-  readonly sparse: boolean;
+  /** Always true (the one layout, docs/spec/repository.md "Layouts"): block files are read from git objects, not the working tree. */
+  readonly sparse: true;
   /** True when the working tree and `.git/index` reflect the branch head. */
   readonly inSync: boolean;
   /** What opening (or a later catch-up) changed in the working tree and index, for callers to log. */
@@ -112,10 +112,6 @@ export interface ChainReads {
   committedNote(): Promise<string | null>;
   /** What branch main commits under blocks/ and as checkpoint.json (blob ids, no blob read). */
   committedFiles(): Promise<CommittedFiles>;
-  /** Every file under blocks/ of the working tree, sorted by path (not in the sparse layout). */
-  listBlockFiles(): { index: number | null; path: string; why?: string }[];
-  /** Whether blocks/ holds exactly the block files 0..size-1 (false when unsure). */
-  hasExactlyBlocks(size: number): boolean;
   /** Where the blocks' objects are, for a verifier reading them from the packs. */
   blockObjects(): BlockObjects;
   /** How many of `samples` block blobs spread over the chain the packs store as deltas (a chain packed by git). */

@@ -33,13 +33,11 @@ import type {
 import { assertChainWritable } from './chain-lock.ts';
 import { type WholePackResult, repackWhole } from './whole-pack.ts';
 import { isDir, readBranch } from './git-files.ts';
-import type { IndexHint } from './git-index.ts';
 import { RepoReader } from './repo-reader.ts';
 import { RepoRepair } from './repo-repair.ts';
 import { CLONE_MARKER, RepoReplicator, isInterruptedClone } from './repo-replicator.ts';
 import { RepoState, readState } from './repo-state.ts';
 import { RepoWriter } from './repo-writer.ts';
-import { isSparse } from './sparse-layout.ts';
 
 export { blockPath, parseBlockPath } from '../chain/layout.ts';
 export { FETCH_LIMITS } from './fetch-limits.ts';
@@ -54,10 +52,10 @@ export class ChainRepo implements MirrorStore {
   private readonly writer: RepoWriter;
   private readonly replicator: RepoReplicator;
 
-  private constructor(dir: string, hint: IndexHint | null = null) {
-    this.s = new RepoState(dir, hint);
+  private constructor(dir: string) {
+    this.s = new RepoState(dir);
     this.reader = new RepoReader(this.s);
-    this.repairer = new RepoRepair(this.s, this.reader);
+    this.repairer = new RepoRepair(this.s);
     this.writer = new RepoWriter(this.s, this.repairer);
     this.replicator = new RepoReplicator(this.s, this.repairer, this.writer);
   }
@@ -65,11 +63,12 @@ export class ChainRepo implements MirrorStore {
   /**
    * Create a chain repository in `dir` (created if missing) holding `blocks`
    * (indexes 0, 1, ...) and `checkpoint`, as one commit. Refuses with
-   * `chain_exists` if `dir` holds a git repository or anything else.
+   * `chain_exists` if `dir` holds a git repository or anything else. The
+   * chain is in the sparse layout (./sparse-layout.ts), the only one.
    */
-  static async init(dir: string, blocks: BlockFile[], checkpoint: RootFiles, commit: CommitInfo, opts: { sparse?: boolean } = {}): Promise<ChainRepo> {
+  static async init(dir: string, blocks: BlockFile[], checkpoint: RootFiles, commit: CommitInfo): Promise<ChainRepo> {
     const repo = new ChainRepo(resolve(dir));
-    await repo.writer.create(blocks, checkpoint, commit, opts);
+    await repo.writer.create(blocks, checkpoint, commit);
     return repo;
   }
 
@@ -77,9 +76,12 @@ export class ChainRepo implements MirrorStore {
    * Open the chain repository in `dir`. Throws `not_a_chain` for a missing
    * or non-git directory, HEAD not on `main`, or no block on the branch.
    * With `repair` (default), first brings the working tree and index in line
-   * with the branch after a crash, a plain `git clone` or git rewriting the
-   * index (see `repairs`); without it nothing is written, and `append`
-   * refuses if they lag behind the branch.
+   * with the branch after a crash or git rewriting the index, and converts a
+   * chain checked out in full (the full layout of earlier versions, a plain
+   * `git clone`) to the sparse layout, refusing with `io_error` before any
+   * change when a checked-out file differs from the branch (see `repairs`);
+   * without it nothing is written (blocks are read from git objects
+   * whatever the working tree holds), and `append` refuses.
    */
   static async open(dir: string, opts: { repair?: boolean } = {}): Promise<ChainRepo> {
     const abs = resolve(dir);
@@ -93,9 +95,8 @@ export class ChainRepo implements MirrorStore {
     const head = readBranch(gitdir);
     if (!head) throw new VouchError('not_a_chain', `${abs}: branch main has no commit`);
     const state = readState(gitdir);
-    const repo = new ChainRepo(abs, state?.index ?? null);
+    const repo = new ChainRepo(abs);
     const s = repo.s;
-    s.sparse = isSparse(gitdir);
     await s.loadBranch(head);
     s.canRepair = opts.repair ?? true;
     if (s.canRepair) {
@@ -112,7 +113,7 @@ export class ChainRepo implements MirrorStore {
    * `dir` as it found it; a crashed one leaves `.git/vouch-clone-incomplete`,
    * which `open()` refuses.
    */
-  static async clone(url: string, dir: string, opts: FetchOptions & { sparse?: boolean } = {}): Promise<ChainRepo> {
+  static async clone(url: string, dir: string, opts: FetchOptions = {}): Promise<ChainRepo> {
     const repo = new ChainRepo(resolve(dir));
     await repo.replicator.clone(url, opts);
     return repo;
@@ -147,11 +148,12 @@ export class ChainRepo implements MirrorStore {
   }
 
   /**
-   * The sparse layout: the working tree holds checkpoint.json only, block
-   * files are read from git objects (docs/spec/repository.md "Layouts").
+   * Always true: the working tree holds the root files only, block files
+   * are read from git objects (docs/spec/repository.md "Layouts", the one
+   * layout).
    */
-  get sparse(): boolean {
-    return this.s.sparse;
+  get sparse(): true {
+    return true;
   }
 
   /** Commit id `main` points at. */
@@ -169,25 +171,11 @@ export class ChainRepo implements MirrorStore {
     return this.s.consistent;
   }
 
-  /** Diagnostics of the split index (tests, benches): shared indexes written by this instance, split-part size, shared index name. */
-  indexStats(): { sharedWrites: number; splitSize: number; shared: string | null } {
-    const index = this.s.index;
-    return { sharedWrites: index.sharedWrites, splitSize: index.splitSize, shared: index.baseName };
-  }
-
   // -------------------------------------------------------------------------
   // Reads (./repo-reader.ts)
 
   committedFiles(): Promise<CommittedFiles> {
     return this.reader.committedFiles();
-  }
-
-  hasExactlyBlocks(size: number): boolean {
-    return this.reader.hasExactlyBlocks(size);
-  }
-
-  listBlockFiles(): { index: number | null; path: string; why?: string }[] {
-    return this.reader.listBlockFiles();
   }
 
   readBlockFile(index: number): string {
@@ -285,8 +273,8 @@ export function openChainReadOnly(dir: string): Promise<ChainReads> {
 }
 
 /** Create a chain in `dir` (`ChainRepo.init`). */
-export function createChain(dir: string, blocks: BlockFile[], checkpoint: RootFiles, commit: CommitInfo, opts: { sparse?: boolean } = {}): Promise<ChainStore> {
-  return ChainRepo.init(dir, blocks, checkpoint, commit, opts);
+export function createChain(dir: string, blocks: BlockFile[], checkpoint: RootFiles, commit: CommitInfo): Promise<ChainStore> {
+  return ChainRepo.init(dir, blocks, checkpoint, commit);
 }
 
 /** Open a mirror's chain in `dir` (`ChainRepo.open` with repair). */
@@ -295,6 +283,6 @@ export function openMirror(dir: string): Promise<MirrorStore> {
 }
 
 /** Clone the chain at `url` into `dir` for a mirror (`ChainRepo.clone`). */
-export function cloneChain(url: string, dir: string, opts: FetchOptions & { sparse?: boolean } = {}): Promise<MirrorStore> {
+export function cloneChain(url: string, dir: string, opts: FetchOptions = {}): Promise<MirrorStore> {
   return ChainRepo.clone(url, dir, opts);
 }

@@ -1,7 +1,8 @@
 /**
  * The bytes of git's index file (gitformat-index): entries, stat data, path
- * order, the split-index `link` extension and its EWAH bitmaps. Pure codecs;
- * ./git-index.ts owns the files.
+ * order, the sparse index's `sdir` extension (a split index's `link` is only
+ * recognised: the caller rewrites such an index). Pure codecs;
+ * ./sparse-layout.ts owns the file.
  * Owns: reading versions 2, 3 and 4 (unknown extensions skipped), writing
  * version 2 (3 with extended flags), git's path order (`comparePaths`).
  * Trusts: nothing it reads: an index that does not parse is `io_error`
@@ -17,7 +18,7 @@ import { VouchError } from '../chain/errors.ts';
 // Entries
 
 export interface IndexEntry {
-  /** Path relative to the work tree, '/'-separated. Empty for a replacement read from a split index. */
+  /** Path relative to the work tree, '/'-separated. */
   path: string;
   /** Object id (hex) of the blob. */
   oid: string;
@@ -97,114 +98,14 @@ export function comparePaths(a: string, b: string): number {
   return a.length - b.length;
 }
 
-export function stageOf(e: IndexEntry): number {
-  return (e.flags >> 12) & 3;
-}
-
-export function compareEntries(a: IndexEntry, b: IndexEntry): number {
-  return comparePaths(a.path, b.path) || stageOf(a) - stageOf(b);
-}
-
-// ---------------------------------------------------------------------------
-// EWAH bitmaps (ewah/ewah_io.c serialization, ewah/ewok_rlw.h word layout)
-
-/** Serialize a set of bit positions (ascending, unique) as a git EWAH bitmap. */
-export function ewahEncode(positions: readonly number[]): Buffer {
-  const words: bigint[] = [];
-  let rlwPos = 0;
-  let nextWord = 0; // first bitmap word not yet emitted
-  let i = 0;
-  while (i < positions.length) {
-    const first = Math.floor(positions[i]! / 64);
-    let run = first - nextWord; // clean zero words before the literals
-    while (run > 0xffffffff) {
-      // a marker can carry 2^32-1 clean words
-      rlwPos = words.length;
-      words.push(BigInt(0xffffffff) << 1n);
-      run -= 0xffffffff;
-    }
-    rlwPos = words.length;
-    words.push(0n);
-    const literals: bigint[] = [];
-    let w = first;
-    while (i < positions.length && Math.floor(positions[i]! / 64) === w && literals.length < 0x7fffffff) {
-      let word = 0n;
-      while (i < positions.length && Math.floor(positions[i]! / 64) === w) {
-        word |= 1n << BigInt(positions[i]! % 64);
-        i++;
-      }
-      literals.push(word);
-      w++;
-    }
-    words[rlwPos] = (BigInt(literals.length) << 33n) | (BigInt(run) << 1n);
-    for (const l of literals) words.push(l); // not push(...literals): an argument list that long overflows the stack
-    nextWord = w;
-  }
-  if (words.length === 0) words.push(0n);
-  const bitSize = positions.length ? positions[positions.length - 1]! + 1 : 0;
-  const buf = Buffer.alloc(12 + words.length * 8);
-  buf.writeUInt32BE(bitSize, 0);
-  buf.writeUInt32BE(words.length, 4);
-  words.forEach((w, k) => buf.writeBigUInt64BE(w, 8 + k * 8));
-  buf.writeUInt32BE(rlwPos, 8 + words.length * 8);
-  return buf;
-}
-
-/**
- * Most bits a bitmap may span: an index of that many entries would be over
- * 2 GiB. Bounds what a corrupt bitmap (one run word can claim 2^38 set bits)
- * makes `ewahDecode` build.
- */
-export const MAX_EWAH_BITS = 1 << 25;
-
-/** Read a git EWAH bitmap at `offset`: its set bit positions (each below its declared bit size) and the offset after it. */
-export function ewahDecode(buf: Buffer, offset: number): { positions: number[]; end: number } {
-  if (offset + 8 > buf.length) throw new VouchError('io_error', 'corrupt ewah bitmap: truncated header');
-  const bitSize = buf.readUInt32BE(offset);
-  if (bitSize > MAX_EWAH_BITS) throw new VouchError('io_error', `corrupt ewah bitmap: ${bitSize} bits, more than ${MAX_EWAH_BITS}`);
-  const count = buf.readUInt32BE(offset + 4);
-  const end = offset + 8 + count * 8 + 4;
-  if (end > buf.length) throw new VouchError('io_error', 'corrupt ewah bitmap: truncated words');
-  const positions: number[] = [];
-  let pos = 0;
-  let k = 0;
-  const word = (j: number): bigint => buf.readBigUInt64BE(offset + 8 + j * 8);
-  while (k < count) {
-    const rlw = word(k++);
-    const runBit = rlw & 1n;
-    const runLen = Number((rlw >> 1n) & U32) * 64;
-    const literals = Number(rlw >> 33n);
-    if (runBit) {
-      if (pos + runLen > bitSize) throw new VouchError('io_error', 'corrupt ewah bitmap: a run past its bit size');
-      for (let j = 0; j < runLen; j++) positions.push(pos + j);
-    }
-    pos += runLen;
-    for (let l = 0; l < literals && k < count; l++) {
-      let w = word(k++);
-      for (let b = 0; w !== 0n; b++, w >>= 1n) if (w & 1n) positions.push(pos + b);
-      pos += 64;
-    }
-  }
-  if (positions.length > 0 && positions[positions.length - 1]! >= bitSize) throw new VouchError('io_error', 'corrupt ewah bitmap: a bit set past its bit size');
-  return { positions, end };
-}
-
 // ---------------------------------------------------------------------------
 // Whole index files
-
-export interface LinkExtension {
-  /** Name (trailing SHA-1) of the shared index. */
-  base: string;
-  /** Base positions removed by this index. */
-  deleted: number[];
-  /** Base positions replaced by the first `replaced.length` entries of this index. */
-  replaced: number[];
-}
 
 export interface ParsedIndex {
   version: number;
   entries: IndexEntry[];
-  link: LinkExtension | null;
+  /** The index is git's split index (`link` extension, core.splitIndex): its entries are only part of the index; the caller rewrites it. */
+  split: boolean;
   /** Trailing SHA-1 (hex); all zeros when git skipped the hash. */
   checksum: string;
   /** The index is a sparse index (`sdir` extension): a directory entry may stand for a whole tree (./sparse-layout.ts). */
@@ -296,7 +197,7 @@ export function parseIndex(buf: Buffer): ParsedIndex {
       extFlags,
     });
   });
-  let link: LinkExtension | null = null;
+  let split = false;
   let sparse = false;
   let off = end;
   const limit = buf.length - 20;
@@ -306,40 +207,18 @@ export function parseIndex(buf: Buffer): ParsedIndex {
     const data = off + 8;
     if (data + size > limit) corrupt(`truncated ${sig} extension`);
     if (sig === 'link') {
-      if (size < 20) corrupt('short link extension');
-      const base = buf.toString('hex', data, data + 20);
-      let deleted: number[] = [];
-      let replaced: number[] = [];
-      if (size > 20) {
-        const ext = buf.subarray(data, data + size);
-        const d = ewahDecode(ext, 20);
-        const r = ewahDecode(ext, d.end);
-        if (r.end !== size) corrupt('garbage at the end of link extension');
-        deleted = d.positions;
-        replaced = r.positions;
-      }
-      link = { base, deleted, replaced };
+      split = true;
     } else if (sig === 'sdir') {
       sparse = true;
     }
     off = data + size;
   }
-  return { version, entries, link, checksum, sparse };
+  return { version, entries, split, checksum, sparse };
 }
 
-/** Positions (in `buf`, an index file) of the entries whose path is in `wanted`; absent paths map to -1. */
-export function findPositions(buf: Buffer, wanted: Iterable<string>): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const p of wanted) out.set(p, -1);
-  walkEntries(buf, (pos, _s, path) => {
-    if (out.get(path) === -1) out.set(path, pos);
-  });
-  return out;
-}
-
-/** On-disk bytes of one entry in a version 2/3 index; `stripName` writes an empty name (split-index replacement). */
-export function serializeEntry(e: IndexEntry, stripName = false): Buffer {
-  const name = stripName ? Buffer.alloc(0) : Buffer.from(e.path, 'utf8');
+/** On-disk bytes of one entry in a version 2/3 index. */
+export function serializeEntry(e: IndexEntry): Buffer {
+  const name = Buffer.from(e.path, 'utf8');
   const ext = e.extFlags !== 0;
   const nameOff = ext ? 64 : 62;
   const size = (nameOff + name.length + 8) & ~7;
@@ -363,31 +242,23 @@ export function serializeEntry(e: IndexEntry, stripName = false): Buffer {
   return b;
 }
 
-/** A complete index file: header, the given entry bytes, optional link extension (or the empty `sdir` of a sparse index), trailing SHA-1. */
-export function buildIndexFile(entryBufs: Buffer[], count: number, extended: boolean, link?: LinkExtension | 'sdir'): Buffer {
+/** A complete index file: header, the given entry bytes, the empty `sdir` extension of a sparse index when asked, trailing SHA-1. */
+export function buildIndexFile(entryBufs: Buffer[], count: number, extended: boolean, sdir?: 'sdir'): Buffer {
   const header = Buffer.alloc(12);
   header.write('DIRC', 0, 'latin1');
   header.writeUInt32BE(extended ? 3 : 2, 4);
   header.writeUInt32BE(count, 8);
   const parts = [header, ...entryBufs];
-  if (link === 'sdir') {
+  if (sdir === 'sdir') {
     const h = Buffer.alloc(8);
     h.write('sdir', 0, 'latin1');
     parts.push(h);
-  } else if (link) {
-    const del = ewahEncode(link.deleted);
-    const rep = ewahEncode(link.replaced);
-    const h = Buffer.alloc(8 + 20);
-    h.write('link', 0, 'latin1');
-    h.writeUInt32BE(20 + del.length + rep.length, 4);
-    h.write(link.base, 8, 'hex');
-    parts.push(h, del, rep);
   }
   const body = Buffer.concat(parts);
   return Buffer.concat([body, sha1(body)]);
 }
 
-/** A full (non-split) index file holding `entries` (sorted by the caller). */
+/** An index file holding `entries` (sorted by the caller). */
 export function serializeIndex(entries: readonly IndexEntry[]): Buffer {
   return buildIndexFile(
     entries.map((e) => serializeEntry(e)),
@@ -395,6 +266,3 @@ export function serializeIndex(entries: readonly IndexEntry[]): Buffer {
     entries.some((e) => e.extFlags !== 0),
   );
 }
-
-// ---------------------------------------------------------------------------
-// Locks

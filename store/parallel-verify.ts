@@ -43,12 +43,12 @@ import { initialKeyState, type KeyState } from '../chain/key-events.ts';
 export interface BlockSource {
   readonly dir: string;
   /**
-   * Every entry under blocks/ of the working tree, sorted by path; index null
-   * when the path is not a block's; `why` set when it is not a regular file.
+   * Every entry under blocks/ of a directory of block files, sorted by path;
+   * index null when the path is not a block's; `why` set when it is not a
+   * regular file. A chain repository has none: its blocks are what the
+   * branch commits (`committedFiles`, `blockObjects`).
    */
-  listBlockFiles(): { index: number | null; path: string; why?: string }[];
-  /** True only if the listing would show exactly the block files 0..size-1 (a cheaper check; optional). */
-  hasExactlyBlocks?(size: number): boolean;
+  listBlockFiles?(): { index: number | null; path: string; why?: string }[];
   readCheckpoint(): string | null;
   /**
    * What the branch commits (read from git objects). Without it the working
@@ -456,9 +456,9 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // size (a hint here; it is verified at the end), when it is exactly the
     // number of block files the branch commits, plans the batches over the
     // paths the blocks must have, the workers start on them, and the
-    // listing, made meanwhile, must then show exactly those files (checked
-    // from the names first, `hasExactlyBlocks`; the full listing only when
-    // that says no). Their results are linked only once it does. If it does
+    // listing, made meanwhile, must then show exactly those files (for a
+    // chain repository, the branch's block indexes, `exactIndexes`; a
+    // directory of block files is always listed in full). Their results are linked only once it does. If it does
     // not (only a broken chain, or empty extra directories), the speculative
     // run is dropped and the chain verified from the listing, so every
     // outcome is the listing's.
@@ -540,9 +540,12 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     // Both are synchronous: no worker's answer is looked at before they are done.
     const committedList = (): { index: number | null; path: string; why?: string }[] =>
       committed!.indexes().map((index) => ({ index, path: blockPath(index) }));
-    const confirmed =
-      speculative !== null && (objects !== null ? exactIndexes(committed!, speculative.size) : source.hasExactlyBlocks?.(speculative.size) === true);
-    const files = confirmed ? [] : objects !== null ? committedList() : source.listBlockFiles();
+    const confirmed = speculative !== null && objects !== null && exactIndexes(committed!, speculative.size);
+    const listed = (): { index: number | null; path: string; why?: string }[] => {
+      if (!source.listBlockFiles) throw new VouchError('internal_error', `${source.dir}: a block source with neither git objects nor a listing`);
+      return source.listBlockFiles();
+    };
+    const files = confirmed ? [] : objects !== null ? committedList() : listed();
     const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: options.pinnedPublicKey ?? null });
     let total: number;
     /** Verifies blocks from..to-1 on this thread, each with the key in force as it comes; handed to onVerified a thousand at a time once they passed. */

@@ -1,10 +1,10 @@
 /**
- * The chain repository's reads: block files of the working tree (the fast
- * path), what branch main commits (`committedFiles`, for verifiers), and
- * blocks read from git objects (the sparse layout, audits). One part of
+ * The chain repository's reads: what branch main commits (`committedFiles`,
+ * for verifiers), blocks read from git objects (the one layout keeps no
+ * block file in the working tree), the root files. One part of
  * ./chain-repo.ts, over the shared ./repo-state.ts.
  * Owns: the read API of `ChainReads` (./chain-api.ts).
- * Trusts: the working tree only through the bounded reader of
+ * Trusts: the root files only through the bounded reader of
  * ./verify-worker-impl.ts (docs/spec/design.md §1.7 "Reading a chain").
  * Must hold: reads never write; a path that is not a block path of
  * chain/layout.ts is reported, never read as a block.
@@ -12,11 +12,10 @@
 import * as fs from 'node:fs';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
-import { LIMITS, digitsAt, utf8Text } from '../chain/block.ts';
-import { CHECKPOINT, CHECKPOINT_NOTE, MAX_INDEX, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
+import { LIMITS, utf8Text } from '../chain/block.ts';
+import { CHECKPOINT, CHECKPOINT_NOTE, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
 import { bytesOf, readChainFile } from './verify-worker-impl.ts';
-import { comparePaths } from './git-index.ts';
-import { TREE_MODE, type TreeEntry, ioError, isRegularMode, modeName, parseTree } from './git-objects.ts';
+import { TREE_MODE, type TreeEntry, isRegularMode, modeName, parseTree } from './git-objects.ts';
 import type { BlockObjects, CommittedFiles } from './chain-api.ts';
 import type { RepoState } from './repo-state.ts';
 
@@ -161,102 +160,6 @@ export class RepoReader {
     };
   }
 
-  /**
-   * Whether `blocks/` holds exactly the block files 0..size-1 and nothing
-   * else: what `listBlockFiles()` showing exactly those files means, checked
-   * from the names alone (no per-file objects; about half its cost). False
-   * for anything else, including errors: the caller then lists.
-   */
-  hasExactlyBlocks(size: number): boolean {
-    if (this.s.sparse) return false;
-    if (!Number.isSafeInteger(size) || size < 1 || size - 1 > MAX_INDEX) return false;
-    const last = size - 1;
-    const list = direntsOf;
-    // Exactly the directories `000`, `001`, ... up to `count - 1`.
-    const shardDirs = (d: string, count: number): boolean => {
-      const entries = list(d);
-      if (entries === null || entries.length !== count) return false;
-      const seen = new Uint8Array(count);
-      for (const e of entries) {
-        const n = e.name.length === 3 ? digitsAt(e.name, 0, 3) : -1;
-        if (!e.isDirectory() || n < 0 || n >= count || seen[n]) return false;
-        seen[n] = 1;
-      }
-      return true;
-    };
-    const blocksDir = join(this.s.dir, 'blocks');
-    const lastTop = Math.floor(last / 1_000_000);
-    if (!shardDirs(blocksDir, lastTop + 1)) return false;
-    for (let top = 0; top <= lastTop; top++) {
-      const topName = String(top).padStart(3, '0');
-      const lastMid = top < lastTop ? 999 : Math.floor((last % 1_000_000) / 1000);
-      if (!shardDirs(`${blocksDir}/${topName}`, lastMid + 1)) return false;
-      for (let mid = 0; mid <= lastMid; mid++) {
-        const midName = String(mid).padStart(3, '0');
-        const base = top * 1_000_000 + mid * 1000;
-        const count = Math.min(1000, size - base);
-        const entries = list(`${blocksDir}/${topName}/${midName}`);
-        if (entries === null || entries.length !== count) return false;
-        // Names are unique in a directory: `count` names each naming a distinct index in range is the exact set.
-        for (const e of entries) {
-          const name = e.name;
-          if (!e.isFile() || name.length !== 14 || !name.endsWith('.json')) return false;
-          const n = digitsAt(name, 0, 9);
-          if (n < base || n >= base + count) return false;
-        }
-      }
-    }
-    return true;
-  }
-
-  /**
-   * Every file under blocks/ in the working tree, sorted by path; index null
-   * when the path is not a well-formed block path. An entry at a block path
-   * is listed whatever it is, never walked into; `why` says what is wrong
-   * with one that is not a regular file (a symbolic link, a directory, a
-   * FIFO, a device: the type readdir reports, as lstat would).
-   */
-  listBlockFiles(): { index: number | null; path: string; why?: string }[] {
-    if (this.s.sparse)
-      throw new VouchError('internal_error', 'the sparse layout has no block files in the working tree: list what the branch commits (committedFiles)');
-    const out: { index: number | null; path: string; why?: string }[] = [];
-    let strays = false;
-    const walk = (abs: string, rel: string): void => {
-      let entries: fs.Dirent[];
-      try {
-        entries = fs.readdirSync(abs, { withFileTypes: true });
-      } catch (e) {
-        if (rel === 'blocks' && (e as NodeJS.ErrnoException).code === 'ENOENT') return;
-        throw ioError(`cannot list ${rel}`, e);
-      }
-      // Block files of one leaf directory sort by index; a slot per index puts them in order.
-      const slots: ({ index: number; path: string; why?: string } | undefined)[] = [];
-      let base = -1;
-      const dirs: string[] = [];
-      for (const e of entries) {
-        const r = `${rel}/${e.name}`;
-        const index = parseBlockPath(r);
-        if (index === null && e.isDirectory()) {
-          dirs.push(e.name);
-          continue;
-        }
-        if (index === null) {
-          strays = true;
-          out.push({ index, path: r });
-          continue;
-        }
-        if (base < 0) base = index - (index % 1000);
-        slots[index - base] = e.isFile() ? { index, path: r } : { index, path: r, why: `is ${direntKind(e)}, not a regular file` };
-      }
-      for (const f of slots) if (f) out.push(f);
-      for (const d of dirs.sort()) walk(`${abs}/${d}`, `${rel}/${d}`);
-    };
-    walk(join(this.s.dir, 'blocks'), 'blocks');
-    // Without stray files every path is `blocks/DDD/DDD/DDDDDDDDD.json`, and the walk
-    // above already produced path order; strays (any name) need the general sort.
-    return strays ? out.sort((a, b) => comparePaths(a.path, b.path)) : out;
-  }
-
   checkRange(index: number): string {
     const p = blockPath(index);
     if (index >= this.s.size) throw new VouchError('not_found', `block ${index} is not on the chain (size ${this.s.size})`, { index });
@@ -264,22 +167,11 @@ export class RepoReader {
   }
 
   /**
-   * The working-tree text of block `index`: a regular file of at most 16 MiB,
-   * valid UTF-8 (else `malformed` at `index`); `io_error` when it is missing
-   * or unreadable.
+   * The text of block `index`, read from git objects (the one layout keeps
+   * no block file in the working tree): `readBlockObject`.
    */
   readBlockFile(index: number): string {
-    const p = this.checkRange(index);
-    if (this.s.sparse) return this.readBlockObject(index, p);
-    const read = readChainFile(join(this.s.dir, p), LIMITS.blockFileBytes);
-    if (read.error !== null) {
-      if (read.kind === 'refused') throw new VouchError('malformed', `malformed at block ${index}: ${p} ${read.why}`, { index, resource: p });
-      const lag = this.s.consistent ? '' : ' (the working tree lags behind branch main: open with repair)';
-      throw new VouchError('io_error', `cannot read ${p}${lag}: it ${read.why}`, { resource: p });
-    }
-    const text = utf8Text(bytesOf(read));
-    if (text === null) throw new VouchError('malformed', `malformed at block ${index}: ${p} is not valid UTF-8`, { index, resource: p });
-    return text;
+    return this.readBlockObject(index, this.checkRange(index));
   }
 
   /**
@@ -458,21 +350,6 @@ function leafEntry(body: Buffer, name: string, k: number): TreeEntry | undefined
   const at = k * 42;
   if (at + 42 > body.length || body.toString('latin1', at, at + 22) !== `100644 ${name}\0`) return undefined;
   return { mode: '100644', name, oid: body.toString('hex', at + 22, at + 42) };
-}
-
-/** What a directory entry that is not a regular file is, for messages. */
-export function direntKind(e: fs.Dirent): string {
-  return e.isSymbolicLink()
-    ? 'a symbolic link'
-    : e.isDirectory()
-      ? 'a directory'
-      : e.isFIFO()
-        ? 'a FIFO'
-        : e.isCharacterDevice() || e.isBlockDevice()
-          ? 'a device'
-          : e.isSocket()
-            ? 'a socket'
-            : 'of an unknown type';
 }
 
 /** A directory's entries, or null when it cannot be listed (missing, not a directory, no access). */

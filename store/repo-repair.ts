@@ -3,30 +3,29 @@
  * working tree, `.git/index` and `.git/vouch-state.json` agree: after a
  * crash (`open()`), after a commit whose working-tree write failed, and for
  * a fast-forward (the catch-up path). One part of ./chain-repo.ts.
- * Owns: working-tree catch-up writes, the diff of two commits' trees,
- * removing temporaries and stray files (the branch move and the state
- * file are ./repo-state.ts's).
+ * Owns: the root files' catch-up writes, the sparse index, the conversion
+ * of a chain checked out in full, the diff of two commits' trees, removing
+ * temporaries (the branch move and the state file are ./repo-state.ts's).
  * Trusts: git objects on disk; the caller to hold the chain lock.
  * Must hold: a block exists only once its commit is on the branch; a repair
  * finishes or undoes what a crash interrupted, recorded in `repairs`; after
- * it `git status --porcelain` is empty.
+ * it `git status --porcelain` is empty; a checked-out file is removed only
+ * when it equals the branch's blob.
  */
 import * as fs from 'node:fs';
-import { dirname, join } from 'node:path';
-import { CHECKPOINT, CHECKPOINT_NOTE, SHARD_RE, blockPath, parseBlockPath } from '../chain/layout.ts';
-import { type IndexEntry, entryFromStat, statMatches } from './git-index.ts';
+import { join } from 'node:path';
+import { VouchError } from '../chain/errors.ts';
+import { CHECKPOINT, CHECKPOINT_NOTE } from '../chain/layout.ts';
+import { type IndexEntry, entryFromStat, statMatches } from './git-index-format.ts';
 import { acquireLock, commitLock, hashFile, lstatOrNull } from './git-files.ts';
 import { TREE_MODE, type TreeEntry } from './git-objects.ts';
 import type { RepairAction } from './chain-api.ts';
-import { direntsOf, type RepoReader } from './repo-reader.ts';
+import { direntsOf } from './repo-reader.ts';
 import { STATE_FILE, TMP_SUFFIX, type RepoState, type State } from './repo-state.ts';
-import { ensurePatterns, readSparseIndex, sparseIndexBytes } from './sparse-layout.ts';
+import { ensurePatterns, ensureSparseConfig, readSparseIndex, sparseIndexBytes } from './sparse-layout.ts';
 
 export class RepoRepair {
-  constructor(
-    private readonly s: RepoState,
-    private readonly reader: RepoReader,
-  ) {}
+  constructor(private readonly s: RepoState) {}
 
   /**
    * Removes what interrupted object writes left under `.git/objects` (a full
@@ -110,64 +109,90 @@ export class RepoRepair {
 
   /**
    * Bring the working tree, `.git/index` and the state file in line with
-   * the branch head. Incremental when the state names a commit we still
-   * have (a crash mid-append, a fast-forward by git); a full pass over the
-   * branch otherwise (fresh clone, lost state, broken index).
+   * the branch head: the sparse layout's catch-up (`syncSparse`), which
+   * also converts a chain found in the full layout of earlier versions or
+   * as a plain `git clone` checks it out (`convert`).
    */
-  async repair(state: State | null): Promise<void> {
+  async repair(_state: State | null): Promise<void> {
     for (const p of [join(this.s.dir, CHECKPOINT + TMP_SUFFIX), join(this.s.dir, CHECKPOINT_NOTE + TMP_SUFFIX), join(this.s.gitdir, STATE_FILE + TMP_SUFFIX)])
       this.removeIfExists(p, 'temporary file of an interrupted write');
-    if (this.s.sparse) {
-      await this.syncSparse(true);
-      this.s.writeState();
-      this.s.consistent = true;
-      return;
-    }
-    for (const name of fs.readdirSync(this.s.gitdir)) {
-      if (name.startsWith('sharedindex_vouch_')) fs.rmSync(join(this.s.gitdir, name), { force: true });
-    }
-    let indexOk = fs.existsSync(join(this.s.gitdir, 'index'));
-    if (indexOk) {
-      try {
-        this.s.index.load();
-      } catch {
-        indexOk = false;
-      }
-    }
-    if (indexOk && state && state.commit === this.s.head) {
-      // Nothing interrupted; git may have rewritten the index, which load() adopted.
-    } else if (indexOk && state && (await this.s.objects.has(state.commit))) {
-      await this.applyChanges(await this.diffCommits(state.commit, this.s.head));
-    } else {
-      await this.fullSync(indexOk);
-    }
-    this.cleanTail();
+    await this.syncSparse(true);
     this.s.writeState();
     this.s.consistent = true;
+  }
+
+  /**
+   * The working tree's directories (the full layout's `blocks/`), checked
+   * file by file against the branch before any is removed: every file must
+   * be the branch's blob at its path (or a temporary file of an interrupted
+   * write). Returns the directories to remove; throws `io_error` naming the
+   * first file that differs or is not on the branch (nothing removed).
+   * Cost: one read and hash of every checked-out file, once per chain.
+   */
+  async checkCheckedOut(): Promise<string[]> {
+    const dirs: string[] = [];
+    const refuse = (rel: string, why: string): never => {
+      throw new VouchError(
+        'io_error',
+        `${this.s.dir}: ${rel} ${why}; vouch keeps the chain's directories in git objects only and removes checked-out copies only when they equal branch main (docs/spec/repository.md "Layouts"): move the file away or restore it with git checkout, then open again`,
+        { resource: rel },
+      );
+    };
+    const walk = async (abs: string, rel: string, tree: TreeEntry[] | null): Promise<void> => {
+      const byName = new Map((tree ?? []).map((e) => [e.name, e]));
+      for (const d of direntsOf(abs) ?? []) {
+        const r = `${rel}/${d.name}`;
+        const e = byName.get(d.name);
+        if (d.isDirectory()) {
+          await walk(join(abs, d.name), r, e?.mode === TREE_MODE ? await this.s.objects.readTree(e.oid) : null);
+        } else if (d.name.endsWith(TMP_SUFFIX) && d.isFile()) {
+          // an interrupted write's temporary file: removed with its directory
+        } else if (!e || e.mode === TREE_MODE) refuse(r, 'is not on branch main');
+        else if (!d.isFile() || !/^100(644|755)$/.test(e.mode)) refuse(r, `is not a regular file of branch main (${e.mode})`);
+        else if (hashFile(join(abs, d.name)) !== e.oid) refuse(r, 'differs from branch main');
+      }
+    };
+    const root = new Map(this.s.dirs.get('')!.map((e) => [e.name, e]));
+    for (const d of direntsOf(this.s.dir) ?? []) {
+      if (d.name === '.git' || !d.isDirectory()) continue;
+      const e = root.get(d.name);
+      await walk(join(this.s.dir, d.name), d.name, e?.mode === TREE_MODE ? await this.s.objects.readTree(e.oid) : null);
+      dirs.push(d.name);
+    }
+    return dirs;
   }
 
   /**
    * The sparse layout's catch-up (./sparse-layout.ts), for a repair, a
    * fast-forward and after an append: the root files of the branch in the
    * working tree, and a sparse index naming the head's root trees; with
-   * `full`, also the pattern file, no `blocks/` in the working tree (a chain
-   * converted from the full layout) and no shared index of the full
-   * layout's split index. Each change is recorded in `repairs` when
-   * `repairing`. Cost: the root's few files, whatever the chain's size.
+   * `full`, first the conversion of a chain checked out in full (the full
+   * layout of earlier versions, a plain `git clone`): its checked-out
+   * directories checked against the branch (`checkCheckedOut`, which
+   * refuses before anything changes), git's sparse-checkout configuration
+   * and pattern file, the directories removed, no shared index of the old
+   * split index. Each change is recorded in `repairs` when `repairing`.
+   * Cost: the root's few files, whatever the chain's size (a conversion
+   * reads each checked-out file once).
    */
   async syncSparse(repairing: boolean, full = true): Promise<void> {
     const note = (action: RepairAction['action'], path: string, reason: string): void => {
       if (repairing) this.s.repairs.push({ action, path, reason });
     };
     if (full) {
+      const remove = await this.checkCheckedOut();
+      if (ensureSparseConfig(this.s.gitdir)) note('restored', '.git/config', 'core.sparseCheckout: vouch keeps one layout, the sparse one');
       if (!ensurePatterns(this.s.gitdir)) note('restored', '.git/info/sparse-checkout', 'the sparse layout checks out the root files only');
       for (const name of fs.readdirSync(this.s.gitdir)) {
-        if (name.startsWith('sharedindex.')) fs.rmSync(join(this.s.gitdir, name), { force: true });
+        if (name.startsWith('sharedindex.') || name.startsWith('sharedindex_vouch_')) fs.rmSync(join(this.s.gitdir, name), { force: true });
       }
-      for (const name of fs.readdirSync(this.s.dir)) {
-        if (name === '.git' || !lstatOrNull(join(this.s.dir, name))?.isDirectory()) continue;
+      for (const name of remove) {
         fs.rmSync(join(this.s.dir, name), { recursive: true, force: true });
-        note('removed', name, 'the sparse layout keeps the chain\'s directories in git objects only (git show, git log; docs/spec/repository.md "Layouts")');
+        note(
+          'removed',
+          name,
+          'equal to branch main; the sparse layout keeps the chain\'s directories in git objects only (git show, git log; docs/spec/repository.md "Layouts")',
+        );
       }
     }
     const current = readSparseIndex(this.s.gitdir);
@@ -254,137 +279,5 @@ export class RepoRepair {
     const [ta, tb] = await Promise.all([this.s.objects.readCommitTree(from), this.s.objects.readCommitTree(to)]);
     await walk(await this.s.objects.readTree(ta), await this.s.objects.readTree(tb), '');
     return out;
-  }
-
-  /**
-   * Apply file changes between the state commit and the head to the working
-   * tree and the index. `repairing`: the changes catch up after a crash or a
-   * change by git (recorded in `repairs`), not a fast-forward of our own.
-   */
-  async applyChanges(changes: { path: string; oid: string | null; mode: string }[], repairing = true): Promise<void> {
-    const upserts: IndexEntry[] = [];
-    const removes: string[] = [];
-    const dirs = new Set<string>();
-    for (const c of changes) {
-      const abs = join(this.s.dir, c.path);
-      dirs.add(dirname(abs));
-      if (c.oid === null) {
-        if (repairing) this.removeIfExists(abs, 'not on branch main');
-        else fs.rmSync(abs, { force: true });
-        removes.push(c.path);
-        continue;
-      }
-      if (c.mode === '120000' || c.mode === '160000') continue; // symlinks and submodules are not ours to write
-      if (hashFile(abs) !== c.oid) {
-        this.s.writeWorkFile(c.path, await this.s.objects.readBlob(c.oid));
-        if (c.mode === '100755') fs.chmodSync(abs, 0o755);
-        if (repairing) this.s.repairs.push({ action: 'restored', path: c.path, reason: 'on branch main but missing or different in the working tree' });
-      }
-      upserts.push(entryFromStat(c.path, c.oid, fs.lstatSync(abs, { bigint: true })));
-    }
-    for (const d of dirs) this.removeTemps(d);
-    if (upserts.length === 0 && removes.length === 0) return;
-    await this.s.index.update(
-      (idx) => {
-        idx.preparePositions([...upserts.map((e) => e.path), ...removes]);
-        for (const p of removes) idx.remove(p);
-        for (const e of upserts) idx.upsert(e);
-      },
-      (p) => this.s.noteStaleLock(p),
-    );
-  }
-
-  removeTemps(absDir: string): void {
-    let names: string[];
-    try {
-      names = fs.readdirSync(absDir);
-    } catch {
-      return;
-    }
-    for (const n of names) if (n.endsWith(TMP_SUFFIX)) this.removeIfExists(join(absDir, n), 'temporary file of an interrupted write');
-  }
-
-  /** Every file on the branch, by path. */
-  async walkBranch(): Promise<Map<string, { oid: string; mode: string }>> {
-    const out = new Map<string, { oid: string; mode: string }>();
-    const walk = async (entries: TreeEntry[], prefix: string): Promise<void> => {
-      for (const e of entries) {
-        if (e.mode === TREE_MODE) await walk(await this.s.objects.readTree(e.oid), `${prefix}${e.name}/`);
-        else out.set(prefix + e.name, { oid: e.oid, mode: e.mode });
-      }
-    };
-    await walk(this.s.dirs.get('')!, '');
-    return out;
-  }
-
-  /** Full pass: every branch file checked against the working tree (stat, then hash), the index rebuilt if anything differs. */
-  async fullSync(indexLoaded: boolean): Promise<void> {
-    const files = await this.walkBranch();
-    const current = new Map<string, IndexEntry>();
-    if (indexLoaded) {
-      try {
-        for (const e of this.s.index.mergedEntries()) if (((e.flags >> 12) & 3) === 0) current.set(e.path, e);
-      } catch {
-        indexLoaded = false;
-      }
-    }
-    let changed = !indexLoaded;
-    const entries: IndexEntry[] = [];
-    for (const [path, f] of files) {
-      const e = current.get(path);
-      if (f.mode === '120000' || f.mode === '160000') {
-        if (e) entries.push(e);
-        continue;
-      }
-      const r = await this.syncFile(path, f.oid, f.mode, e, true);
-      entries.push(r.entry);
-      if (r.changed) changed = true;
-    }
-    for (const path of current.keys()) if (!files.has(path)) changed = true;
-    for (const f of this.reader.listBlockFiles()) {
-      if (files.has(f.path)) continue;
-      if (f.index !== null) this.removeIfExists(join(this.s.dir, f.path), 'block file not on branch main');
-      else if (f.path.endsWith(TMP_SUFFIX)) this.removeIfExists(join(this.s.dir, f.path), 'temporary file of an interrupted write');
-    }
-    if (!changed) return;
-    await this.s.index.update(
-      (idx) => idx.replaceAll(entries),
-      (p) => this.s.noteStaleLock(p),
-      { reload: false },
-    );
-    this.s.repairs.push({ action: 'reindexed', path: '.git/index', reason: 'rebuilt from branch main and the working tree' });
-  }
-
-  /** Remove block files (and temporary files) beyond the last block: they are not on the branch. */
-  cleanTail(): void {
-    const last = blockPath(this.s.size - 1);
-    const top = last.slice(7, 10);
-    const mid = last.slice(11, 14);
-    const blocksDir = join(this.s.dir, 'blocks');
-    const list = (d: string): fs.Dirent[] => direntsOf(d) ?? [];
-    const purge = (absDir: string, rel: string): void => {
-      for (const e of list(absDir)) {
-        const abs = join(absDir, e.name);
-        const r = `${rel}/${e.name}`;
-        if (e.isDirectory()) purge(abs, r);
-        else if ((parseBlockPath(r) ?? -1) >= this.s.size) this.removeIfExists(abs, 'block file not on branch main');
-        else if (e.name.endsWith(TMP_SUFFIX)) this.removeIfExists(abs, 'temporary file of an interrupted write');
-      }
-      if (list(absDir).length === 0) fs.rmSync(absDir, { recursive: true, force: true });
-    };
-    for (const e of list(blocksDir)) {
-      if (e.isDirectory() && SHARD_RE.test(e.name) && e.name > top) purge(join(blocksDir, e.name), `blocks/${e.name}`);
-    }
-    const topDir = join(blocksDir, top);
-    for (const e of list(topDir)) {
-      if (e.isDirectory() && SHARD_RE.test(e.name) && e.name > mid) purge(join(topDir, e.name), `blocks/${top}/${e.name}`);
-    }
-    const leafDir = join(topDir, mid);
-    for (const e of list(leafDir)) {
-      if (e.isDirectory()) continue;
-      const r = `blocks/${top}/${mid}/${e.name}`;
-      if ((parseBlockPath(r) ?? -1) >= this.s.size) this.removeIfExists(join(leafDir, e.name), 'block file not on branch main');
-      else if (e.name.endsWith(TMP_SUFFIX)) this.removeIfExists(join(leafDir, e.name), 'temporary file of an interrupted write');
-    }
   }
 }

@@ -18,7 +18,6 @@ import { VouchError } from '../chain/errors.ts';
 import { LIMITS, readJson, utf8Text } from '../chain/block.ts';
 import { CHECKPOINT, blockPath } from '../chain/layout.ts';
 import type { ChainSnapshot, FetchOptions, FetchResult, FileChange } from './chain-api.ts';
-import { type IndexEntry, entryFromStat } from './git-index.ts';
 import { fsyncDir, writeDurably } from '../platform/durable-file.ts';
 import { isDir, readRef, readShallow, writeFileAtomic } from './git-files.ts';
 import { BRANCH_REF, OID_RE, TREE_MODE, ioError } from './git-objects.ts';
@@ -61,7 +60,7 @@ export class RepoReplicator {
    * A failed clone leaves `dir` as it found it; a crashed one leaves
    * `.git/vouch-clone-incomplete`, which `open()` refuses.
    */
-  async clone(url: string, opts: FetchOptions & { sparse?: boolean } = {}): Promise<void> {
+  async clone(url: string, opts: FetchOptions = {}): Promise<void> {
     const abs = this.s.dir;
     const existed = fs.existsSync(abs);
     if (existed) {
@@ -83,20 +82,19 @@ export class RepoReplicator {
       fs.writeFileSync(
         join(gitdir, 'config'),
         '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
-          (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : '') +
+          SPARSE_CONFIG +
+          SPARSE_INDEX_CONFIG +
           `[remote "origin"]\n\turl = ${url.replace(/[\\"\n]/g, '')}\n\tfetch = +refs/heads/main:${REMOTE_REF}\n` +
           '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n',
       );
       const got = await fetchPack(url, opts, caps, want, [], [], join(gitdir, 'objects', 'pack'));
       const pack = got.pack;
       received = true;
-      this.s.sparse = opts.sparse === true;
       await this.storePack(pack);
       await this.updateShallow(got.shallow, got.unshallow);
       this.writeRemoteRef(want);
       await this.s.loadBranch(want);
-      if (this.s.sparse) await this.repairer.syncSparse(false);
-      else await this.checkoutAll(pack, opts.onProgress);
+      await this.repairer.syncSparse(false);
       await this.s.moveBranch(want, null);
       this.s.writeState();
       this.s.consistent = true;
@@ -113,35 +111,6 @@ export class RepoReplicator {
       }
       throw e instanceof VouchError ? e : ioError(`cannot clone ${shown} into ${abs}`, e);
     }
-  }
-
-  /** Write every file of the branch into an empty working tree (in pack order, for the delta cache), then the whole index. */
-  async checkoutAll(pack: PackData, onProgress?: (done: number, total: number) => void): Promise<void> {
-    const files = [...(await this.repairer.walkBranch())].map(([path, f]) => ({ path, ...f, at: pack.offsetOf(f.oid) ?? Number.MAX_SAFE_INTEGER }));
-    files.sort((a, b) => a.at - b.at);
-    const entries: IndexEntry[] = [];
-    let done = 0;
-    for (const f of files) {
-      if (onProgress && ++done % 500 === 0) onProgress(done, files.length);
-      if (f.mode === '120000' || f.mode === '160000') {
-        this.s.warnings.push(`${f.path}: symlinks and submodules are not checked out`);
-        continue;
-      }
-      const abs = join(this.s.dir, f.path);
-      const d = dirname(abs);
-      if (!this.s.knownDirs.has(d)) {
-        fs.mkdirSync(d, { recursive: true });
-        this.s.knownDirs.add(d);
-      }
-      fs.writeFileSync(abs, await this.s.objects.readBlob(f.oid), { mode: f.mode === '100755' ? 0o755 : 0o644 });
-      entries.push(entryFromStat(f.path, f.oid, fs.lstatSync(abs, { bigint: true })));
-    }
-    onProgress?.(files.length, files.length);
-    await this.s.index.update(
-      (idx) => idx.replaceAll(entries),
-      (p) => this.s.noteStaleLock(p),
-      { reload: false },
-    );
   }
 
   /**
@@ -369,8 +338,7 @@ export class RepoReplicator {
       await this.s.pinHead();
       this.s.forgetLeaves();
       try {
-        if (this.s.sparse) await this.repairer.syncSparse(false, false);
-        else await this.repairer.applyChanges(changes, false);
+        await this.repairer.syncSparse(false, false);
         this.s.writeState();
         this.s.consistent = true;
       } catch (e) {

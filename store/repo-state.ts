@@ -1,7 +1,7 @@
 /**
  * The open chain repository's shared state, and the few steps every part of
- * ./chain-repo.ts takes on it: the branch head and its trees, the split
- * index, the writer queue, the compare-and-swap of `refs/heads/main` (the
+ * ./chain-repo.ts takes on it: the branch head and its trees, the writer
+ * queue, the compare-and-swap of `refs/heads/main` (the
  * commit point) and the state file. The reader, writer, replicator and
  * repair step (./repo-*.ts) each hold one `RepoState`.
  * Owns: the in-memory state (head, size, trees on the path to the last
@@ -16,7 +16,6 @@ import { dirname, join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import { SHARD_RE, parseBlockPath } from '../chain/layout.ts';
 import type { RepairAction } from './chain-api.ts';
-import { type IndexHint, SplitIndex } from './git-index.ts';
 import { acquireLock, commitLock, readBranch, releaseLock } from './git-files.ts';
 import { BRANCH_REF, OID_RE, TREE_MODE, type TreeEntry, treeBody } from './git-objects.ts';
 import { ObjectStore } from './object-store.ts';
@@ -30,7 +29,6 @@ export interface State {
   /** Commit the working tree and the index reflect. */
   commit: string;
   size: number;
-  index: IndexHint | null;
 }
 
 export function readState(gitdir: string): State | null {
@@ -55,24 +53,20 @@ export class RepoState {
   size = 0;
   /** Trees on the path to the last block: '' (root), 'blocks', 'blocks/T', 'blocks/T/M'. */
   dirs = new Map<string, TreeEntry[]>();
-  index: SplitIndex;
   /** The working tree and `.git/index` reflect the branch head. */
   consistent = false;
   canRepair = true;
   knownDirs = new Set<string>();
-  /** The sparse layout (./sparse-layout.ts): no block file in the working tree; blocks are read from git objects. */
-  sparse = false;
-  /** Leaf trees read for block reads of the sparse layout, by shard path (a few, most recent). */
+  /** Leaf trees read for block reads (blocks are read from git objects: ./sparse-layout.ts), by shard path (a few, most recent). */
   readonly leaves = new Map<string, Buffer>();
   /** Block blob ids learnt from those leaf trees, so a later read of the same shard skips its tree (./blob-oids.ts). */
   readonly blobOids = new BlobOids();
   private queue: Promise<unknown> = Promise.resolve();
 
-  constructor(dir: string, hint: IndexHint | null = null) {
+  constructor(dir: string) {
     this.dir = dir;
     this.gitdir = join(dir, '.git');
     this.objects = new ObjectStore(this.gitdir);
-    this.index = new SplitIndex(this.gitdir, hint);
   }
 
   /** Run `fn` after every writer queued before it (one writer at a time). */
@@ -178,7 +172,7 @@ export class RepoState {
   }
 
   writeState(): void {
-    const state: State = { version: 1, commit: this.head, size: this.size, index: this.index.getHint() };
+    const state: State = { version: 1, commit: this.head, size: this.size };
     const file = join(this.gitdir, STATE_FILE);
     fs.writeFileSync(file + TMP_SUFFIX, `${JSON.stringify(state)}\n`);
     fs.renameSync(file + TMP_SUFFIX, file);

@@ -16,7 +16,6 @@ import { VouchError } from '../chain/errors.ts';
 import { CHECKPOINT, CHECKPOINT_NOTE, MAX_INDEX, blockPath } from '../chain/layout.ts';
 import { assertChainWritable } from './chain-lock.ts';
 import type { BlockFile, CommitInfo, RootFiles } from './chain-api.ts';
-import { type IndexEntry, entryFromStat } from './git-index.ts';
 import { fsyncDir } from '../platform/durable-file.ts';
 import { crashPoint, failPoint, isDir } from './git-files.ts';
 import { BRANCH_REF, FILE_MODE, TREE_MODE, type TreeEntry, commitBody, ioError, setTreeEntry, treeBody } from './git-objects.ts';
@@ -95,7 +94,7 @@ export class RepoWriter {
    * (indexes 0, 1, ...) and `checkpoint`, as one commit. Refuses with
    * `chain_exists` if `dir` holds a git repository or anything else.
    */
-  async create(blocks: BlockFile[], checkpoint: RootFiles, commit: CommitInfo, opts: { sparse?: boolean } = {}): Promise<void> {
+  async create(blocks: BlockFile[], checkpoint: RootFiles, commit: CommitInfo): Promise<void> {
     const abs = this.s.dir;
     let created = false;
     if (fs.existsSync(abs)) {
@@ -116,12 +115,10 @@ export class RepoWriter {
       fs.writeFileSync(join(gitdir, 'HEAD'), `ref: ${BRANCH_REF}\n`);
       fs.writeFileSync(
         join(gitdir, 'config'),
-        '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' +
-          (opts.sparse ? SPARSE_CONFIG + SPARSE_INDEX_CONFIG : ''),
+        '[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n' + SPARSE_CONFIG + SPARSE_INDEX_CONFIG,
       );
       fs.writeFileSync(join(gitdir, 'description'), 'vouch chain repository\n');
-      if (opts.sparse) ensurePatterns(gitdir);
-      this.s.sparse = opts.sparse === true;
+      ensurePatterns(gitdir);
       this.s.dirs.set('', []);
       this.s.consistent = true;
       // The 256 object fan-out directories, made once: the appends' loose objects then never create one (a mkdir and
@@ -306,32 +303,12 @@ export class RepoWriter {
     // 3-5. Working tree, index, state: a failure here leaves them to catch up.
     try {
       failPoint('working-tree');
-      if (this.s.sparse) {
-        // The sparse layout: the root files and a sparse index (./sparse-layout.ts); the blocks stay in git objects.
-        this.s.writeWorkFile(CHECKPOINT, cpBytes);
-        if (noteBytes !== null) this.s.writeWorkFile(CHECKPOINT_NOTE, noteBytes);
-        else if (dropNote) fs.rmSync(join(this.s.dir, CHECKPOINT_NOTE), { force: true });
-        crashPoint('after-files');
-        await this.repairer.syncSparse(false, false);
-      } else {
-        const entries: IndexEntry[] = [];
-        for (let k = 0; k < blocks.length; k++) {
-          entries.push(entryFromStat(paths[k]!, oids[k]!, this.s.writeWorkFile(paths[k]!, bytes[k]!)));
-        }
-        const cpEntry = entryFromStat(CHECKPOINT, cpOid, this.s.writeWorkFile(CHECKPOINT, cpBytes));
-        const noteEntry = noteBytes === null ? null : entryFromStat(CHECKPOINT_NOTE, noteOid!, this.s.writeWorkFile(CHECKPOINT_NOTE, noteBytes));
-        if (dropNote) fs.rmSync(join(this.s.dir, CHECKPOINT_NOTE), { force: true });
-        crashPoint('after-files');
-        await this.s.index.update(
-          (idx) => {
-            for (const e of entries) idx.addNew(e);
-            idx.upsert(cpEntry);
-            if (noteEntry !== null) idx.upsert(noteEntry);
-            else if (dropNote) idx.remove(CHECKPOINT_NOTE);
-          },
-          (p) => this.s.noteStaleLock(p),
-        );
-      }
+      // The root files and a sparse index (./sparse-layout.ts); the blocks stay in git objects.
+      this.s.writeWorkFile(CHECKPOINT, cpBytes);
+      if (noteBytes !== null) this.s.writeWorkFile(CHECKPOINT_NOTE, noteBytes);
+      else if (dropNote) fs.rmSync(join(this.s.dir, CHECKPOINT_NOTE), { force: true });
+      crashPoint('after-files');
+      await this.repairer.syncSparse(false, false);
       crashPoint('after-index');
       this.s.writeState();
       this.s.consistent = true;

@@ -2,9 +2,9 @@
  * The chain repository without a working tree of block files (issue 16):
  * git's own sparse checkout in cone mode with a sparse index, only the
  * root's files checked out and one `blocks/` sparse-directory entry; the
- * blocks live only in git objects. A repository is sparse when git's
- * configuration says so (`core.sparseCheckout`), so `git sparse-checkout`
- * converts a chain either way and vouch follows on its next open.
+ * blocks live only in git objects. It is the only layout vouch writes: a
+ * chain checked out in full (`core.sparseCheckout` unset) is converted when
+ * opened for writing (./repo-repair.ts `syncSparse`); reads never need it.
  * Owns: that configuration, the pattern file, the sparse index's bytes.
  * Trusts: nothing it reads: unreadable configuration is "not sparse", an
  * unexpected index is rewritten by the caller.
@@ -64,6 +64,40 @@ export function isSparse(gitdir: string): boolean {
 /** The configuration lines of the layout, for a new repository's `.git/config`. */
 export const SPARSE_CONFIG = '\tsparseCheckout = true\n\tsparseCheckoutCone = true\n';
 export const SPARSE_INDEX_CONFIG = '[index]\n\tsparse = true\n';
+
+/**
+ * Put a repository checked out in full (a plain `git clone`, the full
+ * layout of earlier versions) in the sparse layout's configuration: the
+ * settings appended to `.git/config` in place of any earlier value of
+ * them, written whole through a temporary file. True when it changed anything.
+ */
+export function ensureSparseConfig(gitdir: string): boolean {
+  if (isSparse(gitdir)) return false;
+  // With extensions.worktreeConfig, git reads core.sparseCheckout from config.worktree first.
+  const file = join(gitdir, truthy(readConfig(join(gitdir, 'config')).get('extensions.worktreeconfig') ?? 'false') ? 'config.worktree' : 'config');
+  let text = '';
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch {
+    /* missing: written anew */
+  }
+  // The keys set once: earlier values of them are dropped (git refuses to set a key that has several, as
+  // `git sparse-checkout disable` does), every other line is kept as it is.
+  const ours = new Set(['core.sparsecheckout', 'core.sparsecheckoutcone', 'index.sparse']);
+  let section = '';
+  const kept = text.split('\n').filter((raw) => {
+    const line = raw.replace(/[#;].*$/, '').trim();
+    const head = /^\[\s*([A-Za-z0-9.-]+)(?:\s+"[^"]*")?\s*\]/.exec(line);
+    if (head) section = line.includes('"') ? '' : head[1]!.toLowerCase();
+    const key = /^([A-Za-z][A-Za-z0-9-]*)\s*(?:=|$)/.exec(line);
+    return head !== null || key === null || !ours.has(`${section}.${key[1]!.toLowerCase()}`);
+  });
+  text = kept.join('\n');
+  if (text !== '' && !text.endsWith('\n')) text += '\n';
+  fs.writeFileSync(`${file}.vouch-tmp`, `${text}[core]\n${SPARSE_CONFIG}${SPARSE_INDEX_CONFIG}`);
+  fs.renameSync(`${file}.vouch-tmp`, file);
+  return true;
+}
 
 /** The pattern file: true when it was already right, else it is (re)written. */
 export function ensurePatterns(gitdir: string): boolean {
@@ -125,7 +159,7 @@ export function readSparseIndex(gitdir: string): { dirs: Map<string, string>; fi
   } catch {
     return null;
   }
-  if (!parsed.sparse || parsed.link !== null) return null;
+  if (!parsed.sparse || parsed.split) return null;
   const dirs = new Map<string, string>();
   const files = new Map<string, IndexEntry>();
   for (const e of parsed.entries) {

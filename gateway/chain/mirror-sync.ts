@@ -622,8 +622,6 @@ export interface MirrorOptions {
   pinnedPublicKey?: string | null;
   log?: Logger;
   fetch?: FetchOptions;
-  /** A new clone's layout (docs/spec/repository.md "Layouts"); an existing chain keeps the one git's configuration gives it. */
-  sparse?: boolean;
 }
 
 /**
@@ -654,7 +652,7 @@ export async function prepareMirror(dir: string, remote: string, options: Mirror
   if (!st || readdirSync(abs).length === 0) {
     log?.info('cloning the chain', { dir: abs, remote: shownUrl(remote) });
     const t0 = performance.now();
-    repo = await cloneChain(remote, abs, { ...options.fetch, sparse: options.sparse === true });
+    repo = await cloneChain(remote, abs, options.fetch);
     cloned = true;
     log?.info('cloned the chain', { dir: abs, blocks: repo.size, commit: repo.head, ms: Math.round(performance.now() - t0) });
   } else {

@@ -27,6 +27,7 @@ import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { initAuthorityChain, runAsync, vouchEndorse } from '../helpers/processes.ts';
 import { rawHead } from '../helpers/raw-http.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const NPM_PACKAGES = 1000;
 const PIP_FILES = 200;
@@ -64,7 +65,7 @@ async function endorse(file: string, extra: string[], entries: number): Promise<
   assert.ok(out.blocks.length > 1, `${file}: ${out.blocks.length} block(s): one block would not fit a header`);
   for (const b of out.blocks) {
     const d = String(b.index).padStart(9, '0');
-    const block = parseBlockText(readFileSync(join(chain, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'), b.index);
+    const block = parseBlockText(chainFile(chain, `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`), b.index);
     assert.ok(unsBytes(block) <= UNS_FULL_MAX, `block ${b.index}: UNS of ${unsBytes(block)} bytes`);
   }
   timings.push(`${file.split('/').at(-1)}: ${entries} entries in ${out.blocks.length} blocks`);

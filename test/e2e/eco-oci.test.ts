@@ -54,6 +54,7 @@ import { blockPath } from '../../chain/layout.ts';
 import { imageSemver, parseImageRef, readImageRefs, refUrl } from '../../tools/lockfiles/oci.ts';
 import { testSigner } from '../helpers/chain-fixture.ts';
 import { Layout, Registry, push, skopeo, smallLayer, tarImage, type Descriptor } from '../helpers/oci-registry.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const CANONICAL = 'https://registry.example.test/';
 /** The canonical base of the registry behind the token-auth front (a private upstream). */
@@ -762,7 +763,7 @@ test('vouch endorse --oci (offline): tags resolved at the registry, endorsed as 
   });
   assert.is(byRef['registry.example.test/multi:1.0'].digest, digests.get('multi:1.0'));
   assert.is(byRef['registry.example.test/multi:1.0'].media_type, 'application/vnd.oci.image.index.v1+json');
-  const block = JSON.parse(readFileSync(join(chain, blockPath(out.blocks[0].index)), 'utf8'));
+  const block = JSON.parse(chainFile(chain, blockPath(out.blocks[0].index)));
   assert.equal(
     block.payload.endorsements.map((e: { artifact_url: string; artifact_hash: string }) => [e.artifact_url, e.artifact_hash]).sort(),
     [

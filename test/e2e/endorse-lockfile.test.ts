@@ -20,6 +20,7 @@ import { readRequirements, resolveRequirements } from '../../tools/lockfiles/pip
 import { Http, OriginMap } from '../../tools/lockfiles/http.ts';
 import { endorseLockfile } from '../../tools/commands/endorse-lockfile.ts';
 import { VouchError } from '../../chain/errors.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-lockfile-'));
 const key = join(work, 'authority.pem');
@@ -32,9 +33,9 @@ const head = () => git(['-C', chain, 'rev-parse', 'HEAD']).stdout.trim();
 const size = () => JSON.parse(readFileSync(join(chain, 'checkpoint.json'), 'utf8')).size as number;
 const blockFile = (i: number) => {
   const d = String(i).padStart(9, '0');
-  return join(chain, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`);
+  return chainFile(chain, `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`);
 };
-const block = (i: number) => JSON.parse(readFileSync(blockFile(i), 'utf8'));
+const block = (i: number) => JSON.parse(blockFile(i));
 const oneLine = (r: Run) => {
   assert.is(r.stderr.trim().split('\n').length, 1, `expected one stderr line, got: ${r.stderr}`);
   assert.not.match(r.stderr, /\n\s+at /, 'stack trace on stderr');
@@ -302,7 +303,7 @@ test('blocks are split at the entry limit and at the byte limit, appended in one
   assert.is(out.unchanged, 7);
   assert.ok(out.blocks.length >= 3, `${out.blocks.length} blocks`);
   for (let k = 0; k < out.blocks.length; k++) {
-    assert.ok(readFileSync(blockFile(mid + k)).length <= 6000, `block ${mid + k} over the byte limit`);
+    assert.ok(Buffer.byteLength(blockFile(mid + k)) <= 6000, `block ${mid + k} over the byte limit`);
   }
   assert.is(
     out.blocks.reduce((a: number, b: any) => a + b.entries, 0),

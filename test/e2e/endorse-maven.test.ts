@@ -33,6 +33,7 @@ import {
   type MavenArtifact,
 } from '../helpers/maven-repo.ts';
 import { mavenSemver, parseSideFile, readDependencyList } from '../../tools/lockfiles/maven.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const CANON = 'https://repo.example.org/maven2/';
 const G = 'org.example.vouch';
@@ -49,7 +50,7 @@ const sha256 = (b: string | Buffer) => `sha256:${createHash('sha256').update(b).
 const size = (chain: string) => JSON.parse(readFileSync(join(chain, 'checkpoint.json'), 'utf8')).size as number;
 const block = (chain: string, i: number) => {
   const d = String(i).padStart(9, '0');
-  return JSON.parse(readFileSync(join(chain, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'));
+  return JSON.parse(chainFile(chain, `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`));
 };
 const entriesOf = (chain: string, i: number) =>
   (block(chain, i).payload.endorsements as any[])

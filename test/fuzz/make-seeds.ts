@@ -20,7 +20,6 @@ import { formatCheckpoint, signCheckpoint } from '../../chain/tlog-checkpoint.ts
 import { MerkleTree, tilePath } from '../../chain/merkle-tree.ts';
 import { formatAddCheckpoint } from '../../gateway/transparency/witness.ts';
 import { pktLine } from '../../store/pkt-line.ts';
-import { ewahEncode } from '../../store/git-index-format.ts';
 import { nodeBackend, nodeSigner, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 
 const root = new URL('../../', import.meta.url).pathname;
@@ -110,7 +109,6 @@ fs.writeFileSync(join(repo, 'new'), 'x');
 git(repo, 'add', '-A');
 git(repo, 'rm', '-q', '--cached', 'blocks/000/0.json');
 put('git-index', 'split-link', fs.readFileSync(join(repo, '.git', 'index')));
-put('git-split-index', 'split-link', fs.readFileSync(join(repo, '.git', 'index')));
 const shared = fs.readdirSync(join(repo, '.git')).find((f) => f.startsWith('sharedindex.'))!;
 put('git-index', 'shared', fs.readFileSync(join(repo, '.git', shared)));
 put('pkt-line', 'advertisement', execFileSync('git', ['upload-pack', '--advertise-refs', '--stateless-rpc', repo]));
@@ -143,8 +141,6 @@ put(
 );
 put('pkt-line', 'report-status', Buffer.concat([pktLine('unpack ok\n'), pktLine('ok refs/heads/main\n'), Buffer.from('0000')]));
 put('pkt-line', 'report-refused', Buffer.concat([pktLine('unpack ok\n'), pktLine('ng refs/heads/main non-fast-forward\n'), Buffer.from('0000')]));
-put('git-ewah', 'sparse', ewahEncode([0, 3, 64, 65, 1000, 4097]));
-put('git-ewah', 'run', ewahEncode(Array.from({ length: 300 }, (_, i) => i + 128)));
 put(
   'git-delta',
   'copy-insert',

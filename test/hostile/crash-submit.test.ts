@@ -15,6 +15,7 @@ import { createKeyFile } from '../../platform/key-file.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
 import { startGatewayProcess, writeConfig } from '../helpers/gateway-process.ts';
 import { git, vouchAsync } from '../helpers/processes.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const ROUNDS = Number(process.env.VOUCH_CRASH_ROUNDS ?? 6);
 const work = mkdtempSync(join(tmpdir(), 'vouch-crash-'));
@@ -50,7 +51,7 @@ function blockUrls(): Map<string, number> {
   const size = JSON.parse(readFileSync(join(chainDir, 'checkpoint.json'), 'utf8')).size as number;
   for (let i = 1; i < size; i++) {
     const d = String(i).padStart(9, '0');
-    const b = JSON.parse(readFileSync(join(chainDir, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'));
+    const b = JSON.parse(chainFile(chainDir, `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`));
     for (const e of b.payload.endorsements) {
       assert.not.ok(out.has(e.artifact_url), `${e.artifact_url} endorsed twice`);
       out.set(e.artifact_url, i);

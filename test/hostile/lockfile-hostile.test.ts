@@ -19,7 +19,6 @@ import { writerIn } from '../helpers/lockfiles.ts';
 import { readRequirements, resolveRequirements, logicalLines, REQUIREMENTS_MAX_LINE_CHARS } from '../../tools/lockfiles/pip.ts';
 import { pipFileNames, pipRequestUrl } from '../../artifacts/pip-url.ts';
 import { parseSri, strongestSri, SRI_MAX_TOKENS } from '../../tools/lockfiles/digests.ts';
-import { ewahDecode, ewahEncode } from '../../store/git-index-format.ts';
 import { Http, OriginMap } from '../../tools/lockfiles/http.ts';
 import { VouchError } from '../../chain/errors.ts';
 
@@ -260,15 +259,6 @@ test('npm: an integrity of 200,000 tokens is refused naming the package, one lin
   assert.is(strongestSri(many).length, 100_000);
   const two = parseSri(`${token} sha1-${createHash('sha1').update(tgz).digest('base64')}`);
   assert.ok(two.ok && strongestSri(two.hashes).length === 1 && strongestSri(two.hashes)[0]!.algorithm === 'sha512');
-});
-
-test('git index EWAH bitmaps: 300,000 literal words encode and decode (no spread into push)', () => {
-  const positions = Array.from({ length: 300_000 }, (_, i) => i * 64 + (i % 64));
-  const buf = ewahEncode(positions);
-  const back = ewahDecode(buf, 0);
-  assert.is(back.end, buf.length);
-  assert.equal(back.positions.length, positions.length);
-  assert.is(back.positions[299_999], positions[299_999]);
 });
 
 test.run();

@@ -1,6 +1,7 @@
 /**
- * Tests of store/chain-repo.ts and store/git-index.ts against the real git CLI
- * and the real file system (temporary directories, removed afterwards).
+ * Tests of store/chain-repo.ts (the sparse layout, the only one) against the
+ * real git CLI and the real file system (temporary directories, removed
+ * afterwards).
  *
  * Owns: nothing outside its temporary directories.
  * Trusts: the installed `git` (2.39) as the judge of repository, index and
@@ -22,7 +23,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ChainRepo, type BlockFile, type CommitInfo } from '../../store/chain-repo.ts';
 import { blockPath, parseBlockPath } from '../../chain/layout.ts';
-import { ewahDecode, ewahEncode, parseIndex } from '../../store/git-index-format.ts';
+import { parseIndex } from '../../store/git-index-format.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { gitIn } from '../helpers/processes.ts';
 
@@ -59,6 +60,7 @@ function assertGitClean(dir: string, files: number, label = ''): void {
   assert.is(git(dir, 'status', '--porcelain', '--untracked-files=all'), '', `${label} git status`);
   assert.is(git(dir, 'diff-index', '--cached', 'HEAD'), '', `${label} diff-index`);
   assert.is(git(dir, 'ls-files').trim().split('\n').length, files, `${label} ls-files count`);
+  assert.not.ok(existsSync(join(dir, 'blocks')), `${label} no block file in the working tree`);
   const fsck = spawnSync('git', ['-C', dir, 'fsck', '--strict', '--no-progress'], { encoding: 'utf8' });
   assert.is(fsck.status, 0, `${label} fsck status: ${fsck.stderr}`);
   for (const line of `${fsck.stdout}\n${fsck.stderr}`.split('\n')) {
@@ -120,15 +122,6 @@ test('blockPath shards by the padded index and parseBlockPath inverts it', () =>
   assert.throws(() => blockPath(1_000_000_000));
 });
 
-test('EWAH bitmaps round-trip, including long runs and empty sets', () => {
-  for (const bits of [[], [0], [63], [64], [0, 1, 2, 200], [5, 5000, 5001, 1_000_000], Array.from({ length: 300 }, (_, k) => k * 7)]) {
-    const enc = ewahEncode(bits);
-    const dec = ewahDecode(enc, 0);
-    assert.equal(dec.positions, bits);
-    assert.is(dec.end, enc.length);
-  }
-});
-
 test('init, appends of one and several blocks, byte-for-byte reads, reopen', async () => {
   const dir = fresh('basic');
   const repo = await ChainRepo.init(dir, blocks(0, 3), checkpoint(3), info(0));
@@ -143,14 +136,13 @@ test('init, appends of one and several blocks, byte-for-byte reads, reopen', asy
   for (let i = 0; i < 9; i++) {
     assert.is(repo.readBlockFile(i), block(i).content, `block ${i}`);
     assert.is(await repo.readBlockFromGit(i), block(i).content, `git block ${i}`);
-    assert.is(readFileSync(join(dir, blockPath(i)), 'utf8'), block(i).content);
   }
   assert.is(repo.readCheckpoint(), checkpoint(9));
   await expectVouchError(() => repo.readBlockFile(9), 'not_found');
   await expectVouchError(() => repo.readBlockFromGit(9), 'not_found');
   assert.equal(
-    repo.listBlockFiles(),
-    Array.from({ length: 9 }, (_, i) => ({ index: i, path: blockPath(i) })),
+    (await repo.committedFiles()).indexes(),
+    Array.from({ length: 9 }, (_, i) => i),
   );
 
   // Commit objects: one per append, caller's message, author = committer at the given time, +0000.
@@ -202,7 +194,7 @@ test('a history git repacked into deltas (OFS_DELTA bases far back in the pack) 
   assertGitClean(dir, 42, 'after repack, reopen and append');
 });
 
-test('a plain git clone opens, reads the same files and takes appends', async () => {
+test('a plain git clone (every block file checked out) converts when opened for writing, reads the same blocks and takes appends', async () => {
   const dir = fresh('origin');
   const repo = await ChainRepo.init(dir, blocks(0, 5), checkpoint(5), info(0));
   for (let i = 5; i < 8; i++) await repo.append([block(i)], checkpoint(i + 1), info(i));
@@ -212,8 +204,11 @@ test('a plain git clone opens, reads the same files and takes appends', async ()
   const c = await ChainRepo.open(clone);
   assert.is(c.size, 8);
   assert.is(c.head, repo.head);
-  assert.equal(c.repairs, [], 'a fresh clone needs no repair');
-  assert.equal(c.listBlockFiles(), repo.listBlockFiles());
+  assert.ok(
+    c.repairs.some((r) => r.action === 'removed' && r.path === 'blocks'),
+    JSON.stringify(c.repairs),
+  );
+  assert.equal((await c.committedFiles()).indexes(), (await repo.committedFiles()).indexes());
   for (let i = 0; i < 8; i++) {
     assert.is(c.readBlockFile(i), block(i).content);
     assert.is(await c.readBlockFromGit(i), block(i).content);
@@ -225,77 +220,33 @@ test('a plain git clone opens, reads the same files and takes appends', async ()
   assert.is(git(clone, 'rev-parse', 'HEAD~1').trim(), repo.head);
 });
 
-test('many appends past a shard boundary and a shared-index rewrite keep git clean; git rewriting the index is adopted', async () => {
+test('many appends past a shard boundary keep git clean; an index git rewrote its own way is written sparse again', async () => {
   const dir = fresh('long');
   const repo = await ChainRepo.init(dir, blocks(0, 990), checkpoint(990), info(0));
   for (let i = 990; i < 1005; i++) await repo.append([block(i)], checkpoint(i + 1), info(i));
   assertGitClean(dir, 1006, 'past block 1000');
-  assert.ok(existsSync(join(dir, 'blocks/000/000/000000999.json')));
-  assert.ok(existsSync(join(dir, 'blocks/000/001/000001000.json')));
+  assert.is(git(dir, 'show', 'HEAD:blocks/000/000/000000999.json'), block(999).content);
+  assert.is(git(dir, 'show', 'HEAD:blocks/000/001/000001000.json'), block(1000).content);
   assert.is(git(dir, 'ls-tree', '--name-only', 'HEAD:blocks/000').trim(), '000\n001');
 
-  // git rewrites .git/index as a full index (no split), then we append.
-  git(dir, 'update-index', '--no-split-index');
-  const full = readFileSync(join(dir, '.git/index'));
-  assert.is(parseIndex(full).link, null, 'git wrote a full index');
-  await repo.append([block(1005)], checkpoint(1006), info(1005));
-  const split = parseIndex(readFileSync(join(dir, '.git/index')));
-  assert.ok(split.link, 'split again');
-  assert.is(split.link!.base, full.subarray(full.length - 20).toString('hex'), 'the full index was adopted as the shared index');
-  assert.ok(existsSync(join(dir, `.git/sharedindex.${split.link!.base}`)));
-  assertGitClean(dir, 1007, 'after adopting a full index');
-
-  // git refreshes with split index turned off (status writes a full index), and with it forced on.
-  git(dir, '-c', 'core.splitIndex=false', 'status', '--porcelain');
-  await repo.append([block(1006)], checkpoint(1007), info(1006));
-  assertGitClean(dir, 1008, 'after git status without split index');
-  // An entry whose file time is not older than the index's own is racily clean to git: git moves it out
-  // of the shared index into the split part, a replaced entry (to smudge it there). An index file dated a
-  // minute back makes every entry the appends above wrote such an entry, whatever the machine's pace
-  // (their times falling in the same clock tick as the index write was not certain under load).
-  const before = new Date(Date.now() - 60_000);
-  utimesSync(join(dir, '.git/index'), before, before);
-  git(dir, 'update-index', '--split-index');
-  const gitSplit = parseIndex(readFileSync(join(dir, '.git/index')));
-  assert.ok(gitSplit.link && gitSplit.link.replaced.length > 0, 'git wrote a split index with replaced entries');
-  await repo.append([block(1007)], checkpoint(1008), info(1007));
-  assert.is(git(dir, '-c', 'core.splitIndex=true', 'status', '--porcelain'), '');
-  await repo.append([block(1008)], checkpoint(1009), info(1008));
-  assertGitClean(dir, 1010, "after git's own split index");
-
-  // A version 4 index (path compression) written by git becomes the shared index.
-  git(dir, 'update-index', '--no-split-index', '--index-version', '4');
-  assert.is(parseIndex(readFileSync(join(dir, '.git/index'))).version, 4);
-  await repo.append([block(1009)], checkpoint(1010), info(1009));
-  assertGitClean(dir, 1011, 'after a v4 shared index');
-
-  // Enough appends for the split part to be folded into a new shared index: first from the
-  // v4 base (merge through parsed entries), then from our own v2 base (byte-for-byte copy).
-  let i = 1010;
-  for (const round of ['v4 base', 'v2 base']) {
-    const folds = repo.indexStats().sharedWrites;
-    const base = repo.indexStats().shared;
-    while (repo.indexStats().sharedWrites === folds && i < 4000) {
-      await repo.append(blocks(i, 5), checkpoint(i + 5), info(i));
-      i += 5;
-    }
-    assert.is(repo.indexStats().sharedWrites, folds + 1, `${round}: one fold`);
-    assert.is.not(repo.indexStats().shared, base);
-    assert.ok(repo.indexStats().splitSize < 50, `${round}: split part restarted small`);
-    assert.not.ok(existsSync(join(dir, `.git/sharedindex.${base}`)), `${round}: old shared index removed`);
-    assertGitClean(dir, i + 1, `after fold from ${round}`);
+  // git rewrites .git/index its own way (a full index, version 4, a split index): the next append writes the sparse index again.
+  let i = 1005;
+  for (const [what, args] of [
+    ['a full index', ['-c', 'index.sparse=false', 'update-index', '--index-version', '2']],
+    ['a version 4 index', ['update-index', '--index-version', '4']],
+    ['a split index', ['-c', 'index.sparse=false', 'update-index', '--split-index']],
+  ] as const) {
+    git(dir, ...args);
+    await repo.append([block(i)], checkpoint(i + 1), info(i));
+    i++;
+    const idx = parseIndex(readFileSync(join(dir, '.git/index')));
+    assert.ok(idx.sparse && !idx.split && idx.entries.length === 2, `${what}: a sparse index of two entries again`);
+    assertGitClean(dir, i + 1, `after ${what}`);
   }
-  await repo.append([block(i)], checkpoint(i + 1), info(i));
-  i++;
-  assertGitClean(dir, i + 1, 'after shared-index rewrite');
-  const shared = readdirSync(join(dir, '.git')).filter((n) => n.startsWith('sharedindex.'));
-  assert.ok(shared.includes(`sharedindex.${repo.indexStats().shared}`));
-  assert.equal(shared, [`sharedindex.${repo.indexStats().shared}`], 'old shared indexes are removed');
   assert.equal(repo.warnings, []);
 
   const reopened = await ChainRepo.open(dir);
   assert.is(reopened.size, i);
-  assert.equal(reopened.repairs, []);
   assert.is(reopened.readBlockFile(i - 1), block(i - 1).content);
 });
 
@@ -344,15 +295,15 @@ for (const point of ['after-objects', 'after-ref', 'after-files', 'after-index']
     assert.is(opened.size, size);
     assertGitClean(dir, size + 1, `after repair (${point})`);
     assert.equal(
-      opened.listBlockFiles().map((f) => f.index),
+      (await opened.committedFiles()).indexes(),
       Array.from({ length: size }, (_, i) => i),
-      'no stray files',
+      'exactly the blocks of the branch',
     );
     for (const i of [0, 998, size - 1]) assert.is(opened.readBlockFile(i), block(i).content);
     assert.is(opened.readCheckpoint(), checkpoint(size));
     if (point === 'after-ref')
       assert.ok(
-        opened.repairs.some((r) => r.action === 'restored' && r.path === blockPath(1001)),
+        opened.repairs.some((r) => r.action === 'restored' && r.path === 'checkpoint.json'),
         JSON.stringify(opened.repairs),
       );
     if (point === 'after-objects') assert.equal(opened.repairs, []);
@@ -364,72 +315,70 @@ for (const point of ['after-objects', 'after-ref', 'after-files', 'after-index']
   });
 }
 
-test('open() removes block files and temporaries beyond the head, reports them, leaves other names', async () => {
+test('open() removes temporaries of interrupted writes and reports them; a file put under blocks/ is refused, not deleted', async () => {
   const dir = fresh('garbage');
   await ChainRepo.init(dir, blocks(0, 50), checkpoint(50), info(0));
-  const garbage = [
-    'blocks/000/000/000000099.json',
-    'blocks/000/005/000005000.json',
-    'blocks/001/000/001000000.json',
-    'blocks/000/000/000000050.json.vouch-tmp',
-    'checkpoint.json.vouch-tmp',
-  ];
-  for (const g of garbage) {
-    mkdirSync(join(dir, g, '..'), { recursive: true });
-    writeFileSync(join(dir, g), '{"forged": true}\n');
-  }
-  writeFileSync(join(dir, 'blocks/000/000/notes.txt'), 'not a block\n');
+  for (const g of ['checkpoint.json.vouch-tmp', 'checkpoint.note.vouch-tmp']) writeFileSync(join(dir, g), 'half');
   const repo = await ChainRepo.open(dir);
-  assert.is(repo.size, 50);
   assert.equal(
     repo.repairs
       .filter((r) => r.action === 'removed')
       .map((r) => r.path)
       .sort(),
-    [...garbage].sort(),
+    ['checkpoint.json.vouch-tmp', 'checkpoint.note.vouch-tmp'],
   );
-  for (const g of garbage) assert.not.ok(existsSync(join(dir, g)), g);
-  assert.not.ok(existsSync(join(dir, 'blocks/000/005')), 'emptied shard directory removed');
-  assert.not.ok(existsSync(join(dir, 'blocks/001')));
-  // Names that are not block paths are not ours to delete: they are listed for the verifier.
-  const odd = repo.listBlockFiles().filter((f) => f.index === null);
-  assert.equal(odd, [{ index: null, path: 'blocks/000/000/notes.txt' }]);
-  rmSync(join(dir, 'blocks/000/000/notes.txt'));
-  assertGitClean(dir, 51, 'after garbage removal');
+  assertGitClean(dir, 51, 'after removing temporaries');
+  // A forged block past the head: not ours to delete, and not a block (blocks are read from git objects).
+  mkdirSync(join(dir, 'blocks/000/000'), { recursive: true });
+  writeFileSync(join(dir, blockPath(99)), '{"forged": true}\n');
+  const snap = snapshot(dir);
+  const e = await expectVouchError(() => ChainRepo.open(dir), 'io_error');
+  assert.match(e.message, new RegExp(`${blockPath(99)} is not on branch main`));
+  assert.is(snapshot(dir), snap, 'nothing removed');
+  assert.is((await ChainRepo.open(dir, { repair: false })).readBlockFile(49), block(49).content, 'reads are unaffected');
+  rmSync(join(dir, 'blocks'), { recursive: true });
   for (let i = 0; i < 50; i++) assert.is(repo.readBlockFile(i), block(i).content);
 });
 
-test('a lost state file, a deleted index and a damaged working tree are rebuilt from the branch', async () => {
+test('a lost state file, a deleted index and a deleted checkpoint file are rebuilt from the branch', async () => {
   const dir = fresh('lost');
   const repo = await ChainRepo.init(dir, blocks(0, 20), checkpoint(20), info(0));
   await repo.append([block(20)], checkpoint(21), info(20));
   rmSync(join(dir, '.git/vouch-state.json'));
   rmSync(join(dir, '.git/index'));
-  rmSync(join(dir, blockPath(3)));
-  writeFileSync(join(dir, blockPath(4)), 'tampered\n');
-  writeFileSync(join(dir, 'blocks/000/000/000000010.json.vouch-tmp'), 'half');
+  rmSync(join(dir, 'checkpoint.json'));
   const opened = await ChainRepo.open(dir);
   assert.is(opened.size, 21);
   const got = opened.repairs.map((r) => `${r.action} ${r.path}`).sort();
-  assert.equal(got, [`reindexed .git/index`, `removed blocks/000/000/000000010.json.vouch-tmp`, `restored ${blockPath(3)}`, `restored ${blockPath(4)}`]);
+  assert.equal(got, ['reindexed .git/index', 'restored checkpoint.json']);
   assert.is(opened.readBlockFile(4), block(4).content);
+  assert.is(opened.readCheckpoint(), checkpoint(21));
   assertGitClean(dir, 22, 'after rebuild');
 });
 
 test('a commit made with git outside vouch is caught up on open; the stale instance refuses to append', async () => {
   const dir = fresh('outside');
   const repo = await ChainRepo.init(dir, blocks(0, 5), checkpoint(5), info(0));
-  writeFileSync(join(dir, blockPath(5)), block(5).content);
-  writeFileSync(join(dir, 'checkpoint.json'), checkpoint(6));
-  git(dir, 'add', '-A');
-  git(dir, '-c', 'user.name=Op', '-c', 'user.email=op@x.invalid', 'commit', '-q', '-m', 'block 5: by hand');
+  // The commit is made in a plain clone (every file checked out) and brought over with git fetch + update-ref.
+  const other = fresh('outside-clone');
+  git(root, 'clone', '-q', '--no-local', dir, other);
+  writeFileSync(join(other, blockPath(5)), block(5).content);
+  writeFileSync(join(other, 'checkpoint.json'), checkpoint(6));
+  git(other, 'add', '-A');
+  git(other, '-c', 'user.name=Op', '-c', 'user.email=op@x.invalid', 'commit', '-q', '-m', 'block 5: by hand');
+  git(dir, 'fetch', '-q', other, 'main');
+  git(dir, 'update-ref', 'refs/heads/main', 'FETCH_HEAD');
   const head = git(dir, 'rev-parse', 'HEAD').trim();
   const e = await expectVouchError(() => repo.append([block(5)], checkpoint(6), info(5)), 'io_error');
   assert.match(e.message, /branch main moved/);
   assert.is(git(dir, 'rev-parse', 'HEAD').trim(), head);
   const opened = await ChainRepo.open(dir);
   assert.is(opened.size, 6);
-  assert.equal(opened.repairs, []);
+  assert.ok(
+    opened.repairs.some((r) => r.action === 'restored' && r.path === 'checkpoint.json'),
+    JSON.stringify(opened.repairs),
+  );
+  assert.is(opened.readBlockFile(5), block(5).content);
   await opened.append([block(6)], checkpoint(7), info(6));
   assertGitClean(dir, 8, 'after catching up');
 });
@@ -527,8 +476,7 @@ test('open without repair writes nothing and refuses to append while behind the 
   const ro = await ChainRepo.open(dir, { repair: false });
   assert.is(ro.size, 5);
   assert.not.ok(ro.inSync);
-  const lag = await expectVouchError(() => ro.readBlockFile(4), 'io_error');
-  assert.match(lag.message, /lags behind branch main/);
+  assert.is(ro.readBlockFile(4), block(4).content, 'blocks are read from git objects, whatever the working tree holds');
   assert.is(snapshot(dir), snap, 'nothing written');
   await expectVouchError(() => ro.append([block(5)], checkpoint(6), info(5)), 'io_error');
   assert.is(await ro.readBlockFromGit(4), block(4).content);

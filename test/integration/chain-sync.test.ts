@@ -246,7 +246,7 @@ test('prepareMirror: clones into a missing dir, opens an existing chain, refuses
   const half = fresh('half');
   await ChainRepo.clone(a.url, half);
   writeFileSync(join(half, '.git', 'vouch-clone-incomplete'), 'cloning\n');
-  rmSync(join(half, 'blocks'), { recursive: true });
+  rmSync(join(half, 'blocks'), { recursive: true, force: true });
   await expectCode(ChainRepo.open(half), 'not_a_chain');
   const redone = await prepareMirror(half, a.url, { pinnedPublicKey: pub });
   assert.ok(redone.cloned);

@@ -15,6 +15,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { git, vouch, vouchAsync, type Run } from '../helpers/processes.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-e2e-'));
 const key = join(work, 'authority.pem');
@@ -70,9 +71,9 @@ test('keygen writes a 0600 PKCS#8 key and prints its public key; never overwrite
 test('init creates a chain repository with the authority block and checkpoint', () => {
   const r = vouch(['init', '--chain', chain, '--key', key, '--signer', 'acme-authority', '--uns', 'acme/releases']);
   assert.is(r.status, 0, r.stderr);
-  assert.ok(existsSync(join(chain, 'blocks/000/000/000000000.json')));
+  assert.not.ok(existsSync(join(chain, 'blocks')), 'the sparse layout: block files only in git objects');
   assert.ok(existsSync(join(chain, 'checkpoint.json')));
-  const b0 = JSON.parse(readFileSync(join(chain, 'blocks/000/000/000000000.json'), 'utf8'));
+  const b0 = JSON.parse(chainFile(chain, 'blocks/000/000/000000000.json'));
   assert.is(b0.payload.authority.public_key, pub);
   assert.is(b0.signer, 'acme-authority');
   assert.is(git(['-C', chain, 'log', '--format=%s']).stdout.trim(), 'block 0: authority acme/releases 1.0.0');
@@ -154,7 +155,7 @@ test('endorse: a text file, a binary, a multi-entry block with Unicode, a fetche
     'blake3',
   ]);
   assert.is(r3.status, 0, r3.stderr);
-  const b3 = JSON.parse(readFileSync(join(chain, 'blocks/000/000/000000003.json'), 'utf8'));
+  const b3 = JSON.parse(chainFile(chain, 'blocks/000/000/000000003.json'));
   assert.is(b3.payload.endorsements.length, 2);
   assert.is(b3.comment, 'Grüße, 世界 — “2.0” 🎉');
   assert.match(b3.payload.endorsements[0].artifact_hash, /^blake3:[0-9a-f]{64}$/);
@@ -314,17 +315,24 @@ test('a block edited and committed in the clone is reported with the right code 
   r = vouch(['verify', '--chain', clone]);
   assert.is(r.status, 1);
   assert.match(r.stderr, /^checkpoint_mismatch at checkpoint/);
-  // A missing middle file is an index gap; a stray file is malformed.
+  // A missing middle file is an index gap; a stray file is malformed (what the branch commits: vouch reads git objects).
   git(['-C', clone, 'reset', '-q', '--hard', 'HEAD~1']);
-  unlinkSync(join(clone, 'blocks/000/000/000000001.json'));
+  git(['-C', clone, 'rm', '-q', 'blocks/000/000/000000001.json']);
+  git(['-C', clone, '-c', 'user.name=m', '-c', 'user.email=m@x.invalid', 'commit', '-qm', 'gap']);
   r = vouch(['verify', '--chain', clone]);
   assert.match(r.stderr, /^index_gap at block 1/);
+  git(['-C', clone, 'reset', '-q', '--hard', 'HEAD~1']);
+  // An uncommitted edit of the clone's working tree is not what vouch reads.
+  unlinkSync(join(clone, 'blocks/000/000/000000001.json'));
+  assert.is(vouch(['verify', '--chain', clone]).status, 0);
   git(['-C', clone, 'checkout', '-q', '--', '.']);
   writeFileSync(join(clone, 'blocks/000/000/notes.txt'), 'hello');
+  git(['-C', clone, 'add', 'blocks/000/000/notes.txt']);
+  git(['-C', clone, '-c', 'user.name=m', '-c', 'user.email=m@x.invalid', 'commit', '-qm', 'stray']);
   r = vouch(['verify', '--chain', clone]);
   assert.is(r.status, 1);
-  assert.match(r.stderr, /unexpected file blocks\/000\/000\/notes\.txt/);
-  unlinkSync(join(clone, 'blocks/000/000/notes.txt'));
+  assert.match(r.stderr, /blocks\/000\/000\/notes\.txt/);
+  git(['-C', clone, 'reset', '-q', '--hard', 'HEAD~1']);
   assert.is(vouch(['verify', '--chain', clone]).status, 0);
 });
 

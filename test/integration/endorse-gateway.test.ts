@@ -20,6 +20,7 @@ import { hex, lockTarball, sri, writerIn } from '../helpers/lockfiles.ts';
 import { startGatewayProcess, until, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { hash1, modVersion } from '../helpers/go-modules.ts';
 import { repoRoot } from '../helpers/vectors.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-endorse-gw-'));
 const key = join(work, 'authority.pem');
@@ -36,7 +37,7 @@ const write = writerIn(work);
 const size = (chain: string) => JSON.parse(readFileSync(join(chain, 'checkpoint.json'), 'utf8')).size as number;
 const block = (chain: string, i: number) => {
   const d = String(i).padStart(9, '0');
-  return JSON.parse(readFileSync(join(chain, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'));
+  return JSON.parse(chainFile(chain, `blocks/${d.slice(0, 3)}/${d.slice(3, 6)}/${d}.json`));
 };
 /** What an entry says, without anything the signer or the clock decides. */
 const entries = (b: any) =>

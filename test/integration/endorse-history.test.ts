@@ -26,6 +26,7 @@ import type { AddressInfo } from 'node:net';
 import { createHash } from 'node:crypto';
 import { MerkleTree } from '../../chain/merkle-tree.ts';
 import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
+import { chainFile, forgeChainFiles } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-endorse-history-'));
 const base = join(work, 'base');
@@ -176,13 +177,13 @@ test('a candidate block file that is not the verified block, or a gap block that
     now: T0 + 150 * 1000,
     entries: [{ url: url(150), artifactHash: hashOf('forged'), name: 'acme/pkg150', semver: '1.150.0', license: 'MIT', comment: '' }],
   });
-  writeFileSync(join(e, blockPath(150)), formatBlockFile(forged));
+  forgeChainFiles(e, { [blockPath(150)]: formatBlockFile(forged) });
   const r = await history(e);
   assert.is(r.source, 'scan');
   assert.match(r.why ?? '', /block 150's file is not the block the index image holds/);
   const f = copy();
-  const gap = readFileSync(join(f, blockPath(201)), 'utf8');
-  writeFileSync(join(f, blockPath(201)), gap.replace('"3.0.0"', '"3.0.1"'));
+  const gap = chainFile(f, blockPath(201));
+  forgeChainFiles(f, { [blockPath(201)]: gap.replace('"3.0.0"', '"3.0.1"') });
   const r2 = await history(f);
   assert.is(r2.source, 'scan');
   assert.match(r2.why ?? '', /block 201's file does not hash to its record_hash/);
@@ -235,7 +236,7 @@ test('refreshIfBehind: once the gap reaches the limit, ChainState writes a new s
   const bad = copy();
   const other = nodeSigner('vouch-test', privateKeyFromSeed(new Uint8Array(32).fill(7)));
   const forged = buildEndorseBlock({
-    prev: JSON.parse(readFileSync(join(bad, blockPath(200)), 'utf8')) as Block,
+    prev: JSON.parse(chainFile(bad, blockPath(200))) as Block,
     signer: other,
     backend: nodeBackend,
     now: T0 + 201 * 1000,
@@ -243,8 +244,8 @@ test('refreshIfBehind: once the gap reaches the limit, ChainState writes a new s
     uns: 'acme/again',
     semver: '3.0.0',
   });
-  writeFileSync(join(bad, blockPath(201)), formatBlockFile(forged));
-  const next = JSON.parse(readFileSync(join(bad, blockPath(202)), 'utf8'));
+  forgeChainFiles(bad, { [blockPath(201)]: formatBlockFile(forged) });
+  const next = JSON.parse(chainFile(bad, blockPath(202)));
   next.prev_hash = forged.record_hash;
   const relinked = buildEndorseBlock({
     prev: forged,
@@ -262,7 +263,7 @@ test('refreshIfBehind: once the gap reaches the limit, ChainState writes a new s
     uns: next.payload.uns,
     semver: next.payload.semver,
   });
-  writeFileSync(join(bad, blockPath(202)), formatBlockFile(relinked));
+  forgeChainFiles(bad, { [blockPath(202)]: formatBlockFile(relinked) });
   writeFileSync(join(bad, 'checkpoint.json'), formatCheckpointFile(buildCheckpoint({ head: relinked, signer, now: T0 + 202 * 1000 })));
   const badRepo = await ChainRepo.open(bad, { repair: false });
   const br = priorEndorsements(badRepo, URLS, trustedHead(badRepo, signer).head, noScan);
@@ -284,8 +285,9 @@ test('the CLI never scans with a usable image: a garbled old block file that a s
       resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/x/-/x-1.0.0.tgz`, close: () => server.close(), bytes }),
     );
   });
+  const original100 = chainFile(dir, blockPath(100));
   try {
-    writeFileSync(join(dir, blockPath(100)), `{"garbled": ${JSON.stringify(url(7))}, ${JSON.stringify(tarUrl.url)}`);
+    forgeChainFiles(dir, { [blockPath(100)]: `{"garbled": ${JSON.stringify(url(7))}, ${JSON.stringify(tarUrl.url)}` });
     const file = join(work, 'seven2.txt');
     writeFileSync(file, 'seven again');
     const same = vouch([
@@ -331,7 +333,9 @@ test('the CLI never scans with a usable image: a garbled old block file that a s
     // The note the append committed carries the Merkle root over every block's committed record_hash (from the image, not the garbled file).
     const committed = await ChainRepo.open(dir, { repair: false });
     const tree = new MerkleTree(nodeBackend);
-    for (let i = 0; i < committed.size; i++) tree.append(Buffer.from(JSON.parse(await committed.readBlockFromGit(i)).record_hash, 'hex'));
+    // Block 100 as the authority signed it (the garbled commit above stands in for a file damaged after the image was made).
+    for (let i = 0; i < committed.size; i++)
+      tree.append(Buffer.from(JSON.parse(i === 100 ? original100 : await committed.readBlockFromGit(i)).record_hash, 'hex'));
     const note = openCheckpoint(nodeBackend, readFileSync(join(dir, 'checkpoint.note'), 'utf8'), { publicKey: signer.publicKey }).checkpoint;
     assert.is(note.size, committed.size);
     assert.is(Buffer.from(note.root).toString('base64'), Buffer.from(tree.root()).toString('base64'));

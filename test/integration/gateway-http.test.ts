@@ -23,6 +23,7 @@ import { appendSigned } from '../../store/chain-append.ts';
 import { OriginServer, pattern, digestOf } from '../helpers/origin-server.ts';
 import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync } from '../helpers/processes.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-gw-'));
 const keyFile = join(work, 'authority.pem');
@@ -56,7 +57,7 @@ async function submit(body: unknown, headers: Record<string, string> = {}) {
   return { status: r.status, json: r.json };
 }
 const enc = encodeURIComponent;
-const storedBlock = (i: number): Block => JSON.parse(readFileSync(join(chainDir, `blocks/000/000/${String(i).padStart(9, '0')}.json`), 'utf8'));
+const storedBlock = (i: number): Block => JSON.parse(chainFile(chainDir, `blocks/000/000/${String(i).padStart(9, '0')}.json`));
 function verifiesWithAuthority(block: Block): boolean {
   const b = parseBlock(block, block.index);
   return computeRecordHash(b, nodeBackend) === b.record_hash && nodeBackend.verify(base64Decode(pub)!, payloadMessage(b.payload), base64Decode(b.signature)!);

@@ -10,7 +10,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -24,6 +24,7 @@ import { OriginServer, digestOf, pattern } from '../helpers/origin-server.ts';
 import { startGatewayProcess, submitEntry, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouchAsync } from '../helpers/processes.ts';
 import { rawRequest, type RawAnswer } from '../helpers/raw-http.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-proxy-'));
 const keyFile = join(work, 'authority.pem');
@@ -99,7 +100,7 @@ async function submit(url: string, name: string): Promise<number> {
   return (await submitEntry(gw.url, token, { url, name, semver: '1.0.0', license: 'MIT' })).index;
 }
 
-const storedBlock = (i: number): Block => JSON.parse(readFileSync(join(chainDir, `blocks/000/000/${String(i).padStart(9, '0')}.json`), 'utf8'));
+const storedBlock = (i: number): Block => JSON.parse(chainFile(chainDir, `blocks/000/000/${String(i).padStart(9, '0')}.json`));
 
 function expectEmpty(r: Answer, status: number, what = '') {
   assert.is(r.status, status, `${what}: status ${r.status}`);

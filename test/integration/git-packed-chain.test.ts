@@ -30,13 +30,7 @@ let seq = 0;
 /** A sparse chain of N blocks repacked by git; how many objects git stored as deltas. */
 async function gitPacked(): Promise<{ dir: string; deltas: number }> {
   const dir = join(root, `chain-${seq++}`);
-  await ChainRepo.init(
-    dir,
-    files(0, N),
-    cpText,
-    { message: 'init\n', authorName: 'A', authorEmail: 'a@vouch.invalid', timestamp: 1_760_000_000 },
-    { sparse: true },
-  );
+  await ChainRepo.init(dir, files(0, N), cpText, { message: 'init\n', authorName: 'A', authorEmail: 'a@vouch.invalid', timestamp: 1_760_000_000 });
   gitIn(dir, 'repack', '-a', '-d', '-f', '-q');
   const deltas = gitIn(dir, 'cat-file', '--batch-all-objects', '--batch-check=%(deltabase)')
     .split('\n')

@@ -13,7 +13,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
@@ -29,8 +29,9 @@ import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned } from '../../store/chain-append.ts';
 import { signNoteText } from '../../platform/note-signer.ts';
 import { openCheckpoint } from '../../chain/tlog-checkpoint.ts';
-import { git, vouchAsync, type Run } from '../helpers/processes.ts';
+import { git, gitIn, vouchAsync, type Run } from '../helpers/processes.ts';
 import { startGatewayProcess, writeConfig } from '../helpers/gateway-process.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-cli-'));
 const chain = join(work, 'chain');
@@ -46,7 +47,10 @@ const ok = (r: Run) => {
   return r;
 };
 const head = (dir = chain) => git(['-C', dir, 'rev-parse', 'HEAD']).stdout.trim();
-const blockFiles = (dir = chain) => readdirSync(join(dir, 'blocks'), { recursive: true }).filter((f) => String(f).endsWith('.json')).length;
+const blockFiles = (dir = chain) =>
+  gitIn(dir, 'ls-tree', '-r', '--name-only', 'main', 'blocks')
+    .split('\n')
+    .filter((f) => f.endsWith('.json')).length;
 const U = (p: string) => `${base}${p}`;
 
 /** Runs a refused command: exactly `line` on stderr, exit `code`, and the chain as it was. */
@@ -518,8 +522,8 @@ test('reendorse --gateway: the void entries of the local clone submitted with th
     assert.equal({ head: head(), files: blockFiles() }, before);
     const served = JSON.parse(ok(await vouch('verify', '--chain', join(dir, 'chain'), '--json')).stdout);
     assert.is(served.blocks, 3);
-    assert.ok(readFileSync(join(dir, 'chain', blockPath(2)), 'utf8').includes(U('/widget-7.tgz')));
-    const text = readFileSync(join(dir, 'chain', blockPath(1)), 'utf8');
+    assert.ok(chainFile(join(dir, 'chain'), blockPath(2)).includes(U('/widget-7.tgz')));
+    const text = chainFile(join(dir, 'chain'), blockPath(1));
     assert.ok(text.includes(U('/widget-4.tgz')) && text.includes(U('/widget-5.tgz')) && !text.includes(U('/widget-6.tgz')));
   } finally {
     await gw.stop();
@@ -560,13 +564,13 @@ test('reendorse: the good void entries endorsed again (one block per void block)
   assert.is(j.refused.length, 1);
   assert.is(j.ok, false);
   assert.is(r.stderr.trimEnd().split('\n').at(-1), 'vouch reendorse: 1 void entry was not re-endorsed (listed above)');
-  const block = parseBlockText(readFileSync(join(chain, blockPath(j.blocks[0].index)), 'utf8'), j.blocks[0].index);
+  const block = parseBlockText(chainFile(chain, blockPath(j.blocks[0].index)), j.blocks[0].index);
   assert.equal(
     block.payload.endorsements.map((e) => e.artifact_url),
     [U('/widget-4.tgz'), U('/widget-5.tgz')],
   );
   assert.is(block.signer, 'acme');
-  const second = parseBlockText(readFileSync(join(chain, blockPath(j.blocks[1].index)), 'utf8'), j.blocks[1].index);
+  const second = parseBlockText(chainFile(chain, blockPath(j.blocks[1].index)), j.blocks[1].index);
   assert.equal(
     second.payload.endorsements.map((e) => [e.artifact_url, e.semver]),
     [[U('/widget-7.tgz'), '6.0.0']],

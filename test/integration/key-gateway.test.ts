@@ -49,6 +49,7 @@ import { modVersion, type ModVersion } from '../helpers/go-modules.ts';
 import { initChainRepo, TEST_SEED } from '../helpers/chain-fixture.ts';
 import { buildCheckNote } from '../helpers/go-checknote.ts';
 import { b64, buildKeyLifeChain, HOLDERS, KeyChain, ONLINE, seededKey } from '../helpers/key-fixture.ts';
+import { chainFile } from '../helpers/chain-files.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-key-gateway-'));
 const chainDir = join(work, 'chain');
@@ -134,7 +135,7 @@ const headSize = async () => (await getJson('/v1/checkpoint')).json.size as numb
 async function verifiedOnDisk(dir = chainDir): Promise<{ blocks: Record<string, any>[]; keys: KeyState }> {
   // Read as the files are (the gateway holds the chain's lock: no ChainRepo here).
   const checkpoint = JSON.parse(readFileSync(join(dir, CHECKPOINT), 'utf8')) as { size: number };
-  const blocks = Array.from({ length: checkpoint.size }, (_, i) => JSON.parse(readFileSync(join(dir, blockPath(i)), 'utf8')) as Record<string, any>);
+  const blocks = Array.from({ length: checkpoint.size }, (_, i) => JSON.parse(chainFile(dir, blockPath(i))) as Record<string, any>);
   const r = verifyChain(blocks, { backend: nodeBackend, pinnedPublicKey: b64(ONLINE.A), checkpoint });
   assert.ok(r.ok, r.ok ? '' : `${r.code} at ${r.index}: ${r.message}`);
   return { blocks, keys: r.ok ? r.keys : ks };

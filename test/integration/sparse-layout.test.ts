@@ -15,7 +15,20 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync, writeSync, closeSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+  closeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { formatBlockFile, formatCheckpointFile } from '../../chain/block.ts';
@@ -60,11 +73,11 @@ function assertSparseClean(dir: string, size: number): void {
 
 async function makeSparse(n = N): Promise<{ dir: string; repo: ChainRepo }> {
   const dir = fresh('sparse');
-  const repo = await ChainRepo.init(dir, files(0, n), cpText(n), info(0), { sparse: true });
+  const repo = await ChainRepo.init(dir, files(0, n), cpText(n), info(0));
   return { dir, repo };
 }
 
-test('init --sparse: git sees a clean sparse checkout, blocks only in git objects', async () => {
+test('init: git sees a clean sparse checkout, blocks only in git objects', async () => {
   const { dir, repo } = await makeSparse();
   assert.ok(repo.sparse);
   assert.ok(isSparse(join(dir, '.git')));
@@ -72,7 +85,6 @@ test('init --sparse: git sees a clean sparse checkout, blocks only in git object
   assertSparseClean(dir, N);
   assert.is(repo.readBlockFile(7), formatBlockFile(chain.blocks[7]!), 'blocks are read from the pack');
   assert.is(repo.readBlockFile(N - 1), formatBlockFile(chain.blocks[N - 1]!));
-  assert.throws(() => repo.listBlockFiles(), /sparse layout/);
 });
 
 test('verification reads the blocks from the packs (workers and inline) and hands back every text', async () => {
@@ -144,23 +156,133 @@ test('open() repairs a sparse chain: a lost checkpoint file, a broken index, a b
   assertSparseClean(dir, N);
 });
 
-test('git sparse-checkout converts a chain to the sparse layout and back; vouch follows on open', async () => {
-  const dir = fresh('convert');
-  await ChainRepo.init(dir, files(0, N), cpText(N), info(0));
-  assert.ok(existsSync(join(dir, blockPath(5))));
-  git(dir, 'sparse-checkout', 'set', '--cone', '--sparse-index');
-  const sparse = await ChainRepo.open(dir);
-  assert.ok(sparse.sparse, 'the configuration git wrote (config.worktree) is read');
+/**
+ * A chain in the full layout as vouch before the one layout wrote it, or as
+ * a plain `git clone` checks it out: made with git alone (`git init`, every
+ * block file and checkpoint.json committed), no sparse-checkout configuration.
+ */
+function fullLayoutChain(n = N): string {
+  const dir = fresh('full');
+  mkdirSync(dir);
+  git(dir, 'init', '-q', '-b', 'main');
+  for (const f of files(0, n)) {
+    mkdirSync(join(dir, blockPath(f.index), '..'), { recursive: true });
+    writeFileSync(join(dir, blockPath(f.index)), f.content);
+  }
+  writeFileSync(join(dir, 'checkpoint.json'), cpText(n));
+  git(dir, 'add', '-A');
+  git(dir, '-c', 'user.name=Vouch Authority', '-c', 'user.email=authority@vouch.invalid', 'commit', '-q', '-m', 'block 0\n');
+  assert.ok(existsSync(join(dir, blockPath(n - 1))) && !isSparse(join(dir, '.git')), 'the fixture is checked out in full');
+  return dir;
+}
+
+/** Everything in `dir` but git's objects, with contents: what a refused open must leave as it found it. */
+function tree(dir: string): string {
+  const out: string[] = [];
+  const walk = (d: string, rel: string): void => {
+    for (const e of readdirSync(d, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (r === '.git/objects') continue;
+      if (e.isDirectory()) walk(join(d, e.name), r);
+      else out.push(`${r} ${readFileSync(join(d, e.name)).toString('base64')}`);
+    }
+  };
+  walk(dir, '');
+  return out.join('\n');
+}
+
+test('a chain in the full layout (made with plain git) converts when opened for writing: git clean, blocks byte-equal, appends', async () => {
+  const dir = fullLayoutChain();
+  const head = git(dir, 'rev-parse', 'HEAD').trim();
+  const repo = await ChainRepo.open(dir);
+  const actions = repo.repairs.map((r) => `${r.action} ${r.path}`);
+  assert.ok(actions.includes('removed blocks'), actions.join(', '));
+  assert.ok(actions.includes('restored .git/config'), actions.join(', '));
+  assert.ok(actions.includes('reindexed .git/index'), actions.join(', '));
+  assert.ok(isSparse(join(dir, '.git')), 'git configuration says sparse');
+  assert.is(repo.head, head, 'the branch is untouched');
   assertSparseClean(dir, N);
-  assert.is((await verifyDirectory(sparse)).state.size, N);
-  await sparse.append(files(N, N + 1), cpText(N + 1), info(N));
+  for (let i = 0; i < N; i++) assert.is(repo.readBlockFile(i), formatBlockFile(chain.blocks[i]!), `block ${i}`);
+  assert.is((await verifyDirectory(repo)).state.size, N);
+  await repo.append(files(N, N + 1), cpText(N + 1), info(N));
   assertSparseClean(dir, N + 1);
+  assert.is(git(dir, 'rev-parse', 'HEAD~1').trim(), head);
+  const again = await ChainRepo.open(dir);
+  assert.equal(again.repairs, [], 'converted once');
+  // git sparse-checkout disable checks every file out again (as a plain clone has it): the next open converts it back.
   git(dir, 'sparse-checkout', 'disable');
-  const full = await ChainRepo.open(dir);
-  assert.not.ok(full.sparse);
   assert.is(readFileSync(join(dir, blockPath(N)), 'utf8'), formatBlockFile(chain.blocks[N]!), 'git checked the files out again');
-  assert.is(git(dir, 'status', '--porcelain'), '');
-  assert.is((await verifyDirectory(full)).state.size, N + 1);
+  await ChainRepo.open(dir);
+  assertSparseClean(dir, N + 1);
+  // The settings replace git's own values: one value each, so git can set them again.
+  assert.equal(git(dir, 'config', '--get-all', 'core.sparseCheckout').trim().split('\n').at(-1), 'true');
+  git(dir, 'sparse-checkout', 'disable');
+  await ChainRepo.open(dir);
+  assertSparseClean(dir, N + 1);
+});
+
+test('a modified or extra file under blocks/ of a full-layout chain is refused by name, and nothing is deleted or changed', async () => {
+  const dir = fullLayoutChain(50);
+  const cases: { path: string; apply: () => void; undo: () => void; why: RegExp }[] = [
+    {
+      path: blockPath(7),
+      apply: () => writeFileSync(join(dir, blockPath(7)), 'edited by hand\n'),
+      undo: () => git(dir, 'checkout', '--', blockPath(7)),
+      why: /differs from branch main/,
+    },
+    {
+      path: blockPath(50),
+      apply: () => writeFileSync(join(dir, blockPath(50)), formatBlockFile(chain.blocks[50]!)),
+      undo: () => rmSync(join(dir, blockPath(50))),
+      why: /is not on branch main/,
+    },
+    {
+      path: 'blocks/000/000/notes.txt',
+      apply: () => writeFileSync(join(dir, 'blocks/000/000/notes.txt'), 'mine\n'),
+      undo: () => rmSync(join(dir, 'blocks/000/000/notes.txt')),
+      why: /is not on branch main/,
+    },
+  ];
+  for (const c of cases) {
+    c.apply();
+    const before = tree(dir);
+    try {
+      await ChainRepo.open(dir);
+      assert.unreachable(`${c.path}: the open must refuse`);
+    } catch (e) {
+      if (!isVouchError(e)) throw e;
+      assert.is(e.code, 'io_error', e.message);
+      assert.ok(e.message.includes(c.path), e.message);
+      assert.match(e.message, c.why);
+      assert.not.match(e.message, /\n/, 'one line');
+    }
+    assert.is(tree(dir), before, `${c.path}: nothing deleted or changed`);
+    assert.not.ok(isSparse(join(dir, '.git')));
+    c.undo();
+  }
+  const repo = await ChainRepo.open(dir);
+  assert.is(repo.size, 50);
+  assertSparseClean(dir, 50);
+});
+
+test('vouch verify on a plain git clone (every block file checked out) succeeds and leaves the clone as it was', async () => {
+  const { dir } = await makeSparse();
+  const clone = fresh('clone');
+  git(root, 'clone', '-q', '--no-local', dir, clone);
+  assert.ok(existsSync(join(clone, blockPath(N - 1))), 'a plain clone checks out every block file (no sparse-checkout configuration is cloned)');
+  assert.not.ok(isSparse(join(clone, '.git')));
+  const status = git(clone, 'status', '--porcelain', '--untracked-files=all');
+  const before = tree(clone);
+  const v = vouch(['verify', '--chain', clone, '--json']);
+  assert.is(v.status, 0, v.stderr);
+  assert.is(JSON.parse(v.stdout).blocks, N);
+  assert.is(git(clone, 'status', '--porcelain', '--untracked-files=all'), status, 'git status --porcelain before == after');
+  assert.is(tree(clone), before, 'not a file of the clone changed');
+  // What vouch reads is git's objects: a block file edited in the clone's working tree changes nothing.
+  writeFileSync(join(clone, blockPath(5)), 'edited\n');
+  const again = vouch(['verify', '--chain', clone, '--json']);
+  assert.is(again.status, 0, again.stderr);
+  assert.is(readFileSync(join(clone, blockPath(5)), 'utf8'), 'edited\n');
 });
 
 test('a sparse clone over smart HTTP checks out no block file and verifies from its pack', async () => {
@@ -170,7 +292,7 @@ test('a sparse clone over smart HTTP checks out no block file and verifies from 
   const server = await GitServer.start(served);
   try {
     const mirror = fresh('mirror');
-    const repo = await ChainRepo.clone(server.url('chain.git'), mirror, { sparse: true });
+    const repo = await ChainRepo.clone(server.url('chain.git'), mirror);
     assert.ok(repo.sparse);
     assert.ok(isSparse(join(mirror, '.git')));
     assertSparseClean(mirror, N);
@@ -258,7 +380,15 @@ test('vouch init --layout sparse, endorse and verify from the command line', () 
   assert.match(git(c, 'show', 'HEAD:blocks/000/000/000000002.json'), /w-1\.0\.1\.js/);
   const bad = vouch(['init', '--chain', join(work, 'other'), '--key', key, '--signer', 'acme', '--layout', 'thin']);
   assert.is(bad.status, 2);
-  assert.match(bad.stderr, /--layout must be full or sparse/);
+  assert.match(bad.stderr, /--layout must be sparse/);
+  const full = vouch(['init', '--chain', join(work, 'full'), '--key', key, '--signer', 'acme', '--layout', 'full']);
+  assert.is(full.status, 2);
+  assert.match(full.stderr, /--layout full was removed: .*converts when opened for writing/);
+  assert.not.ok(existsSync(join(work, 'full')), 'nothing created');
+  const plain = vouch(['init', '--chain', join(work, 'plain'), '--key', key, '--signer', 'acme']);
+  assert.is(plain.status, 0, plain.stderr);
+  assert.ok(isSparse(join(work, 'plain', '.git')), 'the default is the sparse layout');
+  assert.not.ok(existsSync(join(work, 'plain', 'blocks')));
 });
 
 test.run();

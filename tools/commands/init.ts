@@ -18,7 +18,7 @@ import { TreeEdge, writeEdgeFile } from '../../store/tree-edge.ts';
 
 export const init: Command = {
   name: 'init',
-  usage: '--chain DIR --key FILE --signer ID [--uns OWNER/NAME] [--origin NAME] [--layout full|sparse]',
+  usage: '--chain DIR --key FILE --signer ID [--uns OWNER/NAME] [--origin NAME] [--layout sparse]',
   summary:
     'Creates a new chain repository in DIR (a git repository) holding the signed authority block and checkpoint. It commits the signed checkpoint note (checkpoint.note) too and prints its verifier key.',
   options: {
@@ -29,8 +29,8 @@ export const init: Command = {
     origin: { type: 'string', value: 'NAME', help: "the log's origin: first line of checkpoint.note and its key name (default: vouch/<signer>)" },
     layout: {
       type: 'string',
-      value: 'full|sparse',
-      help: 'full (default): every block file checked out; sparse: block files only in git objects (docs/spec/repository.md "Layouts")',
+      value: 'sparse',
+      help: 'sparse, the only layout: block files only in git objects (docs/spec/repository.md "Layouts"); full was removed (docs/decisions/one-layout.md)',
     },
   },
   async run(v) {
@@ -38,8 +38,12 @@ export const init: Command = {
     if (!isUnitName(uns)) throw new UsageError(`--uns must be OWNER/NAME, got ${JSON.stringify(uns)}`);
     if (!/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(v.signer))
       throw new UsageError('--signer must be 1-128 letters, digits, . _ @ -, starting with a letter or digit');
-    const layout = v.layout ?? 'full';
-    if (layout !== 'full' && layout !== 'sparse') throw new UsageError(`--layout must be full or sparse, got ${JSON.stringify(layout)}`);
+    const layout = v.layout ?? 'sparse';
+    if (layout === 'full')
+      throw new UsageError(
+        '--layout full was removed: vouch writes the sparse layout only, and a chain in the full layout converts when opened for writing (docs/decisions/one-layout.md)',
+      );
+    if (layout !== 'sparse') throw new UsageError(`--layout must be sparse, got ${JSON.stringify(layout)}`);
     const origin: string = v.origin ?? defaultOrigin(v.signer);
     if (!isValidKeyName(origin)) throw new UsageError(`--origin must be a note key name (no spaces, "+" or control characters), got ${JSON.stringify(origin)}`);
     const signer = nodeSigner(v.signer, readKeyFile(v.key));
@@ -49,9 +53,7 @@ export const init: Command = {
     const edge = TreeEdge.empty(nodeBackend);
     edge.append(entryOf(block.record_hash));
     const note = signNoteText(signer, origin, 1, edge.root());
-    await createChain(v.chain, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(checkpoint), note }, commitFor([block], now), {
-      sparse: layout === 'sparse',
-    });
+    await createChain(v.chain, [{ index: 0, content: formatBlockFile(block) }], { json: formatCheckpointFile(checkpoint), note }, commitFor([block], now));
     writeEdgeFile(v.chain, edge);
     const vkey = verifierKey(nodeBackend, origin, SIG_ED25519, signer.publicKey);
     emit(v, `initialized ${v.chain}: authority ${v.signer} ${base64Encode(signer.publicKey)}, head ${block.record_hash}\nverifier key: ${vkey}`, {

@@ -21,11 +21,10 @@ import { PktReader, parsePktLines, pktLine } from '../../../store/pkt-line.ts';
 import { DiskPacks, applyDelta, encodeObjectHeader, idxCount } from '../../../store/git-pack.ts';
 import { deflateSync } from 'node:zlib';
 import { PackReceiver } from '../../../store/git-pack-index.ts';
-import { ewahDecode, ewahEncode, parseIndex, serializeIndex } from '../../../store/git-index-format.ts';
-import { SplitIndex } from '../../../store/git-index.ts';
+import { parseIndex, serializeIndex } from '../../../store/git-index-format.ts';
 import { objectId } from '../../../store/git-objects.ts';
 import { AnswerParser } from '../../../store/git-cat-file.ts';
-import { check, corpusOf, mix, mutatedBytes, randomInput, refusedOnly, refusedOnlyAsync, type FuzzTarget } from '../target.ts';
+import { check, mix, mutatedBytes, randomInput, refusedOnly, refusedOnlyAsync, type FuzzTarget } from '../target.ts';
 
 const remote = { base: 'http://127.0.0.1:1/chain.git', shown: 'http://127.0.0.1:1/chain.git' } as Parameters<typeof parseReport>[1];
 
@@ -411,7 +410,7 @@ const INDEX_TOKENS = [
 
 export const gitIndexTarget: FuzzTarget = {
   name: 'git-index',
-  about: 'parseIndex (versions 2-4, link and sdir extensions, EWAH bitmaps): a ParsedIndex or io_error; entries written again read the same',
+  about: 'parseIndex (versions 2-4, the sdir extension, a split index recognised): a ParsedIndex or io_error; entries written again read the same',
   arbitrary: (seeds) =>
     mix(
       randomInput(),
@@ -420,7 +419,7 @@ export const gitIndexTarget: FuzzTarget = {
     ),
   check(input) {
     const parsed = refusedOnly(() => parseIndex(input), ['io_error']);
-    if (parsed === undefined || parsed.version === 4 || parsed.link !== null) return;
+    if (parsed === undefined || parsed.version === 4 || parsed.split) return;
     const valid = parsed.entries.every((e) => Buffer.from(e.path, 'utf8').length < 0xfff && !e.path.includes('\0') && !e.path.includes('\ufffd'));
     if (!valid) return;
     const again = refusedOnly(() => parseIndex(serializeIndex(parsed.entries)), ['io_error']);
@@ -429,63 +428,9 @@ export const gitIndexTarget: FuzzTarget = {
   runs: 400,
 };
 
-export const ewahTarget: FuzzTarget = {
-  name: 'git-ewah',
-  about: "ewahDecode (a split index's bitmaps): positions or io_error, bounded; ewahEncode round trip",
-  arbitrary: (seeds) =>
-    mix(
-      randomInput(),
-      mutatedBytes(seeds),
-      fc.uniqueArray(fc.nat(5000), { maxLength: 60 }).map((p) => ewahEncode(p.sort((a, b) => a - b))),
-    ),
-  check(input) {
-    const got = refusedOnly(() => ewahDecode(input, 0), ['io_error']);
-    if (got === undefined) return;
-    for (let i = 1; i < got.positions.length; i++) check(got.positions[i]! > got.positions[i - 1]!, 'positions not ascending');
-    const again = ewahDecode(ewahEncode(got.positions), 0);
-    check(JSON.stringify(again.positions) === JSON.stringify(got.positions), 'positions written again read differently');
-  },
-  runs: 600,
-};
-
 export function isIoError(e: unknown): boolean {
   return e instanceof VouchError && e.code === 'io_error';
 }
-
-/**
- * A split `.git/index` (its link extension naming the genuine shared index
- * of the corpus, which sits beside it) loaded by SplitIndex, whose merged
- * entries are then listed. A missing shared index is the documented ENOENT.
- */
-export const gitSplitIndexTarget: FuzzTarget = {
-  name: 'git-split-index',
-  about: 'SplitIndex.load over a split .git/index and its shared index: entries or io_error (ENOENT when the shared index it names is missing)',
-  arbitrary: (seeds) =>
-    mix(mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed }), mutatedBytes(seeds, { tokens: INDEX_TOKENS, fixup: indexTrailerFixed })),
-  check(input) {
-    const gitdir = join(scratchDir(), 'split');
-    fs.rmSync(gitdir, { recursive: true, force: true });
-    fs.mkdirSync(gitdir, { recursive: true });
-    const shared = corpusOf('git-index').find((c) => c.file.endsWith('/shared'));
-    if (shared) fs.writeFileSync(join(gitdir, `sharedindex.${shared.bytes.toString('hex', shared.bytes.length - 20)}`), shared.bytes);
-    fs.writeFileSync(join(gitdir, 'index'), input);
-    const index = new SplitIndex(gitdir);
-    const entries = refusedOnly(
-      () => {
-        index.load();
-        return index.mergedEntries();
-      },
-      ['io_error'],
-      (e) => (e instanceof VouchError && e.code === 'io_error') || (e as NodeJS.ErrnoException).code === 'ENOENT',
-    );
-    if (entries)
-      check(
-        entries.every((e) => typeof e.path === 'string' && /^[0-9a-f]{40}$/.test(e.oid)),
-        'an entry without a path or id',
-      );
-  },
-  runs: 250,
-};
 
 // --- smart HTTP answers, from a loopback server ---------------------------------------
 

@@ -1,17 +1,7 @@
 /** Every fuzz target, by name (test/hostile/fuzz.test.ts runs them all; `npm run fuzz -- NAME` one). */
 import type { FuzzTarget } from '../target.ts';
 import { h1Chunked, h1ClientTarget, h1Head } from './h1.ts';
-import {
-  gitSmartHttpTarget,
-  ewahTarget,
-  gitDeltaTarget,
-  gitIndexTarget,
-  gitSplitIndexTarget,
-  gitPackDiskTarget,
-  gitPackTarget,
-  pktLineTarget,
-  gitCatFileTarget,
-} from './git.ts';
+import { gitSmartHttpTarget, gitDeltaTarget, gitIndexTarget, gitPackDiskTarget, gitPackTarget, pktLineTarget, gitCatFileTarget } from './git.ts';
 import {
   tlogPolicyTarget,
   tlogProofTarget,
@@ -50,8 +40,6 @@ export const TARGETS: readonly FuzzTarget[] = [
   gitDeltaTarget,
   gitPackDiskTarget,
   gitIndexTarget,
-  gitSplitIndexTarget,
-  ewahTarget,
   gitCatFileTarget,
   blockFileTarget,
   jcsTarget,
