@@ -107,7 +107,7 @@ async function appendRows(work: string, chain: BlockFile[], sizes: number[], sam
     const base = join(work, `append-${size}`);
     const t0 = performance.now();
     const from = size - samples - 3;
-    await ChainRepo.init(join(base, 'vouch'), chain.slice(0, from), checkpointText(from), info(0), { sparse: true });
+    await ChainRepo.init(join(base, 'vouch'), chain.slice(0, from), checkpointText(from), info(0));
     for (const side of APPEND_SIDES.slice(1)) cpSync(join(base, 'vouch'), join(base, side), { recursive: true });
     console.log(`append: ${size}-block sparse chain built in ${f1((performance.now() - t0) / 1000)} s`);
     const repo = await ChainRepo.open(join(base, 'vouch'));
@@ -262,7 +262,7 @@ async function cloneChild(url: string, dir: string): Promise<void> {
     return;
   }
   const t0 = performance.now();
-  const repo = await ChainRepo.clone(url, dir, { sparse: true });
+  const repo = await ChainRepo.clone(url, dir);
   const ms = performance.now() - t0;
   if (!repo.size) throw new Error('empty clone');
   console.log(JSON.stringify({ ms, rssMiB: peakRssMiB() }));
@@ -286,7 +286,7 @@ interface RepackRow {
 async function repackRows(work: string, chain: BlockFile[], appended: number, rounds: number): Promise<RepackRow> {
   const base = join(work, 'repack-src');
   const size = chain.length;
-  const repo = await ChainRepo.init(base, chain.slice(0, size - appended), checkpointText(size - appended), info(0), { sparse: true });
+  const repo = await ChainRepo.init(base, chain.slice(0, size - appended), checkpointText(size - appended), info(0));
   for (let i = size - appended; i < size; i++) await repo.append([chain[i]!], checkpointText(i + 1), info(i));
   if (repo.pendingLoose === 0) throw new Error('repack: no loose objects to pack');
   const looseBytes = bytesUnder(join(base, '.git', 'objects')) - bytesUnder(join(base, '.git', 'objects', 'pack'));

@@ -40,7 +40,6 @@ async function sparseChain(dir: string, n: number): Promise<ChainRepo> {
     Array.from({ length: n }, (_, i) => block(i)),
     cp(n),
     info(0),
-    { sparse: true },
   );
 }
 

@@ -75,7 +75,6 @@ test.before(async () => {
     chain.blocks.map((b) => ({ index: b.index, content: formatBlockFile(b) })),
     formatCheckpointFile(chain.checkpoint),
     { message: 'fixture\n', authorName: 't', authorEmail: 't@vouch.invalid', timestamp: 1_790_000_000 },
-    { sparse: true },
   );
 });
 
