@@ -2,7 +2,8 @@
  * Test runner: every `*.test.ts` under test/ (the kind folders unit/,
  * integration/, e2e/, hostile/, and files still flat in test/), one uvu file
  * per child process, a pool of them in parallel (VOUCH_TEST_JOBS, default
- * os.availableParallelism()). A file's output is printed as one block when it
+ * twice os.availableParallelism(): most files wait on the processes and
+ * sockets they drive, about half a core each). A file's output is printed as one block when it
  * ends; each file is bounded in time (VOUCH_TEST_FILE_TIMEOUT_MS) and a file
  * that overruns is killed and counted as a failure. Ends with the plain line
  * `N passed, N failed` (tests, as uvu counts them) that CI reads; exits
@@ -50,7 +51,7 @@ function kindOf(file: string): string | null {
 function parseArgs(argv: string[]): { kinds: string[] | null; jobs: number; filters: string[]; record: boolean } {
   let kinds: string[] | null = null;
   let record = false;
-  let jobs = Number(process.env.VOUCH_TEST_JOBS || availableParallelism());
+  let jobs = Number(process.env.VOUCH_TEST_JOBS || 2 * availableParallelism());
   const filters: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;

@@ -334,15 +334,19 @@ test('40 clients that ask for a 24 MiB packument and never read: RSS bounded, /h
       (s) =>
         new Promise<number>((resolve) => {
           let n = 0;
-          const done = () => resolve(n);
+          // a connection still open 5 s later is one the gateway kept
+          const t = setTimeout(() => {
+            s.destroy();
+          }, 5_000);
+          const done = () => {
+            clearTimeout(t); // else it holds the file open 5 s after its last test
+            resolve(n);
+          };
           s.on('data', (c: Buffer) => {
             n += c.length;
           });
           s.once('close', done);
           s.resume();
-          setTimeout(() => {
-            s.destroy();
-          }, 5_000); // a connection still open 5 s later is one the gateway kept
         }),
     ),
   );
