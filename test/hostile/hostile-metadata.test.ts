@@ -12,6 +12,7 @@
  * - a 24 MiB packument (pass route: offered whole) asked for by 40 clients
  *   that never read (cut after the stall time, origin.timeout = 3 s).
  *
+ * test-run: exclusive (it compares latencies: no other test file runs beside it).
  * Rule (the bound of hardening-starvation): the p50 of sequential
  * `/healthz` requests 10 ms apart for the first 4 s of an attack (from its
  * first request on, so the first parse is inside the window; at least 50)
