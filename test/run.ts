@@ -2,25 +2,33 @@
  * Test runner: every `*.test.ts` under test/ (the kind folders unit/,
  * integration/, e2e/, hostile/, and files still flat in test/), one uvu file
  * per child process, a pool of them in parallel (VOUCH_TEST_JOBS, default
- * os.availableParallelism()). A file's output is printed as one block when it
+ * twice os.availableParallelism(): most files wait on the processes and
+ * sockets they drive, about half a core each). A file's output is printed as one block when it
  * ends; each file is bounded in time (VOUCH_TEST_FILE_TIMEOUT_MS) and a file
  * that overruns is killed and counted as a failure. Ends with the plain line
  * `N passed, N failed` (tests, as uvu counts them) that CI reads; exits
  * non-zero when any test failed, a file crashed or timed out, or none ran.
  *
- * Usage: tsx test/run.ts [--kind=unit,integration,e2e,hostile] [--jobs=N] [substring filter...]
+ * Longest files first (test/durations.json, refreshed by --record); files marked
+ * `test-run: exclusive` run alone before the pool.
+ * Usage: tsx test/run.ts [--kind=unit,integration,e2e,hostile] [--jobs=N] [--record] [substring filter...]
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
-import { join, relative, sep } from 'node:path';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
+import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const KINDS = ['unit', 'integration', 'e2e', 'hostile'] as const;
 const SKIP_DIRS = new Set(['helpers', 'fuzz', 'vectors', 'node_modules']);
 const root = fileURLToPath(new URL('..', import.meta.url));
 const testDir = join(root, 'test');
-const TIMES_FILE = join(root, 'node_modules', '.cache', 'vouch-test-times.json');
+// Per checkout (test/out/ is ignored by git; node_modules may be shared between worktrees).
+const TIMES_FILE = join(testDir, 'out', 'test-times.json');
+const CPU_FILE = join(testDir, 'out', 'test-cpu.json');
+/** Committed durations (ms) of a full run, so a fresh clone (CI) also starts the longest files first. */
+const DURATIONS_FILE = join(testDir, 'durations.json');
+const PRELOAD = join(testDir, 'helpers', 'file-tmpdir.mjs');
 
 /** Every test file below `dir`, sorted; the helper, fuzz-harness and vector folders hold none. */
 function findTests(dir: string): string[] {
@@ -40,12 +48,17 @@ function kindOf(file: string): string | null {
   return (KINDS as readonly string[]).includes(first) ? first : null;
 }
 
-function parseArgs(argv: string[]): { kinds: string[] | null; jobs: number; filters: string[] } {
+function parseArgs(argv: string[]): { kinds: string[] | null; jobs: number; filters: string[]; record: boolean } {
   let kinds: string[] | null = null;
-  let jobs = Number(process.env.VOUCH_TEST_JOBS || availableParallelism());
+  let record = false;
+  let jobs = Number(process.env.VOUCH_TEST_JOBS || 2 * availableParallelism());
   const filters: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
+    if (a === '--record') {
+      record = true;
+      continue;
+    }
     const m = /^--(kind|jobs)(?:=(.*))?$/.exec(a);
     if (!m) {
       filters.push(a);
@@ -59,11 +72,11 @@ function parseArgs(argv: string[]): { kinds: string[] | null; jobs: number; filt
     } else jobs = Number(v);
   }
   if (!Number.isInteger(jobs) || jobs < 1) usage(`jobs must be a whole number ≥ 1 (VOUCH_TEST_JOBS or --jobs), not "${jobs}"`);
-  return { kinds, jobs, filters };
+  return { kinds, jobs, filters, record };
 }
 
 function usage(why: string): never {
-  console.error(`test/run.ts: ${why}\nusage: tsx test/run.ts [--kind=${KINDS.join(',')}] [--jobs=N] [substring filter...]`);
+  console.error(`test/run.ts: ${why}\nusage: tsx test/run.ts [--kind=${KINDS.join(',')}] [--jobs=N] [--record] [substring filter...]`);
   process.exit(2);
 }
 
@@ -74,6 +87,8 @@ interface FileResult {
   skipped: number;
   crashed: string | null;
   ms: number;
+  /** CPU seconds of the file's process and the children it reaped; null when it did not say. */
+  cpuS: number | null;
   output: string;
 }
 
@@ -86,10 +101,12 @@ function runFile(file: string): Promise<FileResult> {
   const started = Date.now();
   const tmp = mkdtempSync(join(tmpdir(), 'vt-'));
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', file], {
+    // tsx keeps its transform cache under the TMPDIR it starts with: the shared one, so each module is
+    // compiled once per checkout, not once per file; the preload then hands the file its own TMPDIR.
+    const child = spawn(process.execPath, ['--import', 'tsx', '--import', PRELOAD, file], {
       cwd: root,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, FORCE_COLOR: '0', TMPDIR: tmp },
+      env: { ...process.env, FORCE_COLOR: '0', VOUCH_TEST_TMPDIR: tmp, VOUCH_TEST_CPU_FILE: `${tmp}.cpu` },
       detached: true,
     });
     running.add(child);
@@ -119,6 +136,13 @@ function runFile(file: string): Promise<FileResult> {
         /* none left */
       }
       rmSync(tmp, { recursive: true, force: true, maxRetries: 3 });
+      let cpuS: number | null = null;
+      try {
+        cpuS = Number(readFileSync(`${tmp}.cpu`, 'utf8'));
+        rmSync(`${tmp}.cpu`, { force: true });
+      } catch {
+        /* killed, or not Linux */
+      }
       const total = Number(/Total:\s+(\d+)/.exec(out)?.[1] ?? NaN);
       const passed = Number(/Passed:\s+(\d+)/.exec(out)?.[1] ?? NaN);
       const skipped = Number(/Skipped:\s+(\d+)/.exec(out)?.[1] ?? 0);
@@ -129,21 +153,36 @@ function runFile(file: string): Promise<FileResult> {
       // uvu's Total counts the tests that ran; `test.skip` ones are only in Skipped.
       const failed = Number.isNaN(total) ? 0 : total - passed;
       if (!crashed && code !== 0 && failed === 0) crashed = `exited ${code} after its tests`;
-      resolve({ name, passed: Number.isNaN(passed) ? 0 : passed, failed, skipped, crashed, ms: Date.now() - started, output: out });
+      resolve({ name, passed: Number.isNaN(passed) ? 0 : passed, failed, skipped, crashed, ms: Date.now() - started, cpuS, output: out });
     });
   });
 }
 
-function readTimes(): Record<string, number> {
+function readJson(path: string): Record<string, number> {
   try {
-    return JSON.parse(readFileSync(TIMES_FILE, 'utf8')) as Record<string, number>;
+    return JSON.parse(readFileSync(path, 'utf8')) as Record<string, number>;
   } catch {
     return {};
   }
 }
 
 /** Saved after every file, so an interrupted run still orders the next one. */
-function saveTimes(times: Record<string, number>): void {}
+function saveJson(path: string, table: Record<string, number>): void {
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, `${JSON.stringify(table, null, 1)}\n`);
+  } catch {
+    /* only an ordering hint */
+  }
+}
+
+/**
+ * A file whose first 2,000 characters say `test-run: exclusive` measures wall-clock time against
+ * a bound (latency under load, a stall's timeout): it runs alone, before the pool starts.
+ */
+function isExclusive(file: string): boolean {
+  return /\btest-run: exclusive\b/.test(readFileSync(file, 'utf8').slice(0, 2_000));
+}
 
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.on(sig, () => {
@@ -158,17 +197,21 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-const { kinds, jobs, filters } = parseArgs(process.argv.slice(2));
+const { kinds, jobs, filters, record } = parseArgs(process.argv.slice(2));
 const all = findTests(testDir);
 const flat = all.filter((f) => kindOf(f) === null);
 const files = all.filter((f) => kinds === null || kinds.includes(kindOf(f) ?? '')).filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)));
-// Longest first (times of earlier runs on this checkout), so the pool does not end on one long file.
-const times = readTimes();
-const order = [...files].sort((a, b) => (times[relative(root, b)] ?? 60_000) - (times[relative(root, a)] ?? 60_000));
+// Longest first (times of earlier runs on this checkout, else the committed table), so the pool does
+// not end on one long file; a file in neither is taken for a long one.
+const times = readJson(TIMES_FILE);
+const expected = { ...readJson(DURATIONS_FILE), ...times };
+const byLength = [...files].sort((a, b) => (expected[relative(root, b)] ?? 60_000) - (expected[relative(root, a)] ?? 60_000));
+const alone = byLength.filter(isExclusive);
+const order = byLength.filter((f) => !alone.includes(f));
 
 const startedAt = Date.now();
 console.log(
-  `${files.length} test file${files.length === 1 ? '' : 's'}, ${Math.min(jobs, Math.max(files.length, 1))} at a time${kinds ? ` (${kinds.join(', ')})` : ''}`,
+  `${files.length} test file${files.length === 1 ? '' : 's'}, ${Math.min(jobs, Math.max(files.length, 1))} at a time${kinds ? ` (${kinds.join(', ')})` : ''}${alone.length ? `; ${alone.length} alone first (test-run: exclusive)` : ''}`,
 );
 if (kinds && flat.length) console.log(`not in a kind folder, so not run with --kind: ${flat.map((f) => relative(root, f)).join(', ')}`);
 
@@ -176,12 +219,19 @@ let passed = 0;
 let failed = 0;
 let skipped = 0;
 const problems: string[] = [];
+let cpuTotal = 0;
+const cpu: Record<string, number> = readJson(CPU_FILE);
 let next = 0;
-async function worker(): Promise<void> {
-  while (next < order.length) {
-    const r = await runFile(order[next++]!);
+async function worker(queue: string[]): Promise<void> {
+  while (next < queue.length) {
+    const r = await runFile(queue[next++]!);
     times[r.name] = r.ms;
-    saveTimes(times);
+    saveJson(TIMES_FILE, times);
+    if (r.cpuS !== null) {
+      cpu[r.name] = r.cpuS;
+      cpuTotal += r.cpuS;
+      saveJson(CPU_FILE, cpu);
+    }
     passed += r.passed;
     failed += r.failed;
     skipped += r.skipped;
@@ -195,9 +245,24 @@ async function worker(): Promise<void> {
     process.stdout.write(`\n=== ${r.name}${bad ? ' FAILED' : ''}\n${r.output}${r.output.endsWith('\n') || !r.output ? '' : '\n'}${head}\n`);
   }
 }
-await Promise.all(Array.from({ length: Math.min(jobs, Math.max(order.length, 1)) }, worker));
+await worker(alone);
+next = 0;
+await Promise.all(Array.from({ length: Math.min(jobs, Math.max(order.length, 1)) }, () => worker(order)));
 
-console.log(`\n${files.length} file${files.length === 1 ? '' : 's'} in ${((Date.now() - startedAt) / 1000).toFixed(1)} s with ${jobs} jobs`);
+if (record) {
+  // The committed table: this run's times of the files that ran, the others' as they were.
+  const table = readJson(DURATIONS_FILE);
+  for (const f of files) table[relative(root, f)] = times[relative(root, f)]!;
+  for (const name of Object.keys(table)) if (!all.some((f) => relative(root, f) === name)) delete table[name];
+  const sorted = Object.fromEntries(Object.entries(table).sort(([a], [b]) => (a < b ? -1 : 1)));
+  writeFileSync(DURATIONS_FILE, `${JSON.stringify(sorted, null, 1)}\n`);
+}
+console.log(
+  `\n${files.length} file${files.length === 1 ? '' : 's'} in ${((Date.now() - startedAt) / 1000).toFixed(1)} s with ${jobs} jobs` +
+    `; ${cpuTotal.toFixed(1)} s of CPU in the files and their children, load average ${loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ')}`,
+);
 for (const p of problems) console.log(`FAILED ${p}`);
 if (passed + failed === 0) {
   console.log('no test ran');

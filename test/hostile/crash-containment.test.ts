@@ -398,7 +398,9 @@ for (const s of STAGES) {
 
 test('an exception outside every request (a timer) is not swallowed: one JSON error line with its stack, then the process exits 1', async () => {
   const gw = await start({ VOUCH_TEST_FAULT: 'uncaught@ready' });
-  const code = await Promise.race([gw.exited, sleep(20_000).then(() => 'still running')]);
+  let timer: NodeJS.Timeout | undefined;
+  const code = await Promise.race([gw.exited, new Promise<string>((r) => (timer = setTimeout(() => r('still running'), 20_000)))]);
+  clearTimeout(timer); // a pending 20 s timer would hold the file open that long after its last test
   if (code === 'still running') await gw.stop();
   assert.is(code, 1, gw.stderr().slice(-2000));
   const lines = gw

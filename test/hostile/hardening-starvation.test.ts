@@ -17,6 +17,7 @@
  * most max(2 × idle p50, idle p50 + 5 ms), idle p50 measured the same way
  * just before (idle on loopback is ~1 ms, hence the absolute floor).
  * Owns: nothing outside this file; cleans up the gateway, worker and files.
+ * test-run: exclusive (it compares latencies: no other test file runs beside it).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';

@@ -12,6 +12,7 @@
  * - a 24 MiB packument (pass route: offered whole) asked for by 40 clients
  *   that never read (cut after the stall time, origin.timeout = 3 s).
  *
+ * test-run: exclusive (it compares latencies: no other test file runs beside it).
  * Rule (the bound of hardening-starvation): the p50 of sequential
  * `/healthz` requests 10 ms apart for the first 4 s of an attack (from its
  * first request on, so the first parse is inside the window; at least 50)
@@ -334,15 +335,19 @@ test('40 clients that ask for a 24 MiB packument and never read: RSS bounded, /h
       (s) =>
         new Promise<number>((resolve) => {
           let n = 0;
-          const done = () => resolve(n);
+          // a connection still open 5 s later is one the gateway kept
+          const t = setTimeout(() => {
+            s.destroy();
+          }, 5_000);
+          const done = () => {
+            clearTimeout(t); // else it holds the file open 5 s after its last test
+            resolve(n);
+          };
           s.on('data', (c: Buffer) => {
             n += c.length;
           });
           s.once('close', done);
           s.resume();
-          setTimeout(() => {
-            s.destroy();
-          }, 5_000); // a connection still open 5 s later is one the gateway kept
         }),
     ),
   );

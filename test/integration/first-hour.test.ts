@@ -20,7 +20,7 @@ import { COMMANDS } from '../../tools/command-list.ts';
 import { SIG_COSIGNATURE_V1, verifierKey } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { OriginServer } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { vouch, vouchAsync } from '../helpers/processes.ts';
 
 const work = realpathSync(mkdtempSync(join(tmpdir(), 'vouch-first-hour-')));
@@ -47,12 +47,8 @@ async function serve(args: string[], cwd: string): Promise<GatewayProcess> {
 const token = (dir: string) => readFileSync(join(dir, 'var', 'submit.token'), 'utf8').trim();
 
 async function submit(base: string, bearer: string, url: string): Promise<{ status: number; body: any }> {
-  const r = await fetch(`${base}/v1/submit`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url, name: 'acme/lib', semver: '1.0.0', license: 'MIT' }),
-  });
-  return { status: r.status, body: await r.json() };
+  const r = await postSubmit(base, bearer, { url, name: 'acme/lib', semver: '1.0.0', license: 'MIT' });
+  return { status: r.status, body: r.json };
 }
 
 test('vouch serve --dev: the embedded default submits a loopback artifact, and says why at start', async () => {

@@ -14,7 +14,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { OriginServer } from '../helpers/origin-server.ts';
-import { PushingAuthority, until, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { PushingAuthority, submitEntry, until, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { git } from '../helpers/processes.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-fleet-latency-'));
@@ -34,13 +34,7 @@ async function status(base: string, path: string): Promise<number> {
 async function submitNew(): Promise<string> {
   const path = `/l-${++n}-${Math.random().toString(36).slice(2)}.tgz`;
   origin.route(path, { body: `fleet latency artifact ${n}` });
-  const r = await fetch(`${live.authority.url}/v1/submit`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ url: origin.url(path), name: 'acme/latency', semver: `1.0.${n}`, license: 'MIT' }),
-  });
-  const text = await r.text();
-  assert.is(r.status, 201, text);
+  await submitEntry(live.authority.url, token, { url: origin.url(path), name: 'acme/latency', semver: `1.0.${n}`, license: 'MIT' });
   return origin.url(path);
 }
 const remoteHead = () => git(['-C', live.bareDir, 'rev-parse', 'main']).stdout.trim();
