@@ -11,7 +11,7 @@
  * clone rows serve a hard-linked bare clone of bench/out/chain-<n>.
  * Must hold: every side ends with the same head as the remote or the bench fails.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,12 +21,12 @@ import { ChainRepo, type BlockFile, type CommitInfo } from '../store/chain-repo.
 import { GitServer } from '../test/helpers/git-server.ts';
 import { benchChainDir } from './chain-dir.ts';
 import { benchPush } from './chain-push.ts';
+import { run } from './mirror-bootstrap.ts';
 import { BoundingProxy } from './gitops/bounding-proxy.ts';
 import { DURABLE, FastImportWriter, PlumbingWriter, type StockWriter } from './gitops/stock-git.ts';
 import { peakRssMiB } from './peak-rss.ts';
 
 const self = fileURLToPath(import.meta.url);
-const root = fileURLToPath(new URL('..', import.meta.url));
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor((s.length - 1) / 2)]!;
@@ -41,21 +41,6 @@ function git(dir: string, ...args: string[]): string {
   return r.stdout.trim();
 }
 
-function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ status: number | null; stdout: string; stderr: string; ms: number }> {
-  const t0 = performance.now();
-  return new Promise((resolve) => {
-    const c = spawn(cmd, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-    let stdout = '';
-    let stderr = '';
-    c.stdout.on('data', (d: Buffer) => {
-      stdout += d;
-    });
-    c.stderr.on('data', (d: Buffer) => {
-      stderr += d;
-    });
-    c.on('close', (status) => resolve({ status, stdout, stderr, ms: performance.now() - t0 }));
-  });
-}
 
 function bytesUnder(dir: string): number {
   let n = 0;

@@ -54,9 +54,11 @@ const median = (xs: number[]) => {
   return s[Math.floor((s.length - 1) / 2)]!;
 };
 
-function run(cmd: string, args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+/** Run a command in the repository's root to its end: status, output, wall ms (`env` over this process's). */
+export function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ status: number | null; stdout: string; stderr: string; ms: number }> {
+  const t0 = performance.now();
   return new Promise((resolve) => {
-    const c = spawn(cmd, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = spawn(cmd, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
     let stdout = '';
     let stderr = '';
     c.stdout.on('data', (d: Buffer) => {
@@ -65,7 +67,7 @@ function run(cmd: string, args: string[]): Promise<{ status: number | null; stdo
     c.stderr.on('data', (d: Buffer) => {
       stderr += d;
     });
-    c.on('close', (status) => resolve({ status, stdout, stderr }));
+    c.on('close', (status) => resolve({ status, stdout, stderr, ms: performance.now() - t0 }));
   });
 }
 
