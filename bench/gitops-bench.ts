@@ -41,7 +41,6 @@ function git(dir: string, ...args: string[]): string {
   return r.stdout.trim();
 }
 
-
 function bytesUnder(dir: string): number {
   let n = 0;
   for (const e of readdirSync(dir, { withFileTypes: true })) {

@@ -580,6 +580,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
 
   let pusher: ChainPusher | null = null;
   let sync: ChainSync | null = null;
+  // Background work of the chain (the rewrite of packs git made), stopped by close().
+  const background = new AbortController();
+  let wholePackRun: Promise<void> | null = null;
   const ready = (async () => {
     // Test hook: hold the not-ready phase open so tests can observe 503 answers.
     const delay = Number(process.env.VOUCH_TEST_READY_DELAY_MS ?? 0);
@@ -727,7 +730,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // A chain git packed (a clone, git gc, a git server's pack): its packs rewritten whole in the background, for lookups.
     const wholePacks: WholePackStats = { done: 0, failed: 0, running: false };
     ctx.wholePacks = wholePacks;
-    if (config.chain.repack_deltas) void repackDeltasAfterReady(repo, log, wholePacks);
+    if (config.chain.repack_deltas) wholePackRun = repackDeltasAfterReady(repo, log, wholePacks, background.signal);
     // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
     // curl --fail-with-body: an error answer is printed and curl exits non-zero (22), never a silent success.
     say(`try: curl -sS --fail-with-body '${url}/v1/authority'`);
@@ -755,6 +758,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         });
         server.closeIdleConnections();
       });
+      background.abort();
+      await wholePackRun;
       await sync?.stop();
       notifier?.close();
       await ctx.cosigner?.close();

@@ -117,7 +117,7 @@ export interface ChainReads {
   /** How many of `samples` block blobs spread over the chain the packs store as deltas (a chain packed by git). */
   blockStorage(samples: number): { sampled: number; deltas: number };
   /** Rewrite the packs with every object whole by stock git, as the store's single writer (store/whole-pack.ts). */
-  repackWhole(opts: { timeoutMs: number }): Promise<{ ms: number; before: number; after: number }>;
+  repackWhole(opts: { timeoutMs: number; signal?: AbortSignal }): Promise<{ ms: number; before: number; after: number }>;
 }
 
 /** A chain an authority appends to. */

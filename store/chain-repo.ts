@@ -187,7 +187,7 @@ export class ChainRepo implements MirrorStore {
   }
 
   /** Rewrite the packs with every object whole, by stock git, as the single writer (./whole-pack.ts). */
-  repackWhole(opts: { timeoutMs: number }): Promise<WholePackResult> {
+  repackWhole(opts: { timeoutMs: number; signal?: AbortSignal }): Promise<WholePackResult> {
     return this.s.serialize(async () => {
       try {
         return await repackWhole(this.s.dir, this.s.gitdir, opts);

@@ -39,10 +39,11 @@ export function packBytes(gitdir: string): number {
  * Run `git repack` in `dir` so that every object is stored whole (window
  * and depth 0, existing deltas not reused), one thread, at a lower CPU
  * priority, durable (core.fsync for packs and their indexes). Rejects with
- * `io_error` when git fails or runs past `timeoutMs` (git is killed; the old
- * packs are still there: git removes them only after the new one is whole).
+ * `io_error` when git fails, runs past `timeoutMs` or `signal` aborts (git is
+ * stopped; the old packs are still there: git removes them only after the
+ * new one is whole).
  */
-export function repackWhole(dir: string, gitdir: string, opts: { timeoutMs: number }): Promise<WholePackResult> {
+export function repackWhole(dir: string, gitdir: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<WholePackResult> {
   const before = packBytes(gitdir);
   const t0 = performance.now();
   const args = [
@@ -65,7 +66,18 @@ export function repackWhole(dir: string, gitdir: string, opts: { timeoutMs: numb
     '-q',
   ];
   return new Promise((resolve, reject) => {
-    const child = spawn('git', args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, GIT_TERMINAL_PROMPT: '0' } });
+    if (opts.signal?.aborted) return reject(new VouchError('io_error', 'git repack was not started: stopping'));
+    // Its own process group: stopping it stops the pack-objects git runs, too.
+    const child = spawn('git', args, { stdio: ['ignore', 'ignore', 'pipe'], detached: true, env: { ...process.env, GIT_TERMINAL_PROMPT: '0' } });
+    const kill = (sig: NodeJS.Signals) => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, sig);
+      } catch {
+        child.kill(sig);
+      }
+    };
+    const stop = () => kill('SIGTERM');
+    opts.signal?.addEventListener('abort', stop, { once: true });
     try {
       if (child.pid !== undefined) setPriority(child.pid, 10);
     } catch {
@@ -75,13 +87,14 @@ export function repackWhole(dir: string, gitdir: string, opts: { timeoutMs: numb
     child.stderr!.on('data', (d: Buffer) => {
       if (err.length < 4096) err += d.toString('utf8');
     });
-    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs);
+    const timer = setTimeout(() => kill('SIGKILL'), opts.timeoutMs);
     child.on('error', (e) => {
       clearTimeout(timer);
       reject(new VouchError('io_error', `git repack could not start: ${e.message}`));
     });
     child.on('close', (code, signal) => {
       clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', stop);
       if (code === 0) resolve({ ms: performance.now() - t0, before, after: packBytes(gitdir) });
       else {
         const why = signal ? `was stopped (${signal}${signal === 'SIGKILL' ? `, past ${opts.timeoutMs} ms` : ''})` : `exited with ${code}`;

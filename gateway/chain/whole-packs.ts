@@ -31,10 +31,10 @@ export function storedAsDeltas(repo: ChainReads): { sampled: number; deltas: num
 
 /**
  * Start the rewrite when the sample calls for it; resolves when it is over
- * (done, failed or not needed). Only the sparse layout reads blocks from the packs.
+ * (done, failed, stopped by `signal`, or not needed).
  */
-export async function repackDeltasAfterReady(repo: ChainReads, log: Logger, stats: WholePackStats): Promise<void> {
-  if (!repo.sparse || stats.running) return;
+export async function repackDeltasAfterReady(repo: ChainReads, log: Logger, stats: WholePackStats, signal: AbortSignal): Promise<void> {
+  if (stats.running) return;
   let sample: ReturnType<typeof storedAsDeltas>;
   try {
     sample = storedAsDeltas(repo);
@@ -49,10 +49,14 @@ export async function repackDeltasAfterReady(repo: ChainReads, log: Logger, stat
     deltas: sample.deltas,
   });
   try {
-    const r = await repo.repackWhole({ timeoutMs: TIMEOUT_MS });
+    const r = await repo.repackWhole({ timeoutMs: TIMEOUT_MS, signal });
     stats.done++;
     log.info('packs rewritten whole', { ms: Math.round(r.ms), pack_bytes_before: r.before, pack_bytes_after: r.after });
   } catch (e) {
+    if (signal.aborted) {
+      log.info('the rewrite of the packs was stopped with the gateway; the packs are as they were');
+      return;
+    }
     stats.failed++;
     log.warn('could not rewrite the packs whole; lookups read the deltas', { error: (e as Error).message });
   } finally {

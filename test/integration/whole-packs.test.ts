@@ -4,10 +4,11 @@
  * packs are rewritten whole by stock git in the background
  * (gateway/chain/whole-packs.ts, store/whole-pack.ts), judged by git itself
  * (`verify-pack -v`, `fsck --strict`); lookups answer throughout; a chain
- * vouch packed and `chain.repack_deltas: false` are left as they are.
+ * vouch packed and `chain.repack_deltas: false` are left as they are; a
+ * gateway stopped mid-rewrite stops git with it.
  */
-import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -132,6 +133,26 @@ test('chain.repack_deltas: false leaves the deltas; a chain vouch packed is neve
     await own.stop();
   }
   assert.is(git(vouchPacked, 'count-objects', '-v').replace(/size-garbage.*|garbage.*/g, ''), packsBefore.replace(/size-garbage.*|garbage.*/g, ''));
+});
+
+test('a gateway stopped during the rewrite stops git with it: no git left running, the packs as they were, fsck clean', async () => {
+  const dir = gitPackedCopy('stopped');
+  const before = deltaCount(dir);
+  // A git that holds `repack` for a minute before it runs (every other git command passes straight through).
+  const bin = join(root, 'slow-git');
+  mkdirSync(bin, { recursive: true });
+  const real = execFileSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).trim();
+  writeFileSync(join(bin, 'git'), `#!/bin/sh\ncase " $* " in *" repack "*) sleep 60 ;; esac\nexec ${real} "$@"\n`, { mode: 0o755 });
+  const cfg = writeConfig(join(root, 'stopped-cfg'), { listen: { host: '127.0.0.1', port: 0 }, chain: { dir, public_key: pub } });
+  const g = await startGatewayProcess(['--config', cfg], { env: { PATH: `${bin}:${process.env.PATH}` } });
+  await until('the rewrite to start', async () => /rewriting its packs/.test(g.stdout() + g.stderr()), 30_000);
+  const running = () => spawnSync('pgrep', ['-f', `sleep 60`], { encoding: 'utf8' }).stdout.trim();
+  assert.ok(running() !== '', 'the held git is running');
+  assert.is(await g.stop('SIGTERM'), 0, 'a clean stop');
+  await until('git to be gone', async () => running() === '', 10_000);
+  assert.match(g.stdout() + g.stderr(), /stopped with the gateway/);
+  assert.is(deltaCount(dir), before, 'the packs as they were');
+  git(dir, 'fsck', '--strict', '--no-progress');
 });
 
 test.run();
