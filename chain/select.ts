@@ -11,6 +11,7 @@
  * Must hold: only verified blocks are added, in chain order; candidates
  * found by URL hash are confirmed against the block's artifact_url.
  */
+import { Doorkeeper } from './doorkeeper.ts';
 import type { Block, Endorsement } from './block.ts';
 import { CompactIndex, type UrlHash } from './compact-index.ts';
 import { indexFactsOf, type IndexFacts } from './index-facts.ts';
@@ -40,7 +41,7 @@ export type BlockReader = (index: number) => Block;
 export interface ChainIndexOptions {
   /** Reads verified block i (i < size); without one, added blocks are kept. */
   reader?: BlockReader;
-  /** Parsed blocks kept at most (default 65,536)... */
+  /** Parsed blocks kept at most (default 65,536; a block is kept from its second read within as many reads)... */
   cacheBlocks?: number;
   /**
    * ...and their estimated size at most (default 64 MiB; a parsed block of
@@ -62,6 +63,7 @@ export class ChainIndex {
   private readonly cacheMax: number;
   private readonly cacheBytesMax: number;
   private cacheBytes = 0;
+  private readonly admission: Doorkeeper;
   private authorityBlock: Block | undefined;
   private headBlock: Block | undefined;
 
@@ -69,6 +71,7 @@ export class ChainIndex {
     this.reader = options.reader ?? null;
     this.cacheMax = options.cacheBlocks ?? 65_536;
     this.cacheBytesMax = options.cacheBytes ?? 64 * 1024 * 1024;
+    this.admission = new Doorkeeper(this.cacheMax);
     this.compact = compact ?? new CompactIndex(options.urlHash, options.urlHashId);
   }
 
@@ -84,6 +87,11 @@ export class ChainIndex {
 
   get size(): number {
     return this.compact.size;
+  }
+
+  /** Parsed blocks the cache holds now. */
+  get cachedBlocks(): number {
+    return this.cache.size;
   }
 
   get head(): Block | undefined {
@@ -139,6 +147,7 @@ export class ChainIndex {
     if (this.reader === null) return undefined;
     b = this.reader(index);
     if (b.index !== index) throw new TypeError(`index: the reader returned block ${b.index} for ${index}`);
+    if (!this.admission.admit(index)) return b; // kept from its second read on (./doorkeeper.ts)
     this.cache.set(index, b);
     this.cacheBytes += weight(b);
     while (this.cache.size > this.cacheMax || this.cacheBytes > this.cacheBytesMax) {

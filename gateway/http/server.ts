@@ -20,6 +20,8 @@ import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { VouchError } from '../../chain/errors.ts';
+import { cyrb53 } from '../../chain/compact-index.ts';
+import { Doorkeeper } from '../../chain/doorkeeper.ts';
 import type { Block } from '../../chain/block.ts';
 import {
   acceptsJson,
@@ -85,6 +87,8 @@ export interface HotPathParts {
 /** What one request handler (one gateway) keeps besides the context: its lookup answers, the batch they are written in, and its metrics. */
 interface HandlerState {
   answers: AnswerCache<CachedAnswer>;
+  /** Which queries the answer cache takes (their second sighting). */
+  admission: Doorkeeper;
   batch: Pick<AnswerBatch<Answer>, 'add'>;
   metrics: GatewayMetrics;
 }
@@ -173,6 +177,8 @@ interface CachedAnswer {
 }
 
 export const ANSWER_CACHE_BYTES = 32 * 1024 * 1024;
+/** Queries sighted between the answer cache's admission clears: about as many answers as the cache holds. */
+const ANSWER_ADMISSION_WINDOW = 32_768;
 
 /** A bound on the heap bytes of a string of `utf8Bytes` UTF-8 bytes (one byte a character when ASCII, two otherwise). */
 const heapBytes = (s: string, utf8Bytes: number) => (utf8Bytes === s.length ? utf8Bytes : 2 * s.length);
@@ -231,7 +237,9 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
   } else {
     const text = JSON.stringify(lookupBody(sel.block, null));
     const length = Buffer.byteLength(text);
-    if (key.length <= 4096) {
+    // Kept from the second time the query is asked within a window (chain/doorkeeper.ts): lookups at random over a
+    // large chain would otherwise turn the whole cache over, each answer kept just long enough to cost the collector.
+    if (key.length <= 4096 && own.admission.admit(cyrb53(key))) {
       own.answers.set(flatCopy(key), {
         size: state!.size,
         today,
@@ -900,7 +908,7 @@ export function createRequestHandler(
   const answers =
     parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES) ??
     new LRUCache<string, CachedAnswer>({ maxSize: ANSWER_CACHE_BYTES, sizeCalculation: (v) => Math.max(1, v.bytes) });
-  const own: HandlerState = { answers, batch, metrics };
+  const own: HandlerState = { answers, admission: new Doorkeeper(ANSWER_ADMISSION_WINDOW, 18), batch, metrics };
 
   /** Routes and answers one request; true when its handler returned without leaving work behind (no promise, no proxying). */
   const dispatch = (req: IncomingMessage, res: ServerResponse, target: string, route: Route | undefined, obs: Observed): boolean => {

@@ -139,9 +139,24 @@ test('the parsed-block cache stays bounded', () => {
   assert.ok(reads.length >= 80, 'a 4,000-byte cache cannot hold 41 versions');
   const roomy = build();
   roomy.versions(A);
+  assert.is(roomy.cachedBlocks, 0, 'a block read once is not kept (chain/doorkeeper.ts)');
+  roomy.versions(A);
   reads.length = 0;
   roomy.versions(A);
-  assert.is(reads.length, 0, 'the default cache holds them');
+  assert.is(reads.length, 0, 'the default cache holds them once read twice');
+});
+
+test('reads at random over many blocks, each once, leave the parsed-block cache empty; repeated ones fill it', () => {
+  const many: Block[] = [];
+  const idx = new ChainIndex({ reader: (i) => many[i]! });
+  for (let i = 0; i < blocks.length; i++) {
+    many.push(blocks[i]!);
+    idx.addFacts(indexFactsOf(blocks[i]!));
+  }
+  for (let i = 0; i < blocks.length; i++) idx.block(i);
+  assert.is(idx.cachedBlocks, 0);
+  for (let i = 0; i < blocks.length; i++) idx.block(i);
+  assert.is(idx.cachedBlocks, blocks.length);
 });
 
 test('add (whole blocks) holds them until settled; without a reader they stay', () => {
