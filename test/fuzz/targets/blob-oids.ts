@@ -103,5 +103,5 @@ export const blobOidsTarget: FuzzTarget = {
     }
     check(t.get(base - 1) === null && t.get(base + SHARD) === null, 'an id learnt outside the shard');
   },
-  runs: 1000,
+  runs: 400,
 };
