@@ -30,9 +30,9 @@ export class RepoReader {
 
   /**
    * What branch main commits under `blocks/` and as `checkpoint.json`, read
-   * from git objects (the trees of the head commit; no blob is read): what
-   * `vouch verify` and the gateway's cold start check the working tree's
-   * files against, blob id by blob id.
+   * from git objects (the trees of the head commit; no blob is read): the
+   * blocks `vouch verify` and the gateway's cold start read, blob id by
+   * blob id, and the checkpoint.json of the working tree is checked against.
    */
   async committedFiles(): Promise<CommittedFiles> {
     const root = this.s.dirs.get('')!;
