@@ -490,7 +490,7 @@ function walkTask(task: VerifyTask, read: ObjectRead, fetched?: Map<number, { ty
 }
 
 // Only in a verification worker (parallel-verify.ts starts it with this workerData): the module
-// is also imported on the main thread, and by chain-repo.ts for `readChainFile`.
+// is also imported on the main thread, and by repo-reader.ts for `readChainFile`.
 if ((workerData as { vouch?: string } | null)?.vouch === 'verify-worker') {
   noticeTo = (n) => parentPort!.postMessage(n);
   // Tasks run one after another, in the order they came (reading a batch's deltas through git is asynchronous).
