@@ -6,9 +6,8 @@
  * (docs/spec/design.md §1.7). Flat as the chain grows: per block the
  * calling thread builds no string and keeps nothing; `onVerified` and
  * `onLeaves` hand each block's text, facts or leaf hash on in order.
- * What is verified is what the branch commits: the blocks are the blobs its
- * trees name, read from git objects (the one layout; the working tree is
- * not read, docs/decisions/one-layout.md).
+ * What is verified is what the branch commits: the blobs its trees name,
+ * read from git objects (docs/decisions/one-layout.md).
  * Trusts: nothing in the chain directory (a forged checkpoint size plans
  * nothing).
  * Must hold: the outcome never depends on the number of threads; every
