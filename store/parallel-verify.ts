@@ -122,7 +122,14 @@ async function startWorkers(count: number): Promise<Worker[]> {
 function stopWorker(w: Worker): Promise<void> {
   return new Promise((resolve) => {
     if (w.threadId === -1) return resolve(); // already exited
-    const late = setTimeout(() => void w.terminate().then(() => resolve(), () => resolve()), 5000);
+    const late = setTimeout(
+      () =>
+        void w.terminate().then(
+          () => resolve(),
+          () => resolve(),
+        ),
+      5000,
+    );
     w.once('exit', () => {
       clearTimeout(late);
       resolve();
