@@ -31,6 +31,13 @@ const KEY_PREFIX: Record<KeyKind, Uint8Array> = { url: utf8('vouch-index/v1 url\
 const E = 0x45; // 'E'
 const R = 0x52; // 'R'
 const NONE = 0xffffffff;
+/** A node record (CompletenessIndex.node): its words and their offsets. */
+const NS = 16;
+const N_BIT = 0;
+const N_LEFT = 1;
+const N_RIGHT = 2;
+const N_DIRTY = 3;
+const N_HASH = 4;
 
 export function sha256(c: CryptoBackend, data: Uint8Array): Uint8Array {
   if (c.sha256To) {
@@ -171,12 +178,14 @@ export const EMPTY_TRIE = new Uint8Array(32);
  */
 export class CompletenessIndex {
   private readonly c: CryptoBackend;
-  // nodes: bit >= 0 interior, -1 leaf (left = leaf slot)
-  private bit = new Int16Array(1024);
-  private left = new Int32Array(1024);
-  private right = new Int32Array(1024);
-  private hash = new Uint8Array(1024 * 32);
-  private dirty = new Uint8Array(1024);
+  /**
+   * Nodes, one record of NS words each (a cache line): bit (>= 0 interior,
+   * -1 leaf), left child (a leaf's slot), right child, dirty, hash (8 words,
+   * the digest's bytes as they are). A descent and a rehash touch one line a
+   * node, not one in each of five arrays.
+   */
+  private node = new Int32Array(1024 * NS);
+  private nodeBytes = new Uint8Array(this.node.buffer);
   private nodes = 0;
   private rootNode = -1;
   // leaves
@@ -196,8 +205,7 @@ export class CompletenessIndex {
   private blocks = 0;
   private voidList: [number, number][] = [];
   private readonly path = new Int32Array(260);
-  // 32-bit views of hash, keys, accs (re-made with them: `views`), for 8-word copies into the scratch
-  private hash32 = new Uint32Array(this.hash.buffer);
+  // 32-bit views of keys, accs (re-made with them: `views`), for 8-word copies into the scratch
   private keys32 = new Uint32Array(this.keys.buffer);
   private accs32 = new Uint32Array(this.accs.buffer);
   /**
@@ -216,9 +224,9 @@ export class CompletenessIndex {
   private foldBuf = new Uint8Array(128);
   private foldBuf32 = new Uint32Array(this.foldBuf.buffer);
 
-  /** Re-makes the 32-bit views after hash, keys or accs were replaced. */
+  /** Re-makes the views after node, keys or accs were replaced. */
   private views(): void {
-    this.hash32 = new Uint32Array(this.hash.buffer, this.hash.byteOffset, this.hash.length >> 2);
+    this.nodeBytes = new Uint8Array(this.node.buffer, this.node.byteOffset, this.node.byteLength);
     this.keys32 = new Uint32Array(this.keys.buffer, this.keys.byteOffset, this.keys.length >> 2);
     this.accs32 = new Uint32Array(this.accs.buffer, this.accs.byteOffset, this.accs.length >> 2);
   }
@@ -361,7 +369,7 @@ export class CompletenessIndex {
     this.settle();
     if (this.rootNode < 0) return EMPTY_TRIE;
     this.rehash(this.rootNode);
-    return this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
+    return this.hashOf(this.rootNode);
   }
 
   /** The committed index root at the current size (docs/spec/index.md 4). */
@@ -377,7 +385,7 @@ export class CompletenessIndex {
     const n = this.find(key);
     if (n < 0) return [];
     const out: IndexEvent[] = [];
-    for (let r = this.heads[this.left[n]!]!; r !== NONE; r = readU32(this.arena, r)) {
+    for (let r = this.heads[this.node[n * NS + N_LEFT]!]!; r !== NONE; r = readU32(this.arena, r)) {
       out.push(decodeEventAt(this.arena, r + 6));
     }
     return out;
@@ -398,21 +406,23 @@ export class CompletenessIndex {
       parts.push(new Uint8Array([0]));
     } else {
       const steps: number[] = [];
+      const nd = this.node;
       let n = this.rootNode;
-      while (this.bit[n]! >= 0) {
-        const b = this.bit[n]!;
+      while (nd[n * NS + N_BIT]! >= 0) {
+        const b = nd[n * NS + N_BIT]!;
         const goRight = keyBit(key, 0, b) === 1;
-        steps.push(b, goRight ? this.left[n]! : this.right[n]!);
-        n = goRight ? this.right[n]! : this.left[n]!;
+        steps.push(b, nd[n * NS + (goRight ? N_LEFT : N_RIGHT)]!);
+        n = nd[n * NS + (goRight ? N_RIGHT : N_LEFT)]!;
       }
       const pathBytes = new Uint8Array(1 + 33 * (steps.length / 2));
       pathBytes[0] = steps.length / 2;
       for (let i = 0; i < steps.length; i += 2) {
         pathBytes[1 + 33 * (i / 2)] = steps[i]!;
-        pathBytes.set(this.hash.subarray(steps[i + 1]! * 32, steps[i + 1]! * 32 + 32), 2 + 33 * (i / 2));
+        const h = (steps[i + 1]! * NS + N_HASH) * 4;
+        pathBytes.set(this.nodeBytes.subarray(h, h + 32), 2 + 33 * (i / 2));
       }
       parts.push(pathBytes);
-      const s = this.left[n]!;
+      const s = nd[n * NS + N_LEFT]!;
       if (equalAt(this.keys, s * 32, key)) {
         head[1] = 0x01;
         const count = new Uint8Array(4);
@@ -453,8 +463,9 @@ export class CompletenessIndex {
   private find(key: Uint8Array): number {
     let n = this.rootNode;
     if (n < 0) return -1;
-    while (this.bit[n]! >= 0) n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
-    return equalAt(this.keys, this.left[n]! * 32, key) ? n : -1;
+    const nd = this.node;
+    for (let b = nd[n * NS + N_BIT]!; b >= 0; b = nd[n * NS + N_BIT]!) n = nd[n * NS + N_LEFT + keyBit(key, 0, b)]!;
+    return equalAt(this.keys, nd[n * NS + N_LEFT]! * 32, key) ? n : -1;
   }
 
   /** Appends an event to the key's leaf (made if new); returns the leaf slot. */
@@ -468,11 +479,12 @@ export class CompletenessIndex {
     }
     let depth = 0;
     const path = this.path;
-    while (this.bit[n]! >= 0) {
+    const nd = this.node;
+    for (let b = nd[n * NS + N_BIT]!; b >= 0; b = nd[n * NS + N_BIT]!) {
       path[depth++] = n;
-      n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+      n = nd[n * NS + N_LEFT + keyBit(key, 0, b)]!;
     }
-    const s = this.left[n]!;
+    const s = nd[n * NS + N_LEFT]!;
     const crit = firstDiff(this.keys, s * 32, key);
     if (crit < 0) {
       for (let i = 0; i < depth; i++) this.touch(path[i]!);
@@ -484,27 +496,26 @@ export class CompletenessIndex {
     // insertion point: the first node on the path whose bit is beyond crit (bits grow down the path)
     let parent = -1;
     let d = 0;
-    while (d < depth && this.bit[path[d]!]! < crit) {
+    while (d < depth && this.node[path[d]! * NS + N_BIT]! < crit) {
       parent = path[d++]!;
       this.touch(parent);
     }
     n = d < depth ? path[d]! : n;
     const inner = this.newNode();
-    this.bit[inner] = crit;
+    const m = this.node; // newNode may have grown it
+    m[inner * NS + N_BIT] = crit;
     if (keyBit(key, 0, crit) === 1) {
-      this.left[inner] = n;
-      this.right[inner] = ln;
+      m[inner * NS + N_LEFT] = n;
+      m[inner * NS + N_RIGHT] = ln;
     } else {
-      this.left[inner] = ln;
-      this.right[inner] = n;
+      m[inner * NS + N_LEFT] = ln;
+      m[inner * NS + N_RIGHT] = n;
     }
     if (parent < 0) this.rootNode = inner;
-    else if (this.left[parent] === n) {
-      this.journal?.links.push(parent, 0, n);
-      this.left[parent] = inner;
-    } else {
-      this.journal?.links.push(parent, 1, n);
-      this.right[parent] = inner;
+    else {
+      const side = m[parent * NS + N_LEFT] === n ? 0 : 1;
+      this.journal?.links.push(parent, side, n);
+      m[parent * NS + N_LEFT + side] = inner;
     }
     this.appendToLeaf(leaf, ev);
     return leaf;
@@ -551,20 +562,20 @@ export class CompletenessIndex {
   private touch(n: number): void {
     const j = this.journal;
     if (j !== null) {
-      if (n < j.nodes && this.dirty[n] === 0) {
+      if (n < j.nodes && this.node[n * NS + N_DIRTY] === 0) {
         const k = j.cleanNodes.length;
         if (8 * (k + 1) > j.cleanHashes.length) {
           const more32 = new Uint32Array(16 * (k + 1));
           more32.set(j.cleanHashes);
           j.cleanHashes = more32;
         }
-        const h32 = this.hash32;
+        const nd = this.node;
         const c32 = j.cleanHashes;
-        for (let w = 0, o = n * 8, q = 8 * k; w < 8; w++) c32[q + w] = h32[o + w]!;
+        for (let w = 0, o = n * NS + N_HASH, q = 8 * k; w < 8; w++) c32[q + w] = nd[o + w]!;
         j.cleanNodes.push(n);
       }
     }
-    this.dirty[n] = 1;
+    this.node[n * NS + N_DIRTY] = 1;
   }
 
   /**
@@ -645,18 +656,17 @@ export class CompletenessIndex {
 
   /** The root without settling (inside a trial). */
   private rootNow(): Uint8Array {
-    let t = EMPTY_TRIE;
+    let t: Uint8Array = EMPTY_TRIE;
     if (this.rootNode >= 0) {
       this.rehash(this.rootNode);
-      t = this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
+      t = this.hashOf(this.rootNode);
     }
     return indexRoot(this.c, this.blocks, t, this.voidList);
   }
 
   private rollback(j: NonNullable<CompletenessIndex['journal']>): void {
     for (let k = j.links.length - 3; k >= 0; k -= 3) {
-      if (j.links[k + 1] === 0) this.left[j.links[k]!] = j.links[k + 2]!;
-      else this.right[j.links[k]!] = j.links[k + 2]!;
+      this.node[j.links[k]! * NS + N_LEFT + j.links[k + 1]!] = j.links[k + 2]!;
     }
     this.rootNode = j.rootNode;
     for (const [leaf, v] of j.saved) {
@@ -675,8 +685,8 @@ export class CompletenessIndex {
     // every node was clean before the trial: the ones it touched get their hashes back
     for (let k = 0; k < j.cleanNodes.length; k++) {
       const n = j.cleanNodes[k]!;
-      for (let w = 0; w < 8; w++) this.hash32[n * 8 + w] = j.cleanHashes[8 * k + w]!;
-      this.dirty[n] = 0;
+      for (let w = 0; w < 8; w++) this.node[n * NS + N_HASH + w] = j.cleanHashes[8 * k + w]!;
+      this.node[n * NS + N_DIRTY] = 0;
     }
   }
 
@@ -684,9 +694,9 @@ export class CompletenessIndex {
   private markPath(leaf: number): void {
     const key = this.keys.subarray(leaf * 32, leaf * 32 + 32);
     let n = this.rootNode;
-    while (this.bit[n]! >= 0) {
+    for (let b = this.node[n * NS + N_BIT]!; b >= 0; b = this.node[n * NS + N_BIT]!) {
       this.touch(n);
-      n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+      n = this.node[n * NS + N_LEFT + keyBit(key, 0, b)]!;
     }
   }
 
@@ -714,62 +724,63 @@ export class CompletenessIndex {
 
   private newLeafNode(leaf: number): number {
     const n = this.newNode();
-    this.bit[n] = -1;
-    this.left[n] = leaf;
+    this.node[n * NS + N_BIT] = -1;
+    this.node[n * NS + N_LEFT] = leaf;
     this.leafNode[leaf] = n;
     return n;
   }
 
   private newNode(): number {
-    if (this.nodes === this.bit.length) {
-      const cap = more(this.bit.length);
-      const bit = new Int16Array(cap);
-      bit.set(this.bit);
-      this.bit = bit;
-      this.left = grow32(this.left, cap);
-      this.right = grow32(this.right, cap);
-      this.hash = grow8(this.hash, cap * 32);
-      this.dirty = grow8(this.dirty, cap);
+    if (this.nodes * NS === this.node.length) {
+      this.node = grow32(this.node, more(this.nodes) * NS);
       this.views();
     }
     const n = this.nodes++;
-    this.dirty[n] = 1;
+    this.node[n * NS + N_DIRTY] = 1;
     return n;
   }
 
   /** As leafHash / nodeHash, with 8-word copies into the scratch and the digest written in place. */
   private rehash(n: number): void {
-    if (this.dirty[n] === 0) return;
+    let nd = this.node;
+    const o = n * NS;
+    if (nd[o + N_DIRTY] === 0) return;
     const sc = this.scratch32;
-    if (this.bit[n]! < 0) {
-      const s = this.left[n]!;
+    const bit = nd[o + N_BIT]!;
+    if (bit < 0) {
+      const s = nd[o + N_LEFT]!;
       const k32 = this.keys32;
       const a32 = this.accs32;
       this.scratch[3] = 0x00;
-      for (let w = 0, o = s * 8; w < 8; w++) {
-        sc[1 + w] = k32[o + w]!;
-        sc[10 + w] = a32[o + w]!;
+      for (let w = 0, q = s * 8; w < 8; w++) {
+        sc[1 + w] = k32[q + w]!;
+        sc[10 + w] = a32[q + w]!;
       }
       putU32(this.scratch, 36, this.counts[s]!);
       sha256To(this.c, this.leafMsg, this.out);
     } else {
-      const l = this.left[n]!;
-      const r = this.right[n]!;
-      this.rehash(l);
-      this.rehash(r);
-      const h32 = this.hash32;
+      const lo = nd[o + N_LEFT]! * NS;
+      const ro = nd[o + N_RIGHT]! * NS;
+      if (nd[lo + N_DIRTY] !== 0) this.rehash(lo / NS);
+      if (nd[ro + N_DIRTY] !== 0) this.rehash(ro / NS);
+      nd = this.node;
       this.scratch[2] = 0x01;
-      this.scratch[3] = this.bit[n]!;
-      for (let w = 0, lo = l * 8, ro = r * 8; w < 8; w++) {
-        sc[1 + w] = h32[lo + w]!;
-        sc[9 + w] = h32[ro + w]!;
+      this.scratch[3] = bit;
+      for (let w = 0; w < 8; w++) {
+        sc[1 + w] = nd[lo + N_HASH + w]!;
+        sc[9 + w] = nd[ro + N_HASH + w]!;
       }
       sha256To(this.c, this.nodeMsg, this.out);
     }
     const o32 = this.out32;
-    const h32 = this.hash32;
-    for (let w = 0, o = n * 8; w < 8; w++) h32[o + w] = o32[w]!;
-    this.dirty[n] = 0;
+    for (let w = 0; w < 8; w++) nd[o + N_HASH + w] = o32[w]!;
+    nd[o + N_DIRTY] = 0;
+  }
+
+  /** The 32 bytes of node n's hash (a copy). */
+  private hashOf(n: number): Uint8Array {
+    const h = (n * NS + N_HASH) * 4;
+    return this.nodeBytes.slice(h, h + 32);
   }
 
   /**
@@ -784,12 +795,24 @@ export class CompletenessIndex {
     const n = this.nodes;
     const l = this.leaves;
     const head = new Uint32Array([IMAGE_MAGIC, IMAGE_VERSION, n, this.rootNode + 1, l, this.arenaUsed, this.blocks, this.blockLeafCount, this.voidList.length]);
+    // the image keeps one array a field (the node records are an in-memory layout)
+    const bit = new Int16Array(n);
+    const left = new Int32Array(n);
+    const right = new Int32Array(n);
+    const hash = new Int32Array(n * 8);
+    const nd = this.node;
+    for (let k = 0, o = 0; k < n; k++, o += NS) {
+      bit[k] = nd[o + N_BIT]!;
+      left[k] = nd[o + N_LEFT]!;
+      right[k] = nd[o + N_RIGHT]!;
+      for (let w = 0; w < 8; w++) hash[8 * k + w] = nd[o + N_HASH + w]!;
+    }
     const parts: ArrayBufferView[] = [
       head,
-      this.bit.subarray(0, n),
-      this.left.subarray(0, n),
-      this.right.subarray(0, n),
-      this.hash.subarray(0, n * 32),
+      bit,
+      left,
+      right,
+      hash,
       this.keys.subarray(0, l * 32),
       this.counts.subarray(0, l),
       this.accs.subarray(0, l * 32),
@@ -831,10 +854,10 @@ export class CompletenessIndex {
     const idx = new CompletenessIndex(c);
     const nc = more(n!);
     const lc = more(l!);
-    const bit = take(Int16Array, n!, nc);
-    const left = take(Int32Array, n!, nc);
-    const right = take(Int32Array, n!, nc);
-    const hash = take(Uint8Array, n! * 32, nc * 32);
+    const bit = take(Int16Array, n!, 0);
+    const left = take(Int32Array, n!, 0);
+    const right = take(Int32Array, n!, 0);
+    const hash = take(Int32Array, n! * 8, 0);
     const keys = take(Uint8Array, l! * 32, lc * 32);
     const counts = take(Uint32Array, l!, lc);
     const accs = take(Uint8Array, l! * 32, lc * 32);
@@ -855,9 +878,15 @@ export class CompletenessIndex {
     for (let k = 0; k < l!; k++) if (leafNode[k]! < 0 || leafNode[k]! >= n! || (heads[k]! !== NONE && heads[k]! >= arenaUsed!)) return null;
     for (let k = 0; k < blockLeafCount!; k++) if (blockLeaves[k]! < 0 || blockLeaves[k]! >= l!) return null;
     if (blockStart[blocks!] !== blockLeafCount) return null;
-    Object.assign(idx, { bit, left, right, hash, keys, counts, accs, heads, tails, leafNode, arena, blockStart, blockLeaves });
+    const node = new Int32Array(nc * NS);
+    for (let k = 0, o = 0; k < n!; k++, o += NS) {
+      node[o + N_BIT] = bit[k]!;
+      node[o + N_LEFT] = left[k]!;
+      node[o + N_RIGHT] = right[k]!;
+      for (let w = 0; w < 8; w++) node[o + N_HASH + w] = hash[8 * k + w]!;
+    }
+    Object.assign(idx, { node, keys, counts, accs, heads, tails, leafNode, arena, blockStart, blockLeaves });
     idx.views();
-    idx.dirty = new Uint8Array(nc);
     idx.nodes = n!;
     idx.rootNode = rootPlus1! - 1;
     idx.leaves = l!;
@@ -875,11 +904,7 @@ export class CompletenessIndex {
   /** Bytes held in typed arrays (for the memory budget). */
   bytes(): number {
     return (
-      this.bit.byteLength +
-      this.left.byteLength +
-      this.right.byteLength +
-      this.hash.byteLength +
-      this.dirty.byteLength +
+      this.node.byteLength +
       this.keys.byteLength +
       this.counts.byteLength +
       this.accs.byteLength +
