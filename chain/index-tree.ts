@@ -38,6 +38,14 @@ const N_LEFT = 1;
 const N_RIGHT = 2;
 const N_DIRTY = 3;
 const N_HASH = 4;
+/** A leaf record (CompletenessIndex.leaf): key (8 words), acc (8 words), count, first and last event, node. */
+const LS = 20;
+const L_KEY = 0;
+const L_ACC = 8;
+const L_COUNT = 16;
+const L_HEAD = 17;
+const L_TAIL = 18;
+const L_NODE = 19;
 
 export function sha256(c: CryptoBackend, data: Uint8Array): Uint8Array {
   if (c.sha256To) {
@@ -188,12 +196,9 @@ export class CompletenessIndex {
   private nodeBytes = new Uint8Array(this.node.buffer);
   private nodes = 0;
   private rootNode = -1;
-  // leaves
-  private keys = new Uint8Array(512 * 32);
-  private counts = new Uint32Array(512);
-  private accs = new Uint8Array(512 * 32);
-  private heads = new Uint32Array(512);
-  private tails = new Uint32Array(512);
+  /** Leaves, one record of LS words each (key and acc as their bytes are). */
+  private leaf = new Uint32Array(512 * LS);
+  private leafBytes = new Uint8Array(this.leaf.buffer);
   private leaves = 0;
   // events: records of be32 next ‖ u16 length ‖ bytes
   private arena = new Uint8Array(1 << 16);
@@ -205,9 +210,6 @@ export class CompletenessIndex {
   private blocks = 0;
   private voidList: [number, number][] = [];
   private readonly path = new Int32Array(260);
-  // 32-bit views of keys, accs (re-made with them: `views`), for 8-word copies into the scratch
-  private keys32 = new Uint32Array(this.keys.buffer);
-  private accs32 = new Uint32Array(this.accs.buffer);
   /**
    * Hash inputs laid out so that every 32-byte field starts on a word:
    * a node (0x01 ‖ bit ‖ left ‖ right) from byte 2, a leaf (0x00 ‖ key ‖
@@ -224,11 +226,10 @@ export class CompletenessIndex {
   private foldBuf = new Uint8Array(128);
   private foldBuf32 = new Uint32Array(this.foldBuf.buffer);
 
-  /** Re-makes the views after node, keys or accs were replaced. */
+  /** Re-makes the byte views after node or leaf was replaced. */
   private views(): void {
     this.nodeBytes = new Uint8Array(this.node.buffer, this.node.byteOffset, this.node.byteLength);
-    this.keys32 = new Uint32Array(this.keys.buffer, this.keys.byteOffset, this.keys.length >> 2);
-    this.accs32 = new Uint32Array(this.accs.buffer, this.accs.byteOffset, this.accs.length >> 2);
+    this.leafBytes = new Uint8Array(this.leaf.buffer, this.leaf.byteOffset, this.leaf.byteLength);
   }
 
   /** Unit keys computed lately (a unit's versions follow each other); cleared when full. */
@@ -262,7 +263,7 @@ export class CompletenessIndex {
     blockLeafCount: number;
     voids: number;
     rootNode: number;
-    saved: Map<number, { count: number; acc: Uint8Array; head: number; tail: number }>;
+    saved: Map<number, { count: number; acc: Uint32Array; head: number; tail: number }>;
     /** (parent, 0 left | 1 right, old child) triples. */
     links: number[];
     /** Nodes that were clean when the trial first touched them, and their hashes then (32 B each, in order). */
@@ -385,7 +386,7 @@ export class CompletenessIndex {
     const n = this.find(key);
     if (n < 0) return [];
     const out: IndexEvent[] = [];
-    for (let r = this.heads[this.node[n * NS + N_LEFT]!]!; r !== NONE; r = readU32(this.arena, r)) {
+    for (let r = this.leaf[this.node[n * NS + N_LEFT]! * LS + L_HEAD]!; r !== NONE; r = readU32(this.arena, r)) {
       out.push(decodeEventAt(this.arena, r + 6));
     }
     return out;
@@ -423,20 +424,22 @@ export class CompletenessIndex {
       }
       parts.push(pathBytes);
       const s = nd[n * NS + N_LEFT]!;
-      if (equalAt(this.keys, s * 32, key)) {
+      const lb = this.leafBytes;
+      if (equalAt(lb, s * LS * 4, key)) {
         head[1] = 0x01;
         const count = new Uint8Array(4);
-        putU32(count, 0, this.counts[s]!);
+        putU32(count, 0, this.leaf[s * LS + L_COUNT]!);
         parts.push(count);
-        for (let r = this.heads[s]!; r !== NONE; r = readU32(this.arena, r)) {
+        for (let r = this.leaf[s * LS + L_HEAD]!; r !== NONE; r = readU32(this.arena, r)) {
           parts.push(this.arena.subarray(r + 6, r + 6 + readU16(this.arena, r + 4)));
         }
       } else {
         head[1] = 0x02;
         const leaf = new Uint8Array(68);
-        leaf.set(this.keys.subarray(s * 32, s * 32 + 32));
-        putU32(leaf, 32, this.counts[s]!);
-        leaf.set(this.accs.subarray(s * 32, s * 32 + 32), 36);
+        const o = s * LS * 4;
+        leaf.set(lb.subarray(o + L_KEY * 4, o + L_KEY * 4 + 32));
+        putU32(leaf, 32, this.leaf[s * LS + L_COUNT]!);
+        leaf.set(lb.subarray(o + L_ACC * 4, o + L_ACC * 4 + 32), 36);
         parts.push(leaf);
       }
     }
@@ -465,7 +468,7 @@ export class CompletenessIndex {
     if (n < 0) return -1;
     const nd = this.node;
     for (let b = nd[n * NS + N_BIT]!; b >= 0; b = nd[n * NS + N_BIT]!) n = nd[n * NS + N_LEFT + keyBit(key, 0, b)]!;
-    return equalAt(this.keys, nd[n * NS + N_LEFT]! * 32, key) ? n : -1;
+    return equalAt(this.leafBytes, nd[n * NS + N_LEFT]! * LS * 4, key) ? n : -1;
   }
 
   /** Appends an event to the key's leaf (made if new); returns the leaf slot. */
@@ -485,7 +488,7 @@ export class CompletenessIndex {
       n = nd[n * NS + N_LEFT + keyBit(key, 0, b)]!;
     }
     const s = nd[n * NS + N_LEFT]!;
-    const crit = firstDiff(this.keys, s * 32, key);
+    const crit = firstDiff(this.leafBytes, s * LS * 4, key);
     if (crit < 0) {
       for (let i = 0; i < depth; i++) this.touch(path[i]!);
       this.appendToLeaf(s, ev);
@@ -521,10 +524,12 @@ export class CompletenessIndex {
     return leaf;
   }
 
-  private appendToLeaf(leaf: number, ev: Uint8Array): void {
+  private appendToLeaf(slot: number, ev: Uint8Array): void {
     const j = this.journal;
-    if (j !== null && leaf < j.leaves && !j.saved.has(leaf)) {
-      j.saved.set(leaf, { count: this.counts[leaf]!, acc: this.accs.slice(leaf * 32, leaf * 32 + 32), head: this.heads[leaf]!, tail: this.tails[leaf]! });
+    const lf = this.leaf;
+    const o = slot * LS;
+    if (j !== null && slot < j.leaves && !j.saved.has(slot)) {
+      j.saved.set(slot, { count: lf[o + L_COUNT]!, acc: lf.slice(o + L_ACC, o + L_ACC + 8), head: lf[o + L_HEAD]!, tail: lf[o + L_TAIL]! });
     }
     // acc' = SHA-256(0x02 ‖ acc ‖ event), as foldEvent
     if (36 + ev.length > this.foldBuf.length) {
@@ -533,13 +538,12 @@ export class CompletenessIndex {
     }
     const fb = this.foldBuf;
     const f32 = this.foldBuf32;
-    const a32 = this.accs32;
     fb[3] = 0x02;
-    for (let w = 0, o = leaf * 8; w < 8; w++) f32[1 + w] = a32[o + w]!;
+    for (let w = 0; w < 8; w++) f32[1 + w] = lf[o + L_ACC + w]!;
     fb.set(ev, 36);
     sha256To(this.c, fb.subarray(3, 36 + ev.length), this.out);
-    for (let w = 0, o = leaf * 8, o32 = this.out32; w < 8; w++) a32[o + w] = o32[w]!;
-    this.counts[leaf]!++;
+    for (let w = 0, o32 = this.out32; w < 8; w++) lf[o + L_ACC + w] = o32[w]!;
+    lf[o + L_COUNT]!++;
     const need = this.arenaUsed + 6 + ev.length;
     if (need > this.arena.length) {
       const a = new Uint8Array(Math.max(need, more(this.arena.length)));
@@ -552,11 +556,11 @@ export class CompletenessIndex {
     this.arena[r + 5] = ev.length & 255;
     this.arena.set(ev, r + 6);
     this.arenaUsed = need;
-    if (this.tails[leaf] === NONE) this.heads[leaf] = r;
-    else putU32(this.arena, this.tails[leaf]!, r);
-    this.tails[leaf] = r;
+    if (lf[o + L_TAIL] === NONE) lf[o + L_HEAD] = r;
+    else putU32(this.arena, lf[o + L_TAIL]!, r);
+    lf[o + L_TAIL] = r;
     // the path above the leaf is marked by the caller (its descent, or markPath)
-    this.touch(this.leafNode[leaf]!);
+    this.touch(lf[o + L_NODE]!);
   }
 
   private touch(n: number): void {
@@ -669,11 +673,12 @@ export class CompletenessIndex {
       this.node[j.links[k]! * NS + N_LEFT + j.links[k + 1]!] = j.links[k + 2]!;
     }
     this.rootNode = j.rootNode;
-    for (const [leaf, v] of j.saved) {
-      this.counts[leaf] = v.count;
-      this.accs.set(v.acc, leaf * 32);
-      this.heads[leaf] = v.head;
-      this.tails[leaf] = v.tail;
+    for (const [slot, v] of j.saved) {
+      const o = slot * LS;
+      this.leaf[o + L_COUNT] = v.count;
+      this.leaf.set(v.acc, o + L_ACC);
+      this.leaf[o + L_HEAD] = v.head;
+      this.leaf[o + L_TAIL] = v.tail;
       if (v.tail !== NONE) putU32(this.arena, v.tail, NONE);
     }
     this.nodes = j.nodes;
@@ -692,7 +697,7 @@ export class CompletenessIndex {
 
   /** Marks every node from the root to the leaf dirty (a revoke's leaves are found by slot, not by descent). */
   private markPath(leaf: number): void {
-    const key = this.keys.subarray(leaf * 32, leaf * 32 + 32);
+    const key = this.leafBytes.subarray(leaf * LS * 4, leaf * LS * 4 + 32);
     let n = this.rootNode;
     for (let b = this.node[n * NS + N_BIT]!; b >= 0; b = this.node[n * NS + N_BIT]!) {
       this.touch(n);
@@ -700,33 +705,26 @@ export class CompletenessIndex {
     }
   }
 
-  private leafNode = new Int32Array(512);
-
   private newLeaf(key: Uint8Array): number {
-    if (this.leaves === this.counts.length) {
-      const cap = more(this.counts.length);
-      this.keys = grow8(this.keys, cap * 32);
-      this.accs = grow8(this.accs, cap * 32);
-      this.counts = grow32u(this.counts, cap);
-      this.heads = grow32u(this.heads, cap);
-      this.tails = grow32u(this.tails, cap);
-      this.leafNode = grow32(this.leafNode, cap);
+    if (this.leaves * LS === this.leaf.length) {
+      this.leaf = grow32u(this.leaf, more(this.leaves) * LS);
       this.views();
     }
     const s = this.leaves++;
-    this.keys.set(key, s * 32);
-    this.counts[s] = 0;
-    this.accs.fill(0, s * 32, s * 32 + 32); // a slot a rolled-back trial used
-    this.heads[s] = NONE;
-    this.tails[s] = NONE;
+    const o = s * LS;
+    this.leafBytes.set(key, (o + L_KEY) * 4);
+    this.leaf.fill(0, o + L_ACC, o + L_ACC + 8); // a slot a rolled-back trial used
+    this.leaf[o + L_COUNT] = 0;
+    this.leaf[o + L_HEAD] = NONE;
+    this.leaf[o + L_TAIL] = NONE;
     return s;
   }
 
-  private newLeafNode(leaf: number): number {
+  private newLeafNode(slot: number): number {
     const n = this.newNode();
     this.node[n * NS + N_BIT] = -1;
-    this.node[n * NS + N_LEFT] = leaf;
-    this.leafNode[leaf] = n;
+    this.node[n * NS + N_LEFT] = slot;
+    this.leaf[slot * LS + L_NODE] = n;
     return n;
   }
 
@@ -748,15 +746,14 @@ export class CompletenessIndex {
     const sc = this.scratch32;
     const bit = nd[o + N_BIT]!;
     if (bit < 0) {
-      const s = nd[o + N_LEFT]!;
-      const k32 = this.keys32;
-      const a32 = this.accs32;
+      const q = nd[o + N_LEFT]! * LS;
+      const lf = this.leaf;
       this.scratch[3] = 0x00;
-      for (let w = 0, q = s * 8; w < 8; w++) {
-        sc[1 + w] = k32[q + w]!;
-        sc[10 + w] = a32[q + w]!;
+      for (let w = 0; w < 8; w++) {
+        sc[1 + w] = lf[q + L_KEY + w]!;
+        sc[10 + w] = lf[q + L_ACC + w]!;
       }
-      putU32(this.scratch, 36, this.counts[s]!);
+      putU32(this.scratch, 36, lf[q + L_COUNT]!);
       sha256To(this.c, this.leafMsg, this.out);
     } else {
       const lo = nd[o + N_LEFT]! * NS;
@@ -807,18 +804,35 @@ export class CompletenessIndex {
       right[k] = nd[o + N_RIGHT]!;
       for (let w = 0; w < 8; w++) hash[8 * k + w] = nd[o + N_HASH + w]!;
     }
+    const keys = new Uint32Array(l * 8);
+    const counts = new Uint32Array(l);
+    const accs = new Uint32Array(l * 8);
+    const heads = new Uint32Array(l);
+    const tails = new Uint32Array(l);
+    const leafNode = new Uint32Array(l);
+    const lf = this.leaf;
+    for (let k = 0, o = 0; k < l; k++, o += LS) {
+      for (let w = 0; w < 8; w++) {
+        keys[8 * k + w] = lf[o + L_KEY + w]!;
+        accs[8 * k + w] = lf[o + L_ACC + w]!;
+      }
+      counts[k] = lf[o + L_COUNT]!;
+      heads[k] = lf[o + L_HEAD]!;
+      tails[k] = lf[o + L_TAIL]!;
+      leafNode[k] = lf[o + L_NODE]!;
+    }
     const parts: ArrayBufferView[] = [
       head,
       bit,
       left,
       right,
       hash,
-      this.keys.subarray(0, l * 32),
-      this.counts.subarray(0, l),
-      this.accs.subarray(0, l * 32),
-      this.heads.subarray(0, l),
-      this.tails.subarray(0, l),
-      this.leafNode.subarray(0, l),
+      keys,
+      counts,
+      accs,
+      heads,
+      tails,
+      leafNode,
       this.arena.subarray(0, this.arenaUsed),
       this.blockStart.subarray(0, this.blocks + 1),
       this.blockLeaves.subarray(0, this.blockLeafCount),
@@ -858,12 +872,12 @@ export class CompletenessIndex {
     const left = take(Int32Array, n!, 0);
     const right = take(Int32Array, n!, 0);
     const hash = take(Int32Array, n! * 8, 0);
-    const keys = take(Uint8Array, l! * 32, lc * 32);
-    const counts = take(Uint32Array, l!, lc);
-    const accs = take(Uint8Array, l! * 32, lc * 32);
-    const heads = take(Uint32Array, l!, lc);
-    const tails = take(Uint32Array, l!, lc);
-    const leafNode = take(Int32Array, l!, lc);
+    const keys = take(Uint32Array, l! * 8, 0);
+    const counts = take(Uint32Array, l!, 0);
+    const accs = take(Uint32Array, l! * 8, 0);
+    const heads = take(Uint32Array, l!, 0);
+    const tails = take(Uint32Array, l!, 0);
+    const leafNode = take(Int32Array, l!, 0);
     const arena = take(Uint8Array, arenaUsed!, more(arenaUsed!));
     const blockStart = take(Int32Array, blocks! + 1, more(blocks! + 1));
     const blockLeaves = take(Int32Array, blockLeafCount!, more(blockLeafCount!));
@@ -885,7 +899,18 @@ export class CompletenessIndex {
       node[o + N_RIGHT] = right[k]!;
       for (let w = 0; w < 8; w++) node[o + N_HASH + w] = hash[8 * k + w]!;
     }
-    Object.assign(idx, { node, keys, counts, accs, heads, tails, leafNode, arena, blockStart, blockLeaves });
+    const leaf = new Uint32Array(lc * LS);
+    for (let k = 0, o = 0; k < l!; k++, o += LS) {
+      for (let w = 0; w < 8; w++) {
+        leaf[o + L_KEY + w] = keys[8 * k + w]!;
+        leaf[o + L_ACC + w] = accs[8 * k + w]!;
+      }
+      leaf[o + L_COUNT] = counts[k]!;
+      leaf[o + L_HEAD] = heads[k]!;
+      leaf[o + L_TAIL] = tails[k]!;
+      leaf[o + L_NODE] = leafNode[k]!;
+    }
+    Object.assign(idx, { node, leaf, arena, blockStart, blockLeaves });
     idx.views();
     idx.nodes = n!;
     idx.rootNode = rootPlus1! - 1;
@@ -905,12 +930,7 @@ export class CompletenessIndex {
   bytes(): number {
     return (
       this.node.byteLength +
-      this.keys.byteLength +
-      this.counts.byteLength +
-      this.accs.byteLength +
-      this.heads.byteLength +
-      this.tails.byteLength +
-      this.leafNode.byteLength +
+      this.leaf.byteLength +
       this.arena.byteLength +
       this.blockStart.byteLength +
       this.blockLeaves.byteLength
@@ -927,11 +947,6 @@ function more(n: number): number {
   return Math.ceil(n * 1.5) + 64;
 }
 
-function grow8(a: Uint8Array, cap: number): Uint8Array<ArrayBuffer> {
-  const b = new Uint8Array(cap);
-  b.set(a);
-  return b;
-}
 function grow32(a: Int32Array, cap: number): Int32Array<ArrayBuffer> {
   const b = new Int32Array(cap);
   b.set(a);
