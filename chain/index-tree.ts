@@ -928,13 +928,7 @@ export class CompletenessIndex {
 
   /** Bytes held in typed arrays (for the memory budget). */
   bytes(): number {
-    return (
-      this.node.byteLength +
-      this.leaf.byteLength +
-      this.arena.byteLength +
-      this.blockStart.byteLength +
-      this.blockLeaves.byteLength
-    );
+    return this.node.byteLength + this.leaf.byteLength + this.arena.byteLength + this.blockStart.byteLength + this.blockLeaves.byteLength;
   }
 }
 
