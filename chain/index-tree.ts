@@ -210,6 +210,8 @@ export class CompletenessIndex {
   private blocks = 0;
   private voidList: [number, number][] = [];
   private readonly path = new Int32Array(260);
+  /** The journal's saved hashes (one journal lives at a time: a trial, or the trial left pending). */
+  private cleanBuf = new Uint32Array(64 * 8);
   /**
    * Hash inputs laid out so that every 32-byte field starts on a word:
    * a node (0x01 ‖ bit ‖ left ‖ right) from byte 2, a leaf (0x00 ‖ key ‖
@@ -572,6 +574,7 @@ export class CompletenessIndex {
           const more32 = new Uint32Array(16 * (k + 1));
           more32.set(j.cleanHashes);
           j.cleanHashes = more32;
+          this.cleanBuf = more32;
         }
         const nd = this.node;
         const c32 = j.cleanHashes;
@@ -615,7 +618,7 @@ export class CompletenessIndex {
       saved: new Map(),
       links: [],
       cleanNodes: [],
-      cleanHashes: new Uint32Array(64 * 8),
+      cleanHashes: this.cleanBuf,
     };
     const j = this.journal;
     let outcome: 'rollback' | 'keep' | 'pending' = 'rollback';
