@@ -182,7 +182,8 @@ export const EMPTY_TRIE = new Uint8Array(32);
 
 /**
  * The index as of the blocks added so far. Nodes and leaves live in typed
- * arrays (no object per key): ~48 B a node, ~80 B a leaf plus its events.
+ * arrays of records (no object per key): 64 B a node, 80 B a leaf plus its
+ * events (docs/decisions/index-layout.md).
  */
 export class CompletenessIndex {
   private readonly c: CryptoBackend;
