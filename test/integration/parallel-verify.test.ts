@@ -17,7 +17,7 @@ import { blockDirSource, writeBlockDir } from '../helpers/block-dir.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
 import { buildLongChain } from '../helpers/chain-fixture.ts';
 
-const N = 5_000;
+const N = 3_000;
 const work = mkdtempSync(join(tmpdir(), 'vouch-parallel-'));
 const { blocks, checkpoint, signer } = buildLongChain(N);
 // A directory of block files (the verifier's working-tree path), forged in place by the tests below.
@@ -42,7 +42,7 @@ async function outcome(threads: number, batchSize = 1_000): Promise<string> {
   }
 }
 
-test('a valid 5,000-block chain: inline and 2 worker threads give the same state', async () => {
+test('a valid 3,000-block chain: inline and 2 worker threads give the same state', async () => {
   const seen: number[] = [];
   const r = await verifyDirectory(repo, { threads: 2, batchSize: 500, onProgress: (d) => seen.push(d) });
   assert.is(r.state.size, N);
@@ -50,7 +50,7 @@ test('a valid 5,000-block chain: inline and 2 worker threads give the same state
   assert.ok(seen.length > 3 && seen.every((d, i) => i === 0 || d >= seen[i - 1]!), 'progress not monotonic');
   assert.is(seen[seen.length - 1], N);
   assert.is(await outcome(0), await outcome(2));
-  assert.match(await outcome(2), /^ok 5000 /);
+  assert.match(await outcome(2), /^ok 3000 /);
 });
 
 /**
@@ -92,14 +92,14 @@ test('onVerified: every block in chain order, texts as the files, facts of the p
     b.record_hash = computeRecordHash(b, nodeBackend);
     return b;
   };
-  // Inside a batch (500: 3001..3500), at a batch's first block, and a file that is no block.
+  // Inside a batch (500: 2001..2500), at a batch's first block, and a file that is no block.
   const cases: { at: number; want: string; apply: () => void }[] = [
     {
-      at: 3250,
-      want: 'bad_signature@3250',
+      at: 2250,
+      want: 'bad_signature@2250',
       apply: () =>
         write(
-          resealed(3250, (b) => {
+          resealed(2250, (b) => {
             b.payload.semver = '9.9.9';
           }),
         ),
@@ -136,15 +136,15 @@ test('a forged block deep in the chain: the same first failure whatever the thre
     next.record_hash = computeRecordHash(next, nodeBackend);
     writeFileSync(join(repo.dir, blockPath(i + 1)), formatBlockFile(next as Block));
   };
-  forge(3_500, (b) => {
+  forge(2_100, (b) => {
     b.payload.endorsements[0].artifact_hash = 'sha256:' + 'e'.repeat(64);
   });
-  forge(4_200, (b) => {
+  forge(2_700, (b) => {
     b.posted = '2020-01-01T00:00:00Z';
   });
-  assert.is(await outcome(0), 'bad_signature@3500');
-  assert.is(await outcome(2), 'bad_signature@3500');
-  assert.is(await outcome(1), 'bad_signature@3500');
+  assert.is(await outcome(0), 'bad_signature@2100');
+  assert.is(await outcome(2), 'bad_signature@2100');
+  assert.is(await outcome(1), 'bad_signature@2100');
 });
 
 test('failures at the first, last and middle block of a worker batch and at the edges of a run of signature checks: the same code and index as inline', async () => {
@@ -215,21 +215,21 @@ test('failures at the first, last and middle block of a worker batch and at the 
     { want: 'malformed@2222', at: [2222], apply: () => writeFileSync(file(2222), 'not json\n') },
     { want: 'record_hash_mismatch@2750', at: [2750], apply: () => write({ ...structuredClone(blocks[2750]!), comment: 'edited' }) },
     {
-      want: 'prev_hash_mismatch@3001',
-      at: [3001],
+      want: 'prev_hash_mismatch@2001',
+      at: [2001],
       apply: () =>
         write(
-          resealed(3001, (b) => {
+          resealed(2001, (b) => {
             b.prev_hash = 'f'.repeat(64);
           }),
         ),
     },
-    { want: 'malformed@4001', at: [4001], apply: () => writeFileSync(file(4001), '{}\n') },
-    { want: 'index_gap@4500', at: [4500], apply: () => rmSync(file(4500)) },
+    { want: 'malformed@2501', at: [2501], apply: () => writeFileSync(file(2501), '{}\n') },
+    { want: 'index_gap@2900', at: [2900], apply: () => rmSync(file(2900)) },
   ];
   // Restore the pristine files the earlier test forged.
-  for (const i of [3_500, 3_501, 4_200, 4_201]) write(blocks[i]!);
-  assert.match(await outcome(2, 500), /^ok 5000 /);
+  for (const i of [2_100, 2_101, 2_700, 2_701]) write(blocks[i]!);
+  assert.match(await outcome(2, 500), /^ok 3000 /);
   for (const c of cases) {
     c.apply();
     assert.is(await outcome(0), c.want, `inline: ${c.want}`);
@@ -237,7 +237,7 @@ test('failures at the first, last and middle block of a worker batch and at the 
     assert.is(await outcome(2, 499), c.want, `2 threads, other batch bounds: ${c.want}`);
     for (const i of c.at) write(blocks[i]!);
   }
-  assert.match(await outcome(2, 500), /^ok 5000 /);
+  assert.match(await outcome(2, 500), /^ok 3000 /);
 });
 
 test('strays, a directory for a block and extra shards are caught with threads as inline', async () => {
@@ -258,12 +258,12 @@ test('strays, a directory for a block and extra shards are caught with threads a
     {
       name: 'an extra block file past the end (a new shard)',
       apply: () => {
-        mkdirSync(join(repo.dir, 'blocks/000/005'));
+        mkdirSync(join(repo.dir, 'blocks/000/003'));
         writeFileSync(file(N), formatBlockFile(blocks[1]!));
       },
-      undo: () => rmSync(join(repo.dir, 'blocks/000/005'), { recursive: true }),
+      undo: () => rmSync(join(repo.dir, 'blocks/000/003'), { recursive: true }),
     },
-    { name: 'a missing block file', apply: () => rmSync(file(4999)), undo: () => writeFileSync(file(4999), formatBlockFile(blocks[4999]!)) },
+    { name: 'a missing block file', apply: () => rmSync(file(N - 1)), undo: () => writeFileSync(file(N - 1), formatBlockFile(blocks[N - 1]!)) },
     {
       name: 'an extra shard directory',
       apply: () => mkdirSync(join(repo.dir, 'blocks/000/900/sub'), { recursive: true }),
@@ -285,13 +285,13 @@ test('strays, a directory for a block and extra shards are caught with threads a
   for (const c of cases) {
     c.apply();
     const inline = await outcome(0);
-    if (c.accepted) assert.match(inline, /^ok 5000 /, `inline refused ${c.name}`);
+    if (c.accepted) assert.match(inline, /^ok 3000 /, `inline refused ${c.name}`);
     else assert.not.match(inline, /^ok /, `inline accepted ${c.name}`);
     assert.is(await outcome(2), inline, `2 threads: ${c.name}`);
     c.undo();
   }
   assert.ok(listed());
-  assert.match(await outcome(2), /^ok 5000 /);
+  assert.match(await outcome(2), /^ok 3000 /);
 });
 
 test.run();
