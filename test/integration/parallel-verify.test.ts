@@ -19,7 +19,7 @@ import { verifyDirectory } from '../../store/parallel-verify.ts';
 import { buildLongChain, initChainRepo } from '../helpers/chain-fixture.ts';
 import { forgeChainFiles } from '../helpers/chain-files.ts';
 
-const N = 5_000;
+const N = 3_000;
 const work = mkdtempSync(join(tmpdir(), 'vouch-parallel-'));
 const { blocks, checkpoint, signer } = buildLongChain(N);
 // A chain repository, forged by commits on branch main in the tests below (and restored the same way).
@@ -45,7 +45,7 @@ async function outcome(threads: number, batchSize = 1_000): Promise<string> {
   }
 }
 
-test('a valid 5,000-block chain: inline and 2 worker threads give the same state', async () => {
+test('a valid 3,000-block chain: inline and 2 worker threads give the same state', async () => {
   const seen: number[] = [];
   const r = await verifyDirectory(await chain(), { threads: 2, batchSize: 500, onProgress: (d) => seen.push(d) });
   assert.is(r.state.size, N);
@@ -53,7 +53,7 @@ test('a valid 5,000-block chain: inline and 2 worker threads give the same state
   assert.ok(seen.length > 3 && seen.every((d, i) => i === 0 || d >= seen[i - 1]!), 'progress not monotonic');
   assert.is(seen[seen.length - 1], N);
   assert.is(await outcome(0), await outcome(2));
-  assert.match(await outcome(2), /^ok 5000 /);
+  assert.match(await outcome(2), /^ok 3000 /);
 });
 
 /**
@@ -94,14 +94,14 @@ test('onVerified: every block in chain order, texts as the files, facts of the p
     b.record_hash = computeRecordHash(b, nodeBackend);
     return b;
   };
-  // Inside a batch (500: 3001..3500), at a batch's first block, and a file that is no block.
+  // Inside a batch (500: 2001..2500), at a batch's first block, and a file that is no block.
   const cases: { at: number; want: string; apply: () => void }[] = [
     {
-      at: 3250,
-      want: 'bad_signature@3250',
+      at: 2250,
+      want: 'bad_signature@2250',
       apply: () =>
         write(
-          resealed(3250, (b) => {
+          resealed(2250, (b) => {
             b.payload.semver = '9.9.9';
           }),
         ),
@@ -137,15 +137,15 @@ test('a forged block deep in the chain: the same first failure whatever the thre
     next.record_hash = computeRecordHash(next, nodeBackend);
     put({ [blockPath(i)]: formatBlockFile(b as Block), [blockPath(i + 1)]: formatBlockFile(next as Block) });
   };
-  forge(3_500, (b) => {
+  forge(2_100, (b) => {
     b.payload.endorsements[0].artifact_hash = 'sha256:' + 'e'.repeat(64);
   });
-  forge(4_200, (b) => {
+  forge(2_700, (b) => {
     b.posted = '2020-01-01T00:00:00Z';
   });
-  assert.is(await outcome(0), 'bad_signature@3500');
-  assert.is(await outcome(2), 'bad_signature@3500');
-  assert.is(await outcome(1), 'bad_signature@3500');
+  assert.is(await outcome(0), 'bad_signature@2100');
+  assert.is(await outcome(2), 'bad_signature@2100');
+  assert.is(await outcome(1), 'bad_signature@2100');
 });
 
 test('failures at the first, last and middle block of a worker batch and at the edges of a run of signature checks: the same code and index as inline', async () => {
@@ -214,21 +214,21 @@ test('failures at the first, last and middle block of a worker batch and at the 
     { want: 'malformed@2222', at: [2222], apply: () => put({ [blockPath(2222)]: 'not json\n' }) },
     { want: 'record_hash_mismatch@2750', at: [2750], apply: () => write({ ...structuredClone(blocks[2750]!), comment: 'edited' }) },
     {
-      want: 'prev_hash_mismatch@3001',
-      at: [3001],
+      want: 'prev_hash_mismatch@2001',
+      at: [2001],
       apply: () =>
         write(
-          resealed(3001, (b) => {
+          resealed(2001, (b) => {
             b.prev_hash = 'f'.repeat(64);
           }),
         ),
     },
-    { want: 'malformed@4001', at: [4001], apply: () => put({ [blockPath(4001)]: '{}\n' }) },
-    { want: 'index_gap@4500', at: [4500], apply: () => put({ [blockPath(4500)]: null }) },
+    { want: 'malformed@2501', at: [2501], apply: () => put({ [blockPath(2501)]: '{}\n' }) },
+    { want: 'index_gap@2900', at: [2900], apply: () => put({ [blockPath(2900)]: null }) },
   ];
   // Restore the pristine files the earlier test forged.
-  put(Object.fromEntries([3_500, 3_501, 4_200, 4_201].map((i) => [blockPath(i), formatBlockFile(blocks[i]!)])));
-  assert.match(await outcome(2, 500), /^ok 5000 /);
+  put(Object.fromEntries([2_100, 2_101, 2_700, 2_701].map((i) => [blockPath(i), formatBlockFile(blocks[i]!)])));
+  assert.match(await outcome(2, 500), /^ok 3000 /);
   for (const c of cases) {
     c.apply();
     assert.is(await outcome(0), c.want, `inline: ${c.want}`);
@@ -236,7 +236,7 @@ test('failures at the first, last and middle block of a worker batch and at the 
     assert.is(await outcome(2, 499), c.want, `2 threads, other batch bounds: ${c.want}`);
     put(Object.fromEntries(c.at.map((i) => [blockPath(i), formatBlockFile(blocks[i]!)])));
   }
-  assert.match(await outcome(2, 500), /^ok 5000 /);
+  assert.match(await outcome(2, 500), /^ok 3000 /);
 });
 
 test('strays, a directory for a block, an extra block and a missing one are caught with threads as inline', async () => {
@@ -249,7 +249,7 @@ test('strays, a directory for a block, an extra block and a missing one are caug
     { name: 'a stray file in a leaf directory', apply: { 'blocks/000/002/notes.txt': 'x' }, undo: { 'blocks/000/002/notes.txt': null } },
     { name: 'a stray file in blocks/', apply: { 'blocks/README': 'x' }, undo: { 'blocks/README': null } },
     { name: 'an extra block file past the end (a new shard)', apply: { [blockPath(N)]: formatBlockFile(blocks[1]!) }, undo: { [blockPath(N)]: null } },
-    { name: 'a missing block file', apply: { [blockPath(4999)]: null }, undo: { [blockPath(4999)]: formatBlockFile(blocks[4999]!) } },
+    { name: 'a missing block file', apply: { [blockPath(N - 1)]: null }, undo: { [blockPath(N - 1)]: formatBlockFile(blocks[N - 1]!) } },
     {
       name: 'a directory in place of a block file',
       apply: { [blockPath(2345)]: null, [`${blockPath(2345)}/x`]: 'x' },
@@ -264,7 +264,7 @@ test('strays, a directory for a block, an extra block and a missing one are caug
     put(c.undo);
   }
   assert.ok(await listed());
-  assert.match(await outcome(2), /^ok 5000 /);
+  assert.match(await outcome(2), /^ok 3000 /);
 });
 
 test.run();
