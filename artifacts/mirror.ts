@@ -183,10 +183,12 @@ export class Mirror {
       // Not awaited: a verified layer goes out from memory while its copy waits, then is written (the write held a cold pull's
       // last layer back): behind the responses that read the bytes now, so its copying does not compete with their sending.
       const held = artifact.retain();
-      const written = this.behind(held).then(() => this.writeCopy(h, artifactHash, bytes, contentType, kept)).finally(() => {
-        held.release();
-        this.writing.delete(artifactHash);
-      });
+      const written = this.behind(held)
+        .then(() => this.writeCopy(h, artifactHash, bytes, contentType, kept))
+        .finally(() => {
+          held.release();
+          this.writing.delete(artifactHash);
+        });
       this.writing.set(artifactHash, written);
     }
     return artifact;

@@ -536,11 +536,23 @@ export class OciRoutes {
    * learnt and is asked once more. `started`: called once the fetch is in
    * flight (or found in the mirror), before the first answer.
    */
-  private async obtainAuthorized(route: ProxyRoute, repo: string, fetchUrl: string, digest: string, accept: string, signal?: AbortSignal, started?: () => void) {
+  private async obtainAuthorized(
+    route: ProxyRoute,
+    repo: string,
+    fetchUrl: string,
+    digest: string,
+    accept: string,
+    signal?: AbortSignal,
+    started?: () => void,
+  ) {
     for (let attempt = 0; ; attempt++) {
       const headers = { accept, ...(await this.authHeader(route, repo)) };
       try {
-        const pending = this.ctx.artifacts.obtain(fetchUrl, digest, { ...(signal !== undefined ? { signal } : {}), headers, trustedHosts: [new URL(route.canonical).host] });
+        const pending = this.ctx.artifacts.obtain(fetchUrl, digest, {
+          ...(signal !== undefined ? { signal } : {}),
+          headers,
+          trustedHosts: [new URL(route.canonical).host],
+        });
         started?.();
         return await pending;
       } catch (e) {
