@@ -9,9 +9,9 @@
  * digest, hashed, spooled, stored in the disk mirror, then sent); and again
  * through that gateway (mirror hit). Wall time of the skopeo process;
  * throughput ratio = registry time / gateway time; medians of ROUNDS. Peak
- * RSS is the gateway's VmHWM after its two pulls, against the configured
- * memory budget (`mirror.budget_bytes`). All on 127.0.0.1. With
- * VOUCH_BENCH_OCI_PROFILE=DIR each gateway writes a --cpu-prof into DIR.
+ * RSS: the gateway's VmHWM after its pulls, against `mirror.budget_bytes`.
+ * VOUCH_BENCH_OCI_PROFILE=DIR: --cpu-prof of each gateway into DIR;
+ * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
  */
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
@@ -217,8 +217,9 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
             `hit ${median(base.hit).toFixed(0)} ms (ratio ${fmt(d / median(base.hit))}), gateway CPU per cold pull ${median(base.coldCpu).toFixed(0)} ms.`),
       '',
       'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
-        'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened) ' +
-        'before its own sending starts, and its copy in the disk mirror is written behind that sending. ' +
+        'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened, ' +
+        'woken once per MiB) before its own sending starts, and its copy in the disk mirror is written once the responses sending it are done (2 s at most). ' +
+        'An anonymous route sends the registry no /v2/ probe before the first pull. ' +
         "The blobs of a served manifest are fetched ahead in the manifest's order, the client's requests joining those fetches: small ones 3 at a time, " +
         'a layer larger than 16 MiB alone unless it runs 500 ms, so the first layer is whole and on its way while the next one arrives. ' +
         "The gateway's hash workers boot before it says ready. Hits are sent from memory in 1 MiB pieces, up to 8 MiB of them queued on the socket, or straight from the disk mirror's file through " +
