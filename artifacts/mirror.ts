@@ -85,8 +85,8 @@ export class Mirror {
   private readonly counters = { memoryHits: 0, diskHits: 0, misses: 0, corrupt: 0, diskWriteErrors: 0 };
   /** Copies of memory-tier bytes being written to the disk tier, by artifact hash (each holds its bytes until written). */
   private readonly writing = new Map<string, Promise<void>>();
-  /** Starts the disk copies still waiting behind their readers. */
-  private readonly waitingCopies = new Set<() => void>();
+  /** Starts a disk copy still waiting behind its readers, by artifact hash. */
+  private readonly waitingCopies = new Map<string, () => void>();
 
   constructor(options: MirrorOptions = {}) {
     const memoryBytes = options.memoryBytes ?? 256 * MiB;
@@ -119,7 +119,8 @@ export class Mirror {
       return hit;
     }
     await this.ready;
-    // Gone from memory before its copy reached the disk tier: that copy is awaited, not fetched again.
+    // Gone from memory before its copy reached the disk tier: that copy is started now if it waits, and awaited, not fetched again.
+    this.waitingCopies.get(artifactHash)?.();
     await this.writing.get(artifactHash);
     const entry = this.diskEnabled ? this.disk!.get(artifactHash) : undefined;
     if (entry !== undefined) {
@@ -141,7 +142,7 @@ export class Mirror {
   /** Resolves once the disk copies `putBytes` started so far are written (or failed, counted). */
   async settled(): Promise<void> {
     while (this.writing.size > 0) {
-      for (const go of [...this.waitingCopies]) go();
+      for (const go of [...this.waitingCopies.values()]) go();
       await Promise.all(this.writing.values());
     }
   }
@@ -183,7 +184,7 @@ export class Mirror {
       // Not awaited: a verified layer goes out from memory while its copy waits, then is written (the write held a cold pull's
       // last layer back): behind the responses that read the bytes now, so its copying does not compete with their sending.
       const held = artifact.retain();
-      const written = this.behind(held)
+      const written = this.behind(artifactHash, held)
         .then(() => this.writeCopy(h, artifactHash, bytes, contentType, kept))
         .finally(() => {
           held.release();
@@ -194,17 +195,18 @@ export class Mirror {
     return artifact;
   }
 
-  /** Resolves once `held` is the only reader of its bytes left, after WRITE_BEHIND_MAX_MS, or when `settled()` asks. */
-  private behind(held: StoredArtifact): Promise<void> {
+  /** Resolves once `held` is the only reader of its bytes left, after WRITE_BEHIND_MAX_MS, or when `get()` or `settled()` asks. */
+  private behind(artifactHash: string, held: StoredArtifact): Promise<void> {
     return new Promise<void>((resolve) => {
       const go = () => {
-        if (!this.waitingCopies.delete(go)) return;
+        if (this.waitingCopies.get(artifactHash) !== go) return;
+        this.waitingCopies.delete(artifactHash);
         clearTimeout(timer);
         resolve();
       };
       const timer = setTimeout(go, WRITE_BEHIND_MAX_MS);
       timer.unref(); // a reader still sending keeps the process alive
-      this.waitingCopies.add(go);
+      this.waitingCopies.set(artifactHash, go);
       void this.memory.unread(held).then(go);
     });
   }

@@ -139,4 +139,20 @@ test('the disk copy waits behind the readers of the moment: written once they re
   await mirror.close();
 });
 
+test('bytes pushed out of memory while a response still reads them: a get() starts their waiting copy, it does not wait behind the reader', async () => {
+  const mirror = new Mirror({ memoryBytes: 12 * MiB, spoolThreshold: 8 * MiB, diskDir: join(dir, 'e') });
+  await mirror.ready;
+  const a = artifact(7 * MiB, 11);
+  const b = artifact(7 * MiB, 12);
+  const sending = await mirror.putBytes(a.hash, a.bytes, 'application/octet-stream');
+  (await mirror.putBytes(b.hash, b.bytes, 'application/octet-stream')).release(); // pushes a out of memory
+  const t0 = Date.now();
+  const hit = await mirror.get(a.hash);
+  assert.ok(Date.now() - t0 < WRITE_BEHIND_MAX_MS, `get() waited ${Date.now() - t0} ms`);
+  assert.ok(hit !== null && bytesOf(hit).equals(a.bytes));
+  hit!.release();
+  sending.release();
+  await mirror.close();
+});
+
 test.run();
