@@ -205,7 +205,6 @@ export class Mirror {
         resolve();
       };
       const timer = setTimeout(go, WRITE_BEHIND_MAX_MS);
-      timer.unref(); // a reader still sending keeps the process alive
       this.waitingCopies.set(artifactHash, go);
       void this.memory.unread(held).then(go);
     });
