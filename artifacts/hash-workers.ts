@@ -18,6 +18,9 @@ import type { HashAlgorithm } from '../chain/crypto-backend.ts';
 import { workerBundle } from '../platform/worker-bundle.ts';
 import { ABANDONED, COMPLETE, CONTROL_WORDS, READY, SLEEPING, STATE, WRITTEN, type HashAnswer, type HashJob, type HashSource } from './hash-worker.ts';
 
+/** Bytes written beyond the last wake-up before a sleeping worker is woken again (`SharedHash.advance`). */
+export const NOTIFY_STEP = 1024 * 1024;
+
 interface Slot {
   worker: Worker;
   /** Resolves once the worker said it listens for jobs, or stopped. */
@@ -31,6 +34,10 @@ interface Slot {
 export class SharedHash {
   private readonly control = new BigInt64Array(new SharedArrayBuffer(8 * CONTROL_WORDS));
   private ended = false;
+  /** `length` of the last `advance` that woke the worker. */
+  private woken = 0;
+  /** Times `advance` woke the worker. */
+  wakeUps = 0;
 
   /** @internal made by `HashWorkers.start` / `startFile` */
   constructor(
@@ -44,12 +51,21 @@ export class SharedHash {
     return this.control;
   }
 
-  /** Bytes [0, length) of the buffer (or file) are written and will not change. */
+  /**
+   * Bytes [0, length) of the buffer (or file) are written and will not
+   * change. A sleeping worker is woken once NOTIFY_STEP more bytes wait for
+   * it (and by `finish`), not for each socket read: a wake-up is a system
+   * call here and a thread switch there.
+   */
   advance(length: number): void {
     if (this.ended) throw new Error('shared hash: advance after the end');
     if (length > this.capacity) throw new RangeError('shared hash: past the buffer');
     Atomics.store(this.control, WRITTEN, BigInt(length));
-    if (Atomics.load(this.control, SLEEPING) === 1n) Atomics.notify(this.control, WRITTEN);
+    if (length - this.woken >= NOTIFY_STEP && Atomics.load(this.control, SLEEPING) === 1n) {
+      this.woken = length;
+      this.wakeUps++;
+      Atomics.notify(this.control, WRITTEN);
+    }
   }
 
   /** The digest of the bytes [0, n) of the last `advance(n)`. */

@@ -28,6 +28,8 @@ interface MemoryEntry {
   refs: number;
   /** In the memory tier's LRU. */
   cached: boolean;
+  /** Called once no reader but one is left (`MemoryTier.unread`). */
+  unread?: Array<() => void>;
   /** Bytes charged to the memory budget for this entry, and under which use (null: not, or no longer). */
   charge: number;
   use: BudgetUse | null;
@@ -52,6 +54,8 @@ export class MemoryTier {
   private readonly cache: LRUCache<string, MemoryEntry> | null;
   private readonly pool: BytePool;
   private readonly budget: MemoryBudget;
+  /** The entry behind each handle this tier gave out. */
+  private readonly handles = new WeakMap<StoredArtifact, MemoryEntry>();
 
   constructor(options: MemoryTierOptions) {
     this.capacity = options.memoryBytes;
@@ -176,11 +180,24 @@ export class MemoryTier {
     this.pool.clear();
   }
 
+  /**
+   * Resolves once `handle` (one this tier gave out) is the only reader of
+   * its bytes left: every other handle on them was released. At once for a
+   * handle of another tier or one already released.
+   */
+  unread(handle: StoredArtifact): Promise<void> {
+    const entry = this.handles.get(handle);
+    if (entry === undefined || entry.refs <= 1) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      (entry.unread ??= []).push(resolve);
+    });
+  }
+
   /** A reader's handle on memory bytes; the bytes stay theirs until `release()`. */
   private artifact(artifactHash: string, entry: MemoryEntry, tier: 'memory' | 'disk' | 'spool'): StoredArtifact {
     entry.refs++;
     let released = false;
-    return {
+    const handle: StoredArtifact = {
       artifactHash,
       contentType: entry.contentType,
       headers: entry.headers,
@@ -190,12 +207,20 @@ export class MemoryTier {
       release: () => {
         if (released) return;
         released = true;
+        this.handles.delete(handle);
         entry.refs--;
         this.account(entry);
         this.recycle(entry);
+        if (entry.unread !== undefined && entry.refs <= 1) {
+          const waiting = entry.unread;
+          entry.unread = undefined;
+          for (const go of waiting) go();
+        }
       },
       retain: () => this.artifact(artifactHash, entry, tier),
     };
+    this.handles.set(handle, entry);
+    return handle;
   }
 
   /** Moves an entry's charge to the use its state calls for: `tier` when cached, `held` while read, released when neither. */

@@ -26,6 +26,12 @@ import { ignore, SpoolFiles, tempName } from './mirror-spool.ts';
 import { keptOriginHeaders, type StoredArtifact } from './stored-artifact.ts';
 
 const MiB = 1024 * 1024;
+/**
+ * A disk copy of bytes just stored waits at most this long for the
+ * responses reading them to finish (`putBytes`); `settled()` and `close()`
+ * start the waiting ones at once.
+ */
+export const WRITE_BEHIND_MAX_MS = 2000;
 
 export interface MirrorOptions {
   /** Memory tier capacity in bytes (default 256 MiB; 0 disables it). */
@@ -79,6 +85,8 @@ export class Mirror {
   private readonly counters = { memoryHits: 0, diskHits: 0, misses: 0, corrupt: 0, diskWriteErrors: 0 };
   /** Copies of memory-tier bytes being written to the disk tier, by artifact hash (each holds its bytes until written). */
   private readonly writing = new Map<string, Promise<void>>();
+  /** Starts a disk copy still waiting behind its readers, by artifact hash. */
+  private readonly waitingCopies = new Map<string, () => void>();
 
   constructor(options: MirrorOptions = {}) {
     const memoryBytes = options.memoryBytes ?? 256 * MiB;
@@ -111,7 +119,8 @@ export class Mirror {
       return hit;
     }
     await this.ready;
-    // Gone from memory before its copy reached the disk tier: that copy is awaited, not fetched again.
+    // Gone from memory before its copy reached the disk tier: that copy is started now if it waits, and awaited, not fetched again.
+    this.waitingCopies.get(artifactHash)?.();
     await this.writing.get(artifactHash);
     const entry = this.diskEnabled ? this.disk!.get(artifactHash) : undefined;
     if (entry !== undefined) {
@@ -132,13 +141,18 @@ export class Mirror {
 
   /** Resolves once the disk copies `putBytes` started so far are written (or failed, counted). */
   async settled(): Promise<void> {
-    while (this.writing.size > 0) await Promise.all(this.writing.values());
+    while (this.writing.size > 0) {
+      for (const go of [...this.waitingCopies.values()]) go();
+      await Promise.all(this.writing.values());
+    }
   }
 
   /**
    * Stores verified bytes (at most `spoolThreshold` of them): memory tier,
-   * and the disk tier when there is one, written after this resolves (the
-   * bytes are served from memory meanwhile and held until written; a disk
+   * and the disk tier when there is one, written after this resolves, once
+   * the readers of the moment released the bytes (at most
+   * WRITE_BEHIND_MAX_MS later; they are served from memory meanwhile and
+   * held until written; a disk
    * failure is counted, not thrown; `settled()` and `close()` await the
    * writes). Returns them as an artifact. `headers`: origin response
    * headers; only their kept subset (`KEPT_ORIGIN_HEADERS`) is stored.
@@ -167,15 +181,33 @@ export class Mirror {
     const artifact = this.memory.put(artifactHash, bytes, contentType, kept, pooled, reserved);
     await this.ready;
     if (this.diskEnabled && bytes.length <= this.disk!.capacity && !this.disk!.has(artifactHash) && !this.writing.has(artifactHash)) {
-      // Not awaited: a verified layer goes out from memory while its copy is written (the write held a cold pull's last layer back).
+      // Not awaited: a verified layer goes out from memory while its copy waits, then is written (the write held a cold pull's
+      // last layer back): behind the responses that read the bytes now, so its copying does not compete with their sending.
       const held = artifact.retain();
-      const written = this.writeCopy(h, artifactHash, bytes, contentType, kept).finally(() => {
-        held.release();
-        this.writing.delete(artifactHash);
-      });
+      const written = this.behind(artifactHash, held)
+        .then(() => this.writeCopy(h, artifactHash, bytes, contentType, kept))
+        .finally(() => {
+          held.release();
+          this.writing.delete(artifactHash);
+        });
       this.writing.set(artifactHash, written);
     }
     return artifact;
+  }
+
+  /** Resolves once `held` is the only reader of its bytes left, after WRITE_BEHIND_MAX_MS, or when `get()` or `settled()` asks. */
+  private behind(artifactHash: string, held: StoredArtifact): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const go = () => {
+        if (this.waitingCopies.get(artifactHash) !== go) return;
+        this.waitingCopies.delete(artifactHash);
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(go, WRITE_BEHIND_MAX_MS);
+      this.waitingCopies.set(artifactHash, go);
+      void this.memory.unread(held).then(go);
+    });
   }
 
   /** Writes verified bytes into the disk tier (a temp file, then adopted); a failure is counted, never thrown. */

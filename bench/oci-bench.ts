@@ -9,11 +9,11 @@
  * digest, hashed, spooled, stored in the disk mirror, then sent); and again
  * through that gateway (mirror hit). Wall time of the skopeo process;
  * throughput ratio = registry time / gateway time; medians of ROUNDS. Peak
- * RSS is the gateway's VmHWM after its two pulls, against the configured
- * memory budget (`mirror.budget_bytes`). All on 127.0.0.1. With
- * VOUCH_BENCH_OCI_PROFILE=DIR each gateway writes a --cpu-prof into DIR.
+ * RSS: the gateway's VmHWM after its pulls, against `mirror.budget_bytes`.
+ * VOUCH_BENCH_OCI_PROFILE=DIR: --cpu-prof of each gateway into DIR;
+ * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,13 +25,29 @@ import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { Layout, Registry, push, skopeo, type Descriptor } from '../test/helpers/oci-registry.ts';
 import { MANIFEST_ACCEPT, manifestUrl } from '../gateway/ecosystems/oci.ts';
-import { assertLoopback, cpuMsOf, median, memoryOf, spawnGateway, spawnNode, stopAll } from './gateway-harness.ts';
+import { assertLoopback, cpuMsOf, median, memoryOf, spawnNode, stopAll } from './gateway-harness.ts';
 
 const CANON = 'https://registry.example.org/';
 const MiB = 1024 * 1024;
 /** The defaults (`mirror.memory_bytes`, `mirror.budget_bytes` = 2 x memory), set explicitly. */
 const MEMORY = 256 * MiB;
 const BUDGET = 512 * MiB;
+
+/** CPU ms of each thread of a process, by `comm tid`, from /proc (utime + stime, USER_HZ 100). */
+function threadCpuMs(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(`${comm} ${tid}`, ((Number(fields[11]) + Number(fields[12])) * 1000) / 100);
+    } catch {
+      // a thread that ended meanwhile
+    }
+  }
+  return out;
+}
 
 /** CPU ms of a process's main thread (its event loop) alone, from /proc (utime + stime, USER_HZ 100). */
 function mainCpuMs(pid: number): number {
@@ -100,48 +116,79 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     const coldMain: number[] = [];
     const registryCpu: number[] = [];
     const hitMain: number[] = [];
-    for (let round = 0; round < ROUNDS; round++) {
-      const r0 = cpuMsOf(registry.child.pid!);
-      direct.push(await timedCopy(`docker://${registry.host}/bench:1.0`, work));
-      registryCpu.push(cpuMsOf(registry.child.pid!) - r0);
-      const gwDir = join(work, `gw-${round}`);
+    /** One gateway of checkout `root` (this one, or VOUCH_BENCH_OCI_BASELINE's): a cold pull, then a hit. */
+    const pulls = async (round: number, root: string, tag: string) => {
+      const gwDir = join(work, `gw-${tag}-${round}`);
       mkdirSync(gwDir, { recursive: true });
       const cfg = writeConfig(gwDir, {
         listen: { host: '127.0.0.1', port: 0 },
         chain: { dir: chainDir, public_key: Buffer.from(signer.publicKey).toString('base64') },
         origin: { allow_private: true, timeout: 60 },
         mirror: { memory_bytes: MEMORY, budget_bytes: BUDGET, disk_dir: join(gwDir, 'mirror') },
-        proxy: { routes: [{ prefix: '/v2/', kind: 'oci', origin: registry.url, canonical: CANON }] },
+        proxy: { routes: [{ prefix: '/v2/', kind: 'oci', origin: registry!.url, canonical: CANON }] },
       });
       // A CPU profile of the gateway's whole life (both pulls), written when it stops.
       const prof = process.env.VOUCH_BENCH_OCI_PROFILE;
-      const gw = prof
-        ? await spawnNode(
-            `gateway-${round}`,
-            ['--cpu-prof', `--cpu-prof-dir=${prof}`, fileURLToPath(new URL('../tools/vouch.js', import.meta.url)), 'serve', '--config', cfg],
-            {
-              waitFor: /^ready: .*$/m,
-            },
-          )
-        : await spawnGateway(`gateway-${round}`, cfg);
+      const gw = await spawnNode(
+        `gateway-${tag}-${round}`,
+        [...(prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : []), join(root, 'tools', 'vouch.js'), 'serve', '--config', cfg],
+        { waitFor: /^ready: .*$/m },
+      );
       const host = new URL(gw.url!).host;
       assertLoopback(gw.url!);
       const c0 = cpuMsOf(gw.pid);
       const m0 = mainCpuMs(gw.pid);
-      cold.push(await timedCopy(`docker://${host}/bench:1.0`, work));
+      const t0 = threadCpuMs(gw.pid);
+      const coldMs = await timedCopy(`docker://${host}/bench:1.0`, work);
       const c1 = cpuMsOf(gw.pid);
       const m1 = mainCpuMs(gw.pid);
-      hit.push(await timedCopy(`docker://${host}/bench:1.0`, work));
-      coldMain.push(m1 - m0);
-      hitMain.push(mainCpuMs(gw.pid) - m1);
-      coldCpu.push(c1 - c0);
-      hitCpu.push(cpuMsOf(gw.pid) - c1);
-      peaks.push(memoryOf(gw.pid).hwm);
+      const t1 = threadCpuMs(gw.pid);
+      const hitMs = await timedCopy(`docker://${host}/bench:1.0`, work);
+      const out = {
+        cold: coldMs,
+        hit: hitMs,
+        coldCpu: c1 - c0,
+        hitCpu: cpuMsOf(gw.pid) - c1,
+        coldMain: m1 - m0,
+        hitMain: mainCpuMs(gw.pid) - m1,
+        // CPU of the cold pull by thread (ms), largest first: main thread, hash workers, libuv's pool, V8's.
+        threads: [...t1]
+          .map(([k, v]) => v - (t0.get(k) ?? 0))
+          .filter((v) => v > 0)
+          .sort((a, b) => b - a),
+        peak: memoryOf(gw.pid).hwm,
+      };
       await gw.stop();
       rmSync(gwDir, { recursive: true, force: true });
-      process.stderr.write(
-        `round ${round + 1}/${ROUNDS}: registry ${direct.at(-1)!.toFixed(0)} ms, cold ${cold.at(-1)!.toFixed(0)} ms (gateway CPU ${coldCpu.at(-1)!.toFixed(0)} ms, main thread ${coldMain.at(-1)!.toFixed(0)}), hit ${hit.at(-1)!.toFixed(0)} ms (gateway CPU ${hitCpu.at(-1)!.toFixed(0)} ms, main thread ${hitMain.at(-1)!.toFixed(0)}), gateway peak RSS ${(peaks.at(-1)! / MiB).toFixed(0)} MiB\n`,
-      );
+      return out;
+    };
+    const here = fileURLToPath(new URL('..', import.meta.url));
+    const baseline = process.env.VOUCH_BENCH_OCI_BASELINE || null;
+    const base: { cold: number[]; hit: number[]; coldCpu: number[] } = { cold: [], hit: [], coldCpu: [] };
+    for (let round = 0; round < ROUNDS; round++) {
+      const r0 = cpuMsOf(registry.child.pid!);
+      direct.push(await timedCopy(`docker://${registry.host}/bench:1.0`, work));
+      registryCpu.push(cpuMsOf(registry.child.pid!) - r0);
+      // Old and new alternate which goes first, so neither always runs right after the registry's pull.
+      const order = baseline === null ? ['new'] : round % 2 === 0 ? ['new', 'old'] : ['old', 'new'];
+      for (const which of order) {
+        const p = await pulls(round, which === 'new' ? here : baseline!, which);
+        const line = `cold ${p.cold.toFixed(0)} ms (gateway CPU ${p.coldCpu.toFixed(0)} ms, main thread ${p.coldMain.toFixed(0)}; by thread ${p.threads.join(' ')}), hit ${p.hit.toFixed(0)} ms (gateway CPU ${p.hitCpu.toFixed(0)} ms, main thread ${p.hitMain.toFixed(0)}), gateway peak RSS ${(p.peak / MiB).toFixed(0)} MiB`;
+        process.stderr.write(`round ${round + 1}/${ROUNDS}${baseline === null ? '' : ` ${which}`}: registry ${direct.at(-1)!.toFixed(0)} ms, ${line}\n`);
+        if (which === 'old') {
+          base.cold.push(p.cold);
+          base.hit.push(p.hit);
+          base.coldCpu.push(p.coldCpu);
+          continue;
+        }
+        cold.push(p.cold);
+        hit.push(p.hit);
+        coldCpu.push(p.coldCpu);
+        hitCpu.push(p.hitCpu);
+        coldMain.push(p.coldMain);
+        hitMain.push(p.hitMain);
+        peaks.push(p.peak);
+      }
     }
     const d = median(direct);
     const c = median(cold);
@@ -163,11 +210,16 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       `Per round (ms): registry ${direct.map((x) => x.toFixed(0)).join(', ')}; cold ${cold.map((x) => x.toFixed(0)).join(', ')}; hit ${hit.map((x) => x.toFixed(0)).join(', ')}. ` +
         `Gateway CPU per pull (user + system, all threads; median): cold ${median(coldCpu).toFixed(0)} ms, hit ${median(hitCpu).toFixed(0)} ms; ` +
         `of which its main thread (the event loop): cold ${median(coldMain).toFixed(0)} ms, hit ${median(hitMain).toFixed(0)} ms. ` +
-        `The registry's CPU for a pull straight from it: ${median(registryCpu).toFixed(0)} ms (median).`,
+        `The registry's CPU for a pull straight from it: ${median(registryCpu).toFixed(0)} ms (median).` +
+        (baseline === null
+          ? ''
+          : ` Beside it in the same rounds, the checkout in VOUCH_BENCH_OCI_BASELINE: cold ${median(base.cold).toFixed(0)} ms (ratio ${fmt(d / median(base.cold))}; ${base.cold.map((x) => x.toFixed(0)).join(', ')}), ` +
+            `hit ${median(base.hit).toFixed(0)} ms (ratio ${fmt(d / median(base.hit))}), gateway CPU per cold pull ${median(base.coldCpu).toFixed(0)} ms.`),
       '',
       'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
-        'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened) ' +
-        'before its own sending starts, and its copy in the disk mirror is written behind that sending. ' +
+        'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened, ' +
+        'woken once per MiB) before its own sending starts, and its copy in the disk mirror is written once the responses sending it are done (2 s at most). ' +
+        'An anonymous route sends the registry no /v2/ probe before the first pull. ' +
         "The blobs of a served manifest are fetched ahead in the manifest's order, the client's requests joining those fetches: small ones 3 at a time, " +
         'a layer larger than 16 MiB alone unless it runs 500 ms, so the first layer is whole and on its way while the next one arrives. ' +
         "The gateway's hash workers boot before it says ready. Hits are sent from memory in 1 MiB pieces, up to 8 MiB of them queued on the socket, or straight from the disk mirror's file through " +

@@ -31,6 +31,21 @@ const KEY_PREFIX: Record<KeyKind, Uint8Array> = { url: utf8('vouch-index/v1 url\
 const E = 0x45; // 'E'
 const R = 0x52; // 'R'
 const NONE = 0xffffffff;
+/** A node record (CompletenessIndex.node): its words and their offsets. */
+const NS = 16;
+const N_BIT = 0;
+const N_LEFT = 1;
+const N_RIGHT = 2;
+const N_DIRTY = 3;
+const N_HASH = 4;
+/** A leaf record (CompletenessIndex.leaf): key (8 words), acc (8 words), count, first and last event, node. */
+const LS = 20;
+const L_KEY = 0;
+const L_ACC = 8;
+const L_COUNT = 16;
+const L_HEAD = 17;
+const L_TAIL = 18;
+const L_NODE = 19;
 
 export function sha256(c: CryptoBackend, data: Uint8Array): Uint8Array {
   if (c.sha256To) {
@@ -167,24 +182,24 @@ export const EMPTY_TRIE = new Uint8Array(32);
 
 /**
  * The index as of the blocks added so far. Nodes and leaves live in typed
- * arrays (no object per key): ~48 B a node, ~80 B a leaf plus its events.
+ * arrays of records (no object per key): 64 B a node, 80 B a leaf plus its
+ * events (docs/decisions/index-layout.md).
  */
 export class CompletenessIndex {
   private readonly c: CryptoBackend;
-  // nodes: bit >= 0 interior, -1 leaf (left = leaf slot)
-  private bit = new Int16Array(1024);
-  private left = new Int32Array(1024);
-  private right = new Int32Array(1024);
-  private hash = new Uint8Array(1024 * 32);
-  private dirty = new Uint8Array(1024);
+  /**
+   * Nodes, one record of NS words each (a cache line): bit (>= 0 interior,
+   * -1 leaf), left child (a leaf's slot), right child, dirty, hash (8 words,
+   * the digest's bytes as they are). A descent and a rehash touch one line a
+   * node, not one in each of five arrays.
+   */
+  private node = new Int32Array(1024 * NS);
+  private nodeBytes = new Uint8Array(this.node.buffer);
   private nodes = 0;
   private rootNode = -1;
-  // leaves
-  private keys = new Uint8Array(512 * 32);
-  private counts = new Uint32Array(512);
-  private accs = new Uint8Array(512 * 32);
-  private heads = new Uint32Array(512);
-  private tails = new Uint32Array(512);
+  /** Leaves, one record of LS words each (key and acc as their bytes are). */
+  private leaf = new Uint32Array(512 * LS);
+  private leafBytes = new Uint8Array(this.leaf.buffer);
   private leaves = 0;
   // events: records of be32 next ‖ u16 length ‖ bytes
   private arena = new Uint8Array(1 << 16);
@@ -196,10 +211,8 @@ export class CompletenessIndex {
   private blocks = 0;
   private voidList: [number, number][] = [];
   private readonly path = new Int32Array(260);
-  // 32-bit views of hash, keys, accs (re-made with them: `views`), for 8-word copies into the scratch
-  private hash32 = new Uint32Array(this.hash.buffer);
-  private keys32 = new Uint32Array(this.keys.buffer);
-  private accs32 = new Uint32Array(this.accs.buffer);
+  /** The journal's saved hashes (one journal lives at a time: a trial, or the trial left pending). */
+  private cleanBuf = new Uint32Array(64 * 8);
   /**
    * Hash inputs laid out so that every 32-byte field starts on a word:
    * a node (0x01 ‖ bit ‖ left ‖ right) from byte 2, a leaf (0x00 ‖ key ‖
@@ -216,11 +229,10 @@ export class CompletenessIndex {
   private foldBuf = new Uint8Array(128);
   private foldBuf32 = new Uint32Array(this.foldBuf.buffer);
 
-  /** Re-makes the 32-bit views after hash, keys or accs were replaced. */
+  /** Re-makes the byte views after node or leaf was replaced. */
   private views(): void {
-    this.hash32 = new Uint32Array(this.hash.buffer, this.hash.byteOffset, this.hash.length >> 2);
-    this.keys32 = new Uint32Array(this.keys.buffer, this.keys.byteOffset, this.keys.length >> 2);
-    this.accs32 = new Uint32Array(this.accs.buffer, this.accs.byteOffset, this.accs.length >> 2);
+    this.nodeBytes = new Uint8Array(this.node.buffer, this.node.byteOffset, this.node.byteLength);
+    this.leafBytes = new Uint8Array(this.leaf.buffer, this.leaf.byteOffset, this.leaf.byteLength);
   }
 
   /** Unit keys computed lately (a unit's versions follow each other); cleared when full. */
@@ -254,7 +266,7 @@ export class CompletenessIndex {
     blockLeafCount: number;
     voids: number;
     rootNode: number;
-    saved: Map<number, { count: number; acc: Uint8Array; head: number; tail: number }>;
+    saved: Map<number, { count: number; acc: Uint32Array; head: number; tail: number }>;
     /** (parent, 0 left | 1 right, old child) triples. */
     links: number[];
     /** Nodes that were clean when the trial first touched them, and their hashes then (32 B each, in order). */
@@ -361,7 +373,7 @@ export class CompletenessIndex {
     this.settle();
     if (this.rootNode < 0) return EMPTY_TRIE;
     this.rehash(this.rootNode);
-    return this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
+    return this.hashOf(this.rootNode);
   }
 
   /** The committed index root at the current size (docs/spec/index.md 4). */
@@ -377,7 +389,7 @@ export class CompletenessIndex {
     const n = this.find(key);
     if (n < 0) return [];
     const out: IndexEvent[] = [];
-    for (let r = this.heads[this.left[n]!]!; r !== NONE; r = readU32(this.arena, r)) {
+    for (let r = this.leaf[this.node[n * NS + N_LEFT]! * LS + L_HEAD]!; r !== NONE; r = readU32(this.arena, r)) {
       out.push(decodeEventAt(this.arena, r + 6));
     }
     return out;
@@ -398,35 +410,39 @@ export class CompletenessIndex {
       parts.push(new Uint8Array([0]));
     } else {
       const steps: number[] = [];
+      const nd = this.node;
       let n = this.rootNode;
-      while (this.bit[n]! >= 0) {
-        const b = this.bit[n]!;
+      while (nd[n * NS + N_BIT]! >= 0) {
+        const b = nd[n * NS + N_BIT]!;
         const goRight = keyBit(key, 0, b) === 1;
-        steps.push(b, goRight ? this.left[n]! : this.right[n]!);
-        n = goRight ? this.right[n]! : this.left[n]!;
+        steps.push(b, nd[n * NS + (goRight ? N_LEFT : N_RIGHT)]!);
+        n = nd[n * NS + (goRight ? N_RIGHT : N_LEFT)]!;
       }
       const pathBytes = new Uint8Array(1 + 33 * (steps.length / 2));
       pathBytes[0] = steps.length / 2;
       for (let i = 0; i < steps.length; i += 2) {
         pathBytes[1 + 33 * (i / 2)] = steps[i]!;
-        pathBytes.set(this.hash.subarray(steps[i + 1]! * 32, steps[i + 1]! * 32 + 32), 2 + 33 * (i / 2));
+        const h = (steps[i + 1]! * NS + N_HASH) * 4;
+        pathBytes.set(this.nodeBytes.subarray(h, h + 32), 2 + 33 * (i / 2));
       }
       parts.push(pathBytes);
-      const s = this.left[n]!;
-      if (equalAt(this.keys, s * 32, key)) {
+      const s = nd[n * NS + N_LEFT]!;
+      const lb = this.leafBytes;
+      if (equalAt(lb, s * LS * 4, key)) {
         head[1] = 0x01;
         const count = new Uint8Array(4);
-        putU32(count, 0, this.counts[s]!);
+        putU32(count, 0, this.leaf[s * LS + L_COUNT]!);
         parts.push(count);
-        for (let r = this.heads[s]!; r !== NONE; r = readU32(this.arena, r)) {
+        for (let r = this.leaf[s * LS + L_HEAD]!; r !== NONE; r = readU32(this.arena, r)) {
           parts.push(this.arena.subarray(r + 6, r + 6 + readU16(this.arena, r + 4)));
         }
       } else {
         head[1] = 0x02;
         const leaf = new Uint8Array(68);
-        leaf.set(this.keys.subarray(s * 32, s * 32 + 32));
-        putU32(leaf, 32, this.counts[s]!);
-        leaf.set(this.accs.subarray(s * 32, s * 32 + 32), 36);
+        const o = s * LS * 4;
+        leaf.set(lb.subarray(o + L_KEY * 4, o + L_KEY * 4 + 32));
+        putU32(leaf, 32, this.leaf[s * LS + L_COUNT]!);
+        leaf.set(lb.subarray(o + L_ACC * 4, o + L_ACC * 4 + 32), 36);
         parts.push(leaf);
       }
     }
@@ -453,8 +469,9 @@ export class CompletenessIndex {
   private find(key: Uint8Array): number {
     let n = this.rootNode;
     if (n < 0) return -1;
-    while (this.bit[n]! >= 0) n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
-    return equalAt(this.keys, this.left[n]! * 32, key) ? n : -1;
+    const nd = this.node;
+    for (let b = nd[n * NS + N_BIT]!; b >= 0; b = nd[n * NS + N_BIT]!) n = nd[n * NS + N_LEFT + keyBit(key, 0, b)]!;
+    return equalAt(this.leafBytes, nd[n * NS + N_LEFT]! * LS * 4, key) ? n : -1;
   }
 
   /** Appends an event to the key's leaf (made if new); returns the leaf slot. */
@@ -468,12 +485,13 @@ export class CompletenessIndex {
     }
     let depth = 0;
     const path = this.path;
-    while (this.bit[n]! >= 0) {
+    const nd = this.node;
+    for (let b = nd[n * NS + N_BIT]!; b >= 0; b = nd[n * NS + N_BIT]!) {
       path[depth++] = n;
-      n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+      n = nd[n * NS + N_LEFT + keyBit(key, 0, b)]!;
     }
-    const s = this.left[n]!;
-    const crit = firstDiff(this.keys, s * 32, key);
+    const s = nd[n * NS + N_LEFT]!;
+    const crit = firstDiff(this.leafBytes, s * LS * 4, key);
     if (crit < 0) {
       for (let i = 0; i < depth; i++) this.touch(path[i]!);
       this.appendToLeaf(s, ev);
@@ -484,36 +502,37 @@ export class CompletenessIndex {
     // insertion point: the first node on the path whose bit is beyond crit (bits grow down the path)
     let parent = -1;
     let d = 0;
-    while (d < depth && this.bit[path[d]!]! < crit) {
+    while (d < depth && this.node[path[d]! * NS + N_BIT]! < crit) {
       parent = path[d++]!;
       this.touch(parent);
     }
     n = d < depth ? path[d]! : n;
     const inner = this.newNode();
-    this.bit[inner] = crit;
+    const m = this.node; // newNode may have grown it
+    m[inner * NS + N_BIT] = crit;
     if (keyBit(key, 0, crit) === 1) {
-      this.left[inner] = n;
-      this.right[inner] = ln;
+      m[inner * NS + N_LEFT] = n;
+      m[inner * NS + N_RIGHT] = ln;
     } else {
-      this.left[inner] = ln;
-      this.right[inner] = n;
+      m[inner * NS + N_LEFT] = ln;
+      m[inner * NS + N_RIGHT] = n;
     }
     if (parent < 0) this.rootNode = inner;
-    else if (this.left[parent] === n) {
-      this.journal?.links.push(parent, 0, n);
-      this.left[parent] = inner;
-    } else {
-      this.journal?.links.push(parent, 1, n);
-      this.right[parent] = inner;
+    else {
+      const side = m[parent * NS + N_LEFT] === n ? 0 : 1;
+      this.journal?.links.push(parent, side, n);
+      m[parent * NS + N_LEFT + side] = inner;
     }
     this.appendToLeaf(leaf, ev);
     return leaf;
   }
 
-  private appendToLeaf(leaf: number, ev: Uint8Array): void {
+  private appendToLeaf(slot: number, ev: Uint8Array): void {
     const j = this.journal;
-    if (j !== null && leaf < j.leaves && !j.saved.has(leaf)) {
-      j.saved.set(leaf, { count: this.counts[leaf]!, acc: this.accs.slice(leaf * 32, leaf * 32 + 32), head: this.heads[leaf]!, tail: this.tails[leaf]! });
+    const lf = this.leaf;
+    const o = slot * LS;
+    if (j !== null && slot < j.leaves && !j.saved.has(slot)) {
+      j.saved.set(slot, { count: lf[o + L_COUNT]!, acc: lf.slice(o + L_ACC, o + L_ACC + 8), head: lf[o + L_HEAD]!, tail: lf[o + L_TAIL]! });
     }
     // acc' = SHA-256(0x02 ‖ acc ‖ event), as foldEvent
     if (36 + ev.length > this.foldBuf.length) {
@@ -522,13 +541,12 @@ export class CompletenessIndex {
     }
     const fb = this.foldBuf;
     const f32 = this.foldBuf32;
-    const a32 = this.accs32;
     fb[3] = 0x02;
-    for (let w = 0, o = leaf * 8; w < 8; w++) f32[1 + w] = a32[o + w]!;
+    for (let w = 0; w < 8; w++) f32[1 + w] = lf[o + L_ACC + w]!;
     fb.set(ev, 36);
     sha256To(this.c, fb.subarray(3, 36 + ev.length), this.out);
-    for (let w = 0, o = leaf * 8, o32 = this.out32; w < 8; w++) a32[o + w] = o32[w]!;
-    this.counts[leaf]!++;
+    for (let w = 0, o32 = this.out32; w < 8; w++) lf[o + L_ACC + w] = o32[w]!;
+    lf[o + L_COUNT]!++;
     const need = this.arenaUsed + 6 + ev.length;
     if (need > this.arena.length) {
       const a = new Uint8Array(Math.max(need, more(this.arena.length)));
@@ -541,30 +559,31 @@ export class CompletenessIndex {
     this.arena[r + 5] = ev.length & 255;
     this.arena.set(ev, r + 6);
     this.arenaUsed = need;
-    if (this.tails[leaf] === NONE) this.heads[leaf] = r;
-    else putU32(this.arena, this.tails[leaf]!, r);
-    this.tails[leaf] = r;
+    if (lf[o + L_TAIL] === NONE) lf[o + L_HEAD] = r;
+    else putU32(this.arena, lf[o + L_TAIL]!, r);
+    lf[o + L_TAIL] = r;
     // the path above the leaf is marked by the caller (its descent, or markPath)
-    this.touch(this.leafNode[leaf]!);
+    this.touch(lf[o + L_NODE]!);
   }
 
   private touch(n: number): void {
     const j = this.journal;
     if (j !== null) {
-      if (n < j.nodes && this.dirty[n] === 0) {
+      if (n < j.nodes && this.node[n * NS + N_DIRTY] === 0) {
         const k = j.cleanNodes.length;
         if (8 * (k + 1) > j.cleanHashes.length) {
           const more32 = new Uint32Array(16 * (k + 1));
           more32.set(j.cleanHashes);
           j.cleanHashes = more32;
+          this.cleanBuf = more32;
         }
-        const h32 = this.hash32;
+        const nd = this.node;
         const c32 = j.cleanHashes;
-        for (let w = 0, o = n * 8, q = 8 * k; w < 8; w++) c32[q + w] = h32[o + w]!;
+        for (let w = 0, o = n * NS + N_HASH, q = 8 * k; w < 8; w++) c32[q + w] = nd[o + w]!;
         j.cleanNodes.push(n);
       }
     }
-    this.dirty[n] = 1;
+    this.node[n * NS + N_DIRTY] = 1;
   }
 
   /**
@@ -600,7 +619,7 @@ export class CompletenessIndex {
       saved: new Map(),
       links: [],
       cleanNodes: [],
-      cleanHashes: new Uint32Array(64 * 8),
+      cleanHashes: this.cleanBuf,
     };
     const j = this.journal;
     let outcome: 'rollback' | 'keep' | 'pending' = 'rollback';
@@ -645,25 +664,25 @@ export class CompletenessIndex {
 
   /** The root without settling (inside a trial). */
   private rootNow(): Uint8Array {
-    let t = EMPTY_TRIE;
+    let t: Uint8Array = EMPTY_TRIE;
     if (this.rootNode >= 0) {
       this.rehash(this.rootNode);
-      t = this.hash.slice(this.rootNode * 32, this.rootNode * 32 + 32);
+      t = this.hashOf(this.rootNode);
     }
     return indexRoot(this.c, this.blocks, t, this.voidList);
   }
 
   private rollback(j: NonNullable<CompletenessIndex['journal']>): void {
     for (let k = j.links.length - 3; k >= 0; k -= 3) {
-      if (j.links[k + 1] === 0) this.left[j.links[k]!] = j.links[k + 2]!;
-      else this.right[j.links[k]!] = j.links[k + 2]!;
+      this.node[j.links[k]! * NS + N_LEFT + j.links[k + 1]!] = j.links[k + 2]!;
     }
     this.rootNode = j.rootNode;
-    for (const [leaf, v] of j.saved) {
-      this.counts[leaf] = v.count;
-      this.accs.set(v.acc, leaf * 32);
-      this.heads[leaf] = v.head;
-      this.tails[leaf] = v.tail;
+    for (const [slot, v] of j.saved) {
+      const o = slot * LS;
+      this.leaf[o + L_COUNT] = v.count;
+      this.leaf.set(v.acc, o + L_ACC);
+      this.leaf[o + L_HEAD] = v.head;
+      this.leaf[o + L_TAIL] = v.tail;
       if (v.tail !== NONE) putU32(this.arena, v.tail, NONE);
     }
     this.nodes = j.nodes;
@@ -675,101 +694,94 @@ export class CompletenessIndex {
     // every node was clean before the trial: the ones it touched get their hashes back
     for (let k = 0; k < j.cleanNodes.length; k++) {
       const n = j.cleanNodes[k]!;
-      for (let w = 0; w < 8; w++) this.hash32[n * 8 + w] = j.cleanHashes[8 * k + w]!;
-      this.dirty[n] = 0;
+      for (let w = 0; w < 8; w++) this.node[n * NS + N_HASH + w] = j.cleanHashes[8 * k + w]!;
+      this.node[n * NS + N_DIRTY] = 0;
     }
   }
 
   /** Marks every node from the root to the leaf dirty (a revoke's leaves are found by slot, not by descent). */
   private markPath(leaf: number): void {
-    const key = this.keys.subarray(leaf * 32, leaf * 32 + 32);
+    const key = this.leafBytes.subarray(leaf * LS * 4, leaf * LS * 4 + 32);
     let n = this.rootNode;
-    while (this.bit[n]! >= 0) {
+    for (let b = this.node[n * NS + N_BIT]!; b >= 0; b = this.node[n * NS + N_BIT]!) {
       this.touch(n);
-      n = keyBit(key, 0, this.bit[n]!) === 1 ? this.right[n]! : this.left[n]!;
+      n = this.node[n * NS + N_LEFT + keyBit(key, 0, b)]!;
     }
   }
 
-  private leafNode = new Int32Array(512);
-
   private newLeaf(key: Uint8Array): number {
-    if (this.leaves === this.counts.length) {
-      const cap = more(this.counts.length);
-      this.keys = grow8(this.keys, cap * 32);
-      this.accs = grow8(this.accs, cap * 32);
-      this.counts = grow32u(this.counts, cap);
-      this.heads = grow32u(this.heads, cap);
-      this.tails = grow32u(this.tails, cap);
-      this.leafNode = grow32(this.leafNode, cap);
+    if (this.leaves * LS === this.leaf.length) {
+      this.leaf = grow32u(this.leaf, more(this.leaves) * LS);
       this.views();
     }
     const s = this.leaves++;
-    this.keys.set(key, s * 32);
-    this.counts[s] = 0;
-    this.accs.fill(0, s * 32, s * 32 + 32); // a slot a rolled-back trial used
-    this.heads[s] = NONE;
-    this.tails[s] = NONE;
+    const o = s * LS;
+    this.leafBytes.set(key, (o + L_KEY) * 4);
+    this.leaf.fill(0, o + L_ACC, o + L_ACC + 8); // a slot a rolled-back trial used
+    this.leaf[o + L_COUNT] = 0;
+    this.leaf[o + L_HEAD] = NONE;
+    this.leaf[o + L_TAIL] = NONE;
     return s;
   }
 
-  private newLeafNode(leaf: number): number {
+  private newLeafNode(slot: number): number {
     const n = this.newNode();
-    this.bit[n] = -1;
-    this.left[n] = leaf;
-    this.leafNode[leaf] = n;
+    this.node[n * NS + N_BIT] = -1;
+    this.node[n * NS + N_LEFT] = slot;
+    this.leaf[slot * LS + L_NODE] = n;
     return n;
   }
 
   private newNode(): number {
-    if (this.nodes === this.bit.length) {
-      const cap = more(this.bit.length);
-      const bit = new Int16Array(cap);
-      bit.set(this.bit);
-      this.bit = bit;
-      this.left = grow32(this.left, cap);
-      this.right = grow32(this.right, cap);
-      this.hash = grow8(this.hash, cap * 32);
-      this.dirty = grow8(this.dirty, cap);
+    if (this.nodes * NS === this.node.length) {
+      this.node = grow32(this.node, more(this.nodes) * NS);
       this.views();
     }
     const n = this.nodes++;
-    this.dirty[n] = 1;
+    this.node[n * NS + N_DIRTY] = 1;
     return n;
   }
 
   /** As leafHash / nodeHash, with 8-word copies into the scratch and the digest written in place. */
   private rehash(n: number): void {
-    if (this.dirty[n] === 0) return;
+    let nd = this.node;
+    const o = n * NS;
+    if (nd[o + N_DIRTY] === 0) return;
     const sc = this.scratch32;
-    if (this.bit[n]! < 0) {
-      const s = this.left[n]!;
-      const k32 = this.keys32;
-      const a32 = this.accs32;
+    const bit = nd[o + N_BIT]!;
+    if (bit < 0) {
+      const q = nd[o + N_LEFT]! * LS;
+      const lf = this.leaf;
       this.scratch[3] = 0x00;
-      for (let w = 0, o = s * 8; w < 8; w++) {
-        sc[1 + w] = k32[o + w]!;
-        sc[10 + w] = a32[o + w]!;
+      for (let w = 0; w < 8; w++) {
+        sc[1 + w] = lf[q + L_KEY + w]!;
+        sc[10 + w] = lf[q + L_ACC + w]!;
       }
-      putU32(this.scratch, 36, this.counts[s]!);
+      putU32(this.scratch, 36, lf[q + L_COUNT]!);
       sha256To(this.c, this.leafMsg, this.out);
     } else {
-      const l = this.left[n]!;
-      const r = this.right[n]!;
-      this.rehash(l);
-      this.rehash(r);
-      const h32 = this.hash32;
+      const lo = nd[o + N_LEFT]! * NS;
+      const ro = nd[o + N_RIGHT]! * NS;
+      if (nd[lo + N_DIRTY] !== 0) this.rehash(lo / NS);
+      if (nd[ro + N_DIRTY] !== 0) this.rehash(ro / NS);
+      nd = this.node;
       this.scratch[2] = 0x01;
-      this.scratch[3] = this.bit[n]!;
-      for (let w = 0, lo = l * 8, ro = r * 8; w < 8; w++) {
-        sc[1 + w] = h32[lo + w]!;
-        sc[9 + w] = h32[ro + w]!;
+      this.scratch[3] = bit;
+      for (let w = 0; w < 8; w++) {
+        sc[1 + w] = nd[lo + N_HASH + w]!;
+        sc[9 + w] = nd[ro + N_HASH + w]!;
       }
       sha256To(this.c, this.nodeMsg, this.out);
     }
     const o32 = this.out32;
-    const h32 = this.hash32;
-    for (let w = 0, o = n * 8; w < 8; w++) h32[o + w] = o32[w]!;
-    this.dirty[n] = 0;
+    for (let w = 0; w < 8; w++) nd[o + N_HASH + w] = o32[w]!;
+    nd[o + N_DIRTY] = 0;
+  }
+
+  /** The 32 bytes of node n's hash (a copy). */
+  private hashOf(n: number): Uint8Array {
+    const h = (n * NS + N_HASH) * 4;
+    return this.nodeBytes.slice(h, h + 32);
   }
 
   /**
@@ -784,18 +796,47 @@ export class CompletenessIndex {
     const n = this.nodes;
     const l = this.leaves;
     const head = new Uint32Array([IMAGE_MAGIC, IMAGE_VERSION, n, this.rootNode + 1, l, this.arenaUsed, this.blocks, this.blockLeafCount, this.voidList.length]);
+    // the image keeps one array a field (the node records are an in-memory layout)
+    const bit = new Int16Array(n);
+    const left = new Int32Array(n);
+    const right = new Int32Array(n);
+    const hash = new Int32Array(n * 8);
+    const nd = this.node;
+    for (let k = 0, o = 0; k < n; k++, o += NS) {
+      bit[k] = nd[o + N_BIT]!;
+      left[k] = nd[o + N_LEFT]!;
+      right[k] = nd[o + N_RIGHT]!;
+      for (let w = 0; w < 8; w++) hash[8 * k + w] = nd[o + N_HASH + w]!;
+    }
+    const keys = new Uint32Array(l * 8);
+    const counts = new Uint32Array(l);
+    const accs = new Uint32Array(l * 8);
+    const heads = new Uint32Array(l);
+    const tails = new Uint32Array(l);
+    const leafNode = new Uint32Array(l);
+    const lf = this.leaf;
+    for (let k = 0, o = 0; k < l; k++, o += LS) {
+      for (let w = 0; w < 8; w++) {
+        keys[8 * k + w] = lf[o + L_KEY + w]!;
+        accs[8 * k + w] = lf[o + L_ACC + w]!;
+      }
+      counts[k] = lf[o + L_COUNT]!;
+      heads[k] = lf[o + L_HEAD]!;
+      tails[k] = lf[o + L_TAIL]!;
+      leafNode[k] = lf[o + L_NODE]!;
+    }
     const parts: ArrayBufferView[] = [
       head,
-      this.bit.subarray(0, n),
-      this.left.subarray(0, n),
-      this.right.subarray(0, n),
-      this.hash.subarray(0, n * 32),
-      this.keys.subarray(0, l * 32),
-      this.counts.subarray(0, l),
-      this.accs.subarray(0, l * 32),
-      this.heads.subarray(0, l),
-      this.tails.subarray(0, l),
-      this.leafNode.subarray(0, l),
+      bit,
+      left,
+      right,
+      hash,
+      keys,
+      counts,
+      accs,
+      heads,
+      tails,
+      leafNode,
       this.arena.subarray(0, this.arenaUsed),
       this.blockStart.subarray(0, this.blocks + 1),
       this.blockLeaves.subarray(0, this.blockLeafCount),
@@ -831,16 +872,16 @@ export class CompletenessIndex {
     const idx = new CompletenessIndex(c);
     const nc = more(n!);
     const lc = more(l!);
-    const bit = take(Int16Array, n!, nc);
-    const left = take(Int32Array, n!, nc);
-    const right = take(Int32Array, n!, nc);
-    const hash = take(Uint8Array, n! * 32, nc * 32);
-    const keys = take(Uint8Array, l! * 32, lc * 32);
-    const counts = take(Uint32Array, l!, lc);
-    const accs = take(Uint8Array, l! * 32, lc * 32);
-    const heads = take(Uint32Array, l!, lc);
-    const tails = take(Uint32Array, l!, lc);
-    const leafNode = take(Int32Array, l!, lc);
+    const bit = take(Int16Array, n!, 0);
+    const left = take(Int32Array, n!, 0);
+    const right = take(Int32Array, n!, 0);
+    const hash = take(Int32Array, n! * 8, 0);
+    const keys = take(Uint32Array, l! * 8, 0);
+    const counts = take(Uint32Array, l!, 0);
+    const accs = take(Uint32Array, l! * 8, 0);
+    const heads = take(Uint32Array, l!, 0);
+    const tails = take(Uint32Array, l!, 0);
+    const leafNode = take(Int32Array, l!, 0);
     const arena = take(Uint8Array, arenaUsed!, more(arenaUsed!));
     const blockStart = take(Int32Array, blocks! + 1, more(blocks! + 1));
     const blockLeaves = take(Int32Array, blockLeafCount!, more(blockLeafCount!));
@@ -855,9 +896,26 @@ export class CompletenessIndex {
     for (let k = 0; k < l!; k++) if (leafNode[k]! < 0 || leafNode[k]! >= n! || (heads[k]! !== NONE && heads[k]! >= arenaUsed!)) return null;
     for (let k = 0; k < blockLeafCount!; k++) if (blockLeaves[k]! < 0 || blockLeaves[k]! >= l!) return null;
     if (blockStart[blocks!] !== blockLeafCount) return null;
-    Object.assign(idx, { bit, left, right, hash, keys, counts, accs, heads, tails, leafNode, arena, blockStart, blockLeaves });
+    const node = new Int32Array(nc * NS);
+    for (let k = 0, o = 0; k < n!; k++, o += NS) {
+      node[o + N_BIT] = bit[k]!;
+      node[o + N_LEFT] = left[k]!;
+      node[o + N_RIGHT] = right[k]!;
+      for (let w = 0; w < 8; w++) node[o + N_HASH + w] = hash[8 * k + w]!;
+    }
+    const leaf = new Uint32Array(lc * LS);
+    for (let k = 0, o = 0; k < l!; k++, o += LS) {
+      for (let w = 0; w < 8; w++) {
+        leaf[o + L_KEY + w] = keys[8 * k + w]!;
+        leaf[o + L_ACC + w] = accs[8 * k + w]!;
+      }
+      leaf[o + L_COUNT] = counts[k]!;
+      leaf[o + L_HEAD] = heads[k]!;
+      leaf[o + L_TAIL] = tails[k]!;
+      leaf[o + L_NODE] = leafNode[k]!;
+    }
+    Object.assign(idx, { node, leaf, arena, blockStart, blockLeaves });
     idx.views();
-    idx.dirty = new Uint8Array(nc);
     idx.nodes = n!;
     idx.rootNode = rootPlus1! - 1;
     idx.leaves = l!;
@@ -874,22 +932,7 @@ export class CompletenessIndex {
 
   /** Bytes held in typed arrays (for the memory budget). */
   bytes(): number {
-    return (
-      this.bit.byteLength +
-      this.left.byteLength +
-      this.right.byteLength +
-      this.hash.byteLength +
-      this.dirty.byteLength +
-      this.keys.byteLength +
-      this.counts.byteLength +
-      this.accs.byteLength +
-      this.heads.byteLength +
-      this.tails.byteLength +
-      this.leafNode.byteLength +
-      this.arena.byteLength +
-      this.blockStart.byteLength +
-      this.blockLeaves.byteLength
-    );
+    return this.node.byteLength + this.leaf.byteLength + this.arena.byteLength + this.blockStart.byteLength + this.blockLeaves.byteLength;
   }
 }
 
@@ -902,11 +945,6 @@ function more(n: number): number {
   return Math.ceil(n * 1.5) + 64;
 }
 
-function grow8(a: Uint8Array, cap: number): Uint8Array<ArrayBuffer> {
-  const b = new Uint8Array(cap);
-  b.set(a);
-  return b;
-}
 function grow32(a: Int32Array, cap: number): Int32Array<ArrayBuffer> {
   const b = new Int32Array(cap);
   b.set(a);

@@ -7,13 +7,21 @@
  * Owns: the table. Trusts: the caller to pass a shard's leaf tree of branch
  * main and to clear the table when the branch moves.
  * Must hold: an id is kept only for an entry that is a regular file with its
- * block's own name at its own position; anything else is left to the tree walk.
+ * block's own name at its own position, every entry before it in step (42
+ * bytes, its own name), so a strict entry-by-entry reading of the tree finds
+ * the same id; anything else is left to the tree walk (test/fuzz: blob-oids).
  */
 import { blockPath } from '../chain/layout.ts';
 
 const SHARD = 1000;
 /** Bytes of one leaf tree entry: `100644 DDDDDDDDD.json\0` and a 20-byte id. */
 const ENTRY = 42;
+
+/** The 6 bytes at `at` hold neither a space nor a NUL (the entry's mode ends where its name's space is). */
+function sixDigitMode(body: Buffer, at: number): boolean {
+  for (let i = at; i < at + 6; i++) if (body[i] === 0x20 || body[i] === 0) return false;
+  return true;
+}
 
 export class BlobOids {
   private oids = new Uint8Array(0);
@@ -31,7 +39,9 @@ export class BlobOids {
     for (let k = 0; k < SHARD; k++) {
       const at = k * ENTRY;
       if (at + ENTRY > body.length) break;
-      if (body.toString('latin1', at, at + 22) !== `100644 ${blockPath(base + k).slice(15)}\0`) continue;
+      // Out of step (a 5-digit mode, another name, a longer entry): a strict reading of what follows is not by position.
+      if (body.toString('latin1', at + 6, at + 22) !== ` ${blockPath(base + k).slice(15)}\0` || !sixDigitMode(body, at)) break;
+      if (body.toString('latin1', at, at + 6) !== '100644') continue;
       body.copy(this.oids, (base + k) * 20, at + 22, at + ENTRY);
       this.known[(base + k) >> 3]! |= 1 << ((base + k) & 7);
     }

@@ -33,8 +33,8 @@ export interface ChainSnapshot {
 
 /**
  * What branch main commits under `blocks/` and as `checkpoint.json`, from git
- * objects (`ChainReads.committedFiles`): the input a verifier checks the
- * working tree against.
+ * objects (`ChainReads.committedFiles`): the blocks a verifier reads (by
+ * their blob ids), and the checkpoint.json it checks the working tree's against.
  */
 export interface CommittedFiles {
   commit: string;

@@ -6,8 +6,8 @@
  * (docs/spec/design.md §1.7). Flat as the chain grows: per block the
  * calling thread builds no string and keeps nothing; `onVerified` and
  * `onLeaves` hand each block's text, facts or leaf hash on in order.
- * What is verified is what the branch commits: every block file read from
- * the working tree must be the blob the branch holds at its path.
+ * What is verified is what the branch commits: the blobs its trees name,
+ * read from git objects (docs/decisions/one-layout.md).
  * Trusts: nothing in the chain directory (a forged checkpoint size plans
  * nothing).
  * Must hold: the outcome never depends on the number of threads; every
@@ -19,13 +19,12 @@ import { sep } from 'node:path';
 import { ChainVerifier, type BlockFacts, type TrustedAuthority, type VerifierState } from '../chain/verify.ts';
 import { hash } from 'node:crypto';
 import { blockPath } from '../chain/layout.ts';
-import type { BlockObjects, CommittedFiles } from './chain-api.ts';
+import type { ChainReads, CommittedFiles } from './chain-api.ts';
 import { VouchError } from '../chain/errors.ts';
 import { readJson, type Checkpoint } from '../chain/block.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import {
   closeObjectRead,
-  examineFile,
   examineObject,
   leafOfRecordHash,
   objectReadOf,
@@ -39,29 +38,8 @@ import { workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { initialKeyState, type KeyState } from '../chain/key-events.ts';
 
-/** What a chain directory offers to the verifier (ChainRepo implements it). */
-export interface BlockSource {
-  readonly dir: string;
-  /**
-   * Every entry under blocks/ of a directory of block files, sorted by path;
-   * index null when the path is not a block's; `why` set when it is not a
-   * regular file. A chain repository has none: its blocks are what the
-   * branch commits (`committedFiles`, `blockObjects`).
-   */
-  listBlockFiles?(): { index: number | null; path: string; why?: string }[];
-  readCheckpoint(): string | null;
-  /**
-   * What the branch commits (read from git objects). Without it the working
-   * tree is verified as it is, and the checkpoint's size plans nothing.
-   */
-  committedFiles?(): Promise<CommittedFiles>;
-  /**
-   * The sparse layout: no block file in the working tree; the blocks are
-   * what the branch commits, read from git objects (`blockObjects`).
-   */
-  readonly sparse?: boolean;
-  blockObjects?(): BlockObjects;
-}
+/** What a chain repository offers to the verifier (ChainReads): what branch main commits, and where its objects are. */
+export type BlockSource = Pick<ChainReads, 'dir' | 'readCheckpoint' | 'committedFiles' | 'blockObjects'>;
 
 export interface DirVerifyOptions {
   pinnedPublicKey?: string | null;
@@ -132,6 +110,31 @@ async function startWorkers(count: number): Promise<Worker[]> {
     const w = new Worker(entry, { workerData: { vouch: 'verify-worker' } });
     w.once('error', (e) => startErrors.set(w, e));
     return w;
+  });
+}
+
+/**
+ * Stops a worker between two of its tasks (it exits when told: see
+ * verify-worker-impl.ts), not in the middle of one: `terminate()` while a
+ * task inflates a git object can abort the whole process (Node's zlib:
+ * "close before init"). Terminated after 5 s if it has not exited.
+ */
+function stopWorker(w: Worker): Promise<void> {
+  return new Promise((resolve) => {
+    if (w.threadId === -1) return resolve(); // already exited
+    const late = setTimeout(
+      () =>
+        void w.terminate().then(
+          () => resolve(),
+          () => resolve(),
+        ),
+      5000,
+    );
+    w.once('exit', () => {
+      clearTimeout(late);
+      resolve();
+    });
+    w.postMessage({ stop: true });
   });
 }
 
@@ -387,13 +390,6 @@ function exactIndexes(committed: CommittedFiles, size: number): boolean {
   return list.length === size && list[size - 1] === size - 1;
 }
 
-/** The listing shows exactly the block files 0..size-1 and nothing else. */
-function exactly(files: { index: number | null; why?: string }[], size: number): boolean {
-  if (files.length !== size) return false;
-  for (let i = 0; i < size; i++) if (files[i]!.index !== i || files[i]!.why !== undefined) return false;
-  return true;
-}
-
 /** Something under blocks/ that is no block file, with the index it would hold. */
 interface Stray {
   index: number;
@@ -440,7 +436,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     const p = pool;
     pool = null;
     poolUsed = false;
-    if (p) await Promise.all((await p.catch(() => [] as Worker[])).map((w) => w.terminate()));
+    if (p) await Promise.all((await p.catch(() => [] as Worker[])).map(stopWorker));
   };
   // checkpoint.json is read once: its size plans the work, its text is checked at the end
   // (a read error is reported there, after the blocks, as before).
@@ -452,34 +448,30 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     cpError = e;
   }
   try {
-    // A large chain starts before its directory is listed: the checkpoint's
+    // A large chain starts before the branch's trees are read: the checkpoint's
     // size (a hint here; it is verified at the end), when it is exactly the
     // number of block files the branch commits, plans the batches over the
     // paths the blocks must have, the workers start on them, and the
-    // listing, made meanwhile, must then show exactly those files (for a
-    // chain repository, the branch's block indexes, `exactIndexes`; a
-    // directory of block files is always listed in full). Their results are linked only once it does. If it does
-    // not (only a broken chain, or empty extra directories), the speculative
-    // run is dropped and the chain verified from the listing, so every
-    // outcome is the listing's.
+    // branch's block indexes must then be exactly those (`exactIndexes`).
+    // Their results are linked only once they are. If they are not (only a
+    // broken chain), the speculative run is dropped and the chain verified
+    // from the branch's listing, so every outcome is the listing's.
     const claimed = threads > 0 ? sizeHint(cpText) : 0;
     if (claimed >= INLINE_BELOW) pool = startWorkers(threads); // they start while git's trees are read
-    const committed = source.committedFiles ? await source.committedFiles() : null;
-    // The sparse layout: blocks read from git objects where the branch's trees name them (the listing is the branch's).
-    const objects = source.sparse === true && source.blockObjects && committed !== null ? source.blockObjects() : null;
+    const committed = await source.committedFiles();
+    // The blocks, read from git objects where the branch's trees name them.
+    const objects = source.blockObjects();
     const gitdir = base + '.git' + sep;
     /** Block `p`, read and examined on this thread (block 0, small chains). */
     const examineAt = (p: number, authority: TrustedAuthority | null, retired?: readonly string[]): Examined => {
-      if (objects === null) return examineFile(base + blockPath(p), p, authority, expect(p), undefined, retired);
       const oid = expect(p);
       if (!oid) return { facts: { position: p, malformed: `${blockPath(p)} is not on branch main` }, text: null, block: null };
       const at = objects.where(oid);
       mainRead ??= objectReadOf(gitdir, objects.packDir);
       return examineObject(mainRead, p, authority, oid, at?.pack ?? null, at?.offset ?? -1, undefined, retired);
     };
-    /** The blob id the branch commits for block `i` (null: none); undefined without a branch. */
-    const expect = (i: number): Uint8Array | null | undefined => {
-      if (committed === null) return undefined;
+    /** The blob id the branch commits for block `i` (null: none). */
+    const expect = (i: number): Uint8Array | null => {
       const oid = new Uint8Array(20);
       return committed.copyOid(i, oid, 0) ? oid : null;
     };
@@ -492,21 +484,11 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
     };
     const taskOf = (b: Batch): { task: VerifyTask; transfer: ArrayBuffer[] } => {
       const use = early !== null && b.start > early.index && early.keys.sequence > current!.keys.sequence ? early : current!;
-      const task: VerifyTask = { id: b.id, dir: base, start: b.start, count: b.count, authority: use.authority, keys: use.keys };
-      if (onVerified) {
-        task.texts = true;
-        if (options.factsOnly === true) task.noTexts = true;
-      }
-      if (onLeaves) task.leaves = true;
-      if (committed === null) return { task, transfer: [] };
-      // The batch's blob ids in one buffer (20 bytes a block), handed over, not copied.
+      // The batch's blob ids in one buffer (20 bytes a block), handed over, not copied. Batches cover
+      // only blocks the branch commits (before its first gap or stray): each has its id.
       const oids = new Uint8Array(20 * b.count);
-      const missing: number[] = [];
-      for (let i = 0; i < b.count; i++) if (!committed.copyOid(b.start + i, oids, 20 * i)) missing.push(i);
-      task.oids = oids;
-      if (missing.length > 0) task.missing = missing;
-      if (objects === null) return { task, transfer: [oids.buffer] };
-      // The sparse layout: where each block's object is (pack number, offset), found here in the packs' indexes.
+      for (let i = 0; i < b.count; i++) committed.copyOid(b.start + i, oids, 20 * i);
+      // Where each block's object is (pack number, offset), found here in the packs' indexes.
       const where = new Float64Array(2 * b.count);
       const packs: string[] = [];
       for (let i = 0; i < b.count; i++) {
@@ -519,10 +501,23 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
         where[2 * i] = k;
         where[2 * i + 1] = at?.offset ?? -1;
       }
-      task.objects = { gitdir, packDir: objects.packDir, packs, where };
+      const task: VerifyTask = {
+        id: b.id,
+        start: b.start,
+        count: b.count,
+        authority: use.authority,
+        keys: use.keys,
+        oids,
+        objects: { gitdir, packDir: objects.packDir, packs, where },
+      };
+      if (onVerified) {
+        task.texts = true;
+        if (options.factsOnly === true) task.noTexts = true;
+      }
+      if (onLeaves) task.leaves = true;
       return { task, transfer: [oids.buffer, where.buffer] };
     };
-    const hint = committed !== null && committed.strays.length === 0 && claimed === committed.count ? claimed : 0;
+    const hint = committed.strays.length === 0 && claimed === committed.count ? claimed : 0;
     let speculative: { size: number; head: Examined; run: Run } | null = null;
     if (hint >= INLINE_BELOW && pool !== null) {
       const head = examineAt(0, null);
@@ -536,16 +531,10 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       }
     }
 
-    // The cheap names-only check first; the full listing only when it fails (and for every error message).
+    // The cheap names-only check first; the branch's full listing only when it fails (and for every error message).
     // Both are synchronous: no worker's answer is looked at before they are done.
-    const committedList = (): { index: number | null; path: string; why?: string }[] =>
-      committed!.indexes().map((index) => ({ index, path: blockPath(index) }));
-    const confirmed = speculative !== null && objects !== null && exactIndexes(committed!, speculative.size);
-    const listed = (): { index: number | null; path: string; why?: string }[] => {
-      if (!source.listBlockFiles) throw new VouchError('internal_error', `${source.dir}: a block source with neither git objects nor a listing`);
-      return source.listBlockFiles();
-    };
-    const files = confirmed ? [] : objects !== null ? committedList() : listed();
+    const confirmed = speculative !== null && exactIndexes(committed, speculative.size);
+    const files: { index: number; path: string }[] = confirmed ? [] : committed.indexes().map((index) => ({ index, path: blockPath(index) }));
     const verifier = new ChainVerifier({ backend: nodeBackend, pinnedPublicKey: options.pinnedPublicKey ?? null });
     let total: number;
     /** Verifies blocks from..to-1 on this thread, each with the key in force as it comes; handed to onVerified a thousand at a time once they passed. */
@@ -576,7 +565,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       return again;
     };
 
-    if (speculative && (confirmed || exactly(files, speculative.size))) {
+    if (speculative && confirmed) {
       total = speculative.size;
       verifier.addFacts(speculative.head.facts);
       deliver(onVerified, 0, [speculative.head]);
@@ -585,17 +574,10 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
       await speculative.run.done;
     } else {
       if (poolUsed) await stopPool();
-      // Block files by position; anything else under blocks/ (working tree or branch) is a stray.
-      const blockFiles = files.filter((f): f is { index: number; path: string } => f.index !== null && f.why === undefined);
+      // Block files by position (the branch's); anything else it commits under blocks/ is a stray.
+      const blockFiles = files;
       const blockPaths = blockFiles.map((f) => f.path);
-      const strays: Stray[] = [];
-      for (const f of files) {
-        if (f.index === null) strays.push({ index: wouldHold(f.path, blockPaths), path: f.path, why: "is not a block file's path" });
-        else if (f.why !== undefined) strays.push({ index: f.index, path: f.path, why: f.why });
-      }
-      for (const f of committed?.strays ?? []) {
-        if (!strays.some((x) => x.path === f.path)) strays.push({ index: wouldHold(f.path, blockPaths), path: f.path, why: f.why });
-      }
+      const strays: Stray[] = committed.strays.map((f) => ({ index: wouldHold(f.path, blockPaths), path: f.path, why: f.why }));
       strays.sort((a, b) => a.index - b.index || (a.path < b.path ? -1 : 1));
       const stray = strays[0];
       // The first position whose file is missing (the listing then jumps past it).
@@ -641,16 +623,7 @@ export async function verifyDirectory(source: BlockSource, options: DirVerifyOpt
           evidence: { missing: blockPath(gapAt), next: blockFiles[gapAt]!.path },
         });
       }
-      if (committed && committed.count > total) {
-        throw new VouchError(
-          'index_gap',
-          `index_gap at block ${total}: branch main commits ${committed.count} block files, the working tree holds ${total} (${blockPath(total)} is missing): verify a clean checkout (git status, git checkout -- blocks)`,
-          {
-            index: total,
-            resource: blockPath(total),
-          },
-        );
-      }
+      // Past both checks, total is the branch's block count (committed.count: its listing has no gap and no stray).
     }
     progress(total, total);
     // The workers' work is done: they are told to stop, not waited for (about 10 ms).

@@ -30,9 +30,9 @@ export class RepoReader {
 
   /**
    * What branch main commits under `blocks/` and as `checkpoint.json`, read
-   * from git objects (the trees of the head commit; no blob is read): what
-   * `vouch verify` and the gateway's cold start check the working tree's
-   * files against, blob id by blob id.
+   * from git objects (the trees of the head commit; no blob is read): the
+   * blocks `vouch verify` and the gateway's cold start read, blob id by
+   * blob id, and the checkpoint.json of the working tree is checked against.
    */
   async committedFiles(): Promise<CommittedFiles> {
     const root = this.s.dirs.get('')!;
@@ -294,7 +294,10 @@ export class RepoReader {
         this.s.leaves.set(leafPath, body);
         this.s.blobOids.learnShard(index - (index % 1000), body);
       }
-      entry = leafEntry(body, p.slice(15), index % 1000) ?? parseTree(body, 'leaf').find((x) => x.name === p.slice(15));
+      // The ids the shard's tree yields by position were learnt with it (./blob-oids.ts); anything else by a strict reading.
+      const learnt = this.s.blobOids.get(index);
+      if (learnt !== null) return { mode: '100644', name: p.slice(15), oid: learnt };
+      entry = parseTree(body, 'leaf').find((x) => x.name === p.slice(15));
     }
     const e = entry;
     if (!e) throw new VouchError('not_found', `${p} is not on branch main`, { index });
@@ -338,18 +341,6 @@ export class RepoReader {
     }
     throw new VouchError('not_found', `${p} is not on branch main`, { index });
   }
-}
-
-/**
- * The entry `name` (a block file's name) of a leaf tree's bytes, found where
- * it is when the shard holds nothing but regular block files in order (each
- * entry `100644 DDDDDDDDD.json\0` + 20 bytes: 42 bytes, the k-th block at
- * k * 42); undefined otherwise (the caller parses the tree).
- */
-function leafEntry(body: Buffer, name: string, k: number): TreeEntry | undefined {
-  const at = k * 42;
-  if (at + 42 > body.length || body.toString('latin1', at, at + 22) !== `100644 ${name}\0`) return undefined;
-  return { mode: '100644', name, oid: body.toString('hex', at + 22, at + 42) };
 }
 
 /** A directory's entries, or null when it cannot be listed (missing, not a directory, no access). */

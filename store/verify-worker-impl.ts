@@ -1,12 +1,13 @@
 /**
- * Worker side of parallel verification: reads a batch of block files, runs
- * `examineBlock` on each and walks the batch with its own `ChainVerifier`,
- * answering per batch (first block's facts, state after the last accepted
- * block, the failing block's facts), so the main thread does no per-block
- * work.
- * Owns: how a chain file is read (`readChainFile`, also chain-repo.ts's): a
- * regular file only (O_NOFOLLOW, O_NONBLOCK, fstat), a bounded read, strict
- * UTF-8, I-JSON (docs/spec/design.md §1.7 "Reading a chain").
+ * Worker side of parallel verification: reads a batch of blocks from git
+ * objects (the blobs branch main names), runs `examineBlock` on each and
+ * walks the batch with its own `ChainVerifier`, answering per batch (first
+ * block's facts, state after the last accepted block, the failing block's
+ * facts), so the main thread does no per-block work.
+ * Owns: how a block object is read (a blob of at most 16 MiB hashing to its
+ * id, strict UTF-8, I-JSON: docs/spec/design.md §1.7 "Reading a chain"), and
+ * how a root file of the working tree is read (`readChainFile`, the
+ * checkpoint's: a regular file only, O_NOFOLLOW, O_NONBLOCK, fstat, bounded).
  * Trusts: the authority and the branch's blob ids from the main thread.
  * Must hold: never decides acceptance: the main thread links, adopts and
  * replays, so the first failure is that of a sequential check.
@@ -28,8 +29,6 @@ import { GitCatFile } from './git-cat-file.ts';
 
 export interface VerifyTask {
   id: number;
-  /** The chain directory, ending with a separator: block i's file is `dir + blockPath(i)`. */
-  dir: string;
   /** The batch: blocks start..start+count-1. */
   start: number;
   count: number;
@@ -38,12 +37,9 @@ export interface VerifyTask {
   keys: KeyState;
   /**
    * Per block of the batch, the git blob id the branch commits at its path,
-   * 20 bytes each, back to back (one buffer, not a string a block); absent
-   * when there is no branch to compare with.
+   * 20 bytes each, back to back (one buffer, not a string a block).
    */
-  oids?: Uint8Array;
-  /** With `oids`: the blocks of the batch (0 = start) the branch commits nothing for. */
-  missing?: number[];
+  oids: Uint8Array;
   /** Also hand back each accepted block's text and index facts (`DirVerifyOptions.onVerified`). */
   texts?: boolean;
   /** With `texts`: the facts alone (`DirVerifyOptions.factsOnly`); the answer has no `texts`. */
@@ -51,12 +47,11 @@ export interface VerifyTask {
   /** Also hand back each accepted block's Merkle leaf hash (`DirVerifyOptions.onLeaves`). */
   leaves?: boolean;
   /**
-   * The sparse layout: the blocks are read from git objects, not from
-   * `dir`: per block (with `oids`), the number of the pack in `packs` that
-   * holds it and its offset there (-1, -1: not in a pack; read as a loose
-   * object of `gitdir`).
+   * Where the blocks are read from git objects: per block, the number of the
+   * pack in `packs` that holds it and its offset there (-1, -1: not in a
+   * pack; read as a loose object of `gitdir`).
    */
-  objects?: { gitdir: string; packDir: string; packs: string[]; where: Float64Array };
+  objects: { gitdir: string; packDir: string; packs: string[]; where: Float64Array };
   /**
    * Shared with the main thread, one counter a batch: once `cancel[id]` is no
    * longer `gen`, the batch went out again with a newer key state and this
@@ -108,9 +103,7 @@ function writeLeafOfRecordHash(hex: string, out: Uint8Array, at: number): void {
   out.set(hash('sha256', leafInput, 'buffer') as Buffer, at);
 }
 
-/** Room kept before the bytes read, for the git blob header (`blob <size>\0`). */
-const HEAD = 32;
-const scratch = Buffer.allocUnsafe(HEAD + 64 * 1024);
+const scratch = Buffer.allocUnsafe(64 * 1024);
 const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /**
@@ -144,15 +137,10 @@ function kindOf(st: Stats): string {
 /**
  * Reads a chain file: a regular file (not a symbolic link, directory, FIFO
  * or device) of at most `limit` bytes, or the reason it is not one (naming
- * `path`, never quoting content). The bytes are `buf[HEAD, HEAD + size)`, in
- * a buffer reused by the next call when they fit it (about 64 KiB).
- * `listed`: the caller's listing (readdir: lstat semantics) showed a regular
- * file at `path`, and refuses anything else there itself; the fstat is then
- * skipped when a first read ends the file inside the buffer (block files
- * are a few KiB: nearly always), which bounds it, and made for anything else
- * (a read that fills the buffer, fails, or finds nothing).
+ * `path`, never quoting content). The bytes are `buf[0, size)`, in a
+ * buffer reused by the next call when they fit it (64 KiB).
  */
-export function readChainFile(path: string, limit: number, listed = false): ChainFileRead {
+export function readChainFile(path: string, limit: number): ChainFileRead {
   let fd: number;
   try {
     fd = openSync(path, OPEN_FLAGS);
@@ -163,25 +151,15 @@ export function readChainFile(path: string, limit: number, listed = false): Chai
     return failed(path, 'unreadable', `cannot be read (${code ?? (e as Error).message})`);
   }
   try {
-    if (listed && limit >= scratch.length - HEAD) {
-      let r = 0;
-      try {
-        r = readSync(fd, scratch, HEAD, scratch.length - HEAD, 0);
-      } catch {
-        /* a directory, a FIFO without data...: described after the fstat below */
-      }
-      // A short read of a regular file is its end.
-      if (r > 0 && HEAD + r < scratch.length) return { buf: scratch, size: r, error: null };
-    }
     const st = fstatSync(fd);
     if (!st.isFile()) return failed(path, 'refused', `is ${kindOf(st)}, not a regular file`);
     if (st.size > limit) return failed(path, 'refused', `is larger than ${limit} bytes`);
     // One byte more than fstat said, to see a file that grew since; never more than limit + 1.
     const room = st.size + 1;
-    const buf = HEAD + room <= scratch.length ? scratch : Buffer.allocUnsafe(HEAD + room);
+    const buf = room <= scratch.length ? scratch : Buffer.allocUnsafe(room);
     let n = 0;
     while (n < room) {
-      const r = readSync(fd, buf, HEAD + n, room - n, n);
+      const r = readSync(fd, buf, n, room - n, n);
       n += r;
       if (r === 0 || n < room) break; // a short read of a regular file is its end
     }
@@ -194,28 +172,9 @@ export function readChainFile(path: string, limit: number, listed = false): Chai
   }
 }
 
-/** The git blob id (20 bytes) of the bytes `readChainFile` returned (writes the header into the room before them). */
-export function blobIdOf(read: { buf: Buffer; size: number }): Buffer {
-  // `blob <size>\0` written backwards from HEAD (ASCII digits; no string, no write call).
-  const buf = read.buf;
-  let at = HEAD - 1;
-  buf[at] = 0;
-  let n = read.size;
-  do {
-    buf[--at] = 48 + (n % 10);
-    n = Math.floor(n / 10);
-  } while (n > 0);
-  buf[--at] = 0x20;
-  buf[--at] = 0x62; // b
-  buf[--at] = 0x6f; // o
-  buf[--at] = 0x6c; // l
-  buf[--at] = 0x62; // b
-  return hash('sha1', buf.subarray(at, HEAD + read.size), 'buffer') as Buffer;
-}
-
 /** The bytes `readChainFile` returned. */
 export function bytesOf(read: { buf: Buffer; size: number }): Buffer {
-  return read.buf.subarray(HEAD, HEAD + read.size);
+  return read.buf.subarray(0, read.size);
 }
 
 /** What examining a block file found: its facts, and its text and parsed block when it parsed. */
@@ -224,35 +183,6 @@ export interface Examined {
   /** The file's text (its exact bytes, strictly decoded), null when it was not read or not a block. */
   text: string | null;
   block: Block | null;
-}
-
-/**
- * Reads and examines the block file at `path` for `position`. `committed`:
- * the git blob id (20 bytes) the branch commits at that path (null: none),
- * compared with the file's; undefined: no comparison.
- */
-export function examineFile(
-  path: string,
-  position: number,
-  authority: TrustedAuthority | null,
-  committed?: Uint8Array | null,
-  batch?: SignatureBatch,
-  retired?: readonly string[],
-): Examined {
-  const read = readChainFile(path, LIMITS.blockFileBytes, true); // block paths come from a listing that refuses non-regular files
-  if (read.error !== null) return { facts: { position, malformed: read.error }, text: null, block: null };
-  const oid = committed === undefined ? null : blobIdOf(read);
-  const text = utf8Text(bytesOf(read));
-  if (text === null) return { facts: { position, malformed: `${path} is not valid UTF-8` }, text: null, block: null };
-  const parsed = parseBlockFile(text, position);
-  if (parsed.block === null) return { facts: { position, malformed: parsed.malformed }, text: null, block: null };
-  const facts = examineParsed(parsed.block, position, authority, nodeBackend, batch, retired);
-  if (oid !== null && (!committed || !oid.equals(committed)) && facts.malformed === null) {
-    facts.fileError = !committed
-      ? `${path} is not on branch main (an untracked file: clones do not get it)`
-      : `${path} is not what branch main commits (git blob ${Buffer.from(committed).toString('hex')}; the file is blob ${oid.toString('hex')}): verify a clean checkout (git status, git checkout -- blocks)`;
-  }
-  return { facts, text, block: parsed.block };
 }
 
 /**
@@ -323,13 +253,6 @@ export function closeObjectRead(read: ObjectRead | null): void {
   read.packs.close();
 }
 
-/** The blob id the task says the branch commits for its block `i` (see `VerifyTask.oids`). */
-function committedOf(task: VerifyTask, i: number, missing: Set<number> | null): Uint8Array | null | undefined {
-  if (task.oids === undefined) return undefined;
-  if (missing?.has(i)) return null;
-  return task.oids.subarray(20 * i, 20 * i + 20);
-}
-
 /** Examines and walks one batch (see the header). */
 /**
  * Sent by a worker as soon as its walk applies a key block that changes the
@@ -349,11 +272,9 @@ let noticeTo: ((n: KeyNotice) => void) | null = null;
 
 /** `fetched`: blocks of the batch (0 = start) already read (`fetchDeltas`). */
 export function runTask(task: VerifyTask, fetched?: Map<number, { type: string; body: Buffer }>): VerifyTaskResult {
-  const missing = task.missing !== undefined && task.missing.length > 0 ? new Set(task.missing) : null;
-  const objects = task.objects;
-  const read = objects ? objectReadOf(objects.gitdir, objects.packDir) : null;
+  const read = objectReadOf(task.objects.gitdir, task.objects.packDir);
   try {
-    return walkTask(task, missing, objects, read, fetched);
+    return walkTask(task, read, fetched);
   } finally {
     closeObjectRead(read);
   }
@@ -382,7 +303,7 @@ let catFile: GitCatFile | null = null;
  */
 export async function fetchDeltas(task: VerifyTask): Promise<Map<number, { type: string; body: Buffer }> | undefined> {
   const objects = task.objects;
-  if (!objects || !task.oids || packReader() !== 'git') return undefined;
+  if (packReader() !== 'git') return undefined;
   const got = new Map<number, { type: string; body: Buffer }>();
   const deltas: number[] = [];
   const read = objectReadOf(objects.gitdir, objects.packDir);
@@ -410,7 +331,7 @@ export async function fetchDeltas(task: VerifyTask): Promise<Map<number, { type:
     catFile = new GitCatFile(objects.gitdir);
   }
   const cf = catFile;
-  const answers = await Promise.allSettled(deltas.map((i) => cf.read(Buffer.from(task.oids!.buffer, task.oids!.byteOffset + 20 * i, 20).toString('hex'))));
+  const answers = await Promise.allSettled(deltas.map((i) => cf.read(Buffer.from(task.oids.buffer, task.oids.byteOffset + 20 * i, 20).toString('hex'))));
   answers.forEach((a, j) => {
     if (a.status === 'fulfilled' && a.value) got.set(deltas[j]!, a.value);
   });
@@ -425,32 +346,24 @@ export async function fetchDeltas(task: VerifyTask): Promise<Map<number, { type:
  */
 const SIGNATURE_RUN = 64;
 
-function walkTask(
-  task: VerifyTask,
-  missing: Set<number> | null,
-  objects: VerifyTask['objects'],
-  read: ObjectRead | null,
-  fetched?: Map<number, { type: string; body: Buffer }>,
-): VerifyTaskResult {
+function walkTask(task: VerifyTask, read: ObjectRead, fetched?: Map<number, { type: string; body: Buffer }>): VerifyTaskResult {
   // The key in force as the blocks are examined: the task's, then the one each key block of the batch puts in force.
   let authority = task.authority;
   let retired: readonly string[] = task.keys.retired;
+  const objects = task.objects;
   const examine = (i: number, b: SignatureBatch | undefined): Examined => {
-    if (objects && read) {
-      const k = objects.where[2 * i]!;
-      return examineObject(
-        read,
-        task.start + i,
-        authority,
-        task.oids!.subarray(20 * i, 20 * i + 20),
-        k >= 0 ? objects.packs[k]! : null,
-        objects.where[2 * i + 1]!,
-        b,
-        retired,
-        fetched?.get(i),
-      );
-    }
-    return examineFile(task.dir + blockPath(task.start + i), task.start + i, authority, committedOf(task, i, missing), b, retired);
+    const k = objects.where[2 * i]!;
+    return examineObject(
+      read,
+      task.start + i,
+      authority,
+      task.oids.subarray(20 * i, 20 * i + 20),
+      k >= 0 ? objects.packs[k]! : null,
+      objects.where[2 * i + 1]!,
+      b,
+      retired,
+      fetched?.get(i),
+    );
   };
   const keep = task.texts === true;
   const withTexts = task.noTexts !== true;
@@ -577,12 +490,15 @@ function walkTask(
 }
 
 // Only in a verification worker (parallel-verify.ts starts it with this workerData): the module
-// is also imported on the main thread, and by chain-repo.ts for `readChainFile`.
+// is also imported on the main thread, and by repo-reader.ts for `readChainFile`.
 if ((workerData as { vouch?: string } | null)?.vouch === 'verify-worker') {
   noticeTo = (n) => parentPort!.postMessage(n);
   // Tasks run one after another, in the order they came (reading a batch's deltas through git is asynchronous).
   let queue: Promise<void> = Promise.resolve();
-  parentPort?.on('message', (task: VerifyTask) => {
+  parentPort?.on('message', (task: VerifyTask | { stop: true }) => {
+    // Told to stop: between two tasks' synchronous runs (never inside one, where terminate() could
+    // interrupt a zlib inflate half set up and abort the process), so at once.
+    if ('stop' in task) process.exit(0);
     queue = queue.then(async () => {
       const result = runTask(task, await fetchDeltas(task));
       const transfer: ArrayBuffer[] = result.walk ? [result.walk.endorsed.buffer as ArrayBuffer] : [];

@@ -27,7 +27,7 @@ import { ChainVerifier, type VerifierState } from '../../chain/verify.ts';
 import type { KeyState } from '../../chain/key-events.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { verifyDirectory } from '../../store/parallel-verify.ts';
-import { blockPath, type ChainReads } from '../../store/chain-repo.ts';
+import type { ChainReads } from '../../store/chain-repo.ts';
 import { TreeEdge } from '../../store/tree-edge.ts';
 import { BlockTextCache } from '../cache/block-text-cache.ts';
 import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts';
@@ -216,7 +216,7 @@ export class ChainState {
     private readonly pinnedPublicKey: string | null,
   ) {
     // The sparse layout's texts are read from git objects: the cache keeps their lengths and hashes only.
-    this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'), repo.sparse ? (i) => repo.readBlockFile(i) : null);
+    this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'), (i) => repo.readBlockFile(i));
     this._index = this.newIndex();
     this.log = new LogTree(nodeBackend, treePathOf(repo.dir));
   }
@@ -691,33 +691,27 @@ export class ChainState {
   }
 
   /**
-   * Re-reads every block file in the background and compares it with the
-   * verified text served (after a warm start from the cache, nothing else
-   * looked at them). Resolves with the first index whose file differs, or
+   * Re-reads every block from git objects in the background and compares it
+   * with the verified text served (after a warm start from the cache, nothing
+   * else looked at them). Resolves with the first index whose bytes differ, or
    * null. Reads in batches: memory stays bounded at any chain size.
    */
   async recheckFiles(): Promise<number | null> {
-    const { readFile } = await import('node:fs/promises');
     const n = Math.min(this.size, this.cache.count);
-    // The sparse layout's reads are synchronous (~70 us a block from the pack): small batches, each after a
+    // Block reads from git objects are synchronous (~70 us a block from the pack): small batches, each after a
     // turn of the event loop, so requests are answered meanwhile (a million blocks take about a minute).
-    const BATCH = this.repo.sparse ? 32 : 256;
+    const BATCH = 32;
     for (let start = 0; start < n; start += BATCH) {
       const ids = Array.from({ length: Math.min(BATCH, n - start) }, (_, k) => start + k);
+      await new Promise((r) => setImmediate(r));
       // The raw bytes against the verified text's sha256: a byte changed into an invalid one differs too.
-      let files: (Buffer | null)[];
-      if (this.repo.sparse) {
-        await new Promise((r) => setImmediate(r));
-        files = ids.map((i) => {
-          try {
-            return Buffer.from(this.repo.readBlockFile(i), 'utf8');
-          } catch {
-            return null;
-          }
-        });
-      } else {
-        files = await Promise.all(ids.map((i) => readFile(join(this.repo.dir, blockPath(i))).catch(() => null)));
-      }
+      const files = ids.map((i) => {
+        try {
+          return Buffer.from(this.repo.readBlockFile(i), 'utf8');
+        } catch {
+          return null;
+        }
+      });
       for (let k = 0; k < ids.length; k++) {
         const f = files[k];
         if (f === null || f === undefined || !this.cache.isText(ids[k]!, f)) return ids[k]!;
@@ -802,8 +796,8 @@ export class ChainState {
    * (by the submitter, or a sync), with the committed checkpoint text. They
    * are verified like any other; blocks the writer already put in the index
    * are not added twice. `blockTexts`: the blocks' files as committed (the
-   * writer's own, so a working tree that lags behind the branch does not
-   * matter); without them the files are read from the working tree.
+   * writer's own); without them they are read from git objects
+   * (`readBlockFile`).
    * @throws VouchError when they do not verify (state left unchanged).
    */
   applyCommitted(blocks: readonly Block[], checkpointText: string | null, blockTexts?: readonly string[], noteText?: string | null): void {

@@ -298,9 +298,7 @@ export class OciRoutes {
     const fetchOne = async (item: (typeof queue)[number]): Promise<void> => {
       const { key, digest, start } = item;
       try {
-        const headers = { accept: '*/*', ...(await this.authHeader(route, repo)) };
-        const pending = this.ctx.artifacts.obtain(blobUrl(route.origin, repo, digest), digest, { headers, trustedHosts: [new URL(route.canonical).host] });
-        start(); // in flight (or found in the mirror): the client's request joins it from here on
+        const pending = this.obtainAuthorized(route, repo, blobUrl(route.origin, repo, digest), digest, '*/*', undefined, start);
         (await pending).artifact.release();
       } catch (e) {
         start();
@@ -532,6 +530,42 @@ export class OciRoutes {
     this.reachable.set(route, repo, digest, url);
   }
 
+  /**
+   * Verified bytes of `digest` from `fetchUrl` (mirror first), with the
+   * route's authorization; an upstream that answers 401 has its challenge
+   * learnt and is asked once more. `started`: called once the fetch is in
+   * flight (or found in the mirror), before the first answer.
+   */
+  private async obtainAuthorized(
+    route: ProxyRoute,
+    repo: string,
+    fetchUrl: string,
+    digest: string,
+    accept: string,
+    signal?: AbortSignal,
+    started?: () => void,
+  ) {
+    for (let attempt = 0; ; attempt++) {
+      const headers = { accept, ...(await this.authHeader(route, repo)) };
+      try {
+        const pending = this.ctx.artifacts.obtain(fetchUrl, digest, {
+          ...(signal !== undefined ? { signal } : {}),
+          headers,
+          trustedHosts: [new URL(route.canonical).host],
+        });
+        started?.();
+        return await pending;
+      } catch (e) {
+        const status = isVouchError(e) ? (e.evidence as { status?: unknown } | undefined)?.status : undefined;
+        if (attempt === 0 && status === 401) {
+          await this.learnChallenge(route, true);
+          continue;
+        }
+        throw e;
+      }
+    }
+  }
+
   /** Verified bytes of `digest` from `fetchUrl` (mirror first); on failure answers the client and resolves null. */
   private async obtain(route: ProxyRoute, repo: string, fetchUrl: string, digest: string, res: ServerResponse, accept: string) {
     const abort = new AbortController();
@@ -541,19 +575,7 @@ export class OciRoutes {
     res.on('close', onClose);
     const what = fetchUrl.includes('/blobs/') ? 'blob' : 'manifest';
     try {
-      for (let attempt = 0; ; attempt++) {
-        const headers = { accept, ...(await this.authHeader(route, repo)) };
-        try {
-          return await this.ctx.artifacts.obtain(fetchUrl, digest, { signal: abort.signal, headers, trustedHosts: [new URL(route.canonical).host] });
-        } catch (e) {
-          const status = isVouchError(e) ? (e.evidence as { status?: unknown } | undefined)?.status : undefined;
-          if (attempt === 0 && status === 401) {
-            await this.learnChallenge(route, true);
-            continue;
-          }
-          throw e;
-        }
-      }
+      return await this.obtainAuthorized(route, repo, fetchUrl, digest, accept, abort.signal);
     } catch (e) {
       if (abort.signal.aborted) {
         res.destroy();
@@ -723,9 +745,15 @@ export class OciRoutes {
     this.challenges.set(route.index, value === undefined ? null : parseChallenge(value));
   }
 
-  /** The `authorization` header for a pull of `repo` (a bearer token, or basic credentials), or none. */
+  /**
+   * The `authorization` header for a pull of `repo` (a bearer token, or
+   * basic credentials), or none. A route with credentials asks `/v2/` for
+   * the upstream's challenge before its first request; one without sends
+   * none until the upstream answered 401 (then it learns the challenge and
+   * the request goes again): an anonymous registry is never probed.
+   */
   private async authHeader(route: ProxyRoute, repo: string): Promise<Record<string, string>> {
-    if (!this.challenges.has(route.index)) await this.learnChallenge(route, false);
+    if (!this.challenges.has(route.index) && route.credentialsFile !== null) await this.learnChallenge(route, false);
     const ch = this.challenges.get(route.index) ?? null;
     if (ch === null) return {};
     const creds = this.credentials(route);

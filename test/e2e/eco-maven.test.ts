@@ -248,7 +248,7 @@ async function build(deps: Coordinates[], goals: string[], opts: { main?: string
   const dir = writeProject(join(work, `p${n}`), deps, opts.main ?? null);
   const repo = seededLocalRepo(join(work, `m2-${n}`));
   const settings = mirrorSettings(join(work, `settings-${n}.xml`), opts.url ?? `${gw.url}/maven/`);
-  const run = await mvn(goals, { cwd: dir, settings, repo, timeoutMs: 150_000 });
+  const run = await mvn(goals, { cwd: dir, settings, repo, timeoutMs: 150_000, shortJvm: true });
   return { ...run, dir, repo };
 }
 

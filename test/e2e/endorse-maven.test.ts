@@ -154,6 +154,7 @@ async function setup() {
     settings,
     repo: localRepo,
     timeoutMs: 150_000,
+    shortJvm: true,
   });
   assert.is(r.status, 0, r.output);
 
@@ -292,6 +293,7 @@ test('through a running authority: the same entries, then its Maven route serves
     settings,
     repo: seededLocalRepo(join(work, 'm2-gw')),
     timeoutMs: 150_000,
+    shortJvm: true,
   });
   assert.is(b.status, 0, b.output);
 });

@@ -7,6 +7,7 @@
  * Regression cases (`regress-*`) are left alone.
  */
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import { connect } from 'node:net';
 import * as fs from 'node:fs';
@@ -146,6 +147,22 @@ put(
   'copy-insert',
   Buffer.concat([Buffer.from([0, 11]), Buffer.from('hello world'), Buffer.from([11, 17, 0x91, 0, 5, 6]), Buffer.from(' there'), Buffer.from([0x91, 5, 6])]),
 );
+
+// --- leaf trees of block files, written by git (a full shard and the last, short one) ---
+const leafTree = (base: number, count: number): Buffer => {
+  const lines = Array.from({ length: count }, (_, k) => {
+    const oid = createHash('sha1')
+      .update(`block ${base + k}`)
+      .digest('hex');
+    return `100644 blob ${oid}\t${String(base + k).padStart(9, '0')}.json\n`;
+  });
+  const oid = execFileSync('git', ['mktree', '--missing'], { cwd: repo, input: lines.join('') })
+    .toString()
+    .trim();
+  return execFileSync('git', ['cat-file', 'tree', oid], { cwd: repo });
+};
+put('blob-oids', 'shard-0', leafTree(0, 1000));
+put('blob-oids', 'shard-7000-last', leafTree(7000, 37));
 
 // --- the chain's formats ---
 const { blocks, checkpoint } = buildFeatureChain();

@@ -2,7 +2,9 @@
  * A naive recursive RFC 6962 / RFC 9162 Merkle tree, written straight from
  * the RFC's definitions (MTH, PATH, PROOF / SUBPROOF) with node:crypto's
  * sha256 and no code shared with chain/merkle*.ts: the reference the
- * differential tests compare the real tree and verifiers against.
+ * differential tests compare the real tree and verifiers against. MTH is
+ * remembered per leaves array and range (the same recursion, each subtree
+ * hashed once), and handed out as a copy.
  */
 import { createHash } from 'node:crypto';
 
@@ -21,13 +23,28 @@ function k(n: number): number {
   return k;
 }
 
+/** MTH of D[lo:hi] of each leaves array already computed, by `lo * 2^32 + hi`; the arrays are never changed. */
+const mthMemo = new WeakMap<readonly Uint8Array[], Map<number, Uint8Array>>();
+
 /** MTH over leaf hashes D[lo:hi]. */
 export function naiveMth(leaves: readonly Uint8Array[], lo = 0, hi = leaves.length): Uint8Array {
+  return mth(leaves, lo, hi).slice();
+}
+
+function mth(leaves: readonly Uint8Array[], lo: number, hi: number): Uint8Array {
   const n = hi - lo;
   if (n === 0) return sha();
   if (n === 1) return leaves[lo]!;
-  const s = k(n);
-  return naiveNode(naiveMth(leaves, lo, lo + s), naiveMth(leaves, lo + s, hi));
+  let memo = mthMemo.get(leaves);
+  if (memo === undefined) mthMemo.set(leaves, (memo = new Map()));
+  const key = lo * 2 ** 32 + hi;
+  let h = memo.get(key);
+  if (h === undefined) {
+    const s = k(n);
+    h = naiveNode(mth(leaves, lo, lo + s), mth(leaves, lo + s, hi));
+    memo.set(key, h);
+  }
+  return h;
 }
 
 /** PATH(m, D[lo:hi]) */

@@ -25,7 +25,8 @@ import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { BytePool, sizeClass } from '../../artifacts/byte-pool.ts';
-import { HashWorkers } from '../../artifacts/hash-workers.ts';
+import { HashWorkers, NOTIFY_STEP } from '../../artifacts/hash-workers.ts';
+import { SLEEPING } from '../../artifacts/hash-worker.ts';
 import { Mirror } from '../../artifacts/mirror.ts';
 import { OriginFetcher } from '../../artifacts/origin-fetcher.ts';
 import { VerifiedFetcher } from '../../artifacts/verified-fetch.ts';
@@ -147,6 +148,25 @@ test('worker digests equal node:crypto for every algorithm and any chunking', as
     const digest = await job!.finish();
     assert.is(Buffer.from(digest).toString('hex'), hex(alg, data), alg);
   }
+});
+
+test('a sleeping worker is woken once per NOTIFY_STEP of bytes, not per socket read; the digest still covers every byte', async () => {
+  const data = randomBytes(8 * MiB);
+  const buf = new BytePool(0).take(data.length);
+  const job = workers.start('sha256', buf)!;
+  const sleeping = () => Atomics.load(job.controlWords, SLEEPING) === 1n;
+  let reads = 0;
+  for (let at = 0; at < data.length; reads++) {
+    // 64 KiB reads, each after the worker went to sleep again (as on a socket slower than hashing).
+    for (const t0 = Date.now(); !sleeping() && Date.now() - t0 < 1000; ) await new Promise((r) => setImmediate(r));
+    const n = Math.min(64 * 1024, data.length - at);
+    data.copy(buf, at, at, at + n);
+    at += n;
+    job.advance(at);
+  }
+  assert.is(Buffer.from(await job.finish()).toString('hex'), hex('sha256', data));
+  assert.is(reads, 128);
+  assert.ok(job.wakeUps <= data.length / NOTIFY_STEP, `woken ${job.wakeUps} times for ${reads} reads`);
 });
 
 test('a digest covers exactly the bytes advanced to, not the whole buffer', async () => {

@@ -7,7 +7,8 @@
  * before their copy was written are found on disk, not missed; `settled()`
  * and `close()` await the copies, which a new mirror over the same directory
  * reads back intact; a large copy this process verified is served from its
- * file without a read into memory first, unless its file changed since.
+ * file without a read into memory first, unless its file changed since; a
+ * copy waits until no response reads the bytes (WRITE_BEHIND_MAX_MS at most).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -15,7 +16,7 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Mirror } from '../../artifacts/mirror.ts';
+import { Mirror, WRITE_BEHIND_MAX_MS } from '../../artifacts/mirror.ts';
 
 const MiB = 1024 * 1024;
 const dir = mkdtempSync(join(tmpdir(), 'vouch-write-behind-'));
@@ -99,6 +100,58 @@ test('a large file this process verified is served from the file at once; writte
   writeFileSync(hit!.path!, wrong);
   assert.is(await mirror.get(a.hash), null);
   assert.is(mirror.stats().corrupt, 1);
+  await mirror.close();
+});
+
+test('the disk copy waits behind the readers of the moment: written once they released the bytes, after WRITE_BEHIND_MAX_MS at the latest, at once when settled() asks', async () => {
+  const mirror = new Mirror({ memoryBytes: 64 * MiB, diskDir: join(dir, 'd') });
+  await mirror.ready;
+  const entries = () => mirror.stats().disk.entries;
+  const until = async (n: number, ms: number) => {
+    for (const t0 = Date.now(); entries() < n && Date.now() - t0 < ms; ) await new Promise((r) => setTimeout(r, 10));
+  };
+  // A response still sending the bytes: no copying beside it.
+  const a = artifact(4 * MiB, 8);
+  const got = await mirror.putBytes(a.hash, a.bytes, 'application/octet-stream');
+  const sending = got.retain();
+  got.release();
+  await new Promise((r) => setTimeout(r, 300));
+  assert.is(entries(), 0, 'the copy was written while a response still read the bytes');
+  sending.release(); // the response is done: the copy goes now, without settled()
+  await until(1, 1000);
+  assert.is(entries(), 1);
+  // A reader that holds on: the copy goes after WRITE_BEHIND_MAX_MS anyway.
+  const b = artifact(2 * MiB, 9);
+  const t0 = Date.now();
+  const slow = await mirror.putBytes(b.hash, b.bytes, 'application/octet-stream');
+  await until(2, WRITE_BEHIND_MAX_MS + 3000);
+  assert.is(entries(), 2);
+  assert.ok(Date.now() - t0 >= WRITE_BEHIND_MAX_MS - 50, `written after ${Date.now() - t0} ms`);
+  slow.release();
+  // settled() (and close()) start a waiting copy at once.
+  const c = artifact(2 * MiB, 10);
+  const held = await mirror.putBytes(c.hash, c.bytes, 'application/octet-stream');
+  const t1 = Date.now();
+  await mirror.settled();
+  assert.is(entries(), 3);
+  assert.ok(Date.now() - t1 < WRITE_BEHIND_MAX_MS, 'settled() waited for the reader');
+  held.release();
+  await mirror.close();
+});
+
+test('bytes pushed out of memory while a response still reads them: a get() starts their waiting copy, it does not wait behind the reader', async () => {
+  const mirror = new Mirror({ memoryBytes: 12 * MiB, spoolThreshold: 8 * MiB, diskDir: join(dir, 'e') });
+  await mirror.ready;
+  const a = artifact(7 * MiB, 11);
+  const b = artifact(7 * MiB, 12);
+  const sending = await mirror.putBytes(a.hash, a.bytes, 'application/octet-stream');
+  (await mirror.putBytes(b.hash, b.bytes, 'application/octet-stream')).release(); // pushes a out of memory
+  const t0 = Date.now();
+  const hit = await mirror.get(a.hash);
+  assert.ok(Date.now() - t0 < WRITE_BEHIND_MAX_MS, `get() waited ${Date.now() - t0} ms`);
+  assert.ok(hit !== null && bytesOf(hit).equals(a.bytes));
+  hit!.release();
+  sending.release();
   await mirror.close();
 });
 

@@ -24,6 +24,7 @@ import { TreeEdge } from '../../store/tree-edge.ts';
 import { CompletenessIndex, INDEX_EXTENSION } from '../../chain/index-tree.ts';
 import { type IndexFacts, indexFactsOf } from '../../chain/index-facts.ts';
 import { indexRootOf } from '../../chain/index-proof.ts';
+import { type WorktreeStatus, worktreeStatus } from '../../store/worktree-status.ts';
 
 /**
  * The committed checkpoint.note against the verified chain: signed by the
@@ -75,6 +76,16 @@ function checkIndexLine(note: LogCheckpoint, recomputed: Uint8Array): Uint8Array
     );
   }
   return line;
+}
+
+/** The working tree's comparison, waited for at most `ms` more (then git is stopped and nothing is said but that). */
+async function settleWithin(tree: ReturnType<typeof worktreeStatus>, ms: number): Promise<WorktreeStatus> {
+  const timer = setTimeout(() => tree.cancel(`git status took longer than ${(ms / 1000).toFixed(1)} s after the verification`), ms);
+  try {
+    return await tree.result;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Whether a note's text has a `vouch-index/v1` extension line (well-formed or not: checkIndexLine judges it). */
@@ -144,8 +155,10 @@ export const verify: Command = {
     'the line (a chain from before the index) is reported as `index absent`. --no-index skips the index (the summary',
     'says `index not checked`); --index recomputes it even when the note has no line (the summary names no root then).',
     '',
-    'What is verified is what branch main commits: every block file and checkpoint.json in DIR must be the',
-    'blob the branch holds (a file that differs, or is untracked, fails naming it), so verify a clean checkout.',
+    'What is verified is what branch main commits: blocks are read from git objects, not the working tree, and',
+    'checkpoint.json in DIR must be the blob the branch holds. A working tree that differs from HEAD (git status:',
+    'files edited, deleted or added after the checkout) is a warning on stderr naming the count and the first file',
+    '(exit 0); with no working tree to compare (a bare repository) a note says so.',
     '',
     'Without --public-key the key of block 0 is trusted on first use; pin it to detect a substituted authority',
     "(the pin is block 0's key, also after rotations).",
@@ -171,8 +184,11 @@ export const verify: Command = {
     }
     if (v.index === true && v['no-index'] === true) throw new VouchError('usage', '--index and --no-index exclude each other');
     const bar = v.json || v.quiet ? null : progressReporter('verifying');
+    let tree: ReturnType<typeof worktreeStatus> | null = null;
     try {
       const repo = await openChainReadOnly(v.chain);
+      // git status runs beside the verification: a working tree edited after the checkout is a warning, not a failure.
+      tree = worktreeStatus(repo.dir);
       const edge = TreeEdge.empty(nodeBackend);
       // The completeness index (docs/spec/index.md), from the facts the workers hand back with each verified batch.
       let completeness = new CompletenessIndex(nodeBackend);
@@ -215,6 +231,7 @@ export const verify: Command = {
       const seconds = (performance.now() - started) / 1000;
       const keys = s.keys!;
       const voids = voidReport(repo, keys);
+      const worktree = await settleWithin(tree, Math.max(2000, 0.05 * (performance.now() - started)));
       const summary = {
         ok: true,
         blocks: s.size,
@@ -234,6 +251,7 @@ export const verify: Command = {
         index_checked: withIndex,
         origin: note?.origin ?? null,
         note: note !== null,
+        working_tree: worktree.compared ? { compared: true, differs: worktree.differs, first: worktree.first } : { compared: false, why: worktree.why },
         seconds: Number(seconds.toFixed(3)),
         blocks_per_second: Math.round(s.size / seconds),
         // What checked the signatures: libsodium, then OpenSSL for what it refused (the same answers), or OpenSSL alone.
@@ -259,9 +277,20 @@ export const verify: Command = {
         }
         if (!note) process.stderr.write('note: no checkpoint.note (a chain from before signed tlog checkpoints): it gains one with its next append\n');
       }
+      if (!v.json) {
+        if (!worktree.compared) {
+          if (!v.quiet) process.stderr.write(`note: the working tree was not compared with HEAD (${worktree.why}); verified the committed blocks\n`);
+        } else if (worktree.differs > 0) {
+          process.stderr.write(
+            `vouch verify: warning: the working tree differs from HEAD in ${worktree.differs} file${worktree.differs === 1 ? '' : 's'} (first: ${worktree.first}); ` +
+              'verified the committed blocks, not the files checked out (git status; docs/guide/auditing.md)\n',
+          );
+        }
+      }
       return 0;
     } catch (e) {
       bar?.done();
+      tree?.cancel('verify failed');
       if (isVouchError(e) && e.kind === 'integrity') {
         const where = e.code === 'checkpoint_mismatch' ? ' at checkpoint' : typeof e.index === 'number' ? ` at block ${e.index}` : '';
         if (v.json) {

@@ -15,6 +15,7 @@ import {
 } from './chain.ts';
 import { mavenLockTarget, mavenMetadataTarget } from './maven.ts';
 import { indexProofTarget } from './index-proof.ts';
+import { blobOidsTarget } from './blob-oids.ts';
 import { ociManifestTarget, ociTextTarget } from './oci.ts';
 import {
   configTarget,
@@ -41,6 +42,7 @@ export const TARGETS: readonly FuzzTarget[] = [
   gitPackDiskTarget,
   gitIndexTarget,
   gitCatFileTarget,
+  blobOidsTarget,
   blockFileTarget,
   jcsTarget,
   noteTarget,
