@@ -7,12 +7,13 @@
  * - `proxy ORIGIN`: an unverified streaming pass-through;
  * - `bare BODY_FILE ETAG` and `bare-batched`: one JSON body with the
  *   lookups' headers, written at once or as gateway/http/answer-batch.ts does;
- * - `answers ANSWERS_FILE`: each lookup's own answer from a Map;
+ * - `answers ANSWERS_FILE`: each lookup's own answer from a Map (the file: one JSON array [query, text, etag] a line);
  * - `blob SIZE`: SIZE random bytes in one `res.end()`.
  */
 import { createServer, request as httpRequest, Agent, type Server, type ServerResponse } from 'node:http';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { createReadStream, readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import type { AddressInfo } from 'node:net';
 import { OriginServer, pattern } from '../test/helpers/origin-server.ts';
 import { AnswerBatch } from '../gateway/http/answer-batch.ts';
@@ -131,7 +132,10 @@ async function bareBatched(bodyFile: string, etag: string): Promise<void> {
 
 async function answers(file: string): Promise<void> {
   const byQuery = new Map<string, { body: Buffer; etag: string }>();
-  for (const [q, [text, etag]] of Object.entries(JSON.parse(readFileSync(file, 'utf8')) as Record<string, [string, string]>)) {
+  // One JSON array [query, text, etag] a line (bench/scale/gateway-rows.ts), read line by line: a million answers outgrow one string.
+  for await (const line of createInterface({ input: createReadStream(file), crlfDelay: Number.POSITIVE_INFINITY })) {
+    if (line === '') continue;
+    const [q, text, etag] = JSON.parse(line) as [string, string, string];
     byQuery.set(q, { body: Buffer.from(text), etag });
   }
   await serve(

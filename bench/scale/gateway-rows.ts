@@ -10,7 +10,7 @@
  *   servers for context, and CPU time per lookup; interleaved, medians,
  *   started once the gateway is idle (the wait is reported).
  */
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeConfig } from '../../test/helpers/gateway-process.ts';
 import { cpuMsOf, ensureWrk, median, memoryOf, spawnServer, wrk, type WrkResult } from '../gateway-harness.ts';
@@ -228,26 +228,34 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
   const settled = performance.now() - t0;
   say(`  the gateway settled (idle, no reads) ${(settled / 1000).toFixed(0)} s after ready`);
   const paths = randomBlocks(s.blocks, o.urls).map((i) => `/v1/endorsement?url=${encodeURIComponent(fixtureUrl(i))}`);
-  // Every answer, fetched once (which also fills the gateway's answer cache, as the warm-up would): a
-  // sample picks the typical body of the bare server; all of them are the second bare server's answers.
-  const answers: Record<string, [string, string]> = {};
-  for (let i = 0; i < paths.length; i += 64) {
-    await Promise.all(
-      paths.slice(i, i + 64).map(async (p) => {
-        const res = await fetch(g.url + p);
-        const text = await res.text();
-        if (res.status !== 200 || JSON.parse(text).success !== true) throw new Error(`bench: lookup ${p} answered ${res.status}: ${text.slice(0, 200)}`);
-        answers[queryOf(p)] = [text, res.headers.get('etag') ?? ''];
-      }),
-    );
+  // Every answer, fetched once (which also fills the gateway's answer cache, as the warm-up would), written to
+  // the `answers` server's file as they come (one JSON array a line: at 1M URLs they outgrow one string); a
+  // sample of them picks the typical body of the bare server.
+  const answersFile = join(s.work, 'lookup-answers.ndjson');
+  const out = openSync(answersFile, 'w');
+  const every = Math.max(1, Math.floor(paths.length / 25));
+  const samples: Array<[string, string]> = [];
+  try {
+    for (let i = 0; i < paths.length; i += 64) {
+      const got = await Promise.all(
+        paths.slice(i, i + 64).map(async (p, k) => {
+          const res = await fetch(g.url + p);
+          const text = await res.text();
+          if (res.status !== 200 || JSON.parse(text).success !== true) throw new Error(`bench: lookup ${p} answered ${res.status}: ${text.slice(0, 200)}`);
+          const etag = res.headers.get('etag') ?? '';
+          if ((i + k) % every === 0) samples.push([text, etag]);
+          return `${JSON.stringify([queryOf(p), text, etag])}\n`;
+        }),
+      );
+      writeSync(out, got.join(''));
+    }
+  } finally {
+    closeSync(out);
   }
-  const samples = paths.filter((_, k) => k % Math.max(1, Math.floor(paths.length / 25)) === 0).map((p) => answers[queryOf(p)]!);
   samples.sort((a, b) => a[0].length - b[0].length);
   const [typicalText, typicalEtag] = samples[Math.floor(samples.length / 2)]!;
   const bodyFile = join(s.work, 'lookup-body.json');
   writeFileSync(bodyFile, typicalText);
-  const answersFile = join(s.work, 'lookup-answers.json');
-  writeFileSync(answersFile, JSON.stringify(answers));
   const script = join(s.work, 'lookups.lua');
   writeFileSync(script, randomScript(paths));
   /** The baselines: bare node:http with a typical body (judged), with the gateway's own answers, and batched as the gateway writes. */
