@@ -28,7 +28,7 @@ export function keepPackTimes(src: string): () => void {
   const dir = join(src, '.git', 'objects', 'pack');
   const times = readdirSync(dir).map((f) => {
     const st = statSync(join(dir, f));
-    return { path: join(dir, f), atime: st.atime, mtime: st.mtime, mtimeMs: st.mtimeMs };
+    return { path: join(dir, f), atime: st.atimeMs / 1000, mtime: st.mtimeMs / 1000, mtimeMs: st.mtimeMs };
   });
   return () => {
     for (const t of times) if (statSync(t.path).mtimeMs !== t.mtimeMs) utimesSync(t.path, t.atime, t.mtime);

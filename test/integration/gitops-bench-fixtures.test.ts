@@ -9,6 +9,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,7 +31,7 @@ function git(dir: string, ...args: string[]): string {
   return r.stdout.trim();
 }
 
-/** Every file under `dir` with its size and mtime: what a write into the fixture would change. */
+/** Every file under `dir` with its size, mtime (to the millisecond) and a hash of its bytes: what a write into the fixture would change. */
 function listing(dir: string, at = ''): string[] {
   const out: string[] = [];
   for (const e of readdirSync(join(dir, at), { withFileTypes: true })) {
@@ -38,7 +39,11 @@ function listing(dir: string, at = ''): string[] {
     if (e.isDirectory()) out.push(`${p}/`, ...listing(dir, p));
     else {
       const st = statSync(join(dir, p));
-      out.push(`${p} ${st.size} ${st.mtimeMs}`);
+      out.push(
+        `${p} ${st.size} ${Math.round(st.mtimeMs)} ${createHash('sha256')
+          .update(readFileSync(join(dir, p)))
+          .digest('hex')}`,
+      );
     }
   }
   return out.sort();
