@@ -5,7 +5,7 @@
  * Rows at 1k/50k: append p50 (RepoWriter vs plumbing vs `fast-import`, all
  * fsync'd), mirror clone (vs `git clone --sparse`, direct and behind
  * ./gitops/bounding-proxy.ts), fetch and push of one append, repack, disk.
- * `--sizes=1000000 [--rows=append,endorse,clone,fetch,repack]`: the rows on
+ * `--sizes=1000000 [--rows=append,endorse,clone,fetch,repack] [--fixture=git-packed]`: the rows on
  * bench/out/chain-N-sparse and its -gitpacked twin, plus whole-process
  * `vouch endorse` (./gitops/endorse-row.ts); section `gitops-N`.
  * Owns: temporary directories (removed). Never writes into bench/out: link
@@ -390,7 +390,8 @@ async function fixtureRows(n: number, rowsWanted: Set<string>, quick: boolean): 
   const N = n.toLocaleString('en');
   const restores: (() => void)[] = [];
   try {
-    for (const fx of fixturesOf(n)) {
+    const only = arg('fixture'); // vouch-packed | git-packed: one fixture only
+    for (const fx of fixturesOf(n).filter((f) => !only || (only === 'git-packed') === f.dir.endsWith('-gitpacked'))) {
       restores.push(keepPackTimes(fx.dir));
       const gitpacked = fx.dir.endsWith('-gitpacked');
       const fxName = gitpacked ? 'git-packed' : 'vouch-packed';
