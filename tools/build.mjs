@@ -37,6 +37,7 @@ const RETIRE_MS = 3_600_000;
 const COPIES = {
   'explorer/index.html': 'gateway/explorer/index.html',
   'explorer/explorer.css': 'gateway/explorer/explorer.css',
+  'licenses/undici.txt': 'node_modules/undici/LICENSE',
 };
 
 /**
@@ -135,13 +136,30 @@ function lastOutputs(dist) {
   }
 }
 
+/**
+ * Packages bundled into dist/ rather than loaded from node_modules: undici
+ * loads as some hundred CommonJS files, twice the CPU of one bundled piece
+ * (docs/decisions/cli-start.md). Its licence is copied beside (COPIES).
+ */
+const BUNDLED = /^undici(\/|$)/;
+
+/** Every other package stays external: loaded from node_modules as installed. */
+const externalPackages = {
+  name: 'external-packages',
+  setup(b) {
+    b.onResolve({ filter: /^[^./]/ }, (a) => (BUNDLED.test(a.path) && a.kind !== 'entry-point' ? undefined : { path: a.path, external: true }));
+  },
+};
+
 /** Options of the Node bundles (cli and workers). */
 const NODE_OPTIONS = {
   outExtension: { '.js': '.mjs' },
   platform: 'node',
   format: 'esm',
   target: 'node20',
-  packages: 'external',
+  plugins: [externalPackages],
+  // The bundled CommonJS requires Node's modules: `require` in an ES module.
+  banner: { js: "import { createRequire as __vouchCreateRequire } from 'node:module';\nconst require = __vouchCreateRequire(import.meta.url);" },
   sourcemap: 'linked',
   define: { __VOUCH_BUILT__: 'true' },
 };

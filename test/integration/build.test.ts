@@ -13,6 +13,7 @@
  * - Files a build does not make: one the previous build listed is kept (its
  *   time reset: a process started from that build may still import it);
  *   older ones go an hour after they were last written, not before.
+ * - undici is bundled (one piece, its licence copied beside).
  * - The freshness check reads an input only when its stat (size, mtime,
  *   ctime, inode) differs from the build's or was racy then; an edit that
  *   keeps the size and restores the mtime is still seen (ctime).
@@ -102,6 +103,21 @@ test('a build lists every piece its files import; the workers import none; a mis
   assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'stale');
   writeFileSync(join(out, piece), saved);
   assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'fresh');
+});
+
+test('undici is bundled into dist/ (one piece, not a hundred files from node_modules), with its licence beside', () => {
+  const m = manifest();
+  const code = m.outputs.filter((f) => f.endsWith('.mjs'));
+  const importsUndici = code.filter((f) => /(?:\bfrom\s*|\bimport\s*\(\s*|\brequire\(\s*)"undici(?:\/[^"]*)?"/.test(readFileSync(join(out, f), 'utf8')));
+  assert.equal(importsUndici, [], `these built files load undici from node_modules: ${importsUndici.join(', ')}`);
+  const holder = code.filter((f) => readFileSync(join(out, f), 'utf8').includes('node_modules/undici/lib/dispatcher/agent.js'));
+  assert.is(holder.length, 1, `undici's Agent should be in one piece, found in ${holder.join(', ')}`);
+  assert.ok(m.outputs.includes('licenses/undici.txt'));
+  assert.match(readFileSync(join(out, 'licenses', 'undici.txt'), 'utf8'), /Undici contributors/);
+  assert.ok(
+    m.inputs.some((f) => /(^|\/)node_modules\/undici\/lib\/dispatcher\/agent\.js$/.test(f)),
+    'the bundled package is not an input: an update of it would not make dist/ stale',
+  );
 });
 
 test('the built command line runs from its directory: --help, and verify with its worker threads', async () => {
