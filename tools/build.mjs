@@ -77,7 +77,7 @@ export function recordInputs(inputs) {
 /** True while the input `f` has the content `rec` (from recordInputs) says: by its stat when that matches, else by its hash. */
 function inputUnchanged(f, rec) {
   if (typeof rec?.sha256 !== 'string') return false;
-  const path = join(ROOT, f);
+  const path = ROOT + f; // ROOT ends with a separator; not path.join: on every start, for some hundred inputs
   try {
     if (typeof rec.stat === 'string' && statKey(path) === rec.stat) return true;
     return createHash('sha256').update(readFileSync(path)).digest('hex') === rec.sha256;
@@ -100,7 +100,8 @@ export function distState(dist = DIST) {
     return 'missing';
   }
   if (!Array.isArray(m?.inputs) || !Array.isArray(m?.outputs) || typeof m?.files !== 'object' || m.files === null) return 'stale';
-  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(join(dist, f)))) return 'stale';
+  const dir = `${dist}/`;
+  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(dir + f))) return 'stale';
   return m.inputs.every((f) => typeof f === 'string' && inputUnchanged(f, m.files[f])) ? 'fresh' : 'stale';
 }
 
