@@ -8,6 +8,7 @@
  * one-block chain; rounds interleaved, medians; both chains end with the
  * same entries (checked).
  */
+import { blockTexts } from './block-texts.ts';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,16 +27,13 @@ function sizeOf(i: number, n: number): number {
 }
 
 const size = (chain: string) => JSON.parse(readFileSync(join(chain, 'checkpoint.json'), 'utf8')).size as number;
-const blockAt = (chain: string, i: number) => {
-  const d = String(i).padStart(9, '0');
-  return JSON.parse(readFileSync(join(chain, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'));
-};
 /** Each block's entries after block 0, without what the signer or the clock decides. */
 const entriesOf = (chain: string) => {
-  const out: string[][] = [];
-  for (let i = 1; i < size(chain); i++)
-    out.push(blockAt(chain, i).payload.endorsements.map((e: any) => `${e.artifact_url} ${e.artifact_hash} ${e.name} ${e.semver}`));
-  return JSON.stringify(out);
+  const texts = blockTexts(
+    chain,
+    Array.from({ length: size(chain) - 1 }, (_, k) => k + 1),
+  );
+  return JSON.stringify(texts.map((t) => JSON.parse(t).payload.endorsements.map((e: any) => `${e.artifact_url} ${e.artifact_hash} ${e.name} ${e.semver}`)));
 };
 
 export async function runEndorseBench(quick: boolean): Promise<{ title: string; markdown: string }> {

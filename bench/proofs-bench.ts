@@ -8,7 +8,8 @@
  * 4. warm restart with the tree image in the snapshot, and its size.
  * Figures are printed and written by the runner, never asserted.
  */
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { blockTexts } from './block-texts.ts';
+import { cpSync, existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Encode, hexDecode } from '../chain/encoding.ts';
@@ -24,10 +25,7 @@ import { ensureWrk, median, rotationScript, spawnGateway, stopAll, waitIdle, wrk
 const fmt = (x: number, d = 1) => x.toFixed(d);
 const int = (x: number) => Math.round(x).toLocaleString('en');
 
-function blockFile(dir: string, i: number): { record_hash: string; payload: { endorsements?: { artifact_url: string }[] } } {
-  const d = String(i).padStart(9, '0');
-  return JSON.parse(readFileSync(join(dir, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'));
-}
+type BenchBlock = { record_hash: string; payload: { endorsements?: { artifact_url: string }[] } };
 
 export async function runProofsBench(quick: boolean): Promise<{ title: string; markdown: string }> {
   const p = quick
@@ -51,8 +49,12 @@ export async function runProofsBench(quick: boolean): Promise<{ title: string; m
     const tree = new MerkleTree(nodeBackend);
     const t0 = performance.now();
     const urls: string[] = [];
+    const texts = blockTexts(
+      dir,
+      Array.from({ length: N }, (_, i) => i),
+    );
     for (let i = 0; i < N; i++) {
-      const b = blockFile(dir, i);
+      const b = JSON.parse(texts[i]!) as BenchBlock;
       tree.append(hexDecode(b.record_hash)!);
       if (i > 0 && i % Math.max(1, Math.floor(N / p.paths)) === 0 && urls.length < p.paths) urls.push(b.payload.endorsements![0]!.artifact_url);
     }
