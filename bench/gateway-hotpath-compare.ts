@@ -36,9 +36,9 @@ const int = (x: number) => Math.round(x).toLocaleString('en');
 
 /** Each variant: the parts given to serve.ts, and what it stands for. */
 const VARIANTS: { name: string; parts: string[]; what: string }[] = [
-  { name: 'today', parts: [], what: 'today: lru-cache, batched answers, the log sink' },
+  { name: 'today', parts: [], what: 'today: lru-cache, each answer written when made, the log sink' },
   { name: 'clock', parts: ['cache=clock'], what: 'the CLOCK cache lru-cache replaced (bench/hot-path/clock-cache.ts)' },
-  { name: 'nobatch', parts: ['batch=off'], what: 'each answer written when made (no batch)' },
+  { name: 'batch', parts: ['batch=on'], what: 'the answers of a turn written together (gateway/http/answer-batch.ts; the default until 2026-11-29)' },
   {
     name: 'pino-async',
     parts: ['sink=pino-async'],

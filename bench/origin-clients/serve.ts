@@ -33,6 +33,7 @@ function partOptions(parts: string[]): StartOptions {
     if (part === 'cache=clock') hotPath.answerCache = (maxBytes) => new ClockCache(maxBytes);
     else if (part === 'cache=lru') hotPath.answerCache = (maxBytes) => new LRUCache({ maxSize: maxBytes, sizeCalculation: (v) => Math.max(1, v.bytes) });
     else if (part === 'batch=off') hotPath.batching = false;
+    else if (part === 'batch=on') hotPath.batching = true;
     else if (part === 'sink=pino-async' || part === 'sink=pino-sync') {
       const dest = pino.destination(part === 'sink=pino-sync' ? { dest: 2, sync: true } : { dest: 2, sync: false, minLength: 4096 });
       if (part === 'sink=pino-async') process.on('exit', () => dest.flushSync());

@@ -80,7 +80,11 @@ export interface AnswerCache<V> {
 export interface HotPathParts {
   /** The lookup-answer cache, bounded at `maxBytes` in its entries' `bytes` (default lru-cache). */
   answerCache?: <V extends { bytes: number; used: boolean }>(maxBytes: number) => AnswerCache<V>;
-  /** false: each answer written when made, not in the turn's batch (default true). */
+  /**
+   * true: the 200 answers of a turn of the event loop written together
+   * (./answer-batch.ts); default false: each answer written when made (a
+   * quiet side-by-side showed no gain: docs/decisions/gateway-hot-path.md).
+   */
   batching?: boolean;
 }
 
@@ -889,8 +893,9 @@ export function createRequestHandler(
     reportUnexpected(ctx.log, metrics, 'batch', e, null, a.obs.path);
     a.res.destroy();
   };
-  const batch: Pick<AnswerBatch<Answer>, 'add'> = parts.hotPath?.batching === false
-    ? {
+  const batch: Pick<AnswerBatch<Answer>, 'add'> = parts.hotPath?.batching === true
+    ? new AnswerBatch<Answer>(writeAnswer, answerFailed, answerLost)
+    : {
         add: (a) => {
           try {
             writeAnswer(a);
@@ -902,8 +907,7 @@ export function createRequestHandler(
             }
           }
         },
-      }
-    : new AnswerBatch<Answer>(writeAnswer, answerFailed, answerLost);
+      };
   // Bounded in bytes: an entry over the whole budget is not kept (lru-cache's maxEntrySize defaults to maxSize).
   const answers =
     parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES) ??

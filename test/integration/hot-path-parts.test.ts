@@ -1,9 +1,9 @@
 /**
  * The lookup path's swappable parts (issue 33 item 5,
  * docs/decisions/gateway-hot-path.md): a gateway given another answer cache
- * uses it for its lookup answers, and a gateway writing each answer when
- * made (no batch) answers byte for byte as the default one (lru-cache,
- * batched answers), pipelined requests included. Real gateways in this
+ * uses it for its lookup answers, and a gateway writing the answers of a
+ * turn together (the batch) answers byte for byte as the default one
+ * (lru-cache, each answer written when made), pipelined requests included. Real gateways in this
  * process on 127.0.0.1, one chain.
  */
 import { test } from 'uvu';
@@ -40,7 +40,7 @@ test.before(async () => {
   swapped = await startGateway(config, {
     ...quiet,
     hotPath: {
-      batching: false,
+      batching: true,
       answerCache: <V extends { bytes: number; used: boolean }>(maxBytes: number): AnswerCache<V> => {
         const inner = new ClockCache<V>(maxBytes);
         return {
@@ -73,7 +73,7 @@ test('a gateway given another answer cache keeps its lookup answers there', asyn
   assert.ok(calls.hits >= 2, `later lookups answered from it (${calls.hits} hits of ${calls.get})`);
 });
 
-test('without the batch, answers are the same bytes as the default gateway’s, one at a time and pipelined', async () => {
+test('with the batch, answers are the same bytes as the default gateway’s (no batch), one at a time and pipelined', async () => {
   for (const u of [...urls, 'https://nowhere.example/x.tgz']) {
     const path = `/v1/endorsement?url=${encodeURIComponent(u)}`;
     const [a, b] = await Promise.all([rawRequest(plain.url, path), rawRequest(swapped.url, path)]);
