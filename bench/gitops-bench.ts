@@ -1,14 +1,15 @@
 /**
  * `npm run bench -- gitops [--quick] [--rows=append,clone,fetch,push,repack] [--rounds=N]`
- * (issue 33 item 1, "Writes, fetch and push"): the store's hand-written git
- * writes and transfers against stock git doing the same work, interleaved
- * in one run (the order rotates each round), medians. Rows: append p50 at
- * 1k/50k (RepoWriter vs git plumbing vs `fast-import`, all fsync'd); mirror
- * clone at 50k (time, peak RSS; vouch's upload-pack client + indexer vs
- * `git clone --sparse`, direct and behind ./gitops/bounding-proxy.ts); fetch
- * of one append; push of one append (./chain-push.ts); repack and disk.
- * Owns: temporary directories (removed). Never writes into bench/out: the
- * clone rows serve a hard-linked bare clone of bench/out/chain-<n>.
+ * (issue 33 item 1): the store's hand-written git writes and transfers
+ * against stock git doing the same work, interleaved in one run, medians.
+ * Rows at 1k/50k: append p50 (RepoWriter vs plumbing vs `fast-import`, all
+ * fsync'd), mirror clone (vs `git clone --sparse`, direct and behind
+ * ./gitops/bounding-proxy.ts), fetch and push of one append, repack, disk.
+ * `--sizes=1000000 [--rows=append,endorse,clone,fetch,repack] [--fixture=git-packed]`: the rows on
+ * bench/out/chain-N-sparse and its -gitpacked twin, plus whole-process
+ * `vouch endorse` (./gitops/endorse-row.ts); section `gitops-N`.
+ * Owns: temporary directories (removed). Never writes into bench/out: link
+ * copies (./gitops/link-copy.ts) and hard-linked bare clones only.
  * Must hold: every side ends with the same head as the remote or the bench fails.
  */
 import { spawnSync } from 'node:child_process';
@@ -23,6 +24,8 @@ import { benchChainDir } from './chain-dir.ts';
 import { benchPush } from './chain-push.ts';
 import { run } from './mirror-bootstrap.ts';
 import { BoundingProxy } from './gitops/bounding-proxy.ts';
+import { ENDORSE_SIDES, endorseRow, type EndorseRow } from './gitops/endorse-row.ts';
+import { keepPackTimes, linkCopy } from './gitops/link-copy.ts';
 import { DURABLE, FastImportWriter, PlumbingWriter, type StockWriter } from './gitops/stock-git.ts';
 import { peakRssMiB } from './peak-rss.ts';
 
@@ -94,40 +97,57 @@ async function appendRows(work: string, chain: BlockFile[], sizes: number[], sam
     await ChainRepo.init(join(base, 'vouch'), chain.slice(0, from), checkpointText(from), info(0));
     for (const side of APPEND_SIDES.slice(1)) cpSync(join(base, 'vouch'), join(base, side), { recursive: true });
     console.log(`append: ${size}-block sparse chain built in ${f1((performance.now() - t0) / 1000)} s`);
-    const repo = await ChainRepo.open(join(base, 'vouch'));
-    const writers: Record<Exclude<AppendSide, 'vouch'>, StockWriter> = {
-      plumbing: new PlumbingWriter(join(base, 'plumbing')),
-      'plumbing+dirsync': new PlumbingWriter(join(base, 'plumbing+dirsync'), true),
-      fastimport: new FastImportWriter(join(base, 'fastimport')),
-    };
-    const row: AppendRow = { size, samples, ms: { vouch: [], plumbing: [], 'plumbing+dirsync': [], fastimport: [] }, packsAfterFastImport: 0 };
-    try {
-      for (let k = 0; k < samples + 3; k++) {
-        const i = from + k;
-        for (const side of rotated([...APPEND_SIDES], k)) {
-          const t = performance.now();
-          if (side === 'vouch') await repo.append([chain[i]!], checkpointText(i + 1), info(i));
-          else await writers[side].append(chain[i]!, checkpointText(i + 1), info(i));
-          if (k >= 3) row.ms[side].push(performance.now() - t); // the first three warm up
-        }
-      }
-    } finally {
-      for (const w of Object.values(writers)) await w.close();
-    }
-    if (repo.warnings.length) throw new Error(`append warnings: ${repo.warnings.join('; ')}`);
-    // The same blocks, trees and commits on all three sides.
-    const want = git(join(base, 'vouch'), 'rev-parse', 'main');
-    for (const side of APPEND_SIDES.slice(1)) {
-      const got = git(join(base, side), 'rev-parse', 'main');
-      if (got !== want) throw new Error(`append: ${side} ended at ${got}, vouch at ${want}`);
-    }
-    git(join(base, 'plumbing'), 'fsck', '--no-dangling', '--connectivity-only');
-    row.packsAfterFastImport = packCount(join(base, 'fastimport', '.git'));
-    rows.push(row);
-    console.log(`append at ${size}: p50 ${APPEND_SIDES.map((s) => `${s} ${median(row.ms[s]).toFixed(2)} ms`).join(', ')}`);
+    rows.push(await appendSamples(base, size, chain.slice(from, size)));
     rmSync(base, { recursive: true, force: true });
   }
   return rows;
+}
+
+/** At a fixture's size (1M): link copies of the fixture, then `samples + 3` blocks appended after its last one (real block texts of the chain, at the next indexes). */
+async function appendOnFixture(work: string, src: string, tail: BlockFile[], samples: number): Promise<AppendRow> {
+  const base = join(work, 'append-fixture');
+  for (const side of APPEND_SIDES) linkCopy(src, join(base, side));
+  const from = (await ChainRepo.open(src, { repair: false })).size;
+  const blocks = Array.from({ length: samples + 3 }, (_, k) => ({ index: from + k, content: tail[k % tail.length]!.content }));
+  const row = await appendSamples(base, from + samples + 3, blocks);
+  rmSync(base, { recursive: true, force: true });
+  return row;
+}
+
+/** Appends `blocks` one by one on the four copies under `base` (the sides' order rotating), checks they end at one commit. */
+async function appendSamples(base: string, size: number, blocks: BlockFile[]): Promise<AppendRow> {
+  const samples = blocks.length - 3;
+  const repo = await ChainRepo.open(join(base, 'vouch'));
+  const writers: Record<Exclude<AppendSide, 'vouch'>, StockWriter> = {
+    plumbing: new PlumbingWriter(join(base, 'plumbing')),
+    'plumbing+dirsync': new PlumbingWriter(join(base, 'plumbing+dirsync'), true),
+    fastimport: new FastImportWriter(join(base, 'fastimport')),
+  };
+  const row: AppendRow = { size, samples, ms: { vouch: [], plumbing: [], 'plumbing+dirsync': [], fastimport: [] }, packsAfterFastImport: 0 };
+  try {
+    for (let k = 0; k < blocks.length; k++) {
+      const b = blocks[k]!;
+      for (const side of rotated([...APPEND_SIDES], k)) {
+        const t = performance.now();
+        if (side === 'vouch') await repo.append([b], checkpointText(b.index + 1), info(b.index));
+        else await writers[side].append(b, checkpointText(b.index + 1), info(b.index));
+        if (k >= 3) row.ms[side].push(performance.now() - t); // the first three warm up
+      }
+    }
+  } finally {
+    for (const w of Object.values(writers)) await w.close();
+  }
+  if (repo.warnings.length) throw new Error(`append warnings: ${repo.warnings.join('; ')}`);
+  // The same blocks, trees and commits on all sides.
+  const want = git(join(base, 'vouch'), 'rev-parse', 'main');
+  for (const side of APPEND_SIDES.slice(1)) {
+    const got = git(join(base, side), 'rev-parse', 'main');
+    if (got !== want) throw new Error(`append: ${side} ended at ${got}, vouch at ${want}`);
+  }
+  git(join(base, 'plumbing'), 'fsck', '--no-dangling', '--connectivity-only');
+  row.packsAfterFastImport = packCount(join(base, 'fastimport', '.git'));
+  console.log(`append at ${size}: p50 ${APPEND_SIDES.map((s) => `${s} ${median(row.ms[s]).toFixed(2)} ms`).join(', ')}`);
+  return row;
 }
 
 // ---------------------------------------------------------------------------
@@ -160,8 +180,7 @@ function remoteAppend(bare: string, i: number, b: BlockFile): void {
   if (r.status !== 0) throw new Error(`remote append failed: ${r.stderr}`);
 }
 
-async function cloneRows(work: string, n: number, rounds: number, fetches: number, tail: BlockFile[]): Promise<CloneRow> {
-  const src = await benchChainDir(n);
+async function cloneRows(work: string, src: string, n: number, rounds: number, fetches: number, tail: BlockFile[]): Promise<CloneRow> {
   mkdirSync(join(work, 'srv'), { recursive: true });
   const server = await GitServer.start(join(work, 'srv'));
   const bare = join(work, 'srv', 'chain.git');
@@ -211,7 +230,7 @@ async function cloneRows(work: string, n: number, rounds: number, fetches: numbe
     const last = rounds - 1;
     const repo = await ChainRepo.open(dirOf('vouch', last));
     let next = n;
-    for (let k = 0; k < fetches + 1; k++) {
+    for (let k = 0; fetches > 0 && k < fetches + 1; k++) {
       remoteAppend(bare, next, { index: next, content: tail[k % tail.length]!.content }); // a real block's bytes at the next index
       next++;
       for (const side of rotated(sides, k)) {
@@ -228,7 +247,7 @@ async function cloneRows(work: string, n: number, rounds: number, fetches: numbe
     }
     const head = git(bare, 'rev-parse', 'main');
     for (const side of sides) {
-      if (git(dirOf(side, last), 'rev-parse', 'refs/remotes/origin/main') !== head) throw new Error(`${side} did not fetch the remote head`);
+      if (fetches > 0 && git(dirOf(side, last), 'rev-parse', 'refs/remotes/origin/main') !== head) throw new Error(`${side} did not fetch the remote head`);
     }
     row.cut = proxy.cut;
     const b = await run(process.execPath, ['--import', 'tsx', self, '--clone-child', '--baseline', '']);
@@ -236,6 +255,8 @@ async function cloneRows(work: string, n: number, rounds: number, fetches: numbe
   } finally {
     await proxy.close();
     await server.stop();
+    for (const side of sides) for (let k = 0; k < rounds; k++) rmSync(dirOf(side, k), { recursive: true, force: true });
+    rmSync(join(work, 'srv'), { recursive: true, force: true });
   }
   return row;
 }
@@ -272,6 +293,22 @@ async function repackRows(work: string, chain: BlockFile[], appended: number, ro
   const size = chain.length;
   const repo = await ChainRepo.init(base, chain.slice(0, size - appended), checkpointText(size - appended), info(0));
   for (let i = size - appended; i < size; i++) await repo.append([chain[i]!], checkpointText(i + 1), info(i));
+  return repackMeasure(work, base, size, appended, rounds, true);
+}
+
+/** At a fixture's size: a link copy of the fixture and `appended` blocks appended after it (loose), then the same rounds; no full repack (the git-packed fixture is that result). */
+async function repackOnFixture(work: string, src: string, tail: BlockFile[], appended: number, rounds: number): Promise<RepackRow> {
+  const base = join(work, 'repack-src');
+  linkCopy(src, base);
+  const repo = await ChainRepo.open(base);
+  const from = repo.size;
+  for (let k = 0; k < appended; k++)
+    await repo.append([{ index: from + k, content: tail[k % tail.length]!.content }], checkpointText(from + k + 1), info(from + k));
+  return repackMeasure(work, base, from + appended, appended, rounds, false);
+}
+
+async function repackMeasure(work: string, base: string, size: number, appended: number, rounds: number, full: boolean): Promise<RepackRow> {
+  const repo = await ChainRepo.open(base);
   if (repo.pendingLoose === 0) throw new Error('repack: no loose objects to pack');
   const looseBytes = bytesUnder(join(base, '.git', 'objects')) - bytesUnder(join(base, '.git', 'objects', 'pack'));
   const sides: RepackSide[] = ['vouch', 'git -d', 'git --geometric=2 -d'];
@@ -288,7 +325,7 @@ async function repackRows(work: string, chain: BlockFile[], appended: number, ro
   for (let k = 0; k < rounds; k++) {
     for (const side of rotated(sides, k)) {
       const dir = join(work, `repack-${k}`);
-      cpSync(base, dir, { recursive: true });
+      linkCopy(base, dir);
       let ms: number;
       if (side === 'vouch') {
         const copy = await ChainRepo.open(dir);
@@ -309,6 +346,10 @@ async function repackRows(work: string, chain: BlockFile[], appended: number, ro
     }
     console.log(`repack round ${k + 1}: ${sides.map((s) => `${s} ${f1(row.ms[s][k]!)} ms`).join(', ')}`);
   }
+  if (!full) {
+    rmSync(base, { recursive: true, force: true });
+    return row;
+  }
   // Disk: the whole repository packed by git with deltas (what a clone or `git gc` leaves).
   const dir = join(work, 'repack-full');
   cpSync(base, dir, { recursive: true });
@@ -323,8 +364,112 @@ async function repackRows(work: string, chain: BlockFile[], appended: number, ro
 
 // ---------------------------------------------------------------------------
 
-export async function runGitopsBench(quick: boolean): Promise<{ title: string; markdown: string }> {
-  const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+
+/** The two fixtures of a size past what the bench builds itself (in bench/out, or VOUCH_GITOPS_FIXTURES for the test): the chain as vouch packs it and as git packed it (deltas). */
+export function fixturesOf(n: number): { label: string; dir: string }[] {
+  const root = process.env.VOUCH_GITOPS_FIXTURES ?? fileURLToPath(new URL('./out/', import.meta.url));
+  return [
+    { label: 'as vouch packs it (every object whole)', dir: join(root, `chain-${n}-sparse`) },
+    { label: 'packed by git (deltas)', dir: join(root, `chain-${n}-sparse-gitpacked`) },
+  ];
+}
+
+/** The rows on existing fixtures (`--sizes=1000000`): each row on each fixture, through link copies; section `gitops-<n>`. */
+async function fixtureRows(n: number, rowsWanted: Set<string>, quick: boolean): Promise<{ title: string; markdown: string; key: string }> {
+  const rounds = Number(arg('rounds') ?? (quick ? 1 : 2));
+  const load0 = loadavg()[0]!;
+  const loads: number[] = [load0];
+  const work = mkdtempSync(join(tmpdir(), 'vouch-gitops-fixture-'));
+  const out: string[] = [
+    `Every row side by side in one run on link copies of bench/out/chain-${n}-sparse (as vouch packs it) and bench/out/chain-${n}-sparse-gitpacked (as git packed it, deltas); medians. Stock git runs with \`${DURABLE.filter((x) => x !== '-c').join(' ')}\`.`,
+    '',
+    '| Row | Fixture | vouch (hand-written) | stock git | Note |',
+    '|---|---|---|---|---|',
+  ];
+  const N = n.toLocaleString('en');
+  const restores: (() => void)[] = [];
+  try {
+    const only = arg('fixture'); // vouch-packed | git-packed: one fixture only
+    for (const fx of fixturesOf(n).filter((f) => !only || (only === 'git-packed') === f.dir.endsWith('-gitpacked'))) {
+      restores.push(keepPackTimes(fx.dir));
+      const gitpacked = fx.dir.endsWith('-gitpacked');
+      const fxName = gitpacked ? 'git-packed' : 'vouch-packed';
+      const src = await ChainRepo.open(fx.dir, { repair: false });
+      if (src.size !== n) throw new Error(`${fx.dir} holds ${src.size} blocks, not ${n}`);
+      const tail: BlockFile[] = [];
+      // Real block texts of the chain with the next indexes written in: new blobs of a block's size, as an append makes.
+      for (let i = n - 300; i < n; i++) tail.push({ index: i, content: src.readBlockFile(i).replace(/"index": \d+/, `"index": ${i + 300}`) });
+      const objBytes = bytesUnder(join(fx.dir, '.git', 'objects'));
+      console.log(`fixture ${fx.dir}: ${mib(objBytes)} of objects`);
+      if (rowsWanted.has('append')) {
+        const a = await appendOnFixture(work, fx.dir, tail, Number(arg('append-samples') ?? (quick ? 20 : 100)));
+        const p = (s: keyof AppendRow['ms']) => `${median(a.ms[s]).toFixed(2)} ms (p90 ${q90(a.ms[s]).toFixed(2)})`;
+        out.push(
+          `| append p50 after ${N} blocks (${a.samples} appends, each side) | ${fxName} | ${p('vouch')} | plumbing ${p('plumbing')}; + vouch's directory fsyncs ${p('plumbing+dirsync')}; fast-import ${p('fastimport')} | fast-import left ${a.packsAfterFastImport} pack(s) |`,
+        );
+        loads.push(loadavg()[0]!);
+      }
+      if (rowsWanted.has('endorse')) {
+        const e: EndorseRow = await endorseRow(work, fx.dir, Number(arg('endorse-samples') ?? (quick ? 3 : 9)), {
+          scanFirst: process.argv.includes('--endorse-scan'),
+        });
+        const p = (s: keyof EndorseRow['ms']) => `${median(e.ms[s]).toFixed(0)} ms`;
+        out.push(
+          `| whole-process \`vouch endorse\` at ${N} (${e.ms.vouch.length} endorses, offline key, verified state present) | ${fxName} | ${p('vouch')} (the whole CLI) | the store's part as processes: plumbing ${p('plumbing')} (${e.plumbingProcs} git processes); one \`fast-import\` ${p('fastimport')} | writing the verified state first (a gateway start's cold load): ${f1(e.stateMs / 1000)} s${e.scanMs === null ? '' : `; an endorse without it (scans every block file): ${f1(e.scanMs / 1000)} s`} |`,
+        );
+        console.log(`endorse at ${n} (${fxName}): ${ENDORSE_LOG(e)}`);
+        loads.push(loadavg()[0]!);
+      }
+      if (rowsWanted.has('clone') || rowsWanted.has('fetch')) {
+        const c = await cloneRows(work, fx.dir, n, rounds, rowsWanted.has('fetch') ? (quick ? 3 : 5) : 0, tail.slice(-20));
+        const m = (s: CloneSide) => `${f1(median(c.ms[s]) / 1000)} s, peak RSS ${Math.round(median(c.rss[s]))} MiB, ${mib(c.bytes[s])} on disk`;
+        out.push(
+          `| mirror clone of ${N} blocks (${c.rounds} round(s)) | ${fxName} | ${m('vouch')} (node cloning nothing: ${Math.round(c.baselineRssMiB)} MiB) | \`git clone --sparse\`: ${m('git')}; behind the bounding proxy: ${m('git+proxy')} | proxy cut ${c.cut} answers |`,
+        );
+        if (c.fetchMs.vouch.length) {
+          const fm = (s: CloneSide) => `${f1(median(c.fetchMs[s]))} ms`;
+          out.push(
+            `| fetch of one append at ${N} (${c.fetchMs.vouch.length} fetches) | ${fxName} | ${fm('vouch')} | \`git fetch\`: ${fm('git')}; behind the proxy: ${fm('git+proxy')} | |`,
+          );
+        }
+        loads.push(loadavg()[0]!);
+      }
+      if (rowsWanted.has('repack')) {
+        const r = await repackOnFixture(work, fx.dir, tail, quick ? 50 : 250, rounds);
+        const m = (s: RepackSide) => `${f1(median(r.ms[s]))} ms, ${mib(r.bytes[s])}, ${r.packs[s]} packs`;
+        out.push(
+          `| repack of ${r.appended} appends' loose objects (${mib(r.looseBytes)}) after ${N} blocks (${r.rounds} round(s)) | ${fxName} | ${m('vouch')} | \`repack -d\`: ${m('git -d')}; \`--geometric=2 -d\`: ${m('git --geometric=2 -d')} | |`,
+        );
+        loads.push(loadavg()[0]!);
+      }
+      out.push(
+        `| disk of the repository (objects) | ${fxName} | ${gitpacked ? '' : mib(objBytes)} | ${gitpacked ? `${mib(objBytes)} (\`git repack -a -d\` of the vouch-packed chain)` : ''} | the fixture as it is |`,
+      );
+    }
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+    for (const r of restores) r();
+  }
+  loads.push(loadavg()[0]!);
+  out.push(
+    '',
+    `Load average (1 min) ${loads.map((l) => l.toFixed(1)).join(', ')} (start, after each row, end), on ${process.env.CI ? 'CI' : 'a shared machine'}.`,
+  );
+  return { title: `Writes, endorse, clone and repack at ${N}: vouch vs stock git (issue 33)`, markdown: out.join('\n'), key: `gitops-${n}` };
+}
+
+const ENDORSE_LOG = (e: EndorseRow) => ENDORSE_SIDES.map((s) => `${s} ${median(e.ms[s]).toFixed(0)} ms`).join(', ');
+
+export async function runGitopsBench(quick: boolean): Promise<{ title: string; markdown: string; key?: string }> {
+  const sizes = arg('sizes')?.split(',').map(Number);
+  if (sizes) {
+    if (sizes.length !== 1 || !Number.isInteger(sizes[0]) || sizes[0]! < 300)
+      throw new Error(
+        '--sizes= takes one size whose fixtures are in bench/out (chain-N-sparse, chain-N-sparse-gitpacked); without it the bench builds its own 1k and 50k chains',
+      );
+    return fixtureRows(sizes[0]!, new Set((arg('rows') ?? 'append,endorse,clone,repack').split(',')), quick);
+  }
   const rowsWanted = new Set((arg('rows') ?? 'append,clone,fetch,push,repack').split(','));
   const n = quick ? 5_000 : 50_000;
   const rounds = Number(arg('rounds') ?? (quick ? 2 : 3));
@@ -348,7 +493,7 @@ export async function runGitopsBench(quick: boolean): Promise<{ title: string; m
       }
     }
     if (rowsWanted.has('clone') || rowsWanted.has('fetch')) {
-      const c = await cloneRows(work, n, rounds, quick ? 5 : 15, chain.slice(-20));
+      const c = await cloneRows(work, await benchChainDir(n), n, rounds, quick ? 5 : 15, chain.slice(-20));
       const m = (s: CloneSide) => `${f1(median(c.ms[s]) / 1000)} s, peak RSS ${Math.round(median(c.rss[s]))} MiB, ${mib(c.bytes[s])} on disk`;
       const fm = (s: CloneSide) => `${f1(median(c.fetchMs[s]))} ms`;
       out.push(

@@ -88,8 +88,14 @@ function writeDurable(path: string, text: string): void {
   }
 }
 
-function syncDir(path: string): void {
-  const fd = openSync(path, 'r');
+function syncDir(path: string, missingOk = false): void {
+  let fd: number;
+  try {
+    fd = openSync(path, 'r');
+  } catch (e) {
+    if (missingOk && (e as NodeJS.ErrnoException).code === 'ENOENT') return; // every object named there was already packed
+    throw e;
+  }
   try {
     fsyncSync(fd);
   } finally {
@@ -177,7 +183,7 @@ export class PlumbingWriter implements StockWriter {
     if (this.dirSync) {
       const fanouts = new Set([blockOid!, cpOid!, rootOid!, commit!, ...this.written].map((o) => o.slice(0, 2)));
       this.written = [];
-      for (const d of fanouts) syncDir(join(this.dir, '.git', 'objects', d));
+      for (const d of fanouts) syncDir(join(this.dir, '.git', 'objects', d), true);
     }
     const ok = await this.refs.ask(`start\nupdate refs/heads/main ${commit} ${this.head}\nprepare\ncommit\n`, 3);
     if (ok.join(',') !== 'start: ok,prepare: ok,commit: ok') throw new Error(`update-ref answered ${ok.join(',')}`);
