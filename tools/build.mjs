@@ -7,11 +7,12 @@
  * Owns dist/: `cli.mjs` split at every dynamic `import()` (a command loads
  * only its own modules: test/cli-startup), the self-contained worker entries,
  * the explorer's browser bundle, source maps, and `manifest.json` (inputs,
- * their sha256, outputs).
+ * each one's sha256 and stat as read, outputs).
  * Must hold: dist/ counts as built (`distState`) only while every input has
- * the content it was built from and every output exists; files are replaced
- * by rename, pieces before their importers; pieces a new build drops are
- * deleted only RETIRE_MS after their last write.
+ * the content it was built from and every output exists (an input whose
+ * stat differs, or is racy, is hashed again: git's index rule); files are
+ * replaced by rename, pieces before their importers; pieces a new build
+ * drops are deleted only RETIRE_MS after their last write.
  */
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
@@ -36,27 +37,60 @@ const RETIRE_MS = 3_600_000;
 const COPIES = {
   'explorer/index.html': 'gateway/explorer/index.html',
   'explorer/explorer.css': 'gateway/explorer/explorer.css',
+  'licenses/undici.txt': 'node_modules/undici/LICENSE',
 };
 
-/** sha256 over the inputs' names and contents; null when one cannot be read. */
-function digestOf(inputs) {
-  const h = createHash('sha256');
-  try {
-    for (const f of inputs)
-      h.update(f)
-        .update('\0')
-        .update(readFileSync(join(ROOT, f)))
-        .update('\0');
-  } catch {
-    return null;
+/**
+ * An input's stat as a build records it and a start compares it: size,
+ * mtime, ctime and inode (what git's index compares). A write sets ctime to
+ * the clock and no one can set it back, so an edit that keeps the size and
+ * restores the mtime still differs. Null when it cannot be read.
+ */
+function statKey(path) {
+  const s = statSync(path, { throwIfNoEntry: false });
+  return s === undefined ? null : `${s.size}:${s.mtimeMs}:${s.ctimeMs}:${s.ino}`;
+}
+
+/**
+ * A write in the same clock tick as the build's read leaves the times as
+ * they were (coarse file-system clocks; 2 s on FAT): an input whose mtime or
+ * ctime is not this much older than that read ("racy", as git calls it) is
+ * hashed on every check.
+ */
+const RACY_MS = 3_000;
+
+/** Reads the inputs (paths relative to the repository) for a manifest: each one's sha256 and, unless racy or changing while read, its stat key. */
+export function recordInputs(inputs) {
+  const files = {};
+  for (const f of inputs) {
+    const path = join(ROOT, f);
+    const s = statSync(path);
+    const before = statKey(path);
+    const sha256 = createHash('sha256').update(readFileSync(path)).digest('hex');
+    const settled = Date.now() - RACY_MS;
+    const stable = before === statKey(path) && s.mtimeMs < settled && s.ctimeMs < settled;
+    files[f] = { sha256, stat: stable ? before : null };
   }
-  return h.digest('hex');
+  return files;
+}
+
+/** True while the input `f` has the content `rec` (from recordInputs) says: by its stat when that matches, else by its hash. */
+function inputUnchanged(f, rec) {
+  if (typeof rec?.sha256 !== 'string') return false;
+  const path = ROOT + f; // ROOT ends with a separator; not path.join: on every start, for some hundred inputs
+  try {
+    if (typeof rec.stat === 'string' && statKey(path) === rec.stat) return true;
+    return createHash('sha256').update(readFileSync(path)).digest('hex') === rec.sha256;
+  } catch {
+    return false;
+  }
 }
 
 /**
  * 'fresh' when dist/ (or `dist`) holds a complete build of the sources as
  * they are now; 'missing' when there is no build; 'stale' when an input
- * changed (or an output is gone) since.
+ * changed (or an output is gone) since. Reads only the inputs whose stat
+ * differs from the build's, or was racy then.
  */
 export function distState(dist = DIST) {
   let m;
@@ -65,9 +99,10 @@ export function distState(dist = DIST) {
   } catch {
     return 'missing';
   }
-  if (!Array.isArray(m?.inputs) || !Array.isArray(m?.outputs)) return 'stale';
-  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(join(dist, f)))) return 'stale';
-  return digestOf(m.inputs) === m.digest ? 'fresh' : 'stale';
+  if (!Array.isArray(m?.inputs) || !Array.isArray(m?.outputs) || typeof m?.files !== 'object' || m.files === null) return 'stale';
+  const dir = `${dist}/`;
+  if (!m.outputs.every((f) => typeof f === 'string' && existsSync(dir + f))) return 'stale';
+  return m.inputs.every((f) => typeof f === 'string' && inputUnchanged(f, m.files[f])) ? 'fresh' : 'stale';
 }
 
 /** Writes `path` by a rename, unless it already holds exactly `contents`. */
@@ -102,13 +137,30 @@ function lastOutputs(dist) {
   }
 }
 
+/**
+ * Packages bundled into dist/ rather than loaded from node_modules: undici
+ * loads as some hundred CommonJS files, twice the CPU of one bundled piece
+ * (docs/decisions/cli-start.md). Its licence is copied beside (COPIES).
+ */
+const BUNDLED = /^undici(\/|$)/;
+
+/** Every other package stays external: loaded from node_modules as installed. */
+const externalPackages = {
+  name: 'external-packages',
+  setup(b) {
+    b.onResolve({ filter: /^[^./]/ }, (a) => (BUNDLED.test(a.path) && a.kind !== 'entry-point' ? undefined : { path: a.path, external: true }));
+  },
+};
+
 /** Options of the Node bundles (cli and workers). */
 const NODE_OPTIONS = {
   outExtension: { '.js': '.mjs' },
   platform: 'node',
   format: 'esm',
   target: 'node20',
-  packages: 'external',
+  plugins: [externalPackages],
+  // The bundled CommonJS requires Node's modules: `require` in an ES module.
+  banner: { js: "import { createRequire as __vouchCreateRequire } from 'node:module';\nconst require = __vouchCreateRequire(import.meta.url);" },
   sourcemap: 'linked',
   define: { __VOUCH_BUILT__: 'true' },
 };
@@ -143,8 +195,14 @@ export async function build(dist = DIST) {
   const inputs = new Set(['tools/build.mjs', ...Object.values(COPIES)]);
   for (const r of results) for (const f of Object.keys(r.metafile.inputs)) inputs.add(f);
   const sorted = [...inputs].sort();
-  const digest = digestOf(sorted);
-  if (digest === null) throw new Error('an input vanished while building');
+  let recorded;
+  try {
+    recorded = recordInputs(sorted);
+  } catch {
+    throw new Error('an input vanished while building');
+  }
+  // One name for this build's inputs: sha256 over their names and hashes.
+  const digest = sorted.reduce((h, f) => h.update(`${f}\0${recorded[f].sha256}\0`), createHash('sha256')).digest('hex');
 
   const previous = lastOutputs(dist);
   const rel = (path) => relative(dist, path).split(sep).join('/');
@@ -161,7 +219,7 @@ export async function build(dist = DIST) {
     put(join(dist, out), readFileSync(join(ROOT, src)));
     outputs.push(out);
   }
-  put(join(dist, MANIFEST), JSON.stringify({ inputs: sorted, digest, outputs: outputs.sort() }, null, 1) + '\n');
+  put(join(dist, MANIFEST), JSON.stringify({ inputs: sorted, digest, files: recorded, outputs: outputs.sort() }, null, 1) + '\n');
   // Files this build did not make: pieces of the build before it (retired now: kept an hour from
   // now, for a process started from it that has yet to import them), and older ones.
   const keep = new Set([...outputs, MANIFEST]);

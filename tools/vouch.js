@@ -7,7 +7,8 @@
 // so in one stderr line on a terminal. Without tsx it exits 2 with one line
 // telling to build.
 // Must hold: a stale build never runs (tools/build.mjs `distState` compares
-// the content of every input with what the build was made from).
+// every input with what the build was made from: by its stat, as git's index
+// does, and by its content when the stat differs or was racy).
 import { distState } from './build.mjs';
 
 const state = distState();

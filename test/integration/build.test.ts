@@ -13,13 +13,17 @@
  * - Files a build does not make: one the previous build listed is kept (its
  *   time reset: a process started from that build may still import it);
  *   older ones go an hour after they were last written, not before.
+ * - undici is bundled (one piece, its licence copied beside).
+ * - The freshness check reads an input only when its stat (size, mtime,
+ *   ctime, inode) differs from the build's or was racy then; an edit that
+ *   keeps the size and restores the mtime is still seen (ctime).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, unlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative, sep } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { formatBlockFile, formatCheckpointFile } from '../../chain/block.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
@@ -34,15 +38,25 @@ test.after(() => {
   rmSync(work, { recursive: true, force: true });
 });
 
+// An input of its own for the freshness check (every real input is a source other tests run):
+// written now, so it has settled (older than the racy window) when the last test records it.
+const probe = join(out, 'probe-input.txt');
+writeFileSync(probe, 'aaaa\n');
+const probeWritten = Date.now();
+
 const buildMjs = pathToFileURL(join(repoRoot, 'tools', 'build.mjs')).href;
 
-/** Runs an ES module snippet with `build`/`distState` of tools/build.mjs in scope; returns its stdout. */
+/** Runs an ES module snippet with `build`/`distState`/`recordInputs` of tools/build.mjs in scope; returns its stdout. */
 function withBuild(code: string): string {
-  const r = spawnSync(process.execPath, ['--input-type=module', '-e', `import { build, distState } from ${JSON.stringify(buildMjs)};\n${code}`, out], {
-    cwd: repoRoot,
-    encoding: 'utf8',
-    timeout: 120_000,
-  });
+  const r = spawnSync(
+    process.execPath,
+    ['--input-type=module', '-e', `import { build, distState, recordInputs } from ${JSON.stringify(buildMjs)};\n${code}`, out],
+    {
+      cwd: repoRoot,
+      encoding: 'utf8',
+      timeout: 120_000,
+    },
+  );
   assert.is(r.status, 0, r.stderr);
   return r.stdout;
 }
@@ -50,6 +64,7 @@ function withBuild(code: string): string {
 interface Manifest {
   inputs: string[];
   digest: string;
+  files: Record<string, { sha256: string; stat: string | null }>;
   outputs: string[];
 }
 const manifest = (): Manifest => JSON.parse(readFileSync(join(out, 'manifest.json'), 'utf8')) as Manifest;
@@ -88,6 +103,21 @@ test('a build lists every piece its files import; the workers import none; a mis
   assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'stale');
   writeFileSync(join(out, piece), saved);
   assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'fresh');
+});
+
+test('undici is bundled into dist/ (one piece, not a hundred files from node_modules), with its licence beside', () => {
+  const m = manifest();
+  const code = m.outputs.filter((f) => f.endsWith('.mjs'));
+  const importsUndici = code.filter((f) => /(?:\bfrom\s*|\bimport\s*\(\s*|\brequire\(\s*)"undici(?:\/[^"]*)?"/.test(readFileSync(join(out, f), 'utf8')));
+  assert.equal(importsUndici, [], `these built files load undici from node_modules: ${importsUndici.join(', ')}`);
+  const holder = code.filter((f) => readFileSync(join(out, f), 'utf8').includes('node_modules/undici/lib/dispatcher/agent.js'));
+  assert.is(holder.length, 1, `undici's Agent should be in one piece, found in ${holder.join(', ')}`);
+  assert.ok(m.outputs.includes('licenses/undici.txt'));
+  assert.match(readFileSync(join(out, 'licenses', 'undici.txt'), 'utf8'), /Undici contributors/);
+  assert.ok(
+    m.inputs.some((f) => /(^|\/)node_modules\/undici\/lib\/dispatcher\/agent\.js$/.test(f)),
+    'the bundled package is not an input: an update of it would not make dist/ stale',
+  );
 });
 
 test('the built command line runs from its directory: --help, and verify with its worker threads', async () => {
@@ -136,6 +166,53 @@ test("a rebuild keeps the previous build's files an hour, and removes older left
   assert.ok(existsSync(recent!), 'a leftover written within the hour was removed');
   assert.not.ok(manifest().outputs.includes('chunk-RETIRING.mjs'));
   assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'fresh');
+});
+
+test('the freshness check trusts an unchanged stat, hashes a changed or racy one: same size and restored mtime is still stale', async () => {
+  const state = () => withBuild('process.stdout.write(distState(process.argv[1]));');
+  const rel = relative(repoRoot, probe).split(sep).join('/');
+  /** The manifest with the probe as one more input, recorded as a build records its inputs. */
+  const withProbe = (edit: (m: Manifest) => void = () => {}) => {
+    const m = manifest();
+    m.files[rel] = JSON.parse(withBuild(`process.stdout.write(JSON.stringify(recordInputs([${JSON.stringify(rel)}])[${JSON.stringify(rel)}]));`));
+    if (!m.inputs.includes(rel)) m.inputs.push(rel);
+    edit(m);
+    writeFileSync(join(out, 'manifest.json'), JSON.stringify(m));
+    return m;
+  };
+  // Written within the racy window: no stat recorded, hashed on every check.
+  writeFileSync(join(out, 'racy.txt'), 'r\n');
+  const racy = JSON.parse(withBuild(`process.stdout.write(JSON.stringify(recordInputs([${JSON.stringify(`${rel.split('/')[0]}/racy.txt`)}])));`));
+  assert.is(Object.values(racy as Record<string, { stat: unknown }>)[0]!.stat, null, 'a file written just now was trusted by its stat');
+
+  await new Promise((r) => setTimeout(r, Math.max(0, probeWritten + 3_500 - Date.now())));
+  const m = withProbe();
+  assert.type(m.files[rel]!.stat, 'string', 'a settled input got no stat');
+  assert.is(state(), 'fresh');
+  // The stat is what is compared: a recorded hash that no longer matches goes unread while the stat matches...
+  withProbe((x) => (x.files[rel]!.sha256 = '0'.repeat(64)));
+  assert.is(state(), 'fresh', 'an input whose stat matched was read anyway');
+  // ... and is read when there is no stat to trust (racy at build time).
+  withProbe((x) => {
+    x.files[rel]!.sha256 = '0'.repeat(64);
+    x.files[rel]!.stat = null;
+  });
+  assert.is(state(), 'stale');
+
+  withProbe();
+  // The mtime kept to the nanosecond by touch -r (Node's utimes takes a double).
+  const keep = join(out, 'mtime-ref');
+  assert.is(spawnSync('touch', ['-r', probe, keep]).status, 0);
+  const before = statSync(probe, { bigint: true });
+  writeFileSync(probe, 'bbbb\n'); // same size
+  assert.is(spawnSync('touch', ['-r', keep, probe]).status, 0); // mtime restored; ctime moved on
+  assert.is(statSync(probe, { bigint: true }).mtimeNs, before.mtimeNs);
+  assert.is(statSync(probe, { bigint: true }).size, before.size);
+  assert.is(state(), 'stale', 'an edit keeping the size and the mtime ran a stale build');
+  writeFileSync(probe, 'aaaa\n');
+  assert.is(state(), 'fresh', 'the content the build was made from, with another stat, is fresh');
+  unlinkSync(probe);
+  assert.is(state(), 'stale', 'a missing input is fresh');
 });
 
 test.run();

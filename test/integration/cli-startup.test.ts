@@ -9,7 +9,8 @@
  *   imports statically) holds no gateway module but the verified state it
  *   reads (gateway/chain/verified-state.ts, its block-text cache and its Merkle tree, gateway/transparency/merkle-log.ts) and no package
  *   but @noble and spdx-expression-parse: no HTTP server, pino, undici,
- *   prom-client, isomorphic-git, yaml, lockfile readers or explorer.
+ *   prom-client, isomorphic-git, yaml, lockfile readers or explorer; what
+ *   `vouch get` loads before it fetches holds no undici.
  * - The real process: `vouch --help` and a real `vouch endorse --file` on
  *   a new chain, run through tools/vouch.js (dist/ when built and fresh,
  *   else the sources through tsx) under a module-resolution hook
@@ -124,6 +125,13 @@ test('the split build: `vouch endorse` loads no gateway module but the verified 
   assert.ok(staticClosure(meta, outputOf('tools/lockfiles/http.ts')).packages.has('undici'));
   const serve = staticClosure(meta, outputOf('gateway/gateway.ts'));
   assert.ok(serve.packages.has('pino') && serve.sources.has('gateway/http/server.ts'), 'the gateway chunk should hold pino and the HTTP server');
+});
+
+test('the split build: `vouch get` loads its HTTP client (undici) when it fetches, not for --help or a usage error', () => {
+  const get = staticClosure(meta, outputOf('tools/commands/get.ts'));
+  assert.ok(get.sources.has('tools/commands/get.ts'));
+  assert.not.ok(get.packages.has('undici') || get.sources.has('tools/client/verified-get.ts'), 'vouch get loads undici before it fetches');
+  assert.ok(staticClosure(meta, outputOf('tools/client/verified-get.ts')).packages.has('undici'));
 });
 
 test('every command list entry loads its command, with the first sentence of its summary', async () => {

@@ -19,7 +19,6 @@ import { parseVerifierKey, SIG_ED25519 } from '../../chain/note.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { defaultStatePath } from '../client/checkpoint-state.ts';
 import { readRootPin, type KeyPin } from '../client/key-follower.ts';
-import { verifiedGet } from '../client/verified-get.ts';
 
 const TRUST = `Transparency: every answer must carry the log's signed checkpoint and the block's inclusion proof. \
 The client remembers, per log origin, the newest checkpoint it verified (--state) and refuses a checkpoint that is older \
@@ -107,6 +106,8 @@ export const get: Command = {
     const statePath: string = v.state ?? defaultStatePath();
     if (v['min-tree-size'] !== undefined && !/^\d{1,15}$/.test(v['min-tree-size']))
       throw new UsageError('--min-tree-size must be a non-negative integer (a tree size)');
+    // Loaded here: it brings the HTTP client (undici), which `vouch get --help` and a usage error need not load.
+    const { verifiedGet } = await import('../client/verified-get.ts');
     const outcome = await verifiedGet({
       gateways,
       url: v.url,
