@@ -22,6 +22,7 @@ import { TEST_SEED, testSigner } from '../test/helpers/chain-fixture.ts';
 import { privateKeyFromSeed } from '../platform/node-crypto.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { digestOf, pattern } from '../test/helpers/origin-server.ts';
+import { blockTexts } from './block-texts.ts';
 import { benchChainDir } from './chain-dir.ts';
 import {
   download,
@@ -63,11 +64,6 @@ const ARTIFACT = 16 * MiB;
 const COLD_ARTIFACTS = 24;
 
 const chainDirectory = benchChainDir;
-
-function blockFile(dir: string, i: number): { payload: { endorsements?: { artifact_url: string }[] } } {
-  const d = String(i).padStart(9, '0');
-  return JSON.parse(readFileSync(join(dir, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8'));
-}
 
 /** A gateway's JS heap in use and major GCs so far (prom-client's default metrics). */
 async function gcStats(url: string): Promise<{ heapBytes: number; majors: number }> {
@@ -196,11 +192,10 @@ export async function runGatewayBench(quick: boolean): Promise<{ title: string; 
     );
     // After a warm start the gateway re-reads every block file in the background: measure after that.
     for (const g of [gw, quiet]) if (!(await waitIdle(g.pid))) notes.push(`${g.name} was still busy 120 s after its start; lookups measured anyway.`);
-    const urls: string[] = [];
-    for (let k = 0; k < p.lookupUrls; k++) {
-      const i = 1 + Math.floor((k * (N - 1)) / p.lookupUrls);
-      urls.push(blockFile(chainDir, i).payload.endorsements![0]!.artifact_url);
-    }
+    const urls = blockTexts(
+      chainDir,
+      Array.from({ length: p.lookupUrls }, (_, k) => 1 + Math.floor((k * (N - 1)) / p.lookupUrls)),
+    ).map((t) => (JSON.parse(t) as { payload: { endorsements: { artifact_url: string }[] } }).payload.endorsements[0]!.artifact_url);
     if (new Set(urls).size !== urls.length) throw new Error('bench: lookup URLs are not distinct');
     const lookupPaths = urls.map((u) => `/v1/endorsement?url=${encodeURIComponent(u)}`);
     const samples: { text: string; etag: string }[] = [];

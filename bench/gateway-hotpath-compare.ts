@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { base64Encode } from '../chain/encoding.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
+import { blockTexts } from './block-texts.ts';
 import { benchChainDir } from './chain-dir.ts';
 import {
   ensureWrk,
@@ -47,11 +48,6 @@ const VARIANTS: { name: string; parts: string[]; what: string }[] = [
   { name: 'today-2', parts: [], what: 'a second gateway as `today`, started last: the spread between two equal gateways' },
 ];
 
-function blockUrl(dir: string, i: number): string {
-  const d = String(i).padStart(9, '0');
-  return JSON.parse(readFileSync(join(dir, 'blocks', d.slice(0, 3), d.slice(3, 6), `${d}.json`), 'utf8')).payload.endorsements[0].artifact_url;
-}
-
 export async function runHotPathCompare(quick: boolean): Promise<{ title: string; markdown: string; key: string }> {
   const p = quick
     ? { chainBlocks: 5_000, lookupUrls: 2_000, runs: 2, seconds: 3, warmupSeconds: 2 }
@@ -82,9 +78,13 @@ export async function runHotPathCompare(quick: boolean): Promise<{ title: string
     for (const g of Object.values(gws)) if (!/\(warm start/.test(g.match[0])) throw new Error(`bench: ${g.name} did not start warm: ${g.match[0]}`);
     for (const g of Object.values(gws)) if (!(await waitIdle(g.pid))) notes.push(`${g.name} was still busy 120 s after its start; measured anyway.`);
     const N = p.chainBlocks;
-    const paths: string[] = [];
-    for (let k = 0; k < p.lookupUrls; k++)
-      paths.push(`/v1/endorsement?url=${encodeURIComponent(blockUrl(chainDir, 1 + Math.floor((k * (N - 1)) / p.lookupUrls)))}`);
+    const paths = blockTexts(
+      chainDir,
+      Array.from({ length: p.lookupUrls }, (_, k) => 1 + Math.floor((k * (N - 1)) / p.lookupUrls)),
+    ).map(
+      (t) =>
+        `/v1/endorsement?url=${encodeURIComponent((JSON.parse(t) as { payload: { endorsements: { artifact_url: string }[] } }).payload.endorsements[0]!.artifact_url)}`,
+    );
     const samples: { text: string; etag: string }[] = [];
     for (const path of paths.filter((_, k) => k % 40 === 0)) {
       for (const g of Object.values(gws)) {
