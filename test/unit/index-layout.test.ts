@@ -9,8 +9,9 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { Block } from '../../chain/block.ts';
-import { CompletenessIndex, encodeEvent, foldEvent, indexKey, indexRoot, leafHash, nodeHash, type IndexEvent } from '../../chain/index-tree.ts';
+import { CompletenessIndex, indexKey, indexRoot, type IndexEvent } from '../../chain/index-tree.ts';
 import { verifyIndexProof } from '../../chain/index-proof.ts';
+import { naiveTrie } from '../helpers/index-naive.ts';
 import { nodeBackend as c } from '../../platform/node-crypto.ts';
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
@@ -93,29 +94,7 @@ class Model {
     this.size++;
   }
   root(): Uint8Array {
-    const bitOf = (k: Uint8Array, b: number) => (k[b >> 3]! >> (7 - (b & 7))) & 1;
-    const naive = (ls: { key: Uint8Array; events: IndexEvent[] }[], from: number): Uint8Array => {
-      if (ls.length === 1) {
-        let acc: Uint8Array = new Uint8Array(32);
-        for (const e of ls[0]!.events) acc = foldEvent(c, acc, encodeEvent(e));
-        return leafHash(c, ls[0]!.key, ls[0]!.events.length, acc);
-      }
-      for (let b = from; b < 256; b++) {
-        const l = ls.filter((x) => bitOf(x.key, b) === 0);
-        if (l.length > 0 && l.length < ls.length)
-          return nodeHash(
-            c,
-            b,
-            naive(l, b + 1),
-            naive(
-              ls.filter((x) => bitOf(x.key, b) === 1),
-              b + 1,
-            ),
-          );
-      }
-      throw new Error('duplicate keys');
-    };
-    const trie = this.leaves.size === 0 ? new Uint8Array(32) : naive([...this.leaves.values()], 0);
+    const trie = this.leaves.size === 0 ? new Uint8Array(32) : naiveTrie(c, [...this.leaves.values()]);
     return indexRoot(c, this.size, trie, this.voids);
   }
 }

@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import { buildAuthorityBlock, buildEndorseBlock, buildRevokeBlock, artifactHashOf } from '../../chain/build.ts';
 import type { Block } from '../../chain/block.ts';
 import { ChainIndex } from '../../chain/select.ts';
-import { CompletenessIndex, encodeEvent, foldEvent, indexKey, indexRoot, leafHash, nodeHash, type IndexEvent } from '../../chain/index-tree.ts';
+import { CompletenessIndex, indexKey, indexRoot, type IndexEvent } from '../../chain/index-tree.ts';
 import { indexExtensionLine, indexRootOf, selectFromEvents, unitVersions, verifyIndexProof } from '../../chain/index-proof.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
 import { nobleBackend } from '../../chain/backend-noble.ts';
@@ -22,6 +22,7 @@ import { indexFactsOf } from '../../chain/index-facts.ts';
 import { T0, testSigner } from '../helpers/chain-fixture.ts';
 import { buildKeyLifeChain } from '../helpers/key-fixture.ts';
 import { indexVectors, buildVectorChain } from '../helpers/index-vectors.ts';
+import { naiveTrie } from '../helpers/index-naive.ts';
 
 const c = nodeBackend;
 const DAY = 86_400_000;
@@ -190,21 +191,7 @@ test('the root equals a naive crit-bit computation and is the same with @noble',
       }
     }
   }
-  const bitOf = (k: Uint8Array, b: number) => (k[b >> 3]! >> (7 - (b & 7))) & 1;
-  const naive = (ls: { key: Uint8Array; events: IndexEvent[] }[], from: number): Uint8Array => {
-    if (ls.length === 1) {
-      let acc: Uint8Array = new Uint8Array(32);
-      for (const e of ls[0]!.events) acc = foldEvent(c, acc, encodeEvent(e));
-      return leafHash(c, ls[0]!.key, ls[0]!.events.length, acc);
-    }
-    for (let b = from; b < 256; b++) {
-      const l = ls.filter((x) => bitOf(x.key, b) === 0);
-      const r = ls.filter((x) => bitOf(x.key, b) === 1);
-      if (l.length > 0 && r.length > 0) return nodeHash(c, b, naive(l, b + 1), naive(r, b + 1));
-    }
-    throw new Error('duplicate keys');
-  };
-  const trie = naive([...leaves.values()], 0);
+  const trie = naiveTrie(c, [...leaves.values()]);
   assert.is(hex(idx.root()), hex(indexRoot(c, blocks.length, trie, [])));
   assert.is(hex(build(blocks, nobleBackend).idx.root()), hex(idx.root()));
   // from facts alone (vouch verify: revoke targets looked up by the index itself)
