@@ -37,6 +37,8 @@ interface Pending {
   resolve: (r: Rendering) => void;
   reject: (e: Error) => void;
   logs: LogLine[];
+  /** The worker the job was posted to: only its death answers the job. */
+  worker: Worker;
 }
 
 export class RenderPool {
@@ -81,6 +83,7 @@ export class RenderPool {
           settled();
         },
         logs: [],
+        worker: w,
       });
       w.postMessage({ type: 'job', id, job, body, unendorsed });
     });
@@ -138,10 +141,15 @@ export class RenderPool {
     }
   }
 
-  /** The worker is gone: its jobs are answered 502 (a document it could not handle), the next job starts another. */
+  /**
+   * The worker is gone: its jobs are answered 502 (a document it could not
+   * handle), the next job starts another. Jobs already posted to a newer
+   * worker (one an idle worker's late `exit` finds) are not its to answer.
+   */
   private died(w: Worker, e: Error): void {
     if (this.worker === w) this.worker = null;
     for (const [id, p] of this.pending) {
+      if (p.worker !== w) continue;
       this.pending.delete(id);
       p.resolve({
         rendered: { ok: false, status: 502, message: `vouch: the origin's metadata cannot be handled (${e.message})` },

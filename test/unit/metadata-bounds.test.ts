@@ -107,4 +107,28 @@ test('the render worker answers as the rendering on this thread: a packument, a 
   }
 });
 
+test('a job posted to a new worker while the idle one is still exiting is not answered by that exit', async () => {
+  const pool = new RenderPool();
+  try {
+    const v = view({ [`${CANON}p/-/p-1.0.0.tgz`]: '1.0.0' });
+    const packument = Buffer.from(
+      JSON.stringify({ name: 'p', versions: { '1.0.0': { name: 'p', version: '1.0.0', dist: { tarball: 'http://origin.test/p/-/p-1.0.0.tgz' } } } }),
+    );
+    const npmJob: RenderJob = { kind: 'npm', contentType: 'application/json', name: 'p', abbreviated: false };
+    const first = await pool.render(npmJob, packument, 'deny', (urls) => decide(urls, v));
+    assert.ok(first?.rendered.ok, 'first rendering');
+    // The idle timer stops the worker (terminate(): its `exit` comes later); a job right then starts another.
+    const internals = pool as unknown as { worker: unknown };
+    const t0 = Date.now();
+    while (internals.worker !== null) {
+      if (Date.now() - t0 > 10_000) throw new Error('the idle worker was not stopped');
+      await new Promise((r) => setImmediate(r));
+    }
+    const second = await pool.render(npmJob, packument, 'deny', (urls) => decide(urls, v));
+    assert.ok(second?.rendered.ok, `second rendering: ${JSON.stringify(second?.rendered)}`);
+  } finally {
+    await pool.close();
+  }
+});
+
 test.run();
