@@ -15,6 +15,7 @@
  * drops are deleted only RETIRE_MS after their last write.
  */
 import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -144,6 +145,65 @@ function lastOutputs(dist) {
  */
 const BUNDLED = /^undici(\/|$)/;
 
+/**
+ * What `import … from 'undici'` in the sources gets: Agent, request and
+ * interceptors, made as undici's index.js makes them, without the rest of
+ * the package (index.js loads fetch, WebSocket, the caches, the mocks and
+ * cookies, which read globalThis.Headers and so load Node's own copy of
+ * undici too, on every import; docs/decisions/cli-start.md). An ES module:
+ * a source importing any other name fails the build ("No matching export").
+ */
+function undiciEntry() {
+  const interceptors = Object.keys(createRequire(join(ROOT, 'package.json'))('undici').interceptors);
+  const file = (k) => k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+  const missing = interceptors.filter((k) => !existsSync(join(ROOT, 'node_modules', 'undici', 'lib', 'interceptor', `${file(k)}.js`)));
+  if (missing.length > 0) throw new Error(`undici's interceptors changed (${missing.join(', ')}): update undiciEntry in tools/build.mjs`);
+  return `import Agent from 'undici/lib/dispatcher/agent';
+import Dispatcher from 'undici/lib/dispatcher/dispatcher';
+import api from 'undici/lib/api';
+import util from 'undici/lib/core/util';
+import { InvalidArgumentError } from 'undici/lib/core/errors';
+import { getGlobalDispatcher } from 'undici/lib/global';
+Object.assign(Dispatcher.prototype, api);
+// undici/index.js's makeDispatcher, as it is there.
+function makeDispatcher(fn) {
+  return (url, opts, handler) => {
+    if (typeof opts === 'function') {
+      handler = opts;
+      opts = null;
+    }
+    if (!url || (typeof url !== 'string' && typeof url !== 'object' && !(url instanceof URL))) throw new InvalidArgumentError('invalid url');
+    if (opts != null && typeof opts !== 'object') throw new InvalidArgumentError('invalid opts');
+    if (opts && opts.path != null) {
+      if (typeof opts.path !== 'string') throw new InvalidArgumentError('invalid opts.path');
+      let path = opts.path;
+      if (!opts.path.startsWith('/')) path = \`/\${path}\`;
+      url = new URL(util.parseOrigin(url).origin + path);
+    } else {
+      if (!opts) opts = typeof url === 'object' ? url : {};
+      url = util.parseURL(url);
+    }
+    const { agent, dispatcher = getGlobalDispatcher() } = opts;
+    if (agent) throw new InvalidArgumentError('unsupported opts.agent. Did you mean opts.client?');
+    return fn.call(dispatcher, { ...opts, origin: url.origin, path: url.search ? \`\${url.pathname}\${url.search}\` : url.pathname, method: opts.method || (opts.body ? 'PUT' : 'GET') }, handler);
+  };
+}
+export { Agent };
+export const request = makeDispatcher(api.request);
+// Each interceptor loads on first use.
+export const interceptors = {};
+${interceptors.map((k) => `Object.defineProperty(interceptors, ${JSON.stringify(k)}, { enumerable: true, get: () => require(${JSON.stringify(`undici/lib/interceptor/${file(k)}`)}) });`).join('\n')}
+`;
+}
+
+const undiciSlim = {
+  name: 'undici-slim',
+  setup(b) {
+    b.onResolve({ filter: /^undici$/ }, (a) => (a.kind === 'entry-point' ? undefined : { path: 'undici', namespace: 'undici-slim' }));
+    b.onLoad({ filter: /.*/, namespace: 'undici-slim' }, () => ({ contents: undiciEntry(), loader: 'js', resolveDir: ROOT }));
+  },
+};
+
 /** Every other package stays external: loaded from node_modules as installed. */
 const externalPackages = {
   name: 'external-packages',
@@ -158,7 +218,7 @@ const NODE_OPTIONS = {
   platform: 'node',
   format: 'esm',
   target: 'node20',
-  plugins: [externalPackages],
+  plugins: [undiciSlim, externalPackages],
   // The bundled CommonJS requires Node's modules: `require` in an ES module.
   banner: { js: "import { createRequire as __vouchCreateRequire } from 'node:module';\nconst require = __vouchCreateRequire(import.meta.url);" },
   sourcemap: 'linked',
@@ -193,7 +253,8 @@ export async function build(dist = DIST) {
   });
   const results = [cli, workers, browser];
   const inputs = new Set(['tools/build.mjs', ...Object.values(COPIES)]);
-  for (const r of results) for (const f of Object.keys(r.metafile.inputs)) inputs.add(f);
+  // The undici entry is made here (an input by tools/build.mjs itself and undici's own files).
+  for (const r of results) for (const f of Object.keys(r.metafile.inputs)) if (!f.startsWith('undici-slim:')) inputs.add(f);
   const sorted = [...inputs].sort();
   let recorded;
   try {
