@@ -38,7 +38,6 @@ const RETIRE_MS = 3_600_000;
 const COPIES = {
   'explorer/index.html': 'gateway/explorer/index.html',
   'explorer/explorer.css': 'gateway/explorer/explorer.css',
-  'licenses/undici.txt': 'node_modules/undici/LICENSE',
 };
 
 /**
@@ -139,11 +138,35 @@ function lastOutputs(dist) {
 }
 
 /**
- * Packages bundled into dist/ rather than loaded from node_modules: undici
- * loads as some hundred CommonJS files, twice the CPU of one bundled piece
- * (docs/decisions/cli-start.md). Its licence is copied beside (COPIES).
+ * Packages are bundled into dist/ rather than loaded from node_modules: a
+ * package loads as tens or hundreds of files resolved and read one by one
+ * (undici alone: twice the CPU of one bundled piece; yaml, pino, prom-client
+ * and the rest: a quarter of `vouch serve`'s start; docs/decisions/cli-start.md).
+ * Each one's licence is copied to dist/licenses/ (`licencesOf`). External:
+ * sodium-native (a native addon, found beside its package at run time) and
+ * esbuild (a dev dependency, with its own binary: the explorer's and worker
+ * bundles in development).
  */
-const BUNDLED = /^undici(\/|$)/;
+const EXTERNAL = /^(?:sodium-native|esbuild)(\/|$)/;
+const LICENCE_FILE = /^(?:licen[cs]e|copying)(?:\.(?:md|txt))?$/i;
+
+/** dist/licenses/<package>.txt → the licence file of each package the bundles hold (node_modules/<package>/LICENSE…, else its package.json). */
+function licencesOf(inputs) {
+  const out = {};
+  for (const f of inputs) {
+    const m = /^(.*?node_modules\/)((?:@[^/]+\/)?[^/]+)\//.exec(f.split(sep).join('/'));
+    if (m === null) continue;
+    const key = `licenses/${m[2].replace('/', '__')}.txt`;
+    if (key in out) continue;
+    const dir = `${m[1]}${m[2]}`;
+    let file = readdirSync(join(ROOT, dir)).sort().find((n) => LICENCE_FILE.test(n));
+    // A package without a licence file (public-domain dedications such as CC0): its package.json, which names it.
+    if (file === undefined && typeof JSON.parse(readFileSync(join(ROOT, dir, 'package.json'), 'utf8')).license === 'string') file = 'package.json';
+    if (file === undefined) throw new Error(`${dir} has no licence to copy into dist/licenses: keep the package external (EXTERNAL in tools/build.mjs)`);
+    out[key] = `${dir}/${file}`;
+  }
+  return out;
+}
 
 /**
  * What `import … from 'undici'` in the sources gets: Agent, request and
@@ -204,11 +227,11 @@ const undiciSlim = {
   },
 };
 
-/** Every other package stays external: loaded from node_modules as installed. */
+/** The external packages: loaded from node_modules as installed. */
 const externalPackages = {
   name: 'external-packages',
   setup(b) {
-    b.onResolve({ filter: /^[^./]/ }, (a) => (BUNDLED.test(a.path) && a.kind !== 'entry-point' ? undefined : { path: a.path, external: true }));
+    b.onResolve({ filter: /^[^./]/ }, (a) => (!EXTERNAL.test(a.path) && a.kind !== 'entry-point' ? undefined : { path: a.path, external: true }));
   },
 };
 
@@ -252,9 +275,11 @@ export async function build(dist = DIST) {
     legalComments: 'none',
   });
   const results = [cli, workers, browser];
-  const inputs = new Set(['tools/build.mjs', ...Object.values(COPIES)]);
+  const sources = new Set();
   // The undici entry is made here (an input by tools/build.mjs itself and undici's own files).
-  for (const r of results) for (const f of Object.keys(r.metafile.inputs)) if (!f.startsWith('undici-slim:')) inputs.add(f);
+  for (const r of results) for (const f of Object.keys(r.metafile.inputs)) if (!f.startsWith('undici-slim:')) sources.add(f);
+  const copies = { ...COPIES, ...licencesOf(sources) };
+  const inputs = new Set(['tools/build.mjs', ...Object.values(copies), ...sources]);
   const sorted = [...inputs].sort();
   let recorded;
   try {
@@ -276,7 +301,7 @@ export async function build(dist = DIST) {
     put(f.path, f.contents);
     outputs.push(rel(f.path));
   }
-  for (const [out, src] of Object.entries(COPIES)) {
+  for (const [out, src] of Object.entries(copies)) {
     put(join(dist, out), readFileSync(join(ROOT, src)));
     outputs.push(out);
   }
