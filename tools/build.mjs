@@ -159,7 +159,9 @@ function licencesOf(inputs) {
     const key = `licenses/${m[2].replace('/', '__')}.txt`;
     if (key in out) continue;
     const dir = `${m[1]}${m[2]}`;
-    let file = readdirSync(join(ROOT, dir)).sort().find((n) => LICENCE_FILE.test(n));
+    let file = readdirSync(join(ROOT, dir))
+      .sort()
+      .find((n) => LICENCE_FILE.test(n));
     // A package without a licence file (public-domain dedications such as CC0): its package.json, which names it.
     if (file === undefined && typeof JSON.parse(readFileSync(join(ROOT, dir, 'package.json'), 'utf8')).license === 'string') file = 'package.json';
     if (file === undefined) throw new Error(`${dir} has no licence to copy into dist/licenses: keep the package external (EXTERNAL in tools/build.mjs)`);
