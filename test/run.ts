@@ -6,8 +6,9 @@
  * sockets they drive, about half a core each). A file's output is printed as one block when it
  * ends; each file is bounded in time (VOUCH_TEST_FILE_TIMEOUT_MS) and a file
  * that overruns is killed and counted as a failure. Ends with the plain line
- * `N passed, N failed` (tests, as uvu counts them) that CI reads; exits
- * non-zero when any test failed, a file crashed or timed out, or none ran.
+ * `N passed, N failed` (tests, as uvu counts them, and uvu hooks that threw:
+ * test/helpers/uvu-hooks.mjs) that CI reads; exits non-zero when any test
+ * failed, a hook threw, a file crashed or timed out, or none ran.
  *
  * Longest files first (test/durations.json, refreshed by --record); files marked
  * `test-run: exclusive` run alone before the pool.
@@ -29,6 +30,8 @@ const CPU_FILE = join(testDir, 'out', 'test-cpu.json');
 /** Committed durations (ms) of a full run, so a fresh clone (CI) also starts the longest files first. */
 const DURATIONS_FILE = join(testDir, 'durations.json');
 const PRELOAD = join(testDir, 'helpers', 'file-tmpdir.mjs');
+/** Makes a throwing uvu hook a failure with its message (uvu drops `before`'s error and exits 0). */
+const HOOKS_PRELOAD = join(testDir, 'helpers', 'uvu-hooks.mjs');
 
 /** Every test file below `dir`, sorted; the helper, fuzz-harness and vector folders hold none. */
 function findTests(dir: string): string[] {
@@ -86,6 +89,8 @@ interface FileResult {
   failed: number;
   skipped: number;
   crashed: string | null;
+  /** uvu hooks (`before`, `after`, `after.each`) that threw, each also counted in `failed`. */
+  hookErrors: number;
   ms: number;
   /** CPU seconds of the file's process and the children it reaped; null when it did not say. */
   cpuS: number | null;
@@ -103,10 +108,10 @@ function runFile(file: string): Promise<FileResult> {
   return new Promise((resolve) => {
     // tsx keeps its transform cache under the TMPDIR it starts with: the shared one, so each module is
     // compiled once per checkout, not once per file; the preload then hands the file its own TMPDIR.
-    const child = spawn(process.execPath, ['--import', 'tsx', '--import', PRELOAD, file], {
+    const child = spawn(process.execPath, ['--import', 'tsx', '--import', PRELOAD, '--import', HOOKS_PRELOAD, file], {
       cwd: root,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, FORCE_COLOR: '0', VOUCH_TEST_TMPDIR: tmp, VOUCH_TEST_CPU_FILE: `${tmp}.cpu` },
+      env: { ...process.env, FORCE_COLOR: '0', VOUCH_TEST_TMPDIR: tmp, VOUCH_TEST_CPU_FILE: `${tmp}.cpu`, VOUCH_TEST_HOOKS_FILE: `${tmp}.hooks` },
       detached: true,
     });
     running.add(child);
@@ -143,6 +148,13 @@ function runFile(file: string): Promise<FileResult> {
       } catch {
         /* killed, or not Linux */
       }
+      let hookErrors = 0;
+      try {
+        hookErrors = readFileSync(`${tmp}.hooks`, 'utf8').split('\n').filter(Boolean).length;
+        rmSync(`${tmp}.hooks`, { force: true });
+      } catch {
+        /* no hook threw */
+      }
       const total = Number(/Total:\s+(\d+)/.exec(out)?.[1] ?? NaN);
       const passed = Number(/Passed:\s+(\d+)/.exec(out)?.[1] ?? NaN);
       const skipped = Number(/Skipped:\s+(\d+)/.exec(out)?.[1] ?? 0);
@@ -150,10 +162,11 @@ function runFile(file: string): Promise<FileResult> {
       if (timedOut) crashed = `timed out after ${FILE_TIMEOUT_MS} ms (VOUCH_TEST_FILE_TIMEOUT_MS), killed`;
       else if (signal) crashed = `killed by ${signal}`;
       else if (Number.isNaN(total)) crashed = `exited ${code} without a uvu summary`;
-      // uvu's Total counts the tests that ran; `test.skip` ones are only in Skipped.
-      const failed = Number.isNaN(total) ? 0 : total - passed;
+      // uvu's Total counts the tests that ran; `test.skip` ones are only in Skipped. A hook that threw
+      // is one failure more (a `before`'s tests did not run: uvu counts them as not passed).
+      const failed = (Number.isNaN(total) ? 0 : total - passed) + hookErrors;
       if (!crashed && code !== 0 && failed === 0) crashed = `exited ${code} after its tests`;
-      resolve({ name, passed: Number.isNaN(passed) ? 0 : passed, failed, skipped, crashed, ms: Date.now() - started, cpuS, output: out });
+      resolve({ name, passed: Number.isNaN(passed) ? 0 : passed, failed, skipped, crashed, hookErrors, ms: Date.now() - started, cpuS, output: out });
     });
   });
 }
@@ -238,9 +251,9 @@ async function worker(queue: string[]): Promise<void> {
     if (r.crashed) {
       failed += 1;
       problems.push(`${r.name}: ${r.crashed}`);
-    } else if (r.failed) problems.push(`${r.name}: ${r.failed} failed`);
+    } else if (r.failed) problems.push(`${r.name}: ${r.failed} failed${r.hookErrors ? ` (${r.hookErrors} of them hooks that threw)` : ''}`);
     const bad = r.crashed !== null || r.failed > 0;
-    const head = `=== ${r.name}: ${r.passed} passed, ${r.failed} failed${r.skipped ? `, ${r.skipped} skipped` : ''}${r.crashed ? ` (${r.crashed})` : ''} (${(r.ms / 1000).toFixed(1)} s)`;
+    const head = `=== ${r.name}: ${r.passed} passed, ${r.failed} failed${r.hookErrors ? ` (${r.hookErrors} of them hooks that threw)` : ''}${r.skipped ? `, ${r.skipped} skipped` : ''}${r.crashed ? ` (${r.crashed})` : ''} (${(r.ms / 1000).toFixed(1)} s)`;
     // One write per file so blocks of files ending together never interleave.
     process.stdout.write(`\n=== ${r.name}${bad ? ' FAILED' : ''}\n${r.output}${r.output.endsWith('\n') || !r.output ? '' : '\n'}${head}\n`);
   }

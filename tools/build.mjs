@@ -15,6 +15,7 @@
  * drops are deleted only RETIRE_MS after their last write.
  */
 import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -37,7 +38,6 @@ const RETIRE_MS = 3_600_000;
 const COPIES = {
   'explorer/index.html': 'gateway/explorer/index.html',
   'explorer/explorer.css': 'gateway/explorer/explorer.css',
-  'licenses/undici.txt': 'node_modules/undici/LICENSE',
 };
 
 /**
@@ -138,17 +138,102 @@ function lastOutputs(dist) {
 }
 
 /**
- * Packages bundled into dist/ rather than loaded from node_modules: undici
- * loads as some hundred CommonJS files, twice the CPU of one bundled piece
- * (docs/decisions/cli-start.md). Its licence is copied beside (COPIES).
+ * Packages are bundled into dist/ rather than loaded from node_modules: a
+ * package loads as tens or hundreds of files resolved and read one by one
+ * (undici alone: twice the CPU of one bundled piece; yaml, pino, prom-client
+ * and the rest: a quarter of `vouch serve`'s start; docs/decisions/cli-start.md).
+ * Each one's licence is copied to dist/licenses/ (`licencesOf`). External:
+ * sodium-native (a native addon, found beside its package at run time) and
+ * esbuild (a dev dependency, with its own binary: the explorer's and worker
+ * bundles in development).
  */
-const BUNDLED = /^undici(\/|$)/;
+const EXTERNAL = /^(?:sodium-native|esbuild)(\/|$)/;
+const LICENCE_FILE = /^(?:licen[cs]e|copying)(?:\.(?:md|txt))?$/i;
 
-/** Every other package stays external: loaded from node_modules as installed. */
+/** dist/licenses/<package>.txt → the licence file of each package the bundles hold (node_modules/<package>/LICENSE…, else its package.json). */
+function licencesOf(inputs) {
+  const out = {};
+  for (const f of inputs) {
+    const m = /^(.*?node_modules\/)((?:@[^/]+\/)?[^/]+)\//.exec(f.split(sep).join('/'));
+    if (m === null) continue;
+    const key = `licenses/${m[2].replace('/', '__')}.txt`;
+    if (key in out) continue;
+    const dir = `${m[1]}${m[2]}`;
+    let file = readdirSync(join(ROOT, dir))
+      .sort()
+      .find((n) => LICENCE_FILE.test(n));
+    // A package without a licence file (public-domain dedications such as CC0): its package.json, which names it.
+    if (file === undefined && typeof JSON.parse(readFileSync(join(ROOT, dir, 'package.json'), 'utf8')).license === 'string') file = 'package.json';
+    if (file === undefined) throw new Error(`${dir} has no licence to copy into dist/licenses: keep the package external (EXTERNAL in tools/build.mjs)`);
+    out[key] = `${dir}/${file}`;
+  }
+  return out;
+}
+
+/**
+ * What `import … from 'undici'` in the sources gets: Agent, request and
+ * interceptors, made as undici's index.js makes them, without the rest of
+ * the package (index.js loads fetch, WebSocket, the caches, the mocks and
+ * cookies, which read globalThis.Headers and so load Node's own copy of
+ * undici too, on every import; docs/decisions/cli-start.md). An ES module:
+ * a source importing any other name fails the build ("No matching export").
+ */
+function undiciEntry() {
+  const interceptors = Object.keys(createRequire(join(ROOT, 'package.json'))('undici').interceptors);
+  const file = (k) => k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+  const missing = interceptors.filter((k) => !existsSync(join(ROOT, 'node_modules', 'undici', 'lib', 'interceptor', `${file(k)}.js`)));
+  if (missing.length > 0) throw new Error(`undici's interceptors changed (${missing.join(', ')}): update undiciEntry in tools/build.mjs`);
+  return `import Agent from 'undici/lib/dispatcher/agent';
+import Dispatcher from 'undici/lib/dispatcher/dispatcher';
+import api from 'undici/lib/api';
+import util from 'undici/lib/core/util';
+import { InvalidArgumentError } from 'undici/lib/core/errors';
+import { getGlobalDispatcher } from 'undici/lib/global';
+Object.assign(Dispatcher.prototype, api);
+// undici/index.js's makeDispatcher, as it is there.
+function makeDispatcher(fn) {
+  return (url, opts, handler) => {
+    if (typeof opts === 'function') {
+      handler = opts;
+      opts = null;
+    }
+    if (!url || (typeof url !== 'string' && typeof url !== 'object' && !(url instanceof URL))) throw new InvalidArgumentError('invalid url');
+    if (opts != null && typeof opts !== 'object') throw new InvalidArgumentError('invalid opts');
+    if (opts && opts.path != null) {
+      if (typeof opts.path !== 'string') throw new InvalidArgumentError('invalid opts.path');
+      let path = opts.path;
+      if (!opts.path.startsWith('/')) path = \`/\${path}\`;
+      url = new URL(util.parseOrigin(url).origin + path);
+    } else {
+      if (!opts) opts = typeof url === 'object' ? url : {};
+      url = util.parseURL(url);
+    }
+    const { agent, dispatcher = getGlobalDispatcher() } = opts;
+    if (agent) throw new InvalidArgumentError('unsupported opts.agent. Did you mean opts.client?');
+    return fn.call(dispatcher, { ...opts, origin: url.origin, path: url.search ? \`\${url.pathname}\${url.search}\` : url.pathname, method: opts.method || (opts.body ? 'PUT' : 'GET') }, handler);
+  };
+}
+export { Agent };
+export const request = makeDispatcher(api.request);
+// Each interceptor loads on first use.
+export const interceptors = {};
+${interceptors.map((k) => `Object.defineProperty(interceptors, ${JSON.stringify(k)}, { enumerable: true, get: () => require(${JSON.stringify(`undici/lib/interceptor/${file(k)}`)}) });`).join('\n')}
+`;
+}
+
+const undiciSlim = {
+  name: 'undici-slim',
+  setup(b) {
+    b.onResolve({ filter: /^undici$/ }, (a) => (a.kind === 'entry-point' ? undefined : { path: 'undici', namespace: 'undici-slim' }));
+    b.onLoad({ filter: /.*/, namespace: 'undici-slim' }, () => ({ contents: undiciEntry(), loader: 'js', resolveDir: ROOT }));
+  },
+};
+
+/** The external packages: loaded from node_modules as installed. */
 const externalPackages = {
   name: 'external-packages',
   setup(b) {
-    b.onResolve({ filter: /^[^./]/ }, (a) => (BUNDLED.test(a.path) && a.kind !== 'entry-point' ? undefined : { path: a.path, external: true }));
+    b.onResolve({ filter: /^[^./]/ }, (a) => (!EXTERNAL.test(a.path) && a.kind !== 'entry-point' ? undefined : { path: a.path, external: true }));
   },
 };
 
@@ -158,7 +243,7 @@ const NODE_OPTIONS = {
   platform: 'node',
   format: 'esm',
   target: 'node20',
-  plugins: [externalPackages],
+  plugins: [undiciSlim, externalPackages],
   // The bundled CommonJS requires Node's modules: `require` in an ES module.
   banner: { js: "import { createRequire as __vouchCreateRequire } from 'node:module';\nconst require = __vouchCreateRequire(import.meta.url);" },
   sourcemap: 'linked',
@@ -192,8 +277,11 @@ export async function build(dist = DIST) {
     legalComments: 'none',
   });
   const results = [cli, workers, browser];
-  const inputs = new Set(['tools/build.mjs', ...Object.values(COPIES)]);
-  for (const r of results) for (const f of Object.keys(r.metafile.inputs)) inputs.add(f);
+  const sources = new Set();
+  // The undici entry is made here (an input by tools/build.mjs itself and undici's own files).
+  for (const r of results) for (const f of Object.keys(r.metafile.inputs)) if (!f.startsWith('undici-slim:')) sources.add(f);
+  const copies = { ...COPIES, ...licencesOf(sources) };
+  const inputs = new Set(['tools/build.mjs', ...Object.values(copies), ...sources]);
   const sorted = [...inputs].sort();
   let recorded;
   try {
@@ -215,7 +303,7 @@ export async function build(dist = DIST) {
     put(f.path, f.contents);
     outputs.push(rel(f.path));
   }
-  for (const [out, src] of Object.entries(COPIES)) {
+  for (const [out, src] of Object.entries(copies)) {
     put(join(dist, out), readFileSync(join(ROOT, src)));
     outputs.push(out);
   }
