@@ -146,7 +146,19 @@ export async function repackGeometric(dir: string, gitdir: string, base: string 
   ensurePackAttributes(gitdir);
   const revs = `refs/heads/main\n${base ? `^${base}\n` : ''}`;
   const out = await runGit(
-    ['-C', dir, ...PINNED, 'pack-objects', '--revs', '--incremental', '--non-empty', '--window=10', '--depth=50', '-q', join(gitdir, 'objects', 'pack', 'pack')],
+    [
+      '-C',
+      dir,
+      ...PINNED,
+      'pack-objects',
+      '--revs',
+      '--incremental',
+      '--non-empty',
+      '--window=10',
+      '--depth=50',
+      '-q',
+      join(gitdir, 'objects', 'pack', 'pack'),
+    ],
     { ...opts, input: revs },
     () => crashAfterSpawn('repack-pack-objects'),
   );

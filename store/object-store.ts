@@ -138,6 +138,7 @@ export class ObjectStore {
    * git left: none, unless a repack failed part-way).
    */
   afterRepack(): void {
+    this.knownDirs.clear(); // git's prune-packed removes the fan-out directories it empties
     this.disk.refresh();
     this.resetCache();
     const objects = join(this.gitdir, 'objects');

