@@ -367,7 +367,9 @@ async function repackMeasure(work: string, base: string, size: number, appended:
     console.log(`repack round ${k + 1}: ${sides.map((s) => `${s} ${f1(row.ms[s][k]!)} ms`).join(', ')}`);
   }
   row.window = await appendWindow(work, base, 400);
-  console.log(`appends across the repack threshold: p50 ${f1(median(row.window.ms))} ms, max ${f1(Math.max(...row.window.ms))} ms, ${row.window.repacks} repack(s)`);
+  console.log(
+    `appends across the repack threshold: p50 ${f1(median(row.window.ms))} ms, max ${f1(Math.max(...row.window.ms))} ms, ${row.window.repacks} repack(s)`,
+  );
   if (!full) {
     rmSync(base, { recursive: true, force: true });
     return row;

@@ -101,7 +101,11 @@ export class RepoRepair {
     // A pack without its index: a pack write (./pack-file-writer.ts, git) names the pack first, its index last; interrupted in between.
     const orphan = (name: string) => /^pack-[0-9a-f]{40}\.pack$/.test(name) && !packNames.has(`${name.slice(0, -5)}.idx`);
     // git's own temporaries too (`tmp_pack_*` of pack-objects, `.tmp-<pid>-pack-*` of an interrupted `git repack`).
-    sweep(join(objects, 'pack'), 'pack/', (name) => name.startsWith('tmp_') || name.startsWith('.tmp-') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name) || orphan(name));
+    sweep(
+      join(objects, 'pack'),
+      'pack/',
+      (name) => name.startsWith('tmp_') || name.startsWith('.tmp-') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name) || orphan(name),
+    );
     return loose;
   }
 
