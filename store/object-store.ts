@@ -138,18 +138,27 @@ export class ObjectStore {
    * git left: none, unless a repack failed part-way).
    */
   afterRepack(): void {
-    this.knownDirs.clear(); // git's prune-packed removes the fan-out directories it empties
     this.disk.refresh();
     this.resetCache();
     const objects = join(this.gitdir, 'objects');
     let n = 0;
+    let made = false;
     for (let b = 0; b < 256; b++) {
+      const dir = join(objects, b.toString(16).padStart(2, '0'));
       try {
-        for (const f of fs.readdirSync(join(objects, b.toString(16).padStart(2, '0')))) if (f.length === 38 && /^[0-9a-f]{38}$/.test(f)) n++;
+        for (const f of fs.readdirSync(dir)) if (f.length === 38 && /^[0-9a-f]{38}$/.test(f)) n++;
       } catch {
-        /* no such fan-out directory */
+        // git's prune-packed removes the fan-out directories it empties: made again here, so appends never pay for one.
+        this.knownDirs.delete(dir);
+        try {
+          fs.mkdirSync(dir);
+          made = true;
+        } catch {
+          /* made meanwhile, or not possible: an append makes it */
+        }
       }
     }
+    if (made) fsyncDir(objects);
     this.loose = n;
   }
 

@@ -281,6 +281,8 @@ test('the repack is stock git: block files whole, trees as deltas, no loose obje
   assert.ok(pidsIn(pids).length >= 2, `git ran for the repack (pack-objects, repack): ${pidsIn(pids).length} runs`);
   assert.is(looseCount(dir), 0, 'git count-objects -v: no loose object');
   assert.is(repo.pendingLoose, 0);
+  const fanOut = readdirSync(join(dir, '.git', 'objects')).filter((d) => /^[0-9a-f]{2}$/.test(d));
+  assert.is(fanOut.length, 256, 'the fan-out directories git pruned are there again (appends never make one)');
   const d = deltaCounts(dir);
   assert.is(d.blocks, 1020);
   assert.is(d.blockDeltas, 0, 'every block file whole');
