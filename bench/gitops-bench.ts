@@ -463,7 +463,7 @@ async function fixtureRows(n: number, rowsWanted: Set<string>, quick: boolean): 
         const r = await repackOnFixture(work, fx.dir, tail, quick ? 50 : 250, rounds);
         const m = (s: RepackSide) => `${f1(median(r.ms[s]))} ms, ${mib(r.bytes[s])}, ${r.packs[s]} packs`;
         out.push(
-          `| repack of ${r.appended} appends' loose objects (${mib(r.looseBytes)}) after ${N} blocks (${r.rounds} round(s)) | ${fxName} | ${m('vouch')} | \`repack -d\`: ${m('git -d')}; \`--geometric=2 -d\`: ${m('git --geometric=2 -d')} | |`,
+          `| repack of ${r.appended} appends' loose objects (${mib(r.looseBytes)}) after ${N} blocks (${r.rounds} round(s)) | ${fxName} | stock git children (store/git-repack.ts): ${m('vouch')} | \`repack -d\`: ${m('git -d')}; \`--geometric=2 -d\`: ${m('git --geometric=2 -d')} | |`,
           windowLine(r, fxName),
         );
         loads.push(loadavg()[0]!);
@@ -543,7 +543,7 @@ export async function runGitopsBench(quick: boolean): Promise<{ title: string; m
       const r = await repackRows(work, chain, quick ? 100 : 250, rounds);
       const m = (s: RepackSide) => `${f1(median(r.ms[s]))} ms, ${mib(r.bytes[s])}, ${r.packs[s]} packs`;
       out.push(
-        `| repack of the last ${r.appended} appends' loose objects (${mib(r.looseBytes)}) of ${r.size.toLocaleString('en')} blocks (${r.rounds} rounds) | ${m('vouch')} | \`repack -d\`: ${m('git -d')}; \`--geometric=2 -d\`: ${m('git --geometric=2 -d')} | |`,
+        `| repack of the last ${r.appended} appends' loose objects (${mib(r.looseBytes)}) of ${r.size.toLocaleString('en')} blocks (${r.rounds} rounds) | stock git children (store/git-repack.ts): ${m('vouch')} | \`repack -d\`: ${m('git -d')}; \`--geometric=2 -d\`: ${m('git --geometric=2 -d')} | |`,
         `| disk of the repository (objects) | ${mib(r.full.vouchBytes)} after vouch's repack | \`repack -a -d\`: ${mib(r.full.gitBytes)} (${f1(r.full.gitMs / 1000)} s) | |`,
         windowLine(r),
       );

@@ -295,6 +295,7 @@ test('the repack is stock git: block files whole, trees as deltas, no loose obje
 const POINTS = ['repack-pack-objects', 'repack-geometric'] as const;
 for (const point of POINTS) {
   test(`vouch killed while git runs (${point}, at random instants): no object lost, git accepts the repository, the next repack completes`, async () => {
+    let kills = 0;
     for (const after of [0, 60, 300]) {
       const dir = fresh(`crash-${point}-${after}`);
       const repo = await ChainRepo.init(dir, blocks(0, 10), checkpoint(10), info(0));
@@ -307,6 +308,7 @@ for (const point of POINTS) {
       const label = `${point} +${after} ms`;
       // A fast git may be done before the instant: then the child died afterwards or exited; either way nothing may be lost.
       assert.ok(child.signal === 'SIGKILL' || child.status === 0, `${label}: child ${child.status} ${child.signal} ${child.stderr}`);
+      if (child.signal === 'SIGKILL') kills++;
       // git the dead vouch started dies with it (parent-death signal): no writer is left beside the next one.
       await new Promise((r) => setTimeout(r, 100));
       const opened = await ChainRepo.open(dir);
@@ -321,6 +323,7 @@ for (const point of POINTS) {
       await assertBlocksInObjects(await ChainRepo.open(dir), `${label}, reopened`);
       assert.ok(!existsSync(join(dir, '.git', 'vouch-clone-incomplete')));
     }
+    assert.ok(kills > 0, `vouch was killed while git ran at least once (${kills})`);
   });
 }
 
