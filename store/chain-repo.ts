@@ -234,7 +234,7 @@ export class ChainRepo implements MirrorStore {
   }
 
   /** Packs made by this instance and the time they held the writer queue. */
-  get packTimes(): { count: number; totalMs: number; maxMs: number; cpuMs: number } {
+  get packTimes(): { count: number; totalMs: number; maxMs: number } {
     return this.writer.packTimes;
   }
 

@@ -7,7 +7,7 @@
  * Hand-written writes fsync (bench/RESULTS.md "Chain core");
  * `git cat-file` (./git-cat-file.ts) is the fallback read.
  * Owns: the lookup order (pinned, fetched, loose, packed, git cat-file),
- * the directory fsyncs, the list of loose objects `packPending` packs.
+ * the directory fsyncs, the count of loose objects the next repack packs.
  * Trusts: objects on disk to be what their name says.
  * Must hold: `write` never leaves a partial object under an object's name;
  * a name is durable once `syncDirs()` returned.
@@ -22,10 +22,7 @@ import { fsyncDir, writeDurably } from '../platform/durable-file.ts';
 import { DiskPacks } from './git-pack.ts';
 import { GitCatFile } from './git-cat-file.ts';
 import type { PackData } from './git-pack-index.ts';
-import { type LooseObject, PackFileWriter, consolidatePacks, packLoose, removeLoose } from './repack.ts';
-
-/** Most loose objects whose bodies are held for the next pack (~3 x its threshold; a leaf tree is up to ~35 KiB). */
-const HELD_BODIES = 6144;
+import { PackFileWriter } from './pack-file-writer.ts';
 
 /** Loose-object writer and reader; packed objects are read through DiskPacks (stock git for old index versions). */
 export class ObjectStore {
@@ -37,8 +34,8 @@ export class ObjectStore {
   /** Directories that got new entries since the last `syncDirs()` (object fan-out dirs, and `objects/` for a new one). */
   private unsynced = new Set<string>();
   readonly disk: DiskPacks;
-  /** Loose objects not packed yet, in the order written (a tree's previous version before it). */
-  private loose: LooseObject[] = [];
+  /** Loose objects not packed yet (written since the last repack, or found on disk). */
+  private loose = 0;
   /** The pack `write` adds to between `startPack()` and `syncDirs()`. */
   private packing: PackFileWriter | null = null;
 
@@ -63,9 +60,9 @@ export class ObjectStore {
   /**
    * Write an object (whole: temporary file + rename) unless it already
    * exists; returns its id. `path`: a tree's directory in the chain (`''`
-   * for the root), so a pack can store it as a delta of its previous version.
+   * for the root).
    */
-  write(type: 'blob' | 'tree' | 'commit' | 'tag', body: Buffer, path?: string): string {
+  write(type: 'blob' | 'tree' | 'commit' | 'tag', body: Buffer): string {
     const header = Buffer.from(`${type} ${body.length}\0`, 'latin1');
     const oid = createHash('sha1').update(header).update(body).digest('hex');
     if (this.packing) {
@@ -88,9 +85,7 @@ export class ObjectStore {
     writeDurably(tmp, deflateSync(Buffer.concat([header, body]), { level: 1 }), 0o444);
     fs.renameSync(tmp, file);
     this.unsynced.add(dir);
-    // The body stays at hand for the pack (no read back), within a bound: a pack that keeps failing does not grow memory.
-    const keep = this.loose.length < HELD_BODIES;
-    this.loose.push({ oid, ...(path === undefined ? {} : { path }), ...(keep ? { type, body } : {}) });
+    this.loose++;
     return oid;
   }
 
@@ -127,34 +122,49 @@ export class ObjectStore {
     this.unsynced.clear();
   }
 
-  /** Loose objects found on disk (at open, by ChainRepo's sweep of the fan-out directories) to pack with the next `packPending`. */
+  /** Loose objects found on disk (at open, by ChainRepo's sweep of the fan-out directories): counted towards the next repack. */
   noteLoose(oids: readonly string[]): void {
-    const known = new Set(this.loose.map((o) => o.oid));
-    this.loose = [...oids.filter((oid) => !known.has(oid)).map((oid) => ({ oid })), ...this.loose];
+    this.loose += oids.length;
   }
 
   /** How many loose objects wait to be packed. */
   get pendingLoose(): number {
-    return this.loose.length;
+    return this.loose;
   }
 
   /**
-   * Pack up to `max` of the loose objects not packed yet (the oldest first)
-   * into one pack, then merge packs as ./repack.ts `consolidatePacks`
-   * decides. Cost: the objects packed, plus the packs merged (geometric:
-   * O(log n) copies of an object over the repository's life). The loose
-   * files the pack made redundant are removed by the returned `removal`
-   * (asynchronous, a few files at a time: safe beside later writers).
+   * After stock git repacked (./git-repack.ts): the pack list read again,
+   * the cached objects dropped, and the loose objects counted on disk (what
+   * git left: none, unless a repack failed part-way).
    */
-  packPending(max = Infinity): { pack: string | null; merged: string[]; removal: Promise<number> } {
-    const batch = this.loose.slice(0, Math.min(this.loose.length, max));
-    this.disk.refresh();
-    const r = batch.length > 0 ? packLoose(this.gitdir, batch, (oid) => this.disk.inPacks(oid)) : { pack: null, redundant: [] };
-    this.loose = this.loose.slice(batch.length);
-    const c = consolidatePacks(this.gitdir);
+  afterRepack(): void {
     this.disk.refresh();
     this.resetCache();
-    return { pack: r.pack, merged: c.merged, removal: removeLoose(this.gitdir, r.redundant) };
+    const objects = join(this.gitdir, 'objects');
+    let n = 0;
+    let made = false;
+    for (let b = 0; b < 256; b++) {
+      const dir = join(objects, b.toString(16).padStart(2, '0'));
+      try {
+        for (const f of fs.readdirSync(dir)) if (f.length === 38 && /^[0-9a-f]{38}$/.test(f)) n++;
+      } catch {
+        // git's prune-packed removes the fan-out directories it empties: made again here, so appends never pay for one.
+        this.knownDirs.delete(dir);
+        try {
+          fs.mkdirSync(dir);
+          made = true;
+        } catch {
+          /* made meanwhile, or not possible: an append makes it */
+        }
+      }
+    }
+    if (made) fsyncDir(objects);
+    this.loose = n;
+  }
+
+  /** Whether a pack (of the last listing) holds `oid`. */
+  inPacks(oid: string): boolean {
+    return this.disk.inPacks(oid);
   }
 
   async read(oid: string): Promise<{ type: string; body: Buffer }> {
@@ -199,6 +209,13 @@ export class ObjectStore {
     if (d) return d;
     const loose = readLoose(this.gitdir, oid);
     if (loose) return loose;
+    // Packed by git between the two lookups: it names the pack before it prunes the loose file, so the pack is there now.
+    try {
+      d = this.disk.read(oid);
+    } catch (e) {
+      throw ioError(`cannot read object ${oid} from a pack`, e);
+    }
+    if (d) return d;
     throw new VouchError('io_error', `object ${oid} is missing (or in a pack with an old index: run git gc)`);
   }
 

@@ -98,9 +98,14 @@ export class RepoRepair {
     } catch {
       packNames = new Set();
     }
-    // A pack without its index: a repack (./repack.ts names the pack first, its index last) or a git command interrupted in between.
+    // A pack without its index: a pack write (./pack-file-writer.ts, git) names the pack first, its index last; interrupted in between.
     const orphan = (name: string) => /^pack-[0-9a-f]{40}\.pack$/.test(name) && !packNames.has(`${name.slice(0, -5)}.idx`);
-    sweep(join(objects, 'pack'), 'pack/', (name) => name.startsWith('tmp_') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name) || orphan(name));
+    // git's own temporaries too (`tmp_pack_*` of pack-objects, `.tmp-<pid>-pack-*` of an interrupted `git repack`).
+    sweep(
+      join(objects, 'pack'),
+      'pack/',
+      (name) => name.startsWith('tmp_') || name.startsWith('.tmp-') || /^pack-[0-9a-f]{40}\.(pack|idx)\.vouch-\d+\.tmp$/.test(name) || orphan(name),
+    );
     return loose;
   }
 

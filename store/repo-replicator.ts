@@ -22,7 +22,7 @@ import { fsyncDir, writeDurably } from '../platform/durable-file.ts';
 import { isDir, readRef, readShallow, writeFileAtomic } from './git-files.ts';
 import { BRANCH_REF, OID_RE, TREE_MODE, ioError } from './git-objects.ts';
 import type { PackData } from './git-pack-index.ts';
-import { PackFileWriter } from './repack.ts';
+import { PackFileWriter } from './pack-file-writer.ts';
 import { strictBlockText } from './repo-reader.ts';
 import type { RepoRepair } from './repo-repair.ts';
 import { type RepoState, readState } from './repo-state.ts';

@@ -4,7 +4,7 @@
  * One part of ./chain-repo.ts, over the shared ./repo-state.ts.
  * Owns: the objects of an append (blobs, the changed trees bottom up, the
  * commit), the working-tree and index writes after the commit point, the
- * pack schedule (LOOSE_PACK_THRESHOLD).
+ * repack schedule (LOOSE_PACK_THRESHOLD; the repack itself: ./git-repack.ts).
  * Trusts: callers to hand over block texts in order under the chain lock.
  * Must hold: a block exists only once its commit is on the branch; an
  * append costs the same at any size; after every write `git status` is
@@ -22,24 +22,32 @@ import { BRANCH_REF, FILE_MODE, TREE_MODE, type TreeEntry, commitBody, ioError, 
 import type { RepoRepair } from './repo-repair.ts';
 import { type RepoState, TMP_SUFFIX, readState } from './repo-state.ts';
 import { SPARSE_CONFIG, SPARSE_INDEX_CONFIG, ensurePatterns } from './sparse-layout.ts';
+import { repackGeometric } from './git-repack.ts';
+
+/** The packs in `packDir` (names without extension, those with an index). */
+function listPacks(packDir: string): string[] {
+  try {
+    return fs
+      .readdirSync(packDir)
+      .filter((f) => /^pack-[0-9a-f]{40}\.idx$/.test(f))
+      .map((f) => f.slice(0, -4));
+  } catch {
+    return [];
+  }
+}
 
 /**
- * Loose objects that trigger a pack of them: ~290 single-block appends (7
- * objects each: block, checkpoint, 4 trees, commit; 8 with checkpoint.note). Fewer than git's
- * gc.auto (6700) because an append's loose leaf tree is up to ~35 KiB (a
- * ~100-byte delta once packed): the loose objects stay under ~15 MiB. More
- * than a few dozen appends because the pack's fixed costs (two fsyncs, the
- * merge check) then fall on one append in ~290, outside the p99 of a
- * thousand (docs/spec/repository.md "Packs").
+ * Loose objects that trigger a repack by stock git (./git-repack.ts): ~290
+ * single-block appends (7 objects each: block, checkpoint, 4 trees, commit;
+ * 8 with checkpoint.note). Fewer than git's gc.auto (6700) because an
+ * append's loose leaf tree is up to ~35 KiB (a ~100-byte delta once packed):
+ * the loose objects stay under ~15 MiB. More than a few dozen appends because
+ * the repack's fixed costs (two git processes, their fsyncs) then fall on one
+ * append in ~290, outside the p99 of a thousand (docs/spec/repository.md "Packs").
  */
 export const LOOSE_PACK_THRESHOLD = 2048;
-/**
- * Most loose objects one pack after an append takes: a repository with a
- * backlog (one written before packing: 1M loose objects at 1M blocks)
- * catches up over many appends, each paying a pack of this size (~1 s) at
- * most, or at once with `repack()`.
- */
-const MAX_PACK_OBJECTS = 16_384;
+/** Longest a repack's git child may run before it is stopped (a backlog of loose objects is packed at once). */
+const REPACK_TIMEOUT_MS = 30 * 60_000;
 
 function checkCommitInfo(c: CommitInfo): void {
   if (!c || typeof c !== 'object') throw new VouchError('bad_request', 'commit info is missing');
@@ -81,13 +89,10 @@ export class RepoWriter {
     private readonly repairer: RepoRepair,
   ) {}
 
-  /** A pack of the loose objects is queued behind the current writer. */
+  /** A repack is queued behind the current writer. */
   private packQueued = false;
-  /** The removal of the loose files the last pack made redundant (runs beside later writers). */
-  private removal: Promise<number> = Promise.resolve(0);
-  private lastPack: { pack: string | null; merged: string[] } = { pack: null, merged: [] };
-  /** Packs made by this instance and the time they held the writer queue (without the loose files' removal, which runs beside it). */
-  readonly packTimes = { count: 0, totalMs: 0, maxMs: 0, cpuMs: 0 };
+  /** Repacks run by this instance and the time they held the writer queue (git's two children). */
+  readonly packTimes = { count: 0, totalMs: 0, maxMs: 0 };
 
   /**
    * Create the chain repository in the state's `dir` (created if missing) holding `blocks`
@@ -168,9 +173,9 @@ export class RepoWriter {
   }
 
   /**
-   * Once LOOSE_PACK_THRESHOLD loose objects wait, queue a pack of them
-   * behind the current writer (so it runs after the append that crossed the
-   * threshold returned, and before the next writer): see `repack`.
+   * Once LOOSE_PACK_THRESHOLD loose objects wait, queue a repack behind the
+   * current writer (so it runs after the append that crossed the threshold
+   * returned, and before the next writer): see `repack`.
    */
   schedulePack(): void {
     if (this.packQueued || this.s.objects.pendingLoose < LOOSE_PACK_THRESHOLD) return;
@@ -178,43 +183,56 @@ export class RepoWriter {
     void this.s.serialize(async () => {
       this.packQueued = false;
       try {
-        this.packNow(MAX_PACK_OBJECTS);
+        await this.packNow();
       } catch (e) {
         this.s.warnings.push(`packing loose objects failed (they stay loose, readable; retried after the next append): ${(e as Error).message}`);
       }
     });
   }
 
-  /** Pack, merge, and start removing the loose files packed (awaited by `repack()` and the next pack, not by appends). */
-  private packNow(max: number): Promise<number> {
+  /** The newest commit of the branch a pack holds (the repack packs what came after it); null when none within the loose ones. */
+  private async packedBase(): Promise<string | null> {
+    const objects = this.s.objects;
+    objects.disk.refresh();
+    let oid: string | undefined = this.s.head;
+    for (let k = 0; oid && k <= objects.pendingLoose + 1; k++) {
+      if (objects.inPacks(oid)) return oid;
+      oid = (await objects.readCommitParents(oid))[0];
+    }
+    return null;
+  }
+
+  /** One repack by stock git, as the single writer (the event loop stays free: reads are served meanwhile); the loose count refreshed after, whatever happened. */
+  private async packNow(): Promise<{ pack: string | null; removed: number; merged: string[] }> {
     assertChainWritable(this.s.dir);
     const t0 = performance.now();
-    const c0 = process.cpuUsage();
-    const r = this.s.objects.packPending(max);
-    const ms = performance.now() - t0;
-    const cpu = process.cpuUsage(c0);
-    this.packTimes.cpuMs += (cpu.user + cpu.system) / 1000;
-    this.packTimes.count++;
-    this.packTimes.totalMs += ms;
-    this.packTimes.maxMs = Math.max(this.packTimes.maxMs, ms);
-    const removal = this.removal.then(() => r.removal).catch(() => 0);
-    this.removal = removal;
-    this.lastPack = { pack: r.pack, merged: r.merged };
-    return removal;
+    const packDir = join(this.s.gitdir, 'objects', 'pack');
+    const packsBefore = listPacks(packDir);
+    const looseBefore = this.s.objects.pendingLoose;
+    try {
+      await repackGeometric(this.s.dir, this.s.gitdir, await this.packedBase(), { timeoutMs: REPACK_TIMEOUT_MS });
+    } finally {
+      this.s.objects.afterRepack();
+      const ms = performance.now() - t0;
+      this.packTimes.count++;
+      this.packTimes.totalMs += ms;
+      this.packTimes.maxMs = Math.max(this.packTimes.maxMs, ms);
+    }
+    const after = new Set(listPacks(packDir));
+    const made = [...after].filter((p) => !packsBefore.includes(p));
+    return { pack: made[0] ?? null, removed: Math.max(0, looseBefore - this.s.objects.pendingLoose), merged: packsBefore.filter((p) => !after.has(p)) };
   }
 
   /**
-   * Pack every loose object not packed yet into one pack (trees as deltas of
-   * their previous version), remove the loose files once it is durable, and
-   * merge packs so their sizes stay a geometric progression (O(log n) packs),
-   * as appends do on their own every LOOSE_PACK_THRESHOLD objects. Safe at
-   * any crash point (./repack.ts).
+   * Pack every loose object now, by stock git (./git-repack.ts: trees as
+   * deltas of their previous version, block files whole, packs merged so
+   * their sizes stay a geometric progression, loose copies pruned), as
+   * appends do on their own every LOOSE_PACK_THRESHOLD objects. Returns the
+   * new pack (null: none), the loose files removed and the packs merged
+   * away. Safe if git or vouch is killed at any point.
    */
   repack(): Promise<{ pack: string | null; removed: number; merged: string[] }> {
-    return this.s.serialize(async () => {
-      const removed = await this.packNow(Infinity);
-      return { ...this.lastPack, removed };
-    });
+    return this.s.serialize(() => this.packNow());
   }
 
   /** Loose objects waiting for the next pack (tests, benches). */
@@ -277,12 +295,12 @@ export class RepoWriter {
       const depth = (d: string) => (d === '' ? 0 : d.split('/').length);
       for (let level = 3; level >= 1; level--) {
         for (const d of [...modified.keys()].filter((k) => depth(k) === level)) {
-          const oid = this.s.objects.write('tree', treeBody(modified.get(d)!), d);
+          const oid = this.s.objects.write('tree', treeBody(modified.get(d)!));
           const cut = d.lastIndexOf('/');
           setTreeEntry(await entriesOf(cut < 0 ? '' : d.slice(0, cut)), { mode: TREE_MODE, name: d.slice(cut + 1), oid });
         }
       }
-      const rootOid = this.s.objects.write('tree', treeBody(modified.get('')!), '');
+      const rootOid = this.s.objects.write('tree', treeBody(modified.get('')!));
       commitOid = this.s.objects.write('commit', commitBody(rootOid, parent, info));
       this.s.objects.syncDirs();
     } catch (e) {
