@@ -186,7 +186,7 @@ export class Mirror {
       // last layer back): behind the transfers of the moment (a pull's other layers too), so its copying does not compete with
       // their receiving, hashing and sending for the cores.
       const held = this.memory.holdQuietly(artifact) ?? artifact.retain();
-      const written = this.behind(artifactHash, held)
+      const written = this.behind(artifactHash)
         .then(() => this.writeCopy(h, artifactHash, bytes, contentType, kept))
         .finally(() => {
           held.release();
@@ -197,8 +197,8 @@ export class Mirror {
     return artifact;
   }
 
-  /** Resolves once the memory tier is quiet (`held` is no reader), after WRITE_BEHIND_MAX_MS, or when `get()` or `settled()` asks. */
-  private behind(artifactHash: string, held: StoredArtifact): Promise<void> {
+  /** Resolves once the memory tier is quiet (the copy's own hold is no reader), after WRITE_BEHIND_MAX_MS, or when `get()` or `settled()` asks. */
+  private behind(artifactHash: string): Promise<void> {
     return new Promise<void>((resolve) => {
       const go = () => {
         if (this.waitingCopies.get(artifactHash) !== go) return;
