@@ -6,14 +6,12 @@
  * registry on 127.0.0.1 and its tag endorsed. Each round, interleaved:
  * skopeo copies it to a fresh OCI layout straight from the registry; through
  * a NEW gateway process with an empty mirror (cold: every byte fetched by
- * digest, hashed, spooled, stored in the disk mirror, then sent); and again
- * through that gateway (mirror hit). Wall time of the skopeo process;
- * throughput ratio = registry time / gateway time; medians of ROUNDS. Peak
+ * digest, hashed, stored, then sent); and again through that gateway (hit).
+ * Wall time of skopeo (and its CPU, by bash's `times`); ratio = registry time
+ * / gateway time; medians of ROUNDS (VOUCH_BENCH_OCI_ROUNDS=N: more). Peak
  * RSS: the gateway's VmHWM after its pulls, against `mirror.budget_bytes`.
  * VOUCH_BENCH_OCI_PROFILE=DIR: --cpu-prof of each gateway into DIR;
  * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
- * VOUCH_BENCH_OCI_ROUNDS=N: more rounds (a busy machine). skopeo's own CPU
- * per pull is read from bash's `times`.
  */
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
