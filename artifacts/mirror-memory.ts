@@ -28,8 +28,6 @@ interface MemoryEntry {
   refs: number;
   /** In the memory tier's LRU. */
   cached: boolean;
-  /** Called once no reader but one is left (`MemoryTier.unread`). */
-  unread?: Array<() => void>;
   /** Bytes charged to the memory budget for this entry, and under which use (null: not, or no longer). */
   charge: number;
   use: BudgetUse | null;
@@ -56,6 +54,10 @@ export class MemoryTier {
   private readonly budget: MemoryBudget;
   /** The entry behind each handle this tier gave out. */
   private readonly handles = new WeakMap<StoredArtifact, MemoryEntry>();
+  /** Handles out that read bytes for a response (not the mirror's own holds: `holdQuietly`). */
+  private readers = 0;
+  /** Called once the tier is quiet (`quiet`). */
+  private quietWaiters: Array<() => void> = [];
 
   constructor(options: MemoryTierOptions) {
     this.capacity = options.memoryBytes;
@@ -114,6 +116,7 @@ export class MemoryTier {
       entry.cached = this.cache!.peek(artifactHash) === entry;
     }
     this.account(entry);
+    this.wakeQuiet();
     return artifact;
   }
 
@@ -124,6 +127,7 @@ export class MemoryTier {
     this.cache!.set(artifactHash, m);
     m.cached = this.cache!.peek(artifactHash) === m;
     this.account(m);
+    this.wakeQuiet();
     return artifact;
   }
 
@@ -140,6 +144,7 @@ export class MemoryTier {
   giveBack(buf: Buffer): void {
     this.budget.release('in_flight', BytePool.capacity(buf));
     this.pool.give(buf, this.budget.spare);
+    this.wakeQuiet();
   }
 
   reserve(n: number, optional = false): boolean {
@@ -165,6 +170,7 @@ export class MemoryTier {
 
   unreserve(n: number): void {
     this.budget.release('in_flight', n);
+    this.wakeQuiet();
   }
 
   stats(): { memory: { bytes: number; entries: number; capacity: number }; pool: BytePoolStats; budget: MemoryBudgetStats } {
@@ -181,21 +187,41 @@ export class MemoryTier {
   }
 
   /**
-   * Resolves once `handle` (one this tier gave out) is the only reader of
-   * its bytes left: every other handle on them was released. At once for a
-   * handle of another tier or one already released.
+   * Resolves once no response reads bytes of this tier (every handle but
+   * those of `holdQuietly` released) and no body is being received into
+   * memory (nothing reserved in flight): the gateway's memory traffic is done
+   * for the moment. At once when it is.
    */
-  unread(handle: StoredArtifact): Promise<void> {
-    const entry = this.handles.get(handle);
-    if (entry === undefined || entry.refs <= 1) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      (entry.unread ??= []).push(resolve);
-    });
+  quiet(): Promise<void> {
+    if (this.isQuiet()) return Promise.resolve();
+    return new Promise<void>((resolve) => this.quietWaiters.push(resolve));
   }
 
-  /** A reader's handle on memory bytes; the bytes stay theirs until `release()`. */
-  private artifact(artifactHash: string, entry: MemoryEntry, tier: 'memory' | 'disk' | 'spool'): StoredArtifact {
+  /**
+   * Another handle on the bytes of `handle` (one this tier gave out) that
+   * holds them like any handle but is no reader for `quiet` (the mirror's
+   * hold while their disk copy waits), or null for a handle of another tier.
+   */
+  holdQuietly(handle: StoredArtifact): StoredArtifact | null {
+    const entry = this.handles.get(handle);
+    return entry === undefined ? null : this.artifact(handle.artifactHash, entry, handle.tier as 'memory' | 'disk', false);
+  }
+
+  private isQuiet(): boolean {
+    return this.readers === 0 && this.budget.stats().in_flight === 0;
+  }
+
+  private wakeQuiet(): void {
+    if (this.quietWaiters.length === 0 || !this.isQuiet()) return;
+    const waiting = this.quietWaiters;
+    this.quietWaiters = [];
+    for (const go of waiting) go();
+  }
+
+  /** A handle on memory bytes (a reader's unless `reader` is false); the bytes stay theirs until `release()`. */
+  private artifact(artifactHash: string, entry: MemoryEntry, tier: 'memory' | 'disk' | 'spool', reader = true): StoredArtifact {
     entry.refs++;
+    if (reader) this.readers++;
     let released = false;
     const handle: StoredArtifact = {
       artifactHash,
@@ -211,10 +237,9 @@ export class MemoryTier {
         entry.refs--;
         this.account(entry);
         this.recycle(entry);
-        if (entry.unread !== undefined && entry.refs <= 1) {
-          const waiting = entry.unread;
-          entry.unread = undefined;
-          for (const go of waiting) go();
+        if (reader) {
+          this.readers--;
+          this.wakeQuiet();
         }
       },
       retain: () => this.artifact(artifactHash, entry, tier),

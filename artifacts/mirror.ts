@@ -27,9 +27,10 @@ import { keptOriginHeaders, type StoredArtifact } from './stored-artifact.ts';
 
 const MiB = 1024 * 1024;
 /**
- * A disk copy of bytes just stored waits at most this long for the
- * responses reading them to finish (`putBytes`); `settled()` and `close()`
- * start the waiting ones at once.
+ * A disk copy of bytes just stored waits at most this long for the memory
+ * tier to be quiet: no response reading its bytes, no body being received
+ * into memory (`putBytes`); `settled()`, `close()` and a `get()` of the
+ * bytes start the waiting ones at once.
  */
 export const WRITE_BEHIND_MAX_MS = 2000;
 
@@ -150,9 +151,9 @@ export class Mirror {
   /**
    * Stores verified bytes (at most `spoolThreshold` of them): memory tier,
    * and the disk tier when there is one, written after this resolves, once
-   * the readers of the moment released the bytes (at most
-   * WRITE_BEHIND_MAX_MS later; they are served from memory meanwhile and
-   * held until written; a disk
+   * the memory tier is quiet: no response reads bytes from memory and no
+   * body is being received into it (at most WRITE_BEHIND_MAX_MS later; they
+   * are served from memory meanwhile and held until written; a disk
    * failure is counted, not thrown; `settled()` and `close()` await the
    * writes). Returns them as an artifact. `headers`: origin response
    * headers; only their kept subset (`KEPT_ORIGIN_HEADERS`) is stored.
@@ -182,9 +183,10 @@ export class Mirror {
     await this.ready;
     if (this.diskEnabled && bytes.length <= this.disk!.capacity && !this.disk!.has(artifactHash) && !this.writing.has(artifactHash)) {
       // Not awaited: a verified layer goes out from memory while its copy waits, then is written (the write held a cold pull's
-      // last layer back): behind the responses that read the bytes now, so its copying does not compete with their sending.
-      const held = artifact.retain();
-      const written = this.behind(artifactHash, held)
+      // last layer back): behind the transfers of the moment (a pull's other layers too), so its copying does not compete with
+      // their receiving, hashing and sending for the cores.
+      const held = this.memory.holdQuietly(artifact) ?? artifact.retain();
+      const written = this.behind(artifactHash)
         .then(() => this.writeCopy(h, artifactHash, bytes, contentType, kept))
         .finally(() => {
           held.release();
@@ -195,8 +197,8 @@ export class Mirror {
     return artifact;
   }
 
-  /** Resolves once `held` is the only reader of its bytes left, after WRITE_BEHIND_MAX_MS, or when `get()` or `settled()` asks. */
-  private behind(artifactHash: string, held: StoredArtifact): Promise<void> {
+  /** Resolves once the memory tier is quiet (the copy's own hold is no reader), after WRITE_BEHIND_MAX_MS, or when `get()` or `settled()` asks. */
+  private behind(artifactHash: string): Promise<void> {
     return new Promise<void>((resolve) => {
       const go = () => {
         if (this.waitingCopies.get(artifactHash) !== go) return;
@@ -206,7 +208,7 @@ export class Mirror {
       };
       const timer = setTimeout(go, WRITE_BEHIND_MAX_MS);
       this.waitingCopies.set(artifactHash, go);
-      void this.memory.unread(held).then(go);
+      void this.memory.quiet().then(go);
     });
   }
 

@@ -6,9 +6,9 @@
  * registry on 127.0.0.1 and its tag endorsed. Each round, interleaved:
  * skopeo copies it to a fresh OCI layout straight from the registry; through
  * a NEW gateway process with an empty mirror (cold: every byte fetched by
- * digest, hashed, spooled, stored in the disk mirror, then sent); and again
- * through that gateway (mirror hit). Wall time of the skopeo process;
- * throughput ratio = registry time / gateway time; medians of ROUNDS. Peak
+ * digest, hashed, stored, then sent); and again through that gateway (hit).
+ * Wall time of skopeo (and its CPU, by bash's `times`); ratio = registry time
+ * / gateway time; medians of ROUNDS (VOUCH_BENCH_OCI_ROUNDS=N: more). Peak
  * RSS: the gateway's VmHWM after its pulls, against `mirror.budget_bytes`.
  * VOUCH_BENCH_OCI_PROFILE=DIR: --cpu-prof of each gateway into DIR;
  * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
@@ -23,7 +23,8 @@ import { appendSigned, commitFor } from '../store/chain-append.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import { testSigner } from '../test/helpers/chain-fixture.ts';
 import { writeConfig } from '../test/helpers/gateway-process.ts';
-import { Layout, Registry, push, skopeo, type Descriptor } from '../test/helpers/oci-registry.ts';
+import { Layout, Registry, push, type Descriptor } from '../test/helpers/oci-registry.ts';
+import { runAsync } from '../test/helpers/processes.ts';
 import { MANIFEST_ACCEPT, manifestUrl } from '../gateway/ecosystems/oci.ts';
 import { assertLoopback, cpuMsOf, median, memoryOf, spawnNode, stopAll } from './gateway-harness.ts';
 
@@ -56,20 +57,25 @@ function mainCpuMs(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
-async function timedCopy(src: string, work: string): Promise<number> {
+/** Wall time of `skopeo copy SRC oci:…` and skopeo's own CPU (user + system, ms: bash's `times` of its children). */
+async function timedCopy(src: string, work: string): Promise<{ ms: number; cpu: number }> {
   const dir = mkdtempSync(join(work, 'pull-'));
   const t0 = performance.now();
-  const r = await skopeo(['copy', '--src-tls-verify=false', src, `oci:${dir}:x`], 600_000);
+  const script = 'skopeo --insecure-policy "$@"; rc=$?; times >&2; exit $rc';
+  const r = await runAsync('bash', ['-c', script, 'skopeo', 'copy', '--src-tls-verify=false', src, `oci:${dir}:x`], { timeoutMs: 600_000 });
   const ms = performance.now() - t0;
   rmSync(dir, { recursive: true, force: true });
   if (r.status !== 0) throw new Error(`skopeo copy ${src} failed: ${r.stderr}`);
-  return ms;
+  // `times`: the shell's user and system time, then its children's (`0m0.780s 0m0.220s`).
+  const m = /(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$/.exec(r.stderr);
+  const cpu = m === null ? Number.NaN : (Number(m[1]) * 60 + Number(m[2]) + Number(m[3]) * 60 + Number(m[4])) * 1000;
+  return { ms, cpu };
 }
 
 export async function runOciBench(quick: boolean): Promise<{ title: string; markdown: string }> {
   const LAYERS = quick ? 2 : 4;
   const LAYER_MIB = quick ? 32 : 56;
-  const ROUNDS = quick ? 2 : 5;
+  const ROUNDS = Number(process.env.VOUCH_BENCH_OCI_ROUNDS) || (quick ? 2 : 5);
   const work = mkdtempSync(join(tmpdir(), 'vouch-bench-oci-'));
   let registry: Registry | null = null;
   try {
@@ -116,6 +122,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     const coldMain: number[] = [];
     const registryCpu: number[] = [];
     const hitMain: number[] = [];
+    /** skopeo's own CPU per pull: straight, cold, hit. */
+    const skopeoCpu: { direct: number[]; cold: number[]; hit: number[] } = { direct: [], cold: [], hit: [] };
     /** One gateway of checkout `root` (this one, or VOUCH_BENCH_OCI_BASELINE's): a cold pull, then a hit. */
     const pulls = async (round: number, root: string, tag: string) => {
       const gwDir = join(work, `gw-${tag}-${round}`);
@@ -139,14 +147,16 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       const c0 = cpuMsOf(gw.pid);
       const m0 = mainCpuMs(gw.pid);
       const t0 = threadCpuMs(gw.pid);
-      const coldMs = await timedCopy(`docker://${host}/bench:1.0`, work);
+      const coldPull = await timedCopy(`docker://${host}/bench:1.0`, work);
       const c1 = cpuMsOf(gw.pid);
       const m1 = mainCpuMs(gw.pid);
       const t1 = threadCpuMs(gw.pid);
-      const hitMs = await timedCopy(`docker://${host}/bench:1.0`, work);
+      const hitPull = await timedCopy(`docker://${host}/bench:1.0`, work);
       const out = {
-        cold: coldMs,
-        hit: hitMs,
+        cold: coldPull.ms,
+        hit: hitPull.ms,
+        coldSkopeo: coldPull.cpu,
+        hitSkopeo: hitPull.cpu,
         coldCpu: c1 - c0,
         hitCpu: cpuMsOf(gw.pid) - c1,
         coldMain: m1 - m0,
@@ -167,14 +177,18 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     const base: { cold: number[]; hit: number[]; coldCpu: number[] } = { cold: [], hit: [], coldCpu: [] };
     for (let round = 0; round < ROUNDS; round++) {
       const r0 = cpuMsOf(registry.child.pid!);
-      direct.push(await timedCopy(`docker://${registry.host}/bench:1.0`, work));
+      const straight = await timedCopy(`docker://${registry.host}/bench:1.0`, work);
+      direct.push(straight.ms);
+      skopeoCpu.direct.push(straight.cpu);
       registryCpu.push(cpuMsOf(registry.child.pid!) - r0);
       // Old and new alternate which goes first, so neither always runs right after the registry's pull.
       const order = baseline === null ? ['new'] : round % 2 === 0 ? ['new', 'old'] : ['old', 'new'];
       for (const which of order) {
         const p = await pulls(round, which === 'new' ? here : baseline!, which);
-        const line = `cold ${p.cold.toFixed(0)} ms (gateway CPU ${p.coldCpu.toFixed(0)} ms, main thread ${p.coldMain.toFixed(0)}; by thread ${p.threads.join(' ')}), hit ${p.hit.toFixed(0)} ms (gateway CPU ${p.hitCpu.toFixed(0)} ms, main thread ${p.hitMain.toFixed(0)}), gateway peak RSS ${(p.peak / MiB).toFixed(0)} MiB`;
-        process.stderr.write(`round ${round + 1}/${ROUNDS}${baseline === null ? '' : ` ${which}`}: registry ${direct.at(-1)!.toFixed(0)} ms, ${line}\n`);
+        const line = `cold ${p.cold.toFixed(0)} ms (gateway CPU ${p.coldCpu.toFixed(0)} ms, main thread ${p.coldMain.toFixed(0)}; by thread ${p.threads.join(' ')}; skopeo CPU ${p.coldSkopeo.toFixed(0)}), hit ${p.hit.toFixed(0)} ms (gateway CPU ${p.hitCpu.toFixed(0)} ms, main thread ${p.hitMain.toFixed(0)}), gateway peak RSS ${(p.peak / MiB).toFixed(0)} MiB`;
+        process.stderr.write(
+          `round ${round + 1}/${ROUNDS}${baseline === null ? '' : ` ${which}`}: registry ${direct.at(-1)!.toFixed(0)} ms (skopeo CPU ${skopeoCpu.direct.at(-1)!.toFixed(0)}), ${line}\n`,
+        );
         if (which === 'old') {
           base.cold.push(p.cold);
           base.hit.push(p.hit);
@@ -183,6 +197,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         }
         cold.push(p.cold);
         hit.push(p.hit);
+        skopeoCpu.cold.push(p.coldSkopeo);
+        skopeoCpu.hit.push(p.hitSkopeo);
         coldCpu.push(p.coldCpu);
         hitCpu.push(p.hitCpu);
         coldMain.push(p.coldMain);
@@ -210,7 +226,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       `Per round (ms): registry ${direct.map((x) => x.toFixed(0)).join(', ')}; cold ${cold.map((x) => x.toFixed(0)).join(', ')}; hit ${hit.map((x) => x.toFixed(0)).join(', ')}. ` +
         `Gateway CPU per pull (user + system, all threads; median): cold ${median(coldCpu).toFixed(0)} ms, hit ${median(hitCpu).toFixed(0)} ms; ` +
         `of which its main thread (the event loop): cold ${median(coldMain).toFixed(0)} ms, hit ${median(hitMain).toFixed(0)} ms. ` +
-        `The registry's CPU for a pull straight from it: ${median(registryCpu).toFixed(0)} ms (median).` +
+        `The registry's CPU for a pull straight from it: ${median(registryCpu).toFixed(0)} ms (median). ` +
+        `skopeo's own CPU per pull (median): straight ${median(skopeoCpu.direct).toFixed(0)} ms, cold ${median(skopeoCpu.cold).toFixed(0)} ms, hit ${median(skopeoCpu.hit).toFixed(0)} ms.` +
         (baseline === null
           ? ''
           : ` Beside it in the same rounds, the checkout in VOUCH_BENCH_OCI_BASELINE: cold ${median(base.cold).toFixed(0)} ms (ratio ${fmt(d / median(base.cold))}; ${base.cold.map((x) => x.toFixed(0)).join(', ')}), ` +
@@ -218,7 +235,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       '',
       'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
         'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened, ' +
-        'woken once per MiB) before its own sending starts, and its copy in the disk mirror is written once the responses sending it are done (2 s at most). ' +
+        'woken once per MiB) before its own sending starts, and its copy in the disk mirror is written once the memory tier is quiet: no response sending from memory, no body being received into it (2 s at most). ' +
         'An anonymous route sends the registry no /v2/ probe before the first pull. ' +
         "The blobs of a served manifest are fetched ahead in the manifest's order, the client's requests joining those fetches: small ones 3 at a time, " +
         'a layer larger than 16 MiB alone unless it runs 500 ms, so the first layer is whole and on its way while the next one arrives. ' +

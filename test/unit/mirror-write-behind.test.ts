@@ -8,7 +8,8 @@
  * and `close()` await the copies, which a new mirror over the same directory
  * reads back intact; a large copy this process verified is served from its
  * file without a read into memory first, unless its file changed since; a
- * copy waits until no response reads the bytes (WRITE_BEHIND_MAX_MS at most).
+ * copy waits until the memory tier is quiet: no response reads bytes from
+ * memory, no body is being received into it (WRITE_BEHIND_MAX_MS at most).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -152,6 +153,31 @@ test('bytes pushed out of memory while a response still reads them: a get() star
   assert.ok(hit !== null && bytesOf(hit).equals(a.bytes));
   hit!.release();
   sending.release();
+  await mirror.close();
+});
+
+test('the disk copy waits behind the memory traffic of the moment, not only its own readers: another artifact being sent, a body being received', async () => {
+  const mirror = new Mirror({ memoryBytes: 64 * MiB, diskDir: join(dir, 'f') });
+  await mirror.ready;
+  const entries = () => mirror.stats().disk.entries;
+  // A pull's other layer still going out to its client, and its next layer still arriving into a pooled buffer.
+  const other = artifact(4 * MiB, 13);
+  const sending = await mirror.putBytes(other.hash, other.bytes, 'application/octet-stream');
+  const receiving = mirror.buffer(4 * MiB);
+  assert.ok(receiving !== null);
+  // This layer's own response is done at once: nothing of it is read any more.
+  const a = artifact(4 * MiB, 14);
+  (await mirror.putBytes(a.hash, a.bytes, 'application/octet-stream')).release();
+  await new Promise((r) => setTimeout(r, 500));
+  assert.is(entries(), 0, 'a copy was written beside the transfers (it competes with them for the cores)');
+  sending.release();
+  await new Promise((r) => setTimeout(r, 200));
+  assert.is(entries(), 0, 'a copy was written while a body was still being received into memory');
+  const t0 = Date.now();
+  mirror.giveBack(receiving!); // the transfer ended (here: failed); the memory tier is quiet
+  for (; entries() < 2 && Date.now() - t0 < 1500; ) await new Promise((r) => setTimeout(r, 10));
+  assert.is(entries(), 2, 'both copies written once the tier was quiet');
+  assert.is(mirror.stats().diskWriteErrors, 0);
   await mirror.close();
 });
 
