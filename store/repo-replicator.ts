@@ -68,12 +68,7 @@ export class RepoReplicator {
       if (fs.readdirSync(abs).length > 0) throw new VouchError('chain_exists', `${abs} is not empty`);
     }
     const shown = url.replace(/\/\/[^@/]*@/, '//');
-    let received = false;
     try {
-      const { discoverRefs, fetchPack } = await import('./upload-pack.ts'); // with undici: only when fetching
-      const { refs, caps } = await discoverRefs(url, opts);
-      const want = refs.get(BRANCH_REF);
-      if (!want) throw new VouchError('not_a_chain', `${shown} has no branch main`);
       const gitdir = join(abs, '.git');
       for (const d of ['objects/info', 'objects/pack', 'refs/heads', 'refs/tags', 'refs/remotes/origin']) fs.mkdirSync(join(gitdir, d), { recursive: true });
       fs.writeFileSync(join(gitdir, CLONE_MARKER), `cloning ${shown}\n`);
@@ -87,21 +82,18 @@ export class RepoReplicator {
           `[remote "origin"]\n\turl = ${url.replace(/[\\"\n]/g, '')}\n\tfetch = +refs/heads/main:${REMOTE_REF}\n` +
           '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n',
       );
-      const got = await fetchPack(url, opts, caps, want, [], [], join(gitdir, 'objects', 'pack'));
-      const pack = got.pack;
-      received = true;
-      await this.storePack(pack);
-      await this.updateShallow(got.shallow, got.unshallow);
-      this.writeRemoteRef(want);
+      // The transfer: stock git behind the bounding proxy (./git-clone.ts); the rest is vouch's layout, as before.
+      const { gitFetchClone } = await import('./git-clone.ts'); // with undici: only when cloning
+      const want = await gitFetchClone(abs, url, opts);
+      if (readRef(gitdir, REMOTE_REF) !== want) throw new VouchError('io_error', `git did not store ${shown}'s main (${want}) at ${REMOTE_REF}`);
+      this.s.objects.resetCache();
       await this.s.loadBranch(want);
       await this.repairer.syncSparse(false);
       await this.s.moveBranch(want, null);
       this.s.writeState();
       this.s.consistent = true;
-      this.s.objects.fetched = null;
       fs.rmSync(join(gitdir, CLONE_MARKER));
     } catch (e) {
-      if (received) this.s.objects.fetched = null; // closes the received pack's file
       // Leave nothing half-made behind: the directory was empty (or absent) before.
       try {
         if (existed) for (const n of fs.readdirSync(abs)) fs.rmSync(join(abs, n), { recursive: true, force: true });
