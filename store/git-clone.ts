@@ -51,7 +51,12 @@ function gitReason(stderr: string, proxyUrl: string, shown: string): string {
     .split('\n')
     .map((l) => l.split(proxyUrl).join(shown).trim())
     .filter(Boolean);
-  const pick = lines.find((l) => l.startsWith('fatal:') && !/invalid index-pack output|index-pack failed/.test(l)) ?? lines.find((l) => l.startsWith('error:')) ?? lines.find((l) => l.startsWith('fatal:')) ?? lines.pop() ?? '';
+  const pick =
+    lines.find((l) => l.startsWith('fatal:') && !/invalid index-pack output|index-pack failed/.test(l)) ??
+    lines.find((l) => l.startsWith('error:')) ??
+    lines.find((l) => l.startsWith('fatal:')) ??
+    lines.pop() ??
+    '';
   return remoteText(pick);
 }
 
@@ -146,9 +151,13 @@ export async function gitFetchClone(dir: string, url: string, opts: FetchOptions
     if (opts.signal?.aborted) throw new VouchError('io_error', 'fetch cancelled', { cause: opts.signal.reason });
     if (result.late) {
       const ms = cloneMs(opts);
-      throw new VouchError('io_error', `the clone of ${proxy.shown} did not finish in time (${ms / 1000} s, plus ${FETCH_LIMITS.packMsPerMiB / 1000} s per MiB received)`, {
-        evidence: { reason: 'timeout' },
-      });
+      throw new VouchError(
+        'io_error',
+        `the clone of ${proxy.shown} did not finish in time (${ms / 1000} s, plus ${FETCH_LIMITS.packMsPerMiB / 1000} s per MiB received)`,
+        {
+          evidence: { reason: 'timeout' },
+        },
+      );
     }
     const why = result.signal ? `git was stopped (${result.signal})` : `git refused the clone: ${gitReason(result.stderr, proxy.url, proxy.shown)}`;
     throw new VouchError('io_error', `cannot clone ${proxy.shown}: ${why}`, { evidence: { reason: 'git', exit: result.code ?? result.signal } });

@@ -53,7 +53,8 @@ class ResultMonitor {
     else if (b !== 2) {
       const text = line.toString('utf8').trim();
       if (text.startsWith('shallow ') || text.startsWith('unshallow ')) {
-        if (++this.shallow > FETCH_LIMITS.shallowLines) throw new VouchError('io_error', `the remote sent more than ${FETCH_LIMITS.shallowLines} shallow lines`);
+        if (++this.shallow > FETCH_LIMITS.shallowLines)
+          throw new VouchError('io_error', `the remote sent more than ${FETCH_LIMITS.shallowLines} shallow lines`);
       } else if (text.startsWith('ERR ')) throw new VouchError('io_error', `the remote refused: ${remoteText(text.slice(4))}`);
     }
   }
@@ -130,7 +131,8 @@ export class GitFetchProxy {
   private record(e: unknown): void {
     if (this.closing.signal.aborted) return;
     this.cut++;
-    this.failure ??= e instanceof VouchError ? e : new VouchError('io_error', `the fetch from ${this.shown} failed: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+    this.failure ??=
+      e instanceof VouchError ? e : new VouchError('io_error', `the fetch from ${this.shown} failed: ${(e as Error)?.message ?? String(e)}`, { cause: e });
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -1,8 +1,8 @@
 /**
  * How a mirror's chain repository follows its authority's (git smart HTTP):
- * the depth-1 clone, the fetch into `refs/remotes/origin/main`, read-only
- * views of a fetched commit, and the fast-forward. One part of
- * ./chain-repo.ts, over the shared ./repo-state.ts.
+ * the depth-1 clone (its transfer by stock git, ./git-clone.ts), the fetch
+ * into `refs/remotes/origin/main`, read-only views of a fetched commit, and
+ * the fast-forward. One part of ./chain-repo.ts, over ./repo-state.ts.
  * Owns: received packs (kept as git would, or as loose objects when small),
  * `.git/shallow`, the remote-tracking ref, the clone marker.
  * Trusts: nothing a remote sends (ids recomputed, everything bounded by
@@ -53,8 +53,8 @@ export class RepoReplicator {
   /**
    * Clone the chain at `url` (git smart HTTP) into the state's `dir`, which must be
    * missing or empty: branch `main` at depth 1 (trust comes from the chain's
-   * hash links and signatures, not from git history), the pack stored as git
-   * would, the working tree, `.git/index` and the state file written
+   * hash links and signatures, not from git history), fetched by stock git
+   * behind the bounding proxy (./git-clone.ts), then the working tree, `.git/index` and the state file written
    * directly, so the result opens without repairs and `git status` is
    * clean. `origin` is configured, so plain `git fetch` works in it too.
    * A failed clone leaves `dir` as it found it; a crashed one leaves
@@ -86,6 +86,7 @@ export class RepoReplicator {
       const { gitFetchClone } = await import('./git-clone.ts'); // with undici: only when cloning
       const want = await gitFetchClone(abs, url, opts);
       if (readRef(gitdir, REMOTE_REF) !== want) throw new VouchError('io_error', `git did not store ${shown}'s main (${want}) at ${REMOTE_REF}`);
+      fs.mkdirSync(join(gitdir, 'objects', 'pack'), { recursive: true }); // git removes it when it stored the objects loose
       this.s.objects.resetCache();
       await this.s.loadBranch(want);
       await this.repairer.syncSparse(false);

@@ -105,11 +105,7 @@ export async function fetchExchange(
  * The remote's refs and capabilities (`info/refs?service=git-upload-pack`).
  * `tee`: each chunk of the advertisement (inflated), once its pkt-lines passed the checks.
  */
-export async function discoverRefs(
-  url: string,
-  opts: FetchOptions,
-  tee?: (chunk: Buffer) => void,
-): Promise<{ refs: Map<string, string>; caps: Set<string> }> {
+export async function discoverRefs(url: string, opts: FetchOptions, tee?: (chunk: Buffer) => void): Promise<{ refs: Map<string, string>; caps: Set<string> }> {
   /** Only the branch a chain lives on is kept: other refs are counted, not stored. */
   const refs = new Map<string, string>();
   const caps = new Set<string>();

@@ -614,7 +614,8 @@ const cases: Case[] = [
     name: 'pack: an OFS_DELTA naming itself as its base',
     script: () => servePack(packOf([blobEntry(Buffer.from('x')), ofsDelta(0, copyAllDelta(1))])),
     expect: /names no earlier object as its base/,
-    cloneExpect: /cannot clone http:\/\/127\.0\.0\.1:\d+\/chain\.git: git refused the clone: fatal: pack has bad object at offset 22: delta base offset is out of bound/,
+    cloneExpect:
+      /cannot clone http:\/\/127\.0\.0\.1:\d+\/chain\.git: git refused the clone: fatal: pack has bad object at offset 22: delta base offset is out of bound/,
   },
   {
     name: 'pack: a quadratic delta chain (3,000 deltas, each the whole of a 9 MiB base)',
