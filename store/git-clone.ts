@@ -135,6 +135,7 @@ export async function gitFetchClone(dir: string, url: string, opts: FetchOptions
         opts.signal?.removeEventListener('abort', cancel);
         reject(new VouchError('io_error', `cannot run git to clone ${proxy.shown}: ${e.message}`));
       });
+      child.on('exit', () => kill()); // what git started (the HTTP helper, index-pack) goes with it
       child.on('close', (code, signal) => {
         clearInterval(timer);
         opts.signal?.removeEventListener('abort', cancel);
