@@ -4,7 +4,7 @@
  * against stock git doing the same work, interleaved in one run, medians.
  * Rows at 1k/50k: append p50 (RepoWriter vs plumbing vs `fast-import`, all
  * fsync'd), mirror clone (vs `git clone --sparse`, direct and behind
- * ./gitops/bounding-proxy.ts), fetch and push of one append, repack, disk.
+ * store/git-fetch-proxy.ts, the mirror clone's), fetch and push of one append, repack, disk.
  * `--sizes=1000000 [--rows=append,endorse,clone,fetch,repack] [--fixture=git-packed]`: the rows on
  * bench/out/chain-N-sparse and its -gitpacked twin, plus whole-process
  * `vouch endorse` (./gitops/endorse-row.ts); section `gitops-N`.
@@ -23,7 +23,7 @@ import { GitServer } from '../test/helpers/git-server.ts';
 import { benchChainDir } from './chain-dir.ts';
 import { benchPush } from './chain-push.ts';
 import { run } from './mirror-bootstrap.ts';
-import { BoundingProxy } from './gitops/bounding-proxy.ts';
+import { GitFetchProxy } from '../store/git-fetch-proxy.ts';
 import { ENDORSE_SIDES, endorseRow, type EndorseRow } from './gitops/endorse-row.ts';
 import { keepPackTimes, linkCopy } from './gitops/link-copy.ts';
 import { DURABLE, FastImportWriter, PlumbingWriter, type StockWriter } from './gitops/stock-git.ts';
@@ -186,8 +186,9 @@ async function cloneRows(work: string, src: string, n: number, rounds: number, f
   const bare = join(work, 'srv', 'chain.git');
   const r = spawnSync('git', ['clone', '-q', '--bare', src, bare], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`git clone --bare failed: ${r.stderr}`);
-  const proxy = await BoundingProxy.start(server.url(''));
-  const url = { vouch: server.url('chain.git'), git: server.url('chain.git'), 'git+proxy': proxy.url('chain.git') };
+  // The product's proxy (the mirror clone's), serving every clone and fetch of the git+proxy side.
+  const proxy = await GitFetchProxy.start(server.url('chain.git'), {}, 10_000);
+  const url = { vouch: server.url('chain.git'), git: server.url('chain.git'), 'git+proxy': proxy.url };
   const row: CloneRow = {
     blocks: n,
     rounds,
@@ -207,11 +208,12 @@ async function cloneRows(work: string, src: string, n: number, rounds: number, f
         let ms: number;
         let rss: number;
         if (side === 'vouch') {
-          const c = await run(process.execPath, ['--import', 'tsx', self, '--clone-child', url.vouch, dir]);
+          // Under /usr/bin/time: the peak is the largest process of the tree (node, or the git it runs to clone).
+          const c = await run('/usr/bin/time', ['-f', 'maxrss %M', process.execPath, '--import', 'tsx', self, '--clone-child', url.vouch, dir]);
           if (c.status !== 0) throw new Error(`vouch clone failed: ${c.stderr}`);
           const fig = JSON.parse(c.stdout.trim().split('\n').pop()!) as { ms: number; rssMiB: number };
           ms = fig.ms;
-          rss = fig.rssMiB;
+          rss = Math.max(fig.rssMiB, Number(/maxrss (\d+)/.exec(c.stderr)?.[1] ?? 0) / 1024);
         } else {
           const c = await run('/usr/bin/time', ['-f', 'maxrss %M', 'git', ...DURABLE, 'clone', '-q', '--sparse', url[side], dir], GIT_ENV);
           if (c.status !== 0) throw new Error(`git clone (${side}) failed: ${c.stderr}`);

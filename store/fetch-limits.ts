@@ -1,7 +1,8 @@
 /**
  * fetch-limits: every bound on what a git remote may make vouch do, in one
  * place (docs/spec/http.md "Limits", SECURITY.md "hostile remote"). Read by the pkt-line
- * reader, the transport, the upload-pack conversation and the pack indexer;
+ * reader, the transport, the upload-pack conversation, the pack indexer and
+ * the clone's bounding proxy (./git-fetch-proxy.ts: not the per-object ones);
  * test/hostile/hostile-remote.test.ts drives a remote past each of them.
  *
  * Owns: the numbers. Trusts: nothing. Must hold: each bound is checked as

@@ -1,8 +1,8 @@
 /**
  * How a mirror's chain repository follows its authority's (git smart HTTP):
- * the depth-1 clone, the fetch into `refs/remotes/origin/main`, read-only
- * views of a fetched commit, and the fast-forward. One part of
- * ./chain-repo.ts, over the shared ./repo-state.ts.
+ * the depth-1 clone (its transfer by stock git, ./git-clone.ts), the fetch
+ * into `refs/remotes/origin/main`, read-only views of a fetched commit, and
+ * the fast-forward. One part of ./chain-repo.ts, over ./repo-state.ts.
  * Owns: received packs (kept as git would, or as loose objects when small),
  * `.git/shallow`, the remote-tracking ref, the clone marker.
  * Trusts: nothing a remote sends (ids recomputed, everything bounded by
@@ -53,8 +53,8 @@ export class RepoReplicator {
   /**
    * Clone the chain at `url` (git smart HTTP) into the state's `dir`, which must be
    * missing or empty: branch `main` at depth 1 (trust comes from the chain's
-   * hash links and signatures, not from git history), the pack stored as git
-   * would, the working tree, `.git/index` and the state file written
+   * hash links and signatures, not from git history), fetched by stock git
+   * behind the bounding proxy (./git-clone.ts), then the working tree, `.git/index` and the state file written
    * directly, so the result opens without repairs and `git status` is
    * clean. `origin` is configured, so plain `git fetch` works in it too.
    * A failed clone leaves `dir` as it found it; a crashed one leaves
@@ -68,12 +68,7 @@ export class RepoReplicator {
       if (fs.readdirSync(abs).length > 0) throw new VouchError('chain_exists', `${abs} is not empty`);
     }
     const shown = url.replace(/\/\/[^@/]*@/, '//');
-    let received = false;
     try {
-      const { discoverRefs, fetchPack } = await import('./upload-pack.ts'); // with undici: only when fetching
-      const { refs, caps } = await discoverRefs(url, opts);
-      const want = refs.get(BRANCH_REF);
-      if (!want) throw new VouchError('not_a_chain', `${shown} has no branch main`);
       const gitdir = join(abs, '.git');
       for (const d of ['objects/info', 'objects/pack', 'refs/heads', 'refs/tags', 'refs/remotes/origin']) fs.mkdirSync(join(gitdir, d), { recursive: true });
       fs.writeFileSync(join(gitdir, CLONE_MARKER), `cloning ${shown}\n`);
@@ -87,21 +82,19 @@ export class RepoReplicator {
           `[remote "origin"]\n\turl = ${url.replace(/[\\"\n]/g, '')}\n\tfetch = +refs/heads/main:${REMOTE_REF}\n` +
           '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n',
       );
-      const got = await fetchPack(url, opts, caps, want, [], [], join(gitdir, 'objects', 'pack'));
-      const pack = got.pack;
-      received = true;
-      await this.storePack(pack);
-      await this.updateShallow(got.shallow, got.unshallow);
-      this.writeRemoteRef(want);
+      // The transfer: stock git behind the bounding proxy (./git-clone.ts); the rest is vouch's layout, as before.
+      const { gitFetchClone } = await import('./git-clone.ts'); // with undici: only when cloning
+      const want = await gitFetchClone(abs, url, opts);
+      if (readRef(gitdir, REMOTE_REF) !== want) throw new VouchError('io_error', `git did not store ${shown}'s main (${want}) at ${REMOTE_REF}`);
+      fs.mkdirSync(join(gitdir, 'objects', 'pack'), { recursive: true }); // git removes it when it stored the objects loose
+      this.s.objects.resetCache();
       await this.s.loadBranch(want);
       await this.repairer.syncSparse(false);
       await this.s.moveBranch(want, null);
       this.s.writeState();
       this.s.consistent = true;
-      this.s.objects.fetched = null;
       fs.rmSync(join(gitdir, CLONE_MARKER));
     } catch (e) {
-      if (received) this.s.objects.fetched = null; // closes the received pack's file
       // Leave nothing half-made behind: the directory was empty (or absent) before.
       try {
         if (existed) for (const n of fs.readdirSync(abs)) fs.rmSync(join(abs, n), { recursive: true, force: true });

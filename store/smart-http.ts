@@ -86,8 +86,8 @@ export interface Exchange {
   dispatcher?: Dispatcher;
   /** Follow redirects and inflate gzip/deflate answers (the fetch, as git does; not a push). */
   lenient?: boolean;
-  /** The answer's headers arrived: throw to refuse it, else return where its body goes. */
-  onHead: (status: number, contentType: string) => (chunk: Buffer) => void;
+  /** The answer's headers arrived: throw to refuse it, else return where its body goes (a promise: the next chunk waits for it, the silence bound rearmed after). */
+  onHead: (status: number, contentType: string) => (chunk: Buffer) => void | Promise<void>;
   /** Words a failure (the exchange passes what happened and the underlying error). */
   fail: (why: ExchangeFailure, cause: unknown) => VouchError;
   /** Words an answer past `maxBytes`. */
@@ -217,7 +217,11 @@ export async function exchange(x: Exchange): Promise<void> {
           total += chunk.byteLength;
           if (total > x.maxBytes) throw x.tooLarge(x.maxBytes);
           if (x.msPerMiB) deadline = start + x.timeoutMs + (total / 2 ** 20) * x.msPerMiB;
-          sink(chunk);
+          const wait = sink(chunk);
+          if (wait) {
+            await orAbort(wait);
+            arm();
+          }
         }
         if (r.done) break;
       }

@@ -66,8 +66,8 @@ function fetchFailure(shown: string, timeoutMs: number, stallMs: number, why: Ex
   }
 }
 
-/** One bounded exchange of a fetch: status 200 and `expectType` required at the headers, the body to `sink`. */
-async function fetchExchange(
+/** One bounded exchange of a fetch: status 200 and `expectType` required at the headers, the body to `sink` (./git-fetch-proxy.ts forwards through it too). */
+export async function fetchExchange(
   opts: FetchOptions,
   bounds: { timeoutMs: number; maxBytes: number; msPerMiB?: number },
   url: string,
@@ -75,7 +75,7 @@ async function fetchExchange(
   headers: Record<string, string>,
   body: Buffer | null,
   expectType: string,
-  sink: (chunk: Buffer) => void,
+  sink: (chunk: Buffer) => void | Promise<void>,
 ): Promise<void> {
   const shown = shownUrl(url);
   const stallMs = opts.stallMs ?? FETCH_LIMITS.stallMs;
@@ -101,8 +101,11 @@ async function fetchExchange(
   });
 }
 
-/** The remote's refs and capabilities (`info/refs?service=git-upload-pack`). */
-export async function discoverRefs(url: string, opts: FetchOptions): Promise<{ refs: Map<string, string>; caps: Set<string> }> {
+/**
+ * The remote's refs and capabilities (`info/refs?service=git-upload-pack`).
+ * `tee`: each chunk of the advertisement (inflated), once its pkt-lines passed the checks.
+ */
+export async function discoverRefs(url: string, opts: FetchOptions, tee?: (chunk: Buffer) => void): Promise<{ refs: Map<string, string>; caps: Set<string> }> {
   /** Only the branch a chain lives on is kept: other refs are counted, not stored. */
   const refs = new Map<string, string>();
   const caps = new Set<string>();
@@ -137,7 +140,10 @@ export async function discoverRefs(url: string, opts: FetchOptions): Promise<{ r
     { accept: '*/*' },
     null,
     'application/x-git-upload-pack-advertisement',
-    (c) => reader.push(c),
+    (c) => {
+      reader.push(c);
+      tee?.(c);
+    },
   );
   reader.end();
   return { refs, caps };

@@ -2,8 +2,8 @@
  * The stock-git sides of `npm run bench -- gitops` do the work they are
  * compared on: bench/gitops/stock-git.ts's writers (plumbing, plumbing with
  * directory fsyncs, fast-import) write the very commits `ChainRepo.append`
- * writes, `git fsck --strict` clean; bench/gitops/bounding-proxy.ts cuts a
- * `git clone` past its byte bounds and passes an honest one whole.
+ * writes, `git fsck --strict` clean; store/git-fetch-proxy.ts (the
+ * bench's bounding proxy) cuts a `git clone` past its byte bounds and passes an honest one whole.
  * Owns: its temporary directory. Trusts: the real git CLI and
  * test/helpers/git-server.ts (git http-backend on 127.0.0.1).
  */
@@ -14,9 +14,9 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FastImportWriter, PlumbingWriter, type StockWriter } from '../../bench/gitops/stock-git.ts';
-import { BoundingProxy } from '../../bench/gitops/bounding-proxy.ts';
+import { GitFetchProxy } from '../../store/git-fetch-proxy.ts';
+import type { FetchOptions } from '../../store/chain-repo.ts';
 import { ChainRepo, type BlockFile, type CommitInfo } from '../../store/chain-repo.ts';
-import { FETCH_LIMITS } from '../../store/fetch-limits.ts';
 import { GitServer } from '../helpers/git-server.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-gitops-test-'));
@@ -82,11 +82,11 @@ test('the bounding proxy cuts a git clone past its byte bounds and passes an hon
   assert.is(spawnSync('git', ['clone', '-q', '--bare', src, bare]).status, 0);
   try {
     // Asynchronously: the git server and the proxy run in this process.
-    const run = (limits: typeof FETCH_LIMITS, dir: string) =>
+    const run = (limits: FetchOptions, dir: string) =>
       new Promise<{ status: number | null; cut: number }>((resolve) => {
         void (async () => {
-          const proxy = await BoundingProxy.start(gs.url(''), limits);
-          const c = spawn('git', ['clone', '-q', proxy.url('p.git'), dir], { stdio: 'ignore', env: { ...process.env, GIT_TERMINAL_PROMPT: '0' } });
+          const proxy = await GitFetchProxy.start(gs.url('p.git'), limits);
+          const c = spawn('git', ['clone', '-q', proxy.url, dir], { stdio: 'ignore', env: { ...process.env, GIT_TERMINAL_PROMPT: '0' } });
           c.on('close', async (status) => {
             const cut = proxy.cut;
             await proxy.close();
@@ -94,13 +94,13 @@ test('the bounding proxy cuts a git clone past its byte bounds and passes an hon
           });
         })();
       });
-    const small = await run({ ...FETCH_LIMITS, packBytes: 4096 }, join(work, 'p-small'));
+    const small = await run({ maxBytes: 4096 }, join(work, 'p-small'));
     assert.not.equal(small.status, 0, 'a pack past packBytes fails the clone');
     assert.ok(small.cut >= 1);
-    const refs = await run({ ...FETCH_LIMITS, advertisementBytes: 16 }, join(work, 'p-refs'));
+    const refs = await run({ maxBytes: 16 }, join(work, 'p-refs'));
     assert.not.equal(refs.status, 0, 'an advertisement past advertisementBytes fails the clone');
     assert.not.ok(existsSync(join(work, 'p-refs', '.git')), 'git removes a failed clone');
-    const honest = await run(FETCH_LIMITS, join(work, 'p-ok'));
+    const honest = await run({}, join(work, 'p-ok'));
     assert.is(honest.status, 0);
     assert.is(honest.cut, 0);
     assert.is(git(join(work, 'p-ok'), 'rev-parse', 'main').out, git(src, 'rev-parse', 'main').out);
