@@ -410,7 +410,7 @@ async function fixtureRows(n: number, rowsWanted: Set<string>, quick: boolean): 
   const out: string[] = [
     `Every row side by side in one run on link copies of bench/out/chain-${n}-sparse (as vouch packs it) and bench/out/chain-${n}-sparse-gitpacked (as git packed it, deltas); medians. Stock git runs with \`${DURABLE.filter((x) => x !== '-c').join(' ')}\`.`,
     '',
-    '| Row | Fixture | vouch (hand-written) | stock git | Note |',
+    '| Row | Fixture | vouch (its store: hand-written, or the stock git it runs where the row says) | stock git | Note |',
     '|---|---|---|---|---|',
   ];
   const N = n.toLocaleString('en');
@@ -512,7 +512,7 @@ export async function runGitopsBench(quick: boolean): Promise<{ title: string; m
   const out: string[] = [
     `Every row side by side in one run, the sides' order rotating each round; medians. Stock git runs with \`${DURABLE.filter((x) => x !== '-c').join(' ')}\`.`,
     '',
-    '| Row | vouch (hand-written) | stock git | Note |',
+    '| Row | vouch (its store: hand-written, or the stock git it runs where the row says) | stock git | Note |',
     '|---|---|---|---|',
   ];
   try {
