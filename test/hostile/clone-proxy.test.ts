@@ -14,8 +14,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { type IncomingMessage, type Server, type ServerResponse, createServer, request as httpRequest } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -28,6 +27,7 @@ import { ChainRepo, type FetchOptions } from '../../store/chain-repo.ts';
 import { cloneRuns } from '../../store/git-clone.ts';
 import { T0, buildLongChain, initChainRepo, testSigner } from '../helpers/chain-fixture.ts';
 import { GitServer } from '../helpers/git-server.ts';
+import { type TrackedServer, relayToGit, startTracked } from '../helpers/git-relay.ts';
 import { memoryLog } from '../helpers/memory-log.ts';
 import { repoRoot } from '../helpers/vectors.ts';
 
@@ -51,26 +51,17 @@ type PackScript = (res: ServerResponse) => void | Promise<void>;
 class Hostile {
   script: PackScript | null = null;
   readonly seen: { path: string; authorization: string | undefined }[] = [];
-  readonly sockets = new Set<Socket>();
-  private constructor(
-    readonly server: Server,
-    private readonly upstream: GitServer,
-  ) {}
+  private tracked: TrackedServer | null = null;
+  private constructor(private readonly upstream: GitServer) {}
 
   static async start(upstream: GitServer): Promise<Hostile> {
-    const server = createServer();
-    const h = new Hostile(server, upstream);
-    server.on('connection', (s: Socket) => {
-      h.sockets.add(s);
-      s.on('close', () => h.sockets.delete(s));
-    });
-    server.on('request', (req, res) => h.handle(req, res));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const h = new Hostile(upstream);
+    h.tracked = await startTracked((req, res) => h.handle(req, res));
     return h;
   }
 
   url(name: string, auth = ''): string {
-    return `http://${auth}127.0.0.1:${(this.server.address() as AddressInfo).port}/${name}`;
+    return `http://${auth}127.0.0.1:${this.tracked!.port}/${name}`;
   }
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
@@ -89,18 +80,12 @@ class Hostile {
         Promise.resolve(script(res)).catch(() => res.destroy());
         return;
       }
-      const up = httpRequest({ host: '127.0.0.1', port: this.upstream.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
-        res.writeHead(r.statusCode ?? 502, r.headers);
-        r.pipe(res);
-      });
-      up.on('error', () => res.destroy());
-      up.end(all);
+      relayToGit(this.upstream.port, req, res, all);
     });
   }
 
   async stop(): Promise<void> {
-    for (const s of this.sockets) s.destroy();
-    await new Promise<void>((r) => this.server.close(() => r()));
+    await this.tracked?.stop();
   }
 }
 

@@ -36,15 +36,16 @@ import * as assert from 'uvu/assert';
 import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
-import type { AddressInfo, Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { constants as zc, deflateRawSync, deflateSync } from 'node:zlib';
 import { Agent, request } from 'undici';
 import { GitServer } from '../helpers/git-server.ts';
+import { type TrackedServer, relayToGit, startTracked } from '../helpers/git-relay.ts';
 import { startGatewayProcess, until, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { buildLongChain, endorseNext, testSigner, TEST_SEED, T0 } from '../helpers/chain-fixture.ts';
 import { artifactHashOf, buildCheckpoint, buildEndorseBlock } from '../../chain/build.ts';
@@ -219,23 +220,17 @@ function servePack(pack: Buffer): Script {
 class HostileRemote {
   script: Script | null = null;
   readonly hits = { refs: 0, pack: 0 };
-  private readonly sockets = new Set<Socket>();
-  private constructor(
-    private readonly server: Server,
-    private readonly upstream: GitServer,
-    readonly port: number,
-  ) {}
+  private tracked: TrackedServer | null = null;
+  private constructor(private readonly upstream: GitServer) {}
 
   static async start(upstream: GitServer): Promise<HostileRemote> {
-    const server = createServer();
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const h = new HostileRemote(server, upstream, (server.address() as AddressInfo).port);
-    server.on('connection', (s: Socket) => {
-      h.sockets.add(s);
-      s.on('close', () => h.sockets.delete(s));
-    });
-    server.on('request', (req, res) => h.handle(req, res));
+    const h = new HostileRemote(upstream);
+    h.tracked = await startTracked((req, res) => h.handle(req, res));
     return h;
+  }
+
+  get port(): number {
+    return this.tracked!.port;
   }
 
   url(name: string): string {
@@ -279,17 +274,11 @@ class HostileRemote {
       Promise.resolve(scripted(res, req)).catch(() => res.destroy());
       return;
     }
-    const up = httpRequest({ host: '127.0.0.1', port: this.upstream.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
-      res.writeHead(r.statusCode ?? 502, r.headers);
-      r.pipe(res);
-    });
-    up.on('error', () => res.destroy());
-    req.pipe(up);
+    relayToGit(this.upstream.port, req, res);
   }
 
   async stop(): Promise<void> {
-    for (const s of this.sockets) s.destroy();
-    await new Promise<void>((r) => this.server.close(() => r()));
+    await this.tracked?.stop();
   }
 }
 
