@@ -21,6 +21,7 @@ import { BRANCH_REF } from './git-objects.ts';
 import { PktReader, protocolError } from './pkt-line.ts';
 import { gitUrl, remoteText, shownUrl } from './smart-http.ts';
 import { type FetchOptions, discoverRefs, fetchExchange } from './upload-pack.ts';
+import { drainedOrClosed } from '../platform/drained.ts';
 
 /** Largest request body git may send (a clone's wants and deepen: a few hundred bytes; a fetch's haves: a few KiB). */
 const REQUEST_BYTES = 1 << 20;
@@ -198,15 +199,7 @@ export class GitFetchProxy {
         this.received += chunk.length;
         if (!res.headersSent) res.writeHead(200, { 'content-type': RESULT_TYPE, 'cache-control': 'no-cache' });
         if (res.write(chunk)) return;
-        return new Promise<void>((resolve) => {
-          const done = () => {
-            res.off('drain', done);
-            res.off('close', done);
-            resolve();
-          };
-          res.on('drain', done);
-          res.on('close', done);
-        });
+        return drainedOrClosed(res);
       });
     } catch (e) {
       return failed(e);

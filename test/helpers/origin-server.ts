@@ -17,6 +17,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { HashAlgorithm } from '../../chain/crypto-backend.ts';
 import { hexEncode } from '../../chain/encoding.ts';
 import { nodeBackend } from '../../platform/node-crypto.ts';
+import { drainedOrClosed } from '../../platform/drained.ts';
 
 // ---------------------------------------------------------------------------
 // Deterministic pattern bodies
@@ -362,19 +363,7 @@ function* split(buf: Buffer, size: number | undefined): Generator<Buffer> {
 }
 
 function write(res: ServerResponse, chunk: Buffer): Promise<void> {
-  return new Promise((resolve) => {
-    if (res.write(chunk)) {
-      resolve();
-      return;
-    }
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
+  return res.write(chunk) ? Promise.resolve() : drainedOrClosed(res);
 }
 
 function sleep(ms: number): Promise<void> {

@@ -30,6 +30,7 @@ import { GitServer } from '../helpers/git-server.ts';
 import { type TrackedServer, relayToGit, startTracked } from '../helpers/git-relay.ts';
 import { memoryLog } from '../helpers/memory-log.ts';
 import { repoRoot } from '../helpers/vectors.ts';
+import { drainedOrClosed } from '../../platform/drained.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-clone-proxy-'));
 const SECRET = 'Bearer s3cret-token-0f1e2d3c4b5a';
@@ -93,16 +94,7 @@ class Hostile {
 async function endless(res: ServerResponse, first: Buffer, chunk: Buffer): Promise<void> {
   let next = first;
   while (!res.destroyed) {
-    if (!res.write(next))
-      await new Promise<void>((r) => {
-        const done = () => {
-          res.off('drain', done);
-          res.off('close', done);
-          r();
-        };
-        res.on('drain', done);
-        res.on('close', done);
-      });
+    if (!res.write(next)) await drainedOrClosed(res);
     next = chunk;
   }
 }

@@ -55,6 +55,7 @@ import { VouchError } from '../../chain/errors.ts';
 import { nodeBackend, privateKeyFromSeed } from '../../platform/node-crypto.ts';
 import { ChainRepo, FETCH_LIMITS, type FetchOptions } from '../../store/chain-repo.ts';
 import { appendSigned, commitFor } from '../../store/chain-append.ts';
+import { drainedOrClosed } from '../../platform/drained.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-hostile-'));
 const signer = testSigner();
@@ -174,15 +175,7 @@ interface Script {
 async function send(res: ServerResponse, chunk: Buffer): Promise<boolean> {
   if (res.destroyed || stopping) return false;
   if (!res.write(chunk)) {
-    await new Promise<void>((r) => {
-      const done = () => {
-        res.off('drain', done);
-        res.off('close', done);
-        r();
-      };
-      res.on('drain', done);
-      res.on('close', done);
-    });
+    await drainedOrClosed(res);
   }
   return !res.destroyed && !stopping;
 }
