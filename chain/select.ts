@@ -173,6 +173,16 @@ export class ChainIndex {
     return i < 0 ? undefined : this.block(i);
   }
 
+  /** Where the URL may be endorsed, oldest first, as [block, entry] pairs flattened (unconfirmed: no block is read). */
+  urlCandidates(url: string): number[] {
+    return this.compact.urlCandidates(url);
+  }
+
+  /** Whether any revoke block (not void) names endorse block i (no block is read). */
+  hasRevocations(i: number): boolean {
+    return this.compact.revocationsOf(i).length > 0;
+  }
+
   /** Every endorsement of the URL, oldest first. */
   versions(url: string): readonly IndexedVersion[] {
     const c = this.compact.urlCandidates(url);

@@ -583,6 +583,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   // Background work of the chain (the rewrite of packs git made), stopped by close().
   const background = new AbortController();
   let wholePackRun: Promise<void> | null = null;
+  let answersRun: Promise<void> | null = null;
   const ready = (async () => {
     // Test hook: hold the not-ready phase open so tests can observe 503 answers.
     const delay = Number(process.env.VOUCH_TEST_READY_DELAY_MS ?? 0);
@@ -731,6 +732,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const wholePacks: WholePackStats = { done: 0, failed: 0, running: false };
     ctx.wholePacks = wholePacks;
     if (config.chain.repack_deltas) wholePackRun = repackDeltasAfterReady(repo, log, wholePacks, background.signal);
+    // The answer store (gateway/cache/answer-store.ts): built after the packs are whole, as lookups read its blocks from them.
+    if (options.hotPath?.answerStore !== false)
+      answersRun = (wholePackRun ?? Promise.resolve()).then(() => buildAnswersAfterReady(state, log, background.signal));
     // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
     // curl --fail-with-body: an error answer is printed and curl exits non-zero (22), never a silent success.
     say(`try: curl -sS --fail-with-body '${url}/v1/authority'`);
@@ -760,6 +764,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       });
       background.abort();
       await wholePackRun;
+      await answersRun;
       await sync?.stop();
       notifier?.close();
       await ctx.cosigner?.close();
@@ -772,4 +777,27 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       process.off('uncaughtExceptionMonitor', onUncaught);
     },
   };
+}
+
+/**
+ * Brings the answer store up to the served chain in the background; logs
+ * `answer store built` (the scale bench waits for it) or why lookups read
+ * the blocks instead. Never throws.
+ */
+async function buildAnswersAfterReady(state: ChainState, log: Logger, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return;
+  state.onAnswersCorrupt = (blocks) =>
+    log.error('a record of the answer store did not read back as written: the store is dropped and rebuilt; lookups read the blocks meanwhile', { blocks });
+  try {
+    const r = await state.buildAnswers(signal);
+    if (signal.aborted) return;
+    const s = state.answerStore;
+    if (r === null || s.blocks < state.size) {
+      log.warn('the answer store could not be opened or written (a read-only chain directory?); lookups read the blocks');
+      return;
+    }
+    log.info('answer store built', { blocks: s.blocks, added: r.added, ms: Math.round(r.ms), bytes: s.bytes });
+  } catch (e) {
+    log.warn('could not build the answer store; lookups read the blocks', { error: (e as Error).message });
+  }
 }

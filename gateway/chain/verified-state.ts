@@ -30,6 +30,7 @@ import { verifyDirectory } from '../../store/parallel-verify.ts';
 import type { ChainReads } from '../../store/chain-repo.ts';
 import { TreeEdge } from '../../store/tree-edge.ts';
 import { BlockTextCache } from '../cache/block-text-cache.ts';
+import { AnswerStore } from '../cache/answer-store.ts';
 import { base64Decode, base64Encode, bytesEqual } from '../../chain/encoding.ts';
 import { LogTree, type ServedNote, type TreeImageRef } from '../transparency/merkle-log.ts';
 import type { MerkleTree } from '../../chain/merkle-tree.ts';
@@ -210,6 +211,9 @@ export class ChainState {
   /** Inclusion proofs against the served note, by block index (cleared when the note changes). */
   private proofs = new Map<number, BlockProof>();
   private proofsOf: string | null = null;
+  /** The lookup answers of the blocks (gateway/cache/answer-store.ts), built after ready by `buildAnswers`. */
+  private readonly answers: AnswerStore;
+  private answersBuilding = false;
 
   private constructor(
     readonly repo: ChainReads,
@@ -219,6 +223,7 @@ export class ChainState {
     this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'), (i) => repo.readBlockFile(i));
     this._index = this.newIndex();
     this.log = new LogTree(nodeBackend, treePathOf(repo.dir));
+    this.answers = new AnswerStore(join(repo.dir, '.git', 'vouch-answers'));
   }
 
   /** The verified text of block i: from the cache, else from its block file if that still hashes alike. */
@@ -720,6 +725,109 @@ export class ChainState {
     return null;
   }
 
+  /**
+   * The answer of a lookup of `url` with no `semver=` or `at=` (the newest
+   * block endorsing it), as `{ index, text }` (`text`: what
+   * `plainAnswerText` makes of that block), read from the answer store;
+   * undefined when the store cannot tell (a candidate block not in it yet,
+   * any candidate with a revoke block naming it, a record that did not read
+   * back as written): the caller selects through the index then.
+   */
+  storedAnswer(url: string): { index: number; text: string } | undefined {
+    const a = this.answers;
+    if (a.count === 0) return undefined;
+    const c = this._index.urlCandidates(url);
+    if (c.length === 0) return undefined;
+    for (let k = 0; k < c.length; k += 2) if (c[k]! >= a.count || this._index.hasRevocations(c[k]!)) return undefined;
+    // Newest first: with no revocation, selection takes the newest block that endorses the URL (chain/select.ts).
+    for (let k = c.length - 2; k >= 0; k -= 2) {
+      const text = a.answerFor(c[k]!, c[k + 1]!, url);
+      if (text === undefined) {
+        if (a.corrupted) this.answersCorrupt();
+        return undefined;
+      }
+      if (text !== null) return { index: c[k]!, text };
+    }
+    return undefined;
+  }
+
+  /** Blocks the answer store holds, and its bytes on disk. */
+  get answerStore(): { blocks: number; bytes: number; building: boolean } {
+    return { blocks: this.answers.count, bytes: this.answers.opened ? this.answers.bytes : 0, building: this.answersBuilding };
+  }
+
+  /** Called back when the store was dropped for a record that did not read back as written (then rebuilt). */
+  onAnswersCorrupt: ((blocks: number) => void) | null = null;
+
+  private answersCorrupt(): void {
+    const had = this.answers.count;
+    this.answers.corrupted = false;
+    try {
+      this.answers.reset();
+    } catch {
+      this.answers.close();
+    }
+    this.onAnswersCorrupt?.(had);
+    if (this.answers.opened) void this.buildAnswers().catch(() => {});
+  }
+
+  /**
+   * Opens the answer store and brings it up to the served chain: records of
+   * the blocks it lacks, made from their verified texts, in small batches,
+   * each after a turn of the event loop (lookups are answered meanwhile).
+   * Resolves with the blocks added, or null when another build runs or the
+   * store cannot be written (a read-only chain directory: lookups take the
+   * index path). Stops early when `signal` is aborted.
+   */
+  async buildAnswers(signal?: AbortSignal): Promise<{ added: number; ms: number } | null> {
+    if (this.answersBuilding) return null;
+    this.answersBuilding = true;
+    const t0 = performance.now();
+    try {
+      if (!this.answers.opened) {
+        try {
+          this.answers.open(this.size, (i) => this._index.recordHashBytes(i));
+        } catch {
+          this.answers.close();
+          return null;
+        }
+      }
+      const from = this.answers.count;
+      const BATCH = 64;
+      while (this.answers.opened && this.answers.count < this.size && !signal?.aborted) {
+        await new Promise((r) => setImmediate(r));
+        const start = this.answers.count;
+        const end = Math.min(this.size, start + BATCH);
+        const blocks: Block[] = [];
+        for (let i = start; i < end; i++) blocks.push(this.readBlock(i));
+        if (this.answers.count === start) this.answers.append(blocks);
+      }
+      return { added: this.answers.count - from, ms: performance.now() - t0 };
+    } catch {
+      this.answers.close(); // a write failed: lookups take the index path
+      return null;
+    } finally {
+      this.answersBuilding = false;
+    }
+  }
+
+  /** Brings the answer store up to appended blocks (`texts`: verified texts of blocks first..); a build in progress takes them itself. */
+  private extendAnswers(texts: readonly string[], first: number): void {
+    if (this.answersBuilding || !this.answers.opened || this.cacheBroken) return;
+    const from = this.answers.count;
+    if (this.size - from > 4096) {
+      void this.buildAnswers().catch(() => {});
+      return;
+    }
+    try {
+      const blocks: Block[] = [];
+      for (let i = from; i < this.size; i++) blocks.push(i >= first && i - first < texts.length ? (JSON.parse(texts[i - first]!) as Block) : this.readBlock(i));
+      this.answers.append(blocks);
+    } catch {
+      this.answers.close(); // lookups take the index path
+    }
+  }
+
   /** The Merkle tree over the served blocks' record hashes (entry i = block i's record_hash): roots, proofs, tiles. */
   get tree(): MerkleTreeView {
     return this.log.tree;
@@ -832,6 +940,7 @@ export class ChainState {
     this.completenessCatchUp();
     this.log.serve(served);
     this.appendTexts(texts);
+    if (parsed.length > 0) this.extendAnswers(texts, parsed[0]!.index);
     this.cp = cp;
     this.cpJson = cpJson;
     this.writeSnapshot();

@@ -67,6 +67,7 @@ import { LRUCache } from 'lru-cache';
 import { AnswerBatch } from './answer-batch.ts';
 import type { GatewayContext } from '../context.ts';
 import type { BlockProof } from '../chain/verified-state.ts';
+import { plainAnswerText } from '../cache/answer-store.ts';
 
 export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 
@@ -86,6 +87,8 @@ export interface HotPathParts {
    * quiet side-by-side showed no gain: docs/decisions/gateway-hot-path.md).
    */
   batching?: boolean;
+  /** false: lookups never read the answer store (gateway/cache/answer-store.ts), nor is it built; default true. */
+  answerStore?: boolean;
 }
 
 /** What one request handler (one gateway) keeps besides the context: its lookup answers, the batch they are written in, and its metrics. */
@@ -95,6 +98,8 @@ interface HandlerState {
   admission: Doorkeeper;
   batch: Pick<AnswerBatch<Answer>, 'add'>;
   metrics: GatewayMetrics;
+  /** Whether lookups read the answer store. */
+  stored: boolean;
 }
 
 /** A lookup's 200 answer waiting in the batch (see `sendWithProof` for the fields). */
@@ -214,6 +219,13 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
     checkArtifactUrl(q.url);
     ready(ctx);
   }
+  // The common case (no semver=, no at=, no revocation) from the answer store: one read, no block parsed.
+  const stored = own.stored && state !== null && q.semver === undefined && q.at === undefined ? state.storedAnswer(q.url) : undefined;
+  if (stored !== undefined) {
+    const etag = `"${Buffer.from(state!.index.recordHashBytes(stored.index)).toString('hex')}"`;
+    keepAndAnswer(own, res, obs, state!.size, today, key, proofSuffix, q, stored.index, etag, stored.text, q.proof ? state!.proofFor(stored.index) : null);
+    return;
+  }
   const sel = state!.index.select(q.url, { semver: q.semver, at: q.at, today });
   // proof=1 on a 404: the URL's completeness-index proof and the note it is against (docs/spec/index.md 8).
   const absence = () => {
@@ -239,27 +251,44 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
     const text = JSON.stringify(lookupBody(sel.block, sel.revokedBy));
     answer(own, res, obs, text, Buffer.byteLength(text), etag, proof);
   } else {
-    const text = JSON.stringify(lookupBody(sel.block, null));
-    const length = Buffer.byteLength(text);
-    // Kept from the second time the query is asked within a window (chain/doorkeeper.ts): lookups at random over a
-    // large chain would otherwise turn the whole cache over, each answer kept just long enough to cost the collector.
-    if (key.length <= 4096 && own.admission.admit(cyrb53(key))) {
-      own.answers.set(flatCopy(key), {
-        size: state!.size,
-        today,
-        index: sel.block.index,
-        proof: q.proof === true && !proofSuffix,
-        etag,
-        text,
-        length,
-        url: q.url,
-        bytes: heapBytes(text, length) + key.length + q.url.length + 256,
-        used: false,
-      });
-    }
-    answer(own, res, obs, text, length, etag, proof);
+    keepAndAnswer(own, res, obs, state!.size, today, key, proofSuffix, q, sel.block.index, etag, plainAnswerText(sel.block), proof);
   }
 };
+
+/** Sends a plain (not revoked) lookup answer, kept in the answer cache when the doorkeeper admits its query. */
+function keepAndAnswer(
+  own: HandlerState,
+  res: ServerResponse,
+  obs: Observed,
+  size: number,
+  today: string,
+  key: string,
+  proofSuffix: boolean,
+  q: SelectionQuery,
+  index: number,
+  etag: string,
+  text: string,
+  proof: BlockProof | null,
+): void {
+  const length = Buffer.byteLength(text);
+  // Kept from the second time the query is asked within a window (chain/doorkeeper.ts): lookups at random over a
+  // large chain would otherwise turn the whole cache over, each answer kept just long enough to cost the collector.
+  if (key.length <= 4096 && own.admission.admit(cyrb53(key))) {
+    own.answers.set(flatCopy(key), {
+      size,
+      today,
+      index,
+      proof: q.proof === true && !proofSuffix,
+      etag,
+      text,
+      length,
+      url: q.url,
+      bytes: heapBytes(text, length) + key.length + q.url.length + 256,
+      used: false,
+    });
+  }
+  answer(own, res, obs, text, length, etag, proof);
+}
 
 /** Queues a lookup's 200 answer in the batch (`sendWithProof` then). */
 function answer(own: HandlerState, res: ServerResponse, obs: Observed, text: string, length: number, etag: string, proof: BlockProof | null): void {
@@ -912,7 +941,7 @@ export function createRequestHandler(
   const answers =
     parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES) ??
     new LRUCache<string, CachedAnswer>({ maxSize: ANSWER_CACHE_BYTES, sizeCalculation: (v) => Math.max(1, v.bytes) });
-  const own: HandlerState = { answers, admission: new Doorkeeper(ANSWER_ADMISSION_WINDOW, 18), batch, metrics };
+  const own: HandlerState = { answers, admission: new Doorkeeper(ANSWER_ADMISSION_WINDOW, 18), batch, metrics, stored: parts.hotPath?.answerStore !== false };
 
   /** Routes and answers one request; true when its handler returned without leaving work behind (no promise, no proxying). */
   const dispatch = (req: IncomingMessage, res: ServerResponse, target: string, route: Route | undefined, obs: Observed): boolean => {

@@ -1,0 +1,213 @@
+/**
+ * The answer store (gateway/cache/answer-store.ts): lookups answered from
+ * it are byte for byte those of the index path (revocations, several
+ * versions of a URL, a multi-entry block, void blocks, key blocks, proof=1,
+ * semver= and at=, 404s with index proofs); a torn or corrupt file is cut
+ * or dropped and rebuilt, never served; a restart takes its records back;
+ * blocks appended by the writer and by a mirror's sync (applyCommitted with
+ * and without the texts) extend it. Real git chains, real gateways in this process.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, openSync, readSync, rmSync, statSync, truncateSync, writeSync, closeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { artifactHashOf, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, utf8, type Block } from '../../chain/index.ts';
+import { nodeBackend } from '../../platform/node-crypto.ts';
+import { ChainRepo } from '../../store/chain-repo.ts';
+import { appendSigned } from '../../store/chain-append.ts';
+import { ChainState } from '../../gateway/chain/verified-state.ts';
+import { plainAnswerText } from '../../gateway/cache/answer-store.ts';
+import { loadConfigFile } from '../../gateway/config.ts';
+import { startGateway, type RunningGateway } from '../../gateway/gateway.ts';
+import { createLogger } from '../../gateway/observability/logger.ts';
+import { T0 } from '../helpers/chain-fixture.ts';
+import { buildKeyLifeChain, ONLINE, b64 } from '../helpers/key-fixture.ts';
+import { rawRequest } from '../helpers/raw-http.ts';
+import { until, writeConfig } from '../helpers/gateway-process.ts';
+
+const work = mkdtempSync(join(tmpdir(), 'vouch-answers-'));
+const dir = join(work, 'chain');
+const data = join(dir, '.git', 'vouch-answers');
+test.after(() => rmSync(work, { recursive: true, force: true }));
+
+const urlOf = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;
+const MULTI = ['https://m.example/one.tgz', 'https://m.example/Grüße/zwei.tgz?x=1&y=%C3%A9', urlOf(5)];
+
+// Blocks 0-11: every key event, 6-7 void (buildKeyLifeChain); 12: artifact-6 again (its first block is void); 13: artifact-3 a
+// second time; 14: three entries, one of them artifact-5's URL a second time; 15: a revoke of 13 (artifact-3 falls back
+// to block 3); 16: a revoke of 9 in force from 2026-06-01 (artifact-9: 404 after, block 9 before).
+const life = buildKeyLifeChain();
+life.endorse(6);
+life.endorse(3);
+const signer = life.signer;
+const blocks: Block[] = life.blocks;
+const multi = buildEndorseBlock({
+  prev: blocks[blocks.length - 1]!,
+  signer,
+  backend: nodeBackend,
+  now: T0 + 500_000,
+  entries: MULTI.map((url, k) => ({
+    url,
+    artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`multi ${k}`)),
+    name: 'acme/multi',
+    semver: `2.${k}.0`,
+    license: 'MIT',
+    comment: 'Grüße, 世界 — 🎉',
+  })),
+});
+blocks.push(multi);
+blocks.push(buildRevokeBlock({ prev: multi, target: blocks[13]!, signer, backend: nodeBackend, now: T0 + 600_000 }));
+blocks.push(buildRevokeBlock({ prev: blocks[15]!, target: blocks[9]!, signer, backend: nodeBackend, now: T0 + 700_000, effectiveDate: '2026-06-01' }));
+const checkpoint = buildCheckpoint({ head: blocks[blocks.length - 1]!, signer, now: T0 + 800_000 });
+const pub = b64(ONLINE.A);
+
+const queries = (size: number): string[] => {
+  const urls = [...Array.from({ length: 12 }, (_, i) => urlOf(i)), ...MULTI, 'https://nowhere.example/x.tgz'];
+  for (let i = 17; i < size; i++) urls.push(urlOf(i));
+  const out: string[] = [];
+  for (const u of urls) {
+    const q = `url=${encodeURIComponent(u)}`;
+    out.push(q, `${q}&proof=1`, `proof=1&${q}`, `${q}&semver=1.3.0`, `${q}&at=2026-01-01`, `${q}&at=2025-01-01`);
+  }
+  return out;
+};
+
+async function load(): Promise<ChainState> {
+  const repo = await ChainRepo.open(dir, { repair: false });
+  return (await ChainState.load(repo, { pinnedPublicKey: pub })).state;
+}
+
+/** Every URL's plain answer from the store is the index path's, or the store says "ask the index" (revocations). */
+function sameAsIndex(s: ChainState, today = '2026-12-01'): number {
+  let stored = 0;
+  for (const q of queries(s.size)) {
+    const url = decodeURIComponent(q.slice(4).split('&')[0]!);
+    if (q.includes('&')) continue;
+    const a = s.storedAnswer(url);
+    const sel = s.index.select(url, { today });
+    if (a === undefined) continue;
+    stored++;
+    assert.ok(sel !== null && sel.revokedBy === null, `stored answer for ${url} where the index has none`);
+    assert.is(a.index, sel!.block.index, url);
+    assert.is(a.text, plainAnswerText(sel!.block), url);
+  }
+  return stored;
+}
+
+test.before(async () => {
+  const { initChainRepo } = await import('../helpers/chain-fixture.ts');
+  await initChainRepo(dir, blocks, checkpoint);
+});
+
+test('built from the verified blocks; answers byte for byte those of the index path; revoked and void ones left to it', async () => {
+  const s = await load();
+  assert.is(s.storedAnswer(urlOf(1)), undefined, 'nothing before the build');
+  const r = await s.buildAnswers();
+  assert.equal(r?.added, blocks.length);
+  assert.is(s.answerStore.blocks, blocks.length);
+  assert.ok(statSync(data).size > 0);
+  assert.is(sameAsIndex(s), 7, "artifacts 1, 5 (twice: its own URL and in the multi-entry block), 6, 11 and the multi-entry block's other two");
+  assert.is(s.storedAnswer(urlOf(6))?.index, 12, 'the void block 6 is never selected');
+  assert.is(s.storedAnswer(urlOf(5))?.index, 14, 'the newest of two blocks');
+  assert.is(s.storedAnswer(MULTI[1]!)?.index, 14);
+  assert.is(s.storedAnswer(urlOf(3)), undefined, 'a candidate is revoked: the index path');
+  assert.is(s.storedAnswer(urlOf(9)), undefined, 'revoked from a date: the index path');
+  assert.is(s.storedAnswer(urlOf(7)), undefined, 'only in a void block');
+  assert.is(s.storedAnswer('https://nowhere.example/x.tgz'), undefined);
+});
+
+test('a gateway with the store answers every lookup with the same bytes as one without', async () => {
+  const config = loadConfigFile(writeConfig(work, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir, public_key: pub } }), {});
+  const quiet = { announce: () => {}, log: createLogger('silent') };
+  const plain: RunningGateway = await startGateway(config, { ...quiet, hotPath: { answerStore: false } });
+  const stored: RunningGateway = await startGateway(config, quiet);
+  try {
+    await Promise.all([plain.ready, stored.ready]);
+    await until('the store built', async () => stored.ctx.state?.answerStore.blocks === blocks.length && !stored.ctx.state.answerStore.building);
+    assert.is(plain.ctx.state!.answerStore.blocks, 0, 'the gateway without it never built it');
+    for (const q of queries(blocks.length)) {
+      // Twice: the second is served from the answer cache once the doorkeeper admits it.
+      for (let k = 0; k < 2; k++) {
+        const path = `/v1/endorsement?${q}`;
+        const [a, b] = await Promise.all([rawRequest(plain.url, path), rawRequest(stored.url, path)]);
+        assert.is(b.status, a.status, q);
+        assert.is(b.headers.etag, a.headers.etag, q);
+        assert.is(b.body.toString('utf8'), a.body.toString('utf8'), q);
+      }
+    }
+  } finally {
+    await Promise.all([plain.close(), stored.close()]);
+  }
+});
+
+test('a restart takes the records back; a torn tail is cut and rebuilt; a corrupt record is never served and the store rebuilt', async () => {
+  let s = await load();
+  assert.equal((await s.buildAnswers())?.added, 0, 'every record taken back');
+  const full = statSync(data).size;
+  truncateSync(data, full - 100); // a crash during the last record's write
+  s = await load();
+  assert.equal((await s.buildAnswers())?.added, 1, 'the torn record cut and made again');
+  assert.is(statSync(data).size, full);
+  assert.is(sameAsIndex(s), 7);
+  // A byte changed inside block 12's answer (artifact-6): found on read, not served, then everything rebuilt.
+  const text = s.storedAnswer(urlOf(6))!.text;
+  const fd = openSync(data, 'r+');
+  const buf = Buffer.alloc(full);
+  readSync(fd, buf, 0, full, 0);
+  const at = buf.indexOf(Buffer.from(text, 'utf8'));
+  assert.ok(at > 0);
+  writeSync(fd, Buffer.from('X'), 0, 1, at + 40);
+  closeSync(fd);
+  const corrupt: number[] = [];
+  s.onAnswersCorrupt = (n) => corrupt.push(n);
+  assert.is(s.storedAnswer(urlOf(6)), undefined, 'the changed record is not served');
+  assert.equal(corrupt, [blocks.length]);
+  await until('rebuilt', async () => s.answerStore.blocks === blocks.length && !s.answerStore.building);
+  assert.is(s.storedAnswer(urlOf(6))?.text, text);
+  assert.is(sameAsIndex(s), 7);
+  // A store of another chain (a record_hash that is not the served block's) is not taken back past that block.
+  const other = Buffer.alloc(1);
+  const idx = openSync(`${data}.idx`, 'r+');
+  readSync(idx, other, 0, 1, 5 * 68 + 36);
+  writeSync(idx, Buffer.from([other[0]! ^ 1]), 0, 1, 5 * 68 + 36);
+  closeSync(idx);
+  s = await load();
+  assert.equal((await s.buildAnswers())?.added, blocks.length - 5, 'records from block 5 on made again');
+  assert.is(sameAsIndex(s), 7);
+});
+
+test('blocks appended by the writer and by a sync (no texts given) extend the store; a new revoke sends its URL to the index path', async () => {
+  const s = await load();
+  await s.buildAnswers();
+  const repo = s.repo as ChainRepo;
+  const next = (prev: Block, i: number, url = urlOf(i)) =>
+    buildEndorseBlock({
+      prev,
+      signer,
+      backend: nodeBackend,
+      now: T0 + 900_000 + i * 1000,
+      entries: [{ url, artifactHash: artifactHashOf(nodeBackend, 'sha256', utf8(`late ${i}`)), name: 'acme/late', semver: `3.${i}.0`, license: 'MIT' }],
+    });
+  const a = next(s.head, 17);
+  const c1 = await appendSigned(repo, [a], buildCheckpoint({ head: a, signer, now: T0 + 950_000 }), T0 + 950_000);
+  s.applyCommitted([a], c1.checkpointText, c1.blockTexts); // the writer's form
+  assert.is(s.answerStore.blocks, 18);
+  assert.is(s.storedAnswer(urlOf(17))?.index, 17);
+  const b = next(a, 18, urlOf(11)); // artifact-11 a second time
+  const c2 = await appendSigned(repo, [b], buildCheckpoint({ head: b, signer, now: T0 + 960_000 }), T0 + 960_000);
+  s.applyCommitted([b], c2.checkpointText); // a mirror's sync: texts read from git objects
+  assert.is(s.answerStore.blocks, 19);
+  assert.is(s.storedAnswer(urlOf(11))?.index, 18);
+  const r = buildRevokeBlock({ prev: b, target: a, signer, backend: nodeBackend, now: T0 + 970_000 });
+  const c3 = await appendSigned(repo, [r], buildCheckpoint({ head: r, signer, now: T0 + 980_000 }), T0 + 980_000);
+  s.applyCommitted([r], c3.checkpointText, c3.blockTexts);
+  assert.is(s.answerStore.blocks, 20);
+  assert.is(s.storedAnswer(urlOf(17)), undefined, 'revoked now: the index path answers');
+  assert.is(sameAsIndex(s), 7);
+  const warm = await load();
+  assert.equal((await warm.buildAnswers())?.added, 0, 'appended records taken back at restart');
+  assert.is(sameAsIndex(warm), 7);
+});
+
+test.run();
