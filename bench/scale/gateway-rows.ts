@@ -126,6 +126,19 @@ export interface LookupFigures {
   settledMs: number;
   /** ms from ready until the gateway had rewritten a chain git packed whole (null: nothing to rewrite). */
   rewriteMs: number | null;
+  /** The gateway's answer store once built (gateway/cache/answer-store.ts); null: its log says it was not. */
+  answerStore: AnswerStoreFigures | null;
+}
+
+export interface AnswerStoreFigures {
+  blocks: number;
+  /** Bytes of its two files on disk. */
+  bytes: number;
+  /** Records this gateway made (the rest taken back from earlier starts), and the ms its build took. */
+  added: number;
+  buildMs: number;
+  /** ms from ready until the log said it was built. */
+  readyMs: number;
 }
 
 /** A deterministic PRNG (mulberry32): the same URLs every run. */
@@ -215,6 +228,26 @@ async function waitRewrite(g: Gateway, timeoutMs: number): Promise<number | null
   }
 }
 
+/**
+ * Waits for the gateway's answer store to be built (its log's `answer store
+ * built` line): lookups are measured on it, as on the packs made whole.
+ * Null when the log says it could not be (lookups then read the blocks).
+ */
+async function waitAnswerStore(g: Gateway, timeoutMs: number): Promise<AnswerStoreFigures | null> {
+  const t0 = performance.now();
+  for (;;) {
+    const log = readFileSync(g.logFile, 'utf8');
+    const line = log.split('\n').find((l) => l.includes('"answer store built"'));
+    if (line !== undefined) {
+      const j = JSON.parse(line) as { blocks: number; bytes: number; added: number; ms: number };
+      return { blocks: j.blocks, bytes: j.bytes, added: j.added, buildMs: j.ms, readyMs: performance.now() - t0 };
+    }
+    if (/answer store could not|could not build the answer store/.test(log)) return null;
+    if (performance.now() - t0 > timeoutMs) throw new Error(`bench: the answer store was not built within ${Math.round(timeoutMs / 1000)} s`);
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
 /** The query string of a request target (what the answer cache and the `answers` server key by). */
 const queryOf = (target: string) => target.slice(target.indexOf('?') + 1);
 
@@ -224,6 +257,12 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
   const t0 = performance.now();
   const rewrite = await waitRewrite(g, s.startTimeoutMs);
   if (rewrite !== null) say(`  the gateway rewrote a chain git packed whole (gateway/chain/whole-packs.ts) ${(rewrite / 1000).toFixed(0)} s after ready`);
+  const store = await waitAnswerStore(g, s.startTimeoutMs);
+  say(
+    store === null
+      ? '  the gateway could not build its answer store (see its log): lookups read the blocks'
+      : `  the gateway's answer store holds ${store.blocks.toLocaleString('en')} blocks, ${(store.bytes / 1e9).toFixed(2)} GB on disk; this gateway made ${store.added.toLocaleString('en')} of its records in ${(store.buildMs / 1000).toFixed(1)} s (the rest taken back from earlier starts)`,
+  );
   await waitQuiet(g.pid, s.startTimeoutMs);
   const settled = performance.now() - t0;
   say(`  the gateway settled (idle, no reads) ${(settled / 1000).toFixed(0)} s after ready`);
@@ -317,6 +356,7 @@ export async function lookups(s: GatewaySetup, g: Gateway, o: { urls: number; ru
       rssAfter: memoryOf(g.pid).rss,
       settledMs: settled,
       rewriteMs: rewrite,
+      answerStore: store,
     };
   } finally {
     await Promise.all(servers.map((x) => x.stop()));

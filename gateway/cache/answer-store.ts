@@ -117,8 +117,8 @@ export class AnswerStore {
     const dataBytes = fstatSync(this.dataFd).size;
     const n = Math.min(size, Math.floor(fstatSync(this.idxFd).size / REC));
     const idx = Buffer.allocUnsafe(n * REC);
+    this.room(size); // the served chain's size: one allocation, no outgrown copies
     if (!preadAll(this.idxFd, idx, 0)) throw new Error('answer store: short read of its index');
-    this.room(n);
     let at = 0;
     let k = 0;
     for (; k < n; k++) {

@@ -222,7 +222,8 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
   // The common case (no semver=, no at=, no revocation) from the answer store: one read, no block parsed.
   const stored = own.stored && state !== null && q.semver === undefined && q.at === undefined ? state.storedAnswer(q.url) : undefined;
   if (stored !== undefined) {
-    const etag = `"${Buffer.from(state!.index.recordHashBytes(stored.index)).toString('hex')}"`;
+    const h = state!.index.recordHashBytes(stored.index);
+    const etag = `"${Buffer.from(h.buffer, h.byteOffset, h.byteLength).toString('hex')}"`;
     keepAndAnswer(own, res, obs, state!.size, today, key, proofSuffix, q, stored.index, etag, stored.text, q.proof ? state!.proofFor(stored.index) : null);
     return;
   }
