@@ -60,6 +60,8 @@ export interface Config {
     unready_when_stale: boolean;
     /** Rewrite a chain git packed (block blobs as deltas) with every object whole after ready (gateway/chain/whole-packs.ts). */
     repack_deltas: boolean;
+    /** Keep each block's lookup answer in `.git/vouch-answers`, built after ready (gateway/cache/answer-store.ts; ~1.1 KB a block). */
+    answer_store: boolean;
     min_size_wait: number;
     sync_token_file: string | null;
   };
@@ -160,6 +162,7 @@ export const SCHEMA: Record<string, Kind> = {
       },
       unready_when_stale: { t: 'bool' },
       repack_deltas: { t: 'bool' },
+      answer_store: { t: 'bool' },
       min_size_wait: { t: 'number', min: 0, max: 60 },
       sync_token_file: { t: 'string', nullable: true },
     },
@@ -242,6 +245,7 @@ export const DEFAULTS = {
     origin: null as string | null,
     unready_when_stale: false,
     repack_deltas: true,
+    answer_store: true,
     min_size_wait: 2,
     sync_token_file: null as string | null,
   },

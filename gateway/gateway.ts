@@ -733,7 +733,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     ctx.wholePacks = wholePacks;
     if (config.chain.repack_deltas) wholePackRun = repackDeltasAfterReady(repo, log, wholePacks, background.signal);
     // The answer store (gateway/cache/answer-store.ts): built after the packs are whole, as lookups read its blocks from them.
-    if (options.hotPath?.answerStore !== false)
+    if (config.chain.answer_store && options.hotPath?.answerStore !== false)
       answersRun = (wholePackRun ?? Promise.resolve()).then(() => buildAnswersAfterReady(state, log, background.signal));
     // The try line answers with no network at all; the submit line is a template (the gateway fetches the URL it is given).
     // curl --fail-with-body: an error answer is printed and curl exits non-zero (22), never a silent success.

@@ -942,7 +942,13 @@ export function createRequestHandler(
   const answers =
     parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES) ??
     new LRUCache<string, CachedAnswer>({ maxSize: ANSWER_CACHE_BYTES, sizeCalculation: (v) => Math.max(1, v.bytes) });
-  const own: HandlerState = { answers, admission: new Doorkeeper(ANSWER_ADMISSION_WINDOW, 18), batch, metrics, stored: parts.hotPath?.answerStore !== false };
+  const own: HandlerState = {
+    answers,
+    admission: new Doorkeeper(ANSWER_ADMISSION_WINDOW, 18),
+    batch,
+    metrics,
+    stored: parts.hotPath?.answerStore !== false && ctx.config?.chain?.answer_store !== false,
+  };
 
   /** Routes and answers one request; true when its handler returned without leaving work behind (no promise, no proxying). */
   const dispatch = (req: IncomingMessage, res: ServerResponse, target: string, route: Route | undefined, obs: Observed): boolean => {

@@ -5,7 +5,8 @@
  * semver= and at=, 404s with index proofs); a torn or corrupt file is cut
  * or dropped and rebuilt, never served; a restart takes its records back;
  * blocks appended by the writer and by a mirror's sync (applyCommitted with
- * and without the texts) extend it. Real git chains, real gateways in this process.
+ * and without the texts) extend it; `chain.answer_store: false` turns it
+ * off. Real git chains, real gateways in this process.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -119,8 +120,12 @@ test('built from the verified blocks; answers byte for byte those of the index p
 
 test('a gateway with the store answers every lookup with the same bytes as one without', async () => {
   const config = loadConfigFile(writeConfig(work, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir, public_key: pub } }), {});
+  const off = loadConfigFile(
+    writeConfig(work, { listen: { host: '127.0.0.1', port: 0 }, chain: { dir, public_key: pub, answer_store: false } }, 'off.yaml'),
+    {},
+  );
   const quiet = { announce: () => {}, log: createLogger('silent') };
-  const plain: RunningGateway = await startGateway(config, { ...quiet, hotPath: { answerStore: false } });
+  const plain: RunningGateway = await startGateway(off, quiet); // chain.answer_store: false
   const stored: RunningGateway = await startGateway(config, quiet);
   try {
     await Promise.all([plain.ready, stored.ready]);
