@@ -57,6 +57,12 @@ function mainCpuMs(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
+/** Minor page faults of a process so far (all threads; /proc field 10): pages it touched for the first time. */
+function minorFaultsOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[7]);
+}
+
 /** Wall time of `skopeo copy SRC oci:…` and skopeo's own CPU (user + system, ms: bash's `times` of its children). */
 async function timedCopy(src: string, work: string): Promise<{ ms: number; cpu: number }> {
   const dir = mkdtempSync(join(work, 'pull-'));
@@ -122,6 +128,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     const coldMain: number[] = [];
     const registryCpu: number[] = [];
     const hitMain: number[] = [];
+    /** The gateway's minor page faults per pull. */
+    const faults: { cold: number[]; hit: number[] } = { cold: [], hit: [] };
     /** skopeo's own CPU per pull: straight, cold, hit. */
     const skopeoCpu: { direct: number[]; cold: number[]; hit: number[] } = { direct: [], cold: [], hit: [] };
     /** One gateway of checkout `root` (this one, or VOUCH_BENCH_OCI_BASELINE's): a cold pull, then a hit. */
@@ -147,10 +155,12 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       const c0 = cpuMsOf(gw.pid);
       const m0 = mainCpuMs(gw.pid);
       const t0 = threadCpuMs(gw.pid);
+      const f0 = minorFaultsOf(gw.pid);
       const coldPull = await timedCopy(`docker://${host}/bench:1.0`, work);
       const c1 = cpuMsOf(gw.pid);
       const m1 = mainCpuMs(gw.pid);
       const t1 = threadCpuMs(gw.pid);
+      const f1 = minorFaultsOf(gw.pid);
       const hitPull = await timedCopy(`docker://${host}/bench:1.0`, work);
       const out = {
         cold: coldPull.ms,
@@ -161,6 +171,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         hitCpu: cpuMsOf(gw.pid) - c1,
         coldMain: m1 - m0,
         hitMain: mainCpuMs(gw.pid) - m1,
+        coldFaults: f1 - f0,
+        hitFaults: minorFaultsOf(gw.pid) - f1,
         // CPU of the cold pull by thread (ms), largest first: main thread, hash workers, libuv's pool, V8's.
         threads: [...t1]
           .map(([k, v]) => v - (t0.get(k) ?? 0))
@@ -185,7 +197,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       const order = baseline === null ? ['new'] : round % 2 === 0 ? ['new', 'old'] : ['old', 'new'];
       for (const which of order) {
         const p = await pulls(round, which === 'new' ? here : baseline!, which);
-        const line = `cold ${p.cold.toFixed(0)} ms (gateway CPU ${p.coldCpu.toFixed(0)} ms, main thread ${p.coldMain.toFixed(0)}; by thread ${p.threads.join(' ')}; skopeo CPU ${p.coldSkopeo.toFixed(0)}), hit ${p.hit.toFixed(0)} ms (gateway CPU ${p.hitCpu.toFixed(0)} ms, main thread ${p.hitMain.toFixed(0)}), gateway peak RSS ${(p.peak / MiB).toFixed(0)} MiB`;
+        const line = `cold ${p.cold.toFixed(0)} ms (gateway CPU ${p.coldCpu.toFixed(0)} ms, main thread ${p.coldMain.toFixed(0)}; by thread ${p.threads.join(' ')}; minor faults ${p.coldFaults}; skopeo CPU ${p.coldSkopeo.toFixed(0)}), hit ${p.hit.toFixed(0)} ms (gateway CPU ${p.hitCpu.toFixed(0)} ms, main thread ${p.hitMain.toFixed(0)}; minor faults ${p.hitFaults}), gateway peak RSS ${(p.peak / MiB).toFixed(0)} MiB`;
         process.stderr.write(
           `round ${round + 1}/${ROUNDS}${baseline === null ? '' : ` ${which}`}: registry ${direct.at(-1)!.toFixed(0)} ms (skopeo CPU ${skopeoCpu.direct.at(-1)!.toFixed(0)}), ${line}\n`,
         );
@@ -203,6 +215,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         hitCpu.push(p.hitCpu);
         coldMain.push(p.coldMain);
         hitMain.push(p.hitMain);
+        faults.cold.push(p.coldFaults);
+        faults.hit.push(p.hitFaults);
         peaks.push(p.peak);
       }
     }
@@ -226,6 +240,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       `Per round (ms): registry ${direct.map((x) => x.toFixed(0)).join(', ')}; cold ${cold.map((x) => x.toFixed(0)).join(', ')}; hit ${hit.map((x) => x.toFixed(0)).join(', ')}. ` +
         `Gateway CPU per pull (user + system, all threads; median): cold ${median(coldCpu).toFixed(0)} ms, hit ${median(hitCpu).toFixed(0)} ms; ` +
         `of which its main thread (the event loop): cold ${median(coldMain).toFixed(0)} ms, hit ${median(hitMain).toFixed(0)} ms. ` +
+        `Its minor page faults per pull (median): cold ${median(faults.cold).toFixed(0)} (${((median(faults.cold) * 4096) / MiB).toFixed(0)} MiB of 4 KiB pages touched for the first time), hit ${median(faults.hit).toFixed(0)}. ` +
         `The registry's CPU for a pull straight from it: ${median(registryCpu).toFixed(0)} ms (median). ` +
         `skopeo's own CPU per pull (median): straight ${median(skopeoCpu.direct).toFixed(0)} ms, cold ${median(skopeoCpu.cold).toFixed(0)} ms, hit ${median(skopeoCpu.hit).toFixed(0)} ms.` +
         (baseline === null
