@@ -14,7 +14,7 @@
  * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
  */
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir, loadavg } from 'node:os';
+import { availableParallelism, tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
@@ -76,6 +76,30 @@ async function timedCopy(src: string, work: string): Promise<{ ms: number; cpu: 
   const m = /(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$/.exec(r.stderr);
   const cpu = m === null ? Number.NaN : (Number(m[1]) * 60 + Number(m[2]) + Number(m[3]) * 60 + Number(m[4])) * 1000;
   return { ms, cpu };
+}
+
+/**
+ * What the CPU of a cold pull allows on this machine's cores: the pull's
+ * processes together (skopeo, gateway, registry) can end no sooner than
+ * their CPU time spread over every core, so the ratio can be no better than
+ * straight / that.
+ */
+function cpuArithmetic(straight: number, cold: number, cpu: { skopeo: number; gateway: number; registry: number }, skopeoStraight: number): string {
+  const cores = availableParallelism();
+  const total = cpu.skopeo + cpu.gateway + cpu.registry;
+  const floor = total / cores;
+  const needed = straight / 0.8;
+  const busyStraight = (skopeoStraight + cpu.registry) / (cores * straight);
+  const ms = (x: number) => `${x.toFixed(0)} ms`;
+  const pct = (x: number) => `${(100 * x).toFixed(0)} %`;
+  return (
+    `CPU arithmetic of the cold row (medians): skopeo ${ms(cpu.skopeo)} + gateway ${ms(cpu.gateway)} + registry ${ms(cpu.registry)} = ${ms(total)} of CPU, ` +
+    `so on ${cores} cores the pull cannot end before ${ms(floor)} even with every core busy all the time: a ratio of at most ${(straight / floor).toFixed(2)}; ` +
+    `measured ${(straight / cold).toFixed(2)}, the pull's processes keeping the cores ${pct(total / (cores * cold))} busy ` +
+    `(straight from the registry, skopeo ${ms(skopeoStraight)} + registry ${ms(cpu.registry)}: ${pct(busyStraight)}; with other work on the machine these shares are lower by what it took). ` +
+    `0.8 needs the pull within ${ms(needed)}: at most ${ms(needed * cores - cpu.skopeo - cpu.registry)} of gateway CPU with the cores busy all the time, ` +
+    `${ms(needed * cores * busyStraight - cpu.skopeo - cpu.registry)} at the share skopeo keeps them busy on its own.`
+  );
 }
 
 export async function runOciBench(quick: boolean): Promise<{ title: string; markdown: string }> {
@@ -250,13 +274,16 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       '',
       'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
         'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened, ' +
-        'woken once per MiB) before its own sending starts, and its copy in the disk mirror is written once the memory tier is quiet: no response sending from memory, no body being received into it (2 s at most). ' +
+        'woken once per MiB) before its own sending starts, and its copy in the disk mirror is written once the memory tier is quiet: no response sending from memory, no body being received into it (2 s at most), ' +
+        'by a worker thread of its own at nice 19, so it takes only cores nobody else wants. ' +
         'An anonymous route sends the registry no /v2/ probe before the first pull. ' +
         "The blobs of a served manifest are fetched ahead in the manifest's order, the client's requests joining those fetches: small ones 3 at a time, " +
         'a layer larger than 16 MiB alone unless it runs 500 ms, so the first layer is whole and on its way while the next one arrives. ' +
         "The gateway's hash workers boot before it says ready. Hits are sent from memory in 1 MiB pieces, up to 8 MiB of them queued on the socket, or straight from the disk mirror's file through " +
         'two 1 MiB halves, without reading or hashing again a file that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
         'The figures are wall times of skopeo on 2 cores shared with other work: read them with the load average above.',
+      '',
+      cpuArithmetic(d, c, { skopeo: median(skopeoCpu.cold), gateway: median(coldCpu), registry: median(registryCpu) }, median(skopeoCpu.direct)),
     ].join('\n');
     return { title: 'Container images through a kind: oci route (issue 36)', markdown };
   } finally {
