@@ -40,9 +40,6 @@ export class CopyWriter {
   private nextId = 1;
   private readonly counters: CopyWriterStats = { worker: 0, pool: 0, nice: null };
 
-  /** `entry`: the worker's script (default: the bundle of `copy-worker.ts`; tests give others). */
-  constructor(private readonly entry: URL | null = null) {}
-
   /** Writes `bytes` into a new file at `path` (flag `wx`). */
   async write(path: string, bytes: Buffer): Promise<void> {
     const worker = bytes.buffer instanceof SharedArrayBuffer && bytes.byteOffset === 0 && !this.unavailable ? await this.start() : null;
@@ -79,7 +76,7 @@ export class CopyWriter {
 
   private start(): Promise<Worker | null> {
     this.starting ??= (async () => {
-      const entry = this.entry ?? (await workerBundle(new URL('./copy-worker.ts', import.meta.url)).catch(() => null));
+      const entry = await workerBundle(new URL('./copy-worker.ts', import.meta.url)).catch(() => null);
       if (entry === null || this.unavailable) {
         this.unavailable = true;
         return null;

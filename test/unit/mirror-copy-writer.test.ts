@@ -5,13 +5,12 @@
  * Must hold: every copy reaches the disk tier intact either way (a new
  * mirror reads it back); the writing thread runs at nice 19 and is the only
  * one of the process that does, until `close()`; the worker refuses to
- * write into a file that exists (as `writeFile`'s `wx` did); a worker that
- * dies leaves its copies to the pool, written whole.
+ * write into a file that exists (as `writeFile`'s `wx` did).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Mirror } from '../../artifacts/mirror.ts';
@@ -84,25 +83,6 @@ test('a copy into a file that exists is refused by the worker (wx) and leaves th
   await writer.write(fresh, bytes);
   assert.ok(readFileSync(fresh).equals(bytes));
   assert.equal(writer.stats(), { worker: 1, pool: 0, nice: 19 });
-  await writer.close();
-});
-
-test('a copy worker that dies during a copy: that copy and the next are written on the pool, whole', async () => {
-  // Says it is ready, writes a little of the first file it is asked for, then stops.
-  const dies = `import { writeFileSync } from 'node:fs'; import { parentPort } from 'node:worker_threads';
-parentPort.on('message', (job) => { writeFileSync(job.path, 'partial'); writeFileSync(job.path + '.died', ''); process.exit(3); });
-parentPort.postMessage('ready');`;
-  const writer = new CopyWriter(new URL(`data:text/javascript,${encodeURIComponent(dies)}`));
-  const bytes = Buffer.from(new SharedArrayBuffer(MiB + 7), 0, MiB + 7);
-  fill(bytes, 3);
-  const first = join(dir, 'after-death-1');
-  await writer.write(first, bytes);
-  assert.ok(existsSync(`${first}.died`), 'the worker took the copy, then died');
-  assert.ok(readFileSync(first).equals(bytes), 'the partial file was replaced by the whole copy');
-  const second = join(dir, 'after-death-2');
-  await writer.write(second, bytes);
-  assert.ok(readFileSync(second).equals(bytes));
-  assert.equal(writer.stats(), { worker: 0, pool: 2, nice: null });
   await writer.close();
 });
 
