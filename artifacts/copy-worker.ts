@@ -1,8 +1,7 @@
 /**
  * Worker side of `copy-writer.ts`: writes the disk mirror's copies of
  * verified bytes held in shared memory, at the lowest CPU priority (nice
- * 19, on Linux only: there a thread's own), so a copy runs on cores nobody
- * else wants.
+ * 19: on Linux a thread's own), so a copy runs on cores nobody else wants.
  * One job at a time: `{ id, path, data, length }` writes bytes [0, length)
  * of `data` into a new file at `path` (which must not exist); answers
  * `{ id, nice }` (the thread's priority) or `{ id, error }`. Posts `'ready'`
@@ -29,9 +28,8 @@ export const COPY_NICE = 19;
 const PIECE = 4 * 1024 * 1024;
 
 let nice = 0;
-if (parentPort !== null && process.platform === 'linux') {
-  // Only as a worker (the main thread imports this module for its types and constants), and only where a nice value is a
-  // thread's own: elsewhere it would slow the whole process.
+if (parentPort !== null) {
+  // Only as a worker (the main thread imports this module for its types and constants).
   try {
     setPriority(COPY_NICE); // pid 0: this thread only (Linux)
     nice = getPriority();
