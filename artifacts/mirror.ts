@@ -13,14 +13,13 @@
  * large artifacts never sit in the heap; memory entries are charged to the
  * budget until dropped; one process owns a `diskDir`.
  */
-import { unlink } from 'node:fs/promises';
+import { writeFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
 import type { CryptoBackend } from '../chain/crypto-backend.ts';
 import { parseArtifactHash, type ArtifactHash } from '../chain/hash-algorithms.ts';
 import { nodeBackend } from '../platform/node-crypto.ts';
 import type { BytePoolStats, MemoryBudgetStats } from './byte-pool.ts';
-import { CopyWriter, type CopyWriterStats } from './copy-writer.ts';
 import { DiskTier, type DiskEntry } from './mirror-disk.ts';
 import { MemoryTier, POOLED_MIN } from './mirror-memory.ts';
 import { ignore, SpoolFiles, tempName } from './mirror-spool.ts';
@@ -70,8 +69,6 @@ export interface MirrorStats {
   spool: { files: number; bytes: number };
   /** Recycled buffers of large memory-tier artifacts. */
   pool: BytePoolStats;
-  /** How disk copies of memory-tier bytes were written (`copy-writer.ts`). */
-  copies: CopyWriterStats;
   /** The memory budget: its limit and what is charged to it, by use. */
   budget: MemoryBudgetStats;
 }
@@ -91,8 +88,6 @@ export class Mirror {
   private readonly writing = new Map<string, Promise<void>>();
   /** Starts a disk copy still waiting behind its readers, by artifact hash. */
   private readonly waitingCopies = new Map<string, () => void>();
-  /** Writes those copies: pooled bytes by a low-priority worker thread. */
-  private readonly copier = new CopyWriter();
 
   constructor(options: MirrorOptions = {}) {
     const memoryBytes = options.memoryBytes ?? 256 * MiB;
@@ -223,7 +218,7 @@ export class Mirror {
     try {
       const dir = await this.disk!.tmpDirectory();
       temp = join(dir, tempName('put'));
-      await this.copier.write(temp, bytes);
+      await writeFile(temp, bytes, { flag: 'wx' });
       if (this.diskEnabled) await this.disk!.adopt(h, artifactHash, temp, bytes.length, contentType, kept);
       temp = null;
     } catch {
@@ -332,7 +327,6 @@ export class Mirror {
       disk: { enabled: this.diskEnabled, bytes: this.disk?.bytes ?? 0, entries: this.disk?.entries ?? 0, capacity: this.diskCapacity, error: this.diskError },
       spool: this.spool.stats(),
       pool: m.pool,
-      copies: this.copier.stats(),
       budget: m.budget,
     };
   }
@@ -340,7 +334,6 @@ export class Mirror {
   /** Empties the memory tier and removes the private spool directory (if the mirror made one). Disk files stay. */
   async close(): Promise<void> {
     await this.settled();
-    await this.copier.close();
     this.memory.clear();
     await this.spool.close();
   }

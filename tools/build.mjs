@@ -29,7 +29,6 @@ const CLI_ENTRIES = { cli: 'tools/cli.ts' };
 /** Worker entry points, one self-contained file each: output name in dist/ (the source's base name, .mjs) → source. */
 const WORKER_ENTRIES = {
   'hash-worker': 'artifacts/hash-worker.ts',
-  'copy-worker': 'artifacts/copy-worker.ts',
   'verify-worker-impl': 'store/verify-worker-impl.ts',
   'render-worker': 'gateway/ecosystems/render-worker.ts',
 };

@@ -81,15 +81,7 @@ function relativeImports(file: string): string[] {
 test('a build lists every piece its files import; the workers import none; a missing piece makes it stale', () => {
   withBuild('await build(process.argv[1]);');
   const m = manifest();
-  for (const f of [
-    'cli.mjs',
-    'hash-worker.mjs',
-    'copy-worker.mjs',
-    'verify-worker-impl.mjs',
-    'explorer/explorer.js',
-    'explorer/index.html',
-    'explorer/explorer.css',
-  ]) {
+  for (const f of ['cli.mjs', 'hash-worker.mjs', 'verify-worker-impl.mjs', 'explorer/explorer.js', 'explorer/index.html', 'explorer/explorer.css']) {
     assert.ok(m.outputs.includes(f), `the manifest misses ${f}`);
   }
   const listed = new Set(m.outputs);
@@ -104,7 +96,7 @@ test('a build lists every piece its files import; the workers import none; a mis
     for (const imp of relativeImports(f)) assert.ok(listed.has(imp), `${f} imports ${imp}, which the manifest does not list`);
     assert.ok(listed.has(`${f}.map`), `${f} has no source map`);
   }
-  for (const w of ['hash-worker.mjs', 'copy-worker.mjs', 'verify-worker-impl.mjs']) assert.equal(relativeImports(w), [], `${w} imports pieces`);
+  for (const w of ['hash-worker.mjs', 'verify-worker-impl.mjs']) assert.equal(relativeImports(w), [], `${w} imports pieces`);
   assert.is(withBuild('process.stdout.write(distState(process.argv[1]));'), 'fresh');
 
   const piece = pieces.find((f) => f.startsWith('endorse-'))!;
