@@ -274,8 +274,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       '',
       'Cold is store-and-forward by design: no byte of a layer leaves the gateway before all of it hashed to its digest, so a cold layer ' +
         'costs its upstream transfer (received into a pooled buffer or a spool file, hashed once as it arrives by a hash worker started when the gateway listened, ' +
-        'woken once per MiB) before its own sending starts, and its copy in the disk mirror is written once the memory tier is quiet: no response sending from memory, no body being received into it (2 s at most), ' +
-        'by a worker thread of its own at nice 19, so it takes only cores nobody else wants. ' +
+        'woken once per MiB) before its own sending starts, and its copy in the disk mirror is written once the memory tier is quiet: no response sending from memory, no body being received into it (2 s at most). ' +
         'An anonymous route sends the registry no /v2/ probe before the first pull. ' +
         "The blobs of a served manifest are fetched ahead in the manifest's order, the client's requests joining those fetches: small ones 3 at a time, " +
         'a layer larger than 16 MiB alone unless it runs 500 ms, so the first layer is whole and on its way while the next one arrives. ' +
