@@ -14,7 +14,7 @@
  * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
  */
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir, loadavg } from 'node:os';
+import { availableParallelism, tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildAuthorityBlock, buildCheckpoint, buildEndorseBlock, formatBlockFile, formatCheckpointFile } from '../chain/index.ts';
@@ -57,6 +57,12 @@ function mainCpuMs(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
+/** Minor page faults of a process so far (all threads; /proc field 10): pages it touched for the first time. */
+function minorFaultsOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[7]);
+}
+
 /** Wall time of `skopeo copy SRC oci:…` and skopeo's own CPU (user + system, ms: bash's `times` of its children). */
 async function timedCopy(src: string, work: string): Promise<{ ms: number; cpu: number }> {
   const dir = mkdtempSync(join(work, 'pull-'));
@@ -70,6 +76,30 @@ async function timedCopy(src: string, work: string): Promise<{ ms: number; cpu: 
   const m = /(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$/.exec(r.stderr);
   const cpu = m === null ? Number.NaN : (Number(m[1]) * 60 + Number(m[2]) + Number(m[3]) * 60 + Number(m[4])) * 1000;
   return { ms, cpu };
+}
+
+/**
+ * What the CPU of a cold pull allows on this machine's cores: the pull's
+ * processes together (skopeo, gateway, registry) can end no sooner than
+ * their CPU time spread over every core, so the ratio can be no better than
+ * straight / that.
+ */
+function cpuArithmetic(straight: number, cold: number, cpu: { skopeo: number; gateway: number; registry: number }, skopeoStraight: number): string {
+  const cores = availableParallelism();
+  const total = cpu.skopeo + cpu.gateway + cpu.registry;
+  const floor = total / cores;
+  const needed = straight / 0.8;
+  const busyStraight = (skopeoStraight + cpu.registry) / (cores * straight);
+  const ms = (x: number) => `${x.toFixed(0)} ms`;
+  const pct = (x: number) => `${(100 * x).toFixed(0)} %`;
+  return (
+    `CPU arithmetic of the cold row (medians): skopeo ${ms(cpu.skopeo)} + gateway ${ms(cpu.gateway)} + registry ${ms(cpu.registry)} = ${ms(total)} of CPU, ` +
+    `so on ${cores} cores the pull cannot end before ${ms(floor)} even with every core busy all the time: a ratio of at most ${(straight / floor).toFixed(2)}; ` +
+    `measured ${(straight / cold).toFixed(2)}, the pull's processes keeping the cores ${pct(total / (cores * cold))} busy ` +
+    `(straight from the registry, skopeo ${ms(skopeoStraight)} + registry ${ms(cpu.registry)}: ${pct(busyStraight)}; with other work on the machine these shares are lower by what it took). ` +
+    `0.8 needs the pull within ${ms(needed)}: at most ${ms(needed * cores - cpu.skopeo - cpu.registry)} of gateway CPU with the cores busy all the time, ` +
+    `${ms(needed * cores * busyStraight - cpu.skopeo - cpu.registry)} at the share skopeo keeps them busy on its own.`
+  );
 }
 
 export async function runOciBench(quick: boolean): Promise<{ title: string; markdown: string }> {
@@ -122,6 +152,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     const coldMain: number[] = [];
     const registryCpu: number[] = [];
     const hitMain: number[] = [];
+    /** The gateway's minor page faults per pull. */
+    const faults: { cold: number[]; hit: number[] } = { cold: [], hit: [] };
     /** skopeo's own CPU per pull: straight, cold, hit. */
     const skopeoCpu: { direct: number[]; cold: number[]; hit: number[] } = { direct: [], cold: [], hit: [] };
     /** One gateway of checkout `root` (this one, or VOUCH_BENCH_OCI_BASELINE's): a cold pull, then a hit. */
@@ -147,10 +179,12 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       const c0 = cpuMsOf(gw.pid);
       const m0 = mainCpuMs(gw.pid);
       const t0 = threadCpuMs(gw.pid);
+      const f0 = minorFaultsOf(gw.pid);
       const coldPull = await timedCopy(`docker://${host}/bench:1.0`, work);
       const c1 = cpuMsOf(gw.pid);
       const m1 = mainCpuMs(gw.pid);
       const t1 = threadCpuMs(gw.pid);
+      const f1 = minorFaultsOf(gw.pid);
       const hitPull = await timedCopy(`docker://${host}/bench:1.0`, work);
       const out = {
         cold: coldPull.ms,
@@ -161,6 +195,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         hitCpu: cpuMsOf(gw.pid) - c1,
         coldMain: m1 - m0,
         hitMain: mainCpuMs(gw.pid) - m1,
+        coldFaults: f1 - f0,
+        hitFaults: minorFaultsOf(gw.pid) - f1,
         // CPU of the cold pull by thread (ms), largest first: main thread, hash workers, libuv's pool, V8's.
         threads: [...t1]
           .map(([k, v]) => v - (t0.get(k) ?? 0))
@@ -185,7 +221,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       const order = baseline === null ? ['new'] : round % 2 === 0 ? ['new', 'old'] : ['old', 'new'];
       for (const which of order) {
         const p = await pulls(round, which === 'new' ? here : baseline!, which);
-        const line = `cold ${p.cold.toFixed(0)} ms (gateway CPU ${p.coldCpu.toFixed(0)} ms, main thread ${p.coldMain.toFixed(0)}; by thread ${p.threads.join(' ')}; skopeo CPU ${p.coldSkopeo.toFixed(0)}), hit ${p.hit.toFixed(0)} ms (gateway CPU ${p.hitCpu.toFixed(0)} ms, main thread ${p.hitMain.toFixed(0)}), gateway peak RSS ${(p.peak / MiB).toFixed(0)} MiB`;
+        const line = `cold ${p.cold.toFixed(0)} ms (gateway CPU ${p.coldCpu.toFixed(0)} ms, main thread ${p.coldMain.toFixed(0)}; by thread ${p.threads.join(' ')}; minor faults ${p.coldFaults}; skopeo CPU ${p.coldSkopeo.toFixed(0)}), hit ${p.hit.toFixed(0)} ms (gateway CPU ${p.hitCpu.toFixed(0)} ms, main thread ${p.hitMain.toFixed(0)}; minor faults ${p.hitFaults}), gateway peak RSS ${(p.peak / MiB).toFixed(0)} MiB`;
         process.stderr.write(
           `round ${round + 1}/${ROUNDS}${baseline === null ? '' : ` ${which}`}: registry ${direct.at(-1)!.toFixed(0)} ms (skopeo CPU ${skopeoCpu.direct.at(-1)!.toFixed(0)}), ${line}\n`,
         );
@@ -203,6 +239,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         hitCpu.push(p.hitCpu);
         coldMain.push(p.coldMain);
         hitMain.push(p.hitMain);
+        faults.cold.push(p.coldFaults);
+        faults.hit.push(p.hitFaults);
         peaks.push(p.peak);
       }
     }
@@ -226,6 +264,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       `Per round (ms): registry ${direct.map((x) => x.toFixed(0)).join(', ')}; cold ${cold.map((x) => x.toFixed(0)).join(', ')}; hit ${hit.map((x) => x.toFixed(0)).join(', ')}. ` +
         `Gateway CPU per pull (user + system, all threads; median): cold ${median(coldCpu).toFixed(0)} ms, hit ${median(hitCpu).toFixed(0)} ms; ` +
         `of which its main thread (the event loop): cold ${median(coldMain).toFixed(0)} ms, hit ${median(hitMain).toFixed(0)} ms. ` +
+        `Its minor page faults per pull (median): cold ${median(faults.cold).toFixed(0)} (${((median(faults.cold) * 4096) / MiB).toFixed(0)} MiB of 4 KiB pages touched for the first time), hit ${median(faults.hit).toFixed(0)}. ` +
         `The registry's CPU for a pull straight from it: ${median(registryCpu).toFixed(0)} ms (median). ` +
         `skopeo's own CPU per pull (median): straight ${median(skopeoCpu.direct).toFixed(0)} ms, cold ${median(skopeoCpu.cold).toFixed(0)} ms, hit ${median(skopeoCpu.hit).toFixed(0)} ms.` +
         (baseline === null
@@ -242,6 +281,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         "The gateway's hash workers boot before it says ready. Hits are sent from memory in 1 MiB pieces, up to 8 MiB of them queued on the socket, or straight from the disk mirror's file through " +
         'two 1 MiB halves, without reading or hashing again a file that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
         'The figures are wall times of skopeo on 2 cores shared with other work: read them with the load average above.',
+      '',
+      cpuArithmetic(d, c, { skopeo: median(skopeoCpu.cold), gateway: median(coldCpu), registry: median(registryCpu) }, median(skopeoCpu.direct)),
     ].join('\n');
     return { title: 'Container images through a kind: oci route (issue 36)', markdown };
   } finally {
