@@ -30,12 +30,20 @@ export async function appendOne(repo: ChainRepo): Promise<void> {
   await repo.append([block(i)], checkpoint(i + 1), info(i));
 }
 
-/** The ids of the loose objects in the chain at `dir`. */
+/** The ids of the loose objects in the chain at `dir` (a fan-out directory git prunes meanwhile holds none). */
 export function looseObjects(dir: string): string[] {
   const objects = join(dir, '.git', 'objects');
+  const inDir = (d: string): string[] => {
+    try {
+      return readdirSync(join(objects, d)).map((n) => d + n);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw e;
+    }
+  };
   return readdirSync(objects)
     .filter((d) => /^[0-9a-f]{2}$/.test(d))
-    .flatMap((d) => readdirSync(join(objects, d)).map((n) => d + n));
+    .flatMap(inDir);
 }
 
 /** How many of the 256 object fan-out directories exist. */
