@@ -193,8 +193,9 @@ export class ChainRepo implements MirrorStore {
    * are counted again and the fan-out directories git pruned made again.
    */
   repackWhole(opts: { timeoutMs: number; signal?: AbortSignal }): Promise<WholePackResult> {
-    return this.s.serialize(() =>
-      this.s.oneRepack(async () => {
+    // The repack queue first, then the writer queue, as every repack takes them (a repack takes the writer queue for its start).
+    return this.s.oneRepack(() =>
+      this.s.serialize(async () => {
         try {
           return await repackWhole(this.s.dir, this.s.gitdir, opts);
         } finally {

@@ -82,6 +82,7 @@ export class RepoState {
    * Run `fn` after every repack started before it (one repack at a time,
    * whatever kind: git's `repack -d` beside another repack can delete a pack
    * the other just named). Appends do not wait for it: ./repo-writer.ts.
+   * Whoever needs both queues takes this one first, then `serialize`.
    */
   oneRepack<T>(fn: () => Promise<T>): Promise<T> {
     const run = this.repacks.then(fn, fn);

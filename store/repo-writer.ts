@@ -197,7 +197,8 @@ export class RepoWriter {
         this.packQueued = false;
       }
     };
-    if (this.appendsWait) void this.s.serialize(() => this.s.oneRepack(run));
+    // Always the repack queue first, then the writer queue (never the other way round: no deadlock).
+    if (this.appendsWait) void this.s.oneRepack(() => this.s.serialize(run));
     else void this.s.oneRepack(run);
   }
 
@@ -255,7 +256,7 @@ export class RepoWriter {
    * removed and the packs merged away. Safe if git or vouch is killed at any point.
    */
   async repack(): Promise<{ pack: string | null; removed: number; merged: string[] }> {
-    if (this.appendsWait) return this.s.serialize(() => this.s.oneRepack(() => this.packNow()));
+    if (this.appendsWait) return this.s.oneRepack(() => this.s.serialize(() => this.packNow()));
     await this.s.serialize(async () => undefined);
     return this.s.oneRepack(() => this.packNow());
   }
