@@ -43,7 +43,7 @@ function listPacks(packDir: string): string[] {
  * 8 with checkpoint.note). Fewer than git's gc.auto (6700) because an
  * append's loose leaf tree is up to ~35 KiB (a ~100-byte delta once packed):
  * the loose objects stay under ~15 MiB. More than a few dozen appends because
- * the repack's fixed costs (two git processes, their fsyncs) then fall on one
+ * the repack's fixed costs (three or four git processes, their fsyncs) then fall on one
  * append in ~290, outside the p99 of a thousand (docs/spec/repository.md "Packs").
  */
 export const LOOSE_PACK_THRESHOLD = 2048;
