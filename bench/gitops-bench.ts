@@ -4,7 +4,8 @@
  * against stock git doing the same work, interleaved in one run, medians.
  * Rows at 1k/50k: append p50 (RepoWriter vs plumbing vs `fast-import`, all
  * fsync'd), mirror clone (vs `git clone --sparse`, direct and behind
- * store/git-fetch-proxy.ts, the mirror clone's), fetch and push of one append, repack, disk.
+ * store/git-fetch-proxy.ts, the mirror clone's), fetch and push of one append, repack
+ * (and appends across its threshold: beside it, and with VOUCH_REPACK_APPENDS=wait), disk.
  * `--sizes=1000000 [--rows=append,endorse,clone,fetch,repack] [--fixture=git-packed]`: the rows on
  * bench/out/chain-N-sparse and its -gitpacked twin, plus whole-process
  * `vouch endorse` (./gitops/endorse-row.ts); section `gitops-N`.
@@ -288,26 +289,62 @@ interface RepackRow {
   bytes: Record<RepackSide, number>;
   packs: Record<RepackSide, number>;
   full: { vouchBytes: number; gitMs: number; gitBytes: number };
-  /** Appends one after another across LOOSE_PACK_THRESHOLD on a copy: each append's time (the one queued behind the repack waits for it), and the repacks run. */
-  window?: { ms: number[]; repacks: number; repackMs: number };
+  /** Appends one after another across LOOSE_PACK_THRESHOLD on copies, each round on both sides (the repack beside the appends, and `VOUCH_REPACK_APPENDS=wait`). */
+  window?: Record<WindowSide, WindowRun[]>;
+}
+
+/** `beside`: appends go on while git repacks (the store now); `wait`: the append behind a repack waits for it (`VOUCH_REPACK_APPENDS=wait`, the store before). */
+const WINDOW_SIDES = ['beside', 'wait'] as const;
+type WindowSide = (typeof WINDOW_SIDES)[number];
+interface WindowRun {
+  ms: number[];
+  repacks: number;
+  repackMs: number;
 }
 
 /** `n` appends one by one on a link copy of `base` (crossing the repack threshold at least once): their times and the repacks the store ran meanwhile. */
-async function appendWindow(work: string, base: string, n: number): Promise<NonNullable<RepackRow['window']>> {
-  const dir = join(work, 'repack-window');
+async function appendWindow(work: string, base: string, n: number, side: WindowSide): Promise<WindowRun> {
+  const dir = join(work, `repack-window-${side}`);
   linkCopy(base, dir);
-  const repo = await ChainRepo.open(dir);
+  const env = process.env.VOUCH_REPACK_APPENDS;
+  if (side === 'wait') process.env.VOUCH_REPACK_APPENDS = 'wait';
+  else delete process.env.VOUCH_REPACK_APPENDS;
+  let repo: ChainRepo;
+  try {
+    repo = await ChainRepo.open(dir); // the writer reads the switch here
+  } finally {
+    if (env === undefined) delete process.env.VOUCH_REPACK_APPENDS;
+    else process.env.VOUCH_REPACK_APPENDS = env;
+  }
   const ms: number[] = [];
   for (let k = 0; k < n; k++) {
+    await new Promise((r) => setImmediate(r)); // a turn of the event loop between appends, as a gateway's requests give it (git's exit is seen)
     const i = repo.size;
     const t = performance.now();
     await repo.append([{ index: i, content: repo.readBlockFile(i % 1000) }], checkpointText(i + 1), info(i));
     ms.push(performance.now() - t);
   }
-  await repo.repack(); // waits for a repack still queued
+  await repo.repack(); // waits for a repack still running
   const w = { ms, repacks: repo.packTimes.count - 1, repackMs: repo.packTimes.maxMs };
+  if (repo.warnings.length) throw new Error(`append window (${side}): ${repo.warnings.join('; ')}`);
   rmSync(dir, { recursive: true, force: true });
   return w;
+}
+
+/** `rounds` windows on each side, the sides' order rotating each round. */
+async function appendWindows(work: string, base: string, n: number, rounds: number): Promise<Record<WindowSide, WindowRun[]>> {
+  const out: Record<WindowSide, WindowRun[]> = { beside: [], wait: [] };
+  for (let k = 0; k < rounds; k++) {
+    for (const side of rotated([...WINDOW_SIDES], k)) {
+      const w = await appendWindow(work, base, n, side);
+      out[side].push(w);
+      const p = (q: number) => [...w.ms].sort((a, b) => a - b)[Math.ceil(q * w.ms.length) - 1]!;
+      console.log(
+        `appends across the repack threshold (${side}, round ${k + 1}): p50 ${f1(p(0.5))} ms, p99 ${f1(p(0.99))} ms, max ${f1(Math.max(...w.ms))} ms, ${w.repacks} repack(s) of at most ${f1(w.repackMs)} ms`,
+      );
+    }
+  }
+  return out;
 }
 
 async function repackRows(work: string, chain: BlockFile[], appended: number, rounds: number): Promise<RepackRow> {
@@ -368,10 +405,7 @@ async function repackMeasure(work: string, base: string, size: number, appended:
     }
     console.log(`repack round ${k + 1}: ${sides.map((s) => `${s} ${f1(row.ms[s][k]!)} ms`).join(', ')}`);
   }
-  row.window = await appendWindow(work, base, 400);
-  console.log(
-    `appends across the repack threshold: p50 ${f1(median(row.window.ms))} ms, max ${f1(Math.max(...row.window.ms))} ms, ${row.window.repacks} repack(s)`,
-  );
+  row.window = await appendWindows(work, base, 400, rounds);
   if (!full) {
     rmSync(base, { recursive: true, force: true });
     return row;
@@ -486,11 +520,18 @@ async function fixtureRows(n: number, rowsWanted: Set<string>, quick: boolean): 
   return { title: `Writes, endorse, clone and repack at ${N}: vouch vs stock git (issue 33)`, markdown: out.join('\n'), key: `gitops-${n}` };
 }
 
-/** The row of appends across the repack threshold (vouch's repack is the stock git child of store/git-repack.ts). */
+/** The row of appends across the repack threshold, both sides (vouch's repack is the stock git child of store/git-repack.ts); medians over the rounds. */
 function windowLine(r: RepackRow, fx?: string): string {
-  const w = r.window!;
-  const p99 = [...w.ms].sort((a, b) => a - b)[Math.ceil(0.99 * w.ms.length) - 1]!;
-  return `| ${w.ms.length} appends one by one across the repack threshold after ${r.size.toLocaleString('en')} blocks${fx ? ` | ${fx}` : ''} | append p50 ${f1(median(w.ms))} ms, p99 ${f1(p99)} ms, max ${f1(Math.max(...w.ms))} ms; ${w.repacks} repack(s) of at most ${f1(w.repackMs)} ms (git children; reads served meanwhile, the next append waits for it) | | |`;
+  const side = (s: WindowSide) => {
+    const runs = r.window![s];
+    const q = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.ceil(p * xs.length) - 1]!;
+    const med = (f: (w: WindowRun) => number) => median(runs.map(f));
+    const max = med((w) => Math.max(...w.ms));
+    const repack = med((w) => w.repackMs);
+    return `append p50 ${f1(med((w) => q(w.ms, 0.5)))} ms, p99 ${f1(med((w) => q(w.ms, 0.99)))} ms, max ${f1(max)} ms; ${runs[0]!.repacks} repack(s) of at most ${f1(repack)} ms; max append / repack ${(max / repack).toFixed(2)}`;
+  };
+  const n = r.window!.beside[0]!.ms.length;
+  return `| ${n} appends one by one across the repack threshold after ${r.size.toLocaleString('en')} blocks (${r.window!.beside.length} round(s), medians)${fx ? ` | ${fx}` : ''} | appends beside git's repack: ${side('beside')} | | before (\`VOUCH_REPACK_APPENDS=wait\`: the append behind a repack waits for it), same run: ${side('wait')} |`;
 }
 
 const ENDORSE_LOG = (e: EndorseRow) => ENDORSE_SIDES.map((s) => `${s} ${median(e.ms[s]).toFixed(0)} ms`).join(', ');

@@ -186,15 +186,23 @@ export class ChainRepo implements MirrorStore {
     return this.reader.blockStorage(samples);
   }
 
-  /** Rewrite the packs with every object whole, by stock git, as the single writer (./whole-pack.ts). */
+  /**
+   * Rewrite the packs with every object whole, by stock git (./whole-pack.ts),
+   * as the single writer and never beside another repack (a threshold repack
+   * running is waited for). After it, as after any repack, the loose objects
+   * are counted again and the fan-out directories git pruned made again.
+   */
   repackWhole(opts: { timeoutMs: number; signal?: AbortSignal }): Promise<WholePackResult> {
-    return this.s.serialize(async () => {
-      try {
-        return await repackWhole(this.s.dir, this.s.gitdir, opts);
-      } finally {
-        this.reader.reloadPacks();
-      }
-    });
+    // The repack queue first, then the writer queue, as every repack takes them (a repack takes the writer queue for its start).
+    return this.s.oneRepack(() =>
+      this.s.serialize(async () => {
+        try {
+          return await repackWhole(this.s.dir, this.s.gitdir, opts);
+        } finally {
+          this.s.objects.afterRepack();
+        }
+      }),
+    );
   }
 
   readCheckpoint(): string | null {

@@ -1,22 +1,23 @@
 /**
- * The appends' loose objects packed by stock git (issue 33), in place of the
- * hand-written packs: `git pack-objects --revs` over the commits no pack holds
- * yet (objects named by path: each tree a delta of its previous version, block
- * files whole by `.git/info/attributes`), then `git repack --geometric=2 -d`
- * with no delta window (what is still loose packed whole, packs merged into a
- * progression of factor 2: O(log n) packs, loose copies pruned).
+ * The appends' loose objects packed by stock git (issue 33): `git pack-objects
+ * --revs` over the commits no pack holds yet (objects named by path: each tree
+ * a delta of its previous version, block files whole by `.git/info/attributes`),
+ * `git prune-packed`, then the packs rolled up as `git repack --geometric=2 -d`
+ * would (O(log n) packs), by `git pack-objects --stdin-packs`, without the
+ * loose objects appends write meanwhile (packed by the next repack).
  * Owns: the git command lines and their bounds (time, one thread, niceness,
- * a parent-death signal, the environment), the attribute line.
+ * a parent-death signal, the environment), the attribute line, the split.
  * Trusts: git to name a pack once it and its index are durable (core.fsync)
- * and to remove a pack or loose object only once a named pack holds it.
- * Must hold: the caller runs it as the store's single writer; every object
- * stays readable throughout; a killed git or vouch loses nothing.
+ * and to prune only loose objects a named pack holds.
+ * Must hold: one repack at a time, appends beside it; every object stays
+ * readable throughout; a killed git or vouch loses nothing.
  */
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { VouchError } from '../chain/errors.ts';
+import { idxCount, idxFind } from './git-pack.ts';
 
 /** Block files stay whole in packs (a lookup never resolves a delta chain); trees and the rest may be deltas. */
 export const PACK_ATTRIBUTES = '/blocks/*/*/*.json -delta';
@@ -36,8 +37,8 @@ const PINNED = [
 /** Linux: git is killed with its parent (a SIGKILLed gateway leaves no git writing beside the next one). */
 const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => fs.existsSync(p)) ?? null;
 
-/** Test hook: VOUCH_CRASH_POINT=repack-pack-objects|repack-geometric kills vouch VOUCH_CRASH_AFTER_MS ms after that git child started. */
-function crashAfterSpawn(name: 'repack-pack-objects' | 'repack-geometric'): void {
+/** Test hook: VOUCH_CRASH_POINT=repack-pack-objects|repack-prune|repack-geometric kills vouch VOUCH_CRASH_AFTER_MS ms after that git child started. */
+function crashAfterSpawn(name: 'repack-pack-objects' | 'repack-prune' | 'repack-geometric'): void {
   if (process.env.VOUCH_CRASH_POINT !== name) return;
   setTimeout(() => process.kill(process.pid, 'SIGKILL'), Number(process.env.VOUCH_CRASH_AFTER_MS ?? '0'));
 }
@@ -135,36 +136,128 @@ export interface GeometricRepackResult {
   pack: string | null;
 }
 
+/** The ids of the loose objects in `gitdir` now. */
+export function looseIds(gitdir: string): string[] {
+  const out: string[] = [];
+  for (let b = 0; b < 256; b++) {
+    const fan = b.toString(16).padStart(2, '0');
+    let names: string[];
+    try {
+      names = fs.readdirSync(join(gitdir, 'objects', fan));
+    } catch {
+      continue;
+    }
+    for (const n of names) if (n.length === 38 && /^[0-9a-f]{38}$/.test(n)) out.push(fan + n);
+  }
+  return out;
+}
+
+/** The packs of `packDir` with a version-2 index and their object counts; packs a `.keep` file keeps are left out, as git repack leaves them. */
+function packCounts(packDir: string): { name: string; n: number }[] {
+  let names: string[];
+  try {
+    names = fs.readdirSync(packDir);
+  } catch {
+    return [];
+  }
+  const all = new Set(names);
+  const out: { name: string; n: number }[] = [];
+  const head = Buffer.alloc(8 + 1024);
+  for (const f of names) {
+    const name = /^(pack-[0-9a-f]{40})\.idx$/.exec(f)?.[1];
+    if (!name || all.has(`${name}.keep`) || !all.has(`${name}.pack`)) continue;
+    let fd: number;
+    try {
+      fd = fs.openSync(join(packDir, f), 'r');
+    } catch {
+      continue; // removed meanwhile
+    }
+    try {
+      if (fs.readSync(fd, head, 0, head.length, 0) === head.length && head.readUInt32BE(0) === 0xff744f63 && head.readUInt32BE(4) === 2)
+        out.push({ name, n: head.readUInt32BE(8 + 255 * 4) });
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+  return out;
+}
+
 /**
- * Pack what the branch reached since `base` (a commit a pack holds; null:
- * the whole history), then `git repack --geometric=2 -d` (window 0: deltas
- * already made are kept, none searched) in `dir`. The two children each run
- * under `opts` (timeout, abort).
+ * git repack's geometric split (repack.c `split_pack_geometry`, git 2.39):
+ * given the packs' object counts in ascending order, how many of the
+ * smallest to roll into one so the counts form a progression of `factor`.
  */
-export async function repackGeometric(dir: string, gitdir: string, base: string | null, opts: GitRunOptions): Promise<GeometricRepackResult> {
+export function geometricSplit(counts: readonly number[], factor = 2): number {
+  let i = counts.length - 1;
+  for (; i > 0; i--) if (counts[i]! < factor * counts[i - 1]!) break;
+  let split = i > 0 ? i + 1 : 0;
+  let total = 0;
+  for (let k = 0; k < split; k++) total += counts[k]!;
+  for (let k = split; k < counts.length; k++) {
+    if (counts[k]! >= factor * total) break;
+    split++;
+    total += counts[k]!;
+  }
+  return split;
+}
+
+/** Remove a pack git rolled into another: its index first (no reader lists it after), then the pack and the rest. */
+function removePack(packDir: string, name: string): void {
+  for (const ext of ['.idx', '.pack', '.rev', '.bitmap', '.mtimes', '.promisor']) fs.rmSync(join(packDir, name + ext), { force: true });
+}
+
+/**
+ * Pack what commit `tip` reaches since `base` (a commit a pack holds; null:
+ * the whole history) with `git pack-objects --revs`, and whatever else was
+ * loose when it started (an interrupted append's objects: `pack-objects`
+ * given their ids); `git prune-packed`; then the geometric roll-up of packs
+ * as `git repack --geometric=2 -d` makes it, but of packs only: `git
+ * pack-objects --stdin-packs` (window 0: deltas already made are kept, none
+ * searched), the packs rolled up removed once the new one is named. Loose
+ * objects written meanwhile are left alone (git repack would pack them
+ * whole, without their paths), for the next repack. `tip` is a commit id,
+ * not the branch: appends may move the branch meanwhile. Each child runs
+ * under `opts` (timeout, abort). `at`: the head and the loose objects
+ * (`looseIds`) read at one instant between two appends.
+ */
+export async function repackGeometric(
+  dir: string,
+  gitdir: string,
+  at: { tip: string; loose: readonly string[] },
+  base: string | null,
+  opts: GitRunOptions,
+): Promise<GeometricRepackResult> {
+  const { tip, loose } = at;
   const t0 = performance.now();
   ensurePackAttributes(gitdir);
-  const revs = `refs/heads/main\n${base ? `^${base}\n` : ''}`;
+  if (!/^[0-9a-f]{40}$/.test(tip) || (base !== null && !/^[0-9a-f]{40}$/.test(base)))
+    throw new VouchError('io_error', `repack: ${tip} ${base} is not a commit id`);
+  const packDir = join(gitdir, 'objects', 'pack');
+  const revs = `${tip}\n${base ? `^${base}\n` : ''}`;
   const out = await runGit(
-    [
-      '-C',
-      dir,
-      ...PINNED,
-      'pack-objects',
-      '--revs',
-      '--incremental',
-      '--non-empty',
-      '--window=10',
-      '--depth=50',
-      '-q',
-      join(gitdir, 'objects', 'pack', 'pack'),
-    ],
+    ['-C', dir, ...PINNED, 'pack-objects', '--revs', '--incremental', '--non-empty', '--window=10', '--depth=50', '-q', join(packDir, 'pack')],
     { ...opts, input: revs },
     () => crashAfterSpawn('repack-pack-objects'),
   );
   const pack = /^[0-9a-f]{40}$/m.exec(out)?.[0] ?? null;
-  await runGit(['-C', dir, ...PINNED, '-c', 'pack.window=0', '-c', 'pack.depth=50', 'repack', '--geometric=2', '-d', '-q', '-n'], opts, () =>
-    crashAfterSpawn('repack-geometric'),
-  );
+  // Loose before the repack and not in the new pack: objects no commit of the range names (rare). Packed whole.
+  const idx = pack ? fs.readFileSync(join(packDir, `pack-${pack}.idx`)) : null;
+  const n = idx ? idxCount(idx) : 0;
+  const left = loose.filter((oid) => !idx || idxFind(idx, n, Buffer.from(oid, 'hex')) < 0);
+  if (left.length > 0)
+    await runGit(['-C', dir, ...PINNED, 'pack-objects', '--non-empty', '--window=0', '-q', join(packDir, 'pack')], { ...opts, input: `${left.join('\n')}\n` });
+  await runGit(['-C', dir, 'prune-packed', '-q'], opts, () => crashAfterSpawn('repack-prune'));
+  const packs = packCounts(packDir).sort((a, b) => a.n - b.n || (a.name < b.name ? -1 : 1));
+  const split = geometricSplit(packs.map((p) => p.n));
+  if (split >= 2) {
+    const input = packs.map((p, k) => `${k < split ? '' : '^'}${p.name}.pack\n`).join('');
+    const rolled = await runGit(
+      ['-C', dir, ...PINNED, 'pack-objects', '--stdin-packs', '--delta-base-offset', '--non-empty', '--window=0', '--depth=50', '-q', join(packDir, 'pack')],
+      { ...opts, input },
+      () => crashAfterSpawn('repack-geometric'),
+    );
+    const made = /^[0-9a-f]{40}$/m.exec(rolled)?.[0];
+    if (made) for (const p of packs.slice(0, split)) if (p.name !== `pack-${made}`) removePack(packDir, p.name);
+  }
   return { ms: performance.now() - t0, pack: pack && `pack-${pack}` };
 }

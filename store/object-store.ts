@@ -10,7 +10,8 @@
  * the directory fsyncs, the count of loose objects the next repack packs.
  * Trusts: objects on disk to be what their name says.
  * Must hold: `write` never leaves a partial object under an object's name;
- * a name is durable once `syncDirs()` returned.
+ * a name is durable once `syncDirs()` returned, also when a repack beside
+ * it removed its fan-out directory.
  */
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -80,9 +81,21 @@ export class ObjectStore {
       this.knownDirs.add(dir);
     }
     const tmp = join(dir, `tmp_obj_vouch_${process.pid}_${this.seq++}`);
+    const data = deflateSync(Buffer.concat([header, body]), { level: 1 });
     // Durable before it is named: the file's bytes reach the disk before the rename that makes
     // it the object, so a power loss never leaves an object file that comes back empty.
-    writeDurably(tmp, deflateSync(Buffer.concat([header, body]), { level: 1 }), 0o444);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        writeDurably(tmp, data, 0o444);
+        break;
+      } catch (e) {
+        // A repack running beside this append: git's prune-packed removed the fan-out directory it emptied
+        // (./git-repack.ts). Made again and written again; once the temporary file is in it, git's rmdir fails.
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT' || attempt >= 3) throw e;
+        fs.mkdirSync(dir, { recursive: true });
+        this.unsynced.add(dirname(dir));
+      }
+    }
     fs.renameSync(tmp, file);
     this.unsynced.add(dir);
     this.loose++;
@@ -118,7 +131,16 @@ export class ObjectStore {
       }
       this.disk.refresh();
     }
-    for (const dir of this.unsynced) fsyncDir(dir);
+    for (const dir of this.unsynced) {
+      try {
+        fsyncDir(dir);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+        // git's prune-packed emptied and removed it (a repack beside this append): it removes a loose object only once
+        // a pack it made durable holds it, so every object named in it is in a pack.
+        this.knownDirs.delete(dir);
+      }
+    }
     this.unsynced.clear();
   }
 
@@ -135,7 +157,9 @@ export class ObjectStore {
   /**
    * After stock git repacked (./git-repack.ts): the pack list read again,
    * the cached objects dropped, and the loose objects counted on disk (what
-   * git left: none, unless a repack failed part-way).
+   * git left: those appends wrote while it ran, and all, if it failed
+   * part-way). Synchronous: no write of this process falls between the
+   * count and its use, so an object written meanwhile is counted once.
    */
   afterRepack(): void {
     this.disk.refresh();

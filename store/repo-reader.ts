@@ -306,12 +306,6 @@ export class RepoReader {
     return e;
   }
 
-  /** Read the pack directory again (after a repack by git): packs gone are closed, new ones used. */
-  reloadPacks(): void {
-    this.s.objects.disk.refresh();
-    this.s.objects.disk.resetCache();
-  }
-
   private treeSync(oid: string): TreeEntry[] {
     const o = this.s.objects.readSync(oid);
     if (o.type !== 'tree') throw new VouchError('not_a_chain', `object ${oid} is a ${o.type}, expected a tree`);

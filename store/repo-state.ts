@@ -1,14 +1,15 @@
 /**
  * The open chain repository's shared state, and the few steps every part of
  * ./chain-repo.ts takes on it: the branch head and its trees, the writer
- * queue, the compare-and-swap of `refs/heads/main` (the
+ * queue and the repack queue, the compare-and-swap of `refs/heads/main` (the
  * commit point) and the state file. The reader, writer, replicator and
  * repair step (./repo-*.ts) each hold one `RepoState`.
  * Owns: the in-memory state (head, size, trees on the path to the last
  * block, leaf trees kept for reads), `.git/vouch-state.json`, the branch move.
  * Trusts: git objects on disk; callers to hold the chain lock for writes.
  * Must hold: head, size and dirs change together, only after the branch
- * names the commit; one writer at a time (`serialize`).
+ * names the commit; one writer at a time (`serialize`), one repack at a
+ * time (`oneRepack`).
  */
 import * as fs from 'node:fs';
 import type { BigIntStats } from 'node:fs';
@@ -62,6 +63,7 @@ export class RepoState {
   /** Block blob ids learnt from those leaf trees, so a later read of the same shard skips its tree (./blob-oids.ts). */
   readonly blobOids = new BlobOids();
   private queue: Promise<unknown> = Promise.resolve();
+  private repacks: Promise<unknown> = Promise.resolve();
 
   constructor(dir: string) {
     this.dir = dir;
@@ -73,6 +75,18 @@ export class RepoState {
   serialize<T>(fn: () => Promise<T>): Promise<T> {
     const run = this.queue.then(fn, fn);
     this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Run `fn` after every repack started before it (one repack at a time,
+   * whatever kind: git's `repack -d` beside another repack can delete a pack
+   * the other just named). Appends do not wait for it: ./repo-writer.ts.
+   * Whoever needs both queues takes this one first, then `serialize`.
+   */
+  oneRepack<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.repacks.then(fn, fn);
+    this.repacks = run.catch(() => undefined);
     return run;
   }
 

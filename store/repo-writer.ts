@@ -4,7 +4,8 @@
  * One part of ./chain-repo.ts, over the shared ./repo-state.ts.
  * Owns: the objects of an append (blobs, the changed trees bottom up, the
  * commit), the working-tree and index writes after the commit point, the
- * repack schedule (LOOSE_PACK_THRESHOLD; the repack itself: ./git-repack.ts).
+ * repack schedule (LOOSE_PACK_THRESHOLD; the repack itself: ./git-repack.ts,
+ * beside the appends, one repack at a time).
  * Trusts: callers to hand over block texts in order under the chain lock.
  * Must hold: a block exists only once its commit is on the branch; an
  * append costs the same at any size; after every write `git status` is
@@ -22,7 +23,7 @@ import { BRANCH_REF, FILE_MODE, TREE_MODE, type TreeEntry, commitBody, ioError, 
 import type { RepoRepair } from './repo-repair.ts';
 import { type RepoState, TMP_SUFFIX, readState } from './repo-state.ts';
 import { SPARSE_CONFIG, SPARSE_INDEX_CONFIG, ensurePatterns } from './sparse-layout.ts';
-import { repackGeometric } from './git-repack.ts';
+import { looseIds, repackGeometric } from './git-repack.ts';
 
 /** The packs in `packDir` (names without extension, those with an index). */
 function listPacks(packDir: string): string[] {
@@ -42,7 +43,7 @@ function listPacks(packDir: string): string[] {
  * 8 with checkpoint.note). Fewer than git's gc.auto (6700) because an
  * append's loose leaf tree is up to ~35 KiB (a ~100-byte delta once packed):
  * the loose objects stay under ~15 MiB. More than a few dozen appends because
- * the repack's fixed costs (two git processes, their fsyncs) then fall on one
+ * the repack's fixed costs (three or four git processes, their fsyncs) then fall on one
  * append in ~290, outside the p99 of a thousand (docs/spec/repository.md "Packs").
  */
 export const LOOSE_PACK_THRESHOLD = 2048;
@@ -89,9 +90,15 @@ export class RepoWriter {
     private readonly repairer: RepoRepair,
   ) {}
 
-  /** A repack is queued behind the current writer. */
+  /** A threshold repack is queued or running (reset once it ended and the loose objects were counted again). */
   private packQueued = false;
-  /** Repacks run by this instance and the time they held the writer queue (git's two children). */
+  /**
+   * `VOUCH_REPACK_APPENDS=wait` (read when the chain is opened): a repack
+   * holds the writer queue, so the append behind it waits, as before appends
+   * went on beside git (kept for the side-by-side bench, bench/gitops-bench.ts).
+   */
+  private readonly appendsWait = process.env.VOUCH_REPACK_APPENDS === 'wait';
+  /** Repacks run by this instance and their time (git's two children and the count after). */
   readonly packTimes = { count: 0, totalMs: 0, maxMs: 0 };
 
   /**
@@ -173,28 +180,33 @@ export class RepoWriter {
   }
 
   /**
-   * Once LOOSE_PACK_THRESHOLD loose objects wait, queue a repack behind the
-   * current writer (so it runs after the append that crossed the threshold
-   * returned, and before the next writer): see `repack`.
+   * Once LOOSE_PACK_THRESHOLD loose objects wait, start a repack (see
+   * `repack`) beside the writers: appends go on while git runs (their new
+   * objects stay loose, packed by the next repack). At most one is queued or
+   * running; a failure is a warning, retried after a later append.
    */
   schedulePack(): void {
     if (this.packQueued || this.s.objects.pendingLoose < LOOSE_PACK_THRESHOLD) return;
     this.packQueued = true;
-    void this.s.serialize(async () => {
-      this.packQueued = false;
+    const run = async () => {
       try {
-        await this.packNow();
+        if (this.s.objects.pendingLoose >= LOOSE_PACK_THRESHOLD) await this.packNow(); // an explicit repack may have run first
       } catch (e) {
         this.s.warnings.push(`packing loose objects failed (they stay loose, readable; retried after the next append): ${(e as Error).message}`);
+      } finally {
+        this.packQueued = false;
       }
-    });
+    };
+    // Always the repack queue first, then the writer queue (never the other way round: no deadlock).
+    if (this.appendsWait) void this.s.oneRepack(() => this.s.serialize(run));
+    else void this.s.oneRepack(run);
   }
 
-  /** The newest commit of the branch a pack holds (the repack packs what came after it); null when none within the loose ones. */
-  private async packedBase(): Promise<string | null> {
+  /** The newest commit at or before `tip` that a pack holds (the repack packs what came after it); null when none within the loose ones. */
+  private async packedBase(tip: string): Promise<string | null> {
     const objects = this.s.objects;
     objects.disk.refresh();
-    let oid: string | undefined = this.s.head;
+    let oid: string | undefined = tip;
     for (let k = 0; oid && k <= objects.pendingLoose + 1; k++) {
       if (objects.inPacks(oid)) return oid;
       oid = (await objects.readCommitParents(oid))[0];
@@ -202,15 +214,25 @@ export class RepoWriter {
     return null;
   }
 
-  /** One repack by stock git, as the single writer (the event loop stays free: reads are served meanwhile); the loose count refreshed after, whatever happened. */
+  /**
+   * One repack by stock git, run in the repack queue (the event loop stays
+   * free: reads are served, and appends go on unless `appendsWait`). Packs
+   * what the head reaches and what is loose, both read between two appends
+   * (the head's id, once: appends move the branch meanwhile); what appends
+   * write after stays loose for the next one. The loose objects are counted on disk
+   * after, whatever happened.
+   */
   private async packNow(): Promise<{ pack: string | null; removed: number; merged: string[] }> {
     assertChainWritable(this.s.dir);
     const t0 = performance.now();
     const packDir = join(this.s.gitdir, 'objects', 'pack');
     const packsBefore = listPacks(packDir);
     const looseBefore = this.s.objects.pendingLoose;
+    // The head and the loose objects at one instant with no append in flight (a turn of the writer queue, unless this holds it).
+    const snapshot = () => ({ tip: this.s.head, loose: looseIds(this.s.gitdir) });
     try {
-      await repackGeometric(this.s.dir, this.s.gitdir, await this.packedBase(), { timeoutMs: REPACK_TIMEOUT_MS });
+      const at = this.appendsWait ? snapshot() : await this.s.serialize(async () => snapshot());
+      await repackGeometric(this.s.dir, this.s.gitdir, at, await this.packedBase(at.tip), { timeoutMs: REPACK_TIMEOUT_MS });
     } finally {
       this.s.objects.afterRepack();
       const ms = performance.now() - t0;
@@ -227,12 +249,16 @@ export class RepoWriter {
    * Pack every loose object now, by stock git (./git-repack.ts: trees as
    * deltas of their previous version, block files whole, packs merged so
    * their sizes stay a geometric progression, loose copies pruned), as
-   * appends do on their own every LOOSE_PACK_THRESHOLD objects. Returns the
-   * new pack (null: none), the loose files removed and the packs merged
-   * away. Safe if git or vouch is killed at any point.
+   * appends do on their own every LOOSE_PACK_THRESHOLD objects. Starts once
+   * the writers queued before it and any running repack are done; appends
+   * queued after it go on beside git (what they write stays loose, unless
+   * `appendsWait`). Returns the new pack (null: none), the loose files
+   * removed and the packs merged away. Safe if git or vouch is killed at any point.
    */
-  repack(): Promise<{ pack: string | null; removed: number; merged: string[] }> {
-    return this.s.serialize(() => this.packNow());
+  async repack(): Promise<{ pack: string | null; removed: number; merged: string[] }> {
+    if (this.appendsWait) return this.s.oneRepack(() => this.s.serialize(() => this.packNow()));
+    await this.s.serialize(async () => undefined);
+    return this.s.oneRepack(() => this.packNow());
   }
 
   /** Loose objects waiting for the next pack (tests, benches). */

@@ -8,7 +8,8 @@
  * Trusts: git to write the new pack before it removes the old ones, and
  * `-A` to leave unreachable objects loose instead of dropping them.
  * Must hold: the caller runs it as the store's single writer (no append or
- * fetch in between); every object stays readable throughout.
+ * fetch in between) and never beside another repack (`git repack -d` may
+ * delete a pack the other just named); every object stays readable throughout.
  */
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
