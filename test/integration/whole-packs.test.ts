@@ -138,15 +138,17 @@ test('chain.repack_deltas: false leaves the deltas; a chain vouch packed is neve
 test('a gateway stopped during the rewrite stops git with it: no git left running, the packs as they were, fsck clean', async () => {
   const dir = gitPackedCopy('stopped');
   const before = deltaCount(dir);
-  // A git that holds `repack` for a minute before it runs (every other git command passes straight through).
+  // A git that holds `repack` for a minute before it runs (every other git command passes straight through); the
+  // sleep's argument is this run's own, so the check below never counts another process's `sleep 60`.
+  const hold = `60.${String(process.pid).padStart(7, '0')}`;
   const bin = join(root, 'slow-git');
   mkdirSync(bin, { recursive: true });
   const real = execFileSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).trim();
-  writeFileSync(join(bin, 'git'), `#!/bin/sh\ncase " $* " in *" repack "*) sleep 60 ;; esac\nexec ${real} "$@"\n`, { mode: 0o755 });
+  writeFileSync(join(bin, 'git'), `#!/bin/sh\ncase " $* " in *" repack "*) sleep ${hold} ;; esac\nexec ${real} "$@"\n`, { mode: 0o755 });
   const cfg = writeConfig(join(root, 'stopped-cfg'), { listen: { host: '127.0.0.1', port: 0 }, chain: { dir, public_key: pub } });
   const g = await startGatewayProcess(['--config', cfg], { env: { PATH: `${bin}:${process.env.PATH}` } });
   await until('the rewrite to start', async () => /rewriting its packs/.test(g.stdout() + g.stderr()), 30_000);
-  const running = () => spawnSync('pgrep', ['-f', `sleep 60`], { encoding: 'utf8' }).stdout.trim();
+  const running = () => spawnSync('pgrep', ['-f', `^sleep ${hold.replace('.', '[.]')}$`], { encoding: 'utf8' }).stdout.trim();
   assert.ok(running() !== '', 'the held git is running');
   assert.is(await g.stop('SIGTERM'), 0, 'a clean stop');
   await until('git to be gone', async () => running() === '', 10_000);
