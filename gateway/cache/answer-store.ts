@@ -3,10 +3,10 @@
  * each block's plain lookup answer (`plainAnswerText`), LZ4-compressed
  * (lz4-napi) against DICTIONARY plus the block's prev_hash, record_hash and
  * URLs, and its endorsed URLs as they are, in one append-only file
- * (`.git/vouch-answers`, after a header naming the format and the
+ * (`.git/vouch-answers.lz4`, after a header naming the format and the
  * dictionary's sha256), so a lookup that misses every cache reads and
  * decodes one record instead of inflating, parsing and serializing its block.
- * `.git/vouch-answers.idx` keeps, per record, its length, its sha256 and the
+ * `.git/vouch-answers.lz4.idx` keeps, per record, its length, its sha256 and the
  * block's record_hash.
  * Owns: both files, the offsets and digests in memory.
  * Trusts: its caller to append the verified texts of blocks in chain order.
@@ -18,7 +18,7 @@
  * links is never written.
  */
 import { hash } from 'node:crypto';
-import { closeSync, constants, fstatSync, ftruncateSync, openSync, unlinkSync } from 'node:fs';
+import { closeSync, constants, fstatSync, ftruncateSync, openSync, rmSync, unlinkSync } from 'node:fs';
 import { compressSync, uncompressSync } from 'lz4-napi';
 import type { Block } from '../../chain/block.ts';
 import { preadAll, pwriteAll } from '../../platform/durable-file.ts';
@@ -135,8 +135,15 @@ export class AnswerStore {
   private dict = Buffer.allocUnsafe(SCRATCH);
   private recordHashOf: (i: number) => Uint8Array = () => new Uint8Array(32);
 
-  /** `path`: the data file; the index file is `path + '.idx'`. */
-  constructor(readonly path: string) {
+  /**
+   * `path`: the data file; the index file is `path + '.idx'`. `retired`: the
+   * files of an earlier format, removed at `open` (a new name, so an older
+   * version never takes these records for its own).
+   */
+  constructor(
+    readonly path: string,
+    private readonly retired: readonly string[] = [],
+  ) {
     DICTIONARY.copy(this.dict, 0);
     this.offsets[0] = HEADER.length;
   }
@@ -173,6 +180,7 @@ export class AnswerStore {
     this.count = 0;
     this.offsets[0] = HEADER.length;
     this.recordHashOf = recordHashOf;
+    for (const p of this.retired) rmSync(p, { force: true });
     const flags = constants.O_RDWR | constants.O_CREAT;
     for (const p of [this.path, `${this.path}.idx`]) {
       const fd = openSync(p, flags, 0o644);

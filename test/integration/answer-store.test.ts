@@ -11,7 +11,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, openSync, readSync, rmSync, statSync, truncateSync, writeSync, closeSync } from 'node:fs';
+import { existsSync, mkdtempSync, openSync, writeFileSync, readSync, rmSync, statSync, truncateSync, writeSync, closeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { artifactHashOf, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, utf8, type Block } from '../../chain/index.ts';
@@ -30,7 +30,7 @@ import { until, writeConfig } from '../helpers/gateway-process.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-answers-'));
 const dir = join(work, 'chain');
-const data = join(dir, '.git', 'vouch-answers');
+const data = join(dir, '.git', 'vouch-answers.lz4');
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
 const urlOf = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;
@@ -224,6 +224,13 @@ test('a store written with another dictionary (or format) is emptied and rebuilt
   s = await load();
   assert.equal((await s.buildAnswers())?.added, blocks.length, 'a headerless file is not taken back');
   assert.is(sameAsIndex(s), 7);
+  // The uncompressed store's files (an earlier version's names) are removed when the store opens.
+  const old = join(dir, '.git', 'vouch-answers');
+  writeFileSync(old, body);
+  writeFileSync(`${old}.idx`, Buffer.alloc(IDX_RECORD));
+  s = await load();
+  await s.buildAnswers();
+  assert.not.ok(existsSync(old) || existsSync(`${old}.idx`), 'the files of the earlier format are gone');
 });
 
 test('blocks appended by the writer and by a sync (no texts given) extend the store; a new revoke sends its URL to the index path', async () => {
