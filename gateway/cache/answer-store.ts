@@ -77,18 +77,31 @@ export const DICTIONARY = Buffer.from(
 export const DICTIONARY_ID = sha256(DICTIONARY);
 /** The data file's header: magic, format 2 (LZ4 records), the dictionary's sha256. */
 export const HEADER = Buffer.concat([Buffer.from('vouchans', 'latin1'), Buffer.from([0, 0, 0, 2]), DICTIONARY_ID]);
-const ZERO_HASH = '0'.repeat(64);
+const ZERO_HASH = new Uint8Array(32);
+const HEX = Buffer.from('0123456789abcdef', 'latin1');
+
+/** Writes 32 bytes as lowercase hex into `into` at `at`; returns the new end. */
+function hexInto(into: Buffer, at: number, h: Uint8Array): number {
+  for (let k = 0; k < 32; k++) {
+    into[at++] = HEX[h[k]! >> 4]!;
+    into[at++] = HEX[h[k]! & 15]!;
+  }
+  return at;
+}
 
 /**
- * Record i's dictionary in `into` (DICTIONARY, then its prev_hash and
- * record_hash as hex and its URLs: the bytes of its answer no fixed text
- * holds); returns its length.
+ * Record i's dictionary in `into` (DICTIONARY already at its start), then
+ * block i-1's and i's record_hash as hex (the answer's prev_hash and
+ * record_hash) and the URLs of the record `rec` (its first `urlEnd`
+ * bytes); returns its length. Writer and reader build it alike.
  */
-function dictionaryOf(into: Buffer, prevHex: string, ownHex: string, urls: readonly Buffer[]): number {
-  let at = DICTIONARY.length;
-  at += into.write(prevHex, at, 'latin1');
-  at += into.write(ownHex, at, 'latin1');
-  for (const u of urls) at += u.copy(into, at);
+function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buffer, urlEnd: number): number {
+  let at = hexInto(into, hexInto(into, DICTIONARY.length, prev), own);
+  for (let e = 0, u = 4, n = rec.readUInt32BE(0); e < n; e++) {
+    const len = rec.readUInt32BE(u);
+    at += rec.copy(into, at, u + 4, Math.min(u + 4 + len, urlEnd));
+    u += 4 + len;
+  }
   return at;
 }
 
@@ -108,18 +121,17 @@ export function answerRecord(block: Block, dict: Buffer = Buffer.allocUnsafe(SCR
   for (const u of urls) n += 4 + u.length;
   if (n + DICTIONARY.length + 128 > dict.length) dict = Buffer.allocUnsafe(n + DICTIONARY.length + 128);
   DICTIONARY.copy(dict, 0);
-  const d = dict.subarray(0, dictionaryOf(dict, block.index === 0 ? ZERO_HASH : block.prev_hash, block.record_hash, urls));
-  const packed = compressSync(Buffer.from(plainAnswerText(block), 'utf8'), d);
-  const out = Buffer.allocUnsafe(n + packed.length);
-  out.writeUInt32BE(urls.length, 0);
+  const head = Buffer.allocUnsafe(n);
+  head.writeUInt32BE(urls.length, 0);
   let at = 4;
   for (const u of urls) {
-    out.writeUInt32BE(u.length, at);
-    u.copy(out, at + 4);
+    head.writeUInt32BE(u.length, at);
+    u.copy(head, at + 4);
     at += 4 + u.length;
   }
-  packed.copy(out, at);
-  return out;
+  const prev = block.index === 0 ? ZERO_HASH : Buffer.from(block.prev_hash, 'hex');
+  const d = dict.subarray(0, dictionaryOf(dict, prev, Buffer.from(block.record_hash, 'hex'), head, n));
+  return Buffer.concat([head, compressSync(Buffer.from(plainAnswerText(block), 'utf8'), d)]);
 }
 
 export class AnswerStore {
@@ -287,19 +299,12 @@ export class AnswerStore {
     // lz4-napi's block form names the answer's length: bounded before the decoder allocates it.
     const want = at + 4 <= len ? buf.readUInt32LE(at) : -1;
     if (want < 0 || want > MAX_ANSWER || want > (len - at) * 255) return this.corrupt();
-    const own = this.recordHashOf(i);
-    const hex = (h: Uint8Array) => Buffer.from(h.buffer, h.byteOffset, 32).toString('hex');
-    const urls: Buffer[] = [];
-    for (let e = 0, u = 4; e < entries; e++) {
-      const n = buf.readUInt32BE(u);
-      urls.push(buf.subarray(u + 4, u + 4 + n));
-      u += 4 + n;
-    }
     if (DICTIONARY.length + 128 + at > this.dict.length) {
       this.dict = Buffer.allocUnsafe(DICTIONARY.length + 128 + at);
       DICTIONARY.copy(this.dict, 0);
     }
-    const dict = this.dict.subarray(0, dictionaryOf(this.dict, i === 0 ? ZERO_HASH : hex(this.recordHashOf(i - 1)), hex(own), urls));
+    const prev = i === 0 ? ZERO_HASH : this.recordHashOf(i - 1);
+    const dict = this.dict.subarray(0, dictionaryOf(this.dict, prev, this.recordHashOf(i), buf, at));
     try {
       const answer = uncompressSync(buf.subarray(at), dict);
       return answer.length === want ? answer.toString('utf8') : this.corrupt();
