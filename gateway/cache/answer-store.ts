@@ -1,21 +1,16 @@
 /**
- * The answer store (docs/decisions/gateway-hot-path.md "The answer store"):
- * each block's plain lookup answer (`plainAnswerText`), LZ4-compressed
- * (lz4-napi) against DICTIONARY plus the block's prev_hash, record_hash and
- * URLs, and its endorsed URLs as they are, in one append-only file
- * (`.git/vouch-answers.lz4`, after a header naming the format and the
- * dictionary's sha256), so a lookup that misses every cache reads and
- * decodes one record instead of inflating, parsing and serializing its block.
- * `.git/vouch-answers.lz4.idx` keeps, per record, its length, its sha256 and the
- * block's record_hash.
+ * The answer store (docs/decisions/gateway-hot-path.md "The answer store",
+ * "Compressed"): each block's plain lookup answer, LZ4-compressed (lz4-napi)
+ * against DICTIONARY plus the block's hashes and URLs, and its URLs as they
+ * are, in `.git/vouch-answers.lz4` after a header naming format and
+ * dictionary; `.idx` beside it: per record its length, sha256, record_hash.
  * Owns: both files, the offsets and digests in memory.
  * Trusts: its caller to append the verified texts of blocks in chain order.
- * Must hold: `read(i)` decodes only a record whose sha256 is the one computed
- * when it was written, with the dictionary it was written with, to at most
- * the length it names; records are only taken back at `open` for blocks whose
- * record_hash is the served chain's, from a file whose header is this
- * format's; a crash's leftovers are cut, never read; a file with other hard
- * links is never written.
+ * Must hold: a record is decoded only when its sha256 is the one computed
+ * when written, with the dictionary it was written with, to the bounded
+ * length it names; records are taken back at `open` only for blocks whose
+ * record_hash is the served chain's, from a file with this header; a crash's
+ * leftovers are cut, never read; a file with other hard links is never written.
  */
 import { hash } from 'node:crypto';
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, rmSync, unlinkSync } from 'node:fs';
