@@ -60,7 +60,7 @@ export interface Config {
     unready_when_stale: boolean;
     /** Rewrite a chain git packed (block blobs as deltas) with every object whole after ready (gateway/chain/whole-packs.ts). */
     repack_deltas: boolean;
-    /** Keep each block's lookup answer in `.git/vouch-answers`, built after ready (gateway/cache/answer-store.ts; ~1.1 KB a block). */
+    /** Keep each block's lookup answer in `.git/vouch-answers.lz4`, built after ready (gateway/cache/answer-store.ts; ~0.43 KB a block, LZ4-compressed). */
     answer_store: boolean;
     min_size_wait: number;
     sync_token_file: string | null;

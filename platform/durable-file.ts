@@ -3,7 +3,8 @@
  * written whole and fsynced before it is renamed into place, and the fsync
  * of a directory after a name in it was created, renamed or removed (git's
  * refs and packs in store/, the witness's and cosigner's state in gateway/,
- * the CLI's checkpoint state and statements in tools/).
+ * the CLI's checkpoint state and statements in tools/), and whole reads and
+ * writes at a file offset (the gateway's answer store and block-text index).
  * Trusts: the file system to make a rename atomic and an fsync durable.
  * Must hold: a file replaced with `writeDurably` + rename + `fsyncDir` is,
  * after a power loss, the old or the new content, never a mix or empty.
@@ -32,4 +33,21 @@ export function fsyncDir(dir: string): void {
   } finally {
     fs.closeSync(fd);
   }
+}
+
+/** Reads buf.length bytes at `pos` (looping over short reads); false when the file ends first. */
+export function preadAll(fd: number, buf: Buffer, pos: number): boolean {
+  let off = 0;
+  while (off < buf.length) {
+    const got = fs.readSync(fd, buf, off, buf.length - off, pos + off);
+    if (got <= 0) return false;
+    off += got;
+  }
+  return true;
+}
+
+/** Writes all of buf at `pos` (looping over short writes). */
+export function pwriteAll(fd: number, buf: Uint8Array, pos: number): void {
+  let off = 0;
+  while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off, pos + off);
 }

@@ -143,11 +143,12 @@ function lastOutputs(dist) {
  * (undici alone: twice the CPU of one bundled piece; yaml, pino, prom-client
  * and the rest: a quarter of `vouch serve`'s start; docs/decisions/cli-start.md).
  * Each one's licence is copied to dist/licenses/ (`licencesOf`). External:
- * sodium-native (a native addon, found beside its package at run time) and
- * esbuild (a dev dependency, with its own binary: the explorer's and worker
+ * sodium-native and lz4-napi (native addons, found beside their packages at
+ * run time: lz4-napi's prebuilt binary is an optional dependency per
+ * platform) and esbuild (a dev dependency, with its own binary: the explorer's and worker
  * bundles in development).
  */
-const EXTERNAL = /^(?:sodium-native|esbuild)(\/|$)/;
+const EXTERNAL = /^(?:sodium-native|lz4-napi|esbuild)(\/|$)/;
 const LICENCE_FILE = /^(?:licen[cs]e|copying)(?:\.(?:md|txt))?$/i;
 
 /** dist/licenses/<package>.txt → the licence file of each package the bundles hold (node_modules/<package>/LICENSE…, else its package.json). */

@@ -1,65 +1,132 @@
 /**
- * The answer store (docs/decisions/gateway-hot-path.md "The answer store"):
- * each block's plain lookup answer (`plainAnswerText`) and its endorsed URLs,
- * in one append-only file (`.git/vouch-answers`), so a lookup that misses
- * every cache reads one record instead of inflating, parsing and
- * serializing its block. `.git/vouch-answers.idx` keeps, per record, its
- * length, its sha256 and the block's record_hash.
+ * The answer store (docs/decisions/gateway-hot-path.md "The answer store",
+ * "Compressed"): each block's plain lookup answer, LZ4-compressed (lz4-napi)
+ * against DICTIONARY plus the block's hashes and URLs, and its URLs as they
+ * are, in `.git/vouch-answers.lz4` after a header naming format and
+ * dictionary; `.idx` beside it: per record its length, sha256, record_hash.
  * Owns: both files, the offsets and digests in memory.
  * Trusts: its caller to append the verified texts of blocks in chain order.
- * Must hold: `read(i)` returns only a record whose sha256 is the one
- * computed when it was written; records are only taken back at `open` for
- * blocks whose record_hash is the served chain's; a crash's leftovers (past
- * the last whole record) are cut, never read; a file with other hard links
- * is never written.
+ * Must hold: a record is decoded only when its sha256 is the one computed
+ * when written, with the dictionary it was written with, to the bounded
+ * length it names; records are taken back at `open` only for blocks whose
+ * record_hash is the served chain's, from a file with this header; a crash's
+ * leftovers are cut, never read; a file with other hard links is never written.
  */
 import { hash } from 'node:crypto';
-import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, ftruncateSync, openSync, rmSync, unlinkSync } from 'node:fs';
+import { compressSync, uncompressSync } from 'lz4-napi';
 import type { Block } from '../../chain/block.ts';
+import { preadAll, pwriteAll } from '../../platform/durable-file.ts';
 
 /** Index record: u32 record length, sha256 of the record, the block's record_hash. */
-const REC = 68;
+export const IDX_RECORD = 68;
+const REC = IDX_RECORD;
 /** Records read into one reused buffer up to this size (larger ones get their own). */
 const SCRATCH = 64 * 1024;
+/** An answer longer than this is never decoded (a block's text is far shorter). */
+const MAX_ANSWER = 16 * 1024 * 1024;
 
 const sha256 = (b: Uint8Array | string): Buffer => hash('sha256', b, 'buffer') as Buffer;
+
+/**
+ * The fixed part of every record's dictionary: an endorse block's answer of
+ * the common shape with placeholder values (its keys, their order, the
+ * constant strings). Changing it changes DICTIONARY_ID: a store written with
+ * another one is dropped and rebuilt at `open`, never decoded with this one.
+ */
+export const DICTIONARY = Buffer.from(
+  JSON.stringify({
+    success: true,
+    comment: 'acme/pkg 1.0.0',
+    index: 0,
+    prev_hash: '',
+    posted: '2026-01-01T00:00:00Z',
+    signer: 'vouch',
+    payload: {
+      effective_date: '2026-01-01',
+      endorsements: [
+        {
+          artifact_hash: 'sha256:',
+          artifact_url: 'https://',
+          comment: '',
+          endorsement: 'provenance',
+          license: 'MIT',
+          name: 'acme/pkg',
+          semver: '1.0.0',
+          signature_algorithm: 'ed25519',
+        },
+      ],
+      grammar: { hash: '7920c0fd6aaf9642da4ab5f0a3557860afe8a1df7cb3c97e867844f7b9da5a0a', version: '1.0' },
+      intent: 'endorse',
+      semver: '1.0.0',
+      tags: {},
+      target_hash: 'self',
+      uns: 'acme/pkg',
+      vibecode: { endorsement: 'provenance', intent: 'endorse', license: 'MIT', signer: 'vouch', uns: 'acme/pkg', semver: '1.0.0' },
+    },
+    signature: '',
+    record_hash: '',
+  }),
+  'utf8',
+);
+export const DICTIONARY_ID = sha256(DICTIONARY);
+/** The data file's header: magic, format 2 (LZ4 records), the dictionary's sha256. */
+export const HEADER = Buffer.concat([Buffer.from('vouchans', 'latin1'), Buffer.from([0, 0, 0, 2]), DICTIONARY_ID]);
+const ZERO_HASH = new Uint8Array(32);
+const HEX = Buffer.from('0123456789abcdef', 'latin1');
+
+/** Writes 32 bytes as lowercase hex into `into` at `at`; returns the new end. */
+function hexInto(into: Buffer, at: number, h: Uint8Array): number {
+  for (let k = 0; k < 32; k++) {
+    into[at++] = HEX[h[k]! >> 4]!;
+    into[at++] = HEX[h[k]! & 15]!;
+  }
+  return at;
+}
+
+/**
+ * Record i's dictionary in `into` (DICTIONARY already at its start), then
+ * block i-1's and i's record_hash as hex (the answer's prev_hash and
+ * record_hash) and the URLs of the record `rec` (its first `urlEnd`
+ * bytes); returns its length. Writer and reader build it alike.
+ */
+function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buffer, urlEnd: number): number {
+  let at = hexInto(into, hexInto(into, DICTIONARY.length, prev), own);
+  for (let e = 0, u = 4, n = rec.readUInt32BE(0); e < n; e++) {
+    const len = rec.readUInt32BE(u);
+    at += rec.copy(into, at, u + 4, Math.min(u + 4 + len, urlEnd));
+    u += 4 + len;
+  }
+  return at;
+}
 
 /** What a lookup of block i answers when no revocation is shown (gateway/http/server.ts). */
 export function plainAnswerText(block: Block): string {
   return JSON.stringify({ success: true, ...block });
 }
 
-/** One block's record: u32 entry count, per entry u32 length + its artifact_url (UTF-8), then the answer (UTF-8). */
-export function answerRecord(block: Block): Buffer {
+/**
+ * One block's record: u32 entry count, per entry u32 length + its
+ * artifact_url (UTF-8), then the answer (UTF-8) LZ4-compressed with its
+ * dictionary (lz4-napi's block form: u32 little-endian answer length first).
+ */
+export function answerRecord(block: Block, dict: Buffer = Buffer.allocUnsafe(SCRATCH)): Buffer {
   const urls = block.payload.intent === 'endorse' ? block.payload.endorsements.map((e) => Buffer.from(e.artifact_url, 'utf8')) : [];
-  const answer = Buffer.from(plainAnswerText(block), 'utf8');
-  let n = 4 + answer.length;
+  let n = 4;
   for (const u of urls) n += 4 + u.length;
-  const out = Buffer.allocUnsafe(n);
-  out.writeUInt32BE(urls.length, 0);
+  if (n + DICTIONARY.length + 128 > dict.length) dict = Buffer.allocUnsafe(n + DICTIONARY.length + 128);
+  DICTIONARY.copy(dict, 0);
+  const head = Buffer.allocUnsafe(n);
+  head.writeUInt32BE(urls.length, 0);
   let at = 4;
   for (const u of urls) {
-    out.writeUInt32BE(u.length, at);
-    u.copy(out, at + 4);
+    head.writeUInt32BE(u.length, at);
+    u.copy(head, at + 4);
     at += 4 + u.length;
   }
-  answer.copy(out, at);
-  return out;
-}
-
-function preadAll(fd: number, buf: Buffer, pos: number): boolean {
-  let off = 0;
-  while (off < buf.length) {
-    const got = readSync(fd, buf, off, buf.length - off, pos + off);
-    if (got <= 0) return false;
-    off += got;
-  }
-  return true;
-}
-
-function pwriteAll(fd: number, buf: Uint8Array, pos: number): void {
-  let off = 0;
-  while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off, pos + off);
+  const prev = block.index === 0 ? ZERO_HASH : Buffer.from(block.prev_hash, 'hex');
+  const d = dict.subarray(0, dictionaryOf(dict, prev, Buffer.from(block.record_hash, 'hex'), head, n));
+  return Buffer.concat([head, compressSync(Buffer.from(plainAnswerText(block), 'utf8'), d)]);
 }
 
 export class AnswerStore {
@@ -71,9 +138,22 @@ export class AnswerStore {
   private offsets = new Float64Array(1024);
   private digests = new Uint8Array(1024 * 32);
   private readonly scratch = Buffer.allocUnsafe(SCRATCH);
+  /** DICTIONARY, then the record's own part (dictionaryOf). */
+  private dict = Buffer.allocUnsafe(SCRATCH);
+  private recordHashOf: (i: number) => Uint8Array = () => new Uint8Array(32);
 
-  /** `path`: the data file; the index file is `path + '.idx'`. */
-  constructor(readonly path: string) {}
+  /**
+   * `path`: the data file; the index file is `path + '.idx'`. `retired`: the
+   * files of an earlier format, removed at `open` (a new name, so an older
+   * version never takes these records for its own).
+   */
+  constructor(
+    readonly path: string,
+    private readonly retired: readonly string[] = [],
+  ) {
+    DICTIONARY.copy(this.dict, 0);
+    this.offsets[0] = HEADER.length;
+  }
 
   get opened(): boolean {
     return this.dataFd >= 0;
@@ -98,13 +178,16 @@ export class AnswerStore {
   /**
    * Opens (or creates) the files and takes back the records of blocks
    * 0..size-1 whose record_hash is `recordHashOf(i)`, up to the first that
-   * is not or is cut short; what follows is cut. Throws when the files
-   * cannot be opened for writing (a read-only chain directory).
+   * is not or is cut short; what follows is cut. A data file whose header
+   * is not HEADER (another format or dictionary) is emptied, both files.
+   * Throws when the files cannot be opened for writing (a read-only chain directory).
    */
   open(size: number, recordHashOf: (i: number) => Uint8Array): void {
     this.close();
     this.count = 0;
-    this.offsets[0] = 0;
+    this.offsets[0] = HEADER.length;
+    this.recordHashOf = recordHashOf;
+    for (const p of this.retired) rmSync(p, { force: true });
     const flags = constants.O_RDWR | constants.O_CREAT;
     for (const p of [this.path, `${this.path}.idx`]) {
       const fd = openSync(p, flags, 0o644);
@@ -114,12 +197,19 @@ export class AnswerStore {
     }
     this.dataFd = openSync(this.path, flags, 0o644);
     this.idxFd = openSync(`${this.path}.idx`, flags, 0o644);
-    const dataBytes = fstatSync(this.dataFd).size;
+    let dataBytes = fstatSync(this.dataFd).size;
+    const head = Buffer.alloc(HEADER.length);
+    if (dataBytes < HEADER.length || !preadAll(this.dataFd, head, 0) || !head.equals(HEADER)) {
+      ftruncateSync(this.idxFd, 0);
+      ftruncateSync(this.dataFd, 0);
+      pwriteAll(this.dataFd, HEADER, 0);
+      dataBytes = HEADER.length;
+    }
     const n = Math.min(size, Math.floor(fstatSync(this.idxFd).size / REC));
     const idx = Buffer.allocUnsafe(n * REC);
     this.room(size); // the served chain's size: one allocation, no outgrown copies
     if (!preadAll(this.idxFd, idx, 0)) throw new Error('answer store: short read of its index');
-    let at = 0;
+    let at = HEADER.length;
     let k = 0;
     for (; k < n; k++) {
       const o = k * REC;
@@ -142,7 +232,7 @@ export class AnswerStore {
   /** Drops every record (a record that did not read back as written). */
   reset(): void {
     this.count = 0;
-    this.offsets[0] = 0;
+    this.offsets[0] = HEADER.length;
     if (this.opened) this.cut();
   }
 
@@ -151,7 +241,7 @@ export class AnswerStore {
     if (blocks.length === 0) return;
     if (!this.opened) throw new Error('answer store is not open');
     if (blocks[0]!.index !== this.count) throw new TypeError(`answer store expects block ${this.count}, got ${blocks[0]!.index}`);
-    const recs = blocks.map(answerRecord);
+    const recs = blocks.map((b) => answerRecord(b, this.dict));
     const idx = Buffer.allocUnsafe(blocks.length * REC);
     this.room(this.count + blocks.length);
     let at = this.offsets[this.count]!;
@@ -175,7 +265,9 @@ export class AnswerStore {
   /**
    * Block i's answer when its entry `entry` endorses `url`; null when it
    * does not; undefined when the record is not there or did not read back
-   * as written (the caller takes the slow path, and drops the store on the latter: `corrupt`).
+   * as written or did not decode to the length it names (the caller takes
+   * the slow path, and drops the store on the latter: `corrupt`). Decoded
+   * only when the URL matches.
    */
   answerFor(i: number, entry: number, url: string): string | null | undefined {
     if (!(i >= 0 && i < this.count)) return undefined;
@@ -198,7 +290,22 @@ export class AnswerStore {
       if (e === entry) found = n === Buffer.byteLength(url, 'utf8') && buf.toString('utf8', at + 4, at + 4 + n) === url;
       at += 4 + n;
     }
-    return found ? buf.toString('utf8', at) : null;
+    if (!found) return null;
+    // lz4-napi's block form names the answer's length: bounded before the decoder allocates it.
+    const want = at + 4 <= len ? buf.readUInt32LE(at) : -1;
+    if (want < 0 || want > MAX_ANSWER || want > (len - at) * 255) return this.corrupt();
+    if (DICTIONARY.length + 128 + at > this.dict.length) {
+      this.dict = Buffer.allocUnsafe(DICTIONARY.length + 128 + at);
+      DICTIONARY.copy(this.dict, 0);
+    }
+    const prev = i === 0 ? ZERO_HASH : this.recordHashOf(i - 1);
+    const dict = this.dict.subarray(0, dictionaryOf(this.dict, prev, this.recordHashOf(i), buf, at));
+    try {
+      const answer = uncompressSync(buf.subarray(at), dict);
+      return answer.length === want ? answer.toString('utf8') : this.corrupt();
+    } catch {
+      return this.corrupt();
+    }
   }
 
   /** Set when a record did not read back as written. */

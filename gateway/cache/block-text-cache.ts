@@ -13,30 +13,16 @@
  * leftovers are never read; a file with other hard links is never written.
  */
 import { createHash, hash, type Hash } from 'node:crypto';
-import { closeSync, constants, fstatSync, ftruncateSync, mkdtempSync, openSync, readSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, ftruncateSync, mkdtempSync, openSync, readSync, renameSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { preadAll, pwriteAll } from '../../platform/durable-file.ts';
 
 const REC = 36;
 
 /** sha256 of bytes, or of a string's UTF-8 (encoded by node:crypto, no Buffer made). */
 function sha256(b: Uint8Array | string): Buffer {
   return hash('sha256', b, 'buffer') as Buffer; // one-shot: a few us less a read than createHash
-}
-
-function preadAll(fd: number, buf: Buffer, pos: number): boolean {
-  let off = 0;
-  while (off < buf.length) {
-    const got = readSync(fd, buf, off, buf.length - off, pos + off);
-    if (got <= 0) return false;
-    off += got;
-  }
-  return true;
-}
-
-function pwriteAll(fd: number, buf: Buffer, pos: number): void {
-  let off = 0;
-  while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off, pos + off);
 }
 
 export class BlockTextCache {

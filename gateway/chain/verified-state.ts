@@ -223,7 +223,8 @@ export class ChainState {
     this.cache = new BlockTextCache(join(repo.dir, '.git', 'vouch-blocks.cache'), (i) => repo.readBlockFile(i));
     this._index = this.newIndex();
     this.log = new LogTree(nodeBackend, treePathOf(repo.dir));
-    this.answers = new AnswerStore(join(repo.dir, '.git', 'vouch-answers'));
+    const git = join(repo.dir, '.git');
+    this.answers = new AnswerStore(join(git, 'vouch-answers.lz4'), [join(git, 'vouch-answers'), join(git, 'vouch-answers.idx')]);
   }
 
   /** The verified text of block i: from the cache, else from its block file if that still hashes alike. */

@@ -2,15 +2,16 @@
  * The answer store (gateway/cache/answer-store.ts): lookups answered from
  * it are byte for byte those of the index path (revocations, several
  * versions of a URL, a multi-entry block, void blocks, key blocks, proof=1,
- * semver= and at=, 404s with index proofs); a torn or corrupt file is cut
- * or dropped and rebuilt, never served; a restart takes its records back;
+ * semver= and at=, 404s with index proofs); records are LZ4-compressed; a
+ * torn or corrupt file, or one written with another dictionary, is cut or
+ * dropped and rebuilt, never served; a restart takes its records back;
  * blocks appended by the writer and by a mirror's sync (applyCommitted with
  * and without the texts) extend it; `chain.answer_store: false` turns it
  * off. Real git chains, real gateways in this process.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, openSync, readSync, rmSync, statSync, truncateSync, writeSync, closeSync } from 'node:fs';
+import { existsSync, mkdtempSync, openSync, writeFileSync, readSync, rmSync, statSync, truncateSync, writeSync, closeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { artifactHashOf, buildCheckpoint, buildEndorseBlock, buildRevokeBlock, utf8, type Block } from '../../chain/index.ts';
@@ -18,7 +19,7 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned } from '../../store/chain-append.ts';
 import { ChainState } from '../../gateway/chain/verified-state.ts';
-import { plainAnswerText } from '../../gateway/cache/answer-store.ts';
+import { HEADER, IDX_RECORD, plainAnswerText } from '../../gateway/cache/answer-store.ts';
 import { loadConfigFile } from '../../gateway/config.ts';
 import { startGateway, type RunningGateway } from '../../gateway/gateway.ts';
 import { createLogger } from '../../gateway/observability/logger.ts';
@@ -29,7 +30,7 @@ import { until, writeConfig } from '../helpers/gateway-process.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-answers-'));
 const dir = join(work, 'chain');
-const data = join(dir, '.git', 'vouch-answers');
+const data = join(dir, '.git', 'vouch-answers.lz4');
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
 const urlOf = (i: number) => `https://a.example/pkg/${i % 997}/artifact-${i}.tgz`;
@@ -96,6 +97,17 @@ function sameAsIndex(s: ChainState, today = '2026-12-01'): number {
   return stored;
 }
 
+/** Where block i's record lies in the data file, from the index file's lengths. */
+function recordSpan(i: number): { at: number; len: number } {
+  const fd = openSync(`${data}.idx`, 'r');
+  const idx = Buffer.alloc((i + 1) * IDX_RECORD);
+  readSync(fd, idx, 0, idx.length, 0);
+  closeSync(fd);
+  let at = HEADER.length;
+  for (let k = 0; k < i; k++) at += idx.readUInt32BE(k * IDX_RECORD);
+  return { at, len: idx.readUInt32BE(i * IDX_RECORD) };
+}
+
 test.before(async () => {
   const { initChainRepo } = await import('../helpers/chain-fixture.ts');
   await initChainRepo(dir, blocks, checkpoint);
@@ -116,6 +128,8 @@ test('built from the verified blocks; answers byte for byte those of the index p
   assert.is(s.storedAnswer(urlOf(9)), undefined, 'revoked from a date: the index path');
   assert.is(s.storedAnswer(urlOf(7)), undefined, 'only in a void block');
   assert.is(s.storedAnswer('https://nowhere.example/x.tgz'), undefined);
+  const plain = blocks.reduce((n, b) => n + Buffer.byteLength(plainAnswerText(b), 'utf8'), 0);
+  assert.ok(statSync(data).size < plain * 0.6, `records compressed: ${statSync(data).size} bytes for ${plain} of answers`);
 });
 
 test('a gateway with the store answers every lookup with the same bytes as one without', async () => {
@@ -155,14 +169,13 @@ test('a restart takes the records back; a torn tail is cut and rebuilt; a corrup
   assert.equal((await s.buildAnswers())?.added, 1, 'the torn record cut and made again');
   assert.is(statSync(data).size, full);
   assert.is(sameAsIndex(s), 7);
-  // A byte changed inside block 12's answer (artifact-6): found on read, not served, then everything rebuilt.
+  // A byte changed inside block 12's compressed answer (artifact-6): found on read, not decoded or served, then everything rebuilt.
   const text = s.storedAnswer(urlOf(6))!.text;
+  const { at, len } = recordSpan(12);
   const fd = openSync(data, 'r+');
-  const buf = Buffer.alloc(full);
-  readSync(fd, buf, 0, full, 0);
-  const at = buf.indexOf(Buffer.from(text, 'utf8'));
-  assert.ok(at > 0);
-  writeSync(fd, Buffer.from('X'), 0, 1, at + 40);
+  const was = Buffer.alloc(1);
+  readSync(fd, was, 0, 1, at + len - 40);
+  writeSync(fd, Buffer.from([was[0]! ^ 0x20]), 0, 1, at + len - 40);
   closeSync(fd);
   const corrupt: number[] = [];
   s.onAnswersCorrupt = (n) => corrupt.push(n);
@@ -174,12 +187,50 @@ test('a restart takes the records back; a torn tail is cut and rebuilt; a corrup
   // A store of another chain (a record_hash that is not the served block's) is not taken back past that block.
   const other = Buffer.alloc(1);
   const idx = openSync(`${data}.idx`, 'r+');
-  readSync(idx, other, 0, 1, 5 * 68 + 36);
-  writeSync(idx, Buffer.from([other[0]! ^ 1]), 0, 1, 5 * 68 + 36);
+  readSync(idx, other, 0, 1, 5 * IDX_RECORD + 36);
+  writeSync(idx, Buffer.from([other[0]! ^ 1]), 0, 1, 5 * IDX_RECORD + 36);
   closeSync(idx);
   s = await load();
   assert.equal((await s.buildAnswers())?.added, blocks.length - 5, 'records from block 5 on made again');
   assert.is(sameAsIndex(s), 7);
+});
+
+test('a store written with another dictionary (or format) is emptied and rebuilt, never decoded with this one', async () => {
+  let s = await load();
+  await s.buildAnswers();
+  const full = statSync(data).size;
+  // The header's last byte is the dictionary id's: a store another build wrote with another dictionary.
+  const fd = openSync(data, 'r+');
+  const b = Buffer.alloc(1);
+  readSync(fd, b, 0, 1, HEADER.length - 1);
+  writeSync(fd, Buffer.from([b[0]! ^ 1]), 0, 1, HEADER.length - 1);
+  closeSync(fd);
+  s = await load();
+  const corrupt: number[] = [];
+  s.onAnswersCorrupt = (n) => corrupt.push(n);
+  assert.equal((await s.buildAnswers())?.added, blocks.length, 'every record made again');
+  assert.is(statSync(data).size, full);
+  assert.is(sameAsIndex(s), 7);
+  assert.equal(corrupt, [], 'no record was read with the wrong dictionary');
+  // A store of the format before (no header: the first record at offset 0) is emptied the same way.
+  const body = Buffer.alloc(full - HEADER.length);
+  const f2 = openSync(data, 'r+');
+  readSync(f2, body, 0, body.length, HEADER.length);
+  closeSync(f2);
+  truncateSync(data, 0);
+  const f3 = openSync(data, 'r+');
+  writeSync(f3, body, 0, body.length, 0);
+  closeSync(f3);
+  s = await load();
+  assert.equal((await s.buildAnswers())?.added, blocks.length, 'a headerless file is not taken back');
+  assert.is(sameAsIndex(s), 7);
+  // The uncompressed store's files (an earlier version's names) are removed when the store opens.
+  const old = join(dir, '.git', 'vouch-answers');
+  writeFileSync(old, body);
+  writeFileSync(`${old}.idx`, Buffer.alloc(IDX_RECORD));
+  s = await load();
+  await s.buildAnswers();
+  assert.not.ok(existsSync(old) || existsSync(`${old}.idx`), 'the files of the earlier format are gone');
 });
 
 test('blocks appended by the writer and by a sync (no texts given) extend the store; a new revoke sends its URL to the index path', async () => {

@@ -13,7 +13,7 @@
  * - Files a build does not make: one the previous build listed is kept (its
  *   time reset: a process started from that build may still import it);
  *   older ones go an hour after they were last written, not before.
- * - Every package but sodium-native and esbuild is bundled, each one's
+ * - Every package but sodium-native, lz4-napi and esbuild is bundled, each one's
  *   licence copied to licenses/; undici as one piece, without its index.js.
  * - The freshness check reads an input only when its stat (size, mtime,
  *   ctime, inode) differs from the build's or was racy then; an edit that
@@ -122,14 +122,14 @@ test('undici is bundled into dist/ (one piece, not a hundred files from node_mod
   );
 });
 
-test('every package is bundled but sodium-native and esbuild, each with its licence; undici without fetch, WebSocket or cookies', () => {
+test('every package is bundled but sodium-native, lz4-napi and esbuild, each with its licence; undici without fetch, WebSocket or cookies', () => {
   const m = manifest();
   const code = m.outputs.filter((f) => f.endsWith('.mjs'));
   const external = new Set<string>();
   const bare = /(?:\bfrom\s*|\bimport\s*\(\s*|\brequire\(\s*)"((?:@[a-z0-9._-]+\/)?[a-z0-9][a-z0-9._-]*)(?:\/[^"]*)?"/g;
   for (const f of code) for (const x of readFileSync(join(out, f), 'utf8').matchAll(bare)) if (!builtinModules.includes(x[1]!)) external.add(x[1]!);
-  // sodium-native is required by a name made at run time (platform/node-crypto.ts), so not seen here.
-  assert.equal([...external].sort(), ['esbuild'], 'packages the built files load from node_modules');
+  // sodium-native is required by a name made at run time (platform/node-crypto.ts), so not seen here; lz4-napi is a native addon too.
+  assert.equal([...external].sort(), ['esbuild', 'lz4-napi'], 'packages the built files load from node_modules');
   const bundled = new Set(m.inputs.flatMap((f) => /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(f)?.[1] ?? []));
   for (const name of ['yaml', 'pino', 'prom-client', 'semver', 'lru-cache', 'htmlparser2', 'undici']) assert.ok(bundled.has(name), `${name} is not bundled`);
   for (const name of bundled) assert.ok(m.outputs.includes(`licenses/${name.replace('/', '__')}.txt`), `no licence of ${name} in dist/licenses`);

@@ -31,9 +31,14 @@ import { repoRoot } from '../helpers/vectors.ts';
 import { COMMANDS, firstSentence } from '../../tools/command-list.ts';
 
 /** The gateway modules `vouch endorse` may load: the last verified state it reads (tools/endorse-history.ts). */
-const ENDORSE_GATEWAY = new Set(['gateway/chain/verified-state.ts', 'gateway/cache/block-text-cache.ts', 'gateway/transparency/merkle-log.ts']);
+const ENDORSE_GATEWAY = new Set([
+  'gateway/chain/verified-state.ts',
+  'gateway/cache/block-text-cache.ts',
+  'gateway/cache/answer-store.ts',
+  'gateway/transparency/merkle-log.ts',
+]);
 /** The packages `vouch endorse` may load. */
-const ENDORSE_PACKAGES = /^(@noble\/(ed25519|hashes)|spdx-expression-parse|spdx-exceptions|spdx-license-ids)(\/|$)/;
+const ENDORSE_PACKAGES = /^(@noble\/(ed25519|hashes)|spdx-expression-parse|spdx-exceptions|spdx-license-ids|lz4-napi)(\/|$)/;
 /** The TypeScript loader's packages (tools/vouch.js running the sources when dist/ is not fresh). */
 const TS_LOADER = new Set(['tsx', 'esbuild', 'get-tsconfig', 'resolve-pkg-maps']);
 /** Source files `vouch --help` may load. */
