@@ -124,6 +124,13 @@ test('a git host down past the staleness bound: degraded by default, 503 with ch
 test('Vouch-Min-Tree-Size: a mirror behind syncs first and answers 200, never 404; still behind is 503 behind with Retry-After', async () => {
   // A mirror that would not sync by itself for 5 minutes.
   const lazy = await live.startMirror(join(work, 'lazy'), { syncInterval: 300 });
+  // Its one sync at start must be over before the next block is pushed: a sync still under way would take that block
+  // (a CI run on loaded cores saw the lazy mirror answer 200 below).
+  await until('the lazy mirror to finish its sync at start', async () => {
+    const h = (await get(lazy.url, '/healthz')).json;
+    // Its next attempt is then the interval away (while it syncs there is none; before it, one due now).
+    return typeof h?.sync?.next_attempt === 'string' && Date.parse(h.sync.next_attempt) - Date.now() > 60_000;
+  });
   const a = await submitNew();
   await until('the push', async () => remoteHead() === localHead());
   let r = await get(lazy.url, lookupPath(a.url));
