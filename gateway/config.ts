@@ -12,7 +12,7 @@
  * Must hold: secrets are referenced by file path only; their contents never
  * enter the Config object.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { VouchError } from '../chain/errors.ts';
@@ -477,13 +477,49 @@ function applyOverrides(doc: unknown, o: ConfigOverrides): unknown {
   return out;
 }
 
+/** A config file is a few KiB; past these the YAML parser's time grows faster than the input (test/fuzz "growth config"). */
+export const CONFIG_MAX_BYTES = 1 << 20;
+export const CONFIG_MAX_FLOW_DEPTH = 64;
+
+/**
+ * The deepest nesting of flow collections (`{`, `[`) in the text, counted
+ * without parsing: every opener deepens, every closer leaves (never below
+ * zero). Brackets inside quoted strings or comments count too, so the figure
+ * is an upper bound: a genuine config stays far below the limit.
+ */
+export function flowDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x7b || c === 0x5b) {
+      if (++depth > max) max = depth;
+    } else if ((c === 0x7d || c === 0x5d) && depth > 0) depth--;
+  }
+  return max;
+}
+
 function readConfigDoc(file: string): unknown {
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    const fd = openSync(file, 'r');
+    try {
+      const size = fstatSync(fd).size;
+      if (size > CONFIG_MAX_BYTES) throw new VouchError('usage', `config: ${file} is ${size} bytes, over the ${CONFIG_MAX_BYTES} a config file may be`);
+      const bytes = readFileSync(fd);
+      // A FIFO or a file growing while read has no size to check first.
+      if (bytes.length > CONFIG_MAX_BYTES) throw new VouchError('usage', `config: ${file} is over the ${CONFIG_MAX_BYTES} bytes a config file may be`);
+      text = bytes.toString('utf8');
+    } finally {
+      closeSync(fd);
+    }
   } catch (e) {
+    if (e instanceof VouchError) throw e;
     throw new VouchError('io_error', `cannot read config ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
+  const depth = flowDepth(text);
+  if (depth > CONFIG_MAX_FLOW_DEPTH)
+    throw new VouchError('usage', `config: ${file} is not valid YAML: flow collections ({...}, [...]) nest ${depth} deep, over ${CONFIG_MAX_FLOW_DEPTH}`);
   let doc: unknown;
   try {
     doc = parseYaml(text, { uniqueKeys: true, maxAliasCount: 100 });

@@ -193,8 +193,8 @@ test('the printed try line works with no network: authority and read-only gatewa
   assert.is(spawnSync('sh', ['-c', 'command -v curl']).status, 0, 'curl is needed to run the printed line');
   const dir = join(work, 'try');
   const g = await start(dir, authorityConfig(dir));
-  // Ready is not printed yet: the try line comes after it on stdout, later on a loaded machine.
-  await until('the try line', async () => /^try: /m.test(g.stdout()));
+  // Ready is not printed yet: the try and submit lines come after it on stdout, each its own write, later on a loaded machine.
+  await until('the try and submit lines', async () => /^try: /m.test(g.stdout()) && /^to submit an artifact /m.test(g.stdout()));
   assert.is(runTryLines(g.stdout()), 1);
   // No line to try sends anything to the internet; the submit line is a template with placeholders.
   for (const l of g.stdout().split('\n')) assert.not.match(l, /example\.(org|com)|https:\/\/(?!<host>)/, l);
