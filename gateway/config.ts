@@ -14,7 +14,7 @@
  */
 import { closeSync, existsSync, fstatSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { type Document, isScalar, parseDocument, visit } from 'yaml';
 import { VouchError } from '../chain/errors.ts';
 import { base64Decode } from '../chain/encoding.ts';
 
@@ -520,13 +520,41 @@ function readConfigDoc(file: string): unknown {
   const depth = flowDepth(text);
   if (depth > CONFIG_MAX_FLOW_DEPTH)
     throw new VouchError('usage', `config: ${file} is not valid YAML: flow collections ({...}, [...]) nest ${depth} deep, over ${CONFIG_MAX_FLOW_DEPTH}`);
-  let doc: unknown;
   try {
-    doc = parseYaml(text, { uniqueKeys: true, maxAliasCount: 100 });
+    // uniqueKeys: false, as the library compares every key of a mapping with every other one (quadratic);
+    // duplicates are found below with one set per mapping instead, the same rule: equal scalar keys.
+    const doc = parseDocument(text, { uniqueKeys: false });
+    if (doc.errors.length > 0) throw doc.errors[0];
+    const dup = duplicateKey(doc, text);
+    if (dup !== null) throw new Error(`the key ${JSON.stringify(String(dup.key))} appears twice in one mapping (line ${dup.line})`);
+    return doc.toJS({ maxAliasCount: 100 });
   } catch (e) {
     throw new VouchError('usage', `config: ${file} is not valid YAML: ${(e as Error).message.split('\n')[0]}`);
   }
-  return doc;
+}
+
+/** The first scalar key a mapping of the document holds twice, with its line; null when there is none. */
+function duplicateKey(doc: Document, text: string): { key: unknown; line: number } | null {
+  let found: { key: unknown; offset: number } | null = null;
+  visit(doc, {
+    Map(_, map) {
+      const seen = new Set<unknown>();
+      for (const pair of map.items) {
+        if (!isScalar(pair.key)) continue;
+        if (seen.has(pair.key.value)) {
+          found = { key: pair.key.value, offset: pair.key.range?.[0] ?? 0 };
+          return visit.BREAK;
+        }
+        seen.add(pair.key.value);
+      }
+      return undefined;
+    },
+  });
+  if (found === null) return null;
+  const { key, offset } = found as { key: unknown; offset: number };
+  let line = 1;
+  for (let i = text.indexOf('\n'); i !== -1 && i < offset; i = text.indexOf('\n', i + 1)) line++;
+  return { key, line };
 }
 
 /**

@@ -80,7 +80,13 @@ for (const [yaml, re] of refusals) {
 test('duplicate keys and bad YAML are refused', () => {
   const f = join(work, 'dup.yaml');
   writeFileSync(f, 'listen: {port: 1}\nlisten: {port: 2}\n');
-  assert.throws(() => loadConfigFile(f), /not valid YAML/);
+  assert.throws(() => loadConfigFile(f), /not valid YAML: the key "listen" appears twice in one mapping \(line 2\)/);
+  // Found in a nested flow mapping too (what the fuzzer's growth check grew: the library's own check is quadratic).
+  writeFileSync(f, `listen: {port: 1}\nproxy:\n  routes:\n    - {prefix: /pypi/, kind: pypi, ${'oi, '.repeat(3)}origin: http://127.0.0.1:1/}\n`);
+  assert.throws(() => loadConfigFile(f), /not valid YAML: the key "oi" appears twice in one mapping \(line 4\)/);
+  // Keys equal as text but not as values are two keys, as before (1 and "1"); the schema then names the unknown one.
+  writeFileSync(f, 'listen: {port: 1}\n1: a\n"1": b\n');
+  assert.throws(() => loadConfigFile(f), /1 is not a known key/);
   writeFileSync(f, 'listen: [\n');
   assert.throws(() => loadConfigFile(f), /not valid YAML/);
 });
