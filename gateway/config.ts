@@ -16,6 +16,7 @@ import { closeSync, existsSync, fstatSync, openSync, readFileSync, writeFileSync
 import { dirname, resolve } from 'node:path';
 import { type Document, isScalar, parseDocument, visit } from 'yaml';
 import { VouchError } from '../chain/errors.ts';
+import { flowShape } from '../artifacts/yaml-shape.ts';
 import { base64Decode } from '../chain/encoding.ts';
 
 export type RouteKind = 'plain' | 'npm' | 'pypi' | 'goproxy' | 'maven' | 'oci';
@@ -481,24 +482,6 @@ function applyOverrides(doc: unknown, o: ConfigOverrides): unknown {
 export const CONFIG_MAX_BYTES = 1 << 20;
 export const CONFIG_MAX_FLOW_DEPTH = 64;
 
-/**
- * The deepest nesting of flow collections (`{`, `[`) in the text, counted
- * without parsing: every opener deepens, every closer leaves (never below
- * zero). Brackets inside quoted strings or comments count too, so the figure
- * is an upper bound: a genuine config stays far below the limit.
- */
-export function flowDepth(text: string): number {
-  let depth = 0;
-  let max = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x7b || c === 0x5b) {
-      if (++depth > max) max = depth;
-    } else if ((c === 0x7d || c === 0x5d) && depth > 0) depth--;
-  }
-  return max;
-}
-
 function readConfigDoc(file: string): unknown {
   let text: string;
   try {
@@ -517,7 +500,7 @@ function readConfigDoc(file: string): unknown {
     if (e instanceof VouchError) throw e;
     throw new VouchError('io_error', `cannot read config ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
-  const depth = flowDepth(text);
+  const { depth } = flowShape(text);
   if (depth > CONFIG_MAX_FLOW_DEPTH)
     throw new VouchError('usage', `config: ${file} is not valid YAML: flow collections ({...}, [...]) nest ${depth} deep, over ${CONFIG_MAX_FLOW_DEPTH}`);
   try {

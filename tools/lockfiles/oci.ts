@@ -20,6 +20,7 @@ import { MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, TAG, DIGEST, isRepository, manifes
 import type { OriginMap } from './http.ts';
 import { readBounded } from '../../artifacts/read-bounded.ts';
 import { checkJsonShape } from '../../artifacts/json-shape.ts';
+import { flowShape } from '../../artifacts/yaml-shape.ts';
 
 /** 127.0.0.0/8, ::1 and localhost: where plain http stays on this machine. */
 function isLoopbackHost(hostname: string): boolean {
@@ -167,37 +168,6 @@ export function readImageRefs(text: string, fileName: string): string[] {
   if (out.size === 0)
     throw new VouchError('bad_request', `${fileName} names no image (one reference a line, or image: fields of a compose file or Kubernetes manifests)`);
   return [...out];
-}
-
-/**
- * The deepest nesting of YAML flow collections (`[` `{`) in `text` and its
- * line breaks and commas, quoted scalars and comments skipped: one linear
- * scan before the parser, which recurses on nesting (and takes seconds to
- * fail on a deep pile) and spends about 10 µs a node.
- */
-function flowShape(text: string): { depth: number; separators: number } {
-  let depth = 0;
-  let deepest = 0;
-  let separators = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22 || c === 0x27) {
-      // a quoted scalar: to its closing quote (a doubled ' or an escaped " inside)
-      for (i++; i < text.length; i++) {
-        const d = text.charCodeAt(i);
-        if (c === 0x22 && d === 0x5c) i++;
-        else if (d === c) break;
-      }
-    } else if (c === 0x23 && (i === 0 || /\s/.test(text[i - 1]!))) {
-      // a comment (after white space): to the end of the line
-      const nl = text.indexOf('\n', i);
-      i = nl === -1 ? text.length : nl - 1;
-    } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > deepest) deepest = depth;
-    } else if ((c === 0x5d || c === 0x7d) && depth > 0) depth--;
-    else if (c === 0x0a || c === 0x2c) separators++;
-  }
-  return { depth: deepest, separators };
 }
 
 /** Largest registry credentials file read. */
