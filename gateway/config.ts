@@ -506,18 +506,23 @@ function readConfigDoc(file: string): unknown {
   try {
     // uniqueKeys: false, as the library compares every key of a mapping with every other one (quadratic);
     // duplicates are found below with one set per mapping instead, the same rule: equal scalar keys.
-    const doc = parseDocument(text, { uniqueKeys: false });
-    if (doc.errors.length > 0) throw doc.errors[0];
-    const dup = duplicateKey(doc, text);
-    if (dup !== null) throw new Error(`the key ${JSON.stringify(String(dup.key))} appears twice in one mapping (line ${dup.line})`);
+    // prettyErrors: false, as the library's pretty message of each error scans the text again (quadratic
+    // in a file of many errors); the first error's line and column are found here once.
+    const doc = parseDocument(text, { uniqueKeys: false, prettyErrors: false });
+    if (doc.errors.length > 0) {
+      const { line, col } = lineColumn(text, doc.errors[0]!.pos[0]);
+      throw new Error(`${doc.errors[0]!.message} at line ${line}, column ${col}`);
+    }
+    const dup = duplicateKey(doc);
+    if (dup !== null) throw new Error(`the key ${JSON.stringify(String(dup.key))} appears twice in one mapping (line ${lineColumn(text, dup.offset).line})`);
     return doc.toJS({ maxAliasCount: 100 });
   } catch (e) {
     throw new VouchError('usage', `config: ${file} is not valid YAML: ${(e as Error).message.split('\n')[0]}`);
   }
 }
 
-/** The first scalar key a mapping of the document holds twice, with its line; null when there is none. */
-function duplicateKey(doc: Document, text: string): { key: unknown; line: number } | null {
+/** The first scalar key a mapping of the document holds twice, with its offset in the text; null when there is none. */
+function duplicateKey(doc: Document): { key: unknown; offset: number } | null {
   let found: { key: unknown; offset: number } | null = null;
   visit(doc, {
     Map(_, map) {
@@ -533,11 +538,18 @@ function duplicateKey(doc: Document, text: string): { key: unknown; line: number
       return undefined;
     },
   });
-  if (found === null) return null;
-  const { key, offset } = found as { key: unknown; offset: number };
+  return found;
+}
+
+/** The 1-based line and column of a UTF-16 offset in the text. */
+function lineColumn(text: string, offset: number): { line: number; col: number } {
   let line = 1;
-  for (let i = text.indexOf('\n'); i !== -1 && i < offset; i = text.indexOf('\n', i + 1)) line++;
-  return { key, line };
+  let start = 0;
+  for (let i = text.indexOf('\n'); i !== -1 && i < offset; i = text.indexOf('\n', i + 1)) {
+    line++;
+    start = i + 1;
+  }
+  return { line, col: offset - start + 1 };
 }
 
 /**

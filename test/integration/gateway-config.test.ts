@@ -88,7 +88,10 @@ test('duplicate keys and bad YAML are refused', () => {
   writeFileSync(f, 'listen: {port: 1}\n1: a\n"1": b\n');
   assert.throws(() => loadConfigFile(f), /1 is not a known key/);
   writeFileSync(f, 'listen: [\n');
-  assert.throws(() => loadConfigFile(f), /not valid YAML/);
+  assert.throws(() => loadConfigFile(f), /not valid YAML: .* at line 2, column 1$/);
+  // One error a few bytes (what the growth check grew): the first is named with its place, found once.
+  writeFileSync(f, `proxy:\n  routes:\n    - {prefix${': '.repeat(5000)}/npm/}\n`);
+  assert.throws(() => loadConfigFile(f), /not valid YAML: Unexpected : in flow map at line 3, column 16$/);
 });
 
 test('a config nesting flow collections past 64 or over 1 MiB is refused before the YAML parser sees it', () => {
