@@ -16,7 +16,7 @@ import { closeSync, existsSync, fstatSync, openSync, readFileSync, writeFileSync
 import { dirname, resolve } from 'node:path';
 import { type Document, isScalar, parseDocument, visit } from 'yaml';
 import { VouchError } from '../chain/errors.ts';
-import { flowShape } from '../artifacts/yaml-shape.ts';
+import { flowShape, lineColumn } from '../artifacts/yaml-shape.ts';
 import { base64Decode } from '../chain/encoding.ts';
 
 export type RouteKind = 'plain' | 'npm' | 'pypi' | 'goproxy' | 'maven' | 'oci';
@@ -481,6 +481,8 @@ function applyOverrides(doc: unknown, o: ConfigOverrides): unknown {
 /** A config file is a few KiB; past these the YAML parser's time grows faster than the input (test/fuzz "growth config"). */
 export const CONFIG_MAX_BYTES = 1 << 20;
 export const CONFIG_MAX_FLOW_DEPTH = 64;
+/** Line breaks, commas and mapping colons (artifacts/yaml-shape.ts): the parser spends ~10 µs on each node or error they make. */
+export const CONFIG_MAX_SEPARATORS = 50_000;
 
 function readConfigDoc(file: string): unknown {
   let text: string;
@@ -500,9 +502,14 @@ function readConfigDoc(file: string): unknown {
     if (e instanceof VouchError) throw e;
     throw new VouchError('io_error', `cannot read config ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
-  const { depth } = flowShape(text);
+  const { depth, separators } = flowShape(text);
   if (depth > CONFIG_MAX_FLOW_DEPTH)
     throw new VouchError('usage', `config: ${file} is not valid YAML: flow collections ({...}, [...]) nest ${depth} deep, over ${CONFIG_MAX_FLOW_DEPTH}`);
+  if (separators > CONFIG_MAX_SEPARATORS)
+    throw new VouchError(
+      'usage',
+      `config: ${file} has ${separators} lines, flow items and mapping colons, over the ${CONFIG_MAX_SEPARATORS} a config file may have`,
+    );
   try {
     // uniqueKeys: false, as the library compares every key of a mapping with every other one (quadratic);
     // duplicates are found below with one set per mapping instead, the same rule: equal scalar keys.
@@ -539,17 +546,6 @@ function duplicateKey(doc: Document): { key: unknown; offset: number } | null {
     },
   });
   return found;
-}
-
-/** The 1-based line and column of a UTF-16 offset in the text. */
-function lineColumn(text: string, offset: number): { line: number; col: number } {
-  let line = 1;
-  let start = 0;
-  for (let i = text.indexOf('\n'); i !== -1 && i < offset; i = text.indexOf('\n', i + 1)) {
-    line++;
-    start = i + 1;
-  }
-  return { line, col: offset - start + 1 };
 }
 
 /**

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
-import { resolveConfig, defaultConfig, loadConfigFile, CONFIG_MAX_BYTES } from '../../gateway/config.ts';
+import { resolveConfig, defaultConfig, loadConfigFile, CONFIG_MAX_BYTES, CONFIG_MAX_SEPARATORS } from '../../gateway/config.ts';
 import { VouchError } from '../../chain/errors.ts';
 import { vouch } from '../helpers/processes.ts';
 
@@ -94,13 +94,18 @@ test('duplicate keys and bad YAML are refused', () => {
   assert.throws(() => loadConfigFile(f), /not valid YAML: Unexpected : in flow map at line 3, column 16$/);
 });
 
-test('a config nesting flow collections past 64 or over 1 MiB is refused before the YAML parser sees it', () => {
+test('a config nesting flow collections past 64, with too many nodes or over 1 MiB is refused before the YAML parser sees it', () => {
   const f = join(work, 'deep.yaml');
   // Unclosed flow mappings repeated (what the fuzzer's growth check grew): the parser's time rises faster than the input.
   writeFileSync(f, `listen: {port: 0}\nproxy:\n  routes:\n${'  - {prefix: /npm/, origin: ht'.repeat(2000)}\n`);
   assert.throws(() => loadConfigFile(f), /flow collections \(\{\.\.\.\}, \[\.\.\.\]\) nest 2000 deep, over 64/);
   writeFileSync(f, `listen: ${'['.repeat(64)}${']'.repeat(64)}\n`);
   assert.throws(() => loadConfigFile(f), /listen/); // parsed, then refused by the schema: 64 is allowed
+  writeFileSync(f, `listen: {port: 0}\nproxy:\n  routes:\n    - {prefix${': '.repeat(CONFIG_MAX_SEPARATORS)}/npm/}\n`);
+  assert.throws(
+    () => loadConfigFile(f),
+    new RegExp(`has ${CONFIG_MAX_SEPARATORS + 8} lines, flow items and mapping colons, over the ${CONFIG_MAX_SEPARATORS}`),
+  );
   writeFileSync(f, `listen: {port: 0}\n${'#'.repeat(CONFIG_MAX_BYTES)}\n`);
   assert.throws(() => loadConfigFile(f), new RegExp(`is ${CONFIG_MAX_BYTES + 19} bytes, over the ${CONFIG_MAX_BYTES}`));
   const r = vouch(['serve', '--config', f]);

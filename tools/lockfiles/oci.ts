@@ -20,7 +20,7 @@ import { MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, TAG, DIGEST, isRepository, manifes
 import type { OriginMap } from './http.ts';
 import { readBounded } from '../../artifacts/read-bounded.ts';
 import { checkJsonShape } from '../../artifacts/json-shape.ts';
-import { flowShape } from '../../artifacts/yaml-shape.ts';
+import { flowShape, lineColumn } from '../../artifacts/yaml-shape.ts';
 
 /** 127.0.0.0/8, ::1 and localhost: where plain http stays on this machine. */
 function isLoopbackHost(hostname: string): boolean {
@@ -134,8 +134,10 @@ export function readImageRefs(text: string, fileName: string): string[] {
     const shape = flowShape(text);
     if (shape.depth > MAX_YAML_DEPTH) throw new VouchError('too_large', `${fileName}: YAML nested deeper than ${MAX_YAML_DEPTH}`);
     // Each node but the first follows a line break or a comma: the parser's work (about linear in nodes) is bounded before it starts.
-    if (shape.separators > MAX_YAML_NODES) throw new VouchError('too_large', `${fileName}: more than ${MAX_YAML_NODES} YAML lines and flow items`);
-    const docs = parseAllDocuments(text, { uniqueKeys: false });
+    if (shape.separators > MAX_YAML_NODES)
+      throw new VouchError('too_large', `${fileName}: more than ${MAX_YAML_NODES} YAML lines, flow items and mapping colons`);
+    // prettyErrors: false: the library's pretty message of each error rescans the text (quadratic in errors).
+    const docs = parseAllDocuments(text, { uniqueKeys: false, prettyErrors: false });
     const list = Array.isArray(docs) ? docs : [docs];
     let nodes = 0;
     const walk = (v: unknown, depth: number): void => {
@@ -150,7 +152,10 @@ export function readImageRefs(text: string, fileName: string): string[] {
       }
     };
     for (const d of list) {
-      if (d.errors.length > 0) throw new VouchError('bad_request', `${fileName}: not YAML: ${d.errors[0]!.message.split('\n')[0]}`);
+      if (d.errors.length > 0) {
+        const { line, col } = lineColumn(text, d.errors[0]!.pos[0]);
+        throw new VouchError('bad_request', `${fileName}: not YAML: ${d.errors[0]!.message.split('\n')[0]} at line ${line}, column ${col}`);
+      }
       let js: unknown;
       try {
         js = d.toJS({ maxAliasCount: 100 });
