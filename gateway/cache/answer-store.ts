@@ -95,7 +95,8 @@ function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buff
   let at = hexInto(into, hexInto(into, DICTIONARY.length, prev), own);
   for (let e = 0, u = 4, n = rec.readUInt32BE(0); e < n; e++) {
     const len = rec.readUInt32BE(u);
-    at += rec.copy(into, at, u + 4, Math.min(u + 4 + len, urlEnd));
+    // Byte by byte: a URL is short, and Buffer#copy makes a view of its source each call.
+    for (let k = u + 4, stop = Math.min(u + 4 + len, urlEnd); k < stop; k++) into[at++] = rec[k]!;
     u += 4 + len;
   }
   return at;
