@@ -153,7 +153,8 @@ function sameUrl(buf: Buffer, from: number, n: number, url: string): boolean {
  */
 export function lz4Into(src: Uint8Array, s: number, end: number, out: Uint8Array, at: number, want: number): boolean {
   const stop = at + want;
-  if (!(at >= 0 && stop <= out.length && s >= 0 && end <= src.length)) return false;
+  // A block holds one sequence at least (an empty input compresses to one token).
+  if (!(at >= 0 && stop <= out.length && s >= 0 && s < end && end <= src.length)) return false;
   let o = at;
   while (s < end) {
     const token = src[s++]!;

@@ -84,7 +84,8 @@ test('a cut block, a wrong length, a bad offset or random bytes: false, never an
     assert.not.ok(got.ok, `length ${w} for ${want}`);
     assert.ok(got.guard);
   }
-  // A match reaching before the dictionary's start, and offset 0: refused.
+  // No sequence at all (an empty input compresses to one token), a match reaching before the dictionary's start, offset 0: refused.
+  assert.not.ok(decode(Buffer.from([0, 0, 0, 0]), Buffer.alloc(0), 0).ok, 'an empty block');
   assert.not.ok(decode(Buffer.from([0, 0, 0, 0, 0x10, 0x41, 0xff, 0x00]), Buffer.alloc(0), 5).ok, 'offset past the start');
   assert.not.ok(decode(Buffer.from([0, 0, 0, 0, 0x10, 0x41, 0x00, 0x00]), Buffer.alloc(0), 5).ok, 'offset 0');
   // The output buffer too short for the length named: refused before writing.
