@@ -345,9 +345,10 @@ export class AnswerStore {
     } catch {
       return this.corrupt();
     }
-    const d = sha256(buf);
+    // The digest as a latin1 ('binary') string, one character a byte: no Buffer with its own memory made per read.
+    const d = hash('sha256', buf, 'binary');
     const o = i * 32;
-    for (let k = 0; k < 32; k++) if (d[k] !== this.digests[o + k]) return this.corrupt();
+    for (let k = 0; k < 32; k++) if (d.charCodeAt(k) !== this.digests[o + k]) return this.corrupt();
     const entries = buf.readUInt32BE(0);
     let at = 4;
     let found = false;
