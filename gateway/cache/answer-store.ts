@@ -4,6 +4,7 @@
  * against DICTIONARY plus the block's hashes and URLs, and its URLs as they
  * are, in `.git/vouch-answers.lz4` after a header naming format and
  * dictionary; `.idx` beside it: per record its length, sha256, record_hash.
+ * Records are decoded here (`lz4Into`), into a buffer kept for the next.
  * Owns: both files, the offsets and digests in memory.
  * Trusts: its caller to append the verified texts of blocks in chain order.
  * Must hold: a record is decoded only when its sha256 is the one computed
@@ -14,7 +15,7 @@
  */
 import { hash } from 'node:crypto';
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, rmSync, unlinkSync } from 'node:fs';
-import { compressSync, uncompressSync } from 'lz4-napi';
+import { compressSync } from 'lz4-napi';
 import type { Block } from '../../chain/block.ts';
 import { preadAll, pwriteAll } from '../../platform/durable-file.ts';
 
@@ -94,7 +95,8 @@ function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buff
   let at = hexInto(into, hexInto(into, DICTIONARY.length, prev), own);
   for (let e = 0, u = 4, n = rec.readUInt32BE(0); e < n; e++) {
     const len = rec.readUInt32BE(u);
-    at += rec.copy(into, at, u + 4, Math.min(u + 4 + len, urlEnd));
+    // Byte by byte: a URL is short, and Buffer#copy makes a view of its source each call.
+    for (let k = u + 4, stop = Math.min(u + 4 + len, urlEnd); k < stop; k++) into[at++] = rec[k]!;
     u += 4 + len;
   }
   return at;
@@ -127,6 +129,70 @@ export function answerRecord(block: Block, dict: Buffer = Buffer.allocUnsafe(SCR
   const prev = block.index === 0 ? ZERO_HASH : Buffer.from(block.prev_hash, 'hex');
   const d = dict.subarray(0, dictionaryOf(dict, prev, Buffer.from(block.record_hash, 'hex'), head, n));
   return Buffer.concat([head, compressSync(Buffer.from(plainAnswerText(block), 'utf8'), d)]);
+}
+
+/** Whether bytes from..from+n of `buf` are `url` in UTF-8 (compared as they are when `url` is ASCII). */
+function sameUrl(buf: Buffer, from: number, n: number, url: string): boolean {
+  if (n === url.length) {
+    let k = 0;
+    for (; k < n; k++) {
+      const c = url.charCodeAt(k);
+      if (c >= 0x80 || buf[from + k] !== c) break;
+    }
+    if (k === n) return true;
+  }
+  return n === Buffer.byteLength(url, 'utf8') && buf.toString('utf8', from, from + n) === url;
+}
+
+/**
+ * Decodes the LZ4 block `src[s..end)` (the block format lz4-napi's
+ * compressSync writes after its u32 length) into `out` at `at`, its
+ * dictionary being `out[0..at)`, to exactly `want` bytes. False when the
+ * block is malformed or decodes to another length; never reads or writes
+ * outside `src[s..end)` and `out[0..at + want)`.
+ */
+export function lz4Into(src: Uint8Array, s: number, end: number, out: Uint8Array, at: number, want: number): boolean {
+  const stop = at + want;
+  // A block holds one sequence at least (an empty input compresses to one token).
+  if (!(at >= 0 && stop <= out.length && s >= 0 && s < end && end <= src.length)) return false;
+  let o = at;
+  while (s < end) {
+    const token = src[s++]!;
+    let lit = token >>> 4;
+    if (lit === 15) {
+      for (let b = 255; b === 255; lit += b) {
+        if (s >= end) return false;
+        b = src[s++]!;
+      }
+    }
+    if (lit > end - s || lit > stop - o) return false;
+    if (lit < 32) for (const e = s + lit; s < e; ) out[o++] = src[s++]!;
+    else {
+      out.set(src.subarray(s, s + lit), o);
+      s += lit;
+      o += lit;
+    }
+    if (s === end) break; // the last sequence: literals only
+    if (end - s < 2) return false;
+    const off = src[s]! | (src[s + 1]! << 8);
+    s += 2;
+    if (off === 0 || off > o) return false;
+    let m = token & 15;
+    if (m === 15) {
+      for (let b = 255; b === 255; m += b) {
+        if (s >= end) return false;
+        b = src[s++]!;
+      }
+    }
+    m += 4;
+    if (m > stop - o) return false;
+    let r = o - off;
+    if (off >= m && m >= 32) {
+      out.copyWithin(o, r, r + m);
+      o += m;
+    } else for (const e = o + m; o < e; ) out[o++] = out[r++]!; // overlapping: byte by byte, as LZ4 means
+  }
+  return o === stop;
 }
 
 export class AnswerStore {
@@ -279,34 +345,43 @@ export class AnswerStore {
     } catch {
       return this.corrupt();
     }
-    const d = sha256(buf);
+    // The digest as a latin1 ('binary') string, one character a byte: no Buffer with its own memory made per read.
+    const d = hash('sha256', buf, 'binary');
     const o = i * 32;
-    for (let k = 0; k < 32; k++) if (d[k] !== this.digests[o + k]) return this.corrupt();
+    for (let k = 0; k < 32; k++) if (d.charCodeAt(k) !== this.digests[o + k]) return this.corrupt();
     const entries = buf.readUInt32BE(0);
     let at = 4;
     let found = false;
     for (let e = 0; e < entries; e++) {
       const n = buf.readUInt32BE(at);
-      if (e === entry) found = n === Buffer.byteLength(url, 'utf8') && buf.toString('utf8', at + 4, at + 4 + n) === url;
+      if (e === entry) found = sameUrl(buf, at + 4, n, url);
       at += 4 + n;
     }
     if (!found) return null;
-    // lz4-napi's block form names the answer's length: bounded before the decoder allocates it.
+    // lz4-napi's block form names the answer's length: bounded before anything is decoded.
     const want = at + 4 <= len ? buf.readUInt32LE(at) : -1;
     if (want < 0 || want > MAX_ANSWER || want > (len - at) * 255) return this.corrupt();
-    if (DICTIONARY.length + 128 + at > this.dict.length) {
-      this.dict = Buffer.allocUnsafe(DICTIONARY.length + 128 + at);
-      DICTIONARY.copy(this.dict, 0);
+    // The answer is decoded right after its dictionary, in the same buffer (its matches reach back into it).
+    const room = DICTIONARY.length + 128 + at + want;
+    let into = this.dict;
+    if (room > into.length) {
+      into = Buffer.allocUnsafe(room);
+      DICTIONARY.copy(into, 0);
+      if (room <= SCRATCH * 4) this.dict = into;
     }
     const prev = i === 0 ? ZERO_HASH : this.recordHashOf(i - 1);
-    const dict = this.dict.subarray(0, dictionaryOf(this.dict, prev, this.recordHashOf(i), buf, at));
-    try {
-      const answer = uncompressSync(buf.subarray(at), dict);
-      return answer.length === want ? answer.toString('utf8') : this.corrupt();
-    } catch {
-      return this.corrupt();
-    }
+    const end = dictionaryOf(into, prev, this.recordHashOf(i), buf, at);
+    if (!lz4Into(buf, at + 4, len, into, end, want)) return this.corrupt();
+    this.answerBytes = want;
+    // Block i's record_hash as its dictionary holds it (hex): the lookup's ETag.
+    this.answerHash = into.toString('latin1', DICTIONARY.length + 64, DICTIONARY.length + 128);
+    return into.toString('utf8', end, end + want);
   }
+
+  /** The UTF-8 length of the answer `answerFor` returned last. */
+  answerBytes = 0;
+  /** The record_hash (hex) of the block whose answer `answerFor` returned last. */
+  answerHash = '';
 
   /** Set when a record did not read back as written. */
   corrupted = false;

@@ -728,13 +728,14 @@ export class ChainState {
 
   /**
    * The answer of a lookup of `url` with no `semver=` or `at=` (the newest
-   * block endorsing it), as `{ index, text }` (`text`: what
-   * `plainAnswerText` makes of that block), read from the answer store;
+   * block endorsing it), as `{ index, text, length, recordHash }` (`text`:
+   * what `plainAnswerText` makes of that block, of `length` UTF-8 bytes;
+   * `recordHash`: the block's, hex), read from the answer store;
    * undefined when the store cannot tell (a candidate block not in it yet,
    * any candidate with a revoke block naming it, a record that did not read
    * back as written): the caller selects through the index then.
    */
-  storedAnswer(url: string): { index: number; text: string } | undefined {
+  storedAnswer(url: string): { index: number; text: string; length: number; recordHash: string } | undefined {
     const a = this.answers;
     if (a.count === 0) return undefined;
     const c = this._index.urlCandidates(url);
@@ -747,7 +748,7 @@ export class ChainState {
         if (a.corrupted) this.answersCorrupt();
         return undefined;
       }
-      if (text !== null) return { index: c[k]!, text };
+      if (text !== null) return { index: c[k]!, text, length: a.answerBytes, recordHash: a.answerHash };
     }
     return undefined;
   }

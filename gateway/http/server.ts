@@ -222,9 +222,9 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
   // The common case (no semver=, no at=, no revocation) from the answer store: one read, no block parsed.
   const stored = own.stored && state !== null && q.semver === undefined && q.at === undefined ? state.storedAnswer(q.url) : undefined;
   if (stored !== undefined) {
-    const h = state!.index.recordHashBytes(stored.index);
-    const etag = `"${Buffer.from(h.buffer, h.byteOffset, h.byteLength).toString('hex')}"`;
-    keepAndAnswer(own, res, obs, state!.size, today, key, proofSuffix, q, stored.index, etag, stored.text, q.proof ? state!.proofFor(stored.index) : null);
+    const etag = `"${stored.recordHash}"`;
+    const proof = q.proof ? state!.proofFor(stored.index) : null;
+    keepAndAnswer(own, res, obs, state!.size, today, key, proofSuffix, q, stored.index, etag, stored.text, stored.length, proof);
     return;
   }
   const sel = state!.index.select(q.url, { semver: q.semver, at: q.at, today });
@@ -252,11 +252,12 @@ const lookup: Handler = (ctx, req, res, search, own, obs) => {
     const text = JSON.stringify(lookupBody(sel.block, sel.revokedBy));
     answer(own, res, obs, text, Buffer.byteLength(text), etag, proof);
   } else {
-    keepAndAnswer(own, res, obs, state!.size, today, key, proofSuffix, q, sel.block.index, etag, plainAnswerText(sel.block), proof);
+    const text = plainAnswerText(sel.block);
+    keepAndAnswer(own, res, obs, state!.size, today, key, proofSuffix, q, sel.block.index, etag, text, Buffer.byteLength(text), proof);
   }
 };
 
-/** Sends a plain (not revoked) lookup answer, kept in the answer cache when the doorkeeper admits its query. */
+/** Sends a plain (not revoked) lookup answer (`text`, of `length` UTF-8 bytes), kept in the answer cache when the doorkeeper admits its query. */
 function keepAndAnswer(
   own: HandlerState,
   res: ServerResponse,
@@ -269,9 +270,9 @@ function keepAndAnswer(
   index: number,
   etag: string,
   text: string,
+  length: number,
   proof: BlockProof | null,
 ): void {
-  const length = Buffer.byteLength(text);
   // Kept from the second time the query is asked within a window (chain/doorkeeper.ts): lookups at random over a
   // large chain would otherwise turn the whole cache over, each answer kept just long enough to cost the collector.
   if (key.length <= 4096 && own.admission.admit(cyrb53(key))) {

@@ -93,6 +93,8 @@ function sameAsIndex(s: ChainState, today = '2026-12-01'): number {
     assert.ok(sel !== null && sel.revokedBy === null, `stored answer for ${url} where the index has none`);
     assert.is(a.index, sel!.block.index, url);
     assert.is(a.text, plainAnswerText(sel!.block), url);
+    assert.is(a.length, Buffer.byteLength(a.text), `${url}: its length in UTF-8 bytes`);
+    assert.is(a.recordHash, sel!.block.record_hash, `${url}: its block's record_hash (the ETag)`);
   }
   return stored;
 }

@@ -16,6 +16,7 @@ import {
 import { mavenLockTarget, mavenMetadataTarget } from './maven.ts';
 import { indexProofTarget } from './index-proof.ts';
 import { blobOidsTarget } from './blob-oids.ts';
+import { answerLz4Target } from './answer-lz4.ts';
 import { ociManifestTarget, ociTextTarget } from './oci.ts';
 import {
   configTarget,
@@ -43,6 +44,7 @@ export const TARGETS: readonly FuzzTarget[] = [
   gitIndexTarget,
   gitCatFileTarget,
   blobOidsTarget,
+  answerLz4Target,
   blockFileTarget,
   jcsTarget,
   noteTarget,
