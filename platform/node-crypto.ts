@@ -160,8 +160,10 @@ export const nodeBackend: CryptoBackend = {
   },
   verify(publicKey, message, signature) {
     if (signature.length !== 64 || publicKey.length !== 32) return false;
+    let s: Sodium | null = null;
     // OpenSSL alone (its answer stands either way) until sodium-native is worth its load.
-    const s = checksBeforeSodium > 0 && sodiumLoaded === undefined ? (checksBeforeSodium--, null) : sodium();
+    if (checksBeforeSodium > 0 && sodiumLoaded === undefined) checksBeforeSodium--;
+    else s = sodium();
     if (s !== null && sodiumVerify(s, publicKey, message, signature)) return true;
     return opensslVerify(publicKey, message, signature);
   },
