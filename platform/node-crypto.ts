@@ -1,10 +1,11 @@
 /**
  * The server's crypto backend on node:crypto: sha256, sha512, sha3-256
  * natively, blake3 through @noble/hashes; ed25519 verify asks libsodium
- * (sodium-native) first and OpenSSL second (bench/RESULTS.md "Chain core",
- * rows "raw `crypto.verify`" and "raw libsodium verify"). libsodium accepts
- * a subset of what OpenSSL accepts, and a refusal is handed to OpenSSL,
- * whose answer stands: `verify` accepts exactly what OpenSSL accepts
+ * (sodium-native, past a process's first 256 checks) first and OpenSSL second
+ * (bench/RESULTS.md "Chain core", rows "raw `crypto.verify`" and "raw
+ * libsodium verify"). libsodium accepts a subset of what OpenSSL accepts,
+ * and a refusal is handed to OpenSSL, whose answer stands: `verify` accepts
+ * exactly what OpenSSL accepts
  * (test/integration/ed25519-engines.test.ts). Without sodium-native, or with
  * VOUCH_ED25519=openssl, OpenSSL alone checks.
  * Must hold: `verify` never throws, returns false for bad input; chain/
@@ -64,6 +65,13 @@ function loadSodium(): Sodium | null {
  */
 let sodiumLoaded: Sodium | null | undefined;
 
+/**
+ * Signature checks OpenSSL answers alone before sodium-native is loaded (unless something loaded it
+ * already): loading it (~30 ms) costs more than it saves (~70 µs a check) below some 400 checks, and
+ * most commands (`vouch get`, `root`, a small chain's `verify`) check a handful.
+ */
+let checksBeforeSodium = 256;
+
 function sodium(): Sodium | null {
   if (sodiumLoaded === undefined) sodiumLoaded = loadSodium();
   return sodiumLoaded;
@@ -74,11 +82,19 @@ function sodium(): Sodium | null {
  * hashes: ~0.7 µs a 66-byte call against ~1.1 µs for node:crypto's one-shot
  * `hash`, bench/RESULTS.md "Completeness index"; docs/decisions/index-hashing.md). Not
  * turned off by VOUCH_ED25519 (which picks a signature engine); node:crypto
- * when sodium-native is absent. Loaded on first use.
+ * when sodium-native is absent, and for a process's first 50,000 calls
+ * (then it is loaded).
  */
 let sodiumHash: ((out: Uint8Array, message: Uint8Array) => void) | null | undefined;
+/** Calls node:crypto answers before sodium-native is loaded for them: the load (~30 ms) pays back past ~75,000 (~0.4 µs each). */
+let hashesBeforeSodium = 50_000;
 
 function sha256To(data: Uint8Array, out: Uint8Array): void {
+  if (sodiumHash === undefined && hashesBeforeSodium > 0) {
+    hashesBeforeSodium--;
+    out.set(oneShotHash('sha256', data, 'buffer') as Buffer);
+    return;
+  }
   if (sodiumHash === undefined) {
     try {
       const s = createRequire(import.meta.url)('sodium-native') as Sodium;
@@ -144,7 +160,10 @@ export const nodeBackend: CryptoBackend = {
   },
   verify(publicKey, message, signature) {
     if (signature.length !== 64 || publicKey.length !== 32) return false;
-    const s = sodium();
+    let s: Sodium | null = null;
+    // OpenSSL alone (its answer stands either way) until sodium-native is worth its load.
+    if (checksBeforeSodium > 0 && sodiumLoaded === undefined) checksBeforeSodium--;
+    else s = sodium();
     if (s !== null && sodiumVerify(s, publicKey, message, signature)) return true;
     return opensslVerify(publicKey, message, signature);
   },

@@ -5,7 +5,8 @@
  * mid-repack with appends in flight loses nothing and the next repack packs
  * what stayed loose; the whole-pack rewrite never runs beside a repack.
  * Repacks are slowed by the `git` of ../helpers/chain-packs.ts (sleeps around
- * the real git), so every ratio below has a margin on a loaded machine.
+ * the real git), so every ratio below has a margin on a loaded machine with
+ * appends on a disk (test-run: disk: never on tmpfs, where appends outrun git).
  * Owns: nothing outside its temporary directories.
  * Trusts: the installed git as the judge (`fsck --strict`, `verify-pack`).
  * Must hold: every append that returned is on the branch and readable.
