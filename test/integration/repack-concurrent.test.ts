@@ -235,7 +235,13 @@ test('the git child killed mid-repack with appends in flight: every append lands
   }
   assert.ok(killed > 0, 'git children were killed');
   assert.ok(landed >= 5, `appends that landed while git repacked: ${landed}`);
-  assert.equal(repo.warnings, []);
+  // An explicit repack's failure is its caller's error; the only warnings are those of a repack the appends
+  // started on their own (past LOOSE_PACK_THRESHOLD loose objects) whose git child this test killed too.
+  for (const w of repo.warnings)
+    assert.match(
+      w,
+      /^packing loose objects failed \(they stay loose, readable; retried after the next append\): git (pack-objects|prune-packed) was stopped \(SIGKILL/,
+    );
   await appendOne(repo);
   await repo.repack();
   assert.is(looseCount(dir), 0, 'the next repack completes: no loose object');
