@@ -371,6 +371,14 @@ async function route(): Promise<void> {
 }
 
 async function start(): Promise<void> {
+  // Before anything is awaited: a search sent while the authority loads sets the hash (routed once loaded)
+  // instead of submitting the form to the server, which reloaded the page and lost the search.
+  const form = $('#search') as HTMLFormElement;
+  form.onsubmit = (ev) => {
+    ev.preventDefault();
+    const q = (form.querySelector('input') as HTMLInputElement).value.trim();
+    if (q) location.hash = `/search/${encodeURIComponent(q)}`;
+  };
   const a = await api('/v1/authority');
   const cp = await api('/v1/checkpoint').catch(() => null);
   const key = a.payload.authority.public_key as string;
@@ -397,12 +405,6 @@ async function start(): Promise<void> {
     el('span', {}, cp ? ` · ${cp.size} blocks · head ${String(cp.head).slice(0, 16)}…` : ''),
     ...(inForce ? [el('span', {}, ` · online key since block ${inForce.since} `), el('code', { id: 'online-key' }, inForce.key)] : []),
   );
-  const form = $('#search') as HTMLFormElement;
-  form.onsubmit = (ev) => {
-    ev.preventDefault();
-    const q = (form.querySelector('input') as HTMLInputElement).value.trim();
-    if (q) location.hash = `/search/${encodeURIComponent(q)}`;
-  };
   window.onhashchange = () => {
     void route();
   };

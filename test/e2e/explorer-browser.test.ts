@@ -148,6 +148,30 @@ test('a version revoked through POST /v1/revoke is marked: "(revoked)" in its hi
   assert.match((await page.textContent('#verify-result')) ?? '', /^signature valid/);
 });
 
+test('a search sent while the explorer still loads is kept: routed once the authority has loaded, never a reload', async () => {
+  // The authority's answer held back 1 s: the form is there and clicked before the app has finished starting.
+  let release: () => void = () => {};
+  const held = new Promise<void>((r) => {
+    release = r;
+  });
+  await page.route('**/v1/authority', async (route) => {
+    await held;
+    await route.continue().catch(() => {}); // the page may have gone (the reload this test is about)
+  });
+  try {
+    await page.goto(gw.url + '/');
+    await page.fill('#search input', origin.url('/a-1.tgz'));
+    await page.click('#search button');
+    assert.is(new URL(page.url()).search, '', 'the form was not submitted to the server');
+    release();
+    await page.waitForFunction(() => document.querySelectorAll('table.versions tbody tr').length > 0);
+    assert.match(page.url(), /#\/search\/https?%3A/);
+  } finally {
+    release();
+    await page.unroute('**/v1/authority');
+  }
+});
+
 test('a chain with key events: every block verifies with the key in force at its index, key blocks say what they did, void blocks are marked', async () => {
   const life = buildKeyLifeChain(); // root at 2, A -> B at 4, B compromised after 5 at 8 (6-7 void, C), root rotation at 10
   const dir = join(work, 'keyed');
