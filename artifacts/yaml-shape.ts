@@ -1,7 +1,7 @@
 /**
  * The shape of a YAML text measured before any parser sees it: how deep its
- * flow collections nest and how many line breaks and commas it holds, in
- * one linear scan. The yaml library recurses on nesting and its time grows
+ * flow collections nest and how many line breaks, commas and mapping
+ * colons it holds, in one linear scan. The yaml library recurses on nesting and its time grows
  * faster than the input on deep piles, so readers of YAML from users and
  * remotes (the gateway's config file, `vouch endorse --oci`'s compose and
  * Kubernetes files) bound these first, and name a parser error's place
