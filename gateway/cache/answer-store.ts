@@ -19,9 +19,15 @@ import { compressSync } from 'lz4-napi';
 import type { Block } from '../../chain/block.ts';
 import { preadAll, pwriteAll } from '../../platform/durable-file.ts';
 
-/** Index record: u32 record length, sha256 of the record, the block's record_hash. */
-export const IDX_RECORD = 68;
+/** Index record: u32 record length, the record's digest (DIGEST bytes), the block's record_hash's first PREFIX bytes. */
+export const IDX_RECORD = 28;
 const REC = IDX_RECORD;
+/** Bytes of sha256(record_hash || record) kept: the check a record read back as written, for that block. */
+const DIGEST = 16;
+/** Bytes of the block's record_hash in the index: what `open` compares to take a record back. */
+const PREFIX = 8;
+/** Where an index record's record_hash prefix begins (after the length and the digest). */
+export const IDX_PREFIX_AT = 4 + DIGEST;
 /** Records read into one reused buffer up to this size (larger ones get their own). */
 const SCRATCH = 64 * 1024;
 /** An answer longer than this is never decoded (a block's text is far shorter). */
@@ -71,34 +77,146 @@ export const DICTIONARY = Buffer.from(
   'utf8',
 );
 export const DICTIONARY_ID = sha256(DICTIONARY);
-/** The data file's header: magic, format 2 (LZ4 records), the dictionary's sha256. */
-export const HEADER = Buffer.concat([Buffer.from('vouchans', 'latin1'), Buffer.from([0, 0, 0, 2]), DICTIONARY_ID]);
+/** The data file's header: magic, format 3 (binary hashes and signature, LZ4 records), the dictionary's sha256. */
+export const HEADER = Buffer.concat([Buffer.from('vouchans', 'latin1'), Buffer.from([0, 0, 0, 3]), DICTIONARY_ID]);
 const ZERO_HASH = new Uint8Array(32);
 const HEX = Buffer.from('0123456789abcdef', 'latin1');
+const B64 = Buffer.from('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/', 'latin1');
 
-/** Writes 32 bytes as lowercase hex into `into` at `at`; returns the new end. */
-function hexInto(into: Buffer, at: number, h: Uint8Array): number {
-  for (let k = 0; k < 32; k++) {
+/** How a value is kept in the record's head: as bytes (its text re-made exactly from them), or left in the answer as text. */
+const TEXT = 0;
+const BINARY = 1;
+const SHA256_TEXT = /^sha256:[0-9a-f]{64}$/;
+const SIGNATURE_BYTES = 64;
+
+// The JSON around the values of the record's own dictionary part, as the answer has them: a match runs across a value and its keys.
+const latin1 = (s: string): Buffer => Buffer.from(s, 'latin1');
+const G_PREV = latin1('","prev_hash":"');
+const G_POSTED = latin1('","posted":"');
+const G_SIG = latin1('},"signature":"');
+const G_OWN = latin1('","record_hash":"');
+const G_END = latin1('"}');
+const G_HASH = latin1('{"artifact_hash":"sha256:');
+const G_URL = latin1('","artifact_url":"');
+const G_COMMENT = latin1('","comment":"');
+/**
+ * The record's own dictionary part begins with a fixed layout (offsets from
+ * DICTIONARY's end): the JSON around its values stays in the buffer
+ * (`dictionaryBuffer`), only the values are written per record.
+ */
+const AT_PREV = G_PREV.length;
+const AT_SIG = AT_PREV + 64 + G_POSTED.length + G_SIG.length;
+const AT_OWN = AT_SIG + 88 + G_OWN.length;
+const AT_HASH = AT_OWN + 64 + G_END.length + G_HASH.length;
+/** The fixed layout's length: after it, entry 0's URL and what follows. */
+const OWN_FIXED = AT_HASH + 64 + G_URL.length;
+/** Per entry: its URL and at most this much. */
+const OWN_ENTRY = G_COMMENT.length + G_HASH.length + 64 + G_URL.length;
+const FIXED_GLUE = Buffer.concat([G_PREV, Buffer.alloc(64), G_POSTED, G_SIG, Buffer.alloc(88), G_OWN, Buffer.alloc(64), G_END, G_HASH, Buffer.alloc(64), G_URL]);
+/** A value kept as text has its slot of the fixed layout filled with these (the reader does alike). */
+const NO_SIGNATURE = latin1('A'.repeat(86) + '==');
+const NO_HASH = latin1('0'.repeat(64));
+
+/** A buffer of `size` bytes (at least DICTIONARY and the fixed layout) holding DICTIONARY and the fixed layout's JSON. */
+function dictionaryBuffer(size: number): Buffer {
+  const b = Buffer.allocUnsafe(Math.max(size, DICTIONARY.length + OWN_FIXED));
+  DICTIONARY.copy(b, 0);
+  FIXED_GLUE.copy(b, DICTIONARY.length);
+  return b;
+}
+
+/** Copies `from` into `into` at `at` byte by byte (short constants: Buffer#copy makes a view of its source each call); returns the new end. */
+function put(into: Buffer, at: number, from: Uint8Array, s = 0, e = from.length): number {
+  for (let k = s; k < e; k++) into[at++] = from[k]!;
+  return at;
+}
+
+/** Writes bytes s..e of `h` as lowercase hex into `into` at `at`; returns the new end. */
+function hexInto(into: Buffer, at: number, h: Uint8Array, s = 0, e = 32): number {
+  for (let k = s; k < e; k++) {
     into[at++] = HEX[h[k]! >> 4]!;
     into[at++] = HEX[h[k]! & 15]!;
   }
   return at;
 }
 
-/**
- * Record i's dictionary in `into` (DICTIONARY already at its start), then
- * block i-1's and i's record_hash as hex (the answer's prev_hash and
- * record_hash) and the URLs of the record `rec` (its first `urlEnd`
- * bytes); returns its length. Writer and reader build it alike.
- */
-function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buffer, urlEnd: number): number {
-  let at = hexInto(into, hexInto(into, DICTIONARY.length, prev), own);
-  for (let e = 0, u = 4, n = rec.readUInt32BE(0); e < n; e++) {
-    const len = rec.readUInt32BE(u);
-    // Byte by byte: a URL is short, and Buffer#copy makes a view of its source each call.
-    for (let k = u + 4, stop = Math.min(u + 4 + len, urlEnd); k < stop; k++) into[at++] = rec[k]!;
-    u += 4 + len;
+/** Writes the 64 bytes at `s` of `b` as canonical base64 (88 characters, `==` at the end) into `into` at `at`; returns the new end. */
+function base64Into(into: Buffer, at: number, b: Uint8Array, s: number): number {
+  let k = s;
+  for (const e = s + 63; k < e; k += 3) {
+    const n = (b[k]! << 16) | (b[k + 1]! << 8) | b[k + 2]!;
+    into[at++] = B64[n >> 18]!;
+    into[at++] = B64[(n >> 12) & 63]!;
+    into[at++] = B64[(n >> 6) & 63]!;
+    into[at++] = B64[n & 63]!;
   }
+  into[at++] = B64[b[k]! >> 2]!;
+  into[at++] = B64[(b[k]! & 3) << 4]!;
+  into[at++] = 61;
+  into[at++] = 61;
+  return at;
+}
+
+/** Reads an unsigned LEB128 number of at most 4 bytes from `b` at `vat`, before `end`; leaves `vat` past it. -1 when malformed. */
+let vat = 0;
+function varint(b: Uint8Array, end: number): number {
+  let v = 0;
+  for (let shift = 0; shift < 28; shift += 7) {
+    if (vat >= end) return -1;
+    const c = b[vat++]!;
+    v += (c & 127) * 2 ** shift;
+    if (c < 128) return v;
+  }
+  return -1;
+}
+
+/** Appends `v` as unsigned LEB128 to `out`. */
+function pushVarint(out: number[], v: number): void {
+  while (v >= 128) {
+    out.push((v & 127) | 128);
+    v = Math.floor(v / 128);
+  }
+  out.push(v);
+}
+
+/** Where the own record_hash's hex is in every record's dictionary: the lookup's ETag. */
+const OWN_AT = DICTIONARY.length + AT_OWN;
+
+/**
+ * Record i's dictionary in `into` (`dictionaryBuffer`: DICTIONARY and the
+ * fixed layout's JSON already there): its own part, made from block i-1's
+ * and i's record_hash (the answer's prev_hash and record_hash) and the
+ * record's head `rec[0..headEnd)`: the signature's base64 (when kept as
+ * bytes), per entry its artifact_hash text (when kept as bytes) and its
+ * artifact_url, each with the JSON the answer has around it. Returns its
+ * length. Writer and reader build it alike. The head must be well formed
+ * (the reader checked it, or the writer made it).
+ */
+function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Uint8Array, headEnd: number): number {
+  const D = DICTIONARY.length;
+  hexInto(into, D + AT_PREV, prev);
+  hexInto(into, D + AT_OWN, own);
+  let at = D + OWN_FIXED;
+  vat = 0;
+  const n = varint(rec, headEnd);
+  for (let e = 0; e < n; e++) {
+    const len = varint(rec, headEnd);
+    const u = vat;
+    vat += len;
+    const binary = rec[vat++] === BINARY;
+    if (e === 0) {
+      if (binary) hexInto(into, D + AT_HASH, rec, vat, vat + 32);
+      else put(into, D + AT_HASH, NO_HASH);
+    } else {
+      if (binary) at = hexInto(into, put(into, at, G_HASH), rec, vat, vat + 32);
+      at = put(into, at, G_URL);
+    }
+    if (binary) vat += 32;
+    at = put(into, put(into, at, rec, u, u + len), G_COMMENT);
+  }
+  if (n === 0) put(into, D + AT_HASH, NO_HASH);
+  if (rec[vat++] === BINARY) base64Into(into, D + AT_SIG, rec, vat);
+  else put(into, D + AT_SIG, NO_SIGNATURE);
   return at;
 }
 
@@ -107,28 +225,56 @@ export function plainAnswerText(block: Block): string {
   return JSON.stringify({ success: true, ...block });
 }
 
+/** The 32 bytes of a `sha256:` + 64 lowercase hex artifact_hash; null for any other form (kept as text). */
+function sha256Bytes(h: string): Buffer | null {
+  return SHA256_TEXT.test(h) ? Buffer.from(h.slice(7), 'hex') : null;
+}
+
+/** The 64 bytes of a signature that is their canonical base64 (88 characters with its padding); null otherwise (kept as text). */
+function signatureBytes(s: string): Buffer | null {
+  if (s.length !== 88) return null;
+  const b = Buffer.from(s, 'base64');
+  return b.length === SIGNATURE_BYTES && b.toString('base64') === s ? b : null;
+}
+
 /**
- * One block's record: u32 entry count, per entry u32 length + its
- * artifact_url (UTF-8), then the answer (UTF-8) LZ4-compressed with its
- * dictionary (lz4-napi's block form: u32 little-endian answer length first).
+ * One block's record. Its head: the entry count (LEB128), per entry its
+ * artifact_url's UTF-8 length (LEB128) and bytes, then a kind byte, BINARY
+ * followed by the 32 bytes of a `sha256:` + lowercase hex artifact_hash, or
+ * TEXT (any other form: left in the answer); then the signature's kind byte,
+ * BINARY followed by its 64 bytes when it is their canonical base64, or
+ * TEXT. After the head: the answer's UTF-8 length (LEB128) and the answer
+ * LZ4-compressed (block format, lz4-napi) with the record's dictionary.
  */
-export function answerRecord(block: Block, dict: Buffer = Buffer.allocUnsafe(SCRATCH)): Buffer {
-  const urls = block.payload.intent === 'endorse' ? block.payload.endorsements.map((e) => Buffer.from(e.artifact_url, 'utf8')) : [];
-  let n = 4;
-  for (const u of urls) n += 4 + u.length;
-  if (n + DICTIONARY.length + 128 > dict.length) dict = Buffer.allocUnsafe(n + DICTIONARY.length + 128);
-  DICTIONARY.copy(dict, 0);
-  const head = Buffer.allocUnsafe(n);
-  head.writeUInt32BE(urls.length, 0);
-  let at = 4;
-  for (const u of urls) {
-    head.writeUInt32BE(u.length, at);
-    u.copy(head, at + 4);
-    at += 4 + u.length;
+export function answerRecord(block: Block, dict: Buffer = dictionaryBuffer(SCRATCH)): Buffer {
+  const entries = block.payload.intent === 'endorse' ? block.payload.endorsements : [];
+  const head: number[] = [];
+  const parts: Buffer[] = [];
+  pushVarint(head, entries.length);
+  let own = OWN_FIXED;
+  for (const e of entries) {
+    const url = Buffer.from(e.artifact_url, 'utf8');
+    pushVarint(head, url.length);
+    parts.push(Buffer.from(head), url);
+    head.length = 0;
+    const h = sha256Bytes(e.artifact_hash);
+    head.push(h === null ? TEXT : BINARY);
+    if (h !== null) for (const x of h) head.push(x);
+    own += OWN_ENTRY + url.length;
   }
+  const sig = signatureBytes(block.signature);
+  head.push(sig === null ? TEXT : BINARY);
+  if (sig !== null) for (const x of sig) head.push(x);
+  parts.push(Buffer.from(head));
+  const rec = Buffer.concat(parts);
+  if (DICTIONARY.length + own > dict.length) dict = dictionaryBuffer(DICTIONARY.length + own);
   const prev = block.index === 0 ? ZERO_HASH : Buffer.from(block.prev_hash, 'hex');
-  const d = dict.subarray(0, dictionaryOf(dict, prev, Buffer.from(block.record_hash, 'hex'), head, n));
-  return Buffer.concat([head, compressSync(Buffer.from(plainAnswerText(block), 'utf8'), d)]);
+  const d = dict.subarray(0, dictionaryOf(dict, prev, Buffer.from(block.record_hash, 'hex'), rec, rec.length));
+  const answer = Buffer.from(plainAnswerText(block), 'utf8');
+  const lz4 = compressSync(answer, d); // u32 little-endian length first: ours is a LEB128
+  const len: number[] = [];
+  pushVarint(len, answer.length);
+  return Buffer.concat([rec, Buffer.from(len), lz4.subarray(4)]);
 }
 
 /** Whether bytes from..from+n of `buf` are `url` in UTF-8 (compared as they are when `url` is ASCII). */
@@ -195,6 +341,12 @@ export function lz4Into(src: Uint8Array, s: number, end: number, out: Uint8Array
   return o === stop;
 }
 
+/** Whether bytes at..at+PREFIX of `idx` are the first PREFIX bytes of `h`. */
+function samePrefix(idx: Uint8Array, at: number, h: Uint8Array): boolean {
+  for (let k = 0; k < PREFIX; k++) if (idx[at + k] !== h[k]) return false;
+  return true;
+}
+
 export class AnswerStore {
   private dataFd = -1;
   private idxFd = -1;
@@ -202,10 +354,12 @@ export class AnswerStore {
   count = 0;
   /** Record i spans offsets[i]..offsets[i+1] of the data file. */
   private offsets = new Float64Array(1024);
-  private digests = new Uint8Array(1024 * 32);
-  private readonly scratch = Buffer.allocUnsafe(SCRATCH);
+  /** Per record its digest (DIGEST bytes): sha256 of the block's record_hash then the record. */
+  private digests = new Uint8Array(1024 * DIGEST);
+  /** The block's record_hash, then a record read (up to SCRATCH bytes): hashed together. */
+  private readonly scratch = Buffer.allocUnsafe(32 + SCRATCH);
   /** DICTIONARY, then the record's own part (dictionaryOf). */
-  private dict = Buffer.allocUnsafe(SCRATCH);
+  private dict = dictionaryBuffer(SCRATCH);
   private recordHashOf: (i: number) => Uint8Array = () => new Uint8Array(32);
 
   /**
@@ -217,7 +371,6 @@ export class AnswerStore {
     readonly path: string,
     private readonly retired: readonly string[] = [],
   ) {
-    DICTIONARY.copy(this.dict, 0);
     this.offsets[0] = HEADER.length;
   }
 
@@ -236,15 +389,17 @@ export class AnswerStore {
     const o = new Float64Array(cap);
     o.set(this.offsets.subarray(0, this.count + 1));
     this.offsets = o;
-    const d = new Uint8Array(cap * 32);
-    d.set(this.digests.subarray(0, this.count * 32));
+    const d = new Uint8Array(cap * DIGEST);
+    d.set(this.digests.subarray(0, this.count * DIGEST));
     this.digests = d;
   }
 
   /**
    * Opens (or creates) the files and takes back the records of blocks
-   * 0..size-1 whose record_hash is `recordHashOf(i)`, up to the first that
-   * is not or is cut short; what follows is cut. A data file whose header
+   * 0..size-1 whose record_hash begins with the index's PREFIX bytes, up to
+   * the first that does not or is cut short; what follows is cut. (A record
+   * taken back for a block whose record_hash only shares those bytes is
+   * never served: its digest covers the whole record_hash, checked on read.) A data file whose header
    * is not HEADER (another format or dictionary) is emptied, both files.
    * Throws when the files cannot be opened for writing (a read-only chain directory).
    */
@@ -280,8 +435,8 @@ export class AnswerStore {
     for (; k < n; k++) {
       const o = k * REC;
       const len = idx.readUInt32BE(o);
-      if (at + len > dataBytes || !idx.subarray(o + 36, o + REC).equals(recordHashOf(k))) break;
-      this.digests.set(idx.subarray(o + 4, o + 36), k * 32);
+      if (at + len > dataBytes || !samePrefix(idx, o + IDX_PREFIX_AT, recordHashOf(k))) break;
+      this.digests.set(idx.subarray(o + 4, o + 4 + DIGEST), k * DIGEST);
       at += len;
       this.offsets[k + 1] = at;
     }
@@ -312,16 +467,16 @@ export class AnswerStore {
     this.room(this.count + blocks.length);
     let at = this.offsets[this.count]!;
     recs.forEach((r, k) => {
-      const d = sha256(r);
+      const own = Buffer.from(blocks[k]!.record_hash, 'hex');
       idx.writeUInt32BE(r.length, k * REC);
-      d.copy(idx, k * REC + 4);
-      Buffer.from(blocks[k]!.record_hash, 'hex').copy(idx, k * REC + 36);
+      sha256(Buffer.concat([own, r])).copy(idx, k * REC + 4, 0, DIGEST);
+      own.copy(idx, k * REC + IDX_PREFIX_AT, 0, PREFIX);
     });
     // The data first, then the index that names it: an index record never names bytes not yet written.
     pwriteAll(this.dataFd, Buffer.concat(recs), at);
     pwriteAll(this.idxFd, idx, this.count * REC);
     recs.forEach((r, k) => {
-      this.digests.set(idx.subarray(k * REC + 4, k * REC + 36), (this.count + k) * 32);
+      this.digests.set(idx.subarray(k * REC + 4, k * REC + 4 + DIGEST), (this.count + k) * DIGEST);
       at += r.length;
       this.offsets[this.count + k + 1] = at;
     });
@@ -339,42 +494,59 @@ export class AnswerStore {
     if (!(i >= 0 && i < this.count)) return undefined;
     const from = this.offsets[i]!;
     const len = this.offsets[i + 1]! - from;
-    const buf = len <= SCRATCH ? this.scratch.subarray(0, len) : Buffer.allocUnsafe(len);
+    // The block's record_hash, then the record: the digest binds the record to the served block.
+    const both = len <= SCRATCH ? this.scratch.subarray(0, 32 + len) : Buffer.allocUnsafe(32 + len);
+    const own = this.recordHashOf(i);
+    for (let k = 0; k < 32; k++) both[k] = own[k]!;
+    const buf = both.subarray(32);
     try {
       if (!preadAll(this.dataFd, buf, from)) return this.corrupt();
     } catch {
       return this.corrupt();
     }
     // The digest as a latin1 ('binary') string, one character a byte: no Buffer with its own memory made per read.
-    const d = hash('sha256', buf, 'binary');
-    const o = i * 32;
-    for (let k = 0; k < 32; k++) if (d.charCodeAt(k) !== this.digests[o + k]) return this.corrupt();
-    const entries = buf.readUInt32BE(0);
-    let at = 4;
+    const d = hash('sha256', both, 'binary');
+    const o = i * DIGEST;
+    for (let k = 0; k < DIGEST; k++) if (d.charCodeAt(k) !== this.digests[o + k]) return this.corrupt();
+    // The head (answerRecord): found the entry's URL, and the bytes of the record's own dictionary part.
+    vat = 0;
+    const entries = varint(buf, len);
+    if (entries < 0) return this.corrupt();
     let found = false;
+    let own2 = OWN_FIXED;
     for (let e = 0; e < entries; e++) {
-      const n = buf.readUInt32BE(at);
-      if (e === entry) found = sameUrl(buf, at + 4, n, url);
-      at += 4 + n;
+      const n = varint(buf, len);
+      if (n < 0 || vat + n >= len) return this.corrupt();
+      if (e === entry) found = sameUrl(buf, vat, n, url);
+      vat += n;
+      const kind = buf[vat++]!;
+      if (kind === BINARY) vat += 32;
+      else if (kind !== TEXT) return this.corrupt();
+      own2 += OWN_ENTRY + n;
     }
     if (!found) return null;
-    // lz4-napi's block form names the answer's length: bounded before anything is decoded.
-    const want = at + 4 <= len ? buf.readUInt32LE(at) : -1;
-    if (want < 0 || want > MAX_ANSWER || want > (len - at) * 255) return this.corrupt();
+    if (vat >= len) return this.corrupt();
+    const sig = buf[vat++]!;
+    if (sig === BINARY) vat += SIGNATURE_BYTES;
+    else if (sig !== TEXT) return this.corrupt();
+    const headEnd = vat;
+    const want = varint(buf, len);
+    // Bounded before anything is decoded.
+    if (want < 0 || want > MAX_ANSWER || want > (len - vat) * 255) return this.corrupt();
+    const lz4At = vat;
     // The answer is decoded right after its dictionary, in the same buffer (its matches reach back into it).
-    const room = DICTIONARY.length + 128 + at + want;
+    const room = DICTIONARY.length + own2 + want;
     let into = this.dict;
     if (room > into.length) {
-      into = Buffer.allocUnsafe(room);
-      DICTIONARY.copy(into, 0);
+      into = dictionaryBuffer(room);
       if (room <= SCRATCH * 4) this.dict = into;
     }
     const prev = i === 0 ? ZERO_HASH : this.recordHashOf(i - 1);
-    const end = dictionaryOf(into, prev, this.recordHashOf(i), buf, at);
-    if (!lz4Into(buf, at + 4, len, into, end, want)) return this.corrupt();
+    const end = dictionaryOf(into, prev, own, buf, headEnd);
+    if (!lz4Into(buf, lz4At, len, into, end, want)) return this.corrupt();
     this.answerBytes = want;
     // Block i's record_hash as its dictionary holds it (hex): the lookup's ETag.
-    this.answerHash = into.toString('latin1', DICTIONARY.length + 64, DICTIONARY.length + 128);
+    this.answerHash = into.toString('latin1', OWN_AT, OWN_AT + 64);
     return into.toString('utf8', end, end + want);
   }
 
