@@ -125,36 +125,58 @@ function dictionaryBuffer(size: number): Buffer {
   return b;
 }
 
-/** Copies `from` into `into` at `at` byte by byte (short constants: Buffer#copy makes a view of its source each call); returns the new end. */
-function put(into: Buffer, at: number, from: Uint8Array, s = 0, e = from.length): number {
-  for (let k = s; k < e; k++) into[at++] = from[k]!;
+/** Copies the constant `from` into `into` at `at` byte by byte (short: Buffer#copy makes a view of its source each call); returns the new end. */
+function put(into: Uint8Array, at: number, from: Buffer): number {
+  for (let k = 0; k < from.length; k++) into[at++] = from[k]!;
   return at;
 }
 
-/** Writes bytes s..e of `h` as lowercase hex into `into` at `at`; returns the new end. */
-function hexInto(into: Buffer, at: number, h: Uint8Array, s = 0, e = 32): number {
-  for (let k = s; k < e; k++) {
-    into[at++] = HEX[h[k]! >> 4]!;
-    into[at++] = HEX[h[k]! & 15]!;
+// Lookup tables for the encoders below (per byte its two hex digits; per 12 bits their two base64 characters): the
+// dictionary's own part is made on every read, so these loops are kept short.
+const HEX_HI = Uint8Array.from({ length: 256 }, (_, b) => HEX[b >> 4]!);
+const HEX_LO = Uint8Array.from({ length: 256 }, (_, b) => HEX[b & 15]!);
+const B64_HI = Uint8Array.from({ length: 4096 }, (_, v) => B64[v >> 6]!);
+const B64_LO = Uint8Array.from({ length: 4096 }, (_, v) => B64[v & 63]!);
+
+/** Writes the 32 bytes of `h` as lowercase hex into `into` at `at`; returns the new end. */
+function hexInto(into: Uint8Array, at: number, h: Uint8Array): number {
+  for (let k = 0; k < 32; k++) {
+    const c = h[k]!;
+    into[at] = HEX_HI[c]!;
+    into[at + 1] = HEX_LO[c]!;
+    at += 2;
   }
   return at;
 }
 
-/** Writes the 64 bytes at `s` of `b` as canonical base64 (88 characters, `==` at the end) into `into` at `at`; returns the new end. */
-function base64Into(into: Buffer, at: number, b: Uint8Array, s: number): number {
+/** Writes the 32 bytes at `s` of the record `rec` as lowercase hex into `into` at `at` (hexInto's twin for a Buffer source). */
+function recordHexInto(into: Uint8Array, at: number, rec: Buffer, s: number): void {
+  for (let k = s, e = s + 32; k < e; k++) {
+    const c = rec[k]!;
+    into[at] = HEX_HI[c]!;
+    into[at + 1] = HEX_LO[c]!;
+    at += 2;
+  }
+}
+
+/** Writes the 64 bytes at `s` of `b` as canonical base64 (88 characters, `==` at the end) into `into` at `at`. */
+function base64Into(into: Uint8Array, at: number, b: Buffer, s: number): void {
   let k = s;
   for (const e = s + 63; k < e; k += 3) {
     const n = (b[k]! << 16) | (b[k + 1]! << 8) | b[k + 2]!;
-    into[at++] = B64[n >> 18]!;
-    into[at++] = B64[(n >> 12) & 63]!;
-    into[at++] = B64[(n >> 6) & 63]!;
-    into[at++] = B64[n & 63]!;
+    const hi = n >> 12;
+    const lo = n & 4095;
+    into[at] = B64_HI[hi]!;
+    into[at + 1] = B64_LO[hi]!;
+    into[at + 2] = B64_HI[lo]!;
+    into[at + 3] = B64_LO[lo]!;
+    at += 4;
   }
-  into[at++] = B64[b[k]! >> 2]!;
-  into[at++] = B64[(b[k]! & 3) << 4]!;
-  into[at++] = 61;
-  into[at++] = 61;
-  return at;
+  const last = b[k]! << 4;
+  into[at] = B64_HI[last]!;
+  into[at + 1] = B64_LO[last]!;
+  into[at + 2] = 61;
+  into[at + 3] = 61;
 }
 
 /** Reads an unsigned LEB128 number of at most 4 bytes from `b` at `vat`, before `end`; leaves `vat` past it. -1 when malformed. */
@@ -164,19 +186,20 @@ function varint(b: Uint8Array, end: number): number {
   for (let shift = 0; shift < 28; shift += 7) {
     if (vat >= end) return -1;
     const c = b[vat++]!;
-    v += (c & 127) * 2 ** shift;
+    v |= (c & 127) << shift;
     if (c < 128) return v;
   }
   return -1;
 }
 
-/** Appends `v` as unsigned LEB128 to `out`. */
-function pushVarint(out: number[], v: number): void {
+/** Writes `v` as unsigned LEB128 into `into` at `at`; returns the new end. */
+function varintInto(into: Buffer, at: number, v: number): number {
   while (v >= 128) {
-    out.push((v & 127) | 128);
+    into[at++] = (v & 127) | 128;
     v = Math.floor(v / 128);
   }
-  out.push(v);
+  into[at++] = v;
+  return at;
 }
 
 /** Where the own record_hash's hex is in every record's dictionary: the lookup's ETag. */
@@ -192,30 +215,38 @@ const OWN_AT = DICTIONARY.length + AT_OWN;
  * length. Writer and reader build it alike. The head must be well formed
  * (the reader checked it, or the writer made it).
  */
-function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Uint8Array, headEnd: number): number {
+function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buffer, headEnd: number): number {
   const D = DICTIONARY.length;
   hexInto(into, D + AT_PREV, prev);
   hexInto(into, D + AT_OWN, own);
   let at = D + OWN_FIXED;
-  vat = 0;
-  const n = varint(rec, headEnd);
+  let r = 0;
+  let n = 0;
+  // LEB128 numbers, inline (a local position, not `varint`'s shared one: this runs on every read).
+  for (let c = 128, shift = 0; c >= 128 && shift < 28 && r < headEnd; shift += 7) n |= ((c = rec[r++]!) & 127) << shift;
   for (let e = 0; e < n; e++) {
-    const len = varint(rec, headEnd);
-    const u = vat;
-    vat += len;
-    const binary = rec[vat++] === BINARY;
+    let len = 0;
+    for (let c = 128, shift = 0; c >= 128 && shift < 28 && r < headEnd; shift += 7) len |= ((c = rec[r++]!) & 127) << shift;
+    const stop = r + len;
+    const binary = rec[stop] === BINARY;
     if (e === 0) {
-      if (binary) hexInto(into, D + AT_HASH, rec, vat, vat + 32);
+      if (binary) recordHexInto(into, D + AT_HASH, rec, stop + 1);
       else put(into, D + AT_HASH, NO_HASH);
     } else {
-      if (binary) at = hexInto(into, put(into, at, G_HASH), rec, vat, vat + 32);
+      if (binary) {
+        at = put(into, at, G_HASH);
+        recordHexInto(into, at, rec, stop + 1);
+        at += 64;
+      }
       at = put(into, at, G_URL);
     }
-    if (binary) vat += 32;
-    at = put(into, put(into, at, rec, u, u + len), G_COMMENT);
+    // The URL byte by byte: it is short, and Buffer#copy makes a view of its source each call.
+    while (r < stop) into[at++] = rec[r++]!;
+    at = put(into, at, G_COMMENT);
+    r = stop + (binary ? 33 : 1);
   }
   if (n === 0) put(into, D + AT_HASH, NO_HASH);
-  if (rec[vat++] === BINARY) base64Into(into, D + AT_SIG, rec, vat);
+  if (rec[r] === BINARY) base64Into(into, D + AT_SIG, rec, r + 1);
   else put(into, D + AT_SIG, NO_SIGNATURE);
   return at;
 }
@@ -248,33 +279,35 @@ function signatureBytes(s: string): Buffer | null {
  */
 export function answerRecord(block: Block, dict: Buffer = dictionaryBuffer(SCRATCH)): Buffer {
   const entries = block.payload.intent === 'endorse' ? block.payload.endorsements : [];
-  const head: number[] = [];
-  const parts: Buffer[] = [];
-  pushVarint(head, entries.length);
+  const urls = entries.map((e) => Buffer.from(e.artifact_url, 'utf8'));
+  let bound = 5 + 1 + SIGNATURE_BYTES;
   let own = OWN_FIXED;
-  for (const e of entries) {
-    const url = Buffer.from(e.artifact_url, 'utf8');
-    pushVarint(head, url.length);
-    parts.push(Buffer.from(head), url);
-    head.length = 0;
-    const h = sha256Bytes(e.artifact_hash);
-    head.push(h === null ? TEXT : BINARY);
-    if (h !== null) for (const x of h) head.push(x);
-    own += OWN_ENTRY + url.length;
+  for (const u of urls) {
+    bound += 5 + u.length + 1 + 32;
+    own += OWN_ENTRY + u.length;
   }
+  const head = Buffer.allocUnsafe(bound);
+  let at = varintInto(head, 0, entries.length);
+  entries.forEach((e, k) => {
+    at = varintInto(head, at, urls[k]!.length);
+    at += urls[k]!.copy(head, at);
+    const h = sha256Bytes(e.artifact_hash);
+    head[at++] = h === null ? TEXT : BINARY;
+    if (h !== null) at += h.copy(head, at);
+  });
   const sig = signatureBytes(block.signature);
-  head.push(sig === null ? TEXT : BINARY);
-  if (sig !== null) for (const x of sig) head.push(x);
-  parts.push(Buffer.from(head));
-  const rec = Buffer.concat(parts);
+  head[at++] = sig === null ? TEXT : BINARY;
+  if (sig !== null) at += sig.copy(head, at);
   if (DICTIONARY.length + own > dict.length) dict = dictionaryBuffer(DICTIONARY.length + own);
   const prev = block.index === 0 ? ZERO_HASH : Buffer.from(block.prev_hash, 'hex');
-  const d = dict.subarray(0, dictionaryOf(dict, prev, Buffer.from(block.record_hash, 'hex'), rec, rec.length));
+  const d = dict.subarray(0, dictionaryOf(dict, prev, Buffer.from(block.record_hash, 'hex'), head, at));
   const answer = Buffer.from(plainAnswerText(block), 'utf8');
   const lz4 = compressSync(answer, d); // u32 little-endian length first: ours is a LEB128
-  const len: number[] = [];
-  pushVarint(len, answer.length);
-  return Buffer.concat([rec, Buffer.from(len), lz4.subarray(4)]);
+  const rec = Buffer.allocUnsafe(at + 5 + lz4.length - 4);
+  head.copy(rec, 0, 0, at);
+  at = varintInto(rec, at, answer.length);
+  at += lz4.copy(rec, at, 4);
+  return rec.subarray(0, at);
 }
 
 /** Whether bytes from..from+n of `buf` are `url` in UTF-8 (compared as they are when `url` is ASCII). */
