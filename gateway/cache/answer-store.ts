@@ -1,17 +1,23 @@
 /**
  * The answer store (docs/decisions/gateway-hot-path.md "The answer store",
- * "Compressed"): each block's plain lookup answer, LZ4-compressed (lz4-napi)
- * against DICTIONARY plus the block's hashes and URLs, and its URLs as they
- * are, in `.git/vouch-answers.lz4` after a header naming format and
- * dictionary; `.idx` beside it: per record its length, sha256, record_hash.
+ * "Compressed", "Format 3"): each block's plain lookup answer, LZ4-compressed
+ * (lz4-napi) against DICTIONARY plus the block's own values, in
+ * `.git/vouch-answers.lz4` after a header naming format and dictionary; per
+ * record a head (the URLs as they are; sha256 artifact hashes and the
+ * signature as bytes when their text is re-made exactly from them) whose
+ * values, with the prev/own record_hash, make the record's dictionary.
+ * `.idx` beside it: per record its length, a 16-byte digest (sha256 of the
+ * block's record_hash then the record) and the record_hash's first 8 bytes.
  * Records are decoded here (`lz4Into`), into a buffer kept for the next.
  * Owns: both files, the offsets and digests in memory.
  * Trusts: its caller to append the verified texts of blocks in chain order.
- * Must hold: a record is decoded only when its sha256 is the one computed
- * when written, with the dictionary it was written with, to the bounded
- * length it names; records are taken back at `open` only for blocks whose
- * record_hash is the served chain's, from a file with this header; a crash's
- * leftovers are cut, never read; a file with other hard links is never written.
+ * Must hold: a record is decoded only when its digest is the one computed
+ * when written for the served block's whole record_hash, with the dictionary
+ * it was written with, to the bounded length it names; the answer is the
+ * decoded text itself (the head's bytes only seed the dictionary); records
+ * are taken back at `open` only for blocks whose record_hash begins with the
+ * bytes kept, from a file with this header; a crash's leftovers are cut,
+ * never read; a file with other hard links is never written.
  */
 import { hash } from 'node:crypto';
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, rmSync, unlinkSync } from 'node:fs';
@@ -112,7 +118,19 @@ const AT_HASH = AT_OWN + 64 + G_END.length + G_HASH.length;
 const OWN_FIXED = AT_HASH + 64 + G_URL.length;
 /** Per entry: its URL and at most this much. */
 const OWN_ENTRY = G_COMMENT.length + G_HASH.length + 64 + G_URL.length;
-const FIXED_GLUE = Buffer.concat([G_PREV, Buffer.alloc(64), G_POSTED, G_SIG, Buffer.alloc(88), G_OWN, Buffer.alloc(64), G_END, G_HASH, Buffer.alloc(64), G_URL]);
+const FIXED_GLUE = Buffer.concat([
+  G_PREV,
+  Buffer.alloc(64),
+  G_POSTED,
+  G_SIG,
+  Buffer.alloc(88),
+  G_OWN,
+  Buffer.alloc(64),
+  G_END,
+  G_HASH,
+  Buffer.alloc(64),
+  G_URL,
+]);
 /** A value kept as text has its slot of the fixed layout filled with these (the reader does alike). */
 const NO_SIGNATURE = latin1('A'.repeat(86) + '==');
 const NO_HASH = latin1('0'.repeat(64));
