@@ -564,7 +564,7 @@ export class AnswerStore {
     const entries = varint(buf, len);
     if (entries < 0) return this.corrupt();
     let found = false;
-    let own2 = OWN_FIXED;
+    let ownPart = OWN_FIXED;
     for (let e = 0; e < entries; e++) {
       const n = varint(buf, len);
       if (n < 0 || vat + n >= len) return this.corrupt();
@@ -573,7 +573,7 @@ export class AnswerStore {
       const kind = buf[vat++]!;
       if (kind === BINARY) vat += 32;
       else if (kind !== TEXT) return this.corrupt();
-      own2 += OWN_ENTRY + n;
+      ownPart += OWN_ENTRY + n;
     }
     if (!found) return null;
     if (vat >= len) return this.corrupt();
@@ -586,7 +586,7 @@ export class AnswerStore {
     if (want < 0 || want > MAX_ANSWER || want > (len - vat) * 255) return this.corrupt();
     const lz4At = vat;
     // The answer is decoded right after its dictionary, in the same buffer (its matches reach back into it).
-    const room = DICTIONARY.length + own2 + want;
+    const room = DICTIONARY.length + ownPart + want;
     let into = this.dict;
     if (room > into.length) {
       into = dictionaryBuffer(room);
