@@ -41,26 +41,36 @@ const MAX_ANSWER = 16 * 1024 * 1024;
 
 const sha256 = (b: Uint8Array | string): Buffer => hash('sha256', b, 'buffer') as Buffer;
 
+// Placeholders of the template's value slots (the values of each record are written over them).
+const SLOT_PREV = 'P'.repeat(64);
+const SLOT_HASH = 'H'.repeat(64);
+const SLOT_SIG = 'S'.repeat(88);
+const SLOT_OWN = 'R'.repeat(64);
+
 /**
- * The fixed part of every record's dictionary: an endorse block's answer of
- * the common shape with placeholder values (its keys, their order, the
- * constant strings). Changing it changes DICTIONARY_ID: a store written with
- * another one is dropped and rebuilt at `open`, never decoded with this one.
+ * Every record's dictionary begins with this: an endorse block's answer of
+ * the common shape, its keys in their order and constant strings, with slots
+ * where each record's prev_hash, first artifact_hash (after `sha256:`),
+ * signature and record_hash are written (`dictionaryOf`), and cut where the
+ * first artifact_url goes (the URL follows the template in the dictionary:
+ * the part after it keeps a fixed place). Changing it changes DICTIONARY_ID:
+ * a store written with another one is dropped and rebuilt at `open`, never
+ * decoded with this one.
  */
 export const DICTIONARY = Buffer.from(
   JSON.stringify({
     success: true,
     comment: 'acme/pkg 1.0.0',
     index: 0,
-    prev_hash: '',
+    prev_hash: SLOT_PREV,
     posted: '2026-01-01T00:00:00Z',
     signer: 'vouch',
     payload: {
       effective_date: '2026-01-01',
       endorsements: [
         {
-          artifact_hash: 'sha256:',
-          artifact_url: 'https://',
+          artifact_hash: `sha256:${SLOT_HASH}`,
+          artifact_url: '',
           comment: '',
           endorsement: 'provenance',
           license: 'MIT',
@@ -77,10 +87,10 @@ export const DICTIONARY = Buffer.from(
       uns: 'acme/pkg',
       vibecode: { endorsement: 'provenance', intent: 'endorse', license: 'MIT', signer: 'vouch', uns: 'acme/pkg', semver: '1.0.0' },
     },
-    signature: '',
-    record_hash: '',
+    signature: SLOT_SIG,
+    record_hash: SLOT_OWN,
   }),
-  'utf8',
+  'latin1',
 );
 export const DICTIONARY_ID = sha256(DICTIONARY);
 /** The data file's header: magic, format 3 (binary hashes and signature, LZ4 records), the dictionary's sha256. */
@@ -95,51 +105,26 @@ const BINARY = 1;
 const SHA256_TEXT = /^sha256:[0-9a-f]{64}$/;
 const SIGNATURE_BYTES = 64;
 
-// The JSON around the values of the record's own dictionary part, as the answer has them: a match runs across a value and its keys.
+// The JSON around the values of entries after the first, as the answer has them: a match runs across a value and its keys.
 const latin1 = (s: string): Buffer => Buffer.from(s, 'latin1');
-const G_PREV = latin1('","prev_hash":"');
-const G_POSTED = latin1('","posted":"');
-const G_SIG = latin1('},"signature":"');
-const G_OWN = latin1('","record_hash":"');
-const G_END = latin1('"}');
 const G_HASH = latin1('{"artifact_hash":"sha256:');
 const G_URL = latin1('","artifact_url":"');
 const G_COMMENT = latin1('","comment":"');
-/**
- * The record's own dictionary part begins with a fixed layout (offsets from
- * DICTIONARY's end): the JSON around its values stays in the buffer
- * (`dictionaryBuffer`), only the values are written per record.
- */
-const AT_PREV = G_PREV.length;
-const AT_SIG = AT_PREV + 64 + G_POSTED.length + G_SIG.length;
-const AT_OWN = AT_SIG + 88 + G_OWN.length;
-const AT_HASH = AT_OWN + 64 + G_END.length + G_HASH.length;
-/** The fixed layout's length: after it, entry 0's URL and what follows. */
-const OWN_FIXED = AT_HASH + 64 + G_URL.length;
-/** Per entry: its URL and at most this much. */
-const OWN_ENTRY = G_COMMENT.length + G_HASH.length + 64 + G_URL.length;
-const FIXED_GLUE = Buffer.concat([
-  G_PREV,
-  Buffer.alloc(64),
-  G_POSTED,
-  G_SIG,
-  Buffer.alloc(88),
-  G_OWN,
-  Buffer.alloc(64),
-  G_END,
-  G_HASH,
-  Buffer.alloc(64),
-  G_URL,
-]);
-/** A value kept as text has its slot of the fixed layout filled with these (the reader does alike). */
+/** The value slots in DICTIONARY. */
+const AT_PREV = DICTIONARY.indexOf(SLOT_PREV, 0, 'latin1');
+const AT_HASH = DICTIONARY.indexOf(SLOT_HASH, 0, 'latin1');
+const AT_SIG = DICTIONARY.indexOf(SLOT_SIG, 0, 'latin1');
+const AT_OWN = DICTIONARY.indexOf(SLOT_OWN, 0, 'latin1');
+/** The dictionary's part after DICTIONARY, per entry: its URL and at most this much. */
+const OWN_ENTRY = G_HASH.length + 64 + G_URL.length + G_COMMENT.length;
+/** A value kept as text has its slot filled with these (the reader does alike). */
 const NO_SIGNATURE = latin1('A'.repeat(86) + '==');
 const NO_HASH = latin1('0'.repeat(64));
 
-/** A buffer of `size` bytes (at least DICTIONARY and the fixed layout) holding DICTIONARY and the fixed layout's JSON. */
+/** A buffer of `size` bytes (at least DICTIONARY's) holding DICTIONARY. */
 function dictionaryBuffer(size: number): Buffer {
-  const b = Buffer.allocUnsafe(Math.max(size, DICTIONARY.length + OWN_FIXED));
+  const b = Buffer.allocUnsafe(Math.max(size, DICTIONARY.length));
   DICTIONARY.copy(b, 0);
-  FIXED_GLUE.copy(b, DICTIONARY.length);
   return b;
 }
 
@@ -221,23 +206,23 @@ function varintInto(into: Buffer, at: number, v: number): number {
 }
 
 /** Where the own record_hash's hex is in every record's dictionary: the lookup's ETag. */
-const OWN_AT = DICTIONARY.length + AT_OWN;
+const OWN_AT = AT_OWN;
 
 /**
- * Record i's dictionary in `into` (`dictionaryBuffer`: DICTIONARY and the
- * fixed layout's JSON already there): its own part, made from block i-1's
- * and i's record_hash (the answer's prev_hash and record_hash) and the
- * record's head `rec[0..headEnd)`: the signature's base64 (when kept as
- * bytes), per entry its artifact_hash text (when kept as bytes) and its
- * artifact_url, each with the JSON the answer has around it. Returns its
- * length. Writer and reader build it alike. The head must be well formed
- * (the reader checked it, or the writer made it).
+ * Record i's dictionary in `into` (`dictionaryBuffer`: DICTIONARY already
+ * there): its slots filled with block i-1's and i's record_hash as hex (the
+ * answer's prev_hash and record_hash), the signature's base64 and entry 0's
+ * artifact_hash hex (each when kept as bytes in the record's head
+ * `rec[0..headEnd)`), then entry 0's artifact_url, then per further entry
+ * its artifact_hash text (when kept as bytes) and artifact_url with the JSON
+ * the answer has around them. Returns its length. Writer and reader build
+ * it alike. The head must be well formed (the reader checked it, or the
+ * writer made it).
  */
 function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buffer, headEnd: number): number {
-  const D = DICTIONARY.length;
-  hexInto(into, D + AT_PREV, prev);
-  hexInto(into, D + AT_OWN, own);
-  let at = D + OWN_FIXED;
+  hexInto(into, AT_PREV, prev);
+  hexInto(into, AT_OWN, own);
+  let at = DICTIONARY.length;
   let r = 0;
   let n = 0;
   // LEB128 numbers, inline (a local position, not `varint`'s shared one: this runs on every read).
@@ -248,8 +233,8 @@ function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buff
     const stop = r + len;
     const binary = rec[stop] === BINARY;
     if (e === 0) {
-      if (binary) recordHexInto(into, D + AT_HASH, rec, stop + 1);
-      else put(into, D + AT_HASH, NO_HASH);
+      if (binary) recordHexInto(into, AT_HASH, rec, stop + 1);
+      else put(into, AT_HASH, NO_HASH);
     } else {
       if (binary) {
         at = put(into, at, G_HASH);
@@ -260,12 +245,12 @@ function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buff
     }
     // The URL byte by byte: it is short, and Buffer#copy makes a view of its source each call.
     while (r < stop) into[at++] = rec[r++]!;
-    at = put(into, at, G_COMMENT);
+    if (e > 0) at = put(into, at, G_COMMENT);
     r = stop + (binary ? 33 : 1);
   }
-  if (n === 0) put(into, D + AT_HASH, NO_HASH);
-  if (rec[r] === BINARY) base64Into(into, D + AT_SIG, rec, r + 1);
-  else put(into, D + AT_SIG, NO_SIGNATURE);
+  if (n === 0) put(into, AT_HASH, NO_HASH);
+  if (rec[r] === BINARY) base64Into(into, AT_SIG, rec, r + 1);
+  else put(into, AT_SIG, NO_SIGNATURE);
   return at;
 }
 
@@ -299,7 +284,7 @@ export function answerRecord(block: Block, dict: Buffer = dictionaryBuffer(SCRAT
   const entries = block.payload.intent === 'endorse' ? block.payload.endorsements : [];
   const urls = entries.map((e) => Buffer.from(e.artifact_url, 'utf8'));
   let bound = 5 + 1 + SIGNATURE_BYTES;
-  let own = OWN_FIXED;
+  let own = 0;
   for (const u of urls) {
     bound += 5 + u.length + 1 + 32;
     own += OWN_ENTRY + u.length;
@@ -564,7 +549,7 @@ export class AnswerStore {
     const entries = varint(buf, len);
     if (entries < 0) return this.corrupt();
     let found = false;
-    let ownPart = OWN_FIXED;
+    let ownPart = 0;
     for (let e = 0; e < entries; e++) {
       const n = varint(buf, len);
       if (n < 0 || vat + n >= len) return this.corrupt();
