@@ -6,8 +6,8 @@
  * record a head (the URLs as they are; sha256 artifact hashes and the
  * signature as bytes when their text is re-made exactly from them) whose
  * values, with the prev/own record_hash, make the record's dictionary.
- * `.idx` beside it: per record its length, a 16-byte digest (sha256 of the
- * block's record_hash then the record) and the record_hash's first 8 bytes.
+ * `.idx` beside it: per record its length, a 12-byte digest (sha256 of the
+ * block's record_hash then the record) and the record_hash's first 4 bytes.
  * Records are decoded here (`lz4Into`), into a buffer kept for the next.
  * Owns: both files, the offsets and digests in memory.
  * Trusts: its caller to append the verified texts of blocks in chain order.
@@ -26,12 +26,12 @@ import type { Block } from '../../chain/block.ts';
 import { preadAll, pwriteAll } from '../../platform/durable-file.ts';
 
 /** Index record: u32 record length, the record's digest (DIGEST bytes), the block's record_hash's first PREFIX bytes. */
-export const IDX_RECORD = 28;
+export const IDX_RECORD = 20;
 const REC = IDX_RECORD;
 /** Bytes of sha256(record_hash || record) kept: the check a record read back as written, for that block. */
-const DIGEST = 16;
+const DIGEST = 12;
 /** Bytes of the block's record_hash in the index: what `open` compares to take a record back. */
-const PREFIX = 8;
+const PREFIX = 4;
 /** Where an index record's record_hash prefix begins (after the length and the digest). */
 export const IDX_PREFIX_AT = 4 + DIGEST;
 /** Records read into one reused buffer up to this size (larger ones get their own). */
