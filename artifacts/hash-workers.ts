@@ -15,7 +15,7 @@
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
-import { workerBundle } from '../platform/worker-bundle.ts';
+import { bundleExecArgv, workerBundle } from '../platform/worker-bundle.ts';
 import { ABANDONED, COMPLETE, CONTROL_WORDS, READY, SLEEPING, STATE, WRITTEN, type HashAnswer, type HashJob, type HashSource } from './hash-worker.ts';
 
 /** Bytes written beyond the last wake-up before a sleeping worker is woken again (`SharedHash.advance`). */
@@ -191,7 +191,7 @@ export class HashWorkers {
   }
 
   private spawn(entry: URL): Slot {
-    const worker = new Worker(entry);
+    const worker = new Worker(entry, { execArgv: bundleExecArgv() });
     worker.unref();
     let boot!: () => void;
     const booted = new Promise<void>((resolve) => {

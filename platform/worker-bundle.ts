@@ -9,7 +9,9 @@
  * Must hold: a bundle is used only while every input has the content it was
  * built from (checked on every call), so an edited source never runs stale;
  * without a writable cache or esbuild, the caller falls back to its
- * loader-based entry.
+ * loader-based entry. A worker on a bundle starts with `bundleExecArgv()`:
+ * no preload or loader flag of the process (tsx's, the test runner's) is
+ * loaded again in it.
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -112,4 +114,27 @@ export async function workerBundle(entry: URL): Promise<URL | null> {
   } catch {
     return null;
   }
+}
+
+/** Flags of `execArgv` that preload a module or register a loader; each takes a value (`--import x` or `--import=x`). */
+const PRELOAD_FLAGS = new Set(['--import', '--require', '-r', '--loader', '--experimental-loader']);
+
+/**
+ * The `execArgv` for a worker that runs a bundle of `workerBundle`: `argv`
+ * (the process's) without its preload and loader flags. A worker inherits
+ * them and loads them again on each start (under the test runner: tsx's
+ * loader and the runner's preloads, in every worker: docs/testing.md "Where
+ * the CPU goes"), though the bundle is plain JavaScript that needs none.
+ * Every other flag (`--cpu-prof`, V8 and heap options) stays.
+ */
+export function bundleExecArgv(argv: readonly string[] = process.execArgv): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const eq = a.indexOf('=');
+    if (PRELOAD_FLAGS.has(a)) {
+      i++; // and its value
+    } else if (!(eq > 0 && PRELOAD_FLAGS.has(a.slice(0, eq)))) out.push(a);
+  }
+  return out;
 }

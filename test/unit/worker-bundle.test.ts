@@ -1,7 +1,8 @@
 /**
  * Worker bundles (platform/worker-bundle.ts): a worker runs a plain-JS bundle of
  * its TypeScript entry, and an edit to any file that went into the bundle is
- * picked up on the next call, never run stale.
+ * picked up on the next call, never run stale; started with `bundleExecArgv()`
+ * it loads none of the process's preloads (this file runs under tsx).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -9,7 +10,7 @@ import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { workerBundle } from '../../platform/worker-bundle.ts';
+import { bundleExecArgv, workerBundle } from '../../platform/worker-bundle.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const dir = join(root, 'test', 'out', `worker-bundle-${process.pid}`);
@@ -22,9 +23,9 @@ test.after(() => {
   for (const f of readdirSync(cache)) if (f.startsWith(`test_out_worker-bundle-${process.pid}_`)) rmSync(join(cache, f), { force: true });
 });
 
-function answer(url: URL): Promise<string> {
+function answer(url: URL, execArgv?: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    const w = new Worker(url);
+    const w = new Worker(url, { execArgv });
     w.once('message', (m: string) => {
       void w.terminate();
       resolve(m);
@@ -56,6 +57,46 @@ test('the verify worker bundles, and a missing entry gives null (the caller fall
   const v = await workerBundle(new URL('../../store/verify-worker-impl.ts', import.meta.url));
   assert.ok(v, 'the verify worker did not bundle');
   assert.is(await workerBundle(pathToFileURL(join(dir, 'missing.ts'))), null);
+});
+
+test('bundleExecArgv drops preload and loader flags with their values, and keeps every other flag', () => {
+  assert.equal(
+    bundleExecArgv([
+      '--import',
+      'tsx',
+      '--cpu-prof',
+      '--import=/x/file-tmpdir.mjs',
+      '-r',
+      './otel.cjs',
+      '--require=a.cjs',
+      '--max-old-space-size=512',
+      '--loader',
+      'ts-node/esm',
+      '--experimental-loader=x.mjs',
+      '--cpu-prof-dir=/tmp/p',
+    ]),
+    ['--cpu-prof', '--max-old-space-size=512', '--cpu-prof-dir=/tmp/p'],
+  );
+  assert.equal(bundleExecArgv([]), []);
+});
+
+test('a bundle started with bundleExecArgv runs without the loader this process preloads', async () => {
+  assert.ok(
+    process.execArgv.some((a) => a.includes('tsx')),
+    `this file runs under tsx: ${process.execArgv.join(' ')}`,
+  );
+  mkdirSync(dir, { recursive: true });
+  const probe = join(dir, 'probe.ts');
+  // tsx's loader, once loaded, leaves its hooks' module in the cache: the worker reports whether it was loaded.
+  writeFileSync(
+    probe,
+    "import { parentPort } from 'node:worker_threads';\nimport { createRequire } from 'node:module';\nconst req = createRequire(import.meta.url);\nconst loaded = Object.keys(req.cache).some((k) => /[\\/]tsx[\\/]/.test(k));\nparentPort!.postMessage(`${process.execArgv.join(' ')}|${loaded}`);\n",
+  );
+  const url = await workerBundle(pathToFileURL(probe));
+  assert.ok(url, 'no bundle was built');
+  const [inherited, inheritedLoaded] = (await answer(url!)).split('|');
+  assert.ok(inherited!.includes('tsx') && inheritedLoaded === 'true', `by default a worker inherits tsx: ${inherited} ${inheritedLoaded}`);
+  assert.is(await answer(url!, bundleExecArgv()), `${bundleExecArgv().join(' ')}|false`);
 });
 
 test.run();
