@@ -34,7 +34,7 @@ import {
   type VerifyTask,
   type VerifyTaskResult,
 } from './verify-worker-impl.ts';
-import { bundleExecArgv, workerBundle } from '../platform/worker-bundle.ts';
+import { startBundleWorker, workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { initialKeyState, type KeyState } from '../chain/key-events.ts';
 
@@ -106,10 +106,10 @@ const startErrors = new WeakMap<Worker, Error>();
 
 async function startWorkers(count: number): Promise<Worker[]> {
   const bundle = await workerBundle(new URL('./verify-worker-impl.ts', import.meta.url));
-  const entry = bundle ?? new URL('./verify-worker.js', import.meta.url);
-  const execArgv = bundle ? bundleExecArgv() : undefined; // undefined: the fallback inherits the process's flags
+  const options = { workerData: { vouch: 'verify-worker' } };
   return Array.from({ length: count }, () => {
-    const w = new Worker(entry, { workerData: { vouch: 'verify-worker' }, execArgv });
+    // The fallback entry inherits the process's flags.
+    const w = bundle ? startBundleWorker(bundle, options) : new Worker(new URL('./verify-worker.js', import.meta.url), options);
     w.once('error', (e) => startErrors.set(w, e));
     return w;
   });
