@@ -820,6 +820,30 @@ export class CompletenessIndex {
     return this.nodeBytes.slice(h, h + 32);
   }
 
+  /** Every node under the root in post-order (children before their parent), and the leaves under each node (by node). */
+  private postOrder(): { order: Int32Array; sizes: Int32Array } {
+    const n = this.nodes;
+    const nd = this.node;
+    const order = new Int32Array(n);
+    const sizes = new Int32Array(n);
+    let m = 0;
+    const stack: number[] = this.rootNode < 0 ? [] : [this.rootNode];
+    while (stack.length > 0) {
+      const k = stack[stack.length - 1]!;
+      const o = k * NS;
+      if (nd[o + N_BIT]! < 0 || sizes[k] === -1) {
+        sizes[k] = nd[o + N_BIT]! < 0 ? 1 : sizes[nd[o + N_LEFT]!]! + sizes[nd[o + N_RIGHT]!]!;
+        order[m++] = k;
+        stack.pop();
+      } else {
+        sizes[k] = -1;
+        stack.push(nd[o + N_RIGHT]!, nd[o + N_LEFT]!);
+      }
+    }
+    if (m !== n) throw new Error(`completeness index: ${m} of ${n} nodes under the root`);
+    return { order, sizes };
+  }
+
   /**
    * The index as a byte image (a local cache in host byte order, not a
    * format of record): the gateway's warm start and the offline writers read
@@ -840,21 +864,25 @@ export class CompletenessIndex {
     this.root();
     const n = this.nodes;
     const l = this.leaves;
+    // the nodes in post-order (children first), numbered anew: a reader sees each child before its parent
+    const { order, sizes } = this.postOrder();
+    const renumbered = new Int32Array(n);
+    for (let j = 0; j < n; j++) renumbered[order[j]!] = j;
     const bit = new Int16Array(n);
     const left = new Int32Array(n);
     const right = new Int32Array(n);
     const nd = this.node;
-    for (let k = 0, o = 0; k < n; k++, o += NS) {
-      bit[k] = nd[o + N_BIT]!;
-      left[k] = nd[o + N_LEFT]!;
-      right[k] = nd[o + N_RIGHT]!;
-    }
-    const sizes = subtreeLeaves(bit, left, right, this.rootNode);
-    if (sizes === null) throw new Error('completeness index: the trie is not a tree');
     let stored = 0;
-    for (let k = 0; k < n; k++) if (sizes[k]! > IMAGE_HASH_LEAVES) stored++;
+    for (let j = 0; j < n; j++) {
+      const o = order[j]! * NS;
+      bit[j] = nd[o + N_BIT]!;
+      left[j] = bit[j]! < 0 ? nd[o + N_LEFT]! : renumbered[nd[o + N_LEFT]!]!;
+      right[j] = bit[j]! < 0 ? nd[o + N_RIGHT]! : renumbered[nd[o + N_RIGHT]!]!;
+      if (sizes[order[j]!]! > IMAGE_HASH_LEAVES) stored++;
+    }
     const hash = new Int32Array(stored * 8);
-    for (let k = 0, q = 0; k < n; k++) {
+    for (let j = 0, q = 0; j < n; j++) {
+      const k = order[j]!;
       if (sizes[k]! <= IMAGE_HASH_LEAVES) continue;
       if (this.node[k * NS + N_DIRTY] !== 0) this.rehash(k);
       for (let w = 0, o = k * NS + N_HASH; w < 8; w++) hash[q++] = this.node[o + w]!;
@@ -866,7 +894,7 @@ export class CompletenessIndex {
       for (let w = 0; w < 8; w++) keys[8 * k + w] = lf[o + L_KEY + w]!;
       heads[k] = lf[o + L_HEAD]!;
     }
-    const head = new Uint32Array([IMAGE_MAGIC, IMAGE_VERSION, n, this.rootNode + 1, l, this.arenaUsed, this.blocks, this.voidList.length, stored]);
+    const head = new Uint32Array([IMAGE_MAGIC, IMAGE_VERSION, n, n, l, this.arenaUsed, this.blocks, this.voidList.length, stored]);
     const parts: ArrayBufferView[] = [
       head,
       bit,
@@ -939,35 +967,38 @@ export class CompletenessIndex {
     let hashed = 0;
     for (let k = 0; k < n!; k++) if (sizes[k]! > IMAGE_HASH_LEAVES) hashed++;
     if (hashed !== stored) return null;
-    // each key's events: its count, its last event, and which leaves each block touched (its endorse events)
+    // each key's events: its count, its last event, and which leaves each block touched (its endorse events, placed by block after)
     const counts = new Uint32Array(l!);
     const tails = new Uint32Array(l!);
     const touches = new Int32Array(blocks! + 2);
+    const maxSteps = Math.floor(arenaUsed! / 27); // a record is at least 6 + 21 bytes
+    const pairBlock = new Int32Array(maxSteps);
+    const pairLeaf = new Int32Array(maxSteps);
+    let pairs = 0;
     let steps = 0;
-    const maxSteps = Math.floor(arenaUsed! / 7);
     for (let k = 0; k < l!; k++) {
       let last = NONE;
       for (let r = heads[k]!; r !== NONE; r = readU32(arena, r)) {
         if (++steps > maxSteps || r + 7 > arenaUsed! || r + 6 + readU16(arena, r + 4) > arenaUsed!) return null;
-        if (arena[r + 6] !== E && arena[r + 6] !== R) return null;
-        if (arena[r + 6] === E) {
+        const kind = arena[r + 6];
+        if (kind === E) {
           const b = readU64(arena, r + 7);
           if (!(b < blocks!)) return null;
           touches[b + 2]!++;
-        }
+          pairBlock[pairs] = b;
+          pairLeaf[pairs++] = k;
+        } else if (kind !== R) return null;
         counts[k]!++;
         last = r;
       }
       tails[k] = last;
     }
-    // touches[b + 1] becomes block b's start; then each leaf's endorse events are placed block by block
+    // touches[b + 1] becomes block b's start, then its end as its leaves are placed: block b's start is touches[b] after
     for (let b = 0; b < blocks!; b++) touches[b + 2]! += touches[b + 1]!;
     const blockLeafCount = touches[blocks! + 1]!;
     const blockStart = new Int32Array(more(blocks! + 1));
     const blockLeaves = new Int32Array(more(blockLeafCount));
-    for (let k = 0; k < l!; k++) {
-      for (let r = heads[k]!; r !== NONE; r = readU32(arena, r)) if (arena[r + 6] === E) blockLeaves[touches[readU64(arena, r + 7) + 1]!++] = k;
-    }
+    for (let q = 0; q < pairs; q++) blockLeaves[touches[pairBlock[q]! + 1]!++] = pairLeaf[q]!;
     blockStart.set(touches.subarray(0, blocks! + 1));
     const node = new Int32Array(more(n!) * NS);
     for (let k = 0, o = 0, q = 0; k < n!; k++, o += NS) {
@@ -1026,33 +1057,31 @@ function more(n: number): number {
 }
 
 /**
- * The number of leaves under each node of the trie rooted at `root` (0 for
- * nodes not under it); null when it is no crit-bit tree (a node reached
- * twice, or a child's bit not beyond its parent's), as a damaged image.
+ * The number of leaves under each node of the trie rooted at `root`; null
+ * when it is no crit-bit tree, as a damaged image. `toImage` numbers the
+ * nodes in post-order, so one pass in node order sees every child first; a
+ * child of a larger index, or of two parents, or whose bit is not beyond its
+ * parent's, is refused.
  */
 function subtreeLeaves(bit: Int16Array, left: Int32Array, right: Int32Array, root: number): Int32Array | null {
-  const sizes = new Int32Array(bit.length);
-  if (root < 0) return sizes;
-  // bits grow down every path, so a path is at most 257 nodes long: the stack holds a path and its pending siblings
-  const stack = new Int32Array(2 * 258 + 2);
-  let top = 0;
-  stack[top++] = root;
-  while (top > 0) {
-    const k = stack[--top]!;
-    if (bit[k]! < 0) {
+  const n = bit.length;
+  const sizes = new Int32Array(n);
+  const parents = new Uint8Array(n);
+  for (let k = 0; k < n; k++) {
+    const b = bit[k]!;
+    if (b < 0) {
       sizes[k] = 1;
-    } else if (sizes[k] === -1) {
-      sizes[k] = sizes[left[k]!]! + sizes[right[k]!]!;
-    } else {
-      const l = left[k]!;
-      const r = right[k]!;
-      if (sizes[l] !== 0 || sizes[r] !== 0 || l === r || (bit[l]! >= 0 && bit[l]! <= bit[k]!) || (bit[r]! >= 0 && bit[r]! <= bit[k]!)) return null;
-      sizes[k] = -1;
-      stack[top++] = k;
-      stack[top++] = r;
-      stack[top++] = l;
+      continue;
     }
+    const l = left[k]!;
+    const r = right[k]!;
+    if (l >= k || r >= k || l < 0 || r < 0 || parents[l]! !== 0 || parents[r]! !== 0 || l === r) return null;
+    if ((bit[l]! >= 0 && bit[l]! <= b) || (bit[r]! >= 0 && bit[r]! <= b)) return null;
+    parents[l] = 1;
+    parents[r] = 1;
+    sizes[k] = sizes[l]! + sizes[r]!;
   }
+  if (root >= 0 && parents[root] !== 0) return null;
   return sizes;
 }
 
