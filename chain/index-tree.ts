@@ -848,17 +848,16 @@ export class CompletenessIndex {
    * The index as a byte image (a local cache in host byte order, not a
    * format of record): the gateway's warm start and the offline writers read
    * it back with `fromImage` instead of re-reading every block. It holds
-   * what cannot be derived without the blocks and is cheap to keep: the
-   * trie's shape, the keys, each key's events (the arena and each list's
-   * head), the voids, and the hashes of the nodes above `IMAGE_HASH_LEAVES`
-   * leaves. Left out and derived on reading, without hashing: each leaf's
-   * count, last event and node, and which leaves each block touched (from
-   * the endorse events). Left out and computed when first needed (LAZY): the
-   * other nodes' hashes and every leaf's acc; a proof's siblings are such
-   * subtrees of at most `IMAGE_HASH_LEAVES` leaves, a few dozen hashes
-   * each, once (bench/RESULTS.md "Completeness index image"). Revoke targets
-   * looked up without a `targetIndex` (addFacts) are not in it: an index read
-   * back needs `targetIndex`.
+   * the trie's shape (nodes in post-order), the keys, each key's events (the
+   * arena and each list's head), the voids, and the hashes of the nodes with
+   * more than `IMAGE_HASH_LEAVES` leaves under them. Left out and derived on
+   * reading, without hashing: each leaf's count, last event and node, and
+   * which leaves each block touched (from the endorse events). Left out and
+   * computed when first needed (LAZY): the other nodes' hashes and every
+   * leaf's acc; a proof's siblings are such subtrees, a few dozen hashes
+   * each, once (bench/RESULTS.md "Completeness index image, version 2, at
+   * 1M"). Revoke targets looked up without a `targetIndex` (addFacts) are
+   * not in it: an index read back needs `targetIndex`.
    */
   toImage(): Uint8Array {
     this.root();
