@@ -978,7 +978,8 @@ export class CompletenessIndex {
     for (let k = 0; k < l!; k++) {
       let last = NONE;
       for (let r = heads[k]!; r !== NONE; r = readU32(arena, r)) {
-        if (++steps > maxSteps || r + 7 > arenaUsed! || r + 6 + readU16(arena, r + 4) > arenaUsed!) return null;
+        const len = readU16(arena, r + 4);
+        if (++steps > maxSteps || len < 21 || r + 6 + len > arenaUsed!) return null;
         const kind = arena[r + 6];
         if (kind === E) {
           const b = readU64(arena, r + 7);

@@ -471,6 +471,13 @@ test('image v2: no hash of a small subtree and no acc in it; read back without h
     null,
     "a key's events past the arena",
   );
+  const arenaAt = at.heads + pad8(4 * l!);
+  const firstEvent = new DataView(image.buffer, image.byteOffset).getUint32(at.heads, true);
+  assert.is(
+    edit((w) => w.setUint16(arenaAt + firstEvent + 4, 5)),
+    null,
+    'an event shorter than any',
+  );
   const inner = [...bits.keys()].find((k) => bits[k]! > 0)!;
   const rootNode = new Uint32Array(image.buffer, image.byteOffset, 9)[3]! - 1;
   assert.is(
