@@ -143,6 +143,9 @@ test('a remote whose newest note commits the index of an older state is refused 
   await submit('/a-4.tgz', 'a four', '4.0.0');
   const fresh = await note(live.authority.url);
   await until('the mirror follows', async () => (await note(mirror.url)).size === fresh.size);
+  // The mirror is stopped while the authority commits and the commit is forged: polling every second, it
+  // would otherwise take the genuine commit before the forged one replaces it. Restarted below on its chain.
+  await mirror.stop();
   await submit('/a-5.tgz', 'a five', '5.0.0');
   const pushed = await note(live.authority.url);
   const remoteNote = () => execFileSync('git', ['--git-dir', live.bareDir, 'show', 'main:checkpoint.note'], { encoding: 'utf8' });
@@ -165,6 +168,8 @@ test('a remote whose newest note commits the index of an older state is refused 
   const v = vouch(['verify', '--chain', clone, '--public-key', live.pub, '--index']);
   assert.is(v.status, 1, v.stdout + v.stderr);
   assert.match(v.stderr, /^checkpoint_mismatch at checkpoint: .*vouch-index\/v1/);
+  mirror = await live.startMirror(join(work, 'm'));
+  assert.is((await note(mirror.url)).size, fresh.size, 'the mirror restarted on its verified chain');
   const e = await until('the mirror to report the refusal', async () => {
     const s = ((await (await fetch(`${mirror.url}/readyz`)).json()) as { sync?: { last_error?: { code: string; message: string } | null } }).sync;
     return s?.last_error ?? null;
