@@ -12,10 +12,10 @@
  * so; a worker that dies fails its job (never a wrong digest) and is not
  * used again.
  */
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import type { HashAlgorithm } from '../chain/crypto-backend.ts';
-import { workerBundle } from '../platform/worker-bundle.ts';
+import { startBundleWorker, workerBundle } from '../platform/worker-bundle.ts';
 import { ABANDONED, COMPLETE, CONTROL_WORDS, READY, SLEEPING, STATE, WRITTEN, type HashAnswer, type HashJob, type HashSource } from './hash-worker.ts';
 
 /** Bytes written beyond the last wake-up before a sleeping worker is woken again (`SharedHash.advance`). */
@@ -191,7 +191,7 @@ export class HashWorkers {
   }
 
   private spawn(entry: URL): Slot {
-    const worker = new Worker(entry);
+    const worker = startBundleWorker(entry);
     worker.unref();
     let boot!: () => void;
     const booted = new Promise<void>((resolve) => {

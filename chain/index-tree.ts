@@ -4,14 +4,17 @@
  * or a unit name, each leaf folding the events of its key in chain order.
  *
  * Owns: keys, event bytes, leaf/node/root hashing, the tree in typed arrays
- * (insert, lazy rehash), per-key event storage, and proof generation
- * (`prove`). Proof parsing and checking: chain/index-proof.ts.
+ * (insert, lazy rehash), per-key event storage, proof generation (`prove`)
+ * and the image (`toImage`/`fromImage`: no hash of a small subtree and no
+ * acc in it, computed when first needed). Proof parsing and checking:
+ * chain/index-proof.ts.
  *
  * Trusts: the injected `CryptoBackend`'s sha256; the caller to add only
  * verified blocks, in chain order, and to resolve revoke targets.
  * Must hold: pure (no node: imports, runs in a browser); the root depends
  * only on the blocks added (never on insertion history or capacity); hashes
- * are recomputed lazily and `root()`/`prove()` always see them current.
+ * are recomputed lazily and `root()`/`prove()` always see them current; a
+ * clean node's hash is current, a LAZY one's is computed before it is read.
  */
 import type { Block } from './block.ts';
 import type { CryptoBackend } from './crypto-backend.ts';
@@ -36,7 +39,15 @@ const NS = 16;
 const N_BIT = 0;
 const N_LEFT = 1;
 const N_RIGHT = 2;
+/** N_DIRTY: 0 clean (hash current), 1 dirty (changed since its hash; so are its ancestors), LAZY. */
 const N_DIRTY = 3;
+/**
+ * A node read back from an image without its hash (see `toImage`): not
+ * current, but its ancestors' hashes are (computed from the true one before
+ * the image was written). A leaf node in this state has no accumulator
+ * either: its events are folded again before the acc is used.
+ */
+const LAZY = 2;
 const N_HASH = 4;
 /** A leaf record (CompletenessIndex.leaf): key (8 words), acc (8 words), count, first and last event, node. */
 const LS = 20;
@@ -271,6 +282,8 @@ export class CompletenessIndex {
     links: number[];
     /** Nodes that were clean when the trial first touched them, and their hashes then (32 B each, in order). */
     cleanNodes: number[];
+    /** Nodes that were LAZY when the trial first touched them (LAZY again on rollback). */
+    lazyNodes: number[];
     cleanHashes: Uint32Array;
   } | null = null;
   /**
@@ -415,9 +428,13 @@ export class CompletenessIndex {
       while (nd[n * NS + N_BIT]! >= 0) {
         const b = nd[n * NS + N_BIT]!;
         const goRight = keyBit(key, 0, b) === 1;
-        steps.push(b, nd[n * NS + (goRight ? N_LEFT : N_RIGHT)]!);
+        const sibling = nd[n * NS + (goRight ? N_LEFT : N_RIGHT)]!;
+        // a sibling read back without its hash (LAZY) gets it now: its subtree's few hashes, once
+        if (nd[sibling * NS + N_DIRTY] !== 0) this.rehash(sibling);
+        steps.push(b, sibling);
         n = nd[n * NS + (goRight ? N_RIGHT : N_LEFT)]!;
       }
+      if (nd[n * NS + N_DIRTY] !== 0) this.rehash(n); // the leaf's acc (an absence proof shows it)
       const pathBytes = new Uint8Array(1 + 33 * (steps.length / 2));
       pathBytes[0] = steps.length / 2;
       for (let i = 0; i < steps.length; i += 2) {
@@ -531,21 +548,11 @@ export class CompletenessIndex {
     const j = this.journal;
     const lf = this.leaf;
     const o = slot * LS;
+    if (this.node[lf[o + L_NODE]! * NS + N_DIRTY] === LAZY) this.refold(slot);
     if (j !== null && slot < j.leaves && !j.saved.has(slot)) {
       j.saved.set(slot, { count: lf[o + L_COUNT]!, acc: lf.slice(o + L_ACC, o + L_ACC + 8), head: lf[o + L_HEAD]!, tail: lf[o + L_TAIL]! });
     }
-    // acc' = SHA-256(0x02 ‖ acc ‖ event), as foldEvent
-    if (36 + ev.length > this.foldBuf.length) {
-      this.foldBuf = new Uint8Array(36 + ev.length + 64);
-      this.foldBuf32 = new Uint32Array(this.foldBuf.buffer);
-    }
-    const fb = this.foldBuf;
-    const f32 = this.foldBuf32;
-    fb[3] = 0x02;
-    for (let w = 0; w < 8; w++) f32[1 + w] = lf[o + L_ACC + w]!;
-    fb.set(ev, 36);
-    sha256To(this.c, fb.subarray(3, 36 + ev.length), this.out);
-    for (let w = 0, o32 = this.out32; w < 8; w++) lf[o + L_ACC + w] = o32[w]!;
+    this.fold(o, ev);
     lf[o + L_COUNT]!++;
     const need = this.arenaUsed + 6 + ev.length;
     if (need > this.arena.length) {
@@ -566,10 +573,36 @@ export class CompletenessIndex {
     this.touch(lf[o + L_NODE]!);
   }
 
+  /** acc' = SHA-256(0x02 ‖ acc ‖ event), as foldEvent, on the leaf record at word `o`. */
+  private fold(o: number, ev: Uint8Array): void {
+    const lf = this.leaf;
+    if (36 + ev.length > this.foldBuf.length) {
+      this.foldBuf = new Uint8Array(36 + ev.length + 64);
+      this.foldBuf32 = new Uint32Array(this.foldBuf.buffer);
+    }
+    const fb = this.foldBuf;
+    const f32 = this.foldBuf32;
+    fb[3] = 0x02;
+    for (let w = 0; w < 8; w++) f32[1 + w] = lf[o + L_ACC + w]!;
+    fb.set(ev, 36);
+    sha256To(this.c, fb.subarray(3, 36 + ev.length), this.out);
+    for (let w = 0, o32 = this.out32; w < 8; w++) lf[o + L_ACC + w] = o32[w]!;
+  }
+
+  /** The acc of a leaf read back without it (its node LAZY): its events folded again from zero. */
+  private refold(slot: number): void {
+    const o = slot * LS;
+    const lf = this.leaf;
+    lf.fill(0, o + L_ACC, o + L_ACC + 8);
+    const a = this.arena;
+    for (let r = lf[o + L_HEAD]!; r !== NONE; r = readU32(a, r)) this.fold(o, a.subarray(r + 6, r + 6 + readU16(a, r + 4)));
+  }
+
   private touch(n: number): void {
     const j = this.journal;
     if (j !== null) {
-      if (n < j.nodes && this.node[n * NS + N_DIRTY] === 0) {
+      if (n < j.nodes && this.node[n * NS + N_DIRTY] === LAZY) j.lazyNodes.push(n);
+      else if (n < j.nodes && this.node[n * NS + N_DIRTY] === 0) {
         const k = j.cleanNodes.length;
         if (8 * (k + 1) > j.cleanHashes.length) {
           const more32 = new Uint32Array(16 * (k + 1));
@@ -619,6 +652,7 @@ export class CompletenessIndex {
       saved: new Map(),
       links: [],
       cleanNodes: [],
+      lazyNodes: [],
       cleanHashes: this.cleanBuf,
     };
     const j = this.journal;
@@ -697,6 +731,7 @@ export class CompletenessIndex {
       for (let w = 0; w < 8; w++) this.node[n * NS + N_HASH + w] = j.cleanHashes[8 * k + w]!;
       this.node[n * NS + N_DIRTY] = 0;
     }
+    for (const n of j.lazyNodes) this.node[n * NS + N_DIRTY] = LAZY;
   }
 
   /** Marks every node from the root to the leaf dirty (a revoke's leaves are found by slot, not by descent). */
@@ -751,6 +786,7 @@ export class CompletenessIndex {
     const bit = nd[o + N_BIT]!;
     if (bit < 0) {
       const q = nd[o + N_LEFT]! * LS;
+      if (nd[o + N_DIRTY] === LAZY) this.refold(q / LS);
       const lf = this.leaf;
       this.scratch[3] = 0x00;
       for (let w = 0; w < 8; w++) {
@@ -784,47 +820,80 @@ export class CompletenessIndex {
     return this.nodeBytes.slice(h, h + 32);
   }
 
+  /** Every node under the root in post-order (children before their parent), and the leaves under each node (by node). */
+  private postOrder(): { order: Int32Array; sizes: Int32Array } {
+    const n = this.nodes;
+    const nd = this.node;
+    const order = new Int32Array(n);
+    const sizes = new Int32Array(n);
+    let m = 0;
+    const stack: number[] = this.rootNode < 0 ? [] : [this.rootNode];
+    while (stack.length > 0) {
+      const k = stack[stack.length - 1]!;
+      const o = k * NS;
+      if (nd[o + N_BIT]! < 0 || sizes[k] === -1) {
+        sizes[k] = nd[o + N_BIT]! < 0 ? 1 : sizes[nd[o + N_LEFT]!]! + sizes[nd[o + N_RIGHT]!]!;
+        order[m++] = k;
+        stack.pop();
+      } else {
+        sizes[k] = -1;
+        stack.push(nd[o + N_RIGHT]!, nd[o + N_LEFT]!);
+      }
+    }
+    if (m !== n) throw new Error(`completeness index: ${m} of ${n} nodes under the root`);
+    return { order, sizes };
+  }
+
   /**
    * The index as a byte image (a local cache in host byte order, not a
    * format of record): the gateway's warm start and the offline writers read
-   * it back with `fromImage` instead of re-reading every block. Every hash
-   * is current in it. Revoke targets looked up without a `targetIndex`
-   * (addFacts) are not in it: an index read back needs `targetIndex`.
+   * it back with `fromImage` instead of re-reading every block. It holds
+   * the trie's shape (nodes in post-order), the keys, each key's events (the
+   * arena and each list's head), the voids, and the hashes of the nodes with
+   * more than `IMAGE_HASH_LEAVES` leaves under them. Left out and derived on
+   * reading, without hashing: each leaf's count, last event and node, and
+   * which leaves each block touched (from the endorse events). Left out and
+   * computed when first needed (LAZY): the other nodes' hashes and every
+   * leaf's acc; a proof's siblings are such subtrees, a few dozen hashes
+   * each, once (bench/RESULTS.md "Completeness index image, version 2, at
+   * 1M"). Revoke targets looked up without a `targetIndex` (addFacts) are
+   * not in it: an index read back needs `targetIndex`.
    */
   toImage(): Uint8Array {
     this.root();
     const n = this.nodes;
     const l = this.leaves;
-    const head = new Uint32Array([IMAGE_MAGIC, IMAGE_VERSION, n, this.rootNode + 1, l, this.arenaUsed, this.blocks, this.blockLeafCount, this.voidList.length]);
-    // the image keeps one array a field (the node records are an in-memory layout)
+    // the nodes in post-order (children first), numbered anew: a reader sees each child before its parent
+    const { order, sizes } = this.postOrder();
+    const renumbered = new Int32Array(n);
+    for (let j = 0; j < n; j++) renumbered[order[j]!] = j;
     const bit = new Int16Array(n);
     const left = new Int32Array(n);
     const right = new Int32Array(n);
-    const hash = new Int32Array(n * 8);
     const nd = this.node;
-    for (let k = 0, o = 0; k < n; k++, o += NS) {
-      bit[k] = nd[o + N_BIT]!;
-      left[k] = nd[o + N_LEFT]!;
-      right[k] = nd[o + N_RIGHT]!;
-      for (let w = 0; w < 8; w++) hash[8 * k + w] = nd[o + N_HASH + w]!;
+    let stored = 0;
+    for (let j = 0; j < n; j++) {
+      const o = order[j]! * NS;
+      bit[j] = nd[o + N_BIT]!;
+      left[j] = bit[j]! < 0 ? nd[o + N_LEFT]! : renumbered[nd[o + N_LEFT]!]!;
+      right[j] = bit[j]! < 0 ? nd[o + N_RIGHT]! : renumbered[nd[o + N_RIGHT]!]!;
+      if (sizes[order[j]!]! > IMAGE_HASH_LEAVES) stored++;
+    }
+    const hash = new Int32Array(stored * 8);
+    for (let j = 0, q = 0; j < n; j++) {
+      const k = order[j]!;
+      if (sizes[k]! <= IMAGE_HASH_LEAVES) continue;
+      if (this.node[k * NS + N_DIRTY] !== 0) this.rehash(k);
+      for (let w = 0, o = k * NS + N_HASH; w < 8; w++) hash[q++] = this.node[o + w]!;
     }
     const keys = new Uint32Array(l * 8);
-    const counts = new Uint32Array(l);
-    const accs = new Uint32Array(l * 8);
     const heads = new Uint32Array(l);
-    const tails = new Uint32Array(l);
-    const leafNode = new Uint32Array(l);
     const lf = this.leaf;
     for (let k = 0, o = 0; k < l; k++, o += LS) {
-      for (let w = 0; w < 8; w++) {
-        keys[8 * k + w] = lf[o + L_KEY + w]!;
-        accs[8 * k + w] = lf[o + L_ACC + w]!;
-      }
-      counts[k] = lf[o + L_COUNT]!;
+      for (let w = 0; w < 8; w++) keys[8 * k + w] = lf[o + L_KEY + w]!;
       heads[k] = lf[o + L_HEAD]!;
-      tails[k] = lf[o + L_TAIL]!;
-      leafNode[k] = lf[o + L_NODE]!;
     }
+    const head = new Uint32Array([IMAGE_MAGIC, IMAGE_VERSION, n, n, l, this.arenaUsed, this.blocks, this.voidList.length, stored]);
     const parts: ArrayBufferView[] = [
       head,
       bit,
@@ -832,14 +901,8 @@ export class CompletenessIndex {
       right,
       hash,
       keys,
-      counts,
-      accs,
       heads,
-      tails,
-      leafNode,
       this.arena.subarray(0, this.arenaUsed),
-      this.blockStart.subarray(0, this.blocks + 1),
-      this.blockLeaves.subarray(0, this.blockLeafCount),
       new Float64Array(this.voidList.flat()),
     ];
     let total = 0;
@@ -858,8 +921,8 @@ export class CompletenessIndex {
     if (image.byteLength < 40) return null;
     const a = image.byteOffset % 8 === 0 ? image : image.slice();
     const h = new Uint32Array(a.buffer, a.byteOffset, 9);
-    const [magic, version, n, rootPlus1, l, arenaUsed, blocks, blockLeafCount, voids] = h as unknown as number[];
-    if (magic !== IMAGE_MAGIC || version !== IMAGE_VERSION || rootPlus1! > n! || l! > n! || blockLeafCount! > 2 ** 31) return null;
+    const [magic, version, n, rootPlus1, l, arenaUsed, blocks, voids, stored] = h as unknown as number[];
+    if (magic !== IMAGE_MAGIC || version !== IMAGE_VERSION || rootPlus1! > n! || l! > n! || stored! > n! || n! > 0 !== rootPlus1! > 0) return null;
     let off = pad8(36);
     const take = <T>(ctor: { new (b: ArrayBuffer, o: number, len: number): T; BYTES_PER_ELEMENT: number }, count: number, cap: number): T | null => {
       const bytes = count * ctor.BYTES_PER_ELEMENT;
@@ -869,51 +932,92 @@ export class CompletenessIndex {
       off += pad8(bytes);
       return new ctor(copy.buffer, 0, Math.max(cap, count));
     };
-    const idx = new CompletenessIndex(c);
-    const nc = more(n!);
-    const lc = more(l!);
-    const bit = take(Int16Array, n!, 0);
-    const left = take(Int32Array, n!, 0);
-    const right = take(Int32Array, n!, 0);
-    const hash = take(Int32Array, n! * 8, 0);
-    const keys = take(Uint32Array, l! * 8, 0);
-    const counts = take(Uint32Array, l!, 0);
-    const accs = take(Uint32Array, l! * 8, 0);
-    const heads = take(Uint32Array, l!, 0);
-    const tails = take(Uint32Array, l!, 0);
-    const leafNode = take(Int32Array, l!, 0);
+    const view = <T>(ctor: { new (b: ArrayBuffer, o: number, len: number): T; BYTES_PER_ELEMENT: number }, count: number): T | null => {
+      const bytes = count * ctor.BYTES_PER_ELEMENT;
+      if (off + bytes > a.byteLength) return null;
+      const v = new ctor(a.buffer as ArrayBuffer, a.byteOffset + off, count);
+      off += pad8(bytes);
+      return v;
+    };
+    const bit = view(Int16Array, n!);
+    const left = view(Int32Array, n!);
+    const right = view(Int32Array, n!);
+    const hash = view(Int32Array, stored! * 8);
+    const keys = view(Uint32Array, l! * 8);
+    const heads = view(Uint32Array, l!);
     const arena = take(Uint8Array, arenaUsed!, more(arenaUsed!));
-    const blockStart = take(Int32Array, blocks! + 1, more(blocks! + 1));
-    const blockLeaves = take(Int32Array, blockLeafCount!, more(blockLeafCount!));
     const voidPairs = take(Float64Array, voids! * 2, voids! * 2);
-    if (!bit || !left || !right || !hash || !keys || !counts || !accs || !heads || !tails || !leafNode || !arena || !blockStart || !blockLeaves || !voidPairs)
-      return null;
+    if (!bit || !left || !right || !hash || !keys || !heads || !arena || !voidPairs) return null;
     if (off !== a.byteLength) return null;
-    // indices in range: a damaged image is refused here, not followed later
+    // indices in range and one node a leaf slot: a damaged image is refused here, not followed later
+    const leafNode = new Int32Array(l!).fill(-1);
     for (let k = 0; k < n!; k++) {
-      if (bit[k]! >= 0 ? bit[k]! > 255 || left[k]! >= n! || right[k]! >= n! || left[k]! < 0 || right[k]! < 0 : left[k]! >= l! || left[k]! < 0) return null;
+      if (bit[k]! >= 0) {
+        if (bit[k]! > 255 || left[k]! >= n! || right[k]! >= n! || left[k]! < 0 || right[k]! < 0) return null;
+      } else {
+        const s = left[k]!;
+        if (s >= l! || s < 0 || leafNode[s] !== -1) return null;
+        leafNode[s] = k;
+      }
     }
-    for (let k = 0; k < l!; k++) if (leafNode[k]! < 0 || leafNode[k]! >= n! || (heads[k]! !== NONE && heads[k]! >= arenaUsed!)) return null;
-    for (let k = 0; k < blockLeafCount!; k++) if (blockLeaves[k]! < 0 || blockLeaves[k]! >= l!) return null;
-    if (blockStart[blocks!] !== blockLeafCount) return null;
-    const node = new Int32Array(nc * NS);
-    for (let k = 0, o = 0; k < n!; k++, o += NS) {
+    for (let k = 0; k < l!; k++) if (leafNode[k] === -1) return null;
+    const sizes = subtreeLeaves(bit, left, right, rootPlus1! - 1);
+    if (sizes === null || (l! > 0 && (n !== 2 * l! - 1 || sizes[rootPlus1! - 1] !== l))) return null;
+    let hashed = 0;
+    for (let k = 0; k < n!; k++) if (sizes[k]! > IMAGE_HASH_LEAVES) hashed++;
+    if (hashed !== stored) return null;
+    // each key's events: its count, its last event, and which leaves each block touched (its endorse events, placed by block after)
+    const counts = new Uint32Array(l!);
+    const tails = new Uint32Array(l!);
+    const touches = new Int32Array(blocks! + 2);
+    const maxSteps = Math.floor(arenaUsed! / 27); // a record is at least 6 + 21 bytes
+    const pairBlock = new Int32Array(maxSteps);
+    const pairLeaf = new Int32Array(maxSteps);
+    let pairs = 0;
+    let steps = 0;
+    for (let k = 0; k < l!; k++) {
+      let last = NONE;
+      for (let r = heads[k]!; r !== NONE; r = readU32(arena, r)) {
+        const len = readU16(arena, r + 4);
+        if (++steps > maxSteps || len < 21 || r + 6 + len > arenaUsed!) return null;
+        const kind = arena[r + 6];
+        if (kind === E) {
+          const b = readU64(arena, r + 7);
+          if (!(b < blocks!)) return null;
+          touches[b + 2]!++;
+          pairBlock[pairs] = b;
+          pairLeaf[pairs++] = k;
+        } else if (kind !== R) return null;
+        counts[k]!++;
+        last = r;
+      }
+      tails[k] = last;
+    }
+    // touches[b + 1] becomes block b's start, then its end as its leaves are placed: block b's start is touches[b] after
+    for (let b = 0; b < blocks!; b++) touches[b + 2]! += touches[b + 1]!;
+    const blockLeafCount = touches[blocks! + 1]!;
+    const blockStart = new Int32Array(more(blocks! + 1));
+    const blockLeaves = new Int32Array(more(blockLeafCount));
+    for (let q = 0; q < pairs; q++) blockLeaves[touches[pairBlock[q]! + 1]!++] = pairLeaf[q]!;
+    blockStart.set(touches.subarray(0, blocks! + 1));
+    const node = new Int32Array(more(n!) * NS);
+    for (let k = 0, o = 0, q = 0; k < n!; k++, o += NS) {
       node[o + N_BIT] = bit[k]!;
       node[o + N_LEFT] = left[k]!;
       node[o + N_RIGHT] = right[k]!;
-      for (let w = 0; w < 8; w++) node[o + N_HASH + w] = hash[8 * k + w]!;
+      if (sizes[k]! > IMAGE_HASH_LEAVES) {
+        for (let w = 0; w < 8; w++) node[o + N_HASH + w] = hash[q++]!;
+      } else node[o + N_DIRTY] = LAZY;
     }
-    const leaf = new Uint32Array(lc * LS);
+    const leaf = new Uint32Array(more(l!) * LS);
     for (let k = 0, o = 0; k < l!; k++, o += LS) {
-      for (let w = 0; w < 8; w++) {
-        leaf[o + L_KEY + w] = keys[8 * k + w]!;
-        leaf[o + L_ACC + w] = accs[8 * k + w]!;
-      }
+      for (let w = 0; w < 8; w++) leaf[o + L_KEY + w] = keys[8 * k + w]!;
       leaf[o + L_COUNT] = counts[k]!;
       leaf[o + L_HEAD] = heads[k]!;
       leaf[o + L_TAIL] = tails[k]!;
       leaf[o + L_NODE] = leafNode[k]!;
     }
+    const idx = new CompletenessIndex(c);
     Object.assign(idx, { node, leaf, arena, blockStart, blockLeaves });
     idx.views();
     idx.nodes = n!;
@@ -921,7 +1025,7 @@ export class CompletenessIndex {
     idx.leaves = l!;
     idx.arenaUsed = arenaUsed!;
     idx.blocks = blocks!;
-    idx.blockLeafCount = blockLeafCount!;
+    idx.blockLeafCount = blockLeafCount;
     idx.fromImageOnly = true;
     for (let k = 0; k < voids!; k++) idx.voidList.push([voidPairs[2 * k]!, voidPairs[2 * k + 1]!]);
     return idx;
@@ -937,12 +1041,48 @@ export class CompletenessIndex {
 }
 
 const IMAGE_MAGIC = 0x78646963; // 'cidx'
-const IMAGE_VERSION = 1;
+/** 2: without the hashes of small subtrees, the accs and what the arena implies (1: every field). */
+const IMAGE_VERSION = 2;
+/**
+ * The image keeps the hashes of nodes above this many leaves; the rest are
+ * recomputed when a proof or an append first needs them (at most 2 × this
+ * many node hashes and their leaves' folds a sibling).
+ */
+const IMAGE_HASH_LEAVES = 8;
 const pad8 = (x: number): number => (x + 7) & ~7;
 
 /** The next capacity: x1.5 (x2 left up to half the arrays unused at 1M keys). */
 function more(n: number): number {
   return Math.ceil(n * 1.5) + 64;
+}
+
+/**
+ * The number of leaves under each node of the trie rooted at `root`; null
+ * when it is no crit-bit tree, as a damaged image. `toImage` numbers the
+ * nodes in post-order, so one pass in node order sees every child first; a
+ * child of a larger index, or of two parents, or whose bit is not beyond its
+ * parent's, is refused.
+ */
+function subtreeLeaves(bit: Int16Array, left: Int32Array, right: Int32Array, root: number): Int32Array | null {
+  const n = bit.length;
+  const sizes = new Int32Array(n);
+  const parents = new Uint8Array(n);
+  for (let k = 0; k < n; k++) {
+    const b = bit[k]!;
+    if (b < 0) {
+      sizes[k] = 1;
+      continue;
+    }
+    const l = left[k]!;
+    const r = right[k]!;
+    if (l >= k || r >= k || l < 0 || r < 0 || parents[l]! !== 0 || parents[r]! !== 0 || l === r) return null;
+    if ((bit[l]! >= 0 && bit[l]! <= b) || (bit[r]! >= 0 && bit[r]! <= b)) return null;
+    parents[l] = 1;
+    parents[r] = 1;
+    sizes[k] = sizes[l]! + sizes[r]!;
+  }
+  if (root >= 0 && parents[root] !== 0) return null;
+  return sizes;
 }
 
 function grow32(a: Int32Array, cap: number): Int32Array<ArrayBuffer> {

@@ -9,12 +9,15 @@
  * Must hold: a bundle is used only while every input has the content it was
  * built from (checked on every call), so an edited source never runs stale;
  * without a writable cache or esbuild, the caller falls back to its
- * loader-based entry.
+ * loader-based entry. A worker on a bundle starts through
+ * `startBundleWorker`: no preload or loader flag of the process (tsx's, the
+ * test runner's) is loaded again in it.
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Worker, type WorkerOptions } from 'node:worker_threads';
 
 /** Defined (true) by esbuild only in the built code in dist/ (tools/build.mjs). */
 declare const __VOUCH_BUILT__: boolean | undefined;
@@ -112,4 +115,46 @@ export async function workerBundle(entry: URL): Promise<URL | null> {
   } catch {
     return null;
   }
+}
+
+/** Flags of `execArgv` that preload a module or register a loader; each takes a value (`--import x` or `--import=x`). */
+const PRELOAD_FLAGS = new Set(['--import', '--require', '-r', '--loader', '--experimental-loader']);
+
+/**
+ * `argv` (the process's `execArgv`) without its preload and loader flags;
+ * undefined when it has none (a worker then inherits the process's options
+ * as it does by default). Every other flag stays.
+ */
+export function bundleExecArgv(argv: readonly string[] = process.execArgv): string[] | undefined {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const eq = a.indexOf('=');
+    if (PRELOAD_FLAGS.has(a)) {
+      i++; // and its value
+    } else if (!(eq > 0 && PRELOAD_FLAGS.has(a.slice(0, eq)))) out.push(a);
+  }
+  return out.length === argv.length ? undefined : out;
+}
+
+/**
+ * A worker on a bundle of `workerBundle`, started without the process's
+ * preload and loader flags (`bundleExecArgv`). A worker inherits them and
+ * loads them again on each start (under the test runner: tsx's loader and
+ * the runner's preloads, in every worker: docs/testing.md "Where the CPU
+ * goes"), though the bundle is plain JavaScript that needs none. A flag a
+ * worker may not be given explicitly (`--max-old-space-size`, `--expose-gc`
+ * and other V8 or process-wide options: ERR_WORKER_INVALID_EXEC_ARGV) makes
+ * it start as before, inheriting everything.
+ */
+export function startBundleWorker(entry: URL, options: WorkerOptions = {}): Worker {
+  const execArgv = bundleExecArgv();
+  if (execArgv !== undefined) {
+    try {
+      return new Worker(entry, { ...options, execArgv });
+    } catch (e) {
+      if ((e as { code?: unknown }).code !== 'ERR_WORKER_INVALID_EXEC_ARGV') throw e;
+    }
+  }
+  return new Worker(entry, options);
 }

@@ -34,7 +34,7 @@ import {
   type VerifyTask,
   type VerifyTaskResult,
 } from './verify-worker-impl.ts';
-import { workerBundle } from '../platform/worker-bundle.ts';
+import { startBundleWorker, workerBundle } from '../platform/worker-bundle.ts';
 import { indexFactsOf, type IndexFacts } from '../chain/index-facts.ts';
 import { initialKeyState, type KeyState } from '../chain/key-events.ts';
 
@@ -105,9 +105,11 @@ function blobIdOfText(text: string): string {
 const startErrors = new WeakMap<Worker, Error>();
 
 async function startWorkers(count: number): Promise<Worker[]> {
-  const entry = (await workerBundle(new URL('./verify-worker-impl.ts', import.meta.url))) ?? new URL('./verify-worker.js', import.meta.url);
+  const bundle = await workerBundle(new URL('./verify-worker-impl.ts', import.meta.url));
+  const options = { workerData: { vouch: 'verify-worker' } };
   return Array.from({ length: count }, () => {
-    const w = new Worker(entry, { workerData: { vouch: 'verify-worker' } });
+    // The fallback entry inherits the process's flags.
+    const w = bundle ? startBundleWorker(bundle, options) : new Worker(new URL('./verify-worker.js', import.meta.url), options);
     w.once('error', (e) => startErrors.set(w, e));
     return w;
   });

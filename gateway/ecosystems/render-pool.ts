@@ -12,8 +12,8 @@
  * worker died under it (out of memory on a document past what it may use),
  * or null when no worker can run here (the caller renders on this thread).
  */
-import { Worker } from 'node:worker_threads';
-import { workerBundle } from '../../platform/worker-bundle.ts';
+import type { Worker } from 'node:worker_threads';
+import { startBundleWorker, workerBundle } from '../../platform/worker-bundle.ts';
 import type { Rendered } from './ecosystem.ts';
 import type { Decision, RenderJob } from './render-job.ts';
 
@@ -103,7 +103,7 @@ export class RenderPool {
     const entry = await this.entry;
     if (entry === null || this.closed) return null;
     if (this.worker !== null) return this.worker;
-    const w = new Worker(entry, { resourceLimits: { maxOldGenerationSizeMb: WORKER_HEAP_MB } });
+    const w = startBundleWorker(entry, { resourceLimits: { maxOldGenerationSizeMb: WORKER_HEAP_MB } });
     w.unref();
     w.on('message', (m: { type: string; id: number; urls?: string[]; rendered?: Rendered; logs: LogLine[]; message?: string }) => this.onMessage(w, m));
     w.on('error', (e) => this.died(w, e));

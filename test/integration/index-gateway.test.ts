@@ -5,7 +5,8 @@
  * a mirror syncs it; a remote whose newest note carries the index root of
  * an older state (re-signed with the authority's key, Merkle root intact)
  * is refused by the mirror, which stays at its verified size; the gateway
- * restarts (warm) on its own notes.
+ * restarts (warm) on its own notes, and restarted from its index image
+ * answers the same index proofs as the index built from the blocks.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -68,6 +69,15 @@ async function note(base: string): Promise<{ text: string; size: number; index: 
   return { text, size: checkpoint.size, index: line as Uint8Array | null };
 }
 
+/** The note on the remote's main; null before the authority's first push has made the branch. */
+function remoteNote(): string | null {
+  try {
+    return execFileSync('git', ['--git-dir', live.bareDir, 'show', 'main:checkpoint.note'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch {
+    return null;
+  }
+}
+
 async function submit(path: string, body: string, semver: string): Promise<void> {
   origin.route(path, { body });
   await live.submit({ url: origin.url(path), name: 'npm/indexed', semver, license: 'MIT' });
@@ -88,10 +98,7 @@ test('every note the authority signs commits the completeness index of its size'
   assert.ok(n.text.includes(`\n${indexExtensionLine(indexOf(blocks).root())}\n`));
   // vouch verify recomputes it from a clone
   const clone = join(work, 'verify-clone');
-  await until(
-    'the authority pushed',
-    async () => execFileSync('git', ['--git-dir', live.bareDir, 'show', 'main:checkpoint.note'], { encoding: 'utf8' }) === n.text,
-  );
+  await until('the authority pushed', async () => remoteNote() === n.text);
   execFileSync('git', ['clone', '-q', live.bareDir, clone]);
   const v = vouch(['verify', '--chain', clone, '--public-key', live.pub, '--json', '--index']);
   assert.is(v.status, 0, v.stderr);
@@ -115,14 +122,38 @@ test('a warm restart serves the same note; a mirror syncs it', async () => {
   );
 });
 
+test('restarted from its completeness image, the gateway answers the same index proofs as the index built from the blocks', async () => {
+  await live.restart(); // this load writes the image of every block (the appends since the last one left it behind)
+  const { size } = await note(live.authority.url);
+  const snap = JSON.parse(readFileSync(join(live.chainDir, '.git', 'vouch-snapshot.json'), 'utf8'));
+  assert.is(snap.completeness?.size, size, 'the image holds every block');
+  await live.restart(); // reads it back: its small subtrees' hashes and accs are computed when a proof needs them
+  const want = indexOf(await blocksOf(live.authority.url, size));
+  const keys: ['url' | 'unit', string][] = [
+    ['unit', 'npm/indexed'],
+    ['unit', 'npm/absent'],
+    ['url', origin.url('/absent.tgz')],
+  ];
+  for (let k = 1; k <= 3; k++) keys.push(['url', origin.url(`/a-${k}.tgz`)]);
+  for (const [kind, name] of keys) {
+    const r = await fetch(`${live.authority.url}/v1/index/proof?${kind}=${encodeURIComponent(name)}`);
+    assert.is(r.status, 200, `${kind} ${name}`);
+    const body = (await r.json()) as { size: number; index_proof: string };
+    assert.is(body.size, size);
+    assert.is(body.index_proof, Buffer.from(want.prove(kind, name)).toString('base64'), `${kind} ${name}`);
+  }
+});
+
 test('a remote whose newest note commits the index of an older state is refused by the mirror', async () => {
   const old = await note(live.authority.url);
   await submit('/a-4.tgz', 'a four', '4.0.0');
   const fresh = await note(live.authority.url);
   await until('the mirror follows', async () => (await note(mirror.url)).size === fresh.size);
+  // The mirror is stopped while the authority commits and the commit is forged: polling every second, it
+  // would otherwise take the genuine commit before the forged one replaces it. Restarted below on its chain.
+  await mirror.stop();
   await submit('/a-5.tgz', 'a five', '5.0.0');
   const pushed = await note(live.authority.url);
-  const remoteNote = () => execFileSync('git', ['--git-dir', live.bareDir, 'show', 'main:checkpoint.note'], { encoding: 'utf8' });
   await until('the authority pushed its newest commit', async () => remoteNote() === pushed.text);
   await live.authority.stop();
   // Rewrite the remote's newest commit: same blocks and Merkle root, the index root of an older state, signed by the authority's key.
@@ -142,6 +173,8 @@ test('a remote whose newest note commits the index of an older state is refused 
   const v = vouch(['verify', '--chain', clone, '--public-key', live.pub, '--index']);
   assert.is(v.status, 1, v.stdout + v.stderr);
   assert.match(v.stderr, /^checkpoint_mismatch at checkpoint: .*vouch-index\/v1/);
+  mirror = await live.startMirror(join(work, 'm'));
+  assert.is((await note(mirror.url)).size, fresh.size, 'the mirror restarted on its verified chain');
   const e = await until('the mirror to report the refusal', async () => {
     const s = ((await (await fetch(`${mirror.url}/readyz`)).json()) as { sync?: { last_error?: { code: string; message: string } | null } }).sync;
     return s?.last_error ?? null;

@@ -19,7 +19,8 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { nobleBackend } from '../../chain/backend-noble.ts';
 import { utf8 } from '../../chain/encoding.ts';
 import { indexFactsOf } from '../../chain/index-facts.ts';
-import { T0, testSigner } from '../helpers/chain-fixture.ts';
+import { buildLongChain, T0, testSigner } from '../helpers/chain-fixture.ts';
+import type { CryptoBackend } from '../../chain/crypto-backend.ts';
 import { buildKeyLifeChain } from '../helpers/key-fixture.ts';
 import { indexVectors, buildVectorChain } from '../helpers/index-vectors.ts';
 import { naiveTrie } from '../helpers/index-naive.ts';
@@ -380,6 +381,110 @@ test('toImage / fromImage: the index read back has the same root and proofs, and
   bad[36 + 8] = 0x7f; // a node's bit past 255
   bad[37 + 8] = 0x7f;
   assert.is(CompletenessIndex.fromImage(c, bad), null, 'an index out of range');
+});
+
+test('image v2: no hash of a small subtree and no acc in it; read back without hashing, the root at once, a first proof a few dozen hashes; the same proofs, trials and appends; older or damaged images refused', () => {
+  const { blocks } = buildLongChain(2500);
+  const half = 2000;
+  const { idx, chain } = build(blocks.slice(0, half));
+  const full = build(blocks).idx;
+  const image = idx.toImage();
+  const [, version, n, , l, arenaUsed, , , stored] = new Uint32Array(image.buffer, image.byteOffset, 9);
+  assert.is(version, 2);
+  assert.is(n, 2 * l! - 1);
+  assert.ok(stored! > 0 && stored! < n! / 4, `${stored} of ${n} node hashes kept`);
+  // shape (10 B a node), key and head (36 B a leaf), the kept hashes, the arena: nothing else
+  assert.ok(image.length < 10 * n! + 36 * l! + 32 * stored! + arenaUsed! + 64, `${image.length} bytes`);
+  let calls = 0;
+  const counting: CryptoBackend = {
+    ...c,
+    sha256To: (d, o) => {
+      calls++;
+      c.sha256To!(d, o);
+    },
+    digest: (a, d) => {
+      calls++;
+      return c.digest!(a, d);
+    },
+  };
+  const back = CompletenessIndex.fromImage(counting, image)!;
+  assert.ok(back);
+  assert.is(calls, 0, 'reading the image hashes nothing');
+  assert.is(hex(back.root()), hex(idx.root()));
+  assert.is(calls, 1, 'the root: the committed root over the kept trie root, no node rehashed');
+  const url = (b: Block) => (b.payload as any).endorsements[0].artifact_url as string;
+  const unit = (b: Block) => (b.payload as any).endorsements[0].name as string;
+  let most = 0;
+  for (let i = 1; i < half; i += 29) {
+    for (const [kind, name] of [
+      ['url', url(blocks[i]!)],
+      ['unit', unit(blocks[i]!)],
+      ['url', `https://nowhere.example/${i}`],
+    ] as const) {
+      calls = 0;
+      const p = back.prove(kind, name);
+      most = Math.max(most, calls);
+      assert.is(hex(p), hex(idx.prove(kind, name)), `${kind} ${name}`);
+    }
+  }
+  assert.ok(most > 1 && most <= 80, `a first proof: ${most} hashes`);
+  // a trial on the read-back index, left pending then rolled back by a proof, then refused: nothing changes
+  const target = (h: string) => chain.indexOfHash(h);
+  back.rootWith(blocks.slice(half, half + 7), target);
+  assert.is(hex(back.prove('url', url(blocks[half - 1]!))), hex(idx.prove('url', url(blocks[half - 1]!))));
+  back.rootWith(blocks.slice(half, half + 7), target, () => false);
+  assert.is(hex(back.root()), hex(idx.root()));
+  // appends: the same roots and proofs as the index built from every block, and its own image reads back
+  for (const b of blocks.slice(half)) back.addBlock(b, target);
+  assert.is(hex(back.root()), hex(full.root()));
+  for (let i = 1; i < blocks.length; i += 41) {
+    assert.is(hex(back.prove('url', url(blocks[i]!))), hex(full.prove('url', url(blocks[i]!))));
+    assert.is(hex(back.prove('unit', unit(blocks[i]!))), hex(full.prove('unit', unit(blocks[i]!))));
+  }
+  const again = CompletenessIndex.fromImage(c, back.toImage())!;
+  assert.is(hex(again.root()), hex(full.root()));
+  assert.is(hex(again.prove('unit', unit(blocks[7]!))), hex(full.prove('unit', unit(blocks[7]!))));
+  // an image of the first version, and damaged shapes, are refused
+  const pad8 = (x: number) => (x + 7) & ~7;
+  const at = { left: 40 + pad8(2 * n!), heads: 0 };
+  at.heads = at.left + 2 * pad8(4 * n!) + 32 * stored! + 32 * l!;
+  const edit = (f: (w: DataView) => void) => {
+    const b = image.slice();
+    f(new DataView(b.buffer));
+    return CompletenessIndex.fromImage(c, b);
+  };
+  assert.is(
+    edit((w) => w.setUint32(4, 1, true)),
+    null,
+    'version 1',
+  );
+  const bits = new Int16Array(image.buffer, image.byteOffset + 40, n!);
+  const leafNodes = [...bits.keys()].filter((k) => bits[k]! < 0);
+  const lefts = new Int32Array(image.buffer, image.byteOffset + at.left, n!);
+  assert.is(
+    edit((w) => w.setInt32(at.left + 4 * leafNodes[1]!, lefts[leafNodes[0]!]!, true)),
+    null,
+    'two nodes on one leaf',
+  );
+  assert.is(
+    edit((w) => w.setUint32(at.heads, arenaUsed! + 64, true)),
+    null,
+    "a key's events past the arena",
+  );
+  const arenaAt = at.heads + pad8(4 * l!);
+  const firstEvent = new DataView(image.buffer, image.byteOffset).getUint32(at.heads, true);
+  assert.is(
+    edit((w) => w.setUint16(arenaAt + firstEvent + 4, 5)),
+    null,
+    'an event shorter than any',
+  );
+  const inner = [...bits.keys()].find((k) => bits[k]! > 0)!;
+  const rootNode = new Uint32Array(image.buffer, image.byteOffset, 9)[3]! - 1;
+  assert.is(
+    edit((w) => w.setInt32(at.left + 4 * inner, rootNode, true)),
+    null,
+    'a cycle',
+  );
 });
 
 test.run();
