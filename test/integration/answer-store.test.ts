@@ -19,7 +19,7 @@ import { nodeBackend } from '../../platform/node-crypto.ts';
 import { ChainRepo } from '../../store/chain-repo.ts';
 import { appendSigned } from '../../store/chain-append.ts';
 import { ChainState } from '../../gateway/chain/verified-state.ts';
-import { HEADER, IDX_RECORD, plainAnswerText } from '../../gateway/cache/answer-store.ts';
+import { AnswerStore, DICTIONARY_ID, HEADER, IDX_PREFIX_AT, IDX_RECORD, answerRecord, plainAnswerText } from '../../gateway/cache/answer-store.ts';
 import { loadConfigFile } from '../../gateway/config.ts';
 import { startGateway, type RunningGateway } from '../../gateway/gateway.ts';
 import { createLogger } from '../../gateway/observability/logger.ts';
@@ -186,11 +186,25 @@ test('a restart takes the records back; a torn tail is cut and rebuilt; a corrup
   await until('rebuilt', async () => s.answerStore.blocks === blocks.length && !s.answerStore.building);
   assert.is(s.storedAnswer(urlOf(6))?.text, text);
   assert.is(sameAsIndex(s), 7);
+  // A byte changed in the signature's bytes, kept in the record's head (not in the compressed answer): found the same way.
+  const sig = Buffer.from(blocks[12]!.signature, 'base64');
+  const again = recordSpan(12);
+  const rec = Buffer.alloc(again.len);
+  const f2 = openSync(data, 'r+');
+  readSync(f2, rec, 0, rec.length, again.at);
+  const sigAt = rec.indexOf(sig);
+  assert.ok(sigAt > 0, "the signature's 64 bytes are in the record");
+  writeSync(f2, Buffer.from([rec[sigAt + 10]! ^ 1]), 0, 1, again.at + sigAt + 10);
+  closeSync(f2);
+  assert.is(s.storedAnswer(urlOf(6)), undefined, 'the changed signature is not served');
+  assert.equal(corrupt, [blocks.length, blocks.length]);
+  await until('rebuilt', async () => s.answerStore.blocks === blocks.length && !s.answerStore.building);
+  assert.is(s.storedAnswer(urlOf(6))?.text, text);
   // A store of another chain (a record_hash that is not the served block's) is not taken back past that block.
   const other = Buffer.alloc(1);
   const idx = openSync(`${data}.idx`, 'r+');
-  readSync(idx, other, 0, 1, 5 * IDX_RECORD + 36);
-  writeSync(idx, Buffer.from([other[0]! ^ 1]), 0, 1, 5 * IDX_RECORD + 36);
+  readSync(idx, other, 0, 1, 5 * IDX_RECORD + IDX_PREFIX_AT);
+  writeSync(idx, Buffer.from([other[0]! ^ 1]), 0, 1, 5 * IDX_RECORD + IDX_PREFIX_AT);
   closeSync(idx);
   s = await load();
   assert.equal((await s.buildAnswers())?.added, blocks.length - 5, 'records from block 5 on made again');
@@ -214,6 +228,22 @@ test('a store written with another dictionary (or format) is emptied and rebuilt
   assert.is(statSync(data).size, full);
   assert.is(sameAsIndex(s), 7);
   assert.equal(corrupt, [], 'no record was read with the wrong dictionary');
+  // A store of format 2 (a u32 entry count first in each record, hashes and signature as text in the answer, 68-byte index
+  // records) with this dictionary: its header names format 2, so it is emptied and rebuilt, never read as format 3.
+  const two = Buffer.concat([Buffer.from('vouchans', 'latin1'), Buffer.from([0, 0, 0, 2]), DICTIONARY_ID]);
+  assert.is(two.length, HEADER.length);
+  assert.not.ok(two.equals(HEADER));
+  const f1 = openSync(data, 'r+');
+  writeSync(f1, two, 0, two.length, 0);
+  closeSync(f1);
+  writeFileSync(`${data}.idx`, Buffer.alloc(blocks.length * 68));
+  s = await load();
+  s.onAnswersCorrupt = (n) => corrupt.push(n);
+  assert.equal((await s.buildAnswers())?.added, blocks.length, 'a format 2 store is not taken back');
+  assert.is(statSync(data).size, full);
+  assert.is(statSync(`${data}.idx`).size, blocks.length * IDX_RECORD);
+  assert.is(sameAsIndex(s), 7);
+  assert.equal(corrupt, []);
   // A store of the format before (no header: the first record at offset 0) is emptied the same way.
   const body = Buffer.alloc(full - HEADER.length);
   const f2 = openSync(data, 'r+');
@@ -233,6 +263,90 @@ test('a store written with another dictionary (or format) is emptied and rebuilt
   s = await load();
   await s.buildAnswers();
   assert.not.ok(existsSync(old) || existsSync(`${old}.idx`), 'the files of the earlier format are gone');
+});
+
+test("an entry's sha256 artifact_hash and the signature are kept as bytes, out of the compressed answer, and answered exactly", () => {
+  const b = blocks[12]!;
+  assert.ok(b.payload.endorsements[0]!.artifact_hash.startsWith('sha256:'));
+  const rec = answerRecord(b);
+  const hashBytes = Buffer.from(b.payload.endorsements[0]!.artifact_hash.slice(7), 'hex');
+  assert.ok(rec.includes(hashBytes), "the artifact_hash's 32 bytes are in the record");
+  assert.ok(rec.includes(Buffer.from(b.signature, 'base64')), "the signature's 64 bytes are in the record");
+  // Neither text is in the record, not even a quarter of it as a literal: LZ4 took them from the record's dictionary.
+  const hex = b.payload.endorsements[0]!.artifact_hash.slice(7);
+  for (let k = 0; k + 16 <= 64; k += 16) assert.not.ok(rec.includes(hex.slice(k, k + 16)), `hex ${k}..${k + 16} not in the record`);
+  for (let k = 0; k + 22 <= 88; k += 22) assert.not.ok(rec.includes(b.signature.slice(k, k + 22)), `base64 ${k}..${k + 22} not in the record`);
+});
+
+test('other forms (sha512, uppercase hex, a short hash, non-canonical or short base64) are kept as text and answered exactly', () => {
+  const f = join(work, 'forms.lz4');
+  const base = blocks.slice(0, 15);
+  const alt = (k: number, e: Partial<Block['payload']['endorsements'][0]>, signature?: string): Block => {
+    const b = structuredClone(base[k]!);
+    if (e) b.payload.endorsements = b.payload.endorsements.map((x, j) => (j === 0 ? { ...x, ...e } : x));
+    if (signature !== undefined) b.signature = signature;
+    return b;
+  };
+  const sig = blocks[12]!.signature;
+  const lastBits = sig.slice(0, 85) + String.fromCharCode(sig.charCodeAt(85) ^ 1) + '=='; // padding bits not zero: decodes, not canonical
+  const weird = [
+    alt(12, { artifact_hash: artifactHashOf(nodeBackend, 'sha512', utf8('x')) }),
+    alt(12, { artifact_hash: blocks[12]!.payload.endorsements[0]!.artifact_hash.toUpperCase().replace('SHA256', 'sha256') }),
+    alt(12, { artifact_hash: 'sha256:abcd' }),
+    alt(12, {}, lastBits),
+    alt(12, {}, sig.slice(0, 86)), // no padding
+    alt(12, {}, Buffer.alloc(63, 7).toString('base64')), // 63 bytes
+    alt(12, { artifact_hash: 'SHA256:' + blocks[12]!.payload.endorsements[0]!.artifact_hash.slice(7) }, ' ' + sig),
+  ];
+  assert.ok(Buffer.from(lastBits, 'base64').toString('base64') !== lastBits, 'the odd base64 is not canonical');
+  // Each one in a chain of its own at block 12 (the store answers blocks 0..12). The answer is the compressed text itself
+  // (the bytes only seed the dictionary), so it is exact either way; bytes that do not give the text back are not kept.
+  for (const [w, b] of weird.entries()) {
+    const rec = answerRecord(b);
+    const h = b.payload.endorsements[0]!.artifact_hash;
+    const hashBytes = Buffer.from(h.slice(h.indexOf(':') + 1), 'hex');
+    const sigBytes = Buffer.from(b.signature, 'base64');
+    const odd = { hash: h !== blocks[12]!.payload.endorsements[0]!.artifact_hash, sig: b.signature !== sig };
+    if (hashBytes.length >= 32) assert.is(rec.includes(hashBytes), !odd.hash, `form ${w}: the hash's bytes kept only when they give its text back`);
+    assert.is(rec.includes(sigBytes), !odd.sig, `form ${w}: the signature's bytes kept only when they give its text back`);
+    const store = new AnswerStore(f);
+    const chain = [...base.slice(0, 12), b];
+    const hashes = chain.map((x) => Buffer.from(x.record_hash, 'hex'));
+    store.open(chain.length, (i) => hashes[i]!);
+    store.reset();
+    store.append(chain);
+    const url = b.payload.endorsements[0]!.artifact_url;
+    assert.is(store.answerFor(12, 0, url), plainAnswerText(b), `form ${w}: the exact answer`);
+    assert.is(store.answerBytes, Buffer.byteLength(plainAnswerText(b)));
+    assert.is(store.answerHash, b.record_hash);
+    assert.is(store.answerFor(12, 0, `${url}x`), null);
+    assert.not.ok(store.corrupted);
+    store.close();
+  }
+  rmSync(f);
+  rmSync(`${f}.idx`);
+});
+
+test('a store of another chain whose record_hashes share the first bytes is taken back at open but never served', () => {
+  const f = join(work, 'other.lz4');
+  const chain = blocks.slice(0, 13);
+  const hashes = chain.map((x) => Buffer.from(x.record_hash, 'hex'));
+  let store = new AnswerStore(f);
+  store.open(chain.length, (i) => hashes[i]!);
+  store.append(chain);
+  const url = chain[12]!.payload.endorsements[0]!.artifact_url;
+  assert.is(store.answerFor(12, 0, url), plainAnswerText(chain[12]!));
+  store.close();
+  // Another chain: block 12's record_hash differs past the bytes the index keeps.
+  const other = hashes.map((h, i) => (i === 12 ? Buffer.concat([h.subarray(0, 8), Buffer.alloc(24, 0x55)]) : h));
+  store = new AnswerStore(f);
+  store.open(chain.length, (i) => other[i]!);
+  assert.is(store.count, 13, 'taken back on the index prefix');
+  assert.is(store.answerFor(12, 0, url), undefined, 'the digest covers the whole record_hash: not served');
+  assert.ok(store.corrupted);
+  store.close();
+  rmSync(f);
+  rmSync(`${f}.idx`);
 });
 
 test('blocks appended by the writer and by a sync (no texts given) extend the store; a new revoke sends its URL to the index path', async () => {

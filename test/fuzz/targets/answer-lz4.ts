@@ -1,7 +1,7 @@
 /**
  * Fuzz target of the answer store's LZ4 decoder (gateway/cache/answer-store.ts
  * `lz4Into`), differential against lz4-napi's: an input is a dictionary
- * (u16 length, bytes) then a block as the store keeps it (u32 LE length,
+ * (u16 length, bytes) then a block as lz4-napi writes it (u32 LE length,
  * LZ4 block), genuine ones compressed by lz4-napi against an answer's
  * dictionary, mutated as bytes.
  * Property: never a throw; nothing written outside the answer's bytes, the
