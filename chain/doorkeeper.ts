@@ -2,12 +2,17 @@
  * Admission to a cache on a key's second sighting within a window of
  * sightings (the doorkeeper of TinyLFU: a bitset cleared every window), so
  * reads at random over a large chain do not fill a cache, and the collector,
- * with entries asked for once (issue 33: lookups over the whole chain).
- * Owns: the bitset. Trusts: keys to be non-negative integers below 2^53.
+ * with entries asked for once (issue 33: lookups over the whole chain). A
+ * `strict` admission (for a full cache, where admitting means evicting)
+ * also wants the key sighted in the window before: a key asked for again
+ * and again passes it, one drawn at random from many rarely does.
+ * Owns: the bitsets. Trusts: keys to be non-negative integers below 2^53.
  * Must hold: pure; constant time a call; a collision only admits early.
  */
 export class Doorkeeper {
-  private readonly bits: Uint32Array;
+  private bits: Uint32Array;
+  /** The sightings of the window before this one (`strict`). */
+  private prev: Uint32Array;
   private readonly mask: number;
   private sightings = 0;
 
@@ -18,19 +23,25 @@ export class Doorkeeper {
   ) {
     const n = 2 ** Math.max(5, Math.min(30, Math.floor(log2Bits)));
     this.bits = new Uint32Array(n / 32);
+    this.prev = new Uint32Array(n / 32);
     this.mask = n - 1;
   }
 
-  /** Whether `key` was sighted since the last clear; sights it. */
-  admit(key: number): boolean {
+  /**
+   * Whether `key` was sighted since the last clear (and, when `strict`,
+   * also in the window before that); sights it.
+   */
+  admit(key: number, strict = false): boolean {
     if (++this.sightings > this.window) {
-      this.bits.fill(0);
+      const old = this.prev;
+      this.prev = this.bits;
+      this.bits = old.fill(0);
       this.sightings = 1;
     }
     const i = ((key % 4294967296) ^ Math.floor(key / 4294967296)) & this.mask;
     const word = i >>> 5;
     const bit = 1 << (i & 31);
-    if ((this.bits[word]! & bit) !== 0) return true;
+    if ((this.bits[word]! & bit) !== 0) return !strict || (this.prev[word]! & bit) !== 0;
     this.bits[word]! |= bit;
     return false;
   }

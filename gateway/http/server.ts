@@ -75,6 +75,8 @@ export const SUBMIT_BODY_LIMIT = 1024 * 1024;
 export interface AnswerCache<V> {
   get(key: string): V | undefined;
   set(key: string, v: V): void;
+  /** Whether it is full (a new entry evicts another): admission is stricter then. Absent: never full. */
+  full?(): boolean;
 }
 
 /** The hot path's parts the gateway bench swaps to measure them side by side (docs/decisions/gateway-hot-path.md). */
@@ -94,8 +96,10 @@ export interface HotPathParts {
 /** What one request handler (one gateway) keeps besides the context: its lookup answers, the batch they are written in, and its metrics. */
 interface HandlerState {
   answers: AnswerCache<CachedAnswer>;
-  /** Which queries the answer cache takes (their second sighting). */
+  /** Which queries the answer cache takes (their second sighting; when it is full, sighted in the window before too). */
   admission: Doorkeeper;
+  /** Whether the answer cache is full. */
+  full: () => boolean;
   batch: Pick<AnswerBatch<Answer>, 'add'>;
   metrics: GatewayMetrics;
   /** Whether lookups read the answer store. */
@@ -188,6 +192,8 @@ interface CachedAnswer {
 export const ANSWER_CACHE_BYTES = 32 * 1024 * 1024;
 /** Queries sighted between the answer cache's admission clears: about as many answers as the cache holds. */
 const ANSWER_ADMISSION_WINDOW = 32_768;
+/** The answer cache counts as full (admission stricter) within this many bytes of its budget: a few answers' worth. */
+const ANSWER_CACHE_SLACK = 64 * 1024;
 
 /** A bound on the heap bytes of a string of `utf8Bytes` UTF-8 bytes (one byte a character when ASCII, two otherwise). */
 const heapBytes = (s: string, utf8Bytes: number) => (utf8Bytes === s.length ? utf8Bytes : 2 * s.length);
@@ -275,7 +281,9 @@ function keepAndAnswer(
 ): void {
   // Kept from the second time the query is asked within a window (chain/doorkeeper.ts): lookups at random over a
   // large chain would otherwise turn the whole cache over, each answer kept just long enough to cost the collector.
-  if (key.length <= 4096 && own.admission.admit(cyrb53(key))) {
+  // Once the cache is full, the query must have been asked in the window before too: a hot query still gets in,
+  // where one of many asked at random would only evict another (each eviction old-generation garbage: major GCs).
+  if (key.length <= 4096 && own.admission.admit(cyrb53(key), own.full())) {
     own.answers.set(flatCopy(key), {
       size,
       today,
@@ -940,12 +948,13 @@ export function createRequestHandler(
         },
       };
   // Bounded in bytes: an entry over the whole budget is not kept (lru-cache's maxEntrySize defaults to maxSize).
-  const answers =
-    parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES) ??
-    new LRUCache<string, CachedAnswer>({ maxSize: ANSWER_CACHE_BYTES, sizeCalculation: (v) => Math.max(1, v.bytes) });
+  const given = parts.hotPath?.answerCache?.<CachedAnswer>(ANSWER_CACHE_BYTES);
+  const lru = given === undefined ? new LRUCache<string, CachedAnswer>({ maxSize: ANSWER_CACHE_BYTES, sizeCalculation: (v) => Math.max(1, v.bytes) }) : null;
+  const answers: AnswerCache<CachedAnswer> = given ?? lru!;
   const own: HandlerState = {
     answers,
     admission: new Doorkeeper(ANSWER_ADMISSION_WINDOW, 18),
+    full: lru !== null ? () => lru.calculatedSize > ANSWER_CACHE_BYTES - ANSWER_CACHE_SLACK : () => given!.full?.() === true,
     batch,
     metrics,
     stored: parts.hotPath?.answerStore !== false && ctx.config?.chain?.answer_store !== false,

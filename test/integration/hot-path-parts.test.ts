@@ -25,6 +25,8 @@ const work = mkdtempSync(join(tmpdir(), 'vouch-hotpath-'));
 const chain = buildLongChain(12);
 const urls = chain.blocks.slice(1).map((b) => (b.payload as { endorsements: { artifact_url: string }[] }).endorsements[0]!.artifact_url);
 const calls = { get: 0, hits: 0, set: 0 };
+/** What the swapped cache says when asked whether it is full. */
+let full = false;
 let plain: RunningGateway;
 let swapped: RunningGateway;
 
@@ -54,6 +56,7 @@ test.before(async () => {
             calls.set++;
             inner.set(k, v);
           },
+          full: () => full,
         };
       },
     },
@@ -71,6 +74,26 @@ test('a gateway given another answer cache keeps its lookup answers there', asyn
   for (let i = 0; i < 4; i++) assert.is((await fetch(swapped.url + path)).status, 200);
   assert.is(calls.set, 1, 'one answer kept, at the second ask (chain/doorkeeper.ts)');
   assert.ok(calls.hits >= 2, `later lookups answered from it (${calls.hits} hits of ${calls.get})`);
+});
+
+test('a full answer cache takes a query only when it was also asked in the window before; the answers are the same', async () => {
+  const path = `/v1/endorsement?url=${encodeURIComponent(urls[5]!)}`;
+  const before = calls.set;
+  full = true;
+  try {
+    const plainText = await (await fetch(plain.url + path)).text();
+    for (let i = 0; i < 4; i++) {
+      const res = await fetch(swapped.url + path);
+      assert.is(res.status, 200);
+      assert.is(await res.text(), plainText);
+    }
+    assert.is(calls.set, before, 'not kept: this window is its first (chain/doorkeeper.ts, strict)');
+  } finally {
+    full = false;
+  }
+  await fetch(swapped.url + `/v1/endorsement?url=${encodeURIComponent(urls[6]!)}`);
+  await fetch(swapped.url + `/v1/endorsement?url=${encodeURIComponent(urls[6]!)}`);
+  assert.is(calls.set, before + 1, 'with room again, kept at its second ask');
 });
 
 test('with the batch, answers are the same bytes as the default gateway’s (no batch), one at a time and pipelined', async () => {

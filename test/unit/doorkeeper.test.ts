@@ -30,4 +30,21 @@ test('53-bit keys (string hashes) are told apart by their high bits too', () => 
   assert.is(hi.admit(2 ** 41), false, 'keys differing above bit 32 only');
 });
 
+test('strict: admitted only when also sighted in the window before', () => {
+  const d = new Doorkeeper(100);
+  assert.is(d.admit(42, true), false);
+  assert.is(d.admit(42, true), false, 'twice in this window, never before');
+  assert.is(d.admit(42), true, 'not strict: the second sighting is enough');
+  for (let k = 0; k < 97; k++) d.admit(1_000_000 + k);
+  // The window turned: 42 was sighted in the one before.
+  assert.is(d.admit(42, true), false, 'the first sighting of this window');
+  assert.is(d.admit(42, true), true);
+  assert.is(d.admit(7, true), false);
+  assert.is(d.admit(7, true), false, '7 was not sighted in the window before');
+  for (let k = 0; k < 200; k++) d.admit(2_000_000 + k);
+  // Two windows on: 42 is forgotten.
+  assert.is(d.admit(42, true), false);
+  assert.is(d.admit(42, true), false, 'sighted two windows ago only');
+});
+
 test.run();
