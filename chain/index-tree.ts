@@ -1,20 +1,16 @@
 /**
- * The completeness index of the log (docs/spec/index.md): a crit-bit
- * (compressed binary prefix) Merkle tree keyed by SHA-256 of an artifact URL
- * or a unit name, each leaf folding the events of its key in chain order.
- *
- * Owns: keys, event bytes, leaf/node/root hashing, the tree in typed arrays
- * (insert, lazy rehash), per-key event storage, proof generation (`prove`)
- * and the image (`toImage`/`fromImage`: no hash of a small subtree and no
- * acc in it, computed when first needed). Proof parsing and checking:
- * chain/index-proof.ts.
- *
+ * The completeness index of the log (docs/spec/index.md): a crit-bit Merkle
+ * tree keyed by SHA-256 of an artifact URL or a unit name, each leaf folding
+ * the events of its key in chain order.
+ * Owns: keys, event bytes, hashing, the tree in typed arrays (insert, lazy
+ * rehash), per-key events, proofs (`prove`; checked in chain/index-proof.ts)
+ * and the image (`toImage`/`fromImage`: no hash of a small subtree and no acc
+ * in it, computed when first needed; docs/decisions/index-layout.md).
  * Trusts: the injected `CryptoBackend`'s sha256; the caller to add only
  * verified blocks, in chain order, and to resolve revoke targets.
  * Must hold: pure (no node: imports, runs in a browser); the root depends
- * only on the blocks added (never on insertion history or capacity); hashes
- * are recomputed lazily and `root()`/`prove()` always see them current; a
- * clean node's hash is current, a LAZY one's is computed before it is read.
+ * only on the blocks added; `root()`/`prove()` always see current hashes (a
+ * LAZY node's hash is computed before it is read).
  */
 import type { Block } from './block.ts';
 import type { CryptoBackend } from './crypto-backend.ts';

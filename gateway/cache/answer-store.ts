@@ -1,23 +1,17 @@
 /**
  * The answer store (docs/decisions/gateway-hot-path.md "The answer store",
  * "Compressed", "Format 3"): each block's plain lookup answer, LZ4-compressed
- * (lz4-napi) against DICTIONARY plus the block's own values, in
- * `.git/vouch-answers.lz4` after a header naming format and dictionary; per
- * record a head (the URLs as they are; sha256 artifact hashes and the
- * signature as bytes when their text is re-made exactly from them) whose
- * values, with the prev/own record_hash, make the record's dictionary.
- * `.idx` beside it: per record its length, a 12-byte digest (sha256 of the
- * block's record_hash then the record) and the record_hash's first 4 bytes.
- * Records are decoded here (`lz4Into`), into a buffer kept for the next.
- * Owns: both files, the offsets and digests in memory.
+ * against DICTIONARY plus the record's own values (URLs; sha256 artifact
+ * hashes and the signature kept as bytes), in `.git/vouch-answers.lz4`; `.idx`
+ * beside it: per record its length, digest and record_hash prefix.
+ * Owns: both files, the offsets and digests in memory; decoding (`lz4Into`).
  * Trusts: its caller to append the verified texts of blocks in chain order.
- * Must hold: a record is decoded only when its digest is the one computed
- * when written for the served block's whole record_hash, with the dictionary
- * it was written with, to the bounded length it names; the answer is the
- * decoded text itself (the head's bytes only seed the dictionary); records
- * are taken back at `open` only for blocks whose record_hash begins with the
- * bytes kept, from a file with this header; a crash's leftovers are cut,
- * never read; a file with other hard links is never written.
+ * Must hold: a record is decoded only when its digest is the one written for
+ * the served block's whole record_hash, with its dictionary, to the bounded
+ * length it names; the answer is the decoded text itself; records are taken
+ * back at `open` only for blocks whose record_hash begins with the bytes
+ * kept, from a file with this header; a crash's leftovers are cut, never
+ * read; a file with other hard links is never written.
  */
 import { hash } from 'node:crypto';
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, rmSync, unlinkSync } from 'node:fs';
