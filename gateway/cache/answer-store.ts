@@ -135,25 +135,15 @@ const HEX_LO = Uint8Array.from({ length: 256 }, (_, b) => HEX[b & 15]!);
 const B64_HI = Uint8Array.from({ length: 4096 }, (_, v) => B64[v >> 6]!);
 const B64_LO = Uint8Array.from({ length: 4096 }, (_, v) => B64[v & 63]!);
 
-/** Writes the 32 bytes of `h` as lowercase hex into `into` at `at`; returns the new end. */
-function hexInto(into: Uint8Array, at: number, h: Uint8Array): number {
-  for (let k = 0; k < 32; k++) {
-    const c = h[k]!;
+/** Writes the 32 bytes of `src` from `s` as lowercase hex into `into` at `at`; returns the new end. */
+function hexInto(into: Uint8Array, at: number, src: Uint8Array, s = 0): number {
+  for (let k = s, e = s + 32; k < e; k++) {
+    const c = src[k]!;
     into[at] = HEX_HI[c]!;
     into[at + 1] = HEX_LO[c]!;
     at += 2;
   }
   return at;
-}
-
-/** Writes the 32 bytes at `s` of the record `rec` as lowercase hex into `into` at `at` (hexInto's twin for a Buffer source). */
-function recordHexInto(into: Uint8Array, at: number, rec: Buffer, s: number): void {
-  for (let k = s, e = s + 32; k < e; k++) {
-    const c = rec[k]!;
-    into[at] = HEX_HI[c]!;
-    into[at + 1] = HEX_LO[c]!;
-    at += 2;
-  }
 }
 
 /** Writes the 64 bytes at `s` of `b` as canonical base64 (88 characters, `==` at the end) into `into` at `at`. */
@@ -199,9 +189,6 @@ function varintInto(into: Buffer, at: number, v: number): number {
   return at;
 }
 
-/** Where the own record_hash's hex is in every record's dictionary: the lookup's ETag. */
-const OWN_AT = AT_OWN;
-
 /**
  * Record i's dictionary in `into` (`dictionaryBuffer`: DICTIONARY already
  * there): its slots filled with block i-1's and i's record_hash as hex (the
@@ -227,13 +214,12 @@ function dictionaryOf(into: Buffer, prev: Uint8Array, own: Uint8Array, rec: Buff
     const stop = r + len;
     const binary = rec[stop] === BINARY;
     if (e === 0) {
-      if (binary) recordHexInto(into, AT_HASH, rec, stop + 1);
+      if (binary) hexInto(into, AT_HASH, rec, stop + 1);
       else put(into, AT_HASH, NO_HASH);
     } else {
       if (binary) {
         at = put(into, at, G_HASH);
-        recordHexInto(into, at, rec, stop + 1);
-        at += 64;
+        at = hexInto(into, at, rec, stop + 1);
       }
       at = put(into, at, G_URL);
     }
@@ -576,7 +562,7 @@ export class AnswerStore {
     if (!lz4Into(buf, lz4At, len, into, end, want)) return this.corrupt();
     this.answerBytes = want;
     // Block i's record_hash as its dictionary holds it (hex): the lookup's ETag.
-    this.answerHash = into.toString('latin1', OWN_AT, OWN_AT + 64);
+    this.answerHash = into.toString('latin1', AT_OWN, AT_OWN + 64);
     return into.toString('utf8', end, end + want);
   }
 
