@@ -24,6 +24,7 @@ import { promisify } from 'node:util';
 import { isVouchError } from '../../chain/errors.ts';
 import { H1Client, type H1Request, type H1Response } from '../../artifacts/h1/pool.ts';
 import { OriginFetcher } from '../../artifacts/origin-fetcher.ts';
+import { until } from '../helpers/gateway-process.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -548,7 +549,7 @@ test("idle connections close after the keep-alive timeout (or the origin's short
   assert.is(c.idleCount(), 1);
   await sleep(400);
   assert.is(c.idleCount(), 0);
-  assert.is(srv.closedByClient, 1);
+  await until('the origin to see the idle connection close', async () => srv.closedByClient === 1, 2_000);
   c.destroy();
   await srv.close();
   const hinted = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 1_000, keepAliveTimeoutMs: 60_000 });
@@ -577,23 +578,21 @@ test('headers timeout, abort during the body, and a large body discarded close t
   await sleep(120);
   ac.abort(new Error('client went away'));
   assert.is((await rejection(p)).message, 'client went away');
-  await sleep(50);
-  assert.is(slow.closedByClient, 1, 'the origin saw the connection close');
+  await until('the origin to see the aborted connection close', async () => slow.closedByClient === 1, 2_000);
   await slow.close();
 
   const big = await RawServer.start((s) => {
     s.write(`HTTP/1.1 302 Found\r\nlocation: /y\r\ncontent-length: 1000000\r\n\r\n${'z'.repeat(1000)}`);
   });
   (await client.request(req(big.port))).discard();
-  await sleep(50);
-  assert.is(big.closedByClient, 1);
+  await until('the origin to see the discarded connection close', async () => big.closedByClient === 1, 2_000);
   assert.is(client.idleCount(), 0);
   await big.close();
 
   const small = await RawServer.start((s) => trickle(s, ['HTTP/1.1 302 Found\r\nlocation: /y\r\ncontent-length: 10\r\n\r\n12345', '67890']));
   (await client.request(req(small.port))).discard();
-  await sleep(80);
-  assert.is(client.idleCount(), 1, 'a small body is read to keep the connection');
+  await until('a small body read to keep the connection', async () => client.idleCount() === 1, 2_000);
+  assert.is(small.closedByClient, 0, 'the connection kept');
   await small.close();
 });
 
