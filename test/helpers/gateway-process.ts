@@ -90,16 +90,23 @@ export async function startGatewayProcess(
 }
 
 /**
- * Calls `fn` every 100 ms until it gives a truthy value, and resolves with
- * it; throws `timed out waiting for <what>` once `timeoutMs` has passed.
+ * Calls `fn` every `everyMs` until it gives a truthy value, and resolves
+ * with it; throws `timed out waiting for <what>` once `timeoutMs` has
+ * passed. For what happens "soon" on a loaded machine, in place of a fixed
+ * sleep before an assertion.
  */
-export async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {
+export async function until<T>(
+  what: string,
+  fn: () => T | null | undefined | false | Promise<T | null | undefined | false>,
+  timeoutMs = 20_000,
+  everyMs = 100,
+): Promise<T> {
   const end = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
     if (v) return v;
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, everyMs));
   }
 }
 

@@ -19,6 +19,7 @@ import { Mirror, type MirrorOptions } from '../../artifacts/mirror.ts';
 import { OriginFetcher } from '../../artifacts/origin-fetcher.ts';
 import { VerifiedFetcher } from '../../artifacts/verified-fetch.ts';
 import { OriginServer, digestOf, pattern, patternBytes } from '../helpers/origin-server.ts';
+import { until } from '../helpers/gateway-process.ts';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -227,8 +228,7 @@ test('64 MiB artifact: verified intact, served from a file, heap stays flat, fil
   got.artifact.release(); // idempotent
   assert.ok(existsSync(path), 'still held by the second reference');
   again.release();
-  await sleep(50);
-  assert.not.ok(existsSync(path));
+  await until('the spool file removed after its last release', () => !existsSync(path), 5_000, 10);
   assert.equal(files(spoolDir), []);
   assert.is(mirror.stats().spool.files, 0);
 });
@@ -261,8 +261,7 @@ test('50 concurrent obtains of one cold large artifact share one spool file', as
   for (const o of all.slice(1)) o.artifact.release();
   assert.ok(existsSync(path));
   all[0]!.artifact.release();
-  await sleep(50);
-  assert.equal(files(spoolDir), []);
+  await until('the spool file removed after its last release', () => files(spoolDir).length === 0, 5_000, 10);
 });
 
 test('aborting the only waiter cancels the origin request and removes the spool file', async () => {
@@ -272,8 +271,8 @@ test('aborting the only waiter cancels the origin request and removes the spool 
   const ac = new AbortController();
   const pending = vf.obtain(origin.url('/lonely'), digestOf(p), { signal: ac.signal });
   await origin.waitForRequests('/lonely');
-  const until = Date.now() + 3_000;
-  while (files(spoolDir).length === 0 && Date.now() < until) await sleep(10); // spooling has begun
+  const deadline = Date.now() + 3_000;
+  while (files(spoolDir).length === 0 && Date.now() < deadline) await sleep(10); // spooling has begun
   assert.is(files(spoolDir).length, 1);
   const reason = new Error('client disconnected');
   ac.abort(reason);
@@ -326,7 +325,8 @@ test('distinct origin fetches are bounded (excess waits)', async () => {
   const bodies = ['q1', 'q2', 'q3', 'q4', 'q5'];
   for (const b of bodies) origin.route(`/queue-${b}`, { body: b, delayMs: 150 });
   const all = bodies.map((b) => vf.obtain(origin.url(`/queue-${b}`), digestOf(b)));
-  await sleep(60);
+  // Each origin answers after 150 ms: until then, two fetches run and three wait.
+  await until('two fetches at the origin', () => bodies.reduce((n, b) => n + origin.requests(`/queue-${b}`), 0) >= 2, 5_000, 5);
   assert.is(vf.stats().active, 2);
   assert.is(vf.stats().queued, 3);
   assert.is(
@@ -348,8 +348,7 @@ test('a queued fetch whose waiters all left never reaches the origin', async () 
   const holder = vf.obtain(origin.url('/slot-holder'), digestOf('h'));
   const ac = new AbortController();
   const waiter = vf.obtain(origin.url('/slot-waiter'), digestOf('w'), { signal: ac.signal });
-  await sleep(30);
-  assert.is(vf.stats().queued, 1);
+  await until('the second fetch queued', () => vf.stats().queued === 1, 5_000, 5);
   ac.abort(new Error('left'));
   await rejection(waiter);
   assert.is(vf.stats().queued, 0);
@@ -372,6 +371,8 @@ test('disk tier: survives a new Mirror over the same dir (small and large), file
     const hex = hb.slice('sha256:'.length);
     assert.is(b.artifact.path, join(diskDir, 'sha256', hex.slice(0, 2), hex));
     b.artifact.release();
+    // The small one's disk copy is written behind its answer, once the memory tier is quiet.
+    await mirror.settled();
     assert.is(mirror.stats().disk.entries, 2);
     assert.ok(existsSync(join(diskDir, 'sha256', hex.slice(0, 2), `${hex}.meta`)));
   }
@@ -437,8 +438,7 @@ test('disk tier: a corrupted file is re-hashed, deleted and refetched; never ser
   // A mirror.get of a file corrupted under a running mirror is a miss too.
   writeFileSync(pathOf(hb), Buffer.alloc(2 * MiB));
   assert.is(await mirror.get(hb), null);
-  await sleep(20);
-  assert.not.ok(existsSync(pathOf(hb)), 'the corrupt file is deleted');
+  await until('the corrupt file deleted', () => !existsSync(pathOf(hb)), 5_000, 10);
 });
 
 test('disk tier: incomplete entries are dropped at start, tmp is emptied', async () => {
@@ -509,8 +509,7 @@ test('disk tier: LRU by bytes, and a file being read is not deleted under its re
   assert.not.ok(mirror.has(e1.hash));
   assert.ok(existsSync(held!.path!), 'still there for its reader');
   held!.release();
-  await sleep(20);
-  assert.not.ok(existsSync(held!.path!), 'deleted after the last release');
+  await until('the evicted file deleted after its last release', () => !existsSync(held!.path!), 5_000, 10);
   assert.is(mirror.stats().disk.entries, 3);
   assert.ok(mirror.stats().evictions.disk >= 3);
   assert.equal(files(spoolDir), []);
@@ -526,8 +525,7 @@ test('disk tier on: an artifact larger than the disk tier is served from its spo
   assert.ok(got.artifact.path!.startsWith(spoolDir));
   assert.is(mirror.stats().disk.entries, 0);
   got.artifact.release();
-  await sleep(20);
-  assert.equal(files(spoolDir), []);
+  await until('the spool file removed after its release', () => files(spoolDir).length === 0, 5_000, 10);
 });
 
 test('default spool dir is private and removed by close()', async () => {
