@@ -1,19 +1,14 @@
 /**
  * `npm run bench -- oci`: what `skopeo copy` of a container image pays for
  * going through a `kind: oci` route (issue 36, item 5), as users run it.
- * An image of LAYERS layers (LAYER_MIB MiB each, gzip stored blocks, so the
- * bytes on the wire are that large) is pushed to Debian's distribution
- * registry on 127.0.0.1 and its tag endorsed. Each round, interleaved:
- * skopeo copies it to a fresh OCI layout straight from the registry; through
- * a NEW gateway process with an empty mirror (cold: every byte fetched by
- * digest, hashed, stored, then sent); again through that gateway (hit); and
- * then another image of the same shape, cold, through that same gateway
- * (cold in service: its memory tier full of the first image, so the new
- * layers land in the buffers the evicted ones give back, as on a gateway
- * that has been serving), beside its own straight pull.
- * Wall time of skopeo (and its CPU, by bash's `times`); ratio = registry time
- * / gateway time; medians of ROUNDS (VOUCH_BENCH_OCI_ROUNDS=N: more). Peak
- * RSS: the gateway's VmHWM after its pulls, against `mirror.budget_bytes`.
+ * Two images of LAYERS layers (LAYER_MIB MiB each, gzip stored blocks) are
+ * pushed to Debian's distribution registry on 127.0.0.1, their tags
+ * endorsed. Each round, interleaved: skopeo copies each straight from the
+ * registry; through a NEW gateway process the first cold (empty mirror),
+ * then again (hit), then the second cold (in service: the memory tier full,
+ * its layers land in the evicted ones' buffers). Wall time of skopeo (CPU by
+ * bash's `times`); ratio = registry / gateway time; medians of ROUNDS
+ * (VOUCH_BENCH_OCI_ROUNDS=N). Peak RSS: the gateway's VmHWM after its pulls.
  * VOUCH_BENCH_OCI_PROFILE=DIR: --cpu-prof of each gateway into DIR;
  * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
  */

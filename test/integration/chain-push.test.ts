@@ -349,9 +349,12 @@ test('remote down, then up: retried with backoff, nothing lost, backlog back to 
   for (let k = 0; k < 20; k++) {
     const [c] = await a.append(1);
     commits.push(c!);
+    // Never throws, never waits: it returns nothing to await, and at once (the bound is loose: a loaded machine
+    // pauses any call for tens of ms; waiting for the down remote would never return).
     const t = performance.now();
-    pusher.notify(c!); // never throws, never waits
-    assert.ok(performance.now() - t < 20, 'notify returned at once');
+    const returned: unknown = pusher.notify(c!);
+    assert.is(returned, undefined, 'notify returns nothing to await');
+    assert.ok(performance.now() - t < 250, 'notify returned at once');
   }
   await until(() => pusher.status().consecutiveFailures >= 3, 'three failed attempts');
   const s = pusher.status();
