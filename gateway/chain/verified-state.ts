@@ -444,6 +444,8 @@ export class ChainState {
     try {
       this._index = this.newIndex(image ?? undefined);
       this.image = image !== null ? snap.image : null;
+      // Its age counts from its load, as the Merkle log's does: the next appends write a new one only by IMAGE_POLICY.
+      if (image !== null) this.imageAt = Date.now();
     } catch {
       this._index = this.newIndex();
       this.image = null;
