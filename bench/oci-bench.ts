@@ -171,7 +171,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     const faults: { cold: number[]; hit: number[]; served: number[] } = { cold: [], hit: [], served: [] };
     /** skopeo's own CPU per pull: straight, cold, hit. */
     const skopeoCpu: { direct: number[]; cold: number[]; hit: number[] } = { direct: [], cold: [], hit: [] };
-    /** One gateway of checkout `root` (this one, or VOUCH_BENCH_OCI_BASELINE's): a cold pull, then a hit. */
+    /** One gateway of checkout `root` (this one, or VOUCH_BENCH_OCI_BASELINE's): a cold pull, a hit, then the second image cold (in service). */
     const pulls = async (round: number, root: string, tag: string) => {
       const gwDir = join(work, `gw-${tag}-${round}`);
       mkdirSync(gwDir, { recursive: true });

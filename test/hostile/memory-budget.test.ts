@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeyFile } from '../../platform/key-file.ts';
 import { OriginServer, pattern, patternBytes } from '../helpers/origin-server.ts';
-import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { startGatewayProcess, until, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 
 const MiB = 1024 * 1024;
 const SIZE = 12 * MiB;
@@ -172,16 +172,6 @@ function pausedDownload(base: string, url: string): Promise<{ res: IncomingMessa
   });
 }
 
-async function until<T>(what: string, ms: number, f: () => Promise<T | null>): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await f();
-    if (v !== null) return v;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 test.before(async () => {
   createKeyFile(keyFile);
   writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
@@ -229,10 +219,14 @@ test('concurrent cold downloads over mirror.budget_bytes spool instead of buffer
     assert.is(g.sha256, arts[i]!.sha256, `download ${i}`);
   });
   // Readers done: held buffers released, spool files gone; the memory tier keeps what it holds.
-  const after = await until('held released', 5_000, async () => {
-    const b = await budget(gw);
-    return b.held === 0 && b.spoolFiles === 0 ? b : null;
-  });
+  const after = await until(
+    'held released',
+    async () => {
+      const b = await budget(gw);
+      return b.held === 0 && b.spoolFiles === 0 ? b : null;
+    },
+    5_000,
+  );
   assert.is(after.in_flight, 0);
   assert.ok(after.tier <= MEMORY);
 });
@@ -257,18 +251,26 @@ test('clients that read nothing are torn down after origin.timeout and their buf
     return { socket: s, closed: () => closed };
   });
   // All eight verified (fresh from the origin) and being sent: 4 in the memory tier, the others held.
-  const stuck = await until('all answers under way', 15_000, async () => {
-    const b = await budget(gw);
-    return b.in_flight === 0 && total(b) === 8 * SIZE ? b : null;
-  });
+  const stuck = await until(
+    'all answers under way',
+    async () => {
+      const b = await budget(gw);
+      return b.in_flight === 0 && total(b) === 8 * SIZE ? b : null;
+    },
+    15_000,
+  );
   const stuckAt = Date.now();
   assert.ok(stuck.held >= 4 * SIZE, `held: ${JSON.stringify(stuck)}`);
   assert.ok(total(stuck) <= BUDGET);
   // Nothing taken for origin.timeout: torn down, the held buffers released.
-  const freed = await until('held buffers released', TIMEOUT_S * 1000 + 8_000, async () => {
-    const b = await budget(gw);
-    return b.held === 0 ? b : null;
-  });
+  const freed = await until(
+    'held buffers released',
+    async () => {
+      const b = await budget(gw);
+      return b.held === 0 ? b : null;
+    },
+    TIMEOUT_S * 1000 + 8_000,
+  );
   const after = Date.now() - stuckAt;
   assert.ok(after >= TIMEOUT_S * 1000 * 0.5, `released after ${after} ms, before origin.timeout`);
   assert.ok(freed.tier <= MEMORY);
@@ -281,7 +283,7 @@ test('clients that read nothing are torn down after origin.timeout and their buf
     });
     c.socket.resume();
   }
-  await until('clients see the close', 10_000, async () => (clients.every((c) => c.closed()) ? true : null));
+  await until('clients see the close', () => clients.every((c) => c.closed()), 10_000);
   assert.ok(received < arts.length * SIZE, `received ${received} bytes`);
   // The gateway answers as before.
   const again = await call(gw.url, '/v1/authority');

@@ -33,6 +33,7 @@ import { ChainPusher, type PushLog, lsRemote, makeDelta, pushNew } from '../../s
 import { GitServer } from '../helpers/git-server.ts';
 import { T0, testSigner } from '../helpers/chain-fixture.ts';
 import { refusal } from '../helpers/refusal.ts';
+import { until } from '../helpers/gateway-process.ts';
 import { gitWith } from '../helpers/processes.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -47,14 +48,6 @@ const pushers: ChainPusher[] = [];
 const git = (dir: string, ...args: string[]): string => gitWith({ HOME: work }, dir, ...args).trim();
 
 const posts = () => gs.requests.filter((r) => r.startsWith('POST ') && r.endsWith('/git-receive-pack')).length;
-
-async function until(cond: () => boolean, what: string, ms = 15_000): Promise<void> {
-  const t0 = Date.now();
-  while (!cond()) {
-    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** A chain built with the real builder and appended with appendSigned, one commit per block. */
 class Chain {
@@ -356,7 +349,7 @@ test('remote down, then up: retried with backoff, nothing lost, backlog back to 
     assert.is(returned, undefined, 'notify returns nothing to await');
     assert.ok(performance.now() - t < 250, 'notify returned at once');
   }
-  await until(() => pusher.status().consecutiveFailures >= 3, 'three failed attempts');
+  await until('three failed attempts', () => pusher.status().consecutiveFailures >= 3, 15_000, 20);
   const s = pusher.status();
   assert.is(s.backlog, 20);
   assert.ok(s.lastError && s.lastError.code === 'io_error', JSON.stringify(s.lastError));
@@ -367,7 +360,7 @@ test('remote down, then up: retried with backoff, nothing lost, backlog back to 
 
   const postsBefore = posts();
   gs.down = false;
-  await until(() => pusher.status().backlog === 0 && pusher.status().consecutiveFailures === 0, 'the retry to catch up');
+  await until('the retry to catch up', () => pusher.status().backlog === 0 && pusher.status().consecutiveFailures === 0, 15_000, 20);
   assert.is(posts() - postsBefore, 1, 'all 20 appends went in one push');
   assertRemoteAt(bareA, a.commit);
   assert.is(git(bareA, 'rev-list', '--count', `${remoteBefore}..main`), '20');

@@ -20,6 +20,7 @@ import { join } from 'node:path';
 import { GitServer } from '../helpers/git-server.ts';
 import { buildLongChain, endorseNext, testSigner, T0 } from '../helpers/chain-fixture.ts';
 import { memoryLog, type LogLine } from '../helpers/memory-log.ts';
+import { until } from '../helpers/gateway-process.ts';
 import { gitIn } from '../helpers/processes.ts';
 import { buildCheckpoint, buildRevokeBlock, computeRecordHash } from '../../chain/build.ts';
 import { formatBlockFile, formatCheckpointFile, type Block } from '../../chain/block.ts';
@@ -480,26 +481,19 @@ test('start/stop: the schedule picks up pushes by itself, retries sooner while t
   const { state } = await ChainState.load(repo, { pinnedPublicKey: pub });
   const log = memoryLog();
   const sync = new ChainSync({ repo, remote: a.url, state, pinnedPublicKey: pub, intervalSeconds: 0.2, log, backoffInitialMs: 20, backoffMaxMs: 100 });
-  const until = async (what: string, cond: () => boolean, ms = 15_000) => {
-    const t0 = Date.now();
-    while (!cond()) {
-      if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  };
   sync.start();
   await a.appendHonest(2);
-  await until('two blocks', () => state.size === 7);
+  await until('two blocks', () => state.size === 7, 15_000, 20);
   server.down = true;
   server.dropConnections();
   try {
-    await until('three failures', () => sync.status().consecutiveFailures >= 3);
+    await until('three failures', () => sync.status().consecutiveFailures >= 3, 15_000, 20);
     assert.ok(sync.status().backoffMs >= 80);
   } finally {
     server.down = false;
   }
   await a.appendHonest(1);
-  await until('recovery', () => state.size === 8 && sync.status().consecutiveFailures === 0);
+  await until('recovery', () => state.size === 8 && sync.status().consecutiveFailures === 0, 15_000, 20);
   // concurrent callers never run two syncs at once
   const [x, y] = await Promise.all([sync.syncNow(), sync.syncNow()]);
   assert.is(x.result, 'up_to_date');

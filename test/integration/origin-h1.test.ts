@@ -549,7 +549,7 @@ test("idle connections close after the keep-alive timeout (or the origin's short
   assert.is(c.idleCount(), 1);
   await sleep(400);
   assert.is(c.idleCount(), 0);
-  await until('the origin to see the idle connection close', async () => srv.closedByClient === 1, 2_000);
+  await until('the origin to see the idle connection close', () => srv.closedByClient === 1, 2_000);
   c.destroy();
   await srv.close();
   const hinted = new H1Client({ connectTimeoutMs: 1_000, headersTimeoutMs: 1_000, keepAliveTimeoutMs: 60_000 });
@@ -578,20 +578,20 @@ test('headers timeout, abort during the body, and a large body discarded close t
   await sleep(120);
   ac.abort(new Error('client went away'));
   assert.is((await rejection(p)).message, 'client went away');
-  await until('the origin to see the aborted connection close', async () => slow.closedByClient === 1, 2_000);
+  await until('the origin to see the aborted connection close', () => slow.closedByClient === 1, 2_000);
   await slow.close();
 
   const big = await RawServer.start((s) => {
     s.write(`HTTP/1.1 302 Found\r\nlocation: /y\r\ncontent-length: 1000000\r\n\r\n${'z'.repeat(1000)}`);
   });
   (await client.request(req(big.port))).discard();
-  await until('the origin to see the discarded connection close', async () => big.closedByClient === 1, 2_000);
+  await until('the origin to see the discarded connection close', () => big.closedByClient === 1, 2_000);
   assert.is(client.idleCount(), 0);
   await big.close();
 
   const small = await RawServer.start((s) => trickle(s, ['HTTP/1.1 302 Found\r\nlocation: /y\r\ncontent-length: 10\r\n\r\n12345', '67890']));
   (await client.request(req(small.port))).discard();
-  await until('a small body read to keep the connection', async () => client.idleCount() === 1, 2_000);
+  await until('a small body read to keep the connection', () => client.idleCount() === 1, 2_000);
   assert.is(small.closedByClient, 0, 'the connection kept');
   await small.close();
 });

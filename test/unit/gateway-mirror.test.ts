@@ -74,8 +74,6 @@ async function sha256File(path: string): Promise<string> {
   return `sha256:${h.digest('hex')}`;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 test.before(async () => {
   origin = await OriginServer.start();
   fetcher = new OriginFetcher({ timeoutMs: 10_000, connectTimeoutMs: 2_000, maxBytes: 128 * MiB, maxRedirects: 3 });
@@ -271,16 +269,14 @@ test('aborting the only waiter cancels the origin request and removes the spool 
   const ac = new AbortController();
   const pending = vf.obtain(origin.url('/lonely'), digestOf(p), { signal: ac.signal });
   await origin.waitForRequests('/lonely');
-  const deadline = Date.now() + 3_000;
-  while (files(spoolDir).length === 0 && Date.now() < deadline) await sleep(10); // spooling has begun
+  await until('spooling to begin', () => files(spoolDir).length > 0, 3_000, 10);
   assert.is(files(spoolDir).length, 1);
   const reason = new Error('client disconnected');
   ac.abort(reason);
   assert.is(await rejection(pending), reason);
   await origin.waitForClientClose('/lonely');
   // The fetch's cleanup (close, then unlink) ends before its slot is released; on a loaded machine it can outlast a fixed sleep.
-  const settled = Date.now() + 5_000;
-  while (vf.stats().active > 0 && Date.now() < settled) await sleep(10);
+  await until('the fetch slot released', () => vf.stats().active === 0, 5_000, 10);
   assert.is(vf.stats().active, 0);
   assert.equal(files(spoolDir), []);
   assert.is(vf.stats().inflight, 0);
