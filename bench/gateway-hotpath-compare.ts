@@ -60,9 +60,13 @@ const int = (x: number) => Math.round(x).toLocaleString('en');
 
 /** Each variant: the parts given to serve.ts, and what it stands for. */
 const VARIANTS: { name: string; parts: string[]; what: string }[] = [
-  { name: 'today', parts: [], what: 'today: lru-cache, each answer written when made, the log sink' },
+  { name: 'today', parts: [], what: 'today: lru-cache, the answers of a turn written together, the log sink' },
   { name: 'clock', parts: ['cache=clock'], what: 'the CLOCK cache lru-cache replaced (bench/hot-path/clock-cache.ts)' },
-  { name: 'batch', parts: ['batch=on'], what: 'the answers of a turn written together (gateway/http/answer-batch.ts; the default until 2026-11-29)' },
+  {
+    name: 'unbatched',
+    parts: ['batch=off'],
+    what: 'each answer written when made, instead of the answers of a turn together (gateway/http/answer-batch.ts; the default from 2026-11-29 to 2026-11-30)',
+  },
   {
     name: 'pino-async',
     parts: ['sink=pino-async'],

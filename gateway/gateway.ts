@@ -72,7 +72,7 @@ export interface StartOptions {
   onProgress?: (done: number, total: number, what: string) => void;
   /** The origin fetcher's HTTP/1.1 client (default: artifacts/h1); the gateway bench's side-by-side runs only. */
   originTransport?: OriginFetcherOptions['transport'];
-  /** The lookup path's answer cache and batching (default: lru-cache, one write per answer); the gateway bench's side-by-side runs only. */
+  /** The lookup path's answer cache and batching (default: lru-cache, the answers of a turn written together); the gateway bench's side-by-side runs only. */
   hotPath?: HotPathParts;
 }
 

@@ -3,9 +3,9 @@
  * `setImmediate`), in the order they were made: a local client is woken once
  * for several answers and the read and write paths each run as one stretch
  * (bench/RESULTS.md "Lookups at 50k with answers written in batches"). An
- * answer waits at most for the rest of that turn's reads. Off by default
- * since a quiet side-by-side showed no gain (`hotPath.batching`; the bench's
- * `batch` variant: docs/decisions/gateway-hot-path.md).
+ * answer waits at most for the rest of that turn's reads. On by default
+ * (`hotPath.batching: false` turns it off; the bench's `unbatched` variant:
+ * docs/decisions/gateway-hot-path.md, "Answer batching").
  * Owns: the queue and when it is written.
  * Trusts: `lost` not to throw.
  * Must hold: every item is handed to `write` exactly once, in order, within

@@ -84,9 +84,9 @@ export interface HotPathParts {
   /** The lookup-answer cache, bounded at `maxBytes` in its entries' `bytes` (default lru-cache). */
   answerCache?: <V extends { bytes: number; used: boolean }>(maxBytes: number) => AnswerCache<V>;
   /**
-   * true: the 200 answers of a turn of the event loop written together
-   * (./answer-batch.ts); default false: each answer written when made (a
-   * quiet side-by-side showed no gain: docs/decisions/gateway-hot-path.md).
+   * Default true: the 200 answers of a turn of the event loop written
+   * together (./answer-batch.ts); false: each answer written when made
+   * (docs/decisions/gateway-hot-path.md, "Answer batching").
    */
   batching?: boolean;
   /** false: lookups never read the answer store (gateway/cache/answer-store.ts), nor is it built; default true. */
@@ -932,7 +932,7 @@ export function createRequestHandler(
     reportUnexpected(ctx.log, metrics, 'batch', e, null, a.obs.path);
     a.res.destroy();
   };
-  const batch: Pick<AnswerBatch<Answer>, 'add'> = parts.hotPath?.batching === true
+  const batch: Pick<AnswerBatch<Answer>, 'add'> = parts.hotPath?.batching !== false
     ? new AnswerBatch<Answer>(writeAnswer, answerFailed, answerLost)
     : {
         add: (a) => {

@@ -1,9 +1,9 @@
 /**
  * The lookup path's swappable parts (issue 33 item 5,
  * docs/decisions/gateway-hot-path.md): a gateway given another answer cache
- * uses it for its lookup answers, and a gateway writing the answers of a
- * turn together (the batch) answers byte for byte as the default one
- * (lru-cache, each answer written when made), pipelined requests included. Real gateways in this
+ * uses it for its lookup answers, and a gateway writing each answer when
+ * made answers byte for byte as the default one (lru-cache, the answers of
+ * a turn written together: the batch), pipelined requests included. Real gateways in this
  * process on 127.0.0.1, one chain.
  */
 import { test } from 'uvu';
@@ -42,7 +42,7 @@ test.before(async () => {
   swapped = await startGateway(config, {
     ...quiet,
     hotPath: {
-      batching: true,
+      batching: false,
       answerCache: <V extends { bytes: number; used: boolean }>(maxBytes: number): AnswerCache<V> => {
         const inner = new ClockCache<V>(maxBytes);
         return {
@@ -96,7 +96,7 @@ test('a full answer cache takes a query only when it was also asked in the windo
   assert.is(calls.set, before + 1, 'with room again, kept at its second ask');
 });
 
-test('with the batch, answers are the same bytes as the default gateway’s (no batch), one at a time and pipelined', async () => {
+test('with no batch, answers are the same bytes as the default gateway’s (the batch), one at a time and pipelined', async () => {
   for (const u of [...urls, 'https://nowhere.example/x.tgz']) {
     const path = `/v1/endorsement?url=${encodeURIComponent(u)}`;
     const [a, b] = await Promise.all([rawRequest(plain.url, path), rawRequest(swapped.url, path)]);
