@@ -13,7 +13,7 @@
  * VOUCH_BENCH_HOTPATH_COMPARE=1: row 1 per hot-path part (gateway-hotpath-compare.ts).
  * Figures are printed and written by the runner, never asserted.
  */
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Encode } from '../chain/encoding.ts';
@@ -25,6 +25,7 @@ import { digestOf, pattern } from '../test/helpers/origin-server.ts';
 import { blockTexts } from './block-texts.ts';
 import { benchChainDir } from './chain-dir.ts';
 import {
+  countInFile,
   download,
   ensureWrk,
   median,
@@ -226,9 +227,7 @@ export async function runGatewayBench(quick: boolean): Promise<{ title: string; 
       p,
     );
     await Promise.all([bare.stop(), gw.stop(), quiet.stop()]);
-    const logged = readFileSync(lookupLog, 'utf8')
-      .split('\n')
-      .filter((l) => l.includes('"msg":"request"')).length;
+    const logged = countInFile(lookupLog, '"msg":"request"');
     const asked = lk.gateway!.reduce((n, r) => n + r.requests, 0);
     if (logged < asked) throw new Error(`bench: ${asked}+ lookups measured but only ${logged} request lines logged`);
 

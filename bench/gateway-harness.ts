@@ -130,6 +130,30 @@ export async function spawnNode(
   return proc;
 }
 
+/** Occurrences of the ASCII `needle` in the file at `path`, read 16 MiB at a time (a run's log outgrows one string). */
+export function countInFile(path: string, needle: string): number {
+  const fd = openSync(path, 'r');
+  const buf = Buffer.allocUnsafe(16 * 1024 * 1024);
+  const keep = needle.length - 1;
+  let n = 0;
+  let have = 0;
+  try {
+    for (;;) {
+      const got = readSync(fd, buf, have, buf.length - have, null);
+      if (got === 0) break;
+      const text = buf.toString('latin1', 0, have + got);
+      for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + needle.length)) n++;
+      // The last needle.length - 1 bytes go to the front: a needle cut by the read is found whole next time, none twice.
+      const end = have + got;
+      have = Math.min(keep, end);
+      buf.copy(buf, 0, end - have, end);
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return n;
+}
+
 /** The last `bytes` bytes of a file, as text ('' when it cannot be read). */
 function tail(path: string, bytes: number): string {
   let fd: number;

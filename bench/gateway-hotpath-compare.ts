@@ -8,7 +8,7 @@
  * (bench/origin-clients/serve.ts), interleaved wrk runs against bare
  * node:http, medians. Figures are printed and written by the runner.
  */
-import { closeSync, mkdirSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { base64Encode } from '../chain/encoding.ts';
@@ -17,6 +17,7 @@ import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { blockTexts } from './block-texts.ts';
 import { benchChainDir } from './chain-dir.ts';
 import {
+  countInFile,
   ensureWrk,
   median,
   root,
@@ -33,29 +34,6 @@ import {
 
 const fmt = (x: number, d = 1) => x.toFixed(d);
 
-/** Occurrences of the ASCII `needle` in the file at `path`, read 16 MiB at a time (a run's log outgrows one string). */
-function countIn(path: string, needle: string): number {
-  const fd = openSync(path, 'r');
-  const buf = Buffer.allocUnsafe(16 * 1024 * 1024);
-  const keep = needle.length - 1;
-  let n = 0;
-  let have = 0;
-  try {
-    for (;;) {
-      const got = readSync(fd, buf, have, buf.length - have, null);
-      if (got === 0) break;
-      const text = buf.toString('latin1', 0, have + got);
-      for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + needle.length)) n++;
-      // The last needle.length - 1 bytes go to the front: a needle cut by the read is found whole next time, none twice.
-      const end = have + got;
-      have = Math.min(keep, end);
-      buf.copy(buf, 0, end - have, end);
-    }
-  } finally {
-    closeSync(fd);
-  }
-  return n;
-}
 const int = (x: number) => Math.round(x).toLocaleString('en');
 
 /** Each variant: the parts given to serve.ts, and what it stands for. */
@@ -148,7 +126,7 @@ export async function runHotPathCompare(quick: boolean): Promise<{ title: string
     }
     await Promise.all([bare.stop(), ...Object.values(gws).map((g) => g.stop())]);
     for (const v of VARIANTS) {
-      const lines = countIn(join(work, `${v.name}.log`), '"msg":"request"');
+      const lines = countInFile(join(work, `${v.name}.log`), '"msg":"request"');
       const asked = results[v.name]!.reduce((n, r) => n + r.requests, 0);
       if (lines < asked) throw new Error(`bench: ${v.name}: ${asked}+ lookups measured but only ${lines} request lines logged`);
     }
