@@ -33,7 +33,6 @@ import {
 } from './gateway-harness.ts';
 
 const fmt = (x: number, d = 1) => x.toFixed(d);
-
 const int = (x: number) => Math.round(x).toLocaleString('en');
 
 /** Each variant: the parts given to serve.ts, and what it stands for. */
