@@ -11,23 +11,12 @@
  * bench/RESULTS.md under <!-- bench:fleet -->.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { OriginServer } from '../test/helpers/origin-server.ts';
 import { PushingAuthority, type GatewayProcess } from '../test/helpers/gateway-process.ts';
-import { ensureWrk, median, root, rotationScript, sleep, wrk } from './gateway-harness.ts';
-
-const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((p) => existsSync(p)) ?? null;
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+import { HAPROXY, ensureWrk, freePort, median, root, rotationScript, sleep, wrk } from './gateway-harness.ts';
 
 export async function runFleetBench(quick: boolean): Promise<{ title: string; markdown: string }> {
   const work = mkdtempSync(join(tmpdir(), 'vouch-fleet-bench-'));

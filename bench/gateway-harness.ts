@@ -4,7 +4,8 @@
  * hashing download client. Loopback only.
  */
 import { spawn, spawnSync, execFile, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync, readSync, fstatSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, readSync, fstatSync } from 'node:fs';
+import { createServer as createNetServer } from 'node:net';
 import { get as httpGet } from 'node:http';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
@@ -20,6 +21,18 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Refuses any URL that is not on 127.0.0.1 (the project's rule for benchmarks). */
 export function assertLoopback(url: string): void {
   if (new URL(url).hostname !== '127.0.0.1') throw new Error(`bench: refusing to send traffic to ${url} (only 127.0.0.1)`);
+}
+
+/** Debian's haproxy, where it is installed. */
+export const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((p) => existsSync(p)) ?? null;
+
+/** A TCP port on 127.0.0.1 that was free a moment ago (for a server that cannot listen on port 0 and say where). */
+export async function freePort(): Promise<number> {
+  const s = createNetServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
 }
 
 // ---------------------------------------------------------------------------

@@ -5,13 +5,17 @@
  * http://127.0.0.1:PORT` and stops on SIGTERM. Modes:
  * - `origin ROUTES_JSON`: pattern bytes per path, streamed;
  * - `proxy ORIGIN`: an unverified streaming pass-through;
+ * - `hash-proxy ORIGIN`: the same, except that a blob (`GET …/blobs/sha256:…`)
+ *   is received whole into memory, hashed as it arrives (node:crypto, on the
+ *   event loop) and sent only when it matches its digest (else 502): the
+ *   least a verifying store-and-forward proxy does, without a chain or mirror;
  * - `bare BODY_FILE ETAG` and `bare-batched`: one JSON body with the
  *   lookups' headers, written at once or as gateway/http/answer-batch.ts does;
  * - `answers ANSWERS_FILE`: each lookup's own answer from a Map (the file: one JSON array [query, text, etag] a line);
  * - `blob SIZE`: SIZE random bytes in one `res.end()`.
  */
-import { createServer, request as httpRequest, Agent, type Server, type ServerResponse } from 'node:http';
-import { randomBytes } from 'node:crypto';
+import { createServer, request as httpRequest, Agent, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from 'node:http';
+import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import type { AddressInfo } from 'node:net';
@@ -49,20 +53,53 @@ async function origin(routesJson: string): Promise<void> {
   console.log(`listening ${server.origin}`);
 }
 
-async function proxy(originBase: string): Promise<void> {
+/** A blob's digest in a GET's path (`…/blobs/sha256:HEX`), or null. */
+const BLOB = /\/blobs\/sha256:([0-9a-f]{64})$/;
+
+/**
+ * Receives a blob whole into one buffer of its Content-Length, hashing each
+ * piece as it arrives, and sends it only if it hashes to `hex`.
+ */
+function storeAndForward(ures: IncomingMessage, res: ServerResponse, hex: string, out: OutgoingHttpHeaders): void {
+  const size = Number(ures.headers['content-length']);
+  if (ures.statusCode !== 200 || !Number.isSafeInteger(size) || size < 0 || size > 2 ** 31) {
+    res.writeHead(ures.statusCode ?? 502, out);
+    ures.pipe(res);
+    return;
+  }
+  const body = Buffer.allocUnsafeSlow(size);
+  const hash = createHash('sha256');
+  let at = 0;
+  ures.on('data', (piece: Buffer) => {
+    if (at + piece.length > size) return void ures.destroy(new Error('longer than its content-length'));
+    piece.copy(body, at);
+    at += piece.length;
+    hash.update(piece);
+  });
+  ures.on('end', () => {
+    if (at !== size || hash.digest('hex') !== hex) return void res.writeHead(502, { 'content-length': '0' }).end();
+    res.writeHead(200, out);
+    res.end(body);
+  });
+}
+
+async function proxy(originBase: string, verify: boolean): Promise<void> {
   const target = new URL(originBase);
   if (target.hostname !== HOST) throw new Error(`proxy: origin ${originBase} is not ${HOST}`);
   const agent = new Agent({ keepAlive: true, maxSockets: 256 });
   const server = createServer((req, res) => {
     const headers = { ...req.headers, host: target.host };
     delete headers.connection;
+    const blob = verify && req.method === 'GET' ? BLOB.exec(req.url ?? '') : null;
+    if (blob !== null) delete headers.range;
     const up = httpRequest({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers, agent }, (ures) => {
       const out = { ...ures.headers };
       delete out.connection;
       delete out['keep-alive'];
+      ures.on('error', () => res.destroy());
+      if (blob !== null) return storeAndForward(ures, res, blob[1]!, out);
       res.writeHead(ures.statusCode ?? 502, out);
       ures.pipe(res);
-      ures.on('error', () => res.destroy());
     });
     up.on('error', () => {
       if (!res.headersSent) res.writeHead(502, { 'content-length': '0' }).end();
@@ -162,14 +199,15 @@ async function blob(size: number): Promise<void> {
 
 const [mode, ...args] = process.argv.slice(2);
 if (mode === 'origin') await origin(args[0]!);
-else if (mode === 'proxy') await proxy(args[0]!);
+else if (mode === 'proxy') await proxy(args[0]!, false);
+else if (mode === 'hash-proxy') await proxy(args[0]!, true);
 else if (mode === 'bare') await bare(args[0]!, args[1]!);
 else if (mode === 'bare-batched') await bareBatched(args[0]!, args[1]!);
 else if (mode === 'answers') await answers(args[0]!);
 else if (mode === 'blob') await blob(Number(args[0]));
 else {
   console.error(
-    'usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | bare BODY_FILE ETAG | bare-batched BODY_FILE ETAG | answers ANSWERS_FILE | blob SIZE',
+    'usage: gateway-servers.ts origin ROUTES_JSON | proxy ORIGIN | hash-proxy ORIGIN | bare BODY_FILE ETAG | bare-batched BODY_FILE ETAG | answers ANSWERS_FILE | blob SIZE',
   );
   process.exit(2);
 }

@@ -6,13 +6,15 @@
  * endorsed. Each round, interleaved: skopeo copies each straight from the
  * registry; through a NEW gateway process the first cold (empty mirror),
  * then again (hit), then the second cold (in service: the memory tier full,
- * its layers land in the evicted ones' buffers). Wall time of skopeo (CPU by
+ * its layers land in the evicted ones' buffers); then the first cold through
+ * other proxies, for reference (REFERENCES). Wall time of skopeo (CPU by
  * bash's `times`); ratio = registry / gateway time; medians of ROUNDS
  * (VOUCH_BENCH_OCI_ROUNDS=N). Peak RSS: the gateway's VmHWM after its pulls.
  * VOUCH_BENCH_OCI_PROFILE=DIR: --cpu-prof of each gateway into DIR;
  * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
  */
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,7 +27,7 @@ import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { Layout, Registry, push, type Descriptor } from '../test/helpers/oci-registry.ts';
 import { runAsync } from '../test/helpers/processes.ts';
 import { MANIFEST_ACCEPT, manifestUrl } from '../gateway/ecosystems/oci.ts';
-import { assertLoopback, cpuMsOf, median, memoryOf, spawnNode, stopAll } from './gateway-harness.ts';
+import { HAPROXY, assertLoopback, cpuMsOf, freePort, median, memoryOf, spawnNode, spawnServer, stopAll } from './gateway-harness.ts';
 
 const CANON = 'https://registry.example.org/';
 const MiB = 1024 * 1024;
@@ -99,6 +101,49 @@ function cpuArithmetic(straight: number, cold: number, cpu: { skopeo: number; ga
     `0.8 needs the pull within ${ms(needed)}: at most ${ms(needed * cores - cpu.skopeo - cpu.registry)} of gateway CPU with the cores busy all the time, ` +
     `${ms(needed * cores * busyStraight - cpu.skopeo - cpu.registry)} at the share skopeo keeps them busy on its own.`
   );
+}
+
+/**
+ * The proxies a cold pull also goes through, for reference: Debian's
+ * haproxy (where installed), bench/gateway-servers.ts's modes, and Debian's
+ * registry as a cache.
+ */
+const KINDS = ['haproxy', 'proxy', 'hash-proxy', 'registry-cache'] as const;
+type Reference = (typeof KINDS)[number];
+const REFERENCES = KINDS.filter((k) => k !== 'haproxy' || HAPROXY !== null);
+const REFERENCE_TEXT: Record<Reference, string> = {
+  haproxy: 'HAProxy 2.6 (Debian; `mode http`, its defaults otherwise: a byte relay, no hash, no store)',
+  proxy: 'a streaming pass-through (node:http piping each answer as it arrives: no hash, no store)',
+  'hash-proxy':
+    'a store-and-forward proxy that only hashes (node:http: each blob received whole into memory, SHA-256 as it arrives, sent once it matches: no chain, no mirror)',
+  'registry-cache':
+    "the distribution registry's own pull-through cache (`proxy: remoteurl`, as Debian ships it: a cold blob is streamed to the client as it arrives, unchecked, while a second fetch of it from upstream is stored and checked there)",
+};
+
+/** HAProxy relaying 127.0.0.1:PORT to `upstream` in `mode http`, resolved once it answers. */
+async function startHaproxy(cfgFile: string, upstream: string): Promise<{ pid: number; host: string; stop: () => Promise<void> }> {
+  const port = await freePort();
+  const cfg = ['defaults', '  mode http', '  timeout connect 5s', '  timeout client 60s', '  timeout server 60s'];
+  cfg.push('frontend f', `  bind 127.0.0.1:${port}`, '  default_backend b', 'backend b', `  server registry ${upstream}`, '');
+  writeFileSync(cfgFile, cfg.join('\n'));
+  const child = spawn(HAPROXY!, ['-db', '-f', cfgFile], { stdio: 'ignore' });
+  const exited = new Promise((r) => child.once('exit', r));
+  const stop = async () => {
+    child.kill('SIGTERM');
+    await exited;
+  };
+  for (let i = 0; ; i++) {
+    const up = await fetch(`http://127.0.0.1:${port}/v2/`).catch(() => null);
+    if (up !== null) {
+      await up.arrayBuffer();
+      return { pid: child.pid!, host: `127.0.0.1:${port}`, stop };
+    }
+    if (i === 100 || child.exitCode !== null) {
+      await stop();
+      throw new Error('haproxy did not start');
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 export async function runOciBench(quick: boolean): Promise<{ title: string; markdown: string }> {
@@ -234,6 +279,40 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       rmSync(gwDir, { recursive: true, force: true });
       return out;
     };
+    /**
+     * The same cold pull through other proxies, each a new process, side by
+     * side with the gateway's: what one proxy hop costs on these cores
+     * whatever the proxy does (see REFERENCES).
+     */
+    const refs = new Map<Reference, { cold: number[]; cpu: number[]; hit: number[] }>(REFERENCES.map((r) => [r, { cold: [], cpu: [], hit: [] }]));
+    const referencePull = async (round: number, kind: Reference) => {
+      let pid: number;
+      let host: string;
+      let stop: () => Promise<void>;
+      if (kind === 'registry-cache') {
+        const cache = await Registry.start(join(work, `cache-${round}`), { proxy: registry!.url });
+        [pid, host, stop] = [cache.child.pid!, cache.host, () => cache.stop()];
+      } else if (kind === 'haproxy') {
+        const p = await startHaproxy(join(work, `haproxy-${round}.cfg`), registry!.host);
+        [pid, host, stop] = [p.pid, p.host, p.stop];
+      } else {
+        const p = await spawnServer(`${kind}-${round}`, [kind, registry!.url]);
+        [pid, host, stop] = [p.pid, new URL(p.url).host, () => p.stop()];
+      }
+      const c0 = cpuMsOf(pid);
+      const coldPull = await timedCopy(`docker://${host}/bench:1.0`, work);
+      const cpu = cpuMsOf(pid) - c0;
+      const hitPull = kind === 'registry-cache' ? await timedCopy(`docker://${host}/bench:1.0`, work) : null;
+      await stop();
+      rmSync(join(work, `cache-${round}`), { recursive: true, force: true });
+      const r = refs.get(kind)!;
+      r.cold.push(coldPull.ms);
+      r.cpu.push(cpu);
+      if (hitPull !== null) r.hit.push(hitPull.ms);
+      process.stderr.write(
+        `round ${round + 1}/${ROUNDS} ${kind}: cold ${coldPull.ms.toFixed(0)} ms (its CPU ${cpu.toFixed(0)} ms)${hitPull === null ? '' : `, hit ${hitPull.ms.toFixed(0)} ms`}\n`,
+      );
+    };
     const here = fileURLToPath(new URL('..', import.meta.url));
     const baseline = process.env.VOUCH_BENCH_OCI_BASELINE || null;
     const base: { cold: number[]; hit: number[]; coldCpu: number[] } = { cold: [], hit: [], coldCpu: [] };
@@ -273,6 +352,8 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         servedCpu.push(p.servedCpu);
         peaks.push(p.peak);
       }
+      // The references after the gateway, in an order that turns each round.
+      for (let i = 0; i < REFERENCES.length; i++) await referencePull(round, REFERENCES[(round + i) % REFERENCES.length]!);
     }
     const d = median(direct);
     const c = median(cold);
@@ -294,6 +375,11 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       `| cold (empty mirror: fetched by digest, hashed, stored, sent), the first pull of a new gateway process | ${d.toFixed(0)} ms | ${c.toFixed(0)} ms | ${fmt(d / c)} | ≥ 0.8 | ${ok(d / c >= 0.8)} |`,
       `| cold in service: another image of the same shape through that gateway after the hit (its layers land in the buffers of the evicted ones) | ${d2.toFixed(0)} ms | ${sv.toFixed(0)} ms | ${fmt(d2 / sv)} | ≥ 0.8 | ${ok(d2 / sv >= 0.8)} |`,
       `| mirror hit (the same gateway again) | ${d.toFixed(0)} ms | ${h.toFixed(0)} ms | ${fmt(d / h)} | ≥ 1.0 | ${ok(d / h >= 1.0)} |`,
+      ...REFERENCES.map((kind) => {
+        const r = refs.get(kind)!;
+        return `| for reference, cold through ${REFERENCE_TEXT[kind]} | ${d.toFixed(0)} ms | ${median(r.cold).toFixed(0)} ms | ${fmt(d / median(r.cold))} | | |`;
+      }),
+      `| for reference, a hit of the distribution registry's pull-through cache (the same process again) | ${d.toFixed(0)} ms | ${median(refs.get('registry-cache')!.hit).toFixed(0)} ms | ${fmt(d / median(refs.get('registry-cache')!.hit))} | | |`,
       `| gateway peak RSS (VmHWM after its three pulls, highest of the rounds) | | ${(peak / MiB).toFixed(0)} MiB | | ≤ budget ${BUDGET / MiB} + 150 = ${BUDGET / MiB + 150} MiB | ${ok(peak <= BUDGET + 150 * MiB)} |`,
       '',
       `Per round (ms): registry ${direct.map((x) => x.toFixed(0)).join(', ')}; cold ${cold.map((x) => x.toFixed(0)).join(', ')}; hit ${hit.map((x) => x.toFixed(0)).join(', ')}; ` +
@@ -303,7 +389,14 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         `of which its main thread (the event loop): cold ${median(coldMain).toFixed(0)} ms, hit ${median(hitMain).toFixed(0)} ms. ` +
         `Its minor page faults per pull (median): cold ${median(faults.cold).toFixed(0)} (${((median(faults.cold) * 4096) / MiB).toFixed(0)} MiB of 4 KiB pages touched for the first time), hit ${median(faults.hit).toFixed(0)}. ` +
         `The registry's CPU for a pull straight from it: ${median(registryCpu).toFixed(0)} ms (median). ` +
-        `skopeo's own CPU per pull (median): straight ${median(skopeoCpu.direct).toFixed(0)} ms, cold ${median(skopeoCpu.cold).toFixed(0)} ms, hit ${median(skopeoCpu.hit).toFixed(0)} ms.` +
+        `skopeo's own CPU per pull (median): straight ${median(skopeoCpu.direct).toFixed(0)} ms, cold ${median(skopeoCpu.cold).toFixed(0)} ms, hit ${median(skopeoCpu.hit).toFixed(0)} ms. ` +
+        `The references per round (ms): ${REFERENCES.map(
+          (k) =>
+            `${k} ${refs
+              .get(k)!
+              .cold.map((x) => x.toFixed(0))
+              .join(', ')} (its CPU per cold pull, median: ${median(refs.get(k)!.cpu).toFixed(0)} ms)`,
+        ).join('; ')}.` +
         (baseline === null
           ? ''
           : ` Beside it in the same rounds, the checkout in VOUCH_BENCH_OCI_BASELINE: cold ${median(base.cold).toFixed(0)} ms (ratio ${fmt(d / median(base.cold))}; ${base.cold.map((x) => x.toFixed(0)).join(', ')}), ` +
@@ -318,6 +411,9 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         "The gateway's hash workers boot before it says ready. Hits are sent from memory in 1 MiB pieces, up to 8 MiB of them queued on the socket, or straight from the disk mirror's file through " +
         'two 1 MiB halves, without reading or hashing again a file that this process verified and that is unchanged since (docs/guide/oci.md, "Speed"). ' +
         'The figures are wall times of skopeo on 2 cores shared with other work: read them with the load average above.',
+      '',
+      'The rows "for reference" put other proxies between the same skopeo and registry, each a new process a round, ' +
+        'pulled after the gateway in an order that turns each round: what one hop costs on these cores, whatever the proxy does (docs/guide/oci.md, "What a cold pull costs on 2 cores").',
       '',
       cpuArithmetic(d, c, { skopeo: median(skopeoCpu.cold), gateway: median(coldCpu), registry: median(registryCpu) }, median(skopeoCpu.direct)),
     ].join('\n');

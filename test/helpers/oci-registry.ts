@@ -31,9 +31,10 @@ export class Registry {
   /**
    * Starts the registry with a config file written into `dir` (storage in
    * `dir/storage`); `htpasswd`: a file of bcrypt entries (`htpasswd -B`) the
-   * registry asks Basic credentials against (`auth: htpasswd`).
+   * registry asks Basic credentials against (`auth: htpasswd`); `proxy`: a
+   * registry URL this one is a pull-through cache of (`proxy: remoteurl`).
    */
-  static async start(dir: string, opts: { htpasswd?: string } = {}): Promise<Registry> {
+  static async start(dir: string, opts: { htpasswd?: string; proxy?: string } = {}): Promise<Registry> {
     mkdirSync(dir, { recursive: true });
     const storage = join(dir, 'storage');
     const config = join(dir, 'registry.yml');
@@ -54,6 +55,7 @@ export class Registry {
         '  addr: 127.0.0.1:0',
         '  secret: vouch-test-secret',
         ...(opts.htpasswd !== undefined ? ['auth:', '  htpasswd:', '    realm: vouch-test', `    path: ${opts.htpasswd}`] : []),
+        ...(opts.proxy !== undefined ? ['proxy:', `  remoteurl: ${opts.proxy}`] : []),
         '',
       ].join('\n'),
     );
