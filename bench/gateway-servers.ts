@@ -5,10 +5,8 @@
  * http://127.0.0.1:PORT` and stops on SIGTERM. Modes:
  * - `origin ROUTES_JSON`: pattern bytes per path, streamed;
  * - `proxy ORIGIN`: an unverified streaming pass-through;
- * - `hash-proxy ORIGIN`: the same, except that a blob (`GET …/blobs/sha256:…`)
- *   is received whole into memory, hashed as it arrives (node:crypto, on the
- *   event loop) and sent only when it matches its digest (else 502): the
- *   least a verifying store-and-forward proxy does, without a chain or mirror;
+ * - `hash-proxy ORIGIN`: the same, but each blob (`GET …/blobs/sha256:…`) held
+ *   whole, hashed as it arrives and sent only if it matches (storeAndForward);
  * - `bare BODY_FILE ETAG` and `bare-batched`: one JSON body with the
  *   lookups' headers, written at once or as gateway/http/answer-batch.ts does;
  * - `answers ANSWERS_FILE`: each lookup's own answer from a Map (the file: one JSON array [query, text, etag] a line);
