@@ -6,14 +6,14 @@
  * endorsed. Each round, interleaved: skopeo copies each straight from the
  * registry; through a NEW gateway process the first cold (empty mirror),
  * then again (hit), then the second cold (in service: the memory tier full,
- * its layers land in the evicted ones' buffers); then the first cold through
- * other proxies, for reference (REFERENCES). Wall time of skopeo (CPU by
- * bash's `times`); ratio = registry / gateway time; medians of ROUNDS
- * (VOUCH_BENCH_OCI_ROUNDS=N). Peak RSS: the gateway's VmHWM after its pulls.
- * VOUCH_BENCH_OCI_PROFILE=DIR: --cpu-prof of each gateway into DIR;
- * VOUCH_BENCH_OCI_BASELINE=DIR (a built checkout): its gateways pull beside.
+ * its layers land in the evicted ones' buffers); then cold through other
+ * proxies (REFERENCES). Wall time of skopeo (CPU by bash's `times`); ratio =
+ * registry / gateway time; medians of ROUNDS (VOUCH_BENCH_OCI_ROUNDS=N);
+ * peak RSS: the gateway's VmHWM after its pulls. Env: VOUCH_BENCH_OCI_
+ * PROFILE=DIR (--cpu-prof of each gateway into DIR), BASELINE=DIR (a built
+ * checkout's gateways pull beside), PIN=1 (skopeo on core 0, servers on 1).
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -64,11 +64,25 @@ function minorFaultsOf(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[7]);
 }
 
+/**
+ * With VOUCH_BENCH_OCI_PIN=1, skopeo runs on core 0 alone and the registry,
+ * the gateways and the references on core 1 (taskset): the client with a
+ * core of its own, as on another machine, instead of sharing both with them.
+ */
+const PIN = process.env.VOUCH_BENCH_OCI_PIN === '1';
+
+/** With PIN, moves every thread of a server process to core 1 (threads it starts later inherit it). */
+function pinServer(pid: number): void {
+  if (!PIN) return;
+  const r = spawnSync('taskset', ['-a', '-p', '-c', '1', String(pid)], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`taskset -p ${pid} failed: ${r.stderr}`);
+}
+
 /** Wall time of `skopeo copy SRC oci:…` and skopeo's own CPU (user + system, ms: bash's `times` of its children). */
 async function timedCopy(src: string, work: string): Promise<{ ms: number; cpu: number }> {
   const dir = mkdtempSync(join(work, 'pull-'));
   const t0 = performance.now();
-  const script = 'skopeo --insecure-policy "$@"; rc=$?; times >&2; exit $rc';
+  const script = `${PIN ? 'taskset -c 0 ' : ''}skopeo --insecure-policy "$@"; rc=$?; times >&2; exit $rc`;
   const r = await runAsync('bash', ['-c', script, 'skopeo', 'copy', '--src-tls-verify=false', src, `oci:${dir}:x`], { timeoutMs: 600_000 });
   const ms = performance.now() - t0;
   rmSync(dir, { recursive: true, force: true });
@@ -86,6 +100,13 @@ async function timedCopy(src: string, work: string): Promise<{ ms: number; cpu: 
  * straight / that.
  */
 function cpuArithmetic(straight: number, cold: number, cpu: { skopeo: number; gateway: number; registry: number }, skopeoStraight: number): string {
+  if (PIN) {
+    const servers = cpu.gateway + cpu.registry;
+    return (
+      `CPU of the cold row (medians), each side on its own core: skopeo ${cpu.skopeo.toFixed(0)} ms on core 0 (${(100 * (cpu.skopeo / cold)).toFixed(0)} % of the pull's wall time); ` +
+      `the gateway ${cpu.gateway.toFixed(0)} ms and the registry ${cpu.registry.toFixed(0)} ms on core 1 (${servers.toFixed(0)} ms, ${(100 * (servers / cold)).toFixed(0)} %).`
+    );
+  }
   const cores = availableParallelism();
   const total = cpu.skopeo + cpu.gateway + cpu.registry;
   const floor = total / cores;
@@ -166,6 +187,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
     layout.tag(layout.image(second), '2.0');
     await push(join(work, 'layout'), '2.0', registry, 'bench');
     rmSync(join(work, 'layout'), { recursive: true, force: true });
+    pinServer(registry.child.pid!);
     const total = layers.reduce((n, l) => n + l.size, 0);
     const digestOf = async (tag: string) => {
       const res = await fetch(`${registry!.url}/v2/bench/manifests/${tag}`, { headers: { accept: MANIFEST_ACCEPT } });
@@ -236,6 +258,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       );
       const host = new URL(gw.url!).host;
       assertLoopback(gw.url!);
+      pinServer(gw.pid);
       const c0 = cpuMsOf(gw.pid);
       const m0 = mainCpuMs(gw.pid);
       const t0 = threadCpuMs(gw.pid);
@@ -299,6 +322,7 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         const p = await spawnServer(`${kind}-${round}`, [kind, registry!.url]);
         [pid, host, stop] = [p.pid, new URL(p.url).host, () => p.stop()];
       }
+      pinServer(pid);
       const c0 = cpuMsOf(pid);
       const coldPull = await timedCopy(`docker://${host}/bench:1.0`, work);
       const cpu = cpuMsOf(pid) - c0;
@@ -368,7 +392,11 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
         `\`skopeo copy docker://… oci:DIR\` (skopeo 1.9, Debian) wall time, medians of ${ROUNDS} interleaved rounds; each round a new gateway ` +
         `(the default mirror: memory_bytes ${MEMORY / MiB} MiB, budget_bytes ${BUDGET / MiB} MiB; plus a disk tier) pulls the image cold, then again (hit), ` +
         `then, 3 s later, a second image of the same shape (other bytes) cold: a gateway in service, whose memory tier is full, so the new layers ` +
-        `take the buffers the evicted ones give back instead of fresh memory (its page faults are counted). Load average at the end: ${loadavg()[0]!.toFixed(2)}.`,
+        `take the buffers the evicted ones give back instead of fresh memory (its page faults are counted). ` +
+        (PIN
+          ? 'VOUCH_BENCH_OCI_PIN=1: skopeo on core 0 alone, the registry, the gateways and the references on core 1 (taskset), so the client has a core of its own, as on another machine, and the servers share one. '
+          : '') +
+        `Load average at the end: ${loadavg()[0]!.toFixed(2)}.`,
       '',
       '| row | registry straight | through the gateway | throughput ratio | target | |',
       '|---|---|---|---|---|---|',
