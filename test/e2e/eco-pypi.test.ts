@@ -120,7 +120,7 @@ function pipParse(
   contentType: string,
   url: string,
 ): Promise<Array<{ url: string; filename: string; hash_name: string | null; hash: string | null; requires_python: string | null; yanked: string | null }>> {
-  const script = String.raw`
+  const script = `
 import json, sys
 from pip._internal.index.collector import IndexContent, parse_links
 page = IndexContent(sys.stdin.buffer.read(), sys.argv[1], encoding='utf-8', url=sys.argv[2])
