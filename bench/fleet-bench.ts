@@ -16,7 +16,8 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { OriginServer } from '../test/helpers/origin-server.ts';
 import { PushingAuthority, type GatewayProcess } from '../test/helpers/gateway-process.ts';
-import { HAPROXY, ensureWrk, freePort, median, root, rotationScript, sleep, wrk } from './gateway-harness.ts';
+import { freePort } from '../test/helpers/free-port.ts';
+import { HAPROXY, ensureWrk, median, root, rotationScript, sleep, wrk } from './gateway-harness.ts';
 
 export async function runFleetBench(quick: boolean): Promise<{ title: string; markdown: string }> {
   const work = mkdtempSync(join(tmpdir(), 'vouch-fleet-bench-'));

@@ -5,7 +5,6 @@
  */
 import { spawn, spawnSync, execFile, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, readSync, fstatSync } from 'node:fs';
-import { createServer as createNetServer } from 'node:net';
 import { get as httpGet } from 'node:http';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
@@ -25,15 +24,6 @@ export function assertLoopback(url: string): void {
 
 /** Debian's haproxy, where it is installed. */
 export const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((p) => existsSync(p)) ?? null;
-
-/** A TCP port on 127.0.0.1 that was free a moment ago (for a server that cannot listen on port 0 and say where). */
-export async function freePort(): Promise<number> {
-  const s = createNetServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 // ---------------------------------------------------------------------------
 // Child processes

@@ -27,7 +27,8 @@ import { writeConfig } from '../test/helpers/gateway-process.ts';
 import { Layout, Registry, push, type Descriptor } from '../test/helpers/oci-registry.ts';
 import { runAsync } from '../test/helpers/processes.ts';
 import { MANIFEST_ACCEPT, manifestUrl } from '../gateway/ecosystems/oci.ts';
-import { HAPROXY, assertLoopback, cpuMsOf, freePort, median, memoryOf, spawnNode, spawnServer, stopAll } from './gateway-harness.ts';
+import { freePort } from '../test/helpers/free-port.ts';
+import { HAPROXY, assertLoopback, cpuMsOf, median, memoryOf, spawnNode, spawnServer, stopAll } from './gateway-harness.ts';
 
 const CANON = 'https://registry.example.org/';
 const MiB = 1024 * 1024;

@@ -15,7 +15,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { freePort } from '../helpers/free-port.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
@@ -41,14 +41,6 @@ let n = 0;
 
 const enc = encodeURIComponent;
 const lookupPath = (url: string) => `/v1/endorsement?url=${enc(url)}`;
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 async function get(base: string, path: string, headers: Record<string, string> = {}) {
   const r = await request(base + path, { dispatcher: agent, headers });
