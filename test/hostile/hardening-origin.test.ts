@@ -40,6 +40,7 @@ import { initChainRepo, testSigner } from '../helpers/chain-fixture.ts';
 import { OriginServer, digestOf } from '../helpers/origin-server.ts';
 import { postSubmit, startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { rawRequest, type RawAnswer } from '../helpers/raw-http.ts';
+import { closedPort } from '../helpers/free-port.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'vouch-hardening-'));
 const token = 'hardening-token-' + 'h'.repeat(30);
@@ -85,15 +86,6 @@ class RawOrigin {
     for (const s of this.sockets) s.destroy();
     await new Promise((r) => this.server.close(r));
   }
-}
-
-/** A loopback port nothing listens on (bound, then released). */
-async function closedPort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 async function failure(p: Promise<unknown>): Promise<VouchError> {
@@ -273,7 +265,8 @@ test('fetcher: a redirect to another loopback port is refused unreached, open or
     assert.is((await readAll(trusted)).toString(), 'internal admin page');
     assert.is((await readAll(await allowing.fetch(origin.url('/d/to-open')))).toString(), 'internal admin page');
     // Without the guard a closed port is a different answer (that is what the guard hides).
-    assert.match((await failure(allowing.fetch(origin.url('/d/to-closed')))).message, /connection refused/);
+    const refused = (await failure(allowing.fetch(origin.url('/d/to-closed')))).message;
+    assert.match(refused, /connection refused/, refused);
     // guardPrivate (submit) still refuses the first hop itself, as bad_request.
     assert.is((await failure(f.fetch(origin.url('/d/same'), { guardPrivate: true }))).code, 'bad_request');
   } finally {

@@ -12,6 +12,7 @@ import { statusOf } from '../../gateway/http/http-util.ts';
 import { AddressGuard, classifyAddress, parseIp, type Resolver } from '../../artifacts/address-guard.ts';
 import { OriginFetcher, type OriginResponse } from '../../artifacts/origin-fetcher.ts';
 import { OriginServer, pattern, patternBytes } from '../helpers/origin-server.ts';
+import { closedPort } from '../helpers/free-port.ts';
 
 let origin: OriginServer;
 let fetcher: OriginFetcher;
@@ -102,9 +103,7 @@ test('non-2xx final status -> origin_error naming the status', async () => {
 });
 
 test('connection refused -> origin_error', async () => {
-  const o = await OriginServer.start();
-  const url = o.url('/gone');
-  await o.close();
+  const url = `http://127.0.0.1:${await closedPort()}/gone`;
   const e = await failure(fetcher.fetch(url));
   assert.is(e.code, 'origin_error');
   assert.ok(/refused/.test(e.message), e.message);
