@@ -314,8 +314,9 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       let host: string;
       let stop: () => Promise<void>;
       if (kind === 'registry-cache') {
-        const cache = await Registry.start(join(work, `cache-${round}`), { proxy: registry!.url });
-        [pid, host, stop] = [cache.child.pid!, cache.host, () => cache.stop()];
+        const dir = join(work, `cache-${round}`);
+        const cache = await Registry.start(dir, { proxy: registry!.url });
+        [pid, host, stop] = [cache.child.pid!, cache.host, () => cache.stop().then(() => rmSync(dir, { recursive: true, force: true }))];
       } else if (kind === 'haproxy') {
         const p = await startHaproxy(join(work, `haproxy-${round}.cfg`), registry!.host);
         [pid, host, stop] = [p.pid, p.host, p.stop];
@@ -329,7 +330,6 @@ export async function runOciBench(quick: boolean): Promise<{ title: string; mark
       const cpu = cpuMsOf(pid) - c0;
       const hitPull = kind === 'registry-cache' ? await timedCopy(`docker://${host}/bench:1.0`, work) : null;
       await stop();
-      rmSync(join(work, `cache-${round}`), { recursive: true, force: true });
       const r = refs.get(kind)!;
       r.cold.push(coldPull.ms);
       r.cpu.push(cpu);

@@ -20,7 +20,9 @@ async function bindAndRelease(port: number): Promise<number | null> {
 
 /** A TCP port on 127.0.0.1 that was free a moment ago. */
 export async function freePort(): Promise<number> {
-  return (await bindAndRelease(0))!;
+  const port = await bindAndRelease(0);
+  if (port === null) throw new Error('freePort: cannot listen on 127.0.0.1');
+  return port;
 }
 
 /**
