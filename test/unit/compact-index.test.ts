@@ -229,9 +229,14 @@ test('200,000 synthetic facts: built, imaged and read back quickly, compact', ()
   }
   const built = performance.now() - t0;
   const image = idx.toImage();
-  const t1 = performance.now();
-  const back = CompactIndex.fromImage(image);
-  const loaded = performance.now() - t1;
+  // The fastest of 3 loads: one load can meet a GC pause or a preempted core on a busy machine (CI once saw 92 ms against a 351 ms build).
+  let back = CompactIndex.fromImage(image);
+  let loaded = Number.POSITIVE_INFINITY;
+  for (let k = 0; k < 3; k++) {
+    const t1 = performance.now();
+    back = CompactIndex.fromImage(image);
+    loaded = Math.min(loaded, performance.now() - t1);
+  }
   assert.ok(built < 20_000, `built in ${built} ms`); // ~1 s here; room for a loaded machine
   assert.ok(loaded < built / 5, `loaded in ${loaded} ms, built in ${built} ms`); // ~40 ms vs ~1 s: a copy, not a rebuild (a ratio holds under load)
   assert.ok(image.length < 200_000 * 120, `image of ${image.length} bytes`);
